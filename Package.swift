@@ -1,0 +1,103 @@
+// swift-tools-version:6.1
+import PackageDescription
+
+// Strict settings for every Nimbus target: Swift 6 language mode (the default for
+// tools-version 6), explicit `any` for existentials.
+let strict: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+]
+
+let package = Package(
+    name: "nimbus",
+    platforms: [.macOS(.v14), .iOS(.v17)],
+    products: [
+        .executable(name: "nimbus", targets: ["NimbusCLI"]),
+        .library(name: "NimbusWire", targets: ["NimbusWire"]),
+        .library(name: "NimbusServer", targets: ["NimbusServer"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", exact: "2.28.1"),
+        .package(url: "https://github.com/groue/GRDB.swift.git", exact: "7.10.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", exact: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-crypto.git", exact: "4.5.2"),
+        .package(url: "https://github.com/apple/swift-log.git", exact: "1.16.2"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", exact: "2.13.0"),
+        .package(url: "https://github.com/swift-server/async-http-client.git", exact: "1.37.0"),
+        .package(url: "https://github.com/apple/swift-http-types.git", exact: "1.8.0"),
+        .package(url: "https://github.com/apple/swift-nio.git", exact: "2.101.3"),
+    ],
+    targets: [
+        // The CloudKit Web Services JSON: shared by server and (later) the SDK. Foundation only.
+        .target(name: "NimbusWire", swiftSettings: strict),
+        // The storage protocol, spoken in CloudKit terms, and its value types.
+        .target(name: "NimbusStorage", dependencies: ["NimbusWire"], swiftSettings: strict),
+        // The embedded SQLite driver (WAL, group commit).
+        .target(
+            name: "NimbusSQLite",
+            dependencies: ["NimbusStorage", .product(name: "GRDB", package: "GRDB.swift")],
+            swiftSettings: strict),
+        // CloudKit semantics over any storage driver: operations, schema, tokens, permissions.
+        .target(
+            name: "NimbusCore",
+            dependencies: [
+                "NimbusWire", "NimbusStorage",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+            ],
+            swiftSettings: strict),
+        // The HTTP API on Hummingbird.
+        .target(
+            name: "NimbusServer",
+            dependencies: [
+                "NimbusWire", "NimbusStorage", "NimbusSQLite", "NimbusCore",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strict),
+        // `nimbus`: the server and the admin verbs in one executable.
+        .executableTarget(
+            name: "NimbusCLI",
+            dependencies: [
+                "NimbusServer", "NimbusCore", "NimbusSQLite",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: strict),
+        // Load generator for Benchmarks/ (run on demand, never in tests).
+        .executableTarget(
+            name: "NimbusBench",
+            dependencies: [
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            path: "Benchmarks/NimbusBench",
+            swiftSettings: strict),
+        .target(
+            name: "NimbusTestSupport",
+            dependencies: [
+                "NimbusServer", "NimbusCore", "NimbusSQLite",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+            ],
+            path: "Tests/NimbusTestSupport",
+            swiftSettings: strict),
+        .testTarget(
+            name: "NimbusStorageTests",
+            dependencies: ["NimbusStorage", "NimbusSQLite", "NimbusTestSupport"],
+            swiftSettings: strict),
+        .testTarget(
+            name: "NimbusCoreTests",
+            dependencies: ["NimbusCore", "NimbusWire", "NimbusTestSupport"],
+            swiftSettings: strict),
+        .testTarget(
+            name: "NimbusServerTests",
+            dependencies: [
+                "NimbusServer", "NimbusTestSupport", "NimbusCLI",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+            ],
+            swiftSettings: strict),
+    ]
+)

@@ -1,0 +1,143 @@
+import ArgumentParser
+import Foundation
+import NimbusCore
+import NimbusServer
+import NimbusStorage
+import NimbusWire
+
+struct Containers: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Manage containers.", subcommands: [Create.self, List.self])
+
+    struct Create: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Create a container.")
+        @OptionGroup var data: DataOptions
+        @Argument(help: "The container id, e.g. iCloud.com.example.App.") var id: String
+
+        func run() async throws {
+            do {
+                try await data.open().service.createContainer(id: id)
+                print(id)
+            } catch { throw reportFailure(error) }
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List containers.")
+        @OptionGroup var data: DataOptions
+
+        func run() async throws {
+            for container in try await data.open().service.containers() { print(container.id) }
+        }
+    }
+}
+
+struct Tokens: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Manage API tokens.", subcommands: [Create.self, Revoke.self])
+
+    struct Create: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Create an API token; prints the token alone, so scripts can capture it.")
+        @OptionGroup var data: DataOptions
+        @Option(help: "The container.") var container: String
+        @Option(help: "development or production.") var environment: String = "development"
+
+        func run() async throws {
+            do {
+                let token = try await data.open().service.createAPIToken(
+                    container: container, environment: try parseEnvironment(environment))
+                print(token)
+            } catch { throw reportFailure(error) }
+        }
+    }
+
+    struct Revoke: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Revoke every API token of a container (or one environment).")
+        @OptionGroup var data: DataOptions
+        @Option(help: "The container.") var container: String
+        @Option(help: "development or production; both when omitted.") var environment: String?
+
+        func run() async throws {
+            do {
+                let count = try await data.open().service.revokeAPITokens(
+                    container: container, environment: try environment.map(parseEnvironment))
+                print("revoked \(count) token(s)")
+            } catch { throw reportFailure(error) }
+        }
+    }
+}
+
+struct Users: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Manage user accounts.", subcommands: [Create.self, SignOut.self])
+
+    struct Create: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Create a user account.")
+        @OptionGroup var data: DataOptions
+        @Argument(help: "The user name.") var name: String
+        @Option(help: "The password (8 to 1024 bytes).") var password: String
+
+        func run() async throws {
+            do {
+                let user = try await data.open().service.createUser(name: name, password: password)
+                print(user.name)
+            } catch { throw reportFailure(error) }
+        }
+    }
+
+    struct SignOut: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "signout", abstract: "Revoke every session of a user.")
+        @OptionGroup var data: DataOptions
+        @Argument(help: "The user name.") var name: String
+
+        func run() async throws {
+            do {
+                let count = try await data.open().service.revokeSessions(userName: name)
+                print("ended \(count) session(s)")
+            } catch { throw reportFailure(error) }
+        }
+    }
+}
+
+struct Schema: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Show and deploy schemas.", subcommands: [Show.self, Deploy.self])
+
+    struct Show: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Print a schema in the CloudKit Schema Language.")
+        @OptionGroup var data: DataOptions
+        @Option(help: "The container.") var container: String
+        @Option(help: "development or production.") var environment: String = "development"
+
+        func run() async throws {
+            let schema = try await data.open().service.schema(
+                container: container, environment: try parseEnvironment(environment))
+            print("DEFINE SCHEMA")
+            for recordType in schema.recordTypes {
+                let fields = schema.fields.filter { $0.recordType == recordType }
+                let lines = fields.map { field -> String in
+                    let type = FieldType(wireName: field.fieldType)?.schemaName ?? field.fieldType
+                    return "    \(field.fieldName) \(type)"
+                }
+                print("\n    RECORD TYPE \(recordType) (")
+                print(lines.map { "    \($0)" }.joined(separator: ",\n"))
+                print("    );")
+            }
+        }
+    }
+
+    struct Deploy: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Copy the development schema to production.")
+        @OptionGroup var data: DataOptions
+        @Option(help: "The container.") var container: String
+
+        func run() async throws {
+            do {
+                let added = try await data.open().service.deploySchema(container: container)
+                print("deployed: \(added.recordTypes) new record type(s), \(added.fields) new field(s) in production")
+            } catch { throw reportFailure(error) }
+        }
+    }
+}

@@ -1,0 +1,62 @@
+import ArgumentParser
+import Foundation
+import Logging
+import NimbusCore
+import NimbusServer
+import NimbusSQLite
+import NimbusStorage
+import NimbusWire
+
+@main
+struct Nimbus: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "nimbus",
+        abstract: "CloudKit as self-hostable software: the server and its admin verbs.",
+        subcommands: [Serve.self, Containers.self, Tokens.self, Users.self, Schema.self])
+}
+
+/// Options every verb shares: where the data lives.
+struct DataOptions: ParsableArguments {
+    @Option(name: .long, help: "The data directory (env NIMBUS_DATA_DIR).")
+    var dataDir: String = ProcessInfo.processInfo.environment["NIMBUS_DATA_DIR"] ?? "nimbus-data"
+
+    @Option(name: .long, help: "SQLite commit durability: full (survives power loss) or normal (survives crashes).")
+    var sync: String = ProcessInfo.processInfo.environment["NIMBUS_SYNC"] ?? "full"
+
+    @Option(name: .long, help: ArgumentHelp("PBKDF2 rounds for new passwords.", visibility: .hidden))
+    var passwordRounds: Int = Int(ProcessInfo.processInfo.environment["NIMBUS_PASSWORD_ROUNDS"] ?? "")
+        ?? Credentials.defaultPasswordRounds
+
+    func configuration() throws -> ServerConfiguration {
+        var configuration = ServerConfiguration()
+        configuration.dataDirectory = dataDir
+        guard let mode = SQLiteStorage.SynchronousMode(rawValue: sync.uppercased()) else {
+            throw ValidationError("--sync must be full or normal")
+        }
+        configuration.synchronous = mode
+        guard passwordRounds >= 1 else { throw ValidationError("--password-rounds must be positive") }
+        configuration.service.passwordRounds = passwordRounds
+        return configuration
+    }
+
+    func open() async throws -> DataDirectory {
+        try await DataDirectory.open(configuration())
+    }
+}
+
+func parseEnvironment(_ text: String) throws -> NimbusStorage.Environment {
+    guard let environment = NimbusStorage.Environment(rawValue: text) else {
+        throw ValidationError("--environment must be development or production")
+    }
+    return environment
+}
+
+/// Prints a Nimbus error as a person reads it, and exits non-zero.
+func reportFailure(_ error: any Error) -> ExitCode {
+    if let error = error as? CloudKitError {
+        FileHandle.standardError.write(Data("nimbus: \(error.reason)\n".utf8))
+    } else {
+        FileHandle.standardError.write(Data("nimbus: \(error)\n".utf8))
+    }
+    return ExitCode.failure
+}

@@ -1,0 +1,52 @@
+import ArgumentParser
+import Foundation
+import Logging
+import NimbusServer
+import ServiceLifecycle
+
+struct Serve: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Serve the CloudKit Web Services API (creates the data directory on first run).")
+
+    @OptionGroup var data: DataOptions
+
+    @Option(help: "Address to listen on (env NIMBUS_HOST).")
+    var host: String = ProcessInfo.processInfo.environment["NIMBUS_HOST"] ?? "127.0.0.1"
+
+    @Option(help: "Port to listen on; 0 picks a free one (env NIMBUS_PORT).")
+    var port: Int = Int(ProcessInfo.processInfo.environment["NIMBUS_PORT"] ?? "") ?? 8080
+
+    @Option(help: "trace, debug, info, notice, warning, error or critical (env NIMBUS_LOG_LEVEL).")
+    var logLevel: String = ProcessInfo.processInfo.environment["NIMBUS_LOG_LEVEL"] ?? "info"
+
+    @Option(help: "Minutes a session may sit idle before it is signed out.")
+    var sessionIdleMinutes: Int = 30
+
+    func run() async throws {
+        var configuration = try data.configuration()
+        configuration.host = host
+        configuration.port = port
+        guard let level = Logger.Level(rawValue: logLevel) else { throw ValidationError("unknown --log-level '\(logLevel)'") }
+        configuration.logLevel = level
+        guard sessionIdleMinutes >= 1 else { throw ValidationError("--session-idle-minutes must be at least 1") }
+        configuration.service.sessionIdleTimeoutMilliseconds = Int64(sessionIdleMinutes) * 60_000
+
+        let directory = try await DataDirectory.open(configuration)
+        let bootstrap = try await Bootstrap.ensure(in: directory, configuration: configuration)
+        let dataDir = configuration.dataDirectory
+        let synchronous = configuration.synchronous.rawValue
+        let app = NimbusServer.makeApplication(service: directory.service, configuration: configuration) { port in
+            // One line each, so scripts can pick them out; written unbuffered, as a pipe may be reading.
+            let lines = [
+                "Nimbus listening on http://\(host):\(port)",
+                "data directory: \(dataDir) (SQLite WAL, synchronous=\(synchronous))",
+                "container: \(bootstrap.container)",
+                "development API token: \(bootstrap.apiToken)",
+            ]
+            FileHandle.standardOutput.write(Data((lines.joined(separator: "\n") + "\n").utf8))
+        }
+        // SIGINT and SIGTERM end the server gracefully: in-flight requests finish first.
+        try await app.runService(gracefulShutdownSignals: [.sigterm, .sigint])
+        try await directory.storage.close()
+    }
+}

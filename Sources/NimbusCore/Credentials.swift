@@ -1,0 +1,104 @@
+import Crypto
+import Foundation
+import _CryptoExtras
+
+/// Secrets: password hashing, random tokens, and the keys derived from the installation secret.
+public enum Credentials {
+    /// PBKDF2-SHA256 rounds for new password hashes (OWASP's 2023 figure). Stored with each
+    /// hash, so changing it affects only new passwords.
+    public static let defaultPasswordRounds = 210_000
+
+    /// Hashes a password as `pbkdf2-sha256$<rounds>$<salt>$<hash>` (base64 parts).
+    public static func hashPassword(_ password: String, rounds: Int = defaultPasswordRounds) throws -> String {
+        let salt = randomBytes(16)
+        let key = try KDF.Insecure.PBKDF2.deriveKey(
+            from: Array(password.utf8), salt: salt, using: .sha256, outputByteCount: 32, unsafeUncheckedRounds: rounds)
+        let hash = key.withUnsafeBytes { Data($0) }
+        return "pbkdf2-sha256$\(rounds)$\(Data(salt).base64EncodedString())$\(hash.base64EncodedString())"
+    }
+
+    /// Checks a password against a stored hash in constant time.
+    public static func verifyPassword(_ password: String, against stored: String) -> Bool {
+        let parts = stored.split(separator: "$")
+        guard parts.count == 4, parts[0] == "pbkdf2-sha256", let rounds = Int(parts[1]), rounds > 0,
+            let salt = Data(base64Encoded: String(parts[2])), let expected = Data(base64Encoded: String(parts[3])),
+            let key = try? KDF.Insecure.PBKDF2.deriveKey(
+                from: Array(password.utf8), salt: salt, using: .sha256, outputByteCount: expected.count,
+                unsafeUncheckedRounds: rounds)
+        else { return false }
+        let actual = key.withUnsafeBytes { Data($0) }
+        return constantTimeEqual(Array(actual), Array(expected))
+    }
+
+    public static func constantTimeEqual(_ lhs: [UInt8], _ rhs: [UInt8]) -> Bool {
+        guard lhs.count == rhs.count else { return false }
+        var difference: UInt8 = 0
+        for index in lhs.indices { difference |= lhs[index] ^ rhs[index] }
+        return difference == 0
+    }
+
+    public static func randomBytes(_ count: Int) -> [UInt8] {
+        var generator = SystemRandomNumberGenerator()
+        return (0..<count).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
+    }
+
+    /// A new API token: 64 lowercase hex characters, like CloudKit's.
+    public static func newAPIToken() -> String { hex(randomBytes(32)) }
+
+    /// A new web auth token: 43 URL-safe characters.
+    public static func newWebAuthToken() -> String { base64URL(randomBytes(32)) }
+
+    /// How a token is stored: its SHA-256, in hex. A stolen database holds no usable token.
+    public static func tokenHash(_ token: String) -> String {
+        hex(Array(SHA256.hash(data: Array(token.utf8))))
+    }
+
+    public static func hex(_ bytes: [UInt8]) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var output: [UInt8] = []
+        output.reserveCapacity(bytes.count * 2)
+        for byte in bytes {
+            output.append(digits[Int(byte >> 4)])
+            output.append(digits[Int(byte & 0xF)])
+        }
+        return String(decoding: output, as: UTF8.self)
+    }
+
+    public static func base64URL(_ bytes: [UInt8]) -> String {
+        Data(bytes).base64EncodedString()
+            .replacingOccurrences(of: "+", with: "-")
+            .replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+    }
+
+    public static func fromBase64URL(_ text: String) -> [UInt8]? {
+        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while base64.count % 4 != 0 { base64 += "=" }
+        return Data(base64Encoded: base64).map(Array.init)
+    }
+}
+
+/// Keys derived from the installation secret, one per purpose, so a key leaked for one use
+/// says nothing about another.
+public struct DerivedKeys: Sendable {
+    public let syncTokens: SymmetricKey
+    public let userRecordNames: SymmetricKey
+
+    public init(installationSecret: [UInt8]) {
+        let secret = SymmetricKey(data: installationSecret)
+        func derive(_ purpose: String) -> SymmetricKey {
+            HKDF<SHA256>.deriveKey(
+                inputKeyMaterial: secret, info: Array("nimbus \(purpose)".utf8), outputByteCount: 32)
+        }
+        syncTokens = derive("sync-tokens v1")
+        userRecordNames = derive("user-record-names v1")
+    }
+
+    /// A user's record name in a container: `_` + 32 hex, stable, and revealing nothing of
+    /// the account (an HMAC of the container and the user's id).
+    public func userRecordName(container: String, userID: Int64) -> String {
+        let message = Array("\(container)\u{0}\(userID)".utf8)
+        let mac = HMAC<SHA256>.authenticationCode(for: message, using: userRecordNames)
+        return "_" + Credentials.hex(Array(Array(mac).prefix(16)))
+    }
+}

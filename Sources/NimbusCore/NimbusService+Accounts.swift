@@ -1,0 +1,179 @@
+import NimbusStorage
+import NimbusWire
+
+/// Containers, API tokens, users, sessions: who may call, and as whom.
+extension NimbusService {
+    /// Container ids: `iCloud.com.example.App` style — letters, digits, `.`, `-`, `_`.
+    public static func validateContainerID(_ id: String) throws(CloudKitError) {
+        let bytes = Array(id.utf8)
+        guard !bytes.isEmpty, bytes.count <= Limits.nameBytes.value,
+            bytes.allSatisfy({ isIdentifierByte($0) || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "-") })
+        else {
+            throw .badRequest(
+                "'\(Names.escaped(id))' is not a valid container id; use letters, digits, '.', '-' and '_' (e.g. iCloud.com.example.App)")
+        }
+    }
+
+    /// User names: 1–64 of letters, digits, `.`, `-`, `_`, `@`.
+    public static func validateUserName(_ name: String) throws(CloudKitError) {
+        let bytes = Array(name.utf8)
+        guard !bytes.isEmpty, bytes.count <= 64,
+            bytes.allSatisfy({
+                isIdentifierByte($0) || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "@")
+            })
+        else {
+            throw .badRequest(
+                "'\(Names.escaped(name))' is not a valid user name; use 1 to 64 letters, digits, '.', '-', '_' or '@'")
+        }
+    }
+
+    private static func isIdentifierByte(_ byte: UInt8) -> Bool {
+        (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte)
+            || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || byte == UInt8(ascii: "_")
+    }
+
+    // MARK: Administration (CLI)
+
+    /// Creates a container; `EXISTS` if it is there already.
+    public func createContainer(id: String) async throws {
+        try Self.validateContainerID(id)
+        let createdAt = now
+        try await storage.write { tx in
+            if try tx.container(id: id) != nil { throw CloudKitError(.exists, "container '\(id)' already exists") }
+            try tx.insertContainer(ContainerRow(id: id, createdAt: createdAt))
+        }
+    }
+
+    public func containers() async throws -> [ContainerRow] {
+        try await storage.read { try $0.containers() }
+    }
+
+    /// Makes a new API token for the container and environment and returns it; only its hash is kept.
+    public func createAPIToken(container: String, environment: Environment) async throws -> String {
+        let token = Credentials.newAPIToken()
+        let row = APITokenRow(
+            tokenHash: Credentials.tokenHash(token), container: container, environment: environment, createdAt: now,
+            isRevoked: false)
+        try await storage.write { tx in
+            guard try tx.container(id: container) != nil else {
+                throw CloudKitError(.notFound, "container '\(Names.escaped(container))' does not exist; create it with `nimbus containers create`")
+            }
+            try tx.insertAPIToken(row)
+        }
+        return token
+    }
+
+    public func revokeAPITokens(container: String, environment: Environment?) async throws -> Int {
+        try await storage.write { try $0.revokeAPITokens(container: container, environment: environment) }
+    }
+
+    public func createUser(name: String, password: String) async throws -> UserRow {
+        try Self.validateUserName(name)
+        guard password.utf8.count >= 8, password.utf8.count <= 1024 else {
+            throw CloudKitError.badRequest("the password must be 8 to 1024 bytes long")
+        }
+        let hash = try Credentials.hashPassword(password, rounds: options.passwordRounds)
+        let createdAt = now
+        return try await storage.write { tx in
+            if try tx.user(name: name) != nil { throw CloudKitError(.exists, "user '\(name)' already exists") }
+            return try tx.insertUser(name: name, passwordHash: hash, createdAt: createdAt)
+        }
+    }
+
+    /// Signs the user out everywhere; returns how many sessions ended.
+    public func revokeSessions(userName: String) async throws -> Int {
+        try await storage.write { tx in
+            guard let user = try tx.user(name: userName) else {
+                throw CloudKitError(.notFound, "user '\(Names.escaped(userName))' does not exist")
+            }
+            return try tx.deleteSessions(userID: user.id)
+        }
+    }
+
+    public func userRecordName(container: String, userID: Int64) -> String {
+        keys.userRecordName(container: container, userID: userID)
+    }
+
+    // MARK: Requests
+
+    /// Checks the API token (and the web auth token, when sent) of a request.
+    ///
+    /// - A missing, unknown, revoked or mismatched API token: `AUTHENTICATION_FAILED` (401).
+    /// - A web auth token that is unknown, expired, revoked or for another container:
+    ///   `AUTHENTICATION_REQUIRED` (421), so the client signs in again.
+    public func authenticate(
+        container: String, environment: Environment, apiToken: String?, webAuthToken: String?, deviceID: String
+    ) async throws -> Caller {
+        let apiHash = apiToken.map(Credentials.tokenHash)
+        let sessionHash = webAuthToken.map(Credentials.tokenHash)
+        let (token, session, user) = try await storage.read { tx in
+            let token = try apiHash.flatMap { try tx.apiToken(hash: $0) }
+            let session = try sessionHash.flatMap { try tx.session(tokenHash: $0) }
+            let user = try session.flatMap { try tx.user(id: $0.userID) }
+            return (token, session, user)
+        }
+        guard let apiToken, !apiToken.isEmpty else {
+            throw CloudKitError(.authenticationFailed, "missing ckAPIToken; every request needs the container's API token")
+        }
+        guard let token, !token.isRevoked else {
+            throw CloudKitError(.authenticationFailed, "the API token is not valid (unknown or revoked)")
+        }
+        guard token.container == container, token.environment == environment else {
+            throw CloudKitError(
+                .authenticationFailed,
+                "the API token is for \(token.container)/\(token.environment.rawValue), not \(Names.escaped(container))/\(environment.rawValue)")
+        }
+        guard let webAuthToken else {
+            return Caller(container: container, environment: environment, user: nil, deviceID: deviceID)
+        }
+        let time = now
+        guard let session, let user, session.container == container, session.environment == environment else {
+            throw CloudKitError(.authenticationRequired, "the web auth token is not valid (unknown, revoked or for another container); sign in again")
+        }
+        guard time - session.lastUsedAt <= options.sessionIdleTimeoutMilliseconds else {
+            throw CloudKitError(.authenticationRequired, "the session expired after being idle; sign in again")
+        }
+        // Refresh the idle clock at most once a minute: a write per request would cost more than it tells.
+        if time - session.lastUsedAt > 60_000 {
+            try await storage.write { try $0.touchSession(tokenHash: session.tokenHash, at: time) }
+        }
+        let recordName = keys.userRecordName(container: container, userID: user.id)
+        return Caller(
+            container: container, environment: environment,
+            user: Caller.User(id: user.id, name: user.name, recordName: recordName, webAuthToken: webAuthToken),
+            deviceID: deviceID)
+    }
+
+    /// Signs a user in; returns the new web auth token and the user's record name.
+    public func signIn(
+        container: String, environment: Environment, apiToken: String?, userName: String, password: String
+    ) async throws -> (webAuthToken: String, userRecordName: String) {
+        _ = try await authenticate(
+            container: container, environment: environment, apiToken: apiToken, webAuthToken: nil, deviceID: "")
+        let user = try await storage.read { try $0.user(name: userName) }
+        // Hash even for an unknown user, so timing does not tell which names exist.
+        let stored = user?.passwordHash ?? "pbkdf2-sha256$\(options.passwordRounds)$AAAAAAAAAAAAAAAAAAAAAA==$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
+        let matches = Credentials.verifyPassword(password, against: stored)
+        guard let user, matches else {
+            throw CloudKitError(.authenticationFailed, "unknown user name or wrong password")
+        }
+        let token = Credentials.newWebAuthToken()
+        let time = now
+        let row = SessionRow(
+            tokenHash: Credentials.tokenHash(token), userID: user.id, container: container, environment: environment,
+            createdAt: time, lastUsedAt: time)
+        let idleLimit = options.sessionIdleTimeoutMilliseconds
+        try await storage.write { tx in
+            try tx.insertSession(row)
+            // Sweep sessions idle past the limit, so the table does not grow forever.
+            _ = try tx.deleteSessions(idleBefore: time - idleLimit)
+        }
+        return (token, keys.userRecordName(container: container, userID: user.id))
+    }
+
+    /// Ends the session of this web auth token.
+    public func signOut(webAuthToken: String) async throws {
+        let hash = Credentials.tokenHash(webAuthToken)
+        try await storage.write { try $0.deleteSession(tokenHash: hash) }
+    }
+}

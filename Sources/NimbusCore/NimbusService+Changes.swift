@@ -1,0 +1,145 @@
+import NimbusStorage
+import NimbusWire
+
+/// Change feeds: which zones changed in a database, which records changed in a zone.
+///
+/// Every change takes the next value of its database's sequence; records and zones keep the
+/// sequence of their last change (deletions stay as tombstones), so "changes since a token"
+/// is "rows with a larger sequence, in order". As in CloudKit, the default zone does not
+/// track changes: use a custom zone to sync.
+extension NimbusService {
+    /// `changes/database` (and the deprecated `zones/changes`, which also serves the public database).
+    public func databaseChanges(_ target: DatabaseTarget, _ request: DatabaseChangesRequest, allowPublic: Bool = false)
+        async throws -> JSON
+    {
+        let key = try target.key()
+        if target.scope == .public, !allowPublic {
+            throw CloudKitError.badRequest("changes/database serves the private and shared databases; the public database has no custom zones")
+        }
+        let database = try await databaseForReading(key)
+        var since: Int64 = 0
+        if let text = request.syncToken {
+            let token = try SyncToken.decode(text, expected: .database, key: keys.syncTokens, what: "syncToken")
+            guard token.databaseID == database.id else {
+                throw CloudKitError.badRequest("syncToken: the token belongs to another database; send a token from this database")
+            }
+            since = token.sequence
+        }
+        let limit = request.resultsLimit
+        let after = since
+        let (zones, currentSequence) = try await storage.read { tx in
+            (
+                try tx.zoneChanges(databaseID: database.id, after: after, limit: limit + 1),
+                try tx.database(key)?.sequence ?? 0
+            )
+        }
+        let moreComing = zones.count > limit
+        let page = zones.prefix(limit)
+        let nextSequence = moreComing ? (page.last?.changeSequence ?? since) : max(since, currentSequence)
+        let entries: [JSON] = page.filter { $0.name != Names.defaultZone }.map { zone in
+            if zone.isDeleted {
+                return .object(["zoneID": zoneIDJSON(zone, target: target), "deleted": true])
+            }
+            return zoneJSON(zone, target: target)
+        }
+        let token = JSON.string(SyncToken.forDatabase(databaseID: database.id, sequence: nextSequence).encoded(key: keys.syncTokens))
+        return ["zones": .array(entries), "syncToken": token, "moreComing": .bool(moreComing)]
+    }
+
+    /// `changes/zone`: for each requested zone, the records changed since its token, oldest
+    /// first; a zone's failure is its own entry.
+    public func zoneChanges(_ target: DatabaseTarget, _ request: ZoneChangesRequest) async throws -> JSON {
+        let results = try await zoneChangeResults(target, request)
+        return [
+            "zones": .array(
+                results.map { result in
+                    switch result {
+                    case .success(let entry): return entry
+                    case .failure(let error): return errorJSON(error)
+                    }
+                })
+        ]
+    }
+
+    /// The deprecated `records/changes`: one zone, its failure failing the whole request.
+    public func recordChanges(_ target: DatabaseTarget, _ request: ZoneChangesRequest) async throws -> JSON {
+        guard let result = try await zoneChangeResults(target, request).first else { return ["records": []] }
+        let entry = try result.get()
+        return [
+            "records": entry["records"] ?? [], "syncToken": entry["syncToken"] ?? .null,
+            "moreComing": entry["moreComing"] ?? false, "reverse": false,
+        ]
+    }
+
+    private func zoneChangeResults(_ target: DatabaseTarget, _ request: ZoneChangesRequest) async throws
+        -> [Result<JSON, CloudKitError>]
+    {
+        let key = try target.key()
+        if target.scope == .public {
+            throw CloudKitError.badRequest("change feeds serve custom zones of the private and shared databases")
+        }
+        let database = try await databaseForReading(key)
+        return try await storage.read { tx in
+            try request.zones.map { zoneRequest in
+                do {
+                    return .success(
+                        try self.zoneChangesEntry(
+                            zoneRequest, numbersAsStrings: request.numbersAsStrings, database: database, target: target,
+                            tx: tx))
+                } catch let error as CloudKitError {
+                    return .failure(error)
+                }
+            }
+        }
+    }
+
+    private func zoneChangesEntry(
+        _ request: ZoneChangesRequest.Zone, numbersAsStrings: Bool, database: DatabaseRow, target: DatabaseTarget,
+        tx: any StorageReader
+    ) throws -> JSON {
+        let requestedZoneID = zoneIDJSON(name: request.zoneID.zoneName, owner: request.zoneID.ownerRecordName)
+        if target.scope == .shared { throw zoneNotFound(request.zoneID, detail: "nothing is shared with you yet") }
+        if request.zoneID.zoneName == Names.defaultZone {
+            throw CloudKitError(
+                .badRequest, "the default zone does not track changes; keep data you sync in a custom zone", zoneID: requestedZoneID)
+        }
+        let zone = try resolveZone(request.zoneID, in: database, target: target, tx: tx)
+        var since: Int64 = 0
+        if let text = request.syncToken {
+            do {
+                let token = try SyncToken.decode(text, expected: .zone, key: keys.syncTokens, what: "syncToken")
+                guard token.databaseID == database.id, token.zoneNameHash == SyncToken.nameHash(zone.name) else {
+                    throw CloudKitError.badRequest("syncToken: the token belongs to another zone; send the token this zone's last fetch returned")
+                }
+                guard token.zoneID == zone.id else {
+                    throw CloudKitError(
+                        .changeTokenExpired,
+                        "syncToken: zone '\(zone.name)' was deleted and created again since this token; discard what you cached of it and fetch again without a token")
+                }
+                since = token.sequence
+            } catch var error as CloudKitError {
+                error.zoneID = requestedZoneID
+                throw error
+            }
+        }
+        let rows = try tx.recordChanges(
+            zoneID: zone.id, after: since, recordTypes: request.desiredRecordTypes, limit: request.resultsLimit + 1)
+        let moreComing = rows.count > request.resultsLimit
+        let page = rows.prefix(request.resultsLimit)
+        let nextSequence = moreComing ? (page.last?.changeSequence ?? since) : max(since, zone.changeSequence)
+        let records: [JSON] = try page.map { row in
+            if row.isDeleted {
+                return deletedRecordJSON(row.recordName, recordType: row.recordType, zone: zone, target: target)
+            }
+            return try recordJSON(
+                row, zone: zone, target: target, desiredKeys: request.desiredKeys, numbersAsStrings: numbersAsStrings)
+        }
+        let token = SyncToken.forZone(databaseID: database.id, zoneID: zone.id, zoneName: zone.name, sequence: nextSequence)
+        return .object([
+            "zoneID": zoneIDJSON(zone, target: target),
+            "syncToken": .string(token.encoded(key: keys.syncTokens)),
+            "records": .array(records),
+            "moreComing": .bool(moreComing),
+        ])
+    }
+}

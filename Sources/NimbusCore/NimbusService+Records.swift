@@ -1,0 +1,233 @@
+import NimbusStorage
+import NimbusWire
+
+/// `records/modify` and `records/lookup`.
+extension NimbusService {
+    /// The record dictionary of a response (reference §2.2).
+    func recordJSON(
+        _ row: RecordRow, zone: ZoneRow, target: DatabaseTarget, desiredKeys: [String]?, numbersAsStrings: Bool
+    ) throws -> JSON {
+        var object: JSONObject = [
+            "recordName": .string(row.recordName),
+            "recordType": .string(row.recordType),
+            "recordChangeTag": .string(RecordCodec.changeTag(row.changeSequence)),
+            "fields": try RecordCodec.fieldsJSON(row.fields, desiredKeys: desiredKeys, numbersAsStrings: numbersAsStrings),
+            "created": RecordCodec.stampJSON(row.created),
+            "modified": RecordCodec.stampJSON(row.modified),
+            "deleted": false,
+            "pluginFields": .object([:]),
+            "zoneID": zoneIDJSON(zone, target: target),
+        ]
+        if let parent = row.parent { object["parent"] = .object(["recordName": .string(parent)]) }
+        return .object(object)
+    }
+
+    /// A deletion as results and change feeds show it.
+    func deletedRecordJSON(_ recordName: String, recordType: String?, zone: ZoneRow, target: DatabaseTarget) -> JSON {
+        var object: JSONObject = ["recordName": .string(recordName)]
+        if let recordType { object["recordType"] = .string(recordType) }
+        object["deleted"] = true
+        object["zoneID"] = zoneIDJSON(zone, target: target)
+        return .object(object)
+    }
+
+    // MARK: records/modify
+
+    /// Why an atomic batch was rolled back: the per-item results to report.
+    private struct AtomicBatchFailed: Error {
+        let results: [Result<JSON, CloudKitError>]
+    }
+
+    /// Applies the operations in order. In a custom zone the batch is atomic unless the request
+    /// says `atomic: false`: one failure writes nothing, the failing item reports its own error
+    /// and the others `ATOMIC_ERROR`. In the default zone each operation stands alone.
+    public func modifyRecords(_ target: DatabaseTarget, _ request: RecordsModifyRequest) async throws -> JSON {
+        let key = try target.key()
+        _ = try target.caller.requireUser(for: "Saving records")
+        if target.scope == .shared { throw zoneNotFound(request.zoneID, detail: "nothing is shared with you yet") }
+        let stamp = ChangeStamp(
+            timestamp: now, userRecordName: target.caller.stampUserRecordName, deviceID: target.caller.deviceID)
+        let outcome: [Result<JSON, CloudKitError>]
+        do {
+            outcome = try await storage.write { tx in
+                let database = try tx.ensureDatabase(key)
+                let zone = try self.resolveZone(request.zoneID, in: database, target: target, tx: tx)
+                let atomic = zone.name != Names.defaultZone && request.atomic != false
+                let schema = try SchemaResolver(container: key.container, environment: key.environment, tx: tx)
+                var seenNames = Set<String>()
+                var results: [Result<JSON, CloudKitError>] = []
+                results.reserveCapacity(request.operations.count)
+                for operation in request.operations {
+                    do {
+                        let json = try tx.savepoint {
+                            try self.apply(
+                                operation, request: request, zone: zone, database: database, target: target,
+                                stamp: stamp, schema: schema, seenNames: &seenNames, tx: tx)
+                        }
+                        results.append(.success(json))
+                    } catch let error as CloudKitError {
+                        var error = error
+                        if error.recordName == nil { error.recordName = operation.record.recordName }
+                        results.append(.failure(error))
+                    }
+                }
+                if atomic, results.contains(where: { if case .failure = $0 { return true } else { return false } }) {
+                    throw AtomicBatchFailed(results: results)
+                }
+                return results
+            }
+        } catch let failure as AtomicBatchFailed {
+            outcome = zip(request.operations, failure.results).map { operation, result in
+                if case .failure = result { return result }
+                return .failure(
+                    CloudKitError(
+                        .atomicError, "another operation in this atomic batch failed, so nothing was saved",
+                        recordName: operation.record.recordName))
+            }
+        }
+        return [
+            "records": .array(
+                outcome.map { result in
+                    switch result {
+                    case .success(let json): return json
+                    case .failure(let error): return errorJSON(error)
+                    }
+                })
+        ]
+    }
+
+    private func apply(
+        _ operation: RecordOperationInput, request: RecordsModifyRequest, zone: ZoneRow, database: DatabaseRow,
+        target: DatabaseTarget, stamp: ChangeStamp, schema: SchemaResolver, seenNames: inout Set<String>,
+        tx: any StorageWriter
+    ) throws -> JSON {
+        let input = operation.record
+        let path = "\(operation.path).record"
+        let type = operation.type
+        guard let recordName = input.recordName ?? (type == .create ? UUIDText.random() : nil) else {
+            throw CloudKitError.badRequest("missing required key '\(path).recordName' for \(type.rawValue)")
+        }
+        guard seenNames.insert(recordName).inserted else {
+            throw CloudKitError(
+                .badRequest, "record '\(recordName)' appears more than once in this request; send one operation per record",
+                recordName: recordName)
+        }
+        let stored = try tx.record(zoneID: zone.id, name: recordName)
+        let existing = stored.flatMap { $0.isDeleted ? nil : $0 }
+
+        if let existing {
+            if target.scope == .public, existing.created.userRecordName != target.caller.stampUserRecordName {
+                throw CloudKitError(
+                    .accessDenied, "only the creator of record '\(recordName)' may change or delete it", recordName: recordName)
+            }
+            if type.checksChangeTag {
+                guard let tag = input.recordChangeTag else {
+                    throw CloudKitError(
+                        .badRequest, "missing required key '\(path).recordChangeTag' for \(type.rawValue)", recordName: recordName)
+                }
+                guard tag == RecordCodec.changeTag(existing.changeSequence) else {
+                    throw CloudKitError(
+                        .conflict,
+                        "record '\(recordName)' changed on the server (change tag \(RecordCodec.changeTag(existing.changeSequence)), not \(Names.escaped(tag))); merge with serverRecord and save again",
+                        recordName: recordName,
+                        serverRecord: try recordJSON(
+                            existing, zone: zone, target: target, desiredKeys: nil, numbersAsStrings: request.numbersAsStrings))
+                }
+            }
+        } else {
+            switch type {
+            case .create, .forceUpdate, .forceReplace: break
+            case .update, .replace, .delete:
+                throw CloudKitError(.notFound, "record '\(recordName)' does not exist", recordName: recordName)
+            case .forceDelete:
+                // Deleting what is not there leaves things as asked: idempotent, like CloudKit.
+                return deletedRecordJSON(recordName, recordType: nil, zone: zone, target: target)
+            }
+        }
+        if type == .create, existing != nil {
+            throw CloudKitError(.exists, "record '\(recordName)' already exists; use update or forceUpdate to change it", recordName: recordName)
+        }
+
+        let sequence = try tx.nextSequence(databaseID: database.id)
+        try tx.touchZone(id: zone.id, sequence: sequence)
+
+        if type.isDelete, let existing {
+            var tombstone = existing
+            tombstone.fields = Array("{}".utf8)
+            tombstone.parent = nil
+            tombstone.changeSequence = sequence
+            tombstone.modified = stamp
+            tombstone.isDeleted = true
+            try tx.putRecord(tombstone)
+            return deletedRecordJSON(recordName, recordType: existing.recordType, zone: zone, target: target)
+        }
+
+        let recordType: String
+        if let existing {
+            if let requested = input.recordType, requested != existing.recordType {
+                throw CloudKitError(
+                    .badRequest, "record '\(recordName)' is a '\(existing.recordType)', not a '\(requested)'; a record's type cannot change",
+                    recordName: recordName)
+            }
+            recordType = existing.recordType
+        } else {
+            guard let requested = input.recordType else {
+                throw CloudKitError(.badRequest, "missing required key '\(path).recordType' to create record '\(recordName)'", recordName: recordName)
+            }
+            recordType = requested
+        }
+        try schema.admitRecordType(recordType, path: "\(path).recordType")
+
+        // Merge (update) or start over (replace, create).
+        var fields: RecordCodec.Fields = []
+        if let existing, !type.replacesFields { fields = try RecordCodec.decode(existing.fields) }
+        for (name, raw) in input.fields ?? [] {
+            let value = try schema.resolve(raw, field: name, recordType: recordType, path: "\(path).fields.\(name)")
+            if let index = fields.firstIndex(where: { $0.name == name }) {
+                if let value { fields[index].value = value } else { fields.remove(at: index) }
+            } else if let value {
+                fields.append((name, value))
+            }
+        }
+        let size = RecordCodec.size(of: fields)
+        guard size <= Limits.recordSizeBytes.value else {
+            var error = CloudKitError.limitExceeded(Limits.recordSizeBytes, actual: size, what: "record '\(recordName)''s size in bytes")
+            error.recordName = recordName
+            throw error
+        }
+        let parent: String?
+        switch input.parent {
+        case .some(let newParent): parent = newParent
+        case .none: parent = existing?.parent
+        }
+        let row = RecordRow(
+            zoneID: zone.id, recordName: recordName, recordType: recordType, fields: RecordCodec.encode(fields),
+            parent: parent, changeSequence: sequence, created: existing?.created ?? stamp, modified: stamp, isDeleted: false)
+        try tx.putRecord(row)
+        return try recordJSON(
+            row, zone: zone, target: target, desiredKeys: operation.desiredKeys ?? request.desiredKeys,
+            numbersAsStrings: request.numbersAsStrings)
+    }
+
+    // MARK: records/lookup
+
+    /// One entry per requested record, in order; a missing record is a `NOT_FOUND` entry.
+    public func lookupRecords(_ target: DatabaseTarget, _ request: RecordsLookupRequest) async throws -> JSON {
+        let key = try target.key()
+        if target.scope == .shared { throw zoneNotFound(request.zoneID, detail: "nothing is shared with you yet") }
+        let database = try await databaseForReading(key)
+        return try await storage.read { tx in
+            let zone = try self.resolveZone(request.zoneID, in: database, target: target, tx: tx)
+            let results: [JSON] = try request.records.map { lookup in
+                guard let row = try tx.record(zoneID: zone.id, name: lookup.recordName), !row.isDeleted else {
+                    return self.errorJSON(
+                        CloudKitError(.notFound, "record '\(lookup.recordName)' does not exist", recordName: lookup.recordName))
+                }
+                return try self.recordJSON(
+                    row, zone: zone, target: target, desiredKeys: lookup.desiredKeys ?? request.desiredKeys,
+                    numbersAsStrings: request.numbersAsStrings)
+            }
+            return ["records": .array(results)]
+        }
+    }
+}

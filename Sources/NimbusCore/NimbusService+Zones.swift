@@ -1,0 +1,140 @@
+import NimbusStorage
+import NimbusWire
+
+/// Zones: the default zone of every database, custom zones in private databases.
+extension NimbusService {
+    /// The database's row for reading; made (with its default zone) on first use.
+    func databaseForReading(_ key: DatabaseKey) async throws -> DatabaseRow {
+        if let existing = try await storage.read({ try $0.database(key) }) { return existing }
+        return try await storage.write { try $0.ensureDatabase(key) }
+    }
+
+    /// The live zone a request names, or `ZONE_NOT_FOUND`.
+    func resolveZone(_ zoneID: ZoneIDInput, in database: DatabaseRow, target: DatabaseTarget, tx: any StorageReader)
+        throws -> ZoneRow
+    {
+        if let owner = zoneID.ownerRecordName, owner != Names.defaultOwner, owner != target.caller.user?.recordName {
+            throw zoneNotFound(zoneID, detail: "it belongs to another user")
+        }
+        if target.scope == .public, zoneID.zoneName != Names.defaultZone {
+            throw zoneNotFound(zoneID, detail: "the public database has only _defaultZone")
+        }
+        guard let zone = try tx.zone(databaseID: database.id, name: zoneID.zoneName), !zone.isDeleted else {
+            throw zoneNotFound(zoneID, detail: nil)
+        }
+        return zone
+    }
+
+    func zoneNotFound(_ zoneID: ZoneIDInput, detail: String?) -> CloudKitError {
+        var reason = "Zone '\(Names.escaped(zoneID.zoneName))' does not exist"
+        if let detail { reason += " (\(detail))" }
+        return CloudKitError(.zoneNotFound, reason, zoneID: zoneIDJSON(name: zoneID.zoneName, owner: zoneID.ownerRecordName))
+    }
+
+    func zoneIDJSON(name: String, owner: String?) -> JSON {
+        .object([
+            "zoneName": .string(name),
+            "ownerRecordName": .string(owner ?? Names.defaultOwner),
+            "zoneType": .string(name == Names.defaultZone ? "DEFAULT_ZONE" : "REGULAR_CUSTOM_ZONE"),
+        ])
+    }
+
+    func zoneIDJSON(_ zone: ZoneRow, target: DatabaseTarget) -> JSON {
+        zoneIDJSON(name: zone.name, owner: zone.name == Names.defaultZone ? Names.defaultOwner : target.zoneOwnerName)
+    }
+
+    /// The zone dictionary of reference §2.7, with a token for the zone's current state.
+    func zoneJSON(_ zone: ZoneRow, target: DatabaseTarget) -> JSON {
+        let token = SyncToken.forZone(
+            databaseID: zone.databaseID, zoneID: zone.id, zoneName: zone.name, sequence: zone.changeSequence)
+        return .object([
+            "zoneID": zoneIDJSON(zone, target: target),
+            "syncToken": .string(token.encoded(key: keys.syncTokens)),
+            "atomic": .bool(zone.name != Names.defaultZone),
+        ])
+    }
+
+    /// `zones/list`.
+    public func listZones(_ target: DatabaseTarget) async throws -> JSON {
+        let key = try target.key()
+        if target.scope == .shared { return ["zones": []] }  // sharing comes later: nothing is shared yet
+        let database = try await databaseForReading(key)
+        let zones = try await storage.read { try $0.zones(databaseID: database.id) }
+        return ["zones": .array(zones.map { zoneJSON($0, target: target) })]
+    }
+
+    /// `zones/lookup`: one entry per requested zone, in order; unknown zones as `ZONE_NOT_FOUND` entries.
+    public func lookupZones(_ target: DatabaseTarget, _ request: ZonesLookupRequest) async throws -> JSON {
+        let key = try target.key()
+        if target.scope == .shared {
+            return ["zones": .array(request.zones.map { errorJSON(zoneNotFound($0, detail: "nothing is shared with you")) })]
+        }
+        let database = try await databaseForReading(key)
+        let results: [JSON] = try await storage.read { tx in
+            try request.zones.map { zoneID in
+                do {
+                    return self.zoneJSON(try self.resolveZone(zoneID, in: database, target: target, tx: tx), target: target)
+                } catch let error as CloudKitError {
+                    return self.errorJSON(error)
+                }
+            }
+        }
+        return ["zones": .array(results)]
+    }
+
+    /// `zones/modify`: creates and deletes custom zones of the private database, each
+    /// operation on its own. Creating a zone that exists returns it (as CloudKit's save does).
+    public func modifyZones(_ target: DatabaseTarget, _ request: ZonesModifyRequest) async throws -> JSON {
+        let key = try target.key()
+        guard target.scope == .private else {
+            throw CloudKitError.badRequest(
+                "custom zones exist only in the private database; the \(target.scope.rawValue) database has only _defaultZone")
+        }
+        let results: [JSON] = try await storage.write { tx in
+            let database = try tx.ensureDatabase(key)
+            var seen = Set<String>()
+            return try request.operations.map { operation in
+                do {
+                    guard seen.insert(operation.zoneID.zoneName).inserted else {
+                        throw CloudKitError.badRequest("zone '\(operation.zoneID.zoneName)' appears twice; send one operation per zone")
+                    }
+                    return try tx.savepoint {
+                        try self.applyZoneOperation(operation.type, operation.zoneID, database: database, target: target, tx: tx)
+                    }
+                } catch let error as CloudKitError {
+                    return self.errorJSON(error)
+                }
+            }
+        }
+        return ["zones": .array(results)]
+    }
+
+    private func applyZoneOperation(
+        _ type: ZoneOperationType, _ zoneID: ZoneIDInput, database: DatabaseRow, target: DatabaseTarget,
+        tx: any StorageWriter
+    ) throws -> JSON {
+        if let owner = zoneID.ownerRecordName, owner != Names.defaultOwner, owner != target.caller.user?.recordName {
+            throw CloudKitError(.accessDenied, "zone '\(zoneID.zoneName)' belongs to another user", zoneID: zoneIDJSON(name: zoneID.zoneName, owner: owner))
+        }
+        let existing = try tx.zone(databaseID: database.id, name: zoneID.zoneName)
+        switch type {
+        case .create:
+            if let existing, !existing.isDeleted { return zoneJSON(existing, target: target) }
+            let zone = try tx.createZone(
+                databaseID: database.id, name: zoneID.zoneName, sequence: try tx.nextSequence(databaseID: database.id))
+            return zoneJSON(zone, target: target)
+        case .delete:
+            if zoneID.zoneName == Names.defaultZone {
+                throw CloudKitError(.badRequest, "the default zone cannot be deleted", zoneID: zoneIDJSON(name: zoneID.zoneName, owner: nil))
+            }
+            guard let existing, !existing.isDeleted else { throw zoneNotFound(zoneID, detail: nil) }
+            try tx.deleteZone(id: existing.id, sequence: try tx.nextSequence(databaseID: database.id))
+            return .object(["zoneID": zoneIDJSON(existing, target: target), "deleted": true])
+        }
+    }
+
+    /// A per-item error entry with a fresh uuid.
+    func errorJSON(_ error: CloudKitError) -> JSON {
+        error.json(uuid: UUIDText.random())
+    }
+}

@@ -1,0 +1,96 @@
+import Crypto
+import NimbusStorage
+import NimbusWire
+
+/// CloudKit's semantics over a storage driver: accounts and sessions, zones, records, change
+/// feeds and the schema. The HTTP layer parses and authenticates; this decides.
+///
+/// Facets live in `NimbusService+Accounts.swift`, `+Zones`, `+Records`, `+Changes`, `+Schema`.
+public final class NimbusService: Sendable {
+    public struct Options: Sendable {
+        /// A session not used for this long is signed out (CloudKit: 30 minutes).
+        public var sessionIdleTimeoutMilliseconds: Int64 = 30 * 60 * 1000
+        /// PBKDF2 rounds for new passwords.
+        public var passwordRounds: Int = Credentials.defaultPasswordRounds
+        public var clock: any WallClock = SystemClock()
+
+        public init() {}
+    }
+
+    public let storage: any StorageDriver
+    public let options: Options
+    let keys: DerivedKeys
+
+    public init(storage: any StorageDriver, options: Options = Options()) async throws {
+        self.storage = storage
+        self.options = options
+        let secret = try await storage.read { try $0.installationSecret() }
+        keys = DerivedKeys(installationSecret: secret)
+    }
+
+    var now: Int64 { options.clock.nowMilliseconds() }
+}
+
+/// Who is asking: the container and environment their API token is for, the signed-in user
+/// if any, and the device the request says it comes from.
+public struct Caller: Sendable, Hashable {
+    public struct User: Sendable, Hashable {
+        public let id: Int64
+        public let name: String
+        /// The user's record name in this container (`_` + 32 hex).
+        public let recordName: String
+        /// The session's current web auth token, echoed in every response.
+        public let webAuthToken: String
+    }
+
+    public let container: String
+    public let environment: Environment
+    public let user: User?
+    public let deviceID: String
+
+    public init(container: String, environment: Environment, user: User?, deviceID: String) {
+        self.container = container
+        self.environment = environment
+        self.user = user
+        self.deviceID = deviceID
+    }
+
+    /// The signed-in user, or `AUTHENTICATION_REQUIRED`.
+    public func requireUser(for what: String) throws(CloudKitError) -> User {
+        guard let user else {
+            throw CloudKitError(
+                .authenticationRequired,
+                "\(what) needs a signed-in user: sign in at /auth/1/\(container)/\(environment.rawValue)/signin and send the token as ckWebAuthToken")
+        }
+        return user
+    }
+
+    /// Who a change is attributed to in `created` / `modified`.
+    var stampUserRecordName: String { user?.recordName ?? Names.defaultOwner }
+}
+
+/// One database of a request: the caller and the scope named in the URL.
+public struct DatabaseTarget: Sendable {
+    public let caller: Caller
+    public let scope: DatabaseScope
+
+    public init(caller: Caller, scope: DatabaseScope) {
+        self.caller = caller
+        self.scope = scope
+    }
+
+    /// The logical database, or `AUTHENTICATION_REQUIRED` for a private or shared database
+    /// without a signed-in user.
+    func key() throws(CloudKitError) -> DatabaseKey {
+        switch scope {
+        case .public:
+            return DatabaseKey(container: caller.container, environment: caller.environment, scope: .public, ownerID: 0)
+        case .private, .shared:
+            let user = try caller.requireUser(for: "The \(scope.rawValue) database")
+            return DatabaseKey(container: caller.container, environment: caller.environment, scope: scope, ownerID: user.id)
+        }
+    }
+
+    /// The owner name of this database's custom zones.
+    var zoneOwnerName: String { caller.user?.recordName ?? Names.defaultOwner }
+}

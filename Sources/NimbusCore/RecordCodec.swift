@@ -1,0 +1,76 @@
+import NimbusStorage
+import NimbusWire
+
+/// The stored form of a record's fields (the wire's field dictionaries as JSON text, so a
+/// response can be written from them without re-typing), and the record dictionary of
+/// responses.
+enum RecordCodec {
+    typealias Fields = [(name: String, value: FieldValue)]
+
+    static func encode(_ fields: Fields) -> [UInt8] {
+        JSON.object(JSONObject(fields.map { ($0.name, $0.value.fieldJSON()) })).serialized()
+    }
+
+    static func decode(_ bytes: [UInt8]) throws -> Fields {
+        guard case .object(let object) = try JSON.parse(bytes) else {
+            throw StorageError.corrupt("stored record fields are not an object")
+        }
+        return try object.pairs.map { pair in
+            guard let typeName = pair.value["type"]?.stringValue, let type = FieldType(wireName: typeName),
+                let value = pair.value["value"]
+            else { throw StorageError.corrupt("stored field '\(pair.key)' has no valid type") }
+            return (pair.key, try FieldValue.decode(value, as: type, path: pair.key))
+        }
+    }
+
+    /// The `fields` dictionary of a response, restricted to `desiredKeys` when given.
+    static func fieldsJSON(_ bytes: [UInt8], desiredKeys: [String]?, numbersAsStrings: Bool) throws -> JSON {
+        if let desiredKeys, desiredKeys.isEmpty { return .object([:]) }
+        guard case .object(var object) = try JSON.parse(bytes) else {
+            throw StorageError.corrupt("stored record fields are not an object")
+        }
+        if let desiredKeys {
+            let wanted = Set(desiredKeys)
+            object = JSONObject(object.pairs.filter { wanted.contains($0.key) })
+        }
+        if numbersAsStrings {
+            object = JSONObject(object.pairs.map { ($0.key, stringifyNumbers($0.value)) })
+        }
+        return .object(object)
+    }
+
+    /// With `numbersAsStrings`, INT64 and DOUBLE values (and their lists) travel as strings.
+    private static func stringifyNumbers(_ field: JSON) -> JSON {
+        guard case .object(var object) = field, let typeName = object["type"]?.stringValue,
+            let type = FieldType(wireName: typeName), type.scalar == .int64 || type.scalar == .double,
+            let value = object["value"]
+        else { return field }
+        func text(_ number: JSON) -> JSON {
+            switch number {
+            case .int(let int): return .string(String(int))
+            case .double(let double): return .string("\(double)")
+            default: return number
+            }
+        }
+        if case .array(let elements) = value {
+            object["value"] = .array(elements.map(text))
+        } else {
+            object["value"] = text(value)
+        }
+        return .object(object)
+    }
+
+    static func size(of fields: Fields) -> Int {
+        fields.reduce(0) { $0 + $1.name.utf8.count + $1.value.byteSize }
+    }
+
+    static func changeTag(_ sequence: Int64) -> String { String(sequence, radix: 36) }
+
+    static func stampJSON(_ stamp: ChangeStamp) -> JSON {
+        .object([
+            "timestamp": .int(stamp.timestamp),
+            "userRecordName": .string(stamp.userRecordName),
+            "deviceID": .string(stamp.deviceID),
+        ])
+    }
+}

@@ -1,0 +1,102 @@
+import NimbusStorage
+import NimbusWire
+
+/// Settles each saved field's type against the schema of one container environment, inside
+/// one write transaction.
+///
+/// In development the schema grows just in time: a new record type or field is added with
+/// the type of its first value. In production the schema is locked: unknown types and fields
+/// are refused. In both, a value whose type differs from the schema's is refused, naming the
+/// field and both types.
+final class SchemaResolver {
+    private let container: String
+    private let environment: Environment
+    private let tx: any StorageWriter
+    private var recordTypes: Set<String>
+    private var fields: [String: [String: FieldType]] = [:]
+
+    init(container: String, environment: Environment, tx: any StorageWriter) throws {
+        self.container = container
+        self.environment = environment
+        self.tx = tx
+        recordTypes = Set(try tx.schemaRecordTypes(container: container, environment: environment))
+        for row in try tx.schemaFields(container: container, environment: environment) {
+            guard let type = FieldType(wireName: row.fieldType) else { continue }
+            fields[row.recordType, default: [:]][row.fieldName] = type
+        }
+    }
+
+    private var isLocked: Bool { environment == .production }
+
+    /// Checks (or, in development, adds) the record type.
+    func admitRecordType(_ recordType: String, path: String) throws {
+        if recordTypes.contains(recordType) { return }
+        if isLocked {
+            throw CloudKitError.badRequest(
+                "\(path): record type '\(recordType)' is not in the production schema; save it in development, then deploy the schema (`nimbus schema deploy`)")
+        }
+        try tx.addSchemaRecordType(container: container, environment: environment, recordType)
+        recordTypes.insert(recordType)
+    }
+
+    /// The typed value of one field; `nil` for a `null` value (which clears the field).
+    func resolve(_ raw: RawField, field name: String, recordType: String, path: String) throws -> FieldValue? {
+        if raw.value.isNull { return nil }
+        let known = fields[recordType]?[name]
+        let type: FieldType
+        switch raw.declaredType {
+        case .exact(let declared)?:
+            if let known, known != declared {
+                throw CloudKitError.badRequest(
+                    "\(path): field '\(name)' of record type '\(recordType)' is \(known.wireName) in the schema, but the request says \(declared.wireName)")
+            }
+            type = declared
+        case .listOfUnknown?:
+            if let known {
+                guard known.isList else {
+                    throw CloudKitError.badRequest(
+                        "\(path): field '\(name)' of record type '\(recordType)' is \(known.wireName) in the schema, but the request sends a list")
+                }
+                type = known
+            } else {
+                guard let inferred = FieldValue.inferType(of: raw.value), inferred.isList else {
+                    throw CloudKitError.badRequest(
+                        "\(path): cannot tell the element type of this list; send \"type\" as e.g. STRING_LIST")
+                }
+                type = inferred
+            }
+        case nil:
+            if let known {
+                type = known
+            } else {
+                guard let inferred = FieldValue.inferType(of: raw.value) else {
+                    throw CloudKitError.badRequest(
+                        "\(path): cannot tell the type of field '\(name)' from its value; send \"type\" (STRING, INT64, DOUBLE, TIMESTAMP, BYTES, REFERENCE, ASSETID, LOCATION or a <TYPE>_LIST)")
+                }
+                type = inferred
+            }
+        }
+        let value: FieldValue
+        do {
+            value = try FieldValue.decode(raw.value, as: type, path: path)
+        } catch {
+            if let known, raw.declaredType == nil {
+                throw CloudKitError.badRequest("field '\(name)' of record type '\(recordType)' is \(known.wireName) in the schema: \(error.reason)")
+            }
+            throw error
+        }
+        if known == nil { try admitField(name, type: type, recordType: recordType, path: path) }
+        return value
+    }
+
+    private func admitField(_ name: String, type: FieldType, recordType: String, path: String) throws {
+        if isLocked {
+            throw CloudKitError.badRequest(
+                "\(path): field '\(name)' is not in the production schema of record type '\(recordType)'; add it in development, then deploy the schema (`nimbus schema deploy`)")
+        }
+        try tx.addSchemaField(
+            container: container, environment: environment,
+            SchemaFieldRow(recordType: recordType, fieldName: name, fieldType: type.wireName))
+        fields[recordType, default: [:]][name] = type
+    }
+}

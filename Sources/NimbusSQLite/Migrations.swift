@@ -1,0 +1,104 @@
+import GRDB
+
+/// The SQLite schema, as named migrations of literal SQL. Shipped migrations are frozen
+/// history: change the schema by appending a new one.
+enum Migrations {
+    static func register(in migrator: inout DatabaseMigrator) {
+        migrator.registerMigration("v1-core") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE meta (
+                        key TEXT PRIMARY KEY,
+                        value BLOB NOT NULL
+                    );
+                    INSERT INTO meta (key, value) VALUES ('installation_secret', randomblob(32));
+
+                    CREATE TABLE containers (
+                        id TEXT PRIMARY KEY,
+                        created_at INTEGER NOT NULL
+                    );
+
+                    CREATE TABLE api_tokens (
+                        token_hash TEXT PRIMARY KEY,
+                        container TEXT NOT NULL REFERENCES containers(id) ON DELETE CASCADE,
+                        environment TEXT NOT NULL,
+                        created_at INTEGER NOT NULL,
+                        revoked INTEGER NOT NULL DEFAULT 0
+                    );
+
+                    CREATE TABLE users (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        name TEXT NOT NULL UNIQUE,
+                        password_hash TEXT NOT NULL,
+                        created_at INTEGER NOT NULL
+                    );
+
+                    CREATE TABLE sessions (
+                        token_hash TEXT PRIMARY KEY,
+                        user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+                        container TEXT NOT NULL,
+                        environment TEXT NOT NULL,
+                        created_at INTEGER NOT NULL,
+                        last_used_at INTEGER NOT NULL
+                    );
+                    CREATE INDEX sessions_by_user ON sessions(user_id);
+
+                    -- AUTOINCREMENT: ids are never reused, so a token naming an old database
+                    -- or zone can never match a new one.
+                    CREATE TABLE databases (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        container TEXT NOT NULL,
+                        environment TEXT NOT NULL,
+                        scope TEXT NOT NULL,
+                        owner_id INTEGER NOT NULL,
+                        sequence INTEGER NOT NULL DEFAULT 0,
+                        UNIQUE (container, environment, scope, owner_id)
+                    );
+
+                    CREATE TABLE zones (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        database_id INTEGER NOT NULL REFERENCES databases(id),
+                        name TEXT NOT NULL,
+                        change_sequence INTEGER NOT NULL,
+                        deleted INTEGER NOT NULL DEFAULT 0,
+                        UNIQUE (database_id, name)
+                    );
+                    CREATE INDEX zones_by_change ON zones(database_id, change_sequence);
+
+                    CREATE TABLE records (
+                        zone_id INTEGER NOT NULL REFERENCES zones(id),
+                        record_name TEXT NOT NULL,
+                        record_type TEXT NOT NULL,
+                        fields BLOB NOT NULL,
+                        parent TEXT,
+                        change_sequence INTEGER NOT NULL,
+                        created_at INTEGER NOT NULL,
+                        created_by TEXT NOT NULL,
+                        created_device TEXT NOT NULL,
+                        modified_at INTEGER NOT NULL,
+                        modified_by TEXT NOT NULL,
+                        modified_device TEXT NOT NULL,
+                        deleted INTEGER NOT NULL DEFAULT 0,
+                        UNIQUE (zone_id, record_name)
+                    );
+                    CREATE INDEX records_by_change ON records(zone_id, change_sequence);
+
+                    CREATE TABLE schema_types (
+                        container TEXT NOT NULL,
+                        environment TEXT NOT NULL,
+                        record_type TEXT NOT NULL,
+                        PRIMARY KEY (container, environment, record_type)
+                    ) WITHOUT ROWID;
+
+                    CREATE TABLE schema_fields (
+                        container TEXT NOT NULL,
+                        environment TEXT NOT NULL,
+                        record_type TEXT NOT NULL,
+                        field_name TEXT NOT NULL,
+                        field_type TEXT NOT NULL,
+                        PRIMARY KEY (container, environment, record_type, field_name)
+                    ) WITHOUT ROWID;
+                    """)
+        }
+    }
+}

@@ -1,0 +1,74 @@
+import Foundation
+import GRDB
+import NimbusStorage
+
+/// The embedded storage driver: one SQLite file in WAL mode, readers in parallel, writers
+/// grouped into shared commits.
+///
+/// ```swift
+/// let storage = try SQLiteStorage(path: "nimbus-data/nimbus.sqlite", synchronous: .full)
+/// ```
+public final class SQLiteStorage: StorageDriver {
+    /// SQLite's `synchronous` setting for commits. `full` syncs the WAL on every commit and
+    /// survives power loss; `normal` survives a crash of the process (`kill -9`) but may lose
+    /// the last commits on power loss. Group commit makes `full` affordable.
+    public enum SynchronousMode: String, Sendable, CaseIterable {
+        case full = "FULL"
+        case normal = "NORMAL"
+    }
+
+    private let pool: DatabasePool
+    private let committer: GroupCommitter
+    public let path: String
+    public let synchronous: SynchronousMode
+
+    /// Opens (creating if needed) the database at `path` and brings its schema up to date.
+    public init(path: String, synchronous: SynchronousMode = .full) throws {
+        var configuration = Configuration()
+        // Another process (the CLI beside a running server) may hold the write lock briefly.
+        configuration.busyMode = .timeout(10)
+        configuration.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA foreign_keys = ON")
+        }
+        pool = try DatabasePool(path: path, configuration: configuration)
+        // GRDB sets NORMAL on its writer; the mode that counts is the writer's, set here.
+        try pool.writeWithoutTransaction { db in
+            try db.execute(sql: "PRAGMA synchronous = \(synchronous.rawValue)")
+        }
+        var migrator = DatabaseMigrator()
+        Migrations.register(in: &migrator)
+        try migrator.migrate(pool)
+        committer = GroupCommitter(pool: pool)
+        self.path = path
+        self.synchronous = synchronous
+    }
+
+    public func read<Value: Sendable>(_ body: @escaping @Sendable (any StorageReader) throws -> Value) async throws -> Value {
+        try await pool.read { db in try body(SQLiteTransaction(db: db)) }
+    }
+
+    public func write<Value: Sendable>(_ body: @escaping @Sendable (any StorageWriter) throws -> Value) async throws -> Value {
+        let box = ResultBox<Value>()
+        return try await withCheckedThrowingContinuation { continuation in
+            committer.submit(
+                GroupCommitter.Job(
+                    run: { db in box.value = try body(SQLiteTransaction(db: db)) },
+                    complete: { outcome in
+                        switch outcome {
+                        case .success: continuation.resume(returning: box.value!)
+                        case .failure(let error): continuation.resume(throwing: error)
+                        }
+                    }))
+        }
+    }
+
+    public func close() async throws {
+        try pool.close()
+    }
+}
+
+/// Carries a writer's result from the commit queue to its caller; written before the
+/// commit, read after it, never concurrently.
+private final class ResultBox<Value>: @unchecked Sendable {
+    var value: Value?
+}

@@ -1,0 +1,326 @@
+import Foundation
+import GRDB
+import NimbusStorage
+
+/// The storage protocol over one GRDB connection, valid inside one transaction closure.
+/// Every statement is prepared once per connection and cached.
+struct SQLiteTransaction: StorageWriter {
+    let db: Database
+
+    private func fetchRow(_ sql: String, _ arguments: StatementArguments = []) throws -> Row? {
+        try Row.fetchOne(db.cachedStatement(sql: sql), arguments: arguments)
+    }
+
+    private func fetchRows(_ sql: String, _ arguments: StatementArguments = []) throws -> [Row] {
+        try Row.fetchAll(db.cachedStatement(sql: sql), arguments: arguments)
+    }
+
+    private func execute(_ sql: String, _ arguments: StatementArguments = []) throws {
+        try db.cachedStatement(sql: sql).execute(arguments: arguments)
+    }
+
+    // MARK: Installation
+
+    func installationSecret() throws -> [UInt8] {
+        guard let row = try fetchRow("SELECT value FROM meta WHERE key = 'installation_secret'") else {
+            throw StorageError.corrupt("the installation secret is missing")
+        }
+        let data: Data = row["value"]
+        return Array(data)
+    }
+
+    // MARK: Containers and credentials
+
+    func container(id: String) throws -> ContainerRow? {
+        try fetchRow("SELECT id, created_at FROM containers WHERE id = ?", [id]).map {
+            ContainerRow(id: $0["id"], createdAt: $0["created_at"])
+        }
+    }
+
+    func containers() throws -> [ContainerRow] {
+        try fetchRows("SELECT id, created_at FROM containers ORDER BY id").map {
+            ContainerRow(id: $0["id"], createdAt: $0["created_at"])
+        }
+    }
+
+    func apiToken(hash: String) throws -> APITokenRow? {
+        try fetchRow(
+            "SELECT token_hash, container, environment, created_at, revoked FROM api_tokens WHERE token_hash = ?", [hash]
+        ).map {
+            APITokenRow(
+                tokenHash: $0["token_hash"], container: $0["container"],
+                environment: Environment(rawValue: $0["environment"]) ?? .development,
+                createdAt: $0["created_at"], isRevoked: $0["revoked"])
+        }
+    }
+
+    private func userRow(_ row: Row) -> UserRow {
+        UserRow(id: row["id"], name: row["name"], passwordHash: row["password_hash"], createdAt: row["created_at"])
+    }
+
+    func user(name: String) throws -> UserRow? {
+        try fetchRow("SELECT id, name, password_hash, created_at FROM users WHERE name = ?", [name]).map(userRow)
+    }
+
+    func user(id: Int64) throws -> UserRow? {
+        try fetchRow("SELECT id, name, password_hash, created_at FROM users WHERE id = ?", [id]).map(userRow)
+    }
+
+    func session(tokenHash: String) throws -> SessionRow? {
+        try fetchRow(
+            "SELECT token_hash, user_id, container, environment, created_at, last_used_at FROM sessions WHERE token_hash = ?",
+            [tokenHash]
+        ).map {
+            SessionRow(
+                tokenHash: $0["token_hash"], userID: $0["user_id"], container: $0["container"],
+                environment: Environment(rawValue: $0["environment"]) ?? .development,
+                createdAt: $0["created_at"], lastUsedAt: $0["last_used_at"])
+        }
+    }
+
+    // MARK: Databases and zones
+
+    func database(_ key: DatabaseKey) throws -> DatabaseRow? {
+        try fetchRow(
+            "SELECT id, sequence FROM databases WHERE container = ? AND environment = ? AND scope = ? AND owner_id = ?",
+            [key.container, key.environment.rawValue, key.scope.rawValue, key.ownerID]
+        ).map { DatabaseRow(id: $0["id"], key: key, sequence: $0["sequence"]) }
+    }
+
+    private func zoneRow(_ row: Row) -> ZoneRow {
+        ZoneRow(
+            id: row["id"], databaseID: row["database_id"], name: row["name"],
+            changeSequence: row["change_sequence"], isDeleted: row["deleted"])
+    }
+
+    func zone(databaseID: Int64, name: String) throws -> ZoneRow? {
+        try fetchRow(
+            "SELECT id, database_id, name, change_sequence, deleted FROM zones WHERE database_id = ? AND name = ?",
+            [databaseID, name]
+        ).map(zoneRow)
+    }
+
+    func zones(databaseID: Int64) throws -> [ZoneRow] {
+        try fetchRows(
+            "SELECT id, database_id, name, change_sequence, deleted FROM zones WHERE database_id = ? AND deleted = 0 ORDER BY name",
+            [databaseID]
+        ).map(zoneRow)
+    }
+
+    func zoneChanges(databaseID: Int64, after sequence: Int64, limit: Int) throws -> [ZoneRow] {
+        try fetchRows(
+            """
+            SELECT id, database_id, name, change_sequence, deleted FROM zones
+            WHERE database_id = ? AND change_sequence > ? ORDER BY change_sequence LIMIT ?
+            """,
+            [databaseID, sequence, limit]
+        ).map(zoneRow)
+    }
+
+    // MARK: Records
+
+    private static let recordColumns = """
+        zone_id, record_name, record_type, fields, parent, change_sequence, created_at, created_by,
+        created_device, modified_at, modified_by, modified_device, deleted
+        """
+
+    private func recordRow(_ row: Row) -> RecordRow {
+        let fields: Data = row["fields"]
+        return RecordRow(
+            zoneID: row["zone_id"], recordName: row["record_name"], recordType: row["record_type"],
+            fields: Array(fields), parent: row["parent"], changeSequence: row["change_sequence"],
+            created: ChangeStamp(timestamp: row["created_at"], userRecordName: row["created_by"], deviceID: row["created_device"]),
+            modified: ChangeStamp(
+                timestamp: row["modified_at"], userRecordName: row["modified_by"], deviceID: row["modified_device"]),
+            isDeleted: row["deleted"])
+    }
+
+    func record(zoneID: Int64, name: String) throws -> RecordRow? {
+        try fetchRow("SELECT \(Self.recordColumns) FROM records WHERE zone_id = ? AND record_name = ?", [zoneID, name])
+            .map(recordRow)
+    }
+
+    func recordChanges(zoneID: Int64, after sequence: Int64, recordTypes: [String]?, limit: Int) throws -> [RecordRow] {
+        guard let recordTypes, !recordTypes.isEmpty else {
+            return try fetchRows(
+                """
+                SELECT \(Self.recordColumns) FROM records
+                WHERE zone_id = ? AND change_sequence > ? ORDER BY change_sequence LIMIT ?
+                """,
+                [zoneID, sequence, limit]
+            ).map(recordRow)
+        }
+        // The type list varies per request: not worth caching a statement for each length.
+        let marks = Array(repeating: "?", count: recordTypes.count).joined(separator: ",")
+        var arguments: StatementArguments = [zoneID, sequence]
+        arguments += StatementArguments(recordTypes)
+        arguments += [limit]
+        return try Row.fetchAll(
+            db,
+            sql: """
+                SELECT \(Self.recordColumns) FROM records
+                WHERE zone_id = ? AND change_sequence > ? AND record_type IN (\(marks))
+                ORDER BY change_sequence LIMIT ?
+                """,
+            arguments: arguments
+        ).map(recordRow)
+    }
+
+    // MARK: Schema
+
+    func schemaFields(container: String, environment: Environment) throws -> [SchemaFieldRow] {
+        try fetchRows(
+            """
+            SELECT record_type, field_name, field_type FROM schema_fields
+            WHERE container = ? AND environment = ? ORDER BY record_type, field_name
+            """,
+            [container, environment.rawValue]
+        ).map { SchemaFieldRow(recordType: $0["record_type"], fieldName: $0["field_name"], fieldType: $0["field_type"]) }
+    }
+
+    func schemaRecordTypes(container: String, environment: Environment) throws -> [String] {
+        try fetchRows(
+            "SELECT record_type FROM schema_types WHERE container = ? AND environment = ? ORDER BY record_type",
+            [container, environment.rawValue]
+        ).map { $0["record_type"] }
+    }
+
+    // MARK: Writes
+
+    func savepoint<Value>(_ body: () throws -> Value) throws -> Value {
+        var result: Value?
+        try db.inSavepoint {
+            result = try body()
+            return .commit
+        }
+        return result!
+    }
+
+    func insertContainer(_ row: ContainerRow) throws {
+        try execute("INSERT INTO containers (id, created_at) VALUES (?, ?)", [row.id, row.createdAt])
+    }
+
+    func insertAPIToken(_ row: APITokenRow) throws {
+        try execute(
+            "INSERT INTO api_tokens (token_hash, container, environment, created_at, revoked) VALUES (?, ?, ?, ?, ?)",
+            [row.tokenHash, row.container, row.environment.rawValue, row.createdAt, row.isRevoked])
+    }
+
+    func revokeAPITokens(container: String, environment: Environment?) throws -> Int {
+        if let environment {
+            try execute(
+                "UPDATE api_tokens SET revoked = 1 WHERE container = ? AND environment = ? AND revoked = 0",
+                [container, environment.rawValue])
+        } else {
+            try execute("UPDATE api_tokens SET revoked = 1 WHERE container = ? AND revoked = 0", [container])
+        }
+        return db.changesCount
+    }
+
+    func insertUser(name: String, passwordHash: String, createdAt: Int64) throws -> UserRow {
+        try execute(
+            "INSERT INTO users (name, password_hash, created_at) VALUES (?, ?, ?)", [name, passwordHash, createdAt])
+        return UserRow(id: db.lastInsertedRowID, name: name, passwordHash: passwordHash, createdAt: createdAt)
+    }
+
+    func updateUserPassword(id: Int64, passwordHash: String) throws {
+        try execute("UPDATE users SET password_hash = ? WHERE id = ?", [passwordHash, id])
+    }
+
+    func insertSession(_ row: SessionRow) throws {
+        try execute(
+            """
+            INSERT INTO sessions (token_hash, user_id, container, environment, created_at, last_used_at)
+            VALUES (?, ?, ?, ?, ?, ?)
+            """,
+            [row.tokenHash, row.userID, row.container, row.environment.rawValue, row.createdAt, row.lastUsedAt])
+    }
+
+    func touchSession(tokenHash: String, at time: Int64) throws {
+        try execute("UPDATE sessions SET last_used_at = ? WHERE token_hash = ?", [time, tokenHash])
+    }
+
+    func deleteSession(tokenHash: String) throws {
+        try execute("DELETE FROM sessions WHERE token_hash = ?", [tokenHash])
+    }
+
+    func deleteSessions(userID: Int64) throws -> Int {
+        try execute("DELETE FROM sessions WHERE user_id = ?", [userID])
+        return db.changesCount
+    }
+
+    func deleteSessions(idleBefore time: Int64) throws -> Int {
+        try execute("DELETE FROM sessions WHERE last_used_at < ?", [time])
+        return db.changesCount
+    }
+
+    func ensureDatabase(_ key: DatabaseKey) throws -> DatabaseRow {
+        if let existing = try database(key) { return existing }
+        try execute(
+            "INSERT INTO databases (container, environment, scope, owner_id, sequence) VALUES (?, ?, ?, ?, 0)",
+            [key.container, key.environment.rawValue, key.scope.rawValue, key.ownerID])
+        let id = db.lastInsertedRowID
+        try execute(
+            "INSERT INTO zones (database_id, name, change_sequence, deleted) VALUES (?, '_defaultZone', 0, 0)", [id])
+        return DatabaseRow(id: id, key: key, sequence: 0)
+    }
+
+    func nextSequence(databaseID: Int64) throws -> Int64 {
+        guard
+            let row = try fetchRow(
+                "UPDATE databases SET sequence = sequence + 1 WHERE id = ? RETURNING sequence", [databaseID])
+        else { throw StorageError.corrupt("database \(databaseID) does not exist") }
+        return row["sequence"]
+    }
+
+    func createZone(databaseID: Int64, name: String, sequence: Int64) throws -> ZoneRow {
+        // A tombstone of the same name gives way; the new zone gets a fresh id.
+        try execute("DELETE FROM zones WHERE database_id = ? AND name = ? AND deleted = 1", [databaseID, name])
+        try execute(
+            "INSERT INTO zones (database_id, name, change_sequence, deleted) VALUES (?, ?, ?, 0)",
+            [databaseID, name, sequence])
+        return ZoneRow(id: db.lastInsertedRowID, databaseID: databaseID, name: name, changeSequence: sequence, isDeleted: false)
+    }
+
+    func deleteZone(id: Int64, sequence: Int64) throws {
+        try execute("DELETE FROM records WHERE zone_id = ?", [id])
+        try execute("UPDATE zones SET deleted = 1, change_sequence = ? WHERE id = ?", [sequence, id])
+    }
+
+    func touchZone(id: Int64, sequence: Int64) throws {
+        try execute("UPDATE zones SET change_sequence = ? WHERE id = ? AND change_sequence < ?", [sequence, id, sequence])
+    }
+
+    func putRecord(_ row: RecordRow) throws {
+        try execute(
+            """
+            INSERT INTO records (\(Self.recordColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT (zone_id, record_name) DO UPDATE SET
+                record_type = excluded.record_type, fields = excluded.fields, parent = excluded.parent,
+                change_sequence = excluded.change_sequence, created_at = excluded.created_at,
+                created_by = excluded.created_by, created_device = excluded.created_device,
+                modified_at = excluded.modified_at, modified_by = excluded.modified_by,
+                modified_device = excluded.modified_device, deleted = excluded.deleted
+            """,
+            [
+                row.zoneID, row.recordName, row.recordType, Data(row.fields), row.parent, row.changeSequence,
+                row.created.timestamp, row.created.userRecordName, row.created.deviceID,
+                row.modified.timestamp, row.modified.userRecordName, row.modified.deviceID, row.isDeleted,
+            ])
+    }
+
+    func addSchemaField(container: String, environment: Environment, _ field: SchemaFieldRow) throws {
+        try execute(
+            """
+            INSERT INTO schema_fields (container, environment, record_type, field_name, field_type)
+            VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING
+            """,
+            [container, environment.rawValue, field.recordType, field.fieldName, field.fieldType])
+    }
+
+    func addSchemaRecordType(container: String, environment: Environment, _ recordType: String) throws {
+        try execute(
+            "INSERT INTO schema_types (container, environment, record_type) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+            [container, environment.rawValue, recordType])
+    }
+}

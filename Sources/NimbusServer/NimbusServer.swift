@@ -1,0 +1,84 @@
+import Foundation
+import Hummingbird
+import Logging
+import NimbusCore
+import NimbusSQLite
+import NimbusStorage
+import NimbusWire
+import ServiceLifecycle
+
+/// Everything `nimbus serve` needs to start, with embedded defaults.
+public struct ServerConfiguration: Sendable {
+    public var dataDirectory: String = "nimbus-data"
+    public var host: String = "127.0.0.1"
+    /// 0 picks a free port (tests).
+    public var port: Int = 8080
+    public var logLevel: Logger.Level = .info
+    public var synchronous: SQLiteStorage.SynchronousMode = .full
+    public var service = NimbusService.Options()
+
+    public init() {}
+
+    public var databasePath: String { (dataDirectory as NSString).appendingPathComponent("nimbus.sqlite") }
+}
+
+/// The data directory's storage and service, opened (and created) on demand. Used by
+/// `nimbus serve` and by every admin verb, which work on the same files.
+public struct DataDirectory: Sendable {
+    public let storage: SQLiteStorage
+    public let service: NimbusService
+
+    public static func open(_ configuration: ServerConfiguration) async throws -> DataDirectory {
+        try FileManager.default.createDirectory(atPath: configuration.dataDirectory, withIntermediateDirectories: true)
+        let storage = try SQLiteStorage(path: configuration.databasePath, synchronous: configuration.synchronous)
+        let service = try await NimbusService(storage: storage, options: configuration.service)
+        return DataDirectory(storage: storage, service: service)
+    }
+}
+
+/// The first-run setup: a default container with a development API token, remembered in
+/// `bootstrap.json` in the data directory (readable by its owner only) so every start can
+/// print it.
+public struct Bootstrap: Codable, Sendable {
+    public static let defaultContainer = "iCloud.nimbus.default"
+
+    public var container: String
+    public var apiToken: String
+
+    public static func ensure(in directory: DataDirectory, configuration: ServerConfiguration) async throws -> Bootstrap {
+        let path = (configuration.dataDirectory as NSString).appendingPathComponent("bootstrap.json")
+        if let data = FileManager.default.contents(atPath: path),
+            let existing = try? JSONDecoder().decode(Bootstrap.self, from: data)
+        {
+            return existing
+        }
+        let service = directory.service
+        if try await service.containers().contains(where: { $0.id == defaultContainer }) == false {
+            try await service.createContainer(id: defaultContainer)
+        }
+        let token = try await service.createAPIToken(container: defaultContainer, environment: .development)
+        let bootstrap = Bootstrap(container: defaultContainer, apiToken: token)
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        FileManager.default.createFile(
+            atPath: path, contents: try encoder.encode(bootstrap), attributes: [.posixPermissions: 0o600])
+        return bootstrap
+    }
+}
+
+/// Builds the Hummingbird application serving a data directory.
+public enum NimbusServer {
+    public static func makeApplication(
+        service: NimbusService, configuration: ServerConfiguration,
+        onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
+    ) -> some ApplicationProtocol {
+        var logger = Logger(label: "nimbus")
+        logger.logLevel = configuration.logLevel
+        return Application(
+            responder: NimbusResponder(service: service, logger: logger),
+            configuration: ApplicationConfiguration(
+                address: .hostname(configuration.host, port: configuration.port), serverName: "Nimbus"),
+            onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? configuration.port) },
+            logger: logger)
+    }
+}

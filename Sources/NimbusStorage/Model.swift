@@ -1,0 +1,185 @@
+/// The two data sets of every container (CloudKit's development and production environments).
+public enum Environment: String, Sendable, Hashable, CaseIterable {
+    case development
+    case production
+}
+
+/// Which of a container's databases.
+public enum DatabaseScope: String, Sendable, Hashable, CaseIterable {
+    case `public`
+    case `private`
+    case shared
+}
+
+/// A logical database: the public database of a container and environment, or one user's
+/// private or shared database there. Every stored row is keyed by one.
+public struct DatabaseKey: Sendable, Hashable, CustomStringConvertible {
+    public var container: String
+    public var environment: Environment
+    public var scope: DatabaseScope
+    /// The owning user's id; 0 for the public database.
+    public var ownerID: Int64
+
+    public init(container: String, environment: Environment, scope: DatabaseScope, ownerID: Int64) {
+        self.container = container
+        self.environment = environment
+        self.scope = scope
+        self.ownerID = scope == .public ? 0 : ownerID
+    }
+
+    public var description: String { "\(container)/\(environment.rawValue)/\(scope.rawValue)#\(ownerID)" }
+}
+
+public struct DatabaseRow: Sendable, Hashable {
+    public var id: Int64
+    public var key: DatabaseKey
+    /// The last change sequence handed out in this database.
+    public var sequence: Int64
+
+    public init(id: Int64, key: DatabaseKey, sequence: Int64) {
+        self.id = id
+        self.key = key
+        self.sequence = sequence
+    }
+}
+
+/// A zone. Deleting a zone keeps its row as a tombstone (for database change feeds) until a
+/// zone of the same name is created again, which gets a new `id`: tokens of the old zone
+/// then no longer match and are reported as expired.
+public struct ZoneRow: Sendable, Hashable {
+    public var id: Int64
+    public var databaseID: Int64
+    public var name: String
+    /// The sequence of the last change to the zone or any record in it.
+    public var changeSequence: Int64
+    public var isDeleted: Bool
+
+    public init(id: Int64, databaseID: Int64, name: String, changeSequence: Int64, isDeleted: Bool) {
+        self.id = id
+        self.databaseID = databaseID
+        self.name = name
+        self.changeSequence = changeSequence
+        self.isDeleted = isDeleted
+    }
+}
+
+/// Who changed a record, when, from which device (the `created` / `modified` dictionaries).
+public struct ChangeStamp: Sendable, Hashable {
+    /// Milliseconds since 1970.
+    public var timestamp: Int64
+    public var userRecordName: String
+    public var deviceID: String
+
+    public init(timestamp: Int64, userRecordName: String, deviceID: String) {
+        self.timestamp = timestamp
+        self.userRecordName = userRecordName
+        self.deviceID = deviceID
+    }
+}
+
+/// A record as stored. `fields` is the core's encoding (JSON text of the field
+/// dictionaries); drivers store it without looking inside. A deleted record stays as a
+/// tombstone row so change feeds can report the deletion.
+public struct RecordRow: Sendable, Hashable {
+    public var zoneID: Int64
+    public var recordName: String
+    public var recordType: String
+    public var fields: [UInt8]
+    public var parent: String?
+    /// The database sequence of the last change; also the record's change tag.
+    public var changeSequence: Int64
+    public var created: ChangeStamp
+    public var modified: ChangeStamp
+    public var isDeleted: Bool
+
+    public init(
+        zoneID: Int64, recordName: String, recordType: String, fields: [UInt8], parent: String?,
+        changeSequence: Int64, created: ChangeStamp, modified: ChangeStamp, isDeleted: Bool
+    ) {
+        self.zoneID = zoneID
+        self.recordName = recordName
+        self.recordType = recordType
+        self.fields = fields
+        self.parent = parent
+        self.changeSequence = changeSequence
+        self.created = created
+        self.modified = modified
+        self.isDeleted = isDeleted
+    }
+}
+
+public struct ContainerRow: Sendable, Hashable {
+    public var id: String
+    public var createdAt: Int64
+
+    public init(id: String, createdAt: Int64) {
+        self.id = id
+        self.createdAt = createdAt
+    }
+}
+
+/// An API token. Only its SHA-256 is stored.
+public struct APITokenRow: Sendable, Hashable {
+    public var tokenHash: String
+    public var container: String
+    public var environment: Environment
+    public var createdAt: Int64
+    public var isRevoked: Bool
+
+    public init(tokenHash: String, container: String, environment: Environment, createdAt: Int64, isRevoked: Bool) {
+        self.tokenHash = tokenHash
+        self.container = container
+        self.environment = environment
+        self.createdAt = createdAt
+        self.isRevoked = isRevoked
+    }
+}
+
+/// A user account, shared by all containers (like an iCloud account).
+public struct UserRow: Sendable, Hashable {
+    public var id: Int64
+    public var name: String
+    /// `pbkdf2-sha256$rounds$salt$hash` (base64 parts).
+    public var passwordHash: String
+    public var createdAt: Int64
+
+    public init(id: Int64, name: String, passwordHash: String, createdAt: Int64) {
+        self.id = id
+        self.name = name
+        self.passwordHash = passwordHash
+        self.createdAt = createdAt
+    }
+}
+
+/// A signed-in session (web auth token). Only the token's SHA-256 is stored.
+public struct SessionRow: Sendable, Hashable {
+    public var tokenHash: String
+    public var userID: Int64
+    public var container: String
+    public var environment: Environment
+    public var createdAt: Int64
+    public var lastUsedAt: Int64
+
+    public init(tokenHash: String, userID: Int64, container: String, environment: Environment, createdAt: Int64, lastUsedAt: Int64) {
+        self.tokenHash = tokenHash
+        self.userID = userID
+        self.container = container
+        self.environment = environment
+        self.createdAt = createdAt
+        self.lastUsedAt = lastUsedAt
+    }
+}
+
+/// One field of one record type in a container environment's schema.
+public struct SchemaFieldRow: Sendable, Hashable {
+    public var recordType: String
+    public var fieldName: String
+    /// `FieldType.wireName`.
+    public var fieldType: String
+
+    public init(recordType: String, fieldName: String, fieldType: String) {
+        self.recordType = recordType
+        self.fieldName = fieldName
+        self.fieldType = fieldType
+    }
+}

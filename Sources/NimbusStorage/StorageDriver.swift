@@ -1,0 +1,95 @@
+/// Where Nimbus keeps its data, spoken in CloudKit's terms (containers, logical databases,
+/// zones, records, change sequences) rather than in one database's dialect.
+///
+/// A transaction is a closure: everything it does commits together or not at all, and the
+/// handle it receives lives only inside it.
+///
+/// ```swift
+/// let zone = try await storage.write { tx in
+///     let database = try tx.ensureDatabase(key)
+///     return try tx.createZone(databaseID: database.id, name: "Notes", sequence: tx.nextSequence(databaseID: database.id))
+/// }
+/// ```
+///
+/// Drivers may group concurrent `write` calls into one commit (SQLite does), but each call
+/// still succeeds or fails on its own: a throwing closure leaves no trace.
+public protocol StorageDriver: Sendable {
+    /// Runs `body` on a consistent snapshot of committed data.
+    func read<Value: Sendable>(_ body: @escaping @Sendable (any StorageReader) throws -> Value) async throws -> Value
+
+    /// Runs `body` in a transaction and returns once it is durably committed (as durable as
+    /// the driver's configured synchronous mode).
+    func write<Value: Sendable>(_ body: @escaping @Sendable (any StorageWriter) throws -> Value) async throws -> Value
+
+    /// Finishes pending writes and releases the store.
+    func close() async throws
+}
+
+/// Reads, valid inside one transaction closure.
+public protocol StorageReader {
+    // MARK: Installation-wide
+    /// A random secret made when the store was created; keys for tokens derive from it.
+    func installationSecret() throws -> [UInt8]
+
+    // MARK: Containers, tokens, users, sessions
+    func container(id: String) throws -> ContainerRow?
+    func containers() throws -> [ContainerRow]
+    func apiToken(hash: String) throws -> APITokenRow?
+    func user(name: String) throws -> UserRow?
+    func user(id: Int64) throws -> UserRow?
+    func session(tokenHash: String) throws -> SessionRow?
+
+    // MARK: Databases and zones
+    func database(_ key: DatabaseKey) throws -> DatabaseRow?
+    func zone(databaseID: Int64, name: String) throws -> ZoneRow?
+    /// Live zones (not tombstones), by name.
+    func zones(databaseID: Int64) throws -> [ZoneRow]
+    /// Zones (live and deleted) whose change sequence is after `sequence`, oldest change first.
+    func zoneChanges(databaseID: Int64, after sequence: Int64, limit: Int) throws -> [ZoneRow]
+
+    // MARK: Records
+    /// The record or its tombstone.
+    func record(zoneID: Int64, name: String) throws -> RecordRow?
+    /// Records and tombstones changed after `sequence`, in change order. `recordTypes`
+    /// restricts the result when given.
+    func recordChanges(zoneID: Int64, after sequence: Int64, recordTypes: [String]?, limit: Int) throws -> [RecordRow]
+
+    // MARK: Schema
+    func schemaFields(container: String, environment: Environment) throws -> [SchemaFieldRow]
+    func schemaRecordTypes(container: String, environment: Environment) throws -> [String]
+}
+
+/// Reads and writes, valid inside one write transaction closure.
+public protocol StorageWriter: StorageReader {
+    /// Runs `body` so that if it throws, its writes are undone and the transaction goes on.
+    func savepoint<Value>(_ body: () throws -> Value) throws -> Value
+
+    func insertContainer(_ row: ContainerRow) throws
+    func insertAPIToken(_ row: APITokenRow) throws
+    func revokeAPITokens(container: String, environment: Environment?) throws -> Int
+    func insertUser(name: String, passwordHash: String, createdAt: Int64) throws -> UserRow
+    func updateUserPassword(id: Int64, passwordHash: String) throws
+    func insertSession(_ row: SessionRow) throws
+    func touchSession(tokenHash: String, at time: Int64) throws
+    func deleteSession(tokenHash: String) throws
+    func deleteSessions(userID: Int64) throws -> Int
+    func deleteSessions(idleBefore time: Int64) throws -> Int
+
+    /// The database's row, created with its default zone on first use.
+    func ensureDatabase(_ key: DatabaseKey) throws -> DatabaseRow
+    /// The next change sequence of the database (strictly increasing, never reused).
+    func nextSequence(databaseID: Int64) throws -> Int64
+
+    /// Creates a zone, replacing a tombstone of the same name (with a new id).
+    func createZone(databaseID: Int64, name: String, sequence: Int64) throws -> ZoneRow
+    /// Marks a zone deleted at `sequence` and removes its records.
+    func deleteZone(id: Int64, sequence: Int64) throws
+    /// Records that something in the zone changed at `sequence`.
+    func touchZone(id: Int64, sequence: Int64) throws
+
+    /// Inserts or replaces the record (or tombstone) with the same zone and name.
+    func putRecord(_ row: RecordRow) throws
+
+    func addSchemaField(container: String, environment: Environment, _ field: SchemaFieldRow) throws
+    func addSchemaRecordType(container: String, environment: Environment, _ recordType: String) throws
+}

@@ -1,0 +1,58 @@
+/// An error as the protocol shows it: a whole-request failure (its own HTTP status) or a
+/// per-item entry inside a 200 response.
+///
+/// The `reason` is written for a person: it names the offending key, value or limit and
+/// says what to do. Nothing internal (SQL, stack traces) ever goes into it.
+public struct CloudKitError: Error, Sendable, Hashable, CustomStringConvertible {
+    public var code: ServerErrorCode
+    public var reason: String
+    public var recordName: String?
+    public var zoneID: JSON?
+    public var subscriptionID: String?
+    public var retryAfter: Int?
+    public var redirectURL: String?
+    /// The server's copy of a record, on `CONFLICT`, so a client can merge three ways.
+    public var serverRecord: JSON?
+    /// For limit violations: the name of the limit (see `Limits`), so SDKs can map the
+    /// error to `CKError.limitExceeded` without parsing the reason.
+    public var limitName: String?
+
+    public init(
+        _ code: ServerErrorCode, _ reason: String, recordName: String? = nil, zoneID: JSON? = nil,
+        serverRecord: JSON? = nil, limitName: String? = nil
+    ) {
+        self.code = code
+        self.reason = reason
+        self.recordName = recordName
+        self.zoneID = zoneID
+        self.serverRecord = serverRecord
+        self.limitName = limitName
+    }
+
+    public var description: String { "\(code): \(reason)" }
+
+    public static func badRequest(_ reason: String) -> CloudKitError { CloudKitError(.badRequest, reason) }
+
+    /// A count or size limit was exceeded.
+    public static func limitExceeded(_ limit: Limit, actual: Int, what: String) -> CloudKitError {
+        CloudKitError(
+            .badRequest, "\(what) is \(actual); the limit is \(limit.value) (\(limit.name))",
+            limitName: limit.name)
+    }
+
+    /// The error dictionary of reference §13.1.
+    public func json(uuid: String) -> JSON {
+        var object: JSONObject = [:]
+        if let recordName { object["recordName"] = .string(recordName) }
+        if let subscriptionID { object["subscriptionID"] = .string(subscriptionID) }
+        if let zoneID { object["zoneID"] = zoneID }
+        object["uuid"] = .string(uuid)
+        object["serverErrorCode"] = .string(code.rawValue)
+        object["reason"] = .string(reason)
+        if let retryAfter { object["retryAfter"] = .int(Int64(retryAfter)) }
+        if let redirectURL { object["redirectURL"] = .string(redirectURL) }
+        if let serverRecord { object["serverRecord"] = serverRecord }
+        if let limitName { object["limit"] = .string(limitName) }
+        return .object(object)
+    }
+}

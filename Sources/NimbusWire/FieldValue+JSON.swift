@@ -1,0 +1,197 @@
+import Foundation
+
+// MARK: - Reading values from the wire
+
+extension FieldValue {
+    /// The type a JSON value has when the request names none (reference §17.5): strings are
+    /// STRING, integers INT64 (booleans too, as 0/1), fractions DOUBLE, and dictionaries are
+    /// told apart by their keys. `nil` when the value says nothing (an empty list).
+    public static func inferType(of value: JSON) -> FieldType? {
+        switch value {
+        case .string: return FieldType(.string)
+        case .int, .bool: return FieldType(.int64)
+        case .double(let number): return number.rounded() == number ? FieldType(.int64) : FieldType(.double)
+        case .object(let object): return inferObjectType(object).map { FieldType($0) }
+        case .array(let elements):
+            var scalar: ScalarType?
+            for element in elements {
+                guard let elementType = inferType(of: element), !elementType.isList else { return nil }
+                switch (scalar, elementType.scalar) {
+                case (nil, let found): scalar = found
+                case (.int64?, .double), (.double?, .int64): scalar = .double  // mixed numbers widen
+                case (let known?, let found) where known == found: break
+                default: return nil
+                }
+            }
+            return scalar.map { FieldType($0, list: true) }
+        case .null: return nil
+        }
+    }
+
+    private static func inferObjectType(_ object: JSONObject) -> ScalarType? {
+        if object["recordName"] != nil { return .reference }
+        if object["latitude"] != nil, object["longitude"] != nil { return .location }
+        if object["fileChecksum"] != nil || object["receipt"] != nil || object["downloadURL"] != nil {
+            return .asset
+        }
+        return nil
+    }
+
+    /// Reads a value that must be of `type`, or throws `BAD_REQUEST` naming `path`.
+    public static func decode(_ value: JSON, as type: FieldType, path: String) throws(CloudKitError) -> FieldValue {
+        if type.isList {
+            guard case .array(let elements) = value else {
+                throw .badRequest("\(path): a \(type.wireName) value must be an array, got \(value.kindName)")
+            }
+            guard elements.count <= Limits.listElements.value else {
+                throw .limitExceeded(Limits.listElements, actual: elements.count, what: "\(path): the list's length")
+            }
+            var values: [FieldValue] = []
+            values.reserveCapacity(elements.count)
+            for (index, element) in elements.enumerated() {
+                values.append(try decodeScalar(element, as: type.scalar, path: "\(path)[\(index)]"))
+            }
+            return .list(type.scalar, values)
+        }
+        return try decodeScalar(value, as: type.scalar, path: path)
+    }
+
+    static func decodeScalar(_ value: JSON, as scalar: ScalarType, path: String) throws(CloudKitError) -> FieldValue {
+        func wrong(_ expected: String) -> CloudKitError {
+            .badRequest("\(path): a \(scalar.rawValue) value must be \(expected), got \(value.kindName)")
+        }
+        switch scalar {
+        case .string:
+            guard case .string(let text) = value else { throw wrong("a string") }
+            return .string(text)
+        case .int64:
+            if case .bool(let flag) = value { return .int64(flag ? 1 : 0) }
+            if case .double(let number) = value, number.rounded() != number {
+                throw .badRequest("\(path): \(number) is not an integer; an INT64 field takes whole numbers (send the field as DOUBLE for fractions)")
+            }
+            guard let int = value.int64Value else { throw wrong("an integer") }
+            return .int64(int)
+        case .double:
+            guard let number = value.doubleValue, number.isFinite else { throw wrong("a number") }
+            return .double(number)
+        case .timestamp:
+            guard let number = value.doubleValue, number.isFinite, abs(number) < 9.2e18 else {
+                throw wrong("a number of milliseconds since 1970")
+            }
+            return .timestamp(Int64(number.rounded(.down)))
+        case .bytes:
+            guard case .string(let text) = value else { throw wrong("a base64 string") }
+            guard Data(base64Encoded: text) != nil else {
+                throw .badRequest("\(path): a BYTES value must be base64 text; this is not valid base64")
+            }
+            return .bytes(text)
+        case .reference:
+            guard case .object(let object) = value else { throw wrong("a reference dictionary") }
+            return .reference(try Reference(json: ObjectReader(object, path: path)))
+        case .location:
+            guard case .object(let object) = value else { throw wrong("a location dictionary") }
+            return .location(try Location(json: ObjectReader(object, path: path)))
+        case .asset:
+            guard case .object(let object) = value else { throw wrong("an asset dictionary") }
+            return .asset(Asset(properties: object))
+        }
+    }
+}
+
+extension Reference {
+    public init(json: ObjectReader) throws(CloudKitError) {
+        let recordName = try json.requiredString("recordName")
+        try Names.validateRecordName(recordName, path: json.childPath("recordName"))
+        var zoneName: String?
+        var owner: String?
+        if let zone = try json.object("zoneID") {
+            zoneName = try zone.string("zoneName")
+            owner = try zone.string("ownerRecordName")
+            if owner == nil { owner = try zone.string("ownerName") }
+        }
+        var action = ReferenceAction.none
+        if let text = try json.string("action") {
+            guard let parsed = ReferenceAction(rawValue: text.uppercased()) else {
+                throw .badRequest("\(json.childPath("action")): '\(text)' is not a reference action; use NONE, DELETE_SELF or VALIDATE")
+            }
+            action = parsed
+        }
+        self.init(recordName: recordName, zoneName: zoneName, ownerRecordName: owner, action: action)
+    }
+}
+
+extension Location {
+    public init(json: ObjectReader) throws(CloudKitError) {
+        func number(_ key: String) throws(CloudKitError) -> Double? {
+            guard let value = json.value(key) else { return nil }
+            guard let number = value.doubleValue, number.isFinite else {
+                throw .badRequest("\(json.childPath(key)): expected a number, got \(value.kindName)")
+            }
+            return number
+        }
+        guard let latitude = try number("latitude") else { throw json.missing("latitude") }
+        guard let longitude = try number("longitude") else { throw json.missing("longitude") }
+        guard (-90...90).contains(latitude) else {
+            throw .badRequest("\(json.childPath("latitude")): \(latitude) is outside -90...90")
+        }
+        guard (-180...180).contains(longitude) else {
+            throw .badRequest("\(json.childPath("longitude")): \(longitude) is outside -180...180")
+        }
+        self.init(latitude: latitude, longitude: longitude)
+        horizontalAccuracy = try number("horizontalAccuracy")
+        verticalAccuracy = try number("verticalAccuracy")
+        altitude = try number("altitude")
+        speed = try number("speed")
+        course = try number("course")
+        timestamp = try json.int("timestamp")
+    }
+}
+
+// MARK: - Writing values to the wire
+
+extension FieldValue {
+    /// The field dictionary `{"value": …, "type": …}`.
+    public func fieldJSON(numbersAsStrings: Bool = false) -> JSON {
+        .object(["value": valueJSON(numbersAsStrings: numbersAsStrings), "type": .string(type.wireName)])
+    }
+
+    public func valueJSON(numbersAsStrings: Bool = false) -> JSON {
+        switch self {
+        case .string(let text): return .string(text)
+        case .int64(let int): return numbersAsStrings ? .string(String(int)) : .int(int)
+        case .double(let number): return numbersAsStrings ? .string("\(number)") : .double(number)
+        case .timestamp(let millis): return .int(millis)
+        case .bytes(let base64): return .string(base64)
+        case .reference(let reference): return reference.json
+        case .asset(let asset): return .object(asset.properties)
+        case .location(let location): return location.json
+        case .list(_, let values): return .array(values.map { $0.valueJSON(numbersAsStrings: numbersAsStrings) })
+        }
+    }
+}
+
+extension Reference {
+    public var json: JSON {
+        var object: JSONObject = ["recordName": .string(recordName)]
+        if let zoneName {
+            var zone: JSONObject = ["zoneName": .string(zoneName)]
+            if let ownerRecordName { zone["ownerRecordName"] = .string(ownerRecordName) }
+            object["zoneID"] = .object(zone)
+        }
+        object["action"] = .string(action.rawValue)
+        return .object(object)
+    }
+}
+
+extension Location {
+    public var json: JSON {
+        var object: JSONObject = ["latitude": .double(latitude), "longitude": .double(longitude)]
+        if let horizontalAccuracy { object["horizontalAccuracy"] = .double(horizontalAccuracy) }
+        if let verticalAccuracy { object["verticalAccuracy"] = .double(verticalAccuracy) }
+        if let altitude { object["altitude"] = .double(altitude) }
+        if let speed { object["speed"] = .double(speed) }
+        if let course { object["course"] = .double(course) }
+        if let timestamp { object["timestamp"] = .int(timestamp) }
+        return .object(object)
+    }
+}

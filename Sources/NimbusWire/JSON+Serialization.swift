@@ -1,0 +1,70 @@
+extension JSON {
+    /// Compact UTF-8 JSON text.
+    public func serialized() -> [UInt8] {
+        var output: [UInt8] = []
+        output.reserveCapacity(256)
+        write(to: &output)
+        return output
+    }
+
+    public var text: String { String(decoding: serialized(), as: UTF8.self) }
+
+    public func write(to output: inout [UInt8]) {
+        switch self {
+        case .null: output.append(contentsOf: "null".utf8)
+        case .bool(let value): output.append(contentsOf: (value ? "true" : "false").utf8)
+        case .int(let value): output.append(contentsOf: String(value).utf8)
+        case .double(let value): JSON.writeDouble(value, to: &output)
+        case .string(let value): JSON.writeString(value, to: &output)
+        case .array(let values):
+            output.append(UInt8(ascii: "["))
+            for (position, value) in values.enumerated() {
+                if position > 0 { output.append(UInt8(ascii: ",")) }
+                value.write(to: &output)
+            }
+            output.append(UInt8(ascii: "]"))
+        case .object(let object):
+            output.append(UInt8(ascii: "{"))
+            for (position, pair) in object.pairs.enumerated() {
+                if position > 0 { output.append(UInt8(ascii: ",")) }
+                JSON.writeString(pair.key, to: &output)
+                output.append(UInt8(ascii: ":"))
+                pair.value.write(to: &output)
+            }
+            output.append(UInt8(ascii: "}"))
+        }
+    }
+
+    static func writeDouble(_ value: Double, to output: inout [UInt8]) {
+        guard value.isFinite else {
+            // JSON has no NaN or infinity; the wire model never stores them.
+            output.append(contentsOf: "null".utf8)
+            return
+        }
+        if value.rounded() == value, abs(value) < 1e15 {
+            // "3.0" rather than "3": a double stays a double for typed decoders.
+            output.append(contentsOf: String(Int64(value)).utf8)
+            output.append(contentsOf: ".0".utf8)
+        } else {
+            output.append(contentsOf: "\(value)".utf8)
+        }
+    }
+
+    static func writeString(_ value: String, to output: inout [UInt8]) {
+        output.append(UInt8(ascii: "\""))
+        for byte in value.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""): output.append(contentsOf: [0x5C, 0x22])
+            case UInt8(ascii: "\\"): output.append(contentsOf: [0x5C, 0x5C])
+            case 0x0A: output.append(contentsOf: [0x5C, UInt8(ascii: "n")])
+            case 0x0D: output.append(contentsOf: [0x5C, UInt8(ascii: "r")])
+            case 0x09: output.append(contentsOf: [0x5C, UInt8(ascii: "t")])
+            case 0x00..<0x20:
+                let hex = Array("0123456789abcdef".utf8)
+                output.append(contentsOf: [0x5C, UInt8(ascii: "u"), 0x30, 0x30, hex[Int(byte >> 4)], hex[Int(byte & 0xF)]])
+            default: output.append(byte)
+            }
+        }
+        output.append(UInt8(ascii: "\""))
+    }
+}

@@ -1,0 +1,148 @@
+/// A JSON value as the CloudKit Web Services protocol carries it.
+///
+/// Objects keep their key order, so responses come out in the order the protocol
+/// documents them and tests can compare text. Integers that fit `Int64` stay exact
+/// (`int`); anything with a fraction or exponent is a `double`.
+///
+/// ```swift
+/// let body = try JSON.parse(Array(#"{"operations": []}"#.utf8))
+/// body["operations"]?.arrayValue?.count   // 0
+/// ```
+public enum JSON: Sendable, Hashable {
+    case null
+    case bool(Bool)
+    case int(Int64)
+    case double(Double)
+    case string(String)
+    case array([JSON])
+    case object(JSONObject)
+}
+
+/// An ordered JSON object. Lookups are linear: protocol objects have a handful of keys,
+/// and a dictionary beside the pairs would cost more than it saves.
+public struct JSONObject: Sendable, Hashable, ExpressibleByDictionaryLiteral {
+    public private(set) var pairs: [(key: String, value: JSON)]
+
+    public init() { pairs = [] }
+
+    public init(dictionaryLiteral elements: (String, JSON)...) {
+        pairs = []
+        pairs.reserveCapacity(elements.count)
+        for (key, value) in elements { self[key] = value }
+    }
+
+    public init(_ pairs: [(String, JSON)]) {
+        self.pairs = []
+        self.pairs.reserveCapacity(pairs.count)
+        for (key, value) in pairs { self[key] = value }
+    }
+
+    /// Reading gives the value or `nil`; writing `nil` removes the key, writing a value
+    /// replaces it in place or appends it (a repeated key in parsed text: the last wins).
+    public subscript(key: String) -> JSON? {
+        get { pairs.first(where: { $0.key == key })?.value }
+        set {
+            if let index = pairs.firstIndex(where: { $0.key == key }) {
+                if let newValue { pairs[index].value = newValue } else { pairs.remove(at: index) }
+            } else if let newValue {
+                pairs.append((key, newValue))
+            }
+        }
+    }
+
+    public var keys: [String] { pairs.map(\.key) }
+    public var count: Int { pairs.count }
+    public var isEmpty: Bool { pairs.isEmpty }
+
+    public static func == (lhs: JSONObject, rhs: JSONObject) -> Bool {
+        guard lhs.pairs.count == rhs.pairs.count else { return false }
+        // Key order is presentation, not meaning.
+        return lhs.pairs.allSatisfy { rhs[$0.key] == $0.value }
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(pairs.count)
+        for key in pairs.map(\.key).sorted() { hasher.combine(key) }
+    }
+}
+
+extension JSON {
+    public subscript(key: String) -> JSON? {
+        if case .object(let object) = self { return object[key] }
+        return nil
+    }
+
+    public var objectValue: JSONObject? {
+        if case .object(let object) = self { return object }
+        return nil
+    }
+
+    public var arrayValue: [JSON]? {
+        if case .array(let array) = self { return array }
+        return nil
+    }
+
+    public var stringValue: String? {
+        if case .string(let string) = self { return string }
+        return nil
+    }
+
+    public var boolValue: Bool? {
+        if case .bool(let bool) = self { return bool }
+        return nil
+    }
+
+    /// An integer, also from a double with no fraction (`3.0`) or, with `numbersAsStrings`, a string.
+    public var int64Value: Int64? {
+        switch self {
+        case .int(let value): return value
+        case .double(let value):
+            guard value.rounded() == value, abs(value) < 9.2e18 else { return nil }
+            return Int64(value)
+        case .string(let text): return Int64(text)
+        default: return nil
+        }
+    }
+
+    /// A number as a double, also from a numeric string (`numbersAsStrings`).
+    public var doubleValue: Double? {
+        switch self {
+        case .int(let value): return Double(value)
+        case .double(let value): return value
+        case .string(let text): return Double(text)
+        default: return nil
+        }
+    }
+
+    public var isNull: Bool {
+        if case .null = self { return true }
+        return false
+    }
+
+    /// The JSON type's name as a person reads it in an error message.
+    public var kindName: String {
+        switch self {
+        case .null: return "null"
+        case .bool: return "a boolean"
+        case .int, .double: return "a number"
+        case .string: return "a string"
+        case .array: return "an array"
+        case .object: return "an object"
+        }
+    }
+}
+
+extension JSON: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, ExpressibleByBooleanLiteral,
+    ExpressibleByArrayLiteral, ExpressibleByDictionaryLiteral, ExpressibleByNilLiteral,
+    ExpressibleByFloatLiteral
+{
+    public init(stringLiteral value: String) { self = .string(value) }
+    public init(integerLiteral value: Int64) { self = .int(value) }
+    public init(booleanLiteral value: Bool) { self = .bool(value) }
+    public init(arrayLiteral elements: JSON...) { self = .array(elements) }
+    public init(floatLiteral value: Double) { self = .double(value) }
+    public init(nilLiteral: ()) { self = .null }
+    public init(dictionaryLiteral elements: (String, JSON)...) {
+        self = .object(JSONObject(elements.map { ($0.0, $0.1) }))
+    }
+}

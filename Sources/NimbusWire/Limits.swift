@@ -1,0 +1,33 @@
+/// A named limit. Every limit Nimbus enforces is one of these, so the error, the docs and
+/// the tests at the limit and one past it all speak of the same number.
+public struct Limit: Sendable, Hashable {
+    public let name: String
+    public let value: Int
+
+    public init(name: String, value: Int) {
+        self.name = name
+        self.value = value
+    }
+}
+
+/// CloudKit's numbers (Web Services "Data Size Limits"), plus Nimbus's own where CloudKit
+/// publishes none.
+public enum Limits {
+    /// Operations in one `records/modify`, `zones/modify` or lookup request.
+    public static let operationsPerRequest = Limit(name: "operationsPerRequest", value: 200)
+    /// Records (or zones) in one response page; also the default `resultsLimit`.
+    public static let resultsPerPage = Limit(name: "resultsPerPage", value: 200)
+    /// A record's size excluding assets: the sum over its fields of the field name's bytes
+    /// and the value's bytes (see docs/limits.md for how each type counts).
+    public static let recordSizeBytes = Limit(name: "recordSizeBytes", value: 1_048_576)
+    /// A request body. Nimbus's own number: 200 operations of ordinary records fit easily.
+    public static let requestBodyBytes = Limit(name: "requestBodyBytes", value: 16 * 1_048_576)
+    /// Record names, zone names, record types and field names, in UTF-8 bytes.
+    public static let nameBytes = Limit(name: "nameBytes", value: 255)
+    /// Fields in one record.
+    public static let fieldsPerRecord = Limit(name: "fieldsPerRecord", value: 1_000)
+    /// Elements in one list field.
+    public static let listElements = Limit(name: "listElements", value: 10_000)
+    /// Keys in a `desiredKeys` array.
+    public static let desiredKeys = Limit(name: "desiredKeys", value: 1_000)
+}

@@ -1,0 +1,125 @@
+/// Reads a parsed request body with the path of every value, so a wrong type comes back as
+/// `BAD_REQUEST` naming the exact spot: `operations[2].record.recordName: expected a string, got a number`.
+///
+/// ```swift
+/// let body = try ObjectReader(root: json)
+/// let operations = try body.requiredArray("operations")
+/// ```
+public struct ObjectReader: Sendable {
+    public let object: JSONObject
+    public let path: String
+
+    public init(_ object: JSONObject, path: String) {
+        self.object = object
+        self.path = path
+    }
+
+    /// The request body, which must be an object.
+    public init(root: JSON) throws(CloudKitError) {
+        guard case .object(let object) = root else {
+            throw .badRequest("the request body must be a JSON object, got \(root.kindName)")
+        }
+        self.init(object, path: "")
+    }
+
+    public func childPath(_ key: String) -> String { path.isEmpty ? key : "\(path).\(key)" }
+
+    func mismatch(_ key: String, expected: String, got value: JSON) -> CloudKitError {
+        .badRequest("\(childPath(key)): expected \(expected), got \(value.kindName)")
+    }
+
+    /// The raw value; `null` reads as absent.
+    public func value(_ key: String) -> JSON? {
+        guard let value = object[key], !value.isNull else { return nil }
+        return value
+    }
+
+    public func string(_ key: String) throws(CloudKitError) -> String? {
+        guard let value = value(key) else { return nil }
+        guard case .string(let string) = value else { throw mismatch(key, expected: "a string", got: value) }
+        return string
+    }
+
+    public func requiredString(_ key: String) throws(CloudKitError) -> String {
+        guard let string = try string(key) else { throw missing(key) }
+        return string
+    }
+
+    public func bool(_ key: String) throws(CloudKitError) -> Bool? {
+        guard let value = value(key) else { return nil }
+        switch value {
+        case .bool(let bool): return bool
+        // Some clients send 0/1 for booleans.
+        case .int(0): return false
+        case .int(1): return true
+        default: throw mismatch(key, expected: "a boolean", got: value)
+        }
+    }
+
+    public func int(_ key: String) throws(CloudKitError) -> Int64? {
+        guard let value = value(key) else { return nil }
+        guard let int = value.int64Value else { throw mismatch(key, expected: "an integer", got: value) }
+        return int
+    }
+
+    public func array(_ key: String) throws(CloudKitError) -> [JSONElement]? {
+        guard let value = value(key) else { return nil }
+        guard case .array(let array) = value else { throw mismatch(key, expected: "an array", got: value) }
+        let base = childPath(key)
+        return array.enumerated().map { JSONElement(value: $0.element, path: "\(base)[\($0.offset)]") }
+    }
+
+    public func requiredArray(_ key: String) throws(CloudKitError) -> [JSONElement] {
+        guard let array = try array(key) else { throw missing(key) }
+        return array
+    }
+
+    public func object(_ key: String) throws(CloudKitError) -> ObjectReader? {
+        guard let value = value(key) else { return nil }
+        guard case .object(let object) = value else { throw mismatch(key, expected: "an object", got: value) }
+        return ObjectReader(object, path: childPath(key))
+    }
+
+    public func requiredObject(_ key: String) throws(CloudKitError) -> ObjectReader {
+        guard let object = try object(key) else { throw missing(key) }
+        return object
+    }
+
+    /// An array of strings (`desiredKeys`, `desiredRecordTypes`).
+    public func stringArray(_ key: String) throws(CloudKitError) -> [String]? {
+        guard let elements = try array(key) else { return nil }
+        var strings: [String] = []
+        strings.reserveCapacity(elements.count)
+        for element in elements { strings.append(try element.string()) }
+        return strings
+    }
+
+    public func missing(_ key: String) -> CloudKitError {
+        .badRequest("missing required key '\(childPath(key))'")
+    }
+}
+
+/// One element of an array in a request body, with its path.
+public struct JSONElement: Sendable {
+    public let value: JSON
+    public let path: String
+
+    public init(value: JSON, path: String) {
+        self.value = value
+        self.path = path
+    }
+
+    public func object() throws(CloudKitError) -> ObjectReader {
+        guard case .object(let object) = value else {
+            throw .badRequest("\(path): expected an object, got \(value.kindName)")
+        }
+        return ObjectReader(object, path: path)
+    }
+
+    public func string() throws(CloudKitError) -> String {
+        guard case .string(let string) = value else {
+            throw .badRequest("\(path): expected a string, got \(value.kindName)")
+        }
+        return string
+    }
+}

@@ -1,0 +1,323 @@
+/// The request bodies of the endpoints Nimbus serves, read from JSON with every value's path
+/// in its errors. Lenient where clients are known to differ (reference §17).
+
+/// A zone ID as a request names it (`ownerName` is accepted for `ownerRecordName`,
+/// `zoneType` is ignored).
+public struct ZoneIDInput: Sendable, Hashable {
+    public var zoneName: String
+    public var ownerRecordName: String?
+
+    public init(zoneName: String, ownerRecordName: String? = nil) {
+        self.zoneName = zoneName
+        self.ownerRecordName = ownerRecordName
+    }
+
+    public init(json: ObjectReader) throws(CloudKitError) {
+        zoneName = try json.requiredString("zoneName")
+        try Names.validateZoneName(zoneName, path: json.childPath("zoneName"))
+        ownerRecordName = try json.string("ownerRecordName")
+        if ownerRecordName == nil { ownerRecordName = try json.string("ownerName") }
+    }
+
+    public static let defaultZone = ZoneIDInput(zoneName: Names.defaultZone)
+
+    /// The zone a request's optional top-level `zoneID` names (the default zone when absent).
+    static func orDefault(_ json: ObjectReader, key: String = "zoneID") throws(CloudKitError) -> ZoneIDInput {
+        guard let zone = try json.object(key) else { return .defaultZone }
+        return try ZoneIDInput(json: zone)
+    }
+}
+
+/// A field as sent: the raw value (`null` clears the field) and the declared type, if any.
+public struct RawField: Sendable, Hashable {
+    public var value: JSON
+    public var declaredType: DeclaredFieldType?
+
+    public init(value: JSON, declaredType: DeclaredFieldType?) {
+        self.value = value
+        self.declaredType = declaredType
+    }
+}
+
+public enum RecordOperationType: String, Sendable, CaseIterable {
+    case create, update, forceUpdate, replace, forceReplace, delete, forceDelete
+
+    /// Whether the operation needs the client's `recordChangeTag` to match the server's.
+    public var checksChangeTag: Bool { self == .update || self == .replace || self == .delete }
+    public var isDelete: Bool { self == .delete || self == .forceDelete }
+    /// Whether unlisted fields are cleared (replace) rather than kept (update).
+    public var replacesFields: Bool { self == .replace || self == .forceReplace }
+}
+
+/// The `record` dictionary of a modify operation.
+public struct RecordInput: Sendable {
+    public var recordName: String?
+    public var recordType: String?
+    public var recordChangeTag: String?
+    /// In request order; `nil` when the request has no `fields` key.
+    public var fields: [(name: String, field: RawField)]?
+    /// The parent's record name; `.some(nil)` clears the parent.
+    public var parent: String??
+
+    public init(json: ObjectReader) throws(CloudKitError) {
+        recordName = try json.string("recordName")
+        if let recordName { try Names.validateRecordName(recordName, path: json.childPath("recordName")) }
+        recordType = try json.string("recordType")
+        if let recordType {
+            try Names.validateIdentifier(recordType, kind: "record type", path: json.childPath("recordType"))
+        }
+        recordChangeTag = try json.string("recordChangeTag")
+        if let fieldsObject = try json.object("fields") {
+            guard fieldsObject.object.count <= Limits.fieldsPerRecord.value else {
+                throw .limitExceeded(
+                    Limits.fieldsPerRecord, actual: fieldsObject.object.count, what: "\(fieldsObject.path): the number of fields")
+            }
+            var fields: [(String, RawField)] = []
+            fields.reserveCapacity(fieldsObject.object.count)
+            for (name, raw) in fieldsObject.object.pairs {
+                let path = fieldsObject.childPath(name)
+                try Names.validateIdentifier(name, kind: "field name", path: path)
+                fields.append((name, try RawField(json: raw, path: path)))
+            }
+            self.fields = fields
+        }
+        if json.object["parent"] != nil {
+            if let parent = try json.object("parent") {
+                let name = try parent.requiredString("recordName")
+                try Names.validateRecordName(name, path: parent.childPath("recordName"))
+                self.parent = .some(name)
+            } else {
+                self.parent = .some(nil)
+            }
+        }
+    }
+}
+
+extension RawField {
+    /// A field dictionary `{"value": …, "type": …}`; `null` or a missing value clears the field.
+    init(json: JSON, path: String) throws(CloudKitError) {
+        guard case .object(let object) = json else {
+            if json.isNull {
+                self.init(value: .null, declaredType: nil)
+                return
+            }
+            throw .badRequest("\(path): a field must be a dictionary like {\"value\": …, \"type\": …}, got \(json.kindName)")
+        }
+        let reader = ObjectReader(object, path: path)
+        var declared: DeclaredFieldType?
+        if let typeName = try reader.string("type") {
+            guard let parsed = DeclaredFieldType(wire: typeName) else {
+                throw .badRequest(
+                    "\(reader.childPath("type")): '\(Names.escaped(typeName))' is not a field type; use STRING, INT64, DOUBLE, TIMESTAMP, BYTES, REFERENCE, ASSETID, LOCATION or a <TYPE>_LIST"
+                )
+            }
+            declared = parsed
+        }
+        self.init(value: object["value"] ?? .null, declaredType: declared)
+    }
+}
+
+public struct RecordOperationInput: Sendable {
+    public var type: RecordOperationType
+    public var record: RecordInput
+    public var desiredKeys: [String]?
+    public var path: String
+}
+
+public struct RecordsModifyRequest: Sendable {
+    public var operations: [RecordOperationInput]
+    public var zoneID: ZoneIDInput
+    public var atomic: Bool?
+    public var desiredKeys: [String]?
+    public var numbersAsStrings: Bool
+
+    public init(json: ObjectReader) throws(CloudKitError) {
+        let operations = try json.requiredArray("operations")
+        guard operations.count <= Limits.operationsPerRequest.value else {
+            throw .limitExceeded(Limits.operationsPerRequest, actual: operations.count, what: "the number of operations")
+        }
+        zoneID = try ZoneIDInput.orDefault(json)
+        atomic = try json.bool("atomic")
+        desiredKeys = try readDesiredKeys(json)
+        numbersAsStrings = try readNumbersAsStrings(json)
+        self.operations = []
+        self.operations.reserveCapacity(operations.count)
+        for element in operations {
+            let operation = try element.object()
+            let typeName = try operation.requiredString("operationType")
+            guard let type = RecordOperationType(rawValue: typeName) else {
+                throw .badRequest(
+                    "\(operation.childPath("operationType")): '\(Names.escaped(typeName))' is not an operation type; use one of \(RecordOperationType.allCases.map(\.rawValue).joined(separator: ", "))"
+                )
+            }
+            let record = try RecordInput(json: operation.requiredObject("record"))
+            self.operations.append(
+                RecordOperationInput(
+                    type: type, record: record, desiredKeys: try readDesiredKeys(operation), path: element.path))
+        }
+    }
+}
+
+public struct RecordsLookupRequest: Sendable {
+    public var records: [(recordName: String, desiredKeys: [String]?)]
+    public var zoneID: ZoneIDInput
+    public var desiredKeys: [String]?
+    public var numbersAsStrings: Bool
+
+    public init(json: ObjectReader) throws(CloudKitError) {
+        let records = try json.requiredArray("records")
+        guard records.count <= Limits.operationsPerRequest.value else {
+            throw .limitExceeded(Limits.operationsPerRequest, actual: records.count, what: "the number of records to look up")
+        }
+        zoneID = try ZoneIDInput.orDefault(json)
+        desiredKeys = try readDesiredKeys(json)
+        numbersAsStrings = try readNumbersAsStrings(json)
+        self.records = []
+        for element in records {
+            let record = try element.object()
+            let name = try record.requiredString("recordName")
+            try Names.validateRecordName(name, path: record.childPath("recordName"))
+            self.records.append((name, try readDesiredKeys(record)))
+        }
+    }
+}
+
+public enum ZoneOperationType: String, Sendable, CaseIterable {
+    case create, delete
+}
+
+public struct ZonesModifyRequest: Sendable {
+    public var operations: [(type: ZoneOperationType, zoneID: ZoneIDInput)]
+
+    public init(json: ObjectReader) throws(CloudKitError) {
+        let operations = try json.requiredArray("operations")
+        guard operations.count <= Limits.operationsPerRequest.value else {
+            throw .limitExceeded(Limits.operationsPerRequest, actual: operations.count, what: "the number of operations")
+        }
+        self.operations = []
+        for element in operations {
+            let operation = try element.object()
+            let typeName = try operation.requiredString("operationType")
+            guard let type = ZoneOperationType(rawValue: typeName) else {
+                throw .badRequest(
+                    "\(operation.childPath("operationType")): '\(Names.escaped(typeName))' is not a zone operation; use create or delete")
+            }
+            let zone = try operation.requiredObject("zone")
+            self.operations.append((type, try ZoneIDInput(json: zone.requiredObject("zoneID"))))
+        }
+    }
+}
+
+public struct ZonesLookupRequest: Sendable {
+    public var zones: [ZoneIDInput]
+
+    public init(json: ObjectReader) throws(CloudKitError) {
+        let zones = try json.requiredArray("zones")
+        guard zones.count <= Limits.operationsPerRequest.value else {
+            throw .limitExceeded(Limits.operationsPerRequest, actual: zones.count, what: "the number of zones to look up")
+        }
+        self.zones = []
+        for element in zones {
+            let zone = try element.object()
+            // Clients send either bare zone IDs or zone dictionaries that hold one.
+            if let nested = try zone.object("zoneID") {
+                self.zones.append(try ZoneIDInput(json: nested))
+            } else {
+                self.zones.append(try ZoneIDInput(json: zone))
+            }
+        }
+    }
+}
+
+public struct DatabaseChangesRequest: Sendable {
+    public var syncToken: String?
+    public var resultsLimit: Int
+
+    /// `tokenKey` is `syncToken`; the deprecated `zones/changes` also accepts `metaSyncToken`.
+    public init(json: ObjectReader) throws(CloudKitError) {
+        syncToken = try json.string("syncToken")
+        if syncToken == nil { syncToken = try json.string("metaSyncToken") }
+        resultsLimit = try readResultsLimit(json)
+    }
+}
+
+public struct ZoneChangesRequest: Sendable {
+    public struct Zone: Sendable {
+        public var zoneID: ZoneIDInput
+        public var syncToken: String?
+        public var desiredKeys: [String]?
+        public var desiredRecordTypes: [String]?
+        public var resultsLimit: Int
+    }
+
+    public var zones: [Zone]
+    public var numbersAsStrings: Bool
+
+    /// `changes/zone`: a `zones` array whose entries override the top-level keys.
+    public init(json: ObjectReader) throws(CloudKitError) {
+        if try json.bool("reverse") == true {
+            throw .badRequest("reverse: Nimbus returns changes oldest first only; send reverse: false or leave it out")
+        }
+        let zones = try json.requiredArray("zones")
+        guard zones.count <= Limits.operationsPerRequest.value else {
+            throw .limitExceeded(Limits.operationsPerRequest, actual: zones.count, what: "the number of zones")
+        }
+        let desiredKeys = try readDesiredKeys(json)
+        let desiredRecordTypes = try json.stringArray("desiredRecordTypes")
+        let resultsLimit = try readResultsLimit(json)
+        numbersAsStrings = try readNumbersAsStrings(json)
+        self.zones = []
+        for element in zones {
+            let zone = try element.object()
+            self.zones.append(
+                Zone(
+                    zoneID: try ZoneIDInput(json: zone.requiredObject("zoneID")),
+                    syncToken: try zone.string("syncToken"),
+                    desiredKeys: try readDesiredKeys(zone) ?? desiredKeys,
+                    desiredRecordTypes: try zone.stringArray("desiredRecordTypes") ?? desiredRecordTypes,
+                    resultsLimit: zone.value("resultsLimit") == nil ? resultsLimit : try readResultsLimit(zone)))
+        }
+    }
+
+    /// The deprecated `records/changes`: one zone, keys at the top level.
+    public init(singleZone json: ObjectReader) throws(CloudKitError) {
+        if try json.bool("reverse") == true {
+            throw .badRequest("reverse: Nimbus returns changes oldest first only; send reverse: false or leave it out")
+        }
+        numbersAsStrings = try readNumbersAsStrings(json)
+        zones = [
+            Zone(
+                zoneID: try ZoneIDInput(json: json.requiredObject("zoneID")),
+                syncToken: try json.string("syncToken"),
+                desiredKeys: try readDesiredKeys(json),
+                desiredRecordTypes: try json.stringArray("desiredRecordTypes"),
+                resultsLimit: try readResultsLimit(json))
+        ]
+    }
+}
+
+// MARK: - Shared keys
+
+func readDesiredKeys(_ json: ObjectReader) throws(CloudKitError) -> [String]? {
+    guard let keys = try json.stringArray("desiredKeys") else { return nil }
+    guard keys.count <= Limits.desiredKeys.value else {
+        throw .limitExceeded(Limits.desiredKeys, actual: keys.count, what: "\(json.childPath("desiredKeys")): the number of keys")
+    }
+    return keys
+}
+
+/// `numbersAsStrings`, also spelled `numberAsStrings` on the changes pages.
+func readNumbersAsStrings(_ json: ObjectReader) throws(CloudKitError) -> Bool {
+    if let flag = try json.bool("numbersAsStrings") { return flag }
+    return try json.bool("numberAsStrings") ?? false
+}
+
+/// `resultsLimit`: 1 or more; values above `Limits.resultsPerPage` are served as that limit,
+/// as CloudKit does.
+func readResultsLimit(_ json: ObjectReader) throws(CloudKitError) -> Int {
+    guard let limit = try json.int("resultsLimit") else { return Limits.resultsPerPage.value }
+    guard limit >= 1 else {
+        throw .badRequest("\(json.childPath("resultsLimit")): must be at least 1, got \(limit)")
+    }
+    return Int(min(limit, Int64(Limits.resultsPerPage.value)))
+}

@@ -1,0 +1,73 @@
+/// A `serverErrorCode` of the CloudKit Web Services protocol and the HTTP status it travels with.
+///
+/// A struct over a private enum, so codes can be added without breaking exhaustive switches
+/// in code that uses them.
+public struct ServerErrorCode: Hashable, Sendable, CustomStringConvertible {
+    private enum Base: String, Sendable {
+        case accessDenied = "ACCESS_DENIED"
+        case atomicError = "ATOMIC_ERROR"
+        case authenticationFailed = "AUTHENTICATION_FAILED"
+        case authenticationRequired = "AUTHENTICATION_REQUIRED"
+        case badRequest = "BAD_REQUEST"
+        case conflict = "CONFLICT"
+        case exists = "EXISTS"
+        case internalError = "INTERNAL_ERROR"
+        case notFound = "NOT_FOUND"
+        case quotaExceeded = "QUOTA_EXCEEDED"
+        case throttled = "THROTTLED"
+        case tryAgainLater = "TRY_AGAIN_LATER"
+        case validatingReferenceError = "VALIDATING_REFERENCE_ERROR"
+        case uniqueFieldError = "UNIQUE_FIELD_ERROR"
+        case zoneNotFound = "ZONE_NOT_FOUND"
+        case changeTokenExpired = "CHANGE_TOKEN_EXPIRED"
+    }
+
+    private let base: Base
+
+    public static let accessDenied = ServerErrorCode(base: .accessDenied)
+    public static let atomicError = ServerErrorCode(base: .atomicError)
+    public static let authenticationFailed = ServerErrorCode(base: .authenticationFailed)
+    public static let authenticationRequired = ServerErrorCode(base: .authenticationRequired)
+    public static let badRequest = ServerErrorCode(base: .badRequest)
+    public static let conflict = ServerErrorCode(base: .conflict)
+    public static let exists = ServerErrorCode(base: .exists)
+    public static let internalError = ServerErrorCode(base: .internalError)
+    public static let notFound = ServerErrorCode(base: .notFound)
+    public static let quotaExceeded = ServerErrorCode(base: .quotaExceeded)
+    public static let throttled = ServerErrorCode(base: .throttled)
+    public static let tryAgainLater = ServerErrorCode(base: .tryAgainLater)
+    public static let validatingReferenceError = ServerErrorCode(base: .validatingReferenceError)
+    public static let uniqueFieldError = ServerErrorCode(base: .uniqueFieldError)
+    public static let zoneNotFound = ServerErrorCode(base: .zoneNotFound)
+    /// Nimbus's one addition to Apple's list: a sync token that predates a zone's deletion
+    /// and re-creation. Native CloudKit reports it as `CKError.changeTokenExpired`; the
+    /// client must drop its cache of the zone and fetch from no token.
+    public static let changeTokenExpired = ServerErrorCode(base: .changeTokenExpired)
+
+    public init?(rawValue: String) {
+        guard let base = Base(rawValue: rawValue) else { return nil }
+        self.base = base
+    }
+
+    private init(base: Base) { self.base = base }
+
+    public var rawValue: String { base.rawValue }
+    public var description: String { base.rawValue }
+
+    /// The HTTP status of a whole-request failure with this code (reference §13.2).
+    public var httpStatus: Int {
+        switch base {
+        case .accessDenied: return 403
+        case .atomicError, .badRequest, .changeTokenExpired: return 400
+        case .authenticationFailed: return 401
+        case .authenticationRequired: return 421
+        case .conflict, .exists, .uniqueFieldError: return 409
+        case .internalError: return 500
+        case .notFound, .zoneNotFound: return 404
+        case .quotaExceeded: return 413
+        case .throttled: return 429
+        case .tryAgainLater: return 503
+        case .validatingReferenceError: return 412
+        }
+    }
+}

@@ -1,0 +1,2 @@
+import Testing
+@Test func placeholder() {}
