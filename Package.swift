@@ -81,6 +81,8 @@ let package = Package(
             dependencies: [
                 "NimbusServer", "NimbusCore", "NimbusSQLite",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "NIOCore", package: "swift-nio"),
             ],
             path: "Tests/NimbusTestSupport",
             swiftSettings: strict),

@@ -85,9 +85,8 @@ private struct JSONParser {
         }
         while true {
             skipWhitespace()
-            guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else {
-                throw fail("expected a quoted key")
-            }
+            guard index < bytes.count else { throw fail("unexpected end of input inside an object") }
+            guard bytes[index] == UInt8(ascii: "\"") else { throw fail("expected a quoted key") }
             let key = try parseString()
             skipWhitespace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw fail("expected ':' after a key") }

@@ -1,0 +1,283 @@
+import NimbusTestSupport
+import NimbusWire
+import Testing
+
+@Suite struct RecordTests {
+    @Test func createThenLookupReturnsTheRecordWithSystemFields() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            let saved = try await alice.modify(
+                [Op.create("n1", ["title": Op.field("Hello")])], extra: ["zoneID": ["zoneName": "_defaultZone", "zoneType": "DEFAULT_ZONE"]])
+            #expect(saved.status == 200)
+            let record = try #require(saved.records.first)
+            #expect(record["recordName"] == "n1")
+            #expect(record["recordType"] == "Note")
+            #expect(record.changeTag != nil)
+            #expect(record["deleted"] == false)
+            #expect(record["pluginFields"] == .object([:]))
+            #expect(record["created"]?["userRecordName"]?.stringValue == alice.userRecordName)
+            #expect(record["modified"]?["deviceID"] == "iCloud")
+            #expect(record["fields"]?["title"] == .object(["value": "Hello", "type": "STRING"]))
+            let fetched = try await alice.lookup(["n1", "missing"])
+            #expect(fetched.records.count == 2)
+            #expect(fetched.records[0].changeTag == record.changeTag)
+            #expect(fetched.records[1].errorCode == "NOT_FOUND")
+            #expect(fetched.records[1]["recordName"] == "missing")
+        }
+    }
+
+    @Test func serverAssignsRecordNameWhenCreateOmitsIt() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            let saved = try await alice.modify([Op.create(nil)])
+            let name = try #require(saved.records.first?["recordName"]?.stringValue)
+            #expect(name.count == 36)
+        }
+    }
+
+    @Test func everyFieldTypeRoundTrips() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            let fields: JSONObject = [
+                "s": Op.field("héllo ✓ \u{0}", "STRING"),
+                "i": Op.field(.int(Int64.max), "INT64"),
+                "d": Op.field(2.5, "DOUBLE"),
+                "t": Op.field(1_700_000_000_123, "TIMESTAMP"),
+                "b": Op.field("AAEC/w==", "BYTES"),
+                "l": Op.field(["latitude": 37.33, "longitude": -122.03, "altitude": 12.0], "LOCATION"),
+                "r": Op.field(["recordName": "other", "action": "NONE"], "REFERENCE"),
+                "a": Op.field(["fileChecksum": "abc", "size": 3], "ASSETID"),
+                "sl": Op.field(["a", "b"], "STRING_LIST"),
+                "il": Op.field([1, 2, 3], "INT64_LIST"),
+                "dl": Op.field([1.5, 2], "DOUBLE_LIST"),
+                "tl": Op.field([1, 2], "TIMESTAMP_LIST"),
+                "bl": Op.field(["AA=="], "BYTES_LIST"),
+                "ll": Op.field([["latitude": 1.0, "longitude": 2.0]], "LOCATION_LIST"),
+                "rl": Op.field([["recordName": "x", "action": "NONE"]], "REFERENCE_LIST"),
+                "al": Op.field([["fileChecksum": "c", "size": 1]], "ASSETID_LIST"),
+                "n64": Op.field(7, "NUMBER_INT64"),
+                "flag": Op.field(true),
+            ]
+            let saved = try await alice.modify([Op.create("all", type: "Everything", fields)])
+            let record = try #require(saved.records.first)
+            #expect(record.errorCode == nil, "\(saved.text)")
+            let fetched = try #require(try await alice.lookup(["all"]).records.first)
+            let types = fetched["fields"]?.objectValue?.pairs.reduce(into: [String: String]()) { $0[$1.key] = $1.value["type"]?.stringValue }
+            #expect(types?["s"] == "STRING")
+            #expect(types?["n64"] == "INT64")
+            #expect(types?["flag"] == "INT64")
+            #expect(types?["al"] == "ASSETID_LIST")
+            #expect(fetched.fieldValue("s") == "héllo ✓ \u{0}")
+            #expect(fetched.fieldValue("i") == .int(Int64.max))
+            #expect(fetched.fieldValue("d") == .double(2.5))
+            #expect(fetched.fieldValue("t") == .int(1_700_000_000_123))
+            #expect(fetched.fieldValue("b") == "AAEC/w==")
+            #expect(fetched.fieldValue("l")?["latitude"] == .double(37.33))
+            #expect(fetched.fieldValue("l")?["altitude"] == .double(12))
+            #expect(fetched.fieldValue("r")?["recordName"] == "other")
+            #expect(fetched.fieldValue("il") == [1, 2, 3])
+            #expect(fetched.fieldValue("dl") == [.double(1.5), .double(2)])
+            #expect(fetched.fieldValue("flag") == 1)
+        }
+    }
+
+    @Test func numbersAsStringsAndDesiredKeysShapeTheResponse() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            let fields: JSONObject = ["n": Op.field(5), "d": Op.field(1.5), "s": Op.field("x"), "nl": Op.field([1, 2])]
+            let saved = try await alice.modify(
+                [Op.make("create", Op.record("r1", fields: fields), desiredKeys: ["n"])], extra: ["desiredKeys": ["s"]])
+            #expect(saved.records.first?["fields"]?.objectValue?.keys == ["n"])  // per-operation keys win
+            let lookup = try await alice.lookup(["r1"], extra: ["numbersAsStrings": true])
+            #expect(lookup.records.first?.fieldValue("n") == "5")
+            #expect(lookup.records.first?.fieldValue("d") == "1.5")
+            #expect(lookup.records.first?.fieldValue("nl") == ["1", "2"])
+            #expect(lookup.records.first?.fieldValue("s") == "x")
+            let none = try await alice.lookup(["r1"], extra: ["desiredKeys": []])
+            #expect(none.records.first?["fields"] == .object([:]))
+            let perRecord = try await alice.post(
+                "private", "records/lookup", ["records": [["recordName": "r1", "desiredKeys": ["d"]]]])
+            #expect(perRecord.records.first?["fields"]?.objectValue?.keys == ["d"])
+        }
+    }
+
+    @Test func changeTagChangesOnEveryWriteAndStaleTagConflictsWithServerRecord() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            let first = try #require(try await alice.modify([Op.create("p", ["name": Op.field("Johnny")])]).records.first)
+            let tag1 = try #require(first.changeTag)
+            let second = try #require(try await alice.modify([Op.update("p", tag: tag1, ["hobby": Op.field("Horticulture")])]).records.first)
+            let tag2 = try #require(second.changeTag)
+            #expect(tag1 != tag2)
+            #expect(second.fieldValue("name") == "Johnny")  // update merges
+            let stale = try #require(try await alice.modify([Op.update("p", tag: tag1, ["hobby": Op.field("Geocaching")])]).records.first)
+            #expect(stale.errorCode == "CONFLICT")
+            #expect(stale["recordName"] == "p")
+            #expect(stale["serverRecord"]?.changeTag == tag2)
+            #expect(stale["serverRecord"]?.fieldValue("hobby") == "Horticulture")
+            let missingTag = try await alice.modify([Op.update("p", tag: nil, ["hobby": Op.field("x")])])
+            #expect(missingTag.records.first?.errorCode == "BAD_REQUEST")
+            #expect(missingTag.records.first?["reason"]?.stringValue?.contains("recordChangeTag") == true)
+        }
+    }
+
+    @Test func sevenOperationTypesFollowTheirSemantics() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            let created = try #require(try await alice.modify([Op.create("r", ["a": Op.field(1), "b": Op.field(2)])]).records.first)
+            #expect(try await alice.modify([Op.create("r")]).records.first?.errorCode == "EXISTS")
+            #expect(try await alice.modify([Op.update("ghost", tag: "1", [:])]).records.first?.errorCode == "NOT_FOUND")
+
+            // replace: unlisted fields are cleared.
+            let replaced = try #require(try await alice.modify([
+                Op.make("replace", Op.record("r", type: nil, tag: created.changeTag, fields: ["a": Op.field(10)]))
+            ]).records.first)
+            #expect(replaced.fieldValue("a") == 10)
+            #expect(replaced.fieldValue("b") == nil)
+
+            // forceUpdate ignores the tag and merges; it creates when missing (with a type).
+            let forced = try #require(try await alice.modify([
+                Op.make("forceUpdate", Op.record("r", type: nil, tag: "stale", fields: ["b": Op.field(20)]))
+            ]).records.first)
+            #expect(forced.fieldValue("a") == 10 && forced.fieldValue("b") == 20)
+            let forcedNew = try await alice.modify([Op.make("forceUpdate", Op.record("fresh", fields: ["a": Op.field(1)]))])
+            #expect(forcedNew.records.first?.fieldValue("a") == 1)
+            let noType = try await alice.modify([Op.make("forceUpdate", Op.record("typeless", type: nil, fields: [:]))])
+            #expect(noType.records.first?.errorCode == "BAD_REQUEST")
+
+            // forceReplace replaces regardless of the tag.
+            let forceReplaced = try #require(try await alice.modify([
+                Op.make("forceReplace", Op.record("r", type: nil, fields: ["c": Op.field(3)]))
+            ]).records.first)
+            #expect(forceReplaced.fieldValue("a") == nil && forceReplaced.fieldValue("c") == 3)
+
+            // A null value clears one field in an update.
+            let cleared = try #require(try await alice.modify([
+                Op.update("r", tag: forceReplaced.changeTag, ["c": .object(["value": .null])])
+            ]).records.first)
+            #expect(cleared["fields"] == .object([:]))
+
+            // delete checks the tag; forceDelete does not, and is idempotent.
+            #expect(try await alice.modify([Op.delete("r", tag: "stale")]).records.first?.errorCode == "CONFLICT")
+            let deleted = try await alice.modify([Op.delete("r", tag: cleared.changeTag)])
+            #expect(deleted.records.first?["deleted"] == true)
+            #expect(try await alice.lookup(["r"]).records.first?.errorCode == "NOT_FOUND")
+            #expect(try await alice.modify([Op.forceDelete("fresh")]).records.first?["deleted"] == true)
+            #expect(try await alice.modify([Op.forceDelete("fresh")]).records.first?["deleted"] == true)
+            #expect(try await alice.modify([Op.delete("fresh", tag: "1")]).records.first?.errorCode == "NOT_FOUND")
+            // A deleted name can be created again.
+            #expect(try await alice.modify([Op.create("r")]).records.first?.errorCode == nil)
+        }
+    }
+
+    @Test func recordTypeCannotChange() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            let saved = try #require(try await alice.modify([Op.create("r")]).records.first)
+            let changed = try await alice.modify([Op.make("update", Op.record("r", type: "Other", tag: saved.changeTag, fields: [:]))])
+            #expect(changed.records.first?.errorCode == "BAD_REQUEST")
+        }
+    }
+
+    @Test func atomicBatchInCustomZoneWritesNothingWhenOneFails() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            _ = try await alice.createZone("Z")
+            _ = try await alice.modify(zone: "Z", [Op.create("taken")])
+            let response = try await alice.modify(zone: "Z", [Op.create("a"), Op.create("taken"), Op.create("b")])
+            #expect(response.status == 200)
+            #expect(response.records.map(\.errorCode) == ["ATOMIC_ERROR", "EXISTS", "ATOMIC_ERROR"])
+            #expect(response.records.map { $0["recordName"]?.stringValue } == ["a", "taken", "b"])
+            let lookup = try await alice.lookup(zone: "Z", ["a", "b"])
+            #expect(lookup.records.map(\.errorCode) == ["NOT_FOUND", "NOT_FOUND"])
+            // Nothing of the failed batch shows in the change feed either.
+            let changes = try await alice.zoneChanges("Z")
+            #expect(changes.zones.first?["records"]?.arrayValue?.count == 1)
+        }
+    }
+
+    @Test func nonAtomicBatchesApplyEachOperationAlone() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            _ = try await alice.createZone("Z")
+            _ = try await alice.modify(zone: "Z", [Op.create("taken")])
+            let custom = try await alice.modify(zone: "Z", atomic: false, [Op.create("a"), Op.create("taken"), Op.create("b")])
+            #expect(custom.records.map(\.errorCode) == [nil, "EXISTS", nil])
+            // In the default zone each operation stands alone even if atomic is asked for.
+            _ = try await alice.modify([Op.create("taken")])
+            let defaultZone = try await alice.modify(atomic: true, [Op.create("x"), Op.create("taken"), Op.create("y")])
+            #expect(defaultZone.records.map(\.errorCode) == [nil, "EXISTS", nil])
+            #expect(try await alice.lookup(["x", "y"]).records.map(\.errorCode) == [nil, nil])
+        }
+    }
+
+    @Test func oneOperationPerRecordPerRequest() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            let response = try await alice.modify([Op.create("dup"), Op.forceDelete("dup")])
+            #expect(response.records.map(\.errorCode) == [nil, "BAD_REQUEST"])
+        }
+    }
+
+    @Test func publicRecordsAreReadableWithTokenAloneAndWritableByCreatorOnly() async throws {
+        try await TestServer.with { server in
+            let anonymous = server.client()
+            let denied = try await anonymous.modify("public", [Op.create("p1")])
+            #expect(denied.status == 421)
+            let alice = try await server.user("alice")
+            let saved = try #require(try await alice.modify("public", [Op.create("p1", ["v": Op.field(1)])]).records.first)
+            let read = try await anonymous.lookup("public", ["p1"])
+            #expect(read.records.first?.fieldValue("v") == 1)
+            let bob = try await server.user("bob")
+            #expect(try await bob.lookup("public", ["p1"]).records.first?.fieldValue("v") == 1)
+            let update = try await bob.modify("public", [Op.update("p1", tag: saved.changeTag, ["v": Op.field(2)])])
+            #expect(update.records.first?.errorCode == "ACCESS_DENIED")
+            #expect(try await bob.modify("public", [Op.forceDelete("p1")]).records.first?.errorCode == "ACCESS_DENIED")
+            #expect(try await alice.modify("public", [Op.forceDelete("p1")]).records.first?["deleted"] == true)
+        }
+    }
+
+    @Test func privateDataOfOneUserIsInvisibleToAnother() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            let bob = try await server.user("bob")
+            _ = try await alice.modify([Op.create("diary", ["text": Op.field("secret")])])
+            #expect(try await bob.lookup(["diary"]).records.first?.errorCode == "NOT_FOUND")
+            #expect(try await bob.modify([Op.create("diary")]).records.first?.errorCode == nil)  // bob's own
+            #expect(try await alice.lookup(["diary"]).records.first?.fieldValue("text") == "secret")
+        }
+    }
+
+    @Test func developmentAndProductionAreSeparateDataSets() async throws {
+        try await TestServer.with { server in
+            let dev = try await server.user("alice")
+            _ = try await dev.modify("public", [Op.create("shared-name", ["v": Op.field(1)])])
+            _ = try await server.service.deploySchema(container: TestServer.container)
+            let prod = try await server.client(environment: .production).lookup("public", ["shared-name"])
+            #expect(prod.records.first?.errorCode == "NOT_FOUND")
+        }
+    }
+
+    @Test func resultsKeepRequestOrder() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            let names = (0..<50).map { "r\(49 - $0)" }
+            let saved = try await alice.modify(names.map { Op.create($0) })
+            #expect(saved.records.compactMap { $0["recordName"]?.stringValue } == names)
+            let lookup = try await alice.lookup(names.reversed())
+            #expect(lookup.records.compactMap { $0["recordName"]?.stringValue } == names.reversed())
+        }
+    }
+
+    @Test func deviceIDHeaderIsRecordedInModified() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            let body = JSON.object(["operations": [Op.create("d")]])
+            let response = try await alice.send(
+                path: "/database/1/\(TestServer.container)/development/private/records/modify", body: body.serialized(),
+                rawQuery: "?ckAPIToken=\(server.developmentToken)&ckWebAuthToken=\(alice.webAuthToken!)",
+                headers: [("X-Nimbus-Device-ID", "iPhone-A")])
+            #expect(response.records.first?["modified"]?["deviceID"] == "iPhone-A")
+        }
+    }
+}

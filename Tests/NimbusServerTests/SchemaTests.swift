@@ -1,0 +1,66 @@
+import NimbusTestSupport
+import NimbusWire
+import Testing
+
+@Suite struct SchemaTests {
+    @Test func developmentSchemaIsCreatedJustInTimeAndEnforced() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            _ = try await alice.modify([Op.create("a", type: "Party", ["clowns": Op.field(5)])])
+            let schema = try await server.service.schema(container: TestServer.container, environment: .development)
+            #expect(schema.recordTypes == ["Party"])
+            #expect(schema.fields.map { "\($0.fieldName):\($0.fieldType)" } == ["clowns:INT64"])
+            let typed = try await alice.modify([Op.create("b", type: "Party", ["clowns": Op.field("five", "STRING")])])
+            let reason = try #require(typed.records.first?["reason"]?.stringValue)
+            #expect(typed.records.first?.errorCode == "BAD_REQUEST")
+            #expect(reason.contains("clowns") && reason.contains("INT64") && reason.contains("STRING"))
+            let untyped = try await alice.modify([Op.create("c", type: "Party", ["clowns": Op.field("five")])])
+            #expect(untyped.records.first?.errorCode == "BAD_REQUEST")
+            #expect(untyped.records.first?["reason"]?.stringValue?.contains("INT64") == true)
+            // A DOUBLE field takes integral JSON numbers without a type.
+            _ = try await alice.modify([Op.create("d", type: "Party", ["price": Op.field(2.5)])])
+            #expect(try await alice.modify([Op.create("e", type: "Party", ["price": Op.field(3)])]).records.first?.errorCode == nil)
+        }
+    }
+
+    @Test func productionRejectsUnknownTypesAndFieldsUntilDeployed() async throws {
+        try await TestServer.with { server in
+            let prod = try await server.user("alice", environment: .production)
+            let unknownType = try await prod.modify("public", [Op.create("p", type: "Party", ["clowns": Op.field(5)])])
+            #expect(unknownType.records.first?.errorCode == "BAD_REQUEST")
+            #expect(unknownType.records.first?["reason"]?.stringValue?.contains("production schema") == true)
+
+            let dev = try await server.user("bob")
+            _ = try await dev.modify("public", [Op.create("p", type: "Party", ["clowns": Op.field(5)])])
+            let deployed = try await server.service.deploySchema(container: TestServer.container)
+            #expect(deployed.recordTypes == 1 && deployed.fields == 1)
+            #expect(try await prod.modify("public", [Op.create("p", type: "Party", ["clowns": Op.field(5)])]).records.first?.errorCode == nil)
+            let unknownField = try await prod.modify("public", [Op.create("q", type: "Party", ["balloons": Op.field(9)])])
+            #expect(unknownField.records.first?.errorCode == "BAD_REQUEST")
+            #expect(unknownField.records.first?["reason"]?.stringValue?.contains("balloons") == true)
+        }
+    }
+
+    @Test func deployRefusesConflictingTypesAndChangesNothing() async throws {
+        try await TestServer.with { server in
+            let dev = try await server.user("bob")
+            _ = try await dev.modify("public", [Op.create("p", type: "Party", ["clowns": Op.field(5)])])
+            _ = try await server.service.deploySchema(container: TestServer.container)
+            // Recreate the conflict directly in storage: production says STRING for the same field.
+            try await server.directory.storage.write { tx in
+                try tx.addSchemaField(
+                    container: TestServer.container, environment: .development,
+                    .init(recordType: "Party", fieldName: "theme", fieldType: "STRING"))
+                try tx.addSchemaField(
+                    container: TestServer.container, environment: .production,
+                    .init(recordType: "Party", fieldName: "theme", fieldType: "INT64"))
+                try tx.addSchemaField(
+                    container: TestServer.container, environment: .development,
+                    .init(recordType: "Party", fieldName: "extra", fieldType: "STRING"))
+            }
+            await #expect(throws: CloudKitError.self) { try await server.service.deploySchema(container: TestServer.container) }
+            let production = try await server.service.schema(container: TestServer.container, environment: .production)
+            #expect(!production.fields.contains { $0.fieldName == "extra" })
+        }
+    }
+}

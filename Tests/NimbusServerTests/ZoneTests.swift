@@ -1,0 +1,93 @@
+import NimbusTestSupport
+import NimbusWire
+import Testing
+
+@Suite struct ZoneTests {
+    @Test func defaultZoneAlwaysExists() async throws {
+        try await TestServer.with { server in
+            let publicZones = try await server.client().get("public", "zones/list")
+            #expect(publicZones.status == 200)
+            #expect(publicZones.zones.map { $0["zoneID"]?["zoneName"]?.stringValue } == ["_defaultZone"])
+            #expect(publicZones.zones.first?["atomic"] == false)
+            let alice = try await server.user("alice")
+            let privateZones = try await alice.post("private", "zones/list", [:])  // POST works too
+            #expect(privateZones.zones.map { $0["zoneID"]?["zoneName"]?.stringValue } == ["_defaultZone"])
+            #expect(try await alice.get("shared", "zones/list").zones.isEmpty)
+        }
+    }
+
+    @Test func customZonesAreCreatedListedAndLookedUp() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            let created = try await alice.createZone("Notes")
+            #expect(created.status == 200)
+            let zone = try #require(created.zones.first)
+            #expect(zone["zoneID"]?["ownerRecordName"]?.stringValue == alice.userRecordName)
+            #expect(zone["zoneID"]?["zoneType"] == "REGULAR_CUSTOM_ZONE")
+            #expect(zone["atomic"] == true)
+            // Creating it again is a save: same zone, no error.
+            #expect(try await alice.createZone("Notes").zones.first?.errorCode == nil)
+            let names = try await alice.get("private", "zones/list").zones.compactMap { $0["zoneID"]?["zoneName"]?.stringValue }
+            #expect(names.sorted() == ["Notes", "_defaultZone"])
+            let lookup = try await alice.post(
+                "private", "zones/lookup", ["zones": [["zoneName": "Notes"], ["zoneName": "Missing"], ["zoneID": ["zoneName": "Notes", "ownerName": .string(alice.userRecordName!)]]]])
+            #expect(lookup.zones.count == 3)
+            #expect(lookup.zones[0]["zoneID"]?["zoneName"] == "Notes")
+            #expect(lookup.zones[1].errorCode == "ZONE_NOT_FOUND")
+            #expect(lookup.zones[2]["zoneID"]?["zoneName"] == "Notes")
+        }
+    }
+
+    @Test func customZonesOnlyInPrivateDatabase() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            let response = try await alice.post(
+                "public", "zones/modify", ["operations": [["operationType": "create", "zone": ["zoneID": ["zoneName": "Z"]]]]])
+            #expect(response.status == 400)
+            #expect(response.errorCode == "BAD_REQUEST")
+            let unknown = try await server.client().post("public", "zones/lookup", ["zones": [["zoneName": "Z"]]])
+            #expect(unknown.zones.first?.errorCode == "ZONE_NOT_FOUND")
+        }
+    }
+
+    @Test func defaultZoneCannotBeDeletedAndUnknownZoneIsNotFound() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            let response = try await alice.deleteZone("_defaultZone")
+            #expect(response.status == 200)
+            #expect(response.zones.first?.errorCode == "BAD_REQUEST")
+            #expect(try await alice.deleteZone("Nope").zones.first?.errorCode == "ZONE_NOT_FOUND")
+        }
+    }
+
+    @Test func deletingZoneDeletesItsRecords() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            _ = try await alice.createZone("Notes")
+            #expect(try await alice.modify(zone: "Notes", [Op.create("n1"), Op.create("n2")]).records.count == 2)
+            let deleted = try await alice.deleteZone("Notes")
+            #expect(deleted.zones.first?["deleted"] == true)
+            #expect(try await alice.lookup(zone: "Notes", ["n1"]).errorCode == "ZONE_NOT_FOUND")
+            _ = try await alice.createZone("Notes")
+            let lookup = try await alice.lookup(zone: "Notes", ["n1", "n2"])
+            #expect(lookup.records.map(\.errorCode) == ["NOT_FOUND", "NOT_FOUND"])
+        }
+    }
+
+    @Test func usersCannotReachEachOthersZones() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            let bob = try await server.user("bob")
+            _ = try await alice.createZone("Secret")
+            _ = try await alice.modify(zone: "Secret", [Op.create("s1", ["text": Op.field("alice's")])])
+            #expect(try await bob.lookup(zone: "Secret", ["s1"]).errorCode == "ZONE_NOT_FOUND")
+            let explicit = try await bob.post(
+                "private", "records/lookup",
+                ["records": [["recordName": "s1"]], "zoneID": ["zoneName": "Secret", "ownerRecordName": .string(alice.userRecordName!)]])
+            #expect(explicit.errorCode == "ZONE_NOT_FOUND")
+            // Same name in the default zone: each user has their own.
+            _ = try await alice.modify([Op.create("d1", ["owner": Op.field("alice")])])
+            #expect(try await bob.lookup(["d1"]).records.first?.errorCode == "NOT_FOUND")
+        }
+    }
+}

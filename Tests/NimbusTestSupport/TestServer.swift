@@ -1,0 +1,302 @@
+import AsyncHTTPClient
+import Foundation
+import Logging
+import NIOCore
+import NimbusCore
+import NimbusServer
+import NimbusStorage
+import NimbusWire
+import ServiceLifecycle
+
+/// A Nimbus server on a fresh data directory, listening on a free loopback port, for
+/// scenario tests over real HTTP. Use `TestServer.with { server in … }`: it always stops.
+public final class TestServer: Sendable {
+    public static let container = "iCloud.test.nimbus"
+
+    public let port: Int
+    public let directory: DataDirectory
+    public let dataDirectory: String
+    public let developmentToken: String
+    public let productionToken: String
+    public let clock: ManualClock
+    private let group: ServiceGroup
+    private let task: Task<Void, any Error>
+
+    public var service: NimbusService { directory.service }
+    public var baseURL: String { "http://127.0.0.1:\(port)" }
+
+    private init(
+        port: Int, directory: DataDirectory, dataDirectory: String, developmentToken: String, productionToken: String,
+        clock: ManualClock, group: ServiceGroup, task: Task<Void, any Error>
+    ) {
+        self.port = port
+        self.directory = directory
+        self.dataDirectory = dataDirectory
+        self.developmentToken = developmentToken
+        self.productionToken = productionToken
+        self.clock = clock
+        self.group = group
+        self.task = task
+    }
+
+    public static func start() async throws -> TestServer {
+        let dataDirectory = NSTemporaryDirectory() + "nimbus-test-" + UUID().uuidString
+        var configuration = ServerConfiguration()
+        configuration.dataDirectory = dataDirectory
+        configuration.port = 0
+        configuration.logLevel = .error
+        configuration.synchronous = .normal
+        configuration.service.passwordRounds = 1_000  // fast tests; production uses 210,000
+        let clock = ManualClock(milliseconds: Int64(Date().timeIntervalSince1970 * 1000))
+        configuration.service.clock = clock
+        let directory = try await DataDirectory.open(configuration)
+        try await directory.service.createContainer(id: container)
+        let developmentToken = try await directory.service.createAPIToken(container: container, environment: .development)
+        let productionToken = try await directory.service.createAPIToken(container: container, environment: .production)
+
+        let (ports, portContinuation) = AsyncStream<Int>.makeStream()
+        let app = NimbusServer.makeApplication(service: directory.service, configuration: configuration) { port in
+            portContinuation.yield(port)
+            portContinuation.finish()
+        }
+        let group = ServiceGroup(services: [app], gracefulShutdownSignals: [], logger: Logger(label: "test"))
+        let task = Task { try await group.run() }
+        var iterator = ports.makeAsyncIterator()
+        guard let port = await iterator.next() else { throw TestFailure("the server did not start") }
+        return TestServer(
+            port: port, directory: directory, dataDirectory: dataDirectory, developmentToken: developmentToken,
+            productionToken: productionToken, clock: clock, group: group, task: task)
+    }
+
+    public func stop() async throws {
+        await group.triggerGracefulShutdown()
+        _ = try? await task.value
+        try await directory.storage.close()
+        try? FileManager.default.removeItem(atPath: dataDirectory)
+    }
+
+    /// Runs `body` against a fresh server and stops it afterwards, also when `body` throws.
+    public static func with<T>(_ body: (TestServer) async throws -> T) async throws -> T {
+        let server = try await start()
+        do {
+            let result = try await body(server)
+            try await server.stop()
+            return result
+        } catch {
+            try? await server.stop()
+            throw error
+        }
+    }
+
+    /// Creates a user and signs them in; returns a client acting as them.
+    public func user(_ name: String, environment: NimbusStorage.Environment = .development) async throws -> APIClient {
+        _ = try await service.createUser(name: name, password: "password-\(name)")
+        let anonymous = client(environment: environment)
+        let response = try await anonymous.signIn(name, password: "password-\(name)")
+        guard response.status == 200, let token = response.json["ckWebAuthToken"]?.stringValue,
+            let recordName = response.json["userRecordName"]?.stringValue
+        else { throw TestFailure("sign-in failed: \(response.text)") }
+        return APIClient(
+            baseURL: baseURL, container: Self.container, environment: environment,
+            apiToken: environment == .development ? developmentToken : productionToken, webAuthToken: token,
+            userRecordName: recordName)
+    }
+
+    /// A client with the API token only (no user).
+    public func client(environment: NimbusStorage.Environment = .development) -> APIClient {
+        APIClient(
+            baseURL: baseURL, container: Self.container, environment: environment,
+            apiToken: environment == .development ? developmentToken : productionToken, webAuthToken: nil,
+            userRecordName: nil)
+    }
+}
+
+public struct TestFailure: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// One HTTP answer: status, headers and the body parsed as JSON.
+public struct APIResponse: Sendable {
+    public let status: Int
+    public let headers: [(String, String)]
+    public let text: String
+    public let json: JSON
+
+    public func header(_ name: String) -> String? {
+        headers.first { $0.0.lowercased() == name.lowercased() }?.1
+    }
+
+    /// The `serverErrorCode` of a whole-request error.
+    public var errorCode: String? { json["serverErrorCode"]?.stringValue }
+    public var reason: String { json["reason"]?.stringValue ?? "" }
+    public var records: [JSON] { json["records"]?.arrayValue ?? [] }
+    public var zones: [JSON] { json["zones"]?.arrayValue ?? [] }
+}
+
+/// Speaks the Web Services protocol over real HTTP, as a CloudKit JS client would.
+public struct APIClient: Sendable {
+    public let baseURL: String
+    public let container: String
+    public let environment: NimbusStorage.Environment
+    public var apiToken: String?
+    public var webAuthToken: String?
+    public let userRecordName: String?
+
+    public init(
+        baseURL: String, container: String, environment: NimbusStorage.Environment, apiToken: String?,
+        webAuthToken: String?, userRecordName: String?
+    ) {
+        self.baseURL = baseURL
+        self.container = container
+        self.environment = environment
+        self.apiToken = apiToken
+        self.webAuthToken = webAuthToken
+        self.userRecordName = userRecordName
+    }
+
+    var query: String {
+        var parts: [String] = []
+        if let apiToken { parts.append("ckAPIToken=\(apiToken)") }
+        if let webAuthToken { parts.append("ckWebAuthToken=\(webAuthToken)") }
+        return parts.isEmpty ? "" : "?" + parts.joined(separator: "&")
+    }
+
+    /// POSTs to `/database/1/{container}/{environment}/{database}/{endpoint}`.
+    public func post(_ database: String, _ endpoint: String, _ body: JSON) async throws -> APIResponse {
+        try await send(
+            path: "/database/1/\(container)/\(environment.rawValue)/\(database)/\(endpoint)", body: Array(body.serialized()))
+    }
+
+    public func get(_ database: String, _ endpoint: String) async throws -> APIResponse {
+        try await send(path: "/database/1/\(container)/\(environment.rawValue)/\(database)/\(endpoint)", body: nil)
+    }
+
+    public func signIn(_ user: String, password: String) async throws -> APIResponse {
+        try await send(
+            path: "/auth/1/\(container)/\(environment.rawValue)/signin",
+            body: Array(JSON.object(["username": .string(user), "password": .string(password)]).serialized()))
+    }
+
+    public func send(path: String, body: [UInt8]?, rawQuery: String? = nil, headers: [(String, String)] = [])
+        async throws -> APIResponse
+    {
+        var request = HTTPClientRequest(url: baseURL + path + (rawQuery ?? query))
+        request.method = body == nil ? .GET : .POST
+        request.headers.add(name: "Content-Type", value: "text/plain")
+        for (name, value) in headers { request.headers.add(name: name, value: value) }
+        if let body { request.body = .bytes(ByteBuffer(bytes: body)) }
+        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(60))
+        let buffer = try await response.body.collect(upTo: 64 * 1_048_576)
+        let bytes = Array(buffer.readableBytesView)
+        let json = (try? JSON.parse(bytes)) ?? .null
+        return APIResponse(
+            status: Int(response.status.code), headers: response.headers.map { ($0.name, $0.value) },
+            text: String(decoding: bytes, as: UTF8.self), json: json)
+    }
+
+    // MARK: Shorthands
+
+    public func modify(zone: String? = nil, atomic: Bool? = nil, _ operations: [JSON], extra: JSONObject = [:])
+        async throws -> APIResponse
+    {
+        try await modify("private", zone: zone, atomic: atomic, operations, extra: extra)
+    }
+
+    public func modify(_ database: String, zone: String? = nil, atomic: Bool? = nil, _ operations: [JSON],
+        extra: JSONObject = [:]) async throws -> APIResponse
+    {
+        var body = extra
+        body["operations"] = .array(operations)
+        if let zone { body["zoneID"] = .object(["zoneName": .string(zone)]) }
+        if let atomic { body["atomic"] = .bool(atomic) }
+        return try await post(database, "records/modify", .object(body))
+    }
+
+    public func lookup(zone: String? = nil, _ names: [String], extra: JSONObject = [:]) async throws -> APIResponse {
+        try await lookup("private", zone: zone, names, extra: extra)
+    }
+
+    public func lookup(_ database: String, zone: String? = nil, _ names: [String], extra: JSONObject = [:])
+        async throws -> APIResponse
+    {
+        var body = extra
+        body["records"] = .array(names.map { .object(["recordName": .string($0)]) })
+        if let zone { body["zoneID"] = .object(["zoneName": .string(zone)]) }
+        return try await post(database, "records/lookup", .object(body))
+    }
+
+    public func createZone(_ name: String) async throws -> APIResponse {
+        try await post(
+            "private", "zones/modify",
+            ["operations": [["operationType": "create", "zone": ["zoneID": ["zoneName": .string(name)]]]]])
+    }
+
+    public func deleteZone(_ name: String) async throws -> APIResponse {
+        try await post(
+            "private", "zones/modify",
+            ["operations": [["operationType": "delete", "zone": ["zoneID": ["zoneName": .string(name)]]]]])
+    }
+
+    public func zoneChanges(_ zone: String, token: String? = nil, limit: Int? = nil) async throws -> APIResponse {
+        var zoneRequest: JSONObject = ["zoneID": ["zoneName": .string(zone)]]
+        if let token { zoneRequest["syncToken"] = .string(token) }
+        if let limit { zoneRequest["resultsLimit"] = .int(Int64(limit)) }
+        return try await post("private", "changes/zone", ["zones": [.object(zoneRequest)]])
+    }
+
+    public func databaseChanges(token: String? = nil, limit: Int? = nil) async throws -> APIResponse {
+        var body: JSONObject = [:]
+        if let token { body["syncToken"] = .string(token) }
+        if let limit { body["resultsLimit"] = .int(Int64(limit)) }
+        return try await post("private", "changes/database", .object(body))
+    }
+}
+
+/// Builders for operation dictionaries.
+public enum Op {
+    public static func record(
+        _ name: String?, type: String? = "Note", tag: String? = nil, fields: JSONObject? = nil
+    ) -> JSON {
+        var record: JSONObject = [:]
+        if let name { record["recordName"] = .string(name) }
+        if let type { record["recordType"] = .string(type) }
+        if let tag { record["recordChangeTag"] = .string(tag) }
+        if let fields { record["fields"] = .object(fields) }
+        return .object(record)
+    }
+
+    public static func make(_ type: String, _ record: JSON, desiredKeys: [String]? = nil) -> JSON {
+        var operation: JSONObject = ["operationType": .string(type), "record": record]
+        if let desiredKeys { operation["desiredKeys"] = .array(desiredKeys.map { .string($0) }) }
+        return .object(operation)
+    }
+
+    public static func create(_ name: String?, type: String = "Note", _ fields: JSONObject = [:]) -> JSON {
+        make("create", record(name, type: type, fields: fields))
+    }
+
+    public static func update(_ name: String, tag: String?, _ fields: JSONObject) -> JSON {
+        make("update", record(name, type: nil, tag: tag, fields: fields))
+    }
+
+    public static func delete(_ name: String, tag: String?) -> JSON {
+        make("delete", record(name, type: nil, tag: tag))
+    }
+
+    public static func forceDelete(_ name: String) -> JSON { make("forceDelete", record(name, type: nil)) }
+
+    /// `{"value": …}` with an optional type.
+    public static func field(_ value: JSON, _ type: String? = nil) -> JSON {
+        var field: JSONObject = ["value": value]
+        if let type { field["type"] = .string(type) }
+        return .object(field)
+    }
+}
+
+extension JSON {
+    /// The value of a record dictionary's field.
+    public func fieldValue(_ name: String) -> JSON? { self["fields"]?[name]?["value"] }
+    public var changeTag: String? { self["recordChangeTag"]?.stringValue }
+    public var errorCode: String? { self["serverErrorCode"]?.stringValue }
+}
