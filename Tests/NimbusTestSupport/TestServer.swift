@@ -142,6 +142,8 @@ public struct APIClient: Sendable {
     public var apiToken: String?
     public var webAuthToken: String?
     public let userRecordName: String?
+    /// How long one request may take before it fails.
+    public var timeoutSeconds: Int64 = 60
 
     public init(
         baseURL: String, container: String, environment: NimbusStorage.Environment, apiToken: String?,
@@ -186,7 +188,7 @@ public struct APIClient: Sendable {
         request.headers.add(name: "Content-Type", value: "text/plain")
         for (name, value) in headers { request.headers.add(name: name, value: value) }
         if let body { request.body = .bytes(ByteBuffer(bytes: body)) }
-        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(60))
+        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(timeoutSeconds))
         let buffer = try await response.body.collect(upTo: 64 * 1_048_576)
         let bytes = Array(buffer.readableBytesView)
         let json = (try? JSON.parse(bytes)) ?? .null

@@ -1,0 +1,176 @@
+import Foundation
+import NimbusTestSupport
+import NimbusWire
+import Testing
+
+/// Kills a real `nimbus serve` process with SIGKILL in the middle of concurrent writes,
+/// restarts it on the same data directory, and checks that every acknowledged write is
+/// there and no atomic batch is there in part.
+@Suite struct CrashRecoveryTests {
+    @Test func acknowledgedWritesSurviveKillNineAndNoAtomicBatchIsPartial() async throws {
+        let dataDirectory = NSTemporaryDirectory() + "nimbus-crash-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: dataDirectory) }
+        let container = "iCloud.test.crash"
+        _ = try NimbusProcess.run(["containers", "create", container, "--data-dir", dataDirectory])
+        let apiToken = try NimbusProcess.run(["tokens", "create", "--container", container, "--data-dir", dataDirectory])
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(apiToken.count == 64)
+        _ = try NimbusProcess.run(["users", "create", "crash", "--password", "crash-test-pw", "--data-dir", dataDirectory])
+
+        let first = try await NimbusProcess.serve(dataDirectory: dataDirectory)
+        var client = APIClient(
+            baseURL: first.baseURL, container: container, environment: .development, apiToken: apiToken,
+            webAuthToken: nil, userRecordName: nil)
+        let signIn = try await client.signIn("crash", password: "crash-test-pw")
+        client.webAuthToken = try #require(signIn.json["ckWebAuthToken"]?.stringValue)
+        #expect(try await client.createZone("Crash").status == 200)
+
+        let writer: APIClient = {
+            var writer = client
+            writer.timeoutSeconds = 5
+            return writer
+        }()
+        let deadline = Date().addingTimeInterval(1.5)
+        // Each task writes atomic batches of five until the server dies under it.
+        let outcomes = await withTaskGroup(of: ([[String]], [[String]]).self) { group in
+            for task in 0..<16 {
+                group.addTask {
+                    var acknowledged: [[String]] = []
+                    var attempted: [[String]] = []
+                    var batch = 0
+                    while true {
+                        let names = (0..<5).map { "t\(task)-b\(batch)-r\($0)" }
+                        attempted.append(names)
+                        batch += 1
+                        guard let response = try? await writer.modify(zone: "Crash", names.map { Op.create($0, ["n": Op.field(.int(Int64(batch)))]) }) else {
+                            break  // the server is gone
+                        }
+                        if response.status == 200, response.records.allSatisfy({ $0.errorCode == nil }) {
+                            acknowledged.append(names)
+                        }
+                    }
+                    return (acknowledged, attempted)
+                }
+            }
+            group.addTask {
+                while Date() < deadline { try? await Task.sleep(for: .milliseconds(20)) }
+                first.kill()
+                return ([], [])
+            }
+            var all: ([[String]], [[String]]) = ([], [])
+            for await outcome in group {
+                all.0 += outcome.0
+                all.1 += outcome.1
+            }
+            return all
+        }
+        let (acknowledged, attempted) = outcomes
+        #expect(acknowledged.count > 10, "too few writes before the kill to tell anything")
+
+        let second = try await NimbusProcess.serve(dataDirectory: dataDirectory)
+        defer { second.stop() }
+        var reader = client
+        reader = APIClient(
+            baseURL: second.baseURL, container: container, environment: .development, apiToken: apiToken,
+            webAuthToken: client.webAuthToken, userRecordName: nil)
+        var present = Set<String>()
+        let allNames = attempted.flatMap { $0 }
+        for start in stride(from: 0, to: allNames.count, by: 200) {
+            let chunk = Array(allNames[start..<min(start + 200, allNames.count)])
+            let lookup = try await reader.lookup(zone: "Crash", chunk)
+            #expect(lookup.status == 200, "\(lookup.text)")
+            for record in lookup.records where record.errorCode == nil {
+                if let name = record["recordName"]?.stringValue { present.insert(name) }
+            }
+        }
+        for batch in acknowledged {
+            #expect(batch.allSatisfy(present.contains), "acknowledged batch lost: \(batch)")
+        }
+        for batch in attempted {
+            let count = batch.filter(present.contains).count
+            #expect(count == 0 || count == batch.count, "partial atomic batch: \(batch) has \(count) of 5")
+        }
+    }
+}
+
+/// Runs the built `nimbus` executable.
+enum NimbusProcess {
+    static var binary: String {
+        if let path = ProcessInfo.processInfo.environment["NIMBUS_BINARY"] { return path }
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let candidates = [".build/debug/nimbus", ".build/x86_64-unknown-linux-gnu/debug/nimbus", ".build/aarch64-unknown-linux-gnu/debug/nimbus"]
+        return candidates.map { root.appendingPathComponent($0).path }.first { FileManager.default.isExecutableFile(atPath: $0) }
+            ?? root.appendingPathComponent(".build/debug/nimbus").path
+    }
+
+    static var environment: [String: String] {
+        var environment = ProcessInfo.processInfo.environment
+        environment["NIMBUS_PASSWORD_ROUNDS"] = "1000"
+        return environment
+    }
+
+    /// Runs a verb to completion and returns its standard output.
+    static func run(_ arguments: [String]) throws -> String {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: binary)
+        process.arguments = arguments
+        process.environment = environment
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else {
+            throw TestFailure("nimbus \(arguments.joined(separator: " ")) exited with \(process.terminationStatus)")
+        }
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    final class Server: @unchecked Sendable {
+        let process: Process
+        let port: Int
+        var baseURL: String { "http://127.0.0.1:\(port)" }
+
+        init(process: Process, port: Int) {
+            self.process = process
+            self.port = port
+        }
+
+        func kill() {
+            Foundation.kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+
+        func stop() {
+            guard process.isRunning else { return }
+            process.terminate()
+            process.waitUntilExit()
+        }
+    }
+
+    /// Starts `nimbus serve` on a free port and waits for its "listening" line.
+    static func serve(dataDirectory: String) async throws -> Server {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: binary)
+        process.arguments = ["serve", "--data-dir", dataDirectory, "--port", "0", "--sync", "normal", "--log-level", "error"]
+        process.environment = environment
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        let handle = output.fileHandleForReading
+        let port = try await Task.detached { () throws -> Int in
+            var text = ""
+            while true {
+                let data = handle.availableData
+                if data.isEmpty { throw TestFailure("nimbus serve exited before listening: \(text)") }
+                text += String(decoding: data, as: UTF8.self)
+                if let line = text.split(separator: "\n").first(where: { $0.hasPrefix("Nimbus listening on") }),
+                    let port = line.split(separator: ":").last.flatMap({ Int($0) })
+                {
+                    return port
+                }
+            }
+        }.value
+        return Server(process: process, port: port)
+    }
+}
