@@ -1,0 +1,102 @@
+import Crypto
+import Foundation
+@testable import NimbusCore
+import NimbusWire
+import Testing
+
+@Suite struct JSONTests {
+    @Test func parsesAndSerializesRoundTrip() throws {
+        let text = #"{"a":[1,-2,3.5,1e3,true,false,null],"s":"é\n\"\\\u0001😀","o":{}}"#
+        let json = try JSON.parse(text)
+        #expect(json["a"]?.arrayValue?[0] == .int(1))
+        #expect(json["a"]?.arrayValue?[2] == .double(3.5))
+        #expect(json["a"]?.arrayValue?[3] == .double(1000))
+        #expect(json["s"] == .string("é\n\"\\\u{1}😀"))
+        #expect(try JSON.parse(json.serialized()) == json)
+    }
+
+    @Test func escapedSurrogatePairsDecode() throws {
+        #expect(try JSON.parse(#""\ud83d\ude00""#) == .string("😀"))
+    }
+
+    @Test(arguments: ["", "{", "[1,]", "{\"a\" 1}", "01", "1.", "\"\\x\"", "nul", "[1] 2", "\"\u{1}\"", "1e999"])
+    func invalidTextIsRefusedWithAnOffset(text: String) {
+        #expect(throws: JSONSyntaxError.self) { try JSON.parse(text) }
+    }
+
+    @Test func nestingAtTheLimitParsesAndOneDeeperIsRefused() throws {
+        let depth = JSON.maximumDepth
+        let atLimit = String(repeating: "[", count: depth) + String(repeating: "]", count: depth)
+        _ = try JSON.parse(atLimit)
+        let past = "[" + atLimit + "]"
+        #expect(throws: JSONSyntaxError.self) { try JSON.parse(past) }
+    }
+
+    @Test func largeIntegersStayExact() throws {
+        #expect(try JSON.parse("9223372036854775807") == .int(Int64.max))
+        #expect(try JSON.parse("9223372036854775808") == .double(9223372036854775808))
+    }
+}
+
+@Suite struct SyncTokenTests {
+    let key = SymmetricKey(size: .bits256)
+
+    @Test func roundTrips() throws {
+        let token = SyncToken.forZone(databaseID: 3, zoneID: 9, zoneName: "Notes", sequence: 42)
+        let decoded = try SyncToken.decode(token.encoded(key: key), expected: .zone, key: key, what: "t")
+        #expect(decoded == token)
+    }
+
+    @Test func tokenSignedWithAnotherKeyIsRefused() {
+        let token = SyncToken.forDatabase(databaseID: 1, sequence: 1).encoded(key: SymmetricKey(size: .bits256))
+        #expect(throws: CloudKitError.self) { try SyncToken.decode(token, expected: .database, key: key, what: "t") }
+    }
+
+    @Test func tokenOfTheOtherKindIsRefused() {
+        let token = SyncToken.forDatabase(databaseID: 1, sequence: 1).encoded(key: key)
+        #expect(throws: CloudKitError.self) { try SyncToken.decode(token, expected: .zone, key: key, what: "t") }
+    }
+}
+
+@Suite struct CredentialTests {
+    @Test func passwordHashVerifiesOnlyTheRightPassword() throws {
+        let hash = try Credentials.hashPassword("correct horse", rounds: 1_000)
+        #expect(hash.hasPrefix("pbkdf2-sha256$1000$"))
+        #expect(Credentials.verifyPassword("correct horse", against: hash))
+        #expect(!Credentials.verifyPassword("correct horsf", against: hash))
+        #expect(!Credentials.verifyPassword("x", against: "garbage"))
+        #expect(try Credentials.hashPassword("same", rounds: 1_000) != Credentials.hashPassword("same", rounds: 1_000))
+    }
+
+    @Test func userRecordNamesAreStablePerContainerAndOpaque() {
+        let keys = DerivedKeys(installationSecret: Array(repeating: 1, count: 32))
+        let name = keys.userRecordName(container: "c", userID: 1)
+        #expect(name == keys.userRecordName(container: "c", userID: 1))
+        #expect(name != keys.userRecordName(container: "d", userID: 1))
+        #expect(name != keys.userRecordName(container: "c", userID: 2))
+        #expect(name.count == 33)
+    }
+}
+
+@Suite struct FieldValueTests {
+    @Test func typesAreInferredFromJSONShape() {
+        #expect(FieldValue.inferType(of: "x") == FieldType(.string))
+        #expect(FieldValue.inferType(of: 1) == FieldType(.int64))
+        #expect(FieldValue.inferType(of: 1.5) == FieldType(.double))
+        #expect(FieldValue.inferType(of: ["recordName": "r"]) == FieldType(.reference))
+        #expect(FieldValue.inferType(of: ["latitude": 1, "longitude": 2]) == FieldType(.location))
+        #expect(FieldValue.inferType(of: [1, 2.5]) == FieldType(.double, list: true))
+        #expect(FieldValue.inferType(of: []) == nil)
+        #expect(FieldValue.inferType(of: ["a", 1]) == nil)
+    }
+
+    @Test func declaredSpellingsAreAccepted() {
+        #expect(DeclaredFieldType(wire: "NUMBER_INT64") == .exact(FieldType(.int64)))
+        #expect(DeclaredFieldType(wire: "ENCRYPTED_BYTES") == .exact(FieldType(.bytes)))
+        #expect(DeclaredFieldType(wire: "ASSET") == .exact(FieldType(.asset)))
+        #expect(DeclaredFieldType(wire: "LIST<INT64>") == .exact(FieldType(.int64, list: true)))
+        #expect(DeclaredFieldType(wire: "string_list") == .exact(FieldType(.string, list: true)))
+        #expect(DeclaredFieldType(wire: "LIST") == .listOfUnknown)
+        #expect(DeclaredFieldType(wire: "BOOLEAN") == nil)
+    }
+}
