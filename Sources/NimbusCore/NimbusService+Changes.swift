@@ -50,15 +50,7 @@ extension NimbusService {
     /// first; a zone's failure is its own entry.
     public func zoneChanges(_ target: DatabaseTarget, _ request: ZoneChangesRequest) async throws -> JSON {
         let results = try await zoneChangeResults(target, request)
-        return [
-            "zones": .array(
-                results.map { result in
-                    switch result {
-                    case .success(let entry): return entry
-                    case .failure(let error): return errorJSON(error)
-                    }
-                })
-        ]
+        return ["zones": itemsJSON(results)]
     }
 
     /// The deprecated `records/changes`: one zone, its failure failing the whole request.

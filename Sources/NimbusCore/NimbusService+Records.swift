@@ -85,15 +85,7 @@ extension NimbusService {
                         recordName: operation.record.recordName))
             }
         }
-        return [
-            "records": .array(
-                outcome.map { result in
-                    switch result {
-                    case .success(let json): return json
-                    case .failure(let error): return errorJSON(error)
-                    }
-                })
-        ]
+        return ["records": itemsJSON(outcome)]
     }
 
     private func apply(

@@ -137,4 +137,15 @@ extension NimbusService {
     func errorJSON(_ error: CloudKitError) -> JSON {
         error.json(uuid: UUIDText.random())
     }
+
+    /// Per-item results as the protocol lists them: the item, or its error entry, in order.
+    func itemsJSON(_ results: [Result<JSON, CloudKitError>]) -> JSON {
+        .array(
+            results.map { result in
+                switch result {
+                case .success(let json): return json
+                case .failure(let error): return errorJSON(error)
+                }
+            })
+    }
 }

@@ -74,6 +74,13 @@ public struct ObjectReader: Sendable {
         return array
     }
 
+    /// A required array of at most `limit` elements (the operations of a batch, the records of a lookup).
+    public func requiredArray(_ key: String, limit: Limit, what: String) throws(CloudKitError) -> [JSONElement] {
+        let array = try requiredArray(key)
+        guard array.count <= limit.value else { throw .limitExceeded(limit, actual: array.count, what: what) }
+        return array
+    }
+
     public func object(_ key: String) throws(CloudKitError) -> ObjectReader? {
         guard let value = value(key) else { return nil }
         guard case .object(let object) = value else { throw mismatch(key, expected: "an object", got: value) }

@@ -132,10 +132,7 @@ public struct RecordsModifyRequest: Sendable {
     public var numbersAsStrings: Bool
 
     public init(json: ObjectReader) throws(CloudKitError) {
-        let operations = try json.requiredArray("operations")
-        guard operations.count <= Limits.operationsPerRequest.value else {
-            throw .limitExceeded(Limits.operationsPerRequest, actual: operations.count, what: "the number of operations")
-        }
+        let operations = try json.requiredArray("operations", limit: Limits.operationsPerRequest, what: "the number of operations")
         zoneID = try ZoneIDInput.orDefault(json)
         atomic = try json.bool("atomic")
         desiredKeys = try readDesiredKeys(json)
@@ -165,10 +162,7 @@ public struct RecordsLookupRequest: Sendable {
     public var numbersAsStrings: Bool
 
     public init(json: ObjectReader) throws(CloudKitError) {
-        let records = try json.requiredArray("records")
-        guard records.count <= Limits.operationsPerRequest.value else {
-            throw .limitExceeded(Limits.operationsPerRequest, actual: records.count, what: "the number of records to look up")
-        }
+        let records = try json.requiredArray("records", limit: Limits.operationsPerRequest, what: "the number of records to look up")
         zoneID = try ZoneIDInput.orDefault(json)
         desiredKeys = try readDesiredKeys(json)
         numbersAsStrings = try readNumbersAsStrings(json)
@@ -190,10 +184,7 @@ public struct ZonesModifyRequest: Sendable {
     public var operations: [(type: ZoneOperationType, zoneID: ZoneIDInput)]
 
     public init(json: ObjectReader) throws(CloudKitError) {
-        let operations = try json.requiredArray("operations")
-        guard operations.count <= Limits.operationsPerRequest.value else {
-            throw .limitExceeded(Limits.operationsPerRequest, actual: operations.count, what: "the number of operations")
-        }
+        let operations = try json.requiredArray("operations", limit: Limits.operationsPerRequest, what: "the number of operations")
         self.operations = []
         for element in operations {
             let operation = try element.object()
@@ -212,10 +203,7 @@ public struct ZonesLookupRequest: Sendable {
     public var zones: [ZoneIDInput]
 
     public init(json: ObjectReader) throws(CloudKitError) {
-        let zones = try json.requiredArray("zones")
-        guard zones.count <= Limits.operationsPerRequest.value else {
-            throw .limitExceeded(Limits.operationsPerRequest, actual: zones.count, what: "the number of zones to look up")
-        }
+        let zones = try json.requiredArray("zones", limit: Limits.operationsPerRequest, what: "the number of zones to look up")
         self.zones = []
         for element in zones {
             let zone = try element.object()
@@ -258,10 +246,7 @@ public struct ZoneChangesRequest: Sendable {
         if try json.bool("reverse") == true {
             throw .badRequest("reverse: Nimbus returns changes oldest first only; send reverse: false or leave it out")
         }
-        let zones = try json.requiredArray("zones")
-        guard zones.count <= Limits.operationsPerRequest.value else {
-            throw .limitExceeded(Limits.operationsPerRequest, actual: zones.count, what: "the number of zones")
-        }
+        let zones = try json.requiredArray("zones", limit: Limits.operationsPerRequest, what: "the number of zones")
         let desiredKeys = try readDesiredKeys(json)
         let desiredRecordTypes = try json.stringArray("desiredRecordTypes")
         let resultsLimit = try readResultsLimit(json)
