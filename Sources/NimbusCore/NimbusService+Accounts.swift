@@ -64,7 +64,8 @@ extension NimbusService {
     }
 
     public func revokeAPITokens(container: String, environment: Environment?) async throws -> Int {
-        try await storage.write { try $0.revokeAPITokens(container: container, environment: environment) }
+        defer { credentialCache.clear() }
+        return try await storage.write { try $0.revokeAPITokens(container: container, environment: environment) }
     }
 
     public func createUser(name: String, password: String) async throws -> UserRow {
@@ -82,7 +83,8 @@ extension NimbusService {
 
     /// Signs the user out everywhere; returns how many sessions ended.
     public func revokeSessions(userName: String) async throws -> Int {
-        try await storage.write { tx in
+        defer { credentialCache.clear() }
+        return try await storage.write { tx in
             guard let user = try tx.user(name: userName) else {
                 throw CloudKitError(.notFound, "user '\(Names.escaped(userName))' does not exist")
             }
@@ -106,12 +108,23 @@ extension NimbusService {
     ) async throws -> Caller {
         let apiHash = apiToken.map(Credentials.tokenHash)
         let sessionHash = webAuthToken.map(Credentials.tokenHash)
-        let (token, session, user) = try await storage.read { tx in
-            let token = try apiHash.flatMap { try tx.apiToken(hash: $0) }
-            let session = try sessionHash.flatMap { try tx.session(tokenHash: $0) }
-            let user = try session.flatMap { try tx.user(id: $0.userID) }
-            return (token, session, user)
+        let time = now
+        var token = apiHash.flatMap { credentialCache.apiToken(hash: $0, now: time) }
+        var cachedSession = sessionHash.flatMap { credentialCache.session(hash: $0, now: time) }
+        if (apiHash != nil && token == nil) || (sessionHash != nil && cachedSession == nil) {
+            let (readToken, readSession) = try await storage.read { tx -> (APITokenRow?, CredentialCache.Session?) in
+                let token = try apiHash.flatMap { try tx.apiToken(hash: $0) }
+                let session = try sessionHash.flatMap { try tx.session(tokenHash: $0) }
+                let user = try session.flatMap { try tx.user(id: $0.userID) }
+                return (token, session.flatMap { session in user.map { CredentialCache.Session(row: session, user: $0) } })
+            }
+            token = readToken
+            cachedSession = readSession
+            if let readToken { credentialCache.remember(readToken, now: time) }
+            if let readSession { credentialCache.remember(readSession, now: time) }
         }
+        let session = cachedSession?.row
+        let user = cachedSession?.user
         guard let apiToken, !apiToken.isEmpty else {
             throw CloudKitError(.authenticationFailed, "missing ckAPIToken; every request needs the container's API token")
         }
@@ -126,7 +139,6 @@ extension NimbusService {
         guard let webAuthToken else {
             return Caller(container: container, environment: environment, user: nil, deviceID: deviceID)
         }
-        let time = now
         guard let session, let user, session.container == container, session.environment == environment else {
             throw CloudKitError(.authenticationRequired, "the web auth token is not valid (unknown, revoked or for another container); sign in again")
         }
@@ -136,6 +148,9 @@ extension NimbusService {
         // Refresh the idle clock at most once a minute: a write per request would cost more than it tells.
         if time - session.lastUsedAt > 60_000 {
             try await storage.write { try $0.touchSession(tokenHash: session.tokenHash, at: time) }
+            var touched = session
+            touched.lastUsedAt = time
+            credentialCache.remember(CredentialCache.Session(row: touched, user: user), now: time)
         }
         let recordName = keys.userRecordName(container: container, userID: user.id)
         return Caller(
@@ -174,6 +189,7 @@ extension NimbusService {
     /// Ends the session of this web auth token.
     public func signOut(webAuthToken: String) async throws {
         let hash = Credentials.tokenHash(webAuthToken)
+        defer { credentialCache.clear() }
         try await storage.write { try $0.deleteSession(tokenHash: hash) }
     }
 }

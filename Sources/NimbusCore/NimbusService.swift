@@ -20,6 +20,7 @@ public final class NimbusService: Sendable {
     public let storage: any StorageDriver
     public let options: Options
     let keys: DerivedKeys
+    let credentialCache = CredentialCache()
 
     public init(storage: any StorageDriver, options: Options = Options()) async throws {
         self.storage = storage
