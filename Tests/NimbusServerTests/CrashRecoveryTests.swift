@@ -93,6 +93,30 @@ import Testing
     }
 }
 
+@Suite struct ServeCommandTests {
+    @Test func serveWithDefaultsCreatesDataDirectoryPrintsTokenAndStopsOnSIGTERM() async throws {
+        let directory = NSTemporaryDirectory() + "nimbus-serve-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        // Only the port is set (tests run side by side); the data directory is the default.
+        let server = try await NimbusProcess.serve(arguments: ["serve", "--port", "0"], workingDirectory: directory)
+        #expect(FileManager.default.fileExists(atPath: directory + "/nimbus-data/nimbus.sqlite"))
+        let token = try #require(server.output.split(separator: "\n").first { $0.hasPrefix("development API token: ") })
+            .split(separator: " ").last.map(String.init)
+        let client = APIClient(
+            baseURL: server.baseURL, container: "iCloud.nimbus.default", environment: .development, apiToken: token,
+            webAuthToken: nil, userRecordName: nil)
+        #expect(try await client.get("public", "zones/list").status == 200)
+        server.stop()
+        #expect(server.process.terminationReason == .exit)
+        #expect(server.process.terminationStatus == 0)
+        // A second start reuses the directory and prints the same token.
+        let again = try await NimbusProcess.serve(arguments: ["serve", "--port", "0"], workingDirectory: directory)
+        defer { again.stop() }
+        #expect(again.output.contains(token ?? "missing"))
+    }
+}
+
 /// Runs the built `nimbus` executable.
 enum NimbusProcess {
     static var binary: String {
@@ -129,11 +153,14 @@ enum NimbusProcess {
     final class Server: @unchecked Sendable {
         let process: Process
         let port: Int
+        /// What the server printed up to its "listening" line.
+        let output: String
         var baseURL: String { "http://127.0.0.1:\(port)" }
 
-        init(process: Process, port: Int) {
+        init(process: Process, port: Int, output: String) {
             self.process = process
             self.port = port
+            self.output = output
         }
 
         func kill() {
@@ -150,27 +177,36 @@ enum NimbusProcess {
 
     /// Starts `nimbus serve` on a free port and waits for its "listening" line.
     static func serve(dataDirectory: String) async throws -> Server {
+        try await serve(
+            arguments: ["serve", "--data-dir", dataDirectory, "--port", "0", "--sync", "normal", "--log-level", "error"],
+            workingDirectory: nil)
+    }
+
+    static func serve(arguments: [String], workingDirectory: String?) async throws -> Server {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: binary)
-        process.arguments = ["serve", "--data-dir", dataDirectory, "--port", "0", "--sync", "normal", "--log-level", "error"]
+        process.arguments = arguments
         process.environment = environment
+        if let workingDirectory { process.currentDirectoryURL = URL(fileURLWithPath: workingDirectory) }
         let output = Pipe()
         process.standardOutput = output
         try process.run()
         let handle = output.fileHandleForReading
-        let port = try await Task.detached { () throws -> Int in
+        let (port, text) = try await Task.detached { () throws -> (Int, String) in
             var text = ""
             while true {
                 let data = handle.availableData
                 if data.isEmpty { throw TestFailure("nimbus serve exited before listening: \(text)") }
                 text += String(decoding: data, as: UTF8.self)
+                // Wait for the whole banner: its last line is the token.
+                guard text.contains("development API token: "), text.hasSuffix("\n") else { continue }
                 if let line = text.split(separator: "\n").first(where: { $0.hasPrefix("Nimbus listening on") }),
                     let port = line.split(separator: ":").last.flatMap({ Int($0) })
                 {
-                    return port
+                    return (port, text)
                 }
             }
         }.value
-        return Server(process: process, port: port)
+        return Server(process: process, port: port, output: text)
     }
 }
