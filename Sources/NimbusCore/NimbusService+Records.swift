@@ -55,22 +55,31 @@ extension NimbusService {
                 let atomic = zone.name != Names.defaultZone && request.atomic != false
                 let schema = try SchemaResolver(container: key.container, environment: key.environment, tx: tx)
                 var seenNames = Set<String>()
-                var results: [Result<JSON, CloudKitError>] = []
-                results.reserveCapacity(request.operations.count)
-                for operation in request.operations {
+                let batchOrder = BatchOrder(request.operations, zoneName: zone.name)
+                var slots: [Result<JSON, CloudKitError>?] = Array(repeating: nil, count: request.operations.count)
+                for index in batchOrder.order {
+                    let operation = request.operations[index]
                     do {
                         let json = try tx.savepoint {
                             try self.apply(
                                 operation, request: request, zone: zone, database: database, target: target,
                                 stamp: stamp, schema: schema, seenNames: &seenNames, tx: tx)
                         }
-                        results.append(.success(json))
+                        slots[index] = .success(json)
                     } catch let error as CloudKitError {
                         var error = error
                         if error.recordName == nil { error.recordName = operation.record.recordName }
-                        results.append(.failure(error))
+                        slots[index] = .failure(error)
                     }
                 }
+                for (index, names) in batchOrder.cyclic {
+                    slots[index] = .failure(
+                        CloudKitError(
+                            .badRequest,
+                            "records \(names.map { "'\($0)'" }.joined(separator: ", ")) point at each other with DELETE_SELF or VALIDATE references in a cycle; no order can save them",
+                            recordName: request.operations[index].record.recordName))
+                }
+                let results = slots.map { $0! }
                 if atomic, results.contains(where: { if case .failure = $0 { return true } else { return false } }) {
                     throw AtomicBatchFailed(results: results)
                 }
@@ -140,17 +149,8 @@ extension NimbusService {
             throw CloudKitError(.exists, "record '\(recordName)' already exists; use update or forceUpdate to change it", recordName: recordName)
         }
 
-        let sequence = try tx.nextSequence(databaseID: database.id)
-        try tx.touchZone(id: zone.id, sequence: sequence)
-
         if type.isDelete, let existing {
-            var tombstone = existing
-            tombstone.fields = Array("{}".utf8)
-            tombstone.parent = nil
-            tombstone.changeSequence = sequence
-            tombstone.modified = stamp
-            tombstone.isDeleted = true
-            try tx.putRecord(tombstone)
+            try deleteCascading(existing, zone: zone, database: database, stamp: stamp, tx: tx)
             return deletedRecordJSON(recordName, recordType: existing.recordType, zone: zone, target: target)
         }
 
@@ -192,10 +192,15 @@ extension NimbusService {
         case .some(let newParent): parent = newParent
         case .none: parent = existing?.parent
         }
+        let references = try referenceRows(
+            for: fields, recordName: recordName, zone: zone, database: database, path: path, tx: tx)
+        let sequence = try tx.nextSequence(databaseID: database.id)
+        try tx.touchZone(id: zone.id, sequence: sequence)
         let row = RecordRow(
             zoneID: zone.id, recordName: recordName, recordType: recordType, fields: RecordCodec.encode(fields),
             parent: parent, changeSequence: sequence, created: existing?.created ?? stamp, modified: stamp, isDeleted: false)
         try tx.putRecord(row)
+        try tx.replaceReferences(sourceZoneID: zone.id, sourceName: recordName, with: references)
         return try recordJSON(
             row, zone: zone, target: target, desiredKeys: operation.desiredKeys ?? request.desiredKeys,
             numbersAsStrings: request.numbersAsStrings)

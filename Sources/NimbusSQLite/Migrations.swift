@@ -100,5 +100,20 @@ enum Migrations {
                     ) WITHOUT ROWID;
                     """)
         }
+        migrator.registerMigration("v2-references") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE record_references (
+                        source_zone_id INTEGER NOT NULL,
+                        source_name TEXT NOT NULL,
+                        field_name TEXT NOT NULL,
+                        target_zone_id INTEGER NOT NULL,
+                        target_name TEXT NOT NULL,
+                        action TEXT NOT NULL
+                    );
+                    CREATE INDEX references_by_source ON record_references(source_zone_id, source_name);
+                    CREATE INDEX references_by_target ON record_references(target_zone_id, target_name, action);
+                    """)
+        }
     }
 }

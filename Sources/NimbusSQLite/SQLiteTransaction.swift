@@ -166,6 +166,44 @@ struct SQLiteTransaction: StorageWriter {
         ).map(recordRow)
     }
 
+    // MARK: References
+
+    func referrers(targetZoneID: Int64, targetName: String, action: String?) throws -> [ReferenceRow] {
+        let rows: [Row]
+        if let action {
+            rows = try fetchRows(
+                """
+                SELECT source_zone_id, source_name, field_name, target_zone_id, target_name, action
+                FROM record_references WHERE target_zone_id = ? AND target_name = ? AND action = ?
+                """,
+                [targetZoneID, targetName, action])
+        } else {
+            rows = try fetchRows(
+                """
+                SELECT source_zone_id, source_name, field_name, target_zone_id, target_name, action
+                FROM record_references WHERE target_zone_id = ? AND target_name = ?
+                """,
+                [targetZoneID, targetName])
+        }
+        return rows.map {
+            ReferenceRow(
+                sourceZoneID: $0["source_zone_id"], sourceName: $0["source_name"], fieldName: $0["field_name"],
+                targetZoneID: $0["target_zone_id"], targetName: $0["target_name"], action: $0["action"])
+        }
+    }
+
+    func replaceReferences(sourceZoneID: Int64, sourceName: String, with rows: [ReferenceRow]) throws {
+        try execute("DELETE FROM record_references WHERE source_zone_id = ? AND source_name = ?", [sourceZoneID, sourceName])
+        for row in rows {
+            try execute(
+                """
+                INSERT INTO record_references (source_zone_id, source_name, field_name, target_zone_id, target_name, action)
+                VALUES (?, ?, ?, ?, ?, ?)
+                """,
+                [row.sourceZoneID, row.sourceName, row.fieldName, row.targetZoneID, row.targetName, row.action])
+        }
+    }
+
     // MARK: Schema
 
     func schemaFields(container: String, environment: Environment) throws -> [SchemaFieldRow] {
@@ -284,6 +322,7 @@ struct SQLiteTransaction: StorageWriter {
 
     func deleteZone(id: Int64, sequence: Int64) throws {
         try execute("DELETE FROM records WHERE zone_id = ?", [id])
+        try execute("DELETE FROM record_references WHERE source_zone_id = ?", [id])
         try execute("UPDATE zones SET deleted = 1, change_sequence = ? WHERE id = ?", [sequence, id])
     }
 

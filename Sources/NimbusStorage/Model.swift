@@ -183,3 +183,25 @@ public struct SchemaFieldRow: Sendable, Hashable {
         self.fieldType = fieldType
     }
 }
+
+/// One reference from a record's field to another record (one row per list element too).
+/// Kept for every action: cascading deletes and validation read the DELETE_SELF and
+/// VALIDATE rows, back-reference queries read them all.
+public struct ReferenceRow: Sendable, Hashable {
+    public var sourceZoneID: Int64
+    public var sourceName: String
+    public var fieldName: String
+    public var targetZoneID: Int64
+    public var targetName: String
+    /// `ReferenceAction.rawValue`: NONE, DELETE_SELF or VALIDATE.
+    public var action: String
+
+    public init(sourceZoneID: Int64, sourceName: String, fieldName: String, targetZoneID: Int64, targetName: String, action: String) {
+        self.sourceZoneID = sourceZoneID
+        self.sourceName = sourceName
+        self.fieldName = fieldName
+        self.targetZoneID = targetZoneID
+        self.targetName = targetName
+        self.action = action
+    }
+}

@@ -54,6 +54,10 @@ public protocol StorageReader {
     /// restricts the result when given.
     func recordChanges(zoneID: Int64, after sequence: Int64, recordTypes: [String]?, limit: Int) throws -> [RecordRow]
 
+    // MARK: References
+    /// References that point at the record, optionally only those with `action`.
+    func referrers(targetZoneID: Int64, targetName: String, action: String?) throws -> [ReferenceRow]
+
     // MARK: Schema
     func schemaFields(container: String, environment: Environment) throws -> [SchemaFieldRow]
     func schemaRecordTypes(container: String, environment: Environment) throws -> [String]
@@ -82,13 +86,16 @@ public protocol StorageWriter: StorageReader {
 
     /// Creates a zone, replacing a tombstone of the same name (with a new id).
     func createZone(databaseID: Int64, name: String, sequence: Int64) throws -> ZoneRow
-    /// Marks a zone deleted at `sequence` and removes its records.
+    /// Marks a zone deleted at `sequence` and removes its records and their references.
     func deleteZone(id: Int64, sequence: Int64) throws
     /// Records that something in the zone changed at `sequence`.
     func touchZone(id: Int64, sequence: Int64) throws
 
     /// Inserts or replaces the record (or tombstone) with the same zone and name.
     func putRecord(_ row: RecordRow) throws
+
+    /// Replaces the outgoing references of a record (none after a deletion).
+    func replaceReferences(sourceZoneID: Int64, sourceName: String, with rows: [ReferenceRow]) throws
 
     func addSchemaField(container: String, environment: Environment, _ field: SchemaFieldRow) throws
     func addSchemaRecordType(container: String, environment: Environment, _ recordType: String) throws

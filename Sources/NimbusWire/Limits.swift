@@ -28,6 +28,8 @@ public enum Limits {
     public static let fieldsPerRecord = Limit(name: "fieldsPerRecord", value: 1_000)
     /// Elements in one list field.
     public static let listElements = Limit(name: "listElements", value: 10_000)
+    /// Records that may point at one record with a DELETE_SELF reference (CloudKit's number).
+    public static let deleteSelfReferrers = Limit(name: "deleteSelfReferrers", value: 750)
     /// Keys in a `desiredKeys` array.
     public static let desiredKeys = Limit(name: "desiredKeys", value: 1_000)
 }

@@ -1,0 +1,73 @@
+import NimbusWire
+
+/// The order in which a `records/modify` batch is applied.
+///
+/// A record saved with a DELETE_SELF or VALIDATE reference to another record saved in the
+/// same batch (same zone) is applied after it, so the target exists when the reference is
+/// checked, and a reader of a non-atomic batch never sees the reference dangle. Otherwise
+/// operations keep their request order (a stable topological sort). Operations caught in a
+/// cycle of such references cannot be ordered and are reported instead.
+struct BatchOrder {
+    /// Operation indexes, in the order to apply them.
+    let order: [Int]
+    /// Operations in (or behind) a reference cycle, with the names involved.
+    let cyclic: [Int: [String]]
+
+    init(_ operations: [RecordOperationInput], zoneName: String) {
+        var indexByName: [String: Int] = [:]
+        for (index, operation) in operations.enumerated() where !operation.type.isDelete {
+            if let name = operation.record.recordName, indexByName[name] == nil { indexByName[name] = index }
+        }
+        var dependents: [[Int]] = Array(repeating: [], count: operations.count)
+        var pending = Array(repeating: 0, count: operations.count)
+        for (index, operation) in operations.enumerated() where !operation.type.isDelete {
+            let targets = Set(
+                Self.orderingTargets(of: operation.record, zoneName: zoneName).compactMap { indexByName[$0] }
+            ).subtracting([index])
+            for target in targets {
+                dependents[target].append(index)
+                pending[index] += 1
+            }
+        }
+        // Kahn's algorithm, always taking the earliest ready operation.
+        var ready = (0..<operations.count).filter { pending[$0] == 0 }
+        var order: [Int] = []
+        order.reserveCapacity(operations.count)
+        while let next = ready.min() {
+            ready.removeAll { $0 == next }
+            order.append(next)
+            for dependent in dependents[next] {
+                pending[dependent] -= 1
+                if pending[dependent] == 0 { ready.append(dependent) }
+            }
+        }
+        var cyclic: [Int: [String]] = [:]
+        let stuck = (0..<operations.count).filter { pending[$0] > 0 }
+        let names = stuck.compactMap { operations[$0].record.recordName }
+        for index in stuck { cyclic[index] = names }
+        self.order = order
+        self.cyclic = cyclic
+    }
+
+    /// Record names this record points at with DELETE_SELF or VALIDATE, in its own zone.
+    static func orderingTargets(of record: RecordInput, zoneName: String) -> [String] {
+        var targets: [String] = []
+        for (_, field) in record.fields ?? [] {
+            let values: [JSON]
+            switch field.value {
+            case .array(let elements): values = elements
+            case .object: values = [field.value]
+            default: continue
+            }
+            for value in values {
+                guard let name = value["recordName"]?.stringValue,
+                    let action = value["action"]?.stringValue.flatMap({ ReferenceAction(rawValue: $0.uppercased()) }),
+                    action != .none
+                else { continue }
+                let targetZone = value["zoneID"]?["zoneName"]?.stringValue ?? zoneName
+                if targetZone == zoneName { targets.append(name) }
+            }
+        }
+        return targets
+    }
+}

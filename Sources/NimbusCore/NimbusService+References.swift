@@ -1,0 +1,108 @@
+import NimbusStorage
+import NimbusWire
+
+/// References between records: validating them on save, and cascading deletes through
+/// DELETE_SELF references ("first delete wins": a record goes when any record it points at
+/// with DELETE_SELF goes, not when the last one does).
+extension NimbusService {
+    /// The reference rows of a record about to be saved, after checking them:
+    /// DELETE_SELF and VALIDATE references must stay in the record's zone, a VALIDATE target
+    /// must exist, and no record may gather more than `Limits.deleteSelfReferrers` DELETE_SELF referrers.
+    func referenceRows(
+        for fields: RecordCodec.Fields, recordName: String, zone: ZoneRow, database: DatabaseRow, path: String,
+        tx: any StorageWriter
+    ) throws -> [ReferenceRow] {
+        var rows: [ReferenceRow] = []
+        for (fieldName, value) in fields {
+            let references: [Reference]
+            switch value {
+            case .reference(let reference): references = [reference]
+            case .list(.reference, let elements):
+                references = elements.compactMap { if case .reference(let reference) = $0 { return reference } else { return nil } }
+            default: continue
+            }
+            for reference in references {
+                let fieldPath = "\(path).fields.\(fieldName)"
+                var targetZoneID = zone.id
+                if let zoneName = reference.zoneName, zoneName != zone.name {
+                    guard reference.action == .none else {
+                        throw CloudKitError(
+                            .badRequest,
+                            "\(fieldPath): a \(reference.action.rawValue) reference cannot point into another zone ('\(Names.escaped(zoneName))'); records in different zones may only use NONE references",
+                            recordName: recordName)
+                    }
+                    targetZoneID = try tx.zone(databaseID: database.id, name: zoneName).flatMap { $0.isDeleted ? nil : $0.id } ?? 0
+                }
+                switch reference.action {
+                case .validate where reference.recordName != recordName:
+                    guard let target = try tx.record(zoneID: zone.id, name: reference.recordName), !target.isDeleted else {
+                        throw CloudKitError(
+                            .validatingReferenceError,
+                            "\(fieldPath): the VALIDATE reference points at record '\(reference.recordName)', which does not exist",
+                            recordName: recordName)
+                    }
+                case .deleteSelf:
+                    let others = try tx.referrers(targetZoneID: zone.id, targetName: reference.recordName, action: ReferenceAction.deleteSelf.rawValue)
+                        .filter { $0.sourceName != recordName }
+                    let sources = Set(others.map(\.sourceName)).count + 1
+                    guard sources <= Limits.deleteSelfReferrers.value else {
+                        var error = CloudKitError.limitExceeded(
+                            Limits.deleteSelfReferrers, actual: sources,
+                            what: "\(fieldPath): the number of records pointing at '\(reference.recordName)' with DELETE_SELF")
+                        error.recordName = recordName
+                        throw error
+                    }
+                default: break
+                }
+                rows.append(
+                    ReferenceRow(
+                        sourceZoneID: zone.id, sourceName: recordName, fieldName: fieldName, targetZoneID: targetZoneID,
+                        targetName: reference.recordName, action: reference.action.rawValue))
+            }
+        }
+        return rows
+    }
+
+    /// Deletes `root` and, transitively, every record pointing at a deleted record with
+    /// DELETE_SELF, all at once. Refused with `VALIDATING_REFERENCE_ERROR` when a record
+    /// outside that set still points at one inside it with VALIDATE.
+    func deleteCascading(_ root: RecordRow, zone: ZoneRow, database: DatabaseRow, stamp: ChangeStamp, tx: any StorageWriter)
+        throws
+    {
+        var doomed: [String] = [root.recordName]
+        var members: Set<String> = [root.recordName]
+        var next = 0
+        while next < doomed.count {
+            let name = doomed[next]
+            next += 1
+            for referrer in try tx.referrers(targetZoneID: zone.id, targetName: name, action: ReferenceAction.deleteSelf.rawValue)
+            where referrer.sourceZoneID == zone.id && members.insert(referrer.sourceName).inserted {
+                doomed.append(referrer.sourceName)
+            }
+        }
+        for name in doomed {
+            let validators = try tx.referrers(targetZoneID: zone.id, targetName: name, action: ReferenceAction.validate.rawValue)
+            if let blocker = validators.first(where: { !($0.sourceZoneID == zone.id && members.contains($0.sourceName)) }) {
+                throw CloudKitError(
+                    .validatingReferenceError,
+                    "record '\(name)' cannot be deleted: record '\(blocker.sourceName)' points at it with a VALIDATE reference (field '\(blocker.fieldName)'); delete or change that record first",
+                    recordName: root.recordName)
+            }
+        }
+        for name in doomed {
+            guard let row = name == root.recordName ? root : try tx.record(zoneID: zone.id, name: name), !row.isDeleted else {
+                continue
+            }
+            let sequence = try tx.nextSequence(databaseID: database.id)
+            try tx.touchZone(id: zone.id, sequence: sequence)
+            var tombstone = row
+            tombstone.fields = Array("{}".utf8)
+            tombstone.parent = nil
+            tombstone.changeSequence = sequence
+            tombstone.modified = stamp
+            tombstone.isDeleted = true
+            try tx.putRecord(tombstone)
+            try tx.replaceReferences(sourceZoneID: zone.id, sourceName: name, with: [])
+        }
+    }
+}
