@@ -83,6 +83,7 @@ public enum Credentials {
 public struct DerivedKeys: Sendable {
     public let syncTokens: SymmetricKey
     public let userRecordNames: SymmetricKey
+    public let cursors: SymmetricKey
 
     public init(installationSecret: [UInt8]) {
         let secret = SymmetricKey(data: installationSecret)
@@ -92,6 +93,7 @@ public struct DerivedKeys: Sendable {
         }
         syncTokens = derive("sync-tokens v1")
         userRecordNames = derive("user-record-names v1")
+        cursors = derive("query-cursors v1")
     }
 
     /// A user's record name in a container: `_` + 32 hex, stable, and revealing nothing of

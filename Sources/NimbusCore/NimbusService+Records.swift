@@ -201,6 +201,8 @@ extension NimbusService {
             parent: parent, changeSequence: sequence, created: existing?.created ?? stamp, modified: stamp, isDeleted: false)
         try tx.putRecord(row)
         try tx.replaceReferences(sourceZoneID: zone.id, sourceName: recordName, with: references)
+        let (entries, tokens) = RecordIndexer.entries(for: row, fields: fields)
+        try tx.replaceIndexEntries(zoneID: zone.id, recordName: recordName, recordType: recordType, entries: entries, tokens: tokens)
         return try recordJSON(
             row, zone: zone, target: target, desiredKeys: operation.desiredKeys ?? request.desiredKeys,
             numbersAsStrings: request.numbersAsStrings)

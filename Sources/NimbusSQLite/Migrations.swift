@@ -115,5 +115,39 @@ enum Migrations {
                     CREATE INDEX references_by_target ON record_references(target_zone_id, target_name, action);
                     """)
         }
+        migrator.registerMigration("v3-query-indexes") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE field_index (
+                        zone_id INTEGER NOT NULL,
+                        record_type TEXT NOT NULL,
+                        record_name TEXT NOT NULL,
+                        field TEXT NOT NULL,
+                        position INTEGER NOT NULL,
+                        num REAL,
+                        text TEXT,
+                        lon REAL
+                    );
+                    CREATE INDEX field_index_by_number ON field_index(zone_id, record_type, field, num, record_name)
+                        WHERE num IS NOT NULL;
+                    CREATE INDEX field_index_by_text ON field_index(zone_id, record_type, field, text, record_name)
+                        WHERE text IS NOT NULL;
+                    CREATE INDEX field_index_by_record ON field_index(zone_id, record_name, field);
+
+                    CREATE TABLE token_index (
+                        zone_id INTEGER NOT NULL,
+                        record_type TEXT NOT NULL,
+                        record_name TEXT NOT NULL,
+                        field TEXT NOT NULL,
+                        token TEXT NOT NULL
+                    );
+                    CREATE INDEX token_index_by_token ON token_index(zone_id, record_type, token, field, record_name);
+                    CREATE INDEX token_index_by_record ON token_index(zone_id, record_name);
+
+                    CREATE INDEX records_by_type ON records(zone_id, record_type, record_name) WHERE deleted = 0;
+
+                    ALTER TABLE schema_fields ADD COLUMN indexes INTEGER NOT NULL DEFAULT 7;
+                    """)
+        }
     }
 }

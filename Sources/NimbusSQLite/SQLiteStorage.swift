@@ -29,6 +29,7 @@ public final class SQLiteStorage: StorageDriver {
         configuration.busyMode = .timeout(10)
         configuration.prepareDatabase { db in
             try db.execute(sql: "PRAGMA foreign_keys = ON")
+            db.add(function: QuerySQL.distanceFunction)
         }
         pool = try DatabasePool(path: path, configuration: configuration)
         // GRDB sets NORMAL on its writer; the mode that counts is the writer's, set here.

@@ -119,7 +119,7 @@ struct SQLiteTransaction: StorageWriter {
 
     // MARK: Records
 
-    private static let recordColumns = """
+    static let recordColumns = """
         zone_id, record_name, record_type, fields, parent, change_sequence, created_at, created_by,
         created_device, modified_at, modified_by, modified_device, deleted
         """
@@ -209,11 +209,14 @@ struct SQLiteTransaction: StorageWriter {
     func schemaFields(container: String, environment: Environment) throws -> [SchemaFieldRow] {
         try fetchRows(
             """
-            SELECT record_type, field_name, field_type FROM schema_fields
+            SELECT record_type, field_name, field_type, indexes FROM schema_fields
             WHERE container = ? AND environment = ? ORDER BY record_type, field_name
             """,
             [container, environment.rawValue]
-        ).map { SchemaFieldRow(recordType: $0["record_type"], fieldName: $0["field_name"], fieldType: $0["field_type"]) }
+        ).map {
+            SchemaFieldRow(
+                recordType: $0["record_type"], fieldName: $0["field_name"], fieldType: $0["field_type"], indexes: $0["indexes"])
+        }
     }
 
     func schemaRecordTypes(container: String, environment: Environment) throws -> [String] {
@@ -323,6 +326,8 @@ struct SQLiteTransaction: StorageWriter {
     func deleteZone(id: Int64, sequence: Int64) throws {
         try execute("DELETE FROM records WHERE zone_id = ?", [id])
         try execute("DELETE FROM record_references WHERE source_zone_id = ?", [id])
+        try execute("DELETE FROM field_index WHERE zone_id = ?", [id])
+        try execute("DELETE FROM token_index WHERE zone_id = ?", [id])
         try execute("UPDATE zones SET deleted = 1, change_sequence = ? WHERE id = ?", [sequence, id])
     }
 
@@ -351,10 +356,72 @@ struct SQLiteTransaction: StorageWriter {
     func addSchemaField(container: String, environment: Environment, _ field: SchemaFieldRow) throws {
         try execute(
             """
-            INSERT INTO schema_fields (container, environment, record_type, field_name, field_type)
-            VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING
+            INSERT INTO schema_fields (container, environment, record_type, field_name, field_type, indexes)
+            VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING
             """,
-            [container, environment.rawValue, field.recordType, field.fieldName, field.fieldType])
+            [container, environment.rawValue, field.recordType, field.fieldName, field.fieldType, field.indexes])
+    }
+
+    func setSchemaFieldIndexes(container: String, environment: Environment, recordType: String, fieldName: String, indexes: Int)
+        throws -> Bool
+    {
+        try execute(
+            """
+            UPDATE schema_fields SET indexes = ?
+            WHERE container = ? AND environment = ? AND record_type = ? AND field_name = ?
+            """,
+            [indexes, container, environment.rawValue, recordType, fieldName])
+        return db.changesCount > 0
+    }
+
+    // MARK: Index entries and queries
+
+    func replaceIndexEntries(zoneID: Int64, recordName: String, recordType: String, entries: [IndexEntry], tokens: [TokenEntry])
+        throws
+    {
+        try execute("DELETE FROM field_index WHERE zone_id = ? AND record_name = ?", [zoneID, recordName])
+        try execute("DELETE FROM token_index WHERE zone_id = ? AND record_name = ?", [zoneID, recordName])
+        for entry in entries {
+            var number: Double?
+            var text: String?
+            switch entry.value {
+            case .number(let value): number = value
+            case .text(let value): text = value
+            }
+            try execute(
+                """
+                INSERT INTO field_index (zone_id, record_type, record_name, field, position, num, text, lon)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                """,
+                [zoneID, recordType, recordName, entry.field, entry.position, number, text, entry.longitude])
+        }
+        for token in tokens {
+            try execute(
+                "INSERT INTO token_index (zone_id, record_type, record_name, field, token) VALUES (?, ?, ?, ?, ?)",
+                [zoneID, recordType, recordName, token.field, token.token])
+        }
+    }
+
+    func queryRecords(_ query: RecordQuery) throws -> QueryPage {
+        let sql = QuerySQL(query: query, recordColumns: Self.recordColumns)
+        // Not cached: query shapes vary without bound.
+        let rows = try Row.fetchAll(db, sql: sql.text, arguments: StatementArguments(sql.arguments))
+        var page = QueryPage(rows: [], positions: [])
+        for row in rows {
+            let record = recordRow(row)
+            let values: [IndexValue] = (0..<query.sorts.count).map { index in
+                let value: DatabaseValue = row["k\(index)"]
+                switch value.storage {
+                case .string(let text): return .text(text)
+                case .double(let number): return .number(number)
+                case .int64(let number): return .number(Double(number))
+                default: return .number(0)
+                }
+            }
+            page.rows.append(record)
+            page.positions.append(QueryPosition(sortValues: values, zoneID: record.zoneID, recordName: record.recordName))
+        }
+        return page
     }
 
     func addSchemaRecordType(container: String, environment: Environment, _ recordType: String) throws {

@@ -17,6 +17,7 @@ import NimbusWire
 /// |---|---|
 /// | `/database/1/{c}/{env}/{db}/records/modify` | `modifyRecords` |
 /// | `/database/1/{c}/{env}/{db}/records/lookup` | `lookupRecords` |
+/// | `/database/1/{c}/{env}/{db}/records/query` | `queryRecords` |
 /// | `/database/1/{c}/{env}/{db}/records/changes` | `recordChanges` (deprecated) |
 /// | `/database/1/{c}/{env}/{db}/zones/list` | `listZones` |
 /// | `/database/1/{c}/{env}/{db}/zones/lookup` | `lookupZones` |
@@ -44,7 +45,7 @@ public struct NimbusResponder: HTTPResponder {
 
     /// Endpoints of the protocol that later Nimbus features serve.
     static let reservedEndpoints: Set<String> = [
-        "records/query", "records/resolve", "records/accept", "assets/upload", "assets/rereference",
+        "records/resolve", "records/accept", "assets/upload", "assets/rereference",
         "subscriptions/list", "subscriptions/lookup", "subscriptions/modify", "users/discover",
         "users/lookup/email", "users/lookup/id", "users/lookup/contacts", "tokens/create", "tokens/register",
     ]
@@ -121,6 +122,7 @@ public struct NimbusResponder: HTTPResponder {
         switch endpoint {
         case "records/modify": return try await service.modifyRecords(target, RecordsModifyRequest(json: body))
         case "records/lookup": return try await service.lookupRecords(target, RecordsLookupRequest(json: body))
+        case "records/query": return try await service.queryRecords(target, RecordsQueryRequest(json: body))
         case "records/changes": return try await service.recordChanges(target, ZoneChangesRequest(singleZone: body))
         case "zones/list": return try await service.listZones(target)
         case "zones/lookup": return try await service.lookupZones(target, ZonesLookupRequest(json: body))

@@ -172,15 +172,26 @@ public struct SessionRow: Sendable, Hashable {
 
 /// One field of one record type in a container environment's schema.
 public struct SchemaFieldRow: Sendable, Hashable {
+    /// Index flags, as in the CloudKit Schema Language.
+    public enum Indexes {
+        public static let queryable = 1
+        public static let sortable = 2
+        public static let searchable = 4
+        public static let all = 7
+    }
+
     public var recordType: String
     public var fieldName: String
     /// `FieldType.wireName`.
     public var fieldType: String
+    /// A mask of `Indexes` flags.
+    public var indexes: Int
 
-    public init(recordType: String, fieldName: String, fieldType: String) {
+    public init(recordType: String, fieldName: String, fieldType: String, indexes: Int = Indexes.all) {
         self.recordType = recordType
         self.fieldName = fieldName
         self.fieldType = fieldType
+        self.indexes = indexes
     }
 }
 

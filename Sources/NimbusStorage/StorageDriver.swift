@@ -58,6 +58,11 @@ public protocol StorageReader {
     /// References that point at the record, optionally only those with `action`.
     func referrers(targetZoneID: Int64, targetName: String, action: String?) throws -> [ReferenceRow]
 
+    // MARK: Queries
+    /// Live records of the query's type matching every condition, in sort order (ties by
+    /// zone and record name), after `query.after`, at most `query.limit`.
+    func queryRecords(_ query: RecordQuery) throws -> QueryPage
+
     // MARK: Schema
     func schemaFields(container: String, environment: Environment) throws -> [SchemaFieldRow]
     func schemaRecordTypes(container: String, environment: Environment) throws -> [String]
@@ -94,9 +99,18 @@ public protocol StorageWriter: StorageReader {
     /// Inserts or replaces the record (or tombstone) with the same zone and name.
     func putRecord(_ row: RecordRow) throws
 
+    /// Replaces a record's index and token entries (none after a deletion).
+    func replaceIndexEntries(zoneID: Int64, recordName: String, recordType: String, entries: [IndexEntry], tokens: [TokenEntry])
+        throws
+
     /// Replaces the outgoing references of a record (none after a deletion).
     func replaceReferences(sourceZoneID: Int64, sourceName: String, with rows: [ReferenceRow]) throws
 
     func addSchemaField(container: String, environment: Environment, _ field: SchemaFieldRow) throws
+    /// Sets the index flags (`SchemaFieldRow.Indexes`) of a field that exists in the schema;
+    /// returns false when it does not.
+    func setSchemaFieldIndexes(container: String, environment: Environment, recordType: String, fieldName: String, indexes: Int)
+        throws -> Bool
+
     func addSchemaRecordType(container: String, environment: Environment, _ recordType: String) throws
 }

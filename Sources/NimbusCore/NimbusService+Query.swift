@@ -1,0 +1,319 @@
+import Crypto
+import Foundation
+import NimbusStorage
+import NimbusWire
+
+/// `records/query`: filters, sorts and cursors over the transactional field index.
+///
+/// In development every field is queryable, sortable and searchable. In production a query
+/// needs the index the schema grants: QUERYABLE for equality, membership and prefix
+/// comparators, SORTABLE for ranges, NEAR and sorting, SEARCHABLE for token search.
+extension NimbusService {
+    private typealias SchemaMap = [String: (type: FieldType, indexes: Int)]
+
+    public func queryRecords(_ target: DatabaseTarget, _ request: RecordsQueryRequest) async throws -> JSON {
+        let key = try target.key()
+        if target.scope == .shared { return ["records": []] }
+        let database = try await databaseForReading(key)
+        return try await storage.read { tx in
+            let zones: [ZoneRow]
+            if request.zoneWide {
+                zones = try tx.zones(databaseID: database.id)
+            } else {
+                zones = [try self.resolveZone(request.zoneID, in: database, target: target, tx: tx)]
+            }
+            var schema: SchemaMap = [:]
+            for field in try tx.schemaFields(container: key.container, environment: key.environment)
+            where field.recordType == request.recordType {
+                if let type = FieldType(wireName: field.fieldType) { schema[field.fieldName] = (type, field.indexes) }
+            }
+            let locked = key.environment == .production
+            if locked, try !tx.schemaRecordTypes(container: key.container, environment: key.environment).contains(request.recordType) {
+                throw CloudKitError.badRequest("query.recordType: record type '\(request.recordType)' is not in the production schema")
+            }
+            let conditions = try request.filters.map { try self.condition($0, schema: schema, locked: locked) }
+            let sorts = try request.sorts.map { try self.sortKey($0, schema: schema, locked: locked) }
+            // Records lacking a sort field are not listed (their place in the order is undefined).
+            let present = sorts.map { sort -> IndexCondition in
+                switch sort.key {
+                case .number(let field), .text(let field), .distance(let field, _, _): return .exists(field: field, scope: .scalar)
+                }
+            }
+            let binding = self.cursorBinding(request, databaseID: database.id, zones: zones)
+            var after: QueryPosition?
+            if let marker = request.continuationMarker {
+                after = try self.decodeCursor(marker, binding: binding, sortCount: sorts.count)
+            }
+            let query = RecordQuery(
+                zoneIDs: zones.map(\.id), recordType: request.recordType, conditions: conditions + present, sorts: sorts,
+                after: after, limit: request.resultsLimit + 1)
+            let page = zones.isEmpty ? QueryPage(rows: [], positions: []) : try tx.queryRecords(query)
+            let shown = min(page.rows.count, request.resultsLimit)
+            let zoneByID = Dictionary(uniqueKeysWithValues: zones.map { ($0.id, $0) })
+            var records: [JSON] = []
+            for row in page.rows.prefix(shown) {
+                guard let zone = zoneByID[row.zoneID] else { continue }
+                records.append(
+                    try self.recordJSON(
+                        row, zone: zone, target: target, desiredKeys: request.desiredKeys,
+                        numbersAsStrings: request.numbersAsStrings))
+            }
+            var response: JSONObject = ["records": .array(records)]
+            if page.rows.count > request.resultsLimit, let last = page.positions.prefix(shown).last {
+                response["continuationMarker"] = .string(self.encodeCursor(last, binding: binding))
+            }
+            return .object(response)
+        }
+    }
+
+    // MARK: Filters
+
+    private static let systemFieldTypes: [String: FieldType] = [
+        RecordIndexer.SystemField.recordID: FieldType(.reference),
+        RecordIndexer.SystemField.createTime: FieldType(.timestamp),
+        RecordIndexer.SystemField.modTime: FieldType(.timestamp),
+        RecordIndexer.SystemField.createdBy: FieldType(.reference),
+        RecordIndexer.SystemField.modifiedBy: FieldType(.reference),
+    ]
+
+    /// The field's type and, in production, a check that the schema grants `index`.
+    private func fieldType(
+        _ name: String, value: JSON?, declared: DeclaredFieldType?, schema: SchemaMap, locked: Bool, index: Int,
+        indexName: String, path: String
+    ) throws -> FieldType {
+        let known = schema[name]
+        if locked {
+            guard let known else {
+                throw CloudKitError.badRequest(
+                    "\(path): field '\(name)' is not in the production schema\(name.hasPrefix("___") ? "; declare it with an index to query it" : "")")
+            }
+            guard known.indexes & index != 0 else {
+                throw CloudKitError.badRequest(
+                    "\(path): field '\(name)' has no \(indexName) index in production; add it (`nimbus schema index --add \(indexName.lowercased())`) and deploy")
+            }
+        }
+        if let system = Self.systemFieldTypes[name] { return system }
+        if let known { return known.type }
+        if case .exact(let type)? = declared { return type }
+        if let value, let inferred = FieldValue.inferType(of: value) { return inferred }
+        throw CloudKitError.badRequest("\(path): cannot tell the type of field '\(name)'; send fieldValue.type")
+    }
+
+    private func indexValue(_ json: JSON, as scalar: ScalarType, path: String) throws -> IndexValue {
+        // References may be given as a reference dictionary or, leniently, a bare record name.
+        if scalar == .reference, case .string(let name) = json { return .text(name) }
+        let value = try FieldValue.decode(json, as: FieldType(scalar), path: path)
+        guard let indexed = RecordIndexer.indexValue(value) else {
+            throw CloudKitError.badRequest("\(path): \(scalar.rawValue) values cannot be compared")
+        }
+        return indexed
+    }
+
+    private func indexValues(_ json: JSON, as scalar: ScalarType, path: String) throws -> [IndexValue] {
+        guard case .array(let elements) = json else {
+            throw CloudKitError.badRequest("\(path): this comparator takes a list of values, got \(json.kindName)")
+        }
+        return try elements.enumerated().map { try indexValue($0.element, as: scalar, path: "\(path)[\($0.offset)]") }
+    }
+
+    private func condition(_ filter: QueryFilterInput, schema: SchemaMap, locked: Bool) throws -> IndexCondition {
+        let path = filter.path
+        let valuePath = "\(path).fieldValue.value"
+        let queryable = (SchemaFieldRow.Indexes.queryable, "QUERYABLE")
+        let sortable = (SchemaFieldRow.Indexes.sortable, "SORTABLE")
+        func type(_ index: (Int, String), element: Bool = false) throws -> FieldType {
+            guard let name = filter.fieldName else { throw CloudKitError.badRequest("\(path): missing fieldName") }
+            // For IN and list comparators the value's shape says nothing about the field: infer from its elements.
+            var sample: JSON? = filter.value
+            if element, case .array(let elements) = filter.value { sample = elements.first }
+            var declared = filter.declaredType
+            if element, case .exact(let listType)? = declared { declared = .exact(FieldType(listType.scalar)) }
+            return try fieldType(
+                name, value: sample, declared: declared, schema: schema, locked: locked, index: index.0, indexName: index.1,
+                path: path)
+        }
+        func requireScalar(_ type: FieldType, _ allowed: Set<ScalarType>) throws {
+            guard !type.isList else {
+                throw CloudKitError.badRequest(
+                    "\(path): \(filter.comparator.rawValue) compares single values, but '\(filter.fieldName ?? "")' is a \(type.wireName); use LIST_CONTAINS and friends")
+            }
+            guard allowed.contains(type.scalar) else {
+                throw CloudKitError.badRequest(
+                    "\(path): \(filter.comparator.rawValue) does not apply to \(type.wireName) field '\(filter.fieldName ?? "")'")
+            }
+        }
+        func requireList(_ type: FieldType, _ allowed: Set<ScalarType>? = nil) throws {
+            guard type.isList || Self.systemFieldTypes[filter.fieldName ?? ""] == nil && !schemaKnows(filter.fieldName, schema) else {
+                throw CloudKitError.badRequest(
+                    "\(path): \(filter.comparator.rawValue) applies to list fields, but '\(filter.fieldName ?? "")' is a \(type.wireName)")
+            }
+            if let allowed, !allowed.contains(type.scalar) {
+                throw CloudKitError.badRequest(
+                    "\(path): \(filter.comparator.rawValue) does not apply to \(type.wireName) field '\(filter.fieldName ?? "")'")
+            }
+        }
+        let comparable: Set<ScalarType> = [.string, .int64, .double, .timestamp, .bytes, .reference]
+        let ordered: Set<ScalarType> = [.string, .int64, .double, .timestamp]
+        let field = filter.fieldName ?? ""
+
+        switch filter.comparator {
+        case .equals, .notEquals:
+            let fieldType = try type(queryable)
+            try requireScalar(fieldType, comparable)
+            let condition = IndexCondition.compare(
+                field: field, scope: .scalar, .equal, try indexValue(filter.value, as: fieldType.scalar, path: valuePath))
+            return filter.comparator == .equals ? condition : .not(condition)
+        case .lessThan, .lessThanOrEquals, .greaterThan, .greaterThanOrEquals:
+            let fieldType = try type(sortable)
+            try requireScalar(fieldType, ordered)
+            let comparison: IndexComparison =
+                switch filter.comparator {
+                case .lessThan: .less
+                case .lessThanOrEquals: .lessOrEqual
+                case .greaterThan: .greater
+                default: .greaterOrEqual
+                }
+            return .compare(field: field, scope: .scalar, comparison, try indexValue(filter.value, as: fieldType.scalar, path: valuePath))
+        case .beginsWith, .notBeginsWith:
+            let fieldType = try type(queryable)
+            try requireScalar(fieldType, [.string])
+            guard case .string(let prefix) = filter.value else {
+                throw CloudKitError.badRequest("\(valuePath): BEGINS_WITH takes a string prefix, got \(filter.value.kindName)")
+            }
+            let condition = IndexCondition.beginsWith(field: field, scope: .scalar, prefix: prefix)
+            return filter.comparator == .beginsWith ? condition : .not(condition)
+        case .in, .notIn:
+            let fieldType = try type(queryable, element: true)
+            try requireScalar(fieldType, comparable)
+            let condition = IndexCondition.oneOf(
+                field: field, scope: .scalar, try indexValues(filter.value, as: fieldType.scalar, path: valuePath))
+            return filter.comparator == .in ? condition : .not(condition)
+        case .listContains, .notListContains:
+            let fieldType = try type(queryable)
+            try requireList(fieldType)
+            let condition = IndexCondition.compare(
+                field: field, scope: .element, .equal, try indexValue(filter.value, as: fieldType.scalar, path: valuePath))
+            return filter.comparator == .listContains ? condition : .not(condition)
+        case .listContainsAny, .notListContainsAny:
+            let fieldType = try type(queryable, element: true)
+            try requireList(fieldType)
+            let condition = IndexCondition.oneOf(
+                field: field, scope: .element, try indexValues(filter.value, as: fieldType.scalar, path: valuePath))
+            return filter.comparator == .listContainsAny ? condition : .not(condition)
+        case .listContainsAll, .notListContainsAll:
+            let fieldType = try type(queryable, element: true)
+            try requireList(fieldType)
+            let condition = IndexCondition.allOf(field: field, try indexValues(filter.value, as: fieldType.scalar, path: valuePath))
+            return filter.comparator == .listContainsAll ? condition : .not(condition)
+        case .listMemberBeginsWith, .notListMemberBeginsWith:
+            let fieldType = try type(queryable)
+            try requireList(fieldType, [.string])
+            guard case .string(let prefix) = filter.value else {
+                throw CloudKitError.badRequest("\(valuePath): LIST_MEMBER_BEGINS_WITH takes a string prefix, got \(filter.value.kindName)")
+            }
+            let condition = IndexCondition.beginsWith(field: field, scope: .element, prefix: prefix)
+            return filter.comparator == .listMemberBeginsWith ? condition : .not(condition)
+        case .near:
+            let fieldType = try type(sortable)
+            try requireScalar(fieldType, [.location])
+            guard let distance = filter.distance else {
+                throw CloudKitError.badRequest("\(path): NEAR needs a distance in meters (key 'distance')")
+            }
+            guard case .location(let location) = try FieldValue.decode(filter.value, as: FieldType(.location), path: valuePath) else {
+                throw CloudKitError.badRequest("\(valuePath): NEAR takes a location")
+            }
+            return .near(field: field, latitude: location.latitude, longitude: location.longitude, meters: distance)
+        case .containsAllTokens, .containsAnyTokens:
+            if filter.fieldName != nil {
+                let fieldType = try type((SchemaFieldRow.Indexes.searchable, "SEARCHABLE"))
+                guard fieldType.scalar == .string else {
+                    throw CloudKitError.badRequest("\(path): token search applies to STRING fields, not \(fieldType.wireName)")
+                }
+            }
+            guard case .string(let text) = filter.value else {
+                throw CloudKitError.badRequest("\(valuePath): token search takes a string, got \(filter.value.kindName)")
+            }
+            let tokens = Tokenizer.tokens(of: text)
+            guard !tokens.isEmpty else {
+                throw CloudKitError.badRequest("\(valuePath): the search text has no words to look for")
+            }
+            return .tokens(field: filter.fieldName, tokens, all: filter.comparator == .containsAllTokens)
+        }
+    }
+
+    private func schemaKnows(_ name: String?, _ schema: SchemaMap) -> Bool {
+        name.map { schema[$0] != nil } ?? false
+    }
+
+    private func sortKey(_ sort: QuerySortInput, schema: SchemaMap, locked: Bool) throws -> IndexSort {
+        let type = try fieldType(
+            sort.fieldName, value: nil, declared: sort.relativeLocation == nil ? nil : .exact(FieldType(.location)),
+            schema: schema, locked: locked, index: SchemaFieldRow.Indexes.sortable, indexName: "SORTABLE", path: sort.path)
+        guard !type.isList else {
+            throw CloudKitError.badRequest("\(sort.path): cannot sort by list field '\(sort.fieldName)'")
+        }
+        switch type.scalar {
+        case .location:
+            guard let origin = sort.relativeLocation else {
+                throw CloudKitError.badRequest("\(sort.path): sorting by location field '\(sort.fieldName)' needs relativeLocation")
+            }
+            return IndexSort(.distance(field: sort.fieldName, latitude: origin.latitude, longitude: origin.longitude), ascending: sort.ascending)
+        case .int64, .double, .timestamp:
+            return IndexSort(.number(field: sort.fieldName), ascending: sort.ascending)
+        case .string, .reference, .bytes:
+            return IndexSort(.text(field: sort.fieldName), ascending: sort.ascending)
+        case .asset:
+            throw CloudKitError.badRequest("\(sort.path): cannot sort by asset field '\(sort.fieldName)'")
+        }
+    }
+
+    // MARK: Continuation markers
+
+    /// What a marker is bound to: the database, the zones, and the query exactly as sent.
+    private func cursorBinding(_ request: RecordsQueryRequest, databaseID: Int64, zones: [ZoneRow]) -> [UInt8] {
+        var bytes = Array("\(databaseID)|\(zones.map(\.id))|".utf8)
+        bytes += request.queryJSON.serialized()
+        return Array(SHA256.hash(data: bytes)).prefix(16).map { $0 }
+    }
+
+    private func encodeCursor(_ position: QueryPosition, binding: [UInt8]) -> String {
+        let values: [JSON] = position.sortValues.map {
+            switch $0 {
+            case .number(let number): return .array(["n", .double(number)])
+            case .text(let text): return .array(["t", .string(text)])
+            }
+        }
+        let body = JSON.array([.int(1), .string(Credentials.hex(binding)), .array(values), .int(position.zoneID), .string(position.recordName)])
+        var bytes = body.serialized()
+        let mac = HMAC<SHA256>.authenticationCode(for: bytes, using: keys.cursors)
+        bytes += Array(mac).prefix(16)
+        return Credentials.base64URL(bytes)
+    }
+
+    private func decodeCursor(_ marker: String, binding: [UInt8], sortCount: Int) throws -> QueryPosition {
+        let garbled = CloudKitError.badRequest("continuationMarker: the marker is garbled; run the query again without it")
+        guard marker.utf8.count < 4_096, let bytes = Credentials.fromBase64URL(marker), bytes.count > 16 else { throw garbled }
+        let body = Array(bytes.dropLast(16))
+        let mac = Array(HMAC<SHA256>.authenticationCode(for: body, using: keys.cursors)).prefix(16)
+        guard Credentials.constantTimeEqual(Array(mac), Array(bytes.suffix(16))) else {
+            throw CloudKitError.badRequest("continuationMarker: the marker was not issued by this server")
+        }
+        guard case .array(let parts)? = try? JSON.parse(body), parts.count == 5, parts[0] == .int(1),
+            case .string(let boundTo) = parts[1], case .array(let values) = parts[2],
+            case .int(let zoneID) = parts[3], case .string(let recordName) = parts[4]
+        else { throw garbled }
+        guard boundTo == Credentials.hex(binding), values.count == sortCount else {
+            throw CloudKitError.badRequest(
+                "continuationMarker: the marker belongs to another query; send it with the same query, zone and database it came from")
+        }
+        let sortValues: [IndexValue] = try values.map { value in
+            guard case .array(let pair) = value, pair.count == 2 else { throw garbled }
+            switch (pair[0], pair[1]) {
+            case (.string("n"), let number): return .number(number.doubleValue ?? 0)
+            case (.string("t"), .string(let text)): return .text(text)
+            default: throw garbled
+            }
+        }
+        return QueryPosition(sortValues: sortValues, zoneID: zoneID, recordName: recordName)
+    }
+}

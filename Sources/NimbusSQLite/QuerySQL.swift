@@ -1,0 +1,232 @@
+import Foundation
+import GRDB
+import NimbusStorage
+
+/// Turns a `RecordQuery` into one SQL statement over `records`, `field_index` and
+/// `token_index`.
+///
+/// Positive conditions become `(zone_id, record_name) IN (SELECT … FROM field_index …)`
+/// subqueries on the field's value index, so SQLite can drive the query from the most
+/// selective one; negations become `NOT IN`. Each sort key is joined from the field index
+/// (records lacking a sort field are not listed), and the page starts strictly after the
+/// previous page's last (sort values, zone, record name), so paging is stable under writes.
+struct QuerySQL {
+    private(set) var text = ""
+    private(set) var arguments: [(any DatabaseValueConvertible)?] = []
+
+    /// `nimbus_distance(lat1, lon1, lat2, lon2)`: great-circle distance in meters (haversine).
+    static let distanceFunction = DatabaseFunction("nimbus_distance", argumentCount: 4, pure: true) { values in
+        guard let lat1 = Double.fromDatabaseValue(values[0]), let lon1 = Double.fromDatabaseValue(values[1]),
+            let lat2 = Double.fromDatabaseValue(values[2]), let lon2 = Double.fromDatabaseValue(values[3])
+        else { return nil }
+        return greatCircleMeters(lat1, lon1, lat2, lon2)
+    }
+
+    static func greatCircleMeters(_ lat1: Double, _ lon1: Double, _ lat2: Double, _ lon2: Double) -> Double {
+        let radians = Double.pi / 180
+        let dLat = (lat2 - lat1) * radians
+        let dLon = (lon2 - lon1) * radians
+        let a = sin(dLat / 2) * sin(dLat / 2) + cos(lat1 * radians) * cos(lat2 * radians) * sin(dLon / 2) * sin(dLon / 2)
+        return 6_371_008.8 * 2 * atan2(a.squareRoot(), (1 - a).squareRoot())
+    }
+
+    init(query: RecordQuery, recordColumns: String) {
+        let columns = recordColumns.split(separator: ",").map { "r.\($0.trimmingCharacters(in: .whitespacesAndNewlines))" }
+        let zoneMarks = Array(repeating: "?", count: query.zoneIDs.count).joined(separator: ", ")
+        var select = "SELECT " + columns.joined(separator: ", ")
+        var joins = ""
+        var orderBy: [String] = []
+        var keyExpressions: [String] = []
+        var joinArguments: [(any DatabaseValueConvertible)?] = []
+
+        for (index, sort) in query.sorts.enumerated() {
+            let alias = "s\(index)"
+            let expression: String
+            switch sort.key {
+            case .number(let field), .text(let field):
+                joins += """
+                     JOIN field_index \(alias) ON \(alias).zone_id = r.zone_id AND \(alias).record_name = r.record_name
+                     AND \(alias).field = ? AND \(alias).position = -1
+                    """
+                joinArguments.append(field)
+                if case .number = sort.key {
+                    joins += " AND \(alias).num IS NOT NULL"
+                    expression = "\(alias).num"
+                } else {
+                    joins += " AND \(alias).text IS NOT NULL"
+                    expression = "\(alias).text"
+                }
+            case .distance(let field, let latitude, let longitude):
+                joins += """
+                     JOIN field_index \(alias) ON \(alias).zone_id = r.zone_id AND \(alias).record_name = r.record_name
+                     AND \(alias).field = ? AND \(alias).position = -1 AND \(alias).lon IS NOT NULL
+                    """
+                joinArguments.append(field)
+                expression = "nimbus_distance(\(alias).num, \(alias).lon, \(latitude), \(longitude))"
+            }
+            select += ", \(expression) AS k\(index)"
+            keyExpressions.append(expression)
+            orderBy.append("k\(index) \(sort.ascending ? "ASC" : "DESC")")
+        }
+        orderBy.append("r.zone_id ASC")
+        orderBy.append("r.record_name ASC")
+
+        text = select + " FROM records r" + joins
+        arguments = joinArguments
+        text += " WHERE r.zone_id IN (\(zoneMarks)) AND r.record_type = ? AND r.deleted = 0"
+        arguments += query.zoneIDs.map { $0 }
+        arguments.append(query.recordType)
+        for condition in query.conditions {
+            text += " AND "
+            append(condition, query: query, zoneMarks: zoneMarks)
+        }
+        if let after = query.after {
+            text += " AND "
+            appendKeyset(after, keys: keyExpressions, sorts: query.sorts)
+        }
+        text += " ORDER BY " + orderBy.joined(separator: ", ") + " LIMIT ?"
+        arguments.append(query.limit)
+    }
+
+    /// `(zone_id, record_name) IN (SELECT … FROM field_index WHERE <zone, type, field> AND …)`.
+    private mutating func entriesOf(
+        _ field: String, scope: IndexScope?, query: RecordQuery, zoneMarks: String, negated: Bool = false,
+        _ predicate: (inout QuerySQL) -> Void
+    ) {
+        text += "(r.zone_id, r.record_name) \(negated ? "NOT IN" : "IN") (SELECT f.zone_id, f.record_name FROM field_index f"
+        text += " WHERE f.zone_id IN (\(zoneMarks)) AND f.record_type = ? AND f.field = ?"
+        arguments += query.zoneIDs.map { $0 }
+        arguments.append(query.recordType)
+        arguments.append(field)
+        switch scope {
+        case .scalar?: text += " AND f.position = -1"
+        case .element?: text += " AND f.position >= 0"
+        case nil: break
+        }
+        text += " AND "
+        predicate(&self)
+        text += ")"
+    }
+
+    private static func column(_ value: IndexValue) -> String {
+        if case .number = value { return "f.num" }
+        return "f.text"
+    }
+
+    private static func argument(_ value: IndexValue) -> any DatabaseValueConvertible {
+        switch value {
+        case .number(let number): return number
+        case .text(let text): return text
+        }
+    }
+
+    private mutating func append(_ condition: IndexCondition, query: RecordQuery, zoneMarks: String, negated: Bool = false) {
+        switch condition {
+        case .not(let inner):
+            append(inner, query: query, zoneMarks: zoneMarks, negated: !negated)
+        case .compare(let field, let scope, let comparison, let value):
+            entriesOf(field, scope: scope, query: query, zoneMarks: zoneMarks, negated: negated) { sql in
+                sql.text += "\(Self.column(value)) \(comparison.rawValue) ?"
+                sql.arguments.append(Self.argument(value))
+            }
+        case .oneOf(let field, let scope, let values):
+            guard !values.isEmpty else {
+                text += negated ? "1" : "0"
+                return
+            }
+            entriesOf(field, scope: scope, query: query, zoneMarks: zoneMarks, negated: negated) { sql in
+                // Numbers and texts compare within their kind: one IN list each.
+                let numbers = values.filter { if case .number = $0 { return true } else { return false } }
+                let texts = values.filter { if case .text = $0 { return true } else { return false } }
+                var parts: [String] = []
+                if !numbers.isEmpty {
+                    parts.append("f.num IN (\(Array(repeating: "?", count: numbers.count).joined(separator: ", ")))")
+                    sql.arguments += numbers.map(Self.argument)
+                }
+                if !texts.isEmpty {
+                    parts.append("f.text IN (\(Array(repeating: "?", count: texts.count).joined(separator: ", ")))")
+                    sql.arguments += texts.map(Self.argument)
+                }
+                sql.text += "(" + parts.joined(separator: " OR ") + ")"
+            }
+        case .allOf(let field, let values):
+            let distinct = Array(Set(values))
+            guard !distinct.isEmpty else {
+                text += negated ? "0" : "1"
+                return
+            }
+            text += negated ? "NOT (" : "("
+            for (index, value) in distinct.enumerated() {
+                if index > 0 { text += " AND " }
+                append(.compare(field: field, scope: .element, .equal, value), query: query, zoneMarks: zoneMarks)
+            }
+            text += ")"
+        case .beginsWith(let field, let scope, let prefix):
+            entriesOf(field, scope: scope, query: query, zoneMarks: zoneMarks, negated: negated) { sql in
+                // A range on the text index: [prefix, prefix + U+10FFFF).
+                sql.text += "f.text >= ? AND f.text < ?"
+                sql.arguments.append(prefix)
+                sql.arguments.append(prefix + "\u{10FFFF}")
+            }
+        case .tokens(let field, let tokens, let all):
+            let distinct = Array(Set(tokens)).sorted()
+            guard !distinct.isEmpty else {
+                text += negated ? "0" : "1"
+                return
+            }
+            text += negated ? "NOT (" : "("
+            let groups = all ? distinct.map { [$0] } : [distinct]
+            for (index, group) in groups.enumerated() {
+                if index > 0 { text += " AND " }
+                text += "(r.zone_id, r.record_name) IN (SELECT t.zone_id, t.record_name FROM token_index t"
+                text += " WHERE t.zone_id IN (\(zoneMarks)) AND t.record_type = ?"
+                arguments += query.zoneIDs.map { $0 }
+                arguments.append(query.recordType)
+                text += " AND t.token IN (\(Array(repeating: "?", count: group.count).joined(separator: ", ")))"
+                arguments += group.map { $0 }
+                if let field {
+                    text += " AND t.field = ?"
+                    arguments.append(field)
+                }
+                text += ")"
+            }
+            text += ")"
+        case .near(let field, let latitude, let longitude, let meters):
+            entriesOf(field, scope: .scalar, query: query, zoneMarks: zoneMarks, negated: negated) { sql in
+                // A latitude band first (it uses the number index), then the exact distance.
+                let band = meters / 111_000 + 0.001
+                sql.text += "f.num BETWEEN ? AND ? AND f.lon IS NOT NULL AND nimbus_distance(f.num, f.lon, ?, ?) <= ?"
+                sql.arguments += [latitude - band, latitude + band, latitude, longitude, meters]
+            }
+        case .exists(let field, let scope):
+            entriesOf(field, scope: scope, query: query, zoneMarks: zoneMarks, negated: negated) { sql in
+                sql.text += "1"
+            }
+        }
+    }
+
+    /// Strictly after `position` in the sort order: the first key that differs decides, and
+    /// ties fall to (zone, record name) ascending.
+    private mutating func appendKeyset(_ position: QueryPosition, keys: [String], sorts: [IndexSort]) {
+        var tieValues: [(String, any DatabaseValueConvertible, Bool)] = []
+        for (index, key) in keys.enumerated() where index < position.sortValues.count {
+            tieValues.append((key, Self.argument(position.sortValues[index]), sorts[index].ascending))
+        }
+        tieValues.append(("r.zone_id", position.zoneID, true))
+        tieValues.append(("r.record_name", position.recordName, true))
+        var alternatives: [String] = []
+        var alternativeArguments: [(any DatabaseValueConvertible)?] = []
+        for (index, (expression, value, ascending)) in tieValues.enumerated() {
+            var parts: [String] = []
+            for (prefixExpression, prefixValue, _) in tieValues.prefix(index) {
+                parts.append("\(prefixExpression) = ?")
+                alternativeArguments.append(prefixValue)
+            }
+            parts.append("\(expression) \(ascending ? ">" : "<") ?")
+            alternativeArguments.append(value)
+            alternatives.append("(" + parts.joined(separator: " AND ") + ")")
+        }
+        text += "(" + alternatives.joined(separator: " OR ") + ")"
+        arguments += alternativeArguments
+    }
+}

@@ -1,0 +1,138 @@
+/// Index rows and queries, in storage terms.
+///
+/// Every live record has index entries: one per scalar field, one per list element, and one
+/// per system field (`___recordID`, `___createTime`, `___modTime`, `___createdBy`,
+/// `___modifiedBy`), written in the same transaction as the record. Strings of searchable
+/// fields also have token entries. Queries read only these and the records they select.
+
+/// A value as indexed: numbers (INT64, DOUBLE, TIMESTAMP) and texts (STRING, reference
+/// target names, BYTES as base64) compare within their kind.
+public enum IndexValue: Sendable, Hashable {
+    case number(Double)
+    case text(String)
+}
+
+/// One index entry of a record. `position` is -1 for a scalar field and the element's index
+/// for a list element. Locations index latitude as `.number` and keep `longitude`.
+public struct IndexEntry: Sendable, Hashable {
+    public var field: String
+    public var value: IndexValue
+    public var longitude: Double?
+    public var position: Int
+
+    public init(field: String, value: IndexValue, longitude: Double? = nil, position: Int = -1) {
+        self.field = field
+        self.value = value
+        self.longitude = longitude
+        self.position = position
+    }
+}
+
+/// A search token of a string field (lowercased, diacritics folded).
+public struct TokenEntry: Sendable, Hashable {
+    public var field: String
+    public var token: String
+
+    public init(field: String, token: String) {
+        self.field = field
+        self.token = token
+    }
+}
+
+public enum IndexComparison: String, Sendable {
+    case equal = "="
+    case less = "<"
+    case lessOrEqual = "<="
+    case greater = ">"
+    case greaterOrEqual = ">="
+}
+
+/// Which entries of a field a condition looks at.
+public enum IndexScope: Sendable {
+    /// The field's scalar value.
+    case scalar
+    /// Any element of the list.
+    case element
+}
+
+/// A condition on a record's index entries. Conditions are AND-ed.
+public indirect enum IndexCondition: Sendable {
+    /// Some entry of `field` in `scope` compares to `value`.
+    case compare(field: String, scope: IndexScope, IndexComparison, IndexValue)
+    /// Some entry of `field` in `scope` is one of `values`.
+    case oneOf(field: String, scope: IndexScope, [IndexValue])
+    /// The list `field` holds every one of `values`.
+    case allOf(field: String, [IndexValue])
+    /// Some text entry of `field` in `scope` starts with `prefix`.
+    case beginsWith(field: String, scope: IndexScope, prefix: String)
+    /// The record has every (or any) of `tokens`, in `field` or in any searchable field when nil.
+    case tokens(field: String?, [String], all: Bool)
+    /// The location `field` is within `meters` of the point.
+    case near(field: String, latitude: Double, longitude: Double, meters: Double)
+    /// The record has an entry for `field` in `scope` (records lacking a sort field are not listed).
+    case exists(field: String, scope: IndexScope)
+    case not(IndexCondition)
+}
+
+/// A sort key: a scalar field's value, or a location field's distance from a point.
+public struct IndexSort: Sendable, Hashable {
+    public enum Key: Sendable, Hashable {
+        case number(field: String)
+        case text(field: String)
+        case distance(field: String, latitude: Double, longitude: Double)
+    }
+
+    public var key: Key
+    public var ascending: Bool
+
+    public init(_ key: Key, ascending: Bool) {
+        self.key = key
+        self.ascending = ascending
+    }
+}
+
+/// Where a page ended: the last record's sort values and identity. The next page starts
+/// strictly after it, so records that did not change are neither repeated nor skipped.
+public struct QueryPosition: Sendable, Hashable {
+    public var sortValues: [IndexValue]
+    public var zoneID: Int64
+    public var recordName: String
+
+    public init(sortValues: [IndexValue], zoneID: Int64, recordName: String) {
+        self.sortValues = sortValues
+        self.zoneID = zoneID
+        self.recordName = recordName
+    }
+}
+
+public struct RecordQuery: Sendable {
+    public var zoneIDs: [Int64]
+    public var recordType: String
+    public var conditions: [IndexCondition]
+    public var sorts: [IndexSort]
+    public var after: QueryPosition?
+    public var limit: Int
+
+    public init(
+        zoneIDs: [Int64], recordType: String, conditions: [IndexCondition], sorts: [IndexSort], after: QueryPosition?,
+        limit: Int
+    ) {
+        self.zoneIDs = zoneIDs
+        self.recordType = recordType
+        self.conditions = conditions
+        self.sorts = sorts
+        self.after = after
+        self.limit = limit
+    }
+}
+
+/// A page of query results with each record's position (for the continuation marker).
+public struct QueryPage: Sendable {
+    public var rows: [RecordRow]
+    public var positions: [QueryPosition]
+
+    public init(rows: [RecordRow], positions: [QueryPosition]) {
+        self.rows = rows
+        self.positions = positions
+    }
+}

@@ -1,0 +1,139 @@
+/// `records/query` (reference §4).
+public enum QueryComparator: String, Sendable, CaseIterable {
+    case equals = "EQUALS", notEquals = "NOT_EQUALS"
+    case lessThan = "LESS_THAN", lessThanOrEquals = "LESS_THAN_OR_EQUALS"
+    case greaterThan = "GREATER_THAN", greaterThanOrEquals = "GREATER_THAN_OR_EQUALS"
+    case near = "NEAR"
+    case containsAllTokens = "CONTAINS_ALL_TOKENS", containsAnyTokens = "CONTAINS_ANY_TOKENS"
+    case `in` = "IN", notIn = "NOT_IN"
+    case listContains = "LIST_CONTAINS", notListContains = "NOT_LIST_CONTAINS"
+    case listContainsAny = "LIST_CONTAINS_ANY", notListContainsAny = "NOT_LIST_CONTAINS_ANY"
+    case listContainsAll = "LIST_CONTAINS_ALL", notListContainsAll = "NOT_LIST_CONTAINS_ALL"
+    case beginsWith = "BEGINS_WITH", notBeginsWith = "NOT_BEGINS_WITH"
+    case listMemberBeginsWith = "LIST_MEMBER_BEGINS_WITH", notListMemberBeginsWith = "NOT_LIST_MEMBER_BEGINS_WITH"
+}
+
+public struct QueryFilterInput: Sendable {
+    public var comparator: QueryComparator
+    /// `fieldName`, or the schema name of `systemFieldName` (`___createTime`, …).
+    public var fieldName: String?
+    public var value: JSON
+    public var declaredType: DeclaredFieldType?
+    public var distance: Double?
+    public var path: String
+}
+
+public struct QuerySortInput: Sendable {
+    public var fieldName: String
+    public var ascending: Bool
+    public var relativeLocation: Location?
+    public var path: String
+}
+
+public struct RecordsQueryRequest: Sendable {
+    public var recordType: String
+    public var filters: [QueryFilterInput]
+    public var sorts: [QuerySortInput]
+    public var zoneID: ZoneIDInput
+    public var zoneWide: Bool
+    public var resultsLimit: Int
+    public var continuationMarker: String?
+    public var desiredKeys: [String]?
+    public var numbersAsStrings: Bool
+    /// The `query` object as sent, which a continuation marker is bound to.
+    public var queryJSON: JSON
+
+    /// Filters and sort keys per query, bounded like operations.
+    public static let maximumTerms = Limit(name: "queryTerms", value: 50)
+
+    public init(json: ObjectReader) throws(CloudKitError) {
+        let query = try json.requiredObject("query")
+        queryJSON = .object(query.object)
+        recordType = try query.requiredString("recordType")
+        try Names.validateIdentifier(recordType, kind: "record type", path: query.childPath("recordType"))
+        zoneWide = try json.bool("zoneWide") ?? false
+        zoneID = try ZoneIDInput.orDefault(json)
+        resultsLimit = try readResultsLimit(json)
+        continuationMarker = try json.string("continuationMarker")
+        desiredKeys = try readDesiredKeys(json)
+        numbersAsStrings = try readNumbersAsStrings(json)
+        filters = []
+        for element in try query.array("filterBy") ?? [] {
+            if filters.count == Self.maximumTerms.value {
+                throw .limitExceeded(Self.maximumTerms, actual: filters.count + 1, what: "the number of filters")
+            }
+            let filter = try element.object()
+            let name = try filter.requiredString("comparator")
+            guard let comparator = QueryComparator(rawValue: name.uppercased()) else {
+                throw .badRequest(
+                    "\(filter.childPath("comparator")): '\(Names.escaped(name))' is not a comparator; use one of \(QueryComparator.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            let field = try Self.fieldName(filter, optional: comparator == .containsAllTokens || comparator == .containsAnyTokens)
+            let fieldValue = try filter.requiredObject("fieldValue")
+            var declared: DeclaredFieldType?
+            if let typeName = try fieldValue.string("type") {
+                guard let parsed = DeclaredFieldType(wire: typeName) else {
+                    throw .badRequest("\(fieldValue.childPath("type")): '\(Names.escaped(typeName))' is not a field type")
+                }
+                declared = parsed
+            }
+            guard let value = fieldValue.value("value") else { throw fieldValue.missing("value") }
+            var distance: Double?
+            if let raw = filter.value("distance") {
+                guard let number = raw.doubleValue, number.isFinite, number >= 0 else {
+                    throw .badRequest("\(filter.childPath("distance")): expected a distance in meters (a number of 0 or more)")
+                }
+                distance = number
+            }
+            filters.append(
+                QueryFilterInput(
+                    comparator: comparator, fieldName: field, value: value, declaredType: declared, distance: distance,
+                    path: element.path))
+        }
+        sorts = []
+        for element in try query.array("sortBy") ?? [] {
+            if sorts.count == Self.maximumTerms.value {
+                throw .limitExceeded(Self.maximumTerms, actual: sorts.count + 1, what: "the number of sort keys")
+            }
+            let sort = try element.object()
+            guard let field = try Self.fieldName(sort, optional: false) else { throw sort.missing("fieldName") }
+            var location: Location?
+            if let relative = try sort.object("relativeLocation") {
+                let value = try relative.object("value") ?? relative
+                location = try Location(json: value)
+            }
+            sorts.append(
+                QuerySortInput(fieldName: field, ascending: try sort.bool("ascending") ?? true, relativeLocation: location, path: element.path))
+        }
+    }
+
+    /// The schema names of the system fields a query may name by `systemFieldName`.
+    public static let systemFields: [String: String] = [
+        "recordName": "___recordID", "createdTimestamp": "___createTime", "modifiedTimestamp": "___modTime",
+        "createdUserRecordName": "___createdBy", "modifiedUserRecordName": "___modifiedBy",
+    ]
+
+    private static func fieldName(_ json: ObjectReader, optional: Bool) throws(CloudKitError) -> String? {
+        if let system = try json.string("systemFieldName") {
+            guard let name = systemFields[system] ?? (systemFields.values.contains(system) ? system : nil) else {
+                throw .badRequest(
+                    "\(json.childPath("systemFieldName")): '\(Names.escaped(system))' is not a system field; use \(systemFields.keys.sorted().joined(separator: ", "))")
+            }
+            return name
+        }
+        guard let name = try json.string("fieldName") else {
+            if optional { return nil }
+            throw json.missing("fieldName")
+        }
+        if name == "___recordId" { return "___recordID" }
+        if name.hasPrefix("___") {
+            guard systemFields.values.contains(name) || name == "___allTokens" else {
+                throw .badRequest("\(json.childPath("fieldName")): '\(Names.escaped(name))' is not a system field")
+            }
+            return name == "___allTokens" ? nil : name
+        }
+        if name == "allTokens", optional { return nil }
+        try Names.validateIdentifier(name, kind: "field name", path: json.childPath("fieldName"))
+        return name
+    }
+}
