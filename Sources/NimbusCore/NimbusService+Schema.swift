@@ -52,4 +52,18 @@ extension NimbusService {
             return (newTypes, newFields)
         }
     }
+
+    /// Sets which indexes a field has (`SchemaFieldRow.Indexes` flags): the seeds' "drop the
+    /// index you never query". Returns false when the field is not in that schema.
+    public func setFieldIndexes(
+        container: String, environment: Environment, recordType: String, field: String, indexes: Int
+    ) async throws -> Bool {
+        guard (0...SchemaFieldRow.Indexes.all).contains(indexes) else {
+            throw CloudKitError.badRequest("index flags must be a combination of QUERYABLE, SORTABLE and SEARCHABLE")
+        }
+        return try await storage.write { tx in
+            try tx.setSchemaFieldIndexes(
+                container: container, environment: environment, recordType: recordType, fieldName: field, indexes: indexes)
+        }
+    }
 }

@@ -1,0 +1,272 @@
+import NimbusTestSupport
+import NimbusWire
+import Testing
+
+@Suite struct QueryTests {
+    static func filter(_ comparator: String, _ field: String, _ value: JSON, type: String? = nil, distance: Double? = nil) -> JSON {
+        var object: JSONObject = ["comparator": .string(comparator), "fieldName": .string(field), "fieldValue": Op.field(value, type)]
+        if let distance { object["distance"] = .double(distance) }
+        return .object(object)
+    }
+
+    static func query(_ type: String = "Item", filters: [JSON] = [], sorts: [JSON] = [], extra: JSONObject = [:]) -> JSON {
+        var body = extra
+        body["query"] = .object(["recordType": .string(type), "filterBy": .array(filters), "sortBy": .array(sorts)])
+        return .object(body)
+    }
+
+    static func sort(_ field: String, ascending: Bool = true) -> JSON {
+        .object(["fieldName": .string(field), "ascending": .bool(ascending)])
+    }
+
+    func names(_ response: APIResponse) -> [String] {
+        response.records.compactMap { $0["recordName"]?.stringValue }
+    }
+
+    /// Five items with every kind of field, in the default zone of the private database.
+    func seed(_ client: APIClient) async throws {
+        let items: [(String, JSONObject)] = [
+            ("a", ["name": Op.field("Apple pie"), "price": Op.field(3), "weight": Op.field(1.5), "tags": Op.field(["sweet", "baked"]),
+                   "sizes": Op.field([1, 2]), "when": Op.field(1_000, "TIMESTAMP"), "place": Op.field(["latitude": 37.3349, "longitude": -122.0090]),
+                   "owner": Op.field(["recordName": "shop1", "action": "NONE"], "REFERENCE"), "notes": Op.field("Crème brûlée style, très bon")]),
+            ("b", ["name": Op.field("Banana bread"), "price": Op.field(5), "weight": Op.field(2.0), "tags": Op.field(["sweet"]),
+                   "sizes": Op.field([2, 3]), "when": Op.field(2_000, "TIMESTAMP"), "place": Op.field(["latitude": 37.7749, "longitude": -122.4194]),
+                   "owner": Op.field(["recordName": "shop2", "action": "NONE"], "REFERENCE"), "notes": Op.field("banana and walnut")]),
+            ("c", ["name": Op.field("Carrot cake"), "price": Op.field(5), "weight": Op.field(0.5), "tags": Op.field(["baked", "vegetable"]),
+                   "sizes": Op.field([3]), "when": Op.field(3_000, "TIMESTAMP"), "place": Op.field(["latitude": 40.7128, "longitude": -74.0060]),
+                   "owner": Op.field(["recordName": "shop1", "action": "NONE"], "REFERENCE"), "notes": Op.field("CREME cheese frosting")]),
+            ("d", ["name": Op.field("Date squares"), "price": Op.field(8), "weight": Op.field(1.0), "tags": Op.field(["sweet", "baked", "fruit"]),
+                   "sizes": Op.field([1]), "when": Op.field(4_000, "TIMESTAMP"), "place": Op.field(["latitude": 37.3318, "longitude": -122.0312]),
+                   "owner": Op.field(["recordName": "shop3", "action": "NONE"], "REFERENCE"), "notes": Op.field("dates, oats")]),
+            ("e", ["name": Op.field("apricot jam"), "price": Op.field(2), "tags": Op.field(["fruit"]), "sizes": Op.field([4]),
+                   "when": Op.field(5_000, "TIMESTAMP"), "notes": Op.field("no bake")]),
+        ]
+        let saved = try await client.modify(items.map { Op.create($0.0, type: "Item", $0.1) })
+        #expect(saved.records.allSatisfy { $0.errorCode == nil }, "\(saved.text)")
+    }
+
+    func run(_ client: APIClient, _ filters: [JSON], sorts: [JSON] = [Self.sort("___recordID")]) async throws -> [String] {
+        let response = try await client.post("private", "records/query", Self.query(filters: filters, sorts: sorts))
+        #expect(response.status == 200, "\(response.text)")
+        return names(response)
+    }
+
+    @Test func everyComparatorSelectsTheRightRecords() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            try await seed(alice)
+            func f(_ comparator: String, _ field: String, _ value: JSON, type: String? = nil, distance: Double? = nil) -> JSON {
+                Self.filter(comparator, field, value, type: type, distance: distance)
+            }
+            // Scalars: numbers, doubles, timestamps, strings, references.
+            #expect(try await run(alice, [f("EQUALS", "price", 5)]) == ["b", "c"])
+            #expect(try await run(alice, [f("NOT_EQUALS", "price", 5)]) == ["a", "d", "e"])
+            #expect(try await run(alice, [f("LESS_THAN", "price", 5)]) == ["a", "e"])
+            #expect(try await run(alice, [f("LESS_THAN_OR_EQUALS", "price", 5)]) == ["a", "b", "c", "e"])
+            #expect(try await run(alice, [f("GREATER_THAN", "weight", 1.0)]) == ["a", "b"])
+            #expect(try await run(alice, [f("GREATER_THAN_OR_EQUALS", "when", 4_000, type: "TIMESTAMP")]) == ["d", "e"])
+            #expect(try await run(alice, [f("LESS_THAN", "name", "C")]) == ["a", "b"])
+            #expect(try await run(alice, [f("EQUALS", "owner", ["recordName": "shop1"], type: "REFERENCE")]) == ["a", "c"])
+            #expect(try await run(alice, [f("IN", "price", [2, 8])]) == ["d", "e"])
+            #expect(try await run(alice, [f("NOT_IN", "price", [2, 8])]) == ["a", "b", "c"])
+            #expect(try await run(alice, [f("IN", "name", ["Apple pie", "nothing"])]) == ["a"])
+            #expect(try await run(alice, [f("BEGINS_WITH", "name", "Ap")]) == ["a"])
+            #expect(try await run(alice, [f("NOT_BEGINS_WITH", "name", "Ap")]) == ["b", "c", "d", "e"])
+            // Lists.
+            #expect(try await run(alice, [f("LIST_CONTAINS", "tags", "fruit")]) == ["d", "e"])
+            #expect(try await run(alice, [f("NOT_LIST_CONTAINS", "tags", "sweet")]) == ["c", "e"])
+            #expect(try await run(alice, [f("LIST_CONTAINS_ANY", "tags", ["vegetable", "fruit"])]) == ["c", "d", "e"])
+            #expect(try await run(alice, [f("NOT_LIST_CONTAINS_ANY", "tags", ["vegetable", "fruit"])]) == ["a", "b"])
+            #expect(try await run(alice, [f("LIST_CONTAINS_ALL", "tags", ["sweet", "baked"])]) == ["a", "d"])
+            #expect(try await run(alice, [f("NOT_LIST_CONTAINS_ALL", "tags", ["sweet", "baked"])]) == ["b", "c", "e"])
+            #expect(try await run(alice, [f("LIST_CONTAINS", "sizes", 3)]) == ["b", "c"])
+            #expect(try await run(alice, [f("LIST_MEMBER_BEGINS_WITH", "tags", "veg")]) == ["c"])
+            #expect(try await run(alice, [f("NOT_LIST_MEMBER_BEGINS_WITH", "tags", "sw")]) == ["c", "e"])
+            // Locations: within 10 km of Apple Park.
+            let park: JSON = ["latitude": 37.3349, "longitude": -122.0090]
+            #expect(try await run(alice, [f("NEAR", "place", park, distance: 10_000)]) == ["a", "d"])
+            #expect(try await run(alice, [f("NEAR", "place", park, distance: 100_000)]) == ["a", "b", "d"])
+            // Tokens: case and diacritics folded, on one field or on all.
+            #expect(try await run(alice, [f("CONTAINS_ALL_TOKENS", "notes", "creme")]) == ["a", "c"])
+            #expect(try await run(alice, [f("CONTAINS_ALL_TOKENS", "notes", "Crème Brûlée")]) == ["a"])
+            #expect(try await run(alice, [f("CONTAINS_ANY_TOKENS", "notes", "walnut oats")]) == ["b", "d"])
+            let allFields: JSON = ["comparator": "CONTAINS_ALL_TOKENS", "fieldValue": ["value": "bread"]]
+            #expect(try await run(alice, [allFields]) == ["b"])
+            // System fields and AND-ed filters.
+            let byName: JSON = ["comparator": "EQUALS", "systemFieldName": "recordName", "fieldValue": ["value": ["recordName": "c"]]]
+            #expect(try await run(alice, [byName]) == ["c"])
+            #expect(try await run(alice, [f("LIST_CONTAINS", "tags", "sweet"), f("GREATER_THAN", "price", 3)]) == ["b", "d"])
+            #expect(try await run(alice, []) == ["a", "b", "c", "d", "e"])
+        }
+    }
+
+    @Test func sortsByOneOrMoreKeysAndByDistance() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            try await seed(alice)
+            #expect(try await run(alice, [], sorts: [Self.sort("price", ascending: false), Self.sort("name")]) == ["d", "b", "c", "a", "e"])
+            #expect(try await run(alice, [], sorts: [Self.sort("price"), Self.sort("weight", ascending: false)]) == ["a", "b", "c", "d"])
+            let byCreation: JSON = ["systemFieldName": "createdTimestamp", "ascending": false]
+            #expect(try await run(alice, [Self.filter("LESS_THAN", "price", 4)], sorts: [byCreation, Self.sort("___recordID")]).count == 2)
+            let nearest: JSON = ["fieldName": "place", "relativeLocation": ["value": ["latitude": 37.7749, "longitude": -122.4194]]]
+            // Date squares (d) lies a little west of Apple Park (a), so nearer San Francisco.
+            #expect(try await run(alice, [], sorts: [nearest]) == ["b", "d", "a", "c"])
+        }
+    }
+
+    @Test func pagesWithCursorsStayCorrectWhileRecordsAreWritten() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            _ = try await alice.modify((0..<30).map { Op.create(String(format: "r%02d", $0), type: "Item", ["n": Op.field(.int(Int64($0)))]) })
+            var seen: [String] = []
+            var marker: String?
+            var pages = 0
+            repeat {
+                var extra: JSONObject = ["resultsLimit": 7]
+                if let marker { extra["continuationMarker"] = .string(marker) }
+                let page = try await alice.post("private", "records/query", Self.query(sorts: [Self.sort("n")], extra: extra))
+                #expect(page.status == 200, "\(page.text)")
+                seen += names(page)
+                marker = page.json["continuationMarker"]?.stringValue
+                pages += 1
+                if pages == 2 {
+                    // Between pages: a new record sorts before the cursor, one after, and one already seen changes.
+                    _ = try await alice.modify([
+                        Op.create("early", type: "Item", ["n": Op.field(-1)]), Op.create("late", type: "Item", ["n": Op.field(100)]),
+                        Op.make("forceUpdate", Op.record("r01", type: nil, fields: ["x": Op.field(1)])),
+                    ])
+                }
+            } while marker != nil && pages < 20
+            let expected = (0..<30).map { String(format: "r%02d", $0) } + ["late"]
+            #expect(seen == expected)
+            #expect(Set(seen).count == seen.count)
+        }
+    }
+
+    @Test func zoneWideQueriesSearchEveryZone() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            _ = try await alice.createZone("Z1")
+            _ = try await alice.createZone("Z2")
+            _ = try await alice.modify(zone: "Z1", [Op.create("one", type: "Item", ["k": Op.field(1)])])
+            _ = try await alice.modify(zone: "Z2", [Op.create("two", type: "Item", ["k": Op.field(1)])])
+            _ = try await alice.modify([Op.create("zero", type: "Item", ["k": Op.field(1)])])
+            let wide = try await alice.post("private", "records/query", Self.query(filters: [Self.filter("EQUALS", "k", 1)], extra: ["zoneWide": true]))
+            #expect(Set(names(wide)) == ["zero", "one", "two"])
+            let zoned = try await alice.post(
+                "private", "records/query", Self.query(filters: [Self.filter("EQUALS", "k", 1)], extra: ["zoneID": ["zoneName": "Z2"]]))
+            #expect(names(zoned) == ["two"])
+            #expect(zoned.records.first?["zoneID"]?["zoneName"] == "Z2")
+            // Other users see none of it.
+            let bob = try await server.user("bob")
+            let theirs = try await bob.post("private", "records/query", Self.query(extra: ["zoneWide": true]))
+            #expect(theirs.records.isEmpty)
+        }
+    }
+
+    @Test func deletedAndUpdatedRecordsLeaveTheIndex() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            let saved = try await alice.modify([Op.create("x", type: "Item", ["k": Op.field(1), "t": Op.field("old words")])])
+            #expect(try await run(alice, [Self.filter("EQUALS", "k", 1)]) == ["x"])
+            _ = try await alice.modify([Op.update("x", tag: saved.records.first?.changeTag, ["k": Op.field(2), "t": Op.field("new words")])])
+            #expect(try await run(alice, [Self.filter("EQUALS", "k", 1)]).isEmpty)
+            #expect(try await run(alice, [Self.filter("CONTAINS_ALL_TOKENS", "t", "old")]).isEmpty)
+            #expect(try await run(alice, [Self.filter("CONTAINS_ALL_TOKENS", "t", "new")]) == ["x"])
+            _ = try await alice.modify([Op.forceDelete("x")])
+            #expect(try await run(alice, [Self.filter("EQUALS", "k", 2)]).isEmpty)
+        }
+    }
+
+    @Test func productionQueriesNeedTheIndex() async throws {
+        try await TestServer.with { server in
+            let dev = try await server.user("bob")
+            _ = try await dev.modify("public", [Op.create("p", type: "Item", ["k": Op.field(1), "s": Op.field("hello world")])])
+            _ = try await server.service.deploySchema(container: TestServer.container)
+            let prod = server.client(environment: .production)
+            let ok = try await prod.post("public", "records/query", Self.query(filters: [Self.filter("EQUALS", "k", 1)]))
+            #expect(ok.status == 200, "\(ok.text)")
+            // Drop the queryable index of k in production.
+            #expect(try await server.service.setFieldIndexes(
+                container: TestServer.container, environment: .production, recordType: "Item", field: "k", indexes: 2))
+            let refused = try await prod.post("public", "records/query", Self.query(filters: [Self.filter("EQUALS", "k", 1)]))
+            #expect(refused.status == 400)
+            #expect(refused.reason.contains("'k'") && refused.reason.contains("QUERYABLE"))
+            // Ranges still work: k is SORTABLE.
+            #expect(try await prod.post("public", "records/query", Self.query(filters: [Self.filter("GREATER_THAN", "k", 0)])).status == 200)
+            // Unknown fields and system fields not declared in production are refused too.
+            #expect(try await prod.post("public", "records/query", Self.query(filters: [Self.filter("EQUALS", "zzz", 1)])).status == 400)
+            #expect(try await prod.post("public", "records/query", Self.query(sorts: [["systemFieldName": "createdTimestamp"]])).status == 400)
+            #expect(try await prod.post("public", "records/query", Self.query("Nope")).status == 400)
+        }
+    }
+
+    @Test func badQueriesAreBadRequests() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            try await seed(alice)
+            func f(_ comparator: String, _ field: String, _ value: JSON, type: String? = nil, distance: Double? = nil) -> JSON {
+                Self.filter(comparator, field, value, type: type, distance: distance)
+            }
+            let cases: [(JSON, String)] = [
+                (Self.query(filters: [f("SIMILAR_TO", "price", 1)]), "not a comparator"),
+                (Self.query(filters: [f("EQUALS", "price", "five")]), "fieldValue.value"),
+                (Self.query(filters: [f("LESS_THAN", "tags", "x")]), "STRING_LIST"),
+                (Self.query(filters: [f("LIST_CONTAINS", "price", 5)]), "list fields"),
+                (Self.query(filters: [f("NEAR", "place", ["latitude": 1, "longitude": 2])]), "distance"),
+                (Self.query(filters: [f("NEAR", "price", ["latitude": 1, "longitude": 2], distance: 5)]), "NEAR"),
+                (Self.query(filters: [f("BEGINS_WITH", "price", "1")]), "BEGINS_WITH"),
+                (Self.query(filters: [f("IN", "price", 5)]), "list of values"),
+                (Self.query(filters: [f("CONTAINS_ALL_TOKENS", "price", "x")]), "STRING"),
+                (Self.query(filters: [f("CONTAINS_ALL_TOKENS", "notes", "!!!")]), "no words"),
+                (Self.query(filters: [["comparator": "EQUALS", "systemFieldName": "bogus", "fieldValue": ["value": 1]]]), "system field"),
+                (Self.query(sorts: [Self.sort("place")]), "relativeLocation"),
+                (Self.query(sorts: [Self.sort("tags")]), "list field"),
+                (.object(["query": ["filterBy": []]]), "recordType"),
+                (Self.query(extra: ["continuationMarker": "garbage!"]), "garbled"),
+            ]
+            for (body, fragment) in cases {
+                let response = try await alice.post("private", "records/query", body)
+                #expect(response.status == 400, "\(body.text) → \(response.text)")
+                #expect(response.reason.contains(fragment), "\(body.text) → \(response.reason)")
+            }
+        }
+    }
+
+    @Test func cursorsAreBoundToTheirQuery() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            try await seed(alice)
+            let first = try await alice.post("private", "records/query", Self.query(sorts: [Self.sort("name")], extra: ["resultsLimit": 2]))
+            let marker = try #require(first.json["continuationMarker"]?.stringValue)
+            let other = try await alice.post(
+                "private", "records/query", Self.query(sorts: [Self.sort("price")], extra: ["resultsLimit": 2, "continuationMarker": .string(marker)]))
+            #expect(other.status == 400)
+            #expect(other.reason.contains("another query"))
+            var forged = Array(marker)
+            forged[4] = forged[4] == "A" ? "B" : "A"
+            let tampered = try await alice.post(
+                "private", "records/query", Self.query(sorts: [Self.sort("name")], extra: ["continuationMarker": .string(String(forged))]))
+            #expect(tampered.status == 400)
+            let bob = try await server.user("bob")
+            let stolen = try await bob.post(
+                "private", "records/query", Self.query(sorts: [Self.sort("name")], extra: ["resultsLimit": 2, "continuationMarker": .string(marker)]))
+            #expect(stolen.status == 400)
+        }
+    }
+
+    @Test func resultsLimitCapsThePage() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            _ = try await alice.modify((0..<200).map { Op.create("q\($0)", type: "Item") })
+            _ = try await alice.modify([Op.create("q200", type: "Item")])
+            let page = try await alice.post("private", "records/query", Self.query(extra: ["resultsLimit": 500]))
+            #expect(page.records.count == 200)
+            #expect(page.json["continuationMarker"] != nil)
+            let rest = try await alice.post(
+                "private", "records/query", Self.query(extra: ["continuationMarker": page.json["continuationMarker"]!]))
+            #expect(rest.records.count == 1)
+            #expect(rest.json["continuationMarker"] == nil)
+        }
+    }
+}
