@@ -34,7 +34,10 @@ let package = Package(
         // The embedded SQLite driver (WAL, group commit).
         .target(
             name: "NimbusSQLite",
-            dependencies: ["NimbusStorage", .product(name: "GRDB", package: "GRDB.swift")],
+            dependencies: [
+                "NimbusStorage", .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "GRDBSQLite", package: "GRDB.swift"),
+            ],
             swiftSettings: strict),
         // CloudKit semantics over any storage driver: operations, schema, tokens, permissions.
         .target(

@@ -103,7 +103,38 @@ struct Users: AsyncParsableCommand {
 
 struct Schema: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Show and deploy schemas.", subcommands: [Show.self, Deploy.self])
+        abstract: "Show and deploy schemas, and set field indexes.", subcommands: [Show.self, Deploy.self, Index.self])
+
+    struct Index: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Set a field's indexes (QUERYABLE, SORTABLE, SEARCHABLE); `--set none` drops them all.")
+        @OptionGroup var data: DataOptions
+        @Option(help: "The container.") var container: String
+        @Option(help: "development or production.") var environment: String = "development"
+        @Option(help: "The record type.") var recordType: String
+        @Option(help: "The field, or a system field such as ___createTime.") var field: String
+        @Option(help: "Comma-separated: queryable, sortable, searchable, or none.") var set: String
+
+        func run() async throws {
+            var flags = 0
+            for name in set.lowercased().split(separator: ",").map({ $0.trimmingCharacters(in: .whitespaces) }) {
+                switch name {
+                case "queryable": flags |= SchemaFieldRow.Indexes.queryable
+                case "sortable": flags |= SchemaFieldRow.Indexes.sortable
+                case "searchable": flags |= SchemaFieldRow.Indexes.searchable
+                case "none": break
+                default: throw ValidationError("unknown index '\(name)'; use queryable, sortable, searchable or none")
+                }
+            }
+            do {
+                let found = try await data.open().service.setFieldIndexes(
+                    container: container, environment: try parseEnvironment(environment), recordType: recordType,
+                    field: field, indexes: flags)
+                guard found else { throw CloudKitError.badRequest("\(recordType).\(field) is not in the \(environment) schema") }
+                print("\(recordType).\(field): \(set)")
+            } catch { throw reportFailure(error) }
+        }
+    }
 
     struct Show: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Print a schema in the CloudKit Schema Language.")
@@ -119,7 +150,14 @@ struct Schema: AsyncParsableCommand {
                 let fields = schema.fields.filter { $0.recordType == recordType }
                 let lines = fields.map { field -> String in
                     let type = FieldType(wireName: field.fieldType)?.schemaName ?? field.fieldType
-                    return "    \(field.fieldName) \(type)"
+                    var options: [String] = []
+                    if field.indexes & SchemaFieldRow.Indexes.queryable != 0 { options.append("QUERYABLE") }
+                    if field.indexes & SchemaFieldRow.Indexes.sortable != 0 { options.append("SORTABLE") }
+                    if field.indexes & SchemaFieldRow.Indexes.searchable != 0, type.hasSuffix("STRING") || type.hasSuffix("STRING>") {
+                        options.append("SEARCHABLE")
+                    }
+                    let name = field.fieldName.hasPrefix("___") ? "\"\(field.fieldName)\"" : field.fieldName
+                    return (["    \(name)", type] + options).joined(separator: " ")
                 }
                 print("\n    RECORD TYPE \(recordType) (")
                 print(lines.map { "    \($0)" }.joined(separator: ",\n"))

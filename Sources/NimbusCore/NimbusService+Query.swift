@@ -44,10 +44,19 @@ extension NimbusService {
             if let marker = request.continuationMarker {
                 after = try self.decodeCursor(marker, binding: binding, sortCount: sorts.count)
             }
-            let query = RecordQuery(
+            var query = RecordQuery(
                 zoneIDs: zones.map(\.id), recordType: request.recordType, conditions: conditions + present, sorts: sorts,
                 after: after, limit: request.resultsLimit + 1)
-            let page = zones.isEmpty ? QueryPage(rows: [], positions: []) : try tx.queryRecords(query)
+            query.maximumScanSteps = self.options.queryScanSteps
+            let page: QueryPage
+            do {
+                page = zones.isEmpty ? QueryPage(rows: [], positions: []) : try tx.queryRecords(query)
+            } catch StorageError.queryTooExpensive(let steps) {
+                throw CloudKitError(
+                    .badRequest,
+                    "the query examined too much data (over \(steps) steps); filter on a more selective indexed field or ask for fewer results",
+                    limitName: Limits.queryScanSteps.name)
+            }
             let shown = min(page.rows.count, request.resultsLimit)
             let zoneByID = Dictionary(uniqueKeysWithValues: zones.map { ($0.id, $0) })
             var records: [JSON] = []
@@ -68,7 +77,7 @@ extension NimbusService {
 
     // MARK: Filters
 
-    private static let systemFieldTypes: [String: FieldType] = [
+    static let systemFieldTypes: [String: FieldType] = [
         RecordIndexer.SystemField.recordID: FieldType(.reference),
         RecordIndexer.SystemField.createTime: FieldType(.timestamp),
         RecordIndexer.SystemField.modTime: FieldType(.timestamp),

@@ -61,9 +61,21 @@ extension NimbusService {
         guard (0...SchemaFieldRow.Indexes.all).contains(indexes) else {
             throw CloudKitError.badRequest("index flags must be a combination of QUERYABLE, SORTABLE and SEARCHABLE")
         }
+        let systemType = Self.systemFieldTypes[field]
         return try await storage.write { tx in
-            try tx.setSchemaFieldIndexes(
+            if try tx.setSchemaFieldIndexes(
                 container: container, environment: environment, recordType: recordType, fieldName: field, indexes: indexes)
+            {
+                return true
+            }
+            // System fields exist on every type; declaring one is how it gets an index.
+            guard let systemType,
+                try tx.schemaRecordTypes(container: container, environment: environment).contains(recordType)
+            else { return false }
+            try tx.addSchemaField(
+                container: container, environment: environment,
+                SchemaFieldRow(recordType: recordType, fieldName: field, fieldType: systemType.wireName, indexes: indexes))
+            return true
         }
     }
 }

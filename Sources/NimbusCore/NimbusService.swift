@@ -13,6 +13,8 @@ public final class NimbusService: Sendable {
         /// PBKDF2 rounds for new passwords.
         public var passwordRounds: Int = Credentials.defaultPasswordRounds
         public var clock: any WallClock = SystemClock()
+        /// The work budget of one query (`Limits.queryScanSteps`); tests lower it.
+        public var queryScanSteps: Int = Limits.queryScanSteps.value
 
         public init() {}
     }

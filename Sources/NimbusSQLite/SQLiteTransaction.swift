@@ -405,7 +405,9 @@ struct SQLiteTransaction: StorageWriter {
     func queryRecords(_ query: RecordQuery) throws -> QueryPage {
         let sql = QuerySQL(query: query, recordColumns: Self.recordColumns)
         // Not cached: query shapes vary without bound.
-        let rows = try Row.fetchAll(db, sql: sql.text, arguments: StatementArguments(sql.arguments))
+        let rows = try ScanBudget.run(db, maximumSteps: query.maximumScanSteps) {
+            try Row.fetchAll(db, sql: sql.text, arguments: StatementArguments(sql.arguments))
+        }
         var page = QueryPage(rows: [], positions: [])
         for row in rows {
             let record = recordRow(row)

@@ -112,6 +112,8 @@ public struct RecordQuery: Sendable {
     public var sorts: [IndexSort]
     public var after: QueryPosition?
     public var limit: Int
+    /// The most work (SQLite VM steps or the driver's equivalent) the query may take.
+    public var maximumScanSteps: Int = 200_000_000
 
     public init(
         zoneIDs: [Int64], recordType: String, conditions: [IndexCondition], sorts: [IndexSort], after: QueryPosition?,

@@ -30,6 +30,9 @@ public enum Limits {
     public static let listElements = Limit(name: "listElements", value: 10_000)
     /// Records that may point at one record with a DELETE_SELF reference (CloudKit's number).
     public static let deleteSelfReferrers = Limit(name: "deleteSelfReferrers", value: 750)
+    /// Work one query may do, in SQLite virtual-machine steps (about a second on this class of
+    /// machine). Past it the query fails with `BAD_REQUEST` rather than run unbounded.
+    public static let queryScanSteps = Limit(name: "queryScanSteps", value: 200_000_000)
     /// Keys in a `desiredKeys` array.
     public static let desiredKeys = Limit(name: "desiredKeys", value: 1_000)
 }

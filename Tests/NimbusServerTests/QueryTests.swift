@@ -197,6 +197,12 @@ import Testing
             // Unknown fields and system fields not declared in production are refused too.
             #expect(try await prod.post("public", "records/query", Self.query(filters: [Self.filter("EQUALS", "zzz", 1)])).status == 400)
             #expect(try await prod.post("public", "records/query", Self.query(sorts: [["systemFieldName": "createdTimestamp"]])).status == 400)
+            // Declaring the system field SORTABLE in production opens it.
+            let writer = try await server.user("carol", environment: .production)
+            #expect(try await writer.modify("public", [Op.create("p", type: "Item", ["k": Op.field(1)])]).records.first?.errorCode == nil)
+            #expect(try await server.service.setFieldIndexes(
+                container: TestServer.container, environment: .production, recordType: "Item", field: "___createTime", indexes: 2))
+            #expect(try await prod.post("public", "records/query", Self.query(sorts: [["systemFieldName": "createdTimestamp"]])).records.count == 1)
             #expect(try await prod.post("public", "records/query", Self.query("Nope")).status == 400)
         }
     }
@@ -267,6 +273,17 @@ import Testing
                 "private", "records/query", Self.query(extra: ["continuationMarker": page.json["continuationMarker"]!]))
             #expect(rest.records.count == 1)
             #expect(rest.json["continuationMarker"] == nil)
+        }
+    }
+
+    @Test func aQueryPastItsScanBudgetFailsClearly() async throws {
+        try await TestServer.with(configure: { $0.service.queryScanSteps = 20_000 }) { server in
+            let alice = try await server.user("alice")
+            _ = try await alice.modify((0..<200).map { Op.create("w\($0)", type: "Item", ["t": Op.field(.string("word \($0)"))]) })
+            let response = try await alice.post(
+                "private", "records/query", Self.query(filters: [Self.filter("NOT_BEGINS_WITH", "t", "zzz")], sorts: [Self.sort("t")]))
+            #expect(response.status == 400)
+            #expect(response.json["limit"] == "queryScanSteps")
         }
     }
 }

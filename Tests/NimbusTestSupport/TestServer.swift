@@ -39,7 +39,7 @@ public final class TestServer: Sendable {
         self.task = task
     }
 
-    public static func start() async throws -> TestServer {
+    public static func start(configure: (inout ServerConfiguration) -> Void = { _ in }) async throws -> TestServer {
         let dataDirectory = NSTemporaryDirectory() + "nimbus-test-" + UUID().uuidString
         var configuration = ServerConfiguration()
         configuration.dataDirectory = dataDirectory
@@ -49,6 +49,7 @@ public final class TestServer: Sendable {
         configuration.service.passwordRounds = 1_000  // fast tests; production uses 210,000
         let clock = ManualClock(milliseconds: Int64(Date().timeIntervalSince1970 * 1000))
         configuration.service.clock = clock
+        configure(&configuration)
         let directory = try await DataDirectory.open(configuration)
         try await directory.service.createContainer(id: container)
         let developmentToken = try await directory.service.createAPIToken(container: container, environment: .development)
@@ -76,8 +77,10 @@ public final class TestServer: Sendable {
     }
 
     /// Runs `body` against a fresh server and stops it afterwards, also when `body` throws.
-    public static func with<T>(_ body: (TestServer) async throws -> T) async throws -> T {
-        let server = try await start()
+    public static func with<T>(
+        configure: (inout ServerConfiguration) -> Void = { _ in }, _ body: (TestServer) async throws -> T
+    ) async throws -> T {
+        let server = try await start(configure: configure)
         do {
             let result = try await body(server)
             try await server.stop()
