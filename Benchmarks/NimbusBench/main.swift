@@ -22,6 +22,10 @@ struct Options {
     var synchronous = "FULL"
     var output = "bench-results/server-core.json"
     var rawDirectory = NSTemporaryDirectory()
+    /// `write` (saves and batches) or `query` (load `records`, then time queries).
+    var scenario = "write"
+    var records = 1_000_000
+    var samples = 300
 }
 
 func parseOptions() -> Options {
@@ -40,6 +44,9 @@ func parseOptions() -> Options {
         case "--sync": options.synchronous = value.uppercased()
         case "--output": options.output = value
         case "--raw-dir": options.rawDirectory = value
+        case "--scenario": options.scenario = value
+        case "--records": options.records = Int(value) ?? options.records
+        case "--samples": options.samples = Int(value) ?? options.samples
         default: FileHandle.standardError.write(Data("unknown flag \(flag)\n".utf8))
         }
     }
@@ -159,6 +166,12 @@ func rawSQLiteCommits(options: Options, seconds: Double) throws -> Measurement {
 let options = parseOptions()
 let counter = Counter()
 let runID = UUID().uuidString.prefix(8)
+
+if options.scenario == "query" {
+    try await QueryBenchmark(options: options).run()
+    try await HTTPClient.shared.shutdown()
+    exit(0)
+}
 
 print("Nimbus server-core benchmark: \(options.clients) clients, \(options.seconds)s per scenario, synchronous=\(options.synchronous)")
 let single = await load(clients: options.clients, warmup: options.warmup, seconds: options.seconds) {
