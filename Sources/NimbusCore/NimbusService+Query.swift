@@ -33,19 +33,13 @@ extension NimbusService {
             }
             let conditions = try request.filters.map { try self.condition($0, schema: schema, locked: locked) }
             let sorts = try request.sorts.map { try self.sortKey($0, schema: schema, locked: locked) }
-            // Records lacking a sort field are not listed (their place in the order is undefined).
-            let present = sorts.map { sort -> IndexCondition in
-                switch sort.key {
-                case .number(let field), .text(let field), .distance(let field, _, _): return .exists(field: field, scope: .scalar)
-                }
-            }
             let binding = self.cursorBinding(request, databaseID: database.id, zones: zones)
             var after: QueryPosition?
             if let marker = request.continuationMarker {
                 after = try self.decodeCursor(marker, binding: binding, sortCount: sorts.count)
             }
             var query = RecordQuery(
-                zoneIDs: zones.map(\.id), recordType: request.recordType, conditions: conditions + present, sorts: sorts,
+                zoneIDs: zones.map(\.id), recordType: request.recordType, conditions: conditions, sorts: sorts,
                 after: after, limit: request.resultsLimit + 1)
             query.maximumScanSteps = self.options.queryScanSteps
             let page: QueryPage

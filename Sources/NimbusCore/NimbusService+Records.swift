@@ -200,9 +200,13 @@ extension NimbusService {
             zoneID: zone.id, recordName: recordName, recordType: recordType, fields: RecordCodec.encode(fields),
             parent: parent, changeSequence: sequence, created: existing?.created ?? stamp, modified: stamp, isDeleted: false)
         try tx.putRecord(row)
-        try tx.replaceReferences(sourceZoneID: zone.id, sourceName: recordName, with: references)
+        if existing != nil || !references.isEmpty {
+            try tx.replaceReferences(sourceZoneID: zone.id, sourceName: recordName, with: references)
+        }
         let (entries, tokens) = RecordIndexer.entries(for: row, fields: fields)
-        try tx.replaceIndexEntries(zoneID: zone.id, recordName: recordName, recordType: recordType, entries: entries, tokens: tokens)
+        try tx.replaceIndexEntries(
+            zoneID: zone.id, recordName: recordName, recordType: recordType, entries: entries, tokens: tokens,
+            hadEntries: existing != nil)
         return try recordJSON(
             row, zone: zone, target: target, desiredKeys: operation.desiredKeys ?? request.desiredKeys,
             numbersAsStrings: request.numbersAsStrings)

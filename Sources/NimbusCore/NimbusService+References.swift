@@ -103,7 +103,8 @@ extension NimbusService {
             tombstone.isDeleted = true
             try tx.putRecord(tombstone)
             try tx.replaceReferences(sourceZoneID: zone.id, sourceName: name, with: [])
-            try tx.replaceIndexEntries(zoneID: zone.id, recordName: name, recordType: row.recordType, entries: [], tokens: [])
+            try tx.replaceIndexEntries(
+                zoneID: zone.id, recordName: name, recordType: row.recordType, entries: [], tokens: [], hadEntries: true)
         }
     }
 }

@@ -46,9 +46,9 @@ struct QuerySQL {
             case .number(let field), .text(let field):
                 joins += """
                      JOIN field_index \(alias) ON \(alias).zone_id = r.zone_id AND \(alias).record_name = r.record_name
-                     AND \(alias).field = ? AND \(alias).position = -1
+                     AND \(alias).record_type = ? AND \(alias).field = ? AND \(alias).position = -1
                     """
-                joinArguments.append(field)
+                joinArguments += [query.recordType, field]
                 if case .number = sort.key {
                     joins += " AND \(alias).num IS NOT NULL"
                     expression = "\(alias).num"
@@ -59,9 +59,9 @@ struct QuerySQL {
             case .distance(let field, let latitude, let longitude):
                 joins += """
                      JOIN field_index \(alias) ON \(alias).zone_id = r.zone_id AND \(alias).record_name = r.record_name
-                     AND \(alias).field = ? AND \(alias).position = -1 AND \(alias).lon IS NOT NULL
+                     AND \(alias).record_type = ? AND \(alias).field = ? AND \(alias).position = -1 AND \(alias).lon IS NOT NULL
                     """
-                joinArguments.append(field)
+                joinArguments += [query.recordType, field]
                 expression = "nimbus_distance(\(alias).num, \(alias).lon, \(latitude), \(longitude))"
             }
             select += ", \(expression) AS k\(index)"
@@ -197,10 +197,6 @@ struct QuerySQL {
                 let band = meters / 111_000 + 0.001
                 sql.text += "f.num BETWEEN ? AND ? AND f.lon IS NOT NULL AND nimbus_distance(f.num, f.lon, ?, ?) <= ?"
                 sql.arguments += [latitude - band, latitude + band, latitude, longitude, meters]
-            }
-        case .exists(let field, let scope):
-            entriesOf(field, scope: scope, query: query, zoneMarks: zoneMarks, negated: negated) { sql in
-                sql.text += "1"
             }
         }
     }

@@ -2,6 +2,13 @@ import Foundation
 import GRDB
 import NimbusStorage
 
+extension Array {
+    /// Consecutive slices of at most `size` elements.
+    func chunked(_ size: Int) -> [ArraySlice<Element>] {
+        stride(from: 0, to: count, by: size).map { self[$0..<Swift.min($0 + size, count)] }
+    }
+}
+
 /// The storage protocol over one GRDB connection, valid inside one transaction closure.
 /// Every statement is prepared once per connection and cached.
 struct SQLiteTransaction: StorageWriter {
@@ -376,30 +383,48 @@ struct SQLiteTransaction: StorageWriter {
 
     // MARK: Index entries and queries
 
-    func replaceIndexEntries(zoneID: Int64, recordName: String, recordType: String, entries: [IndexEntry], tokens: [TokenEntry])
-        throws
-    {
-        try execute("DELETE FROM field_index WHERE zone_id = ? AND record_name = ?", [zoneID, recordName])
-        try execute("DELETE FROM token_index WHERE zone_id = ? AND record_name = ?", [zoneID, recordName])
-        for entry in entries {
-            var number: Double?
-            var text: String?
-            switch entry.value {
-            case .number(let value): number = value
-            case .text(let value): text = value
+    func replaceIndexEntries(
+        zoneID: Int64, recordName: String, recordType: String, entries: [IndexEntry], tokens: [TokenEntry], hadEntries: Bool
+    ) throws {
+        if hadEntries {
+            try execute("DELETE FROM field_index WHERE zone_id = ? AND record_name = ?", [zoneID, recordName])
+            try execute("DELETE FROM token_index WHERE zone_id = ? AND record_name = ?", [zoneID, recordName])
+        }
+        // Multi-row inserts: one statement per chunk instead of one per entry.
+        for chunk in entries.chunked(Self.rowsPerInsert) {
+            var arguments: [(any DatabaseValueConvertible)?] = []
+            arguments.reserveCapacity(chunk.count * 8)
+            for entry in chunk {
+                var number: Double?
+                var text: String?
+                switch entry.value {
+                case .number(let value): number = value
+                case .text(let value): text = value
+                }
+                arguments += [zoneID, recordType, recordName, entry.field, entry.position, number, text, entry.longitude]
             }
             try execute(
-                """
-                INSERT INTO field_index (zone_id, record_type, record_name, field, position, num, text, lon)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-                """,
-                [zoneID, recordType, recordName, entry.field, entry.position, number, text, entry.longitude])
+                "INSERT INTO field_index (zone_id, record_type, record_name, field, position, num, text, lon) VALUES "
+                    + Self.placeholders(rows: chunk.count, columns: 8),
+                StatementArguments(arguments))
         }
-        for token in tokens {
+        for chunk in tokens.chunked(Self.rowsPerInsert) {
+            var arguments: [(any DatabaseValueConvertible)?] = []
+            arguments.reserveCapacity(chunk.count * 5)
+            for token in chunk { arguments += [zoneID, recordType, recordName, token.field, token.token] }
             try execute(
-                "INSERT INTO token_index (zone_id, record_type, record_name, field, token) VALUES (?, ?, ?, ?, ?)",
-                [zoneID, recordType, recordName, token.field, token.token])
+                "INSERT INTO token_index (zone_id, record_type, record_name, field, token) VALUES "
+                    + Self.placeholders(rows: chunk.count, columns: 5),
+                StatementArguments(arguments))
         }
+    }
+
+    /// Rows per multi-row INSERT (SQLite allows 32,766 parameters).
+    static let rowsPerInsert = 64
+
+    static func placeholders(rows: Int, columns: Int) -> String {
+        let row = "(" + Array(repeating: "?", count: columns).joined(separator: ", ") + ")"
+        return Array(repeating: row, count: rows).joined(separator: ", ")
     }
 
     func queryRecords(_ query: RecordQuery) throws -> QueryPage {

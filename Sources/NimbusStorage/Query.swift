@@ -69,8 +69,6 @@ public indirect enum IndexCondition: Sendable {
     case tokens(field: String?, [String], all: Bool)
     /// The location `field` is within `meters` of the point.
     case near(field: String, latitude: Double, longitude: Double, meters: Double)
-    /// The record has an entry for `field` in `scope` (records lacking a sort field are not listed).
-    case exists(field: String, scope: IndexScope)
     case not(IndexCondition)
 }
 

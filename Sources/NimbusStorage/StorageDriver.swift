@@ -99,9 +99,11 @@ public protocol StorageWriter: StorageReader {
     /// Inserts or replaces the record (or tombstone) with the same zone and name.
     func putRecord(_ row: RecordRow) throws
 
-    /// Replaces a record's index and token entries (none after a deletion).
-    func replaceIndexEntries(zoneID: Int64, recordName: String, recordType: String, entries: [IndexEntry], tokens: [TokenEntry])
-        throws
+    /// Replaces a record's index and token entries (none after a deletion). `hadEntries`
+    /// false promises there are none yet (a new record), which saves the deletes.
+    func replaceIndexEntries(
+        zoneID: Int64, recordName: String, recordType: String, entries: [IndexEntry], tokens: [TokenEntry], hadEntries: Bool
+    ) throws
 
     /// Replaces the outgoing references of a record (none after a deletion).
     func replaceReferences(sourceZoneID: Int64, sourceName: String, with rows: [ReferenceRow]) throws

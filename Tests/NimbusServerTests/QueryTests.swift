@@ -277,7 +277,7 @@ import Testing
     }
 
     @Test func aQueryPastItsScanBudgetFailsClearly() async throws {
-        try await TestServer.with(configure: { $0.service.queryScanSteps = 20_000 }) { server in
+        try await TestServer.with(configure: { $0.service.queryScanSteps = 1_000 }) { server in
             let alice = try await server.user("alice")
             _ = try await alice.modify((0..<200).map { Op.create("w\($0)", type: "Item", ["t": Op.field(.string("word \($0)"))]) })
             let response = try await alice.post(
