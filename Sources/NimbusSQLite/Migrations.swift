@@ -118,31 +118,33 @@ enum Migrations {
         migrator.registerMigration("v3-query-indexes") { db in
             try db.execute(
                 sql: """
+                    -- WITHOUT ROWID, keyed by record: the key serves "this record's entries"
+                    -- and each entry goes into one more B-tree only (by number or by text).
                     CREATE TABLE field_index (
                         zone_id INTEGER NOT NULL,
-                        record_type TEXT NOT NULL,
                         record_name TEXT NOT NULL,
                         field TEXT NOT NULL,
                         position INTEGER NOT NULL,
+                        record_type TEXT NOT NULL,
                         num REAL,
                         text TEXT,
-                        lon REAL
-                    );
+                        lon REAL,
+                        PRIMARY KEY (zone_id, record_name, field, position)
+                    ) WITHOUT ROWID;
                     CREATE INDEX field_index_by_number ON field_index(zone_id, record_type, field, num, record_name)
                         WHERE num IS NOT NULL;
                     CREATE INDEX field_index_by_text ON field_index(zone_id, record_type, field, text, record_name)
                         WHERE text IS NOT NULL;
-                    CREATE INDEX field_index_by_record ON field_index(zone_id, record_name, field);
 
                     CREATE TABLE token_index (
                         zone_id INTEGER NOT NULL,
-                        record_type TEXT NOT NULL,
                         record_name TEXT NOT NULL,
                         field TEXT NOT NULL,
-                        token TEXT NOT NULL
-                    );
+                        token TEXT NOT NULL,
+                        record_type TEXT NOT NULL,
+                        PRIMARY KEY (zone_id, record_name, field, token)
+                    ) WITHOUT ROWID;
                     CREATE INDEX token_index_by_token ON token_index(zone_id, record_type, token, field, record_name);
-                    CREATE INDEX token_index_by_record ON token_index(zone_id, record_name);
 
                     CREATE INDEX records_by_type ON records(zone_id, record_type, record_name) WHERE deleted = 0;
 

@@ -35,6 +35,13 @@ public final class SQLiteStorage: StorageDriver {
         // GRDB sets NORMAL on its writer; the mode that counts is the writer's, set here.
         try pool.writeWithoutTransaction { db in
             try db.execute(sql: "PRAGMA synchronous = \(synchronous.rawValue)")
+            // The writer touches index pages all over the file: a 64 MB page cache keeps them
+            // in memory between commits, and rarer checkpoints copy each page back once, not often.
+            try db.execute(sql: "PRAGMA cache_size = -65536")
+            try db.execute(sql: "PRAGMA wal_autocheckpoint = 16384")
+            // Savepoints (one per writer in a group commit, one per operation in a batch) keep
+            // sub-journals; in memory they cost no temporary files.
+            try db.execute(sql: "PRAGMA temp_store = MEMORY")
         }
         var migrator = DatabaseMigrator()
         Migrations.register(in: &migrator)
