@@ -131,7 +131,9 @@ enum Migrations {
                         lon REAL,
                         PRIMARY KEY (zone_id, record_name, field, position)
                     ) WITHOUT ROWID;
-                    CREATE INDEX field_index_by_number ON field_index(zone_id, record_type, field, num, record_name)
+                    -- Longitude rides in the number index so NEAR's latitude band is checked
+                    -- for longitude without visiting the table.
+                    CREATE INDEX field_index_by_number ON field_index(zone_id, record_type, field, num, lon)
                         WHERE num IS NOT NULL;
                     CREATE INDEX field_index_by_text ON field_index(zone_id, record_type, field, text, record_name)
                         WHERE text IS NOT NULL;

@@ -6,10 +6,17 @@ import NimbusStorage
 /// `token_index`.
 ///
 /// Positive conditions become `(zone_id, record_name) IN (SELECT … FROM field_index …)`
-/// subqueries on the field's value index, so SQLite can drive the query from the most
-/// selective one; negations become `NOT IN`. Each sort key is joined from the field index
-/// (records lacking a sort field are not listed), and the page starts strictly after the
-/// previous page's last (sort values, zone, record name), so paging is stable under writes.
+/// subqueries on the field's value index; negations become `NOT IN`. Each sort key is joined
+/// from the field index (records lacking a sort field are not listed), and the page starts
+/// strictly after the previous page's last (sort values, zone, record name), so paging is
+/// stable under writes.
+///
+/// Two plans: driven by the conditions (SQLite starts from a selective filter's index and
+/// sorts what matches), or driven by the first sort key (`driveFromSort`: the sort index is
+/// walked in order and each entry is tested against the conditions, stopping at the limit).
+/// `SQLiteTransaction.queryRecords` picks by counting, up to a cap, what each filter matches.
+/// Ties break by zone and record name in the first key's direction, in both plans alike, so
+/// a cursor means the same whichever plan served the page.
 struct QuerySQL {
     private(set) var text = ""
     private(set) var arguments: [(any DatabaseValueConvertible)?] = []
@@ -30,49 +37,65 @@ struct QuerySQL {
         return 6_371_008.8 * 2 * atan2(a.squareRoot(), (1 - a).squareRoot())
     }
 
-    init(query: RecordQuery, recordColumns: String) {
+    /// How many entries a filter may match before the plan prefers walking the sort index.
+    static let selectiveMatches = 2_000
+
+    init(query: RecordQuery, recordColumns: String, driveFromSort: Bool) {
         let columns = recordColumns.split(separator: ",").map { "r.\($0.trimmingCharacters(in: .whitespacesAndNewlines))" }
         let zoneMarks = Array(repeating: "?", count: query.zoneIDs.count).joined(separator: ", ")
+        let tieDirection = (query.sorts.first?.ascending ?? true) ? "ASC" : "DESC"
         var select = "SELECT " + columns.joined(separator: ", ")
+        var from = " FROM records r"
+        var fromArguments: [(any DatabaseValueConvertible)?] = []
         var joins = ""
-        var orderBy: [String] = []
-        var keyExpressions: [String] = []
         var joinArguments: [(any DatabaseValueConvertible)?] = []
+        var keyExpressions: [String] = []
+        var orderBy: [String] = []
+        // Identity columns: the sort index's own when it drives, so its order serves ORDER BY.
+        var zoneColumn = "r.zone_id"
+        var nameColumn = "r.record_name"
 
         for (index, sort) in query.sorts.enumerated() {
             let alias = "s\(index)"
             let expression: String
+            var onClause = "\(alias).zone_id = r.zone_id AND \(alias).record_name = r.record_name"
+            var filter = " AND \(alias).record_type = ? AND \(alias).field = ? AND \(alias).position = -1"
+            var filterArguments: [(any DatabaseValueConvertible)?] = []
             switch sort.key {
-            case .number(let field), .text(let field):
-                joins += """
-                     JOIN field_index \(alias) ON \(alias).zone_id = r.zone_id AND \(alias).record_name = r.record_name
-                     AND \(alias).record_type = ? AND \(alias).field = ? AND \(alias).position = -1
-                    """
-                joinArguments += [query.recordType, field]
-                if case .number = sort.key {
-                    joins += " AND \(alias).num IS NOT NULL"
-                    expression = "\(alias).num"
-                } else {
-                    joins += " AND \(alias).text IS NOT NULL"
-                    expression = "\(alias).text"
-                }
+            case .number(let field):
+                filterArguments = [query.recordType, field]
+                filter += " AND \(alias).num IS NOT NULL"
+                expression = "\(alias).num"
+            case .text(let field):
+                filterArguments = [query.recordType, field]
+                filter += " AND \(alias).text IS NOT NULL"
+                expression = "\(alias).text"
             case .distance(let field, let latitude, let longitude):
-                joins += """
-                     JOIN field_index \(alias) ON \(alias).zone_id = r.zone_id AND \(alias).record_name = r.record_name
-                     AND \(alias).record_type = ? AND \(alias).field = ? AND \(alias).position = -1 AND \(alias).lon IS NOT NULL
-                    """
-                joinArguments += [query.recordType, field]
+                filterArguments = [query.recordType, field]
+                filter += " AND \(alias).lon IS NOT NULL"
                 expression = "nimbus_distance(\(alias).num, \(alias).lon, \(latitude), \(longitude))"
+            }
+            if index == 0, driveFromSort {
+                // The sort index is the outer loop: CROSS JOIN fixes the order for SQLite.
+                from = " FROM field_index s0 CROSS JOIN records r ON r.zone_id = s0.zone_id AND r.record_name = s0.record_name"
+                from += " AND s0.zone_id IN (\(zoneMarks))" + filter
+                fromArguments = query.zoneIDs.map { $0 } + filterArguments
+                zoneColumn = "s0.zone_id"
+                nameColumn = "s0.record_name"
+            } else {
+                onClause += filter
+                joins += " JOIN field_index \(alias) ON \(onClause)"
+                joinArguments += filterArguments
             }
             select += ", \(expression) AS k\(index)"
             keyExpressions.append(expression)
-            orderBy.append("k\(index) \(sort.ascending ? "ASC" : "DESC")")
+            orderBy.append("\(expression) \(sort.ascending ? "ASC" : "DESC")")
         }
-        orderBy.append("r.zone_id ASC")
-        orderBy.append("r.record_name ASC")
+        orderBy.append("\(zoneColumn) \(tieDirection)")
+        orderBy.append("\(nameColumn) \(tieDirection)")
 
-        text = select + " FROM records r" + joins
-        arguments = joinArguments
+        text = select + from + joins
+        arguments = fromArguments + joinArguments
         text += " WHERE r.zone_id IN (\(zoneMarks)) AND r.record_type = ? AND r.deleted = 0"
         arguments += query.zoneIDs.map { $0 }
         arguments.append(query.recordType)
@@ -82,11 +105,27 @@ struct QuerySQL {
         }
         if let after = query.after {
             text += " AND "
-            appendKeyset(after, keys: keyExpressions, sorts: query.sorts)
+            appendKeyset(
+                after, keys: keyExpressions, sorts: query.sorts, zoneColumn: zoneColumn, nameColumn: nameColumn,
+                tieAscending: tieDirection == "ASC")
         }
         text += " ORDER BY " + orderBy.joined(separator: ", ") + " LIMIT ?"
         arguments.append(query.limit)
     }
+
+    /// `SELECT COUNT(*)` of the records matching one condition, counting no further than `cap`.
+    static func boundedCount(_ condition: IndexCondition, in query: RecordQuery, cap: Int) -> QuerySQL {
+        var sql = QuerySQL()
+        let zoneMarks = Array(repeating: "?", count: query.zoneIDs.count).joined(separator: ", ")
+        sql.text = "SELECT COUNT(*) FROM (SELECT 1 FROM records r WHERE r.zone_id IN (\(zoneMarks)) AND r.record_type = ? AND "
+        sql.arguments = query.zoneIDs.map { $0 } + [query.recordType]
+        sql.append(condition, query: query, zoneMarks: zoneMarks)
+        sql.text += " LIMIT ?)"
+        sql.arguments.append(cap)
+        return sql
+    }
+
+    private init() {}
 
     /// `(zone_id, record_name) IN (SELECT … FROM field_index WHERE <zone, type, field> AND …)`.
     private mutating func entriesOf(
@@ -195,34 +234,53 @@ struct QuerySQL {
             entriesOf(field, scope: .scalar, query: query, zoneMarks: zoneMarks, negated: negated) { sql in
                 // A latitude band first (it uses the number index), then the exact distance.
                 let band = meters / 111_000 + 0.001
-                sql.text += "f.num BETWEEN ? AND ? AND f.lon IS NOT NULL AND nimbus_distance(f.num, f.lon, ?, ?) <= ?"
-                sql.arguments += [latitude - band, latitude + band, latitude, longitude, meters]
+                sql.text += "f.num BETWEEN ? AND ? AND f.lon IS NOT NULL"
+                sql.arguments += [latitude - band, latitude + band]
+                // And a longitude band, where it neither wraps the antimeridian nor nears a pole.
+                let cosine = cos((abs(latitude) + band) * Double.pi / 180)
+                if abs(latitude) + band < 89, cosine > 0.01 {
+                    let lonBand = band / cosine
+                    if longitude - lonBand > -180, longitude + lonBand < 180 {
+                        sql.text += " AND f.lon BETWEEN ? AND ?"
+                        sql.arguments += [longitude - lonBand, longitude + lonBand]
+                    }
+                }
+                sql.text += " AND nimbus_distance(f.num, f.lon, ?, ?) <= ?"
+                sql.arguments += [latitude, longitude, meters]
             }
         }
     }
 
     /// Strictly after `position` in the sort order: the first key that differs decides, and
-    /// ties fall to (zone, record name) ascending.
-    private mutating func appendKeyset(_ position: QueryPosition, keys: [String], sorts: [IndexSort]) {
-        var tieValues: [(String, any DatabaseValueConvertible, Bool)] = []
+    /// ties fall to (zone, record name) in the first key's direction. With one key (or none)
+    /// this is a row-value comparison SQLite can answer from the index.
+    private mutating func appendKeyset(
+        _ position: QueryPosition, keys: [String], sorts: [IndexSort], zoneColumn: String, nameColumn: String,
+        tieAscending: Bool
+    ) {
+        var terms: [(String, any DatabaseValueConvertible, Bool)] = []
         for (index, key) in keys.enumerated() where index < position.sortValues.count {
-            tieValues.append((key, Self.argument(position.sortValues[index]), sorts[index].ascending))
+            terms.append((key, Self.argument(position.sortValues[index]), sorts[index].ascending))
         }
-        tieValues.append(("r.zone_id", position.zoneID, true))
-        tieValues.append(("r.record_name", position.recordName, true))
+        terms.append((zoneColumn, position.zoneID, tieAscending))
+        terms.append((nameColumn, position.recordName, tieAscending))
+        if terms.allSatisfy({ $0.2 == tieAscending }) {
+            text += "(" + terms.map(\.0).joined(separator: ", ") + ") \(tieAscending ? ">" : "<") ("
+            text += Array(repeating: "?", count: terms.count).joined(separator: ", ") + ")"
+            arguments += terms.map(\.1)
+            return
+        }
         var alternatives: [String] = []
-        var alternativeArguments: [(any DatabaseValueConvertible)?] = []
-        for (index, (expression, value, ascending)) in tieValues.enumerated() {
+        for (index, (expression, value, ascending)) in terms.enumerated() {
             var parts: [String] = []
-            for (prefixExpression, prefixValue, _) in tieValues.prefix(index) {
+            for (prefixExpression, prefixValue, _) in terms.prefix(index) {
                 parts.append("\(prefixExpression) = ?")
-                alternativeArguments.append(prefixValue)
+                arguments.append(prefixValue)
             }
             parts.append("\(expression) \(ascending ? ">" : "<") ?")
-            alternativeArguments.append(value)
+            arguments.append(value)
             alternatives.append("(" + parts.joined(separator: " AND ") + ")")
         }
         text += "(" + alternatives.joined(separator: " OR ") + ")"
-        arguments += alternativeArguments
     }
 }

@@ -419,6 +419,20 @@ struct SQLiteTransaction: StorageWriter {
         }
     }
 
+    /// Whether walking the first sort key's index beats starting from a filter: yes unless
+    /// some filter matches fewer than `QuerySQL.selectiveMatches` records (counted, capped).
+    private func shouldDriveFromSort(_ query: RecordQuery) throws -> Bool {
+        guard let first = query.sorts.first else { return false }
+        if case .distance = first.key { return false }
+        for condition in query.conditions {
+            if case .not = condition { continue }
+            let count = QuerySQL.boundedCount(condition, in: query, cap: QuerySQL.selectiveMatches)
+            let matches = try Int.fetchOne(db, sql: count.text, arguments: StatementArguments(count.arguments)) ?? 0
+            if matches < QuerySQL.selectiveMatches { return false }
+        }
+        return true
+    }
+
     /// Rows per multi-row INSERT (SQLite allows 32,766 parameters).
     static let rowsPerInsert = 64
 
@@ -428,7 +442,7 @@ struct SQLiteTransaction: StorageWriter {
     }
 
     func queryRecords(_ query: RecordQuery) throws -> QueryPage {
-        let sql = QuerySQL(query: query, recordColumns: Self.recordColumns)
+        let sql = QuerySQL(query: query, recordColumns: Self.recordColumns, driveFromSort: try shouldDriveFromSort(query))
         // Not cached: query shapes vary without bound.
         let rows = try ScanBudget.run(db, maximumSteps: query.maximumScanSteps) {
             try Row.fetchAll(db, sql: sql.text, arguments: StatementArguments(sql.arguments))

@@ -323,4 +323,38 @@ import Testing
             #expect(shaped.records.first?["fields"]?.objectValue?.keys == ["t"])
         }
     }
+
+    /// Enough matching records that the planner walks the sort index instead of starting from
+    /// the filter: same answers, same order, cursors intact.
+    @Test func sortDrivenPlanPagesCorrectlyThroughManyMatches() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            let count = 4_400  // 2,200 matches: past QuerySQL.selectiveMatches
+            for start in stride(from: 0, to: count, by: 200) {
+                let batch = (start..<start + 200).map { index in
+                    Op.create(String(format: "m%04d", index), type: "Item", [
+                        "k": Op.field(.int(Int64(index % 2))), "n": Op.field(.int(Int64(index / 3))),
+                    ])
+                }
+                #expect(try await alice.modify(batch).records.allSatisfy { $0.errorCode == nil })
+            }
+            var seen: [String] = []
+            var marker: String?
+            repeat {
+                var extra: JSONObject = ["resultsLimit": 200]
+                if let marker { extra["continuationMarker"] = .string(marker) }
+                let page = try await alice.post(
+                    "private", "records/query",
+                    Self.query(filters: [Self.filter("EQUALS", "k", 0)], sorts: [Self.sort("n", ascending: false)], extra: extra))
+                #expect(page.status == 200, "\(page.text)")
+                seen += names(page)
+                marker = page.json["continuationMarker"]?.stringValue
+            } while marker != nil && seen.count <= count
+            // Expected: even indexes, n descending, ties by record name descending.
+            let expected = (0..<count).filter { $0 % 2 == 0 }
+                .sorted { ($0 / 3, $0) > ($1 / 3, $1) }
+                .map { String(format: "m%04d", $0) }
+            #expect(seen == expected)
+        }
+    }
 }
