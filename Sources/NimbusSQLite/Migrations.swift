@@ -131,10 +131,12 @@ enum Migrations {
                         lon REAL,
                         PRIMARY KEY (zone_id, record_name, field, position)
                     ) WITHOUT ROWID;
-                    -- Longitude rides in the number index so NEAR's latitude band is checked
-                    -- for longitude without visiting the table.
-                    CREATE INDEX field_index_by_number ON field_index(zone_id, record_type, field, num, lon)
-                        WHERE num IS NOT NULL;
+                    -- Numbers in value order, ties by record name: walking it serves ORDER BY.
+                    CREATE INDEX field_index_by_number ON field_index(zone_id, record_type, field, num, record_name)
+                        WHERE num IS NOT NULL AND lon IS NULL;
+                    -- Locations: latitude then longitude, so NEAR's bands need no table visits.
+                    CREATE INDEX field_index_by_location ON field_index(zone_id, record_type, field, num, lon)
+                        WHERE lon IS NOT NULL;
                     CREATE INDEX field_index_by_text ON field_index(zone_id, record_type, field, text, record_name)
                         WHERE text IS NOT NULL;
 

@@ -20,6 +20,9 @@ import NimbusStorage
 struct QuerySQL {
     private(set) var text = ""
     private(set) var arguments: [(any DatabaseValueConvertible)?] = []
+    /// Conditions as correlated `EXISTS` probes of each candidate (when the sort index drives)
+    /// rather than `IN` sets built up front (when a filter drives).
+    private var correlated = false
 
     /// `nimbus_distance(lat1, lon1, lat2, lon2)`: great-circle distance in meters (haversine).
     static let distanceFunction = DatabaseFunction("nimbus_distance", argumentCount: 4, pure: true) { values in
@@ -44,6 +47,7 @@ struct QuerySQL {
         let columns = recordColumns.split(separator: ",").map { "r.\($0.trimmingCharacters(in: .whitespacesAndNewlines))" }
         let zoneMarks = Array(repeating: "?", count: query.zoneIDs.count).joined(separator: ", ")
         let tieDirection = (query.sorts.first?.ascending ?? true) ? "ASC" : "DESC"
+        correlated = driveFromSort
         var select = "SELECT " + columns.joined(separator: ", ")
         var from = " FROM records r"
         var fromArguments: [(any DatabaseValueConvertible)?] = []
@@ -64,7 +68,7 @@ struct QuerySQL {
             switch sort.key {
             case .number(let field):
                 filterArguments = [query.recordType, field]
-                filter += " AND \(alias).num IS NOT NULL"
+                filter += " AND \(alias).num IS NOT NULL AND \(alias).lon IS NULL"
                 expression = "\(alias).num"
             case .text(let field):
                 filterArguments = [query.recordType, field]
@@ -132,10 +136,15 @@ struct QuerySQL {
         _ field: String, scope: IndexScope?, query: RecordQuery, zoneMarks: String, negated: Bool = false,
         _ predicate: (inout QuerySQL) -> Void
     ) {
-        text += "(r.zone_id, r.record_name) \(negated ? "NOT IN" : "IN") (SELECT f.zone_id, f.record_name FROM field_index f"
-        text += " WHERE f.zone_id IN (\(zoneMarks)) AND f.record_type = ? AND f.field = ?"
-        arguments += query.zoneIDs.map { $0 }
-        arguments.append(query.recordType)
+        if correlated {
+            text += "\(negated ? "NOT " : "")EXISTS (SELECT 1 FROM field_index f"
+            text += " WHERE f.zone_id = r.zone_id AND f.record_name = r.record_name AND f.field = ?"
+        } else {
+            text += "(r.zone_id, r.record_name) \(negated ? "NOT IN" : "IN") (SELECT f.zone_id, f.record_name FROM field_index f"
+            text += " WHERE f.zone_id IN (\(zoneMarks)) AND f.record_type = ? AND f.field = ?"
+            arguments += query.zoneIDs.map { $0 }
+            arguments.append(query.recordType)
+        }
         arguments.append(field)
         switch scope {
         case .scalar?: text += " AND f.position = -1"
@@ -166,6 +175,7 @@ struct QuerySQL {
         case .compare(let field, let scope, let comparison, let value):
             entriesOf(field, scope: scope, query: query, zoneMarks: zoneMarks, negated: negated) { sql in
                 sql.text += "\(Self.column(value)) \(comparison.rawValue) ?"
+                if case .number = value { sql.text += " AND f.lon IS NULL" }
                 sql.arguments.append(Self.argument(value))
             }
         case .oneOf(let field, let scope, let values):
@@ -179,7 +189,7 @@ struct QuerySQL {
                 let texts = values.filter { if case .text = $0 { return true } else { return false } }
                 var parts: [String] = []
                 if !numbers.isEmpty {
-                    parts.append("f.num IN (\(Array(repeating: "?", count: numbers.count).joined(separator: ", ")))")
+                    parts.append("(f.num IN (\(Array(repeating: "?", count: numbers.count).joined(separator: ", "))) AND f.lon IS NULL)")
                     sql.arguments += numbers.map(Self.argument)
                 }
                 if !texts.isEmpty {
@@ -217,10 +227,14 @@ struct QuerySQL {
             let groups = all ? distinct.map { [$0] } : [distinct]
             for (index, group) in groups.enumerated() {
                 if index > 0 { text += " AND " }
-                text += "(r.zone_id, r.record_name) IN (SELECT t.zone_id, t.record_name FROM token_index t"
-                text += " WHERE t.zone_id IN (\(zoneMarks)) AND t.record_type = ?"
-                arguments += query.zoneIDs.map { $0 }
-                arguments.append(query.recordType)
+                if correlated {
+                    text += "EXISTS (SELECT 1 FROM token_index t WHERE t.zone_id = r.zone_id AND t.record_name = r.record_name"
+                } else {
+                    text += "(r.zone_id, r.record_name) IN (SELECT t.zone_id, t.record_name FROM token_index t"
+                    text += " WHERE t.zone_id IN (\(zoneMarks)) AND t.record_type = ?"
+                    arguments += query.zoneIDs.map { $0 }
+                    arguments.append(query.recordType)
+                }
                 text += " AND t.token IN (\(Array(repeating: "?", count: group.count).joined(separator: ", ")))"
                 arguments += group.map { $0 }
                 if let field {
