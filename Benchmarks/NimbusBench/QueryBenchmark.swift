@@ -73,7 +73,7 @@ struct QueryBenchmark {
 
     func run() async throws {
         print("Nimbus query benchmark: \(options.records) records of one type, 1 client, \(options.samples) queries each")
-        try await load()
+        if options.loadRecords { try await load() }
         var random = SplitMix(state: 42)
         let zone = #""zoneID":{"zoneName":"Bench"}"#
         let equality = (0..<options.samples).map { _ in

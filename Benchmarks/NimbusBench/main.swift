@@ -26,6 +26,8 @@ struct Options {
     var scenario = "write"
     var records = 1_000_000
     var samples = 300
+    /// false: query a data directory loaded before (`--load false`).
+    var loadRecords = true
 }
 
 func parseOptions() -> Options {
@@ -47,6 +49,7 @@ func parseOptions() -> Options {
         case "--scenario": options.scenario = value
         case "--records": options.records = Int(value) ?? options.records
         case "--samples": options.samples = Int(value) ?? options.samples
+        case "--load": options.loadRecords = value != "false"
         default: FileHandle.standardError.write(Data("unknown flag \(flag)\n".utf8))
         }
     }

@@ -5,24 +5,34 @@ import NimbusStorage
 /// Turns a `RecordQuery` into one SQL statement over `records`, `field_index` and
 /// `token_index`.
 ///
-/// Positive conditions become `(zone_id, record_name) IN (SELECT … FROM field_index …)`
-/// subqueries on the field's value index; negations become `NOT IN`. Each sort key is joined
-/// from the field index (records lacking a sort field are not listed), and the page starts
-/// strictly after the previous page's last (sort values, zone, record name), so paging is
-/// stable under writes.
-///
-/// Two plans: driven by the conditions (SQLite starts from a selective filter's index and
-/// sorts what matches), or driven by the first sort key (`driveFromSort`: the sort index is
-/// walked in order and each entry is tested against the conditions, stopping at the limit).
-/// `SQLiteTransaction.queryRecords` picks by counting, up to a cap, what each filter matches.
-/// Ties break by zone and record name in the first key's direction, in both plans alike, so
-/// a cursor means the same whichever plan served the page.
+/// The plan names what drives it (`Driver`): the records of the type in name order, the first
+/// sort key's index walked in order, or the entries one selective filter matches. Every
+/// condition is then checked per candidate with a correlated `EXISTS` probe of the record's
+/// own entries (`NOT EXISTS` for negations). Sort keys are joined from the field index
+/// (records lacking a sort field are not listed); the page starts strictly after the previous
+/// page's last (sort values, zone, record name), so paging is stable under writes. Ties break
+/// by zone and record name in the first key's direction, whatever the driver, so a cursor
+/// means the same whichever plan served the page. `SQLiteTransaction.queryRecords` picks the
+/// driver by counting, up to a cap, what each filter matches.
 struct QuerySQL {
     private(set) var text = ""
     private(set) var arguments: [(any DatabaseValueConvertible)?] = []
-    /// Conditions as correlated `EXISTS` probes of each candidate (when the sort index drives)
-    /// rather than `IN` sets built up front (when a filter drives).
-    private var correlated = false
+    /// Where candidates come from.
+    enum Driver: Equatable {
+        case records
+        case firstSort
+        /// The entries of `query.conditions[index]` (a positive condition).
+        case condition(Int)
+    }
+
+    /// How a condition is written: a correlated probe of the candidate `r`, or a standalone
+    /// `SELECT zone_id, record_name` of the records it matches (to drive or to count).
+    private enum Form {
+        case probe
+        case standalone
+    }
+
+    private var form = Form.probe
 
     /// `nimbus_distance(lat1, lon1, lat2, lon2)`: great-circle distance in meters (haversine).
     static let distanceFunction = DatabaseFunction("nimbus_distance", argumentCount: 4, pure: true) { values in
@@ -43,11 +53,11 @@ struct QuerySQL {
     /// How many entries a filter may match before the plan prefers walking the sort index.
     static let selectiveMatches = 2_000
 
-    init(query: RecordQuery, recordColumns: String, driveFromSort: Bool) {
+    init(query: RecordQuery, recordColumns: String, driver: Driver) {
+        let driveFromSort = driver == .firstSort
         let columns = recordColumns.split(separator: ",").map { "r.\($0.trimmingCharacters(in: .whitespacesAndNewlines))" }
         let zoneMarks = Array(repeating: "?", count: query.zoneIDs.count).joined(separator: ", ")
         let tieDirection = (query.sorts.first?.ascending ?? true) ? "ASC" : "DESC"
-        correlated = driveFromSort
         var select = "SELECT " + columns.joined(separator: ", ")
         var from = " FROM records r"
         var fromArguments: [(any DatabaseValueConvertible)?] = []
@@ -98,6 +108,15 @@ struct QuerySQL {
         orderBy.append("\(zoneColumn) \(tieDirection)")
         orderBy.append("\(nameColumn) \(tieDirection)")
 
+        if case .condition(let index) = driver {
+            // Candidates: the records the selective filter matches (each once).
+            var standalone = QuerySQL()
+            standalone.form = .standalone
+            standalone.append(query.conditions[index], query: query, zoneMarks: zoneMarks)
+            from = " FROM (SELECT DISTINCT zone_id, record_name FROM (\(standalone.text))) d"
+            from += " CROSS JOIN records r ON r.zone_id = d.zone_id AND r.record_name = d.record_name"
+            fromArguments = standalone.arguments
+        }
         text = select + from + joins
         arguments = fromArguments + joinArguments
         text += " WHERE r.zone_id IN (\(zoneMarks)) AND r.record_type = ? AND r.deleted = 0"
@@ -117,30 +136,43 @@ struct QuerySQL {
         arguments.append(query.limit)
     }
 
-    /// `SELECT COUNT(*)` of the records matching one condition, counting no further than `cap`.
+    /// Whether a condition can supply candidates: positive, and naming at least one value.
+    static func canDrive(_ condition: IndexCondition) -> Bool {
+        switch condition {
+        case .not: return false
+        case .oneOf(_, _, let values), .allOf(_, let values): return !values.isEmpty
+        case .tokens(_, let tokens, _): return !tokens.isEmpty
+        case .compare, .beginsWith, .near: return true
+        }
+    }
+
+    /// `SELECT COUNT(*)` of the index entries matching one positive condition, counting no
+    /// further than `cap`: the planner's estimate of how selective it is.
     static func boundedCount(_ condition: IndexCondition, in query: RecordQuery, cap: Int) -> QuerySQL {
-        var sql = QuerySQL()
+        var standalone = QuerySQL()
+        standalone.form = .standalone
         let zoneMarks = Array(repeating: "?", count: query.zoneIDs.count).joined(separator: ", ")
-        sql.text = "SELECT COUNT(*) FROM (SELECT 1 FROM records r WHERE r.zone_id IN (\(zoneMarks)) AND r.record_type = ? AND "
-        sql.arguments = query.zoneIDs.map { $0 } + [query.recordType]
-        sql.append(condition, query: query, zoneMarks: zoneMarks)
-        sql.text += " LIMIT ?)"
-        sql.arguments.append(cap)
+        standalone.append(condition, query: query, zoneMarks: zoneMarks)
+        var sql = QuerySQL()
+        sql.text = "SELECT COUNT(*) FROM (\(standalone.text) LIMIT ?)"
+        sql.arguments = standalone.arguments + [cap]
         return sql
     }
 
     private init() {}
 
-    /// `(zone_id, record_name) IN (SELECT … FROM field_index WHERE <zone, type, field> AND …)`.
+    /// A probe `EXISTS (SELECT 1 FROM field_index f WHERE <r's entries of field> AND …)`, or
+    /// standalone `SELECT f.zone_id, f.record_name FROM field_index f WHERE <zone, type, field> AND …`.
     private mutating func entriesOf(
         _ field: String, scope: IndexScope?, query: RecordQuery, zoneMarks: String, negated: Bool = false,
         _ predicate: (inout QuerySQL) -> Void
     ) {
-        if correlated {
+        switch form {
+        case .probe:
             text += "\(negated ? "NOT " : "")EXISTS (SELECT 1 FROM field_index f"
             text += " WHERE f.zone_id = r.zone_id AND f.record_name = r.record_name AND f.field = ?"
-        } else {
-            text += "(r.zone_id, r.record_name) \(negated ? "NOT IN" : "IN") (SELECT f.zone_id, f.record_name FROM field_index f"
+        case .standalone:
+            text += "SELECT f.zone_id AS zone_id, f.record_name AS record_name FROM field_index f"
             text += " WHERE f.zone_id IN (\(zoneMarks)) AND f.record_type = ? AND f.field = ?"
             arguments += query.zoneIDs.map { $0 }
             arguments.append(query.recordType)
@@ -153,7 +185,7 @@ struct QuerySQL {
         }
         text += " AND "
         predicate(&self)
-        text += ")"
+        if form == .probe { text += ")" }
     }
 
     private static func column(_ value: IndexValue) -> String {
@@ -204,6 +236,11 @@ struct QuerySQL {
                 text += negated ? "0" : "1"
                 return
             }
+            if form == .standalone {
+                // Candidates: records holding the first value; the probe checks the rest.
+                append(.compare(field: field, scope: .element, .equal, distinct[0]), query: query, zoneMarks: zoneMarks)
+                return
+            }
             text += negated ? "NOT (" : "("
             for (index, value) in distinct.enumerated() {
                 if index > 0 { text += " AND " }
@@ -223,18 +260,25 @@ struct QuerySQL {
                 text += negated ? "0" : "1"
                 return
             }
-            text += negated ? "NOT (" : "("
             let groups = all ? distinct.map { [$0] } : [distinct]
+            if form == .standalone {
+                // Candidates: records with the first group's tokens; the probe checks the rest.
+                text += "SELECT t.zone_id AS zone_id, t.record_name AS record_name FROM token_index t"
+                text += " WHERE t.zone_id IN (\(zoneMarks)) AND t.record_type = ?"
+                arguments += query.zoneIDs.map { $0 }
+                arguments.append(query.recordType)
+                text += " AND t.token IN (\(Array(repeating: "?", count: groups[0].count).joined(separator: ", ")))"
+                arguments += groups[0].map { $0 }
+                if let field {
+                    text += " AND t.field = ?"
+                    arguments.append(field)
+                }
+                return
+            }
+            text += negated ? "NOT (" : "("
             for (index, group) in groups.enumerated() {
                 if index > 0 { text += " AND " }
-                if correlated {
-                    text += "EXISTS (SELECT 1 FROM token_index t WHERE t.zone_id = r.zone_id AND t.record_name = r.record_name"
-                } else {
-                    text += "(r.zone_id, r.record_name) IN (SELECT t.zone_id, t.record_name FROM token_index t"
-                    text += " WHERE t.zone_id IN (\(zoneMarks)) AND t.record_type = ?"
-                    arguments += query.zoneIDs.map { $0 }
-                    arguments.append(query.recordType)
-                }
+                text += "EXISTS (SELECT 1 FROM token_index t WHERE t.zone_id = r.zone_id AND t.record_name = r.record_name"
                 text += " AND t.token IN (\(Array(repeating: "?", count: group.count).joined(separator: ", ")))"
                 arguments += group.map { $0 }
                 if let field {

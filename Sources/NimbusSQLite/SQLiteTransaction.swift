@@ -419,18 +419,22 @@ struct SQLiteTransaction: StorageWriter {
         }
     }
 
-    /// Whether walking the first sort key's index beats starting from a filter: yes unless
-    /// some filter matches fewer than `QuerySQL.selectiveMatches` records (counted, capped).
-    private func shouldDriveFromSort(_ query: RecordQuery) throws -> Bool {
-        guard let first = query.sorts.first else { return false }
-        if case .distance = first.key { return false }
-        for condition in query.conditions {
-            if case .not = condition { continue }
+    /// Where a query's candidates come from: the most selective filter when it matches fewer
+    /// than `QuerySQL.selectiveMatches` entries (counted, capped, on the index); otherwise the
+    /// result order itself (the first sort key's index, or record names), which stops as soon as
+    /// the page is full. Distance sorts cannot be walked in order: a filter drives them if any.
+    private func chooseDriver(_ query: RecordQuery) throws -> QuerySQL.Driver {
+        var best: (index: Int, matches: Int)?
+        for (index, condition) in query.conditions.enumerated() where QuerySQL.canDrive(condition) {
             let count = QuerySQL.boundedCount(condition, in: query, cap: QuerySQL.selectiveMatches)
             let matches = try Int.fetchOne(db, sql: count.text, arguments: StatementArguments(count.arguments)) ?? 0
-            if matches < QuerySQL.selectiveMatches { return false }
+            if best == nil || matches < best!.matches { best = (index, matches) }
+            if matches == 0 { break }
         }
-        return true
+        var walksInOrder = true
+        if let first = query.sorts.first, case .distance = first.key { walksInOrder = false }
+        if let best, best.matches < QuerySQL.selectiveMatches || !walksInOrder { return .condition(best.index) }
+        return query.sorts.isEmpty ? .records : .firstSort
     }
 
     /// Rows per multi-row INSERT (SQLite allows 32,766 parameters).
@@ -442,7 +446,7 @@ struct SQLiteTransaction: StorageWriter {
     }
 
     func queryRecords(_ query: RecordQuery) throws -> QueryPage {
-        let sql = QuerySQL(query: query, recordColumns: Self.recordColumns, driveFromSort: try shouldDriveFromSort(query))
+        let sql = QuerySQL(query: query, recordColumns: Self.recordColumns, driver: try chooseDriver(query))
         // Not cached: query shapes vary without bound.
         let rows = try ScanBudget.run(db, maximumSteps: query.maximumScanSteps) {
             try Row.fetchAll(db, sql: sql.text, arguments: StatementArguments(sql.arguments))
