@@ -33,6 +33,9 @@ struct QuerySQL {
     }
 
     private var form = Form.probe
+    /// The columns naming the candidate a probe checks.
+    private var candidateZone = "r.zone_id"
+    private var candidateName = "r.record_name"
 
     /// `nimbus_distance(lat1, lon1, lat2, lon2)`: great-circle distance in meters (haversine).
     static let distanceFunction = DatabaseFunction("nimbus_distance", argumentCount: 4, pure: true) { values in
@@ -54,86 +57,104 @@ struct QuerySQL {
     static let selectiveMatches = 2_000
 
     init(query: RecordQuery, recordColumns: String, driver: Driver) {
-        let driveFromSort = driver == .firstSort
-        let columns = recordColumns.split(separator: ",").map { "r.\($0.trimmingCharacters(in: .whitespacesAndNewlines))" }
         let zoneMarks = Array(repeating: "?", count: query.zoneIDs.count).joined(separator: ", ")
         let tieDirection = (query.sorts.first?.ascending ?? true) ? "ASC" : "DESC"
-        var select = "SELECT " + columns.joined(separator: ", ")
-        var from = " FROM records r"
+
+        // The driver: where candidates come from, and the columns naming each candidate.
+        var from: String
         var fromArguments: [(any DatabaseValueConvertible)?] = []
-        var joins = ""
-        var joinArguments: [(any DatabaseValueConvertible)?] = []
-        var keyExpressions: [String] = []
-        var orderBy: [String] = []
-        // Identity columns: the sort index's own when it drives, so its order serves ORDER BY.
-        var zoneColumn = "r.zone_id"
-        var nameColumn = "r.record_name"
-
-        for (index, sort) in query.sorts.enumerated() {
-            let alias = "s\(index)"
-            let expression: String
-            var onClause = "\(alias).zone_id = r.zone_id AND \(alias).record_name = r.record_name"
-            var filter = " AND \(alias).record_type = ? AND \(alias).field = ? AND \(alias).position = -1"
-            var filterArguments: [(any DatabaseValueConvertible)?] = []
-            switch sort.key {
-            case .number(let field):
-                filterArguments = [query.recordType, field]
-                filter += " AND \(alias).num IS NOT NULL AND \(alias).lon IS NULL"
-                expression = "\(alias).num"
-            case .text(let field):
-                filterArguments = [query.recordType, field]
-                filter += " AND \(alias).text IS NOT NULL"
-                expression = "\(alias).text"
-            case .distance(let field, let latitude, let longitude):
-                filterArguments = [query.recordType, field]
-                filter += " AND \(alias).lon IS NOT NULL"
-                expression = "nimbus_distance(\(alias).num, \(alias).lon, \(latitude), \(longitude))"
-            }
-            if index == 0, driveFromSort {
-                // The sort index is the outer loop: CROSS JOIN fixes the order for SQLite.
-                from = " FROM field_index s0 CROSS JOIN records r ON r.zone_id = s0.zone_id AND r.record_name = s0.record_name"
-                from += " AND s0.zone_id IN (\(zoneMarks))" + filter
-                fromArguments = query.zoneIDs.map { $0 } + filterArguments
-                zoneColumn = "s0.zone_id"
-                nameColumn = "s0.record_name"
-            } else {
-                onClause += filter
-                joins += " JOIN field_index \(alias) ON \(onClause)"
-                joinArguments += filterArguments
-            }
-            select += ", \(expression) AS k\(index)"
-            keyExpressions.append(expression)
-            orderBy.append("\(expression) \(sort.ascending ? "ASC" : "DESC")")
-        }
-        orderBy.append("\(zoneColumn) \(tieDirection)")
-        orderBy.append("\(nameColumn) \(tieDirection)")
-
-        if case .condition(let index) = driver {
-            // Candidates: the records the selective filter matches (each once).
+        var whereClause: [String] = []
+        var whereArguments: [(any DatabaseValueConvertible)?] = []
+        switch driver {
+        case .records:
+            from = "records c"
+            whereClause.append("c.zone_id IN (\(zoneMarks)) AND c.record_type = ? AND c.deleted = 0")
+            whereArguments = query.zoneIDs.map { $0 } + [query.recordType]
+        case .firstSort:
+            from = "field_index c"
+        case .condition(let index):
+            // The records the selective filter matches, each once.
             var standalone = QuerySQL()
             standalone.form = .standalone
             standalone.append(query.conditions[index], query: query, zoneMarks: zoneMarks)
-            from = " FROM (SELECT DISTINCT zone_id, record_name FROM (\(standalone.text))) d"
-            from += " CROSS JOIN records r ON r.zone_id = d.zone_id AND r.record_name = d.record_name"
+            from = "(SELECT DISTINCT zone_id, record_name FROM (\(standalone.text))) c"
             fromArguments = standalone.arguments
         }
-        text = select + from + joins
-        arguments = fromArguments + joinArguments
-        text += " WHERE r.zone_id IN (\(zoneMarks)) AND r.record_type = ? AND r.deleted = 0"
-        arguments += query.zoneIDs.map { $0 }
-        arguments.append(query.recordType)
+        candidateZone = "c.zone_id"
+        candidateName = "c.record_name"
+
+        // Sort keys, joined from the candidate's entries (the first one is the driver itself
+        // when the sort index drives).
+        var joins = ""
+        var joinArguments: [(any DatabaseValueConvertible)?] = []
+        var keyExpressions: [String] = []
+        for (index, sort) in query.sorts.enumerated() {
+            let driving = index == 0 && driver == .firstSort
+            let alias = driving ? "c" : "s\(index)"
+            var filter = "\(alias).record_type = ? AND \(alias).field = ? AND \(alias).position = -1"
+            let expression: String
+            switch sort.key {
+            case .number(let field):
+                joinArguments.append(contentsOf: [query.recordType, field] as [(any DatabaseValueConvertible)?])
+                filter += " AND \(alias).num IS NOT NULL AND \(alias).lon IS NULL"
+                expression = "\(alias).num"
+            case .text(let field):
+                joinArguments.append(contentsOf: [query.recordType, field] as [(any DatabaseValueConvertible)?])
+                filter += " AND \(alias).text IS NOT NULL"
+                expression = "\(alias).text"
+            case .distance(let field, let latitude, let longitude):
+                joinArguments.append(contentsOf: [query.recordType, field] as [(any DatabaseValueConvertible)?])
+                filter += " AND \(alias).lon IS NOT NULL"
+                expression = "nimbus_distance(\(alias).num, \(alias).lon, \(latitude), \(longitude))"
+            }
+            if driving {
+                whereClause.append("c.zone_id IN (\(zoneMarks)) AND " + filter)
+                whereArguments += query.zoneIDs.map { $0 } + joinArguments
+                joinArguments = []
+            } else {
+                joins += " JOIN field_index \(alias) ON \(alias).zone_id = c.zone_id AND \(alias).record_name = c.record_name AND "
+                joins += filter
+            }
+            keyExpressions.append(expression)
+        }
+
+        // The page's keys, chosen from index entries alone.
+        var inner = "SELECT c.zone_id AS zone_id, c.record_name AS record_name"
+        for (index, expression) in keyExpressions.enumerated() { inner += ", \(expression) AS k\(index)" }
+        inner += " FROM \(from)\(joins)"
+        var innerArguments = fromArguments + joinArguments
         for condition in query.conditions {
-            text += " AND "
-            append(condition, query: query, zoneMarks: zoneMarks)
+            var probe = QuerySQL()
+            probe.candidateZone = candidateZone
+            probe.candidateName = candidateName
+            probe.append(condition, query: query, zoneMarks: zoneMarks)
+            whereClause.append(probe.text)
+            whereArguments += probe.arguments
         }
         if let after = query.after {
-            text += " AND "
-            appendKeyset(
-                after, keys: keyExpressions, sorts: query.sorts, zoneColumn: zoneColumn, nameColumn: nameColumn,
+            var keyset = QuerySQL()
+            keyset.appendKeyset(
+                after, keys: keyExpressions, sorts: query.sorts, zoneColumn: "c.zone_id", nameColumn: "c.record_name",
                 tieAscending: tieDirection == "ASC")
+            whereClause.append(keyset.text)
+            whereArguments += keyset.arguments
         }
-        text += " ORDER BY " + orderBy.joined(separator: ", ") + " LIMIT ?"
-        arguments.append(query.limit)
+        if !whereClause.isEmpty { inner += " WHERE " + whereClause.joined(separator: " AND ") }
+        innerArguments += whereArguments
+        var innerOrder = query.sorts.enumerated().map { "\(keyExpressions[$0.offset]) \($0.element.ascending ? "ASC" : "DESC")" }
+        innerOrder += ["c.zone_id \(tieDirection)", "c.record_name \(tieDirection)"]
+        inner += " ORDER BY " + innerOrder.joined(separator: ", ") + " LIMIT ?"
+        innerArguments.append(query.limit)
+
+        // Then the records of that page only.
+        let columns = recordColumns.split(separator: ",").map { "r.\($0.trimmingCharacters(in: .whitespacesAndNewlines))" }
+        var outerOrder = query.sorts.enumerated().map { "page.k\($0.offset) \($0.element.ascending ? "ASC" : "DESC")" }
+        outerOrder += ["page.zone_id \(tieDirection)", "page.record_name \(tieDirection)"]
+        text = "SELECT " + columns.joined(separator: ", ")
+        for index in keyExpressions.indices { text += ", page.k\(index) AS k\(index)" }
+        text += " FROM (\(inner)) page CROSS JOIN records r ON r.zone_id = page.zone_id AND r.record_name = page.record_name"
+        text += " ORDER BY " + outerOrder.joined(separator: ", ")
+        arguments = innerArguments
     }
 
     /// Whether a condition can supply candidates: positive, and naming at least one value.
@@ -170,7 +191,7 @@ struct QuerySQL {
         switch form {
         case .probe:
             text += "\(negated ? "NOT " : "")EXISTS (SELECT 1 FROM field_index f"
-            text += " WHERE f.zone_id = r.zone_id AND f.record_name = r.record_name AND f.field = ?"
+            text += " WHERE f.zone_id = \(candidateZone) AND f.record_name = \(candidateName) AND f.field = ?"
         case .standalone:
             text += "SELECT f.zone_id AS zone_id, f.record_name AS record_name FROM field_index f"
             text += " WHERE f.zone_id IN (\(zoneMarks)) AND f.record_type = ? AND f.field = ?"
@@ -278,7 +299,7 @@ struct QuerySQL {
             text += negated ? "NOT (" : "("
             for (index, group) in groups.enumerated() {
                 if index > 0 { text += " AND " }
-                text += "EXISTS (SELECT 1 FROM token_index t WHERE t.zone_id = r.zone_id AND t.record_name = r.record_name"
+                text += "EXISTS (SELECT 1 FROM token_index t WHERE t.zone_id = \(candidateZone) AND t.record_name = \(candidateName)"
                 text += " AND t.token IN (\(Array(repeating: "?", count: group.count).joined(separator: ", ")))"
                 arguments += group.map { $0 }
                 if let field {
