@@ -9,6 +9,11 @@ import Testing
         return .object(object)
     }
 
+    /// `filter` under a short name, for tables of cases.
+    static func f(_ comparator: String, _ field: String, _ value: JSON, type: String? = nil, distance: Double? = nil) -> JSON {
+        filter(comparator, field, value, type: type, distance: distance)
+    }
+
     static func query(_ type: String = "Item", filters: [JSON] = [], sorts: [JSON] = [], extra: JSONObject = [:]) -> JSON {
         var body = extra
         body["query"] = .object(["recordType": .string(type), "filterBy": .array(filters), "sortBy": .array(sorts)])
@@ -55,47 +60,44 @@ import Testing
         try await TestServer.with { server in
             let alice = try await server.user("alice")
             try await seed(alice)
-            func f(_ comparator: String, _ field: String, _ value: JSON, type: String? = nil, distance: Double? = nil) -> JSON {
-                Self.filter(comparator, field, value, type: type, distance: distance)
-            }
             // Scalars: numbers, doubles, timestamps, strings, references.
-            #expect(try await run(alice, [f("EQUALS", "price", 5)]) == ["b", "c"])
-            #expect(try await run(alice, [f("NOT_EQUALS", "price", 5)]) == ["a", "d", "e"])
-            #expect(try await run(alice, [f("LESS_THAN", "price", 5)]) == ["a", "e"])
-            #expect(try await run(alice, [f("LESS_THAN_OR_EQUALS", "price", 5)]) == ["a", "b", "c", "e"])
-            #expect(try await run(alice, [f("GREATER_THAN", "weight", 1.0)]) == ["a", "b"])
-            #expect(try await run(alice, [f("GREATER_THAN_OR_EQUALS", "when", 4_000, type: "TIMESTAMP")]) == ["d", "e"])
-            #expect(try await run(alice, [f("LESS_THAN", "name", "C")]) == ["a", "b"])
-            #expect(try await run(alice, [f("EQUALS", "owner", ["recordName": "shop1"], type: "REFERENCE")]) == ["a", "c"])
-            #expect(try await run(alice, [f("IN", "price", [2, 8])]) == ["d", "e"])
-            #expect(try await run(alice, [f("NOT_IN", "price", [2, 8])]) == ["a", "b", "c"])
-            #expect(try await run(alice, [f("IN", "name", ["Apple pie", "nothing"])]) == ["a"])
-            #expect(try await run(alice, [f("BEGINS_WITH", "name", "Ap")]) == ["a"])
-            #expect(try await run(alice, [f("NOT_BEGINS_WITH", "name", "Ap")]) == ["b", "c", "d", "e"])
+            #expect(try await run(alice, [Self.f("EQUALS", "price", 5)]) == ["b", "c"])
+            #expect(try await run(alice, [Self.f("NOT_EQUALS", "price", 5)]) == ["a", "d", "e"])
+            #expect(try await run(alice, [Self.f("LESS_THAN", "price", 5)]) == ["a", "e"])
+            #expect(try await run(alice, [Self.f("LESS_THAN_OR_EQUALS", "price", 5)]) == ["a", "b", "c", "e"])
+            #expect(try await run(alice, [Self.f("GREATER_THAN", "weight", 1.0)]) == ["a", "b"])
+            #expect(try await run(alice, [Self.f("GREATER_THAN_OR_EQUALS", "when", 4_000, type: "TIMESTAMP")]) == ["d", "e"])
+            #expect(try await run(alice, [Self.f("LESS_THAN", "name", "C")]) == ["a", "b"])
+            #expect(try await run(alice, [Self.f("EQUALS", "owner", ["recordName": "shop1"], type: "REFERENCE")]) == ["a", "c"])
+            #expect(try await run(alice, [Self.f("IN", "price", [2, 8])]) == ["d", "e"])
+            #expect(try await run(alice, [Self.f("NOT_IN", "price", [2, 8])]) == ["a", "b", "c"])
+            #expect(try await run(alice, [Self.f("IN", "name", ["Apple pie", "nothing"])]) == ["a"])
+            #expect(try await run(alice, [Self.f("BEGINS_WITH", "name", "Ap")]) == ["a"])
+            #expect(try await run(alice, [Self.f("NOT_BEGINS_WITH", "name", "Ap")]) == ["b", "c", "d", "e"])
             // Lists.
-            #expect(try await run(alice, [f("LIST_CONTAINS", "tags", "fruit")]) == ["d", "e"])
-            #expect(try await run(alice, [f("NOT_LIST_CONTAINS", "tags", "sweet")]) == ["c", "e"])
-            #expect(try await run(alice, [f("LIST_CONTAINS_ANY", "tags", ["vegetable", "fruit"])]) == ["c", "d", "e"])
-            #expect(try await run(alice, [f("NOT_LIST_CONTAINS_ANY", "tags", ["vegetable", "fruit"])]) == ["a", "b"])
-            #expect(try await run(alice, [f("LIST_CONTAINS_ALL", "tags", ["sweet", "baked"])]) == ["a", "d"])
-            #expect(try await run(alice, [f("NOT_LIST_CONTAINS_ALL", "tags", ["sweet", "baked"])]) == ["b", "c", "e"])
-            #expect(try await run(alice, [f("LIST_CONTAINS", "sizes", 3)]) == ["b", "c"])
-            #expect(try await run(alice, [f("LIST_MEMBER_BEGINS_WITH", "tags", "veg")]) == ["c"])
-            #expect(try await run(alice, [f("NOT_LIST_MEMBER_BEGINS_WITH", "tags", "sw")]) == ["c", "e"])
+            #expect(try await run(alice, [Self.f("LIST_CONTAINS", "tags", "fruit")]) == ["d", "e"])
+            #expect(try await run(alice, [Self.f("NOT_LIST_CONTAINS", "tags", "sweet")]) == ["c", "e"])
+            #expect(try await run(alice, [Self.f("LIST_CONTAINS_ANY", "tags", ["vegetable", "fruit"])]) == ["c", "d", "e"])
+            #expect(try await run(alice, [Self.f("NOT_LIST_CONTAINS_ANY", "tags", ["vegetable", "fruit"])]) == ["a", "b"])
+            #expect(try await run(alice, [Self.f("LIST_CONTAINS_ALL", "tags", ["sweet", "baked"])]) == ["a", "d"])
+            #expect(try await run(alice, [Self.f("NOT_LIST_CONTAINS_ALL", "tags", ["sweet", "baked"])]) == ["b", "c", "e"])
+            #expect(try await run(alice, [Self.f("LIST_CONTAINS", "sizes", 3)]) == ["b", "c"])
+            #expect(try await run(alice, [Self.f("LIST_MEMBER_BEGINS_WITH", "tags", "veg")]) == ["c"])
+            #expect(try await run(alice, [Self.f("NOT_LIST_MEMBER_BEGINS_WITH", "tags", "sw")]) == ["c", "e"])
             // Locations: within 10 km of Apple Park.
             let park: JSON = ["latitude": 37.3349, "longitude": -122.0090]
-            #expect(try await run(alice, [f("NEAR", "place", park, distance: 10_000)]) == ["a", "d"])
-            #expect(try await run(alice, [f("NEAR", "place", park, distance: 100_000)]) == ["a", "b", "d"])
+            #expect(try await run(alice, [Self.f("NEAR", "place", park, distance: 10_000)]) == ["a", "d"])
+            #expect(try await run(alice, [Self.f("NEAR", "place", park, distance: 100_000)]) == ["a", "b", "d"])
             // Tokens: case and diacritics folded, on one field or on all.
-            #expect(try await run(alice, [f("CONTAINS_ALL_TOKENS", "notes", "creme")]) == ["a", "c"])
-            #expect(try await run(alice, [f("CONTAINS_ALL_TOKENS", "notes", "Crème Brûlée")]) == ["a"])
-            #expect(try await run(alice, [f("CONTAINS_ANY_TOKENS", "notes", "walnut oats")]) == ["b", "d"])
+            #expect(try await run(alice, [Self.f("CONTAINS_ALL_TOKENS", "notes", "creme")]) == ["a", "c"])
+            #expect(try await run(alice, [Self.f("CONTAINS_ALL_TOKENS", "notes", "Crème Brûlée")]) == ["a"])
+            #expect(try await run(alice, [Self.f("CONTAINS_ANY_TOKENS", "notes", "walnut oats")]) == ["b", "d"])
             let allFields: JSON = ["comparator": "CONTAINS_ALL_TOKENS", "fieldValue": ["value": "bread"]]
             #expect(try await run(alice, [allFields]) == ["b"])
             // System fields and AND-ed filters.
             let byName: JSON = ["comparator": "EQUALS", "systemFieldName": "recordName", "fieldValue": ["value": ["recordName": "c"]]]
             #expect(try await run(alice, [byName]) == ["c"])
-            #expect(try await run(alice, [f("LIST_CONTAINS", "tags", "sweet"), f("GREATER_THAN", "price", 3)]) == ["b", "d"])
+            #expect(try await run(alice, [Self.f("LIST_CONTAINS", "tags", "sweet"), Self.f("GREATER_THAN", "price", 3)]) == ["b", "d"])
             #expect(try await run(alice, []) == ["a", "b", "c", "d", "e"])
         }
     }
@@ -211,20 +213,17 @@ import Testing
         try await TestServer.with { server in
             let alice = try await server.user("alice")
             try await seed(alice)
-            func f(_ comparator: String, _ field: String, _ value: JSON, type: String? = nil, distance: Double? = nil) -> JSON {
-                Self.filter(comparator, field, value, type: type, distance: distance)
-            }
             let cases: [(JSON, String)] = [
-                (Self.query(filters: [f("SIMILAR_TO", "price", 1)]), "not a comparator"),
-                (Self.query(filters: [f("EQUALS", "price", "five")]), "fieldValue.value"),
-                (Self.query(filters: [f("LESS_THAN", "tags", "x")]), "STRING_LIST"),
-                (Self.query(filters: [f("LIST_CONTAINS", "price", 5)]), "list fields"),
-                (Self.query(filters: [f("NEAR", "place", ["latitude": 1, "longitude": 2])]), "distance"),
-                (Self.query(filters: [f("NEAR", "price", ["latitude": 1, "longitude": 2], distance: 5)]), "NEAR"),
-                (Self.query(filters: [f("BEGINS_WITH", "price", "1")]), "BEGINS_WITH"),
-                (Self.query(filters: [f("IN", "price", 5)]), "list of values"),
-                (Self.query(filters: [f("CONTAINS_ALL_TOKENS", "price", "x")]), "STRING"),
-                (Self.query(filters: [f("CONTAINS_ALL_TOKENS", "notes", "!!!")]), "no words"),
+                (Self.query(filters: [Self.f("SIMILAR_TO", "price", 1)]), "not a comparator"),
+                (Self.query(filters: [Self.f("EQUALS", "price", "five")]), "fieldValue.value"),
+                (Self.query(filters: [Self.f("LESS_THAN", "tags", "x")]), "STRING_LIST"),
+                (Self.query(filters: [Self.f("LIST_CONTAINS", "price", 5)]), "list fields"),
+                (Self.query(filters: [Self.f("NEAR", "place", ["latitude": 1, "longitude": 2])]), "distance"),
+                (Self.query(filters: [Self.f("NEAR", "price", ["latitude": 1, "longitude": 2], distance: 5)]), "NEAR"),
+                (Self.query(filters: [Self.f("BEGINS_WITH", "price", "1")]), "BEGINS_WITH"),
+                (Self.query(filters: [Self.f("IN", "price", 5)]), "list of values"),
+                (Self.query(filters: [Self.f("CONTAINS_ALL_TOKENS", "price", "x")]), "STRING"),
+                (Self.query(filters: [Self.f("CONTAINS_ALL_TOKENS", "notes", "!!!")]), "no words"),
                 (Self.query(filters: [["comparator": "EQUALS", "systemFieldName": "bogus", "fieldValue": ["value": 1]]]), "system field"),
                 (Self.query(sorts: [Self.sort("place")]), "relativeLocation"),
                 (Self.query(sorts: [Self.sort("tags")]), "list field"),
@@ -299,27 +298,24 @@ import Testing
                        "tl": Op.field([30], "TIMESTAMP_LIST"), "dl": Op.field([2.5], "DOUBLE_LIST"), "il": Op.field([8, 9], "INT64_LIST")]),
             ]
             _ = try await alice.modify(rows.map { Op.create($0.0, type: "Item", $0.1) })
-            func f(_ comparator: String, _ field: String, _ value: JSON, type: String? = nil) -> JSON {
-                Self.filter(comparator, field, value, type: type)
-            }
             let cases: [(JSON, [String])] = [
-                (f("EQUALS", "d", 2.5), ["n"]), (f("GREATER_THAN", "d", 1.25), ["n"]), (f("IN", "d", [1.25, 9.0]), ["m"]),
-                (f("EQUALS", "t", 10, type: "TIMESTAMP"), ["m"]), (f("LESS_THAN_OR_EQUALS", "t", 20, type: "TIMESTAMP"), ["m", "n"]),
-                (f("NOT_IN", "t", [10], type: "TIMESTAMP_LIST"), ["n"]),
-                (f("EQUALS", "b", "AAI=", type: "BYTES"), ["n"]), (f("NOT_EQUALS", "b", "AAI=", type: "BYTES"), ["m"]),
-                (f("LIST_CONTAINS", "rl", ["recordName": "y"], type: "REFERENCE"), ["n"]),
-                (f("LIST_CONTAINS_ALL", "rl", [["recordName": "x"], ["recordName": "y"]], type: "REFERENCE_LIST"), ["n"]),
-                (f("NOT_LIST_CONTAINS", "rl", ["recordName": "y"], type: "REFERENCE"), ["m"]),
-                (f("LIST_CONTAINS", "tl", 30, type: "TIMESTAMP"), ["n"]),
-                (f("LIST_CONTAINS_ANY", "tl", [20, 30], type: "TIMESTAMP_LIST"), ["m", "n"]),
-                (f("LIST_CONTAINS", "dl", 0.5), ["m"]), (f("NOT_LIST_CONTAINS_ANY", "dl", [2.5]), ["m"]),
-                (f("LIST_CONTAINS_ALL", "il", [8, 9]), ["n"]), (f("NOT_LIST_CONTAINS_ALL", "il", [8, 9]), ["m"]),
+                (Self.f("EQUALS", "d", 2.5), ["n"]), (Self.f("GREATER_THAN", "d", 1.25), ["n"]), (Self.f("IN", "d", [1.25, 9.0]), ["m"]),
+                (Self.f("EQUALS", "t", 10, type: "TIMESTAMP"), ["m"]), (Self.f("LESS_THAN_OR_EQUALS", "t", 20, type: "TIMESTAMP"), ["m", "n"]),
+                (Self.f("NOT_IN", "t", [10], type: "TIMESTAMP_LIST"), ["n"]),
+                (Self.f("EQUALS", "b", "AAI=", type: "BYTES"), ["n"]), (Self.f("NOT_EQUALS", "b", "AAI=", type: "BYTES"), ["m"]),
+                (Self.f("LIST_CONTAINS", "rl", ["recordName": "y"], type: "REFERENCE"), ["n"]),
+                (Self.f("LIST_CONTAINS_ALL", "rl", [["recordName": "x"], ["recordName": "y"]], type: "REFERENCE_LIST"), ["n"]),
+                (Self.f("NOT_LIST_CONTAINS", "rl", ["recordName": "y"], type: "REFERENCE"), ["m"]),
+                (Self.f("LIST_CONTAINS", "tl", 30, type: "TIMESTAMP"), ["n"]),
+                (Self.f("LIST_CONTAINS_ANY", "tl", [20, 30], type: "TIMESTAMP_LIST"), ["m", "n"]),
+                (Self.f("LIST_CONTAINS", "dl", 0.5), ["m"]), (Self.f("NOT_LIST_CONTAINS_ANY", "dl", [2.5]), ["m"]),
+                (Self.f("LIST_CONTAINS_ALL", "il", [8, 9]), ["n"]), (Self.f("NOT_LIST_CONTAINS_ALL", "il", [8, 9]), ["m"]),
             ]
             for (filter, expected) in cases {
                 #expect(try await run(alice, [filter]) == expected, "\(filter.text)")
             }
             // desiredKeys shape query results too.
-            let shaped = try await alice.post("private", "records/query", Self.query(filters: [f("EQUALS", "d", 2.5)], extra: ["desiredKeys": ["t"]]))
+            let shaped = try await alice.post("private", "records/query", Self.query(filters: [Self.f("EQUALS", "d", 2.5)], extra: ["desiredKeys": ["t"]]))
             #expect(shaped.records.first?["fields"]?.objectValue?.keys == ["t"])
         }
     }
