@@ -117,6 +117,48 @@ import Testing
     }
 }
 
+@Suite struct SchemaCommandTests {
+    @Test func schemaVerbsDeployShowAndSetIndexes() async throws {
+        let directory = NSTemporaryDirectory() + "nimbus-schema-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let container = "iCloud.test.schema"
+        func nimbus(_ arguments: [String]) throws -> String { try NimbusProcess.run(arguments + ["--data-dir", directory]) }
+        _ = try nimbus(["containers", "create", container])
+        let token = try nimbus(["tokens", "create", "--container", container]).trimmingCharacters(in: .whitespacesAndNewlines)
+        _ = try nimbus(["users", "create", "ann", "--password", "ann-password"])
+        let server = try await NimbusProcess.serve(dataDirectory: directory)
+        var client = APIClient(
+            baseURL: server.baseURL, container: container, environment: .development, apiToken: token, webAuthToken: nil,
+            userRecordName: nil)
+        client.webAuthToken = try await client.signIn("ann", password: "ann-password").json["ckWebAuthToken"]?.stringValue
+        let saved = try await client.modify("public", [Op.create("p", type: "Item", ["k": Op.field(1), "s": Op.field("x")])])
+        #expect(saved.records.first?.errorCode == nil)
+        server.stop()
+
+        #expect(try nimbus(["schema", "deploy", "--container", container]).contains("1 new record type(s), 2 new field(s)"))
+        _ = try nimbus([
+            "schema", "index", "--container", container, "--environment", "production", "--record-type", "Item",
+            "--field", "k", "--set", "sortable",
+        ])
+        _ = try nimbus([
+            "schema", "index", "--container", container, "--environment", "production", "--record-type", "Item",
+            "--field", "___createTime", "--set", "queryable,sortable",
+        ])
+        let shown = try nimbus(["schema", "show", "--container", container, "--environment", "production"])
+        #expect(shown.contains("DEFINE SCHEMA"))
+        #expect(shown.contains("RECORD TYPE Item ("))
+        #expect(shown.contains("k INT64 SORTABLE\n") || shown.contains("k INT64 SORTABLE,"))
+        #expect(shown.contains("s STRING QUERYABLE SORTABLE SEARCHABLE"))
+        #expect(shown.contains("\"___createTime\" TIMESTAMP QUERYABLE SORTABLE"))
+        #expect(throws: (any Error).self) {
+            try nimbus([
+                "schema", "index", "--container", container, "--environment", "production", "--record-type", "Item",
+                "--field", "missing", "--set", "queryable",
+            ])
+        }
+    }
+}
+
 /// Runs the built `nimbus` executable.
 enum NimbusProcess {
     static var binary: String {
