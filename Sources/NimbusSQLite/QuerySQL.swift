@@ -185,7 +185,7 @@ struct QuerySQL {
     /// A probe `EXISTS (SELECT 1 FROM field_index f WHERE <r's entries of field> AND …)`, or
     /// standalone `SELECT f.zone_id, f.record_name FROM field_index f WHERE <zone, type, field> AND …`.
     private mutating func entriesOf(
-        _ field: String, scope: IndexScope?, query: RecordQuery, zoneMarks: String, negated: Bool = false,
+        _ field: String, scope: IndexScope, query: RecordQuery, zoneMarks: String, negated: Bool = false,
         _ predicate: (inout QuerySQL) -> Void
     ) {
         switch form {
@@ -200,9 +200,8 @@ struct QuerySQL {
         }
         arguments.append(field)
         switch scope {
-        case .scalar?: text += " AND f.position = -1"
-        case .element?: text += " AND f.position >= 0"
-        case nil: break
+        case .scalar: text += " AND f.position = -1"
+        case .element: text += " AND f.position >= 0"
         }
         text += " AND "
         predicate(&self)

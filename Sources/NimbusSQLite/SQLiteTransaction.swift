@@ -175,23 +175,13 @@ struct SQLiteTransaction: StorageWriter {
 
     // MARK: References
 
-    func referrers(targetZoneID: Int64, targetName: String, action: String?) throws -> [ReferenceRow] {
-        let rows: [Row]
-        if let action {
-            rows = try fetchRows(
-                """
-                SELECT source_zone_id, source_name, field_name, target_zone_id, target_name, action
-                FROM record_references WHERE target_zone_id = ? AND target_name = ? AND action = ?
-                """,
-                [targetZoneID, targetName, action])
-        } else {
-            rows = try fetchRows(
-                """
-                SELECT source_zone_id, source_name, field_name, target_zone_id, target_name, action
-                FROM record_references WHERE target_zone_id = ? AND target_name = ?
-                """,
-                [targetZoneID, targetName])
-        }
+    func referrers(targetZoneID: Int64, targetName: String, action: String) throws -> [ReferenceRow] {
+        let rows = try fetchRows(
+            """
+            SELECT source_zone_id, source_name, field_name, target_zone_id, target_name, action
+            FROM record_references WHERE target_zone_id = ? AND target_name = ? AND action = ?
+            """,
+            [targetZoneID, targetName, action])
         return rows.map {
             ReferenceRow(
                 sourceZoneID: $0["source_zone_id"], sourceName: $0["source_name"], fieldName: $0["field_name"],

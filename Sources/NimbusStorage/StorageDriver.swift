@@ -55,8 +55,8 @@ public protocol StorageReader {
     func recordChanges(zoneID: Int64, after sequence: Int64, recordTypes: [String]?, limit: Int) throws -> [RecordRow]
 
     // MARK: References
-    /// References that point at the record, optionally only those with `action`.
-    func referrers(targetZoneID: Int64, targetName: String, action: String?) throws -> [ReferenceRow]
+    /// References with `action` that point at the record.
+    func referrers(targetZoneID: Int64, targetName: String, action: String) throws -> [ReferenceRow]
 
     // MARK: Queries
     /// Live records of the query's type matching every condition, in sort order (ties by
