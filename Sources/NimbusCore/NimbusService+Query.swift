@@ -286,7 +286,7 @@ extension NimbusService {
             case .text(let text): return .array(["t", .string(text)])
             }
         }
-        let body = JSON.array([.int(1), .string(Credentials.hex(binding)), .array(values), .int(position.zoneID), .string(position.recordName)])
+        let body = JSON.array([.int(1), .string(Credentials.hex(binding)), .array(values), .int(position.recordID)])
         var bytes = body.serialized()
         let mac = HMAC<SHA256>.authenticationCode(for: bytes, using: keys.cursors)
         bytes += Array(mac).prefix(16)
@@ -301,9 +301,8 @@ extension NimbusService {
         guard Credentials.constantTimeEqual(Array(mac), Array(bytes.suffix(16))) else {
             throw CloudKitError.badRequest("continuationMarker: the marker was not issued by this server")
         }
-        guard case .array(let parts)? = try? JSON.parse(body), parts.count == 5, parts[0] == .int(1),
-            case .string(let boundTo) = parts[1], case .array(let values) = parts[2],
-            case .int(let zoneID) = parts[3], case .string(let recordName) = parts[4]
+        guard case .array(let parts)? = try? JSON.parse(body), parts.count == 4, parts[0] == .int(1),
+            case .string(let boundTo) = parts[1], case .array(let values) = parts[2], case .int(let recordID) = parts[3]
         else { throw garbled }
         guard boundTo == Credentials.hex(binding), values.count == sortCount else {
             throw CloudKitError.badRequest(
@@ -317,6 +316,6 @@ extension NimbusService {
             default: throw garbled
             }
         }
-        return QueryPosition(sortValues: sortValues, zoneID: zoneID, recordName: recordName)
+        return QueryPosition(sortValues: sortValues, recordID: recordID)
     }
 }

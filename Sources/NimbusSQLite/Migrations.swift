@@ -118,39 +118,41 @@ enum Migrations {
         migrator.registerMigration("v3-query-indexes") { db in
             try db.execute(
                 sql: """
-                    -- WITHOUT ROWID, keyed by record: the key serves "this record's entries"
-                    -- and each entry goes into one more B-tree only (by number or by text).
+                    -- Keyed by the record's rowid (an integer: cheaper to compare and store than
+                    -- its name), WITHOUT ROWID: the key serves "this record's entries", and each
+                    -- entry goes into one more B-tree only (by number, by location or by text).
                     CREATE TABLE field_index (
-                        zone_id INTEGER NOT NULL,
-                        record_name TEXT NOT NULL,
+                        record_id INTEGER NOT NULL,
                         field TEXT NOT NULL,
                         position INTEGER NOT NULL,
+                        zone_id INTEGER NOT NULL,
                         record_type TEXT NOT NULL,
                         num REAL,
                         text TEXT,
                         lon REAL,
-                        PRIMARY KEY (zone_id, record_name, field, position)
+                        PRIMARY KEY (record_id, field, position)
                     ) WITHOUT ROWID;
-                    -- Numbers in value order, ties by record name: walking it serves ORDER BY.
-                    CREATE INDEX field_index_by_number ON field_index(zone_id, record_type, field, num, record_name)
+                    -- Numbers in value order, ties by record: walking it serves ORDER BY.
+                    CREATE INDEX field_index_by_number ON field_index(zone_id, record_type, field, num, record_id)
                         WHERE num IS NOT NULL AND lon IS NULL;
                     -- Locations: latitude then longitude, so NEAR's bands need no table visits.
                     CREATE INDEX field_index_by_location ON field_index(zone_id, record_type, field, num, lon)
                         WHERE lon IS NOT NULL;
-                    CREATE INDEX field_index_by_text ON field_index(zone_id, record_type, field, text, record_name)
+                    CREATE INDEX field_index_by_text ON field_index(zone_id, record_type, field, text, record_id)
                         WHERE text IS NOT NULL;
 
                     CREATE TABLE token_index (
-                        zone_id INTEGER NOT NULL,
-                        record_name TEXT NOT NULL,
+                        record_id INTEGER NOT NULL,
                         field TEXT NOT NULL,
                         token TEXT NOT NULL,
+                        zone_id INTEGER NOT NULL,
                         record_type TEXT NOT NULL,
-                        PRIMARY KEY (zone_id, record_name, field, token)
+                        PRIMARY KEY (record_id, field, token)
                     ) WITHOUT ROWID;
-                    CREATE INDEX token_index_by_token ON token_index(zone_id, record_type, token, field, record_name);
+                    CREATE INDEX token_index_by_token ON token_index(zone_id, record_type, token, field, record_id);
 
-                    CREATE INDEX records_by_type ON records(zone_id, record_type, record_name) WHERE deleted = 0;
+                    -- Live records of a type in rowid order (the query tie-break).
+                    CREATE INDEX records_by_type ON records(zone_id, record_type) WHERE deleted = 0;
 
                     ALTER TABLE schema_fields ADD COLUMN indexes INTEGER NOT NULL DEFAULT 7;
                     """)

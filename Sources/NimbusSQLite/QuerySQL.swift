@@ -10,8 +10,8 @@ import NimbusStorage
 /// condition is then checked per candidate with a correlated `EXISTS` probe of the record's
 /// own entries (`NOT EXISTS` for negations). Sort keys are joined from the field index
 /// (records lacking a sort field are not listed); the page starts strictly after the previous
-/// page's last (sort values, zone, record name), so paging is stable under writes. Ties break
-/// by zone and record name in the first key's direction, whatever the driver, so a cursor
+/// page's last (sort values, record id), so paging is stable under writes. Ties break by the
+/// record's id (its rowid) in the first key's direction, whatever the driver, so a cursor
 /// means the same whichever plan served the page. `SQLiteTransaction.queryRecords` picks the
 /// driver by counting, up to a cap, what each filter matches.
 struct QuerySQL {
@@ -26,16 +26,15 @@ struct QuerySQL {
     }
 
     /// How a condition is written: a correlated probe of the candidate `r`, or a standalone
-    /// `SELECT zone_id, record_name` of the records it matches (to drive or to count).
+    /// `SELECT record_id` of the records it matches (to drive or to count).
     private enum Form {
         case probe
         case standalone
     }
 
     private var form = Form.probe
-    /// The columns naming the candidate a probe checks.
-    private var candidateZone = "r.zone_id"
-    private var candidateName = "r.record_name"
+    /// The column naming the candidate (its record id) a probe checks.
+    private var candidate = "c.record_id"
 
     /// `nimbus_distance(lat1, lon1, lat2, lon2)`: great-circle distance in meters (haversine).
     static let distanceFunction = DatabaseFunction("nimbus_distance", argumentCount: 4, pure: true) { values in
@@ -67,7 +66,7 @@ struct QuerySQL {
         var whereArguments: [(any DatabaseValueConvertible)?] = []
         switch driver {
         case .records:
-            from = "records c"
+            from = "(SELECT rowid AS record_id, zone_id, record_type, deleted FROM records) c"
             whereClause.append("c.zone_id IN (\(zoneMarks)) AND c.record_type = ? AND c.deleted = 0")
             whereArguments = query.zoneIDs.map { $0 } + [query.recordType]
         case .firstSort:
@@ -77,11 +76,9 @@ struct QuerySQL {
             var standalone = QuerySQL()
             standalone.form = .standalone
             standalone.append(query.conditions[index], query: query, zoneMarks: zoneMarks)
-            from = "(SELECT DISTINCT zone_id, record_name FROM (\(standalone.text))) c"
+            from = "(SELECT DISTINCT record_id FROM (\(standalone.text))) c"
             fromArguments = standalone.arguments
         }
-        candidateZone = "c.zone_id"
-        candidateName = "c.record_name"
 
         // Sort keys, joined from the candidate's entries (the first one is the driver itself
         // when the sort index drives).
@@ -112,21 +109,19 @@ struct QuerySQL {
                 whereArguments += query.zoneIDs.map { $0 } + joinArguments
                 joinArguments = []
             } else {
-                joins += " JOIN field_index \(alias) ON \(alias).zone_id = c.zone_id AND \(alias).record_name = c.record_name AND "
+                joins += " JOIN field_index \(alias) ON \(alias).record_id = c.record_id AND "
                 joins += filter
             }
             keyExpressions.append(expression)
         }
 
         // The page's keys, chosen from index entries alone.
-        var inner = "SELECT c.zone_id AS zone_id, c.record_name AS record_name"
+        var inner = "SELECT c.record_id AS record_id"
         for (index, expression) in keyExpressions.enumerated() { inner += ", \(expression) AS k\(index)" }
         inner += " FROM \(from)\(joins)"
         var innerArguments = fromArguments + joinArguments
         for condition in query.conditions {
             var probe = QuerySQL()
-            probe.candidateZone = candidateZone
-            probe.candidateName = candidateName
             probe.append(condition, query: query, zoneMarks: zoneMarks)
             whereClause.append(probe.text)
             whereArguments += probe.arguments
@@ -134,25 +129,25 @@ struct QuerySQL {
         if let after = query.after {
             var keyset = QuerySQL()
             keyset.appendKeyset(
-                after, keys: keyExpressions, sorts: query.sorts, zoneColumn: "c.zone_id", nameColumn: "c.record_name",
-                tieAscending: tieDirection == "ASC")
+                after, keys: keyExpressions, sorts: query.sorts, idColumn: "c.record_id", tieAscending: tieDirection == "ASC")
             whereClause.append(keyset.text)
             whereArguments += keyset.arguments
         }
         if !whereClause.isEmpty { inner += " WHERE " + whereClause.joined(separator: " AND ") }
         innerArguments += whereArguments
         var innerOrder = query.sorts.enumerated().map { "\(keyExpressions[$0.offset]) \($0.element.ascending ? "ASC" : "DESC")" }
-        innerOrder += ["c.zone_id \(tieDirection)", "c.record_name \(tieDirection)"]
+        innerOrder.append("c.record_id \(tieDirection)")
         inner += " ORDER BY " + innerOrder.joined(separator: ", ") + " LIMIT ?"
         innerArguments.append(query.limit)
 
         // Then the records of that page only.
         let columns = recordColumns.split(separator: ",").map { "r.\($0.trimmingCharacters(in: .whitespacesAndNewlines))" }
         var outerOrder = query.sorts.enumerated().map { "page.k\($0.offset) \($0.element.ascending ? "ASC" : "DESC")" }
-        outerOrder += ["page.zone_id \(tieDirection)", "page.record_name \(tieDirection)"]
+        outerOrder.append("page.record_id \(tieDirection)")
         text = "SELECT " + columns.joined(separator: ", ")
+        text += ", page.record_id AS record_id"
         for index in keyExpressions.indices { text += ", page.k\(index) AS k\(index)" }
-        text += " FROM (\(inner)) page CROSS JOIN records r ON r.zone_id = page.zone_id AND r.record_name = page.record_name"
+        text += " FROM (\(inner)) page CROSS JOIN records r ON r.rowid = page.record_id"
         text += " ORDER BY " + outerOrder.joined(separator: ", ")
         arguments = innerArguments
     }
@@ -183,7 +178,7 @@ struct QuerySQL {
     private init() {}
 
     /// A probe `EXISTS (SELECT 1 FROM field_index f WHERE <r's entries of field> AND …)`, or
-    /// standalone `SELECT f.zone_id, f.record_name FROM field_index f WHERE <zone, type, field> AND …`.
+    /// standalone `SELECT f.record_id FROM field_index f WHERE <zone, type, field> AND …`.
     private mutating func entriesOf(
         _ field: String, scope: IndexScope, query: RecordQuery, zoneMarks: String, negated: Bool = false,
         _ predicate: (inout QuerySQL) -> Void
@@ -191,9 +186,9 @@ struct QuerySQL {
         switch form {
         case .probe:
             text += "\(negated ? "NOT " : "")EXISTS (SELECT 1 FROM field_index f"
-            text += " WHERE f.zone_id = \(candidateZone) AND f.record_name = \(candidateName) AND f.field = ?"
+            text += " WHERE f.record_id = \(candidate) AND f.field = ?"
         case .standalone:
-            text += "SELECT f.zone_id AS zone_id, f.record_name AS record_name FROM field_index f"
+            text += "SELECT f.record_id AS record_id FROM field_index f"
             text += " WHERE f.zone_id IN (\(zoneMarks)) AND f.record_type = ? AND f.field = ?"
             arguments += query.zoneIDs.map { $0 }
             arguments.append(query.recordType)
@@ -283,7 +278,7 @@ struct QuerySQL {
             let groups = all ? distinct.map { [$0] } : [distinct]
             if form == .standalone {
                 // Candidates: records with the first group's tokens; the probe checks the rest.
-                text += "SELECT t.zone_id AS zone_id, t.record_name AS record_name FROM token_index t"
+                text += "SELECT t.record_id AS record_id FROM token_index t"
                 text += " WHERE t.zone_id IN (\(zoneMarks)) AND t.record_type = ?"
                 arguments += query.zoneIDs.map { $0 }
                 arguments.append(query.recordType)
@@ -298,7 +293,7 @@ struct QuerySQL {
             text += negated ? "NOT (" : "("
             for (index, group) in groups.enumerated() {
                 if index > 0 { text += " AND " }
-                text += "EXISTS (SELECT 1 FROM token_index t WHERE t.zone_id = \(candidateZone) AND t.record_name = \(candidateName)"
+                text += "EXISTS (SELECT 1 FROM token_index t WHERE t.record_id = \(candidate)"
                 text += " AND t.token IN (\(Array(repeating: "?", count: group.count).joined(separator: ", ")))"
                 arguments += group.map { $0 }
                 if let field {
@@ -330,18 +325,16 @@ struct QuerySQL {
     }
 
     /// Strictly after `position` in the sort order: the first key that differs decides, and
-    /// ties fall to (zone, record name) in the first key's direction. With one key (or none)
-    /// this is a row-value comparison SQLite can answer from the index.
+    /// ties fall to the record id in the first key's direction. With one key (or none) this is
+    /// a row-value comparison SQLite can answer from the index.
     private mutating func appendKeyset(
-        _ position: QueryPosition, keys: [String], sorts: [IndexSort], zoneColumn: String, nameColumn: String,
-        tieAscending: Bool
+        _ position: QueryPosition, keys: [String], sorts: [IndexSort], idColumn: String, tieAscending: Bool
     ) {
         var terms: [(String, any DatabaseValueConvertible, Bool)] = []
         for (index, key) in keys.enumerated() where index < position.sortValues.count {
             terms.append((key, Self.argument(position.sortValues[index]), sorts[index].ascending))
         }
-        terms.append((zoneColumn, position.zoneID, tieAscending))
-        terms.append((nameColumn, position.recordName, tieAscending))
+        terms.append((idColumn, position.recordID, tieAscending))
         if terms.allSatisfy({ $0.2 == tieAscending }) {
             text += "(" + terms.map(\.0).joined(separator: ", ") + ") \(tieAscending ? ">" : "<") ("
             text += Array(repeating: "?", count: terms.count).joined(separator: ", ") + ")"

@@ -321,10 +321,11 @@ struct SQLiteTransaction: StorageWriter {
     }
 
     func deleteZone(id: Int64, sequence: Int64) throws {
+        // Index entries first: they are found through the zone's record ids.
+        try execute("DELETE FROM field_index WHERE record_id IN (SELECT rowid FROM records WHERE zone_id = ?)", [id])
+        try execute("DELETE FROM token_index WHERE record_id IN (SELECT rowid FROM records WHERE zone_id = ?)", [id])
         try execute("DELETE FROM records WHERE zone_id = ?", [id])
         try execute("DELETE FROM record_references WHERE source_zone_id = ?", [id])
-        try execute("DELETE FROM field_index WHERE zone_id = ?", [id])
-        try execute("DELETE FROM token_index WHERE zone_id = ?", [id])
         try execute("UPDATE zones SET deleted = 1, change_sequence = ? WHERE id = ?", [sequence, id])
     }
 
@@ -376,9 +377,12 @@ struct SQLiteTransaction: StorageWriter {
     func replaceIndexEntries(
         zoneID: Int64, recordName: String, recordType: String, entries: [IndexEntry], tokens: [TokenEntry], hadEntries: Bool
     ) throws {
+        guard let idRow = try fetchRow("SELECT rowid FROM records WHERE zone_id = ? AND record_name = ?", [zoneID, recordName])
+        else { throw StorageError.corrupt("index entries for record '\(recordName)', which is not stored") }
+        let recordID: Int64 = idRow[0]
         if hadEntries {
-            try execute("DELETE FROM field_index WHERE zone_id = ? AND record_name = ?", [zoneID, recordName])
-            try execute("DELETE FROM token_index WHERE zone_id = ? AND record_name = ?", [zoneID, recordName])
+            try execute("DELETE FROM field_index WHERE record_id = ?", [recordID])
+            try execute("DELETE FROM token_index WHERE record_id = ?", [recordID])
         }
         // Multi-row inserts: one statement per chunk instead of one per entry.
         for chunk in entries.chunked(Self.rowsPerInsert) {
@@ -391,19 +395,19 @@ struct SQLiteTransaction: StorageWriter {
                 case .number(let value): number = value
                 case .text(let value): text = value
                 }
-                arguments += [zoneID, recordType, recordName, entry.field, entry.position, number, text, entry.longitude]
+                arguments += [recordID, entry.field, entry.position, zoneID, recordType, number, text, entry.longitude]
             }
             try execute(
-                "INSERT INTO field_index (zone_id, record_type, record_name, field, position, num, text, lon) VALUES "
+                "INSERT INTO field_index (record_id, field, position, zone_id, record_type, num, text, lon) VALUES "
                     + Self.placeholders(rows: chunk.count, columns: 8),
                 StatementArguments(arguments))
         }
         for chunk in tokens.chunked(Self.rowsPerInsert) {
             var arguments: [(any DatabaseValueConvertible)?] = []
             arguments.reserveCapacity(chunk.count * 5)
-            for token in chunk { arguments += [zoneID, recordType, recordName, token.field, token.token] }
+            for token in chunk { arguments += [recordID, token.field, token.token, zoneID, recordType] }
             try execute(
-                "INSERT INTO token_index (zone_id, record_type, record_name, field, token) VALUES "
+                "INSERT INTO token_index (record_id, field, token, zone_id, record_type) VALUES "
                     + Self.placeholders(rows: chunk.count, columns: 5),
                 StatementArguments(arguments))
         }
@@ -454,7 +458,7 @@ struct SQLiteTransaction: StorageWriter {
                 }
             }
             page.rows.append(record)
-            page.positions.append(QueryPosition(sortValues: values, zoneID: record.zoneID, recordName: record.recordName))
+            page.positions.append(QueryPosition(sortValues: values, recordID: row["record_id"]))
         }
         return page
     }

@@ -89,17 +89,16 @@ public struct IndexSort: Sendable, Hashable {
     }
 }
 
-/// Where a page ended: the last record's sort values and identity. The next page starts
-/// strictly after it, so records that did not change are neither repeated nor skipped.
+/// Where a page ended: the last record's sort values and its storage identity (a driver's
+/// stable id for the record, which also breaks ties). The next page starts strictly after it,
+/// so records that did not change are neither repeated nor skipped.
 public struct QueryPosition: Sendable, Hashable {
     public var sortValues: [IndexValue]
-    public var zoneID: Int64
-    public var recordName: String
+    public var recordID: Int64
 
-    public init(sortValues: [IndexValue], zoneID: Int64, recordName: String) {
+    public init(sortValues: [IndexValue], recordID: Int64) {
         self.sortValues = sortValues
-        self.zoneID = zoneID
-        self.recordName = recordName
+        self.recordID = recordID
     }
 }
 

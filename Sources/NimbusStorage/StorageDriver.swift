@@ -59,8 +59,8 @@ public protocol StorageReader {
     func referrers(targetZoneID: Int64, targetName: String, action: String) throws -> [ReferenceRow]
 
     // MARK: Queries
-    /// Live records of the query's type matching every condition, in sort order (ties by
-    /// zone and record name), after `query.after`, at most `query.limit`.
+    /// Live records of the query's type matching every condition, in sort order (ties by the
+    /// driver's record id), after `query.after`, at most `query.limit`.
     func queryRecords(_ query: RecordQuery) throws -> QueryPage
 
     // MARK: Schema
