@@ -194,18 +194,17 @@ extension NimbusService {
         }
         let references = try referenceRows(
             for: fields, recordName: recordName, zone: zone, database: database, path: path, tx: tx)
-        let sequence = try tx.nextSequence(databaseID: database.id)
-        try tx.touchZone(id: zone.id, sequence: sequence)
         let row = RecordRow(
             zoneID: zone.id, recordName: recordName, recordType: recordType, fields: RecordCodec.encode(fields),
-            parent: parent, changeSequence: sequence, created: existing?.created ?? stamp, modified: stamp, isDeleted: false)
-        try tx.putRecord(row)
+            parent: parent, changeSequence: try nextChange(in: zone, of: database, tx: tx), created: existing?.created ?? stamp,
+            modified: stamp, isDeleted: false)
+        let recordID = try tx.putRecord(row)
         if existing != nil || !references.isEmpty {
             try tx.replaceReferences(sourceZoneID: zone.id, sourceName: recordName, with: references)
         }
         let (entries, tokens) = RecordIndexer.entries(for: row, fields: fields)
         try tx.replaceIndexEntries(
-            zoneID: zone.id, recordName: recordName, recordType: recordType, entries: entries, tokens: tokens,
+            recordID: recordID, zoneID: zone.id, recordType: recordType, entries: entries, tokens: tokens,
             hadEntries: existing != nil)
         return try recordJSON(
             row, zone: zone, target: target, desiredKeys: operation.desiredKeys ?? request.desiredKeys,

@@ -93,18 +93,24 @@ extension NimbusService {
             guard let row = name == root.recordName ? root : try tx.record(zoneID: zone.id, name: name), !row.isDeleted else {
                 continue
             }
-            let sequence = try tx.nextSequence(databaseID: database.id)
-            try tx.touchZone(id: zone.id, sequence: sequence)
             var tombstone = row
             tombstone.fields = Array("{}".utf8)
             tombstone.parent = nil
-            tombstone.changeSequence = sequence
+            tombstone.changeSequence = try nextChange(in: zone, of: database, tx: tx)
             tombstone.modified = stamp
             tombstone.isDeleted = true
-            try tx.putRecord(tombstone)
+            let recordID = try tx.putRecord(tombstone)
             try tx.replaceReferences(sourceZoneID: zone.id, sourceName: name, with: [])
             try tx.replaceIndexEntries(
-                zoneID: zone.id, recordName: name, recordType: row.recordType, entries: [], tokens: [], hadEntries: true)
+                recordID: recordID, zoneID: zone.id, recordType: row.recordType, entries: [], tokens: [], hadEntries: true)
         }
+    }
+
+    /// The sequence of a new change to a record of `zone`: the database's next, recorded on the
+    /// zone so database change feeds list it.
+    func nextChange(in zone: ZoneRow, of database: DatabaseRow, tx: any StorageWriter) throws -> Int64 {
+        let sequence = try tx.nextSequence(databaseID: database.id)
+        try tx.touchZone(id: zone.id, sequence: sequence)
+        return sequence
     }
 }

@@ -333,8 +333,9 @@ struct SQLiteTransaction: StorageWriter {
         try execute("UPDATE zones SET change_sequence = ? WHERE id = ? AND change_sequence < ?", [sequence, id, sequence])
     }
 
-    func putRecord(_ row: RecordRow) throws {
-        try execute(
+    func putRecord(_ row: RecordRow) throws -> Int64 {
+        // The rowid survives the upsert: it is the record's storage id (index entries key on it).
+        let inserted = try fetchRow(
             """
             INSERT INTO records (\(Self.recordColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             ON CONFLICT (zone_id, record_name) DO UPDATE SET
@@ -343,12 +344,15 @@ struct SQLiteTransaction: StorageWriter {
                 created_by = excluded.created_by, created_device = excluded.created_device,
                 modified_at = excluded.modified_at, modified_by = excluded.modified_by,
                 modified_device = excluded.modified_device, deleted = excluded.deleted
+            RETURNING rowid
             """,
             [
                 row.zoneID, row.recordName, row.recordType, Data(row.fields), row.parent, row.changeSequence,
                 row.created.timestamp, row.created.userRecordName, row.created.deviceID,
                 row.modified.timestamp, row.modified.userRecordName, row.modified.deviceID, row.isDeleted,
             ])
+        guard let inserted else { throw StorageError.corrupt("saving record '\(row.recordName)' returned no row") }
+        return inserted[0]
     }
 
     func addSchemaField(container: String, environment: Environment, _ field: SchemaFieldRow) throws {
@@ -375,11 +379,8 @@ struct SQLiteTransaction: StorageWriter {
     // MARK: Index entries and queries
 
     func replaceIndexEntries(
-        zoneID: Int64, recordName: String, recordType: String, entries: [IndexEntry], tokens: [TokenEntry], hadEntries: Bool
+        recordID: Int64, zoneID: Int64, recordType: String, entries: [IndexEntry], tokens: [TokenEntry], hadEntries: Bool
     ) throws {
-        guard let idRow = try fetchRow("SELECT rowid FROM records WHERE zone_id = ? AND record_name = ?", [zoneID, recordName])
-        else { throw StorageError.corrupt("index entries for record '\(recordName)', which is not stored") }
-        let recordID: Int64 = idRow[0]
         if hadEntries {
             try execute("DELETE FROM field_index WHERE record_id = ?", [recordID])
             try execute("DELETE FROM token_index WHERE record_id = ?", [recordID])

@@ -96,13 +96,16 @@ public protocol StorageWriter: StorageReader {
     /// Records that something in the zone changed at `sequence`.
     func touchZone(id: Int64, sequence: Int64) throws
 
-    /// Inserts or replaces the record (or tombstone) with the same zone and name.
-    func putRecord(_ row: RecordRow) throws
+    /// Inserts or replaces the record (or tombstone) with the same zone and name; returns its
+    /// storage id, which stays the same for that zone and name while the zone exists.
+    @discardableResult
+    func putRecord(_ row: RecordRow) throws -> Int64
 
-    /// Replaces a record's index and token entries (none after a deletion). `hadEntries`
-    /// false promises there are none yet (a new record), which saves the deletes.
+    /// Replaces the index and token entries of the record with storage id `recordID` (none
+    /// after a deletion). `hadEntries` false promises there are none yet (a new record), which
+    /// saves the deletes.
     func replaceIndexEntries(
-        zoneID: Int64, recordName: String, recordType: String, entries: [IndexEntry], tokens: [TokenEntry], hadEntries: Bool
+        recordID: Int64, zoneID: Int64, recordType: String, entries: [IndexEntry], tokens: [TokenEntry], hadEntries: Bool
     ) throws
 
     /// Replaces the outgoing references of a record (none after a deletion).

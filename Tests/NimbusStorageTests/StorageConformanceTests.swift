@@ -116,6 +116,24 @@ import Testing
     }
 
     @Test(arguments: drivers)
+    func recordStorageIDStaysWithZoneAndName(driver: Driver) async throws {
+        try await withDriver(driver) { storage in
+            let database = try await storage.write { try $0.ensureDatabase(Self.key) }
+            let zone = try await storage.read { try $0.zone(databaseID: database.id, name: "_defaultZone")! }
+            let ids = try await storage.write { tx -> [Int64] in
+                let first = try tx.putRecord(Self.row(zone.id, "a", sequence: 1))
+                let other = try tx.putRecord(Self.row(zone.id, "b", sequence: 2))
+                let updated = try tx.putRecord(Self.row(zone.id, "a", sequence: 3))
+                let tombstone = try tx.putRecord(Self.row(zone.id, "a", sequence: 4, deleted: true))
+                let recreated = try tx.putRecord(Self.row(zone.id, "a", sequence: 5))
+                return [first, other, updated, tombstone, recreated]
+            }
+            #expect(ids[0] != ids[1])
+            #expect(Set([ids[0], ids[2], ids[3], ids[4]]).count == 1)
+        }
+    }
+
+    @Test(arguments: drivers)
     func recordChangesFollowSequenceAndFilterByType(driver: Driver) async throws {
         try await withDriver(driver) { storage in
             let database = try await storage.write { try $0.ensureDatabase(Self.key) }
