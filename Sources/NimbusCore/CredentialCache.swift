@@ -7,52 +7,56 @@ import NimbusStorage
 /// Entries live `lifetimeMilliseconds` (2 s). Revocations through this process clear the
 /// cache at once; a revocation made by another process (the CLI beside a running server)
 /// takes effect within that lifetime.
-final class CredentialCache: @unchecked Sendable {
+final class CredentialCache: Sendable {
     struct Session {
         let row: SessionRow
         let user: UserRow
     }
 
     static let lifetimeMilliseconds: Int64 = 2_000
-    /// Beyond this many entries the cache starts over rather than grow without bound.
+    /// Beyond this many entries a cache starts over rather than grow without bound.
     static let capacity = 10_000
 
+    /// API tokens by token hash.
+    let tokens = ExpiringCache<APITokenRow>(lifetime: lifetimeMilliseconds, capacity: capacity)
+    /// Sessions (with their users) by token hash.
+    let sessions = ExpiringCache<Session>(lifetime: lifetimeMilliseconds, capacity: capacity)
+
+    func clear() {
+        tokens.clear()
+        sessions.clear()
+    }
+}
+
+/// A lock-protected dictionary whose entries expire `lifetime` milliseconds after they were read.
+final class ExpiringCache<Value>: @unchecked Sendable {
     private let lock = NSLock()
-    private var tokens: [String: (row: APITokenRow, readAt: Int64)] = [:]
-    private var sessions: [String: (session: Session, readAt: Int64)] = [:]
+    private var entries: [String: (value: Value, readAt: Int64)] = [:]
+    private let lifetime: Int64
+    private let capacity: Int
 
-    func apiToken(hash: String, now: Int64) -> APITokenRow? {
-        lock.lock()
-        defer { lock.unlock() }
-        guard let entry = tokens[hash], now - entry.readAt < Self.lifetimeMilliseconds else { return nil }
-        return entry.row
+    init(lifetime: Int64, capacity: Int) {
+        self.lifetime = lifetime
+        self.capacity = capacity
     }
 
-    func session(hash: String, now: Int64) -> Session? {
+    func value(for key: String, now: Int64) -> Value? {
         lock.lock()
         defer { lock.unlock() }
-        guard let entry = sessions[hash], now - entry.readAt < Self.lifetimeMilliseconds else { return nil }
-        return entry.session
+        guard let entry = entries[key], now - entry.readAt < lifetime else { return nil }
+        return entry.value
     }
 
-    func remember(_ row: APITokenRow, now: Int64) {
+    func remember(_ value: Value, for key: String, now: Int64) {
         lock.lock()
         defer { lock.unlock() }
-        if tokens.count >= Self.capacity { tokens.removeAll() }
-        tokens[row.tokenHash] = (row, now)
-    }
-
-    func remember(_ session: Session, now: Int64) {
-        lock.lock()
-        defer { lock.unlock() }
-        if sessions.count >= Self.capacity { sessions.removeAll() }
-        sessions[session.row.tokenHash] = (session, now)
+        if entries.count >= capacity { entries.removeAll() }
+        entries[key] = (value, now)
     }
 
     func clear() {
         lock.lock()
-        tokens.removeAll()
-        sessions.removeAll()
+        entries.removeAll()
         lock.unlock()
     }
 }

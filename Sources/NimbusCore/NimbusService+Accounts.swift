@@ -109,8 +109,8 @@ extension NimbusService {
         let apiHash = apiToken.map(Credentials.tokenHash)
         let sessionHash = webAuthToken.map(Credentials.tokenHash)
         let time = now
-        var token = apiHash.flatMap { credentialCache.apiToken(hash: $0, now: time) }
-        var cachedSession = sessionHash.flatMap { credentialCache.session(hash: $0, now: time) }
+        var token = apiHash.flatMap { credentialCache.tokens.value(for: $0, now: time) }
+        var cachedSession = sessionHash.flatMap { credentialCache.sessions.value(for: $0, now: time) }
         if (apiHash != nil && token == nil) || (sessionHash != nil && cachedSession == nil) {
             let (readToken, readSession) = try await storage.read { tx -> (APITokenRow?, CredentialCache.Session?) in
                 let token = try apiHash.flatMap { try tx.apiToken(hash: $0) }
@@ -120,8 +120,8 @@ extension NimbusService {
             }
             token = readToken
             cachedSession = readSession
-            if let readToken { credentialCache.remember(readToken, now: time) }
-            if let readSession { credentialCache.remember(readSession, now: time) }
+            if let readToken { credentialCache.tokens.remember(readToken, for: readToken.tokenHash, now: time) }
+            if let readSession { credentialCache.sessions.remember(readSession, for: readSession.row.tokenHash, now: time) }
         }
         let session = cachedSession?.row
         let user = cachedSession?.user
@@ -150,7 +150,7 @@ extension NimbusService {
             try await storage.write { try $0.touchSession(tokenHash: session.tokenHash, at: time) }
             var touched = session
             touched.lastUsedAt = time
-            credentialCache.remember(CredentialCache.Session(row: touched, user: user), now: time)
+            credentialCache.sessions.remember(CredentialCache.Session(row: touched, user: user), for: touched.tokenHash, now: time)
         }
         let recordName = keys.userRecordName(container: container, userID: user.id)
         return Caller(
