@@ -52,14 +52,19 @@ struct QuerySQL {
         return 6_371_008.8 * 2 * atan2(a.squareRoot(), (1 - a).squareRoot())
     }
 
+    /// `?, ?, ?`: `count` parameter placeholders.
+    static func marks(_ count: Int) -> String {
+        Array(repeating: "?", count: count).joined(separator: ", ")
+    }
+
     /// How many entries a filter may match before the plan prefers walking the sort index.
     static let selectiveMatches = 2_000
 
     init(query: RecordQuery, recordColumns: String, driver: Driver) {
-        let zoneMarks = Array(repeating: "?", count: query.zoneIDs.count).joined(separator: ", ")
+        let zoneMarks = Self.marks(query.zoneIDs.count)
         let tieDirection = (query.sorts.first?.ascending ?? true) ? "ASC" : "DESC"
 
-        // The driver: where candidates come from, and the columns naming each candidate.
+        // The driver: where candidates come from, each named by its record id (`c.record_id`).
         var from: String
         var fromArguments: [(any DatabaseValueConvertible)?] = []
         var whereClause: [String] = []
@@ -89,28 +94,30 @@ struct QuerySQL {
             let driving = index == 0 && driver == .firstSort
             let alias = driving ? "c" : "s\(index)"
             var filter = "\(alias).record_type = ? AND \(alias).field = ? AND \(alias).position = -1"
+            let field: String
             let expression: String
             switch sort.key {
-            case .number(let field):
-                joinArguments.append(contentsOf: [query.recordType, field] as [(any DatabaseValueConvertible)?])
+            case .number(let name):
+                field = name
                 filter += " AND \(alias).num IS NOT NULL AND \(alias).lon IS NULL"
                 expression = "\(alias).num"
-            case .text(let field):
-                joinArguments.append(contentsOf: [query.recordType, field] as [(any DatabaseValueConvertible)?])
+            case .text(let name):
+                field = name
                 filter += " AND \(alias).text IS NOT NULL"
                 expression = "\(alias).text"
-            case .distance(let field, let latitude, let longitude):
-                joinArguments.append(contentsOf: [query.recordType, field] as [(any DatabaseValueConvertible)?])
+            case .distance(let name, let latitude, let longitude):
+                field = name
                 filter += " AND \(alias).lon IS NOT NULL"
                 expression = "nimbus_distance(\(alias).num, \(alias).lon, \(latitude), \(longitude))"
             }
+            let keyArguments: [(any DatabaseValueConvertible)?] = [query.recordType, field]
             if driving {
                 whereClause.append("c.zone_id IN (\(zoneMarks)) AND " + filter)
-                whereArguments += query.zoneIDs.map { $0 } + joinArguments
-                joinArguments = []
+                whereArguments += query.zoneIDs.map { $0 } + keyArguments
             } else {
                 joins += " JOIN field_index \(alias) ON \(alias).record_id = c.record_id AND "
                 joins += filter
+                joinArguments += keyArguments
             }
             keyExpressions.append(expression)
         }
@@ -167,7 +174,7 @@ struct QuerySQL {
     static func boundedCount(_ condition: IndexCondition, in query: RecordQuery, cap: Int) -> QuerySQL {
         var standalone = QuerySQL()
         standalone.form = .standalone
-        let zoneMarks = Array(repeating: "?", count: query.zoneIDs.count).joined(separator: ", ")
+        let zoneMarks = Self.marks(query.zoneIDs.count)
         standalone.append(condition, query: query, zoneMarks: zoneMarks)
         var sql = QuerySQL()
         sql.text = "SELECT COUNT(*) FROM (\(standalone.text) LIMIT ?)"
@@ -236,11 +243,11 @@ struct QuerySQL {
                 let texts = values.filter { if case .text = $0 { return true } else { return false } }
                 var parts: [String] = []
                 if !numbers.isEmpty {
-                    parts.append("(f.num IN (\(Array(repeating: "?", count: numbers.count).joined(separator: ", "))) AND f.lon IS NULL)")
+                    parts.append("(f.num IN (\(Self.marks(numbers.count))) AND f.lon IS NULL)")
                     sql.arguments += numbers.map(Self.argument)
                 }
                 if !texts.isEmpty {
-                    parts.append("f.text IN (\(Array(repeating: "?", count: texts.count).joined(separator: ", ")))")
+                    parts.append("f.text IN (\(Self.marks(texts.count)))")
                     sql.arguments += texts.map(Self.argument)
                 }
                 sql.text += "(" + parts.joined(separator: " OR ") + ")"
@@ -282,24 +289,14 @@ struct QuerySQL {
                 text += " WHERE t.zone_id IN (\(zoneMarks)) AND t.record_type = ?"
                 arguments += query.zoneIDs.map { $0 }
                 arguments.append(query.recordType)
-                text += " AND t.token IN (\(Array(repeating: "?", count: groups[0].count).joined(separator: ", ")))"
-                arguments += groups[0].map { $0 }
-                if let field {
-                    text += " AND t.field = ?"
-                    arguments.append(field)
-                }
+                appendTokenMatch(groups[0], field: field)
                 return
             }
             text += negated ? "NOT (" : "("
             for (index, group) in groups.enumerated() {
                 if index > 0 { text += " AND " }
                 text += "EXISTS (SELECT 1 FROM token_index t WHERE t.record_id = \(candidate)"
-                text += " AND t.token IN (\(Array(repeating: "?", count: group.count).joined(separator: ", ")))"
-                arguments += group.map { $0 }
-                if let field {
-                    text += " AND t.field = ?"
-                    arguments.append(field)
-                }
+                appendTokenMatch(group, field: field)
                 text += ")"
             }
             text += ")"
@@ -324,6 +321,16 @@ struct QuerySQL {
         }
     }
 
+    /// ` AND t.token IN (…) [AND t.field = ?]`: a token entry is one of `tokens`, in `field` if given.
+    private mutating func appendTokenMatch(_ tokens: [String], field: String?) {
+        text += " AND t.token IN (\(Self.marks(tokens.count)))"
+        arguments += tokens.map { $0 }
+        if let field {
+            text += " AND t.field = ?"
+            arguments.append(field)
+        }
+    }
+
     /// Strictly after `position` in the sort order: the first key that differs decides, and
     /// ties fall to the record id in the first key's direction. With one key (or none) this is
     /// a row-value comparison SQLite can answer from the index.
@@ -337,7 +344,7 @@ struct QuerySQL {
         terms.append((idColumn, position.recordID, tieAscending))
         if terms.allSatisfy({ $0.2 == tieAscending }) {
             text += "(" + terms.map(\.0).joined(separator: ", ") + ") \(tieAscending ? ">" : "<") ("
-            text += Array(repeating: "?", count: terms.count).joined(separator: ", ") + ")"
+            text += Self.marks(terms.count) + ")"
             arguments += terms.map(\.1)
             return
         }

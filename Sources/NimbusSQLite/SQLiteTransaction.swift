@@ -158,7 +158,7 @@ struct SQLiteTransaction: StorageWriter {
             ).map(recordRow)
         }
         // The type list varies per request: not worth caching a statement for each length.
-        let marks = Array(repeating: "?", count: recordTypes.count).joined(separator: ",")
+        let marks = QuerySQL.marks(recordTypes.count)
         var arguments: StatementArguments = [zoneID, sequence]
         arguments += StatementArguments(recordTypes)
         arguments += [limit]
@@ -436,7 +436,7 @@ struct SQLiteTransaction: StorageWriter {
     static let rowsPerInsert = 64
 
     static func placeholders(rows: Int, columns: Int) -> String {
-        let row = "(" + Array(repeating: "?", count: columns).joined(separator: ", ") + ")"
+        let row = "(" + QuerySQL.marks(columns) + ")"
         return Array(repeating: row, count: rows).joined(separator: ", ")
     }
 
