@@ -92,7 +92,7 @@ extension NimbusService {
             }
             guard known.indexes & index != 0 else {
                 throw CloudKitError.badRequest(
-                    "\(path): field '\(name)' has no \(indexName) index in production; add it (`nimbus schema index --add \(indexName.lowercased())`) and deploy")
+                    "\(path): field '\(name)' has no \(indexName) index in production; set it with `nimbus schema index --environment production --set \(indexName.lowercased())` (or in development, then deploy)")
             }
         }
         if let system = Self.systemFieldTypes[name] { return system }

@@ -194,6 +194,7 @@ import Testing
             let refused = try await prod.post("public", "records/query", Self.query(filters: [Self.filter("EQUALS", "k", 1)]))
             #expect(refused.status == 400)
             #expect(refused.reason.contains("'k'") && refused.reason.contains("QUERYABLE"))
+            #expect(refused.reason.contains("nimbus schema index --environment production --set queryable"))
             // Ranges still work: k is SORTABLE.
             #expect(try await prod.post("public", "records/query", Self.query(filters: [Self.filter("GREATER_THAN", "k", 0)])).status == 200)
             // Unknown fields and system fields not declared in production are refused too.
