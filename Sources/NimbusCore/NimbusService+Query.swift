@@ -120,6 +120,12 @@ extension NimbusService {
     }
 
     private func condition(_ filter: QueryFilterInput, schema: SchemaMap, locked: Bool) throws -> IndexCondition {
+        let condition = try positiveCondition(filter, schema: schema, locked: locked)
+        return filter.comparator.isNegated ? .not(condition) : condition
+    }
+
+    /// The condition of a filter's comparator without its `NOT_`.
+    private func positiveCondition(_ filter: QueryFilterInput, schema: SchemaMap, locked: Bool) throws -> IndexCondition {
         let path = filter.path
         let valuePath = "\(path).fieldValue.value"
         let queryable = (SchemaFieldRow.Indexes.queryable, "QUERYABLE")
@@ -163,9 +169,8 @@ extension NimbusService {
         case .equals, .notEquals:
             let fieldType = try type(queryable)
             try requireScalar(fieldType, comparable)
-            let condition = IndexCondition.compare(
+            return IndexCondition.compare(
                 field: field, scope: .scalar, .equal, try indexValue(filter.value, as: fieldType.scalar, path: valuePath))
-            return filter.comparator == .equals ? condition : .not(condition)
         case .lessThan, .lessThanOrEquals, .greaterThan, .greaterThanOrEquals:
             let fieldType = try type(sortable)
             try requireScalar(fieldType, ordered)
@@ -183,39 +188,33 @@ extension NimbusService {
             guard case .string(let prefix) = filter.value else {
                 throw CloudKitError.badRequest("\(valuePath): BEGINS_WITH takes a string prefix, got \(filter.value.kindName)")
             }
-            let condition = IndexCondition.beginsWith(field: field, scope: .scalar, prefix: prefix)
-            return filter.comparator == .beginsWith ? condition : .not(condition)
+            return IndexCondition.beginsWith(field: field, scope: .scalar, prefix: prefix)
         case .in, .notIn:
             let fieldType = try type(queryable, element: true)
             try requireScalar(fieldType, comparable)
-            let condition = IndexCondition.oneOf(
+            return IndexCondition.oneOf(
                 field: field, scope: .scalar, try indexValues(filter.value, as: fieldType.scalar, path: valuePath))
-            return filter.comparator == .in ? condition : .not(condition)
         case .listContains, .notListContains:
             let fieldType = try type(queryable)
             try requireList(fieldType)
-            let condition = IndexCondition.compare(
+            return IndexCondition.compare(
                 field: field, scope: .element, .equal, try indexValue(filter.value, as: fieldType.scalar, path: valuePath))
-            return filter.comparator == .listContains ? condition : .not(condition)
         case .listContainsAny, .notListContainsAny:
             let fieldType = try type(queryable, element: true)
             try requireList(fieldType)
-            let condition = IndexCondition.oneOf(
+            return IndexCondition.oneOf(
                 field: field, scope: .element, try indexValues(filter.value, as: fieldType.scalar, path: valuePath))
-            return filter.comparator == .listContainsAny ? condition : .not(condition)
         case .listContainsAll, .notListContainsAll:
             let fieldType = try type(queryable, element: true)
             try requireList(fieldType)
-            let condition = IndexCondition.allOf(field: field, try indexValues(filter.value, as: fieldType.scalar, path: valuePath))
-            return filter.comparator == .listContainsAll ? condition : .not(condition)
+            return IndexCondition.allOf(field: field, try indexValues(filter.value, as: fieldType.scalar, path: valuePath))
         case .listMemberBeginsWith, .notListMemberBeginsWith:
             let fieldType = try type(queryable)
             try requireList(fieldType, [.string])
             guard case .string(let prefix) = filter.value else {
                 throw CloudKitError.badRequest("\(valuePath): LIST_MEMBER_BEGINS_WITH takes a string prefix, got \(filter.value.kindName)")
             }
-            let condition = IndexCondition.beginsWith(field: field, scope: .element, prefix: prefix)
-            return filter.comparator == .listMemberBeginsWith ? condition : .not(condition)
+            return IndexCondition.beginsWith(field: field, scope: .element, prefix: prefix)
         case .near:
             let fieldType = try type(sortable)
             try requireScalar(fieldType, [.location])

@@ -11,6 +11,9 @@ public enum QueryComparator: String, Sendable, CaseIterable {
     case listContainsAll = "LIST_CONTAINS_ALL", notListContainsAll = "NOT_LIST_CONTAINS_ALL"
     case beginsWith = "BEGINS_WITH", notBeginsWith = "NOT_BEGINS_WITH"
     case listMemberBeginsWith = "LIST_MEMBER_BEGINS_WITH", notListMemberBeginsWith = "NOT_LIST_MEMBER_BEGINS_WITH"
+
+    /// The `NOT_…` comparators: the negation of their positive twin.
+    public var isNegated: Bool { rawValue.hasPrefix("NOT_") }
 }
 
 public struct QueryFilterInput: Sendable {
