@@ -23,15 +23,16 @@ enum RecordIndexer {
         ]
         var tokens: [TokenEntry] = []
         for (name, value) in fields {
-            switch value {
-            case .list(_, let elements):
-                for (position, element) in elements.enumerated() {
-                    if let entry = entry(name, element, position: position) { entries.append(entry) }
-                    if case .string(let text) = element { tokens += Tokenizer.tokens(of: text).map { TokenEntry(field: name, token: $0) } }
-                }
-            default:
-                if let entry = entry(name, value, position: -1) { entries.append(entry) }
-                if case .string(let text) = value { tokens += Tokenizer.tokens(of: text).map { TokenEntry(field: name, token: $0) } }
+            // A scalar is one entry at position -1; a list, one entry per element.
+            let items: [(position: Int, value: FieldValue)]
+            if case .list(_, let elements) = value {
+                items = elements.enumerated().map { ($0.offset, $0.element) }
+            } else {
+                items = [(-1, value)]
+            }
+            for (position, item) in items {
+                if let entry = entry(name, item, position: position) { entries.append(entry) }
+                if case .string(let text) = item { tokens += Tokenizer.tokens(of: text).map { TokenEntry(field: name, token: $0) } }
             }
         }
         return (entries, Array(Set(tokens)))
