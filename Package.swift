@@ -14,6 +14,7 @@ let package = Package(
         .executable(name: "nimbus", targets: ["NimbusCLI"]),
         .library(name: "NimbusWire", targets: ["NimbusWire"]),
         .library(name: "NimbusServer", targets: ["NimbusServer"]),
+        .library(name: "NimbusKit", targets: ["NimbusKit"]),
     ],
     dependencies: [
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", exact: "2.28.1"),
@@ -29,6 +30,9 @@ let package = Package(
     targets: [
         // The CloudKit Web Services JSON: shared by server and (later) the SDK. Foundation only.
         .target(name: "NimbusWire", swiftSettings: strict),
+        // The Swift SDK: CloudKit's API (CKContainer, CKDatabase, CKRecord, CK…Operation) over
+        // the Web Services protocol, on URLSession. Foundation and NimbusWire only.
+        .target(name: "NimbusKit", dependencies: ["NimbusWire"], swiftSettings: strict),
         // The storage protocol, spoken in CloudKit terms, and its value types.
         .target(name: "NimbusStorage", dependencies: ["NimbusWire"], swiftSettings: strict),
         // The embedded SQLite driver (WAL, group commit).
@@ -96,6 +100,15 @@ let package = Package(
         .testTarget(
             name: "NimbusCoreTests",
             dependencies: ["NimbusCore", "NimbusWire", "NimbusTestSupport"],
+            swiftSettings: strict),
+        .testTarget(
+            name: "NimbusKitTests",
+            dependencies: ["NimbusKit", "NimbusTestSupport"],
+            swiftSettings: strict),
+        // The seeds' code samples in today's Swift, unchanged otherwise, run against a live server.
+        .testTarget(
+            name: "NimbusKitSeedSamples",
+            dependencies: ["NimbusKit", "NimbusTestSupport"],
             swiftSettings: strict),
         .testTarget(
             name: "NimbusServerTests",

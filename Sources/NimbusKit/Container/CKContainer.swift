@@ -1,0 +1,143 @@
+import Foundation
+import NimbusWire
+
+/// Whether the device has a user to act as. In Nimbus the "iCloud account" is a user signed in
+/// to the container's server.
+public enum CKAccountStatus: Int, Sendable {
+    case couldNotDetermine = 0
+    case available = 1
+    case restricted = 2
+    case noAccount = 3
+    case temporarilyUnavailable = 4
+}
+
+/// A container: an app's slice of a Nimbus server, with a public database, the signed-in
+/// user's private database and the shared database.
+public final class CKContainer: NSObject, @unchecked Sendable {
+    public let containerIdentifier: String?
+    let transport: NimbusTransport
+
+    public private(set) lazy var publicCloudDatabase = CKDatabase(container: self, scope: .public)
+    public private(set) lazy var privateCloudDatabase = CKDatabase(container: self, scope: .private)
+    public private(set) lazy var sharedCloudDatabase = CKDatabase(container: self, scope: .shared)
+
+    private static let registryLock = NSLock()
+    nonisolated(unsafe) private static var _defaultConfiguration: NimbusConfiguration?
+    nonisolated(unsafe) private static var containers: [String: CKContainer] = [:]
+
+    /// The configuration `default()` and `init(identifier:)` use: set it before the first
+    /// container is made, or leave it nil to read the environment (see `NimbusConfiguration`).
+    public static var defaultConfiguration: NimbusConfiguration? {
+        get { registryLock.withLock { _defaultConfiguration } }
+        set {
+            registryLock.withLock {
+                _defaultConfiguration = newValue
+                containers = [:]
+            }
+        }
+    }
+
+    /// The app's default container (one instance per identifier, as CloudKit hands out).
+    public static func `default`() -> CKContainer {
+        let configuration = registryLock.withLock { _defaultConfiguration } ?? .fromEnvironment()
+        return shared(configuration)
+    }
+
+    /// The container with this identifier, on the default configuration's server.
+    public convenience init(identifier: String) {
+        var configuration = CKContainer.registryLock.withLock { CKContainer._defaultConfiguration } ?? .fromEnvironment()
+        configuration.containerIdentifier = identifier
+        self.init(configuration: configuration)
+    }
+
+    /// A container on any server: Nimbus's way to point an app at its server in code.
+    public init(configuration: NimbusConfiguration) {
+        containerIdentifier = configuration.containerIdentifier
+        transport = NimbusTransport(configuration: configuration)
+    }
+
+    private static func shared(_ configuration: NimbusConfiguration) -> CKContainer {
+        registryLock.withLock {
+            if let container = containers[configuration.containerIdentifier],
+                container.transport.configuration == configuration
+            {
+                return container
+            }
+            let container = CKContainer(configuration: configuration)
+            containers[configuration.containerIdentifier] = container
+            return container
+        }
+    }
+
+    public func database(with scope: CKDatabase.Scope) -> CKDatabase {
+        switch scope {
+        case .public: return publicCloudDatabase
+        case .private: return privateCloudDatabase
+        case .shared: return sharedCloudDatabase
+        }
+    }
+
+    // MARK: Accounts
+
+    /// Signs a user in (Nimbus's counterpart of the device's iCloud account) and keeps the
+    /// session for every database of this container. Returns the user's record ID.
+    @discardableResult
+    public func signIn(username: String, password: String) async throws -> CKRecord.ID {
+        let name = try await transport.signIn(username: username, password: password)
+        return CKRecord.ID(recordName: name)
+    }
+
+    /// Ends the session on the server.
+    public func signOut() async throws {
+        try await transport.signOut()
+    }
+
+    /// The web auth token of the current session, for an app that keeps it across launches
+    /// (pass it back in `NimbusConfiguration.webAuthToken`).
+    public var webAuthToken: String? { transport.webAuthToken }
+
+    public func accountStatus(completionHandler: @escaping @Sendable (CKAccountStatus, (any Error)?) -> Void) {
+        Task {
+            do {
+                completionHandler(try await accountStatus(), nil)
+            } catch {
+                completionHandler(.couldNotDetermine, error)
+            }
+        }
+    }
+
+    /// `.available` with a live session, `.noAccount` without one; network failures throw.
+    public func accountStatus() async throws -> CKAccountStatus {
+        do {
+            _ = try await fetchCaller()
+            return .available
+        } catch {
+            guard error.code == .notAuthenticated else { throw error }
+            return .noAccount
+        }
+    }
+
+    public func fetchUserRecordID(completionHandler: @escaping @Sendable (CKRecord.ID?, (any Error)?) -> Void) {
+        Task {
+            do {
+                completionHandler(try await userRecordID(), nil)
+            } catch {
+                completionHandler(nil, error)
+            }
+        }
+    }
+
+    /// The signed-in user's record ID: stable, and scoped to this container.
+    public func userRecordID() async throws -> CKRecord.ID {
+        CKRecord.ID(recordName: try await fetchCaller())
+    }
+
+    private func fetchCaller() async throws(CKError) -> String {
+        let answer = try await transport.database(.public, "users/caller", [:])
+        guard let name = answer["userRecordName"]?.stringValue else {
+            throw CKError(.serverResponseLost, "users/caller answered without a userRecordName")
+        }
+        transport.rememberUserRecordName(name)
+        return name
+    }
+}

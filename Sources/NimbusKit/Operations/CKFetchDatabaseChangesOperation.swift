@@ -1,0 +1,73 @@
+import Foundation
+import NimbusWire
+
+/// Lists the zones that changed or went away in a database since a token (`changes/database`).
+/// With `fetchAllChanges` (the default) it keeps asking while the server has more, calling
+/// `changeTokenUpdatedBlock` with each intermediate token.
+open class CKFetchDatabaseChangesOperation: CKDatabaseOperation, @unchecked Sendable {
+    public var previousServerChangeToken: CKServerChangeToken?
+    public var resultsLimit: Int = 0
+    public var fetchAllChanges = true
+
+    public var recordZoneWithIDChangedBlock: (@Sendable (CKRecordZone.ID) -> Void)?
+    public var recordZoneWithIDWasDeletedBlock: (@Sendable (CKRecordZone.ID) -> Void)?
+    /// Zones the user purged (deleted with their data) from another device.
+    public var recordZoneWithIDWasPurgedBlock: (@Sendable (CKRecordZone.ID) -> Void)?
+    public var changeTokenUpdatedBlock: (@Sendable (CKServerChangeToken) -> Void)?
+    public var fetchDatabaseChangesResultBlock:
+        (@Sendable (Result<(serverChangeToken: CKServerChangeToken, moreComing: Bool), any Error>) -> Void)?
+    /// The older final callback.
+    public var fetchDatabaseChangesCompletionBlock: (@Sendable (CKServerChangeToken?, Bool, (any Error)?) -> Void)?
+
+    private var finalToken: CKServerChangeToken?
+    private var finalMoreComing = false
+
+    public override init() { super.init() }
+
+    public convenience init(previousServerChangeToken: CKServerChangeToken?) {
+        self.init()
+        self.previousServerChangeToken = previousServerChangeToken
+    }
+
+    override func run() async throws {
+        var token = previousServerChangeToken
+        while true {
+            try Task.checkCancellation()
+            var body = JSONObject()
+            if let token { body["syncToken"] = .string(token.syncToken) }
+            if resultsLimit > 0 { body["resultsLimit"] = .int(Int64(resultsLimit)) }
+            let answer = try await post("changes/database", .object(body))
+            for entry in answer["zones"]?.arrayValue ?? [] {
+                let zoneID = WireRecordCoder.zoneID(entry["zoneID"], currentUser: currentUser)
+                if entry["deleted"]?.boolValue == true {
+                    recordZoneWithIDWasDeletedBlock?(zoneID)
+                } else {
+                    recordZoneWithIDChangedBlock?(zoneID)
+                }
+            }
+            guard let text = answer["syncToken"]?.stringValue else {
+                throw CKError(.serverResponseLost, "changes/database answered without a syncToken")
+            }
+            let next = CKServerChangeToken(syncToken: text)
+            let moreComing = answer["moreComing"]?.boolValue ?? false
+            if moreComing, fetchAllChanges {
+                changeTokenUpdatedBlock?(next)
+                token = next
+                continue
+            }
+            finalToken = next
+            finalMoreComing = moreComing
+            return
+        }
+    }
+
+    override func finish(with error: CKError?) {
+        if let error {
+            fetchDatabaseChangesResultBlock?(.failure(error))
+            fetchDatabaseChangesCompletionBlock?(nil, false, error)
+        } else if let finalToken {
+            fetchDatabaseChangesResultBlock?(.success((finalToken, finalMoreComing)))
+            fetchDatabaseChangesCompletionBlock?(finalToken, finalMoreComing, nil)
+        }
+    }
+}

@@ -1,0 +1,122 @@
+import Foundation
+import NimbusWire
+
+/// Downloads what changed in custom zones since each zone's token (`changes/zone`). With
+/// `fetchAllChanges` (the default) it keeps asking while the server has more, reporting each
+/// intermediate token through `recordZoneChangeTokensUpdatedBlock` so an app that fails midway
+/// resumes from there, as the 2016 best-practices session describes.
+open class CKFetchRecordZoneChangesOperation: CKDatabaseOperation, @unchecked Sendable {
+    /// Where to start in one zone, and how much to take per request.
+    public final class ZoneConfiguration: NSObject, @unchecked Sendable {
+        public var previousServerChangeToken: CKServerChangeToken?
+        public var resultsLimit: Int = 0
+        public var desiredKeys: [CKRecord.FieldKey]?
+
+        public override init() { super.init() }
+
+        public convenience init(
+            previousServerChangeToken: CKServerChangeToken?, resultsLimit: Int = 0, desiredKeys: [CKRecord.FieldKey]? = nil
+        ) {
+            self.init()
+            self.previousServerChangeToken = previousServerChangeToken
+            self.resultsLimit = resultsLimit
+            self.desiredKeys = desiredKeys
+        }
+    }
+
+    public var recordZoneIDs: [CKRecordZone.ID]?
+    public var configurationsByRecordZoneID: [CKRecordZone.ID: ZoneConfiguration]?
+    public var fetchAllChanges = true
+
+    public var recordWasChangedBlock: (@Sendable (CKRecord.ID, Result<CKRecord, any Error>) -> Void)?
+    /// The older per-record callback.
+    public var recordChangedBlock: (@Sendable (CKRecord) -> Void)?
+    public var recordWithIDWasDeletedBlock: (@Sendable (CKRecord.ID, CKRecord.RecordType) -> Void)?
+    public var recordZoneChangeTokensUpdatedBlock: (@Sendable (CKRecordZone.ID, CKServerChangeToken?, Data?) -> Void)?
+    public var recordZoneFetchResultBlock:
+        (@Sendable (
+            CKRecordZone.ID,
+            Result<(serverChangeToken: CKServerChangeToken, clientChangeTokenData: Data?, moreComing: Bool), any Error>
+        ) -> Void)?
+    /// The older per-zone callback.
+    public var recordZoneFetchCompletionBlock:
+        (@Sendable (CKRecordZone.ID, CKServerChangeToken?, Data?, Bool, (any Error)?) -> Void)?
+    public var fetchRecordZoneChangesResultBlock: (@Sendable (Result<Void, any Error>) -> Void)?
+    /// The older final callback.
+    public var fetchRecordZoneChangesCompletionBlock: (@Sendable ((any Error)?) -> Void)?
+
+    private var failures: [AnyHashable: any Error] = [:]
+
+    public override init() { super.init() }
+
+    public convenience init(
+        recordZoneIDs: [CKRecordZone.ID], configurationsByRecordZoneID: [CKRecordZone.ID: ZoneConfiguration]? = nil
+    ) {
+        self.init()
+        self.recordZoneIDs = recordZoneIDs
+        self.configurationsByRecordZoneID = configurationsByRecordZoneID
+    }
+
+    override func run() async throws {
+        // Each pending zone with the token to continue from.
+        var pending: [(zoneID: CKRecordZone.ID, token: CKServerChangeToken?)] = (recordZoneIDs ?? []).map {
+            ($0, configurationsByRecordZoneID?[$0]?.previousServerChangeToken)
+        }
+        while !pending.isEmpty {
+            try Task.checkCancellation()
+            let zones: [JSON] = pending.map { zone in
+                var object: JSONObject = ["zoneID": WireRecordCoder.zoneIDJSON(zone.zoneID)]
+                if let token = zone.token { object["syncToken"] = .string(token.syncToken) }
+                let configuration = configurationsByRecordZoneID?[zone.zoneID]
+                if let limit = configuration?.resultsLimit, limit > 0 { object["resultsLimit"] = .int(Int64(limit)) }
+                if let keys = configuration?.desiredKeys { object["desiredKeys"] = .array(keys.map(JSON.string)) }
+                return .object(object)
+            }
+            let entries = try await post("changes/zone", ["zones": .array(zones)])["zones"]?.arrayValue ?? []
+            var stillPending: [(zoneID: CKRecordZone.ID, token: CKServerChangeToken?)] = []
+            for (zone, entry) in zip(pending, entries) {
+                if isErrorEntry(entry) {
+                    let error = CKError.fromServer(entry)
+                    failures[zone.zoneID] = error
+                    recordZoneFetchResultBlock?(zone.zoneID, .failure(error))
+                    recordZoneFetchCompletionBlock?(zone.zoneID, nil, nil, false, error)
+                    continue
+                }
+                for recordJSON in entry["records"]?.arrayValue ?? [] {
+                    try deliver(recordJSON, zoneID: zone.zoneID)
+                }
+                guard let tokenText = entry["syncToken"]?.stringValue else {
+                    throw CKError(.serverResponseLost, "changes/zone answered zone '\(zone.zoneID.zoneName)' without a syncToken")
+                }
+                let token = CKServerChangeToken(syncToken: tokenText)
+                let moreComing = entry["moreComing"]?.boolValue ?? false
+                if moreComing, fetchAllChanges {
+                    recordZoneChangeTokensUpdatedBlock?(zone.zoneID, token, nil)
+                    stillPending.append((zone.zoneID, token))
+                } else {
+                    recordZoneFetchResultBlock?(zone.zoneID, .success((token, nil, moreComing)))
+                    recordZoneFetchCompletionBlock?(zone.zoneID, token, nil, moreComing, nil)
+                }
+            }
+            pending = stillPending
+        }
+        if !failures.isEmpty { throw CKError.partialFailure(failures, what: "zones to fetch changes of") }
+    }
+
+    private func deliver(_ recordJSON: JSON, zoneID: CKRecordZone.ID) throws {
+        if recordJSON["deleted"]?.boolValue == true {
+            guard let name = recordJSON["recordName"]?.stringValue else { return }
+            recordWithIDWasDeletedBlock?(
+                CKRecord.ID(recordName: name, zoneID: zoneID), recordJSON["recordType"]?.stringValue ?? "")
+            return
+        }
+        let record = try WireRecordCoder.record(recordJSON, zoneID: zoneID, currentUser: currentUser)
+        recordWasChangedBlock?(record.recordID, .success(record))
+        recordChangedBlock?(record)
+    }
+
+    override func finish(with error: CKError?) {
+        fetchRecordZoneChangesResultBlock?(error.map { .failure($0) } ?? .success(()))
+        fetchRecordZoneChangesCompletionBlock?(error)
+    }
+}

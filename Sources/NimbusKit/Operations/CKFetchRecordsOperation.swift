@@ -1,0 +1,76 @@
+import Foundation
+import NimbusWire
+
+/// Fetches records by ID (`records/lookup`, one request per zone and per 200 IDs).
+open class CKFetchRecordsOperation: CKDatabaseOperation, @unchecked Sendable {
+    public var recordIDs: [CKRecord.ID]?
+    /// The fields to fetch; nil fetches all, an empty list only system fields.
+    public var desiredKeys: [CKRecord.FieldKey]?
+
+    public var perRecordProgressBlock: (@Sendable (CKRecord.ID, Double) -> Void)?
+    public var perRecordResultBlock: (@Sendable (CKRecord.ID, Result<CKRecord, any Error>) -> Void)?
+    public var fetchRecordsResultBlock: (@Sendable (Result<Void, any Error>) -> Void)?
+    /// The older per-record callback.
+    public var perRecordCompletionBlock: (@Sendable (CKRecord?, CKRecord.ID?, (any Error)?) -> Void)?
+    /// The older final callback: every record fetched, and the operation's error.
+    public var fetchRecordsCompletionBlock: (@Sendable ([CKRecord.ID: CKRecord]?, (any Error)?) -> Void)?
+
+    private var fetched: [CKRecord.ID: CKRecord] = [:]
+    private var failures: [AnyHashable: any Error] = [:]
+
+    public override init() { super.init() }
+
+    public convenience init(recordIDs: [CKRecord.ID]) {
+        self.init()
+        self.recordIDs = recordIDs
+    }
+
+    override func run() async throws {
+        for (zoneID, ids) in groupedByZone(recordIDs ?? [], zoneID: \.zoneID) {
+            for chunk in chunked(ids, size: Self.itemsPerRequest) {
+                try Task.checkCancellation()
+                var body: JSONObject = [
+                    "zoneID": WireRecordCoder.zoneIDJSON(zoneID),
+                    "records": .array(chunk.map { .object(["recordName": .string($0.recordName)]) }),
+                ]
+                if let desiredKeys { body["desiredKeys"] = .array(desiredKeys.map(JSON.string)) }
+                let entries: [JSON]
+                do {
+                    entries = try await post("records/lookup", .object(body))["records"]?.arrayValue ?? []
+                } catch {
+                    guard error.code != .notAuthenticated, error.code != .networkFailure else { throw error }
+                    // A zone-wide failure (an unknown zone, say) is each of its records' failure.
+                    for id in chunk { report(id, .failure(error)) }
+                    continue
+                }
+                for (id, entry) in zip(chunk, entries) {
+                    if isErrorEntry(entry) {
+                        report(id, .failure(CKError.fromServer(entry)))
+                    } else {
+                        report(id, Result { () throws(CKError) in try WireRecordCoder.record(entry, zoneID: zoneID, currentUser: currentUser) })
+                    }
+                }
+            }
+        }
+        if !failures.isEmpty { throw CKError.partialFailure(failures, what: "records to fetch") }
+    }
+
+    private func report(_ id: CKRecord.ID, _ result: Result<CKRecord, CKError>) {
+        perRecordProgressBlock?(id, 1.0)
+        switch result {
+        case .success(let record):
+            fetched[id] = record
+            perRecordResultBlock?(id, .success(record))
+            perRecordCompletionBlock?(record, id, nil)
+        case .failure(let error):
+            failures[id] = error
+            perRecordResultBlock?(id, .failure(error))
+            perRecordCompletionBlock?(nil, id, error)
+        }
+    }
+
+    override func finish(with error: CKError?) {
+        fetchRecordsResultBlock?(error.map { .failure($0) } ?? .success(()))
+        fetchRecordsCompletionBlock?(fetched.isEmpty && error != nil && failures.isEmpty ? nil : fetched, error)
+    }
+}

@@ -1,0 +1,201 @@
+import Foundation
+import NimbusWire
+
+/// Saves and deletes records (`records/modify`, one request per zone).
+///
+/// Save policies, as the seeds' table has them:
+///
+/// | policy | locked (change tag checked) | sends |
+/// |---|---|---|
+/// | `.ifServerRecordUnchanged` (default) | yes | changed keys |
+/// | `.changedKeys` | no | changed keys |
+/// | `.allKeys` | no | all keys; a server field absent locally survives unless removed locally |
+///
+/// With `isAtomic` (the default) a zone's batch succeeds or fails as a whole: the item that
+/// failed reports its error, the others `batchRequestFailed`, and the operation `partialFailure`.
+/// The default zone is never atomic, as in CloudKit.
+open class CKModifyRecordsOperation: CKDatabaseOperation, @unchecked Sendable {
+    public enum RecordSavePolicy: Int, Sendable {
+        case ifServerRecordUnchanged = 0
+        case changedKeys = 1
+        case allKeys = 2
+    }
+
+    public var recordsToSave: [CKRecord]?
+    public var recordIDsToDelete: [CKRecord.ID]?
+    public var savePolicy: RecordSavePolicy = .ifServerRecordUnchanged
+    public var isAtomic = true
+    public var clientChangeTokenData: Data?
+
+    public var perRecordProgressBlock: (@Sendable (CKRecord, Double) -> Void)?
+    public var perRecordSaveBlock: (@Sendable (CKRecord.ID, Result<CKRecord, any Error>) -> Void)?
+    public var perRecordDeleteBlock: (@Sendable (CKRecord.ID, Result<Void, any Error>) -> Void)?
+    public var modifyRecordsResultBlock: (@Sendable (Result<Void, any Error>) -> Void)?
+    /// The older per-record callback (saves only).
+    public var perRecordCompletionBlock: (@Sendable (CKRecord, (any Error)?) -> Void)?
+    /// The older final callback: the records saved (the server's copies), the IDs deleted.
+    public var modifyRecordsCompletionBlock: (@Sendable ([CKRecord]?, [CKRecord.ID]?, (any Error)?) -> Void)?
+
+    private var saved: [CKRecord] = []
+    private var deleted: [CKRecord.ID] = []
+    private var failures: [AnyHashable: any Error] = [:]
+
+    public override init() { super.init() }
+
+    public convenience init(recordsToSave: [CKRecord]?, recordIDsToDelete: [CKRecord.ID]?) {
+        self.init()
+        self.recordsToSave = recordsToSave
+        self.recordIDsToDelete = recordIDsToDelete
+    }
+
+    /// One item of the batch: a record to save or an ID to delete.
+    private enum Item {
+        case save(CKRecord)
+        case delete(CKRecord.ID)
+
+        var recordID: CKRecord.ID {
+            switch self {
+            case .save(let record): return record.recordID
+            case .delete(let id): return id
+            }
+        }
+    }
+
+    override func run() async throws {
+        let items = (recordsToSave ?? []).map(Item.save) + (recordIDsToDelete ?? []).map(Item.delete)
+        let limit = Self.itemsPerRequest
+        for (zoneID, zoneItems) in groupedByZone(items, zoneID: \.recordID.zoneID) {
+            let atomic = isAtomic && !zoneID.isDefaultZone
+            if atomic, zoneItems.count > limit {
+                throw CKError(
+                    .limitExceeded,
+                    "an atomic batch holds at most \(limit) records per zone; zone '\(zoneID.zoneName)' has \(zoneItems.count). Split the batch or set isAtomic = false",
+                    userInfo: [CKErrorLimitNameKey: Limits.operationsPerRequest.name])
+            }
+            for chunk in chunked(zoneItems, size: limit) {
+                try Task.checkCancellation()
+                try await send(Array(chunk), zoneID: zoneID, atomic: atomic)
+            }
+        }
+        if !failures.isEmpty { throw CKError.partialFailure(failures, what: "records to save or delete") }
+    }
+
+    private func send(_ items: [Item], zoneID: CKRecordZone.ID, atomic: Bool) async throws {
+        var operations: [JSON] = []
+        for item in items {
+            do {
+                operations.append(try operationJSON(item))
+            } catch {
+                // A record that cannot be encoded fails alone, before anything is sent.
+                report(item, entry: nil, error: error)
+                if atomic {
+                    for other in items where other.recordID != item.recordID {
+                        report(other, entry: nil, error: CKError(.batchRequestFailed, "not saved: another record of this atomic batch failed"))
+                    }
+                    return
+                }
+            }
+        }
+        let sendable = items.filter { failures[$0.recordID] == nil }
+        guard !sendable.isEmpty else { return }
+        let body: JSON = [
+            "zoneID": WireRecordCoder.zoneIDJSON(zoneID), "atomic": .bool(atomic), "operations": .array(operations),
+        ]
+        let entries: [JSON]
+        do {
+            entries = try await post("records/modify", body)["records"]?.arrayValue ?? []
+        } catch {
+            guard error.code != .notAuthenticated, error.code != .networkFailure, error.code != .limitExceeded else { throw error }
+            for item in sendable { report(item, entry: nil, error: error) }
+            return
+        }
+        for (item, entry) in zip(sendable, entries) {
+            if isErrorEntry(entry) {
+                report(item, entry: entry, error: conflictAwareError(entry, item: item))
+            } else {
+                report(item, entry: entry, error: nil)
+            }
+        }
+    }
+
+    /// The `operations` entry of one item, per the save policy.
+    private func operationJSON(_ item: Item) throws(CKError) -> JSON {
+        switch item {
+        case .delete(let id):
+            return ["operationType": "forceDelete", "record": .object(["recordName": .string(id.recordName)])]
+        case .save(let record):
+            let operationType: String
+            let keys: [String]
+            switch savePolicy {
+            case .ifServerRecordUnchanged:
+                operationType = record.wasSavedOnServer ? "update" : "create"
+                keys = record.changedKeys()
+            case .changedKeys:
+                operationType = "forceUpdate"
+                keys = record.changedKeys()
+            case .allKeys:
+                // Every local key, plus keys removed locally: a server field the record never
+                // had stays on the server.
+                operationType = "forceUpdate"
+                let all = record.allKeys()
+                keys = all + record.changedKeys().filter { !all.contains($0) }
+            }
+            let recordJSON = try WireRecordCoder.recordJSON(
+                record, keys: keys, includeChangeTag: savePolicy == .ifServerRecordUnchanged)
+            return ["operationType": .string(operationType), "record": recordJSON]
+        }
+    }
+
+    /// A per-item error; a conflict carries the server's, the client's and the ancestor record
+    /// for a three-way merge.
+    private func conflictAwareError(_ entry: JSON, item: Item) -> CKError {
+        guard case .save(let record) = item else { return CKError.fromServer(entry) }
+        var extra: [String: Any] = [CKRecordChangedErrorClientRecordKey: record]
+        if let ancestor = record.ancestor() { extra[CKRecordChangedErrorAncestorRecordKey] = ancestor }
+        if let serverJSON = entry["serverRecord"],
+            let server = try? WireRecordCoder.record(serverJSON, zoneID: record.recordID.zoneID, currentUser: currentUser)
+        {
+            extra[CKRecordChangedErrorServerRecordKey] = server
+        }
+        return CKError.fromServer(entry, extra: extra)
+    }
+
+    private func report(_ item: Item, entry: JSON?, error: (any Error)?) {
+        switch item {
+        case .save(let record):
+            perRecordProgressBlock?(record, 1.0)
+            if let error {
+                failures[record.recordID] = error
+                perRecordSaveBlock?(record.recordID, .failure(error))
+                perRecordCompletionBlock?(record, error)
+                return
+            }
+            do {
+                let server = try WireRecordCoder.record(entry ?? [:], zoneID: record.recordID.zoneID, currentUser: currentUser)
+                // The local record now matches the server: later saves of it send only new changes.
+                record.copySystemFields(from: server)
+                record.markFetchedFromServer(parent: record.parent)
+                saved.append(server)
+                perRecordSaveBlock?(record.recordID, .success(server))
+                perRecordCompletionBlock?(server, nil)
+            } catch {
+                failures[record.recordID] = error
+                perRecordSaveBlock?(record.recordID, .failure(error))
+                perRecordCompletionBlock?(record, error)
+            }
+        case .delete(let id):
+            if let error {
+                failures[id] = error
+                perRecordDeleteBlock?(id, .failure(error))
+            } else {
+                deleted.append(id)
+                perRecordDeleteBlock?(id, .success(()))
+            }
+        }
+    }
+
+    override func finish(with error: CKError?) {
+        modifyRecordsResultBlock?(error.map { .failure($0) } ?? .success(()))
+        modifyRecordsCompletionBlock?(saved, deleted, error)
+    }
+}

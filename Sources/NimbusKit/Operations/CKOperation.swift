@@ -1,0 +1,144 @@
+import Foundation
+import NimbusWire
+
+/// The base of CloudKit's operations: an asynchronous `Operation` that runs on
+/// `CKDatabase.add(_:)` or any `OperationQueue`, with dependencies, priorities and cancellation.
+///
+/// Each subclass does its requests in `run()` and reports through its own blocks; the
+/// CloudKit-specific completion block fires before the operation finishes, so operations that
+/// depend on this one start only after it (the seeds' "use the CloudKit completion blocks" tip),
+/// while `Operation.completionBlock` fires asynchronously, as with Foundation.
+open class CKOperation: Operation, @unchecked Sendable {
+    /// How an operation runs: its container, quality of service and time limits.
+    open class Configuration: NSObject, @unchecked Sendable {
+        /// The container to talk to; nil takes the database's (or the default container's).
+        public var container: CKContainer?
+        public var qualityOfService: QualityOfService = .default
+        /// Kept for source compatibility; every network Nimbus uses is allowed.
+        public var allowsCellularAccess = true
+        /// Reserved: long-lived operations (which outlive the app) are not supported yet, so
+        /// the flag is kept but the operation runs as a normal one.
+        public var isLongLived = false
+        public var timeoutIntervalForRequest: TimeInterval = 60
+        public var timeoutIntervalForResource: TimeInterval = 7 * 24 * 3600
+
+        public override init() {}
+    }
+
+    public typealias ID = String
+
+    public var configuration: Configuration! = Configuration()
+    public let operationID: ID = UUID().uuidString
+
+    private let stateLock = NSLock()
+    private var executing = false
+    private var finished = false
+    private var runningTask: Task<Void, Never>?
+
+    public override init() { super.init() }
+
+    open override var isAsynchronous: Bool { true }
+    open override var isExecuting: Bool { stateLock.withLock { executing } }
+    open override var isFinished: Bool { stateLock.withLock { finished } }
+
+    open override func start() {
+        if isFinished { return }
+        setExecuting(true)
+        let task = Task { [self] in
+            do {
+                if isCancelled { throw CKError.cancelled() }
+                try await run()
+                if isCancelled { throw CKError.cancelled() }
+                finish(with: nil)
+            } catch {
+                finish(with: CKError.wrapping(error))
+            }
+            setFinished()
+        }
+        stateLock.withLock { runningTask = task }
+    }
+
+    open override func cancel() {
+        super.cancel()
+        stateLock.withLock { runningTask }?.cancel()
+    }
+
+    /// The operation's work: requests and per-item callbacks. Throwing ends the operation with
+    /// that error.
+    func run() async throws {}
+
+    /// Calls the operation's final CloudKit blocks with the overall error (nil on success).
+    func finish(with error: CKError?) {}
+
+    /// The container this operation talks to.
+    func resolvedContainer(database: CKDatabase?) -> CKContainer {
+        configuration?.container ?? database?.container ?? CKContainer.default()
+    }
+
+    private func setExecuting(_ value: Bool) {
+        willChangeValue(forKey: "isExecuting")
+        stateLock.withLock { executing = value }
+        didChangeValue(forKey: "isExecuting")
+    }
+
+    private func setFinished() {
+        willChangeValue(forKey: "isExecuting")
+        willChangeValue(forKey: "isFinished")
+        stateLock.withLock {
+            executing = false
+            finished = true
+            runningTask = nil
+        }
+        didChangeValue(forKey: "isExecuting")
+        didChangeValue(forKey: "isFinished")
+    }
+}
+
+/// An operation on one database. Without a database it uses the private database of its
+/// configuration's container (or the default container), as CloudKit does.
+open class CKDatabaseOperation: CKOperation, @unchecked Sendable {
+    public var database: CKDatabase?
+
+    var targetDatabase: CKDatabase {
+        if let database { return database }
+        return resolvedContainer(database: nil).privateCloudDatabase
+    }
+
+    var transport: NimbusTransport { targetDatabase.container.transport }
+}
+
+// MARK: Helpers the database operations share
+
+extension CKDatabaseOperation {
+    /// POSTs to an endpoint of this operation's database.
+    func post(_ path: String, _ body: JSON) async throws(CKError) -> JSON {
+        try await transport.database(targetDatabase.databaseScope, path, body)
+    }
+
+    /// The signed-in user's record name, to recognise the user's own zones and records.
+    var currentUser: String? { transport.userRecordName }
+
+    /// The maximum items per request (the server's `operationsPerRequest`).
+    static var itemsPerRequest: Int { Limits.operationsPerRequest.value }
+}
+
+/// Whether a per-item entry of an answer is an error dictionary (reference §13.1).
+func isErrorEntry(_ entry: JSON) -> Bool { entry["serverErrorCode"] != nil }
+
+/// Items grouped by zone, zones in order of first appearance, items in their given order:
+/// record endpoints work on one zone per request.
+func groupedByZone<Item>(_ items: [Item], zoneID: (Item) -> CKRecordZone.ID) -> [(CKRecordZone.ID, [Item])] {
+    var order: [CKRecordZone.ID] = []
+    var groups: [CKRecordZone.ID: [Item]] = [:]
+    for item in items {
+        let zone = zoneID(item)
+        if groups[zone] == nil { order.append(zone) }
+        groups[zone, default: []].append(item)
+    }
+    return order.map { ($0, groups[$0]!) }
+}
+
+/// Splits a list into chunks of at most `size`.
+func chunked<Item>(_ items: [Item], size: Int) -> [ArraySlice<Item>] {
+    stride(from: 0, to: items.count, by: size).map { items[$0..<min($0 + size, items.count)] }
+}

@@ -1,0 +1,75 @@
+import Foundation
+import NimbusWire
+
+/// Runs a query (`records/query`), one page per operation; a `Cursor` continues where a page
+/// ended.
+open class CKQueryOperation: CKDatabaseOperation, @unchecked Sendable {
+    /// `resultsLimit` meaning "as many as the server sends per page" (200 on Nimbus).
+    public static let maximumResults = 0
+
+    public var query: CKQuery?
+    public var cursor: Cursor?
+    /// The zone to search; nil searches the default zone.
+    public var zoneID: CKRecordZone.ID?
+    public var resultsLimit: Int = CKQueryOperation.maximumResults
+    public var desiredKeys: [CKRecord.FieldKey]?
+
+    public var recordMatchedBlock: (@Sendable (CKRecord.ID, Result<CKRecord, any Error>) -> Void)?
+    public var queryResultBlock: (@Sendable (Result<Cursor?, any Error>) -> Void)?
+    /// The older per-record callback.
+    public var recordFetchedBlock: (@Sendable (CKRecord) -> Void)?
+    /// The older final callback.
+    public var queryCompletionBlock: (@Sendable (Cursor?, (any Error)?) -> Void)?
+
+    private var nextCursor: Cursor?
+
+    public override init() { super.init() }
+
+    public convenience init(query: CKQuery) {
+        self.init()
+        self.query = query
+    }
+
+    public convenience init(cursor: Cursor) {
+        self.init()
+        self.cursor = cursor
+    }
+
+    override func run() async throws {
+        let queryJSON: JSON
+        var body = JSONObject()
+        let zone: CKRecordZone.ID?
+        if let cursor {
+            queryJSON = try JSON.parse(cursor.queryJSONText)
+            body["continuationMarker"] = .string(cursor.continuationMarker)
+            zone = cursor.zoneID
+        } else if let query {
+            queryJSON = try query.queryJSON(currentUser: currentUser)
+            zone = zoneID
+        } else {
+            throw CKError(.invalidArguments, "a CKQueryOperation needs a query or a cursor")
+        }
+        body["query"] = queryJSON
+        if let zone { body["zoneID"] = WireRecordCoder.zoneIDJSON(zone) }
+        if resultsLimit < 0 { throw CKError(.invalidArguments, "resultsLimit must be 0 (no limit) or more, not \(resultsLimit)") }
+        if resultsLimit > 0 { body["resultsLimit"] = .int(Int64(resultsLimit)) }
+        if let desiredKeys { body["desiredKeys"] = .array(desiredKeys.map(JSON.string)) }
+
+        let answer = try await post("records/query", .object(body))
+        for entry in answer["records"]?.arrayValue ?? [] {
+            try Task.checkCancellation()
+            if isErrorEntry(entry) { continue }
+            let record = try WireRecordCoder.record(entry, zoneID: zone, currentUser: currentUser)
+            recordMatchedBlock?(record.recordID, .success(record))
+            recordFetchedBlock?(record)
+        }
+        if let marker = answer["continuationMarker"]?.stringValue {
+            nextCursor = Cursor(queryJSONText: queryJSON.text, continuationMarker: marker, zoneID: zone, zoneWide: false)
+        }
+    }
+
+    override func finish(with error: CKError?) {
+        queryResultBlock?(error.map { .failure($0) } ?? .success(nextCursor))
+        queryCompletionBlock?(error == nil ? nextCursor : nil, error)
+    }
+}

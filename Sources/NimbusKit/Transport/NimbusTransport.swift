@@ -1,0 +1,182 @@
+import Foundation
+import NimbusWire
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// The HTTP side of a container: builds Web Services URLs, sends JSON, turns answers and
+/// failures into JSON or `CKError`, and keeps the signed-in session (the web auth token the
+/// server hands back on every response, and signing in again when it expires).
+final class NimbusTransport: Sendable {
+    let configuration: NimbusConfiguration
+    private let session: URLSession
+    private let state: LockedState
+
+    /// The session state several operations share.
+    private final class LockedState: @unchecked Sendable {
+        private let lock = NSLock()
+        private var _webAuthToken: String?
+        private var _userRecordName: String?
+
+        init(webAuthToken: String?) { _webAuthToken = webAuthToken }
+
+        var webAuthToken: String? {
+            get { lock.withLock { _webAuthToken } }
+            set { lock.withLock { _webAuthToken = newValue } }
+        }
+        var userRecordName: String? {
+            get { lock.withLock { _userRecordName } }
+            set { lock.withLock { _userRecordName = newValue } }
+        }
+    }
+
+    init(configuration: NimbusConfiguration) {
+        self.configuration = configuration
+        let sessionConfiguration = URLSessionConfiguration.ephemeral
+        sessionConfiguration.timeoutIntervalForRequest = configuration.requestTimeout
+        sessionConfiguration.httpMaximumConnectionsPerHost = 8
+        session = URLSession(configuration: sessionConfiguration)
+        state = LockedState(webAuthToken: configuration.webAuthToken)
+    }
+
+    var webAuthToken: String? { state.webAuthToken }
+
+    /// The signed-in user's record name, once known (after sign-in or `users/caller`).
+    var userRecordName: String? { state.userRecordName }
+
+    // MARK: Requests
+
+    /// POSTs `body` to `/database/1/{container}/{environment}/{database}/{path}` and returns the
+    /// answer, or throws the `CKError` of a whole-request failure. Signs in first when the
+    /// configuration has credentials and no session yet, and once again on an expired session.
+    func database(_ scope: CKDatabase.Scope, _ path: String, _ body: JSON) async throws(CKError) -> JSON {
+        if state.webAuthToken == nil, configuration.username != nil { try await signInWithConfiguredCredentials() }
+        let databasePath = "database/1/\(configuration.containerIdentifier)/\(configuration.environment.rawValue)/\(scope.pathComponent)/\(path)"
+        do {
+            return try await send(databasePath, body)
+        } catch let error where error.userInfo[CKErrorServerErrorCodeKey] as? String == "AUTHENTICATION_REQUIRED"
+            && configuration.username != nil
+        {
+            try await signInWithConfiguredCredentials()
+            return try await send(databasePath, body)
+        }
+    }
+
+    /// Signs in at `/auth/1/{container}/{environment}/signin` and keeps the session.
+    @discardableResult
+    func signIn(username: String, password: String) async throws(CKError) -> String {
+        let answer = try await send(
+            "auth/1/\(configuration.containerIdentifier)/\(configuration.environment.rawValue)/signin",
+            ["username": .string(username), "password": .string(password)])
+        guard let token = answer["ckWebAuthToken"]?.stringValue, let recordName = answer["userRecordName"]?.stringValue else {
+            throw CKError(.internalError, "the server's sign-in answer has no ckWebAuthToken")
+        }
+        state.webAuthToken = token
+        state.userRecordName = recordName
+        return recordName
+    }
+
+    func signOut() async throws(CKError) {
+        guard let token = state.webAuthToken else { return }
+        _ = try await send(
+            "auth/1/\(configuration.containerIdentifier)/\(configuration.environment.rawValue)/signout", [:],
+            extraQuery: [URLQueryItem(name: "ckWebAuthToken", value: token)], sendSession: false)
+        state.webAuthToken = nil
+        state.userRecordName = nil
+    }
+
+    func rememberUserRecordName(_ name: String) { state.userRecordName = name }
+
+    private func signInWithConfiguredCredentials() async throws(CKError) {
+        guard let username = configuration.username, let password = configuration.password else { return }
+        try await signIn(username: username, password: password)
+    }
+
+    private func send(
+        _ path: String, _ body: JSON, extraQuery: [URLQueryItem] = [], sendSession: Bool = true
+    ) async throws(CKError) -> JSON {
+        var components = URLComponents(url: configuration.serverURL.appendingPathComponent(path), resolvingAgainstBaseURL: false)
+        var query = [URLQueryItem(name: "ckAPIToken", value: configuration.apiToken)] + extraQuery
+        if sendSession, let token = state.webAuthToken { query.append(URLQueryItem(name: "ckWebAuthToken", value: token)) }
+        components?.queryItems = query
+        // `+` is legal in a query but servers read it as a space; tokens are base64.
+        let encodedQuery = components?.percentEncodedQuery?.replacingOccurrences(of: "+", with: "%2B")
+        components?.percentEncodedQuery = encodedQuery
+        guard let url = components?.url else {
+            throw CKError(.badContainer, "cannot build a URL from the server URL '\(configuration.serverURL)'")
+        }
+        var request = URLRequest(url: url)
+        request.httpMethod = "POST"
+        request.httpBody = Data(body.serialized())
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        request.setValue(configuration.deviceID, forHTTPHeaderField: "X-Nimbus-Device-ID")
+
+        let data: Data
+        let response: URLResponse
+        do {
+            (data, response) = try await session.data(for: request)
+        } catch {
+            throw Self.transportError(error)
+        }
+        guard let http = response as? HTTPURLResponse else {
+            throw CKError(.serverResponseLost, "the server's answer was not HTTP")
+        }
+        // The server may hand back a new web auth token on any response: keep the latest.
+        if sendSession, let rotated = http.value(forHTTPHeaderField: "X-Apple-CloudKit-Web-Auth-Token"), !rotated.isEmpty {
+            state.webAuthToken = rotated
+        }
+        let json: JSON
+        do {
+            json = try JSON.parse(data)
+        } catch {
+            throw Self.garbage(status: http.statusCode, data: data)
+        }
+        guard (200..<300).contains(http.statusCode) else {
+            guard json["serverErrorCode"] != nil else { throw Self.garbage(status: http.statusCode, data: data) }
+            var error = CKError.fromServer(json)
+            if error.retryAfterSeconds == nil, let header = http.value(forHTTPHeaderField: "Retry-After"),
+                let seconds = Double(header)
+            {
+                var info = error.userInfo
+                info[CKErrorRetryAfterKey] = seconds
+                error = CKError(error.code, userInfo: info)
+            }
+            throw error
+        }
+        guard case .object = json else { throw Self.garbage(status: http.statusCode, data: data) }
+        return json
+    }
+
+    private static func garbage(status: Int, data: Data) -> CKError {
+        let preview = String(decoding: data.prefix(120), as: UTF8.self)
+        let code: CKError.Code = status == 503 ? .serviceUnavailable : status == 429 ? .requestRateLimited : .serverResponseLost
+        return CKError(
+            code, "the server answered HTTP \(status) with something that is not CloudKit JSON: \(preview.debugDescription)")
+    }
+
+    /// URLSession's failures as CloudKit reports them.
+    private static func transportError(_ error: any Error) -> CKError {
+        if error is CancellationError { return .cancelled() }
+        let nsError = error as NSError
+        if nsError.domain == NSURLErrorDomain {
+            switch nsError.code {
+            case NSURLErrorCancelled:
+                return .cancelled()
+            case NSURLErrorNotConnectedToInternet, NSURLErrorDataNotAllowed, NSURLErrorInternationalRoamingOff:
+                return CKError(.networkUnavailable, "no network: \(nsError.localizedDescription)", userInfo: [NSUnderlyingErrorKey: nsError])
+            default:
+                return CKError(
+                    .networkFailure, "could not reach the Nimbus server: \(nsError.localizedDescription)",
+                    userInfo: [NSUnderlyingErrorKey: nsError])
+            }
+        }
+        return CKError(.networkFailure, "request failed: \(error)")
+    }
+}
+
+extension JSON {
+    static func parse(_ data: Data) throws -> JSON {
+        try data.withUnsafeBytes { try JSON.parse($0) }
+    }
+}

@@ -1,0 +1,234 @@
+import Foundation
+import NimbusWire
+
+/// Records, zone IDs and field values between NimbusKit's objects and the Web Services JSON
+/// (reference §2). Field values go through NimbusWire's `FieldValue`, the same code the server
+/// reads them with.
+enum WireRecordCoder {
+    // MARK: Zone IDs
+
+    /// The owner the server names is the signed-in user (or the default zone's placeholder):
+    /// NimbusKit calls it `CKCurrentUserDefaultName`, as CloudKit does, so IDs made locally and
+    /// IDs the server returns compare equal.
+    static func zoneID(_ json: JSON?, currentUser: String?) -> CKRecordZone.ID {
+        let name = json?["zoneName"]?.stringValue ?? CKRecordZone.ID.defaultZoneName
+        let owner = json?["ownerRecordName"]?.stringValue
+        return CKRecordZone.ID(zoneName: name, ownerName: ownerName(owner, currentUser: currentUser))
+    }
+
+    static func ownerName(_ owner: String?, currentUser: String?) -> String {
+        guard let owner, owner != Names.defaultOwner, owner != currentUser else { return CKCurrentUserDefaultName }
+        return owner
+    }
+
+    static func zoneIDJSON(_ zoneID: CKRecordZone.ID) -> JSON {
+        var object: JSONObject = ["zoneName": .string(zoneID.zoneName)]
+        if zoneID.ownerName != CKCurrentUserDefaultName { object["ownerRecordName"] = .string(zoneID.ownerName) }
+        return .object(object)
+    }
+
+    // MARK: Field values
+
+    /// A field value as the wire carries it; unsupported values are `invalidArguments`.
+    static func fieldValue(_ value: any CKRecordValue, key: String) throws(CKError) -> FieldValue {
+        switch value {
+        case let string as String: return .string(string)
+        case let number as NSNumber: return number.isFloatingPoint ? .double(number.doubleValue) : .int64(number.int64Value)
+        case let date as Date: return .timestamp(milliseconds(date))
+        case let data as Data: return .bytes(data.base64EncodedString())
+        case let reference as CKRecord.Reference:
+            return .reference(
+                Reference(
+                    recordName: reference.recordID.recordName, zoneName: reference.recordID.zoneID.zoneName,
+                    ownerRecordName: nil, action: reference.action == .deleteSelf ? .deleteSelf : ReferenceAction.none))
+        case let location as CLLocation:
+            var wire = Location(latitude: location.coordinate.latitude, longitude: location.coordinate.longitude)
+            wire.horizontalAccuracy = location.horizontalAccuracy
+            wire.verticalAccuracy = location.verticalAccuracy
+            wire.altitude = location.altitude
+            wire.speed = location.speed
+            wire.course = location.course
+            wire.timestamp = milliseconds(location.timestamp)
+            return .location(wire)
+        case let asset as CKAsset:
+            var properties = JSONObject()
+            for (name, text) in asset.serverProperties.sorted(by: { $0.key < $1.key }) { properties[name] = .string(text) }
+            if let url = asset.fileURL {
+                let size = (try? FileManager.default.attributesOfItem(atPath: url.path)[.size] as? NSNumber)?.int64Value
+                guard let size else {
+                    throw CKError(.assetFileNotFound, "field '\(key)': the asset's file \(url.path) does not exist")
+                }
+                properties["size"] = .int(size)
+            }
+            return .asset(Asset(properties: properties))
+        case let list as [any CKRecordValue]:
+            let elements = try list.map { element throws(CKError) in try fieldValue(element, key: key) }
+            guard let scalar = elements.first?.type.scalar ?? emptyListType(value) else {
+                throw CKError(.invalidArguments, "field '\(key)': cannot tell the element type of an empty list of \(type(of: value))")
+            }
+            guard elements.allSatisfy({ $0.type.scalar == scalar && !$0.type.isList }) else {
+                throw CKError(.invalidArguments, "field '\(key)': a list's elements must all have one type (\(scalar.rawValue))")
+            }
+            return .list(scalar, elements)
+        default:
+            throw CKError(
+                .invalidArguments,
+                "field '\(key)': \(type(of: value)) is not a CloudKit value; use String, a number, Date, Data, CKRecord.Reference, CKAsset, CLLocation or an array of one of them")
+        }
+    }
+
+    private static func emptyListType(_ value: Any) -> ScalarType? {
+        switch value {
+        case is [String]: return .string
+        case is [Date]: return .timestamp
+        case is [Data]: return .bytes
+        case is [CKRecord.Reference]: return .reference
+        case is [CLLocation]: return .location
+        case is [CKAsset]: return .asset
+        case is [Double], is [Float]: return .double
+        case is [NSNumber], is [Int], is [Int64], is [Int32]: return .int64
+        default: return nil
+        }
+    }
+
+    static func milliseconds(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1000).rounded()) }
+
+    /// A value as CloudKit hands it to apps.
+    static func recordValue(_ value: FieldValue, zoneID: CKRecordZone.ID, currentUser: String?) -> any CKRecordValue {
+        switch value {
+        case .string(let text): return text
+        case .int64(let number): return NSNumber(value: number)
+        case .double(let number): return NSNumber(value: number)
+        case .timestamp(let millis): return Date(timeIntervalSince1970: Double(millis) / 1000)
+        case .bytes(let base64): return Data(base64Encoded: base64) ?? Data()
+        case .reference(let reference):
+            let targetZone =
+                reference.zoneName.map {
+                    CKRecordZone.ID(zoneName: $0, ownerName: ownerName(reference.ownerRecordName, currentUser: currentUser))
+                } ?? zoneID
+            return CKRecord.Reference(
+                recordID: CKRecord.ID(recordName: reference.recordName, zoneID: targetZone),
+                action: reference.action == .deleteSelf ? .deleteSelf : .none)
+        case .location(let location):
+            return CLLocation(
+                coordinate: CLLocationCoordinate2D(latitude: location.latitude, longitude: location.longitude),
+                altitude: location.altitude ?? 0, horizontalAccuracy: location.horizontalAccuracy ?? 0,
+                verticalAccuracy: location.verticalAccuracy ?? -1, course: location.course ?? -1, speed: location.speed ?? -1,
+                timestamp: location.timestamp.map { Date(timeIntervalSince1970: Double($0) / 1000) } ?? Date())
+        case .asset(let asset):
+            var properties: [String: String] = [:]
+            for (name, json) in asset.properties.pairs {
+                switch json {
+                case .string(let text): properties[name] = text
+                case .int(let number): properties[name] = String(number)
+                default: break
+                }
+            }
+            return CKAsset(serverProperties: properties)
+        case .list(_, let elements):
+            let values = elements.map { recordValue($0, zoneID: zoneID, currentUser: currentUser) }
+            return RecordValueNormalizer.normalizeList(values)
+        }
+    }
+
+    // MARK: Records
+
+    /// A record dictionary from the server as a `CKRecord`, with nothing marked changed.
+    static func record(_ json: JSON, zoneID: CKRecordZone.ID?, currentUser: String?) throws(CKError) -> CKRecord {
+        guard let name = json["recordName"]?.stringValue, let type = json["recordType"]?.stringValue else {
+            throw CKError(.serverResponseLost, "the server sent a record without recordName or recordType")
+        }
+        let zone = zoneID ?? self.zoneID(json["zoneID"], currentUser: currentUser)
+        let record = CKRecord(recordType: type, recordID: CKRecord.ID(recordName: name, zoneID: zone))
+        if case .object(let fields) = json["fields"] ?? .null {
+            for (key, value) in try decodeFields(fields, zoneID: zone, currentUser: currentUser) {
+                record.setObject(value, forKey: key)
+            }
+        }
+        record.recordChangeTag = json["recordChangeTag"]?.stringValue
+        if let created = json["created"] {
+            record.creationDate = created["timestamp"]?.int64Value.map { Date(timeIntervalSince1970: Double($0) / 1000) }
+            record.creatorUserRecordID = created["userRecordName"]?.stringValue.map { userRecordID($0, currentUser: currentUser) }
+        }
+        if let modified = json["modified"] {
+            record.modificationDate = modified["timestamp"]?.int64Value.map { Date(timeIntervalSince1970: Double($0) / 1000) }
+            record.lastModifiedUserRecordID = modified["userRecordName"]?.stringValue.map {
+                userRecordID($0, currentUser: currentUser)
+            }
+            record.modifiedByDevice = modified["deviceID"]?.stringValue
+        }
+        let parent = json["parent"]?["recordName"]?.stringValue.map {
+            CKRecord.Reference(recordID: CKRecord.ID(recordName: $0, zoneID: zone), action: .none)
+        }
+        record.markFetchedFromServer(parent: parent)
+        return record
+    }
+
+    /// The signed-in user's own record ID is named `CKCurrentUserDefaultName`, as in CloudKit.
+    static func userRecordID(_ name: String, currentUser: String?) -> CKRecord.ID {
+        CKRecord.ID(recordName: name == currentUser ? CKCurrentUserDefaultName : name)
+    }
+
+    private static func decodeFields(_ fields: JSONObject, zoneID: CKRecordZone.ID, currentUser: String?) throws(CKError)
+        -> [(String, any CKRecordValue)]
+    {
+        var result: [(String, any CKRecordValue)] = []
+        for (key, field) in fields.pairs {
+            guard let typeName = field["type"]?.stringValue, let type = FieldType(wireName: typeName), let raw = field["value"]
+            else { throw CKError(.serverResponseLost, "the server sent field '\(key)' without a type or value") }
+            let value: FieldValue
+            do {
+                value = try FieldValue.decode(raw, as: type, path: key)
+            } catch {
+                throw CKError(.serverResponseLost, "the server sent an invalid value for field '\(key)': \(error.reason)")
+            }
+            result.append((key, recordValue(value, zoneID: zoneID, currentUser: currentUser)))
+        }
+        return result
+    }
+
+    /// The record dictionary of a save: the given keys (removed ones as null), change tag and parent.
+    static func recordJSON(_ record: CKRecord, keys: [String], includeChangeTag: Bool) throws(CKError) -> JSON {
+        var fields = JSONObject()
+        for (key, value) in record.snapshot(keys: keys) {
+            if let value {
+                fields[key] = try fieldValue(value, key: key).fieldJSON()
+            } else {
+                fields[key] = .null
+            }
+        }
+        var object: JSONObject = [
+            "recordName": .string(record.recordID.recordName),
+            "recordType": .string(record.recordType),
+            "fields": .object(fields),
+        ]
+        if includeChangeTag, let tag = record.recordChangeTag { object["recordChangeTag"] = .string(tag) }
+        if record.isParentChanged {
+            object["parent"] = record.parent.map { .object(["recordName": .string($0.recordID.recordName)]) } ?? .null
+        }
+        return .object(object)
+    }
+
+    // MARK: Local archive of fields (NSSecureCoding)
+
+    static func fieldsJSONText(of record: CKRecord) throws(CKError) -> String {
+        var fields = JSONObject()
+        for (key, value) in record.snapshot(keys: record.allKeys()) {
+            if let value { fields[key] = try fieldValue(value, key: key).fieldJSON() }
+        }
+        return JSON.object(fields).text
+    }
+
+    static func fields(fromJSONText text: String, zoneID: CKRecordZone.ID) throws -> [(String, any CKRecordValue)] {
+        guard case .object(let fields) = try JSON.parse(text) else { return [] }
+        return try decodeFields(fields, zoneID: zoneID, currentUser: nil)
+    }
+}
+
+extension NSNumber {
+    /// Whether the number was made from a floating-point value (`objCType` "f" or "d").
+    var isFloatingPoint: Bool {
+        let type = String(cString: objCType)
+        return type == "f" || type == "d"
+    }
+}
