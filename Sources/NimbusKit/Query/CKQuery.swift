@@ -21,7 +21,7 @@ public final class CKQuery: NSObject, NSSecureCoding, NSCopying, @unchecked Send
         return copy
     }
 
-    public override var description: String { "<CKQuery: \(recordType) where \(predicate.predicateFormat)>" }
+    public override var description: String { "<CKQuery: \(recordType)>" }
 
     /// The wire `query` object (reference §4): filters from the predicate, sorts from the
     /// descriptors. Anything outside CloudKit's subset is `invalidArguments`.

@@ -55,7 +55,12 @@ enum PredicateReader {
         #if canImport(Darwin)
         return try DarwinPredicateReader.node(of: predicate)
         #else
-        var parser = PredicateParser(format: predicate.format, arguments: predicate.arguments)
+        guard let (format, arguments) = predicate.nimbusFormat else {
+            throw CKError(
+                .invalidArguments,
+                "this NSPredicate was not made from a format string (a block predicate?); CloudKit queries need NSPredicate(format:)")
+        }
+        var parser = PredicateParser(format: format, arguments: arguments)
         return try parser.parse()
         #endif
     }

@@ -193,7 +193,7 @@ struct PredicateTranslator {
 /// Sort descriptors as the wire's `sortBy` entries.
 enum SortTranslator {
     static func sortJSON(_ descriptor: NSSortDescriptor) throws(CKError) -> JSON {
-        guard let key = descriptor.key, !key.isEmpty else {
+        guard let key = descriptor.nimbusKey, !key.isEmpty else {
             throw CKError(.invalidArguments, "a sort descriptor needs a key; CloudKit sorts by record fields only")
         }
         var object: JSONObject = [:]
