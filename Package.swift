@@ -103,7 +103,12 @@ let package = Package(
             swiftSettings: strict),
         .testTarget(
             name: "NimbusKitTests",
-            dependencies: ["NimbusKit", "NimbusTestSupport"],
+            dependencies: [
+                "NimbusKit", "NimbusTestSupport",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: strict),
         // The seeds' code samples in today's Swift, unchanged otherwise, run against a live server.
         .testTarget(

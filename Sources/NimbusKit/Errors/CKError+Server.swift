@@ -46,6 +46,11 @@ extension CKError {
             userInfo: [CKPartialErrorsByItemIDKey: errors])
     }
 
+    /// The same error with more userInfo.
+    func adding(_ entries: [String: Any]) -> CKError {
+        CKError(code, userInfo: userInfo.merging(entries) { _, new in new })
+    }
+
     static func cancelled() -> CKError { CKError(.operationCancelled, "the operation was cancelled") }
 
     /// Maps any error an operation body threw: CKErrors pass through, cancellation becomes

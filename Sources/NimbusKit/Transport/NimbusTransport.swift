@@ -126,33 +126,35 @@ final class NimbusTransport: Sendable {
         if sendSession, let rotated = http.value(forHTTPHeaderField: "X-Apple-CloudKit-Web-Auth-Token"), !rotated.isEmpty {
             state.webAuthToken = rotated
         }
+        let retryAfter = http.value(forHTTPHeaderField: "Retry-After").flatMap(Double.init)
         let json: JSON
         do {
             json = try JSON.parse(data)
         } catch {
-            throw Self.garbage(status: http.statusCode, data: data)
+            throw Self.garbage(status: http.statusCode, data: data, retryAfter: retryAfter)
         }
         guard (200..<300).contains(http.statusCode) else {
-            guard json["serverErrorCode"] != nil else { throw Self.garbage(status: http.statusCode, data: data) }
-            var error = CKError.fromServer(json)
-            if error.retryAfterSeconds == nil, let header = http.value(forHTTPHeaderField: "Retry-After"),
-                let seconds = Double(header)
-            {
-                var info = error.userInfo
-                info[CKErrorRetryAfterKey] = seconds
-                error = CKError(error.code, userInfo: info)
+            guard json["serverErrorCode"] != nil else {
+                throw Self.garbage(status: http.statusCode, data: data, retryAfter: retryAfter)
             }
-            throw error
+            let error = CKError.fromServer(json)
+            guard error.retryAfterSeconds == nil, let retryAfter else { throw error }
+            throw error.adding([CKErrorRetryAfterKey: retryAfter])
         }
-        guard case .object = json else { throw Self.garbage(status: http.statusCode, data: data) }
+        guard case .object = json else { throw Self.garbage(status: http.statusCode, data: data, retryAfter: nil) }
         return json
     }
 
-    private static func garbage(status: Int, data: Data) -> CKError {
+    /// An answer that is not CloudKit JSON. Overload statuses keep their meaning (and their
+    /// Retry-After), anything else is a lost response.
+    private static func garbage(status: Int, data: Data, retryAfter: Double?) -> CKError {
         let preview = String(decoding: data.prefix(120), as: UTF8.self)
         let code: CKError.Code = status == 503 ? .serviceUnavailable : status == 429 ? .requestRateLimited : .serverResponseLost
+        var info: [String: Any] = [:]
+        if let retryAfter { info[CKErrorRetryAfterKey] = retryAfter }
         return CKError(
-            code, "the server answered HTTP \(status) with something that is not CloudKit JSON: \(preview.debugDescription)")
+            code, "the server answered HTTP \(status) with something that is not CloudKit JSON: \(preview.debugDescription)",
+            userInfo: info)
     }
 
     /// URLSession's failures as CloudKit reports them.

@@ -1,0 +1,131 @@
+import Foundation
+import Hummingbird
+import Logging
+import NimbusKit
+import NimbusTestSupport
+import ServiceLifecycle
+import Testing
+
+/// What an app sees when things go wrong: typed CKErrors with a reason, never a crash.
+@Suite("NimbusKit failures")
+struct FailureTests {
+    @Test("a server that is not there is networkFailure")
+    func serverDown() async throws {
+        let container = CKContainer(
+            configuration: NimbusConfiguration(serverURL: URL(string: "http://127.0.0.1:1")!, apiToken: "x", requestTimeout: 5))
+        let error = await expectCKError(.networkFailure) {
+            _ = try await container.publicCloudDatabase.record(for: CKRecord.ID(recordName: "a"))
+        }
+        #expect(error?.localizedDescription.contains("could not reach") == true)
+        let (status, statusError) = await awaitCallback { done in container.accountStatus { done(($0, $1)) } }
+        #expect(status == .couldNotDetermine)
+        #expect((statusError as? CKError)?.code == .networkFailure)
+    }
+
+    @Test("a server that answers garbage: serverResponseLost, serviceUnavailable with Retry-After, or the server's code")
+    func garbage() async throws {
+        try await withGarbageServer { port in
+            func container(_ path: String) -> CKContainer {
+                CKContainer(
+                    configuration: NimbusConfiguration(serverURL: URL(string: "http://127.0.0.1:\(port)/\(path)")!, apiToken: "x"))
+            }
+            let id = CKRecord.ID(recordName: "a")
+            let html = await expectCKError(.serverResponseLost) { _ = try await container("html").publicCloudDatabase.record(for: id) }
+            #expect(html?.localizedDescription.contains("not CloudKit JSON") == true)
+            let busy = await expectCKError(.serviceUnavailable) { _ = try await container("busy").publicCloudDatabase.record(for: id) }
+            #expect(busy?.retryAfterSeconds == 7)
+            let throttled = await expectCKError(.requestRateLimited) {
+                _ = try await container("throttled").publicCloudDatabase.record(for: id)
+            }
+            #expect(throttled?.retryAfterSeconds == 3)
+            #expect(throttled?.userInfo[CKErrorRetryAfterKey] as? Double == 3)
+            await expectCKError(.serverResponseLost) { _ = try await container("array").publicCloudDatabase.record(for: id) }
+            await expectCKError(.serverResponseLost) { _ = try await container("badrecord").publicCloudDatabase.record(for: id) }
+        }
+    }
+
+    @Test("no user: private database calls are notAuthenticated, account status is noAccount; a bad API token too")
+    func notAuthenticated() async throws {
+        try await TestServer.with { server in
+            let anonymous = server.device(of: nil)
+            #expect(try await anonymous.accountStatus() == .noAccount)
+            await expectCKError(.notAuthenticated) { _ = try await anonymous.privateCloudDatabase.allRecordZones() }
+            await expectCKError(.notAuthenticated) { _ = try await anonymous.publicCloudDatabase.save(CKRecord(recordType: "Party")) }
+
+            var forged = server.configuration(user: nil)
+            forged.apiToken = "forged"
+            await expectCKError(.notAuthenticated) {
+                _ = try await CKContainer(configuration: forged).publicCloudDatabase.record(for: CKRecord.ID(recordName: "a"))
+            }
+
+            try await server.createUser("eve")
+            var wrongPassword = server.configuration(user: "eve")
+            wrongPassword.password = "nope"
+            await expectCKError(.notAuthenticated) { _ = try await CKContainer(configuration: wrongPassword).userRecordID() }
+        }
+    }
+
+    @Test("sign-in keeps the session; an expired session signs in again; userRecordID is stable")
+    func sessions() async throws {
+        try await TestServer.with { server in
+            try await server.createUser("fay")
+            let manual = server.device(of: nil)
+            let id = try await manual.signIn(username: "fay", password: "password-fay")
+            #expect(try await manual.accountStatus() == .available)
+            #expect(try await manual.userRecordID() == id)
+            let token = try #require(manual.webAuthToken)
+
+            // A second launch reuses the kept token without signing in.
+            var relaunch = server.configuration(user: nil)
+            relaunch.webAuthToken = token
+            #expect(try await CKContainer(configuration: relaunch).userRecordID() == id)
+
+            let automatic = server.device(of: "fay")
+            #expect(try await automatic.userRecordID() == id)
+            _ = try await server.service.revokeSessions(userName: "fay")
+            // The session is gone; the configured credentials sign in again transparently.
+            #expect(try await automatic.userRecordID() == id)
+            await expectCKError(.notAuthenticated) { _ = try await manual.userRecordID() }
+
+            try await automatic.signOut()
+            #expect(automatic.webAuthToken == nil)
+        }
+    }
+}
+
+/// A server that answers every request with something CloudKit clients cannot use.
+private func withGarbageServer(_ body: (Int) async throws -> Void) async throws {
+    let router = Router()
+    router.post("html/**") { _, _ in Response(status: .ok, body: .init(byteBuffer: ByteBuffer(string: "<html>oops</html>"))) }
+    router.post("busy/**") { _, _ in
+        Response(status: .serviceUnavailable, headers: [.retryAfter: "7"], body: .init(byteBuffer: ByteBuffer(string: "down")))
+    }
+    router.post("throttled/**") { _, _ in
+        Response(
+            status: .tooManyRequests,
+            body: .init(byteBuffer: ByteBuffer(string: #"{"serverErrorCode":"THROTTLED","reason":"slow down","retryAfter":3}"#)))
+    }
+    router.post("array/**") { _, _ in Response(status: .ok, body: .init(byteBuffer: ByteBuffer(string: "[1,2]"))) }
+    router.post("badrecord/**") { _, _ in
+        Response(status: .ok, body: .init(byteBuffer: ByteBuffer(string: #"{"records":[{"recordName":"a","fields":{}}]}"#)))
+    }
+    let (ports, continuation) = AsyncStream<Int>.makeStream()
+    let app = Application(
+        router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)),
+        onServerRunning: { channel in
+            continuation.yield(channel.localAddress?.port ?? 0)
+            continuation.finish()
+        }, logger: Logger(label: "garbage"))
+    let group = ServiceGroup(services: [app], gracefulShutdownSignals: [], logger: Logger(label: "garbage"))
+    let task = Task { try await group.run() }
+    var iterator = ports.makeAsyncIterator()
+    let port = await iterator.next() ?? 0
+    do {
+        try await body(port)
+    } catch {
+        await group.triggerGracefulShutdown()
+        throw error
+    }
+    await group.triggerGracefulShutdown()
+    _ = try? await task.value
+}
