@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTypes
 import Hummingbird
 import Logging
 import NimbusKit
@@ -40,6 +41,27 @@ struct FailureTests {
             #expect(throttled?.retryAfterSeconds == 3)
             #expect(throttled?.userInfo[CKErrorRetryAfterKey] as? Double == 3)
             await expectCKError(.serverResponseLost) { _ = try await container("array").publicCloudDatabase.record(for: id) }
+
+            // The SDK keeps the newest web auth token the server hands back and sends it next.
+            var rotating = NimbusConfiguration(serverURL: URL(string: "http://127.0.0.1:\(port)/rotate")!, apiToken: "x")
+            rotating.webAuthToken = "t0"
+            let rotatingContainer = CKContainer(configuration: rotating)
+            let firstEcho = try await rotatingContainer.publicCloudDatabase.record(for: id)
+            #expect(firstEcho["seen"] as? String == "t0")
+            #expect(rotatingContainer.webAuthToken == "t0-next")
+            let secondEcho = try await rotatingContainer.publicCloudDatabase.record(for: id)
+            #expect(secondEcho["seen"] as? String == "t0-next")
+
+            // An operation's request timeout bounds each request.
+            let slow = CKFetchRecordsOperation(recordIDs: [id])
+            slow.configuration.timeoutIntervalForRequest = 0.3
+            let outcome = Box<(any Error)?>(nil)
+            slow.fetchRecordsResultBlock = { result in if case .failure(let error) = result { outcome.update { $0 = error } } }
+            let started = Date()
+            await runOperation(slow, on: container("slow").publicCloudDatabase)
+            #expect(Date().timeIntervalSince(started) < 1.2)
+            let partial = (outcome.value as? CKError)?.partialErrorsByItemID?[id] as? CKError
+            #expect(((outcome.value as? CKError)?.code == .networkFailure) || partial?.code == .networkFailure, "\(String(describing: outcome.value))")
             await expectCKError(.serverResponseLost) { _ = try await container("badrecord").publicCloudDatabase.record(for: id) }
         }
     }
@@ -104,6 +126,18 @@ private func withGarbageServer(_ body: (Int) async throws -> Void) async throws 
         Response(
             status: .tooManyRequests,
             body: .init(byteBuffer: ByteBuffer(string: #"{"serverErrorCode":"THROTTLED","reason":"slow down","retryAfter":3}"#)))
+    }
+    // Hands back a new web auth token on every answer, and reports the one it was sent.
+    router.post("rotate/**") { request, _ in
+        let seen = request.uri.queryParameters["ckWebAuthToken"].map(String.init) ?? "none"
+        let body = #"{"records":[{"recordName":"a","recordType":"Echo","fields":{"seen":{"value":"\#(seen)","type":"STRING"}}}]}"#
+        return Response(
+            status: .ok, headers: [HTTPField.Name("X-Apple-CloudKit-Web-Auth-Token")!: seen + "-next"],
+            body: .init(byteBuffer: ByteBuffer(string: body)))
+    }
+    router.post("slow/**") { _, _ in
+        try await Task.sleep(nanoseconds: 1_500_000_000)
+        return Response(status: .ok, body: .init(byteBuffer: ByteBuffer(string: "{}")))
     }
     router.post("array/**") { _, _ in Response(status: .ok, body: .init(byteBuffer: ByteBuffer(string: "[1,2]"))) }
     router.post("badrecord/**") { _, _ in

@@ -19,7 +19,10 @@ open class CKOperation: Operation, @unchecked Sendable {
         /// Reserved: long-lived operations (which outlive the app) are not supported yet, so
         /// the flag is kept but the operation runs as a normal one.
         public var isLongLived = false
+        /// Seconds each request may wait for an answer before the operation fails with
+        /// `networkFailure`.
         public var timeoutIntervalForRequest: TimeInterval = 60
+        /// Kept for source compatibility: Nimbus operations are not resumed across launches.
         public var timeoutIntervalForResource: TimeInterval = 7 * 24 * 3600
 
         public override init() {}
@@ -44,7 +47,7 @@ open class CKOperation: Operation, @unchecked Sendable {
     open override func start() {
         if isFinished { return }
         setExecuting(true)
-        let task = Task { [self] in
+        let task = Task(priority: Self.priority(configuration?.qualityOfService ?? qualityOfService)) { [self] in
             do {
                 if isCancelled { throw CKError.cancelled() }
                 try await run()
@@ -69,6 +72,15 @@ open class CKOperation: Operation, @unchecked Sendable {
 
     /// Calls the operation's final CloudKit blocks with the overall error (nil on success).
     func finish(with error: CKError?) {}
+
+    private static func priority(_ quality: QualityOfService) -> TaskPriority {
+        switch quality {
+        case .userInteractive, .userInitiated: return .userInitiated
+        case .utility: return .utility
+        case .background: return .background
+        default: return .medium
+        }
+    }
 
     /// The container this operation talks to.
     func resolvedContainer(database: CKDatabase?) -> CKContainer {
@@ -112,7 +124,8 @@ open class CKDatabaseOperation: CKOperation, @unchecked Sendable {
 extension CKDatabaseOperation {
     /// POSTs to an endpoint of this operation's database.
     func post(_ path: String, _ body: JSON) async throws(CKError) -> JSON {
-        try await transport.database(targetDatabase.databaseScope, path, body)
+        try await transport.database(
+            targetDatabase.databaseScope, path, body, timeout: configuration?.timeoutIntervalForRequest)
     }
 
     /// The signed-in user's record name, to recognise the user's own zones and records.

@@ -50,16 +50,18 @@ final class NimbusTransport: Sendable {
     /// POSTs `body` to `/database/1/{container}/{environment}/{database}/{path}` and returns the
     /// answer, or throws the `CKError` of a whole-request failure. Signs in first when the
     /// configuration has credentials and no session yet, and once again on an expired session.
-    func database(_ scope: CKDatabase.Scope, _ path: String, _ body: JSON) async throws(CKError) -> JSON {
+    func database(_ scope: CKDatabase.Scope, _ path: String, _ body: JSON, timeout: TimeInterval? = nil)
+        async throws(CKError) -> JSON
+    {
         if state.webAuthToken == nil, configuration.username != nil { try await signInWithConfiguredCredentials() }
         let databasePath = "database/1/\(configuration.containerIdentifier)/\(configuration.environment.rawValue)/\(scope.pathComponent)/\(path)"
         do {
-            return try await send(databasePath, body)
+            return try await send(databasePath, body, timeout: timeout)
         } catch let error where error.userInfo[CKErrorServerErrorCodeKey] as? String == "AUTHENTICATION_REQUIRED"
             && configuration.username != nil
         {
             try await signInWithConfiguredCredentials()
-            return try await send(databasePath, body)
+            return try await send(databasePath, body, timeout: timeout)
         }
     }
 
@@ -94,7 +96,8 @@ final class NimbusTransport: Sendable {
     }
 
     private func send(
-        _ path: String, _ body: JSON, extraQuery: [URLQueryItem] = [], sendSession: Bool = true
+        _ path: String, _ body: JSON, extraQuery: [URLQueryItem] = [], sendSession: Bool = true,
+        timeout: TimeInterval? = nil
     ) async throws(CKError) -> JSON {
         var components = URLComponents(url: configuration.serverURL.appendingPathComponent(path), resolvingAgainstBaseURL: false)
         var query = [URLQueryItem(name: "ckAPIToken", value: configuration.apiToken)] + extraQuery
@@ -108,6 +111,7 @@ final class NimbusTransport: Sendable {
         }
         var request = URLRequest(url: url)
         request.httpMethod = "POST"
+        request.timeoutInterval = timeout ?? configuration.requestTimeout
         request.httpBody = Data(body.serialized())
         request.setValue("application/json", forHTTPHeaderField: "Content-Type")
         request.setValue(configuration.deviceID, forHTTPHeaderField: "X-Nimbus-Device-ID")
