@@ -98,11 +98,11 @@ struct SeedSampleTests {
             let (shoebox, receipts) = AdvancedCloudKit2014.fileReceipts(in: zone.zoneID, count: 5)
             _ = try await database.modifyRecords(saving: [shoebox] + receipts, deleting: [])
 
-            let log = Collected<String>()
+            let log = LockedList<String>()
             let (fetched, fetchError) = await callback { done in
                 AdvancedCloudKit2014.fetchRecords(
                     receipts.map(\.recordID) + [CKRecord.ID(recordName: "Missing", zoneID: zone.zoneID)], desiredKeys: ["amount"],
-                    in: database, log: log.append
+                    in: database, log: { log.append($0) }
                 ) { done(($0, $1)) }
             }
             #expect(fetched?.count == 5)
@@ -200,9 +200,9 @@ struct SeedSampleTests {
             let resaved = try await CKContainer.default().privateCloudDatabase.save(restored)
             #expect(resaved["PartyName"] as? String == "WWDC Bash")
 
-            let order = Collected<String>()
+            let order = LockedList<String>()
             let queue = TipsAndTricks2015.fetchInOrder(
-                first: party.recordID, second: photos[0].recordID, database: database, log: order.append)
+                first: party.recordID, second: photos[0].recordID, database: database, log: { order.append($0) })
             await withCheckedContinuation { continuation in
                 DispatchQueue.global().async {
                     queue.waitUntilAllOperationsAreFinished()
@@ -258,12 +258,4 @@ struct SeedSampleTests {
             _ = server
         }
     }
-}
-
-/// Strings callbacks log from any thread.
-final class Collected<Item: Sendable>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var storage: [Item] = []
-    @Sendable func append(_ item: Item) { lock.withLock { storage.append(item) } }
-    var items: [Item] { lock.withLock { storage } }
 }

@@ -53,7 +53,7 @@ enum BestPractices2016 {
     /// Step one: which zones changed since the database token. Keep each intermediate token as
     /// it arrives, so a failure later resumes from there instead of from the start.
     static func fetchChanges(in database: CKDatabase, cache: LocalCache, completion: @escaping @Sendable ((any Error)?) -> Void) {
-        let changedZoneIDs = ZoneList()
+        let changedZoneIDs = LockedList<CKRecordZone.ID>()
         let operation = CKFetchDatabaseChangesOperation(previousServerChangeToken: cache.databaseToken)
         operation.fetchAllChanges = true
         operation.recordZoneWithIDChangedBlock = { zoneID in changedZoneIDs.append(zoneID) }
@@ -99,11 +99,4 @@ enum BestPractices2016 {
         operation.fetchRecordZoneChangesCompletionBlock = { error in completion(error) }
         database.add(operation)
     }
-}
-
-final class ZoneList: @unchecked Sendable {
-    private let lock = NSLock()
-    private var zones: [CKRecordZone.ID] = []
-    func append(_ zoneID: CKRecordZone.ID) { lock.withLock { zones.append(zoneID) } }
-    var items: [CKRecordZone.ID] { lock.withLock { zones } }
 }

@@ -55,10 +55,10 @@ enum TipsAndTricks2015 {
         }
         queryOperation.resultsLimit = 20
         queryOperation.desiredKeys = ["photoThumbnail"]
-        let page = PageBuffer()
+        let page = LockedList<CKRecord>()
         queryOperation.recordFetchedBlock = { record in page.append(record) }
         queryOperation.queryCompletionBlock = { cursor, error in
-            completion(page.records, cursor, error)
+            completion(page.items, cursor, error)
         }
         database.add(queryOperation)
     }
@@ -101,10 +101,11 @@ enum TipsAndTricks2015 {
     }
 }
 
-/// Records a query callback collects (callbacks may run on any thread).
-final class PageBuffer: @unchecked Sendable {
+/// A list operation callbacks append to: they may run on any thread, so an app guards what
+/// they share.
+final class LockedList<Item>: @unchecked Sendable {
     private let lock = NSLock()
-    private var items: [CKRecord] = []
-    func append(_ record: CKRecord) { lock.withLock { items.append(record) } }
-    var records: [CKRecord] { lock.withLock { items } }
+    private var storage: [Item] = []
+    func append(_ item: Item) { lock.withLock { storage.append(item) } }
+    var items: [Item] { lock.withLock { storage } }
 }
