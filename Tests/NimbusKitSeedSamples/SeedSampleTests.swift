@@ -258,4 +258,17 @@ struct SeedSampleTests {
             _ = server
         }
     }
+
+    // MARK: README
+
+    @Test("the README's first save, query and sync run as written")
+    func readme() async throws {
+        try await withDefaultContainer { _ in
+            let (database, zone) = try await ReadmeSnippets.firstSave()
+            #expect(try await database.record(for: CKRecord.ID(recordName: "wwdc", zoneID: zone.zoneID))["guests"] as? Int == 13)
+            try await ReadmeSnippets.firstQuery(database, zone)
+            let tokens = try await ReadmeSnippets.firstSync(database)
+            #expect(tokens[zone.zoneID] != nil)
+        }
+    }
 }
