@@ -28,8 +28,11 @@ start_pocketbase() {
   PBDATA=$(mktemp -d /tmp/pocketbase-bench.XXXXXX)
   local port admin=bench@example.com password=bench-password-123 token
   port=$(free_port)
-  "$VENV/bin/pocketbase" superuser upsert "$admin" "$password" --dir "$PBDATA" >/dev/null
-  "$VENV/bin/pocketbase" serve --http "127.0.0.1:$port" --dir "$PBDATA" > "$PBDATA/serve.log" 2>&1 &
+  # Migrations in the data directory: PocketBase otherwise writes them to ./pb_migrations and
+  # replays them in the next run.
+  local flags=(--dir "$PBDATA" --migrationsDir "$PBDATA/pb_migrations" --automigrate=false)
+  "$VENV/bin/pocketbase" superuser upsert "$admin" "$password" "${flags[@]}" >/dev/null
+  "$VENV/bin/pocketbase" serve --http "127.0.0.1:$port" "${flags[@]}" > "$PBDATA/serve.log" 2>&1 &
   PBPID=$!
   PBURL="http://127.0.0.1:$port"
   for _ in $(seq 1 100); do curl -sf "$PBURL/api/health" >/dev/null && break; sleep 0.1; done

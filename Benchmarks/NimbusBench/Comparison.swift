@@ -50,6 +50,7 @@ struct Comparison {
     }
 
     func nimbus() -> System {
+        let loaded = options.listRecords
         let base = "\(options.url)/database/1/\(options.container)/development"
         let auth = "ckAPIToken=\(options.apiToken)&ckWebAuthToken=\(options.webAuthToken.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "")"
         let runID = UUID().uuidString.prefix(6)
@@ -65,7 +66,7 @@ struct Comparison {
                 ok(await send(.POST, "\(base)/public/records/modify?\(auth)", #"{"operations":[\#(record("c\(runID)-\(index)", index))]}"#))
             },
             fetch: { index in
-                ok(await send(.POST, "\(base)/private/records/lookup?\(auth)", #"{\#(zone),"records":[{"recordName":"l\#(index % 100_000)"}]}"#))
+                ok(await send(.POST, "\(base)/private/records/lookup?\(auth)", #"{\#(zone),"records":[{"recordName":"l\#(index % loaded)"}]}"#))
             },
             batch: { index in
                 let operations = (0..<200).map { record("b\(runID)-\(index)-\($0)", $0) }.joined(separator: ",")
@@ -83,6 +84,7 @@ struct Comparison {
     }
 
     func pocketBase(ids: IDs) -> System {
+        let loaded = options.listRecords
         let base = options.pocketBaseURL
         @Sendable func body(_ index: Int) -> String {
             let f = Self.fields(index)
@@ -92,7 +94,7 @@ struct Comparison {
             name: "PocketBase",
             create: { index in await send(.POST, "\(base)/api/collections/items/records", body(index)) != nil },
             fetch: { index in
-                guard let id = ids.id(index % 100_000) else { return false }
+                guard let id = ids.id(index % loaded) else { return false }
                 return await send(.GET, "\(base)/api/collections/items/records/\(id)", nil) != nil
             },
             batch: { index in
@@ -131,8 +133,11 @@ struct Comparison {
         var json: [String: Any] { ["perSecond": perSecond, "p50ms": p50, "p99ms": p99, "errors": errors] }
     }
 
+    /// Numbers every call of the run, so names made from it never repeat across scenarios.
+    static let sequence = Counter()
+
     func measure(clients: Int, perCall: Int = 1, _ body: @escaping @Sendable (Int) async -> Bool) async -> Cell {
-        let counter = Counter()
+        let counter = Self.sequence
         var rounds: [Measurement] = []
         for round in 0..<options.rounds {
             rounds.append(
@@ -155,8 +160,8 @@ struct Comparison {
                 group.addTask {
                     while true {
                         let batch = batches.next() - 1
+                        if batch * 200 >= count { return }
                         let range = (batch * 200)..<min((batch + 1) * 200, count)
-                        if range.isEmpty { return }
                         var loaded = false
                         for _ in 0..<3 where !loaded { loaded = await system.load(range) }
                         if !loaded { FileHandle.standardError.write(Data("\(system.name): load batch \(batch) failed\n".utf8)) }
