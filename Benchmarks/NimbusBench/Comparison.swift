@@ -245,10 +245,12 @@ struct Comparison {
         var rows: [(String, [String: Cell], ceiling: Cell?)] = []
         var loads: [String: Double] = [:]
 
-        let rawSingle = try rawSQLite(rowsPerTransaction: 1)
-        let rawBulk = try rawSQLite(rowsPerTransaction: 1000)
+        // Profiling one row (`--only`) skips the ceiling.
+        let rawSingle = options.only.isEmpty ? try rawSQLite(rowsPerTransaction: 1) : Cell()
+        let rawBulk = options.only.isEmpty ? try rawSQLite(rowsPerTransaction: 1000) : Cell()
 
         func row(_ name: String, clients: Int, perCall: Int = 1, ceiling: Cell? = nil, _ pick: (System) -> @Sendable (Int) async -> Bool) async {
+            if !options.only.isEmpty, !name.contains(options.only) { return }
             var cells: [String: Cell] = [:]
             for system in systems { cells[system.name] = await measure(clients: clients, perCall: perCall, pick(system)) }
             rows.append((name, cells, ceiling))
@@ -265,7 +267,7 @@ struct Comparison {
             await row("filtered + sorted list of 20 over \(options.listRecords / 1000)k, 1 client", clients: 1) { $0.list }
         }
         var feed: (records: Int, perSecond: Double)?
-        if !writesOnly {
+        if !writesOnly, options.only.isEmpty {
             // The zone "Bench" holds the preloaded records and the batches' records: download it all.
             var runs: [(records: Int, perSecond: Double)] = []
             for _ in 0..<options.rounds { runs.append(await changeFeed(zone: "Bench")) }
@@ -285,7 +287,7 @@ struct Comparison {
             }
             let n = cells["Nimbus"]!, pb = cells["PocketBase"]
             let ratio = pb.map { n.perSecond / max($0.perSecond, 0.001) }
-            let ofRaw = ceiling.map { n.perSecond / $0.perSecond }
+            let ofRaw = ceiling.flatMap { $0.perSecond > 0 ? n.perSecond / $0.perSecond : nil }
             print(String(format: "%-52@ %-30@ %-30@ %9@ %9@", name as NSString, cellText(n) as NSString, cellText(pb) as NSString,
                 (ratio.map { String(format: "%.2fx", $0) } ?? "-") as NSString, (ofRaw.map { String(format: "%.2f", $0) } ?? "-") as NSString))
             var json: [String: Any] = ["scenario": name, "nimbus": n.json]

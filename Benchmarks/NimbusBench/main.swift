@@ -34,6 +34,8 @@ struct Options {
     var rounds = 3
     var listRecords = 100_000
     var writesOnly = false
+    /// Runs only the rows whose name contains this (for profiling one scenario).
+    var only = ""
 }
 
 func parseOptions() -> Options {
@@ -60,6 +62,7 @@ func parseOptions() -> Options {
         case "--rounds": options.rounds = Int(value) ?? options.rounds
         case "--list-records": options.listRecords = Int(value) ?? options.listRecords
         case "--writes-only": options.writesOnly = value == "true"
+        case "--only": options.only = value
         default: FileHandle.standardError.write(Data("unknown flag \(flag)\n".utf8))
         }
     }

@@ -60,3 +60,23 @@ final class ExpiringCache<Value>: @unchecked Sendable {
         lock.unlock()
     }
 }
+
+/// Logical databases already read, by key (see `NimbusService.databaseForReading`).
+final class KnownDatabases: @unchecked Sendable {
+    private let lock = NSLock()
+    private var rows: [DatabaseKey: DatabaseRow] = [:]
+
+    func row(for key: DatabaseKey) -> DatabaseRow? {
+        lock.lock()
+        defer { lock.unlock() }
+        return rows[key]
+    }
+
+    func remember(_ row: DatabaseRow) {
+        lock.lock()
+        defer { lock.unlock() }
+        // Bounded like the credential caches: start over rather than grow without limit.
+        if rows.count >= CredentialCache.capacity { rows = [:] }
+        rows[row.key] = row
+    }
+}

@@ -4,9 +4,20 @@ import NimbusWire
 /// Zones: the default zone of every database, custom zones in private databases.
 extension NimbusService {
     /// The database's row for reading; made (with its default zone) on first use.
+    ///
+    /// Database rows are made once and never deleted, so after the first request the row comes
+    /// from `knownDatabases` without a storage round trip. Its `sequence` is as first read:
+    /// callers use the row's identity, and read sequences inside their own transaction.
     func databaseForReading(_ key: DatabaseKey) async throws -> DatabaseRow {
-        if let existing = try await storage.read({ try $0.database(key) }) { return existing }
-        return try await storage.write { try $0.ensureDatabase(key) }
+        if let known = knownDatabases.row(for: key) { return known }
+        let row: DatabaseRow
+        if let existing = try await storage.read({ try $0.database(key) }) {
+            row = existing
+        } else {
+            row = try await storage.write { try $0.ensureDatabase(key) }
+        }
+        knownDatabases.remember(row)
+        return row
     }
 
     /// The live zone a request names, or `ZONE_NOT_FOUND`.

@@ -23,6 +23,7 @@ public final class NimbusService: Sendable {
     public let options: Options
     let keys: DerivedKeys
     let credentialCache = CredentialCache()
+    let knownDatabases = KnownDatabases()
 
     public init(storage: any StorageDriver, options: Options = Options()) async throws {
         self.storage = storage

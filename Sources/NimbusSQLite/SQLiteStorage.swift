@@ -55,8 +55,16 @@ public final class SQLiteStorage: StorageDriver {
         self.synchronous = synchronous
     }
 
+    /// Reads run on the calling task's thread: a read takes well under a millisecond, and
+    /// GRDB's async `read` would hop to its reader queue and back, two thread switches that
+    /// cost more than most reads on a 2-core machine (`docs/benchmarks.md`). A read waits
+    /// only for a free reader connection, never for a writer (WAL).
     public func read<Value: Sendable>(_ body: @escaping @Sendable (any StorageReader) throws -> Value) async throws -> Value {
-        try await pool.read { db in try body(SQLiteTransaction(db: db)) }
+        try readOnCurrentThread(body)
+    }
+
+    private func readOnCurrentThread<Value>(_ body: (any StorageReader) throws -> Value) throws -> Value {
+        try pool.read { db in try body(SQLiteTransaction(db: db)) }
     }
 
     public func write<Value: Sendable>(_ body: @escaping @Sendable (any StorageWriter) throws -> Value) async throws -> Value {
