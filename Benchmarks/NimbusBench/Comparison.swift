@@ -267,7 +267,7 @@ struct Comparison {
             await row("filtered + sorted list of 20 over \(options.listRecords / 1000)k, 1 client", clients: 1) { $0.list }
         }
         var feed: (records: Int, perSecond: Double)?
-        if !writesOnly, options.only.isEmpty {
+        if !writesOnly, options.only.isEmpty || "zone change feed".contains(options.only) {
             // The zone "Bench" holds the preloaded records and the batches' records: download it all.
             var runs: [(records: Int, perSecond: Double)] = []
             for _ in 0..<options.rounds { runs.append(await changeFeed(zone: "Bench")) }
