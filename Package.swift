@@ -26,13 +26,20 @@ let package = Package(
         .package(url: "https://github.com/swift-server/async-http-client.git", exact: "1.37.0"),
         .package(url: "https://github.com/apple/swift-http-types.git", exact: "1.8.0"),
         .package(url: "https://github.com/apple/swift-nio.git", exact: "2.101.3"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird-websocket.git", exact: "2.8.1"),
+        .package(url: "https://github.com/hummingbird-project/swift-websocket.git", exact: "1.6.2"),
     ],
     targets: [
         // The CloudKit Web Services JSON: shared by server and (later) the SDK. Foundation only.
         .target(name: "NimbusWire", swiftSettings: strict),
         // The Swift SDK: CloudKit's API (CKContainer, CKDatabase, CKRecord, CK…Operation) over
         // the Web Services protocol, on URLSession. Foundation and NimbusWire only.
-        .target(name: "NimbusKit", dependencies: ["NimbusWire"], swiftSettings: strict),
+        // WSClient carries `container.notifications` (Foundation's WebSocket task needs a libcurl
+        // built with WebSockets, which Linux distributions do not ship).
+        .target(
+            name: "NimbusKit",
+            dependencies: ["NimbusWire", .product(name: "WSClient", package: "swift-websocket")],
+            swiftSettings: strict),
         // The storage protocol, spoken in CloudKit terms, and its value types.
         .target(name: "NimbusStorage", dependencies: ["NimbusWire"], swiftSettings: strict),
         // The embedded SQLite driver (WAL, group commit).
@@ -59,6 +66,7 @@ let package = Package(
                 "NimbusWire", "NimbusStorage", "NimbusSQLite", "NimbusCore",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
+                .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
@@ -91,6 +99,7 @@ let package = Package(
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "WSClient", package: "swift-websocket"),
             ],
             path: "Tests/NimbusTestSupport",
             swiftSettings: strict),

@@ -9,7 +9,16 @@ import NimbusWire
 /// needs the index the schema grants: QUERYABLE for equality, membership and prefix
 /// comparators, SORTABLE for ranges, NEAR and sorting, SEARCHABLE for token search.
 extension NimbusService {
-    private typealias SchemaMap = [String: (type: FieldType, indexes: Int)]
+    typealias SchemaMap = [String: (type: FieldType, indexes: Int)]
+
+    /// The fields of a record type in the database's environment, with their types and indexes.
+    func schemaMap(recordType: String, key: DatabaseKey, tx: any StorageReader) throws -> SchemaMap {
+        var schema: SchemaMap = [:]
+        for field in try tx.schemaFields(container: key.container, environment: key.environment) where field.recordType == recordType {
+            if let type = FieldType(wireName: field.fieldType) { schema[field.fieldName] = (type, field.indexes) }
+        }
+        return schema
+    }
 
     public func queryRecords(_ target: DatabaseTarget, _ request: RecordsQueryRequest) async throws -> JSON {
         let key = try target.key()
@@ -22,11 +31,7 @@ extension NimbusService {
             } else {
                 zones = [try self.resolveZone(request.zoneID, in: database, target: target, tx: tx)]
             }
-            var schema: SchemaMap = [:]
-            for field in try tx.schemaFields(container: key.container, environment: key.environment)
-            where field.recordType == request.recordType {
-                if let type = FieldType(wireName: field.fieldType) { schema[field.fieldName] = (type, field.indexes) }
-            }
+            let schema = try self.schemaMap(recordType: request.recordType, key: key, tx: tx)
             let locked = key.environment == .production
             if locked, try !tx.schemaRecordTypes(container: key.container, environment: key.environment).contains(request.recordType) {
                 throw CloudKitError.badRequest("query.recordType: record type '\(request.recordType)' is not in the production schema")
@@ -119,7 +124,7 @@ extension NimbusService {
         return try elements.enumerated().map { try indexValue($0.element, as: scalar, path: "\(path)[\($0.offset)]") }
     }
 
-    private func condition(_ filter: QueryFilterInput, schema: SchemaMap, locked: Bool) throws -> IndexCondition {
+    func condition(_ filter: QueryFilterInput, schema: SchemaMap, locked: Bool) throws -> IndexCondition {
         let condition = try positiveCondition(filter, schema: schema, locked: locked)
         return filter.comparator.isNegated ? .not(condition) : condition
     }

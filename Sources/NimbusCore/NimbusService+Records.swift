@@ -49,7 +49,9 @@ extension NimbusService {
             timestamp: now, userRecordName: target.caller.stampUserRecordName, deviceID: target.caller.deviceID)
         let outcome: [Result<JSON, CloudKitError>]
         do {
-            outcome = try await storage.write { tx in
+            let changes: CommittedChanges?
+            (outcome, changes) = try await storage.write { tx in
+                let log = ChangeLog()
                 let database = try tx.ensureDatabase(key)
                 let zone = try self.resolveZone(request.zoneID, in: database, target: target, tx: tx)
                 let atomic = zone.name != Names.defaultZone && request.atomic != false
@@ -60,10 +62,10 @@ extension NimbusService {
                 for index in batchOrder.order {
                     let operation = request.operations[index]
                     do {
-                        let json = try tx.savepoint {
+                        let json = try log.savepoint(tx) {
                             try self.apply(
                                 operation, request: request, zone: zone, database: database, target: target,
-                                stamp: stamp, schema: schema, seenNames: &seenNames, tx: tx)
+                                stamp: stamp, schema: schema, seenNames: &seenNames, log: log, tx: tx)
                         }
                         slots[index] = .success(json)
                     } catch let error as CloudKitError {
@@ -83,8 +85,9 @@ extension NimbusService {
                 if atomic, results.contains(where: { if case .failure = $0 { return true } else { return false } }) {
                     throw AtomicBatchFailed(results: results)
                 }
-                return results
+                return (results, log.committed(in: database, deviceID: target.caller.deviceID))
             }
+            if let changes { notificationHub.submit(changes) }
         } catch let failure as AtomicBatchFailed {
             outcome = zip(request.operations, failure.results).map { operation, result in
                 if case .failure = result { return result }
@@ -100,7 +103,7 @@ extension NimbusService {
     private func apply(
         _ operation: RecordOperationInput, request: RecordsModifyRequest, zone: ZoneRow, database: DatabaseRow,
         target: DatabaseTarget, stamp: ChangeStamp, schema: SchemaResolver, seenNames: inout Set<String>,
-        tx: any StorageWriter
+        log: ChangeLog, tx: any StorageWriter
     ) throws -> JSON {
         let input = operation.record
         let path = "\(operation.path).record"
@@ -150,7 +153,7 @@ extension NimbusService {
         }
 
         if type.isDelete, let existing {
-            try deleteCascading(existing, zone: zone, database: database, stamp: stamp, tx: tx)
+            try deleteCascading(existing, zone: zone, database: database, stamp: stamp, log: log, tx: tx)
             return deletedRecordJSON(recordName, recordType: existing.recordType, zone: zone, target: target)
         }
 
@@ -199,6 +202,7 @@ extension NimbusService {
             parent: parent, changeSequence: try nextChange(in: zone, of: database, tx: tx), created: existing?.created ?? stamp,
             modified: stamp, isDeleted: false)
         let recordID = try tx.putRecord(row)
+        log.recordChanged(zone: zone, before: existing, after: row)
         if existing != nil || !references.isEmpty {
             try tx.replaceReferences(sourceZoneID: zone.id, sourceName: recordName, with: references)
         }

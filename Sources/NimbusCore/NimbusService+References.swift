@@ -66,7 +66,7 @@ extension NimbusService {
     /// Deletes `root` and, transitively, every record pointing at a deleted record with
     /// DELETE_SELF, all at once. Refused with `VALIDATING_REFERENCE_ERROR` when a record
     /// outside that set still points at one inside it with VALIDATE.
-    func deleteCascading(_ root: RecordRow, zone: ZoneRow, database: DatabaseRow, stamp: ChangeStamp, tx: any StorageWriter)
+    func deleteCascading(_ root: RecordRow, zone: ZoneRow, database: DatabaseRow, stamp: ChangeStamp, log: ChangeLog, tx: any StorageWriter)
         throws
     {
         var doomed: [String] = [root.recordName]
@@ -100,6 +100,7 @@ extension NimbusService {
             tombstone.modified = stamp
             tombstone.isDeleted = true
             let recordID = try tx.putRecord(tombstone)
+            log.recordChanged(zone: zone, before: row, after: nil)
             try tx.replaceReferences(sourceZoneID: zone.id, sourceName: name, with: [])
             try tx.replaceIndexEntries(
                 recordID: recordID, zoneID: zone.id, recordType: row.recordType, entries: [], tokens: [], hadEntries: true)

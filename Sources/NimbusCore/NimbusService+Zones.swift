@@ -101,28 +101,32 @@ extension NimbusService {
             throw CloudKitError.badRequest(
                 "custom zones exist only in the private database; the \(target.scope.rawValue) database has only _defaultZone")
         }
-        let results: [JSON] = try await storage.write { tx in
+        let (results, changes): ([JSON], CommittedChanges?) = try await storage.write { tx in
+            let log = ChangeLog()
             let database = try tx.ensureDatabase(key)
             var seen = Set<String>()
-            return try request.operations.map { operation in
+            let results = try request.operations.map { operation in
                 do {
                     guard seen.insert(operation.zoneID.zoneName).inserted else {
                         throw CloudKitError.badRequest("zone '\(operation.zoneID.zoneName)' appears twice; send one operation per zone")
                     }
-                    return try tx.savepoint {
-                        try self.applyZoneOperation(operation.type, operation.zoneID, database: database, target: target, tx: tx)
+                    return try log.savepoint(tx) {
+                        try self.applyZoneOperation(
+                            operation.type, operation.zoneID, database: database, target: target, log: log, tx: tx)
                     }
                 } catch let error as CloudKitError {
                     return self.errorJSON(error)
                 }
             }
+            return (results, log.committed(in: database, deviceID: target.caller.deviceID))
         }
+        if let changes { notificationHub.submit(changes) }
         return ["zones": .array(results)]
     }
 
     private func applyZoneOperation(
         _ type: ZoneOperationType, _ zoneID: ZoneIDInput, database: DatabaseRow, target: DatabaseTarget,
-        tx: any StorageWriter
+        log: ChangeLog, tx: any StorageWriter
     ) throws -> JSON {
         if let owner = zoneID.ownerRecordName, owner != Names.defaultOwner, owner != target.caller.user?.recordName {
             throw CloudKitError(.accessDenied, "zone '\(zoneID.zoneName)' belongs to another user", zoneID: zoneIDJSON(name: zoneID.zoneName, owner: owner))
@@ -133,6 +137,7 @@ extension NimbusService {
             if let existing, !existing.isDeleted { return zoneJSON(existing, target: target) }
             let zone = try tx.createZone(
                 databaseID: database.id, name: zoneID.zoneName, sequence: try tx.nextSequence(databaseID: database.id))
+            log.zoneChanged(zone.name, deleted: false)
             return zoneJSON(zone, target: target)
         case .delete:
             if zoneID.zoneName == Names.defaultZone {
@@ -140,6 +145,7 @@ extension NimbusService {
             }
             guard let existing, !existing.isDeleted else { throw zoneNotFound(zoneID, detail: nil) }
             try tx.deleteZone(id: existing.id, sequence: try tx.nextSequence(databaseID: database.id))
+            log.zoneChanged(existing.name, deleted: true)
             return .object(["zoneID": zoneIDJSON(existing, target: target), "deleted": true])
         }
     }

@@ -15,6 +15,8 @@ public final class NimbusService: Sendable {
         public var clock: any WallClock = SystemClock()
         /// The work budget of one query (`Limits.queryScanSteps`); tests lower it.
         public var queryScanSteps: Int = Limits.queryScanSteps.value
+        /// How long notifications stay in the collection (docs/notifications.md).
+        public var notificationRetentionMilliseconds: Int64 = 28 * 86_400_000
 
         public init() {}
     }
@@ -24,12 +26,16 @@ public final class NimbusService: Sendable {
     let keys: DerivedKeys
     let credentialCache = CredentialCache()
     let knownDatabases = KnownDatabases()
+    /// Committed changes on their way to subscription matching and delivery.
+    public let notificationHub = NotificationHub()
 
     public init(storage: any StorageDriver, options: Options = Options()) async throws {
         self.storage = storage
         self.options = options
         let secret = try await storage.read { try $0.installationSecret() }
         keys = DerivedKeys(installationSecret: secret)
+        let (index, _) = try await loadSubscriptions()
+        notificationHub.index.withLock { $0 = index }
     }
 
     var now: Int64 { options.clock.nowMilliseconds() }

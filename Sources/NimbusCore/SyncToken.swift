@@ -1,4 +1,5 @@
 import Crypto
+import NimbusStorage
 import NimbusWire
 
 /// A change token: where a client's last fetch of a zone's or a database's changes ended.
@@ -12,6 +13,9 @@ struct SyncToken: Sendable, Hashable {
     enum Kind: UInt8 {
         case zone = 1
         case database = 2
+        /// A position in a user's notification collection: `databaseID` holds the user's id,
+        /// `zoneNameHash` the container and environment.
+        case notifications = 3
     }
 
     static let version: UInt8 = 1
@@ -30,6 +34,12 @@ struct SyncToken: Sendable, Hashable {
 
     static func forDatabase(databaseID: Int64, sequence: Int64) -> SyncToken {
         SyncToken(kind: .database, databaseID: databaseID, zoneID: 0, zoneNameHash: 0, sequence: sequence)
+    }
+
+    static func forNotifications(_ owner: NotificationOwner, sequence: Int64) -> SyncToken {
+        SyncToken(
+            kind: .notifications, databaseID: owner.userID, zoneID: 0,
+            zoneNameHash: nameHash("\(owner.container)\u{0}\(owner.environment.rawValue)"), sequence: sequence)
     }
 
     static func nameHash(_ name: String) -> UInt64 {
@@ -62,7 +72,7 @@ struct SyncToken: Sendable, Hashable {
             throw .badRequest("\(what): token version \(body[0]) is not supported; fetch again without a token")
         }
         guard let kind = Kind(rawValue: body[1]), kind == expected else {
-            throw .badRequest("\(what): this is a \(expected == .zone ? "database" : "zone") token; send the token of the matching fetch")
+            throw .badRequest("\(what): this is not a \(expected) token; send the token of the matching fetch")
         }
         func int(at offset: Int) -> UInt64 { body[offset..<offset + 8].reduce(0) { $0 << 8 | UInt64($1) } }
         return SyncToken(

@@ -157,5 +157,55 @@ enum Migrations {
                     ALTER TABLE schema_fields ADD COLUMN indexes INTEGER NOT NULL DEFAULT 7;
                     """)
         }
+        migrator.registerMigration("v4-subscriptions") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE subscriptions (
+                        database_id INTEGER NOT NULL REFERENCES databases(id),
+                        user_id INTEGER NOT NULL,
+                        subscription_id TEXT NOT NULL,
+                        definition BLOB NOT NULL,
+                        created_at INTEGER NOT NULL,
+                        PRIMARY KEY (database_id, user_id, subscription_id)
+                    ) WITHOUT ROWID;
+
+                    -- The notification collection: one sequence for the installation (never
+                    -- reused), read per user in sequence order.
+                    CREATE TABLE notifications (
+                        sequence INTEGER PRIMARY KEY AUTOINCREMENT,
+                        container TEXT NOT NULL,
+                        environment TEXT NOT NULL,
+                        user_id INTEGER NOT NULL,
+                        notification_id TEXT NOT NULL,
+                        origin_device TEXT NOT NULL,
+                        payload BLOB NOT NULL,
+                        created_at INTEGER NOT NULL,
+                        read INTEGER NOT NULL DEFAULT 0
+                    );
+                    CREATE INDEX notifications_by_owner ON notifications(container, environment, user_id, sequence);
+                    CREATE INDEX notifications_by_id ON notifications(container, environment, user_id, notification_id);
+                    CREATE INDEX notifications_by_age ON notifications(created_at);
+                    INSERT INTO meta (key, value) VALUES ('notifications_pruned_through', 0);
+
+                    CREATE TABLE push_tokens (
+                        token TEXT PRIMARY KEY,
+                        container TEXT NOT NULL,
+                        environment TEXT NOT NULL,
+                        user_id INTEGER NOT NULL,
+                        apns_environment TEXT NOT NULL,
+                        web_courier INTEGER NOT NULL,
+                        created_at INTEGER NOT NULL
+                    );
+                    CREATE INDEX push_tokens_by_owner ON push_tokens(container, environment, user_id);
+
+                    CREATE TABLE badges (
+                        container TEXT NOT NULL,
+                        environment TEXT NOT NULL,
+                        user_id INTEGER NOT NULL,
+                        value INTEGER NOT NULL,
+                        PRIMARY KEY (container, environment, user_id)
+                    ) WITHOUT ROWID;
+                    """)
+        }
     }
 }

@@ -41,15 +41,7 @@ struct QuerySQL {
         guard let lat1 = Double.fromDatabaseValue(values[0]), let lon1 = Double.fromDatabaseValue(values[1]),
             let lat2 = Double.fromDatabaseValue(values[2]), let lon2 = Double.fromDatabaseValue(values[3])
         else { return nil }
-        return greatCircleMeters(lat1, lon1, lat2, lon2)
-    }
-
-    static func greatCircleMeters(_ lat1: Double, _ lon1: Double, _ lat2: Double, _ lon2: Double) -> Double {
-        let radians = Double.pi / 180
-        let dLat = (lat2 - lat1) * radians
-        let dLon = (lon2 - lon1) * radians
-        let a = sin(dLat / 2) * sin(dLat / 2) + cos(lat1 * radians) * cos(lat2 * radians) * sin(dLon / 2) * sin(dLon / 2)
-        return 6_371_008.8 * 2 * atan2(a.squareRoot(), (1 - a).squareRoot())
+        return Geodesy.greatCircleMeters(lat1, lon1, lat2, lon2)
     }
 
     /// `?, ?, ?`: `count` parameter placeholders.

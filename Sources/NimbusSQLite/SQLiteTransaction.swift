@@ -14,15 +14,15 @@ extension Array {
 struct SQLiteTransaction: StorageWriter {
     let db: Database
 
-    private func fetchRow(_ sql: String, _ arguments: StatementArguments = []) throws -> Row? {
+    func fetchRow(_ sql: String, _ arguments: StatementArguments = []) throws -> Row? {
         try Row.fetchOne(db.cachedStatement(sql: sql), arguments: arguments)
     }
 
-    private func fetchRows(_ sql: String, _ arguments: StatementArguments = []) throws -> [Row] {
+    func fetchRows(_ sql: String, _ arguments: StatementArguments = []) throws -> [Row] {
         try Row.fetchAll(db.cachedStatement(sql: sql), arguments: arguments)
     }
 
-    private func execute(_ sql: String, _ arguments: StatementArguments = []) throws {
+    func execute(_ sql: String, _ arguments: StatementArguments = []) throws {
         try db.cachedStatement(sql: sql).execute(arguments: arguments)
     }
 

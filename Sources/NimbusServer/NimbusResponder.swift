@@ -45,9 +45,8 @@ public struct NimbusResponder: HTTPResponder {
 
     /// Endpoints of the protocol that later Nimbus features serve.
     static let reservedEndpoints: Set<String> = [
-        "records/resolve", "records/accept", "assets/upload", "assets/rereference",
-        "subscriptions/list", "subscriptions/lookup", "subscriptions/modify", "users/discover",
-        "users/lookup/email", "users/lookup/id", "users/lookup/contacts", "tokens/create", "tokens/register",
+        "records/resolve", "records/accept", "assets/upload", "assets/rereference", "users/discover",
+        "users/lookup/email", "users/lookup/id", "users/lookup/contacts",
     ]
 
     public func respond(to request: Request, context: Context) async throws -> Response {
@@ -99,8 +98,18 @@ public struct NimbusResponder: HTTPResponder {
                 parts.dropFirst(4).joined(separator: "/"), container: container, environment: environment,
                 apiToken: apiToken, body: body, webAuthToken: &webAuthToken, query: query)
         }
-        if module == "device" || parts[4] == "tokens" {
-            throw CloudKitError(.notFound, "push tokens (tokens/create, tokens/register) are not available in this Nimbus version yet")
+        // Device endpoints; tokens/ also under /database/1/{c}/{env}/ and …/{db}/ (reference §1.3).
+        let deviceAction: String? =
+            if module == "device" || parts[4] == "tokens" { parts.dropFirst(4).joined(separator: "/") }
+            else if parts.count >= 7, parts[5] == "tokens" { parts.dropFirst(5).joined(separator: "/") }
+            else { nil }
+        if let deviceAction {
+            webAuthToken = query["ckWebAuthToken"].map(String.init).flatMap { $0.isEmpty ? nil : $0 }
+            let caller = try await service.authenticate(
+                container: container, environment: environment, apiToken: apiToken, webAuthToken: webAuthToken,
+                deviceID: try deviceID(request))
+            let result = try await deviceEndpoint(deviceAction, caller: caller, body: body, request: request)
+            return jsonResponse(result, webAuthToken: caller.user?.webAuthToken)
         }
         guard parts.count >= 6 else { throw unknownEndpoint(request) }
         guard let scope = DatabaseScope(rawValue: parts[4]) else {
@@ -136,6 +145,9 @@ public struct NimbusResponder: HTTPResponder {
             return changes
         case "changes/database": return try await service.databaseChanges(target, DatabaseChangesRequest(json: body))
         case "changes/zone": return try await service.zoneChanges(target, ZoneChangesRequest(json: body))
+        case "subscriptions/list": return try await service.listSubscriptions(target)
+        case "subscriptions/lookup": return try await service.lookupSubscriptions(target, SubscriptionsLookupRequest(json: body))
+        case "subscriptions/modify": return try await service.modifySubscriptions(target, SubscriptionsModifyRequest(json: body))
         case "users/caller": return try callerIdentity(target.caller)
         case "users/current": return try currentUser(target.caller)
         default:
@@ -144,6 +156,33 @@ public struct NimbusResponder: HTTPResponder {
             }
             throw unknownEndpoint(request)
         }
+    }
+
+    /// `/device/1/{c}/{env}/…`: push registration and the notification collection, for the
+    /// signed-in user (container-wide, not per database).
+    private func deviceEndpoint(_ action: String, caller: Caller, body: ObjectReader, request: Request) async throws -> JSON {
+        switch action {
+        case "tokens/create": return try await service.createWebCourierToken(caller, body: body, baseURL: baseURL(request))
+        case "tokens/register": return try await service.registerPushToken(caller, body: body)
+        case "notifications/changes": return try await service.notificationChangesJSON(caller, body: body)
+        case "notifications/markRead": return try await service.markNotificationsRead(caller, body: body)
+        case "badge/modify": return try await service.modifyBadge(caller, body: body)
+        case NotificationSocket.path:
+            _ = try caller.requireUser(for: "The notification stream")
+            if let token = request.uri.queryParameters["syncToken"].map(String.init) {
+                _ = try await service.notificationChanges(caller, token: token, limit: 1)
+            }
+            throw CloudKitError.badRequest("\(NotificationSocket.path) is a WebSocket: connect with an Upgrade: websocket request")
+        default:
+            throw CloudKitError(
+                .notFound,
+                "no device endpoint '\(Names.escaped(action))'; use tokens/create, tokens/register, notifications/changes, notifications/markRead, notifications/connect or badge/modify")
+        }
+    }
+
+    /// This server's address as the client reached it, for URLs handed back (`webcourierURL`).
+    private func baseURL(_ request: Request) -> String {
+        "http://\(request.head.authority ?? "127.0.0.1")"
     }
 
     private func unknownEndpoint(_ request: Request) -> CloudKitError {
@@ -223,7 +262,7 @@ public struct NimbusResponder: HTTPResponder {
     private func deviceID(_ request: Request) throws -> String {
         let name = HTTPField.Name("X-Nimbus-Device-ID")!
         let given = request.headers[name] ?? request.uri.queryParameters["ckDeviceID"].map(String.init)
-        guard let given, !given.isEmpty else { return "iCloud" }
+        guard let given, !given.isEmpty else { return Names.anonymousDevice }
         guard given.utf8.count <= 64, given.utf8.allSatisfy({ (0x21...0x7E).contains($0) }) else {
             throw CloudKitError.badRequest("the device ID must be 1 to 64 printable ASCII characters without spaces")
         }

@@ -1,5 +1,6 @@
 import Foundation
 import Hummingbird
+import HummingbirdWebSocket
 import Logging
 import NimbusCore
 import NimbusSQLite
@@ -74,10 +75,16 @@ public enum NimbusServer {
     ) -> some ApplicationProtocol {
         var logger = Logger(label: "nimbus")
         logger.logLevel = configuration.logLevel
+        let connections = LiveConnections()
+        service.notificationHub.addSink(connections)
         return Application(
             responder: NimbusResponder(service: service, logger: logger),
+            server: .http1WebSocketUpgrade { request, _, _ in
+                await NotificationSocket.shouldUpgrade(request, service: service, connections: connections)
+            },
             configuration: ApplicationConfiguration(
                 address: .hostname(configuration.host, port: configuration.port), serverName: "Nimbus"),
+            services: [NotificationPipelineService(service: service, connections: connections)],
             onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? configuration.port) },
             logger: logger)
     }

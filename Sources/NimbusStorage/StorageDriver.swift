@@ -66,6 +66,20 @@ public protocol StorageReader {
     // MARK: Schema
     func schemaFields(container: String, environment: Environment) throws -> [SchemaFieldRow]
     func schemaRecordTypes(container: String, environment: Environment) throws -> [String]
+
+    // MARK: Subscriptions and notifications
+    /// One user's subscriptions to one database, by subscription ID.
+    func subscriptions(databaseID: Int64, userID: Int64) throws -> [SubscriptionRow]
+    func subscription(databaseID: Int64, userID: Int64, subscriptionID: String) throws -> SubscriptionRow?
+    /// Every subscription of the installation (to build the matcher's index at start).
+    func allSubscriptions() throws -> [SubscriptionRow]
+    /// The owner's notifications after `sequence`, oldest first.
+    func notifications(owner: NotificationOwner, after sequence: Int64, limit: Int) throws -> [NotificationRow]
+    /// The highest sequence removed by pruning: a token before it has missed notifications.
+    func notificationsPrunedThrough() throws -> Int64
+    func pushTokens(owner: NotificationOwner) throws -> [PushTokenRow]
+    func pushToken(_ token: String) throws -> PushTokenRow?
+    func badge(owner: NotificationOwner) throws -> Int64
 }
 
 /// Reads and writes, valid inside one write transaction closure.
@@ -118,4 +132,20 @@ public protocol StorageWriter: StorageReader {
         throws -> Bool
 
     func addSchemaRecordType(container: String, environment: Environment, _ recordType: String) throws
+
+    /// Inserts or replaces the subscription with the same database, user and ID.
+    func putSubscription(_ row: SubscriptionRow) throws
+    /// Returns false when there was no such subscription.
+    func deleteSubscription(databaseID: Int64, userID: Int64, subscriptionID: String) throws -> Bool
+    /// Appends to the owner's collection; returns the new entry's sequence.
+    func insertNotification(
+        owner: NotificationOwner, notificationID: String, originDeviceID: String, payload: [UInt8], createdAt: Int64
+    ) throws -> Int64
+    /// Marks the owner's notifications with these IDs read; returns the IDs that exist.
+    func markNotificationsRead(owner: NotificationOwner, notificationIDs: [String]) throws -> [String]
+    /// Removes notifications created before `time`; returns how many.
+    func pruneNotifications(createdBefore time: Int64) throws -> Int
+    func putPushToken(_ row: PushTokenRow) throws
+    func deletePushToken(_ token: String) throws
+    func setBadge(owner: NotificationOwner, value: Int64) throws
 }

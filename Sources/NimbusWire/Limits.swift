@@ -33,6 +33,11 @@ public enum Limits {
     /// Work one query may do, in SQLite virtual-machine steps (about a second on this class of
     /// machine). Past it the query fails with `BAD_REQUEST` rather than run unbounded.
     public static let queryScanSteps = Limit(name: "queryScanSteps", value: 200_000_000)
+    /// Subscriptions one user may have to one database. Nimbus's own number (CloudKit
+    /// publishes none); matching cost does not grow with it (docs/notifications.md).
+    public static let subscriptionsPerDatabase = Limit(name: "subscriptionsPerDatabase", value: 1_000)
+    /// Notifications in one page of the notification collection.
+    public static let notificationsPerPage = Limit(name: "notificationsPerPage", value: 200)
     /// Keys in a `desiredKeys` array.
     public static let desiredKeys = Limit(name: "desiredKeys", value: 1_000)
 }

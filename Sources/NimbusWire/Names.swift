@@ -7,6 +7,8 @@
 public enum Names {
     public static let defaultZone = "_defaultZone"
     public static let defaultOwner = "_defaultOwner"
+    /// The device of a request that names none, as Apple's web services report it.
+    public static let anonymousDevice = "iCloud"
 
     public static func validateRecordName(_ name: String, path: String) throws(CloudKitError) {
         try validatePrintable(name, kind: "record name", path: path)

@@ -60,39 +60,7 @@ public struct RecordsQueryRequest: Sendable {
         continuationMarker = try json.string("continuationMarker")
         desiredKeys = try readDesiredKeys(json)
         numbersAsStrings = try readNumbersAsStrings(json)
-        filters = []
-        for element in try query.array("filterBy") ?? [] {
-            if filters.count == Self.maximumTerms.value {
-                throw .limitExceeded(Self.maximumTerms, actual: filters.count + 1, what: "the number of filters")
-            }
-            let filter = try element.object()
-            let name = try filter.requiredString("comparator")
-            guard let comparator = QueryComparator(rawValue: name.uppercased()) else {
-                throw .badRequest(
-                    "\(filter.childPath("comparator")): '\(Names.escaped(name))' is not a comparator; use one of \(QueryComparator.allCases.map(\.rawValue).joined(separator: ", "))")
-            }
-            let field = try Self.fieldName(filter, optional: comparator == .containsAllTokens || comparator == .containsAnyTokens)
-            let fieldValue = try filter.requiredObject("fieldValue")
-            var declared: DeclaredFieldType?
-            if let typeName = try fieldValue.string("type") {
-                guard let parsed = DeclaredFieldType(wire: typeName) else {
-                    throw .badRequest("\(fieldValue.childPath("type")): '\(Names.escaped(typeName))' is not a field type")
-                }
-                declared = parsed
-            }
-            guard let value = fieldValue.value("value") else { throw fieldValue.missing("value") }
-            var distance: Double?
-            if let raw = filter.value("distance") {
-                guard let number = raw.doubleValue, number.isFinite, number >= 0 else {
-                    throw .badRequest("\(filter.childPath("distance")): expected a distance in meters (a number of 0 or more)")
-                }
-                distance = number
-            }
-            filters.append(
-                QueryFilterInput(
-                    comparator: comparator, fieldName: field, value: value, declaredType: declared, distance: distance,
-                    path: element.path))
-        }
+        filters = try QueryFilterInput.filters(of: query)
         sorts = []
         for element in try query.array("sortBy") ?? [] {
             if sorts.count == Self.maximumTerms.value {
@@ -116,7 +84,7 @@ public struct RecordsQueryRequest: Sendable {
         "createdUserRecordName": "___createdBy", "modifiedUserRecordName": "___modifiedBy",
     ]
 
-    private static func fieldName(_ json: ObjectReader, optional: Bool) throws(CloudKitError) -> String? {
+    fileprivate static func fieldName(_ json: ObjectReader, optional: Bool) throws(CloudKitError) -> String? {
         if let system = try json.string("systemFieldName") {
             guard let name = systemFields[system] ?? (systemFields.values.contains(system) ? system : nil) else {
                 throw .badRequest(
@@ -138,5 +106,45 @@ public struct RecordsQueryRequest: Sendable {
         if name == "allTokens", optional { return nil }
         try Names.validateIdentifier(name, kind: "field name", path: json.childPath("fieldName"))
         return name
+    }
+}
+
+extension QueryFilterInput {
+    /// The `filterBy` array of a `query` object (a query's or a query subscription's).
+    public static func filters(of query: ObjectReader) throws(CloudKitError) -> [QueryFilterInput] {
+        var filters: [QueryFilterInput] = []
+        for element in try query.array("filterBy") ?? [] {
+            if filters.count == RecordsQueryRequest.maximumTerms.value {
+                throw .limitExceeded(RecordsQueryRequest.maximumTerms, actual: filters.count + 1, what: "the number of filters")
+            }
+            let filter = try element.object()
+            let name = try filter.requiredString("comparator")
+            guard let comparator = QueryComparator(rawValue: name.uppercased()) else {
+                throw .badRequest(
+                    "\(filter.childPath("comparator")): '\(Names.escaped(name))' is not a comparator; use one of \(QueryComparator.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            let field = try RecordsQueryRequest.fieldName(filter, optional: comparator == .containsAllTokens || comparator == .containsAnyTokens)
+            let fieldValue = try filter.requiredObject("fieldValue")
+            var declared: DeclaredFieldType?
+            if let typeName = try fieldValue.string("type") {
+                guard let parsed = DeclaredFieldType(wire: typeName) else {
+                    throw .badRequest("\(fieldValue.childPath("type")): '\(Names.escaped(typeName))' is not a field type")
+                }
+                declared = parsed
+            }
+            guard let value = fieldValue.value("value") else { throw fieldValue.missing("value") }
+            var distance: Double?
+            if let raw = filter.value("distance") {
+                guard let number = raw.doubleValue, number.isFinite, number >= 0 else {
+                    throw .badRequest("\(filter.childPath("distance")): expected a distance in meters (a number of 0 or more)")
+                }
+                distance = number
+            }
+            filters.append(
+                QueryFilterInput(
+                    comparator: comparator, fieldName: field, value: value, declaredType: declared, distance: distance,
+                    path: element.path))
+        }
+        return filters
     }
 }

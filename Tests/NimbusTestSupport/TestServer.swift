@@ -147,6 +147,8 @@ public struct APIClient: Sendable {
     public let userRecordName: String?
     /// How long one request may take before it fails.
     public var timeoutSeconds: Int64 = 60
+    /// Sent as `X-Nimbus-Device-ID`: the device this client speaks for.
+    public var deviceID: String?
 
     public init(
         baseURL: String, container: String, environment: NimbusStorage.Environment, apiToken: String?,
@@ -173,6 +175,18 @@ public struct APIClient: Sendable {
             path: "/database/1/\(container)/\(environment.rawValue)/\(database)/\(endpoint)", body: Array(body.serialized()))
     }
 
+    /// POSTs to `/device/1/{container}/{environment}/{endpoint}`.
+    public func device(_ endpoint: String, _ body: JSON = [:]) async throws -> APIResponse {
+        try await send(path: "/device/1/\(container)/\(environment.rawValue)/\(endpoint)", body: Array(body.serialized()))
+    }
+
+    /// This client acting as another of its user's devices.
+    public func onDevice(_ deviceID: String) -> APIClient {
+        var copy = self
+        copy.deviceID = deviceID
+        return copy
+    }
+
     public func get(_ database: String, _ endpoint: String) async throws -> APIResponse {
         try await send(path: "/database/1/\(container)/\(environment.rawValue)/\(database)/\(endpoint)", body: nil)
     }
@@ -189,6 +203,7 @@ public struct APIClient: Sendable {
         var request = HTTPClientRequest(url: baseURL + path + (rawQuery ?? query))
         request.method = body == nil ? .GET : .POST
         request.headers.add(name: "Content-Type", value: "text/plain")
+        if let deviceID { request.headers.add(name: "X-Nimbus-Device-ID", value: deviceID) }
         for (name, value) in headers { request.headers.add(name: name, value: value) }
         if let body { request.body = .bytes(ByteBuffer(bytes: body)) }
         let response = try await HTTPClient.shared.execute(request, timeout: .seconds(timeoutSeconds))
@@ -300,6 +315,12 @@ public enum Op {
 }
 
 extension JSON {
+    /// An array's element, or nil (tests read `json["subscriptions"]?[0]`).
+    public subscript(index: Int) -> JSON? {
+        guard let array = arrayValue, array.indices.contains(index) else { return nil }
+        return array[index]
+    }
+
     /// The value of a record dictionary's field.
     public func fieldValue(_ name: String) -> JSON? { self["fields"]?[name]?["value"] }
     public var changeTag: String? { self["recordChangeTag"]?.stringValue }

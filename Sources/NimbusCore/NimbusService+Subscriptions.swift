@@ -1,0 +1,197 @@
+import NimbusStorage
+import NimbusWire
+
+/// `subscriptions/list`, `subscriptions/lookup`, `subscriptions/modify`: a user's standing
+/// questions about a database. Subscriptions belong to the user who made them, also in the
+/// public database, where each subscriber hears of every user's changes.
+extension NimbusService {
+    /// `subscriptions/list`: the caller's subscriptions to this database.
+    public func listSubscriptions(_ target: DatabaseTarget) async throws -> JSON {
+        let user = try target.caller.requireUser(for: "Subscriptions")
+        let database = try await databaseForReading(try target.key())
+        let rows = try await storage.read { try $0.subscriptions(databaseID: database.id, userID: user.id) }
+        return ["subscriptions": .array(try rows.map { try Self.definitionJSON($0.definition) })]
+    }
+
+    /// `subscriptions/lookup`: one entry per ID, in order; unknown IDs as `NOT_FOUND` entries.
+    public func lookupSubscriptions(_ target: DatabaseTarget, _ request: SubscriptionsLookupRequest) async throws -> JSON {
+        let user = try target.caller.requireUser(for: "Subscriptions")
+        let database = try await databaseForReading(try target.key())
+        let rows = try await storage.read { tx in
+            try request.subscriptionIDs.map { try tx.subscription(databaseID: database.id, userID: user.id, subscriptionID: $0) }
+        }
+        var results: [Result<JSON, CloudKitError>] = []
+        for (id, row) in zip(request.subscriptionIDs, rows) {
+            if let row {
+                results.append(.success(try Self.definitionJSON(row.definition)))
+            } else {
+                results.append(.failure(Self.subscriptionNotFound(id)))
+            }
+        }
+        return ["subscriptions": itemsJSON(results)]
+    }
+
+    /// `subscriptions/modify`: each operation stands alone. `create` refuses an ID in use,
+    /// `update` replaces an existing subscription, `delete` removes one.
+    public func modifySubscriptions(_ target: DatabaseTarget, _ request: SubscriptionsModifyRequest) async throws -> JSON {
+        let user = try target.caller.requireUser(for: "Subscriptions")
+        let key = try target.key()
+        let now = self.now
+        let (results, changes) = try await storage.write { tx in
+            let database = try tx.ensureDatabase(key)
+            var seen = Set<String>()
+            var changes: [(Subscription.Key, Subscription?)] = []
+            let results: [Result<JSON, CloudKitError>] = request.operations.map { operation in
+                do {
+                    guard seen.insert(operation.subscriptionID).inserted else {
+                        throw CloudKitError.badRequest(
+                            "subscription '\(operation.subscriptionID)' appears more than once in this request; send one operation per subscription")
+                    }
+                    let id = Subscription.Key(userID: user.id, subscriptionID: operation.subscriptionID)
+                    return .success(
+                        try tx.savepoint {
+                            let existing = try tx.subscription(
+                                databaseID: database.id, userID: user.id, subscriptionID: operation.subscriptionID)
+                            guard let input = operation.subscription else {
+                                guard existing != nil,
+                                    try tx.deleteSubscription(
+                                        databaseID: database.id, userID: user.id, subscriptionID: operation.subscriptionID)
+                                else { throw Self.subscriptionNotFound(operation.subscriptionID) }
+                                changes.append((id, nil))
+                                return ["subscriptionID": .string(operation.subscriptionID), "deleted": true]
+                            }
+                            if operation.type == .create, existing != nil {
+                                throw CloudKitError(
+                                    .exists, "subscription '\(operation.subscriptionID)' already exists; use update to change it")
+                            }
+                            if operation.type == .update, existing == nil { throw Self.subscriptionNotFound(operation.subscriptionID) }
+                            if existing == nil {
+                                let count = try tx.subscriptions(databaseID: database.id, userID: user.id).count
+                                guard count < Limits.subscriptionsPerDatabase.value else {
+                                    var error = CloudKitError.limitExceeded(
+                                        Limits.subscriptionsPerDatabase, actual: count + 1,
+                                        what: "the number of your subscriptions to this database")
+                                    error.subscriptionID = operation.subscriptionID
+                                    throw error
+                                }
+                            }
+                            try self.checkScope(input, target: target, database: database, tx: tx)
+                            let row = SubscriptionRow(
+                                databaseID: database.id, database: key, userID: user.id, subscriptionID: input.subscriptionID,
+                                definition: Self.definitionJSON(input).serialized(), createdAt: existing?.createdAt ?? now)
+                            let compiled = try self.compile(row, input: input, tx: tx)
+                            try tx.putSubscription(row)
+                            changes.append((id, compiled))
+                            return compiled.json
+                        })
+                } catch let error as CloudKitError {
+                    var error = error
+                    if error.subscriptionID == nil { error.subscriptionID = operation.subscriptionID }
+                    return .failure(error)
+                } catch {
+                    return .failure(CloudKitError(.internalError, "the subscription could not be saved"))
+                }
+            }
+            return (results, changes.map { (database.id, $0.0, $0.1) })
+        }
+        notificationHub.index.withLock { index in
+            for (databaseID, key, subscription) in changes {
+                if let subscription { index.insert(subscription) } else { index.remove(databaseID: databaseID, key: key) }
+            }
+        }
+        return ["subscriptions": itemsJSON(results)]
+    }
+
+    // MARK: Definitions
+
+    static func subscriptionNotFound(_ id: String) -> CloudKitError {
+        var error = CloudKitError(.notFound, "subscription '\(Names.escaped(id))' does not exist")
+        error.subscriptionID = id
+        return error
+    }
+
+    /// What a database allows: query subscriptions everywhere but the shared database, zone
+    /// subscriptions on existing custom zones of the private database, database subscriptions
+    /// in the private and shared databases (as CloudKit).
+    private func checkScope(_ input: SubscriptionInput, target: DatabaseTarget, database: DatabaseRow, tx: any StorageReader) throws {
+        switch (input.type, target.scope) {
+        case (.zone, .public):
+            throw CloudKitError.badRequest("zone subscriptions are not supported in the public database; use a query subscription")
+        case (.database, .public):
+            throw CloudKitError.badRequest("database subscriptions are not supported in the public database; use a query subscription")
+        case (.query, .shared), (.zone, .shared):
+            throw CloudKitError.badRequest("the shared database supports database subscriptions only")
+        default: break
+        }
+        if input.type == .zone, input.zoneID?.zoneName == Names.defaultZone {
+            throw CloudKitError.badRequest("zone subscriptions watch custom zones; _defaultZone has no change feed to follow")
+        }
+        if let zoneID = input.zoneID, input.type == .zone || !input.zoneWide {
+            _ = try resolveZone(zoneID, in: database, target: target, tx: tx)
+        }
+    }
+
+    /// A subscription ready for matching. Query filters are checked as `records/query` checks
+    /// them (types, and in production the indexes), against the schema of the environment:
+    /// a subscription to a record type the schema does not have is refused.
+    func compile(_ row: SubscriptionRow, input: SubscriptionInput, tx: any StorageReader) throws -> Subscription {
+        var conditions: [IndexCondition] = []
+        if input.type == .query, let recordType = input.recordType {
+            let key = row.database
+            guard try tx.schemaRecordTypes(container: key.container, environment: key.environment).contains(recordType) else {
+                throw CloudKitError.badRequest(
+                    "query.recordType: record type '\(recordType)' does not exist in the \(key.environment.rawValue) schema; save a record of it first (development) or deploy the schema (production)")
+            }
+            let schema = try schemaMap(recordType: recordType, key: key, tx: tx)
+            conditions = try input.filters.map { try condition($0, schema: schema, locked: key.environment == .production) }
+        }
+        return Subscription(
+            key: Subscription.Key(userID: row.userID, subscriptionID: row.subscriptionID), databaseID: row.databaseID,
+            database: row.database, type: input.type, recordType: input.recordType,
+            zoneName: input.type == .database || input.zoneWide ? nil : input.zoneID?.zoneName ?? Names.defaultZone,
+            conditions: conditions, firesOn: input.firesOn, firesOnce: input.firesOnce,
+            notificationInfo: input.notificationInfo, json: Self.definitionJSON(input))
+    }
+
+    /// Every stored subscription, compiled; one that no longer compiles (its fields changed
+    /// type) is left out and reported.
+    func loadSubscriptions() async throws -> (SubscriptionIndex, skipped: [String]) {
+        try await storage.read { tx in
+            var index = SubscriptionIndex()
+            var skipped: [String] = []
+            for row in try tx.allSubscriptions() {
+                do {
+                    let input = try SubscriptionInput(json: ObjectReader(root: try Self.definitionJSON(row.definition)))
+                    index.insert(try self.compile(row, input: input, tx: tx))
+                } catch {
+                    skipped.append("\(row.database) \(row.subscriptionID): \(error)")
+                }
+            }
+            return (index, skipped)
+        }
+    }
+
+    /// The subscription dictionary of reference §9, normalized (defaults filled in).
+    static func definitionJSON(_ input: SubscriptionInput) -> JSON {
+        var object: JSONObject = [
+            "subscriptionID": .string(input.subscriptionID), "subscriptionType": .string(input.type.rawValue),
+        ]
+        if let query = input.queryJSON { object["query"] = query }
+        if let zoneID = input.zoneID {
+            var zone: JSONObject = ["zoneName": .string(zoneID.zoneName)]
+            if let owner = zoneID.ownerRecordName { zone["ownerRecordName"] = .string(owner) }
+            object["zoneID"] = .object(zone)
+        }
+        if input.type == .query {
+            object["zoneWide"] = .bool(input.zoneWide)
+            object["firesOn"] = .array(FiresOn.wireNames.filter { input.firesOn.contains($0.1) }.map { .string($0.0) })
+            object["firesOnce"] = .bool(input.firesOnce)
+        }
+        object["notificationInfo"] = .object(input.notificationInfo)
+        return .object(object)
+    }
+
+    static func definitionJSON(_ bytes: [UInt8]) throws -> JSON {
+        try JSON.parse(bytes)
+    }
+}

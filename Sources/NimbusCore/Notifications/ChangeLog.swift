@@ -1,0 +1,55 @@
+import NimbusStorage
+
+/// A record's state on either side of one committed change: `before` nil for a creation,
+/// `after` nil for a deletion.
+struct RecordChange: Sendable {
+    var zoneName: String
+    var before: RecordRow?
+    var after: RecordRow?
+
+    var recordName: String { (after ?? before)!.recordName }
+    var recordType: String { (after ?? before)!.recordType }
+}
+
+/// What one committed request changed in one database: the input of subscription matching.
+struct CommittedChanges: Sendable {
+    var database: DatabaseRow
+    /// The device that made the change; it is not told about it.
+    var deviceID: String
+    var records: [RecordChange]
+    /// Zones created or deleted (database subscriptions fire on them).
+    var zones: [(name: String, deleted: Bool)]
+}
+
+/// Collects the changes of one write transaction as it runs. Operations that run in a
+/// savepoint mark the log first and roll it back with the savepoint, so only changes that
+/// commit are reported.
+final class ChangeLog {
+    private(set) var records: [RecordChange] = []
+    private(set) var zones: [(name: String, deleted: Bool)] = []
+
+    func recordChanged(zone: ZoneRow, before: RecordRow?, after: RecordRow?) {
+        records.append(RecordChange(zoneName: zone.name, before: before, after: after))
+    }
+
+    func zoneChanged(_ name: String, deleted: Bool) {
+        zones.append((name, deleted))
+    }
+
+    /// Runs `body` in a savepoint of `tx`; if it throws, its log entries go with its writes.
+    func savepoint<Value>(_ tx: any StorageWriter, _ body: () throws -> Value) throws -> Value {
+        let marks = (records.count, zones.count)
+        do {
+            return try tx.savepoint(body)
+        } catch {
+            records.removeSubrange(marks.0...)
+            zones.removeSubrange(marks.1...)
+            throw error
+        }
+    }
+
+    func committed(in database: DatabaseRow, deviceID: String) -> CommittedChanges? {
+        guard !records.isEmpty || !zones.isEmpty else { return nil }
+        return CommittedChanges(database: database, deviceID: deviceID, records: records, zones: zones)
+    }
+}

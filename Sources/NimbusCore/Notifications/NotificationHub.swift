@@ -1,0 +1,81 @@
+import Foundation
+import NimbusStorage
+import NimbusWire
+
+/// A notification as stored in a user's collection and pushed to their devices.
+public struct PushedNotification: Sendable {
+    public var owner: NotificationOwner
+    public var sequence: Int64
+    public var notificationID: String
+    /// The device whose change caused it (`iCloud` when the request named none); that device
+    /// is not told.
+    public var originDeviceID: String
+    /// The push payload (`aps` and `ck`, reference §11.3).
+    public var payload: JSON
+    /// `apns-collapse-id`: later pushes with the same ID replace earlier ones on the device.
+    public var collapseID: String?
+    /// Nothing to show: an APNs background push at priority 5 rather than an alert at 10.
+    public var isSilent: Bool
+    /// The collection token just after this notification, for a client that resumes.
+    public var syncToken: String
+
+    /// Whether `deviceID` should be told: every device but the one that made the change.
+    public func isFor(deviceID: String) -> Bool {
+        originDeviceID == Names.anonymousDevice || originDeviceID != deviceID
+    }
+}
+
+/// Where notifications go once they are in the collection: open WebSockets, APNs, web-courier
+/// polls. `deliver` is called from the notification pipeline and must not wait: a sink
+/// queues, and sends on its own tasks.
+public protocol NotificationSink: Sendable {
+    func deliver(_ notifications: [PushedNotification])
+    /// A badge change for every device of the owner (`CKModifyBadgeOperation`).
+    func deliverBadge(_ value: Int64, to owner: NotificationOwner, from deviceID: String)
+}
+
+/// A value behind a lock; NimbusCore runs on macOS 14, before `Synchronization.Mutex`.
+final class Locked<Value>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: Value
+
+    init(_ value: Value) { self.value = value }
+
+    func withLock<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
+        lock.lock()
+        defer { lock.unlock() }
+        return try body(&value)
+    }
+}
+
+/// The hand-off between writers and the notification pipeline: a writer submits what it
+/// committed and returns at once; the pipeline (`NimbusService.runNotificationPipeline`)
+/// matches, stores and delivers on its own task, so delivery never slows or blocks a write.
+public final class NotificationHub: Sendable {
+    let changes: AsyncStream<CommittedChanges>
+    private let continuation: AsyncStream<CommittedChanges>.Continuation
+    /// Every subscription, compiled; read from storage when the service starts and kept in
+    /// step by every change to subscriptions after it commits.
+    let index = Locked(SubscriptionIndex())
+    private let sinks = Locked<[any NotificationSink]>([])
+
+    init() {
+        (changes, continuation) = AsyncStream.makeStream()
+    }
+
+    /// Hands a committed change to the pipeline; a change to a database nobody subscribes to
+    /// stops here. Never waits.
+    func submit(_ committed: CommittedChanges) {
+        guard index.withLock({ $0.watches(databaseID: committed.database.id) }) else { return }
+        continuation.yield(committed)
+    }
+
+    /// Ends the pipeline once what was submitted is processed.
+    public func finish() { continuation.finish() }
+
+    public func addSink(_ sink: any NotificationSink) {
+        sinks.withLock { $0.append(sink) }
+    }
+
+    var currentSinks: [any NotificationSink] { sinks.withLock { $0 } }
+}

@@ -1,0 +1,197 @@
+import NimbusStorage
+import NimbusWire
+
+/// A stored subscription, compiled for matching: its filters as index conditions (the same
+/// conditions `records/query` runs, evaluated in memory), and the JSON clients see.
+struct Subscription: Sendable {
+    struct Key: Hashable, Sendable {
+        var userID: Int64
+        var subscriptionID: String
+    }
+
+    var key: Key
+    var databaseID: Int64
+    var database: DatabaseKey
+    var type: SubscriptionType
+    var recordType: String?
+    /// The zone watched; nil for a zone-wide query subscription and a database subscription.
+    var zoneName: String?
+    var conditions: [IndexCondition]
+    var firesOn: FiresOn
+    var firesOnce: Bool
+    var notificationInfo: JSONObject
+    /// The subscription dictionary of reference §9, as responses show it.
+    var json: JSON
+
+    /// The first plain equality filter (`EQUALS` on a scalar field): the index files the
+    /// subscription under its value, so a write looks at the subscriptions of its own values only.
+    var equalityKey: (field: String, value: IndexValue)? {
+        for condition in conditions {
+            if case .compare(let field, .scalar, .equal, let value) = condition { return (field, value) }
+        }
+        return nil
+    }
+
+    /// A push with nothing to show: delivered as a background push (priority 5).
+    var isSilent: Bool {
+        for key in ["alertBody", "alertLocalizationKey", "title", "titleLocalizationKey", "subtitle", "subtitleLocalizationKey", "soundName"]
+        where notificationInfo[key] != nil {
+            return false
+        }
+        return notificationInfo["shouldBadge"] != .bool(true)
+    }
+
+    var desiredKeys: [String] { notificationInfo["desiredKeys"]?.arrayValue?.compactMap(\.stringValue) ?? [] }
+}
+
+/// Why a query subscription fired (`qry.fo` in the payload).
+enum QueryNotificationReason: Int, Sendable {
+    case recordCreated = 1
+    case recordUpdated = 2
+    case recordDeleted = 3
+}
+
+/// One subscription that a committed change fires.
+struct SubscriptionMatch: Sendable {
+    var subscription: Subscription
+    /// Query subscriptions: the record and why; nil for zone and database subscriptions.
+    var record: RecordChange?
+    var reason: QueryNotificationReason?
+    /// Zone subscriptions: the zone that changed.
+    var zoneName: String?
+}
+
+/// Every subscription of the installation, filed so that matching a write looks only at the
+/// subscriptions that can fire: by database, then zone (zone subscriptions), record type and
+/// equality value (query subscriptions). Cost per write stays flat as subscriptions grow,
+/// as long as they differ in an equality filter (`docs/notifications.md`).
+struct SubscriptionIndex: Sendable {
+    private struct QueryFiling: Sendable {
+        /// field → value → subscriptions with that `EQUALS` filter.
+        var byEquality: [String: [IndexValue: [Subscription.Key: Subscription]]] = [:]
+        /// Query subscriptions with no equality filter: every write of the type looks at them.
+        var unkeyed: [Subscription.Key: Subscription] = [:]
+        var isEmpty: Bool { byEquality.isEmpty && unkeyed.isEmpty }
+    }
+
+    private struct DatabaseFiling: Sendable {
+        /// Every subscription of the database, so removal knows where one is filed.
+        var all: [Subscription.Key: Subscription] = [:]
+        var database: [Subscription.Key: Subscription] = [:]
+        var zones: [String: [Subscription.Key: Subscription]] = [:]
+        var queries: [String: QueryFiling] = [:]
+    }
+
+    private var databases: [Int64: DatabaseFiling] = [:]
+    private(set) var count = 0
+
+    init() {}
+
+    mutating func insert(_ subscription: Subscription) {
+        remove(databaseID: subscription.databaseID, key: subscription.key)
+        count += 1
+        let key = subscription.key
+        var filing = databases[subscription.databaseID, default: DatabaseFiling()]
+        filing.all[key] = subscription
+        switch subscription.type {
+        case .database:
+            filing.database[key] = subscription
+        case .zone:
+            filing.zones[subscription.zoneName ?? "", default: [:]][key] = subscription
+        case .query:
+            var query = filing.queries[subscription.recordType ?? "", default: QueryFiling()]
+            if let (field, value) = subscription.equalityKey {
+                query.byEquality[field, default: [:]][value, default: [:]][key] = subscription
+            } else {
+                query.unkeyed[key] = subscription
+            }
+            filing.queries[subscription.recordType ?? ""] = query
+        }
+        databases[subscription.databaseID] = filing
+    }
+
+    /// Removes the subscription if it is filed; returns whether it was.
+    @discardableResult
+    mutating func remove(databaseID: Int64, key: Subscription.Key) -> Bool {
+        guard var filing = databases[databaseID], let subscription = filing.all.removeValue(forKey: key) else { return false }
+        count -= 1
+        switch subscription.type {
+        case .database:
+            filing.database[key] = nil
+        case .zone:
+            let zone = subscription.zoneName ?? ""
+            filing.zones[zone]?[key] = nil
+            if filing.zones[zone]?.isEmpty == true { filing.zones[zone] = nil }
+        case .query:
+            let recordType = subscription.recordType ?? ""
+            var query = filing.queries[recordType] ?? QueryFiling()
+            if let (field, value) = subscription.equalityKey {
+                query.byEquality[field]?[value]?[key] = nil
+                if query.byEquality[field]?[value]?.isEmpty == true { query.byEquality[field]?[value] = nil }
+                if query.byEquality[field]?.isEmpty == true { query.byEquality[field] = nil }
+            } else {
+                query.unkeyed[key] = nil
+            }
+            filing.queries[recordType] = query.isEmpty ? nil : query
+        }
+        databases[databaseID] = filing.all.isEmpty ? nil : filing
+        return true
+    }
+
+    /// Whether any subscription watches the database: most writes stop here.
+    func watches(databaseID: Int64) -> Bool { databases[databaseID] != nil }
+
+    /// The subscriptions one committed request fires. A zone or database subscription fires
+    /// once per request however many records changed; a query subscription once per record.
+    func matches(_ changes: CommittedChanges) -> [SubscriptionMatch] {
+        guard let filing = databases[changes.database.id] else { return [] }
+        var result: [SubscriptionMatch] = []
+        for subscription in filing.database.values {
+            result.append(SubscriptionMatch(subscription: subscription))
+        }
+        var zonesChanged: [String] = []
+        for name in changes.records.map(\.zoneName) + changes.zones.map(\.name) where !zonesChanged.contains(name) {
+            zonesChanged.append(name)
+        }
+        for zone in zonesChanged {
+            for subscription in filing.zones[zone]?.values ?? [:].values {
+                result.append(SubscriptionMatch(subscription: subscription, zoneName: zone))
+            }
+        }
+        guard !filing.queries.isEmpty else { return result }
+        for change in changes.records {
+            guard let query = filing.queries[change.recordType] else { continue }
+            let before = change.before.map(Self.indexed)
+            let after = change.after.map(Self.indexed)
+            var candidates = query.unkeyed
+            for (field, byValue) in query.byEquality {
+                for side in [before, after] {
+                    for entry in side?.entries ?? [] where entry.field == field && entry.position == -1 {
+                        candidates.merge(byValue[entry.value] ?? [:]) { current, _ in current }
+                    }
+                }
+            }
+            for subscription in candidates.values {
+                if let zone = subscription.zoneName, zone != change.zoneName { continue }
+                func matches(_ side: (entries: [IndexEntry], tokens: [TokenEntry])?) -> Bool {
+                    guard let side else { return false }
+                    return subscription.conditions.allSatisfy { $0.matches(entries: side.entries, tokens: side.tokens) }
+                }
+                let reason: QueryNotificationReason
+                switch (matches(before), matches(after)) {
+                case (false, true) where subscription.firesOn.contains(.create): reason = .recordCreated
+                case (true, true) where subscription.firesOn.contains(.update): reason = .recordUpdated
+                case (true, false) where subscription.firesOn.contains(.delete): reason = .recordDeleted
+                default: continue
+                }
+                result.append(SubscriptionMatch(subscription: subscription, record: change, reason: reason))
+            }
+        }
+        return result
+    }
+
+    private static func indexed(_ row: RecordRow) -> (entries: [IndexEntry], tokens: [TokenEntry]) {
+        let fields = (try? RecordCodec.decode(row.fields)) ?? []
+        return RecordIndexer.entries(for: row, fields: fields)
+    }
+}

@@ -1,0 +1,172 @@
+import Foundation
+import GRDB
+import NimbusStorage
+
+/// Subscriptions, the notification collection, push tokens and badges.
+extension SQLiteTransaction {
+    // MARK: Subscriptions
+
+    private static let subscriptionColumns = """
+        s.database_id, s.user_id, s.subscription_id, s.definition, s.created_at,
+        d.container, d.environment, d.scope, d.owner_id
+        """
+
+    private func subscriptionRow(_ row: Row) -> SubscriptionRow {
+        let definition: Data = row["definition"]
+        let key = DatabaseKey(
+            container: row["container"], environment: Environment(rawValue: row["environment"]) ?? .development,
+            scope: DatabaseScope(rawValue: row["scope"]) ?? .public, ownerID: row["owner_id"])
+        return SubscriptionRow(
+            databaseID: row["database_id"], database: key, userID: row["user_id"], subscriptionID: row["subscription_id"],
+            definition: Array(definition), createdAt: row["created_at"])
+    }
+
+    func subscriptions(databaseID: Int64, userID: Int64) throws -> [SubscriptionRow] {
+        try fetchRows(
+            """
+            SELECT \(Self.subscriptionColumns) FROM subscriptions s JOIN databases d ON d.id = s.database_id
+            WHERE s.database_id = ? AND s.user_id = ? ORDER BY s.subscription_id
+            """, [databaseID, userID]
+        ).map(subscriptionRow)
+    }
+
+    func subscription(databaseID: Int64, userID: Int64, subscriptionID: String) throws -> SubscriptionRow? {
+        try fetchRow(
+            """
+            SELECT \(Self.subscriptionColumns) FROM subscriptions s JOIN databases d ON d.id = s.database_id
+            WHERE s.database_id = ? AND s.user_id = ? AND s.subscription_id = ?
+            """, [databaseID, userID, subscriptionID]
+        ).map(subscriptionRow)
+    }
+
+    func allSubscriptions() throws -> [SubscriptionRow] {
+        try fetchRows(
+            "SELECT \(Self.subscriptionColumns) FROM subscriptions s JOIN databases d ON d.id = s.database_id"
+        ).map(subscriptionRow)
+    }
+
+    func putSubscription(_ row: SubscriptionRow) throws {
+        try execute(
+            """
+            INSERT OR REPLACE INTO subscriptions (database_id, user_id, subscription_id, definition, created_at)
+            VALUES (?, ?, ?, ?, ?)
+            """, [row.databaseID, row.userID, row.subscriptionID, Data(row.definition), row.createdAt])
+    }
+
+    func deleteSubscription(databaseID: Int64, userID: Int64, subscriptionID: String) throws -> Bool {
+        try execute(
+            "DELETE FROM subscriptions WHERE database_id = ? AND user_id = ? AND subscription_id = ?",
+            [databaseID, userID, subscriptionID])
+        return db.changesCount > 0
+    }
+
+    // MARK: The notification collection
+
+    func notifications(owner: NotificationOwner, after sequence: Int64, limit: Int) throws -> [NotificationRow] {
+        try fetchRows(
+            """
+            SELECT sequence, notification_id, origin_device, payload, created_at, read FROM notifications
+            WHERE container = ? AND environment = ? AND user_id = ? AND sequence > ? ORDER BY sequence LIMIT ?
+            """, [owner.container, owner.environment.rawValue, owner.userID, sequence, limit]
+        ).map { row in
+            let payload: Data = row["payload"]
+            return NotificationRow(
+                sequence: row["sequence"], owner: owner, notificationID: row["notification_id"],
+                originDeviceID: row["origin_device"], payload: Array(payload), createdAt: row["created_at"], isRead: row["read"])
+        }
+    }
+
+    func notificationsPrunedThrough() throws -> Int64 {
+        try fetchRow("SELECT value FROM meta WHERE key = 'notifications_pruned_through'")?["value"] ?? 0
+    }
+
+    func insertNotification(
+        owner: NotificationOwner, notificationID: String, originDeviceID: String, payload: [UInt8], createdAt: Int64
+    ) throws -> Int64 {
+        try execute(
+            """
+            INSERT INTO notifications (container, environment, user_id, notification_id, origin_device, payload, created_at)
+            VALUES (?, ?, ?, ?, ?, ?, ?)
+            """,
+            [owner.container, owner.environment.rawValue, owner.userID, notificationID, originDeviceID, Data(payload), createdAt])
+        return db.lastInsertedRowID
+    }
+
+    func markNotificationsRead(owner: NotificationOwner, notificationIDs: [String]) throws -> [String] {
+        var found: [String] = []
+        for id in notificationIDs {
+            guard
+                try fetchRow(
+                    """
+                    UPDATE notifications SET read = 1
+                    WHERE container = ? AND environment = ? AND user_id = ? AND notification_id = ? RETURNING sequence
+                    """, [owner.container, owner.environment.rawValue, owner.userID, id]) != nil
+            else { continue }
+            found.append(id)
+        }
+        return found
+    }
+
+    func pruneNotifications(createdBefore time: Int64) throws -> Int {
+        guard let newest = try fetchRow("SELECT max(sequence) AS newest FROM notifications WHERE created_at < ?", [time])?["newest"]
+            as Int64?
+        else { return 0 }
+        try execute("DELETE FROM notifications WHERE sequence <= ?", [newest])
+        let removed = db.changesCount
+        try execute(
+            "UPDATE meta SET value = max(value, ?) WHERE key = 'notifications_pruned_through'", [newest])
+        return removed
+    }
+
+    // MARK: Push tokens and badges
+
+    private func pushTokenRow(_ row: Row) -> PushTokenRow {
+        PushTokenRow(
+            owner: NotificationOwner(
+                container: row["container"], environment: Environment(rawValue: row["environment"]) ?? .development,
+                userID: row["user_id"]),
+            token: row["token"], apnsEnvironment: row["apns_environment"], isWebCourier: row["web_courier"],
+            createdAt: row["created_at"])
+    }
+
+    private static let pushTokenColumns = "token, container, environment, user_id, apns_environment, web_courier, created_at"
+
+    func pushTokens(owner: NotificationOwner) throws -> [PushTokenRow] {
+        try fetchRows(
+            "SELECT \(Self.pushTokenColumns) FROM push_tokens WHERE container = ? AND environment = ? AND user_id = ? ORDER BY token",
+            [owner.container, owner.environment.rawValue, owner.userID]
+        ).map(pushTokenRow)
+    }
+
+    func pushToken(_ token: String) throws -> PushTokenRow? {
+        try fetchRow("SELECT \(Self.pushTokenColumns) FROM push_tokens WHERE token = ?", [token]).map(pushTokenRow)
+    }
+
+    func putPushToken(_ row: PushTokenRow) throws {
+        try execute(
+            """
+            INSERT OR REPLACE INTO push_tokens (token, container, environment, user_id, apns_environment, web_courier, created_at)
+            VALUES (?, ?, ?, ?, ?, ?, ?)
+            """,
+            [
+                row.token, row.owner.container, row.owner.environment.rawValue, row.owner.userID, row.apnsEnvironment,
+                row.isWebCourier, row.createdAt,
+            ])
+    }
+
+    func deletePushToken(_ token: String) throws {
+        try execute("DELETE FROM push_tokens WHERE token = ?", [token])
+    }
+
+    func badge(owner: NotificationOwner) throws -> Int64 {
+        try fetchRow(
+            "SELECT value FROM badges WHERE container = ? AND environment = ? AND user_id = ?",
+            [owner.container, owner.environment.rawValue, owner.userID])?["value"] ?? 0
+    }
+
+    func setBadge(owner: NotificationOwner, value: Int64) throws {
+        try execute(
+            "INSERT OR REPLACE INTO badges (container, environment, user_id, value) VALUES (?, ?, ?, ?)",
+            [owner.container, owner.environment.rawValue, owner.userID, value])
+    }
+}

@@ -1,0 +1,120 @@
+import Foundation
+import HTTPTypes
+import HummingbirdCore
+import HummingbirdWebSocket
+import Logging
+import NIOCore
+import NimbusCore
+import NimbusStorage
+import NimbusWire
+import ServiceLifecycle
+
+/// The WebSocket notification stream: `GET /device/1/{container}/{environment}/notifications/connect`
+/// with `ckAPIToken`, `ckWebAuthToken`, optionally `ckDeviceID` (this device's own changes are
+/// not sent to it) and `syncToken` (where the device's collection left off).
+///
+/// On connect the server first sends what the collection holds after `syncToken`, then
+/// `{"type": "ready", "syncToken": …}`, then live notifications as they are stored, each
+/// with the collection token just after it. A device that reconnects with its last token
+/// misses nothing, also across server restarts.
+enum NotificationSocket {
+    static let path = "notifications/connect"
+
+    /// Upgrades requests for the notification stream that authenticate; anything else goes on
+    /// to the HTTP responder, which answers it (with the authentication error, for one).
+    static func shouldUpgrade(
+        _ request: HTTPRequest, service: NimbusService, connections: LiveConnections
+    ) async -> ShouldUpgradeResult<WebSocketDataHandler<HTTP1WebSocketUpgradeChannel.Context>> {
+        guard let components = request.path.flatMap({ URLComponents(string: $0) }) else { return .dontUpgrade }
+        let parts = components.path.split(separator: "/").map(String.init)
+        guard parts.count == 6, parts[0] == "device", parts[1] == "1", "\(parts[4])/\(parts[5])" == path,
+            let environment = NimbusStorage.Environment(rawValue: parts[3])
+        else { return .dontUpgrade }
+        var query: [String: String] = [:]
+        for item in components.queryItems ?? [] { query[item.name] = item.value ?? "" }
+        let deviceID = query["ckDeviceID"].flatMap { $0.isEmpty ? nil : $0 } ?? Names.anonymousDevice
+        guard let caller = try? await service.authenticate(
+                container: parts[2], environment: environment, apiToken: query["ckAPIToken"],
+                webAuthToken: query["ckWebAuthToken"], deviceID: deviceID),
+            let user = caller.user
+        else { return .dontUpgrade }
+        // A bad token is refused before the upgrade, so the client sees an HTTP error it can read.
+        guard (try? await service.notificationChanges(caller, token: query["syncToken"], limit: 1)) != nil else {
+            return .dontUpgrade
+        }
+        let owner = NotificationOwner(container: caller.container, environment: caller.environment, userID: user.id)
+        let since = query["syncToken"]
+        return .upgrade([:]) { inbound, outbound, _ in
+            let (id, live) = connections.connect(owner: owner, deviceID: deviceID)
+            defer { connections.disconnect(owner: owner, id: id) }
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    // Nothing is expected from the client; reading notices its close.
+                    for try await _ in inbound.messages(maxSize: 4_096) {}
+                }
+                group.addTask {
+                    try await stream(caller: caller, since: since, live: live, service: service, outbound: outbound)
+                }
+                try await group.next()
+                group.cancelAll()
+            }
+        }
+    }
+
+    /// The replay from the collection, then live notifications not already replayed.
+    private static func stream(
+        caller: Caller, since token: String?, live: AsyncStream<LiveConnections.Outbound>, service: NimbusService,
+        outbound: WebSocketOutboundWriter
+    ) async throws {
+        var token = token
+        var replayedThrough: Int64 = 0
+        while true {
+            let page = try await service.notificationChanges(caller, token: token, limit: Limits.notificationsPerPage.value)
+            for row in page.notifications {
+                try await outbound.write(
+                    .text(
+                        LiveConnections.frameText([
+                            "type": "notification", "notificationID": .string(row.notificationID),
+                            "payload": try JSON.parse(row.payload),
+                            "syncToken": .string(service.notificationToken(for: row)),
+                        ])))
+                replayedThrough = row.sequence
+            }
+            token = page.syncToken
+            if !page.moreComing { break }
+        }
+        try await outbound.write(.text(LiveConnections.frameText(["type": "ready", "syncToken": .string(token ?? "")])))
+        for await item in live {
+            switch item {
+            case .notification(let notification):
+                guard notification.sequence > replayedThrough else { continue }
+                try await outbound.write(.text(LiveConnections.frame(notification)))
+            case .badge(let value):
+                try await outbound.write(.text(LiveConnections.frameText(["type": "badge", "badgeValue": .int(value)])))
+            }
+        }
+    }
+}
+
+/// Runs the notification pipeline beside the HTTP server, prunes the collection hourly, and
+/// on shutdown lets the pipeline finish what was submitted.
+struct NotificationPipelineService: Service {
+    let service: NimbusService
+    let connections: LiveConnections
+
+    func run() async throws {
+        let pruning = Task {
+            while !Task.isCancelled {
+                _ = try? await service.pruneNotifications()
+                try? await Task.sleep(nanoseconds: 3_600 * 1_000_000_000)
+            }
+        }
+        await withGracefulShutdownHandler {
+            await service.runNotificationPipeline()
+        } onGracefulShutdown: {
+            service.notificationHub.finish()
+            connections.disconnectAll()
+        }
+        pruning.cancel()
+    }
+}

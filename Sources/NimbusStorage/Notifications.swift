@@ -1,0 +1,83 @@
+/// Rows of subscriptions, the notification collection and push registrations.
+
+/// A subscription: one user's standing question about one database. `definition` is the
+/// subscription's JSON as the service normalized it (the core's encoding, opaque here).
+public struct SubscriptionRow: Sendable, Hashable {
+    public var databaseID: Int64
+    /// The database it watches (the public database is shared by every subscriber).
+    public var database: DatabaseKey
+    /// The subscribing user; notifications go to this user.
+    public var userID: Int64
+    public var subscriptionID: String
+    public var definition: [UInt8]
+    public var createdAt: Int64
+
+    public init(databaseID: Int64, database: DatabaseKey, userID: Int64, subscriptionID: String, definition: [UInt8], createdAt: Int64) {
+        self.databaseID = databaseID
+        self.database = database
+        self.userID = userID
+        self.subscriptionID = subscriptionID
+        self.definition = definition
+        self.createdAt = createdAt
+    }
+}
+
+/// Whose notifications: a user in one container and environment.
+public struct NotificationOwner: Sendable, Hashable {
+    public var container: String
+    public var environment: Environment
+    public var userID: Int64
+
+    public init(container: String, environment: Environment, userID: Int64) {
+        self.container = container
+        self.environment = environment
+        self.userID = userID
+    }
+}
+
+/// One entry of a user's notification collection. `sequence` orders the collection (it is
+/// installation-wide and never reused); `payload` is the push payload's JSON text.
+public struct NotificationRow: Sendable, Hashable {
+    public var sequence: Int64
+    public var owner: NotificationOwner
+    public var notificationID: String
+    /// The device whose change caused it; that device is not told.
+    public var originDeviceID: String
+    public var payload: [UInt8]
+    public var createdAt: Int64
+    public var isRead: Bool
+
+    public init(
+        sequence: Int64, owner: NotificationOwner, notificationID: String, originDeviceID: String, payload: [UInt8],
+        createdAt: Int64, isRead: Bool
+    ) {
+        self.sequence = sequence
+        self.owner = owner
+        self.notificationID = notificationID
+        self.originDeviceID = originDeviceID
+        self.payload = payload
+        self.createdAt = createdAt
+        self.isRead = isRead
+    }
+}
+
+/// A device registered for push (`tokens/create`, `tokens/register`): pushes for its user go to it.
+public struct PushTokenRow: Sendable, Hashable {
+    public var owner: NotificationOwner
+    /// The APNs device token, lowercase hex.
+    public var token: String
+    /// `development` (APNs sandbox) or `production`.
+    public var apnsEnvironment: String
+    /// A web-courier token (`tokens/create`): its pushes wait for the device's long poll
+    /// instead of going to APNs.
+    public var isWebCourier: Bool
+    public var createdAt: Int64
+
+    public init(owner: NotificationOwner, token: String, apnsEnvironment: String, isWebCourier: Bool, createdAt: Int64) {
+        self.owner = owner
+        self.token = token
+        self.apnsEnvironment = apnsEnvironment
+        self.isWebCourier = isWebCourier
+        self.createdAt = createdAt
+    }
+}

@@ -1,0 +1,207 @@
+import NimbusTestSupport
+import NimbusWire
+import Testing
+
+/// Matching, the notification collection and the WebSocket stream, end to end over HTTP.
+@Suite struct NotificationTests {
+    static func subscribe(_ client: APIClient, _ subscription: JSON, in database: String = "private") async throws {
+        let response = try await client.post(
+            database, "subscriptions/modify", ["operations": [["operationType": "create", "subscription": subscription]]])
+        guard response.status == 200, response.json["subscriptions"]?[0]?["serverErrorCode"] == nil else {
+            throw TestFailure("subscribing failed: \(response.text)")
+        }
+    }
+
+    /// The 2016 session's workflow: B subscribes silently to the database, A saves in a custom
+    /// zone, B hears of it and fetches database then zone changes; A is not told of its own change.
+    @Test func aDeviceHearsOfAnotherDevicesSaveAndFetchesTheChanges() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            let deviceA = alice.onDevice("device-A")
+            let deviceB = alice.onDevice("device-B")
+            try await Self.subscribe(
+                deviceB, ["subscriptionID": "db", "subscriptionType": "database", "notificationInfo": ["shouldSendContentAvailable": true]])
+            let databaseToken = try #require(try await deviceB.databaseChanges().json["syncToken"]?.stringValue)
+            let listenerA = try await NotificationListener.connect(deviceA)
+            let listenerB = try await NotificationListener.connect(deviceB)
+            defer { listenerA.close(); listenerB.close() }
+
+            _ = try await deviceA.createZone("Parties")
+            _ = try await listenerB.next(within: 5)  // the zone's creation
+            _ = try await deviceA.modify(zone: "Parties", [Op.create("wwdc", type: "Party", ["name": Op.field("Beers")])])
+            let frame = try await listenerB.next(within: 5)
+            #expect(frame["type"] == "notification")
+            #expect(frame["payload"]?["ck"]?["met"]?["sid"] == "db")
+            #expect(frame["payload"]?["ck"]?["met"]?["dbs"] == 2)
+            #expect(frame["payload"]?["aps"]?["content-available"] == 1)
+            #expect(frame["payload"]?["ck"]?["ckuserid"]?.stringValue == alice.userRecordName)
+
+            let changes = try await deviceB.databaseChanges(token: databaseToken)
+            let zoneNames = changes.zones.compactMap { $0["zoneID"]?["zoneName"]?.stringValue }
+            #expect(zoneNames == ["Parties"])
+            let zone = try #require(try await deviceB.zoneChanges("Parties").zones.first)
+            #expect(zone["records"]?.arrayValue?.map { $0["recordName"] } == ["wwdc"])
+            #expect(await listenerA.nothing(within: 0.5))
+        }
+    }
+
+    @Test func querySubscriptionsFireAsRecordsEnterChangeWithinAndLeaveTheResults() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            _ = try await alice.modify([Op.create("seed", ["stars": Op.field(0), "title": Op.field("x")])])
+            let filter: JSON = ["comparator": "GREATER_THAN_OR_EQUALS", "fieldName": "stars", "fieldValue": ["value": 4]]
+            try await Self.subscribe(
+                alice,
+                SubscriptionTests.querySubscription(
+                    "good", filters: [filter],
+                    info: [
+                        "alertLocalizationKey": "GOOD_NOTE", "alertLocalizationArgs": ["title"], "soundName": "ping.aiff",
+                        "shouldBadge": true, "desiredKeys": ["title", "stars"],
+                    ]))
+            let listener = try await NotificationListener.connect(alice.onDevice("phone"))
+            defer { listener.close() }
+            let created = try await alice.modify([Op.create("n1", ["stars": Op.field(2), "title": Op.field("Meh")])])
+            let tag1 = try #require(created.records.first?.changeTag)
+            #expect(await listener.nothing(within: 0.3))  // not in the results: nothing
+
+            let entered = try await alice.modify([Op.update("n1", tag: tag1, ["stars": Op.field(5), "title": Op.field("Great")])])
+            let enter = try await listener.next(within: 5)
+            #expect(enter["payload"]?["ck"]?["qry"]?["fo"] == 1)
+            #expect(enter["payload"]?["ck"]?["qry"]?["rid"] == "n1")
+            #expect(enter["payload"]?["ck"]?["qry"]?["af"] == ["title": "Great", "stars": 5])
+            #expect(enter["payload"]?["aps"]?["alert"]?["loc-args"] == ["Great"])
+            #expect(enter["payload"]?["aps"]?["sound"] == "ping.aiff")
+            #expect(enter["payload"]?["aps"]?["badge"] == 1)
+
+            let tag2 = try #require(entered.records.first?.changeTag)
+            let changed = try await alice.modify([Op.update("n1", tag: tag2, ["stars": Op.field(4)])])
+            let within = try await listener.next(within: 5)
+            #expect(within["payload"]?["ck"]?["qry"]?["fo"] == 2)
+            #expect(within["payload"]?["aps"]?["badge"] == 2)
+
+            let tag3 = try #require(changed.records.first?.changeTag)
+            _ = try await alice.modify([Op.update("n1", tag: tag3, ["stars": Op.field(1)])])
+            #expect(try await listener.next(within: 5)["payload"]?["ck"]?["qry"]?["fo"] == 3)
+
+            _ = try await alice.modify([Op.create("n2", ["stars": Op.field(9)])])
+            #expect(try await listener.next(within: 5)["payload"]?["ck"]?["qry"]?["fo"] == 1)
+            _ = try await alice.modify([Op.forceDelete("n2")])
+            #expect(try await listener.next(within: 5)["payload"]?["ck"]?["qry"]?["fo"] == 3)
+        }
+    }
+
+    @Test func firesOnceRemovesTheSubscriptionAfterItFires() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            _ = try await alice.modify([Op.create("seed")])
+            try await Self.subscribe(alice, SubscriptionTests.querySubscription("once", firesOn: ["create"], firesOnce: true))
+            let listener = try await NotificationListener.connect(alice.onDevice("phone"))
+            defer { listener.close() }
+            _ = try await alice.modify([Op.create("a")])
+            #expect(try await listener.next(within: 5)["payload"]?["ck"]?["qry"]?["sid"] == "once")
+            _ = try await alice.modify([Op.create("b")])
+            #expect(await listener.nothing(within: 0.5))
+            #expect(try await alice.post("private", "subscriptions/list", [:]).json["subscriptions"] == [])
+        }
+    }
+
+    @Test func publicQuerySubscriptionsHearOfEveryUsersChanges() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            let bob = try await server.user("bob")
+            _ = try await alice.modify("public", [Op.create("seed", type: "Post", ["topic": Op.field("swift")])])
+            let filter: JSON = ["comparator": "EQUALS", "fieldName": "topic", "fieldValue": ["value": "swift"]]
+            try await Self.subscribe(bob, SubscriptionTests.querySubscription("swift-posts", type: "Post", filters: [filter]), in: "public")
+            let listener = try await NotificationListener.connect(bob)
+            defer { listener.close() }
+            _ = try await alice.modify("public", [Op.create("p1", type: "Post", ["topic": Op.field("rust")])])
+            _ = try await alice.modify("public", [Op.create("p2", type: "Post", ["topic": Op.field("swift")])])
+            let frame = try await listener.next(within: 5)
+            #expect(frame["payload"]?["ck"]?["qry"]?["rid"] == "p2")
+            #expect(frame["payload"]?["ck"]?["qry"]?["dbs"] == 1)
+            #expect(frame["payload"]?["ck"]?["qry"]?["zoid"] == "_defaultOwner")
+            #expect(await listener.nothing(within: 0.3))
+        }
+    }
+
+    /// B is offline while A makes five changes; B recovers all five from the collection, by
+    /// fetch and by reconnecting its WebSocket with its last token, then marks them read,
+    /// which A hears of.
+    @Test func anOfflineDeviceRecoversEveryChangeAndMarkingReadReachesTheOtherDevice() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            let deviceA = alice.onDevice("device-A")
+            let deviceB = alice.onDevice("device-B")
+            _ = try await deviceA.createZone("Z")
+            try await Self.subscribe(deviceB, ["subscriptionID": "z", "subscriptionType": "zone", "zoneID": ["zoneName": "Z"]])
+            let start = try await deviceB.device("notifications/changes")
+            #expect(start.json["notifications"] == [])
+            let token = try #require(start.json["syncToken"]?.stringValue)
+
+            for index in 0..<5 { _ = try await deviceA.modify(zone: "Z", [Op.create("r\(index)")]) }
+            try await waitFor { try await deviceB.device("notifications/changes", ["syncToken": .string(token)]).json["notifications"]?.arrayValue?.count == 5 }
+            let missed = try await deviceB.device("notifications/changes", ["syncToken": .string(token), "resultsLimit": 3])
+            #expect(missed.json["notifications"]?.arrayValue?.count == 3)
+            #expect(missed.json["moreComing"] == true)
+            let rest = try await deviceB.device("notifications/changes", ["syncToken": missed.json["syncToken"]!])
+            #expect(rest.json["notifications"]?.arrayValue?.count == 2)
+            #expect(rest.json["moreComing"] == false)
+            // A made the changes: its own fetch leaves them out.
+            #expect(try await deviceA.device("notifications/changes").json["notifications"] == [])
+
+            let reconnected = try await NotificationListener.connect(deviceB, syncToken: token)
+            reconnected.close()
+            let replayed = reconnected.replayed
+            #expect(replayed.count == 5)
+            #expect(Set(replayed.compactMap { $0["payload"]?["ck"]?["fet"]?["zid"]?.stringValue }) == ["Z"])
+
+            let listenerA = try await NotificationListener.connect(deviceA)
+            defer { listenerA.close() }
+            let ids = replayed.compactMap { $0["notificationID"] }
+            let marked = try await deviceB.device("notifications/markRead", ["notificationIDs": .array(ids + ["unknown"])])
+            #expect(marked.json["notificationIDs"]?.arrayValue?.count == 5)
+            let read = try await listenerA.next(within: 5)
+            #expect(read["payload"]?["ck"]?["rdn"]?.arrayValue?.count == 6)
+            let after = try await deviceB.device("notifications/changes", ["syncToken": .string(token)])
+            #expect(after.json["notifications"]?.arrayValue?.prefix(5).allSatisfy { $0["read"] == true } == true)
+        }
+    }
+
+    @Test func forgedAndPrunedCollectionTokensAreRefused() async throws {
+        // Sessions outlive the 29 days this test skips.
+        try await TestServer.with(configure: { $0.service.sessionIdleTimeoutMilliseconds = 60 * 86_400_000 }) { server in
+            let alice = try await server.user("alice")
+            let bob = try await server.user("bob")
+            _ = try await alice.createZone("Z")
+            try await Self.subscribe(alice, ["subscriptionID": "z", "subscriptionType": "zone", "zoneID": ["zoneName": "Z"]])
+            let token = try #require(try await alice.device("notifications/changes").json["syncToken"]?.stringValue)
+            #expect(try await alice.device("notifications/changes", ["syncToken": "garbage"]).errorCode == "BAD_REQUEST")
+            let othersToken = try #require(try await bob.device("notifications/changes").json["syncToken"])
+            #expect(try await alice.device("notifications/changes", ["syncToken": othersToken]).errorCode == "BAD_REQUEST")
+            #expect(try await alice.device("notifications/changes", ["resultsLimit": 0]).errorCode == "BAD_REQUEST")
+            #expect(try await alice.device("notifications/changes", ["resultsLimit": 201]).json["limit"] == "notificationsPerPage")
+            #expect(try await alice.device("notifications/changes", ["resultsLimit": 200]).status == 200)
+            #expect(try await alice.device("badge/modify", ["badgeValue": -1]).status == 400)
+            #expect(try await alice.device("badge/modify", ["badgeValue": 3]).json["badgeValue"] == 3)
+            #expect(try await server.client().device("notifications/changes").status == 421)
+
+            _ = try await alice.modify(zone: "Z", [Op.create("old")])
+            try await waitFor { try await alice.device("notifications/changes").json["notifications"]?.arrayValue?.count == 1 }
+            server.clock.advance(milliseconds: 29 * 86_400_000)
+            #expect(try await server.service.pruneNotifications() == 1)
+            let expired = try await alice.device("notifications/changes", ["syncToken": .string(token)])
+            #expect(expired.status == 400)
+            #expect(expired.errorCode == "CHANGE_TOKEN_EXPIRED")
+        }
+    }
+}
+
+/// Polls `condition` until it holds (notifications are stored just after the write returns).
+func waitFor(_ condition: () async throws -> Bool) async throws {
+    for _ in 0..<200 {
+        if try await condition() { return }
+        try await Task.sleep(nanoseconds: 10_000_000)
+    }
+    throw TestFailure("the condition did not come true within 2 s")
+}
+
