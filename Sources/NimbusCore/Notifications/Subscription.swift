@@ -91,7 +91,9 @@ struct SubscriptionIndex: Sendable {
         remove(databaseID: subscription.databaseID, key: subscription.key)
         count += 1
         let key = subscription.key
-        var filing = databases[subscription.databaseID, default: DatabaseFiling()]
+        // Taken out of the dictionary while it changes, so the change happens in place (a
+        // copy left behind would make every insert copy the whole filing).
+        var filing = databases.removeValue(forKey: subscription.databaseID) ?? DatabaseFiling()
         filing.all[key] = subscription
         switch subscription.type {
         case .database:
@@ -99,7 +101,7 @@ struct SubscriptionIndex: Sendable {
         case .zone:
             filing.zones[subscription.zoneName ?? "", default: [:]][key] = subscription
         case .query:
-            var query = filing.queries[subscription.recordType ?? "", default: QueryFiling()]
+            var query = filing.queries.removeValue(forKey: subscription.recordType ?? "") ?? QueryFiling()
             if let (field, value) = subscription.equalityKey {
                 query.byEquality[field, default: [:]][value, default: [:]][key] = subscription
             } else {
@@ -113,7 +115,9 @@ struct SubscriptionIndex: Sendable {
     /// Removes the subscription if it is filed; returns whether it was.
     @discardableResult
     mutating func remove(databaseID: Int64, key: Subscription.Key) -> Bool {
-        guard var filing = databases[databaseID], let subscription = filing.all.removeValue(forKey: key) else { return false }
+        guard databases[databaseID]?.all[key] != nil, var filing = databases.removeValue(forKey: databaseID),
+            let subscription = filing.all.removeValue(forKey: key)
+        else { return false }
         count -= 1
         switch subscription.type {
         case .database:
@@ -124,7 +128,7 @@ struct SubscriptionIndex: Sendable {
             if filing.zones[zone]?.isEmpty == true { filing.zones[zone] = nil }
         case .query:
             let recordType = subscription.recordType ?? ""
-            var query = filing.queries[recordType] ?? QueryFiling()
+            var query = filing.queries.removeValue(forKey: recordType) ?? QueryFiling()
             if let (field, value) = subscription.equalityKey {
                 query.byEquality[field]?[value]?[key] = nil
                 if query.byEquality[field]?[value]?.isEmpty == true { query.byEquality[field]?[value] = nil }
