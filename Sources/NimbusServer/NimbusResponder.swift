@@ -25,13 +25,15 @@ import NimbusWire
 /// | `/database/1/{c}/{env}/{db}/zones/changes` | `databaseChanges` (deprecated) |
 /// | `/database/1/{c}/{env}/{db}/changes/database` | `databaseChanges` |
 /// | `/database/1/{c}/{env}/{db}/changes/zone` | `zoneChanges` |
+/// | `/database/1/{c}/{env}/{db}/subscriptions/list`, `lookup`, `modify` | subscriptions |
 /// | `/database/1/{c}/{env}/{db}/users/caller`, `users/current` | the signed-in user |
+/// | `/device/1/{c}/{env}/tokens/…`, `notifications/…`, `badge/modify` | `deviceEndpoint` |
 /// | `/auth/1/{c}/{env}/signin`, `signout` | sessions |
 /// | `/health` | liveness |
 ///
 /// GET and POST are accepted on every endpoint, and bodies are JSON whatever their
-/// Content-Type (reference §17). `/device/1/…` and the remaining CloudKit endpoints answer
-/// with a clear "not available yet" until their features land.
+/// Content-Type (reference §17). The remaining CloudKit endpoints answer with a clear "not
+/// available yet" until their features land.
 public struct NimbusResponder: HTTPResponder {
     public typealias Context = BasicRequestContext
 
