@@ -41,7 +41,7 @@ extension NimbusService {
             let database = try tx.ensureDatabase(key)
             var seen = Set<String>()
             var changes: [(Subscription.Key, Subscription?)] = []
-            let results: [Result<JSON, CloudKitError>] = request.operations.map { operation in
+            let results: [Result<JSON, CloudKitError>] = try request.operations.map { operation in
                 do {
                     guard seen.insert(operation.subscriptionID).inserted else {
                         throw CloudKitError.badRequest(
@@ -88,8 +88,6 @@ extension NimbusService {
                     var error = error
                     if error.subscriptionID == nil { error.subscriptionID = operation.subscriptionID }
                     return .failure(error)
-                } catch {
-                    return .failure(CloudKitError(.internalError, "the subscription could not be saved"))
                 }
             }
             return (results, changes.map { (database.id, $0.0, $0.1) })
@@ -153,21 +151,18 @@ extension NimbusService {
             notificationInfo: input.notificationInfo, json: Self.definitionJSON(input))
     }
 
-    /// Every stored subscription, compiled; one that no longer compiles (its fields changed
-    /// type) is left out and reported.
-    func loadSubscriptions() async throws -> (SubscriptionIndex, skipped: [String]) {
+    /// Every stored subscription, compiled. One that no longer compiles (a field it filters on
+    /// changed type) is left out, so it stops firing rather than stopping the server.
+    func loadSubscriptions() async throws -> SubscriptionIndex {
         try await storage.read { tx in
             var index = SubscriptionIndex()
-            var skipped: [String] = []
             for row in try tx.allSubscriptions() {
-                do {
-                    let input = try SubscriptionInput(json: ObjectReader(root: try Self.definitionJSON(row.definition)))
-                    index.insert(try self.compile(row, input: input, tx: tx))
-                } catch {
-                    skipped.append("\(row.database) \(row.subscriptionID): \(error)")
-                }
+                guard let input = try? SubscriptionInput(json: ObjectReader(root: try Self.definitionJSON(row.definition))),
+                    let subscription = try? self.compile(row, input: input, tx: tx)
+                else { continue }
+                index.insert(subscription)
             }
-            return (index, skipped)
+            return index
         }
     }
 

@@ -79,10 +79,10 @@ final class LiveConnections: NotificationSink, @unchecked Sendable {
 
     /// A WebSocket text frame: `{"type": "notification", "notificationID", "payload", "syncToken"}`,
     /// `{"type": "badge", "badgeValue"}` or, after the replay, `{"type": "ready", "syncToken"}`.
-    static func frame(_ notification: PushedNotification) -> String {
+    static func frame(notificationID: String, payload: JSON, syncToken: String) -> String {
         frameText([
-            "type": "notification", "notificationID": .string(notification.notificationID), "payload": notification.payload,
-            "syncToken": .string(notification.syncToken),
+            "type": "notification", "notificationID": .string(notificationID), "payload": payload,
+            "syncToken": .string(syncToken),
         ])
     }
 

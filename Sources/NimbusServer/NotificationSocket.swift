@@ -73,11 +73,9 @@ enum NotificationSocket {
             for row in page.notifications {
                 try await outbound.write(
                     .text(
-                        LiveConnections.frameText([
-                            "type": "notification", "notificationID": .string(row.notificationID),
-                            "payload": try JSON.parse(row.payload),
-                            "syncToken": .string(service.notificationToken(for: row)),
-                        ])))
+                        LiveConnections.frame(
+                            notificationID: row.notificationID, payload: try JSON.parse(row.payload),
+                            syncToken: service.notificationToken(for: row))))
                 replayedThrough = row.sequence
             }
             token = page.syncToken
@@ -88,7 +86,11 @@ enum NotificationSocket {
             switch item {
             case .notification(let notification):
                 guard notification.sequence > replayedThrough else { continue }
-                try await outbound.write(.text(LiveConnections.frame(notification)))
+                try await outbound.write(
+                    .text(
+                        LiveConnections.frame(
+                            notificationID: notification.notificationID, payload: notification.payload,
+                            syncToken: notification.syncToken)))
             case .badge(let value):
                 try await outbound.write(.text(LiveConnections.frameText(["type": "badge", "badgeValue": .int(value)])))
             }

@@ -133,11 +133,6 @@ public struct SubscriptionInput: Sendable {
         kept["additionalFields"] = nil
         return kept
     }
-
-    /// The keys a push carries from the record (`desiredKeys`).
-    public var desiredKeys: [String] {
-        notificationInfo["desiredKeys"]?.arrayValue?.compactMap(\.stringValue) ?? []
-    }
 }
 
 public enum SubscriptionOperationType: String, Sendable, CaseIterable {
