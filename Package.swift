@@ -26,6 +26,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/async-http-client.git", exact: "1.37.0"),
         .package(url: "https://github.com/apple/swift-http-types.git", exact: "1.8.0"),
         .package(url: "https://github.com/apple/swift-nio.git", exact: "2.101.3"),
+        .package(url: "https://github.com/apple/swift-nio-ssl.git", exact: "2.37.6"),
         .package(url: "https://github.com/hummingbird-project/hummingbird-websocket.git", exact: "2.8.1"),
         .package(url: "https://github.com/hummingbird-project/swift-websocket.git", exact: "1.6.2"),
     ],
@@ -59,11 +60,24 @@ let package = Package(
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
             ],
             swiftSettings: strict),
+        // Push delivery to Apple's APNs: HTTP/2 provider API, ES256 provider tokens, retries.
+        .target(
+            name: "NimbusPush",
+            dependencies: [
+                "NimbusWire", "NimbusStorage", "NimbusCore",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strict),
         // The HTTP API on Hummingbird.
         .target(
             name: "NimbusServer",
             dependencies: [
-                "NimbusWire", "NimbusStorage", "NimbusSQLite", "NimbusCore",
+                "NimbusWire", "NimbusStorage", "NimbusSQLite", "NimbusCore", "NimbusPush",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
@@ -100,6 +114,10 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "WSClient", package: "swift-websocket"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdHTTP2", package: "hummingbird"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Crypto", package: "swift-crypto"),
             ],
             path: "Tests/NimbusTestSupport",
             swiftSettings: strict),
@@ -129,8 +147,9 @@ let package = Package(
         .testTarget(
             name: "NimbusServerTests",
             dependencies: [
-                "NimbusServer", "NimbusTestSupport", "NimbusCLI",
+                "NimbusServer", "NimbusTestSupport", "NimbusCLI", "NimbusCore",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strict),
     ]

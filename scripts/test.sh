@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# The whole test suite. Installs what the tests need (Debian's SQLite headers for GRDB),
+# The whole test suite. Installs what the tests need (Debian packages),
 # builds everything (the crash test runs the built `nimbus` binary), then runs the tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! dpkg -s libsqlite3-dev >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ]; then
-    apt-get update -qq && apt-get install -y -qq libsqlite3-dev
-  else
-    sudo apt-get update -qq && sudo apt-get install -y -qq libsqlite3-dev
-  fi
+# Debian's SQLite headers (GRDB) and openssl (the APNs stand-in makes its certificate with it).
+missing=()
+dpkg -s libsqlite3-dev >/dev/null 2>&1 || missing+=(libsqlite3-dev)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  $sudo apt-get update -qq && $sudo apt-get install -y -qq "${missing[@]}"
 fi
 
 swift build --build-tests

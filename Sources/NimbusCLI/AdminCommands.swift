@@ -179,3 +179,56 @@ struct Schema: AsyncParsableCommand {
         }
     }
 }
+
+struct APNs: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "apns", abstract: "Manage a container's Apple Push Notification service credentials.",
+        subcommands: [Set.self, Show.self, Remove.self])
+
+    struct Set: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Store the APNs token-signing key (.p8) for a container; a running server uses it within 30 seconds.")
+        @OptionGroup var data: DataOptions
+        @Option(help: "The container.") var container: String
+        @Option(help: "Your Apple developer team ID (10 characters).") var teamID: String
+        @Option(help: "The key's ID (10 characters), shown beside it on Apple's developer site.") var keyID: String
+        @Option(help: "The app's bundle ID, sent as apns-topic.") var topic: String
+        @Option(help: "The .p8 file Apple's developer site gave for the key.") var keyFile: String
+
+        func run() async throws {
+            do {
+                guard let pem = FileManager.default.contents(atPath: keyFile).map({ String(decoding: $0, as: UTF8.self) }) else {
+                    throw ValidationError("cannot read --key-file \(keyFile)")
+                }
+                try await data.open().service.setAPNsCredentials(
+                    container: container, teamID: teamID, keyID: keyID, topic: topic, privateKeyPEM: pem)
+                print("APNs credentials stored for \(container) (team \(teamID), key \(keyID), topic \(topic))")
+            } catch { throw reportFailure(error) }
+        }
+    }
+
+    struct Show: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Show a container's APNs team, key ID and topic (never the key).")
+        @OptionGroup var data: DataOptions
+        @Option(help: "The container.") var container: String
+
+        func run() async throws {
+            guard let credentials = try await data.open().service.apnsCredentials(container: container) else {
+                print("no APNs credentials for \(container)")
+                return
+            }
+            print("team \(credentials.teamID), key \(credentials.keyID), topic \(credentials.topic)")
+        }
+    }
+
+    struct Remove: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Remove a container's APNs credentials; pushes to APNs stop.")
+        @OptionGroup var data: DataOptions
+        @Option(help: "The container.") var container: String
+
+        func run() async throws {
+            let removed = try await data.open().service.removeAPNsCredentials(container: container)
+            print(removed ? "removed APNs credentials for \(container)" : "no APNs credentials for \(container)")
+        }
+    }
+}

@@ -22,6 +22,12 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Minutes a session may sit idle before it is signed out.")
     var sessionIdleMinutes: Int = 30
 
+    @Option(help: "Send APNs pushes to this base URL instead of Apple's (a relay, a stand-in) (env NIMBUS_APNS_ENDPOINT).")
+    var apnsEndpoint: String? = ProcessInfo.processInfo.environment["NIMBUS_APNS_ENDPOINT"]
+
+    @Option(help: "A PEM file of extra certificates to trust for the APNs endpoint.")
+    var apnsCAFile: String?
+
     func run() async throws {
         var configuration = try data.configuration()
         configuration.host = host
@@ -30,6 +36,14 @@ struct Serve: AsyncParsableCommand {
         configuration.logLevel = level
         guard sessionIdleMinutes >= 1 else { throw ValidationError("--session-idle-minutes must be at least 1") }
         configuration.service.sessionIdleTimeoutMilliseconds = Int64(sessionIdleMinutes) * 60_000
+        if let apnsEndpoint {
+            guard let url = URL(string: apnsEndpoint), url.scheme == "https", url.host != nil else {
+                throw ValidationError("--apns-endpoint must be an https:// URL")
+            }
+            configuration.apns.productionEndpoint = apnsEndpoint
+            configuration.apns.developmentEndpoint = apnsEndpoint
+        }
+        configuration.apns.trustedCertificatesFile = apnsCAFile
 
         let directory = try await DataDirectory.open(configuration)
         let bootstrap = try await Bootstrap.ensure(in: directory, configuration: configuration)

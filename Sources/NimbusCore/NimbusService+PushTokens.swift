@@ -1,3 +1,5 @@
+import Crypto
+import Foundation
 import NimbusStorage
 import NimbusWire
 
@@ -12,7 +14,9 @@ extension NimbusService {
         let owner = try notificationOwner(caller, for: "Push registration")
         let apnsEnvironment = try Self.apnsEnvironment(body)
         let token = Credentials.base64URL(Credentials.randomBytes(32))
-        let row = PushTokenRow(owner: owner, token: token, apnsEnvironment: apnsEnvironment, isWebCourier: true, createdAt: now)
+        let row = PushTokenRow(
+            owner: owner, token: token, apnsEnvironment: apnsEnvironment, isWebCourier: true, deviceID: caller.deviceID,
+            createdAt: now)
         try await storage.write { tx in try tx.putPushToken(row) }
         return [
             "apnsEnvironment": .string(apnsEnvironment), "apnsToken": .string(token),
@@ -39,7 +43,9 @@ extension NimbusService {
                     "apnsToken: expected an APNs device token (64 hexadecimal digits, or the base64 of its 32 bytes) or a token from tokens/create")
             }
             try tx.putPushToken(
-                PushTokenRow(owner: owner, token: deviceToken, apnsEnvironment: apnsEnvironment, isWebCourier: false, createdAt: now))
+                PushTokenRow(
+                    owner: owner, token: deviceToken, apnsEnvironment: apnsEnvironment, isWebCourier: false,
+                    deviceID: caller.deviceID, createdAt: now))
             return deviceToken
         }
         return ["apnsEnvironment": .string(apnsEnvironment), "apnsToken": .string(token)]
@@ -67,5 +73,78 @@ extension NimbusService {
     /// The collection token just after a stored notification.
     public func notificationToken(for row: NotificationRow) -> String {
         notificationToken(row.owner, sequence: row.sequence)
+    }
+
+    // MARK: Delivery's side
+
+    /// The tokens pushes for `owner` go to: APNs device tokens and web-courier tokens.
+    public func pushTokens(of owner: NotificationOwner) async throws -> [PushTokenRow] {
+        try await storage.read { tx in try tx.pushTokens(owner: owner) }
+    }
+
+    /// A registered token, or nil (web-courier polls name theirs).
+    public func pushToken(_ token: String) async throws -> PushTokenRow? {
+        try await storage.read { tx in try tx.pushToken(token) }
+    }
+
+    /// Forgets a token APNs says is no longer valid (410 `Unregistered`, `BadDeviceToken`), or
+    /// an expired web-courier token.
+    public func removePushToken(_ token: String) async throws {
+        try await storage.write { tx in try tx.deletePushToken(token) }
+    }
+
+    /// The web-courier token a long poll names (`GET /webcourier/aps?tok=…`). Unknown tokens
+    /// and APNs device tokens are refused; a token past its lifetime is removed and refused.
+    public func webCourierToken(_ token: String) async throws -> PushTokenRow {
+        guard let row = try await pushToken(token), row.isWebCourier else {
+            throw CloudKitError(.notFound, "unknown web-courier token; get one from tokens/create and register it")
+        }
+        guard now - row.createdAt < Int64(Self.webCourierLifetimeSeconds) * 1_000 else {
+            try await removePushToken(token)
+            throw CloudKitError(
+                .authenticationFailed, "this web-courier token expired after \(Self.webCourierLifetimeSeconds) seconds; get a new one from tokens/create")
+        }
+        return row
+    }
+
+    // MARK: APNs credentials
+
+    /// Stores a container's APNs provider key (`nimbus apns set`). The key must be the `.p8`
+    /// file's PEM text, a P-256 private key; IDs are Apple's 10-character team and key IDs.
+    public func setAPNsCredentials(container: String, teamID: String, keyID: String, topic: String, privateKeyPEM: String)
+        async throws
+    {
+        try Self.checkAppleID(teamID, "team ID")
+        try Self.checkAppleID(keyID, "key ID")
+        let bundleIDCharacters = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_".utf8)
+        guard !topic.isEmpty, topic.utf8.count <= 255, topic.utf8.allSatisfy(bundleIDCharacters.contains) else {
+            throw CloudKitError.badRequest("topic: expected the app's bundle ID, such as com.example.notes")
+        }
+        guard (try? P256.Signing.PrivateKey(pemRepresentation: privateKeyPEM)) != nil else {
+            throw CloudKitError.badRequest(
+                "key: not a P-256 private key in PEM form; use the .p8 file Apple's developer site gives for APNs")
+        }
+        guard try await containers().contains(where: { $0.id == container }) else {
+            throw CloudKitError(.notFound, "container '\(Names.escaped(container))' does not exist")
+        }
+        let row = APNsCredentialsRow(
+            container: container, teamID: teamID, keyID: keyID, topic: topic, privateKeyPEM: privateKeyPEM, updatedAt: now)
+        try await storage.write { tx in try tx.putAPNsCredentials(row) }
+    }
+
+    public func apnsCredentials(container: String) async throws -> APNsCredentialsRow? {
+        try await storage.read { tx in try tx.apnsCredentials(container: container) }
+    }
+
+    /// Whether the container had credentials to remove.
+    public func removeAPNsCredentials(container: String) async throws -> Bool {
+        try await storage.write { tx in try tx.deleteAPNsCredentials(container: container) }
+    }
+
+    private static func checkAppleID(_ value: String, _ name: String) throws(CloudKitError) {
+        let allowed = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789".utf8)
+        guard value.utf8.count == 10, value.utf8.allSatisfy(allowed.contains) else {
+            throw .badRequest("\(name): expected Apple's 10-character \(name), such as ABCDE12345; got '\(Names.escaped(value))'")
+        }
     }
 }

@@ -207,5 +207,21 @@ enum Migrations {
                     ) WITHOUT ROWID;
                     """)
         }
+        migrator.registerMigration("v5-apns") { db in
+            try db.execute(
+                sql: """
+                    -- Tokens registered before device IDs were kept go to every device.
+                    ALTER TABLE push_tokens ADD COLUMN device_id TEXT NOT NULL DEFAULT 'iCloud';
+
+                    CREATE TABLE apns_credentials (
+                        container TEXT PRIMARY KEY REFERENCES containers(id),
+                        team_id TEXT NOT NULL,
+                        key_id TEXT NOT NULL,
+                        topic TEXT NOT NULL,
+                        private_key TEXT NOT NULL,
+                        updated_at INTEGER NOT NULL
+                    );
+                    """)
+        }
     }
 }

@@ -126,10 +126,10 @@ extension SQLiteTransaction {
                 container: row["container"], environment: Environment(rawValue: row["environment"]) ?? .development,
                 userID: row["user_id"]),
             token: row["token"], apnsEnvironment: row["apns_environment"], isWebCourier: row["web_courier"],
-            createdAt: row["created_at"])
+            deviceID: row["device_id"], createdAt: row["created_at"])
     }
 
-    private static let pushTokenColumns = "token, container, environment, user_id, apns_environment, web_courier, created_at"
+    private static let pushTokenColumns = "token, container, environment, user_id, apns_environment, web_courier, device_id, created_at"
 
     func pushTokens(owner: NotificationOwner) throws -> [PushTokenRow] {
         try fetchRows(
@@ -145,12 +145,11 @@ extension SQLiteTransaction {
     func putPushToken(_ row: PushTokenRow) throws {
         try execute(
             """
-            INSERT OR REPLACE INTO push_tokens (token, container, environment, user_id, apns_environment, web_courier, created_at)
-            VALUES (?, ?, ?, ?, ?, ?, ?)
+            INSERT OR REPLACE INTO push_tokens (\(Self.pushTokenColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
             """,
             [
                 row.token, row.owner.container, row.owner.environment.rawValue, row.owner.userID, row.apnsEnvironment,
-                row.isWebCourier, row.createdAt,
+                row.isWebCourier, row.deviceID, row.createdAt,
             ])
     }
 
@@ -168,5 +167,28 @@ extension SQLiteTransaction {
         try execute(
             "INSERT OR REPLACE INTO badges (container, environment, user_id, value) VALUES (?, ?, ?, ?)",
             [owner.container, owner.environment.rawValue, owner.userID, value])
+    }
+
+    // MARK: APNs credentials
+
+    func apnsCredentials(container: String) throws -> APNsCredentialsRow? {
+        try fetchRow(
+            "SELECT team_id, key_id, topic, private_key, updated_at FROM apns_credentials WHERE container = ?", [container]
+        ).map {
+            APNsCredentialsRow(
+                container: container, teamID: $0["team_id"], keyID: $0["key_id"], topic: $0["topic"],
+                privateKeyPEM: $0["private_key"], updatedAt: $0["updated_at"])
+        }
+    }
+
+    func putAPNsCredentials(_ row: APNsCredentialsRow) throws {
+        try execute(
+            "INSERT OR REPLACE INTO apns_credentials (container, team_id, key_id, topic, private_key, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+            [row.container, row.teamID, row.keyID, row.topic, row.privateKeyPEM, row.updatedAt])
+    }
+
+    func deleteAPNsCredentials(container: String) throws -> Bool {
+        try execute("DELETE FROM apns_credentials WHERE container = ?", [container])
+        return db.changesCount > 0
     }
 }

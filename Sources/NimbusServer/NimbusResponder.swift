@@ -29,6 +29,7 @@ import NimbusWire
 /// | `/database/1/{c}/{env}/{db}/users/caller`, `users/current` | the signed-in user |
 /// | `/device/1/{c}/{env}/tokens/…`, `notifications/…`, `badge/modify` | `deviceEndpoint` |
 /// | `/auth/1/{c}/{env}/signin`, `signout` | sessions |
+/// | `/webcourier/aps?tok=…` | `webCourierPoll` (CloudKit JS's long poll) |
 /// | `/health` | liveness |
 ///
 /// GET and POST are accepted on every endpoint, and bodies are JSON whatever their
@@ -39,10 +40,12 @@ public struct NimbusResponder: HTTPResponder {
 
     let service: NimbusService
     let logger: Logger
+    let courier: WebCourier
 
-    public init(service: NimbusService, logger: Logger) {
+    init(service: NimbusService, logger: Logger, courier: WebCourier) {
         self.service = service
         self.logger = logger
+        self.courier = courier
     }
 
     /// Endpoints of the protocol that later Nimbus features serve.
@@ -78,6 +81,8 @@ public struct NimbusResponder: HTTPResponder {
         switch module {
         case "health" where parts.count == 1:
             return jsonResponse(["status": "ok"], webAuthToken: nil)
+        case "webcourier" where parts == ["webcourier", "aps"]:
+            return try await webCourierPoll(request)
         case "database", "device", "auth":
             guard parts.count >= 4 else { throw unknownEndpoint(request) }
             guard parts[1] == "1" else {
@@ -180,6 +185,22 @@ public struct NimbusResponder: HTTPResponder {
                 .notFound,
                 "no device endpoint '\(Names.escaped(action))'; use tokens/create, tokens/register, notifications/changes, notifications/markRead, notifications/connect or badge/modify")
         }
+    }
+
+    /// `GET /webcourier/aps?tok=…&ttl=…`: one push payload as JSON, or 204 after the poll
+    /// timeout with nothing to send. The token is the credential, as the URL `tokens/create`
+    /// hands out is all a client has.
+    private func webCourierPoll(_ request: Request) async throws -> Response {
+        guard let token = request.uri.queryParameters["tok"].map(String.init), !token.isEmpty else {
+            throw CloudKitError.badRequest("missing tok: poll the webcourierURL that tokens/create returned")
+        }
+        let row = try await service.webCourierToken(token)
+        guard let payload = await courier.poll(token: row) else {
+            return Response(status: .noContent, headers: [.accessControlAllowOrigin: "*"])
+        }
+        var headers = baseHeaders(webAuthToken: nil)
+        headers[.contentLength] = String(payload.count)
+        return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: payload)))
     }
 
     /// This server's address as the client reached it, for URLs handed back (`webcourierURL`).

@@ -3,6 +3,7 @@ import Hummingbird
 import HummingbirdWebSocket
 import Logging
 import NimbusCore
+import NimbusPush
 import NimbusSQLite
 import NimbusStorage
 import NimbusWire
@@ -17,6 +18,10 @@ public struct ServerConfiguration: Sendable {
     public var logLevel: Logger.Level = .info
     public var synchronous: SQLiteStorage.SynchronousMode = .full
     public var service = NimbusService.Options()
+    /// Where pushes for APNs device tokens go (Apple's endpoints unless changed).
+    public var apns = APNsSettings()
+    /// How long a web-courier long poll (`GET /webcourier/aps`) waits for a notification.
+    public var webCourierPollTimeout: Duration = .seconds(30)
 
     public init() {}
 
@@ -76,15 +81,17 @@ public enum NimbusServer {
         var logger = Logger(label: "nimbus")
         logger.logLevel = configuration.logLevel
         let connections = LiveConnections()
-        service.notificationHub.addSink(connections)
+        let courier = WebCourier(service: service, pollTimeout: configuration.webCourierPollTimeout)
+        let apns = APNsDelivery(service: service, settings: configuration.apns, logger: logger)
+        for sink: any NotificationSink in [connections, courier, apns] { service.notificationHub.addSink(sink) }
         return Application(
-            responder: NimbusResponder(service: service, logger: logger),
+            responder: NimbusResponder(service: service, logger: logger, courier: courier),
             server: .http1WebSocketUpgrade { request, _, _ in
                 await NotificationSocket.shouldUpgrade(request, service: service, connections: connections)
             },
             configuration: ApplicationConfiguration(
                 address: .hostname(configuration.host, port: configuration.port), serverName: "Nimbus"),
-            services: [NotificationPipelineService(service: service, connections: connections)],
+            services: [NotificationPipelineService(service: service, connections: connections), apns],
             onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? configuration.port) },
             logger: logger)
     }

@@ -71,13 +71,40 @@ public struct PushTokenRow: Sendable, Hashable {
     /// A web-courier token (`tokens/create`): its pushes wait for the device's long poll
     /// instead of going to APNs.
     public var isWebCourier: Bool
+    /// The device that registered it (`ckDeviceID`): its own changes are not pushed to it.
+    public var deviceID: String
     public var createdAt: Int64
 
-    public init(owner: NotificationOwner, token: String, apnsEnvironment: String, isWebCourier: Bool, createdAt: Int64) {
+    public init(
+        owner: NotificationOwner, token: String, apnsEnvironment: String, isWebCourier: Bool, deviceID: String,
+        createdAt: Int64
+    ) {
         self.owner = owner
         self.token = token
         self.apnsEnvironment = apnsEnvironment
         self.isWebCourier = isWebCourier
+        self.deviceID = deviceID
         self.createdAt = createdAt
+    }
+}
+
+/// A container's APNs provider credentials: the token-signing key from Apple's developer site
+/// (the `.p8` file), its key ID, the team that owns it and the app's bundle ID (`apns-topic`).
+public struct APNsCredentialsRow: Sendable, Hashable {
+    public var container: String
+    public var teamID: String
+    public var keyID: String
+    public var topic: String
+    /// The `.p8` file's PEM text (a PKCS #8 P-256 private key).
+    public var privateKeyPEM: String
+    public var updatedAt: Int64
+
+    public init(container: String, teamID: String, keyID: String, topic: String, privateKeyPEM: String, updatedAt: Int64) {
+        self.container = container
+        self.teamID = teamID
+        self.keyID = keyID
+        self.topic = topic
+        self.privateKeyPEM = privateKeyPEM
+        self.updatedAt = updatedAt
     }
 }

@@ -80,6 +80,7 @@ public protocol StorageReader {
     func pushTokens(owner: NotificationOwner) throws -> [PushTokenRow]
     func pushToken(_ token: String) throws -> PushTokenRow?
     func badge(owner: NotificationOwner) throws -> Int64
+    func apnsCredentials(container: String) throws -> APNsCredentialsRow?
 }
 
 /// Reads and writes, valid inside one write transaction closure.
@@ -148,4 +149,7 @@ public protocol StorageWriter: StorageReader {
     func putPushToken(_ row: PushTokenRow) throws
     func deletePushToken(_ token: String) throws
     func setBadge(owner: NotificationOwner, value: Int64) throws
+    func putAPNsCredentials(_ row: APNsCredentialsRow) throws
+    /// Whether there were any.
+    func deleteAPNsCredentials(container: String) throws -> Bool
 }
