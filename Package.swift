@@ -39,7 +39,10 @@ let package = Package(
         // built with WebSockets, which Linux distributions do not ship).
         .target(
             name: "NimbusKit",
-            dependencies: ["NimbusWire", .product(name: "WSClient", package: "swift-websocket")],
+            dependencies: [
+                "NimbusWire", .product(name: "WSClient", package: "swift-websocket"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: strict),
         // The storage protocol, spoken in CloudKit terms, and its value types.
         .target(name: "NimbusStorage", dependencies: ["NimbusWire"], swiftSettings: strict),

@@ -54,6 +54,25 @@ public final class CKContainer: NSObject, @unchecked Sendable {
     public init(configuration: NimbusConfiguration) {
         containerIdentifier = configuration.containerIdentifier
         transport = NimbusTransport(configuration: configuration)
+        operationQueue.name = "NimbusKit.container"
+        operationQueue.maxConcurrentOperationCount = 4
+    }
+
+    /// Runs container operations (the notification collection, the badge).
+    private let operationQueue = OperationQueue()
+
+    /// Runs an operation against this container; a database operation runs on its
+    /// database, or on the private database when it names none.
+    public func add(_ operation: CKOperation) {
+        switch operation {
+        case let operation as CKDatabaseOperation:
+            (operation.database ?? privateCloudDatabase).add(operation)
+        case let operation as CKContainerOperation:
+            operation.container = self
+            operationQueue.addOperation(operation)
+        default:
+            operationQueue.addOperation(operation)
+        }
     }
 
     private static func shared(_ configuration: NimbusConfiguration) -> CKContainer {

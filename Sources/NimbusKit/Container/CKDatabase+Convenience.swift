@@ -285,7 +285,7 @@ extension CKDatabase {
 
     /// Adds the operation and waits for its final result block (installed by `install`). Per-item
     /// failures reach the caller through the per-item results, so `partialFailure` is not thrown.
-    private func run(_ operation: CKDatabaseOperation, install: (@escaping @Sendable (Result<Void, any Error>) -> Void) -> Void)
+    func run(_ operation: CKDatabaseOperation, install: (@escaping @Sendable (Result<Void, any Error>) -> Void) -> Void)
         async throws
     {
         do {
@@ -310,14 +310,14 @@ extension CKDatabase {
 
     /// A single item's result: its value, or its own error.
     @discardableResult
-    private func single<Value>(_ result: Result<Value, any Error>?, what: String) throws -> Value {
+    func single<Value>(_ result: Result<Value, any Error>?, what: String) throws -> Value {
         guard let result else { throw CKError(.internalError, "no result for \(what)") }
         return try result.get()
     }
 }
 
 /// Hands an async result to a completion handler in CloudKit's (value, error) shape.
-private func deliver<Value>(_ result: Result<Value, any Error>, to handler: @Sendable (Value?, (any Error)?) -> Void) {
+func deliver<Value>(_ result: Result<Value, any Error>, to handler: @Sendable (Value?, (any Error)?) -> Void) {
     switch result {
     case .success(let value): handler(value, nil)
     case .failure(let error): handler(nil, error)

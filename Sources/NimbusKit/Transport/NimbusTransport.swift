@@ -53,16 +53,58 @@ final class NimbusTransport: Sendable {
     func database(_ scope: CKDatabase.Scope, _ path: String, _ body: JSON, timeout: TimeInterval? = nil)
         async throws(CKError) -> JSON
     {
+        try await authenticated(
+            "database/1/\(configuration.containerIdentifier)/\(configuration.environment.rawValue)/\(scope.pathComponent)/\(path)",
+            body, timeout: timeout)
+    }
+
+    /// POSTs to `/device/1/{container}/{environment}/{path}`: push tokens, the notification
+    /// collection and the badge, which belong to the user rather than to one database.
+    func device(_ path: String, _ body: JSON, timeout: TimeInterval? = nil) async throws(CKError) -> JSON {
+        try await authenticated(
+            "device/1/\(configuration.containerIdentifier)/\(configuration.environment.rawValue)/\(path)", body,
+            timeout: timeout)
+    }
+
+    /// Sends with the session, signing in first when the configuration has credentials and no
+    /// session yet, and once again on an expired session.
+    private func authenticated(_ fullPath: String, _ body: JSON, timeout: TimeInterval?) async throws(CKError) -> JSON {
         if state.webAuthToken == nil, configuration.username != nil { try await signInWithConfiguredCredentials() }
-        let databasePath = "database/1/\(configuration.containerIdentifier)/\(configuration.environment.rawValue)/\(scope.pathComponent)/\(path)"
         do {
-            return try await send(databasePath, body, timeout: timeout)
+            return try await send(fullPath, body, timeout: timeout)
         } catch let error where error.userInfo[CKErrorServerErrorCodeKey] as? String == "AUTHENTICATION_REQUIRED"
             && configuration.username != nil
         {
             try await signInWithConfiguredCredentials()
-            return try await send(databasePath, body, timeout: timeout)
+            return try await send(fullPath, body, timeout: timeout)
         }
+    }
+
+    /// The WebSocket URL of the notification stream, with the session and this device.
+    func notificationStreamURL(after syncToken: String?) async throws(CKError) -> String {
+        if state.webAuthToken == nil, configuration.username != nil { try await signInWithConfiguredCredentials() }
+        guard
+            var components = URLComponents(
+                url: configuration.serverURL.appendingPathComponent(
+                    "device/1/\(configuration.containerIdentifier)/\(configuration.environment.rawValue)/notifications/connect"),
+                resolvingAgainstBaseURL: false)
+        else {
+            throw CKError(.badContainer, "cannot build a URL from the server URL '\(configuration.serverURL)'")
+        }
+        var query = [
+            URLQueryItem(name: "ckAPIToken", value: configuration.apiToken),
+            URLQueryItem(name: "ckDeviceID", value: configuration.deviceID),
+        ]
+        if let token = state.webAuthToken { query.append(URLQueryItem(name: "ckWebAuthToken", value: token)) }
+        if let syncToken { query.append(URLQueryItem(name: "syncToken", value: syncToken)) }
+        components.queryItems = query
+        let encodedQuery = components.percentEncodedQuery?.replacingOccurrences(of: "+", with: "%2B")
+        components.percentEncodedQuery = encodedQuery
+        components.scheme = components.scheme == "https" ? "wss" : "ws"
+        guard let url = components.string else {
+            throw CKError(.badContainer, "cannot build a URL from the server URL '\(configuration.serverURL)'")
+        }
+        return url
     }
 
     /// Signs in at `/auth/1/{container}/{environment}/signin` and keeps the session.

@@ -1,0 +1,263 @@
+import Foundation
+import NimbusWire
+
+/// A standing request to be told when data changes: the base of `CKQuerySubscription`,
+/// `CKRecordZoneSubscription` and `CKDatabaseSubscription`.
+open class CKSubscription: NSObject, @unchecked Sendable {
+    public typealias ID = String
+
+    public enum SubscriptionType: Int, Sendable {
+        case query = 1
+        case recordZone = 2
+        case database = 3
+
+        var wireName: String {
+            switch self {
+            case .query: return "query"
+            case .recordZone: return "zone"
+            case .database: return "database"
+            }
+        }
+    }
+
+    public let subscriptionID: ID
+    public let subscriptionType: SubscriptionType
+    /// What the push shows or carries; without it the push is silent and carries only the
+    /// `ck` dictionary.
+    public var notificationInfo: NotificationInfo?
+
+    init(subscriptionID: ID, subscriptionType: SubscriptionType) {
+        self.subscriptionID = subscriptionID
+        self.subscriptionType = subscriptionType
+    }
+
+    public override var description: String { "<\(type(of: self)): \(subscriptionID)>" }
+
+    /// The subscription dictionary of the Web Services protocol.
+    func wireJSON(currentUser: String?) throws(CKError) -> JSON {
+        var object: JSONObject = [
+            "subscriptionID": .string(subscriptionID), "subscriptionType": .string(subscriptionType.wireName),
+        ]
+        try addWireFields(to: &object, currentUser: currentUser)
+        if let notificationInfo { object["notificationInfo"] = .object(notificationInfo.wireJSON) }
+        return .object(object)
+    }
+
+    func addWireFields(to object: inout JSONObject, currentUser: String?) throws(CKError) {}
+
+    /// A subscription from the server's dictionary; nil for a shape this SDK does not know.
+    static func from(_ json: JSON, currentUser: String?) -> CKSubscription? {
+        guard let id = json["subscriptionID"]?.stringValue else { return nil }
+        let subscription: CKSubscription
+        switch json["subscriptionType"]?.stringValue {
+        case "query":
+            guard let query = json["query"], let recordType = query["recordType"]?.stringValue else { return nil }
+            var options: CKQuerySubscription.Options = []
+            for name in json["firesOn"]?.arrayValue?.compactMap(\.stringValue) ?? [] {
+                switch name {
+                case "create": options.insert(.firesOnRecordCreation)
+                case "update": options.insert(.firesOnRecordUpdate)
+                case "delete": options.insert(.firesOnRecordDeletion)
+                default: break
+                }
+            }
+            if json["firesOnce"]?.boolValue == true { options.insert(.firesOnce) }
+            let querySubscription = CKQuerySubscription(
+                recordType: recordType, wireQuery: query, subscriptionID: id, options: options)
+            if json["zoneWide"]?.boolValue == false, let zone = json["zoneID"] {
+                querySubscription.zoneID = WireRecordCoder.zoneID(zone, currentUser: currentUser)
+            }
+            subscription = querySubscription
+        case "zone":
+            subscription = CKRecordZoneSubscription(
+                zoneID: WireRecordCoder.zoneID(json["zoneID"], currentUser: currentUser), subscriptionID: id)
+        case "database":
+            subscription = CKDatabaseSubscription(subscriptionID: id)
+        default:
+            return nil
+        }
+        if let info = json["notificationInfo"]?.objectValue, !info.isEmpty {
+            subscription.notificationInfo = NotificationInfo(wireJSON: info)
+        }
+        return subscription
+    }
+}
+
+/// Fires when records of a type enter, change within or leave the results of a predicate.
+public final class CKQuerySubscription: CKSubscription, @unchecked Sendable {
+    public struct Options: OptionSet, Sendable {
+        public let rawValue: UInt
+        public init(rawValue: UInt) { self.rawValue = rawValue }
+
+        public static let firesOnRecordCreation = Options(rawValue: 1 << 0)
+        public static let firesOnRecordUpdate = Options(rawValue: 1 << 1)
+        public static let firesOnRecordDeletion = Options(rawValue: 1 << 2)
+        /// Removed by the server after it first fires.
+        public static let firesOnce = Options(rawValue: 1 << 3)
+    }
+
+    public let recordType: CKRecord.RecordType
+    /// As given; for a subscription fetched from the server it reads TRUEPREDICATE, and the
+    /// server's own form of the filter is what is saved again.
+    public let predicate: NSPredicate
+    public let querySubscriptionOptions: Options
+    /// One zone to watch; nil watches every zone of the database.
+    public var zoneID: CKRecordZone.ID?
+    private var wireQuery: JSON?
+
+    public convenience init(
+        recordType: CKRecord.RecordType, predicate: NSPredicate, options: Options = [.firesOnRecordCreation, .firesOnRecordUpdate, .firesOnRecordDeletion]
+    ) {
+        self.init(recordType: recordType, predicate: predicate, subscriptionID: UUID().uuidString, options: options)
+    }
+
+    public init(
+        recordType: CKRecord.RecordType, predicate: NSPredicate, subscriptionID: CKSubscription.ID,
+        options: Options = [.firesOnRecordCreation, .firesOnRecordUpdate, .firesOnRecordDeletion]
+    ) {
+        self.recordType = recordType
+        self.predicate = predicate
+        self.querySubscriptionOptions = options
+        super.init(subscriptionID: subscriptionID, subscriptionType: .query)
+    }
+
+    init(recordType: CKRecord.RecordType, wireQuery: JSON, subscriptionID: CKSubscription.ID, options: Options) {
+        self.recordType = recordType
+        self.predicate = NSPredicate(value: true)
+        self.querySubscriptionOptions = options
+        self.wireQuery = wireQuery
+        super.init(subscriptionID: subscriptionID, subscriptionType: .query)
+    }
+
+    override func addWireFields(to object: inout JSONObject, currentUser: String?) throws(CKError) {
+        var query: JSON
+        if let wireQuery {
+            query = wireQuery
+        } else {
+            query = try CKQuery(recordType: recordType, predicate: predicate).queryJSON(currentUser: currentUser)
+        }
+        if var queryObject = query.objectValue {
+            queryObject["sortBy"] = nil  // subscriptions do not sort
+            query = .object(queryObject)
+        }
+        object["query"] = query
+        if let zoneID { object["zoneID"] = WireRecordCoder.zoneIDJSON(zoneID) }
+        object["zoneWide"] = .bool(zoneID == nil)
+        var firesOn: [JSON] = []
+        if querySubscriptionOptions.contains(.firesOnRecordCreation) { firesOn.append("create") }
+        if querySubscriptionOptions.contains(.firesOnRecordUpdate) { firesOn.append("update") }
+        if querySubscriptionOptions.contains(.firesOnRecordDeletion) { firesOn.append("delete") }
+        guard !firesOn.isEmpty else {
+            throw CKError(
+                .invalidArguments,
+                "query subscription \(subscriptionID): options must include at least one of firesOnRecordCreation, firesOnRecordUpdate, firesOnRecordDeletion")
+        }
+        object["firesOn"] = .array(firesOn)
+        object["firesOnce"] = .bool(querySubscriptionOptions.contains(.firesOnce))
+    }
+}
+
+/// Fires on any change to the records of one custom zone.
+public final class CKRecordZoneSubscription: CKSubscription, @unchecked Sendable {
+    public let zoneID: CKRecordZone.ID
+    /// Kept for source compatibility; Nimbus fires for every record type in the zone.
+    public var recordType: CKRecord.RecordType?
+
+    public convenience init(zoneID: CKRecordZone.ID) {
+        self.init(zoneID: zoneID, subscriptionID: UUID().uuidString)
+    }
+
+    public init(zoneID: CKRecordZone.ID, subscriptionID: CKSubscription.ID) {
+        self.zoneID = zoneID
+        super.init(subscriptionID: subscriptionID, subscriptionType: .recordZone)
+    }
+
+    override func addWireFields(to object: inout JSONObject, currentUser: String?) throws(CKError) {
+        object["zoneID"] = WireRecordCoder.zoneIDJSON(zoneID)
+    }
+}
+
+/// Fires on any change in the database (private or shared): the subscription the seeds'
+/// sync workflow starts from.
+public final class CKDatabaseSubscription: CKSubscription, @unchecked Sendable {
+    /// Kept for source compatibility; Nimbus fires for every record type.
+    public var recordType: CKRecord.RecordType?
+
+    public convenience init() {
+        self.init(subscriptionID: UUID().uuidString)
+    }
+
+    public init(subscriptionID: CKSubscription.ID) {
+        super.init(subscriptionID: subscriptionID, subscriptionType: .database)
+    }
+}
+
+extension CKSubscription {
+    /// What a subscription's push shows: alert text (or localization keys and arguments
+    /// taken from record fields), sound, badge, and whether it wakes the app
+    /// (`shouldSendContentAvailable`).
+    open class NotificationInfo: NSObject, @unchecked Sendable {
+        public var alertBody: String?
+        public var alertLocalizationKey: String?
+        public var alertLocalizationArgs: [CKRecord.FieldKey]?
+        public var title: String?
+        public var titleLocalizationKey: String?
+        public var titleLocalizationArgs: [CKRecord.FieldKey]?
+        public var subtitle: String?
+        public var subtitleLocalizationKey: String?
+        public var subtitleLocalizationArgs: [CKRecord.FieldKey]?
+        public var alertActionLocalizationKey: String?
+        public var alertLaunchImage: String?
+        public var soundName: String?
+        /// Record fields a query subscription's push carries (`CKQueryNotification.recordFields`).
+        public var desiredKeys: [CKRecord.FieldKey]?
+        public var shouldBadge = false
+        public var shouldSendContentAvailable = false
+        public var shouldSendMutableContent = false
+        public var category: String?
+        /// Pushes with the same collapse ID replace each other on the device.
+        public var collapseIDKey: String?
+
+        public override init() {}
+
+        /// The string keys and the `wireJSON` keys are the same names, in this order.
+        private var strings: [(String, ReferenceWritableKeyPath<NotificationInfo, String?>)] {
+            [
+                ("alertBody", \.alertBody), ("alertLocalizationKey", \.alertLocalizationKey), ("title", \.title),
+                ("titleLocalizationKey", \.titleLocalizationKey), ("subtitle", \.subtitle),
+                ("subtitleLocalizationKey", \.subtitleLocalizationKey), ("alertActionLocalizationKey", \.alertActionLocalizationKey),
+                ("alertLaunchImage", \.alertLaunchImage), ("soundName", \.soundName), ("category", \.category),
+                ("collapseIDKey", \.collapseIDKey),
+            ]
+        }
+
+        private var lists: [(String, ReferenceWritableKeyPath<NotificationInfo, [String]?>)] {
+            [
+                ("alertLocalizationArgs", \.alertLocalizationArgs), ("titleLocalizationArgs", \.titleLocalizationArgs),
+                ("subtitleLocalizationArgs", \.subtitleLocalizationArgs), ("desiredKeys", \.desiredKeys),
+            ]
+        }
+
+        private var flags: [(String, ReferenceWritableKeyPath<NotificationInfo, Bool>)] {
+            [
+                ("shouldBadge", \.shouldBadge), ("shouldSendContentAvailable", \.shouldSendContentAvailable),
+                ("shouldSendMutableContent", \.shouldSendMutableContent),
+            ]
+        }
+
+        var wireJSON: JSONObject {
+            var object = JSONObject()
+            for (key, path) in strings { if let value = self[keyPath: path] { object[key] = .string(value) } }
+            for (key, path) in lists { if let values = self[keyPath: path] { object[key] = .array(values.map(JSON.string)) } }
+            for (key, path) in flags where self[keyPath: path] { object[key] = .bool(true) }
+            return object
+        }
+
+        convenience init(wireJSON: JSONObject) {
+            self.init()
+            for (key, path) in strings { self[keyPath: path] = wireJSON[key]?.stringValue }
+            for (key, path) in lists { self[keyPath: path] = wireJSON[key]?.arrayValue?.compactMap(\.stringValue) }
+            for (key, path) in flags { self[keyPath: path] = wireJSON[key]?.boolValue ?? false }
+        }
+    }
+}

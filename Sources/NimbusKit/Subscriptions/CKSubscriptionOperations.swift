@@ -1,0 +1,161 @@
+import Foundation
+import NimbusWire
+
+/// Saves and deletes subscriptions (`subscriptions/modify`). Saving is an upsert, as in
+/// CloudKit: a subscription is sent as a create, and one whose ID already exists is sent
+/// again as an update.
+open class CKModifySubscriptionsOperation: CKDatabaseOperation, @unchecked Sendable {
+    public var subscriptionsToSave: [CKSubscription]?
+    public var subscriptionIDsToDelete: [CKSubscription.ID]?
+
+    public var perSubscriptionSaveBlock: (@Sendable (CKSubscription.ID, Result<CKSubscription, any Error>) -> Void)?
+    public var perSubscriptionDeleteBlock: (@Sendable (CKSubscription.ID, Result<Void, any Error>) -> Void)?
+    public var modifySubscriptionsResultBlock: (@Sendable (Result<Void, any Error>) -> Void)?
+    /// The older final callback.
+    public var modifySubscriptionsCompletionBlock: (@Sendable ([CKSubscription]?, [CKSubscription.ID]?, (any Error)?) -> Void)?
+
+    private var saved: [CKSubscription] = []
+    private var deleted: [CKSubscription.ID] = []
+    private var failures: [AnyHashable: any Error] = [:]
+
+    public override init() { super.init() }
+
+    public convenience init(subscriptionsToSave: [CKSubscription]?, subscriptionIDsToDelete: [CKSubscription.ID]?) {
+        self.init()
+        self.subscriptionsToSave = subscriptionsToSave
+        self.subscriptionIDsToDelete = subscriptionIDsToDelete
+    }
+
+    private enum Item {
+        case save(CKSubscription, JSON)
+        case delete(CKSubscription.ID)
+
+        var id: CKSubscription.ID {
+            switch self {
+            case .save(let subscription, _): return subscription.subscriptionID
+            case .delete(let id): return id
+            }
+        }
+    }
+
+    override func run() async throws {
+        var items: [Item] = []
+        for subscription in subscriptionsToSave ?? [] {
+            do {
+                items.append(.save(subscription, try subscription.wireJSON(currentUser: currentUser)))
+            } catch {
+                fail(.save(subscription, .null), error)
+            }
+        }
+        items += (subscriptionIDsToDelete ?? []).map(Item.delete)
+        for chunk in chunked(items, size: Self.itemsPerRequest) {
+            try Task.checkCancellation()
+            var existing: [Item] = []
+            for (item, entry) in zip(chunk, try await send(Array(chunk), saveAs: "create")) {
+                if case .save = item, entry["serverErrorCode"] == "EXISTS" {
+                    existing.append(item)
+                } else {
+                    report(item, entry)
+                }
+            }
+            guard !existing.isEmpty else { continue }
+            for (item, entry) in zip(existing, try await send(existing, saveAs: "update")) { report(item, entry) }
+        }
+        if !failures.isEmpty { throw CKError.partialFailure(failures, what: "subscriptions to save or delete") }
+    }
+
+    private func send(_ items: [Item], saveAs operationType: String) async throws -> [JSON] {
+        let operations: [JSON] = items.map { item in
+            switch item {
+            case .save(_, let json): return ["operationType": .string(operationType), "subscription": json]
+            case .delete(let id): return ["operationType": "delete", "subscription": ["subscriptionID": .string(id)]]
+            }
+        }
+        return try await post("subscriptions/modify", ["operations": .array(operations)])["subscriptions"]?.arrayValue ?? []
+    }
+
+    private func report(_ item: Item, _ entry: JSON) {
+        if isErrorEntry(entry) { return fail(item, CKError.fromServer(entry)) }
+        switch item {
+        case .save(let subscription, _):
+            let stored = CKSubscription.from(entry, currentUser: currentUser) ?? subscription
+            saved.append(stored)
+            perSubscriptionSaveBlock?(subscription.subscriptionID, .success(stored))
+        case .delete(let id):
+            deleted.append(id)
+            perSubscriptionDeleteBlock?(id, .success(()))
+        }
+    }
+
+    private func fail(_ item: Item, _ error: any Error) {
+        failures[item.id] = error
+        switch item {
+        case .save(let subscription, _): perSubscriptionSaveBlock?(subscription.subscriptionID, .failure(error))
+        case .delete(let id): perSubscriptionDeleteBlock?(id, .failure(error))
+        }
+    }
+
+    override func finish(with error: CKError?) {
+        modifySubscriptionsResultBlock?(error.map { .failure($0) } ?? .success(()))
+        modifySubscriptionsCompletionBlock?(saved, deleted, error)
+    }
+}
+
+/// Fetches subscriptions by ID (`subscriptions/lookup`), or all of the user's in the
+/// database (`subscriptions/list`).
+open class CKFetchSubscriptionsOperation: CKDatabaseOperation, @unchecked Sendable {
+    /// The subscriptions to fetch; nil fetches them all.
+    public var subscriptionIDs: [CKSubscription.ID]?
+
+    public var perSubscriptionResultBlock: (@Sendable (CKSubscription.ID, Result<CKSubscription, any Error>) -> Void)?
+    public var fetchSubscriptionsResultBlock: (@Sendable (Result<Void, any Error>) -> Void)?
+    /// The older final callback.
+    public var fetchSubscriptionCompletionBlock: (@Sendable ([CKSubscription.ID: CKSubscription]?, (any Error)?) -> Void)?
+
+    private var fetched: [CKSubscription.ID: CKSubscription] = [:]
+    private var failures: [AnyHashable: any Error] = [:]
+
+    public override init() { super.init() }
+
+    public convenience init(subscriptionIDs: [CKSubscription.ID]) {
+        self.init()
+        self.subscriptionIDs = subscriptionIDs
+    }
+
+    public static func fetchAllSubscriptionsOperation() -> CKFetchSubscriptionsOperation {
+        CKFetchSubscriptionsOperation()
+    }
+
+    override func run() async throws {
+        guard let subscriptionIDs else {
+            for entry in try await post("subscriptions/list", [:])["subscriptions"]?.arrayValue ?? [] {
+                guard let subscription = CKSubscription.from(entry, currentUser: currentUser) else { continue }
+                fetched[subscription.subscriptionID] = subscription
+                perSubscriptionResultBlock?(subscription.subscriptionID, .success(subscription))
+            }
+            return
+        }
+        for chunk in chunked(subscriptionIDs, size: Self.itemsPerRequest) {
+            try Task.checkCancellation()
+            let body: JSON = ["subscriptions": .array(chunk.map { ["subscriptionID": .string($0)] })]
+            let entries = try await post("subscriptions/lookup", body)["subscriptions"]?.arrayValue ?? []
+            for (id, entry) in zip(chunk, entries) {
+                if !isErrorEntry(entry), let subscription = CKSubscription.from(entry, currentUser: currentUser) {
+                    fetched[id] = subscription
+                    perSubscriptionResultBlock?(id, .success(subscription))
+                } else {
+                    let error = isErrorEntry(entry)
+                        ? CKError.fromServer(entry) : CKError(.serverResponseLost, "subscription \(id): the server's answer is not a subscription")
+                    failures[id] = error
+                    perSubscriptionResultBlock?(id, .failure(error))
+                }
+            }
+        }
+        if !failures.isEmpty { throw CKError.partialFailure(failures, what: "subscriptions to fetch") }
+    }
+
+    override func finish(with error: CKError?) {
+        fetchSubscriptionsResultBlock?(error.map { .failure($0) } ?? .success(()))
+        fetchSubscriptionCompletionBlock?(fetched, error)
+    }
+}
