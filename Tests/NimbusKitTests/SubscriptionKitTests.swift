@@ -307,6 +307,33 @@ struct SubscriptionKitTests {
         }
     }
 
+    @Test("the stream survives a server restart: it reconnects and catches up")
+    func streamSurvivesRestart() async throws {
+        let server = try await TestServer.start()
+        var current = server
+        do {
+            try await server.createUser("ann")
+            let phone = server.device(of: "ann"), laptop = server.device(of: "ann")
+            _ = try await phone.privateCloudDatabase.save(CKDatabaseSubscription(subscriptionID: "all"))
+            let reader = try await Self.connectedReader(phone, probe: laptop)
+            defer { reader.stop() }
+
+            current = try await server.restarted()
+            // The laptop's change lands while the phone's stream is still reconnecting.
+            _ = try await laptop.privateCloudDatabase.save(CKRecordZone(zoneName: "AfterRestart"))
+            let caughtUp = try #require(try await reader.next() as? CKDatabaseNotification)
+            #expect(caughtUp.databaseScope == .private)
+            // And it is live again.
+            _ = try await laptop.privateCloudDatabase.save(CKRecordZone(zoneName: "Live"))
+            #expect(try await reader.next() is CKDatabaseNotification)
+            #expect(await reader.nothing(within: 0.3))
+            try await current.stop()
+        } catch {
+            try? await current.stop()
+            throw error
+        }
+    }
+
     @Test("a signed-out device's stream ends with notAuthenticated")
     func streamNeedsAUser() async throws {
         try await TestServer.with { server in

@@ -51,7 +51,9 @@ public final class TestServer: Sendable {
         configuration.service.clock = clock
         configure(&configuration)
         let directory = try await DataDirectory.open(configuration)
-        try await directory.service.createContainer(id: container)
+        if try await !directory.service.containers().contains(where: { $0.id == container }) {
+            try await directory.service.createContainer(id: container)
+        }
         let developmentToken = try await directory.service.createAPIToken(container: container, environment: .development)
         let productionToken = try await directory.service.createAPIToken(container: container, environment: .production)
 
@@ -70,10 +72,25 @@ public final class TestServer: Sendable {
     }
 
     public func stop() async throws {
+        try await shutDown()
+        try? FileManager.default.removeItem(atPath: dataDirectory)
+    }
+
+    private func shutDown() async throws {
         await group.triggerGracefulShutdown()
         _ = try? await task.value
         try await directory.storage.close()
-        try? FileManager.default.removeItem(atPath: dataDirectory)
+    }
+
+    /// Stops this server and starts a new one on the same data directory and port, as after
+    /// a restart: sessions and data survive; open connections do not.
+    public func restarted() async throws -> TestServer {
+        try await shutDown()
+        let (dataDirectory, port) = (self.dataDirectory, self.port)
+        return try await Self.start { configuration in
+            configuration.dataDirectory = dataDirectory
+            configuration.port = port
+        }
     }
 
     /// Runs `body` against a fresh server and stops it afterwards, also when `body` throws.
