@@ -36,6 +36,12 @@ struct Options {
     var writesOnly = false
     /// Runs only the rows whose name contains this (for profiling one scenario).
     var only = ""
+    /// `notify`: idle WebSocket clients, the user they sign in as, and the server's process ID
+    /// (for its resident memory).
+    var idle = 10_000
+    var idleUser = "idle"
+    var idlePassword = "idle-password"
+    var serverPID = 0
 }
 
 func parseOptions() -> Options {
@@ -63,6 +69,10 @@ func parseOptions() -> Options {
         case "--list-records": options.listRecords = Int(value) ?? options.listRecords
         case "--writes-only": options.writesOnly = value == "true"
         case "--only": options.only = value
+        case "--idle": options.idle = Int(value) ?? options.idle
+        case "--idle-user": options.idleUser = value
+        case "--idle-password": options.idlePassword = value
+        case "--server-pid": options.serverPID = Int(value) ?? 0
         default: FileHandle.standardError.write(Data("unknown flag \(flag)\n".utf8))
         }
     }
@@ -185,6 +195,17 @@ let runID = UUID().uuidString.prefix(8)
 
 if options.scenario == "compare" {
     try await Comparison(options: options).run()
+    exit(0)
+}
+
+if options.scenario == "matching" {
+    try await NotificationBenchmark(options: options).runMatching()
+    exit(0)
+}
+
+if options.scenario == "notify" {
+    try await NotificationBenchmark(options: options).runNotify()
+    try await HTTPClient.shared.shutdown()
     exit(0)
 }
 

@@ -17,7 +17,13 @@ extension NimbusService {
     }
 
     private func deliverMatches(of committed: CommittedChanges) async {
+        let started = ContinuousClock.now
         let matches = notificationHub.index.withLock { $0.matches(committed) }
+        let elapsed = ContinuousClock.now - started
+        notificationHub.statistics.withLock {
+            $0.writesMatched += 1
+            $0.matchingNanoseconds += elapsed.components.seconds * 1_000_000_000 + elapsed.components.attoseconds / 1_000_000_000
+        }
         guard !matches.isEmpty else { return }
         // One change seen by several subscriptions: the notifications share their ID
         // (reference §11.3), so marking one read marks the change read.
@@ -72,6 +78,7 @@ extension NimbusService {
                 index.remove(databaseID: match.subscription.databaseID, key: match.subscription.key)
             }
         }
+        notificationHub.statistics.withLock { $0.notificationsStored += pushed.count }
         for sink in notificationHub.currentSinks { sink.deliver(pushed) }
     }
 

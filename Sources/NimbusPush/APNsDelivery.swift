@@ -105,7 +105,7 @@ public final class APNsDelivery: NotificationSink, Service, @unchecked Sendable 
     /// what they carried is in the notification collection.
     public func run() async throws {
         let client = try makeClient()
-        try? await cancelWhenGracefulShutdown {
+        await cancelWhenGracefulShutdown {
             await withTaskGroup(of: Void.self) { group in
                 var inFlight = 0
                 for await job in self.jobs {

@@ -66,8 +66,12 @@ public struct Bootstrap: Codable, Sendable {
         let bootstrap = Bootstrap(container: defaultContainer, apiToken: token)
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-        FileManager.default.createFile(
-            atPath: path, contents: try encoder.encode(bootstrap), attributes: [.posixPermissions: 0o600])
+        guard
+            FileManager.default.createFile(
+                atPath: path, contents: try encoder.encode(bootstrap), attributes: [.posixPermissions: 0o600])
+        else {
+            throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: path])
+        }
         return bootstrap
     }
 }

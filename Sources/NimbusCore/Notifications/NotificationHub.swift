@@ -58,6 +58,7 @@ public final class NotificationHub: Sendable {
     /// step by every change to subscriptions after it commits.
     let index = Locked(SubscriptionIndex())
     private let sinks = Locked<[any NotificationSink]>([])
+    let statistics = Locked(NotificationPipelineStatistics())
 
     init() {
         (changes, continuation) = AsyncStream.makeStream()
@@ -78,4 +79,18 @@ public final class NotificationHub: Sendable {
     }
 
     var currentSinks: [any NotificationSink] { sinks.withLock { $0 } }
+
+    /// What the pipeline did so far (benchmarks, diagnostics).
+    public var currentStatistics: NotificationPipelineStatistics { statistics.withLock { $0 } }
+}
+
+/// Counters of the notification pipeline since the service started.
+public struct NotificationPipelineStatistics: Sendable {
+    /// Committed writes matched against the subscription index.
+    public var writesMatched = 0
+    /// Time spent finding the subscriptions a write fires (the index lookup and the filter
+    /// evaluation), in total.
+    public var matchingNanoseconds: Int64 = 0
+    /// Notifications stored in users' collections.
+    public var notificationsStored = 0
 }
