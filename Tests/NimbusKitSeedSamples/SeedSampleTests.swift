@@ -20,6 +20,17 @@ struct SeedSampleTests {
         }
     }
 
+    /// Whether `task` finished (and succeeded) within `limit`; the task itself goes on.
+    private func finishes(_ task: Task<Void, any Error>, within limit: Duration) async throws -> Bool {
+        try await withThrowingTaskGroup(of: Bool.self) { group in
+            group.addTask { try await task.value; return true }
+            group.addTask { try await Task.sleep(for: limit); return false }
+            let first = try await group.next() ?? false
+            group.cancelAll()
+            return first
+        }
+    }
+
     private func callback<Value: Sendable>(_ start: (@escaping @Sendable (Value) -> Void) -> Void) async -> Value {
         await withCheckedContinuation { continuation in start { continuation.resume(returning: $0) } }
     }
@@ -259,16 +270,87 @@ struct SeedSampleTests {
         }
     }
 
+    // MARK: Subscriptions (2014, 2016)
+
+    /// A notification's payload as APNs would hand it to the app (`userInfo`).
+    private func userInfo(of server: TestServer, user: String) async throws -> [[AnyHashable: Any]] {
+        var client = server.client()
+        client.webAuthToken = try await client.signIn(user, password: "apple orchard").json["ckWebAuthToken"]?.stringValue
+        let answer = try await client.device("notifications/changes")
+        return try (answer.json["notifications"]?.arrayValue ?? []).map { entry in
+            let data = Data(try #require(entry["payload"]).serialized())
+            return try #require(try JSONSerialization.jsonObject(with: data) as? [AnyHashable: Any])
+        }
+    }
+
+    @Test("2014 and 2016: the party subscription and its push, the silent shared-database subscription, catching up")
+    func subscriptions() async throws {
+        try await withDefaultContainer { server in
+            let container = CKContainer.default()
+            let publicDatabase = container.publicCloudDatabase
+            _ = try await publicDatabase.save(CKRecord(recordType: "Party"))  // the type exists before subscribing
+            let saveError = await callback { done in
+                Subscriptions2014.save(Subscriptions2014.partySubscription(), in: publicDatabase) { done($0.map { "\($0)" }) }
+            }
+            #expect(saveError == nil)
+            let subscribeError = await callback { done in
+                Subscriptions2016.subscribeToSharedChanges(container, cachedSubscribed: false) { done($0.map { "\($0)" }) }
+            }
+            #expect(subscribeError == nil)
+            #expect(try await container.sharedCloudDatabase.allSubscriptions().map(\.subscriptionID) == ["shared-changes"])
+
+            // Another user announces a party tonight: appleseed's device is pushed.
+            _ = try await server.service.createUser(name: "host", password: "host password")
+            var host = NimbusConfiguration(
+                serverURL: URL(string: server.baseURL)!, apiToken: server.developmentToken, containerIdentifier: TestServer.container,
+                username: "host", password: "host password")
+            host.deviceID = "host-phone"
+            let party = CKRecord(recordType: "Party", recordID: CKRecord.ID(recordName: "tonight"))
+            party["start"] = Date(timeIntervalSinceNow: 3600)
+            _ = try await CKContainer(configuration: host).publicCloudDatabase.save(party)
+
+            var pushes: [[AnyHashable: Any]] = []
+            for _ in 0..<200 where pushes.isEmpty {
+                pushes = try await userInfo(of: server, user: "appleseed")
+                if pushes.isEmpty { try await Task.sleep(for: .milliseconds(20)) }
+            }
+            let push = try #require(pushes.first)
+            let handled = Subscriptions2014.handlePush(push)
+            #expect(handled.alert == "LOCAL_NOTIFICATION_KEY")
+            #expect(handled.recordID == party.recordID)
+            #expect(Subscriptions2016.subscriptionID(of: push) != "shared-changes")
+
+            let (ids, error) = await NotificationCollection2014.catchUp(container, since: nil)
+            #expect(error == nil)
+            #expect(ids.count == 1)
+        }
+    }
+
     // MARK: README
 
     @Test("the README's first save, query and sync run as written")
     func readme() async throws {
-        try await withDefaultContainer { _ in
+        try await withDefaultContainer { server in
             let (database, zone) = try await ReadmeSnippets.firstSave()
             #expect(try await database.record(for: CKRecord.ID(recordName: "wwdc", zoneID: zone.zoneID))["guests"] as? Int == 13)
             try await ReadmeSnippets.firstQuery(database, zone)
             let tokens = try await ReadmeSnippets.firstSync(database)
             #expect(tokens[zone.zoneID] != nil)
+
+            // First subscription: it returns once another device's change is heard.
+            let listening = Task { try await ReadmeSnippets.firstSubscription(database) }
+            let other = NimbusConfiguration(
+                serverURL: URL(string: server.baseURL)!, apiToken: server.developmentToken,
+                containerIdentifier: TestServer.container, username: "appleseed", password: "apple orchard",
+                deviceID: "another-device")
+            let otherDatabase = CKContainer(configuration: other).privateCloudDatabase
+            var attempt = 0
+            while attempt < 100 {
+                _ = try await otherDatabase.save(CKRecordZone(zoneName: "elsewhere\(attempt)"))
+                attempt += 1
+                if try await finishes(listening, within: .milliseconds(200)) { break }
+            }
+            #expect(attempt < 100)
         }
     }
 }

@@ -43,4 +43,16 @@ enum ReadmeSnippets {
         _ = databaseToken
         return zoneTokens
     }
+
+    static func firstSubscription(_ database: CKDatabase) async throws {
+        let subscription = CKDatabaseSubscription(subscriptionID: "private-changes")
+        let info = CKSubscription.NotificationInfo()
+        info.shouldSendContentAvailable = true               // silent: fetch, show nothing
+        subscription.notificationInfo = info
+        _ = try await database.save(subscription)
+        for try await notification in CKContainer.default().notifications where notification.subscriptionID == "private-changes" {
+            print("changed elsewhere:", notification.notificationID ?? "")   // now run "First sync" again
+            break
+        }
+    }
 }
