@@ -23,7 +23,7 @@ struct Serve: AsyncParsableCommand {
     var sessionIdleMinutes: Int = 30
 
     @Option(help: "Send APNs pushes to this base URL instead of Apple's (a relay, a stand-in) (env NIMBUS_APNS_ENDPOINT).")
-    var apnsEndpoint: String? = ProcessInfo.processInfo.environment["NIMBUS_APNS_ENDPOINT"]
+    var apnsEndpoint: String = ProcessInfo.processInfo.environment["NIMBUS_APNS_ENDPOINT"] ?? ""
 
     @Option(help: "A PEM file of extra certificates to trust for the APNs endpoint.")
     var apnsCAFile: String?
@@ -36,7 +36,7 @@ struct Serve: AsyncParsableCommand {
         configuration.logLevel = level
         guard sessionIdleMinutes >= 1 else { throw ValidationError("--session-idle-minutes must be at least 1") }
         configuration.service.sessionIdleTimeoutMilliseconds = Int64(sessionIdleMinutes) * 60_000
-        if let apnsEndpoint {
+        if !apnsEndpoint.isEmpty {
             guard let url = URL(string: apnsEndpoint), url.scheme == "https", url.host != nil else {
                 throw ValidationError("--apns-endpoint must be an https:// URL")
             }

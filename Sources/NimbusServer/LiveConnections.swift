@@ -1,54 +1,145 @@
 import Foundation
+import HummingbirdWebSocket
+import NIOCore
+import NIOWebSocket
 import NimbusCore
 import NimbusStorage
 import NimbusWire
 
 /// The devices listening on a WebSocket (`/device/1/{c}/{env}/notifications/connect`), by
 /// owner: a notification goes to each of the owner's connections except the device that
-/// caused it. Each connection has a bounded queue; a device too slow to drain it misses
-/// pushes and recovers them from the collection, as after any disconnection.
+/// caused it.
+///
+/// Memory per idle connection matters (10,000 idle devices is an ordinary load), so an idle
+/// connection has no task of its own beyond the one reading from it: frames wait in the
+/// connection's queue, and a writer task runs only while there is something to write. One
+/// loop pings every connection (`pingAll`), instead of a ping task per connection. A device
+/// too slow to drain its queue (`queueLimit`) misses pushes and recovers them from the
+/// collection, as after any disconnection.
 final class LiveConnections: NotificationSink, @unchecked Sendable {
     enum Outbound: Sendable {
         case notification(PushedNotification)
         case badge(Int64)
-    }
-
-    struct Connection {
-        let deviceID: String
-        let continuation: AsyncStream<Outbound>.Continuation
+        case ping
     }
 
     /// Frames waiting for a slow connection; past this, new ones are dropped.
     static let queueLimit = 1_024
+    /// How often every connection is pinged, so a peer that vanished is noticed (the write
+    /// fails and the connection closes).
+    static let pingInterval: Duration = .seconds(30)
+
+    /// One open stream.
+    final class Connection: @unchecked Sendable {
+        let deviceID: String
+        private let outbound: WebSocketOutboundWriter
+        private let lock = NSLock()
+        private var queue: [Outbound] = []
+        /// Until the replay is written, live frames only queue.
+        private var isReady = false
+        private var isWriting = false
+        private var isClosed = false
+        /// Notifications up to this sequence went out in the replay: not again.
+        private var replayedThrough: Int64 = 0
+
+        init(deviceID: String, outbound: WebSocketOutboundWriter) {
+            self.deviceID = deviceID
+            self.outbound = outbound
+        }
+
+        func enqueue(_ item: Outbound) {
+            lock.lock()
+            guard !isClosed, queue.count < LiveConnections.queueLimit else {
+                lock.unlock()
+                return
+            }
+            queue.append(item)
+            let startWriter = isReady && !isWriting
+            if startWriter { isWriting = true }
+            lock.unlock()
+            if startWriter { Task { await self.drain() } }
+        }
+
+        /// The replay is written: frames queued meanwhile follow, less those it covered.
+        func ready(replayedThrough sequence: Int64) {
+            lock.lock()
+            replayedThrough = sequence
+            isReady = true
+            let startWriter = !queue.isEmpty && !isWriting
+            if startWriter { isWriting = true }
+            lock.unlock()
+            if startWriter { Task { await self.drain() } }
+        }
+
+        func close() {
+            lock.lock()
+            isClosed = true
+            queue = []
+            lock.unlock()
+        }
+
+        /// The next frame to write, or nil (and the writer stops) when none waits.
+        private func next() -> (Outbound, Int64)? {
+            lock.withLock {
+                guard !isClosed, !queue.isEmpty else {
+                    isWriting = false
+                    return nil
+                }
+                return (queue.removeFirst(), replayedThrough)
+            }
+        }
+
+        private func drain() async {
+            while let (item, replayedThrough) = next() {
+                do {
+                    switch item {
+                    case .notification(let notification):
+                        guard notification.sequence > replayedThrough else { continue }
+                        try await outbound.write(
+                            .text(
+                                LiveConnections.frame(
+                                    notificationID: notification.notificationID, payload: notification.payload,
+                                    syncToken: notification.syncToken)))
+                    case .badge(let value):
+                        try await outbound.write(.text(LiveConnections.frameText(["type": "badge", "badgeValue": .int(value)])))
+                    case .ping:
+                        try await outbound.write(.custom(WebSocketFrame(fin: true, opcode: .ping, data: ByteBuffer())))
+                    }
+                } catch {
+                    close()  // the connection is gone; its reading task ends and unregisters it
+                    return
+                }
+            }
+        }
+    }
 
     private let lock = NSLock()
-    private var connections: [NotificationOwner: [UUID: Connection]] = [:]
+    private var connections: [NotificationOwner: [ObjectIdentifier: Connection]] = [:]
 
-    /// Registers a connection; its outbound stream ends when it is removed.
-    func connect(owner: NotificationOwner, deviceID: String) -> (UUID, AsyncStream<Outbound>) {
-        let (stream, continuation) = AsyncStream<Outbound>.makeStream(bufferingPolicy: .bufferingOldest(Self.queueLimit))
-        let id = UUID()
+    /// Registers a connection; it queues live frames until `ready(replayedThrough:)`.
+    func connect(owner: NotificationOwner, deviceID: String, outbound: WebSocketOutboundWriter) -> Connection {
+        let connection = Connection(deviceID: deviceID, outbound: outbound)
         lock.lock()
-        connections[owner, default: [:]][id] = Connection(deviceID: deviceID, continuation: continuation)
+        connections[owner, default: [:]][ObjectIdentifier(connection)] = connection
         lock.unlock()
-        return (id, stream)
+        return connection
     }
 
-    func disconnect(owner: NotificationOwner, id: UUID) {
+    func disconnect(owner: NotificationOwner, _ connection: Connection) {
         lock.lock()
-        let connection = connections[owner]?.removeValue(forKey: id)
+        connections[owner]?[ObjectIdentifier(connection)] = nil
         if connections[owner]?.isEmpty == true { connections[owner] = nil }
         lock.unlock()
-        connection?.continuation.finish()
+        connection.close()
     }
 
-    /// Ends every connection's stream (server shutdown).
+    /// Forgets every connection (server shutdown; the WebSocket layer closes them).
     func disconnectAll() {
         lock.lock()
         let all = connections.values.flatMap(\.values)
         connections = [:]
         lock.unlock()
-        for connection in all { connection.continuation.finish() }
+        for connection in all { connection.close() }
     }
 
     var count: Int {
@@ -66,15 +157,23 @@ final class LiveConnections: NotificationSink, @unchecked Sendable {
     func deliver(_ notifications: [PushedNotification]) {
         for notification in notifications {
             for connection in listeners(of: notification.owner) where notification.isFor(deviceID: connection.deviceID) {
-                connection.continuation.yield(.notification(notification))
+                connection.enqueue(.notification(notification))
             }
         }
     }
 
     func deliverBadge(_ value: Int64, to owner: NotificationOwner, from deviceID: String) {
         for connection in listeners(of: owner) where connection.deviceID != deviceID {
-            connection.continuation.yield(.badge(value))
+            connection.enqueue(.badge(value))
         }
+    }
+
+    /// Pings every connection (called every `pingInterval`).
+    func pingAll() {
+        lock.lock()
+        let all = connections.values.flatMap(\.values)
+        lock.unlock()
+        for connection in all { connection.enqueue(.ping) }
     }
 
     /// A WebSocket text frame: `{"type": "notification", "notificationID", "payload", "syncToken"}`,

@@ -90,7 +90,8 @@ public enum NimbusServer {
         for sink: any NotificationSink in [connections, courier, apns] { service.notificationHub.addSink(sink) }
         return Application(
             responder: NimbusResponder(service: service, logger: logger, courier: courier),
-            server: .http1WebSocketUpgrade { request, _, _ in
+            // No ping task per connection: `NotificationPipelineService` pings them all.
+            server: .http1WebSocketUpgrade(configuration: .init(ws: .init(autoPing: .disabled))) { request, _, _ in
                 await NotificationSocket.shouldUpgrade(request, service: service, connections: connections)
             },
             configuration: ApplicationConfiguration(

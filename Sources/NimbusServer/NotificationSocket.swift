@@ -45,27 +45,21 @@ enum NotificationSocket {
         let owner = NotificationOwner(container: caller.container, environment: caller.environment, userID: user.id)
         let since = query["syncToken"]
         return .upgrade([:]) { inbound, outbound, _ in
-            let (id, live) = connections.connect(owner: owner, deviceID: deviceID)
-            defer { connections.disconnect(owner: owner, id: id) }
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask {
-                    // Nothing is expected from the client; reading notices its close.
-                    for try await _ in inbound.messages(maxSize: 4_096) {}
-                }
-                group.addTask {
-                    try await stream(caller: caller, since: since, live: live, service: service, outbound: outbound)
-                }
-                try await group.next()
-                group.cancelAll()
-            }
+            // Registered before the replay, so nothing falls between the two; live frames
+            // wait in the connection until the replay is written.
+            let connection = connections.connect(owner: owner, deviceID: deviceID, outbound: outbound)
+            defer { connections.disconnect(owner: owner, connection) }
+            let replayedThrough = try await replay(caller: caller, since: since, service: service, outbound: outbound)
+            connection.ready(replayedThrough: replayedThrough)
+            // Nothing is expected from the client; reading notices its close (and answers pings).
+            for try await _ in inbound.messages(maxSize: 4_096) {}
         }
     }
 
-    /// The replay from the collection, then live notifications not already replayed.
-    private static func stream(
-        caller: Caller, since token: String?, live: AsyncStream<LiveConnections.Outbound>, service: NimbusService,
-        outbound: WebSocketOutboundWriter
-    ) async throws {
+    /// Writes the collection after `token`, then `ready`; returns the last sequence written.
+    private static func replay(
+        caller: Caller, since token: String?, service: NimbusService, outbound: WebSocketOutboundWriter
+    ) async throws -> Int64 {
         var token = token
         var replayedThrough: Int64 = 0
         while true {
@@ -82,23 +76,12 @@ enum NotificationSocket {
             if !page.moreComing { break }
         }
         try await outbound.write(.text(LiveConnections.frameText(["type": "ready", "syncToken": .string(token ?? "")])))
-        for await item in live {
-            switch item {
-            case .notification(let notification):
-                guard notification.sequence > replayedThrough else { continue }
-                try await outbound.write(
-                    .text(
-                        LiveConnections.frame(
-                            notificationID: notification.notificationID, payload: notification.payload,
-                            syncToken: notification.syncToken)))
-            case .badge(let value):
-                try await outbound.write(.text(LiveConnections.frameText(["type": "badge", "badgeValue": .int(value)])))
-            }
-        }
+        return replayedThrough
     }
 }
 
-/// Runs the notification pipeline beside the HTTP server, prunes the collection hourly, and
+/// Runs the notification pipeline beside the HTTP server, prunes the collection hourly, pings
+/// every WebSocket every 30 seconds, and
 /// on shutdown lets the pipeline finish what was submitted.
 struct NotificationPipelineService: Service {
     let service: NimbusService
@@ -111,6 +94,12 @@ struct NotificationPipelineService: Service {
                 try? await Task.sleep(nanoseconds: 3_600 * 1_000_000_000)
             }
         }
+        let pinging = Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: LiveConnections.pingInterval)
+                connections.pingAll()
+            }
+        }
         await withGracefulShutdownHandler {
             await service.runNotificationPipeline()
         } onGracefulShutdown: {
@@ -118,5 +107,6 @@ struct NotificationPipelineService: Service {
             connections.disconnectAll()
         }
         pruning.cancel()
+        pinging.cancel()
     }
 }
