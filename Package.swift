@@ -157,6 +157,7 @@ let package = Package(
                 "NimbusServer", "NimbusTestSupport", "NimbusCLI", "NimbusCore",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
             swiftSettings: strict),
     ]

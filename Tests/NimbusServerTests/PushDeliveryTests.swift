@@ -1,5 +1,8 @@
+import AsyncHTTPClient
 import Crypto
 import Foundation
+import NIOCore
+import NIOSSL
 import NimbusCore
 import NimbusStorage
 import NimbusTestSupport
@@ -86,7 +89,7 @@ import Testing
                 _ = try await laptop.createZone("Notes")
                 let silent = try #require(try await standIn.received(count: 1).first)
                 #expect(silent.path == "/3/device/\(Self.deviceToken(1))")
-                #expect(silent.scheme == "https")  // HTTP/2
+                #expect(silent.isHTTP2)
                 #expect(silent.headers["apns-topic"] == Self.topic)
                 #expect(silent.headers["apns-push-type"] == "background")
                 #expect(silent.headers["apns-priority"] == "5")
@@ -121,6 +124,25 @@ import Testing
                 #expect(standIn.received.allSatisfy { $0.deviceToken == Self.deviceToken(1) })
                 #expect(Set(standIn.received.compactMap { $0.headers["authorization"] }).count == 1)
             }
+        }
+    }
+
+    /// The check that pushes use HTTP/2 can fail: an HTTP/1.1 request is seen as one.
+    @Test func theStandInTellsHTTP2FromHTTP1() async throws {
+        try await Self.withStandIn { standIn in
+            for version in [HTTPClient.Configuration.HTTPVersion.http1Only, .automatic] {
+                var tls = TLSConfiguration.makeClientConfiguration()
+                tls.additionalTrustRoots = [.file(standIn.certificateFile)]
+                var configuration = HTTPClient.Configuration(tlsConfiguration: tls)
+                configuration.httpVersion = version
+                let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+                var request = HTTPClientRequest(url: standIn.endpoint + "/3/device/" + Self.deviceToken(9))
+                request.method = .POST
+                request.body = .bytes(ByteBuffer(string: "{}"))
+                _ = try await client.execute(request, timeout: .seconds(10))
+                try await client.shutdown()
+            }
+            #expect(standIn.received.map(\.isHTTP2) == [false, true])
         }
     }
 

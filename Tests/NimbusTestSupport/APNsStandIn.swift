@@ -17,9 +17,8 @@ public final class APNsStandIn: Sendable {
         public let path: String
         public let headers: [String: String]
         public let body: JSON
-        /// `https` when the request came over HTTP/2 (the `:scheme` pseudo-header); HTTP/1.1
-        /// requests have none.
-        public let scheme: String?
+        /// Whether it came over HTTP/2 (a stream of a multiplexed connection), as APNs requires.
+        public let isHTTP2: Bool
 
         public var deviceToken: String { String(path.split(separator: "/").last ?? "") }
     }
@@ -69,13 +68,13 @@ public final class APNsStandIn: Sendable {
         tls.applicationProtocols = ["h2", "http/1.1"]
 
         let state = LockedBox<(received: [Received], scripts: [String: [Answer]])>(([], [:]))
-        let responder = CallbackResponder<BasicRequestContext> { request, _ in
+        let responder = CallbackResponder<StandInContext> { request, context in
             let buffer = try await request.body.collect(upTo: 1 << 20)
             var headers: [String: String] = [:]
             for field in request.headers { headers[field.name.canonicalName] = field.value }
             let received = Received(
                 path: request.uri.path, headers: headers,
-                body: (try? JSON.parse(Array(buffer.readableBytesView))) ?? .null, scheme: request.head.scheme)
+                body: (try? JSON.parse(Array(buffer.readableBytesView))) ?? .null, isHTTP2: context.isHTTP2)
             let answer = state.withLock { state -> Answer in
                 state.received.append(received)
                 let token = received.deviceToken
@@ -145,6 +144,19 @@ public final class APNsStandIn: Sendable {
             try await Task.sleep(for: .milliseconds(20))
         }
         throw TestFailure("the APNs stand-in received \(received.count) requests, expected \(count)")
+    }
+}
+
+/// The stand-in's request context: notes whether the request came on an HTTP/2 stream.
+struct StandInContext: RequestContext {
+    var coreContext: CoreRequestContextStorage
+    let isHTTP2: Bool
+
+    init(source: ApplicationRequestContextSource) {
+        coreContext = .init(source: source)
+        // HTTP/2 requests arrive on a stream channel of the connection; HTTP/1.1 ones on the
+        // connection's socket channel itself.
+        isHTTP2 = String(describing: type(of: source.channel)).contains("HTTP2")
     }
 }
 
