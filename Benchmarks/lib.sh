@@ -1,6 +1,12 @@
 # Shared by the benchmark scripts: build release binaries and start a server on a fresh
-# data directory. After `start_server MODE`: URL, C (container), TOKEN, WEB (web auth token),
-# PID and DATA are set, and the private zone "Bench" exists. `stop_server` ends it.
+# data directory. After `start_server MODE [ENVIRONMENT]`: URL, C (container), TOKEN (an API
+# token of ENVIRONMENT), WEB (web auth token), PID, DATA and ENVIRONMENT are set, and the
+# private zone "Bench" exists. `stop_server` ends it.
+#
+# ENVIRONMENT=production gets a deployed schema for the comparison's Item type with the
+# indexes PocketBase's collection has (category QUERYABLE, count SORTABLE, nothing on title
+# and score), the way an app ships: development indexes every field, production only what
+# the app queries.
 
 build_release() {
   swift build -c release --product nimbus
@@ -10,6 +16,7 @@ build_release() {
 
 start_server() {
   local mode=$1
+  ENVIRONMENT=${2:-development}
   DATA=$(mktemp -d /tmp/nimbus-bench.XXXXXX)
   C=iCloud.bench.nimbus
   "$BIN/nimbus" containers create "$C" --data-dir "$DATA" >/dev/null
@@ -20,11 +27,28 @@ start_server() {
   trap 'kill $PID 2>/dev/null || true' EXIT
   for _ in $(seq 1 100); do grep -q "listening on" "$DATA/serve.log" && break; sleep 0.1; done
   URL=$(grep -o 'http://[0-9.:]*' "$DATA/serve.log" | head -1)
-  local auth
-  auth=$(curl -s -X POST "$URL/auth/1/$C/development/signin?ckAPIToken=$TOKEN" -d '{"username":"bench","password":"bench-password"}')
-  WEB=$(echo "$auth" | python3 -c 'import json,sys; print(json.load(sys.stdin)["ckWebAuthToken"])')
-  curl -s -X POST "$URL/database/1/$C/development/private/zones/modify?ckAPIToken=$TOKEN&ckWebAuthToken=$WEB" \
+  if [ "$ENVIRONMENT" = production ]; then
+    WEB=$(sign_in development)
+    curl -s -X POST "$URL/database/1/$C/development/public/records/modify?ckAPIToken=$TOKEN&ckWebAuthToken=$WEB" -d '{"operations":[
+      {"operationType":"create","record":{"recordType":"Item","recordName":"schema","fields":{"title":{"value":"t","type":"STRING"},
+      "category":{"value":"c","type":"STRING"},"count":{"value":1,"type":"INT64"},"score":{"value":0.5,"type":"DOUBLE"}}}}]}' >/dev/null
+    "$BIN/nimbus" schema deploy --container "$C" --data-dir "$DATA" >/dev/null
+    local field
+    for field in title:none score:none category:queryable count:sortable; do
+      "$BIN/nimbus" schema index --container "$C" --environment production --record-type Item \
+        --field "${field%%:*}" --set "${field##*:}" --data-dir "$DATA" >/dev/null
+    done
+    TOKEN=$("$BIN/nimbus" tokens create --container "$C" --environment production --data-dir "$DATA")
+  fi
+  WEB=$(sign_in "$ENVIRONMENT")
+  curl -s -X POST "$URL/database/1/$C/$ENVIRONMENT/private/zones/modify?ckAPIToken=$TOKEN&ckWebAuthToken=$WEB" \
     -d '{"operations":[{"operationType":"create","zone":{"zoneID":{"zoneName":"Bench"}}}]}' >/dev/null
+}
+
+# Prints a web auth token of user bench in the environment given.
+sign_in() {
+  curl -s -X POST "$URL/auth/1/$C/$1/signin?ckAPIToken=$TOKEN" -d '{"username":"bench","password":"bench-password"}' |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["ckWebAuthToken"])'
 }
 
 stop_server() {

@@ -51,12 +51,13 @@ struct Comparison {
 
     func nimbus() -> System {
         let loaded = options.listRecords
-        let base = "\(options.url)/database/1/\(options.container)/development"
+        let base = "\(options.url)/database/1/\(options.container)/\(options.environment)"
         let auth = "ckAPIToken=\(options.apiToken)&ckWebAuthToken=\(options.webAuthToken.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "")"
         let runID = UUID().uuidString.prefix(6)
+        // Typed, as CloudKit JS sends them: a whole-valued score (0.0) would otherwise read as INT64.
         @Sendable func record(_ name: String, _ index: Int) -> String {
             let f = Self.fields(index)
-            return #"{"operationType":"create","record":{"recordType":"Item","recordName":"\#(name)","fields":{"title":{"value":"\#(f.title)"},"category":{"value":"\#(f.category)"},"count":{"value":\#(f.count)},"score":{"value":\#(f.score)}}}}"#
+            return #"{"operationType":"create","record":{"recordType":"Item","recordName":"\#(name)","fields":{"title":{"value":"\#(f.title)","type":"STRING"},"category":{"value":"\#(f.category)","type":"STRING"},"count":{"value":\#(f.count),"type":"INT64"},"score":{"value":\#(f.score),"type":"DOUBLE"}}}}"#
         }
         @Sendable func ok(_ text: String?) -> Bool { text.map { !$0.contains("serverErrorCode") } ?? false }
         let zone = #""zoneID":{"zoneName":"Bench"}"#
@@ -175,7 +176,7 @@ struct Comparison {
     /// Downloads a whole zone's change feed from no token: records and records per second.
     func changeFeed(zone: String) async -> (records: Int, perSecond: Double) {
         let url =
-            "\(options.url)/database/1/\(options.container)/development/private/changes/zone?ckAPIToken=\(options.apiToken)&ckWebAuthToken=\(options.webAuthToken.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "")"
+            "\(options.url)/database/1/\(options.container)/\(options.environment)/private/changes/zone?ckAPIToken=\(options.apiToken)&ckWebAuthToken=\(options.webAuthToken.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "")"
         let started = Date()
         var token: String?
         var received = 0
@@ -274,11 +275,23 @@ struct Comparison {
             feed = runs.sorted { $0.perSecond < $1.perSecond }[runs.count / 2]
         }
 
-        // The table.
+        var notification: NotificationBenchmark.Latencies?
+        if !writesOnly, options.only.isEmpty || "save -> notification".contains(options.only) {
+            // One save at a time by one device; another device of the user hears it through a
+            // database subscription on its WebSocket.
+            let benchmark = NotificationBenchmark(options: options)
+            var listener = await benchmark.listen()
+            notification = try await benchmark.latencies(&listener.frames)
+            listener.task.cancel()
+            print("  measured: save -> notification")
+        }
+
+        // The table, as Markdown (docs/benchmarks.md takes it as printed).
         func number(_ value: Double) -> String { value >= 100 ? String(format: "%.0f", value) : String(format: "%.2f", value) }
-        let header = String(format: "%-52@ %-30@ %-30@ %9@ %9@", "scenario" as NSString, "Nimbus /s (p50, p99 ms)" as NSString,
-            "PocketBase /s (p50, p99 ms)" as NSString, "N/PB" as NSString, "N/raw" as NSString)
-        print("\n" + header)
+        func line(_ cells: [String]) { print("| " + cells.joined(separator: " | ") + " |") }
+        print("\nNimbus (\(options.environment), synchronous=\(options.synchronous)) and PocketBase; per second, (p50, p99 ms)\n")
+        line(["scenario", "Nimbus", "PocketBase", "Nimbus / PocketBase", "Nimbus / raw SQLite"])
+        line(["---", "---", "---", "---", "---"])
         var jsonRows: [[String: Any]] = []
         for (name, cells, ceiling) in rows {
             func cellText(_ cell: Cell?) -> String {
@@ -288,8 +301,7 @@ struct Comparison {
             let n = cells["Nimbus"]!, pb = cells["PocketBase"]
             let ratio = pb.map { n.perSecond / max($0.perSecond, 0.001) }
             let ofRaw = ceiling.flatMap { $0.perSecond > 0 ? n.perSecond / $0.perSecond : nil }
-            print(String(format: "%-52@ %-30@ %-30@ %9@ %9@", name as NSString, cellText(n) as NSString, cellText(pb) as NSString,
-                (ratio.map { String(format: "%.2fx", $0) } ?? "-") as NSString, (ofRaw.map { String(format: "%.2f", $0) } ?? "-") as NSString))
+            line([name, cellText(n), cellText(pb), ratio.map { String(format: "%.2f×", $0) } ?? "-", ofRaw.map { String(format: "%.2f", $0) } ?? "-"])
             var json: [String: Any] = ["scenario": name, "nimbus": n.json]
             if let pb { json["pocketbase"] = pb.json }
             if let ratio { json["nimbusOverPocketBase"] = ratio }
@@ -297,13 +309,15 @@ struct Comparison {
             jsonRows.append(json)
         }
         if let feed {
-            print(String(format: "%-52@ %-30@", "zone change feed download, \(feed.records) records (records/s)" as NSString, number(feed.perSecond) as NSString))
+            line(["zone change feed download, \(feed.records) records (records/s)", number(feed.perSecond), "-", "-", "-"])
         }
-        print(String(format: "%-52@ %-30@", "save -> notification latency" as NSString, "n/a: subscriptions not built yet (issue 5)" as NSString))
-        print(String(format: "%-52@ %@ (p50 %.3f ms)", "raw SQLite single-row commits/s" as NSString, number(rawSingle.perSecond), rawSingle.p50))
-        print(String(format: "%-52@ %@", "raw SQLite rows/s in 1000-row transactions" as NSString, number(rawBulk.perSecond)))
+        if let notification {
+            line(["save → WebSocket notification, 1 client (ms)", String(format: "p50 %.2f, p99 %.2f", notification.p50, notification.p99), "-", "-", "-"])
+        }
+        line(["raw SQLite single-row commits", "\(number(rawSingle.perSecond)) (\(String(format: "%.3f", rawSingle.p50)), \(String(format: "%.3f", rawSingle.p99)))", "-", "-", "-"])
+        line(["raw SQLite rows in 1,000-row transactions", number(rawBulk.perSecond), "-", "-", "-"])
         for (name, rate) in loads.sorted(by: { $0.key < $1.key }) {
-            print(String(format: "%-52@ %@ records/s", "preload of \(options.listRecords) records, \(name)" as NSString, number(rate)))
+            line(["preload of \(options.listRecords) records, \(name) (records/s)", number(rate), "-", "-", "-"])
         }
 
         var json: [String: Any] = [
@@ -312,6 +326,10 @@ struct Comparison {
             "rawSQLiteRowsPerSecondIn1000RowTransactions": rawBulk.perSecond, "preloadRecordsPerSecond": loads,
             "machine": ProcessInfo.processInfo.hostName, "cores": ProcessInfo.processInfo.activeProcessorCount,
         ]
+        if let notification {
+            json["saveToNotification"] = ["p50ms": notification.p50, "p99ms": notification.p99, "samples": options.samples]
+        }
+        json["environment"] = options.environment
         if let feed {
             json["changeFeedRecordsPerSecond"] = feed.perSecond
             json["changeFeedRecords"] = feed.records

@@ -131,18 +131,22 @@ struct NotificationBenchmark {
 
     // MARK: Latency and memory, over HTTP and WebSockets
 
-    func runNotify() async throws {
-        let webSocketURL = options.url.replacingOccurrences(of: "http://", with: "ws://")
-        let base = "/device/1/\(options.container)/development/notifications/connect?ckAPIToken=\(options.apiToken)"
+    /// A listener device subscribed to the private database and holding the WebSocket; saves
+    /// by another device of the same user then reach it as frames.
+    struct Listener {
+        let task: Task<Void, Never>
+        var frames: AsyncStream<Void>.Iterator
+    }
+
+    func listen() async -> Listener {
         // The subscription the listener hears through.
         _ = await post(
             options, "private/subscriptions/modify",
             #"{"operations":[{"operationType":"create","subscription":{"subscriptionID":"bench-db","subscriptionType":"database"}}]}"#)
-
         let frames = AsyncStream<Void>.makeStream(bufferingPolicy: .unbounded)
-        let listenerURL = webSocketURL + base + "&ckWebAuthToken=\(options.webAuthToken)&ckDeviceID=listener"
+        let listenerURL = webSocketBase + "&ckWebAuthToken=\(options.webAuthToken)&ckDeviceID=listener"
         let ready = AsyncStream<Void>.makeStream()
-        let listener = Task {
+        let task = Task {
             _ = try? await WebSocketClient.connect(url: listenerURL, logger: Logger(label: "bench")) { inbound, _, _ in
                 for try await message in inbound.messages(maxSize: 1 << 20) {
                     guard case .text(let text) = message else { continue }
@@ -153,19 +157,27 @@ struct NotificationBenchmark {
         }
         var readyIterator = ready.stream.makeAsyncIterator()
         _ = await readyIterator.next()
+        return Listener(task: task, frames: frames.stream.makeAsyncIterator())
+    }
 
+    private var webSocketBase: String {
+        options.url.replacingOccurrences(of: "http://", with: "ws://")
+            + "/device/1/\(options.container)/\(options.environment)/notifications/connect?ckAPIToken=\(options.apiToken)"
+    }
+
+    func runNotify() async throws {
+        var listener = await listen()
         print("Nimbus notification benchmark: \(options.samples) saves per row, one at a time; save → WebSocket frame")
-        var frameIterator = frames.stream.makeAsyncIterator()
-        let quiet = try await latencies(&frameIterator)
+        let quiet = try await latencies(&listener.frames)
         report("0 idle clients", quiet)
 
         let rssBefore = residentKilobytes(pid: options.serverPID)
         let idleStarted = Date()
-        let idle = try await connectIdle(count: options.idle, base: webSocketURL + base)
+        let idle = try await connectIdle(count: options.idle, base: webSocketBase)
         let connectSeconds = Date().timeIntervalSince(idleStarted)
         try await Task.sleep(for: .seconds(2))  // let the server settle
         let rssAfter = residentKilobytes(pid: options.serverPID)
-        let loaded = try await latencies(&frameIterator)
+        let loaded = try await latencies(&listener.frames)
         report("\(idle.connected) idle clients", loaded)
         print(String(format: "idle clients connected: %d of %d in %.1f s", idle.connected, options.idle, connectSeconds))
         if let rssBefore, let rssAfter, idle.connected > 0 {
@@ -173,7 +185,7 @@ struct NotificationBenchmark {
                 Double(rssBefore) / 1024, Double(rssAfter) / 1024, Double(rssAfter - rssBefore) / Double(idle.connected)))
         }
         print(String(format: "p50 ratio (idle / none): %.2f", loaded.p50 / max(quiet.p50, 0.001)))
-        listener.cancel()
+        listener.task.cancel()
         for task in idle.tasks { task.cancel() }
     }
 
@@ -190,13 +202,14 @@ struct NotificationBenchmark {
             name as NSString, latencies.p50, latencies.p99, latencies.max, latencies.afterAckP50, latencies.afterAckP99))
     }
 
-    private func latencies(_ frames: inout AsyncStream<Void>.Iterator) async throws -> Latencies {
+    func latencies(_ frames: inout AsyncStream<Void>.Iterator) async throws -> Latencies {
         var total: [Double] = []
         var afterAck: [Double] = []
         let runID = UUID().uuidString.prefix(8)
         for index in 0..<(options.samples + 20) {
             let started = ContinuousClock.now
-            let operation = #"{"operationType":"create","record":{"recordType":"Note","recordName":"n-\#(runID)-\#(index)","fields":{"title":{"value":"note \#(index)"}}}}"#
+            // An Item, the type the comparison's production schema has.
+            let operation = #"{"operationType":"create","record":{"recordType":"Item","recordName":"n-\#(runID)-\#(index)","fields":{"title":{"value":"note \#(index)","type":"STRING"}}}}"#
             let ok = await postAsDevice(
                 "private/records/modify", #"{"zoneID":{"zoneName":"Bench"},"operations":[\#(operation)]}"#, device: "writer")
             guard ok else { throw BenchmarkError("a save failed") }
@@ -221,7 +234,7 @@ struct NotificationBenchmark {
 
     private func postAsDevice(_ path: String, _ body: String, device: String) async -> Bool {
         var request = HTTPClientRequest(
-            url: "\(options.url)/database/1/\(options.container)/development/\(path)?ckAPIToken=\(options.apiToken)&ckWebAuthToken=\(options.webAuthToken)")
+            url: "\(options.url)/database/1/\(options.container)/\(options.environment)/\(path)?ckAPIToken=\(options.apiToken)&ckWebAuthToken=\(options.webAuthToken)")
         request.method = .POST
         request.headers.add(name: "X-Nimbus-Device-ID", value: device)
         request.body = .bytes(ByteBuffer(string: body))
@@ -239,7 +252,7 @@ struct NotificationBenchmark {
     /// stays open, hearing nothing, until its task is cancelled.
     private func connectIdle(count: Int, base: String) async throws -> (connected: Int, tasks: [Task<Void, Never>]) {
         guard count > 0 else { return (0, []) }
-        var signIn = HTTPClientRequest(url: "\(options.url)/auth/1/\(options.container)/development/signin?ckAPIToken=\(options.apiToken)")
+        var signIn = HTTPClientRequest(url: "\(options.url)/auth/1/\(options.container)/\(options.environment)/signin?ckAPIToken=\(options.apiToken)")
         signIn.method = .POST
         signIn.body = .bytes(ByteBuffer(string: #"{"username":"\#(options.idleUser)","password":"\#(options.idlePassword)"}"#))
         let response = try await HTTPClient.shared.execute(signIn, timeout: .seconds(30))

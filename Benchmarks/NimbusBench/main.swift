@@ -42,6 +42,9 @@ struct Options {
     var idleUser = "idle"
     var idlePassword = "idle-password"
     var serverPID = 0
+    /// `compare`: the environment Nimbus's scenarios run in (`lib.sh` prepares production with
+    /// the indexes PocketBase's collection has).
+    var environment = "development"
 }
 
 func parseOptions() -> Options {
@@ -73,6 +76,7 @@ func parseOptions() -> Options {
         case "--idle-user": options.idleUser = value
         case "--idle-password": options.idlePassword = value
         case "--server-pid": options.serverPID = Int(value) ?? 0
+        case "--environment": options.environment = value
         default: FileHandle.standardError.write(Data("unknown flag \(flag)\n".utf8))
         }
     }
@@ -144,7 +148,7 @@ func load(clients: Int, warmup: Double, seconds: Double, _ body: @escaping @Send
 
 func post(_ options: Options, _ path: String, _ body: String) async -> Bool {
     var request = HTTPClientRequest(
-        url: "\(options.url)/database/1/\(options.container)/development/\(path)?ckAPIToken=\(options.apiToken)&ckWebAuthToken=\(options.webAuthToken)")
+        url: "\(options.url)/database/1/\(options.container)/\(options.environment)/\(path)?ckAPIToken=\(options.apiToken)&ckWebAuthToken=\(options.webAuthToken)")
     request.method = .POST
     request.body = .bytes(ByteBuffer(string: body))
     guard let response = try? await HTTPClient.shared.execute(request, timeout: .seconds(30)),

@@ -56,23 +56,42 @@ extension NimbusService {
                 let zone = try self.resolveZone(request.zoneID, in: database, target: target, tx: tx)
                 let atomic = zone.name != Names.defaultZone && request.atomic != false
                 let schema = try SchemaResolver(container: key.container, environment: key.environment, tx: tx)
-                var seenNames = Set<String>()
                 let batchOrder = BatchOrder(request.operations, zoneName: zone.name)
                 var slots: [Result<JSON, CloudKitError>?] = Array(repeating: nil, count: request.operations.count)
-                for index in batchOrder.order {
-                    let operation = request.operations[index]
-                    do {
-                        let json = try log.savepoint(tx) {
+                /// Applies every operation in batch order. `isolated` puts each in a savepoint of
+                /// its own, so a failing one takes back only its own writes and the rest go on;
+                /// otherwise the first failure is thrown.
+                func applyAll(isolated: Bool) throws {
+                    var seenNames = Set<String>()
+                    for index in batchOrder.order {
+                        let operation = request.operations[index]
+                        func applyOne() throws -> JSON {
                             try self.apply(
                                 operation, request: request, zone: zone, database: database, target: target,
                                 stamp: stamp, schema: schema, seenNames: &seenNames, log: log, tx: tx)
                         }
-                        slots[index] = .success(json)
-                    } catch let error as CloudKitError {
-                        var error = error
-                        if error.recordName == nil { error.recordName = operation.record.recordName }
-                        slots[index] = .failure(error)
+                        guard isolated else {
+                            slots[index] = .success(try applyOne())
+                            continue
+                        }
+                        do {
+                            slots[index] = .success(try log.savepoint(tx, applyOne))
+                        } catch let error as CloudKitError {
+                            var error = error
+                            if error.recordName == nil { error.recordName = operation.record.recordName }
+                            slots[index] = .failure(error)
+                        }
                     }
+                }
+                // Most batches succeed whole: try them in one savepoint first. A savepoint per
+                // operation would make SQLite copy every page an operation touches into its
+                // sub-journal again, and the index pages are shared by all of them; that copying
+                // was most of a batch's cost (docs/benchmarks.md). When an operation fails, the
+                // batch is undone and run again with a savepoint each, for per-item results.
+                do {
+                    try log.savepoint(tx) { try applyAll(isolated: false) }
+                } catch is CloudKitError {
+                    try applyAll(isolated: true)
                 }
                 for (index, names) in batchOrder.cyclic {
                     slots[index] = .failure(
@@ -206,7 +225,7 @@ extension NimbusService {
         if existing != nil || !references.isEmpty {
             try tx.replaceReferences(sourceZoneID: zone.id, sourceName: recordName, with: references)
         }
-        let (entries, tokens) = RecordIndexer.entries(for: row, fields: fields)
+        let (entries, tokens) = RecordIndexer.entries(for: row, fields: fields, policy: schema.indexPolicy(for: recordType))
         try tx.replaceIndexEntries(
             recordID: recordID, zoneID: zone.id, recordType: recordType, entries: entries, tokens: tokens,
             hadEntries: existing != nil)

@@ -45,9 +45,16 @@ extension NimbusService {
                 try tx.addSchemaRecordType(container: container, environment: .production, recordType)
                 newTypes += 1
             }
+            // Production records hold no values of fields new to production, but every record has
+            // the system fields: declaring one there means filling in its index.
+            var typesToReindex = Set<String>()
             for field in developmentFields where productionFields["\(field.recordType).\(field.fieldName)"] == nil {
                 try tx.addSchemaField(container: container, environment: .production, field)
+                if Self.systemFieldTypes[field.fieldName] != nil { typesToReindex.insert(field.recordType) }
                 newFields += 1
+            }
+            for recordType in typesToReindex.sorted() {
+                try self.rebuildIndexEntries(container: container, environment: .production, recordType: recordType, tx: tx)
             }
             return (newTypes, newFields)
         }
@@ -63,19 +70,45 @@ extension NimbusService {
         }
         let systemType = Self.systemFieldTypes[field]
         return try await storage.write { tx in
-            if try tx.setSchemaFieldIndexes(
+            if try !tx.setSchemaFieldIndexes(
                 container: container, environment: environment, recordType: recordType, fieldName: field, indexes: indexes)
             {
-                return true
+                // System fields exist on every type; declaring one is how it gets an index.
+                guard let systemType,
+                    try tx.schemaRecordTypes(container: container, environment: environment).contains(recordType)
+                else { return false }
+                try tx.addSchemaField(
+                    container: container, environment: environment,
+                    SchemaFieldRow(recordType: recordType, fieldName: field, fieldType: systemType.wireName, indexes: indexes))
             }
-            // System fields exist on every type; declaring one is how it gets an index.
-            guard let systemType,
-                try tx.schemaRecordTypes(container: container, environment: environment).contains(recordType)
-            else { return false }
-            try tx.addSchemaField(
-                container: container, environment: environment,
-                SchemaFieldRow(recordType: recordType, fieldName: field, fieldType: systemType.wireName, indexes: indexes))
+            if environment == .production {
+                try self.rebuildIndexEntries(container: container, environment: environment, recordType: recordType, tx: tx)
+            }
             return true
+        }
+    }
+
+    /// Rewrites the index entries of every live record of a type, after the indexes its
+    /// schema grants changed. Production records carry only granted entries
+    /// (`RecordIndexer.Policy`), so a newly granted index must be filled in before a query may
+    /// use it; development records carry everything already. In the caller's transaction, so
+    /// the index is complete when the change is visible.
+    func rebuildIndexEntries(container: String, environment: Environment, recordType: String, tx: any StorageWriter) throws {
+        var grants: [String: Int] = [:]
+        for field in try tx.schemaFields(container: container, environment: environment) where field.recordType == recordType {
+            grants[field.fieldName] = field.indexes
+        }
+        let policy = environment == .production ? RecordIndexer.Policy(grants: grants) : .everything
+        var after: Int64 = 0
+        while true {
+            let page = try tx.liveRecords(container: container, environment: environment, recordType: recordType, afterID: after, limit: 500)
+            for (id, row) in page {
+                let (entries, tokens) = RecordIndexer.entries(for: row, fields: try RecordCodec.decode(row.fields), policy: policy)
+                try tx.replaceIndexEntries(
+                    recordID: id, zoneID: row.zoneID, recordType: recordType, entries: entries, tokens: tokens, hadEntries: true)
+            }
+            guard let last = page.last else { return }
+            after = last.id
         }
     }
 }

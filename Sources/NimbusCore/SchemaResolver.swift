@@ -14,6 +14,8 @@ final class SchemaResolver {
     private let tx: any StorageWriter
     private var recordTypes: Set<String>
     private var fields: [String: [String: FieldType]] = [:]
+    /// Index flags by record type, then field (system fields included once declared).
+    private var indexFlags: [String: [String: Int]] = [:]
 
     init(container: String, environment: Environment, tx: any StorageWriter) throws {
         self.container = container
@@ -21,12 +23,18 @@ final class SchemaResolver {
         self.tx = tx
         recordTypes = Set(try tx.schemaRecordTypes(container: container, environment: environment))
         for row in try tx.schemaFields(container: container, environment: environment) {
+            indexFlags[row.recordType, default: [:]][row.fieldName] = row.indexes
             guard let type = FieldType(wireName: row.fieldType) else { continue }
             fields[row.recordType, default: [:]][row.fieldName] = type
         }
     }
 
     private var isLocked: Bool { environment == .production }
+
+    /// Which index entries a saved record of `recordType` gets (`RecordIndexer.Policy`).
+    func indexPolicy(for recordType: String) -> RecordIndexer.Policy {
+        isLocked ? RecordIndexer.Policy(grants: indexFlags[recordType] ?? [:]) : .everything
+    }
 
     /// Checks (or, in development, adds) the record type.
     func admitRecordType(_ recordType: String, path: String) throws {

@@ -73,7 +73,10 @@ struct QuerySQL {
             var standalone = QuerySQL()
             standalone.form = .standalone
             standalone.append(query.conditions[index], query: query, zoneMarks: zoneMarks)
-            from = "(SELECT DISTINCT record_id FROM (\(standalone.text))) c"
+            // A scalar field has one entry per record: no record can come twice, and SQLite
+            // need not build a temporary table to make them distinct.
+            from = Self.yieldsEachRecordOnce(query.conditions[index])
+                ? "(\(standalone.text)) c" : "(SELECT DISTINCT record_id FROM (\(standalone.text))) c"
             fromArguments = standalone.arguments
         }
 
@@ -119,7 +122,10 @@ struct QuerySQL {
         for (index, expression) in keyExpressions.enumerated() { inner += ", \(expression) AS k\(index)" }
         inner += " FROM \(from)\(joins)"
         var innerArguments = fromArguments + joinArguments
-        for condition in query.conditions {
+        for (index, condition) in query.conditions.enumerated() {
+            // The driver's own candidates match it by construction: probing again would double
+            // the seeks per candidate (most of an equality + sort query's time).
+            if driver == .condition(index), Self.drivesExactly(condition) { continue }
             var probe = QuerySQL()
             probe.append(condition, query: query, zoneMarks: zoneMarks)
             whereClause.append(probe.text)
@@ -158,6 +164,25 @@ struct QuerySQL {
         case .oneOf(_, _, let values), .allOf(_, let values): return !values.isEmpty
         case .tokens(_, let tokens, _): return !tokens.isEmpty
         case .compare, .beginsWith, .near: return true
+        }
+    }
+
+    /// Whether a driving condition's standalone form selects exactly the records it matches
+    /// (lists of values and token groups drive by their first value only; the probe checks
+    /// the rest).
+    private static func drivesExactly(_ condition: IndexCondition) -> Bool {
+        switch condition {
+        case .compare, .oneOf, .beginsWith, .near: return true
+        case .allOf, .tokens, .not: return false
+        }
+    }
+
+    /// Whether a driving condition's standalone form lists each record at most once: it
+    /// reads scalar entries (one per record and field).
+    private static func yieldsEachRecordOnce(_ condition: IndexCondition) -> Bool {
+        switch condition {
+        case .compare(_, .scalar, _, _), .oneOf(_, .scalar, _), .beginsWith(_, .scalar, _), .near: return true
+        default: return false
         }
     }
 

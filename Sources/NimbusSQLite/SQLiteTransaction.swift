@@ -173,6 +173,20 @@ struct SQLiteTransaction: StorageWriter {
         ).map(recordRow)
     }
 
+    func liveRecords(container: String, environment: Environment, recordType: String, afterID: Int64, limit: Int) throws
+        -> [(id: Int64, row: RecordRow)]
+    {
+        try fetchRows(
+            """
+            SELECT r.rowid AS record_id, \(Self.recordColumns.split(separator: ",").map { "r." + $0.trimmingCharacters(in: .whitespacesAndNewlines) }.joined(separator: ", "))
+            FROM records r JOIN zones z ON z.id = r.zone_id JOIN databases d ON d.id = z.database_id
+            WHERE d.container = ? AND d.environment = ? AND r.record_type = ? AND r.deleted = 0 AND r.rowid > ?
+            ORDER BY r.rowid LIMIT ?
+            """,
+            [container, environment.rawValue, recordType, afterID, limit]
+        ).map { (id: $0["record_id"], row: recordRow($0)) }
+    }
+
     // MARK: References
 
     func referrers(targetZoneID: Int64, targetName: String, action: String) throws -> [ReferenceRow] {
@@ -304,10 +318,13 @@ struct SQLiteTransaction: StorageWriter {
     }
 
     func nextSequence(databaseID: Int64) throws -> Int64 {
-        guard
-            let row = try fetchRow(
-                "UPDATE databases SET sequence = sequence + 1 WHERE id = ? RETURNING sequence", [databaseID])
-        else { throw StorageError.corrupt("database \(databaseID) does not exist") }
+        // Not `UPDATE … RETURNING`: SQLite gives RETURNING a statement journal, and releasing
+        // one walks the in-memory sub-journal from its start: a cost that grew with every
+        // record of a batch (see putRecord).
+        try execute("UPDATE databases SET sequence = sequence + 1 WHERE id = ?", [databaseID])
+        guard let row = try fetchRow("SELECT sequence FROM databases WHERE id = ?", [databaseID]) else {
+            throw StorageError.corrupt("database \(databaseID) does not exist")
+        }
         return row["sequence"]
     }
 
@@ -334,25 +351,38 @@ struct SQLiteTransaction: StorageWriter {
     }
 
     func putRecord(_ row: RecordRow) throws -> Int64 {
-        // The rowid survives the upsert: it is the record's storage id (index entries key on it).
-        let inserted = try fetchRow(
+        // The rowid survives an update: it is the record's storage id (index entries key on it).
+        // An UPDATE, then an INSERT when there was nothing to update, rather than one
+        // `INSERT … ON CONFLICT DO UPDATE … RETURNING`: SQLite gives RETURNING and upserts a
+        // statement journal, which copies every page the statement touches into the
+        // sub-journal while savepoints are open (as they always are here), and releasing it
+        // walks the in-memory sub-journal from its start. Both grew with the size of a batch:
+        // they were most of a 200-record batch's time (docs/benchmarks.md).
+        let values: [(any DatabaseValueConvertible)?] = [
+            row.recordType, Data(row.fields), row.parent, row.changeSequence,
+            row.created.timestamp, row.created.userRecordName, row.created.deviceID,
+            row.modified.timestamp, row.modified.userRecordName, row.modified.deviceID, row.isDeleted,
+        ]
+        try execute(
             """
-            INSERT INTO records (\(Self.recordColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            ON CONFLICT (zone_id, record_name) DO UPDATE SET
-                record_type = excluded.record_type, fields = excluded.fields, parent = excluded.parent,
-                change_sequence = excluded.change_sequence, created_at = excluded.created_at,
-                created_by = excluded.created_by, created_device = excluded.created_device,
-                modified_at = excluded.modified_at, modified_by = excluded.modified_by,
-                modified_device = excluded.modified_device, deleted = excluded.deleted
-            RETURNING rowid
+            UPDATE records SET record_type = ?, fields = ?, parent = ?, change_sequence = ?, created_at = ?,
+                created_by = ?, created_device = ?, modified_at = ?, modified_by = ?, modified_device = ?, deleted = ?
+            WHERE zone_id = ? AND record_name = ?
             """,
-            [
-                row.zoneID, row.recordName, row.recordType, Data(row.fields), row.parent, row.changeSequence,
-                row.created.timestamp, row.created.userRecordName, row.created.deviceID,
-                row.modified.timestamp, row.modified.userRecordName, row.modified.deviceID, row.isDeleted,
-            ])
-        guard let inserted else { throw StorageError.corrupt("saving record '\(row.recordName)' returned no row") }
-        return inserted[0]
+            StatementArguments(values + [row.zoneID, row.recordName]))
+        if db.changesCount > 0 {
+            guard let updated = try fetchRow("SELECT rowid FROM records WHERE zone_id = ? AND record_name = ?", [row.zoneID, row.recordName])
+            else { throw StorageError.corrupt("record '\(row.recordName)' vanished while saving") }
+            return updated[0]
+        }
+        try execute(
+            """
+            INSERT INTO records (record_type, fields, parent, change_sequence, created_at, created_by, created_device,
+                modified_at, modified_by, modified_device, deleted, zone_id, record_name)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """,
+            StatementArguments(values + [row.zoneID, row.recordName]))
+        return db.lastInsertedRowID
     }
 
     func addSchemaField(container: String, environment: Environment, _ field: SchemaFieldRow) throws {
@@ -385,7 +415,10 @@ struct SQLiteTransaction: StorageWriter {
             try execute("DELETE FROM field_index WHERE record_id = ?", [recordID])
             try execute("DELETE FROM token_index WHERE record_id = ?", [recordID])
         }
-        // Multi-row inserts: one statement per chunk instead of one per entry.
+        // Multi-row inserts: one statement per chunk instead of one per entry. `OR FAIL`, not
+        // the default ABORT: a multi-row statement that may abort gets a statement journal (a
+        // copy of every page it touches), and the entries are distinct by construction; a
+        // failure still undoes the whole operation through its savepoint.
         for chunk in entries.chunked(Self.rowsPerInsert) {
             var arguments: [(any DatabaseValueConvertible)?] = []
             arguments.reserveCapacity(chunk.count * 8)
@@ -399,7 +432,7 @@ struct SQLiteTransaction: StorageWriter {
                 arguments += [recordID, entry.field, entry.position, zoneID, recordType, number, text, entry.longitude]
             }
             try execute(
-                "INSERT INTO field_index (record_id, field, position, zone_id, record_type, num, text, lon) VALUES "
+                "INSERT OR FAIL INTO field_index (record_id, field, position, zone_id, record_type, num, text, lon) VALUES "
                     + Self.placeholders(rows: chunk.count, columns: 8),
                 StatementArguments(arguments))
         }
@@ -408,7 +441,7 @@ struct SQLiteTransaction: StorageWriter {
             arguments.reserveCapacity(chunk.count * 5)
             for token in chunk { arguments += [recordID, token.field, token.token, zoneID, recordType] }
             try execute(
-                "INSERT INTO token_index (record_id, field, token, zone_id, record_type) VALUES "
+                "INSERT OR FAIL INTO token_index (record_id, field, token, zone_id, record_type) VALUES "
                     + Self.placeholders(rows: chunk.count, columns: 5),
                 StatementArguments(arguments))
         }

@@ -53,6 +53,10 @@ public protocol StorageReader {
     /// Records and tombstones changed after `sequence`, in change order. `recordTypes`
     /// restricts the result when given.
     func recordChanges(zoneID: Int64, after sequence: Int64, recordTypes: [String]?, limit: Int) throws -> [RecordRow]
+    /// Live records of a type in every database of a container environment, with their
+    /// storage ids, in storage-id order after `afterID`: for rebuilding index entries.
+    func liveRecords(container: String, environment: Environment, recordType: String, afterID: Int64, limit: Int) throws
+        -> [(id: Int64, row: RecordRow)]
 
     // MARK: References
     /// References with `action` that point at the record.

@@ -100,3 +100,21 @@ import Testing
         #expect(DeclaredFieldType(wire: "BOOLEAN") == nil)
     }
 }
+
+@Suite struct TokenizerTests {
+    /// The ASCII path must give exactly what Foundation's folding gives, or text search
+    /// would depend on whether a record's string happened to be plain ASCII.
+    @Test func asciiPathAgreesWithFolding() {
+        let samples = [
+            "Item 42 of the Benchmark", "  leading, trailing;  ", "MiXeD-case_words and_underscores", "a", "", "!!!",
+            "tabs\tand\nnewlines", "x" + String(repeating: "y", count: 100) + " short", "repeat repeat REPEAT", "C3PO r2d2 1.5e3",
+        ]
+        for text in samples {
+            #expect(Tokenizer.asciiTokens(of: text) == Tokenizer.foldedTokens(of: text), "\(text)")
+        }
+        #expect(Tokenizer.asciiTokens(of: "Crème Brûlée") == nil)
+        #expect(Tokenizer.tokens(of: "Crème Brûlée") == ["creme", "brulee"])
+        #expect(Tokenizer.tokens(of: "The the THE end") == ["the", "end"])
+        #expect(Tokenizer.tokens(of: String(repeating: "z", count: 80)) == [String(repeating: "z", count: 64)])
+    }
+}

@@ -210,6 +210,51 @@ import Testing
         }
     }
 
+    /// Production records get index entries only for what the schema grants; granting an
+    /// index later fills it in for the records already saved, before any query can use it.
+    @Test func productionIndexesWhatTheSchemaGrantsAndFillsInNewIndexes() async throws {
+        try await TestServer.with { server in
+            let dev = try await server.user("bob")
+            _ = try await dev.modify("public", [Op.create("d", type: "Item", ["k": Op.field(1), "s": Op.field("hello world")])])
+            _ = try await server.service.deploySchema(container: TestServer.container)
+            for (field, flags) in [("k", 0), ("s", 0)] {
+                #expect(try await server.service.setFieldIndexes(
+                    container: TestServer.container, environment: .production, recordType: "Item", field: field, indexes: flags))
+            }
+            let writer = try await server.user("carol", environment: .production)
+            _ = try await writer.modify("public", [
+                Op.create("p1", type: "Item", ["k": Op.field(7), "s": Op.field("crème brûlée")]),
+                Op.create("p2", type: "Item", ["k": Op.field(8), "s": Op.field("plain words")]),
+            ])
+            let prod = server.client(environment: .production)
+            func found(_ filters: [JSON], sorts: [JSON] = []) async throws -> [String] {
+                let answer = try await prod.post("public", "records/query", Self.query(filters: filters, sorts: sorts))
+                #expect(answer.status == 200, "\(answer.text)")
+                return answer.records.compactMap { $0["recordName"]?.stringValue }.sorted()
+            }
+            // Granting QUERYABLE on k fills in the entries of the records saved without them.
+            #expect(try await server.service.setFieldIndexes(
+                container: TestServer.container, environment: .production, recordType: "Item", field: "k", indexes: 1))
+            #expect(try await found([Self.filter("EQUALS", "k", 7)]) == ["p1"])
+            // So does SEARCHABLE on s, with the same folding as development.
+            #expect(try await server.service.setFieldIndexes(
+                container: TestServer.container, environment: .production, recordType: "Item", field: "s", indexes: 4))
+            #expect(try await found([Self.filter("CONTAINS_ALL_TOKENS", "s", "creme")]) == ["p1"])
+            #expect(try await found([Self.filter("CONTAINS_ALL_TOKENS", "s", "words")]) == ["p2"])
+            // A system field declared in production: every record gets its entry.
+            #expect(try await server.service.setFieldIndexes(
+                container: TestServer.container, environment: .production, recordType: "Item", field: "___recordID", indexes: 3))
+            #expect(try await found([Self.filter("EQUALS", "___recordID", "p2")]) == ["p2"])
+            // Records saved after the grant are indexed as they are saved.
+            _ = try await writer.modify("public", [Op.create("p3", type: "Item", ["k": Op.field(7), "s": Op.field("more words")])])
+            #expect(try await found([Self.filter("EQUALS", "k", 7)]) == ["p1", "p3"])
+            #expect(try await found([Self.filter("CONTAINS_ALL_TOKENS", "s", "words")]) == ["p2", "p3"])
+            // Development is untouched: every field is indexed there.
+            let development = try await dev.post("public", "records/query", Self.query(filters: [Self.filter("CONTAINS_ALL_TOKENS", "s", "hello")]))
+            #expect(names(development) == ["d"])
+        }
+    }
+
     @Test func badQueriesAreBadRequests() async throws {
         try await TestServer.with { server in
             let alice = try await server.user("alice")
