@@ -20,14 +20,25 @@ struct SeedSampleTests {
         }
     }
 
-    /// Whether `task` finished (and succeeded) within `limit`; the task itself goes on.
-    private func finishes(_ task: Task<Void, any Error>, within limit: Duration) async throws -> Bool {
-        try await withThrowingTaskGroup(of: Bool.self) { group in
-            group.addTask { try await task.value; return true }
-            group.addTask { try await Task.sleep(for: limit); return false }
-            let first = try await group.next() ?? false
-            group.cancelAll()
-            return first
+    /// Whether `task` ends within `limit`. Not a task group: a group waits for all its children,
+    /// and a child awaiting another task's value cannot be cancelled, so a task that never ended
+    /// (a notification sent before the subscription existed) hung the whole test run.
+    private func finishes(_ task: Task<Void, any Error>, within limit: Duration) async -> Bool {
+        final class FirstAnswer: @unchecked Sendable {
+            private let lock = NSLock()
+            private var continuation: CheckedContinuation<Bool, Never>?
+            init(_ continuation: CheckedContinuation<Bool, Never>) { self.continuation = continuation }
+            func give(_ answer: Bool) {
+                lock.withLock {
+                    continuation?.resume(returning: answer)
+                    continuation = nil
+                }
+            }
+        }
+        return await withCheckedContinuation { continuation in
+            let answer = FirstAnswer(continuation)
+            Task { _ = try? await task.value; answer.give(true) }
+            Task { try? await Task.sleep(for: limit); answer.give(false) }
         }
     }
 
@@ -348,9 +359,10 @@ struct SeedSampleTests {
             while attempt < 100 {
                 _ = try await otherDatabase.save(CKRecordZone(zoneName: "elsewhere\(attempt)"))
                 attempt += 1
-                if try await finishes(listening, within: .milliseconds(200)) { break }
+                if await finishes(listening, within: .milliseconds(200)) { break }
             }
             #expect(attempt < 100)
+            listening.cancel()
         }
     }
 }
