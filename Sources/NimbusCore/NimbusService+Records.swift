@@ -225,10 +225,8 @@ extension NimbusService {
         if existing != nil || !references.isEmpty {
             try tx.replaceReferences(sourceZoneID: zone.id, sourceName: recordName, with: references)
         }
-        let (entries, tokens) = RecordIndexer.entries(for: row, fields: fields, policy: schema.indexPolicy(for: recordType))
-        try tx.replaceIndexEntries(
-            recordID: recordID, zoneID: zone.id, recordType: recordType, entries: entries, tokens: tokens,
-            hadEntries: existing != nil)
+        let index = RecordIndexer.entries(for: row, fields: fields, policy: schema.indexPolicy(for: recordType))
+        try tx.replaceIndexEntries(recordID: recordID, zoneID: zone.id, recordType: recordType, index, hadEntries: existing != nil)
         return try recordJSON(
             row, zone: zone, target: target, desiredKeys: operation.desiredKeys ?? request.desiredKeys,
             numbersAsStrings: request.numbersAsStrings)

@@ -103,7 +103,7 @@ extension NimbusService {
             log.recordChanged(zone: zone, before: row, after: nil)
             try tx.replaceReferences(sourceZoneID: zone.id, sourceName: name, with: [])
             try tx.replaceIndexEntries(
-                recordID: recordID, zoneID: zone.id, recordType: row.recordType, entries: [], tokens: [], hadEntries: true)
+                recordID: recordID, zoneID: zone.id, recordType: row.recordType, .none, hadEntries: true)
         }
     }
 

@@ -88,6 +88,20 @@ extension NimbusService {
         }
     }
 
+    /// After a storage upgrade that added a kind of index entry, rewrites the entries of every
+    /// production record (development records carry every entry but sorted pairs, which
+    /// development does not use). Once, in one transaction, before the service answers.
+    func rebuildIndexesIfRequested() async throws {
+        try await storage.write { tx in
+            guard try tx.takeIndexRebuildRequest() else { return }
+            for container in try tx.containers() {
+                for recordType in try tx.schemaRecordTypes(container: container.id, environment: .production) {
+                    try self.rebuildIndexEntries(container: container.id, environment: .production, recordType: recordType, tx: tx)
+                }
+            }
+        }
+    }
+
     /// Rewrites the index entries of every live record of a type, after the indexes its
     /// schema grants changed. Production records carry only granted entries
     /// (`RecordIndexer.Policy`), so a newly granted index must be filled in before a query may
@@ -103,9 +117,8 @@ extension NimbusService {
         while true {
             let page = try tx.liveRecords(container: container, environment: environment, recordType: recordType, afterID: after, limit: 500)
             for (id, row) in page {
-                let (entries, tokens) = RecordIndexer.entries(for: row, fields: try RecordCodec.decode(row.fields), policy: policy)
-                try tx.replaceIndexEntries(
-                    recordID: id, zoneID: row.zoneID, recordType: recordType, entries: entries, tokens: tokens, hadEntries: true)
+                let index = RecordIndexer.entries(for: row, fields: try RecordCodec.decode(row.fields), policy: policy)
+                try tx.replaceIndexEntries(recordID: id, zoneID: row.zoneID, recordType: recordType, index, hadEntries: true)
             }
             guard let last = page.last else { return }
             after = last.id

@@ -34,6 +34,7 @@ public final class NimbusService: Sendable {
         self.options = options
         let secret = try await storage.read { try $0.installationSecret() }
         keys = DerivedKeys(installationSecret: secret)
+        try await rebuildIndexesIfRequested()
         let index = try await loadSubscriptions()
         notificationHub.index.withLock { $0 = index }
     }

@@ -29,9 +29,29 @@ enum RecordIndexer {
             flags(field) & (SchemaFieldRow.Indexes.queryable | SchemaFieldRow.Indexes.sortable) != 0
         }
         func wantsTokens(_ field: String) -> Bool { flags(field) & SchemaFieldRow.Indexes.searchable != 0 }
+
+        /// At most this many sorted pairs per record type: each is one more entry per save.
+        static let maximumSortedPairs = 16
+
+        /// The (QUERYABLE field, SORTABLE field) pairs whose records get `SortedPairEntry`s:
+        /// production only (development indexes every field, and every pair of fields would
+        /// be quadratic), by sort field then equality field name, up to `maximumSortedPairs`.
+        /// The query planner asks the same function, so it uses only pairs that were written.
+        var sortedPairs: [SortedPair] {
+            guard let grants else { return [] }
+            let names = grants.keys.sorted()
+            var pairs: [SortedPair] = []
+            for sortField in names where grants[sortField]! & SchemaFieldRow.Indexes.sortable != 0 {
+                for field in names where field != sortField && grants[field]! & SchemaFieldRow.Indexes.queryable != 0 {
+                    guard pairs.count < Self.maximumSortedPairs else { return pairs }
+                    pairs.append(SortedPair(field: field, sortField: sortField))
+                }
+            }
+            return pairs
+        }
     }
 
-    static func entries(for row: RecordRow, fields: RecordCodec.Fields, policy: Policy = .everything) -> ([IndexEntry], [TokenEntry]) {
+    static func entries(for row: RecordRow, fields: RecordCodec.Fields, policy: Policy = .everything) -> RecordIndexEntries {
         let system: [(String, IndexValue)] = [
             (SystemField.recordID, .text(row.recordName)),
             (SystemField.createTime, .number(Double(row.created.timestamp))),
@@ -59,7 +79,19 @@ enum RecordIndexer {
                 }
             }
         }
-        return (entries, Array(Set(tokens)))
+        return RecordIndexEntries(entries: entries, tokens: Array(Set(tokens)), pairs: pairs(of: entries, policy.sortedPairs))
+    }
+
+    /// The pair entries of a record: for each pair, when both fields hold a scalar (not a
+    /// location: it has no single order).
+    private static func pairs(of entries: [IndexEntry], _ pairs: [SortedPair]) -> [SortedPairEntry] {
+        guard !pairs.isEmpty else { return [] }
+        var scalars: [String: IndexValue] = [:]
+        for entry in entries where entry.position == -1 && entry.longitude == nil { scalars[entry.field] = entry.value }
+        return pairs.compactMap { pair in
+            guard let value = scalars[pair.field], let sortValue = scalars[pair.sortField] else { return nil }
+            return SortedPairEntry(pair: pair, value: value, sortValue: sortValue)
+        }
     }
 
     /// The indexed value of a scalar: numbers as numbers, strings and reference targets as

@@ -223,5 +223,29 @@ enum Migrations {
                     );
                     """)
         }
+        migrator.registerMigration("v6-sorted-pairs") { db in
+            try db.execute(
+                sql: """
+                    -- One entry per record and (equality field, sort field) pair the production
+                    -- schema grants (RecordIndexer.Policy.sortedPairs): "field = ? ORDER BY
+                    -- sort_field" reads one range of the index below in result order. `value` and
+                    -- `sort_value` have no declared type, so numbers stay numbers and texts texts.
+                    CREATE TABLE pair_index (
+                        record_id INTEGER NOT NULL,
+                        field TEXT NOT NULL,
+                        sort_field TEXT NOT NULL,
+                        zone_id INTEGER NOT NULL,
+                        record_type TEXT NOT NULL,
+                        value NOT NULL,
+                        sort_value NOT NULL,
+                        PRIMARY KEY (record_id, field, sort_field)
+                    ) WITHOUT ROWID;
+                    CREATE INDEX pair_index_by_value
+                        ON pair_index(zone_id, record_type, field, sort_field, value, sort_value, record_id);
+                    -- Production records saved before this have no pair entries yet: the
+                    -- service rebuilds their index entries once, when it starts.
+                    INSERT INTO meta (key, value) VALUES ('index_rebuild_pending', 1);
+                    """)
+        }
     }
 }

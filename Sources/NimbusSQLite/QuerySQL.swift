@@ -2,11 +2,12 @@ import Foundation
 import GRDB
 import NimbusStorage
 
-/// Turns a `RecordQuery` into one SQL statement over `records`, `field_index` and
-/// `token_index`.
+/// Turns a `RecordQuery` into one SQL statement over `records`, `field_index`, `token_index`
+/// and `pair_index`.
 ///
 /// The plan names what drives it (`Driver`): the records of the type in name order, the first
-/// sort key's index walked in order, or the entries one selective filter matches. Every
+/// sort key's index walked in order, the entries one selective filter matches, or the sorted
+/// pair entries of an equality filter and the first sort key (already in result order). Every
 /// condition is then checked per candidate with a correlated `EXISTS` probe of the record's
 /// own entries (`NOT EXISTS` for negations). Sort keys are joined from the field index
 /// (records lacking a sort field are not listed); the page starts strictly after the previous
@@ -23,6 +24,35 @@ struct QuerySQL {
         case firstSort
         /// The entries of `query.conditions[index]` (a positive condition).
         case condition(Int)
+        /// The sorted pair entries of `query.conditions[index]` (an equality on a scalar) and
+        /// the first sort key.
+        case pair(Int)
+
+        /// The driving condition, if one drives.
+        var conditionIndex: Int? {
+            switch self {
+            case .condition(let index), .pair(let index): return index
+            case .records, .firstSort: return nil
+            }
+        }
+    }
+
+    /// The sorted-pair plan, when the query has an equality filter on a scalar and a first
+    /// sort key (by value, not distance) whose pair the schema grants.
+    static func pairDriver(for query: RecordQuery) -> Driver? {
+        guard !query.sortedPairs.isEmpty, let first = query.sorts.first else { return nil }
+        let sortField: String
+        switch first.key {
+        case .number(let field), .text(let field): sortField = field
+        case .distance: return nil
+        }
+        for (index, condition) in query.conditions.enumerated() {
+            guard case .compare(let field, .scalar, .equal, _) = condition,
+                query.sortedPairs.contains(SortedPair(field: field, sortField: sortField))
+            else { continue }
+            return .pair(index)
+        }
+        return nil
     }
 
     /// How a condition is written: a correlated probe of the candidate `r`, or a standalone
@@ -78,6 +108,17 @@ struct QuerySQL {
             from = Self.yieldsEachRecordOnce(query.conditions[index])
                 ? "(\(standalone.text)) c" : "(SELECT DISTINCT record_id FROM (\(standalone.text))) c"
             fromArguments = standalone.arguments
+        case .pair(let index):
+            guard case .compare(let field, _, _, let value) = query.conditions[index], let first = query.sorts.first else {
+                preconditionFailure("a pair driver is chosen for an equality condition and a sort key")
+            }
+            let sortField: String
+            switch first.key {
+            case .number(let name), .text(let name), .distance(let name, _, _): sortField = name
+            }
+            from = "pair_index c"
+            whereClause.append("c.zone_id IN (\(zoneMarks)) AND c.record_type = ? AND c.field = ? AND c.sort_field = ? AND c.value = ?")
+            whereArguments = query.zoneIDs.map { $0 } + [query.recordType, field, sortField, Self.argument(value)]
         }
 
         // Sort keys, joined from the candidate's entries (the first one is the driver itself
@@ -86,6 +127,10 @@ struct QuerySQL {
         var joinArguments: [(any DatabaseValueConvertible)?] = []
         var keyExpressions: [String] = []
         for (index, sort) in query.sorts.enumerated() {
+            if index == 0, case .pair = driver {
+                keyExpressions.append("c.sort_value")
+                continue
+            }
             let driving = index == 0 && driver == .firstSort
             let alias = driving ? "c" : "s\(index)"
             var filter = "\(alias).record_type = ? AND \(alias).field = ? AND \(alias).position = -1"
@@ -125,7 +170,7 @@ struct QuerySQL {
         for (index, condition) in query.conditions.enumerated() {
             // The driver's own candidates match it by construction: probing again would double
             // the seeks per candidate (most of an equality + sort query's time).
-            if driver == .condition(index), Self.drivesExactly(condition) { continue }
+            if driver.conditionIndex == index, Self.drivesExactly(condition) { continue }
             var probe = QuerySQL()
             probe.append(condition, query: query, zoneMarks: zoneMarks)
             whereClause.append(probe.text)
@@ -232,7 +277,7 @@ struct QuerySQL {
         return "f.text"
     }
 
-    private static func argument(_ value: IndexValue) -> any DatabaseValueConvertible {
+    static func argument(_ value: IndexValue) -> any DatabaseValueConvertible {
         switch value {
         case .number(let number): return number
         case .text(let text): return text

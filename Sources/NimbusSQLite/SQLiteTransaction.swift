@@ -36,6 +36,12 @@ struct SQLiteTransaction: StorageWriter {
         return Array(data)
     }
 
+    func takeIndexRebuildRequest() throws -> Bool {
+        guard try fetchRow("SELECT value FROM meta WHERE key = 'index_rebuild_pending'") != nil else { return false }
+        try execute("DELETE FROM meta WHERE key = 'index_rebuild_pending'")
+        return true
+    }
+
     // MARK: Containers and credentials
 
     func container(id: String) throws -> ContainerRow? {
@@ -341,6 +347,7 @@ struct SQLiteTransaction: StorageWriter {
         // Index entries first: they are found through the zone's record ids.
         try execute("DELETE FROM field_index WHERE record_id IN (SELECT rowid FROM records WHERE zone_id = ?)", [id])
         try execute("DELETE FROM token_index WHERE record_id IN (SELECT rowid FROM records WHERE zone_id = ?)", [id])
+        try execute("DELETE FROM pair_index WHERE record_id IN (SELECT rowid FROM records WHERE zone_id = ?)", [id])
         try execute("DELETE FROM records WHERE zone_id = ?", [id])
         try execute("DELETE FROM record_references WHERE source_zone_id = ?", [id])
         try execute("UPDATE zones SET deleted = 1, change_sequence = ? WHERE id = ?", [sequence, id])
@@ -409,12 +416,14 @@ struct SQLiteTransaction: StorageWriter {
     // MARK: Index entries and queries
 
     func replaceIndexEntries(
-        recordID: Int64, zoneID: Int64, recordType: String, entries: [IndexEntry], tokens: [TokenEntry], hadEntries: Bool
+        recordID: Int64, zoneID: Int64, recordType: String, _ index: RecordIndexEntries, hadEntries: Bool
     ) throws {
         if hadEntries {
             try execute("DELETE FROM field_index WHERE record_id = ?", [recordID])
             try execute("DELETE FROM token_index WHERE record_id = ?", [recordID])
+            try execute("DELETE FROM pair_index WHERE record_id = ?", [recordID])
         }
+        let entries = index.entries, tokens = index.tokens
         // Multi-row inserts: one statement per chunk instead of one per entry. `OR FAIL`, not
         // the default ABORT: a multi-row statement that may abort gets a statement journal (a
         // copy of every page it touches), and the entries are distinct by construction; a
@@ -445,6 +454,20 @@ struct SQLiteTransaction: StorageWriter {
                     + Self.placeholders(rows: chunk.count, columns: 5),
                 StatementArguments(arguments))
         }
+        for chunk in index.pairs.chunked(Self.rowsPerInsert) {
+            var arguments: [(any DatabaseValueConvertible)?] = []
+            arguments.reserveCapacity(chunk.count * 7)
+            for entry in chunk {
+                arguments += [
+                    recordID, entry.pair.field, entry.pair.sortField, zoneID, recordType,
+                    QuerySQL.argument(entry.value), QuerySQL.argument(entry.sortValue),
+                ]
+            }
+            try execute(
+                "INSERT OR FAIL INTO pair_index (record_id, field, sort_field, zone_id, record_type, value, sort_value) VALUES "
+                    + Self.placeholders(rows: chunk.count, columns: 7),
+                StatementArguments(arguments))
+        }
     }
 
     /// Where a query's candidates come from: the most selective filter when it matches fewer
@@ -452,6 +475,9 @@ struct SQLiteTransaction: StorageWriter {
     /// result order itself (the first sort key's index, or record names), which stops as soon as
     /// the page is full. Distance sorts cannot be walked in order: a filter drives them if any.
     private func chooseDriver(_ query: RecordQuery) throws -> QuerySQL.Driver {
+        // A sorted pair serves an equality filter and the first sort in one index range: no
+        // plan reads less.
+        if let pairDriver = QuerySQL.pairDriver(for: query) { return pairDriver }
         var best: (index: Int, matches: Int)?
         for (index, condition) in query.conditions.enumerated() where QuerySQL.canDrive(condition) {
             let count = QuerySQL.boundedCount(condition, in: query, cap: QuerySQL.selectiveMatches)

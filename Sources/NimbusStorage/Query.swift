@@ -28,6 +28,49 @@ public struct IndexEntry: Sendable, Hashable {
     }
 }
 
+/// A compound entry for one (equality field, sort field) pair: the record's scalar value of
+/// each. Filtering on `field` and sorting by `sortField` then reads one range of an index in
+/// result order, as a compound SQL index would, instead of every record the filter matches.
+/// Only pairs the schema grants get them (`RecordIndexer.Policy.sortedPairs`).
+public struct SortedPairEntry: Sendable, Hashable {
+    public var pair: SortedPair
+    public var value: IndexValue
+    public var sortValue: IndexValue
+
+    public init(pair: SortedPair, value: IndexValue, sortValue: IndexValue) {
+        self.pair = pair
+        self.value = value
+        self.sortValue = sortValue
+    }
+}
+
+/// An equality field and a sort field whose records carry `SortedPairEntry`s.
+public struct SortedPair: Sendable, Hashable {
+    public var field: String
+    public var sortField: String
+
+    public init(field: String, sortField: String) {
+        self.field = field
+        self.sortField = sortField
+    }
+}
+
+/// Everything a record is indexed under, written with it in one transaction.
+public struct RecordIndexEntries: Sendable {
+    public var entries: [IndexEntry]
+    public var tokens: [TokenEntry]
+    public var pairs: [SortedPairEntry]
+
+    public init(entries: [IndexEntry] = [], tokens: [TokenEntry] = [], pairs: [SortedPairEntry] = []) {
+        self.entries = entries
+        self.tokens = tokens
+        self.pairs = pairs
+    }
+
+    /// A deleted record's: none.
+    public static let none = RecordIndexEntries()
+}
+
 /// A search token of a string field (lowercased, diacritics folded).
 public struct TokenEntry: Sendable, Hashable {
     public var field: String
@@ -111,6 +154,9 @@ public struct RecordQuery: Sendable {
     public var limit: Int
     /// The most work (SQLite VM steps or the driver's equivalent) the query may take.
     public var maximumScanSteps: Int = 200_000_000
+    /// The pairs whose records of this type carry `SortedPairEntry`s: an equality filter on
+    /// `field` with `sortField` as first sort key reads those instead.
+    public var sortedPairs: Set<SortedPair> = []
 
     public init(
         zoneIDs: [Int64], recordType: String, conditions: [IndexCondition], sorts: [IndexSort], after: QueryPosition?,

@@ -92,6 +92,10 @@ public protocol StorageWriter: StorageReader {
     /// Runs `body` so that if it throws, its writes are undone and the transaction goes on.
     func savepoint<Value>(_ body: () throws -> Value) throws -> Value
 
+    /// Whether a storage upgrade asked for the index entries of production records to be
+    /// rewritten (it added a kind of entry older saves lack); asking clears the request.
+    func takeIndexRebuildRequest() throws -> Bool
+
     func insertContainer(_ row: ContainerRow) throws
     func insertAPIToken(_ row: APITokenRow) throws
     func revokeAPITokens(container: String, environment: Environment?) throws -> Int
@@ -120,11 +124,11 @@ public protocol StorageWriter: StorageReader {
     @discardableResult
     func putRecord(_ row: RecordRow) throws -> Int64
 
-    /// Replaces the index and token entries of the record with storage id `recordID` (none
-    /// after a deletion). `hadEntries` false promises there are none yet (a new record), which
-    /// saves the deletes.
+    /// Replaces the index, token and sorted-pair entries of the record with storage id
+    /// `recordID` (none after a deletion). `hadEntries` false promises there are none yet (a
+    /// new record), which saves the deletes.
     func replaceIndexEntries(
-        recordID: Int64, zoneID: Int64, recordType: String, entries: [IndexEntry], tokens: [TokenEntry], hadEntries: Bool
+        recordID: Int64, zoneID: Int64, recordType: String, _ index: RecordIndexEntries, hadEntries: Bool
     ) throws
 
     /// Replaces the outgoing references of a record (none after a deletion).

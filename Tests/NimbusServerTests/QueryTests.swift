@@ -255,6 +255,72 @@ import Testing
         }
     }
 
+    /// Production writes sorted pair entries for (QUERYABLE, SORTABLE) field pairs, and an
+    /// equality filter with that sort reads them: right order across pages, records that move
+    /// between categories or lose the sort field follow, and pairs granted later are filled in.
+    @Test func productionEqualityAndSortFollowWritesThroughSortedPairs() async throws {
+        try await TestServer.with { server in
+            let dev = try await server.user("bob")
+            _ = try await dev.modify("public", [
+                Op.create("d", type: "Item", ["cat": Op.field("x"), "n": Op.field(1), "rank": Op.field(1)])
+            ])
+            _ = try await server.service.deploySchema(container: TestServer.container)
+            for (field, flags) in [("cat", 1), ("n", 2), ("rank", 0)] {
+                #expect(try await server.service.setFieldIndexes(
+                    container: TestServer.container, environment: .production, recordType: "Item", field: field, indexes: flags))
+            }
+            let writer = try await server.user("carol", environment: .production)
+            var values: [String: (cat: String, n: Int, rank: Int)] = [:]
+            for number in 0..<12 {
+                let value = (cat: number % 2 == 0 ? "x" : "y", n: (number * 7) % 12, rank: 11 - number)
+                values["p\(number)"] = value
+                let saved = try await writer.modify("public", [
+                    Op.create("p\(number)", type: "Item", ["cat": Op.field(.string(value.cat)), "n": Op.field(.int(Int64(value.n))), "rank": Op.field(.int(Int64(value.rank)))])
+                ])
+                #expect(saved.status == 200, "\(saved.text)")
+            }
+            let prod = server.client(environment: .production)
+            func listed(_ category: String, by field: String) async throws -> [String] {
+                var names: [String] = []
+                var marker: JSON?
+                repeat {
+                    var extra: JSONObject = ["resultsLimit": 2]
+                    if let marker { extra["continuationMarker"] = marker }
+                    let answer = try await prod.post(
+                        "public", "records/query",
+                        Self.query(filters: [Self.filter("EQUALS", "cat", .string(category))], sorts: [Self.sort(field, ascending: false)], extra: extra))
+                    #expect(answer.status == 200, "\(answer.text)")
+                    names += self.names(answer)
+                    marker = answer.json["continuationMarker"]
+                } while marker != nil && names.count < 100
+                return names
+            }
+            func expected(_ category: String, by key: KeyPath<(cat: String, n: Int, rank: Int), Int>) -> [String] {
+                values.filter { $0.value.cat == category }.sorted { $0.value[keyPath: key] > $1.value[keyPath: key] }.map(\.key)
+            }
+            #expect(try await listed("x", by: "n") == expected("x", by: \.n))
+            #expect(try await listed("y", by: "n") == expected("y", by: \.n))
+
+            // p0 moves to y with the largest n; p1 is deleted.
+            let moved = try await writer.modify("public", [
+                Op.make("forceUpdate", Op.record("p0", type: "Item", fields: ["cat": Op.field("y"), "n": Op.field(50), "rank": Op.field(-1)])),
+                Op.forceDelete("p1"),
+            ])
+            #expect(moved.status == 200, "\(moved.text)")
+            values["p0"] = (cat: "y", n: 50, rank: -1)
+            values["p1"] = nil
+            #expect(try await listed("x", by: "n") == expected("x", by: \.n))
+            #expect(try await listed("y", by: "n").first == "p0")
+            #expect(try await listed("y", by: "n") == expected("y", by: \.n))
+
+            // rank becomes SORTABLE: the pair (cat, rank) is filled in for the records saved before.
+            #expect(try await server.service.setFieldIndexes(
+                container: TestServer.container, environment: .production, recordType: "Item", field: "rank", indexes: 2))
+            #expect(try await listed("x", by: "rank") == expected("x", by: \.rank))
+            #expect(try await listed("y", by: "rank") == expected("y", by: \.rank))
+        }
+    }
+
     @Test func badQueriesAreBadRequests() async throws {
         try await TestServer.with { server in
             let alice = try await server.user("alice")

@@ -196,6 +196,7 @@ struct SubscriptionIndex: Sendable {
 
     private static func indexed(_ row: RecordRow) -> (entries: [IndexEntry], tokens: [TokenEntry]) {
         let fields = (try? RecordCodec.decode(row.fields)) ?? []
-        return RecordIndexer.entries(for: row, fields: fields)
+        let index = RecordIndexer.entries(for: row, fields: fields)
+        return (index.entries, index.tokens)
     }
 }
