@@ -11,7 +11,7 @@ extension NimbusService {
             "recordName": .string(row.recordName),
             "recordType": .string(row.recordType),
             "recordChangeTag": .string(RecordCodec.changeTag(row.changeSequence)),
-            "fields": try RecordCodec.fieldsJSON(row.fields, desiredKeys: desiredKeys, numbersAsStrings: numbersAsStrings),
+            "fields": try RecordCodec.responseFieldsJSON(row.fields, desiredKeys: desiredKeys, numbersAsStrings: numbersAsStrings),
             "created": RecordCodec.stampJSON(row.created),
             "modified": RecordCodec.stampJSON(row.modified),
             "deleted": false,

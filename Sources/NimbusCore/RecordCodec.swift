@@ -23,6 +23,13 @@ enum RecordCodec {
         }
     }
 
+    /// The `fields` dictionary of a response: the stored text itself when the whole of it is
+    /// wanted as stored, which spares parsing and re-serializing it per record.
+    static func responseFieldsJSON(_ bytes: [UInt8], desiredKeys: [String]?, numbersAsStrings: Bool) throws -> JSON {
+        if desiredKeys == nil, !numbersAsStrings { return .serialized(SerializedJSON(trusted: bytes)) }
+        return try fieldsJSON(bytes, desiredKeys: desiredKeys, numbersAsStrings: numbersAsStrings)
+    }
+
     /// The `fields` dictionary of a response, restricted to `desiredKeys` when given.
     static func fieldsJSON(_ bytes: [UInt8], desiredKeys: [String]?, numbersAsStrings: Bool) throws -> JSON {
         if let desiredKeys, desiredKeys.isEmpty { return .object([:]) }

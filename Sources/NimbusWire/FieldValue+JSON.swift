@@ -7,7 +7,7 @@ extension FieldValue {
     /// STRING, integers INT64 (booleans too, as 0/1), fractions DOUBLE, and dictionaries are
     /// told apart by their keys. `nil` when the value says nothing (an empty list).
     public static func inferType(of value: JSON) -> FieldType? {
-        switch value {
+        switch value.parsed {
         case .string: return FieldType(.string)
         case .int, .bool: return FieldType(.int64)
         case .double(let number): return number.rounded() == number ? FieldType(.int64) : FieldType(.double)
@@ -24,7 +24,7 @@ extension FieldValue {
                 }
             }
             return scalar.map { FieldType($0, list: true) }
-        case .null: return nil
+        case .null, .serialized: return nil
         }
     }
 

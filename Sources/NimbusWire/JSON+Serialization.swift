@@ -32,6 +32,8 @@ extension JSON {
                 pair.value.write(to: &output)
             }
             output.append(UInt8(ascii: "}"))
+        case .serialized(let text):
+            output.append(contentsOf: text.bytes)
         }
     }
 

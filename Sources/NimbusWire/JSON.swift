@@ -16,6 +16,30 @@ public enum JSON: Sendable, Hashable {
     case string(String)
     case array([JSON])
     case object(JSONObject)
+    /// JSON text the server wrote itself (a stored record's fields), written into responses
+    /// as it is: parsing it into a tree only to serialize the same bytes again was most of a
+    /// change feed's time. Readers see the value it holds (`parsed`); equality and hashing
+    /// compare that value.
+    case serialized(SerializedJSON)
+
+    /// The value itself: `serialized` text parsed (`null` if it does not parse, which text
+    /// the server wrote always does).
+    public var parsed: JSON {
+        guard case .serialized(let text) = self else { return self }
+        return text.value
+    }
+}
+
+/// Valid JSON text, trusted because the server wrote it.
+public struct SerializedJSON: Sendable, Hashable {
+    public let bytes: [UInt8]
+
+    public init(trusted bytes: [UInt8]) { self.bytes = bytes }
+
+    var value: JSON { (try? JSON.parse(bytes)) ?? .null }
+
+    public static func == (lhs: SerializedJSON, rhs: SerializedJSON) -> Bool { lhs.value == rhs.value }
+    public func hash(into hasher: inout Hasher) { value.hash(into: &hasher) }
 }
 
 /// An ordered JSON object. Lookups are linear: protocol objects have a handful of keys,
@@ -68,33 +92,33 @@ public struct JSONObject: Sendable, Hashable, ExpressibleByDictionaryLiteral {
 
 extension JSON {
     public subscript(key: String) -> JSON? {
-        if case .object(let object) = self { return object[key] }
+        if case .object(let object) = parsed { return object[key] }
         return nil
     }
 
     public var objectValue: JSONObject? {
-        if case .object(let object) = self { return object }
+        if case .object(let object) = parsed { return object }
         return nil
     }
 
     public var arrayValue: [JSON]? {
-        if case .array(let array) = self { return array }
+        if case .array(let array) = parsed { return array }
         return nil
     }
 
     public var stringValue: String? {
-        if case .string(let string) = self { return string }
+        if case .string(let string) = parsed { return string }
         return nil
     }
 
     public var boolValue: Bool? {
-        if case .bool(let bool) = self { return bool }
+        if case .bool(let bool) = parsed { return bool }
         return nil
     }
 
     /// An integer, also from a double with no fraction (`3.0`) or, with `numbersAsStrings`, a string.
     public var int64Value: Int64? {
-        switch self {
+        switch parsed {
         case .int(let value): return value
         case .double(let value):
             guard value.rounded() == value, abs(value) < 9.2e18 else { return nil }
@@ -106,7 +130,7 @@ extension JSON {
 
     /// A number as a double, also from a numeric string (`numbersAsStrings`).
     public var doubleValue: Double? {
-        switch self {
+        switch parsed {
         case .int(let value): return Double(value)
         case .double(let value): return value
         case .string(let text): return Double(text)
@@ -115,19 +139,19 @@ extension JSON {
     }
 
     public var isNull: Bool {
-        if case .null = self { return true }
+        if case .null = parsed { return true }
         return false
     }
 
     /// The JSON type's name as a person reads it in an error message.
     public var kindName: String {
-        switch self {
+        switch parsed {
         case .null: return "null"
         case .bool: return "a boolean"
         case .int, .double: return "a number"
         case .string: return "a string"
         case .array: return "an array"
-        case .object: return "an object"
+        case .object, .serialized: return "an object"
         }
     }
 }

@@ -220,6 +220,7 @@ extension JSON {
             var dictionary: [String: Any] = [:]
             for (key, value) in object.pairs { dictionary[key] = value.foundationValue }
             return dictionary
+        case .serialized: return parsed.foundationValue
         }
     }
 }
