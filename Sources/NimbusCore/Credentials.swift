@@ -65,10 +65,18 @@ public enum Credentials {
     }
 
     public static func base64URL(_ bytes: [UInt8]) -> String {
-        Data(bytes).base64EncodedString()
-            .replacingOccurrences(of: "+", with: "-")
-            .replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
+        // Byte by byte: three `replacingOccurrences` calls were 3% of a query with a cursor.
+        var output: [UInt8] = []
+        output.reserveCapacity(bytes.count * 4 / 3 + 4)
+        for byte in Data(bytes).base64EncodedData() {
+            switch byte {
+            case UInt8(ascii: "+"): output.append(UInt8(ascii: "-"))
+            case UInt8(ascii: "/"): output.append(UInt8(ascii: "_"))
+            case UInt8(ascii: "="): continue
+            default: output.append(byte)
+            }
+        }
+        return String(decoding: output, as: UTF8.self)
     }
 
     public static func fromBase64URL(_ text: String) -> [UInt8]? {

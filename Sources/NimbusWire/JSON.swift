@@ -49,10 +49,11 @@ public struct JSONObject: Sendable, Hashable, ExpressibleByDictionaryLiteral {
 
     public init() { pairs = [] }
 
+    /// A literal's keys are distinct (as a Swift dictionary literal's must be): no lookups,
+    /// which were 2% of building a response.
     public init(dictionaryLiteral elements: (String, JSON)...) {
-        pairs = []
-        pairs.reserveCapacity(elements.count)
-        for (key, value) in elements { self[key] = value }
+        pairs = elements.map { (key: $0.0, value: $0.1) }
+        assert(Set(pairs.map(\.key)).count == pairs.count, "a JSON object literal repeats a key")
     }
 
     public init(_ pairs: [(String, JSON)]) {
