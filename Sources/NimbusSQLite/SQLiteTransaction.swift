@@ -22,6 +22,16 @@ struct SQLiteTransaction: StorageWriter {
         try Row.fetchAll(db.cachedStatement(sql: sql), arguments: arguments)
     }
 
+    /// Each result row turned into a value as the statement steps: rows read in place, not
+    /// copied first (`fetchAll` copies every column into a `Row`; that and decoding the copies
+    /// was a sixth of a change feed's time).
+    func fetchEach<Value>(_ statement: Statement, _ arguments: StatementArguments, _ transform: (Row) throws -> Value) throws -> [Value] {
+        var values: [Value] = []
+        let rows = try Row.fetchCursor(statement, arguments: arguments)
+        while let row = try rows.next() { values.append(try transform(row)) }
+        return values
+    }
+
     func execute(_ sql: String, _ arguments: StatementArguments = []) throws {
         try db.cachedStatement(sql: sql).execute(arguments: arguments)
     }
@@ -140,10 +150,11 @@ struct SQLiteTransaction: StorageWriter {
     /// The record in `recordColumns`, which the row holds from column `first` on. By position:
     /// GRDB finds a column by name by lowercasing both names, and that was 5% of a list's time.
     private func recordRow(_ row: Row, from first: Int = 0) -> RecordRow {
-        let fields: Data = row[first + 3]
+        // Copied once, straight from SQLite's buffer.
+        let fields = (try? row.withUnsafeData(atIndex: first + 3) { $0.map { Array($0) } }) ?? nil
         return RecordRow(
             zoneID: row[first], recordName: row[first + 1], recordType: row[first + 2],
-            fields: Array(fields), parent: row[first + 4], changeSequence: row[first + 5],
+            fields: fields ?? [], parent: row[first + 4], changeSequence: row[first + 5],
             created: ChangeStamp(timestamp: row[first + 6], userRecordName: row[first + 7], deviceID: row[first + 8]),
             modified: ChangeStamp(timestamp: row[first + 9], userRecordName: row[first + 10], deviceID: row[first + 11]),
             isDeleted: row[first + 12])
@@ -153,34 +164,36 @@ struct SQLiteTransaction: StorageWriter {
     static let recordColumnCount = 13
 
     func record(zoneID: Int64, name: String) throws -> RecordRow? {
-        try fetchRow("SELECT \(Self.recordColumns) FROM records WHERE zone_id = ? AND record_name = ?", [zoneID, name])
-            .map { recordRow($0) }
+        try fetchEach(
+            db.cachedStatement(sql: "SELECT \(Self.recordColumns) FROM records WHERE zone_id = ? AND record_name = ?"), [zoneID, name]
+        ) { recordRow($0) }.first
     }
 
     func recordChanges(zoneID: Int64, after sequence: Int64, recordTypes: [String]?, limit: Int) throws -> [RecordRow] {
         guard let recordTypes, !recordTypes.isEmpty else {
-            return try fetchRows(
-                """
-                SELECT \(Self.recordColumns) FROM records
-                WHERE zone_id = ? AND change_sequence > ? ORDER BY change_sequence LIMIT ?
-                """,
+            return try fetchEach(
+                db.cachedStatement(
+                    sql: """
+                        SELECT \(Self.recordColumns) FROM records
+                        WHERE zone_id = ? AND change_sequence > ? ORDER BY change_sequence LIMIT ?
+                        """),
                 [zoneID, sequence, limit]
-            ).map { recordRow($0) }
+            ) { recordRow($0) }
         }
         // The type list varies per request: not worth caching a statement for each length.
         let marks = QuerySQL.marks(recordTypes.count)
         var arguments: StatementArguments = [zoneID, sequence]
         arguments += StatementArguments(recordTypes)
         arguments += [limit]
-        return try Row.fetchAll(
-            db,
-            sql: """
-                SELECT \(Self.recordColumns) FROM records
-                WHERE zone_id = ? AND change_sequence > ? AND record_type IN (\(marks))
-                ORDER BY change_sequence LIMIT ?
-                """,
-            arguments: arguments
-        ).map { recordRow($0) }
+        return try fetchEach(
+            db.makeStatement(
+                sql: """
+                    SELECT \(Self.recordColumns) FROM records
+                    WHERE zone_id = ? AND change_sequence > ? AND record_type IN (\(marks))
+                    ORDER BY change_sequence LIMIT ?
+                    """),
+            arguments
+        ) { recordRow($0) }
     }
 
     func liveRecords(container: String, environment: Environment, recordType: String, afterID: Int64, limit: Int) throws
@@ -506,27 +519,23 @@ struct SQLiteTransaction: StorageWriter {
     func queryRecords(_ query: RecordQuery) throws -> QueryPage {
         let sql = QuerySQL(query: query, recordColumns: Self.recordColumns, driver: try chooseDriver(query))
         // Not cached: query shapes vary without bound.
-        let rows = try ScanBudget.run(db, maximumSteps: query.maximumScanSteps) {
-            try Row.fetchAll(db, sql: sql.text, arguments: StatementArguments(sql.arguments))
-        }
-        var page = QueryPage(rows: [], positions: [])
         // The statement's columns: the record's, then its id, then the sort keys (`QuerySQL`).
         let idColumn = Self.recordColumnCount
-        for row in rows {
-            let record = recordRow(row)
-            let values: [IndexValue] = (0..<query.sorts.count).map { index in
-                let value: DatabaseValue = row[idColumn + 1 + index]
-                switch value.storage {
-                case .string(let text): return .text(text)
-                case .double(let number): return .number(number)
-                case .int64(let number): return .number(Double(number))
-                default: return .number(0)
+        let rows = try ScanBudget.run(db, maximumSteps: query.maximumScanSteps) {
+            try fetchEach(db.makeStatement(sql: sql.text), StatementArguments(sql.arguments)) { row in
+                let values: [IndexValue] = (0..<query.sorts.count).map { index in
+                    let value: DatabaseValue = row[idColumn + 1 + index]
+                    switch value.storage {
+                    case .string(let text): return .text(text)
+                    case .double(let number): return .number(number)
+                    case .int64(let number): return .number(Double(number))
+                    default: return .number(0)
+                    }
                 }
+                return (recordRow(row), QueryPosition(sortValues: values, recordID: row[idColumn]))
             }
-            page.rows.append(record)
-            page.positions.append(QueryPosition(sortValues: values, recordID: row[idColumn]))
         }
-        return page
+        return QueryPage(rows: rows.map(\.0), positions: rows.map(\.1))
     }
 
     func addSchemaRecordType(container: String, environment: Environment, _ recordType: String) throws {
