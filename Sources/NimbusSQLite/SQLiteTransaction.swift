@@ -498,7 +498,8 @@ struct SQLiteTransaction: StorageWriter {
         var best: (index: Int, matches: Int)?
         for (index, condition) in query.conditions.enumerated() where QuerySQL.canDrive(condition) {
             let count = QuerySQL.boundedCount(condition, in: query, cap: QuerySQL.selectiveMatches)
-            let matches = try Int.fetchOne(db, sql: count.text, arguments: StatementArguments(count.arguments)) ?? 0
+            let statement = try QueryStatementCache.shared.statement(count.text, in: db)
+            let matches = try Int.fetchOne(statement, arguments: StatementArguments(count.arguments)) ?? 0
             if best == nil || matches < best!.matches { best = (index, matches) }
             if matches == 0 { break }
         }
@@ -518,11 +519,10 @@ struct SQLiteTransaction: StorageWriter {
 
     func queryRecords(_ query: RecordQuery) throws -> QueryPage {
         let sql = QuerySQL(query: query, recordColumns: Self.recordColumns, driver: try chooseDriver(query))
-        // Not cached: query shapes vary without bound.
         // The statement's columns: the record's, then its id, then the sort keys (`QuerySQL`).
         let idColumn = Self.recordColumnCount
         let rows = try ScanBudget.run(db, maximumSteps: query.maximumScanSteps) {
-            try fetchEach(db.makeStatement(sql: sql.text), StatementArguments(sql.arguments)) { row in
+            try fetchEach(QueryStatementCache.shared.statement(sql.text, in: db), StatementArguments(sql.arguments)) { row in
                 let values: [IndexValue] = (0..<query.sorts.count).map { index in
                     let value: DatabaseValue = row[idColumn + 1 + index]
                     switch value.storage {

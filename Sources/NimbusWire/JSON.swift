@@ -28,18 +28,43 @@ public enum JSON: Sendable, Hashable {
         guard case .serialized(let text) = self else { return self }
         return text.value
     }
+
+    /// Values compare, however they are held (a tree, or text to be parsed).
+    public static func == (lhs: JSON, rhs: JSON) -> Bool {
+        switch (lhs.parsed, rhs.parsed) {
+        case (.null, .null): return true
+        case (.bool(let a), .bool(let b)): return a == b
+        case (.int(let a), .int(let b)): return a == b
+        case (.double(let a), .double(let b)): return a == b
+        case (.string(let a), .string(let b)): return a == b
+        case (.array(let a), .array(let b)): return a == b
+        case (.object(let a), .object(let b)): return a == b
+        default: return false
+        }
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        switch parsed {
+        case .null: hasher.combine(0)
+        case .bool(let value): hasher.combine(value)
+        case .int(let value): hasher.combine(value)
+        case .double(let value): hasher.combine(value)
+        case .string(let value): hasher.combine(value)
+        case .array(let values): hasher.combine(values)
+        case .object(let object): hasher.combine(object)
+        case .serialized: hasher.combine(1)
+        }
+    }
 }
 
-/// Valid JSON text, trusted because the server wrote it.
+/// Valid JSON text, trusted because the server wrote it. (`JSON`'s equality compares the value
+/// it holds; this type's own compares the bytes.)
 public struct SerializedJSON: Sendable, Hashable {
     public let bytes: [UInt8]
 
     public init(trusted bytes: [UInt8]) { self.bytes = bytes }
 
     var value: JSON { (try? JSON.parse(bytes)) ?? .null }
-
-    public static func == (lhs: SerializedJSON, rhs: SerializedJSON) -> Bool { lhs.value == rhs.value }
-    public func hash(into hasher: inout Hasher) { value.hash(into: &hasher) }
 }
 
 /// An ordered JSON object. Lookups are linear: protocol objects have a handful of keys,

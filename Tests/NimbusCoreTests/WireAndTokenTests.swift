@@ -15,6 +15,23 @@ import Testing
         #expect(try JSON.parse(json.serialized()) == json)
     }
 
+    @Test func stringsSerializeExactlyWithAndWithoutEscapes() {
+        #expect(JSON.string("plain text é😀").text == #""plain text é😀""#)
+        #expect(JSON.string("q\"b\\n\nt\tc\u{1}").text == #""q\"b\\n\nt\tc\u0001""#)
+        #expect(JSON.string("").text == #""""#)
+    }
+
+    /// Stored JSON text goes into a response as it is, and reads as the value it holds.
+    @Test func serializedTextIsWrittenAsItIsAndReadsAsItsValue() throws {
+        let stored = Array(#"{"title":{"value":"a \"b\"","type":"STRING"}}"#.utf8)
+        let spliced = JSON.object(["fields": .serialized(SerializedJSON(trusted: stored)), "n": 1])
+        #expect(spliced.text == #"{"fields":{"title":{"value":"a \"b\"","type":"STRING"}},"n":1}"#)
+        #expect(spliced["fields"]?["title"]?["value"] == .string(#"a "b""#))
+        #expect(spliced["fields"]?.objectValue?.keys == ["title"])
+        #expect(try JSON.parse(spliced.serialized()) == spliced)
+        #expect(JSON.serialized(SerializedJSON(trusted: Array("[1]".utf8))).arrayValue == [.int(1)])
+    }
+
     @Test func escapedSurrogatePairsDecode() throws {
         #expect(try JSON.parse(#""\ud83d\ude00""#) == .string("😀"))
     }

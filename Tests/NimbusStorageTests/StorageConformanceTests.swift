@@ -1,5 +1,5 @@
 import Foundation
-import NimbusSQLite
+@testable import NimbusSQLite
 import NimbusStorage
 import Testing
 
@@ -264,6 +264,33 @@ import Testing
             }
             #expect(try await page(IndexSort(.number(field: "count"), ascending: true), pairs: [], category: "c9") == ["unpaired"])
             #expect(try await page(IndexSort(.number(field: "count"), ascending: true), pairs: [byCount], category: "c9") == [])
+        }
+    }
+
+    /// Prepared query statements are kept per shape up to a bound; past it the cache starts
+    /// over, and every query still answers from its own statement.
+    @Test(arguments: drivers)
+    func queriesStayRightPastTheStatementCacheBound(driver: Driver) async throws {
+        try await withDriver(driver) { storage in
+            let database = try await storage.write { try $0.ensureDatabase(Self.key) }
+            let zone = try await storage.read { try $0.zone(databaseID: database.id, name: "_defaultZone")! }
+            try await storage.write { tx in
+                for number in 0..<3 {
+                    let id = try tx.putRecord(Self.row(zone.id, "r\(number)", sequence: Int64(number + 1)))
+                    try tx.replaceIndexEntries(
+                        recordID: id, zoneID: zone.id, recordType: "T",
+                        RecordIndexEntries(entries: [IndexEntry(field: "n", value: .number(Double(number)))]), hadEntries: false)
+                }
+            }
+            // A list of k values is its own SQL text: more shapes than the cache keeps.
+            for size in 1...(QueryStatementCache.maximumShapes + 20) {
+                let values = (0..<size).map { IndexValue.number(Double($0 % 2 == 0 ? 1 : 100 + $0)) }
+                let query = RecordQuery(
+                    zoneIDs: [zone.id], recordType: "T", conditions: [.oneOf(field: "n", scope: .scalar, values)], sorts: [],
+                    after: nil, limit: 10)
+                let names = try await storage.read { try $0.queryRecords(query) }.rows.map(\.recordName)
+                #expect(names == ["r1"], "\(size) values")
+            }
         }
     }
 }
