@@ -220,7 +220,7 @@ extension NimbusService {
             zoneID: zone.id, recordName: recordName, recordType: recordType, fields: RecordCodec.encode(fields),
             parent: parent, changeSequence: try nextChange(in: zone, of: database, tx: tx), created: existing?.created ?? stamp,
             modified: stamp, isDeleted: false)
-        let recordID = try tx.putRecord(row)
+        let recordID = try tx.putRecord(row, isNew: stored == nil)
         log.recordChanged(zone: zone, before: existing, after: row)
         if existing != nil || !references.isEmpty {
             try tx.replaceReferences(sourceZoneID: zone.id, sourceName: recordName, with: references)

@@ -374,7 +374,7 @@ struct SQLiteTransaction: StorageWriter {
         try execute("UPDATE zones SET change_sequence = ? WHERE id = ? AND change_sequence < ?", [sequence, id, sequence])
     }
 
-    func putRecord(_ row: RecordRow) throws -> Int64 {
+    func putRecord(_ row: RecordRow, isNew: Bool) throws -> Int64 {
         // The rowid survives an update: it is the record's storage id (index entries key on it).
         // An UPDATE, then an INSERT when there was nothing to update, rather than one
         // `INSERT … ON CONFLICT DO UPDATE … RETURNING`: SQLite gives RETURNING and upserts a
@@ -387,14 +387,16 @@ struct SQLiteTransaction: StorageWriter {
             row.created.timestamp, row.created.userRecordName, row.created.deviceID,
             row.modified.timestamp, row.modified.userRecordName, row.modified.deviceID, row.isDeleted,
         ]
-        try execute(
-            """
-            UPDATE records SET record_type = ?, fields = ?, parent = ?, change_sequence = ?, created_at = ?,
-                created_by = ?, created_device = ?, modified_at = ?, modified_by = ?, modified_device = ?, deleted = ?
-            WHERE zone_id = ? AND record_name = ?
-            """,
-            StatementArguments(values + [row.zoneID, row.recordName]))
-        if db.changesCount > 0 {
+        if !isNew {
+            try execute(
+                """
+                UPDATE records SET record_type = ?, fields = ?, parent = ?, change_sequence = ?, created_at = ?,
+                    created_by = ?, created_device = ?, modified_at = ?, modified_by = ?, modified_device = ?, deleted = ?
+                WHERE zone_id = ? AND record_name = ?
+                """,
+                StatementArguments(values + [row.zoneID, row.recordName]))
+        }
+        if !isNew, db.changesCount > 0 {
             guard let updated = try fetchRow("SELECT rowid FROM records WHERE zone_id = ? AND record_name = ?", [row.zoneID, row.recordName])
             else { throw StorageError.corrupt("record '\(row.recordName)' vanished while saving") }
             return updated[0]

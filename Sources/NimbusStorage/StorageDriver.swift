@@ -121,8 +121,10 @@ public protocol StorageWriter: StorageReader {
 
     /// Inserts or replaces the record (or tombstone) with the same zone and name; returns its
     /// storage id, which stays the same for that zone and name while the zone exists.
+    /// `isNew` promises there is no row (not even a tombstone) of that zone and name yet,
+    /// which saves looking for one.
     @discardableResult
-    func putRecord(_ row: RecordRow) throws -> Int64
+    func putRecord(_ row: RecordRow, isNew: Bool) throws -> Int64
 
     /// Replaces the index, token and sorted-pair entries of the record with storage id
     /// `recordID` (none after a deletion). `hadEntries` false promises there are none yet (a
@@ -160,4 +162,10 @@ public protocol StorageWriter: StorageReader {
     func putAPNsCredentials(_ row: APNsCredentialsRow) throws
     /// Whether there were any.
     func deleteAPNsCredentials(container: String) throws -> Bool
+}
+
+extension StorageWriter {
+    /// Inserts or replaces the record (or tombstone) with the same zone and name.
+    @discardableResult
+    public func putRecord(_ row: RecordRow) throws -> Int64 { try putRecord(row, isNew: false) }
 }

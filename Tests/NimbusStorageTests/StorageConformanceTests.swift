@@ -125,7 +125,7 @@ import Testing
             let database = try await storage.write { try $0.ensureDatabase(Self.key) }
             let zone = try await storage.read { try $0.zone(databaseID: database.id, name: "_defaultZone")! }
             let ids = try await storage.write { tx -> [Int64] in
-                let first = try tx.putRecord(Self.row(zone.id, "a", sequence: 1))
+                let first = try tx.putRecord(Self.row(zone.id, "a", sequence: 1), isNew: true)
                 let other = try tx.putRecord(Self.row(zone.id, "b", sequence: 2))
                 let updated = try tx.putRecord(Self.row(zone.id, "a", sequence: 3))
                 let tombstone = try tx.putRecord(Self.row(zone.id, "a", sequence: 4, deleted: true))
