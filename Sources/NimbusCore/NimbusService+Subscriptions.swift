@@ -134,14 +134,16 @@ extension NimbusService {
     /// a subscription to a record type the schema does not have is refused.
     func compile(_ row: SubscriptionRow, input: SubscriptionInput, tx: any StorageReader) throws -> Subscription {
         var conditions: [IndexCondition] = []
-        if input.type == .query, let recordType = input.recordType {
+        if let recordType = input.recordType {
             let key = row.database
             guard try tx.schemaRecordTypes(container: key.container, environment: key.environment).contains(recordType) else {
                 throw CloudKitError.badRequest(
-                    "query.recordType: record type '\(recordType)' does not exist in the \(key.environment.rawValue) schema; save a record of it first (development) or deploy the schema (production)")
+                    "\(input.type == .query ? "query.recordType" : "recordType"): record type '\(recordType)' does not exist in the \(key.environment.rawValue) schema; save a record of it first (development) or deploy the schema (production)")
             }
-            let schema = try schemaMap(recordType: recordType, key: key, tx: tx)
-            conditions = try input.filters.map { try condition($0, schema: schema, locked: key.environment == .production) }
+            if input.type == .query {
+                let schema = try schemaMap(recordType: recordType, key: key, tx: tx)
+                conditions = try input.filters.map { try condition($0, schema: schema, locked: key.environment == .production) }
+            }
         }
         return Subscription(
             key: Subscription.Key(userID: row.userID, subscriptionID: row.subscriptionID), databaseID: row.databaseID,
@@ -177,6 +179,7 @@ extension NimbusService {
             if let owner = zoneID.ownerRecordName { zone["ownerRecordName"] = .string(owner) }
             object["zoneID"] = .object(zone)
         }
+        if input.type != .query, let recordType = input.recordType { object["recordType"] = .string(recordType) }
         if input.type == .query {
             object["zoneWide"] = .bool(input.zoneWide)
             object["firesOn"] = .array(FiresOn.wireNames.filter { input.firesOn.contains($0.1) }.map { .string($0.0) })

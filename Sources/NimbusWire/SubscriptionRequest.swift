@@ -32,7 +32,10 @@ public struct FiresOn: OptionSet, Sendable, Hashable {
 public struct SubscriptionInput: Sendable {
     public var subscriptionID: String
     public var type: SubscriptionType
-    /// Query subscriptions: the record type and its filters (reference §4 `filterBy`).
+    /// Query subscriptions: the record type and its filters (reference §4 `filterBy`). Zone
+    /// and database subscriptions may name a record type too (a Nimbus addition to the wire,
+    /// for `CKRecordZoneSubscription.recordType` and `CKDatabaseSubscription.recordType`):
+    /// then only changes to records of that type fire them.
     public var recordType: String?
     public var filters: [QueryFilterInput]
     /// Query subscriptions: the `query` object as sent; zone subscriptions: nil.
@@ -102,14 +105,20 @@ public struct SubscriptionInput: Sendable {
             firesOnce = try json.bool("firesOnce") ?? false
         case .zone:
             guard zoneID != nil else { throw json.missing("zoneID") }
-            recordType = nil
+            recordType = try Self.optionalRecordType(json)
             queryJSON = nil
         case .database:
-            recordType = nil
+            recordType = try Self.optionalRecordType(json)
             queryJSON = nil
             zoneID = nil
         }
         notificationInfo = try Self.readNotificationInfo(json.object("notificationInfo"))
+    }
+
+    private static func optionalRecordType(_ json: ObjectReader) throws(CloudKitError) -> String? {
+        guard let recordType = try json.string("recordType") else { return nil }
+        try Names.validateIdentifier(recordType, kind: "record type", path: json.childPath("recordType"))
+        return recordType
     }
 
     private static func readNotificationInfo(_ info: ObjectReader?) throws(CloudKitError) -> JSONObject {

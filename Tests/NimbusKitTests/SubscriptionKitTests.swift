@@ -72,7 +72,9 @@ struct SubscriptionKitTests {
             #expect(savedQuery.querySubscriptionOptions == [.firesOnRecordCreation, .firesOnce])
             #expect(savedQuery.notificationInfo?.alertBody == "A good note")
 
-            _ = try await database.save(CKRecordZoneSubscription(zoneID: zone.zoneID, subscriptionID: "notes-zone"))
+            let notesZone = CKRecordZoneSubscription(zoneID: zone.zoneID, subscriptionID: "notes-zone")
+            notesZone.recordType = "Note"
+            _ = try await database.save(notesZone)
             let silent = CKDatabaseSubscription(subscriptionID: "everything")
             let silentInfo = CKSubscription.NotificationInfo()
             silentInfo.shouldSendContentAvailable = true
@@ -90,6 +92,8 @@ struct SubscriptionKitTests {
             #expect(fetched.zoneID == nil)
             let zoneSubscription = try #require(try await database.subscription(for: "notes-zone") as? CKRecordZoneSubscription)
             #expect(zoneSubscription.zoneID == zone.zoneID)
+            #expect(zoneSubscription.recordType == "Note")
+            #expect((try await database.subscription(for: "everything") as? CKDatabaseSubscription)?.recordType == nil)
 
             let all = try await database.allSubscriptions()
             #expect(all.map(\.subscriptionID) == ["everything", "good-notes", "notes-zone"])

@@ -90,6 +90,39 @@ import Testing
         }
     }
 
+    /// Zone and database subscriptions that name a record type (`CKRecordZoneSubscription`'s
+    /// and `CKDatabaseSubscription`'s `recordType`) fire only for records of that type.
+    @Test func zoneAndDatabaseSubscriptionsNamingARecordTypeFireForItOnly() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            _ = try await alice.createZone("Z")
+            _ = try await alice.modify(zone: "Z", [Op.create("p0", type: "Party"), Op.create("n0", type: "Note")])
+            try await Self.subscribe(
+                alice, ["subscriptionID": "z-party", "subscriptionType": "zone", "zoneID": ["zoneName": "Z"], "recordType": "Party"])
+            try await Self.subscribe(alice, ["subscriptionID": "db-note", "subscriptionType": "database", "recordType": "Note"])
+            let listed = try await alice.post("private", "subscriptions/lookup", ["subscriptions": [["subscriptionID": "z-party"], ["subscriptionID": "db-note"]]])
+            #expect(listed.json["subscriptions"]?[0]?["recordType"] == "Party")
+            #expect(listed.json["subscriptions"]?[1]?["recordType"] == "Note")
+
+            let listener = try await NotificationListener.connect(alice.onDevice("phone"))
+            defer { listener.close() }
+            _ = try await alice.modify(zone: "Z", [Op.create("n1", type: "Note")])
+            #expect(try await listener.next(within: 5)["payload"]?["ck"]?["met"]?["sid"] == "db-note")
+            #expect(await listener.nothing(within: 0.3))
+            _ = try await alice.modify(zone: "Z", [Op.create("p1", type: "Party")])
+            #expect(try await listener.next(within: 5)["payload"]?["ck"]?["fet"]?["sid"] == "z-party")
+            #expect(await listener.nothing(within: 0.3))
+            _ = try await alice.createZone("Y")  // no record changed: neither fires
+            #expect(await listener.nothing(within: 0.3))
+
+            let unknown = try await alice.post(
+                "private", "subscriptions/modify",
+                ["operations": [["operationType": "create", "subscription": ["subscriptionID": "x", "subscriptionType": "database", "recordType": "Nope"]]]])
+            #expect(unknown.json["subscriptions"]?[0]?["serverErrorCode"] == "BAD_REQUEST", "\(unknown.text)")
+            #expect(unknown.json["subscriptions"]?[0]?["reason"]?.stringValue?.contains("'Nope' does not exist") == true, "\(unknown.text)")
+        }
+    }
+
     @Test func firesOnceRemovesTheSubscriptionAfterItFires() async throws {
         try await TestServer.with { server in
             let alice = try await server.user("alice")

@@ -150,7 +150,13 @@ struct SubscriptionIndex: Sendable {
     func matches(_ changes: CommittedChanges) -> [SubscriptionMatch] {
         guard let filing = databases[changes.database.id] else { return [] }
         var result: [SubscriptionMatch] = []
+        // A zone or database subscription that names a record type fires only for changes to
+        // records of that type (in its zone).
+        func changedRecords(ofType recordType: String, inZone zone: String?) -> Bool {
+            changes.records.contains { $0.recordType == recordType && (zone == nil || $0.zoneName == zone) }
+        }
         for subscription in filing.database.values {
+            if let recordType = subscription.recordType, !changedRecords(ofType: recordType, inZone: nil) { continue }
             result.append(SubscriptionMatch(subscription: subscription))
         }
         var zonesChanged: [String] = []
@@ -159,6 +165,7 @@ struct SubscriptionIndex: Sendable {
         }
         for zone in zonesChanged {
             for subscription in filing.zones[zone]?.values ?? [:].values {
+                if let recordType = subscription.recordType, !changedRecords(ofType: recordType, inZone: zone) { continue }
                 result.append(SubscriptionMatch(subscription: subscription, zoneName: zone))
             }
         }

@@ -69,10 +69,14 @@ open class CKSubscription: NSObject, @unchecked Sendable {
             }
             subscription = querySubscription
         case "zone":
-            subscription = CKRecordZoneSubscription(
+            let zoneSubscription = CKRecordZoneSubscription(
                 zoneID: WireRecordCoder.zoneID(json["zoneID"], currentUser: currentUser), subscriptionID: id)
+            zoneSubscription.recordType = json["recordType"]?.stringValue
+            subscription = zoneSubscription
         case "database":
-            subscription = CKDatabaseSubscription(subscriptionID: id)
+            let databaseSubscription = CKDatabaseSubscription(subscriptionID: id)
+            databaseSubscription.recordType = json["recordType"]?.stringValue
+            subscription = databaseSubscription
         default:
             return nil
         }
@@ -160,7 +164,7 @@ public final class CKQuerySubscription: CKSubscription, @unchecked Sendable {
 /// Fires on any change to the records of one custom zone.
 public final class CKRecordZoneSubscription: CKSubscription, @unchecked Sendable {
     public let zoneID: CKRecordZone.ID
-    /// Kept for source compatibility; Nimbus fires for every record type in the zone.
+    /// When set, only changes to records of this type fire the subscription.
     public var recordType: CKRecord.RecordType?
 
     public convenience init(zoneID: CKRecordZone.ID) {
@@ -174,13 +178,14 @@ public final class CKRecordZoneSubscription: CKSubscription, @unchecked Sendable
 
     override func addWireFields(to object: inout JSONObject, currentUser: String?) throws(CKError) {
         object["zoneID"] = WireRecordCoder.zoneIDJSON(zoneID)
+        if let recordType { object["recordType"] = .string(recordType) }
     }
 }
 
 /// Fires on any change in the database (private or shared): the subscription the seeds'
 /// sync workflow starts from.
 public final class CKDatabaseSubscription: CKSubscription, @unchecked Sendable {
-    /// Kept for source compatibility; Nimbus fires for every record type.
+    /// When set, only changes to records of this type fire the subscription.
     public var recordType: CKRecord.RecordType?
 
     public convenience init() {
@@ -189,6 +194,10 @@ public final class CKDatabaseSubscription: CKSubscription, @unchecked Sendable {
 
     public init(subscriptionID: CKSubscription.ID) {
         super.init(subscriptionID: subscriptionID, subscriptionType: .database)
+    }
+
+    override func addWireFields(to object: inout JSONObject, currentUser: String?) throws(CKError) {
+        if let recordType { object["recordType"] = .string(recordType) }
     }
 }
 
