@@ -62,7 +62,7 @@ extension NimbusService {
                         }
                         return PushedNotification(
                             owner: owner, sequence: sequence, notificationID: notificationID, originDeviceID: committed.deviceID,
-                            payload: payload, collapseID: subscription.notificationInfo["collapseIDKey"]?.stringValue,
+                            payload: payload, collapseID: try self.collapseID(match),
                             isSilent: subscription.isSilent, syncToken: self.notificationToken(owner, sequence: sequence))
                     }
                 }
@@ -83,6 +83,18 @@ extension NimbusService {
     }
 
     // MARK: Payloads
+
+    /// `apns-collapse-id`: `collapseIDKey` names a field of the matching record, and its value
+    /// (as text) is the ID. Zone and database notifications have no record, so none.
+    func collapseID(_ match: SubscriptionMatch) throws -> String? {
+        guard let key = match.subscription.notificationInfo["collapseIDKey"]?.stringValue,
+            let record = match.record.flatMap({ $0.after ?? $0.before }),
+            case .object(let fields) = try RecordCodec.fieldsJSON(record.fields, desiredKeys: [key], numbersAsStrings: false),
+            let value = fields[key]?["value"]
+        else { return nil }
+        if case .string(let text) = value { return text }
+        return String(decoding: value.serialized(), as: UTF8.self)
+    }
 
     /// The push payload of reference §11.3: `aps` from the subscription's notification info
     /// (left out when there is nothing to show), `ck` naming the change.

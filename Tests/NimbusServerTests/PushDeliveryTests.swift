@@ -101,20 +101,20 @@ import Testing
                 let nid = try #require(silent.body["ck"]?["nid"]?.stringValue)
                 #expect(silent.headers["apns-id"] == UUID(uuidString: nid)?.uuidString)
 
-                // An alert with a collapse ID: the second replaces the first on the device.
+                // An alert collapsed by a record field's value: the second replaces the first on the device.
                 try await NotificationTests.subscribe(
                     phone,
                     SubscriptionTests.querySubscription(
-                        "notes", filters: [], info: ["alertBody": "A note changed", "collapseIDKey": "notes"]))
-                _ = try await laptop.modify([Op.create("n1", ["title": Op.field("one")])])
-                _ = try await laptop.modify([Op.create("n2", ["title": Op.field("two")])])
+                        "notes", filters: [], info: ["alertBody": "A note changed", "collapseIDKey": "topic"]))
+                _ = try await laptop.modify([Op.create("n1", ["title": Op.field("one"), "topic": Op.field("weekly")])])
+                _ = try await laptop.modify([Op.create("n2", ["title": Op.field("two"), "topic": Op.field("weekly")])])
                 // The database subscription fires for each save too: 1 + 2 silent, 2 alerts.
                 let all = try await standIn.received(count: 5)
                 let alerts = all.filter { $0.headers["apns-push-type"] == "alert" }
                 #expect(alerts.count == 2)
                 for alert in alerts {
                     #expect(alert.headers["apns-priority"] == "10")
-                    #expect(alert.headers["apns-collapse-id"] == "notes")
+                    #expect(alert.headers["apns-collapse-id"] == "weekly")
                     #expect(alert.body["aps"]?["alert"]?["body"] == "A note changed")
                     #expect(alert.deviceToken == Self.deviceToken(1))
                 }
