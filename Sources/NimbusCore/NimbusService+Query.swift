@@ -47,10 +47,8 @@ extension NimbusService {
                 zoneIDs: zones.map(\.id), recordType: request.recordType, conditions: conditions, sorts: sorts,
                 after: after, limit: request.resultsLimit + 1)
             query.maximumScanSteps = self.options.queryScanSteps
-            if locked {
-                // The pairs production saves wrote (`RecordIndexer.Policy.sortedPairs`).
-                query.sortedPairs = Set(RecordIndexer.Policy(grants: schema.mapValues(\.indexes)).sortedPairs)
-            }
+            // The pairs saves wrote (`RecordIndexer.Policy.sortedPairs`; none in development).
+            query.sortedPairs = Set(RecordIndexer.Policy.of(key.environment, grants: schema.mapValues(\.indexes)).sortedPairs)
             let page: QueryPage
             do {
                 page = zones.isEmpty ? QueryPage(rows: [], positions: []) : try tx.queryRecords(query)

@@ -112,7 +112,7 @@ extension NimbusService {
         for field in try tx.schemaFields(container: container, environment: environment) where field.recordType == recordType {
             grants[field.fieldName] = field.indexes
         }
-        let policy = environment == .production ? RecordIndexer.Policy(grants: grants) : .everything
+        let policy = RecordIndexer.Policy.of(environment, grants: grants)
         var after: Int64 = 0
         while true {
             let page = try tx.liveRecords(container: container, environment: environment, recordType: recordType, afterID: after, limit: 500)

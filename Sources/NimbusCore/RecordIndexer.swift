@@ -24,6 +24,12 @@ enum RecordIndexer {
 
         static let everything = Policy(grants: nil)
 
+        /// The policy of `environment` for a record type whose schema fields carry `grants`:
+        /// writers and the query planner both ask here, so a plan only reads what was written.
+        static func of(_ environment: Environment, grants: [String: Int]) -> Policy {
+            environment == .production ? Policy(grants: grants) : .everything
+        }
+
         func flags(_ field: String) -> Int { grants.map { $0[field] ?? 0 } ?? SchemaFieldRow.Indexes.all }
         func wantsEntry(_ field: String) -> Bool {
             flags(field) & (SchemaFieldRow.Indexes.queryable | SchemaFieldRow.Indexes.sortable) != 0

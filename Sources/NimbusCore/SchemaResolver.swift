@@ -33,7 +33,7 @@ final class SchemaResolver {
 
     /// Which index entries a saved record of `recordType` gets (`RecordIndexer.Policy`).
     func indexPolicy(for recordType: String) -> RecordIndexer.Policy {
-        isLocked ? RecordIndexer.Policy(grants: indexFlags[recordType] ?? [:]) : .everything
+        .of(environment, grants: indexFlags[recordType] ?? [:])
     }
 
     /// Checks (or, in development, adds) the record type.

@@ -395,11 +395,11 @@ struct SQLiteTransaction: StorageWriter {
                 WHERE zone_id = ? AND record_name = ?
                 """,
                 StatementArguments(values + [row.zoneID, row.recordName]))
-        }
-        if !isNew, db.changesCount > 0 {
-            guard let updated = try fetchRow("SELECT rowid FROM records WHERE zone_id = ? AND record_name = ?", [row.zoneID, row.recordName])
-            else { throw StorageError.corrupt("record '\(row.recordName)' vanished while saving") }
-            return updated[0]
+            if db.changesCount > 0 {
+                guard let updated = try fetchRow("SELECT rowid FROM records WHERE zone_id = ? AND record_name = ?", [row.zoneID, row.recordName])
+                else { throw StorageError.corrupt("record '\(row.recordName)' vanished while saving") }
+                return updated[0]
+            }
         }
         try execute(
             """

@@ -184,7 +184,7 @@ struct SubscriptionIndex: Sendable {
             }
             for subscription in candidates.values {
                 if let zone = subscription.zoneName, zone != change.zoneName { continue }
-                func matches(_ side: (entries: [IndexEntry], tokens: [TokenEntry])?) -> Bool {
+                func matches(_ side: RecordIndexEntries?) -> Bool {
                     guard let side else { return false }
                     return subscription.conditions.allSatisfy { $0.matches(entries: side.entries, tokens: side.tokens) }
                 }
@@ -201,9 +201,7 @@ struct SubscriptionIndex: Sendable {
         return result
     }
 
-    private static func indexed(_ row: RecordRow) -> (entries: [IndexEntry], tokens: [TokenEntry]) {
-        let fields = (try? RecordCodec.decode(row.fields)) ?? []
-        let index = RecordIndexer.entries(for: row, fields: fields)
-        return (index.entries, index.tokens)
+    private static func indexed(_ row: RecordRow) -> RecordIndexEntries {
+        RecordIndexer.entries(for: row, fields: (try? RecordCodec.decode(row.fields)) ?? [])
     }
 }
