@@ -42,11 +42,16 @@ struct Tokens: AsyncParsableCommand {
         @OptionGroup var data: DataOptions
         @Option(help: "The container.") var container: String
         @Option(help: "development or production.") var environment: String = "development"
+        @Option(
+            name: .customLong("allowed-origin"),
+            help: "A web origin whose pages may use the token (https://app.example.com); repeat for several. Default: any (*).")
+        var allowedOrigins: [String] = []
 
         func run() async throws {
             do {
                 let token = try await data.open().service.createAPIToken(
-                    container: container, environment: try parseEnvironment(environment))
+                    container: container, environment: try parseEnvironment(environment),
+                    allowedOrigins: allowedOrigins.isEmpty ? ["*"] : allowedOrigins)
                 print(token)
             } catch { throw reportFailure(error) }
         }

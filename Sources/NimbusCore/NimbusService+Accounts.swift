@@ -1,3 +1,4 @@
+import Foundation
 import NimbusStorage
 import NimbusWire
 
@@ -49,11 +50,17 @@ extension NimbusService {
     }
 
     /// Makes a new API token for the container and environment and returns it; only its hash is kept.
-    public func createAPIToken(container: String, environment: Environment) async throws -> String {
+    /// `allowedOrigins` are the web origins whose pages may use it (`["*"]`: any), each
+    /// `scheme://host[:port]`.
+    public func createAPIToken(container: String, environment: Environment, allowedOrigins: [String] = ["*"])
+        async throws -> String
+    {
+        let origins = try allowedOrigins.map(Self.normalizedOrigin)
+        guard !origins.isEmpty else { throw CloudKitError.badRequest("name at least one allowed origin, or * for any") }
         let token = Credentials.newAPIToken()
         let row = APITokenRow(
             tokenHash: Credentials.tokenHash(token), container: container, environment: environment, createdAt: now,
-            isRevoked: false)
+            isRevoked: false, allowedOrigins: origins)
         try await storage.write { tx in
             guard try tx.container(id: container) != nil else {
                 throw CloudKitError(.notFound, "container '\(Names.escaped(container))' does not exist; create it with `nimbus containers create`")
@@ -61,6 +68,30 @@ extension NimbusService {
             try tx.insertAPIToken(row)
         }
         return token
+    }
+
+    /// An origin as browsers send it: `scheme://host[:port]`, lowercased, no path.
+    static func normalizedOrigin(_ text: String) throws(CloudKitError) -> String {
+        if text == "*" { return text }
+        let lowered = text.lowercased()
+        guard let url = URL(string: lowered), let scheme = url.scheme, ["http", "https"].contains(scheme),
+            let host = url.host, !host.isEmpty, url.path.isEmpty || url.path == "/", url.query == nil, url.user == nil
+        else {
+            throw CloudKitError.badRequest(
+                "'\(Names.escaped(text))' is not a web origin; write it as scheme://host[:port], like https://app.example.com, or * for any")
+        }
+        return url.port.map { "\(scheme)://\(host):\($0)" } ?? "\(scheme)://\(host)"
+    }
+
+    /// The allowed origins of an API token, or nil for a token that is unknown or revoked
+    /// (cached like authentication, so CORS costs no storage read per request).
+    public func apiTokenRow(_ apiToken: String) async throws -> APITokenRow? {
+        let hash = Credentials.tokenHash(apiToken)
+        let time = now
+        if let cached = credentialCache.tokens.value(for: hash, now: time) { return cached.isRevoked ? nil : cached }
+        guard let row = try await storage.read({ try $0.apiToken(hash: hash) }) else { return nil }
+        credentialCache.tokens.remember(row, for: hash, now: time)
+        return row.isRevoked ? nil : row
     }
 
     public func revokeAPITokens(container: String, environment: Environment?) async throws -> Int {

@@ -247,5 +247,13 @@ enum Migrations {
                     INSERT INTO meta (key, value) VALUES ('index_rebuild_pending', 1);
                     """)
         }
+        migrator.registerMigration("v7-token-origins") { db in
+            try db.execute(
+                sql: """
+                    -- The web origins allowed to use a token, one per line; '*' is any origin
+                    -- (what every token made before this allowed).
+                    ALTER TABLE api_tokens ADD COLUMN allowed_origins TEXT NOT NULL DEFAULT '*';
+                    """)
+        }
     }
 }

@@ -68,12 +68,14 @@ struct SQLiteTransaction: StorageWriter {
 
     func apiToken(hash: String) throws -> APITokenRow? {
         try fetchRow(
-            "SELECT token_hash, container, environment, created_at, revoked FROM api_tokens WHERE token_hash = ?", [hash]
+            "SELECT token_hash, container, environment, created_at, revoked, allowed_origins FROM api_tokens WHERE token_hash = ?",
+            [hash]
         ).map {
             APITokenRow(
                 tokenHash: $0["token_hash"], container: $0["container"],
                 environment: Environment(rawValue: $0["environment"]) ?? .development,
-                createdAt: $0["created_at"], isRevoked: $0["revoked"])
+                createdAt: $0["created_at"], isRevoked: $0["revoked"],
+                allowedOrigins: ($0["allowed_origins"] as String).split(separator: "\n").map(String.init))
         }
     }
 
@@ -277,8 +279,9 @@ struct SQLiteTransaction: StorageWriter {
 
     func insertAPIToken(_ row: APITokenRow) throws {
         try execute(
-            "INSERT INTO api_tokens (token_hash, container, environment, created_at, revoked) VALUES (?, ?, ?, ?, ?)",
-            [row.tokenHash, row.container, row.environment.rawValue, row.createdAt, row.isRevoked])
+            "INSERT INTO api_tokens (token_hash, container, environment, created_at, revoked, allowed_origins) VALUES (?, ?, ?, ?, ?, ?)",
+            [row.tokenHash, row.container, row.environment.rawValue, row.createdAt, row.isRevoked,
+             row.allowedOrigins.joined(separator: "\n")])
     }
 
     func revokeAPITokens(container: String, environment: Environment?) throws -> Int {

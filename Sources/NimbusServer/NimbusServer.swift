@@ -1,5 +1,6 @@
 import Foundation
 import Hummingbird
+import HummingbirdCore
 import HummingbirdWebSocket
 import Logging
 import NimbusCore
@@ -22,6 +23,11 @@ public struct ServerConfiguration: Sendable {
     public var apns = APNsSettings()
     /// How long a web-courier long poll (`GET /webcourier/aps`) waits for a notification.
     public var webCourierPollTimeout: Duration = .seconds(30)
+    /// Timeouts and the per-address connection cap at the HTTP edge.
+    public var edge = EdgeLimits()
+    /// Peer addresses whose `Forwarded` / `X-Forwarded-Proto` / `X-Forwarded-Host` headers are
+    /// believed (a reverse proxy in front of Nimbus).
+    public var trustedProxies: Set<String> = []
 
     public init() {}
 
@@ -88,12 +94,24 @@ public enum NimbusServer {
         let courier = WebCourier(service: service, pollTimeout: configuration.webCourierPollTimeout)
         let apns = APNsDelivery(service: service, settings: configuration.apns, logger: logger)
         for sink: any NotificationSink in [connections, courier, apns] { service.notificationHub.addSink(sink) }
+        let parts = ServerParts(service: service, courier: courier, logger: logger)
+        let router = NimbusRouter.make(parts: parts, trustedProxies: configuration.trustedProxies)
+        let edge = configuration.edge
+        let counter = ConnectionCounter()
+        let server = HTTPServerBuilder { responder in
+            GuardedChannel(
+                inner: HTTP1WebSocketUpgradeChannel(
+                    responder: responder,
+                    // No ping task per connection: `NotificationPipelineService` pings them all.
+                    configuration: .init(http1: .init(idleTimeout: nil), ws: .init(autoPing: .disabled)),
+                    shouldUpgrade: { request, _, _ in
+                        await NotificationSocket.shouldUpgrade(request, service: service, connections: connections)
+                    }),
+                limits: edge, counter: counter, isStreamPath: NotificationSocket.isStreamPath)
+        }
         return Application(
-            responder: NimbusResponder(service: service, logger: logger, courier: courier),
-            // No ping task per connection: `NotificationPipelineService` pings them all.
-            server: .http1WebSocketUpgrade(configuration: .init(ws: .init(autoPing: .disabled))) { request, _, _ in
-                await NotificationSocket.shouldUpgrade(request, service: service, connections: connections)
-            },
+            router: router,
+            server: server,
             configuration: ApplicationConfiguration(
                 address: .hostname(configuration.host, port: configuration.port), serverName: "Nimbus"),
             services: [NotificationPipelineService(service: service, connections: connections), apns],

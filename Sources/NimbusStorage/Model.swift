@@ -125,13 +125,25 @@ public struct APITokenRow: Sendable, Hashable {
     public var environment: Environment
     public var createdAt: Int64
     public var isRevoked: Bool
+    /// Web origins (`https://app.example`) whose pages may use the token; `["*"]` allows any
+    /// (CloudKit's API token setting). Requests without an `Origin` header are not affected.
+    public var allowedOrigins: [String]
 
-    public init(tokenHash: String, container: String, environment: Environment, createdAt: Int64, isRevoked: Bool) {
+    public init(
+        tokenHash: String, container: String, environment: Environment, createdAt: Int64, isRevoked: Bool,
+        allowedOrigins: [String] = ["*"]
+    ) {
         self.tokenHash = tokenHash
         self.container = container
         self.environment = environment
         self.createdAt = createdAt
         self.isRevoked = isRevoked
+        self.allowedOrigins = allowedOrigins
+    }
+
+    /// Whether a page from `origin` may use the token.
+    public func allows(origin: String) -> Bool {
+        allowedOrigins.contains("*") || allowedOrigins.contains(origin.lowercased())
     }
 }
 

@@ -75,10 +75,14 @@ extension FieldValue {
             guard let number = value.doubleValue, number.isFinite else { throw wrong("a number") }
             return .double(number)
         case .timestamp:
+            // Whole milliseconds, like INT64: a fraction is refused rather than truncated.
+            if case .double(let number) = value, number.isFinite, number.rounded() != number {
+                throw .badRequest("\(path): \(number) is not a whole number of milliseconds; a TIMESTAMP takes integer milliseconds since 1970")
+            }
             guard let number = value.doubleValue, number.isFinite, abs(number) < 9.2e18 else {
                 throw wrong("a number of milliseconds since 1970")
             }
-            return .timestamp(Int64(number.rounded(.down)))
+            return .timestamp(Int64(number))
         case .bytes:
             guard case .string(let text) = value else { throw wrong("a base64 string") }
             guard Data(base64Encoded: text) != nil else {

@@ -8,6 +8,9 @@ public struct JSONSyntaxError: Error, Sendable, CustomStringConvertible {
 extension JSON {
     /// Nesting deeper than this is refused: hostile bodies must not exhaust the stack.
     public static let maximumDepth = 64
+    /// Keys in one object. No protocol object comes near it (a record has at most
+    /// `Limits.fieldsPerRecord` fields); it bounds what a hostile body can make the server build.
+    public static let maximumKeysPerObject = 10_000
 
     /// Parses one JSON text (RFC 8259). Whitespace around it is allowed; anything else after it is not.
     public static func parse<Bytes: Collection<UInt8>>(_ bytes: Bytes) throws(JSONSyntaxError) -> JSON {
@@ -77,11 +80,34 @@ private struct JSONParser {
 
     mutating func parseObject(depth: Int) throws(JSONSyntaxError) -> JSON {
         index += 1
-        var object = JSONObject()
+        // Pairs are appended; a repeated key (the last wins) is found through a dictionary once
+        // the object is past a handful of keys, so parsing stays linear in the object's size
+        // (a linear search per key made 80,000 keys take minutes).
+        var pairs: [(key: String, value: JSON)] = []
+        var positions: [String: Int] = [:]
+        func store(_ key: String, _ value: JSON) {
+            if pairs.count < 16 && positions.isEmpty {
+                if let existing = pairs.firstIndex(where: { $0.key == key }) {
+                    pairs[existing].value = value
+                } else {
+                    pairs.append((key, value))
+                }
+                return
+            }
+            if positions.isEmpty {
+                for (offset, pair) in pairs.enumerated() { positions[pair.key] = offset }
+            }
+            if let existing = positions[key] {
+                pairs[existing].value = value
+            } else {
+                positions[key] = pairs.count
+                pairs.append((key, value))
+            }
+        }
         skipWhitespace()
         if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
             index += 1
-            return .object(object)
+            return .object(JSONObject(uniquePairs: pairs))
         }
         while true {
             skipWhitespace()
@@ -92,7 +118,10 @@ private struct JSONParser {
             guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw fail("expected ':' after a key") }
             index += 1
             skipWhitespace()
-            object[key] = try parseValue(depth: depth + 1)
+            store(key, try parseValue(depth: depth + 1))
+            guard pairs.count <= JSON.maximumKeysPerObject else {
+                throw fail("an object has more than \(JSON.maximumKeysPerObject) keys")
+            }
             skipWhitespace()
             guard index < bytes.count else { throw fail("unexpected end of input inside an object") }
             if bytes[index] == UInt8(ascii: ",") {
@@ -101,7 +130,7 @@ private struct JSONParser {
             }
             if bytes[index] == UInt8(ascii: "}") {
                 index += 1
-                return .object(object)
+                return .object(JSONObject(uniquePairs: pairs))
             }
             throw fail("expected ',' or '}' in an object")
         }

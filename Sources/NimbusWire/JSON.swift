@@ -87,6 +87,9 @@ public struct JSONObject: Sendable, Hashable, ExpressibleByDictionaryLiteral {
         for (key, value) in pairs { self[key] = value }
     }
 
+    /// Pairs whose keys are already distinct (the parser makes them so).
+    init(uniquePairs: [(key: String, value: JSON)]) { self.pairs = uniquePairs }
+
     /// Reading gives the value or `nil`; writing `nil` removes the key, writing a value
     /// replaces it in place or appends it (a repeated key in parsed text: the last wins).
     public subscript(key: String) -> JSON? {

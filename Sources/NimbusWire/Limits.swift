@@ -40,4 +40,15 @@ public enum Limits {
     public static let notificationsPerPage = Limit(name: "notificationsPerPage", value: 200)
     /// Keys in a `desiredKeys` array.
     public static let desiredKeys = Limit(name: "desiredKeys", value: 1_000)
+
+    // The HTTP edge: what one client may hold of the server before a request is even read.
+
+    /// Seconds from a request's first byte to the end of its header block.
+    public static let requestHeaderSeconds = Limit(name: "requestHeaderSeconds", value: 10)
+    /// Seconds from the end of a request's headers to the end of its body.
+    public static let requestBodySeconds = Limit(name: "requestBodySeconds", value: 60)
+    /// Seconds a connection may sit with no request in progress before it is closed.
+    public static let idleConnectionSeconds = Limit(name: "idleConnectionSeconds", value: 75)
+    /// Connections one client address may hold open at once (WebSocket streams included).
+    public static let connectionsPerClient = Limit(name: "connectionsPerClient", value: 256)
 }

@@ -68,6 +68,7 @@ import Testing
             let alice = try await server.user("alice")
             let cases: [(JSON, String)] = [
                 (Op.field("x", "INT64"), "integer"), (Op.field(1.5, "INT64"), "whole numbers"),
+                (Op.field(1.5, "TIMESTAMP"), "whole number of milliseconds"),
                 (Op.field("!!", "BYTES"), "base64"), (Op.field(["latitude": 100, "longitude": 0], "LOCATION"), "-90...90"),
                 (Op.field(["longitude": 0], "LOCATION"), "latitude"), (Op.field(5, "STRING_LIST"), "array"),
                 (Op.field(["recordName": "x", "action": "EXPLODE"], "REFERENCE"), "reference action"),

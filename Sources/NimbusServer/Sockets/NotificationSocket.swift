@@ -20,6 +20,12 @@ import ServiceLifecycle
 enum NotificationSocket {
     static let path = "notifications/connect"
 
+    /// Whether a request path (no query) is the stream's: `/device/1/{c}/{env}/notifications/connect`.
+    @Sendable static func isStreamPath(_ path: String) -> Bool {
+        let parts = path.split(separator: "/")
+        return parts.count == 6 && parts[0] == "device" && parts[1] == "1" && "\(parts[4])/\(parts[5])" == Self.path
+    }
+
     /// Upgrades requests for the notification stream that authenticate; anything else goes on
     /// to the HTTP responder, which answers it (with the authentication error, for one).
     static func shouldUpgrade(

@@ -1,0 +1,54 @@
+import HTTPTypes
+import Hummingbird
+import NIOCore
+import NimbusWire
+
+/// Every answer the API writes is built here, so each carries the same headers: the request
+/// UUID, the session token to echo, and the CORS grant `CORSMiddleware` decided.
+enum Reply {
+    static let webAuthTokenHeader = HTTPField.Name("X-Apple-CloudKit-Web-Auth-Token")!
+    static let requestUUIDHeader = HTTPField.Name("X-Apple-Request-UUID")!
+
+    static func json(_ json: JSON, status: HTTPResponse.Status = .ok, context: NimbusRequestContext) -> Response {
+        bytes(json.serialized(), contentType: "application/json; charset=utf-8", status: status, context: context)
+    }
+
+    static func bytes(
+        _ bytes: [UInt8], contentType: String, status: HTTPResponse.Status = .ok, context: NimbusRequestContext
+    ) -> Response {
+        var headers = headers(context)
+        headers[.contentType] = contentType
+        headers[.contentLength] = String(bytes.count)
+        var buffer = ByteBufferAllocator().buffer(capacity: bytes.count)
+        buffer.writeBytes(bytes)
+        return Response(status: status, headers: headers, body: .init(byteBuffer: buffer))
+    }
+
+    static func empty(status: HTTPResponse.Status, context: NimbusRequestContext) -> Response {
+        Response(status: status, headers: headers(context))
+    }
+
+    /// CloudKit's error JSON. After an authentication failure the session token is not echoed:
+    /// it is not a valid session.
+    static func error(_ error: CloudKitError, context: NimbusRequestContext, status: HTTPResponse.Status? = nil) -> Response {
+        let exchange = context.exchange
+        exchange.update { facts in
+            facts.serverErrorCode = error.code.rawValue
+            if error.code == .authenticationRequired || error.code == .authenticationFailed { facts.webAuthToken = nil }
+        }
+        let uuid = exchange.current.requestUUID
+        return json(error.json(uuid: uuid), status: status ?? HTTPResponse.Status(code: error.code.httpStatus), context: context)
+    }
+
+    private static func headers(_ context: NimbusRequestContext) -> HTTPFields {
+        let facts = context.exchange.current
+        var headers: HTTPFields = [requestUUIDHeader: facts.requestUUID]
+        if let token = facts.webAuthToken { headers[webAuthTokenHeader] = token }
+        if let origin = facts.allowedOrigin {
+            headers[.accessControlAllowOrigin] = origin
+            headers[.accessControlExposeHeaders] = "X-Apple-CloudKit-Web-Auth-Token, X-Apple-Request-UUID"
+            if origin != "*" { headers[.vary] = "Origin" }
+        }
+        return headers
+    }
+}

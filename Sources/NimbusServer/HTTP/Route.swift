@@ -1,0 +1,99 @@
+import HTTPTypes
+import Hummingbird
+import Logging
+import NIOCore
+import NIOHTTP1
+import NimbusCore
+import NimbusStorage
+import NimbusWire
+
+/// What the server's routes share: the service and the long-lived parts beside it.
+struct ServerParts: Sendable {
+    let service: NimbusService
+    let courier: WebCourier
+    let logger: Logger
+}
+
+/// One endpoint: a path relative to its area's group, answered for GET and POST alike
+/// (CloudKit accepts both, and bodies are JSON whatever their Content-Type; reference §17).
+struct Route: Sendable {
+    let path: String
+    let respond: @Sendable (RouteInput) async throws -> Response
+
+    init(_ path: String, respond: @escaping @Sendable (RouteInput) async throws -> Response) {
+        self.path = path
+        self.respond = respond
+    }
+
+    /// An endpoint that answers JSON.
+    static func json(_ path: String, _ handler: @escaping @Sendable (RouteInput) async throws -> JSON) -> Route {
+        Route(path) { input in Reply.json(try await handler(input), context: input.context) }
+    }
+}
+
+/// What a route handler reads: the request, the caller the middleware authenticated, the body.
+struct RouteInput: Sendable {
+    let request: Request
+    let context: NimbusRequestContext
+    let parts: ServerParts
+
+    var service: NimbusService { parts.service }
+
+    /// The authenticated caller; routes that need one sit behind `AuthenticationMiddleware`.
+    var caller: Caller {
+        get throws {
+            guard let caller = context.caller else {
+                throw CloudKitError(.internalError, "route \(context.endpointPath ?? "?") is not behind authentication")
+            }
+            return caller
+        }
+    }
+
+    var target: DatabaseTarget {
+        get throws {
+            guard let scope = context.scope else {
+                throw CloudKitError(.internalError, "route \(context.endpointPath ?? "?") names no database")
+            }
+            return DatabaseTarget(caller: try caller, scope: scope)
+        }
+    }
+
+    func query(_ name: String) -> String? { request.uri.queryParameters[Substring(name)].map(String.init) }
+
+    /// The body as a JSON object, read only now (after authentication) and capped at
+    /// `Limits.requestBodyBytes`; an empty body reads as `{}` (GET endpoints, lenient clients).
+    func body() async throws -> ObjectReader {
+        let limit = Limits.requestBodyBytes
+        let buffer: ByteBuffer
+        do {
+            buffer = try await request.body.collect(upTo: limit.value)
+        } catch is NIOTooManyBytesError {
+            throw CloudKitError.limitExceeded(limit, actual: limit.value + 1, what: "the request body in bytes (at least)")
+        } catch let error as HTTPParserError {
+            throw CloudKitError.badRequest("the request body is not valid HTTP/1.1 framing (\(error)); check Content-Length or the chunk sizes")
+        }
+        if buffer.readableBytes == 0 { return ObjectReader(JSONObject(), path: "") }
+        let json: JSON
+        do {
+            json = try buffer.withUnsafeReadableBytes { try JSON.parse($0) }
+        } catch let error as JSONSyntaxError {
+            throw CloudKitError.badRequest("the request body is not valid JSON: \(error)")
+        }
+        return try ObjectReader(root: json)
+    }
+}
+
+extension RouterMethods where Context == NimbusRequestContext {
+    /// Registers an area's table: each route for GET and POST.
+    @discardableResult
+    func add(_ routes: [Route], parts: ServerParts) -> Self {
+        for route in routes {
+            let handler: @Sendable (Request, NimbusRequestContext) async throws -> Response = { request, context in
+                try await route.respond(RouteInput(request: request, context: context, parts: parts))
+            }
+            on(RouterPath(route.path), method: .get, use: handler)
+            on(RouterPath(route.path), method: .post, use: handler)
+        }
+        return self
+    }
+}

@@ -1,0 +1,68 @@
+import HTTPTypes
+import Hummingbird
+import NimbusCore
+import NimbusStorage
+import NimbusWire
+
+/// Who is calling, decided before any body is read: the API token names the container and
+/// environment (and must match the path's), the web auth token names the user. Sits on the
+/// `/auth`, `/device` and `/database` groups. Server-to-server signatures and identity
+/// providers plug in here as further ways to reach a `Caller`.
+struct AuthenticationMiddleware: RouterMiddleware {
+    typealias Context = NimbusRequestContext
+
+    enum Credentials {
+        /// The API token alone (sign-in, sign-out: the session is the subject, not the caller).
+        case apiToken
+        /// The API token and, when sent, the session.
+        case session
+    }
+
+    let service: NimbusService
+    let credentials: Credentials
+
+    static let deviceIDHeader = HTTPField.Name("X-Nimbus-Device-ID")!
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
+        -> Response
+    {
+        var context = context
+        let parameters = context.parameters
+        let container = parameters.get("container") ?? ""
+        let environmentName = parameters.get("environment") ?? ""
+        guard let environment = NimbusStorage.Environment(rawValue: environmentName) else {
+            throw CloudKitError.badRequest(
+                "unknown environment '\(Names.escaped(environmentName))'; use development or production")
+        }
+        if let database = parameters.get("database") {
+            guard let scope = DatabaseScope(rawValue: database) else {
+                throw CloudKitError.badRequest("unknown database '\(Names.escaped(database))'; use public, private or shared")
+            }
+            context.scope = scope
+        }
+        context.exchange.update { $0.container = container }
+        let query = request.uri.queryParameters
+        let webAuthToken =
+            credentials == .session ? query["ckWebAuthToken"].map(String.init).flatMap { $0.isEmpty ? nil : $0 } : nil
+        let caller = try await service.authenticate(
+            container: container, environment: environment, apiToken: query["ckAPIToken"].map(String.init),
+            webAuthToken: webAuthToken, deviceID: try Self.deviceID(request))
+        context.caller = caller
+        context.exchange.update { facts in
+            facts.userRecordName = caller.user?.recordName
+            facts.webAuthToken = caller.user?.webAuthToken
+        }
+        return try await next(request, context)
+    }
+
+    /// The device a change is attributed to (`created.deviceID`): the `X-Nimbus-Device-ID`
+    /// header or `ckDeviceID` query parameter, else "iCloud" as Apple's web services report.
+    static func deviceID(_ request: Request) throws -> String {
+        let given = request.headers[deviceIDHeader] ?? request.uri.queryParameters["ckDeviceID"].map(String.init)
+        guard let given, !given.isEmpty else { return Names.anonymousDevice }
+        guard given.utf8.count <= 64, given.utf8.allSatisfy({ (0x21...0x7E).contains($0) }) else {
+            throw CloudKitError.badRequest("the device ID must be 1 to 64 printable ASCII characters without spaces")
+        }
+        return given
+    }
+}

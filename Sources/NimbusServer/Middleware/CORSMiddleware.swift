@@ -1,0 +1,46 @@
+import HTTPTypes
+import Hummingbird
+import NimbusCore
+import NimbusWire
+
+/// Cross-origin access from each API token's allowed origins (CloudKit's API token setting).
+/// A request with an `Origin` header is granted `Access-Control-Allow-Origin` — `*` when the
+/// token allows any origin, the origin itself when the token lists it — and refused with
+/// `ACCESS_DENIED` when the token does not allow it. Endpoints without an API token (the
+/// web-courier poll, `/health`) are open to any origin. `OPTIONS` answers the preflight.
+struct CORSMiddleware: RouterMiddleware {
+    typealias Context = NimbusRequestContext
+    let service: NimbusService
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
+        -> Response
+    {
+        let apiToken = request.uri.queryParameters["ckAPIToken"].map(String.init).flatMap { $0.isEmpty ? nil : $0 }
+        if let origin = request.headers[.origin] {
+            let grant = try await grant(for: origin, apiToken: apiToken)
+            context.exchange.update { $0.allowedOrigin = grant }
+        } else if apiToken == nil {
+            context.exchange.update { $0.allowedOrigin = "*" }
+        }
+        guard request.method == .options else { return try await next(request, context) }
+        var response = Reply.empty(status: .noContent, context: context)
+        response.headers[.accessControlAllowMethods] = "GET, POST, OPTIONS"
+        response.headers[.accessControlAllowHeaders] = "Content-Type, X-Nimbus-Device-ID"
+        response.headers[.accessControlMaxAge] = "86400"
+        return response
+    }
+
+    /// The `Access-Control-Allow-Origin` value for a page from `origin`.
+    private func grant(for origin: String, apiToken: String?) async throws -> String {
+        guard let apiToken else { return "*" }
+        // An unknown token fails authentication later; the page may read that answer.
+        guard let token = try await service.apiTokenRow(apiToken) else { return origin }
+        if token.allowedOrigins.contains("*") { return "*" }
+        guard token.allows(origin: origin) else {
+            throw CloudKitError(
+                .accessDenied,
+                "the API token does not allow requests from \(Names.escaped(origin)); make a token for it with nimbus tokens create --allowed-origin \(Names.escaped(origin))")
+        }
+        return origin
+    }
+}

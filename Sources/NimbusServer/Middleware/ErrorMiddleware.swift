@@ -1,0 +1,57 @@
+import HTTPTypes
+import Hummingbird
+import Logging
+import NimbusWire
+
+/// Every thrown error becomes CloudKit's error JSON with the request UUID. A `CloudKitError`
+/// is answered as it is; the router's "no such route" becomes 404 (or 405 for a method no
+/// endpoint takes); anything else is `INTERNAL_ERROR`, its cause logged under the same UUID
+/// and never sent to the client.
+struct ErrorMiddleware: RouterMiddleware {
+    typealias Context = NimbusRequestContext
+    let logger: Logger
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
+        -> Response
+    {
+        do {
+            return try await next(request, context)
+        } catch var error as CloudKitError {
+            if error.code == .authenticationRequired, error.redirectURL == nil {
+                error.redirectURL = Self.signInURL(request, context: context)
+            }
+            return Reply.error(error, context: context)
+        } catch let error as HTTPError where error.status == .notFound && context.endpointPath == "NotFound" {
+            return Self.noRoute(request, context: context)
+        } catch {
+            let uuid = context.exchange.current.requestUUID
+            logger.error(
+                "request failed", metadata: ["uuid": "\(uuid)", "path": "\(request.uri.path)", "error": "\(error)"])
+            return Reply.error(
+                CloudKitError(.internalError, "the server failed to handle this request; quote \(uuid) when reporting it"),
+                context: context)
+        }
+    }
+
+    /// The sign-in page for the container and environment the request's path names.
+    static func signInURL(_ request: Request, context: Context) -> String? {
+        let parts = request.uri.path.split(separator: "/").map(String.init)
+        guard parts.count >= 4, ["database", "device", "auth"].contains(parts[0]) else { return nil }
+        return AuthRoutes.signInURL(
+            baseURL: context.exchange.current.baseURL, container: parts[2], environment: parts[3],
+            apiToken: request.uri.queryParameters["ckAPIToken"].map(String.init))
+    }
+
+    static func noRoute(_ request: Request, context: Context) -> Response {
+        guard request.method == .get || request.method == .post else {
+            return Reply.error(
+                .badRequest("method \(request.method.rawValue) is not supported; CloudKit endpoints take GET or POST"),
+                context: context, status: .methodNotAllowed)
+        }
+        return Reply.error(
+            CloudKitError(
+                .notFound,
+                "no endpoint at \(Names.escaped(request.uri.path)); paths look like /database/1/{container}/{environment}/{database}/records/modify"),
+            context: context)
+    }
+}

@@ -1,0 +1,69 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import NimbusWire
+
+/// This server's public address for URLs it hands out (`webcourierURL`, the sign-in
+/// `redirectURL`): the scheme and host a reverse proxy reports (`Forwarded`,
+/// `X-Forwarded-Proto`, `X-Forwarded-Host`) when the peer is a configured trusted proxy, else
+/// `http://` and the request's own Host. A forwarded header from any other peer is refused:
+/// honouring it would let a client choose the URLs the server hands to others.
+struct ForwardedHeadersMiddleware: RouterMiddleware {
+    typealias Context = NimbusRequestContext
+    /// Peer addresses (exact IPs) whose forwarded headers are believed.
+    let trustedProxies: Set<String>
+
+    static let forwarded = HTTPField.Name("Forwarded")!
+    static let forwardedProto = HTTPField.Name("X-Forwarded-Proto")!
+    static let forwardedHost = HTTPField.Name("X-Forwarded-Host")!
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
+        -> Response
+    {
+        var scheme = "http"
+        var host = request.head.authority ?? "127.0.0.1"
+        let headers = request.headers
+        let forwarded = headers[Self.forwarded]
+        let proto = headers[Self.forwardedProto]
+        let forwardedHost = headers[Self.forwardedHost]
+        if forwarded != nil || proto != nil || forwardedHost != nil {
+            guard let peer = context.peerAddress, trustedProxies.contains(peer) else {
+                throw CloudKitError.badRequest(
+                    "forwarded headers (Forwarded, X-Forwarded-Proto, X-Forwarded-Host) are only accepted from trusted proxies, and \(context.peerAddress ?? "this peer") is not one; start nimbus serve with --trusted-proxy ADDRESS or drop the headers")
+            }
+            let fields = forwarded.map(Self.parseForwarded) ?? [:]
+            if let value = fields["proto"] ?? proto?.split(separator: ",").first.map(String.init) {
+                scheme = value.trimmingCharacters(in: .whitespaces).lowercased()
+            }
+            if let value = fields["host"] ?? forwardedHost?.split(separator: ",").first.map(String.init) {
+                host = value.trimmingCharacters(in: .whitespaces)
+            }
+            guard scheme == "http" || scheme == "https", Self.isHost(host) else {
+                throw CloudKitError.badRequest("the forwarded scheme or host is not valid: '\(Names.escaped(scheme))://\(Names.escaped(host))'")
+            }
+        }
+        context.exchange.update { $0.baseURL = "\(scheme)://\(host)" }
+        return try await next(request, context)
+    }
+
+    /// The first element of an RFC 7239 `Forwarded` header: `for=…;proto=https;host=x`.
+    static func parseForwarded(_ value: String) -> [String: String] {
+        let first = value.split(separator: ",").first ?? ""
+        var fields: [String: String] = [:]
+        for pair in first.split(separator: ";") {
+            let parts = pair.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
+            guard parts.count == 2 else { continue }
+            fields[parts[0].lowercased()] = parts[1].trimmingCharacters(in: CharacterSet(charactersIn: "\""))
+        }
+        return fields
+    }
+
+    /// A host[:port] with only the ASCII characters a host may have.
+    static func isHost(_ text: String) -> Bool {
+        !text.isEmpty && text.utf8.count <= 255
+            && text.utf8.allSatisfy { byte in
+                (0x30...0x39).contains(byte) || (0x41...0x5A).contains(byte) || (0x61...0x7A).contains(byte)
+                    || Array("-.:[]".utf8).contains(byte)
+            }
+    }
+}

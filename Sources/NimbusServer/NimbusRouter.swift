@@ -1,0 +1,43 @@
+import Hummingbird
+import Logging
+import NimbusCore
+
+/// The composition root of the HTTP API: the middleware, in the order a request meets it, and
+/// every area's routes. A new area is a file in `Routes/` with its table, and one line here.
+enum NimbusRouter {
+    static func make(parts: ServerParts, trustedProxies: Set<String>) -> Router<NimbusRequestContext> {
+        let service = parts.service
+        let router = Router(context: NimbusRequestContext.self)
+        // Middleware must be added before the routes it wraps (Hummingbird builds each route's
+        // chain when the route is added). Outermost first:
+        router.add(middleware: RequestLogMiddleware(logger: parts.logger))  // request UUID, access log line
+        router.add(middleware: ErrorMiddleware(logger: parts.logger))  // every error → CloudKit's error JSON
+        router.add(middleware: ForwardedHeadersMiddleware(trustedProxies: trustedProxies))  // public base URL
+        router.add(middleware: CORSMiddleware(service: service))  // the API token's allowed origins; preflight
+
+        router.add(HealthRoutes.routes, parts: parts)
+        router.add(CourierRoutes.routes, parts: parts)
+
+        router.group("auth/1/:container/:environment")
+            .add(middleware: AuthenticationMiddleware(service: service, credentials: .apiToken))
+            .add(AuthRoutes.routes, parts: parts)
+
+        router.group("device/1/:container/:environment")
+            .add(middleware: AuthenticationMiddleware(service: service, credentials: .session))
+            .add(DeviceRoutes.routes, parts: parts)
+        router.group("database/1/:container/:environment")
+            .add(middleware: AuthenticationMiddleware(service: service, credentials: .session))
+            .add(DeviceRoutes.tokenRoutes, parts: parts)
+
+        let database = router.group("database/1/:container/:environment/:database")
+            .add(middleware: AuthenticationMiddleware(service: service, credentials: .session))
+        database.add(RecordRoutes.routes, parts: parts)
+        database.add(ZoneRoutes.routes, parts: parts)
+        database.add(ChangeRoutes.routes, parts: parts)
+        database.add(SubscriptionRoutes.routes, parts: parts)
+        database.add(UserRoutes.routes, parts: parts)
+        database.add(DeviceRoutes.tokenRoutes, parts: parts)
+        database.add(ReservedRoutes.routes, parts: parts)
+        return router
+    }
+}

@@ -1,0 +1,14 @@
+import NimbusWire
+
+/// Endpoints of the protocol that later Nimbus features serve: each answers `NOT_FOUND` saying
+/// so, rather than "no such endpoint". An area that implements one removes it from here.
+enum ReservedRoutes {
+    static let paths = [
+        "records/resolve", "records/accept", "assets/upload", "assets/rereference", "users/discover",
+        "users/lookup/email", "users/lookup/id", "users/lookup/contacts",
+    ]
+
+    static let routes: [Route] = paths.map { path in
+        Route(path) { _ in throw CloudKitError(.notFound, "\(path) is not available in this Nimbus version yet") }
+    }
+}

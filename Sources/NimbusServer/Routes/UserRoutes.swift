@@ -1,0 +1,28 @@
+import NimbusCore
+import NimbusWire
+
+/// The signed-in user, under `/database/1/{container}/{environment}/{database}/`.
+///
+/// | path | answer |
+/// |---|---|
+/// | `users/caller` | the caller's identity, at the top level and in `users` (clients read either; reference §10) |
+/// | `users/current` | the caller's user record name and name |
+enum UserRoutes {
+    static let routes: [Route] = [
+        .json("users/caller") { input in
+            let user = try input.caller.requireUser(for: "users/caller")
+            let identity: JSONObject = [
+                "userRecordName": .string(user.recordName),
+                "lookupInfo": .object(["userRecordName": .string(user.recordName)]),
+                "nameComponents": .object(["nickname": .string(user.name)]),
+            ]
+            var object = identity
+            object["users"] = .array([.object(identity)])
+            return .object(object)
+        },
+        .json("users/current") { input in
+            let user = try input.caller.requireUser(for: "users/current")
+            return ["userRecordName": .string(user.recordName), "firstName": .string(user.name)]
+        },
+    ]
+}

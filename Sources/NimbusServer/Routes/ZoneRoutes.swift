@@ -1,0 +1,26 @@
+import NimbusWire
+
+/// Zones, under `/database/1/{container}/{environment}/{database}/`.
+///
+/// | path | service |
+/// |---|---|
+/// | `zones/list` | `listZones` |
+/// | `zones/lookup` | `lookupZones` |
+/// | `zones/modify` | `modifyZones` |
+/// | `zones/changes` | `databaseChanges` (deprecated: also in public, with `metaSyncToken`) |
+enum ZoneRoutes {
+    static let routes: [Route] = [
+        .json("zones/list") { try await $0.service.listZones($0.target) },
+        .json("zones/lookup") { try await $0.service.lookupZones($0.target, ZonesLookupRequest(json: $0.body())) },
+        .json("zones/modify") { try await $0.service.modifyZones($0.target, ZonesModifyRequest(json: $0.body())) },
+        .json("zones/changes") { input in
+            var changes = try await input.service.databaseChanges(
+                input.target, DatabaseChangesRequest(json: input.body()), allowPublic: true)
+            if case .object(var object) = changes {
+                object["metaSyncToken"] = object["syncToken"]
+                changes = .object(object)
+            }
+            return changes
+        },
+    ]
+}
