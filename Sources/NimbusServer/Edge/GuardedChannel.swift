@@ -41,10 +41,13 @@ struct GuardedChannel<Inner: ServerChildChannel>: ServerChildChannel {
             let error = CloudKitError(
                 .throttled,
                 "this address already holds \(limits.connectionsPerClient) connections (limit connectionsPerClient); close some or reuse them")
-            var buffer = channel.allocator.buffer(capacity: 256)
-            buffer.writeBytes(EdgeResponse.raw(status: .tooManyRequests, error: error))
-            channel.writeAndFlush(buffer).whenComplete { _ in channel.close(promise: nil) }
-            return channel.eventLoop.makeFailedFuture(ConnectionRefused())
+            let refusal = EdgeResponse.raw(status: .tooManyRequests, error: error)
+            // The pipeline is built as usual (the server expects its value), but the first
+            // handler answers and closes as soon as the connection is active.
+            return inner.setup(channel: channel, logger: logger).flatMapThrowing { value in
+                try channel.pipeline.syncOperations.addHandler(RefusingHandler(refusal: refusal), position: .first)
+                return value
+            }
         }
         channel.closeFuture.whenComplete { _ in counter.close(address) }
         return inner.setup(channel: channel, logger: logger).flatMapThrowing { value in
@@ -60,10 +63,45 @@ struct GuardedChannel<Inner: ServerChildChannel>: ServerChildChannel {
     }
 
     func handle(value: Value, logger: Logger) async {
-        await inner.handle(value: value, logger: logger)
+        // This logger only reports how the upgrade negotiation ended, at `error` when the guard
+        // closed a connection it had refused (a malformed request would be logged twice, and a
+        // client could fill the log at will). Refusals are logged by the guard itself; requests
+        // by the access log.
+        var quiet = logger
+        quiet.logLevel = .critical
+        await inner.handle(value: value, logger: quiet)
     }
 
-    struct ConnectionRefused: Error {}
+}
+
+/// Answers a connection the server will not serve, then closes it.
+final class RefusingHandler: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+    let refusal: [UInt8]
+    private var answered = false
+
+    init(refusal: [UInt8]) { self.refusal = refusal }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        if context.channel.isActive { answer(context) }
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        answer(context)
+        context.fireChannelActive()
+    }
+
+    /// Whatever the client sends is not read.
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {}
+
+    private func answer(_ context: ChannelHandlerContext) {
+        guard !answered else { return }
+        answered = true
+        var buffer = context.channel.allocator.buffer(capacity: refusal.count)
+        buffer.writeBytes(refusal)
+        context.writeAndFlush(wrapOutboundOut(buffer)).whenComplete { _ in context.close(promise: nil) }
+    }
 }
 
 /// Open connections per client address.
@@ -107,14 +145,33 @@ final class ConnectionState {
     var phase = Phase.idle
     /// Set by the request guard, so raw bytes arriving on an idle connection can start the header timer.
     var startHeaderTimer: (() -> Void)?
+    /// Set by the front handler: writes bytes to the socket as they are, then closes. Refusals
+    /// go this way, below the HTTP encoder, which would drop the body of an answer to HEAD or
+    /// CONNECT.
+    var writeAndClose: (([UInt8]) -> Void)?
 }
 
-/// At the front of the pipeline: notices a request's first bytes on an idle connection.
-final class ByteArrivalHandler: ChannelInboundHandler, RemovableChannelHandler {
+/// At the front of the pipeline: notices a request's first bytes on an idle connection, and
+/// writes refusals to the socket.
+final class ByteArrivalHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
+    typealias OutboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
 
     let state: ConnectionState
     init(state: ConnectionState) { self.state = state }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
+        state.writeAndClose = { bytes in
+            let context = loopBound.value
+            var buffer = context.channel.allocator.buffer(capacity: bytes.count)
+            buffer.writeBytes(bytes)
+            context.writeAndFlush(NIOAny(buffer)).whenComplete { _ in context.close(promise: nil) }
+        }
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) { state.writeAndClose = nil }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         if state.phase == .idle { state.startHeaderTimer?() }
@@ -127,8 +184,7 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias InboundOut = HTTPServerRequestPart
     typealias OutboundIn = HTTPServerResponsePart
-    typealias OutboundOut = HTTPServerResponsePart
-
+    
     let state: ConnectionState
     let limits: EdgeLimits
     let isStreamPath: @Sendable (String) -> Bool
@@ -160,6 +216,13 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
         guard state.phase != .passive else { return context.fireChannelRead(data) }
         switch unwrapInboundIn(data) {
         case .head(let head):
+            if head.method == .CONNECT {
+                // Nimbus is not a proxy; and after CONNECT the parser treats what follows as a tunnel.
+                refuse(
+                    context: context, status: .methodNotAllowed,
+                    error: .badRequest("method CONNECT is not supported; CloudKit endpoints take GET or POST"))
+                return
+            }
             if head.headers[canonicalForm: "upgrade"].contains(where: { $0.lowercased() == "websocket" }) {
                 let path = String(head.uri.split(separator: "?", maxSplits: 1).first ?? "")
                 guard isStreamPath(path) else {
@@ -181,23 +244,41 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
-        if state.phase != .passive, case .end = unwrapOutboundIn(data), state.phase == .responding {
-            enter(.idle, context: context)
+        guard state.phase == .responding, case .end = unwrapOutboundIn(data) else {
+            return context.write(data, promise: promise)
         }
         context.write(data, promise: promise)
+        if let error = pendingParseError {
+            refuseMalformed(context: context, error: error)
+        } else {
+            enter(.idle, context: context)
+        }
     }
+
+    /// A parse error in bytes that arrived while the previous request was being answered
+    /// (pipelined): answered once that answer is written.
+    private var pendingParseError: HTTPParserError?
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         // A parse error while no request is being answered: nobody else will answer it.
         // During a request's body the error reaches the route reading that body, which answers.
-        if error is HTTPParserError, state.phase == .idle || state.phase == .readingHead {
-            logger.debug("malformed request", metadata: ["error": "\(error)"])
-            refuse(
-                context: context, status: .badRequest,
-                error: .badRequest("the request is not valid HTTP/1.1 (\(error)); check the request line, header block and Content-Length"))
-            return
+        if let error = error as? HTTPParserError {
+            switch state.phase {
+            case .idle, .readingHead: return refuseMalformed(context: context, error: error)
+            case .responding:
+                pendingParseError = error
+                return
+            case .readingBody, .passive: break
+            }
         }
         context.fireErrorCaught(error)
+    }
+
+    private func refuseMalformed(context: ChannelHandlerContext, error: HTTPParserError) {
+        logger.debug("malformed request", metadata: ["error": "\(error)"])
+        refuse(
+            context: context, status: .badRequest,
+            error: .badRequest("the request is not valid HTTP/1.1 (\(error)); check the request line, header block and Content-Length"))
     }
 
     private func enter(_ phase: ConnectionState.Phase, context: ChannelHandlerContext) {
@@ -239,17 +320,8 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// Answers with an error and closes: used only when no response is being written.
     private func refuse(context: ChannelHandlerContext, status: HTTPResponseStatus, error: CloudKitError) {
         enter(.passive, context: context)
-        let body = EdgeResponse.body(error)
-        var headers = HTTPHeaders()
-        headers.add(name: "Content-Type", value: "application/json; charset=utf-8")
-        headers.add(name: "Content-Length", value: String(body.count))
-        headers.add(name: "Connection", value: "close")
-        headers.add(name: "Access-Control-Allow-Origin", value: "*")
-        var buffer = context.channel.allocator.buffer(capacity: body.count)
-        buffer.writeBytes(body)
-        context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers))), promise: nil)
-        context.write(wrapOutboundOut(.body(.byteBuffer(buffer))), promise: nil)
-        context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in context.close(promise: nil) }
+        guard let writeAndClose = state.writeAndClose else { return context.close(promise: nil) }
+        writeAndClose(EdgeResponse.raw(status: status, error: error))
     }
 }
 
@@ -264,7 +336,7 @@ enum EdgeResponse {
         let body = body(error)
         let head =
             "HTTP/1.1 \(status.code) \(status.reasonPhrase)\r\nContent-Type: application/json; charset=utf-8\r\n"
-            + "Content-Length: \(body.count)\r\nConnection: close\r\n\r\n"
+            + "Content-Length: \(body.count)\r\nConnection: close\r\nAccess-Control-Allow-Origin: *\r\n\r\n"
         return Array(head.utf8) + body
     }
 }

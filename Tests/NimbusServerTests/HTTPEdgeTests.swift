@@ -1,0 +1,156 @@
+import Foundation
+import NIOCore
+import NimbusServer
+import NimbusTestSupport
+import NimbusWire
+import Testing
+
+/// The findings of the adversarial test of the HTTP edge, each reproduced over a raw socket.
+@Suite struct HTTPEdgeTests {
+    static func errorCode(_ received: RawConnection.Received) -> String? {
+        (try? JSON.parse(received.body))?["serverErrorCode"]?.stringValue
+    }
+
+    @Test func malformedRequestsGet400WithTheErrorJSONAndAreClosedAtOnce() async throws {
+        try await TestServer.with { server in
+            let malformed: [(String, [UInt8])] = [
+                ("bad request line", Array("GARBAGE\r\n\r\n".utf8)),
+                ("lowercase method", Array("get /health HTTP/1.1\r\nHost: x\r\n\r\n".utf8)),
+                ("bad Content-Length", Array("POST /health HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n".utf8)),
+                ("space in the URL", Array("GET /hea lth HTTP/1.1\r\nHost: x\r\n\r\n".utf8)),
+                ("non-ASCII byte in the URL", Array("GET /h".utf8) + [0xC3, 0xA9] + Array(" HTTP/1.1\r\nHost: x\r\n\r\n".utf8)),
+                ("URL over 80 KB", Array(("GET /" + String(repeating: "a", count: 90_000) + " HTTP/1.1\r\nHost: x\r\n\r\n").utf8)),
+                ("garbage after a good request",
+                 Array("GET /health HTTP/1.1\r\nHost: x\r\n\r\nGARBAGE\r\n\r\n".utf8)),
+            ]
+            for (name, bytes) in malformed {
+                let connection = try RawConnection(port: server.port)
+                try connection.send(bytes)
+                let received = await connection.receive(waitingUpTo: 5)
+                #expect(received.closed, "\(name): the connection stays open")
+                #expect(received.seconds < 1, "\(name): answered after \(received.seconds) s")
+                // The last response on the connection is the refusal.
+                let refusal = try #require(received.text.range(of: "HTTP/1.1 400 Bad Request\r\n"), "\(name): \(received.text.prefix(200))")
+                #expect(received.text[refusal.upperBound...].contains("\"serverErrorCode\":\"BAD_REQUEST\""), "\(name)")
+            }
+        }
+    }
+
+    @Test func unfinishedHeadersTimeOutAndIdleConnectionsAreClosed() async throws {
+        try await TestServer.with(configure: { configuration in
+            configuration.edge.requestHeaderTimeout = .milliseconds(500)
+            configuration.edge.idleTimeout = .milliseconds(800)
+        }) { server in
+            let slow = try RawConnection(port: server.port)
+            try slow.send("GET /health HTTP/1.1\r\nHost: x\r\n")  // the blank line never comes
+            let timedOut = await slow.receive(waitingUpTo: 5)
+            #expect(timedOut.closed && timedOut.status == 408, "\(timedOut.text)")
+            #expect(timedOut.seconds >= 0.4 && timedOut.seconds < 3)
+            #expect(Self.errorCode(timedOut) == "BAD_REQUEST")
+
+            let idle = try RawConnection(port: server.port)
+            let nothing = await idle.receive(waitingUpTo: 5)
+            #expect(nothing.closed && nothing.bytes.isEmpty)
+            #expect(nothing.seconds >= 0.7 && nothing.seconds < 3)
+
+            // Between requests too: a kept-alive connection is closed once it idles.
+            let kept = try RawConnection(port: server.port)
+            try kept.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            let answered = await kept.receive(waitingUpTo: 5)
+            #expect(answered.status == 200 && answered.closed)
+        }
+    }
+
+    @Test func aSlowBodyIsCutOff() async throws {
+        try await TestServer.with(configure: { $0.edge.requestBodyTimeout = .milliseconds(500) }) { server in
+            let connection = try RawConnection(port: server.port)
+            try connection.send(
+                "POST /database/1/\(TestServer.container)/development/public/records/query?ckAPIToken=\(server.developmentToken) HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+            let received = await connection.receive(waitingUpTo: 5)
+            #expect(received.closed)
+            #expect(received.seconds < 3)
+        }
+    }
+
+    @Test func oneAddressMayHoldOnlySoManyConnections() async throws {
+        try await TestServer.with(configure: { $0.edge.connectionsPerClient = 3 }) { server in
+            var held = try (0..<3).map { _ in try RawConnection(port: server.port) }
+            try await Task.sleep(for: .milliseconds(100))
+            let fourth = try RawConnection(port: server.port)
+            let refused = await fourth.receive(waitingUpTo: 5)
+            #expect(refused.closed && refused.status == 429, "\(refused.text)")
+            #expect(Self.errorCode(refused) == "THROTTLED")
+            #expect(refused.body.contains("connectionsPerClient"))
+            // At the limit, not past it: closing one lets the next in.
+            var remaining = held
+            remaining.removeLast()
+            held = remaining
+            try await Task.sleep(for: .milliseconds(200))
+            let next = try RawConnection(port: server.port)
+            try next.send("GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            #expect(await next.receive(waitingUpTo: 5).status == 200)
+            #expect(held.count == 2)
+        }
+    }
+
+    @Test func methodsAndUpgradesOutsideTheProtocolGetTheErrorJSON() async throws {
+        try await TestServer.with { server in
+            let token = server.developmentToken
+            func raw(_ request: String) async throws -> RawConnection.Received {
+                let connection = try RawConnection(port: server.port)
+                try connection.send(request)
+                return await connection.receive(waitingUpTo: 5)
+            }
+            let put = try await raw("PUT /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            #expect(put.status == 405 && Self.errorCode(put) == "BAD_REQUEST", "\(put.text)")
+            // A HEAD answer has no body (HTTP forbids one); its headers describe the error JSON.
+            let head = try await raw("HEAD /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            #expect(head.status == 405 && head.text.contains("application/json"), "\(head.text)")
+            let connect = try await raw("CONNECT /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            #expect(connect.status == 405 && Self.errorCode(connect) == "BAD_REQUEST", "\(connect.text)")
+            let upgrade = try await raw(
+                "GET /database/1/\(TestServer.container)/development/public/zones/list?ckAPIToken=\(token) HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+            #expect(upgrade.status == 400 && upgrade.body.contains("not a WebSocket endpoint"), "\(upgrade.text)")
+            let chunked = try await raw(
+                "POST /database/1/\(TestServer.container)/development/public/records/query?ckAPIToken=\(token) HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\nabc\r\n0\r\n\r\n")
+            #expect(chunked.status == 400 && Self.errorCode(chunked) == "BAD_REQUEST", "\(chunked.text)")
+        }
+    }
+
+    @Test func noBodyIsParsedWithoutAValidAPITokenAndHugeObjectsAreCheap() async throws {
+        try await TestServer.with { server in
+            // 80,000 keys in 1 MB: quadratic parsing took minutes.
+            var text = "{"
+            for index in 0..<80_000 { text += (index == 0 ? "" : ",") + "\"key\(index)\":1" }
+            text += "}"
+            let body = Array(text.utf8)
+            #expect(body.count > 1_000_000)
+            let path = "/database/1/\(TestServer.container)/development/public/records/query"
+            let client = server.client()
+
+            var start = Date()
+            let anonymous = try await client.send(path: path, body: body, rawQuery: "")
+            #expect(anonymous.status == 401 && anonymous.errorCode == "AUTHENTICATION_FAILED")
+            #expect(Date().timeIntervalSince(start) < 1)
+            // Not JSON at all, and no token: the answer is about the token, so the body was never read.
+            let garbage = try await client.send(path: path, body: Array("{{{{".utf8), rawQuery: "?ckAPIToken=wrong")
+            #expect(garbage.status == 401 && garbage.errorCode == "AUTHENTICATION_FAILED")
+
+            start = Date()
+            let authenticated = try await client.send(path: path, body: body)
+            #expect(authenticated.status == 400 && authenticated.reason.contains("more than 10000 keys"), "\(authenticated.reason)")
+            #expect(Date().timeIntervalSince(start) < 1)
+        }
+    }
+
+    @Test func tenThousandKeysParseAndOneMoreIsRefused() throws {
+        func object(_ count: Int) -> String { "{" + (0..<count).map { "\"k\($0)\":\($0)" }.joined(separator: ",") + "}" }
+        let parsed = try JSON.parse(object(JSON.maximumKeysPerObject))
+        #expect(parsed.objectValue?.count == JSON.maximumKeysPerObject)
+        #expect(parsed["k9999"] == .int(9_999))
+        #expect(throws: JSONSyntaxError.self) { try JSON.parse(object(JSON.maximumKeysPerObject + 1)) }
+        // A repeated key keeps its place and takes the last value, past the small-object path too.
+        let repeated = try JSON.parse(#"{"a":1,"#.appending((0..<20).map { "\"x\($0)\":0" }.joined(separator: ",")) + #","a":2}"#)
+        #expect(repeated.objectValue?.keys.first == "a" && repeated["a"] == .int(2) && repeated.objectValue?.count == 21)
+    }
+}

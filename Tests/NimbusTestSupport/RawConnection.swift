@@ -1,0 +1,91 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A plain TCP connection to a loopback port, for sending bytes no HTTP client would send
+/// (malformed request lines, unfinished header blocks) and seeing exactly what comes back.
+public final class RawConnection: @unchecked Sendable {
+    private let socket: Int32
+
+    public init(port: Int) throws {
+        #if canImport(Glibc)
+        socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        #else
+        socket = Darwin.socket(AF_INET, SOCK_STREAM, 0)
+        #endif
+        guard socket >= 0 else { throw TestFailure("socket() failed") }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard result == 0 else {
+            close(socket)
+            throw TestFailure("connect() to port \(port) failed")
+        }
+    }
+
+    deinit { close(socket) }
+
+    public func send(_ bytes: [UInt8]) throws {
+        var offset = 0
+        while offset < bytes.count {
+            let written = bytes[offset...].withUnsafeBytes { write(socket, $0.baseAddress, $0.count) }
+            guard written > 0 else { throw TestFailure("write() failed") }
+            offset += written
+        }
+    }
+
+    public func send(_ text: String) throws { try send(Array(text.utf8)) }
+
+    /// What the server sends until it closes the connection or `seconds` pass.
+    public struct Received: Sendable {
+        public let bytes: [UInt8]
+        /// The server closed the connection (rather than the wait running out).
+        public let closed: Bool
+        public let seconds: Double
+
+        public var text: String { String(decoding: bytes, as: UTF8.self) }
+        /// The status code of the first response, if one came.
+        public var status: Int? {
+            let line = text.split(separator: "\r\n").first ?? ""
+            let parts = line.split(separator: " ")
+            return parts.count >= 2 && parts[0].hasPrefix("HTTP/1.") ? Int(parts[1]) : nil
+        }
+        /// The body of the first response (after its header block).
+        public var body: String {
+            guard let range = text.range(of: "\r\n\r\n") else { return "" }
+            return String(text[range.upperBound...])
+        }
+    }
+
+    /// Waits on a thread of its own: the server under test runs in this process, and a
+    /// blocking read on one of Swift's few cooperative threads would stall it.
+    public func receive(waitingUpTo seconds: Double) async -> Received {
+        await withCheckedContinuation { continuation in
+            let thread = Thread { continuation.resume(returning: self.blockingReceive(waitingUpTo: seconds)) }
+            thread.start()
+        }
+    }
+
+    private func blockingReceive(waitingUpTo seconds: Double) -> Received {
+        let start = Date()
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        while true {
+            let left = seconds - Date().timeIntervalSince(start)
+            guard left > 0 else { return Received(bytes: bytes, closed: false, seconds: Date().timeIntervalSince(start)) }
+            var descriptor = pollfd(fd: socket, events: Int16(POLLIN), revents: 0)
+            let ready = poll(&descriptor, 1, Int32(left * 1000))
+            if ready <= 0 { continue }
+            let count = buffer.withUnsafeMutableBytes { read(socket, $0.baseAddress, $0.count) }
+            if count <= 0 { return Received(bytes: bytes, closed: true, seconds: Date().timeIntervalSince(start)) }
+            bytes += buffer[0..<count]
+        }
+    }
+}
