@@ -61,6 +61,7 @@ let package = Package(
                 "NimbusWire", "NimbusStorage",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strict),
         // Push delivery to Apple's APNs: HTTP/2 provider API, ES256 provider tokens, retries.
@@ -95,8 +96,9 @@ let package = Package(
         .executableTarget(
             name: "NimbusCLI",
             dependencies: [
-                "NimbusServer", "NimbusCore", "NimbusSQLite",
+                "NimbusServer", "NimbusCore", "NimbusSQLite", "NimbusWire",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "NIOCore", package: "swift-nio"),
             ],
             swiftSettings: strict),
         // Load generator for Benchmarks/ (run on demand, never in tests).
@@ -156,6 +158,8 @@ let package = Package(
             dependencies: [
                 "NimbusServer", "NimbusTestSupport", "NimbusCLI", "NimbusCore",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],

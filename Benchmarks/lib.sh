@@ -22,7 +22,7 @@ start_server() {
   "$BIN/nimbus" containers create "$C" --data-dir "$DATA" >/dev/null
   TOKEN=$("$BIN/nimbus" tokens create --container "$C" --data-dir "$DATA")
   NIMBUS_PASSWORD_ROUNDS=1000 "$BIN/nimbus" users create bench --password bench-password --data-dir "$DATA" >/dev/null
-  "$BIN/nimbus" serve --data-dir "$DATA" --port 0 --sync "$mode" --log-level error > "$DATA/serve.log" 2>&1 &
+  "$BIN/nimbus" serve --data-dir "$DATA" --port 0 --sync "$mode" --log-level error --connections-per-client 0 > "$DATA/serve.log" 2>&1 &
   PID=$!
   trap 'kill $PID 2>/dev/null || true' EXIT
   for _ in $(seq 1 100); do grep -q "listening on" "$DATA/serve.log" && break; sleep 0.1; done

@@ -1,6 +1,8 @@
 import ArgumentParser
 import Foundation
 import Logging
+import NIOCore
+import NimbusWire
 import NimbusServer
 import ServiceLifecycle
 
@@ -19,8 +21,20 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "trace, debug, info, notice, warning, error or critical (env NIMBUS_LOG_LEVEL).")
     var logLevel: String = ProcessInfo.processInfo.environment["NIMBUS_LOG_LEVEL"] ?? "info"
 
-    @Option(help: "Minutes a session may sit idle before it is signed out.")
-    var sessionIdleMinutes: Int = 30
+    @Option(help: "Minutes a session may sit idle before it is signed out (env NIMBUS_SESSION_IDLE_MINUTES).")
+    var sessionIdleMinutes: Int = Int(ProcessInfo.processInfo.environment["NIMBUS_SESSION_IDLE_MINUTES"] ?? "") ?? 30
+
+    @Option(
+        name: .customLong("trusted-proxy"),
+        help: "The address of a reverse proxy whose Forwarded / X-Forwarded-Proto / X-Forwarded-Host headers are believed; repeat for several (env NIMBUS_TRUSTED_PROXIES, comma-separated).")
+    var trustedProxies: [String] =
+        (ProcessInfo.processInfo.environment["NIMBUS_TRUSTED_PROXIES"] ?? "").split(separator: ",").map {
+            $0.trimmingCharacters(in: .whitespaces)
+        }
+
+    @Option(help: "Connections one client address may hold open; 0 for no cap (env NIMBUS_CONNECTIONS_PER_CLIENT).")
+    var connectionsPerClient: Int =
+        Int(ProcessInfo.processInfo.environment["NIMBUS_CONNECTIONS_PER_CLIENT"] ?? "") ?? Limits.connectionsPerClient.value
 
     @Option(help: "Send APNs pushes to this base URL instead of Apple's (a relay, a stand-in) (env NIMBUS_APNS_ENDPOINT).")
     var apnsEndpoint: String = ProcessInfo.processInfo.environment["NIMBUS_APNS_ENDPOINT"] ?? ""
@@ -36,6 +50,14 @@ struct Serve: AsyncParsableCommand {
         configuration.logLevel = level
         guard sessionIdleMinutes >= 1 else { throw ValidationError("--session-idle-minutes must be at least 1") }
         configuration.service.sessionIdleTimeoutMilliseconds = Int64(sessionIdleMinutes) * 60_000
+        for proxy in trustedProxies where !proxy.isEmpty {
+            guard (try? SocketAddress(ipAddress: proxy, port: 0)) != nil else {
+                throw ValidationError("--trusted-proxy '\(proxy)' is not an IP address")
+            }
+            configuration.trustedProxies.insert(proxy)
+        }
+        guard connectionsPerClient >= 0 else { throw ValidationError("--connections-per-client must be 0 or more") }
+        configuration.edge.connectionsPerClient = connectionsPerClient
         if !apnsEndpoint.isEmpty {
             guard let url = URL(string: apnsEndpoint), url.scheme == "https", url.host != nil else {
                 throw ValidationError("--apns-endpoint must be an https:// URL")

@@ -69,7 +69,14 @@ extension NimbusService {
                 break
             } catch {
                 // Storage is busy or failing: try again shortly, then give up on this batch.
-                if attempt == 2 { return }
+                if attempt == 2 {
+                    logger.error(
+                        "notifications for a committed change could not be stored after 3 tries and are lost",
+                        metadata: [
+                            "notifications": "\(planned.count)", "deviceID": "\(committed.deviceID)", "error": "\(error)",
+                        ])
+                    return
+                }
                 try? await Task.sleep(nanoseconds: 50_000_000 << attempt)
             }
         }

@@ -154,15 +154,23 @@ extension NimbusService {
     }
 
     /// Every stored subscription, compiled. One that no longer compiles (a field it filters on
-    /// changed type) is left out, so it stops firing rather than stopping the server.
+    /// changed type) is left out, so it stops firing rather than stopping the server; the log
+    /// says which and why, so its owner can save it again.
     func loadSubscriptions() async throws -> SubscriptionIndex {
         try await storage.read { tx in
             var index = SubscriptionIndex()
             for row in try tx.allSubscriptions() {
-                guard let input = try? SubscriptionInput(json: ObjectReader(root: try Self.definitionJSON(row.definition))),
-                    let subscription = try? self.compile(row, input: input, tx: tx)
-                else { continue }
-                index.insert(subscription)
+                do {
+                    let input = try SubscriptionInput(json: ObjectReader(root: try Self.definitionJSON(row.definition)))
+                    index.insert(try self.compile(row, input: input, tx: tx))
+                } catch {
+                    self.logger.warning(
+                        "a stored subscription no longer compiles and will not fire until it is saved again",
+                        metadata: [
+                            "subscriptionID": "\(row.subscriptionID)", "databaseID": "\(row.databaseID)",
+                            "userID": "\(row.userID)", "error": "\(error)",
+                        ])
+                }
             }
             return index
         }

@@ -1,3 +1,4 @@
+import Logging
 import Crypto
 import NimbusStorage
 import NimbusWire
@@ -17,12 +18,17 @@ public final class NimbusService: Sendable {
         public var queryScanSteps: Int = Limits.queryScanSteps.value
         /// How long notifications stay in the collection (docs/notifications.md).
         public var notificationRetentionMilliseconds: Int64 = 28 * 86_400_000
+        /// Where the service reports what it could not do on its own (a subscription it had
+        /// to leave out, notifications it could not store). Injected; `nimbus serve` passes
+        /// the server's logger.
+        public var logger = Logger(label: "nimbus.core")
 
         public init() {}
     }
 
     public let storage: any StorageDriver
     public let options: Options
+    var logger: Logger { options.logger }
     let keys: DerivedKeys
     let credentialCache = CredentialCache()
     let knownDatabases = KnownDatabases()

@@ -17,6 +17,9 @@ public struct ServerConfiguration: Sendable {
     /// 0 picks a free port (tests).
     public var port: Int = 8080
     public var logLevel: Logger.Level = .info
+    /// The logger for the server and the service (`logLevel` applies to it); tests inject one
+    /// that captures lines.
+    public var logger = Logger(label: "nimbus")
     public var synchronous: SQLiteStorage.SynchronousMode = .full
     public var service = NimbusService.Options()
     /// Where pushes for APNs device tokens go (Apple's endpoints unless changed).
@@ -32,6 +35,13 @@ public struct ServerConfiguration: Sendable {
     public init() {}
 
     public var databasePath: String { (dataDirectory as NSString).appendingPathComponent("nimbus.sqlite") }
+
+    /// `logger` at `logLevel`.
+    public var leveledLogger: Logger {
+        var logger = logger
+        logger.logLevel = logLevel
+        return logger
+    }
 }
 
 /// The data directory's storage and service, opened (and created) on demand. Used by
@@ -43,7 +53,9 @@ public struct DataDirectory: Sendable {
     public static func open(_ configuration: ServerConfiguration) async throws -> DataDirectory {
         try FileManager.default.createDirectory(atPath: configuration.dataDirectory, withIntermediateDirectories: true)
         let storage = try SQLiteStorage(path: configuration.databasePath, synchronous: configuration.synchronous)
-        let service = try await NimbusService(storage: storage, options: configuration.service)
+        var options = configuration.service
+        options.logger = configuration.leveledLogger
+        let service = try await NimbusService(storage: storage, options: options)
         return DataDirectory(storage: storage, service: service)
     }
 }
@@ -88,8 +100,7 @@ public enum NimbusServer {
         service: NimbusService, configuration: ServerConfiguration,
         onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
     ) -> some ApplicationProtocol {
-        var logger = Logger(label: "nimbus")
-        logger.logLevel = configuration.logLevel
+        let logger = configuration.leveledLogger
         let connections = LiveConnections()
         let courier = WebCourier(service: service, pollTimeout: configuration.webCourierPollTimeout)
         let apns = APNsDelivery(service: service, settings: configuration.apns, logger: logger)

@@ -154,3 +154,28 @@ import Testing
         #expect(repeated.objectValue?.keys.first == "a" && repeated["a"] == .int(2) && repeated.objectValue?.count == 21)
     }
 }
+
+/// URLs the server hands out follow what a trusted reverse proxy reports.
+@Suite struct ForwardedHeaderTests {
+    @Test func aTrustedProxysSchemeAndHostShapeHandedOutURLs() async throws {
+        try await TestServer.with(configure: { $0.trustedProxies = ["127.0.0.1"] }) { server in
+            let alice = try await server.user("alice")
+            let plain = try await alice.device("tokens/create", ["apnsEnvironment": "development"])
+            #expect(plain.json["webcourierURL"]?.stringValue?.hasPrefix("http://127.0.0.1:\(server.port)/webcourier/aps?tok=") == true)
+            let forwarded = try await alice.send(
+                path: "/device/1/\(TestServer.container)/development/tokens/create",
+                body: Array(#"{"apnsEnvironment":"development"}"#.utf8),
+                headers: [("X-Forwarded-Proto", "https"), ("X-Forwarded-Host", "cloud.example.com")])
+            #expect(forwarded.json["webcourierURL"]?.stringValue?.hasPrefix("https://cloud.example.com/webcourier/aps?tok=") == true, "\(forwarded.text)")
+            let standard = try await alice.send(
+                path: "/device/1/\(TestServer.container)/development/tokens/create",
+                body: Array(#"{"apnsEnvironment":"development"}"#.utf8),
+                headers: [("Forwarded", #"for=10.1.2.3;proto=https;host="nimbus.example.org:8443""#)])
+            #expect(standard.json["webcourierURL"]?.stringValue?.hasPrefix("https://nimbus.example.org:8443/webcourier/aps?tok=") == true, "\(standard.text)")
+            let bogus = try await alice.send(
+                path: "/device/1/\(TestServer.container)/development/tokens/create", body: nil,
+                headers: [("X-Forwarded-Host", "evil.example/<script>")])
+            #expect(bogus.status == 400 && bogus.errorCode == "BAD_REQUEST")
+        }
+    }
+}

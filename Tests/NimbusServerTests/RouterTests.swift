@@ -1,0 +1,194 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdTesting
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NimbusCore
+import NimbusServer
+import NimbusTestSupport
+import NimbusWire
+import Testing
+
+/// The HTTP layer without sockets (Hummingbird's router test client): routing, middleware
+/// order, CORS, error mapping, forwarded headers, the sign-in page and the access log.
+@Suite struct RouterTests {
+    static let container = TestServer.container
+
+    /// A capturing log handler: every line with its metadata.
+    final class LogLines: @unchecked Sendable {
+        private let lines = NIOLockedValueBox([(String, Logger.Metadata)]())
+        func append(_ line: (String, Logger.Metadata)) { lines.withLockedValue { $0.append(line) } }
+        var all: [(String, Logger.Metadata)] { lines.withLockedValue { $0 } }
+    }
+
+    struct CapturingHandler: LogHandler {
+        let sink: LogLines
+        var metadata: Logger.Metadata = [:]
+        var logLevel: Logger.Level = .trace
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+        func log(event: LogEvent) {
+            sink.append((event.message.description, metadata.merging(event.metadata ?? [:]) { $1 }))
+        }
+    }
+
+    struct Harness {
+        let client: any TestClientProtocol
+        let service: NimbusService
+        let token: String
+        let log: LogLines
+
+        func path(_ database: String, _ endpoint: String, token: String? = nil, session: String? = nil) -> String {
+            var path = "/database/1/\(RouterTests.container)/development/\(database)/\(endpoint)?ckAPIToken=\(token ?? self.token)"
+            if let session { path += "&ckWebAuthToken=\(session)" }
+            return path
+        }
+    }
+
+    static func with(_ body: @Sendable (Harness) async throws -> Void) async throws {
+        let log = LogLines()
+        var configuration = ServerConfiguration()
+        configuration.dataDirectory = NSTemporaryDirectory() + "nimbus-router-" + UUID().uuidString
+        configuration.synchronous = .normal
+        configuration.service.passwordRounds = 1_000
+        configuration.logLevel = .info
+        configuration.logger = Logger(label: "test") { _ in CapturingHandler(sink: log) }
+        let directory = try await DataDirectory.open(configuration)
+        defer { try? FileManager.default.removeItem(atPath: configuration.dataDirectory) }
+        try await directory.service.createContainer(id: container)
+        let token = try await directory.service.createAPIToken(container: container, environment: .development)
+        let app = NimbusServer.makeApplication(service: directory.service, configuration: configuration)
+        try await app.test(.router) { client in
+            try await body(Harness(client: client, service: directory.service, token: token, log: log))
+        }
+        try await directory.storage.close()
+    }
+
+    static func json(_ response: TestResponse) -> JSON { (try? JSON.parse(Array(response.body.readableBytesView))) ?? .null }
+
+    @Test func unknownRoutesAndMethodsGetTheErrorJSONWithTheRequestUUID() async throws {
+        try await Self.with { harness in
+            let unknown = try await harness.client.execute(uri: "/nowhere", method: .get)
+            #expect(unknown.status == .notFound)
+            let body = Self.json(unknown)
+            #expect(body["serverErrorCode"] == "NOT_FOUND")
+            #expect(body["uuid"]?.stringValue == unknown.headers[HTTPField.Name("X-Apple-Request-UUID")!])
+            let wrongMethod = try await harness.client.execute(uri: harness.path("public", "zones/list"), method: .delete)
+            #expect(wrongMethod.status == .methodNotAllowed)
+            #expect(Self.json(wrongMethod)["reason"]?.stringValue?.contains("GET or POST") == true)
+            let reserved = try await harness.client.execute(uri: harness.path("public", "assets/upload"), method: .post)
+            #expect(reserved.status == .notFound && Self.json(reserved)["reason"]?.stringValue?.contains("not available") == true)
+        }
+    }
+
+    @Test func authenticationRunsBeforeTheBodyIsRead() async throws {
+        try await Self.with { harness in
+            let garbage = ByteBuffer(string: "{ not json")
+            let anonymous = try await harness.client.execute(
+                uri: harness.path("public", "records/query", token: "nope"), method: .post, body: garbage)
+            #expect(anonymous.status == .unauthorized && Self.json(anonymous)["serverErrorCode"] == "AUTHENTICATION_FAILED")
+            let authenticated = try await harness.client.execute(uri: harness.path("public", "records/query"), method: .post, body: garbage)
+            #expect(authenticated.status == .badRequest && Self.json(authenticated)["serverErrorCode"] == "BAD_REQUEST")
+            // Path parameters are checked before the token too, with reasons a person can act on.
+            let environment = try await harness.client.execute(
+                uri: "/database/1/\(Self.container)/staging/public/zones/list?ckAPIToken=\(harness.token)", method: .get)
+            #expect(environment.status == .badRequest && Self.json(environment)["reason"]?.stringValue?.contains("development or production") == true)
+            let otherContainer = try await harness.client.execute(
+                uri: "/database/1/iCloud.other/development/public/zones/list?ckAPIToken=\(harness.token)", method: .get)
+            #expect(otherContainer.status == .unauthorized)
+        }
+    }
+
+    @Test func corsFollowsEachTokensAllowedOrigins() async throws {
+        try await Self.with { harness in
+            let origin = HTTPField.Name.origin
+            let restricted = try await harness.service.createAPIToken(
+                container: Self.container, environment: .development, allowedOrigins: ["https://App.Example.com"])
+            // Any origin, for a token that allows any.
+            let open = try await harness.client.execute(
+                uri: harness.path("public", "zones/list"), method: .get, headers: [origin: "https://elsewhere.example"])
+            #expect(open.status == .ok && open.headers[.accessControlAllowOrigin] == "*")
+            // A listed origin is echoed; error answers carry the grant too, so the page can read them.
+            let listed = try await harness.client.execute(
+                uri: harness.path("private", "zones/list", token: restricted), method: .get,
+                headers: [origin: "https://app.example.com"])
+            #expect(listed.status.code == 421)
+            #expect(listed.headers[.accessControlAllowOrigin] == "https://app.example.com")
+            #expect(listed.headers[.vary] == "Origin")
+            // Any other origin is refused with the reason and the fix.
+            let refused = try await harness.client.execute(
+                uri: harness.path("public", "zones/list", token: restricted), method: .get,
+                headers: [origin: "https://evil.example"])
+            #expect(refused.status == .forbidden && Self.json(refused)["serverErrorCode"] == "ACCESS_DENIED")
+            #expect(Self.json(refused)["reason"]?.stringValue?.contains("--allowed-origin") == true)
+            #expect(refused.headers[.accessControlAllowOrigin] == nil)
+            // The preflight answers for the listed origin only.
+            let preflight = try await harness.client.execute(
+                uri: harness.path("public", "records/query", token: restricted), method: .options,
+                headers: [origin: "https://app.example.com"])
+            #expect(preflight.status == .noContent && preflight.headers[.accessControlAllowOrigin] == "https://app.example.com")
+            #expect(preflight.headers[.accessControlAllowMethods]?.contains("POST") == true)
+            let badPreflight = try await harness.client.execute(
+                uri: harness.path("public", "records/query", token: restricted), method: .options,
+                headers: [origin: "https://evil.example"])
+            #expect(badPreflight.status == .forbidden)
+            // Requests without an Origin (apps, curl) are not affected by the list.
+            let app = try await harness.client.execute(uri: harness.path("public", "zones/list", token: restricted), method: .get)
+            #expect(app.status == .ok)
+            // Origins are checked when the token is made.
+            await #expect(throws: CloudKitError.self) {
+                _ = try await harness.service.createAPIToken(
+                    container: Self.container, environment: .development, allowedOrigins: ["app.example.com/path"])
+            }
+        }
+    }
+
+    @Test func forwardedHeadersFromAnUntrustedPeerAreRefused() async throws {
+        try await Self.with { harness in
+            for header in ["Forwarded", "X-Forwarded-Proto", "X-Forwarded-Host"] {
+                let response = try await harness.client.execute(
+                    uri: "/health", method: .get, headers: [HTTPField.Name(header)!: header == "Forwarded" ? "proto=https" : "https"])
+                #expect(response.status == .badRequest, "\(header)")
+                #expect(Self.json(response)["reason"]?.stringValue?.contains("--trusted-proxy") == true)
+            }
+        }
+    }
+
+    @Test func authenticationRequiredLeadsToASignInPageThatWorks() async throws {
+        try await Self.with { harness in
+            _ = try await harness.service.createUser(name: "alice", password: "correct horse")
+            let required = try await harness.client.execute(uri: harness.path("private", "zones/list"), method: .post)
+            #expect(required.status.code == 421)
+            let redirect = try #require(Self.json(required)["redirectURL"]?.stringValue)
+            #expect(redirect.hasPrefix("http://localhost/auth/1/\(Self.container)/development/signin?ckAPIToken="))
+            let pagePath = String(redirect.dropFirst("http://localhost".count))
+            let page = try await harness.client.execute(uri: pagePath, method: .get)
+            #expect(page.status == .ok && page.headers[.contentType]?.hasPrefix("text/html") == true)
+            let html = String(buffer: page.body)
+            #expect(html.contains("<form") && html.contains("type=\"password\""))
+            // The form posts JSON to the same URL.
+            let signIn = try await harness.client.execute(
+                uri: pagePath, method: .post, body: ByteBuffer(string: #"{"username":"alice","password":"correct horse"}"#))
+            #expect(signIn.status == .ok && Self.json(signIn)["ckWebAuthToken"]?.stringValue?.isEmpty == false)
+            #expect(signIn.headers[HTTPField.Name("X-Apple-CloudKit-Web-Auth-Token")!] != nil)
+        }
+    }
+
+    @Test func everyRequestLeavesOneAccessLogLine() async throws {
+        try await Self.with { harness in
+            _ = try await harness.client.execute(uri: harness.path("public", "zones/list"), method: .post)
+            _ = try await harness.client.execute(uri: harness.path("private", "zones/list"), method: .post)
+            let lines = harness.log.all.filter { $0.0 == "request" }
+            #expect(lines.count == 2)
+            let ok = try #require(lines.first?.1)
+            #expect(ok["method"] == "POST" && ok["status"] == "200" && ok["container"] == "\(Self.container)")
+            #expect(ok["route"]?.description.hasSuffix("zones/list") == true && ok["ms"] != nil && ok["uuid"] != nil)
+            let failed = try #require(lines.last?.1)
+            #expect(failed["status"] == "421" && failed["serverErrorCode"] == "AUTHENTICATION_REQUIRED")
+        }
+    }
+}
