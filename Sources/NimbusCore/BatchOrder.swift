@@ -60,11 +60,11 @@ struct BatchOrder {
             default: continue
             }
             for value in values {
-                guard let name = value["recordName"]?.stringValue,
-                    let action = value["action"]?.stringValue.flatMap({ ReferenceAction(rawValue: $0.uppercased()) }),
+                guard let name = value[WireKey.recordName]?.stringValue,
+                    let action = value[WireKey.action]?.stringValue.flatMap({ ReferenceAction(rawValue: $0.uppercased()) }),
                     action != .none
                 else { continue }
-                let targetZone = value["zoneID"]?["zoneName"]?.stringValue ?? zoneName
+                let targetZone = value[WireKey.zoneID]?[WireKey.zoneName]?.stringValue ?? zoneName
                 if targetZone == zoneName { targets.append(name) }
             }
         }

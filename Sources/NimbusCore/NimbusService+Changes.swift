@@ -19,7 +19,7 @@ extension NimbusService {
         let database = try await databaseForReading(key)
         var since: Int64 = 0
         if let text = request.syncToken {
-            let token = try SyncToken.decode(text, expected: .database, key: keys.syncTokens, what: "syncToken")
+            let token = try SyncToken.decode(text, expected: .database, key: keys.syncTokens, what: WireKey.syncToken)
             guard token.databaseID == database.id else {
                 throw CloudKitError.badRequest("syncToken: the token belongs to another database; send a token from this database")
             }
@@ -38,28 +38,28 @@ extension NimbusService {
         let nextSequence = moreComing ? (page.last?.changeSequence ?? since) : max(since, currentSequence)
         let entries: [JSON] = page.filter { $0.name != Names.defaultZone }.map { zone in
             if zone.isDeleted {
-                return .object(["zoneID": zoneIDJSON(zone, target: target), "deleted": true])
+                return .object([WireKey.zoneID: zoneIDJSON(zone, target: target), WireKey.deleted: true])
             }
             return zoneJSON(zone, target: target)
         }
         let token = JSON.string(SyncToken.forDatabase(databaseID: database.id, sequence: nextSequence).encoded(key: keys.syncTokens))
-        return ["zones": .array(entries), "syncToken": token, "moreComing": .bool(moreComing)]
+        return [WireKey.zones: .array(entries), WireKey.syncToken: token, WireKey.moreComing: .bool(moreComing)]
     }
 
     /// `changes/zone`: for each requested zone, the records changed since its token, oldest
     /// first; a zone's failure is its own entry.
     public func zoneChanges(_ target: DatabaseTarget, _ request: ZoneChangesRequest) async throws -> JSON {
         let results = try await zoneChangeResults(target, request)
-        return ["zones": itemsJSON(results)]
+        return [WireKey.zones: itemsJSON(results)]
     }
 
     /// The deprecated `records/changes`: one zone, its failure failing the whole request.
     public func recordChanges(_ target: DatabaseTarget, _ request: ZoneChangesRequest) async throws -> JSON {
-        guard let result = try await zoneChangeResults(target, request).first else { return ["records": []] }
+        guard let result = try await zoneChangeResults(target, request).first else { return [WireKey.records: []] }
         let entry = try result.get()
         return [
-            "records": entry["records"] ?? [], "syncToken": entry["syncToken"] ?? .null,
-            "moreComing": entry["moreComing"] ?? false, "reverse": false,
+            WireKey.records: entry[WireKey.records] ?? [], WireKey.syncToken: entry[WireKey.syncToken] ?? .null,
+            WireKey.moreComing: entry[WireKey.moreComing] ?? false, "reverse": false,
         ]
     }
 
@@ -99,7 +99,7 @@ extension NimbusService {
         var since: Int64 = 0
         if let text = request.syncToken {
             do {
-                let token = try SyncToken.decode(text, expected: .zone, key: keys.syncTokens, what: "syncToken")
+                let token = try SyncToken.decode(text, expected: .zone, key: keys.syncTokens, what: WireKey.syncToken)
                 guard token.databaseID == database.id, token.zoneNameHash == SyncToken.nameHash(zone.name) else {
                     throw CloudKitError.badRequest("syncToken: the token belongs to another zone; send the token this zone's last fetch returned")
                 }
@@ -128,10 +128,10 @@ extension NimbusService {
         }
         let token = SyncToken.forZone(databaseID: database.id, zoneID: zone.id, zoneName: zone.name, sequence: nextSequence)
         return .object([
-            "zoneID": zoneIDJSON(zone, target: target),
-            "syncToken": .string(token.encoded(key: keys.syncTokens)),
-            "records": .array(records),
-            "moreComing": .bool(moreComing),
+            WireKey.zoneID: zoneIDJSON(zone, target: target),
+            WireKey.syncToken: .string(token.encoded(key: keys.syncTokens)),
+            WireKey.records: .array(records),
+            WireKey.moreComing: .bool(moreComing),
         ])
     }
 }

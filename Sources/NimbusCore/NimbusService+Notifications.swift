@@ -47,7 +47,7 @@ extension NimbusService {
                             container: subscription.database.container, environment: subscription.database.environment,
                             userID: subscription.key.userID)
                         var badge: Int64?
-                        if subscription.notificationInfo["shouldBadge"] == .bool(true) {
+                        if subscription.notificationInfo[WireKey.shouldBadge] == .bool(true) {
                             badge = try tx.badge(owner: owner) + 1
                             try tx.setBadge(owner: owner, value: badge!)
                         }
@@ -73,7 +73,7 @@ extension NimbusService {
                     logger.error(
                         "notifications for a committed change could not be stored after 3 tries and are lost",
                         metadata: [
-                            "notifications": "\(planned.count)", "deviceID": "\(committed.deviceID)", "error": "\(error)",
+                            WireKey.notifications: "\(planned.count)", WireKey.deviceID: "\(committed.deviceID)", "error": "\(error)",
                         ])
                     return
                 }
@@ -94,10 +94,10 @@ extension NimbusService {
     /// `apns-collapse-id`: `collapseIDKey` names a field of the matching record, and its value
     /// (as text) is the ID. Zone and database notifications have no record, so none.
     func collapseID(_ match: SubscriptionMatch) throws -> String? {
-        guard let key = match.subscription.notificationInfo["collapseIDKey"]?.stringValue,
+        guard let key = match.subscription.notificationInfo[WireKey.collapseIDKey]?.stringValue,
             let record = match.record.flatMap({ $0.after ?? $0.before }),
             case .object(let fields) = try RecordCodec.fieldsJSON(record.fields, desiredKeys: [key], numbersAsStrings: false),
-            let value = fields[key]?["value"]
+            let value = fields[key]?[WireKey.value]
         else { return nil }
         if case .string(let text) = value { return text }
         return String(decoding: value.serialized(), as: UTF8.self)
@@ -118,7 +118,7 @@ extension NimbusService {
                 [:]
             }
         func fieldText(_ name: String) -> JSON {
-            switch fields[name]?["value"] {
+            switch fields[name]?[WireKey.value] {
             case .string(let text)?: return .string(text)
             case let value?: return .string(String(decoding: value.serialized(), as: UTF8.self))
             case nil: return .string("")
@@ -126,26 +126,26 @@ extension NimbusService {
         }
         var alert = JSONObject()
         let alertKeys: [(String, String)] = [
-            ("title", "title"), ("titleLocalizationKey", "title-loc-key"), ("subtitle", "subtitle"),
-            ("subtitleLocalizationKey", "subtitle-loc-key"), ("alertBody", "body"), ("alertLocalizationKey", "loc-key"),
-            ("alertActionLocalizationKey", "action-loc-key"), ("alertLaunchImage", "launch-image"),
+            (WireKey.title, WireKey.title), (WireKey.titleLocalizationKey, "title-loc-key"), (WireKey.subtitle, WireKey.subtitle),
+            (WireKey.subtitleLocalizationKey, "subtitle-loc-key"), (WireKey.alertBody, WireKey.body), (WireKey.alertLocalizationKey, "loc-key"),
+            (WireKey.alertActionLocalizationKey, "action-loc-key"), (WireKey.alertLaunchImage, "launch-image"),
         ]
         for (key, apsKey) in alertKeys { if let value = info[key] { alert[apsKey] = value } }
         // Localization arguments name record fields; the push carries their values.
         let argumentKeys = [
-            ("alertLocalizationArgs", "loc-args"), ("titleLocalizationArgs", "title-loc-args"),
-            ("subtitleLocalizationArgs", "subtitle-loc-args"),
+            (WireKey.alertLocalizationArgs, "loc-args"), (WireKey.titleLocalizationArgs, "title-loc-args"),
+            (WireKey.subtitleLocalizationArgs, "subtitle-loc-args"),
         ]
         for (key, apsKey) in argumentKeys {
             if let names = info[key]?.arrayValue?.compactMap(\.stringValue) { alert[apsKey] = .array(names.map(fieldText)) }
         }
         var aps = JSONObject()
-        if !alert.pairs.isEmpty { aps["alert"] = .object(alert) }
-        if let sound = info["soundName"] { aps["sound"] = sound }
-        if let badge { aps["badge"] = .int(badge) }
-        if let category = info["category"] { aps["category"] = category }
-        if info["shouldSendContentAvailable"] == .bool(true) { aps["content-available"] = .int(1) }
-        if info["shouldSendMutableContent"] == .bool(true) { aps["mutable-content"] = .int(1) }
+        if !alert.pairs.isEmpty { aps[WireKey.alert] = .object(alert) }
+        if let sound = info[WireKey.soundName] { aps[WireKey.sound] = sound }
+        if let badge { aps[WireKey.badge] = .int(badge) }
+        if let category = info[WireKey.category] { aps[WireKey.category] = category }
+        if info[WireKey.shouldSendContentAvailable] == .bool(true) { aps["content-available"] = .int(1) }
+        if info[WireKey.shouldSendMutableContent] == .bool(true) { aps["mutable-content"] = .int(1) }
 
         let zoneOwner = database.scope == .public ? Names.defaultOwner : keys.userRecordName(container: database.container, userID: database.ownerID)
         let scopeNumber: Int64 = switch database.scope {
@@ -154,30 +154,30 @@ extension NimbusService {
             case .shared: 3
             }
         var ck: JSONObject = [
-            "nid": .string(notificationID), "cid": .string(database.container), "ckuserid": .string(subscriber),
+            WireKey.nid: .string(notificationID), WireKey.cid: .string(database.container), WireKey.ckuserid: .string(subscriber),
             "ce": .int(database.environment == .production ? 2 : 1),
         ]
         let sid = JSON.string(subscription.key.subscriptionID)
         switch subscription.type {
         case .query:
             var query: JSONObject = [
-                "sid": sid, "rid": .string(match.record?.recordName ?? ""), "fo": .int(Int64(match.reason?.rawValue ?? 0)),
-                "zid": .string(match.record?.zoneName ?? Names.defaultZone), "zoid": .string(zoneOwner), "dbs": .int(scopeNumber),
+                WireKey.sid: sid, WireKey.rid: .string(match.record?.recordName ?? ""), WireKey.fo: .int(Int64(match.reason?.rawValue ?? 0)),
+                WireKey.zid: .string(match.record?.zoneName ?? Names.defaultZone), WireKey.zoid: .string(zoneOwner), WireKey.dbs: .int(scopeNumber),
             ]
             var additional = JSONObject()
-            for key in subscription.desiredKeys { if let value = fields[key]?["value"] { additional[key] = value } }
-            if !additional.pairs.isEmpty { query["af"] = .object(additional) }
-            ck["qry"] = .object(query)
+            for key in subscription.desiredKeys { if let value = fields[key]?[WireKey.value] { additional[key] = value } }
+            if !additional.pairs.isEmpty { query[WireKey.af] = .object(additional) }
+            ck[WireKey.qry] = .object(query)
         case .zone:
-            ck["fet"] = .object([
-                "sid": sid, "zid": .string(match.zoneName ?? ""), "zoid": .string(zoneOwner), "dbs": .int(scopeNumber),
+            ck[WireKey.fet] = .object([
+                WireKey.sid: sid, WireKey.zid: .string(match.zoneName ?? ""), WireKey.zoid: .string(zoneOwner), WireKey.dbs: .int(scopeNumber),
             ])
         case .database:
-            ck["met"] = .object(["sid": sid, "dbs": .int(scopeNumber)])
+            ck[WireKey.met] = .object([WireKey.sid: sid, WireKey.dbs: .int(scopeNumber)])
         }
         var payload = JSONObject()
-        if !aps.pairs.isEmpty { payload["aps"] = .object(aps) }
-        payload["ck"] = .object(ck)
+        if !aps.pairs.isEmpty { payload[WireKey.aps] = .object(aps) }
+        payload[WireKey.ck] = .object(ck)
         return .object(payload)
     }
 
@@ -197,7 +197,7 @@ extension NimbusService {
     /// were pruned (the client has missed some and must refetch everything it syncs).
     func notificationSequence(token: String?, owner: NotificationOwner, tx: any StorageReader) throws -> Int64 {
         guard let token else { return 0 }
-        let decoded = try SyncToken.decode(token, expected: .notifications, key: keys.syncTokens, what: "syncToken")
+        let decoded = try SyncToken.decode(token, expected: .notifications, key: keys.syncTokens, what: WireKey.syncToken)
         guard decoded == SyncToken.forNotifications(owner, sequence: decoded.sequence) else {
             throw CloudKitError.badRequest("syncToken: the token belongs to another user or container; fetch again without a token")
         }
@@ -227,20 +227,20 @@ extension NimbusService {
 
     /// `notifications/changes`.
     public func notificationChangesJSON(_ caller: Caller, body: ObjectReader) async throws -> JSON {
-        let limit = try body.int("resultsLimit").map(Int.init) ?? Limits.notificationsPerPage.value
+        let limit = try body.int(WireKey.resultsLimit).map(Int.init) ?? Limits.notificationsPerPage.value
         guard (1...Limits.notificationsPerPage.value).contains(limit) else {
-            throw CloudKitError.limitExceeded(Limits.notificationsPerPage, actual: limit, what: "resultsLimit")
+            throw CloudKitError.limitExceeded(Limits.notificationsPerPage, actual: limit, what: WireKey.resultsLimit)
         }
-        let page = try await notificationChanges(caller, token: try body.string("syncToken"), limit: limit)
+        let page = try await notificationChanges(caller, token: try body.string(WireKey.syncToken), limit: limit)
         return [
-            "notifications": .array(
+            WireKey.notifications: .array(
                 try page.notifications.map { row in
                     [
                         "notificationID": .string(row.notificationID), "read": .bool(row.isRead),
-                        "payload": try JSON.parse(row.payload),
+                        WireKey.payload: try JSON.parse(row.payload),
                     ]
                 }),
-            "syncToken": .string(page.syncToken), "moreComing": .bool(page.moreComing),
+            WireKey.syncToken: .string(page.syncToken), WireKey.moreComing: .bool(page.moreComing),
         ]
     }
 
@@ -249,15 +249,15 @@ extension NimbusService {
     /// IDs) to the collection and pushes it to them.
     public func markNotificationsRead(_ caller: Caller, body: ObjectReader) async throws -> JSON {
         let owner = try notificationOwner(caller, for: "Marking notifications read")
-        let ids = try body.requiredArray("notificationIDs", limit: Limits.operationsPerRequest, what: "the number of notification IDs")
+        let ids = try body.requiredArray(WireKey.notificationIDs, limit: Limits.operationsPerRequest, what: "the number of notification IDs")
             .map { element throws(CloudKitError) in try element.string() }
         let now = self.now
         let notificationID = UUIDText.random()
         let payload: JSON = [
-            "ck": [
-                "nid": .string(notificationID), "cid": .string(caller.container),
-                "ckuserid": .string(try caller.requireUser(for: "Marking notifications read").recordName),
-                "ce": .int(caller.environment == .production ? 2 : 1), "rdn": .array(ids.map(JSON.string)),
+            WireKey.ck: [
+                WireKey.nid: .string(notificationID), WireKey.cid: .string(caller.container),
+                WireKey.ckuserid: .string(try caller.requireUser(for: "Marking notifications read").recordName),
+                "ce": .int(caller.environment == .production ? 2 : 1), WireKey.rdn: .array(ids.map(JSON.string)),
             ]
         ]
         let (found, pushed) = try await storage.write { tx -> ([String], PushedNotification?) in
@@ -274,18 +274,18 @@ extension NimbusService {
             )
         }
         if let pushed { for sink in notificationHub.currentSinks { sink.deliver([pushed]) } }
-        return ["notificationIDs": .array(found.map(JSON.string))]
+        return [WireKey.notificationIDs: .array(found.map(JSON.string))]
     }
 
     /// `badge/modify` (`CKModifyBadgeOperation`): sets the badge on all the user's devices.
     public func modifyBadge(_ caller: Caller, body: ObjectReader) async throws -> JSON {
         let owner = try notificationOwner(caller, for: "The badge")
-        guard let value = try body.int("badgeValue"), value >= 0, value <= Int64(Int32.max) else {
+        guard let value = try body.int(WireKey.badgeValue), value >= 0, value <= Int64(Int32.max) else {
             throw CloudKitError.badRequest("badgeValue: expected a whole number from 0 to \(Int32.max)")
         }
         try await storage.write { tx in try tx.setBadge(owner: owner, value: value) }
         for sink in notificationHub.currentSinks { sink.deliverBadge(value, to: owner, from: caller.deviceID) }
-        return ["badgeValue": .int(value)]
+        return [WireKey.badgeValue: .int(value)]
     }
 
     /// Removes notifications older than the retention; the server calls it periodically.

@@ -22,7 +22,7 @@ extension NimbusService {
 
     public func queryRecords(_ target: DatabaseTarget, _ request: RecordsQueryRequest) async throws -> JSON {
         let key = try target.key()
-        if target.scope == .shared { return ["records": []] }
+        if target.scope == .shared { return [WireKey.records: []] }
         let database = try await databaseForReading(key)
         return try await storage.read { tx in
             let zones: [ZoneRow]
@@ -68,9 +68,9 @@ extension NimbusService {
                         row, zone: zone, target: target, desiredKeys: request.desiredKeys,
                         numbersAsStrings: request.numbersAsStrings))
             }
-            var response: JSONObject = ["records": .array(records)]
+            var response: JSONObject = [WireKey.records: .array(records)]
             if page.rows.count > request.resultsLimit, let last = page.positions.prefix(shown).last {
-                response["continuationMarker"] = .string(self.encodeCursor(last, binding: binding))
+                response[WireKey.continuationMarker] = .string(self.encodeCursor(last, binding: binding))
             }
             return .object(response)
         }
@@ -79,11 +79,11 @@ extension NimbusService {
     // MARK: Filters
 
     static let systemFieldTypes: [String: FieldType] = [
-        RecordIndexer.SystemField.recordID: FieldType(.reference),
-        RecordIndexer.SystemField.createTime: FieldType(.timestamp),
-        RecordIndexer.SystemField.modTime: FieldType(.timestamp),
-        RecordIndexer.SystemField.createdBy: FieldType(.reference),
-        RecordIndexer.SystemField.modifiedBy: FieldType(.reference),
+        SystemField.recordID.rawValue: FieldType(.reference),
+        SystemField.createTime.rawValue: FieldType(.timestamp),
+        SystemField.modTime.rawValue: FieldType(.timestamp),
+        SystemField.createdBy.rawValue: FieldType(.reference),
+        SystemField.modifiedBy.rawValue: FieldType(.reference),
     ]
 
     /// The field's type and, in production, a check that the schema grants `index`.

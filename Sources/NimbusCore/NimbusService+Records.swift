@@ -8,26 +8,26 @@ extension NimbusService {
         _ row: RecordRow, zone: ZoneRow, target: DatabaseTarget, desiredKeys: [String]?, numbersAsStrings: Bool
     ) throws -> JSON {
         var object: JSONObject = [
-            "recordName": .string(row.recordName),
-            "recordType": .string(row.recordType),
-            "recordChangeTag": .string(RecordCodec.changeTag(row.changeSequence)),
-            "fields": try RecordCodec.responseFieldsJSON(row.fields, desiredKeys: desiredKeys, numbersAsStrings: numbersAsStrings),
-            "created": RecordCodec.stampJSON(row.created),
-            "modified": RecordCodec.stampJSON(row.modified),
-            "deleted": false,
+            WireKey.recordName: .string(row.recordName),
+            WireKey.recordType: .string(row.recordType),
+            WireKey.recordChangeTag: .string(RecordCodec.changeTag(row.changeSequence)),
+            WireKey.fields: try RecordCodec.responseFieldsJSON(row.fields, desiredKeys: desiredKeys, numbersAsStrings: numbersAsStrings),
+            WireKey.created: RecordCodec.stampJSON(row.created),
+            WireKey.modified: RecordCodec.stampJSON(row.modified),
+            WireKey.deleted: false,
             "pluginFields": .object([:]),
-            "zoneID": zoneIDJSON(zone, target: target),
+            WireKey.zoneID: zoneIDJSON(zone, target: target),
         ]
-        if let parent = row.parent { object["parent"] = .object(["recordName": .string(parent)]) }
+        if let parent = row.parent { object[WireKey.parent] = .object([WireKey.recordName: .string(parent)]) }
         return .object(object)
     }
 
     /// A deletion as results and change feeds show it.
     func deletedRecordJSON(_ recordName: String, recordType: String?, zone: ZoneRow, target: DatabaseTarget) -> JSON {
-        var object: JSONObject = ["recordName": .string(recordName)]
-        if let recordType { object["recordType"] = .string(recordType) }
-        object["deleted"] = true
-        object["zoneID"] = zoneIDJSON(zone, target: target)
+        var object: JSONObject = [WireKey.recordName: .string(recordName)]
+        if let recordType { object[WireKey.recordType] = .string(recordType) }
+        object[WireKey.deleted] = true
+        object[WireKey.zoneID] = zoneIDJSON(zone, target: target)
         return .object(object)
     }
 
@@ -116,7 +116,7 @@ extension NimbusService {
                         recordName: operation.record.recordName))
             }
         }
-        return ["records": itemsJSON(outcome)]
+        return [WireKey.records: itemsJSON(outcome)]
     }
 
     private func apply(
@@ -250,7 +250,7 @@ extension NimbusService {
                     row, zone: zone, target: target, desiredKeys: lookup.desiredKeys ?? request.desiredKeys,
                     numbersAsStrings: request.numbersAsStrings)
             }
-            return ["records": .array(results)]
+            return [WireKey.records: .array(results)]
         }
     }
 }

@@ -10,7 +10,7 @@ extension NimbusService {
         let user = try target.caller.requireUser(for: "Subscriptions")
         let database = try await databaseForReading(try target.key())
         let rows = try await storage.read { try $0.subscriptions(databaseID: database.id, userID: user.id) }
-        return ["subscriptions": .array(try rows.map { try Self.definitionJSON($0.definition) })]
+        return [WireKey.subscriptions: .array(try rows.map { try Self.definitionJSON($0.definition) })]
     }
 
     /// `subscriptions/lookup`: one entry per ID, in order; unknown IDs as `NOT_FOUND` entries.
@@ -28,7 +28,7 @@ extension NimbusService {
                 results.append(.failure(Self.subscriptionNotFound(id)))
             }
         }
-        return ["subscriptions": itemsJSON(results)]
+        return [WireKey.subscriptions: itemsJSON(results)]
     }
 
     /// `subscriptions/modify`: each operation stands alone. `create` refuses an ID in use,
@@ -58,7 +58,7 @@ extension NimbusService {
                                         databaseID: database.id, userID: user.id, subscriptionID: operation.subscriptionID)
                                 else { throw Self.subscriptionNotFound(operation.subscriptionID) }
                                 changes.append((id, nil))
-                                return ["subscriptionID": .string(operation.subscriptionID), "deleted": true]
+                                return [WireKey.subscriptionID: .string(operation.subscriptionID), WireKey.deleted: true]
                             }
                             if operation.type == .create, existing != nil {
                                 throw CloudKitError(
@@ -97,7 +97,7 @@ extension NimbusService {
                 if let subscription { index.insert(subscription) } else { index.remove(databaseID: databaseID, key: key) }
             }
         }
-        return ["subscriptions": itemsJSON(results)]
+        return [WireKey.subscriptions: itemsJSON(results)]
     }
 
     // MARK: Definitions
@@ -138,7 +138,7 @@ extension NimbusService {
             let key = row.database
             guard try tx.schemaRecordTypes(container: key.container, environment: key.environment).contains(recordType) else {
                 throw CloudKitError.badRequest(
-                    "\(input.type == .query ? "query.recordType" : "recordType"): record type '\(recordType)' does not exist in the \(key.environment.rawValue) schema; save a record of it first (development) or deploy the schema (production)")
+                    "\(input.type == .query ? "query.recordType" : WireKey.recordType): record type '\(recordType)' does not exist in the \(key.environment.rawValue) schema; save a record of it first (development) or deploy the schema (production)")
             }
             if input.type == .query {
                 let schema = try schemaMap(recordType: recordType, key: key, tx: tx)
@@ -167,7 +167,7 @@ extension NimbusService {
                     self.logger.warning(
                         "a stored subscription no longer compiles and will not fire until it is saved again",
                         metadata: [
-                            "subscriptionID": "\(row.subscriptionID)", "databaseID": "\(row.databaseID)",
+                            WireKey.subscriptionID: "\(row.subscriptionID)", "databaseID": "\(row.databaseID)",
                             "userID": "\(row.userID)", "error": "\(error)",
                         ])
                 }
@@ -179,21 +179,21 @@ extension NimbusService {
     /// The subscription dictionary of reference §9, normalized (defaults filled in).
     static func definitionJSON(_ input: SubscriptionInput) -> JSON {
         var object: JSONObject = [
-            "subscriptionID": .string(input.subscriptionID), "subscriptionType": .string(input.type.rawValue),
+            WireKey.subscriptionID: .string(input.subscriptionID), WireKey.subscriptionType: .string(input.type.rawValue),
         ]
-        if let query = input.queryJSON { object["query"] = query }
+        if let query = input.queryJSON { object[WireKey.query] = query }
         if let zoneID = input.zoneID {
-            var zone: JSONObject = ["zoneName": .string(zoneID.zoneName)]
-            if let owner = zoneID.ownerRecordName { zone["ownerRecordName"] = .string(owner) }
-            object["zoneID"] = .object(zone)
+            var zone: JSONObject = [WireKey.zoneName: .string(zoneID.zoneName)]
+            if let owner = zoneID.ownerRecordName { zone[WireKey.ownerRecordName] = .string(owner) }
+            object[WireKey.zoneID] = .object(zone)
         }
-        if input.type != .query, let recordType = input.recordType { object["recordType"] = .string(recordType) }
+        if input.type != .query, let recordType = input.recordType { object[WireKey.recordType] = .string(recordType) }
         if input.type == .query {
-            object["zoneWide"] = .bool(input.zoneWide)
-            object["firesOn"] = .array(FiresOn.wireNames.filter { input.firesOn.contains($0.1) }.map { .string($0.0) })
-            object["firesOnce"] = .bool(input.firesOnce)
+            object[WireKey.zoneWide] = .bool(input.zoneWide)
+            object[WireKey.firesOn] = .array(FiresOn.wireNames.filter { input.firesOn.contains($0.1) }.map { .string($0.0) })
+            object[WireKey.firesOnce] = .bool(input.firesOnce)
         }
-        object["notificationInfo"] = .object(input.notificationInfo)
+        object[WireKey.notificationInfo] = .object(input.notificationInfo)
         return .object(object)
     }
 

@@ -44,8 +44,8 @@ extension NimbusService {
 
     func zoneIDJSON(name: String, owner: String?) -> JSON {
         .object([
-            "zoneName": .string(name),
-            "ownerRecordName": .string(owner ?? Names.defaultOwner),
+            WireKey.zoneName: .string(name),
+            WireKey.ownerRecordName: .string(owner ?? Names.defaultOwner),
             "zoneType": .string(name == Names.defaultZone ? "DEFAULT_ZONE" : "REGULAR_CUSTOM_ZONE"),
         ])
     }
@@ -59,26 +59,26 @@ extension NimbusService {
         let token = SyncToken.forZone(
             databaseID: zone.databaseID, zoneID: zone.id, zoneName: zone.name, sequence: zone.changeSequence)
         return .object([
-            "zoneID": zoneIDJSON(zone, target: target),
-            "syncToken": .string(token.encoded(key: keys.syncTokens)),
-            "atomic": .bool(zone.name != Names.defaultZone),
+            WireKey.zoneID: zoneIDJSON(zone, target: target),
+            WireKey.syncToken: .string(token.encoded(key: keys.syncTokens)),
+            WireKey.atomic: .bool(zone.name != Names.defaultZone),
         ])
     }
 
     /// `zones/list`.
     public func listZones(_ target: DatabaseTarget) async throws -> JSON {
         let key = try target.key()
-        if target.scope == .shared { return ["zones": []] }  // sharing comes later: nothing is shared yet
+        if target.scope == .shared { return [WireKey.zones: []] }  // sharing comes later: nothing is shared yet
         let database = try await databaseForReading(key)
         let zones = try await storage.read { try $0.zones(databaseID: database.id) }
-        return ["zones": .array(zones.map { zoneJSON($0, target: target) })]
+        return [WireKey.zones: .array(zones.map { zoneJSON($0, target: target) })]
     }
 
     /// `zones/lookup`: one entry per requested zone, in order; unknown zones as `ZONE_NOT_FOUND` entries.
     public func lookupZones(_ target: DatabaseTarget, _ request: ZonesLookupRequest) async throws -> JSON {
         let key = try target.key()
         if target.scope == .shared {
-            return ["zones": .array(request.zones.map { errorJSON(zoneNotFound($0, detail: "nothing is shared with you")) })]
+            return [WireKey.zones: .array(request.zones.map { errorJSON(zoneNotFound($0, detail: "nothing is shared with you")) })]
         }
         let database = try await databaseForReading(key)
         let results: [JSON] = try await storage.read { tx in
@@ -90,7 +90,7 @@ extension NimbusService {
                 }
             }
         }
-        return ["zones": .array(results)]
+        return [WireKey.zones: .array(results)]
     }
 
     /// `zones/modify`: creates and deletes custom zones of the private database, each
@@ -121,7 +121,7 @@ extension NimbusService {
             return (results, log.committed(in: database, deviceID: target.caller.deviceID))
         }
         if let changes { notificationHub.submit(changes) }
-        return ["zones": .array(results)]
+        return [WireKey.zones: .array(results)]
     }
 
     private func applyZoneOperation(
@@ -146,7 +146,7 @@ extension NimbusService {
             guard let existing, !existing.isDeleted else { throw zoneNotFound(zoneID, detail: nil) }
             try tx.deleteZone(id: existing.id, sequence: try tx.nextSequence(databaseID: database.id))
             log.zoneChanged(existing.name, deleted: true)
-            return .object(["zoneID": zoneIDJSON(existing, target: target), "deleted": true])
+            return .object([WireKey.zoneID: zoneIDJSON(existing, target: target), WireKey.deleted: true])
         }
     }
 

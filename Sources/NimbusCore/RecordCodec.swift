@@ -16,8 +16,8 @@ enum RecordCodec {
             throw StorageError.corrupt("stored record fields are not an object")
         }
         return try object.pairs.map { pair in
-            guard let typeName = pair.value["type"]?.stringValue, let type = FieldType(wireName: typeName),
-                let value = pair.value["value"]
+            guard let typeName = pair.value[WireKey.type]?.stringValue, let type = FieldType(wireName: typeName),
+                let value = pair.value[WireKey.value]
             else { throw StorageError.corrupt("stored field '\(pair.key)' has no valid type") }
             return (pair.key, try FieldValue.decode(value, as: type, path: pair.key))
         }
@@ -48,9 +48,9 @@ enum RecordCodec {
 
     /// With `numbersAsStrings`, INT64 and DOUBLE values (and their lists) travel as strings.
     private static func stringifyNumbers(_ field: JSON) -> JSON {
-        guard case .object(var object) = field, let typeName = object["type"]?.stringValue,
+        guard case .object(var object) = field, let typeName = object[WireKey.type]?.stringValue,
             let type = FieldType(wireName: typeName), type.scalar == .int64 || type.scalar == .double,
-            let value = object["value"]
+            let value = object[WireKey.value]
         else { return field }
         func text(_ number: JSON) -> JSON {
             switch number {
@@ -60,9 +60,9 @@ enum RecordCodec {
             }
         }
         if case .array(let elements) = value {
-            object["value"] = .array(elements.map(text))
+            object[WireKey.value] = .array(elements.map(text))
         } else {
-            object["value"] = text(value)
+            object[WireKey.value] = text(value)
         }
         return .object(object)
     }
@@ -75,9 +75,9 @@ enum RecordCodec {
 
     static func stampJSON(_ stamp: ChangeStamp) -> JSON {
         .object([
-            "timestamp": .int(stamp.timestamp),
-            "userRecordName": .string(stamp.userRecordName),
-            "deviceID": .string(stamp.deviceID),
+            WireKey.timestamp: .int(stamp.timestamp),
+            WireKey.userRecordName: .string(stamp.userRecordName),
+            WireKey.deviceID: .string(stamp.deviceID),
         ])
     }
 }

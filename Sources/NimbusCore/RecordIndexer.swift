@@ -4,15 +4,6 @@ import NimbusWire
 
 /// The index and token entries of a saved record (see `NimbusStorage/Query.swift`).
 enum RecordIndexer {
-    /// System fields, as the Schema Language names them and queries may use them.
-    enum SystemField {
-        static let recordID = "___recordID"
-        static let createTime = "___createTime"
-        static let modTime = "___modTime"
-        static let createdBy = "___createdBy"
-        static let modifiedBy = "___modifiedBy"
-    }
-
     /// Which entries a record gets. In development, every field and system field, with tokens
     /// for every string: the schema grows just in time and every field is queryable there. In
     /// production, only what the schema grants: entries for QUERYABLE or SORTABLE fields (system
@@ -59,11 +50,11 @@ enum RecordIndexer {
 
     static func entries(for row: RecordRow, fields: RecordCodec.Fields, policy: Policy = .everything) -> RecordIndexEntries {
         let system: [(String, IndexValue)] = [
-            (SystemField.recordID, .text(row.recordName)),
-            (SystemField.createTime, .number(Double(row.created.timestamp))),
-            (SystemField.modTime, .number(Double(row.modified.timestamp))),
-            (SystemField.createdBy, .text(row.created.userRecordName)),
-            (SystemField.modifiedBy, .text(row.modified.userRecordName)),
+            (SystemField.recordID.rawValue, .text(row.recordName)),
+            (SystemField.createTime.rawValue, .number(Double(row.created.timestamp))),
+            (SystemField.modTime.rawValue, .number(Double(row.modified.timestamp))),
+            (SystemField.createdBy.rawValue, .text(row.created.userRecordName)),
+            (SystemField.modifiedBy.rawValue, .text(row.modified.userRecordName)),
         ]
         var entries = system.filter { policy.wantsEntry($0.0) }.map { IndexEntry(field: $0.0, value: $0.1) }
         var tokens: [TokenEntry] = []

@@ -43,16 +43,29 @@ public struct CloudKitError: Error, Sendable, Hashable, CustomStringConvertible 
     /// The error dictionary of reference §13.1.
     public func json(uuid: String) -> JSON {
         var object: JSONObject = [:]
-        if let recordName { object["recordName"] = .string(recordName) }
-        if let subscriptionID { object["subscriptionID"] = .string(subscriptionID) }
-        if let zoneID { object["zoneID"] = zoneID }
-        object["uuid"] = .string(uuid)
-        object["serverErrorCode"] = .string(code.rawValue)
-        object["reason"] = .string(reason)
-        if let retryAfter { object["retryAfter"] = .int(Int64(retryAfter)) }
-        if let redirectURL { object["redirectURL"] = .string(redirectURL) }
-        if let serverRecord { object["serverRecord"] = serverRecord }
-        if let limitName { object["limit"] = .string(limitName) }
+        if let recordName { object[WireKey.recordName] = .string(recordName) }
+        if let subscriptionID { object[WireKey.subscriptionID] = .string(subscriptionID) }
+        if let zoneID { object[WireKey.zoneID] = zoneID }
+        object[WireKey.uuid] = .string(uuid)
+        object[WireKey.serverErrorCode] = .string(code.rawValue)
+        object[WireKey.reason] = .string(reason)
+        if let retryAfter { object[WireKey.retryAfter] = .int(Int64(retryAfter)) }
+        if let redirectURL { object[WireKey.redirectURL] = .string(redirectURL) }
+        if let serverRecord { object[WireKey.serverRecord] = serverRecord }
+        if let limitName { object[WireKey.limit] = .string(limitName) }
         return .object(object)
+    }
+
+    /// Reads an error dictionary back (the SDK's side of `json(uuid:)`); nil when `json` is not
+    /// one or names a code this version does not know.
+    public init?(json: JSON) {
+        guard let codeName = json[WireKey.serverErrorCode]?.stringValue, let code = ServerErrorCode(rawValue: codeName)
+        else { return nil }
+        self.init(
+            code, json[WireKey.reason]?.stringValue ?? "", recordName: json[WireKey.recordName]?.stringValue,
+            zoneID: json[WireKey.zoneID], serverRecord: json[WireKey.serverRecord], limitName: json[WireKey.limit]?.stringValue)
+        subscriptionID = json[WireKey.subscriptionID]?.stringValue
+        retryAfter = json[WireKey.retryAfter]?.int64Value.map(Int.init)
+        redirectURL = json[WireKey.redirectURL]?.stringValue
     }
 }

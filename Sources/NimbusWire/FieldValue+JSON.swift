@@ -29,7 +29,7 @@ extension FieldValue {
     }
 
     private static func inferObjectType(_ object: JSONObject) -> ScalarType? {
-        if object["recordName"] != nil { return .reference }
+        if object[WireKey.recordName] != nil { return .reference }
         if object["latitude"] != nil, object["longitude"] != nil { return .location }
         if object["fileChecksum"] != nil || object["receipt"] != nil || object["downloadURL"] != nil {
             return .asset
@@ -104,19 +104,19 @@ extension FieldValue {
 
 extension Reference {
     public init(json: ObjectReader) throws(CloudKitError) {
-        let recordName = try json.requiredString("recordName")
-        try Names.validateRecordName(recordName, path: json.childPath("recordName"))
+        let recordName = try json.requiredString(WireKey.recordName)
+        try Names.validateRecordName(recordName, path: json.childPath(WireKey.recordName))
         var zoneName: String?
         var owner: String?
-        if let zone = try json.object("zoneID") {
-            zoneName = try zone.string("zoneName")
-            owner = try zone.string("ownerRecordName")
+        if let zone = try json.object(WireKey.zoneID) {
+            zoneName = try zone.string(WireKey.zoneName)
+            owner = try zone.string(WireKey.ownerRecordName)
             if owner == nil { owner = try zone.string("ownerName") }
         }
         var action = ReferenceAction.none
-        if let text = try json.string("action") {
+        if let text = try json.string(WireKey.action) {
             guard let parsed = ReferenceAction(rawValue: text.uppercased()) else {
-                throw .badRequest("\(json.childPath("action")): '\(text)' is not a reference action; use NONE, DELETE_SELF or VALIDATE")
+                throw .badRequest("\(json.childPath(WireKey.action)): '\(text)' is not a reference action; use NONE, DELETE_SELF or VALIDATE")
             }
             action = parsed
         }
@@ -147,7 +147,7 @@ extension Location {
         altitude = try number("altitude")
         speed = try number("speed")
         course = try number("course")
-        timestamp = try json.int("timestamp")
+        timestamp = try json.int(WireKey.timestamp)
     }
 }
 
@@ -156,7 +156,7 @@ extension Location {
 extension FieldValue {
     /// The field dictionary `{"value": …, "type": …}`.
     public func fieldJSON(numbersAsStrings: Bool = false) -> JSON {
-        .object(["value": valueJSON(numbersAsStrings: numbersAsStrings), "type": .string(type.wireName)])
+        .object([WireKey.value: valueJSON(numbersAsStrings: numbersAsStrings), WireKey.type: .string(type.wireName)])
     }
 
     public func valueJSON(numbersAsStrings: Bool = false) -> JSON {
@@ -176,13 +176,13 @@ extension FieldValue {
 
 extension Reference {
     public var json: JSON {
-        var object: JSONObject = ["recordName": .string(recordName)]
+        var object: JSONObject = [WireKey.recordName: .string(recordName)]
         if let zoneName {
-            var zone: JSONObject = ["zoneName": .string(zoneName)]
-            if let ownerRecordName { zone["ownerRecordName"] = .string(ownerRecordName) }
-            object["zoneID"] = .object(zone)
+            var zone: JSONObject = [WireKey.zoneName: .string(zoneName)]
+            if let ownerRecordName { zone[WireKey.ownerRecordName] = .string(ownerRecordName) }
+            object[WireKey.zoneID] = .object(zone)
         }
-        object["action"] = .string(action.rawValue)
+        object[WireKey.action] = .string(action.rawValue)
         return .object(object)
     }
 }
@@ -195,7 +195,7 @@ extension Location {
         if let altitude { object["altitude"] = .double(altitude) }
         if let speed { object["speed"] = .double(speed) }
         if let course { object["course"] = .double(course) }
-        if let timestamp { object["timestamp"] = .int(timestamp) }
+        if let timestamp { object[WireKey.timestamp] = .int(timestamp) }
         return .object(object)
     }
 }

@@ -39,7 +39,7 @@ public enum Limits {
     /// Notifications in one page of the notification collection.
     public static let notificationsPerPage = Limit(name: "notificationsPerPage", value: 200)
     /// Keys in a `desiredKeys` array.
-    public static let desiredKeys = Limit(name: "desiredKeys", value: 1_000)
+    public static let desiredKeys = Limit(name: WireKey.desiredKeys, value: 1_000)
 
     // The HTTP edge: what one client may hold of the server before a request is even read.
 

@@ -14,6 +14,32 @@ public enum QueryComparator: String, Sendable, CaseIterable {
 
     /// The `NOT_…` comparators: the negation of their positive twin.
     public var isNegated: Bool { rawValue.hasPrefix("NOT_") }
+
+    /// The comparator that matches exactly what this one does not (`NOT (x < 5)` is `x >= 5`),
+    /// where CloudKit has one.
+    public var negation: QueryComparator? {
+        switch self {
+        case .equals: .notEquals
+        case .notEquals: .equals
+        case .in: .notIn
+        case .notIn: .in
+        case .listContains: .notListContains
+        case .notListContains: .listContains
+        case .listContainsAny: .notListContainsAny
+        case .notListContainsAny: .listContainsAny
+        case .listContainsAll: .notListContainsAll
+        case .notListContainsAll: .listContainsAll
+        case .beginsWith: .notBeginsWith
+        case .notBeginsWith: .beginsWith
+        case .listMemberBeginsWith: .notListMemberBeginsWith
+        case .notListMemberBeginsWith: .listMemberBeginsWith
+        case .lessThan: .greaterThanOrEquals
+        case .greaterThanOrEquals: .lessThan
+        case .greaterThan: .lessThanOrEquals
+        case .lessThanOrEquals: .greaterThan
+        case .near, .containsAllTokens, .containsAnyTokens: nil
+        }
+    }
 }
 
 public struct QueryFilterInput: Sendable {
@@ -50,14 +76,14 @@ public struct RecordsQueryRequest: Sendable {
     public static let maximumTerms = Limit(name: "queryTerms", value: 50)
 
     public init(json: ObjectReader) throws(CloudKitError) {
-        let query = try json.requiredObject("query")
+        let query = try json.requiredObject(WireKey.query)
         queryJSON = .object(query.object)
-        recordType = try query.requiredString("recordType")
-        try Names.validateIdentifier(recordType, kind: "record type", path: query.childPath("recordType"))
-        zoneWide = try json.bool("zoneWide") ?? false
+        recordType = try query.requiredString(WireKey.recordType)
+        try Names.validateIdentifier(recordType, kind: "record type", path: query.childPath(WireKey.recordType))
+        zoneWide = try json.bool(WireKey.zoneWide) ?? false
         zoneID = try ZoneIDInput.orDefault(json)
         resultsLimit = try readResultsLimit(json)
-        continuationMarker = try json.string("continuationMarker")
+        continuationMarker = try json.string(WireKey.continuationMarker)
         desiredKeys = try readDesiredKeys(json)
         numbersAsStrings = try readNumbersAsStrings(json)
         filters = try QueryFilterInput.filters(of: query)
@@ -70,7 +96,7 @@ public struct RecordsQueryRequest: Sendable {
             guard let field = try Self.fieldName(sort, optional: false) else { throw sort.missing("fieldName") }
             var location: Location?
             if let relative = try sort.object("relativeLocation") {
-                let value = try relative.object("value") ?? relative
+                let value = try relative.object(WireKey.value) ?? relative
                 location = try Location(json: value)
             }
             sorts.append(
@@ -78,30 +104,24 @@ public struct RecordsQueryRequest: Sendable {
         }
     }
 
-    /// The schema names of the system fields a query may name by `systemFieldName`.
-    public static let systemFields: [String: String] = [
-        "recordName": "___recordID", "createdTimestamp": "___createTime", "modifiedTimestamp": "___modTime",
-        "createdUserRecordName": "___createdBy", "modifiedUserRecordName": "___modifiedBy",
-    ]
-
     fileprivate static func fieldName(_ json: ObjectReader, optional: Bool) throws(CloudKitError) -> String? {
         if let system = try json.string("systemFieldName") {
-            guard let name = systemFields[system] ?? (systemFields.values.contains(system) ? system : nil) else {
+            guard let field = SystemField(wireName: system) else {
                 throw .badRequest(
-                    "\(json.childPath("systemFieldName")): '\(Names.escaped(system))' is not a system field; use \(systemFields.keys.sorted().joined(separator: ", "))")
+                    "\(json.childPath("systemFieldName")): '\(Names.escaped(system))' is not a system field; use \(SystemField.allCases.map(\.wireName).sorted().joined(separator: ", "))")
             }
-            return name
+            return field.rawValue
         }
         guard let name = try json.string("fieldName") else {
             if optional { return nil }
             throw json.missing("fieldName")
         }
-        if name == "___recordId" { return "___recordID" }
+        if name == "___recordId" { return SystemField.recordID.rawValue }
         if name.hasPrefix("___") {
-            guard systemFields.values.contains(name) || name == "___allTokens" else {
+            guard SystemField(rawValue: name) != nil || name == SystemField.allTokens else {
                 throw .badRequest("\(json.childPath("fieldName")): '\(Names.escaped(name))' is not a system field")
             }
-            return name == "___allTokens" ? nil : name
+            return name == SystemField.allTokens ? nil : name
         }
         if name == "allTokens", optional { return nil }
         try Names.validateIdentifier(name, kind: "field name", path: json.childPath("fieldName"))
@@ -126,13 +146,13 @@ extension QueryFilterInput {
             let field = try RecordsQueryRequest.fieldName(filter, optional: comparator == .containsAllTokens || comparator == .containsAnyTokens)
             let fieldValue = try filter.requiredObject("fieldValue")
             var declared: DeclaredFieldType?
-            if let typeName = try fieldValue.string("type") {
+            if let typeName = try fieldValue.string(WireKey.type) {
                 guard let parsed = DeclaredFieldType(wire: typeName) else {
-                    throw .badRequest("\(fieldValue.childPath("type")): '\(Names.escaped(typeName))' is not a field type")
+                    throw .badRequest("\(fieldValue.childPath(WireKey.type)): '\(Names.escaped(typeName))' is not a field type")
                 }
                 declared = parsed
             }
-            guard let value = fieldValue.value("value") else { throw fieldValue.missing("value") }
+            guard let value = fieldValue.value(WireKey.value) else { throw fieldValue.missing(WireKey.value) }
             var distance: Double?
             if let raw = filter.value("distance") {
                 guard let number = raw.doubleValue, number.isFinite, number >= 0 else {

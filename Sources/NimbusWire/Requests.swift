@@ -13,16 +13,16 @@ public struct ZoneIDInput: Sendable, Hashable {
     }
 
     public init(json: ObjectReader) throws(CloudKitError) {
-        zoneName = try json.requiredString("zoneName")
-        try Names.validateZoneName(zoneName, path: json.childPath("zoneName"))
-        ownerRecordName = try json.string("ownerRecordName")
+        zoneName = try json.requiredString(WireKey.zoneName)
+        try Names.validateZoneName(zoneName, path: json.childPath(WireKey.zoneName))
+        ownerRecordName = try json.string(WireKey.ownerRecordName)
         if ownerRecordName == nil { ownerRecordName = try json.string("ownerName") }
     }
 
     public static let defaultZone = ZoneIDInput(zoneName: Names.defaultZone)
 
     /// The zone a request's optional top-level `zoneID` names (the default zone when absent).
-    static func orDefault(_ json: ObjectReader, key: String = "zoneID") throws(CloudKitError) -> ZoneIDInput {
+    static func orDefault(_ json: ObjectReader, key: String = WireKey.zoneID) throws(CloudKitError) -> ZoneIDInput {
         guard let zone = try json.object(key) else { return .defaultZone }
         return try ZoneIDInput(json: zone)
     }
@@ -60,14 +60,14 @@ public struct RecordInput: Sendable {
     public var parent: String??
 
     public init(json: ObjectReader) throws(CloudKitError) {
-        recordName = try json.string("recordName")
-        if let recordName { try Names.validateRecordName(recordName, path: json.childPath("recordName")) }
-        recordType = try json.string("recordType")
+        recordName = try json.string(WireKey.recordName)
+        if let recordName { try Names.validateRecordName(recordName, path: json.childPath(WireKey.recordName)) }
+        recordType = try json.string(WireKey.recordType)
         if let recordType {
-            try Names.validateIdentifier(recordType, kind: "record type", path: json.childPath("recordType"))
+            try Names.validateIdentifier(recordType, kind: "record type", path: json.childPath(WireKey.recordType))
         }
-        recordChangeTag = try json.string("recordChangeTag")
-        if let fieldsObject = try json.object("fields") {
+        recordChangeTag = try json.string(WireKey.recordChangeTag)
+        if let fieldsObject = try json.object(WireKey.fields) {
             guard fieldsObject.object.count <= Limits.fieldsPerRecord.value else {
                 throw .limitExceeded(
                     Limits.fieldsPerRecord, actual: fieldsObject.object.count, what: "\(fieldsObject.path): the number of fields")
@@ -81,10 +81,10 @@ public struct RecordInput: Sendable {
             }
             self.fields = fields
         }
-        if json.object["parent"] != nil {
-            if let parent = try json.object("parent") {
-                let name = try parent.requiredString("recordName")
-                try Names.validateRecordName(name, path: parent.childPath("recordName"))
+        if json.object[WireKey.parent] != nil {
+            if let parent = try json.object(WireKey.parent) {
+                let name = try parent.requiredString(WireKey.recordName)
+                try Names.validateRecordName(name, path: parent.childPath(WireKey.recordName))
                 self.parent = .some(name)
             } else {
                 self.parent = .some(nil)
@@ -105,15 +105,15 @@ extension RawField {
         }
         let reader = ObjectReader(object, path: path)
         var declared: DeclaredFieldType?
-        if let typeName = try reader.string("type") {
+        if let typeName = try reader.string(WireKey.type) {
             guard let parsed = DeclaredFieldType(wire: typeName) else {
                 throw .badRequest(
-                    "\(reader.childPath("type")): '\(Names.escaped(typeName))' is not a field type; use STRING, INT64, DOUBLE, TIMESTAMP, BYTES, REFERENCE, ASSETID, LOCATION or a <TYPE>_LIST"
+                    "\(reader.childPath(WireKey.type)): '\(Names.escaped(typeName))' is not a field type; use STRING, INT64, DOUBLE, TIMESTAMP, BYTES, REFERENCE, ASSETID, LOCATION or a <TYPE>_LIST"
                 )
             }
             declared = parsed
         }
-        self.init(value: object["value"] ?? .null, declaredType: declared)
+        self.init(value: object[WireKey.value] ?? .null, declaredType: declared)
     }
 }
 
@@ -132,22 +132,22 @@ public struct RecordsModifyRequest: Sendable {
     public var numbersAsStrings: Bool
 
     public init(json: ObjectReader) throws(CloudKitError) {
-        let operations = try json.requiredArray("operations", limit: Limits.operationsPerRequest, what: "the number of operations")
+        let operations = try json.requiredArray(WireKey.operations, limit: Limits.operationsPerRequest, what: "the number of operations")
         zoneID = try ZoneIDInput.orDefault(json)
-        atomic = try json.bool("atomic")
+        atomic = try json.bool(WireKey.atomic)
         desiredKeys = try readDesiredKeys(json)
         numbersAsStrings = try readNumbersAsStrings(json)
         self.operations = []
         self.operations.reserveCapacity(operations.count)
         for element in operations {
             let operation = try element.object()
-            let typeName = try operation.requiredString("operationType")
+            let typeName = try operation.requiredString(WireKey.operationType)
             guard let type = RecordOperationType(rawValue: typeName) else {
                 throw .badRequest(
-                    "\(operation.childPath("operationType")): '\(Names.escaped(typeName))' is not an operation type; use one of \(RecordOperationType.allCases.map(\.rawValue).joined(separator: ", "))"
+                    "\(operation.childPath(WireKey.operationType)): '\(Names.escaped(typeName))' is not an operation type; use one of \(RecordOperationType.allCases.map(\.rawValue).joined(separator: ", "))"
                 )
             }
-            let record = try RecordInput(json: operation.requiredObject("record"))
+            let record = try RecordInput(json: operation.requiredObject(WireKey.record))
             self.operations.append(
                 RecordOperationInput(
                     type: type, record: record, desiredKeys: try readDesiredKeys(operation), path: element.path))
@@ -162,15 +162,15 @@ public struct RecordsLookupRequest: Sendable {
     public var numbersAsStrings: Bool
 
     public init(json: ObjectReader) throws(CloudKitError) {
-        let records = try json.requiredArray("records", limit: Limits.operationsPerRequest, what: "the number of records to look up")
+        let records = try json.requiredArray(WireKey.records, limit: Limits.operationsPerRequest, what: "the number of records to look up")
         zoneID = try ZoneIDInput.orDefault(json)
         desiredKeys = try readDesiredKeys(json)
         numbersAsStrings = try readNumbersAsStrings(json)
         self.records = []
         for element in records {
             let record = try element.object()
-            let name = try record.requiredString("recordName")
-            try Names.validateRecordName(name, path: record.childPath("recordName"))
+            let name = try record.requiredString(WireKey.recordName)
+            try Names.validateRecordName(name, path: record.childPath(WireKey.recordName))
             self.records.append((name, try readDesiredKeys(record)))
         }
     }
@@ -184,17 +184,17 @@ public struct ZonesModifyRequest: Sendable {
     public var operations: [(type: ZoneOperationType, zoneID: ZoneIDInput)]
 
     public init(json: ObjectReader) throws(CloudKitError) {
-        let operations = try json.requiredArray("operations", limit: Limits.operationsPerRequest, what: "the number of operations")
+        let operations = try json.requiredArray(WireKey.operations, limit: Limits.operationsPerRequest, what: "the number of operations")
         self.operations = []
         for element in operations {
             let operation = try element.object()
-            let typeName = try operation.requiredString("operationType")
+            let typeName = try operation.requiredString(WireKey.operationType)
             guard let type = ZoneOperationType(rawValue: typeName) else {
                 throw .badRequest(
-                    "\(operation.childPath("operationType")): '\(Names.escaped(typeName))' is not a zone operation; use create or delete")
+                    "\(operation.childPath(WireKey.operationType)): '\(Names.escaped(typeName))' is not a zone operation; use create or delete")
             }
-            let zone = try operation.requiredObject("zone")
-            self.operations.append((type, try ZoneIDInput(json: zone.requiredObject("zoneID"))))
+            let zone = try operation.requiredObject(WireKey.zone)
+            self.operations.append((type, try ZoneIDInput(json: zone.requiredObject(WireKey.zoneID))))
         }
     }
 }
@@ -203,12 +203,12 @@ public struct ZonesLookupRequest: Sendable {
     public var zones: [ZoneIDInput]
 
     public init(json: ObjectReader) throws(CloudKitError) {
-        let zones = try json.requiredArray("zones", limit: Limits.operationsPerRequest, what: "the number of zones to look up")
+        let zones = try json.requiredArray(WireKey.zones, limit: Limits.operationsPerRequest, what: "the number of zones to look up")
         self.zones = []
         for element in zones {
             let zone = try element.object()
             // Clients send either bare zone IDs or zone dictionaries that hold one.
-            if let nested = try zone.object("zoneID") {
+            if let nested = try zone.object(WireKey.zoneID) {
                 self.zones.append(try ZoneIDInput(json: nested))
             } else {
                 self.zones.append(try ZoneIDInput(json: zone))
@@ -223,7 +223,7 @@ public struct DatabaseChangesRequest: Sendable {
 
     /// `tokenKey` is `syncToken`; the deprecated `zones/changes` also accepts `metaSyncToken`.
     public init(json: ObjectReader) throws(CloudKitError) {
-        syncToken = try json.string("syncToken")
+        syncToken = try json.string(WireKey.syncToken)
         if syncToken == nil { syncToken = try json.string("metaSyncToken") }
         resultsLimit = try readResultsLimit(json)
     }
@@ -236,6 +236,17 @@ public struct ZoneChangesRequest: Sendable {
         public var desiredKeys: [String]?
         public var desiredRecordTypes: [String]?
         public var resultsLimit: Int
+
+        public init(
+            zoneID: ZoneIDInput, syncToken: String?, desiredKeys: [String]? = nil, desiredRecordTypes: [String]? = nil,
+            resultsLimit: Int = Limits.resultsPerPage.value
+        ) {
+            self.zoneID = zoneID
+            self.syncToken = syncToken
+            self.desiredKeys = desiredKeys
+            self.desiredRecordTypes = desiredRecordTypes
+            self.resultsLimit = resultsLimit
+        }
     }
 
     public var zones: [Zone]
@@ -246,9 +257,9 @@ public struct ZoneChangesRequest: Sendable {
         if try json.bool("reverse") == true {
             throw .badRequest("reverse: Nimbus returns changes oldest first only; send reverse: false or leave it out")
         }
-        let zones = try json.requiredArray("zones", limit: Limits.operationsPerRequest, what: "the number of zones")
+        let zones = try json.requiredArray(WireKey.zones, limit: Limits.operationsPerRequest, what: "the number of zones")
         let desiredKeys = try readDesiredKeys(json)
-        let desiredRecordTypes = try json.stringArray("desiredRecordTypes")
+        let desiredRecordTypes = try json.stringArray(WireKey.desiredRecordTypes)
         let resultsLimit = try readResultsLimit(json)
         numbersAsStrings = try readNumbersAsStrings(json)
         self.zones = []
@@ -256,11 +267,11 @@ public struct ZoneChangesRequest: Sendable {
             let zone = try element.object()
             self.zones.append(
                 Zone(
-                    zoneID: try ZoneIDInput(json: zone.requiredObject("zoneID")),
-                    syncToken: try zone.string("syncToken"),
+                    zoneID: try ZoneIDInput(json: zone.requiredObject(WireKey.zoneID)),
+                    syncToken: try zone.string(WireKey.syncToken),
                     desiredKeys: try readDesiredKeys(zone) ?? desiredKeys,
-                    desiredRecordTypes: try zone.stringArray("desiredRecordTypes") ?? desiredRecordTypes,
-                    resultsLimit: zone.value("resultsLimit") == nil ? resultsLimit : try readResultsLimit(zone)))
+                    desiredRecordTypes: try zone.stringArray(WireKey.desiredRecordTypes) ?? desiredRecordTypes,
+                    resultsLimit: zone.value(WireKey.resultsLimit) == nil ? resultsLimit : try readResultsLimit(zone)))
         }
     }
 
@@ -272,10 +283,10 @@ public struct ZoneChangesRequest: Sendable {
         numbersAsStrings = try readNumbersAsStrings(json)
         zones = [
             Zone(
-                zoneID: try ZoneIDInput(json: json.requiredObject("zoneID")),
-                syncToken: try json.string("syncToken"),
+                zoneID: try ZoneIDInput(json: json.requiredObject(WireKey.zoneID)),
+                syncToken: try json.string(WireKey.syncToken),
                 desiredKeys: try readDesiredKeys(json),
-                desiredRecordTypes: try json.stringArray("desiredRecordTypes"),
+                desiredRecordTypes: try json.stringArray(WireKey.desiredRecordTypes),
                 resultsLimit: try readResultsLimit(json))
         ]
     }
@@ -284,25 +295,25 @@ public struct ZoneChangesRequest: Sendable {
 // MARK: - Shared keys
 
 func readDesiredKeys(_ json: ObjectReader) throws(CloudKitError) -> [String]? {
-    guard let keys = try json.stringArray("desiredKeys") else { return nil }
+    guard let keys = try json.stringArray(WireKey.desiredKeys) else { return nil }
     guard keys.count <= Limits.desiredKeys.value else {
-        throw .limitExceeded(Limits.desiredKeys, actual: keys.count, what: "\(json.childPath("desiredKeys")): the number of keys")
+        throw .limitExceeded(Limits.desiredKeys, actual: keys.count, what: "\(json.childPath(WireKey.desiredKeys)): the number of keys")
     }
     return keys
 }
 
 /// `numbersAsStrings`, also spelled `numberAsStrings` on the changes pages.
 func readNumbersAsStrings(_ json: ObjectReader) throws(CloudKitError) -> Bool {
-    if let flag = try json.bool("numbersAsStrings") { return flag }
+    if let flag = try json.bool(WireKey.numbersAsStrings) { return flag }
     return try json.bool("numberAsStrings") ?? false
 }
 
 /// `resultsLimit`: 1 or more; values above `Limits.resultsPerPage` are served as that limit,
 /// as CloudKit does.
 func readResultsLimit(_ json: ObjectReader) throws(CloudKitError) -> Int {
-    guard let limit = try json.int("resultsLimit") else { return Limits.resultsPerPage.value }
+    guard let limit = try json.int(WireKey.resultsLimit) else { return Limits.resultsPerPage.value }
     guard limit >= 1 else {
-        throw .badRequest("\(json.childPath("resultsLimit")): must be at least 1, got \(limit)")
+        throw .badRequest("\(json.childPath(WireKey.resultsLimit)): must be at least 1, got \(limit)")
     }
     return Int(min(limit, Int64(Limits.resultsPerPage.value)))
 }

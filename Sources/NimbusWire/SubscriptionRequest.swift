@@ -51,60 +51,60 @@ public struct SubscriptionInput: Sendable {
 
     /// The keys of `notificationInfo` and the JSON kind each must have.
     public static let notificationInfoKeys: [(key: String, kind: NotificationInfoKind)] = [
-        ("alertBody", .string), ("alertLocalizationKey", .string), ("alertLocalizationArgs", .strings),
-        ("title", .string), ("titleLocalizationKey", .string), ("titleLocalizationArgs", .strings),
-        ("subtitle", .string), ("subtitleLocalizationKey", .string), ("subtitleLocalizationArgs", .strings),
-        ("alertActionLocalizationKey", .string), ("alertLaunchImage", .string), ("soundName", .string),
-        ("shouldBadge", .bool), ("shouldSendContentAvailable", .bool), ("shouldSendMutableContent", .bool),
-        ("desiredKeys", .strings), ("additionalFields", .strings), ("category", .string), ("collapseIDKey", .string),
+        (WireKey.alertBody, .string), (WireKey.alertLocalizationKey, .string), (WireKey.alertLocalizationArgs, .strings),
+        (WireKey.title, .string), (WireKey.titleLocalizationKey, .string), (WireKey.titleLocalizationArgs, .strings),
+        (WireKey.subtitle, .string), (WireKey.subtitleLocalizationKey, .string), (WireKey.subtitleLocalizationArgs, .strings),
+        (WireKey.alertActionLocalizationKey, .string), (WireKey.alertLaunchImage, .string), (WireKey.soundName, .string),
+        (WireKey.shouldBadge, .bool), (WireKey.shouldSendContentAvailable, .bool), (WireKey.shouldSendMutableContent, .bool),
+        (WireKey.desiredKeys, .strings), ("additionalFields", .strings), (WireKey.category, .string), (WireKey.collapseIDKey, .string),
     ]
 
     public enum NotificationInfoKind: Sendable { case string, strings, bool }
 
     public init(json: ObjectReader) throws(CloudKitError) {
-        subscriptionID = try json.requiredString("subscriptionID")
-        try Names.validateRecordName(subscriptionID, path: json.childPath("subscriptionID"))
-        let typeName = try json.requiredString("subscriptionType")
+        subscriptionID = try json.requiredString(WireKey.subscriptionID)
+        try Names.validateRecordName(subscriptionID, path: json.childPath(WireKey.subscriptionID))
+        let typeName = try json.requiredString(WireKey.subscriptionType)
         guard let type = SubscriptionType(rawValue: typeName) else {
             throw .badRequest(
-                "\(json.childPath("subscriptionType")): '\(Names.escaped(typeName))' is not a subscription type; use query, zone or database")
+                "\(json.childPath(WireKey.subscriptionType)): '\(Names.escaped(typeName))' is not a subscription type; use query, zone or database")
         }
         self.type = type
-        zoneID = try json.object("zoneID").map { zone throws(CloudKitError) in try ZoneIDInput(json: zone) }
+        zoneID = try json.object(WireKey.zoneID).map { zone throws(CloudKitError) in try ZoneIDInput(json: zone) }
         filters = []
         firesOn = []
         firesOnce = false
         zoneWide = false
         switch type {
         case .query:
-            let query = try json.requiredObject("query")
+            let query = try json.requiredObject(WireKey.query)
             queryJSON = .object(query.object)
-            let recordType = try query.requiredString("recordType")
-            try Names.validateIdentifier(recordType, kind: "record type", path: query.childPath("recordType"))
+            let recordType = try query.requiredString(WireKey.recordType)
+            try Names.validateIdentifier(recordType, kind: "record type", path: query.childPath(WireKey.recordType))
             self.recordType = recordType
             filters = try QueryFilterInput.filters(of: query)
             if try query.array("sortBy")?.isEmpty == false {
                 throw .badRequest("\(query.childPath("sortBy")): a subscription's query cannot sort; remove sortBy")
             }
             // Without a zone, a query subscription watches every zone (reference §9).
-            zoneWide = try json.bool("zoneWide") ?? (zoneID == nil)
-            if let names = try json.stringArray("firesOn") {
+            zoneWide = try json.bool(WireKey.zoneWide) ?? (zoneID == nil)
+            if let names = try json.stringArray(WireKey.firesOn) {
                 for (index, name) in names.enumerated() {
                     guard let option = FiresOn.wireNames.first(where: { $0.0 == name })?.1 else {
                         throw .badRequest(
-                            "\(json.childPath("firesOn"))[\(index)]: '\(Names.escaped(name))' is not an event; use create, update or delete")
+                            "\(json.childPath(WireKey.firesOn))[\(index)]: '\(Names.escaped(name))' is not an event; use create, update or delete")
                     }
                     firesOn.insert(option)
                 }
                 guard !firesOn.isEmpty else {
-                    throw .badRequest("\(json.childPath("firesOn")): name at least one of create, update, delete")
+                    throw .badRequest("\(json.childPath(WireKey.firesOn)): name at least one of create, update, delete")
                 }
             } else {
                 firesOn = .all
             }
-            firesOnce = try json.bool("firesOnce") ?? false
+            firesOnce = try json.bool(WireKey.firesOnce) ?? false
         case .zone:
-            guard zoneID != nil else { throw json.missing("zoneID") }
+            guard zoneID != nil else { throw json.missing(WireKey.zoneID) }
             recordType = try Self.optionalRecordType(json)
             queryJSON = nil
         case .database:
@@ -112,12 +112,12 @@ public struct SubscriptionInput: Sendable {
             queryJSON = nil
             zoneID = nil
         }
-        notificationInfo = try Self.readNotificationInfo(json.object("notificationInfo"))
+        notificationInfo = try Self.readNotificationInfo(json.object(WireKey.notificationInfo))
     }
 
     private static func optionalRecordType(_ json: ObjectReader) throws(CloudKitError) -> String? {
-        guard let recordType = try json.string("recordType") else { return nil }
-        try Names.validateIdentifier(recordType, kind: "record type", path: json.childPath("recordType"))
+        guard let recordType = try json.string(WireKey.recordType) else { return nil }
+        try Names.validateIdentifier(recordType, kind: "record type", path: json.childPath(WireKey.recordType))
         return recordType
     }
 
@@ -138,7 +138,7 @@ public struct SubscriptionInput: Sendable {
             }
         }
         // CloudKit JS says additionalFields, native CloudKit desiredKeys: keep one spelling.
-        if kept["desiredKeys"] == nil, let fields = kept["additionalFields"] { kept["desiredKeys"] = fields }
+        if kept[WireKey.desiredKeys] == nil, let fields = kept["additionalFields"] { kept[WireKey.desiredKeys] = fields }
         kept["additionalFields"] = nil
         return kept
     }
@@ -171,8 +171,8 @@ public struct SubscriptionsModifyRequest: Sendable {
             }
             let subscription = try operation.requiredObject("subscription")
             if type == .delete {
-                let id = try subscription.requiredString("subscriptionID")
-                try Names.validateRecordName(id, path: subscription.childPath("subscriptionID"))
+                let id = try subscription.requiredString(WireKey.subscriptionID)
+                try Names.validateRecordName(id, path: subscription.childPath(WireKey.subscriptionID))
                 operations.append(Operation(type: type, subscriptionID: id, subscription: nil))
             } else {
                 let input = try SubscriptionInput(json: subscription)
@@ -189,14 +189,14 @@ public struct SubscriptionsLookupRequest: Sendable {
 
     public init(json: ObjectReader) throws(CloudKitError) {
         let elements = try json.requiredArray(
-            "subscriptions", limit: Limits.operationsPerRequest, what: "the number of subscriptions to look up")
+            WireKey.subscriptions, limit: Limits.operationsPerRequest, what: "the number of subscriptions to look up")
         subscriptionIDs = []
         for element in elements {
             let id: String
             if case .string(let plain) = element.value {
                 id = plain
             } else {
-                id = try element.object().requiredString("subscriptionID")
+                id = try element.object().requiredString(WireKey.subscriptionID)
             }
             try Names.validateRecordName(id, path: element.path)
             subscriptionIDs.append(id)

@@ -26,9 +26,11 @@ import Testing
             for (name, bytes) in malformed {
                 let connection = try RawConnection(port: server.port)
                 try connection.send(bytes)
-                let received = await connection.receive(waitingUpTo: 5)
+                // Well under a second alone; the bound leaves room for the whole suite running
+                // beside the server on two cores, and still tells "answered" from "never".
+                let received = await connection.receive(waitingUpTo: 15)
                 #expect(received.closed, "\(name): the connection stays open")
-                #expect(received.seconds < 1, "\(name): answered after \(received.seconds) s")
+                #expect(received.seconds < 5, "\(name): answered after \(received.seconds) s")
                 // The last response on the connection is the refusal.
                 let refusal = try #require(received.text.range(of: "HTTP/1.1 400 Bad Request\r\n"), "\(name): \(received.text.prefix(200))")
                 #expect(received.text[refusal.upperBound...].contains("\"serverErrorCode\":\"BAD_REQUEST\""), "\(name)")
@@ -131,7 +133,9 @@ import Testing
             var start = Date()
             let anonymous = try await client.send(path: path, body: body, rawQuery: "")
             #expect(anonymous.status == 401 && anonymous.errorCode == "AUTHENTICATION_FAILED")
-            #expect(Date().timeIntervalSince(start) < 1)
+            // Quadratic parsing took 211 s for this body; linear parsing takes milliseconds. The
+            // bound leaves room for the whole suite running beside the server on two cores.
+            #expect(Date().timeIntervalSince(start) < 5)
             // Not JSON at all, and no token: the answer is about the token, so the body was never read.
             let garbage = try await client.send(path: path, body: Array("{{{{".utf8), rawQuery: "?ckAPIToken=wrong")
             #expect(garbage.status == 401 && garbage.errorCode == "AUTHENTICATION_FAILED")
@@ -139,7 +143,7 @@ import Testing
             start = Date()
             let authenticated = try await client.send(path: path, body: body)
             #expect(authenticated.status == 400 && authenticated.reason.contains("more than 10000 keys"), "\(authenticated.reason)")
-            #expect(Date().timeIntervalSince(start) < 1)
+            #expect(Date().timeIntervalSince(start) < 5)
         }
     }
 

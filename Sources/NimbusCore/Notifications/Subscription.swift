@@ -34,14 +34,14 @@ struct Subscription: Sendable {
 
     /// A push with nothing to show: delivered as a background push (priority 5).
     var isSilent: Bool {
-        for key in ["alertBody", "alertLocalizationKey", "title", "titleLocalizationKey", "subtitle", "subtitleLocalizationKey", "soundName"]
+        for key in [WireKey.alertBody, WireKey.alertLocalizationKey, WireKey.title, WireKey.titleLocalizationKey, WireKey.subtitle, WireKey.subtitleLocalizationKey, WireKey.soundName]
         where notificationInfo[key] != nil {
             return false
         }
-        return notificationInfo["shouldBadge"] != .bool(true)
+        return notificationInfo[WireKey.shouldBadge] != .bool(true)
     }
 
-    var desiredKeys: [String] { notificationInfo["desiredKeys"]?.arrayValue?.compactMap(\.stringValue) ?? [] }
+    var desiredKeys: [String] { notificationInfo[WireKey.desiredKeys]?.arrayValue?.compactMap(\.stringValue) ?? [] }
 }
 
 /// Why a query subscription fired (`qry.fo` in the payload).

@@ -153,7 +153,7 @@ public final class CKContainer: NSObject, @unchecked Sendable {
 
     private func fetchCaller() async throws(CKError) -> String {
         let answer = try await transport.database(.public, "users/caller", [:])
-        guard let name = answer["userRecordName"]?.stringValue else {
+        guard let name = answer[WireKey.userRecordName]?.stringValue else {
             throw CKError(.serverResponseLost, "users/caller answered without a userRecordName")
         }
         transport.rememberUserRecordName(name)

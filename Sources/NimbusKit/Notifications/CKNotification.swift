@@ -57,58 +57,58 @@ open class CKNotification: NSObject, @unchecked Sendable {
 
     /// The notification a push payload describes; nil when it is not a CloudKit payload.
     static func make(payload: JSON) -> CKNotification? {
-        guard let ck = payload["ck"], ck.objectValue != nil else { return nil }
+        guard let ck = payload[WireKey.ck], ck.objectValue != nil else { return nil }
         let notification: CKNotification
-        if let query = ck["qry"] {
+        if let query = ck[WireKey.qry] {
             notification = CKQueryNotification(query: query, ck: ck)
-        } else if let zone = ck["fet"] {
+        } else if let zone = ck[WireKey.fet] {
             notification = CKRecordZoneNotification(zone: zone, ck: ck)
-        } else if let database = ck["met"] {
+        } else if let database = ck[WireKey.met] {
             notification = CKDatabaseNotification(database: database)
-        } else if ck["rdn"] != nil {
+        } else if ck[WireKey.rdn] != nil {
             notification = CKNotification(type: .readNotification)
         } else {
             return nil
         }
-        notification.read(ck: ck, aps: payload["aps"])
+        notification.read(ck: ck, aps: payload[WireKey.aps])
         return notification
     }
 
     private func read(ck: JSON, aps: JSON?) {
-        notificationID = ck["nid"]?.stringValue.map(ID.init)
-        containerIdentifier = ck["cid"]?.stringValue
-        subscriptionID = (ck["qry"] ?? ck["fet"] ?? ck["met"])?["sid"]?.stringValue
-        subscriptionOwnerUserRecordID = ck["ckuserid"]?.stringValue.map { CKRecord.ID(recordName: $0) }
+        notificationID = ck[WireKey.nid]?.stringValue.map(ID.init)
+        containerIdentifier = ck[WireKey.cid]?.stringValue
+        subscriptionID = (ck[WireKey.qry] ?? ck[WireKey.fet] ?? ck[WireKey.met])?[WireKey.sid]?.stringValue
+        subscriptionOwnerUserRecordID = ck[WireKey.ckuserid]?.stringValue.map { CKRecord.ID(recordName: $0) }
         guard let aps else { return }
-        let alert = aps["alert"]
+        let alert = aps[WireKey.alert]
         if let body = alert?.stringValue { alertBody = body }
-        alertBody = alertBody ?? alert?["body"]?.stringValue
+        alertBody = alertBody ?? alert?[WireKey.body]?.stringValue
         alertLocalizationKey = alert?["loc-key"]?.stringValue
         alertLocalizationArgs = alert?["loc-args"]?.arrayValue?.compactMap(\.stringValue)
-        title = alert?["title"]?.stringValue
+        title = alert?[WireKey.title]?.stringValue
         titleLocalizationKey = alert?["title-loc-key"]?.stringValue
         titleLocalizationArgs = alert?["title-loc-args"]?.arrayValue?.compactMap(\.stringValue)
-        subtitle = alert?["subtitle"]?.stringValue
+        subtitle = alert?[WireKey.subtitle]?.stringValue
         subtitleLocalizationKey = alert?["subtitle-loc-key"]?.stringValue
         subtitleLocalizationArgs = alert?["subtitle-loc-args"]?.arrayValue?.compactMap(\.stringValue)
         alertActionLocalizationKey = alert?["action-loc-key"]?.stringValue
         alertLaunchImage = alert?["launch-image"]?.stringValue
-        badge = aps["badge"]?.int64Value.map { NSNumber(value: $0) }
-        soundName = aps["sound"]?.stringValue
-        category = aps["category"]?.stringValue
+        badge = aps[WireKey.badge]?.int64Value.map { NSNumber(value: $0) }
+        soundName = aps[WireKey.sound]?.stringValue
+        category = aps[WireKey.category]?.stringValue
     }
 
     /// A zone's owner as CloudKit apps see it: the subscriber's own zones (and the public
     /// database's) belong to `CKCurrentUserDefaultName`.
     static func owner(_ json: JSON, _ ck: JSON) -> String {
-        guard let owner = json["zoid"]?.stringValue, owner != ck["ckuserid"]?.stringValue, owner != "_defaultOwner" else {
+        guard let owner = json[WireKey.zoid]?.stringValue, owner != ck[WireKey.ckuserid]?.stringValue, owner != "_defaultOwner" else {
             return CKCurrentUserDefaultName
         }
         return owner
     }
 
     static func scope(_ json: JSON?) -> CKDatabase.Scope {
-        json?["dbs"]?.int64Value.flatMap { CKDatabase.Scope(rawValue: Int($0)) } ?? .private
+        json?[WireKey.dbs]?.int64Value.flatMap { CKDatabase.Scope(rawValue: Int($0)) } ?? .private
     }
 }
 
@@ -142,11 +142,11 @@ public final class CKQueryNotification: CKNotification, @unchecked Sendable {
     public let databaseScope: CKDatabase.Scope
 
     init(query: JSON, ck: JSON) {
-        queryNotificationReason = query["fo"]?.int64Value.flatMap { Reason(rawValue: Int($0)) } ?? .recordUpdated
+        queryNotificationReason = query[WireKey.fo]?.int64Value.flatMap { Reason(rawValue: Int($0)) } ?? .recordUpdated
         let zoneID = CKRecordZone.ID(
-            zoneName: query["zid"]?.stringValue ?? CKRecordZone.ID.defaultZoneName, ownerName: CKNotification.owner(query, ck))
-        recordID = query["rid"]?.stringValue.map { CKRecord.ID(recordName: $0, zoneID: zoneID) }
-        recordFields = query["af"]?.objectValue.map { fields in
+            zoneName: query[WireKey.zid]?.stringValue ?? CKRecordZone.ID.defaultZoneName, ownerName: CKNotification.owner(query, ck))
+        recordID = query[WireKey.rid]?.stringValue.map { CKRecord.ID(recordName: $0, zoneID: zoneID) }
+        recordFields = query[WireKey.af]?.objectValue.map { fields in
             var values: [CKRecord.FieldKey: Any] = [:]
             for (key, value) in fields.pairs { values[key] = value.foundationValue }
             return values
@@ -162,7 +162,7 @@ public final class CKRecordZoneNotification: CKNotification, @unchecked Sendable
     public let databaseScope: CKDatabase.Scope
 
     init(zone: JSON, ck: JSON) {
-        recordZoneID = zone["zid"]?.stringValue.map { CKRecordZone.ID(zoneName: $0, ownerName: CKNotification.owner(zone, ck)) }
+        recordZoneID = zone[WireKey.zid]?.stringValue.map { CKRecordZone.ID(zoneName: $0, ownerName: CKNotification.owner(zone, ck)) }
         databaseScope = CKNotification.scope(zone)
         super.init(type: .recordZone)
     }

@@ -38,15 +38,15 @@ open class CKFetchNotificationChangesOperation: CKContainerOperation, @unchecked
 
     override func run() async throws {
         var body: JSONObject = [:]
-        if let previousServerChangeToken { body["syncToken"] = .string(previousServerChangeToken.syncToken) }
-        if resultsLimit > 0 { body["resultsLimit"] = .int(Int64(resultsLimit)) }
+        if let previousServerChangeToken { body[WireKey.syncToken] = .string(previousServerChangeToken.syncToken) }
+        if resultsLimit > 0 { body[WireKey.resultsLimit] = .int(Int64(resultsLimit)) }
         let answer = try await device("notifications/changes", .object(body))
-        for entry in answer["notifications"]?.arrayValue ?? [] {
-            guard let payload = entry["payload"], let notification = CKNotification.make(payload: payload) else { continue }
+        for entry in answer[WireKey.notifications]?.arrayValue ?? [] {
+            guard let payload = entry[WireKey.payload], let notification = CKNotification.make(payload: payload) else { continue }
             notificationChangedBlock?(notification)
         }
-        moreComing = answer["moreComing"]?.boolValue ?? false
-        guard let syncToken = answer["syncToken"]?.stringValue else {
+        moreComing = answer[WireKey.moreComing]?.boolValue ?? false
+        guard let syncToken = answer[WireKey.syncToken]?.stringValue else {
             throw CKError(.serverResponseLost, "notifications/changes answered without a syncToken")
         }
         token = CKServerChangeToken(syncToken: syncToken)
@@ -80,8 +80,8 @@ open class CKMarkNotificationsReadOperation: CKContainerOperation, @unchecked Se
     override func run() async throws {
         for chunk in chunked(notificationIDs ?? [], size: Limits.operationsPerRequest.value) {
             try Task.checkCancellation()
-            let answer = try await device("notifications/markRead", ["notificationIDs": .array(chunk.map { .string($0.value) })])
-            marked += (answer["notificationIDs"]?.arrayValue ?? []).compactMap(\.stringValue).map(CKNotification.ID.init)
+            let answer = try await device("notifications/markRead", [WireKey.notificationIDs: .array(chunk.map { .string($0.value) })])
+            marked += (answer[WireKey.notificationIDs]?.arrayValue ?? []).compactMap(\.stringValue).map(CKNotification.ID.init)
         }
     }
 
@@ -105,7 +105,7 @@ open class CKModifyBadgeOperation: CKContainerOperation, @unchecked Sendable {
     }
 
     override func run() async throws {
-        _ = try await device("badge/modify", ["badgeValue": .int(Int64(badgeValue))])
+        _ = try await device("badge/modify", [WireKey.badgeValue: .int(Int64(badgeValue))])
     }
 
     override func finish(with error: CKError?) {

@@ -116,18 +116,18 @@ public struct CKNotificationStream: AsyncSequence, Sendable {
     private static func handle(
         _ frame: JSON, cursor: Collector<Cursor>, continuation: AsyncThrowingStream<CKNotification, any Error>.Continuation
     ) {
-        switch frame["type"]?.stringValue {
-        case "ready":
+        switch frame[WireKey.type]?.stringValue {
+        case WireKey.ready:
             cursor.update {
                 $0.skipping = false
                 $0.reachedReady = true
-                $0.token = frame["syncToken"]?.stringValue ?? $0.token
+                $0.token = frame[WireKey.syncToken]?.stringValue ?? $0.token
             }
-        case "notification":
-            let frameToken = frame["syncToken"]?.stringValue
+        case WireKey.notification:
+            let frameToken = frame[WireKey.syncToken]?.stringValue
             let skipping = cursor.value.skipping
             if !skipping, let frameToken { cursor.update { $0.token = frameToken } }
-            guard !skipping, let payload = frame["payload"], let notification = CKNotification.make(payload: payload) else {
+            guard !skipping, let payload = frame[WireKey.payload], let notification = CKNotification.make(payload: payload) else {
                 return
             }
             notification.nimbusSyncToken = frameToken.map(CKServerChangeToken.init(syncToken:))
@@ -141,8 +141,8 @@ public struct CKNotificationStream: AsyncSequence, Sendable {
     /// server is not reachable at all).
     private static func refusal(transport: NimbusTransport, token: String?) async -> CKError? {
         do {
-            var body: JSONObject = ["resultsLimit": 1]
-            if let token { body["syncToken"] = .string(token) }
+            var body: JSONObject = [WireKey.resultsLimit: 1]
+            if let token { body[WireKey.syncToken] = .string(token) }
             _ = try await transport.device("notifications/changes", .object(body))
             return nil
         } catch {

@@ -33,23 +33,22 @@ open class CKFetchDatabaseChangesOperation: CKDatabaseOperation, @unchecked Send
         var token = previousServerChangeToken
         while true {
             try Task.checkCancellation()
-            var body = JSONObject()
-            if let token { body["syncToken"] = .string(token.syncToken) }
-            if resultsLimit > 0 { body["resultsLimit"] = .int(Int64(resultsLimit)) }
-            let answer = try await post("changes/database", .object(body))
-            for entry in answer["zones"]?.arrayValue ?? [] {
-                let zoneID = WireRecordCoder.zoneID(entry["zoneID"], currentUser: currentUser)
-                if entry["deleted"]?.boolValue == true {
+            let body = DatabaseChangesRequest(
+                syncToken: token?.syncToken, resultsLimit: resultsLimit > 0 ? resultsLimit : Limits.resultsPerPage.value)
+            let answer = try await post("changes/database", body.json)
+            for entry in answer[WireKey.zones]?.arrayValue ?? [] {
+                let zoneID = WireRecordCoder.zoneID(entry[WireKey.zoneID], currentUser: currentUser)
+                if entry[WireKey.deleted]?.boolValue == true {
                     recordZoneWithIDWasDeletedBlock?(zoneID)
                 } else {
                     recordZoneWithIDChangedBlock?(zoneID)
                 }
             }
-            guard let text = answer["syncToken"]?.stringValue else {
+            guard let text = answer[WireKey.syncToken]?.stringValue else {
                 throw CKError(.serverResponseLost, "changes/database answered without a syncToken")
             }
             let next = CKServerChangeToken(syncToken: text)
-            let moreComing = answer["moreComing"]?.boolValue ?? false
+            let moreComing = answer[WireKey.moreComing]?.boolValue ?? false
             if moreComing, fetchAllChanges {
                 changeTokenUpdatedBlock?(next)
                 token = next

@@ -64,15 +64,14 @@ open class CKFetchRecordZoneChangesOperation: CKDatabaseOperation, @unchecked Se
         }
         while !pending.isEmpty {
             try Task.checkCancellation()
-            let zones: [JSON] = pending.map { zone in
-                var object: JSONObject = ["zoneID": WireRecordCoder.zoneIDJSON(zone.zoneID)]
-                if let token = zone.token { object["syncToken"] = .string(token.syncToken) }
+            let zones = pending.map { zone in
                 let configuration = configurationsByRecordZoneID?[zone.zoneID]
-                if let limit = configuration?.resultsLimit, limit > 0 { object["resultsLimit"] = .int(Int64(limit)) }
-                if let keys = configuration?.desiredKeys { object["desiredKeys"] = .array(keys.map(JSON.string)) }
-                return .object(object)
+                let limit = configuration?.resultsLimit ?? 0
+                return ZoneChangesRequest.Zone(
+                    zoneID: WireRecordCoder.zoneIDInput(zone.zoneID), syncToken: zone.token?.syncToken,
+                    desiredKeys: configuration?.desiredKeys, resultsLimit: limit > 0 ? limit : Limits.resultsPerPage.value)
             }
-            let entries = try await post("changes/zone", ["zones": .array(zones)])["zones"]?.arrayValue ?? []
+            let entries = try await post("changes/zone", ZoneChangesRequest(zones: zones).json)[WireKey.zones]?.arrayValue ?? []
             var stillPending: [(zoneID: CKRecordZone.ID, token: CKServerChangeToken?)] = []
             for (zone, entry) in zip(pending, entries) {
                 if isErrorEntry(entry) {
@@ -82,14 +81,14 @@ open class CKFetchRecordZoneChangesOperation: CKDatabaseOperation, @unchecked Se
                     recordZoneFetchCompletionBlock?(zone.zoneID, nil, nil, false, error)
                     continue
                 }
-                for recordJSON in entry["records"]?.arrayValue ?? [] {
+                for recordJSON in entry[WireKey.records]?.arrayValue ?? [] {
                     try deliver(recordJSON, zoneID: zone.zoneID)
                 }
-                guard let tokenText = entry["syncToken"]?.stringValue else {
+                guard let tokenText = entry[WireKey.syncToken]?.stringValue else {
                     throw CKError(.serverResponseLost, "changes/zone answered zone '\(zone.zoneID.zoneName)' without a syncToken")
                 }
                 let token = CKServerChangeToken(syncToken: tokenText)
-                let moreComing = entry["moreComing"]?.boolValue ?? false
+                let moreComing = entry[WireKey.moreComing]?.boolValue ?? false
                 if moreComing, fetchAllChanges {
                     recordZoneChangeTokensUpdatedBlock?(zone.zoneID, token, nil)
                     stillPending.append((zone.zoneID, token))
@@ -104,10 +103,10 @@ open class CKFetchRecordZoneChangesOperation: CKDatabaseOperation, @unchecked Se
     }
 
     private func deliver(_ recordJSON: JSON, zoneID: CKRecordZone.ID) throws {
-        if recordJSON["deleted"]?.boolValue == true {
-            guard let name = recordJSON["recordName"]?.stringValue else { return }
+        if recordJSON[WireKey.deleted]?.boolValue == true {
+            guard let name = recordJSON[WireKey.recordName]?.stringValue else { return }
             recordWithIDWasDeletedBlock?(
-                CKRecord.ID(recordName: name, zoneID: zoneID), recordJSON["recordType"]?.stringValue ?? "")
+                CKRecord.ID(recordName: name, zoneID: zoneID), recordJSON[WireKey.recordType]?.stringValue ?? "")
             return
         }
         let record = try WireRecordCoder.record(recordJSON, zoneID: zoneID, currentUser: currentUser)

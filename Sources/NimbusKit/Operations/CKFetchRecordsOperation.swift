@@ -29,14 +29,12 @@ open class CKFetchRecordsOperation: CKDatabaseOperation, @unchecked Sendable {
         for (zoneID, ids) in groupedByZone(recordIDs ?? [], zoneID: \.zoneID) {
             for chunk in chunked(ids, size: Self.itemsPerRequest) {
                 try Task.checkCancellation()
-                var body: JSONObject = [
-                    "zoneID": WireRecordCoder.zoneIDJSON(zoneID),
-                    "records": .array(chunk.map { .object(["recordName": .string($0.recordName)]) }),
-                ]
-                if let desiredKeys { body["desiredKeys"] = .array(desiredKeys.map(JSON.string)) }
+                let body = RecordsLookupRequest(
+                    records: chunk.map { (recordName: $0.recordName, desiredKeys: nil) },
+                    zoneID: WireRecordCoder.zoneIDInput(zoneID), desiredKeys: desiredKeys)
                 let entries: [JSON]
                 do {
-                    entries = try await post("records/lookup", .object(body))["records"]?.arrayValue ?? []
+                    entries = try await post("records/lookup", body.json)[WireKey.records]?.arrayValue ?? []
                 } catch {
                     guard error.code != .notAuthenticated, error.code != .networkFailure else { throw error }
                     // A zone-wide failure (an unknown zone, say) is each of its records' failure.

@@ -81,10 +81,10 @@ open class CKModifyRecordsOperation: CKDatabaseOperation, @unchecked Sendable {
     }
 
     private func send(_ items: [Item], zoneID: CKRecordZone.ID, atomic: Bool) async throws {
-        var operations: [JSON] = []
+        var operations: [RecordOperationInput] = []
         for item in items {
             do {
-                operations.append(try operationJSON(item))
+                operations.append(try operation(item))
             } catch {
                 // A record that cannot be encoded fails alone, before anything is sent.
                 report(item, entry: nil, error: error)
@@ -98,12 +98,10 @@ open class CKModifyRecordsOperation: CKDatabaseOperation, @unchecked Sendable {
         }
         let sendable = items.filter { failures[$0.recordID] == nil }
         guard !sendable.isEmpty else { return }
-        let body: JSON = [
-            "zoneID": WireRecordCoder.zoneIDJSON(zoneID), "atomic": .bool(atomic), "operations": .array(operations),
-        ]
+        let body = RecordsModifyRequest(operations: operations, zoneID: WireRecordCoder.zoneIDInput(zoneID), atomic: atomic)
         let entries: [JSON]
         do {
-            entries = try await post("records/modify", body)["records"]?.arrayValue ?? []
+            entries = try await post("records/modify", body.json)[WireKey.records]?.arrayValue ?? []
         } catch {
             guard error.code != .notAuthenticated, error.code != .networkFailure, error.code != .limitExceeded else { throw error }
             for item in sendable { report(item, entry: nil, error: error) }
@@ -119,30 +117,30 @@ open class CKModifyRecordsOperation: CKDatabaseOperation, @unchecked Sendable {
     }
 
     /// The `operations` entry of one item, per the save policy.
-    private func operationJSON(_ item: Item) throws(CKError) -> JSON {
+    private func operation(_ item: Item) throws(CKError) -> RecordOperationInput {
         switch item {
         case .delete(let id):
-            return ["operationType": "forceDelete", "record": .object(["recordName": .string(id.recordName)])]
+            return RecordOperationInput(type: .forceDelete, record: RecordInput(recordName: id.recordName))
         case .save(let record):
-            let operationType: String
+            let operationType: RecordOperationType
             let keys: [String]
             switch savePolicy {
             case .ifServerRecordUnchanged:
-                operationType = record.wasSavedOnServer ? "update" : "create"
+                operationType = record.wasSavedOnServer ? .update : .create
                 keys = record.changedKeys()
             case .changedKeys:
-                operationType = "forceUpdate"
+                operationType = .forceUpdate
                 keys = record.changedKeys()
             case .allKeys:
                 // Every local key, plus keys removed locally: a server field the record never
                 // had stays on the server.
-                operationType = "forceUpdate"
+                operationType = .forceUpdate
                 let all = record.allKeys()
                 keys = all + record.changedKeys().filter { !all.contains($0) }
             }
-            let recordJSON = try WireRecordCoder.recordJSON(
+            let input = try WireRecordCoder.recordInput(
                 record, keys: keys, includeChangeTag: savePolicy == .ifServerRecordUnchanged)
-            return ["operationType": .string(operationType), "record": recordJSON]
+            return RecordOperationInput(type: operationType, record: input)
         }
     }
 
@@ -152,7 +150,7 @@ open class CKModifyRecordsOperation: CKDatabaseOperation, @unchecked Sendable {
         guard case .save(let record) = item else { return CKError.fromServer(entry) }
         var extra: [String: Any] = [CKRecordChangedErrorClientRecordKey: record]
         if let ancestor = record.ancestor() { extra[CKRecordChangedErrorAncestorRecordKey] = ancestor }
-        if let serverJSON = entry["serverRecord"],
+        if let serverJSON = entry[WireKey.serverRecord],
             let server = try? WireRecordCoder.record(serverJSON, zoneID: record.recordID.zoneID, currentUser: currentUser)
         {
             extra[CKRecordChangedErrorServerRecordKey] = server

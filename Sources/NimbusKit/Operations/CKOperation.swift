@@ -136,7 +136,7 @@ extension CKDatabaseOperation {
 }
 
 /// Whether a per-item entry of an answer is an error dictionary (reference §13.1).
-func isErrorEntry(_ entry: JSON) -> Bool { entry["serverErrorCode"] != nil }
+func isErrorEntry(_ entry: JSON) -> Bool { entry[WireKey.serverErrorCode] != nil }
 
 /// Items grouped by zone, zones in order of first appearance, items in their given order:
 /// record endpoints work on one zone per request.

@@ -41,7 +41,7 @@ open class CKQueryOperation: CKDatabaseOperation, @unchecked Sendable {
         let zone: CKRecordZone.ID?
         if let cursor {
             queryJSON = try JSON.parse(cursor.queryJSONText)
-            body["continuationMarker"] = .string(cursor.continuationMarker)
+            body[WireKey.continuationMarker] = .string(cursor.continuationMarker)
             zone = cursor.zoneID
         } else if let query {
             queryJSON = try query.queryJSON(currentUser: currentUser)
@@ -49,21 +49,21 @@ open class CKQueryOperation: CKDatabaseOperation, @unchecked Sendable {
         } else {
             throw CKError(.invalidArguments, "a CKQueryOperation needs a query or a cursor")
         }
-        body["query"] = queryJSON
-        if let zone { body["zoneID"] = WireRecordCoder.zoneIDJSON(zone) }
+        body[WireKey.query] = queryJSON
+        if let zone { body[WireKey.zoneID] = WireRecordCoder.zoneIDJSON(zone) }
         if resultsLimit < 0 { throw CKError(.invalidArguments, "resultsLimit must be 0 (no limit) or more, not \(resultsLimit)") }
-        if resultsLimit > 0 { body["resultsLimit"] = .int(Int64(resultsLimit)) }
-        if let desiredKeys { body["desiredKeys"] = .array(desiredKeys.map(JSON.string)) }
+        if resultsLimit > 0 { body[WireKey.resultsLimit] = .int(Int64(resultsLimit)) }
+        if let desiredKeys { body[WireKey.desiredKeys] = .array(desiredKeys.map(JSON.string)) }
 
         let answer = try await post("records/query", .object(body))
-        for entry in answer["records"]?.arrayValue ?? [] {
+        for entry in answer[WireKey.records]?.arrayValue ?? [] {
             try Task.checkCancellation()
             if isErrorEntry(entry) { continue }
             let record = try WireRecordCoder.record(entry, zoneID: zone, currentUser: currentUser)
             recordMatchedBlock?(record.recordID, .success(record))
             recordFetchedBlock?(record)
         }
-        if let marker = answer["continuationMarker"]?.stringValue {
+        if let marker = answer[WireKey.continuationMarker]?.stringValue {
             nextCursor = Cursor(queryJSONText: queryJSON.text, continuationMarker: marker, zoneID: zone, zoneWide: false)
         }
     }

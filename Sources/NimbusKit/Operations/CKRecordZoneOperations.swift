@@ -29,10 +29,9 @@ open class CKModifyRecordZonesOperation: CKDatabaseOperation, @unchecked Sendabl
             (recordZonesToSave ?? []).map { ($0.zoneID, true) } + (recordZoneIDsToDelete ?? []).map { ($0, false) }
         for chunk in chunked(items, size: Self.itemsPerRequest) {
             try Task.checkCancellation()
-            let operations: [JSON] = chunk.map {
-                ["operationType": .string($0.isSave ? "create" : "delete"), "zone": ["zoneID": WireRecordCoder.zoneIDJSON($0.id)]]
-            }
-            let entries = try await post("zones/modify", ["operations": .array(operations)])["zones"]?.arrayValue ?? []
+            let body = ZonesModifyRequest(
+                operations: chunk.map { (type: $0.isSave ? .create : .delete, zoneID: WireRecordCoder.zoneIDInput($0.id)) })
+            let entries = try await post("zones/modify", body.json)[WireKey.zones]?.arrayValue ?? []
             for (item, entry) in zip(chunk, entries) {
                 if isErrorEntry(entry) {
                     let error = CKError.fromServer(entry)
@@ -87,8 +86,8 @@ open class CKFetchRecordZonesOperation: CKDatabaseOperation, @unchecked Sendable
 
     override func run() async throws {
         guard let recordZoneIDs else {
-            for entry in try await post("zones/list", [:])["zones"]?.arrayValue ?? [] where !isErrorEntry(entry) {
-                let zone = CKRecordZone(zoneID: WireRecordCoder.zoneID(entry["zoneID"], currentUser: currentUser))
+            for entry in try await post("zones/list", [:])[WireKey.zones]?.arrayValue ?? [] where !isErrorEntry(entry) {
+                let zone = CKRecordZone(zoneID: WireRecordCoder.zoneID(entry[WireKey.zoneID], currentUser: currentUser))
                 fetched[zone.zoneID] = zone
                 perRecordZoneResultBlock?(zone.zoneID, .success(zone))
             }
@@ -97,7 +96,8 @@ open class CKFetchRecordZonesOperation: CKDatabaseOperation, @unchecked Sendable
         for chunk in chunked(recordZoneIDs, size: Self.itemsPerRequest) {
             try Task.checkCancellation()
             let entries =
-                try await post("zones/lookup", ["zones": .array(chunk.map(WireRecordCoder.zoneIDJSON))])["zones"]?.arrayValue ?? []
+                try await post("zones/lookup", ZonesLookupRequest(zones: chunk.map(WireRecordCoder.zoneIDInput)).json)[
+                    WireKey.zones]?.arrayValue ?? []
             for (id, entry) in zip(chunk, entries) {
                 if isErrorEntry(entry) {
                     let error = CKError.fromServer(entry)

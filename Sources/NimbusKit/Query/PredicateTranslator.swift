@@ -26,29 +26,20 @@ struct PredicateTranslator {
             }
             let positive = try filters(for: comparison)
             guard positive.count == 1, let comparator = positive[0]["comparator"]?.stringValue,
-                let negated = Self.negations[comparator], case .object(var filter) = positive[0]
+                let negated = QueryComparator(rawValue: comparator)?.negation, case .object(var filter) = positive[0]
             else {
                 throw CKError(.invalidArguments, "'NOT \(comparison.text)' is not supported: CloudKit has no negation of that comparison")
             }
-            filter["comparator"] = .string(negated)
+            filter["comparator"] = .string(negated.rawValue)
             return [.object(filter)]
         case .comparison(let comparison):
             return try filters(for: comparison)
         }
     }
 
-    private static let negations: [String: String] = [
-        "EQUALS": "NOT_EQUALS", "NOT_EQUALS": "EQUALS", "IN": "NOT_IN", "NOT_IN": "IN",
-        "LIST_CONTAINS": "NOT_LIST_CONTAINS", "LIST_CONTAINS_ANY": "NOT_LIST_CONTAINS_ANY",
-        "LIST_CONTAINS_ALL": "NOT_LIST_CONTAINS_ALL", "BEGINS_WITH": "NOT_BEGINS_WITH",
-        "LIST_MEMBER_BEGINS_WITH": "NOT_LIST_MEMBER_BEGINS_WITH",
-        "LESS_THAN": "GREATER_THAN_OR_EQUALS", "GREATER_THAN_OR_EQUALS": "LESS_THAN",
-        "GREATER_THAN": "LESS_THAN_OR_EQUALS", "LESS_THAN_OR_EQUALS": "GREATER_THAN",
-    ]
-
-    private static let comparators: [PredicateComparison.Operator: String] = [
-        .equal: "EQUALS", .notEqual: "NOT_EQUALS", .less: "LESS_THAN", .lessOrEqual: "LESS_THAN_OR_EQUALS",
-        .greater: "GREATER_THAN", .greaterOrEqual: "GREATER_THAN_OR_EQUALS",
+    private static let comparators: [PredicateComparison.Operator: QueryComparator] = [
+        .equal: .equals, .notEqual: .notEquals, .less: .lessThan, .lessOrEqual: .lessThanOrEquals,
+        .greater: .greaterThan, .greaterOrEqual: .greaterThanOrEquals,
     ]
 
     private func filters(for comparison: PredicateComparison) throws(CKError) -> [JSON] {
@@ -63,24 +54,24 @@ struct PredicateTranslator {
                 let meters = (radius as? NSNumber)?.doubleValue
             else { throw unsupported }
             let value = try WireRecordCoder.fieldValue(location, key: key)
-            return [filter("NEAR", key: key, value: value.fieldJSON(), extra: ["distance": .double(meters)])]
+            return [filter(.near, key: key, value: value.fieldJSON(), extra: ["distance": .double(meters)])]
 
         // ALL/ANY tokenize(text, 'Cdl') IN allTokens (or a string field)
         case (.function(let name, let arguments), .in, .key(let key)) where name == "tokenize":
             guard comparison.modifier != .direct, let first = arguments.first, case .constant(let text) = first,
                 let string = text as? String
             else { throw unsupported }
-            let comparator = comparison.modifier == .all ? "CONTAINS_ALL_TOKENS" : "CONTAINS_ANY_TOKENS"
-            return [filter(comparator, key: key == "allTokens" ? "___allTokens" : key, value: FieldValue.string(string).fieldJSON())]
+            let comparator: QueryComparator = comparison.modifier == .all ? .containsAllTokens : .containsAnyTokens
+            return [filter(comparator, key: key == "allTokens" ? SystemField.allTokens : key, value: FieldValue.string(string).fieldJSON())]
 
         // self CONTAINS 'text': every token, in any string field
         case (.evaluatedObject, .contains, .constant(let text)):
             guard let string = text as? String else { throw unsupported }
-            return [filter("CONTAINS_ALL_TOKENS", key: "___allTokens", value: FieldValue.string(string).fieldJSON())]
+            return [filter(.containsAllTokens, key: SystemField.allTokens, value: FieldValue.string(string).fieldJSON())]
 
         // value IN listField
         case (.constant(let value), .in, .key(let key)):
-            return [filter("LIST_CONTAINS", key: key, value: try scalarJSON(value, key: key))]
+            return [filter(.listContains, key: key, value: try scalarJSON(value, key: key))]
 
         // value <op> key: swap sides
         case (.constant, let op, .key):
@@ -114,22 +105,22 @@ struct PredicateTranslator {
             (.direct, .greaterOrEqual):
             return [filter(Self.comparators[op]!, key: key, value: try scalarJSON(value, key: key))]
         case (.direct, .in):
-            return [filter("IN", key: key, value: try listJSON(value, key: key, unsupported: unsupported))]
+            return [filter(.in, key: key, value: try listJSON(value, key: key, unsupported: unsupported))]
         case (.direct, .beginsWith):
-            return [filter("BEGINS_WITH", key: key, value: try scalarJSON(value, key: key))]
+            return [filter(.beginsWith, key: key, value: try scalarJSON(value, key: key))]
         case (.direct, .contains), (.any, .equal):
-            return [filter("LIST_CONTAINS", key: key, value: try scalarJSON(value, key: key))]
+            return [filter(.listContains, key: key, value: try scalarJSON(value, key: key))]
         case (.any, .in):
-            return [filter("LIST_CONTAINS_ANY", key: key, value: try listJSON(value, key: key, unsupported: unsupported))]
+            return [filter(.listContainsAny, key: key, value: try listJSON(value, key: key, unsupported: unsupported))]
         case (.any, .beginsWith):
-            return [filter("LIST_MEMBER_BEGINS_WITH", key: key, value: try scalarJSON(value, key: key))]
+            return [filter(.listMemberBeginsWith, key: key, value: try scalarJSON(value, key: key))]
         case (.direct, .between):
             guard let bounds = value as? [Any], bounds.count == 2 else {
                 throw CKError(.invalidArguments, "BETWEEN on '\(key)' needs two bounds, as in {low, high}")
             }
             return [
-                filter("GREATER_THAN_OR_EQUALS", key: key, value: try scalarJSON(bounds[0], key: key)),
-                filter("LESS_THAN_OR_EQUALS", key: key, value: try scalarJSON(bounds[1], key: key)),
+                filter(.greaterThanOrEquals, key: key, value: try scalarJSON(bounds[0], key: key)),
+                filter(.lessThanOrEquals, key: key, value: try scalarJSON(bounds[1], key: key)),
             ]
         default:
             throw unsupported
@@ -138,16 +129,16 @@ struct PredicateTranslator {
 
     // MARK: Keys and values
 
-    /// System keys as CloudKit apps write them, and the wire's system field names.
-    private static let systemKeys: [String: String] = [
-        "recordID": "recordName", "creationDate": "createdTimestamp", "modificationDate": "modifiedTimestamp",
-        "creatorUserRecordID": "createdUserRecordName", "lastModifiedUserRecordID": "modifiedUserRecordName",
+    /// System keys as CloudKit apps write them (`CKRecord`'s property names).
+    static let systemKeys: [String: SystemField] = [
+        "recordID": .recordID, "creationDate": .createTime, "modificationDate": .modTime,
+        "creatorUserRecordID": .createdBy, "lastModifiedUserRecordID": .modifiedBy,
     ]
 
-    private func filter(_ comparator: String, key: String, value: JSON, extra: JSONObject = [:]) -> JSON {
-        var object: JSONObject = ["comparator": .string(comparator)]
+    private func filter(_ comparator: QueryComparator, key: String, value: JSON, extra: JSONObject = [:]) -> JSON {
+        var object: JSONObject = ["comparator": .string(comparator.rawValue)]
         if let system = Self.systemKeys[key] {
-            object["systemFieldName"] = .string(system)
+            object["systemFieldName"] = .string(system.wireName)
         } else {
             object["fieldName"] = .string(key)
         }
@@ -197,9 +188,8 @@ enum SortTranslator {
             throw CKError(.invalidArguments, "a sort descriptor needs a key; CloudKit sorts by record fields only")
         }
         var object: JSONObject = [:]
-        let systemNames = ["creationDate": "createdTimestamp", "modificationDate": "modifiedTimestamp", "recordID": "recordName"]
-        if let system = systemNames[key] {
-            object["systemFieldName"] = .string(system)
+        if let system = PredicateTranslator.systemKeys[key] {
+            object["systemFieldName"] = .string(system.wireName)
         } else {
             object["fieldName"] = .string(key)
         }

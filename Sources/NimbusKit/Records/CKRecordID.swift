@@ -1,4 +1,5 @@
 import Foundation
+import NimbusWire
 
 extension CKRecord {
     public typealias ID = CKRecordID
@@ -32,12 +33,12 @@ public final class CKRecordID: NSObject, NSSecureCoding, NSCopying, @unchecked S
 
     public static var supportsSecureCoding: Bool { true }
     public func encode(with coder: NSCoder) {
-        coder.encode(recordName as NSString, forKey: "recordName")
-        coder.encode(zoneID, forKey: "zoneID")
+        coder.encode(recordName as NSString, forKey: WireKey.recordName)
+        coder.encode(zoneID, forKey: WireKey.zoneID)
     }
     public init?(coder: NSCoder) {
-        guard let name = coder.decodeIfPresent(NSString.self, forKey: "recordName"),
-            let zoneID = coder.decodeIfPresent(CKRecordZone.ID.self, forKey: "zoneID")
+        guard let name = coder.decodeIfPresent(NSString.self, forKey: WireKey.recordName),
+            let zoneID = coder.decodeIfPresent(CKRecordZone.ID.self, forKey: WireKey.zoneID)
         else { return nil }
         recordName = String(name)
         self.zoneID = zoneID
@@ -77,12 +78,12 @@ public final class CKReference: NSObject, NSSecureCoding, NSCopying, CKRecordVal
     public static var supportsSecureCoding: Bool { true }
     public func encode(with coder: NSCoder) {
         coder.encode(recordID, forKey: "recordID")
-        coder.encode(Int64(action.rawValue), forKey: "action")
+        coder.encode(Int64(action.rawValue), forKey: WireKey.action)
     }
     public init?(coder: NSCoder) {
         guard let recordID = coder.decodeIfPresent(CKRecordID.self, forKey: "recordID") else { return nil }
         self.recordID = recordID
-        action = Action(rawValue: UInt(coder.decodeInt64(forKey: "action"))) ?? .none
+        action = Action(rawValue: UInt(coder.decodeInt64(forKey: WireKey.action))) ?? .none
     }
 }
 

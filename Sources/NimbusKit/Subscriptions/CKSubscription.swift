@@ -13,9 +13,9 @@ open class CKSubscription: NSObject, @unchecked Sendable {
 
         var wireName: String {
             switch self {
-            case .query: return "query"
+            case .query: return WireKey.query
             case .recordZone: return "zone"
-            case .database: return "database"
+            case .database: return WireKey.database
             }
         }
     }
@@ -36,10 +36,10 @@ open class CKSubscription: NSObject, @unchecked Sendable {
     /// The subscription dictionary of the Web Services protocol.
     func wireJSON(currentUser: String?) throws(CKError) -> JSON {
         var object: JSONObject = [
-            "subscriptionID": .string(subscriptionID), "subscriptionType": .string(subscriptionType.wireName),
+            WireKey.subscriptionID: .string(subscriptionID), WireKey.subscriptionType: .string(subscriptionType.wireName),
         ]
         try addWireFields(to: &object, currentUser: currentUser)
-        if let notificationInfo { object["notificationInfo"] = .object(notificationInfo.wireJSON) }
+        if let notificationInfo { object[WireKey.notificationInfo] = .object(notificationInfo.wireJSON) }
         return .object(object)
     }
 
@@ -47,13 +47,13 @@ open class CKSubscription: NSObject, @unchecked Sendable {
 
     /// A subscription from the server's dictionary; nil for a shape this SDK does not know.
     static func from(_ json: JSON, currentUser: String?) -> CKSubscription? {
-        guard let id = json["subscriptionID"]?.stringValue else { return nil }
+        guard let id = json[WireKey.subscriptionID]?.stringValue else { return nil }
         let subscription: CKSubscription
-        switch json["subscriptionType"]?.stringValue {
-        case "query":
-            guard let query = json["query"], let recordType = query["recordType"]?.stringValue else { return nil }
+        switch json[WireKey.subscriptionType]?.stringValue {
+        case WireKey.query:
+            guard let query = json[WireKey.query], let recordType = query[WireKey.recordType]?.stringValue else { return nil }
             var options: CKQuerySubscription.Options = []
-            for name in json["firesOn"]?.arrayValue?.compactMap(\.stringValue) ?? [] {
+            for name in json[WireKey.firesOn]?.arrayValue?.compactMap(\.stringValue) ?? [] {
                 switch name {
                 case "create": options.insert(.firesOnRecordCreation)
                 case "update": options.insert(.firesOnRecordUpdate)
@@ -61,26 +61,26 @@ open class CKSubscription: NSObject, @unchecked Sendable {
                 default: break
                 }
             }
-            if json["firesOnce"]?.boolValue == true { options.insert(.firesOnce) }
+            if json[WireKey.firesOnce]?.boolValue == true { options.insert(.firesOnce) }
             let querySubscription = CKQuerySubscription(
                 recordType: recordType, wireQuery: query, subscriptionID: id, options: options)
-            if json["zoneWide"]?.boolValue == false, let zone = json["zoneID"] {
+            if json[WireKey.zoneWide]?.boolValue == false, let zone = json[WireKey.zoneID] {
                 querySubscription.zoneID = WireRecordCoder.zoneID(zone, currentUser: currentUser)
             }
             subscription = querySubscription
         case "zone":
             let zoneSubscription = CKRecordZoneSubscription(
-                zoneID: WireRecordCoder.zoneID(json["zoneID"], currentUser: currentUser), subscriptionID: id)
-            zoneSubscription.recordType = json["recordType"]?.stringValue
+                zoneID: WireRecordCoder.zoneID(json[WireKey.zoneID], currentUser: currentUser), subscriptionID: id)
+            zoneSubscription.recordType = json[WireKey.recordType]?.stringValue
             subscription = zoneSubscription
-        case "database":
+        case WireKey.database:
             let databaseSubscription = CKDatabaseSubscription(subscriptionID: id)
-            databaseSubscription.recordType = json["recordType"]?.stringValue
+            databaseSubscription.recordType = json[WireKey.recordType]?.stringValue
             subscription = databaseSubscription
         default:
             return nil
         }
-        if let info = json["notificationInfo"]?.objectValue, !info.isEmpty {
+        if let info = json[WireKey.notificationInfo]?.objectValue, !info.isEmpty {
             subscription.notificationInfo = NotificationInfo(wireJSON: info)
         }
         return subscription
@@ -144,9 +144,9 @@ public final class CKQuerySubscription: CKSubscription, @unchecked Sendable {
             queryObject["sortBy"] = nil  // subscriptions do not sort
             query = .object(queryObject)
         }
-        object["query"] = query
-        if let zoneID { object["zoneID"] = WireRecordCoder.zoneIDJSON(zoneID) }
-        object["zoneWide"] = .bool(zoneID == nil)
+        object[WireKey.query] = query
+        if let zoneID { object[WireKey.zoneID] = WireRecordCoder.zoneIDJSON(zoneID) }
+        object[WireKey.zoneWide] = .bool(zoneID == nil)
         var firesOn: [JSON] = []
         if querySubscriptionOptions.contains(.firesOnRecordCreation) { firesOn.append("create") }
         if querySubscriptionOptions.contains(.firesOnRecordUpdate) { firesOn.append("update") }
@@ -156,8 +156,8 @@ public final class CKQuerySubscription: CKSubscription, @unchecked Sendable {
                 .invalidArguments,
                 "query subscription \(subscriptionID): options must include at least one of firesOnRecordCreation, firesOnRecordUpdate, firesOnRecordDeletion")
         }
-        object["firesOn"] = .array(firesOn)
-        object["firesOnce"] = .bool(querySubscriptionOptions.contains(.firesOnce))
+        object[WireKey.firesOn] = .array(firesOn)
+        object[WireKey.firesOnce] = .bool(querySubscriptionOptions.contains(.firesOnce))
     }
 }
 
@@ -177,8 +177,8 @@ public final class CKRecordZoneSubscription: CKSubscription, @unchecked Sendable
     }
 
     override func addWireFields(to object: inout JSONObject, currentUser: String?) throws(CKError) {
-        object["zoneID"] = WireRecordCoder.zoneIDJSON(zoneID)
-        if let recordType { object["recordType"] = .string(recordType) }
+        object[WireKey.zoneID] = WireRecordCoder.zoneIDJSON(zoneID)
+        if let recordType { object[WireKey.recordType] = .string(recordType) }
     }
 }
 
@@ -197,7 +197,7 @@ public final class CKDatabaseSubscription: CKSubscription, @unchecked Sendable {
     }
 
     override func addWireFields(to object: inout JSONObject, currentUser: String?) throws(CKError) {
-        if let recordType { object["recordType"] = .string(recordType) }
+        if let recordType { object[WireKey.recordType] = .string(recordType) }
     }
 }
 
@@ -232,25 +232,25 @@ extension CKSubscription {
         /// The string keys and the `wireJSON` keys are the same names, in this order.
         private var strings: [(String, ReferenceWritableKeyPath<NotificationInfo, String?>)] {
             [
-                ("alertBody", \.alertBody), ("alertLocalizationKey", \.alertLocalizationKey), ("title", \.title),
-                ("titleLocalizationKey", \.titleLocalizationKey), ("subtitle", \.subtitle),
-                ("subtitleLocalizationKey", \.subtitleLocalizationKey), ("alertActionLocalizationKey", \.alertActionLocalizationKey),
-                ("alertLaunchImage", \.alertLaunchImage), ("soundName", \.soundName), ("category", \.category),
-                ("collapseIDKey", \.collapseIDKey),
+                (WireKey.alertBody, \.alertBody), (WireKey.alertLocalizationKey, \.alertLocalizationKey), (WireKey.title, \.title),
+                (WireKey.titleLocalizationKey, \.titleLocalizationKey), (WireKey.subtitle, \.subtitle),
+                (WireKey.subtitleLocalizationKey, \.subtitleLocalizationKey), (WireKey.alertActionLocalizationKey, \.alertActionLocalizationKey),
+                (WireKey.alertLaunchImage, \.alertLaunchImage), (WireKey.soundName, \.soundName), (WireKey.category, \.category),
+                (WireKey.collapseIDKey, \.collapseIDKey),
             ]
         }
 
         private var lists: [(String, ReferenceWritableKeyPath<NotificationInfo, [String]?>)] {
             [
-                ("alertLocalizationArgs", \.alertLocalizationArgs), ("titleLocalizationArgs", \.titleLocalizationArgs),
-                ("subtitleLocalizationArgs", \.subtitleLocalizationArgs), ("desiredKeys", \.desiredKeys),
+                (WireKey.alertLocalizationArgs, \.alertLocalizationArgs), (WireKey.titleLocalizationArgs, \.titleLocalizationArgs),
+                (WireKey.subtitleLocalizationArgs, \.subtitleLocalizationArgs), (WireKey.desiredKeys, \.desiredKeys),
             ]
         }
 
         private var flags: [(String, ReferenceWritableKeyPath<NotificationInfo, Bool>)] {
             [
-                ("shouldBadge", \.shouldBadge), ("shouldSendContentAvailable", \.shouldSendContentAvailable),
-                ("shouldSendMutableContent", \.shouldSendMutableContent),
+                (WireKey.shouldBadge, \.shouldBadge), (WireKey.shouldSendContentAvailable, \.shouldSendContentAvailable),
+                (WireKey.shouldSendMutableContent, \.shouldSendMutableContent),
             ]
         }
 

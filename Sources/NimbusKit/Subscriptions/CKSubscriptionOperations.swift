@@ -52,7 +52,7 @@ open class CKModifySubscriptionsOperation: CKDatabaseOperation, @unchecked Senda
             try Task.checkCancellation()
             var existing: [Item] = []
             for (item, entry) in zip(chunk, try await send(Array(chunk), saveAs: "create")) {
-                if case .save = item, entry["serverErrorCode"] == "EXISTS" {
+                if case .save = item, entry[WireKey.serverErrorCode] == "EXISTS" {
                     existing.append(item)
                 } else {
                     report(item, entry)
@@ -68,10 +68,10 @@ open class CKModifySubscriptionsOperation: CKDatabaseOperation, @unchecked Senda
         let operations: [JSON] = items.map { item in
             switch item {
             case .save(_, let json): return ["operationType": .string(operationType), "subscription": json]
-            case .delete(let id): return ["operationType": "delete", "subscription": ["subscriptionID": .string(id)]]
+            case .delete(let id): return ["operationType": "delete", "subscription": [WireKey.subscriptionID: .string(id)]]
             }
         }
-        return try await post("subscriptions/modify", ["operations": .array(operations)])["subscriptions"]?.arrayValue ?? []
+        return try await post("subscriptions/modify", ["operations": .array(operations)])[WireKey.subscriptions]?.arrayValue ?? []
     }
 
     private func report(_ item: Item, _ entry: JSON) {
@@ -128,7 +128,7 @@ open class CKFetchSubscriptionsOperation: CKDatabaseOperation, @unchecked Sendab
 
     override func run() async throws {
         guard let subscriptionIDs else {
-            for entry in try await post("subscriptions/list", [:])["subscriptions"]?.arrayValue ?? [] {
+            for entry in try await post("subscriptions/list", [:])[WireKey.subscriptions]?.arrayValue ?? [] {
                 guard let subscription = CKSubscription.from(entry, currentUser: currentUser) else { continue }
                 fetched[subscription.subscriptionID] = subscription
                 perSubscriptionResultBlock?(subscription.subscriptionID, .success(subscription))
@@ -137,8 +137,8 @@ open class CKFetchSubscriptionsOperation: CKDatabaseOperation, @unchecked Sendab
         }
         for chunk in chunked(subscriptionIDs, size: Self.itemsPerRequest) {
             try Task.checkCancellation()
-            let body: JSON = ["subscriptions": .array(chunk.map { ["subscriptionID": .string($0)] })]
-            let entries = try await post("subscriptions/lookup", body)["subscriptions"]?.arrayValue ?? []
+            let body: JSON = [WireKey.subscriptions: .array(chunk.map { [WireKey.subscriptionID: .string($0)] })]
+            let entries = try await post("subscriptions/lookup", body)[WireKey.subscriptions]?.arrayValue ?? []
             for (id, entry) in zip(chunk, entries) {
                 if !isErrorEntry(entry), let subscription = CKSubscription.from(entry, currentUser: currentUser) {
                     fetched[id] = subscription

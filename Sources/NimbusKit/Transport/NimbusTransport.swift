@@ -92,11 +92,11 @@ final class NimbusTransport: Sendable {
             throw CKError(.badContainer, "cannot build a URL from the server URL '\(configuration.serverURL)'")
         }
         var query = [
-            URLQueryItem(name: "ckAPIToken", value: configuration.apiToken),
-            URLQueryItem(name: "ckDeviceID", value: configuration.deviceID),
+            URLQueryItem(name: WireKey.ckAPIToken, value: configuration.apiToken),
+            URLQueryItem(name: WireKey.ckDeviceID, value: configuration.deviceID),
         ]
-        if let token = state.webAuthToken { query.append(URLQueryItem(name: "ckWebAuthToken", value: token)) }
-        if let syncToken { query.append(URLQueryItem(name: "syncToken", value: syncToken)) }
+        if let token = state.webAuthToken { query.append(URLQueryItem(name: WireKey.ckWebAuthToken, value: token)) }
+        if let syncToken { query.append(URLQueryItem(name: WireKey.syncToken, value: syncToken)) }
         components.queryItems = query
         let encodedQuery = components.percentEncodedQuery?.replacingOccurrences(of: "+", with: "%2B")
         components.percentEncodedQuery = encodedQuery
@@ -112,8 +112,8 @@ final class NimbusTransport: Sendable {
     func signIn(username: String, password: String) async throws(CKError) -> String {
         let answer = try await send(
             "auth/1/\(configuration.containerIdentifier)/\(configuration.environment.rawValue)/signin",
-            ["username": .string(username), "password": .string(password)])
-        guard let token = answer["ckWebAuthToken"]?.stringValue, let recordName = answer["userRecordName"]?.stringValue else {
+            [WireKey.username: .string(username), WireKey.password: .string(password)])
+        guard let token = answer[WireKey.ckWebAuthToken]?.stringValue, let recordName = answer[WireKey.userRecordName]?.stringValue else {
             throw CKError(.internalError, "the server's sign-in answer has no ckWebAuthToken")
         }
         state.webAuthToken = token
@@ -125,7 +125,7 @@ final class NimbusTransport: Sendable {
         guard let token = state.webAuthToken else { return }
         _ = try await send(
             "auth/1/\(configuration.containerIdentifier)/\(configuration.environment.rawValue)/signout", [:],
-            extraQuery: [URLQueryItem(name: "ckWebAuthToken", value: token)], sendSession: false)
+            extraQuery: [URLQueryItem(name: WireKey.ckWebAuthToken, value: token)], sendSession: false)
         state.webAuthToken = nil
         state.userRecordName = nil
     }
@@ -142,8 +142,8 @@ final class NimbusTransport: Sendable {
         timeout: TimeInterval? = nil
     ) async throws(CKError) -> JSON {
         var components = URLComponents(url: configuration.serverURL.appendingPathComponent(path), resolvingAgainstBaseURL: false)
-        var query = [URLQueryItem(name: "ckAPIToken", value: configuration.apiToken)] + extraQuery
-        if sendSession, let token = state.webAuthToken { query.append(URLQueryItem(name: "ckWebAuthToken", value: token)) }
+        var query = [URLQueryItem(name: WireKey.ckAPIToken, value: configuration.apiToken)] + extraQuery
+        if sendSession, let token = state.webAuthToken { query.append(URLQueryItem(name: WireKey.ckWebAuthToken, value: token)) }
         components?.queryItems = query
         // `+` is legal in a query but servers read it as a space; tokens are base64.
         let encodedQuery = components?.percentEncodedQuery?.replacingOccurrences(of: "+", with: "%2B")
@@ -180,7 +180,7 @@ final class NimbusTransport: Sendable {
             throw Self.garbage(status: http.statusCode, data: data, retryAfter: retryAfter)
         }
         guard (200..<300).contains(http.statusCode) else {
-            guard json["serverErrorCode"] != nil else {
+            guard json[WireKey.serverErrorCode] != nil else {
                 throw Self.garbage(status: http.statusCode, data: data, retryAfter: retryAfter)
             }
             let error = CKError.fromServer(json)

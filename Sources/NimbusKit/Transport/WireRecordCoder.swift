@@ -11,8 +11,8 @@ enum WireRecordCoder {
     /// NimbusKit calls it `CKCurrentUserDefaultName`, as CloudKit does, so IDs made locally and
     /// IDs the server returns compare equal.
     static func zoneID(_ json: JSON?, currentUser: String?) -> CKRecordZone.ID {
-        let name = json?["zoneName"]?.stringValue ?? CKRecordZone.ID.defaultZoneName
-        let owner = json?["ownerRecordName"]?.stringValue
+        let name = json?[WireKey.zoneName]?.stringValue ?? CKRecordZone.ID.defaultZoneName
+        let owner = json?[WireKey.ownerRecordName]?.stringValue
         return CKRecordZone.ID(zoneName: name, ownerName: ownerName(owner, currentUser: currentUser))
     }
 
@@ -21,11 +21,12 @@ enum WireRecordCoder {
         return owner
     }
 
-    static func zoneIDJSON(_ zoneID: CKRecordZone.ID) -> JSON {
-        var object: JSONObject = ["zoneName": .string(zoneID.zoneName)]
-        if zoneID.ownerName != CKCurrentUserDefaultName { object["ownerRecordName"] = .string(zoneID.ownerName) }
-        return .object(object)
+    static func zoneIDInput(_ zoneID: CKRecordZone.ID) -> ZoneIDInput {
+        ZoneIDInput(
+            zoneName: zoneID.zoneName, ownerRecordName: zoneID.ownerName == CKCurrentUserDefaultName ? nil : zoneID.ownerName)
     }
+
+    static func zoneIDJSON(_ zoneID: CKRecordZone.ID) -> JSON { zoneIDInput(zoneID).json }
 
     // MARK: Field values
 
@@ -135,29 +136,29 @@ enum WireRecordCoder {
 
     /// A record dictionary from the server as a `CKRecord`, with nothing marked changed.
     static func record(_ json: JSON, zoneID: CKRecordZone.ID?, currentUser: String?) throws(CKError) -> CKRecord {
-        guard let name = json["recordName"]?.stringValue, let type = json["recordType"]?.stringValue else {
+        guard let name = json[WireKey.recordName]?.stringValue, let type = json[WireKey.recordType]?.stringValue else {
             throw CKError(.serverResponseLost, "the server sent a record without recordName or recordType")
         }
-        let zone = zoneID ?? self.zoneID(json["zoneID"], currentUser: currentUser)
+        let zone = zoneID ?? self.zoneID(json[WireKey.zoneID], currentUser: currentUser)
         let record = CKRecord(recordType: type, recordID: CKRecord.ID(recordName: name, zoneID: zone))
-        if case .object(let fields) = json["fields"] ?? .null {
+        if case .object(let fields) = json[WireKey.fields] ?? .null {
             for (key, value) in try decodeFields(fields, zoneID: zone, currentUser: currentUser) {
                 record.setObject(value, forKey: key)
             }
         }
-        record.recordChangeTag = json["recordChangeTag"]?.stringValue
-        if let created = json["created"] {
-            record.creationDate = created["timestamp"]?.int64Value.map { Date(timeIntervalSince1970: Double($0) / 1000) }
-            record.creatorUserRecordID = created["userRecordName"]?.stringValue.map { userRecordID($0, currentUser: currentUser) }
+        record.recordChangeTag = json[WireKey.recordChangeTag]?.stringValue
+        if let created = json[WireKey.created] {
+            record.creationDate = created[WireKey.timestamp]?.int64Value.map { Date(timeIntervalSince1970: Double($0) / 1000) }
+            record.creatorUserRecordID = created[WireKey.userRecordName]?.stringValue.map { userRecordID($0, currentUser: currentUser) }
         }
-        if let modified = json["modified"] {
-            record.modificationDate = modified["timestamp"]?.int64Value.map { Date(timeIntervalSince1970: Double($0) / 1000) }
-            record.lastModifiedUserRecordID = modified["userRecordName"]?.stringValue.map {
+        if let modified = json[WireKey.modified] {
+            record.modificationDate = modified[WireKey.timestamp]?.int64Value.map { Date(timeIntervalSince1970: Double($0) / 1000) }
+            record.lastModifiedUserRecordID = modified[WireKey.userRecordName]?.stringValue.map {
                 userRecordID($0, currentUser: currentUser)
             }
-            record.modifiedByDevice = modified["deviceID"]?.stringValue
+            record.modifiedByDevice = modified[WireKey.deviceID]?.stringValue
         }
-        let parent = json["parent"]?["recordName"]?.stringValue.map {
+        let parent = json[WireKey.parent]?[WireKey.recordName]?.stringValue.map {
             CKRecord.Reference(recordID: CKRecord.ID(recordName: $0, zoneID: zone), action: .none)
         }
         record.markFetchedFromServer(parent: parent)
@@ -174,7 +175,7 @@ enum WireRecordCoder {
     {
         var result: [(String, any CKRecordValue)] = []
         for (key, field) in fields.pairs {
-            guard let typeName = field["type"]?.stringValue, let type = FieldType(wireName: typeName), let raw = field["value"]
+            guard let typeName = field[WireKey.type]?.stringValue, let type = FieldType(wireName: typeName), let raw = field[WireKey.value]
             else { throw CKError(.serverResponseLost, "the server sent field '\(key)' without a type or value") }
             let value: FieldValue
             do {
@@ -188,25 +189,17 @@ enum WireRecordCoder {
     }
 
     /// The record dictionary of a save: the given keys (removed ones as null), change tag and parent.
-    static func recordJSON(_ record: CKRecord, keys: [String], includeChangeTag: Bool) throws(CKError) -> JSON {
-        var fields = JSONObject()
+    /// The `record` of a modify operation: `keys` with their values (a removed key clears the
+    /// field), the change tag when the save checks it, the parent when it changed.
+    static func recordInput(_ record: CKRecord, keys: [String], includeChangeTag: Bool) throws(CKError) -> RecordInput {
+        var fields: [(name: String, field: RawField)] = []
         for (key, value) in record.snapshot(keys: keys) {
-            if let value {
-                fields[key] = try fieldValue(value, key: key).fieldJSON()
-            } else {
-                fields[key] = .null
-            }
+            fields.append((key, try value.map { value throws(CKError) in try fieldValue(value, key: key).rawField } ?? RawField(value: .null, declaredType: nil)))
         }
-        var object: JSONObject = [
-            "recordName": .string(record.recordID.recordName),
-            "recordType": .string(record.recordType),
-            "fields": .object(fields),
-        ]
-        if includeChangeTag, let tag = record.recordChangeTag { object["recordChangeTag"] = .string(tag) }
-        if record.isParentChanged {
-            object["parent"] = record.parent.map { .object(["recordName": .string($0.recordID.recordName)]) } ?? .null
-        }
-        return .object(object)
+        return RecordInput(
+            recordName: record.recordID.recordName, recordType: record.recordType,
+            recordChangeTag: includeChangeTag ? record.recordChangeTag : nil, fields: fields,
+            parent: record.isParentChanged ? .some(record.parent?.recordID.recordName) : nil)
     }
 
     // MARK: Local archive of fields (NSSecureCoding)

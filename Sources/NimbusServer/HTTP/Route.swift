@@ -58,7 +58,7 @@ struct RouteInput: Sendable {
         }
     }
 
-    func query(_ name: String) -> String? { request.uri.queryParameters[Substring(name)].map(String.init) }
+    func query(_ name: String) -> String? { request.query(name) }
 
     /// The body as a JSON object, read only now (after authentication) and capped at
     /// `Limits.requestBodyBytes`; an empty body reads as `{}` (GET endpoints, lenient clients).
@@ -96,4 +96,9 @@ extension RouterMethods where Context == NimbusRequestContext {
         }
         return self
     }
+}
+
+extension Request {
+    /// A query parameter's value (`ckAPIToken`, …), percent-decoded.
+    func query(_ name: String) -> String? { uri.queryParameters[Substring(name)].map(String.init) }
 }

@@ -34,18 +34,17 @@ struct AuthenticationMiddleware: RouterMiddleware {
             throw CloudKitError.badRequest(
                 "unknown environment '\(Names.escaped(environmentName))'; use development or production")
         }
-        if let database = parameters.get("database") {
+        if let database = parameters.get(WireKey.database) {
             guard let scope = DatabaseScope(rawValue: database) else {
                 throw CloudKitError.badRequest("unknown database '\(Names.escaped(database))'; use public, private or shared")
             }
             context.scope = scope
         }
         context.exchange.update { $0.container = container }
-        let query = request.uri.queryParameters
         let webAuthToken =
-            credentials == .session ? query["ckWebAuthToken"].map(String.init).flatMap { $0.isEmpty ? nil : $0 } : nil
+            credentials == .session ? request.query(WireKey.ckWebAuthToken).flatMap { $0.isEmpty ? nil : $0 } : nil
         let caller = try await service.authenticate(
-            container: container, environment: environment, apiToken: query["ckAPIToken"].map(String.init),
+            container: container, environment: environment, apiToken: request.query(WireKey.ckAPIToken),
             webAuthToken: webAuthToken, deviceID: try Self.deviceID(request))
         context.caller = caller
         context.exchange.update { facts in
@@ -58,7 +57,7 @@ struct AuthenticationMiddleware: RouterMiddleware {
     /// The device a change is attributed to (`created.deviceID`): the `X-Nimbus-Device-ID`
     /// header or `ckDeviceID` query parameter, else "iCloud" as Apple's web services report.
     static func deviceID(_ request: Request) throws -> String {
-        let given = request.headers[deviceIDHeader] ?? request.uri.queryParameters["ckDeviceID"].map(String.init)
+        let given = request.headers[deviceIDHeader] ?? request.query(WireKey.ckDeviceID)
         guard let given, !given.isEmpty else { return Names.anonymousDevice }
         guard given.utf8.count <= 64, given.utf8.allSatisfy({ (0x21...0x7E).contains($0) }) else {
             throw CloudKitError.badRequest("the device ID must be 1 to 64 printable ASCII characters without spaces")

@@ -15,7 +15,7 @@ struct CORSMiddleware: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
         -> Response
     {
-        let apiToken = request.uri.queryParameters["ckAPIToken"].map(String.init).flatMap { $0.isEmpty ? nil : $0 }
+        let apiToken = request.query(WireKey.ckAPIToken).flatMap { $0.isEmpty ? nil : $0 }
         if let origin = request.headers[.origin] {
             let grant = try await grant(for: origin, apiToken: apiToken)
             context.exchange.update { $0.allowedOrigin = grant }

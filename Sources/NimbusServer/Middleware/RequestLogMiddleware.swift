@@ -1,3 +1,4 @@
+import NimbusWire
 import Hummingbird
 import Logging
 import NIOCore

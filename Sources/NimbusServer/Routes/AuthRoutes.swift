@@ -20,14 +20,14 @@ enum AuthRoutes {
             }
             let body = try await input.body()
             let (token, userRecordName) = try await input.service.signIn(
-                container: caller.container, environment: caller.environment, apiToken: input.query("ckAPIToken"),
-                userName: try body.requiredString("username"), password: try body.requiredString("password"))
+                container: caller.container, environment: caller.environment, apiToken: input.query(WireKey.ckAPIToken),
+                userName: try body.requiredString(WireKey.username), password: try body.requiredString(WireKey.password))
             input.context.exchange.update { $0.webAuthToken = token }
             return Reply.json(
-                ["ckWebAuthToken": .string(token), "userRecordName": .string(userRecordName)], context: input.context)
+                [WireKey.ckWebAuthToken: .string(token), WireKey.userRecordName: .string(userRecordName)], context: input.context)
         },
         .json("signout") { input in
-            guard let token = input.query("ckWebAuthToken"), !token.isEmpty else {
+            guard let token = input.query(WireKey.ckWebAuthToken), !token.isEmpty else {
                 throw CloudKitError.badRequest("missing ckWebAuthToken: name the session to sign out")
             }
             try await input.service.signOut(webAuthToken: token)

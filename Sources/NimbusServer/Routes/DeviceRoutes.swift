@@ -30,7 +30,7 @@ enum DeviceRoutes {
             .json(NotificationSocket.path) { input in
                 let caller = try input.caller
                 _ = try caller.requireUser(for: "The notification stream")
-                if let token = input.query("syncToken") {
+                if let token = input.query(WireKey.syncToken) {
                     _ = try await input.service.notificationChanges(caller, token: token, limit: 1)
                 }
                 throw CloudKitError.badRequest(

@@ -12,8 +12,8 @@ enum UserRoutes {
         .json("users/caller") { input in
             let user = try input.caller.requireUser(for: "users/caller")
             let identity: JSONObject = [
-                "userRecordName": .string(user.recordName),
-                "lookupInfo": .object(["userRecordName": .string(user.recordName)]),
+                WireKey.userRecordName: .string(user.recordName),
+                "lookupInfo": .object([WireKey.userRecordName: .string(user.recordName)]),
                 "nameComponents": .object(["nickname": .string(user.name)]),
             ]
             var object = identity
@@ -22,7 +22,7 @@ enum UserRoutes {
         },
         .json("users/current") { input in
             let user = try input.caller.requireUser(for: "users/current")
-            return ["userRecordName": .string(user.recordName), "firstName": .string(user.name)]
+            return [WireKey.userRecordName: .string(user.recordName), "firstName": .string(user.name)]
         },
     ]
 }

@@ -17,7 +17,7 @@ enum ZoneRoutes {
             var changes = try await input.service.databaseChanges(
                 input.target, DatabaseChangesRequest(json: input.body()), allowPublic: true)
             if case .object(var object) = changes {
-                object["metaSyncToken"] = object["syncToken"]
+                object["metaSyncToken"] = object[WireKey.syncToken]
                 changes = .object(object)
             }
             return changes

@@ -101,7 +101,7 @@ final class LiveConnections: NotificationSink, @unchecked Sendable {
                                     notificationID: notification.notificationID, payload: notification.payload,
                                     syncToken: notification.syncToken)))
                     case .badge(let value):
-                        try await outbound.write(.text(LiveConnections.frameText(["type": "badge", "badgeValue": .int(value)])))
+                        try await outbound.write(.text(LiveConnections.frameText([WireKey.type: .string(WireKey.badge), WireKey.badgeValue: .int(value)])))
                     case .ping:
                         try await outbound.write(.custom(WebSocketFrame(fin: true, opcode: .ping, data: ByteBuffer())))
                     }
@@ -180,8 +180,8 @@ final class LiveConnections: NotificationSink, @unchecked Sendable {
     /// `{"type": "badge", "badgeValue"}` or, after the replay, `{"type": "ready", "syncToken"}`.
     static func frame(notificationID: String, payload: JSON, syncToken: String) -> String {
         frameText([
-            "type": "notification", "notificationID": .string(notificationID), "payload": payload,
-            "syncToken": .string(syncToken),
+            WireKey.type: .string(WireKey.notification), "notificationID": .string(notificationID), WireKey.payload: payload,
+            WireKey.syncToken: .string(syncToken),
         ])
     }
 

@@ -38,18 +38,18 @@ enum NotificationSocket {
         else { return .dontUpgrade }
         var query: [String: String] = [:]
         for item in components.queryItems ?? [] { query[item.name] = item.value ?? "" }
-        let deviceID = query["ckDeviceID"].flatMap { $0.isEmpty ? nil : $0 } ?? Names.anonymousDevice
+        let deviceID = query[WireKey.ckDeviceID].flatMap { $0.isEmpty ? nil : $0 } ?? Names.anonymousDevice
         guard let caller = try? await service.authenticate(
-                container: parts[2], environment: environment, apiToken: query["ckAPIToken"],
-                webAuthToken: query["ckWebAuthToken"], deviceID: deviceID),
+                container: parts[2], environment: environment, apiToken: query[WireKey.ckAPIToken],
+                webAuthToken: query[WireKey.ckWebAuthToken], deviceID: deviceID),
             let user = caller.user
         else { return .dontUpgrade }
         // A bad token is refused before the upgrade, so the client sees an HTTP error it can read.
-        guard (try? await service.notificationChanges(caller, token: query["syncToken"], limit: 1)) != nil else {
+        guard (try? await service.notificationChanges(caller, token: query[WireKey.syncToken], limit: 1)) != nil else {
             return .dontUpgrade
         }
         let owner = NotificationOwner(container: caller.container, environment: caller.environment, userID: user.id)
-        let since = query["syncToken"]
+        let since = query[WireKey.syncToken]
         return .upgrade([:]) { inbound, outbound, _ in
             // Registered before the replay, so nothing falls between the two; live frames
             // wait in the connection until the replay is written.
@@ -81,7 +81,7 @@ enum NotificationSocket {
             token = page.syncToken
             if !page.moreComing { break }
         }
-        try await outbound.write(.text(LiveConnections.frameText(["type": "ready", "syncToken": .string(token ?? "")])))
+        try await outbound.write(.text(LiveConnections.frameText([WireKey.type: .string(WireKey.ready), WireKey.syncToken: .string(token ?? "")])))
         return replayedThrough
     }
 }

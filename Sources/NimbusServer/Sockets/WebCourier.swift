@@ -89,7 +89,7 @@ final class WebCourier: NotificationSink, @unchecked Sendable {
     }
 
     func deliverBadge(_ value: Int64, to owner: NotificationOwner, from deviceID: String) {
-        post(JSON.object(["aps": ["badge": .int(value)]]).serialized(), to: owner) { $0 != deviceID }
+        post(JSON.object([WireKey.aps: [WireKey.badge: .int(value)]]).serialized(), to: owner) { $0 != deviceID }
     }
 
     private func post(_ payload: [UInt8], to owner: NotificationOwner, where isRecipient: (String) -> Bool) {
