@@ -14,15 +14,19 @@ build_release() {
   BIN=$(swift build -c release --show-bin-path)
 }
 
+# The server binary (`NIMBUS`, default this build's) and flags it gets beyond the usual ones
+# (`SERVE_FLAGS`; Benchmarks/ab.sh runs an older build that lacks the connection cap).
 start_server() {
+  NIMBUS=${NIMBUS:-$BIN/nimbus}
+  local serve_flags=${SERVE_FLAGS---connections-per-client 0}
   local mode=$1
   ENVIRONMENT=${2:-development}
   DATA=$(mktemp -d /tmp/nimbus-bench.XXXXXX)
   C=iCloud.bench.nimbus
-  "$BIN/nimbus" containers create "$C" --data-dir "$DATA" >/dev/null
-  TOKEN=$("$BIN/nimbus" tokens create --container "$C" --data-dir "$DATA")
-  NIMBUS_PASSWORD_ROUNDS=1000 "$BIN/nimbus" users create bench --password bench-password --data-dir "$DATA" >/dev/null
-  "$BIN/nimbus" serve --data-dir "$DATA" --port 0 --sync "$mode" --log-level error --connections-per-client 0 > "$DATA/serve.log" 2>&1 &
+  "$NIMBUS" containers create "$C" --data-dir "$DATA" >/dev/null
+  TOKEN=$("$NIMBUS" tokens create --container "$C" --data-dir "$DATA")
+  NIMBUS_PASSWORD_ROUNDS=1000 "$NIMBUS" users create bench --password bench-password --data-dir "$DATA" >/dev/null
+  "$NIMBUS" serve --data-dir "$DATA" --port 0 --sync "$mode" --log-level error $serve_flags > "$DATA/serve.log" 2>&1 &
   PID=$!
   trap 'kill $PID 2>/dev/null || true' EXIT
   for _ in $(seq 1 100); do grep -q "listening on" "$DATA/serve.log" && break; sleep 0.1; done
@@ -32,13 +36,13 @@ start_server() {
     curl -s -X POST "$URL/database/1/$C/development/public/records/modify?ckAPIToken=$TOKEN&ckWebAuthToken=$WEB" -d '{"operations":[
       {"operationType":"create","record":{"recordType":"Item","recordName":"schema","fields":{"title":{"value":"t","type":"STRING"},
       "category":{"value":"c","type":"STRING"},"count":{"value":1,"type":"INT64"},"score":{"value":0.5,"type":"DOUBLE"}}}}]}' >/dev/null
-    "$BIN/nimbus" schema deploy --container "$C" --data-dir "$DATA" >/dev/null
+    "$NIMBUS" schema deploy --container "$C" --data-dir "$DATA" >/dev/null
     local field
     for field in title:none score:none category:queryable count:sortable; do
-      "$BIN/nimbus" schema index --container "$C" --environment production --record-type Item \
+      "$NIMBUS" schema index --container "$C" --environment production --record-type Item \
         --field "${field%%:*}" --set "${field##*:}" --data-dir "$DATA" >/dev/null
     done
-    TOKEN=$("$BIN/nimbus" tokens create --container "$C" --environment production --data-dir "$DATA")
+    TOKEN=$("$NIMBUS" tokens create --container "$C" --environment production --data-dir "$DATA")
   fi
   WEB=$(sign_in "$ENVIRONMENT")
   curl -s -X POST "$URL/database/1/$C/$ENVIRONMENT/private/zones/modify?ckAPIToken=$TOKEN&ckWebAuthToken=$WEB" \

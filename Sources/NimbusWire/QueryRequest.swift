@@ -88,43 +88,43 @@ public struct RecordsQueryRequest: Sendable {
         numbersAsStrings = try readNumbersAsStrings(json)
         filters = try QueryFilterInput.filters(of: query)
         sorts = []
-        for element in try query.array("sortBy") ?? [] {
+        for element in try query.array(WireKey.sortBy) ?? [] {
             if sorts.count == Self.maximumTerms.value {
                 throw .limitExceeded(Self.maximumTerms, actual: sorts.count + 1, what: "the number of sort keys")
             }
             let sort = try element.object()
-            guard let field = try Self.fieldName(sort, optional: false) else { throw sort.missing("fieldName") }
+            guard let field = try Self.fieldName(sort, optional: false) else { throw sort.missing(WireKey.fieldName) }
             var location: Location?
-            if let relative = try sort.object("relativeLocation") {
+            if let relative = try sort.object(WireKey.relativeLocation) {
                 let value = try relative.object(WireKey.value) ?? relative
                 location = try Location(json: value)
             }
             sorts.append(
-                QuerySortInput(fieldName: field, ascending: try sort.bool("ascending") ?? true, relativeLocation: location, path: element.path))
+                QuerySortInput(fieldName: field, ascending: try sort.bool(WireKey.ascending) ?? true, relativeLocation: location, path: element.path))
         }
     }
 
     fileprivate static func fieldName(_ json: ObjectReader, optional: Bool) throws(CloudKitError) -> String? {
-        if let system = try json.string("systemFieldName") {
+        if let system = try json.string(WireKey.systemFieldName) {
             guard let field = SystemField(wireName: system) else {
                 throw .badRequest(
-                    "\(json.childPath("systemFieldName")): '\(Names.escaped(system))' is not a system field; use \(SystemField.allCases.map(\.wireName).sorted().joined(separator: ", "))")
+                    "\(json.childPath(WireKey.systemFieldName)): '\(Names.escaped(system))' is not a system field; use \(SystemField.allCases.map(\.wireName).sorted().joined(separator: ", "))")
             }
             return field.rawValue
         }
-        guard let name = try json.string("fieldName") else {
+        guard let name = try json.string(WireKey.fieldName) else {
             if optional { return nil }
-            throw json.missing("fieldName")
+            throw json.missing(WireKey.fieldName)
         }
         if name == "___recordId" { return SystemField.recordID.rawValue }
         if name.hasPrefix("___") {
             guard SystemField(rawValue: name) != nil || name == SystemField.allTokens else {
-                throw .badRequest("\(json.childPath("fieldName")): '\(Names.escaped(name))' is not a system field")
+                throw .badRequest("\(json.childPath(WireKey.fieldName)): '\(Names.escaped(name))' is not a system field")
             }
             return name == SystemField.allTokens ? nil : name
         }
         if name == "allTokens", optional { return nil }
-        try Names.validateIdentifier(name, kind: "field name", path: json.childPath("fieldName"))
+        try Names.validateIdentifier(name, kind: "field name", path: json.childPath(WireKey.fieldName))
         return name
     }
 }
@@ -133,18 +133,18 @@ extension QueryFilterInput {
     /// The `filterBy` array of a `query` object (a query's or a query subscription's).
     public static func filters(of query: ObjectReader) throws(CloudKitError) -> [QueryFilterInput] {
         var filters: [QueryFilterInput] = []
-        for element in try query.array("filterBy") ?? [] {
+        for element in try query.array(WireKey.filterBy) ?? [] {
             if filters.count == RecordsQueryRequest.maximumTerms.value {
                 throw .limitExceeded(RecordsQueryRequest.maximumTerms, actual: filters.count + 1, what: "the number of filters")
             }
             let filter = try element.object()
-            let name = try filter.requiredString("comparator")
+            let name = try filter.requiredString(WireKey.comparator)
             guard let comparator = QueryComparator(rawValue: name.uppercased()) else {
                 throw .badRequest(
-                    "\(filter.childPath("comparator")): '\(Names.escaped(name))' is not a comparator; use one of \(QueryComparator.allCases.map(\.rawValue).joined(separator: ", "))")
+                    "\(filter.childPath(WireKey.comparator)): '\(Names.escaped(name))' is not a comparator; use one of \(QueryComparator.allCases.map(\.rawValue).joined(separator: ", "))")
             }
             let field = try RecordsQueryRequest.fieldName(filter, optional: comparator == .containsAllTokens || comparator == .containsAnyTokens)
-            let fieldValue = try filter.requiredObject("fieldValue")
+            let fieldValue = try filter.requiredObject(WireKey.fieldValue)
             var declared: DeclaredFieldType?
             if let typeName = try fieldValue.string(WireKey.type) {
                 guard let parsed = DeclaredFieldType(wire: typeName) else {
@@ -154,9 +154,9 @@ extension QueryFilterInput {
             }
             guard let value = fieldValue.value(WireKey.value) else { throw fieldValue.missing(WireKey.value) }
             var distance: Double?
-            if let raw = filter.value("distance") {
+            if let raw = filter.value(WireKey.distance) {
                 guard let number = raw.doubleValue, number.isFinite, number >= 0 else {
-                    throw .badRequest("\(filter.childPath("distance")): expected a distance in meters (a number of 0 or more)")
+                    throw .badRequest("\(filter.childPath(WireKey.distance)): expected a distance in meters (a number of 0 or more)")
                 }
                 distance = number
             }

@@ -179,3 +179,158 @@ extension JSON {
     /// An array of strings.
     public static func strings(_ values: [String]) -> JSON { .array(values.map(JSON.string)) }
 }
+
+extension SubscriptionInput {
+    /// A subscription as a client defines it. A query subscription carries its `query` object
+    /// (`recordType` and `filterBy`, as `records/query` sends it); `filters` are what the server
+    /// reads out of it, so a client leaves them empty.
+    public init(
+        subscriptionID: String, type: SubscriptionType, recordType: String? = nil, queryJSON: JSON? = nil,
+        zoneID: ZoneIDInput? = nil, zoneWide: Bool = false, firesOn: FiresOn = .all, firesOnce: Bool = false,
+        notificationInfo: JSONObject = [:]
+    ) {
+        self.subscriptionID = subscriptionID
+        self.type = type
+        self.recordType = recordType
+        self.filters = []
+        self.queryJSON = queryJSON
+        self.zoneID = zoneID
+        self.zoneWide = zoneWide
+        self.firesOn = firesOn
+        self.firesOnce = firesOnce
+        self.notificationInfo = notificationInfo
+    }
+
+    public var json: JSON {
+        var object: JSONObject = [
+            WireKey.subscriptionID: .string(subscriptionID), WireKey.subscriptionType: .string(type.rawValue),
+        ]
+        if let zoneID { object[WireKey.zoneID] = zoneID.json }
+        switch type {
+        case .query:
+            if let queryJSON { object[WireKey.query] = queryJSON }
+            object[WireKey.zoneWide] = .bool(zoneWide)
+            object[WireKey.firesOn] = .strings(FiresOn.wireNames.filter { firesOn.contains($0.1) }.map(\.0))
+            object[WireKey.firesOnce] = .bool(firesOnce)
+        case .zone, .database:
+            if let recordType { object[WireKey.recordType] = .string(recordType) }
+        }
+        if !notificationInfo.isEmpty { object[WireKey.notificationInfo] = .object(notificationInfo) }
+        return .object(object)
+    }
+}
+
+extension SubscriptionsModifyRequest.Operation {
+    /// Saving (create or update) a subscription.
+    public init(type: SubscriptionOperationType, subscription: SubscriptionInput) {
+        self.init(type: type, subscriptionID: subscription.subscriptionID, subscription: subscription)
+    }
+
+    /// Deleting one.
+    public init(deleting subscriptionID: String) {
+        self.init(type: .delete, subscriptionID: subscriptionID, subscription: nil)
+    }
+
+    public var json: JSON {
+        [
+            WireKey.operationType: .string(type.rawValue),
+            WireKey.subscription: subscription?.json ?? .object([WireKey.subscriptionID: .string(subscriptionID)]),
+        ]
+    }
+}
+
+extension SubscriptionsModifyRequest {
+    public init(operations: [Operation]) { self.operations = operations }
+
+    public var json: JSON { [WireKey.operations: .array(operations.map(\.json))] }
+}
+
+extension SubscriptionsLookupRequest {
+    public init(subscriptionIDs: [String]) { self.subscriptionIDs = subscriptionIDs }
+
+    public var json: JSON {
+        [WireKey.subscriptions: .array(subscriptionIDs.map { .object([WireKey.subscriptionID: .string($0)]) })]
+    }
+}
+
+extension QueryFilterInput {
+    /// A filter as a client writes it. `fieldName` is a record field, a system field's schema
+    /// name (`SystemField.rawValue`), or nil for every string field's tokens.
+    public init(comparator: QueryComparator, fieldName: String?, field: RawField, distance: Double? = nil) {
+        self.init(
+            comparator: comparator, fieldName: fieldName, value: field.value, declaredType: field.declaredType,
+            distance: distance, path: "")
+    }
+
+    public var json: JSON {
+        var object: JSONObject = [WireKey.comparator: .string(comparator.rawValue)]
+        encodeFieldName(fieldName, into: &object)
+        object[WireKey.fieldValue] = RawField(value: value, declaredType: declaredType).json
+        if let distance { object[WireKey.distance] = .double(distance) }
+        return .object(object)
+    }
+}
+
+extension QuerySortInput {
+    public init(fieldName: String, ascending: Bool = true, relativeLocation: Location? = nil) {
+        self.init(fieldName: fieldName, ascending: ascending, relativeLocation: relativeLocation, path: "")
+    }
+
+    public var json: JSON {
+        var object: JSONObject = [:]
+        encodeFieldName(fieldName, into: &object)
+        object[WireKey.ascending] = .bool(ascending)
+        if let relativeLocation { object[WireKey.relativeLocation] = FieldValue.location(relativeLocation).fieldJSON() }
+        return .object(object)
+    }
+}
+
+/// A system field by its wire name (`systemFieldName`), every field's tokens as `___allTokens`,
+/// anything else as `fieldName`.
+private func encodeFieldName(_ name: String?, into object: inout JSONObject) {
+    if let name, let system = SystemField(rawValue: name) {
+        object[WireKey.systemFieldName] = .string(system.wireName)
+    } else {
+        object[WireKey.fieldName] = .string(name ?? SystemField.allTokens)
+    }
+}
+
+extension RecordsQueryRequest {
+    /// The `query` object of a record type, its filters and its sort keys.
+    public static func queryJSON(recordType: String, filters: [QueryFilterInput], sorts: [QuerySortInput]) -> JSON {
+        [
+            WireKey.recordType: .string(recordType), WireKey.filterBy: .array(filters.map(\.json)),
+            WireKey.sortBy: .array(sorts.map(\.json)),
+        ]
+    }
+
+    /// A query (or its next page) as a client sends it. `queryJSON` is the `query` object; a
+    /// continuation marker is bound to it, so a cursor resends it unchanged.
+    public init(
+        queryJSON: JSON, zoneID: ZoneIDInput = .defaultZone, zoneWide: Bool = false,
+        resultsLimit: Int = Limits.resultsPerPage.value, continuationMarker: String? = nil, desiredKeys: [String]? = nil,
+        numbersAsStrings: Bool = false
+    ) {
+        self.queryJSON = queryJSON
+        self.recordType = queryJSON[WireKey.recordType]?.stringValue ?? ""
+        // What the server reads out of `queryJSON`; a client's request is the JSON it sends.
+        self.filters = []
+        self.sorts = []
+        self.zoneID = zoneID
+        self.zoneWide = zoneWide
+        self.resultsLimit = resultsLimit
+        self.continuationMarker = continuationMarker
+        self.desiredKeys = desiredKeys
+        self.numbersAsStrings = numbersAsStrings
+    }
+
+    public var json: JSON {
+        var object: JSONObject = [WireKey.query: queryJSON, WireKey.zoneID: zoneID.json]
+        if zoneWide { object[WireKey.zoneWide] = .bool(true) }
+        object[WireKey.resultsLimit] = .int(Int64(resultsLimit))
+        if let continuationMarker { object[WireKey.continuationMarker] = .string(continuationMarker) }
+        if let desiredKeys { object[WireKey.desiredKeys] = .strings(desiredKeys) }
+        if numbersAsStrings { object[WireKey.numbersAsStrings] = .bool(true) }
+        return .object(object)
+    }
+}

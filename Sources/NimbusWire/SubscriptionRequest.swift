@@ -83,8 +83,8 @@ public struct SubscriptionInput: Sendable {
             try Names.validateIdentifier(recordType, kind: "record type", path: query.childPath(WireKey.recordType))
             self.recordType = recordType
             filters = try QueryFilterInput.filters(of: query)
-            if try query.array("sortBy")?.isEmpty == false {
-                throw .badRequest("\(query.childPath("sortBy")): a subscription's query cannot sort; remove sortBy")
+            if try query.array(WireKey.sortBy)?.isEmpty == false {
+                throw .badRequest("\(query.childPath(WireKey.sortBy)): a subscription's query cannot sort; remove sortBy")
             }
             // Without a zone, a query subscription watches every zone (reference §9).
             zoneWide = try json.bool(WireKey.zoneWide) ?? (zoneID == nil)
@@ -160,16 +160,16 @@ public struct SubscriptionsModifyRequest: Sendable {
     public var operations: [Operation]
 
     public init(json: ObjectReader) throws(CloudKitError) {
-        let elements = try json.requiredArray("operations", limit: Limits.operationsPerRequest, what: "the number of operations")
+        let elements = try json.requiredArray(WireKey.operations, limit: Limits.operationsPerRequest, what: "the number of operations")
         operations = []
         for element in elements {
             let operation = try element.object()
-            let typeName = try operation.requiredString("operationType")
+            let typeName = try operation.requiredString(WireKey.operationType)
             guard let type = SubscriptionOperationType(rawValue: typeName) else {
                 throw .badRequest(
-                    "\(operation.childPath("operationType")): '\(Names.escaped(typeName))' is not a subscription operation; use create, update or delete")
+                    "\(operation.childPath(WireKey.operationType)): '\(Names.escaped(typeName))' is not a subscription operation; use create, update or delete")
             }
-            let subscription = try operation.requiredObject("subscription")
+            let subscription = try operation.requiredObject(WireKey.subscription)
             if type == .delete {
                 let id = try subscription.requiredString(WireKey.subscriptionID)
                 try Names.validateRecordName(id, path: subscription.childPath(WireKey.subscriptionID))

@@ -71,4 +71,59 @@ import Testing
         let bad = ZonesLookupRequest(zones: [ZoneIDInput(zoneName: "")])
         #expect(throws: CloudKitError.self) { try ZonesLookupRequest(json: ObjectReader(root: bad.json)) }
     }
+
+    @Test func recordsQuery() throws {
+        let filters = [
+            QueryFilterInput(comparator: .equals, fieldName: "category", field: FieldValue.string("c1").rawField),
+            QueryFilterInput(comparator: .greaterThan, fieldName: SystemField.createTime.rawValue, field: FieldValue.timestamp(5).rawField),
+            QueryFilterInput(comparator: .containsAllTokens, fieldName: nil, field: FieldValue.string("apple pie").rawField),
+            QueryFilterInput(
+                comparator: .near, fieldName: "place", field: FieldValue.location(Location(latitude: 1, longitude: 2)).rawField,
+                distance: 500),
+        ]
+        let sorts = [
+            QuerySortInput(fieldName: "count", ascending: false),
+            QuerySortInput(fieldName: SystemField.modTime.rawValue),
+            QuerySortInput(fieldName: "place", relativeLocation: Location(latitude: 1, longitude: 2)),
+        ]
+        let query = RecordsQueryRequest.queryJSON(recordType: "Item", filters: filters, sorts: sorts)
+        let request = RecordsQueryRequest(
+            queryJSON: query, zoneID: zone, resultsLimit: 20, continuationMarker: "M", desiredKeys: ["title"])
+        let decoded = try roundTrip(request, json: \.json, decode: RecordsQueryRequest.init(json:))
+        #expect(decoded.recordType == "Item" && decoded.resultsLimit == 20 && decoded.continuationMarker == "M")
+        #expect(decoded.filters.map(\.comparator) == [.equals, .greaterThan, .containsAllTokens, .near])
+        #expect(decoded.filters.map(\.fieldName) == ["category", "___createTime", nil, "place"])
+        #expect(decoded.filters[3].distance == 500)
+        #expect(decoded.sorts.map(\.fieldName) == ["count", "___modTime", "place"])
+        #expect(decoded.sorts.map(\.ascending) == [false, true, true] && decoded.sorts[2].relativeLocation != nil)
+        // What the server reads back is what was encoded: filters survive a second trip unchanged.
+        let again = RecordsQueryRequest.queryJSON(recordType: decoded.recordType, filters: decoded.filters, sorts: decoded.sorts)
+        #expect(again == query)
+    }
+
+    @Test func subscriptions() throws {
+        let query = RecordsQueryRequest.queryJSON(
+            recordType: "Item",
+            filters: [QueryFilterInput(comparator: .equals, fieldName: "category", field: FieldValue.string("c1").rawField)],
+            sorts: [])
+        let modify = SubscriptionsModifyRequest(operations: [
+            .init(
+                type: .create,
+                subscription: SubscriptionInput(
+                    subscriptionID: "q", type: .query, recordType: "Item", queryJSON: query, zoneID: zone, firesOn: [.create, .delete],
+                    firesOnce: true, notificationInfo: ["alertBody": "hi", "shouldBadge": true])),
+            .init(type: .update, subscription: SubscriptionInput(subscriptionID: "z", type: .zone, recordType: "Note", zoneID: zone)),
+            .init(type: .create, subscription: SubscriptionInput(subscriptionID: "d", type: .database)),
+            .init(deleting: "old"),
+        ])
+        let decoded = try roundTrip(modify, json: \.json, decode: SubscriptionsModifyRequest.init(json:))
+        #expect(decoded.operations.map(\.type) == [.create, .update, .create, .delete])
+        #expect(decoded.operations.map(\.subscriptionID) == ["q", "z", "d", "old"])
+        let queryInput = try #require(decoded.operations[0].subscription)
+        #expect(queryInput.firesOn == [.create, .delete] && queryInput.firesOnce && queryInput.filters.count == 1)
+        #expect(queryInput.notificationInfo["alertBody"] == "hi")
+        #expect(decoded.operations[1].subscription?.recordType == "Note")
+        let lookup = SubscriptionsLookupRequest(subscriptionIDs: ["a", "b"])
+        #expect(try roundTrip(lookup, json: \.json, decode: SubscriptionsLookupRequest.init(json:)).subscriptionIDs == ["a", "b"])
+    }
 }

@@ -37,11 +37,11 @@ open class CKQueryOperation: CKDatabaseOperation, @unchecked Sendable {
 
     override func run() async throws {
         let queryJSON: JSON
-        var body = JSONObject()
+        var marker: String?
         let zone: CKRecordZone.ID?
         if let cursor {
             queryJSON = try JSON.parse(cursor.queryJSONText)
-            body[WireKey.continuationMarker] = .string(cursor.continuationMarker)
+            marker = cursor.continuationMarker
             zone = cursor.zoneID
         } else if let query {
             queryJSON = try query.queryJSON(currentUser: currentUser)
@@ -49,13 +49,12 @@ open class CKQueryOperation: CKDatabaseOperation, @unchecked Sendable {
         } else {
             throw CKError(.invalidArguments, "a CKQueryOperation needs a query or a cursor")
         }
-        body[WireKey.query] = queryJSON
-        if let zone { body[WireKey.zoneID] = WireRecordCoder.zoneIDJSON(zone) }
         if resultsLimit < 0 { throw CKError(.invalidArguments, "resultsLimit must be 0 (no limit) or more, not \(resultsLimit)") }
-        if resultsLimit > 0 { body[WireKey.resultsLimit] = .int(Int64(resultsLimit)) }
-        if let desiredKeys { body[WireKey.desiredKeys] = .array(desiredKeys.map(JSON.string)) }
-
-        let answer = try await post("records/query", .object(body))
+        let body = RecordsQueryRequest(
+            queryJSON: queryJSON, zoneID: zone.map(WireRecordCoder.zoneIDInput) ?? .defaultZone,
+            resultsLimit: resultsLimit > 0 ? resultsLimit : Limits.resultsPerPage.value, continuationMarker: marker,
+            desiredKeys: desiredKeys)
+        let answer = try await post("records/query", body.json)
         for entry in answer[WireKey.records]?.arrayValue ?? [] {
             try Task.checkCancellation()
             if isErrorEntry(entry) { continue }

@@ -28,11 +28,11 @@ public final class CKQuery: NSObject, NSSecureCoding, NSCopying, @unchecked Send
     func queryJSON(currentUser: String? = nil) throws(CKError) -> JSON {
         if let archivedQueryJSON { return archivedQueryJSON }
         let filters = try PredicateTranslator(currentUser: currentUser).filters(for: PredicateReader.node(of: predicate))
-        var sorts: [JSON] = []
+        var sorts: [QuerySortInput] = []
         for descriptor in sortDescriptors ?? [] {
-            sorts.append(try SortTranslator.sortJSON(descriptor))
+            sorts.append(try SortTranslator.sort(descriptor))
         }
-        return .object([WireKey.recordType: .string(recordType), "filterBy": .array(filters), "sortBy": .array(sorts)])
+        return RecordsQueryRequest.queryJSON(recordType: recordType, filters: filters, sorts: sorts)
     }
 
     // NSSecureCoding keeps the wire form, which is all a query needs to run again.

@@ -8,14 +8,14 @@ struct PredicateTranslator {
     /// The signed-in user's record name, for `creatorUserRecordID == %@` with the current user.
     var currentUser: String?
 
-    func filters(for node: PredicateNode) throws(CKError) -> [JSON] {
+    func filters(for node: PredicateNode) throws(CKError) -> [QueryFilterInput] {
         switch node {
         case .truePredicate:
             return []
         case .falsePredicate:
             throw CKError(.invalidArguments, "FALSEPREDICATE is not supported in CloudKit queries; use TRUEPREDICATE or a comparison")
         case .and(let children):
-            var result: [JSON] = []
+            var result: [QueryFilterInput] = []
             for child in children { result += try filters(for: child) }
             return result
         case .or:
@@ -25,13 +25,12 @@ struct PredicateTranslator {
                 throw CKError(.invalidArguments, "NOT applies only to a single comparison in CloudKit queries")
             }
             let positive = try filters(for: comparison)
-            guard positive.count == 1, let comparator = positive[0]["comparator"]?.stringValue,
-                let negated = QueryComparator(rawValue: comparator)?.negation, case .object(var filter) = positive[0]
-            else {
+            guard positive.count == 1, let negated = positive[0].comparator.negation else {
                 throw CKError(.invalidArguments, "'NOT \(comparison.text)' is not supported: CloudKit has no negation of that comparison")
             }
-            filter["comparator"] = .string(negated.rawValue)
-            return [.object(filter)]
+            var filter = positive[0]
+            filter.comparator = negated
+            return [filter]
         case .comparison(let comparison):
             return try filters(for: comparison)
         }
@@ -42,7 +41,7 @@ struct PredicateTranslator {
         .greater: .greaterThan, .greaterOrEqual: .greaterThanOrEquals,
     ]
 
-    private func filters(for comparison: PredicateComparison) throws(CKError) -> [JSON] {
+    private func filters(for comparison: PredicateComparison) throws(CKError) -> [QueryFilterInput] {
         let unsupported = CKError(
             .invalidArguments,
             "'\(comparison.text)' is not supported in CloudKit queries; use key <op> value with ==, !=, <, <=, >, >=, IN, BEGINSWITH, CONTAINS, BETWEEN, distanceToLocation:fromLocation: or tokenize")
@@ -54,7 +53,7 @@ struct PredicateTranslator {
                 let meters = (radius as? NSNumber)?.doubleValue
             else { throw unsupported }
             let value = try WireRecordCoder.fieldValue(location, key: key)
-            return [filter(.near, key: key, value: value.fieldJSON(), extra: ["distance": .double(meters)])]
+            return [filter(.near, key: key, value: value.rawField, distance: meters)]
 
         // ALL/ANY tokenize(text, 'Cdl') IN allTokens (or a string field)
         case (.function(let name, let arguments), .in, .key(let key)) where name == "tokenize":
@@ -62,12 +61,12 @@ struct PredicateTranslator {
                 let string = text as? String
             else { throw unsupported }
             let comparator: QueryComparator = comparison.modifier == .all ? .containsAllTokens : .containsAnyTokens
-            return [filter(comparator, key: key == "allTokens" ? SystemField.allTokens : key, value: FieldValue.string(string).fieldJSON())]
+            return [filter(comparator, key: key, value: FieldValue.string(string).rawField)]
 
         // self CONTAINS 'text': every token, in any string field
         case (.evaluatedObject, .contains, .constant(let text)):
             guard let string = text as? String else { throw unsupported }
-            return [filter(.containsAllTokens, key: SystemField.allTokens, value: FieldValue.string(string).fieldJSON())]
+            return [filter(.containsAllTokens, key: SystemField.allTokens, value: FieldValue.string(string).rawField)]
 
         // value IN listField
         case (.constant(let value), .in, .key(let key)):
@@ -99,7 +98,7 @@ struct PredicateTranslator {
     private func keyFilters(
         key: String, op: PredicateComparison.Operator, value: Any, modifier: PredicateComparison.Modifier,
         unsupported: CKError
-    ) throws(CKError) -> [JSON] {
+    ) throws(CKError) -> [QueryFilterInput] {
         switch (modifier, op) {
         case (.direct, .equal), (.direct, .notEqual), (.direct, .less), (.direct, .lessOrEqual), (.direct, .greater),
             (.direct, .greaterOrEqual):
@@ -135,23 +134,18 @@ struct PredicateTranslator {
         "creatorUserRecordID": .createdBy, "lastModifiedUserRecordID": .modifiedBy,
     ]
 
-    private func filter(_ comparator: QueryComparator, key: String, value: JSON, extra: JSONObject = [:]) -> JSON {
-        var object: JSONObject = ["comparator": .string(comparator.rawValue)]
-        if let system = Self.systemKeys[key] {
-            object["systemFieldName"] = .string(system.wireName)
-        } else {
-            object["fieldName"] = .string(key)
-        }
-        object["fieldValue"] = value
-        for (name, json) in extra.pairs { object[name] = json }
-        return .object(object)
+    /// A filter on a key as apps write it: a `CKRecord` system property, `allTokens` (every
+    /// string field's tokens), or a field.
+    private func filter(_ comparator: QueryComparator, key: String, value: RawField, distance: Double? = nil) -> QueryFilterInput {
+        let fieldName = Self.systemKeys[key]?.rawValue ?? (key == "allTokens" || key == SystemField.allTokens ? nil : key)
+        return QueryFilterInput(comparator: comparator, fieldName: fieldName, field: value, distance: distance)
     }
 
-    private func scalarJSON(_ value: Any, key: String) throws(CKError) -> JSON {
-        try fieldValue(value, key: key).fieldJSON()
+    private func scalarJSON(_ value: Any, key: String) throws(CKError) -> RawField {
+        try fieldValue(value, key: key).rawField
     }
 
-    private func listJSON(_ value: Any, key: String, unsupported: CKError) throws(CKError) -> JSON {
+    private func listJSON(_ value: Any, key: String, unsupported: CKError) throws(CKError) -> RawField {
         guard let values = value as? [Any] else {
             throw CKError(.invalidArguments, "IN on '\(key)' needs a list of values, not \(type(of: value))")
         }
@@ -159,7 +153,7 @@ struct PredicateTranslator {
         guard let scalar = elements.first?.type.scalar else {
             throw CKError(.invalidArguments, "IN on '\(key)' needs at least one value")
         }
-        return FieldValue.list(scalar, elements).fieldJSON()
+        return FieldValue.list(scalar, elements).rawField
     }
 
     /// A predicate argument as a field value: record values as saved, and records or record
@@ -183,20 +177,18 @@ struct PredicateTranslator {
 
 /// Sort descriptors as the wire's `sortBy` entries.
 enum SortTranslator {
-    static func sortJSON(_ descriptor: NSSortDescriptor) throws(CKError) -> JSON {
+    static func sort(_ descriptor: NSSortDescriptor) throws(CKError) -> QuerySortInput {
         guard let key = descriptor.nimbusKey, !key.isEmpty else {
             throw CKError(.invalidArguments, "a sort descriptor needs a key; CloudKit sorts by record fields only")
         }
-        var object: JSONObject = [:]
-        if let system = PredicateTranslator.systemKeys[key] {
-            object["systemFieldName"] = .string(system.wireName)
-        } else {
-            object["fieldName"] = .string(key)
+        var location: Location?
+        if let sortLocation = descriptor as? CKLocationSortDescriptor,
+            case .location(let wire) = try WireRecordCoder.fieldValue(sortLocation.relativeLocation, key: key)
+        {
+            location = wire
         }
-        object["ascending"] = .bool(descriptor.ascending)
-        if let location = descriptor as? CKLocationSortDescriptor {
-            object["relativeLocation"] = try WireRecordCoder.fieldValue(location.relativeLocation, key: key).fieldJSON()
-        }
-        return .object(object)
+        return QuerySortInput(
+            fieldName: PredicateTranslator.systemKeys[key]?.rawValue ?? key, ascending: descriptor.ascending,
+            relativeLocation: location)
     }
 }

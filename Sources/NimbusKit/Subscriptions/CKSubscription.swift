@@ -11,11 +11,12 @@ open class CKSubscription: NSObject, @unchecked Sendable {
         case recordZone = 2
         case database = 3
 
-        var wireName: String {
+        /// The server's name for the type.
+        var wire: NimbusWire.SubscriptionType {
             switch self {
-            case .query: return WireKey.query
-            case .recordZone: return "zone"
-            case .database: return WireKey.database
+            case .query: .query
+            case .recordZone: .zone
+            case .database: .database
             }
         }
     }
@@ -34,16 +35,15 @@ open class CKSubscription: NSObject, @unchecked Sendable {
     public override var description: String { "<\(type(of: self)): \(subscriptionID)>" }
 
     /// The subscription dictionary of the Web Services protocol.
-    func wireJSON(currentUser: String?) throws(CKError) -> JSON {
-        var object: JSONObject = [
-            WireKey.subscriptionID: .string(subscriptionID), WireKey.subscriptionType: .string(subscriptionType.wireName),
-        ]
-        try addWireFields(to: &object, currentUser: currentUser)
-        if let notificationInfo { object[WireKey.notificationInfo] = .object(notificationInfo.wireJSON) }
-        return .object(object)
+    /// The subscription as the server reads it (`subscriptions/modify`).
+    func wireInput(currentUser: String?) throws(CKError) -> SubscriptionInput {
+        var input = SubscriptionInput(subscriptionID: subscriptionID, type: subscriptionType.wire)
+        try addWireFields(to: &input, currentUser: currentUser)
+        if let notificationInfo { input.notificationInfo = notificationInfo.wireJSON }
+        return input
     }
 
-    func addWireFields(to object: inout JSONObject, currentUser: String?) throws(CKError) {}
+    func addWireFields(to input: inout SubscriptionInput, currentUser: String?) throws(CKError) {}
 
     /// A subscription from the server's dictionary; nil for a shape this SDK does not know.
     static func from(_ json: JSON, currentUser: String?) -> CKSubscription? {
@@ -133,7 +133,7 @@ public final class CKQuerySubscription: CKSubscription, @unchecked Sendable {
         super.init(subscriptionID: subscriptionID, subscriptionType: .query)
     }
 
-    override func addWireFields(to object: inout JSONObject, currentUser: String?) throws(CKError) {
+    override func addWireFields(to input: inout SubscriptionInput, currentUser: String?) throws(CKError) {
         var query: JSON
         if let wireQuery {
             query = wireQuery
@@ -141,23 +141,24 @@ public final class CKQuerySubscription: CKSubscription, @unchecked Sendable {
             query = try CKQuery(recordType: recordType, predicate: predicate).queryJSON(currentUser: currentUser)
         }
         if var queryObject = query.objectValue {
-            queryObject["sortBy"] = nil  // subscriptions do not sort
+            queryObject[WireKey.sortBy] = nil  // subscriptions do not sort
             query = .object(queryObject)
         }
-        object[WireKey.query] = query
-        if let zoneID { object[WireKey.zoneID] = WireRecordCoder.zoneIDJSON(zoneID) }
-        object[WireKey.zoneWide] = .bool(zoneID == nil)
-        var firesOn: [JSON] = []
-        if querySubscriptionOptions.contains(.firesOnRecordCreation) { firesOn.append("create") }
-        if querySubscriptionOptions.contains(.firesOnRecordUpdate) { firesOn.append("update") }
-        if querySubscriptionOptions.contains(.firesOnRecordDeletion) { firesOn.append("delete") }
+        input.queryJSON = query
+        input.recordType = recordType
+        input.zoneID = zoneID.map(WireRecordCoder.zoneIDInput)
+        input.zoneWide = zoneID == nil
+        var firesOn: FiresOn = []
+        if querySubscriptionOptions.contains(.firesOnRecordCreation) { firesOn.insert(.create) }
+        if querySubscriptionOptions.contains(.firesOnRecordUpdate) { firesOn.insert(.update) }
+        if querySubscriptionOptions.contains(.firesOnRecordDeletion) { firesOn.insert(.delete) }
         guard !firesOn.isEmpty else {
             throw CKError(
                 .invalidArguments,
                 "query subscription \(subscriptionID): options must include at least one of firesOnRecordCreation, firesOnRecordUpdate, firesOnRecordDeletion")
         }
-        object[WireKey.firesOn] = .array(firesOn)
-        object[WireKey.firesOnce] = .bool(querySubscriptionOptions.contains(.firesOnce))
+        input.firesOn = firesOn
+        input.firesOnce = querySubscriptionOptions.contains(.firesOnce)
     }
 }
 
@@ -176,9 +177,9 @@ public final class CKRecordZoneSubscription: CKSubscription, @unchecked Sendable
         super.init(subscriptionID: subscriptionID, subscriptionType: .recordZone)
     }
 
-    override func addWireFields(to object: inout JSONObject, currentUser: String?) throws(CKError) {
-        object[WireKey.zoneID] = WireRecordCoder.zoneIDJSON(zoneID)
-        if let recordType { object[WireKey.recordType] = .string(recordType) }
+    override func addWireFields(to input: inout SubscriptionInput, currentUser: String?) throws(CKError) {
+        input.zoneID = WireRecordCoder.zoneIDInput(zoneID)
+        input.recordType = recordType
     }
 }
 
@@ -196,8 +197,8 @@ public final class CKDatabaseSubscription: CKSubscription, @unchecked Sendable {
         super.init(subscriptionID: subscriptionID, subscriptionType: .database)
     }
 
-    override func addWireFields(to object: inout JSONObject, currentUser: String?) throws(CKError) {
-        if let recordType { object[WireKey.recordType] = .string(recordType) }
+    override func addWireFields(to input: inout SubscriptionInput, currentUser: String?) throws(CKError) {
+        input.recordType = recordType
     }
 }
 

@@ -27,7 +27,7 @@ open class CKModifySubscriptionsOperation: CKDatabaseOperation, @unchecked Senda
     }
 
     private enum Item {
-        case save(CKSubscription, JSON)
+        case save(CKSubscription, SubscriptionInput)
         case delete(CKSubscription.ID)
 
         var id: CKSubscription.ID {
@@ -42,16 +42,16 @@ open class CKModifySubscriptionsOperation: CKDatabaseOperation, @unchecked Senda
         var items: [Item] = []
         for subscription in subscriptionsToSave ?? [] {
             do {
-                items.append(.save(subscription, try subscription.wireJSON(currentUser: currentUser)))
+                items.append(.save(subscription, try subscription.wireInput(currentUser: currentUser)))
             } catch {
-                fail(.save(subscription, .null), error)
+                fail(.save(subscription, SubscriptionInput(subscriptionID: subscription.subscriptionID, type: subscription.subscriptionType.wire)), error)
             }
         }
         items += (subscriptionIDsToDelete ?? []).map(Item.delete)
         for chunk in chunked(items, size: Self.itemsPerRequest) {
             try Task.checkCancellation()
             var existing: [Item] = []
-            for (item, entry) in zip(chunk, try await send(Array(chunk), saveAs: "create")) {
+            for (item, entry) in zip(chunk, try await send(Array(chunk), saveAs: .create)) {
                 if case .save = item, entry[WireKey.serverErrorCode] == "EXISTS" {
                     existing.append(item)
                 } else {
@@ -59,19 +59,20 @@ open class CKModifySubscriptionsOperation: CKDatabaseOperation, @unchecked Senda
                 }
             }
             guard !existing.isEmpty else { continue }
-            for (item, entry) in zip(existing, try await send(existing, saveAs: "update")) { report(item, entry) }
+            for (item, entry) in zip(existing, try await send(existing, saveAs: .update)) { report(item, entry) }
         }
         if !failures.isEmpty { throw CKError.partialFailure(failures, what: "subscriptions to save or delete") }
     }
 
-    private func send(_ items: [Item], saveAs operationType: String) async throws -> [JSON] {
-        let operations: [JSON] = items.map { item in
-            switch item {
-            case .save(_, let json): return ["operationType": .string(operationType), "subscription": json]
-            case .delete(let id): return ["operationType": "delete", "subscription": [WireKey.subscriptionID: .string(id)]]
-            }
-        }
-        return try await post("subscriptions/modify", ["operations": .array(operations)])[WireKey.subscriptions]?.arrayValue ?? []
+    private func send(_ items: [Item], saveAs operationType: SubscriptionOperationType) async throws -> [JSON] {
+        let body = SubscriptionsModifyRequest(
+            operations: items.map { item in
+                switch item {
+                case .save(_, let input): SubscriptionsModifyRequest.Operation(type: operationType, subscription: input)
+                case .delete(let id): SubscriptionsModifyRequest.Operation(deleting: id)
+                }
+            })
+        return try await post("subscriptions/modify", body.json)[WireKey.subscriptions]?.arrayValue ?? []
     }
 
     private func report(_ item: Item, _ entry: JSON) {
@@ -137,8 +138,8 @@ open class CKFetchSubscriptionsOperation: CKDatabaseOperation, @unchecked Sendab
         }
         for chunk in chunked(subscriptionIDs, size: Self.itemsPerRequest) {
             try Task.checkCancellation()
-            let body: JSON = [WireKey.subscriptions: .array(chunk.map { [WireKey.subscriptionID: .string($0)] })]
-            let entries = try await post("subscriptions/lookup", body)[WireKey.subscriptions]?.arrayValue ?? []
+            let body = SubscriptionsLookupRequest(subscriptionIDs: Array(chunk))
+            let entries = try await post("subscriptions/lookup", body.json)[WireKey.subscriptions]?.arrayValue ?? []
             for (id, entry) in zip(chunk, entries) {
                 if !isErrorEntry(entry), let subscription = CKSubscription.from(entry, currentUser: currentUser) {
                     fetched[id] = subscription

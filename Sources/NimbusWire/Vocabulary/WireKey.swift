@@ -35,6 +35,19 @@ public enum WireKey {
     public static let zone = "zone"
     public static let numbersAsStrings = "numbersAsStrings"
     public static let desiredRecordTypes = "desiredRecordTypes"
+    public static let subscription = "subscription"
+
+    // MARK: Queries
+
+    public static let filterBy = "filterBy"
+    public static let sortBy = "sortBy"
+    public static let comparator = "comparator"
+    public static let fieldName = "fieldName"
+    public static let systemFieldName = "systemFieldName"
+    public static let fieldValue = "fieldValue"
+    public static let distance = "distance"
+    public static let ascending = "ascending"
+    public static let relativeLocation = "relativeLocation"
 
     // MARK: Zones and change feeds
 
