@@ -24,6 +24,36 @@ extension JSON {
     }
 }
 
+/// The pairs of an object being parsed. A repeated key (the last wins) is found by a linear
+/// search while the object is small and through a dictionary once it is not, so parsing stays
+/// linear in the object's size (a search per key made 80,000 keys take minutes).
+private struct ObjectBuilder {
+    var pairs: [(key: String, value: JSON)] = []
+    private var positions: [String: Int]?
+
+    mutating func store(_ key: String, _ value: JSON) {
+        if positions == nil {
+            if let existing = pairs.firstIndex(where: { $0.key == key }) {
+                pairs[existing].value = value
+                return
+            }
+            pairs.append((key, value))
+            if pairs.count > 16 {
+                var index: [String: Int] = [:]
+                for (offset, pair) in pairs.enumerated() { index[pair.key] = offset }
+                positions = index
+            }
+            return
+        }
+        if let existing = positions![key] {
+            pairs[existing].value = value
+        } else {
+            positions![key] = pairs.count
+            pairs.append((key, value))
+        }
+    }
+}
+
 private struct JSONParser {
     let bytes: [UInt8]
     var index = 0
@@ -80,34 +110,11 @@ private struct JSONParser {
 
     mutating func parseObject(depth: Int) throws(JSONSyntaxError) -> JSON {
         index += 1
-        // Pairs are appended; a repeated key (the last wins) is found through a dictionary once
-        // the object is past a handful of keys, so parsing stays linear in the object's size
-        // (a linear search per key made 80,000 keys take minutes).
-        var pairs: [(key: String, value: JSON)] = []
-        var positions: [String: Int] = [:]
-        func store(_ key: String, _ value: JSON) {
-            if pairs.count < 16 && positions.isEmpty {
-                if let existing = pairs.firstIndex(where: { $0.key == key }) {
-                    pairs[existing].value = value
-                } else {
-                    pairs.append((key, value))
-                }
-                return
-            }
-            if positions.isEmpty {
-                for (offset, pair) in pairs.enumerated() { positions[pair.key] = offset }
-            }
-            if let existing = positions[key] {
-                pairs[existing].value = value
-            } else {
-                positions[key] = pairs.count
-                pairs.append((key, value))
-            }
-        }
+        var object = ObjectBuilder()
         skipWhitespace()
         if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
             index += 1
-            return .object(JSONObject(uniquePairs: pairs))
+            return .object(JSONObject(uniquePairs: object.pairs))
         }
         while true {
             skipWhitespace()
@@ -118,8 +125,8 @@ private struct JSONParser {
             guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw fail("expected ':' after a key") }
             index += 1
             skipWhitespace()
-            store(key, try parseValue(depth: depth + 1))
-            guard pairs.count <= JSON.maximumKeysPerObject else {
+            object.store(key, try parseValue(depth: depth + 1))
+            guard object.pairs.count <= JSON.maximumKeysPerObject else {
                 throw fail("an object has more than \(JSON.maximumKeysPerObject) keys")
             }
             skipWhitespace()
@@ -130,7 +137,7 @@ private struct JSONParser {
             }
             if bytes[index] == UInt8(ascii: "}") {
                 index += 1
-                return .object(JSONObject(uniquePairs: pairs))
+                return .object(JSONObject(uniquePairs: object.pairs))
             }
             throw fail("expected ',' or '}' in an object")
         }

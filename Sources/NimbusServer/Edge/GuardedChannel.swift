@@ -14,6 +14,9 @@ public struct EdgeLimits: Sendable {
     public var idleTimeout: TimeAmount = .seconds(Int64(Limits.idleConnectionSeconds.value))
     /// 0: no cap (load tests that open thousands of WebSockets from one address).
     public var connectionsPerClient: Int = Limits.connectionsPerClient.value
+    /// How often each connection compares its deadline: a limit is enforced within this much
+    /// of running out.
+    public var checkInterval: TimeAmount = .milliseconds(250)
 
     public init() {}
 }
@@ -130,20 +133,24 @@ final class ConnectionCounter: Sendable {
 /// Where a connection is in its request cycle; read and written on the channel's event loop only.
 final class ConnectionState {
     enum Phase {
-        /// No request in progress: the idle timer runs.
+        /// No request in progress: the idle limit runs.
         case idle
-        /// Bytes of a request arrived, its header block is not complete: the header timer runs.
+        /// Bytes of a request arrived, its header block is not complete: the header limit runs.
         case readingHead
-        /// The head arrived, the body has not ended: the body timer runs.
+        /// The head arrived, the body has not ended: the body limit runs.
         case readingBody
-        /// The request is read; the server is answering it. No timer.
+        /// The request is read; the server is answering it. No limit.
         case responding
         /// A WebSocket, or a connection being closed: nothing more to guard.
         case passive
     }
 
     var phase = Phase.idle
-    /// Set by the request guard, so raw bytes arriving on an idle connection can start the header timer.
+    /// When the current phase runs out (`.distantFuture` for phases without a limit). Phases
+    /// only move this; one check per connection every `EdgeLimits.checkInterval` compares it,
+    /// since a timer scheduled and cancelled per phase was measurable on small requests.
+    var deadline = NIODeadline.distantFuture
+    /// Set by the request guard, so raw bytes arriving on an idle connection start the header limit.
     var startHeaderTimer: (() -> Void)?
     /// Set by the front handler: writes bytes to the socket as they are, then closes. Refusals
     /// go this way, below the HTTP encoder, which would drop the body of an answer to HEAD or
@@ -189,7 +196,7 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
     let limits: EdgeLimits
     let isStreamPath: @Sendable (String) -> Bool
     let logger: Logger
-    private var timer: Scheduled<Void>?
+    private var check: RepeatedTask?
 
     init(state: ConnectionState, limits: EdgeLimits, isStreamPath: @escaping @Sendable (String) -> Bool, logger: Logger) {
         self.state = state
@@ -205,10 +212,15 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
             handler.enter(.readingHead, context: context)
         }
         enter(.idle, context: context)
+        check = context.eventLoop.scheduleRepeatedTask(initialDelay: limits.checkInterval, delay: limits.checkInterval) { _ in
+            let (handler, context) = loopBound.value
+            handler.checkDeadline(context: context)
+        }
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
-        timer?.cancel()
+        check?.cancel()
+        check = nil
         state.startHeaderTimer = nil
     }
 
@@ -282,26 +294,27 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     private func enter(_ phase: ConnectionState.Phase, context: ChannelHandlerContext) {
-        timer?.cancel()
-        timer = nil
         state.phase = phase
-        let timeout: TimeAmount? =
+        let limit: TimeAmount? =
             switch phase {
             case .idle: limits.idleTimeout
             case .readingHead: limits.requestHeaderTimeout
             case .readingBody: limits.requestBodyTimeout
             case .responding, .passive: nil
             }
-        guard let timeout else { return }
-        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-        timer = context.eventLoop.scheduleTask(in: timeout) {
-            let (handler, context) = loopBound.value
-            handler.timedOut(in: phase, context: context)
+        state.deadline = limit.map { .now() + $0 } ?? .distantFuture
+        if phase == .passive {
+            check?.cancel()
+            check = nil
         }
     }
 
+    private func checkDeadline(context: ChannelHandlerContext) {
+        guard state.deadline < .now() else { return }
+        timedOut(in: state.phase, context: context)
+    }
+
     private func timedOut(in phase: ConnectionState.Phase, context: ChannelHandlerContext) {
-        guard state.phase == phase else { return }
         switch phase {
         case .readingHead:
             refuse(
@@ -310,7 +323,7 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
         case .idle, .readingBody:
             // Idle: nothing to answer. Body: a route may be answering already; two answers
             // would garble the stream, so the connection just closes.
-            state.phase = .passive
+            enter(.passive, context: context)
             context.close(promise: nil)
         case .responding, .passive:
             break

@@ -13,8 +13,8 @@ public struct NimbusRequestContext: RequestContext {
     /// Shared with every layer of this request, including the outer ones that run before the
     /// values are known (the access log reads the user and error code the inner layers set).
     public let exchange: RequestExchange
-    /// The peer's address, before any forwarded header is considered.
-    public let peerAddress: String?
+    /// The peer, before any forwarded header is considered.
+    let peer: SocketAddress?
     /// The authenticated caller (API token checked, session resolved) on `/database` and `/device` routes.
     public var caller: Caller?
     /// The database a `/database/1/…/{database}/…` route names.
@@ -23,8 +23,11 @@ public struct NimbusRequestContext: RequestContext {
     public init(source: ApplicationRequestContextSource) {
         coreContext = .init(source: source)
         exchange = RequestExchange()
-        peerAddress = source.channel.remoteAddress?.ipAddress
+        peer = source.channel.remoteAddress
     }
+
+    /// The peer's IP address (formatted on demand: most requests never ask).
+    public var peerAddress: String? { peer?.ipAddress }
 
     /// Request bodies are read by `RouteInput.body()` under `Limits.requestBodyBytes`.
     public var maxUploadSize: Int { Limits.requestBodyBytes.value }
@@ -43,8 +46,9 @@ public final class RequestExchange: Sendable {
         public var serverErrorCode: String?
         /// `Access-Control-Allow-Origin` for the answer: `*`, the request's origin, or nil (no grant).
         public var allowedOrigin: String?
-        /// This server's address as the client reached it (`ForwardedHeadersMiddleware`).
-        public var baseURL = "http://127.0.0.1"
+        /// This server's address as a trusted proxy reports it (`ForwardedHeadersMiddleware`);
+        /// nil: as the request reached it (`baseURL(for:)`).
+        public var forwardedBaseURL: String?
     }
 
     private let facts = NIOLockedValueBox(Facts())
@@ -52,4 +56,11 @@ public final class RequestExchange: Sendable {
     public var current: Facts { facts.withLockedValue { $0 } }
 
     public func update(_ change: (inout Facts) -> Void) { facts.withLockedValue { change(&$0) } }
+}
+
+extension RequestExchange {
+    /// This server's address as the client reached it, for URLs handed out.
+    func baseURL(for request: Request) -> String {
+        current.forwardedBaseURL ?? "http://\(request.head.authority ?? "127.0.0.1")"
+    }
 }

@@ -41,11 +41,14 @@ struct AuthenticationMiddleware: RouterMiddleware {
             context.scope = scope
         }
         context.exchange.update { $0.container = container }
+        let query = request.uri.queryParameters  // parsed once for the three credentials
         let webAuthToken =
-            credentials == .session ? request.query(WireKey.ckWebAuthToken).flatMap { $0.isEmpty ? nil : $0 } : nil
+            credentials == .session
+            ? query[Substring(WireKey.ckWebAuthToken)].map(String.init).flatMap { $0.isEmpty ? nil : $0 } : nil
         let caller = try await service.authenticate(
-            container: container, environment: environment, apiToken: request.query(WireKey.ckAPIToken),
-            webAuthToken: webAuthToken, deviceID: try Self.deviceID(request))
+            container: container, environment: environment, apiToken: query[Substring(WireKey.ckAPIToken)].map(String.init),
+            webAuthToken: webAuthToken,
+            deviceID: try Self.deviceID(request.headers[Self.deviceIDHeader] ?? query[Substring(WireKey.ckDeviceID)].map(String.init)))
         context.caller = caller
         context.exchange.update { facts in
             facts.userRecordName = caller.user?.recordName
@@ -56,8 +59,7 @@ struct AuthenticationMiddleware: RouterMiddleware {
 
     /// The device a change is attributed to (`created.deviceID`): the `X-Nimbus-Device-ID`
     /// header or `ckDeviceID` query parameter, else "iCloud" as Apple's web services report.
-    static func deviceID(_ request: Request) throws -> String {
-        let given = request.headers[deviceIDHeader] ?? request.query(WireKey.ckDeviceID)
+    static func deviceID(_ given: String?) throws -> String {
         guard let given, !given.isEmpty else { return Names.anonymousDevice }
         guard given.utf8.count <= 64, given.utf8.allSatisfy({ (0x21...0x7E).contains($0) }) else {
             throw CloudKitError.badRequest("the device ID must be 1 to 64 printable ASCII characters without spaces")

@@ -15,11 +15,12 @@ struct CORSMiddleware: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
         -> Response
     {
-        let apiToken = request.query(WireKey.ckAPIToken).flatMap { $0.isEmpty ? nil : $0 }
         if let origin = request.headers[.origin] {
+            let apiToken = request.query(WireKey.ckAPIToken).flatMap { $0.isEmpty ? nil : $0 }
             let grant = try await grant(for: origin, apiToken: apiToken)
             context.exchange.update { $0.allowedOrigin = grant }
-        } else if apiToken == nil {
+        } else if request.uri.query?.contains("\(WireKey.ckAPIToken)=") != true {
+            // No token (the web courier, /health): open to any page, as before CORS had a say.
             context.exchange.update { $0.allowedOrigin = "*" }
         }
         guard request.method == .options else { return try await next(request, context) }

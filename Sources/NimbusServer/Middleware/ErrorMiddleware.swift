@@ -38,7 +38,7 @@ struct ErrorMiddleware: RouterMiddleware {
         let parts = request.uri.path.split(separator: "/").map(String.init)
         guard parts.count >= 4, [WireKey.database, "device", "auth"].contains(parts[0]) else { return nil }
         return AuthRoutes.signInURL(
-            baseURL: context.exchange.current.baseURL, container: parts[2], environment: parts[3],
+            baseURL: context.exchange.baseURL(for: request), container: parts[2], environment: parts[3],
             apiToken: request.query(WireKey.ckAPIToken))
     }
 

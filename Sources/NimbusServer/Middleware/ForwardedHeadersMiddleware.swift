@@ -20,13 +20,13 @@ struct ForwardedHeadersMiddleware: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
         -> Response
     {
-        var scheme = "http"
-        var host = request.head.authority ?? "127.0.0.1"
         let headers = request.headers
         let forwarded = headers[Self.forwarded]
         let proto = headers[Self.forwardedProto]
         let forwardedHost = headers[Self.forwardedHost]
         if forwarded != nil || proto != nil || forwardedHost != nil {
+            var scheme = "http"
+            var host = request.head.authority ?? "127.0.0.1"
             guard let peer = context.peerAddress, trustedProxies.contains(peer) else {
                 throw CloudKitError.badRequest(
                     "forwarded headers (Forwarded, X-Forwarded-Proto, X-Forwarded-Host) are only accepted from trusted proxies, and \(context.peerAddress ?? "this peer") is not one; start nimbus serve with --trusted-proxy ADDRESS or drop the headers")
@@ -41,8 +41,8 @@ struct ForwardedHeadersMiddleware: RouterMiddleware {
             guard scheme == "http" || scheme == "https", Self.isHost(host) else {
                 throw CloudKitError.badRequest("the forwarded scheme or host is not valid: '\(Names.escaped(scheme))://\(Names.escaped(host))'")
             }
+            context.exchange.update { $0.forwardedBaseURL = "\(scheme)://\(host)" }
         }
-        context.exchange.update { $0.baseURL = "\(scheme)://\(host)" }
         return try await next(request, context)
     }
 

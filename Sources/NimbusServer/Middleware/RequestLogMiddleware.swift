@@ -12,10 +12,10 @@ struct RequestLogMiddleware: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
         -> Response
     {
+        guard logger.logLevel <= .info else { return try await next(request, context) }
         let start = ContinuousClock.now
         // Inner layers answer every error (ErrorMiddleware), so nothing is thrown past here.
         let response = try await next(request, context)
-        guard logger.logLevel <= .info else { return response }
         let elapsed = ContinuousClock.now - start
         let facts = context.exchange.current
         let milliseconds = Double(elapsed.components.seconds) * 1_000 + Double(elapsed.components.attoseconds) / 1e15

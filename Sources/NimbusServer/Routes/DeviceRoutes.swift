@@ -17,7 +17,7 @@ enum DeviceRoutes {
     static let tokenRoutes: [Route] = [
         .json("tokens/create") { input in
             try await input.service.createWebCourierToken(
-                input.caller, body: input.body(), baseURL: input.context.exchange.current.baseURL)
+                input.caller, body: input.body(), baseURL: input.context.exchange.baseURL(for: input.request))
         },
         .json("tokens/register") { try await $0.service.registerPushToken($0.caller, body: $0.body()) },
     ]
