@@ -34,7 +34,8 @@ def pct(p):
     return value / 1000 if unit == "us" else value * 1000 if unit == "s" else value
 errors = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
 if errors: sys.exit(f"wrk saw {errors.group(1)} error answers:\n{text}")
-print(f"{float(rate):.0f} {pct(50):.2f} {pct(99):.2f}")'
+p50, p99 = pct("50"), pct("99")
+print(f"{float(rate):.0f} {p50:.2f} {p99:.2f}")'
 }
 
 build_release
