@@ -226,12 +226,8 @@ extension NimbusService {
     }
 
     /// `notifications/changes`.
-    public func notificationChangesJSON(_ caller: Caller, body: ObjectReader) async throws -> JSON {
-        let limit = try body.int(WireKey.resultsLimit).map(Int.init) ?? Limits.notificationsPerPage.value
-        guard (1...Limits.notificationsPerPage.value).contains(limit) else {
-            throw CloudKitError.limitExceeded(Limits.notificationsPerPage, actual: limit, what: WireKey.resultsLimit)
-        }
-        let page = try await notificationChanges(caller, token: try body.string(WireKey.syncToken), limit: limit)
+    public func notificationChangesJSON(_ caller: Caller, _ request: NotificationChangesRequest) async throws -> JSON {
+        let page = try await notificationChanges(caller, token: request.syncToken, limit: request.resultsLimit)
         return [
             WireKey.notifications: .array(
                 try page.notifications.map { row in
@@ -247,10 +243,9 @@ extension NimbusService {
     /// `notifications/markRead` (`CKMarkNotificationsReadOperation`). Marking read is itself
     /// news for the user's other devices: it adds a read notification (`ck.rdn` lists the
     /// IDs) to the collection and pushes it to them.
-    public func markNotificationsRead(_ caller: Caller, body: ObjectReader) async throws -> JSON {
+    public func markNotificationsRead(_ caller: Caller, _ request: MarkNotificationsReadRequest) async throws -> JSON {
         let owner = try notificationOwner(caller, for: "Marking notifications read")
-        let ids = try body.requiredArray(WireKey.notificationIDs, limit: Limits.operationsPerRequest, what: "the number of notification IDs")
-            .map { element throws(CloudKitError) in try element.string() }
+        let ids = request.notificationIDs
         let now = self.now
         let notificationID = UUIDText.random()
         let payload: JSON = [
@@ -278,11 +273,9 @@ extension NimbusService {
     }
 
     /// `badge/modify` (`CKModifyBadgeOperation`): sets the badge on all the user's devices.
-    public func modifyBadge(_ caller: Caller, body: ObjectReader) async throws -> JSON {
+    public func modifyBadge(_ caller: Caller, _ request: BadgeModifyRequest) async throws -> JSON {
         let owner = try notificationOwner(caller, for: "The badge")
-        guard let value = try body.int(WireKey.badgeValue), value >= 0, value <= Int64(Int32.max) else {
-            throw CloudKitError.badRequest("badgeValue: expected a whole number from 0 to \(Int32.max)")
-        }
+        let value = request.badgeValue
         try await storage.write { tx in try tx.setBadge(owner: owner, value: value) }
         for sink in notificationHub.currentSinks { sink.deliverBadge(value, to: owner, from: caller.deviceID) }
         return [WireKey.badgeValue: .int(value)]

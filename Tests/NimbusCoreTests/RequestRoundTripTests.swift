@@ -126,4 +126,22 @@ import Testing
         let lookup = SubscriptionsLookupRequest(subscriptionIDs: ["a", "b"])
         #expect(try roundTrip(lookup, json: \.json, decode: SubscriptionsLookupRequest.init(json:)).subscriptionIDs == ["a", "b"])
     }
+
+    @Test func deviceBodiesAndSignIn() throws {
+        let changes = NotificationChangesRequest(syncToken: "T", resultsLimit: 7)
+        #expect(try roundTrip(changes, json: \.json, decode: NotificationChangesRequest.init(json:)) == changes)
+        let first = NotificationChangesRequest(syncToken: nil)
+        #expect(try roundTrip(first, json: \.json, decode: NotificationChangesRequest.init(json:)) == first)
+        let read = MarkNotificationsReadRequest(notificationIDs: ["a", "b"])
+        #expect(try roundTrip(read, json: \.json, decode: MarkNotificationsReadRequest.init(json:)) == read)
+        let badge = BadgeModifyRequest(badgeValue: 3)
+        #expect(try roundTrip(badge, json: \.json, decode: BadgeModifyRequest.init(json:)) == badge)
+        let signIn = SignInRequest(username: "alice", password: "correct horse")
+        #expect(try roundTrip(signIn, json: \.json, decode: SignInRequest.init(json:)) == signIn)
+        // The limits hold on the way in, whoever wrote the body.
+        #expect(throws: CloudKitError.self) {
+            try NotificationChangesRequest(json: ObjectReader(root: NotificationChangesRequest(syncToken: nil, resultsLimit: 201).json))
+        }
+        #expect(throws: CloudKitError.self) { try BadgeModifyRequest(json: ObjectReader(root: BadgeModifyRequest(badgeValue: -1).json)) }
+    }
 }

@@ -37,10 +37,10 @@ open class CKFetchNotificationChangesOperation: CKContainerOperation, @unchecked
     }
 
     override func run() async throws {
-        var body: JSONObject = [:]
-        if let previousServerChangeToken { body[WireKey.syncToken] = .string(previousServerChangeToken.syncToken) }
-        if resultsLimit > 0 { body[WireKey.resultsLimit] = .int(Int64(resultsLimit)) }
-        let answer = try await device("notifications/changes", .object(body))
+        let body = NotificationChangesRequest(
+            syncToken: previousServerChangeToken?.syncToken,
+            resultsLimit: resultsLimit > 0 ? resultsLimit : Limits.notificationsPerPage.value)
+        let answer = try await device("notifications/changes", body.json)
         for entry in answer[WireKey.notifications]?.arrayValue ?? [] {
             guard let payload = entry[WireKey.payload], let notification = CKNotification.make(payload: payload) else { continue }
             notificationChangedBlock?(notification)
@@ -80,7 +80,7 @@ open class CKMarkNotificationsReadOperation: CKContainerOperation, @unchecked Se
     override func run() async throws {
         for chunk in chunked(notificationIDs ?? [], size: Limits.operationsPerRequest.value) {
             try Task.checkCancellation()
-            let answer = try await device("notifications/markRead", [WireKey.notificationIDs: .array(chunk.map { .string($0.value) })])
+            let answer = try await device("notifications/markRead", MarkNotificationsReadRequest(notificationIDs: chunk.map(\.value)).json)
             marked += (answer[WireKey.notificationIDs]?.arrayValue ?? []).compactMap(\.stringValue).map(CKNotification.ID.init)
         }
     }
@@ -105,7 +105,7 @@ open class CKModifyBadgeOperation: CKContainerOperation, @unchecked Sendable {
     }
 
     override func run() async throws {
-        _ = try await device("badge/modify", [WireKey.badgeValue: .int(Int64(badgeValue))])
+        _ = try await device("badge/modify", BadgeModifyRequest(badgeValue: Int64(badgeValue)).json)
     }
 
     override func finish(with error: CKError?) {

@@ -141,9 +141,7 @@ public struct CKNotificationStream: AsyncSequence, Sendable {
     /// server is not reachable at all).
     private static func refusal(transport: NimbusTransport, token: String?) async -> CKError? {
         do {
-            var body: JSONObject = [WireKey.resultsLimit: 1]
-            if let token { body[WireKey.syncToken] = .string(token) }
-            _ = try await transport.device("notifications/changes", .object(body))
+            _ = try await transport.device("notifications/changes", NotificationChangesRequest(syncToken: token, resultsLimit: 1).json)
             return nil
         } catch {
             return error

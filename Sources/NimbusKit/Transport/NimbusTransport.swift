@@ -112,7 +112,7 @@ final class NimbusTransport: Sendable {
     func signIn(username: String, password: String) async throws(CKError) -> String {
         let answer = try await send(
             "auth/1/\(configuration.containerIdentifier)/\(configuration.environment.rawValue)/signin",
-            [WireKey.username: .string(username), WireKey.password: .string(password)])
+            SignInRequest(username: username, password: password).json)
         guard let token = answer[WireKey.ckWebAuthToken]?.stringValue, let recordName = answer[WireKey.userRecordName]?.stringValue else {
             throw CKError(.internalError, "the server's sign-in answer has no ckWebAuthToken")
         }

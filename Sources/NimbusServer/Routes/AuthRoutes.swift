@@ -18,10 +18,10 @@ enum AuthRoutes {
                     Array(SignInPage.html(container: caller.container, environment: caller.environment.rawValue).utf8),
                     contentType: "text/html; charset=utf-8", context: input.context)
             }
-            let body = try await input.body()
+            let body = try SignInRequest(json: await input.body())
             let (token, userRecordName) = try await input.service.signIn(
                 container: caller.container, environment: caller.environment, apiToken: input.query(WireKey.ckAPIToken),
-                userName: try body.requiredString(WireKey.username), password: try body.requiredString(WireKey.password))
+                userName: body.username, password: body.password)
             input.context.exchange.update { $0.webAuthToken = token }
             return Reply.json(
                 [WireKey.ckWebAuthToken: .string(token), WireKey.userRecordName: .string(userRecordName)], context: input.context)

@@ -24,9 +24,13 @@ enum DeviceRoutes {
 
     static let routes: [Route] =
         tokenRoutes + [
-            .json("notifications/changes") { try await $0.service.notificationChangesJSON($0.caller, body: $0.body()) },
-            .json("notifications/markRead") { try await $0.service.markNotificationsRead($0.caller, body: $0.body()) },
-            .json("badge/modify") { try await $0.service.modifyBadge($0.caller, body: $0.body()) },
+            .json("notifications/changes") {
+                try await $0.service.notificationChangesJSON($0.caller, NotificationChangesRequest(json: $0.body()))
+            },
+            .json("notifications/markRead") {
+                try await $0.service.markNotificationsRead($0.caller, MarkNotificationsReadRequest(json: $0.body()))
+            },
+            .json("badge/modify") { try await $0.service.modifyBadge($0.caller, BadgeModifyRequest(json: $0.body())) },
             .json(NotificationSocket.path) { input in
                 let caller = try input.caller
                 _ = try caller.requireUser(for: "The notification stream")
