@@ -6,7 +6,7 @@ import Logging
 import NIOConcurrencyHelpers
 import NIOCore
 import NimbusCore
-import NimbusServer
+@testable import NimbusServer
 import NimbusTestSupport
 import NimbusWire
 import Testing
@@ -189,6 +189,33 @@ import Testing
             #expect(ok["route"]?.description.hasSuffix("zones/list") == true && ok["ms"] != nil && ok["uuid"] != nil)
             let failed = try #require(lines.last?.1)
             #expect(failed["status"] == "421" && failed["serverErrorCode"] == "AUTHENTICATION_REQUIRED")
+        }
+    }
+
+    /// An error that is not CloudKit's becomes INTERNAL_ERROR: its cause goes to the log under
+    /// the request's UUID and never to the client.
+    @Test func internalErrorsAreLoggedNotShown() async throws {
+        struct Leak: Error, CustomStringConvertible { var description: String { "SELECT secret FROM sqlite_master" } }
+        let log = LogLines()
+        let logger = Logger(label: "test") { _ in CapturingHandler(sink: log) }
+        let router = Router(context: NimbusRequestContext.self)
+        router.add(middleware: RequestLogMiddleware(logger: logger))
+        router.add(middleware: ErrorMiddleware(logger: logger))
+        router.get("explode") { _, _ -> Response in throw Leak() }
+        let app = Application(router: router)
+        try await app.test(.router) { client in
+            let response = try await client.execute(uri: "/explode", method: .get)
+            #expect(response.status == .internalServerError)
+            let body = Self.json(response)
+            #expect(body["serverErrorCode"] == "INTERNAL_ERROR")
+            let uuid = try #require(body["uuid"]?.stringValue)
+            #expect(response.headers[HTTPField.Name("X-Apple-Request-UUID")!] == uuid)
+            #expect(!String(buffer: response.body).contains("secret"))
+            #expect(body["reason"]?.stringValue?.contains(uuid) == true)
+            let failure = try #require(log.all.first { $0.0 == "request failed" })
+            #expect(failure.1["uuid"]?.description == uuid && failure.1["error"]?.description.contains("secret") == true)
+            let access = try #require(log.all.first { $0.0 == "request" })
+            #expect(access.1["status"] == "500" && access.1["serverErrorCode"] == "INTERNAL_ERROR")
         }
     }
 }
