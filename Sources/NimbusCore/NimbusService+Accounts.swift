@@ -83,8 +83,9 @@ extension NimbusService {
         return url.port.map { "\(scheme)://\(host):\($0)" } ?? "\(scheme)://\(host)"
     }
 
-    /// The allowed origins of an API token, or nil for a token that is unknown or revoked
-    /// (cached like authentication, so CORS costs no storage read per request).
+    /// An API token's row (CORS reads its allowed origins), or nil for a token that is unknown
+    /// or revoked; from the credential cache authentication fills, so a known token costs no
+    /// storage read per request.
     public func apiTokenRow(_ apiToken: String) async throws -> APITokenRow? {
         let hash = Credentials.tokenHash(apiToken)
         let time = now

@@ -38,14 +38,14 @@ public final class CKQuery: NSObject, NSSecureCoding, NSCopying, @unchecked Send
     // NSSecureCoding keeps the wire form, which is all a query needs to run again.
     public static var supportsSecureCoding: Bool { true }
     public func encode(with coder: NSCoder) {
-        coder.encode(recordType as NSString, forKey: WireKey.recordType)
-        if let json = try? queryJSON() { coder.encode(json.text as NSString, forKey: WireKey.query) }
+        coder.encode(recordType as NSString, forKey: "recordType")
+        if let json = try? queryJSON() { coder.encode(json.text as NSString, forKey: "query") }
     }
     public init?(coder: NSCoder) {
         // A decoded query runs as it was archived (its wire form is kept); its `predicate`
         // property reads TRUEPREDICATE, since the format string is not archived.
-        guard let type = coder.decodeIfPresent(NSString.self, forKey: WireKey.recordType),
-            let text = coder.decodeIfPresent(NSString.self, forKey: WireKey.query),
+        guard let type = coder.decodeIfPresent(NSString.self, forKey: "recordType"),
+            let text = coder.decodeIfPresent(NSString.self, forKey: "query"),
             let json = try? JSON.parse(String(text))
         else { return nil }
         recordType = String(type)
@@ -82,18 +82,18 @@ public final class CKQueryCursor: NSObject, NSSecureCoding, NSCopying, @unchecke
 
     public static var supportsSecureCoding: Bool { true }
     public func encode(with coder: NSCoder) {
-        coder.encode(queryJSONText as NSString, forKey: WireKey.query)
+        coder.encode(queryJSONText as NSString, forKey: "query")
         coder.encode(continuationMarker as NSString, forKey: "marker")
-        if let zoneID { coder.encode(zoneID, forKey: WireKey.zoneID) }
-        coder.encode(zoneWide, forKey: WireKey.zoneWide)
+        if let zoneID { coder.encode(zoneID, forKey: "zoneID") }
+        coder.encode(zoneWide, forKey: "zoneWide")
     }
     public init?(coder: NSCoder) {
-        guard let query = coder.decodeIfPresent(NSString.self, forKey: WireKey.query),
+        guard let query = coder.decodeIfPresent(NSString.self, forKey: "query"),
             let marker = coder.decodeIfPresent(NSString.self, forKey: "marker")
         else { return nil }
         queryJSONText = String(query)
         continuationMarker = String(marker)
-        zoneID = coder.decodeIfPresent(CKRecordZone.ID.self, forKey: WireKey.zoneID)
-        zoneWide = coder.decodeBool(forKey: WireKey.zoneWide)
+        zoneID = coder.decodeIfPresent(CKRecordZone.ID.self, forKey: "zoneID")
+        zoneWide = coder.decodeBool(forKey: "zoneWide")
     }
 }

@@ -1,5 +1,4 @@
 import Foundation
-import NimbusWire
 
 /// A record: a typed dictionary of fields plus the system fields the server keeps.
 ///
@@ -162,32 +161,32 @@ public final class CKRecord: NSObject, NSSecureCoding, NSCopying, @unchecked Sen
     /// Encodes the system fields only (identity, type, change tag, dates): what an app keeps
     /// beside its own model to save changes later without a fetch first.
     public func encodeSystemFields(with coder: NSCoder) {
-        coder.encode(recordType as NSString, forKey: WireKey.recordType)
+        coder.encode(recordType as NSString, forKey: "recordType")
         coder.encode(recordID, forKey: "recordID")
-        if let recordChangeTag { coder.encode(recordChangeTag as NSString, forKey: WireKey.recordChangeTag) }
+        if let recordChangeTag { coder.encode(recordChangeTag as NSString, forKey: "recordChangeTag") }
         if let creationDate { coder.encode(creationDate.timeIntervalSince1970, forKey: "creationDate") }
         if let modificationDate { coder.encode(modificationDate.timeIntervalSince1970, forKey: "modificationDate") }
         if let creatorUserRecordID { coder.encode(creatorUserRecordID, forKey: "creatorUserRecordID") }
         if let lastModifiedUserRecordID { coder.encode(lastModifiedUserRecordID, forKey: "lastModifiedUserRecordID") }
-        if let parent { coder.encode(parent, forKey: WireKey.parent) }
+        if let parent { coder.encode(parent, forKey: "parent") }
     }
 
     /// Encodes the system fields and every field (as its wire JSON, which keeps the type).
     public func encode(with coder: NSCoder) {
         encodeSystemFields(with: coder)
         if let fields = try? WireRecordCoder.fieldsJSONText(of: self) {
-            coder.encode(fields as NSString, forKey: WireKey.fields)
+            coder.encode(fields as NSString, forKey: "fields")
         }
     }
 
     public init?(coder: NSCoder) {
-        guard let type = coder.decodeIfPresent(NSString.self, forKey: WireKey.recordType),
+        guard let type = coder.decodeIfPresent(NSString.self, forKey: "recordType"),
             let recordID = coder.decodeIfPresent(CKRecord.ID.self, forKey: "recordID")
         else { return nil }
         recordType = String(type)
         self.recordID = recordID
         super.init()
-        recordChangeTag = coder.decodeIfPresent(NSString.self, forKey: WireKey.recordChangeTag).map(String.init)
+        recordChangeTag = coder.decodeIfPresent(NSString.self, forKey: "recordChangeTag").map(String.init)
         if coder.containsValue(forKey: "creationDate") {
             creationDate = Date(timeIntervalSince1970: coder.decodeDouble(forKey: "creationDate"))
         }
@@ -196,8 +195,8 @@ public final class CKRecord: NSObject, NSSecureCoding, NSCopying, @unchecked Sen
         }
         creatorUserRecordID = coder.decodeIfPresent(CKRecord.ID.self, forKey: "creatorUserRecordID")
         lastModifiedUserRecordID = coder.decodeIfPresent(CKRecord.ID.self, forKey: "lastModifiedUserRecordID")
-        let parent = coder.decodeIfPresent(Reference.self, forKey: WireKey.parent)
-        if let text = coder.decodeIfPresent(NSString.self, forKey: WireKey.fields) {
+        let parent = coder.decodeIfPresent(Reference.self, forKey: "parent")
+        if let text = coder.decodeIfPresent(NSString.self, forKey: "fields") {
             for (key, value) in (try? WireRecordCoder.fields(fromJSONText: String(text), zoneID: recordID.zoneID)) ?? [] {
                 values[key] = value
                 keyOrder.append(key)

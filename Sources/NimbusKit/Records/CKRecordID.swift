@@ -1,5 +1,4 @@
 import Foundation
-import NimbusWire
 
 extension CKRecord {
     public typealias ID = CKRecordID
@@ -33,12 +32,12 @@ public final class CKRecordID: NSObject, NSSecureCoding, NSCopying, @unchecked S
 
     public static var supportsSecureCoding: Bool { true }
     public func encode(with coder: NSCoder) {
-        coder.encode(recordName as NSString, forKey: WireKey.recordName)
-        coder.encode(zoneID, forKey: WireKey.zoneID)
+        coder.encode(recordName as NSString, forKey: "recordName")
+        coder.encode(zoneID, forKey: "zoneID")
     }
     public init?(coder: NSCoder) {
-        guard let name = coder.decodeIfPresent(NSString.self, forKey: WireKey.recordName),
-            let zoneID = coder.decodeIfPresent(CKRecordZone.ID.self, forKey: WireKey.zoneID)
+        guard let name = coder.decodeIfPresent(NSString.self, forKey: "recordName"),
+            let zoneID = coder.decodeIfPresent(CKRecordZone.ID.self, forKey: "zoneID")
         else { return nil }
         recordName = String(name)
         self.zoneID = zoneID
@@ -78,12 +77,12 @@ public final class CKReference: NSObject, NSSecureCoding, NSCopying, CKRecordVal
     public static var supportsSecureCoding: Bool { true }
     public func encode(with coder: NSCoder) {
         coder.encode(recordID, forKey: "recordID")
-        coder.encode(Int64(action.rawValue), forKey: WireKey.action)
+        coder.encode(Int64(action.rawValue), forKey: "action")
     }
     public init?(coder: NSCoder) {
         guard let recordID = coder.decodeIfPresent(CKRecordID.self, forKey: "recordID") else { return nil }
         self.recordID = recordID
-        action = Action(rawValue: UInt(coder.decodeInt64(forKey: WireKey.action))) ?? .none
+        action = Action(rawValue: UInt(coder.decodeInt64(forKey: "action"))) ?? .none
     }
 }
 

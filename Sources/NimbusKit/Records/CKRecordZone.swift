@@ -1,5 +1,4 @@
 import Foundation
-import NimbusWire
 
 /// The owner name that means "the signed-in user", as CloudKit spells it.
 public let CKCurrentUserDefaultName = "__defaultOwner__"
@@ -42,11 +41,11 @@ public final class CKRecordZone: NSObject, NSSecureCoding, @unchecked Sendable {
 
     public static var supportsSecureCoding: Bool { true }
     public func encode(with coder: NSCoder) {
-        coder.encode(zoneID, forKey: WireKey.zoneID)
+        coder.encode(zoneID, forKey: "zoneID")
         coder.encode(Int64(capabilities.rawValue), forKey: "capabilities")
     }
     public init?(coder: NSCoder) {
-        guard let zoneID = coder.decodeIfPresent(ID.self, forKey: WireKey.zoneID) else { return nil }
+        guard let zoneID = coder.decodeIfPresent(ID.self, forKey: "zoneID") else { return nil }
         self.zoneID = zoneID
         capabilities = Capabilities(rawValue: UInt(coder.decodeInt64(forKey: "capabilities")))
     }
@@ -76,11 +75,11 @@ public final class CKRecordZoneID: NSObject, NSSecureCoding, NSCopying, @uncheck
 
     public static var supportsSecureCoding: Bool { true }
     public func encode(with coder: NSCoder) {
-        coder.encode(zoneName as NSString, forKey: WireKey.zoneName)
+        coder.encode(zoneName as NSString, forKey: "zoneName")
         coder.encode(ownerName as NSString, forKey: "ownerName")
     }
     public init?(coder: NSCoder) {
-        guard let name = coder.decodeIfPresent(NSString.self, forKey: WireKey.zoneName),
+        guard let name = coder.decodeIfPresent(NSString.self, forKey: "zoneName"),
             let owner = coder.decodeIfPresent(NSString.self, forKey: "ownerName")
         else { return nil }
         zoneName = String(name)

@@ -1,5 +1,4 @@
 import Foundation
-import NimbusWire
 
 /// An opaque position in a change feed (a database's zones or a zone's records). Keep the
 /// latest one the server hands back, archived with `NSKeyedArchiver`, and send it next time
@@ -16,9 +15,9 @@ public final class CKServerChangeToken: NSObject, NSSecureCoding, NSCopying, @un
     public func copy(with zone: NSZone? = nil) -> Any { self }
 
     public static var supportsSecureCoding: Bool { true }
-    public func encode(with coder: NSCoder) { coder.encode(syncToken as NSString, forKey: WireKey.syncToken) }
+    public func encode(with coder: NSCoder) { coder.encode(syncToken as NSString, forKey: "syncToken") }
     public init?(coder: NSCoder) {
-        guard let token = coder.decodeIfPresent(NSString.self, forKey: WireKey.syncToken) else { return nil }
+        guard let token = coder.decodeIfPresent(NSString.self, forKey: "syncToken") else { return nil }
         syncToken = String(token)
     }
 }

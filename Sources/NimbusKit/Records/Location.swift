@@ -1,5 +1,4 @@
 import Foundation
-import NimbusWire
 
 #if canImport(CoreLocation)
 @_exported import CoreLocation
@@ -76,7 +75,7 @@ open class CLLocation: NSObject, NSSecureCoding, NSCopying, @unchecked Sendable 
         coder.encode(verticalAccuracy, forKey: "verticalAccuracy")
         coder.encode(course, forKey: "course")
         coder.encode(speed, forKey: "speed")
-        coder.encode(timestamp.timeIntervalSince1970, forKey: WireKey.timestamp)
+        coder.encode(timestamp.timeIntervalSince1970, forKey: "timestamp")
     }
     public required init?(coder: NSCoder) {
         coordinate = CLLocationCoordinate2D(
@@ -86,7 +85,7 @@ open class CLLocation: NSObject, NSSecureCoding, NSCopying, @unchecked Sendable 
         verticalAccuracy = coder.decodeDouble(forKey: "verticalAccuracy")
         course = coder.decodeDouble(forKey: "course")
         speed = coder.decodeDouble(forKey: "speed")
-        timestamp = Date(timeIntervalSince1970: coder.decodeDouble(forKey: WireKey.timestamp))
+        timestamp = Date(timeIntervalSince1970: coder.decodeDouble(forKey: "timestamp"))
     }
 }
 #endif

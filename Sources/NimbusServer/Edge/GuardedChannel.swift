@@ -101,10 +101,16 @@ final class RefusingHandler: ChannelInboundHandler, RemovableChannelHandler {
     private func answer(_ context: ChannelHandlerContext) {
         guard !answered else { return }
         answered = true
-        var buffer = context.channel.allocator.buffer(capacity: refusal.count)
-        buffer.writeBytes(refusal)
-        context.writeAndFlush(wrapOutboundOut(buffer)).whenComplete { _ in context.close(promise: nil) }
+        writeRawAndClose(refusal, context: context)
     }
+}
+
+/// Writes bytes to the socket as they are, then closes the connection. `context` must be the
+/// front of the pipeline, below the HTTP encoder.
+private func writeRawAndClose(_ bytes: [UInt8], context: ChannelHandlerContext) {
+    var buffer = context.channel.allocator.buffer(capacity: bytes.count)
+    buffer.writeBytes(bytes)
+    context.writeAndFlush(NIOAny(buffer)).whenComplete { _ in context.close(promise: nil) }
 }
 
 /// Open connections per client address.
@@ -151,7 +157,7 @@ final class ConnectionState {
     /// since a timer scheduled and cancelled per phase was measurable on small requests.
     var deadline = NIODeadline.distantFuture
     /// Set by the request guard, so raw bytes arriving on an idle connection start the header limit.
-    var startHeaderTimer: (() -> Void)?
+    var startHeaderLimit: (() -> Void)?
     /// Set by the front handler: writes bytes to the socket as they are, then closes. Refusals
     /// go this way, below the HTTP encoder, which would drop the body of an answer to HEAD or
     /// CONNECT.
@@ -170,23 +176,18 @@ final class ByteArrivalHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     func handlerAdded(context: ChannelHandlerContext) {
         let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
-        state.writeAndClose = { bytes in
-            let context = loopBound.value
-            var buffer = context.channel.allocator.buffer(capacity: bytes.count)
-            buffer.writeBytes(bytes)
-            context.writeAndFlush(NIOAny(buffer)).whenComplete { _ in context.close(promise: nil) }
-        }
+        state.writeAndClose = { bytes in writeRawAndClose(bytes, context: loopBound.value) }
     }
 
     func handlerRemoved(context: ChannelHandlerContext) { state.writeAndClose = nil }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        if state.phase == .idle { state.startHeaderTimer?() }
+        if state.phase == .idle { state.startHeaderLimit?() }
         context.fireChannelRead(data)
     }
 }
 
-/// Just after the HTTP decoder: runs the timers and answers what the decoder cannot parse.
+/// Just after the HTTP decoder: keeps each phase's deadline and answers what the decoder cannot parse.
 final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias InboundOut = HTTPServerRequestPart
@@ -207,7 +208,7 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     func handlerAdded(context: ChannelHandlerContext) {
         let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-        state.startHeaderTimer = {
+        state.startHeaderLimit = {
             let (handler, context) = loopBound.value
             handler.enter(.readingHead, context: context)
         }
@@ -221,7 +222,7 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
     func handlerRemoved(context: ChannelHandlerContext) {
         check?.cancel()
         check = nil
-        state.startHeaderTimer = nil
+        state.startHeaderLimit = nil
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -309,13 +310,10 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
         }
     }
 
+    /// Ends the connection whose current phase ran past its deadline.
     private func checkDeadline(context: ChannelHandlerContext) {
         guard state.deadline < .now() else { return }
-        timedOut(in: state.phase, context: context)
-    }
-
-    private func timedOut(in phase: ConnectionState.Phase, context: ChannelHandlerContext) {
-        switch phase {
+        switch state.phase {
         case .readingHead:
             refuse(
                 context: context, status: .requestTimeout,

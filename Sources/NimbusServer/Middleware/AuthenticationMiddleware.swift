@@ -34,7 +34,7 @@ struct AuthenticationMiddleware: RouterMiddleware {
             throw CloudKitError.badRequest(
                 "unknown environment '\(Names.escaped(environmentName))'; use development or production")
         }
-        if let database = parameters.get(WireKey.database) {
+        if let database = parameters.get("database") {
             guard let scope = DatabaseScope(rawValue: database) else {
                 throw CloudKitError.badRequest("unknown database '\(Names.escaped(database))'; use public, private or shared")
             }

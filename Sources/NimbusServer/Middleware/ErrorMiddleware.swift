@@ -36,7 +36,7 @@ struct ErrorMiddleware: RouterMiddleware {
     /// The sign-in page for the container and environment the request's path names.
     static func signInURL(_ request: Request, context: Context) -> String? {
         let parts = request.uri.path.split(separator: "/").map(String.init)
-        guard parts.count >= 4, [WireKey.database, "device", "auth"].contains(parts[0]) else { return nil }
+        guard parts.count >= 4, ["database", "device", "auth"].contains(parts[0]) else { return nil }
         return AuthRoutes.signInURL(
             baseURL: context.exchange.baseURL(for: request), container: parts[2], environment: parts[3],
             apiToken: request.query(WireKey.ckAPIToken))

@@ -1,3 +1,4 @@
+import Foundation
 import NimbusCore
 import NimbusWire
 
@@ -39,22 +40,15 @@ enum AuthRoutes {
     /// container and environment, with the API token the failed request used.
     static func signInURL(baseURL: String, container: String, environment: String, apiToken: String?) -> String {
         var url = "\(baseURL)/auth/1/\(percentEncoded(container))/\(environment)/signin"
-        if let apiToken { url += "?ckAPIToken=\(percentEncoded(apiToken))" }
+        if let apiToken { url += "?\(WireKey.ckAPIToken)=\(percentEncoded(apiToken))" }
         return url
     }
 
-    static func percentEncoded(_ text: String) -> String {
-        var output = ""
-        for byte in text.utf8 {
-            let allowed =
-                (0x30...0x39).contains(byte) || (0x41...0x5A).contains(byte) || (0x61...0x7A).contains(byte)
-                || Array("-._~".utf8).contains(byte)
-            output += allowed ? String(UnicodeScalar(byte)) : "%" + String(byte, radix: 16, uppercase: true).leftPadded()
-        }
-        return output
-    }
-}
+    /// RFC 3986's unreserved characters: everything else in a path segment or query value is
+    /// percent-encoded.
+    static let unreserved = CharacterSet(charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 
-extension String {
-    fileprivate func leftPadded() -> String { count == 1 ? "0" + self : self }
+    static func percentEncoded(_ text: String) -> String {
+        text.addingPercentEncoding(withAllowedCharacters: unreserved) ?? text
+    }
 }

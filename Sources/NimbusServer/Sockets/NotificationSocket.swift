@@ -32,10 +32,9 @@ enum NotificationSocket {
         _ request: HTTPRequest, service: NimbusService, connections: LiveConnections
     ) async -> ShouldUpgradeResult<WebSocketDataHandler<HTTP1WebSocketUpgradeChannel.Context>> {
         guard let components = request.path.flatMap({ URLComponents(string: $0) }) else { return .dontUpgrade }
+        guard isStreamPath(components.path) else { return .dontUpgrade }
         let parts = components.path.split(separator: "/").map(String.init)
-        guard parts.count == 6, parts[0] == "device", parts[1] == "1", "\(parts[4])/\(parts[5])" == path,
-            let environment = NimbusStorage.Environment(rawValue: parts[3])
-        else { return .dontUpgrade }
+        guard let environment = NimbusStorage.Environment(rawValue: parts[3]) else { return .dontUpgrade }
         var query: [String: String] = [:]
         for item in components.queryItems ?? [] { query[item.name] = item.value ?? "" }
         let deviceID = query[WireKey.ckDeviceID].flatMap { $0.isEmpty ? nil : $0 } ?? Names.anonymousDevice
