@@ -10,7 +10,7 @@ import NimbusWire
 extension NimbusService {
     /// `changes/database` (and the deprecated `zones/changes`, which also serves the public database).
     public func databaseChanges(_ target: DatabaseTarget, _ request: DatabaseChangesRequest, allowPublic: Bool = false)
-        async throws -> JSON
+        async throws -> DatabaseChangesResponse
     {
         let key = try target.key()
         if target.scope == .public, !allowPublic {
@@ -36,35 +36,26 @@ extension NimbusService {
         let moreComing = zones.count > limit
         let page = zones.prefix(limit)
         let nextSequence = moreComing ? (page.last?.changeSequence ?? since) : max(since, currentSequence)
-        let entries: [JSON] = page.filter { $0.name != Names.defaultZone }.map { zone in
-            if zone.isDeleted {
-                return .object([WireKey.zoneID: zoneIDJSON(zone, target: target), WireKey.deleted: true])
-            }
-            return zoneJSON(zone, target: target)
+        let entries: [ZoneEntry] = page.filter { $0.name != Names.defaultZone }.map { zone in
+            zone.isDeleted ? .deleted(wireZoneID(zone, target: target)) : .zone(zoneOutput(zone, target: target))
         }
-        let token = JSON.string(SyncToken.forDatabase(databaseID: database.id, sequence: nextSequence).encoded(key: keys.syncTokens))
-        return [WireKey.zones: .array(entries), WireKey.syncToken: token, WireKey.moreComing: .bool(moreComing)]
+        let token = SyncToken.forDatabase(databaseID: database.id, sequence: nextSequence).encoded(key: keys.syncTokens)
+        return DatabaseChangesResponse(zones: entries, syncToken: token, moreComing: moreComing)
     }
 
     /// `changes/zone`: for each requested zone, the records changed since its token, oldest
     /// first; a zone's failure is its own entry.
-    public func zoneChanges(_ target: DatabaseTarget, _ request: ZoneChangesRequest) async throws -> JSON {
-        let results = try await zoneChangeResults(target, request)
-        return [WireKey.zones: itemsJSON(results)]
+    public func zoneChanges(_ target: DatabaseTarget, _ request: ZoneChangesRequest) async throws -> ZoneChangesResponse {
+        ZoneChangesResponse(zones: try await zoneChangeResults(target, request).map(ItemResult.init))
     }
 
     /// The deprecated `records/changes`: one zone, its failure failing the whole request.
-    public func recordChanges(_ target: DatabaseTarget, _ request: ZoneChangesRequest) async throws -> JSON {
-        guard let result = try await zoneChangeResults(target, request).first else { return [WireKey.records: []] }
-        let entry = try result.get()
-        return [
-            WireKey.records: entry[WireKey.records] ?? [], WireKey.syncToken: entry[WireKey.syncToken] ?? .null,
-            WireKey.moreComing: entry[WireKey.moreComing] ?? false, "reverse": false,
-        ]
+    public func recordChanges(_ target: DatabaseTarget, _ request: ZoneChangesRequest) async throws -> RecordChangesResponse {
+        RecordChangesResponse(try await zoneChangeResults(target, request).first?.get())
     }
 
     private func zoneChangeResults(_ target: DatabaseTarget, _ request: ZoneChangesRequest) async throws
-        -> [Result<JSON, CloudKitError>]
+        -> [Result<ZoneRecordChanges, CloudKitError>]
     {
         let key = try target.key()
         if target.scope == .public {
@@ -88,8 +79,8 @@ extension NimbusService {
     private func zoneChangesEntry(
         _ request: ZoneChangesRequest.Zone, numbersAsStrings: Bool, database: DatabaseRow, target: DatabaseTarget,
         tx: any StorageReader
-    ) throws -> JSON {
-        let requestedZoneID = zoneIDJSON(name: request.zoneID.zoneName, owner: request.zoneID.ownerRecordName)
+    ) throws -> ZoneRecordChanges {
+        let requestedZoneID = wireZoneID(name: request.zoneID.zoneName, owner: request.zoneID.ownerRecordName).json
         if target.scope == .shared { throw zoneNotFound(request.zoneID, detail: "nothing is shared with you yet") }
         if request.zoneID.zoneName == Names.defaultZone {
             throw CloudKitError(
@@ -119,19 +110,17 @@ extension NimbusService {
         let moreComing = rows.count > request.resultsLimit
         let page = rows.prefix(request.resultsLimit)
         let nextSequence = moreComing ? (page.last?.changeSequence ?? since) : max(since, zone.changeSequence)
-        let records: [JSON] = try page.map { row in
+        let records: [RecordEntry] = try page.map { row in
             if row.isDeleted {
-                return deletedRecordJSON(row.recordName, recordType: row.recordType, zone: zone, target: target)
+                return .deleted(deletedRecord(row.recordName, recordType: row.recordType, zone: zone, target: target))
             }
-            return try recordJSON(
-                row, zone: zone, target: target, desiredKeys: request.desiredKeys, numbersAsStrings: numbersAsStrings)
+            return .record(
+                try recordOutput(
+                    row, zone: zone, target: target, desiredKeys: request.desiredKeys, numbersAsStrings: numbersAsStrings))
         }
         let token = SyncToken.forZone(databaseID: database.id, zoneID: zone.id, zoneName: zone.name, sequence: nextSequence)
-        return .object([
-            WireKey.zoneID: zoneIDJSON(zone, target: target),
-            WireKey.syncToken: .string(token.encoded(key: keys.syncTokens)),
-            WireKey.records: .array(records),
-            WireKey.moreComing: .bool(moreComing),
-        ])
+        return ZoneRecordChanges(
+            zoneID: wireZoneID(zone, target: target), syncToken: token.encoded(key: keys.syncTokens), records: records,
+            moreComing: moreComing)
     }
 }

@@ -117,69 +117,64 @@ extension NimbusService {
             } else {
                 [:]
             }
-        func fieldText(_ name: String) -> JSON {
+        func fieldText(_ name: String) -> String {
             switch fields[name]?[WireKey.value] {
-            case .string(let text)?: return .string(text)
-            case let value?: return .string(String(decoding: value.serialized(), as: UTF8.self))
-            case nil: return .string("")
+            case .string(let text)?: return text
+            case let value?: return String(decoding: value.serialized(), as: UTF8.self)
+            case nil: return ""
             }
         }
-        var alert = JSONObject()
-        let alertKeys: [(String, String)] = [
-            (WireKey.title, WireKey.title), (WireKey.titleLocalizationKey, "title-loc-key"), (WireKey.subtitle, WireKey.subtitle),
-            (WireKey.subtitleLocalizationKey, "subtitle-loc-key"), (WireKey.alertBody, WireKey.body), (WireKey.alertLocalizationKey, "loc-key"),
-            (WireKey.alertActionLocalizationKey, "action-loc-key"), (WireKey.alertLaunchImage, "launch-image"),
-        ]
-        for (key, apsKey) in alertKeys { if let value = info[key] { alert[apsKey] = value } }
+        func text(_ key: String) -> String? { info[key]?.stringValue }
         // Localization arguments name record fields; the push carries their values.
-        let argumentKeys = [
-            (WireKey.alertLocalizationArgs, "loc-args"), (WireKey.titleLocalizationArgs, "title-loc-args"),
-            (WireKey.subtitleLocalizationArgs, "subtitle-loc-args"),
-        ]
-        for (key, apsKey) in argumentKeys {
-            if let names = info[key]?.arrayValue?.compactMap(\.stringValue) { alert[apsKey] = .array(names.map(fieldText)) }
-        }
-        var aps = JSONObject()
-        if !alert.pairs.isEmpty { aps[WireKey.alert] = .object(alert) }
-        if let sound = info[WireKey.soundName] { aps[WireKey.sound] = sound }
-        if let badge { aps[WireKey.badge] = .int(badge) }
-        if let category = info[WireKey.category] { aps[WireKey.category] = category }
-        if info[WireKey.shouldSendContentAvailable] == .bool(true) { aps["content-available"] = .int(1) }
-        if info[WireKey.shouldSendMutableContent] == .bool(true) { aps["mutable-content"] = .int(1) }
+        func arguments(_ key: String) -> [String]? { info[key]?.arrayValue?.compactMap(\.stringValue).map(fieldText) }
+        var aps = PushPayload.Aps()
+        aps.alert.body = text(WireKey.alertBody)
+        aps.alert.localizationKey = text(WireKey.alertLocalizationKey)
+        aps.alert.localizationArgs = arguments(WireKey.alertLocalizationArgs)
+        aps.alert.title = text(WireKey.title)
+        aps.alert.titleLocalizationKey = text(WireKey.titleLocalizationKey)
+        aps.alert.titleLocalizationArgs = arguments(WireKey.titleLocalizationArgs)
+        aps.alert.subtitle = text(WireKey.subtitle)
+        aps.alert.subtitleLocalizationKey = text(WireKey.subtitleLocalizationKey)
+        aps.alert.subtitleLocalizationArgs = arguments(WireKey.subtitleLocalizationArgs)
+        aps.alert.actionLocalizationKey = text(WireKey.alertActionLocalizationKey)
+        aps.alert.launchImage = text(WireKey.alertLaunchImage)
+        aps.sound = text(WireKey.soundName)
+        aps.badge = badge
+        aps.category = text(WireKey.category)
+        aps.contentAvailable = info[WireKey.shouldSendContentAvailable] == .bool(true)
+        aps.mutableContent = info[WireKey.shouldSendMutableContent] == .bool(true)
 
         let zoneOwner = database.scope == .public ? Names.defaultOwner : keys.userRecordName(container: database.container, userID: database.ownerID)
-        let scopeNumber: Int64 = switch database.scope {
-            case .public: 1
-            case .private: 2
-            case .shared: 3
+        let scope: PushPayload.DatabaseNumber = switch database.scope {
+            case .public: .public
+            case .private: .private
+            case .shared: .shared
             }
-        var ck: JSONObject = [
-            WireKey.nid: .string(notificationID), WireKey.cid: .string(database.container), WireKey.ckuserid: .string(subscriber),
-            "ce": .int(database.environment == .production ? 2 : 1),
-        ]
-        let sid = JSON.string(subscription.key.subscriptionID)
+        let sid = subscription.key.subscriptionID
+        let event: PushPayload.Event
         switch subscription.type {
         case .query:
-            var query: JSONObject = [
-                WireKey.sid: sid, WireKey.rid: .string(match.record?.recordName ?? ""), WireKey.fo: .int(Int64(match.reason?.rawValue ?? 0)),
-                WireKey.zid: .string(match.record?.zoneName ?? Names.defaultZone), WireKey.zoid: .string(zoneOwner), WireKey.dbs: .int(scopeNumber),
-            ]
             var additional = JSONObject()
             for key in subscription.desiredKeys { if let value = fields[key]?[WireKey.value] { additional[key] = value } }
-            if !additional.pairs.isEmpty { query[WireKey.af] = .object(additional) }
-            ck[WireKey.qry] = .object(query)
+            event = .query(
+                subscriptionID: sid, recordName: match.record?.recordName ?? "", reason: Int64(match.reason?.rawValue ?? 0),
+                zoneName: match.record?.zoneName ?? Names.defaultZone, zoneOwner: zoneOwner, database: scope, fields: additional)
         case .zone:
-            ck[WireKey.fet] = .object([
-                WireKey.sid: sid, WireKey.zid: .string(match.zoneName ?? ""), WireKey.zoid: .string(zoneOwner), WireKey.dbs: .int(scopeNumber),
-            ])
+            event = .zone(subscriptionID: sid, zoneName: match.zoneName ?? "", zoneOwner: zoneOwner, database: scope)
         case .database:
-            ck[WireKey.met] = .object([WireKey.sid: sid, WireKey.dbs: .int(scopeNumber)])
+            event = .database(subscriptionID: sid, database: scope)
         }
-        var payload = JSONObject()
-        if !aps.pairs.isEmpty { payload[WireKey.aps] = .object(aps) }
-        payload[WireKey.ck] = .object(ck)
-        return .object(payload)
+        return PushPayload(
+            aps: aps,
+            ck: PushPayload.CloudKitPart(
+                notificationID: notificationID, container: database.container, userRecordName: subscriber,
+                environment: Self.environmentNumber(database.environment), event: event)
+        ).json
     }
+
+    /// `ck.ce`: 1 development, 2 production.
+    static func environmentNumber(_ environment: Environment) -> Int64 { environment == .production ? 2 : 1 }
 
     // MARK: The notification collection
 
@@ -226,35 +221,33 @@ extension NimbusService {
     }
 
     /// `notifications/changes`.
-    public func notificationChangesJSON(_ caller: Caller, _ request: NotificationChangesRequest) async throws -> JSON {
+    public func notificationChangesResponse(_ caller: Caller, _ request: NotificationChangesRequest) async throws
+        -> NotificationChangesResponse
+    {
         let page = try await notificationChanges(caller, token: request.syncToken, limit: request.resultsLimit)
-        return [
-            WireKey.notifications: .array(
-                try page.notifications.map { row in
-                    [
-                        "notificationID": .string(row.notificationID), "read": .bool(row.isRead),
-                        WireKey.payload: try JSON.parse(row.payload),
-                    ]
-                }),
-            WireKey.syncToken: .string(page.syncToken), WireKey.moreComing: .bool(page.moreComing),
-        ]
+        return NotificationChangesResponse(
+            notifications: try page.notifications.map { row in
+                NotificationEntry(notificationID: row.notificationID, read: row.isRead, payload: try JSON.parse(row.payload))
+            },
+            syncToken: page.syncToken, moreComing: page.moreComing)
     }
 
     /// `notifications/markRead` (`CKMarkNotificationsReadOperation`). Marking read is itself
     /// news for the user's other devices: it adds a read notification (`ck.rdn` lists the
     /// IDs) to the collection and pushes it to them.
-    public func markNotificationsRead(_ caller: Caller, _ request: MarkNotificationsReadRequest) async throws -> JSON {
+    public func markNotificationsRead(_ caller: Caller, _ request: MarkNotificationsReadRequest) async throws
+        -> MarkNotificationsReadResponse
+    {
         let owner = try notificationOwner(caller, for: "Marking notifications read")
         let ids = request.notificationIDs
         let now = self.now
         let notificationID = UUIDText.random()
-        let payload: JSON = [
-            WireKey.ck: [
-                WireKey.nid: .string(notificationID), WireKey.cid: .string(caller.container),
-                WireKey.ckuserid: .string(try caller.requireUser(for: "Marking notifications read").recordName),
-                "ce": .int(caller.environment == .production ? 2 : 1), WireKey.rdn: .array(ids.map(JSON.string)),
-            ]
-        ]
+        let payload = PushPayload(
+            ck: PushPayload.CloudKitPart(
+                notificationID: notificationID, container: caller.container,
+                userRecordName: try caller.requireUser(for: "Marking notifications read").recordName,
+                environment: Self.environmentNumber(caller.environment), event: .read(notificationIDs: ids))
+        ).json
         let (found, pushed) = try await storage.write { tx -> ([String], PushedNotification?) in
             let found = try tx.markNotificationsRead(owner: owner, notificationIDs: ids)
             guard !found.isEmpty else { return (found, nil) }
@@ -269,16 +262,16 @@ extension NimbusService {
             )
         }
         if let pushed { for sink in notificationHub.currentSinks { sink.deliver([pushed]) } }
-        return [WireKey.notificationIDs: .array(found.map(JSON.string))]
+        return MarkNotificationsReadResponse(notificationIDs: found)
     }
 
     /// `badge/modify` (`CKModifyBadgeOperation`): sets the badge on all the user's devices.
-    public func modifyBadge(_ caller: Caller, _ request: BadgeModifyRequest) async throws -> JSON {
+    public func modifyBadge(_ caller: Caller, _ request: BadgeModifyRequest) async throws -> BadgeModifyResponse {
         let owner = try notificationOwner(caller, for: "The badge")
         let value = request.badgeValue
         try await storage.write { tx in try tx.setBadge(owner: owner, value: value) }
         for sink in notificationHub.currentSinks { sink.deliverBadge(value, to: owner, from: caller.deviceID) }
-        return [WireKey.badgeValue: .int(value)]
+        return BadgeModifyResponse(badgeValue: value)
     }
 
     /// Removes notifications older than the retention; the server calls it periodically.

@@ -10,7 +10,9 @@ extension NimbusService {
 
     /// `tokens/create`: a web-courier token for a client without APNs (a browser, CloudKit JS).
     /// Its pushes wait at `webcourierURL` for the client's long poll.
-    public func createWebCourierToken(_ caller: Caller, body: ObjectReader, baseURL: String) async throws -> JSON {
+    public func createWebCourierToken(_ caller: Caller, body: ObjectReader, baseURL: String) async throws
+        -> PushTokenResponse
+    {
         let owner = try notificationOwner(caller, for: "Push registration")
         let apnsEnvironment = try Self.apnsEnvironment(body)
         let token = Credentials.base64URL(Credentials.randomBytes(32))
@@ -18,29 +20,28 @@ extension NimbusService {
             owner: owner, token: token, apnsEnvironment: apnsEnvironment, isWebCourier: true, deviceID: caller.deviceID,
             createdAt: now)
         try await storage.write { tx in try tx.putPushToken(row) }
-        return [
-            "apnsEnvironment": .string(apnsEnvironment), "apnsToken": .string(token),
-            "webcourierURL": .string("\(baseURL)/webcourier/aps?tok=\(token)&ttl=\(Self.webCourierLifetimeSeconds)"),
-        ]
+        return PushTokenResponse(
+            apnsEnvironment: apnsEnvironment, apnsToken: token,
+            webcourierURL: "\(baseURL)/webcourier/aps?tok=\(token)&ttl=\(Self.webCourierLifetimeSeconds)")
     }
 
     /// `tokens/register`: binds a device's APNs token (64 hex digits, or the base64 of its 32
     /// bytes) or a web-courier token from `tokens/create` to the signed-in user.
-    public func registerPushToken(_ caller: Caller, body: ObjectReader) async throws -> JSON {
+    public func registerPushToken(_ caller: Caller, body: ObjectReader) async throws -> PushTokenResponse {
         let owner = try notificationOwner(caller, for: "Push registration")
         let apnsEnvironment = try Self.apnsEnvironment(body)
-        let given = try body.requiredString("apnsToken")
+        let given = try body.requiredString(WireKey.apnsToken)
         let now = self.now
         let token: String = try await storage.write { tx in
             if let courier = try tx.pushToken(given), courier.isWebCourier {
                 guard courier.owner == owner else {
-                    throw CloudKitError(.accessDenied, "apnsToken: this web-courier token belongs to another user")
+                    throw CloudKitError(.accessDenied, "\(WireKey.apnsToken): this web-courier token belongs to another user")
                 }
                 return given
             }
             guard let deviceToken = Self.apnsDeviceToken(given) else {
                 throw CloudKitError.badRequest(
-                    "apnsToken: expected an APNs device token (64 hexadecimal digits, or the base64 of its 32 bytes) or a token from tokens/create")
+                    "\(WireKey.apnsToken): expected an APNs device token (64 hexadecimal digits, or the base64 of its 32 bytes) or a token from tokens/create")
             }
             try tx.putPushToken(
                 PushTokenRow(
@@ -48,13 +49,13 @@ extension NimbusService {
                     deviceID: caller.deviceID, createdAt: now))
             return deviceToken
         }
-        return ["apnsEnvironment": .string(apnsEnvironment), "apnsToken": .string(token)]
+        return PushTokenResponse(apnsEnvironment: apnsEnvironment, apnsToken: token)
     }
 
     private static func apnsEnvironment(_ body: ObjectReader) throws(CloudKitError) -> String {
-        let value = try body.string("apnsEnvironment") ?? "production"
+        let value = try body.string(WireKey.apnsEnvironment) ?? "production"
         guard value == "development" || value == "production" else {
-            throw .badRequest("apnsEnvironment: '\(Names.escaped(value))' is not an APNs environment; use development or production")
+            throw .badRequest("\(WireKey.apnsEnvironment): '\(Names.escaped(value))' is not an APNs environment; use development or production")
         }
         return value
     }

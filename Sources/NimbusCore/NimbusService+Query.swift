@@ -20,9 +20,9 @@ extension NimbusService {
         return schema
     }
 
-    public func queryRecords(_ target: DatabaseTarget, _ request: RecordsQueryRequest) async throws -> JSON {
+    public func queryRecords(_ target: DatabaseTarget, _ request: RecordsQueryRequest) async throws -> RecordsResponse {
         let key = try target.key()
-        if target.scope == .shared { return [WireKey.records: []] }
+        if target.scope == .shared { return RecordsResponse(records: []) }
         let database = try await databaseForReading(key)
         return try await storage.read { tx in
             let zones: [ZoneRow]
@@ -60,19 +60,21 @@ extension NimbusService {
             }
             let shown = min(page.rows.count, request.resultsLimit)
             let zoneByID = Dictionary(uniqueKeysWithValues: zones.map { ($0.id, $0) })
-            var records: [JSON] = []
+            var records: [ItemResult<RecordEntry>] = []
             for row in page.rows.prefix(shown) {
                 guard let zone = zoneByID[row.zoneID] else { continue }
                 records.append(
-                    try self.recordJSON(
-                        row, zone: zone, target: target, desiredKeys: request.desiredKeys,
-                        numbersAsStrings: request.numbersAsStrings))
+                    .success(
+                        .record(
+                            try self.recordOutput(
+                                row, zone: zone, target: target, desiredKeys: request.desiredKeys,
+                                numbersAsStrings: request.numbersAsStrings))))
             }
-            var response: JSONObject = [WireKey.records: .array(records)]
+            var response = RecordsResponse(records: records)
             if page.rows.count > request.resultsLimit, let last = page.positions.prefix(shown).last {
-                response[WireKey.continuationMarker] = .string(self.encodeCursor(last, binding: binding))
+                response.continuationMarker = self.encodeCursor(last, binding: binding)
             }
-            return .object(response)
+            return response
         }
     }
 

@@ -4,50 +4,38 @@ import NimbusWire
 /// `records/modify` and `records/lookup`.
 extension NimbusService {
     /// The record dictionary of a response (reference §2.2).
-    func recordJSON(
+    func recordOutput(
         _ row: RecordRow, zone: ZoneRow, target: DatabaseTarget, desiredKeys: [String]?, numbersAsStrings: Bool
-    ) throws -> JSON {
-        var object: JSONObject = [
-            WireKey.recordName: .string(row.recordName),
-            WireKey.recordType: .string(row.recordType),
-            WireKey.recordChangeTag: .string(RecordCodec.changeTag(row.changeSequence)),
-            WireKey.fields: try RecordCodec.responseFieldsJSON(row.fields, desiredKeys: desiredKeys, numbersAsStrings: numbersAsStrings),
-            WireKey.created: RecordCodec.stampJSON(row.created),
-            WireKey.modified: RecordCodec.stampJSON(row.modified),
-            WireKey.deleted: false,
-            "pluginFields": .object([:]),
-            WireKey.zoneID: zoneIDJSON(zone, target: target),
-        ]
-        if let parent = row.parent { object[WireKey.parent] = .object([WireKey.recordName: .string(parent)]) }
-        return .object(object)
+    ) throws -> RecordOutput {
+        RecordOutput(
+            recordName: row.recordName, recordType: row.recordType, recordChangeTag: RecordCodec.changeTag(row.changeSequence),
+            fields: try RecordCodec.responseFields(row.fields, desiredKeys: desiredKeys, numbersAsStrings: numbersAsStrings),
+            created: RecordCodec.stamp(row.created), modified: RecordCodec.stamp(row.modified), parent: row.parent,
+            zoneID: wireZoneID(zone, target: target))
     }
 
     /// A deletion as results and change feeds show it.
-    func deletedRecordJSON(_ recordName: String, recordType: String?, zone: ZoneRow, target: DatabaseTarget) -> JSON {
-        var object: JSONObject = [WireKey.recordName: .string(recordName)]
-        if let recordType { object[WireKey.recordType] = .string(recordType) }
-        object[WireKey.deleted] = true
-        object[WireKey.zoneID] = zoneIDJSON(zone, target: target)
-        return .object(object)
+    func deletedRecord(_ recordName: String, recordType: String?, zone: ZoneRow, target: DatabaseTarget) -> DeletedRecord {
+        DeletedRecord(recordName: recordName, recordType: recordType, zoneID: wireZoneID(zone, target: target))
     }
 
     // MARK: records/modify
 
     /// Why an atomic batch was rolled back: the per-item results to report.
     private struct AtomicBatchFailed: Error {
-        let results: [Result<JSON, CloudKitError>]
+        let results: [Result<RecordEntry, CloudKitError>]
     }
 
     /// Applies the operations in order. In a custom zone the batch is atomic unless the request
     /// says `atomic: false`: one failure writes nothing, the failing item reports its own error
     /// and the others `ATOMIC_ERROR`. In the default zone each operation stands alone.
-    public func modifyRecords(_ target: DatabaseTarget, _ request: RecordsModifyRequest) async throws -> JSON {
+    public func modifyRecords(_ target: DatabaseTarget, _ request: RecordsModifyRequest) async throws -> RecordsResponse {
         let key = try target.key()
         _ = try target.caller.requireUser(for: "Saving records")
         if target.scope == .shared { throw zoneNotFound(request.zoneID, detail: "nothing is shared with you yet") }
         let stamp = ChangeStamp(
             timestamp: now, userRecordName: target.caller.stampUserRecordName, deviceID: target.caller.deviceID)
-        let outcome: [Result<JSON, CloudKitError>]
+        let outcome: [Result<RecordEntry, CloudKitError>]
         do {
             let changes: CommittedChanges?
             (outcome, changes) = try await storage.write { tx in
@@ -57,7 +45,7 @@ extension NimbusService {
                 let atomic = zone.name != Names.defaultZone && request.atomic != false
                 let schema = try SchemaResolver(container: key.container, environment: key.environment, tx: tx)
                 let batchOrder = BatchOrder(request.operations, zoneName: zone.name)
-                var slots: [Result<JSON, CloudKitError>?] = Array(repeating: nil, count: request.operations.count)
+                var slots: [Result<RecordEntry, CloudKitError>?] = Array(repeating: nil, count: request.operations.count)
                 /// Applies every operation in batch order. `isolated` puts each in a savepoint of
                 /// its own, so a failing one takes back only its own writes and the rest go on;
                 /// otherwise the first failure is thrown.
@@ -65,7 +53,7 @@ extension NimbusService {
                     var seenNames = Set<String>()
                     for index in batchOrder.order {
                         let operation = request.operations[index]
-                        func applyOne() throws -> JSON {
+                        func applyOne() throws -> RecordEntry {
                             try self.apply(
                                 operation, request: request, zone: zone, database: database, target: target,
                                 stamp: stamp, schema: schema, seenNames: &seenNames, log: log, tx: tx)
@@ -116,14 +104,14 @@ extension NimbusService {
                         recordName: operation.record.recordName))
             }
         }
-        return [WireKey.records: itemsJSON(outcome)]
+        return RecordsResponse(records: outcome.map(ItemResult.init))
     }
 
     private func apply(
         _ operation: RecordOperationInput, request: RecordsModifyRequest, zone: ZoneRow, database: DatabaseRow,
         target: DatabaseTarget, stamp: ChangeStamp, schema: SchemaResolver, seenNames: inout Set<String>,
         log: ChangeLog, tx: any StorageWriter
-    ) throws -> JSON {
+    ) throws -> RecordEntry {
         let input = operation.record
         let path = "\(operation.path).record"
         let type = operation.type
@@ -153,8 +141,9 @@ extension NimbusService {
                         .conflict,
                         "record '\(recordName)' changed on the server (change tag \(RecordCodec.changeTag(existing.changeSequence)), not \(Names.escaped(tag))); merge with serverRecord and save again",
                         recordName: recordName,
-                        serverRecord: try recordJSON(
-                            existing, zone: zone, target: target, desiredKeys: nil, numbersAsStrings: request.numbersAsStrings))
+                        serverRecord: try recordOutput(
+                            existing, zone: zone, target: target, desiredKeys: nil, numbersAsStrings: request.numbersAsStrings
+                        ).json)
                 }
             }
         } else {
@@ -164,7 +153,7 @@ extension NimbusService {
                 throw CloudKitError(.notFound, "record '\(recordName)' does not exist", recordName: recordName)
             case .forceDelete:
                 // Deleting what is not there leaves things as asked: idempotent, like CloudKit.
-                return deletedRecordJSON(recordName, recordType: nil, zone: zone, target: target)
+                return .deleted(deletedRecord(recordName, recordType: nil, zone: zone, target: target))
             }
         }
         if type == .create, existing != nil {
@@ -173,7 +162,7 @@ extension NimbusService {
 
         if type.isDelete, let existing {
             try deleteCascading(existing, zone: zone, database: database, stamp: stamp, log: log, tx: tx)
-            return deletedRecordJSON(recordName, recordType: existing.recordType, zone: zone, target: target)
+            return .deleted(deletedRecord(recordName, recordType: existing.recordType, zone: zone, target: target))
         }
 
         let recordType: String
@@ -227,30 +216,33 @@ extension NimbusService {
         }
         let index = RecordIndexer.entries(for: row, fields: fields, policy: schema.indexPolicy(for: recordType))
         try tx.replaceIndexEntries(recordID: recordID, zoneID: zone.id, recordType: recordType, index, hadEntries: existing != nil)
-        return try recordJSON(
-            row, zone: zone, target: target, desiredKeys: operation.desiredKeys ?? request.desiredKeys,
-            numbersAsStrings: request.numbersAsStrings)
+        return .record(
+            try recordOutput(
+                row, zone: zone, target: target, desiredKeys: operation.desiredKeys ?? request.desiredKeys,
+                numbersAsStrings: request.numbersAsStrings))
     }
 
     // MARK: records/lookup
 
     /// One entry per requested record, in order; a missing record is a `NOT_FOUND` entry.
-    public func lookupRecords(_ target: DatabaseTarget, _ request: RecordsLookupRequest) async throws -> JSON {
+    public func lookupRecords(_ target: DatabaseTarget, _ request: RecordsLookupRequest) async throws -> RecordsResponse {
         let key = try target.key()
         if target.scope == .shared { throw zoneNotFound(request.zoneID, detail: "nothing is shared with you yet") }
         let database = try await databaseForReading(key)
         return try await storage.read { tx in
             let zone = try self.resolveZone(request.zoneID, in: database, target: target, tx: tx)
-            let results: [JSON] = try request.records.map { lookup in
+            let results: [ItemResult<RecordEntry>] = try request.records.map { lookup in
                 guard let row = try tx.record(zoneID: zone.id, name: lookup.recordName), !row.isDeleted else {
-                    return self.errorJSON(
+                    return .failure(
                         CloudKitError(.notFound, "record '\(lookup.recordName)' does not exist", recordName: lookup.recordName))
                 }
-                return try self.recordJSON(
-                    row, zone: zone, target: target, desiredKeys: lookup.desiredKeys ?? request.desiredKeys,
-                    numbersAsStrings: request.numbersAsStrings)
+                return .success(
+                    .record(
+                        try self.recordOutput(
+                            row, zone: zone, target: target, desiredKeys: lookup.desiredKeys ?? request.desiredKeys,
+                            numbersAsStrings: request.numbersAsStrings)))
             }
-            return [WireKey.records: .array(results)]
+            return RecordsResponse(records: results)
         }
     }
 }

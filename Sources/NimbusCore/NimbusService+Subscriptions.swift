@@ -6,34 +6,38 @@ import NimbusWire
 /// public database, where each subscriber hears of every user's changes.
 extension NimbusService {
     /// `subscriptions/list`: the caller's subscriptions to this database.
-    public func listSubscriptions(_ target: DatabaseTarget) async throws -> JSON {
+    public func listSubscriptions(_ target: DatabaseTarget) async throws -> SubscriptionsResponse {
         let user = try target.caller.requireUser(for: "Subscriptions")
         let database = try await databaseForReading(try target.key())
         let rows = try await storage.read { try $0.subscriptions(databaseID: database.id, userID: user.id) }
-        return [WireKey.subscriptions: .array(try rows.map { try Self.definitionJSON($0.definition) })]
+        return SubscriptionsResponse(subscriptions: try rows.map { .success(.subscription(try Self.definition($0.definition))) })
     }
 
     /// `subscriptions/lookup`: one entry per ID, in order; unknown IDs as `NOT_FOUND` entries.
-    public func lookupSubscriptions(_ target: DatabaseTarget, _ request: SubscriptionsLookupRequest) async throws -> JSON {
+    public func lookupSubscriptions(_ target: DatabaseTarget, _ request: SubscriptionsLookupRequest) async throws
+        -> SubscriptionsResponse
+    {
         let user = try target.caller.requireUser(for: "Subscriptions")
         let database = try await databaseForReading(try target.key())
         let rows = try await storage.read { tx in
             try request.subscriptionIDs.map { try tx.subscription(databaseID: database.id, userID: user.id, subscriptionID: $0) }
         }
-        var results: [Result<JSON, CloudKitError>] = []
+        var results: [ItemResult<SubscriptionEntry>] = []
         for (id, row) in zip(request.subscriptionIDs, rows) {
             if let row {
-                results.append(.success(try Self.definitionJSON(row.definition)))
+                results.append(.success(.subscription(try Self.definition(row.definition))))
             } else {
                 results.append(.failure(Self.subscriptionNotFound(id)))
             }
         }
-        return [WireKey.subscriptions: itemsJSON(results)]
+        return SubscriptionsResponse(subscriptions: results)
     }
 
     /// `subscriptions/modify`: each operation stands alone. `create` refuses an ID in use,
     /// `update` replaces an existing subscription, `delete` removes one.
-    public func modifySubscriptions(_ target: DatabaseTarget, _ request: SubscriptionsModifyRequest) async throws -> JSON {
+    public func modifySubscriptions(_ target: DatabaseTarget, _ request: SubscriptionsModifyRequest) async throws
+        -> SubscriptionsResponse
+    {
         let user = try target.caller.requireUser(for: "Subscriptions")
         let key = try target.key()
         let now = self.now
@@ -41,7 +45,7 @@ extension NimbusService {
             let database = try tx.ensureDatabase(key)
             var seen = Set<String>()
             var changes: [(Subscription.Key, Subscription?)] = []
-            let results: [Result<JSON, CloudKitError>] = try request.operations.map { operation in
+            let results: [ItemResult<SubscriptionEntry>] = try request.operations.map { operation in
                 do {
                     guard seen.insert(operation.subscriptionID).inserted else {
                         throw CloudKitError.badRequest(
@@ -58,7 +62,7 @@ extension NimbusService {
                                         databaseID: database.id, userID: user.id, subscriptionID: operation.subscriptionID)
                                 else { throw Self.subscriptionNotFound(operation.subscriptionID) }
                                 changes.append((id, nil))
-                                return [WireKey.subscriptionID: .string(operation.subscriptionID), WireKey.deleted: true]
+                                return .deleted(subscriptionID: operation.subscriptionID)
                             }
                             if operation.type == .create, existing != nil {
                                 throw CloudKitError(
@@ -78,11 +82,11 @@ extension NimbusService {
                             try self.checkScope(input, target: target, database: database, tx: tx)
                             let row = SubscriptionRow(
                                 databaseID: database.id, database: key, userID: user.id, subscriptionID: input.subscriptionID,
-                                definition: Self.definitionJSON(input).serialized(), createdAt: existing?.createdAt ?? now)
+                                definition: input.json.serialized(), createdAt: existing?.createdAt ?? now)
                             let compiled = try self.compile(row, input: input, tx: tx)
                             try tx.putSubscription(row)
                             changes.append((id, compiled))
-                            return compiled.json
+                            return .subscription(compiled.definition)
                         })
                 } catch let error as CloudKitError {
                     var error = error
@@ -97,7 +101,7 @@ extension NimbusService {
                 if let subscription { index.insert(subscription) } else { index.remove(databaseID: databaseID, key: key) }
             }
         }
-        return [WireKey.subscriptions: itemsJSON(results)]
+        return SubscriptionsResponse(subscriptions: results)
     }
 
     // MARK: Definitions
@@ -150,7 +154,7 @@ extension NimbusService {
             database: row.database, type: input.type, recordType: input.recordType,
             zoneName: input.type == .database || input.zoneWide ? nil : input.zoneID?.zoneName ?? Names.defaultZone,
             conditions: conditions, firesOn: input.firesOn, firesOnce: input.firesOnce,
-            notificationInfo: input.notificationInfo, json: Self.definitionJSON(input))
+            notificationInfo: input.notificationInfo, definition: input)
     }
 
     /// Every stored subscription, compiled. One that no longer compiles (a field it filters on
@@ -161,7 +165,7 @@ extension NimbusService {
             var index = SubscriptionIndex()
             for row in try tx.allSubscriptions() {
                 do {
-                    let input = try SubscriptionInput(json: ObjectReader(root: try Self.definitionJSON(row.definition)))
+                    let input = try Self.definition(row.definition)
                     index.insert(try self.compile(row, input: input, tx: tx))
                 } catch {
                     self.logger.warning(
@@ -176,28 +180,8 @@ extension NimbusService {
         }
     }
 
-    /// The subscription dictionary of reference §9, normalized (defaults filled in).
-    static func definitionJSON(_ input: SubscriptionInput) -> JSON {
-        var object: JSONObject = [
-            WireKey.subscriptionID: .string(input.subscriptionID), WireKey.subscriptionType: .string(input.type.rawValue),
-        ]
-        if let query = input.queryJSON { object[WireKey.query] = query }
-        if let zoneID = input.zoneID {
-            var zone: JSONObject = [WireKey.zoneName: .string(zoneID.zoneName)]
-            if let owner = zoneID.ownerRecordName { zone[WireKey.ownerRecordName] = .string(owner) }
-            object[WireKey.zoneID] = .object(zone)
-        }
-        if input.type != .query, let recordType = input.recordType { object[WireKey.recordType] = .string(recordType) }
-        if input.type == .query {
-            object[WireKey.zoneWide] = .bool(input.zoneWide)
-            object[WireKey.firesOn] = .array(FiresOn.wireNames.filter { input.firesOn.contains($0.1) }.map { .string($0.0) })
-            object[WireKey.firesOnce] = .bool(input.firesOnce)
-        }
-        object[WireKey.notificationInfo] = .object(input.notificationInfo)
-        return .object(object)
-    }
-
-    static func definitionJSON(_ bytes: [UInt8]) throws -> JSON {
-        try JSON.parse(bytes)
+    /// A stored definition, read by the same code that reads a request's.
+    static func definition(_ bytes: [UInt8]) throws -> SubscriptionInput {
+        try SubscriptionInput(json: ObjectReader(root: try JSON.parse(bytes)))
     }
 }

@@ -21,7 +21,7 @@ extension NimbusService {
     }
 
     /// The live zone a request names, or `ZONE_NOT_FOUND`.
-    func resolveZone(_ zoneID: ZoneIDInput, in database: DatabaseRow, target: DatabaseTarget, tx: any StorageReader)
+    func resolveZone(_ zoneID: WireZoneID, in database: DatabaseRow, target: DatabaseTarget, tx: any StorageReader)
         throws -> ZoneRow
     {
         if let owner = zoneID.ownerRecordName, owner != Names.defaultOwner, owner != target.caller.user?.recordName {
@@ -36,133 +36,114 @@ extension NimbusService {
         return zone
     }
 
-    func zoneNotFound(_ zoneID: ZoneIDInput, detail: String?) -> CloudKitError {
+    func zoneNotFound(_ zoneID: WireZoneID, detail: String?) -> CloudKitError {
         var reason = "Zone '\(Names.escaped(zoneID.zoneName))' does not exist"
         if let detail { reason += " (\(detail))" }
-        return CloudKitError(.zoneNotFound, reason, zoneID: zoneIDJSON(name: zoneID.zoneName, owner: zoneID.ownerRecordName))
+        return CloudKitError(.zoneNotFound, reason, zoneID: wireZoneID(name: zoneID.zoneName, owner: zoneID.ownerRecordName).json)
     }
 
-    func zoneIDJSON(name: String, owner: String?) -> JSON {
-        .object([
-            WireKey.zoneName: .string(name),
-            WireKey.ownerRecordName: .string(owner ?? Names.defaultOwner),
-            "zoneType": .string(name == Names.defaultZone ? "DEFAULT_ZONE" : "REGULAR_CUSTOM_ZONE"),
-        ])
+    /// A zone ID as responses name it: always with its owner.
+    func wireZoneID(name: String, owner: String?) -> WireZoneID {
+        WireZoneID(zoneName: name, ownerRecordName: owner ?? Names.defaultOwner)
     }
 
-    func zoneIDJSON(_ zone: ZoneRow, target: DatabaseTarget) -> JSON {
-        zoneIDJSON(name: zone.name, owner: zone.name == Names.defaultZone ? Names.defaultOwner : target.zoneOwnerName)
+    func wireZoneID(_ zone: ZoneRow, target: DatabaseTarget) -> WireZoneID {
+        wireZoneID(name: zone.name, owner: zone.name == Names.defaultZone ? Names.defaultOwner : target.zoneOwnerName)
     }
 
     /// The zone dictionary of reference §2.7, with a token for the zone's current state.
-    func zoneJSON(_ zone: ZoneRow, target: DatabaseTarget) -> JSON {
+    func zoneOutput(_ zone: ZoneRow, target: DatabaseTarget) -> ZoneOutput {
         let token = SyncToken.forZone(
             databaseID: zone.databaseID, zoneID: zone.id, zoneName: zone.name, sequence: zone.changeSequence)
-        return .object([
-            WireKey.zoneID: zoneIDJSON(zone, target: target),
-            WireKey.syncToken: .string(token.encoded(key: keys.syncTokens)),
-            WireKey.atomic: .bool(zone.name != Names.defaultZone),
-        ])
+        return ZoneOutput(
+            zoneID: wireZoneID(zone, target: target), syncToken: token.encoded(key: keys.syncTokens),
+            atomic: zone.name != Names.defaultZone)
     }
 
     /// `zones/list`.
-    public func listZones(_ target: DatabaseTarget) async throws -> JSON {
+    public func listZones(_ target: DatabaseTarget) async throws -> ZonesResponse {
         let key = try target.key()
-        if target.scope == .shared { return [WireKey.zones: []] }  // sharing comes later: nothing is shared yet
+        if target.scope == .shared { return ZonesResponse(zones: []) }  // sharing comes later: nothing is shared yet
         let database = try await databaseForReading(key)
         let zones = try await storage.read { try $0.zones(databaseID: database.id) }
-        return [WireKey.zones: .array(zones.map { zoneJSON($0, target: target) })]
+        return ZonesResponse(zones: zones.map { .success(.zone(zoneOutput($0, target: target))) })
     }
 
     /// `zones/lookup`: one entry per requested zone, in order; unknown zones as `ZONE_NOT_FOUND` entries.
-    public func lookupZones(_ target: DatabaseTarget, _ request: ZonesLookupRequest) async throws -> JSON {
+    public func lookupZones(_ target: DatabaseTarget, _ request: ZonesLookupRequest) async throws -> ZonesResponse {
         let key = try target.key()
         if target.scope == .shared {
-            return [WireKey.zones: .array(request.zones.map { errorJSON(zoneNotFound($0, detail: "nothing is shared with you")) })]
+            return ZonesResponse(zones: request.zones.map { .failure(zoneNotFound($0, detail: "nothing is shared with you")) })
         }
         let database = try await databaseForReading(key)
-        let results: [JSON] = try await storage.read { tx in
+        let results: [ItemResult<ZoneEntry>] = try await storage.read { tx in
             try request.zones.map { zoneID in
                 do {
-                    return self.zoneJSON(try self.resolveZone(zoneID, in: database, target: target, tx: tx), target: target)
+                    return .success(.zone(self.zoneOutput(try self.resolveZone(zoneID, in: database, target: target, tx: tx), target: target)))
                 } catch let error as CloudKitError {
-                    return self.errorJSON(error)
+                    return .failure(error)
                 }
             }
         }
-        return [WireKey.zones: .array(results)]
+        return ZonesResponse(zones: results)
     }
 
     /// `zones/modify`: creates and deletes custom zones of the private database, each
     /// operation on its own. Creating a zone that exists returns it (as CloudKit's save does).
-    public func modifyZones(_ target: DatabaseTarget, _ request: ZonesModifyRequest) async throws -> JSON {
+    public func modifyZones(_ target: DatabaseTarget, _ request: ZonesModifyRequest) async throws -> ZonesResponse {
         let key = try target.key()
         guard target.scope == .private else {
             throw CloudKitError.badRequest(
                 "custom zones exist only in the private database; the \(target.scope.rawValue) database has only _defaultZone")
         }
-        let (results, changes): ([JSON], CommittedChanges?) = try await storage.write { tx in
+        let (results, changes): ([ItemResult<ZoneEntry>], CommittedChanges?) = try await storage.write { tx in
             let log = ChangeLog()
             let database = try tx.ensureDatabase(key)
             var seen = Set<String>()
-            let results = try request.operations.map { operation in
+            let results: [ItemResult<ZoneEntry>] = try request.operations.map { operation in
                 do {
                     guard seen.insert(operation.zoneID.zoneName).inserted else {
                         throw CloudKitError.badRequest("zone '\(operation.zoneID.zoneName)' appears twice; send one operation per zone")
                     }
-                    return try log.savepoint(tx) {
-                        try self.applyZoneOperation(
-                            operation.type, operation.zoneID, database: database, target: target, log: log, tx: tx)
-                    }
+                    return .success(
+                        try log.savepoint(tx) {
+                            try self.applyZoneOperation(
+                                operation.type, operation.zoneID, database: database, target: target, log: log, tx: tx)
+                        })
                 } catch let error as CloudKitError {
-                    return self.errorJSON(error)
+                    return .failure(error)
                 }
             }
             return (results, log.committed(in: database, deviceID: target.caller.deviceID))
         }
         if let changes { notificationHub.submit(changes) }
-        return [WireKey.zones: .array(results)]
+        return ZonesResponse(zones: results)
     }
 
     private func applyZoneOperation(
-        _ type: ZoneOperationType, _ zoneID: ZoneIDInput, database: DatabaseRow, target: DatabaseTarget,
+        _ type: ZoneOperationType, _ zoneID: WireZoneID, database: DatabaseRow, target: DatabaseTarget,
         log: ChangeLog, tx: any StorageWriter
-    ) throws -> JSON {
+    ) throws -> ZoneEntry {
         if let owner = zoneID.ownerRecordName, owner != Names.defaultOwner, owner != target.caller.user?.recordName {
-            throw CloudKitError(.accessDenied, "zone '\(zoneID.zoneName)' belongs to another user", zoneID: zoneIDJSON(name: zoneID.zoneName, owner: owner))
+            throw CloudKitError(
+                .accessDenied, "zone '\(zoneID.zoneName)' belongs to another user", zoneID: wireZoneID(name: zoneID.zoneName, owner: owner).json)
         }
         let existing = try tx.zone(databaseID: database.id, name: zoneID.zoneName)
         switch type {
         case .create:
-            if let existing, !existing.isDeleted { return zoneJSON(existing, target: target) }
+            if let existing, !existing.isDeleted { return .zone(zoneOutput(existing, target: target)) }
             let zone = try tx.createZone(
                 databaseID: database.id, name: zoneID.zoneName, sequence: try tx.nextSequence(databaseID: database.id))
             log.zoneChanged(zone.name, deleted: false)
-            return zoneJSON(zone, target: target)
+            return .zone(zoneOutput(zone, target: target))
         case .delete:
             if zoneID.zoneName == Names.defaultZone {
-                throw CloudKitError(.badRequest, "the default zone cannot be deleted", zoneID: zoneIDJSON(name: zoneID.zoneName, owner: nil))
+                throw CloudKitError(.badRequest, "the default zone cannot be deleted", zoneID: wireZoneID(name: zoneID.zoneName, owner: nil).json)
             }
             guard let existing, !existing.isDeleted else { throw zoneNotFound(zoneID, detail: nil) }
             try tx.deleteZone(id: existing.id, sequence: try tx.nextSequence(databaseID: database.id))
             log.zoneChanged(existing.name, deleted: true)
-            return .object([WireKey.zoneID: zoneIDJSON(existing, target: target), WireKey.deleted: true])
+            return .deleted(wireZoneID(existing, target: target))
         }
-    }
-
-    /// A per-item error entry with a fresh uuid.
-    func errorJSON(_ error: CloudKitError) -> JSON {
-        error.json(uuid: UUIDText.random())
-    }
-
-    /// Per-item results as the protocol lists them: the item, or its error entry, in order.
-    func itemsJSON(_ results: [Result<JSON, CloudKitError>]) -> JSON {
-        .array(
-            results.map { result in
-                switch result {
-                case .success(let json): return json
-                case .failure(let error): return errorJSON(error)
-                }
-            })
     }
 }

@@ -11,23 +11,23 @@ enum RecordCodec {
         JSON.object(JSONObject(fields.map { ($0.name, $0.value.fieldJSON()) })).serialized()
     }
 
+    /// The stored fields read back with the same code that reads a response's fields.
     static func decode(_ bytes: [UInt8]) throws -> Fields {
-        guard case .object(let object) = try JSON.parse(bytes) else {
-            throw StorageError.corrupt("stored record fields are not an object")
-        }
-        return try object.pairs.map { pair in
-            guard let typeName = pair.value[WireKey.type]?.stringValue, let type = FieldType(wireName: typeName),
-                let value = pair.value[WireKey.value]
-            else { throw StorageError.corrupt("stored field '\(pair.key)' has no valid type") }
-            return (pair.key, try FieldValue.decode(value, as: type, path: pair.key))
+        do {
+            return try RecordFields.stored(SerializedJSON(trusted: bytes)).values()
+        } catch {
+            throw StorageError.corrupt("stored record fields do not read back: \(error.reason)")
         }
     }
 
     /// The `fields` dictionary of a response: the stored text itself when the whole of it is
     /// wanted as stored, which spares parsing and re-serializing it per record.
-    static func responseFieldsJSON(_ bytes: [UInt8], desiredKeys: [String]?, numbersAsStrings: Bool) throws -> JSON {
-        if desiredKeys == nil, !numbersAsStrings { return .serialized(SerializedJSON(trusted: bytes)) }
-        return try fieldsJSON(bytes, desiredKeys: desiredKeys, numbersAsStrings: numbersAsStrings)
+    static func responseFields(_ bytes: [UInt8], desiredKeys: [String]?, numbersAsStrings: Bool) throws -> RecordFields {
+        if desiredKeys == nil, !numbersAsStrings { return .stored(SerializedJSON(trusted: bytes)) }
+        guard case .object(let object) = try fieldsJSON(bytes, desiredKeys: desiredKeys, numbersAsStrings: numbersAsStrings) else {
+            throw StorageError.corrupt("stored record fields are not an object")
+        }
+        return RecordFields(object)
     }
 
     /// The `fields` dictionary of a response, restricted to `desiredKeys` when given.
@@ -73,11 +73,7 @@ enum RecordCodec {
 
     static func changeTag(_ sequence: Int64) -> String { String(sequence, radix: 36) }
 
-    static func stampJSON(_ stamp: ChangeStamp) -> JSON {
-        .object([
-            WireKey.timestamp: .int(stamp.timestamp),
-            WireKey.userRecordName: .string(stamp.userRecordName),
-            WireKey.deviceID: .string(stamp.deviceID),
-        ])
+    static func stamp(_ stamp: ChangeStamp) -> RecordStamp {
+        RecordStamp(timestamp: stamp.timestamp, userRecordName: stamp.userRecordName, deviceID: stamp.deviceID)
     }
 }

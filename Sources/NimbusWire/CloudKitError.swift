@@ -57,15 +57,20 @@ public struct CloudKitError: Error, Sendable, Hashable, CustomStringConvertible 
     }
 
     /// Reads an error dictionary back (the SDK's side of `json(uuid:)`); nil when `json` is not
-    /// one or names a code this version does not know.
+    /// one. A code this version does not know keeps its name (`ServerErrorCode.isRecognized`).
     public init?(json: JSON) {
-        guard let codeName = json[WireKey.serverErrorCode]?.stringValue, let code = ServerErrorCode(rawValue: codeName)
-        else { return nil }
+        guard case .object(let object) = json else { return nil }
+        do { try self.init(entry: ObjectReader(object, path: "")) } catch { return nil }
+    }
+
+    /// Reads an error dictionary, checking each key's type.
+    public init(entry json: ObjectReader) throws(CloudKitError) {
         self.init(
-            code, json[WireKey.reason]?.stringValue ?? "", recordName: json[WireKey.recordName]?.stringValue,
-            zoneID: json[WireKey.zoneID], serverRecord: json[WireKey.serverRecord], limitName: json[WireKey.limit]?.stringValue)
-        subscriptionID = json[WireKey.subscriptionID]?.stringValue
-        retryAfter = json[WireKey.retryAfter]?.int64Value.map(Int.init)
-        redirectURL = json[WireKey.redirectURL]?.stringValue
+            ServerErrorCode(name: try json.requiredString(WireKey.serverErrorCode)), try json.string(WireKey.reason) ?? "",
+            recordName: try json.string(WireKey.recordName), zoneID: json.value(WireKey.zoneID),
+            serverRecord: json.value(WireKey.serverRecord), limitName: try json.string(WireKey.limit))
+        subscriptionID = try json.string(WireKey.subscriptionID)
+        retryAfter = try json.int(WireKey.retryAfter).map(Int.init)
+        redirectURL = try json.string(WireKey.redirectURL)
     }
 }

@@ -63,7 +63,7 @@ public struct RecordsQueryRequest: Sendable {
     public var recordType: String
     public var filters: [QueryFilterInput]
     public var sorts: [QuerySortInput]
-    public var zoneID: ZoneIDInput
+    public var zoneID: WireZoneID
     public var zoneWide: Bool
     public var resultsLimit: Int
     public var continuationMarker: String?
@@ -81,7 +81,7 @@ public struct RecordsQueryRequest: Sendable {
         recordType = try query.requiredString(WireKey.recordType)
         try Names.validateIdentifier(recordType, kind: "record type", path: query.childPath(WireKey.recordType))
         zoneWide = try json.bool(WireKey.zoneWide) ?? false
-        zoneID = try ZoneIDInput.orDefault(json)
+        zoneID = try WireZoneID.orDefault(json)
         resultsLimit = try readResultsLimit(json)
         continuationMarker = try json.string(WireKey.continuationMarker)
         desiredKeys = try readDesiredKeys(json)

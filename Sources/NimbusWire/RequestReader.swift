@@ -22,6 +22,9 @@ public struct ObjectReader: Sendable {
         self.init(object, path: "")
     }
 
+    /// The object itself, as JSON.
+    public var json: JSON { .object(object) }
+
     public func childPath(_ key: String) -> String { path.isEmpty ? key : "\(path).\(key)" }
 
     func mismatch(_ key: String, expected: String, got value: JSON) -> CloudKitError {

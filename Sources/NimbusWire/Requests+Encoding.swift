@@ -2,10 +2,12 @@
 /// the server reads it into, and encodes it here, so the two sides share one definition of
 /// every body (round trips are tested in `RequestRoundTripTests`).
 
-extension ZoneIDInput {
+extension WireZoneID: WireBody {
+    /// `zoneType` is for readers that want it (CloudKit JS); Nimbus reads zones by name and owner.
     public var json: JSON {
         var object: JSONObject = [WireKey.zoneName: .string(zoneName)]
         if let ownerRecordName { object[WireKey.ownerRecordName] = .string(ownerRecordName) }
+        object[WireKey.zoneType] = .string(zoneName == Names.defaultZone ? "DEFAULT_ZONE" : "REGULAR_CUSTOM_ZONE")
         return .object(object)
     }
 }
@@ -72,7 +74,7 @@ extension RecordOperationInput {
 
 extension RecordsModifyRequest {
     public init(
-        operations: [RecordOperationInput], zoneID: ZoneIDInput = .defaultZone, atomic: Bool? = nil,
+        operations: [RecordOperationInput], zoneID: WireZoneID = .defaultZone, atomic: Bool? = nil,
         desiredKeys: [String]? = nil, numbersAsStrings: Bool = false
     ) {
         self.operations = operations
@@ -94,7 +96,7 @@ extension RecordsModifyRequest {
 
 extension RecordsLookupRequest {
     public init(
-        records: [(recordName: String, desiredKeys: [String]?)], zoneID: ZoneIDInput = .defaultZone,
+        records: [(recordName: String, desiredKeys: [String]?)], zoneID: WireZoneID = .defaultZone,
         desiredKeys: [String]? = nil, numbersAsStrings: Bool = false
     ) {
         self.records = records
@@ -118,7 +120,7 @@ extension RecordsLookupRequest {
 }
 
 extension ZonesModifyRequest {
-    public init(operations: [(type: ZoneOperationType, zoneID: ZoneIDInput)]) { self.operations = operations }
+    public init(operations: [(type: ZoneOperationType, zoneID: WireZoneID)]) { self.operations = operations }
 
     public var json: JSON {
         [
@@ -134,7 +136,7 @@ extension ZonesModifyRequest {
 }
 
 extension ZonesLookupRequest {
-    public init(zones: [ZoneIDInput]) { self.zones = zones }
+    public init(zones: [WireZoneID]) { self.zones = zones }
 
     public var json: JSON { [WireKey.zones: .array(zones.map(\.json))] }
 }
@@ -186,7 +188,7 @@ extension SubscriptionInput {
     /// reads out of it, so a client leaves them empty.
     public init(
         subscriptionID: String, type: SubscriptionType, recordType: String? = nil, queryJSON: JSON? = nil,
-        zoneID: ZoneIDInput? = nil, zoneWide: Bool = false, firesOn: FiresOn = .all, firesOnce: Bool = false,
+        zoneID: WireZoneID? = nil, zoneWide: Bool = false, firesOn: FiresOn = .all, firesOnce: Bool = false,
         notificationInfo: JSONObject = [:]
     ) {
         self.subscriptionID = subscriptionID
@@ -307,7 +309,7 @@ extension RecordsQueryRequest {
     /// A query (or its next page) as a client sends it. `queryJSON` is the `query` object; a
     /// continuation marker is bound to it, so a cursor resends it unchanged.
     public init(
-        queryJSON: JSON, zoneID: ZoneIDInput = .defaultZone, zoneWide: Bool = false,
+        queryJSON: JSON, zoneID: WireZoneID = .defaultZone, zoneWide: Bool = false,
         resultsLimit: Int = Limits.resultsPerPage.value, continuationMarker: String? = nil, desiredKeys: [String]? = nil,
         numbersAsStrings: Bool = false
     ) {
@@ -334,3 +336,20 @@ extension RecordsQueryRequest {
         return .object(object)
     }
 }
+
+// Every request body is a `WireBody`: read by the server, written by NimbusKit, one type.
+extension RecordInput: WireBody {}
+extension RecordsModifyRequest: WireBody {}
+extension RecordsLookupRequest: WireBody {}
+extension RecordsQueryRequest: WireBody {}
+extension ZonesModifyRequest: WireBody {}
+extension ZonesLookupRequest: WireBody {}
+extension DatabaseChangesRequest: WireBody {}
+extension ZoneChangesRequest: WireBody {}
+extension SubscriptionInput: WireBody {}
+extension SubscriptionsModifyRequest: WireBody {}
+extension SubscriptionsLookupRequest: WireBody {}
+extension NotificationChangesRequest: WireBody {}
+extension MarkNotificationsReadRequest: WireBody {}
+extension BadgeModifyRequest: WireBody {}
+extension SignInRequest: WireBody {}

@@ -3,7 +3,7 @@
 
 /// A zone ID as a request names it (`ownerName` is accepted for `ownerRecordName`,
 /// `zoneType` is ignored).
-public struct ZoneIDInput: Sendable, Hashable {
+public struct WireZoneID: Sendable, Hashable {
     public var zoneName: String
     public var ownerRecordName: String?
 
@@ -19,12 +19,12 @@ public struct ZoneIDInput: Sendable, Hashable {
         if ownerRecordName == nil { ownerRecordName = try json.string("ownerName") }
     }
 
-    public static let defaultZone = ZoneIDInput(zoneName: Names.defaultZone)
+    public static let defaultZone = WireZoneID(zoneName: Names.defaultZone)
 
     /// The zone a request's optional top-level `zoneID` names (the default zone when absent).
-    static func orDefault(_ json: ObjectReader, key: String = WireKey.zoneID) throws(CloudKitError) -> ZoneIDInput {
+    static func orDefault(_ json: ObjectReader, key: String = WireKey.zoneID) throws(CloudKitError) -> WireZoneID {
         guard let zone = try json.object(key) else { return .defaultZone }
-        return try ZoneIDInput(json: zone)
+        return try WireZoneID(json: zone)
     }
 }
 
@@ -126,14 +126,14 @@ public struct RecordOperationInput: Sendable {
 
 public struct RecordsModifyRequest: Sendable {
     public var operations: [RecordOperationInput]
-    public var zoneID: ZoneIDInput
+    public var zoneID: WireZoneID
     public var atomic: Bool?
     public var desiredKeys: [String]?
     public var numbersAsStrings: Bool
 
     public init(json: ObjectReader) throws(CloudKitError) {
         let operations = try json.requiredArray(WireKey.operations, limit: Limits.operationsPerRequest, what: "the number of operations")
-        zoneID = try ZoneIDInput.orDefault(json)
+        zoneID = try WireZoneID.orDefault(json)
         atomic = try json.bool(WireKey.atomic)
         desiredKeys = try readDesiredKeys(json)
         numbersAsStrings = try readNumbersAsStrings(json)
@@ -157,13 +157,13 @@ public struct RecordsModifyRequest: Sendable {
 
 public struct RecordsLookupRequest: Sendable {
     public var records: [(recordName: String, desiredKeys: [String]?)]
-    public var zoneID: ZoneIDInput
+    public var zoneID: WireZoneID
     public var desiredKeys: [String]?
     public var numbersAsStrings: Bool
 
     public init(json: ObjectReader) throws(CloudKitError) {
         let records = try json.requiredArray(WireKey.records, limit: Limits.operationsPerRequest, what: "the number of records to look up")
-        zoneID = try ZoneIDInput.orDefault(json)
+        zoneID = try WireZoneID.orDefault(json)
         desiredKeys = try readDesiredKeys(json)
         numbersAsStrings = try readNumbersAsStrings(json)
         self.records = []
@@ -181,7 +181,7 @@ public enum ZoneOperationType: String, Sendable, CaseIterable {
 }
 
 public struct ZonesModifyRequest: Sendable {
-    public var operations: [(type: ZoneOperationType, zoneID: ZoneIDInput)]
+    public var operations: [(type: ZoneOperationType, zoneID: WireZoneID)]
 
     public init(json: ObjectReader) throws(CloudKitError) {
         let operations = try json.requiredArray(WireKey.operations, limit: Limits.operationsPerRequest, what: "the number of operations")
@@ -194,13 +194,13 @@ public struct ZonesModifyRequest: Sendable {
                     "\(operation.childPath(WireKey.operationType)): '\(Names.escaped(typeName))' is not a zone operation; use create or delete")
             }
             let zone = try operation.requiredObject(WireKey.zone)
-            self.operations.append((type, try ZoneIDInput(json: zone.requiredObject(WireKey.zoneID))))
+            self.operations.append((type, try WireZoneID(json: zone.requiredObject(WireKey.zoneID))))
         }
     }
 }
 
 public struct ZonesLookupRequest: Sendable {
-    public var zones: [ZoneIDInput]
+    public var zones: [WireZoneID]
 
     public init(json: ObjectReader) throws(CloudKitError) {
         let zones = try json.requiredArray(WireKey.zones, limit: Limits.operationsPerRequest, what: "the number of zones to look up")
@@ -209,9 +209,9 @@ public struct ZonesLookupRequest: Sendable {
             let zone = try element.object()
             // Clients send either bare zone IDs or zone dictionaries that hold one.
             if let nested = try zone.object(WireKey.zoneID) {
-                self.zones.append(try ZoneIDInput(json: nested))
+                self.zones.append(try WireZoneID(json: nested))
             } else {
-                self.zones.append(try ZoneIDInput(json: zone))
+                self.zones.append(try WireZoneID(json: zone))
             }
         }
     }
@@ -231,14 +231,14 @@ public struct DatabaseChangesRequest: Sendable {
 
 public struct ZoneChangesRequest: Sendable {
     public struct Zone: Sendable {
-        public var zoneID: ZoneIDInput
+        public var zoneID: WireZoneID
         public var syncToken: String?
         public var desiredKeys: [String]?
         public var desiredRecordTypes: [String]?
         public var resultsLimit: Int
 
         public init(
-            zoneID: ZoneIDInput, syncToken: String?, desiredKeys: [String]? = nil, desiredRecordTypes: [String]? = nil,
+            zoneID: WireZoneID, syncToken: String?, desiredKeys: [String]? = nil, desiredRecordTypes: [String]? = nil,
             resultsLimit: Int = Limits.resultsPerPage.value
         ) {
             self.zoneID = zoneID
@@ -267,7 +267,7 @@ public struct ZoneChangesRequest: Sendable {
             let zone = try element.object()
             self.zones.append(
                 Zone(
-                    zoneID: try ZoneIDInput(json: zone.requiredObject(WireKey.zoneID)),
+                    zoneID: try WireZoneID(json: zone.requiredObject(WireKey.zoneID)),
                     syncToken: try zone.string(WireKey.syncToken),
                     desiredKeys: try readDesiredKeys(zone) ?? desiredKeys,
                     desiredRecordTypes: try zone.stringArray(WireKey.desiredRecordTypes) ?? desiredRecordTypes,
@@ -283,7 +283,7 @@ public struct ZoneChangesRequest: Sendable {
         numbersAsStrings = try readNumbersAsStrings(json)
         zones = [
             Zone(
-                zoneID: try ZoneIDInput(json: json.requiredObject(WireKey.zoneID)),
+                zoneID: try WireZoneID(json: json.requiredObject(WireKey.zoneID)),
                 syncToken: try json.string(WireKey.syncToken),
                 desiredKeys: try readDesiredKeys(json),
                 desiredRecordTypes: try json.stringArray(WireKey.desiredRecordTypes),

@@ -22,7 +22,9 @@ public struct ServerErrorCode: Hashable, Sendable, CustomStringConvertible {
         case changeTokenExpired = "CHANGE_TOKEN_EXPIRED"
     }
 
-    private let base: Base
+    /// nil for a code this version does not know (read from a newer server): kept by `name`.
+    private let base: Base?
+    private let name: String
 
     public static let accessDenied = ServerErrorCode(base: .accessDenied)
     public static let atomicError = ServerErrorCode(base: .atomicError)
@@ -46,16 +48,30 @@ public struct ServerErrorCode: Hashable, Sendable, CustomStringConvertible {
 
     public init?(rawValue: String) {
         guard let base = Base(rawValue: rawValue) else { return nil }
-        self.base = base
+        self.init(base: base)
     }
 
-    private init(base: Base) { self.base = base }
+    /// Any code a response names, known or not: a reader keeps an unknown code's name so the
+    /// SDK can still report it.
+    public init(name: String) {
+        base = Base(rawValue: name)
+        self.name = name
+    }
 
-    public var rawValue: String { base.rawValue }
-    public var description: String { base.rawValue }
+    /// Whether this version knows the code.
+    public var isRecognized: Bool { base != nil }
+
+    private init(base: Base) {
+        self.base = base
+        name = base.rawValue
+    }
+
+    public var rawValue: String { name }
+    public var description: String { name }
 
     /// The HTTP status of a whole-request failure with this code (reference §13.2).
     public var httpStatus: Int {
+        guard let base else { return 500 }
         switch base {
         case .accessDenied: return 403
         case .atomicError, .badRequest, .changeTokenExpired: return 400

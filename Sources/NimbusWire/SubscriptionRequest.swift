@@ -41,7 +41,7 @@ public struct SubscriptionInput: Sendable {
     /// Query subscriptions: the `query` object as sent; zone subscriptions: nil.
     public var queryJSON: JSON?
     /// The zone of a zone subscription, or of a query subscription that is not zone-wide.
-    public var zoneID: ZoneIDInput?
+    public var zoneID: WireZoneID?
     public var zoneWide: Bool
     public var firesOn: FiresOn
     public var firesOnce: Bool
@@ -70,7 +70,7 @@ public struct SubscriptionInput: Sendable {
                 "\(json.childPath(WireKey.subscriptionType)): '\(Names.escaped(typeName))' is not a subscription type; use query, zone or database")
         }
         self.type = type
-        zoneID = try json.object(WireKey.zoneID).map { zone throws(CloudKitError) in try ZoneIDInput(json: zone) }
+        zoneID = try json.object(WireKey.zoneID).map { zone throws(CloudKitError) in try WireZoneID(json: zone) }
         filters = []
         firesOn = []
         firesOnce = false

@@ -12,7 +12,7 @@ import Testing
         return decoded
     }
 
-    let zone = ZoneIDInput(zoneName: "Notes", ownerRecordName: "_abc")
+    let zone = WireZoneID(zoneName: "Notes", ownerRecordName: "_abc")
 
     @Test func recordsModify() throws {
         let fields: [(name: String, field: RawField)] = [
@@ -68,7 +68,7 @@ import Testing
 
     @Test func aBodyTheServerRefusesIsRefusedAfterTheTrip() throws {
         // The shared type does not launder bad input: an invalid zone name still fails to decode.
-        let bad = ZonesLookupRequest(zones: [ZoneIDInput(zoneName: "")])
+        let bad = ZonesLookupRequest(zones: [WireZoneID(zoneName: "")])
         #expect(throws: CloudKitError.self) { try ZonesLookupRequest(json: ObjectReader(root: bad.json)) }
     }
 

@@ -15,7 +15,7 @@ import Testing
         Subscription(
             key: Subscription.Key(userID: user, subscriptionID: id), databaseID: database.id, database: database.key,
             type: type, recordType: type == .query ? recordType : nil, zoneName: zone, conditions: conditions,
-            firesOn: firesOn, firesOnce: false, notificationInfo: [:], json: .null)
+            firesOn: firesOn, firesOnce: false, notificationInfo: [:], definition: SubscriptionInput(subscriptionID: id, type: type))
     }
 
     static func row(_ name: String, topic: String, stars: Int64) -> RecordRow {

@@ -20,8 +20,8 @@ struct Subscription: Sendable {
     var firesOn: FiresOn
     var firesOnce: Bool
     var notificationInfo: JSONObject
-    /// The subscription dictionary of reference §9, as responses show it.
-    var json: JSON
+    /// The definition as saved (normalized: defaults filled in), as responses show it.
+    var definition: SubscriptionInput
 
     /// The first plain equality filter (`EQUALS` on a scalar field): the index files the
     /// subscription under its value, so a write looks at the subscriptions of its own values only.

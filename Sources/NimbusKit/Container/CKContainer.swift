@@ -152,11 +152,9 @@ public final class CKContainer: NSObject, @unchecked Sendable {
     }
 
     private func fetchCaller() async throws(CKError) -> String {
-        let answer = try await transport.database(.public, "users/caller", [:])
-        guard let name = answer[WireKey.userRecordName]?.stringValue else {
-            throw CKError(.serverResponseLost, "users/caller answered without a userRecordName")
-        }
-        transport.rememberUserRecordName(name)
-        return name
+        let answer = try NimbusTransport.read(
+            CallerIdentityResponse.self, from: await transport.database(.public, "users/caller", [:]), endpoint: "users/caller")
+        transport.rememberUserRecordName(answer.userRecordName)
+        return answer.userRecordName
     }
 }

@@ -28,16 +28,15 @@ extension CKError {
 
     /// The error an error dictionary (reference §13.1) describes. `extra` adds userInfo
     /// entries the caller knows (the server record, the client record).
-    static func fromServer(_ entry: JSON, extra: [String: Any] = [:]) -> CKError {
+    static func fromServer(_ entry: CloudKitError, extra: [String: Any] = [:]) -> CKError {
         // Read by the server's own type; a code this SDK does not know keeps its name.
-        let decoded = CloudKitError(json: entry)
-        let serverCode = decoded?.code.rawValue ?? entry[WireKey.serverErrorCode]?.stringValue ?? "UNKNOWN"
-        let reason = decoded.map { $0.reason.isEmpty ? "the server gave no reason" : $0.reason } ?? "the server gave no reason"
-        let limitName = decoded?.limitName
+        let serverCode = entry.code.rawValue
+        let reason = entry.reason.isEmpty ? "the server gave no reason" : entry.reason
+        let limitName = entry.limitName
         var info = extra
         info[CKErrorServerErrorCodeKey] = serverCode
         if let limitName { info[CKErrorLimitNameKey] = limitName }
-        if let seconds = decoded?.retryAfter { info[CKErrorRetryAfterKey] = Double(seconds) }
+        if let seconds = entry.retryAfter { info[CKErrorRetryAfterKey] = Double(seconds) }
         return CKError(code(forServerCode: serverCode, limitName: limitName), "\(reason) (\(serverCode))", userInfo: info)
     }
 

@@ -55,60 +55,65 @@ open class CKNotification: NSObject, @unchecked Sendable {
         notificationType = type
     }
 
-    /// The notification a push payload describes; nil when it is not a CloudKit payload.
-    static func make(payload: JSON) -> CKNotification? {
-        guard let ck = payload[WireKey.ck], ck.objectValue != nil else { return nil }
+    /// The notification a push payload describes (read by NimbusWire's `PushPayload`, the type
+    /// the server builds it with); nil when it is not a CloudKit payload.
+    static func make(payload json: JSON) -> CKNotification? {
+        guard let payload = try? PushPayload(body: json) else { return nil }
+        let ck = payload.ck
         let notification: CKNotification
-        if let query = ck[WireKey.qry] {
-            notification = CKQueryNotification(query: query, ck: ck)
-        } else if let zone = ck[WireKey.fet] {
-            notification = CKRecordZoneNotification(zone: zone, ck: ck)
-        } else if let database = ck[WireKey.met] {
-            notification = CKDatabaseNotification(database: database)
-        } else if ck[WireKey.rdn] != nil {
+        switch ck.event {
+        case .query(let subscriptionID, let recordName, let reason, let zoneName, let zoneOwner, let database, let fields):
+            let zoneID = CKRecordZone.ID(zoneName: zoneName, ownerName: owner(zoneOwner, subscriber: ck.userRecordName))
+            notification = CKQueryNotification(
+                reason: CKQueryNotification.Reason(rawValue: Int(reason)) ?? .recordUpdated,
+                recordID: recordName.isEmpty ? nil : CKRecord.ID(recordName: recordName, zoneID: zoneID),
+                recordFields: fields.isEmpty ? nil : Dictionary(fields.pairs.map { ($0.key, $0.value.foundationValue) }) { $1 },
+                databaseScope: scope(database))
+            notification.subscriptionID = subscriptionID
+        case .zone(let subscriptionID, let zoneName, let zoneOwner, let database):
+            notification = CKRecordZoneNotification(
+                recordZoneID: CKRecordZone.ID(zoneName: zoneName, ownerName: owner(zoneOwner, subscriber: ck.userRecordName)),
+                databaseScope: scope(database))
+            notification.subscriptionID = subscriptionID
+        case .database(let subscriptionID, let database):
+            notification = CKDatabaseNotification(databaseScope: scope(database))
+            notification.subscriptionID = subscriptionID
+        case .read:
             notification = CKNotification(type: .readNotification)
-        } else {
-            return nil
         }
-        notification.read(ck: ck, aps: payload[WireKey.aps])
+        notification.notificationID = ck.notificationID.isEmpty ? nil : ID(ck.notificationID)
+        notification.containerIdentifier = ck.container
+        notification.subscriptionOwnerUserRecordID = ck.userRecordName.map { CKRecord.ID(recordName: $0) }
+        notification.read(payload.aps)
         return notification
     }
 
-    private func read(ck: JSON, aps: JSON?) {
-        notificationID = ck[WireKey.nid]?.stringValue.map(ID.init)
-        containerIdentifier = ck[WireKey.cid]?.stringValue
-        subscriptionID = (ck[WireKey.qry] ?? ck[WireKey.fet] ?? ck[WireKey.met])?[WireKey.sid]?.stringValue
-        subscriptionOwnerUserRecordID = ck[WireKey.ckuserid]?.stringValue.map { CKRecord.ID(recordName: $0) }
-        guard let aps else { return }
-        let alert = aps[WireKey.alert]
-        if let body = alert?.stringValue { alertBody = body }
-        alertBody = alertBody ?? alert?[WireKey.body]?.stringValue
-        alertLocalizationKey = alert?["loc-key"]?.stringValue
-        alertLocalizationArgs = alert?["loc-args"]?.arrayValue?.compactMap(\.stringValue)
-        title = alert?[WireKey.title]?.stringValue
-        titleLocalizationKey = alert?["title-loc-key"]?.stringValue
-        titleLocalizationArgs = alert?["title-loc-args"]?.arrayValue?.compactMap(\.stringValue)
-        subtitle = alert?[WireKey.subtitle]?.stringValue
-        subtitleLocalizationKey = alert?["subtitle-loc-key"]?.stringValue
-        subtitleLocalizationArgs = alert?["subtitle-loc-args"]?.arrayValue?.compactMap(\.stringValue)
-        alertActionLocalizationKey = alert?["action-loc-key"]?.stringValue
-        alertLaunchImage = alert?["launch-image"]?.stringValue
-        badge = aps[WireKey.badge]?.int64Value.map { NSNumber(value: $0) }
-        soundName = aps[WireKey.sound]?.stringValue
-        category = aps[WireKey.category]?.stringValue
+    private func read(_ aps: PushPayload.Aps) {
+        alertBody = aps.alert.body
+        alertLocalizationKey = aps.alert.localizationKey
+        alertLocalizationArgs = aps.alert.localizationArgs
+        title = aps.alert.title
+        titleLocalizationKey = aps.alert.titleLocalizationKey
+        titleLocalizationArgs = aps.alert.titleLocalizationArgs
+        subtitle = aps.alert.subtitle
+        subtitleLocalizationKey = aps.alert.subtitleLocalizationKey
+        subtitleLocalizationArgs = aps.alert.subtitleLocalizationArgs
+        alertActionLocalizationKey = aps.alert.actionLocalizationKey
+        alertLaunchImage = aps.alert.launchImage
+        badge = aps.badge.map { NSNumber(value: $0) }
+        soundName = aps.sound
+        category = aps.category
     }
 
     /// A zone's owner as CloudKit apps see it: the subscriber's own zones (and the public
     /// database's) belong to `CKCurrentUserDefaultName`.
-    static func owner(_ json: JSON, _ ck: JSON) -> String {
-        guard let owner = json[WireKey.zoid]?.stringValue, owner != ck[WireKey.ckuserid]?.stringValue, owner != "_defaultOwner" else {
-            return CKCurrentUserDefaultName
-        }
+    static func owner(_ owner: String, subscriber: String?) -> String {
+        guard owner != subscriber, owner != Names.defaultOwner else { return CKCurrentUserDefaultName }
         return owner
     }
 
-    static func scope(_ json: JSON?) -> CKDatabase.Scope {
-        json?[WireKey.dbs]?.int64Value.flatMap { CKDatabase.Scope(rawValue: Int($0)) } ?? .private
+    static func scope(_ database: PushPayload.DatabaseNumber) -> CKDatabase.Scope {
+        CKDatabase.Scope(rawValue: Int(database.rawValue)) ?? .private
     }
 }
 
@@ -141,17 +146,11 @@ public final class CKQueryNotification: CKNotification, @unchecked Sendable {
     public let recordFields: [CKRecord.FieldKey: Any]?
     public let databaseScope: CKDatabase.Scope
 
-    init(query: JSON, ck: JSON) {
-        queryNotificationReason = query[WireKey.fo]?.int64Value.flatMap { Reason(rawValue: Int($0)) } ?? .recordUpdated
-        let zoneID = CKRecordZone.ID(
-            zoneName: query[WireKey.zid]?.stringValue ?? CKRecordZone.ID.defaultZoneName, ownerName: CKNotification.owner(query, ck))
-        recordID = query[WireKey.rid]?.stringValue.map { CKRecord.ID(recordName: $0, zoneID: zoneID) }
-        recordFields = query[WireKey.af]?.objectValue.map { fields in
-            var values: [CKRecord.FieldKey: Any] = [:]
-            for (key, value) in fields.pairs { values[key] = value.foundationValue }
-            return values
-        }
-        databaseScope = CKNotification.scope(query)
+    init(reason: Reason, recordID: CKRecord.ID?, recordFields: [CKRecord.FieldKey: Any]?, databaseScope: CKDatabase.Scope) {
+        queryNotificationReason = reason
+        self.recordID = recordID
+        self.recordFields = recordFields
+        self.databaseScope = databaseScope
         super.init(type: .query)
     }
 }
@@ -161,9 +160,9 @@ public final class CKRecordZoneNotification: CKNotification, @unchecked Sendable
     public let recordZoneID: CKRecordZone.ID?
     public let databaseScope: CKDatabase.Scope
 
-    init(zone: JSON, ck: JSON) {
-        recordZoneID = zone[WireKey.zid]?.stringValue.map { CKRecordZone.ID(zoneName: $0, ownerName: CKNotification.owner(zone, ck)) }
-        databaseScope = CKNotification.scope(zone)
+    init(recordZoneID: CKRecordZone.ID?, databaseScope: CKDatabase.Scope) {
+        self.recordZoneID = recordZoneID
+        self.databaseScope = databaseScope
         super.init(type: .recordZone)
     }
 }
@@ -172,8 +171,8 @@ public final class CKRecordZoneNotification: CKNotification, @unchecked Sendable
 public final class CKDatabaseNotification: CKNotification, @unchecked Sendable {
     public let databaseScope: CKDatabase.Scope
 
-    init(database: JSON) {
-        databaseScope = CKNotification.scope(database)
+    init(databaseScope: CKDatabase.Scope) {
+        self.databaseScope = databaseScope
         super.init(type: .database)
     }
 }
@@ -181,6 +180,19 @@ public final class CKDatabaseNotification: CKNotification, @unchecked Sendable {
 extension JSON {
     /// JSON from a push's `userInfo` (Foundation property-list values).
     init?(foundation value: Any) {
+        // JSONSerialization hands every number over as an NSNumber, which also casts to Bool:
+        // ask the number what it holds, so `"dbs": 1` stays a number.
+        if type(of: value) is NSNumber.Type, let number = value as? NSNumber {
+            let kind = String(cString: number.objCType)
+            if kind == "c" || kind == "B" {
+                self = .bool(number.boolValue)
+            } else if number.isFloatingPoint {
+                self = .double(number.doubleValue)
+            } else {
+                self = .int(number.int64Value)
+            }
+            return
+        }
         switch value {
         case let dictionary as [AnyHashable: Any]:
             var object = JSONObject()

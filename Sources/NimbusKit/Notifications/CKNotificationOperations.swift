@@ -8,8 +8,10 @@ open class CKContainerOperation: CKOperation, @unchecked Sendable {
 
     var transport: NimbusTransport { (container ?? resolvedContainer(database: nil)).transport }
 
-    func device(_ path: String, _ body: JSON) async throws(CKError) -> JSON {
-        try await transport.device(path, body, timeout: configuration?.timeoutIntervalForRequest)
+    func device<Response: WireBody>(_ path: String, _ body: JSON, as: Response.Type) async throws(CKError) -> Response {
+        try NimbusTransport.read(
+            Response.self, from: await transport.device(path, body, timeout: configuration?.timeoutIntervalForRequest),
+            endpoint: path)
     }
 }
 
@@ -40,16 +42,13 @@ open class CKFetchNotificationChangesOperation: CKContainerOperation, @unchecked
         let body = NotificationChangesRequest(
             syncToken: previousServerChangeToken?.syncToken,
             resultsLimit: resultsLimit > 0 ? resultsLimit : Limits.notificationsPerPage.value)
-        let answer = try await device("notifications/changes", body.json)
-        for entry in answer[WireKey.notifications]?.arrayValue ?? [] {
-            guard let payload = entry[WireKey.payload], let notification = CKNotification.make(payload: payload) else { continue }
+        let answer = try await device("notifications/changes", body.json, as: NotificationChangesResponse.self)
+        for entry in answer.notifications {
+            guard let notification = CKNotification.make(payload: entry.payload) else { continue }
             notificationChangedBlock?(notification)
         }
-        moreComing = answer[WireKey.moreComing]?.boolValue ?? false
-        guard let syncToken = answer[WireKey.syncToken]?.stringValue else {
-            throw CKError(.serverResponseLost, "notifications/changes answered without a syncToken")
-        }
-        token = CKServerChangeToken(syncToken: syncToken)
+        moreComing = answer.moreComing
+        token = CKServerChangeToken(syncToken: answer.syncToken)
     }
 
     override func finish(with error: CKError?) {
@@ -80,8 +79,10 @@ open class CKMarkNotificationsReadOperation: CKContainerOperation, @unchecked Se
     override func run() async throws {
         for chunk in chunked(notificationIDs ?? [], size: Limits.operationsPerRequest.value) {
             try Task.checkCancellation()
-            let answer = try await device("notifications/markRead", MarkNotificationsReadRequest(notificationIDs: chunk.map(\.value)).json)
-            marked += (answer[WireKey.notificationIDs]?.arrayValue ?? []).compactMap(\.stringValue).map(CKNotification.ID.init)
+            let answer = try await device(
+                "notifications/markRead", MarkNotificationsReadRequest(notificationIDs: chunk.map(\.value)).json,
+                as: MarkNotificationsReadResponse.self)
+            marked += answer.notificationIDs.map(CKNotification.ID.init)
         }
     }
 
@@ -105,7 +106,7 @@ open class CKModifyBadgeOperation: CKContainerOperation, @unchecked Sendable {
     }
 
     override func run() async throws {
-        _ = try await device("badge/modify", BadgeModifyRequest(badgeValue: Int64(badgeValue)).json)
+        _ = try await device("badge/modify", BadgeModifyRequest(badgeValue: Int64(badgeValue)).json, as: BadgeModifyResponse.self)
     }
 
     override func finish(with error: CKError?) {

@@ -116,23 +116,22 @@ public struct CKNotificationStream: AsyncSequence, Sendable {
     private static func handle(
         _ frame: JSON, cursor: Collector<Cursor>, continuation: AsyncThrowingStream<CKNotification, any Error>.Continuation
     ) {
-        switch frame[WireKey.type]?.stringValue {
-        case WireKey.ready:
+        // A frame this version does not read (a newer server's) is skipped.
+        guard let frame = try? NotificationStreamFrame(body: frame) else { return }
+        switch frame {
+        case .ready(let syncToken):
             cursor.update {
                 $0.skipping = false
                 $0.reachedReady = true
-                $0.token = frame[WireKey.syncToken]?.stringValue ?? $0.token
+                $0.token = syncToken.isEmpty ? $0.token : syncToken
             }
-        case WireKey.notification:
-            let frameToken = frame[WireKey.syncToken]?.stringValue
+        case .notification(_, let payload, let frameToken):
             let skipping = cursor.value.skipping
-            if !skipping, let frameToken { cursor.update { $0.token = frameToken } }
-            guard !skipping, let payload = frame[WireKey.payload], let notification = CKNotification.make(payload: payload) else {
-                return
-            }
-            notification.nimbusSyncToken = frameToken.map(CKServerChangeToken.init(syncToken:))
+            if !skipping { cursor.update { $0.token = frameToken } }
+            guard !skipping, let notification = CKNotification.make(payload: payload) else { return }
+            notification.nimbusSyncToken = CKServerChangeToken(syncToken: frameToken)
             continuation.yield(notification)
-        default:
+        case .badge:
             return
         }
     }
@@ -141,7 +140,10 @@ public struct CKNotificationStream: AsyncSequence, Sendable {
     /// server is not reachable at all).
     private static func refusal(transport: NimbusTransport, token: String?) async -> CKError? {
         do {
-            _ = try await transport.device("notifications/changes", NotificationChangesRequest(syncToken: token, resultsLimit: 1).json)
+            _ = try NimbusTransport.read(
+                NotificationChangesResponse.self,
+                from: await transport.device("notifications/changes", NotificationChangesRequest(syncToken: token, resultsLimit: 1).json),
+                endpoint: "notifications/changes")
             return nil
         } catch {
             return error

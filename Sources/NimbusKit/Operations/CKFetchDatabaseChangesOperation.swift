@@ -35,20 +35,16 @@ open class CKFetchDatabaseChangesOperation: CKDatabaseOperation, @unchecked Send
             try Task.checkCancellation()
             let body = DatabaseChangesRequest(
                 syncToken: token?.syncToken, resultsLimit: resultsLimit > 0 ? resultsLimit : Limits.resultsPerPage.value)
-            let answer = try await post("changes/database", body.json)
-            for entry in answer[WireKey.zones]?.arrayValue ?? [] {
-                let zoneID = WireRecordCoder.zoneID(entry[WireKey.zoneID], currentUser: currentUser)
-                if entry[WireKey.deleted]?.boolValue == true {
-                    recordZoneWithIDWasDeletedBlock?(zoneID)
-                } else {
-                    recordZoneWithIDChangedBlock?(zoneID)
+            let answer = try await post("changes/database", body.json, as: DatabaseChangesResponse.self)
+            for entry in answer.zones {
+                let zoneID = WireRecordCoder.zoneID(entry.zoneID, currentUser: currentUser)
+                switch entry {
+                case .deleted: recordZoneWithIDWasDeletedBlock?(zoneID)
+                case .zone: recordZoneWithIDChangedBlock?(zoneID)
                 }
             }
-            guard let text = answer[WireKey.syncToken]?.stringValue else {
-                throw CKError(.serverResponseLost, "changes/database answered without a syncToken")
-            }
-            let next = CKServerChangeToken(syncToken: text)
-            let moreComing = answer[WireKey.moreComing]?.boolValue ?? false
+            let next = CKServerChangeToken(syncToken: answer.syncToken)
+            let moreComing = answer.moreComing
             if moreComing, fetchAllChanges {
                 changeTokenUpdatedBlock?(next)
                 token = next

@@ -71,24 +71,22 @@ open class CKFetchRecordZoneChangesOperation: CKDatabaseOperation, @unchecked Se
                     zoneID: WireRecordCoder.zoneIDInput(zone.zoneID), syncToken: zone.token?.syncToken,
                     desiredKeys: configuration?.desiredKeys, resultsLimit: limit > 0 ? limit : Limits.resultsPerPage.value)
             }
-            let entries = try await post("changes/zone", ZoneChangesRequest(zones: zones).json)[WireKey.zones]?.arrayValue ?? []
+            let entries = try await post("changes/zone", ZoneChangesRequest(zones: zones).json, as: ZoneChangesResponse.self).zones
             var stillPending: [(zoneID: CKRecordZone.ID, token: CKServerChangeToken?)] = []
             for (zone, entry) in zip(pending, entries) {
-                if isErrorEntry(entry) {
-                    let error = CKError.fromServer(entry)
+                let changes: ZoneRecordChanges
+                switch entry {
+                case .failure(let failure):
+                    let error = CKError.fromServer(failure)
                     failures[zone.zoneID] = error
                     recordZoneFetchResultBlock?(zone.zoneID, .failure(error))
                     recordZoneFetchCompletionBlock?(zone.zoneID, nil, nil, false, error)
                     continue
+                case .success(let success): changes = success
                 }
-                for recordJSON in entry[WireKey.records]?.arrayValue ?? [] {
-                    try deliver(recordJSON, zoneID: zone.zoneID)
-                }
-                guard let tokenText = entry[WireKey.syncToken]?.stringValue else {
-                    throw CKError(.serverResponseLost, "changes/zone answered zone '\(zone.zoneID.zoneName)' without a syncToken")
-                }
-                let token = CKServerChangeToken(syncToken: tokenText)
-                let moreComing = entry[WireKey.moreComing]?.boolValue ?? false
+                for record in changes.records { try deliver(record, zoneID: zone.zoneID) }
+                let token = CKServerChangeToken(syncToken: changes.syncToken)
+                let moreComing = changes.moreComing
                 if moreComing, fetchAllChanges {
                     recordZoneChangeTokensUpdatedBlock?(zone.zoneID, token, nil)
                     stillPending.append((zone.zoneID, token))
@@ -102,14 +100,15 @@ open class CKFetchRecordZoneChangesOperation: CKDatabaseOperation, @unchecked Se
         if !failures.isEmpty { throw CKError.partialFailure(failures, what: "zones to fetch changes of") }
     }
 
-    private func deliver(_ recordJSON: JSON, zoneID: CKRecordZone.ID) throws {
-        if recordJSON[WireKey.deleted]?.boolValue == true {
-            guard let name = recordJSON[WireKey.recordName]?.stringValue else { return }
-            recordWithIDWasDeletedBlock?(
-                CKRecord.ID(recordName: name, zoneID: zoneID), recordJSON[WireKey.recordType]?.stringValue ?? "")
+    private func deliver(_ entry: RecordEntry, zoneID: CKRecordZone.ID) throws {
+        let output: RecordOutput
+        switch entry {
+        case .deleted(let deleted):
+            recordWithIDWasDeletedBlock?(CKRecord.ID(recordName: deleted.recordName, zoneID: zoneID), deleted.recordType ?? "")
             return
+        case .record(let record): output = record
         }
-        let record = try WireRecordCoder.record(recordJSON, zoneID: zoneID, currentUser: currentUser)
+        let record = try WireRecordCoder.record(output, zoneID: zoneID, currentUser: currentUser)
         recordWasChangedBlock?(record.recordID, .success(record))
         recordChangedBlock?(record)
     }

@@ -32,9 +32,9 @@ open class CKFetchRecordsOperation: CKDatabaseOperation, @unchecked Sendable {
                 let body = RecordsLookupRequest(
                     records: chunk.map { (recordName: $0.recordName, desiredKeys: nil) },
                     zoneID: WireRecordCoder.zoneIDInput(zoneID), desiredKeys: desiredKeys)
-                let entries: [JSON]
+                let entries: [ItemResult<RecordEntry>]
                 do {
-                    entries = try await post("records/lookup", body.json)[WireKey.records]?.arrayValue ?? []
+                    entries = try await post("records/lookup", body.json, as: RecordsResponse.self).records
                 } catch {
                     guard error.code != .notAuthenticated, error.code != .networkFailure else { throw error }
                     // A zone-wide failure (an unknown zone, say) is each of its records' failure.
@@ -42,10 +42,12 @@ open class CKFetchRecordsOperation: CKDatabaseOperation, @unchecked Sendable {
                     continue
                 }
                 for (id, entry) in zip(chunk, entries) {
-                    if isErrorEntry(entry) {
-                        report(id, .failure(CKError.fromServer(entry)))
-                    } else {
-                        report(id, Result { () throws(CKError) in try WireRecordCoder.record(entry, zoneID: zoneID, currentUser: currentUser) })
+                    switch entry {
+                    case .failure(let failure): report(id, .failure(CKError.fromServer(failure)))
+                    case .success(.record(let output)):
+                        report(id, Result { () throws(CKError) in try WireRecordCoder.record(output, zoneID: zoneID, currentUser: currentUser) })
+                    case .success(.deleted):
+                        report(id, .failure(CKError(.unknownItem, "record '\(id.recordName)' was deleted")))
                     }
                 }
             }

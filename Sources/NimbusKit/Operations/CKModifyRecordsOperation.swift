@@ -99,19 +99,18 @@ open class CKModifyRecordsOperation: CKDatabaseOperation, @unchecked Sendable {
         let sendable = items.filter { failures[$0.recordID] == nil }
         guard !sendable.isEmpty else { return }
         let body = RecordsModifyRequest(operations: operations, zoneID: WireRecordCoder.zoneIDInput(zoneID), atomic: atomic)
-        let entries: [JSON]
+        let entries: [ItemResult<RecordEntry>]
         do {
-            entries = try await post("records/modify", body.json)[WireKey.records]?.arrayValue ?? []
+            entries = try await post("records/modify", body.json, as: RecordsResponse.self).records
         } catch {
             guard error.code != .notAuthenticated, error.code != .networkFailure, error.code != .limitExceeded else { throw error }
             for item in sendable { report(item, entry: nil, error: error) }
             return
         }
         for (item, entry) in zip(sendable, entries) {
-            if isErrorEntry(entry) {
-                report(item, entry: entry, error: conflictAwareError(entry, item: item))
-            } else {
-                report(item, entry: entry, error: nil)
+            switch entry {
+            case .failure(let failure): report(item, entry: nil, error: conflictAwareError(failure, item: item))
+            case .success(let saved): report(item, entry: saved, error: nil)
             }
         }
     }
@@ -146,19 +145,19 @@ open class CKModifyRecordsOperation: CKDatabaseOperation, @unchecked Sendable {
 
     /// A per-item error; a conflict carries the server's, the client's and the ancestor record
     /// for a three-way merge.
-    private func conflictAwareError(_ entry: JSON, item: Item) -> CKError {
+    private func conflictAwareError(_ entry: CloudKitError, item: Item) -> CKError {
         guard case .save(let record) = item else { return CKError.fromServer(entry) }
         var extra: [String: Any] = [CKRecordChangedErrorClientRecordKey: record]
         if let ancestor = record.ancestor() { extra[CKRecordChangedErrorAncestorRecordKey] = ancestor }
-        if let serverJSON = entry[WireKey.serverRecord],
-            let server = try? WireRecordCoder.record(serverJSON, zoneID: record.recordID.zoneID, currentUser: currentUser)
+        if let serverJSON = entry.serverRecord, let serverRecord = try? RecordOutput(body: serverJSON),
+            let server = try? WireRecordCoder.record(serverRecord, zoneID: record.recordID.zoneID, currentUser: currentUser)
         {
             extra[CKRecordChangedErrorServerRecordKey] = server
         }
         return CKError.fromServer(entry, extra: extra)
     }
 
-    private func report(_ item: Item, entry: JSON?, error: (any Error)?) {
+    private func report(_ item: Item, entry: RecordEntry?, error: (any Error)?) {
         switch item {
         case .save(let record):
             perRecordProgressBlock?(record, 1.0)
@@ -169,7 +168,10 @@ open class CKModifyRecordsOperation: CKDatabaseOperation, @unchecked Sendable {
                 return
             }
             do {
-                let server = try WireRecordCoder.record(entry ?? [:], zoneID: record.recordID.zoneID, currentUser: currentUser)
+                guard case .record(let output)? = entry else {
+                    throw CKError(.serverResponseLost, "the server's answer to saving record '\(record.recordID.recordName)' is not a record")
+                }
+                let server = try WireRecordCoder.record(output, zoneID: record.recordID.zoneID, currentUser: currentUser)
                 // The local record now matches the server: later saves of it send only new changes.
                 record.copySystemFields(from: server)
                 record.markFetchedFromServer(parent: record.parent)

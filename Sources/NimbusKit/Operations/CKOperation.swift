@@ -122,10 +122,13 @@ open class CKDatabaseOperation: CKOperation, @unchecked Sendable {
 // MARK: Helpers the database operations share
 
 extension CKDatabaseOperation {
-    /// POSTs to an endpoint of this operation's database.
-    func post(_ path: String, _ body: JSON) async throws(CKError) -> JSON {
-        try await transport.database(
-            targetDatabase.databaseScope, path, body, timeout: configuration?.timeoutIntervalForRequest)
+    /// POSTs to an endpoint of this operation's database and reads the answer as its wire type.
+    func post<Response: WireBody>(_ path: String, _ body: JSON, as: Response.Type) async throws(CKError) -> Response {
+        try NimbusTransport.read(
+            Response.self,
+            from: await transport.database(
+                targetDatabase.databaseScope, path, body, timeout: configuration?.timeoutIntervalForRequest),
+            endpoint: path)
     }
 
     /// The signed-in user's record name, to recognise the user's own zones and records.
@@ -134,9 +137,6 @@ extension CKDatabaseOperation {
     /// The maximum items per request (the server's `operationsPerRequest`).
     static var itemsPerRequest: Int { Limits.operationsPerRequest.value }
 }
-
-/// Whether a per-item entry of an answer is an error dictionary (reference §13.1).
-func isErrorEntry(_ entry: JSON) -> Bool { entry[WireKey.serverErrorCode] != nil }
 
 /// Items grouped by zone, zones in order of first appearance, items in their given order:
 /// record endpoints work on one zone per request.

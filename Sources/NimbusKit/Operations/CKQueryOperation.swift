@@ -54,15 +54,15 @@ open class CKQueryOperation: CKDatabaseOperation, @unchecked Sendable {
             queryJSON: queryJSON, zoneID: zone.map(WireRecordCoder.zoneIDInput) ?? .defaultZone,
             resultsLimit: resultsLimit > 0 ? resultsLimit : Limits.resultsPerPage.value, continuationMarker: marker,
             desiredKeys: desiredKeys)
-        let answer = try await post("records/query", body.json)
-        for entry in answer[WireKey.records]?.arrayValue ?? [] {
+        let answer = try await post("records/query", body.json, as: RecordsResponse.self)
+        for entry in answer.records {
             try Task.checkCancellation()
-            if isErrorEntry(entry) { continue }
-            let record = try WireRecordCoder.record(entry, zoneID: zone, currentUser: currentUser)
+            guard case .success(.record(let output)) = entry else { continue }
+            let record = try WireRecordCoder.record(output, zoneID: zone, currentUser: currentUser)
             recordMatchedBlock?(record.recordID, .success(record))
             recordFetchedBlock?(record)
         }
-        if let marker = answer[WireKey.continuationMarker]?.stringValue {
+        if let marker = answer.continuationMarker {
             nextCursor = Cursor(queryJSONText: queryJSON.text, continuationMarker: marker, zoneID: zone, zoneWide: false)
         }
     }

@@ -31,10 +31,10 @@ open class CKModifyRecordZonesOperation: CKDatabaseOperation, @unchecked Sendabl
             try Task.checkCancellation()
             let body = ZonesModifyRequest(
                 operations: chunk.map { (type: $0.isSave ? .create : .delete, zoneID: WireRecordCoder.zoneIDInput($0.id)) })
-            let entries = try await post("zones/modify", body.json)[WireKey.zones]?.arrayValue ?? []
+            let entries = try await post("zones/modify", body.json, as: ZonesResponse.self).zones
             for (item, entry) in zip(chunk, entries) {
-                if isErrorEntry(entry) {
-                    let error = CKError.fromServer(entry)
+                if case .failure(let failure) = entry {
+                    let error = CKError.fromServer(failure)
                     failures[item.id] = error
                     if item.isSave {
                         perRecordZoneSaveBlock?(item.id, .failure(error))
@@ -86,8 +86,8 @@ open class CKFetchRecordZonesOperation: CKDatabaseOperation, @unchecked Sendable
 
     override func run() async throws {
         guard let recordZoneIDs else {
-            for entry in try await post("zones/list", [:])[WireKey.zones]?.arrayValue ?? [] where !isErrorEntry(entry) {
-                let zone = CKRecordZone(zoneID: WireRecordCoder.zoneID(entry[WireKey.zoneID], currentUser: currentUser))
+            for case .success(let entry) in try await post("zones/list", [:], as: ZonesResponse.self).zones {
+                let zone = CKRecordZone(zoneID: WireRecordCoder.zoneID(entry.zoneID, currentUser: currentUser))
                 fetched[zone.zoneID] = zone
                 perRecordZoneResultBlock?(zone.zoneID, .success(zone))
             }
@@ -95,12 +95,12 @@ open class CKFetchRecordZonesOperation: CKDatabaseOperation, @unchecked Sendable
         }
         for chunk in chunked(recordZoneIDs, size: Self.itemsPerRequest) {
             try Task.checkCancellation()
-            let entries =
-                try await post("zones/lookup", ZonesLookupRequest(zones: chunk.map(WireRecordCoder.zoneIDInput)).json)[
-                    WireKey.zones]?.arrayValue ?? []
+            let entries = try await post(
+                "zones/lookup", ZonesLookupRequest(zones: chunk.map(WireRecordCoder.zoneIDInput)).json, as: ZonesResponse.self
+            ).zones
             for (id, entry) in zip(chunk, entries) {
-                if isErrorEntry(entry) {
-                    let error = CKError.fromServer(entry)
+                if case .failure(let failure) = entry {
+                    let error = CKError.fromServer(failure)
                     failures[id] = error
                     perRecordZoneResultBlock?(id, .failure(error))
                 } else {

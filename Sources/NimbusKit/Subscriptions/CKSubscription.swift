@@ -45,43 +45,36 @@ open class CKSubscription: NSObject, @unchecked Sendable {
 
     func addWireFields(to input: inout SubscriptionInput, currentUser: String?) throws(CKError) {}
 
-    /// A subscription from the server's dictionary; nil for a shape this SDK does not know.
-    static func from(_ json: JSON, currentUser: String?) -> CKSubscription? {
-        guard let id = json[WireKey.subscriptionID]?.stringValue else { return nil }
+    /// A subscription as the server returns it (read by NimbusWire's `SubscriptionInput`, the
+    /// type the server reads a saved subscription with).
+    static func from(_ input: SubscriptionInput, currentUser: String?) -> CKSubscription {
         let subscription: CKSubscription
-        switch json[WireKey.subscriptionType]?.stringValue {
-        case WireKey.query:
-            guard let query = json[WireKey.query], let recordType = query[WireKey.recordType]?.stringValue else { return nil }
+        switch input.type {
+        case .query:
             var options: CKQuerySubscription.Options = []
-            for name in json[WireKey.firesOn]?.arrayValue?.compactMap(\.stringValue) ?? [] {
-                switch name {
-                case "create": options.insert(.firesOnRecordCreation)
-                case "update": options.insert(.firesOnRecordUpdate)
-                case "delete": options.insert(.firesOnRecordDeletion)
-                default: break
-                }
-            }
-            if json[WireKey.firesOnce]?.boolValue == true { options.insert(.firesOnce) }
+            if input.firesOn.contains(.create) { options.insert(.firesOnRecordCreation) }
+            if input.firesOn.contains(.update) { options.insert(.firesOnRecordUpdate) }
+            if input.firesOn.contains(.delete) { options.insert(.firesOnRecordDeletion) }
+            if input.firesOnce { options.insert(.firesOnce) }
             let querySubscription = CKQuerySubscription(
-                recordType: recordType, wireQuery: query, subscriptionID: id, options: options)
-            if json[WireKey.zoneWide]?.boolValue == false, let zone = json[WireKey.zoneID] {
+                recordType: input.recordType ?? "", wireQuery: input.queryJSON ?? [:], subscriptionID: input.subscriptionID,
+                options: options)
+            if !input.zoneWide, let zone = input.zoneID {
                 querySubscription.zoneID = WireRecordCoder.zoneID(zone, currentUser: currentUser)
             }
             subscription = querySubscription
-        case "zone":
+        case .zone:
             let zoneSubscription = CKRecordZoneSubscription(
-                zoneID: WireRecordCoder.zoneID(json[WireKey.zoneID], currentUser: currentUser), subscriptionID: id)
-            zoneSubscription.recordType = json[WireKey.recordType]?.stringValue
+                zoneID: WireRecordCoder.zoneID(input.zoneID, currentUser: currentUser), subscriptionID: input.subscriptionID)
+            zoneSubscription.recordType = input.recordType
             subscription = zoneSubscription
-        case WireKey.database:
-            let databaseSubscription = CKDatabaseSubscription(subscriptionID: id)
-            databaseSubscription.recordType = json[WireKey.recordType]?.stringValue
+        case .database:
+            let databaseSubscription = CKDatabaseSubscription(subscriptionID: input.subscriptionID)
+            databaseSubscription.recordType = input.recordType
             subscription = databaseSubscription
-        default:
-            return nil
         }
-        if let info = json[WireKey.notificationInfo]?.objectValue, !info.isEmpty {
-            subscription.notificationInfo = NotificationInfo(wireJSON: info)
+        if !input.notificationInfo.isEmpty {
+            subscription.notificationInfo = NotificationInfo(wireJSON: input.notificationInfo)
         }
         return subscription
     }

@@ -52,7 +52,7 @@ open class CKModifySubscriptionsOperation: CKDatabaseOperation, @unchecked Senda
             try Task.checkCancellation()
             var existing: [Item] = []
             for (item, entry) in zip(chunk, try await send(Array(chunk), saveAs: .create)) {
-                if case .save = item, entry[WireKey.serverErrorCode] == "EXISTS" {
+                if case .save = item, case .failure(let failure) = entry, failure.code == .exists {
                     existing.append(item)
                 } else {
                     report(item, entry)
@@ -64,7 +64,9 @@ open class CKModifySubscriptionsOperation: CKDatabaseOperation, @unchecked Senda
         if !failures.isEmpty { throw CKError.partialFailure(failures, what: "subscriptions to save or delete") }
     }
 
-    private func send(_ items: [Item], saveAs operationType: SubscriptionOperationType) async throws -> [JSON] {
+    private func send(_ items: [Item], saveAs operationType: SubscriptionOperationType) async throws
+        -> [ItemResult<SubscriptionEntry>]
+    {
         let body = SubscriptionsModifyRequest(
             operations: items.map { item in
                 switch item {
@@ -72,14 +74,21 @@ open class CKModifySubscriptionsOperation: CKDatabaseOperation, @unchecked Senda
                 case .delete(let id): SubscriptionsModifyRequest.Operation(deleting: id)
                 }
             })
-        return try await post("subscriptions/modify", body.json)[WireKey.subscriptions]?.arrayValue ?? []
+        return try await post("subscriptions/modify", body.json, as: SubscriptionsResponse.self).subscriptions
     }
 
-    private func report(_ item: Item, _ entry: JSON) {
-        if isErrorEntry(entry) { return fail(item, CKError.fromServer(entry)) }
+    private func report(_ item: Item, _ entry: ItemResult<SubscriptionEntry>) {
+        let answer: SubscriptionEntry
+        switch entry {
+        case .failure(let failure): return fail(item, CKError.fromServer(failure))
+        case .success(let entry): answer = entry
+        }
         switch item {
         case .save(let subscription, _):
-            let stored = CKSubscription.from(entry, currentUser: currentUser) ?? subscription
+            guard case .subscription(let definition) = answer else {
+                return fail(item, CKError(.serverResponseLost, "the server's answer to saving subscription '\(subscription.subscriptionID)' is not a subscription"))
+            }
+            let stored = CKSubscription.from(definition, currentUser: currentUser)
             saved.append(stored)
             perSubscriptionSaveBlock?(subscription.subscriptionID, .success(stored))
         case .delete(let id):
@@ -129,8 +138,10 @@ open class CKFetchSubscriptionsOperation: CKDatabaseOperation, @unchecked Sendab
 
     override func run() async throws {
         guard let subscriptionIDs else {
-            for entry in try await post("subscriptions/list", [:])[WireKey.subscriptions]?.arrayValue ?? [] {
-                guard let subscription = CKSubscription.from(entry, currentUser: currentUser) else { continue }
+            for case .success(.subscription(let definition)) in try await post(
+                "subscriptions/list", [:], as: SubscriptionsResponse.self
+            ).subscriptions {
+                let subscription = CKSubscription.from(definition, currentUser: currentUser)
                 fetched[subscription.subscriptionID] = subscription
                 perSubscriptionResultBlock?(subscription.subscriptionID, .success(subscription))
             }
@@ -139,14 +150,19 @@ open class CKFetchSubscriptionsOperation: CKDatabaseOperation, @unchecked Sendab
         for chunk in chunked(subscriptionIDs, size: Self.itemsPerRequest) {
             try Task.checkCancellation()
             let body = SubscriptionsLookupRequest(subscriptionIDs: Array(chunk))
-            let entries = try await post("subscriptions/lookup", body.json)[WireKey.subscriptions]?.arrayValue ?? []
+            let entries = try await post("subscriptions/lookup", body.json, as: SubscriptionsResponse.self).subscriptions
             for (id, entry) in zip(chunk, entries) {
-                if !isErrorEntry(entry), let subscription = CKSubscription.from(entry, currentUser: currentUser) {
+                if case .success(.subscription(let definition)) = entry {
+                    let subscription = CKSubscription.from(definition, currentUser: currentUser)
                     fetched[id] = subscription
                     perSubscriptionResultBlock?(id, .success(subscription))
                 } else {
-                    let error = isErrorEntry(entry)
-                        ? CKError.fromServer(entry) : CKError(.serverResponseLost, "subscription \(id): the server's answer is not a subscription")
+                    let error =
+                        if case .failure(let failure) = entry {
+                            CKError.fromServer(failure)
+                        } else {
+                            CKError(.serverResponseLost, "subscription \(id): the server's answer is not a subscription")
+                        }
                     failures[id] = error
                     perSubscriptionResultBlock?(id, .failure(error))
                 }

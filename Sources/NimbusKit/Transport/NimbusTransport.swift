@@ -110,15 +110,12 @@ final class NimbusTransport: Sendable {
     /// Signs in at `/auth/1/{container}/{environment}/signin` and keeps the session.
     @discardableResult
     func signIn(username: String, password: String) async throws(CKError) -> String {
-        let answer = try await send(
-            "auth/1/\(configuration.containerIdentifier)/\(configuration.environment.rawValue)/signin",
-            SignInRequest(username: username, password: password).json)
-        guard let token = answer[WireKey.ckWebAuthToken]?.stringValue, let recordName = answer[WireKey.userRecordName]?.stringValue else {
-            throw CKError(.internalError, "the server's sign-in answer has no ckWebAuthToken")
-        }
-        state.webAuthToken = token
-        state.userRecordName = recordName
-        return recordName
+        let path = "auth/1/\(configuration.containerIdentifier)/\(configuration.environment.rawValue)/signin"
+        let answer = try Self.read(
+            SignInResponse.self, from: await send(path, SignInRequest(username: username, password: password).json), endpoint: path)
+        state.webAuthToken = answer.ckWebAuthToken
+        state.userRecordName = answer.userRecordName
+        return answer.userRecordName
     }
 
     func signOut() async throws(CKError) {
@@ -180,15 +177,25 @@ final class NimbusTransport: Sendable {
             throw Self.garbage(status: http.statusCode, data: data, retryAfter: retryAfter)
         }
         guard (200..<300).contains(http.statusCode) else {
-            guard json[WireKey.serverErrorCode] != nil else {
+            guard let serverError = CloudKitError(json: json) else {
                 throw Self.garbage(status: http.statusCode, data: data, retryAfter: retryAfter)
             }
-            let error = CKError.fromServer(json)
+            let error = CKError.fromServer(serverError)
             guard error.retryAfterSeconds == nil, let retryAfter else { throw error }
             throw error.adding([CKErrorRetryAfterKey: retryAfter])
         }
         guard case .object = json else { throw Self.garbage(status: http.statusCode, data: data, retryAfter: nil) }
         return json
+    }
+
+    /// An answer read as its wire type (NimbusWire's, the type the server wrote it from); one
+    /// that does not read is a lost response, naming what was wrong.
+    static func read<Response: WireBody>(_ type: Response.Type, from json: JSON, endpoint: String) throws(CKError) -> Response {
+        do {
+            return try Response(body: json)
+        } catch {
+            throw CKError(.serverResponseLost, "the server's answer to \(endpoint) does not read: \(error.reason)")
+        }
     }
 
     /// An answer that is not CloudKit JSON. Overload statuses keep their meaning (and their

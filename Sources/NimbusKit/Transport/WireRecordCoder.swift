@@ -10,10 +10,10 @@ enum WireRecordCoder {
     /// The owner the server names is the signed-in user (or the default zone's placeholder):
     /// NimbusKit calls it `CKCurrentUserDefaultName`, as CloudKit does, so IDs made locally and
     /// IDs the server returns compare equal.
-    static func zoneID(_ json: JSON?, currentUser: String?) -> CKRecordZone.ID {
-        let name = json?[WireKey.zoneName]?.stringValue ?? CKRecordZone.ID.defaultZoneName
-        let owner = json?[WireKey.ownerRecordName]?.stringValue
-        return CKRecordZone.ID(zoneName: name, ownerName: ownerName(owner, currentUser: currentUser))
+    static func zoneID(_ wire: WireZoneID?, currentUser: String?) -> CKRecordZone.ID {
+        CKRecordZone.ID(
+            zoneName: wire?.zoneName ?? CKRecordZone.ID.defaultZoneName,
+            ownerName: ownerName(wire?.ownerRecordName, currentUser: currentUser))
     }
 
     static func ownerName(_ owner: String?, currentUser: String?) -> String {
@@ -21,12 +21,11 @@ enum WireRecordCoder {
         return owner
     }
 
-    static func zoneIDInput(_ zoneID: CKRecordZone.ID) -> ZoneIDInput {
-        ZoneIDInput(
+    static func zoneIDInput(_ zoneID: CKRecordZone.ID) -> WireZoneID {
+        WireZoneID(
             zoneName: zoneID.zoneName, ownerRecordName: zoneID.ownerName == CKCurrentUserDefaultName ? nil : zoneID.ownerName)
     }
 
-    static func zoneIDJSON(_ zoneID: CKRecordZone.ID) -> JSON { zoneIDInput(zoneID).json }
 
     // MARK: Field values
 
@@ -135,60 +134,44 @@ enum WireRecordCoder {
     // MARK: Records
 
     /// A record dictionary from the server as a `CKRecord`, with nothing marked changed.
-    static func record(_ json: JSON, zoneID: CKRecordZone.ID?, currentUser: String?) throws(CKError) -> CKRecord {
-        guard let name = json[WireKey.recordName]?.stringValue, let type = json[WireKey.recordType]?.stringValue else {
-            throw CKError(.serverResponseLost, "the server sent a record without recordName or recordType")
+    static func record(_ wire: RecordOutput, zoneID: CKRecordZone.ID?, currentUser: String?) throws(CKError) -> CKRecord {
+        let zone = zoneID ?? self.zoneID(wire.zoneID, currentUser: currentUser)
+        let record = CKRecord(recordType: wire.recordType, recordID: CKRecord.ID(recordName: wire.recordName, zoneID: zone))
+        for (key, value) in try decodeFields(wire.fields, zoneID: zone, currentUser: currentUser) {
+            record.setObject(value, forKey: key)
         }
-        let zone = zoneID ?? self.zoneID(json[WireKey.zoneID], currentUser: currentUser)
-        let record = CKRecord(recordType: type, recordID: CKRecord.ID(recordName: name, zoneID: zone))
-        if case .object(let fields) = json[WireKey.fields] ?? .null {
-            for (key, value) in try decodeFields(fields, zoneID: zone, currentUser: currentUser) {
-                record.setObject(value, forKey: key)
-            }
+        record.recordChangeTag = wire.recordChangeTag
+        if let created = wire.created {
+            record.creationDate = date(milliseconds: created.timestamp)
+            record.creatorUserRecordID = created.userRecordName.map { userRecordID($0, currentUser: currentUser) }
         }
-        record.recordChangeTag = json[WireKey.recordChangeTag]?.stringValue
-        if let created = json[WireKey.created] {
-            record.creationDate = created[WireKey.timestamp]?.int64Value.map { Date(timeIntervalSince1970: Double($0) / 1000) }
-            record.creatorUserRecordID = created[WireKey.userRecordName]?.stringValue.map { userRecordID($0, currentUser: currentUser) }
+        if let modified = wire.modified {
+            record.modificationDate = date(milliseconds: modified.timestamp)
+            record.lastModifiedUserRecordID = modified.userRecordName.map { userRecordID($0, currentUser: currentUser) }
+            record.modifiedByDevice = modified.deviceID
         }
-        if let modified = json[WireKey.modified] {
-            record.modificationDate = modified[WireKey.timestamp]?.int64Value.map { Date(timeIntervalSince1970: Double($0) / 1000) }
-            record.lastModifiedUserRecordID = modified[WireKey.userRecordName]?.stringValue.map {
-                userRecordID($0, currentUser: currentUser)
-            }
-            record.modifiedByDevice = modified[WireKey.deviceID]?.stringValue
-        }
-        let parent = json[WireKey.parent]?[WireKey.recordName]?.stringValue.map {
-            CKRecord.Reference(recordID: CKRecord.ID(recordName: $0, zoneID: zone), action: .none)
-        }
+        let parent = wire.parent.map { CKRecord.Reference(recordID: CKRecord.ID(recordName: $0, zoneID: zone), action: .none) }
         record.markFetchedFromServer(parent: parent)
         return record
     }
+
+    static func date(milliseconds: Int64) -> Date { Date(timeIntervalSince1970: Double(milliseconds) / 1000) }
 
     /// The signed-in user's own record ID is named `CKCurrentUserDefaultName`, as in CloudKit.
     static func userRecordID(_ name: String, currentUser: String?) -> CKRecord.ID {
         CKRecord.ID(recordName: name == currentUser ? CKCurrentUserDefaultName : name)
     }
 
-    private static func decodeFields(_ fields: JSONObject, zoneID: CKRecordZone.ID, currentUser: String?) throws(CKError)
+    private static func decodeFields(_ fields: RecordFields, zoneID: CKRecordZone.ID, currentUser: String?) throws(CKError)
         -> [(String, any CKRecordValue)]
     {
-        var result: [(String, any CKRecordValue)] = []
-        for (key, field) in fields.pairs {
-            guard let typeName = field[WireKey.type]?.stringValue, let type = FieldType(wireName: typeName), let raw = field[WireKey.value]
-            else { throw CKError(.serverResponseLost, "the server sent field '\(key)' without a type or value") }
-            let value: FieldValue
-            do {
-                value = try FieldValue.decode(raw, as: type, path: key)
-            } catch {
-                throw CKError(.serverResponseLost, "the server sent an invalid value for field '\(key)': \(error.reason)")
-            }
-            result.append((key, recordValue(value, zoneID: zoneID, currentUser: currentUser)))
+        do {
+            return try fields.values().map { ($0.name, recordValue($0.value, zoneID: zoneID, currentUser: currentUser)) }
+        } catch {
+            throw CKError(.serverResponseLost, "the server sent a record field that does not read: \(error.reason)")
         }
-        return result
     }
 
-    /// The record dictionary of a save: the given keys (removed ones as null), change tag and parent.
     /// The `record` of a modify operation: `keys` with their values (a removed key clears the
     /// field), the change tag when the save checks it, the parent when it changed.
     static func recordInput(_ record: CKRecord, keys: [String], includeChangeTag: Bool) throws(CKError) -> RecordInput {
@@ -214,7 +197,7 @@ enum WireRecordCoder {
 
     static func fields(fromJSONText text: String, zoneID: CKRecordZone.ID) throws -> [(String, any CKRecordValue)] {
         guard case .object(let fields) = try JSON.parse(text) else { return [] }
-        return try decodeFields(fields, zoneID: zoneID, currentUser: nil)
+        return try decodeFields(RecordFields(fields), zoneID: zoneID, currentUser: nil)
     }
 }
 

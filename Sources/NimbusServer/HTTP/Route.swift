@@ -25,8 +25,15 @@ struct Route: Sendable {
         self.respond = respond
     }
 
-    /// An endpoint that answers JSON.
-    static func json(_ path: String, _ handler: @escaping @Sendable (RouteInput) async throws -> JSON) -> Route {
+    /// An endpoint that answers one of the wire's bodies (`NimbusWire`'s types, which NimbusKit
+    /// reads back with the same code).
+    static func json<Body: WireBody>(_ path: String, _ handler: @escaping @Sendable (RouteInput) async throws -> Body) -> Route {
+        Route(path) { input in Reply.json(try await handler(input).json, context: input.context) }
+    }
+
+    /// An endpoint whose answer no client library reads as a type (`/health`, `{}` for sign-out,
+    /// a legacy alias's extra key).
+    static func rawJSON(_ path: String, _ handler: @escaping @Sendable (RouteInput) async throws -> JSON) -> Route {
         Route(path) { input in Reply.json(try await handler(input), context: input.context) }
     }
 }

@@ -24,10 +24,9 @@ enum AuthRoutes {
                 container: caller.container, environment: caller.environment, apiToken: input.query(WireKey.ckAPIToken),
                 userName: body.username, password: body.password)
             input.context.exchange.update { $0.webAuthToken = token }
-            return Reply.json(
-                [WireKey.ckWebAuthToken: .string(token), WireKey.userRecordName: .string(userRecordName)], context: input.context)
+            return Reply.json(SignInResponse(ckWebAuthToken: token, userRecordName: userRecordName).json, context: input.context)
         },
-        .json("signout") { input in
+        .rawJSON("signout") { input in
             guard let token = input.query(WireKey.ckWebAuthToken), !token.isEmpty else {
                 throw CloudKitError.badRequest("missing ckWebAuthToken: name the session to sign out")
             }

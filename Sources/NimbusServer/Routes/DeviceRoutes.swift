@@ -9,7 +9,7 @@ import NimbusWire
 /// |---|---|
 /// | `tokens/create` | `createWebCourierToken` (hands out a `webcourierURL` on this server's public address) |
 /// | `tokens/register` | `registerPushToken` |
-/// | `notifications/changes` | `notificationChangesJSON` |
+/// | `notifications/changes` | `notificationChangesResponse` |
 /// | `notifications/markRead` | `markNotificationsRead` |
 /// | `badge/modify` | `modifyBadge` |
 /// | `notifications/connect` | the WebSocket stream (`NotificationSocket`); over plain HTTP, why it was not upgraded |
@@ -25,13 +25,13 @@ enum DeviceRoutes {
     static let routes: [Route] =
         tokenRoutes + [
             .json("notifications/changes") {
-                try await $0.service.notificationChangesJSON($0.caller, NotificationChangesRequest(json: $0.body()))
+                try await $0.service.notificationChangesResponse($0.caller, NotificationChangesRequest(json: $0.body()))
             },
             .json("notifications/markRead") {
                 try await $0.service.markNotificationsRead($0.caller, MarkNotificationsReadRequest(json: $0.body()))
             },
             .json("badge/modify") { try await $0.service.modifyBadge($0.caller, BadgeModifyRequest(json: $0.body())) },
-            .json(NotificationSocket.path) { input in
+            Route(NotificationSocket.path) { input in
                 let caller = try input.caller
                 _ = try caller.requireUser(for: "The notification stream")
                 if let token = input.query(WireKey.syncToken) {

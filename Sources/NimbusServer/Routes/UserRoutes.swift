@@ -11,18 +11,11 @@ enum UserRoutes {
     static let routes: [Route] = [
         .json("users/caller") { input in
             let user = try input.caller.requireUser(for: "users/caller")
-            let identity: JSONObject = [
-                WireKey.userRecordName: .string(user.recordName),
-                "lookupInfo": .object([WireKey.userRecordName: .string(user.recordName)]),
-                "nameComponents": .object(["nickname": .string(user.name)]),
-            ]
-            var object = identity
-            object["users"] = .array([.object(identity)])
-            return .object(object)
+            return CallerIdentityResponse(userRecordName: user.recordName, nickname: user.name)
         },
         .json("users/current") { input in
             let user = try input.caller.requireUser(for: "users/current")
-            return [WireKey.userRecordName: .string(user.recordName), "firstName": .string(user.name)]
+            return CurrentUserResponse(userRecordName: user.recordName, firstName: user.name)
         },
     ]
 }

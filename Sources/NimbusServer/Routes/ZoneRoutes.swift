@@ -13,14 +13,12 @@ enum ZoneRoutes {
         .json("zones/list") { try await $0.service.listZones($0.target) },
         .json("zones/lookup") { try await $0.service.lookupZones($0.target, ZonesLookupRequest(json: $0.body())) },
         .json("zones/modify") { try await $0.service.modifyZones($0.target, ZonesModifyRequest(json: $0.body())) },
-        .json("zones/changes") { input in
-            var changes = try await input.service.databaseChanges(
+        .rawJSON("zones/changes") { input in
+            let changes = try await input.service.databaseChanges(
                 input.target, DatabaseChangesRequest(json: input.body()), allowPublic: true)
-            if case .object(var object) = changes {
-                object["metaSyncToken"] = object[WireKey.syncToken]
-                changes = .object(object)
-            }
-            return changes
+            guard case .object(var object) = changes.json else { return changes.json }
+            object["metaSyncToken"] = .string(changes.syncToken)
+            return .object(object)
         },
     ]
 }

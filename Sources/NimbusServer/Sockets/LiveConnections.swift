@@ -97,11 +97,12 @@ final class LiveConnections: NotificationSink, @unchecked Sendable {
                         guard notification.sequence > replayedThrough else { continue }
                         try await outbound.write(
                             .text(
-                                LiveConnections.frame(
-                                    notificationID: notification.notificationID, payload: notification.payload,
-                                    syncToken: notification.syncToken)))
+                                LiveConnections.text(
+                                    .notification(
+                                        notificationID: notification.notificationID, payload: notification.payload,
+                                        syncToken: notification.syncToken))))
                     case .badge(let value):
-                        try await outbound.write(.text(LiveConnections.frameText([WireKey.type: .string(WireKey.badge), WireKey.badgeValue: .int(value)])))
+                        try await outbound.write(.text(LiveConnections.text(.badge(value))))
                     case .ping:
                         try await outbound.write(.custom(WebSocketFrame(fin: true, opcode: .ping, data: ByteBuffer())))
                     }
@@ -176,16 +177,9 @@ final class LiveConnections: NotificationSink, @unchecked Sendable {
         for connection in all { connection.enqueue(.ping) }
     }
 
-    /// A WebSocket text frame: `{"type": "notification", "notificationID", "payload", "syncToken"}`,
-    /// `{"type": "badge", "badgeValue"}` or, after the replay, `{"type": "ready", "syncToken"}`.
-    static func frame(notificationID: String, payload: JSON, syncToken: String) -> String {
-        frameText([
-            WireKey.type: .string(WireKey.notification), "notificationID": .string(notificationID), WireKey.payload: payload,
-            WireKey.syncToken: .string(syncToken),
-        ])
-    }
-
-    static func frameText(_ object: JSONObject) -> String {
-        String(decoding: JSON.object(object).serialized(), as: UTF8.self)
+    /// A WebSocket text frame (`NotificationStreamFrame`: a notification, the badge, or `ready`
+    /// after the replay).
+    static func text(_ frame: NotificationStreamFrame) -> String {
+        String(decoding: frame.json.serialized(), as: UTF8.self)
     }
 }

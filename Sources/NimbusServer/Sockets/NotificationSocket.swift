@@ -72,15 +72,16 @@ enum NotificationSocket {
             for row in page.notifications {
                 try await outbound.write(
                     .text(
-                        LiveConnections.frame(
-                            notificationID: row.notificationID, payload: try JSON.parse(row.payload),
-                            syncToken: service.notificationToken(for: row))))
+                        LiveConnections.text(
+                            .notification(
+                                notificationID: row.notificationID, payload: try JSON.parse(row.payload),
+                                syncToken: service.notificationToken(for: row)))))
                 replayedThrough = row.sequence
             }
             token = page.syncToken
             if !page.moreComing { break }
         }
-        try await outbound.write(.text(LiveConnections.frameText([WireKey.type: .string(WireKey.ready), WireKey.syncToken: .string(token ?? "")])))
+        try await outbound.write(.text(LiveConnections.text(.ready(syncToken: token ?? ""))))
         return replayedThrough
     }
 }

@@ -53,6 +53,7 @@ public enum WireKey {
 
     public static let zoneID = "zoneID"
     public static let zoneName = "zoneName"
+    public static let zoneType = "zoneType"
     public static let zones = "zones"
     public static let atomic = "atomic"
     public static let syncToken = "syncToken"
@@ -79,6 +80,17 @@ public enum WireKey {
     public static let ckDeviceID = "ckDeviceID"
     public static let username = "username"
     public static let password = "password"
+
+    // MARK: Users and push registration
+
+    public static let users = "users"
+    public static let lookupInfo = "lookupInfo"
+    public static let nameComponents = "nameComponents"
+    public static let nickname = "nickname"
+    public static let firstName = "firstName"
+    public static let apnsEnvironment = "apnsEnvironment"
+    public static let apnsToken = "apnsToken"
+    public static let webcourierURL = "webcourierURL"
 
     // MARK: Subscriptions
 
@@ -114,11 +126,13 @@ public enum WireKey {
     public static let met = "met"
     public static let nid = "nid"
     public static let notification = "notification"
+    public static let notificationID = "notificationID"
     public static let notificationIDs = "notificationIDs"
     public static let notifications = "notifications"
     public static let payload = "payload"
     public static let qry = "qry"
     public static let rdn = "rdn"
+    public static let read = "read"
     public static let ready = "ready"
     public static let rid = "rid"
     public static let shouldBadge = "shouldBadge"

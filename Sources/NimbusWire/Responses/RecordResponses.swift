@@ -1,0 +1,256 @@
+/// The response bodies of `records/modify`, `records/lookup`, `records/query`, `changes/zone`
+/// and `records/changes` (reference §2.2, §3–§6), and the record dictionary inside them.
+
+/// Who changed a record, when, from which device (`created`, `modified`).
+public struct RecordStamp: WireBody, Hashable {
+    /// Milliseconds since 1970.
+    public var timestamp: Int64
+    public var userRecordName: String?
+    public var deviceID: String?
+
+    public init(timestamp: Int64, userRecordName: String?, deviceID: String?) {
+        self.timestamp = timestamp
+        self.userRecordName = userRecordName
+        self.deviceID = deviceID
+    }
+
+    public init(json: ObjectReader) throws(CloudKitError) {
+        timestamp = try json.int(WireKey.timestamp) ?? 0
+        userRecordName = try json.string(WireKey.userRecordName)
+        deviceID = try json.string(WireKey.deviceID)
+    }
+
+    public var json: JSON {
+        var object: JSONObject = [WireKey.timestamp: .int(timestamp)]
+        if let userRecordName { object[WireKey.userRecordName] = .string(userRecordName) }
+        if let deviceID { object[WireKey.deviceID] = .string(deviceID) }
+        return .object(object)
+    }
+}
+
+/// A record's `fields` dictionary in a response: `{name: {"value": …, "type": …}}`. The server
+/// writes its stored JSON text straight into the response (`stored`, no re-typing per record);
+/// a reader gets typed values from `values()`.
+public struct RecordFields: Sendable {
+    public let json: JSON
+
+    public init(_ object: JSONObject) { json = .object(object) }
+
+    public init(_ values: [(name: String, value: FieldValue)], numbersAsStrings: Bool = false) {
+        self.init(JSONObject(values.map { ($0.name, $0.value.fieldJSON(numbersAsStrings: numbersAsStrings)) }))
+    }
+
+    /// Text that is already a valid fields dictionary (the stored form of a record's fields).
+    public static func stored(_ text: SerializedJSON) -> RecordFields { RecordFields(json: .serialized(text)) }
+
+    private init(json: JSON) { self.json = json }
+
+    /// Each field's typed value, in order; a field without a known type or with a value its type
+    /// does not allow is `BAD_REQUEST` naming it.
+    public func values() throws(CloudKitError) -> [(name: String, value: FieldValue)] {
+        guard case .object(let object) = json.parsed else {
+            throw .badRequest("fields: expected an object, got \(json.kindName)")
+        }
+        var values: [(name: String, value: FieldValue)] = []
+        values.reserveCapacity(object.pairs.count)
+        for (name, field) in object.pairs {
+            guard let typeName = field[WireKey.type]?.stringValue, let type = FieldType(wireName: typeName) else {
+                throw .badRequest("fields.\(name): no field type this version knows")
+            }
+            values.append((name, try FieldValue.decode(field[WireKey.value] ?? .null, as: type, path: "fields.\(name)")))
+        }
+        return values
+    }
+}
+
+/// The record dictionary of reference §2.2.
+public struct RecordOutput: WireBody {
+    public var recordName: String
+    public var recordType: String
+    public var recordChangeTag: String?
+    public var fields: RecordFields
+    public var created: RecordStamp?
+    public var modified: RecordStamp?
+    /// The parent record's name (same zone).
+    public var parent: String?
+    public var zoneID: WireZoneID?
+
+    public init(
+        recordName: String, recordType: String, recordChangeTag: String?, fields: RecordFields, created: RecordStamp?,
+        modified: RecordStamp?, parent: String?, zoneID: WireZoneID?
+    ) {
+        self.recordName = recordName
+        self.recordType = recordType
+        self.recordChangeTag = recordChangeTag
+        self.fields = fields
+        self.created = created
+        self.modified = modified
+        self.parent = parent
+        self.zoneID = zoneID
+    }
+
+    public init(json: ObjectReader) throws(CloudKitError) {
+        recordName = try json.requiredString(WireKey.recordName)
+        recordType = try json.requiredString(WireKey.recordType)
+        recordChangeTag = try json.string(WireKey.recordChangeTag)
+        fields = RecordFields(try json.object(WireKey.fields)?.object ?? [:])
+        created = try json.object(WireKey.created).map { stamp throws(CloudKitError) in try RecordStamp(json: stamp) }
+        modified = try json.object(WireKey.modified).map { stamp throws(CloudKitError) in try RecordStamp(json: stamp) }
+        parent = try json.object(WireKey.parent)?.requiredString(WireKey.recordName)
+        zoneID = try json.object(WireKey.zoneID).map { zone throws(CloudKitError) in try WireZoneID(json: zone) }
+    }
+
+    public var json: JSON {
+        var object: JSONObject = [
+            WireKey.recordName: .string(recordName),
+            WireKey.recordType: .string(recordType),
+        ]
+        if let recordChangeTag { object[WireKey.recordChangeTag] = .string(recordChangeTag) }
+        object[WireKey.fields] = fields.json
+        if let created { object[WireKey.created] = created.json }
+        if let modified { object[WireKey.modified] = modified.json }
+        object[WireKey.deleted] = false
+        object["pluginFields"] = .object([:])
+        if let zoneID { object[WireKey.zoneID] = zoneID.json }
+        if let parent { object[WireKey.parent] = .object([WireKey.recordName: .string(parent)]) }
+        return .object(object)
+    }
+}
+
+/// A deleted record, as modify results and change feeds show it.
+public struct DeletedRecord: WireBody, Hashable {
+    public var recordName: String
+    public var recordType: String?
+    public var zoneID: WireZoneID?
+
+    public init(recordName: String, recordType: String?, zoneID: WireZoneID?) {
+        self.recordName = recordName
+        self.recordType = recordType
+        self.zoneID = zoneID
+    }
+
+    public init(json: ObjectReader) throws(CloudKitError) {
+        recordName = try json.requiredString(WireKey.recordName)
+        recordType = try json.string(WireKey.recordType)
+        zoneID = try json.object(WireKey.zoneID).map { zone throws(CloudKitError) in try WireZoneID(json: zone) }
+    }
+
+    public var json: JSON {
+        var object: JSONObject = [WireKey.recordName: .string(recordName)]
+        if let recordType { object[WireKey.recordType] = .string(recordType) }
+        object[WireKey.deleted] = true
+        if let zoneID { object[WireKey.zoneID] = zoneID.json }
+        return .object(object)
+    }
+}
+
+/// A record or a deletion: the entries of modify results and change feeds (`deleted: true`
+/// tells them apart).
+public enum RecordEntry: WireBody {
+    case record(RecordOutput)
+    case deleted(DeletedRecord)
+
+    public init(json: ObjectReader) throws(CloudKitError) {
+        if try json.bool(WireKey.deleted) == true {
+            self = .deleted(try DeletedRecord(json: json))
+        } else {
+            self = .record(try RecordOutput(json: json))
+        }
+    }
+
+    public var json: JSON {
+        switch self {
+        case .record(let record): record.json
+        case .deleted(let deleted): deleted.json
+        }
+    }
+}
+
+/// `records/modify` and `records/lookup` (one entry per requested record, in order), and
+/// `records/query` (the page, and where the next one starts).
+public struct RecordsResponse: WireBody {
+    public var records: [ItemResult<RecordEntry>]
+    public var continuationMarker: String?
+
+    public init(records: [ItemResult<RecordEntry>], continuationMarker: String? = nil) {
+        self.records = records
+        self.continuationMarker = continuationMarker
+    }
+
+    public init(json: ObjectReader) throws(CloudKitError) {
+        records = try json.list(WireKey.records)
+        continuationMarker = try json.string(WireKey.continuationMarker)
+    }
+
+    public var json: JSON {
+        var object: JSONObject = [WireKey.records: records.json]
+        if let continuationMarker { object[WireKey.continuationMarker] = .string(continuationMarker) }
+        return .object(object)
+    }
+}
+
+/// One zone's entry in `changes/zone`: the records changed after the token, oldest first.
+public struct ZoneRecordChanges: WireBody {
+    public var zoneID: WireZoneID
+    public var syncToken: String
+    public var records: [RecordEntry]
+    public var moreComing: Bool
+
+    public init(zoneID: WireZoneID, syncToken: String, records: [RecordEntry], moreComing: Bool) {
+        self.zoneID = zoneID
+        self.syncToken = syncToken
+        self.records = records
+        self.moreComing = moreComing
+    }
+
+    public init(json: ObjectReader) throws(CloudKitError) {
+        zoneID = try WireZoneID(json: json.requiredObject(WireKey.zoneID))
+        syncToken = try json.requiredString(WireKey.syncToken)
+        records = try json.list(WireKey.records)
+        moreComing = try json.bool(WireKey.moreComing) ?? false
+    }
+
+    public var json: JSON {
+        [
+            WireKey.zoneID: zoneID.json, WireKey.syncToken: .string(syncToken), WireKey.records: records.json,
+            WireKey.moreComing: .bool(moreComing),
+        ]
+    }
+}
+
+/// `changes/zone`: one entry per requested zone, a zone's failure its own entry.
+public struct ZoneChangesResponse: WireBody {
+    public var zones: [ItemResult<ZoneRecordChanges>]
+
+    public init(zones: [ItemResult<ZoneRecordChanges>]) { self.zones = zones }
+
+    public init(json: ObjectReader) throws(CloudKitError) { zones = try json.list(WireKey.zones) }
+
+    public var json: JSON { [WireKey.zones: zones.json] }
+}
+
+/// The deprecated `records/changes`: one zone's changes at the top level.
+public struct RecordChangesResponse: WireBody {
+    public var records: [RecordEntry]
+    public var syncToken: String?
+    public var moreComing: Bool
+
+    public init(_ changes: ZoneRecordChanges?) {
+        records = changes?.records ?? []
+        syncToken = changes?.syncToken
+        moreComing = changes?.moreComing ?? false
+    }
+
+    public init(json: ObjectReader) throws(CloudKitError) {
+        records = try json.list(WireKey.records)
+        syncToken = try json.string(WireKey.syncToken)
+        moreComing = try json.bool(WireKey.moreComing) ?? false
+    }
+
+    public var json: JSON {
+        [
+            WireKey.records: records.json, WireKey.syncToken: syncToken.map(JSON.string) ?? .null,
+            WireKey.moreComing: .bool(moreComing), "reverse": false,
+        ]
+    }
+}

@@ -1,0 +1,63 @@
+/// A body the server and NimbusKit exchange, one type for both sides: the writer builds it and
+/// calls `json`, the reader gets it back from `init(json:)`. Requests and responses alike
+/// (round trips are tested in `RequestRoundTripTests` and `ResponseRoundTripTests`).
+public protocol WireBody: Sendable {
+    init(json: ObjectReader) throws(CloudKitError)
+    var json: JSON { get }
+}
+
+extension WireBody {
+    /// Reads a whole body, which must be a JSON object.
+    public init(body: JSON) throws(CloudKitError) {
+        try self.init(json: ObjectReader(root: body))
+    }
+}
+
+/// One entry of a per-item list in a response (records, zones, subscriptions, the zones of a
+/// change fetch): the item, or the error dictionary (reference §13.1) standing in its place.
+/// Entries are in request order, so a reader pairs them with what it asked for.
+public enum ItemResult<Item: WireBody>: WireBody {
+    case success(Item)
+    case failure(CloudKitError)
+
+    public init(json: ObjectReader) throws(CloudKitError) {
+        if json.object[WireKey.serverErrorCode] != nil {
+            self = .failure(try CloudKitError(entry: json))
+        } else {
+            self = .success(try Item(json: json))
+        }
+    }
+
+    /// A failure gets a fresh `uuid`, as each of CloudKit's error dictionaries does.
+    public var json: JSON {
+        switch self {
+        case .success(let item): item.json
+        case .failure(let error): error.json(uuid: UUIDText.random())
+        }
+    }
+
+    public init(_ result: Result<Item, CloudKitError>) {
+        switch result {
+        case .success(let item): self = .success(item)
+        case .failure(let error): self = .failure(error)
+        }
+    }
+}
+
+extension ObjectReader {
+    /// An array of objects, each read as `Item`; a missing array reads as empty.
+    public func list<Item: WireBody>(_ key: String, of: Item.Type = Item.self) throws(CloudKitError) -> [Item] {
+        var items: [Item] = []
+        for element in try array(key) ?? [] { items.append(try Item(json: element.object())) }
+        return items
+    }
+
+    public func requiredBool(_ key: String) throws(CloudKitError) -> Bool {
+        guard let value = try bool(key) else { throw missing(key) }
+        return value
+    }
+}
+
+extension Array where Element: WireBody {
+    public var json: JSON { .array(map(\.json)) }
+}
