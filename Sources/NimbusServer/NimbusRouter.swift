@@ -10,10 +10,12 @@ enum NimbusRouter {
         let router = Router(context: NimbusRequestContext.self)
         // Middleware must be added before the routes it wraps (Hummingbird builds each route's
         // chain when the route is added). Outermost first:
-        router.add(middleware: RequestLogMiddleware(logger: parts.logger))  // request UUID, access log line
-        router.add(middleware: ErrorMiddleware(logger: parts.logger))  // every error → CloudKit's error JSON
-        router.add(middleware: ForwardedHeadersMiddleware(trustedProxies: trustedProxies))  // public base URL
-        router.add(middleware: CORSMiddleware(service: service))  // the API token's allowed origins; preflight
+        router.add(
+            middleware: EdgeMiddleware(
+                log: AccessLog(logger: parts.logger),  // the access log line, around everything
+                errors: ErrorMapping(logger: parts.logger),  // every error → CloudKit's error JSON
+                forwarded: ForwardedHeaders(trustedProxies: trustedProxies),  // public base URL
+                cors: CORSPolicy(service: service)))  // the API token's allowed origins; preflight
 
         router.add(HealthRoutes.routes, parts: parts)
         router.add(CourierRoutes.routes, parts: parts)

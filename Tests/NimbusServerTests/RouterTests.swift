@@ -198,9 +198,16 @@ import Testing
         struct Leak: Error, CustomStringConvertible { var description: String { "SELECT secret FROM sqlite_master" } }
         let log = LogLines()
         let logger = Logger(label: "test") { _ in CapturingHandler(sink: log) }
-        let router = Router(context: NimbusRequestContext.self)
-        router.add(middleware: RequestLogMiddleware(logger: logger))
-        router.add(middleware: ErrorMiddleware(logger: logger))
+        var configuration = ServerConfiguration()
+        configuration.dataDirectory = NSTemporaryDirectory() + "nimbus-router-" + UUID().uuidString
+        let directory = try await DataDirectory.open(configuration)
+        defer { try? FileManager.default.removeItem(atPath: configuration.dataDirectory) }
+        // The server's own composition root, with one more route that fails as no CloudKit error does.
+        let router = NimbusRouter.make(
+            parts: ServerParts(
+                service: directory.service, courier: WebCourier(service: directory.service, pollTimeout: .seconds(1)),
+                logger: logger),
+            trustedProxies: [])
         router.get("explode") { _, _ -> Response in throw Leak() }
         let app = Application(router: router)
         try await app.test(.router) { client in
@@ -217,5 +224,6 @@ import Testing
             let access = try #require(log.all.first { $0.0 == "request" })
             #expect(access.1["status"] == "500" && access.1["serverErrorCode"] == "INTERNAL_ERROR")
         }
+        try await directory.storage.close()
     }
 }

@@ -38,7 +38,7 @@ public struct NimbusRequestContext: RequestContext {
 public final class RequestExchange: Sendable {
     public struct Facts: Sendable {
         /// `X-Apple-Request-UUID` and the `uuid` of an error answer.
-        public var requestUUID = UUIDText.random()
+        public var requestUUID = RequestID.next()
         public var container: String?
         public var userRecordName: String?
         /// The session token to echo (`X-Apple-CloudKit-Web-Auth-Token`); cleared when it failed.
@@ -46,7 +46,7 @@ public final class RequestExchange: Sendable {
         public var serverErrorCode: String?
         /// `Access-Control-Allow-Origin` for the answer: `*`, the request's origin, or nil (no grant).
         public var allowedOrigin: String?
-        /// This server's address as a trusted proxy reports it (`ForwardedHeadersMiddleware`);
+        /// This server's address as a trusted proxy reports it (`ForwardedHeaders`);
         /// nil: as the request reached it (`baseURL(for:)`).
         public var forwardedBaseURL: String?
     }

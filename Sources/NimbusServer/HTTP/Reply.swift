@@ -4,7 +4,7 @@ import NIOCore
 import NimbusWire
 
 /// Every answer the API writes is built here, so each carries the same headers: the request
-/// UUID, the session token to echo, and the CORS grant `CORSMiddleware` decided.
+/// UUID, the session token to echo, and the CORS grant `CORSPolicy` decided.
 enum Reply {
     static let webAuthTokenHeader = HTTPField.Name("X-Apple-CloudKit-Web-Auth-Token")!
     static let requestUUIDHeader = HTTPField.Name("X-Apple-Request-UUID")!

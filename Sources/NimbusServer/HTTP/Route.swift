@@ -17,24 +17,39 @@ struct ServerParts: Sendable {
 /// One endpoint: a path relative to its area's group, answered for GET and POST alike
 /// (CloudKit accepts both, and bodies are JSON whatever their Content-Type; reference §17).
 struct Route: Sendable {
+    typealias Handler = @Sendable (Request, NimbusRequestContext) async throws -> Response
+
     let path: String
-    let respond: @Sendable (RouteInput) async throws -> Response
+    /// The handler Hummingbird calls, made once the server's parts are known. Each route is one
+    /// closure deep below the router (a wrapper per layer was an async frame per request).
+    let bind: @Sendable (ServerParts) -> Handler
 
     init(_ path: String, respond: @escaping @Sendable (RouteInput) async throws -> Response) {
         self.path = path
-        self.respond = respond
+        bind = { parts in
+            { request, context in try await respond(RouteInput(request: request, context: context, parts: parts)) }
+        }
     }
 
     /// An endpoint that answers one of the wire's bodies (`NimbusWire`'s types, which NimbusKit
     /// reads back with the same code).
     static func json<Body: WireBody>(_ path: String, _ handler: @escaping @Sendable (RouteInput) async throws -> Body) -> Route {
-        Route(path) { input in Reply.json(try await handler(input).json, context: input.context) }
+        Route(path, bind: { parts in
+            { request, context in
+                Reply.json(try await handler(RouteInput(request: request, context: context, parts: parts)).json, context: context)
+            }
+        })
     }
 
     /// An endpoint whose answer no client library reads as a type (`/health`, `{}` for sign-out,
     /// a legacy alias's extra key).
     static func rawJSON(_ path: String, _ handler: @escaping @Sendable (RouteInput) async throws -> JSON) -> Route {
         Route(path) { input in Reply.json(try await handler(input), context: input.context) }
+    }
+
+    private init(_ path: String, bind: @escaping @Sendable (ServerParts) -> Handler) {
+        self.path = path
+        self.bind = bind
     }
 }
 
@@ -95,9 +110,7 @@ extension RouterMethods where Context == NimbusRequestContext {
     @discardableResult
     func add(_ routes: [Route], parts: ServerParts) -> Self {
         for route in routes {
-            let handler: @Sendable (Request, NimbusRequestContext) async throws -> Response = { request, context in
-                try await route.respond(RouteInput(request: request, context: context, parts: parts))
-            }
+            let handler = route.bind(parts)
             on(RouterPath(route.path), method: .get, use: handler)
             on(RouterPath(route.path), method: .post, use: handler)
         }

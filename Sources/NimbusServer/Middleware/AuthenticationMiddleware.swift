@@ -40,17 +40,23 @@ struct AuthenticationMiddleware: RouterMiddleware {
             }
             context.scope = scope
         }
-        context.exchange.update { $0.container = container }
         let query = request.uri.queryParameters  // parsed once for the three credentials
         let webAuthToken =
             credentials == .session
             ? query[Substring(WireKey.ckWebAuthToken)].map(String.init).flatMap { $0.isEmpty ? nil : $0 } : nil
-        let caller = try await service.authenticate(
-            container: container, environment: environment, apiToken: query[Substring(WireKey.ckAPIToken)].map(String.init),
-            webAuthToken: webAuthToken,
-            deviceID: try Self.deviceID(request.headers[Self.deviceIDHeader] ?? query[Substring(WireKey.ckDeviceID)].map(String.init)))
+        let caller: Caller
+        do {
+            caller = try await service.authenticate(
+                container: container, environment: environment, apiToken: query[Substring(WireKey.ckAPIToken)].map(String.init),
+                webAuthToken: webAuthToken,
+                deviceID: try Self.deviceID(request.headers[Self.deviceIDHeader] ?? query[Substring(WireKey.ckDeviceID)].map(String.init)))
+        } catch {
+            context.exchange.update { $0.container = container }  // the access log names it for refusals too
+            throw error
+        }
         context.caller = caller
         context.exchange.update { facts in
+            facts.container = container
             facts.userRecordName = caller.user?.recordName
             facts.webAuthToken = caller.user?.webAuthToken
         }

@@ -6,24 +6,21 @@ import NimbusWire
 /// Every thrown error becomes CloudKit's error JSON with the request UUID. A `CloudKitError`
 /// is answered as it is; the router's "no such route" becomes 404 (or 405 for a method no
 /// endpoint takes); anything else is `INTERNAL_ERROR`, its cause logged under the same UUID
-/// and never sent to the client.
-struct ErrorMiddleware: RouterMiddleware {
+/// and never sent to the client. Applied by `EdgeMiddleware` around everything inside it.
+struct ErrorMapping: Sendable {
     typealias Context = NimbusRequestContext
     let logger: Logger
 
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
-        -> Response
-    {
-        do {
-            return try await next(request, context)
-        } catch var error as CloudKitError {
+    func answer(_ error: any Error, to request: Request, context: Context) -> Response {
+        switch error {
+        case var error as CloudKitError:
             if error.code == .authenticationRequired, error.redirectURL == nil {
                 error.redirectURL = Self.signInURL(request, context: context)
             }
             return Reply.error(error, context: context)
-        } catch let error as HTTPError where error.status == .notFound && context.endpointPath == "NotFound" {
+        case let error as HTTPError where error.status == .notFound && context.endpointPath == "NotFound":
             return Self.noRoute(request, context: context)
-        } catch {
+        default:
             let uuid = context.exchange.current.requestUUID
             logger.error(
                 "request failed", metadata: ["uuid": "\(uuid)", "path": "\(request.uri.path)", "error": "\(error)"])

@@ -7,8 +7,9 @@ import NimbusWire
 /// `redirectURL`): the scheme and host a reverse proxy reports (`Forwarded`,
 /// `X-Forwarded-Proto`, `X-Forwarded-Host`) when the peer is a configured trusted proxy, else
 /// `http://` and the request's own Host. A forwarded header from any other peer is refused:
-/// honouring it would let a client choose the URLs the server hands to others.
-struct ForwardedHeadersMiddleware: RouterMiddleware {
+/// honouring it would let a client choose the URLs the server hands to others. Applied by
+/// `EdgeMiddleware`.
+struct ForwardedHeaders: Sendable {
     typealias Context = NimbusRequestContext
     /// Peer addresses (exact IPs) whose forwarded headers are believed.
     let trustedProxies: Set<String>
@@ -17,9 +18,9 @@ struct ForwardedHeadersMiddleware: RouterMiddleware {
     static let forwardedProto = HTTPField.Name("X-Forwarded-Proto")!
     static let forwardedHost = HTTPField.Name("X-Forwarded-Host")!
 
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
-        -> Response
-    {
+    /// Notes the forwarded base URL in the request's exchange; throws for an untrusted peer or
+    /// an invalid scheme or host.
+    func read(_ request: Request, context: Context) throws {
         let headers = request.headers
         let forwarded = headers[Self.forwarded]
         let proto = headers[Self.forwardedProto]
@@ -43,7 +44,6 @@ struct ForwardedHeadersMiddleware: RouterMiddleware {
             }
             context.exchange.update { $0.forwardedBaseURL = "\(scheme)://\(host)" }
         }
-        return try await next(request, context)
     }
 
     /// The first element of an RFC 7239 `Forwarded` header: `for=…;proto=https;host=x`.

@@ -1,21 +1,17 @@
-import NimbusWire
 import Hummingbird
 import Logging
 import NIOCore
+import NimbusWire
 
-/// Outermost: one structured line per request (method, route, container, user, status,
-/// `serverErrorCode`, duration) at `info`, with the request UUID the answer carries.
-struct RequestLogMiddleware: RouterMiddleware {
-    typealias Context = NimbusRequestContext
+/// One structured line per request (method, route, container, user, status, `serverErrorCode`,
+/// duration) at `info`, with the request UUID the answer carries. Written by `EdgeMiddleware`
+/// once the answer is built, errors included.
+struct AccessLog: Sendable {
     let logger: Logger
 
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
-        -> Response
-    {
-        guard logger.logLevel <= .info else { return try await next(request, context) }
-        let start = ContinuousClock.now
-        // Inner layers answer every error (ErrorMiddleware), so nothing is thrown past here.
-        let response = try await next(request, context)
+    var isEnabled: Bool { logger.logLevel <= .info }
+
+    func record(_ request: Request, context: NimbusRequestContext, response: Response, since start: ContinuousClock.Instant) {
         let elapsed = ContinuousClock.now - start
         let facts = context.exchange.current
         let milliseconds = Double(elapsed.components.seconds) * 1_000 + Double(elapsed.components.attoseconds) / 1e15
@@ -31,6 +27,5 @@ struct RequestLogMiddleware: RouterMiddleware {
         if let code = facts.serverErrorCode { metadata["serverErrorCode"] = "\(code)" }
         if let peer = context.peerAddress { metadata["client"] = "\(peer)" }
         logger.info("request", metadata: metadata)
-        return response
     }
 }

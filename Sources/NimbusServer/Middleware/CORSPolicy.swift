@@ -8,13 +8,14 @@ import NimbusWire
 /// token allows any origin, the origin itself when the token lists it — and refused with
 /// `ACCESS_DENIED` when the token does not allow it. Endpoints without an API token (the
 /// web-courier poll, `/health`) are open to any origin. `OPTIONS` answers the preflight.
-struct CORSMiddleware: RouterMiddleware {
+/// Applied by `EdgeMiddleware`.
+struct CORSPolicy: Sendable {
     typealias Context = NimbusRequestContext
     let service: NimbusService
 
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
-        -> Response
-    {
+    /// Notes the grant in the request's exchange; the preflight's answer for `OPTIONS`, nil for
+    /// a request that goes on to its route.
+    func admit(_ request: Request, context: Context) async throws -> Response? {
         if let origin = request.headers[.origin] {
             let apiToken = request.query(WireKey.ckAPIToken).flatMap { $0.isEmpty ? nil : $0 }
             let grant = try await grant(for: origin, apiToken: apiToken)
@@ -23,7 +24,7 @@ struct CORSMiddleware: RouterMiddleware {
             // No token (the web courier, /health): open to any page, as before CORS had a say.
             context.exchange.update { $0.allowedOrigin = "*" }
         }
-        guard request.method == .options else { return try await next(request, context) }
+        guard request.method == .options else { return nil }
         var response = Reply.empty(status: .noContent, context: context)
         response.headers[.accessControlAllowMethods] = "GET, POST, OPTIONS"
         response.headers[.accessControlAllowHeaders] = "Content-Type, X-Nimbus-Device-ID"

@@ -1,0 +1,38 @@
+import Hummingbird
+
+/// What every request meets first, in this order, as one middleware:
+/// 1. the access log (`AccessLog`), around everything;
+/// 2. error mapping (`ErrorMapping`), around everything that follows: any thrown error becomes
+///    CloudKit's error JSON;
+/// 3. forwarded headers (`ForwardedHeaders`): this server's public base URL, from a trusted proxy;
+/// 4. CORS (`CORSPolicy`): the API token's allowed origins, and the preflight.
+///
+/// They were four middleware; as one they cost a request one async frame and one context copy
+/// instead of four, which was most of what the HTTP layer had added to a cached fetch
+/// (docs/benchmarks.md). Each layer's rules stay in its own type.
+struct EdgeMiddleware: RouterMiddleware {
+    typealias Context = NimbusRequestContext
+    let log: AccessLog
+    let errors: ErrorMapping
+    let forwarded: ForwardedHeaders
+    let cors: CORSPolicy
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
+        -> Response
+    {
+        let start = log.isEnabled ? ContinuousClock.now : nil
+        let response: Response
+        do {
+            try forwarded.read(request, context: context)
+            if let preflight = try await cors.admit(request, context: context) {
+                response = preflight
+            } else {
+                response = try await next(request, context)
+            }
+        } catch {
+            response = errors.answer(error, to: request, context: context)
+        }
+        if let start { log.record(request, context: context, response: response, since: start) }
+        return response
+    }
+}
