@@ -2,13 +2,18 @@
 # Before and after a change with wrk: this build's server against another worktree's release
 # build, both preloaded with the same records and running side by side, fetch by ID at 64
 # connections (or the cell given), alternating A B A B so the machine's drift falls on both.
-# Prints each run and the medians. The issue-14 target: "after" within 5% of "before".
+# Prints each run's requests per second and the server's CPU time per request (utime + stime
+# from /proc, less sensitive to the load generator's share of the two cores), then medians.
+# The issue-14 target: "after" within 5% of "before".
 #
-#   Benchmarks/wrk-ab.sh OTHER-WORKTREE [seconds] [rounds] [records] [kind:connections]
+#   Benchmarks/wrk-ab.sh OTHER-WORKTREE-OR-BINARY [seconds] [rounds] [records] [kind:connections]
+#
+# AFTER=binary (and AFTER_FLAGS) replaces this build as "after"; AFTER=the same binary as
+# before measures the method's own bias (the two positions should come out equal).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source Benchmarks/lib.sh
-OTHER=$(cd "$1" && swift build -c release --show-bin-path)/nimbus
+if [ -f "$1" ]; then OTHER=$1; else OTHER=$(cd "$1" && swift build -c release --show-bin-path)/nimbus; fi
 SECONDS_PER=${2:-10}
 ROUNDS=${3:-5}
 RECORDS=${4:-100000}
@@ -25,7 +30,7 @@ cleanup() {
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   for dir in "${DIRS[@]}"; do rm -rf "$dir"; done
 }
-# start LABEL BINARY FLAGS: a preloaded server; sets ${LABEL}_URL
+# start LABEL BINARY FLAGS: a preloaded server; sets ${LABEL}_URL and ${LABEL}_PID
 start() {
   NIMBUS=$2 SERVE_FLAGS=$3 start_server normal production
   trap cleanup EXIT
@@ -35,35 +40,50 @@ start() {
   local path=lookup
   [ "$KIND" = create ] && path=modify
   printf -v "${1}_URL" '%s' "$URL/database/1/$C/$ENVIRONMENT/private/records/$path?ckAPIToken=$TOKEN&ckWebAuthToken=$WEB"
+  printf -v "${1}_PID" '%s' "$PID"
   unset NIMBUS
 }
 start before "$OTHER" ""
-start after "$BIN/nimbus" "--connections-per-client 0"
+start after "${AFTER:-$BIN/nimbus}" "${AFTER_FLAGS---connections-per-client 0}"
 export RECORDS
 
-rate() {  # rate URL → requests per second
-  local threads=2
+# measure URL PID → "requests/s server-µs-per-request"
+measure() {
+  local threads=2 before after
   [ "$CONNECTIONS" = 1 ] && threads=1
-  wrk -t"$threads" -c"$CONNECTIONS" -d"${SECONDS_PER}s" -s "Benchmarks/wrk/nimbus-$KIND.lua" "$1" |
-    python3 -c 'import re,sys; t=sys.stdin.read(); e=re.search(r"Non-2xx or 3xx responses: (\d+)", t)
-if e: sys.exit("wrk saw error answers:\n" + t)
-print(re.search(r"Requests/sec:\s+([\d.]+)", t).group(1))'
+  before=$(awk '{print $14 + $15}' "/proc/$2/stat")
+  wrk -t"$threads" -c"$CONNECTIONS" -d"${SECONDS_PER}s" -s "Benchmarks/wrk/nimbus-$KIND.lua" "$1" > /tmp/wrk-ab.out
+  after=$(awk '{print $14 + $15}' "/proc/$2/stat")
+  python3 - "$before" "$after" "$(getconf CLK_TCK)" <<'PY'
+import re, sys
+text = open("/tmp/wrk-ab.out").read()
+if re.search(r"Non-2xx or 3xx responses", text): sys.exit("wrk saw error answers:\n" + text)
+count = int(re.search(r"(\d+) requests in", text).group(1))
+rate = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
+ticks = float(sys.argv[2]) - float(sys.argv[1])
+print(f"{rate:.0f} {ticks / float(sys.argv[3]) / count * 1e6:.1f}")
+PY
 }
 
+# Warm both (page cache, statement caches) before measuring.
+SECONDS_PER_RUN=$SECONDS_PER
+SECONDS_PER=3
+measure "$before_URL" "$before_PID" >/dev/null
+measure "$after_URL" "$after_PID" >/dev/null
+SECONDS_PER=$SECONDS_PER_RUN
+
 echo "wrk $KIND at $CONNECTIONS connections, ${SECONDS_PER}s per run, $RECORDS records; before = $OTHER"
-BEFORE=()
-AFTER=()
+RESULTS=()
 for round in $(seq 1 "$ROUNDS"); do
-  b=$(rate "$before_URL")
-  a=$(rate "$after_URL")
-  BEFORE+=("$b")
-  AFTER+=("$a")
-  echo "round $round: before $b req/s, after $a req/s"
+  read -r br bc <<<"$(measure "$before_URL" "$before_PID")"
+  read -r ar ac <<<"$(measure "$after_URL" "$after_PID")"
+  RESULTS+=("$br,$bc,$ar,$ac")
+  echo "round $round: before $br req/s ($bc µs CPU/request), after $ar req/s ($ac µs CPU/request)"
 done
-python3 - "${BEFORE[*]}" "${AFTER[*]}" <<'PY'
+python3 - "${RESULTS[@]}" <<'PY'
 import statistics, sys
-before = [float(x) for x in sys.argv[1].split()]
-after = [float(x) for x in sys.argv[2].split()]
-b, a = statistics.median(before), statistics.median(after)
-print(f"median: before {b:.0f} req/s, after {a:.0f} req/s, after/before {a / b:.3f}")
+rows = [[float(x) for x in arg.split(",")] for arg in sys.argv[1:]]
+br, bc, ar, ac = (statistics.median(column) for column in zip(*rows))
+print(f"median: before {br:.0f} req/s, {bc:.1f} µs/request; after {ar:.0f} req/s, {ac:.1f} µs/request")
+print(f"after/before: throughput {ar / br:.3f}, CPU per request {ac / bc:.3f}")
 PY

@@ -20,26 +20,21 @@ enum NimbusRouter {
         router.add(HealthRoutes.routes, parts: parts)
         router.add(CourierRoutes.routes, parts: parts)
 
-        router.group("auth/1/:container/:environment")
-            .add(middleware: AuthenticationMiddleware(service: service, credentials: .apiToken))
-            .add(AuthRoutes.routes, parts: parts)
-
-        router.group("device/1/:container/:environment")
-            .add(middleware: AuthenticationMiddleware(service: service, credentials: .session))
-            .add(DeviceRoutes.routes, parts: parts)
-        router.group("database/1/:container/:environment")
-            .add(middleware: AuthenticationMiddleware(service: service, credentials: .session))
-            .add(DeviceRoutes.tokenRoutes, parts: parts)
+        // Authentication runs in each route of these groups before its handler (`Route.bind`).
+        let apiToken = Authentication(service: service, credentials: .apiToken)
+        let session = Authentication(service: service, credentials: .session)
+        router.group("auth/1/:container/:environment").add(AuthRoutes.routes, parts: parts, authentication: apiToken)
+        router.group("device/1/:container/:environment").add(DeviceRoutes.routes, parts: parts, authentication: session)
+        router.group("database/1/:container/:environment").add(DeviceRoutes.tokenRoutes, parts: parts, authentication: session)
 
         let database = router.group("database/1/:container/:environment/:database")
-            .add(middleware: AuthenticationMiddleware(service: service, credentials: .session))
-        database.add(RecordRoutes.routes, parts: parts)
-        database.add(ZoneRoutes.routes, parts: parts)
-        database.add(ChangeRoutes.routes, parts: parts)
-        database.add(SubscriptionRoutes.routes, parts: parts)
-        database.add(UserRoutes.routes, parts: parts)
-        database.add(DeviceRoutes.tokenRoutes, parts: parts)
-        database.add(ReservedRoutes.routes, parts: parts)
+        database.add(RecordRoutes.routes, parts: parts, authentication: session)
+        database.add(ZoneRoutes.routes, parts: parts, authentication: session)
+        database.add(ChangeRoutes.routes, parts: parts, authentication: session)
+        database.add(SubscriptionRoutes.routes, parts: parts, authentication: session)
+        database.add(UserRoutes.routes, parts: parts, authentication: session)
+        database.add(DeviceRoutes.tokenRoutes, parts: parts, authentication: session)
+        database.add(ReservedRoutes.routes, parts: parts, authentication: session)
         return router
     }
 }

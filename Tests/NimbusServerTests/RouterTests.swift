@@ -226,4 +226,26 @@ import Testing
         }
         try await directory.storage.close()
     }
+
+    /// Request UUIDs are UUID text (version 4, RFC 4122 variant) and never repeat.
+    @Test func requestIDsAreUniqueUUIDText() {
+        let ids = (0..<1_000).map { _ in RequestID.next() }
+        #expect(Set(ids).count == ids.count)
+        for id in ids.prefix(20) {
+            #expect(UUID(uuidString: id) != nil, "\(id)")
+            #expect(Array(id)[14] == "4" && "89AB".contains(Array(id)[19]), "\(id)")
+        }
+        #expect(RequestID.format(high: 0, low: 0) == "00000000-0000-4000-8000-000000000000")
+    }
+
+    /// The no-Origin CORS check finds a ckAPIToken parameter only as a whole parameter name.
+    @Test func apiTokenParameterIsFoundByName() {
+        #expect(CORSPolicy.namesAPIToken("ckAPIToken=abc"))
+        #expect(CORSPolicy.namesAPIToken("x=1&ckAPIToken=abc&y=2"))
+        #expect(!CORSPolicy.namesAPIToken("tok=abc&ttl=43200"))
+        #expect(!CORSPolicy.namesAPIToken("x=ckAPIToken=abc"))
+        #expect(!CORSPolicy.namesAPIToken("xckAPIToken=abc"))
+        #expect(!CORSPolicy.namesAPIToken(nil))
+        #expect(!CORSPolicy.namesAPIToken(""))
+    }
 }

@@ -1,12 +1,11 @@
 import Hummingbird
-import NIOConcurrencyHelpers
 import NIOCore
 import NimbusCore
 import NimbusStorage
 import NimbusWire
 
 /// What one request carries from middleware to route: who is calling, for which container,
-/// environment and database. Filled in by `AuthenticationMiddleware`; read by routes through
+/// environment and database. Filled in by `Authentication`; read by routes through
 /// `RouteInput`.
 public struct NimbusRequestContext: RequestContext {
     public var coreContext: CoreRequestContextStorage
@@ -15,10 +14,13 @@ public struct NimbusRequestContext: RequestContext {
     public let exchange: RequestExchange
     /// The peer, before any forwarded header is considered.
     let peer: SocketAddress?
-    /// The authenticated caller (API token checked, session resolved) on `/database` and `/device` routes.
-    public var caller: Caller?
+
+    /// The authenticated caller (API token checked, session resolved) on `/database` and `/device`
+    /// routes. Kept in the exchange, not in this struct: the context is copied from layer to
+    /// layer, and copying a caller retains strings that every request of the user shares.
+    public var caller: Caller? { exchange.caller }
     /// The database a `/database/1/…/{database}/…` route names.
-    public var scope: DatabaseScope?
+    public var scope: DatabaseScope? { exchange.scope }
 
     public init(source: ApplicationRequestContextSource) {
         coreContext = .init(source: source)
@@ -34,8 +36,10 @@ public struct NimbusRequestContext: RequestContext {
 }
 
 /// The per-request facts that inner layers learn and outer layers report: one object per
-/// request, written by one task at a time (the request's own), locked so it is `Sendable`.
-public final class RequestExchange: Sendable {
+/// request. Only the request's own task touches it, one layer after another (middleware, then
+/// route, then the access log once the answer is built), so it needs no lock: `@unchecked
+/// Sendable` states that invariant. (A lock per request was measurable under load.)
+public final class RequestExchange: @unchecked Sendable {
     public struct Facts: Sendable {
         /// `X-Apple-Request-UUID` and the `uuid` of an error answer.
         public var requestUUID = RequestID.next()
@@ -51,11 +55,14 @@ public final class RequestExchange: Sendable {
         public var forwardedBaseURL: String?
     }
 
-    private let facts = NIOLockedValueBox(Facts())
+    private var facts = Facts()
+    /// Set by `Authentication`.
+    public internal(set) var caller: Caller?
+    public internal(set) var scope: DatabaseScope?
 
-    public var current: Facts { facts.withLockedValue { $0 } }
+    public var current: Facts { facts }
 
-    public func update(_ change: (inout Facts) -> Void) { facts.withLockedValue { change(&$0) } }
+    public func update(_ change: (inout Facts) -> Void) { change(&facts) }
 }
 
 extension RequestExchange {

@@ -7,11 +7,18 @@ import NimbusCore
 import NimbusStorage
 import NimbusWire
 
-/// What the server's routes share: the service and the long-lived parts beside it.
-struct ServerParts: Sendable {
+/// What the server's routes share: the service and the long-lived parts beside it. A class, so
+/// handing it to a request is one reference, not a copy of each part.
+final class ServerParts: Sendable {
     let service: NimbusService
     let courier: WebCourier
     let logger: Logger
+
+    init(service: NimbusService, courier: WebCourier, logger: Logger) {
+        self.service = service
+        self.courier = courier
+        self.logger = logger
+    }
 }
 
 /// One endpoint: a path relative to its area's group, answered for GET and POST alike
@@ -20,23 +27,29 @@ struct Route: Sendable {
     typealias Handler = @Sendable (Request, NimbusRequestContext) async throws -> Response
 
     let path: String
-    /// The handler Hummingbird calls, made once the server's parts are known. Each route is one
-    /// closure deep below the router (a wrapper per layer was an async frame per request).
-    let bind: @Sendable (ServerParts) -> Handler
+    /// The handler Hummingbird calls, made once the server's parts and the group's
+    /// authentication are known. Each route is one closure deep below the router, authentication
+    /// included (a wrapper or middleware per layer was an async frame per request).
+    let bind: @Sendable (ServerParts, Authentication?) -> Handler
 
     init(_ path: String, respond: @escaping @Sendable (RouteInput) async throws -> Response) {
         self.path = path
-        bind = { parts in
-            { request, context in try await respond(RouteInput(request: request, context: context, parts: parts)) }
+        bind = { parts, authentication in
+            { request, context in
+                try await authentication?.authenticate(request, context: context)
+                return try await respond(RouteInput(request: request, context: context, parts: parts))
+            }
         }
     }
 
     /// An endpoint that answers one of the wire's bodies (`NimbusWire`'s types, which NimbusKit
     /// reads back with the same code).
     static func json<Body: WireBody>(_ path: String, _ handler: @escaping @Sendable (RouteInput) async throws -> Body) -> Route {
-        Route(path, bind: { parts in
+        Route(path, bind: { parts, authentication in
             { request, context in
-                Reply.json(try await handler(RouteInput(request: request, context: context, parts: parts)).json, context: context)
+                try await authentication?.authenticate(request, context: context)
+                return Reply.json(
+                    try await handler(RouteInput(request: request, context: context, parts: parts)).json, context: context)
             }
         })
     }
@@ -47,7 +60,7 @@ struct Route: Sendable {
         Route(path) { input in Reply.json(try await handler(input), context: input.context) }
     }
 
-    private init(_ path: String, bind: @escaping @Sendable (ServerParts) -> Handler) {
+    private init(_ path: String, bind: @escaping @Sendable (ServerParts, Authentication?) -> Handler) {
         self.path = path
         self.bind = bind
     }
@@ -61,7 +74,7 @@ struct RouteInput: Sendable {
 
     var service: NimbusService { parts.service }
 
-    /// The authenticated caller; routes that need one sit behind `AuthenticationMiddleware`.
+    /// The authenticated caller; routes that need one are added with an `Authentication`.
     var caller: Caller {
         get throws {
             guard let caller = context.caller else {
@@ -106,11 +119,11 @@ struct RouteInput: Sendable {
 }
 
 extension RouterMethods where Context == NimbusRequestContext {
-    /// Registers an area's table: each route for GET and POST.
+    /// Registers an area's table: each route for GET and POST, behind `authentication` when given.
     @discardableResult
-    func add(_ routes: [Route], parts: ServerParts) -> Self {
+    func add(_ routes: [Route], parts: ServerParts, authentication: Authentication? = nil) -> Self {
         for route in routes {
-            let handler = route.bind(parts)
+            let handler = route.bind(parts, authentication)
             on(RouterPath(route.path), method: .get, use: handler)
             on(RouterPath(route.path), method: .post, use: handler)
         }

@@ -6,9 +6,11 @@ import NimbusWire
 
 /// Who is calling, decided before any body is read: the API token names the container and
 /// environment (and must match the path's), the web auth token names the user. Sits on the
-/// `/auth`, `/device` and `/database` groups. Server-to-server signatures and identity
-/// providers plug in here as further ways to reach a `Caller`.
-struct AuthenticationMiddleware: RouterMiddleware {
+/// `/auth`, `/device` and `/database` groups: `NimbusRouter` hands it to each group's routes,
+/// which run it before their handler (a middleware layer per group cost a cached fetch several
+/// percent under load, docs/benchmarks.md). Server-to-server signatures and identity providers
+/// plug in here as further ways to reach a `Caller`.
+struct Authentication: Sendable {
     typealias Context = NimbusRequestContext
 
     enum Credentials {
@@ -23,10 +25,9 @@ struct AuthenticationMiddleware: RouterMiddleware {
 
     static let deviceIDHeader = HTTPField.Name("X-Nimbus-Device-ID")!
 
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
-        -> Response
-    {
-        var context = context
+    /// Puts the caller (and the database the path names) in the request's exchange, or throws
+    /// why not.
+    func authenticate(_ request: Request, context: Context) async throws {
         let parameters = context.parameters
         let container = parameters.get("container") ?? ""
         let environmentName = parameters.get("environment") ?? ""
@@ -38,7 +39,7 @@ struct AuthenticationMiddleware: RouterMiddleware {
             guard let scope = DatabaseScope(rawValue: database) else {
                 throw CloudKitError.badRequest("unknown database '\(Names.escaped(database))'; use public, private or shared")
             }
-            context.scope = scope
+            context.exchange.scope = scope
         }
         let query = request.uri.queryParameters  // parsed once for the three credentials
         let webAuthToken =
@@ -54,13 +55,12 @@ struct AuthenticationMiddleware: RouterMiddleware {
             context.exchange.update { $0.container = container }  // the access log names it for refusals too
             throw error
         }
-        context.caller = caller
+        context.exchange.caller = caller
         context.exchange.update { facts in
             facts.container = container
             facts.userRecordName = caller.user?.recordName
             facts.webAuthToken = caller.user?.webAuthToken
         }
-        return try await next(request, context)
     }
 
     /// The device a change is attributed to (`created.deviceID`): the `X-Nimbus-Device-ID`
