@@ -63,7 +63,7 @@ extension NimbusService {
                             continue
                         }
                         do {
-                            slots[index] = .success(try log.savepoint(tx, applyOne))
+                            slots[index] = .success(try schema.savepoint(log, applyOne))
                         } catch let error as CloudKitError {
                             var error = error
                             if error.recordName == nil { error.recordName = operation.record.recordName }
@@ -77,7 +77,7 @@ extension NimbusService {
                 // was most of a batch's cost (docs/benchmarks.md). When an operation fails, the
                 // batch is undone and run again with a savepoint each, for per-item results.
                 do {
-                    try log.savepoint(tx) { try applyAll(isolated: false) }
+                    try schema.savepoint(log) { try applyAll(isolated: false) }
                 } catch is CloudKitError {
                     try applyAll(isolated: true)
                 }

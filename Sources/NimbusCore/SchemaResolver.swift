@@ -31,6 +31,20 @@ final class SchemaResolver {
 
     private var isLocked: Bool { environment == .production }
 
+    /// Runs `body` in a savepoint of the change log and the transaction; when it throws, the
+    /// types and fields it admitted are forgotten with the rows the savepoint took back, so a
+    /// later attempt writes them again.
+    func savepoint<Value>(_ log: ChangeLog, _ body: () throws -> Value) throws -> Value {
+        let (admittedTypes, admittedFields) = (recordTypes, fields)  // copy-on-write: copies nothing yet
+        do {
+            return try log.savepoint(tx, body)
+        } catch {
+            recordTypes = admittedTypes
+            fields = admittedFields
+            throw error
+        }
+    }
+
     /// Which index entries a saved record of `recordType` gets (`RecordIndexer.Policy`).
     func indexPolicy(for recordType: String) -> RecordIndexer.Policy {
         .of(environment, grants: indexFlags[recordType] ?? [:])

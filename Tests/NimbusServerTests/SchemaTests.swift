@@ -63,4 +63,27 @@ import Testing
             #expect(!production.fields.contains { $0.fieldName == "extra" })
         }
     }
+
+    /// A default-zone batch is not atomic: when one item fails, the batch runs again with a
+    /// savepoint per item. The schema a surviving item added must survive with it (issue 15:
+    /// the resolver's memory once kept the first pass's admissions, so the second pass saved the
+    /// record without writing its new type and field to the schema, and deploy never saw them).
+    @Test func aBatchThatFailsInPartKeepsTheSchemaOfWhatItSaved() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            _ = try await alice.modify("public", [Op.create("taken", type: "Party", ["clowns": Op.field(5)])])
+            let batch = try await alice.modify(
+                "public", [Op.create("fresh", type: "Invitation", ["guests": Op.field(12)]), Op.create("taken", type: "Party", [:])])
+            #expect(batch.records.first?.errorCode == nil)
+            #expect(batch.records.last?.errorCode == "EXISTS")
+            let schema = try await server.service.schema(container: TestServer.container, environment: .development)
+            #expect(schema.recordTypes.sorted() == ["Invitation", "Party"])
+            #expect(schema.fields.contains { $0.recordType == "Invitation" && $0.fieldName == "guests" && $0.fieldType == "INT64" })
+            // And so it deploys: production can save the type the batch introduced.
+            _ = try await server.service.deploySchema(container: TestServer.container)
+            let prod = try await server.user("bob", environment: .production)
+            let saved = try await prod.modify("public", [Op.create("later", type: "Invitation", ["guests": Op.field(3)])])
+            #expect(saved.records.first?.errorCode == nil)
+        }
+    }
 }
