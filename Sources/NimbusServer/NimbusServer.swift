@@ -115,8 +115,9 @@ public enum NimbusServer {
                     responder: responder,
                     // No ping task per connection: `NotificationPipelineService` pings them all.
                     configuration: .init(http1: .init(idleTimeout: nil), ws: .init(autoPing: .disabled)),
-                    shouldUpgrade: { request, _, _ in
-                        await NotificationSocket.shouldUpgrade(request, service: service, connections: connections)
+                    shouldUpgrade: { request, channel, _ in
+                        await NotificationSocket.shouldUpgrade(
+                            request, channel: channel, service: service, connections: connections)
                     }),
                 limits: edge, counter: counter, isStreamPath: NotificationSocket.isStreamPath)
         }

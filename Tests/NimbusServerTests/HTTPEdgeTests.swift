@@ -113,6 +113,14 @@ import Testing
             let upgrade = try await raw(
                 "GET /database/1/\(TestServer.container)/development/public/zones/list?ckAPIToken=\(token) HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
             #expect(upgrade.status == 400 && upgrade.body.contains("not a WebSocket endpoint"), "\(upgrade.text)")
+            // The stream's own path, refused (no session, then no API token): the answer says why.
+            let stream = "/device/1/\(TestServer.container)/development/notifications/connect"
+            let websocketHeaders =
+                "Host: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+            let noSession = try await raw("GET \(stream)?ckAPIToken=\(token) HTTP/1.1\r\n\(websocketHeaders)")
+            #expect(noSession.status == 421 && Self.errorCode(noSession) == "AUTHENTICATION_REQUIRED", "\(noSession.text)")
+            let noToken = try await raw("GET \(stream) HTTP/1.1\r\n\(websocketHeaders)")
+            #expect(noToken.status == 401 && Self.errorCode(noToken) == "AUTHENTICATION_FAILED", "\(noToken.text)")
             let chunked = try await raw(
                 "POST /database/1/\(TestServer.container)/development/public/records/query?ckAPIToken=\(token) HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\nabc\r\n0\r\n\r\n")
             #expect(chunked.status == 400 && Self.errorCode(chunked) == "BAD_REQUEST", "\(chunked.text)")

@@ -162,6 +162,10 @@ final class ConnectionState {
     /// go this way, below the HTTP encoder, which would drop the body of an answer to HEAD or
     /// CONNECT.
     var writeAndClose: (([UInt8]) -> Void)?
+    /// Why the notification stream refused this connection's WebSocket upgrade
+    /// (`GuardedChannel.noteRefusedUpgrade`): Hummingbird answers a refused upgrade with an
+    /// empty 400, which the guard replaces with this error's JSON.
+    var refusedUpgrade: CloudKitError?
 }
 
 /// At the front of the pipeline: notices a request's first bytes on an idle connection, and
@@ -198,6 +202,14 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
     let isStreamPath: @Sendable (String) -> Bool
     let logger: Logger
     private var check: RepeatedTask?
+
+    /// Records why the notification stream refuses `channel`'s WebSocket upgrade, so the answer
+    /// carries CloudKit's error JSON rather than the framework's empty 400. Call before refusing.
+    static func noteRefusedUpgrade(_ error: CloudKitError, on channel: any Channel) async {
+        try? await channel.eventLoop.submit {
+            try channel.pipeline.syncOperations.handler(type: RequestGuardHandler.self).state.refusedUpgrade = error
+        }.get()
+    }
 
     init(state: ConnectionState, limits: EdgeLimits, isStreamPath: @escaping @Sendable (String) -> Bool, logger: Logger) {
         self.state = state
@@ -257,6 +269,15 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        if let refusal = state.refusedUpgrade {
+            // The framework's empty answer to the refused upgrade: ours goes out instead.
+            if case .head = unwrapOutboundIn(data) {
+                state.refusedUpgrade = nil
+                writeRefusal(EdgeResponse.raw(status: .init(statusCode: refusal.code.httpStatus), error: refusal))
+            }
+            promise?.succeed(())
+            return
+        }
         guard state.phase == .responding, case .end = unwrapOutboundIn(data) else {
             return context.write(data, promise: promise)
         }
@@ -331,8 +352,12 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// Answers with an error and closes: used only when no response is being written.
     private func refuse(context: ChannelHandlerContext, status: HTTPResponseStatus, error: CloudKitError) {
         enter(.passive, context: context)
-        guard let writeAndClose = state.writeAndClose else { return context.close(promise: nil) }
-        writeAndClose(EdgeResponse.raw(status: status, error: error))
+        guard state.writeAndClose != nil else { return context.close(promise: nil) }
+        writeRefusal(EdgeResponse.raw(status: status, error: error))
+    }
+
+    private func writeRefusal(_ bytes: [UInt8]) {
+        state.writeAndClose?(bytes)
     }
 }
 

@@ -26,26 +26,38 @@ enum NotificationSocket {
         return parts.count == 6 && parts[0] == "device" && parts[1] == "1" && "\(parts[4])/\(parts[5])" == Self.path
     }
 
-    /// Upgrades requests for the notification stream that authenticate; anything else goes on
-    /// to the HTTP responder, which answers it (with the authentication error, for one).
+    /// Upgrades requests for the notification stream that authenticate and name a valid sync
+    /// token. A refused upgrade is answered with CloudKit's error JSON saying why (the guard
+    /// writes it in place of the framework's empty 400), so the client sees an error it can read.
     static func shouldUpgrade(
-        _ request: HTTPRequest, service: NimbusService, connections: LiveConnections
+        _ request: HTTPRequest, channel: any Channel, service: NimbusService, connections: LiveConnections
     ) async -> ShouldUpgradeResult<WebSocketDataHandler<HTTP1WebSocketUpgradeChannel.Context>> {
-        guard let components = request.path.flatMap({ URLComponents(string: $0) }) else { return .dontUpgrade }
-        guard isStreamPath(components.path) else { return .dontUpgrade }
+        guard let components = request.path.flatMap({ URLComponents(string: $0) }), isStreamPath(components.path) else {
+            return .dontUpgrade  // the guard has answered already: not a WebSocket endpoint
+        }
+        func refuse(_ error: CloudKitError) async -> ShouldUpgradeResult<WebSocketDataHandler<HTTP1WebSocketUpgradeChannel.Context>> {
+            await RequestGuardHandler.noteRefusedUpgrade(error, on: channel)
+            return .dontUpgrade
+        }
         let parts = components.path.split(separator: "/").map(String.init)
-        guard let environment = NimbusStorage.Environment(rawValue: parts[3]) else { return .dontUpgrade }
+        guard let environment = NimbusStorage.Environment(rawValue: parts[3]) else {
+            return await refuse(.badRequest("unknown environment '\(Names.escaped(parts[3]))'; use development or production"))
+        }
         var query: [String: String] = [:]
         for item in components.queryItems ?? [] { query[item.name] = item.value ?? "" }
         let deviceID = query[WireKey.ckDeviceID].flatMap { $0.isEmpty ? nil : $0 } ?? Names.anonymousDevice
-        guard let caller = try? await service.authenticate(
+        let caller: Caller
+        let user: Caller.User
+        do {
+            caller = try await service.authenticate(
                 container: parts[2], environment: environment, apiToken: query[WireKey.ckAPIToken],
-                webAuthToken: query[WireKey.ckWebAuthToken], deviceID: deviceID),
-            let user = caller.user
-        else { return .dontUpgrade }
-        // A bad token is refused before the upgrade, so the client sees an HTTP error it can read.
-        guard (try? await service.notificationChanges(caller, token: query[WireKey.syncToken], limit: 1)) != nil else {
-            return .dontUpgrade
+                webAuthToken: query[WireKey.ckWebAuthToken], deviceID: deviceID)
+            user = try caller.requireUser(for: "The notification stream")
+            _ = try await service.notificationChanges(caller, token: query[WireKey.syncToken], limit: 1)
+        } catch let error as CloudKitError {
+            return await refuse(error)
+        } catch {
+            return await refuse(CloudKitError(.internalError, "the notification stream could not start; try again"))
         }
         let owner = NotificationOwner(container: caller.container, environment: caller.environment, userID: user.id)
         let since = query[WireKey.syncToken]
