@@ -8,7 +8,7 @@ enum RecordCodec {
     typealias Fields = [(name: String, value: FieldValue)]
 
     static func encode(_ fields: Fields) -> [UInt8] {
-        JSON.object(JSONObject(fields.map { ($0.name, $0.value.fieldJSON()) })).serialized()
+        RecordFields(fields).json.serialized()
     }
 
     /// The stored fields read back with the same code that reads a response's fields.

@@ -270,9 +270,9 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         if let refusal = state.refusedUpgrade {
-            // The framework's empty answer to the refused upgrade: ours goes out instead.
+            // The framework's empty answer to the refused upgrade (head, then end): none of it
+            // reaches the encoder; ours goes out instead, and the connection closes after it.
             if case .head = unwrapOutboundIn(data) {
-                state.refusedUpgrade = nil
                 writeRefusal(EdgeResponse.raw(status: .init(statusCode: refusal.code.httpStatus), error: refusal))
             }
             promise?.succeed(())

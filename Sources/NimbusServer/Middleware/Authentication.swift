@@ -30,11 +30,7 @@ struct Authentication: Sendable {
     func authenticate(_ request: Request, context: Context) async throws {
         let parameters = context.parameters
         let container = parameters.get("container") ?? ""
-        let environmentName = parameters.get("environment") ?? ""
-        guard let environment = NimbusStorage.Environment(rawValue: environmentName) else {
-            throw CloudKitError.badRequest(
-                "unknown environment '\(Names.escaped(environmentName))'; use development or production")
-        }
+        let environment = try Self.environment(named: parameters.get("environment") ?? "")
         if let database = parameters.get("database") {
             guard let scope = DatabaseScope(rawValue: database) else {
                 throw CloudKitError.badRequest("unknown database '\(Names.escaped(database))'; use public, private or shared")
@@ -61,6 +57,14 @@ struct Authentication: Sendable {
             facts.userRecordName = caller.user?.recordName
             facts.webAuthToken = caller.user?.webAuthToken
         }
+    }
+
+    /// The environment a path names.
+    static func environment(named name: String) throws(CloudKitError) -> NimbusStorage.Environment {
+        guard let environment = NimbusStorage.Environment(rawValue: name) else {
+            throw .badRequest("unknown environment '\(Names.escaped(name))'; use development or production")
+        }
+        return environment
     }
 
     /// The device a change is attributed to (`created.deviceID`): the `X-Nimbus-Device-ID`

@@ -40,8 +40,11 @@ enum NotificationSocket {
             return .dontUpgrade
         }
         let parts = components.path.split(separator: "/").map(String.init)
-        guard let environment = NimbusStorage.Environment(rawValue: parts[3]) else {
-            return await refuse(.badRequest("unknown environment '\(Names.escaped(parts[3]))'; use development or production"))
+        let environment: NimbusStorage.Environment
+        do {
+            environment = try Authentication.environment(named: parts[3])
+        } catch {
+            return await refuse(error)
         }
         var query: [String: String] = [:]
         for item in components.queryItems ?? [] { query[item.name] = item.value ?? "" }

@@ -46,15 +46,10 @@ public enum ItemResult<Item: WireBody>: WireBody {
 
 extension ObjectReader {
     /// An array of objects, each read as `Item`; a missing array reads as empty.
-    public func list<Item: WireBody>(_ key: String, of: Item.Type = Item.self) throws(CloudKitError) -> [Item] {
+    public func list<Item: WireBody>(_ key: String) throws(CloudKitError) -> [Item] {
         var items: [Item] = []
         for element in try array(key) ?? [] { items.append(try Item(json: element.object())) }
         return items
-    }
-
-    public func requiredBool(_ key: String) throws(CloudKitError) -> Bool {
-        guard let value = try bool(key) else { throw missing(key) }
-        return value
     }
 }
 
