@@ -160,6 +160,7 @@ let package = Package(
             dependencies: [
                 "NimbusServer", "NimbusTestSupport", "NimbusCLI", "NimbusCore",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),

@@ -290,6 +290,7 @@ extension NimbusService {
     private func encodeCursor(_ position: QueryPosition, binding: [UInt8]) -> String {
         let values: [JSON] = position.sortValues.map {
             switch $0 {
+            case .integer(let integer): return .array(["i", .int(integer)])
             case .number(let number): return .array(["n", .double(number)])
             case .text(let text): return .array(["t", .string(text)])
             }
@@ -319,6 +320,7 @@ extension NimbusService {
         let sortValues: [IndexValue] = try values.map { value in
             guard case .array(let pair) = value, pair.count == 2 else { throw garbled }
             switch (pair[0], pair[1]) {
+            case (.string("i"), .int(let integer)): return .integer(integer)
             case (.string("n"), let number): return .number(number.doubleValue ?? 0)
             case (.string("t"), .string(let text)): return .text(text)
             default: throw garbled

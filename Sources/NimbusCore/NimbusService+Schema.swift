@@ -88,15 +88,17 @@ extension NimbusService {
         }
     }
 
-    /// After a storage upgrade that added a kind of index entry, rewrites the entries of every
-    /// production record (development records carry every entry but sorted pairs, which
-    /// development does not use). Once, in one transaction, before the service answers.
+    /// After a storage upgrade that changed what index entries hold (v6 added sorted pairs, v8
+    /// exact integers), rewrites the entries of every record in both environments. Once, in
+    /// one transaction, before the service answers.
     func rebuildIndexesIfRequested() async throws {
         try await storage.write { tx in
             guard try tx.takeIndexRebuildRequest() else { return }
             for container in try tx.containers() {
-                for recordType in try tx.schemaRecordTypes(container: container.id, environment: .production) {
-                    try self.rebuildIndexEntries(container: container.id, environment: .production, recordType: recordType, tx: tx)
+                for environment in [Environment.development, .production] {
+                    for recordType in try tx.schemaRecordTypes(container: container.id, environment: environment) {
+                        try self.rebuildIndexEntries(container: container.id, environment: environment, recordType: recordType, tx: tx)
+                    }
                 }
             }
         }

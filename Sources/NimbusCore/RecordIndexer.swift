@@ -51,8 +51,8 @@ enum RecordIndexer {
     static func entries(for row: RecordRow, fields: RecordCodec.Fields, policy: Policy = .everything) -> RecordIndexEntries {
         let system: [(String, IndexValue)] = [
             (SystemField.recordID.rawValue, .text(row.recordName)),
-            (SystemField.createTime.rawValue, .number(Double(row.created.timestamp))),
-            (SystemField.modTime.rawValue, .number(Double(row.modified.timestamp))),
+            (SystemField.createTime.rawValue, .integer(row.created.timestamp)),
+            (SystemField.modTime.rawValue, .integer(row.modified.timestamp)),
             (SystemField.createdBy.rawValue, .text(row.created.userRecordName)),
             (SystemField.modifiedBy.rawValue, .text(row.modified.userRecordName)),
         ]
@@ -91,14 +91,14 @@ enum RecordIndexer {
         }
     }
 
-    /// The indexed value of a scalar: numbers as numbers, strings and reference targets as
-    /// text; assets are not indexed.
+    /// The indexed value of a scalar: INT64 and TIMESTAMP as integers (exact at any size),
+    /// DOUBLE as a double, strings and reference targets as text; assets are not indexed.
     static func indexValue(_ value: FieldValue) -> IndexValue? {
         switch value {
         case .string(let text): return .text(text)
-        case .int64(let number): return .number(Double(number))
+        case .int64(let number): return .integer(number)
         case .double(let number): return .number(number)
-        case .timestamp(let millis): return .number(Double(millis))
+        case .timestamp(let millis): return .integer(millis)
         case .bytes(let base64): return .text(base64)
         case .reference(let reference): return .text(reference.recordName)
         case .location(let location): return .number(location.latitude)

@@ -255,5 +255,39 @@ enum Migrations {
                     ALTER TABLE api_tokens ADD COLUMN allowed_origins TEXT NOT NULL DEFAULT '*';
                     """)
         }
+        migrator.registerMigration("v8-exact-integers") { db in
+            try db.execute(
+                sql: """
+                    -- `num` loses its REAL type: a REAL column turns every INT64 into a double,
+                    -- so values past 2^53 compared equal to their neighbours. Untyped, integers
+                    -- stay integers, doubles stay doubles, and SQLite orders the two together by
+                    -- exact value.
+                    CREATE TABLE field_index_v8 (
+                        record_id INTEGER NOT NULL,
+                        field TEXT NOT NULL,
+                        position INTEGER NOT NULL,
+                        zone_id INTEGER NOT NULL,
+                        record_type TEXT NOT NULL,
+                        num,
+                        text TEXT,
+                        lon REAL,
+                        PRIMARY KEY (record_id, field, position)
+                    ) WITHOUT ROWID;
+                    INSERT INTO field_index_v8 (record_id, field, position, zone_id, record_type, num, text, lon)
+                        SELECT record_id, field, position, zone_id, record_type, num, text, lon FROM field_index;
+                    DROP TABLE field_index;
+                    ALTER TABLE field_index_v8 RENAME TO field_index;
+                    CREATE INDEX field_index_by_number ON field_index(zone_id, record_type, field, num, record_id)
+                        WHERE num IS NOT NULL AND lon IS NULL;
+                    CREATE INDEX field_index_by_location ON field_index(zone_id, record_type, field, num, lon)
+                        WHERE lon IS NOT NULL;
+                    CREATE INDEX field_index_by_text ON field_index(zone_id, record_type, field, text, record_id)
+                        WHERE text IS NOT NULL;
+                    -- The copied numbers are the rounded doubles: every record's entries (both
+                    -- environments) are written again from its fields when the service starts.
+                    INSERT INTO meta (key, value) VALUES ('index_rebuild_pending', 1)
+                        ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+                    """)
+        }
     }
 }

@@ -273,12 +273,12 @@ struct QuerySQL {
     }
 
     private static func column(_ value: IndexValue) -> String {
-        if case .number = value { return "f.num" }
-        return "f.text"
+        value.isNumeric ? "f.num" : "f.text"
     }
 
     static func argument(_ value: IndexValue) -> any DatabaseValueConvertible {
         switch value {
+        case .integer(let integer): return integer
         case .number(let number): return number
         case .text(let text): return text
         }
@@ -291,7 +291,7 @@ struct QuerySQL {
         case .compare(let field, let scope, let comparison, let value):
             entriesOf(field, scope: scope, query: query, zoneMarks: zoneMarks, negated: negated) { sql in
                 sql.text += "\(Self.column(value)) \(comparison.rawValue) ?"
-                if case .number = value { sql.text += " AND f.lon IS NULL" }
+                if value.isNumeric { sql.text += " AND f.lon IS NULL" }
                 sql.arguments.append(Self.argument(value))
             }
         case .oneOf(let field, let scope, let values):
@@ -301,8 +301,8 @@ struct QuerySQL {
             }
             entriesOf(field, scope: scope, query: query, zoneMarks: zoneMarks, negated: negated) { sql in
                 // Numbers and texts compare within their kind: one IN list each.
-                let numbers = values.filter { if case .number = $0 { return true } else { return false } }
-                let texts = values.filter { if case .text = $0 { return true } else { return false } }
+                let numbers = values.filter(\.isNumeric)
+                let texts = values.filter { !$0.isNumeric }
                 var parts: [String] = []
                 if !numbers.isEmpty {
                     parts.append("(f.num IN (\(Self.marks(numbers.count))) AND f.lon IS NULL)")

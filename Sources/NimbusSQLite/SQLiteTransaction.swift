@@ -454,9 +454,10 @@ struct SQLiteTransaction: StorageWriter {
             var arguments: [(any DatabaseValueConvertible)?] = []
             arguments.reserveCapacity(chunk.count * 8)
             for entry in chunk {
-                var number: Double?
+                var number: (any DatabaseValueConvertible)?
                 var text: String?
                 switch entry.value {
+                case .integer(let value): number = value
                 case .number(let value): number = value
                 case .text(let value): text = value
                 }
@@ -533,8 +534,8 @@ struct SQLiteTransaction: StorageWriter {
                     switch value.storage {
                     case .string(let text): return .text(text)
                     case .double(let number): return .number(number)
-                    case .int64(let number): return .number(Double(number))
-                    default: return .number(0)
+                    case .int64(let number): return .integer(number)
+                    default: return .integer(0)
                     }
                 }
                 return (recordRow(row), QueryPosition(sortValues: values, recordID: row[idColumn]))

@@ -46,10 +46,11 @@ extension IndexCondition {
     private static func compare(_ left: IndexValue, _ comparison: IndexComparison, _ right: IndexValue) -> Bool {
         let order: Int
         switch (left, right) {
-        case (.number(let a), .number(let b)): order = a < b ? -1 : (a > b ? 1 : 0)
         case (.text(let a), .text(let b)):
             order = a == b ? 0 : (a.utf8.lexicographicallyPrecedes(b.utf8) ? -1 : 1)
-        default: return false
+        default:
+            guard let numeric = IndexValue.numericOrder(left, right) else { return false }
+            order = numeric
         }
         switch comparison {
         case .equal: return order == 0

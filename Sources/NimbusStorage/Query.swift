@@ -5,11 +5,74 @@
 /// `___modifiedBy`), written in the same transaction as the record. Strings of searchable
 /// fields also have token entries. Queries read only these and the records they select.
 
-/// A value as indexed: numbers (INT64, DOUBLE, TIMESTAMP) and texts (STRING, reference
-/// target names, BYTES as base64) compare within their kind.
+/// A value as indexed: numbers and texts (STRING, reference target names, BYTES as base64)
+/// compare within their kind. Numbers are integers (INT64, TIMESTAMP milliseconds) or doubles
+/// (DOUBLE, a location's latitude); the two compare by exact value, so an INT64 past 2^53
+/// keeps its last digit (a double would round 9007199254740993 to ...992), and `.integer(3)`
+/// equals `.number(3.0)`, as SQL engines compare them.
 public enum IndexValue: Sendable, Hashable {
+    case integer(Int64)
     case number(Double)
     case text(String)
+
+    public var isNumeric: Bool {
+        if case .text = self { return false }
+        return true
+    }
+
+    /// The order of two numbers (-1, 0, 1), exact across integers and doubles; nil when
+    /// either is text or NaN.
+    public static func numericOrder(_ left: IndexValue, _ right: IndexValue) -> Int? {
+        switch (left, right) {
+        case (.integer(let a), .integer(let b)): return a < b ? -1 : (a > b ? 1 : 0)
+        case (.number(let a), .number(let b)):
+            if a.isNaN || b.isNaN { return nil }
+            return a < b ? -1 : (a > b ? 1 : 0)
+        case (.integer(let a), .number(let b)): return order(a, b)
+        case (.number(let a), .integer(let b)): return order(b, a).map { -$0 }
+        default: return nil
+        }
+    }
+
+    /// `integer` against `double` without rounding either.
+    private static func order(_ integer: Int64, _ double: Double) -> Int? {
+        if double.isNaN { return nil }
+        // 2^63 is exactly representable; every Int64 is below it and at or above -2^63.
+        if double >= 9_223_372_036_854_775_808.0 { return -1 }
+        if double < -9_223_372_036_854_775_808.0 { return 1 }
+        let whole = double.rounded(.towardZero)
+        let wholeInteger = Int64(whole)
+        if integer != wholeInteger { return integer < wholeInteger ? -1 : 1 }
+        let fraction = double - whole
+        return fraction > 0 ? -1 : (fraction < 0 ? 1 : 0)
+    }
+
+    public static func == (left: IndexValue, right: IndexValue) -> Bool {
+        switch (left, right) {
+        case (.text(let a), .text(let b)): return a == b
+        case (.text, _), (_, .text): return false
+        default: return numericOrder(left, right) == 0
+        }
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        switch self {
+        case .text(let text):
+            hasher.combine(1)
+            hasher.combine(text)
+        case .integer(let integer):
+            hasher.combine(0)
+            hasher.combine(integer)
+        case .number(let double):
+            hasher.combine(0)
+            // A whole double hashes as the integer it equals.
+            if double.rounded(.towardZero) == double, let integer = Int64(exactly: double) {
+                hasher.combine(integer)
+            } else {
+                hasher.combine(double)
+            }
+        }
+    }
 }
 
 /// One index entry of a record. `position` is -1 for a scalar field and the element's index

@@ -105,4 +105,32 @@ import Testing
         #expect(!check(.near(field: "where", latitude: 40.7, longitude: -74.0, meters: 5_000)))
         #expect(check(.not(.compare(field: "missing", scope: .scalar, .equal, .number(1)))))  // NOT_EQUALS matches absence
     }
+
+    @Test func integersPast2To53MatchOnlyTheirExactValue() {
+        let twoTo53: Int64 = 9_007_199_254_740_992
+        var index = SubscriptionIndex()
+        index.insert(Self.subscription("exact", conditions: [.compare(field: "stars", scope: .scalar, .equal, .integer(twoTo53 + 1))]))
+        index.insert(Self.subscription("above", conditions: [.compare(field: "stars", scope: .scalar, .greater, .integer(twoTo53))]))
+        func fired(_ stars: Int64) -> [String] {
+            index.matches(Self.change(before: nil, after: Self.row("r", topic: "t", stars: stars)))
+                .map(\.subscription.key.subscriptionID).sorted()
+        }
+        #expect(fired(twoTo53) == [])
+        #expect(fired(twoTo53 + 1) == ["above", "exact"])
+        #expect(fired(twoTo53 + 2) == ["above"])
+    }
+
+    @Test func integersAndDoublesCompareByExactValue() {
+        let twoTo53: Int64 = 9_007_199_254_740_992
+        #expect(IndexValue.integer(3) == .number(3.0))
+        #expect(Set<IndexValue>([.integer(3), .number(3.0)]).count == 1)
+        #expect(IndexValue.integer(twoTo53 + 1) != .number(Double(twoTo53 + 1)))  // the double is 2^53
+        #expect(IndexValue.numericOrder(.integer(twoTo53 + 1), .number(9_007_199_254_740_992.0)) == 1)
+        #expect(IndexValue.numericOrder(.integer(2), .number(2.5)) == -1)
+        #expect(IndexValue.numericOrder(.integer(-2), .number(-2.5)) == 1)
+        #expect(IndexValue.numericOrder(.integer(.max), .number(9_223_372_036_854_775_808.0)) == -1)
+        #expect(IndexValue.numericOrder(.integer(.min), .number(-9_223_372_036_854_775_808.0)) == 0)
+        #expect(IndexValue.numericOrder(.integer(0), .number(.nan)) == nil)
+        #expect(IndexValue.integer(1) != .text("1"))
+    }
 }

@@ -84,8 +84,11 @@ public final class TestServer: Sendable {
 
     /// Stops this server and starts a new one on the same data directory and port, as after
     /// a restart: sessions and data survive; open connections do not.
-    public func restarted() async throws -> TestServer {
+    /// `whileStopped` runs between the two with the data directory's path (to alter the files
+    /// as an older version or a crash would have left them).
+    public func restarted(whileStopped: (String) async throws -> Void = { _ in }) async throws -> TestServer {
         try await shutDown()
+        try await whileStopped(dataDirectory)
         let (dataDirectory, port) = (self.dataDirectory, self.port)
         return try await Self.start { configuration in
             configuration.dataDirectory = dataDirectory
