@@ -213,6 +213,12 @@ if options.scenario == "notify" {
     exit(0)
 }
 
+if options.scenario == "contention" {
+    try await ContentionBenchmark(options: options).run()
+    try await HTTPClient.shared.shutdown()
+    exit(0)
+}
+
 if options.scenario == "query" {
     try await QueryBenchmark(options: options).run()
     try await HTTPClient.shared.shutdown()

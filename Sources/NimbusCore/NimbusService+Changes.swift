@@ -62,7 +62,7 @@ extension NimbusService {
             throw CloudKitError.badRequest("change feeds serve custom zones of the private and shared databases")
         }
         let database = try await databaseForReading(key)
-        return try await storage.read { tx in
+        return try await storage.read(.scan) { tx in
             try request.zones.map { zoneRequest in
                 do {
                     return .success(

@@ -24,7 +24,7 @@ extension NimbusService {
         let key = try target.key()
         if target.scope == .shared { return RecordsResponse(records: []) }
         let database = try await databaseForReading(key)
-        return try await storage.read { tx in
+        return try await storage.read(.scan) { tx in
             let zones: [ZoneRow]
             if request.zoneWide {
                 zones = try tx.zones(databaseID: database.id)
@@ -46,17 +46,17 @@ extension NimbusService {
             var query = RecordQuery(
                 zoneIDs: zones.map(\.id), recordType: request.recordType, conditions: conditions, sorts: sorts,
                 after: after, limit: request.resultsLimit + 1)
-            query.maximumScanSteps = self.options.queryScanSteps
+            query.budget = self.options.queryBudget
             // The pairs saves wrote (`RecordIndexer.Policy.sortedPairs`; none in development).
             query.sortedPairs = Set(RecordIndexer.Policy.of(key.environment, grants: schema.mapValues(\.indexes)).sortedPairs)
             let page: QueryPage
             do {
                 page = zones.isEmpty ? QueryPage(rows: [], positions: []) : try tx.queryRecords(query)
-            } catch StorageError.queryTooExpensive(let steps) {
+            } catch StorageError.queryTooExpensive(let budget) {
                 throw CloudKitError(
                     .badRequest,
-                    "the query examined too much data (over \(steps) steps); filter on a more selective indexed field or ask for fewer results",
-                    limitName: Limits.queryScanSteps.name)
+                    "the query took more than its \(Self.milliseconds(budget)) ms budget; filter on a more selective indexed field, use fewer NOT filters or ask for fewer results",
+                    limitName: Limits.queryMilliseconds.name)
             }
             let shown = min(page.rows.count, request.resultsLimit)
             let zoneByID = Dictionary(uniqueKeysWithValues: zones.map { ($0.id, $0) })
@@ -327,5 +327,9 @@ extension NimbusService {
             }
         }
         return QueryPosition(sortValues: sortValues, recordID: recordID)
+    }
+
+    private static func milliseconds(_ duration: Duration) -> Int64 {
+        duration.components.seconds * 1_000 + duration.components.attoseconds / 1_000_000_000_000_000
     }
 }

@@ -14,8 +14,8 @@ public final class NimbusService: Sendable {
         /// PBKDF2 rounds for new passwords.
         public var passwordRounds: Int = Credentials.defaultPasswordRounds
         public var clock: any WallClock = SystemClock()
-        /// The work budget of one query (`Limits.queryScanSteps`); tests lower it.
-        public var queryScanSteps: Int = Limits.queryScanSteps.value
+        /// The processor time one query may take (`Limits.queryMilliseconds`); tests lower it.
+        public var queryBudget: Duration = .milliseconds(Limits.queryMilliseconds.value)
         /// How long notifications stay in the collection (docs/notifications.md).
         public var notificationRetentionMilliseconds: Int64 = 28 * 86_400_000
         /// Where the service reports what it could not do on its own (a subscription it had

@@ -527,7 +527,7 @@ struct SQLiteTransaction: StorageWriter {
         let sql = QuerySQL(query: query, recordColumns: Self.recordColumns, driver: try chooseDriver(query))
         // The statement's columns: the record's, then its id, then the sort keys (`QuerySQL`).
         let idColumn = Self.recordColumnCount
-        let rows = try ScanBudget.run(db, maximumSteps: query.maximumScanSteps) {
+        let rows = try ScanBudget.run(db, budget: query.budget) {
             try fetchEach(QueryStatementCache.shared.statement(sql.text, in: db), StatementArguments(sql.arguments)) { row in
                 let values: [IndexValue] = (0..<query.sorts.count).map { index in
                     let value: DatabaseValue = row[idColumn + 1 + index]

@@ -1,34 +1,52 @@
+import Foundation
 import GRDB
 import GRDBSQLite
 import NimbusStorage
 
-/// Bounds the work one query may do. SQLite calls the progress handler every
-/// `stepsPerCall` virtual-machine steps; past `Limits`' budget the statement is interrupted
-/// and the query fails with `StorageError.queryTooExpensive` instead of running unbounded.
+/// Bounds the time one query may take. SQLite calls the progress handler every
+/// `stepsPerCheck` virtual-machine steps; the handler reads the thread's processor time and,
+/// past the budget, interrupts the statement, and the query fails with
+/// `StorageError.queryTooExpensive` instead of running unbounded.
+///
+/// Processor time, not wall time: on a busy machine a query waits for a core without failing;
+/// what fails is a query that needs too much work. The query runs on one thread from start to
+/// end (`SQLiteStorage.read(.scan)`), so that thread's clock counts all of it.
 enum ScanBudget {
-    static let stepsPerCall: Int32 = 1_000
+    /// About 20–100 µs of work between checks; a check (one clock read) costs well under 1 µs.
+    static let stepsPerCheck: Int32 = 2_000
 
     /// Runs `body` with the budget installed on `db`'s connection.
-    static func run<T>(_ db: Database, maximumSteps: Int, _ body: () throws -> T) throws -> T {
+    static func run<T>(_ db: Database, budget: Duration, _ body: () throws -> T) throws -> T {
         guard let connection = db.sqliteConnection else { return try body() }
-        let counter = UnsafeMutablePointer<Int>.allocate(capacity: 2)
-        counter[0] = 0
-        counter[1] = max(1, maximumSteps / Int(stepsPerCall))
+        let deadline = UnsafeMutablePointer<Int64>.allocate(capacity: 1)
+        deadline.pointee = threadProcessorNanoseconds() + nanoseconds(budget)
         defer {
             sqlite3_progress_handler(connection, 0, nil, nil)
-            counter.deallocate()
+            deadline.deallocate()
         }
         sqlite3_progress_handler(
-            connection, stepsPerCall,
+            connection, stepsPerCheck,
             { context in
-                guard let counter = context?.assumingMemoryBound(to: Int.self) else { return 0 }
-                counter[0] += 1
-                return counter[0] > counter[1] ? 1 : 0
-            }, counter)
+                guard let deadline = context?.assumingMemoryBound(to: Int64.self) else { return 0 }
+                return ScanBudget.threadProcessorNanoseconds() > deadline.pointee ? 1 : 0
+            }, deadline)
         do {
             return try body()
         } catch let error as DatabaseError where error.resultCode == .SQLITE_INTERRUPT {
-            throw StorageError.queryTooExpensive(maximumSteps: maximumSteps)
+            throw StorageError.queryTooExpensive(budget: budget)
         }
+    }
+
+    static func nanoseconds(_ duration: Duration) -> Int64 {
+        let (seconds, attoseconds) = duration.components
+        return seconds.multipliedReportingOverflow(by: 1_000_000_000).overflow
+            ? .max / 2 : seconds * 1_000_000_000 + attoseconds / 1_000_000_000
+    }
+
+    /// The processor time the calling thread has used.
+    static func threadProcessorNanoseconds() -> Int64 {
+        var time = timespec()
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &time)
+        return Int64(time.tv_sec) * 1_000_000_000 + Int64(time.tv_nsec)
     }
 }

@@ -215,8 +215,10 @@ public struct RecordQuery: Sendable {
     public var sorts: [IndexSort]
     public var after: QueryPosition?
     public var limit: Int
-    /// The most work (SQLite VM steps or the driver's equivalent) the query may take.
-    public var maximumScanSteps: Int = 200_000_000
+    /// The most time the query may take, counted as the processor time its thread spends (a
+    /// busy machine does not make a query fail; work does). Past it the driver stops the
+    /// query and throws `StorageError.queryTooExpensive`.
+    public var budget: Duration = .milliseconds(250)
     /// The pairs whose records of this type carry `SortedPairEntry`s: an equality filter on
     /// `field` with `sortField` as first sort key reads those instead.
     public var sortedPairs: Set<SortedPair> = []

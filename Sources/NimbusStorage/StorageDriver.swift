@@ -14,8 +14,10 @@
 /// Drivers may group concurrent `write` calls into one commit (SQLite does), but each call
 /// still succeeds or fails on its own: a throwing closure leaves no trace.
 public protocol StorageDriver: Sendable {
-    /// Runs `body` on a consistent snapshot of committed data.
-    func read<Value: Sendable>(_ body: @escaping @Sendable (any StorageReader) throws -> Value) async throws -> Value
+    /// Runs `body` on a consistent snapshot of committed data. `kind` says how much work the
+    /// read may take: a driver serves `.scan` reads so that they never hold up `.point` ones.
+    func read<Value: Sendable>(_ kind: ReadKind, _ body: @escaping @Sendable (any StorageReader) throws -> Value) async throws
+        -> Value
 
     /// Runs `body` in a transaction and returns once it is durably committed (as durable as
     /// the driver's configured synchronous mode).
@@ -23,6 +25,25 @@ public protocol StorageDriver: Sendable {
 
     /// Finishes pending writes and releases the store.
     func close() async throws
+}
+
+/// How much work a read may do, so a driver can keep long reads from stalling short ones.
+public enum ReadKind: Sendable {
+    /// Bounded by the keys it names (a lookup, a token, a subscription list): it runs where
+    /// it is called, without a hop to another thread.
+    case point
+    /// Work that grows with the data (a query, a change-feed page): the driver runs it on
+    /// threads of its own, a bounded number at once, so a slow one never parks the threads
+    /// that every request's async work needs. Queries also carry a time budget
+    /// (`RecordQuery.budget`).
+    case scan
+}
+
+extension StorageDriver {
+    /// A `.point` read.
+    public func read<Value: Sendable>(_ body: @escaping @Sendable (any StorageReader) throws -> Value) async throws -> Value {
+        try await read(.point, body)
+    }
 }
 
 /// Reads, valid inside one transaction closure.

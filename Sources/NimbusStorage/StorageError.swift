@@ -3,13 +3,13 @@
 public enum StorageError: Error, Sendable, CustomStringConvertible {
     /// The store's contents contradict its own invariants.
     case corrupt(String)
-    /// A query needed more work than its budget (`RecordQuery.maximumScanSteps`).
-    case queryTooExpensive(maximumSteps: Int)
+    /// A query needed more time than its budget (`RecordQuery.budget`).
+    case queryTooExpensive(budget: Duration)
 
     public var description: String {
         switch self {
         case .corrupt(let detail): return "storage is inconsistent: \(detail)"
-        case .queryTooExpensive(let steps): return "the query needed more than \(steps) steps"
+        case .queryTooExpensive(let budget): return "the query needed more than \(budget) of processor time"
         }
     }
 }

@@ -32,7 +32,8 @@ public enum Limits {
     public static let deleteSelfReferrers = Limit(name: "deleteSelfReferrers", value: 750)
     /// Work one query may do, in SQLite virtual-machine steps (about a second on this class of
     /// machine). Past it the query fails with `BAD_REQUEST` rather than run unbounded.
-    public static let queryScanSteps = Limit(name: "queryScanSteps", value: 200_000_000)
+    /// Milliseconds of processor time one query may take (`RecordQuery.budget`).
+    public static let queryMilliseconds = Limit(name: "queryMilliseconds", value: 250)
     /// Subscriptions one user may have to one database. Nimbus's own number (CloudKit
     /// publishes none); matching cost does not grow with it (docs/notifications.md).
     public static let subscriptionsPerDatabase = Limit(name: "subscriptionsPerDatabase", value: 1_000)

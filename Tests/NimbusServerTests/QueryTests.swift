@@ -387,14 +387,26 @@ import Testing
         }
     }
 
-    @Test func aQueryPastItsScanBudgetFailsClearly() async throws {
-        try await TestServer.with(configure: { $0.service.queryScanSteps = 1_000 }) { server in
+    @Test func aQueryPastItsTimeBudgetFailsClearly() async throws {
+        let costly = Self.query(filters: [Self.filter("NOT_BEGINS_WITH", "t", "zzz")], sorts: [Self.sort("t")])
+        func seed(_ server: TestServer) async throws -> APIClient {
             let alice = try await server.user("alice")
             _ = try await alice.modify((0..<200).map { Op.create("w\($0)", type: "Item", ["t": Op.field(.string("word \($0)"))]) })
-            let response = try await alice.post(
-                "private", "records/query", Self.query(filters: [Self.filter("NOT_BEGINS_WITH", "t", "zzz")], sorts: [Self.sort("t")]))
+            return alice
+        }
+        // A microsecond of processor time: the first check, a few thousand steps in, stops it.
+        try await TestServer.with(configure: { $0.service.queryBudget = .microseconds(1) }) { server in
+            let response = try await seed(server).post("private", "records/query", costly)
             #expect(response.status == 400)
-            #expect(response.json["limit"] == "queryScanSteps")
+            #expect(response.json["serverErrorCode"] == "BAD_REQUEST")
+            #expect(response.json["limit"] == "queryMilliseconds")
+            #expect(response.json["reason"]?.stringValue?.contains("budget") == true, "\(response.text)")
+        }
+        // The default budget serves the same query.
+        try await TestServer.with { server in
+            let response = try await seed(server).post("private", "records/query", costly)
+            #expect(response.status == 200, "\(response.text)")
+            #expect(response.records.count == 200)
         }
     }
 

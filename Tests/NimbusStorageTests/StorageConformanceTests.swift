@@ -293,4 +293,36 @@ import Testing
             }
         }
     }
+
+    /// Scans that take long hold only the driver's own threads: with more scans running than
+    /// the machine has cores, point reads still run (on Swift's cooperative threads, which a
+    /// scan held there would park). The scans here wait for a signal the test gives only after
+    /// the point reads finished, so a driver that ran scans on the caller's thread would hang
+    /// (the time limit fails the test).
+    @Test(.timeLimit(.minutes(1)), arguments: drivers)
+    func longScansLeavePointReadsFree(driver: Driver) async throws {
+        try await withDriver(driver) { storage in
+            let database = try await storage.write { try $0.ensureDatabase(Self.key) }
+            let release = DispatchSemaphore(value: 0)
+            let started = AsyncStream<Void>.makeStream()
+            let scanCount = 2 * ProcessInfo.processInfo.activeProcessorCount + 2
+            let scans = (0..<scanCount).map { _ in
+                Task {
+                    try await storage.read(.scan) { tx in
+                        started.continuation.yield()
+                        release.wait()
+                        return try tx.zones(databaseID: database.id).count
+                    }
+                }
+            }
+            var iterator = started.stream.makeAsyncIterator()
+            _ = await iterator.next()  // one scan is running (and more are queued or running)
+            for _ in 0..<50 {
+                let zones = try await storage.read { try $0.zones(databaseID: database.id) }
+                #expect(zones.map(\.name) == ["_defaultZone"])
+            }
+            for _ in 0..<scanCount { release.signal() }
+            for scan in scans { #expect(try await scan.value == 1) }
+        }
+    }
 }

@@ -1,0 +1,120 @@
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+
+/// Slow queries beside cheap lookups: how much a client looping on an expensive query slows
+/// everyone else's lookups. Loads `records` public records, then measures a one-record lookup
+/// (API token only, one client) alone, and again while `slowClients` clients loop on a query
+/// of 48 `NOT_IN` filters and one `NOT_EQUALS` that no record passes, sorted by a string
+/// field: the planner must walk every record and probe all 49 filters for each.
+struct ContentionBenchmark {
+    let options: Options
+    var slowClients: Int { options.clients }
+    /// One HTTP client for the lookups and one for the slow queries: a shared client's pool
+    /// (8 connections per host) would make lookups wait for a connection, not for the server.
+    let lookupClient = HTTPClient(eventLoopGroupProvider: .singleton)
+    let slowClient: HTTPClient
+
+    init(options: Options) {
+        self.options = options
+        var configuration = HTTPClient.Configuration()
+        configuration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = max(8, options.clients)
+        slowClient = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+    }
+
+    func seed() async throws {
+        let batches = (options.records + 199) / 200
+        await withTaskGroup(of: Void.self) { group in
+            for client in 0..<4 {
+                group.addTask {
+                    for batch in stride(from: client, to: batches, by: 4) {
+                        let operations = (batch * 200..<min(options.records, batch * 200 + 200)).map { index in
+                            #"{"operationType":"create","record":{"recordType":"Item","recordName":"item-\#(index)","fields":{"#
+                                + #""name":{"value":"name-\#(index)"},"tag":{"value":"common"},"n":{"value":\#(index)}}}}"#
+                        }
+                        _ = await post(options, "public/records/modify", #"{"operations":[\#(operations.joined(separator: ","))]}"#)
+                    }
+                }
+            }
+        }
+    }
+
+    static var slowQuery: String {
+        var filters = (0..<48).map { index in
+            #"{"comparator":"NOT_IN","fieldName":"name","fieldValue":{"value":["absent-\#(index)-a","absent-\#(index)-b"],"type":"STRING_LIST"}}"#
+        }
+        filters.append(#"{"comparator":"NOT_EQUALS","fieldName":"tag","fieldValue":{"value":"common"}}"#)
+        return #"{"query":{"recordType":"Item","filterBy":[\#(filters.joined(separator: ","))],"#
+            + #""sortBy":[{"fieldName":"name","ascending":true}]}}"#
+    }
+
+    /// POSTs with the API token only; the status code and the seconds it took.
+    func request(_ path: String, _ body: String, on client: HTTPClient) async -> (status: Int, seconds: Double)? {
+        var request = HTTPClientRequest(
+            url: "\(options.url)/database/1/\(options.container)/\(options.environment)/\(path)?ckAPIToken=\(options.apiToken)")
+        request.method = .POST
+        request.body = .bytes(ByteBuffer(string: body))
+        let began = Date()
+        guard let response = try? await client.execute(request, timeout: .seconds(120)),
+            (try? await response.body.collect(upTo: 64 << 20)) != nil
+        else { return nil }
+        return (Int(response.status.code), Date().timeIntervalSince(began))
+    }
+
+    func lookups(seconds: Double) async -> Measurement {
+        let body = #"{"records":[{"recordName":"item-7"}]}"#
+        return await load(clients: 1, warmup: 1, seconds: seconds) {
+            guard let answer = await request("public/records/lookup", body, on: lookupClient), answer.status == 200 else { return nil }
+            return 1
+        }
+    }
+
+    func run() async throws {
+        if options.loadRecords { try await seed() }
+        let probe = await request("public/records/query", Self.slowQuery, on: slowClient)
+        let alone = await lookups(seconds: options.seconds)
+        // The slow clients loop until the measurement is over; their answers are tallied.
+        let stop = ManagedFlag()
+        let slow = Task {
+            await withTaskGroup(of: [(Int, Double)].self) { group in
+                for _ in 0..<slowClients {
+                    group.addTask {
+                        var answers: [(Int, Double)] = []
+                        while !stop.isSet {
+                            if let answer = await request("public/records/query", Self.slowQuery, on: slowClient) {
+                                answers.append((answer.status, answer.seconds))
+                            }
+                        }
+                        return answers
+                    }
+                }
+                var all: [(Int, Double)] = []
+                for await part in group { all += part }
+                return all
+            }
+        }
+        try await Task.sleep(for: .seconds(1))
+        let beside = await lookups(seconds: options.seconds)
+        stop.set()
+        let answers = await slow.value
+        let statuses = Dictionary(grouping: answers, by: \.0).mapValues(\.count)
+        let slowSeconds = answers.map(\.1).sorted()
+        let slowP50 = slowSeconds.isEmpty ? 0 : slowSeconds[slowSeconds.count / 2] * 1000
+        print(String(format: "records %d, slow clients %d; the slow query alone: status %d in %.0f ms",
+                     options.records, slowClients, probe?.status ?? 0, (probe?.seconds ?? 0) * 1000))
+        print(String(format: "lookup alone:              p50 %7.2f ms  p99 %7.2f ms  %6.0f/s", alone.percentile(0.5), alone.percentile(0.99), alone.perSecond))
+        print(String(format: "lookup beside slow queries: p50 %7.2f ms  p99 %7.2f ms  %6.0f/s", beside.percentile(0.5), beside.percentile(0.99), beside.perSecond))
+        print(String(format: "slow queries: %d answered, statuses %@, p50 %.0f ms", answers.count,
+                     statuses.sorted { $0.key < $1.key }.map { "\($0.key)×\($0.value)" }.joined(separator: " ") as NSString, slowP50))
+        print(String(format: "lookup p50 beside / alone = %.2f", beside.percentile(0.5) / max(alone.percentile(0.5), 0.001)))
+        try await lookupClient.shutdown()
+        try await slowClient.shutdown()
+    }
+}
+
+final class ManagedFlag: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value = false
+    var isSet: Bool { lock.withLock { value } }
+    func set() { lock.withLock { value = true } }
+}
