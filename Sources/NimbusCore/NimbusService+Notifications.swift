@@ -4,27 +4,108 @@ import NimbusWire
 
 /// The notification pipeline and each user's notification collection.
 ///
-/// After a write commits, its changes go to the hub; the pipeline matches them against the
-/// subscription index, appends a notification per fired subscription to the subscriber's
-/// collection (one transaction per batch), then hands them to the sinks (WebSockets, APNs,
-/// web-courier polls). A device that missed pushes reads the collection since its token.
+/// A write to a database someone subscribes to leaves its changes in the change outbox, in its
+/// own transaction. The pipeline drains the outbox in order: it matches each entry against the
+/// subscription index and, in one transaction, appends a notification per fired subscription
+/// to the subscriber's collection and removes the entries; after that commits it hands the
+/// notifications to the sinks (WebSockets, APNs, web-courier polls). A device that missed
+/// pushes reads the collection since its token. A crash anywhere leaves either the entries (to
+/// be matched after the restart) or the stored notifications: nothing acknowledged is lost, and
+/// a push may go out twice (clients dedupe by notification ID).
 extension NimbusService {
+    /// Entries matched per transaction.
+    static let outboxBatch = 64
+    /// How often the pipeline looks at the outbox without being woken: what a crash left, or
+    /// what a drain that failed could not take.
+    static let outboxPollInterval: Duration = .seconds(1)
+
     /// Runs until `notificationHub.finish()`: the server runs it beside the HTTP listener.
     public func runNotificationPipeline() async {
-        for await committed in notificationHub.changes {
-            await deliverMatches(of: committed)
+        let poll = Task { [notificationHub] in
+            while !Task.isCancelled {
+                try? await Task.sleep(for: Self.outboxPollInterval)
+                notificationHub.wake()
+            }
+        }
+        defer { poll.cancel() }
+        await drainOutbox()
+        for await _ in notificationHub.wakeups {
+            await drainOutbox()
+        }
+        await drainOutbox()
+    }
+
+    /// Matches and stores what the outbox holds, a batch per transaction, until it is empty or
+    /// storage fails (the entries then stay for the next wake-up).
+    func drainOutbox() async {
+        while true {
+            let drained: OutboxDrain
+            do {
+                // A read first: an empty outbox (every poll, most wake-ups after a drain) costs no write.
+                guard try await !storage.read({ try $0.outbox(limit: 1) }).isEmpty else { return }
+                drained = try await storage.write { tx in try self.matchOutbox(tx) }
+            } catch {
+                logger.error("the change outbox could not be drained; it is tried again", metadata: ["error": "\(error)"])
+                return
+            }
+            notificationHub.index.withLock { index in
+                for subscription in drained.firedOnce { index.remove(databaseID: subscription.databaseID, key: subscription.key) }
+            }
+            notificationHub.statistics.withLock {
+                $0.writesMatched += drained.entries
+                $0.matchingNanoseconds += drained.matchingNanoseconds
+                $0.notificationsStored += drained.notifications.count
+            }
+            if !drained.notifications.isEmpty {
+                for sink in notificationHub.currentSinks { sink.deliver(drained.notifications) }
+            }
+            if drained.entries < Self.outboxBatch { return }
         }
     }
 
-    private func deliverMatches(of committed: CommittedChanges) async {
-        let started = ContinuousClock.now
-        let matches = notificationHub.index.withLock { $0.matches(committed) }
-        let elapsed = ContinuousClock.now - started
-        notificationHub.statistics.withLock {
-            $0.writesMatched += 1
-            $0.matchingNanoseconds += elapsed.components.seconds * 1_000_000_000 + elapsed.components.attoseconds / 1_000_000_000
+    /// What one drain transaction did.
+    struct OutboxDrain: Sendable {
+        var entries = 0
+        var notifications: [PushedNotification] = []
+        var firedOnce: [Subscription] = []
+        var matchingNanoseconds: Int64 = 0
+    }
+
+    /// Matches the oldest outbox entries, stores their notifications and removes them, in the
+    /// caller's transaction.
+    private func matchOutbox(_ tx: any StorageWriter) throws -> OutboxDrain {
+        let entries = try tx.outbox(limit: Self.outboxBatch)
+        var drain = OutboxDrain(entries: entries.count)
+        var spent: [Int64: Set<Subscription.Key>] = [:]  // by database
+        let now = self.now
+        for entry in entries {
+            let committed: CommittedChanges
+            do {
+                committed = try OutboxCodec.decode(entry.body)
+            } catch {
+                // Kept, it would stop every later entry: dropped, and said.
+                logger.error(
+                    "an outbox entry could not be read and is dropped", metadata: ["sequence": "\(entry.sequence)", "error": "\(error)"])
+                continue
+            }
+            let started = ContinuousClock.now
+            let matches = notificationHub.index.withLock { $0.matches(committed) }.filter { match in
+                // A firesOnce subscription fires once, even if later entries of this drain match it too.
+                !match.subscription.firesOnce || spent[match.subscription.databaseID, default: []].insert(match.subscription.key).inserted
+            }
+            let elapsed = ContinuousClock.now - started
+            drain.matchingNanoseconds += elapsed.components.seconds * 1_000_000_000 + elapsed.components.attoseconds / 1_000_000_000
+            drain.notifications += try storeNotifications(for: matches, of: committed, at: now, tx: tx)
+            drain.firedOnce += matches.filter(\.subscription.firesOnce).map(\.subscription)
         }
-        guard !matches.isEmpty else { return }
+        try tx.removeOutbox(sequences: entries.map(\.sequence))
+        return drain
+    }
+
+    /// Appends a notification per match to its subscriber's collection.
+    private func storeNotifications(
+        for matches: [SubscriptionMatch], of committed: CommittedChanges, at now: Int64, tx: any StorageWriter
+    ) throws -> [PushedNotification] {
         // One change seen by several subscriptions: the notifications share their ID
         // (reference §11.3), so marking one read marks the change read.
         var eventIDs: [String: String] = [:]
@@ -35,58 +116,31 @@ extension NimbusService {
             eventIDs[event] = id
             return id
         }
-        let planned = matches.map { ($0, eventID($0)) }
-        let now = self.now
-        var pushed: [PushedNotification] = []
-        for attempt in 0..<3 {
-            do {
-                pushed = try await storage.write { tx in
-                    try planned.map { match, notificationID in
-                        let subscription = match.subscription
-                        let owner = NotificationOwner(
-                            container: subscription.database.container, environment: subscription.database.environment,
-                            userID: subscription.key.userID)
-                        var badge: Int64?
-                        if subscription.notificationInfo[WireKey.shouldBadge] == .bool(true) {
-                            badge = try tx.badge(owner: owner) + 1
-                            try tx.setBadge(owner: owner, value: badge!)
-                        }
-                        let payload = try self.payload(match, notificationID: notificationID, badge: badge)
-                        let sequence = try tx.insertNotification(
-                            owner: owner, notificationID: notificationID, originDeviceID: committed.deviceID,
-                            payload: payload.serialized(), createdAt: now)
-                        if subscription.firesOnce {
-                            _ = try tx.deleteSubscription(
-                                databaseID: subscription.databaseID, userID: subscription.key.userID,
-                                subscriptionID: subscription.key.subscriptionID)
-                        }
-                        return PushedNotification(
-                            owner: owner, sequence: sequence, notificationID: notificationID, originDeviceID: committed.deviceID,
-                            payload: payload, collapseID: try self.collapseID(match),
-                            isSilent: subscription.isSilent, syncToken: self.notificationToken(owner, sequence: sequence))
-                    }
-                }
-                break
-            } catch {
-                // Storage is busy or failing: try again shortly, then give up on this batch.
-                if attempt == 2 {
-                    logger.error(
-                        "notifications for a committed change could not be stored after 3 tries and are lost",
-                        metadata: [
-                            WireKey.notifications: "\(planned.count)", WireKey.deviceID: "\(committed.deviceID)", "error": "\(error)",
-                        ])
-                    return
-                }
-                try? await Task.sleep(nanoseconds: 50_000_000 << attempt)
+        return try matches.map { match in
+            let notificationID = eventID(match)
+            let subscription = match.subscription
+            let owner = NotificationOwner(
+                container: subscription.database.container, environment: subscription.database.environment,
+                userID: subscription.key.userID)
+            var badge: Int64?
+            if subscription.notificationInfo[WireKey.shouldBadge] == .bool(true) {
+                badge = try tx.badge(owner: owner) + 1
+                try tx.setBadge(owner: owner, value: badge!)
             }
-        }
-        notificationHub.index.withLock { index in
-            for match in matches where match.subscription.firesOnce {
-                index.remove(databaseID: match.subscription.databaseID, key: match.subscription.key)
+            let payload = try self.payload(match, notificationID: notificationID, badge: badge)
+            let sequence = try tx.insertNotification(
+                owner: owner, notificationID: notificationID, originDeviceID: committed.deviceID,
+                payload: payload.serialized(), createdAt: now)
+            if subscription.firesOnce {
+                _ = try tx.deleteSubscription(
+                    databaseID: subscription.databaseID, userID: subscription.key.userID,
+                    subscriptionID: subscription.key.subscriptionID)
             }
+            return PushedNotification(
+                owner: owner, sequence: sequence, notificationID: notificationID, originDeviceID: committed.deviceID,
+                payload: payload, collapseID: try self.collapseID(match),
+                isSilent: subscription.isSilent, syncToken: self.notificationToken(owner, sequence: sequence))
         }
-        notificationHub.statistics.withLock { $0.notificationsStored += pushed.count }
-        for sink in notificationHub.currentSinks { sink.deliver(pushed) }
     }
 
     // MARK: Payloads

@@ -37,8 +37,8 @@ extension NimbusService {
             timestamp: now, userRecordName: target.caller.stampUserRecordName, deviceID: target.caller.deviceID)
         let outcome: [Result<RecordEntry, CloudKitError>]
         do {
-            let changes: CommittedChanges?
-            (outcome, changes) = try await storage.write { tx in
+            let queued: Bool
+            (outcome, queued) = try await storage.write { tx in
                 let log = ChangeLog()
                 let database = try tx.ensureDatabase(key)
                 let zone = try self.resolveZone(request.zoneID, in: database, target: target, tx: tx)
@@ -92,9 +92,11 @@ extension NimbusService {
                 if atomic, results.contains(where: { if case .failure = $0 { return true } else { return false } }) {
                     throw AtomicBatchFailed(results: results)
                 }
-                return (results, log.committed(in: database, deviceID: target.caller.deviceID))
+                let queued = try self.notificationHub.enqueue(
+                    log.committed(in: database, deviceID: target.caller.deviceID), at: stamp.timestamp, tx: tx)
+                return (results, queued)
             }
-            if let changes { notificationHub.submit(changes) }
+            if queued { notificationHub.wake() }
         } catch let failure as AtomicBatchFailed {
             outcome = zip(request.operations, failure.results).map { operation, result in
                 if case .failure = result { return result }

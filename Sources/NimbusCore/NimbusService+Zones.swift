@@ -96,7 +96,8 @@ extension NimbusService {
             throw CloudKitError.badRequest(
                 "custom zones exist only in the private database; the \(target.scope.rawValue) database has only _defaultZone")
         }
-        let (results, changes): ([ItemResult<ZoneEntry>], CommittedChanges?) = try await storage.write { tx in
+        let now = self.now
+        let (results, queued): ([ItemResult<ZoneEntry>], Bool) = try await storage.write { tx in
             let log = ChangeLog()
             let database = try tx.ensureDatabase(key)
             var seen = Set<String>()
@@ -114,9 +115,9 @@ extension NimbusService {
                     return .failure(error)
                 }
             }
-            return (results, log.committed(in: database, deviceID: target.caller.deviceID))
+            return (results, try self.notificationHub.enqueue(log.committed(in: database, deviceID: target.caller.deviceID), at: now, tx: tx))
         }
-        if let changes { notificationHub.submit(changes) }
+        if queued { notificationHub.wake() }
         return ZonesResponse(zones: results)
     }
 

@@ -289,5 +289,20 @@ enum Migrations {
                         ON CONFLICT (key) DO UPDATE SET value = excluded.value;
                     """)
         }
+        migrator.registerMigration("v9-change-outbox") { db in
+            try db.execute(
+                sql: """
+                    -- Changes to watched databases, written in the changing transaction and
+                    -- removed in the transaction that stores their notifications: a crash
+                    -- between the two leaves them here to be matched after the restart.
+                    -- AUTOINCREMENT: the one writer hands out sequences in commit order.
+                    CREATE TABLE change_outbox (
+                        sequence INTEGER PRIMARY KEY AUTOINCREMENT,
+                        database_id INTEGER NOT NULL,
+                        body BLOB NOT NULL,
+                        created_at INTEGER NOT NULL
+                    );
+                    """)
+        }
     }
 }

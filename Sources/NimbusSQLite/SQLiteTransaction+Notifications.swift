@@ -191,4 +191,25 @@ extension SQLiteTransaction {
         try execute("DELETE FROM apns_credentials WHERE container = ?", [container])
         return db.changesCount > 0
     }
+
+    // MARK: Change outbox
+
+    func outbox(limit: Int) throws -> [OutboxEntry] {
+        try fetchRows("SELECT sequence, database_id, body, created_at FROM change_outbox ORDER BY sequence LIMIT ?", [limit]).map {
+            let body: Data = $0["body"]
+            return OutboxEntry(sequence: $0["sequence"], databaseID: $0["database_id"], body: Array(body), createdAt: $0["created_at"])
+        }
+    }
+
+    func appendOutbox(databaseID: Int64, body: [UInt8], createdAt: Int64) throws {
+        try execute(
+            "INSERT INTO change_outbox (database_id, body, created_at) VALUES (?, ?, ?)", [databaseID, Data(body), createdAt])
+    }
+
+    func removeOutbox(sequences: [Int64]) throws {
+        for chunk in sequences.chunked(500) {
+            try execute(
+                "DELETE FROM change_outbox WHERE sequence IN (\(QuerySQL.marks(chunk.count)))", StatementArguments(chunk))
+        }
+    }
 }

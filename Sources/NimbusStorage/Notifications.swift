@@ -108,3 +108,19 @@ public struct APNsCredentialsRow: Sendable, Hashable {
         self.updatedAt = updatedAt
     }
 }
+
+/// One transaction's changes waiting in the change outbox for subscription matching. `body`
+/// is the service's encoding (opaque here); `sequence` orders the outbox.
+public struct OutboxEntry: Sendable, Hashable {
+    public var sequence: Int64
+    public var databaseID: Int64
+    public var body: [UInt8]
+    public var createdAt: Int64
+
+    public init(sequence: Int64, databaseID: Int64, body: [UInt8], createdAt: Int64) {
+        self.sequence = sequence
+        self.databaseID = databaseID
+        self.body = body
+        self.createdAt = createdAt
+    }
+}

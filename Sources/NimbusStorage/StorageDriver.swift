@@ -102,6 +102,9 @@ public protocol StorageReader {
     func notifications(owner: NotificationOwner, after sequence: Int64, limit: Int) throws -> [NotificationRow]
     /// The highest sequence removed by pruning: a token before it has missed notifications.
     func notificationsPrunedThrough() throws -> Int64
+    /// The oldest entries of the change outbox, in the order their transactions committed
+    /// (see `appendOutbox`).
+    func outbox(limit: Int) throws -> [OutboxEntry]
     func pushTokens(owner: NotificationOwner) throws -> [PushTokenRow]
     func pushToken(_ token: String) throws -> PushTokenRow?
     func badge(owner: NotificationOwner) throws -> Int64
@@ -169,6 +172,13 @@ public protocol StorageWriter: StorageReader {
     func putSubscription(_ row: SubscriptionRow) throws
     /// Returns false when there was no such subscription.
     func deleteSubscription(databaseID: Int64, userID: Int64, subscriptionID: String) throws -> Bool
+    /// Appends what this transaction changed, for subscription matching, to the change outbox:
+    /// it commits with the change or not at all, so a change whose write was acknowledged is
+    /// matched even if the process dies right after the commit. Entries of one database come
+    /// out in the order of their commits.
+    func appendOutbox(databaseID: Int64, body: [UInt8], createdAt: Int64) throws
+    /// Removes matched entries (the same transaction stores their notifications).
+    func removeOutbox(sequences: [Int64]) throws
     /// Appends to the owner's collection; returns the new entry's sequence.
     func insertNotification(
         owner: NotificationOwner, notificationID: String, originDeviceID: String, payload: [UInt8], createdAt: Int64

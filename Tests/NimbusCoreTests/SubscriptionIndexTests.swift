@@ -133,4 +133,23 @@ import Testing
         #expect(IndexValue.numericOrder(.integer(0), .number(.nan)) == nil)
         #expect(IndexValue.integer(1) != .text("1"))
     }
+
+    @Test func outboxEntriesReadBackAsTheChangesTheyRecord() throws {
+        var deleted = Self.row("gone", topic: "t", stars: 2)
+        deleted.isDeleted = true
+        deleted.parent = "folder"
+        var changes = Self.change(before: Self.row("r", topic: "a \"quoted\" topic", stars: .max), after: deleted)
+        changes.records.append(RecordChange(zoneName: "Other", before: nil, after: Self.row("new", topic: "é", stars: -1)))
+        changes.zones = [("Other", false), ("Old", true)]
+        let read = try OutboxCodec.decode(OutboxCodec.encode(changes))
+        #expect(read.database == changes.database)
+        #expect(read.deviceID == changes.deviceID)
+        #expect(read.records.map(\.zoneName) == ["_defaultZone", "Other"])
+        #expect(read.records.map(\.before) == changes.records.map(\.before))
+        #expect(read.records.map(\.after) == changes.records.map(\.after))
+        #expect(read.zones.map(\.name) == ["Other", "Old"])
+        #expect(read.zones.map(\.deleted) == [false, true])
+        #expect(throws: (any Error).self) { try OutboxCodec.decode(Array("[2]".utf8)) }
+        #expect(throws: (any Error).self) { try OutboxCodec.decode(Array("not json".utf8)) }
+    }
 }

@@ -8,63 +8,12 @@ import Testing
 /// there and no atomic batch is there in part.
 @Suite struct CrashRecoveryTests {
     @Test func acknowledgedWritesSurviveKillNineAndNoAtomicBatchIsPartial() async throws {
-        let dataDirectory = NSTemporaryDirectory() + "nimbus-crash-" + UUID().uuidString
+        let (dataDirectory, container, apiToken) = try Self.prepareDataDirectory()
         defer { try? FileManager.default.removeItem(atPath: dataDirectory) }
-        let container = "iCloud.test.crash"
-        _ = try NimbusProcess.run(["containers", "create", container, "--data-dir", dataDirectory])
-        let apiToken = try NimbusProcess.run(["tokens", "create", "--container", container, "--data-dir", dataDirectory])
-            .trimmingCharacters(in: .whitespacesAndNewlines)
-        #expect(apiToken.count == 64)
-        _ = try NimbusProcess.run(["users", "create", "crash", "--password", "crash-test-pw", "--data-dir", dataDirectory])
-
-        let first = try await NimbusProcess.serve(dataDirectory: dataDirectory)
-        var client = APIClient(
-            baseURL: first.baseURL, container: container, environment: .development, apiToken: apiToken,
-            webAuthToken: nil, userRecordName: nil)
-        let signIn = try await client.signIn("crash", password: "crash-test-pw")
-        client.webAuthToken = try #require(signIn.json["ckWebAuthToken"]?.stringValue)
+        let (first, client) = try await Self.serveSignedIn(dataDirectory, container: container, apiToken: apiToken)
         #expect(try await client.createZone("Crash").status == 200)
 
-        let writer: APIClient = {
-            var writer = client
-            writer.timeoutSeconds = 5
-            return writer
-        }()
-        let deadline = Date().addingTimeInterval(1.5)
-        // Each task writes atomic batches of five until the server dies under it.
-        let outcomes = await withTaskGroup(of: ([[String]], [[String]]).self) { group in
-            for task in 0..<16 {
-                group.addTask {
-                    var acknowledged: [[String]] = []
-                    var attempted: [[String]] = []
-                    var batch = 0
-                    while true {
-                        let names = (0..<5).map { "t\(task)-b\(batch)-r\($0)" }
-                        attempted.append(names)
-                        batch += 1
-                        guard let response = try? await writer.modify(zone: "Crash", names.map { Op.create($0, ["n": Op.field(.int(Int64(batch)))]) }) else {
-                            break  // the server is gone
-                        }
-                        if response.status == 200, response.records.allSatisfy({ $0.errorCode == nil }) {
-                            acknowledged.append(names)
-                        }
-                    }
-                    return (acknowledged, attempted)
-                }
-            }
-            group.addTask {
-                while Date() < deadline { try? await Task.sleep(for: .milliseconds(20)) }
-                first.kill()
-                return ([], [])
-            }
-            var all: ([[String]], [[String]]) = ([], [])
-            for await outcome in group {
-                all.0 += outcome.0
-                all.1 += outcome.1
-            }
-            return all
-        }
-        let (acknowledged, attempted) = outcomes
+        let (acknowledged, attempted) = await Self.writeUntilKilled(client, zone: "Crash", server: first)
         #expect(acknowledged.count > 10, "too few writes before the kill to tell anything")
 
         let second = try await NimbusProcess.serve(dataDirectory: dataDirectory)
@@ -90,6 +39,122 @@ import Testing
             let count = batch.filter(present.contains).count
             #expect(count == 0 || count == batch.count, "partial atomic batch: \(batch) has \(count) of 5")
         }
+    }
+
+    /// A data directory with a container, an API token and the user "crash", made by the CLI.
+    static func prepareDataDirectory() throws -> (dataDirectory: String, container: String, apiToken: String) {
+        let dataDirectory = NSTemporaryDirectory() + "nimbus-crash-" + UUID().uuidString
+        let container = "iCloud.test.crash"
+        _ = try NimbusProcess.run(["containers", "create", container, "--data-dir", dataDirectory])
+        let apiToken = try NimbusProcess.run(["tokens", "create", "--container", container, "--data-dir", dataDirectory])
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(apiToken.count == 64)
+        _ = try NimbusProcess.run(["users", "create", "crash", "--password", "crash-test-pw", "--data-dir", dataDirectory])
+        return (dataDirectory, container, apiToken)
+    }
+
+    /// A `nimbus serve` process on the directory, and a client signed in as "crash".
+    static func serveSignedIn(
+        _ dataDirectory: String, container: String, apiToken: String
+    ) async throws -> (NimbusProcess.Server, APIClient) {
+        let server = try await NimbusProcess.serve(dataDirectory: dataDirectory)
+        var client = APIClient(
+            baseURL: server.baseURL, container: container, environment: .development, apiToken: apiToken,
+            webAuthToken: nil, userRecordName: nil)
+        client.webAuthToken = try #require(try await client.signIn("crash", password: "crash-test-pw").json["ckWebAuthToken"]?.stringValue)
+        return (server, client)
+    }
+
+    /// Sixteen tasks write atomic batches of five records into `zone` until the server, killed
+    /// with SIGKILL after 1.5 s, stops answering; the batches it acknowledged and all attempted.
+    static func writeUntilKilled(
+        _ client: APIClient, zone: String, server: NimbusProcess.Server
+    ) async -> (acknowledged: [[String]], attempted: [[String]]) {
+        var writer = client
+        writer.timeoutSeconds = 5
+        let deadline = Date().addingTimeInterval(1.5)
+        return await withTaskGroup(of: ([[String]], [[String]]).self) { [writer] group in
+            for task in 0..<16 {
+                group.addTask {
+                    var acknowledged: [[String]] = []
+                    var attempted: [[String]] = []
+                    var batch = 0
+                    while true {
+                        let names = (0..<5).map { "t\(task)-b\(batch)-r\($0)" }
+                        attempted.append(names)
+                        batch += 1
+                        guard let response = try? await writer.modify(zone: zone, names.map { Op.create($0, ["n": Op.field(.int(Int64(batch)))]) }) else {
+                            break  // the server is gone
+                        }
+                        if response.status == 200, response.records.allSatisfy({ $0.errorCode == nil }) {
+                            acknowledged.append(names)
+                        }
+                    }
+                    return (acknowledged, attempted)
+                }
+            }
+            group.addTask {
+                while Date() < deadline { try? await Task.sleep(for: .milliseconds(20)) }
+                server.kill()
+                return ([], [])
+            }
+            var all: ([[String]], [[String]]) = ([], [])
+            for await outcome in group {
+                all.0 += outcome.0
+                all.1 += outcome.1
+            }
+            return all
+        }
+    }
+
+    /// The same kill during writes, with a query subscription watching them: after the
+    /// restart, the subscriber's collection holds a notification for every acknowledged
+    /// record (changes committed but not yet matched when the process died were in the
+    /// outbox, written with the records).
+    @Test func everyAcknowledgedWriteIsNotifiedAfterKillNine() async throws {
+        let (dataDirectory, container, apiToken) = try Self.prepareDataDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dataDirectory) }
+        let (first, client) = try await Self.serveSignedIn(dataDirectory, container: container, apiToken: apiToken)
+        #expect(try await client.createZone("Watched").status == 200)
+        // The record type exists once a record of it is saved (development's just-in-time schema).
+        #expect(try await client.modify(zone: "Watched", [Op.create("first")]).records.first?.errorCode == nil)
+        let subscribed = try await client.post(
+            "private", "subscriptions/modify",
+            ["operations": [["operationType": "create", "subscription": SubscriptionTests.querySubscription(
+                "every-create", type: "Note", firesOn: ["create"], zone: "Watched")]]])
+        #expect(subscribed.status == 200 && !subscribed.text.contains("serverErrorCode"), "\(subscribed.text)")
+
+        let (acknowledged, _) = await Self.writeUntilKilled(client.onDevice("writer"), zone: "Watched", server: first)
+        #expect(acknowledged.count > 10, "too few writes before the kill to tell anything")
+
+        let second = try await NimbusProcess.serve(dataDirectory: dataDirectory)
+        defer { second.stop() }
+        let reader = APIClient(
+            baseURL: second.baseURL, container: container, environment: .development, apiToken: apiToken,
+            webAuthToken: client.webAuthToken, userRecordName: nil
+        ).onDevice("reader")
+        let expected = Set(acknowledged.flatMap { $0 })
+        var notified = Set<String>()
+        let deadline = Date().addingTimeInterval(20)
+        while !expected.isSubset(of: notified) && Date() < deadline {
+            notified = []
+            var token: JSON?
+            while true {
+                var body: JSONObject = ["resultsLimit": 200]
+                if let token { body["syncToken"] = token }
+                let page = try await reader.device("notifications/changes", .object(body))
+                #expect(page.status == 200, "\(page.text)")
+                for entry in page.json["notifications"]?.arrayValue ?? [] {
+                    if let name = entry["payload"]?["ck"]?["qry"]?["rid"]?.stringValue { notified.insert(name) }
+                }
+                token = page.json["syncToken"]
+                guard page.json["moreComing"] == true else { break }
+            }
+            if !expected.isSubset(of: notified) { try await Task.sleep(for: .milliseconds(200)) }
+        }
+        let missing = expected.subtracting(notified).sorted()
+        let firstPage = try await reader.device("notifications/changes", ["resultsLimit": 2]).text
+        #expect(missing.count == 0, "\(missing.count) of \(expected.count) acknowledged records have no notification, such as \(missing.prefix(5)); \(firstPage)")
     }
 }
 

@@ -323,9 +323,14 @@ import Testing
             // Between polls, notifications queue and come out in order.
             _ = try await alice.onDevice("phone").createZone("Second")
             _ = try await alice.onDevice("phone").deleteZone("Second")
-            let ids = try await alice.device("notifications/changes").json["notifications"]?.arrayValue?.compactMap {
-                $0["notificationID"]?.stringValue
-            } ?? []
+            // The collection is written by the pipeline, after the zone saves answer.
+            func collected() async throws -> [String] {
+                try await alice.device("notifications/changes").json["notifications"]?.arrayValue?.compactMap {
+                    $0["notificationID"]?.stringValue
+                } ?? []
+            }
+            try await waitFor { try await collected().count == 3 }
+            let ids = try await collected()
             #expect(ids.count == 3)
             let second = try await browser.send(path: poll.path, body: nil, rawQuery: poll.query)
             let third = try await browser.send(path: poll.path, body: nil, rawQuery: poll.query)

@@ -325,4 +325,33 @@ import Testing
             for scan in scans { #expect(try await scan.value == 1) }
         }
     }
+
+    /// The outbox commits with the writer's transaction or not at all, hands entries out in
+    /// commit order, and forgets removed ones; it survives closing and reopening.
+    @Test(arguments: drivers)
+    func outboxEntriesCommitWithTheirTransactionInOrder(driver: Driver) async throws {
+        let directory = NSTemporaryDirectory() + "nimbus-storage-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        var storage = try driver.make(directory)
+        let database = try await storage.write { try $0.ensureDatabase(Self.key) }
+        struct Undo: Error {}
+        _ = try? await storage.write { tx -> Void in
+            try tx.appendOutbox(databaseID: database.id, body: Array("undone".utf8), createdAt: 1)
+            throw Undo()
+        }
+        for index in 0..<5 {
+            try await storage.write { try $0.appendOutbox(databaseID: database.id, body: Array("change \(index)".utf8), createdAt: 2) }
+        }
+        let all = try await storage.read { try $0.outbox(limit: 10) }
+        #expect(all.map { String(decoding: $0.body, as: UTF8.self) } == (0..<5).map { "change \($0)" })
+        #expect(all.map(\.sequence) == all.map(\.sequence).sorted())
+        #expect(try await storage.read { try $0.outbox(limit: 2) }.count == 2)
+        try await storage.write { try $0.removeOutbox(sequences: Array(all.prefix(3).map(\.sequence))) }
+        try await storage.close()
+        storage = try driver.make(directory)
+        let left = try await storage.read { try $0.outbox(limit: 10) }
+        #expect(left.map { String(decoding: $0.body, as: UTF8.self) } == ["change 3", "change 4"])
+        try await storage.close()
+    }
 }

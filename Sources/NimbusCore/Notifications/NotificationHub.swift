@@ -48,12 +48,15 @@ final class Locked<Value>: @unchecked Sendable {
     }
 }
 
-/// The hand-off between writers and the notification pipeline: a writer submits what it
-/// committed and returns at once; the pipeline (`NimbusService.runNotificationPipeline`)
-/// matches, stores and delivers on its own task, so delivery never slows or blocks a write.
+/// The hand-off between writers and the notification pipeline. A writer puts what it changed
+/// in the change outbox, in its own transaction (`enqueue`), and wakes the pipeline after the
+/// commit; the pipeline (`NimbusService.runNotificationPipeline`) drains the outbox on its own
+/// task, so matching and delivery never slow or block a write, and a crash loses nothing a
+/// client was told was saved.
 public final class NotificationHub: Sendable {
-    let changes: AsyncStream<CommittedChanges>
-    private let continuation: AsyncStream<CommittedChanges>.Continuation
+    /// One element per wake-up; wake-ups that arrive while the pipeline drains fold into one.
+    let wakeups: AsyncStream<Void>
+    private let continuation: AsyncStream<Void>.Continuation
     /// Every subscription, compiled; read from storage when the service starts and kept in
     /// step by every change to subscriptions after it commits.
     let index = Locked(SubscriptionIndex())
@@ -61,17 +64,23 @@ public final class NotificationHub: Sendable {
     let statistics = Locked(NotificationPipelineStatistics())
 
     init() {
-        (changes, continuation) = AsyncStream.makeStream()
+        (wakeups, continuation) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
     }
 
-    /// Hands a committed change to the pipeline; a change to a database nobody subscribes to
-    /// stops here. Never waits.
-    func submit(_ committed: CommittedChanges) {
-        guard index.withLock({ $0.watches(databaseID: committed.database.id) }) else { return }
-        continuation.yield(committed)
+    /// Writes `committed` to the outbox in `tx`, the transaction that made the change, unless
+    /// nobody subscribes to its database (then matching could find nothing, and the write
+    /// costs nothing extra). Returns whether it wrote: the caller wakes the pipeline after
+    /// its commit.
+    func enqueue(_ committed: CommittedChanges?, at time: Int64, tx: any StorageWriter) throws -> Bool {
+        guard let committed, index.withLock({ $0.watches(databaseID: committed.database.id) }) else { return false }
+        try tx.appendOutbox(databaseID: committed.database.id, body: OutboxCodec.encode(committed), createdAt: time)
+        return true
     }
 
-    /// Ends the pipeline once what was submitted is processed.
+    /// Tells the pipeline the outbox has something new. Never waits.
+    func wake() { continuation.yield() }
+
+    /// Ends the pipeline after one last drain of the outbox.
     public func finish() { continuation.finish() }
 
     public func addSink(_ sink: any NotificationSink) {
