@@ -78,11 +78,11 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: strict),
-        // The HTTP API on Hummingbird.
+        // The HTTP API on Hummingbird. No storage driver: the CLI (or a test) hands it one.
         .target(
             name: "NimbusServer",
             dependencies: [
-                "NimbusWire", "NimbusStorage", "NimbusSQLite", "NimbusCore", "NimbusPush",
+                "NimbusWire", "NimbusStorage", "NimbusCore", "NimbusPush",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),

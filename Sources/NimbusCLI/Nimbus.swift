@@ -20,6 +20,11 @@ struct DataOptions: ParsableArguments {
     @Option(name: .long, help: "The data directory (env NIMBUS_DATA_DIR).")
     var dataDir: String = ProcessInfo.processInfo.environment["NIMBUS_DATA_DIR"] ?? "nimbus-data"
 
+    @Option(
+        name: .long,
+        help: "Where the data is: sqlite:PATH, or nothing for nimbus.sqlite in the data directory (env NIMBUS_DATABASE).")
+    var database: String = ProcessInfo.processInfo.environment["NIMBUS_DATABASE"] ?? ""
+
     @Option(name: .long, help: "SQLite commit durability: full (survives power loss) or normal (survives crashes).")
     var sync: String = ProcessInfo.processInfo.environment["NIMBUS_SYNC"] ?? "full"
 
@@ -28,12 +33,11 @@ struct DataOptions: ParsableArguments {
         ?? Credentials.defaultPasswordRounds
 
     func configuration() throws -> ServerConfiguration {
-        var configuration = ServerConfiguration()
-        configuration.dataDirectory = dataDir
         guard let mode = SQLiteStorage.SynchronousMode(rawValue: sync.uppercased()) else {
             throw ValidationError("--sync must be full or normal")
         }
-        configuration.synchronous = mode
+        var configuration = ServerConfiguration(storage: try DatabaseURL.opener(database, synchronous: mode))
+        configuration.dataDirectory = dataDir
         guard passwordRounds >= 1 else { throw ValidationError("--password-rounds must be positive") }
         configuration.service.passwordRounds = passwordRounds
         return configuration

@@ -70,12 +70,13 @@ struct Serve: AsyncParsableCommand {
         let directory = try await DataDirectory.open(configuration)
         let bootstrap = try await Bootstrap.ensure(in: directory, configuration: configuration)
         let dataDir = configuration.dataDirectory
-        let synchronous = configuration.synchronous.rawValue
+        let storage = configuration.storageDescription
         let app = NimbusServer.makeApplication(service: directory.service, configuration: configuration) { port in
             // One line each, so scripts can pick them out; written unbuffered, as a pipe may be reading.
             let lines = [
                 "Nimbus listening on http://\(host):\(port)",
-                "data directory: \(dataDir) (SQLite WAL, synchronous=\(synchronous))",
+                "data directory: \(dataDir)",
+                "storage: \(storage)",
                 "container: \(bootstrap.container)",
                 "development API token: \(bootstrap.apiToken)",
             ]

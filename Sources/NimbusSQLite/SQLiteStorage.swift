@@ -107,6 +107,19 @@ public final class SQLiteStorage: StorageDriver {
     public func close() async throws {
         try pool.close()
     }
+
+    /// The file `nimbus.sqlite` in the data directory, or `path` when given.
+    public static func opener(path: String? = nil, synchronous: SynchronousMode) -> StorageOpener {
+        @Sendable func file(_ dataDirectory: String) -> String { path ?? (dataDirectory as NSString).appendingPathComponent("nimbus.sqlite") }
+        return StorageOpener(
+            description: { "SQLite WAL at \(file($0)), synchronous=\(synchronous.rawValue)" },
+            open: { dataDirectory in
+                let path = file(dataDirectory)
+                try FileManager.default.createDirectory(
+                    atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+                return try SQLiteStorage(path: path, synchronous: synchronous)
+            })
+    }
 }
 
 /// Carries a writer's result from the commit queue to its caller; written before the

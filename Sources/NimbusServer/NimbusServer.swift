@@ -5,7 +5,6 @@ import HummingbirdWebSocket
 import Logging
 import NimbusCore
 import NimbusPush
-import NimbusSQLite
 import NimbusStorage
 import NimbusWire
 import ServiceLifecycle
@@ -20,7 +19,8 @@ public struct ServerConfiguration: Sendable {
     /// The logger for the server and the service (`logLevel` applies to it); tests inject one
     /// that captures lines.
     public var logger = Logger(label: "nimbus")
-    public var synchronous: SQLiteStorage.SynchronousMode = .full
+    /// The storage driver, picked by the composition root.
+    public var storage: StorageOpener
     public var service = NimbusService.Options()
     /// Where pushes for APNs device tokens go (Apple's endpoints unless changed).
     public var apns = APNsSettings()
@@ -32,9 +32,12 @@ public struct ServerConfiguration: Sendable {
     /// believed (a reverse proxy in front of Nimbus).
     public var trustedProxies: Set<String> = []
 
-    public init() {}
+    public init(storage: StorageOpener) {
+        self.storage = storage
+    }
 
-    public var databasePath: String { (dataDirectory as NSString).appendingPathComponent("nimbus.sqlite") }
+    /// Where the data is, as `nimbus serve` prints it.
+    public var storageDescription: String { storage.description(dataDirectory) }
 
     /// `logger` at `logLevel`.
     public var leveledLogger: Logger {
@@ -47,12 +50,12 @@ public struct ServerConfiguration: Sendable {
 /// The data directory's storage and service, opened (and created) on demand. Used by
 /// `nimbus serve` and by every admin verb, which work on the same files.
 public struct DataDirectory: Sendable {
-    public let storage: SQLiteStorage
+    public let storage: any StorageDriver
     public let service: NimbusService
 
     public static func open(_ configuration: ServerConfiguration) async throws -> DataDirectory {
         try FileManager.default.createDirectory(atPath: configuration.dataDirectory, withIntermediateDirectories: true)
-        let storage = try SQLiteStorage(path: configuration.databasePath, synchronous: configuration.synchronous)
+        let storage = try configuration.storage.open(configuration.dataDirectory)
         var options = configuration.service
         options.logger = configuration.leveledLogger
         let service = try await NimbusService(storage: storage, options: options)

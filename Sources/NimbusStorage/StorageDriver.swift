@@ -200,3 +200,20 @@ extension StorageWriter {
     @discardableResult
     public func putRecord(_ row: RecordRow) throws -> Int64 { try putRecord(row, isNew: false) }
 }
+
+/// How to open the storage a server runs on, chosen by the composition root (the CLI from
+/// `--database`, a test): NimbusCore and NimbusServer never name a driver. `open` receives the
+/// data directory, where an embedded driver keeps its files unless told otherwise.
+public struct StorageOpener: Sendable {
+    /// What the server prints at start: the driver and where its data is.
+    public var description: @Sendable (_ dataDirectory: String) -> String
+    public var open: @Sendable (_ dataDirectory: String) throws -> any StorageDriver
+
+    public init(
+        description: @escaping @Sendable (_ dataDirectory: String) -> String,
+        open: @escaping @Sendable (_ dataDirectory: String) throws -> any StorageDriver
+    ) {
+        self.description = description
+        self.open = open
+    }
+}

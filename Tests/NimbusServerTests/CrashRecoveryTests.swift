@@ -182,6 +182,51 @@ import Testing
     }
 }
 
+@Suite struct DatabaseOptionTests {
+    /// Runs a verb that should fail; its exit status and what it wrote to standard error.
+    static func failing(_ arguments: [String]) throws -> (status: Int32, error: String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: NimbusProcess.binary)
+        process.arguments = arguments
+        process.environment = NimbusProcess.environment
+        let error = Pipe()
+        process.standardError = error
+        process.standardOutput = Pipe()
+        try process.run()
+        let data = error.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+    }
+
+    @Test func aSQLitePathPutsTheDatabaseThereAndTheServerSaysSo() async throws {
+        let directory = NSTemporaryDirectory() + "nimbus-database-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let file = directory + "/elsewhere/custom.sqlite"
+        let server = try await NimbusProcess.serve(
+            arguments: ["serve", "--port", "0", "--data-dir", directory + "/data", "--database", "sqlite:" + file], workingDirectory: nil)
+        defer { server.stop() }
+        #expect(FileManager.default.fileExists(atPath: file))
+        #expect(!FileManager.default.fileExists(atPath: directory + "/data/nimbus.sqlite"))
+        #expect(server.output.contains("storage: SQLite WAL at \(file), synchronous=FULL"), "\(server.output)")
+    }
+
+    @Test(arguments: [
+        ("mysql://db/nimbus", "'mysql:' is not a driver Nimbus knows"),
+        ("nimbus.sqlite", "names no driver"),
+        ("sqlite:", "needs a file path"),
+        ("postgres://127.0.0.1/nimbus", "no PostgreSQL driver yet"),
+    ])
+    func aWrongDatabaseIsOneLineNamingWhatIsWrong(url: String, says: String) throws {
+        let directory = NSTemporaryDirectory() + "nimbus-database-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let (status, error) = try Self.failing(["containers", "create", "iCloud.x", "--data-dir", directory, "--database", url])
+        #expect(status != 0)
+        #expect(error.contains(says), "\(error)")
+        #expect(error.trimmingCharacters(in: .whitespacesAndNewlines).split(separator: "\n").count <= 2, "\(error)")
+        #expect(!FileManager.default.fileExists(atPath: directory + "/nimbus.sqlite"))
+    }
+}
+
 @Suite struct SchemaCommandTests {
     @Test func schemaVerbsDeployShowAndSetIndexes() async throws {
         let directory = NSTemporaryDirectory() + "nimbus-schema-" + UUID().uuidString

@@ -51,9 +51,8 @@ import Testing
 
     static func with(_ body: @Sendable (Harness) async throws -> Void) async throws {
         let log = LogLines()
-        var configuration = ServerConfiguration()
+        var configuration = ServerConfiguration.embedded()
         configuration.dataDirectory = NSTemporaryDirectory() + "nimbus-router-" + UUID().uuidString
-        configuration.synchronous = .normal
         configuration.service.passwordRounds = 1_000
         configuration.logLevel = .info
         configuration.logger = Logger(label: "test") { _ in CapturingHandler(sink: log) }
@@ -198,7 +197,7 @@ import Testing
         struct Leak: Error, CustomStringConvertible { var description: String { "SELECT secret FROM sqlite_master" } }
         let log = LogLines()
         let logger = Logger(label: "test") { _ in CapturingHandler(sink: log) }
-        var configuration = ServerConfiguration()
+        var configuration = ServerConfiguration.embedded()
         configuration.dataDirectory = NSTemporaryDirectory() + "nimbus-router-" + UUID().uuidString
         let directory = try await DataDirectory.open(configuration)
         defer { try? FileManager.default.removeItem(atPath: configuration.dataDirectory) }

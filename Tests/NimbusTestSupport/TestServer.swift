@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import NIOCore
 import NimbusCore
+import NimbusSQLite
 import NimbusServer
 import NimbusStorage
 import NimbusWire
@@ -41,11 +42,10 @@ public final class TestServer: Sendable {
 
     public static func start(configure: (inout ServerConfiguration) -> Void = { _ in }) async throws -> TestServer {
         let dataDirectory = NSTemporaryDirectory() + "nimbus-test-" + UUID().uuidString
-        var configuration = ServerConfiguration()
+        var configuration = ServerConfiguration.embedded()
         configuration.dataDirectory = dataDirectory
         configuration.port = 0
         configuration.logLevel = .error
-        configuration.synchronous = .normal
         configuration.service.passwordRounds = 1_000  // fast tests; production uses 210,000
         let clock = ManualClock(milliseconds: Int64(Date().timeIntervalSince1970 * 1000))
         configuration.service.clock = clock
@@ -345,4 +345,11 @@ extension JSON {
     public func fieldValue(_ name: String) -> JSON? { self["fields"]?[name]?["value"] }
     public var changeTag: String? { self["recordChangeTag"]?.stringValue }
     public var errorCode: String? { self["serverErrorCode"]?.stringValue }
+}
+
+extension ServerConfiguration {
+    /// SQLite in the data directory with synchronous=NORMAL (crash-safe; tests need no more).
+    public static func embedded() -> ServerConfiguration {
+        ServerConfiguration(storage: SQLiteStorage.opener(synchronous: .normal))
+    }
 }

@@ -1,0 +1,32 @@
+import ArgumentParser
+import Foundation
+import NimbusSQLite
+import NimbusStorage
+
+/// `--database` / `NIMBUS_DATABASE`: which storage driver, and where. The CLI is the one place
+/// that names a driver.
+///
+/// - empty (the default): SQLite in the data directory (`nimbus.sqlite`);
+/// - `sqlite:PATH` (also `sqlite://PATH`): SQLite at PATH;
+/// - `postgres://…` / `postgresql://…`: PostgreSQL, once its driver exists (issue 15).
+enum DatabaseURL {
+    static func opener(_ text: String, synchronous: SQLiteStorage.SynchronousMode) throws -> StorageOpener {
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        if trimmed.isEmpty { return SQLiteStorage.opener(synchronous: synchronous) }
+        guard let colon = trimmed.firstIndex(of: ":") else {
+            throw ValidationError("--database '\(trimmed)' names no driver; write sqlite:PATH (or leave it out for nimbus.sqlite in the data directory)")
+        }
+        let scheme = trimmed[..<colon].lowercased()
+        var rest = String(trimmed[trimmed.index(after: colon)...])
+        switch scheme {
+        case "sqlite":
+            if rest.hasPrefix("//") { rest.removeFirst(2) }
+            guard !rest.isEmpty else { throw ValidationError("--database sqlite: needs a file path, as in sqlite:/var/lib/nimbus/nimbus.sqlite") }
+            return SQLiteStorage.opener(path: rest, synchronous: synchronous)
+        case "postgres", "postgresql":
+            throw ValidationError("--database \(scheme): this build of Nimbus has no PostgreSQL driver yet; use sqlite:PATH")
+        default:
+            throw ValidationError("--database '\(scheme):' is not a driver Nimbus knows; write sqlite:PATH")
+        }
+    }
+}
