@@ -134,7 +134,7 @@ let package = Package(
             swiftSettings: strict),
         .testTarget(
             name: "NimbusStorageTests",
-            dependencies: ["NimbusStorage", "NimbusSQLite", "NimbusTestSupport"],
+            dependencies: ["NimbusStorage", "NimbusSQLite", "NimbusTestSupport", .product(name: "GRDB", package: "GRDB.swift")],
             swiftSettings: strict),
         .testTarget(
             name: "NimbusCoreTests",

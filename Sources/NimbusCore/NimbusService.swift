@@ -26,7 +26,8 @@ public final class NimbusService: Sendable {
         public init() {}
     }
 
-    public let storage: any StorageDriver
+    /// The driver, wrapped so that transactions that collide with concurrent ones run again.
+    public let storage: RetryingStorage
     public let options: Options
     var logger: Logger { options.logger }
     let keys: DerivedKeys
@@ -36,7 +37,7 @@ public final class NimbusService: Sendable {
     public let notificationHub = NotificationHub()
 
     public init(storage: any StorageDriver, options: Options = Options()) async throws {
-        self.storage = storage
+        self.storage = RetryingStorage(storage)
         self.options = options
         let secret = try await storage.read { try $0.installationSecret() }
         keys = DerivedKeys(installationSecret: secret)

@@ -24,7 +24,9 @@ public final class SQLiteStorage: StorageDriver {
     public let synchronous: SynchronousMode
 
     /// Opens (creating if needed) the database at `path` and brings its schema up to date.
-    public init(path: String, synchronous: SynchronousMode = .full) throws {
+    /// `busyTimeout`: how long a write waits for another process's write lock (the CLI beside
+    /// a running server) before failing with `StorageError.busy`.
+    public init(path: String, synchronous: SynchronousMode = .full, busyTimeout: TimeInterval = 10) throws {
         var configuration = Configuration()
         // Scans run on all cores but one (`ScanLane`): the core left over serves everything
         // else, however many slow queries wait (beside eight clients looping on a slow query,
@@ -35,7 +37,7 @@ public final class SQLiteStorage: StorageDriver {
         let scanWidth = max(1, cores - 1)
         configuration.maximumReaderCount = scanWidth + cores + 2
         // Another process (the CLI beside a running server) may hold the write lock briefly.
-        configuration.busyMode = .timeout(10)
+        configuration.busyMode = .timeout(busyTimeout)
         configuration.prepareDatabase { db in
             try db.execute(sql: "PRAGMA foreign_keys = ON")
             // Queries hop between index and record pages: map the file rather than copy pages
@@ -81,12 +83,39 @@ public final class SQLiteStorage: StorageDriver {
             return try readOnCurrentThread(body)
         case .scan:
             let pool = self.pool
-            return try await scans.run { try await pool.read { db in try body(SQLiteTransaction(db: db)) } }
+            do {
+                return try await scans.run { try await pool.read { db in try body(SQLiteTransaction(db: db)) } }
+            } catch let error as DatabaseError {
+                throw Self.normalized(error)
+            }
         }
     }
 
     private func readOnCurrentThread<Value>(_ body: (any StorageReader) throws -> Value) throws -> Value {
-        try pool.read { db in try body(SQLiteTransaction(db: db)) }
+        do {
+            return try pool.read { db in try body(SQLiteTransaction(db: db)) }
+        } catch let error as DatabaseError {
+            throw Self.normalized(error)
+        }
+    }
+
+    /// SQLite's errors in storage terms (`StorageError`); errors of other kinds (the
+    /// service's own, thrown from a closure) pass through.
+    static func normalized(_ error: any Error) -> any Error {
+        guard let error = error as? DatabaseError else { return error }
+        switch error.resultCode {
+        case .SQLITE_BUSY, .SQLITE_LOCKED:
+            return StorageError.busy("SQLite: \(error.message ?? "database is locked") (another process holds the write lock)")
+        case .SQLITE_FULL, .SQLITE_IOERR, .SQLITE_CANTOPEN, .SQLITE_READONLY, .SQLITE_NOMEM, .SQLITE_PROTOCOL:
+            return StorageError.unavailable("SQLite: \(error.message ?? "\(error.resultCode)")")
+        case .SQLITE_CORRUPT, .SQLITE_NOTADB:
+            return StorageError.corrupt("SQLite: \(error.message ?? "\(error.resultCode)")")
+        case .SQLITE_CONSTRAINT where error.extendedResultCode == .SQLITE_CONSTRAINT_UNIQUE
+            || error.extendedResultCode == .SQLITE_CONSTRAINT_PRIMARYKEY:
+            return StorageError.duplicate("SQLite: \(error.message ?? "unique constraint")")
+        default:
+            return error
+        }
     }
 
     public func write<Value: Sendable>(_ body: @escaping @Sendable (any StorageWriter) throws -> Value) async throws -> Value {
@@ -98,7 +127,7 @@ public final class SQLiteStorage: StorageDriver {
                     complete: { outcome in
                         switch outcome {
                         case .success: continuation.resume(returning: box.value!)
-                        case .failure(let error): continuation.resume(throwing: error)
+                        case .failure(let error): continuation.resume(throwing: Self.normalized(error))
                         }
                     }))
         }

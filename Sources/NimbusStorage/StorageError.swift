@@ -1,15 +1,42 @@
-/// Failures a driver reports in storage terms. The server shows none of these details to
-/// clients: they become `INTERNAL_ERROR` with the detail in the log.
+/// Failures a driver reports in storage terms, whatever its engine: each driver turns its own
+/// errors into these, so the service and the server decide what to do without knowing which
+/// engine failed. The server shows none of these details to clients: `busy`, `unavailable`
+/// and `serializationFailure` become `TRY_AGAIN_LATER` with `retryAfter`, the others
+/// `INTERNAL_ERROR`, and the detail goes to the log.
 public enum StorageError: Error, Sendable, CustomStringConvertible {
     /// The store's contents contradict its own invariants.
     case corrupt(String)
     /// A query needed more time than its budget (`RecordQuery.budget`).
     case queryTooExpensive(budget: Duration)
+    /// The store is locked or contended past what the driver waits for; the same work may
+    /// succeed in a moment (SQLite: another process held the write lock past the busy timeout).
+    case busy(String)
+    /// The store cannot be reached or written at all for now (a full disk, an I/O error, a
+    /// lost connection, a server that is down).
+    case unavailable(String)
+    /// The transaction collided with a concurrent one and was undone; running it again may
+    /// succeed. `RetryingStorage` does, a bounded number of times.
+    case serializationFailure(String)
+    /// A key that must be unique exists already.
+    case duplicate(String)
+
+    /// How long a client should wait before trying again, when trying again may help.
+    public var retryAfterSeconds: Int? {
+        switch self {
+        case .busy, .serializationFailure: return 1
+        case .unavailable: return 5
+        case .corrupt, .queryTooExpensive, .duplicate: return nil
+        }
+    }
 
     public var description: String {
         switch self {
         case .corrupt(let detail): return "storage is inconsistent: \(detail)"
         case .queryTooExpensive(let budget): return "the query needed more than \(budget) of processor time"
+        case .busy(let detail): return "storage is busy: \(detail)"
+        case .unavailable(let detail): return "storage is unavailable: \(detail)"
+        case .serializationFailure(let detail): return "the transaction collided with another: \(detail)"
+        case .duplicate(let detail): return "duplicate key: \(detail)"
         }
     }
 }

@@ -1,11 +1,13 @@
 import HTTPTypes
 import Hummingbird
 import Logging
+import NimbusStorage
 import NimbusWire
 
 /// Every thrown error becomes CloudKit's error JSON with the request UUID. A `CloudKitError`
 /// is answered as it is; the router's "no such route" becomes 404 (or 405 for a method no
-/// endpoint takes); anything else is `INTERNAL_ERROR`, its cause logged under the same UUID
+/// endpoint takes); a storage failure that may pass (`StorageError.retryAfterSeconds`) is
+/// `TRY_AGAIN_LATER` with `retryAfter`; anything else is `INTERNAL_ERROR`, its cause logged under the same UUID
 /// and never sent to the client. Applied by `EdgeMiddleware` around everything inside it.
 struct ErrorMapping: Sendable {
     typealias Context = NimbusRequestContext
@@ -20,6 +22,15 @@ struct ErrorMapping: Sendable {
             return Reply.error(error, context: context)
         case let error as HTTPError where error.status == .notFound && context.endpointPath == "NotFound":
             return Self.noRoute(request, context: context)
+        case let error as StorageError where error.retryAfterSeconds != nil:
+            // Nothing was written (a failed transaction leaves no trace); the client may retry.
+            let uuid = context.exchange.current.requestUUID
+            logger.warning(
+                "storage could not serve a request", metadata: ["uuid": "\(uuid)", "path": "\(request.uri.path)", "error": "\(error)"])
+            var answer = CloudKitError(
+                .tryAgainLater, "the server's storage is busy or unavailable for the moment; nothing was written, try again after retryAfter seconds")
+            answer.retryAfter = error.retryAfterSeconds
+            return Reply.error(answer, context: context)
         default:
             let uuid = context.exchange.current.requestUUID
             logger.error(

@@ -1,0 +1,46 @@
+import Foundation
+import NimbusStorage
+
+/// A driver that fails on purpose: wraps a real one and throws the errors it is told to, in
+/// order, instead of running the next transactions. Storage faults no machine here produces
+/// on demand (a serialization failure, a store that goes away) are injected through it.
+public final class FaultyStorage: StorageDriver, @unchecked Sendable {
+    public let base: any StorageDriver
+    private let lock = NSLock()
+    private var writeFaults: [StorageError] = []
+    private var scanFaults: [StorageError] = []
+    private var writesRun = 0
+
+    public init(_ base: any StorageDriver) {
+        self.base = base
+    }
+
+    /// The next writes (scans: queries, change feeds) throw these, one each, without running.
+    /// Point reads are never failed: a server's background tasks make them at any moment.
+    public func failWrites(_ errors: [StorageError]) { lock.withLock { writeFaults += errors } }
+    public func failScans(_ errors: [StorageError]) { lock.withLock { scanFaults += errors } }
+
+    /// Write transactions handed to the real driver so far.
+    public var writesRunCount: Int { lock.withLock { writesRun } }
+
+    public func read<Value: Sendable>(_ kind: ReadKind, _ body: @escaping @Sendable (any StorageReader) throws -> Value) async throws
+        -> Value
+    {
+        if kind == .scan, let fault = lock.withLock({ scanFaults.isEmpty ? nil : scanFaults.removeFirst() }) { throw fault }
+        return try await base.read(kind, body)
+    }
+
+    public func write<Value: Sendable>(_ body: @escaping @Sendable (any StorageWriter) throws -> Value) async throws -> Value {
+        let fault = lock.withLock { () -> StorageError? in
+            if writeFaults.isEmpty {
+                writesRun += 1
+                return nil
+            }
+            return writeFaults.removeFirst()
+        }
+        if let fault { throw fault }
+        return try await base.write(body)
+    }
+
+    public func close() async throws { try await base.close() }
+}
