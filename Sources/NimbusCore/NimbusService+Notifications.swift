@@ -7,32 +7,45 @@ import NimbusWire
 /// A write to a database someone subscribes to leaves its changes in the change outbox, in its
 /// own transaction. The pipeline drains the outbox in order: it matches each entry against the
 /// subscription index and, in one transaction, appends a notification per fired subscription
-/// to the subscriber's collection and removes the entries; after that commits it hands the
-/// notifications to the sinks (WebSockets, APNs, web-courier polls). A device that missed
-/// pushes reads the collection since its token. A crash anywhere leaves either the entries (to
-/// be matched after the restart) or the stored notifications: nothing acknowledged is lost, and
-/// a push may go out twice (clients dedupe by notification ID).
+/// to the subscriber's collection and removes the entries. Live delivery then pushes what the
+/// collection gained to this node's sinks (WebSockets, APNs, web-courier polls), reading it
+/// back in sequence order: so every node pushes every notification, whichever node's write
+/// caused it and whichever node matched it, and a crash loses nothing acknowledged. A device
+/// that missed pushes reads the collection since its token.
 extension NimbusService {
     /// Entries matched per transaction.
     static let outboxBatch = 64
-    /// How often the pipeline looks at the outbox without being woken: what a crash left, or
-    /// what a drain that failed could not take.
-    static let outboxPollInterval: Duration = .seconds(1)
+    /// Notifications pushed per read of the collection.
+    static let deliveryBatch = 500
+    /// How often the pipeline looks at the outbox and the collection without being woken:
+    /// what a crash left, what a failed drain could not take, and what other nodes stored.
+    static let pollInterval: Duration = .milliseconds(250)
 
     /// Runs until `notificationHub.finish()`: the server runs it beside the HTTP listener.
     public func runNotificationPipeline() async {
-        let poll = Task { [notificationHub] in
+        let hub = notificationHub
+        let poll = Task {
             while !Task.isCancelled {
-                try? await Task.sleep(for: Self.outboxPollInterval)
-                notificationHub.wake()
+                try? await Task.sleep(for: Self.pollInterval)
+                hub.wake()
+                hub.wakeDelivery()
             }
         }
         defer { poll.cancel() }
-        await drainOutbox()
-        for await _ in notificationHub.wakeups {
+        // Live delivery starts at what is stored now: older notifications are in the
+        // collection for the devices that missed them.
+        let start = (try? await storage.read { try $0.newestNotificationSequence() }) ?? 0
+        async let draining: Void = {
             await drainOutbox()
-        }
-        await drainOutbox()
+            for await _ in hub.wakeups { await drainOutbox() }
+            await drainOutbox()
+        }()
+        async let delivering: Void = {
+            var delivered = start
+            for await _ in hub.deliveryWakeups { delivered = await deliverStored(after: delivered) }
+            _ = await deliverStored(after: delivered)
+        }()
+        _ = await (draining, delivering)
     }
 
     /// Matches and stores what the outbox holds, a batch per transaction, until it is empty or
@@ -48,34 +61,78 @@ extension NimbusService {
                 logger.error("the change outbox could not be drained; it is tried again", metadata: ["error": "\(error)"])
                 return
             }
-            notificationHub.index.withLock { index in
-                for subscription in drained.firedOnce { index.remove(databaseID: subscription.databaseID, key: subscription.key) }
-            }
+            applyOwnSubscriptionChanges(
+                drained.firedOnce.map { ($0.databaseID, $0.key, nil) }, before: drained.versions.before, after: drained.versions.after)
             notificationHub.statistics.withLock {
                 $0.writesMatched += drained.entries
                 $0.matchingNanoseconds += drained.matchingNanoseconds
-                $0.notificationsStored += drained.notifications.count
+                $0.notificationsStored += drained.notificationsStored
             }
-            if !drained.notifications.isEmpty {
-                for sink in notificationHub.currentSinks { sink.deliver(drained.notifications) }
-            }
+            if drained.notificationsStored > 0 { notificationHub.wakeDelivery() }
             if drained.entries < Self.outboxBatch { return }
         }
+    }
+
+    /// Pushes the collection's notifications after `sequence` to this node's sinks; returns
+    /// the last sequence pushed (or tried: a notification whose payload does not read is
+    /// logged and skipped).
+    func deliverStored(after sequence: Int64) async -> Int64 {
+        var delivered = sequence
+        while true {
+            let rows: [NotificationRow]
+            do {
+                let after = delivered
+                rows = try await storage.read { try $0.notifications(after: after, limit: Self.deliveryBatch) }
+            } catch {
+                logger.error("stored notifications could not be read for delivery", metadata: ["error": "\(error)"])
+                return delivered
+            }
+            guard let last = rows.last else { return delivered }
+            var pushed: [PushedNotification] = []
+            pushed.reserveCapacity(rows.count)
+            for row in rows {
+                guard let payload = try? JSON.parse(row.payload) else {
+                    logger.error("a stored notification's payload does not read", metadata: ["sequence": "\(row.sequence)"])
+                    continue
+                }
+                pushed.append(
+                    PushedNotification(
+                        owner: row.owner, sequence: row.sequence, notificationID: row.notificationID,
+                        originDeviceID: row.originDeviceID, payload: payload, collapseID: row.delivery.collapseID,
+                        isSilent: row.delivery.isSilent, syncToken: notificationToken(row.owner, sequence: row.sequence)))
+            }
+            for sink in notificationHub.currentSinks { sink.deliver(pushed) }
+            delivered = last.sequence
+            if rows.count < Self.deliveryBatch { return delivered }
+        }
+    }
+
+    /// Puts a write's changes in the outbox (see `NotificationHub.enqueue`), with the
+    /// subscription index brought up to date first: a subscription another node made a moment
+    /// ago must already count.
+    func queueForMatching(_ committed: CommittedChanges?, at time: Int64, tx: any StorageWriter) throws -> Bool {
+        guard committed != nil else { return false }
+        try refreshSubscriptionIndex(tx)
+        return try notificationHub.enqueue(committed, at: time, tx: tx)
     }
 
     /// What one drain transaction did.
     struct OutboxDrain: Sendable {
         var entries = 0
-        var notifications: [PushedNotification] = []
+        var notificationsStored = 0
         var firedOnce: [Subscription] = []
         var matchingNanoseconds: Int64 = 0
+        /// `subscriptionsVersion` before and after (firesOnce subscriptions are deleted).
+        var versions: (before: Int64, after: Int64) = (0, 0)
     }
 
     /// Matches the oldest outbox entries, stores their notifications and removes them, in the
     /// caller's transaction.
     private func matchOutbox(_ tx: any StorageWriter) throws -> OutboxDrain {
+        try refreshSubscriptionIndex(tx)
         let entries = try tx.outbox(limit: Self.outboxBatch)
         var drain = OutboxDrain(entries: entries.count)
+        drain.versions.before = try tx.subscriptionsVersion()
         var spent: [Int64: Set<Subscription.Key>] = [:]  // by database
         let now = self.now
         for entry in entries {
@@ -95,17 +152,18 @@ extension NimbusService {
             }
             let elapsed = ContinuousClock.now - started
             drain.matchingNanoseconds += elapsed.components.seconds * 1_000_000_000 + elapsed.components.attoseconds / 1_000_000_000
-            drain.notifications += try storeNotifications(for: matches, of: committed, at: now, tx: tx)
+            drain.notificationsStored += try storeNotifications(for: matches, of: committed, at: now, tx: tx)
             drain.firedOnce += matches.filter(\.subscription.firesOnce).map(\.subscription)
         }
         try tx.removeOutbox(sequences: entries.map(\.sequence))
+        drain.versions.after = try tx.subscriptionsVersion()
         return drain
     }
 
-    /// Appends a notification per match to its subscriber's collection.
+    /// Appends a notification per match to its subscriber's collection; returns how many.
     private func storeNotifications(
         for matches: [SubscriptionMatch], of committed: CommittedChanges, at now: Int64, tx: any StorageWriter
-    ) throws -> [PushedNotification] {
+    ) throws -> Int {
         // One change seen by several subscriptions: the notifications share their ID
         // (reference §11.3), so marking one read marks the change read.
         var eventIDs: [String: String] = [:]
@@ -116,7 +174,7 @@ extension NimbusService {
             eventIDs[event] = id
             return id
         }
-        return try matches.map { match in
+        for match in matches {
             let notificationID = eventID(match)
             let subscription = match.subscription
             let owner = NotificationOwner(
@@ -128,19 +186,17 @@ extension NimbusService {
                 try tx.setBadge(owner: owner, value: badge!)
             }
             let payload = try self.payload(match, notificationID: notificationID, badge: badge)
-            let sequence = try tx.insertNotification(
+            _ = try tx.insertNotification(
                 owner: owner, notificationID: notificationID, originDeviceID: committed.deviceID,
-                payload: payload.serialized(), createdAt: now)
+                payload: payload.serialized(), createdAt: now,
+                delivery: NotificationDelivery(collapseID: try self.collapseID(match), isSilent: subscription.isSilent))
             if subscription.firesOnce {
                 _ = try tx.deleteSubscription(
                     databaseID: subscription.databaseID, userID: subscription.key.userID,
                     subscriptionID: subscription.key.subscriptionID)
             }
-            return PushedNotification(
-                owner: owner, sequence: sequence, notificationID: notificationID, originDeviceID: committed.deviceID,
-                payload: payload, collapseID: try self.collapseID(match),
-                isSilent: subscription.isSilent, syncToken: self.notificationToken(owner, sequence: sequence))
         }
+        return matches.count
     }
 
     // MARK: Payloads
@@ -302,20 +358,16 @@ extension NimbusService {
                 userRecordName: try caller.requireUser(for: "Marking notifications read").recordName,
                 environment: Self.environmentNumber(caller.environment), event: .read(notificationIDs: ids))
         ).json
-        let (found, pushed) = try await storage.write { tx -> ([String], PushedNotification?) in
+        let found = try await storage.write { tx -> [String] in
             let found = try tx.markNotificationsRead(owner: owner, notificationIDs: ids)
-            guard !found.isEmpty else { return (found, nil) }
-            let sequence = try tx.insertNotification(
+            guard !found.isEmpty else { return found }
+            _ = try tx.insertNotification(
                 owner: owner, notificationID: notificationID, originDeviceID: caller.deviceID, payload: payload.serialized(),
-                createdAt: now)
-            return (
-                found,
-                PushedNotification(
-                    owner: owner, sequence: sequence, notificationID: notificationID, originDeviceID: caller.deviceID,
-                    payload: payload, collapseID: nil, isSilent: true, syncToken: self.notificationToken(owner, sequence: sequence))
-            )
+                createdAt: now, delivery: NotificationDelivery(isSilent: true))
+            return found
         }
-        if let pushed { for sink in notificationHub.currentSinks { sink.deliver([pushed]) } }
+        // Every node's live delivery pushes the read event from the collection.
+        if !found.isEmpty { notificationHub.wakeDelivery() }
         return MarkNotificationsReadResponse(notificationIDs: found)
     }
 

@@ -92,7 +92,7 @@ extension NimbusService {
                 if atomic, results.contains(where: { if case .failure = $0 { return true } else { return false } }) {
                     throw AtomicBatchFailed(results: results)
                 }
-                let queued = try self.notificationHub.enqueue(
+                let queued = try self.queueForMatching(
                     log.committed(in: database, deviceID: target.caller.deviceID), at: stamp.timestamp, tx: tx)
                 return (results, queued)
             }

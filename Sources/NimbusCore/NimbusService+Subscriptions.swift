@@ -41,7 +41,8 @@ extension NimbusService {
         let user = try target.caller.requireUser(for: "Subscriptions")
         let key = try target.key()
         let now = self.now
-        let (results, changes) = try await storage.write { tx in
+        let (results, changes, versions) = try await storage.write { tx in
+            let before = try tx.subscriptionsVersion()
             let database = try tx.ensureDatabase(key)
             var seen = Set<String>()
             var changes: [(Subscription.Key, Subscription?)] = []
@@ -94,13 +95,9 @@ extension NimbusService {
                     return .failure(error)
                 }
             }
-            return (results, changes.map { (database.id, $0.0, $0.1) })
+            return (results, changes.map { (database.id, $0.0, $0.1) }, (before, try tx.subscriptionsVersion()))
         }
-        notificationHub.index.withLock { index in
-            for (databaseID, key, subscription) in changes {
-                if let subscription { index.insert(subscription) } else { index.remove(databaseID: databaseID, key: key) }
-            }
-        }
+        applyOwnSubscriptionChanges(changes, before: versions.0, after: versions.1)
         return SubscriptionsResponse(subscriptions: results)
     }
 
@@ -161,22 +158,51 @@ extension NimbusService {
     /// changed type) is left out, so it stops firing rather than stopping the server; the log
     /// says which and why, so its owner can save it again.
     func loadSubscriptions() async throws -> SubscriptionIndex {
-        try await storage.read { tx in
-            var index = SubscriptionIndex()
-            for row in try tx.allSubscriptions() {
-                do {
-                    let input = try Self.definition(row.definition)
-                    index.insert(try self.compile(row, input: input, tx: tx))
-                } catch {
-                    self.logger.warning(
-                        "a stored subscription no longer compiles and will not fire until it is saved again",
-                        metadata: [
-                            WireKey.subscriptionID: "\(row.subscriptionID)", "databaseID": "\(row.databaseID)",
-                            "userID": "\(row.userID)", "error": "\(error)",
-                        ])
-                }
+        try await storage.read { tx in try self.buildSubscriptionIndex(tx) }
+    }
+
+    /// Every stored subscription, compiled, at the version `tx` sees.
+    func buildSubscriptionIndex(_ tx: any StorageReader) throws -> SubscriptionIndex {
+        var index = SubscriptionIndex()
+        index.version = try tx.subscriptionsVersion()
+        for row in try tx.allSubscriptions() {
+            do {
+                let input = try Self.definition(row.definition)
+                index.insert(try self.compile(row, input: input, tx: tx))
+            } catch {
+                self.logger.warning(
+                    "a stored subscription no longer compiles and will not fire until it is saved again",
+                    metadata: [
+                        WireKey.subscriptionID: "\(row.subscriptionID)", "databaseID": "\(row.databaseID)",
+                        "userID": "\(row.userID)", "error": "\(error)",
+                    ])
             }
-            return index
+        }
+        return index
+    }
+
+    /// Builds the index again if subscriptions changed in storage since it was built (another
+    /// node saved or deleted one): in the transaction that is about to rely on it.
+    func refreshSubscriptionIndex(_ tx: any StorageReader) throws {
+        let version = try tx.subscriptionsVersion()
+        guard notificationHub.index.withLock({ $0.version }) != version else { return }
+        let index = try buildSubscriptionIndex(tx)
+        notificationHub.index.withLock { current in
+            if current.version != index.version { current = index }
+        }
+    }
+
+    /// This process's own subscription changes, applied to the index after they commit.
+    /// `before` and `after` are storage's versions around them, in their transaction: if the
+    /// index was at `before`, nothing else changed in between and it is now at `after`.
+    func applyOwnSubscriptionChanges(
+        _ changes: [(databaseID: Int64, key: Subscription.Key, subscription: Subscription?)], before: Int64, after: Int64
+    ) {
+        notificationHub.index.withLock { index in
+            for (databaseID, key, subscription) in changes {
+                if let subscription { index.insert(subscription) } else { index.remove(databaseID: databaseID, key: key) }
+            }
+            if index.version == before { index.version = after }
         }
     }
 

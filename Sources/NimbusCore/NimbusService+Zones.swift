@@ -115,7 +115,7 @@ extension NimbusService {
                     return .failure(error)
                 }
             }
-            return (results, try self.notificationHub.enqueue(log.committed(in: database, deviceID: target.caller.deviceID), at: now, tx: tx))
+            return (results, try self.queueForMatching(log.committed(in: database, deviceID: target.caller.deviceID), at: now, tx: tx))
         }
         if queued { notificationHub.wake() }
         return ZonesResponse(zones: results)

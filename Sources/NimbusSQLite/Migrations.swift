@@ -304,5 +304,16 @@ enum Migrations {
                     );
                     """)
         }
+        migrator.registerMigration("v10-shared-delivery") { db in
+            try db.execute(
+                sql: """
+                    -- Every node pushes the notifications any node stored: how to push them is
+                    -- stored with them.
+                    ALTER TABLE notifications ADD COLUMN collapse_id TEXT;
+                    ALTER TABLE notifications ADD COLUMN silent INTEGER NOT NULL DEFAULT 0;
+                    -- Bumped by every subscription saved or deleted, so every node's index follows.
+                    INSERT INTO meta (key, value) VALUES ('subscriptions_version', 0);
+                    """)
+        }
     }
 }

@@ -51,13 +51,24 @@ extension SQLiteTransaction {
             INSERT OR REPLACE INTO subscriptions (database_id, user_id, subscription_id, definition, created_at)
             VALUES (?, ?, ?, ?, ?)
             """, [row.databaseID, row.userID, row.subscriptionID, Data(row.definition), row.createdAt])
+        try bumpSubscriptionsVersion()
+    }
+
+    private func bumpSubscriptionsVersion() throws {
+        try execute("UPDATE meta SET value = value + 1 WHERE key = 'subscriptions_version'")
+    }
+
+    func subscriptionsVersion() throws -> Int64 {
+        try fetchRow("SELECT value FROM meta WHERE key = 'subscriptions_version'")?["value"] ?? 0
     }
 
     func deleteSubscription(databaseID: Int64, userID: Int64, subscriptionID: String) throws -> Bool {
         try execute(
             "DELETE FROM subscriptions WHERE database_id = ? AND user_id = ? AND subscription_id = ?",
             [databaseID, userID, subscriptionID])
-        return db.changesCount > 0
+        guard db.changesCount > 0 else { return false }
+        try bumpSubscriptionsVersion()
+        return true
     }
 
     // MARK: The notification collection
@@ -65,15 +76,36 @@ extension SQLiteTransaction {
     func notifications(owner: NotificationOwner, after sequence: Int64, limit: Int) throws -> [NotificationRow] {
         try fetchRows(
             """
-            SELECT sequence, notification_id, origin_device, payload, created_at, read FROM notifications
+            SELECT \(Self.notificationColumns) FROM notifications
             WHERE container = ? AND environment = ? AND user_id = ? AND sequence > ? ORDER BY sequence LIMIT ?
             """, [owner.container, owner.environment.rawValue, owner.userID, sequence, limit]
-        ).map { row in
-            let payload: Data = row["payload"]
-            return NotificationRow(
-                sequence: row["sequence"], owner: owner, notificationID: row["notification_id"],
-                originDeviceID: row["origin_device"], payload: Array(payload), createdAt: row["created_at"], isRead: row["read"])
+        ).map(notificationRow)
+    }
+
+    func notifications(after sequence: Int64, limit: Int) throws -> [NotificationRow] {
+        try fetchRows(
+            "SELECT \(Self.notificationColumns) FROM notifications WHERE sequence > ? ORDER BY sequence LIMIT ?", [sequence, limit]
+        ).map(notificationRow)
+    }
+
+    func newestNotificationSequence() throws -> Int64 {
+        try fetchRow("SELECT max(sequence) AS newest FROM notifications")?["newest"] ?? 0
+    }
+
+    private static let notificationColumns = """
+        sequence, container, environment, user_id, notification_id, origin_device, payload, created_at, read, collapse_id, silent
+        """
+
+    private func notificationRow(_ row: Row) throws -> NotificationRow {
+        guard let environment = Environment(rawValue: row["environment"]) else {
+            throw StorageError.corrupt("notification \(row["sequence"] as Int64) names environment \(row["environment"] as String)")
         }
+        let payload: Data = row["payload"]
+        return NotificationRow(
+            sequence: row["sequence"], owner: NotificationOwner(container: row["container"], environment: environment, userID: row["user_id"]),
+            notificationID: row["notification_id"], originDeviceID: row["origin_device"], payload: Array(payload),
+            createdAt: row["created_at"], isRead: row["read"],
+            delivery: NotificationDelivery(collapseID: row["collapse_id"], isSilent: row["silent"]))
     }
 
     func notificationsPrunedThrough() throws -> Int64 {
@@ -81,14 +113,19 @@ extension SQLiteTransaction {
     }
 
     func insertNotification(
-        owner: NotificationOwner, notificationID: String, originDeviceID: String, payload: [UInt8], createdAt: Int64
+        owner: NotificationOwner, notificationID: String, originDeviceID: String, payload: [UInt8], createdAt: Int64,
+        delivery: NotificationDelivery
     ) throws -> Int64 {
         try execute(
             """
-            INSERT INTO notifications (container, environment, user_id, notification_id, origin_device, payload, created_at)
-            VALUES (?, ?, ?, ?, ?, ?, ?)
+            INSERT INTO notifications (
+                container, environment, user_id, notification_id, origin_device, payload, created_at, collapse_id, silent)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
             """,
-            [owner.container, owner.environment.rawValue, owner.userID, notificationID, originDeviceID, Data(payload), createdAt])
+            [
+                owner.container, owner.environment.rawValue, owner.userID, notificationID, originDeviceID, Data(payload), createdAt,
+                delivery.collapseID, delivery.isSilent,
+            ])
         return db.lastInsertedRowID
     }
 

@@ -46,10 +46,12 @@ public struct NotificationRow: Sendable, Hashable {
     public var payload: [UInt8]
     public var createdAt: Int64
     public var isRead: Bool
+    /// How live delivery pushes it (stored, so that any node can push what another stored).
+    public var delivery: NotificationDelivery
 
     public init(
         sequence: Int64, owner: NotificationOwner, notificationID: String, originDeviceID: String, payload: [UInt8],
-        createdAt: Int64, isRead: Bool
+        createdAt: Int64, isRead: Bool, delivery: NotificationDelivery = NotificationDelivery()
     ) {
         self.sequence = sequence
         self.owner = owner
@@ -58,6 +60,20 @@ public struct NotificationRow: Sendable, Hashable {
         self.payload = payload
         self.createdAt = createdAt
         self.isRead = isRead
+        self.delivery = delivery
+    }
+}
+
+/// What a push of a notification needs beyond its payload, decided when it is matched.
+public struct NotificationDelivery: Sendable, Hashable {
+    /// `apns-collapse-id`.
+    public var collapseID: String?
+    /// A background push (nothing to show).
+    public var isSilent: Bool
+
+    public init(collapseID: String? = nil, isSilent: Bool = false) {
+        self.collapseID = collapseID
+        self.isSilent = isSilent
     }
 }
 

@@ -100,6 +100,15 @@ public protocol StorageReader {
     func allSubscriptions() throws -> [SubscriptionRow]
     /// The owner's notifications after `sequence`, oldest first.
     func notifications(owner: NotificationOwner, after sequence: Int64, limit: Int) throws -> [NotificationRow]
+    /// Every owner's notifications after `sequence`, oldest first: what live delivery pushes.
+    /// Sequences become visible in order (a later one is never seen before an earlier one
+    /// commits), so a reader that remembers the last it saw misses none.
+    func notifications(after sequence: Int64, limit: Int) throws -> [NotificationRow]
+    /// The newest notification's sequence (0 when there is none).
+    func newestNotificationSequence() throws -> Int64
+    /// A number that changes whenever any subscription is saved or deleted, by any process:
+    /// a node whose subscription index was built at another version builds it again.
+    func subscriptionsVersion() throws -> Int64
     /// The highest sequence removed by pruning: a token before it has missed notifications.
     func notificationsPrunedThrough() throws -> Int64
     /// The oldest entries of the change outbox, in the order their transactions committed
@@ -168,9 +177,11 @@ public protocol StorageWriter: StorageReader {
 
     func addSchemaRecordType(container: String, environment: Environment, _ recordType: String) throws
 
-    /// Inserts or replaces the subscription with the same database, user and ID.
+    /// Inserts or replaces the subscription with the same database, user and ID (and changes
+    /// `subscriptionsVersion`).
     func putSubscription(_ row: SubscriptionRow) throws
-    /// Returns false when there was no such subscription.
+    /// Returns false when there was no such subscription (and changes `subscriptionsVersion`
+    /// when there was).
     func deleteSubscription(databaseID: Int64, userID: Int64, subscriptionID: String) throws -> Bool
     /// Appends what this transaction changed, for subscription matching, to the change outbox:
     /// it commits with the change or not at all, so a change whose write was acknowledged is
@@ -181,7 +192,8 @@ public protocol StorageWriter: StorageReader {
     func removeOutbox(sequences: [Int64]) throws
     /// Appends to the owner's collection; returns the new entry's sequence.
     func insertNotification(
-        owner: NotificationOwner, notificationID: String, originDeviceID: String, payload: [UInt8], createdAt: Int64
+        owner: NotificationOwner, notificationID: String, originDeviceID: String, payload: [UInt8], createdAt: Int64,
+        delivery: NotificationDelivery
     ) throws -> Int64
     /// Marks the owner's notifications with these IDs read; returns the IDs that exist.
     func markNotificationsRead(owner: NotificationOwner, notificationIDs: [String]) throws -> [String]

@@ -354,4 +354,42 @@ import Testing
         #expect(left.map { String(decoding: $0.body, as: UTF8.self) } == ["change 3", "change 4"])
         try await storage.close()
     }
+
+    /// What lets several nodes share notifications: a subscriptions version that every save and
+    /// delete changes, and every owner's notifications in sequence order, with how to push them.
+    @Test(arguments: drivers)
+    func subscriptionsVersionAndTheWholeCollectionServeEveryNode(driver: Driver) async throws {
+        try await withDriver(driver) { storage in
+            let database = try await storage.write { try $0.ensureDatabase(Self.key) }
+            let start = try await storage.read { try $0.subscriptionsVersion() }
+            let row = SubscriptionRow(
+                databaseID: database.id, database: Self.key, userID: 7, subscriptionID: "s", definition: Array("{}".utf8), createdAt: 1)
+            try await storage.write { try $0.putSubscription(row) }
+            let saved = try await storage.read { try $0.subscriptionsVersion() }
+            #expect(saved != start)
+            #expect(try await !storage.write { try $0.deleteSubscription(databaseID: database.id, userID: 7, subscriptionID: "none") })
+            #expect(try await storage.read { try $0.subscriptionsVersion() } == saved, "deleting nothing changes nothing")
+            #expect(try await storage.write { try $0.deleteSubscription(databaseID: database.id, userID: 7, subscriptionID: "s") })
+            #expect(try await storage.read { try $0.subscriptionsVersion() } != saved)
+
+            #expect(try await storage.read { try $0.newestNotificationSequence() } == 0)
+            let owners = [NotificationOwner(container: "c", environment: .development, userID: 7),
+                          NotificationOwner(container: "c", environment: .production, userID: 8)]
+            for index in 0..<4 {
+                _ = try await storage.write {
+                    try $0.insertNotification(
+                        owner: owners[index % 2], notificationID: "n\(index)", originDeviceID: "d", payload: Array("{}".utf8), createdAt: 1,
+                        delivery: NotificationDelivery(collapseID: index == 1 ? "group" : nil, isSilent: index == 2))
+                }
+            }
+            let all = try await storage.read { try $0.notifications(after: 0, limit: 10) }
+            #expect(all.map(\.notificationID) == ["n0", "n1", "n2", "n3"])
+            #expect(all.map(\.owner) == [owners[0], owners[1], owners[0], owners[1]])
+            #expect(all.map(\.delivery) == [
+                NotificationDelivery(), NotificationDelivery(collapseID: "group"), NotificationDelivery(isSilent: true), NotificationDelivery(),
+            ])
+            #expect(try await storage.read { try $0.newestNotificationSequence() } == all.last?.sequence)
+            #expect(try await storage.read { try $0.notifications(after: all[1].sequence, limit: 1) }.map(\.notificationID) == ["n2"])
+        }
+    }
 }

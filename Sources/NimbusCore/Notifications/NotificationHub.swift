@@ -54,9 +54,13 @@ final class Locked<Value>: @unchecked Sendable {
 /// task, so matching and delivery never slow or block a write, and a crash loses nothing a
 /// client was told was saved.
 public final class NotificationHub: Sendable {
-    /// One element per wake-up; wake-ups that arrive while the pipeline drains fold into one.
+    /// One element per wake-up of the outbox drain; wake-ups that arrive while it drains fold
+    /// into one.
     let wakeups: AsyncStream<Void>
     private let continuation: AsyncStream<Void>.Continuation
+    /// The same for live delivery, which pushes what the collection gained.
+    let deliveryWakeups: AsyncStream<Void>
+    private let deliveryContinuation: AsyncStream<Void>.Continuation
     /// Every subscription, compiled; read from storage when the service starts and kept in
     /// step by every change to subscriptions after it commits.
     let index = Locked(SubscriptionIndex())
@@ -65,12 +69,13 @@ public final class NotificationHub: Sendable {
 
     init() {
         (wakeups, continuation) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
+        (deliveryWakeups, deliveryContinuation) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
     }
 
     /// Writes `committed` to the outbox in `tx`, the transaction that made the change, unless
     /// nobody subscribes to its database (then matching could find nothing, and the write
     /// costs nothing extra). Returns whether it wrote: the caller wakes the pipeline after
-    /// its commit.
+    /// its commit. The index must be current (`NimbusService.queueForMatching`).
     func enqueue(_ committed: CommittedChanges?, at time: Int64, tx: any StorageWriter) throws -> Bool {
         guard let committed, index.withLock({ $0.watches(databaseID: committed.database.id) }) else { return false }
         try tx.appendOutbox(databaseID: committed.database.id, body: OutboxCodec.encode(committed), createdAt: time)
@@ -80,8 +85,14 @@ public final class NotificationHub: Sendable {
     /// Tells the pipeline the outbox has something new. Never waits.
     func wake() { continuation.yield() }
 
-    /// Ends the pipeline after one last drain of the outbox.
-    public func finish() { continuation.finish() }
+    /// Tells live delivery the collection has something new. Never waits.
+    func wakeDelivery() { deliveryContinuation.yield() }
+
+    /// Ends the pipeline after one last drain of the outbox and one last delivery.
+    public func finish() {
+        continuation.finish()
+        deliveryContinuation.finish()
+    }
 
     public func addSink(_ sink: any NotificationSink) {
         sinks.withLock { $0.append(sink) }

@@ -66,6 +66,10 @@ struct SubscriptionMatch: Sendable {
 /// equality value (query subscriptions). Cost per write stays flat as subscriptions grow,
 /// as long as they differ in an equality filter (`docs/notifications.md`).
 struct SubscriptionIndex: Sendable {
+    /// Storage's `subscriptionsVersion` this index reflects: when storage shows another, a
+    /// process (this node or another) changed subscriptions the index may not have.
+    var version: Int64 = -1
+
     private struct QueryFiling: Sendable {
         /// field → value → subscriptions with that `EQUALS` filter.
         var byEquality: [String: [IndexValue: [Subscription.Key: Subscription]]] = [:]

@@ -1,0 +1,50 @@
+import Foundation
+import NimbusTestSupport
+import NimbusWire
+import Testing
+
+/// Two `nimbus serve` processes on one store serve the same containers: sessions made on one
+/// work on the other, a subscription made on one fires for writes on the other, and a write on
+/// one reaches a WebSocket client connected to the other. Here the store is one SQLite file
+/// (WAL lets processes share it); the nodes share nothing else, as nodes on one PostgreSQL
+/// share nothing else.
+@Suite struct MultiNodeTests {
+    @Test func aWriteOnOneNodeNotifiesAWebSocketClientOnTheOther() async throws {
+        let (dataDirectory, container, apiToken) = try CrashRecoveryTests.prepareDataDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dataDirectory) }
+        let (nodeA, onA) = try await CrashRecoveryTests.serveSignedIn(dataDirectory, container: container, apiToken: apiToken)
+        defer { nodeA.stop() }
+        let nodeB = try await NimbusProcess.serve(dataDirectory: dataDirectory)
+        defer { nodeB.stop() }
+        // The session A issued, used on B.
+        let onB = APIClient(
+            baseURL: nodeB.baseURL, container: container, environment: .development, apiToken: apiToken,
+            webAuthToken: onA.webAuthToken, userRecordName: nil)
+
+        #expect(try await onA.createZone("Shared").status == 200)
+        #expect(try await onB.lookup(zone: "Shared", ["nothing"]).status == 200, "the zone made on A is there on B")
+        // A subscription made on B, to the zone A made.
+        let subscribed = try await onB.post(
+            "private", "subscriptions/modify",
+            ["operations": [["operationType": "create", "subscription": ["subscriptionID": "z", "subscriptionType": "zone", "zoneID": ["zoneName": "Shared"]]]]])
+        #expect(subscribed.status == 200 && !subscribed.text.contains("serverErrorCode"), "\(subscribed.text)")
+
+        let listener = try await NotificationListener.connect(onB.onDevice("phone-on-B"))
+        defer { listener.close() }
+        // The write goes to A; the phone listens on B.
+        let saved = try await onA.onDevice("laptop-on-A").modify(zone: "Shared", [Op.create("r1")])
+        #expect(saved.status == 200 && saved.records.first?.errorCode == nil, "\(saved.text)")
+        let frame = try await listener.next(within: 10)
+        #expect(frame["type"] == "notification")
+        #expect(frame["payload"]?["ck"]?["fet"]?["sid"] == "z", "\(frame)")
+        #expect(frame["payload"]?["ck"]?["fet"]?["zid"] == "Shared", "\(frame)")
+        // Once: both nodes push only to their own connections.
+        #expect(await listener.nothing(within: 1))
+
+        // And the collection is the same from either node.
+        let fromA = try await onA.onDevice("phone-on-B").device("notifications/changes")
+        let fromB = try await onB.onDevice("phone-on-B").device("notifications/changes")
+        #expect(fromA.json["notifications"]?.arrayValue?.count == 1)
+        #expect(fromA.json["notifications"] == fromB.json["notifications"])
+    }
+}
