@@ -6,11 +6,11 @@
 # production schema, synchronous=NORMAL; the rows whose names contain ONLY (default: the
 # single-record creates, the batch and fetch by ID). Prints each pass's table, then medians.
 #
-#   Benchmarks/ab.sh OTHER-WORKTREE [seconds] [rounds] [records] [only]
+#   Benchmarks/ab.sh OTHER-WORKTREE-OR-BINARY [seconds] [rounds] [records] [only]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source Benchmarks/lib.sh
-OTHER=$(cd "$1" && swift build -c release --show-bin-path)/nimbus
+if [ -f "$1" ]; then OTHER=$1; else OTHER=$(cd "$1" && swift build -c release --show-bin-path)/nimbus; fi
 SECONDS_PER=${2:-5}
 ROUNDS=${3:-3}
 RECORDS=${4:-100000}
