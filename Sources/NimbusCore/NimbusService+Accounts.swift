@@ -39,14 +39,13 @@ extension NimbusService {
     public func createContainer(id: String) async throws {
         try Self.validateContainerID(id)
         let createdAt = now
-        try await storage.write { tx in
-            if try tx.container(id: id) != nil { throw CloudKitError(.exists, "container '\(id)' already exists") }
-            try tx.insertContainer(ContainerRow(id: id, createdAt: createdAt))
+        guard try await accounts.createContainer(ContainerRow(id: id, createdAt: createdAt)) else {
+            throw CloudKitError(.exists, "container '\(id)' already exists")
         }
     }
 
     public func containers() async throws -> [ContainerRow] {
-        try await storage.read { try $0.containers() }
+        try await accounts.containers()
     }
 
     /// Makes a new API token for the container and environment and returns it; only its hash is kept.
@@ -61,11 +60,8 @@ extension NimbusService {
         let row = APITokenRow(
             tokenHash: Credentials.tokenHash(token), container: container, environment: environment, createdAt: now,
             isRevoked: false, allowedOrigins: origins)
-        try await storage.write { tx in
-            guard try tx.container(id: container) != nil else {
-                throw CloudKitError(.notFound, "container '\(Names.escaped(container))' does not exist; create it with `nimbus containers create`")
-            }
-            try tx.insertAPIToken(row)
+        guard try await accounts.createAPIToken(row) else {
+            throw CloudKitError(.notFound, "container '\(Names.escaped(container))' does not exist; create it with `nimbus containers create`")
         }
         return token
     }
@@ -90,14 +86,14 @@ extension NimbusService {
         let hash = Credentials.tokenHash(apiToken)
         let time = now
         if let cached = credentialCache.tokens.value(for: hash, now: time) { return cached.isRevoked ? nil : cached }
-        guard let row = try await storage.read({ try $0.apiToken(hash: hash) }) else { return nil }
+        guard let row = try await accounts.credentials(apiTokenHash: hash, sessionHash: nil).apiToken else { return nil }
         credentialCache.tokens.remember(row, for: hash, now: time)
         return row.isRevoked ? nil : row
     }
 
     public func revokeAPITokens(container: String, environment: Environment?) async throws -> Int {
         defer { credentialCache.clear() }
-        return try await storage.write { try $0.revokeAPITokens(container: container, environment: environment) }
+        return try await accounts.revokeAPITokens(container: container, environment: environment)
     }
 
     public func createUser(name: String, password: String) async throws -> UserRow {
@@ -107,21 +103,19 @@ extension NimbusService {
         }
         let hash = try Credentials.hashPassword(password, rounds: options.passwordRounds)
         let createdAt = now
-        return try await storage.write { tx in
-            if try tx.user(name: name) != nil { throw CloudKitError(.exists, "user '\(name)' already exists") }
-            return try tx.insertUser(name: name, passwordHash: hash, createdAt: createdAt)
+        guard let user = try await accounts.createUser(name: name, passwordHash: hash, createdAt: createdAt) else {
+            throw CloudKitError(.exists, "user '\(name)' already exists")
         }
+        return user
     }
 
     /// Signs the user out everywhere; returns how many sessions ended.
     public func revokeSessions(userName: String) async throws -> Int {
         defer { credentialCache.clear() }
-        return try await storage.write { tx in
-            guard let user = try tx.user(name: userName) else {
-                throw CloudKitError(.notFound, "user '\(Names.escaped(userName))' does not exist")
-            }
-            return try tx.deleteSessions(userID: user.id)
+        guard let ended = try await accounts.endSessions(userName: userName) else {
+            throw CloudKitError(.notFound, "user '\(Names.escaped(userName))' does not exist")
         }
+        return ended
     }
 
     public func userRecordName(container: String, userID: Int64) -> String {
@@ -144,12 +138,9 @@ extension NimbusService {
         var token = apiHash.flatMap { credentialCache.tokens.value(for: $0, now: time) }
         var cachedSession = sessionHash.flatMap { credentialCache.sessions.value(for: $0, now: time) }
         if (apiHash != nil && token == nil) || (sessionHash != nil && cachedSession == nil) {
-            let (readToken, readSession) = try await storage.read { tx -> (APITokenRow?, CredentialCache.Session?) in
-                let token = try apiHash.flatMap { try tx.apiToken(hash: $0) }
-                let session = try sessionHash.flatMap { try tx.session(tokenHash: $0) }
-                let user = try session.flatMap { try tx.user(id: $0.userID) }
-                return (token, session.flatMap { session in user.map { CredentialCache.Session(row: session, user: $0) } })
-            }
+            let stored = try await accounts.credentials(apiTokenHash: apiHash, sessionHash: sessionHash)
+            let readToken = stored.apiToken
+            let readSession = stored.session.map { CredentialCache.Session(row: $0.row, user: $0.user) }
             token = readToken
             cachedSession = readSession
             if let readToken { credentialCache.tokens.remember(readToken, for: readToken.tokenHash, now: time) }
@@ -179,7 +170,7 @@ extension NimbusService {
         }
         // Refresh the idle clock at most once a minute: a write per request would cost more than it tells.
         if time - session.lastUsedAt > 60_000 {
-            try await storage.write { try $0.touchSession(tokenHash: session.tokenHash, at: time) }
+            try await accounts.touchSession(tokenHash: session.tokenHash, at: time)
             var touched = session
             touched.lastUsedAt = time
             credentialCache.sessions.remember(CredentialCache.Session(row: touched, user: user), for: touched.tokenHash, now: time)
@@ -197,7 +188,7 @@ extension NimbusService {
     ) async throws -> (webAuthToken: String, userRecordName: String) {
         _ = try await authenticate(
             container: container, environment: environment, apiToken: apiToken, webAuthToken: nil, deviceID: "")
-        let user = try await storage.read { try $0.user(name: userName) }
+        let user = try await accounts.user(name: userName)
         // Hash even for an unknown user, so timing does not tell which names exist.
         let stored = user?.passwordHash ?? "pbkdf2-sha256$\(options.passwordRounds)$AAAAAAAAAAAAAAAAAAAAAA==$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
         let matches = Credentials.verifyPassword(password, against: stored)
@@ -210,11 +201,8 @@ extension NimbusService {
             tokenHash: Credentials.tokenHash(token), userID: user.id, container: container, environment: environment,
             createdAt: time, lastUsedAt: time)
         let idleLimit = options.sessionIdleTimeoutMilliseconds
-        try await storage.write { tx in
-            try tx.insertSession(row)
-            // Sweep sessions idle past the limit, so the table does not grow forever.
-            _ = try tx.deleteSessions(idleBefore: time - idleLimit)
-        }
+        // Sweep sessions idle past the limit, so the table does not grow forever.
+        try await accounts.startSession(row, removingSessionsIdleBefore: time - idleLimit)
         return (token, keys.userRecordName(container: container, userID: user.id))
     }
 
@@ -222,6 +210,6 @@ extension NimbusService {
     public func signOut(webAuthToken: String) async throws {
         let hash = Credentials.tokenHash(webAuthToken)
         defer { credentialCache.clear() }
-        try await storage.write { try $0.deleteSession(tokenHash: hash) }
+        try await accounts.endSession(tokenHash: hash)
     }
 }

@@ -29,6 +29,8 @@ public final class NimbusService: Sendable {
     /// The driver, wrapped so that transactions that collide with concurrent ones run again.
     public let storage: RetryingStorage
     public let options: Options
+    /// Containers, tokens, users, sessions: the coarse async store (`AccountStore`).
+    var accounts: any AccountStore { storage.accounts }
     var logger: Logger { options.logger }
     let keys: DerivedKeys
     let credentialCache = CredentialCache()

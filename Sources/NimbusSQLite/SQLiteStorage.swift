@@ -92,12 +92,19 @@ public final class SQLiteStorage: StorageDriver {
     }
 
     private func readOnCurrentThread<Value>(_ body: (any StorageReader) throws -> Value) throws -> Value {
+        try readPoint(body)
+    }
+
+    /// A point read on the calling thread, with the driver's own transaction type.
+    func readPoint<Value>(_ body: (SQLiteTransaction) throws -> Value) throws -> Value {
         do {
             return try pool.read { db in try body(SQLiteTransaction(db: db)) }
         } catch let error as DatabaseError {
             throw Self.normalized(error)
         }
     }
+
+    public var accounts: any AccountStore { SQLiteAccountStore(storage: self) }
 
     /// SQLite's errors in storage terms (`StorageError`); errors of other kinds (the
     /// service's own, thrown from a closure) pass through.
@@ -119,6 +126,11 @@ public final class SQLiteStorage: StorageDriver {
     }
 
     public func write<Value: Sendable>(_ body: @escaping @Sendable (any StorageWriter) throws -> Value) async throws -> Value {
+        try await writeSQLite(body)
+    }
+
+    /// A write through group commit, with the driver's own transaction type.
+    func writeSQLite<Value: Sendable>(_ body: @escaping @Sendable (SQLiteTransaction) throws -> Value) async throws -> Value {
         let box = ResultBox<Value>()
         return try await withCheckedThrowingContinuation { continuation in
             committer.submit(

@@ -27,6 +27,9 @@ public struct RetryingStorage: StorageDriver {
         try await retrying { try await base.write(body) }
     }
 
+    /// Account calls are single statements: nothing to collide on.
+    public var accounts: any AccountStore { base.accounts }
+
     public func close() async throws { try await base.close() }
 
     private func retrying<Value>(_ run: () async throws -> Value) async throws -> Value {

@@ -23,6 +23,9 @@ public protocol StorageDriver: Sendable {
     /// the driver's configured synchronous mode).
     func write<Value: Sendable>(_ body: @escaping @Sendable (any StorageWriter) throws -> Value) async throws -> Value
 
+    /// Containers, API tokens, users, sessions (the coarse, async form).
+    var accounts: any AccountStore { get }
+
     /// Finishes pending writes and releases the store.
     func close() async throws
 }
@@ -52,13 +55,9 @@ public protocol StorageReader {
     /// A random secret made when the store was created; keys for tokens derive from it.
     func installationSecret() throws -> [UInt8]
 
-    // MARK: Containers, tokens, users, sessions
+    // MARK: Containers (the rest of accounts is `AccountStore`)
     func container(id: String) throws -> ContainerRow?
     func containers() throws -> [ContainerRow]
-    func apiToken(hash: String) throws -> APITokenRow?
-    func user(name: String) throws -> UserRow?
-    func user(id: Int64) throws -> UserRow?
-    func session(tokenHash: String) throws -> SessionRow?
 
     // MARK: Databases and zones
     func database(_ key: DatabaseKey) throws -> DatabaseRow?
@@ -128,17 +127,6 @@ public protocol StorageWriter: StorageReader {
     /// Whether a storage upgrade asked for the index entries of production records to be
     /// rewritten (it added a kind of entry older saves lack); asking clears the request.
     func takeIndexRebuildRequest() throws -> Bool
-
-    func insertContainer(_ row: ContainerRow) throws
-    func insertAPIToken(_ row: APITokenRow) throws
-    func revokeAPITokens(container: String, environment: Environment?) throws -> Int
-    func insertUser(name: String, passwordHash: String, createdAt: Int64) throws -> UserRow
-    func updateUserPassword(id: Int64, passwordHash: String) throws
-    func insertSession(_ row: SessionRow) throws
-    func touchSession(tokenHash: String, at time: Int64) throws
-    func deleteSession(tokenHash: String) throws
-    func deleteSessions(userID: Int64) throws -> Int
-    func deleteSessions(idleBefore time: Int64) throws -> Int
 
     /// The database's row, created with its default zone on first use.
     func ensureDatabase(_ key: DatabaseKey) throws -> DatabaseRow

@@ -167,7 +167,7 @@ import Testing
                 #expect(received.filter { $0.deviceToken == flaky }.count == 4)
                 let owner = NotificationOwner(
                     container: TestServer.container, environment: .development,
-                    userID: try await server.directory.storage.read { try $0.user(name: "alice") }?.id ?? -1)
+                    userID: try await server.directory.storage.accounts.user(name: "alice")?.id ?? -1)
                 var remaining: Set<String> = []
                 for _ in 0..<100 {
                     remaining = Set(try await server.service.pushTokens(of: owner).map(\.token))

@@ -162,31 +162,60 @@ import Testing
     }
 
     @Test(arguments: drivers)
-    func credentialsAndSchemaRowsRoundTrip(driver: Driver) async throws {
+    func accountsRoundTripAndRefuseDuplicates(driver: Driver) async throws {
+        try await withDriver(driver) { storage in
+            let accounts = storage.accounts
+            #expect(try await accounts.createContainer(ContainerRow(id: "c", createdAt: 1)))
+            #expect(try await !accounts.createContainer(ContainerRow(id: "c", createdAt: 9)), "a second container c")
+            #expect(try await accounts.containers() == [ContainerRow(id: "c", createdAt: 1)])
+            let token = APITokenRow(tokenHash: "h", container: "c", environment: .production, createdAt: 2, isRevoked: false)
+            #expect(try await accounts.createAPIToken(token))
+            var orphan = token
+            orphan.tokenHash = "h2"
+            orphan.container = "missing"
+            #expect(try await !accounts.createAPIToken(orphan), "a token for a container that does not exist")
+            let user = try #require(try await accounts.createUser(name: "u", passwordHash: "p", createdAt: 3))
+            #expect(try await accounts.createUser(name: "u", passwordHash: "q", createdAt: 3) == nil, "a second user u")
+            #expect(try await accounts.user(name: "u")?.passwordHash == "p")
+            #expect(try await accounts.user(name: "nobody") == nil)
+            let session = SessionRow(tokenHash: "s", userID: user.id, container: "c", environment: .production, createdAt: 4, lastUsedAt: 4)
+            try await accounts.startSession(session, removingSessionsIdleBefore: 0)
+
+            let both = try await accounts.credentials(apiTokenHash: "h", sessionHash: "s")
+            #expect(both.apiToken == token)
+            #expect(both.session?.row == session)
+            #expect(both.session?.user == user)
+            let neither = try await accounts.credentials(apiTokenHash: "x", sessionHash: "y")
+            #expect(neither.apiToken == nil && neither.session == nil)
+
+            try await accounts.touchSession(tokenHash: "s", at: 10)
+            #expect(try await accounts.credentials(apiTokenHash: nil, sessionHash: "s").session?.row.lastUsedAt == 10)
+            // A new session sweeps those idle since before the bound.
+            try await accounts.startSession(
+                SessionRow(tokenHash: "s2", userID: user.id, container: "c", environment: .production, createdAt: 20, lastUsedAt: 20),
+                removingSessionsIdleBefore: 11)
+            #expect(try await accounts.credentials(apiTokenHash: nil, sessionHash: "s").session == nil)
+            #expect(try await accounts.endSessions(userName: "u") == 1)
+            #expect(try await accounts.endSessions(userName: "nobody") == nil)
+            try await accounts.endSession(tokenHash: "s2")  // ending what is gone is no error
+            #expect(try await accounts.revokeAPITokens(container: "c", environment: nil) == 1)
+            #expect(try await accounts.credentials(apiTokenHash: "h", sessionHash: nil).apiToken?.isRevoked == true)
+        }
+    }
+
+    @Test(arguments: drivers)
+    func schemaRowsRoundTrip(driver: Driver) async throws {
         try await withDriver(driver) { storage in
             try await storage.write { tx in
-                try tx.insertContainer(ContainerRow(id: "c", createdAt: 1))
-                try tx.insertAPIToken(APITokenRow(tokenHash: "h", container: "c", environment: .production, createdAt: 2, isRevoked: false))
-                let user = try tx.insertUser(name: "u", passwordHash: "p", createdAt: 3)
-                try tx.insertSession(SessionRow(tokenHash: "s", userID: user.id, container: "c", environment: .production, createdAt: 4, lastUsedAt: 4))
                 try tx.addSchemaRecordType(container: "c", environment: .development, "T")
                 try tx.addSchemaField(container: "c", environment: .development, SchemaFieldRow(recordType: "T", fieldName: "f", fieldType: "INT64"))
                 try tx.addSchemaField(container: "c", environment: .development, SchemaFieldRow(recordType: "T", fieldName: "f", fieldType: "INT64"))
             }
-            let (token, session, user, fields, productionTypes) = try await storage.read { tx in
-                (
-                    try tx.apiToken(hash: "h"), try tx.session(tokenHash: "s"), try tx.user(name: "u"),
-                    try tx.schemaFields(container: "c", environment: .development),
-                    try tx.schemaRecordTypes(container: "c", environment: .production)
-                )
+            let (fields, productionTypes) = try await storage.read { tx in
+                (try tx.schemaFields(container: "c", environment: .development), try tx.schemaRecordTypes(container: "c", environment: .production))
             }
-            #expect(token?.environment == .production)
-            #expect(session?.environment == .production)
-            #expect(user?.passwordHash == "p")
             #expect(fields.count == 1)
             #expect(productionTypes.isEmpty)
-            #expect(try await storage.write { try $0.revokeAPITokens(container: "c", environment: nil) } == 1)
-            #expect(try await storage.write { try $0.deleteSessions(idleBefore: 5) } == 1)
         }
     }
 

@@ -42,5 +42,7 @@ public final class FaultyStorage: StorageDriver, @unchecked Sendable {
         return try await base.write(body)
     }
 
+    public var accounts: any AccountStore { base.accounts }
+
     public func close() async throws { try await base.close() }
 }

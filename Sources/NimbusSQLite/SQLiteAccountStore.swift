@@ -1,0 +1,170 @@
+import Foundation
+import GRDB
+import NimbusStorage
+
+/// `AccountStore` on SQLite: reads on the calling thread (as point reads), writes through
+/// group commit, each call one transaction.
+struct SQLiteAccountStore: AccountStore {
+    let storage: SQLiteStorage
+
+    func containers() async throws -> [ContainerRow] {
+        try storage.readPoint { try $0.containers() }
+    }
+
+    func createContainer(_ row: ContainerRow) async throws -> Bool {
+        try await storage.writeSQLite { tx in
+            guard try tx.container(id: row.id) == nil else { return false }
+            try tx.insertContainer(row)
+            return true
+        }
+    }
+
+    func createAPIToken(_ row: APITokenRow) async throws -> Bool {
+        try await storage.writeSQLite { tx in
+            guard try tx.container(id: row.container) != nil else { return false }
+            try tx.insertAPIToken(row)
+            return true
+        }
+    }
+
+    func revokeAPITokens(container: String, environment: Environment?) async throws -> Int {
+        try await storage.writeSQLite { try $0.revokeAPITokens(container: container, environment: environment) }
+    }
+
+    func credentials(apiTokenHash: String?, sessionHash: String?) async throws -> StoredCredentials {
+        try storage.readPoint { tx in
+            let token = try apiTokenHash.flatMap { try tx.apiToken(hash: $0) }
+            let session = try sessionHash.flatMap { try tx.session(tokenHash: $0) }
+            let user = try session.flatMap { try tx.user(id: $0.userID) }
+            return StoredCredentials(apiToken: token, session: session.flatMap { session in user.map { (session, $0) } })
+        }
+    }
+
+    func user(name: String) async throws -> UserRow? {
+        try storage.readPoint { try $0.user(name: name) }
+    }
+
+    func createUser(name: String, passwordHash: String, createdAt: Int64) async throws -> UserRow? {
+        try await storage.writeSQLite { tx in
+            guard try tx.user(name: name) == nil else { return nil }
+            return try tx.insertUser(name: name, passwordHash: passwordHash, createdAt: createdAt)
+        }
+    }
+
+    func startSession(_ row: SessionRow, removingSessionsIdleBefore idleBefore: Int64) async throws {
+        try await storage.writeSQLite { tx in
+            try tx.insertSession(row)
+            _ = try tx.deleteSessions(idleBefore: idleBefore)
+        }
+    }
+
+    func touchSession(tokenHash: String, at time: Int64) async throws {
+        try await storage.writeSQLite { try $0.touchSession(tokenHash: tokenHash, at: time) }
+    }
+
+    func endSession(tokenHash: String) async throws {
+        try await storage.writeSQLite { try $0.deleteSession(tokenHash: tokenHash) }
+    }
+
+    func endSessions(userName: String) async throws -> Int? {
+        try await storage.writeSQLite { tx in
+            guard let user = try tx.user(name: userName) else { return nil }
+            return try tx.deleteSessions(userID: user.id)
+        }
+    }
+}
+
+/// The statements behind it.
+extension SQLiteTransaction {
+    func apiToken(hash: String) throws -> APITokenRow? {
+        try fetchRow(
+            "SELECT token_hash, container, environment, created_at, revoked, allowed_origins FROM api_tokens WHERE token_hash = ?",
+            [hash]
+        ).map {
+            APITokenRow(
+                tokenHash: $0["token_hash"], container: $0["container"],
+                environment: Environment(rawValue: $0["environment"]) ?? .development,
+                createdAt: $0["created_at"], isRevoked: $0["revoked"],
+                allowedOrigins: ($0["allowed_origins"] as String).split(separator: "\n").map(String.init))
+        }
+    }
+
+    private func userRow(_ row: Row) -> UserRow {
+        UserRow(id: row["id"], name: row["name"], passwordHash: row["password_hash"], createdAt: row["created_at"])
+    }
+
+    func user(name: String) throws -> UserRow? {
+        try fetchRow("SELECT id, name, password_hash, created_at FROM users WHERE name = ?", [name]).map(userRow)
+    }
+
+    func user(id: Int64) throws -> UserRow? {
+        try fetchRow("SELECT id, name, password_hash, created_at FROM users WHERE id = ?", [id]).map(userRow)
+    }
+
+    func session(tokenHash: String) throws -> SessionRow? {
+        try fetchRow(
+            "SELECT token_hash, user_id, container, environment, created_at, last_used_at FROM sessions WHERE token_hash = ?",
+            [tokenHash]
+        ).map {
+            SessionRow(
+                tokenHash: $0["token_hash"], userID: $0["user_id"], container: $0["container"],
+                environment: Environment(rawValue: $0["environment"]) ?? .development,
+                createdAt: $0["created_at"], lastUsedAt: $0["last_used_at"])
+        }
+    }
+
+    func insertContainer(_ row: ContainerRow) throws {
+        try execute("INSERT INTO containers (id, created_at) VALUES (?, ?)", [row.id, row.createdAt])
+    }
+
+    func insertAPIToken(_ row: APITokenRow) throws {
+        try execute(
+            "INSERT INTO api_tokens (token_hash, container, environment, created_at, revoked, allowed_origins) VALUES (?, ?, ?, ?, ?, ?)",
+            [row.tokenHash, row.container, row.environment.rawValue, row.createdAt, row.isRevoked,
+             row.allowedOrigins.joined(separator: "\n")])
+    }
+
+    func revokeAPITokens(container: String, environment: Environment?) throws -> Int {
+        if let environment {
+            try execute(
+                "UPDATE api_tokens SET revoked = 1 WHERE container = ? AND environment = ? AND revoked = 0",
+                [container, environment.rawValue])
+        } else {
+            try execute("UPDATE api_tokens SET revoked = 1 WHERE container = ? AND revoked = 0", [container])
+        }
+        return db.changesCount
+    }
+
+    func insertUser(name: String, passwordHash: String, createdAt: Int64) throws -> UserRow {
+        try execute(
+            "INSERT INTO users (name, password_hash, created_at) VALUES (?, ?, ?)", [name, passwordHash, createdAt])
+        return UserRow(id: db.lastInsertedRowID, name: name, passwordHash: passwordHash, createdAt: createdAt)
+    }
+
+    func insertSession(_ row: SessionRow) throws {
+        try execute(
+            """
+            INSERT INTO sessions (token_hash, user_id, container, environment, created_at, last_used_at)
+            VALUES (?, ?, ?, ?, ?, ?)
+            """,
+            [row.tokenHash, row.userID, row.container, row.environment.rawValue, row.createdAt, row.lastUsedAt])
+    }
+
+    func touchSession(tokenHash: String, at time: Int64) throws {
+        try execute("UPDATE sessions SET last_used_at = ? WHERE token_hash = ?", [time, tokenHash])
+    }
+
+    func deleteSession(tokenHash: String) throws {
+        try execute("DELETE FROM sessions WHERE token_hash = ?", [tokenHash])
+    }
+
+    func deleteSessions(userID: Int64) throws -> Int {
+        try execute("DELETE FROM sessions WHERE user_id = ?", [userID])
+        return db.changesCount
+    }
+
+    func deleteSessions(idleBefore time: Int64) throws -> Int {
+        try execute("DELETE FROM sessions WHERE last_used_at < ?", [time])
+        return db.changesCount
+    }
+}
