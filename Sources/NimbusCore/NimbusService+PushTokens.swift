@@ -19,7 +19,7 @@ extension NimbusService {
         let row = PushTokenRow(
             owner: owner, token: token, apnsEnvironment: apnsEnvironment, isWebCourier: true, deviceID: caller.deviceID,
             createdAt: now)
-        try await storage.write { tx in try tx.putPushToken(row) }
+        try await storage.push.putPushToken(row)
         return PushTokenResponse(
             apnsEnvironment: apnsEnvironment, apnsToken: token,
             webcourierURL: "\(baseURL)/webcourier/aps?tok=\(token)&ttl=\(Self.webCourierLifetimeSeconds)")
@@ -32,24 +32,22 @@ extension NimbusService {
         let apnsEnvironment = try Self.apnsEnvironment(body)
         let given = try body.requiredString(WireKey.apnsToken)
         let now = self.now
-        let token: String = try await storage.write { tx in
-            if let courier = try tx.pushToken(given), courier.isWebCourier {
-                guard courier.owner == owner else {
-                    throw CloudKitError(.accessDenied, "\(WireKey.apnsToken): this web-courier token belongs to another user")
-                }
-                return given
+        // A web-courier token is registered already (by tokens/create), to its owner for good.
+        if let courier = try await storage.push.pushToken(given), courier.isWebCourier {
+            guard courier.owner == owner else {
+                throw CloudKitError(.accessDenied, "\(WireKey.apnsToken): this web-courier token belongs to another user")
             }
-            guard let deviceToken = Self.apnsDeviceToken(given) else {
-                throw CloudKitError.badRequest(
-                    "\(WireKey.apnsToken): expected an APNs device token (64 hexadecimal digits, or the base64 of its 32 bytes) or a token from tokens/create")
-            }
-            try tx.putPushToken(
-                PushTokenRow(
-                    owner: owner, token: deviceToken, apnsEnvironment: apnsEnvironment, isWebCourier: false,
-                    deviceID: caller.deviceID, createdAt: now))
-            return deviceToken
+            return PushTokenResponse(apnsEnvironment: apnsEnvironment, apnsToken: given)
         }
-        return PushTokenResponse(apnsEnvironment: apnsEnvironment, apnsToken: token)
+        guard let deviceToken = Self.apnsDeviceToken(given) else {
+            throw CloudKitError.badRequest(
+                "\(WireKey.apnsToken): expected an APNs device token (64 hexadecimal digits, or the base64 of its 32 bytes) or a token from tokens/create")
+        }
+        try await storage.push.putPushToken(
+            PushTokenRow(
+                owner: owner, token: deviceToken, apnsEnvironment: apnsEnvironment, isWebCourier: false,
+                deviceID: caller.deviceID, createdAt: now))
+        return PushTokenResponse(apnsEnvironment: apnsEnvironment, apnsToken: deviceToken)
     }
 
     private static func apnsEnvironment(_ body: ObjectReader) throws(CloudKitError) -> String {
@@ -80,18 +78,18 @@ extension NimbusService {
 
     /// The tokens pushes for `owner` go to: APNs device tokens and web-courier tokens.
     public func pushTokens(of owner: NotificationOwner) async throws -> [PushTokenRow] {
-        try await storage.read { tx in try tx.pushTokens(owner: owner) }
+        try await storage.push.pushTokens(owner: owner)
     }
 
     /// A registered token, or nil (web-courier polls name theirs).
     public func pushToken(_ token: String) async throws -> PushTokenRow? {
-        try await storage.read { tx in try tx.pushToken(token) }
+        try await storage.push.pushToken(token)
     }
 
     /// Forgets a token APNs says is no longer valid (410 `Unregistered`, `BadDeviceToken`), or
     /// an expired web-courier token.
     public func removePushToken(_ token: String) async throws {
-        try await storage.write { tx in try tx.deletePushToken(token) }
+        try await storage.push.deletePushToken(token)
     }
 
     /// The web-courier token a long poll names (`GET /webcourier/aps?tok=…`). Unknown tokens
@@ -130,16 +128,16 @@ extension NimbusService {
         }
         let row = APNsCredentialsRow(
             container: container, teamID: teamID, keyID: keyID, topic: topic, privateKeyPEM: privateKeyPEM, updatedAt: now)
-        try await storage.write { tx in try tx.putAPNsCredentials(row) }
+        try await storage.push.putAPNsCredentials(row)
     }
 
     public func apnsCredentials(container: String) async throws -> APNsCredentialsRow? {
-        try await storage.read { tx in try tx.apnsCredentials(container: container) }
+        try await storage.push.apnsCredentials(container: container)
     }
 
     /// Whether the container had credentials to remove.
     public func removeAPNsCredentials(container: String) async throws -> Bool {
-        try await storage.write { tx in try tx.deleteAPNsCredentials(container: container) }
+        try await storage.push.deleteAPNsCredentials(container: container)
     }
 
     private static func checkAppleID(_ value: String, _ name: String) throws(CloudKitError) {

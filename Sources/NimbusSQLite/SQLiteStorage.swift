@@ -105,6 +105,7 @@ public final class SQLiteStorage: StorageDriver {
     }
 
     public var accounts: any AccountStore { SQLiteAccountStore(storage: self) }
+    public var push: any PushStore { SQLitePushStore(storage: self) }
 
     /// SQLite's errors in storage terms (`StorageError`); errors of other kinds (the
     /// service's own, thrown from a closure) pass through.

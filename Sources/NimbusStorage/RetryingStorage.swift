@@ -29,6 +29,7 @@ public struct RetryingStorage: StorageDriver {
 
     /// Account calls are single statements: nothing to collide on.
     public var accounts: any AccountStore { base.accounts }
+    public var push: any PushStore { base.push }
 
     public func close() async throws { try await base.close() }
 

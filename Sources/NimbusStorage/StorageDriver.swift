@@ -25,6 +25,8 @@ public protocol StorageDriver: Sendable {
 
     /// Containers, API tokens, users, sessions (the coarse, async form).
     var accounts: any AccountStore { get }
+    /// Push registrations and APNs credentials (the coarse, async form).
+    var push: any PushStore { get }
 
     /// Finishes pending writes and releases the store.
     func close() async throws
@@ -113,10 +115,7 @@ public protocol StorageReader {
     /// The oldest entries of the change outbox, in the order their transactions committed
     /// (see `appendOutbox`).
     func outbox(limit: Int) throws -> [OutboxEntry]
-    func pushTokens(owner: NotificationOwner) throws -> [PushTokenRow]
-    func pushToken(_ token: String) throws -> PushTokenRow?
     func badge(owner: NotificationOwner) throws -> Int64
-    func apnsCredentials(container: String) throws -> APNsCredentialsRow?
 }
 
 /// Reads and writes, valid inside one write transaction closure.
@@ -187,12 +186,7 @@ public protocol StorageWriter: StorageReader {
     func markNotificationsRead(owner: NotificationOwner, notificationIDs: [String]) throws -> [String]
     /// Removes notifications created before `time`; returns how many.
     func pruneNotifications(createdBefore time: Int64) throws -> Int
-    func putPushToken(_ row: PushTokenRow) throws
-    func deletePushToken(_ token: String) throws
     func setBadge(owner: NotificationOwner, value: Int64) throws
-    func putAPNsCredentials(_ row: APNsCredentialsRow) throws
-    /// Whether there were any.
-    func deleteAPNsCredentials(container: String) throws -> Bool
 }
 
 extension StorageWriter {

@@ -204,6 +204,37 @@ import Testing
     }
 
     @Test(arguments: drivers)
+    func pushRegistrationsAndCredentialsRoundTrip(driver: Driver) async throws {
+        try await withDriver(driver) { storage in
+            let push = storage.push
+            let alice = NotificationOwner(container: "c", environment: .development, userID: 1)
+            let bob = NotificationOwner(container: "c", environment: .development, userID: 2)
+            let phone = PushTokenRow(owner: alice, token: "aa", apnsEnvironment: "development", isWebCourier: false, deviceID: "p", createdAt: 1)
+            let browser = PushTokenRow(owner: alice, token: "bb", apnsEnvironment: "production", isWebCourier: true, deviceID: "b", createdAt: 2)
+            try await push.putPushToken(phone)
+            try await push.putPushToken(browser)
+            #expect(Set(try await push.pushTokens(owner: alice)) == [phone, browser])
+            #expect(try await push.pushTokens(owner: bob).isEmpty)
+            // The same token registered again (by another user's device) replaces the registration.
+            var moved = phone
+            moved.owner = bob
+            try await push.putPushToken(moved)
+            #expect(try await push.pushToken("aa") == moved)
+            #expect(try await push.pushTokens(owner: alice) == [browser])
+            try await push.deletePushToken("bb")
+            #expect(try await push.pushToken("bb") == nil)
+
+            #expect(try await push.apnsCredentials(container: "c") == nil)
+            #expect(try await storage.accounts.createContainer(ContainerRow(id: "c", createdAt: 1)))
+            let credentials = APNsCredentialsRow(container: "c", teamID: "T", keyID: "K", topic: "com.example", privateKeyPEM: "pem", updatedAt: 3)
+            try await push.putAPNsCredentials(credentials)
+            #expect(try await push.apnsCredentials(container: "c") == credentials)
+            #expect(try await push.deleteAPNsCredentials(container: "c"))
+            #expect(try await !push.deleteAPNsCredentials(container: "c"))
+        }
+    }
+
+    @Test(arguments: drivers)
     func schemaRowsRoundTrip(driver: Driver) async throws {
         try await withDriver(driver) { storage in
             try await storage.write { tx in

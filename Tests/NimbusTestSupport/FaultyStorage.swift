@@ -43,6 +43,7 @@ public final class FaultyStorage: StorageDriver, @unchecked Sendable {
     }
 
     public var accounts: any AccountStore { base.accounts }
+    public var push: any PushStore { base.push }
 
     public func close() async throws { try await base.close() }
 }

@@ -1,0 +1,35 @@
+import NimbusStorage
+
+/// `PushStore` on SQLite: point reads on the calling thread, writes through group commit.
+/// The statements are `SQLiteTransaction`'s (`SQLiteTransaction+Notifications.swift`).
+struct SQLitePushStore: PushStore {
+    let storage: SQLiteStorage
+
+    func pushTokens(owner: NotificationOwner) async throws -> [PushTokenRow] {
+        try storage.readPoint { try $0.pushTokens(owner: owner) }
+    }
+
+    func pushToken(_ token: String) async throws -> PushTokenRow? {
+        try storage.readPoint { try $0.pushToken(token) }
+    }
+
+    func putPushToken(_ row: PushTokenRow) async throws {
+        try await storage.writeSQLite { try $0.putPushToken(row) }
+    }
+
+    func deletePushToken(_ token: String) async throws {
+        try await storage.writeSQLite { try $0.deletePushToken(token) }
+    }
+
+    func apnsCredentials(container: String) async throws -> APNsCredentialsRow? {
+        try storage.readPoint { try $0.apnsCredentials(container: container) }
+    }
+
+    func putAPNsCredentials(_ row: APNsCredentialsRow) async throws {
+        try await storage.writeSQLite { try $0.putAPNsCredentials(row) }
+    }
+
+    func deleteAPNsCredentials(container: String) async throws -> Bool {
+        try await storage.writeSQLite { try $0.deleteAPNsCredentials(container: container) }
+    }
+}
