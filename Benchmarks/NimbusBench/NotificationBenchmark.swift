@@ -47,20 +47,10 @@ struct NotificationBenchmark {
 
     private func matchingRow(directory: String, filter: String, subscriptions: Int) async throws -> MatchingRow {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        let storage = try SQLiteStorage(path: directory + "/nimbus.sqlite", synchronous: .normal)
-        var serviceOptions = NimbusService.Options()
-        serviceOptions.passwordRounds = 1_000
-        let service = try await NimbusService(storage: storage, options: serviceOptions)
-        let container = "iCloud.bench.matching"
-        try await service.createContainer(id: container)
-        let apiToken = try await service.createAPIToken(container: container, environment: .development)
-        func caller(_ name: String) async throws -> Caller {
-            _ = try await service.createUser(name: name, password: "password-\(name)")
-            let (token, _) = try await service.signIn(
-                container: container, environment: .development, apiToken: apiToken, userName: name, password: "password-\(name)")
-            return try await service.authenticate(
-                container: container, environment: .development, apiToken: apiToken, webAuthToken: token, deviceID: "bench-\(name)")
-        }
+        let bench = try await InProcessService(
+            storage: try SQLiteStorage(path: directory + "/nimbus.sqlite", synchronous: .normal), container: "iCloud.bench.matching")
+        let service = bench.service
+        let caller = bench.caller
         let writer = DatabaseTarget(caller: try await caller("writer"), scope: .public)
         func save(_ name: String, category: Int) async throws {
             let body: JSON = [
@@ -121,7 +111,7 @@ struct NotificationBenchmark {
         let after = service.notificationHub.currentStatistics
         service.notificationHub.finish()
         await pipeline.value
-        try await storage.close()
+        try await service.storage.close()
         let writes = Double(after.writesMatched - before.writesMatched)
         return MatchingRow(
             microsPerWrite: Double(after.matchingNanoseconds - before.matchingNanoseconds) / writes / 1_000,

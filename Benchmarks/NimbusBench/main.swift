@@ -213,6 +213,11 @@ if options.scenario == "notify" {
     exit(0)
 }
 
+if options.scenario == "statements" {
+    try await StatementsBenchmark(options: options).run()
+    exit(0)
+}
+
 if options.scenario == "contention" {
     try await ContentionBenchmark(options: options).run()
     try await HTTPClient.shared.shutdown()

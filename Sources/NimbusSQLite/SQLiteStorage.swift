@@ -26,7 +26,14 @@ public final class SQLiteStorage: StorageDriver {
     /// Opens (creating if needed) the database at `path` and brings its schema up to date.
     /// `busyTimeout`: how long a write waits for another process's write lock (the CLI beside
     /// a running server) before failing with `StorageError.busy`.
-    public init(path: String, synchronous: SynchronousMode = .full, busyTimeout: TimeInterval = 10) throws {
+    ///
+    /// `statementObserver`, when given, is called as each SQL statement starts, on every
+    /// connection (benchmarks count statements per request: on a networked engine, each would
+    /// be a round trip).
+    public init(
+        path: String, synchronous: SynchronousMode = .full, busyTimeout: TimeInterval = 10,
+        statementObserver: (@Sendable () -> Void)? = nil
+    ) throws {
         var configuration = Configuration()
         // Scans run on all cores but one (`ScanLane`): the core left over serves everything
         // else, however many slow queries wait (beside eight clients looping on a slow query,
@@ -45,6 +52,7 @@ public final class SQLiteStorage: StorageDriver {
             try db.execute(sql: "PRAGMA mmap_size = 4294967296")
             try db.execute(sql: "PRAGMA cache_size = -16384")
             db.add(function: QuerySQL.distanceFunction)
+            if let statementObserver { db.trace(options: .statement) { _ in statementObserver() } }
         }
         pool = try DatabasePool(path: path, configuration: configuration)
         // GRDB sets NORMAL on its writer; the mode that counts is the writer's, set here.
