@@ -61,8 +61,9 @@ public final class NotificationHub: Sendable {
     /// The same for live delivery, which pushes what the collection gained.
     let deliveryWakeups: AsyncStream<Void>
     private let deliveryContinuation: AsyncStream<Void>.Continuation
-    /// Every subscription, compiled; read from storage when the service starts and kept in
-    /// step by every change to subscriptions after it commits.
+    /// Every subscription, compiled; read from storage when the service starts, kept in step
+    /// by this process's changes to subscriptions after they commit, and built again when
+    /// storage's `subscriptionsVersion` shows another process changed them.
     let index = Locked(SubscriptionIndex())
     private let sinks = Locked<[any NotificationSink]>([])
     let statistics = Locked(NotificationPipelineStatistics())
