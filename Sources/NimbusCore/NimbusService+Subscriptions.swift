@@ -181,11 +181,41 @@ extension NimbusService {
         return index
     }
 
-    /// Builds the index again if subscriptions changed in storage since it was built (another
-    /// node saved or deleted one): in the transaction that is about to rely on it.
+    /// At most this many changes are applied one by one; more, and the index is built again.
+    static let subscriptionCatchUpLimit = 1_000
+
+    /// Brings the index up to date when subscriptions changed in storage since it was built
+    /// (another node saved or deleted some), in the transaction that is about to rely on it:
+    /// the changed subscriptions are read and compiled one by one, or, when there are many or
+    /// storage no longer keeps them, the whole index is built again.
     func refreshSubscriptionIndex(_ tx: any StorageReader) throws {
         let version = try tx.subscriptionsVersion()
-        guard notificationHub.index.withLock({ $0.version }) != version else { return }
+        let indexed = notificationHub.index.withLock { $0.version }
+        guard indexed != version else { return }
+        if indexed >= 0, let changes = try tx.subscriptionChanges(after: indexed, limit: Self.subscriptionCatchUpLimit),
+            changes.count < Self.subscriptionCatchUpLimit, changes.last?.version == version
+        {
+            var updates: [(databaseID: Int64, key: Subscription.Key, subscription: Subscription?)] = []
+            var seen = Set<SubscriptionChange>()
+            for change in changes.reversed() {
+                // The latest change of each subscription says what it is now.
+                var key = change
+                key.version = 0
+                guard seen.insert(key).inserted else { continue }
+                let row = try tx.subscription(databaseID: change.databaseID, userID: change.userID, subscriptionID: change.subscriptionID)
+                let compiled = try row.flatMap { row in try? self.compile(row, input: try Self.definition(row.definition), tx: tx) }
+                updates.append((change.databaseID, Subscription.Key(userID: change.userID, subscriptionID: change.subscriptionID), compiled))
+            }
+            notificationHub.index.withLock { index in
+                // Moved meanwhile (this process's own change): the next check catches up.
+                guard index.version == indexed else { return }
+                for (databaseID, key, subscription) in updates {
+                    if let subscription { index.insert(subscription) } else { index.remove(databaseID: databaseID, key: key) }
+                }
+                index.version = version
+            }
+            return
+        }
         let index = try buildSubscriptionIndex(tx)
         notificationHub.index.withLock { current in
             if current.version != index.version { current = index }

@@ -315,5 +315,19 @@ enum Migrations {
                     INSERT INTO meta (key, value) VALUES ('subscriptions_version', 0);
                     """)
         }
+        migrator.registerMigration("v11-subscription-changes") { db in
+            try db.execute(
+                sql: """
+                    -- Which subscription each subscriptions_version changed, so a node catches up
+                    -- on a few changes without compiling every subscription again. The newest
+                    -- entries are kept (SQLiteTransaction.subscriptionChangesKept).
+                    CREATE TABLE subscription_changes (
+                        version INTEGER PRIMARY KEY,
+                        database_id INTEGER NOT NULL,
+                        user_id INTEGER NOT NULL,
+                        subscription_id TEXT NOT NULL
+                    );
+                    """)
+        }
     }
 }

@@ -51,11 +51,33 @@ extension SQLiteTransaction {
             INSERT OR REPLACE INTO subscriptions (database_id, user_id, subscription_id, definition, created_at)
             VALUES (?, ?, ?, ?, ?)
             """, [row.databaseID, row.userID, row.subscriptionID, Data(row.definition), row.createdAt])
-        try bumpSubscriptionsVersion()
+        try bumpSubscriptionsVersion(row.databaseID, row.userID, row.subscriptionID)
     }
 
-    private func bumpSubscriptionsVersion() throws {
+    /// How many of the newest subscription changes are kept for nodes catching up.
+    static let subscriptionChangesKept: Int64 = 10_000
+
+    private func bumpSubscriptionsVersion(_ databaseID: Int64, _ userID: Int64, _ subscriptionID: String) throws {
         try execute("UPDATE meta SET value = value + 1 WHERE key = 'subscriptions_version'")
+        let version = try subscriptionsVersion()
+        try execute(
+            "INSERT INTO subscription_changes (version, database_id, user_id, subscription_id) VALUES (?, ?, ?, ?)",
+            [version, databaseID, userID, subscriptionID])
+        try execute("DELETE FROM subscription_changes WHERE version <= ?", [version - Self.subscriptionChangesKept])
+    }
+
+    func subscriptionChanges(after version: Int64, limit: Int) throws -> [SubscriptionChange]? {
+        // The log reaches back far enough when it holds the change right after `version`, or
+        // when nothing changed since.
+        let oldest: Int64? = try fetchRow("SELECT min(version) AS oldest FROM subscription_changes")?["oldest"]
+        if let oldest, oldest > version + 1 { return nil }
+        if oldest == nil, try subscriptionsVersion() > version { return nil }
+        return try fetchRows(
+            "SELECT version, database_id, user_id, subscription_id FROM subscription_changes WHERE version > ? ORDER BY version LIMIT ?",
+            [version, limit]
+        ).map {
+            SubscriptionChange(version: $0["version"], databaseID: $0["database_id"], userID: $0["user_id"], subscriptionID: $0["subscription_id"])
+        }
     }
 
     func subscriptionsVersion() throws -> Int64 {
@@ -67,7 +89,7 @@ extension SQLiteTransaction {
             "DELETE FROM subscriptions WHERE database_id = ? AND user_id = ? AND subscription_id = ?",
             [databaseID, userID, subscriptionID])
         guard db.changesCount > 0 else { return false }
-        try bumpSubscriptionsVersion()
+        try bumpSubscriptionsVersion(databaseID, userID, subscriptionID)
         return true
     }
 

@@ -140,3 +140,18 @@ public struct OutboxEntry: Sendable, Hashable {
         self.createdAt = createdAt
     }
 }
+
+/// One subscription saved or deleted, at `version` of `subscriptionsVersion`.
+public struct SubscriptionChange: Sendable, Hashable {
+    public var version: Int64
+    public var databaseID: Int64
+    public var userID: Int64
+    public var subscriptionID: String
+
+    public init(version: Int64, databaseID: Int64, userID: Int64, subscriptionID: String) {
+        self.version = version
+        self.databaseID = databaseID
+        self.userID = userID
+        self.subscriptionID = subscriptionID
+    }
+}

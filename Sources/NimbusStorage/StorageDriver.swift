@@ -110,6 +110,10 @@ public protocol StorageReader {
     /// A number that changes whenever any subscription is saved or deleted, by any process:
     /// a node whose subscription index was built at another version builds it again.
     func subscriptionsVersion() throws -> Int64
+    /// The subscriptions saved or deleted after `version`, oldest first, at most `limit`: how
+    /// a node catches up. Nil when the driver no longer keeps changes that old (build the index
+    /// again from `allSubscriptions`).
+    func subscriptionChanges(after version: Int64, limit: Int) throws -> [SubscriptionChange]?
     /// The highest sequence removed by pruning: a token before it has missed notifications.
     func notificationsPrunedThrough() throws -> Int64
     /// The oldest entries of the change outbox, in the order their transactions committed

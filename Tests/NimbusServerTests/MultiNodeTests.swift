@@ -41,6 +41,13 @@ import Testing
         // Once: both nodes push only to their own connections.
         #expect(await listener.nothing(within: 1))
 
+        // Deleted on B, the subscription stops firing for writes on A too.
+        let deleted = try await onB.post(
+            "private", "subscriptions/modify", ["operations": [["operationType": "delete", "subscription": ["subscriptionID": "z"]]]])
+        #expect(deleted.status == 200 && !deleted.text.contains("serverErrorCode"), "\(deleted.text)")
+        _ = try await onA.onDevice("laptop-on-A").modify(zone: "Shared", [Op.create("r2")])
+        #expect(await listener.nothing(within: 1.5))
+
         // And the collection is the same from either node.
         let fromA = try await onA.onDevice("phone-on-B").device("notifications/changes")
         let fromB = try await onB.onDevice("phone-on-B").device("notifications/changes")

@@ -430,7 +430,14 @@ import Testing
             #expect(try await !storage.write { try $0.deleteSubscription(databaseID: database.id, userID: 7, subscriptionID: "none") })
             #expect(try await storage.read { try $0.subscriptionsVersion() } == saved, "deleting nothing changes nothing")
             #expect(try await storage.write { try $0.deleteSubscription(databaseID: database.id, userID: 7, subscriptionID: "s") })
-            #expect(try await storage.read { try $0.subscriptionsVersion() } != saved)
+            let deleted = try await storage.read { try $0.subscriptionsVersion() }
+            #expect(deleted != saved)
+            // The changes since the start: the save, then the delete, each with its version.
+            let changes = try #require(try await storage.read { try $0.subscriptionChanges(after: start, limit: 10) })
+            #expect(changes.map(\.version) == [saved, deleted])
+            #expect(changes.allSatisfy { $0.databaseID == database.id && $0.userID == 7 && $0.subscriptionID == "s" })
+            #expect(try await storage.read { try $0.subscriptionChanges(after: deleted, limit: 10) } == [])
+            #expect(try await storage.read { try $0.subscriptionChanges(after: start, limit: 1) }?.count == 1)
 
             #expect(try await storage.read { try $0.newestNotificationSequence() } == 0)
             let owners = [NotificationOwner(container: "c", environment: .development, userID: 7),
@@ -450,6 +457,26 @@ import Testing
             ])
             #expect(try await storage.read { try $0.newestNotificationSequence() } == all.last?.sequence)
             #expect(try await storage.read { try $0.notifications(after: all[1].sequence, limit: 1) }.map(\.notificationID) == ["n2"])
+        }
+    }
+
+    /// The change log keeps the newest changes only; a node further behind is told to rebuild.
+    @Test(arguments: drivers)
+    func subscriptionChangesTooOldAreGone(driver: Driver) async throws {
+        try await withDriver(driver) { storage in
+            let database = try await storage.write { try $0.ensureDatabase(Self.key) }
+            let start = try await storage.read { try $0.subscriptionsVersion() }
+            try await storage.write { tx in
+                for index in 0..<10_001 {
+                    try tx.putSubscription(
+                        SubscriptionRow(
+                            databaseID: database.id, database: Self.key, userID: 7, subscriptionID: "s\(index % 3)",
+                            definition: Array("{}".utf8), createdAt: 1))
+                }
+            }
+            #expect(try await storage.read { try $0.subscriptionChanges(after: start, limit: 10) } == nil)
+            let now = try await storage.read { try $0.subscriptionsVersion() }
+            #expect(try await storage.read { try $0.subscriptionChanges(after: now - 5, limit: 10) }?.count == 5)
         }
     }
 }
