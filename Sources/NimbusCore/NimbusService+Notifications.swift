@@ -111,7 +111,7 @@ extension NimbusService {
     /// subscription index brought up to date first: a subscription another node made a moment
     /// ago must already count.
     func queueForMatching(_ committed: CommittedChanges?, at time: Int64, tx: any StorageWriter) throws -> Bool {
-        guard committed != nil else { return false }
+        guard let committed else { return false }
         try refreshSubscriptionIndex(tx)
         return try notificationHub.enqueue(committed, at: time, tx: tx)
     }
@@ -129,10 +129,10 @@ extension NimbusService {
     /// Matches the oldest outbox entries, stores their notifications and removes them, in the
     /// caller's transaction.
     private func matchOutbox(_ tx: any StorageWriter) throws -> OutboxDrain {
-        try refreshSubscriptionIndex(tx)
+        let version = try refreshSubscriptionIndex(tx)
         let entries = try tx.outbox(limit: Self.outboxBatch)
         var drain = OutboxDrain(entries: entries.count)
-        drain.versions.before = try tx.subscriptionsVersion()
+        drain.versions.before = version
         var spent: [Int64: Set<Subscription.Key>] = [:]  // by database
         let now = self.now
         for entry in entries {
@@ -150,8 +150,7 @@ extension NimbusService {
                 // A firesOnce subscription fires once, even if later entries of this drain match it too.
                 !match.subscription.firesOnce || spent[match.subscription.databaseID, default: []].insert(match.subscription.key).inserted
             }
-            let elapsed = ContinuousClock.now - started
-            drain.matchingNanoseconds += elapsed.components.seconds * 1_000_000_000 + elapsed.components.attoseconds / 1_000_000_000
+            drain.matchingNanoseconds += (ContinuousClock.now - started).wholeNanoseconds
             drain.notificationsStored += try storeNotifications(for: matches, of: committed, at: now, tx: tx)
             drain.firedOnce += matches.filter(\.subscription.firesOnce).map(\.subscription)
         }

@@ -55,7 +55,7 @@ extension NimbusService {
             } catch StorageError.queryTooExpensive(let budget) {
                 throw CloudKitError(
                     .badRequest,
-                    "the query took more than its \(Self.milliseconds(budget)) ms budget; filter on a more selective indexed field, use fewer NOT filters or ask for fewer results",
+                    "the query took more than its \(budget.wholeNanoseconds / 1_000_000) ms budget; filter on a more selective indexed field, use fewer NOT filters or ask for fewer results",
                     limitName: Limits.queryMilliseconds.name)
             }
             let shown = min(page.rows.count, request.resultsLimit)
@@ -327,9 +327,5 @@ extension NimbusService {
             }
         }
         return QueryPosition(sortValues: sortValues, recordID: recordID)
-    }
-
-    private static func milliseconds(_ duration: Duration) -> Int64 {
-        duration.components.seconds * 1_000 + duration.components.attoseconds / 1_000_000_000_000_000
     }
 }

@@ -166,19 +166,25 @@ extension NimbusService {
         var index = SubscriptionIndex()
         index.version = try tx.subscriptionsVersion()
         for row in try tx.allSubscriptions() {
-            do {
-                let input = try Self.definition(row.definition)
-                index.insert(try self.compile(row, input: input, tx: tx))
-            } catch {
-                self.logger.warning(
-                    "a stored subscription no longer compiles and will not fire until it is saved again",
-                    metadata: [
-                        WireKey.subscriptionID: "\(row.subscriptionID)", "databaseID": "\(row.databaseID)",
-                        "userID": "\(row.userID)", "error": "\(error)",
-                    ])
-            }
+            if let subscription = compileStored(row, tx: tx) { index.insert(subscription) }
         }
         return index
+    }
+
+    /// A stored subscription, compiled; nil (and a warning in the log) when it no longer
+    /// compiles, for instance after its record type left the schema.
+    private func compileStored(_ row: SubscriptionRow, tx: any StorageReader) -> Subscription? {
+        do {
+            return try compile(row, input: try Self.definition(row.definition), tx: tx)
+        } catch {
+            logger.warning(
+                "a stored subscription no longer compiles and will not fire until it is saved again",
+                metadata: [
+                    WireKey.subscriptionID: "\(row.subscriptionID)", "databaseID": "\(row.databaseID)",
+                    "userID": "\(row.userID)", "error": "\(error)",
+                ])
+            return nil
+        }
     }
 
     /// At most this many changes are applied one by one; more, and the index is built again.
@@ -187,51 +193,46 @@ extension NimbusService {
     /// Brings the index up to date when subscriptions changed in storage since it was built
     /// (another node saved or deleted some), in the transaction that is about to rely on it:
     /// the changed subscriptions are read and compiled one by one, or, when there are many or
-    /// storage no longer keeps them, the whole index is built again.
-    func refreshSubscriptionIndex(_ tx: any StorageReader) throws {
+    /// storage no longer keeps them, the whole index is built again. Returns the version `tx`
+    /// sees.
+    @discardableResult
+    func refreshSubscriptionIndex(_ tx: any StorageReader) throws -> Int64 {
         let version = try tx.subscriptionsVersion()
         let indexed = notificationHub.index.withLock { $0.version }
-        guard indexed != version else { return }
+        guard indexed != version else { return version }
         if indexed >= 0, let changes = try tx.subscriptionChanges(after: indexed, limit: Self.subscriptionCatchUpLimit),
             changes.count < Self.subscriptionCatchUpLimit, changes.last?.version == version
         {
-            var updates: [(databaseID: Int64, key: Subscription.Key, subscription: Subscription?)] = []
-            var seen = Set<SubscriptionChange>()
+            // Each changed subscription once, as it is now (a later change supersedes an earlier).
+            var updates: [SubscriptionIndex.Update] = []
+            var seen: [Int64: Set<Subscription.Key>] = [:]  // by database
             for change in changes.reversed() {
-                // The latest change of each subscription says what it is now.
-                var key = change
-                key.version = 0
-                guard seen.insert(key).inserted else { continue }
+                let key = Subscription.Key(userID: change.userID, subscriptionID: change.subscriptionID)
+                guard seen[change.databaseID, default: []].insert(key).inserted else { continue }
                 let row = try tx.subscription(databaseID: change.databaseID, userID: change.userID, subscriptionID: change.subscriptionID)
-                let compiled = try row.flatMap { row in try? self.compile(row, input: try Self.definition(row.definition), tx: tx) }
-                updates.append((change.databaseID, Subscription.Key(userID: change.userID, subscriptionID: change.subscriptionID), compiled))
+                updates.append((change.databaseID, key, row.flatMap { compileStored($0, tx: tx) }))
             }
             notificationHub.index.withLock { index in
                 // Moved meanwhile (this process's own change): the next check catches up.
                 guard index.version == indexed else { return }
-                for (databaseID, key, subscription) in updates {
-                    if let subscription { index.insert(subscription) } else { index.remove(databaseID: databaseID, key: key) }
-                }
+                index.apply(updates)
                 index.version = version
             }
-            return
+            return version
         }
         let index = try buildSubscriptionIndex(tx)
         notificationHub.index.withLock { current in
             if current.version != index.version { current = index }
         }
+        return version
     }
 
     /// This process's own subscription changes, applied to the index after they commit.
     /// `before` and `after` are storage's versions around them, in their transaction: if the
     /// index was at `before`, nothing else changed in between and it is now at `after`.
-    func applyOwnSubscriptionChanges(
-        _ changes: [(databaseID: Int64, key: Subscription.Key, subscription: Subscription?)], before: Int64, after: Int64
-    ) {
+    func applyOwnSubscriptionChanges(_ changes: [SubscriptionIndex.Update], before: Int64, after: Int64) {
         notificationHub.index.withLock { index in
-            for (databaseID, key, subscription) in changes {
-                if let subscription { index.insert(subscription) } else { index.remove(databaseID: databaseID, key: key) }
-            }
+            index.apply(changes)
             if index.version == before { index.version = after }
         }
     }

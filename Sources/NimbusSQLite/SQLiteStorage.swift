@@ -88,7 +88,7 @@ public final class SQLiteStorage: StorageDriver {
     {
         switch kind {
         case .point:
-            return try readOnCurrentThread(body)
+            return try readPoint(body)
         case .scan:
             let pool = self.pool
             do {
@@ -97,10 +97,6 @@ public final class SQLiteStorage: StorageDriver {
                 throw Self.normalized(error)
             }
         }
-    }
-
-    private func readOnCurrentThread<Value>(_ body: (any StorageReader) throws -> Value) throws -> Value {
-        try readPoint(body)
     }
 
     /// A point read on the calling thread, with the driver's own transaction type.

@@ -19,7 +19,7 @@ enum ScanBudget {
     static func run<T>(_ db: Database, budget: Duration, _ body: () throws -> T) throws -> T {
         guard let connection = db.sqliteConnection else { return try body() }
         let deadline = UnsafeMutablePointer<Int64>.allocate(capacity: 1)
-        deadline.pointee = threadProcessorNanoseconds() + nanoseconds(budget)
+        deadline.pointee = threadProcessorNanoseconds() + budget.wholeNanoseconds
         defer {
             sqlite3_progress_handler(connection, 0, nil, nil)
             deadline.deallocate()
@@ -35,12 +35,6 @@ enum ScanBudget {
         } catch let error as DatabaseError where error.resultCode == .SQLITE_INTERRUPT {
             throw StorageError.queryTooExpensive(budget: budget)
         }
-    }
-
-    static func nanoseconds(_ duration: Duration) -> Int64 {
-        let (seconds, attoseconds) = duration.components
-        return seconds.multipliedReportingOverflow(by: 1_000_000_000).overflow
-            ? .max / 2 : seconds * 1_000_000_000 + attoseconds / 1_000_000_000
     }
 
     /// The processor time the calling thread has used.

@@ -91,6 +91,17 @@ struct SubscriptionIndex: Sendable {
 
     init() {}
 
+    /// What a subscription is now, in the database it watches: compiled, or nil when it was
+    /// deleted.
+    typealias Update = (databaseID: Int64, key: Subscription.Key, subscription: Subscription?)
+
+    /// Files or removes each subscription as `updates` say.
+    mutating func apply(_ updates: [Update]) {
+        for (databaseID, key, subscription) in updates {
+            if let subscription { insert(subscription) } else { remove(databaseID: databaseID, key: key) }
+        }
+    }
+
     mutating func insert(_ subscription: Subscription) {
         remove(databaseID: subscription.databaseID, key: subscription.key)
         count += 1
