@@ -466,14 +466,21 @@ import Testing
         try await withDriver(driver) { storage in
             let database = try await storage.write { try $0.ensureDatabase(Self.key) }
             let start = try await storage.read { try $0.subscriptionsVersion() }
-            try await storage.write { tx in
-                for index in 0..<10_001 {
-                    try tx.putSubscription(
-                        SubscriptionRow(
-                            databaseID: database.id, database: Self.key, userID: 7, subscriptionID: "s\(index % 3)",
-                            definition: Array("{}".utf8), createdAt: 1))
+            func save(_ count: Int) async throws {
+                try await storage.write { tx in
+                    for index in 0..<count {
+                        try tx.putSubscription(
+                            SubscriptionRow(
+                                databaseID: database.id, database: Self.key, userID: 7, subscriptionID: "s\(index % 3)",
+                                definition: Array("{}".utf8), createdAt: 1))
+                    }
                 }
             }
+            // At the limit: exactly the 10,000 changes kept since `start` still reach back to it.
+            try await save(10_000)
+            #expect(try await storage.read { try $0.subscriptionChanges(after: start, limit: 10) }?.count == 10)
+            // One past it: the oldest of them is gone.
+            try await save(1)
             #expect(try await storage.read { try $0.subscriptionChanges(after: start, limit: 10) } == nil)
             let now = try await storage.read { try $0.subscriptionsVersion() }
             #expect(try await storage.read { try $0.subscriptionChanges(after: now - 5, limit: 10) }?.count == 5)
