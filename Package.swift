@@ -30,6 +30,7 @@ let package = Package(
         .package(url: "https://github.com/hummingbird-project/hummingbird-websocket.git", exact: "2.8.1"),
         .package(url: "https://github.com/apple/swift-atomics.git", exact: "1.3.0"),
         .package(url: "https://github.com/hummingbird-project/swift-websocket.git", exact: "1.6.2"),
+        .package(url: "https://github.com/vapor/postgres-nio.git", exact: "1.33.2"),
     ],
     targets: [
         // The CloudKit Web Services JSON: shared by server and (later) the SDK. Foundation only.
@@ -53,6 +54,14 @@ let package = Package(
             dependencies: [
                 "NimbusStorage", .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
+            ],
+            swiftSettings: strict),
+        // The PostgreSQL driver (postgres-nio): for several nodes on one database.
+        .target(
+            name: "NimbusPostgres",
+            dependencies: [
+                "NimbusStorage", .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strict),
         // CloudKit semantics over any storage driver: operations, schema, tokens, permissions.
@@ -98,7 +107,7 @@ let package = Package(
         .executableTarget(
             name: "NimbusCLI",
             dependencies: [
-                "NimbusServer", "NimbusCore", "NimbusSQLite", "NimbusWire",
+                "NimbusServer", "NimbusCore", "NimbusSQLite", "NimbusPostgres", "NimbusWire",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ],
@@ -120,7 +129,9 @@ let package = Package(
         .target(
             name: "NimbusTestSupport",
             dependencies: [
-                "NimbusServer", "NimbusCore", "NimbusSQLite",
+                "NimbusServer", "NimbusCore", "NimbusSQLite", "NimbusPostgres",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -134,7 +145,11 @@ let package = Package(
             swiftSettings: strict),
         .testTarget(
             name: "NimbusStorageTests",
-            dependencies: ["NimbusStorage", "NimbusSQLite", "NimbusTestSupport", .product(name: "GRDB", package: "GRDB.swift")],
+            dependencies: [
+                "NimbusStorage", "NimbusSQLite", "NimbusPostgres", "NimbusTestSupport",
+                .product(name: "GRDB", package: "GRDB.swift"), .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
+            ],
             swiftSettings: strict),
         .testTarget(
             name: "NimbusCoreTests",

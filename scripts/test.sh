@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite. Installs what the tests need (Debian packages),
-# builds everything (the crash test runs the built `nimbus` binary), then runs the tests.
+# builds everything (the crash test runs the built `nimbus` binary), starts a private
+# PostgreSQL cluster, then runs the tests on both drivers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,4 +16,10 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 swift build --build-tests
+
+# The PostgreSQL driver's cases run on a private cluster on loopback, stopped on the way out
+# whatever happens (scripts/postgres.sh).
+export NIMBUS_TEST_POSTGRES
+NIMBUS_TEST_POSTGRES=$(scripts/postgres.sh start)
+trap 'scripts/postgres.sh stop >/dev/null' EXIT
 swift test --skip-build

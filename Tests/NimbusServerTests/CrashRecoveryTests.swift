@@ -214,7 +214,9 @@ import Testing
         ("mysql://db/nimbus", "'mysql:' is not a driver Nimbus knows"),
         ("nimbus.sqlite", "names no driver"),
         ("sqlite:", "needs a file path"),
-        ("postgres://127.0.0.1/nimbus", "no PostgreSQL driver yet"),
+        ("postgres://127.0.0.1/nimbus", "does not serve records yet"),
+        ("postgres://127.0.0.1/nimbus?sslmode=sometimes", "sslmode 'sometimes' is not one of disable, prefer, require"),
+        ("postgres://user:secret@/nimbus", "names no host"),
     ])
     func aWrongDatabaseIsOneLineNamingWhatIsWrong(url: String, says: String) throws {
         let directory = NSTemporaryDirectory() + "nimbus-database-" + UUID().uuidString

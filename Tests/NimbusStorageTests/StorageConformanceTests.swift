@@ -1,6 +1,8 @@
 import Foundation
+import NimbusPostgres
 @testable import NimbusSQLite
 import NimbusStorage
+import NimbusTestSupport
 import Testing
 
 /// The behaviour every storage driver must show. Each test runs against every driver in
@@ -24,6 +26,41 @@ import Testing
         try await body(storage)
         try await storage.close()
     }
+
+    /// A driver of the parts of the protocol already in their coarse async form (`AccountStore`,
+    /// `PushStore`): every driver, PostgreSQL's included, passes these.
+    struct StoreDriver: CustomStringConvertible, Sendable {
+        let description: String
+        let run: @Sendable (_ body: @Sendable (any AccountStore, any PushStore) async throws -> Void) async throws -> Void
+    }
+
+    static let storeDrivers: [StoreDriver] =
+        drivers.map { driver in
+            StoreDriver(description: driver.description) { body in
+                let directory = NSTemporaryDirectory() + "nimbus-storage-" + UUID().uuidString
+                try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+                defer { try? FileManager.default.removeItem(atPath: directory) }
+                let storage = try driver.make(directory)
+                try await body(storage.accounts, storage.push)
+                try await storage.close()
+            }
+        }
+        + (PostgresTestCluster.url == nil
+            ? []
+            : [
+                StoreDriver(description: "PostgreSQL") { body in
+                    try await PostgresTestCluster.withDatabase { location in
+                        let storage = try await PostgresStorage(location, maximumConnections: 4)
+                        do {
+                            try await body(storage.accounts, storage.push)
+                        } catch {
+                            await storage.close()
+                            throw error
+                        }
+                        await storage.close()
+                    }
+                }
+            ])
 
     static let key = DatabaseKey(container: "c", environment: .development, scope: .private, ownerID: 7)
 
@@ -161,10 +198,9 @@ import Testing
         }
     }
 
-    @Test(arguments: drivers)
-    func accountsRoundTripAndRefuseDuplicates(driver: Driver) async throws {
-        try await withDriver(driver) { storage in
-            let accounts = storage.accounts
+    @Test(arguments: storeDrivers)
+    func accountsRoundTripAndRefuseDuplicates(driver: StoreDriver) async throws {
+        try await driver.run { accounts, _ in
             #expect(try await accounts.createContainer(ContainerRow(id: "c", createdAt: 1)))
             #expect(try await !accounts.createContainer(ContainerRow(id: "c", createdAt: 9)), "a second container c")
             #expect(try await accounts.containers() == [ContainerRow(id: "c", createdAt: 1)])
@@ -203,10 +239,9 @@ import Testing
         }
     }
 
-    @Test(arguments: drivers)
-    func pushRegistrationsAndCredentialsRoundTrip(driver: Driver) async throws {
-        try await withDriver(driver) { storage in
-            let push = storage.push
+    @Test(arguments: storeDrivers)
+    func pushRegistrationsAndCredentialsRoundTrip(driver: StoreDriver) async throws {
+        try await driver.run { accounts, push in
             let alice = NotificationOwner(container: "c", environment: .development, userID: 1)
             let bob = NotificationOwner(container: "c", environment: .development, userID: 2)
             let phone = PushTokenRow(owner: alice, token: "aa", apnsEnvironment: "development", isWebCourier: false, deviceID: "p", createdAt: 1)
@@ -225,7 +260,7 @@ import Testing
             #expect(try await push.pushToken("bb") == nil)
 
             #expect(try await push.apnsCredentials(container: "c") == nil)
-            #expect(try await storage.accounts.createContainer(ContainerRow(id: "c", createdAt: 1)))
+            #expect(try await accounts.createContainer(ContainerRow(id: "c", createdAt: 1)))
             let credentials = APNsCredentialsRow(container: "c", teamID: "T", keyID: "K", topic: "com.example", privateKeyPEM: "pem", updatedAt: 3)
             try await push.putAPNsCredentials(credentials)
             #expect(try await push.apnsCredentials(container: "c") == credentials)

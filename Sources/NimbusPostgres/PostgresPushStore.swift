@@ -1,0 +1,74 @@
+import NimbusStorage
+import PostgresNIO
+
+/// `PushStore` on PostgreSQL: every call one statement.
+struct PostgresPushStore: PushStore {
+    let storage: PostgresStorage
+
+    private static let columns = "token, container, environment, user_id, apns_environment, web_courier, device_id, created_at"
+
+    func pushTokens(owner: NotificationOwner) async throws -> [PushTokenRow] {
+        try await storage.rows(
+            """
+            SELECT \(unescaped: Self.columns) FROM push_tokens
+            WHERE user_id = \(owner.userID) AND container = \(owner.container) AND environment = \(owner.environment.rawValue)
+            ORDER BY token
+            """
+        ).map(Self.pushToken)
+    }
+
+    func pushToken(_ token: String) async throws -> PushTokenRow? {
+        try await storage.rows("SELECT \(unescaped: Self.columns) FROM push_tokens WHERE token = \(token)").first.map(Self.pushToken)
+    }
+
+    func putPushToken(_ row: PushTokenRow) async throws {
+        try await storage.rows(
+            """
+            INSERT INTO push_tokens (\(unescaped: Self.columns))
+            VALUES (\(row.token), \(row.owner.container), \(row.owner.environment.rawValue), \(row.owner.userID),
+                    \(row.apnsEnvironment), \(row.isWebCourier), \(row.deviceID), \(row.createdAt))
+            ON CONFLICT (token) DO UPDATE SET
+                container = excluded.container, environment = excluded.environment, user_id = excluded.user_id,
+                apns_environment = excluded.apns_environment, web_courier = excluded.web_courier,
+                device_id = excluded.device_id, created_at = excluded.created_at
+            """)
+    }
+
+    func deletePushToken(_ token: String) async throws {
+        try await storage.rows("DELETE FROM push_tokens WHERE token = \(token)")
+    }
+
+    func apnsCredentials(container: String) async throws -> APNsCredentialsRow? {
+        try await storage.rows(
+            "SELECT team_id, key_id, topic, private_key, updated_at FROM apns_credentials WHERE container = \(container)"
+        ).first.map {
+            let (teamID, keyID, topic, privateKey, updatedAt) = try $0.decode((String, String, String, String, Int64).self)
+            return APNsCredentialsRow(
+                container: container, teamID: teamID, keyID: keyID, topic: topic, privateKeyPEM: privateKey, updatedAt: updatedAt)
+        }
+    }
+
+    func putAPNsCredentials(_ row: APNsCredentialsRow) async throws {
+        try await storage.rows(
+            """
+            INSERT INTO apns_credentials (container, team_id, key_id, topic, private_key, updated_at)
+            VALUES (\(row.container), \(row.teamID), \(row.keyID), \(row.topic), \(row.privateKeyPEM), \(row.updatedAt))
+            ON CONFLICT (container) DO UPDATE SET
+                team_id = excluded.team_id, key_id = excluded.key_id, topic = excluded.topic,
+                private_key = excluded.private_key, updated_at = excluded.updated_at
+            """)
+    }
+
+    func deleteAPNsCredentials(container: String) async throws -> Bool {
+        try await !storage.rows("DELETE FROM apns_credentials WHERE container = \(container) RETURNING container").isEmpty
+    }
+
+    private static func pushToken(_ row: PostgresRow) throws -> PushTokenRow {
+        let (token, container, environment, userID, apnsEnvironment, webCourier, deviceID, createdAt) = try row.decode(
+            (String, String, String, Int64, String, Bool, String, Int64).self)
+        return PushTokenRow(
+            owner: NotificationOwner(
+                container: container, environment: Environment(rawValue: environment) ?? .development, userID: userID),
+            token: token, apnsEnvironment: apnsEnvironment, isWebCourier: webCourier, deviceID: deviceID, createdAt: createdAt)
+    }
+}

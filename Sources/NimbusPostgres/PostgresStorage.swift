@@ -1,0 +1,229 @@
+import Logging
+import NimbusStorage
+import PostgresNIO
+import Synchronization
+
+/// The PostgreSQL driver: a connection pool (postgres-nio's `PostgresClient`), the frozen
+/// migrations, and the coarse aggregates of the storage protocol (`AccountStore`, `PushStore`)
+/// as single statements, each one round trip (`docs/scale-out.md`).
+///
+/// Every unit of work has a deadline (`deadline`): a server that is down, restarting or not
+/// answering fails the request with `StorageError.unavailable` (clients see `TRY_AGAIN_LATER`
+/// with `retryAfter`) instead of holding it until the pool's circuit breaker trips a minute
+/// later; the pool reconnects by itself when the server is back. A write whose deadline passes
+/// while its COMMIT is in flight may still have committed: what the client sees then is what
+/// CloudKit's clients see after a lost response, and change tags keep the retry safe.
+public final class PostgresStorage: Sendable {
+    public let location: PostgresLocation
+    /// How long one unit of work may take, from asking the pool for a connection to the answer.
+    public let deadline: Duration
+    let client: PostgresClient
+    let logger: Logger
+    private let running: Task<Void, Never>
+    private let statementObserver: (@Sendable (String) -> Void)?
+
+    /// Connects, and brings the schema up to date before returning.
+    /// `statementObserver` sees the text of every statement sent (one round trip each): how
+    /// tests and `Benchmarks/` count round trips.
+    public init(
+        _ location: PostgresLocation, deadline: Duration = .seconds(5), maximumConnections: Int = 20,
+        statementObserver: (@Sendable (String) -> Void)? = nil
+    ) async throws {
+        self.location = location
+        self.deadline = deadline
+        self.statementObserver = statementObserver
+        var configuration = location.clientConfiguration
+        configuration.options.maximumConnections = maximumConnections
+        var logger = Logger(label: "nimbus.postgres")
+        logger.logLevel = .warning
+        self.logger = logger
+        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
+        self.client = client
+        running = Task { await client.run() }
+        do {
+            try await migrate()
+        } catch {
+            running.cancel()
+            await running.value
+            throw error
+        }
+    }
+
+    public var accounts: any AccountStore { PostgresAccountStore(storage: self) }
+    public var push: any PushStore { PostgresPushStore(storage: self) }
+
+    /// Closes the pool's connections.
+    public func close() async {
+        running.cancel()
+        await running.value
+    }
+
+    // MARK: Statements
+
+    /// Runs one statement (one round trip) and returns its rows.
+    @discardableResult
+    func rows(_ query: PostgresQuery) async throws -> [PostgresRow] {
+        try await unitOfWork { [client, logger, statementObserver] in
+            statementObserver?(query.sql)
+            return try await client.query(query, logger: logger).collect()
+        }
+    }
+
+    /// Runs `body` within the deadline, with the engine's errors normalized.
+    func unitOfWork<Value: Sendable>(_ body: @escaping @Sendable () async throws -> Value) async throws -> Value {
+        do {
+            return try await Deadline.run(within: deadline, body) { [location, deadline] in
+                StorageError.unavailable("PostgreSQL at \(location.host):\(location.port) did not answer within \(deadline)")
+            }
+        } catch {
+            throw Self.normalized(error)
+        }
+    }
+
+    // MARK: Migrations
+
+    /// An advisory lock key for migrations: any constant, the same on every node.
+    private static let migrationLock: Int64 = 0x4E_696D_6275_7301
+
+    private func migrate() async throws {
+        try await unitOfWork { [client, logger] in
+            try await client.withTransaction(logger: logger) { connection in
+                // Nodes starting together queue here; the second finds the work done.
+                try await connection.query("SELECT pg_advisory_xact_lock(\(Self.migrationLock))", logger: logger)
+                try await connection.query(
+                    """
+                    CREATE TABLE IF NOT EXISTS nimbus_migrations (
+                        name text PRIMARY KEY,
+                        applied_at timestamptz NOT NULL DEFAULT now()
+                    )
+                    """, logger: logger)
+                var applied = Set<String>()
+                for try await name in try await connection.query("SELECT name FROM nimbus_migrations", logger: logger)
+                    .decode(String.self)
+                {
+                    applied.insert(name)
+                }
+                for migration in PostgresMigrations.all where !applied.contains(migration.name) {
+                    for statement in migration.statements {
+                        try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+                    }
+                    try await connection.query("INSERT INTO nimbus_migrations (name) VALUES (\(migration.name))", logger: logger)
+                }
+                // The installation secret (token keys derive from it) is made here, not in SQL:
+                // PostgreSQL's random() is no source of secrets without an extension.
+                var generator = SystemRandomNumberGenerator()
+                let secret = (0..<32).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
+                try await connection.query(
+                    """
+                    INSERT INTO meta (key, value) VALUES ('installation_secret', \(ByteBuffer(bytes: secret)))
+                    ON CONFLICT (key) DO NOTHING
+                    """, logger: logger)
+            }
+        }
+    }
+
+    // MARK: Errors
+
+    /// The engine's failures in storage terms (`StorageError`); anything else unchanged.
+    static func normalized(_ error: any Error) -> any Error {
+        if let transaction = error as? PostgresTransactionError {
+            if let inner = transaction.beginError ?? transaction.closureError ?? transaction.commitError {
+                return normalized(inner)
+            }
+            return error
+        }
+        guard let error = error as? PSQLError else { return error }
+        switch error.code {
+        case .server:
+            let state = error.serverInfo?[.sqlState] ?? ""
+            let message = error.serverInfo?[.message] ?? "(no message)"
+            switch state {
+            case "40001", "40P01":  // serialization failure, deadlock detected
+                return StorageError.serializationFailure("\(state): \(message)")
+            case "23505":
+                return StorageError.duplicate(message)
+            case "57P01", "57P02", "57P03":  // shutting down, crashed, starting up
+                return StorageError.unavailable("\(state): \(message)")
+            case _ where state.hasPrefix("08") || state.hasPrefix("53"):  // connection, resources (disk full)
+                return StorageError.unavailable("\(state): \(message)")
+            default:
+                return error
+            }
+        case .connectionError, .serverClosedConnection, .clientClosedConnection, .uncleanShutdown, .poolClosed:
+            return StorageError.unavailable("PostgreSQL connection: \(error.code)")
+        default:
+            return error
+        }
+    }
+}
+
+/// Runs work with a time limit that holds even when the work ignores cancellation (a query
+/// waiting on a silent server): the caller gets the timeout's error at the deadline, and the
+/// work is cancelled and left to finish on its own.
+enum Deadline {
+    static func run<Value: Sendable>(
+        within limit: Duration, _ work: @escaping @Sendable () async throws -> Value,
+        timeout: @escaping @Sendable () -> any Error
+    ) async throws -> Value {
+        let outcome = Outcome<Value>()
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                outcome.start(continuation)
+                let worker = Task {
+                    do { outcome.finish(.success(try await work())) } catch { outcome.finish(.failure(error)) }
+                }
+                let timer = Task {
+                    try? await Task.sleep(for: limit)
+                    if outcome.finish(.failure(timeout())) { worker.cancel() }
+                }
+                outcome.onFinish { timer.cancel() }
+            }
+        } onCancel: {
+            outcome.finish(.failure(CancellationError()))
+        }
+    }
+
+    /// The continuation, resumed exactly once by whichever finishes first.
+    private final class Outcome<Value: Sendable>: Sendable {
+        private struct State {
+            var continuation: CheckedContinuation<Value, any Error>?
+            var early: Result<Value, any Error>?
+            var finished = false
+            var cleanup: (@Sendable () -> Void)?
+        }
+        private let state = Mutex(State())
+
+        func start(_ continuation: CheckedContinuation<Value, any Error>) {
+            let early = state.withLock { state -> Result<Value, any Error>? in
+                if let early = state.early { return early }
+                state.continuation = continuation
+                return nil
+            }
+            if let early { continuation.resume(with: early) }
+        }
+
+        func onFinish(_ cleanup: @escaping @Sendable () -> Void) {
+            let finished = state.withLock { state -> Bool in
+                if state.finished { return true }
+                state.cleanup = cleanup
+                return false
+            }
+            if finished { cleanup() }
+        }
+
+        /// Whether this call was the one that finished it.
+        @discardableResult
+        func finish(_ result: Result<Value, any Error>) -> Bool {
+            let (continuation, cleanup, won) = state.withLock { state -> (CheckedContinuation<Value, any Error>?, (@Sendable () -> Void)?, Bool) in
+                guard !state.finished else { return (nil, nil, false) }
+                state.finished = true
+                if state.continuation == nil { state.early = result }
+                defer { state.continuation = nil; state.cleanup = nil }
+                return (state.continuation, state.cleanup, true)
+            }
+            continuation?.resume(with: result)
+            cleanup?()
+            return won
+        }
+    }
+}

@@ -1,0 +1,157 @@
+import Foundation
+import NIOCore
+import NIOPosix
+import NimbusPostgres
+import NimbusStorage
+import NimbusTestSupport
+import Synchronization
+import Testing
+
+/// What is particular to the PostgreSQL driver: its URL, its migrations, its round trips, and
+/// how it fails when the server is gone or silent. (What every driver must do is
+/// `StorageConformanceTests`.)
+@Suite struct PostgresDriverTests {
+    @Test func continuousIntegrationRunsThePostgreSQLCases() {
+        // scripts/test.sh starts a cluster; CI must never pass by leaving PostgreSQL out.
+        if ProcessInfo.processInfo.environment["CI"] == "true" {
+            #expect(PostgresTestCluster.url != nil, "NIMBUS_TEST_POSTGRES is not set under CI")
+        }
+    }
+
+    @Test func urlsNameServerUserDatabaseAndTLS() throws {
+        let full = try PostgresLocation(url: "postgres://nimbus:s%40cret@db.internal:6543/cloud?sslmode=require")
+        #expect(full.host == "db.internal" && full.port == 6543 && full.user == "nimbus" && full.password == "s@cret")
+        #expect(full.database == "cloud" && full.tls == .require)
+        #expect(!full.description.contains("cret"), "the password never reaches logs")
+        let bare = try PostgresLocation(url: "postgresql://localhost")
+        #expect(bare.port == 5432 && bare.user == "postgres" && bare.database == "postgres" && bare.tls == .prefer)
+    }
+
+    @Test(arguments: [
+        ("postgres://", "names no host"),
+        ("postgres://h/db?sslmode=maybe", "sslmode 'maybe'"),
+        ("postgres://h/db?pool=3", "'pool'"),
+        ("postgres://h:0/db", "out of range"),
+        ("postgres://h/a/b", "contains '/'"),
+        ("mysql://h/db", "is not a postgres://"),
+    ])
+    func badURLsSayWhatIsWrong(url: String, reason: String) {
+        #expect {
+            _ = try PostgresLocation(url: url)
+        } throws: { error in
+            String(describing: error).contains(reason)
+        }
+    }
+
+    @Test func aServerThatRefusesConnectionsIsUnavailableByTheDeadline() async throws {
+        // A port nothing listens on: the connection is refused (the pool keeps trying until
+        // the deadline, so a server that comes back in time is used).
+        let closed = try await Self.unusedPort()
+        let start = ContinuousClock.now
+        await #expect {
+            _ = try await PostgresStorage(try PostgresLocation(url: "postgres://postgres@127.0.0.1:\(closed)/x?sslmode=disable"),
+                                          deadline: .seconds(1))
+        } throws: { error in
+            guard case StorageError.unavailable = error else { return false }
+            return true
+        }
+        #expect(ContinuousClock.now - start < .seconds(3))
+    }
+
+    @Test func aServerThatNeverAnswersFailsAtTheDeadline() async throws {
+        // Accepts connections and says nothing: the request must not hang.
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let silent = try await ServerBootstrap(group: group).bind(host: "127.0.0.1", port: 0).get()
+        let port = try #require(silent.localAddress?.port)
+        let start = ContinuousClock.now
+        await #expect {
+            _ = try await PostgresStorage(try PostgresLocation(url: "postgres://postgres@127.0.0.1:\(port)/x?sslmode=disable"),
+                                          deadline: .milliseconds(800))
+        } throws: { error in
+            guard case StorageError.unavailable(let detail) = error else { return false }
+            return detail.contains("did not answer")
+        }
+        #expect(ContinuousClock.now - start < .seconds(3))
+        try await silent.close()
+        try await group.shutdownGracefully()
+    }
+
+    @Test(.enabled(if: PostgresTestCluster.url != nil))
+    func nodesStartingTogetherMigrateOnce() async throws {
+        try await PostgresTestCluster.withDatabase { location in
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<4 {
+                    group.addTask {
+                        let storage = try await PostgresStorage(location, maximumConnections: 2)
+                        await storage.close()
+                    }
+                }
+                try await group.waitForAll()
+            }
+            let storage = try await PostgresStorage(location, maximumConnections: 2)
+            #expect(try await storage.accounts.createContainer(ContainerRow(id: "c", createdAt: 1)))
+            await storage.close()
+        }
+    }
+
+    @Test(.enabled(if: PostgresTestCluster.url != nil))
+    func everyAccountCallIsOneRoundTrip() async throws {
+        try await PostgresTestCluster.withDatabase { location in
+            let statements = Mutex<[String]>([])
+            let storage = try await PostgresStorage(location, maximumConnections: 2) { sql in
+                statements.withLock { $0.append(sql) }
+            }
+            let accounts = storage.accounts
+            func roundTrips(_ work: () async throws -> Void) async throws -> Int {
+                statements.withLock { $0.removeAll() }
+                try await work()
+                return statements.withLock { $0.count }
+            }
+            #expect(try await roundTrips { _ = try await accounts.createContainer(ContainerRow(id: "c", createdAt: 1)) } == 1)
+            let user = try #require(try await accounts.createUser(name: "u", passwordHash: "p", createdAt: 1))
+            let session = SessionRow(tokenHash: "s", userID: user.id, container: "c", environment: .development, createdAt: 1, lastUsedAt: 1)
+            #expect(try await roundTrips { try await accounts.startSession(session, removingSessionsIdleBefore: 0) } == 1)
+            // Authenticating a request: token, session and user in one.
+            #expect(try await roundTrips { _ = try await accounts.credentials(apiTokenHash: "t", sessionHash: "s") } == 1)
+            #expect(try await roundTrips { _ = try await accounts.endSessions(userName: "u") } == 1)
+            await storage.close()
+        }
+    }
+
+    @Test(.enabled(if: PostgresTestCluster.url != nil))
+    func droppedConnectionsFailClearlyAndRecoverWithoutARestart() async throws {
+        try await PostgresTestCluster.withDatabase { location in
+            let storage = try await PostgresStorage(location, maximumConnections: 2)
+            #expect(try await storage.accounts.createContainer(ContainerRow(id: "c", createdAt: 1)))
+            // Every connection to this database is killed, as a server restart or a proxy would.
+            var admin = location
+            admin.database = "postgres"
+            try await PostgresTestCluster.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '\(location.database)'", on: admin)
+            var answered = false
+            for _ in 0..<5 where !answered {
+                do {
+                    answered = try await storage.accounts.containers().map(\.id) == ["c"]
+                } catch {
+                    // A request caught on a dying connection fails as unavailable, never otherwise.
+                    guard case StorageError.unavailable = error else {
+                        Issue.record("a dropped connection surfaced as \(error)")
+                        break
+                    }
+                    try await Task.sleep(for: .milliseconds(100))
+                }
+            }
+            #expect(answered, "the pool reconnected by itself")
+            await storage.close()
+        }
+    }
+
+    static func unusedPort() async throws -> Int {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let channel = try await ServerBootstrap(group: group).bind(host: "127.0.0.1", port: 0).get()
+        let port = channel.localAddress!.port!
+        try await channel.close()
+        try await group.shutdownGracefully()
+        return port
+    }
+}

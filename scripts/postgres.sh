@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# A private PostgreSQL 15 cluster on loopback, for the test suite and benchmarks.
+#   scripts/postgres.sh start   installs PostgreSQL 15 from Debian if missing, makes a fresh
+#                               cluster and starts it; prints its admin URL
+#   scripts/postgres.sh stop    stops it and removes its files
+# It listens on 127.0.0.1:$NIMBUS_PG_PORT (54329) only, trusts local connections, and keeps
+# its files in $NIMBUS_PG_DIR (/tmp/nimbus-pg-PORT). It never touches another cluster.
+# NIMBUS_PG_DURABLE=1 keeps fsync on (benchmarks); tests run without it, for speed: nothing
+# the suite checks depends on PostgreSQL surviving a power cut.
+set -euo pipefail
+PORT=${NIMBUS_PG_PORT:-54329}
+DIR=${NIMBUS_PG_DIR:-/tmp/nimbus-pg-$PORT}
+BIN=/usr/lib/postgresql/15/bin
+
+as_postgres() {
+  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+install() {
+  [ -x "$BIN/initdb" ] && return
+  local sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  # Debian's package would make and start a cluster of its own on 5432: ask it not to.
+  $sudo mkdir -p /etc/postgresql-common
+  [ -f /etc/postgresql-common/createcluster.conf ] ||
+    echo "create_main_cluster = false" | $sudo tee /etc/postgresql-common/createcluster.conf >/dev/null
+  $sudo apt-get update -qq && $sudo apt-get install -y -qq postgresql-15 >/dev/null
+}
+
+start() {
+  install
+  stop quiet
+  mkdir -p "$DIR"
+  [ "$(id -u)" = 0 ] && chown postgres:postgres "$DIR"
+  as_postgres "$BIN/initdb" -D "$DIR/data" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >"$DIR/initdb.log"
+  local durability="-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+  [ "${NIMBUS_PG_DURABLE:-0}" = 1 ] && durability=""
+  as_postgres "$BIN/pg_ctl" -D "$DIR/data" -l "$DIR/server.log" -w -t 60 \
+    -o "-p $PORT -k $DIR -c listen_addresses=127.0.0.1 -c max_connections=400 $durability" start >/dev/null
+  echo "postgres://postgres@127.0.0.1:$PORT/postgres?sslmode=disable"
+}
+
+stop() {
+  if [ -f "$DIR/data/postmaster.pid" ]; then
+    as_postgres "$BIN/pg_ctl" -D "$DIR/data" -m fast -w stop >/dev/null || true
+  fi
+  rm -rf "$DIR"
+  [ "${1:-}" = quiet ] || echo "stopped the cluster on port $PORT"
+}
+
+case "${1:-}" in
+  start) start ;;
+  stop) stop ;;
+  *) echo "usage: scripts/postgres.sh start|stop" >&2; exit 2 ;;
+esac
