@@ -185,7 +185,7 @@ extension NimbusService {
                 try tx.setBadge(owner: owner, value: badge!)
             }
             let payload = try self.payload(match, notificationID: notificationID, badge: badge)
-            _ = try tx.insertNotification(
+            try tx.insertNotification(
                 owner: owner, notificationID: notificationID, originDeviceID: committed.deviceID,
                 payload: payload.serialized(), createdAt: now,
                 delivery: NotificationDelivery(collapseID: try self.collapseID(match), isSilent: subscription.isSilent))
@@ -360,7 +360,7 @@ extension NimbusService {
         let found = try await storage.write { tx -> [String] in
             let found = try tx.markNotificationsRead(owner: owner, notificationIDs: ids)
             guard !found.isEmpty else { return found }
-            _ = try tx.insertNotification(
+            try tx.insertNotification(
                 owner: owner, notificationID: notificationID, originDeviceID: caller.deviceID, payload: payload.serialized(),
                 createdAt: now, delivery: NotificationDelivery(isSilent: true))
             return found

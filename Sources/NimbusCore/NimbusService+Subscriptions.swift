@@ -222,7 +222,10 @@ extension NimbusService {
         }
         let index = try buildSubscriptionIndex(tx)
         notificationHub.index.withLock { current in
-            if current.version != index.version { current = index }
+            // Only forward: a transaction that read an older snapshot (another node's, or a
+            // unit of work's load) must not put back subscriptions this process has since
+            // deleted.
+            if index.version > current.version { current = index }
         }
         return version
     }

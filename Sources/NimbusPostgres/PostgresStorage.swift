@@ -43,8 +43,9 @@ public final class PostgresStorage: Sendable {
         do {
             try await migrate()
         } catch {
+            // Not awaited: a connection attempt in flight would hold the caller past the
+            // deadline it was promised; the pool stops by itself once cancelled.
             running.cancel()
-            await running.value
             throw error
         }
     }
@@ -85,8 +86,19 @@ public final class PostgresStorage: Sendable {
     /// An advisory lock key for migrations: any constant, the same on every node.
     private static let migrationLock: Int64 = 0x4E_696D_6275_7301
 
+    /// How long migrations may take once the server answered: they may rewrite large tables.
+    static let migrationDeadline: Duration = .seconds(300)
+
     private func migrate() async throws {
-        try await unitOfWork { [client, logger] in
+        // Within the deadline: is the server there at all?
+        try await rows("SELECT 1")
+        try await Deadline.run(within: Self.migrationDeadline, { [client, logger] in
+            try await Self.migrate(client: client, logger: logger)
+        }, timeout: { StorageError.unavailable("the schema migrations did not finish within \(Self.migrationDeadline)") })
+    }
+
+    private static func migrate(client: PostgresClient, logger: Logger) async throws {
+        do {
             try await client.withTransaction(logger: logger) { connection in
                 // Nodes starting together queue here; the second finds the work done.
                 try await connection.query("SELECT pg_advisory_xact_lock(\(Self.migrationLock))", logger: logger)
@@ -119,6 +131,8 @@ public final class PostgresStorage: Sendable {
                     ON CONFLICT (key) DO NOTHING
                     """, logger: logger)
             }
+        } catch {
+            throw normalized(error)
         }
     }
 

@@ -137,7 +137,7 @@ extension SQLiteTransaction {
     func insertNotification(
         owner: NotificationOwner, notificationID: String, originDeviceID: String, payload: [UInt8], createdAt: Int64,
         delivery: NotificationDelivery
-    ) throws -> Int64 {
+    ) throws {
         try execute(
             """
             INSERT INTO notifications (
@@ -148,7 +148,6 @@ extension SQLiteTransaction {
                 owner.container, owner.environment.rawValue, owner.userID, notificationID, originDeviceID, Data(payload), createdAt,
                 delivery.collapseID, delivery.isSilent,
             ])
-        return db.lastInsertedRowID
     }
 
     func markNotificationsRead(owner: NotificationOwner, notificationIDs: [String]) throws -> [String] {

@@ -181,11 +181,12 @@ public protocol StorageWriter: StorageReader {
     func appendOutbox(databaseID: Int64, body: [UInt8], createdAt: Int64) throws
     /// Removes matched entries (the same transaction stores their notifications).
     func removeOutbox(sequences: [Int64]) throws
-    /// Appends to the owner's collection; returns the new entry's sequence.
+    /// Appends to the owner's collection. Its sequence is handed out as it commits (so that
+    /// sequences become visible in order), which is why it is not returned.
     func insertNotification(
         owner: NotificationOwner, notificationID: String, originDeviceID: String, payload: [UInt8], createdAt: Int64,
         delivery: NotificationDelivery
-    ) throws -> Int64
+    ) throws
     /// Marks the owner's notifications with these IDs read; returns the IDs that exist.
     func markNotificationsRead(owner: NotificationOwner, notificationIDs: [String]) throws -> [String]
     /// Removes notifications created before `time`; returns how many.

@@ -59,7 +59,7 @@ import Testing
                 "flag": Op.field(true),
             ]
             let saved = try await alice.modify([Op.create("all", type: "Everything", fields)])
-            let record = try #require(saved.records.first)
+            let record = try #require(saved.records.first, "\(saved.text)")
             #expect(record.errorCode == nil, "\(saved.text)")
             let fetched = try #require(try await alice.lookup(["all"]).records.first)
             let types = fetched["fields"]?.objectValue?.pairs.reduce(into: [String: String]()) { $0[$1.key] = $1.value["type"]?.stringValue }

@@ -349,7 +349,17 @@ extension JSON {
 
 extension ServerConfiguration {
     /// SQLite in the data directory with synchronous=NORMAL (crash-safe; tests need no more).
+    /// With `NIMBUS_TEST_STORAGE=units`, the same SQLite behind `UnitOfWorkDriver`: every
+    /// transaction closure runs as a unit of work over loaded rows, as on PostgreSQL.
     public static func embedded() -> ServerConfiguration {
-        ServerConfiguration(storage: SQLiteStorage.opener(synchronous: .normal))
+        let sqlite = SQLiteStorage.opener(synchronous: .normal)
+        guard ProcessInfo.processInfo.environment["NIMBUS_TEST_STORAGE"] == "units" else { return ServerConfiguration(storage: sqlite) }
+        return ServerConfiguration(
+            storage: StorageOpener(
+                description: { "units of work over " + sqlite.description($0) },
+                open: { directory in
+                    guard let storage = try sqlite.open(directory) as? SQLiteStorage else { throw TestFailure("not SQLite") }
+                    return UnitOfWorkDriver(SQLiteCoarseStorage(storage))
+                }))
     }
 }

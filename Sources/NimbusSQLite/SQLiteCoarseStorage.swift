@@ -1,0 +1,244 @@
+import Foundation
+import GRDB
+import NimbusStorage
+
+/// SQLite behind the coarse protocol (`CoarseStorage`): loads by key, applies a unit's writes
+/// in one transaction after checking its expectations. The embedded server does not use it
+/// (`SQLiteStorage` runs closures in its transaction directly, which is faster in-process);
+/// it exists so that `UnitOfWorkDriver`, which the PostgreSQL driver relies on, runs the whole
+/// test suite against an engine with no network in the way (`NIMBUS_TEST_STORAGE=units`), and
+/// so that its round trips per request can be counted anywhere.
+public struct SQLiteCoarseStorage: CoarseStorage {
+    public let storage: SQLiteStorage
+
+    public init(_ storage: SQLiteStorage) { self.storage = storage }
+
+    public var accounts: any AccountStore { storage.accounts }
+    public var push: any PushStore { storage.push }
+    public func close() async throws { try await storage.close() }
+
+    public func load(_ request: LoadRequest) async throws -> LoadedRows {
+        try await storage.read(request.scans.isEmpty ? .point : .scan) { reader in
+            guard let tx = reader as? SQLiteTransaction else { throw StorageError.corrupt("not an SQLite transaction") }
+            return try tx.load(request)
+        }
+    }
+
+    public func apply(_ changes: UnitOfWorkChanges) async throws {
+        try await storage.writeSQLite { tx in try tx.apply(changes) }
+    }
+
+    public func reserveIDs(_ kind: StorageIDKind, count: Int) async throws -> ClosedRange<Int64> {
+        try await storage.writeSQLite { tx in try tx.reserveIDs(kind, count: count) }
+    }
+}
+
+extension SQLiteTransaction {
+    func load(_ request: LoadRequest) throws -> LoadedRows {
+        var rows = LoadedRows()
+        for key in request.keys {
+            switch key {
+            case .installationSecret: rows.installationSecret = try installationSecret()
+            case .indexRebuildRequest:
+                rows.indexRebuildPending = try fetchRow("SELECT value FROM meta WHERE key = 'index_rebuild_pending'") != nil
+            case .containers: rows.containers = try containers()
+            case .container(let id): rows.container[id] = .some(try container(id: id))
+            case .database(let key): rows.databases[key] = .some(try database(key))
+            case .databaseByID(let id): rows.databasesByID[id] = .some(try database(id: id))
+            case .zone(let databaseID, let name):
+                rows.zones[ZoneKey(databaseID: databaseID, name: name)] = .some(try zone(databaseID: databaseID, name: name))
+            case .zoneByID(let id): rows.zonesByID[id] = .some(try zone(id: id))
+            case .zones(let databaseID): rows.zoneLists[databaseID] = try zones(databaseID: databaseID)
+            case .record(let zoneID, let name):
+                rows.records[RecordKey(zoneID: zoneID, name: name)] = .some(try storedRecord(zoneID: zoneID, name: name))
+            case .referrers(let zoneID, let name, let action):
+                rows.referrers[ReferrerKey(zoneID: zoneID, name: name, action: action)] = try referrers(
+                    targetZoneID: zoneID, targetName: name, action: action)
+            case .schema(let container, let environment):
+                rows.schemas[SchemaKey(container: container, environment: environment)] = StoredSchema(
+                    fields: try schemaFields(container: container, environment: environment),
+                    recordTypes: try schemaRecordTypes(container: container, environment: environment))
+            case .subscriptions(let databaseID, let userID):
+                rows.subscriptions[SubscriberKey(databaseID: databaseID, userID: userID)] = try subscriptions(
+                    databaseID: databaseID, userID: userID)
+            case .subscriptionsVersion: rows.subscriptionsVersion = try subscriptionsVersion()
+            case .notificationsPrunedThrough: rows.notificationsPrunedThrough = try notificationsPrunedThrough()
+            case .newestNotificationSequence: rows.newestNotificationSequence = try newestNotificationSequence()
+            case .badge(let owner): rows.badges[owner] = try badge(owner: owner)
+            }
+        }
+        for (key, scan) in request.scans {
+            do {
+                rows.scans[key] = try self.scan(scan)
+            } catch let error as StorageError {
+                guard case .queryTooExpensive = error else { throw error }
+                rows.scans[key] = .failed(error)
+            }
+        }
+        return rows
+    }
+
+    private func scan(_ scan: LoadScan) throws -> ScanResult {
+        switch scan {
+        case .zoneChanges(let databaseID, let after, let limit):
+            return .zones(try zoneChanges(databaseID: databaseID, after: after, limit: limit))
+        case .recordChanges(let zoneID, let after, let recordTypes, let limit):
+            return .records(try recordChanges(zoneID: zoneID, after: after, recordTypes: recordTypes, limit: limit))
+        case .liveRecords(let container, let environment, let recordType, let afterID, let limit):
+            return .identifiedRecords(
+                try liveRecords(container: container, environment: environment, recordType: recordType, afterID: afterID, limit: limit))
+        case .query(let query): return .page(try queryRecords(query))
+        case .allSubscriptions: return .subscriptions(try allSubscriptions())
+        case .subscriptionChanges(let after, let limit): return .subscriptionChanges(try subscriptionChanges(after: after, limit: limit))
+        case .ownerNotifications(let owner, let after, let limit):
+            return .notifications(try notifications(owner: owner, after: after, limit: limit))
+        case .notifications(let after, let limit): return .notifications(try notifications(after: after, limit: limit))
+        case .existingNotificationIDs(let owner, let ids):
+            return .strings(
+                try ids.filter { id in
+                    try fetchRow(
+                        "SELECT 1 FROM notifications WHERE container = ? AND environment = ? AND user_id = ? AND notification_id = ? LIMIT 1",
+                        [owner.container, owner.environment.rawValue, owner.userID, id]) != nil
+                })
+        case .outbox(let limit): return .outbox(try outbox(limit: limit))
+        case .notificationsCreatedBefore(let time):
+            let newest: Int64? = try fetchRow("SELECT max(sequence) AS newest FROM notifications WHERE created_at < ?", [time])?["newest"]
+            guard let newest else { return .count(0) }
+            return .count(try fetchRow("SELECT count(*) AS n FROM notifications WHERE sequence <= ?", [newest])?["n"] ?? 0)
+        }
+    }
+
+    func database(id: Int64) throws -> DatabaseRow? {
+        try fetchRow("SELECT container, environment, scope, owner_id, sequence FROM databases WHERE id = ?", [id]).flatMap { row in
+            guard let environment = Environment(rawValue: row["environment"]), let scope = DatabaseScope(rawValue: row["scope"]) else {
+                return nil
+            }
+            return DatabaseRow(
+                id: id, key: DatabaseKey(container: row["container"], environment: environment, scope: scope, ownerID: row["owner_id"]),
+                sequence: row["sequence"])
+        }
+    }
+
+    func zone(id: Int64) throws -> ZoneRow? {
+        try fetchRow("SELECT id, database_id, name, change_sequence, deleted FROM zones WHERE id = ?", [id]).map {
+            ZoneRow(id: $0["id"], databaseID: $0["database_id"], name: $0["name"], changeSequence: $0["change_sequence"], isDeleted: $0["deleted"])
+        }
+    }
+
+    func storedRecord(zoneID: Int64, name: String) throws -> StoredRecord? {
+        guard let row = try record(zoneID: zoneID, name: name),
+            let id: Int64 = try fetchRow("SELECT rowid FROM records WHERE zone_id = ? AND record_name = ?", [zoneID, name])?[0]
+        else { return nil }
+        return StoredRecord(id: id, row: row)
+    }
+
+    // MARK: Apply
+
+    func apply(_ changes: UnitOfWorkChanges) throws {
+        // What the unit decided from must still hold; else it runs again.
+        var created = Set<Int64>()
+        for case .createDatabase(let row, _) in changes.writes { created.insert(row.id) }
+        for (databaseID, sequence) in changes.sequences where !created.contains(databaseID) {
+            let current: Int64? = try fetchRow("SELECT sequence FROM databases WHERE id = ?", [databaseID])?["sequence"]
+            guard current == sequence.read else {
+                throw StorageError.serializationFailure("database \(databaseID) changed since the unit read it")
+            }
+        }
+        if let version = changes.subscriptionsVersion, try subscriptionsVersion() != version.read {
+            throw StorageError.serializationFailure("subscriptions changed since the unit read them")
+        }
+        for (owner, value) in changes.badgesRead where try badge(owner: owner) != value {
+            throw StorageError.serializationFailure("a badge changed since the unit read it")
+        }
+        for write in changes.writes {
+            try apply(write)
+        }
+        for (databaseID, sequence) in changes.sequences {
+            try execute("UPDATE databases SET sequence = ? WHERE id = ?", [sequence.final, databaseID])
+        }
+    }
+
+    private func apply(_ write: StorageWrite) throws {
+        switch write {
+        case .takeIndexRebuildRequest: _ = try takeIndexRebuildRequest()
+        case .createDatabase(let row, let zoneID):
+            guard try database(row.key) == nil else {
+                throw StorageError.serializationFailure("database \(row.key) was made meanwhile")
+            }
+            try execute(
+                "INSERT INTO databases (id, container, environment, scope, owner_id, sequence) VALUES (?, ?, ?, ?, ?, 0)",
+                [row.id, row.key.container, row.key.environment.rawValue, row.key.scope.rawValue, row.key.ownerID])
+            try execute("INSERT INTO zones (id, database_id, name, change_sequence, deleted) VALUES (?, ?, '_defaultZone', 0, 0)", [zoneID, row.id])
+        case .createZone(let zone):
+            try execute("DELETE FROM zones WHERE database_id = ? AND name = ? AND deleted = 1", [zone.databaseID, zone.name])
+            try execute(
+                "INSERT INTO zones (id, database_id, name, change_sequence, deleted) VALUES (?, ?, ?, ?, 0)",
+                [zone.id, zone.databaseID, zone.name, zone.changeSequence])
+        case .deleteZone(let id, let sequence): try deleteZone(id: id, sequence: sequence)
+        case .touchZone(let id, let sequence): try touchZone(id: id, sequence: sequence)
+        case .putRecord(let id, let row, let isNew):
+            if isNew {
+                try execute(
+                    """
+                    INSERT INTO records (rowid, zone_id, record_name, record_type, fields, parent, change_sequence, created_at,
+                        created_by, created_device, modified_at, modified_by, modified_device, deleted)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """,
+                    [
+                        id, row.zoneID, row.recordName, row.recordType, Data(row.fields), row.parent, row.changeSequence,
+                        row.created.timestamp, row.created.userRecordName, row.created.deviceID, row.modified.timestamp,
+                        row.modified.userRecordName, row.modified.deviceID, row.isDeleted,
+                    ])
+            } else {
+                guard try putRecord(row, isNew: false) == id else {
+                    throw StorageError.serializationFailure("record '\(row.recordName)' was replaced meanwhile")
+                }
+            }
+        case .replaceIndexEntries(let recordID, let zoneID, let recordType, let entries, let hadEntries):
+            try replaceIndexEntries(recordID: recordID, zoneID: zoneID, recordType: recordType, entries, hadEntries: hadEntries)
+        case .replaceReferences(let zoneID, let name, let rows): try replaceReferences(sourceZoneID: zoneID, sourceName: name, with: rows)
+        case .addSchemaField(let key, let field): try addSchemaField(container: key.container, environment: key.environment, field)
+        case .setSchemaFieldIndexes(let key, let recordType, let fieldName, let indexes):
+            _ = try setSchemaFieldIndexes(
+                container: key.container, environment: key.environment, recordType: recordType, fieldName: fieldName, indexes: indexes)
+        case .addSchemaRecordType(let key, let recordType):
+            try addSchemaRecordType(container: key.container, environment: key.environment, recordType)
+        case .putSubscription(let row): try putSubscription(row)
+        case .deleteSubscription(let databaseID, let userID, let subscriptionID):
+            _ = try deleteSubscription(databaseID: databaseID, userID: userID, subscriptionID: subscriptionID)
+        case .appendOutbox(let databaseID, let body, let createdAt): try appendOutbox(databaseID: databaseID, body: body, createdAt: createdAt)
+        case .removeOutbox(let sequences):
+            for chunk in sequences.chunked(500) {
+                let present: Int = try fetchRow(
+                    "SELECT count(*) FROM change_outbox WHERE sequence IN (\(QuerySQL.marks(chunk.count)))", StatementArguments(chunk))?[0] ?? 0
+                guard present == chunk.count else { throw StorageError.serializationFailure("outbox entries were drained meanwhile") }
+            }
+            try removeOutbox(sequences: sequences)
+        case .insertNotification(let owner, let notificationID, let originDeviceID, let payload, let createdAt, let delivery):
+            try insertNotification(
+                owner: owner, notificationID: notificationID, originDeviceID: originDeviceID, payload: payload, createdAt: createdAt,
+                delivery: delivery)
+        case .markNotificationsRead(let owner, let ids): _ = try markNotificationsRead(owner: owner, notificationIDs: ids)
+        case .pruneNotifications(let time): _ = try pruneNotifications(createdBefore: time)
+        case .setBadge(let owner, let value): try setBadge(owner: owner, value: value)
+        }
+    }
+
+    /// Ids past any in use: the table's largest and any reserved before.
+    func reserveIDs(_ kind: StorageIDKind, count: Int) throws -> ClosedRange<Int64> {
+        let table = switch kind {
+        case .database: "databases"
+        case .zone: "zones"
+        case .record: "records"
+        }
+        let key = "reserved_ids_" + table
+        let reserved: Int64 = try fetchRow("SELECT value FROM meta WHERE key = ?", [key])?["value"] ?? 0
+        let largest: Int64 = try fetchRow("SELECT coalesce(max(rowid), 0) FROM \(table)")?[0] ?? 0
+        // AUTOINCREMENT tables remember ids of deleted rows too.
+        let sequence: Int64 = try fetchRow("SELECT coalesce(max(seq), 0) FROM sqlite_sequence WHERE name = ?", [table])?[0] ?? 0
+        let first = max(reserved, largest, sequence) + 1
+        let last = first + Int64(count) - 1
+        try execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", [key, last])
+        return first...last
+    }
+}

@@ -1,0 +1,263 @@
+/// The storage protocol in its coarse form, for engines where every statement is a network
+/// round trip (docs/scale-out.md). A driver implements three calls and `UnitOfWorkDriver`
+/// turns them into the whole `StorageDriver`:
+///
+/// - `load` reads committed rows by the keys a unit of work names (one round trip);
+/// - `apply` commits a unit's writes in one transaction, after checking that what the unit
+///   decided from is still so (`UnitOfWorkChanges.expectations`): if not, it throws
+///   `StorageError.serializationFailure` and the unit runs again from fresh rows;
+/// - `reserveIDs` hands out blocks of storage ids, so a unit can name new rows before they
+///   exist (ids are never reused; gaps are fine).
+///
+/// NimbusCore's transaction closures run unchanged against the unit of work, in memory: a read
+/// of something not loaded stops the closure, `load` fetches it, and the closure runs again
+/// from the start with more rows at hand. Closures are pure already (`RetryingStorage` runs
+/// them again too), so running one twice changes nothing.
+public protocol CoarseStorage: Sendable {
+    func load(_ request: LoadRequest) async throws -> LoadedRows
+    func apply(_ changes: UnitOfWorkChanges) async throws
+    func reserveIDs(_ kind: StorageIDKind, count: Int) async throws -> ClosedRange<Int64>
+
+    var accounts: any AccountStore { get }
+    var push: any PushStore { get }
+    func close() async throws
+}
+
+/// The kinds of rows whose ids a unit of work chooses.
+public enum StorageIDKind: String, Sendable, CaseIterable {
+    case database, zone, record
+}
+
+/// A key a unit of work may read by, answered from committed data.
+public enum LoadKey: Hashable, Sendable {
+    case installationSecret
+    case indexRebuildRequest
+    case containers
+    case container(String)
+    case database(DatabaseKey)
+    case databaseByID(Int64)
+    case zone(databaseID: Int64, name: String)
+    case zoneByID(Int64)
+    case zones(databaseID: Int64)
+    case record(zoneID: Int64, name: String)
+    case referrers(zoneID: Int64, name: String, action: String)
+    case schema(container: String, environment: Environment)
+    case subscriptions(databaseID: Int64, userID: Int64)
+    case subscriptionsVersion
+    case notificationsPrunedThrough
+    case newestNotificationSequence
+    case badge(NotificationOwner)
+}
+
+/// A read whose size grows with the data: answered as asked, from committed data (a unit of
+/// work's own writes are not in it).
+public enum LoadScan: Sendable {
+    case zoneChanges(databaseID: Int64, after: Int64, limit: Int)
+    case recordChanges(zoneID: Int64, after: Int64, recordTypes: [String]?, limit: Int)
+    case liveRecords(container: String, environment: Environment, recordType: String, afterID: Int64, limit: Int)
+    case query(RecordQuery)
+    case allSubscriptions
+    case subscriptionChanges(after: Int64, limit: Int)
+    case ownerNotifications(NotificationOwner, after: Int64, limit: Int)
+    case notifications(after: Int64, limit: Int)
+    case existingNotificationIDs(NotificationOwner, [String])
+    case outbox(limit: Int)
+    case notificationsCreatedBefore(Int64)
+}
+
+extension LoadScan {
+    /// The scan's identity: the same call with the same arguments, whenever a closure makes
+    /// it, is answered by the same result (a closure that skips a scan on its second run, say
+    /// because this process's subscription index caught up meanwhile, still reads right).
+    public var key: String { String(describing: self) }
+}
+
+/// What a scan returned.
+public enum ScanResult: Sendable {
+    case zones([ZoneRow])
+    case records([RecordRow])
+    case identifiedRecords([(id: Int64, row: RecordRow)])
+    case page(QueryPage)
+    case subscriptions([SubscriptionRow])
+    case subscriptionChanges([SubscriptionChange]?)
+    case notifications([NotificationRow])
+    case strings([String])
+    case outbox([OutboxEntry])
+    case count(Int)
+    /// The scan failed in a way the closure handles itself (a query past its time budget):
+    /// thrown where the closure makes the call.
+    case failed(StorageError)
+}
+
+public struct LoadRequest: Sendable {
+    public var keys: Set<LoadKey>
+    /// Scans by `LoadScan.key`.
+    public var scans: [String: LoadScan]
+
+    public init(keys: Set<LoadKey> = [], scans: [String: LoadScan] = [:]) {
+        self.keys = keys
+        self.scans = scans
+    }
+}
+
+/// Committed rows, by the key they were loaded by. A key that was loaded and found nothing is
+/// present with nil (or an empty list).
+public struct LoadedRows: Sendable {
+    public var installationSecret: [UInt8]?
+    public var indexRebuildPending: Bool?
+    public var containers: [ContainerRow]?
+    public var container: [String: ContainerRow?] = [:]
+    public var databases: [DatabaseKey: DatabaseRow?] = [:]
+    public var databasesByID: [Int64: DatabaseRow?] = [:]
+    public var zones: [ZoneKey: ZoneRow?] = [:]
+    public var zonesByID: [Int64: ZoneRow?] = [:]
+    public var zoneLists: [Int64: [ZoneRow]] = [:]
+    public var records: [RecordKey: StoredRecord?] = [:]
+    public var referrers: [ReferrerKey: [ReferenceRow]] = [:]
+    public var schemas: [SchemaKey: StoredSchema] = [:]
+    public var subscriptions: [SubscriberKey: [SubscriptionRow]] = [:]
+    public var subscriptionsVersion: Int64?
+    public var notificationsPrunedThrough: Int64?
+    public var newestNotificationSequence: Int64?
+    public var badges: [NotificationOwner: Int64] = [:]
+    /// By `LoadScan.key`.
+    public var scans: [String: ScanResult] = [:]
+
+    public init() {}
+
+    /// Adds what `other` loaded.
+    public mutating func merge(_ other: LoadedRows) {
+        installationSecret = other.installationSecret ?? installationSecret
+        indexRebuildPending = other.indexRebuildPending ?? indexRebuildPending
+        containers = other.containers ?? containers
+        container.merge(other.container) { $1 }
+        databases.merge(other.databases) { $1 }
+        databasesByID.merge(other.databasesByID) { $1 }
+        zones.merge(other.zones) { $1 }
+        zonesByID.merge(other.zonesByID) { $1 }
+        zoneLists.merge(other.zoneLists) { $1 }
+        records.merge(other.records) { $1 }
+        referrers.merge(other.referrers) { $1 }
+        schemas.merge(other.schemas) { $1 }
+        subscriptions.merge(other.subscriptions) { $1 }
+        subscriptionsVersion = other.subscriptionsVersion ?? subscriptionsVersion
+        notificationsPrunedThrough = other.notificationsPrunedThrough ?? notificationsPrunedThrough
+        newestNotificationSequence = other.newestNotificationSequence ?? newestNotificationSequence
+        badges.merge(other.badges) { $1 }
+        scans.merge(other.scans) { $1 }
+    }
+}
+
+public struct ZoneKey: Hashable, Sendable {
+    public var databaseID: Int64
+    public var name: String
+    public init(databaseID: Int64, name: String) {
+        self.databaseID = databaseID
+        self.name = name
+    }
+}
+
+public struct RecordKey: Hashable, Sendable {
+    public var zoneID: Int64
+    public var name: String
+    public init(zoneID: Int64, name: String) {
+        self.zoneID = zoneID
+        self.name = name
+    }
+}
+
+public struct ReferrerKey: Hashable, Sendable {
+    public var zoneID: Int64
+    public var name: String
+    public var action: String
+    public init(zoneID: Int64, name: String, action: String) {
+        self.zoneID = zoneID
+        self.name = name
+        self.action = action
+    }
+}
+
+public struct SchemaKey: Hashable, Sendable {
+    public var container: String
+    public var environment: Environment
+    public init(container: String, environment: Environment) {
+        self.container = container
+        self.environment = environment
+    }
+}
+
+public struct SubscriberKey: Hashable, Sendable {
+    public var databaseID: Int64
+    public var userID: Int64
+    public init(databaseID: Int64, userID: Int64) {
+        self.databaseID = databaseID
+        self.userID = userID
+    }
+}
+
+/// A record with its storage id.
+public struct StoredRecord: Sendable, Hashable {
+    public var id: Int64
+    public var row: RecordRow
+    public init(id: Int64, row: RecordRow) {
+        self.id = id
+        self.row = row
+    }
+}
+
+/// A container environment's schema.
+public struct StoredSchema: Sendable, Hashable {
+    public var fields: [SchemaFieldRow]
+    public var recordTypes: [String]
+    public init(fields: [SchemaFieldRow], recordTypes: [String]) {
+        self.fields = fields
+        self.recordTypes = recordTypes
+    }
+}
+
+/// One write of a unit of work, in the order the closure made them.
+public enum StorageWrite: Sendable {
+    case takeIndexRebuildRequest
+    /// A new database and its default zone.
+    case createDatabase(DatabaseRow, defaultZoneID: Int64)
+    case createZone(ZoneRow)
+    case deleteZone(id: Int64, sequence: Int64)
+    case touchZone(id: Int64, sequence: Int64)
+    /// `isNew`: no row of that zone and name exists, not even a tombstone.
+    case putRecord(id: Int64, RecordRow, isNew: Bool)
+    case replaceIndexEntries(recordID: Int64, zoneID: Int64, recordType: String, RecordIndexEntries, hadEntries: Bool)
+    case replaceReferences(sourceZoneID: Int64, sourceName: String, [ReferenceRow])
+    case addSchemaField(SchemaKey, SchemaFieldRow)
+    case setSchemaFieldIndexes(SchemaKey, recordType: String, fieldName: String, indexes: Int)
+    case addSchemaRecordType(SchemaKey, String)
+    case putSubscription(SubscriptionRow)
+    case deleteSubscription(databaseID: Int64, userID: Int64, subscriptionID: String)
+    case appendOutbox(databaseID: Int64, body: [UInt8], createdAt: Int64)
+    /// Every entry must still be there: another node may have drained them meanwhile.
+    case removeOutbox([Int64])
+    case insertNotification(
+        owner: NotificationOwner, notificationID: String, originDeviceID: String, payload: [UInt8], createdAt: Int64,
+        delivery: NotificationDelivery)
+    case markNotificationsRead(NotificationOwner, [String])
+    case pruneNotifications(createdBefore: Int64)
+    case setBadge(NotificationOwner, Int64)
+}
+
+/// A unit of work's writes and what they were decided from.
+public struct UnitOfWorkChanges: Sendable {
+    public var writes: [StorageWrite] = []
+    /// The database sequences the unit read and the ones it leaves: `apply` refuses (with
+    /// `serializationFailure`) when a database's sequence is no longer the one read. Every
+    /// change to a database's zones and records takes a sequence, so this one check covers
+    /// everything the unit read of that database.
+    public var sequences: [Int64: (read: Int64, final: Int64)] = [:]
+    /// The subscriptions version the unit read, if it did, and how many changes it made: the
+    /// version must still be the one read.
+    public var subscriptionsVersion: (read: Int64, changes: Int64)?
+    /// Badges read and then set: the value read must still be there.
+    public var badgesRead: [NotificationOwner: Int64] = [:]
+
+    public init() {}
+    /// Nothing to write (what was read needs no check then: nothing commits).
+    public var isEmpty: Bool { writes.isEmpty && sequences.isEmpty && (subscriptionsVersion?.changes ?? 0) == 0 }
+}

@@ -1,0 +1,93 @@
+import Synchronization
+
+/// `StorageDriver` over a `CoarseStorage`: runs each transaction closure as a unit of work
+/// (`UnitOfWork`) against rows loaded by key, loading what it turns out to need and running it
+/// again, then applies its writes in one `apply`. A request costs its loads plus one apply,
+/// whatever its size; `roundTrips` counts them.
+public final class UnitOfWorkDriver: StorageDriver {
+    public let base: any CoarseStorage
+    let ids: StorageIDReserve
+    /// Loads and applies sent to `base` so far: the round trips of a networked engine.
+    public let roundTrips = Atomic<Int>(0)
+    /// Past this many loads a closure is taken to be reading without end (a bug), not growing.
+    static let loadsPerUnit = 64
+
+    public init(_ base: any CoarseStorage, idBlock: Int = 256) {
+        self.base = base
+        self.ids = StorageIDReserve(block: idBlock)
+    }
+
+    public func read<Value: Sendable>(_ kind: ReadKind, _ body: @escaping @Sendable (any StorageReader) throws -> Value) async throws
+        -> Value
+    {
+        try await run { unit in try body(unit) }.value
+    }
+
+    public func write<Value: Sendable>(_ body: @escaping @Sendable (any StorageWriter) throws -> Value) async throws -> Value {
+        let (value, changes) = try await run { unit in try body(unit) }
+        if !changes.isEmpty {
+            roundTrips.add(1, ordering: .relaxed)
+            try await base.apply(changes)
+        }
+        return value
+    }
+
+    public var accounts: any AccountStore { base.accounts }
+    public var push: any PushStore { base.push }
+    public func close() async throws { try await base.close() }
+
+    /// Runs `body` until it no longer misses anything.
+    private func run<Value>(_ body: (UnitOfWork) throws -> Value) async throws -> (value: Value, changes: UnitOfWorkChanges) {
+        var loaded = LoadedRows()
+        var lastMiss: UnitOfWork.Miss?
+        for _ in 0..<Self.loadsPerUnit {
+            let unit = UnitOfWork(loaded: loaded, ids: ids)
+            var miss: UnitOfWork.Miss
+            do {
+                let value = try body(unit)
+                guard !unit.missed.isEmpty else { return (value, unit.changes) }
+                miss = UnitOfWork.Miss(keys: unit.missed)
+            } catch let stopped as UnitOfWork.Miss {
+                miss = stopped
+            } catch {
+                // A run that took missing rows for absent may fail for that alone.
+                guard !unit.missed.isEmpty else { throw error }
+                miss = UnitOfWork.Miss(keys: unit.missed)
+            }
+            lastMiss = miss
+            if let kind = miss.ids {
+                roundTrips.add(1, ordering: .relaxed)
+                ids.add(kind, try await base.reserveIDs(kind, count: ids.block))
+            }
+            var request = LoadRequest(keys: miss.keys)
+            if let scan = miss.scan { request.scans[scan.key] = scan }
+            if !request.keys.isEmpty || !request.scans.isEmpty {
+                roundTrips.add(1, ordering: .relaxed)
+                loaded.merge(try await base.load(request))
+            }
+        }
+        throw StorageError.corrupt("a unit of work still needed more rows after \(Self.loadsPerUnit) loads, last \(lastMiss.map { "\($0)" } ?? "none")")
+    }
+}
+
+/// Storage ids reserved from the engine, handed out one at a time to units of work.
+final class StorageIDReserve: Sendable {
+    let block: Int
+    private let free = Mutex<[StorageIDKind: [ClosedRange<Int64>]]>([:])
+
+    init(block: Int) { self.block = block }
+
+    func take(_ kind: StorageIDKind) -> Int64? {
+        free.withLock { free in
+            guard var ranges = free[kind], let first = ranges.first else { return nil }
+            let id = first.lowerBound
+            if first.lowerBound == first.upperBound { ranges.removeFirst() } else { ranges[0] = (id + 1)...first.upperBound }
+            free[kind] = ranges
+            return id
+        }
+    }
+
+    func add(_ kind: StorageIDKind, _ range: ClosedRange<Int64>) {
+        free.withLock { $0[kind, default: []].append(range) }
+    }
+}
