@@ -23,3 +23,7 @@ export NIMBUS_TEST_POSTGRES
 NIMBUS_TEST_POSTGRES=$(scripts/postgres.sh start)
 trap 'scripts/postgres.sh stop >/dev/null' EXIT
 swift test --skip-build
+# The server suite again with every transaction run as a unit of work over loaded rows
+# (UnitOfWorkDriver on SQLite, NIMBUS_TEST_STORAGE=units): how the PostgreSQL driver serves
+# NimbusCore, checked without a network. Same build, no second compile.
+NIMBUS_TEST_STORAGE=units swift test --skip-build --filter NimbusServerTests

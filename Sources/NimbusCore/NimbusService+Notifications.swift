@@ -17,16 +17,13 @@ extension NimbusService {
     static let outboxBatch = 64
     /// Notifications pushed per read of the collection.
     static let deliveryBatch = 500
-    /// How often the pipeline looks at the outbox and the collection without being woken:
-    /// what a crash left, what a failed drain could not take, and what other nodes stored.
-    static let pollInterval: Duration = .milliseconds(250)
 
     /// Runs until `notificationHub.finish()`: the server runs it beside the HTTP listener.
     public func runNotificationPipeline() async {
         let hub = notificationHub
         let poll = Task {
             while !Task.isCancelled {
-                try? await Task.sleep(for: Self.pollInterval)
+                try? await Task.sleep(for: options.notificationPollInterval)
                 hub.wake()
                 hub.wakeDelivery()
             }

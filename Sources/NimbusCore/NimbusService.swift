@@ -18,6 +18,9 @@ public final class NimbusService: Sendable {
         public var queryBudget: Duration = .milliseconds(Limits.queryMilliseconds.value)
         /// How long notifications stay in the collection (docs/notifications.md).
         public var notificationRetentionMilliseconds: Int64 = 28 * 86_400_000
+        /// How often the notification pipeline looks at the outbox and the collection without
+        /// being woken: what a crash left, what other nodes stored (docs/notifications.md).
+        public var notificationPollInterval: Duration = .milliseconds(250)
         /// Where the service reports what it could not do on its own (a subscription it had
         /// to leave out, notifications it could not store). Injected; `nimbus serve` passes
         /// the server's logger.

@@ -67,6 +67,17 @@ extension SQLiteTransaction {
             case .badge(let owner): rows.badges[owner] = try badge(owner: owner)
             }
         }
+        // What comes with a zone: its database's schema. Nearly every request that names a zone
+        // reads the schema next (to check fields, to plan a query), and a unit that had to ask
+        // for it separately would pay a second round trip.
+        for case .zone(let databaseID, _) in request.keys {
+            guard let database = try database(id: databaseID) else { continue }
+            let key = SchemaKey(container: database.key.container, environment: database.key.environment)
+            guard rows.schemas[key] == nil else { continue }
+            rows.schemas[key] = StoredSchema(
+                fields: try schemaFields(container: key.container, environment: key.environment),
+                recordTypes: try schemaRecordTypes(container: key.container, environment: key.environment))
+        }
         for (key, scan) in request.scans {
             do {
                 rows.scans[key] = try self.scan(scan)

@@ -7,8 +7,10 @@ import Synchronization
 public final class UnitOfWorkDriver: StorageDriver {
     public let base: any CoarseStorage
     let ids: StorageIDReserve
-    /// Loads and applies sent to `base` so far: the round trips of a networked engine.
-    public let roundTrips = Atomic<Int>(0)
+    /// Loads, id reservations and applies sent to `base` so far by writes and by reads: the
+    /// round trips a networked engine would make (apart from its BEGIN and COMMIT).
+    public let writeRoundTrips = Atomic<Int>(0)
+    public let readRoundTrips = Atomic<Int>(0)
     /// Past this many loads a closure is taken to be reading without end (a bug), not growing.
     static let loadsPerUnit = 64
 
@@ -20,13 +22,13 @@ public final class UnitOfWorkDriver: StorageDriver {
     public func read<Value: Sendable>(_ kind: ReadKind, _ body: @escaping @Sendable (any StorageReader) throws -> Value) async throws
         -> Value
     {
-        try await run { unit in try body(unit) }.value
+        try await run(counting: readRoundTrips) { unit in try body(unit) }.value
     }
 
     public func write<Value: Sendable>(_ body: @escaping @Sendable (any StorageWriter) throws -> Value) async throws -> Value {
-        let (value, changes) = try await run { unit in try body(unit) }
+        let (value, changes) = try await run(counting: writeRoundTrips) { unit in try body(unit) }
         if !changes.isEmpty {
-            roundTrips.add(1, ordering: .relaxed)
+            writeRoundTrips.add(1, ordering: .relaxed)
             try await base.apply(changes)
         }
         return value
@@ -37,7 +39,9 @@ public final class UnitOfWorkDriver: StorageDriver {
     public func close() async throws { try await base.close() }
 
     /// Runs `body` until it no longer misses anything.
-    private func run<Value>(_ body: (UnitOfWork) throws -> Value) async throws -> (value: Value, changes: UnitOfWorkChanges) {
+    private func run<Value>(counting roundTrips: borrowing Atomic<Int>, _ body: (UnitOfWork) throws -> Value) async throws
+        -> (value: Value, changes: UnitOfWorkChanges)
+    {
         var loaded = LoadedRows()
         var lastMiss: UnitOfWork.Miss?
         for _ in 0..<Self.loadsPerUnit {
