@@ -81,6 +81,192 @@ enum PostgresMigrations {
                 )
                 """,
             ]
-        )
+        ),
+        (
+            "v2-databases-records-notifications",
+            [
+                // Units of work choose the ids of new rows (UnitOfWorkDriver): blocks come from here.
+                "CREATE TABLE id_blocks (kind text PRIMARY KEY, next_id bigint NOT NULL)",
+                "INSERT INTO id_blocks (kind, next_id) VALUES ('database', 1), ('zone', 1), ('record', 1)",
+                "CREATE TABLE counters (key text PRIMARY KEY, value bigint NOT NULL)",
+                // index_rebuild_pending: as on SQLite, a new store asks once for production index
+                // entries to be written (the service does it as it starts; on a new store, nothing).
+                """
+                INSERT INTO counters (key, value)
+                VALUES ('subscriptions_version', 0), ('notifications_pruned_through', 0), ('index_rebuild_pending', 1)
+                """,
+                """
+                CREATE TABLE databases (
+                    id bigint PRIMARY KEY,
+                    container text COLLATE "C" NOT NULL,
+                    environment text NOT NULL,
+                    scope text NOT NULL,
+                    owner_id bigint NOT NULL,
+                    sequence bigint NOT NULL DEFAULT 0,
+                    UNIQUE (container, environment, scope, owner_id)
+                )
+                """,
+                """
+                CREATE TABLE zones (
+                    id bigint PRIMARY KEY,
+                    database_id bigint NOT NULL,
+                    name text COLLATE "C" NOT NULL,
+                    change_sequence bigint NOT NULL,
+                    deleted boolean NOT NULL DEFAULT false,
+                    UNIQUE (database_id, name)
+                )
+                """,
+                "CREATE INDEX zones_by_change ON zones (database_id, change_sequence)",
+                """
+                CREATE TABLE records (
+                    id bigint PRIMARY KEY,
+                    zone_id bigint NOT NULL,
+                    record_name text COLLATE "C" NOT NULL,
+                    record_type text COLLATE "C" NOT NULL,
+                    fields bytea NOT NULL,
+                    parent text,
+                    change_sequence bigint NOT NULL,
+                    created_at bigint NOT NULL,
+                    created_by text NOT NULL,
+                    created_device text NOT NULL,
+                    modified_at bigint NOT NULL,
+                    modified_by text NOT NULL,
+                    modified_device text NOT NULL,
+                    deleted boolean NOT NULL DEFAULT false,
+                    UNIQUE (zone_id, record_name)
+                )
+                """,
+                "CREATE INDEX records_by_change ON records (zone_id, change_sequence)",
+                "CREATE INDEX records_by_type ON records (zone_id, record_type, id) WHERE NOT deleted",
+                // Index entries as the service computes them (RecordIndexer); `num` is numeric so
+                // INT64 values and doubles compare by exact value, as on SQLite.
+                """
+                CREATE TABLE field_index (
+                    record_id bigint NOT NULL,
+                    field text COLLATE "C" NOT NULL,
+                    position integer NOT NULL,
+                    zone_id bigint NOT NULL,
+                    record_type text COLLATE "C" NOT NULL,
+                    num numeric,
+                    text text COLLATE "C",
+                    lon double precision,
+                    PRIMARY KEY (record_id, field, position)
+                )
+                """,
+                "CREATE INDEX field_index_by_number ON field_index (zone_id, record_type, field, num, record_id) WHERE num IS NOT NULL AND lon IS NULL",
+                "CREATE INDEX field_index_by_location ON field_index (zone_id, record_type, field, num, lon) WHERE lon IS NOT NULL",
+                "CREATE INDEX field_index_by_text ON field_index (zone_id, record_type, field, text, record_id) WHERE text IS NOT NULL",
+                """
+                CREATE TABLE token_index (
+                    record_id bigint NOT NULL,
+                    field text COLLATE "C" NOT NULL,
+                    token text COLLATE "C" NOT NULL,
+                    zone_id bigint NOT NULL,
+                    record_type text COLLATE "C" NOT NULL,
+                    PRIMARY KEY (record_id, field, token)
+                )
+                """,
+                "CREATE INDEX token_index_by_token ON token_index (zone_id, record_type, token, field, record_id)",
+                """
+                CREATE TABLE pair_index (
+                    record_id bigint NOT NULL,
+                    field text COLLATE "C" NOT NULL,
+                    sort_field text COLLATE "C" NOT NULL,
+                    zone_id bigint NOT NULL,
+                    record_type text COLLATE "C" NOT NULL,
+                    value_num numeric,
+                    value_text text COLLATE "C",
+                    sort_num numeric,
+                    sort_text text COLLATE "C",
+                    PRIMARY KEY (record_id, field, sort_field)
+                )
+                """,
+                """
+                CREATE TABLE record_references (
+                    source_zone_id bigint NOT NULL,
+                    source_name text COLLATE "C" NOT NULL,
+                    field_name text COLLATE "C" NOT NULL,
+                    target_zone_id bigint NOT NULL,
+                    target_name text COLLATE "C" NOT NULL,
+                    action text NOT NULL
+                )
+                """,
+                "CREATE INDEX references_by_source ON record_references (source_zone_id, source_name)",
+                "CREATE INDEX references_by_target ON record_references (target_zone_id, target_name, action)",
+                """
+                CREATE TABLE schema_types (
+                    container text COLLATE "C" NOT NULL,
+                    environment text NOT NULL,
+                    record_type text COLLATE "C" NOT NULL,
+                    PRIMARY KEY (container, environment, record_type)
+                )
+                """,
+                """
+                CREATE TABLE schema_fields (
+                    container text COLLATE "C" NOT NULL,
+                    environment text NOT NULL,
+                    record_type text COLLATE "C" NOT NULL,
+                    field_name text COLLATE "C" NOT NULL,
+                    field_type text NOT NULL,
+                    indexes integer NOT NULL DEFAULT 7,
+                    PRIMARY KEY (container, environment, record_type, field_name)
+                )
+                """,
+                """
+                CREATE TABLE subscriptions (
+                    database_id bigint NOT NULL,
+                    user_id bigint NOT NULL,
+                    subscription_id text COLLATE "C" NOT NULL,
+                    definition bytea NOT NULL,
+                    created_at bigint NOT NULL,
+                    PRIMARY KEY (database_id, user_id, subscription_id)
+                )
+                """,
+                """
+                CREATE TABLE subscription_changes (
+                    version bigint PRIMARY KEY,
+                    database_id bigint NOT NULL,
+                    user_id bigint NOT NULL,
+                    subscription_id text COLLATE "C" NOT NULL
+                )
+                """,
+                """
+                CREATE TABLE notifications (
+                    sequence bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                    container text COLLATE "C" NOT NULL,
+                    environment text NOT NULL,
+                    user_id bigint NOT NULL,
+                    notification_id text COLLATE "C" NOT NULL,
+                    origin_device text NOT NULL,
+                    payload bytea NOT NULL,
+                    created_at bigint NOT NULL,
+                    read boolean NOT NULL DEFAULT false,
+                    collapse_id text,
+                    silent boolean NOT NULL DEFAULT false
+                )
+                """,
+                "CREATE INDEX notifications_by_owner ON notifications (user_id, container, environment, sequence)",
+                "CREATE INDEX notifications_by_id ON notifications (user_id, container, environment, notification_id)",
+                "CREATE INDEX notifications_by_age ON notifications (created_at)",
+                """
+                CREATE TABLE badges (
+                    container text COLLATE "C" NOT NULL,
+                    environment text NOT NULL,
+                    user_id bigint NOT NULL,
+                    value bigint NOT NULL,
+                    PRIMARY KEY (user_id, container, environment)
+                )
+                """,
+                """
+                CREATE TABLE change_outbox (
+                    sequence bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                    database_id bigint NOT NULL,
+                    body bytea NOT NULL,
+                    created_at bigint NOT NULL
+                )
+                """,
+                PostgresApplyFunction.v2,
+            ]
+        ),
     ]
 }

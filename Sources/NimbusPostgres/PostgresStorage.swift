@@ -53,10 +53,12 @@ public final class PostgresStorage: Sendable {
     public var accounts: any AccountStore { PostgresAccountStore(storage: self) }
     public var push: any PushStore { PostgresPushStore(storage: self) }
 
-    /// Closes the pool's connections.
+    /// Closes the pool's connections, waiting at most `deadline` for requests still running
+    /// (a request that outlived its own deadline may hold a connection for a while yet).
     public func close() async {
         running.cancel()
-        await running.value
+        let running = self.running
+        _ = try? await Deadline.run(within: deadline, { await running.value }, timeout: { StorageError.unavailable("closing") })
     }
 
     // MARK: Statements
@@ -171,9 +173,10 @@ public final class PostgresStorage: Sendable {
     }
 }
 
-/// Runs work with a time limit that holds even when the work ignores cancellation (a query
+/// Runs work with a time limit that holds even when the work cannot be interrupted (a query
 /// waiting on a silent server): the caller gets the timeout's error at the deadline, and the
-/// work is cancelled and left to finish on its own.
+/// work is left to finish on its own. It is not cancelled: cancelling a connection lease as the
+/// pool hands it out can lose the connection for good (seen as a pool that never shuts down).
 enum Deadline {
     static func run<Value: Sendable>(
         within limit: Duration, _ work: @escaping @Sendable () async throws -> Value,
@@ -188,8 +191,9 @@ enum Deadline {
                 }
                 let timer = Task {
                     try? await Task.sleep(for: limit)
-                    if outcome.finish(.failure(timeout())) { worker.cancel() }
+                    outcome.finish(.failure(timeout()))
                 }
+                _ = worker
                 outcome.onFinish { timer.cancel() }
             }
         } onCancel: {

@@ -18,7 +18,10 @@ public struct SQLiteCoarseStorage: CoarseStorage {
     public func close() async throws { try await storage.close() }
 
     public func load(_ request: LoadRequest) async throws -> LoadedRows {
-        try await storage.read(request.scans.isEmpty ? .point : .scan) { reader in
+        // Always on GRDB's own threads (`.scan`), never on the caller's: a unit of work loads
+        // often and concurrently, and point reads blocking the cooperative threads on GRDB's
+        // reader pool, while GRDB's queues wait for threads, is how a busy test process stalled.
+        try await storage.read(.scan) { reader in
             guard let tx = reader as? SQLiteTransaction else { throw StorageError.corrupt("not an SQLite transaction") }
             return try tx.load(request)
         }

@@ -19,13 +19,15 @@ public enum StorageError: Error, Sendable, CustomStringConvertible {
     case serializationFailure(String)
     /// A key that must be unique exists already.
     case duplicate(String)
+    /// The driver does not do this yet (say which, and what to use instead).
+    case unsupported(String)
 
     /// How long a client should wait before trying again, when trying again may help.
     public var retryAfterSeconds: Int? {
         switch self {
         case .busy, .serializationFailure: return 1
         case .unavailable: return 5
-        case .corrupt, .queryTooExpensive, .duplicate: return nil
+        case .corrupt, .queryTooExpensive, .duplicate, .unsupported: return nil
         }
     }
 
@@ -37,6 +39,7 @@ public enum StorageError: Error, Sendable, CustomStringConvertible {
         case .unavailable(let detail): return "storage is unavailable: \(detail)"
         case .serializationFailure(let detail): return "the transaction collided with another: \(detail)"
         case .duplicate(let detail): return "duplicate key: \(detail)"
+        case .unsupported(let detail): return "not supported by this storage driver: \(detail)"
         }
     }
 }

@@ -7,6 +7,7 @@ import Synchronization
 public final class UnitOfWorkDriver: StorageDriver {
     public let base: any CoarseStorage
     let ids: StorageIDReserve
+    private let gates = DatabaseGates()
     /// Loads, id reservations and applies sent to `base` so far by writes and by reads: the
     /// round trips a networked engine would make (apart from its BEGIN and COMMIT).
     public let writeRoundTrips = Atomic<Int>(0)
@@ -26,11 +27,31 @@ public final class UnitOfWorkDriver: StorageDriver {
     }
 
     public func write<Value: Sendable>(_ body: @escaping @Sendable (any StorageWriter) throws -> Value) async throws -> Value {
-        let (value, changes) = try await run(counting: writeRoundTrips) { unit in try body(unit) }
-        if !changes.isEmpty {
-            writeRoundTrips.add(1, ordering: .relaxed)
-            try await base.apply(changes)
+        var (value, changes) = try await run(counting: writeRoundTrips) { unit in try body(unit) }
+        guard !changes.isEmpty else { return value }
+        // Writers of one database in this process take turns to apply: a unit that finds the
+        // database moved on while it waited decides again from fresh rows, under its turn,
+        // instead of failing and retrying against every other writer (which, with many
+        // writers on one database, most would keep losing). Other processes are caught by
+        // `apply`'s checks and `RetryingStorage`.
+        let databases = changes.sequences.keys.sorted()
+        await gates.enter(databases)
+        do {
+            do {
+                writeRoundTrips.add(1, ordering: .relaxed)
+                try await base.apply(changes)
+            } catch StorageError.serializationFailure {
+                (value, changes) = try await run(counting: writeRoundTrips) { unit in try body(unit) }
+                if !changes.isEmpty {
+                    writeRoundTrips.add(1, ordering: .relaxed)
+                    try await base.apply(changes)
+                }
+            }
+        } catch {
+            await gates.leave(databases)
+            throw error
         }
+        await gates.leave(databases)
         return value
     }
 
@@ -93,5 +114,33 @@ final class StorageIDReserve: Sendable {
 
     func add(_ kind: StorageIDKind, _ range: ClosedRange<Int64>) {
         free.withLock { $0[kind, default: []].append(range) }
+    }
+}
+
+/// One writer at a time per database, in this process, in the order they came.
+actor DatabaseGates {
+    private var held: Set<Int64> = []
+    private var waiting: [Int64: [CheckedContinuation<Void, Never>]] = [:]
+
+    /// Takes every gate, in id order (so two writers of the same databases never wait on
+    /// each other crosswise).
+    func enter(_ databases: [Int64]) async {
+        for id in databases {
+            while held.contains(id) {
+                await withCheckedContinuation { waiting[id, default: []].append($0) }
+            }
+            held.insert(id)
+        }
+    }
+
+    func leave(_ databases: [Int64]) {
+        for id in databases {
+            held.remove(id)
+            if var queue = waiting[id], !queue.isEmpty {
+                let next = queue.removeFirst()
+                waiting[id] = queue.isEmpty ? nil : queue
+                next.resume()
+            }
+        }
     }
 }

@@ -1,0 +1,177 @@
+/// `nimbus_apply(changes jsonb)`: a unit of work's writes, applied in one statement (one round
+/// trip) and one transaction, in the order the unit made them, after checking what the unit
+/// decided from (`UnitOfWorkChanges`): a database sequence, the subscriptions version, a badge
+/// or an outbox entry that changed meanwhile raises SQLSTATE 40001, which the driver reports
+/// as `StorageError.serializationFailure` and `RetryingStorage` answers by running the unit
+/// again. Frozen with the migration that created it (PostgresMigrations); a change is a new
+/// migration with `CREATE OR REPLACE FUNCTION`.
+///
+/// Writers of one database queue on its row (`FOR UPDATE` in the checks), so their outbox
+/// entries commit in their order; notifications take a transaction advisory lock before they
+/// get their sequence, so a later sequence never becomes visible before an earlier one.
+/// The JSON's shape is `PostgresCoarseStorage.json(_:)`'s.
+enum PostgresApplyFunction {
+    static let v2 = #"""
+        CREATE FUNCTION nimbus_apply(changes jsonb) RETURNS void LANGUAGE plpgsql AS $$
+        DECLARE
+            w jsonb;
+            current_value bigint;
+            new_version bigint;
+            affected bigint;
+        BEGIN
+            FOR w IN SELECT * FROM jsonb_array_elements(changes->'sequences') LOOP
+                IF NOT (w->>'created')::boolean THEN
+                    SELECT sequence INTO current_value FROM databases WHERE id = (w->>'id')::bigint FOR UPDATE;
+                    IF current_value IS DISTINCT FROM (w->>'read')::bigint THEN
+                        RAISE EXCEPTION 'database % changed since the unit read it', w->>'id' USING ERRCODE = '40001';
+                    END IF;
+                END IF;
+            END LOOP;
+            IF changes ? 'subscriptionsVersion' THEN
+                SELECT value INTO current_value FROM counters WHERE key = 'subscriptions_version' FOR UPDATE;
+                IF current_value <> (changes->'subscriptionsVersion'->>'read')::bigint THEN
+                    RAISE EXCEPTION 'subscriptions changed since the unit read them' USING ERRCODE = '40001';
+                END IF;
+            END IF;
+            FOR w IN SELECT * FROM jsonb_array_elements(changes->'badgesRead') LOOP
+                SELECT value INTO current_value FROM badges
+                WHERE user_id = (w->>'user')::bigint AND container = w->>'container' AND environment = w->>'environment'
+                FOR UPDATE;
+                IF coalesce(current_value, 0) <> (w->>'value')::bigint THEN
+                    RAISE EXCEPTION 'a badge changed since the unit read it' USING ERRCODE = '40001';
+                END IF;
+            END LOOP;
+
+            FOR w IN SELECT * FROM jsonb_array_elements(changes->'writes') LOOP
+                CASE w->>'kind'
+                WHEN 'takeIndexRebuildRequest' THEN
+                    DELETE FROM counters WHERE key = 'index_rebuild_pending';
+                WHEN 'createDatabase' THEN
+                    INSERT INTO databases (id, container, environment, scope, owner_id, sequence)
+                    VALUES ((w->>'id')::bigint, w->>'container', w->>'environment', w->>'scope', (w->>'owner')::bigint, 0)
+                    ON CONFLICT (container, environment, scope, owner_id) DO NOTHING;
+                    IF NOT FOUND THEN
+                        RAISE EXCEPTION 'the database was made meanwhile' USING ERRCODE = '40001';
+                    END IF;
+                    INSERT INTO zones (id, database_id, name, change_sequence, deleted)
+                    VALUES ((w->>'zone')::bigint, (w->>'id')::bigint, '_defaultZone', 0, false);
+                WHEN 'createZone' THEN
+                    DELETE FROM zones WHERE database_id = (w->>'database')::bigint AND name = w->>'name' AND deleted;
+                    INSERT INTO zones (id, database_id, name, change_sequence, deleted)
+                    VALUES ((w->>'id')::bigint, (w->>'database')::bigint, w->>'name', (w->>'sequence')::bigint, false);
+                WHEN 'deleteZone' THEN
+                    DELETE FROM field_index WHERE zone_id = (w->>'id')::bigint;
+                    DELETE FROM token_index WHERE zone_id = (w->>'id')::bigint;
+                    DELETE FROM pair_index WHERE zone_id = (w->>'id')::bigint;
+                    DELETE FROM records WHERE zone_id = (w->>'id')::bigint;
+                    DELETE FROM record_references WHERE source_zone_id = (w->>'id')::bigint;
+                    UPDATE zones SET deleted = true, change_sequence = (w->>'sequence')::bigint WHERE id = (w->>'id')::bigint;
+                WHEN 'touchZone' THEN
+                    UPDATE zones SET change_sequence = (w->>'sequence')::bigint
+                    WHERE id = (w->>'id')::bigint AND change_sequence < (w->>'sequence')::bigint;
+                WHEN 'putRecord' THEN
+                    INSERT INTO records (id, zone_id, record_name, record_type, fields, parent, change_sequence, created_at,
+                        created_by, created_device, modified_at, modified_by, modified_device, deleted)
+                    VALUES ((w->>'id')::bigint, (w->>'zone')::bigint, w->>'name', w->>'type', decode(w->>'fields', 'base64'),
+                        w->>'parent', (w->>'sequence')::bigint, (w->>'createdAt')::bigint, w->>'createdBy', w->>'createdDevice',
+                        (w->>'modifiedAt')::bigint, w->>'modifiedBy', w->>'modifiedDevice', (w->>'deleted')::boolean)
+                    ON CONFLICT (zone_id, record_name) DO UPDATE SET
+                        record_type = excluded.record_type, fields = excluded.fields, parent = excluded.parent,
+                        change_sequence = excluded.change_sequence, created_at = excluded.created_at,
+                        created_by = excluded.created_by, created_device = excluded.created_device,
+                        modified_at = excluded.modified_at, modified_by = excluded.modified_by,
+                        modified_device = excluded.modified_device, deleted = excluded.deleted
+                    WHERE records.id = excluded.id;
+                    IF NOT FOUND THEN
+                        RAISE EXCEPTION 'record % was replaced meanwhile', w->>'name' USING ERRCODE = '40001';
+                    END IF;
+                WHEN 'replaceIndexEntries' THEN
+                    IF (w->>'had')::boolean THEN
+                        DELETE FROM field_index WHERE record_id = (w->>'record')::bigint;
+                        DELETE FROM token_index WHERE record_id = (w->>'record')::bigint;
+                        DELETE FROM pair_index WHERE record_id = (w->>'record')::bigint;
+                    END IF;
+                    INSERT INTO field_index (record_id, field, position, zone_id, record_type, num, text, lon)
+                    SELECT (w->>'record')::bigint, e.field, e.position, (w->>'zone')::bigint, w->>'type', e.num::numeric, e.text, e.lon
+                    FROM jsonb_to_recordset(w->'entries') AS e(field text, position integer, num text, text text, lon double precision);
+                    INSERT INTO token_index (record_id, field, token, zone_id, record_type)
+                    SELECT (w->>'record')::bigint, t.field, t.token, (w->>'zone')::bigint, w->>'type'
+                    FROM jsonb_to_recordset(w->'tokens') AS t(field text, token text);
+                    INSERT INTO pair_index (record_id, field, sort_field, zone_id, record_type, value_num, value_text, sort_num, sort_text)
+                    SELECT (w->>'record')::bigint, p.field, p.sort_field, (w->>'zone')::bigint, w->>'type',
+                        p.value_num::numeric, p.value_text, p.sort_num::numeric, p.sort_text
+                    FROM jsonb_to_recordset(w->'pairs')
+                        AS p(field text, sort_field text, value_num text, value_text text, sort_num text, sort_text text);
+                WHEN 'replaceReferences' THEN
+                    DELETE FROM record_references WHERE source_zone_id = (w->>'zone')::bigint AND source_name = w->>'name';
+                    INSERT INTO record_references (source_zone_id, source_name, field_name, target_zone_id, target_name, action)
+                    SELECT (w->>'zone')::bigint, w->>'name', r.field, r.target_zone, r.target_name, r.action
+                    FROM jsonb_to_recordset(w->'rows') AS r(field text, target_zone bigint, target_name text, action text);
+                WHEN 'addSchemaField' THEN
+                    INSERT INTO schema_fields (container, environment, record_type, field_name, field_type, indexes)
+                    VALUES (w->>'container', w->>'environment', w->>'type', w->>'field', w->>'fieldType', (w->>'indexes')::integer)
+                    ON CONFLICT DO NOTHING;
+                WHEN 'setSchemaFieldIndexes' THEN
+                    UPDATE schema_fields SET indexes = (w->>'indexes')::integer
+                    WHERE container = w->>'container' AND environment = w->>'environment' AND record_type = w->>'type'
+                      AND field_name = w->>'field';
+                WHEN 'addSchemaRecordType' THEN
+                    INSERT INTO schema_types (container, environment, record_type)
+                    VALUES (w->>'container', w->>'environment', w->>'type') ON CONFLICT DO NOTHING;
+                WHEN 'putSubscription', 'deleteSubscription' THEN
+                    IF w->>'kind' = 'putSubscription' THEN
+                        INSERT INTO subscriptions (database_id, user_id, subscription_id, definition, created_at)
+                        VALUES ((w->>'database')::bigint, (w->>'user')::bigint, w->>'id', decode(w->>'definition', 'base64'),
+                            (w->>'createdAt')::bigint)
+                        ON CONFLICT (database_id, user_id, subscription_id) DO UPDATE SET
+                            definition = excluded.definition, created_at = excluded.created_at;
+                    ELSE
+                        DELETE FROM subscriptions
+                        WHERE database_id = (w->>'database')::bigint AND user_id = (w->>'user')::bigint AND subscription_id = w->>'id';
+                    END IF;
+                    IF FOUND THEN
+                        UPDATE counters SET value = value + 1 WHERE key = 'subscriptions_version' RETURNING value INTO new_version;
+                        INSERT INTO subscription_changes (version, database_id, user_id, subscription_id)
+                        VALUES (new_version, (w->>'database')::bigint, (w->>'user')::bigint, w->>'id');
+                        DELETE FROM subscription_changes WHERE subscription_changes.version <= new_version - 10000;
+                    END IF;
+                WHEN 'appendOutbox' THEN
+                    INSERT INTO change_outbox (database_id, body, created_at)
+                    VALUES ((w->>'database')::bigint, decode(w->>'body', 'base64'), (w->>'createdAt')::bigint);
+                WHEN 'removeOutbox' THEN
+                    DELETE FROM change_outbox
+                    WHERE sequence IN (SELECT value::bigint FROM jsonb_array_elements_text(w->'sequences'));
+                    GET DIAGNOSTICS affected = ROW_COUNT;
+                    IF affected <> jsonb_array_length(w->'sequences') THEN
+                        RAISE EXCEPTION 'outbox entries were drained meanwhile' USING ERRCODE = '40001';
+                    END IF;
+                WHEN 'insertNotification' THEN
+                    PERFORM pg_advisory_xact_lock(5138062718335353601);
+                    INSERT INTO notifications (container, environment, user_id, notification_id, origin_device, payload,
+                        created_at, read, collapse_id, silent)
+                    VALUES (w->>'container', w->>'environment', (w->>'user')::bigint, w->>'id', w->>'origin',
+                        decode(w->>'payload', 'base64'), (w->>'createdAt')::bigint, false, w->>'collapse', (w->>'silent')::boolean);
+                WHEN 'markNotificationsRead' THEN
+                    UPDATE notifications SET read = true
+                    WHERE user_id = (w->>'user')::bigint AND container = w->>'container' AND environment = w->>'environment'
+                      AND notification_id IN (SELECT value FROM jsonb_array_elements_text(w->'ids'));
+                WHEN 'pruneNotifications' THEN
+                    SELECT max(sequence) INTO current_value FROM notifications WHERE created_at < (w->>'before')::bigint;
+                    IF current_value IS NOT NULL THEN
+                        DELETE FROM notifications WHERE sequence <= current_value;
+                        UPDATE counters SET value = greatest(value, current_value) WHERE key = 'notifications_pruned_through';
+                    END IF;
+                WHEN 'setBadge' THEN
+                    INSERT INTO badges (container, environment, user_id, value)
+                    VALUES (w->>'container', w->>'environment', (w->>'user')::bigint, (w->>'value')::bigint)
+                    ON CONFLICT (user_id, container, environment) DO UPDATE SET value = excluded.value;
+                END CASE;
+            END LOOP;
+
+            UPDATE databases SET sequence = (s->>'final')::bigint
+            FROM jsonb_array_elements(changes->'sequences') AS s
+            WHERE databases.id = (s->>'id')::bigint;
+        END;
+        $$
+        """#
+}

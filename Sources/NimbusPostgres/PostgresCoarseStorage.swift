@@ -1,0 +1,355 @@
+import Foundation
+import NIOCore
+import NimbusStorage
+import PostgresNIO
+
+/// PostgreSQL behind the coarse protocol (`CoarseStorage`), which `UnitOfWorkDriver` turns into
+/// the whole storage protocol: `load` reads committed rows by key, a statement per kind of key
+/// (every record a batch names in one); `apply` is one call of `nimbus_apply` (one round trip,
+/// one transaction); ids come in blocks from `id_blocks`.
+///
+/// Not yet served: `records/query` (its SQL, with PostgreSQL's own index design, is the next
+/// step, docs/scale-out.md): a query fails with `StorageError.unsupported`.
+public struct PostgresCoarseStorage: CoarseStorage {
+    public let storage: PostgresStorage
+
+    public init(_ storage: PostgresStorage) { self.storage = storage }
+
+    public var accounts: any AccountStore { storage.accounts }
+    public var push: any PushStore { storage.push }
+    public func close() async throws { await storage.close() }
+
+    public func reserveIDs(_ kind: StorageIDKind, count: Int) async throws -> ClosedRange<Int64> {
+        let rows = try await storage.rows(
+            "UPDATE id_blocks SET next_id = next_id + \(Int64(count)) WHERE kind = \(kind.rawValue) RETURNING next_id - \(Int64(count))")
+        guard let first = try rows.first?.decode(Int64.self) else { throw StorageError.corrupt("no id block for \(kind.rawValue)") }
+        return first...(first + Int64(count) - 1)
+    }
+
+    public func apply(_ changes: UnitOfWorkChanges) async throws {
+        let json = String(decoding: try JSONSerialization.data(withJSONObject: Self.json(changes)), as: UTF8.self)
+        try await storage.rows("SELECT nimbus_apply(\(json)::jsonb)")
+    }
+
+    // MARK: Loading
+
+    public func load(_ request: LoadRequest) async throws -> LoadedRows {
+        var rows = LoadedRows()
+        var records: [RecordKey] = [], zones: [ZoneKey] = [], referrers: [ReferrerKey] = []
+        var databaseIDs: [Int64] = [], zoneIDs: [Int64] = []
+        var needsCounters = false
+        for key in request.keys {
+            switch key {
+            case .record(let zoneID, let name): records.append(RecordKey(zoneID: zoneID, name: name))
+            case .zone(let databaseID, let name): zones.append(ZoneKey(databaseID: databaseID, name: name))
+            case .referrers(let zoneID, let name, let action): referrers.append(ReferrerKey(zoneID: zoneID, name: name, action: action))
+            case .databaseByID(let id): databaseIDs.append(id)
+            case .zoneByID(let id): zoneIDs.append(id)
+            case .subscriptionsVersion, .notificationsPrunedThrough, .indexRebuildRequest: needsCounters = true
+            case .installationSecret:
+                let secret = try await storage.rows("SELECT value FROM meta WHERE key = 'installation_secret'").first
+                guard let buffer = try secret?.decode(ByteBuffer.self) else { throw StorageError.corrupt("the installation secret is missing") }
+                rows.installationSecret = Array(buffer.readableBytesView)
+            case .containers: rows.containers = try await storage.accounts.containers()
+            case .container(let id):
+                rows.container[id] = .some(try await storage.accounts.containers().first { $0.id == id })
+            case .database(let key):
+                let found = try await storage.rows(
+                    """
+                    SELECT id, sequence FROM databases WHERE container = \(key.container) AND environment = \(key.environment.rawValue)
+                      AND scope = \(key.scope.rawValue) AND owner_id = \(key.ownerID)
+                    """
+                ).first.map { row in
+                    let (id, sequence) = try row.decode((Int64, Int64).self)
+                    return DatabaseRow(id: id, key: key, sequence: sequence)
+                }
+                rows.databases[key] = .some(found)
+            case .zones(let databaseID):
+                rows.zoneLists[databaseID] = try await storage.rows(
+                    "SELECT \(unescaped: Self.zoneColumns) FROM zones WHERE database_id = \(databaseID) AND NOT deleted ORDER BY name"
+                ).map(Self.zone)
+            case .schema(let container, let environment):
+                let key = SchemaKey(container: container, environment: environment)
+                rows.schemas[key] = try await schema(key)
+            case .subscriptions(let databaseID, let userID):
+                rows.subscriptions[SubscriberKey(databaseID: databaseID, userID: userID)] = try await storage.rows(
+                    """
+                    SELECT \(unescaped: Self.subscriptionColumns) FROM subscriptions s JOIN databases d ON d.id = s.database_id
+                    WHERE s.database_id = \(databaseID) AND s.user_id = \(userID) ORDER BY s.subscription_id
+                    """
+                ).map(Self.subscription)
+            case .newestNotificationSequence:
+                rows.newestNotificationSequence = try await storage.rows("SELECT coalesce(max(sequence), 0) FROM notifications")
+                    .first?.decode(Int64.self) ?? 0
+            case .badge(let owner):
+                rows.badges[owner] = try await storage.rows(
+                    """
+                    SELECT value FROM badges
+                    WHERE user_id = \(owner.userID) AND container = \(owner.container) AND environment = \(owner.environment.rawValue)
+                    """
+                ).first?.decode(Int64.self) ?? 0
+            }
+        }
+        if needsCounters {
+            var counters: [String: Int64] = [:]
+            for row in try await storage.rows("SELECT key, value FROM counters") {
+                let (key, value) = try row.decode((String, Int64).self)
+                counters[key] = value
+            }
+            rows.subscriptionsVersion = counters["subscriptions_version"] ?? 0
+            rows.notificationsPrunedThrough = counters["notifications_pruned_through"] ?? 0
+            rows.indexRebuildPending = counters["index_rebuild_pending"] != nil
+        }
+        if !records.isEmpty {
+            for key in records { rows.records[key] = .some(nil) }
+            for row in try await storage.rows(
+                """
+                SELECT \(unescaped: Self.recordColumns) FROM records
+                WHERE (zone_id, record_name) IN (SELECT * FROM unnest(\(records.map(\.zoneID))::bigint[], \(records.map(\.name))::text[]))
+                """)
+            {
+                let stored = try Self.storedRecord(row)
+                rows.records[RecordKey(zoneID: stored.row.zoneID, name: stored.row.recordName)] = .some(stored)
+            }
+        }
+        if !zones.isEmpty {
+            for key in zones { rows.zones[key] = .some(nil) }
+            for row in try await storage.rows(
+                """
+                SELECT \(unescaped: Self.zoneColumns) FROM zones
+                WHERE (database_id, name) IN (SELECT * FROM unnest(\(zones.map(\.databaseID))::bigint[], \(zones.map(\.name))::text[]))
+                """)
+            {
+                let zone = try Self.zone(row)
+                rows.zones[ZoneKey(databaseID: zone.databaseID, name: zone.name)] = .some(zone)
+            }
+            // What comes with a zone: its database's schema (see SQLiteCoarseStorage.load).
+            for row in try await storage.rows(
+                "SELECT DISTINCT container, environment FROM databases WHERE id = ANY(\(zones.map(\.databaseID))::bigint[])")
+            {
+                let (container, environment) = try row.decode((String, String).self)
+                let key = SchemaKey(container: container, environment: Environment(rawValue: environment) ?? .development)
+                if rows.schemas[key] == nil { rows.schemas[key] = try await schema(key) }
+            }
+        }
+        if !databaseIDs.isEmpty {
+            for id in databaseIDs { rows.databasesByID[id] = .some(nil) }
+            for row in try await storage.rows(
+                "SELECT id, container, environment, scope, owner_id, sequence FROM databases WHERE id = ANY(\(databaseIDs)::bigint[])")
+            {
+                let (id, container, environment, scope, owner, sequence) = try row.decode((Int64, String, String, String, Int64, Int64).self)
+                let key = DatabaseKey(
+                    container: container, environment: Environment(rawValue: environment) ?? .development,
+                    scope: DatabaseScope(rawValue: scope) ?? .public, ownerID: owner)
+                rows.databasesByID[id] = .some(DatabaseRow(id: id, key: key, sequence: sequence))
+            }
+        }
+        if !zoneIDs.isEmpty {
+            for id in zoneIDs { rows.zonesByID[id] = .some(nil) }
+            for row in try await storage.rows("SELECT \(unescaped: Self.zoneColumns) FROM zones WHERE id = ANY(\(zoneIDs)::bigint[])") {
+                let zone = try Self.zone(row)
+                rows.zonesByID[zone.id] = .some(zone)
+            }
+        }
+        if !referrers.isEmpty {
+            for key in referrers { rows.referrers[key] = [] }
+            for row in try await storage.rows(
+                """
+                SELECT source_zone_id, source_name, field_name, target_zone_id, target_name, action FROM record_references
+                WHERE (target_zone_id, target_name, action) IN (
+                    SELECT * FROM unnest(\(referrers.map(\.zoneID))::bigint[], \(referrers.map(\.name))::text[],
+                                         \(referrers.map(\.action))::text[]))
+                """)
+            {
+                let (sourceZone, sourceName, field, targetZone, targetName, action) = try row.decode(
+                    (Int64, String, String, Int64, String, String).self)
+                rows.referrers[ReferrerKey(zoneID: targetZone, name: targetName, action: action), default: []].append(
+                    ReferenceRow(
+                        sourceZoneID: sourceZone, sourceName: sourceName, fieldName: field, targetZoneID: targetZone,
+                        targetName: targetName, action: action))
+            }
+        }
+        for (key, scan) in request.scans {
+            rows.scans[key] = try await self.scan(scan)
+        }
+        return rows
+    }
+
+    private func schema(_ key: SchemaKey) async throws -> StoredSchema {
+        let fields = try await storage.rows(
+            """
+            SELECT record_type, field_name, field_type, indexes FROM schema_fields
+            WHERE container = \(key.container) AND environment = \(key.environment.rawValue) ORDER BY record_type, field_name
+            """
+        ).map { row in
+            let (type, field, fieldType, indexes) = try row.decode((String, String, String, Int32).self)
+            return SchemaFieldRow(recordType: type, fieldName: field, fieldType: fieldType, indexes: Int(indexes))
+        }
+        let types = try await storage.rows(
+            """
+            SELECT record_type FROM schema_types WHERE container = \(key.container) AND environment = \(key.environment.rawValue)
+            ORDER BY record_type
+            """
+        ).map { try $0.decode(String.self) }
+        return StoredSchema(fields: fields, recordTypes: types)
+    }
+
+    private func scan(_ scan: LoadScan) async throws -> ScanResult {
+        switch scan {
+        case .zoneChanges(let databaseID, let after, let limit):
+            return .zones(
+                try await storage.rows(
+                    """
+                    SELECT \(unescaped: Self.zoneColumns) FROM zones WHERE database_id = \(databaseID) AND change_sequence > \(after)
+                    ORDER BY change_sequence LIMIT \(Int64(limit))
+                    """
+                ).map(Self.zone))
+        case .recordChanges(let zoneID, let after, let recordTypes, let limit):
+            let types = recordTypes ?? []
+            return .records(
+                try await storage.rows(
+                    """
+                    SELECT \(unescaped: Self.recordColumns) FROM records
+                    WHERE zone_id = \(zoneID) AND change_sequence > \(after)
+                      AND (cardinality(\(types)::text[]) = 0 OR record_type = ANY(\(types)::text[]))
+                    ORDER BY change_sequence LIMIT \(Int64(limit))
+                    """
+                ).map { try Self.storedRecord($0).row })
+        case .liveRecords(let container, let environment, let recordType, let afterID, let limit):
+            return .identifiedRecords(
+                try await storage.rows(
+                    """
+                    SELECT \(unescaped: Self.recordColumns.split(separator: ",").map { "r." + $0.trimmingCharacters(in: .whitespacesAndNewlines) }.joined(separator: ", "))
+                    FROM records r JOIN zones z ON z.id = r.zone_id JOIN databases d ON d.id = z.database_id
+                    WHERE d.container = \(container) AND d.environment = \(environment.rawValue) AND r.record_type = \(recordType)
+                      AND NOT r.deleted AND r.id > \(afterID)
+                    ORDER BY r.id LIMIT \(Int64(limit))
+                    """
+                ).map { row in
+                    let stored = try Self.storedRecord(row)
+                    return (id: stored.id, row: stored.row)
+                })
+        case .query:
+            throw StorageError.unsupported("record queries are not served by the PostgreSQL driver yet")
+        case .allSubscriptions:
+            return .subscriptions(
+                try await storage.rows(
+                    "SELECT \(unescaped: Self.subscriptionColumns) FROM subscriptions s JOIN databases d ON d.id = s.database_id"
+                ).map(Self.subscription))
+        case .subscriptionChanges(let after, let limit):
+            let bounds = try await storage.rows(
+                "SELECT (SELECT min(version) FROM subscription_changes), (SELECT value FROM counters WHERE key = 'subscriptions_version')"
+            ).first
+            let (oldest, version) = try bounds?.decode((Int64?, Int64?).self) ?? (nil, nil)
+            if let oldest, oldest > after + 1 { return .subscriptionChanges(nil) }
+            if oldest == nil, (version ?? 0) > after { return .subscriptionChanges(nil) }
+            return .subscriptionChanges(
+                try await storage.rows(
+                    """
+                    SELECT version, database_id, user_id, subscription_id FROM subscription_changes
+                    WHERE version > \(after) ORDER BY version LIMIT \(Int64(limit))
+                    """
+                ).map { row in
+                    let (version, databaseID, userID, subscriptionID) = try row.decode((Int64, Int64, Int64, String).self)
+                    return SubscriptionChange(version: version, databaseID: databaseID, userID: userID, subscriptionID: subscriptionID)
+                })
+        case .ownerNotifications(let owner, let after, let limit):
+            return .notifications(
+                try await storage.rows(
+                    """
+                    SELECT \(unescaped: Self.notificationColumns) FROM notifications
+                    WHERE user_id = \(owner.userID) AND container = \(owner.container) AND environment = \(owner.environment.rawValue)
+                      AND sequence > \(after)
+                    ORDER BY sequence LIMIT \(Int64(limit))
+                    """
+                ).map(Self.notification))
+        case .notifications(let after, let limit):
+            return .notifications(
+                try await storage.rows(
+                    "SELECT \(unescaped: Self.notificationColumns) FROM notifications WHERE sequence > \(after) ORDER BY sequence LIMIT \(Int64(limit))"
+                ).map(Self.notification))
+        case .existingNotificationIDs(let owner, let ids):
+            let found = Set(
+                try await storage.rows(
+                    """
+                    SELECT DISTINCT notification_id FROM notifications
+                    WHERE user_id = \(owner.userID) AND container = \(owner.container) AND environment = \(owner.environment.rawValue)
+                      AND notification_id = ANY(\(ids)::text[])
+                    """
+                ).map { try $0.decode(String.self) })
+            return .strings(ids.filter(found.contains))
+        case .outbox(let limit):
+            return .outbox(
+                try await storage.rows(
+                    "SELECT sequence, database_id, body, created_at FROM change_outbox ORDER BY sequence LIMIT \(Int64(limit))"
+                ).map { row in
+                    let (sequence, databaseID, body, createdAt) = try row.decode((Int64, Int64, ByteBuffer, Int64).self)
+                    return OutboxEntry(sequence: sequence, databaseID: databaseID, body: Array(body.readableBytesView), createdAt: createdAt)
+                })
+        case .notificationsCreatedBefore(let time):
+            let count = try await storage.rows(
+                """
+                SELECT count(*) FROM notifications
+                WHERE sequence <= (SELECT max(sequence) FROM notifications WHERE created_at < \(time))
+                """
+            ).first?.decode(Int64.self) ?? 0
+            return .count(Int(count))
+        }
+    }
+
+    // MARK: Rows
+
+    static let zoneColumns = "id, database_id, name, change_sequence, deleted"
+
+    static func zone(_ row: PostgresRow) throws -> ZoneRow {
+        let (id, databaseID, name, sequence, deleted) = try row.decode((Int64, Int64, String, Int64, Bool).self)
+        return ZoneRow(id: id, databaseID: databaseID, name: name, changeSequence: sequence, isDeleted: deleted)
+    }
+
+    static let recordColumns = """
+        id, zone_id, record_name, record_type, fields, parent, change_sequence, created_at, created_by, created_device,
+        modified_at, modified_by, modified_device, deleted
+        """
+
+    static func storedRecord(_ row: PostgresRow) throws -> StoredRecord {
+        let (id, zoneID, name, type, fields, parent, sequence, createdAt, createdBy, createdDevice, modifiedAt, modifiedBy, modifiedDevice, deleted) =
+            try row.decode((Int64, Int64, String, String, ByteBuffer, String?, Int64, Int64, String, String, Int64, String, String, Bool).self)
+        return StoredRecord(
+            id: id,
+            row: RecordRow(
+                zoneID: zoneID, recordName: name, recordType: type, fields: Array(fields.readableBytesView), parent: parent,
+                changeSequence: sequence, created: ChangeStamp(timestamp: createdAt, userRecordName: createdBy, deviceID: createdDevice),
+                modified: ChangeStamp(timestamp: modifiedAt, userRecordName: modifiedBy, deviceID: modifiedDevice), isDeleted: deleted))
+    }
+
+    static let subscriptionColumns = """
+        s.database_id, s.user_id, s.subscription_id, s.definition, s.created_at, d.container, d.environment, d.scope, d.owner_id
+        """
+
+    static func subscription(_ row: PostgresRow) throws -> SubscriptionRow {
+        let (databaseID, userID, subscriptionID, definition, createdAt, container, environment, scope, owner) = try row.decode(
+            (Int64, Int64, String, ByteBuffer, Int64, String, String, String, Int64).self)
+        return SubscriptionRow(
+            databaseID: databaseID,
+            database: DatabaseKey(
+                container: container, environment: Environment(rawValue: environment) ?? .development,
+                scope: DatabaseScope(rawValue: scope) ?? .public, ownerID: owner),
+            userID: userID, subscriptionID: subscriptionID, definition: Array(definition.readableBytesView), createdAt: createdAt)
+    }
+
+    static let notificationColumns = """
+        sequence, container, environment, user_id, notification_id, origin_device, payload, created_at, read, collapse_id, silent
+        """
+
+    static func notification(_ row: PostgresRow) throws -> NotificationRow {
+        let (sequence, container, environment, userID, id, origin, payload, createdAt, read, collapseID, silent) = try row.decode(
+            (Int64, String, String, Int64, String, String, ByteBuffer, Int64, Bool, String?, Bool).self)
+        guard let environment = Environment(rawValue: environment) else {
+            throw StorageError.corrupt("notification \(sequence) names environment \(environment)")
+        }
+        return NotificationRow(
+            sequence: sequence, owner: NotificationOwner(container: container, environment: environment, userID: userID),
+            notificationID: id, originDeviceID: origin, payload: Array(payload.readableBytesView), createdAt: createdAt, isRead: read,
+            delivery: NotificationDelivery(collapseID: collapseID, isSilent: silent))
+    }
+}
