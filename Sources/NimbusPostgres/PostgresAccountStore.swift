@@ -8,10 +8,7 @@ struct PostgresAccountStore: AccountStore {
     let storage: PostgresStorage
 
     func containers() async throws -> [ContainerRow] {
-        try await storage.rows("SELECT id, created_at FROM containers ORDER BY id").map {
-            let (id, createdAt) = try $0.decode((String, Int64).self)
-            return ContainerRow(id: id, createdAt: createdAt)
-        }
+        try await storage.rows("SELECT id, created_at FROM containers ORDER BY id").map(Self.container)
     }
 
     func createContainer(_ row: ContainerRow) async throws -> Bool {
@@ -134,6 +131,12 @@ struct PostgresAccountStore: AccountStore {
             """)
         guard let (users, ended) = try rows.first?.decode((Int64, Int64).self), users > 0 else { return nil }
         return Int(ended)
+    }
+
+    /// A row of `id, created_at`.
+    static func container(_ row: PostgresRow) throws -> ContainerRow {
+        let (id, createdAt) = try row.decode((String, Int64).self)
+        return ContainerRow(id: id, createdAt: createdAt)
     }
 
     private static func user(_ row: PostgresRow) throws -> UserRow {

@@ -52,7 +52,9 @@ public struct PostgresCoarseStorage: CoarseStorage {
                 rows.installationSecret = Array(buffer.readableBytesView)
             case .containers: rows.containers = try await storage.accounts.containers()
             case .container(let id):
-                rows.container[id] = .some(try await storage.accounts.containers().first { $0.id == id })
+                rows.container[id] = .some(
+                    try await storage.rows("SELECT id, created_at FROM containers WHERE id = \(id)").first
+                        .map(PostgresAccountStore.container))
             case .database(let key):
                 let found = try await storage.rows(
                     """

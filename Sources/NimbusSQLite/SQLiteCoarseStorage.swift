@@ -58,9 +58,8 @@ extension SQLiteTransaction {
                 rows.referrers[ReferrerKey(zoneID: zoneID, name: name, action: action)] = try referrers(
                     targetZoneID: zoneID, targetName: name, action: action)
             case .schema(let container, let environment):
-                rows.schemas[SchemaKey(container: container, environment: environment)] = StoredSchema(
-                    fields: try schemaFields(container: container, environment: environment),
-                    recordTypes: try schemaRecordTypes(container: container, environment: environment))
+                let key = SchemaKey(container: container, environment: environment)
+                rows.schemas[key] = try storedSchema(key)
             case .subscriptions(let databaseID, let userID):
                 rows.subscriptions[SubscriberKey(databaseID: databaseID, userID: userID)] = try subscriptions(
                     databaseID: databaseID, userID: userID)
@@ -77,9 +76,7 @@ extension SQLiteTransaction {
             guard let database = try database(id: databaseID) else { continue }
             let key = SchemaKey(container: database.key.container, environment: database.key.environment)
             guard rows.schemas[key] == nil else { continue }
-            rows.schemas[key] = StoredSchema(
-                fields: try schemaFields(container: key.container, environment: key.environment),
-                recordTypes: try schemaRecordTypes(container: key.container, environment: key.environment))
+            rows.schemas[key] = try storedSchema(key)
         }
         for (key, scan) in request.scans {
             do {
@@ -122,6 +119,12 @@ extension SQLiteTransaction {
         }
     }
 
+    private func storedSchema(_ key: SchemaKey) throws -> StoredSchema {
+        StoredSchema(
+            fields: try schemaFields(container: key.container, environment: key.environment),
+            recordTypes: try schemaRecordTypes(container: key.container, environment: key.environment))
+    }
+
     func database(id: Int64) throws -> DatabaseRow? {
         try fetchRow("SELECT container, environment, scope, owner_id, sequence FROM databases WHERE id = ?", [id]).flatMap { row in
             guard let environment = Environment(rawValue: row["environment"]), let scope = DatabaseScope(rawValue: row["scope"]) else {
@@ -140,10 +143,10 @@ extension SQLiteTransaction {
     }
 
     func storedRecord(zoneID: Int64, name: String) throws -> StoredRecord? {
-        guard let row = try record(zoneID: zoneID, name: name),
-            let id: Int64 = try fetchRow("SELECT rowid FROM records WHERE zone_id = ? AND record_name = ?", [zoneID, name])?[0]
-        else { return nil }
-        return StoredRecord(id: id, row: row)
+        // The record and its rowid in one statement (columns: rowid, then `recordColumns`).
+        try fetchRow("SELECT rowid, \(Self.recordColumns) FROM records WHERE zone_id = ? AND record_name = ?", [zoneID, name]).map {
+            StoredRecord(id: $0[0], row: recordRow($0, from: 1))
+        }
     }
 
     // MARK: Apply

@@ -114,7 +114,7 @@ struct SQLiteTransaction: StorageWriter {
 
     /// The record in `recordColumns`, which the row holds from column `first` on. By position:
     /// GRDB finds a column by name by lowercasing both names, and that was 5% of a list's time.
-    private func recordRow(_ row: Row, from first: Int = 0) -> RecordRow {
+    func recordRow(_ row: Row, from first: Int = 0) -> RecordRow {
         // Copied once, straight from SQLite's buffer.
         let fields = (try? row.withUnsafeData(atIndex: first + 3) { $0.map { Array($0) } }) ?? nil
         return RecordRow(

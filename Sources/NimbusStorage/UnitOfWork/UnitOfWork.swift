@@ -105,6 +105,8 @@ final class UnitOfWork: StorageWriter {
 
     private func database(id: Int64) throws -> DatabaseRow {
         if let row = overlay.databasesByID[id] { return row }
+        // Loaded by key already (as nearly every write loads its database): no second load by id.
+        if let row = loaded.databases.values.lazy.compactMap({ $0 }).first(where: { $0.id == id }) { return row }
         guard let row = need(loaded.databasesByID[id], .databaseByID(id)) else {
             throw StorageError.corrupt("database \(id) does not exist")
         }
@@ -120,6 +122,8 @@ final class UnitOfWork: StorageWriter {
 
     private func zone(id: Int64) throws -> ZoneRow {
         if let row = overlay.zonesByID[id] { return row }
+        // Loaded by name already: no second load by id.
+        if let row = loaded.zones.values.lazy.compactMap({ $0 }).first(where: { $0.id == id }) { return row }
         guard let row = need(loaded.zonesByID[id], .zoneByID(id)) else { throw StorageError.corrupt("zone \(id) does not exist") }
         return row
     }

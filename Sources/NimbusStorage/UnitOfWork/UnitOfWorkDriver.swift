@@ -3,7 +3,7 @@ import Synchronization
 /// `StorageDriver` over a `CoarseStorage`: runs each transaction closure as a unit of work
 /// (`UnitOfWork`) against rows loaded by key, loading what it turns out to need and running it
 /// again, then applies its writes in one `apply`. A request costs its loads plus one apply,
-/// whatever its size; `roundTrips` counts them.
+/// whatever its size; `writeRoundTrips` and `readRoundTrips` count them.
 public final class UnitOfWorkDriver: StorageDriver {
     public let base: any CoarseStorage
     let ids: StorageIDReserve
