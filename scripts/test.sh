@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite. Installs what the tests need (Debian packages),
 # builds everything (the crash test runs the built `nimbus` binary), starts a private
-# PostgreSQL cluster, then runs the tests on both drivers.
+# PostgreSQL cluster, then runs the tests on both drivers: the whole suite, then the server
+# suite as units of work on SQLite and on PostgreSQL.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,3 +28,6 @@ swift test --skip-build
 # (UnitOfWorkDriver on SQLite, NIMBUS_TEST_STORAGE=units): how the PostgreSQL driver serves
 # NimbusCore, checked without a network. Same build, no second compile.
 NIMBUS_TEST_STORAGE=units swift test --skip-build --filter NimbusServerTests
+# And once more on PostgreSQL: every test server gets a database of its own on the private
+# cluster (NIMBUS_TEST_STORAGE=postgres).
+NIMBUS_TEST_STORAGE=postgres swift test --skip-build --filter NimbusServerTests

@@ -9,8 +9,8 @@ import NimbusStorage
 ///
 /// - empty (the default): SQLite in the data directory (`nimbus.sqlite`);
 /// - `sqlite:PATH` (also `sqlite://PATH`): SQLite at PATH;
-/// - `postgres://…` / `postgresql://…`: PostgreSQL (`PostgresLocation`), once its driver serves
-///   records too (issue 15): today the URL is checked and refused with that reason.
+/// - `postgres://…` / `postgresql://…`: PostgreSQL (`PostgresLocation`); several nodes may
+///   name the same one (docs/scale-out.md).
 enum DatabaseURL {
     static func opener(_ text: String, synchronous: SQLiteStorage.SynchronousMode) throws -> StorageOpener {
         let trimmed = text.trimmingCharacters(in: .whitespaces)
@@ -32,10 +32,7 @@ enum DatabaseURL {
             } catch {
                 throw ValidationError("--database: \(error)")
             }
-            // The driver serves accounts and push registrations so far; records, zones,
-            // subscriptions and notifications move to its coarse form next (docs/scale-out.md).
-            throw ValidationError(
-                "--database \(location): the PostgreSQL driver does not serve records yet (issue 15); use sqlite:PATH")
+            return PostgresStorage.opener(location)
         default:
             throw ValidationError("--database '\(scheme):' is not a driver Nimbus knows; write sqlite:PATH")
         }

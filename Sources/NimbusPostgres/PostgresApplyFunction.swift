@@ -61,7 +61,7 @@ enum PostgresApplyFunction {
                     VALUES ((w->>'id')::bigint, (w->>'database')::bigint, w->>'name', (w->>'sequence')::bigint, false);
                 WHEN 'deleteZone' THEN
                     DELETE FROM field_index WHERE zone_id = (w->>'id')::bigint;
-                    DELETE FROM token_index WHERE zone_id = (w->>'id')::bigint;
+                    DELETE FROM record_tokens WHERE zone_id = (w->>'id')::bigint;
                     DELETE FROM pair_index WHERE zone_id = (w->>'id')::bigint;
                     DELETE FROM records WHERE zone_id = (w->>'id')::bigint;
                     DELETE FROM record_references WHERE source_zone_id = (w->>'id')::bigint;
@@ -88,18 +88,21 @@ enum PostgresApplyFunction {
                 WHEN 'replaceIndexEntries' THEN
                     IF (w->>'had')::boolean THEN
                         DELETE FROM field_index WHERE record_id = (w->>'record')::bigint;
-                        DELETE FROM token_index WHERE record_id = (w->>'record')::bigint;
+                        DELETE FROM record_tokens WHERE record_id = (w->>'record')::bigint;
                         DELETE FROM pair_index WHERE record_id = (w->>'record')::bigint;
                     END IF;
                     INSERT INTO field_index (record_id, field, position, zone_id, record_type, num, text, lon)
-                    SELECT (w->>'record')::bigint, e.field, e.position, (w->>'zone')::bigint, w->>'type', e.num::numeric, e.text, e.lon
+                    SELECT (w->>'record')::bigint, e.field, e.position, (w->>'zone')::bigint, w->>'type', e.num::numeric, decode(e.text, 'base64'), e.lon
                     FROM jsonb_to_recordset(w->'entries') AS e(field text, position integer, num text, text text, lon double precision);
-                    INSERT INTO token_index (record_id, field, token, zone_id, record_type)
-                    SELECT (w->>'record')::bigint, t.field, t.token, (w->>'zone')::bigint, w->>'type'
-                    FROM jsonb_to_recordset(w->'tokens') AS t(field text, token text);
+                    IF jsonb_array_length(w->'tokens') > 0 THEN
+                        INSERT INTO record_tokens (record_id, zone_id, record_type, lexemes)
+                        SELECT (w->>'record')::bigint, (w->>'zone')::bigint, w->>'type', array_to_tsvector(array_agg(DISTINCT l.lexeme))
+                        FROM jsonb_to_recordset(w->'tokens') AS t(field text, token text)
+                        CROSS JOIN LATERAL (VALUES (t.token), (t.field || ':' || t.token)) AS l(lexeme);
+                    END IF;
                     INSERT INTO pair_index (record_id, field, sort_field, zone_id, record_type, value_num, value_text, sort_num, sort_text)
                     SELECT (w->>'record')::bigint, p.field, p.sort_field, (w->>'zone')::bigint, w->>'type',
-                        p.value_num::numeric, p.value_text, p.sort_num::numeric, p.sort_text
+                        p.value_num::numeric, decode(p.value_text, 'base64'), p.sort_num::numeric, decode(p.sort_text, 'base64')
                     FROM jsonb_to_recordset(w->'pairs')
                         AS p(field text, sort_field text, value_num text, value_text text, sort_num text, sort_text text);
                 WHEN 'replaceReferences' THEN

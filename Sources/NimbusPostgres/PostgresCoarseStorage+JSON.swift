@@ -2,7 +2,7 @@ import Foundation
 import NimbusStorage
 
 /// A unit of work's changes as `nimbus_apply` reads them (PostgresApplyFunction): JSON objects
-/// with a `kind`; bytes in base64; numbers of index entries as decimal text, which `numeric`
+/// with a `kind`; bytes in base64; numbers of index entries as decimal text (texts as base64 bytes), which `numeric`
 /// reads exactly (an INT64 past 2^53 keeps its last digit, a double its shortest exact form).
 extension PostgresCoarseStorage {
     static func json(_ changes: UnitOfWorkChanges) -> [String: Any] {
@@ -30,11 +30,12 @@ extension PostgresCoarseStorage {
 
     private static func bytes(_ bytes: [UInt8]) -> String { Data(bytes).base64EncodedString() }
 
+    /// An index value as `nimbus_apply` reads it: a number's exact decimal text, or a text's
+    /// UTF-8 bytes in base64 (the column is bytea; jsonb cannot hold U+0000).
     private static func number(_ value: IndexValue) -> (num: Any, text: Any) {
         switch value {
-        case .integer(let integer): return (String(integer), NSNull())
-        case .number(let double): return (String(double), NSNull())
-        case .text(let text): return (NSNull(), text)
+        case .integer, .number: return (numericText(value) ?? NSNull(), NSNull())
+        case .text(let text): return (NSNull(), Data(text.utf8).base64EncodedString())
         }
     }
 

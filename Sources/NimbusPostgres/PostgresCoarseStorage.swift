@@ -7,9 +7,7 @@ import PostgresNIO
 /// the whole storage protocol: `load` reads committed rows by key, a statement per kind of key
 /// (every record a batch names in one); `apply` is one call of `nimbus_apply` (one round trip,
 /// one transaction); ids come in blocks from `id_blocks`.
-///
-/// Not yet served: `records/query` (its SQL, with PostgreSQL's own index design, is the next
-/// step, docs/scale-out.md): a query fails with `StorageError.unsupported`.
+/// Record queries are one statement each (`PostgresQuerySQL`).
 public struct PostgresCoarseStorage: CoarseStorage {
     public let storage: PostgresStorage
 
@@ -172,7 +170,12 @@ public struct PostgresCoarseStorage: CoarseStorage {
             }
         }
         for (key, scan) in request.scans {
-            rows.scans[key] = try await self.scan(scan)
+            do {
+                rows.scans[key] = try await self.scan(scan)
+            } catch let error as StorageError {
+                guard case .queryTooExpensive = error else { throw error }
+                rows.scans[key] = .failed(error)
+            }
         }
         return rows
     }
@@ -231,8 +234,8 @@ public struct PostgresCoarseStorage: CoarseStorage {
                     let stored = try Self.storedRecord(row)
                     return (id: stored.id, row: stored.row)
                 })
-        case .query:
-            throw StorageError.unsupported("record queries are not served by the PostgreSQL driver yet")
+        case .query(let query):
+            return try await page(query)
         case .allSubscriptions:
             return .subscriptions(
                 try await storage.rows(
@@ -299,6 +302,30 @@ public struct PostgresCoarseStorage: CoarseStorage {
         }
     }
 
+    /// A page of a record query: one statement (`PostgresQuerySQL`), stopped by the server
+    /// once it has run for the query's budget (`PostgresStorage.rows(_:timeout:)`).
+    private func page(_ query: RecordQuery) async throws -> ScanResult {
+        let sql = PostgresQuerySQL(query)
+        let rows = try await storage.rows(sql.query, timeout: query.budget)
+        var page = QueryPage(rows: [], positions: [])
+        for row in rows {
+            let stored = try Self.storedRecord(row)
+            let cells = Array(row)
+            var values: [IndexValue] = []
+            for (index, sort) in query.sorts.enumerated() {
+                let cell = cells[PostgresQuerySQL.keyColumnsStart + 1 + index]
+                switch sort.key {
+                case .number: values.append(Self.indexValue(numericText: try cell.decode(String.self)))
+                case .text: values.append(.text(String(buffer: try cell.decode(ByteBuffer.self))))
+                case .distance: values.append(.number(try cell.decode(Double.self)))
+                }
+            }
+            page.rows.append(stored.row)
+            page.positions.append(QueryPosition(sortValues: values, recordID: stored.id))
+        }
+        return .page(page)
+    }
+
     // MARK: Rows
 
     static let zoneColumns = "id, database_id, name, change_sequence, deleted"
@@ -312,6 +339,7 @@ public struct PostgresCoarseStorage: CoarseStorage {
         id, zone_id, record_name, record_type, fields, parent, change_sequence, created_at, created_by, created_device,
         modified_at, modified_by, modified_device, deleted
         """
+    static let recordColumnCount = 14
 
     static func storedRecord(_ row: PostgresRow) throws -> StoredRecord {
         let (id, zoneID, name, type, fields, parent, sequence, createdAt, createdBy, createdDevice, modifiedAt, modifiedBy, modifiedDevice, deleted) =
@@ -353,5 +381,19 @@ public struct PostgresCoarseStorage: CoarseStorage {
             sequence: sequence, owner: NotificationOwner(container: container, environment: environment, userID: userID),
             notificationID: id, originDeviceID: origin, payload: Array(payload.readableBytesView), createdAt: createdAt, isRead: read,
             delivery: NotificationDelivery(collapseID: collapseID, isSilent: silent))
+    }
+}
+
+extension PostgresStorage {
+    /// The PostgreSQL database at `location` as the server's storage: the coarse driver behind
+    /// a unit of work (`UnitOfWorkDriver`). The data directory keeps only what is a node's
+    /// own (its logs, `bootstrap.json`); every node given the same location serves the same
+    /// containers.
+    public static func opener(_ location: PostgresLocation, maximumConnections: Int = 20) -> StorageOpener {
+        StorageOpener(
+            description: { _ in "PostgreSQL at \(location)" },
+            open: { _ in
+                UnitOfWorkDriver(PostgresCoarseStorage(try await PostgresStorage(location, maximumConnections: maximumConnections)))
+            })
     }
 }

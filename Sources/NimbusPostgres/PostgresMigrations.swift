@@ -139,7 +139,9 @@ enum PostgresMigrations {
                 "CREATE INDEX records_by_change ON records (zone_id, change_sequence)",
                 "CREATE INDEX records_by_type ON records (zone_id, record_type, id) WHERE NOT deleted",
                 // Index entries as the service computes them (RecordIndexer); `num` is numeric so
-                // INT64 values and doubles compare by exact value, as on SQLite.
+                // INT64 values and doubles compare by exact value, and `text` is the string's
+                // UTF-8 bytes (bytea): it orders by bytes as SQLite's BINARY does, and holds the
+                // U+0000 that PostgreSQL's text type refuses.
                 """
                 CREATE TABLE field_index (
                     record_id bigint NOT NULL,
@@ -148,25 +150,36 @@ enum PostgresMigrations {
                     zone_id bigint NOT NULL,
                     record_type text COLLATE "C" NOT NULL,
                     num numeric,
-                    text text COLLATE "C",
+                    text bytea,
                     lon double precision,
                     PRIMARY KEY (record_id, field, position)
                 )
                 """,
                 "CREATE INDEX field_index_by_number ON field_index (zone_id, record_type, field, num, record_id) WHERE num IS NOT NULL AND lon IS NULL",
-                "CREATE INDEX field_index_by_location ON field_index (zone_id, record_type, field, num, lon) WHERE lon IS NOT NULL",
-                "CREATE INDEX field_index_by_text ON field_index (zone_id, record_type, field, text, record_id) WHERE text IS NOT NULL",
+                // Texts by their first 1,000 bytes (PostgresQuerySQL.indexedTextBytes): a btree key holds
+                // at most about 2.7 kB.
+                "CREATE INDEX field_index_by_text ON field_index (zone_id, record_type, field, substring(text from 1 for 1000), record_id) WHERE text IS NOT NULL",
+                // Where a location is: NEAR reads this GiST index within a bounding box.
+                "CREATE INDEX field_index_by_place ON field_index USING gist (point(lon, num::float8)) WHERE lon IS NOT NULL",
+                // Search tokens, one tsvector a record (GIN): lexemes `field:token` and `token`.
                 """
-                CREATE TABLE token_index (
-                    record_id bigint NOT NULL,
-                    field text COLLATE "C" NOT NULL,
-                    token text COLLATE "C" NOT NULL,
+                CREATE TABLE record_tokens (
+                    record_id bigint PRIMARY KEY,
                     zone_id bigint NOT NULL,
                     record_type text COLLATE "C" NOT NULL,
-                    PRIMARY KEY (record_id, field, token)
+                    lexemes tsvector NOT NULL
                 )
                 """,
-                "CREATE INDEX token_index_by_token ON token_index (zone_id, record_type, token, field, record_id)",
+                "CREATE INDEX record_tokens_by_lexeme ON record_tokens USING gin (lexemes)",
+                // The great-circle distance in meters: the haversine of Geodesy.greatCircleMeters.
+                """
+                CREATE FUNCTION nimbus_distance(lat1 float8, lon1 float8, lat2 float8, lon2 float8) RETURNS float8
+                LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+                    SELECT 6371008.8 * 2 * atan2(sqrt(a), sqrt(1 - a))
+                    FROM (SELECT sin(radians(lat2 - lat1) / 2) ^ 2
+                                 + cos(radians(lat1)) * cos(radians(lat2)) * sin(radians(lon2 - lon1) / 2) ^ 2 AS a) h
+                $$
+                """,
                 """
                 CREATE TABLE pair_index (
                     record_id bigint NOT NULL,
@@ -175,12 +188,17 @@ enum PostgresMigrations {
                     zone_id bigint NOT NULL,
                     record_type text COLLATE "C" NOT NULL,
                     value_num numeric,
-                    value_text text COLLATE "C",
+                    value_text bytea,
                     sort_num numeric,
-                    sort_text text COLLATE "C",
+                    sort_text bytea,
                     PRIMARY KEY (record_id, field, sort_field)
                 )
                 """,
+                // One partial index per kind of value and of sort key, each in result order.
+                "CREATE INDEX pair_index_text_by_text ON pair_index (zone_id, record_type, field, sort_field, substring(value_text from 1 for 1000), substring(sort_text from 1 for 1000), record_id) WHERE value_text IS NOT NULL AND sort_text IS NOT NULL",
+                "CREATE INDEX pair_index_text_by_number ON pair_index (zone_id, record_type, field, sort_field, substring(value_text from 1 for 1000), sort_num, record_id) WHERE value_text IS NOT NULL AND sort_num IS NOT NULL",
+                "CREATE INDEX pair_index_number_by_text ON pair_index (zone_id, record_type, field, sort_field, value_num, substring(sort_text from 1 for 1000), record_id) WHERE value_num IS NOT NULL AND sort_text IS NOT NULL",
+                "CREATE INDEX pair_index_number_by_number ON pair_index (zone_id, record_type, field, sort_field, value_num, sort_num, record_id) WHERE value_num IS NOT NULL AND sort_num IS NOT NULL",
                 """
                 CREATE TABLE record_references (
                     source_zone_id bigint NOT NULL,

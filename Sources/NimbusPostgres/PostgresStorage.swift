@@ -20,6 +20,12 @@ public final class PostgresStorage: Sendable {
     let client: PostgresClient
     let logger: Logger
     private let running: Task<Void, Never>
+    /// Pools whose connections carry a `statement_timeout`, one per time limit asked for (a
+    /// server has one query budget, so in practice one pool): the server then stops a query
+    /// that outruns its budget, in the same round trip, where setting the limit per query
+    /// would cost two more.
+    private let timedPools = Mutex<[Int64: (client: PostgresClient, running: Task<Void, Never>)]>([:])
+    private let maximumConnections: Int
     private let statementObserver: (@Sendable (String) -> Void)?
 
     /// Connects, and brings the schema up to date before returning.
@@ -32,6 +38,7 @@ public final class PostgresStorage: Sendable {
         self.location = location
         self.deadline = deadline
         self.statementObserver = statementObserver
+        self.maximumConnections = maximumConnections
         var configuration = location.clientConfiguration
         configuration.options.maximumConnections = maximumConnections
         var logger = Logger(label: "nimbus.postgres")
@@ -56,9 +63,17 @@ public final class PostgresStorage: Sendable {
     /// Closes the pool's connections, waiting at most `deadline` for requests still running
     /// (a request that outlived its own deadline may hold a connection for a while yet).
     public func close() async {
-        running.cancel()
-        let running = self.running
-        _ = try? await Deadline.run(within: deadline, { await running.value }, timeout: { StorageError.unavailable("closing") })
+        let pools = timedPools.withLock { pools in
+            defer { pools = [:] }
+            return pools.values.map(\.running)
+        }
+        let tasks = [running] + pools
+        for task in tasks { task.cancel() }
+        _ = try? await Deadline.run(
+            within: deadline,
+            {
+                for task in tasks { await task.value }
+            }, timeout: { StorageError.unavailable("closing") })
     }
 
     // MARK: Statements
@@ -69,6 +84,33 @@ public final class PostgresStorage: Sendable {
         try await unitOfWork { [client, logger, statementObserver] in
             statementObserver?(query.sql)
             return try await client.query(query, logger: logger).collect()
+        }
+    }
+
+    /// Runs one statement that the server stops once it has run for `timeout` (SQLSTATE 57014,
+    /// thrown as `StorageError.queryTooExpensive`).
+    func rows(_ query: PostgresQuery, timeout: Duration) async throws -> [PostgresRow] {
+        let milliseconds = max(1, timeout.wholeNanoseconds / 1_000_000)
+        let client = timedPool(milliseconds: milliseconds)
+        do {
+            return try await unitOfWork { [logger, statementObserver] in
+                statementObserver?(query.sql)
+                return try await client.query(query, logger: logger).collect()
+            }
+        } catch let error as PSQLError where error.serverInfo?[.sqlState] == "57014" {
+            throw StorageError.queryTooExpensive(budget: timeout)
+        }
+    }
+
+    private func timedPool(milliseconds: Int64) -> PostgresClient {
+        timedPools.withLock { pools in
+            if let pool = pools[milliseconds] { return pool.client }
+            var configuration = location.clientConfiguration
+            configuration.options.maximumConnections = maximumConnections
+            configuration.options.additionalStartupParameters = [("statement_timeout", "\(milliseconds)")]
+            let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
+            pools[milliseconds] = (client, Task { await client.run() })
+            return client
         }
     }
 

@@ -37,22 +37,9 @@ struct QuerySQL {
         }
     }
 
-    /// The sorted-pair plan, when the query has an equality filter on a scalar and a first
-    /// sort key (by value, not distance) whose pair the schema grants.
+    /// The sorted-pair plan, when the query has one (`RecordQuery.sortedPairCondition`).
     static func pairDriver(for query: RecordQuery) -> Driver? {
-        guard !query.sortedPairs.isEmpty, let first = query.sorts.first else { return nil }
-        let sortField: String
-        switch first.key {
-        case .number(let field), .text(let field): sortField = field
-        case .distance: return nil
-        }
-        for (index, condition) in query.conditions.enumerated() {
-            guard case .compare(let field, .scalar, .equal, _) = condition,
-                query.sortedPairs.contains(SortedPair(field: field, sortField: sortField))
-            else { continue }
-            return .pair(index)
-        }
-        return nil
+        query.sortedPairCondition.map(Driver.pair)
     }
 
     /// How a condition is written: a correlated probe of the candidate `r`, or a standalone

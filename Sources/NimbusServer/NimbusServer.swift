@@ -55,7 +55,7 @@ public struct DataDirectory: Sendable {
 
     public static func open(_ configuration: ServerConfiguration) async throws -> DataDirectory {
         try FileManager.default.createDirectory(atPath: configuration.dataDirectory, withIntermediateDirectories: true)
-        let storage = try configuration.storage.open(configuration.dataDirectory)
+        let storage = try await configuration.storage.open(configuration.dataDirectory)
         var options = configuration.service
         options.logger = configuration.leveledLogger
         let service = try await NimbusService(storage: storage, options: options)

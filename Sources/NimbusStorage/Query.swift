@@ -236,6 +236,28 @@ public struct RecordQuery: Sendable {
     }
 }
 
+extension RecordQuery {
+    /// The condition sorted pair entries serve together with the first sort key: an equality
+    /// on a scalar field whose pair with the first sort key (by value, not distance) the schema
+    /// grants. The records it matches are then read from the pair entries already in result
+    /// order, instead of every match being found and sorted.
+    public var sortedPairCondition: Int? {
+        guard !sortedPairs.isEmpty, let first = sorts.first else { return nil }
+        let sortField: String
+        switch first.key {
+        case .number(let field), .text(let field): sortField = field
+        case .distance: return nil
+        }
+        for (index, condition) in conditions.enumerated() {
+            guard case .compare(let field, .scalar, .equal, _) = condition,
+                sortedPairs.contains(SortedPair(field: field, sortField: sortField))
+            else { continue }
+            return index
+        }
+        return nil
+    }
+}
+
 /// A page of query results with each record's position (for the continuation marker).
 public struct QueryPage: Sendable {
     public var rows: [RecordRow]

@@ -206,11 +206,12 @@ extension StorageWriter {
 public struct StorageOpener: Sendable {
     /// What the server prints at start: the driver and where its data is.
     public var description: @Sendable (_ dataDirectory: String) -> String
-    public var open: @Sendable (_ dataDirectory: String) throws -> any StorageDriver
+    /// Async: a networked engine connects and migrates before the server listens.
+    public var open: @Sendable (_ dataDirectory: String) async throws -> any StorageDriver
 
     public init(
         description: @escaping @Sendable (_ dataDirectory: String) -> String,
-        open: @escaping @Sendable (_ dataDirectory: String) throws -> any StorageDriver
+        open: @escaping @Sendable (_ dataDirectory: String) async throws -> any StorageDriver
     ) {
         self.description = description
         self.open = open

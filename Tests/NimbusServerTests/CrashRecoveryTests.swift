@@ -8,7 +8,7 @@ import Testing
 /// there and no atomic batch is there in part.
 @Suite struct CrashRecoveryTests {
     @Test func acknowledgedWritesSurviveKillNineAndNoAtomicBatchIsPartial() async throws {
-        let (dataDirectory, container, apiToken) = try Self.prepareDataDirectory()
+        let (dataDirectory, container, apiToken) = try await Self.prepareDataDirectory()
         defer { try? FileManager.default.removeItem(atPath: dataDirectory) }
         let (first, client) = try await Self.serveSignedIn(dataDirectory, container: container, apiToken: apiToken)
         #expect(try await client.createZone("Crash").status == 200)
@@ -42,14 +42,17 @@ import Testing
     }
 
     /// A data directory with a container, an API token and the user "crash", made by the CLI.
-    static func prepareDataDirectory() throws -> (dataDirectory: String, container: String, apiToken: String) {
+    /// On the suite's PostgreSQL pass (`TestStorage`), the data is in the directory's database
+    /// on the test cluster, named to every `nimbus` verb with `--database`.
+    static func prepareDataDirectory() async throws -> (dataDirectory: String, container: String, apiToken: String) {
         let dataDirectory = NSTemporaryDirectory() + "nimbus-crash-" + UUID().uuidString
         let container = "iCloud.test.crash"
-        _ = try NimbusProcess.run(["containers", "create", container, "--data-dir", dataDirectory])
-        let apiToken = try NimbusProcess.run(["tokens", "create", "--container", container, "--data-dir", dataDirectory])
+        let data = try await NimbusProcess.dataArguments(dataDirectory)
+        _ = try NimbusProcess.run(["containers", "create", container] + data)
+        let apiToken = try NimbusProcess.run(["tokens", "create", "--container", container] + data)
             .trimmingCharacters(in: .whitespacesAndNewlines)
         #expect(apiToken.count == 64)
-        _ = try NimbusProcess.run(["users", "create", "crash", "--password", "crash-test-pw", "--data-dir", dataDirectory])
+        _ = try NimbusProcess.run(["users", "create", "crash", "--password", "crash-test-pw"] + data)
         return (dataDirectory, container, apiToken)
     }
 
@@ -112,7 +115,7 @@ import Testing
     /// record (changes committed but not yet matched when the process died were in the
     /// outbox, written with the records).
     @Test func everyAcknowledgedWriteIsNotifiedAfterKillNine() async throws {
-        let (dataDirectory, container, apiToken) = try Self.prepareDataDirectory()
+        let (dataDirectory, container, apiToken) = try await Self.prepareDataDirectory()
         defer { try? FileManager.default.removeItem(atPath: dataDirectory) }
         let (first, client) = try await Self.serveSignedIn(dataDirectory, container: container, apiToken: apiToken)
         #expect(try await client.createZone("Watched").status == 200)
@@ -214,7 +217,7 @@ import Testing
         ("mysql://db/nimbus", "'mysql:' is not a driver Nimbus knows"),
         ("nimbus.sqlite", "names no driver"),
         ("sqlite:", "needs a file path"),
-        ("postgres://127.0.0.1/nimbus", "does not serve records yet"),
+        ("postgres://127.0.0.1:1/nimbus", "PostgreSQL at 127.0.0.1:1 did not answer"),
         ("postgres://127.0.0.1/nimbus?sslmode=sometimes", "sslmode 'sometimes' is not one of disable, prefer, require"),
         ("postgres://user:secret@/nimbus", "names no host"),
     ])
@@ -234,7 +237,8 @@ import Testing
         let directory = NSTemporaryDirectory() + "nimbus-schema-" + UUID().uuidString
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let container = "iCloud.test.schema"
-        func nimbus(_ arguments: [String]) throws -> String { try NimbusProcess.run(arguments + ["--data-dir", directory]) }
+        let data = try await NimbusProcess.dataArguments(directory)
+        func nimbus(_ arguments: [String]) throws -> String { try NimbusProcess.run(arguments + data) }
         _ = try nimbus(["containers", "create", container])
         let token = try nimbus(["tokens", "create", "--container", container]).trimmingCharacters(in: .whitespacesAndNewlines)
         _ = try nimbus(["users", "create", "ann", "--password", "ann-password"])
@@ -329,10 +333,18 @@ enum NimbusProcess {
         }
     }
 
+    /// `--data-dir DIRECTORY`, and on the suite's PostgreSQL pass `--database` naming the
+    /// directory's database on the test cluster (made if missing).
+    static func dataArguments(_ dataDirectory: String) async throws -> [String] {
+        guard !TestStorage.isSQLiteFile else { return ["--data-dir", dataDirectory] }
+        let location = try await PostgresTestCluster.location(forDataDirectory: dataDirectory)
+        return ["--data-dir", dataDirectory, "--database", location.description]
+    }
+
     /// Starts `nimbus serve` on a free port and waits for its "listening" line.
     static func serve(dataDirectory: String) async throws -> Server {
         try await serve(
-            arguments: ["serve", "--data-dir", dataDirectory, "--port", "0", "--sync", "normal", "--log-level", "error"],
+            arguments: ["serve", "--port", "0", "--sync", "normal", "--log-level", "error"] + dataArguments(dataDirectory),
             workingDirectory: nil)
     }
 

@@ -5,17 +5,19 @@ import Testing
 
 /// Two `nimbus serve` processes on one store serve the same containers: sessions made on one
 /// work on the other, a subscription made on one fires for writes on the other, and a write on
-/// one reaches a WebSocket client connected to the other. Here the store is one SQLite file
-/// (WAL lets processes share it); the nodes share nothing else, as nodes on one PostgreSQL
-/// share nothing else.
+/// one reaches a WebSocket client connected to the other. The store is one SQLite file (WAL
+/// lets processes share it), or on the suite's PostgreSQL pass one PostgreSQL database; the
+/// nodes share nothing else.
 @Suite struct MultiNodeTests {
     @Test func aWriteOnOneNodeNotifiesAWebSocketClientOnTheOther() async throws {
-        let (dataDirectory, container, apiToken) = try CrashRecoveryTests.prepareDataDirectory()
+        let (dataDirectory, container, apiToken) = try await CrashRecoveryTests.prepareDataDirectory()
         defer { try? FileManager.default.removeItem(atPath: dataDirectory) }
         let (nodeA, onA) = try await CrashRecoveryTests.serveSignedIn(dataDirectory, container: container, apiToken: apiToken)
         defer { nodeA.stop() }
         let nodeB = try await NimbusProcess.serve(dataDirectory: dataDirectory)
         defer { nodeB.stop() }
+        let engine = TestStorage.isSQLiteFile ? "storage: SQLite" : "storage: PostgreSQL at "
+        #expect(nodeA.output.contains(engine) && nodeB.output.contains(engine), "\(nodeB.output)")
         // The session A issued, used on B.
         let onB = APIClient(
             baseURL: nodeB.baseURL, container: container, environment: .development, apiToken: apiToken,

@@ -20,7 +20,7 @@ import Testing
         let sqlite = SQLiteStorage.opener(synchronous: .normal)
         try await TestServer.with(configure: { configuration in
             configuration.storage = StorageOpener(description: sqlite.description) { directory in
-                let faulty = FaultyStorage(try sqlite.open(directory))
+                let faulty = FaultyStorage(try await sqlite.open(directory))
                 holder.set(faulty)
                 return faulty
             }

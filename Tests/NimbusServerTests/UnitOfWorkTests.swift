@@ -24,7 +24,7 @@ import Testing
             configuration.storage = StorageOpener(
                 description: sqlite.description,
                 open: { directory in
-                    guard let storage = try sqlite.open(directory) as? SQLiteStorage else { throw TestFailure("not SQLite") }
+                    guard let storage = try await sqlite.open(directory) as? SQLiteStorage else { throw TestFailure("not SQLite") }
                     let driver = UnitOfWorkDriver(SQLiteCoarseStorage(storage))
                     holder.driver.withLock { $0 = driver }
                     return driver

@@ -10,8 +10,6 @@ import Testing
 @Suite struct StorageConformanceTests {
     struct Driver: CustomStringConvertible, Sendable {
         let description: String
-        /// Whether `queryRecords` is served (PostgreSQL's query SQL is not written yet).
-        var servesQueries = true
         /// Whether closures run on the engine's own threads (a unit of work's run on the
         /// caller's task: they are pure computation there, and the engine's work is its loads).
         var closuresRunOnEngineThreads = true
@@ -41,7 +39,7 @@ import Testing
             ? []
             : [
                 Driver(
-                    description: "PostgreSQL as units of work", servesQueries: false, closuresRunOnEngineThreads: false,
+                    description: "PostgreSQL as units of work", closuresRunOnEngineThreads: false,
                     place: { body in try await PostgresTestCluster.withDatabase { try await body($0.description) } },
                     make: { place in
                         RetryingStorage(
@@ -49,7 +47,6 @@ import Testing
                     })
             ])
 
-    static let queryDrivers = drivers.filter(\.servesQueries)
     static let engineThreadDrivers = drivers.filter(\.closuresRunOnEngineThreads)
     /// 200 writers at once on one database. Units of work are left out for now: under a full
     /// test run one of their applies sometimes never returns (docs/scale-out.md, "Known
@@ -77,7 +74,7 @@ import Testing
     }
 
     static let storeDrivers: [StoreDriver] =
-        drivers.filter(\.servesQueries).map { driver in
+        drivers.map { driver in
             StoreDriver(description: driver.description) { body in
                 try await driver.place { place in
                     let storage = try await driver.make(place)
@@ -86,22 +83,6 @@ import Testing
                 }
             }
         }
-        + (PostgresTestCluster.url == nil
-            ? []
-            : [
-                StoreDriver(description: "PostgreSQL") { body in
-                    try await PostgresTestCluster.withDatabase { location in
-                        let storage = try await PostgresStorage(location, maximumConnections: 4)
-                        do {
-                            try await body(storage.accounts, storage.push)
-                        } catch {
-                            await storage.close()
-                            throw error
-                        }
-                        await storage.close()
-                    }
-                }
-            ])
 
     static let key = DatabaseKey(container: "c", environment: .development, scope: .private, ownerID: 7)
 
@@ -329,7 +310,7 @@ import Testing
     /// An equality filter plus a sort served from sorted pair entries pages exactly like the
     /// same query served from per-field entries: same records, same order, same cursors,
     /// numbers and texts, both directions, after updates and deletions.
-    @Test(arguments: queryDrivers)
+    @Test(arguments: drivers)
     func sortedPairsPageLikePerFieldEntries(driver: Driver) async throws {
         try await withDriver(driver) { storage in
             let database = try await storage.write { try $0.ensureDatabase(Self.key) }
@@ -405,7 +386,7 @@ import Testing
 
     /// Prepared query statements are kept per shape up to a bound; past it the cache starts
     /// over, and every query still answers from its own statement.
-    @Test(arguments: queryDrivers)
+    @Test(arguments: drivers)
     func queriesStayRightPastTheStatementCacheBound(driver: Driver) async throws {
         try await withDriver(driver) { storage in
             let database = try await storage.write { try $0.ensureDatabase(Self.key) }

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import NimbusPostgres
+import NimbusStorage
 import PostgresNIO
 
 /// The private PostgreSQL cluster `scripts/test.sh` starts on loopback (`scripts/postgres.sh`),
@@ -47,6 +48,42 @@ public enum PostgresTestCluster {
             try? await connection.close()
             throw error
         }
+    }
+
+    /// Storage on the cluster for a test server: the database named after the data directory,
+    /// made on first use.
+    public static func opener() -> StorageOpener {
+        StorageOpener(
+            description: { "PostgreSQL test database " + databaseName(forDataDirectory: $0) },
+            open: { directory in
+                let location = try await location(forDataDirectory: directory)
+                return UnitOfWorkDriver(PostgresCoarseStorage(try await PostgresStorage(location, maximumConnections: 8)))
+            })
+    }
+
+    /// The database of a data directory on the cluster, made if it is not there yet: what a
+    /// test server opens, and what a test gives `nimbus serve --database`.
+    public static func location(forDataDirectory directory: String) async throws -> PostgresLocation {
+        guard let url else { throw Missing() }
+        let admin = try PostgresLocation(url: url)
+        var location = admin
+        location.database = databaseName(forDataDirectory: directory)
+        do {
+            try await execute("CREATE DATABASE \(location.database)", on: admin)
+        } catch let error as PSQLError where error.serverInfo?[.sqlState] == "42P04" {
+            // It exists: a restart, or a second node on the same data.
+        }
+        return location
+    }
+
+    /// `nimbus_dir_` and a digest of the directory's path (database names are at most 63 bytes).
+    static func databaseName(forDataDirectory directory: String) -> String {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325  // FNV-1a: stable across processes, unlike Hasher
+        for byte in directory.utf8 {
+            hash ^= UInt64(byte)
+            hash &*= 0x100_0000_01b3
+        }
+        return "nimbus_dir_" + String(hash, radix: 16)
     }
 
     public struct Missing: Error, CustomStringConvertible {

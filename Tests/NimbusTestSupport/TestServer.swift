@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import NIOCore
 import NimbusCore
+import NimbusPostgres
 import NimbusSQLite
 import NimbusServer
 import NimbusStorage
@@ -347,19 +348,41 @@ extension JSON {
     public var errorCode: String? { self["serverErrorCode"]?.stringValue }
 }
 
+/// Which engine the server tests run on (`NIMBUS_TEST_STORAGE`, see `embedded()`).
+public enum TestStorage {
+    public static var name: String { ProcessInfo.processInfo.environment["NIMBUS_TEST_STORAGE"] ?? "sqlite" }
+    /// Whether the data directory holds a SQLite file the test may open itself.
+    public static var isSQLiteFile: Bool { name != "postgres" }
+}
+
 extension ServerConfiguration {
     /// SQLite in the data directory with synchronous=NORMAL (crash-safe; tests need no more).
-    /// With `NIMBUS_TEST_STORAGE=units`, the same SQLite behind `UnitOfWorkDriver`: every
-    /// transaction closure runs as a unit of work over loaded rows, as on PostgreSQL.
+    /// `NIMBUS_TEST_STORAGE` runs the same tests on another engine:
+    /// - `units`: the same SQLite behind `UnitOfWorkDriver` (every transaction closure runs as
+    ///   a unit of work over loaded rows, as on PostgreSQL);
+    /// - `postgres`: PostgreSQL on the private test cluster (`NIMBUS_TEST_POSTGRES`), one
+    ///   database per data directory, so a server restarted on the same directory finds its
+    ///   data again, and two servers given one directory share it (as two nodes do).
     public static func embedded() -> ServerConfiguration {
         let sqlite = SQLiteStorage.opener(synchronous: .normal)
-        guard ProcessInfo.processInfo.environment["NIMBUS_TEST_STORAGE"] == "units" else { return ServerConfiguration(storage: sqlite) }
-        return ServerConfiguration(
-            storage: StorageOpener(
-                description: { "units of work over " + sqlite.description($0) },
-                open: { directory in
-                    guard let storage = try sqlite.open(directory) as? SQLiteStorage else { throw TestFailure("not SQLite") }
-                    return UnitOfWorkDriver(SQLiteCoarseStorage(storage))
-                }))
+        switch ProcessInfo.processInfo.environment["NIMBUS_TEST_STORAGE"] {
+        case "units":
+            return ServerConfiguration(
+                storage: StorageOpener(
+                    description: { "units of work over " + sqlite.description($0) },
+                    open: { directory in
+                        guard let storage = try await sqlite.open(directory) as? SQLiteStorage else { throw TestFailure("not SQLite") }
+                        return UnitOfWorkDriver(SQLiteCoarseStorage(storage))
+                    }))
+        case "postgres":
+            var configuration = ServerConfiguration(storage: PostgresTestCluster.opener())
+            // On PostgreSQL the query budget is the statement's elapsed time on the server
+            // (statement_timeout), and the suite's parallel tests share two cores with it: a
+            // 30 ms query can take 300. The budget's own test sets its own.
+            configuration.service.queryBudget = .seconds(2)
+            return configuration
+        default:
+            return ServerConfiguration(storage: sqlite)
+        }
     }
 }
