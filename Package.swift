@@ -61,7 +61,7 @@ let package = Package(
             name: "NimbusPostgres",
             dependencies: [
                 "NimbusStorage", .product(name: "PostgresNIO", package: "postgres-nio"),
-                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Logging", package: "swift-log"), .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
             swiftSettings: strict),
         // CloudKit semantics over any storage driver: operations, schema, tokens, permissions.

@@ -42,6 +42,10 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "A PEM file of extra certificates to trust for the APNs endpoint.")
     var apnsCAFile: String?
 
+    @Option(
+        help: "How often, in milliseconds, the notification pipeline looks for other nodes' writes besides the store's own signals (PostgreSQL's NOTIFY) (env NIMBUS_NOTIFICATION_POLL_MS).")
+    var notificationPollMs: Int = Int(ProcessInfo.processInfo.environment["NIMBUS_NOTIFICATION_POLL_MS"] ?? "") ?? 250
+
     func run() async throws {
         var configuration = try data.configuration()
         configuration.host = host
@@ -66,6 +70,10 @@ struct Serve: AsyncParsableCommand {
             configuration.apns.developmentEndpoint = apnsEndpoint
         }
         configuration.apns.trustedCertificatesFile = apnsCAFile
+        guard (10...3_600_000).contains(notificationPollMs) else {
+            throw ValidationError("--notification-poll-ms must be from 10 to 3600000 (an hour)")
+        }
+        configuration.service.notificationPollInterval = .milliseconds(notificationPollMs)
 
         let directory = try await DataDirectory.open(configuration)
         let bootstrap = try await Bootstrap.ensure(in: directory, configuration: configuration)

@@ -11,7 +11,9 @@ import NimbusWire
 /// collection gained to this node's sinks (WebSockets, APNs, web-courier polls), reading it
 /// back in sequence order: so every node pushes every notification, whichever node's write
 /// caused it and whichever node matched it, and a crash loses nothing acknowledged. A device
-/// that missed pushes reads the collection since its token.
+/// that missed pushes reads the collection since its token. Other nodes' work wakes the
+/// pipeline through the store's signals where it has them (`StorageDriver.signals()`), and
+/// through a poll every `notificationPollInterval` in any case.
 extension NimbusService {
     /// Entries matched per transaction.
     static let outboxBatch = 64
@@ -29,6 +31,19 @@ extension NimbusService {
             }
         }
         defer { poll.cancel() }
+        // Other nodes' commits, heard as they commit when the engine signals them (PostgreSQL's
+        // NOTIFY): the poll above is then only the safety net for a lost signal.
+        let signals = storage.signals()
+        let listen = Task {
+            guard let signals else { return }
+            for await signal in signals {
+                switch signal {
+                case .outboxAppended: hub.wake()
+                case .notificationsStored: hub.wakeDelivery()
+                }
+            }
+        }
+        defer { listen.cancel() }
         // Live delivery starts at what is stored now: older notifications are in the
         // collection for the devices that missed them.
         let start = (try? await storage.read { try $0.newestNotificationSequence() }) ?? 0

@@ -6,6 +6,9 @@
 /// again. Frozen with the migration that created it (PostgresMigrations); a change is a new
 /// migration with `CREATE OR REPLACE FUNCTION`.
 ///
+/// It ends by signalling every node (`NOTIFY nimbus`, sent at commit) when it left outbox
+/// entries or notifications (`PostgresSignals`).
+///
 /// Writers of one database queue on its row (`FOR UPDATE` in the checks), so their outbox
 /// entries commit in their order; notifications take a transaction advisory lock before they
 /// get their sequence, so a later sequence never becomes visible before an earlier one.
@@ -18,6 +21,8 @@ enum PostgresApplyFunction {
             current_value bigint;
             new_version bigint;
             affected bigint;
+            outbox_appended boolean := false;
+            notifications_stored boolean := false;
         BEGIN
             FOR w IN SELECT * FROM jsonb_array_elements(changes->'sequences') LOOP
                 IF NOT (w->>'created')::boolean THEN
@@ -139,6 +144,7 @@ enum PostgresApplyFunction {
                         DELETE FROM subscription_changes WHERE subscription_changes.version <= new_version - 10000;
                     END IF;
                 WHEN 'appendOutbox' THEN
+                    outbox_appended := true;
                     INSERT INTO change_outbox (database_id, body, created_at)
                     VALUES ((w->>'database')::bigint, decode(w->>'body', 'base64'), (w->>'createdAt')::bigint);
                 WHEN 'removeOutbox' THEN
@@ -149,6 +155,7 @@ enum PostgresApplyFunction {
                         RAISE EXCEPTION 'outbox entries were drained meanwhile' USING ERRCODE = '40001';
                     END IF;
                 WHEN 'insertNotification' THEN
+                    notifications_stored := true;
                     PERFORM pg_advisory_xact_lock(5138062718335353601);
                     INSERT INTO notifications (container, environment, user_id, notification_id, origin_device, payload,
                         created_at, read, collapse_id, silent)
@@ -174,6 +181,10 @@ enum PostgresApplyFunction {
             UPDATE databases SET sequence = (s->>'final')::bigint
             FROM jsonb_array_elements(changes->'sequences') AS s
             WHERE databases.id = (s->>'id')::bigint;
+
+            -- Wake-ups for every node's notification pipeline, delivered at commit (PostgresSignals).
+            IF outbox_appended THEN PERFORM pg_notify('nimbus', 'outbox'); END IF;
+            IF notifications_stored THEN PERFORM pg_notify('nimbus', 'notifications'); END IF;
         END;
         $$
         """#

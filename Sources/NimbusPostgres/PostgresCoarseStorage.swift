@@ -16,6 +16,7 @@ public struct PostgresCoarseStorage: CoarseStorage {
     public var accounts: any AccountStore { storage.accounts }
     public var push: any PushStore { storage.push }
     public func close() async throws { await storage.close() }
+    public func signals() -> AsyncStream<StoreSignal>? { storage.signals.stream(storage.location, logger: storage.logger) }
 
     public func reserveIDs(_ kind: StorageIDKind, count: Int) async throws -> ClosedRange<Int64> {
         let rows = try await storage.rows(

@@ -1,4 +1,5 @@
 import Foundation
+import NIOSSL
 import PostgresNIO
 
 /// Where a PostgreSQL server is, from a `postgres://` URL (`--database`, `NIMBUS_DATABASE`):
@@ -56,6 +57,20 @@ public struct PostgresLocation: Sendable, CustomStringConvertible {
     private static func redacted(_ text: String) -> String {
         guard let at = text.lastIndex(of: "@"), let scheme = text.range(of: "://") else { return text }
         return text[..<scheme.upperBound] + "…" + text[at...]
+    }
+
+    /// One connection of its own (the signal listener's, which holds it for good).
+    func connectionConfiguration() throws -> PostgresConnection.Configuration {
+        let tls: PostgresConnection.Configuration.TLS
+        switch self.tls {
+        case .disable: tls = .disable
+        case .prefer: tls = .prefer(try NIOSSLContext(configuration: .makeClientConfiguration()))
+        case .require: tls = .require(try NIOSSLContext(configuration: .makeClientConfiguration()))
+        }
+        var configuration = PostgresConnection.Configuration(
+            host: host, port: port, username: user, password: password, database: database, tls: tls)
+        configuration.options.connectTimeout = .seconds(2)
+        return configuration
     }
 
     var clientConfiguration: PostgresClient.Configuration {

@@ -26,6 +26,8 @@ public final class PostgresStorage: Sendable {
     /// would cost two more.
     private let timedPools = Mutex<[Int64: (client: PostgresClient, running: Task<Void, Never>)]>([:])
     private let maximumConnections: Int
+    /// LISTEN connections (`PostgresSignals`), stopped by `close()`.
+    let signals = PostgresSignals()
     private let statementObserver: (@Sendable (String) -> Void)?
 
     /// Connects, and brings the schema up to date before returning.
@@ -63,6 +65,7 @@ public final class PostgresStorage: Sendable {
     /// Closes the pool's connections, waiting at most `deadline` for requests still running
     /// (a request that outlived its own deadline may hold a connection for a while yet).
     public func close() async {
+        await signals.stop()
         let pools = timedPools.withLock { pools in
             defer { pools = [:] }
             return pools.values.map(\.running)

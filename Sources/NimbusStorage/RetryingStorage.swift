@@ -32,6 +32,7 @@ public struct RetryingStorage: StorageDriver {
     public var push: any PushStore { base.push }
 
     public func close() async throws { try await base.close() }
+    public func signals() -> AsyncStream<StoreSignal>? { base.signals() }
 
     private func retrying<Value>(_ run: () async throws -> Value) async throws -> Value {
         var pause: Duration = .milliseconds(5)

@@ -30,6 +30,24 @@ public protocol StorageDriver: Sendable {
 
     /// Finishes pending writes and releases the store.
     func close() async throws
+
+    /// What every process on the store commits for the notification pipeline, heard as it
+    /// commits (several nodes on one PostgreSQL); nil when the engine sends no such signals,
+    /// and the pipeline then finds other processes' work by polling alone. Hints only: a
+    /// signal may be lost, never the work it points to.
+    func signals() -> AsyncStream<StoreSignal>?
+}
+
+extension StorageDriver {
+    public func signals() -> AsyncStream<StoreSignal>? { nil }
+}
+
+/// What a commit left for the notification pipeline (`StorageDriver.signals()`).
+public enum StoreSignal: String, Sendable {
+    /// Change outbox entries to match.
+    case outboxAppended = "outbox"
+    /// Notifications stored in a collection, to push.
+    case notificationsStored = "notifications"
 }
 
 /// How much work a read may do, so a driver can keep long reads from stalling short ones.

@@ -58,9 +58,9 @@ import Testing
 
     /// A `nimbus serve` process on the directory, and a client signed in as "crash".
     static func serveSignedIn(
-        _ dataDirectory: String, container: String, apiToken: String
+        _ dataDirectory: String, container: String, apiToken: String, _ extra: [String] = []
     ) async throws -> (NimbusProcess.Server, APIClient) {
-        let server = try await NimbusProcess.serve(dataDirectory: dataDirectory)
+        let server = try await NimbusProcess.serve(dataDirectory: dataDirectory, extra)
         var client = APIClient(
             baseURL: server.baseURL, container: container, environment: .development, apiToken: apiToken,
             webAuthToken: nil, userRecordName: nil)
@@ -342,9 +342,9 @@ enum NimbusProcess {
     }
 
     /// Starts `nimbus serve` on a free port and waits for its "listening" line.
-    static func serve(dataDirectory: String) async throws -> Server {
+    static func serve(dataDirectory: String, _ extra: [String] = []) async throws -> Server {
         try await serve(
-            arguments: ["serve", "--port", "0", "--sync", "normal", "--log-level", "error"] + dataArguments(dataDirectory),
+            arguments: ["serve", "--port", "0", "--sync", "normal", "--log-level", "error"] + dataArguments(dataDirectory) + extra,
             workingDirectory: nil)
     }
 

@@ -12,9 +12,12 @@ import Testing
     @Test func aWriteOnOneNodeNotifiesAWebSocketClientOnTheOther() async throws {
         let (dataDirectory, container, apiToken) = try await CrashRecoveryTests.prepareDataDirectory()
         defer { try? FileManager.default.removeItem(atPath: dataDirectory) }
-        let (nodeA, onA) = try await CrashRecoveryTests.serveSignedIn(dataDirectory, container: container, apiToken: apiToken)
+        // On PostgreSQL the nodes poll once an hour: only its NOTIFY can carry the write across
+        // in time. SQLite sends no signals; there the nodes find each other's work by polling.
+        let poll = TestStorage.isSQLiteFile ? [] : ["--notification-poll-ms", "3600000"]
+        let (nodeA, onA) = try await CrashRecoveryTests.serveSignedIn(dataDirectory, container: container, apiToken: apiToken, poll)
         defer { nodeA.stop() }
-        let nodeB = try await NimbusProcess.serve(dataDirectory: dataDirectory)
+        let nodeB = try await NimbusProcess.serve(dataDirectory: dataDirectory, poll)
         defer { nodeB.stop() }
         let engine = TestStorage.isSQLiteFile ? "storage: SQLite" : "storage: PostgreSQL at "
         #expect(nodeA.output.contains(engine) && nodeB.output.contains(engine), "\(nodeB.output)")

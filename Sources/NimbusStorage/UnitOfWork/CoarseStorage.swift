@@ -21,6 +21,12 @@ public protocol CoarseStorage: Sendable {
     var accounts: any AccountStore { get }
     var push: any PushStore { get }
     func close() async throws
+    /// See `StorageDriver.signals()`.
+    func signals() -> AsyncStream<StoreSignal>?
+}
+
+extension CoarseStorage {
+    public func signals() -> AsyncStream<StoreSignal>? { nil }
 }
 
 /// The kinds of rows whose ids a unit of work chooses.

@@ -58,6 +58,7 @@ public final class UnitOfWorkDriver: StorageDriver {
     public var accounts: any AccountStore { base.accounts }
     public var push: any PushStore { base.push }
     public func close() async throws { try await base.close() }
+    public func signals() -> AsyncStream<StoreSignal>? { base.signals() }
 
     /// Runs `body` until it no longer misses anything.
     private func run<Value>(counting roundTrips: borrowing Atomic<Int>, _ body: (UnitOfWork) throws -> Value) async throws
