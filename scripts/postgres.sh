@@ -36,7 +36,7 @@ start() {
   local durability="-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
   [ "${NIMBUS_PG_DURABLE:-0}" = 1 ] && durability=""
   as_postgres "$BIN/pg_ctl" -D "$DIR/data" -l "$DIR/server.log" -w -t 60 \
-    -o "-p $PORT -k $DIR -c listen_addresses=127.0.0.1 -c max_connections=400 $durability" start >/dev/null
+    -o "-p $PORT -k $DIR -c listen_addresses=127.0.0.1 -c max_connections=1000 $durability" start >/dev/null
   echo "postgres://postgres@127.0.0.1:$PORT/postgres?sslmode=disable"
 }
 

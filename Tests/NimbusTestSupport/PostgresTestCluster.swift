@@ -57,7 +57,7 @@ public enum PostgresTestCluster {
             description: { "PostgreSQL test database " + databaseName(forDataDirectory: $0) },
             open: { directory in
                 let location = try await location(forDataDirectory: directory)
-                return UnitOfWorkDriver(PostgresCoarseStorage(try await PostgresStorage(location, maximumConnections: 8)))
+                return UnitOfWorkDriver(PostgresCoarseStorage(try await PostgresStorage(location, maximumConnections: 4)))
             })
     }
 
