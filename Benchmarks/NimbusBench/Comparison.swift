@@ -51,7 +51,10 @@ struct Comparison {
 
     func nimbus() -> System {
         let loaded = options.listRecords
-        let base = "\(options.url)/database/1/\(options.container)/\(options.environment)"
+        // `--url` may name several nodes (comma-separated): call `index` goes to node
+        // `index % count`, so the clients split evenly between them.
+        let bases = options.urls.map { "\($0)/database/1/\(options.container)/\(options.environment)" }
+        @Sendable func base(_ index: Int) -> String { bases[index % bases.count] }
         let auth = "ckAPIToken=\(options.apiToken)&ckWebAuthToken=\(options.webAuthToken.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "")"
         let runID = UUID().uuidString.prefix(6)
         // Typed, as CloudKit JS sends them: a whole-valued score (0.0) would otherwise read as INT64.
@@ -64,23 +67,23 @@ struct Comparison {
         return System(
             name: "Nimbus",
             create: { index in
-                ok(await send(.POST, "\(base)/public/records/modify?\(auth)", #"{"operations":[\#(record("c\(runID)-\(index)", index))]}"#))
+                ok(await send(.POST, "\(base(index))/public/records/modify?\(auth)", #"{"operations":[\#(record("c\(runID)-\(index)", index))]}"#))
             },
             fetch: { index in
-                ok(await send(.POST, "\(base)/private/records/lookup?\(auth)", #"{\#(zone),"records":[{"recordName":"l\#(index % loaded)"}]}"#))
+                ok(await send(.POST, "\(base(index))/private/records/lookup?\(auth)", #"{\#(zone),"records":[{"recordName":"l\#(index % loaded)"}]}"#))
             },
             batch: { index in
                 let operations = (0..<200).map { record("b\(runID)-\(index)-\($0)", $0) }.joined(separator: ",")
-                return ok(await send(.POST, "\(base)/private/records/modify?\(auth)", #"{\#(zone),"operations":[\#(operations)]}"#))
+                return ok(await send(.POST, "\(base(index))/private/records/modify?\(auth)", #"{\#(zone),"operations":[\#(operations)]}"#))
             },
             list: { index in
                 ok(await send(
-                    .POST, "\(base)/private/records/query?\(auth)",
+                    .POST, "\(base(index))/private/records/query?\(auth)",
                     #"{\#(zone),"resultsLimit":20,"query":{"recordType":"Item","filterBy":[{"comparator":"EQUALS","fieldName":"category","fieldValue":{"value":"c\#(index % 100)"}}],"sortBy":[{"fieldName":"count","ascending":false}]}}"#))
             },
             load: { range in
                 let operations = range.map { record("l\($0)", $0) }.joined(separator: ",")
-                return ok(await send(.POST, "\(base)/private/records/modify?\(auth)", #"{\#(zone),"operations":[\#(operations)]}"#))
+                return ok(await send(.POST, "\(base(range.lowerBound / 200))/private/records/modify?\(auth)", #"{\#(zone),"operations":[\#(operations)]}"#))
             })
     }
 

@@ -151,7 +151,7 @@ struct NotificationBenchmark {
     }
 
     private var webSocketBase: String {
-        options.url.replacingOccurrences(of: "http://", with: "ws://")
+        (options.urls.last ?? options.url).replacingOccurrences(of: "http://", with: "ws://")
             + "/device/1/\(options.container)/\(options.environment)/notifications/connect?ckAPIToken=\(options.apiToken)"
     }
 

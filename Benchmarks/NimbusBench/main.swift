@@ -13,6 +13,9 @@ import NIOCore
 
 struct Options {
     var url = "http://127.0.0.1:8080"
+    /// Every node `--url` named (comma-separated); `url` is the first. The comparison splits its
+    /// clients between them; the notification benchmark listens on the last.
+    var urls = ["http://127.0.0.1:8080"]
     var container = "iCloud.bench.nimbus"
     var apiToken = ""
     var webAuthToken = ""
@@ -53,7 +56,9 @@ func parseOptions() -> Options {
     while let flag = arguments.next() {
         guard let value = arguments.next() else { break }
         switch flag {
-        case "--url": options.url = value
+        case "--url":
+            options.urls = value.split(separator: ",").map(String.init)
+            options.url = options.urls.first ?? value
         case "--container": options.container = value
         case "--api-token": options.apiToken = value
         case "--web-auth-token": options.webAuthToken = value

@@ -166,17 +166,18 @@ extension NimbusService {
         var index = SubscriptionIndex()
         index.version = try tx.subscriptionsVersion()
         for row in try tx.allSubscriptions() {
-            if let subscription = compileStored(row, tx: tx) { index.insert(subscription) }
+            if let subscription = try compileStored(row, tx: tx) { index.insert(subscription) }
         }
         return index
     }
 
     /// A stored subscription, compiled; nil (and a warning in the log) when it no longer
-    /// compiles, for instance after its record type left the schema.
-    private func compileStored(_ row: SubscriptionRow, tx: any StorageReader) -> Subscription? {
-        do {
-            return try compile(row, input: try Self.definition(row.definition), tx: tx)
-        } catch {
+    /// compiles, for instance after its record type left the schema. Only the subscription's
+    /// own faults make it nil: a storage error, or a unit of work's request to load more
+    /// (`UnitOfWork.Miss`), goes on to the caller, or a run missing rows would build an index
+    /// without the subscription and mark it current.
+    private func compileStored(_ row: SubscriptionRow, tx: any StorageReader) throws -> Subscription? {
+        func dropped(_ error: any Error) -> Subscription? {
             logger.warning(
                 "a stored subscription no longer compiles and will not fire until it is saved again",
                 metadata: [
@@ -184,6 +185,17 @@ extension NimbusService {
                     "userID": "\(row.userID)", "error": "\(error)",
                 ])
             return nil
+        }
+        let input: SubscriptionInput
+        do {
+            input = try Self.definition(row.definition)
+        } catch {
+            return dropped(error)  // stored bytes that no longer read: nothing storage could mend
+        }
+        do {
+            return try compile(row, input: input, tx: tx)
+        } catch let error as CloudKitError {
+            return dropped(error)
         }
     }
 
@@ -210,7 +222,7 @@ extension NimbusService {
                 let key = Subscription.Key(userID: change.userID, subscriptionID: change.subscriptionID)
                 guard seen[change.databaseID, default: []].insert(key).inserted else { continue }
                 let row = try tx.subscription(databaseID: change.databaseID, userID: change.userID, subscriptionID: change.subscriptionID)
-                updates.append((change.databaseID, key, row.flatMap { compileStored($0, tx: tx) }))
+                updates.append((change.databaseID, key, try row.flatMap { try compileStored($0, tx: tx) }))
             }
             notificationHub.index.withLock { index in
                 // Moved meanwhile (this process's own change): the next check catches up.

@@ -73,7 +73,7 @@ import Testing
                 configuration.storage = StorageOpener(
                     description: { _ in "PostgreSQL, counted" },
                     open: { _ in
-                        let storage = try await PostgresStorage(location, maximumConnections: 8) { _ in
+                        let storage = try await PostgresStorage(location, deadline: PostgresTestCluster.deadline, maximumConnections: 8) { _ in
                             statements.add(1, ordering: .relaxed)
                         }
                         return RetryingStorage(UnitOfWorkDriver(PostgresCoarseStorage(storage)))
@@ -90,7 +90,7 @@ import Testing
                     }
                     return fewest
                 }
-                let trips = try await Self.countTrips(server, reads: fewest, writes: fewest, readBudgetIsKnownGap: true)
+                let trips = try await Self.countTrips(server, reads: fewest, writes: fewest)
                 print("PostgreSQL statements per request: \(trips)")
             }
         }
@@ -103,13 +103,9 @@ import Testing
 
     /// Makes the requests and checks each stays within issue 15's budget; `reads` and `writes`
     /// count what a piece of work cost (they may run it more than once).
-    ///
-    /// `readBudgetIsKnownGap`: on PostgreSQL a load is still a statement per kind of key, so a
-    /// lookup or a query page costs more than 1–2 (docs/scale-out.md, "one statement per
-    /// load"); recorded as a known issue, which fails the test once the gap is closed.
     static func countTrips(
         _ server: TestServer, reads: (() async throws -> Void) async throws -> Int,
-        writes: (() async throws -> Void) async throws -> Int, readBudgetIsKnownGap: Bool = false
+        writes: (() async throws -> Void) async throws -> Int
     ) async throws -> Trips {
         let alice = try await server.user("alice")
         // The database, its zone, the type's schema and an id block exist from here on.
@@ -139,14 +135,7 @@ import Testing
             let found = try await alice.lookup(zone: "Z", names)
             #expect(found.records.count == 200 && found.records.allSatisfy { $0.errorCode == nil })
         }
-        func withinReadBudget(_ trips: Int, _ what: String) {
-            if readBudgetIsKnownGap {
-                withKnownIssue("a load is a statement per kind of key on PostgreSQL") { #expect(trips <= 2, "\(what) took \(trips) round trips") }
-            } else {
-                #expect(trips <= 2, "\(what) took \(trips) round trips")
-            }
-        }
-        withinReadBudget(trips.lookup, "a 200-record lookup")
+        #expect(trips.lookup <= 2, "a 200-record lookup took \(trips.lookup) round trips")
 
         trips.query = try await reads {
             let query = QueryTests.query(
@@ -155,7 +144,7 @@ import Testing
             let page = try await alice.post("private", "records/query", query)
             #expect(page.records.count == 20, "\(page.text)")
         }
-        withinReadBudget(trips.query, "a query page")
+        #expect(trips.query <= 2, "a query page took \(trips.query) round trips")
         return trips
     }
 }

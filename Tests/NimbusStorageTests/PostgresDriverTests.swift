@@ -55,7 +55,9 @@ import Testing
             guard case StorageError.unavailable = error else { return false }
             return true
         }
-        #expect(ContinuousClock.now - start < .seconds(3))
+        // Well past the deadline, because beside the whole suite on two cores the clock also
+        // measures the machine; a pool that kept retrying would never end at all.
+        #expect(ContinuousClock.now - start < .seconds(10))
     }
 
     @Test func aServerThatNeverAnswersFailsAtTheDeadline() async throws {
@@ -71,7 +73,7 @@ import Testing
             guard case StorageError.unavailable(let detail) = error else { return false }
             return detail.contains("did not answer")
         }
-        #expect(ContinuousClock.now - start < .seconds(3))
+        #expect(ContinuousClock.now - start < .seconds(10))  // as above
         try await silent.close()
         try await group.shutdownGracefully()
     }

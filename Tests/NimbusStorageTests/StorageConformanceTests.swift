@@ -43,7 +43,8 @@ import Testing
                     place: { body in try await PostgresTestCluster.withDatabase { try await body($0.description) } },
                     make: { place in
                         RetryingStorage(
-                            UnitOfWorkDriver(PostgresCoarseStorage(try await PostgresStorage(try PostgresLocation(url: place), maximumConnections: 4))))
+                            UnitOfWorkDriver(PostgresCoarseStorage(try await PostgresStorage(
+                                try PostgresLocation(url: place), deadline: PostgresTestCluster.deadline, maximumConnections: 4))))
                     })
             ])
 

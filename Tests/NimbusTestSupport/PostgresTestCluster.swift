@@ -15,6 +15,12 @@ public enum PostgresTestCluster {
         return url
     }
 
+    /// How long a test's storage waits for the cluster before calling it unavailable: far past
+    /// a server's five seconds, because beside the whole suite on two cores one statement that
+    /// writes ten thousand rows can take that long, and a test's question is whether the
+    /// answer is right.
+    public static let deadline: Duration = .seconds(60)
+
     /// Runs `body` with a new, empty database on the cluster, then drops it.
     public static func withDatabase<Value>(_ body: (PostgresLocation) async throws -> Value) async throws -> Value {
         guard let url else { throw Missing() }
@@ -57,7 +63,7 @@ public enum PostgresTestCluster {
             description: { "PostgreSQL test database " + databaseName(forDataDirectory: $0) },
             open: { directory in
                 let location = try await location(forDataDirectory: directory)
-                return UnitOfWorkDriver(PostgresCoarseStorage(try await PostgresStorage(location, maximumConnections: 4)))
+                return UnitOfWorkDriver(PostgresCoarseStorage(try await PostgresStorage(location, deadline: deadline, maximumConnections: 4)))
             })
     }
 

@@ -1,0 +1,325 @@
+import NIOCore
+import NimbusStorage
+import PostgresNIO
+
+/// Loading by key in one statement (one round trip), whatever kinds of keys a unit of work
+/// asks for: each kind is a branch of one `UNION ALL`, and every branch fills the same wide row
+/// (`kind`, six bigints, seven texts, a bytea, a boolean) with its columns, NULL elsewhere, so
+/// rows come back in PostgreSQL's binary form with no JSON between. Scans (queries, change
+/// feeds) grow with the data and stay statements of their own.
+extension PostgresCoarseStorage {
+    public func load(_ request: LoadRequest) async throws -> LoadedRows {
+        var rows = LoadedRows()
+        var statement = KeyLoad()
+        var records: [RecordKey] = [], zones: [ZoneKey] = [], referrers: [ReferrerKey] = []
+        var databaseKeys: [DatabaseKey] = [], databaseIDs: [Int64] = [], zoneIDs: [Int64] = [], zoneLists: [Int64] = []
+        var schemas: [SchemaKey] = [], subscribers: [SubscriberKey] = [], badges: [NotificationOwner] = [], containers: [String] = []
+        var counters = false, secret = false, newest = false
+        for key in request.keys {
+            switch key {
+            case .record(let zoneID, let name): records.append(RecordKey(zoneID: zoneID, name: name))
+            case .zone(let databaseID, let name): zones.append(ZoneKey(databaseID: databaseID, name: name))
+            case .referrers(let zoneID, let name, let action): referrers.append(ReferrerKey(zoneID: zoneID, name: name, action: action))
+            case .databaseByID(let id): databaseIDs.append(id)
+            case .zoneByID(let id): zoneIDs.append(id)
+            case .subscriptionsVersion, .notificationsPrunedThrough, .indexRebuildRequest: counters = true
+            case .installationSecret: secret = true
+            case .containers: rows.containers = try await storage.accounts.containers()
+            case .container(let id): containers.append(id)
+            case .database(let key): databaseKeys.append(key)
+            case .zones(let databaseID): zoneLists.append(databaseID)
+            case .schema(let container, let environment): schemas.append(SchemaKey(container: container, environment: environment))
+            case .subscriptions(let databaseID, let userID): subscribers.append(SubscriberKey(databaseID: databaseID, userID: userID))
+            case .newestNotificationSequence: newest = true
+            case .badge(let owner): badges.append(owner)
+            }
+        }
+
+        // What was asked for and not found reads as absent (or empty), as on SQLite.
+        for key in records { rows.records[key] = .some(nil) }
+        for key in zones { rows.zones[key] = .some(nil) }
+        for key in referrers { rows.referrers[key] = [] }
+        for key in databaseKeys { rows.databases[key] = .some(nil) }
+        for id in databaseIDs { rows.databasesByID[id] = .some(nil) }
+        for id in zoneIDs { rows.zonesByID[id] = .some(nil) }
+        for id in zoneLists { rows.zoneLists[id] = [] }
+        for key in schemas { rows.schemas[key] = StoredSchema(fields: [], recordTypes: []) }
+        for key in subscribers { rows.subscriptions[key] = [] }
+        for owner in badges { rows.badges[owner] = 0 }
+        for id in containers { rows.container[id] = .some(nil) }
+
+        if !records.isEmpty {
+            let pairs = "(zone_id, record_name) IN (SELECT * FROM unnest(\(statement.bind(records.map(\.zoneID))), \(statement.bind(records.map(\.name)))))"
+            statement.branch(
+                "record", numbers: ["id", "zone_id", "change_sequence", "created_at", "modified_at"],
+                texts: ["record_name", "record_type", "parent", "created_by", "created_device", "modified_by", "modified_device"],
+                bytes: "fields", flag: "deleted", "FROM records WHERE " + pairs)
+        }
+        let zoneColumns = ["id", "database_id", "change_sequence"]
+        if !zones.isEmpty {
+            let pairs = "(database_id, name) IN (SELECT * FROM unnest(\(statement.bind(zones.map(\.databaseID))), \(statement.bind(zones.map(\.name)))))"
+            statement.branch("zone", numbers: zoneColumns, texts: ["name"], flag: "deleted", "FROM zones WHERE " + pairs)
+        }
+        if !zoneIDs.isEmpty {
+            statement.branch(
+                "zone_by_id", numbers: zoneColumns, texts: ["name"], flag: "deleted", "FROM zones WHERE id = ANY(\(statement.bind(zoneIDs)))")
+        }
+        if !zoneLists.isEmpty {
+            // In name order (byte order, as SQLite's): the fourth number is the rank.
+            statement.branch(
+                "zone_list", numbers: zoneColumns + ["row_number() OVER (ORDER BY database_id, name)"], texts: ["name"], flag: "deleted",
+                "FROM zones WHERE database_id = ANY(\(statement.bind(zoneLists))) AND NOT deleted")
+        }
+        let databaseColumns = (numbers: ["id", "owner_id", "sequence"], texts: ["container", "environment", "scope"])
+        if !databaseKeys.isEmpty {
+            let keys = """
+                (container, environment, scope, owner_id) IN (SELECT * FROM unnest(\(statement.bind(databaseKeys.map(\.container))),
+                    \(statement.bind(databaseKeys.map(\.environment.rawValue))), \(statement.bind(databaseKeys.map(\.scope.rawValue))),
+                    \(statement.bind(databaseKeys.map(\.ownerID)))))
+                """
+            statement.branch("database", numbers: databaseColumns.numbers, texts: databaseColumns.texts, "FROM databases WHERE " + keys)
+        }
+        if !databaseIDs.isEmpty {
+            statement.branch(
+                "database_by_id", numbers: databaseColumns.numbers, texts: databaseColumns.texts,
+                "FROM databases WHERE id = ANY(\(statement.bind(databaseIDs)))")
+        }
+        // A zone's load brings its database's schema along (see SQLiteCoarseStorage.load).
+        if !schemas.isEmpty || !zones.isEmpty {
+            let zoneDatabases = statement.bind(zones.map(\.databaseID))
+            if !zones.isEmpty {
+                statement.branch(
+                    "zone_schema", texts: ["container", "environment"],
+                    "FROM (SELECT DISTINCT container, environment FROM databases WHERE id = ANY(\(zoneDatabases))) d")
+            }
+            let wanted = """
+                (container, environment) IN (
+                    SELECT * FROM unnest(\(statement.bind(schemas.map(\.container))), \(statement.bind(schemas.map(\.environment.rawValue))))
+                    UNION SELECT container, environment FROM databases WHERE id = ANY(\(zoneDatabases)))
+                """
+            statement.branch(
+                "schema_field", numbers: ["indexes", "row_number() OVER (ORDER BY record_type, field_name)"],
+                texts: ["container", "environment", "record_type", "field_name", "field_type"], "FROM schema_fields WHERE " + wanted)
+            statement.branch(
+                "schema_type", numbers: ["row_number() OVER (ORDER BY record_type)"], texts: ["container", "environment", "record_type"],
+                "FROM schema_types WHERE " + wanted)
+        }
+        if !referrers.isEmpty {
+            let keys = """
+                (target_zone_id, target_name, action) IN (SELECT * FROM unnest(\(statement.bind(referrers.map(\.zoneID))),
+                    \(statement.bind(referrers.map(\.name))), \(statement.bind(referrers.map(\.action)))))
+                """
+            statement.branch(
+                "referrer", numbers: ["source_zone_id", "target_zone_id"], texts: ["source_name", "field_name", "target_name", "action"],
+                "FROM record_references WHERE " + keys)
+        }
+        if counters { statement.branch("counter", numbers: ["value"], texts: ["key"], "FROM counters") }
+        if secret { statement.branch("secret", bytes: "value", "FROM meta WHERE key = 'installation_secret'") }
+        if !containers.isEmpty {
+            statement.branch("container", numbers: ["created_at"], texts: ["id"], "FROM containers WHERE id = ANY(\(statement.bind(containers)))")
+        }
+        if !subscribers.isEmpty {
+            let keys = """
+                (s.database_id, s.user_id) IN (SELECT * FROM unnest(\(statement.bind(subscribers.map(\.databaseID))),
+                    \(statement.bind(subscribers.map(\.userID)))))
+                """
+            statement.branch(
+                "subscription",
+                numbers: ["s.database_id", "s.user_id", "s.created_at", "d.owner_id", "row_number() OVER (ORDER BY s.subscription_id)"],
+                texts: ["s.subscription_id", "d.container", "d.environment", "d.scope"], bytes: "s.definition",
+                "FROM subscriptions s JOIN databases d ON d.id = s.database_id WHERE " + keys)
+        }
+        if newest { statement.branch("newest", numbers: ["coalesce(max(sequence), 0)"], "FROM notifications") }
+        if !badges.isEmpty {
+            let keys = """
+                (user_id, container, environment) IN (SELECT * FROM unnest(\(statement.bind(badges.map(\.userID))),
+                    \(statement.bind(badges.map(\.container))), \(statement.bind(badges.map(\.environment.rawValue)))))
+                """
+            statement.branch("badge", numbers: ["user_id", "value"], texts: ["container", "environment"], "FROM badges WHERE " + keys)
+        }
+
+        if !statement.isEmpty {
+            var zoneListRanks: [Int64: [(rank: Int64, zone: ZoneRow)]] = [:]
+            var schemaFields: [SchemaKey: [(rank: Int64, field: SchemaFieldRow)]] = [:]
+            var schemaTypes: [SchemaKey: [(rank: Int64, type: String)]] = [:]
+            var subscriptionRanks: [SubscriberKey: [(rank: Int64, row: SubscriptionRow)]] = [:]
+            var counterValues: [String: Int64] = [:]
+            for row in try await storage.rows(statement.query) {
+                let wide = try WideRow(row)
+                switch wide.kind {
+                case "record":
+                    let stored = try wide.record()
+                    rows.records[RecordKey(zoneID: stored.row.zoneID, name: stored.row.recordName)] = .some(stored)
+                case "zone":
+                    let zone = try wide.zone()
+                    rows.zones[ZoneKey(databaseID: zone.databaseID, name: zone.name)] = .some(zone)
+                case "zone_by_id":
+                    let zone = try wide.zone()
+                    rows.zonesByID[zone.id] = .some(zone)
+                case "zone_list":
+                    let zone = try wide.zone()
+                    zoneListRanks[zone.databaseID, default: []].append((try wide.number(3), zone))
+                case "database":
+                    let database = try wide.database()
+                    rows.databases[database.key] = .some(database)
+                case "database_by_id":
+                    let database = try wide.database()
+                    rows.databasesByID[database.id] = .some(database)
+                case "zone_schema":
+                    let key = try wide.schemaKey()
+                    if rows.schemas[key] == nil { rows.schemas[key] = StoredSchema(fields: [], recordTypes: []) }
+                case "schema_field":
+                    let field = SchemaFieldRow(
+                        recordType: try wide.text(2), fieldName: try wide.text(3), fieldType: try wide.text(4), indexes: Int(try wide.number(0)))
+                    schemaFields[try wide.schemaKey(), default: []].append((try wide.number(1), field))
+                case "schema_type":
+                    schemaTypes[try wide.schemaKey(), default: []].append((try wide.number(0), try wide.text(2)))
+                case "referrer":
+                    let reference = ReferenceRow(
+                        sourceZoneID: try wide.number(0), sourceName: try wide.text(0), fieldName: try wide.text(1),
+                        targetZoneID: try wide.number(1), targetName: try wide.text(2), action: try wide.text(3))
+                    rows.referrers[ReferrerKey(zoneID: reference.targetZoneID, name: reference.targetName, action: reference.action), default: []]
+                        .append(reference)
+                case "counter": counterValues[try wide.text(0)] = try wide.number(0)
+                case "secret":
+                    guard let bytes = wide.bytes else { throw StorageError.corrupt("the installation secret is missing") }
+                    rows.installationSecret = Array(bytes.readableBytesView)
+                case "container":
+                    let id = try wide.text(0)
+                    rows.container[id] = .some(ContainerRow(id: id, createdAt: try wide.number(0)))
+                case "subscription":
+                    let subscription = try wide.subscription()
+                    subscriptionRanks[SubscriberKey(databaseID: subscription.databaseID, userID: subscription.userID), default: []]
+                        .append((try wide.number(4), subscription))
+                case "newest": rows.newestNotificationSequence = try wide.number(0)
+                case "badge":
+                    guard let environment = Environment(rawValue: try wide.text(1)) else { continue }
+                    rows.badges[NotificationOwner(container: try wide.text(0), environment: environment, userID: try wide.number(0))] =
+                        try wide.number(1)
+                default: throw StorageError.corrupt("a load returned rows of kind \(wide.kind)")
+                }
+            }
+            for (databaseID, ranked) in zoneListRanks { rows.zoneLists[databaseID] = ranked.sorted { $0.rank < $1.rank }.map(\.zone) }
+            for key in Set(schemaFields.keys).union(schemaTypes.keys) {
+                rows.schemas[key] = StoredSchema(
+                    fields: (schemaFields[key] ?? []).sorted { $0.rank < $1.rank }.map(\.field),
+                    recordTypes: (schemaTypes[key] ?? []).sorted { $0.rank < $1.rank }.map(\.type))
+            }
+            for (key, ranked) in subscriptionRanks { rows.subscriptions[key] = ranked.sorted { $0.rank < $1.rank }.map(\.row) }
+            if counters {
+                rows.subscriptionsVersion = counterValues["subscriptions_version"] ?? 0
+                rows.notificationsPrunedThrough = counterValues["notifications_pruned_through"] ?? 0
+                rows.indexRebuildPending = counterValues["index_rebuild_pending"] != nil
+            }
+        }
+
+        for (key, scan) in request.scans {
+            do {
+                rows.scans[key] = try await self.scan(scan)
+            } catch let error as StorageError {
+                guard case .queryTooExpensive = error else { throw error }
+                rows.scans[key] = .failed(error)
+            }
+        }
+        return rows
+    }
+}
+
+/// One `UNION ALL` of key-load branches, with its bindings.
+private struct KeyLoad {
+    private var branches: [String] = []
+    private var bindings = PostgresBindings()
+
+    var isEmpty: Bool { branches.isEmpty }
+    var query: PostgresQuery { PostgresQuery(unsafeSQL: branches.joined(separator: "\nUNION ALL\n"), binds: bindings) }
+
+    /// Binds a value and returns its placeholder.
+    mutating func bind<Value: PostgresDynamicTypeEncodable>(_ value: Value) -> String {
+        bindings.append(value)
+        return "$\(bindings.count)"
+    }
+
+    /// A branch: `kind`, then the columns given in the wide row's places, NULL in the rest;
+    /// `rest` is its FROM and WHERE. Texts are cast to one collation so the branches unite.
+    mutating func branch(
+        _ kind: String, numbers: [String] = [], texts: [String] = [], bytes: String? = nil, flag: String? = nil, _ rest: String
+    ) {
+        precondition(numbers.count <= WideRow.numbers && texts.count <= WideRow.texts)
+        let numberColumns = (0..<WideRow.numbers).map { $0 < numbers.count ? "(\(numbers[$0]))::bigint" : "NULL::bigint" }
+        let textColumns = (0..<WideRow.texts).map { $0 < texts.count ? "(\(texts[$0]))::text COLLATE \"C\"" : "NULL::text COLLATE \"C\"" }
+        let columns = ["'\(kind)'::text"] + numberColumns + textColumns + [bytes.map { "(\($0))::bytea" } ?? "NULL::bytea"]
+            + [flag.map { "(\($0))::boolean" } ?? "NULL::boolean"]
+        branches.append("SELECT " + columns.joined(separator: ", ") + " " + rest)
+    }
+}
+
+/// A row of a key load (`KeyLoad`), read back by place.
+private struct WideRow {
+    static let numbers = 6
+    static let texts = 7
+
+    let kind: String
+    let numbers: [Int64?]
+    let texts: [String?]
+    let bytes: ByteBuffer?
+    let flag: Bool?
+
+    init(_ row: PostgresRow) throws {
+        let (kind, n0, n1, n2, n3, n4, n5, t0, t1, t2, t3, t4, t5, t6, bytes, flag) = try row.decode(
+            (String, Int64?, Int64?, Int64?, Int64?, Int64?, Int64?, String?, String?, String?, String?, String?, String?, String?,
+             ByteBuffer?, Bool?).self)
+        self.kind = kind
+        numbers = [n0, n1, n2, n3, n4, n5]
+        texts = [t0, t1, t2, t3, t4, t5, t6]
+        self.bytes = bytes
+        self.flag = flag
+    }
+
+    func number(_ index: Int) throws -> Int64 {
+        guard let value = numbers[index] else { throw StorageError.corrupt("a \(kind) row lacks number \(index)") }
+        return value
+    }
+
+    func text(_ index: Int) throws -> String {
+        guard let value = texts[index] else { throw StorageError.corrupt("a \(kind) row lacks text \(index)") }
+        return value
+    }
+
+    func record() throws -> StoredRecord {
+        guard let fields = bytes, let deleted = flag else { throw StorageError.corrupt("a record row lacks its fields") }
+        return StoredRecord(
+            id: try number(0),
+            row: RecordRow(
+                zoneID: try number(1), recordName: try text(0), recordType: try text(1), fields: Array(fields.readableBytesView),
+                parent: texts[2], changeSequence: try number(2),
+                created: ChangeStamp(timestamp: try number(3), userRecordName: try text(3), deviceID: try text(4)),
+                modified: ChangeStamp(timestamp: try number(4), userRecordName: try text(5), deviceID: try text(6)), isDeleted: deleted))
+    }
+
+    func zone() throws -> ZoneRow {
+        ZoneRow(id: try number(0), databaseID: try number(1), name: try text(0), changeSequence: try number(2), isDeleted: flag ?? false)
+    }
+
+    func database() throws -> DatabaseRow {
+        guard let environment = Environment(rawValue: try text(1)), let scope = DatabaseScope(rawValue: try text(2)) else {
+            throw StorageError.corrupt("database \(numbers[0] ?? 0) names an unknown environment or scope")
+        }
+        return DatabaseRow(
+            id: try number(0), key: DatabaseKey(container: try text(0), environment: environment, scope: scope, ownerID: try number(1)),
+            sequence: try number(2))
+    }
+
+    func schemaKey() throws -> SchemaKey {
+        guard let environment = Environment(rawValue: try text(1)) else { throw StorageError.corrupt("a schema names environment \(texts[1] ?? "")") }
+        return SchemaKey(container: try text(0), environment: environment)
+    }
+
+    func subscription() throws -> SubscriptionRow {
+        guard let definition = bytes, let environment = Environment(rawValue: try text(2)), let scope = DatabaseScope(rawValue: try text(3))
+        else { throw StorageError.corrupt("a subscription row does not read") }
+        return SubscriptionRow(
+            databaseID: try number(0),
+            database: DatabaseKey(container: try text(1), environment: environment, scope: scope, ownerID: try number(3)),
+            userID: try number(1), subscriptionID: try text(0), definition: Array(definition.readableBytesView), createdAt: try number(2))
+    }
+}
