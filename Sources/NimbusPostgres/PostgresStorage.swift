@@ -29,6 +29,11 @@ public final class PostgresStorage: Sendable {
     /// LISTEN connections (`PostgresSignals`), stopped by `close()`.
     let signals = PostgresSignals()
     private let statementObserver: (@Sendable (String) -> Void)?
+    /// Statements asked for and not yet answered, and those of them holding a connection: a
+    /// deadline's error names both, so an operator can tell a slow server (every call holding
+    /// a connection) from a pool that hands none out.
+    private let pending = Atomic<Int>(0)
+    private let holding = Atomic<Int>(0)
 
     /// Connects, and brings the schema up to date before returning.
     /// `statementObserver` sees the text of every statement sent (one round trip each): how
@@ -84,10 +89,7 @@ public final class PostgresStorage: Sendable {
     /// Runs one statement (one round trip) and returns its rows.
     @discardableResult
     func rows(_ query: PostgresQuery) async throws -> [PostgresRow] {
-        try await unitOfWork { [client, logger, statementObserver] in
-            statementObserver?(query.sql)
-            return try await client.query(query, logger: logger).collect()
-        }
+        try await unitOfWork { [self] in try await run(query, on: client) }
     }
 
     /// Runs one statement that the server stops once it has run for `timeout` (SQLSTATE 57014,
@@ -96,12 +98,20 @@ public final class PostgresStorage: Sendable {
         let milliseconds = max(1, timeout.wholeNanoseconds / 1_000_000)
         let client = timedPool(milliseconds: milliseconds)
         do {
-            return try await unitOfWork { [logger, statementObserver] in
-                statementObserver?(query.sql)
-                return try await client.query(query, logger: logger).collect()
-            }
+            return try await unitOfWork { [self] in try await run(query, on: client) }
         } catch let error as PSQLError where error.serverInfo?[.sqlState] == "57014" {
             throw StorageError.queryTooExpensive(budget: timeout)
+        }
+    }
+
+    private func run(_ query: PostgresQuery, on client: PostgresClient) async throws -> [PostgresRow] {
+        pending.add(1, ordering: .relaxed)
+        defer { pending.subtract(1, ordering: .relaxed) }
+        return try await client.withConnection { [self] connection in
+            holding.add(1, ordering: .relaxed)
+            defer { holding.subtract(1, ordering: .relaxed) }
+            statementObserver?(query.sql)
+            return try await connection.query(query, logger: logger).collect()
         }
     }
 
@@ -120,8 +130,10 @@ public final class PostgresStorage: Sendable {
     /// Runs `body` within the deadline, with the engine's errors normalized.
     func unitOfWork<Value: Sendable>(_ body: @escaping @Sendable () async throws -> Value) async throws -> Value {
         do {
-            return try await Deadline.run(within: deadline, body) { [location, deadline] in
-                StorageError.unavailable("PostgreSQL at \(location.host):\(location.port) did not answer within \(deadline)")
+            return try await Deadline.run(within: deadline, body) { [self] in
+                StorageError.unavailable(
+                    "PostgreSQL at \(location.host):\(location.port) did not answer within \(deadline) (statements waiting: "
+                        + "\(self.pending.load(ordering: .relaxed)), holding a connection: \(self.holding.load(ordering: .relaxed)))")
             }
         } catch {
             throw Self.normalized(error)
