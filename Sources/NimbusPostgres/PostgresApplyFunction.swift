@@ -23,6 +23,7 @@ enum PostgresApplyFunction {
             affected bigint;
             outbox_appended boolean := false;
             notifications_stored boolean := false;
+            db bigint;  -- the logical database of the zone a write names (nimbus_zone_database)
         BEGIN
             FOR w IN SELECT * FROM jsonb_array_elements(changes->'sequences') LOOP
                 IF NOT (w->>'created')::boolean THEN
@@ -65,22 +66,24 @@ enum PostgresApplyFunction {
                     INSERT INTO zones (id, database_id, name, change_sequence, deleted)
                     VALUES ((w->>'id')::bigint, (w->>'database')::bigint, w->>'name', (w->>'sequence')::bigint, false);
                 WHEN 'deleteZone' THEN
-                    DELETE FROM field_index WHERE zone_id = (w->>'id')::bigint;
-                    DELETE FROM record_tokens WHERE zone_id = (w->>'id')::bigint;
-                    DELETE FROM pair_index WHERE zone_id = (w->>'id')::bigint;
-                    DELETE FROM records WHERE zone_id = (w->>'id')::bigint;
-                    DELETE FROM record_references WHERE source_zone_id = (w->>'id')::bigint;
-                    UPDATE zones SET deleted = true, change_sequence = (w->>'sequence')::bigint WHERE id = (w->>'id')::bigint;
+                    db := nimbus_zone_database((w->>'id')::bigint);
+                    DELETE FROM field_index WHERE database_id = db AND zone_id = (w->>'id')::bigint;
+                    DELETE FROM record_tokens WHERE database_id = db AND zone_id = (w->>'id')::bigint;
+                    DELETE FROM pair_index WHERE database_id = db AND zone_id = (w->>'id')::bigint;
+                    DELETE FROM records WHERE database_id = db AND zone_id = (w->>'id')::bigint;
+                    DELETE FROM record_references WHERE database_id = db AND source_zone_id = (w->>'id')::bigint;
+                    UPDATE zones SET deleted = true, change_sequence = (w->>'sequence')::bigint
+                    WHERE database_id = db AND id = (w->>'id')::bigint;
                 WHEN 'touchZone' THEN
                     UPDATE zones SET change_sequence = (w->>'sequence')::bigint
                     WHERE id = (w->>'id')::bigint AND change_sequence < (w->>'sequence')::bigint;
                 WHEN 'putRecord' THEN
-                    INSERT INTO records (id, zone_id, record_name, record_type, fields, parent, change_sequence, created_at,
+                    INSERT INTO records (database_id, id, zone_id, record_name, record_type, fields, parent, change_sequence, created_at,
                         created_by, created_device, modified_at, modified_by, modified_device, deleted)
-                    VALUES ((w->>'id')::bigint, (w->>'zone')::bigint, w->>'name', w->>'type', decode(w->>'fields', 'base64'),
+                    VALUES (nimbus_zone_database((w->>'zone')::bigint), (w->>'id')::bigint, (w->>'zone')::bigint, w->>'name', w->>'type', decode(w->>'fields', 'base64'),
                         w->>'parent', (w->>'sequence')::bigint, (w->>'createdAt')::bigint, w->>'createdBy', w->>'createdDevice',
                         (w->>'modifiedAt')::bigint, w->>'modifiedBy', w->>'modifiedDevice', (w->>'deleted')::boolean)
-                    ON CONFLICT (zone_id, record_name) DO UPDATE SET
+                    ON CONFLICT (database_id, zone_id, record_name) DO UPDATE SET
                         record_type = excluded.record_type, fields = excluded.fields, parent = excluded.parent,
                         change_sequence = excluded.change_sequence, created_at = excluded.created_at,
                         created_by = excluded.created_by, created_device = excluded.created_device,
@@ -91,29 +94,32 @@ enum PostgresApplyFunction {
                         RAISE EXCEPTION 'record % was replaced meanwhile', w->>'name' USING ERRCODE = '40001';
                     END IF;
                 WHEN 'replaceIndexEntries' THEN
+                    db := nimbus_zone_database((w->>'zone')::bigint);
                     IF (w->>'had')::boolean THEN
-                        DELETE FROM field_index WHERE record_id = (w->>'record')::bigint;
-                        DELETE FROM record_tokens WHERE record_id = (w->>'record')::bigint;
-                        DELETE FROM pair_index WHERE record_id = (w->>'record')::bigint;
+                        DELETE FROM field_index WHERE database_id = db AND record_id = (w->>'record')::bigint;
+                        DELETE FROM record_tokens WHERE database_id = db AND record_id = (w->>'record')::bigint;
+                        DELETE FROM pair_index WHERE database_id = db AND record_id = (w->>'record')::bigint;
                     END IF;
-                    INSERT INTO field_index (record_id, field, position, zone_id, record_type, num, text, lon)
-                    SELECT (w->>'record')::bigint, e.field, e.position, (w->>'zone')::bigint, w->>'type', e.num::numeric, decode(e.text, 'base64'), e.lon
+                    INSERT INTO field_index (database_id, record_id, field, position, zone_id, record_type, num, text, lon)
+                    SELECT db, (w->>'record')::bigint, e.field, e.position, (w->>'zone')::bigint, w->>'type', e.num::numeric, decode(e.text, 'base64'), e.lon
                     FROM jsonb_to_recordset(w->'entries') AS e(field text, position integer, num text, text text, lon double precision);
                     IF jsonb_array_length(w->'tokens') > 0 THEN
-                        INSERT INTO record_tokens (record_id, zone_id, record_type, lexemes)
-                        SELECT (w->>'record')::bigint, (w->>'zone')::bigint, w->>'type', array_to_tsvector(array_agg(DISTINCT l.lexeme))
+                        INSERT INTO record_tokens (database_id, record_id, zone_id, record_type, lexemes)
+                        SELECT db, (w->>'record')::bigint, (w->>'zone')::bigint, w->>'type', array_to_tsvector(array_agg(DISTINCT l.lexeme))
                         FROM jsonb_to_recordset(w->'tokens') AS t(field text, token text)
                         CROSS JOIN LATERAL (VALUES (t.token), (t.field || ':' || t.token)) AS l(lexeme);
                     END IF;
-                    INSERT INTO pair_index (record_id, field, sort_field, zone_id, record_type, value_num, value_text, sort_num, sort_text)
-                    SELECT (w->>'record')::bigint, p.field, p.sort_field, (w->>'zone')::bigint, w->>'type',
+                    INSERT INTO pair_index (database_id, record_id, field, sort_field, zone_id, record_type, value_num, value_text, sort_num, sort_text)
+                    SELECT db, (w->>'record')::bigint, p.field, p.sort_field, (w->>'zone')::bigint, w->>'type',
                         p.value_num::numeric, decode(p.value_text, 'base64'), p.sort_num::numeric, decode(p.sort_text, 'base64')
                     FROM jsonb_to_recordset(w->'pairs')
                         AS p(field text, sort_field text, value_num text, value_text text, sort_num text, sort_text text);
                 WHEN 'replaceReferences' THEN
-                    DELETE FROM record_references WHERE source_zone_id = (w->>'zone')::bigint AND source_name = w->>'name';
-                    INSERT INTO record_references (source_zone_id, source_name, field_name, target_zone_id, target_name, action)
-                    SELECT (w->>'zone')::bigint, w->>'name', r.field, r.target_zone, r.target_name, r.action
+                    db := nimbus_zone_database((w->>'zone')::bigint);
+                    DELETE FROM record_references
+                    WHERE database_id = db AND source_zone_id = (w->>'zone')::bigint AND source_name = w->>'name';
+                    INSERT INTO record_references (database_id, source_zone_id, source_name, field_name, target_zone_id, target_name, action)
+                    SELECT db, (w->>'zone')::bigint, w->>'name', r.field, r.target_zone, r.target_name, r.action
                     FROM jsonb_to_recordset(w->'rows') AS r(field text, target_zone bigint, target_name text, action text);
                 WHEN 'addSchemaField' THEN
                     INSERT INTO schema_fields (container, environment, record_type, field_name, field_type, indexes)

@@ -49,7 +49,11 @@ extension PostgresCoarseStorage {
         for id in containers { rows.container[id] = .some(nil) }
 
         if !records.isEmpty {
-            let pairs = "(zone_id, record_name) IN (SELECT * FROM unnest(\(statement.bind(records.map(\.zoneID))), \(statement.bind(records.map(\.name)))))"
+            // Keys name the zone; the zone names its database, which leads the unique key.
+            let pairs = """
+                (database_id, zone_id, record_name) IN (SELECT nimbus_zone_database(k.zone_id), k.zone_id, k.name
+                    FROM unnest(\(statement.bind(records.map(\.zoneID))), \(statement.bind(records.map(\.name)))) AS k(zone_id, name))
+                """
             statement.branch(
                 "record", numbers: ["id", "zone_id", "change_sequence", "created_at", "modified_at"],
                 texts: ["record_name", "record_type", "parent", "created_by", "created_device", "modified_by", "modified_device"],
@@ -106,8 +110,9 @@ extension PostgresCoarseStorage {
         }
         if !referrers.isEmpty {
             let keys = """
-                (target_zone_id, target_name, action) IN (SELECT * FROM unnest(\(statement.bind(referrers.map(\.zoneID))),
-                    \(statement.bind(referrers.map(\.name))), \(statement.bind(referrers.map(\.action)))))
+                (database_id, target_zone_id, target_name, action) IN (SELECT nimbus_zone_database(k.zone_id), k.zone_id, k.name, k.action
+                    FROM unnest(\(statement.bind(referrers.map(\.zoneID))), \(statement.bind(referrers.map(\.name))),
+                        \(statement.bind(referrers.map(\.action)))) AS k(zone_id, name, action))
                 """
             statement.branch(
                 "referrer", numbers: ["source_zone_id", "target_zone_id"], texts: ["source_name", "field_name", "target_name", "action"],

@@ -4,9 +4,11 @@
 /// order, each in its own transaction, holding an advisory lock so that nodes starting
 /// together do not race.
 ///
-/// Layout (docs/scale-out.md): tables of the logical databases will be keyed first by
-/// `database_id`, the distribution column; what is read per user (notifications, push tokens,
-/// badges) by `user_id`; accounts are small reference tables. Strings that are keys or sort
+/// Layout (docs/scale-out.md): every table of the logical databases (zones, records, index
+/// entries, tokens, sorted pairs, references, subscriptions) carries `database_id`, the
+/// distribution column, first in its primary and unique keys, as Citus requires of a
+/// distributed table; what is read per user (notifications, push tokens, badges) is keyed by
+/// `user_id`; accounts are small reference tables. Strings that are keys or sort
 /// keys are `COLLATE "C"`, so their order is byte order, as on SQLite.
 enum PostgresMigrations {
     static let all: [(name: String, statements: [String])] = [
@@ -108,18 +110,28 @@ enum PostgresMigrations {
                 """,
                 """
                 CREATE TABLE zones (
-                    id bigint PRIMARY KEY,
                     database_id bigint NOT NULL,
+                    id bigint NOT NULL,
                     name text COLLATE "C" NOT NULL,
                     change_sequence bigint NOT NULL,
                     deleted boolean NOT NULL DEFAULT false,
+                    PRIMARY KEY (database_id, id),
                     UNIQUE (database_id, name)
                 )
                 """,
                 "CREATE INDEX zones_by_change ON zones (database_id, change_sequence)",
+                // A zone's id is unique across databases (id blocks): statements that know only
+                // the id find its database here (nimbus_zone_database).
+                "CREATE INDEX zones_by_id ON zones (id)",
+                """
+                CREATE FUNCTION nimbus_zone_database(zone bigint) RETURNS bigint LANGUAGE sql STABLE AS $$
+                    SELECT database_id FROM zones WHERE id = zone
+                $$
+                """,
                 """
                 CREATE TABLE records (
-                    id bigint PRIMARY KEY,
+                    database_id bigint NOT NULL,
+                    id bigint NOT NULL,
                     zone_id bigint NOT NULL,
                     record_name text COLLATE "C" NOT NULL,
                     record_type text COLLATE "C" NOT NULL,
@@ -133,9 +145,12 @@ enum PostgresMigrations {
                     modified_by text NOT NULL,
                     modified_device text NOT NULL,
                     deleted boolean NOT NULL DEFAULT false,
-                    UNIQUE (zone_id, record_name)
+                    PRIMARY KEY (database_id, id),
+                    UNIQUE (database_id, zone_id, record_name)
                 )
                 """,
+                // Rebuilding an index pages through a type's records in id order, across databases.
+                "CREATE INDEX records_by_id ON records (id)",
                 "CREATE INDEX records_by_change ON records (zone_id, change_sequence)",
                 "CREATE INDEX records_by_type ON records (zone_id, record_type, id) WHERE NOT deleted",
                 // Index entries as the service computes them (RecordIndexer); `num` is numeric so
@@ -144,6 +159,7 @@ enum PostgresMigrations {
                 // U+0000 that PostgreSQL's text type refuses.
                 """
                 CREATE TABLE field_index (
+                    database_id bigint NOT NULL,
                     record_id bigint NOT NULL,
                     field text COLLATE "C" NOT NULL,
                     position integer NOT NULL,
@@ -152,7 +168,7 @@ enum PostgresMigrations {
                     num numeric,
                     text bytea,
                     lon double precision,
-                    PRIMARY KEY (record_id, field, position)
+                    PRIMARY KEY (database_id, record_id, field, position)
                 )
                 """,
                 "CREATE INDEX field_index_by_number ON field_index (zone_id, record_type, field, num, record_id) WHERE num IS NOT NULL AND lon IS NULL",
@@ -164,10 +180,12 @@ enum PostgresMigrations {
                 // Search tokens, one tsvector a record (GIN): lexemes `field:token` and `token`.
                 """
                 CREATE TABLE record_tokens (
-                    record_id bigint PRIMARY KEY,
+                    database_id bigint NOT NULL,
+                    record_id bigint NOT NULL,
                     zone_id bigint NOT NULL,
                     record_type text COLLATE "C" NOT NULL,
-                    lexemes tsvector NOT NULL
+                    lexemes tsvector NOT NULL,
+                    PRIMARY KEY (database_id, record_id)
                 )
                 """,
                 "CREATE INDEX record_tokens_by_lexeme ON record_tokens USING gin (lexemes)",
@@ -182,6 +200,7 @@ enum PostgresMigrations {
                 """,
                 """
                 CREATE TABLE pair_index (
+                    database_id bigint NOT NULL,
                     record_id bigint NOT NULL,
                     field text COLLATE "C" NOT NULL,
                     sort_field text COLLATE "C" NOT NULL,
@@ -191,7 +210,7 @@ enum PostgresMigrations {
                     value_text bytea,
                     sort_num numeric,
                     sort_text bytea,
-                    PRIMARY KEY (record_id, field, sort_field)
+                    PRIMARY KEY (database_id, record_id, field, sort_field)
                 )
                 """,
                 // One partial index per kind of value and of sort key, each in result order.
@@ -201,6 +220,7 @@ enum PostgresMigrations {
                 "CREATE INDEX pair_index_number_by_number ON pair_index (zone_id, record_type, field, sort_field, value_num, sort_num, record_id) WHERE value_num IS NOT NULL AND sort_num IS NOT NULL",
                 """
                 CREATE TABLE record_references (
+                    database_id bigint NOT NULL,
                     source_zone_id bigint NOT NULL,
                     source_name text COLLATE "C" NOT NULL,
                     field_name text COLLATE "C" NOT NULL,
@@ -209,8 +229,8 @@ enum PostgresMigrations {
                     action text NOT NULL
                 )
                 """,
-                "CREATE INDEX references_by_source ON record_references (source_zone_id, source_name)",
-                "CREATE INDEX references_by_target ON record_references (target_zone_id, target_name, action)",
+                "CREATE INDEX references_by_source ON record_references (database_id, source_zone_id, source_name)",
+                "CREATE INDEX references_by_target ON record_references (database_id, target_zone_id, target_name, action)",
                 """
                 CREATE TABLE schema_types (
                     container text COLLATE "C" NOT NULL,

@@ -39,6 +39,9 @@ struct PostgresQuerySQL {
         var joins = ""
         var conditions = ["r.zone_id = ANY(\(zones)) AND r.record_type = \(type) AND NOT r.deleted"]
         var keys: [(expression: String, isNumeric: Bool, isText: Bool)] = []
+        // Ties go to the record id; in the sorted pair plan, the entry's copy of it, the last
+        // column of the index that then hands rows over in result order.
+        var tie = "r.id"
         // The sorted pair plan: the entries of (equality field, first sort key) in the order of
         // one of `pair_index`'s partial indexes; the records then joined by id.
         let pairCondition = query.sortedPairCondition
@@ -51,7 +54,12 @@ struct PostgresQuerySQL {
             case .number(let name): (sortField, sortIsNumeric) = (name, true)
             case .text(let name), .distance(let name, _, _): (sortField, sortIsNumeric) = (name, false)
             }
-            from = "pair_index p JOIN records r ON r.id = p.record_id"
+            from = "pair_index p JOIN records r ON r.database_id = p.database_id AND r.id = p.record_id"
+            // The entries name zone and type, which a record never changes: the records are
+            // only looked up by key, whatever the planner's statistics (on tables not yet
+            // analyzed it otherwise scanned a type's records once per entry).
+            conditions = ["NOT r.deleted"]
+            tie = "p.record_id"
             var pair = "p.zone_id = ANY(\(zones)) AND p.record_type = \(type) AND p.field = \(bind(field))"
             pair += " AND p.sort_field = \(bind(sortField))"
             switch value {
@@ -80,7 +88,7 @@ struct PostgresQuerySQL {
                 filter = "\(alias).lon IS NOT NULL"
                 keys.append(("nimbus_distance(\(alias).num::float8, \(alias).lon, \(bind(latitude)), \(bind(longitude)))", false, false))
             }
-            joins += " JOIN field_index \(alias) ON \(alias).record_id = r.id AND \(alias).field = \(bind(field))"
+            joins += " JOIN field_index \(alias) ON \(alias).database_id = r.database_id AND \(alias).record_id = r.id AND \(alias).field = \(bind(field))"
             joins += " AND \(alias).position = -1 AND \(filter)"
         }
 
@@ -88,7 +96,8 @@ struct PostgresQuerySQL {
             conditions.append(predicate(condition, zones: zones, type: type))
         }
         if let after = query.after {
-            conditions.append(keyset(after, keys: keys.map(\.expression), sorts: query.sorts, tieAscending: tieDirection == "ASC"))
+            conditions.append(
+                keyset(after, keys: keys.map(\.expression), sorts: query.sorts, tie: tie, tieAscending: tieDirection == "ASC"))
         }
         var order: [String] = []
         for (index, sort) in query.sorts.enumerated() {
@@ -98,7 +107,7 @@ struct PostgresQuerySQL {
             if keys[index].isText { order.append("\(Self.indexed(keys[index].expression)) \(direction)") }
             order.append("\(keys[index].expression) \(direction)")
         }
-        order.append("r.id \(tieDirection)")
+        order.append("\(tie) \(tieDirection)")
 
         let columns = PostgresCoarseStorage.recordColumns.split(separator: ",").map {
             "r." + $0.trimmingCharacters(in: .whitespacesAndNewlines)
@@ -155,7 +164,7 @@ struct PostgresQuerySQL {
         _ field: String, scope: IndexScope, zones: String, type: String, _ test: (inout PostgresQuerySQL) -> String
     ) -> String {
         let position = scope == .scalar ? "f.position = -1" : "f.position >= 0"
-        let head = "EXISTS (SELECT 1 FROM field_index f WHERE f.record_id = r.id AND f.zone_id = ANY(\(zones))"
+        let head = "EXISTS (SELECT 1 FROM field_index f WHERE f.database_id = r.database_id AND f.record_id = r.id AND f.zone_id = ANY(\(zones))"
         let middle = " AND f.record_type = \(type) AND f.field = \(bind(field)) AND \(position) AND "
         return head + middle + test(&self) + ")"
     }
@@ -201,7 +210,7 @@ struct PostgresQuerySQL {
             guard !distinct.isEmpty else { return "true" }
             let lexemes = distinct.map { token in Self.quotedLexeme(field.map { "\($0):\(token)" } ?? token) }
             let search = lexemes.joined(separator: all ? " & " : " | ")
-            return "EXISTS (SELECT 1 FROM record_tokens t WHERE t.record_id = r.id AND t.lexemes @@ \(bind(search))::tsquery)"
+            return "EXISTS (SELECT 1 FROM record_tokens t WHERE t.database_id = r.database_id AND t.record_id = r.id AND t.lexemes @@ \(bind(search))::tsquery)"
         case .near(let field, let latitude, let longitude, let meters):
             return entries(field, scope: .scalar, zones: zones, type: type) { sql in
                 // The bounding box (a latitude band, and a longitude band where it neither wraps
@@ -227,7 +236,9 @@ struct PostgresQuerySQL {
 
     /// Strictly after `position` in the sort order: the first key that differs decides, and
     /// ties fall to the record id in the first key's direction.
-    private mutating func keyset(_ position: QueryPosition, keys: [String], sorts: [IndexSort], tieAscending: Bool) -> String {
+    private mutating func keyset(
+        _ position: QueryPosition, keys: [String], sorts: [IndexSort], tie: String, tieAscending: Bool
+    ) -> String {
         var terms: [(expression: String, placeholder: String, ascending: Bool)] = []
         for (index, key) in keys.enumerated() where index < position.sortValues.count {
             let value = position.sortValues[index]
@@ -240,7 +251,7 @@ struct PostgresQuerySQL {
             }
             terms.append((key, placeholder, sorts[index].ascending))
         }
-        terms.append(("r.id", bind(position.recordID), tieAscending))
+        terms.append((tie, bind(position.recordID), tieAscending))
         if terms.allSatisfy({ $0.ascending == tieAscending }) {
             return "(" + terms.map(\.expression).joined(separator: ", ") + ") \(tieAscending ? ">" : "<") ("
                 + terms.map(\.placeholder).joined(separator: ", ") + ")"

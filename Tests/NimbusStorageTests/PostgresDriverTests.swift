@@ -120,6 +120,35 @@ import Testing
         }
     }
 
+    /// Citus distributes a table by a column that every primary and unique key must include:
+    /// every table of a logical database carries `database_id` and leads its keys with it
+    /// (docs/scale-out.md, "Distribution").
+    @Test(.enabled(if: PostgresTestCluster.url != nil))
+    func everyTableOfALogicalDatabaseLeadsItsKeysWithTheDatabase() async throws {
+        try await PostgresTestCluster.withDatabase { location in
+            let storage = try await PostgresStorage(location, maximumConnections: 2)
+            await storage.close()
+            let tables = ["zones", "records", "field_index", "record_tokens", "pair_index", "record_references", "subscriptions"]
+            let list = tables.map { "'\($0)'" }.joined(separator: ", ")
+            let carrying = try await PostgresTestCluster.rows(
+                "SELECT table_name::text FROM information_schema.columns WHERE column_name = 'database_id' AND table_name IN (\(list))",
+                on: location
+            ).compactMap(\.first).compactMap { $0 }
+            #expect(Set(carrying) == Set(tables))
+            let keys = try await PostgresTestCluster.rows(
+                """
+                SELECT c.conrelid::regclass::text, c.conname::text, a.attname::text
+                FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
+                WHERE c.contype IN ('p', 'u') AND c.conrelid::regclass::text IN (\(list))
+                """, on: location)
+            let keyed = Set(keys.compactMap { $0[0] })
+            #expect(keyed == Set(tables).subtracting(["record_references"]), "tables with keys: \(keyed.sorted())")
+            for key in keys {
+                #expect(key[2] == "database_id", "\(key[0] ?? "") key \(key[1] ?? "") leads with \(key[2] ?? "nothing")")
+            }
+        }
+    }
+
     @Test(.enabled(if: PostgresTestCluster.url != nil))
     func droppedConnectionsFailClearlyAndRecoverWithoutARestart() async throws {
         try await PostgresTestCluster.withDatabase { location in

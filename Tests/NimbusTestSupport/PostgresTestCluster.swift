@@ -56,6 +56,26 @@ public enum PostgresTestCluster {
         }
     }
 
+    /// Runs one query on its own connection and returns its rows as text (NULL as nil).
+    public static func rows(_ sql: String, on location: PostgresLocation) async throws -> [[String?]] {
+        let configuration = PostgresConnection.Configuration(
+            host: location.host, port: location.port, username: location.user, password: location.password,
+            database: location.database, tls: .disable)
+        let logger = Logger(label: "nimbus.test.postgres")
+        let connection = try await PostgresConnection.connect(configuration: configuration, id: 1, logger: logger)
+        do {
+            var rows: [[String?]] = []
+            for try await row in try await connection.query(PostgresQuery(unsafeSQL: sql), logger: logger) {
+                rows.append(try row.map { try $0.decode(String?.self) })
+            }
+            try await connection.close()
+            return rows
+        } catch {
+            try? await connection.close()
+            throw error
+        }
+    }
+
     /// Storage on the cluster for a test server: the database named after the data directory,
     /// made on first use.
     public static func opener() -> StorageOpener {

@@ -36,23 +36,33 @@ public final class UnitOfWorkDriver: StorageDriver {
         // `apply`'s checks and `RetryingStorage`.
         let databases = changes.sequences.keys.sorted()
         await gates.enter(databases)
+        var applied: [Int64: Int64] = [:]
         do {
+            // A writer of this process applied to one of the databases while this unit waited:
+            // its apply would fail the sequence check, so it decides again at once, saving the
+            // round trip of a doomed apply.
+            if await gates.movedOn(since: changes.sequences) {
+                (value, changes) = try await run(counting: writeRoundTrips) { unit in try body(unit) }
+            }
             do {
-                writeRoundTrips.add(1, ordering: .relaxed)
-                try await base.apply(changes)
+                try await apply(changes)
             } catch StorageError.serializationFailure {
                 (value, changes) = try await run(counting: writeRoundTrips) { unit in try body(unit) }
-                if !changes.isEmpty {
-                    writeRoundTrips.add(1, ordering: .relaxed)
-                    try await base.apply(changes)
-                }
+                try await apply(changes)
             }
+            applied = changes.sequences.mapValues(\.final)
         } catch {
-            await gates.leave(databases)
+            await gates.leave(databases, at: [:])
             throw error
         }
-        await gates.leave(databases)
+        await gates.leave(databases, at: applied)
         return value
+    }
+
+    private func apply(_ changes: UnitOfWorkChanges) async throws {
+        guard !changes.isEmpty else { return }
+        writeRoundTrips.add(1, ordering: .relaxed)
+        try await base.apply(changes)
     }
 
     public var accounts: any AccountStore { base.accounts }
@@ -118,10 +128,14 @@ final class StorageIDReserve: Sendable {
     }
 }
 
-/// One writer at a time per database, in this process, in the order they came.
+/// One writer at a time per database, in this process, in the order they came; and, while
+/// writers wait for a database, the sequence the last of them applied left it at.
 actor DatabaseGates {
     private var held: Set<Int64> = []
     private var waiting: [Int64: [CheckedContinuation<Void, Never>]] = [:]
+    /// Kept only while someone waits (a database nobody waits for needs no memory of it), so
+    /// the map stays as small as the queues.
+    private var heads: [Int64: Int64] = [:]
 
     /// Takes every gate, in id order (so two writers of the same databases never wait on
     /// each other crosswise).
@@ -134,13 +148,23 @@ actor DatabaseGates {
         }
     }
 
-    func leave(_ databases: [Int64]) {
+    /// Whether a writer of this process left one of the databases past the sequence a unit
+    /// read from it.
+    func movedOn(since sequences: [Int64: (read: Int64, final: Int64)]) -> Bool {
+        sequences.contains { id, sequence in heads[id].map { $0 > sequence.read } ?? false }
+    }
+
+    /// Releases the gates; `applied` holds the sequences the holder's apply left.
+    func leave(_ databases: [Int64], at applied: [Int64: Int64]) {
         for id in databases {
             held.remove(id)
             if var queue = waiting[id], !queue.isEmpty {
+                if let sequence = applied[id] { heads[id] = max(heads[id] ?? sequence, sequence) }
                 let next = queue.removeFirst()
                 waiting[id] = queue.isEmpty ? nil : queue
                 next.resume()
+            } else {
+                heads[id] = nil
             }
         }
     }
