@@ -2,11 +2,14 @@ import AsyncHTTPClient
 import Foundation
 import NIOCore
 
-/// Slow queries beside cheap lookups: how much a client looping on an expensive query slows
+/// Expensive requests beside cheap lookups: how much clients looping on costly work slow
 /// everyone else's lookups. Loads `records` public records, then measures a one-record lookup
-/// (API token only, one client) alone, and again while `slowClients` clients loop on a query
-/// of 48 `NOT_IN` filters and one `NOT_EQUALS` that no record passes, sorted by a string
-/// field: the planner must walk every record and probe all 49 filters for each.
+/// (API token only, one client) alone, and again while `slowClients` clients loop on
+/// - `--against query` (the default): a query of 48 `NOT_IN` filters and one `NOT_EQUALS`
+///   that no record passes, sorted by a string field: the planner must walk every record and
+///   probe all 49 filters for each;
+/// - `--against signin`: sign-ins with a wrong password (each a full PBKDF2 check), as a
+///   password guesser sends them.
 struct ContentionBenchmark {
     let options: Options
     var slowClients: Int { options.clients }
@@ -69,9 +72,25 @@ struct ContentionBenchmark {
         }
     }
 
+    /// One request of the expensive kind.
+    func expensive() async -> (status: Int, seconds: Double)? {
+        guard options.against == "signin" else { return await request("public/records/query", Self.slowQuery, on: slowClient) }
+        var request = HTTPClientRequest(
+            url: "\(options.url)/auth/1/\(options.container)/\(options.environment)/signin?ckAPIToken=\(options.apiToken)")
+        request.method = .POST
+        // A name with no account: the server checks against a hash of its full rounds anyway (so
+        // timing does not reveal names), where the benchmark's own user has cheap ones.
+        request.body = .bytes(ByteBuffer(string: #"{"username":"no-such-user","password":"a-wrong-guess"}"#))
+        let began = Date()
+        guard let response = try? await slowClient.execute(request, timeout: .seconds(120)),
+            (try? await response.body.collect(upTo: 1 << 20)) != nil
+        else { return nil }
+        return (Int(response.status.code), Date().timeIntervalSince(began))
+    }
+
     func run() async throws {
         if options.loadRecords { try await seed() }
-        let probe = await request("public/records/query", Self.slowQuery, on: slowClient)
+        let probe = await expensive()
         let alone = await lookups(seconds: options.seconds)
         // The slow clients loop until the measurement is over; their answers are tallied.
         let stop = ManagedFlag()
@@ -81,7 +100,7 @@ struct ContentionBenchmark {
                     group.addTask {
                         var answers: [(Int, Double)] = []
                         while !stop.isSet {
-                            if let answer = await request("public/records/query", Self.slowQuery, on: slowClient) {
+                            if let answer = await expensive() {
                                 answers.append((answer.status, answer.seconds))
                             }
                         }
@@ -100,8 +119,8 @@ struct ContentionBenchmark {
         let statuses = Dictionary(grouping: answers, by: \.0).mapValues(\.count)
         let slowSeconds = answers.map(\.1).sorted()
         let slowP50 = slowSeconds.isEmpty ? 0 : slowSeconds[slowSeconds.count / 2] * 1000
-        print(String(format: "records %d, slow clients %d; the slow query alone: status %d in %.0f ms",
-                     options.records, slowClients, probe?.status ?? 0, (probe?.seconds ?? 0) * 1000))
+        print(String(format: "records %d, %d clients looping on %@; one alone: status %d in %.0f ms",
+                     options.records, slowClients, options.against as NSString, probe?.status ?? 0, (probe?.seconds ?? 0) * 1000))
         print(String(format: "lookup alone:              p50 %7.2f ms  p99 %7.2f ms  %6.0f/s", alone.percentile(0.5), alone.percentile(0.99), alone.perSecond))
         print(String(format: "lookup beside slow queries: p50 %7.2f ms  p99 %7.2f ms  %6.0f/s", beside.percentile(0.5), beside.percentile(0.99), beside.perSecond))
         print(String(format: "slow queries: %d answered, statuses %@, p50 %.0f ms", answers.count,

@@ -28,6 +28,9 @@ struct Options {
     /// `write` (saves and batches) or `query` (load `records`, then time queries).
     var scenario = "write"
     var records = 1_000_000
+    /// `contention`: what the other clients loop on, `query` (the slow query) or `signin`
+    /// (wrong passwords).
+    var against = "query"
     var samples = 300
     /// false: query a data directory loaded before (`--load false`).
     var loadRecords = true
@@ -70,6 +73,7 @@ func parseOptions() -> Options {
         case "--raw-dir": options.rawDirectory = value
         case "--scenario": options.scenario = value
         case "--records": options.records = Int(value) ?? options.records
+        case "--against": options.against = value
         case "--samples": options.samples = Int(value) ?? options.samples
         case "--load": options.loadRecords = value != "false"
         case "--pocketbase-url": options.pocketBaseURL = value

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import NIOCore
+import NimbusCore
 import NimbusWire
 import NimbusServer
 import ServiceLifecycle
@@ -35,6 +36,14 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Connections one client address may hold open; 0 for no cap (env NIMBUS_CONNECTIONS_PER_CLIENT).")
     var connectionsPerClient: Int =
         Int(ProcessInfo.processInfo.environment["NIMBUS_CONNECTIONS_PER_CLIENT"] ?? "") ?? Limits.connectionsPerClient.value
+
+    @Option(help: "Sign-in attempts one client address may make a minute (env NIMBUS_SIGN_IN_ATTEMPTS_PER_MINUTE).")
+    var signInAttemptsPerMinute: Int =
+        Int(ProcessInfo.processInfo.environment["NIMBUS_SIGN_IN_ATTEMPTS_PER_MINUTE"] ?? "") ?? SignInLimits().attemptsPerAddressPerMinute
+
+    @Option(help: "Wrong passwords one account may be sent a minute, from anywhere (env NIMBUS_SIGN_IN_FAILURES_PER_MINUTE).")
+    var signInFailuresPerMinute: Int =
+        Int(ProcessInfo.processInfo.environment["NIMBUS_SIGN_IN_FAILURES_PER_MINUTE"] ?? "") ?? SignInLimits().failuresPerAccountPerMinute
 
     @Option(help: "Send APNs pushes to this base URL instead of Apple's (a relay, a stand-in) (env NIMBUS_APNS_ENDPOINT).")
     var apnsEndpoint: String = ProcessInfo.processInfo.environment["NIMBUS_APNS_ENDPOINT"] ?? ""
@@ -74,6 +83,11 @@ struct Serve: AsyncParsableCommand {
             throw ValidationError("--notification-poll-ms must be from 10 to 3600000 (an hour)")
         }
         configuration.service.notificationPollInterval = .milliseconds(notificationPollMs)
+        guard (1...1_000_000).contains(signInAttemptsPerMinute), (1...1_000_000).contains(signInFailuresPerMinute) else {
+            throw ValidationError("--sign-in-attempts-per-minute and --sign-in-failures-per-minute must be from 1 to 1000000")
+        }
+        configuration.service.signInLimits.attemptsPerAddressPerMinute = signInAttemptsPerMinute
+        configuration.service.signInLimits.failuresPerAccountPerMinute = signInFailuresPerMinute
 
         let directory = try await DataDirectory.open(configuration)
         let bootstrap = try await Bootstrap.ensure(in: directory, configuration: configuration)

@@ -101,7 +101,8 @@ extension NimbusService {
         guard password.utf8.count >= 8, password.utf8.count <= 1024 else {
             throw CloudKitError.badRequest("the password must be 8 to 1024 bytes long")
         }
-        let hash = try Credentials.hashPassword(password, rounds: options.passwordRounds)
+        let rounds = options.passwordRounds
+        let hash = try await options.passwordHashing.run { Result { try Credentials.hashPassword(password, rounds: rounds) } }.get()
         let createdAt = now
         guard let user = try await accounts.createUser(name: name, passwordHash: hash, createdAt: createdAt) else {
             throw CloudKitError(.exists, "user '\(name)' already exists")
@@ -182,17 +183,23 @@ extension NimbusService {
             deviceID: deviceID)
     }
 
-    /// Signs a user in; returns the new web auth token and the user's record name.
+    /// Signs a user in; returns the new web auth token and the user's record name. Attempts
+    /// are counted per client address and wrong passwords per account (`SignInLimits`); the
+    /// password is checked on the hashing threads (`PasswordHashing`).
     public func signIn(
-        container: String, environment: Environment, apiToken: String?, userName: String, password: String
+        container: String, environment: Environment, apiToken: String?, userName: String, password: String,
+        clientAddress: String? = nil
     ) async throws -> (webAuthToken: String, userRecordName: String) {
         _ = try await authenticate(
             container: container, environment: environment, apiToken: apiToken, webAuthToken: nil, deviceID: "")
+        try signInThrottle.admit(address: clientAddress, account: userName, now: now)
         let user = try await accounts.user(name: userName)
         // Hash even for an unknown user, so timing does not tell which names exist.
         let stored = user?.passwordHash ?? "pbkdf2-sha256$\(options.passwordRounds)$AAAAAAAAAAAAAAAAAAAAAA==$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
-        let matches = Credentials.verifyPassword(password, against: stored)
+        let matches = try await options.passwordHashing.run { Credentials.verifyPassword(password, against: stored) }
         guard let user, matches else {
+            let pause = signInThrottle.failed(account: userName, now: now)
+            if pause > .zero { try await Task.sleep(for: pause) }
             throw CloudKitError(.authenticationFailed, "unknown user name or wrong password")
         }
         let token = Credentials.newWebAuthToken()

@@ -13,6 +13,10 @@ public final class NimbusService: Sendable {
         public var sessionIdleTimeoutMilliseconds: Int64 = 30 * 60 * 1000
         /// PBKDF2 rounds for new passwords.
         public var passwordRounds: Int = Credentials.defaultPasswordRounds
+        /// Where passwords are hashed and checked: off the executor's threads.
+        public var passwordHashing: PasswordHashing = .shared
+        /// How fast sign-ins may come, per client address and per account (docs/limits.md).
+        public var signInLimits = SignInLimits()
         public var clock: any WallClock = SystemClock()
         /// The processor time one query may take (`Limits.queryMilliseconds`); tests lower it.
         public var queryBudget: Duration = .milliseconds(Limits.queryMilliseconds.value)
@@ -37,6 +41,7 @@ public final class NimbusService: Sendable {
     var logger: Logger { options.logger }
     let keys: DerivedKeys
     let credentialCache = CredentialCache()
+    let signInThrottle: SignInThrottle
     let knownDatabases = KnownDatabases()
     /// Committed changes on their way to subscription matching and delivery.
     public let notificationHub = NotificationHub()
@@ -44,6 +49,7 @@ public final class NimbusService: Sendable {
     public init(storage: any StorageDriver, options: Options = Options()) async throws {
         self.storage = RetryingStorage(storage)
         self.options = options
+        signInThrottle = SignInThrottle(options.signInLimits)
         let secret = try await storage.read { try $0.installationSecret() }
         keys = DerivedKeys(installationSecret: secret)
         try await rebuildIndexesIfRequested()

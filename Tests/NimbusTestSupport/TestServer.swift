@@ -41,6 +41,11 @@ public final class TestServer: Sendable {
         self.task = task
     }
 
+    /// One hashing pool for every test server of the process, with room for the whole suite's
+    /// sign-ins at once (a server's own pool refuses past 64 waiting, and the suite runs a
+    /// hundred servers side by side).
+    static let passwordHashing = PasswordHashing(threads: 2, queueLimit: 1_000_000)
+
     public static func start(configure: (inout ServerConfiguration) -> Void = { _ in }) async throws -> TestServer {
         let dataDirectory = NSTemporaryDirectory() + "nimbus-test-" + UUID().uuidString
         var configuration = ServerConfiguration.embedded()
@@ -48,6 +53,11 @@ public final class TestServer: Sendable {
         configuration.port = 0
         configuration.logLevel = .error
         configuration.service.passwordRounds = 1_000  // fast tests; production uses 210,000
+        // Every test client signs in from 127.0.0.1 and the clock only moves when told to: the
+        // limits' own tests (SignInLimitTests) set the real ones.
+        configuration.service.signInLimits.attemptsPerAddressPerMinute = 100_000
+        configuration.service.signInLimits.failuresPerAccountPerMinute = 100_000
+        configuration.service.passwordHashing = Self.passwordHashing
         let clock = ManualClock(milliseconds: Int64(Date().timeIntervalSince1970 * 1000))
         configuration.service.clock = clock
         configure(&configuration)

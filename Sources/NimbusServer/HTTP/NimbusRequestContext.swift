@@ -31,6 +31,9 @@ public struct NimbusRequestContext: RequestContext {
     /// The peer's IP address (formatted on demand: most requests never ask).
     public var peerAddress: String? { peer?.ipAddress }
 
+    /// The client's address: the one a trusted proxy names (`ForwardedHeaders`), else the peer's.
+    public var clientAddress: String? { exchange.current.forwardedClient ?? peerAddress }
+
     /// Request bodies are read by `RouteInput.body()` under `Limits.requestBodyBytes`.
     public var maxUploadSize: Int { Limits.requestBodyBytes.value }
 }
@@ -53,6 +56,8 @@ public final class RequestExchange: @unchecked Sendable {
         /// This server's address as a trusted proxy reports it (`ForwardedHeaders`);
         /// nil: as the request reached it (`baseURL(for:)`).
         public var forwardedBaseURL: String?
+        /// The client a trusted proxy forwards for (`ForwardedHeaders`).
+        public var forwardedClient: String?
     }
 
     private var facts = Facts()

@@ -25,7 +25,7 @@ struct AccessLog: Sendable {
         if let container = facts.container { metadata["container"] = "\(container)" }
         if let user = facts.userRecordName { metadata["user"] = "\(user)" }
         if let code = facts.serverErrorCode { metadata["serverErrorCode"] = "\(code)" }
-        if let peer = context.peerAddress { metadata["client"] = "\(peer)" }
+        if let client = context.clientAddress { metadata["client"] = "\(client)" }
         logger.info("request", metadata: metadata)
     }
 }

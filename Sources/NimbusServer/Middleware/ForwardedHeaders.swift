@@ -17,6 +17,7 @@ struct ForwardedHeaders: Sendable {
     static let forwarded = HTTPField.Name("Forwarded")!
     static let forwardedProto = HTTPField.Name("X-Forwarded-Proto")!
     static let forwardedHost = HTTPField.Name("X-Forwarded-Host")!
+    static let forwardedFor = HTTPField.Name("X-Forwarded-For")!
 
     /// Notes the forwarded base URL in the request's exchange; throws for an untrusted peer or
     /// an invalid scheme or host.
@@ -44,6 +45,28 @@ struct ForwardedHeaders: Sendable {
             }
             context.exchange.update { $0.forwardedBaseURL = "\(scheme)://\(host)" }
         }
+        // The client a trusted proxy speaks for (`Forwarded: for=`, else `X-Forwarded-For`'s
+        // first address): what limits per client address count. From anyone else the header is
+        // not believed, and not refused either: proxies along the way add it unasked.
+        if !trustedProxies.isEmpty, let peer = context.peerAddress, trustedProxies.contains(peer) {
+            let named = forwarded.flatMap { Self.parseForwarded($0)["for"] }
+                ?? headers[Self.forwardedFor]?.split(separator: ",").first.map(String.init)
+            if let client = named.map(Self.address), !client.isEmpty, client.utf8.count <= 64 {
+                context.exchange.update { $0.forwardedClient = client }
+            }
+        }
+    }
+
+    /// An address as `for=` or `X-Forwarded-For` write it, without brackets or a port
+    /// (`"[2001:db8::1]:4711"`, `192.0.2.1:80`).
+    static func address(_ text: String) -> String {
+        var value = text.trimmingCharacters(in: .whitespaces)
+        if value.hasPrefix("["), let close = value.firstIndex(of: "]") {
+            value = String(value[value.index(after: value.startIndex)..<close])
+        } else if value.filter({ $0 == ":" }).count == 1, let colon = value.firstIndex(of: ":") {
+            value = String(value[..<colon])
+        }
+        return value
     }
 
     /// The first element of an RFC 7239 `Forwarded` header: `for=…;proto=https;host=x`.

@@ -22,7 +22,7 @@ enum AuthRoutes {
             let body = try SignInRequest(json: await input.body())
             let (token, userRecordName) = try await input.service.signIn(
                 container: caller.container, environment: caller.environment, apiToken: input.query(WireKey.ckAPIToken),
-                userName: body.username, password: body.password)
+                userName: body.username, password: body.password, clientAddress: input.context.clientAddress)
             input.context.exchange.update { $0.webAuthToken = token }
             return Reply.json(SignInResponse(ckWebAuthToken: token, userRecordName: userRecordName).json, context: input.context)
         },

@@ -1,0 +1,145 @@
+import Foundation
+import NimbusCore
+import NimbusServer
+import NimbusTestSupport
+import NimbusWire
+import Synchronization
+import Testing
+
+/// Brute force against sign-in (issue 16): wrong passwords per account and attempts per client
+/// address are limited (`SignInLimits`), each at its limit and one past it, on the server's
+/// clock (the test clock moves only when told).
+@Suite struct SignInLimitTests {
+    static func limited(_ change: @escaping (inout SignInLimits) -> Void) -> (inout ServerConfiguration) -> Void {
+        { configuration in
+            var limits = SignInLimits()
+            limits.slowdown = .milliseconds(200)
+            change(&limits)
+            configuration.service.signInLimits = limits
+        }
+    }
+
+    @Test func wrongPasswordsForOneAccountAreSlowedThenRefused() async throws {
+        try await TestServer.with(configure: Self.limited { $0.attemptsPerAddressPerMinute = 1_000 }) { server in
+            _ = try await server.service.createUser(name: "dave", password: "correct-horse")
+            _ = try await server.service.createUser(name: "erin", password: "correct-horse")
+            let client = server.client()
+            // The account's allowance: ten wrong passwords, the sixth on answered after the slowdown.
+            for attempt in 1...10 {
+                let started = ContinuousClock.now
+                let wrong = try await client.signIn("dave", password: "guess-\(attempt)")
+                #expect(wrong.status == 401 && wrong.errorCode == "AUTHENTICATION_FAILED", "attempt \(attempt): \(wrong.text)")
+                if attempt > 5 {
+                    #expect(ContinuousClock.now - started >= .milliseconds(200), "attempt \(attempt) was not slowed")
+                }
+            }
+            // One past it: refused before any password is checked, the right one included, and
+            // under another spelling of the name.
+            for (name, password) in [("dave", "guess-11"), ("dave", "correct-horse"), ("DAVE", "correct-horse")] {
+                let refused = try await client.signIn(name, password: password)
+                #expect(refused.status == 429 && refused.errorCode == "THROTTLED", "\(refused.text)")
+                #expect(refused.json["retryAfter"]?.int64Value == 6)  // a minute over ten failures
+                #expect(refused.headers.contains { $0.0.lowercased() == "retry-after" && $0.1 == "6" })
+                #expect(refused.reason.contains("wrong passwords for this account"))
+            }
+            // Another account is not affected.
+            #expect(try await client.signIn("erin", password: "correct-horse").status == 200)
+            // Once the next failure is allowed again, the right password works.
+            server.clock.advance(milliseconds: 6_000)
+            #expect(try await client.signIn("dave", password: "correct-horse").status == 200)
+        }
+    }
+
+    @Test func attemptsFromOneAddressAreLimited() async throws {
+        try await TestServer.with(configure: Self.limited { $0.attemptsPerAddressPerMinute = 5 }) { server in
+            _ = try await server.service.createUser(name: "fay", password: "correct-horse")
+            let client = server.client()
+            // Five attempts of any outcome, on any accounts: at the limit.
+            for (index, name) in ["fay", "fay", "nobody", "fay", "gus"].enumerated() {
+                let answer = try await client.signIn(name, password: index == 0 ? "correct-horse" : "guess")
+                #expect(answer.status != 429, "attempt \(index + 1): \(answer.text)")
+            }
+            // The sixth: refused, naming the address, right password or not.
+            let refused = try await client.signIn("fay", password: "correct-horse")
+            #expect(refused.status == 429 && refused.errorCode == "THROTTLED", "\(refused.text)")
+            #expect(refused.json["retryAfter"]?.int64Value == 12)  // a minute over five attempts
+            #expect(refused.reason.contains("from 127.0.0.1"))
+            server.clock.advance(milliseconds: 12_000)
+            #expect(try await client.signIn("fay", password: "correct-horse").status == 200)
+        }
+    }
+
+    @Test func aTrustedProxysClientIsTheAddressCounted() async throws {
+        let configure: (inout ServerConfiguration) -> Void = { configuration in
+            Self.limited { $0.attemptsPerAddressPerMinute = 2 }(&configuration)
+            configuration.trustedProxies = ["127.0.0.1"]
+        }
+        try await TestServer.with(configure: configure) { server in
+            let client = server.client()
+            let path = "/auth/1/\(TestServer.container)/development/signin"
+            let body = Array(#"{"username":"nobody","password":"guess-guess"}"#.utf8)
+            func attempt(_ header: (String, String)) async throws -> APIResponse {
+                try await client.send(path: path, body: body, headers: [header])
+            }
+            for _ in 0..<2 { #expect(try await attempt(("X-Forwarded-For", "203.0.113.7, 10.0.0.1")).status == 401) }
+            let refused = try await attempt(("Forwarded", "for=203.0.113.7;proto=https"))
+            #expect(refused.status == 429 && refused.reason.contains("from 203.0.113.7"), "\(refused.text)")
+            // Another client behind the same proxy has its own allowance.
+            #expect(try await attempt(("Forwarded", #"for="[2001:db8::1]:4711""#)).status == 401)
+            #expect(try await attempt(("X-Forwarded-For", "198.51.100.2")).status == 401)
+        }
+        // From a peer that is not a trusted proxy the header is not believed: the peer is counted.
+        try await TestServer.with(configure: Self.limited { $0.attemptsPerAddressPerMinute = 2 }) { server in
+            let client = server.client()
+            let path = "/auth/1/\(TestServer.container)/development/signin"
+            let body = Array(#"{"username":"nobody","password":"guess-guess"}"#.utf8)
+            for address in ["203.0.113.1", "203.0.113.2"] {
+                #expect(try await client.send(path: path, body: body, headers: [("X-Forwarded-For", address)]).status == 401)
+            }
+            let refused = try await client.send(path: path, body: body, headers: [("X-Forwarded-For", "203.0.113.3")])
+            #expect(refused.status == 429 && refused.reason.contains("from 127.0.0.1"), "\(refused.text)")
+        }
+    }
+
+    @Test func tokenBucketsRefillSpendAndStayBounded() {
+        let buckets = TokenBuckets(.init(capacity: 3, perMinute: 6), maximumKeys: 8)
+        #expect(buckets.available("a", now: 0) == 3)
+        for _ in 0..<3 { #expect(buckets.take("a", now: 0) == nil) }
+        #expect(buckets.take("a", now: 0) == 10_000)  // six a minute: one every ten seconds
+        #expect(buckets.wait("a", now: 4_000) == 6_000)
+        #expect(buckets.take("a", now: 10_000) == nil)
+        #expect(buckets.available("a", now: 1_000_000) == 3)  // never past the capacity
+        // Keys beyond the table's size: refilled buckets go first, then the stalest quarter.
+        for index in 0..<20 { _ = buckets.take("k\(index)", now: 2_000_000 + Int64(index)) }
+        #expect(buckets.count <= 8)
+        #expect(buckets.available("k19", now: 2_000_019) == 2)  // the newest is remembered
+    }
+
+    @Test func passwordChecksRunOnTheirOwnThreadsWithABoundedQueue() async throws {
+        let pool = PasswordHashing(threads: 1, queueLimit: 2)
+        #expect(!PasswordHashing.isHashingThread)
+        #expect(try await pool.run { PasswordHashing.isHashingThread })
+        // One check holds the thread; two wait; a third waiting one is refused at once.
+        let release = Atomic<Bool>(false)
+        let started = Atomic<Bool>(false)
+        let holder = Task {
+            try await pool.run {
+                started.store(true, ordering: .relaxed)
+                while !release.load(ordering: .relaxed) { usleep(1_000) }
+                return 0
+            }
+        }
+        while !started.load(ordering: .relaxed) { try await Task.sleep(for: .milliseconds(5)) }
+        let waiting = (1...2).map { value in Task { try await pool.run { value } } }
+        while pool.waiting < 2 { try await Task.sleep(for: .milliseconds(5)) }
+        await #expect {
+            _ = try await pool.run { 3 }
+        } throws: { error in
+            (error as? CloudKitError)?.code == .throttled && (error as? CloudKitError)?.retryAfter == 1
+        }
+        release.store(true, ordering: .relaxed)
+        #expect(try await holder.value == 0)
+        let first = try await waiting[0].value, second = try await waiting[1].value
+        #expect(first == 1 && second == 2)
+    }
+}
