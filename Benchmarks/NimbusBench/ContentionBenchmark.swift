@@ -122,8 +122,8 @@ struct ContentionBenchmark {
         print(String(format: "records %d, %d clients looping on %@; one alone: status %d in %.0f ms",
                      options.records, slowClients, options.against as NSString, probe?.status ?? 0, (probe?.seconds ?? 0) * 1000))
         print(String(format: "lookup alone:              p50 %7.2f ms  p99 %7.2f ms  %6.0f/s", alone.percentile(0.5), alone.percentile(0.99), alone.perSecond))
-        print(String(format: "lookup beside slow queries: p50 %7.2f ms  p99 %7.2f ms  %6.0f/s", beside.percentile(0.5), beside.percentile(0.99), beside.perSecond))
-        print(String(format: "slow queries: %d answered, statuses %@, p50 %.0f ms", answers.count,
+        print(String(format: "lookup beside them:         p50 %7.2f ms  p99 %7.2f ms  %6.0f/s", beside.percentile(0.5), beside.percentile(0.99), beside.perSecond))
+        print(String(format: "the others: %d answered, statuses %@, p50 %.0f ms", answers.count,
                      statuses.sorted { $0.key < $1.key }.map { "\($0.key)×\($0.value)" }.joined(separator: " ") as NSString, slowP50))
         print(String(format: "lookup p50 beside / alone = %.2f", beside.percentile(0.5) / max(alone.percentile(0.5), 0.001)))
         try await lookupClient.shutdown()
