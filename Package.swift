@@ -60,7 +60,7 @@ let package = Package(
         .target(
             name: "NimbusPostgres",
             dependencies: [
-                "NimbusStorage", .product(name: "PostgresNIO", package: "postgres-nio"),
+                "NimbusStorage", "NimbusWire", .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Logging", package: "swift-log"), .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
             swiftSettings: strict),

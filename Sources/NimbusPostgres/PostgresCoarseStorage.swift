@@ -26,7 +26,7 @@ public struct PostgresCoarseStorage: CoarseStorage {
     }
 
     public func apply(_ changes: UnitOfWorkChanges) async throws {
-        let json = String(decoding: try JSONSerialization.data(withJSONObject: Self.json(changes)), as: UTF8.self)
+        let json = String(decoding: Self.json(changes).serialized(), as: UTF8.self)
         try await storage.rows("SELECT nimbus_apply(\(json)::jsonb)")
     }
 
