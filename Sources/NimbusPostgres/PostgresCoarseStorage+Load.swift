@@ -14,7 +14,7 @@ extension PostgresCoarseStorage {
         var records: [RecordKey] = [], zones: [ZoneKey] = [], referrers: [ReferrerKey] = []
         var databaseKeys: [DatabaseKey] = [], databaseIDs: [Int64] = [], zoneIDs: [Int64] = [], zoneLists: [Int64] = []
         var schemas: [SchemaKey] = [], subscribers: [SubscriberKey] = [], badges: [NotificationOwner] = [], containers: [String] = []
-        var counters = false, secret = false, newest = false
+        var counters = false, secret = false, newest = false, containerList = false
         for key in request.keys {
             switch key {
             case .record(let zoneID, let name): records.append(RecordKey(zoneID: zoneID, name: name))
@@ -24,7 +24,7 @@ extension PostgresCoarseStorage {
             case .zoneByID(let id): zoneIDs.append(id)
             case .subscriptionsVersion, .notificationsPrunedThrough, .indexRebuildRequest: counters = true
             case .installationSecret: secret = true
-            case .containers: rows.containers = try await storage.accounts.containers()
+            case .containers: containerList = true
             case .container(let id): containers.append(id)
             case .database(let key): databaseKeys.append(key)
             case .zones(let databaseID): zoneLists.append(databaseID)
@@ -120,6 +120,10 @@ extension PostgresCoarseStorage {
         }
         if counters { statement.branch("counter", numbers: ["value"], texts: ["key"], "FROM counters") }
         if secret { statement.branch("secret", bytes: "value", "FROM meta WHERE key = 'installation_secret'") }
+        if containerList {
+            // In id order (byte order): the second number is the rank.
+            statement.branch("container_list", numbers: ["created_at", "row_number() OVER (ORDER BY id)"], texts: ["id"], "FROM containers")
+        }
         if !containers.isEmpty {
             statement.branch("container", numbers: ["created_at"], texts: ["id"], "FROM containers WHERE id = ANY(\(statement.bind(containers)))")
         }
@@ -149,6 +153,7 @@ extension PostgresCoarseStorage {
             var schemaTypes: [SchemaKey: [(rank: Int64, type: String)]] = [:]
             var subscriptionRanks: [SubscriberKey: [(rank: Int64, row: SubscriptionRow)]] = [:]
             var counterValues: [String: Int64] = [:]
+            var containerRanks: [(rank: Int64, row: ContainerRow)] = []
             for row in try await storage.rows(statement.query) {
                 let wide = try WideRow(row)
                 switch wide.kind {
@@ -192,6 +197,8 @@ extension PostgresCoarseStorage {
                 case "container":
                     let id = try wide.text(0)
                     rows.container[id] = .some(ContainerRow(id: id, createdAt: try wide.number(0)))
+                case "container_list":
+                    containerRanks.append((try wide.number(1), ContainerRow(id: try wide.text(0), createdAt: try wide.number(0))))
                 case "subscription":
                     let subscription = try wide.subscription()
                     subscriptionRanks[SubscriberKey(databaseID: subscription.databaseID, userID: subscription.userID), default: []]
@@ -210,6 +217,7 @@ extension PostgresCoarseStorage {
                     fields: (schemaFields[key] ?? []).sorted { $0.rank < $1.rank }.map(\.field),
                     recordTypes: (schemaTypes[key] ?? []).sorted { $0.rank < $1.rank }.map(\.type))
             }
+            if containerList { rows.containers = containerRanks.sorted { $0.rank < $1.rank }.map(\.row) }
             for (key, ranked) in subscriptionRanks { rows.subscriptions[key] = ranked.sorted { $0.rank < $1.rank }.map(\.row) }
             if counters {
                 rows.subscriptionsVersion = counterValues["subscriptions_version"] ?? 0

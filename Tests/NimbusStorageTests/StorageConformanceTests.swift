@@ -221,6 +221,20 @@ import Testing
         }
     }
 
+    /// Containers read inside a transaction (the index rebuild at start walks them): every one,
+    /// in byte order of their ids.
+    @Test(arguments: drivers)
+    func containersAreReadInATransactionInIdOrder(driver: Driver) async throws {
+        try await withDriver(driver) { storage in
+            #expect(try await storage.read { try $0.containers() }.isEmpty)
+            for (id, time) in [("b", 2), ("a", 1), ("C", 3)] {
+                #expect(try await storage.accounts.createContainer(ContainerRow(id: id, createdAt: Int64(time))))
+            }
+            let read = try await storage.read { try $0.containers() }
+            #expect(read == [ContainerRow(id: "C", createdAt: 3), ContainerRow(id: "a", createdAt: 1), ContainerRow(id: "b", createdAt: 2)])
+        }
+    }
+
     @Test(arguments: storeDrivers)
     func accountsRoundTripAndRefuseDuplicates(driver: StoreDriver) async throws {
         try await driver.run { accounts, _ in

@@ -26,6 +26,7 @@ struct ForwardedHeaders: Sendable {
         let forwarded = headers[Self.forwarded]
         let proto = headers[Self.forwardedProto]
         let forwardedHost = headers[Self.forwardedHost]
+        let fields = forwarded.map(Self.parseForwarded) ?? [:]
         if forwarded != nil || proto != nil || forwardedHost != nil {
             var scheme = "http"
             var host = request.head.authority ?? "127.0.0.1"
@@ -33,7 +34,6 @@ struct ForwardedHeaders: Sendable {
                 throw CloudKitError.badRequest(
                     "forwarded headers (Forwarded, X-Forwarded-Proto, X-Forwarded-Host) are only accepted from trusted proxies, and \(context.peerAddress ?? "this peer") is not one; start nimbus serve with --trusted-proxy ADDRESS or drop the headers")
             }
-            let fields = forwarded.map(Self.parseForwarded) ?? [:]
             if let value = fields["proto"] ?? proto?.split(separator: ",").first.map(String.init) {
                 scheme = value.trimmingCharacters(in: .whitespaces).lowercased()
             }
@@ -49,8 +49,7 @@ struct ForwardedHeaders: Sendable {
         // first address): what limits per client address count. From anyone else the header is
         // not believed, and not refused either: proxies along the way add it unasked.
         if !trustedProxies.isEmpty, let peer = context.peerAddress, trustedProxies.contains(peer) {
-            let named = forwarded.flatMap { Self.parseForwarded($0)["for"] }
-                ?? headers[Self.forwardedFor]?.split(separator: ",").first.map(String.init)
+            let named = fields["for"] ?? headers[Self.forwardedFor]?.split(separator: ",").first.map(String.init)
             if let client = named.map(Self.address), !client.isEmpty, client.utf8.count <= 64 {
                 context.exchange.update { $0.forwardedClient = client }
             }

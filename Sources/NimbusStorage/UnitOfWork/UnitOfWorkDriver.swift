@@ -35,13 +35,13 @@ public final class UnitOfWorkDriver: StorageDriver {
         // writers on one database, most would keep losing). Other processes are caught by
         // `apply`'s checks and `RetryingStorage`.
         let databases = changes.sequences.keys.sorted()
-        await gates.enter(databases)
+        let movedOn = await gates.enter(databases, after: changes.sequences)
         var applied: [Int64: Int64] = [:]
         do {
             // A writer of this process applied to one of the databases while this unit waited:
             // its apply would fail the sequence check, so it decides again at once, saving the
             // round trip of a doomed apply.
-            if await gates.movedOn(since: changes.sequences) {
+            if movedOn {
                 (value, changes) = try await run(counting: writeRoundTrips) { unit in try body(unit) }
             }
             do {
@@ -138,20 +138,16 @@ actor DatabaseGates {
     private var heads: [Int64: Int64] = [:]
 
     /// Takes every gate, in id order (so two writers of the same databases never wait on
-    /// each other crosswise).
-    func enter(_ databases: [Int64]) async {
+    /// each other crosswise); returns whether a writer of this process left one of them past
+    /// the sequence the unit read from it (`sequences`).
+    func enter(_ databases: [Int64], after sequences: [Int64: (read: Int64, final: Int64)]) async -> Bool {
         for id in databases {
             while held.contains(id) {
                 await withCheckedContinuation { waiting[id, default: []].append($0) }
             }
             held.insert(id)
         }
-    }
-
-    /// Whether a writer of this process left one of the databases past the sequence a unit
-    /// read from it.
-    func movedOn(since sequences: [Int64: (read: Int64, final: Int64)]) -> Bool {
-        sequences.contains { id, sequence in heads[id].map { $0 > sequence.read } ?? false }
+        return sequences.contains { id, sequence in heads[id].map { $0 > sequence.read } ?? false }
     }
 
     /// Releases the gates; `applied` holds the sequences the holder's apply left.
