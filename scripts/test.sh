@@ -10,6 +10,11 @@ cd "$(dirname "$0")/.."
 missing=()
 dpkg -s libsqlite3-dev >/dev/null 2>&1 || missing+=(libsqlite3-dev)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+# Python's cryptography: the independent signer of the server-to-server key tests
+# (scripts/s2s-sign.py). From PyPI when this python3 has pip, else Debian's package.
+if ! python3 -c 'import cryptography' >/dev/null 2>&1; then
+  python3 -m pip install -q cryptography >/dev/null 2>&1 || missing+=(python3-cryptography)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"

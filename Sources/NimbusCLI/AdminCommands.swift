@@ -73,6 +73,57 @@ struct Tokens: AsyncParsableCommand {
     }
 }
 
+struct Keys: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Manage server-to-server keys (docs/keys.md).", subcommands: [Add.self, List.self, Revoke.self])
+
+    struct Add: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Register a P-256 public key for a container and environment; prints the key ID alone.")
+        @OptionGroup var data: DataOptions
+        @Option(help: "The container.") var container: String
+        @Option(help: "development or production.") var environment: String = "development"
+        @Option(help: "The public key, PEM (openssl ec -in key.pem -pubout > public.pem).") var publicKey: String
+
+        func run() async throws {
+            do {
+                guard let pem = FileManager.default.contents(atPath: publicKey).map({ String(decoding: $0, as: UTF8.self) }) else {
+                    throw ValidationError("cannot read --public-key \(publicKey)")
+                }
+                let key = try await data.open().service.addServerKey(
+                    container: container, environment: try parseEnvironment(environment), publicKeyPEM: pem)
+                print(key.keyID)
+            } catch { throw reportFailure(error) }
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List a container's server-to-server keys.")
+        @OptionGroup var data: DataOptions
+        @Option(help: "The container.") var container: String
+
+        func run() async throws {
+            for key in try await data.open().service.serverKeys(container: container) {
+                let created = Date(timeIntervalSince1970: Double(key.createdAt) / 1000).formatted(.iso8601)
+                print("\(key.keyID)  \(key.environment.rawValue)  added \(created)\(key.isRevoked ? "  revoked" : "")")
+            }
+        }
+    }
+
+    struct Revoke: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Revoke a server-to-server key; what it signs is refused from then on.")
+        @OptionGroup var data: DataOptions
+        @Argument(help: "The key ID (as keys add printed it).") var keyID: String
+
+        func run() async throws {
+            do {
+                try await data.open().service.revokeServerKey(id: keyID)
+                print("revoked \(keyID)")
+            } catch { throw reportFailure(error) }
+        }
+    }
+}
+
 struct Users: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Manage user accounts.", subcommands: [Create.self, SignOut.self])

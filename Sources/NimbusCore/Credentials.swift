@@ -107,8 +107,17 @@ public struct DerivedKeys: Sendable {
     /// A user's record name in a container: `_` + 32 hex, stable, and revealing nothing of
     /// the account (an HMAC of the container and the user's id).
     public func userRecordName(container: String, userID: Int64) -> String {
-        let message = Array("\(container)\u{0}\(userID)".utf8)
-        let mac = HMAC<SHA256>.authenticationCode(for: message, using: userRecordNames)
+        recordName(for: "\(container)\u{0}\(userID)")
+    }
+
+    /// The record name a server-to-server key's changes are stamped with (`created.userRecordName`):
+    /// like a user's, from the container and the key's id.
+    public func serverKeyRecordName(container: String, keyID: String) -> String {
+        recordName(for: "\(container)\u{0}key \(keyID)")
+    }
+
+    private func recordName(for identity: String) -> String {
+        let mac = HMAC<SHA256>.authenticationCode(for: Array(identity.utf8), using: userRecordNames)
         return "_" + Credentials.hex(Array(Array(mac).prefix(16)))
     }
 }

@@ -31,7 +31,7 @@ extension NimbusService {
     /// and the others `ATOMIC_ERROR`. In the default zone each operation stands alone.
     public func modifyRecords(_ target: DatabaseTarget, _ request: RecordsModifyRequest) async throws -> RecordsResponse {
         let key = try target.key()
-        _ = try target.caller.requireUser(for: "Saving records")
+        try target.caller.requireWriter(for: "Saving records")
         if target.scope == .shared { throw zoneNotFound(request.zoneID, detail: "nothing is shared with you yet") }
         let stamp = ChangeStamp(
             timestamp: now, userRecordName: target.caller.stampUserRecordName, deviceID: target.caller.deviceID)
@@ -129,7 +129,9 @@ extension NimbusService {
         let existing = stored.flatMap { $0.isDeleted ? nil : $0 }
 
         if let existing {
-            if target.scope == .public, existing.created.userRecordName != target.caller.stampUserRecordName {
+            if target.scope == .public, !target.caller.isAdministrator,
+                existing.created.userRecordName != target.caller.stampUserRecordName
+            {
                 throw CloudKitError(
                     .accessDenied, "only the creator of record '\(recordName)' may change or delete it", recordName: recordName)
             }

@@ -72,20 +72,36 @@ public struct Caller: Sendable, Hashable {
         public let webAuthToken: String
     }
 
+    /// A server-to-server key that signed the request: it acts on the container's public
+    /// database as its administrator (docs/keys.md).
+    public struct ServerKey: Sendable, Hashable {
+        public let keyID: String
+        /// What its changes are stamped with (`created.userRecordName`).
+        public let recordName: String
+    }
+
     public let container: String
     public let environment: Environment
     public let user: User?
     public let deviceID: String
+    public let serverKey: ServerKey?
 
-    public init(container: String, environment: Environment, user: User?, deviceID: String) {
+    public init(container: String, environment: Environment, user: User?, deviceID: String, serverKey: ServerKey? = nil) {
         self.container = container
         self.environment = environment
         self.user = user
         self.deviceID = deviceID
+        self.serverKey = serverKey
     }
 
-    /// The signed-in user, or `AUTHENTICATION_REQUIRED`.
+    /// The signed-in user, or `AUTHENTICATION_REQUIRED` (`ACCESS_DENIED` for a server-to-server
+    /// key, which has no user to sign in and reaches only the public database).
     public func requireUser(for what: String) throws(CloudKitError) -> User {
+        if serverKey != nil {
+            throw CloudKitError(
+                .accessDenied,
+                "\(what) needs a signed-in user; a server-to-server key acts on the public database only")
+        }
         guard let user else {
             throw CloudKitError(
                 .authenticationRequired,
@@ -94,8 +110,17 @@ public struct Caller: Sendable, Hashable {
         return user
     }
 
+    /// Who may save records: a signed-in user or a server-to-server key; else
+    /// `AUTHENTICATION_REQUIRED`.
+    func requireWriter(for what: String) throws(CloudKitError) {
+        if serverKey == nil { _ = try requireUser(for: what) }
+    }
+
+    /// Whether the caller may change any record of the public database, not only its own.
+    var isAdministrator: Bool { serverKey != nil }
+
     /// Who a change is attributed to in `created` / `modified`.
-    var stampUserRecordName: String { user?.recordName ?? Names.defaultOwner }
+    var stampUserRecordName: String { user?.recordName ?? serverKey?.recordName ?? Names.defaultOwner }
 }
 
 /// One database of a request: the caller and the scope named in the URL.

@@ -133,6 +133,66 @@ struct PostgresAccountStore: AccountStore {
         return Int(ended)
     }
 
+    func addServerKey(_ row: ServerKeyRow) async throws -> ServerKeyInsert {
+        // One statement answers all three ways: whether the container exists, and whether the
+        // insert happened.
+        let rows = try await storage.rows(
+            """
+            WITH owner AS (SELECT id FROM containers WHERE id = \(row.container)),
+                 added AS (
+                     INSERT INTO server_keys (key_id, container, environment, public_key, created_at, revoked)
+                     SELECT \(row.keyID), id, \(row.environment.rawValue), \(row.publicKeyPEM), \(row.createdAt),
+                            \(row.isRevoked)
+                     FROM owner
+                     ON CONFLICT (key_id) DO NOTHING
+                     RETURNING 1)
+            SELECT (SELECT count(*) FROM owner), (SELECT count(*) FROM added)
+            """)
+        guard let (owners, added) = try rows.first?.decode((Int64, Int64).self), owners > 0 else { return .noContainer }
+        return added > 0 ? .added : .duplicate
+    }
+
+    func serverKey(id: String) async throws -> ServerKeyRow? {
+        try await storage.rows("SELECT \(unescaped: Self.serverKeyColumns) FROM server_keys WHERE key_id = \(id)")
+            .first.map(Self.serverKey)
+    }
+
+    func serverKeys(container: String) async throws -> [ServerKeyRow] {
+        try await storage.rows(
+            """
+            SELECT \(unescaped: Self.serverKeyColumns) FROM server_keys WHERE container = \(container)
+            ORDER BY created_at, key_id
+            """
+        ).map(Self.serverKey)
+    }
+
+    func revokeServerKey(id: String) async throws -> Bool {
+        try await !storage.rows(
+            "UPDATE server_keys SET revoked = true WHERE key_id = \(id) AND NOT revoked RETURNING key_id"
+        ).isEmpty
+    }
+
+    func admitSignature(_ signatureHash: String, keepUntil: Int64, now: Int64) async throws -> Bool {
+        let rows = try await storage.rows(
+            """
+            WITH swept AS (DELETE FROM used_signatures WHERE keep_until < \(now))
+            INSERT INTO used_signatures (signature_hash, keep_until) VALUES (\(signatureHash), \(keepUntil))
+            ON CONFLICT (signature_hash) DO NOTHING
+            RETURNING 1
+            """)
+        return !rows.isEmpty
+    }
+
+    static let serverKeyColumns = "key_id, container, environment, public_key, created_at, revoked"
+
+    private static func serverKey(_ row: PostgresRow) throws -> ServerKeyRow {
+        let (keyID, container, environment, publicKey, createdAt, revoked) = try row.decode(
+            (String, String, String, String, Int64, Bool).self)
+        return ServerKeyRow(
+            keyID: keyID, container: container, environment: Environment(rawValue: environment) ?? .development,
+            publicKeyPEM: publicKey, createdAt: createdAt, isRevoked: revoked)
+    }
+
     /// A row of `id, created_at`.
     static func container(_ row: PostgresRow) throws -> ContainerRow {
         let (id, createdAt) = try row.decode((String, Int64).self)

@@ -306,5 +306,30 @@ enum PostgresMigrations {
                 PostgresApplyFunction.v2,
             ]
         ),
+        (
+            "v3-server-keys",
+            [
+                // Server-to-server keys (docs/keys.md): a small reference table, like api_tokens.
+                """
+                CREATE TABLE server_keys (
+                    key_id text COLLATE "C" PRIMARY KEY,
+                    container text COLLATE "C" NOT NULL REFERENCES containers (id) ON DELETE CASCADE,
+                    environment text NOT NULL,
+                    public_key text NOT NULL,
+                    created_at bigint NOT NULL,
+                    revoked boolean NOT NULL DEFAULT false
+                )
+                """,
+                "CREATE INDEX server_keys_by_container ON server_keys (container)",
+                // Signatures seen while their date is still acceptable: a second use is a replay.
+                """
+                CREATE TABLE used_signatures (
+                    signature_hash text COLLATE "C" PRIMARY KEY,
+                    keep_until bigint NOT NULL
+                )
+                """,
+                "CREATE INDEX used_signatures_by_expiry ON used_signatures (keep_until)",
+            ]
+        ),
     ]
 }

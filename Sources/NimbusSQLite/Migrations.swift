@@ -329,5 +329,26 @@ enum Migrations {
                     );
                     """)
         }
+        migrator.registerMigration("v12-server-keys") { db in
+            try db.execute(
+                sql: """
+                    -- Server-to-server keys (docs/keys.md): the public half, by its id.
+                    CREATE TABLE server_keys (
+                        key_id TEXT PRIMARY KEY,
+                        container TEXT NOT NULL REFERENCES containers(id) ON DELETE CASCADE,
+                        environment TEXT NOT NULL,
+                        public_key TEXT NOT NULL,
+                        created_at INTEGER NOT NULL,
+                        revoked INTEGER NOT NULL DEFAULT 0
+                    );
+                    CREATE INDEX server_keys_by_container ON server_keys(container);
+                    -- Signatures seen while their date is still acceptable: a second use is a replay.
+                    CREATE TABLE used_signatures (
+                        signature_hash TEXT PRIMARY KEY,
+                        keep_until INTEGER NOT NULL
+                    );
+                    CREATE INDEX used_signatures_by_expiry ON used_signatures(keep_until);
+                    """)
+        }
     }
 }

@@ -72,6 +72,50 @@ struct SQLiteAccountStore: AccountStore {
             return try tx.deleteSessions(userID: user.id)
         }
     }
+
+    func addServerKey(_ row: ServerKeyRow) async throws -> ServerKeyInsert {
+        try await storage.writeSQLite { tx in
+            guard try tx.container(id: row.container) != nil else { return .noContainer }
+            guard try tx.serverKey(id: row.keyID) == nil else { return .duplicate }
+            try tx.execute(
+                """
+                INSERT INTO server_keys (key_id, container, environment, public_key, created_at, revoked)
+                VALUES (?, ?, ?, ?, ?, ?)
+                """,
+                [row.keyID, row.container, row.environment.rawValue, row.publicKeyPEM, row.createdAt, row.isRevoked])
+            return .added
+        }
+    }
+
+    func serverKey(id: String) async throws -> ServerKeyRow? {
+        try storage.readPoint { try $0.serverKey(id: id) }
+    }
+
+    func serverKeys(container: String) async throws -> [ServerKeyRow] {
+        try storage.readPoint { tx in
+            try tx.fetchRows(
+                "SELECT \(SQLiteTransaction.serverKeyColumns) FROM server_keys WHERE container = ? ORDER BY created_at, key_id",
+                [container]
+            ).map(SQLiteTransaction.serverKeyRow)
+        }
+    }
+
+    func revokeServerKey(id: String) async throws -> Bool {
+        try await storage.writeSQLite { tx in
+            try tx.execute("UPDATE server_keys SET revoked = 1 WHERE key_id = ? AND revoked = 0", [id])
+            return tx.db.changesCount > 0
+        }
+    }
+
+    func admitSignature(_ signatureHash: String, keepUntil: Int64, now: Int64) async throws -> Bool {
+        try await storage.writeSQLite { tx in
+            try tx.execute("DELETE FROM used_signatures WHERE keep_until < ?", [now])
+            try tx.execute(
+                "INSERT OR IGNORE INTO used_signatures (signature_hash, keep_until) VALUES (?, ?)",
+                [signatureHash, keepUntil])
+            return tx.db.changesCount > 0
+        }
+    }
 }
 
 /// The statements behind it.
@@ -99,6 +143,19 @@ extension SQLiteTransaction {
 
     func user(id: Int64) throws -> UserRow? {
         try fetchRow("SELECT id, name, password_hash, created_at FROM users WHERE id = ?", [id]).map(userRow)
+    }
+
+    static let serverKeyColumns = "key_id, container, environment, public_key, created_at, revoked"
+
+    static func serverKeyRow(_ row: Row) -> ServerKeyRow {
+        ServerKeyRow(
+            keyID: row["key_id"], container: row["container"],
+            environment: Environment(rawValue: row["environment"]) ?? .development, publicKeyPEM: row["public_key"],
+            createdAt: row["created_at"], isRevoked: row["revoked"])
+    }
+
+    func serverKey(id: String) throws -> ServerKeyRow? {
+        try fetchRow("SELECT \(Self.serverKeyColumns) FROM server_keys WHERE key_id = ?", [id]).map(Self.serverKeyRow)
     }
 
     func session(tokenHash: String) throws -> SessionRow? {

@@ -27,6 +27,16 @@ public protocol AccountStore: Sendable {
     func endSession(tokenHash: String) async throws
     /// Ends every session of the user; nil when there is no such user, else how many ended.
     func endSessions(userName: String) async throws -> Int?
+
+    func addServerKey(_ row: ServerKeyRow) async throws -> ServerKeyInsert
+    func serverKey(id: String) async throws -> ServerKeyRow?
+    func serverKeys(container: String) async throws -> [ServerKeyRow]
+    /// Returns false when there is no such key or it was revoked already.
+    func revokeServerKey(id: String) async throws -> Bool
+    /// Notes a signature as used until `keepUntil` and forgets those kept until before `now`;
+    /// false when it was noted already (a replay). One statement on a networked engine, so
+    /// every node sees every other node's signatures.
+    func admitSignature(_ signatureHash: String, keepUntil: Int64, now: Int64) async throws -> Bool
 }
 
 /// What `AccountStore.credentials` found.

@@ -148,6 +148,41 @@ public struct APITokenRow: Sendable, Hashable {
 }
 
 /// A user account, shared by all containers (like an iCloud account).
+/// A server-to-server key: the public half of a P-256 key pair whose holder signs requests
+/// (`X-Apple-CloudKit-Request-SignatureV1`) to act on a container's public database as its
+/// administrator. Its id is the SHA-256 of the key's DER form, in hex, so one key is
+/// registered once.
+public struct ServerKeyRow: Sendable, Hashable {
+    public var keyID: String
+    public var container: String
+    public var environment: Environment
+    /// The public key as PEM (`-----BEGIN PUBLIC KEY-----`).
+    public var publicKeyPEM: String
+    public var createdAt: Int64
+    public var isRevoked: Bool
+
+    public init(
+        keyID: String, container: String, environment: Environment, publicKeyPEM: String, createdAt: Int64,
+        isRevoked: Bool
+    ) {
+        self.keyID = keyID
+        self.container = container
+        self.environment = environment
+        self.publicKeyPEM = publicKeyPEM
+        self.createdAt = createdAt
+        self.isRevoked = isRevoked
+    }
+}
+
+/// What storing a server-to-server key came to.
+public enum ServerKeyInsert: Sendable {
+    case added
+    /// The key is registered already (for any container).
+    case duplicate
+    /// The key's container does not exist.
+    case noContainer
+}
+
 public struct UserRow: Sendable, Hashable {
     public var id: Int64
     public var name: String

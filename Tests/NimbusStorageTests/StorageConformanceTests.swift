@@ -277,6 +277,42 @@ import Testing
     }
 
     @Test(arguments: storeDrivers)
+    func serverKeysRoundTripAndSignaturesAreAdmittedOnce(driver: StoreDriver) async throws {
+        try await driver.run { accounts, _ in
+            let key = ServerKeyRow(keyID: "k1", container: "c", environment: .development, publicKeyPEM: "pem", createdAt: 5, isRevoked: false)
+            var second = key
+            second.keyID = "k0"
+            second.createdAt = 6
+            let orphan = try await accounts.addServerKey(key)
+            #expect(try await accounts.createContainer(ContainerRow(id: "c", createdAt: 1)))
+            let inserts = [orphan, try await accounts.addServerKey(key), try await accounts.addServerKey(key),
+                           try await accounts.addServerKey(second)]
+            #expect(inserts == [.noContainer, .added, .duplicate, .added])
+            #expect(try await accounts.serverKey(id: "k1") == key)
+            #expect(try await accounts.serverKey(id: "nothing") == nil)
+            #expect(try await accounts.serverKeys(container: "c").map(\.keyID) == ["k1", "k0"])  // in the order added
+            #expect(try await accounts.serverKeys(container: "other").isEmpty)
+            // Revoked once; a second time, or a key that does not exist, is no revocation.
+            let revocations = [
+                try await accounts.revokeServerKey(id: "k1"), try await accounts.revokeServerKey(id: "k1"),
+                try await accounts.revokeServerKey(id: "nothing"),
+            ]
+            #expect(revocations == [true, false, false])
+            #expect(try await accounts.serverKey(id: "k1")?.isRevoked == true)
+            // A signature is admitted once while kept (until 100, inclusive); once swept (by a
+            // later admission), the caller's date check is what refuses it.
+            let admissions = [
+                try await accounts.admitSignature("s", keepUntil: 100, now: 50),
+                try await accounts.admitSignature("s", keepUntil: 100, now: 60),
+                try await accounts.admitSignature("s", keepUntil: 100, now: 100),
+                try await accounts.admitSignature("t", keepUntil: 300, now: 200),
+                try await accounts.admitSignature("s", keepUntil: 400, now: 201),
+            ]
+            #expect(admissions == [true, false, false, true, true])
+        }
+    }
+
+    @Test(arguments: storeDrivers)
     func pushRegistrationsAndCredentialsRoundTrip(driver: StoreDriver) async throws {
         try await driver.run { accounts, push in
             let alice = NotificationOwner(container: "c", environment: .development, userID: 1)

@@ -36,7 +36,8 @@ struct Route: Sendable {
         self.path = path
         bind = { parts, authentication in
             { request, context in
-                try await authentication?.authenticate(request, context: context)
+                var request = request
+                try await authentication?.authenticate(&request, context: context)
                 return try await respond(RouteInput(request: request, context: context, parts: parts))
             }
         }
@@ -47,7 +48,8 @@ struct Route: Sendable {
     static func json<Body: WireBody>(_ path: String, _ handler: @escaping @Sendable (RouteInput) async throws -> Body) -> Route {
         Route(path, bind: { parts, authentication in
             { request, context in
-                try await authentication?.authenticate(request, context: context)
+                var request = request
+                try await authentication?.authenticate(&request, context: context)
                 return Reply.json(
                     try await handler(RouteInput(request: request, context: context, parts: parts)).json, context: context)
             }
@@ -98,15 +100,7 @@ struct RouteInput: Sendable {
     /// The body as a JSON object, read only now (after authentication) and capped at
     /// `Limits.requestBodyBytes`; an empty body reads as `{}` (GET endpoints, lenient clients).
     func body() async throws -> ObjectReader {
-        let limit = Limits.requestBodyBytes
-        let buffer: ByteBuffer
-        do {
-            buffer = try await request.body.collect(upTo: limit.value)
-        } catch is NIOTooManyBytesError {
-            throw CloudKitError.limitExceeded(limit, actual: limit.value + 1, what: "the request body in bytes (at least)")
-        } catch let error as HTTPParserError {
-            throw CloudKitError.badRequest("the request body is not valid HTTP/1.1 framing (\(error)); check Content-Length or the chunk sizes")
-        }
+        let buffer = try await request.collectBody()
         if buffer.readableBytes == 0 { return ObjectReader(JSONObject(), path: "") }
         let json: JSON
         do {
@@ -132,6 +126,18 @@ extension RouterMethods where Context == NimbusRequestContext {
 }
 
 extension Request {
+    /// The whole body, capped at `Limits.requestBodyBytes`.
+    func collectBody() async throws -> ByteBuffer {
+        let limit = Limits.requestBodyBytes
+        do {
+            return try await body.collect(upTo: limit.value)
+        } catch is NIOTooManyBytesError {
+            throw CloudKitError.limitExceeded(limit, actual: limit.value + 1, what: "the request body in bytes (at least)")
+        } catch let error as HTTPParserError {
+            throw CloudKitError.badRequest("the request body is not valid HTTP/1.1 framing (\(error)); check Content-Length or the chunk sizes")
+        }
+    }
+
     /// A query parameter's value (`ckAPIToken`, …), percent-decoded.
     func query(_ name: String) -> String? { uri.queryParameters[Substring(name)].map(String.init) }
 }

@@ -4,12 +4,14 @@ import NimbusCore
 import NimbusStorage
 import NimbusWire
 
-/// Who is calling, decided before any body is read: the API token names the container and
-/// environment (and must match the path's), the web auth token names the user. Sits on the
-/// `/auth`, `/device` and `/database` groups: `NimbusRouter` hands it to each group's routes,
-/// which run it before their handler (a middleware layer per group cost a cached fetch several
-/// percent under load, docs/benchmarks.md). Server-to-server signatures and identity providers
-/// plug in here as further ways to reach a `Caller`.
+/// Who is calling: the API token names the container and environment (and must match the
+/// path's), the web auth token names the user; or a server-to-server signature names a key
+/// registered for the container and environment (docs/keys.md). Decided before any body is
+/// read, except for a signed request, whose signature covers the body. Sits on the `/auth`,
+/// `/device` and `/database` groups: `NimbusRouter` hands it to each group's routes, which run
+/// it before their handler (a middleware layer per group cost a cached fetch several percent
+/// under load, docs/benchmarks.md). Identity providers plug in here as a further way to reach
+/// a `Caller`.
 struct Authentication: Sendable {
     typealias Context = NimbusRequestContext
 
@@ -24,10 +26,13 @@ struct Authentication: Sendable {
     let credentials: Credentials
 
     static let deviceIDHeader = HTTPField.Name("X-Nimbus-Device-ID")!
+    static let keyIDHeader = HTTPField.Name("X-Apple-CloudKit-Request-KeyID")!
+    static let dateHeader = HTTPField.Name("X-Apple-CloudKit-Request-ISO8601Date")!
+    static let signatureHeader = HTTPField.Name("X-Apple-CloudKit-Request-SignatureV1")!
 
     /// Puts the caller (and the database the path names) in the request's exchange, or throws
-    /// why not.
-    func authenticate(_ request: Request, context: Context) async throws {
+    /// why not. A signed request's body is read here and put back, read, for the handler.
+    func authenticate(_ request: inout Request, context: Context) async throws {
         let parameters = context.parameters
         let container = parameters.get("container") ?? ""
         let environment = try Self.environment(named: parameters.get("environment") ?? "")
@@ -41,12 +46,19 @@ struct Authentication: Sendable {
         let webAuthToken =
             credentials == .session
             ? query[Substring(WireKey.ckWebAuthToken)].map(String.init).flatMap { $0.isEmpty ? nil : $0 } : nil
+        let apiToken = query[Substring(WireKey.ckAPIToken)].map(String.init)
         let caller: Caller
         do {
-            caller = try await service.authenticate(
-                container: container, environment: environment, apiToken: query[Substring(WireKey.ckAPIToken)].map(String.init),
-                webAuthToken: webAuthToken,
-                deviceID: try Self.deviceID(request.headers[Self.deviceIDHeader] ?? query[Substring(WireKey.ckDeviceID)].map(String.init)))
+            let deviceID = try Self.deviceID(
+                request.headers[Self.deviceIDHeader] ?? query[Substring(WireKey.ckDeviceID)].map(String.init))
+            if let signed = try await Self.signedRequest(&request, apiToken: apiToken, webAuthToken: webAuthToken) {
+                caller = try await service.authenticate(
+                    container: container, environment: environment, signed: signed, deviceID: deviceID)
+            } else {
+                caller = try await service.authenticate(
+                    container: container, environment: environment, apiToken: apiToken, webAuthToken: webAuthToken,
+                    deviceID: deviceID)
+            }
         } catch {
             context.exchange.update { $0.container = container }  // the access log names it for refusals too
             throw error
@@ -57,6 +69,34 @@ struct Authentication: Sendable {
             facts.userRecordName = caller.user?.recordName
             facts.webAuthToken = caller.user?.webAuthToken
         }
+    }
+
+    /// The server-to-server signature a request carries, with the body it signs (read now,
+    /// and put back for the handler); nil for a request that carries none of its headers.
+    static func signedRequest(_ request: inout Request, apiToken: String?, webAuthToken: String?) async throws
+        -> SignedRequest?
+    {
+        let headers = request.headers
+        let keyID = headers[keyIDHeader]
+        let date = headers[dateHeader]
+        let signature = headers[signatureHeader]
+        guard keyID != nil || date != nil || signature != nil else { return nil }
+        guard apiToken == nil, webAuthToken == nil else {
+            throw CloudKitError(
+                .authenticationFailed,
+                "a request carries either ckAPIToken (and ckWebAuthToken) or a server-to-server signature, not both; drop the tokens from a signed request")
+        }
+        guard let keyID, let date, let signature else {
+            let missing = [(keyIDHeader, keyID), (dateHeader, date), (signatureHeader, signature)]
+                .filter { $0.1 == nil }.map { $0.0.rawName }
+            throw CloudKitError(
+                .authenticationFailed, "a signed request needs three headers; missing \(missing.joined(separator: ", "))")
+        }
+        let body = try await request.collectBody()
+        request.body = RequestBody(buffer: body)
+        return SignedRequest(
+            keyID: keyID, date: date, signature: signature, body: Array(body.readableBytesView),
+            target: request.head.path ?? "")
     }
 
     /// The environment a path names.
