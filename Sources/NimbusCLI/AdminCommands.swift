@@ -7,7 +7,23 @@ import NimbusWire
 
 struct Containers: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Manage containers.", subcommands: [Create.self, List.self])
+        abstract: "Manage containers.", subcommands: [Create.self, List.self, Discovery.self])
+
+    struct Discovery: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Turn user discovery on or off for a container (on by default; each user still opts in).")
+        @OptionGroup var data: DataOptions
+        @Argument(help: "The container.") var container: String
+        @Argument(help: "on or off.") var setting: String
+
+        func run() async throws {
+            guard ["on", "off"].contains(setting) else { throw ValidationError("the setting is on or off, not \(setting)") }
+            do {
+                try await data.open().service.setUserDiscovery(container: container, enabled: setting == "on")
+                print("user discovery \(setting) for \(container)")
+            } catch { throw reportFailure(error) }
+        }
+    }
 
     struct Create: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Create a container.")
@@ -129,14 +145,27 @@ struct Users: AsyncParsableCommand {
         abstract: "Manage user accounts.", subcommands: [Create.self, SignOut.self])
 
     struct Create: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Create a user account.")
+        static let configuration = CommandConfiguration(
+            abstract: "Create a user account: a person others of an app may find (docs/identities.md).")
         @OptionGroup var data: DataOptions
         @Argument(help: "The user name.") var name: String
         @Option(help: "The password (8 to 1024 bytes).") var password: String
+        @Option(help: "The email address (unique among accounts).") var email: String?
+        @Option(help: "The phone number with its country code, like +1 555 010 0100 (unique among accounts).") var phone: String?
+        @Option(help: "Name parts.") var namePrefix: String?
+        @Option var givenName: String?
+        @Option var middleName: String?
+        @Option var familyName: String?
+        @Option var nameSuffix: String?
+        @Option var nickname: String?
 
         func run() async throws {
             do {
-                let user = try await data.open().service.createUser(name: name, password: password)
+                let names = NameComponents(
+                    namePrefix: namePrefix, givenName: givenName, middleName: middleName, familyName: familyName,
+                    nameSuffix: nameSuffix, nickname: nickname)
+                let user = try await data.open().service.createUser(
+                    name: name, password: password, profile: UserProfile(emailAddress: email, phoneNumber: phone, nameComponents: names))
                 print(user.name)
             } catch { throw reportFailure(error) }
         }

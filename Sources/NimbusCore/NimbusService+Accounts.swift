@@ -96,18 +96,24 @@ extension NimbusService {
         return try await accounts.revokeAPITokens(container: container, environment: environment)
     }
 
-    public func createUser(name: String, password: String) async throws -> UserRow {
+    /// Creates an account; `profile` makes it a person others can find (docs/identities.md):
+    /// its email address and phone number are normalized and must be unused.
+    public func createUser(name: String, password: String, profile: UserProfile = UserProfile()) async throws -> UserRow {
         try Self.validateUserName(name)
         guard password.utf8.count >= 8, password.utf8.count <= 1024 else {
             throw CloudKitError.badRequest("the password must be 8 to 1024 bytes long")
         }
+        let profile = try Self.normalized(profile)
         let rounds = options.passwordRounds
         let hash = try await options.passwordHashing.run { Result { try Credentials.hashPassword(password, rounds: rounds) } }.get()
-        let createdAt = now
-        guard let user = try await accounts.createUser(name: name, passwordHash: hash, createdAt: createdAt) else {
-            throw CloudKitError(.exists, "user '\(name)' already exists")
+        switch try await accounts.createUser(name: name, passwordHash: hash, createdAt: now, profile: profile) {
+        case .created(let user): return user
+        case .nameTaken: throw CloudKitError(.exists, "user '\(name)' already exists")
+        case .emailTaken:
+            throw CloudKitError(.exists, "another account has the email address \(profile.emailAddress ?? "")")
+        case .phoneTaken:
+            throw CloudKitError(.exists, "another account has the phone number \(profile.phoneNumber ?? "")")
         }
-        return user
     }
 
     /// Signs the user out everywhere; returns how many sessions ended.
@@ -210,7 +216,9 @@ extension NimbusService {
         let idleLimit = options.sessionIdleTimeoutMilliseconds
         // Sweep sessions idle past the limit, so the table does not grow forever.
         try await accounts.startSession(row, removingSessionsIdleBefore: time - idleLimit)
-        return (token, keys.userRecordName(container: container, userID: user.id))
+        let recordName = keys.userRecordName(container: container, userID: user.id)
+        try await joinContainer(container: container, environment: environment, user: user, recordName: recordName, at: time)
+        return (token, recordName)
     }
 
     /// Ends the session of this web auth token.

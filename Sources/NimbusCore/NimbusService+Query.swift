@@ -36,6 +36,9 @@ extension NimbusService {
             if locked, try !tx.schemaRecordTypes(container: key.container, environment: key.environment).contains(request.recordType) {
                 throw CloudKitError.badRequest("query.recordType: record type '\(request.recordType)' is not in the production schema")
             }
+            if target.scope == .public, request.recordType == Names.usersRecordType {
+                try Self.checkUserDirectoryQuery(request, schema: schema)
+            }
             let conditions = try request.filters.map { try self.condition($0, schema: schema, locked: locked) }
             let sorts = try request.sorts.map { try self.sortKey($0, schema: schema, locked: locked) }
             let binding = self.cursorBinding(request, databaseID: database.id, zones: zones)

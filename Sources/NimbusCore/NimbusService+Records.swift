@@ -164,6 +164,11 @@ extension NimbusService {
             throw CloudKitError(.exists, "record '\(recordName)' already exists; use update or forceUpdate to change it", recordName: recordName)
         }
 
+        let namedType = existing?.recordType ?? input.recordType
+        if !target.caller.isAdministrator, Names.isUserRecordName(recordName) || namedType == Names.usersRecordType {
+            try Self.checkUserRecordWrite(
+                recordName, recordType: namedType, deleting: type.isDelete && existing != nil, caller: target.caller)
+        }
         if type.isDelete, let existing {
             try deleteCascading(existing, zone: zone, database: database, stamp: stamp, log: log, tx: tx)
             return .deleted(deletedRecord(recordName, recordType: existing.recordType, zone: zone, target: target))

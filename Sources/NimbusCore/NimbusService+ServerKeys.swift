@@ -118,9 +118,9 @@ extension NimbusService {
         return row
     }
 
-    private static func isHexDigit(_ byte: UInt8) -> Bool {
-        (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains(byte)
-    }
+    private static let hexDigits = Set("0123456789abcdef".utf8)
+
+    private static func isHexDigit(_ byte: UInt8) -> Bool { hexDigits.contains(byte) }
 
     /// The P-256 group order n, big-endian.
     private static let groupOrder: [UInt8] = [

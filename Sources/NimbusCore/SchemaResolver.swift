@@ -53,7 +53,8 @@ final class SchemaResolver {
     /// Checks (or, in development, adds) the record type.
     func admitRecordType(_ recordType: String, path: String) throws {
         if recordTypes.contains(recordType) { return }
-        if isLocked {
+        // Users is in every schema, as in CloudKit: each user's record needs no deployment.
+        if isLocked, recordType != Names.usersRecordType {
             throw CloudKitError.badRequest(
                 "\(path): record type '\(recordType)' is not in the production schema; save it in development, then deploy the schema (`nimbus schema deploy`)")
         }
@@ -116,9 +117,13 @@ final class SchemaResolver {
             throw CloudKitError.badRequest(
                 "\(path): field '\(name)' is not in the production schema of record type '\(recordType)'; add it in development, then deploy the schema (`nimbus schema deploy`)")
         }
+        // The Users type's fields start without indexes: a user directory is queryable only
+        // where the developer grants it (docs/identities.md).
         try tx.addSchemaField(
             container: container, environment: environment,
-            SchemaFieldRow(recordType: recordType, fieldName: name, fieldType: type.wireName))
+            SchemaFieldRow(
+                recordType: recordType, fieldName: name, fieldType: type.wireName,
+                indexes: recordType == Names.usersRecordType ? 0 : SchemaFieldRow.Indexes.all))
         fields[recordType, default: [:]][name] = type
     }
 }

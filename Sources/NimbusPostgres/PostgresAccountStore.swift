@@ -1,4 +1,5 @@
 import NimbusStorage
+import NimbusWire
 import PostgresNIO
 
 /// `AccountStore` on PostgreSQL: every call one statement, so one round trip. "Create unless
@@ -90,14 +91,133 @@ struct PostgresAccountStore: AccountStore {
         try await storage.rows("SELECT id, name, password_hash, created_at FROM users WHERE name = \(name)").first.map(Self.user)
     }
 
-    func createUser(name: String, passwordHash: String, createdAt: Int64) async throws -> UserRow? {
+    func createUser(name: String, passwordHash: String, createdAt: Int64, profile: UserProfile) async throws -> UserInsert {
+        // One statement: which of name, email and phone is taken, and the insert when none is
+        // (a race past the look still meets the unique constraints: `duplicate`).
+        let names = profile.nameComponents.storedText
+        let rows = try await storage.rows(
+            """
+            WITH taken AS (
+                SELECT EXISTS (SELECT 1 FROM users WHERE name = \(name)) AS name,
+                       EXISTS (SELECT 1 FROM users WHERE email = \(profile.emailAddress)) AS email,
+                       EXISTS (SELECT 1 FROM users WHERE phone = \(profile.phoneNumber)) AS phone),
+                 created AS (
+                     INSERT INTO users (name, password_hash, created_at, email, phone, name_components)
+                     SELECT \(name), \(passwordHash), \(createdAt), \(profile.emailAddress), \(profile.phoneNumber), \(names)
+                     FROM taken WHERE NOT (name OR email OR phone)
+                     RETURNING id)
+            SELECT taken.name, taken.email, taken.phone, (SELECT id FROM created) FROM taken
+            """)
+        guard let (nameTaken, emailTaken, phoneTaken, id) = try rows.first?.decode((Bool, Bool, Bool, Int64?).self) else {
+            throw StorageError.unavailable("creating a user returned no row")
+        }
+        if nameTaken { return .nameTaken }
+        if emailTaken { return .emailTaken }
+        if phoneTaken { return .phoneTaken }
+        guard let id else { throw StorageError.unavailable("creating a user returned no id") }
+        return .created(UserRow(id: id, name: name, passwordHash: passwordHash, createdAt: createdAt))
+    }
+
+    func profile(userID: Int64) async throws -> UserProfile? {
+        try await storage.rows("SELECT email, phone, name_components FROM users WHERE id = \(userID)").first.map {
+            let (email, phone, names) = try $0.decode((String?, String?, String).self)
+            return Self.profile(email: email, phone: phone, names: names)
+        }
+    }
+
+    func join(_ member: ContainerMember) async throws {
         try await storage.rows(
             """
-            INSERT INTO users (name, password_hash, created_at) VALUES (\(name), \(passwordHash), \(createdAt))
-            ON CONFLICT (name) DO NOTHING
-            RETURNING id, name, password_hash, created_at
+            INSERT INTO container_members (container, user_id, record_name, discoverable, joined_at)
+            VALUES (\(member.container), \(member.userID), \(member.userRecordName), \(member.discoverable), \(member.joinedAt))
+            ON CONFLICT DO NOTHING
+            """)
+    }
+
+    func member(container: String, userID: Int64) async throws -> ContainerMember? {
+        try await storage.rows(
             """
-        ).first.map(Self.user)
+            SELECT \(unescaped: Self.memberColumns) FROM container_members m
+            WHERE container = \(container) AND user_id = \(userID)
+            """
+        ).first.map { try Self.member($0.decode((String, Int64, String, Bool?, Int64).self)) }
+    }
+
+    func setDiscoverable(container: String, userID: Int64, _ discoverable: Bool) async throws -> Bool {
+        try await !storage.rows(
+            """
+            UPDATE container_members SET discoverable = \(discoverable)
+            WHERE container = \(container) AND user_id = \(userID) RETURNING 1
+            """
+        ).isEmpty
+    }
+
+    func directory(container: String, lookups: [UserLookup]) async throws -> [DirectoryEntry] {
+        var emails: [String] = []
+        var phones: [String] = []
+        var names: [String] = []
+        for lookup in lookups {
+            switch lookup {
+            case .email(let email): emails.append(email)
+            case .phone(let phone): phones.append(phone)
+            case .recordName(let name): names.append(name)
+            }
+        }
+        guard !lookups.isEmpty else { return [] }
+        return try await storage.rows(
+            """
+            SELECT \(unescaped: Self.memberColumns), u.email, u.phone, u.name_components
+            FROM container_members m JOIN users u ON u.id = m.user_id
+            WHERE m.container = \(container)
+              AND (u.email = ANY(\(emails)) OR u.phone = ANY(\(phones)) OR m.record_name = ANY(\(names)))
+            """
+        ).map(Self.directoryEntry)
+    }
+
+    func discoverableMembers(container: String, limit: Int) async throws -> [DirectoryEntry] {
+        try await storage.rows(
+            """
+            SELECT \(unescaped: Self.memberColumns), u.email, u.phone, u.name_components
+            FROM container_members m JOIN users u ON u.id = m.user_id
+            WHERE m.container = \(container) AND m.discoverable
+            ORDER BY m.joined_at, m.user_id LIMIT \(limit)
+            """
+        ).map(Self.directoryEntry)
+    }
+
+    func userDiscovery(container: String) async throws -> Bool {
+        try await storage.rows("SELECT user_discovery FROM container_settings WHERE container = \(container)")
+            .first?.decode(Bool.self) ?? true
+    }
+
+    func setUserDiscovery(container: String, enabled: Bool) async throws -> Bool {
+        try await !storage.rows(
+            """
+            INSERT INTO container_settings (container, user_discovery)
+            SELECT id, \(enabled) FROM containers WHERE id = \(container)
+            ON CONFLICT (container) DO UPDATE SET user_discovery = excluded.user_discovery
+            RETURNING 1
+            """
+        ).isEmpty
+    }
+
+    static let memberColumns = "m.container, m.user_id, m.record_name, m.discoverable, m.joined_at"
+
+    private static func member(_ columns: (String, Int64, String, Bool?, Int64)) -> ContainerMember {
+        ContainerMember(
+            container: columns.0, userID: columns.1, userRecordName: columns.2, discoverable: columns.3, joinedAt: columns.4)
+    }
+
+    private static func profile(email: String?, phone: String?, names: String) -> UserProfile {
+        UserProfile(emailAddress: email, phoneNumber: phone, nameComponents: NameComponents(storedText: names))
+    }
+
+    private static func directoryEntry(_ row: PostgresRow) throws -> DirectoryEntry {
+        let (container, userID, recordName, discoverable, joinedAt, email, phone, names) = try row.decode(
+            (String, Int64, String, Bool?, Int64, String?, String?, String).self)
+        return DirectoryEntry(
+            member: member((container, userID, recordName, discoverable, joinedAt)),
+            profile: profile(email: email, phone: phone, names: names))
     }
 
     func startSession(_ row: SessionRow, removingSessionsIdleBefore idleBefore: Int64) async throws {

@@ -331,5 +331,33 @@ enum PostgresMigrations {
                 "CREATE INDEX used_signatures_by_expiry ON used_signatures (keep_until)",
             ]
         ),
+        (
+            "v4-people",
+            [
+                // Accounts that are people (docs/identities.md).
+                "ALTER TABLE users ADD COLUMN email text COLLATE \"C\" UNIQUE",
+                "ALTER TABLE users ADD COLUMN phone text COLLATE \"C\" UNIQUE",
+                "ALTER TABLE users ADD COLUMN name_components text NOT NULL DEFAULT '{}'",
+                // Who has used each container, their record name there, and whether they let
+                // others discover them (NULL: never asked). Read per container: a reference table.
+                """
+                CREATE TABLE container_members (
+                    container text COLLATE "C" NOT NULL,
+                    user_id bigint NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+                    record_name text COLLATE "C" NOT NULL,
+                    discoverable boolean,
+                    joined_at bigint NOT NULL,
+                    PRIMARY KEY (container, user_id),
+                    UNIQUE (container, record_name)
+                )
+                """,
+                """
+                CREATE TABLE container_settings (
+                    container text COLLATE "C" PRIMARY KEY REFERENCES containers (id) ON DELETE CASCADE,
+                    user_discovery boolean NOT NULL DEFAULT true
+                )
+                """,
+            ]
+        ),
     ]
 }

@@ -350,5 +350,33 @@ enum Migrations {
                     CREATE INDEX used_signatures_by_expiry ON used_signatures(keep_until);
                     """)
         }
+        migrator.registerMigration("v13-people") { db in
+            try db.execute(
+                sql: """
+                    -- Accounts that are people (docs/identities.md): how others look them up, and
+                    -- their name (NameComponents as JSON).
+                    ALTER TABLE users ADD COLUMN email TEXT;
+                    ALTER TABLE users ADD COLUMN phone TEXT;
+                    ALTER TABLE users ADD COLUMN name_components TEXT NOT NULL DEFAULT '{}';
+                    CREATE UNIQUE INDEX users_by_email ON users(email);
+                    CREATE UNIQUE INDEX users_by_phone ON users(phone);
+                    -- Who has used each container, their record name there (so a record name
+                    -- finds its user) and whether they let others discover them (NULL: never asked).
+                    CREATE TABLE container_members (
+                        container TEXT NOT NULL,
+                        user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+                        record_name TEXT NOT NULL,
+                        discoverable INTEGER,
+                        joined_at INTEGER NOT NULL,
+                        PRIMARY KEY (container, user_id)
+                    );
+                    CREATE UNIQUE INDEX container_members_by_record_name ON container_members(container, record_name);
+                    -- A container's settings; a container without a row has the defaults.
+                    CREATE TABLE container_settings (
+                        container TEXT PRIMARY KEY REFERENCES containers(id) ON DELETE CASCADE,
+                        user_discovery INTEGER NOT NULL DEFAULT 1
+                    );
+                    """)
+        }
     }
 }

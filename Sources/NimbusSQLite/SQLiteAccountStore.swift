@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import NimbusStorage
+import NimbusWire
 
 /// `AccountStore` on SQLite: reads on the calling thread (as point reads), writes through
 /// group commit, each call one transaction.
@@ -44,10 +45,121 @@ struct SQLiteAccountStore: AccountStore {
         try storage.readPoint { try $0.user(name: name) }
     }
 
-    func createUser(name: String, passwordHash: String, createdAt: Int64) async throws -> UserRow? {
+    func createUser(name: String, passwordHash: String, createdAt: Int64, profile: UserProfile) async throws -> UserInsert {
         try await storage.writeSQLite { tx in
-            guard try tx.user(name: name) == nil else { return nil }
-            return try tx.insertUser(name: name, passwordHash: passwordHash, createdAt: createdAt)
+            guard try tx.user(name: name) == nil else { return .nameTaken }
+            if let email = profile.emailAddress, try tx.fetchRow("SELECT 1 FROM users WHERE email = ?", [email]) != nil {
+                return .emailTaken
+            }
+            if let phone = profile.phoneNumber, try tx.fetchRow("SELECT 1 FROM users WHERE phone = ?", [phone]) != nil {
+                return .phoneTaken
+            }
+            try tx.execute(
+                "INSERT INTO users (name, password_hash, created_at, email, phone, name_components) VALUES (?, ?, ?, ?, ?, ?)",
+                [name, passwordHash, createdAt, profile.emailAddress, profile.phoneNumber,
+                 profile.nameComponents.storedText])
+            return .created(UserRow(id: tx.db.lastInsertedRowID, name: name, passwordHash: passwordHash, createdAt: createdAt))
+        }
+    }
+
+    func profile(userID: Int64) async throws -> UserProfile? {
+        try storage.readPoint { tx in
+            try tx.fetchRow("SELECT email, phone, name_components FROM users WHERE id = ?", [userID]).map { row in
+                SQLiteTransaction.profile(row, from: 0)
+            }
+        }
+    }
+
+    func join(_ member: ContainerMember) async throws {
+        try await storage.writeSQLite { tx in
+            try tx.execute(
+                """
+                INSERT OR IGNORE INTO container_members (container, user_id, record_name, discoverable, joined_at)
+                VALUES (?, ?, ?, ?, ?)
+                """,
+                [member.container, member.userID, member.userRecordName, member.discoverable, member.joinedAt])
+        }
+    }
+
+    func member(container: String, userID: Int64) async throws -> ContainerMember? {
+        try storage.readPoint { tx in
+            try tx.fetchRow(
+                "SELECT \(SQLiteTransaction.memberColumns) FROM container_members m WHERE container = ? AND user_id = ?",
+                [container, userID]
+            ).map { SQLiteTransaction.member($0) }
+        }
+    }
+
+    func setDiscoverable(container: String, userID: Int64, _ discoverable: Bool) async throws -> Bool {
+        try await storage.writeSQLite { tx in
+            try tx.execute(
+                "UPDATE container_members SET discoverable = ? WHERE container = ? AND user_id = ?",
+                [discoverable, container, userID])
+            return tx.db.changesCount > 0
+        }
+    }
+
+    func directory(container: String, lookups: [UserLookup]) async throws -> [DirectoryEntry] {
+        var emails: [String] = []
+        var phones: [String] = []
+        var names: [String] = []
+        for lookup in lookups {
+            switch lookup {
+            case .email(let email): emails.append(email)
+            case .phone(let phone): phones.append(phone)
+            case .recordName(let name): names.append(name)
+            }
+        }
+        var clauses: [String] = []
+        var arguments: [(any DatabaseValueConvertible)?] = [container]
+        for (column, values) in [("u.email", emails), ("u.phone", phones), ("m.record_name", names)] where !values.isEmpty {
+            clauses.append("\(column) IN (\(Array(repeating: "?", count: values.count).joined(separator: ", ")))")
+            arguments.append(contentsOf: values.map { $0 as (any DatabaseValueConvertible)? })
+        }
+        guard !clauses.isEmpty else { return [] }
+        return try storage.readPoint { tx in
+            try tx.fetchRows(
+                """
+                SELECT \(SQLiteTransaction.memberColumns), u.email, u.phone, u.name_components
+                FROM container_members m JOIN users u ON u.id = m.user_id
+                WHERE m.container = ? AND (\(clauses.joined(separator: " OR ")))
+                """,
+                StatementArguments(arguments)
+            ).map(SQLiteTransaction.directoryEntry)
+        }
+    }
+
+    func discoverableMembers(container: String, limit: Int) async throws -> [DirectoryEntry] {
+        try storage.readPoint { tx in
+            try tx.fetchRows(
+                """
+                SELECT \(SQLiteTransaction.memberColumns), u.email, u.phone, u.name_components
+                FROM container_members m JOIN users u ON u.id = m.user_id
+                WHERE m.container = ? AND m.discoverable = 1
+                ORDER BY m.joined_at, m.user_id LIMIT ?
+                """,
+                [container, limit]
+            ).map(SQLiteTransaction.directoryEntry)
+        }
+    }
+
+    func userDiscovery(container: String) async throws -> Bool {
+        try storage.readPoint { tx in
+            try tx.fetchRow("SELECT user_discovery FROM container_settings WHERE container = ?", [container])
+                .map { $0[0] as Bool } ?? true
+        }
+    }
+
+    func setUserDiscovery(container: String, enabled: Bool) async throws -> Bool {
+        try await storage.writeSQLite { tx in
+            guard try tx.container(id: container) != nil else { return false }
+            try tx.execute(
+                """
+                INSERT INTO container_settings (container, user_discovery) VALUES (?, ?)
+                ON CONFLICT (container) DO UPDATE SET user_discovery = excluded.user_discovery
+                """,
+                [container, enabled])
+            return true
         }
     }
 
@@ -158,6 +270,24 @@ extension SQLiteTransaction {
         try fetchRow("SELECT \(Self.serverKeyColumns) FROM server_keys WHERE key_id = ?", [id]).map(Self.serverKeyRow)
     }
 
+    /// A `container_members m` row's columns, in `member`'s order.
+    static let memberColumns = "m.container, m.user_id, m.record_name, m.discoverable, m.joined_at"
+
+    static func member(_ row: Row) -> ContainerMember {
+        ContainerMember(
+            container: row[0], userID: row[1], userRecordName: row[2], discoverable: row[3] as Bool?, joinedAt: row[4])
+    }
+
+    /// `email, phone, name_components` from column `first` on.
+    static func profile(_ row: Row, from first: Int) -> UserProfile {
+        UserProfile(
+            emailAddress: row[first], phoneNumber: row[first + 1], nameComponents: NameComponents(storedText: row[first + 2]))
+    }
+
+    static func directoryEntry(_ row: Row) -> DirectoryEntry {
+        DirectoryEntry(member: member(row), profile: profile(row, from: 5))
+    }
+
     func session(tokenHash: String) throws -> SessionRow? {
         try fetchRow(
             "SELECT token_hash, user_id, container, environment, created_at, last_used_at FROM sessions WHERE token_hash = ?",
@@ -190,12 +320,6 @@ extension SQLiteTransaction {
             try execute("UPDATE api_tokens SET revoked = 1 WHERE container = ? AND revoked = 0", [container])
         }
         return db.changesCount
-    }
-
-    func insertUser(name: String, passwordHash: String, createdAt: Int64) throws -> UserRow {
-        try execute(
-            "INSERT INTO users (name, password_hash, created_at) VALUES (?, ?, ?)", [name, passwordHash, createdAt])
-        return UserRow(id: db.lastInsertedRowID, name: name, passwordHash: passwordHash, createdAt: createdAt)
     }
 
     func insertSession(_ row: SessionRow) throws {

@@ -18,8 +18,26 @@ public protocol AccountStore: Sendable {
     func credentials(apiTokenHash: String?, sessionHash: String?) async throws -> StoredCredentials
 
     func user(name: String) async throws -> UserRow?
-    /// Returns nil when a user with that name exists (nothing is written).
-    func createUser(name: String, passwordHash: String, createdAt: Int64) async throws -> UserRow?
+    /// Creates an account unless its name, email address or phone number is taken (then
+    /// nothing is written, and the answer says which).
+    func createUser(name: String, passwordHash: String, createdAt: Int64, profile: UserProfile) async throws -> UserInsert
+    /// The account's profile; nil when there is no such account.
+    func profile(userID: Int64) async throws -> UserProfile?
+
+    /// Notes that a user has used a container (idempotent: an existing member is kept as it is).
+    func join(_ member: ContainerMember) async throws
+    func member(container: String, userID: Int64) async throws -> ContainerMember?
+    /// Sets a member's discoverability; false when the user is not a member of the container.
+    func setDiscoverable(container: String, userID: Int64, _ discoverable: Bool) async throws -> Bool
+    /// The container's members matching any of the lookups, with their profiles, whatever
+    /// their discoverability (the caller decides what to reveal).
+    func directory(container: String, lookups: [UserLookup]) async throws -> [DirectoryEntry]
+    /// Members who made themselves discoverable, in the order they joined, at most `limit`.
+    func discoverableMembers(container: String, limit: Int) async throws -> [DirectoryEntry]
+    /// Whether the container lets its users be discovered at all (on unless turned off).
+    func userDiscovery(container: String) async throws -> Bool
+    /// Returns false when the container does not exist.
+    func setUserDiscovery(container: String, enabled: Bool) async throws -> Bool
 
     /// Stores a new session and removes sessions last used before `idleBefore`.
     func startSession(_ row: SessionRow, removingSessionsIdleBefore idleBefore: Int64) async throws

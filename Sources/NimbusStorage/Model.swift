@@ -1,3 +1,5 @@
+import NimbusWire
+
 /// The two data sets of every container (CloudKit's development and production environments).
 public enum Environment: String, Sendable, Hashable, CaseIterable {
     case development
@@ -195,6 +197,66 @@ public struct UserRow: Sendable, Hashable {
         self.name = name
         self.passwordHash = passwordHash
         self.createdAt = createdAt
+    }
+}
+
+/// What makes an account a person: how others may look them up, and their name. Kept beside
+/// the account, read only where identities are answered (`users/caller`, discovery).
+public struct UserProfile: Sendable, Hashable {
+    /// Lowercased; unique among accounts.
+    public var emailAddress: String?
+    /// `+` and digits; unique among accounts.
+    public var phoneNumber: String?
+    public var nameComponents: NameComponents
+
+    public init(emailAddress: String? = nil, phoneNumber: String? = nil, nameComponents: NameComponents = NameComponents()) {
+        self.emailAddress = emailAddress
+        self.phoneNumber = phoneNumber
+        self.nameComponents = nameComponents
+    }
+}
+
+/// What creating an account came to.
+public enum UserInsert: Sendable, Hashable {
+    case created(UserRow)
+    case nameTaken
+    case emailTaken
+    case phoneTaken
+}
+
+/// A user who has used a container (signed in to it): their record name there, and whether
+/// they let others of the app discover them (nil: never asked).
+public struct ContainerMember: Sendable, Hashable {
+    public var container: String
+    public var userID: Int64
+    public var userRecordName: String
+    public var discoverable: Bool?
+    public var joinedAt: Int64
+
+    public init(container: String, userID: Int64, userRecordName: String, discoverable: Bool?, joinedAt: Int64) {
+        self.container = container
+        self.userID = userID
+        self.userRecordName = userRecordName
+        self.discoverable = discoverable
+        self.joinedAt = joinedAt
+    }
+}
+
+/// One way of finding a member of a container.
+public enum UserLookup: Sendable, Hashable {
+    case email(String)
+    case phone(String)
+    case recordName(String)
+}
+
+/// A member of a container with their profile, as discovery reads them.
+public struct DirectoryEntry: Sendable, Hashable {
+    public var member: ContainerMember
+    public var profile: UserProfile
+
+    public init(member: ContainerMember, profile: UserProfile) {
+        self.member = member
+        self.profile = profile
     }
 }
 

@@ -1,18 +1,28 @@
 /// The naming rules for records, zones, record types and fields.
 ///
 /// Record names: 1–255 bytes of printable ASCII (spaces allowed, as in CloudKit's own
-/// examples), not starting with `_`, which marks system names such as user records.
+/// examples), not starting with `_`, which marks system names; of those only user record
+/// names (`_` and 32 hex digits, the records of type Users) may be named in requests.
 /// Zone names: the same, or exactly `_defaultZone`. Record types and field names: a letter,
 /// then letters, digits and `_` (the CloudKit Schema Language's identifiers).
 public enum Names {
     public static let defaultZone = "_defaultZone"
     public static let defaultOwner = "_defaultOwner"
+    /// The record type of each user's record in a container's public database.
+    public static let usersRecordType = "Users"
     /// The device of a request that names none, as Apple's web services report it.
     public static let anonymousDevice = "iCloud"
 
+    /// Whether a name is a user record name: `_` and 32 lowercase hex digits.
+    public static func isUserRecordName(_ name: String) -> Bool {
+        let bytes = Array(name.utf8)
+        return bytes.count == 33 && bytes[0] == UInt8(ascii: "_")
+            && bytes.dropFirst().allSatisfy { isDigit($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) }
+    }
+
     public static func validateRecordName(_ name: String, path: String) throws(CloudKitError) {
         try validatePrintable(name, kind: "record name", path: path)
-        if name.hasPrefix("_") {
+        if name.hasPrefix("_"), !isUserRecordName(name) {
             throw .badRequest("\(path): record names starting with '_' are reserved for system records ('\(name)')")
         }
     }

@@ -144,4 +144,26 @@ import Testing
         }
         #expect(throws: CloudKitError.self) { try BadgeModifyRequest(json: ObjectReader(root: BadgeModifyRequest(badgeValue: -1).json)) }
     }
+
+    @Test func userDiscoveryBodies() throws {
+        let infos = [
+            UserLookupInfo(emailAddress: "ann@example.com"), UserLookupInfo(phoneNumber: "+15550100"),
+            UserLookupInfo(userRecordName: "_abc"),
+        ]
+        let discover = DiscoverUsersRequest(lookupInfos: infos)
+        #expect(try roundTrip(discover, json: \.json, decode: DiscoverUsersRequest.init(json:)) == discover)
+        let lookup = LegacyLookupRequest(users: infos)
+        #expect(try roundTrip(lookup, json: \.json, decode: LegacyLookupRequest.init(json:)) == lookup)
+        for discoverable in [true, false, nil] {
+            let request = DiscoverabilityRequest(discoverable: discoverable)
+            #expect(try roundTrip(request, json: \.json, decode: DiscoverabilityRequest.init(json:)) == request)
+        }
+        // At most 200 lookups a request: at the limit, and one past it.
+        let full = Array(repeating: UserLookupInfo(emailAddress: "a@b.c"), count: Limits.operationsPerRequest.value)
+        #expect(try DiscoverUsersRequest(json: ObjectReader(root: DiscoverUsersRequest(lookupInfos: full).json)).lookupInfos.count == 200)
+        #expect(throws: CloudKitError.self) {
+            try DiscoverUsersRequest(json: ObjectReader(root: DiscoverUsersRequest(lookupInfos: full + [infos[0]]).json))
+        }
+        #expect(throws: CloudKitError.self) { try LegacyLookupRequest(json: ObjectReader(root: LegacyLookupRequest(users: full + [infos[0]]).json)) }
+    }
 }

@@ -133,9 +133,20 @@ import Testing
         #expect(try roundTrip(BadgeModifyResponse(badgeValue: 4)).badgeValue == 4)
         #expect(try roundTrip(PushTokenResponse(apnsEnvironment: "production", apnsToken: "t", webcourierURL: "http://h/w")).webcourierURL == "http://h/w")
         #expect(try roundTrip(SignInResponse(ckWebAuthToken: "w", userRecordName: "_abc")).ckWebAuthToken == "w")
-        let caller = try roundTrip(CallerIdentityResponse(userRecordName: "_abc", nickname: "ann"))
-        #expect(caller.nickname == "ann")
-        #expect(try roundTrip(CurrentUserResponse(userRecordName: "_abc", firstName: "ann")).firstName == "ann")
+        let identity = UserIdentity(
+            userRecordName: "_abc", lookupInfo: UserLookupInfo(emailAddress: "ann@example.com", phoneNumber: "+15550100", userRecordName: "_abc"),
+            nameComponents: NameComponents(namePrefix: "Dr", givenName: "Ann", middleName: "B", familyName: "Lee", nameSuffix: "Jr", nickname: "annie"))
+        #expect(try roundTrip(CallerIdentityResponse(identity: identity)).identity == identity)
+        // An identity of someone not discoverable: only the lookup info asked about.
+        let unknown = UserIdentity(lookupInfo: UserLookupInfo(phoneNumber: "+15550199"))
+        #expect(try roundTrip(UserIdentitiesResponse(users: [identity, unknown])).users == [identity, unknown])
+        let legacy = LegacyUser(userRecordName: "_abc", firstName: "Ann", lastName: "Lee", emailAddress: "ann@example.com")
+        #expect(try roundTrip(LegacyUsersResponse(users: [legacy, LegacyUser(userRecordName: "_d")])).users == [legacy, LegacyUser(userRecordName: "_d")])
+        for status in [DiscoverabilityStatus.initialState, .granted, .denied] {
+            #expect(try roundTrip(DiscoverabilityResponse(status: status)).status == status)
+        }
+        #expect(NameComponents(storedText: identity.nameComponents!.storedText) == identity.nameComponents)
+        #expect(NameComponents(storedText: "not json").isEmpty)
         for frame: NotificationStreamFrame in [
             .ready(syncToken: "T"), .badge(3), .notification(notificationID: "N", payload: payload.json, syncToken: "T2"),
         ] {

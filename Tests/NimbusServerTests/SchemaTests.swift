@@ -8,7 +8,8 @@ import Testing
             let alice = try await server.user("alice")
             _ = try await alice.modify([Op.create("a", type: "Party", ["clowns": Op.field(5)])])
             let schema = try await server.service.schema(container: TestServer.container, environment: .development)
-            #expect(schema.recordTypes == ["Party"])
+            // Users is in every schema (each signed-in user's record is one, docs/identities.md).
+            #expect(schema.recordTypes == ["Party", "Users"])
             #expect(schema.fields.map { "\($0.fieldName):\($0.fieldType)" } == ["clowns:INT64"])
             let typed = try await alice.modify([Op.create("b", type: "Party", ["clowns": Op.field("five", "STRING")])])
             let reason = try #require(typed.records.first?["reason"]?.stringValue)
@@ -77,7 +78,7 @@ import Testing
             #expect(batch.records.first?.errorCode == nil)
             #expect(batch.records.last?.errorCode == "EXISTS")
             let schema = try await server.service.schema(container: TestServer.container, environment: .development)
-            #expect(schema.recordTypes.sorted() == ["Invitation", "Party"])
+            #expect(schema.recordTypes.sorted() == ["Invitation", "Party", "Users"])
             #expect(schema.fields.contains { $0.recordType == "Invitation" && $0.fieldName == "guests" && $0.fieldType == "INT64" })
             // And so it deploys: production can save the type the batch introduced.
             _ = try await server.service.deploySchema(container: TestServer.container)

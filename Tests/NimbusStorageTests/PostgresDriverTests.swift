@@ -110,7 +110,8 @@ import Testing
                 return statements.withLock { $0.count }
             }
             #expect(try await roundTrips { _ = try await accounts.createContainer(ContainerRow(id: "c", createdAt: 1)) } == 1)
-            let user = try #require(try await accounts.createUser(name: "u", passwordHash: "p", createdAt: 1))
+            guard case .created(let user) = try await accounts.createUser(name: "u", passwordHash: "p", createdAt: 1, profile: UserProfile())
+            else { throw TestFailure("the user was not created") }
             let session = SessionRow(tokenHash: "s", userID: user.id, container: "c", environment: .development, createdAt: 1, lastUsedAt: 1)
             #expect(try await roundTrips { try await accounts.startSession(session, removingSessionsIdleBefore: 0) } == 1)
             // Authenticating a request: token, session and user in one.

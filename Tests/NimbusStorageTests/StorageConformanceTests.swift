@@ -2,6 +2,7 @@ import Foundation
 import NimbusPostgres
 @testable import NimbusSQLite
 import NimbusStorage
+import NimbusWire
 import NimbusTestSupport
 import Testing
 
@@ -247,8 +248,9 @@ import Testing
             orphan.tokenHash = "h2"
             orphan.container = "missing"
             #expect(try await !accounts.createAPIToken(orphan), "a token for a container that does not exist")
-            let user = try #require(try await accounts.createUser(name: "u", passwordHash: "p", createdAt: 3))
-            #expect(try await accounts.createUser(name: "u", passwordHash: "q", createdAt: 3) == nil, "a second user u")
+            guard case .created(let user) = try await accounts.createUser(name: "u", passwordHash: "p", createdAt: 3, profile: UserProfile())
+            else { throw TestFailure("the user was not created") }
+            #expect(try await accounts.createUser(name: "u", passwordHash: "q", createdAt: 3, profile: UserProfile()) == .nameTaken)
             #expect(try await accounts.user(name: "u")?.passwordHash == "p")
             #expect(try await accounts.user(name: "nobody") == nil)
             let session = SessionRow(tokenHash: "s", userID: user.id, container: "c", environment: .production, createdAt: 4, lastUsedAt: 4)
@@ -309,6 +311,61 @@ import Testing
                 try await accounts.admitSignature("s", keepUntil: 400, now: 201),
             ]
             #expect(admissions == [true, false, false, true, true])
+        }
+    }
+
+    @Test(arguments: storeDrivers)
+    func profilesMembershipsAndTheDirectoryRoundTrip(driver: StoreDriver) async throws {
+        try await driver.run { accounts, _ in
+            let names = NameComponents(givenName: "Ann", familyName: "Lee", nickname: "annie")
+            let annProfile = UserProfile(emailAddress: "ann@example.com", phoneNumber: "+15550100", nameComponents: names)
+            guard case .created(let ann) = try await accounts.createUser(name: "ann", passwordHash: "p", createdAt: 1, profile: annProfile),
+                case .created(let bob) = try await accounts.createUser(
+                    name: "bob", passwordHash: "p", createdAt: 2, profile: UserProfile(emailAddress: "bob@example.com"))
+            else { throw TestFailure("the users were not created") }
+            // Name, email and phone are each one account's.
+            let taken = [
+                try await accounts.createUser(name: "ann", passwordHash: "p", createdAt: 3, profile: UserProfile()),
+                try await accounts.createUser(name: "cy", passwordHash: "p", createdAt: 3, profile: UserProfile(emailAddress: "ann@example.com")),
+                try await accounts.createUser(name: "cy", passwordHash: "p", createdAt: 3, profile: UserProfile(phoneNumber: "+15550100")),
+            ]
+            #expect(taken == [.nameTaken, .emailTaken, .phoneTaken])
+            #expect(try await accounts.user(name: "cy") == nil, "nothing written by the refusals")
+            #expect(try await accounts.profile(userID: ann.id) == annProfile)
+            #expect(try await accounts.profile(userID: 999) == nil)
+
+            #expect(try await accounts.member(container: "c", userID: ann.id) == nil)
+            #expect(try await !accounts.setDiscoverable(container: "c", userID: ann.id, true), "not a member yet")
+            let annMember = ContainerMember(container: "c", userID: ann.id, userRecordName: "_ann", discoverable: nil, joinedAt: 5)
+            try await accounts.join(annMember)
+            var again = annMember
+            again.joinedAt = 9
+            try await accounts.join(again)  // joining again keeps the first membership
+            #expect(try await accounts.member(container: "c", userID: ann.id) == annMember)
+            try await accounts.join(ContainerMember(container: "c", userID: bob.id, userRecordName: "_bob", discoverable: nil, joinedAt: 6))
+            try await accounts.join(ContainerMember(container: "d", userID: bob.id, userRecordName: "_bob_d", discoverable: true, joinedAt: 6))
+            #expect(try await accounts.setDiscoverable(container: "c", userID: ann.id, true))
+            #expect(try await accounts.member(container: "c", userID: ann.id)?.discoverable == true)
+
+            // The directory finds members of the container by any lookup, whatever their choice.
+            let found = try await accounts.directory(
+                container: "c", lookups: [.email("ann@example.com"), .recordName("_bob"), .phone("+19990000"), .recordName("_bob_d")])
+            #expect(Set(found.map(\.member.userRecordName)) == ["_ann", "_bob"])
+            #expect(found.first { $0.member.userID == ann.id }?.profile == annProfile)
+            #expect(try await accounts.directory(container: "c", lookups: []).isEmpty)
+            #expect(try await accounts.directory(container: "c", lookups: [.phone("+15550100")]).map(\.member.userID) == [ann.id])
+            #expect(try await accounts.discoverableMembers(container: "c", limit: 10).map(\.member.userID) == [ann.id])
+            #expect(try await accounts.discoverableMembers(container: "d", limit: 10).map(\.member.userID) == [bob.id])
+            #expect(try await accounts.discoverableMembers(container: "d", limit: 0).isEmpty)
+
+            // Discovery for a whole container: on until turned off; only for a container that exists.
+            #expect(try await accounts.userDiscovery(container: "c"))
+            #expect(try await !accounts.setUserDiscovery(container: "c", enabled: false), "no container c yet")
+            #expect(try await accounts.createContainer(ContainerRow(id: "c", createdAt: 1)))
+            #expect(try await accounts.setUserDiscovery(container: "c", enabled: false))
+            #expect(try await !accounts.userDiscovery(container: "c"))
+            #expect(try await accounts.setUserDiscovery(container: "c", enabled: true))
+            #expect(try await accounts.userDiscovery(container: "c"))
         }
     }
 

@@ -1,21 +1,34 @@
 import NimbusCore
 import NimbusWire
 
-/// The signed-in user, under `/database/1/{container}/{environment}/{database}/`.
+/// Users and discovery, under `/database/1/{container}/{environment}/{database}/`
+/// (docs/identities.md).
 ///
-/// | path | answer |
+/// | path | service |
 /// |---|---|
-/// | `users/caller` | the caller's identity, at the top level and in `users` (clients read either; reference §10) |
-/// | `users/current` | the caller's user record name and name |
+/// | `users/caller` | `callerIdentity`: the identity at the top level and in `users` (clients read either; reference §10) |
+/// | `users/current` | `currentUser` |
+/// | `users/discover` | POST with `lookupInfos`: `discoverUsers`; without (GET): `discoverAllUsers` |
+/// | `users/lookup/email`, `users/lookup/id` | `lookUpUsers` |
+/// | `users/discoverability` | `discoverability` (Nimbus's wire form of `requestApplicationPermission(.userDiscoverability)`) |
 enum UserRoutes {
     static let routes: [Route] = [
-        .json("users/caller") { input in
-            let user = try input.caller.requireUser(for: "users/caller")
-            return CallerIdentityResponse(userRecordName: user.recordName, nickname: user.name)
+        .json("users/caller") { CallerIdentityResponse(identity: try await $0.service.callerIdentity($0.caller)) },
+        .json("users/current") { try await $0.service.currentUser($0.caller) },
+        .json("users/discover") { input in
+            let body = try await input.body()
+            guard body.value(WireKey.lookupInfos) != nil else { return try await input.service.discoverAllUsers(input.caller) }
+            return try await input.service.discoverUsers(input.caller, DiscoverUsersRequest(json: body))
         },
-        .json("users/current") { input in
-            let user = try input.caller.requireUser(for: "users/current")
-            return CurrentUserResponse(userRecordName: user.recordName, firstName: user.name)
+        .json("users/lookup/email") {
+            try await $0.service.lookUpUsers($0.caller, LegacyLookupRequest(json: $0.body()), byEmail: true)
+        },
+        .json("users/lookup/id") {
+            try await $0.service.lookUpUsers($0.caller, LegacyLookupRequest(json: $0.body()), byEmail: false)
+        },
+        .json("users/discoverability") { input in
+            let request = try DiscoverabilityRequest(json: await input.body())
+            return DiscoverabilityResponse(status: try await input.service.discoverability(input.caller, set: request.discoverable))
         },
     ]
 }

@@ -103,56 +103,6 @@ public struct SignInResponse: WireBody, Hashable {
     }
 }
 
-/// `users/caller`: the caller's identity (reference §10), at the top level and as the one
-/// entry of `users` (clients read either).
-public struct CallerIdentityResponse: WireBody, Hashable {
-    public var userRecordName: String
-    public var nickname: String?
-
-    public init(userRecordName: String, nickname: String?) {
-        self.userRecordName = userRecordName
-        self.nickname = nickname
-    }
-
-    public init(json: ObjectReader) throws(CloudKitError) {
-        userRecordName = try json.requiredString(WireKey.userRecordName)
-        nickname = try json.object(WireKey.nameComponents)?.string(WireKey.nickname)
-    }
-
-    public var json: JSON {
-        var identity: JSONObject = [
-            WireKey.userRecordName: .string(userRecordName),
-            WireKey.lookupInfo: [WireKey.userRecordName: .string(userRecordName)],
-        ]
-        if let nickname { identity[WireKey.nameComponents] = [WireKey.nickname: .string(nickname)] }
-        var object = identity
-        object[WireKey.users] = [.object(identity)]
-        return .object(object)
-    }
-}
-
-/// `users/current`: the caller's user record name and name.
-public struct CurrentUserResponse: WireBody, Hashable {
-    public var userRecordName: String
-    public var firstName: String?
-
-    public init(userRecordName: String, firstName: String?) {
-        self.userRecordName = userRecordName
-        self.firstName = firstName
-    }
-
-    public init(json: ObjectReader) throws(CloudKitError) {
-        userRecordName = try json.requiredString(WireKey.userRecordName)
-        firstName = try json.string(WireKey.firstName)
-    }
-
-    public var json: JSON {
-        var object: JSONObject = [WireKey.userRecordName: .string(userRecordName)]
-        if let firstName { object[WireKey.firstName] = .string(firstName) }
-        return .object(object)
-    }
-}
-
 /// A text frame of the notification stream (`/device/1/…/notifications/connect`).
 public enum NotificationStreamFrame: WireBody, Hashable {
     /// The replay after the client's token is done: live notifications follow.

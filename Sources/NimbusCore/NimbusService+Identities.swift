@@ -1,0 +1,275 @@
+import Foundation
+import NimbusStorage
+import NimbusWire
+
+/// Users as people (docs/identities.md): profiles, each user's record in a container's public
+/// database, identities, and discovery of the users who let themselves be found.
+extension NimbusService {
+    // MARK: Profiles
+
+    /// A profile as stored: the email address trimmed and lowercased, the phone number as `+`
+    /// and digits, empty name parts dropped; or why it cannot be stored.
+    static func normalized(_ profile: UserProfile) throws(CloudKitError) -> UserProfile {
+        var normalized = profile
+        normalized.emailAddress = try profile.emailAddress.flatMap(normalizedEmail)
+        normalized.phoneNumber = try profile.phoneNumber.flatMap(normalizedPhone)
+        for part in [profile.nameComponents.givenName, profile.nameComponents.familyName, profile.nameComponents.nickname,
+                     profile.nameComponents.middleName, profile.nameComponents.namePrefix, profile.nameComponents.nameSuffix]
+        where (part?.utf8.count ?? 0) > 256 {
+            throw .badRequest("a part of a name may be at most 256 bytes long")
+        }
+        return normalized
+    }
+
+    /// `name@host.domain`, lowercased; nil for an empty text.
+    static func normalizedEmail(_ text: String) throws(CloudKitError) -> String? {
+        let email = text.trimmingCharacters(in: .whitespaces).lowercased()
+        if email.isEmpty { return nil }
+        let parts = email.split(separator: "@", omittingEmptySubsequences: false)
+        guard parts.count == 2, !parts[0].isEmpty, parts[1].contains("."), !parts[1].hasPrefix("."), !parts[1].hasSuffix("."),
+            email.utf8.count <= 254, !email.contains(where: { $0.isWhitespace })
+        else {
+            throw .badRequest("'\(Names.escaped(text))' is not an email address like ann@example.com")
+        }
+        return email
+    }
+
+    /// `+` and 7 to 15 digits (E.164); spaces, dashes, dots and parentheses are dropped. Nil for
+    /// an empty text.
+    static func normalizedPhone(_ text: String) throws(CloudKitError) -> String? {
+        let kept = text.filter { !" -.()".contains($0) }
+        if kept.isEmpty { return nil }
+        let digits = kept.hasPrefix("+") ? kept.dropFirst() : Substring(kept)
+        guard (7...15).contains(digits.count), digits.allSatisfy({ $0.isASCII && $0.isNumber }) else {
+            throw .badRequest(
+                "'\(Names.escaped(text))' is not a phone number; write it with its country code, like +1 555 010 0199")
+        }
+        return "+" + digits
+    }
+
+    // MARK: Membership and the user record
+
+    /// Notes that the user has used the container (discovery finds only members) and makes
+    /// their record in the environment's public database if it is not there yet.
+    func joinContainer(container: String, environment: Environment, user: UserRow, recordName: String, at time: Int64)
+        async throws
+    {
+        try await accounts.join(
+            ContainerMember(container: container, userID: user.id, userRecordName: recordName, discoverable: nil, joinedAt: time))
+        let caller = Caller(
+            container: container, environment: environment,
+            user: Caller.User(id: user.id, name: user.name, recordName: recordName, webAuthToken: ""),
+            deviceID: Names.anonymousDevice)
+        let target = DatabaseTarget(caller: caller, scope: .public)
+        let name: JSON = [WireKey.recordName: .string(recordName)]
+        let found = try await lookupRecords(target, RecordsLookupRequest(body: [WireKey.records: [name]]))
+        guard case .failure(let error)? = found.records.first, error.code == .notFound else { return }
+        // Saved as the user, so its creator (who alone may change it) is the user. A sign-in
+        // beside this one may have made it first: EXISTS then, and nothing to do.
+        _ = try await modifyRecords(
+            target,
+            RecordsModifyRequest(body: [
+                WireKey.operations: [
+                    [
+                        WireKey.operationType: "create",
+                        WireKey.record: [WireKey.recordName: .string(recordName), WireKey.recordType: .string(Names.usersRecordType)],
+                    ]
+                ]
+            ]))
+    }
+
+    /// Who may write a user record (type Users, named by a user record name): the user it
+    /// belongs to, never to delete it; and a user record name names nothing else, so no one can
+    /// take a user's name before their record is made. The administrator (a server-to-server
+    /// key) is not asked.
+    static func checkUserRecordWrite(_ recordName: String, recordType: String?, deleting: Bool, caller: Caller) throws(CloudKitError) {
+        if let recordType, recordType != Names.usersRecordType {
+            throw CloudKitError(
+                .badRequest,
+                "'\(recordName)' is a user record name ('_' and 32 hex digits): it names a record of type Users, not '\(recordType)'",
+                recordName: recordName)
+        }
+        if deleting {
+            throw CloudKitError(
+                .accessDenied, "user record '\(recordName)' lasts as long as its account; clear its fields instead of deleting it",
+                recordName: recordName)
+        }
+        guard caller.user?.recordName == recordName else {
+            throw CloudKitError(
+                .accessDenied,
+                "records of type Users are the users' own: each user may save only the one named by their user record name (users/caller)",
+                recordName: recordName)
+        }
+    }
+
+    /// A query of the Users type is answered only on fields the schema grants QUERYABLE
+    /// (none are until the developer grants them), so the user directory cannot be listed.
+    static func checkUserDirectoryQuery(_ request: RecordsQueryRequest, schema: SchemaMap) throws(CloudKitError) {
+        let queryable = SchemaFieldRow.Indexes.queryable
+        guard let first = request.filters.first else {
+            throw CloudKitError.badRequest(
+                "query.filterBy: a query of Users needs a filter on a field with a QUERYABLE index; grant one with `nimbus schema index --record-type Users --field NAME --set queryable`")
+        }
+        for filter in [first] + request.filters.dropFirst() {
+            let field = filter.fieldName ?? ""
+            guard (schema[field]?.indexes ?? 0) & queryable != 0 else {
+                throw CloudKitError.badRequest(
+                    "\(filter.path): field '\(field)' of Users has no QUERYABLE index; user records are not queryable unless you grant one (`nimbus schema index --record-type Users --field \(field) --set queryable`)")
+            }
+        }
+    }
+
+    // MARK: users/caller, users/current
+
+    /// The caller's identity: their record name, lookup info and name (their own, so all of it).
+    public func callerIdentity(_ caller: Caller) async throws -> UserIdentity {
+        if let key = caller.serverKey {
+            return UserIdentity(userRecordName: key.recordName, lookupInfo: UserLookupInfo(userRecordName: key.recordName))
+        }
+        let user = try caller.requireUser(for: "users/caller")
+        let profile = try await accounts.profile(userID: user.id) ?? UserProfile()
+        return UserIdentity(
+            userRecordName: user.recordName,
+            lookupInfo: UserLookupInfo(
+                emailAddress: profile.emailAddress, phoneNumber: profile.phoneNumber, userRecordName: user.recordName),
+            nameComponents: profile.nameComponents.isEmpty ? NameComponents(nickname: user.name) : profile.nameComponents)
+    }
+
+    /// `users/current`: the record name, and the name when the caller is discoverable.
+    public func currentUser(_ caller: Caller) async throws -> LegacyUser {
+        let user = try caller.requireUser(for: "users/current")
+        guard try await discoverabilityStatus(caller) == .granted, let profile = try await accounts.profile(userID: user.id) else {
+            return LegacyUser(userRecordName: user.recordName)
+        }
+        return LegacyUser(
+            userRecordName: user.recordName, firstName: profile.nameComponents.givenName,
+            lastName: profile.nameComponents.familyName)
+    }
+
+    // MARK: Discoverability
+
+    /// The caller's discoverability in the container, after setting it when `discoverable` is
+    /// given. `denied` whatever the user chose while the container has discovery turned off.
+    public func discoverability(_ caller: Caller, set discoverable: Bool?) async throws -> DiscoverabilityStatus {
+        let user = try caller.requireUser(for: "Discoverability")
+        if let discoverable {
+            if try await !accounts.setDiscoverable(container: caller.container, userID: user.id, discoverable) {
+                // Members are made at sign-in; a session from before memberships existed joins now.
+                try await accounts.join(
+                    ContainerMember(
+                        container: caller.container, userID: user.id, userRecordName: user.recordName,
+                        discoverable: discoverable, joinedAt: now))
+            }
+        }
+        return try await discoverabilityStatus(caller)
+    }
+
+    private func discoverabilityStatus(_ caller: Caller) async throws -> DiscoverabilityStatus {
+        let user = try caller.requireUser(for: "Discoverability")
+        guard try await accounts.userDiscovery(container: caller.container) else { return .denied }
+        switch try await accounts.member(container: caller.container, userID: user.id)?.discoverable {
+        case true?: return .granted
+        case false?: return .denied
+        case nil: return .initialState
+        }
+    }
+
+    /// Turns discovery on or off for a whole container (on unless turned off).
+    public func setUserDiscovery(container: String, enabled: Bool) async throws {
+        guard try await accounts.setUserDiscovery(container: container, enabled: enabled) else {
+            throw CloudKitError(.notFound, "container '\(Names.escaped(container))' does not exist")
+        }
+    }
+
+    // MARK: Discovery
+
+    /// Who may look users up: a signed-in user or a server-to-server key.
+    private func requireDiscoverer(_ caller: Caller, for what: String) throws(CloudKitError) {
+        if caller.serverKey == nil { _ = try caller.requireUser(for: what) }
+    }
+
+    /// The members the lookups find who let themselves be discovered, by lookup; nobody while
+    /// the container has discovery turned off.
+    private func discoverable(_ lookups: [UserLookupInfo], container: String) async throws -> [UserLookupInfo: DirectoryEntry] {
+        guard try await accounts.userDiscovery(container: container) else { return [:] }
+        var keys: [(UserLookupInfo, UserLookup)] = []
+        for info in lookups {
+            if let email = info.emailAddress, let normalized = try? Self.normalizedEmail(email) {
+                keys.append((info, .email(normalized)))
+            } else if let phone = info.phoneNumber, let normalized = try? Self.normalizedPhone(phone) {
+                keys.append((info, .phone(normalized)))
+            } else if let name = info.userRecordName {
+                keys.append((info, .recordName(name)))
+            }
+        }
+        let entries = try await accounts.directory(container: container, lookups: keys.map(\.1))
+            .filter { $0.member.discoverable == true }
+        var found: [UserLookupInfo: DirectoryEntry] = [:]
+        for (info, key) in keys {
+            let entry = entries.first { entry in
+                switch key {
+                case .email(let email): entry.profile.emailAddress == email
+                case .phone(let phone): entry.profile.phoneNumber == phone
+                case .recordName(let name): entry.member.userRecordName == name
+                }
+            }
+            if let entry { found[info] = entry }
+        }
+        return found
+    }
+
+    /// `users/discover` (POST): an identity per lookup, in order. A discoverable member comes
+    /// back whole; for anyone else (unknown, not a member, not discoverable) only the lookup
+    /// info asked about, so the answer tells nothing of who has an account.
+    public func discoverUsers(_ caller: Caller, _ request: DiscoverUsersRequest) async throws -> UserIdentitiesResponse {
+        try requireDiscoverer(caller, for: "users/discover")
+        let found = try await discoverable(request.lookupInfos, container: caller.container)
+        return UserIdentitiesResponse(
+            users: request.lookupInfos.map { info in
+                guard let entry = found[info] else { return UserIdentity(lookupInfo: info) }
+                var lookupInfo = info
+                lookupInfo.userRecordName = entry.member.userRecordName
+                return UserIdentity(
+                    userRecordName: entry.member.userRecordName, lookupInfo: lookupInfo,
+                    nameComponents: entry.profile.nameComponents)
+            })
+    }
+
+    /// `users/discover` (GET): the members who made themselves discoverable, the first
+    /// `Limits.resultsPerPage` of them (Nimbus has no address book to narrow them by).
+    public func discoverAllUsers(_ caller: Caller) async throws -> UserIdentitiesResponse {
+        try requireDiscoverer(caller, for: "users/discover")
+        guard try await accounts.userDiscovery(container: caller.container) else { return UserIdentitiesResponse(users: []) }
+        let entries = try await accounts.discoverableMembers(container: caller.container, limit: Limits.resultsPerPage.value)
+        return UserIdentitiesResponse(
+            users: entries.map { entry in
+                UserIdentity(
+                    userRecordName: entry.member.userRecordName,
+                    lookupInfo: UserLookupInfo(userRecordName: entry.member.userRecordName),
+                    nameComponents: entry.profile.nameComponents)
+            })
+    }
+
+    /// `users/lookup/email` and `users/lookup/id` (deprecated forms): the discoverable users
+    /// found, in request order; the others are left out.
+    public func lookUpUsers(_ caller: Caller, _ request: LegacyLookupRequest, byEmail: Bool) async throws -> LegacyUsersResponse {
+        try requireDiscoverer(caller, for: byEmail ? "users/lookup/email" : "users/lookup/id")
+        for (index, info) in request.users.enumerated() where (byEmail ? info.emailAddress : info.userRecordName) == nil {
+            throw CloudKitError.badRequest(
+                "missing required key 'users[\(index)].\(byEmail ? WireKey.emailAddress : WireKey.userRecordName)'")
+        }
+        let infos = request.users.map {
+            byEmail ? UserLookupInfo(emailAddress: $0.emailAddress) : UserLookupInfo(userRecordName: $0.userRecordName)
+        }
+        let found = try await discoverable(infos, container: caller.container)
+        return LegacyUsersResponse(
+            users: infos.compactMap { info in
+                found[info].map { entry in
+                    LegacyUser(
+                        userRecordName: entry.member.userRecordName, firstName: entry.profile.nameComponents.givenName,
+                        lastName: entry.profile.nameComponents.familyName,
+                        emailAddress: byEmail ? entry.profile.emailAddress : nil)
+                }
+            })
+    }
+}
