@@ -140,6 +140,123 @@ struct Keys: AsyncParsableCommand {
     }
 }
 
+struct Roles: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Manage the public database's security roles (docs/roles.md).",
+        subcommands: [List.self, Create.self, Grant.self, Revoke.self, Assign.self])
+
+    struct Scope: ParsableArguments {
+        @Option(help: "The container.") var container: String
+        @Option(help: "development or production.") var environment: String = "development"
+    }
+
+    /// `create,read,write` as permissions.
+    static func permissions(_ text: String) throws -> RecordPermissions {
+        var permissions: RecordPermissions = []
+        for word in text.split(separator: ",") {
+            switch word.trimmingCharacters(in: .whitespaces).lowercased() {
+            case "create": permissions.insert(.create)
+            case "read": permissions.insert(.read)
+            case "write": permissions.insert(.write)
+            default: throw ValidationError("unknown permission '\(word)'; use create, read and write, separated by commas")
+            }
+        }
+        guard !permissions.isEmpty else { throw ValidationError("name at least one of create, read, write") }
+        return permissions
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List the roles, each record type's grants, and who has which role.")
+        @OptionGroup var data: DataOptions
+        @OptionGroup var scope: Scope
+
+        func run() async throws {
+            do {
+                let security = try await data.open().service.security(
+                    container: scope.container, environment: try parseEnvironment(scope.environment))
+                print("roles: \(security.roles.joined(separator: ", "))")
+                for (recordType, grants) in security.grants.sorted(by: { $0.key < $1.key }) {
+                    let granted = grants.sorted { $0.key < $1.key }.filter { !$0.value.isEmpty }
+                        .map { "\($0.key) \(SecurityRoles.names($0.value))" }
+                    print("\(recordType): \(granted.joined(separator: "; "))")
+                }
+                for (userID, roles) in security.assignments.sorted(by: { $0.key < $1.key }) {
+                    print("user #\(userID): \(roles.sorted().joined(separator: ", "))")
+                }
+            } catch { throw reportFailure(error) }
+        }
+    }
+
+    struct Create: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Create a custom role.")
+        @OptionGroup var data: DataOptions
+        @OptionGroup var scope: Scope
+        @Argument(help: "The role's name: a letter, then letters, digits or _.") var name: String
+
+        func run() async throws {
+            do {
+                try await data.open().service.createRole(
+                    container: scope.container, environment: try parseEnvironment(scope.environment), name: name)
+                print(name)
+            } catch { throw reportFailure(error) }
+        }
+    }
+
+    struct Grant: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Let a role create, read or write a record type's records.")
+        @OptionGroup var data: DataOptions
+        @OptionGroup var scope: Scope
+        @Argument(help: "The role: _world, _icloud, _creator or a custom one.") var role: String
+        @Option(help: "The record type.") var recordType: String
+        @Option(help: "Comma-separated: create, read, write.") var permissions: String
+
+        func run() async throws {
+            do {
+                try await data.open().service.changeGrant(
+                    container: scope.container, environment: try parseEnvironment(scope.environment), recordType: recordType,
+                    role: role, permissions: try Roles.permissions(permissions), granting: true)
+                print("granted \(permissions) on \(recordType) to \(role)")
+            } catch { throw reportFailure(error) }
+        }
+    }
+
+    struct Revoke: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Take permissions on a record type back from a role.")
+        @OptionGroup var data: DataOptions
+        @OptionGroup var scope: Scope
+        @Argument(help: "The role.") var role: String
+        @Option(help: "The record type.") var recordType: String
+        @Option(help: "Comma-separated: create, read, write.") var permissions: String
+
+        func run() async throws {
+            do {
+                try await data.open().service.changeGrant(
+                    container: scope.container, environment: try parseEnvironment(scope.environment), recordType: recordType,
+                    role: role, permissions: try Roles.permissions(permissions), granting: false)
+                print("revoked \(permissions) on \(recordType) from \(role)")
+            } catch { throw reportFailure(error) }
+        }
+    }
+
+    struct Assign: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Give a user a custom role (or take it back with --remove).")
+        @OptionGroup var data: DataOptions
+        @OptionGroup var scope: Scope
+        @Argument(help: "The role.") var role: String
+        @Option(help: "The user's name.") var user: String
+        @Flag(help: "Take the role back.") var remove = false
+
+        func run() async throws {
+            do {
+                try await data.open().service.assignRole(
+                    container: scope.container, environment: try parseEnvironment(scope.environment), userName: user, role: role,
+                    assigned: !remove)
+                print(remove ? "\(user) no longer has \(role)" : "\(user) has \(role)")
+            } catch { throw reportFailure(error) }
+        }
+    }
+}
+
 struct Users: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Manage user accounts.", subcommands: [Create.self, SignOut.self])
@@ -228,9 +345,11 @@ struct Schema: AsyncParsableCommand {
         @Option(help: "development or production.") var environment: String = "development"
 
         func run() async throws {
-            let schema = try await data.open().service.schema(
-                container: container, environment: try parseEnvironment(environment))
+            let service = try await data.open().service
+            let schema = try await service.schema(container: container, environment: try parseEnvironment(environment))
+            let security = try await service.security(container: container, environment: try parseEnvironment(environment))
             print("DEFINE SCHEMA")
+            for role in security.roles where !SecurityRoles.builtIn.contains(role) { print("\n    CREATE ROLE \(role);") }
             for recordType in schema.recordTypes {
                 let fields = schema.fields.filter { $0.recordType == recordType }
                 let lines = fields.map { field -> String in
@@ -244,8 +363,11 @@ struct Schema: AsyncParsableCommand {
                     let name = field.fieldName.hasPrefix("___") ? "\"\(field.fieldName)\"" : field.fieldName
                     return (["    \(name)", type] + options).joined(separator: " ")
                 }
+                let grants = (security.grants[recordType] ?? [:]).sorted { $0.key < $1.key }.flatMap { role, permissions in
+                    SecurityRoles.names(permissions).split(separator: ",").map { "    GRANT \($0.trimmingCharacters(in: .whitespaces)) TO \"\(role)\"" }
+                }
                 print("\n    RECORD TYPE \(recordType) (")
-                print(lines.map { "    \($0)" }.joined(separator: ",\n"))
+                print((lines + grants).map { "    \($0)" }.joined(separator: ",\n"))
                 print("    );")
             }
         }
@@ -259,7 +381,8 @@ struct Schema: AsyncParsableCommand {
         func run() async throws {
             do {
                 let added = try await data.open().service.deploySchema(container: container)
-                print("deployed: \(added.recordTypes) new record type(s), \(added.fields) new field(s) in production")
+                print(
+                    "deployed: \(added.recordTypes) new record type(s), \(added.fields) new field(s), \(added.roles) new role(s) in production")
             } catch { throw reportFailure(error) }
         }
     }

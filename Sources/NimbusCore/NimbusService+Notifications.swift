@@ -68,7 +68,8 @@ extension NimbusService {
             do {
                 // A read first: an empty outbox (every poll, most wake-ups after a drain) costs no write.
                 guard try await !storage.read({ try $0.outbox(limit: 1) }).isEmpty else { return }
-                drained = try await storage.write { tx in try self.matchOutbox(tx) }
+                let security = try await securityState()
+                drained = try await storage.write { tx in try self.matchOutbox(tx, security: security) }
             } catch {
                 logger.error("the change outbox could not be drained; it is tried again", metadata: ["error": "\(error)"])
                 return
@@ -140,7 +141,7 @@ extension NimbusService {
 
     /// Matches the oldest outbox entries, stores their notifications and removes them, in the
     /// caller's transaction.
-    private func matchOutbox(_ tx: any StorageWriter) throws -> OutboxDrain {
+    private func matchOutbox(_ tx: any StorageWriter, security: SecurityState) throws -> OutboxDrain {
         let version = try refreshSubscriptionIndex(tx)
         let entries = try tx.outbox(limit: Self.outboxBatch)
         var drain = OutboxDrain(entries: entries.count)
@@ -159,8 +160,11 @@ extension NimbusService {
             }
             let started = ContinuousClock.now
             let matches = notificationHub.index.withLock { $0.matches(committed) }.filter { match in
+                // No notification about a record its receiver may not read (docs/roles.md).
+                guard mayReceive(match, security: security) else { return false }
                 // A firesOnce subscription fires once, even if later entries of this drain match it too.
-                !match.subscription.firesOnce || spent[match.subscription.databaseID, default: []].insert(match.subscription.key).inserted
+                return !match.subscription.firesOnce
+                    || spent[match.subscription.databaseID, default: []].insert(match.subscription.key).inserted
             }
             drain.matchingNanoseconds += (ContinuousClock.now - started).wholeNanoseconds
             drain.notificationsStored += try storeNotifications(for: matches, of: committed, at: now, tx: tx)

@@ -24,6 +24,7 @@ extension NimbusService {
         let key = try target.key()
         if target.scope == .shared { return RecordsResponse(records: []) }
         let database = try await databaseForReading(key)
+        let access = try await publicAccess(target)
         return try await storage.read(.scan) { tx in
             let zones: [ZoneRow]
             if request.zoneWide {
@@ -39,7 +40,20 @@ extension NimbusService {
             if target.scope == .public, request.recordType == Names.usersRecordType {
                 try Self.checkUserDirectoryQuery(request, schema: schema)
             }
-            let conditions = try request.filters.map { try self.condition($0, schema: schema, locked: locked) }
+            var conditions = try request.filters.map { try self.condition($0, schema: schema, locked: locked) }
+            // The public database's security roles (docs/roles.md): a type only its creators read
+            // answers the caller's own records.
+            switch access?.queryReach(request.recordType) {
+            case .ownRecords(let own)?:
+                let createdBy = SystemField.createdBy.rawValue
+                if locked, (schema[createdBy]?.indexes ?? 0) & SchemaFieldRow.Indexes.queryable == 0 {
+                    throw CloudKitError.badRequest(
+                        "query: only creators read records of type '\(request.recordType)', so a query answers the caller's own, which in production needs a QUERYABLE index on \(createdBy) (`nimbus schema index --environment production --record-type \(request.recordType) --field \(createdBy) --set queryable`)")
+                }
+                conditions.append(.compare(field: createdBy, scope: .scalar, .equal, .text(own)))
+            case .denied?: try access?.require(.read, request.recordType, creator: nil)
+            case .all?, nil: break
+            }
             let sorts = try request.sorts.map { try self.sortKey($0, schema: schema, locked: locked) }
             let binding = self.cursorBinding(request, databaseID: database.id, zones: zones)
             var after: QueryPosition?

@@ -33,6 +33,7 @@ extension NimbusService {
         let key = try target.key()
         try target.caller.requireWriter(for: "Saving records")
         if target.scope == .shared { throw zoneNotFound(request.zoneID, detail: "nothing is shared with you yet") }
+        let access = try await publicAccess(target)
         let stamp = ChangeStamp(
             timestamp: now, userRecordName: target.caller.stampUserRecordName, deviceID: target.caller.deviceID)
         let outcome: [Result<RecordEntry, CloudKitError>]
@@ -56,7 +57,7 @@ extension NimbusService {
                         func applyOne() throws -> RecordEntry {
                             try self.apply(
                                 operation, request: request, zone: zone, database: database, target: target,
-                                stamp: stamp, schema: schema, seenNames: &seenNames, log: log, tx: tx)
+                                access: access, stamp: stamp, schema: schema, seenNames: &seenNames, log: log, tx: tx)
                         }
                         guard isolated else {
                             slots[index] = .success(try applyOne())
@@ -111,7 +112,7 @@ extension NimbusService {
 
     private func apply(
         _ operation: RecordOperationInput, request: RecordsModifyRequest, zone: ZoneRow, database: DatabaseRow,
-        target: DatabaseTarget, stamp: ChangeStamp, schema: SchemaResolver, seenNames: inout Set<String>,
+        target: DatabaseTarget, access: PublicAccess?, stamp: ChangeStamp, schema: SchemaResolver, seenNames: inout Set<String>,
         log: ChangeLog, tx: any StorageWriter
     ) throws -> RecordEntry {
         let input = operation.record
@@ -129,12 +130,8 @@ extension NimbusService {
         let existing = stored.flatMap { $0.isDeleted ? nil : $0 }
 
         if let existing {
-            if target.scope == .public, !target.caller.isAdministrator,
-                existing.created.userRecordName != target.caller.stampUserRecordName
-            {
-                throw CloudKitError(
-                    .accessDenied, "only the creator of record '\(recordName)' may change or delete it", recordName: recordName)
-            }
+            // The public database's security roles (docs/roles.md): by default only the creator writes.
+            try access?.require(.write, existing.recordType, creator: existing.created.userRecordName, recordName: recordName)
             if type.checksChangeTag {
                 guard let tag = input.recordChangeTag else {
                     throw CloudKitError(
@@ -187,6 +184,7 @@ extension NimbusService {
                 throw CloudKitError(.badRequest, "missing required key '\(path).recordType' to create record '\(recordName)'", recordName: recordName)
             }
             recordType = requested
+            try access?.require(.create, recordType, creator: nil, recordName: recordName)
         }
         try schema.admitRecordType(recordType, path: "\(path).recordType")
 
@@ -238,12 +236,16 @@ extension NimbusService {
         let key = try target.key()
         if target.scope == .shared { throw zoneNotFound(request.zoneID, detail: "nothing is shared with you yet") }
         let database = try await databaseForReading(key)
+        let access = try await publicAccess(target)
         return try await storage.read { tx in
             let zone = try self.resolveZone(request.zoneID, in: database, target: target, tx: tx)
             let results: [ItemResult<RecordEntry>] = try request.records.map { lookup in
                 guard let row = try tx.record(zoneID: zone.id, name: lookup.recordName), !row.isDeleted else {
                     return .failure(
                         CloudKitError(.notFound, "record '\(lookup.recordName)' does not exist", recordName: lookup.recordName))
+                }
+                if let access, !access.permissions(row.recordType, creator: row.created.userRecordName).contains(.read) {
+                    return .failure(access.refusal(.read, row.recordType, recordName: row.recordName))
                 }
                 return .success(
                     .record(

@@ -16,10 +16,16 @@ extension NimbusService {
         }
     }
 
-    /// Copies the development schema into production. Additive only: a field whose type
-    /// differs between the two refuses the whole deploy, which changes nothing.
-    /// Returns how many record types and fields were new in production.
-    public func deploySchema(container: String) async throws -> (recordTypes: Int, fields: Int) {
+    /// Copies the development schema into production, its security roles and grants included
+    /// (docs/roles.md). Additive only: a field whose type differs between the two refuses the
+    /// whole deploy, which changes nothing. Returns how many record types, fields and roles
+    /// were new in production.
+    public func deploySchema(container: String) async throws -> (recordTypes: Int, fields: Int, roles: Int) {
+        let (recordTypes, fields) = try await deployRecordTypes(container: container)
+        return (recordTypes, fields, try await deploySecurity(container: container))
+    }
+
+    private func deployRecordTypes(container: String) async throws -> (recordTypes: Int, fields: Int) {
         try await storage.write { tx in
             guard try tx.container(id: container) != nil else {
                 throw CloudKitError(.notFound, "container '\(Names.escaped(container))' does not exist")

@@ -41,6 +41,7 @@ extension NimbusService {
         let user = try target.caller.requireUser(for: "Subscriptions")
         let key = try target.key()
         let now = self.now
+        let access = try await publicAccess(target)
         let (results, changes, versions) = try await storage.write { tx in
             let before = try tx.subscriptionsVersion()
             let database = try tx.ensureDatabase(key)
@@ -81,6 +82,11 @@ extension NimbusService {
                                 }
                             }
                             try self.checkScope(input, target: target, database: database, tx: tx)
+                            // A subscription to records the caller may not read at all would
+                            // never fire (docs/roles.md): refused, saying why.
+                            if let access, let recordType = input.recordType, case .denied = access.queryReach(recordType) {
+                                throw access.refusal(.read, recordType)
+                            }
                             let row = SubscriptionRow(
                                 databaseID: database.id, database: key, userID: user.id, subscriptionID: input.subscriptionID,
                                 definition: input.json.serialized(), createdAt: existing?.createdAt ?? now)

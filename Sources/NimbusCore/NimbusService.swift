@@ -41,6 +41,7 @@ public final class NimbusService: Sendable {
     var logger: Logger { options.logger }
     let keys: DerivedKeys
     let credentialCache = CredentialCache()
+    let securityCache = SecurityCache()
     let signInThrottle: SignInThrottle
     let knownDatabases = KnownDatabases()
     /// Committed changes on their way to subscription matching and delivery.

@@ -201,6 +201,74 @@ struct PostgresAccountStore: AccountStore {
         ).isEmpty
     }
 
+    func securityState() async throws -> SecurityState {
+        // One statement: the three tables as one row set, told apart by their first column.
+        let rows = try await storage.rows(
+            """
+            SELECT 0, container, environment, name, NULL::bigint, NULL::integer FROM security_roles
+            UNION ALL
+            SELECT 1, container, environment, record_type || ' ' || role, NULL, permissions FROM security_grants
+            UNION ALL
+            SELECT 2, container, environment, role, user_id, NULL FROM role_assignments
+            """)
+        var state = SecurityState()
+        for row in rows {
+            let (kind, container, environment, text, userID, permissions) = try row.decode(
+                (Int32, String, String, String, Int64?, Int32?).self)
+            let key = SecurityState.ScopeKey(container: container, environment: Environment(rawValue: environment) ?? .development)
+            switch kind {
+            case 0: state.scopes[key, default: SecurityScope()].roles.insert(text)
+            case 1:
+                // Record types and roles are identifiers: a space cannot be in either.
+                let parts = text.split(separator: " ", maxSplits: 1).map(String.init)
+                guard parts.count == 2 else { continue }
+                state.scopes[key, default: SecurityScope()].grants[parts[0], default: [:]][parts[1]] =
+                    RecordPermissions(rawValue: Int(permissions ?? 0))
+            default:
+                if let userID { state.scopes[key, default: SecurityScope()].assignments[userID, default: []].insert(text) }
+            }
+        }
+        return state
+    }
+
+    func createRole(container: String, environment: Environment, name: String, createdAt: Int64) async throws -> Bool {
+        try await !storage.rows(
+            """
+            INSERT INTO security_roles (container, environment, name, created_at)
+            VALUES (\(container), \(environment.rawValue), \(name), \(createdAt))
+            ON CONFLICT DO NOTHING RETURNING 1
+            """
+        ).isEmpty
+    }
+
+    func setGrant(container: String, environment: Environment, _ grant: SecurityGrant) async throws {
+        try await storage.rows(
+            """
+            INSERT INTO security_grants (container, environment, record_type, role, permissions)
+            VALUES (\(container), \(environment.rawValue), \(grant.recordType), \(grant.role), \(Int32(grant.permissions.rawValue)))
+            ON CONFLICT (container, environment, record_type, role) DO UPDATE SET permissions = excluded.permissions
+            """)
+    }
+
+    func assignRole(container: String, environment: Environment, userID: Int64, role: String, assigned: Bool) async throws -> Bool {
+        if assigned {
+            return try await !storage.rows(
+                """
+                INSERT INTO role_assignments (container, environment, user_id, role)
+                VALUES (\(container), \(environment.rawValue), \(userID), \(role))
+                ON CONFLICT DO NOTHING RETURNING 1
+                """
+            ).isEmpty
+        }
+        return try await !storage.rows(
+            """
+            DELETE FROM role_assignments
+            WHERE container = \(container) AND environment = \(environment.rawValue) AND user_id = \(userID) AND role = \(role)
+            RETURNING 1
+            """
+        ).isEmpty
+    }
+
     static let memberColumns = "m.container, m.user_id, m.record_name, m.discoverable, m.joined_at"
 
     private static func member(_ columns: (String, Int64, String, Bool?, Int64)) -> ContainerMember {

@@ -359,5 +359,39 @@ enum PostgresMigrations {
                 """,
             ]
         ),
+        (
+            "v5-security-roles",
+            [
+                // Security roles of the public database (docs/roles.md): small reference tables.
+                """
+                CREATE TABLE security_roles (
+                    container text COLLATE "C" NOT NULL,
+                    environment text NOT NULL,
+                    name text COLLATE "C" NOT NULL,
+                    created_at bigint NOT NULL,
+                    PRIMARY KEY (container, environment, name)
+                )
+                """,
+                """
+                CREATE TABLE security_grants (
+                    container text COLLATE "C" NOT NULL,
+                    environment text NOT NULL,
+                    record_type text COLLATE "C" NOT NULL,
+                    role text COLLATE "C" NOT NULL,
+                    permissions integer NOT NULL,
+                    PRIMARY KEY (container, environment, record_type, role)
+                )
+                """,
+                """
+                CREATE TABLE role_assignments (
+                    container text COLLATE "C" NOT NULL,
+                    environment text NOT NULL,
+                    user_id bigint NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+                    role text COLLATE "C" NOT NULL,
+                    PRIMARY KEY (container, environment, user_id, role)
+                )
+                """,
+            ]
+        ),
     ]
 }

@@ -378,5 +378,34 @@ enum Migrations {
                     );
                     """)
         }
+        migrator.registerMigration("v14-security-roles") { db in
+            try db.execute(
+                sql: """
+                    -- Security roles of the public database (docs/roles.md), per container environment.
+                    CREATE TABLE security_roles (
+                        container TEXT NOT NULL,
+                        environment TEXT NOT NULL,
+                        name TEXT NOT NULL,
+                        created_at INTEGER NOT NULL,
+                        PRIMARY KEY (container, environment, name)
+                    );
+                    -- A record type with rows here has exactly these grants; without, the defaults.
+                    CREATE TABLE security_grants (
+                        container TEXT NOT NULL,
+                        environment TEXT NOT NULL,
+                        record_type TEXT NOT NULL,
+                        role TEXT NOT NULL,
+                        permissions INTEGER NOT NULL,
+                        PRIMARY KEY (container, environment, record_type, role)
+                    );
+                    CREATE TABLE role_assignments (
+                        container TEXT NOT NULL,
+                        environment TEXT NOT NULL,
+                        user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+                        role TEXT NOT NULL,
+                        PRIMARY KEY (container, environment, user_id, role)
+                    );
+                    """)
+        }
     }
 }

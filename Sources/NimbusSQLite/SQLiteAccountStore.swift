@@ -228,6 +228,60 @@ struct SQLiteAccountStore: AccountStore {
             return tx.db.changesCount > 0
         }
     }
+
+    func securityState() async throws -> SecurityState {
+        try storage.readPoint { tx in
+            var state = SecurityState()
+            func key(_ row: Row) -> SecurityState.ScopeKey {
+                SecurityState.ScopeKey(container: row[0], environment: Environment(rawValue: row[1]) ?? .development)
+            }
+            for row in try tx.fetchRows("SELECT container, environment, name FROM security_roles") {
+                state.scopes[key(row), default: SecurityScope()].roles.insert(row[2])
+            }
+            for row in try tx.fetchRows("SELECT container, environment, record_type, role, permissions FROM security_grants") {
+                state.scopes[key(row), default: SecurityScope()].grants[row[2], default: [:]][row[3]] = RecordPermissions(rawValue: row[4])
+            }
+            for row in try tx.fetchRows("SELECT container, environment, user_id, role FROM role_assignments") {
+                state.scopes[key(row), default: SecurityScope()].assignments[row[2], default: []].insert(row[3])
+            }
+            return state
+        }
+    }
+
+    func createRole(container: String, environment: Environment, name: String, createdAt: Int64) async throws -> Bool {
+        try await storage.writeSQLite { tx in
+            try tx.execute(
+                "INSERT OR IGNORE INTO security_roles (container, environment, name, created_at) VALUES (?, ?, ?, ?)",
+                [container, environment.rawValue, name, createdAt])
+            return tx.db.changesCount > 0
+        }
+    }
+
+    func setGrant(container: String, environment: Environment, _ grant: SecurityGrant) async throws {
+        try await storage.writeSQLite { tx in
+            try tx.execute(
+                """
+                INSERT INTO security_grants (container, environment, record_type, role, permissions) VALUES (?, ?, ?, ?, ?)
+                ON CONFLICT (container, environment, record_type, role) DO UPDATE SET permissions = excluded.permissions
+                """,
+                [container, environment.rawValue, grant.recordType, grant.role, grant.permissions.rawValue])
+        }
+    }
+
+    func assignRole(container: String, environment: Environment, userID: Int64, role: String, assigned: Bool) async throws -> Bool {
+        try await storage.writeSQLite { tx in
+            if assigned {
+                try tx.execute(
+                    "INSERT OR IGNORE INTO role_assignments (container, environment, user_id, role) VALUES (?, ?, ?, ?)",
+                    [container, environment.rawValue, userID, role])
+            } else {
+                try tx.execute(
+                    "DELETE FROM role_assignments WHERE container = ? AND environment = ? AND user_id = ? AND role = ?",
+                    [container, environment.rawValue, userID, role])
+            }
+            return tx.db.changesCount > 0
+        }
+    }
 }
 
 /// The statements behind it.

@@ -39,6 +39,16 @@ public protocol AccountStore: Sendable {
     /// Returns false when the container does not exist.
     func setUserDiscovery(container: String, enabled: Bool) async throws -> Bool
 
+    /// Security roles for the public database (docs/roles.md): read whole, and cached by the
+    /// service.
+    func securityState() async throws -> SecurityState
+    /// Returns false when a role of that name exists (nothing is written).
+    func createRole(container: String, environment: Environment, name: String, createdAt: Int64) async throws -> Bool
+    /// Sets what `grant.role` may do with `grant.recordType` (replacing what it had).
+    func setGrant(container: String, environment: Environment, _ grant: SecurityGrant) async throws
+    /// Gives a user a custom role, or takes it back; false when nothing changed.
+    func assignRole(container: String, environment: Environment, userID: Int64, role: String, assigned: Bool) async throws -> Bool
+
     /// Stores a new session and removes sessions last used before `idleBefore`.
     func startSession(_ row: SessionRow, removingSessionsIdleBefore idleBefore: Int64) async throws
     func touchSession(tokenHash: String, at time: Int64) async throws

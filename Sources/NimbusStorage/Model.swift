@@ -260,6 +260,63 @@ public struct DirectoryEntry: Sendable, Hashable {
     }
 }
 
+/// What a security role may do with the records of one type in the public database.
+public struct RecordPermissions: OptionSet, Sendable, Hashable {
+    public let rawValue: Int
+    public init(rawValue: Int) { self.rawValue = rawValue }
+    public static let create = RecordPermissions(rawValue: 1)
+    public static let read = RecordPermissions(rawValue: 2)
+    public static let write = RecordPermissions(rawValue: 4)
+    public static let all: RecordPermissions = [.create, .read, .write]
+}
+
+/// One grant of a record type's security: `role` may do `permissions` with its records.
+public struct SecurityGrant: Sendable, Hashable {
+    public var recordType: String
+    public var role: String
+    public var permissions: RecordPermissions
+
+    public init(recordType: String, role: String, permissions: RecordPermissions) {
+        self.recordType = recordType
+        self.role = role
+        self.permissions = permissions
+    }
+}
+
+/// A container environment's security: its custom roles, the grants of the record types
+/// whose security was set (the others have CloudKit's defaults), and who has which role.
+public struct SecurityScope: Sendable, Hashable {
+    public var roles: Set<String> = []
+    /// By record type, then role.
+    public var grants: [String: [String: RecordPermissions]] = [:]
+    /// Custom roles by user id.
+    public var assignments: [Int64: Set<String>] = [:]
+
+    public init() {}
+}
+
+/// Every container environment's security, read whole (it is small: roles, grants and
+/// assignments of custom roles, never per record).
+public struct SecurityState: Sendable, Hashable {
+    public var scopes: [ScopeKey: SecurityScope] = [:]
+
+    public struct ScopeKey: Sendable, Hashable {
+        public var container: String
+        public var environment: Environment
+
+        public init(container: String, environment: Environment) {
+            self.container = container
+            self.environment = environment
+        }
+    }
+
+    public init() {}
+
+    public subscript(container: String, environment: Environment) -> SecurityScope {
+        scopes[ScopeKey(container: container, environment: environment)] ?? SecurityScope()
+    }
+}
+
 /// A signed-in session (web auth token). Only the token's SHA-256 is stored.
 public struct SessionRow: Sendable, Hashable {
     public var tokenHash: String

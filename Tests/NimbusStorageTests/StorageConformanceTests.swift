@@ -370,6 +370,42 @@ import Testing
     }
 
     @Test(arguments: storeDrivers)
+    func securityRolesGrantsAndAssignmentsRoundTrip(driver: StoreDriver) async throws {
+        try await driver.run { accounts, _ in
+            #expect(try await accounts.securityState() == SecurityState())
+            guard case .created(let ann) = try await accounts.createUser(name: "ann", passwordHash: "p", createdAt: 1, profile: UserProfile())
+            else { throw TestFailure("the user was not created") }
+            let created = [
+                try await accounts.createRole(container: "c", environment: .development, name: "Admin", createdAt: 1),
+                try await accounts.createRole(container: "c", environment: .development, name: "Admin", createdAt: 2),
+                try await accounts.createRole(container: "c", environment: .production, name: "Admin", createdAt: 3),
+            ]
+            #expect(created == [true, false, true])
+            try await accounts.setGrant(container: "c", environment: .development, SecurityGrant(recordType: "Party", role: "Admin", permissions: .all))
+            try await accounts.setGrant(container: "c", environment: .development, SecurityGrant(recordType: "Party", role: "_world", permissions: .read))
+            try await accounts.setGrant(container: "c", environment: .development, SecurityGrant(recordType: "Party", role: "Admin", permissions: [.read]))
+            let assigned = [
+                try await accounts.assignRole(container: "c", environment: .development, userID: ann.id, role: "Admin", assigned: true),
+                try await accounts.assignRole(container: "c", environment: .development, userID: ann.id, role: "Admin", assigned: true),
+            ]
+            #expect(assigned == [true, false])
+            let state = try await accounts.securityState()
+            let development = state["c", .development]
+            #expect(development.roles == ["Admin"])
+            #expect(development.grants == ["Party": ["Admin": [.read], "_world": .read]])
+            #expect(development.assignments == [ann.id: ["Admin"]])
+            #expect(state["c", .production].roles == ["Admin"] && state["c", .production].grants.isEmpty)
+            #expect(state["other", .development] == SecurityScope())
+            let removed = [
+                try await accounts.assignRole(container: "c", environment: .development, userID: ann.id, role: "Admin", assigned: false),
+                try await accounts.assignRole(container: "c", environment: .development, userID: ann.id, role: "Admin", assigned: false),
+            ]
+            #expect(removed == [true, false])
+            #expect(try await accounts.securityState()["c", .development].assignments.isEmpty)
+        }
+    }
+
+    @Test(arguments: storeDrivers)
     func pushRegistrationsAndCredentialsRoundTrip(driver: StoreDriver) async throws {
         try await driver.run { accounts, push in
             let alice = NotificationOwner(container: "c", environment: .development, userID: 1)
