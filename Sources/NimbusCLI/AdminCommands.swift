@@ -7,20 +7,30 @@ import NimbusWire
 
 struct Containers: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Manage containers.", subcommands: [Create.self, List.self, Discovery.self])
+        abstract: "Manage containers.", subcommands: [Create.self, List.self, Set.self])
 
-    struct Discovery: AsyncParsableCommand {
+    struct Set: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Turn user discovery on or off for a container (on by default; each user still opts in).")
+            abstract: "Change a container's settings: user discovery (on by default; each user still opts in) and self-service sign-up (off by default).")
         @OptionGroup var data: DataOptions
         @Argument(help: "The container.") var container: String
-        @Argument(help: "on or off.") var setting: String
+        @Option(help: "on or off: whether users may be discovered at all.") var userDiscovery: String?
+        @Option(help: "on or off: whether people may make their own accounts.") var signUp: String?
+
+        static func setting(_ text: String, _ name: String) throws -> Bool {
+            guard ["on", "off"].contains(text) else { throw ValidationError("--\(name) is on or off, not \(text)") }
+            return text == "on"
+        }
 
         func run() async throws {
-            guard ["on", "off"].contains(setting) else { throw ValidationError("the setting is on or off, not \(setting)") }
+            guard userDiscovery != nil || signUp != nil else { throw ValidationError("name a setting: --user-discovery or --sign-up") }
             do {
-                try await data.open().service.setUserDiscovery(container: container, enabled: setting == "on")
-                print("user discovery \(setting) for \(container)")
+                let service = try await data.open().service
+                if let userDiscovery {
+                    try await service.setUserDiscovery(container: container, enabled: try Self.setting(userDiscovery, "user-discovery"))
+                }
+                if let signUp { try await service.setSignUp(container: container, enabled: try Self.setting(signUp, "sign-up")) }
+                print("settings changed for \(container)")
             } catch { throw reportFailure(error) }
         }
     }

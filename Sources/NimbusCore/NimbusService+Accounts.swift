@@ -221,6 +221,27 @@ extension NimbusService {
         return (token, recordName)
     }
 
+    /// Self-service sign-up (docs/identities.md): makes the account and signs it in, where the
+    /// container allows it (`nimbus containers sign-up C on`). Attempts count against the
+    /// client address's sign-in allowance, so accounts cannot be made in bulk.
+    public func signUp(
+        container: String, environment: Environment, apiToken: String?, _ request: SignUpRequest, clientAddress: String? = nil
+    ) async throws -> (webAuthToken: String, userRecordName: String) {
+        _ = try await authenticate(
+            container: container, environment: environment, apiToken: apiToken, webAuthToken: nil, deviceID: "")
+        guard try await accounts.containerSettings(container: container).signUp else {
+            throw CloudKitError(
+                .accessDenied, "this container does not let people sign up; its operator makes accounts (nimbus users create)")
+        }
+        try signInThrottle.admit(address: clientAddress, account: request.username, now: now)
+        _ = try await createUser(
+            name: request.username, password: request.password,
+            profile: UserProfile(emailAddress: request.emailAddress, phoneNumber: request.phoneNumber, nameComponents: request.nameComponents))
+        return try await signIn(
+            container: container, environment: environment, apiToken: apiToken, userName: request.username,
+            password: request.password, clientAddress: clientAddress)
+    }
+
     /// Ends the session of this web auth token.
     public func signOut(webAuthToken: String) async throws {
         let hash = Credentials.tokenHash(webAuthToken)

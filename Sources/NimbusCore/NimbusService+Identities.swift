@@ -166,7 +166,7 @@ extension NimbusService {
 
     private func discoverabilityStatus(_ caller: Caller) async throws -> DiscoverabilityStatus {
         let user = try caller.requireUser(for: "Discoverability")
-        guard try await accounts.userDiscovery(container: caller.container) else { return .denied }
+        guard try await accounts.containerSettings(container: caller.container).userDiscovery else { return .denied }
         switch try await accounts.member(container: caller.container, userID: user.id)?.discoverable {
         case true?: return .granted
         case false?: return .denied
@@ -176,7 +176,18 @@ extension NimbusService {
 
     /// Turns discovery on or off for a whole container (on unless turned off).
     public func setUserDiscovery(container: String, enabled: Bool) async throws {
-        guard try await accounts.setUserDiscovery(container: container, enabled: enabled) else {
+        try await changeSettings(container: container) { $0.userDiscovery = enabled }
+    }
+
+    /// Turns self-service sign-up on or off for a container (off unless turned on).
+    public func setSignUp(container: String, enabled: Bool) async throws {
+        try await changeSettings(container: container) { $0.signUp = enabled }
+    }
+
+    private func changeSettings(container: String, _ change: (inout ContainerSettings) -> Void) async throws {
+        var settings = try await accounts.containerSettings(container: container)
+        change(&settings)
+        guard try await accounts.setContainerSettings(container: container, settings) else {
             throw CloudKitError(.notFound, "container '\(Names.escaped(container))' does not exist")
         }
     }
@@ -191,7 +202,7 @@ extension NimbusService {
     /// The members the lookups find who let themselves be discovered, by lookup; nobody while
     /// the container has discovery turned off.
     private func discoverable(_ lookups: [UserLookupInfo], container: String) async throws -> [UserLookupInfo: DirectoryEntry] {
-        guard try await accounts.userDiscovery(container: container) else { return [:] }
+        guard try await accounts.containerSettings(container: container).userDiscovery else { return [:] }
         var keys: [(UserLookupInfo, UserLookup)] = []
         for info in lookups {
             if let email = info.emailAddress, let normalized = try? Self.normalizedEmail(email) {
@@ -239,7 +250,7 @@ extension NimbusService {
     /// `Limits.resultsPerPage` of them (Nimbus has no address book to narrow them by).
     public func discoverAllUsers(_ caller: Caller) async throws -> UserIdentitiesResponse {
         try requireDiscoverer(caller, for: "users/discover")
-        guard try await accounts.userDiscovery(container: caller.container) else { return UserIdentitiesResponse(users: []) }
+        guard try await accounts.containerSettings(container: caller.container).userDiscovery else { return UserIdentitiesResponse(users: []) }
         let entries = try await accounts.discoverableMembers(container: caller.container, limit: Limits.resultsPerPage.value)
         return UserIdentitiesResponse(
             users: entries.map { entry in

@@ -185,17 +185,19 @@ struct PostgresAccountStore: AccountStore {
         ).map(Self.directoryEntry)
     }
 
-    func userDiscovery(container: String) async throws -> Bool {
-        try await storage.rows("SELECT user_discovery FROM container_settings WHERE container = \(container)")
-            .first?.decode(Bool.self) ?? true
+    func containerSettings(container: String) async throws -> ContainerSettings {
+        guard let row = try await storage.rows("SELECT user_discovery, sign_up FROM container_settings WHERE container = \(container)").first
+        else { return ContainerSettings() }
+        let (discovery, signUp) = try row.decode((Bool, Bool).self)
+        return ContainerSettings(userDiscovery: discovery, signUp: signUp)
     }
 
-    func setUserDiscovery(container: String, enabled: Bool) async throws -> Bool {
+    func setContainerSettings(container: String, _ settings: ContainerSettings) async throws -> Bool {
         try await !storage.rows(
             """
-            INSERT INTO container_settings (container, user_discovery)
-            SELECT id, \(enabled) FROM containers WHERE id = \(container)
-            ON CONFLICT (container) DO UPDATE SET user_discovery = excluded.user_discovery
+            INSERT INTO container_settings (container, user_discovery, sign_up)
+            SELECT id, \(settings.userDiscovery), \(settings.signUp) FROM containers WHERE id = \(container)
+            ON CONFLICT (container) DO UPDATE SET user_discovery = excluded.user_discovery, sign_up = excluded.sign_up
             RETURNING 1
             """
         ).isEmpty

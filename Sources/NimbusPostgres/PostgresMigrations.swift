@@ -393,5 +393,12 @@ enum PostgresMigrations {
                 """,
             ]
         ),
+        (
+            "v6-sign-up",
+            [
+                // Self-service sign-up per container (docs/identities.md), off unless turned on.
+                "ALTER TABLE container_settings ADD COLUMN sign_up boolean NOT NULL DEFAULT false",
+            ]
+        ),
     ]
 }

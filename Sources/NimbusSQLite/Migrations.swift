@@ -407,5 +407,12 @@ enum Migrations {
                     );
                     """)
         }
+        migrator.registerMigration("v15-sign-up") { db in
+            try db.execute(
+                sql: """
+                    -- Self-service sign-up per container (docs/identities.md), off unless turned on.
+                    ALTER TABLE container_settings ADD COLUMN sign_up INTEGER NOT NULL DEFAULT 0;
+                    """)
+        }
     }
 }

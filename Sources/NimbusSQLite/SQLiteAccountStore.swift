@@ -143,22 +143,22 @@ struct SQLiteAccountStore: AccountStore {
         }
     }
 
-    func userDiscovery(container: String) async throws -> Bool {
+    func containerSettings(container: String) async throws -> ContainerSettings {
         try storage.readPoint { tx in
-            try tx.fetchRow("SELECT user_discovery FROM container_settings WHERE container = ?", [container])
-                .map { $0[0] as Bool } ?? true
+            try tx.fetchRow("SELECT user_discovery, sign_up FROM container_settings WHERE container = ?", [container])
+                .map { ContainerSettings(userDiscovery: $0[0], signUp: $0[1]) } ?? ContainerSettings()
         }
     }
 
-    func setUserDiscovery(container: String, enabled: Bool) async throws -> Bool {
+    func setContainerSettings(container: String, _ settings: ContainerSettings) async throws -> Bool {
         try await storage.writeSQLite { tx in
             guard try tx.container(id: container) != nil else { return false }
             try tx.execute(
                 """
-                INSERT INTO container_settings (container, user_discovery) VALUES (?, ?)
-                ON CONFLICT (container) DO UPDATE SET user_discovery = excluded.user_discovery
+                INSERT INTO container_settings (container, user_discovery, sign_up) VALUES (?, ?, ?)
+                ON CONFLICT (container) DO UPDATE SET user_discovery = excluded.user_discovery, sign_up = excluded.sign_up
                 """,
-                [container, enabled])
+                [container, settings.userDiscovery, settings.signUp])
             return true
         }
     }

@@ -34,10 +34,10 @@ public protocol AccountStore: Sendable {
     func directory(container: String, lookups: [UserLookup]) async throws -> [DirectoryEntry]
     /// Members who made themselves discoverable, in the order they joined, at most `limit`.
     func discoverableMembers(container: String, limit: Int) async throws -> [DirectoryEntry]
-    /// Whether the container lets its users be discovered at all (on unless turned off).
-    func userDiscovery(container: String) async throws -> Bool
+    /// The container's settings (the defaults for a container never set).
+    func containerSettings(container: String) async throws -> ContainerSettings
     /// Returns false when the container does not exist.
-    func setUserDiscovery(container: String, enabled: Bool) async throws -> Bool
+    func setContainerSettings(container: String, _ settings: ContainerSettings) async throws -> Bool
 
     /// Security roles for the public database (docs/roles.md): read whole, and cached by the
     /// service.

@@ -260,6 +260,19 @@ public struct DirectoryEntry: Sendable, Hashable {
     }
 }
 
+/// A container's own settings (`nimbus containers …`); a container never set has the defaults.
+public struct ContainerSettings: Sendable, Hashable {
+    /// Whether users may be discovered at all (each still opts in): on by default.
+    public var userDiscovery = true
+    /// Whether people may make their own accounts (`/auth/1/…/signup`): off by default.
+    public var signUp = false
+
+    public init(userDiscovery: Bool = true, signUp: Bool = false) {
+        self.userDiscovery = userDiscovery
+        self.signUp = signUp
+    }
+}
+
 /// What a security role may do with the records of one type in the public database.
 public struct RecordPermissions: OptionSet, Sendable, Hashable {
     public let rawValue: Int

@@ -61,6 +61,43 @@ public struct BadgeModifyRequest: Sendable, Hashable {
 }
 
 /// `/auth/1/{container}/{environment}/signin`.
+/// `/auth/1/{container}/{environment}/signup`: a new account, where the container allows it.
+public struct SignUpRequest: Sendable, Hashable {
+    public var username: String
+    public var password: String
+    public var emailAddress: String?
+    public var phoneNumber: String?
+    public var nameComponents: NameComponents
+
+    public init(
+        username: String, password: String, emailAddress: String? = nil, phoneNumber: String? = nil,
+        nameComponents: NameComponents = NameComponents()
+    ) {
+        self.username = username
+        self.password = password
+        self.emailAddress = emailAddress
+        self.phoneNumber = phoneNumber
+        self.nameComponents = nameComponents
+    }
+
+    public init(json: ObjectReader) throws(CloudKitError) {
+        username = try json.requiredString(WireKey.username)
+        password = try json.requiredString(WireKey.password)
+        emailAddress = try json.string(WireKey.emailAddress)
+        phoneNumber = try json.string(WireKey.phoneNumber)
+        nameComponents = try json.object(WireKey.nameComponents).map { (reader) throws(CloudKitError) in try NameComponents(json: reader) }
+            ?? NameComponents()
+    }
+
+    public var json: JSON {
+        var object: JSONObject = [WireKey.username: .string(username), WireKey.password: .string(password)]
+        if let emailAddress { object[WireKey.emailAddress] = .string(emailAddress) }
+        if let phoneNumber { object[WireKey.phoneNumber] = .string(phoneNumber) }
+        if !nameComponents.isEmpty { object[WireKey.nameComponents] = nameComponents.json }
+        return .object(object)
+    }
+}
+
 public struct SignInRequest: Sendable, Hashable {
     public var username: String
     public var password: String

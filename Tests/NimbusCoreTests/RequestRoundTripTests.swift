@@ -136,6 +136,12 @@ import Testing
         #expect(try roundTrip(read, json: \.json, decode: MarkNotificationsReadRequest.init(json:)) == read)
         let badge = BadgeModifyRequest(badgeValue: 3)
         #expect(try roundTrip(badge, json: \.json, decode: BadgeModifyRequest.init(json:)) == badge)
+        let signUp = SignUpRequest(
+            username: "alice", password: "correct horse", emailAddress: "alice@example.com", phoneNumber: "+15550100",
+            nameComponents: NameComponents(givenName: "Alice"))
+        #expect(try roundTrip(signUp, json: \.json, decode: SignUpRequest.init(json:)) == signUp)
+        let bare = SignUpRequest(username: "bob", password: "correct horse")
+        #expect(try roundTrip(bare, json: \.json, decode: SignUpRequest.init(json:)) == bare)
         let signIn = SignInRequest(username: "alice", password: "correct horse")
         #expect(try roundTrip(signIn, json: \.json, decode: SignInRequest.init(json:)) == signIn)
         // The limits hold on the way in, whoever wrote the body.

@@ -222,4 +222,42 @@ import Testing
             #expect(malformed.status == 400 && malformed.reason.contains("lookupInfos"), "\(malformed.text)")
         }
     }
+
+    @Test func selfServiceSignUpIsOffUntilTurnedOn() async throws {
+        try await TestServer.with { server in
+            let client = server.client()
+            let path = "/auth/1/\(TestServer.container)/development/signup"
+            let body: JSON = [
+                "username": "zoe", "password": "correct-horse", "emailAddress": "zoe@example.com",
+                "nameComponents": ["givenName": "Zoe"],
+            ]
+            let closed = try await client.send(path: path, body: Array(body.serialized()))
+            #expect(closed.status == 403 && closed.errorCode == "ACCESS_DENIED" && closed.reason.contains("nimbus users create"), "\(closed.text)")
+            #expect(try await client.signIn("zoe", password: "correct-horse").status == 401, "no account was made")
+            try await server.service.setSignUp(container: TestServer.container, enabled: true)
+            let opened = try await client.send(path: path, body: Array(body.serialized()))
+            #expect(opened.status == 200, "\(opened.text)")
+            let token = try #require(opened.json["ckWebAuthToken"]?.stringValue)
+            var zoe = client
+            zoe.webAuthToken = token
+            let caller = try await zoe.get("public", "users/caller")
+            #expect(caller.json["lookupInfo"]?["emailAddress"] == "zoe@example.com", "\(caller.text)")
+            #expect(caller.json["nameComponents"] == ["givenName": "Zoe"])
+            // Taken names and addresses, bad input: refused with the reason, nothing made.
+            let again = try await client.send(path: path, body: Array(body.serialized()))
+            #expect(again.status == 409 || again.errorCode == "EXISTS", "\(again.text)")
+            var other = body
+            if case .object(var object) = other { object["username"] = "zed"; other = .object(object) }
+            let sameEmail = try await client.send(path: path, body: Array(other.serialized()))
+            #expect(sameEmail.errorCode == "EXISTS" && sameEmail.reason.contains("zoe@example.com"), "\(sameEmail.text)")
+            let weak = try await client.send(path: path, body: Array(JSON.object(["username": "amy", "password": "short"]).serialized()))
+            #expect(weak.status == 400 && weak.reason.contains("8 to 1024 bytes"), "\(weak.text)")
+            let noName = try await client.send(path: path, body: Array(JSON.object(["password": "correct-horse"]).serialized()))
+            #expect(noName.status == 400 && noName.reason.contains("username"), "\(noName.text)")
+            #expect(try await server.client().signIn("amy", password: "short").status == 401)
+            // Without the API token: refused before anything.
+            let anonymous = try await client.send(path: path, body: Array(body.serialized()), rawQuery: "")
+            #expect(anonymous.status == 401, "\(anonymous.text)")
+        }
+    }
 }

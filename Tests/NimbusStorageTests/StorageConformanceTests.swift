@@ -359,13 +359,14 @@ import Testing
             #expect(try await accounts.discoverableMembers(container: "d", limit: 0).isEmpty)
 
             // Discovery for a whole container: on until turned off; only for a container that exists.
-            #expect(try await accounts.userDiscovery(container: "c"))
-            #expect(try await !accounts.setUserDiscovery(container: "c", enabled: false), "no container c yet")
+            #expect(try await accounts.containerSettings(container: "c") == ContainerSettings(userDiscovery: true, signUp: false))
+            let closed = ContainerSettings(userDiscovery: false, signUp: true)
+            #expect(try await !accounts.setContainerSettings(container: "c", closed), "no container c yet")
             #expect(try await accounts.createContainer(ContainerRow(id: "c", createdAt: 1)))
-            #expect(try await accounts.setUserDiscovery(container: "c", enabled: false))
-            #expect(try await !accounts.userDiscovery(container: "c"))
-            #expect(try await accounts.setUserDiscovery(container: "c", enabled: true))
-            #expect(try await accounts.userDiscovery(container: "c"))
+            #expect(try await accounts.setContainerSettings(container: "c", closed))
+            #expect(try await accounts.containerSettings(container: "c") == closed)
+            #expect(try await accounts.setContainerSettings(container: "c", ContainerSettings()))
+            #expect(try await accounts.containerSettings(container: "c") == ContainerSettings())
         }
     }
 

@@ -7,6 +7,7 @@ import NimbusWire
 /// | path | answer |
 /// |---|---|
 /// | `signin` | a JSON body `{username, password}` → `{ckWebAuthToken, userRecordName}`; a GET without a body → the sign-in page (`redirectURL` of `AUTHENTICATION_REQUIRED` leads here) |
+/// | `signup` | `{username, password, emailAddress?, phoneNumber?, nameComponents?}` → as `signin`, where the container allows sign-up |
 /// | `signout` | ends the session named by `ckWebAuthToken` |
 enum AuthRoutes {
     static let routes: [Route] = [
@@ -23,6 +24,14 @@ enum AuthRoutes {
             let (token, userRecordName) = try await input.service.signIn(
                 container: caller.container, environment: caller.environment, apiToken: input.query(WireKey.ckAPIToken),
                 userName: body.username, password: body.password, clientAddress: input.context.clientAddress)
+            input.context.exchange.update { $0.webAuthToken = token }
+            return Reply.json(SignInResponse(ckWebAuthToken: token, userRecordName: userRecordName).json, context: input.context)
+        },
+        Route("signup") { input in
+            let caller = try input.caller
+            let (token, userRecordName) = try await input.service.signUp(
+                container: caller.container, environment: caller.environment, apiToken: input.query(WireKey.ckAPIToken),
+                SignUpRequest(json: await input.body()), clientAddress: input.context.clientAddress)
             input.context.exchange.update { $0.webAuthToken = token }
             return Reply.json(SignInResponse(ckWebAuthToken: token, userRecordName: userRecordName).json, context: input.context)
         },
