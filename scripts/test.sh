@@ -15,11 +15,17 @@ command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 if ! python3 -c 'import cryptography' >/dev/null 2>&1; then
   python3 -m pip install -q cryptography >/dev/null 2>&1 || missing+=(python3-cryptography)
 fi
+# Headless Chromium and its driver: the sign-in page's browser test (Tests/Scripts/sign_in_flow.py).
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"
   $sudo apt-get update -qq && $sudo apt-get install -y -qq "${missing[@]}"
 fi
+
+# selenium drives that Chromium (PyPI; the version machine-notes names).
+python3 -c 'import selenium' >/dev/null 2>&1 || python3 -m pip install -q selenium==4.51.0 >/dev/null 2>&1
 
 swift build --build-tests
 

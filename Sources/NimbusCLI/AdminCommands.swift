@@ -72,12 +72,14 @@ struct Tokens: AsyncParsableCommand {
             name: .customLong("allowed-origin"),
             help: "A web origin whose pages may use the token (https://app.example.com); repeat for several. Default: any (*).")
         var allowedOrigins: [String] = []
+        @Option(help: "Where the sign-in page sends the browser after signing in, with ?ckWebAuthToken=… (CloudKit's Sign In Callback).")
+        var signInCallback: String?
 
         func run() async throws {
             do {
                 let token = try await data.open().service.createAPIToken(
                     container: container, environment: try parseEnvironment(environment),
-                    allowedOrigins: allowedOrigins.isEmpty ? ["*"] : allowedOrigins)
+                    allowedOrigins: allowedOrigins.isEmpty ? ["*"] : allowedOrigins, signInCallback: signInCallback)
                 print(token)
             } catch { throw reportFailure(error) }
         }

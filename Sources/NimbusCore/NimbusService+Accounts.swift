@@ -50,16 +50,25 @@ extension NimbusService {
 
     /// Makes a new API token for the container and environment and returns it; only its hash is kept.
     /// `allowedOrigins` are the web origins whose pages may use it (`["*"]`: any), each
-    /// `scheme://host[:port]`.
-    public func createAPIToken(container: String, environment: Environment, allowedOrigins: [String] = ["*"])
-        async throws -> String
-    {
+    /// `scheme://host[:port]`. `signInCallback` is where the sign-in page sends the browser
+    /// after signing in (CloudKit's "Sign In Callback"): an absolute http or https URL.
+    public func createAPIToken(
+        container: String, environment: Environment, allowedOrigins: [String] = ["*"], signInCallback: String? = nil
+    ) async throws -> String {
         let origins = try allowedOrigins.map(Self.normalizedOrigin)
         guard !origins.isEmpty else { throw CloudKitError.badRequest("name at least one allowed origin, or * for any") }
+        if let signInCallback {
+            guard let url = URL(string: signInCallback), ["http", "https"].contains(url.scheme?.lowercased() ?? ""),
+                url.host?.isEmpty == false, url.fragment == nil
+            else {
+                throw CloudKitError.badRequest(
+                    "'\(Names.escaped(signInCallback))' is not a sign-in callback; give an absolute http(s) URL without a #fragment, like https://app.example.com/signed-in")
+            }
+        }
         let token = Credentials.newAPIToken()
         let row = APITokenRow(
             tokenHash: Credentials.tokenHash(token), container: container, environment: environment, createdAt: now,
-            isRevoked: false, allowedOrigins: origins)
+            isRevoked: false, allowedOrigins: origins, signInCallback: signInCallback)
         guard try await accounts.createAPIToken(row) else {
             throw CloudKitError(.notFound, "container '\(Names.escaped(container))' does not exist; create it with `nimbus containers create`")
         }

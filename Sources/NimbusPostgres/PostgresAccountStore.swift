@@ -24,9 +24,9 @@ struct PostgresAccountStore: AccountStore {
     func createAPIToken(_ row: APITokenRow) async throws -> Bool {
         try await !storage.rows(
             """
-            INSERT INTO api_tokens (token_hash, container, environment, created_at, revoked, allowed_origins)
+            INSERT INTO api_tokens (token_hash, container, environment, created_at, revoked, allowed_origins, sign_in_callback)
             SELECT \(row.tokenHash), id, \(row.environment.rawValue), \(row.createdAt), \(row.isRevoked),
-                   \(row.allowedOrigins.joined(separator: "\n"))
+                   \(row.allowedOrigins.joined(separator: "\n")), \(row.signInCallback)
             FROM containers WHERE id = \(row.container)
             RETURNING token_hash
             """
@@ -49,7 +49,7 @@ struct PostgresAccountStore: AccountStore {
         // user) off a constant row.
         let rows = try await storage.rows(
             """
-            SELECT t.token_hash, t.container, t.environment, t.created_at, t.revoked, t.allowed_origins,
+            SELECT t.token_hash, t.container, t.environment, t.created_at, t.revoked, t.allowed_origins, t.sign_in_callback,
                    s.token_hash, s.user_id, s.container, s.environment, s.created_at, s.last_used_at,
                    u.name, u.password_hash, u.created_at
             FROM (SELECT 1) AS one
@@ -59,11 +59,11 @@ struct PostgresAccountStore: AccountStore {
             """)
         guard let row = rows.first else { return StoredCredentials() }
         let (
-            tokenHash, tokenContainer, tokenEnvironment, tokenCreated, revoked, origins,
+            tokenHash, tokenContainer, tokenEnvironment, tokenCreated, revoked, origins, callback,
             sessionToken, userID, sessionContainer, sessionEnvironment, sessionCreated, lastUsed,
             userName, passwordHash, userCreated
         ) = try row.decode(
-            (String?, String?, String?, Int64?, Bool?, String?,
+            (String?, String?, String?, Int64?, Bool?, String?, String?,
              String?, Int64?, String?, String?, Int64?, Int64?,
              String?, String?, Int64?).self)
         var found = StoredCredentials()
@@ -71,7 +71,7 @@ struct PostgresAccountStore: AccountStore {
             found.apiToken = APITokenRow(
                 tokenHash: tokenHash, container: tokenContainer,
                 environment: Environment(rawValue: tokenEnvironment) ?? .development, createdAt: tokenCreated,
-                isRevoked: revoked, allowedOrigins: origins.split(separator: "\n").map(String.init))
+                isRevoked: revoked, allowedOrigins: origins.split(separator: "\n").map(String.init), signInCallback: callback)
         }
         if let sessionToken, let userID, let sessionContainer, let sessionEnvironment, let sessionCreated, let lastUsed,
             let userName, let passwordHash, let userCreated

@@ -400,5 +400,12 @@ enum PostgresMigrations {
                 "ALTER TABLE container_settings ADD COLUMN sign_up boolean NOT NULL DEFAULT false",
             ]
         ),
+        (
+            "v7-sign-in-callback",
+            [
+                // Where the sign-in page sends the browser after signing in (docs/identities.md).
+                "ALTER TABLE api_tokens ADD COLUMN sign_in_callback text",
+            ]
+        ),
     ]
 }

@@ -414,5 +414,12 @@ enum Migrations {
                     ALTER TABLE container_settings ADD COLUMN sign_up INTEGER NOT NULL DEFAULT 0;
                     """)
         }
+        migrator.registerMigration("v16-sign-in-callback") { db in
+            try db.execute(
+                sql: """
+                    -- Where the sign-in page sends the browser after signing in (docs/identities.md).
+                    ALTER TABLE api_tokens ADD COLUMN sign_in_callback TEXT;
+                    """)
+        }
     }
 }

@@ -288,14 +288,18 @@ struct SQLiteAccountStore: AccountStore {
 extension SQLiteTransaction {
     func apiToken(hash: String) throws -> APITokenRow? {
         try fetchRow(
-            "SELECT token_hash, container, environment, created_at, revoked, allowed_origins FROM api_tokens WHERE token_hash = ?",
+            """
+            SELECT token_hash, container, environment, created_at, revoked, allowed_origins, sign_in_callback
+            FROM api_tokens WHERE token_hash = ?
+            """,
             [hash]
         ).map {
             APITokenRow(
                 tokenHash: $0["token_hash"], container: $0["container"],
                 environment: Environment(rawValue: $0["environment"]) ?? .development,
                 createdAt: $0["created_at"], isRevoked: $0["revoked"],
-                allowedOrigins: ($0["allowed_origins"] as String).split(separator: "\n").map(String.init))
+                allowedOrigins: ($0["allowed_origins"] as String).split(separator: "\n").map(String.init),
+                signInCallback: $0["sign_in_callback"])
         }
     }
 
@@ -360,9 +364,12 @@ extension SQLiteTransaction {
 
     func insertAPIToken(_ row: APITokenRow) throws {
         try execute(
-            "INSERT INTO api_tokens (token_hash, container, environment, created_at, revoked, allowed_origins) VALUES (?, ?, ?, ?, ?, ?)",
+            """
+            INSERT INTO api_tokens (token_hash, container, environment, created_at, revoked, allowed_origins, sign_in_callback)
+            VALUES (?, ?, ?, ?, ?, ?, ?)
+            """,
             [row.tokenHash, row.container, row.environment.rawValue, row.createdAt, row.isRevoked,
-             row.allowedOrigins.joined(separator: "\n")])
+             row.allowedOrigins.joined(separator: "\n"), row.signInCallback])
     }
 
     func revokeAPITokens(container: String, environment: Environment?) throws -> Int {

@@ -130,10 +130,13 @@ public struct APITokenRow: Sendable, Hashable {
     /// Web origins (`https://app.example`) whose pages may use the token; `["*"]` allows any
     /// (CloudKit's API token setting). Requests without an `Origin` header are not affected.
     public var allowedOrigins: [String]
+    /// Where the sign-in page sends the browser after signing in, with `ckWebAuthToken`
+    /// (CloudKit's "Sign In Callback"); nil: the page hands the token to its opener.
+    public var signInCallback: String?
 
     public init(
         tokenHash: String, container: String, environment: Environment, createdAt: Int64, isRevoked: Bool,
-        allowedOrigins: [String] = ["*"]
+        allowedOrigins: [String] = ["*"], signInCallback: String? = nil
     ) {
         self.tokenHash = tokenHash
         self.container = container
@@ -141,6 +144,7 @@ public struct APITokenRow: Sendable, Hashable {
         self.createdAt = createdAt
         self.isRevoked = isRevoked
         self.allowedOrigins = allowedOrigins
+        self.signInCallback = signInCallback
     }
 
     /// Whether a page from `origin` may use the token.

@@ -1,9 +1,16 @@
+import NimbusWire
+
 /// The page `AUTHENTICATION_REQUIRED`'s `redirectURL` opens: a plain form that posts the
-/// username and password to the sign-in endpoint it was served from (same URL, JSON body) and
-/// shows the outcome. Handing the session back to a CloudKit JS opener is the identity work's.
+/// username and password to the sign-in endpoint it was served from (same URL, JSON body), then
+/// hands the session back the way CloudKit JS expects (reference §12.2): with a sign-in
+/// callback on the API token, the browser goes there with `?ckWebAuthToken=…`; opened as a
+/// popup, the page posts `{ckSession, ckWebAuthToken}` to its opener (only to the token's
+/// allowed origins) and closes.
 enum SignInPage {
-    static func html(container: String, environment: String) -> String {
+    static func html(container: String, environment: String, callback: String?, openerOrigins: [String]) -> String {
         let title = escaped("Sign in to \(container) (\(environment))")
+        let callbackLiteral = scriptLiteral(callback.map(JSON.string) ?? .null)
+        let originsLiteral = scriptLiteral(.array(openerOrigins.map(JSON.string)))
         return """
             <!doctype html>
             <html lang="en">
@@ -29,6 +36,25 @@ enum SignInPage {
             </form>
             <p id="result" role="status"></p>
             <script>
+            const callback = \(callbackLiteral);
+            const openerOrigins = \(originsLiteral);
+            // The session, handed back as CloudKit JS reads it: the callback's query, or a
+            // message to the opener (v1 reads ckSession, Apple's example ckWebAuthToken).
+            function handBack(token, result) {
+              if (callback) {
+                const url = new URL(callback);
+                url.searchParams.set('ckWebAuthToken', token);
+                location.assign(url.toString());
+                return;
+              }
+              if (window.opener) {
+                for (const origin of openerOrigins) {
+                  window.opener.postMessage({ ckSession: token, ckWebAuthToken: token }, origin);
+                }
+                result.textContent = 'Signed in. You can close this window.';
+                window.close();
+              }
+            }
             document.getElementById('signin').addEventListener('submit', async (event) => {
               event.preventDefault();
               const form = new FormData(event.target);
@@ -39,7 +65,12 @@ enum SignInPage {
                   body: JSON.stringify({ username: form.get('username'), password: form.get('password') })
                 });
                 const json = await answer.json();
-                result.textContent = answer.ok ? 'Signed in as ' + json.userRecordName + '.' : (json.reason || 'Sign-in failed.');
+                if (!answer.ok) {
+                  result.textContent = json.reason || 'Sign-in failed.';
+                  return;
+                }
+                result.textContent = 'Signed in as ' + json.userRecordName + '.';
+                handBack(json.ckWebAuthToken, result);
               } catch (error) {
                 result.textContent = 'Could not reach the server: ' + error;
               }
@@ -48,6 +79,11 @@ enum SignInPage {
             </body>
             </html>
             """
+    }
+
+    /// A JSON value written into a script: `<` escaped, so no text closes the script element.
+    static func scriptLiteral(_ value: JSON) -> String {
+        String(decoding: value.serialized(), as: UTF8.self).replacingOccurrences(of: "<", with: "\\u003c")
     }
 
     static func escaped(_ text: String) -> String {

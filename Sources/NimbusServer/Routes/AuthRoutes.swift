@@ -6,7 +6,7 @@ import NimbusWire
 ///
 /// | path | answer |
 /// |---|---|
-/// | `signin` | a JSON body `{username, password}` → `{ckWebAuthToken, userRecordName}`; a GET without a body → the sign-in page (`redirectURL` of `AUTHENTICATION_REQUIRED` leads here) |
+/// | `signin` | a JSON body `{username, password}` → `{ckWebAuthToken, userRecordName}`; a GET without a body → the sign-in page (`redirectURL` of `AUTHENTICATION_REQUIRED` leads here), which hands the session to the API token's sign-in callback or to the page that opened it |
 /// | `signup` | `{username, password, emailAddress?, phoneNumber?, nameComponents?}` → as `signin`, where the container allows sign-up |
 /// | `signout` | ends the session named by `ckWebAuthToken` |
 enum AuthRoutes {
@@ -16,9 +16,12 @@ enum AuthRoutes {
             if input.request.method == .get, input.request.headers[.contentLength].map({ $0 == "0" }) ?? true,
                 input.request.headers[.transferEncoding] == nil
             {
-                return Reply.bytes(
-                    Array(SignInPage.html(container: caller.container, environment: caller.environment.rawValue).utf8),
-                    contentType: "text/html; charset=utf-8", context: input.context)
+                // Authenticated by it just now, so a cached read.
+                let token = try await input.service.apiTokenRow(input.query(WireKey.ckAPIToken) ?? "")
+                let page = SignInPage.html(
+                    container: caller.container, environment: caller.environment.rawValue, callback: token?.signInCallback,
+                    openerOrigins: token?.allowedOrigins ?? [])
+                return Reply.bytes(Array(page.utf8), contentType: "text/html; charset=utf-8", context: input.context)
             }
             let body = try SignInRequest(json: await input.body())
             let (token, userRecordName) = try await input.service.signIn(

@@ -1,0 +1,99 @@
+import Foundation
+import NimbusCore
+import NimbusTestSupport
+import NimbusWire
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// CloudKit JS's sign-in flow (issue 16, reference §12.2) in a real headless Chromium
+/// (`Tests/Scripts/sign_in_flow.py`, selenium): a 421's `redirectURL` opens Nimbus's sign-in
+/// page as a popup, which hands the session to the app page that opened it; with a sign-in
+/// callback on the API token, the browser lands on the callback with `ckWebAuthToken`.
+@Suite struct SignInPageTests {
+    static let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("Scripts/sign_in_flow.py").path
+
+    /// A loopback port nothing listens on at the moment.
+    static func freePort() throws -> Int {
+        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(socket) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socket, $0, length) == 0 && getsockname(socket, $0, &length) == 0 }
+        }
+        guard bound else { throw TestFailure("no free port") }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    @Test func cloudKitJSSignsInThroughThePageInChromium() async throws {
+        try await TestServer.with { server in
+            _ = try await server.service.createUser(name: "ann", password: "password-ann")
+            let port = try Self.freePort()
+            let callbackToken = try await server.service.createAPIToken(
+                container: TestServer.container, environment: .development, signInCallback: "http://127.0.0.1:\(port)/signed-in?app=1")
+            // The redirectURLs a client gets with each token when it needs a user.
+            func redirectURL(_ apiToken: String) async throws -> String {
+                var client = server.client()
+                client.apiToken = apiToken
+                let answer = try await client.get("private", "zones/list")
+                #expect(answer.status == 421, "\(answer.text)")
+                return try #require(answer.json["redirectURL"]?.stringValue, "\(answer.text)")
+            }
+            let config: JSON = [
+                "signInURL": .string(try await redirectURL(server.developmentToken)),
+                "callbackSignInURL": .string(try await redirectURL(callbackToken)),
+                "port": .int(Int64(port)), "username": "ann", "password": "password-ann", "wrongPassword": "not-the-password",
+            ]
+            let configFile = NSTemporaryDirectory() + "nimbus-signin-" + UUID().uuidString + ".json"
+            try Data(config.serialized()).write(to: URL(fileURLWithPath: configFile))
+            defer { try? FileManager.default.removeItem(atPath: configFile) }
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            process.arguments = ["python3", Self.script, configFile]
+            let output = Pipe()
+            process.standardOutput = output
+            try process.run()
+            let printed = output.fileHandleForReading.readDataToEndOfFile()
+            process.waitUntilExit()
+            #expect(process.terminationStatus == 0, "sign_in_flow.py failed")
+            let result = try JSON.parse(Array(printed))
+            #expect(result["wrongPasswordText"]?.stringValue?.contains("wrong password") == true, "\(result)")
+            let session = try #require(result["openerSession"]?.stringValue)
+            #expect(result["openerWebAuthToken"]?.stringValue == session)
+            let fromCallback = try #require(result["callbackToken"]?.stringValue)
+            // Both are live sessions of Ann's.
+            for token in [session, fromCallback] {
+                var client = server.client()
+                client.webAuthToken = token
+                let caller = try await client.get("public", "users/caller")
+                #expect(caller.status == 200 && caller.json["nameComponents"]?["nickname"] == "ann", "\(caller.text)")
+            }
+        }
+    }
+
+    @Test func aSignInCallbackMustBeAnAbsoluteWebURL() async throws {
+        try await TestServer.with { server in
+            for bad in ["/relative", "javascript:alert(1)", "ftp://example.com/x", "https://example.com/#frag", "not a url"] {
+                await #expect(throws: CloudKitError.self, "\(bad)") {
+                    _ = try await server.service.createAPIToken(
+                        container: TestServer.container, environment: .development, signInCallback: bad)
+                }
+            }
+            // The page carries the callback as a script literal that cannot close the script.
+            let token = try await server.service.createAPIToken(
+                container: TestServer.container, environment: .development, signInCallback: "https://example.com/a?b=</script>")
+            var client = server.client()
+            client.apiToken = token
+            let page = try await client.send(path: "/auth/1/\(TestServer.container)/development/signin", body: nil)
+            #expect(page.status == 200)
+            #expect(!page.text.contains("b=</script>") && page.text.contains("b=\\u003c/script>"), "\(page.text)")
+        }
+    }
+}
