@@ -31,6 +31,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-atomics.git", exact: "1.3.0"),
         .package(url: "https://github.com/hummingbird-project/swift-websocket.git", exact: "1.6.2"),
         .package(url: "https://github.com/vapor/postgres-nio.git", exact: "1.33.2"),
+        .package(url: "https://github.com/vapor/jwt-kit.git", exact: "5.8.0"),
     ],
     targets: [
         // The CloudKit Web Services JSON: shared by server and (later) the SDK. Foundation only.
@@ -71,6 +72,7 @@ let package = Package(
                 "NimbusWire", "NimbusStorage",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
+                .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strict),
@@ -180,6 +182,9 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: strict),
     ]

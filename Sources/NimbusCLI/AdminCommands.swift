@@ -269,6 +269,56 @@ struct Roles: AsyncParsableCommand {
     }
 }
 
+struct Providers: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Manage the OpenID Connect issuers a container accepts id tokens from (docs/identities.md).",
+        subcommands: [Add.self, List.self, Remove.self])
+
+    struct Add: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Trust an issuer's id tokens (added again: replaced).")
+        @OptionGroup var data: DataOptions
+        @Option(help: "The container.") var container: String
+        @Option(help: "The tokens' iss, exactly (Sign in with Apple: https://appleid.apple.com).") var issuer: String
+        @Option(help: "The aud they must carry: the app's client ID (Sign in with Apple: its bundle or services ID).")
+        var audience: String
+        @Option(help: "The issuer's keys: a JWKS file or an http(s) URL (Apple: https://appleid.apple.com/auth/keys).")
+        var jwks: String
+
+        func run() async throws {
+            do {
+                try await data.open().service.addIdentityProvider(container: container, issuer: issuer, audience: audience, jwks: jwks)
+                print("\(container) accepts id tokens of \(issuer) for \(audience)")
+            } catch { throw reportFailure(error) }
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List a container's issuers.")
+        @OptionGroup var data: DataOptions
+        @Option(help: "The container.") var container: String
+
+        func run() async throws {
+            for provider in try await data.open().service.identityProviders(container: container) {
+                print("\(provider.issuer)  audience \(provider.audience)  keys \(provider.jwksSource)")
+            }
+        }
+    }
+
+    struct Remove: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Stop trusting an issuer.")
+        @OptionGroup var data: DataOptions
+        @Option(help: "The container.") var container: String
+        @Option(help: "The issuer.") var issuer: String
+
+        func run() async throws {
+            do {
+                try await data.open().service.removeIdentityProvider(container: container, issuer: issuer)
+                print("removed \(issuer)")
+            } catch { throw reportFailure(error) }
+        }
+    }
+}
+
 struct Users: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Manage user accounts.", subcommands: [Create.self, SignOut.self])

@@ -217,8 +217,15 @@ extension NimbusService {
             if pause > .zero { try await Task.sleep(for: pause) }
             throw CloudKitError(.authenticationFailed, "unknown user name or wrong password")
         }
+        return try await startSession(container: container, environment: environment, user: user, at: now)
+    }
+
+    /// A new session for a user whose credentials were checked (a password, an id token); the
+    /// user joins the container on the way (their user record is made at the first sign-in).
+    func startSession(container: String, environment: Environment, user: UserRow, at time: Int64) async throws
+        -> (webAuthToken: String, userRecordName: String)
+    {
         let token = Credentials.newWebAuthToken()
-        let time = now
         let row = SessionRow(
             tokenHash: Credentials.tokenHash(token), userID: user.id, container: container, environment: environment,
             createdAt: time, lastUsedAt: time)

@@ -42,6 +42,7 @@ public final class NimbusService: Sendable {
     let keys: DerivedKeys
     let credentialCache = CredentialCache()
     let securityCache = SecurityCache()
+    let identityKeyCache = IdentityKeyCache()
     let signInThrottle: SignInThrottle
     let knownDatabases = KnownDatabases()
     /// Committed changes on their way to subscription matching and delivery.

@@ -203,6 +203,53 @@ struct PostgresAccountStore: AccountStore {
         ).isEmpty
     }
 
+    func putIdentityProvider(_ row: IdentityProviderRow) async throws -> Bool {
+        try await !storage.rows(
+            """
+            INSERT INTO identity_providers (container, issuer, audience, jwks_source, created_at)
+            SELECT id, \(row.issuer), \(row.audience), \(row.jwksSource), \(row.createdAt) FROM containers WHERE id = \(row.container)
+            ON CONFLICT (container, issuer) DO UPDATE SET audience = excluded.audience, jwks_source = excluded.jwks_source
+            RETURNING 1
+            """
+        ).isEmpty
+    }
+
+    func identityProviders(container: String) async throws -> [IdentityProviderRow] {
+        try await storage.rows(
+            """
+            SELECT container, issuer, audience, jwks_source, created_at FROM identity_providers
+            WHERE container = \(container) ORDER BY issuer
+            """
+        ).map {
+            let (container, issuer, audience, source, createdAt) = try $0.decode((String, String, String, String, Int64).self)
+            return IdentityProviderRow(container: container, issuer: issuer, audience: audience, jwksSource: source, createdAt: createdAt)
+        }
+    }
+
+    func removeIdentityProvider(container: String, issuer: String) async throws -> Bool {
+        try await !storage.rows(
+            "DELETE FROM identity_providers WHERE container = \(container) AND issuer = \(issuer) RETURNING 1"
+        ).isEmpty
+    }
+
+    func linkedUser(issuer: String, subject: String) async throws -> UserRow? {
+        try await storage.rows(
+            """
+            SELECT u.id, u.name, u.password_hash, u.created_at FROM external_identities e JOIN users u ON u.id = e.user_id
+            WHERE e.issuer = \(issuer) AND e.subject = \(subject)
+            """
+        ).first.map(Self.user)
+    }
+
+    func link(issuer: String, subject: String, userID: Int64) async throws -> Bool {
+        try await !storage.rows(
+            """
+            INSERT INTO external_identities (issuer, subject, user_id) VALUES (\(issuer), \(subject), \(userID))
+            ON CONFLICT DO NOTHING RETURNING 1
+            """
+        ).isEmpty
+    }
+
     func securityState() async throws -> SecurityState {
         // One statement: the three tables as one row set, told apart by their first column.
         let rows = try await storage.rows(

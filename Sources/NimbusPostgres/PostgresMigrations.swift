@@ -407,5 +407,30 @@ enum PostgresMigrations {
                 "ALTER TABLE api_tokens ADD COLUMN sign_in_callback text",
             ]
         ),
+        (
+            "v8-identity-providers",
+            [
+                // OpenID Connect issuers per container, and the accounts their subjects signed in
+                // as (docs/identities.md).
+                """
+                CREATE TABLE identity_providers (
+                    container text COLLATE "C" NOT NULL REFERENCES containers (id) ON DELETE CASCADE,
+                    issuer text COLLATE "C" NOT NULL,
+                    audience text NOT NULL,
+                    jwks_source text NOT NULL,
+                    created_at bigint NOT NULL,
+                    PRIMARY KEY (container, issuer)
+                )
+                """,
+                """
+                CREATE TABLE external_identities (
+                    issuer text COLLATE "C" NOT NULL,
+                    subject text COLLATE "C" NOT NULL,
+                    user_id bigint NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+                    PRIMARY KEY (issuer, subject)
+                )
+                """,
+            ]
+        ),
     ]
 }

@@ -421,5 +421,26 @@ enum Migrations {
                     ALTER TABLE api_tokens ADD COLUMN sign_in_callback TEXT;
                     """)
         }
+        migrator.registerMigration("v17-identity-providers") { db in
+            try db.execute(
+                sql: """
+                    -- OpenID Connect issuers per container, and the accounts their subjects signed
+                    -- in as (docs/identities.md).
+                    CREATE TABLE identity_providers (
+                        container TEXT NOT NULL REFERENCES containers(id) ON DELETE CASCADE,
+                        issuer TEXT NOT NULL,
+                        audience TEXT NOT NULL,
+                        jwks_source TEXT NOT NULL,
+                        created_at INTEGER NOT NULL,
+                        PRIMARY KEY (container, issuer)
+                    );
+                    CREATE TABLE external_identities (
+                        issuer TEXT NOT NULL,
+                        subject TEXT NOT NULL,
+                        user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+                        PRIMARY KEY (issuer, subject)
+                    );
+                    """)
+        }
     }
 }

@@ -229,6 +229,50 @@ struct SQLiteAccountStore: AccountStore {
         }
     }
 
+    func putIdentityProvider(_ row: IdentityProviderRow) async throws -> Bool {
+        try await storage.writeSQLite { tx in
+            guard try tx.container(id: row.container) != nil else { return false }
+            try tx.execute(
+                """
+                INSERT INTO identity_providers (container, issuer, audience, jwks_source, created_at) VALUES (?, ?, ?, ?, ?)
+                ON CONFLICT (container, issuer) DO UPDATE SET audience = excluded.audience, jwks_source = excluded.jwks_source
+                """,
+                [row.container, row.issuer, row.audience, row.jwksSource, row.createdAt])
+            return true
+        }
+    }
+
+    func identityProviders(container: String) async throws -> [IdentityProviderRow] {
+        try storage.readPoint { tx in
+            try tx.fetchRows(
+                "SELECT container, issuer, audience, jwks_source, created_at FROM identity_providers WHERE container = ? ORDER BY issuer",
+                [container]
+            ).map { IdentityProviderRow(container: $0[0], issuer: $0[1], audience: $0[2], jwksSource: $0[3], createdAt: $0[4]) }
+        }
+    }
+
+    func removeIdentityProvider(container: String, issuer: String) async throws -> Bool {
+        try await storage.writeSQLite { tx in
+            try tx.execute("DELETE FROM identity_providers WHERE container = ? AND issuer = ?", [container, issuer])
+            return tx.db.changesCount > 0
+        }
+    }
+
+    func linkedUser(issuer: String, subject: String) async throws -> UserRow? {
+        try storage.readPoint { tx in
+            try tx.fetchRow("SELECT user_id FROM external_identities WHERE issuer = ? AND subject = ?", [issuer, subject])
+                .flatMap { try tx.user(id: $0[0]) }
+        }
+    }
+
+    func link(issuer: String, subject: String, userID: Int64) async throws -> Bool {
+        try await storage.writeSQLite { tx in
+            try tx.execute(
+                "INSERT OR IGNORE INTO external_identities (issuer, subject, user_id) VALUES (?, ?, ?)", [issuer, subject, userID])
+            return tx.db.changesCount > 0
+        }
+    }
+
     func securityState() async throws -> SecurityState {
         try storage.readPoint { tx in
             var state = SecurityState()

@@ -39,6 +39,16 @@ public protocol AccountStore: Sendable {
     /// Returns false when the container does not exist.
     func setContainerSettings(container: String, _ settings: ContainerSettings) async throws -> Bool
 
+    /// OpenID Connect issuers per container; false when the container does not exist. A
+    /// second put for the same issuer replaces the first.
+    func putIdentityProvider(_ row: IdentityProviderRow) async throws -> Bool
+    func identityProviders(container: String) async throws -> [IdentityProviderRow]
+    func removeIdentityProvider(container: String, issuer: String) async throws -> Bool
+    /// The account an issuer's subject signed in as before.
+    func linkedUser(issuer: String, subject: String) async throws -> UserRow?
+    /// Links an issuer's subject to an account; false when it is linked already.
+    func link(issuer: String, subject: String, userID: Int64) async throws -> Bool
+
     /// Security roles for the public database (docs/roles.md): read whole, and cached by the
     /// service.
     func securityState() async throws -> SecurityState

@@ -277,6 +277,26 @@ public struct ContainerSettings: Sendable, Hashable {
     }
 }
 
+/// An OpenID Connect issuer a container accepts id tokens from (docs/identities.md).
+public struct IdentityProviderRow: Sendable, Hashable {
+    public var container: String
+    /// The `iss` its tokens carry, exactly.
+    public var issuer: String
+    /// The `aud` they must be for: the app's client ID (Sign in with Apple: the bundle ID).
+    public var audience: String
+    /// Where its signing keys are: a JWKS file's path or an http(s) URL.
+    public var jwksSource: String
+    public var createdAt: Int64
+
+    public init(container: String, issuer: String, audience: String, jwksSource: String, createdAt: Int64) {
+        self.container = container
+        self.issuer = issuer
+        self.audience = audience
+        self.jwksSource = jwksSource
+        self.createdAt = createdAt
+    }
+}
+
 /// What a security role may do with the records of one type in the public database.
 public struct RecordPermissions: OptionSet, Sendable, Hashable {
     public let rawValue: Int

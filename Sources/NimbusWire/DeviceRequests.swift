@@ -98,6 +98,21 @@ public struct SignUpRequest: Sendable, Hashable {
     }
 }
 
+/// `/auth/1/{container}/{environment}/signin/oidc`: an identity provider's id token.
+public struct IDTokenSignInRequest: Sendable, Hashable {
+    public var idToken: String
+
+    public init(idToken: String) {
+        self.idToken = idToken
+    }
+
+    public init(json: ObjectReader) throws(CloudKitError) {
+        idToken = try json.requiredString(WireKey.idToken)
+    }
+
+    public var json: JSON { [WireKey.idToken: .string(idToken)] }
+}
+
 public struct SignInRequest: Sendable, Hashable {
     public var username: String
     public var password: String

@@ -7,6 +7,7 @@ import NimbusWire
 /// | path | answer |
 /// |---|---|
 /// | `signin` | a JSON body `{username, password}` → `{ckWebAuthToken, userRecordName}`; a GET without a body → the sign-in page (`redirectURL` of `AUTHENTICATION_REQUIRED` leads here), which hands the session to the API token's sign-in callback or to the page that opened it |
+/// | `signin/oidc` | `{idToken}` from an identity provider the container trusts → as `signin` |
 /// | `signup` | `{username, password, emailAddress?, phoneNumber?, nameComponents?}` → as `signin`, where the container allows sign-up |
 /// | `signout` | ends the session named by `ckWebAuthToken` |
 enum AuthRoutes {
@@ -27,6 +28,14 @@ enum AuthRoutes {
             let (token, userRecordName) = try await input.service.signIn(
                 container: caller.container, environment: caller.environment, apiToken: input.query(WireKey.ckAPIToken),
                 userName: body.username, password: body.password, clientAddress: input.context.clientAddress)
+            input.context.exchange.update { $0.webAuthToken = token }
+            return Reply.json(SignInResponse(ckWebAuthToken: token, userRecordName: userRecordName).json, context: input.context)
+        },
+        Route("signin/oidc") { input in
+            let caller = try input.caller
+            let (token, userRecordName) = try await input.service.signIn(
+                container: caller.container, environment: caller.environment, apiToken: input.query(WireKey.ckAPIToken),
+                idToken: IDTokenSignInRequest(json: await input.body()).idToken, clientAddress: input.context.clientAddress)
             input.context.exchange.update { $0.webAuthToken = token }
             return Reply.json(SignInResponse(ckWebAuthToken: token, userRecordName: userRecordName).json, context: input.context)
         },

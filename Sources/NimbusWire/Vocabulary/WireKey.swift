@@ -80,6 +80,7 @@ public enum WireKey {
     public static let ckDeviceID = "ckDeviceID"
     public static let username = "username"
     public static let password = "password"
+    public static let idToken = "idToken"
 
     // MARK: Users and push registration
 
