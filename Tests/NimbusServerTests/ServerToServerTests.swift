@@ -18,9 +18,9 @@ import Testing
         var privateKey: String { directory + "/private.pem" }
         var publicKeyPEM: String { (try? String(contentsOfFile: directory + "/public.pem", encoding: .utf8)) ?? "" }
 
-        static func make() throws -> PythonSigner {
+        static func make() async throws -> PythonSigner {
             let directory = NSTemporaryDirectory() + "nimbus-s2s-" + UUID().uuidString
-            _ = try run(["genkey", directory], input: nil)
+            _ = try await run(["genkey", directory], input: nil)
             return PythonSigner(directory: directory)
         }
 
@@ -32,32 +32,21 @@ import Testing
         }
 
         /// Base64 DER signatures of the messages, in order (one Python run for all).
-        func sign(_ messages: [Message]) throws -> [String] {
+        func sign(_ messages: [Message]) async throws -> [String] {
             let input = JSON.array(messages.map {
                 ["date": .string($0.date), "body": .string($0.body), "path": .string($0.path), "emptyHash": .bool($0.emptyHash)]
             })
-            let output = try Self.run(["sign", "--key", privateKey], input: Array(input.serialized()))
+            let output = try await Self.run(["sign", "--key", privateKey], input: Array(input.serialized()))
             guard let signatures = try JSON.parse(output).arrayValue?.compactMap(\.stringValue),
                 signatures.count == messages.count
             else { throw TestFailure("s2s-sign.py printed \(String(decoding: output, as: UTF8.self))") }
             return signatures
         }
 
-        private static func run(_ arguments: [String], input: [UInt8]?) throws -> [UInt8] {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-            process.arguments = ["python3", script] + arguments
-            let stdout = Pipe()
-            let stdin = Pipe()
-            process.standardOutput = stdout
-            process.standardInput = stdin
-            try process.run()
-            if let input { stdin.fileHandleForWriting.write(Data(input)) }
-            try stdin.fileHandleForWriting.close()
-            let output = stdout.fileHandleForReading.readDataToEndOfFile()
-            process.waitUntilExit()
-            guard process.terminationStatus == 0 else { throw TestFailure("s2s-sign.py \(arguments.first ?? "") failed") }
-            return Array(output)
+        private static func run(_ arguments: [String], input: [UInt8]?) async throws -> [UInt8] {
+            let (status, output) = try await ExternalProcess.run(["python3", script] + arguments, input: input)
+            guard status == 0 else { throw TestFailure("s2s-sign.py \(arguments.first ?? "") failed") }
+            return output
         }
     }
 
@@ -87,7 +76,7 @@ import Testing
     static func registered(_ server: TestServer, environment: NimbusStorage.Environment = .development) async throws
         -> (PythonSigner, String)
     {
-        let signer = try PythonSigner.make()
+        let signer = try await PythonSigner.make()
         let key = try await server.service.addServerKey(
             container: TestServer.container, environment: environment, publicKeyPEM: signer.publicKeyPEM)
         #expect(key.keyID.count == 64)
@@ -105,7 +94,7 @@ import Testing
             let zones = Self.path("zones/list")
             let query = "?ckjsBuildVersion=2104&ckjsVersion=2.6.4"
             let lookupBody = #"{"records":[{"recordName":"from-backend"}]}"#
-            let signatures = try signer.sign([
+            let signatures = try await signer.sign([
                 // requests-cloudkit and CloudKit JS: the path with its query string.
                 .init(date: date, body: Self.saveNote, path: modify + query),
                 // Apple's example, MistKit, OpenCloudKit: the path alone (the query sent anyway).
@@ -145,7 +134,7 @@ import Testing
             let refused = try await bob.send(path: Self.path("records/modify"), body: Array(update.utf8))
             #expect(refused.records.first?["serverErrorCode"]?.stringValue == "ACCESS_DENIED", "\(refused.text)")
             let date = Self.date(server)
-            let signatures = try signer.sign([
+            let signatures = try await signer.sign([
                 .init(date: date, body: update, path: Self.path("records/modify")),
                 .init(date: date, body: "{}", path: Self.path("zones/list", database: "private")),
             ])
@@ -168,17 +157,17 @@ import Testing
             let (_, productionKeyID) = try await Self.registered(server, environment: .production)
             try await server.service.createContainer(id: "iCloud.test.other")
             let otherContainerKeyID = try await server.service.addServerKey(
-                container: "iCloud.test.other", environment: .development, publicKeyPEM: try PythonSigner.make().publicKeyPEM
+                container: "iCloud.test.other", environment: .development, publicKeyPEM: try await PythonSigner.make().publicKeyPEM
             ).keyID
             let date = Self.date(server)
             let modify = Self.path("records/modify")
-            let signatures = try signer.sign([
+            let signatures = try await signer.sign([
                 .init(date: date, body: Self.saveNote, path: modify),
                 .init(date: date, body: Self.saveNote, path: Self.path("records/lookup")),
                 .init(date: Self.date(server, offset: 1_000), body: Self.saveNote, path: modify),
             ])
             let (good, otherPath, otherDate) = (signatures[0], signatures[1], signatures[2])
-            let byOtherKey = try otherSigner.sign([.init(date: date, body: Self.saveNote, path: modify)])[0]
+            let byOtherKey = try await otherSigner.sign([.init(date: date, body: Self.saveNote, path: modify)])[0]
             func expectRefused(
                 _ response: APIResponse, _ words: String, status: Int = 401, _ comment: Comment? = nil,
                 sourceLocation: SourceLocation = #_sourceLocation
@@ -269,7 +258,7 @@ import Testing
             let cases: [(offset: Int64, accepted: Bool)] = [
                 (-window, true), (window, true), (-window - 1_000, false), (window + 1_000, false),
             ]
-            let signatures = try signer.sign(cases.map { .init(date: Self.date(server, offset: $0.offset), body: "", path: zones) })
+            let signatures = try await signer.sign(cases.map { .init(date: Self.date(server, offset: $0.offset), body: "", path: zones) })
             for (index, (offset, accepted)) in cases.enumerated() {
                 let response = try await Self.send(
                     server, path: zones, body: nil, keyID: keyID, date: Self.date(server, offset: offset),
@@ -306,7 +295,7 @@ import Testing
             }
             do {
                 _ = try await server.service.addServerKey(
-                    container: "iCloud.nowhere", environment: .development, publicKeyPEM: try PythonSigner.make().publicKeyPEM)
+                    container: "iCloud.nowhere", environment: .development, publicKeyPEM: try await PythonSigner.make().publicKeyPEM)
                 Issue.record("a key for a container that does not exist was added")
             } catch let error as CloudKitError {
                 #expect(error.code == .notFound)
@@ -316,7 +305,7 @@ import Testing
             #expect(try await server.service.serverKeys(container: TestServer.container).map(\.isRevoked) == [true])
             let zones = Self.path("zones/list")
             let date = Self.date(server)
-            let signature = try signer.sign([.init(date: date, body: "", path: zones)])[0]
+            let signature = try await signer.sign([.init(date: date, body: "", path: zones)])[0]
             let refused = try await Self.send(server, path: zones, body: nil, keyID: keyID, date: date, signature: signature)
             #expect(refused.status == 401 && refused.reason.contains("revoked"), "\(refused.text)")
         }

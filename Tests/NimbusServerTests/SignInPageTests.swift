@@ -54,16 +54,9 @@ import Testing
             let configFile = NSTemporaryDirectory() + "nimbus-signin-" + UUID().uuidString + ".json"
             try Data(config.serialized()).write(to: URL(fileURLWithPath: configFile))
             defer { try? FileManager.default.removeItem(atPath: configFile) }
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-            process.arguments = ["python3", Self.script, configFile]
-            let output = Pipe()
-            process.standardOutput = output
-            try process.run()
-            let printed = output.fileHandleForReading.readDataToEndOfFile()
-            process.waitUntilExit()
-            #expect(process.terminationStatus == 0, "sign_in_flow.py failed")
-            let result = try JSON.parse(Array(printed))
+            let (status, printed) = try await ExternalProcess.run(["python3", Self.script, configFile])
+            #expect(status == 0, "sign_in_flow.py failed")
+            let result = try JSON.parse(printed)
             #expect(result["wrongPasswordText"]?.stringValue?.contains("wrong password") == true, "\(result)")
             let session = try #require(result["openerSession"]?.stringValue)
             #expect(result["openerWebAuthToken"]?.stringValue == session)
