@@ -4,10 +4,6 @@ import NimbusTestSupport
 import NimbusWire
 import Testing
 
-#if canImport(Glibc)
-    import Glibc
-#endif
-
 /// CloudKit JS's sign-in flow (issue 16, reference §12.2) in a real headless Chromium
 /// (`Tests/Scripts/sign_in_flow.py`, selenium): a 421's `redirectURL` opens Nimbus's sign-in
 /// page as a popup, which hands the session to the app page that opened it; with a sign-in
@@ -16,28 +12,14 @@ import Testing
     static let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("Scripts/sign_in_flow.py").path
 
-    /// A loopback port nothing listens on at the moment.
-    static func freePort() throws -> Int {
-        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(socket) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socket, $0, length) == 0 && getsockname(socket, $0, &length) == 0 }
-        }
-        guard bound else { throw TestFailure("no free port") }
-        return Int(UInt16(bigEndian: address.sin_port))
-    }
-
     @Test func cloudKitJSSignsInThroughThePageInChromium() async throws {
         try await TestServer.with { server in
             _ = try await server.service.createUser(name: "ann", password: "password-ann")
-            let port = try Self.freePort()
+            // The callback is any page the browser can land on: this server's /health will do
+            // (a port picked by the test could be taken by another test's server meanwhile).
+            let callback = "\(server.baseURL)/health?app=1"
             let callbackToken = try await server.service.createAPIToken(
-                container: TestServer.container, environment: .development, signInCallback: "http://127.0.0.1:\(port)/signed-in?app=1")
+                container: TestServer.container, environment: .development, signInCallback: callback)
             // The redirectURLs a client gets with each token when it needs a user.
             func redirectURL(_ apiToken: String) async throws -> String {
                 var client = server.client()
@@ -49,7 +31,7 @@ import Testing
             let config: JSON = [
                 "signInURL": .string(try await redirectURL(server.developmentToken)),
                 "callbackSignInURL": .string(try await redirectURL(callbackToken)),
-                "port": .int(Int64(port)), "username": "ann", "password": "password-ann", "wrongPassword": "not-the-password",
+                "callback": .string(callback), "username": "ann", "password": "password-ann", "wrongPassword": "not-the-password",
             ]
             let configFile = NSTemporaryDirectory() + "nimbus-signin-" + UUID().uuidString + ".json"
             try Data(config.serialized()).write(to: URL(fileURLWithPath: configFile))

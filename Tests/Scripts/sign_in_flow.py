@@ -4,12 +4,12 @@
   sign_in_flow.py CONFIG.json
 
 CONFIG: {"signInURL": the redirectURL of a 421 (API token without a callback),
-         "callbackSignInURL": the same for an API token whose sign-in callback is
-                              http://127.0.0.1:PORT/signed-in,
-         "port": PORT, "username": ..., "password": ..., "wrongPassword": ...}
+         "callbackSignInURL": the same for an API token with a sign-in callback,
+         "callback": that callback URL (without the token),
+         "username": ..., "password": ..., "wrongPassword": ...}
 
-Serves on 127.0.0.1:PORT an app page that opens the sign-in page as CloudKit JS does (a popup)
-and listens for the session message, and the callback page. Prints a JSON object:
+Serves on a loopback port of its own an app page that opens the sign-in page as CloudKit JS
+does (a popup) and listens for the session message. Prints a JSON object:
 {"openerSession": …, "openerWebAuthToken": …, "callbackToken": …, "wrongPasswordText": …}.
 """
 import http.server
@@ -34,11 +34,10 @@ window.open(%s, 'ckSignIn', 'width=640,height=525');
 </script></body></html>"""
 
 
-def serve(port, sign_in_url):
+def serve(sign_in_url):
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
-            body = (APP_PAGE % json.dumps(sign_in_url)) if self.path.startswith("/app") else "<p>signed in</p>"
-            data = body.encode()
+            data = (APP_PAGE % json.dumps(sign_in_url)).encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/html; charset=utf-8")
             self.send_header("Content-Length", str(len(data)))
@@ -48,7 +47,7 @@ def serve(port, sign_in_url):
         def log_message(self, *args):
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
@@ -61,18 +60,19 @@ def sign_in(driver, username, password):
 
 def main():
     config = json.load(open(sys.argv[1]))
-    server = serve(config["port"], config["signInURL"])
+    server = serve(config["signInURL"])
+    port = server.server_address[1]
     options = webdriver.ChromeOptions()
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-popup-blocking"):
         options.add_argument(flag)
     options.binary_location = "/usr/bin/chromium"
     driver = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
-    wait = WebDriverWait(driver, 20)
+    wait = WebDriverWait(driver, 60)  # the suite shares two cores with this browser
     result = {}
     try:
         # 1. The popup: the app opens the sign-in page; a wrong password shows the reason and
         #    hands nothing back; the right one posts the session to the app and closes.
-        driver.get(f"http://127.0.0.1:{config['port']}/app")
+        driver.get(f"http://127.0.0.1:{port}/app")
         app = driver.current_window_handle
         wait.until(lambda d: len(d.window_handles) == 2)
         popup = [handle for handle in driver.window_handles if handle != app][0]
@@ -93,7 +93,7 @@ def main():
         driver.get(config["callbackSignInURL"])
         wait.until(lambda d: d.find_elements(By.NAME, "username"))
         sign_in(driver, config["username"], config["password"])
-        wait.until(lambda d: "/signed-in" in d.current_url)
+        wait.until(lambda d: d.current_url.startswith(config["callback"]))
         query = urllib.parse.parse_qs(urllib.parse.urlparse(driver.current_url).query)
         result["callbackToken"] = query.get("ckWebAuthToken", [""])[0]
     finally:
