@@ -214,40 +214,34 @@ struct Roles: AsyncParsableCommand {
         }
     }
 
-    struct Grant: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Let a role create, read or write a record type's records.")
+    /// What `grant` and `revoke` change: a role's permissions on a record type.
+    struct GrantChange: ParsableArguments {
         @OptionGroup var data: DataOptions
         @OptionGroup var scope: Scope
         @Argument(help: "The role: _world, _icloud, _creator or a custom one.") var role: String
         @Option(help: "The record type.") var recordType: String
         @Option(help: "Comma-separated: create, read, write.") var permissions: String
 
-        func run() async throws {
+        func apply(granting: Bool) async throws {
             do {
                 try await data.open().service.changeGrant(
                     container: scope.container, environment: try parseEnvironment(scope.environment), recordType: recordType,
-                    role: role, permissions: try Roles.permissions(permissions), granting: true)
-                print("granted \(permissions) on \(recordType) to \(role)")
+                    role: role, permissions: try Roles.permissions(permissions), granting: granting)
+                print("\(granting ? "granted" : "revoked") \(permissions) on \(recordType) \(granting ? "to" : "from") \(role)")
             } catch { throw reportFailure(error) }
         }
     }
 
+    struct Grant: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Let a role create, read or write a record type's records.")
+        @OptionGroup var change: GrantChange
+        func run() async throws { try await change.apply(granting: true) }
+    }
+
     struct Revoke: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Take permissions on a record type back from a role.")
-        @OptionGroup var data: DataOptions
-        @OptionGroup var scope: Scope
-        @Argument(help: "The role.") var role: String
-        @Option(help: "The record type.") var recordType: String
-        @Option(help: "Comma-separated: create, read, write.") var permissions: String
-
-        func run() async throws {
-            do {
-                try await data.open().service.changeGrant(
-                    container: scope.container, environment: try parseEnvironment(scope.environment), recordType: recordType,
-                    role: role, permissions: try Roles.permissions(permissions), granting: false)
-                print("revoked \(permissions) on \(recordType) from \(role)")
-            } catch { throw reportFailure(error) }
-        }
+        @OptionGroup var change: GrantChange
+        func run() async throws { try await change.apply(granting: false) }
     }
 
     struct Assign: AsyncParsableCommand {

@@ -153,16 +153,7 @@ struct PostgresAccountStore: AccountStore {
     }
 
     func directory(container: String, lookups: [UserLookup]) async throws -> [DirectoryEntry] {
-        var emails: [String] = []
-        var phones: [String] = []
-        var names: [String] = []
-        for lookup in lookups {
-            switch lookup {
-            case .email(let email): emails.append(email)
-            case .phone(let phone): phones.append(phone)
-            case .recordName(let name): names.append(name)
-            }
-        }
+        let (emails, phones, names) = lookups.grouped
         guard !lookups.isEmpty else { return [] }
         return try await storage.rows(
             """

@@ -100,16 +100,7 @@ struct SQLiteAccountStore: AccountStore {
     }
 
     func directory(container: String, lookups: [UserLookup]) async throws -> [DirectoryEntry] {
-        var emails: [String] = []
-        var phones: [String] = []
-        var names: [String] = []
-        for lookup in lookups {
-            switch lookup {
-            case .email(let email): emails.append(email)
-            case .phone(let phone): phones.append(phone)
-            case .recordName(let name): names.append(name)
-            }
-        }
+        let (emails, phones, names) = lookups.grouped
         var clauses: [String] = []
         var arguments: [(any DatabaseValueConvertible)?] = [container]
         for (column, values) in [("u.email", emails), ("u.phone", phones), ("m.record_name", names)] where !values.isEmpty {

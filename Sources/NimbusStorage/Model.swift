@@ -253,6 +253,21 @@ public enum UserLookup: Sendable, Hashable {
     case recordName(String)
 }
 
+extension Array where Element == UserLookup {
+    /// The lookups by kind, as a driver's statement asks for them.
+    public var grouped: (emails: [String], phones: [String], recordNames: [String]) {
+        var groups: (emails: [String], phones: [String], recordNames: [String]) = ([], [], [])
+        for lookup in self {
+            switch lookup {
+            case .email(let email): groups.emails.append(email)
+            case .phone(let phone): groups.phones.append(phone)
+            case .recordName(let name): groups.recordNames.append(name)
+            }
+        }
+        return groups
+    }
+}
+
 /// A member of a container with their profile, as discovery reads them.
 public struct DirectoryEntry: Sendable, Hashable {
     public var member: ContainerMember

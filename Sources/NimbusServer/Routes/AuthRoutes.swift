@@ -1,4 +1,5 @@
 import Foundation
+import Hummingbird
 import NimbusCore
 import NimbusWire
 
@@ -25,27 +26,26 @@ enum AuthRoutes {
                 return Reply.bytes(Array(page.utf8), contentType: "text/html; charset=utf-8", context: input.context)
             }
             let body = try SignInRequest(json: await input.body())
-            let (token, userRecordName) = try await input.service.signIn(
-                container: caller.container, environment: caller.environment, apiToken: input.query(WireKey.ckAPIToken),
-                userName: body.username, password: body.password, clientAddress: input.context.clientAddress)
-            input.context.exchange.update { $0.webAuthToken = token }
-            return Reply.json(SignInResponse(ckWebAuthToken: token, userRecordName: userRecordName).json, context: input.context)
+            return try await session(input) { service, caller, apiToken, address in
+                try await service.signIn(
+                    container: caller.container, environment: caller.environment, apiToken: apiToken, userName: body.username,
+                    password: body.password, clientAddress: address)
+            }
         },
         Route("signin/oidc") { input in
-            let caller = try input.caller
-            let (token, userRecordName) = try await input.service.signIn(
-                container: caller.container, environment: caller.environment, apiToken: input.query(WireKey.ckAPIToken),
-                idToken: IDTokenSignInRequest(json: await input.body()).idToken, clientAddress: input.context.clientAddress)
-            input.context.exchange.update { $0.webAuthToken = token }
-            return Reply.json(SignInResponse(ckWebAuthToken: token, userRecordName: userRecordName).json, context: input.context)
+            let body = try IDTokenSignInRequest(json: await input.body())
+            return try await session(input) { service, caller, apiToken, address in
+                try await service.signIn(
+                    container: caller.container, environment: caller.environment, apiToken: apiToken, idToken: body.idToken,
+                    clientAddress: address)
+            }
         },
         Route("signup") { input in
-            let caller = try input.caller
-            let (token, userRecordName) = try await input.service.signUp(
-                container: caller.container, environment: caller.environment, apiToken: input.query(WireKey.ckAPIToken),
-                SignUpRequest(json: await input.body()), clientAddress: input.context.clientAddress)
-            input.context.exchange.update { $0.webAuthToken = token }
-            return Reply.json(SignInResponse(ckWebAuthToken: token, userRecordName: userRecordName).json, context: input.context)
+            let body = try SignUpRequest(json: await input.body())
+            return try await session(input) { service, caller, apiToken, address in
+                try await service.signUp(
+                    container: caller.container, environment: caller.environment, apiToken: apiToken, body, clientAddress: address)
+            }
         },
         .rawJSON("signout") { input in
             guard let token = input.query(WireKey.ckWebAuthToken), !token.isEmpty else {
@@ -55,6 +55,18 @@ enum AuthRoutes {
             return [:]
         },
     ]
+
+    /// A session started by `start` (a password, an id token, a sign-up), answered as
+    /// `signin` answers: the token in the body and echoed in the header.
+    static func session(
+        _ input: RouteInput,
+        _ start: (NimbusService, Caller, String?, String?) async throws -> (webAuthToken: String, userRecordName: String)
+    ) async throws -> Response {
+        let (token, userRecordName) = try await start(
+            input.service, try input.caller, input.query(WireKey.ckAPIToken), input.context.clientAddress)
+        input.context.exchange.update { $0.webAuthToken = token }
+        return Reply.json(SignInResponse(ckWebAuthToken: token, userRecordName: userRecordName).json, context: input.context)
+    }
 
     /// Where `AUTHENTICATION_REQUIRED` sends a person: this server's sign-in page for the
     /// container and environment, with the API token the failed request used.

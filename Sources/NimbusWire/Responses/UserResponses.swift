@@ -73,6 +73,15 @@ public struct UserLookupInfo: WireBody, Hashable {
         self.userRecordName = userRecordName
     }
 
+    /// The lookups of a request: a required array of at most `Limits.operationsPerRequest`.
+    static func list(_ json: ObjectReader, _ key: String) throws(CloudKitError) -> [UserLookupInfo] {
+        var infos: [UserLookupInfo] = []
+        for element in try json.requiredArray(key, limit: Limits.operationsPerRequest, what: key) {
+            infos.append(try UserLookupInfo(json: element.object()))
+        }
+        return infos
+    }
+
     public init(json: ObjectReader) throws(CloudKitError) {
         emailAddress = try json.string(WireKey.emailAddress)
         phoneNumber = try json.string(WireKey.phoneNumber)
@@ -179,11 +188,7 @@ public struct DiscoverUsersRequest: WireBody, Hashable {
     }
 
     public init(json: ObjectReader) throws(CloudKitError) {
-        var infos: [UserLookupInfo] = []
-        for element in try json.requiredArray(WireKey.lookupInfos, limit: Limits.operationsPerRequest, what: "lookupInfos") {
-            infos.append(try UserLookupInfo(json: element.object()))
-        }
-        lookupInfos = infos
+        lookupInfos = try UserLookupInfo.list(json, WireKey.lookupInfos)
     }
 
     public var json: JSON { [WireKey.lookupInfos: lookupInfos.json] }
@@ -198,11 +203,7 @@ public struct LegacyLookupRequest: WireBody, Hashable {
     }
 
     public init(json: ObjectReader) throws(CloudKitError) {
-        var infos: [UserLookupInfo] = []
-        for element in try json.requiredArray(WireKey.users, limit: Limits.operationsPerRequest, what: "users") {
-            infos.append(try UserLookupInfo(json: element.object()))
-        }
-        users = infos
+        users = try UserLookupInfo.list(json, WireKey.users)
     }
 
     public var json: JSON { [WireKey.users: users.json] }
