@@ -195,7 +195,7 @@ import Testing
         let error = Pipe()
         process.standardError = error
         process.standardOutput = Pipe()
-        try process.run()
+        try ExternalProcess.launch(process)
         let data = error.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
         return (process.terminationStatus, String(decoding: data, as: UTF8.self))
@@ -317,7 +317,7 @@ enum NimbusProcess {
         process.environment = environment
         let output = Pipe()
         process.standardOutput = output
-        try process.run()
+        try ExternalProcess.launch(process)
         let data = output.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
         guard process.terminationStatus == 0 else {
@@ -374,7 +374,7 @@ enum NimbusProcess {
         if let workingDirectory { process.currentDirectoryURL = URL(fileURLWithPath: workingDirectory) }
         let output = Pipe()
         process.standardOutput = output
-        try process.run()
+        try ExternalProcess.launch(process)
         let handle = output.fileHandleForReading
         let (port, text) = try await Task.detached { () throws -> (Int, String) in
             var text = ""

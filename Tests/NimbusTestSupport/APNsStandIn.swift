@@ -117,7 +117,7 @@ public final class APNsStandIn: Sendable {
         ]
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
-        try process.run()
+        try ExternalProcess.launch(process)
         process.waitUntilExit()
         guard process.terminationStatus == 0 else { throw TestFailure("openssl could not make a certificate") }
     }

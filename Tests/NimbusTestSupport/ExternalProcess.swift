@@ -5,6 +5,15 @@ import Foundation
 /// `waitUntilExit` there starves every server in the process, the one the program talks to
 /// included. The waiting happens on a thread of its own.
 public enum ExternalProcess {
+    private static let launching = NSLock()
+
+    /// Starts `process`, one launch at a time in this test process: Foundation's `Process.run`
+    /// crashed (a memcpy in its launch) when tests on several threads launched at once. Every
+    /// test that starts a program goes through here.
+    public static func launch(_ process: Process) throws {
+        try launching.withLock { try process.run() }
+    }
+
     public static func run(_ arguments: [String], input: [UInt8]? = nil) async throws -> (status: Int32, output: [UInt8]) {
         try await withCheckedThrowingContinuation { continuation in
             let thread = Thread {
@@ -16,7 +25,7 @@ public enum ExternalProcess {
                 process.standardOutput = stdout
                 process.standardInput = stdin
                 do {
-                    try process.run()
+                    try launch(process)
                     if let input { stdin.fileHandleForWriting.write(Data(input)) }
                     try stdin.fileHandleForWriting.close()
                     let output = stdout.fileHandleForReading.readDataToEndOfFile()
