@@ -89,31 +89,12 @@ struct PublicAccess: Sendable {
     }
 }
 
-/// The security state, read whole and kept for a moment: a request and a notification drain
-/// decide from it without a storage read each. Changes made through this process clear it; a
-/// change made by another process (the CLI, another node) counts within `lifetime`.
-final class SecurityCache: @unchecked Sendable {
-    private let lock = NSLock()
-    private var cached: (state: SecurityState, readAt: Int64)?
-    static let lifetimeMilliseconds: Int64 = CredentialCache.lifetimeMilliseconds
-
-    func state(now: Int64) -> SecurityState? {
-        lock.withLock {
-            guard let cached, now - cached.readAt < Self.lifetimeMilliseconds else { return nil }
-            return cached.state
-        }
-    }
-
-    func remember(_ state: SecurityState, now: Int64) { lock.withLock { cached = (state, now) } }
-    func clear() { lock.withLock { cached = nil } }
-}
-
 extension NimbusService {
     func securityState() async throws -> SecurityState {
         let time = now
-        if let state = securityCache.state(now: time) { return state }
+        if let state = securityCache.value(for: "", now: time) { return state }
         let state = try await accounts.securityState()
-        securityCache.remember(state, now: time)
+        securityCache.remember(state, for: "", now: time)
         return state
     }
 

@@ -41,7 +41,10 @@ public final class NimbusService: Sendable {
     var logger: Logger { options.logger }
     let keys: DerivedKeys
     let credentialCache = CredentialCache()
-    let securityCache = SecurityCache()
+    /// The security state (docs/roles.md), read whole and kept as credentials are: a request
+    /// and a notification drain decide from it without a storage read each; changes through
+    /// this process clear it, another process's count within the lifetime. One entry, key "".
+    let securityCache = ExpiringCache<SecurityState>(lifetime: CredentialCache.lifetimeMilliseconds, capacity: 1)
     let identityKeyCache = IdentityKeyCache()
     let signInThrottle: SignInThrottle
     let knownDatabases = KnownDatabases()
