@@ -12,7 +12,10 @@ struct Nimbus: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "nimbus",
         abstract: "CloudKit as self-hostable software: the server and its admin verbs.",
-        subcommands: [Serve.self, Containers.self, Tokens.self, Keys.self, Users.self, Providers.self, Roles.self, Schema.self, APNs.self])
+        subcommands: [
+            Serve.self, Containers.self, Tokens.self, Keys.self, Users.self, Providers.self, Roles.self, LimitsCommand.self,
+            QuotasCommand.self, Schema.self, APNs.self,
+        ])
 }
 
 /// Options every verb shares: where the data lives.

@@ -45,6 +45,15 @@ struct Serve: AsyncParsableCommand {
     var signInFailuresPerMinute: Int =
         Int(ProcessInfo.processInfo.environment["NIMBUS_SIGN_IN_FAILURES_PER_MINUTE"] ?? "") ?? SignInLimits().failuresPerAccountPerMinute
 
+    @Option(help: "Request budgets per user, key and address: on, or off for benchmarks (env NIMBUS_REQUEST_LIMITS).")
+    var requestLimits: String = ProcessInfo.processInfo.environment["NIMBUS_REQUEST_LIMITS"] ?? "on"
+
+    @Option(help: "Saves one zone may have in flight on this node before ZONE_BUSY; 0 for no bound (env NIMBUS_WRITERS_PER_ZONE).")
+    var writersPerZone: Int = Int(ProcessInfo.processInfo.environment["NIMBUS_WRITERS_PER_ZONE"] ?? "") ?? 64
+
+    @Option(help: "Storage calls that may wait at once before TRY_AGAIN_LATER; 0 for no bound (env NIMBUS_PENDING_STORAGE_CALLS).")
+    var pendingStorageCalls: Int = Int(ProcessInfo.processInfo.environment["NIMBUS_PENDING_STORAGE_CALLS"] ?? "") ?? 1_024
+
     @Option(help: "Send APNs pushes to this base URL instead of Apple's (a relay, a stand-in) (env NIMBUS_APNS_ENDPOINT).")
     var apnsEndpoint: String = ProcessInfo.processInfo.environment["NIMBUS_APNS_ENDPOINT"] ?? ""
 
@@ -88,6 +97,13 @@ struct Serve: AsyncParsableCommand {
         }
         configuration.service.signInLimits.attemptsPerAddressPerMinute = signInAttemptsPerMinute
         configuration.service.signInLimits.failuresPerAccountPerMinute = signInFailuresPerMinute
+        guard requestLimits == "on" || requestLimits == "off" else { throw ValidationError("--request-limits is on or off") }
+        configuration.service.throttlesRequests = requestLimits == "on"
+        guard writersPerZone >= 0, pendingStorageCalls >= 0 else {
+            throw ValidationError("--writers-per-zone and --pending-storage-calls must be 0 or more")
+        }
+        configuration.service.writersPerZone = writersPerZone
+        configuration.service.maximumPendingStorageCalls = pendingStorageCalls
 
         let directory = try await DataDirectory.open(configuration)
         let bootstrap = try await Bootstrap.ensure(in: directory, configuration: configuration)

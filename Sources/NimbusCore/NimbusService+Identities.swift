@@ -184,12 +184,13 @@ extension NimbusService {
         try await changeSettings(container: container) { $0.signUp = enabled }
     }
 
-    private func changeSettings(container: String, _ change: (inout ContainerSettings) -> Void) async throws {
+    func changeSettings(container: String, _ change: (inout ContainerSettings) -> Void) async throws {
         var settings = try await accounts.containerSettings(container: container)
         change(&settings)
         guard try await accounts.setContainerSettings(container: container, settings) else {
             throw CloudKitError(.notFound, "container '\(Names.escaped(container))' does not exist")
         }
+        settingsCache.clear()
     }
 
     // MARK: Discovery

@@ -34,6 +34,9 @@ extension NimbusService {
         try target.caller.requireWriter(for: "Saving records")
         if target.scope == .shared { throw zoneNotFound(request.zoneID, detail: "nothing is shared with you yet") }
         let access = try await publicAccess(target)
+        let quota = try await quota(for: key)
+        let zoneWriter = try zoneWriters.enter(key, zone: request.zoneID.zoneName, bound: options.writersPerZone)
+        defer { zoneWriters.leave(zoneWriter) }
         let stamp = ChangeStamp(
             timestamp: now, userRecordName: target.caller.stampUserRecordName, deviceID: target.caller.deviceID)
         let outcome: [Result<RecordEntry, CloudKitError>]
@@ -57,7 +60,7 @@ extension NimbusService {
                         func applyOne() throws -> RecordEntry {
                             try self.apply(
                                 operation, request: request, zone: zone, database: database, target: target,
-                                access: access, stamp: stamp, schema: schema, seenNames: &seenNames, log: log, tx: tx)
+                                access: access, quota: quota, stamp: stamp, schema: schema, seenNames: &seenNames, log: log, tx: tx)
                         }
                         guard isolated else {
                             slots[index] = .success(try applyOne())
@@ -93,6 +96,7 @@ extension NimbusService {
                 if atomic, results.contains(where: { if case .failure = $0 { return true } else { return false } }) {
                     throw AtomicBatchFailed(results: results)
                 }
+                if log.usedBytes != 0 { try tx.addUsage(databaseID: database.id, bytes: log.usedBytes) }
                 let queued = try self.queueForMatching(
                     log.committed(in: database, deviceID: target.caller.deviceID), at: stamp.timestamp, tx: tx)
                 return (results, queued)
@@ -112,8 +116,8 @@ extension NimbusService {
 
     private func apply(
         _ operation: RecordOperationInput, request: RecordsModifyRequest, zone: ZoneRow, database: DatabaseRow,
-        target: DatabaseTarget, access: PublicAccess?, stamp: ChangeStamp, schema: SchemaResolver, seenNames: inout Set<String>,
-        log: ChangeLog, tx: any StorageWriter
+        target: DatabaseTarget, access: PublicAccess?, quota: Int64, stamp: ChangeStamp, schema: SchemaResolver,
+        seenNames: inout Set<String>, log: ChangeLog, tx: any StorageWriter
     ) throws -> RecordEntry {
         let input = operation.record
         let path = "\(operation.path).record"
@@ -216,6 +220,14 @@ extension NimbusService {
             zoneID: zone.id, recordName: recordName, recordType: recordType, fields: RecordCodec.encode(fields),
             parent: parent, changeSequence: try nextChange(in: zone, of: database, tx: tx), created: existing?.created ?? stamp,
             modified: stamp, isDeleted: false)
+        // The quota: a save that grows the database past it writes nothing. Shrinking is
+        // always allowed (a quota lowered below what is stored). A user's own empty record,
+        // made when they join, is not held back: their joining grows the public quota.
+        let added = row.storedBytes - (existing?.storedBytes ?? 0)
+        let used = database.usedBytes + log.usedBytes
+        if added > 0, used + added > quota, !(existing == nil && recordType == Names.usersRecordType && fields.isEmpty) {
+            throw Self.quotaExceeded(target.scope, used: used, adding: added, quota: quota, recordName: recordName)
+        }
         let recordID = try tx.putRecord(row, isNew: stored == nil)
         log.recordChanged(zone: zone, before: existing, after: row)
         if existing != nil || !references.isEmpty {

@@ -17,6 +17,20 @@ public final class NimbusService: Sendable {
         public var passwordHashing: PasswordHashing = .shared
         /// How fast sign-ins may come, per client address and per account (docs/limits.md).
         public var signInLimits = SignInLimits()
+        /// Request budgets and quotas every container has unless it sets its own (docs/limits.md).
+        public var containerLimits = ContainerLimit.defaults
+        /// Whether requests spend from budgets at all (`nimbus serve --request-limits off`, for
+        /// benchmarks that are one user at full speed). Quotas hold either way.
+        public var throttlesRequests = true
+        /// Requests one client address may send that fail authentication: a burst of this
+        /// many, then this many a minute; past them it is refused before its credentials are
+        /// looked at.
+        public var failedAuthenticationsPerMinute = 60
+        /// Storage calls that may wait at once; past it `TRY_AGAIN_LATER` (`RetryingStorage`).
+        public var maximumPendingStorageCalls = 1_024
+        /// `records/modify` requests one zone may have in flight at once on this node; past it
+        /// `ZONE_BUSY` with `retryAfter` (0: no bound).
+        public var writersPerZone = 64
         public var clock: any WallClock = SystemClock()
         /// The processor time one query may take (`Limits.queryMilliseconds`); tests lower it.
         public var queryBudget: Duration = .milliseconds(Limits.queryMilliseconds.value)
@@ -46,15 +60,26 @@ public final class NimbusService: Sendable {
     /// this process clear it, another process's count within the lifetime. One entry, key "".
     let securityCache = ExpiringCache<SecurityState>(lifetime: CredentialCache.lifetimeMilliseconds, capacity: 1)
     let identityKeyCache = IdentityKeyCache()
+    /// Container settings (limit overrides among them), kept as credentials are, by container.
+    let settingsCache = ExpiringCache<ContainerSettings>(lifetime: CredentialCache.lifetimeMilliseconds, capacity: 10_000)
+    /// Members per container, for the public quota's per-user allowance.
+    let memberCountCache = ExpiringCache<Int64>(lifetime: CredentialCache.lifetimeMilliseconds, capacity: 10_000)
+    /// Request budgets by caller and kind of work (NimbusService+Limits.swift).
+    let requestBudgets = TokenBuckets(.init(capacity: 1, perMinute: 1), maximumKeys: 200_000)
+    let failedAuthentications: TokenBuckets
+    /// `records/modify` requests in flight per zone (`Options.writersPerZone`).
+    let zoneWriters = ZoneWriters()
     let signInThrottle: SignInThrottle
     let knownDatabases = KnownDatabases()
     /// Committed changes on their way to subscription matching and delivery.
     public let notificationHub = NotificationHub()
 
     public init(storage: any StorageDriver, options: Options = Options()) async throws {
-        self.storage = RetryingStorage(storage)
+        self.storage = RetryingStorage(storage, maximumPending: options.maximumPendingStorageCalls)
         self.options = options
         signInThrottle = SignInThrottle(options.signInLimits)
+        let failures = max(1, options.failedAuthenticationsPerMinute)
+        failedAuthentications = TokenBuckets(.init(capacity: failures, perMinute: failures))
         let secret = try await storage.read { try $0.installationSecret() }
         keys = DerivedKeys(installationSecret: secret)
         try await rebuildIndexesIfRequested()
@@ -83,6 +108,11 @@ public struct Caller: Sendable, Hashable {
         public let keyID: String
         /// What its changes are stamped with (`created.userRecordName`).
         public let recordName: String
+
+        public init(keyID: String, recordName: String) {
+            self.keyID = keyID
+            self.recordName = recordName
+        }
     }
 
     public let container: String

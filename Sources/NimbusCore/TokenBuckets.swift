@@ -4,7 +4,8 @@ import Synchronization
 /// gets `rate.perMinute` back a minute, continuously. The table holds at most `maximumKeys`
 /// buckets, so a caller inventing keys (names, addresses) cannot grow it without bound: a full
 /// table first forgets buckets that have refilled (they hold nothing a fresh one would not),
-/// then the quarter least recently used.
+/// then the quarter least recently used. A call may name a rate of its own (`spend`), for
+/// tables whose keys have different budgets (per-container request budgets).
 public final class TokenBuckets: Sendable {
     public struct Rate: Sendable, Hashable {
         public var capacity: Int
@@ -20,6 +21,18 @@ public final class TokenBuckets: Sendable {
     private struct Bucket {
         var tokens: Double
         var updated: Int64
+        var rate: Rate
+    }
+
+    /// What `spend` did: whether a token was there, and the bucket after it.
+    public struct Spend: Sendable, Hashable {
+        public var admitted: Bool
+        /// Whole tokens left.
+        public var remaining: Int
+        /// Milliseconds until the bucket is full again.
+        public var untilFull: Int64
+        /// Milliseconds until the next token, when none was there (else 0).
+        public var wait: Int64
     }
 
     public let rate: Rate
@@ -35,50 +48,62 @@ public final class TokenBuckets: Sendable {
     public func available(_ key: String, now: Int64) -> Int {
         buckets.withLock { buckets in
             guard let bucket = buckets[key] else { return rate.capacity }
-            return Int(refilled(bucket, now: now).tokens)
+            return Int(Self.refilled(bucket, now: now).tokens)
         }
     }
 
     /// Nil when `key` has a token at `now`, else the milliseconds until it has; spends nothing.
     public func wait(_ key: String, now: Int64) -> Int64? {
         buckets.withLock { buckets in
-            guard let bucket = buckets[key].map({ refilled($0, now: now) }), bucket.tokens < 1 else { return nil }
-            return wait(for: bucket)
+            guard let bucket = buckets[key].map({ Self.refilled($0, now: now) }), bucket.tokens < 1 else { return nil }
+            return Self.wait(for: bucket)
         }
     }
 
     /// Spends a token of `key`; nil when there was one, else the milliseconds until there is.
     public func take(_ key: String, now: Int64) -> Int64? {
+        let spent = spend(key, rate: rate, now: now)
+        return spent.admitted ? nil : spent.wait
+    }
+
+    /// Spends a token of `key`, whose bucket holds `rate` (a bucket whose rate changed is held
+    /// to the new one from now on: a larger capacity adds the difference, a smaller one caps).
+    public func spend(_ key: String, rate: Rate, now: Int64) -> Spend {
         buckets.withLock { buckets in
-            var bucket = buckets[key].map { refilled($0, now: now) } ?? Bucket(tokens: Double(rate.capacity), updated: now)
-            guard bucket.tokens >= 1 else {
-                buckets[key] = bucket
-                return wait(for: bucket)
+            var bucket = buckets[key].map { Self.refilled($0, now: now) } ?? Bucket(tokens: Double(rate.capacity), updated: now, rate: rate)
+            if bucket.rate != rate {
+                // A raised budget is there at once; a lowered one caps what is left.
+                bucket.tokens = min(bucket.tokens + Double(max(0, rate.capacity - bucket.rate.capacity)), Double(rate.capacity))
+                bucket.rate = rate
             }
-            bucket.tokens -= 1
+            let admitted = bucket.tokens >= 1
+            if admitted { bucket.tokens -= 1 }
             if buckets[key] == nil, buckets.count >= maximumKeys { evict(&buckets, now: now) }
             buckets[key] = bucket
-            return nil
+            let missing = Double(rate.capacity) - bucket.tokens
+            return Spend(
+                admitted: admitted, remaining: Int(bucket.tokens),
+                untilFull: Int64((missing * 60_000 / Double(rate.perMinute)).rounded(.up)),
+                wait: admitted ? 0 : Self.wait(for: bucket))
         }
     }
 
     /// How many keys the table holds (tests, diagnostics).
     public var count: Int { buckets.withLock { $0.count } }
 
-    private func refilled(_ bucket: Bucket, now: Int64) -> Bucket {
+    private static func refilled(_ bucket: Bucket, now: Int64) -> Bucket {
         let elapsed = Double(max(0, now - bucket.updated))
-        let tokens = min(Double(rate.capacity), bucket.tokens + elapsed * Double(rate.perMinute) / 60_000)
-        return Bucket(tokens: tokens, updated: max(now, bucket.updated))
+        let tokens = min(Double(bucket.rate.capacity), bucket.tokens + elapsed * Double(bucket.rate.perMinute) / 60_000)
+        return Bucket(tokens: tokens, updated: max(now, bucket.updated), rate: bucket.rate)
     }
 
-    private func wait(for bucket: Bucket) -> Int64 {
+    private static func wait(for bucket: Bucket) -> Int64 {
         let missing = 1 - bucket.tokens
-        return max(1, Int64((missing * 60_000 / Double(rate.perMinute)).rounded(.up)))
+        return max(1, Int64((missing * 60_000 / Double(bucket.rate.perMinute)).rounded(.up)))
     }
 
     private func evict(_ buckets: inout [String: Bucket], now: Int64) {
-        let capacity = Double(rate.capacity)
-        buckets = buckets.filter { refilled($0.value, now: now).tokens < capacity }
+        buckets = buckets.filter { Self.refilled($0.value, now: now).tokens < Double($0.value.rate.capacity) }
         guard buckets.count >= maximumKeys else { return }
         let stalest = buckets.sorted { $0.value.updated < $1.value.updated }.prefix(maximumKeys / 4).map(\.key)
         for key in stalest { buckets[key] = nil }

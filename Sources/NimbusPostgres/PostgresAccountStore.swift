@@ -134,6 +134,11 @@ struct PostgresAccountStore: AccountStore {
             """)
     }
 
+    func memberCount(container: String) async throws -> Int64 {
+        try await storage.rows("SELECT count(*) FROM container_members WHERE container = \(container)").first?
+            .decode(Int64.self) ?? 0
+    }
+
     func member(container: String, userID: Int64) async throws -> ContainerMember? {
         try await storage.rows(
             """
@@ -177,18 +182,22 @@ struct PostgresAccountStore: AccountStore {
     }
 
     func containerSettings(container: String) async throws -> ContainerSettings {
-        guard let row = try await storage.rows("SELECT user_discovery, sign_up FROM container_settings WHERE container = \(container)").first
+        guard
+            let row = try await storage.rows(
+                "SELECT user_discovery, sign_up, limits FROM container_settings WHERE container = \(container)"
+            ).first
         else { return ContainerSettings() }
-        let (discovery, signUp) = try row.decode((Bool, Bool).self)
-        return ContainerSettings(userDiscovery: discovery, signUp: signUp)
+        let (discovery, signUp, limits) = try row.decode((Bool, Bool, String).self)
+        return ContainerSettings(userDiscovery: discovery, signUp: signUp, limits: ContainerSettings.limits(fromText: limits))
     }
 
     func setContainerSettings(container: String, _ settings: ContainerSettings) async throws -> Bool {
         try await !storage.rows(
             """
-            INSERT INTO container_settings (container, user_discovery, sign_up)
-            SELECT id, \(settings.userDiscovery), \(settings.signUp) FROM containers WHERE id = \(container)
-            ON CONFLICT (container) DO UPDATE SET user_discovery = excluded.user_discovery, sign_up = excluded.sign_up
+            INSERT INTO container_settings (container, user_discovery, sign_up, limits)
+            SELECT id, \(settings.userDiscovery), \(settings.signUp), \(settings.limitsText) FROM containers WHERE id = \(container)
+            ON CONFLICT (container) DO UPDATE SET user_discovery = excluded.user_discovery, sign_up = excluded.sign_up,
+                limits = excluded.limits
             RETURNING 1
             """
         ).isEmpty

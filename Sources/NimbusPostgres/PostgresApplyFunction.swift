@@ -194,4 +194,33 @@ enum PostgresApplyFunction {
         END;
         $$
         """#
+
+    /// v2 and record bytes (`DatabaseRow.usedBytes`): a deleted zone's live records leave its
+    /// database's count, and each database's `usage` from the unit is added with its final
+    /// sequence. Written as the edits to v2 so the difference is all there is to read.
+    static let v3: String = {
+        var text = v2
+        func edit(_ old: String, _ new: String) {
+            precondition(text.contains(old), "nimbus_apply v2 lacks the text v3 edits")
+            text = text.replacingOccurrences(of: old, with: new)
+        }
+        edit("CREATE FUNCTION nimbus_apply", "CREATE OR REPLACE FUNCTION nimbus_apply")
+        edit(
+            """
+                        db := nimbus_zone_database((w->>'id')::bigint);
+                        DELETE FROM field_index WHERE database_id = db AND zone_id = (w->>'id')::bigint;
+            """,
+            """
+                        db := nimbus_zone_database((w->>'id')::bigint);
+                        UPDATE databases SET used_bytes = used_bytes - (
+                            SELECT coalesce(sum(octet_length(record_name) + octet_length(record_type) + octet_length(fields)), 0)
+                            FROM records WHERE database_id = db AND zone_id = (w->>'id')::bigint AND NOT deleted)
+                        WHERE id = db;
+                        DELETE FROM field_index WHERE database_id = db AND zone_id = (w->>'id')::bigint;
+            """)
+        edit(
+            "UPDATE databases SET sequence = (s->>'final')::bigint\n",
+            "UPDATE databases SET sequence = (s->>'final')::bigint, used_bytes = used_bytes + (s->>'usage')::bigint\n")
+        return text
+    }()
 }

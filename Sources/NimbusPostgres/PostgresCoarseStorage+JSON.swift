@@ -13,7 +13,10 @@ extension PostgresCoarseStorage {
         var object: JSONObject = [
             "sequences": .array(
                 changes.sequences.map { id, sequence in
-                    ["id": .int(id), "read": .int(sequence.read), "final": .int(sequence.final), "created": .bool(created.contains(id))]
+                    [
+                        "id": .int(id), "read": .int(sequence.read), "final": .int(sequence.final),
+                        "created": .bool(created.contains(id)), "usage": .int(changes.usage[id] ?? 0),
+                    ]
                 }),
             "badgesRead": .array(
                 changes.badgesRead.map { owner, value in

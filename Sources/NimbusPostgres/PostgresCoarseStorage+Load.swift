@@ -74,7 +74,7 @@ extension PostgresCoarseStorage {
                 "zone_list", numbers: zoneColumns + ["row_number() OVER (ORDER BY database_id, name)"], texts: ["name"], flag: "deleted",
                 "FROM zones WHERE database_id = ANY(\(statement.bind(zoneLists))) AND NOT deleted")
         }
-        let databaseColumns = (numbers: ["id", "owner_id", "sequence"], texts: ["container", "environment", "scope"])
+        let databaseColumns = (numbers: ["id", "owner_id", "sequence", "used_bytes"], texts: ["container", "environment", "scope"])
         if !databaseKeys.isEmpty {
             let keys = """
                 (container, environment, scope, owner_id) IN (SELECT * FROM unnest(\(statement.bind(databaseKeys.map(\.container))),
@@ -319,7 +319,7 @@ private struct WideRow {
         }
         return DatabaseRow(
             id: try number(0), key: DatabaseKey(container: try text(0), environment: environment, scope: scope, ownerID: try number(1)),
-            sequence: try number(2))
+            sequence: try number(2), usedBytes: try number(3))
     }
 
     func schemaKey() throws -> SchemaKey {

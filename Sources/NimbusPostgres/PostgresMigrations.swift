@@ -432,5 +432,20 @@ enum PostgresMigrations {
                 """,
             ]
         ),
+        (
+            "v9-limits-and-usage",
+            [
+                // Per-container overrides of request budgets and quotas (docs/limits.md).
+                "ALTER TABLE container_settings ADD COLUMN limits text NOT NULL DEFAULT '{}'",
+                // The bytes each database's live records take (RecordRow.storedBytes).
+                "ALTER TABLE databases ADD COLUMN used_bytes bigint NOT NULL DEFAULT 0",
+                """
+                UPDATE databases SET used_bytes = coalesce((
+                    SELECT sum(octet_length(r.record_name) + octet_length(r.record_type) + octet_length(r.fields))
+                    FROM records r WHERE r.database_id = databases.id AND NOT r.deleted), 0)
+                """,
+                PostgresApplyFunction.v3,
+            ]
+        ),
     ]
 }

@@ -442,5 +442,19 @@ enum Migrations {
                     );
                     """)
         }
+        migrator.registerMigration("v18-limits-and-usage") { db in
+            try db.execute(
+                sql: """
+                    -- Per-container overrides of request budgets and quotas, a JSON object of
+                    -- numbers by name (docs/limits.md).
+                    ALTER TABLE container_settings ADD COLUMN limits TEXT NOT NULL DEFAULT '{}';
+                    -- The bytes each database's live records take (RecordRow.storedBytes).
+                    ALTER TABLE databases ADD COLUMN used_bytes INTEGER NOT NULL DEFAULT 0;
+                    UPDATE databases SET used_bytes = (
+                        SELECT coalesce(sum(length(CAST(r.record_name AS BLOB)) + length(CAST(r.record_type AS BLOB)) + length(r.fields)), 0)
+                        FROM records r JOIN zones z ON z.id = r.zone_id
+                        WHERE z.database_id = databases.id AND r.deleted = 0);
+                    """)
+        }
     }
 }

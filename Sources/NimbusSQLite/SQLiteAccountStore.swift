@@ -81,6 +81,12 @@ struct SQLiteAccountStore: AccountStore {
         }
     }
 
+    func memberCount(container: String) async throws -> Int64 {
+        try storage.readPoint { tx in
+            try tx.fetchRow("SELECT count(*) FROM container_members WHERE container = ?", [container])?[0] ?? 0
+        }
+    }
+
     func member(container: String, userID: Int64) async throws -> ContainerMember? {
         try storage.readPoint { tx in
             try tx.fetchRow(
@@ -136,8 +142,9 @@ struct SQLiteAccountStore: AccountStore {
 
     func containerSettings(container: String) async throws -> ContainerSettings {
         try storage.readPoint { tx in
-            try tx.fetchRow("SELECT user_discovery, sign_up FROM container_settings WHERE container = ?", [container])
-                .map { ContainerSettings(userDiscovery: $0[0], signUp: $0[1]) } ?? ContainerSettings()
+            try tx.fetchRow("SELECT user_discovery, sign_up, limits FROM container_settings WHERE container = ?", [container])
+                .map { ContainerSettings(userDiscovery: $0[0], signUp: $0[1], limits: ContainerSettings.limits(fromText: $0[2])) }
+                ?? ContainerSettings()
         }
     }
 
@@ -146,10 +153,11 @@ struct SQLiteAccountStore: AccountStore {
             guard try tx.container(id: container) != nil else { return false }
             try tx.execute(
                 """
-                INSERT INTO container_settings (container, user_discovery, sign_up) VALUES (?, ?, ?)
-                ON CONFLICT (container) DO UPDATE SET user_discovery = excluded.user_discovery, sign_up = excluded.sign_up
+                INSERT INTO container_settings (container, user_discovery, sign_up, limits) VALUES (?, ?, ?, ?)
+                ON CONFLICT (container) DO UPDATE SET user_discovery = excluded.user_discovery, sign_up = excluded.sign_up,
+                    limits = excluded.limits
                 """,
-                [container, settings.userDiscovery, settings.signUp])
+                [container, settings.userDiscovery, settings.signUp, settings.limitsText])
             return true
         }
     }

@@ -126,13 +126,13 @@ extension SQLiteTransaction {
     }
 
     func database(id: Int64) throws -> DatabaseRow? {
-        try fetchRow("SELECT container, environment, scope, owner_id, sequence FROM databases WHERE id = ?", [id]).flatMap { row in
+        try fetchRow("SELECT container, environment, scope, owner_id, sequence, used_bytes FROM databases WHERE id = ?", [id]).flatMap { row in
             guard let environment = Environment(rawValue: row["environment"]), let scope = DatabaseScope(rawValue: row["scope"]) else {
                 return nil
             }
             return DatabaseRow(
                 id: id, key: DatabaseKey(container: row["container"], environment: environment, scope: scope, ownerID: row["owner_id"]),
-                sequence: row["sequence"])
+                sequence: row["sequence"], usedBytes: row["used_bytes"])
         }
     }
 
@@ -171,7 +171,9 @@ extension SQLiteTransaction {
             try apply(write)
         }
         for (databaseID, sequence) in changes.sequences {
-            try execute("UPDATE databases SET sequence = ? WHERE id = ?", [sequence.final, databaseID])
+            try execute(
+                "UPDATE databases SET sequence = ?, used_bytes = used_bytes + ? WHERE id = ?",
+                [sequence.final, changes.usage[databaseID] ?? 0, databaseID])
         }
     }
 

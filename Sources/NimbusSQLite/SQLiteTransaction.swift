@@ -70,9 +70,9 @@ struct SQLiteTransaction: StorageWriter {
 
     func database(_ key: DatabaseKey) throws -> DatabaseRow? {
         try fetchRow(
-            "SELECT id, sequence FROM databases WHERE container = ? AND environment = ? AND scope = ? AND owner_id = ?",
+            "SELECT id, sequence, used_bytes FROM databases WHERE container = ? AND environment = ? AND scope = ? AND owner_id = ?",
             [key.container, key.environment.rawValue, key.scope.rawValue, key.ownerID]
-        ).map { DatabaseRow(id: $0["id"], key: key, sequence: $0["sequence"]) }
+        ).map { DatabaseRow(id: $0["id"], key: key, sequence: $0["sequence"], usedBytes: $0["used_bytes"]) }
     }
 
     private func zoneRow(_ row: Row) -> ZoneRow {
@@ -268,6 +268,11 @@ struct SQLiteTransaction: StorageWriter {
     }
 
     func deleteZone(id: Int64, sequence: Int64) throws {
+        try execute(
+            """
+            UPDATE databases SET used_bytes = used_bytes - (\(Self.zoneBytesSQL))
+            WHERE id = (SELECT database_id FROM zones WHERE id = ?)
+            """, [id, id])
         // Index entries first: they are found through the zone's record ids.
         try execute("DELETE FROM field_index WHERE record_id IN (SELECT rowid FROM records WHERE zone_id = ?)", [id])
         try execute("DELETE FROM token_index WHERE record_id IN (SELECT rowid FROM records WHERE zone_id = ?)", [id])
@@ -275,6 +280,17 @@ struct SQLiteTransaction: StorageWriter {
         try execute("DELETE FROM records WHERE zone_id = ?", [id])
         try execute("DELETE FROM record_references WHERE source_zone_id = ?", [id])
         try execute("UPDATE zones SET deleted = 1, change_sequence = ? WHERE id = ?", [sequence, id])
+    }
+
+    /// The bytes a zone's live records take (`RecordRow.storedBytes` summed; one argument, the
+    /// zone id). Names and types are TEXT: cast, so `length` counts bytes, not characters.
+    static let zoneBytesSQL = """
+        SELECT coalesce(sum(length(CAST(record_name AS BLOB)) + length(CAST(record_type AS BLOB)) + length(fields)), 0)
+        FROM records WHERE zone_id = ? AND deleted = 0
+        """
+
+    func addUsage(databaseID: Int64, bytes: Int64) throws {
+        try execute("UPDATE databases SET used_bytes = used_bytes + ? WHERE id = ?", [bytes, databaseID])
     }
 
     func touchZone(id: Int64, sequence: Int64) throws {

@@ -27,6 +27,8 @@ public protocol AccountStore: Sendable {
     /// Notes that a user has used a container (idempotent: an existing member is kept as it is).
     func join(_ member: ContainerMember) async throws
     func member(container: String, userID: Int64) async throws -> ContainerMember?
+    /// How many users have joined the container (the public database's quota grows with them).
+    func memberCount(container: String) async throws -> Int64
     /// Sets a member's discoverability; false when the user is not a member of the container.
     func setDiscoverable(container: String, userID: Int64, _ discoverable: Bool) async throws -> Bool
     /// The container's members matching any of the lookups, with their profiles, whatever

@@ -37,11 +37,15 @@ public struct DatabaseRow: Sendable, Hashable {
     public var key: DatabaseKey
     /// The last change sequence handed out in this database.
     public var sequence: Int64
+    /// The bytes its live records take (`RecordRow.storedBytes`), kept with every write: what
+    /// quotas count (docs/limits.md).
+    public var usedBytes: Int64
 
-    public init(id: Int64, key: DatabaseKey, sequence: Int64) {
+    public init(id: Int64, key: DatabaseKey, sequence: Int64, usedBytes: Int64 = 0) {
         self.id = id
         self.key = key
         self.sequence = sequence
+        self.usedBytes = usedBytes
     }
 }
 
@@ -107,6 +111,13 @@ public struct RecordRow: Sendable, Hashable {
         self.created = created
         self.modified = modified
         self.isDeleted = isDeleted
+    }
+
+    /// What the record counts against its database's quota: its name, type and stored fields
+    /// in bytes; nothing once deleted. The same sum in SQL frees a deleted zone's records
+    /// (`StorageWriter.deleteZone`), so the two must agree.
+    public var storedBytes: Int64 {
+        isDeleted ? 0 : Int64(recordName.utf8.count + recordType.utf8.count + fields.count)
     }
 }
 
@@ -286,9 +297,31 @@ public struct ContainerSettings: Sendable, Hashable {
     /// Whether people may make their own accounts (`/auth/1/…/signup`): off by default.
     public var signUp = false
 
-    public init(userDiscovery: Bool = true, signUp: Bool = false) {
+    /// Numbers that differ from the server's defaults for this container: request budgets and
+    /// quotas by name (`nimbus limits set`, `nimbus quotas set`; docs/limits.md). The service
+    /// knows the names; storage keeps them as given.
+    public var limits: [String: Int64] = [:]
+
+    public init(userDiscovery: Bool = true, signUp: Bool = false, limits: [String: Int64] = [:]) {
         self.userDiscovery = userDiscovery
         self.signUp = signUp
+        self.limits = limits
+    }
+}
+
+extension ContainerSettings {
+    /// `limits` as stored: a JSON object of integers by name, keys sorted.
+    public var limitsText: String {
+        JSON.object(JSONObject(limits.sorted { $0.key < $1.key }.map { ($0.key, JSON.int($0.value)) })).text
+    }
+
+    /// `limits` from its stored text; what does not read as integers by name is dropped (it
+    /// was written by `limitsText`, so nothing is).
+    public static func limits(fromText text: String) -> [String: Int64] {
+        guard case .object(let object)? = try? JSON.parse(text) else { return [:] }
+        var limits: [String: Int64] = [:]
+        for key in object.keys { if let value = object[key]?.int64Value { limits[key] = value } }
+        return limits
     }
 }
 

@@ -1,3 +1,5 @@
+import Synchronization
+
 /// Runs write transactions again when they fail with `StorageError.serializationFailure` (a
 /// collision with a concurrent transaction, which an engine with optimistic or serializable
 /// isolation reports and the embedded SQLite never does), up to `attempts` times with a short,
@@ -5,26 +7,46 @@
 /// as `TRY_AGAIN_LATER` with `retryAfter`. The service wraps every driver in it, so closures
 /// must be safe to run more than once: they may read and write only through their handle and
 /// values they create.
+///
+/// It also bounds the work waiting on the store: past `maximumPending` reads and writes in
+/// flight at once, the next fails at once with `StorageError.busy` (`TRY_AGAIN_LATER` with
+/// `retryAfter`) instead of joining a queue that would only grow while the store is saturated.
 public struct RetryingStorage: StorageDriver {
     public let base: any StorageDriver
     public let attempts: Int
+    /// Reads and writes that may wait on the store at once (docs/limits.md); 0: no bound.
+    public let maximumPending: Int
+    private let pending = PendingCount()
 
-    public init(_ base: any StorageDriver, attempts: Int = 5) {
-        precondition(attempts >= 1)
+    public init(_ base: any StorageDriver, attempts: Int = 5, maximumPending: Int = 0) {
+        precondition(attempts >= 1 && maximumPending >= 0)
         self.base = base
         self.attempts = attempts
+        self.maximumPending = maximumPending
     }
 
-    /// Reads pass straight through: they take no locks to collide on (snapshots), and the
-    /// lookup path is the hottest there is.
+    /// Reads pass straight through (past the bound): they take no locks to collide on
+    /// (snapshots), and the lookup path is the hottest there is.
     public func read<Value: Sendable>(_ kind: ReadKind, _ body: @escaping @Sendable (any StorageReader) throws -> Value) async throws
         -> Value
     {
-        try await base.read(kind, body)
+        try await bounded { try await base.read(kind, body) }
     }
 
     public func write<Value: Sendable>(_ body: @escaping @Sendable (any StorageWriter) throws -> Value) async throws -> Value {
-        try await retrying { try await base.write(body) }
+        try await bounded { try await retrying { try await base.write(body) } }
+    }
+
+    /// Calls waiting on the store now.
+    public var pendingCount: Int { pending.value }
+
+    private func bounded<Value>(_ run: () async throws -> Value) async throws -> Value {
+        guard maximumPending > 0 else { return try await run() }
+        guard pending.enter(below: maximumPending) else {
+            throw StorageError.busy("\(maximumPending) storage calls are waiting already (maximumPendingStorageCalls)")
+        }
+        defer { pending.leave() }
+        return try await run()
     }
 
     /// Account calls are single statements: nothing to collide on.
@@ -49,4 +71,21 @@ public struct RetryingStorage: StorageDriver {
         }
         fatalError("unreachable")
     }
+}
+
+/// A count of calls in flight, entered only below a bound.
+private final class PendingCount: Sendable {
+    private let count = Mutex(0)
+
+    func enter(below bound: Int) -> Bool {
+        count.withLock { count in
+            guard count < bound else { return false }
+            count += 1
+            return true
+        }
+    }
+
+    func leave() { count.withLock { $0 -= 1 } }
+
+    var value: Int { count.withLock { $0 } }
 }

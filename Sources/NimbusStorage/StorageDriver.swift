@@ -156,8 +156,13 @@ public protocol StorageWriter: StorageReader {
 
     /// Creates a zone, replacing a tombstone of the same name (with a new id).
     func createZone(databaseID: Int64, name: String, sequence: Int64) throws -> ZoneRow
-    /// Marks a zone deleted at `sequence` and removes its records and their references.
+    /// Marks a zone deleted at `sequence` and removes its records and their references; the
+    /// bytes its live records took (`RecordRow.storedBytes`) leave its database's `usedBytes`.
     func deleteZone(id: Int64, sequence: Int64) throws
+    /// Adds `bytes` (negative: frees them) to the database's `usedBytes`. The caller keeps it
+    /// true for record saves and deletions; zone deletion keeps it itself.
+    func addUsage(databaseID: Int64, bytes: Int64) throws
+
     /// Records that something in the zone changed at `sequence`.
     func touchZone(id: Int64, sequence: Int64) throws
 

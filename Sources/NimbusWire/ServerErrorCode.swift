@@ -20,6 +20,7 @@ public struct ServerErrorCode: Hashable, Sendable, CustomStringConvertible {
         case uniqueFieldError = "UNIQUE_FIELD_ERROR"
         case zoneNotFound = "ZONE_NOT_FOUND"
         case changeTokenExpired = "CHANGE_TOKEN_EXPIRED"
+        case zoneBusy = "ZONE_BUSY"
     }
 
     /// nil for a code this version does not know (read from a newer server): kept by `name`.
@@ -45,6 +46,9 @@ public struct ServerErrorCode: Hashable, Sendable, CustomStringConvertible {
     /// and re-creation. Native CloudKit reports it as `CKError.changeTokenExpired`; the
     /// client must drop its cache of the zone and fetch from no token.
     public static let changeTokenExpired = ServerErrorCode(base: .changeTokenExpired)
+    /// Nimbus's second addition: more writers in one zone at once than the server lets in
+    /// (docs/limits.md), with `retryAfter`. Native CloudKit reports it as `CKError.zoneBusy`.
+    public static let zoneBusy = ServerErrorCode(base: .zoneBusy)
 
     public init?(rawValue: String) {
         guard let base = Base(rawValue: rawValue) else { return nil }
@@ -82,7 +86,7 @@ public struct ServerErrorCode: Hashable, Sendable, CustomStringConvertible {
         case .notFound, .zoneNotFound: return 404
         case .quotaExceeded: return 413
         case .throttled: return 429
-        case .tryAgainLater: return 503
+        case .tryAgainLater, .zoneBusy: return 503
         case .validatingReferenceError: return 412
         }
     }

@@ -10,6 +10,8 @@ public final class FaultyStorage: StorageDriver, @unchecked Sendable {
     private var writeFaults: [StorageError] = []
     private var scanFaults: [StorageError] = []
     private var writesRun = 0
+    private var holding = false
+    private var held: [CheckedContinuation<Void, Never>] = []
 
     public init(_ base: any StorageDriver) {
         self.base = base
@@ -19,6 +21,22 @@ public final class FaultyStorage: StorageDriver, @unchecked Sendable {
     /// Point reads are never failed: a server's background tasks make them at any moment.
     public func failWrites(_ errors: [StorageError]) { lock.withLock { writeFaults += errors } }
     public func failScans(_ errors: [StorageError]) { lock.withLock { scanFaults += errors } }
+
+    /// From now on, writes wait (before they run) until `releaseWrites`: a store that has
+    /// stopped answering, for tests of what piles up meanwhile.
+    public func holdWrites() { lock.withLock { holding = true } }
+
+    public func releaseWrites() {
+        let waiting = lock.withLock {
+            holding = false
+            defer { held = [] }
+            return held
+        }
+        for continuation in waiting { continuation.resume() }
+    }
+
+    /// Writes waiting in `holdWrites`.
+    public var heldWrites: Int { lock.withLock { held.count } }
 
     /// Write transactions handed to the real driver so far.
     public var writesRunCount: Int { lock.withLock { writesRun } }
@@ -39,6 +57,13 @@ public final class FaultyStorage: StorageDriver, @unchecked Sendable {
             return writeFaults.removeFirst()
         }
         if let fault { throw fault }
+        await withCheckedContinuation { continuation in
+            let hold = lock.withLock {
+                if holding { held.append(continuation) }
+                return holding
+            }
+            if !hold { continuation.resume() }
+        }
         return try await base.write(body)
     }
 

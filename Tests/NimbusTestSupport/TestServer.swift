@@ -57,6 +57,9 @@ public final class TestServer: Sendable {
         // limits' own tests (SignInLimitTests) set the real ones.
         configuration.service.signInLimits.attemptsPerAddressPerMinute = 100_000
         configuration.service.signInLimits.failuresPerAccountPerMinute = 100_000
+        // Request budgets too (RequestBudgetTests sets real ones); quotas stay as they are by default.
+        for limit in ContainerLimit.allCases where !limit.isQuota { configuration.service.containerLimits[limit] = 1_000_000 }
+        configuration.service.failedAuthenticationsPerMinute = 100_000
         configuration.service.passwordHashing = Self.passwordHashing
         let clock = ManualClock(milliseconds: Int64(Date().timeIntervalSince1970 * 1000))
         configuration.service.clock = clock

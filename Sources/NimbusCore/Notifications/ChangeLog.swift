@@ -27,9 +27,13 @@ struct CommittedChanges: Sendable {
 final class ChangeLog {
     private(set) var records: [RecordChange] = []
     private(set) var zones: [(name: String, deleted: Bool)] = []
+    /// Bytes the changed records added to their database (negative: freed), for its quota
+    /// (`RecordRow.storedBytes`); the writer adds them to the database once, at the end.
+    private(set) var usedBytes: Int64 = 0
 
     func recordChanged(zone: ZoneRow, before: RecordRow?, after: RecordRow?) {
         records.append(RecordChange(zoneName: zone.name, before: before, after: after))
+        usedBytes += (after?.storedBytes ?? 0) - (before?.storedBytes ?? 0)
     }
 
     func zoneChanged(_ name: String, deleted: Bool) {
@@ -38,12 +42,13 @@ final class ChangeLog {
 
     /// Runs `body` in a savepoint of `tx`; if it throws, its log entries go with its writes.
     func savepoint<Value>(_ tx: any StorageWriter, _ body: () throws -> Value) throws -> Value {
-        let marks = (records.count, zones.count)
+        let marks = (records.count, zones.count, usedBytes)
         do {
             return try tx.savepoint(body)
         } catch {
             records.removeSubrange(marks.0...)
             zones.removeSubrange(marks.1...)
+            usedBytes = marks.2
             throw error
         }
     }

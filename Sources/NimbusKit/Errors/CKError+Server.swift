@@ -22,6 +22,7 @@ extension CKError {
         case .uniqueFieldError: return .constraintViolation
         case .zoneNotFound: return .zoneNotFound
         case .changeTokenExpired: return .changeTokenExpired
+        case .zoneBusy: return .zoneBusy
         default: return .serverRejectedRequest
         }
     }

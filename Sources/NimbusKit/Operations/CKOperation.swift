@@ -47,10 +47,12 @@ open class CKOperation: Operation, @unchecked Sendable {
     open override func start() {
         if isFinished { return }
         setExecuting(true)
-        let task = Task(priority: Self.priority(configuration?.qualityOfService ?? qualityOfService)) { [self] in
+        let quality = configuration?.qualityOfService ?? qualityOfService
+        let discretionary = quality == .utility || quality == .background
+        let task = Task(priority: Self.priority(quality)) { [self] in
             do {
                 if isCancelled { throw CKError.cancelled() }
-                try await run()
+                try await NimbusTransport.$retriesWhenBusy.withValue(discretionary) { try await run() }
                 if isCancelled { throw CKError.cancelled() }
                 finish(with: nil)
             } catch {

@@ -69,6 +69,36 @@ final class NimbusTransport: Sendable {
     /// Sends with the session, signing in first when the configuration has credentials and no
     /// session yet, and once again on an expired session.
     private func authenticated(_ fullPath: String, _ body: JSON, timeout: TimeInterval?) async throws(CKError) -> JSON {
+        var attempt = 1
+        while true {
+            do {
+                return try await authenticatedOnce(fullPath, body, timeout: timeout)
+            } catch let error where Self.retriesWhenBusy && attempt < Self.busyAttempts {
+                // A discretionary operation waits as the server asks and tries again, as
+                // CloudKit's do; a user-initiated one gets the error with its delay at once.
+                guard [.requestRateLimited, .zoneBusy, .serviceUnavailable].contains(error.code),
+                    let seconds = error.retryAfterSeconds, seconds <= Self.longestBusyWait
+                else { throw error }
+                attempt += 1
+                do {
+                    try await Task.sleep(for: .seconds(max(seconds, 0)))
+                } catch {
+                    throw CKError.cancelled()
+                }
+            }
+        }
+    }
+
+    /// Whether requests made now retry on `requestRateLimited`, `zoneBusy` and
+    /// `serviceUnavailable` after `retryAfterSeconds`: set for the requests of an operation
+    /// whose quality of service is `.utility` or `.background` (CloudKit's discretionary work,
+    /// `CKOperation.start`).
+    @TaskLocal static var retriesWhenBusy = false
+    /// Attempts a discretionary request gets in all, and the longest wait it takes on its own.
+    static let busyAttempts = 5
+    static let longestBusyWait: Double = 60
+
+    private func authenticatedOnce(_ fullPath: String, _ body: JSON, timeout: TimeInterval?) async throws(CKError) -> JSON {
         if state.webAuthToken == nil, configuration.username != nil { try await signInWithConfiguredCredentials() }
         do {
             return try await send(fullPath, body, timeout: timeout)

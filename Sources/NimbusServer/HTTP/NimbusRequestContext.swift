@@ -58,6 +58,9 @@ public final class RequestExchange: @unchecked Sendable {
         public var forwardedBaseURL: String?
         /// The client a trusted proxy forwards for (`ForwardedHeaders`).
         public var forwardedClient: String?
+        /// The caller's budget after this request (`RateLimit-*` headers); nil before
+        /// authentication or with budgets off.
+        public var rateLimit: RateLimitStatus?
     }
 
     private var facts = Facts()

@@ -8,6 +8,10 @@ import NimbusWire
 enum Reply {
     static let webAuthTokenHeader = HTTPField.Name("X-Apple-CloudKit-Web-Auth-Token")!
     static let requestUUIDHeader = HTTPField.Name("X-Apple-Request-UUID")!
+    // The caller's budget (IETF's RateLimit header fields, docs/limits.md).
+    static let rateLimitLimitHeader = HTTPField.Name("RateLimit-Limit")!
+    static let rateLimitRemainingHeader = HTTPField.Name("RateLimit-Remaining")!
+    static let rateLimitResetHeader = HTTPField.Name("RateLimit-Reset")!
 
     static func json(_ json: JSON, status: HTTPResponse.Status = .ok, context: NimbusRequestContext) -> Response {
         bytes(json.serialized(), contentType: "application/json; charset=utf-8", status: status, context: context)
@@ -47,9 +51,15 @@ enum Reply {
         let facts = context.exchange.current
         var headers: HTTPFields = [requestUUIDHeader: facts.requestUUID]
         if let token = facts.webAuthToken { headers[webAuthTokenHeader] = token }
+        if let budget = facts.rateLimit {
+            headers[rateLimitLimitHeader] = String(budget.limit)
+            headers[rateLimitRemainingHeader] = String(budget.remaining)
+            headers[rateLimitResetHeader] = String(budget.resetSeconds)
+        }
         if let origin = facts.allowedOrigin {
             headers[.accessControlAllowOrigin] = origin
-            headers[.accessControlExposeHeaders] = "X-Apple-CloudKit-Web-Auth-Token, X-Apple-Request-UUID"
+            headers[.accessControlExposeHeaders] =
+                "X-Apple-CloudKit-Web-Auth-Token, X-Apple-Request-UUID, RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset, Retry-After"
             if origin != "*" { headers[.vary] = "Origin" }
         }
         return headers

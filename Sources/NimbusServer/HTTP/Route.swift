@@ -32,12 +32,14 @@ struct Route: Sendable {
     /// included (a wrapper or middleware per layer was an async frame per request).
     let bind: @Sendable (ServerParts, Authentication?) -> Handler
 
-    init(_ path: String, respond: @escaping @Sendable (RouteInput) async throws -> Response) {
+    /// `cost`: which of the caller's budgets the request spends from (docs/limits.md): a page
+    /// of a query or change feed walks data, everything else is a request.
+    init(_ path: String, cost: RequestCost = .request, respond: @escaping @Sendable (RouteInput) async throws -> Response) {
         self.path = path
         bind = { parts, authentication in
             { request, context in
                 var request = request
-                try await authentication?.authenticate(&request, context: context)
+                try await Self.admit(&request, context: context, parts: parts, authentication: authentication, cost: cost)
                 return try await respond(RouteInput(request: request, context: context, parts: parts))
             }
         }
@@ -45,11 +47,13 @@ struct Route: Sendable {
 
     /// An endpoint that answers one of the wire's bodies (`NimbusWire`'s types, which NimbusKit
     /// reads back with the same code).
-    static func json<Body: WireBody>(_ path: String, _ handler: @escaping @Sendable (RouteInput) async throws -> Body) -> Route {
+    static func json<Body: WireBody>(
+        _ path: String, cost: RequestCost = .request, _ handler: @escaping @Sendable (RouteInput) async throws -> Body
+    ) -> Route {
         Route(path, bind: { parts, authentication in
             { request, context in
                 var request = request
-                try await authentication?.authenticate(&request, context: context)
+                try await Self.admit(&request, context: context, parts: parts, authentication: authentication, cost: cost)
                 return Reply.json(
                     try await handler(RouteInput(request: request, context: context, parts: parts)).json, context: context)
             }
@@ -58,8 +62,36 @@ struct Route: Sendable {
 
     /// An endpoint whose answer no client library reads as a type (`/health`, `{}` for sign-out,
     /// a legacy alias's extra key).
-    static func rawJSON(_ path: String, _ handler: @escaping @Sendable (RouteInput) async throws -> JSON) -> Route {
-        Route(path) { input in Reply.json(try await handler(input), context: input.context) }
+    static func rawJSON(
+        _ path: String, cost: RequestCost = .request, _ handler: @escaping @Sendable (RouteInput) async throws -> JSON
+    ) -> Route {
+        Route(path, cost: cost) { input in Reply.json(try await handler(input), context: input.context) }
+    }
+
+    /// What a route behind authentication does before its handler: an address that keeps
+    /// failing authentication is refused first; then the caller is authenticated and spends
+    /// from their budget (`THROTTLED` past it), which the answer publishes (`Reply`).
+    private static func admit(
+        _ request: inout Request, context: NimbusRequestContext, parts: ServerParts, authentication: Authentication?,
+        cost: RequestCost
+    ) async throws {
+        guard let authentication else { return }
+        let service = parts.service
+        let address = context.clientAddress
+        try service.admitUnauthenticated(address: address)
+        do {
+            try await authentication.authenticate(&request, context: context)
+        } catch let error as CloudKitError where error.code == .authenticationFailed {
+            throw service.countFailedAuthentication(address: address) ?? error
+        }
+        guard let caller = context.caller else { return }
+        do {
+            let status = try await service.admit(caller, address: address, cost: cost)
+            context.exchange.update { $0.rateLimit = status }
+        } catch let throttled as ThrottledRequest {
+            context.exchange.update { $0.rateLimit = throttled.status }
+            throw throttled.error
+        }
     }
 
     private init(_ path: String, bind: @escaping @Sendable (ServerParts, Authentication?) -> Handler) {

@@ -24,7 +24,7 @@ enum DeviceRoutes {
 
     static let routes: [Route] =
         tokenRoutes + [
-            .json("notifications/changes") {
+            .json("notifications/changes", cost: .page) {
                 try await $0.service.notificationChangesResponse($0.caller, NotificationChangesRequest(json: $0.body()))
             },
             .json("notifications/markRead") {

@@ -12,7 +12,7 @@ enum RecordRoutes {
     static let routes: [Route] = [
         .json("records/modify") { try await $0.service.modifyRecords($0.target, RecordsModifyRequest(json: $0.body())) },
         .json("records/lookup") { try await $0.service.lookupRecords($0.target, RecordsLookupRequest(json: $0.body())) },
-        .json("records/query") { try await $0.service.queryRecords($0.target, RecordsQueryRequest(json: $0.body())) },
-        .json("records/changes") { try await $0.service.recordChanges($0.target, ZoneChangesRequest(singleZone: $0.body())) },
+        .json("records/query", cost: .page) { try await $0.service.queryRecords($0.target, RecordsQueryRequest(json: $0.body())) },
+        .json("records/changes", cost: .page) { try await $0.service.recordChanges($0.target, ZoneChangesRequest(singleZone: $0.body())) },
     ]
 }

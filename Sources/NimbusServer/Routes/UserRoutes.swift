@@ -13,9 +13,13 @@ import NimbusWire
 /// | `users/discoverability` | `discoverability` (Nimbus's wire form of `requestApplicationPermission(.userDiscoverability)`) |
 enum UserRoutes {
     static let routes: [Route] = [
-        .json("users/caller") { CallerIdentityResponse(identity: try await $0.service.callerIdentity($0.caller)) },
+        .json("users/caller") { input in
+            let caller = try input.caller
+            return CallerIdentityResponse(
+                identity: try await input.service.callerIdentity(caller), quota: try await input.service.callerUsage(caller))
+        },
         .json("users/current") { try await $0.service.currentUser($0.caller) },
-        .json("users/discover") { input in
+        .json("users/discover", cost: .page) { input in
             let body = try await input.body()
             guard body.value(WireKey.lookupInfos) != nil else { return try await input.service.discoverAllUsers(input.caller) }
             return try await input.service.discoverUsers(input.caller, DiscoverUsersRequest(json: body))

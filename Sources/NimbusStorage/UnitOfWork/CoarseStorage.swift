@@ -262,6 +262,10 @@ public struct UnitOfWorkChanges: Sendable {
     public var subscriptionsVersion: (read: Int64, changes: Int64)?
     /// Badges read and then set: the value read must still be there.
     public var badgesRead: [NotificationOwner: Int64] = [:]
+    /// Bytes added to (or freed from) each database's `usedBytes` by record writes. Only
+    /// databases in `sequences` (a record write takes a sequence), so the sequence check
+    /// covers the usage read too. Zone deletions free their bytes in `apply` itself.
+    public var usage: [Int64: Int64] = [:]
 
     public init() {}
     /// Nothing to write (what was read needs no check then: nothing commits).

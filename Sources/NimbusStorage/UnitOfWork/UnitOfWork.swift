@@ -333,6 +333,14 @@ final class UnitOfWork: StorageWriter {
         return row.sequence
     }
 
+    func addUsage(databaseID: Int64, bytes: Int64) throws {
+        var row = try database(id: databaseID)
+        row.usedBytes += bytes
+        overlay.databasesByID[databaseID] = row
+        overlay.databases[row.key] = row
+        overlay.changes.usage[databaseID, default: 0] += bytes
+    }
+
     private func put(_ zone: ZoneRow) {
         overlay.zones[ZoneKey(databaseID: zone.databaseID, name: zone.name)] = zone
         overlay.zonesByID[zone.id] = zone

@@ -129,9 +129,13 @@ public struct UserIdentity: WireBody, Hashable {
 /// (clients read either; reference §10).
 public struct CallerIdentityResponse: WireBody, Hashable {
     public var identity: UserIdentity
+    /// The signed-in user's private database against its quota (docs/limits.md); absent for a
+    /// server-to-server key.
+    public var quota: StorageFigures?
 
-    public init(identity: UserIdentity) {
+    public init(identity: UserIdentity, quota: StorageFigures? = nil) {
         self.identity = identity
+        self.quota = quota
     }
 
     public var userRecordName: String { identity.userRecordName ?? "" }
@@ -139,13 +143,33 @@ public struct CallerIdentityResponse: WireBody, Hashable {
     public init(json: ObjectReader) throws(CloudKitError) {
         _ = try json.requiredString(WireKey.userRecordName)
         identity = try UserIdentity(json: json)
+        quota = try json.object(WireKey.quota).map { object throws(CloudKitError) in try StorageFigures(json: object) }
     }
 
     public var json: JSON {
         guard case .object(var object) = identity.json else { return identity.json }
         object[WireKey.users] = [identity.json]
+        if let quota { object[WireKey.quota] = quota.json }
         return .object(object)
     }
+}
+
+/// Bytes stored and allowed.
+public struct StorageFigures: WireBody, Hashable {
+    public var usedBytes: Int64
+    public var quotaBytes: Int64
+
+    public init(usedBytes: Int64, quotaBytes: Int64) {
+        self.usedBytes = usedBytes
+        self.quotaBytes = quotaBytes
+    }
+
+    public init(json: ObjectReader) throws(CloudKitError) {
+        usedBytes = try json.int(WireKey.usedBytes) ?? 0
+        quotaBytes = try json.int(WireKey.quotaBytes) ?? 0
+    }
+
+    public var json: JSON { [WireKey.usedBytes: .int(usedBytes), WireKey.quotaBytes: .int(quotaBytes)] }
 }
 
 /// `users/current`, and each user `users/lookup/email` and `users/lookup/id` find: the record

@@ -85,6 +85,11 @@ public enum WireKey {
     // MARK: Users and push registration
 
     public static let users = "users"
+    /// `users/caller`'s storage figures (a Nimbus addition): `quota` with `usedBytes` and
+    /// `quotaBytes` of the caller's private database.
+    public static let quota = "quota"
+    public static let usedBytes = "usedBytes"
+    public static let quotaBytes = "quotaBytes"
     public static let lookupInfo = "lookupInfo"
     public static let nameComponents = "nameComponents"
     public static let nickname = "nickname"

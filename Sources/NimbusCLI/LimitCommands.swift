@@ -1,0 +1,106 @@
+import ArgumentParser
+import NimbusCore
+import NimbusStorage
+
+/// `nimbus limits` and `nimbus quotas`: a container's request budgets and quotas, each its
+/// own overrides over the server's defaults (docs/limits.md).
+struct LimitsCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "limits", abstract: "Show or change a container's request budgets (docs/limits.md).",
+        subcommands: [Show.self, Set.self])
+
+    struct Show: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Each budget: the number in force, and whether it is the default.")
+        @OptionGroup var data: DataOptions
+        @Argument(help: "The container.") var container: String
+
+        func run() async throws {
+            do {
+                let limits = try await data.open().service.limits(container: container)
+                printLimits(limits, quotas: false)
+            } catch { throw reportFailure(error) }
+        }
+    }
+
+    struct Set: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Set budgets: name=number, or name=default for the server's number (e.g. userRequestsPerMinute=3000).")
+        @OptionGroup var data: DataOptions
+        @Argument(help: "The container.") var container: String
+        @Argument(help: "name=number or name=default, one or more.") var settings: [String]
+
+        func run() async throws { try await setLimits(data, container: container, settings, quotas: false) }
+    }
+}
+
+struct QuotasCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "quotas", abstract: "Show or change a container's storage quotas and what is stored (docs/limits.md).",
+        subcommands: [Show.self, Set.self])
+
+    struct Show: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "The quotas, the public database's bytes in each environment, and a user's private database with --user.")
+        @OptionGroup var data: DataOptions
+        @Argument(help: "The container.") var container: String
+        @Option(help: "A user name: show their private database too.") var user: String?
+
+        func run() async throws {
+            do {
+                let service = try await data.open().service
+                printLimits(try await service.limits(container: container), quotas: true)
+                for environment in Environment.allCases {
+                    let usage = try await service.publicUsage(container: container, environment: environment)
+                    print("public database (\(environment.rawValue)): \(usage.usedBytes) of \(usage.quotaBytes) bytes")
+                    if let user {
+                        let usage = try await service.privateUsage(container: container, environment: environment, userName: user)
+                        print("\(user)'s private database (\(environment.rawValue)): \(usage.usedBytes) of \(usage.quotaBytes) bytes")
+                    }
+                }
+            } catch { throw reportFailure(error) }
+        }
+    }
+
+    struct Set: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Set quotas in bytes: name=number, or name=default (e.g. privateDatabaseBytes=5368709120).")
+        @OptionGroup var data: DataOptions
+        @Argument(help: "The container.") var container: String
+        @Argument(help: "name=number or name=default, one or more.") var settings: [String]
+
+        func run() async throws { try await setLimits(data, container: container, settings, quotas: true) }
+    }
+}
+
+private func printLimits(_ limits: EffectiveLimits, quotas: Bool) {
+    for limit in ContainerLimit.allCases where limit.isQuota == quotas {
+        let origin = limits.overrides[limit.rawValue] == nil ? "default" : "set for this container"
+        print("\(limit.rawValue) = \(limits[limit])  (\(origin))")
+    }
+}
+
+/// Reads `name=number` / `name=default` settings of one kind (budgets or quotas) and applies them.
+private func setLimits(_ data: DataOptions, container: String, _ settings: [String], quotas: Bool) async throws {
+    var changes: [ContainerLimit: Int64?] = [:]
+    let kind = quotas ? "quota" : "budget"
+    for setting in settings {
+        let parts = setting.split(separator: "=", maxSplits: 1).map(String.init)
+        let names = ContainerLimit.allCases.filter { $0.isQuota == quotas }.map(\.rawValue)
+        guard parts.count == 2, let limit = ContainerLimit(rawValue: parts[0]), limit.isQuota == quotas else {
+            throw ValidationError("'\(setting)' names no \(kind); use name=number with one of: \(names.joined(separator: ", "))")
+        }
+        if parts[1] == "default" {
+            changes[limit] = .some(nil)
+        } else if let value = Int64(parts[1]) {
+            changes[limit] = value
+        } else {
+            throw ValidationError("'\(parts[1])' is not a whole number (or 'default') for \(limit.rawValue)")
+        }
+    }
+    guard !changes.isEmpty else { throw ValidationError("name at least one \(kind): name=number") }
+    do {
+        let service = try await data.open().service
+        try await service.setLimits(container: container, changes)
+        printLimits(try await service.limits(container: container), quotas: quotas)
+    } catch { throw reportFailure(error) }
+}

@@ -1,0 +1,168 @@
+import NimbusStorage
+import NimbusWire
+
+/// Request budgets (throttling) and quotas (docs/limits.md).
+///
+/// Budgets are token buckets in this node's memory, one per caller and kind of work: a
+/// signed-in user, a server-to-server key, or (with the API token alone) a client address.
+/// Over budget a request gets `THROTTLED` with `retryAfter`, before it reaches storage. With
+/// several nodes each counts its own (a caller spread over two nodes gets up to twice the
+/// budget); the numbers are meant to stop runaways, not to meter.
+///
+/// Quotas count the bytes of live records (`RecordRow.storedBytes`) per database, in the
+/// write's own transaction (`ChangeLog.usedBytes`), so a quota holds however writes interleave.
+extension NimbusService {
+    // MARK: Container limits
+
+    /// The numbers `container` runs with (its overrides kept as its settings are: 2 s).
+    public func limits(container: String) async throws -> EffectiveLimits {
+        EffectiveLimits(defaults: options.containerLimits, overrides: try await settings(container: container).limits)
+    }
+
+    /// Sets (a number) or clears (nil: back to the server's default) a container's limits.
+    public func setLimits(container: String, _ changes: [ContainerLimit: Int64?]) async throws {
+        for case (let limit, let value?) in changes where value < limit.minimum {
+            throw CloudKitError.badRequest("\(limit.rawValue) must be \(limit.minimum) or more, not \(value)")
+        }
+        try await changeSettings(container: container) { settings in
+            for (limit, value) in changes { settings.limits[limit.rawValue] = value }
+        }
+    }
+
+    /// A container's settings, read through a cache like credentials' (another process's
+    /// change counts within 2 s; this process's at once).
+    func settings(container: String) async throws -> ContainerSettings {
+        let time = now
+        if let settings = settingsCache.value(for: container, now: time) { return settings }
+        let settings = try await accounts.containerSettings(container: container)
+        settingsCache.remember(settings, for: container, now: time)
+        return settings
+    }
+
+    // MARK: Budgets
+
+    /// Spends one request of `caller`'s budget for `cost`; `THROTTLED` with `retryAfter` when
+    /// it is spent. Nil when budgets are off (`Options.throttlesRequests`).
+    public func admit(_ caller: Caller, address: String?, cost: RequestCost) async throws -> RateLimitStatus? {
+        guard options.throttlesRequests else { return nil }
+        let limits = try await limits(container: caller.container)
+        let (key, limit): (String, ContainerLimit)
+        let kind = cost == .page ? "p" : "r"
+        if let user = caller.user {
+            key = "u\(kind)\u{0}\(caller.container)\u{0}\(user.id)"
+            limit = cost == .page ? .userPagesPerMinute : .userRequestsPerMinute
+        } else if let serverKey = caller.serverKey {
+            key = "k\(kind)\u{0}\(serverKey.keyID)"
+            limit = cost == .page ? .serverKeyPagesPerMinute : .serverKeyRequestsPerMinute
+        } else {
+            key = "a\(kind)\u{0}\(caller.container)\u{0}\(address ?? "")"
+            limit = cost == .page ? .anonymousPagesPerMinute : .anonymousRequestsPerMinute
+        }
+        let perMinute = limits[limit]
+        let rate = TokenBuckets.Rate(capacity: Int(clamping: perMinute), perMinute: Int(clamping: perMinute))
+        let spent = requestBudgets.spend(key, rate: rate, now: now)
+        let status = RateLimitStatus(limit: perMinute, remaining: spent.remaining, resetSeconds: (spent.untilFull + 999) / 1000)
+        guard spent.admitted else {
+            var error = CloudKitError(
+                .throttled,
+                "over the budget of \(perMinute) \(cost == .page ? "query and change-feed pages" : "requests") a minute (\(limit.rawValue), docs/limits.md); wait retryAfter seconds")
+            error.retryAfter = Int((spent.wait + 999) / 1000)
+            throw ThrottledRequest(error: error, status: status)
+        }
+        return status
+    }
+
+    /// Whether `address` may try to authenticate: an address whose recent requests failed
+    /// authentication more than `Options.unauthenticatedRequestsPerMinute` times is refused
+    /// without looking at its credentials.
+    public func admitUnauthenticated(address: String?) throws(CloudKitError) {
+        guard options.throttlesRequests, let wait = failedAuthentications.wait(address ?? "", now: now) else { return }
+        throw Self.tooManyFailures(wait: wait)
+    }
+
+    /// Counts a request from `address` that failed authentication; the error to answer with
+    /// instead when that was one too many.
+    public func countFailedAuthentication(address: String?) -> CloudKitError? {
+        guard options.throttlesRequests, let wait = failedAuthentications.take(address ?? "", now: now) else { return nil }
+        return Self.tooManyFailures(wait: wait)
+    }
+
+    private static func tooManyFailures(wait milliseconds: Int64) -> CloudKitError {
+        var error = CloudKitError(
+            .throttled,
+            "too many requests from this address failed authentication; check the API token and session, and wait retryAfter seconds")
+        error.retryAfter = Int((milliseconds + 999) / 1000)
+        return error
+    }
+
+    // MARK: Quotas
+
+    /// The bytes the database may hold: the private quota for a user's database, the public
+    /// quota and each member's allowance for the public database.
+    func quota(for key: DatabaseKey) async throws -> Int64 {
+        let limits = try await limits(container: key.container)
+        guard key.scope == .public else { return limits[.privateDatabaseBytes] }
+        let time = now
+        let members: Int64
+        if let cached = memberCountCache.value(for: key.container, now: time) {
+            members = cached
+        } else {
+            members = try await accounts.memberCount(container: key.container)
+            memberCountCache.remember(members, for: key.container, now: time)
+        }
+        let (perUser, overflow) = limits[.publicBytesPerUser].multipliedReportingOverflow(by: members)
+        let (total, overflow2) = limits[.publicDatabaseBytes].addingReportingOverflow(perUser)
+        return overflow || overflow2 ? .max : total
+    }
+
+    /// `QUOTA_EXCEEDED` for a save that would take the database from `used` bytes past `quota`.
+    static func quotaExceeded(_ scope: DatabaseScope, used: Int64, adding bytes: Int64, quota: Int64, recordName: String) -> CloudKitError {
+        let whose = scope == .public ? "the app's public database" : "your \(scope.rawValue) database"
+        return CloudKitError(
+            .quotaExceeded,
+            "saving record '\(recordName)' needs \(bytes) more bytes, and \(whose) holds \(used) of its \(quota); delete records to make room",
+            recordName: recordName)
+    }
+
+    /// The signed-in caller's private database against its quota; nil without a user.
+    public func callerUsage(_ caller: Caller) async throws -> StorageFigures? {
+        guard let user = caller.user else { return nil }
+        let usage = try await usage(
+            of: DatabaseKey(container: caller.container, environment: caller.environment, scope: .private, ownerID: user.id))
+        return StorageFigures(usedBytes: usage.usedBytes, quotaBytes: usage.quotaBytes)
+    }
+
+    /// What a database holds and may hold (`users/caller`, `nimbus quotas show`).
+    public func usage(of key: DatabaseKey) async throws -> DatabaseUsage {
+        let used = try await storage.read { tx in try tx.database(key)?.usedBytes ?? 0 }
+        return DatabaseUsage(usedBytes: used, quotaBytes: try await quota(for: key))
+    }
+}
+
+/// A database's storage against its quota.
+public struct DatabaseUsage: Sendable, Hashable {
+    public let usedBytes: Int64
+    public let quotaBytes: Int64
+}
+
+/// A request over its budget: the error to answer, and the budget to publish with it.
+public struct ThrottledRequest: Error {
+    public let error: CloudKitError
+    public let status: RateLimitStatus
+}
+
+extension NimbusService {
+    /// A user's private database in a container environment against its quota
+    /// (`nimbus quotas show --user`).
+    public func privateUsage(container: String, environment: Environment, userName: String) async throws -> DatabaseUsage {
+        guard let user = try await accounts.user(name: userName) else {
+            throw CloudKitError(.notFound, "there is no user '\(Names.escaped(userName))'")
+        }
+        return try await usage(of: DatabaseKey(container: container, environment: environment, scope: .private, ownerID: user.id))
+    }
+
+    /// The public database of a container environment against its quota.
+    public func publicUsage(container: String, environment: Environment) async throws -> DatabaseUsage {
+        try await usage(of: DatabaseKey(container: container, environment: environment, scope: .public, ownerID: 0))
+    }
+}
