@@ -19,6 +19,11 @@ build_release() {
 start_server() {
   NIMBUS=${NIMBUS:-$BIN/nimbus}
   local serve_flags=${SERVE_FLAGS---connections-per-client 0}
+  # Request budgets off unless SERVE_FLAGS is given: a benchmark is one user at full speed, a
+  # runaway by the server's numbers (docs/limits.md). An older build has no budgets.
+  if [ -z "${SERVE_FLAGS+x}" ] && "$NIMBUS" serve --help 2>&1 | grep -q -- --request-limits; then
+    serve_flags="$serve_flags --request-limits off"
+  fi
   local mode=$1
   ENVIRONMENT=${2:-development}
   DATA=$(mktemp -d /tmp/nimbus-bench.XXXXXX)
