@@ -65,11 +65,21 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"), .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
             swiftSettings: strict),
+        // Asset bytes: the blob-store protocol and its drivers (files; S3-compatible).
+        .target(
+            name: "NimbusBlobs",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "_NIOFileSystem", package: "swift-nio"),
+            ],
+            swiftSettings: strict),
         // CloudKit semantics over any storage driver: operations, schema, tokens, permissions.
         .target(
             name: "NimbusCore",
             dependencies: [
-                "NimbusWire", "NimbusStorage",
+                "NimbusWire", "NimbusStorage", "NimbusBlobs",
+                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
                 .product(name: "JWTKit", package: "jwt-kit"),

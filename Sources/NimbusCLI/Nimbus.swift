@@ -14,7 +14,7 @@ struct Nimbus: AsyncParsableCommand {
         abstract: "CloudKit as self-hostable software: the server and its admin verbs.",
         subcommands: [
             Serve.self, Containers.self, Tokens.self, Keys.self, Users.self, Providers.self, Roles.self, LimitsCommand.self,
-            QuotasCommand.self, Schema.self, APNs.self,
+            QuotasCommand.self, AssetsCommand.self, Schema.self, APNs.self,
         ])
 }
 

@@ -54,6 +54,12 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Storage calls that may wait at once before TRY_AGAIN_LATER; 0 for no bound (env NIMBUS_PENDING_STORAGE_CALLS).")
     var pendingStorageCalls: Int = Int(ProcessInfo.processInfo.environment["NIMBUS_PENDING_STORAGE_CALLS"] ?? "") ?? 1_024
 
+    @Option(help: "The largest asset in bytes (env NIMBUS_ASSET_MAX_BYTES; CloudKit's 50 MB by default).")
+    var assetMaxBytes: Int64 = Int64(ProcessInfo.processInfo.environment["NIMBUS_ASSET_MAX_BYTES"] ?? "") ?? Int64(Limits.assetBytes.value)
+
+    @Option(help: "Seconds a blob no record holds is kept before collection (env NIMBUS_ASSET_GRACE_SECONDS).")
+    var assetGraceSeconds: Int64 = Int64(ProcessInfo.processInfo.environment["NIMBUS_ASSET_GRACE_SECONDS"] ?? "") ?? 86_400
+
     @Option(help: "Send APNs pushes to this base URL instead of Apple's (a relay, a stand-in) (env NIMBUS_APNS_ENDPOINT).")
     var apnsEndpoint: String = ProcessInfo.processInfo.environment["NIMBUS_APNS_ENDPOINT"] ?? ""
 
@@ -104,6 +110,11 @@ struct Serve: AsyncParsableCommand {
         }
         configuration.service.writersPerZone = writersPerZone
         configuration.service.maximumPendingStorageCalls = pendingStorageCalls
+        guard assetMaxBytes > 0, assetGraceSeconds >= 0 else {
+            throw ValidationError("--asset-max-bytes must be positive and --asset-grace-seconds 0 or more")
+        }
+        configuration.service.assets.maximumBytes = assetMaxBytes
+        configuration.service.assets.collectionGraceSeconds = assetGraceSeconds
 
         let directory = try await DataDirectory.open(configuration)
         let bootstrap = try await Bootstrap.ensure(in: directory, configuration: configuration)

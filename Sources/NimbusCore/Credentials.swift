@@ -92,6 +92,10 @@ public struct DerivedKeys: Sendable {
     public let syncTokens: SymmetricKey
     public let userRecordNames: SymmetricKey
     public let cursors: SymmetricKey
+    /// The asset flow's three grants (`AssetGrant`): upload URLs, receipts, download URLs.
+    let assetUploads: SymmetricKey
+    let assetReceipts: SymmetricKey
+    let assetDownloads: SymmetricKey
 
     public init(installationSecret: [UInt8]) {
         let secret = SymmetricKey(data: installationSecret)
@@ -102,6 +106,9 @@ public struct DerivedKeys: Sendable {
         syncTokens = derive("sync-tokens v1")
         userRecordNames = derive("user-record-names v1")
         cursors = derive("query-cursors v1")
+        assetUploads = derive("asset-uploads v1")
+        assetReceipts = derive("asset-receipts v1")
+        assetDownloads = derive("asset-downloads v1")
     }
 
     /// A user's record name in a container: `_` + 32 hex, stable, and revealing nothing of

@@ -9,9 +9,22 @@ extension NimbusService {
     ) throws -> RecordOutput {
         RecordOutput(
             recordName: row.recordName, recordType: row.recordType, recordChangeTag: RecordCodec.changeTag(row.changeSequence),
-            fields: try RecordCodec.responseFields(row.fields, desiredKeys: desiredKeys, numbersAsStrings: numbersAsStrings),
+            fields: try RecordCodec.responseFields(
+                row.fields, desiredKeys: desiredKeys, numbersAsStrings: numbersAsStrings, link: assetLink(target)),
             created: RecordCodec.stamp(row.created), modified: RecordCodec.stamp(row.modified), parent: row.parent,
             zoneID: wireZoneID(zone, target: target))
+    }
+
+    /// What gives an answer's assets their download URLs: nil where the answer has no server
+    /// address to point at.
+    func assetLink(_ target: DatabaseTarget) -> ((Asset) -> Asset)? {
+        guard let baseURL = target.assetBaseURL else { return nil }
+        let container = target.caller.container
+        return { asset in
+            var linked = asset
+            linked.downloadURL = self.downloadURL(for: asset, container: container, baseURL: baseURL)
+            return linked
+        }
     }
 
     /// A deletion as results and change feeds show it.
@@ -195,6 +208,7 @@ extension NimbusService {
         // Merge (update) or start over (replace, create).
         var fields: RecordCodec.Fields = []
         if let existing, !type.replacesFields { fields = try RecordCodec.decode(existing.fields) }
+        let previousAssets = try existing.map(RecordCodec.assetReferences(of:)) ?? []
         for (name, raw) in input.fields ?? [] {
             let value = try schema.resolve(raw, field: name, recordType: recordType, path: "\(path).fields.\(name)")
             if let index = fields.firstIndex(where: { $0.name == name }) {
@@ -203,6 +217,10 @@ extension NimbusService {
                 fields.append((name, value))
             }
         }
+        let assets = try AssetBinding(
+            key: database.key, recordType: recordType, recordName: recordName, path: path, receiptKey: keys.assetReceipts,
+            now: now
+        ).bind(&fields, changed: Set((input.fields ?? []).map { $0.0 }), previous: previousAssets)
         let size = RecordCodec.size(of: fields)
         guard size <= Limits.recordSizeBytes.value else {
             var error = CloudKitError.limitExceeded(Limits.recordSizeBytes, actual: size, what: "record '\(recordName)''s size in bytes")
@@ -223,7 +241,8 @@ extension NimbusService {
         // The quota: a save that grows the database past it writes nothing. Shrinking is
         // always allowed (a quota lowered below what is stored). A user's own empty record,
         // made when they join, is not held back: their joining grows the public quota.
-        let added = row.storedBytes - (existing?.storedBytes ?? 0)
+        let assetBytes = assets.reduce(0) { $0 + $1.size } - previousAssets.reduce(0) { $0 + $1.size }
+        let added = row.storedBytes - (existing?.storedBytes ?? 0) + assetBytes
         let used = database.usedBytes + log.usedBytes
         if added > 0, used + added > quota, !(existing == nil && recordType == Names.usersRecordType && fields.isEmpty) {
             throw Self.quotaExceeded(target.scope, used: used, adding: added, quota: quota, recordName: recordName)
@@ -232,6 +251,10 @@ extension NimbusService {
         log.recordChanged(zone: zone, before: existing, after: row)
         if existing != nil || !references.isEmpty {
             try tx.replaceReferences(sourceZoneID: zone.id, sourceName: recordName, with: references)
+        }
+        if !assets.isEmpty || !previousAssets.isEmpty {
+            log.assetBytesChanged(assetBytes)
+            try tx.replaceAssetReferences(sourceZoneID: zone.id, sourceName: recordName, container: database.key.container, with: assets)
         }
         let index = RecordIndexer.entries(for: row, fields: fields, policy: schema.indexPolicy(for: recordType))
         try tx.replaceIndexEntries(recordID: recordID, zoneID: zone.id, recordType: recordType, index, hadEntries: existing != nil)

@@ -102,6 +102,11 @@ extension NimbusService {
             let recordID = try tx.putRecord(tombstone)
             log.recordChanged(zone: zone, before: row, after: nil)
             try tx.replaceReferences(sourceZoneID: zone.id, sourceName: name, with: [])
+            let assets = try RecordCodec.assetReferences(of: row)
+            if !assets.isEmpty {
+                log.assetBytesChanged(-assets.reduce(0) { $0 + $1.size })
+                try tx.replaceAssetReferences(sourceZoneID: zone.id, sourceName: name, container: database.key.container, with: [])
+            }
             try tx.replaceIndexEntries(
                 recordID: recordID, zoneID: zone.id, recordType: row.recordType, .none, hadEntries: true)
         }

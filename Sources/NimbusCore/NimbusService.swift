@@ -1,5 +1,6 @@
 import Logging
 import Crypto
+import NimbusBlobs
 import NimbusStorage
 import NimbusWire
 
@@ -43,8 +44,34 @@ public final class NimbusService: Sendable {
         /// to leave out, notifications it could not store). Injected; `nimbus serve` passes
         /// the server's logger.
         public var logger = Logger(label: "nimbus.core")
+        /// Where asset bytes are kept (docs/assets.md); nil for a service that serves no assets
+        /// (the admin verbs). `nimbus serve` passes files under the data directory or S3.
+        public var blobs: (any BlobStore)?
+        public var assets = AssetOptions()
 
         public init() {}
+    }
+
+    /// The asset flow's numbers (docs/assets.md, docs/limits.md).
+    public struct AssetOptions: Sendable {
+        /// One asset's bytes (CloudKit: 50 MB over Web Services).
+        public var maximumBytes = Int64(Limits.assetBytes.value)
+        /// How long an upload URL may be used (CloudKit: 15 minutes).
+        public var uploadURLSeconds: Int64 = 900
+        /// How long an upload's receipt may be saved into a record.
+        public var receiptSeconds: Int64 = 3_600
+        /// How long a download URL works, at least.
+        public var downloadURLSeconds: Int64 = 3_600
+        /// How long a blob no record holds is kept after the last upload or rereference that
+        /// vouched for it. Never less than `receiptSeconds` and five minutes: a receipt still
+        /// valid must find its blob (`effectiveGraceSeconds`).
+        public var collectionGraceSeconds: Int64 = 86_400
+        /// How often `nimbus serve` collects.
+        public var collectionInterval: Duration = .seconds(600)
+
+        public init() {}
+
+        public var effectiveGraceSeconds: Int64 { max(collectionGraceSeconds, receiptSeconds + 300) }
     }
 
     /// The driver, wrapped so that transactions that collide with concurrent ones run again.
@@ -162,10 +189,14 @@ public struct Caller: Sendable, Hashable {
 public struct DatabaseTarget: Sendable {
     public let caller: Caller
     public let scope: DatabaseScope
+    /// The server's address as the client reached it: where asset upload and download URLs
+    /// point. Nil where no answer carries a URL (then assets come back without one).
+    public let assetBaseURL: String?
 
-    public init(caller: Caller, scope: DatabaseScope) {
+    public init(caller: Caller, scope: DatabaseScope, assetBaseURL: String? = nil) {
         self.caller = caller
         self.scope = scope
+        self.assetBaseURL = assetBaseURL
     }
 
     /// The logical database, or `AUTHENTICATION_REQUIRED` for a private or shared database

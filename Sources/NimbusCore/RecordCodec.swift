@@ -1,3 +1,8 @@
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
 import NimbusStorage
 import NimbusWire
 
@@ -21,17 +26,26 @@ enum RecordCodec {
     }
 
     /// The `fields` dictionary of a response: the stored text itself when the whole of it is
-    /// wanted as stored, which spares parsing and re-serializing it per record.
-    static func responseFields(_ bytes: [UInt8], desiredKeys: [String]?, numbersAsStrings: Bool) throws -> RecordFields {
-        if desiredKeys == nil, !numbersAsStrings { return .stored(SerializedJSON(trusted: bytes)) }
-        guard case .object(let object) = try fieldsJSON(bytes, desiredKeys: desiredKeys, numbersAsStrings: numbersAsStrings) else {
+    /// wanted as stored, which spares parsing and re-serializing it per record. `link` gives
+    /// each asset its download URL (stored assets have none: it is signed per answer).
+    static func responseFields(
+        _ bytes: [UInt8], desiredKeys: [String]?, numbersAsStrings: Bool, link: ((Asset) -> Asset)? = nil
+    ) throws -> RecordFields {
+        let linking = link != nil && mayHoldAssets(bytes)
+        if desiredKeys == nil, !numbersAsStrings, !linking { return .stored(SerializedJSON(trusted: bytes)) }
+        guard
+            case .object(let object) = try fieldsJSON(
+                bytes, desiredKeys: desiredKeys, numbersAsStrings: numbersAsStrings, link: linking ? link : nil)
+        else {
             throw StorageError.corrupt("stored record fields are not an object")
         }
         return RecordFields(object)
     }
 
     /// The `fields` dictionary of a response, restricted to `desiredKeys` when given.
-    static func fieldsJSON(_ bytes: [UInt8], desiredKeys: [String]?, numbersAsStrings: Bool) throws -> JSON {
+    static func fieldsJSON(_ bytes: [UInt8], desiredKeys: [String]?, numbersAsStrings: Bool, link: ((Asset) -> Asset)? = nil)
+        throws -> JSON
+    {
         if let desiredKeys, desiredKeys.isEmpty { return .object([:]) }
         guard case .object(var object) = try JSON.parse(bytes) else {
             throw StorageError.corrupt("stored record fields are not an object")
@@ -42,6 +56,28 @@ enum RecordCodec {
         }
         if numbersAsStrings {
             object = JSONObject(object.pairs.map { ($0.key, stringifyNumbers($0.value)) })
+        }
+        if let link {
+            object = JSONObject(object.pairs.map { ($0.key, linkAssets($0.value, link: link)) })
+        }
+        return .object(object)
+    }
+
+    /// An asset field (or asset list) with each asset passed through `link`.
+    private static func linkAssets(_ field: JSON, link: (Asset) -> Asset) -> JSON {
+        guard case .object(var object) = field, let typeName = object[WireKey.type]?.stringValue,
+            let type = FieldType(wireName: typeName), type.scalar == .asset, let value = object[WireKey.value]
+        else { return field }
+        func linked(_ json: JSON) -> JSON {
+            guard case .object(let dictionary) = json, let asset = try? Asset(json: ObjectReader(dictionary, path: "")) else {
+                return json
+            }
+            return link(asset).json
+        }
+        if case .array(let elements) = value {
+            object[WireKey.value] = .array(elements.map(linked))
+        } else {
+            object[WireKey.value] = linked(value)
         }
         return .object(object)
     }
@@ -65,6 +101,55 @@ enum RecordCodec {
             object[WireKey.value] = text(value)
         }
         return .object(object)
+    }
+
+    // MARK: Assets
+
+    /// Whether stored fields may hold an asset: their text names the type. Most records hold
+    /// none, and this spares parsing them.
+    static func mayHoldAssets(_ bytes: [UInt8]) -> Bool {
+        let needle = assetTypeNeedle
+        return bytes.withUnsafeBufferPointer { haystack in
+            guard let base = haystack.baseAddress, haystack.count >= needle.count else { return false }
+            var start = 0
+            let last = haystack.count - needle.count
+            // memchr to each quote, then a comparison: glibc's memmem is not visible to Swift.
+            while start <= last, let found = memchr(base + start, Int32(needle[0]), last - start + 1) {
+                let index = base.distance(to: found.assumingMemoryBound(to: UInt8.self))
+                if memcmp(base + index, needle, needle.count) == 0 { return true }
+                start = index + 1
+            }
+            return false
+        }
+    }
+
+    private static let assetTypeNeedle = Array("\"\(ScalarType.asset.rawValue)".utf8)
+
+    /// The blobs the fields hold, one row per asset (each element of an asset list).
+    static func assetReferences(in fields: Fields) -> [AssetReferenceRow] {
+        var rows: [AssetReferenceRow] = []
+        for (name, value) in fields {
+            switch value {
+            case .asset(let asset):
+                if let checksum = asset.fileChecksum, let size = asset.size {
+                    rows.append(AssetReferenceRow(fieldName: name, position: 0, checksum: checksum, size: size))
+                }
+            case .list(.asset, let elements):
+                for (position, element) in elements.enumerated() {
+                    if case .asset(let asset) = element, let checksum = asset.fileChecksum, let size = asset.size {
+                        rows.append(AssetReferenceRow(fieldName: name, position: position, checksum: checksum, size: size))
+                    }
+                }
+            default: continue
+            }
+        }
+        return rows
+    }
+
+    /// The asset references of a stored record (none for most, without parsing them).
+    static func assetReferences(of row: RecordRow) throws -> [AssetReferenceRow] {
+        guard !row.isDeleted, mayHoldAssets(row.fields) else { return [] }
+        return assetReferences(in: try decode(row.fields))
     }
 
     static func size(of fields: Fields) -> Int {

@@ -223,4 +223,41 @@ enum PostgresApplyFunction {
             "UPDATE databases SET sequence = (s->>'final')::bigint, used_bytes = used_bytes + (s->>'usage')::bigint\n")
         return text
     }()
+
+    /// v3 and asset references (docs/assets.md): a record's are replaced with it, a deleted
+    /// zone's go with it and free their bytes. Written as the edits to v3.
+    static let v4: String = {
+        var text = v3
+        func edit(_ old: String, _ new: String) {
+            precondition(text.contains(old), "nimbus_apply v3 lacks the text v4 edits")
+            text = text.replacingOccurrences(of: old, with: new)
+        }
+        edit(
+            """
+                            FROM records WHERE database_id = db AND zone_id = (w->>'id')::bigint AND NOT deleted)
+                        WHERE id = db;
+            """,
+            """
+                            FROM records WHERE database_id = db AND zone_id = (w->>'id')::bigint AND NOT deleted)
+                          - (SELECT coalesce(sum(size), 0) FROM asset_references
+                             WHERE database_id = db AND source_zone_id = (w->>'id')::bigint)
+                        WHERE id = db;
+                        DELETE FROM asset_references WHERE database_id = db AND source_zone_id = (w->>'id')::bigint;
+            """)
+        edit(
+            """
+                    WHEN 'addSchemaField' THEN
+            """,
+            """
+                    WHEN 'replaceAssetReferences' THEN
+                        db := nimbus_zone_database((w->>'zone')::bigint);
+                        DELETE FROM asset_references
+                        WHERE database_id = db AND source_zone_id = (w->>'zone')::bigint AND source_name = w->>'name';
+                        INSERT INTO asset_references (database_id, source_zone_id, source_name, field_name, position, container, checksum, size)
+                        SELECT db, (w->>'zone')::bigint, w->>'name', a.field, a.position, w->>'container', a.checksum, a.size
+                        FROM jsonb_to_recordset(w->'rows') AS a(field text, position integer, checksum text, size bigint);
+                    WHEN 'addSchemaField' THEN
+            """)
+        return text
+    }()
 }

@@ -113,6 +113,17 @@ extension PostgresCoarseStorage {
                         ]
                     }),
             ]
+        case .replaceAssetReferences(let zoneID, let name, let container, let rows):
+            object = [
+                "zone": .int(zoneID), "name": .string(name), "container": .string(container),
+                "rows": .array(
+                    rows.map {
+                        [
+                            "field": .string($0.fieldName), "position": .int(Int64($0.position)), "checksum": .string($0.checksum),
+                            "size": .int($0.size),
+                        ]
+                    }),
+            ]
         case .addSchemaField(let key, let field):
             object = schemaKey(key).merging([
                 "type": .string(field.recordType), "field": .string(field.fieldName), "fieldType": .string(field.fieldType),
@@ -159,6 +170,7 @@ extension PostgresCoarseStorage {
         case .putRecord: "putRecord"
         case .replaceIndexEntries: "replaceIndexEntries"
         case .replaceReferences: "replaceReferences"
+        case .replaceAssetReferences: "replaceAssetReferences"
         case .addSchemaField: "addSchemaField"
         case .setSchemaFieldIndexes: "setSchemaFieldIndexes"
         case .addSchemaRecordType: "addSchemaRecordType"

@@ -447,5 +447,39 @@ enum PostgresMigrations {
                 PostgresApplyFunction.v3,
             ]
         ),
+        (
+            "v10-assets",
+            [
+                // Asset blobs (docs/assets.md): one per container and SHA-256.
+                """
+                CREATE TABLE asset_blobs (
+                    container text COLLATE "C" NOT NULL,
+                    checksum text COLLATE "C" NOT NULL,
+                    size bigint NOT NULL,
+                    blob_key text COLLATE "C" NOT NULL UNIQUE,
+                    touched_at bigint NOT NULL,
+                    PRIMARY KEY (container, checksum)
+                )
+                """,
+                // Which record fields hold which blobs, written with the record (by database,
+                // as every record table is).
+                """
+                CREATE TABLE asset_references (
+                    database_id bigint NOT NULL,
+                    source_zone_id bigint NOT NULL,
+                    source_name text COLLATE "C" NOT NULL,
+                    field_name text COLLATE "C" NOT NULL,
+                    position integer NOT NULL,
+                    container text COLLATE "C" NOT NULL,
+                    checksum text COLLATE "C" NOT NULL,
+                    size bigint NOT NULL,
+                    PRIMARY KEY (database_id, source_zone_id, source_name, field_name, position)
+                )
+                """,
+                "CREATE INDEX asset_references_by_blob ON asset_references (container, checksum)",
+                "CREATE TABLE asset_upload_claims (id text COLLATE \"C\" PRIMARY KEY, expires_at bigint NOT NULL)",
+                PostgresApplyFunction.v4,
+            ]
+        ),
     ]
 }

@@ -456,5 +456,37 @@ enum Migrations {
                         WHERE z.database_id = databases.id AND r.deleted = 0);
                     """)
         }
+        migrator.registerMigration("v19-assets") { db in
+            try db.execute(
+                sql: """
+                    -- Asset blobs (docs/assets.md): one per container and SHA-256, its bytes under
+                    -- blob_key in the blob store.
+                    CREATE TABLE asset_blobs (
+                        container TEXT NOT NULL,
+                        checksum TEXT NOT NULL,
+                        size INTEGER NOT NULL,
+                        blob_key TEXT NOT NULL UNIQUE,
+                        touched_at INTEGER NOT NULL,
+                        PRIMARY KEY (container, checksum)
+                    );
+                    -- Which record fields hold which blobs, written with the record.
+                    CREATE TABLE asset_references (
+                        source_zone_id INTEGER NOT NULL,
+                        source_name TEXT NOT NULL,
+                        field_name TEXT NOT NULL,
+                        position INTEGER NOT NULL,
+                        container TEXT NOT NULL,
+                        checksum TEXT NOT NULL,
+                        size INTEGER NOT NULL,
+                        PRIMARY KEY (source_zone_id, source_name, field_name, position)
+                    );
+                    CREATE INDEX asset_references_by_blob ON asset_references (container, checksum);
+                    -- Upload URLs used, so none is used twice; kept until they expire.
+                    CREATE TABLE asset_upload_claims (
+                        id TEXT PRIMARY KEY,
+                        expires_at INTEGER NOT NULL
+                    );
+                    """)
+        }
     }
 }

@@ -15,6 +15,7 @@ public struct SQLiteCoarseStorage: CoarseStorage {
 
     public var accounts: any AccountStore { storage.accounts }
     public var push: any PushStore { storage.push }
+    public var assets: any AssetStore { storage.assets }
     public func close() async throws { try await storage.close() }
 
     public func load(_ request: LoadRequest) async throws -> LoadedRows {
@@ -216,6 +217,8 @@ extension SQLiteTransaction {
         case .replaceIndexEntries(let recordID, let zoneID, let recordType, let entries, let hadEntries):
             try replaceIndexEntries(recordID: recordID, zoneID: zoneID, recordType: recordType, entries, hadEntries: hadEntries)
         case .replaceReferences(let zoneID, let name, let rows): try replaceReferences(sourceZoneID: zoneID, sourceName: name, with: rows)
+        case .replaceAssetReferences(let zoneID, let name, let container, let rows):
+            try replaceAssetReferences(sourceZoneID: zoneID, sourceName: name, container: container, with: rows)
         case .addSchemaField(let key, let field): try addSchemaField(container: key.container, environment: key.environment, field)
         case .setSchemaFieldIndexes(let key, let recordType, let fieldName, let indexes):
             _ = try setSchemaFieldIndexes(

@@ -203,6 +203,20 @@ struct SQLiteTransaction: StorageWriter {
         }
     }
 
+    func replaceAssetReferences(sourceZoneID: Int64, sourceName: String, container: String, with rows: [AssetReferenceRow])
+        throws
+    {
+        try execute("DELETE FROM asset_references WHERE source_zone_id = ? AND source_name = ?", [sourceZoneID, sourceName])
+        for row in rows {
+            try execute(
+                """
+                INSERT INTO asset_references (source_zone_id, source_name, field_name, position, container, checksum, size)
+                VALUES (?, ?, ?, ?, ?, ?, ?)
+                """,
+                [sourceZoneID, sourceName, row.fieldName, row.position, container, row.checksum, row.size])
+        }
+    }
+
     // MARK: Schema
 
     func schemaFields(container: String, environment: Environment) throws -> [SchemaFieldRow] {
@@ -271,14 +285,16 @@ struct SQLiteTransaction: StorageWriter {
         try execute(
             """
             UPDATE databases SET used_bytes = used_bytes - (\(Self.zoneBytesSQL))
+                - (SELECT coalesce(sum(size), 0) FROM asset_references WHERE source_zone_id = ?)
             WHERE id = (SELECT database_id FROM zones WHERE id = ?)
-            """, [id, id])
+            """, [id, id, id])
         // Index entries first: they are found through the zone's record ids.
         try execute("DELETE FROM field_index WHERE record_id IN (SELECT rowid FROM records WHERE zone_id = ?)", [id])
         try execute("DELETE FROM token_index WHERE record_id IN (SELECT rowid FROM records WHERE zone_id = ?)", [id])
         try execute("DELETE FROM pair_index WHERE record_id IN (SELECT rowid FROM records WHERE zone_id = ?)", [id])
         try execute("DELETE FROM records WHERE zone_id = ?", [id])
         try execute("DELETE FROM record_references WHERE source_zone_id = ?", [id])
+        try execute("DELETE FROM asset_references WHERE source_zone_id = ?", [id])
         try execute("UPDATE zones SET deleted = 1, change_sequence = ? WHERE id = ?", [sequence, id])
     }
 

@@ -19,6 +19,7 @@ enum NimbusRouter {
 
         router.add(HealthRoutes.routes, parts: parts)
         router.add(CourierRoutes.routes, parts: parts)
+        AssetRoutes.addTransfers(to: router, parts: parts)  // the upload and download URLs
 
         // Authentication runs in each route of these groups before its handler (`Route.bind`).
         let apiToken = Authentication(service: service, credentials: .apiToken)
@@ -33,6 +34,7 @@ enum NimbusRouter {
         database.add(ChangeRoutes.routes, parts: parts, authentication: session)
         database.add(SubscriptionRoutes.routes, parts: parts, authentication: session)
         database.add(UserRoutes.routes, parts: parts, authentication: session)
+        database.add(AssetRoutes.routes, parts: parts, authentication: session)
         database.add(DeviceRoutes.tokenRoutes, parts: parts, authentication: session)
         database.add(ReservedRoutes.routes, parts: parts, authentication: session)
         return router

@@ -3,6 +3,7 @@ import Hummingbird
 import HummingbirdCore
 import HummingbirdWebSocket
 import Logging
+import NimbusBlobs
 import NimbusCore
 import NimbusPush
 import NimbusStorage
@@ -58,6 +59,10 @@ public struct DataDirectory: Sendable {
         let storage = try await configuration.storage.open(configuration.dataDirectory)
         var options = configuration.service
         options.logger = configuration.leveledLogger
+        if options.blobs == nil {
+            options.blobs = try await FileBlobStore.open(
+                root: (configuration.dataDirectory as NSString).appendingPathComponent("assets"))
+        }
         let service = try await NimbusService(storage: storage, options: options)
         return DataDirectory(storage: storage, service: service)
     }
@@ -129,8 +134,18 @@ public enum NimbusServer {
             server: server,
             configuration: ApplicationConfiguration(
                 address: .hostname(configuration.host, port: configuration.port), serverName: "Nimbus"),
-            services: [NotificationPipelineService(service: service, connections: connections), apns],
+            services: [NotificationPipelineService(service: service, connections: connections), apns, AssetCollectionService(service: service)],
             onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? configuration.port) },
             logger: logger)
+    }
+}
+
+/// Collects asset blobs no record holds, now and then (`AssetOptions.collectionInterval`).
+struct AssetCollectionService: Service {
+    let service: NimbusService
+
+    func run() async throws {
+        guard service.options.blobs != nil else { return }
+        await cancelWhenGracefulShutdown { await service.runAssetCollection() }
     }
 }

@@ -52,6 +52,7 @@ public struct RetryingStorage: StorageDriver {
     /// Account calls are single statements: nothing to collide on.
     public var accounts: any AccountStore { base.accounts }
     public var push: any PushStore { base.push }
+    public var assets: any AssetStore { base.assets }
 
     public func close() async throws { try await base.close() }
     public func signals() -> AsyncStream<StoreSignal>? { base.signals() }

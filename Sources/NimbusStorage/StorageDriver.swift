@@ -27,6 +27,8 @@ public protocol StorageDriver: Sendable {
     var accounts: any AccountStore { get }
     /// Push registrations and APNs credentials (the coarse, async form).
     var push: any PushStore { get }
+    /// The registry of asset blobs (the coarse, async form; docs/assets.md).
+    var assets: any AssetStore { get }
 
     /// Finishes pending writes and releases the store.
     func close() async throws
@@ -156,8 +158,9 @@ public protocol StorageWriter: StorageReader {
 
     /// Creates a zone, replacing a tombstone of the same name (with a new id).
     func createZone(databaseID: Int64, name: String, sequence: Int64) throws -> ZoneRow
-    /// Marks a zone deleted at `sequence` and removes its records and their references; the
-    /// bytes its live records took (`RecordRow.storedBytes`) leave its database's `usedBytes`.
+    /// Marks a zone deleted at `sequence` and removes its records, their references and their
+    /// asset references; the bytes its live records took (`RecordRow.storedBytes`, and the
+    /// sizes of the assets they held) leave its database's `usedBytes`.
     func deleteZone(id: Int64, sequence: Int64) throws
     /// Adds `bytes` (negative: frees them) to the database's `usedBytes`. The caller keeps it
     /// true for record saves and deletions; zone deletion keeps it itself.
@@ -182,6 +185,13 @@ public protocol StorageWriter: StorageReader {
 
     /// Replaces the outgoing references of a record (none after a deletion).
     func replaceReferences(sourceZoneID: Int64, sourceName: String, with rows: [ReferenceRow]) throws
+
+    /// Replaces the blobs a record's asset fields hold (none after a deletion): what keeps a
+    /// blob from collection (`AssetStore.collectBlobs`). Their sizes count in the database's
+    /// `usedBytes`, which the caller keeps true as for record bytes; a zone's deletion removes
+    /// them and frees their bytes itself.
+    func replaceAssetReferences(sourceZoneID: Int64, sourceName: String, container: String, with rows: [AssetReferenceRow])
+        throws
 
     func addSchemaField(container: String, environment: Environment, _ field: SchemaFieldRow) throws
     /// Sets the index flags (`SchemaFieldRow.Indexes`) of a field that exists in the schema;

@@ -97,7 +97,7 @@ extension FieldValue {
             return .location(try Location(json: ObjectReader(object, path: path)))
         case .asset:
             guard case .object(let object) = value else { throw wrong("an asset dictionary") }
-            return .asset(Asset(properties: object))
+            return .asset(try Asset(json: ObjectReader(object, path: path)))
         }
     }
 }
@@ -167,7 +167,7 @@ extension FieldValue {
         case .timestamp(let millis): return .int(millis)
         case .bytes(let base64): return .string(base64)
         case .reference(let reference): return reference.json
-        case .asset(let asset): return .object(asset.properties)
+        case .asset(let asset): return asset.json
         case .location(let location): return location.json
         case .list(_, let values): return .array(values.map { $0.valueJSON(numbersAsStrings: numbersAsStrings) })
         }
@@ -199,3 +199,32 @@ extension Location {
         return .object(object)
     }
 }
+
+extension Asset {
+    /// Every key optional here; what a save must carry is the server's rule (docs/assets.md).
+    public init(json: ObjectReader) throws(CloudKitError) {
+        self.init()
+        fileChecksum = try json.string(WireKey.fileChecksum)
+        if let size = try json.int(WireKey.size) {
+            guard size >= 0 else { throw .badRequest("\(json.childPath(WireKey.size)): an asset's size cannot be negative") }
+            self.size = size
+        }
+        receipt = try json.string(WireKey.receipt)
+        referenceChecksum = try json.string(WireKey.referenceChecksum)
+        wrappingKey = try json.string(WireKey.wrappingKey)
+        downloadURL = try json.string(WireKey.downloadURL)
+    }
+
+    public var json: JSON {
+        var object = JSONObject()
+        if let fileChecksum { object[WireKey.fileChecksum] = .string(fileChecksum) }
+        if let size { object[WireKey.size] = .int(size) }
+        if let receipt { object[WireKey.receipt] = .string(receipt) }
+        if let referenceChecksum { object[WireKey.referenceChecksum] = .string(referenceChecksum) }
+        if let wrappingKey { object[WireKey.wrappingKey] = .string(wrappingKey) }
+        if let downloadURL { object[WireKey.downloadURL] = .string(downloadURL) }
+        return .object(object)
+    }
+}
+
+extension Asset: WireBody {}

@@ -67,12 +67,38 @@ public struct Location: Sendable, Hashable {
     }
 }
 
-/// An asset dictionary (reference §2.5). Until the asset store exists, Nimbus keeps the
-/// dictionary as sent so clients can round-trip it.
+/// An asset dictionary (reference §2.5): what `assets/upload`'s POST answers (`singleFile`),
+/// what a save sends back (with the `receipt`), what a fetch returns (with a `downloadURL`).
+/// Nimbus stores `fileChecksum` and `size` (and the two keys it keeps for clients that send
+/// them); the receipt is checked and dropped, the download URL made for each answer.
 public struct Asset: Sendable, Hashable {
-    public var properties: JSONObject
+    /// The SHA-256 of the bytes, base64: the blob's name in its container (docs/assets.md).
+    public var fileChecksum: String?
+    public var size: Int64?
+    /// Proof from the upload (or `assets/rereference`) that these bytes may be bound to this
+    /// container, database, record type and field; signed and expiring.
+    public var receipt: String?
+    public var referenceChecksum: String?
+    public var wrappingKey: String?
+    /// Answers only: where the bytes are, signed and expiring.
+    public var downloadURL: String?
 
-    public init(properties: JSONObject) { self.properties = properties }
+    public init(
+        fileChecksum: String? = nil, size: Int64? = nil, receipt: String? = nil, referenceChecksum: String? = nil,
+        wrappingKey: String? = nil, downloadURL: String? = nil
+    ) {
+        self.fileChecksum = fileChecksum
+        self.size = size
+        self.receipt = receipt
+        self.referenceChecksum = referenceChecksum
+        self.wrappingKey = wrappingKey
+        self.downloadURL = downloadURL
+    }
+
+    /// What storage keeps of it: no receipt, no URL.
+    public var stored: Asset {
+        Asset(fileChecksum: fileChecksum, size: size, referenceChecksum: referenceChecksum, wrappingKey: wrappingKey)
+    }
 }
 
 // MARK: - Size

@@ -42,6 +42,12 @@ public enum Limits {
     /// Keys in a `desiredKeys` array.
     public static let desiredKeys = Limit(name: WireKey.desiredKeys, value: 1_000)
 
+    /// Upload tokens in one `assets/upload` request, and sources in one `assets/rereference`.
+    public static let assetTokensPerRequest = Limit(name: "assetTokensPerRequest", value: 200)
+    /// One asset's bytes (CloudKit's 50 MB over Web Services); `nimbus serve --asset-max-bytes`
+    /// changes it (docs/assets.md).
+    public static let assetBytes = Limit(name: "assetBytes", value: 50 * 1_048_576)
+
     // The HTTP edge: what one client may hold of the server before a request is even read.
 
     /// Seconds from a request's first byte to the end of its header block.

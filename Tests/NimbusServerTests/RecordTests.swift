@@ -38,6 +38,9 @@ import Testing
     @Test func everyFieldTypeRoundTrips() async throws {
         try await TestServer.with { server in
             let alice = try await server.user("alice")
+            // Assets need an upload's answer (AssetTests has the flow).
+            let a = try await AssetTests.upload(alice, [1, 2, 3], type: "Everything", field: "a")
+            let al = try await AssetTests.upload(alice, [4], type: "Everything", field: "al")
             let fields: JSONObject = [
                 "s": Op.field("héllo ✓ \u{0}", "STRING"),
                 "i": Op.field(.int(Int64.max), "INT64"),
@@ -46,7 +49,7 @@ import Testing
                 "b": Op.field("AAEC/w==", "BYTES"),
                 "l": Op.field(["latitude": 37.33, "longitude": -122.03, "altitude": 12.0], "LOCATION"),
                 "r": Op.field(["recordName": "other", "action": "NONE"], "REFERENCE"),
-                "a": Op.field(["fileChecksum": "abc", "size": 3], "ASSETID"),
+                "a": Op.field(a, "ASSETID"),
                 "sl": Op.field(["a", "b"], "STRING_LIST"),
                 "il": Op.field([1, 2, 3], "INT64_LIST"),
                 "dl": Op.field([1.5, 2], "DOUBLE_LIST"),
@@ -54,7 +57,7 @@ import Testing
                 "bl": Op.field(["AA=="], "BYTES_LIST"),
                 "ll": Op.field([["latitude": 1.0, "longitude": 2.0]], "LOCATION_LIST"),
                 "rl": Op.field([["recordName": "x", "action": "NONE"]], "REFERENCE_LIST"),
-                "al": Op.field([["fileChecksum": "c", "size": 1]], "ASSETID_LIST"),
+                "al": Op.field([al], "ASSETID_LIST"),
                 "n64": Op.field(7, "NUMBER_INT64"),
                 "flag": Op.field(true),
             ]
@@ -78,6 +81,8 @@ import Testing
             #expect(fetched.fieldValue("il") == [1, 2, 3])
             #expect(fetched.fieldValue("dl") == [.double(1.5), .double(2)])
             #expect(fetched.fieldValue("flag") == 1)
+            #expect(fetched.fieldValue("a")?["size"] == 3)
+            #expect(fetched.fieldValue("al")?[0]?["fileChecksum"] == al["fileChecksum"])
         }
     }
 

@@ -69,6 +69,7 @@ public final class FaultyStorage: StorageDriver, @unchecked Sendable {
 
     public var accounts: any AccountStore { base.accounts }
     public var push: any PushStore { base.push }
+    public var assets: any AssetStore { base.assets }
 
     public func close() async throws { try await base.close() }
 }

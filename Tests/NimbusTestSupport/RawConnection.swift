@@ -32,6 +32,9 @@ public final class RawConnection: @unchecked Sendable {
 
     deinit { close(socket) }
 
+    /// Ends the connection from this side (both directions), as a client that went away does.
+    public func hangUp() { _ = shutdown(socket, Int32(SHUT_RDWR)) }
+
     public func send(_ bytes: [UInt8]) throws {
         var offset = 0
         while offset < bytes.count {

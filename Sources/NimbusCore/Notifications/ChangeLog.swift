@@ -28,12 +28,18 @@ final class ChangeLog {
     private(set) var records: [RecordChange] = []
     private(set) var zones: [(name: String, deleted: Bool)] = []
     /// Bytes the changed records added to their database (negative: freed), for its quota
-    /// (`RecordRow.storedBytes`); the writer adds them to the database once, at the end.
+    /// (`RecordRow.storedBytes` and the sizes of their assets); the writer adds them to the
+    /// database once, at the end.
     private(set) var usedBytes: Int64 = 0
 
     func recordChanged(zone: ZoneRow, before: RecordRow?, after: RecordRow?) {
         records.append(RecordChange(zoneName: zone.name, before: before, after: after))
         usedBytes += (after?.storedBytes ?? 0) - (before?.storedBytes ?? 0)
+    }
+
+    /// Bytes of assets a record took on (negative: let go of), for its database's quota.
+    func assetBytesChanged(_ bytes: Int64) {
+        usedBytes += bytes
     }
 
     func zoneChanged(_ name: String, deleted: Bool) {

@@ -32,6 +32,9 @@ public struct NimbusConfiguration: Sendable, Hashable {
     public var deviceID: String
     /// Seconds before a request without an answer fails with `networkFailure`.
     public var requestTimeout: TimeInterval
+    /// Where fetched assets' files are kept (one per checksum); nil: a folder per container
+    /// in the temporary directory.
+    public var assetCacheDirectory: URL? = nil
 
     public init(
         serverURL: URL = URL(string: "http://127.0.0.1:8080")!, apiToken: String, environment: Environment = .development,

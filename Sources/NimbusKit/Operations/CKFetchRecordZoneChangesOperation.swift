@@ -84,7 +84,7 @@ open class CKFetchRecordZoneChangesOperation: CKDatabaseOperation, @unchecked Se
                     continue
                 case .success(let success): changes = success
                 }
-                for record in changes.records { try deliver(record, zoneID: zone.zoneID) }
+                for record in changes.records { try await deliver(record, zoneID: zone.zoneID) }
                 let token = CKServerChangeToken(syncToken: changes.syncToken)
                 let moreComing = changes.moreComing
                 if moreComing, fetchAllChanges {
@@ -100,7 +100,7 @@ open class CKFetchRecordZoneChangesOperation: CKDatabaseOperation, @unchecked Se
         if !failures.isEmpty { throw CKError.partialFailure(failures, what: "zones to fetch changes of") }
     }
 
-    private func deliver(_ entry: RecordEntry, zoneID: CKRecordZone.ID) throws {
+    private func deliver(_ entry: RecordEntry, zoneID: CKRecordZone.ID) async throws {
         let output: RecordOutput
         switch entry {
         case .deleted(let deleted):
@@ -109,6 +109,7 @@ open class CKFetchRecordZoneChangesOperation: CKDatabaseOperation, @unchecked Se
         case .record(let record): output = record
         }
         let record = try WireRecordCoder.record(output, zoneID: zoneID, currentUser: currentUser)
+        try await downloadAssets(of: record)
         recordWasChangedBlock?(record.recordID, .success(record))
         recordChangedBlock?(record)
     }

@@ -45,7 +45,13 @@ open class CKFetchRecordsOperation: CKDatabaseOperation, @unchecked Sendable {
                     switch entry {
                     case .failure(let failure): report(id, .failure(CKError.fromServer(failure)))
                     case .success(.record(let output)):
-                        report(id, Result { () throws(CKError) in try WireRecordCoder.record(output, zoneID: zoneID, currentUser: currentUser) })
+                        do {
+                            let record = try WireRecordCoder.record(output, zoneID: zoneID, currentUser: currentUser)
+                            try await downloadAssets(of: record)
+                            report(id, .success(record))
+                        } catch {
+                            report(id, .failure(error))
+                        }
                     case .success(.deleted):
                         report(id, .failure(CKError(.unknownItem, "record '\(id.recordName)' was deleted")))
                     }

@@ -81,9 +81,16 @@ open class CKModifyRecordsOperation: CKDatabaseOperation, @unchecked Sendable {
     }
 
     private func send(_ items: [Item], zoneID: CKRecordZone.ID, atomic: Bool) async throws {
+        // Asset files first: the records then carry the upload's answers (their receipts).
+        let uploads = await uploadAssets(
+            of: items.compactMap { item in
+                guard case .save(let record) = item else { return nil }
+                return (record, savePolicy == .allKeys ? record.allKeys() : record.changedKeys())
+            }, zoneID: zoneID, progress: { record, fraction in perRecordProgressBlock?(record, fraction * 0.9) })
         var operations: [RecordOperationInput] = []
         for item in items {
             do {
+                if let failure = uploads[item.recordID] { throw failure }
                 operations.append(try operation(item))
             } catch {
                 // A record that cannot be encoded fails alone, before anything is sent.
@@ -172,6 +179,7 @@ open class CKModifyRecordsOperation: CKDatabaseOperation, @unchecked Sendable {
                     throw CKError(.serverResponseLost, "the server's answer to saving record '\(record.recordID.recordName)' is not a record")
                 }
                 let server = try WireRecordCoder.record(output, zoneID: record.recordID.zoneID, currentUser: currentUser)
+                Self.adoptLocalFiles(of: record, into: server)
                 // The local record now matches the server: later saves of it send only new changes.
                 record.copySystemFields(from: server)
                 record.markFetchedFromServer(parent: record.parent)
@@ -190,6 +198,26 @@ open class CKModifyRecordsOperation: CKDatabaseOperation, @unchecked Sendable {
             } else {
                 deleted.append(id)
                 perRecordDeleteBlock?(id, .success(()))
+            }
+        }
+    }
+
+    /// The server's copy of a saved record points its assets at the files they were uploaded
+    /// from: the same bytes, already here.
+    private static func adoptLocalFiles(of local: CKRecord, into server: CKRecord) {
+        func assets(_ value: Any?) -> [CKAsset] {
+            switch value {
+            case let asset as CKAsset: [asset]
+            case let list as [CKAsset]: list
+            default: []
+            }
+        }
+        for key in server.allKeys() {
+            let files = Dictionary(
+                assets(local[key]).compactMap { asset in asset.serverAsset?.fileChecksum.map { ($0, asset.fileURL) } },
+                uniquingKeysWith: { first, _ in first })
+            for asset in assets(server[key]) {
+                if let checksum = asset.serverAsset?.fileChecksum, let file = files[checksum] { asset.fileURL = file }
             }
         }
     }

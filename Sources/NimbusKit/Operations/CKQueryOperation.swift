@@ -59,6 +59,7 @@ open class CKQueryOperation: CKDatabaseOperation, @unchecked Sendable {
             try Task.checkCancellation()
             guard case .success(.record(let output)) = entry else { continue }
             let record = try WireRecordCoder.record(output, zoneID: zone, currentUser: currentUser)
+            try await downloadAssets(of: record)
             recordMatchedBlock?(record.recordID, .success(record))
             recordFetchedBlock?(record)
         }

@@ -1,27 +1,43 @@
 import Foundation
+import NimbusWire
 
-/// A file attached to a record. The type and its wire form are here; uploading the bytes to
-/// the server's asset store arrives with the assets endpoints (until then a saved asset
-/// carries its size and, once fetched back, the server's asset dictionary).
+/// A file attached to a record. An asset made here (`init(fileURL:)`) is uploaded when a
+/// record holding it is saved (`AssetUploader`); a fetched one is downloaded to the container's
+/// asset cache, and `fileURL` points at the copy there (docs/sdk.md).
 public final class CKAsset: NSObject, CKRecordValue, @unchecked Sendable {
-    /// The local file, for an asset made on this device.
-    public let fileURL: URL?
-    /// The asset dictionary the server returned (reference §2.5), for a fetched asset.
-    let serverProperties: [String: String]
+    // Mutable state (the server's dictionary once uploaded) is behind `lock`.
+    private let lock = NSLock()
+    private var _fileURL: URL?
+    private var _serverAsset: Asset?
 
-    public init(fileURL: URL) {
-        self.fileURL = fileURL
-        serverProperties = [:]
+    /// The local file: the one it was made with, or the downloaded copy of a fetched asset.
+    public internal(set) var fileURL: URL? {
+        get { lock.withLock { _fileURL } }
+        set { lock.withLock { _fileURL = newValue } }
     }
 
-    init(serverProperties: [String: String]) {
-        fileURL = nil
-        self.serverProperties = serverProperties
+    public init(fileURL: URL) {
+        _fileURL = fileURL
+        _serverAsset = nil
+    }
+
+    init(serverAsset: Asset, fileURL: URL?) {
+        _fileURL = fileURL
+        _serverAsset = serverAsset
+    }
+
+    /// The server's asset dictionary (reference §2.5): after an upload, with its receipt; for
+    /// a fetched asset, as fetched. Nil for a file not uploaded yet.
+    var serverAsset: Asset? {
+        get { lock.withLock { _serverAsset } }
+        set { lock.withLock { _serverAsset = newValue } }
     }
 
     public override func isEqual(_ object: Any?) -> Bool {
         guard let other = object as? CKAsset else { return false }
-        return fileURL == other.fileURL && serverProperties == other.serverProperties
+        if let mine = serverAsset?.fileChecksum, let theirs = other.serverAsset?.fileChecksum { return mine == theirs }
+        return fileURL == other.fileURL && serverAsset == other.serverAsset
     }
-    public override var hash: Int { fileURL?.hashValue ?? serverProperties.count }
+    // Hash only what equality always compares when both are uploaded or neither is.
+    public override var hash: Int { serverAsset?.fileChecksum?.hashValue ?? 0 }
 }

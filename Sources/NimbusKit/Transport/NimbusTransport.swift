@@ -192,6 +192,11 @@ final class NimbusTransport: Sendable {
         } catch {
             throw Self.transportError(error)
         }
+        return try answer(data, response, sendSession: sendSession)
+    }
+
+    /// An answer as JSON, or the `CKError` it stands for.
+    private func answer(_ data: Data, _ response: URLResponse, sendSession: Bool) throws(CKError) -> JSON {
         guard let http = response as? HTTPURLResponse else {
             throw CKError(.serverResponseLost, "the server's answer was not HTTP")
         }
@@ -216,6 +221,62 @@ final class NimbusTransport: Sendable {
         }
         guard case .object = json else { throw Self.garbage(status: http.statusCode, data: data, retryAfter: nil) }
         return json
+    }
+
+    // MARK: Asset bytes
+
+    /// POSTs a file to an upload URL the server handed out (`assets/upload`); the URL is the
+    /// credential, so no session goes with it. The body streams from the file.
+    func uploadFile(_ fileURL: URL, to url: String) async throws(CKError) -> Asset {
+        guard let target = URL(string: url) else {
+            throw CKError(.serverResponseLost, "the server's upload URL does not read as a URL: \(url.debugDescription)")
+        }
+        var request = URLRequest(url: target)
+        request.httpMethod = "POST"
+        request.setValue("application/octet-stream", forHTTPHeaderField: "Content-Type")
+        request.timeoutInterval = max(configuration.requestTimeout, 300)
+        let data: Data
+        let response: URLResponse
+        do {
+            (data, response) = try await session.upload(for: request, fromFile: fileURL)
+        } catch {
+            throw Self.transportError(error)
+        }
+        return try Self.read(AssetUploadResult.self, from: answer(data, response, sendSession: false), endpoint: "the upload URL")
+            .singleFile
+    }
+
+    /// GETs an asset's bytes from its download URL into `destination` (a file of its own,
+    /// replaced when there), through a temporary file so a broken download leaves nothing.
+    func downloadFile(from url: String, to destination: URL) async throws(CKError) {
+        // CloudKit's download URLs hold a `${f}` for the client's file name.
+        guard let source = URL(string: url.replacingOccurrences(of: "${f}", with: "asset")) else {
+            throw CKError(.serverResponseLost, "the asset's download URL does not read as a URL: \(url.debugDescription)")
+        }
+        var request = URLRequest(url: source)
+        request.timeoutInterval = max(configuration.requestTimeout, 300)
+        let temporary: URL
+        let response: URLResponse
+        do {
+            (temporary, response) = try await session.download(for: request)
+        } catch {
+            throw Self.transportError(error)
+        }
+        guard let http = response as? HTTPURLResponse, http.statusCode == 200 else {
+            let data = (try? Data(contentsOf: temporary)) ?? Data()
+            try? FileManager.default.removeItem(at: temporary)
+            _ = try answer(data, response, sendSession: false)
+            throw CKError(.serverResponseLost, "the asset's download answered without its bytes")
+        }
+        do {
+            try FileManager.default.createDirectory(
+                at: destination.deletingLastPathComponent(), withIntermediateDirectories: true)
+            _ = try? FileManager.default.removeItem(at: destination)
+            try FileManager.default.moveItem(at: temporary, to: destination)
+        } catch {
+            try? FileManager.default.removeItem(at: temporary)
+            throw CKError(.internalError, "could not keep the downloaded asset at \(destination.path): \(error)")
+        }
     }
 
     /// An answer read as its wire type (NimbusWire's, the type the server wrote it from); one

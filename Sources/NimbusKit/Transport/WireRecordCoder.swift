@@ -51,16 +51,15 @@ enum WireRecordCoder {
             wire.timestamp = milliseconds(location.timestamp)
             return .location(wire)
         case let asset as CKAsset:
-            var properties = JSONObject()
-            for (name, text) in asset.serverProperties.sorted(by: { $0.key < $1.key }) { properties[name] = .string(text) }
-            if let url = asset.fileURL {
-                let size = (try? FileManager.default.attributesOfItem(atPath: url.path)[.size] as? NSNumber)?.int64Value
-                guard let size else {
-                    throw CKError(.assetFileNotFound, "field '\(key)': the asset's file \(url.path) does not exist")
-                }
-                properties["size"] = .int(size)
+            // Uploaded (or fetched): the server's dictionary. A file not uploaded yet cannot be
+            // saved; `AssetUploader` uploads every such file before the record is sent.
+            guard let wire = asset.serverAsset else {
+                throw CKError(
+                    .assetNotAvailable, "field '\(key)': the asset's file has not been uploaded; save it through CKDatabase or CKModifyRecordsOperation")
             }
-            return .asset(Asset(properties: properties))
+            var sent = wire
+            sent.downloadURL = nil
+            return .asset(sent)
         case let list as [any CKRecordValue]:
             let elements = try list.map { element throws(CKError) in try fieldValue(element, key: key) }
             guard let scalar = elements.first?.type.scalar ?? emptyListType(value) else {
@@ -116,15 +115,7 @@ enum WireRecordCoder {
                 verticalAccuracy: location.verticalAccuracy ?? -1, course: location.course ?? -1, speed: location.speed ?? -1,
                 timestamp: location.timestamp.map { Date(timeIntervalSince1970: Double($0) / 1000) } ?? Date())
         case .asset(let asset):
-            var properties: [String: String] = [:]
-            for (name, json) in asset.properties.pairs {
-                switch json {
-                case .string(let text): properties[name] = text
-                case .int(let number): properties[name] = String(number)
-                default: break
-                }
-            }
-            return CKAsset(serverProperties: properties)
+            return CKAsset(serverAsset: asset, fileURL: nil)
         case .list(_, let elements):
             let values = elements.map { recordValue($0, zoneID: zoneID, currentUser: currentUser) }
             return RecordValueNormalizer.normalizeList(values)

@@ -47,7 +47,8 @@ enum Reply {
         return response
     }
 
-    private static func headers(_ context: NimbusRequestContext) -> HTTPFields {
+    /// The headers every answer carries (an answer not built here, a download, starts from them).
+    static func headers(_ context: NimbusRequestContext) -> HTTPFields {
         let facts = context.exchange.current
         var headers: HTTPFields = [requestUUIDHeader: facts.requestUUID]
         if let token = facts.webAuthToken { headers[webAuthTokenHeader] = token }

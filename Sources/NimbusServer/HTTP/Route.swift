@@ -123,7 +123,7 @@ struct RouteInput: Sendable {
             guard let scope = context.scope else {
                 throw CloudKitError(.internalError, "route \(context.endpointPath ?? "?") names no database")
             }
-            return DatabaseTarget(caller: try caller, scope: scope)
+            return DatabaseTarget(caller: try caller, scope: scope, assetBaseURL: context.exchange.baseURL(for: request))
         }
     }
 

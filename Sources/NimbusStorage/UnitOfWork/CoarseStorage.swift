@@ -20,6 +20,7 @@ public protocol CoarseStorage: Sendable {
 
     var accounts: any AccountStore { get }
     var push: any PushStore { get }
+    var assets: any AssetStore { get }
     func close() async throws
     /// See `StorageDriver.signals()`.
     func signals() -> AsyncStream<StoreSignal>?
@@ -233,6 +234,7 @@ public enum StorageWrite: Sendable {
     case putRecord(id: Int64, RecordRow, isNew: Bool)
     case replaceIndexEntries(recordID: Int64, zoneID: Int64, recordType: String, RecordIndexEntries, hadEntries: Bool)
     case replaceReferences(sourceZoneID: Int64, sourceName: String, [ReferenceRow])
+    case replaceAssetReferences(sourceZoneID: Int64, sourceName: String, container: String, [AssetReferenceRow])
     case addSchemaField(SchemaKey, SchemaFieldRow)
     case setSchemaFieldIndexes(SchemaKey, recordType: String, fieldName: String, indexes: Int)
     case addSchemaRecordType(SchemaKey, String)

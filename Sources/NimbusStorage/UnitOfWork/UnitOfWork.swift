@@ -392,6 +392,13 @@ final class UnitOfWork: StorageWriter {
         write(.replaceReferences(sourceZoneID: sourceZoneID, sourceName: sourceName, rows))
     }
 
+    /// Nothing in a unit reads asset references back, so the overlay keeps none.
+    func replaceAssetReferences(sourceZoneID: Int64, sourceName: String, container: String, with rows: [AssetReferenceRow])
+        throws
+    {
+        write(.replaceAssetReferences(sourceZoneID: sourceZoneID, sourceName: sourceName, container: container, rows))
+    }
+
     func addSchemaField(container: String, environment: Environment, _ field: SchemaFieldRow) throws {
         let key = SchemaKey(container: container, environment: environment)
         // As INSERT … ON CONFLICT DO NOTHING: a field already there keeps its type.

@@ -37,6 +37,19 @@ public enum WireKey {
     public static let desiredRecordTypes = "desiredRecordTypes"
     public static let subscription = "subscription"
 
+    // MARK: Assets (reference §7)
+
+    public static let tokens = "tokens"
+    public static let url = "url"
+    public static let size = "size"
+    public static let assets = "assets"
+    public static let singleFile = "singleFile"
+    public static let fileChecksum = "fileChecksum"
+    public static let receipt = "receipt"
+    public static let referenceChecksum = "referenceChecksum"
+    public static let wrappingKey = "wrappingKey"
+    public static let downloadURL = "downloadURL"
+
     // MARK: Queries
 
     public static let filterBy = "filterBy"

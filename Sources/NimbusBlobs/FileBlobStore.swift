@@ -1,0 +1,159 @@
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+import NIOCore
+import NIOPosix
+import _NIOFileSystem
+
+/// Blobs as files under a directory (by default `<data directory>/assets`):
+/// `blobs/<first two hex digits>/<key>`, staged in `staging/` and moved into place only when
+/// whole and synced (temp file, fsync, rename, fsync of the directory), so a blob file is
+/// either absent or complete, whatever kills the process.
+public struct FileBlobStore: BlobStore {
+    public let root: FilePath
+    private var blobs: FilePath { root.appending("blobs") }
+    private var staging: FilePath { root.appending("staging") }
+
+    /// Makes the directories and clears the staging area of files untouched for ten minutes:
+    /// uploads in flight when a process stopped (a live upload writes more often than that,
+    /// and the HTTP edge ends a body that stalls long before). No blob was made of them.
+    public static func open(root: String) async throws -> FileBlobStore {
+        let store = FileBlobStore(root: FilePath(root))
+        let fileSystem = FileSystem.shared
+        try await fileSystem.createDirectory(at: store.blobs, withIntermediateDirectories: true)
+        try await fileSystem.createDirectory(at: store.staging, withIntermediateDirectories: true)
+        try await store.removeStaging(untouchedSince: Self.nowMilliseconds() - 600_000)
+        return store
+    }
+
+    /// Removes staging files last written before `time` (milliseconds since 1970).
+    public func removeStaging(untouchedSince time: Int64) async throws {
+        let fileSystem = FileSystem.shared
+        try await fileSystem.withDirectoryHandle(atPath: staging) { directory in
+            for try await entry in directory.listContents() {
+                guard let info = try await fileSystem.info(forFileAt: entry.path), info.lastDataModificationTime.milliseconds < time
+                else { continue }
+                _ = try? await fileSystem.removeItem(at: entry.path, strategy: .platformDefault, recursively: false)
+            }
+        }
+    }
+
+    static func nowMilliseconds() -> Int64 {
+        var spec = timespec()
+        clock_gettime(CLOCK_REALTIME, &spec)
+        return Int64(spec.tv_sec) * 1000 + Int64(spec.tv_nsec) / 1_000_000
+    }
+
+    private init(root: FilePath) { self.root = root }
+
+    public var description: String { "files under \(root)" }
+
+    private func path(of key: BlobKey) -> FilePath {
+        blobs.appending(String(key.text.prefix(2))).appending(key.text)
+    }
+
+    public func stage() async throws -> any StagedBlob {
+        let path = staging.appending("\(BlobKey.make(sha256Hex: String(repeating: "0", count: 64)).text.suffix(16)).part")
+        let handle = try await FileSystem.shared.openFile(
+            forWritingAt: path, options: .newFile(replaceExisting: false, permissions: [.ownerReadWrite]))
+        return StagedFile(path: path, handle: handle, store: self)
+    }
+
+    public func read(_ key: BlobKey, range: Range<Int64>?, into write: (ByteBuffer) async throws -> Void) async throws {
+        let handle: ReadFileHandle
+        do {
+            handle = try await FileSystem.shared.openFile(forReadingAt: path(of: key), options: OpenOptions.Read())
+        } catch let error as FileSystemError where error.code == .notFound {
+            throw BlobStoreError.notFound(key)
+        }
+        do {
+            let chunks =
+                range.map { handle.readChunks(in: $0, chunkLength: .kibibytes(64)) }
+                ?? handle.readChunks(chunkLength: .kibibytes(64))
+            for try await chunk in chunks { try await write(chunk) }
+        } catch {
+            try? await handle.close()
+            throw error
+        }
+        try await handle.close()
+    }
+
+    public func delete(_ key: BlobKey) async throws {
+        try await FileSystem.shared.removeItem(at: path(of: key), strategy: .platformDefault, recursively: false)
+    }
+
+    public func keys(storedBefore time: Int64) async throws -> [BlobKey] {
+        var keys: [BlobKey] = []
+        let fileSystem = FileSystem.shared
+        try await fileSystem.withDirectoryHandle(atPath: blobs) { directory in
+            for try await shard in directory.listContents() where shard.type == .directory {
+                try await fileSystem.withDirectoryHandle(atPath: shard.path) { files in
+                    for try await entry in files.listContents() {
+                        guard let key = BlobKey(entry.name.string),
+                            let info = try await fileSystem.info(forFileAt: entry.path),
+                            info.lastDataModificationTime.milliseconds <= time
+                        else { continue }
+                        keys.append(key)
+                    }
+                }
+            }
+        }
+        return keys
+    }
+
+    /// Moves a synced staging file to its key's place and syncs the directory, so the rename
+    /// itself survives a crash.
+    fileprivate func place(_ staged: FilePath, as key: BlobKey) async throws {
+        let target = path(of: key)
+        let directory = target.removingLastComponent()
+        try await FileSystem.shared.createDirectory(at: directory, withIntermediateDirectories: true)
+        try await FileSystem.shared.moveItem(at: staged, to: target)
+        try await FileSystem.shared.withDirectoryHandle(atPath: directory) { try await $0.synchronize() }
+    }
+}
+
+/// An upload being written to a staging file.
+private final class StagedFile: StagedBlob, @unchecked Sendable {
+    // One upload's chunks arrive in order from one task; `offset` is only touched there.
+    private let path: FilePath
+    private let handle: WriteFileHandle
+    private let store: FileBlobStore
+    private var offset: Int64 = 0
+    private var closed = false
+
+    init(path: FilePath, handle: WriteFileHandle, store: FileBlobStore) {
+        self.path = path
+        self.handle = handle
+        self.store = store
+    }
+
+    func append(_ chunk: ByteBuffer) async throws {
+        offset += Int64(try await handle.write(contentsOf: chunk.readableBytesView, toAbsoluteOffset: offset))
+    }
+
+    func store(as key: BlobKey) async throws {
+        do {
+            try await handle.synchronize()
+            closed = true
+            try await handle.close()
+            try await store.place(path, as: key)
+        } catch {
+            await discard()
+            throw error
+        }
+    }
+
+    func discard() async {
+        if !closed {
+            closed = true
+            try? await handle.close()
+        }
+        _ = try? await FileSystem.shared.removeItem(at: path, strategy: .platformDefault, recursively: false)
+    }
+}
+
+extension FileInfo.Timespec {
+    var milliseconds: Int64 { Int64(seconds) * 1000 + Int64(nanoseconds) / 1_000_000 }
+}

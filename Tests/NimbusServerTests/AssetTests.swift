@@ -1,0 +1,393 @@
+import AsyncHTTPClient
+import Crypto
+import Foundation
+import NIOCore
+import NIOHTTP1
+import NimbusCore
+import NimbusServer
+import NimbusStorage
+import NimbusTestSupport
+import NimbusWire
+import Testing
+
+/// Assets over real HTTP (issue 18, docs/assets.md): the three-step upload, downloads with
+/// ranges and tags, one blob per container and checksum, rereference, collection, and every
+/// bad input the issue names.
+@Suite struct AssetTests {
+    /// A raw HTTP exchange with an absolute URL (upload and download URLs carry no credentials).
+    struct Exchange {
+        let status: Int
+        let headers: HTTPHeaders
+        let body: [UInt8]
+        var json: JSON { (try? JSON.parse(body)) ?? .null }
+        var errorCode: String? { json["serverErrorCode"]?.stringValue }
+        var reason: String { json["reason"]?.stringValue ?? "" }
+    }
+
+    static func http(_ method: HTTPMethod, _ url: String, body: [UInt8]? = nil, headers: [(String, String)] = [])
+        async throws -> Exchange
+    {
+        var request = HTTPClientRequest(url: url)
+        request.method = method
+        for (name, value) in headers { request.headers.add(name: name, value: value) }
+        if let body { request.body = .bytes(ByteBuffer(bytes: body)) }
+        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(60))
+        let buffer = try await response.body.collect(upTo: 64 * 1_048_576)
+        return Exchange(status: Int(response.status.code), headers: response.headers, body: Array(buffer.readableBytesView))
+    }
+
+    /// `url` with one character of its signed token changed.
+    static func tampered(_ url: String, fromEnd offset: Int) -> String {
+        var characters = Array(url)
+        let index = characters.count - offset
+        characters[index] = characters[index] == "A" ? "B" : "A"
+        return String(characters)
+    }
+
+    static func checksum(_ bytes: [UInt8]) -> String { Data(SHA256.hash(data: bytes)).base64EncodedString() }
+
+    /// Upload URLs for `(recordType, fieldName)` pairs in `database`.
+    static func uploadURLs(
+        _ client: APIClient, _ tokens: [(type: String, field: String)], database: String = "private", size: Int64? = nil
+    ) async throws -> [String] {
+        let answer = try await client.post(
+            database, "assets/upload",
+            [
+                "tokens": .array(
+                    tokens.map { token in
+                        var object: JSONObject = ["recordType": .string(token.type), "fieldName": .string(token.field)]
+                        if let size { object["size"] = .int(size) }
+                        return .object(object)
+                    })
+            ])
+        guard answer.status == 200, let entries = answer.json["tokens"]?.arrayValue else {
+            throw TestFailure("assets/upload: \(answer.text)")
+        }
+        return entries.compactMap { $0["url"]?.stringValue }
+    }
+
+    /// Uploads `bytes` for one field and returns the `singleFile` dictionary.
+    static func upload(
+        _ client: APIClient, _ bytes: [UInt8], database: String = "private", type: String = "Photo", field: String = "image"
+    ) async throws -> JSON {
+        let url = try #require(try await uploadURLs(client, [(type, field)], database: database).first)
+        let answer = try await http(.POST, url, body: bytes, headers: [("Content-Type", "application/octet-stream")])
+        guard answer.status == 200, let file = answer.json["singleFile"] else {
+            throw TestFailure("upload: \(answer.status) \(String(decoding: answer.body, as: UTF8.self))")
+        }
+        return file
+    }
+
+    static func photo(_ name: String, _ asset: JSON, type: String = "Photo", field: String = "image") -> JSON {
+        Op.create(name, type: type, [field: Op.field(asset)])
+    }
+
+    static func blobFiles(_ server: TestServer) -> [String] {
+        let root = server.dataDirectory + "/assets/blobs"
+        return (FileManager.default.enumerator(atPath: root)?.allObjects as? [String] ?? []).filter { $0.contains("-") }
+    }
+
+    static func stagingFiles(_ server: TestServer) -> [String] {
+        (try? FileManager.default.contentsOfDirectory(atPath: server.dataDirectory + "/assets/staging")) ?? []
+    }
+
+    @Test func theThreeStepUploadBindsTheBytesAndTheyDownloadWithRangesAndTags() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            let bytes = Array("a picture of a cat, in bytes".utf8)
+            let file = try await Self.upload(alice, bytes)
+            #expect(file["fileChecksum"]?.stringValue == Self.checksum(bytes))
+            #expect(file["size"]?.int64Value == Int64(bytes.count))
+            #expect(file["receipt"]?.stringValue?.isEmpty == false)
+
+            let saved = try await alice.modify([Self.photo("p1", file)])
+            let record = try #require(saved.records.first)
+            #expect(record["fields"]?["image"]?["type"] == "ASSETID", "\(saved.text)")
+            // What is stored: the checksum and size; the receipt is not echoed.
+            #expect(record.fieldValue("image")?["receipt"] == nil)
+
+            let fetched = try #require(try await alice.lookup(["p1"]).records.first)
+            let asset = try #require(fetched.fieldValue("image"))
+            #expect(asset["fileChecksum"]?.stringValue == Self.checksum(bytes))
+            #expect(asset["size"]?.int64Value == Int64(bytes.count))
+            let url = try #require(asset["downloadURL"]?.stringValue)
+            #expect(url.hasPrefix(server.baseURL + "/assets/1/download/") && url.hasSuffix("/${f}"))
+
+            // The client fills in a file name for `${f}`; any name serves.
+            let download = try await Self.http(.GET, url.replacingOccurrences(of: "${f}", with: "cat.txt"))
+            #expect(download.status == 200)
+            #expect(download.body == bytes)
+            #expect(download.headers["Content-Length"].first == String(bytes.count))
+            let etag = try #require(download.headers["ETag"].first)
+            #expect(etag == "\"\(Self.checksum(bytes))\"")
+
+            let notModified = try await Self.http(.GET, url, headers: [("If-None-Match", etag)])
+            #expect(notModified.status == 304 && notModified.body.isEmpty)
+            let part = try await Self.http(.GET, url, headers: [("Range", "bytes=2-8")])
+            #expect(part.status == 206)
+            #expect(part.body == Array(bytes[2...8]))
+            #expect(part.headers["Content-Range"].first == "bytes 2-8/\(bytes.count)")
+            let tail = try await Self.http(.GET, url, headers: [("Range", "bytes=-4")])
+            #expect(tail.body == Array(bytes.suffix(4)))
+            let open = try await Self.http(.GET, url, headers: [("Range", "bytes=20-")])
+            #expect(open.body == Array(bytes[20...]))
+            let beyond = try await Self.http(.GET, url, headers: [("Range", "bytes=\(bytes.count)-")])
+            #expect(beyond.status == 416)
+            #expect(beyond.headers["Content-Range"].first == "bytes */\(bytes.count)")
+            let head = try await Self.http(.HEAD, url)
+            #expect(head.status == 200 && head.headers["Content-Length"].first == String(bytes.count))
+
+            // Change feeds and queries carry asset fields like any other.
+            #expect(try await alice.createZone("Album").status == 200)
+            #expect(try await alice.modify(zone: "Album", [Self.photo("a1", try await Self.upload(alice, bytes))]).status == 200)
+            let changes = try await alice.zoneChanges("Album")
+            #expect(changes.json["zones"]?[0]?["records"]?[0]?.fieldValue("image")?["downloadURL"] != nil, "\(changes.text)")
+            let query = try await alice.post("private", "records/query", ["query": ["recordType": "Photo"]])
+            #expect(query.records.first?.fieldValue("image")?["downloadURL"] != nil, "\(query.text)")
+            // desiredKeys without the asset field: no asset, no URL.
+            let bare = try await alice.lookup(["p1"], extra: ["desiredKeys": ["title"]])
+            #expect(bare.records.first?["fields"]?["image"] == nil)
+
+            // An update that sends the fetched dictionary back (no receipt) keeps the asset.
+            var fields = try #require(fetched["fields"]?.objectValue)
+            fields["title"] = Op.field("Cat")
+            let updated = try await alice.modify([Op.update("p1", tag: fetched.changeTag, fields)])
+            #expect(updated.records.first?.fieldValue("image")?["fileChecksum"] == asset["fileChecksum"], "\(updated.text)")
+        }
+    }
+
+    @Test func bytesAreStoredOncePerContainerHoweverManyRecordsAndUsersHoldThem() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            let bob = try await server.user("bob")
+            let bytes = Array(repeating: UInt8(7), count: 10_000)
+            let fromAlice = try await Self.upload(alice, bytes)
+            let fromBob = try await Self.upload(bob, bytes)
+            let again = try await Self.upload(alice, bytes)
+            #expect(fromAlice["fileChecksum"] == fromBob["fileChecksum"])
+            #expect(try await alice.modify([Self.photo("a1", fromAlice), Self.photo("a2", again)]).records.count == 2)
+            #expect(try await bob.modify([Self.photo("b1", fromBob)]).records.first?["recordName"] == "b1")
+            let figures = try await server.service.assetFigures(container: nil)
+            #expect(figures.blobs == 1 && figures.bytes == 10_000 && figures.unreferencedBlobs == 0)
+            #expect(Self.blobFiles(server).count == 1)
+            #expect(Self.stagingFiles(server).isEmpty)
+        }
+    }
+
+    @Test func rereferenceCopiesAnAssetIntoAnotherRecordWithoutUploading() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            let bytes = Array("shared bytes".utf8)
+            #expect(try await alice.modify([Self.photo("src", try await Self.upload(alice, bytes))]).records.count == 1)
+            let answer = try await alice.post(
+                "private", "assets/rereference",
+                ["assets": [["recordName": "src", "fieldName": "image"], ["recordName": "nope", "fieldName": "image"]]])
+            #expect(answer.status == 200, "\(answer.text)")
+            let copy = try #require(answer.json["assets"]?[0])
+            #expect(copy["fileChecksum"]?.stringValue == Self.checksum(bytes))
+            #expect(copy["receipt"]?.stringValue != nil)
+            #expect(answer.json["assets"]?[1]?.errorCode == "NOT_FOUND")
+            // Another type and field: a rereference receipt is for any field of this database.
+            let saved = try await alice.modify([Op.create("dst", type: "Album", ["cover": Op.field(copy)])])
+            #expect(saved.records.first?.fieldValue("cover")?["fileChecksum"] == copy["fileChecksum"], "\(saved.text)")
+            #expect(try await server.service.assetFigures(container: nil).blobs == 1)
+            // But not into another user's database.
+            let bob = try await server.user("bob")
+            let refused = try await bob.modify([Op.create("dst", type: "Album", ["cover": Op.field(copy)])])
+            #expect(refused.records.first?.errorCode == "BAD_REQUEST")
+            #expect(refused.records.first?["reason"]?.stringValue?.contains("another container, environment or database") == true)
+        }
+    }
+
+    @Test func aBlobIsCollectedOnlyAfterItsLastRecordIsGoneAndTheGracePeriodHasPassed() async throws {
+        // Days pass on the test clock: the session must outlive them.
+        try await TestServer.with { $0.service.sessionIdleTimeoutMilliseconds = 365 * 86_400_000 } _: { server in
+            let alice = try await server.user("alice")
+            let bytes = Array("collect me".utf8)
+            let file = try await Self.upload(alice, bytes)
+            #expect(try await alice.modify([Self.photo("p1", file), Self.photo("p2", file)]).records.count == 2)
+            let url = try #require(try await alice.lookup(["p1"]).records.first?.fieldValue("image")?["downloadURL"]?.stringValue)
+            let grace = server.service.options.assets.effectiveGraceSeconds * 1000
+
+            // Held by two records, then one: never collected, however old.
+            server.clock.advance(milliseconds: grace + 1_000)
+            #expect(try await server.service.collectAssets().blobs == 0)
+            #expect(try await alice.modify([Op.forceDelete("p1")]).status == 200)
+            #expect(try await server.service.collectAssets().blobs == 0)
+            let fresh = try await alice.lookup(["p2"]).records.first?.fieldValue("image")?["downloadURL"]?.stringValue
+            #expect(try await Self.http(.GET, try #require(fresh)).status == 200)
+
+            // Held by none: kept for the grace period after the last upload vouched for it.
+            #expect(try await alice.modify([Op.forceDelete("p2")]).status == 200)
+            let reupload = try await Self.upload(alice, bytes)  // vouches for the bytes anew
+            #expect(reupload["fileChecksum"] == file["fileChecksum"])
+            #expect(try await server.service.assetFigures(container: nil).unreferencedBlobs == 1)
+            #expect(try await server.service.collectAssets().blobs == 0)
+            server.clock.advance(milliseconds: grace - 1_000)
+            #expect(try await server.service.collectAssets().blobs == 0)
+            server.clock.advance(milliseconds: 2_000)
+            let collection = try await server.service.collectAssets()
+            #expect(collection.blobs == 1 && collection.bytes == Int64(bytes.count))
+            #expect(Self.blobFiles(server).isEmpty)
+            #expect(try await server.service.assetFigures(container: nil).blobs == 0)
+            // The bytes are gone; the old URL had expired long before.
+            #expect(try await Self.http(.GET, url).status == 403)
+        }
+    }
+
+    @Test func deletingAZoneLetsGoOfItsRecordsAssetsAndTheirBytesInTheQuota() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            #expect(try await alice.createZone("Album").status == 200)
+            let before = try await QuotaTests.privateUsage(alice).used
+            let bytes = Array(repeating: UInt8(1), count: 5_000)
+            let file = try await Self.upload(alice, bytes)
+            #expect(try await alice.modify(zone: "Album", [Self.photo("p1", file)]).records.first?["recordName"] == "p1")
+            #expect(try await QuotaTests.privateUsage(alice).used > before + 5_000)
+            #expect(try await alice.deleteZone("Album").status == 200)
+            #expect(try await QuotaTests.privateUsage(alice).used == before)
+            #expect(try await server.service.assetFigures(container: nil).unreferencedBlobs == 1)
+        }
+    }
+
+    @Test func assetBytesCountInTheQuotaToTheByte() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            let small = try await Self.upload(alice, Array(repeating: 2, count: 100))
+            #expect(try await alice.modify([Self.photo("p1", small)]).records.count == 1)
+            let one = try await QuotaTests.privateUsage(alice).used
+            let big = try await Self.upload(alice, Array(repeating: 3, count: 100))
+            // The same record size and the same asset size: a quota one byte short refuses it.
+            try await QuotaTests.setQuota(server, .privateDatabaseBytes, 2 * one - 1)
+            QuotaTests.expectQuotaExceeded(try await alice.modify([Self.photo("p2", big)]).records.first)
+            try await QuotaTests.setQuota(server, .privateDatabaseBytes, 2 * one)
+            #expect(try await alice.modify([Self.photo("p2", big)]).records.first?["recordName"] == "p2")
+            #expect(try await QuotaTests.privateUsage(alice).used == 2 * one)
+            #expect(try await alice.modify([Op.forceDelete("p2")]).status == 200)
+            #expect(try await QuotaTests.privateUsage(alice).used == one)
+            // A declared size that cannot fit is refused when the upload URL is asked for.
+            let refused = try await alice.post(
+                "private", "assets/upload", ["tokens": [["recordType": "Photo", "fieldName": "image", "size": .int(one + 1)]]])
+            #expect(refused.errorCode == "QUOTA_EXCEEDED", "\(refused.text)")
+        }
+    }
+
+    @Test func badUploadsAreRefusedAndLeaveNothingBehind() async throws {
+        try await TestServer.with { configuration in
+            configuration.service.assets.maximumBytes = 1_000
+        } _: { server in
+            let alice = try await server.user("alice")
+            // At the limit: stored. One past it: refused before a byte is read.
+            #expect(try await Self.upload(alice, Array(repeating: 1, count: 1_000))["size"]?.int64Value == 1_000)
+            let url = try #require(try await Self.uploadURLs(alice, [("Photo", "image")]).first)
+            let tooBig = try await Self.http(.POST, url, body: Array(repeating: 1, count: 1_001))
+            #expect(tooBig.status == 400 && tooBig.reason.contains("assetBytes"), "\(tooBig.reason)")
+            let declaredTooBig = try await alice.post(
+                "private", "assets/upload", ["tokens": [["recordType": "Photo", "fieldName": "image", "size": 1_001]]])
+            #expect(declaredTooBig.status == 400 && declaredTooBig.reason.contains("assetBytes"))
+
+            // A body longer than the size the token declared.
+            let declared = try #require(try await Self.uploadURLs(alice, [("Photo", "image")], size: 10).first)
+            let longer = try await Self.http(.POST, declared, body: Array(repeating: 5, count: 11))
+            #expect(longer.status == 400 && longer.reason.contains("was told 10"), "\(longer.reason)")
+
+            // A checksum mismatch (Content-Digest names other bytes).
+            let digestURL = try #require(try await Self.uploadURLs(alice, [("Photo", "image")]).first)
+            let wrongDigest = Data(SHA256.hash(data: Array("other".utf8))).base64EncodedString()
+            let mismatch = try await Self.http(
+                .POST, digestURL, body: Array("these".utf8), headers: [("Content-Digest", "sha-256=:\(wrongDigest):")])
+            #expect(mismatch.status == 400 && mismatch.reason.contains("Content-Digest"), "\(mismatch.reason)")
+
+            // An upload URL used twice, tampered with, or expired.
+            let once = try #require(try await Self.uploadURLs(alice, [("Photo", "image")]).first)
+            #expect(try await Self.http(.POST, once, body: Array("first".utf8)).status == 200)
+            let twice = try await Self.http(.POST, once, body: Array("second".utf8))
+            #expect(twice.errorCode == "ACCESS_DENIED" && twice.reason.contains("used already"))
+            let fresh = try #require(try await Self.uploadURLs(alice, [("Photo", "image")]).first)
+            let forged = try await Self.http(.POST, Self.tampered(fresh, fromEnd: 30), body: Array("x".utf8))
+            #expect(forged.errorCode == "ACCESS_DENIED" && forged.reason.contains("altered"))
+            let late = try #require(try await Self.uploadURLs(alice, [("Photo", "image")]).first)
+            server.clock.advance(milliseconds: 901_000)
+            let expired = try await Self.http(.POST, late, body: Array("late".utf8))
+            #expect(expired.errorCode == "ACCESS_DENIED" && expired.reason.contains("expired"))
+
+            // Path tricks: names are checked before any URL is made; a path that is not a token is forged.
+            let sneaky = try await alice.post(
+                "private", "assets/upload", ["tokens": [["recordType": "../../etc", "fieldName": "image"]]])
+            #expect(sneaky.errorCode == "BAD_REQUEST")
+            let traversal = try await Self.http(.POST, server.baseURL + "/assets/1/upload/..%2F..%2Fnimbus.sqlite", body: [1])
+            #expect(traversal.errorCode == "ACCESS_DENIED")
+
+            // Only the two good uploads made blobs; no refused one left a file anywhere.
+            #expect(try await server.service.assetFigures(container: nil).blobs == 2)
+            #expect(Self.blobFiles(server).count == 2)
+            #expect(Self.stagingFiles(server).isEmpty)
+        }
+    }
+
+    @Test func aTruncatedUploadLeavesNoBlobAndNoStagingFile() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            let url = try #require(try await Self.uploadURLs(alice, [("Photo", "image")]).first)
+            let path = String(url.dropFirst(server.baseURL.count))
+            let connection = try RawConnection(port: server.port)
+            try connection.send("POST \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\n")
+            try connection.send(Array(repeating: 9, count: 400))
+            connection.hangUp()
+            // The server notices the close, drops the staged bytes, and stores nothing.
+            for _ in 0..<100 where !Self.stagingFiles(server).isEmpty { try await Task.sleep(for: .milliseconds(50)) }
+            #expect(Self.stagingFiles(server).isEmpty)
+            #expect(Self.blobFiles(server).isEmpty)
+            #expect(try await server.service.assetFigures(container: nil).blobs == 0)
+        }
+    }
+
+    @Test func badReceiptsAreRefusedAndWriteNothing() async throws {
+        try await TestServer.with { $0.service.sessionIdleTimeoutMilliseconds = 365 * 86_400_000 } _: { server in
+            let alice = try await server.user("alice")
+            let file = try await Self.upload(alice, Array("mine".utf8))
+            func refusal(_ operation: JSON) async throws -> String {
+                let answer = try await alice.modify([operation])
+                guard let item = answer.records.first else { throw TestFailure("no per-item result: \(answer.text)") }
+                #expect(item.errorCode == "BAD_REQUEST", "\(answer.text)")
+                return item["reason"]?.stringValue ?? ""
+            }
+            // Another field or record type than the receipt was made for.
+            #expect(try await refusal(Self.photo("p1", file, field: "thumbnail")).contains("not field 'thumbnail'"))
+            #expect(try await refusal(Self.photo("p1", file, type: "Album")).contains("of 'Album'"))
+            // No receipt, a forged one, one that vouches for other bytes.
+            var bare = try #require(file.objectValue)
+            bare["receipt"] = nil
+            #expect(try await refusal(Self.photo("p1", .object(bare))).contains("no receipt"))
+            var forged = try #require(file.objectValue)
+            forged["receipt"] = .string("eyJjIjoiaUNsb3VkLnRlc3QubmltYnVzIn0.AAAAAAAAAAAAAAAAAAAAAA")
+            #expect(try await refusal(Self.photo("p1", .object(forged))).contains("altered"))
+            var other = try #require(file.objectValue)
+            other["size"] = .int(999)
+            #expect(try await refusal(Self.photo("p1", .object(other))).contains("vouches for"))
+            // The public database is another database.
+            let publicSave = try await alice.modify("public", [Self.photo("p1", file)])
+            #expect(publicSave.records.first?.errorCode == "BAD_REQUEST", "\(publicSave.text)")
+            // Expired.
+            server.clock.advance(milliseconds: server.service.options.assets.receiptSeconds * 1000 + 1)
+            #expect(try await refusal(Self.photo("p1", file)).contains("expired"))
+            #expect(try await alice.lookup(["p1"]).records.first?.errorCode == "NOT_FOUND")
+        }
+    }
+
+    @Test func downloadURLsThatWereTamperedWithOrExpiredAreRefused() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            #expect(try await alice.modify([Self.photo("p1", try await Self.upload(alice, Array("bytes".utf8)))]).records.count == 1)
+            let url = try #require(try await alice.lookup(["p1"]).records.first?.fieldValue("image")?["downloadURL"]?.stringValue)
+            let forged = try await Self.http(.GET, Self.tampered(url, fromEnd: 40))
+            #expect(forged.status == 403 && forged.reason.contains("altered"))
+            // Valid for at least an hour.
+            server.clock.advance(milliseconds: server.service.options.assets.downloadURLSeconds * 1000 - 1_000)
+            #expect(try await Self.http(.GET, url).status == 200)
+            server.clock.advance(milliseconds: 1_200_000)
+            let expired = try await Self.http(.GET, url)
+            #expect(expired.status == 403 && expired.reason.contains("expired"))
+        }
+    }
+}
