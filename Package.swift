@@ -72,6 +72,9 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "_NIOFileSystem", package: "swift-nio"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
             ],
             swiftSettings: strict),
         // CloudKit semantics over any storage driver: operations, schema, tokens, permissions.
@@ -103,7 +106,7 @@ let package = Package(
         .target(
             name: "NimbusServer",
             dependencies: [
-                "NimbusWire", "NimbusStorage", "NimbusCore", "NimbusPush",
+                "NimbusWire", "NimbusStorage", "NimbusCore", "NimbusPush", "NimbusBlobs",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
@@ -141,7 +144,7 @@ let package = Package(
         .target(
             name: "NimbusTestSupport",
             dependencies: [
-                "NimbusServer", "NimbusCore", "NimbusSQLite", "NimbusPostgres",
+                "NimbusServer", "NimbusCore", "NimbusSQLite", "NimbusPostgres", "NimbusBlobs",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
@@ -185,7 +188,7 @@ let package = Package(
         .testTarget(
             name: "NimbusServerTests",
             dependencies: [
-                "NimbusServer", "NimbusTestSupport", "NimbusCLI", "NimbusCore",
+                "NimbusServer", "NimbusTestSupport", "NimbusCLI", "NimbusCore", "NimbusBlobs",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),

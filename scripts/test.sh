@@ -26,6 +26,8 @@ fi
 
 # selenium drives that Chromium (PyPI; the version machine-notes names).
 python3 -c 'import selenium' >/dev/null 2>&1 || python3 -m pip install -q selenium==4.51.0 >/dev/null 2>&1
+# moto in server mode: the S3 the S3 blob store's tests talk to (Tests/NimbusTestSupport/MotoServer.swift).
+command -v moto_server >/dev/null 2>&1 || python3 -m pip install -q 'moto[server]' >/dev/null 2>&1
 
 swift build --build-tests
 
@@ -34,11 +36,11 @@ swift build --build-tests
 export NIMBUS_TEST_POSTGRES
 NIMBUS_TEST_POSTGRES=$(scripts/postgres.sh start)
 trap 'scripts/postgres.sh stop >/dev/null' EXIT
-# The tests that start other programs (python3 signing, Chromium) run on their own, last: in
+# The tests that start other programs (python3 signing, Chromium, moto) run on their own, last: in
 # the parallel passes the test process holds over a thousand descriptors and threads, and
 # starting programs from it crashed or stalled it (Foundation's Process.run overran a buffer
 # of descriptor numbers; a later run stalled with no worker threads left).
-external='SignInPageTests|ServerToServerTests'
+external='SignInPageTests|ServerToServerTests|S3BlobStoreTests'
 swift test --skip-build --skip "$external"
 # The server suite again with every transaction run as a unit of work over loaded rows
 # (UnitOfWorkDriver on SQLite, NIMBUS_TEST_STORAGE=units): how the PostgreSQL driver serves

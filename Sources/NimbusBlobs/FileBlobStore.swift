@@ -55,10 +55,16 @@ public struct FileBlobStore: BlobStore {
     }
 
     public func stage() async throws -> any StagedBlob {
+        try await stage { staged, key in try await self.place(staged, as: key) }
+    }
+
+    /// A staging file that `finish` turns into the blob `key` once it is whole and synced (a
+    /// move here; an upload elsewhere for `S3BlobStore`, which stages its bytes here too).
+    func stage(finish: @escaping @Sendable (FilePath, BlobKey) async throws -> Void) async throws -> any StagedBlob {
         let path = staging.appending("\(BlobKey.make(sha256Hex: String(repeating: "0", count: 64)).text.suffix(16)).part")
         let handle = try await FileSystem.shared.openFile(
             forWritingAt: path, options: .newFile(replaceExisting: false, permissions: [.ownerReadWrite]))
-        return StagedFile(path: path, handle: handle, store: self)
+        return StagedFile(path: path, handle: handle, finish: finish)
     }
 
     public func read(_ key: BlobKey, range: Range<Int64>?, into write: (ByteBuffer) async throws -> Void) async throws {
@@ -119,14 +125,14 @@ private final class StagedFile: StagedBlob, @unchecked Sendable {
     // One upload's chunks arrive in order from one task; `offset` is only touched there.
     private let path: FilePath
     private let handle: WriteFileHandle
-    private let store: FileBlobStore
+    private let finish: @Sendable (FilePath, BlobKey) async throws -> Void
     private var offset: Int64 = 0
     private var closed = false
 
-    init(path: FilePath, handle: WriteFileHandle, store: FileBlobStore) {
+    init(path: FilePath, handle: WriteFileHandle, finish: @escaping @Sendable (FilePath, BlobKey) async throws -> Void) {
         self.path = path
         self.handle = handle
-        self.store = store
+        self.finish = finish
     }
 
     func append(_ chunk: ByteBuffer) async throws {
@@ -138,7 +144,9 @@ private final class StagedFile: StagedBlob, @unchecked Sendable {
             try await handle.synchronize()
             closed = true
             try await handle.close()
-            try await store.place(path, as: key)
+            try await finish(path, key)
+            // A move left nothing here; an upload elsewhere leaves the staged copy to remove.
+            _ = try? await FileSystem.shared.removeItem(at: path, strategy: .platformDefault, recursively: false)
         } catch {
             await discard()
             throw error

@@ -35,6 +35,11 @@ struct DataOptions: ParsableArguments {
     var passwordRounds: Int = Int(ProcessInfo.processInfo.environment["NIMBUS_PASSWORD_ROUNDS"] ?? "")
         ?? Credentials.defaultPasswordRounds
 
+    @Option(
+        name: .long,
+        help: "Where asset bytes go: files (under the data directory) or s3://ACCESS_KEY:SECRET@HOST:PORT/BUCKET[/PREFIX]?region=REGION[&tls=false] (env NIMBUS_ASSET_STORE).")
+    var assetStore: String = ProcessInfo.processInfo.environment["NIMBUS_ASSET_STORE"] ?? "files"
+
     func configuration() throws -> ServerConfiguration {
         guard let mode = SQLiteStorage.SynchronousMode(rawValue: sync.uppercased()) else {
             throw ValidationError("--sync must be full or normal")
@@ -43,6 +48,11 @@ struct DataOptions: ParsableArguments {
         configuration.dataDirectory = dataDir
         guard passwordRounds >= 1 else { throw ValidationError("--password-rounds must be positive") }
         configuration.service.passwordRounds = passwordRounds
+        do {
+            configuration.assetStore = try AssetStoreChoice(parsing: assetStore)
+        } catch let error as CloudKitError {
+            throw ValidationError(error.reason)
+        }
         return configuration
     }
 

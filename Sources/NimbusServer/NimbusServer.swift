@@ -32,6 +32,8 @@ public struct ServerConfiguration: Sendable {
     /// Peer addresses whose `Forwarded` / `X-Forwarded-Proto` / `X-Forwarded-Host` headers are
     /// believed (a reverse proxy in front of Nimbus).
     public var trustedProxies: Set<String> = []
+    /// Where asset bytes go (docs/assets.md): files under the data directory, or a bucket.
+    public var assetStore: AssetStoreChoice = .files
 
     public init(storage: StorageOpener) {
         self.storage = storage
@@ -48,6 +50,43 @@ public struct ServerConfiguration: Sendable {
     }
 }
 
+/// Where a server keeps asset bytes.
+public enum AssetStoreChoice: Sendable, Hashable {
+    /// `<data directory>/assets/blobs` (`FileBlobStore`).
+    case files
+    /// An S3-compatible bucket (`S3BlobStore`).
+    case s3(S3BlobStore.Location)
+
+    /// `files`, or `s3://ACCESS_KEY:SECRET@HOST:PORT/BUCKET[/PREFIX]?region=R[&tls=false]`
+    /// (`nimbus serve --asset-store`).
+    public init(parsing text: String) throws {
+        if text.isEmpty || text == "files" {
+            self = .files
+            return
+        }
+        guard let components = URLComponents(string: text), components.scheme == "s3", let host = components.host,
+            let user = components.percentEncodedUser?.removingPercentEncoding,
+            let password = components.percentEncodedPassword?.removingPercentEncoding
+        else {
+            throw CloudKitError.badRequest(
+                "--asset-store: '\(text)' is neither files nor s3://ACCESS_KEY:SECRET@HOST:PORT/BUCKET[/PREFIX]?region=REGION")
+        }
+        let parts = components.path.split(separator: "/", maxSplits: 1).map(String.init)
+        guard let bucket = parts.first, !bucket.isEmpty else {
+            throw CloudKitError.badRequest("--asset-store: the S3 URL names no bucket (s3://…@HOST:PORT/BUCKET)")
+        }
+        let query = Dictionary((components.queryItems ?? []).map { ($0.name, $0.value ?? "") }, uniquingKeysWith: { $1 })
+        let scheme = query["tls"] == "false" ? "http" : "https"
+        let port = components.port.map { ":\($0)" } ?? ""
+        var prefix = parts.count > 1 ? parts[1] : ""
+        if !prefix.isEmpty, !prefix.hasSuffix("/") { prefix += "/" }
+        self = .s3(
+            S3BlobStore.Location(
+                endpoint: "\(scheme)://\(host)\(port)", bucket: bucket, region: query["region"] ?? "us-east-1", accessKeyID: user,
+                secretAccessKey: password, prefix: prefix))
+    }
+}
+
 /// The data directory's storage and service, opened (and created) on demand. Used by
 /// `nimbus serve` and by every admin verb, which work on the same files.
 public struct DataDirectory: Sendable {
@@ -60,8 +99,16 @@ public struct DataDirectory: Sendable {
         var options = configuration.service
         options.logger = configuration.leveledLogger
         if options.blobs == nil {
-            options.blobs = try await FileBlobStore.open(
-                root: (configuration.dataDirectory as NSString).appendingPathComponent("assets"))
+            let root = (configuration.dataDirectory as NSString).appendingPathComponent("assets")
+            switch configuration.assetStore {
+            case .files:
+                options.blobs = try await FileBlobStore.open(root: root)
+            case .s3(let location):
+                // Uploads are staged under the data directory, then sent to the bucket.
+                let store = try await S3BlobStore.open(location, stagingRoot: root)
+                try await store.createBucketIfMissing()
+                options.blobs = store
+            }
         }
         let service = try await NimbusService(storage: storage, options: options)
         return DataDirectory(storage: storage, service: service)

@@ -3,6 +3,7 @@ import Crypto
 import Foundation
 import NIOCore
 import NIOHTTP1
+import NimbusBlobs
 import NimbusCore
 import NimbusServer
 import NimbusStorage
@@ -389,5 +390,19 @@ import Testing
             let expired = try await Self.http(.GET, url)
             #expect(expired.status == 403 && expired.reason.contains("expired"))
         }
+    }
+
+    @Test func theAssetStoreOptionReadsFilesOrAnS3URLAndSaysWhatIsWrong() throws {
+        #expect(try AssetStoreChoice(parsing: "files") == .files)
+        let s3 = try AssetStoreChoice(parsing: "s3://AKID:se%2Fcret@minio.local:9000/bucket/nimbus?region=eu-west-1&tls=false")
+        #expect(
+            s3
+                == .s3(
+                    S3BlobStore.Location(
+                        endpoint: "http://minio.local:9000", bucket: "bucket", region: "eu-west-1", accessKeyID: "AKID",
+                        secretAccessKey: "se/cret", prefix: "nimbus/")))
+        #expect(throws: CloudKitError.self) { try AssetStoreChoice(parsing: "ftp://x") }
+        #expect(throws: CloudKitError.self) { try AssetStoreChoice(parsing: "s3://AKID:secret@host:9000") }
+        #expect(throws: CloudKitError.self) { try AssetStoreChoice(parsing: "s3://host/bucket") }
     }
 }
