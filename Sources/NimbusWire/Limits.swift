@@ -54,6 +54,9 @@ public enum Limits {
     public static let requestHeaderSeconds = Limit(name: "requestHeaderSeconds", value: 10)
     /// Seconds from the end of a request's headers to the end of its body.
     public static let requestBodySeconds = Limit(name: "requestBodySeconds", value: 60)
+    /// Seconds an asset upload's body may take in all, as long as no gap between its bytes
+    /// passes `requestBodySeconds` (a 50 MB file needs about 56 KB/s).
+    public static let assetUploadSeconds = Limit(name: "assetUploadSeconds", value: 900)
     /// Seconds a connection may sit with no request in progress before it is closed.
     public static let idleConnectionSeconds = Limit(name: "idleConnectionSeconds", value: 75)
     /// Connections one client address may hold open at once (WebSocket streams included).

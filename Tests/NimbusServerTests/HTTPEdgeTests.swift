@@ -74,6 +74,37 @@ import Testing
         }
     }
 
+    /// An asset upload may take longer than a body may, while its bytes keep coming; one that
+    /// stalls is cut off as any body is, and so is one past its own deadline.
+    @Test func anAssetUploadThatKeepsArrivingOutlastsTheBodyLimit() async throws {
+        try await TestServer.with(configure: {
+            $0.edge.requestBodyTimeout = .milliseconds(600)
+            $0.edge.assetUploadTimeout = .seconds(4)
+        }) { server in
+            let alice = try await server.user("alice")
+            func start(_ size: Int) async throws -> RawConnection {
+                let url = try #require(try await AssetTests.uploadURLs(alice, [("Photo", "image")]).first)
+                let connection = try RawConnection(port: server.port)
+                try connection.send(
+                    "POST \(url.dropFirst(server.baseURL.count)) HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: \(size)\r\n\r\n")
+                return connection
+            }
+            // Ten bytes every 0.3 s for 1.5 s: past the body limit, within the upload's.
+            let steady = try await start(50)
+            for _ in 0..<5 {
+                try steady.send(Array(repeating: 1, count: 10))
+                try await Task.sleep(for: .milliseconds(300))
+            }
+            let answered = await steady.receive(waitingUpTo: 5)
+            #expect(answered.status == 200, "\(answered.text)")
+            // A stall longer than the body limit: closed.
+            let stalled = try await start(50)
+            try stalled.send(Array(repeating: 2, count: 10))
+            let cut = await stalled.receive(waitingUpTo: 5)
+            #expect(cut.closed && cut.status == nil && cut.seconds < 3)
+        }
+    }
+
     @Test func oneAddressMayHoldOnlySoManyConnections() async throws {
         try await TestServer.with(configure: { $0.edge.connectionsPerClient = 3 }) { server in
             var held = try (0..<3).map { _ in try RawConnection(port: server.port) }

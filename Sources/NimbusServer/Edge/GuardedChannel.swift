@@ -12,6 +12,9 @@ public struct EdgeLimits: Sendable {
     public var requestHeaderTimeout: TimeAmount = .seconds(Int64(Limits.requestHeaderSeconds.value))
     public var requestBodyTimeout: TimeAmount = .seconds(Int64(Limits.requestBodySeconds.value))
     public var idleTimeout: TimeAmount = .seconds(Int64(Limits.idleConnectionSeconds.value))
+    /// An asset upload's body (docs/assets.md): as long as bytes keep coming within
+    /// `requestBodyTimeout` of each other, it may take this long in all.
+    public var assetUploadTimeout: TimeAmount = .seconds(Int64(Limits.assetUploadSeconds.value))
     /// 0: no cap (load tests that open thousands of WebSockets from one address).
     public var connectionsPerClient: Int = Limits.connectionsPerClient.value
     /// How often each connection compares its deadline: a limit is enforced within this much
@@ -156,6 +159,8 @@ final class ConnectionState {
     /// only move this; one check per connection every `EdgeLimits.checkInterval` compares it,
     /// since a timer scheduled and cancelled per phase was measurable on small requests.
     var deadline = NIODeadline.distantFuture
+    /// For an asset upload's body: when it must have ended, however steadily it arrives.
+    var uploadDeadline: NIODeadline?
     /// Set by the request guard, so raw bytes arriving on an idle connection start the header limit.
     var startHeaderLimit: (() -> Void)?
     /// Set by the front handler: writes bytes to the socket as they are, then closes. Refusals
@@ -237,6 +242,8 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
         state.startHeaderLimit = nil
     }
 
+    static let assetUploadPrefix = "/assets/1/upload/"
+
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard state.phase != .passive else { return context.fireChannelRead(data) }
         switch unwrapInboundIn(data) {
@@ -259,9 +266,14 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 enter(.passive, context: context)
             } else {
                 enter(.readingBody, context: context)
+                state.uploadDeadline =
+                    head.uri.hasPrefix(Self.assetUploadPrefix) ? .now() + limits.assetUploadTimeout : nil
             }
         case .body:
-            break
+            // An upload that keeps arriving keeps its connection, up to its own deadline.
+            if state.phase == .readingBody, let end = state.uploadDeadline {
+                state.deadline = min(.now() + limits.requestBodyTimeout, end)
+            }
         case .end:
             if state.phase == .readingBody { enter(.responding, context: context) }
         }
