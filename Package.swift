@@ -44,7 +44,7 @@ let package = Package(
             name: "NimbusKit",
             dependencies: [
                 "NimbusWire", .product(name: "WSClient", package: "swift-websocket"),
-                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Logging", package: "swift-log"), .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strict),
         // The storage protocol, spoken in CloudKit terms, and its value types.

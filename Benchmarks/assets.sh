@@ -31,19 +31,21 @@ IDLE=$(rss)
 UPLOAD_URL=$(curl -s -X POST "$URL/database/1/$C/development/private/assets/upload?ckAPIToken=$TOKEN&ckWebAuthToken=$WEB" \
   -d '{"tokens":[{"recordType":"Photo","fieldName":"image"}]}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"][0]["url"])')
 sample "$DATA/up.rss" "$DATA/up.done" &
+SAMPLER=$!
 start=$(seconds)
 curl -s -X POST "$UPLOAD_URL" -H 'Content-Type: application/octet-stream' --data-binary "@$FILE" > "$DATA/single.json"
 up_seconds=$(python3 -c "print($(seconds) - $start)")
-touch "$DATA/up.done"; wait
+touch "$DATA/up.done"; wait "$SAMPLER"  # not the server, also a child
 
 RECORD=$(python3 -c 'import json,sys; f=json.load(open(sys.argv[1]))["singleFile"]; print(json.dumps({"operations":[{"operationType":"create","record":{"recordType":"Photo","recordName":"big","fields":{"image":{"value":f}}}}]}))' "$DATA/single.json")
 DOWNLOAD_URL=$(curl -s -X POST "$URL/database/1/$C/development/private/records/modify?ckAPIToken=$TOKEN&ckWebAuthToken=$WEB" -d "$RECORD" |
   python3 -c 'import json,sys; print(json.load(sys.stdin)["records"][0]["fields"]["image"]["value"]["downloadURL"])')
 sample "$DATA/down.rss" "$DATA/down.done" &
+SAMPLER=$!
 start=$(seconds)
 curl -s "${DOWNLOAD_URL//\$\{f\}/asset.bin}" -o "$DATA/back.bin"
 down_seconds=$(python3 -c "print($(seconds) - $start)")
-touch "$DATA/down.done"; wait
+touch "$DATA/down.done"; wait "$SAMPLER"
 cmp -s "$FILE" "$DATA/back.bin" || { echo "the download differs from the upload"; exit 1; }
 
 start=$(seconds)

@@ -128,6 +128,11 @@ private final class StagedFile: StagedBlob, @unchecked Sendable {
     private let finish: @Sendable (FilePath, BlobKey) async throws -> Void
     private var offset: Int64 = 0
     private var closed = false
+    /// Chunks not written yet. An HTTP body arrives in chunks of a few KiB, and each write is
+    /// a hop to NIO's I/O threads: gathering them into writes of `writeSize` made uploads
+    /// several times faster (Benchmarks/assets.sh) for one more MiB of memory per upload.
+    private var pending = ByteBuffer()
+    private static let writeSize = 1 << 20
 
     init(path: FilePath, handle: WriteFileHandle, finish: @escaping @Sendable (FilePath, BlobKey) async throws -> Void) {
         self.path = path
@@ -136,11 +141,20 @@ private final class StagedFile: StagedBlob, @unchecked Sendable {
     }
 
     func append(_ chunk: ByteBuffer) async throws {
-        offset += Int64(try await handle.write(contentsOf: chunk.readableBytesView, toAbsoluteOffset: offset))
+        var chunk = chunk
+        pending.writeBuffer(&chunk)
+        if pending.readableBytes >= Self.writeSize { try await flush() }
+    }
+
+    private func flush() async throws {
+        guard pending.readableBytes > 0 else { return }
+        offset += Int64(try await handle.write(contentsOf: pending.readableBytesView, toAbsoluteOffset: offset))
+        pending.clear()
     }
 
     func store(as key: BlobKey) async throws {
         do {
+            try await flush()
             try await handle.synchronize()
             closed = true
             try await handle.close()

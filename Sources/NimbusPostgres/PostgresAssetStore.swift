@@ -28,6 +28,15 @@ struct PostgresAssetStore: AssetStore {
         ).first.map(Self.row)
     }
 
+    func databaseHolds(databaseID: Int64, container: String, checksum: String) async throws -> Bool {
+        try await !storage.rows(
+            """
+            SELECT 1 FROM asset_references
+            WHERE database_id = \(databaseID) AND container = \(container) AND checksum = \(checksum) LIMIT 1
+            """
+        ).isEmpty
+    }
+
     func touchBlobs(container: String, checksums: [String], at time: Int64) async throws -> Set<String> {
         let wanted = Array(Set(checksums))
         let touched = try await storage.rows(

@@ -31,6 +31,16 @@ struct SQLiteAssetStore: AssetStore {
             .map(Self.row)
     }
 
+    func databaseHolds(databaseID: Int64, container: String, checksum: String) async throws -> Bool {
+        try storage.readPoint { tx in
+            try tx.fetchRow(
+                """
+                SELECT 1 FROM asset_references r JOIN zones z ON z.id = r.source_zone_id
+                WHERE r.container = ? AND r.checksum = ? AND z.database_id = ? LIMIT 1
+                """, [container, checksum, databaseID]) != nil
+        }
+    }
+
     func touchBlobs(container: String, checksums: [String], at time: Int64) async throws -> Set<String> {
         try await storage.writeSQLite { tx in
             var missing = Set<String>()

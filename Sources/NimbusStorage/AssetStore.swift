@@ -9,6 +9,9 @@ public protocol AssetStore: Sendable {
     func registerBlob(_ row: AssetBlobRow) async throws -> AssetBlobRow
     /// The container's blob of these bytes.
     func blob(container: String, checksum: String) async throws -> AssetBlobRow?
+    /// Whether a record of the database `databaseID` holds the container's blob of `checksum`:
+    /// the proof that its user has those bytes, so an upload of them may be skipped.
+    func databaseHolds(databaseID: Int64, container: String, checksum: String) async throws -> Bool
     /// Marks the blobs touched at `time` (a rereference vouched for them anew); returns the
     /// checksums that have no blob.
     func touchBlobs(container: String, checksums: [String], at time: Int64) async throws -> Set<String>

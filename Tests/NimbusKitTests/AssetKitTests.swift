@@ -99,6 +99,52 @@ struct AssetKitTests {
         }
     }
 
+    @Test("progress follows the bytes as they go; bytes already sent, from any file, are not sent again")
+    func progressAndIdenticalBytes() async throws {
+        try await TestServer.with { server in
+            let database = try await server.signedInDevice("dave").privateCloudDatabase
+            let bytes = (0..<4_000_000).map { UInt8(truncatingIfNeeded: $0 &* 31) }
+            // Three files of the same bytes: two saved together, one saved later.
+            let files = try (0..<3).map { _ in try Self.file(bytes) }
+            defer { for file in files { try? FileManager.default.removeItem(at: file) } }
+
+            /// Saves records holding `files` and returns each record's progress, in order.
+            func save(_ names: [String], _ files: [URL]) async throws -> [String: [Double]] {
+                let records = zip(names, files).map { name, file in
+                    let record = CKRecord(recordType: "Video", recordID: CKRecord.ID(recordName: name))
+                    record["clip"] = CKAsset(fileURL: file)
+                    return record
+                }
+                let operation = CKModifyRecordsOperation(recordsToSave: records, recordIDsToDelete: nil)
+                let progress = Box<[String: [Double]]>([:])
+                operation.perRecordProgressBlock = { record, fraction in
+                    progress.update { $0[record.recordID.recordName, default: []].append(fraction) }
+                }
+                let saved = Box<Int>(0)
+                operation.perRecordSaveBlock = { _, result in if case .success = result { saved.update { $0 += 1 } } }
+                await runOperation(operation, on: database)
+                #expect(saved.value == names.count)
+                return progress.value
+            }
+
+            let first = try await save(["v1", "v2"], Array(files[0..<2]))
+            // The bytes went once, for both records, and progress was heard while they went.
+            for name in ["v1", "v2"] {
+                let heard = try #require(first[name])
+                #expect(heard.contains { $0 > 0 && $0 < 0.9 }, "\(name): \(heard)")
+                #expect(heard == heard.sorted() && heard.last == 1, "\(name): \(heard)")
+            }
+            #expect(first["v1"] == first["v2"])
+            // A third file of those bytes: the server has them in this database, so none go.
+            let later = try await save(["v3"], [files[2]])
+            let heard = try #require(later["v3"])
+            #expect(!heard.contains { $0 > 0 && $0 < 0.9 }, "\(heard)")
+            #expect(try await server.service.assetFigures(container: nil).blobs == 1)
+            let fetched = try await database.record(for: CKRecord.ID(recordName: "v3"))
+            #expect(try Self.bytes(at: (fetched["clip"] as? CKAsset)?.fileURL) == bytes)
+        }
+    }
+
     @Test("a missing file fails its record with assetFileNotFound")
     func missingFile() async throws {
         try await TestServer.with { server in

@@ -175,6 +175,52 @@ import Testing
         }
     }
 
+    /// `assets/upload` with tokens that name their file's checksum and size (Nimbus's addition).
+    static func heldUpload(
+        _ client: APIClient, checksum: String, size: Int, database: String = "private", field: String = "image"
+    ) async throws -> (status: Int, token: JSON?, reason: String) {
+        let answer = try await client.post(
+            database, "assets/upload",
+            ["tokens": [["recordType": "Photo", "fieldName": .string(field), "fileChecksum": .string(checksum), "size": .int(Int64(size))]]])
+        return (answer.status, answer.json["tokens"]?[0], answer.json["reason"]?.stringValue ?? "")
+    }
+
+    @Test func bytesTheUsersOwnDatabaseHoldsAreNotUploadedAgain() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            let bob = try await server.user("bob")
+            let bytes = Array("a photo alice took".utf8)
+            let checksum = Self.checksum(bytes)
+            // Nothing holds the bytes yet: an upload URL, no receipt.
+            let before = try await Self.heldUpload(alice, checksum: checksum, size: bytes.count)
+            #expect(before.status == 200 && before.token?["url"] != nil && before.token?["singleFile"] == nil)
+            #expect(try await alice.modify([Self.photo("p1", try await Self.upload(alice, bytes))]).records.count == 1)
+
+            // Now alice's database holds them: a receipt instead, for the field asked about.
+            let held = try await Self.heldUpload(alice, checksum: checksum, size: bytes.count, field: "thumbnail")
+            let file = try #require(held.token?["singleFile"], "\(String(describing: held.token))")
+            #expect(file["fileChecksum"]?.stringValue == checksum && file["size"]?.int64Value == Int64(bytes.count))
+            let saved = try await alice.modify([Self.photo("p2", file, field: "thumbnail")])
+            #expect(saved.records.first?.fieldValue("thumbnail")?["fileChecksum"]?.stringValue == checksum, "\(saved.text)")
+            let download = try #require(try await alice.lookup(["p2"]).records.first?.fieldValue("thumbnail")?["downloadURL"]?.stringValue)
+            #expect(try await Self.http(.GET, download).body == bytes)
+            #expect(try await server.service.assetFigures(container: nil).blobs == 1)
+
+            // Not for a size other than the bytes', not for bob (a checksum alone must not
+            // fetch someone else's file), not in the public database.
+            #expect(try await Self.heldUpload(alice, checksum: checksum, size: bytes.count + 1).token?["singleFile"] == nil)
+            #expect(try await Self.heldUpload(bob, checksum: checksum, size: bytes.count).token?["singleFile"] == nil)
+            #expect(try await Self.heldUpload(alice, checksum: checksum, size: bytes.count, database: "public").token?["singleFile"] == nil)
+
+            // A checksum that is not a SHA-256, or without a size: refused, saying why.
+            let malformed = try await Self.heldUpload(alice, checksum: "abc", size: 3)
+            #expect(malformed.status == 400 && malformed.reason.contains("SHA-256"), "\(malformed.reason)")
+            let sizeless = try await alice.post(
+                "private", "assets/upload", ["tokens": [["recordType": "Photo", "fieldName": "image", "fileChecksum": .string(checksum)]]])
+            #expect(sizeless.status == 400 && sizeless.text.contains("size"), "\(sizeless.text)")
+        }
+    }
+
     @Test func rereferenceCopiesAnAssetIntoAnotherRecordWithoutUploading() async throws {
         try await TestServer.with { server in
             let alice = try await server.user("alice")

@@ -105,6 +105,22 @@ import Testing
         }
     }
 
+    @Test func aBodyAwaitingOneHundredContinueGetsItAtOnce() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            let url = try #require(try await AssetTests.uploadURLs(alice, [("Photo", "image")]).first)
+            let connection = try RawConnection(port: server.port)
+            try connection.send(
+                "POST \(url.dropFirst(server.baseURL.count)) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                    + "Expect: 100-continue\r\nContent-Length: 5\r\n\r\n")
+            let interim = await connection.receive(waitingUpTo: 0.5)
+            #expect(interim.text == "HTTP/1.1 100 Continue\r\n\r\n", "\(interim.text)")
+            try connection.send("hello")
+            let answer = await connection.receive(waitingUpTo: 5)
+            #expect(answer.status == 200 && answer.body.contains("singleFile"), "\(answer.text)")
+        }
+    }
+
     @Test func oneAddressMayHoldOnlySoManyConnections() async throws {
         try await TestServer.with(configure: { $0.edge.connectionsPerClient = 3 }) { server in
             var held = try (0..<3).map { _ in try RawConnection(port: server.port) }

@@ -50,12 +50,41 @@ extension NimbusService {
                 container: key.container, environment: key.environment, scope: key.scope, ownerID: key.ownerID,
                 recordType: token.recordType, fieldName: token.fieldName, recordName: recordName, size: token.size,
                 nonce: UUIDText.random(), expiresAt: expiresAt)
+            var held: Asset?
+            if let checksum = token.fileChecksum, let size = token.size {
+                held = try await receiptForHeldBytes(grant, checksum: checksum, size: size, databaseID: database.id)
+            }
             tokens.append(
                 AssetUploadResponse.Token(
                     recordName: recordName, fieldName: token.fieldName,
-                    url: "\(baseURL)/assets/1/upload/\(grant.sealed(with: keys.assetUploads))"))
+                    url: "\(baseURL)/assets/1/upload/\(grant.sealed(with: keys.assetUploads))", singleFile: held))
         }
         return AssetUploadResponse(tokens: tokens)
+    }
+
+    /// A receipt for bytes the caller named by checksum instead of sending, when a record of
+    /// their own private database already holds them: having saved them proves they have
+    /// them. Not in the public database, and not for bytes only other users hold: a checksum
+    /// alone would otherwise fetch anyone's file, or tell whether anyone has one.
+    private func receiptForHeldBytes(_ grant: AssetGrant, checksum: String, size: Int64, databaseID: Int64) async throws -> Asset? {
+        guard grant.scope == .private,
+            let blob = try await storage.assets.blob(container: grant.container, checksum: checksum), blob.size == size,
+            try await storage.assets.databaseHolds(databaseID: databaseID, container: grant.container, checksum: checksum),
+            // Touched, so a collection does not take it before the receipt is used.
+            try await storage.assets.touchBlobs(container: grant.container, checksums: [checksum], at: now).isEmpty
+        else { return nil }
+        return receipt(for: grant, blob: blob)
+    }
+
+    /// The asset dictionary of stored bytes, with a receipt bound to what `grant` was for.
+    private func receipt(for grant: AssetGrant, blob: AssetBlobRow) -> Asset {
+        let receipt = AssetGrant(
+            container: grant.container, environment: grant.environment, scope: grant.scope, ownerID: grant.ownerID,
+            recordType: grant.recordType, fieldName: grant.fieldName, recordName: grant.recordName, checksum: blob.checksum,
+            size: blob.size, expiresAt: now + options.assets.receiptSeconds * 1000)
+        return Asset(
+            fileChecksum: blob.checksum, size: blob.size, receipt: receipt.sealed(with: keys.assetReceipts),
+            referenceChecksum: blob.checksum)
     }
 
     private func checkAssetSize(_ size: Int64, what: String) throws {
@@ -84,8 +113,9 @@ extension NimbusService {
         grant text: String, contentLength: Int64?, digest: [UInt8]?, body: Body
     ) async throws -> AssetUploadResult where Body.Element == ByteBuffer {
         let grant = try openGrant(text, key: keys.assetUploads, what: "upload URL", again: "ask assets/upload for another")
-        guard let nonce = grant.nonce, let environment = grant.environment, let scope = grant.scope, let ownerID = grant.ownerID
-        else { throw CloudKitError(.accessDenied, "this is not an upload URL; ask assets/upload for one") }
+        guard let nonce = grant.nonce, grant.environment != nil, grant.scope != nil, grant.ownerID != nil else {
+            throw CloudKitError(.accessDenied, "this is not an upload URL; ask assets/upload for one")
+        }
         let limit = min(grant.size ?? .max, options.assets.maximumBytes)
         if let contentLength {
             if let declared = grant.size, contentLength != declared {
@@ -150,14 +180,7 @@ extension NimbusService {
             // Another upload of the same bytes registered first: theirs is the blob.
             if blob.key != key.text { try? await blobs.delete(key) }
         }
-        let receipt = AssetGrant(
-            container: grant.container, environment: environment, scope: scope, ownerID: ownerID, recordType: grant.recordType,
-            fieldName: grant.fieldName, recordName: grant.recordName, checksum: checksum, size: blob.size,
-            expiresAt: now + options.assets.receiptSeconds * 1000)
-        return AssetUploadResult(
-            singleFile: Asset(
-                fileChecksum: checksum, size: blob.size, receipt: receipt.sealed(with: keys.assetReceipts),
-                referenceChecksum: checksum))
+        return AssetUploadResult(singleFile: receipt(for: grant, blob: blob))
     }
 
     private func openGrant(_ text: String, key: SymmetricKey, what: String, again: String) throws -> AssetGrant {

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import NimbusWire
 
@@ -5,22 +6,33 @@ import NimbusWire
 /// records holding them are fetched). docs/sdk.md.
 extension CKDatabaseOperation {
     /// Uploads the files of `records`' assets among the keys each sends that have not been
-    /// uploaded yet: one `assets/upload` for the upload URLs, then each file POSTed to its
-    /// own, and the answer kept on the `CKAsset` (so a file is uploaded once however many
-    /// saves send it). `progress` hears each record's share of its files' bytes that is up.
-    /// Records whose upload failed come back with the error; the others go on.
+    /// uploaded yet. Each file is read once through SHA-256 first; files of the same bytes for
+    /// the same record type and field are sent once, and bytes the user's private database
+    /// already holds are not sent at all (`assets/upload` answers those with a receipt,
+    /// docs/assets.md). The others are POSTed to their upload URLs, one after another, and the
+    /// answer is kept on the `CKAsset`, so a later save sends nothing. `progress` hears, as the
+    /// bytes go, each record's share of its files' bytes that is up. Records whose upload
+    /// failed come back with the error; the others go on.
     func uploadAssets(
         of records: [(record: CKRecord, keys: [String])], zoneID: CKRecordZone.ID,
-        progress: (CKRecord, Double) -> Void
+        progress: @escaping @Sendable (CKRecord, Double) -> Void
     ) async -> [CKRecord.ID: CKError] {
-        struct Pending {
-            let record: CKRecord
+        /// Every asset of one record type and field whose file holds the same bytes.
+        final class Upload {
+            let recordType: String
             let field: String
-            let asset: CKAsset
             let file: URL
-            let size: Int64
+            let digest: FileDigest
+            var holders: [(record: CKRecord, asset: CKAsset)] = []
+
+            init(recordType: String, field: String, file: URL, digest: FileDigest) {
+                self.recordType = recordType
+                self.field = field
+                self.file = file
+                self.digest = digest
+            }
         }
-        var pending: [Pending] = []
+        var uploads: [Upload] = []
         var failures: [CKRecord.ID: CKError] = [:]
         for (record, keys) in records {
             for key in keys {
@@ -31,31 +43,51 @@ extension CKDatabaseOperation {
                 default: continue
                 }
                 for asset in assets where asset.serverAsset == nil {
-                    guard let file = asset.fileURL,
-                        let size = (try? FileManager.default.attributesOfItem(atPath: file.path)[.size] as? NSNumber)?.int64Value
-                    else {
-                        failures[record.recordID] = CKError(
-                            .assetFileNotFound, "field '\(key)': the asset's file \(asset.fileURL?.path ?? "(none)") does not exist")
+                    let file: URL
+                    let digest: FileDigest
+                    do throws(CKError) {
+                        guard let url = asset.fileURL else {
+                            throw CKError(.assetFileNotFound, "field '\(key)': the asset has no file")
+                        }
+                        file = url
+                        digest = try FileDigest(of: file, field: key)
+                    } catch {
+                        failures[record.recordID] = error
                         continue
                     }
-                    // The same CKAsset in several fields or records is uploaded once.
-                    if pending.contains(where: { $0.asset === asset && $0.field == key && $0.record.recordType == record.recordType }) {
-                        continue
+                    if let same = uploads.first(where: {
+                        $0.digest == digest && $0.field == key && $0.recordType == record.recordType
+                    }) {
+                        same.holders.append((record, asset))
+                    } else {
+                        let upload = Upload(recordType: record.recordType, field: key, file: file, digest: digest)
+                        upload.holders.append((record, asset))
+                        uploads.append(upload)
                     }
-                    pending.append(Pending(record: record, field: key, asset: asset, file: file, size: size))
                 }
             }
         }
-        pending.removeAll { failures[$0.record.recordID] != nil }
-        guard !pending.isEmpty else { return failures }
+        for upload in uploads { upload.holders.removeAll { failures[$0.record.recordID] != nil } }
+        uploads.removeAll { $0.holders.isEmpty }
+        guard !uploads.isEmpty else { return failures }
+        // Each record's bytes, all and sent so far, for its progress.
         var totals: [CKRecord.ID: (done: Int64, all: Int64)] = [:]
-        for item in pending { totals[item.record.recordID, default: (0, 0)].all += item.size }
-        for chunk in chunked(pending, size: Limits.assetTokensPerRequest.value) {
+        for upload in uploads {
+            for id in Set(upload.holders.map(\.record.recordID)) { totals[id, default: (0, 0)].all += upload.digest.size }
+        }
+        func report(_ upload: Upload, sent: Int64) {
+            for (record, _) in upload.holders {
+                guard let total = totals[record.recordID], total.all > 0 else { continue }
+                progress(record, Double(total.done + sent) / Double(total.all))
+            }
+        }
+        for chunk in chunked(uploads, size: Limits.assetTokensPerRequest.value) {
             let request = AssetUploadRequest(
                 zoneID: WireRecordCoder.zoneIDInput(zoneID),
                 tokens: chunk.map {
                     AssetUploadRequest.Token(
-                        recordType: $0.record.recordType, fieldName: $0.field, recordName: $0.record.recordID.recordName, size: $0.size)
+                        recordType: $0.recordType, fieldName: $0.field, recordName: $0.holders[0].record.recordID.recordName,
+                        size: $0.digest.size, fileChecksum: $0.digest.checksum)
                 })
             let tokens: [AssetUploadResponse.Token]
             do throws(CKError) {
@@ -64,17 +96,32 @@ extension CKDatabaseOperation {
                     throw CKError(.serverResponseLost, "assets/upload answered \(tokens.count) upload URLs for \(chunk.count) files")
                 }
             } catch {
-                for item in chunk { failures[item.record.recordID] = error }
+                for upload in chunk { for (record, _) in upload.holders { failures[record.recordID] = error } }
                 continue
             }
-            for (item, token) in zip(chunk, tokens) where failures[item.record.recordID] == nil {
+            for (upload, token) in zip(chunk, tokens) {
+                let ids = Set(upload.holders.map(\.record.recordID))
+                guard ids.allSatisfy({ failures[$0] == nil }) else { continue }
                 do throws(CKError) {
-                    item.asset.serverAsset = try await transport.uploadFile(item.file, to: token.url)
-                    let id = item.record.recordID
-                    totals[id]?.done += item.size
-                    if let total = totals[id], total.all > 0 { progress(item.record, Double(total.done) / Double(total.all)) }
+                    let stored: Asset
+                    if let held = token.singleFile {
+                        stored = held
+                    } else {
+                        // What the bytes sent so far mean for each holder, while they go.
+                        let shares = upload.holders.compactMap { holder in
+                            totals[holder.record.recordID].map { (holder.record, $0) }
+                        }
+                        stored = try await transport.uploadFile(upload.file, to: token.url) { sent in
+                            for (record, total) in shares where total.all > 0 {
+                                progress(record, Double(total.done + sent) / Double(total.all))
+                            }
+                        }
+                    }
+                    for (_, asset) in upload.holders { asset.serverAsset = stored }
+                    for id in ids { totals[id]?.done += upload.digest.size }
+                    report(upload, sent: 0)
                 } catch {
-                    failures[item.record.recordID] = error
+                    for id in ids { failures[id] = error }
                 }
             }
         }
@@ -102,6 +149,31 @@ extension CKDatabaseOperation {
                 asset.fileURL = file
             }
         }
+    }
+}
+
+/// A file's SHA-256 (base64, the wire's `fileChecksum`) and size, read in 1 MiB pieces.
+struct FileDigest: Hashable {
+    let checksum: String
+    let size: Int64
+
+    init(of file: URL, field: String) throws(CKError) {
+        guard let handle = try? FileHandle(forReadingFrom: file) else {
+            throw CKError(.assetFileNotFound, "field '\(field)': the asset's file \(file.path) does not exist or cannot be read")
+        }
+        defer { try? handle.close() }
+        var hasher = SHA256()
+        var size: Int64 = 0
+        do {
+            while let piece = try handle.read(upToCount: 1 << 20), !piece.isEmpty {
+                hasher.update(data: piece)
+                size += Int64(piece.count)
+            }
+        } catch {
+            throw CKError(.assetFileNotFound, "field '\(field)': reading the asset's file \(file.path) failed: \(error)")
+        }
+        checksum = Data(hasher.finalize()).base64EncodedString()
+        self.size = size
     }
 }
 

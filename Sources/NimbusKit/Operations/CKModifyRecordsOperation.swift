@@ -86,7 +86,7 @@ open class CKModifyRecordsOperation: CKDatabaseOperation, @unchecked Sendable {
             of: items.compactMap { item in
                 guard case .save(let record) = item else { return nil }
                 return (record, savePolicy == .allKeys ? record.allKeys() : record.changedKeys())
-            }, zoneID: zoneID, progress: { record, fraction in perRecordProgressBlock?(record, fraction * 0.9) })
+            }, zoneID: zoneID, progress: { [perRecordProgressBlock] record, fraction in perRecordProgressBlock?(record, fraction * 0.9) })
         var operations: [RecordOperationInput] = []
         for item in items {
             do {

@@ -226,8 +226,9 @@ final class NimbusTransport: Sendable {
     // MARK: Asset bytes
 
     /// POSTs a file to an upload URL the server handed out (`assets/upload`); the URL is the
-    /// credential, so no session goes with it. The body streams from the file.
-    func uploadFile(_ fileURL: URL, to url: String) async throws(CKError) -> Asset {
+    /// credential, so no session goes with it. The body streams from the file; `sent` hears
+    /// how many of its bytes are on their way, as they go.
+    func uploadFile(_ fileURL: URL, to url: String, sent: @escaping @Sendable (Int64) -> Void) async throws(CKError) -> Asset {
         guard let target = URL(string: url) else {
             throw CKError(.serverResponseLost, "the server's upload URL does not read as a URL: \(url.debugDescription)")
         }
@@ -238,12 +239,26 @@ final class NimbusTransport: Sendable {
         let data: Data
         let response: URLResponse
         do {
-            (data, response) = try await session.upload(for: request, fromFile: fileURL)
+            (data, response) = try await session.upload(for: request, fromFile: fileURL, delegate: UploadProgress(sent))
         } catch {
             throw Self.transportError(error)
         }
         return try Self.read(AssetUploadResult.self, from: answer(data, response, sendSession: false), endpoint: "the upload URL")
             .singleFile
+    }
+
+    /// Hears an upload's bytes leave, for `uploadFile`'s `sent`.
+    private final class UploadProgress: NSObject, URLSessionTaskDelegate, Sendable {
+        let sent: @Sendable (Int64) -> Void
+
+        init(_ sent: @escaping @Sendable (Int64) -> Void) { self.sent = sent }
+
+        func urlSession(
+            _ session: URLSession, task: URLSessionTask, didSendBodyData bytesSent: Int64, totalBytesSent: Int64,
+            totalBytesExpectedToSend: Int64
+        ) {
+            sent(totalBytesSent)
+        }
     }
 
     /// GETs an asset's bytes from its download URL into `destination` (a file of its own,

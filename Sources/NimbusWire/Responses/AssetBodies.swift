@@ -1,3 +1,5 @@
+import Foundation
+
 /// Assets on the wire (reference §7): asking for upload URLs, the upload's answer, and
 /// `assets/rereference`. The asset dictionary itself is `Asset` (FieldValue.swift).
 
@@ -11,12 +13,19 @@ public struct AssetUploadRequest: WireBody {
         /// The size the client means to upload, when it says (CKTool's newer call does): a
         /// larger body is refused, and a size over the limit is refused at once.
         public var size: Int64?
+        /// Nimbus's addition: the SHA-256 (base64) of the file, with its `size`. When the
+        /// caller's own database already holds those bytes, the answer's token carries a
+        /// receipt (`singleFile`) and the file need not be sent again. docs/assets.md.
+        public var fileChecksum: String?
 
-        public init(recordType: String, fieldName: String, recordName: String? = nil, size: Int64? = nil) {
+        public init(
+            recordType: String, fieldName: String, recordName: String? = nil, size: Int64? = nil, fileChecksum: String? = nil
+        ) {
             self.recordType = recordType
             self.fieldName = fieldName
             self.recordName = recordName
             self.size = size
+            self.fileChecksum = fileChecksum
         }
     }
 
@@ -41,7 +50,17 @@ public struct AssetUploadRequest: WireBody {
             if let recordName { try Names.validateRecordName(recordName, path: token.childPath(WireKey.recordName)) }
             let size = try token.int(WireKey.size)
             if let size, size < 0 { throw .badRequest("\(token.childPath(WireKey.size)): a size cannot be negative") }
-            tokens.append(Token(recordType: recordType, fieldName: fieldName, recordName: recordName, size: size))
+            let fileChecksum = try token.string(WireKey.fileChecksum)
+            if let fileChecksum {
+                guard size != nil else {
+                    throw .badRequest("\(token.childPath(WireKey.fileChecksum)): a checksum needs the file's size beside it")
+                }
+                guard let digest = Data(base64Encoded: fileChecksum), digest.count == 32 else {
+                    throw .badRequest("\(token.childPath(WireKey.fileChecksum)): not a SHA-256 in base64 (44 characters)")
+                }
+            }
+            tokens.append(
+                Token(recordType: recordType, fieldName: fieldName, recordName: recordName, size: size, fileChecksum: fileChecksum))
         }
     }
 
@@ -55,6 +74,7 @@ public struct AssetUploadRequest: WireBody {
                     ]
                     if let recordName = token.recordName { object[WireKey.recordName] = .string(recordName) }
                     if let size = token.size { object[WireKey.size] = .int(size) }
+                    if let checksum = token.fileChecksum { object[WireKey.fileChecksum] = .string(checksum) }
                     return .object(object)
                 }),
         ]
@@ -67,11 +87,15 @@ public struct AssetUploadResponse: WireBody {
         public var recordName: String
         public var fieldName: String
         public var url: String
+        /// Present when the request named a checksum the caller's database already holds: a
+        /// receipt for those bytes, so `url` need not be used. Nimbus's addition.
+        public var singleFile: Asset?
 
-        public init(recordName: String, fieldName: String, url: String) {
+        public init(recordName: String, fieldName: String, url: String, singleFile: Asset? = nil) {
             self.recordName = recordName
             self.fieldName = fieldName
             self.url = url
+            self.singleFile = singleFile
         }
     }
 
@@ -86,15 +110,20 @@ public struct AssetUploadResponse: WireBody {
             tokens.append(
                 Token(
                     recordName: try token.requiredString(WireKey.recordName), fieldName: try token.requiredString(WireKey.fieldName),
-                    url: try token.requiredString(WireKey.url)))
+                    url: try token.requiredString(WireKey.url), singleFile: try token.object(WireKey.singleFile).map(Asset.init(json:))))
         }
     }
 
     public var json: JSON {
         [
             WireKey.tokens: .array(
-                tokens.map {
-                    [WireKey.recordName: .string($0.recordName), WireKey.fieldName: .string($0.fieldName), WireKey.url: .string($0.url)]
+                tokens.map { token in
+                    var object: JSONObject = [
+                        WireKey.recordName: .string(token.recordName), WireKey.fieldName: .string(token.fieldName),
+                        WireKey.url: .string(token.url),
+                    ]
+                    if let singleFile = token.singleFile { object[WireKey.singleFile] = singleFile.json }
+                    return .object(object)
                 })
         ]
     }
