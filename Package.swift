@@ -185,6 +185,9 @@ let package = Package(
             name: "NimbusKitSeedSamples",
             dependencies: ["NimbusKit", "NimbusTestSupport"],
             swiftSettings: strict),
+        // CloudKit app code in every published style, with only the import changed: it must
+        // compile (issue 20, docs/sdk.md). In Swift 5 mode, as most apps are.
+        .testTarget(name: "NimbusKitCompileCorpus", dependencies: ["NimbusKit"], swiftSettings: [.swiftLanguageMode(.v5)]),
         .testTarget(
             name: "NimbusServerTests",
             dependencies: [

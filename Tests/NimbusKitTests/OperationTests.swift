@@ -75,6 +75,34 @@ struct OperationTests {
         }
     }
 
+    @Test("a group's default configuration fills in what an operation leaves unset, and only that")
+    func groups() async throws {
+        try await TestServer.with { server in
+            let container = try await server.signedInDevice("gus")
+            let zone = try await container.privateCloudDatabase.save(CKRecordZone(zoneName: "Grouped"))
+            let group = CKOperationGroup()
+            group.name = "Initial sync"
+            group.defaultConfiguration.container = container
+            group.defaultConfiguration.qualityOfService = .background
+            let operation = CKFetchRecordZonesOperation(recordZoneIDs: [zone.zoneID])
+            operation.group = group
+            operation.configuration.timeoutIntervalForRequest = 30
+            // No database and no container of its own: the group's container answers.
+            let zones = Box<[CKRecordZone.ID: CKRecordZone]?>(nil)
+            operation.fetchRecordZonesCompletionBlock = { found, _ in zones.update { $0 = found } }
+            await withCheckedContinuation { continuation in
+                operation.completionBlock = { continuation.resume() }
+                OperationQueue().addOperation(operation)
+            }
+            #expect(zones.value?[zone.zoneID] != nil)
+            // The operation's own settings are its own; the group's are not copied into them.
+            #expect(operation.configuration.container == nil)
+            #expect(operation.qualityOfService == .utility)
+            operation.qualityOfService = .userInitiated
+            #expect(operation.configuration.qualityOfService == .userInitiated)
+        }
+    }
+
     @Test("configuration, priorities and QoS are kept; isLongLived is reserved; the default database is private")
     func configuration() async throws {
         try await TestServer.with { server in

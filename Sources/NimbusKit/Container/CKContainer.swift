@@ -158,3 +158,9 @@ public final class CKContainer: NSObject, @unchecked Sendable {
         return answer.userRecordName
     }
 }
+
+extension Notification.Name {
+    /// Posted (object nil) when the container's signed-in user changes: a sign-in as another
+    /// user, or a sign-out. CloudKit posts it when the device's iCloud account changes.
+    public static let CKAccountChanged = Notification.Name("CKAccountChangedNotification")
+}

@@ -34,6 +34,13 @@ extension CKDatabase {
         return results.value
     }
 
+    public func fetch(
+        withRecordIDs recordIDs: [CKRecord.ID], desiredKeys: [CKRecord.FieldKey]? = nil,
+        completionHandler: @escaping @Sendable (Result<[CKRecord.ID: Result<CKRecord, any Error>], any Error>) -> Void
+    ) {
+        Task { completionHandler(await Result { try await self.records(for: recordIDs, desiredKeys: desiredKeys) }) }
+    }
+
     public func delete(withRecordID recordID: CKRecord.ID, completionHandler: @escaping @Sendable (CKRecord.ID?, (any Error)?) -> Void) {
         Task { deliver(await Result { try await self.deleteRecord(withID: recordID) }, to: completionHandler) }
     }
@@ -164,6 +171,13 @@ extension CKDatabase {
         try single(try await recordZones(for: [zoneID])[zoneID], what: "zone \(zoneID.zoneName)")
     }
 
+    public func fetch(
+        withRecordZoneIDs zoneIDs: [CKRecordZone.ID],
+        completionHandler: @escaping @Sendable (Result<[CKRecordZone.ID: Result<CKRecordZone, any Error>], any Error>) -> Void
+    ) {
+        Task { completionHandler(await Result { try await self.recordZones(for: zoneIDs) }) }
+    }
+
     public func recordZones(for ids: [CKRecordZone.ID]) async throws -> [CKRecordZone.ID: Result<CKRecordZone, any Error>] {
         try await fetchZones(CKFetchRecordZonesOperation(recordZoneIDs: ids))
     }
@@ -205,6 +219,20 @@ extension CKDatabase {
         operation.perRecordZoneDeleteBlock = { id, result in deletes.update { $0[id] = result } }
         try await run(operation) { operation.modifyRecordZonesResultBlock = $0 }
         return (saves.value, deletes.value)
+    }
+
+    public func modifyRecordZones(
+        saving zonesToSave: [CKRecordZone], deleting zoneIDsToDelete: [CKRecordZone.ID],
+        completionHandler: @escaping @Sendable (
+            Result<
+                (
+                    saveResults: [CKRecordZone.ID: Result<CKRecordZone, any Error>],
+                    deleteResults: [CKRecordZone.ID: Result<Void, any Error>]
+                ), any Error
+            >
+        ) -> Void
+    ) {
+        Task { completionHandler(await Result { try await self.modifyRecordZones(saving: zonesToSave, deleting: zoneIDsToDelete) }) }
     }
 
     // MARK: Changes
@@ -295,10 +323,13 @@ extension CKDatabase {
         }
     }
 
+    /// The convenience API's work is user-initiated, as CloudKit's: a busy server's error
+    /// comes back at once with its `retryAfterSeconds`, for the app to decide.
     private func runReturning<Value: Sendable>(
         _ operation: CKDatabaseOperation, install: (@escaping @Sendable (Result<Value, any Error>) -> Void) -> Void
     ) async throws -> Value {
-        try await withTaskCancellationHandler {
+        operation.qualityOfService = .userInitiated
+        return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Value, any Error>) in
                 install { continuation.resume(with: $0) }
                 add(operation)

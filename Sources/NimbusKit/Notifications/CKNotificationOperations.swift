@@ -10,7 +10,7 @@ open class CKContainerOperation: CKOperation, @unchecked Sendable {
 
     func device<Response: WireBody>(_ path: String, _ body: JSON, as: Response.Type) async throws(CKError) -> Response {
         try NimbusTransport.read(
-            Response.self, from: await transport.device(path, body, timeout: configuration?.timeoutIntervalForRequest),
+            Response.self, from: await transport.device(path, body, timeout: effectiveConfiguration.timeoutIntervalForRequest),
             endpoint: path)
     }
 }

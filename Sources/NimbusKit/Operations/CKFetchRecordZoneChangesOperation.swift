@@ -14,12 +14,14 @@ open class CKFetchRecordZoneChangesOperation: CKDatabaseOperation, @unchecked Se
 
         public override init() { super.init() }
 
+        /// As Apple declares it: a nil `resultsLimit` is 0, as many as the server sends a page.
         public convenience init(
-            previousServerChangeToken: CKServerChangeToken?, resultsLimit: Int = 0, desiredKeys: [CKRecord.FieldKey]? = nil
+            previousServerChangeToken: CKServerChangeToken? = nil, resultsLimit: Int? = nil,
+            desiredKeys: [CKRecord.FieldKey]? = nil
         ) {
             self.init()
             self.previousServerChangeToken = previousServerChangeToken
-            self.resultsLimit = resultsLimit
+            self.resultsLimit = resultsLimit ?? 0
             self.desiredKeys = desiredKeys
         }
     }

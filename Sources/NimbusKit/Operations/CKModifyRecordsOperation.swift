@@ -42,7 +42,7 @@ open class CKModifyRecordsOperation: CKDatabaseOperation, @unchecked Sendable {
 
     public override init() { super.init() }
 
-    public convenience init(recordsToSave: [CKRecord]?, recordIDsToDelete: [CKRecord.ID]?) {
+    public convenience init(recordsToSave: [CKRecord]? = nil, recordIDsToDelete: [CKRecord.ID]? = nil) {
         self.init()
         self.recordsToSave = recordsToSave
         self.recordIDsToDelete = recordIDsToDelete

@@ -9,29 +9,82 @@ import NimbusWire
 /// depend on this one start only after it (the seeds' "use the CloudKit completion blocks" tip),
 /// while `Operation.completionBlock` fires asynchronously, as with Foundation.
 open class CKOperation: Operation, @unchecked Sendable {
-    /// How an operation runs: its container, quality of service and time limits.
+    /// How an operation runs: its container, quality of service and time limits. A setting
+    /// left unset takes its group's (`CKOperationGroup.defaultConfiguration`), then the
+    /// default, as CloudKit merges them.
     open class Configuration: NSObject, @unchecked Sendable {
+        /// What was set on this configuration; nil is "not set".
+        private var container_: CKContainer??
+        private var qualityOfService_: QualityOfService?
+        private var allowsCellularAccess_: Bool?
+        private var isLongLived_: Bool?
+        private var timeoutIntervalForRequest_: TimeInterval?
+        private var timeoutIntervalForResource_: TimeInterval?
+
         /// The container to talk to; nil takes the database's (or the default container's).
-        public var container: CKContainer?
-        public var qualityOfService: QualityOfService = .default
+        public var container: CKContainer? {
+            get { container_ ?? nil }
+            set { container_ = .some(newValue) }
+        }
+        /// `.utility` unless set, as CloudKit's operations (the 2016 session): at utility or
+        /// below an operation is discretionary and waits out `zoneBusy`, `requestRateLimited`
+        /// and `serviceUnavailable` as the server asks. The convenience API runs its
+        /// operations `.userInitiated`, so its calls fail fast.
+        public var qualityOfService: QualityOfService {
+            get { qualityOfService_ ?? .utility }
+            set { qualityOfService_ = newValue }
+        }
         /// Kept for source compatibility; every network Nimbus uses is allowed.
-        public var allowsCellularAccess = true
+        public var allowsCellularAccess: Bool {
+            get { allowsCellularAccess_ ?? true }
+            set { allowsCellularAccess_ = newValue }
+        }
         /// Reserved: long-lived operations (which outlive the app) are not supported yet, so
         /// the flag is kept but the operation runs as a normal one.
-        public var isLongLived = false
+        public var isLongLived: Bool {
+            get { isLongLived_ ?? false }
+            set { isLongLived_ = newValue }
+        }
         /// Seconds each request may wait for an answer before the operation fails with
         /// `networkFailure`.
-        public var timeoutIntervalForRequest: TimeInterval = 60
+        public var timeoutIntervalForRequest: TimeInterval {
+            get { timeoutIntervalForRequest_ ?? 60 }
+            set { timeoutIntervalForRequest_ = newValue }
+        }
         /// Kept for source compatibility: Nimbus operations are not resumed across launches.
-        public var timeoutIntervalForResource: TimeInterval = 7 * 24 * 3600
+        public var timeoutIntervalForResource: TimeInterval {
+            get { timeoutIntervalForResource_ ?? 7 * 24 * 3600 }
+            set { timeoutIntervalForResource_ = newValue }
+        }
 
         public override init() {}
+
+        /// This configuration's settings, with those it left unset taken from `base`.
+        func resolved(over base: Configuration?) -> Configuration {
+            guard let base else { return self }
+            let merged = Configuration()
+            merged.container_ = container_ ?? base.container_
+            merged.qualityOfService_ = qualityOfService_ ?? base.qualityOfService_
+            merged.allowsCellularAccess_ = allowsCellularAccess_ ?? base.allowsCellularAccess_
+            merged.isLongLived_ = isLongLived_ ?? base.isLongLived_
+            merged.timeoutIntervalForRequest_ = timeoutIntervalForRequest_ ?? base.timeoutIntervalForRequest_
+            merged.timeoutIntervalForResource_ = timeoutIntervalForResource_ ?? base.timeoutIntervalForResource_
+            return merged
+        }
     }
 
     public typealias ID = String
 
     public var configuration: Configuration! = Configuration()
     public let operationID: ID = UUID().uuidString
+    /// The group this operation belongs to: its `defaultConfiguration` fills in what this
+    /// operation's configuration leaves unset.
+    public var group: CKOperationGroup?
+
+    /// The configuration the operation runs with: its own, over its group's.
+    var effectiveConfiguration: Configuration {
+        (configuration ?? Configuration()).resolved(over: group?.defaultConfiguration)
+    }
 
     private let stateLock = NSLock()
     private var executing = false
@@ -40,6 +93,15 @@ open class CKOperation: Operation, @unchecked Sendable {
 
     public override init() { super.init() }
 
+    /// The configuration's quality of service, as in CloudKit: setting either sets both.
+    open override var qualityOfService: QualityOfService {
+        get { configuration?.qualityOfService ?? .utility }
+        set {
+            if configuration == nil { configuration = Configuration() }
+            configuration.qualityOfService = newValue
+        }
+    }
+
     open override var isAsynchronous: Bool { true }
     open override var isExecuting: Bool { stateLock.withLock { executing } }
     open override var isFinished: Bool { stateLock.withLock { finished } }
@@ -47,7 +109,7 @@ open class CKOperation: Operation, @unchecked Sendable {
     open override func start() {
         if isFinished { return }
         setExecuting(true)
-        let quality = configuration?.qualityOfService ?? qualityOfService
+        let quality = effectiveConfiguration.qualityOfService
         let discretionary = quality == .utility || quality == .background
         let task = Task(priority: Self.priority(quality)) { [self] in
             do {
@@ -86,7 +148,7 @@ open class CKOperation: Operation, @unchecked Sendable {
 
     /// The container this operation talks to.
     func resolvedContainer(database: CKDatabase?) -> CKContainer {
-        configuration?.container ?? database?.container ?? CKContainer.default()
+        effectiveConfiguration.container ?? database?.container ?? CKContainer.default()
     }
 
     private func setExecuting(_ value: Bool) {
@@ -129,7 +191,7 @@ extension CKDatabaseOperation {
         try NimbusTransport.read(
             Response.self,
             from: await transport.database(
-                targetDatabase.databaseScope, path, body, timeout: configuration?.timeoutIntervalForRequest),
+                targetDatabase.databaseScope, path, body, timeout: effectiveConfiguration.timeoutIntervalForRequest),
             endpoint: path)
     }
 

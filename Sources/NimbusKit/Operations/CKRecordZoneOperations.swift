@@ -18,7 +18,7 @@ open class CKModifyRecordZonesOperation: CKDatabaseOperation, @unchecked Sendabl
 
     public override init() { super.init() }
 
-    public convenience init(recordZonesToSave: [CKRecordZone]?, recordZoneIDsToDelete: [CKRecordZone.ID]?) {
+    public convenience init(recordZonesToSave: [CKRecordZone]? = nil, recordZoneIDsToDelete: [CKRecordZone.ID]? = nil) {
         self.init()
         self.recordZonesToSave = recordZonesToSave
         self.recordZoneIDsToDelete = recordZoneIDsToDelete

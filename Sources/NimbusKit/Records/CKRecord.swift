@@ -46,6 +46,37 @@ public final class CKRecord: NSObject, NSSecureCoding, NSCopying, @unchecked Sen
         set { setObject(newValue, forKey: key) }
     }
 
+    /// Key-value coding's spelling of `setObject(_:forKey:)`, which older apps use; a value that
+    /// is not a record value is refused when saved, as any other.
+    #if canImport(ObjectiveC)
+    public override func setValue(_ value: Any?, forKey key: String) { setObject(Self.recordValue(value), forKey: key) }
+    public override func value(forKey key: String) -> Any? { object(forKey: key) }
+    #else
+    public func setValue(_ value: Any?, forKey key: String) { setObject(Self.recordValue(value), forKey: key) }
+    public func value(forKey key: String) -> Any? { object(forKey: key) }
+    #endif
+
+    /// A value of a type no field holds, kept so that the save refuses it (`invalidArguments`)
+    /// rather than the field silently going.
+    private struct Unsupported: CKRecordValue { let value: Any }
+
+    private static func recordValue(_ value: Any?) -> (any CKRecordValue)? {
+        guard let value else { return nil }
+        return value as? any CKRecordValue ?? Unsupported(value: value)
+    }
+
+    /// The field as the type the caller asks for (`let title: String? = record["title"]`,
+    /// `record["count"] as Int?`), as in CloudKit's Swift overlay; nil when the field is
+    /// absent or holds another type. Numbers convert as `NSNumber` does (`Int`, `Double`, …).
+    public subscript<T: CKRecordValue>(key: FieldKey) -> T? {
+        get {
+            let value = object(forKey: key)
+            if let number = value as? NSNumber { return RecordValueNormalizer.number(number, as: T.self) }
+            return value as? T
+        }
+        set { setObject(newValue, forKey: key) }
+    }
+
     public func object(forKey key: FieldKey) -> (any CKRecordValue)? {
         lock.withLock { values[key] }
     }

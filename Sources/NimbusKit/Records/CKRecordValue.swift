@@ -50,6 +50,28 @@ enum RecordValueNormalizer {
         }
     }
 
+    /// A stored number as the numeric type asked for, when it is exactly that (as bridging
+    /// `NSNumber` does on Apple platforms; Linux's dynamic cast misses some, such as an
+    /// integer read as `Double`).
+    static func number<T>(_ number: NSNumber, as type: T.Type) -> T? {
+        switch type {
+        case is Int.Type: return Int(exactly: number) as? T
+        case is Int64.Type: return Int64(exactly: number) as? T
+        case is Int32.Type: return Int32(exactly: number) as? T
+        case is Int16.Type: return Int16(exactly: number) as? T
+        case is Int8.Type: return Int8(exactly: number) as? T
+        case is UInt.Type: return UInt(exactly: number) as? T
+        case is UInt64.Type: return UInt64(exactly: number) as? T
+        case is UInt32.Type: return UInt32(exactly: number) as? T
+        case is UInt16.Type: return UInt16(exactly: number) as? T
+        case is UInt8.Type: return UInt8(exactly: number) as? T
+        case is Double.Type: return Double(exactly: number) as? T
+        case is Float.Type: return Float(exactly: number) as? T
+        case is Bool.Type: return Bool(exactly: number) as? T
+        default: return number as? T
+        }
+    }
+
     static func normalizeList(_ elements: [any CKRecordValue]) -> any CKRecordValue {
         let normalized = elements.map(normalize)
         func all<T>(_ type: T.Type) -> [T]? {

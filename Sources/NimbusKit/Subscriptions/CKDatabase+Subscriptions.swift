@@ -24,6 +24,13 @@ extension CKDatabase {
         try single(try await subscriptions(for: [subscriptionID])[subscriptionID], what: "subscription \(subscriptionID)")
     }
 
+    public func fetch(
+        withSubscriptionIDs subscriptionIDs: [CKSubscription.ID],
+        completionHandler: @escaping @Sendable (Result<[CKSubscription.ID: Result<CKSubscription, any Error>], any Error>) -> Void
+    ) {
+        Task { completionHandler(await Result { try await self.subscriptions(for: subscriptionIDs) }) }
+    }
+
     public func subscriptions(for ids: [CKSubscription.ID]) async throws -> [CKSubscription.ID: Result<CKSubscription, any Error>] {
         try await fetchSubscriptions(CKFetchSubscriptionsOperation(subscriptionIDs: ids))
     }
@@ -59,6 +66,23 @@ extension CKDatabase {
         let (_, deletes) = try await modifySubscriptions(saving: [], deleting: [subscriptionID])
         try single(deletes[subscriptionID], what: "subscription \(subscriptionID)")
         return subscriptionID
+    }
+
+    public func modifySubscriptions(
+        saving subscriptionsToSave: [CKSubscription], deleting subscriptionIDsToDelete: [CKSubscription.ID],
+        completionHandler: @escaping @Sendable (
+            Result<
+                (
+                    saveResults: [CKSubscription.ID: Result<CKSubscription, any Error>],
+                    deleteResults: [CKSubscription.ID: Result<Void, any Error>]
+                ), any Error
+            >
+        ) -> Void
+    ) {
+        Task {
+            completionHandler(
+                await Result { try await self.modifySubscriptions(saving: subscriptionsToSave, deleting: subscriptionIDsToDelete) })
+        }
     }
 
     public func modifySubscriptions(saving subscriptionsToSave: [CKSubscription], deleting subscriptionIDsToDelete: [CKSubscription.ID])

@@ -195,6 +195,9 @@ public final class CKDatabaseSubscription: CKSubscription, @unchecked Sendable {
     }
 }
 
+/// The class's name before Swift nested it in `CKSubscription`; apps still use it.
+public typealias CKNotificationInfo = CKSubscription.NotificationInfo
+
 extension CKSubscription {
     /// What a subscription's push shows: alert text (or localization keys and arguments
     /// taken from record fields), sound, badge, and whether it wakes the app

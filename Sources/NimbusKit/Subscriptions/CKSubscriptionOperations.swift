@@ -20,7 +20,7 @@ open class CKModifySubscriptionsOperation: CKDatabaseOperation, @unchecked Senda
 
     public override init() { super.init() }
 
-    public convenience init(subscriptionsToSave: [CKSubscription]?, subscriptionIDsToDelete: [CKSubscription.ID]?) {
+    public convenience init(subscriptionsToSave: [CKSubscription]? = nil, subscriptionIDsToDelete: [CKSubscription.ID]? = nil) {
         self.init()
         self.subscriptionsToSave = subscriptionsToSave
         self.subscriptionIDsToDelete = subscriptionIDsToDelete

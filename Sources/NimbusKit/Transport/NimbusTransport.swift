@@ -137,15 +137,23 @@ final class NimbusTransport: Sendable {
         return url
     }
 
-    /// Signs in at `/auth/1/{container}/{environment}/signin` and keeps the session.
+    /// Signs in at `/auth/1/{container}/{environment}/signin` and keeps the session. An app's
+    /// sign-in that changes the user posts `CKAccountChanged`; the first sign-in with the
+    /// configuration's credentials is the account the app starts with, and posts nothing.
     @discardableResult
-    func signIn(username: String, password: String) async throws(CKError) -> String {
+    func signIn(username: String, password: String, announcing: Bool = true) async throws(CKError) -> String {
         let path = "auth/1/\(configuration.containerIdentifier)/\(configuration.environment.rawValue)/signin"
         let answer = try Self.read(
             SignInResponse.self, from: await send(path, SignInRequest(username: username, password: password).json), endpoint: path)
         state.webAuthToken = answer.ckWebAuthToken
+        let before = state.userRecordName
         state.userRecordName = answer.userRecordName
+        if before != answer.userRecordName, announcing || before != nil { Self.announceAccountChange() }
         return answer.userRecordName
+    }
+
+    private static func announceAccountChange() {
+        NotificationCenter.default.post(name: .CKAccountChanged, object: nil)
     }
 
     func signOut() async throws(CKError) {
@@ -154,14 +162,17 @@ final class NimbusTransport: Sendable {
             "auth/1/\(configuration.containerIdentifier)/\(configuration.environment.rawValue)/signout", [:],
             extraQuery: [URLQueryItem(name: WireKey.ckWebAuthToken, value: token)], sendSession: false)
         state.webAuthToken = nil
-        state.userRecordName = nil
+        if state.userRecordName != nil {
+            state.userRecordName = nil
+            Self.announceAccountChange()
+        }
     }
 
     func rememberUserRecordName(_ name: String) { state.userRecordName = name }
 
     private func signInWithConfiguredCredentials() async throws(CKError) {
         guard let username = configuration.username, let password = configuration.password else { return }
-        try await signIn(username: username, password: password)
+        try await signIn(username: username, password: password, announcing: false)
     }
 
     private func send(
