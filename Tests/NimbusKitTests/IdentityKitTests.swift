@@ -16,6 +16,28 @@ import Testing
         return server.device(of: name)
     }
 
+    @Test func signingInAsAnotherUserOrOutPostsAccountChanged() async throws {
+        try await TestServer.with { server in
+            try await server.createUser("ann")
+            try await server.createUser("ben")
+            let container = server.device(of: "ann")
+            let heard = Box(0)
+            let observer = NotificationCenter.default.addObserver(forName: .CKAccountChanged, object: container, queue: nil) { _ in
+                heard.update { $0 += 1 }
+            }
+            defer { NotificationCenter.default.removeObserver(observer) }
+            // The configured user, signed in on first use: the account the app starts with.
+            _ = try await container.userRecordID()
+            #expect(heard.value == 0)
+            _ = try await container.signIn(username: "ann", password: "password-ann")
+            #expect(heard.value == 0, "the same user again is no change")
+            _ = try await container.signIn(username: "ben", password: "password-ben")
+            #expect(heard.value == 1)
+            try await container.signOut()
+            #expect(heard.value == 2)
+        }
+    }
+
     @Test func theUserRecordIsFetchedAndSavedByItsUser() async throws {
         try await TestServer.with { server in
             let ann = try await server.signedInDevice("ann")

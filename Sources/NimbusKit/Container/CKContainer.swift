@@ -56,6 +56,10 @@ public final class CKContainer: NSObject, @unchecked Sendable {
         transport = NimbusTransport(configuration: configuration)
         operationQueue.name = "NimbusKit.container"
         operationQueue.maxConcurrentOperationCount = 4
+        super.init()
+        // The container is the notification's object, so an app with several can tell them
+        // apart; observers of any object hear it too.
+        transport.onAccountChange { [weak self] in NotificationCenter.default.post(name: .CKAccountChanged, object: self) }
     }
 
     /// Runs container operations (the notification collection, the badge).
@@ -160,7 +164,8 @@ public final class CKContainer: NSObject, @unchecked Sendable {
 }
 
 extension Notification.Name {
-    /// Posted (object nil) when the container's signed-in user changes: a sign-in as another
-    /// user, or a sign-out. CloudKit posts it when the device's iCloud account changes.
+    /// Posted when a container's signed-in user changes (a sign-in as another user, or a
+    /// sign-out), with the container as its object. CloudKit posts it when the device's iCloud
+    /// account changes.
     public static let CKAccountChanged = Notification.Name("CKAccountChangedNotification")
 }

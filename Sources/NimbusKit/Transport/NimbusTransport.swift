@@ -18,6 +18,7 @@ final class NimbusTransport: Sendable {
         private let lock = NSLock()
         private var _webAuthToken: String?
         private var _userRecordName: String?
+        private var _accountChanged: (@Sendable () -> Void)?
 
         init(webAuthToken: String?) { _webAuthToken = webAuthToken }
 
@@ -28,6 +29,10 @@ final class NimbusTransport: Sendable {
         var userRecordName: String? {
             get { lock.withLock { _userRecordName } }
             set { lock.withLock { _userRecordName = newValue } }
+        }
+        var accountChanged: (@Sendable () -> Void)? {
+            get { lock.withLock { _accountChanged } }
+            set { lock.withLock { _accountChanged = newValue } }
         }
     }
 
@@ -148,13 +153,12 @@ final class NimbusTransport: Sendable {
         state.webAuthToken = answer.ckWebAuthToken
         let before = state.userRecordName
         state.userRecordName = answer.userRecordName
-        if before != answer.userRecordName, announcing || before != nil { Self.announceAccountChange() }
+        if before != answer.userRecordName, announcing || before != nil { state.accountChanged?() }
         return answer.userRecordName
     }
 
-    private static func announceAccountChange() {
-        NotificationCenter.default.post(name: .CKAccountChanged, object: nil)
-    }
+    /// What to do when the signed-in user changes (the container posts `CKAccountChanged`).
+    func onAccountChange(_ action: @escaping @Sendable () -> Void) { state.accountChanged = action }
 
     func signOut() async throws(CKError) {
         guard let token = state.webAuthToken else { return }
@@ -164,7 +168,7 @@ final class NimbusTransport: Sendable {
         state.webAuthToken = nil
         if state.userRecordName != nil {
             state.userRecordName = nil
-            Self.announceAccountChange()
+            state.accountChanged?()
         }
     }
 
