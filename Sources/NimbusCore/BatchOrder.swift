@@ -4,7 +4,8 @@ import NimbusWire
 ///
 /// A record saved with a DELETE_SELF or VALIDATE reference to another record saved in the
 /// same batch (same zone) is applied after it, so the target exists when the reference is
-/// checked, and a reader of a non-atomic batch never sees the reference dangle. Otherwise
+/// checked, and a reader of a non-atomic batch never sees the reference dangle; a share saved
+/// with its root is applied after the root, for the same reason. Otherwise
 /// operations keep their request order (a stable topological sort). Operations caught in a
 /// cycle of such references cannot be ordered and are reported instead.
 struct BatchOrder {
@@ -18,12 +19,18 @@ struct BatchOrder {
         for (index, operation) in operations.enumerated() where !operation.type.isDelete {
             if let name = operation.record.recordName, indexByName[name] == nil { indexByName[name] = index }
         }
+        // A share saved with its root comes after the root (docs/sharing.md), so the root
+        // exists, with its share set, when the share is checked.
+        var rootByShare: [String: String] = [:]
+        for operation in operations where !operation.type.isDelete {
+            if let share = operation.record.share, let root = operation.record.recordName { rootByShare[share] = root }
+        }
         var dependents: [[Int]] = Array(repeating: [], count: operations.count)
         var pending = Array(repeating: 0, count: operations.count)
         for (index, operation) in operations.enumerated() where !operation.type.isDelete {
-            let targets = Set(
-                Self.orderingTargets(of: operation.record, zoneName: zoneName).compactMap { indexByName[$0] }
-            ).subtracting([index])
+            var names = Self.orderingTargets(of: operation.record, zoneName: zoneName)
+            if let name = operation.record.recordName, let root = rootByShare[name] { names.append(root) }
+            let targets = Set(names.compactMap { indexByName[$0] }).subtracting([index])
             for target in targets {
                 dependents[target].append(index)
                 pending[index] += 1

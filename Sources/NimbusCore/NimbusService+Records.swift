@@ -7,12 +7,13 @@ extension NimbusService {
     func recordOutput(
         _ row: RecordRow, zone: ZoneRow, target: DatabaseTarget, desiredKeys: [String]?, numbersAsStrings: Bool
     ) throws -> RecordOutput {
-        RecordOutput(
+        let sharing = try sharingOutput(row, target: target)
+        return RecordOutput(
             recordName: row.recordName, recordType: row.recordType, recordChangeTag: RecordCodec.changeTag(row.changeSequence),
             fields: try RecordCodec.responseFields(
                 row.fields, desiredKeys: desiredKeys, numbersAsStrings: numbersAsStrings, link: assetLink(target)),
             created: RecordCodec.stamp(row.created), modified: RecordCodec.stamp(row.modified), parent: row.parent,
-            zoneID: wireZoneID(zone, target: target))
+            zoneID: wireZoneID(zone, target: target), share: sharing.share, sharing: sharing.facts)
     }
 
     /// What gives an answer's assets their download URLs: nil where the answer has no server
@@ -48,6 +49,8 @@ extension NimbusService {
         if target.scope == .shared { throw zoneNotFound(request.zoneID, detail: "nothing is shared with you yet") }
         let access = try await publicAccess(target)
         let quota = try await quota(for: key)
+        let invitees = try await invitees(for: request, target: target)
+        let batchShares = BatchShares(request)
         let zoneWriter = try zoneWriters.enter(key, zone: request.zoneID.zoneName, bound: options.writersPerZone)
         defer { zoneWriters.leave(zoneWriter) }
         let stamp = ChangeStamp(
@@ -73,7 +76,8 @@ extension NimbusService {
                         func applyOne() throws -> RecordEntry {
                             try self.apply(
                                 operation, request: request, zone: zone, database: database, target: target,
-                                access: access, quota: quota, stamp: stamp, schema: schema, seenNames: &seenNames, log: log, tx: tx)
+                                access: access, quota: quota, stamp: stamp, schema: schema, seenNames: &seenNames, log: log,
+                                sharing: (invitees, batchShares), tx: tx)
                         }
                         guard isolated else {
                             slots[index] = .success(try applyOne())
@@ -130,7 +134,7 @@ extension NimbusService {
     private func apply(
         _ operation: RecordOperationInput, request: RecordsModifyRequest, zone: ZoneRow, database: DatabaseRow,
         target: DatabaseTarget, access: PublicAccess?, quota: Int64, stamp: ChangeStamp, schema: SchemaResolver,
-        seenNames: inout Set<String>, log: ChangeLog, tx: any StorageWriter
+        seenNames: inout Set<String>, log: ChangeLog, sharing: (invitees: Invitees, batch: BatchShares), tx: any StorageWriter
     ) throws -> RecordEntry {
         let input = operation.record
         let path = "\(operation.path).record"
@@ -204,10 +208,24 @@ extension NimbusService {
             try access?.require(.create, recordType, creator: nil, recordName: recordName)
         }
         try schema.admitRecordType(recordType, path: "\(path).recordType")
+        let isShare = recordType == Names.shareRecordType
+        if !isShare {
+            if input.forRecord != nil || input.participants != nil || input.publicPermission != nil {
+                throw CloudKitError(
+                    .badRequest, "\(path): forRecord, participants and publicPermission belong to share records (\(Names.shareRecordType))",
+                    recordName: recordName)
+            }
+            if let name = (input.fields ?? []).first(where: { Names.shareFieldNames.contains($0.name) })?.name {
+                throw CloudKitError(
+                    .badRequest, "\(path).fields.\(name): fields named cloudkit.* belong to share records (\(Names.shareRecordType))",
+                    recordName: recordName)
+            }
+        }
 
-        // Merge (update) or start over (replace, create).
-        var fields: RecordCodec.Fields = []
-        if let existing, !type.replacesFields { fields = try RecordCodec.decode(existing.fields) }
+        // Merge (update) or start over (replace, create). What the server keeps in a record
+        // for itself (a share's state, a root's share) survives a replace.
+        let existingFields = try existing.map { try RecordCodec.decode($0.fields) } ?? []
+        var fields: RecordCodec.Fields = type.replacesFields ? ShareState.reserved(existingFields) : existingFields
         let previousAssets = try existing.map(RecordCodec.assetReferences(of:)) ?? []
         for (name, raw) in input.fields ?? [] {
             let value = try schema.resolve(raw, field: name, recordType: recordType, path: "\(path).fields.\(name)")
@@ -221,16 +239,32 @@ extension NimbusService {
             key: database.key, recordType: recordType, recordName: recordName, path: path, receiptKey: keys.assetReceipts,
             now: now
         ).bind(&fields, changed: Set((input.fields ?? []).map { $0.0 }), previous: previousAssets)
+        let parent: String?
+        switch input.parent {
+        case .some(let newParent): parent = newParent
+        case .none: parent = existing?.parent
+        }
+        var linkRoot: String?
+        if isShare {
+            linkRoot = try applyShare(
+                input, recordName: recordName, existing: existing, existingFields: existingFields, fields: &fields, zone: zone,
+                target: target, invitees: sharing.invitees, batch: sharing.batch, tx: tx)
+        } else if let shareName = input.share, shareName != ShareState.sharedBy(fields) {
+            try linkToShare(shareName, recordName: recordName, recordType: recordType, fields: &fields, parent: parent, zone: zone,
+                target: target, batch: sharing.batch, tx: tx)
+        } else if parent != existing?.parent, let own = ShareState.sharedBy(fields),
+            let ancestor = try sharedAncestor(recordName: recordName, parent: parent, zone: zone, tx: tx)
+        {
+            throw CloudKitError(
+                .alreadyShared,
+                "record '\(recordName)' roots share '\(own)' and cannot move under record '\(ancestor.root)', shared by '\(ancestor.share)'; a record belongs to one share",
+                recordName: recordName)
+        }
         let size = RecordCodec.size(of: fields)
         guard size <= Limits.recordSizeBytes.value else {
             var error = CloudKitError.limitExceeded(Limits.recordSizeBytes, actual: size, what: "record '\(recordName)''s size in bytes")
             error.recordName = recordName
             throw error
-        }
-        let parent: String?
-        switch input.parent {
-        case .some(let newParent): parent = newParent
-        case .none: parent = existing?.parent
         }
         let references = try referenceRows(
             for: fields, recordName: recordName, zone: zone, database: database, path: path, tx: tx)
@@ -249,6 +283,9 @@ extension NimbusService {
         }
         let recordID = try tx.putRecord(row, isNew: stored == nil)
         log.recordChanged(zone: zone, before: existing, after: row)
+        if let linkRoot {
+            try setRootShare(linkRoot, to: recordName, zone: zone, database: database, stamp: stamp, log: log, tx: tx)
+        }
         if existing != nil || !references.isEmpty {
             try tx.replaceReferences(sourceZoneID: zone.id, sourceName: recordName, with: references)
         }

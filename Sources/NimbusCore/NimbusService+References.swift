@@ -71,6 +71,8 @@ extension NimbusService {
     {
         var doomed: [String] = [root.recordName]
         var members: Set<String> = [root.recordName]
+        /// Roots whose share goes while they stay: their `share` is cleared.
+        var orphanedRoots: [String: String] = [:]
         var next = 0
         while next < doomed.count {
             let name = doomed[next]
@@ -78,6 +80,15 @@ extension NimbusService {
             for referrer in try tx.referrers(targetZoneID: zone.id, targetName: name, action: ReferenceAction.deleteSelf.rawValue)
             where referrer.sourceZoneID == zone.id && members.insert(referrer.sourceName).inserted {
                 doomed.append(referrer.sourceName)
+            }
+            // A share goes with its root; a root outlives its share (docs/sharing.md).
+            guard let row = name == root.recordName ? root : try tx.record(zoneID: zone.id, name: name), !row.isDeleted,
+                RecordCodec.holdsReservedFields(row.fields)
+            else { continue }
+            let fields = try RecordCodec.decode(row.fields)
+            if let share = ShareState.sharedBy(fields), members.insert(share).inserted { doomed.append(share) }
+            if row.recordType == Names.shareRecordType, let shared = try ShareState(fields: fields)?.rootRecordName {
+                orphanedRoots[shared] = name
             }
         }
         for name in doomed {
@@ -109,6 +120,9 @@ extension NimbusService {
             }
             try tx.replaceIndexEntries(
                 recordID: recordID, zoneID: zone.id, recordType: row.recordType, .none, hadEntries: true)
+        }
+        for (root, _) in orphanedRoots where !members.contains(root) {
+            try setRootShare(root, to: nil, zone: zone, database: database, stamp: stamp, log: log, tx: tx)
         }
     }
 

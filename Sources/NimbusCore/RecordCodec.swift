@@ -32,7 +32,8 @@ enum RecordCodec {
         _ bytes: [UInt8], desiredKeys: [String]?, numbersAsStrings: Bool, link: ((Asset) -> Asset)? = nil
     ) throws -> RecordFields {
         let linking = link != nil && mayHoldAssets(bytes)
-        if desiredKeys == nil, !numbersAsStrings, !linking { return .stored(SerializedJSON(trusted: bytes)) }
+        let reserved = contains(bytes, reservedFieldNeedle)
+        if desiredKeys == nil, !numbersAsStrings, !linking, !reserved { return .stored(SerializedJSON(trusted: bytes)) }
         guard
             case .object(let object) = try fieldsJSON(
                 bytes, desiredKeys: desiredKeys, numbersAsStrings: numbersAsStrings, link: linking ? link : nil)
@@ -49,6 +50,10 @@ enum RecordCodec {
         if let desiredKeys, desiredKeys.isEmpty { return .object([:]) }
         guard case .object(var object) = try JSON.parse(bytes) else {
             throw StorageError.corrupt("stored record fields are not an object")
+        }
+        // What the server keeps in a record for itself (docs/sharing.md) is never a field.
+        if object.pairs.contains(where: { $0.key.hasPrefix(Names.reservedFieldPrefix) }) {
+            object = JSONObject(object.pairs.filter { !$0.key.hasPrefix(Names.reservedFieldPrefix) })
         }
         if let desiredKeys {
             let wanted = Set(desiredKeys)
@@ -107,9 +112,17 @@ enum RecordCodec {
 
     /// Whether stored fields may hold an asset: their text names the type. Most records hold
     /// none, and this spares parsing them.
-    static func mayHoldAssets(_ bytes: [UInt8]) -> Bool {
-        let needle = assetTypeNeedle
-        return bytes.withUnsafeBufferPointer { haystack in
+    static func mayHoldAssets(_ bytes: [UInt8]) -> Bool { contains(bytes, assetTypeNeedle) }
+
+    /// Whether stored fields may hold fields the server keeps for itself (a share's state, a
+    /// root's share): most records hold none, and this spares parsing them.
+    static func holdsReservedFields(_ bytes: [UInt8]) -> Bool { contains(bytes, reservedFieldNeedle) }
+
+    private static let reservedFieldNeedle = Array("\"\(Names.reservedFieldPrefix)".utf8)
+
+    /// Whether `needle` (starting with a quote) occurs in `bytes`.
+    private static func contains(_ bytes: [UInt8], _ needle: [UInt8]) -> Bool {
+        bytes.withUnsafeBufferPointer { haystack in
             guard let base = haystack.baseAddress, haystack.count >= needle.count else { return false }
             var start = 0
             let last = haystack.count - needle.count

@@ -58,7 +58,7 @@ enum RecordIndexer {
         ]
         var entries = system.filter { policy.wantsEntry($0.0) }.map { IndexEntry(field: $0.0, value: $0.1) }
         var tokens: [TokenEntry] = []
-        for (name, value) in fields {
+        for (name, value) in fields where !name.hasPrefix(Names.reservedFieldPrefix) {
             let wantsEntry = policy.wantsEntry(name)
             let wantsTokens = policy.wantsTokens(name)
             if !wantsEntry, !wantsTokens { continue }

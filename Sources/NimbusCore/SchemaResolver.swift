@@ -53,8 +53,8 @@ final class SchemaResolver {
     /// Checks (or, in development, adds) the record type.
     func admitRecordType(_ recordType: String, path: String) throws {
         if recordTypes.contains(recordType) { return }
-        // Users is in every schema, as in CloudKit: each user's record needs no deployment.
-        if isLocked, recordType != Names.usersRecordType {
+        // Users and shares are in every schema, as in CloudKit: neither needs deployment.
+        if isLocked, recordType != Names.usersRecordType, recordType != Names.shareRecordType {
             throw CloudKitError.badRequest(
                 "\(path): record type '\(recordType)' is not in the production schema; save it in development, then deploy the schema (`nimbus schema deploy`)")
         }
@@ -113,6 +113,9 @@ final class SchemaResolver {
     }
 
     private func admitField(_ name: String, type: FieldType, recordType: String, path: String) throws {
+        // A share's own fields (cloudkit.title, …) are in every schema, as the type is.
+        let systemField = recordType == Names.shareRecordType && Names.shareFieldNames.contains(name)
+        if isLocked, systemField { return }
         if isLocked {
             throw CloudKitError.badRequest(
                 "\(path): field '\(name)' is not in the production schema of record type '\(recordType)'; add it in development, then deploy the schema (`nimbus schema deploy`)")

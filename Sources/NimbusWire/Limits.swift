@@ -15,6 +15,11 @@ public struct Limit: Sendable, Hashable {
 public enum Limits {
     /// Operations in one `records/modify`, `zones/modify` or lookup request.
     public static let operationsPerRequest = Limit(name: "operationsPerRequest", value: 200)
+    /// Participants of one share, the owner included (CloudKit's `tooManyParticipants`).
+    public static let participantsPerShare = Limit(name: "participantsPerShare", value: 100)
+    /// How far up its `parent` chain a record is looked at for a share covering it. Nimbus's
+    /// own number: a deeper chain cannot hold a shared record (docs/sharing.md).
+    public static let shareDepth = Limit(name: "shareDepth", value: 64)
     /// Records (or zones) in one response page; also the default `resultsLimit`.
     public static let resultsPerPage = Limit(name: "resultsPerPage", value: 200)
     /// A record's size excluding assets: the sum over its fields of the field name's bytes

@@ -10,6 +10,15 @@ public enum Names {
     public static let defaultOwner = "_defaultOwner"
     /// The record type of each user's record in a container's public database.
     public static let usersRecordType = "Users"
+    /// The record type of shares (sent in any case; `cloudKit.share` in Apple's own pages).
+    public static let shareRecordType = "cloudkit.share"
+    /// The record name of a zone-wide share.
+    public static let zoneWideShareName = "cloudkit.zoneshare"
+    /// The system fields a share has besides the app's own.
+    public static let shareFieldNames: Set<String> = ["cloudkit.title", "cloudkit.type", "cloudkit.thumbnailImageData"]
+    /// Fields the server keeps in a record for itself (a share's participants, a root's
+    /// share); no client can name one, since an identifier starts with a letter.
+    public static let reservedFieldPrefix = "___"
     /// The device of a request that names none, as Apple's web services report it.
     public static let anonymousDevice = "iCloud"
 
@@ -36,6 +45,7 @@ public enum Names {
     }
 
     public static func validateIdentifier(_ name: String, kind: String, path: String) throws(CloudKitError) {
+        if shareFieldNames.contains(name) || name == shareRecordType { return }
         let bytes = Array(name.utf8)
         guard !bytes.isEmpty else { throw .badRequest("\(path): the \(kind) is empty") }
         guard bytes.count <= Limits.nameBytes.value else {

@@ -38,13 +38,20 @@ extension RawField {
 extension RecordInput {
     public init(
         recordName: String?, recordType: String? = nil, recordChangeTag: String? = nil,
-        fields: [(name: String, field: RawField)]? = nil, parent: String?? = nil
+        fields: [(name: String, field: RawField)]? = nil, parent: String?? = nil, share: String? = nil,
+        forRecord: (recordName: String, recordChangeTag: String?)? = nil, publicPermission: SharePermission? = nil,
+        participants: [ShareParticipant]? = nil, otherKeys: JSONObject = [:]
     ) {
         self.recordName = recordName
         self.recordType = recordType
         self.recordChangeTag = recordChangeTag
         self.fields = fields
         self.parent = parent
+        self.share = share
+        self.forRecord = forRecord
+        self.publicPermission = publicPermission
+        self.participants = participants
+        self.otherKeys = otherKeys
     }
 
     public var json: JSON {
@@ -56,6 +63,15 @@ extension RecordInput {
         if let parent {
             object[WireKey.parent] = parent.map { .object([WireKey.recordName: .string($0)]) } ?? .null
         }
+        if let share { object[WireKey.share] = .object([WireKey.recordName: .string(share)]) }
+        if let forRecord {
+            var reference: JSONObject = [WireKey.recordName: .string(forRecord.recordName)]
+            if let tag = forRecord.recordChangeTag { reference[WireKey.recordChangeTag] = .string(tag) }
+            object[WireKey.forRecord] = .object(reference)
+        }
+        if let publicPermission { object[WireKey.publicPermission] = .string(publicPermission.rawValue) }
+        if let participants { object[WireKey.participants] = .array(participants.map(\.json)) }
+        for (key, value) in otherKeys.pairs where object[key] == nil { object[key] = value }
         return .object(object)
     }
 }

@@ -58,11 +58,30 @@ public struct RecordInput: Sendable {
     public var fields: [(name: String, field: RawField)]?
     /// The parent's record name; `.some(nil)` clears the parent.
     public var parent: String??
+    /// A root record's share (the share record's name, in the same zone), when it names one:
+    /// the native pattern of saving a new share with its root.
+    public var share: String?
+    /// Share records only (docs/sharing.md): the record being shared, by name and change tag.
+    public var forRecord: (recordName: String, recordChangeTag: String?)?
+    public var publicPermission: SharePermission?
+    public var participants: [ShareParticipant]?
+    /// Keys of the record dictionary Nimbus does not read; a share keeps them and answers them
+    /// back unchanged.
+    public var otherKeys: JSONObject
+
+    private static let knownKeys: Set<String> = [
+        WireKey.recordName, WireKey.recordType, WireKey.recordChangeTag, WireKey.fields, WireKey.parent, WireKey.share,
+        WireKey.forRecord, WireKey.publicPermission, WireKey.participants, WireKey.createShortGUID, WireKey.shortGUID,
+        WireKey.created, WireKey.modified, WireKey.deleted, WireKey.zoneID, WireKey.owner, WireKey.currentUserParticipant,
+        WireKey.stableUrl, WireKey.webpageURL, "pluginFields",
+    ]
 
     public init(json: ObjectReader) throws(CloudKitError) {
         recordName = try json.string(WireKey.recordName)
         if let recordName { try Names.validateRecordName(recordName, path: json.childPath(WireKey.recordName)) }
         recordType = try json.string(WireKey.recordType)
+        // Apple's pages spell the share type `cloudKit.share`; clients send either.
+        if let type = recordType, type.lowercased() == Names.shareRecordType { recordType = Names.shareRecordType }
         if let recordType {
             try Names.validateIdentifier(recordType, kind: "record type", path: json.childPath(WireKey.recordType))
         }
@@ -90,6 +109,26 @@ public struct RecordInput: Sendable {
                 self.parent = .some(nil)
             }
         }
+        if let share = try json.object(WireKey.share) {
+            let name = try share.requiredString(WireKey.recordName)
+            try Names.validateRecordName(name, path: share.childPath(WireKey.recordName))
+            self.share = name
+        }
+        if let forRecord = try json.object(WireKey.forRecord) {
+            let name = try forRecord.requiredString(WireKey.recordName)
+            try Names.validateRecordName(name, path: forRecord.childPath(WireKey.recordName))
+            self.forRecord = (name, try forRecord.string(WireKey.recordChangeTag))
+        }
+        publicPermission = try ShareParticipant.enumValue(json, WireKey.publicPermission, SharePermission.self)
+        if let participants = try json.array(WireKey.participants) {
+            guard participants.count <= Limits.participantsPerShare.value else {
+                throw .limitExceeded(
+                    Limits.participantsPerShare, actual: participants.count, what: "\(json.childPath(WireKey.participants)): the number of participants")
+            }
+            self.participants = try participants.map { (element) throws(CloudKitError) in try ShareParticipant(json: element.object()) }
+        }
+        _ = try json.bool(WireKey.createShortGUID)  // accepted; only shares have short GUIDs here
+        otherKeys = JSONObject(json.object.pairs.filter { !Self.knownKeys.contains($0.key) })
     }
 }
 

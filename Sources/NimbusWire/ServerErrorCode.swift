@@ -21,6 +21,7 @@ public struct ServerErrorCode: Hashable, Sendable, CustomStringConvertible {
         case zoneNotFound = "ZONE_NOT_FOUND"
         case changeTokenExpired = "CHANGE_TOKEN_EXPIRED"
         case zoneBusy = "ZONE_BUSY"
+        case alreadyShared = "ALREADY_SHARED"
     }
 
     /// nil for a code this version does not know (read from a newer server): kept by `name`.
@@ -49,6 +50,9 @@ public struct ServerErrorCode: Hashable, Sendable, CustomStringConvertible {
     /// Nimbus's second addition: more writers in one zone at once than the server lets in
     /// (docs/limits.md), with `retryAfter`. Native CloudKit reports it as `CKError.zoneBusy`.
     public static let zoneBusy = ServerErrorCode(base: .zoneBusy)
+    /// Nimbus's third: a record that would join a second share (docs/sharing.md). Native
+    /// CloudKit reports it as `CKError.alreadyShared`.
+    public static let alreadyShared = ServerErrorCode(base: .alreadyShared)
 
     public init?(rawValue: String) {
         guard let base = Base(rawValue: rawValue) else { return nil }
@@ -81,7 +85,7 @@ public struct ServerErrorCode: Hashable, Sendable, CustomStringConvertible {
         case .atomicError, .badRequest, .changeTokenExpired: return 400
         case .authenticationFailed: return 401
         case .authenticationRequired: return 421
-        case .conflict, .exists, .uniqueFieldError: return 409
+        case .conflict, .exists, .uniqueFieldError, .alreadyShared: return 409
         case .internalError: return 500
         case .notFound, .zoneNotFound: return 404
         case .quotaExceeded: return 413

@@ -23,6 +23,7 @@ extension CKError {
         case .zoneNotFound: return .zoneNotFound
         case .changeTokenExpired: return .changeTokenExpired
         case .zoneBusy: return .zoneBusy
+        case .alreadyShared: return .alreadyShared
         default: return .serverRejectedRequest
         }
     }

@@ -74,11 +74,17 @@ public struct RecordOutput: WireBody {
     /// The parent record's name (same zone).
     public var parent: String?
     public var zoneID: WireZoneID?
+    /// A shared root's share record (same zone).
+    public var share: String?
+    /// A share record's participants, short GUID and URL.
+    public var sharing: ShareFacts?
 
     public init(
         recordName: String, recordType: String, recordChangeTag: String?, fields: RecordFields, created: RecordStamp?,
-        modified: RecordStamp?, parent: String?, zoneID: WireZoneID?
+        modified: RecordStamp?, parent: String?, zoneID: WireZoneID?, share: String? = nil, sharing: ShareFacts? = nil
     ) {
+        self.share = share
+        self.sharing = sharing
         self.recordName = recordName
         self.recordType = recordType
         self.recordChangeTag = recordChangeTag
@@ -98,6 +104,8 @@ public struct RecordOutput: WireBody {
         modified = try json.object(WireKey.modified).map { stamp throws(CloudKitError) in try RecordStamp(json: stamp) }
         parent = try json.object(WireKey.parent)?.requiredString(WireKey.recordName)
         zoneID = try json.object(WireKey.zoneID).map { zone throws(CloudKitError) in try WireZoneID(json: zone) }
+        share = try json.object(WireKey.share)?.string(WireKey.recordName)
+        sharing = try ShareFacts(json: json)
     }
 
     public var json: JSON {
@@ -113,6 +121,12 @@ public struct RecordOutput: WireBody {
         object["pluginFields"] = .object([:])
         if let zoneID { object[WireKey.zoneID] = zoneID.json }
         if let parent { object[WireKey.parent] = .object([WireKey.recordName: .string(parent)]) }
+        if let share {
+            var reference: JSONObject = [WireKey.recordName: .string(share)]
+            if let zoneID { reference[WireKey.zoneID] = zoneID.json }
+            object[WireKey.share] = .object(reference)
+        }
+        sharing?.write(into: &object)
         return .object(object)
     }
 }

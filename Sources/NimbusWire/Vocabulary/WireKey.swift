@@ -95,6 +95,24 @@ public enum WireKey {
     public static let password = "password"
     public static let idToken = "idToken"
 
+    // MARK: Sharing (docs/sharing.md)
+
+    public static let share = "share"
+    public static let shortGUID = "shortGUID"
+    public static let createShortGUID = "createShortGUID"
+    public static let forRecord = "forRecord"
+    public static let publicPermission = "publicPermission"
+    public static let participants = "participants"
+    public static let participantId = "participantId"
+    public static let userIdentity = "userIdentity"
+    public static let permission = "permission"
+    public static let acceptanceStatus = "acceptanceStatus"
+    public static let owner = "owner"
+    public static let currentUserParticipant = "currentUserParticipant"
+    public static let stableUrl = "stableUrl"
+    public static let displayedHostname = "displayedHostname"
+    public static let webpageURL = "webpageURL"
+
     // MARK: Users and push registration
 
     public static let users = "users"

@@ -1,0 +1,221 @@
+import Foundation
+import NimbusStorage
+import NimbusTestSupport
+import NimbusWire
+import Testing
+
+/// Shares in the owner's private database over real HTTP (issue 19, docs/sharing.md): share
+/// records with their participants, short GUID and URL, linked to their roots, zone-wide
+/// shares, one share per record, and every refusal.
+@Suite struct ShareTests {
+    /// A share record operation: `forRecord` and participants as clients send them.
+    static func share(
+        _ name: String, operation: String = "create", tag: String? = nil, forRecord: (String, String?)? = nil,
+        participants: [JSON]? = nil, publicPermission: String? = nil, fields: JSONObject = [:], extra: JSONObject = [:]
+    ) -> JSON {
+        var record: JSONObject = ["recordName": .string(name), "recordType": "cloudkit.share", "fields": .object(fields)]
+        if let tag { record["recordChangeTag"] = .string(tag) }
+        if let (root, rootTag) = forRecord {
+            var reference: JSONObject = ["recordName": .string(root)]
+            if let rootTag { reference["recordChangeTag"] = .string(rootTag) }
+            record["forRecord"] = .object(reference)
+        }
+        if let participants { record["participants"] = .array(participants) }
+        if let publicPermission { record["publicPermission"] = .string(publicPermission) }
+        for (key, value) in extra.pairs { record[key] = value }
+        return Op.make(operation, .object(record))
+    }
+
+    static func invite(email: String? = nil, phone: String? = nil, permission: String = "READ_ONLY", type: String? = nil) -> JSON {
+        var lookup: JSONObject = [:]
+        if let email { lookup["emailAddress"] = .string(email) }
+        if let phone { lookup["phoneNumber"] = .string(phone) }
+        var participant: JSONObject = ["userIdentity": ["lookupInfo": .object(lookup)], "permission": .string(permission)]
+        if let type { participant["type"] = .string(type) }
+        return .object(participant)
+    }
+
+    /// Ann (the owner, with zone Trip and record "plan"), Bob and Carol, with addresses.
+    static func people(_ server: TestServer) async throws -> (ann: APIClient, bob: APIClient, carol: APIClient) {
+        let ann = try await IdentityTests.person(server, "ann", email: "ann@example.com", given: "Ann")
+        let bob = try await IdentityTests.person(server, "bob", email: "bob@example.com", given: "Bob", family: "Ray")
+        let carol = try await IdentityTests.person(server, "carol", phone: "+15550100200", given: "Carol")
+        #expect(try await ann.createZone("Trip").status == 200)
+        #expect(try await ann.modify(zone: "Trip", [Op.create("plan", type: "Plan", ["title": Op.field("Lisbon")])]).status == 200)
+        return (ann, bob, carol)
+    }
+
+    @Test func aShareForAnExistingRecordNamesItsParticipantsAndMarksItsRoot() async throws {
+        try await TestServer.with { server in
+            let (ann, bob, _) = try await Self.people(server)
+            let plan = try #require(try await ann.lookup(zone: "Trip", ["plan"]).records.first)
+            let saved = try await ann.modify(
+                zone: "Trip",
+                [
+                    Self.share(
+                        "trip-share", forRecord: ("plan", plan.changeTag),
+                        participants: [
+                            Self.invite(email: "BOB@example.com", permission: "READ_WRITE"),
+                            Self.invite(phone: "+1 555 010 0200"),
+                            Self.invite(email: "dave@example.com"),
+                        ], fields: ["cloudkit.title": Op.field("Lisbon trip")],
+                        extra: ["denyAccessRequests": true])
+                ])
+            let share = try #require(saved.records.first, "\(saved.text)")
+            #expect(share["recordType"] == "cloudkit.share", "\(saved.text)")
+            let guid = try #require(share["shortGUID"]?.stringValue)
+            #expect(guid.count == 22)
+            #expect(share["publicPermission"] == "NONE")
+            #expect(share["webpageURL"]?.stringValue == "\(server.baseURL)/share/\(guid)")
+            #expect(share["stableUrl"]?["shortGUID"]?.stringValue == guid)
+            #expect(share["denyAccessRequests"] == true)
+            #expect(share.fieldValue("cloudkit.title") == "Lisbon trip")
+            #expect(share["fields"]?.objectValue?.pairs.contains { $0.key.hasPrefix("___") } == false)
+            let participants = try #require(share["participants"]?.arrayValue)
+            #expect(participants.count == 4)
+            let owner = try #require(share["owner"])
+            #expect(owner["type"] == "OWNER" && owner["acceptanceStatus"] == "ACCEPTED" && owner["permission"] == "READ_WRITE")
+            #expect(owner["userIdentity"]?["userRecordName"]?.stringValue == ann.userRecordName)
+            #expect(share["currentUserParticipant"]?["participantId"] == owner["participantId"])
+            let invitedBob = try #require(participants.first { $0["userIdentity"]?["userRecordName"]?.stringValue == bob.userRecordName })
+            #expect(invitedBob["acceptanceStatus"] == "INVITED" && invitedBob["permission"] == "READ_WRITE" && invitedBob["type"] == "USER")
+            #expect(invitedBob["userIdentity"]?["nameComponents"]?["givenName"] == "Bob")
+            let dave = try #require(participants.first { $0["userIdentity"]?["lookupInfo"]?["emailAddress"] == "dave@example.com" })
+            #expect(dave["userIdentity"]?["userRecordName"] == nil, "nobody has that address yet")
+
+            // The root now names its share, with a change of its own.
+            let root = try #require(try await ann.lookup(zone: "Trip", ["plan"]).records.first)
+            #expect(root["share"]?["recordName"] == "trip-share", "\(root)")
+            #expect(root.changeTag != plan.changeTag)
+            #expect(root["fields"]?.objectValue?.pairs.contains { $0.key.hasPrefix("___") } == false)
+            let feed = try await ann.zoneChanges("Trip")
+            let names = feed.json["zones"]?[0]?["records"]?.arrayValue?.compactMap { $0["recordName"]?.stringValue } ?? []
+            #expect(Set(names) == ["plan", "trip-share"], "\(feed.text)")
+
+            // Saved again by the owner: Carol left out, Bob read-only, public read; the GUID stays.
+            let kept = participants.filter { $0["userIdentity"]?["lookupInfo"]?["phoneNumber"] == nil }.map { participant -> JSON in
+                guard case .object(var object) = participant else { return participant }
+                if object["participantId"] == invitedBob["participantId"] { object["permission"] = "READ_ONLY" }
+                return .object(object)
+            }
+            let updated = try await ann.modify(
+                zone: "Trip",
+                [Self.share("trip-share", operation: "update", tag: share.changeTag, participants: kept, publicPermission: "READ_ONLY")])
+            let after = try #require(updated.records.first, "\(updated.text)")
+            #expect(after["shortGUID"]?.stringValue == guid && after["publicPermission"] == "READ_ONLY", "\(updated.text)")
+            let remaining = after["participants"]?.arrayValue ?? []
+            #expect(remaining.count == 3)
+            #expect(remaining.first { $0["participantId"] == invitedBob["participantId"] }?["permission"] == "READ_ONLY")
+            #expect(after["denyAccessRequests"] == true, "keys the server does not read round-trip")
+
+            // Deleting the share: the root stays and no longer names it.
+            #expect(try await ann.modify(zone: "Trip", [Op.forceDelete("trip-share")]).status == 200)
+            let unshared = try #require(try await ann.lookup(zone: "Trip", ["plan"]).records.first)
+            #expect(unshared["share"] == nil && unshared.fieldValue("title") == "Lisbon")
+        }
+    }
+
+    @Test func aShareSavedWithItsRootInOneRequestGoesWithTheRoot() async throws {
+        try await TestServer.with { server in
+            let (ann, _, _) = try await Self.people(server)
+            // The share first in the request: the server saves the root first all the same.
+            let album: JSON = [
+                "operationType": "create",
+                "record": ["recordName": "album", "recordType": "Album", "share": ["recordName": "album-share"], "fields": [:]],
+            ]
+            let saved = try await ann.modify(zone: "Trip", [Self.share("album-share", fields: ["cloudkit.type": Op.field("album")]), album])
+            #expect(saved.status == 200, "\(saved.text)")
+            #expect(saved.records.map { $0.errorCode } == [nil, nil], "\(saved.text)")
+            #expect(saved.records.last?["share"]?["recordName"] == "album-share")
+            // A child is in the hierarchy: it cannot root a share of its own.
+            let child = try await ann.modify(zone: "Trip", [
+                .object(["operationType": "create", "record": ["recordName": "photo", "recordType": "Photo", "parent": ["recordName": "album"]]]),
+            ])
+            #expect(child.status == 200)
+            let second = try await ann.modify(zone: "Trip", [Self.share("photo-share", forRecord: ("photo", nil))])
+            #expect(second.records.first?.errorCode == "ALREADY_SHARED", "\(second.text)")
+            #expect(second.records.first?["reason"]?.stringValue?.contains("hierarchy of record 'album'") == true)
+            // Deleting the root takes its share.
+            #expect(try await ann.modify(zone: "Trip", [Op.forceDelete("album")]).status == 200)
+            #expect(try await ann.lookup(zone: "Trip", ["album-share"]).records.first?.errorCode == "NOT_FOUND")
+        }
+    }
+
+    @Test func aZoneWideShareCoversTheZoneAndNoOtherShareMayJoinIt() async throws {
+        try await TestServer.with { server in
+            let (ann, _, _) = try await Self.people(server)
+            let zoneShare = try await ann.modify(zone: "Trip", [Self.share("cloudkit.zoneshare")])
+            #expect(zoneShare.records.first?["shortGUID"] != nil, "\(zoneShare.text)")
+            let one = try await ann.modify(zone: "Trip", [Self.share("plan-share", forRecord: ("plan", nil))])
+            #expect(one.records.first?.errorCode == "ALREADY_SHARED", "\(one.text)")
+            #expect(try await ann.createZone("Other").status == 200)
+            #expect(try await ann.modify(zone: "Other", [Op.create("doc", type: "Doc")]).status == 200)
+            #expect(try await ann.modify(zone: "Other", [Self.share("doc-share", forRecord: ("doc", nil))]).records.first?.errorCode == nil)
+            let whole = try await ann.modify(zone: "Other", [Self.share("cloudkit.zoneshare")])
+            #expect(whole.records.first?.errorCode == "ALREADY_SHARED", "\(whole.text)")
+            let rooted = try await ann.modify(zone: "Other", [Self.share("cloudkit.zoneshare", forRecord: ("doc", nil))])
+            #expect(rooted.records.first?.errorCode == "BAD_REQUEST", "\(rooted.text)")
+        }
+    }
+
+    @Test func sharesAreRefusedWhereCloudKitRefusesThemAndNothingChanges() async throws {
+        try await TestServer.with { server in
+            let (ann, _, _) = try await Self.people(server)
+            let plan = try #require(try await ann.lookup(zone: "Trip", ["plan"]).records.first)
+            func refusal(_ operations: [JSON], zone: String? = "Trip", database: String = "private") async throws -> (String?, String) {
+                let answer = try await ann.modify(database, zone: zone, operations)
+                let record = answer.records.first
+                return (record?.errorCode ?? answer.errorCode, record?["reason"]?.stringValue ?? answer.reason)
+            }
+            #expect(try await ann.modify(zone: nil, [Op.create("loose", type: "Plan")]).status == 200)
+            var (code, reason) = try await refusal([Self.share("s", forRecord: ("loose", nil))], zone: nil)
+            #expect(code == "BAD_REQUEST" && reason.contains("custom zone"), "\(reason)")
+            (code, reason) = try await refusal([Self.share("s")], zone: nil, database: "public")
+            #expect(code == "BAD_REQUEST", "\(reason)")
+            (code, reason) = try await refusal([Self.share("s")])
+            #expect(code == "BAD_REQUEST" && reason.contains("needs a root"), "\(reason)")
+            (code, reason) = try await refusal([Self.share("s", forRecord: ("nope", nil))])
+            #expect(code == "NOT_FOUND", "\(reason)")
+            (code, reason) = try await refusal([Self.share("s", forRecord: ("plan", "stale"))])
+            #expect(code == "CONFLICT", "\(reason)")
+            (code, reason) = try await refusal([
+                Self.share("s", forRecord: ("plan", nil), participants: [Self.invite(email: "bob@example.com", phone: "+15550100200")])
+            ])
+            #expect(code == "BAD_REQUEST" && reason.contains("names 2 different users"), "\(reason)")
+            (code, reason) = try await refusal([Self.share("s", forRecord: ("plan", nil), participants: [Self.invite(email: "x@example.com", type: "PUBLIC_USER")])])
+            #expect(code == "BAD_REQUEST" && reason.contains("URL"), "\(reason)")
+            (code, reason) = try await refusal([Self.share("s", forRecord: ("plan", nil), participants: [Self.invite(email: "x@example.com", permission: "NONE")])])
+            #expect(code == "BAD_REQUEST" && reason.contains("READ_ONLY"), "\(reason)")
+            (code, reason) = try await refusal([Self.share("s", forRecord: ("plan", nil), participants: [.object(["permission": "READ_ONLY"])])])
+            #expect(code == "BAD_REQUEST" && reason.contains("lookupInfo"), "\(reason)")
+            (code, reason) = try await refusal([Self.share("s", forRecord: ("plan", nil), publicPermission: "SOMETIMES")])
+            #expect(code == "BAD_REQUEST" && reason.contains("READ_WRITE"), "\(reason)")
+            // The limit: the owner and 99 invitees, and one more.
+            let ninetyNine = (0..<99).map { Self.invite(email: "guest\($0)@example.com") }
+            (code, reason) = try await refusal([Self.share("s", forRecord: ("plan", nil), participants: ninetyNine + [Self.invite(email: "one@more.com")])])
+            #expect(code == "BAD_REQUEST" && reason.contains("participantsPerShare"), "\(reason)")
+            // Share keys and cloudkit.* fields on an ordinary record.
+            (code, reason) = try await refusal([Op.make("forceUpdate", ["recordName": "plan", "recordType": "Plan", "publicPermission": "READ_ONLY"])])
+            #expect(code == "BAD_REQUEST" && reason.contains("belong to share records"), "\(reason)")
+            (code, reason) = try await refusal([Op.create("x", type: "Plan", ["cloudkit.title": Op.field("t")])])
+            #expect(code == "BAD_REQUEST" && reason.contains("cloudkit."), "\(reason)")
+            // Nothing above changed the root.
+            #expect(try await ann.lookup(zone: "Trip", ["plan"]).records.first?.changeTag == plan.changeTag)
+
+            // Apple's spelling of the type is accepted and answered as cloudkit.share; at the
+            // limit of participants; a second share of the same root is refused.
+            let first = try await ann.modify(zone: "Trip", [
+                Op.make("create", ["recordName": "s1", "recordType": "cloudKit.share", "forRecord": ["recordName": "plan"], "participants": .array(ninetyNine)])
+            ])
+            #expect(first.records.first?["recordType"] == "cloudkit.share", "\(first.text)")
+            #expect(first.records.first?["participants"]?.arrayValue?.count == 100)
+            (code, reason) = try await refusal([Self.share("s2", forRecord: ("plan", nil))])
+            #expect(code == "ALREADY_SHARED" && reason.contains("one share"), "\(reason)")
+            // A shared root may not move under another shared hierarchy.
+            #expect(try await ann.modify(zone: "Trip", [Op.create("box", type: "Box")]).status == 200)
+            #expect(try await ann.modify(zone: "Trip", [Self.share("box-share", forRecord: ("box", nil))]).records.first?.errorCode == nil)
+            (code, reason) = try await refusal([Op.make("forceUpdate", ["recordName": "plan", "recordType": "Plan", "parent": ["recordName": "box"]])])
+            #expect(code == "ALREADY_SHARED" && reason.contains("cannot move under"), "\(reason)")
+        }
+    }
+}
