@@ -50,12 +50,14 @@ extension NimbusService {
         let access = try await publicAccess(target)
         let quota = try await quota(for: key)
         let invitees = try await invitees(for: request, target: target)
-        let batchShares = BatchShares(request)
+        var batchShares = BatchShares(request)
+        try await prepareShareRegistry(&batchShares, invitees: invitees, request: request, target: target)
         let zoneWriter = try zoneWriters.enter(key, zone: request.zoneID.zoneName, bound: options.writersPerZone)
         defer { zoneWriters.leave(zoneWriter) }
         let stamp = ChangeStamp(
             timestamp: now, userRecordName: target.caller.stampUserRecordName, deviceID: target.caller.deviceID)
         let outcome: [Result<RecordEntry, CloudKitError>]
+        let shares = batchShares
         do {
             let queued: Bool
             (outcome, queued) = try await storage.write { tx in
@@ -77,7 +79,7 @@ extension NimbusService {
                             try self.apply(
                                 operation, request: request, zone: zone, database: database, target: target,
                                 access: access, quota: quota, stamp: stamp, schema: schema, seenNames: &seenNames, log: log,
-                                sharing: (invitees, batchShares), tx: tx)
+                                sharing: (invitees, shares), tx: tx)
                         }
                         guard isolated else {
                             slots[index] = .success(try applyOne())
@@ -128,6 +130,7 @@ extension NimbusService {
                         recordName: operation.record.recordName))
             }
         }
+        await forgetUnusedShortGUIDs(batchShares, outcome: outcome)
         return RecordsResponse(records: outcome.map(ItemResult.init))
     }
 

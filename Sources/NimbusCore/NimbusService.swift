@@ -192,6 +192,9 @@ public struct DatabaseTarget: Sendable {
     /// The server's address as the client reached it: where asset upload and download URLs
     /// point. Nil where no answer carries a URL (then assets come back without one).
     public let assetBaseURL: String?
+    /// Set when answering with another user's zones (a share's owner, docs/sharing.md): the
+    /// owner their zone IDs name.
+    var zoneOwner: String?
 
     public init(caller: Caller, scope: DatabaseScope, assetBaseURL: String? = nil) {
         self.caller = caller
@@ -212,5 +215,12 @@ public struct DatabaseTarget: Sendable {
     }
 
     /// The owner name of this database's custom zones.
-    var zoneOwnerName: String { caller.user?.recordName ?? Names.defaultOwner }
+    var zoneOwnerName: String { zoneOwner ?? caller.user?.recordName ?? Names.defaultOwner }
+
+    /// This target answering with `owner`'s zones.
+    func viewingZones(of owner: String) -> DatabaseTarget {
+        var view = self
+        view.zoneOwner = owner
+        return view
+    }
 }

@@ -481,5 +481,35 @@ enum PostgresMigrations {
                 PostgresApplyFunction.v4,
             ]
         ),
+        (
+            "v11-shares",
+            [
+                // Which share each short GUID names (docs/sharing.md).
+                """
+                CREATE TABLE share_guids (
+                    short_guid text COLLATE "C" PRIMARY KEY,
+                    container text COLLATE "C" NOT NULL,
+                    environment text COLLATE "C" NOT NULL,
+                    owner_id bigint NOT NULL,
+                    owner_record_name text COLLATE "C" NOT NULL,
+                    zone_name text COLLATE "C" NOT NULL,
+                    record_name text COLLATE "C" NOT NULL
+                )
+                """,
+                // Which shares each user may take part in; the share records say whether they do.
+                """
+                CREATE TABLE share_members (
+                    container text COLLATE "C" NOT NULL,
+                    environment text COLLATE "C" NOT NULL,
+                    member_record_name text COLLATE "C" NOT NULL,
+                    owner_id bigint NOT NULL,
+                    owner_record_name text COLLATE "C" NOT NULL,
+                    zone_name text COLLATE "C" NOT NULL,
+                    record_name text COLLATE "C" NOT NULL,
+                    PRIMARY KEY (container, environment, member_record_name, owner_id, zone_name, record_name)
+                )
+                """,
+            ]
+        ),
     ]
 }

@@ -488,5 +488,31 @@ enum Migrations {
                     );
                     """)
         }
+        migrator.registerMigration("v20-shares") { db in
+            try db.execute(
+                sql: """
+                    -- Which share each short GUID names (docs/sharing.md).
+                    CREATE TABLE share_guids (
+                        short_guid TEXT PRIMARY KEY,
+                        container TEXT NOT NULL,
+                        environment TEXT NOT NULL,
+                        owner_id INTEGER NOT NULL,
+                        owner_record_name TEXT NOT NULL,
+                        zone_name TEXT NOT NULL,
+                        record_name TEXT NOT NULL
+                    );
+                    -- Which shares each user may take part in; the share records say whether they do.
+                    CREATE TABLE share_members (
+                        container TEXT NOT NULL,
+                        environment TEXT NOT NULL,
+                        member_record_name TEXT NOT NULL,
+                        owner_id INTEGER NOT NULL,
+                        owner_record_name TEXT NOT NULL,
+                        zone_name TEXT NOT NULL,
+                        record_name TEXT NOT NULL,
+                        PRIMARY KEY (container, environment, member_record_name, owner_id, zone_name, record_name)
+                    );
+                    """)
+        }
     }
 }

@@ -16,6 +16,7 @@ public struct SQLiteCoarseStorage: CoarseStorage {
     public var accounts: any AccountStore { storage.accounts }
     public var push: any PushStore { storage.push }
     public var assets: any AssetStore { storage.assets }
+    public var shares: any ShareStore { storage.shares }
     public func close() async throws { try await storage.close() }
 
     public func load(_ request: LoadRequest) async throws -> LoadedRows {

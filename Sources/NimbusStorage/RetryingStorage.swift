@@ -53,6 +53,7 @@ public struct RetryingStorage: StorageDriver {
     public var accounts: any AccountStore { base.accounts }
     public var push: any PushStore { base.push }
     public var assets: any AssetStore { base.assets }
+    public var shares: any ShareStore { base.shares }
 
     public func close() async throws { try await base.close() }
     public func signals() -> AsyncStream<StoreSignal>? { base.signals() }

@@ -29,6 +29,8 @@ public protocol StorageDriver: Sendable {
     var push: any PushStore { get }
     /// The registry of asset blobs (the coarse, async form; docs/assets.md).
     var assets: any AssetStore { get }
+    /// Short GUIDs and share memberships (the coarse, async form; docs/sharing.md).
+    var shares: any ShareStore { get }
 
     /// Finishes pending writes and releases the store.
     func close() async throws

@@ -99,7 +99,7 @@ import Testing
             #expect(unknownEndpoint.status == 404 && unknownEndpoint.errorCode == "NOT_FOUND")
             let version = try await client.send(path: "/database/2/\(TestServer.container)/development/public/zones/list", body: nil)
             #expect(version.status == 404)
-            let notYet = try await client.get("public", "records/resolve")
+            let notYet = try await client.get("public", "users/lookup/contacts")
             #expect(notYet.status == 404 && notYet.reason.contains("not available"))
             let root = try await client.send(path: "/", body: nil)
             #expect(root.status == 404 && root.errorCode == "NOT_FOUND")

@@ -79,7 +79,7 @@ import Testing
             let wrongMethod = try await harness.client.execute(uri: harness.path("public", "zones/list"), method: .delete)
             #expect(wrongMethod.status == .methodNotAllowed)
             #expect(Self.json(wrongMethod)["reason"]?.stringValue?.contains("GET or POST") == true)
-            let reserved = try await harness.client.execute(uri: harness.path("public", "records/resolve"), method: .post)
+            let reserved = try await harness.client.execute(uri: harness.path("public", "users/lookup/contacts"), method: .post)
             #expect(reserved.status == .notFound && Self.json(reserved)["reason"]?.stringValue?.contains("not available") == true)
         }
     }

@@ -218,4 +218,87 @@ import Testing
             #expect(code == "ALREADY_SHARED" && reason.contains("cannot move under"), "\(reason)")
         }
     }
+
+    static func resolve(_ client: APIClient, _ guids: [String], accept: Bool = false, root: Bool = false) async throws -> APIResponse {
+        try await client.post(
+            "public", accept ? "records/accept" : "records/resolve",
+            ["shortGUIDs": .array(guids.map { ["value": .string($0), "shouldFetchRootRecord": .bool(root)] })])
+    }
+
+    @Test func resolvingAndAcceptingByShortGUID() async throws {
+        try await TestServer.with { server in
+            let (ann, bob, carol) = try await Self.people(server)
+            let saved = try await ann.modify(
+                zone: "Trip",
+                [
+                    Self.share(
+                        "trip-share", forRecord: ("plan", nil),
+                        participants: [Self.invite(email: "bob@example.com", permission: "READ_WRITE"), Self.invite(email: "erin@example.com")])
+                ])
+            let guid = try #require(saved.records.first?["shortGUID"]?.stringValue, "\(saved.text)")
+
+            // Bob previews: the root, the share as he may see it (the owner and himself), his invitation.
+            let preview = try await Self.resolve(bob, [guid], root: true)
+            let info = try #require(preview.json["results"]?[0], "\(preview.text)")
+            #expect(info["databaseScope"] == "SHARED" && info["participantStatus"] == "INVITED", "\(preview.text)")
+            #expect(info["participantPermission"] == "READ_WRITE" && info["participantType"] == "USER")
+            #expect(info["zoneID"]?["zoneName"] == "Trip" && info["zoneID"]?["ownerRecordName"]?.stringValue == ann.userRecordName)
+            #expect(info["rootRecordName"] == "plan" && info["rootRecord"]?.fieldValue("title") == "Lisbon")
+            #expect(info["ownerIdentity"]?["userRecordName"]?.stringValue == ann.userRecordName)
+            #expect(info["webpageURL"]?.stringValue == "\(server.baseURL)/share/\(guid)")
+            #expect(info["share"]?["participants"]?.arrayValue?.count == 2, "the owner and Bob; not Erin's address")
+            #expect(info["share"]?["currentUserParticipant"]?["userIdentity"]?["userRecordName"]?.stringValue == bob.userRecordName)
+            let untouched = try #require(try await ann.lookup(zone: "Trip", ["trip-share"]).records.first)
+            #expect(untouched.changeTag == saved.records.first?.changeTag, "resolving changes nothing")
+
+            // He accepts; again (a retry) answers the same.
+            let accepted = try await Self.resolve(bob, [guid], accept: true)
+            #expect(accepted.json["results"]?[0]?["participantStatus"] == "ACCEPTED", "\(accepted.text)")
+            let again = try await Self.resolve(bob, [guid], accept: true)
+            #expect(again.json["results"]?[0]?["participantStatus"] == "ACCEPTED", "\(again.text)")
+            let share = try #require(try await ann.lookup(zone: "Trip", ["trip-share"]).records.first)
+            let bobs = share["participants"]?.arrayValue?.first { $0["userIdentity"]?["userRecordName"]?.stringValue == bob.userRecordName }
+            #expect(bobs?["acceptanceStatus"] == "ACCEPTED", "\(share)")
+            #expect(share["modified"]?["userRecordName"]?.stringValue == bob.userRecordName)
+
+            // Carol was not invited and the share is private: refused, and nothing changes.
+            let refused = try await Self.resolve(carol, [guid], accept: true)
+            #expect(refused.json["results"]?[0]?.errorCode == "ACCESS_DENIED", "\(refused.text)")
+            #expect(try await ann.lookup(zone: "Trip", ["trip-share"]).records.first?.changeTag == share.changeTag)
+            // Erin signs up later with the invited address and accepts.
+            let erin = try await IdentityTests.person(server, "erin", email: "Erin@Example.com")
+            let hers = try await Self.resolve(erin, [guid], accept: true)
+            #expect(hers.json["results"]?[0]?["participantStatus"] == "ACCEPTED", "\(hers.text)")
+            #expect(hers.json["results"]?[0]?["participantPermission"] == "READ_ONLY")
+
+            // Opened to anyone with the link: Carol joins as a public participant; closed again, she is gone.
+            let current = try #require(try await ann.lookup(zone: "Trip", ["trip-share"]).records.first)
+            let opened = try await ann.modify(
+                zone: "Trip", [Self.share("trip-share", operation: "update", tag: current.changeTag, publicPermission: "READ_ONLY")])
+            #expect(opened.records.first?["publicPermission"] == "READ_ONLY", "\(opened.text)")
+            let joined = try await Self.resolve(carol, [guid], accept: true)
+            #expect(joined.json["results"]?[0]?["participantType"] == "PUBLIC_USER", "\(joined.text)")
+            let withCarol = try #require(try await ann.lookup(zone: "Trip", ["trip-share"]).records.first)
+            #expect(withCarol["participants"]?.arrayValue?.count == 4)
+            let closed = try await ann.modify(
+                zone: "Trip", [Self.share("trip-share", operation: "update", tag: withCarol.changeTag, publicPermission: "NONE")])
+            #expect(closed.records.first?["participants"]?.arrayValue?.count == 3, "\(closed.text)")
+            #expect(try await Self.resolve(carol, [guid]).json["results"]?[0]?.errorCode == "ACCESS_DENIED")
+
+            // Unknown, malformed, on the wrong database, without a user.
+            let unknown = try await Self.resolve(bob, ["AAAAAAAAAAAAAAAAAAAAAA", guid])
+            #expect(unknown.json["results"]?[0]?.errorCode == "NOT_FOUND" && unknown.json["results"]?[1]?["participantStatus"] == "ACCEPTED")
+            let malformed = try await bob.post("public", "records/resolve", ["shortGUIDs": [["value": "has space"]]])
+            #expect(malformed.status == 400 && malformed.reason.contains("not a short GUID"), "\(malformed.text)")
+            let missing = try await bob.post("public", "records/resolve", [:])
+            #expect(missing.status == 400, "\(missing.text)")
+            let privateDatabase = try await bob.post("private", "records/resolve", ["shortGUIDs": [["value": .string(guid)]]])
+            #expect(privateDatabase.status == 400 && privateDatabase.reason.contains("public database"))
+            let anonymous = try await server.client().post("public", "records/resolve", ["shortGUIDs": [["value": .string(guid)]]])
+            #expect(anonymous.status == 421 || anonymous.errorCode == "AUTHENTICATION_REQUIRED", "\(anonymous.text)")
+            // A deleted share's GUID leads nowhere.
+            #expect(try await ann.modify(zone: "Trip", [Op.forceDelete("trip-share")]).status == 200)
+            #expect(try await Self.resolve(bob, [guid]).json["results"]?[0]?.errorCode == "NOT_FOUND")
+        }
+    }
 }

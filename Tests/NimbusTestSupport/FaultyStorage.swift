@@ -70,6 +70,7 @@ public final class FaultyStorage: StorageDriver, @unchecked Sendable {
     public var accounts: any AccountStore { base.accounts }
     public var push: any PushStore { base.push }
     public var assets: any AssetStore { base.assets }
+    public var shares: any ShareStore { base.shares }
 
     public func close() async throws { try await base.close() }
 }

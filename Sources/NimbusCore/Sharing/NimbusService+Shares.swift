@@ -26,6 +26,8 @@ extension NimbusService {
         var rootByShare: [String: String] = [:]
         /// Share records the batch saves.
         var shares: Set<String> = []
+        /// Short GUIDs registered for them before the write (`prepareShareRegistry`).
+        var guidByShare: [String: String] = [:]
 
         init(_ request: RecordsModifyRequest) {
             for operation in request.operations where !operation.type.isDelete {
@@ -143,7 +145,7 @@ extension NimbusService {
         var otherKeys = previous?.otherKeys ?? [:]
         for (key, value) in input.otherKeys.pairs { otherKeys[key] = value }
         ShareState(
-            shortGUID: previous?.shortGUID ?? ShareState.newShortGUID(), publicPermission: publicPermission,
+            shortGUID: previous?.shortGUID ?? batch.guidByShare[recordName] ?? ShareState.newShortGUID(), publicPermission: publicPermission,
             participants: participants, rootRecordName: root, otherKeys: otherKeys
         ).write(into: &fields)
         return linkRoot
@@ -375,10 +377,15 @@ extension NimbusService {
         guard row.recordType == Names.shareRecordType, let state = try ShareState(fields: fields) else { return (sharedBy, nil) }
         let me = target.caller.user?.recordName
         let base = target.assetBaseURL
+        // The owner and administrators see everyone; anyone else the owner and themselves (the
+        // least CloudKit shows), so a public link does not hand out every invitee's address.
+        let viewer = state.participant(userRecordName: me)
+        let seesAll = viewer?.type == .owner || viewer?.type == .administrator
+        let visible = seesAll ? state.participants : state.participants.filter { $0.type == .owner || $0.userIdentity.userRecordName == me }
         return (
             sharedBy,
             ShareFacts(
-                shortGUID: state.shortGUID, publicPermission: state.publicPermission, participants: state.participants,
+                shortGUID: state.shortGUID, publicPermission: state.publicPermission, participants: visible,
                 owner: state.owner, currentUserParticipant: state.participant(userRecordName: me),
                 webpageURL: base.map { "\($0)/share/\(state.shortGUID)" },
                 displayedHostname: base.flatMap { URLText.host(of: $0) }, otherKeys: state.otherKeys))

@@ -8,11 +8,14 @@ import NimbusWire
 /// | `records/lookup` | `lookupRecords` |
 /// | `records/query` | `queryRecords` |
 /// | `records/changes` | `recordChanges` (deprecated: one zone's changes) |
+/// | `records/resolve`, `records/accept` | `resolveShares` (public database only; docs/sharing.md) |
 enum RecordRoutes {
     static let routes: [Route] = [
         .json("records/modify") { try await $0.service.modifyRecords($0.target, RecordsModifyRequest(json: $0.body())) },
         .json("records/lookup") { try await $0.service.lookupRecords($0.target, RecordsLookupRequest(json: $0.body())) },
         .json("records/query", cost: .page) { try await $0.service.queryRecords($0.target, RecordsQueryRequest(json: $0.body())) },
         .json("records/changes", cost: .page) { try await $0.service.recordChanges($0.target, ZoneChangesRequest(singleZone: $0.body())) },
+        .json("records/resolve") { try await $0.service.resolveShares($0.target, ShortGUIDsRequest(json: $0.body()), accepting: false) },
+        .json("records/accept") { try await $0.service.resolveShares($0.target, ShortGUIDsRequest(json: $0.body()), accepting: true) },
     ]
 }

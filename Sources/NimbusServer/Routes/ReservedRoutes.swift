@@ -4,7 +4,7 @@ import NimbusWire
 /// so, rather than "no such endpoint". An area that implements one removes it from here.
 enum ReservedRoutes {
     static let paths = [
-        "records/resolve", "records/accept", "users/lookup/contacts",
+        "users/lookup/contacts",
     ]
 
     static let routes: [Route] = paths.map { path in

@@ -21,6 +21,7 @@ public protocol CoarseStorage: Sendable {
     var accounts: any AccountStore { get }
     var push: any PushStore { get }
     var assets: any AssetStore { get }
+    var shares: any ShareStore { get }
     func close() async throws
     /// See `StorageDriver.signals()`.
     func signals() -> AsyncStream<StoreSignal>?
