@@ -16,6 +16,7 @@ extension NimbusService {
         if target.scope == .public, !allowPublic {
             throw CloudKitError.badRequest("changes/database serves the private and shared databases; the public database has no custom zones")
         }
+        if target.scope == .shared { return try await sharedDatabaseChanges(target, request) }
         let database = try await databaseForReading(key)
         var since: Int64 = 0
         if let text = request.syncToken {
@@ -61,6 +62,7 @@ extension NimbusService {
         if target.scope == .public {
             throw CloudKitError.badRequest("change feeds serve custom zones of the private and shared databases")
         }
+        if target.scope == .shared { return try await sharedZoneChangeResults(target, request) }
         let database = try await databaseForReading(key)
         return try await storage.read(.scan) { tx in
             try request.zones.map { zoneRequest in
@@ -76,12 +78,38 @@ extension NimbusService {
         }
     }
 
+    /// The shared database's zone feeds: each zone's owner's feed, as the caller's shares let
+    /// them see it (docs/sharing.md).
+    private func sharedZoneChangeResults(_ target: DatabaseTarget, _ request: ZoneChangesRequest) async throws
+        -> [Result<ZoneRecordChanges, CloudKitError>]
+    {
+        var results: [Result<ZoneRecordChanges, CloudKitError>] = []
+        for zoneRequest in request.zones {
+            do {
+                let shared = try await sharedZone(zoneRequest.zoneID, target)
+                let view = target.viewingZones(of: shared.ownerRecordName)
+                results.append(
+                    .success(
+                        try await storage.read(.scan) { tx in
+                            guard let database = try tx.database(shared.key) else {
+                                throw self.zoneNotFound(zoneRequest.zoneID, detail: nil)
+                            }
+                            return try self.zoneChangesEntry(
+                                zoneRequest, numbersAsStrings: request.numbersAsStrings, database: database, target: view,
+                                shared: shared, tx: tx)
+                        }))
+            } catch let error as CloudKitError {
+                results.append(.failure(error))
+            }
+        }
+        return results
+    }
+
     private func zoneChangesEntry(
         _ request: ZoneChangesRequest.Zone, numbersAsStrings: Bool, database: DatabaseRow, target: DatabaseTarget,
-        tx: any StorageReader
+        shared: SharedZone? = nil, tx: any StorageReader
     ) throws -> ZoneRecordChanges {
         let requestedZoneID = wireZoneID(name: request.zoneID.zoneName, owner: request.zoneID.ownerRecordName).json
-        if target.scope == .shared { throw zoneNotFound(request.zoneID, detail: "nothing is shared with you yet") }
         if request.zoneID.zoneName == Names.defaultZone {
             throw CloudKitError(
                 .badRequest, "the default zone does not track changes; keep data you sync in a custom zone", zoneID: requestedZoneID)
@@ -110,7 +138,12 @@ extension NimbusService {
         let moreComing = rows.count > request.resultsLimit
         let page = rows.prefix(request.resultsLimit)
         let nextSequence = moreComing ? (page.last?.changeSequence ?? since) : max(since, zone.changeSequence)
-        let records: [RecordEntry] = try page.map { row in
+        let records: [RecordEntry] = try page.compactMap { row in
+            switch try shared?.appearance(of: row, zone: zone, tx: tx) {
+            case .hidden?: return nil
+            case .gone?: return .deleted(deletedRecord(row.recordName, recordType: row.recordType, zone: zone, target: target))
+            case .shown?, nil: break
+            }
             if row.isDeleted {
                 return .deleted(deletedRecord(row.recordName, recordType: row.recordType, zone: zone, target: target))
             }

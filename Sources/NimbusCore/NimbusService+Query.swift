@@ -21,8 +21,26 @@ extension NimbusService {
     }
 
     public func queryRecords(_ target: DatabaseTarget, _ request: RecordsQueryRequest) async throws -> RecordsResponse {
-        let key = try target.key()
-        if target.scope == .shared { return RecordsResponse(records: []) }
+        var key = try target.key()
+        var target = target
+        // In the shared database: the owner's zone, showing what the caller's shares cover.
+        var shared: SharedZone?
+        if target.scope == .shared {
+            guard !request.zoneWide else {
+                throw CloudKitError.badRequest(
+                    "zoneWide queries are not served on the shared database; query one shared zone, naming its ownerRecordName")
+            }
+            let zone = try await sharedZone(request.zoneID, target)
+            shared = zone
+            key = zone.key
+            target = target.viewingZones(of: zone.ownerRecordName)
+        }
+        return try await runQuery(target, key: key, request, shared: shared)
+    }
+
+    private func runQuery(_ target: DatabaseTarget, key: DatabaseKey, _ request: RecordsQueryRequest, shared: SharedZone?) async throws
+        -> RecordsResponse
+    {
         let database = try await databaseForReading(key)
         let access = try await publicAccess(target)
         return try await storage.read(.scan) { tx in
@@ -80,6 +98,7 @@ extension NimbusService {
             var records: [ItemResult<RecordEntry>] = []
             for row in page.rows.prefix(shown) {
                 guard let zone = zoneByID[row.zoneID] else { continue }
+                if let shared, try shared.shows(row, zone: zone, tx: tx) == nil { continue }
                 records.append(
                     .success(
                         .record(

@@ -44,9 +44,18 @@ extension NimbusService {
     /// says `atomic: false`: one failure writes nothing, the failing item reports its own error
     /// and the others `ATOMIC_ERROR`. In the default zone each operation stands alone.
     public func modifyRecords(_ target: DatabaseTarget, _ request: RecordsModifyRequest) async throws -> RecordsResponse {
-        let key = try target.key()
+        var target = target
+        var key = try target.key()
         try target.caller.requireWriter(for: "Saving records")
-        if target.scope == .shared { throw zoneNotFound(request.zoneID, detail: "nothing is shared with you yet") }
+        // In the shared database the records are the owner's: written in their zone, in their
+        // change feed, against their quota (docs/sharing.md).
+        var shared: SharedZone?
+        if target.scope == .shared {
+            let zone = try await sharedZone(request.zoneID, target)
+            shared = zone
+            key = zone.key
+            target = target.viewingZones(of: zone.ownerRecordName)
+        }
         let access = try await publicAccess(target)
         let quota = try await quota(for: key)
         let invitees = try await invitees(for: request, target: target)
@@ -58,14 +67,17 @@ extension NimbusService {
             timestamp: now, userRecordName: target.caller.stampUserRecordName, deviceID: target.caller.deviceID)
         let outcome: [Result<RecordEntry, CloudKitError>]
         let shares = batchShares
+        let sharedZone = shared
+        let writeTarget = target
+        let writeKey = key
         do {
             let queued: Bool
             (outcome, queued) = try await storage.write { tx in
                 let log = ChangeLog()
-                let database = try tx.ensureDatabase(key)
-                let zone = try self.resolveZone(request.zoneID, in: database, target: target, tx: tx)
+                let database = try tx.ensureDatabase(writeKey)
+                let zone = try self.resolveZone(request.zoneID, in: database, target: writeTarget, tx: tx)
                 let atomic = zone.name != Names.defaultZone && request.atomic != false
-                let schema = try SchemaResolver(container: key.container, environment: key.environment, tx: tx)
+                let schema = try SchemaResolver(container: writeKey.container, environment: writeKey.environment, tx: tx)
                 let batchOrder = BatchOrder(request.operations, zoneName: zone.name)
                 var slots: [Result<RecordEntry, CloudKitError>?] = Array(repeating: nil, count: request.operations.count)
                 /// Applies every operation in batch order. `isolated` puts each in a savepoint of
@@ -77,9 +89,9 @@ extension NimbusService {
                         let operation = request.operations[index]
                         func applyOne() throws -> RecordEntry {
                             try self.apply(
-                                operation, request: request, zone: zone, database: database, target: target,
+                                operation, request: request, zone: zone, database: database, target: writeTarget,
                                 access: access, quota: quota, stamp: stamp, schema: schema, seenNames: &seenNames, log: log,
-                                sharing: (invitees, shares), tx: tx)
+                                sharing: (invitees, shares, sharedZone), tx: tx)
                         }
                         guard isolated else {
                             slots[index] = .success(try applyOne())
@@ -117,7 +129,7 @@ extension NimbusService {
                 }
                 if log.usedBytes != 0 { try tx.addUsage(databaseID: database.id, bytes: log.usedBytes) }
                 let queued = try self.queueForMatching(
-                    log.committed(in: database, deviceID: target.caller.deviceID), at: stamp.timestamp, tx: tx)
+                    log.committed(in: database, deviceID: writeTarget.caller.deviceID), at: stamp.timestamp, tx: tx)
                 return (results, queued)
             }
             if queued { notificationHub.wake() }
@@ -137,7 +149,8 @@ extension NimbusService {
     private func apply(
         _ operation: RecordOperationInput, request: RecordsModifyRequest, zone: ZoneRow, database: DatabaseRow,
         target: DatabaseTarget, access: PublicAccess?, quota: Int64, stamp: ChangeStamp, schema: SchemaResolver,
-        seenNames: inout Set<String>, log: ChangeLog, sharing: (invitees: Invitees, batch: BatchShares), tx: any StorageWriter
+        seenNames: inout Set<String>, log: ChangeLog, sharing: (invitees: Invitees, batch: BatchShares, shared: SharedZone?),
+        tx: any StorageWriter
     ) throws -> RecordEntry {
         let input = operation.record
         let path = "\(operation.path).record"
@@ -152,6 +165,18 @@ extension NimbusService {
         }
         let stored = try tx.record(zoneID: zone.id, name: recordName)
         let existing = stored.flatMap { $0.isDeleted ? nil : $0 }
+        if let shared = sharing.shared {
+            // In the shared database, what a participant's shares do not cover is not there.
+            if let existing {
+                guard let share = try shared.shows(existing, zone: zone, tx: tx) else {
+                    throw CloudKitError(.notFound, "record '\(recordName)' does not exist", recordName: recordName)
+                }
+                try Self.requireWritable(share, recordName: recordName)
+            }
+            if input.recordType == Names.shareRecordType || existing?.recordType == Names.shareRecordType || input.share != nil {
+                throw CloudKitError(.accessDenied, "only a share's owner changes the share", recordName: recordName)
+            }
+        }
 
         if let existing {
             // The public database's security roles (docs/roles.md): by default only the creator writes.
@@ -263,6 +288,22 @@ extension NimbusService {
                 "record '\(recordName)' roots share '\(own)' and cannot move under record '\(ancestor.root)', shared by '\(ancestor.share)'; a record belongs to one share",
                 recordName: recordName)
         }
+        if !isShare {
+            try noteShareLeft(recordName: recordName, before: existing, fields: &fields, parent: parent, zone: zone, tx: tx)
+        }
+        if let shared = sharing.shared {
+            // A participant's write must stay inside a share they may write to.
+            let provisional = RecordRow(
+                zoneID: zone.id, recordName: recordName, recordType: recordType, fields: RecordCodec.encode(fields), parent: parent,
+                changeSequence: 0, created: stamp, modified: stamp, isDeleted: false)
+            guard let share = try shared.shows(provisional, zone: zone, tx: tx) else {
+                throw CloudKitError(
+                    .accessDenied,
+                    "record '\(recordName)' would be outside what is shared with you; give it a parent in the shared hierarchy",
+                    recordName: recordName)
+            }
+            try Self.requireWritable(share, recordName: recordName)
+        }
         let size = RecordCodec.size(of: fields)
         guard size <= Limits.recordSizeBytes.value else {
             var error = CloudKitError.limitExceeded(Limits.recordSizeBytes, actual: size, what: "record '\(recordName)''s size in bytes")
@@ -309,7 +350,7 @@ extension NimbusService {
     /// One entry per requested record, in order; a missing record is a `NOT_FOUND` entry.
     public func lookupRecords(_ target: DatabaseTarget, _ request: RecordsLookupRequest) async throws -> RecordsResponse {
         let key = try target.key()
-        if target.scope == .shared { throw zoneNotFound(request.zoneID, detail: "nothing is shared with you yet") }
+        if target.scope == .shared { return try await lookupSharedRecords(target, request) }
         let database = try await databaseForReading(key)
         let access = try await publicAccess(target)
         return try await storage.read { tx in

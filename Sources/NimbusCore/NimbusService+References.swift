@@ -100,12 +100,22 @@ extension NimbusService {
                     recordName: root.recordName)
             }
         }
+        // Which share each record was in, read before any of them goes: a tombstone keeps it,
+        // so that share's participants hear of the deletion (docs/sharing.md).
+        var covering: [String: String] = [:]
+        for name in doomed {
+            guard let row = name == root.recordName ? root : try tx.record(zoneID: zone.id, name: name), !row.isDeleted,
+                row.recordType != Names.shareRecordType
+            else { continue }
+            let fields = RecordCodec.holdsReservedFields(row.fields) ? try RecordCodec.decode(row.fields) : []
+            covering[name] = try coveringShare(recordName: name, fields: fields, parent: row.parent, zone: zone, tx: tx)
+        }
         for name in doomed {
             guard let row = name == root.recordName ? root : try tx.record(zoneID: zone.id, name: name), !row.isDeleted else {
                 continue
             }
             var tombstone = row
-            tombstone.fields = Array("{}".utf8)
+            tombstone.fields = covering[name].map { RecordCodec.encode([(ShareState.leftField, .string($0))]) } ?? Array("{}".utf8)
             tombstone.parent = nil
             tombstone.changeSequence = try nextChange(in: zone, of: database, tx: tx)
             tombstone.modified = stamp

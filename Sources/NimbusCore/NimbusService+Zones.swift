@@ -24,7 +24,7 @@ extension NimbusService {
     func resolveZone(_ zoneID: WireZoneID, in database: DatabaseRow, target: DatabaseTarget, tx: any StorageReader)
         throws -> ZoneRow
     {
-        if let owner = zoneID.ownerRecordName, owner != Names.defaultOwner, owner != target.caller.user?.recordName {
+        if let owner = zoneID.ownerRecordName, owner != Names.defaultOwner, owner != target.zoneOwnerName {
             throw zoneNotFound(zoneID, detail: "it belongs to another user")
         }
         if target.scope == .public, zoneID.zoneName != Names.defaultZone {
@@ -63,7 +63,7 @@ extension NimbusService {
     /// `zones/list`.
     public func listZones(_ target: DatabaseTarget) async throws -> ZonesResponse {
         let key = try target.key()
-        if target.scope == .shared { return ZonesResponse(zones: []) }  // sharing comes later: nothing is shared yet
+        if target.scope == .shared { return try await listSharedZones(target) }
         let database = try await databaseForReading(key)
         let zones = try await storage.read { try $0.zones(databaseID: database.id) }
         return ZonesResponse(zones: zones.map { .success(.zone(zoneOutput($0, target: target))) })
@@ -72,9 +72,7 @@ extension NimbusService {
     /// `zones/lookup`: one entry per requested zone, in order; unknown zones as `ZONE_NOT_FOUND` entries.
     public func lookupZones(_ target: DatabaseTarget, _ request: ZonesLookupRequest) async throws -> ZonesResponse {
         let key = try target.key()
-        if target.scope == .shared {
-            return ZonesResponse(zones: request.zones.map { .failure(zoneNotFound($0, detail: "nothing is shared with you")) })
-        }
+        if target.scope == .shared { return try await lookupSharedZones(target, request) }
         let database = try await databaseForReading(key)
         let results: [ItemResult<ZoneEntry>] = try await storage.read { tx in
             try request.zones.map { zoneID in

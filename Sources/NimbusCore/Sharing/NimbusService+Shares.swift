@@ -317,6 +317,34 @@ extension NimbusService {
         }
     }
 
+    /// The share covering a record in its owner's zone, whoever asks: the share of the nearest
+    /// root up its parent chain (the record itself included). Zone-wide shares are not
+    /// looked for: they cover everything, and their participants hear every deletion.
+    func coveringShare(recordName: String, fields: RecordCodec.Fields, parent: String?, zone: ZoneRow, tx: any StorageReader) throws
+        -> String?
+    {
+        if let own = ShareState.sharedBy(fields) { return own }
+        return try sharedAncestor(recordName: recordName, parent: parent, zone: zone, tx: tx)?.share
+    }
+
+    /// Notes on a record that leaves a share (its new parent chain reaches no shared root) which
+    /// share it left, so that share's participants hear it go; clears the note when it is
+    /// covered again.
+    func noteShareLeft(
+        recordName: String, before: RecordRow?, fields: inout RecordCodec.Fields, parent: String?, zone: ZoneRow,
+        tx: any StorageReader
+    ) throws {
+        guard let before, before.parent != parent else { return }
+        let now = try coveringShare(recordName: recordName, fields: fields, parent: parent, zone: zone, tx: tx)
+        if now != nil {
+            ShareState.set(ShareState.leftField, nil, in: &fields)
+        } else if let was = try coveringShare(
+            recordName: recordName, fields: RecordCodec.decode(before.fields), parent: before.parent, zone: zone, tx: tx)
+        {
+            ShareState.set(ShareState.leftField, .string(was), in: &fields)
+        }
+    }
+
     // MARK: Linking roots
 
     /// A record saved with `share` set: it becomes that share's root, the share being saved

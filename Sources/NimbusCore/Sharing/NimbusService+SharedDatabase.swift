@@ -1,0 +1,208 @@
+import NimbusStorage
+import NimbusWire
+
+/// The shared database (docs/sharing.md): for each user, the zones of other users' private
+/// databases whose shares they accepted, showing what those shares cover. Nothing is stored
+/// for it: the membership index names candidate shares, and the share records decide.
+extension NimbusService {
+    /// An accepted share: its record's name, root (nil: the whole zone) and the caller's
+    /// permission.
+    struct AcceptedShare: Sendable, Hashable {
+        let name: String
+        let rootRecordName: String?
+        let permission: SharePermission
+    }
+
+    /// One owner's zone as a participant sees it.
+    struct SharedZone: Sendable {
+        let location: ShareLocation
+        let shares: [AcceptedShare]
+
+        var key: DatabaseKey { location.databaseKey }
+        var ownerRecordName: String { location.ownerRecordName }
+        var zoneName: String { location.zoneName }
+
+        /// How a record appears to the participant.
+        enum Appearance { case shown, gone, hidden }
+
+        /// A change-feed row as the participant sees it: shown while a share they accepted
+        /// covers it; gone when it was deleted in one or left one (moved out of a hierarchy);
+        /// otherwise not there at all, so a zone's other records stay private.
+        func appearance(of row: RecordRow, zone: ZoneRow, tx: any StorageReader) throws -> Appearance {
+            if try shows(row, zone: zone, tx: tx) != nil { return .shown }
+            if shares.contains(where: { $0.rootRecordName == nil }) { return row.isDeleted ? .gone : .hidden }
+            guard RecordCodec.holdsReservedFields(row.fields), let left = ShareState.leftShare(try RecordCodec.decode(row.fields))
+            else { return .hidden }
+            return shares.contains { $0.name == left } ? .gone : .hidden
+        }
+
+        /// The accepted share that covers a live record: the zone's whole-zone share, the share
+        /// record itself, or the share of the nearest root up its parent chain.
+        func shows(_ row: RecordRow, zone: ZoneRow, tx: any StorageReader) throws -> AcceptedShare? {
+            guard !row.isDeleted else { return nil }
+            if let whole = shares.first(where: { $0.rootRecordName == nil }) { return whole }
+            if row.recordType == Names.shareRecordType { return shares.first { $0.name == row.recordName } }
+            var current: RecordRow? = row
+            var seen = Set<String>()
+            for _ in 0...Limits.shareDepth.value {
+                guard let record = current, seen.insert(record.recordName).inserted else { return nil }
+                if let share = shares.first(where: { $0.rootRecordName == record.recordName }),
+                    RecordCodec.holdsReservedFields(record.fields),
+                    ShareState.sharedBy(try RecordCodec.decode(record.fields)) == share.name
+                {
+                    return share
+                }
+                current = try record.parent.flatMap { try tx.record(zoneID: zone.id, name: $0) }.flatMap { $0.isDeleted ? nil : $0 }
+            }
+            return nil
+        }
+    }
+
+    /// Every zone shared with the caller that they accepted, by owner and zone name.
+    func sharedZones(_ target: DatabaseTarget) async throws -> [SharedZone] {
+        let user = try target.caller.requireUser(for: "The shared database")
+        let candidates = try await storage.shares.shares(
+            ofMember: user.recordName, container: target.caller.container, environment: target.caller.environment)
+        guard !candidates.isEmpty else { return [] }
+        let accepted: [(ShareLocation, AcceptedShare)] = try await storage.read { tx in
+            try candidates.compactMap { location in
+                guard let found = try Self.shareRows(at: location, tx: tx),
+                    let state = try ShareState(fields: RecordCodec.decode(found.share.fields)),
+                    let me = state.participant(userRecordName: user.recordName), me.acceptanceStatus == .accepted
+                else { return nil }
+                return (
+                    location,
+                    AcceptedShare(name: location.recordName, rootRecordName: state.rootRecordName, permission: me.permission ?? .readOnly)
+                )
+            }
+        }
+        var zones: [SharedZone] = []
+        for (location, share) in accepted {
+            if let index = zones.firstIndex(where: { $0.location.ownerID == location.ownerID && $0.zoneName == location.zoneName }) {
+                zones[index] = SharedZone(location: zones[index].location, shares: zones[index].shares + [share])
+            } else {
+                zones.append(SharedZone(location: location, shares: [share]))
+            }
+        }
+        return zones
+    }
+
+    /// The shared zone a request names, or `ZONE_NOT_FOUND`: the shared database has no
+    /// default zone, and a zone ID names its owner.
+    func sharedZone(_ zoneID: WireZoneID, _ target: DatabaseTarget) async throws -> SharedZone {
+        guard zoneID.zoneName != Names.defaultZone else {
+            throw zoneNotFound(zoneID, detail: "the shared database has no default zone; name a shared zone with its ownerRecordName")
+        }
+        guard let owner = zoneID.ownerRecordName, owner != Names.defaultOwner else {
+            throw zoneNotFound(zoneID, detail: "a shared zone's ID names its owner (ownerRecordName)")
+        }
+        guard let zone = try await sharedZones(target).first(where: { $0.ownerRecordName == owner && $0.zoneName == zoneID.zoneName })
+        else { throw zoneNotFound(zoneID, detail: "nothing in it is shared with you") }
+        return zone
+    }
+
+    /// A shared zone's row in its owner's database, as the caller's requests see it.
+    func sharedZoneRow(_ shared: SharedZone, tx: any StorageReader) throws -> (DatabaseRow, ZoneRow)? {
+        guard let database = try tx.database(shared.key),
+            let zone = try tx.zone(databaseID: database.id, name: shared.zoneName), !zone.isDeleted
+        else { return nil }
+        return (database, zone)
+    }
+
+    static func requireWritable(_ share: AcceptedShare, recordName: String) throws {
+        guard share.permission == .readWrite else {
+            throw CloudKitError(
+                .accessDenied, "record '\(recordName)' is shared with you read-only; ask the owner for READ_WRITE", recordName: recordName)
+        }
+    }
+
+    // MARK: Endpoints on the shared database
+
+    func listSharedZones(_ target: DatabaseTarget) async throws -> ZonesResponse {
+        let zones = try await sharedZones(target)
+        let rows: [(SharedZone, ZoneRow)] = try await storage.read { tx in
+            try zones.compactMap { shared in try self.sharedZoneRow(shared, tx: tx).map { (shared, $0.1) } }
+        }
+        return ZonesResponse(
+            zones: rows.map { shared, zone in .success(.zone(zoneOutput(zone, target: target.viewingZones(of: shared.ownerRecordName)))) })
+    }
+
+    func lookupSharedZones(_ target: DatabaseTarget, _ request: ZonesLookupRequest) async throws -> ZonesResponse {
+        var results: [ItemResult<ZoneEntry>] = []
+        for zoneID in request.zones {
+            do {
+                let shared = try await sharedZone(zoneID, target)
+                let row = try await storage.read { tx in try self.sharedZoneRow(shared, tx: tx)?.1 }
+                guard let row else { throw zoneNotFound(zoneID, detail: nil) }
+                results.append(.success(.zone(zoneOutput(row, target: target.viewingZones(of: shared.ownerRecordName)))))
+            } catch let error as CloudKitError {
+                results.append(.failure(error))
+            }
+        }
+        return ZonesResponse(zones: results)
+    }
+
+    func lookupSharedRecords(_ target: DatabaseTarget, _ request: RecordsLookupRequest) async throws -> RecordsResponse {
+        let shared = try await sharedZone(request.zoneID, target)
+        let view = target.viewingZones(of: shared.ownerRecordName)
+        return try await storage.read { tx in
+            guard let (_, zone) = try self.sharedZoneRow(shared, tx: tx) else { throw self.zoneNotFound(request.zoneID, detail: nil) }
+            return RecordsResponse(
+                records: try request.records.map { lookup in
+                    guard let row = try tx.record(zoneID: zone.id, name: lookup.recordName),
+                        try shared.shows(row, zone: zone, tx: tx) != nil
+                    else {
+                        return .failure(
+                            CloudKitError(.notFound, "record '\(lookup.recordName)' does not exist", recordName: lookup.recordName))
+                    }
+                    return .success(
+                        .record(
+                            try self.recordOutput(
+                                row, zone: zone, target: view, desiredKeys: lookup.desiredKeys ?? request.desiredKeys,
+                                numbersAsStrings: request.numbersAsStrings)))
+                })
+        }
+    }
+
+    /// `changes/database` of the shared database. Its token lists the zones the caller saw and
+    /// each one's sequence then (signed, like every token): a zone is reported when its
+    /// sequence moved, when it is new, and as deleted when the caller no longer has it (left,
+    /// removed, or its share deleted), so their cache is purged.
+    func sharedDatabaseChanges(_ target: DatabaseTarget, _ request: DatabaseChangesRequest) async throws -> DatabaseChangesResponse {
+        let user = try target.caller.requireUser(for: "The shared database")
+        var seen: [SharedZoneToken.Zone] = []
+        if let text = request.syncToken {
+            seen = try SharedZoneToken.decode(text, key: keys.syncTokens, userRecordName: user.recordName).zones
+        }
+        let zones = try await sharedZones(target)
+        let rows: [(SharedZone, ZoneRow)] = try await storage.read { tx in
+            try zones.compactMap { shared in try self.sharedZoneRow(shared, tx: tx).map { (shared, $0.1) } }
+        }
+        var entries: [ZoneEntry] = []
+        var now: [SharedZoneToken.Zone] = []
+        for (shared, zone) in rows {
+            let current = SharedZoneToken.Zone(owner: shared.ownerRecordName, zoneName: zone.name, zoneID: zone.id, sequence: zone.changeSequence)
+            now.append(current)
+            let before = seen.first { $0.owner == current.owner && $0.zoneName == current.zoneName }
+            if before == nil || before?.zoneID != current.zoneID || (before?.sequence ?? 0) < current.sequence {
+                entries.append(.zone(zoneOutput(zone, target: target.viewingZones(of: shared.ownerRecordName))))
+            }
+        }
+        for gone in seen where !now.contains(where: { $0.owner == gone.owner && $0.zoneName == gone.zoneName }) {
+            entries.append(.deleted(wireZoneID(name: gone.zoneName, owner: gone.owner)))
+        }
+        let token = SharedZoneToken(userRecordName: user.recordName, zones: now).encoded(key: keys.syncTokens)
+        return DatabaseChangesResponse(zones: entries, syncToken: token, moreComing: false)
+    }
+}
+
+extension ShareState {
+    /// The reserved field of a record that left a share (moved out of its hierarchy, or deleted
+    /// in it): that share's name, so its participants hear the record go.
+    static let leftField = Names.reservedFieldPrefix + "leftShare"
+
+    static func leftShare(_ fields: RecordCodec.Fields) -> String? {
+        guard case .string(let name)? = fields.first(where: { $0.name == leftField })?.value else { return nil }
+        return name
+    }
+}

@@ -1,0 +1,145 @@
+import Foundation
+import NimbusStorage
+import NimbusTestSupport
+import NimbusWire
+import Testing
+
+/// The shared database with three users over real HTTP (issue 19, docs/sharing.md): what a
+/// participant sees of the owner's zone, writes by permission, change feeds that follow a
+/// child added later, one moved out and one deleted, and the zone going when the share does.
+@Suite struct SharedDatabaseTests {
+    /// A zone ID in the shared database: the owner's zone.
+    static func zone(_ name: String, of owner: APIClient) -> JSON {
+        ["zoneName": .string(name), "ownerRecordName": .string(owner.userRecordName ?? "")]
+    }
+
+    static func changes(_ client: APIClient, _ zone: String, of owner: APIClient, token: String? = nil) async throws -> (names: [String: Bool], token: String?) {
+        var request: JSONObject = ["zoneID": Self.zone(zone, of: owner)]
+        if let token { request["syncToken"] = .string(token) }
+        let answer = try await client.post("shared", "changes/zone", ["zones": [.object(request)]])
+        let entry = answer.json["zones"]?[0]
+        var names: [String: Bool] = [:]
+        for record in entry?["records"]?.arrayValue ?? [] {
+            if let name = record["recordName"]?.stringValue { names[name] = record["deleted"] == true }
+        }
+        return (names, entry?["syncToken"]?.stringValue)
+    }
+
+    static func child(_ name: String, of parent: String?, type: String = "Day") -> JSON {
+        var record: JSONObject = ["recordName": .string(name), "recordType": .string(type), "fields": ["title": ["value": .string(name)]]]
+        record["parent"] = parent.map { ["recordName": .string($0)] } ?? .null
+        return Op.make("forceUpdate", .object(record))
+    }
+
+    @Test func participantsSeeAndWriteWhatTheShareCoversAndHearItChange() async throws {
+        try await TestServer.with { server in
+            let (ann, bob, carol) = try await ShareTests.people(server)
+            #expect(try await ann.modify(zone: "Trip", [Self.child("day1", of: "plan"), Self.child("notes", of: nil, type: "Note")]).status == 200)
+            let saved = try await ann.modify(
+                zone: "Trip",
+                [
+                    ShareTests.share(
+                        "trip-share", forRecord: ("plan", nil),
+                        participants: [ShareTests.invite(email: "bob@example.com", permission: "READ_WRITE"), ShareTests.invite(phone: "+15550100200")])
+                ])
+            let guid = try #require(saved.records.first?["shortGUID"]?.stringValue, "\(saved.text)")
+            // Before accepting, nothing is shared with Bob.
+            #expect(try await bob.get("shared", "zones/list").zones.isEmpty)
+            for person in [bob, carol] {
+                #expect(try await ShareTests.resolve(person, [guid], accept: true).json["results"]?[0]?["participantStatus"] == "ACCEPTED")
+            }
+
+            // The zone appears in Bob's shared database, under Ann's name.
+            let zones = try await bob.get("shared", "zones/list")
+            #expect(zones.zones.count == 1 && zones.zones.first?["zoneID"]?["ownerRecordName"]?.stringValue == ann.userRecordName, "\(zones.text)")
+            let firstDatabase = try await bob.post("shared", "changes/database", [:])
+            #expect(firstDatabase.json["zones"]?.arrayValue?.count == 1, "\(firstDatabase.text)")
+            let databaseToken = try #require(firstDatabase.json["syncToken"]?.stringValue)
+
+            // He sees the hierarchy and the share, not the zone's other records.
+            let lookup = try await bob.lookup("shared", zone: nil, ["plan", "day1", "notes"], extra: ["zoneID": Self.zone("Trip", of: ann)])
+            #expect(lookup.records.map { $0.errorCode } == [nil, nil, "NOT_FOUND"], "\(lookup.text)")
+            #expect(lookup.records.first?["zoneID"]?["ownerRecordName"]?.stringValue == ann.userRecordName)
+            var (names, token) = try await Self.changes(bob, "Trip", of: ann)
+            #expect(Set(names.keys) == ["plan", "day1", "trip-share"], "\(names)")
+            let query = try await bob.post("shared", "records/query", ["zoneID": Self.zone("Trip", of: ann), "query": ["recordType": "Day"]])
+            #expect(query.records.compactMap { $0["recordName"]?.stringValue } == ["day1"], "\(query.text)")
+            let noteQuery = try await bob.post("shared", "records/query", ["zoneID": Self.zone("Trip", of: ann), "query": ["recordType": "Note"]])
+            #expect(noteQuery.records.isEmpty)
+
+            // Bob writes (READ_WRITE) inside the hierarchy: it lands in Ann's zone as his change.
+            let written = try await bob.modify("shared", zone: nil, [Self.child("day2", of: "plan")], extra: ["zoneID": Self.zone("Trip", of: ann)])
+            #expect(written.records.first?.errorCode == nil, "\(written.text)")
+            let inAnns = try #require(try await ann.lookup(zone: "Trip", ["day2"]).records.first)
+            #expect(inAnns["created"]?["userRecordName"]?.stringValue == bob.userRecordName)
+            let outside = try await bob.modify("shared", zone: nil, [Self.child("loose", of: nil)], extra: ["zoneID": Self.zone("Trip", of: ann)])
+            #expect(outside.records.first?.errorCode == "ACCESS_DENIED", "\(outside.text)")
+            let hidden = try await bob.modify("shared", zone: nil, [Self.child("notes", of: nil, type: "Note")], extra: ["zoneID": Self.zone("Trip", of: ann)])
+            #expect(hidden.records.first?.errorCode == "NOT_FOUND", "\(hidden.text)")
+            let shareEdit = try await bob.modify("shared", zone: nil, [Op.forceDelete("trip-share")], extra: ["zoneID": Self.zone("Trip", of: ann)])
+            #expect(shareEdit.records.first?.errorCode == "ACCESS_DENIED", "\(shareEdit.text)")
+            // Carol reads only.
+            let readOnly = try await carol.modify("shared", zone: nil, [Self.child("day1", of: "plan")], extra: ["zoneID": Self.zone("Trip", of: ann)])
+            #expect(readOnly.records.first?.errorCode == "ACCESS_DENIED" && readOnly.records.first?["reason"]?.stringValue?.contains("read-only") == true)
+            #expect(try await ann.lookup(zone: "Trip", ["day1"]).records.first?["modified"]?["userRecordName"]?.stringValue == ann.userRecordName)
+
+            // Ann adds a child, moves one out, deletes another: Bob's feed follows.
+            #expect(try await ann.modify(zone: "Trip", [Self.child("day3", of: "plan"), Self.child("day1", of: nil)]).status == 200)
+            #expect(try await ann.modify(zone: "Trip", [Op.forceDelete("day2"), Op.forceDelete("notes")]).status == 200)
+            (names, token) = try await Self.changes(bob, "Trip", of: ann, token: token)
+            #expect(names == ["day3": false, "day1": true, "day2": true], "\(names)")
+            #expect(try await bob.lookup("shared", zone: nil, ["day1"], extra: ["zoneID": Self.zone("Trip", of: ann)]).records.first?.errorCode == "NOT_FOUND")
+            let moved = try await ann.modify(zone: "Trip", [Self.child("day1", of: "plan")])
+            #expect(moved.status == 200)
+            (names, _) = try await Self.changes(bob, "Trip", of: ann, token: token)
+            #expect(names == ["day1": false], "back in the hierarchy: \(names)")
+            let changed = try await bob.post("shared", "changes/database", ["syncToken": .string(databaseToken)])
+            #expect(changed.json["zones"]?[0]?["zoneID"]?["zoneName"] == "Trip", "\(changed.text)")
+            let latest = try #require(changed.json["syncToken"]?.stringValue)
+
+            // Ann deletes the share: the zone leaves Bob's shared database, and his feed says so.
+            #expect(try await ann.modify(zone: "Trip", [Op.forceDelete("trip-share")]).status == 200)
+            #expect(try await bob.get("shared", "zones/list").zones.isEmpty)
+            let gone = try await bob.post("shared", "changes/database", ["syncToken": .string(latest)])
+            #expect(gone.json["zones"]?[0]?["deleted"] == true, "\(gone.text)")
+            let after = try await bob.lookup("shared", zone: nil, ["plan"], extra: ["zoneID": Self.zone("Trip", of: ann)])
+            #expect(after.errorCode == "ZONE_NOT_FOUND" || after.records.first?.errorCode == "ZONE_NOT_FOUND", "\(after.text)")
+        }
+    }
+
+    @Test func aZoneWideShareShowsTheWholeZone() async throws {
+        try await TestServer.with { server in
+            let (ann, bob, _) = try await ShareTests.people(server)
+            #expect(try await ann.createZone("Album").status == 200)
+            #expect(try await ann.modify(zone: "Album", [Self.child("p1", of: nil, type: "Photo"), Self.child("p2", of: "p1", type: "Photo")]).status == 200)
+            let saved = try await ann.modify(
+                zone: "Album", [ShareTests.share("cloudkit.zoneshare", participants: [ShareTests.invite(email: "bob@example.com")])])
+            let guid = try #require(saved.records.first?["shortGUID"]?.stringValue)
+            #expect(try await ShareTests.resolve(bob, [guid], accept: true).json["results"]?[0]?["participantStatus"] == "ACCEPTED")
+            let (names, _) = try await Self.changes(bob, "Album", of: ann)
+            #expect(Set(names.keys) == ["p1", "p2", "cloudkit.zoneshare"], "\(names)")
+            #expect(try await ann.modify(zone: "Album", [Op.forceDelete("p2")]).status == 200)
+            let query = try await bob.post("shared", "records/query", ["zoneID": Self.zone("Album", of: ann), "query": ["recordType": "Photo"]])
+            #expect(query.records.compactMap { $0["recordName"]?.stringValue } == ["p1"], "\(query.text)")
+        }
+    }
+
+    @Test func theSharedDatabaseRefusesWhatItDoesNotHold() async throws {
+        try await TestServer.with { server in
+            let (ann, bob, _) = try await ShareTests.people(server)
+            let noOwner = try await bob.lookup("shared", zone: nil, ["plan"], extra: ["zoneID": ["zoneName": "Trip"]])
+            #expect(noOwner.errorCode == "ZONE_NOT_FOUND" && noOwner.reason.contains("ownerRecordName"), "\(noOwner.text)")
+            let defaultZone = try await bob.lookup("shared", zone: nil, ["plan"])
+            #expect(defaultZone.errorCode == "ZONE_NOT_FOUND" && defaultZone.reason.contains("no default zone"), "\(defaultZone.text)")
+            let notShared = try await bob.lookup("shared", zone: nil, ["plan"], extra: ["zoneID": Self.zone("Trip", of: ann)])
+            #expect(notShared.errorCode == "ZONE_NOT_FOUND", "\(notShared.text)")
+            let zoneWide = try await bob.post("shared", "records/query", ["zoneWide": true, "query": ["recordType": "Plan"]])
+            #expect(zoneWide.status == 400, "\(zoneWide.text)")
+            let token = try await bob.post("shared", "changes/database", ["syncToken": "S1.garbage.more"])
+            #expect(token.status == 400, "\(token.text)")
+            let annToken = try #require(try await ann.post("shared", "changes/database", [:]).json["syncToken"]?.stringValue)
+            let stolen = try await bob.post("shared", "changes/database", ["syncToken": .string(annToken)])
+            #expect(stolen.status == 400 && stolen.reason.contains("another user"), "\(stolen.text)")
+        }
+    }
+}
