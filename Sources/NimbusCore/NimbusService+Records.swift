@@ -60,7 +60,7 @@ extension NimbusService {
         let quota = try await quota(for: key)
         let invitees = try await invitees(for: request, target: target)
         var batchShares = BatchShares(request)
-        try await prepareShareRegistry(&batchShares, invitees: invitees, request: request, target: target)
+        try await prepareShareRegistry(&batchShares, invitees: invitees, request: request, target: target, shared: shared)
         let zoneWriter = try zoneWriters.enter(key, zone: request.zoneID.zoneName, bound: options.writersPerZone)
         defer { zoneWriters.leave(zoneWriter) }
         let stamp = ChangeStamp(
@@ -171,10 +171,20 @@ extension NimbusService {
                 guard let share = try shared.shows(existing, zone: zone, tx: tx) else {
                     throw CloudKitError(.notFound, "record '\(recordName)' does not exist", recordName: recordName)
                 }
-                try Self.requireWritable(share, recordName: recordName)
+                if existing.recordType == Names.shareRecordType {
+                    // A participant leaves by deleting the share from their shared database.
+                    if type.isDelete {
+                        try leaveShare(existing, caller: target.caller, zone: zone, database: database, stamp: stamp, log: log, tx: tx)
+                        return .deleted(deletedRecord(recordName, recordType: existing.recordType, zone: zone, target: target))
+                    }
+                } else {
+                    try Self.requireWritable(share, recordName: recordName)
+                }
+            } else if input.recordType == Names.shareRecordType {
+                throw CloudKitError(.accessDenied, "shares are made in their owner's private database", recordName: recordName)
             }
-            if input.recordType == Names.shareRecordType || existing?.recordType == Names.shareRecordType || input.share != nil {
-                throw CloudKitError(.accessDenied, "only a share's owner changes the share", recordName: recordName)
+            if input.share != nil {
+                throw CloudKitError(.accessDenied, "only a share's owner links it to its root", recordName: recordName)
             }
         }
 
@@ -276,7 +286,7 @@ extension NimbusService {
         if isShare {
             linkRoot = try applyShare(
                 input, recordName: recordName, existing: existing, existingFields: existingFields, fields: &fields, zone: zone,
-                target: target, invitees: sharing.invitees, batch: sharing.batch, tx: tx)
+                target: target, invitees: sharing.invitees, batch: sharing.batch, asParticipant: sharing.shared != nil, tx: tx)
         } else if let shareName = input.share, shareName != ShareState.sharedBy(fields) {
             try linkToShare(shareName, recordName: recordName, recordType: recordType, fields: &fields, parent: parent, zone: zone,
                 target: target, batch: sharing.batch, tx: tx)
@@ -291,7 +301,7 @@ extension NimbusService {
         if !isShare {
             try noteShareLeft(recordName: recordName, before: existing, fields: &fields, parent: parent, zone: zone, tx: tx)
         }
-        if let shared = sharing.shared {
+        if let shared = sharing.shared, !isShare {
             // A participant's write must stay inside a share they may write to.
             let provisional = RecordRow(
                 zoneID: zone.id, recordName: recordName, recordType: recordType, fields: RecordCodec.encode(fields), parent: parent,

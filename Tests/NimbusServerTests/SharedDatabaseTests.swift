@@ -76,7 +76,9 @@ import Testing
             #expect(outside.records.first?.errorCode == "ACCESS_DENIED", "\(outside.text)")
             let hidden = try await bob.modify("shared", zone: nil, [Self.child("notes", of: nil, type: "Note")], extra: ["zoneID": Self.zone("Trip", of: ann)])
             #expect(hidden.records.first?.errorCode == "NOT_FOUND", "\(hidden.text)")
-            let shareEdit = try await bob.modify("shared", zone: nil, [Op.forceDelete("trip-share")], extra: ["zoneID": Self.zone("Trip", of: ann)])
+            let shareEdit = try await bob.modify(
+                "shared", zone: nil, [ShareTests.share("trip-share", operation: "forceUpdate", publicPermission: "READ_WRITE")],
+                extra: ["zoneID": Self.zone("Trip", of: ann)])
             #expect(shareEdit.records.first?.errorCode == "ACCESS_DENIED", "\(shareEdit.text)")
             // Carol reads only.
             let readOnly = try await carol.modify("shared", zone: nil, [Self.child("day1", of: "plan")], extra: ["zoneID": Self.zone("Trip", of: ann)])
@@ -140,6 +142,66 @@ import Testing
             let annToken = try #require(try await ann.post("shared", "changes/database", [:]).json["syncToken"]?.stringValue)
             let stolen = try await bob.post("shared", "changes/database", ["syncToken": .string(annToken)])
             #expect(stolen.status == 400 && stolen.reason.contains("another user"), "\(stolen.text)")
+        }
+    }
+}
+
+extension SharedDatabaseTests {
+    @Test func administratorsManageParticipantsAndAnyoneMayLeave() async throws {
+        try await TestServer.with { server in
+            let (ann, bob, carol) = try await ShareTests.people(server)
+            let dave = try await IdentityTests.person(server, "dave", email: "dave@example.com")
+            let saved = try await ann.modify(
+                zone: "Trip",
+                [
+                    ShareTests.share(
+                        "trip-share", forRecord: ("plan", nil),
+                        participants: [
+                            ShareTests.invite(email: "bob@example.com", permission: "READ_ONLY", type: "ADMINISTRATOR"),
+                            ShareTests.invite(phone: "+15550100200"),
+                        ])
+                ])
+            let guid = try #require(saved.records.first?["shortGUID"]?.stringValue, "\(saved.text)")
+            for person in [bob, carol] { _ = try await ShareTests.resolve(person, [guid], accept: true) }
+            let zone = Self.zone("Trip", of: ann)
+            func share(as client: APIClient) async throws -> JSON {
+                try #require(try await client.lookup("shared", zone: nil, ["trip-share"], extra: ["zoneID": zone]).records.first)
+            }
+
+            // Bob, an administrator, adds Dave and removes Carol.
+            let seen = try await share(as: bob)
+            #expect(seen["participants"]?.arrayValue?.count == 3, "an administrator sees everyone: \(seen)")
+            let kept = (seen["participants"]?.arrayValue ?? []).filter { $0["userIdentity"]?["userRecordName"]?.stringValue != carol.userRecordName }
+            let edited = try await bob.modify(
+                "shared", zone: nil,
+                [ShareTests.share("trip-share", operation: "update", tag: seen.changeTag, participants: kept + [ShareTests.invite(email: "dave@example.com")])],
+                extra: ["zoneID": zone])
+            let after = try #require(edited.records.first, "\(edited.text)")
+            #expect(after.errorCode == nil, "\(edited.text)")
+            let names = Set((after["participants"]?.arrayValue ?? []).compactMap { $0["userIdentity"]?["userRecordName"]?.stringValue })
+            #expect(names == [ann.userRecordName!, bob.userRecordName!, dave.userRecordName!], "\(after)")
+            #expect(try await carol.get("shared", "zones/list").zones.isEmpty, "Carol was removed")
+            #expect(try await ShareTests.resolve(dave, [guid], accept: true).json["results"]?[0]?["participantStatus"] == "ACCEPTED")
+            // He cannot remove the owner.
+            let current = try await share(as: bob)
+            let withoutOwner = (current["participants"]?.arrayValue ?? []).filter { $0["type"] != "OWNER" }
+            let coup = try await bob.modify(
+                "shared", zone: nil, [ShareTests.share("trip-share", operation: "update", tag: current.changeTag, participants: withoutOwner)],
+                extra: ["zoneID": zone])
+            #expect(coup.records.first?["participants"]?.arrayValue?.contains { $0["type"] == "OWNER" } == true, "the owner is always kept: \(coup.text)")
+
+            // Dave, a plain participant, cannot change the share; he leaves by deleting it.
+            let daves = try await share(as: dave)
+            #expect(daves["participants"]?.arrayValue?.count == 2, "the owner and himself")
+            let refused = try await dave.modify(
+                "shared", zone: nil, [ShareTests.share("trip-share", operation: "update", tag: daves.changeTag, publicPermission: "READ_WRITE")],
+                extra: ["zoneID": zone])
+            #expect(refused.records.first?.errorCode == "ACCESS_DENIED", "\(refused.text)")
+            let left = try await dave.modify("shared", zone: nil, [Op.forceDelete("trip-share")], extra: ["zoneID": zone])
+            #expect(left.records.first?["deleted"] == true, "\(left.text)")
+            #expect(try await dave.get("shared", "zones/list").zones.isEmpty)
+            let remaining = try #require(try await ann.lookup(zone: "Trip", ["trip-share"]).records.first)
+            #expect(remaining["participants"]?.arrayValue?.count == 2, "the share stays for the others: \(remaining)")
         }
     }
 }

@@ -176,9 +176,21 @@ extension NimbusService {
     /// Registers a short GUID for each share the request may create and notes each invitee
     /// matched to a user as a member, before the write: a crash after leaves the registry a
     /// superset of the truth, which readers check against the share records.
-    func prepareShareRegistry(_ batch: inout BatchShares, invitees: Invitees, request: RecordsModifyRequest, target: DatabaseTarget)
-        async throws
-    {
+    func prepareShareRegistry(
+        _ batch: inout BatchShares, invitees: Invitees, request: RecordsModifyRequest, target: DatabaseTarget, shared: SharedZone?
+    ) async throws {
+        if let shared {
+            // An administrator's edit: the share exists; whoever it may admit is noted.
+            for operation in request.operations where operation.record.participants != nil {
+                guard let name = operation.record.recordName else { continue }
+                var location = shared.location
+                location.recordName = name
+                for case .user(let member, _) in invitees.byLookup.values where member != shared.ownerRecordName {
+                    try await storage.shares.addMember(member, to: location)
+                }
+            }
+            return
+        }
         guard target.scope == .private, let user = target.caller.user, !batch.shares.isEmpty else { return }
         for name in batch.shares.sorted() {
             let location = ShareLocation(

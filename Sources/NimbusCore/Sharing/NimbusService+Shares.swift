@@ -41,7 +41,7 @@ extension NimbusService {
     func invitees(for request: RecordsModifyRequest, target: DatabaseTarget) async throws -> Invitees {
         var invitees = Invitees()
         let participants = request.operations.flatMap { $0.record.participants ?? [] }
-        guard target.scope == .private, let user = target.caller.user,
+        guard target.scope != .public, let user = target.caller.user,
             participants.isEmpty == false || request.operations.contains(where: { $0.record.recordType == Names.shareRecordType })
         else { return invitees }
         var lookups: [(UserLookupInfo, [UserLookup])] = []
@@ -86,8 +86,14 @@ extension NimbusService {
     func applyShare(
         _ input: RecordInput, recordName: String, existing: RecordRow?, existingFields: RecordCodec.Fields,
         fields: inout RecordCodec.Fields, zone: ZoneRow, target: DatabaseTarget, invitees: Invitees, batch: BatchShares,
-        tx: any StorageWriter
+        asParticipant: Bool = false, tx: any StorageWriter
     ) throws -> String? {
+        if asParticipant {
+            try applyShareAsAdministrator(
+                input, recordName: recordName, existingFields: existingFields, fields: &fields, caller: target.caller,
+                invitees: invitees)
+            return nil
+        }
         guard target.scope == .private, zone.name != Names.defaultZone else {
             throw CloudKitError(
                 .badRequest,
@@ -154,6 +160,66 @@ extension NimbusService {
     /// The participants a save leaves: the owner always, first; with `sent` (the share's whole
     /// list, as clients send it) the others are those sent, matched to who they were by
     /// `participantId` or user; without it, as they were.
+    /// A change to a share by one of its participants, in their shared database: an
+    /// administrator may add and remove participants other than the owner and administrators,
+    /// and set `publicPermission`; anyone else only leaves (by deleting the share).
+    private func applyShareAsAdministrator(
+        _ input: RecordInput, recordName: String, existingFields: RecordCodec.Fields, fields: inout RecordCodec.Fields,
+        caller: Caller, invitees: Invitees
+    ) throws {
+        guard var state = try ShareState(fields: existingFields),
+            let me = state.participant(userRecordName: caller.user?.recordName), me.type == .administrator
+        else {
+            throw CloudKitError(
+                .accessDenied,
+                "only the share's owner and administrators change it; a participant leaves by deleting the share from their shared database",
+                recordName: recordName)
+        }
+        if let permission = input.publicPermission {
+            guard permission != .unknown else {
+                throw CloudKitError(.badRequest, "publicPermission: UNKNOWN cannot be set; use NONE, READ_ONLY or READ_WRITE", recordName: recordName)
+            }
+            state.publicPermission = permission
+        }
+        if input.participants != nil {
+            let after = try participantsAfterSave(input.participants, previous: state.participants, invitees: invitees, recordName: recordName)
+            // The owner and every other administrator stay as they were.
+            for kept in state.participants where kept.type == .owner || (kept.type == .administrator && kept.participantId != me.participantId) {
+                guard after.contains(kept) else {
+                    throw CloudKitError(
+                        .accessDenied, "an administrator cannot remove or change the owner or another administrator", recordName: recordName)
+                }
+            }
+            if let promoted = after.first(where: { $0.type == .administrator && !state.participants.contains($0) }) {
+                throw CloudKitError(
+                    .accessDenied,
+                    "only the owner makes administrators (\(promoted.userIdentity.lookupInfo?.emailAddress ?? promoted.participantId ?? "a participant"))",
+                    recordName: recordName)
+            }
+            state.participants = after
+        }
+        if state.publicPermission == .none { state.participants.removeAll { $0.type == .publicUser } }
+        for (key, value) in input.otherKeys.pairs { state.otherKeys[key] = value }
+        state.write(into: &fields)
+    }
+
+    /// A participant leaving: they are taken off the share, which stays for everyone else.
+    func leaveShare(
+        _ share: RecordRow, caller: Caller, zone: ZoneRow, database: DatabaseRow, stamp: ChangeStamp, log: ChangeLog,
+        tx: any StorageWriter
+    ) throws {
+        var fields = try RecordCodec.decode(share.fields)
+        guard var state = try ShareState(fields: fields), let me = caller.user?.recordName else { return }
+        state.participants.removeAll { $0.userIdentity.userRecordName == me && $0.type != .owner }
+        state.write(into: &fields)
+        var row = share
+        row.fields = RecordCodec.encode(fields)
+        row.changeSequence = try nextChange(in: zone, of: database, tx: tx)
+        row.modified = stamp
+        _ = try tx.putRecord(row, isNew: false)
+        log.recordChanged(zone: zone, before: share, after: row)
+    }
+
     private func participantsAfterSave(
         _ sent: [ShareParticipant]?, previous: [ShareParticipant], invitees: Invitees, recordName: String
     ) throws -> [ShareParticipant] {
