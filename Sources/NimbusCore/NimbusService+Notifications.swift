@@ -126,7 +126,16 @@ extension NimbusService {
     func queueForMatching(_ committed: CommittedChanges?, at time: Int64, tx: any StorageWriter) throws -> Bool {
         guard let committed else { return false }
         try refreshSubscriptionIndex(tx)
-        return try notificationHub.enqueue(committed, at: time, tx: tx)
+        var queued = try notificationHub.enqueue(committed, at: time, tx: tx)
+        // A change in a shared zone is also a change in each participant's shared database.
+        if committed.database.key.scope == .private,
+            notificationHub.index.withLock({ $0.watchesSharedDatabases(of: committed.database.key) })
+        {
+            for mirrored in try sharedDatabaseChanges(mirroring: committed, tx: tx) {
+                queued = try notificationHub.enqueue(mirrored, at: time, tx: tx) || queued
+            }
+        }
+        return queued
     }
 
     /// What one drain transaction did.

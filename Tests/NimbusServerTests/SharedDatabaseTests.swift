@@ -205,3 +205,38 @@ extension SharedDatabaseTests {
         }
     }
 }
+
+extension SharedDatabaseTests {
+    @Test func aSharedDatabaseSubscriptionHearsChangesInAcceptedSharesOnly() async throws {
+        try await TestServer.with { server in
+            let (ann, bob, _) = try await ShareTests.people(server)
+            #expect(try await ann.modify(zone: "Trip", [Self.child("notes", of: nil, type: "Note")]).status == 200)
+            let saved = try await ann.modify(
+                zone: "Trip", [ShareTests.share("trip-share", forRecord: ("plan", nil), participants: [ShareTests.invite(email: "bob@example.com")])])
+            let guid = try #require(saved.records.first?["shortGUID"]?.stringValue)
+            #expect(try await ShareTests.resolve(bob, [guid], accept: true).json["results"]?[0]?["participantStatus"] == "ACCEPTED")
+            let device = bob.onDevice("bobs-phone")
+            try await NotificationTests.subscribe(
+                device, ["subscriptionID": "shared-db", "subscriptionType": "database", "notificationInfo": ["shouldSendContentAvailable": true]],
+                in: "shared")
+            let listener = try await NotificationListener.connect(device)
+            defer { listener.close() }
+
+            // A change outside the share: Bob hears nothing.
+            #expect(try await ann.modify(zone: "Trip", [Self.child("notes", of: nil, type: "Note")]).status == 200)
+            #expect(await listener.nothing(within: 0.5))
+            // A change inside it: his shared database subscription fires.
+            #expect(try await ann.modify(zone: "Trip", [Self.child("day1", of: "plan")]).status == 200)
+            let frame = try await listener.next(within: 5)
+            #expect(frame["payload"]?["ck"]?["met"]?["sid"] == "shared-db", "\(frame)")
+            #expect(frame["payload"]?["ck"]?["met"]?["dbs"] == 3, "the shared database: \(frame)")
+            // Removing him is a change he hears of, and after it nothing more.
+            let share = try #require(try await ann.lookup(zone: "Trip", ["trip-share"]).records.first)
+            let owner = (share["participants"]?.arrayValue ?? []).filter { $0["type"] == "OWNER" }
+            #expect(try await ann.modify(zone: "Trip", [ShareTests.share("trip-share", operation: "update", tag: share.changeTag, participants: owner)]).status == 200)
+            _ = try await listener.next(within: 5)
+            #expect(try await ann.modify(zone: "Trip", [Self.child("day2", of: "plan")]).status == 200)
+            #expect(await listener.nothing(within: 0.5))
+        }
+    }
+}

@@ -88,6 +88,16 @@ struct SubscriptionIndex: Sendable {
 
     private var databases: [Int64: DatabaseFiling] = [:]
     private(set) var count = 0
+    /// Subscriptions in shared databases, by container and environment: a write in a private
+    /// database is looked at for its participants only where some exist (docs/sharing.md).
+    private var sharedSubscriptions: [String: Int] = [:]
+
+    private static func sharedKey(_ database: DatabaseKey) -> String {
+        "\(database.container)\u{0}\(database.environment.rawValue)"
+    }
+
+    /// Whether anyone subscribes in a shared database of the container's environment.
+    func watchesSharedDatabases(of database: DatabaseKey) -> Bool { sharedSubscriptions[Self.sharedKey(database)] != nil }
 
     init() {}
 
@@ -105,6 +115,7 @@ struct SubscriptionIndex: Sendable {
     mutating func insert(_ subscription: Subscription) {
         remove(databaseID: subscription.databaseID, key: subscription.key)
         count += 1
+        if subscription.database.scope == .shared { sharedSubscriptions[Self.sharedKey(subscription.database), default: 0] += 1 }
         let key = subscription.key
         // Taken out of the dictionary while it changes, so the change happens in place (a
         // copy left behind would make every insert copy the whole filing).
@@ -134,6 +145,10 @@ struct SubscriptionIndex: Sendable {
             let subscription = filing.all.removeValue(forKey: key)
         else { return false }
         count -= 1
+        if subscription.database.scope == .shared {
+            let shared = Self.sharedKey(subscription.database)
+            sharedSubscriptions[shared] = (sharedSubscriptions[shared] ?? 1) > 1 ? sharedSubscriptions[shared]! - 1 : nil
+        }
         switch subscription.type {
         case .database:
             filing.database[key] = nil

@@ -154,6 +154,7 @@ extension NimbusService {
             } else {
                 throw CloudKitError(.accessDenied, "your invitation to this share was withdrawn while you accepted it")
             }
+            state.memberIDs[user.recordName] = user.id
             state.write(into: &fields)
             let log = ChangeLog()
             var row = found.share
@@ -185,7 +186,7 @@ extension NimbusService {
                 guard let name = operation.record.recordName else { continue }
                 var location = shared.location
                 location.recordName = name
-                for case .user(let member, _) in invitees.byLookup.values where member != shared.ownerRecordName {
+                for case .user(let member, _, _) in invitees.byLookup.values where member != shared.ownerRecordName {
                     try await storage.shares.addMember(member, to: location)
                 }
             }
@@ -199,7 +200,7 @@ extension NimbusService {
             var guid = ShareState.newShortGUID()
             while try await !storage.shares.registerShortGUID(guid, for: location) { guid = ShareState.newShortGUID() }
             batch.guidByShare[name] = guid
-            for case .user(let member, _) in invitees.byLookup.values where member != user.recordName {
+            for case .user(let member, _, _) in invitees.byLookup.values where member != user.recordName {
                 try await storage.shares.addMember(member, to: location)
             }
         }

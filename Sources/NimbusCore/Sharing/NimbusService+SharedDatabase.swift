@@ -196,6 +196,63 @@ extension NimbusService {
     }
 }
 
+extension NimbusService {
+    /// The changes of a commit in a private database as each participant's shared database
+    /// sees them: for every zone it touched that is shared, the records a participant's
+    /// accepted shares let them see (or see go). One entry per participant with any.
+    func sharedDatabaseChanges(mirroring committed: CommittedChanges, tx: any StorageReader) throws -> [CommittedChanges] {
+        let key = committed.database.key
+        guard let owner = try tx.database(key) else { return [] }
+        var byParticipant: [Int64: [RecordChange]] = [:]
+        for zoneName in Set(committed.records.map(\.zoneName)) where zoneName != Names.defaultZone {
+            guard let zone = try tx.zone(databaseID: owner.id, name: zoneName) else { continue }
+            let states = try tx.recordChanges(zoneID: zone.id, after: 0, recordTypes: [Names.shareRecordType], limit: Limits.resultsPerPage.value)
+                .filter { !$0.isDeleted }.compactMap { row in try ShareState(fields: RecordCodec.decode(row.fields)).map { (row.recordName, $0) } }
+                + committed.records.compactMap { change in
+                    // A share as it was before this commit still tells those it dropped (its
+                    // deletion, a participant removed) of the change.
+                    guard change.zoneName == zoneName, let before = change.before, before.recordType == Names.shareRecordType
+                    else { return nil }
+                    return try ShareState(fields: RecordCodec.decode(before.fields)).map { (before.recordName, $0) }
+                }
+            var accepted: [Int64: [AcceptedShare]] = [:]
+            for (name, state) in states {
+                for participant in state.participants where participant.type != .owner && participant.acceptanceStatus == .accepted {
+                    guard let member = participant.userIdentity.userRecordName, let id = state.memberIDs[member],
+                        accepted[id]?.contains(where: { $0.name == name }) != true
+                    else { continue }
+                    accepted[id, default: []].append(
+                        AcceptedShare(name: name, rootRecordName: state.rootRecordName, permission: participant.permission ?? .readOnly))
+                }
+            }
+            for (id, shares) in accepted {
+                let view = SharedZone(
+                    location: ShareLocation(
+                        container: key.container, environment: key.environment, ownerID: key.ownerID, ownerRecordName: "",
+                        zoneName: zoneName, recordName: ""),
+                    shares: shares)
+                let visible = try committed.records.filter { change in
+                    guard change.zoneName == zoneName else { return false }
+                    if let before = change.before, before.recordType == Names.shareRecordType, shares.contains(where: { $0.name == before.recordName }) {
+                        return true
+                    }
+                    for row in [change.after, change.before].compactMap({ $0 }) where try view.appearance(of: row, zone: zone, tx: tx) != .hidden {
+                        return true
+                    }
+                    return false
+                }
+                byParticipant[id, default: []] += visible
+            }
+        }
+        return try byParticipant.compactMap { id, records in
+            guard !records.isEmpty,
+                let shared = try tx.database(DatabaseKey(container: key.container, environment: key.environment, scope: .shared, ownerID: id))
+            else { return nil }
+            return CommittedChanges(database: shared, deviceID: committed.deviceID, records: records, zones: [])
+        }
+    }
+}
+
 extension ShareState {
     /// The reserved field of a record that left a share (moved out of its hierarchy, or deleted
     /// in it): that share's name, so its participants hear the record go.

@@ -10,7 +10,7 @@ extension NimbusService {
     /// (the directory is not part of the records' transaction).
     struct Invitees: Sendable {
         enum Match: Sendable {
-            case user(recordName: String, nameComponents: NameComponents)
+            case user(recordName: String, userID: Int64, nameComponents: NameComponents)
             /// The lookup info names several users (an email address of one, a phone number of
             /// another): refused rather than guessed.
             case ambiguous([String])
@@ -71,7 +71,8 @@ extension NimbusService {
             if found.count > 1 {
                 invitees.byLookup[info] = .ambiguous(found.keys.sorted())
             } else if let entry = found.values.first {
-                invitees.byLookup[info] = .user(recordName: entry.member.userRecordName, nameComponents: entry.profile.nameComponents)
+                invitees.byLookup[info] = .user(
+                    recordName: entry.member.userRecordName, userID: entry.member.userID, nameComponents: entry.profile.nameComponents)
             }
         }
         let me = matches(ownerLookup).first
@@ -150,10 +151,11 @@ extension NimbusService {
         if publicPermission == .none { participants.removeAll { $0.type == .publicUser } }
         var otherKeys = previous?.otherKeys ?? [:]
         for (key, value) in input.otherKeys.pairs { otherKeys[key] = value }
-        ShareState(
+        var state = ShareState(
             shortGUID: previous?.shortGUID ?? batch.guidByShare[recordName] ?? ShareState.newShortGUID(), publicPermission: publicPermission,
-            participants: participants, rootRecordName: root, otherKeys: otherKeys
-        ).write(into: &fields)
+            participants: participants, rootRecordName: root, otherKeys: otherKeys)
+        state.memberIDs = Self.memberIDs(previous?.memberIDs ?? [:], invitees: invitees, caller: target.caller)
+        state.write(into: &fields)
         return linkRoot
     }
 
@@ -200,7 +202,17 @@ extension NimbusService {
         }
         if state.publicPermission == .none { state.participants.removeAll { $0.type == .publicUser } }
         for (key, value) in input.otherKeys.pairs { state.otherKeys[key] = value }
+        state.memberIDs = Self.memberIDs(state.memberIDs, invitees: invitees, caller: caller)
         state.write(into: &fields)
+    }
+
+    /// The user ids known for a share's people: those kept, the invitees matched to users, and
+    /// the saver.
+    static func memberIDs(_ kept: [String: Int64], invitees: Invitees, caller: Caller) -> [String: Int64] {
+        var ids = kept
+        for case .user(let name, let id, _) in invitees.byLookup.values { ids[name] = id }
+        if let user = caller.user { ids[user.recordName] = user.id }
+        return ids
     }
 
     /// A participant leaving: they are taken off the share, which stays for everyone else.
@@ -262,7 +274,7 @@ extension NimbusService {
                     .badRequest,
                     "\(path).userIdentity.lookupInfo names \(names.count) different users (\(names.joined(separator: ", "))); invite each by one email address, phone number or user record name",
                     recordName: recordName)
-            case .user(let name, let components)?:
+            case .user(let name, _, let components)?:
                 if name == owner.userIdentity.userRecordName { continue }
                 identity.userRecordName = name
                 identity.nameComponents = components

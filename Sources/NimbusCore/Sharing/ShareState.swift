@@ -12,6 +12,9 @@ struct ShareState: Hashable {
     /// The root record's name; nil for a zone-wide share.
     var rootRecordName: String?
     var otherKeys: JSONObject
+    /// The user ids of the participants matched to users, by user record name: what the
+    /// notification pipeline needs to find their shared databases. Never answered.
+    var memberIDs: [String: Int64] = [:]
 
     /// The reserved field of a share record holding this state.
     static let field = Names.reservedFieldPrefix + "share"
@@ -21,6 +24,7 @@ struct ShareState: Hashable {
     private enum Key {
         static let root = "root"
         static let otherKeys = "otherKeys"
+        static let memberIDs = "ids"
     }
 
     init(
@@ -48,6 +52,9 @@ struct ShareState: Hashable {
         }
         rootRecordName = try reader.string(Key.root)
         otherKeys = try reader.object(Key.otherKeys)?.object ?? [:]
+        for (name, id) in try reader.object(Key.memberIDs)?.object.pairs ?? [] {
+            if let id = id.int64Value { memberIDs[name] = id }
+        }
     }
 
     /// Sets (or replaces) the state in a share record's fields.
@@ -58,6 +65,8 @@ struct ShareState: Hashable {
         ]
         if let rootRecordName { object[Key.root] = .string(rootRecordName) }
         if !otherKeys.pairs.isEmpty { object[Key.otherKeys] = .object(otherKeys) }
+        let ids = memberIDs.filter { name, _ in participants.contains { $0.userIdentity.userRecordName == name } }
+        if !ids.isEmpty { object[Key.memberIDs] = .object(JSONObject(ids.sorted { $0.key < $1.key }.map { ($0.key, .int($0.value)) })) }
         let text = String(decoding: JSON.object(object).serialized(), as: UTF8.self)
         Self.set(Self.field, .string(text), in: &fields)
     }
