@@ -96,6 +96,8 @@ public struct DerivedKeys: Sendable {
     let assetUploads: SymmetricKey
     let assetReceipts: SymmetricKey
     let assetDownloads: SymmetricKey
+    /// The API token of each container's share pages (`NimbusService.sharePageAPIToken`).
+    let sharePages: SymmetricKey
 
     public init(installationSecret: [UInt8]) {
         let secret = SymmetricKey(data: installationSecret)
@@ -109,6 +111,7 @@ public struct DerivedKeys: Sendable {
         assetUploads = derive("asset-uploads v1")
         assetReceipts = derive("asset-receipts v1")
         assetDownloads = derive("asset-downloads v1")
+        sharePages = derive("share-pages v1")
     }
 
     /// A user's record name in a container: `_` + 32 hex, stable, and revealing nothing of

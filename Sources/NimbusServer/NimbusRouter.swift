@@ -20,6 +20,7 @@ enum NimbusRouter {
         router.add(HealthRoutes.routes, parts: parts)
         router.add(CourierRoutes.routes, parts: parts)
         AssetRoutes.addTransfers(to: router, parts: parts)  // the upload and download URLs
+        ShareRoutes.addPage(to: router, parts: parts)  // the page at a share's URL
 
         // Authentication runs in each route of these groups before its handler (`Route.bind`).
         let apiToken = Authentication(service: service, credentials: .apiToken)

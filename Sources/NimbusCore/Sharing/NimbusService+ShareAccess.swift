@@ -1,3 +1,4 @@
+import Crypto
 import NimbusStorage
 import NimbusWire
 
@@ -214,5 +215,39 @@ extension NimbusService {
         for case .success(.record(let record)) in outcome { if let guid = record.sharing?.shortGUID { used.insert(guid) } }
         let unused = batch.guidByShare.values.filter { !used.contains($0) }
         try? await storage.shares.forgetShortGUIDs(Array(unused))
+    }
+}
+
+// MARK: The share page
+
+extension NimbusService {
+    /// What the page at a share's URL needs before anyone signs in: the container and
+    /// environment the GUID leads to, and an API token its script calls the server with. Nil
+    /// for a GUID no share has (the page then says so). Nothing of the share itself: that is
+    /// shown to signed-in participants only, through `records/resolve`.
+    public func sharePage(shortGUID: String) async throws -> (container: String, environment: Environment, apiToken: String)? {
+        guard shortGUID.utf8.count <= 64, let location = try await storage.shares.shareLocation(shortGUID: shortGUID) else { return nil }
+        return (location.container, location.environment, try await sharePageAPIToken(container: location.container, environment: location.environment))
+    }
+
+    /// The API token of a container's share pages: derived from the installation secret, so
+    /// every node and every restart has the same, and registered the first time it is needed.
+    /// API tokens are not secrets (CloudKit JS apps publish theirs in their pages); this one is
+    /// refused like any other when an operator revokes the environment's tokens.
+    func sharePageAPIToken(container: String, environment: Environment) async throws -> String {
+        let mac = HMAC<SHA256>.authenticationCode(for: Array("\(container)\u{0}\(environment.rawValue)".utf8), using: keys.sharePages)
+        let token = Credentials.hex(Array(mac))
+        let hash = Credentials.tokenHash(token)
+        if try await accounts.credentials(apiTokenHash: hash, sessionHash: nil).apiToken != nil { return token }
+        let row = APITokenRow(
+            tokenHash: hash, container: container, environment: environment, createdAt: now, isRevoked: false, allowedOrigins: ["*"],
+            signInCallback: nil)
+        do {
+            _ = try await accounts.createAPIToken(row)
+        } catch {
+            // Another node registered it a moment ago.
+            guard try await accounts.credentials(apiTokenHash: hash, sessionHash: nil).apiToken != nil else { throw error }
+        }
+        return token
     }
 }
