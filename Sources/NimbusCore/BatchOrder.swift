@@ -30,6 +30,7 @@ struct BatchOrder {
         for (index, operation) in operations.enumerated() where !operation.type.isDelete {
             var names = Self.orderingTargets(of: operation.record, zoneName: zoneName)
             if let name = operation.record.recordName, let root = rootByShare[name] { names.append(root) }
+            if let root = operation.record.forRecord?.recordName { names.append(root) }
             let targets = Set(names.compactMap { indexByName[$0] }).subtracting([index])
             for target in targets {
                 dependents[target].append(index)

@@ -5,7 +5,7 @@ import Foundation
 /// The record tracks which keys were set since it came from the server (`changedKeys()`), so
 /// a save sends only what changed, and it keeps the values it came with (its "ancestor"), so a
 /// `serverRecordChanged` error can hand back the three records a three-way merge needs.
-public final class CKRecord: NSObject, NSSecureCoding, NSCopying, @unchecked Sendable {
+public class CKRecord: NSObject, NSSecureCoding, NSCopying, @unchecked Sendable {
     public typealias RecordType = String
     public typealias FieldKey = String
 
@@ -29,6 +29,8 @@ public final class CKRecord: NSObject, NSSecureCoding, NSCopying, @unchecked Sen
     public internal(set) var lastModifiedUserRecordID: CKRecord.ID?
     /// The device that made the last change, as the server reports it.
     public internal(set) var modifiedByDevice: String?
+    /// The share whose root this record is, as the server reports it (docs/sharing.md).
+    public internal(set) var share: Reference?
 
     public init(recordType: RecordType, recordID: CKRecord.ID = CKRecord.ID()) {
         self.recordType = recordType
@@ -155,6 +157,7 @@ public final class CKRecord: NSObject, NSSecureCoding, NSCopying, @unchecked Sen
         creatorUserRecordID = other.creatorUserRecordID
         lastModifiedUserRecordID = other.lastModifiedUserRecordID
         modifiedByDevice = other.modifiedByDevice
+        share = other.share
     }
 
     /// Marks the record as just fetched from the server: its values become the ancestor and
@@ -210,7 +213,7 @@ public final class CKRecord: NSObject, NSSecureCoding, NSCopying, @unchecked Sen
         }
     }
 
-    public init?(coder: NSCoder) {
+    public required init?(coder: NSCoder) {
         guard let type = coder.decodeIfPresent(NSString.self, forKey: "recordType"),
             let recordID = coder.decodeIfPresent(CKRecord.ID.self, forKey: "recordID")
         else { return nil }

@@ -127,7 +127,11 @@ enum WireRecordCoder {
     /// A record dictionary from the server as a `CKRecord`, with nothing marked changed.
     static func record(_ wire: RecordOutput, zoneID: CKRecordZone.ID?, currentUser: String?) throws(CKError) -> CKRecord {
         let zone = zoneID ?? self.zoneID(wire.zoneID, currentUser: currentUser)
-        let record = CKRecord(recordType: wire.recordType, recordID: CKRecord.ID(recordName: wire.recordName, zoneID: zone))
+        let recordID = CKRecord.ID(recordName: wire.recordName, zoneID: zone)
+        let record =
+            wire.recordType == Names.shareRecordType
+            ? CKShare(recordID: recordID, facts: wire.sharing, currentUser: currentUser)
+            : CKRecord(recordType: wire.recordType, recordID: recordID)
         for (key, value) in try decodeFields(wire.fields, zoneID: zone, currentUser: currentUser) {
             record.setObject(value, forKey: key)
         }
@@ -142,6 +146,7 @@ enum WireRecordCoder {
             record.modifiedByDevice = modified.deviceID
         }
         let parent = wire.parent.map { CKRecord.Reference(recordID: CKRecord.ID(recordName: $0, zoneID: zone), action: .none) }
+        record.share = wire.share.map { CKRecord.Reference(recordID: CKRecord.ID(recordName: $0, zoneID: zone), action: .none) }
         record.markFetchedFromServer(parent: parent)
         return record
     }
@@ -170,10 +175,18 @@ enum WireRecordCoder {
         for (key, value) in record.snapshot(keys: keys) {
             fields.append((key, try value.map { value throws(CKError) in try fieldValue(value, key: key).rawField } ?? RawField(value: .null, declaredType: nil)))
         }
-        return RecordInput(
+        var input = RecordInput(
             recordName: record.recordID.recordName, recordType: record.recordType,
             recordChangeTag: includeChangeTag ? record.recordChangeTag : nil, fields: fields,
             parent: record.isParentChanged ? .some(record.parent?.recordID.recordName) : nil)
+        if let share = record as? CKShare {
+            // A share is always sent whole: its participants and public permission.
+            input.participants = share.wireParticipants
+            input.publicPermission = share.publicPermission.wire
+            input.otherKeys = share.otherKeys
+            if !share.wasSavedOnServer, let root = share.rootRecordID { input.forRecord = (root.recordName, nil) }
+        }
+        return input
     }
 
     // MARK: Local archive of fields (NSSecureCoding)
