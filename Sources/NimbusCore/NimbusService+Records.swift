@@ -290,13 +290,17 @@ extension NimbusService {
         } else if let shareName = input.share, shareName != ShareState.sharedBy(fields) {
             try linkToShare(shareName, recordName: recordName, recordType: recordType, fields: &fields, parent: parent, zone: zone,
                 target: target, batch: sharing.batch, tx: tx)
-        } else if parent != existing?.parent, let own = ShareState.sharedBy(fields),
+        } else if parent != existing?.parent, existing != nil,
             let ancestor = try sharedAncestor(recordName: recordName, parent: parent, zone: zone, tx: tx)
         {
-            throw CloudKitError(
-                .alreadyShared,
-                "record '\(recordName)' roots share '\(own)' and cannot move under record '\(ancestor.root)', shared by '\(ancestor.share)'; a record belongs to one share",
-                recordName: recordName)
+            // Moving into a shared hierarchy: nothing moved along may root a share of its own.
+            if let own = ShareState.sharedBy(fields) {
+                throw CloudKitError(
+                    .alreadyShared,
+                    "record '\(recordName)' roots share '\(own)' and cannot move under record '\(ancestor.root)', shared by '\(ancestor.share)'; a record belongs to one share",
+                    recordName: recordName)
+            }
+            try requireNoSharedDescendant(of: recordName, except: ancestor.share, zone: zone, tx: tx)
         }
         if !isShare {
             try noteShareLeft(recordName: recordName, before: existing, fields: &fields, parent: parent, zone: zone, tx: tx)

@@ -216,6 +216,16 @@ import Testing
             #expect(try await ann.modify(zone: "Trip", [Self.share("box-share", forRecord: ("box", nil))]).records.first?.errorCode == nil)
             (code, reason) = try await refusal([Op.make("forceUpdate", ["recordName": "plan", "recordType": "Plan", "parent": ["recordName": "box"]])])
             #expect(code == "ALREADY_SHARED" && reason.contains("cannot move under"), "\(reason)")
+            // Nor may a record above a shared root root another share, or carry it into one.
+            #expect(try await ann.modify(zone: "Trip", [
+                Op.create("outer", type: "Box"),
+                Op.make("create", ["recordName": "inner", "recordType": "Box", "parent": ["recordName": "outer"]]),
+            ]).status == 200)
+            #expect(try await ann.modify(zone: "Trip", [Self.share("inner-share", forRecord: ("inner", nil))]).records.first?.errorCode == nil)
+            (code, reason) = try await refusal([Self.share("outer-share", forRecord: ("outer", nil))])
+            #expect(code == "ALREADY_SHARED" && reason.contains("below record 'outer'"), "\(reason)")
+            (code, reason) = try await refusal([Op.make("forceUpdate", ["recordName": "outer", "recordType": "Box", "parent": ["recordName": "box"]])])
+            #expect(code == "ALREADY_SHARED" && reason.contains("below record 'outer'"), "\(reason)")
         }
     }
 

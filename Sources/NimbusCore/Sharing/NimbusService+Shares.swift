@@ -366,6 +366,31 @@ extension NimbusService {
                 "record '\(recordName)' is in the hierarchy of record '\(ancestor.root)', shared by '\(ancestor.share)'; a record belongs to one share",
                 recordName: recordName)
         }
+        try requireNoSharedDescendant(of: recordName, except: shareName, zone: zone, tx: tx)
+    }
+
+    /// Refuses when a record below `recordName` roots a share (other than `except`): the
+    /// records between would belong to two. Found from the zone's shares (few) up their roots'
+    /// parent chains, since records are not indexed by parent.
+    func requireNoSharedDescendant(of recordName: String, except: String?, zone: ZoneRow, tx: any StorageReader) throws {
+        let shares = try tx.recordChanges(zoneID: zone.id, after: 0, recordTypes: [Names.shareRecordType], limit: Limits.resultsPerPage.value)
+        for share in shares where !share.isDeleted && share.recordName != except {
+            guard let root = try ShareState(fields: RecordCodec.decode(share.fields))?.rootRecordName, root != recordName,
+                let row = try tx.record(zoneID: zone.id, name: root), !row.isDeleted
+            else { continue }
+            var next = row.parent
+            var seen: Set<String> = [root]
+            for _ in 0..<Limits.shareDepth.value {
+                guard let name = next, seen.insert(name).inserted else { break }
+                if name == recordName {
+                    throw CloudKitError(
+                        .alreadyShared,
+                        "record '\(root)', below record '\(recordName)', is shared by '\(share.recordName)'; a record belongs to one share",
+                        recordName: recordName)
+                }
+                next = try tx.record(zoneID: zone.id, name: name).flatMap { $0.isDeleted ? nil : $0.parent }
+            }
+        }
     }
 
     /// The nearest record up a record's parent chain (not the record itself) that roots a share.
