@@ -209,18 +209,30 @@ extension SharedDatabaseTests {
 extension SharedDatabaseTests {
     @Test func aSharedDatabaseSubscriptionHearsChangesInAcceptedSharesOnly() async throws {
         try await TestServer.with { server in
-            let (ann, bob, _) = try await ShareTests.people(server)
+            let (ann, bob, carol) = try await ShareTests.people(server)
             #expect(try await ann.modify(zone: "Trip", [Self.child("notes", of: nil, type: "Note")]).status == 200)
             let saved = try await ann.modify(
-                zone: "Trip", [ShareTests.share("trip-share", forRecord: ("plan", nil), participants: [ShareTests.invite(email: "bob@example.com")])])
+                zone: "Trip",
+                [
+                    ShareTests.share(
+                        "trip-share", forRecord: ("plan", nil),
+                        participants: [ShareTests.invite(email: "bob@example.com"), ShareTests.invite(phone: "+15550100200")])
+                ])
             let guid = try #require(saved.records.first?["shortGUID"]?.stringValue)
-            #expect(try await ShareTests.resolve(bob, [guid], accept: true).json["results"]?[0]?["participantStatus"] == "ACCEPTED")
+            for person in [bob, carol] {
+                #expect(try await ShareTests.resolve(person, [guid], accept: true).json["results"]?[0]?["participantStatus"] == "ACCEPTED")
+            }
             let device = bob.onDevice("bobs-phone")
-            try await NotificationTests.subscribe(
-                device, ["subscriptionID": "shared-db", "subscriptionType": "database", "notificationInfo": ["shouldSendContentAvailable": true]],
-                in: "shared")
+            let carols = carol.onDevice("carols-phone")
+            for subscriber in [device, carols] {
+                try await NotificationTests.subscribe(
+                    subscriber,
+                    ["subscriptionID": "shared-db", "subscriptionType": "database", "notificationInfo": ["shouldSendContentAvailable": true]],
+                    in: "shared")
+            }
             let listener = try await NotificationListener.connect(device)
-            defer { listener.close() }
+            let carolsListener = try await NotificationListener.connect(carols)
+            defer { listener.close(); carolsListener.close() }
 
             // A change outside the share: Bob hears nothing.
             #expect(try await ann.modify(zone: "Trip", [Self.child("notes", of: nil, type: "Note")]).status == 200)
@@ -230,13 +242,22 @@ extension SharedDatabaseTests {
             let frame = try await listener.next(within: 5)
             #expect(frame["payload"]?["ck"]?["met"]?["sid"] == "shared-db", "\(frame)")
             #expect(frame["payload"]?["ck"]?["met"]?["dbs"] == 3, "the shared database: \(frame)")
+            let carolsFrame = try await carolsListener.next(within: 5)
+            #expect(carolsFrame["payload"]?["ck"]?["met"]?["sid"] == "shared-db", "every participant hears it: \(carolsFrame)")
             // Removing him is a change he hears of, and after it nothing more.
             let share = try #require(try await ann.lookup(zone: "Trip", ["trip-share"]).records.first)
-            let owner = (share["participants"]?.arrayValue ?? []).filter { $0["type"] == "OWNER" }
-            #expect(try await ann.modify(zone: "Trip", [ShareTests.share("trip-share", operation: "update", tag: share.changeTag, participants: owner)]).status == 200)
+            let withoutBob = (share["participants"]?.arrayValue ?? []).filter {
+                $0["userIdentity"]?["userRecordName"]?.stringValue != bob.userRecordName
+            }
+            #expect(try await ann.modify(zone: "Trip", [ShareTests.share("trip-share", operation: "update", tag: share.changeTag, participants: withoutBob)]).status == 200)
             _ = try await listener.next(within: 5)
             #expect(try await ann.modify(zone: "Trip", [Self.child("day2", of: "plan")]).status == 200)
             #expect(await listener.nothing(within: 0.5))
+            _ = try await carolsListener.next(within: 5)  // the removal's change (she stays)
+            _ = try await carolsListener.next(within: 5)  // day2
+            // Removed, Bob reads nothing of the zone any more.
+            let removed = try await bob.lookup("shared", zone: nil, ["plan"], extra: ["zoneID": Self.zone("Trip", of: ann)])
+            #expect(removed.errorCode == "ZONE_NOT_FOUND", "\(removed.text)")
         }
     }
 }
