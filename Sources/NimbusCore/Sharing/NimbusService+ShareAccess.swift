@@ -158,12 +158,7 @@ extension NimbusService {
             state.memberIDs[user.recordName] = user.id
             state.write(into: &fields)
             let log = ChangeLog()
-            var row = found.share
-            row.fields = RecordCodec.encode(fields)
-            row.changeSequence = try self.nextChange(in: found.zone, of: database, tx: tx)
-            row.modified = stamp
-            _ = try tx.putRecord(row, isNew: false)
-            log.recordChanged(zone: found.zone, before: found.share, after: row)
+            try self.rewrite(found.share, fields: fields, zone: found.zone, database: database, stamp: stamp, log: log, tx: tx)
             if log.usedBytes != 0 { try tx.addUsage(databaseID: database.id, bytes: log.usedBytes) }
             let queued = try self.queueForMatching(
                 log.committed(in: database, deviceID: target.caller.deviceID), at: stamp.timestamp, tx: tx)

@@ -224,12 +224,24 @@ extension NimbusService {
         guard var state = try ShareState(fields: fields), let me = caller.user?.recordName else { return }
         state.participants.removeAll { $0.userIdentity.userRecordName == me && $0.type != .owner }
         state.write(into: &fields)
-        var row = share
-        row.fields = RecordCodec.encode(fields)
-        row.changeSequence = try nextChange(in: zone, of: database, tx: tx)
-        row.modified = stamp
-        _ = try tx.putRecord(row, isNew: false)
-        log.recordChanged(zone: zone, before: share, after: row)
+        try rewrite(share, fields: fields, zone: zone, database: database, stamp: stamp, log: log, tx: tx)
+    }
+
+    /// Saves new fields of a record the server changes for its own reasons (a share's state, a
+    /// root's share): a change like any other, with a change tag of its own, in the feed.
+    /// Neither touches an indexed field, so the indexes stay.
+    @discardableResult
+    func rewrite(
+        _ row: RecordRow, fields: RecordCodec.Fields, zone: ZoneRow, database: DatabaseRow, stamp: ChangeStamp, log: ChangeLog,
+        tx: any StorageWriter
+    ) throws -> RecordRow {
+        var changed = row
+        changed.fields = RecordCodec.encode(fields)
+        changed.changeSequence = try nextChange(in: zone, of: database, tx: tx)
+        changed.modified = stamp
+        _ = try tx.putRecord(changed, isNew: false)
+        log.recordChanged(zone: zone, before: row, after: changed)
+        return changed
     }
 
     private func participantsAfterSave(
@@ -489,12 +501,7 @@ extension NimbusService {
         var fields = try RecordCodec.decode(root.fields)
         guard ShareState.sharedBy(fields) != share else { return }
         ShareState.set(ShareState.rootField, share.map { .string($0) }, in: &fields)
-        var row = root
-        row.fields = RecordCodec.encode(fields)
-        row.changeSequence = try nextChange(in: zone, of: database, tx: tx)
-        row.modified = stamp
-        _ = try tx.putRecord(row, isNew: false)
-        log.recordChanged(zone: zone, before: root, after: row)
+        try rewrite(root, fields: fields, zone: zone, database: database, stamp: stamp, log: log, tx: tx)
     }
 
     // MARK: Answers
