@@ -52,12 +52,18 @@ extension NimbusService {
     }
 
     /// The zone dictionary of reference §2.7, with a token for the zone's current state.
-    func zoneOutput(_ zone: ZoneRow, target: DatabaseTarget) -> ZoneOutput {
+    func zoneOutput(_ zone: ZoneRow, target: DatabaseTarget, sharedWhole: Bool = false) -> ZoneOutput {
         let token = SyncToken.forZone(
             databaseID: zone.databaseID, zoneID: zone.id, zoneName: zone.name, sequence: zone.changeSequence)
         return ZoneOutput(
             zoneID: wireZoneID(zone, target: target), syncToken: token.encoded(key: keys.syncTokens),
-            atomic: zone.name != Names.defaultZone)
+            atomic: zone.name != Names.defaultZone, share: sharedWhole ? Names.zoneWideShareName : nil)
+    }
+
+    /// Whether a zone has a zone-wide share (`zones/list` and `zones/lookup` answer it).
+    func isSharedWhole(_ zone: ZoneRow, tx: any StorageReader) throws -> Bool {
+        guard zone.name != Names.defaultZone, let share = try tx.record(zoneID: zone.id, name: Names.zoneWideShareName) else { return false }
+        return !share.isDeleted
     }
 
     /// `zones/list`.
@@ -65,8 +71,8 @@ extension NimbusService {
         let key = try target.key()
         if target.scope == .shared { return try await listSharedZones(target) }
         let database = try await databaseForReading(key)
-        let zones = try await storage.read { try $0.zones(databaseID: database.id) }
-        return ZonesResponse(zones: zones.map { .success(.zone(zoneOutput($0, target: target))) })
+        let zones = try await storage.read { tx in try tx.zones(databaseID: database.id).map { ($0, try self.isSharedWhole($0, tx: tx)) } }
+        return ZonesResponse(zones: zones.map { .success(.zone(zoneOutput($0.0, target: target, sharedWhole: $0.1))) })
     }
 
     /// `zones/lookup`: one entry per requested zone, in order; unknown zones as `ZONE_NOT_FOUND` entries.
@@ -77,7 +83,8 @@ extension NimbusService {
         let results: [ItemResult<ZoneEntry>] = try await storage.read { tx in
             try request.zones.map { zoneID in
                 do {
-                    return .success(.zone(self.zoneOutput(try self.resolveZone(zoneID, in: database, target: target, tx: tx), target: target)))
+                    let zone = try self.resolveZone(zoneID, in: database, target: target, tx: tx)
+                    return .success(.zone(self.zoneOutput(zone, target: target, sharedWhole: try self.isSharedWhole(zone, tx: tx))))
                 } catch let error as CloudKitError {
                     return .failure(error)
                 }

@@ -52,6 +52,15 @@ struct ShareKitTests {
             #expect(savedShare[CKShare.SystemFieldKey.title] as? String == "Lisbon trip")
             let savedRoot = try await ann.privateCloudDatabase.record(for: root.recordID)
             #expect(savedRoot.share?.recordID == savedShare.recordID)
+            // Archived with its system fields, as an app caches it, the share comes back whole.
+            let archiver = NSKeyedArchiver(requiringSecureCoding: true)
+            savedShare.encodeSystemFields(with: archiver)
+            archiver.finishEncoding()
+            let unarchiver = try NSKeyedUnarchiver(forReadingFrom: archiver.encodedData)
+            let restored = try #require(CKShare(coder: unarchiver))
+            #expect(restored.participants.count == 3 && restored.url == url && restored.recordChangeTag == savedShare.recordChangeTag)
+            #expect(restored.currentUserParticipant?.role == .owner && restored.owner.role == .owner)
+            #expect(Set(restored.participants.map(\.participantID)) == Set(savedShare.participants.map(\.participantID)))
 
             // Bob, async: the metadata, then accept.
             let metadata = try await bob.shareMetadata(for: url, shouldFetchRootRecord: true)
@@ -117,7 +126,12 @@ struct ShareKitTests {
                 }
             }
             #expect(accepted.currentUserParticipant?.acceptanceStatus == .accepted)
-            #expect(try await bob.sharedCloudDatabase.allRecordZones().map(\.zoneID.zoneName) == ["Album"])
+            let sharedZones = try await bob.sharedCloudDatabase.allRecordZones()
+            #expect(sharedZones.map(\.zoneID.zoneName) == ["Album"])
+            #expect(sharedZones.first?.share?.recordID.recordName == "cloudkit.zoneshare", "CKRecordZone.share")
+            let annsZone = try await ann.privateCloudDatabase.recordZone(for: zone.zoneID)
+            #expect(annsZone.share?.recordID == saved.recordID)
+            #expect(annsZone.capabilities.contains(.sharing))
         }
     }
 }

@@ -124,7 +124,13 @@ extension NimbusService {
             try zones.compactMap { shared in try self.sharedZoneRow(shared, tx: tx).map { (shared, $0.1) } }
         }
         return ZonesResponse(
-            zones: rows.map { shared, zone in .success(.zone(zoneOutput(zone, target: target.viewingZones(of: shared.ownerRecordName)))) })
+            zones: rows.map { shared, zone in
+                .success(
+                    .zone(
+                        zoneOutput(
+                            zone, target: target.viewingZones(of: shared.ownerRecordName),
+                            sharedWhole: shared.shares.contains { $0.rootRecordName == nil })))
+            })
     }
 
     func lookupSharedZones(_ target: DatabaseTarget, _ request: ZonesLookupRequest) async throws -> ZonesResponse {
@@ -134,7 +140,12 @@ extension NimbusService {
                 let shared = try await sharedZone(zoneID, target)
                 let row = try await storage.read { tx in try self.sharedZoneRow(shared, tx: tx)?.1 }
                 guard let row else { throw zoneNotFound(zoneID, detail: nil) }
-                results.append(.success(.zone(zoneOutput(row, target: target.viewingZones(of: shared.ownerRecordName)))))
+                results.append(
+                    .success(
+                        .zone(
+                            zoneOutput(
+                                row, target: target.viewingZones(of: shared.ownerRecordName),
+                                sharedWhole: shared.shares.contains { $0.rootRecordName == nil }))))
             } catch let error as CloudKitError {
                 results.append(.failure(error))
             }

@@ -88,6 +88,7 @@ open class CKFetchRecordZonesOperation: CKDatabaseOperation, @unchecked Sendable
         guard let recordZoneIDs else {
             for case .success(let entry) in try await post("zones/list", [:], as: ZonesResponse.self).zones {
                 let zone = CKRecordZone(zoneID: WireRecordCoder.zoneID(entry.zoneID, currentUser: currentUser))
+                zone.share = Self.share(of: entry, in: zone.zoneID)
                 fetched[zone.zoneID] = zone
                 perRecordZoneResultBlock?(zone.zoneID, .success(zone))
             }
@@ -105,6 +106,7 @@ open class CKFetchRecordZonesOperation: CKDatabaseOperation, @unchecked Sendable
                     perRecordZoneResultBlock?(id, .failure(error))
                 } else {
                     let zone = CKRecordZone(zoneID: id)
+                    if case .success(let found) = entry { zone.share = Self.share(of: found, in: id) }
                     fetched[id] = zone
                     perRecordZoneResultBlock?(id, .success(zone))
                 }
@@ -116,5 +118,13 @@ open class CKFetchRecordZonesOperation: CKDatabaseOperation, @unchecked Sendable
     override func finish(with error: CKError?) {
         fetchRecordZonesResultBlock?(error.map { .failure($0) } ?? .success(()))
         fetchRecordZonesCompletionBlock?(fetched, error)
+    }
+}
+
+extension CKFetchRecordZonesOperation {
+    /// A zone's zone-wide share, as the server names it.
+    static func share(of entry: ZoneEntry, in zoneID: CKRecordZone.ID) -> CKRecord.Reference? {
+        guard case .zone(let zone) = entry, let name = zone.share else { return nil }
+        return CKRecord.Reference(recordID: CKRecord.ID(recordName: name, zoneID: zoneID), action: .none)
     }
 }

@@ -21,10 +21,12 @@ public final class CKRecordZone: NSObject, NSSecureCoding, @unchecked Sendable {
 
     public let zoneID: ID
     public internal(set) var capabilities: Capabilities
+    /// The zone's zone-wide share, when it has one (`CKShare(recordZoneID:)`), as fetched.
+    public internal(set) var share: CKRecord.Reference?
 
     public init(zoneID: ID) {
         self.zoneID = zoneID
-        capabilities = zoneID.isDefaultZone ? [] : [.fetchChanges, .atomic]
+        capabilities = zoneID.isDefaultZone ? [] : [.fetchChanges, .atomic, .sharing]
     }
 
     public convenience init(zoneName: String) {

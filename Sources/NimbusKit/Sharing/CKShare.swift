@@ -71,11 +71,28 @@ public final class CKShare: CKRecord, @unchecked Sendable {
     public required init?(coder: NSCoder) {
         rootRecordID = coder.decodeIfPresent(CKRecord.ID.self, forKey: "rootRecordID")
         super.init(coder: coder)
+        // The share's people, permission and URL, as archived (JSON in the wire's shape).
+        if let text = coder.decodeIfPresent(NSString.self, forKey: "share"), case .object(let object)? = try? JSON.parse(Array(String(text).utf8)),
+            let facts = try? ShareFacts(json: ObjectReader(object, path: "share"))
+        {
+            let me = coder.decodeIfPresent(NSString.self, forKey: "currentUser").map(String.init)
+            apply(facts, currentUser: me)
+        }
     }
 
+    /// The system fields with the share's own: its root, people, permission and URL, so an
+    /// archived share comes back whole (an app keeps it to save changes without a fetch).
     public override func encodeSystemFields(with coder: NSCoder) {
         super.encodeSystemFields(with: coder)
         if let rootRecordID { coder.encode(rootRecordID, forKey: "rootRecordID") }
+        let (participants, permission, url, current) = shareLock.withLock { (_participants, _publicPermission, _url, _currentUserParticipant) }
+        var object = JSONObject()
+        ShareFacts(
+            shortGUID: url?.lastPathComponent ?? "", publicPermission: permission.wire, participants: participants.map(\.archived),
+            owner: nil, currentUserParticipant: nil, webpageURL: url?.absoluteString, displayedHostname: nil, otherKeys: otherKeys
+        ).write(into: &object)
+        coder.encode(String(decoding: JSON.object(object).serialized(), as: UTF8.self) as NSString, forKey: "share")
+        if let name = current?.userIdentity.userRecordID?.recordName { coder.encode(name as NSString, forKey: "currentUser") }
     }
 
     func apply(_ facts: ShareFacts, currentUser: String?) {
@@ -213,6 +230,16 @@ extension CKShare {
             otherKeys = wire.otherKeys
         }
 
+        /// The participant as an archive keeps it: everything the server said.
+        var archived: ShareParticipant {
+            var identity = UserIdentity(lookupInfo: lookupInfo)
+            identity.userRecordName = userIdentity.userRecordID?.recordName
+            identity.nameComponents = userIdentity.nameComponents.map(NameComponents.init(components:))
+            return ShareParticipant(
+                participantId: participantID.isEmpty ? nil : participantID, userIdentity: identity, type: role.wire,
+                permission: permission.wire, acceptanceStatus: acceptanceStatus.wire, otherKeys: otherKeys)
+        }
+
         /// The participant as a save sends it.
         var wire: ShareParticipant {
             var identity = UserIdentity(lookupInfo: lookupInfo)
@@ -250,7 +277,24 @@ extension CKShare.ParticipantRole {
     }
 }
 
+extension NameComponents {
+    init(components: PersonNameComponents) {
+        self.init(
+            namePrefix: components.namePrefix, givenName: components.givenName, middleName: components.middleName,
+            familyName: components.familyName, nameSuffix: components.nameSuffix, nickname: components.nickname)
+    }
+}
+
 extension CKShare.ParticipantAcceptanceStatus {
+    var wire: AcceptanceStatus {
+        switch self {
+        case .pending: .invited
+        case .accepted: .accepted
+        case .removed: .removed
+        case .unknown: .unknown
+        }
+    }
+
     init(wire: AcceptanceStatus) {
         switch wire {
         case .invited: self = .pending

@@ -6,23 +6,28 @@ public struct ZoneOutput: WireBody, Hashable {
     public var zoneID: WireZoneID
     public var syncToken: String?
     public var atomic: Bool
+    /// The zone's zone-wide share record, when it has one (`CKRecordZone.share`; docs/sharing.md).
+    public var share: String?
 
-    public init(zoneID: WireZoneID, syncToken: String?, atomic: Bool) {
+    public init(zoneID: WireZoneID, syncToken: String?, atomic: Bool, share: String? = nil) {
         self.zoneID = zoneID
         self.syncToken = syncToken
         self.atomic = atomic
+        self.share = share
     }
 
     public init(json: ObjectReader) throws(CloudKitError) {
         zoneID = try WireZoneID(json: json.requiredObject(WireKey.zoneID))
         syncToken = try json.string(WireKey.syncToken)
         atomic = try json.bool(WireKey.atomic) ?? false
+        share = try json.object(WireKey.share)?.string(WireKey.recordName)
     }
 
     public var json: JSON {
         var object: JSONObject = [WireKey.zoneID: zoneID.json]
         if let syncToken { object[WireKey.syncToken] = .string(syncToken) }
         object[WireKey.atomic] = .bool(atomic)
+        if let share { object[WireKey.share] = .object([WireKey.recordName: .string(share), WireKey.zoneID: zoneID.json]) }
         return .object(object)
     }
 }

@@ -113,7 +113,7 @@ public struct ShareFacts: Sendable, Hashable {
     }
 
     /// Adds the share's keys to a record dictionary.
-    func write(into object: inout JSONObject) {
+    public func write(into object: inout JSONObject) {
         for (key, value) in otherKeys.pairs where object[key] == nil { object[key] = value }
         object[WireKey.shortGUID] = .string(shortGUID)
         object[WireKey.publicPermission] = .string(publicPermission.rawValue)
@@ -127,7 +127,7 @@ public struct ShareFacts: Sendable, Hashable {
     }
 
     /// The share's keys of a record dictionary, when it has them.
-    init?(json: ObjectReader) throws(CloudKitError) {
+    public init?(json: ObjectReader) throws(CloudKitError) {
         guard let shortGUID = try json.string(WireKey.shortGUID) else { return nil }
         self.shortGUID = shortGUID
         publicPermission = try ShareParticipant.enumValue(json, WireKey.publicPermission, SharePermission.self) ?? .none
