@@ -72,10 +72,10 @@ public final class CKShare: CKRecord, @unchecked Sendable {
         rootRecordID = coder.decodeIfPresent(CKRecord.ID.self, forKey: "rootRecordID")
         super.init(coder: coder)
         // The share's people, permission and URL, as archived (JSON in the wire's shape).
-        if let text = coder.decodeIfPresent(NSString.self, forKey: "share"), case .object(let object)? = try? JSON.parse(Array(String(text).utf8)),
-            let facts = try? ShareFacts(json: ObjectReader(object, path: "share"))
+        if let text = coder.decodeIfPresent(NSString.self, forKey: "ckShareState"), case .object(let object)? = try? JSON.parse(Array(String(text).utf8)),
+            let facts = try? ShareFacts(json: ObjectReader(object, path: "ckShareState"))
         {
-            let me = coder.decodeIfPresent(NSString.self, forKey: "currentUser").map(String.init)
+            let me = coder.decodeIfPresent(NSString.self, forKey: "ckShareCurrentUser").map(String.init)
             apply(facts, currentUser: me)
         }
     }
@@ -91,8 +91,8 @@ public final class CKShare: CKRecord, @unchecked Sendable {
             shortGUID: url?.lastPathComponent ?? "", publicPermission: permission.wire, participants: participants.map(\.archived),
             owner: nil, currentUserParticipant: nil, webpageURL: url?.absoluteString, displayedHostname: nil, otherKeys: otherKeys
         ).write(into: &object)
-        coder.encode(String(decoding: JSON.object(object).serialized(), as: UTF8.self) as NSString, forKey: "share")
-        if let name = current?.userIdentity.userRecordID?.recordName { coder.encode(name as NSString, forKey: "currentUser") }
+        coder.encode(String(decoding: JSON.object(object).serialized(), as: UTF8.self) as NSString, forKey: "ckShareState")
+        if let name = current?.userIdentity.userRecordID?.recordName { coder.encode(name as NSString, forKey: "ckShareCurrentUser") }
     }
 
     func apply(_ facts: ShareFacts, currentUser: String?) {
