@@ -130,6 +130,13 @@ extension NimbusService {
         indexName: String, path: String
     ) throws -> FieldType {
         let known = schema[name]
+        if let known, known.type.isEncrypted {
+            throw CloudKitError.badRequest(
+                "\(path): field '\(name)' is encrypted (\(known.type.wireName)); the server cannot read it, so it cannot filter or sort on it")
+        }
+        if case .exact(let type)? = declared, type.isEncrypted {
+            throw CloudKitError.badRequest("\(path): \(type.wireName) values are ciphertext; they cannot be filtered or sorted on")
+        }
         if locked {
             guard let known else {
                 throw CloudKitError.badRequest(

@@ -76,6 +76,14 @@ extension NimbusService {
         }
         let systemType = Self.systemFieldTypes[field]
         return try await storage.write { tx in
+            if indexes != 0,
+                let row = try tx.schemaFields(container: container, environment: environment).first(where: {
+                    $0.recordType == recordType && $0.fieldName == field
+                }), FieldType(wireName: row.fieldType)?.isEncrypted == true
+            {
+                throw CloudKitError.badRequest(
+                    "field '\(field)' of record type '\(recordType)' is encrypted (\(row.fieldType)): the server cannot read it, so it can have no index")
+            }
             if try !tx.setSchemaFieldIndexes(
                 container: container, environment: environment, recordType: recordType, fieldName: field, indexes: indexes)
             {

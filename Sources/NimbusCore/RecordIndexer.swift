@@ -103,6 +103,7 @@ enum RecordIndexer {
         case .reference(let reference): return .text(reference.recordName)
         case .location(let location): return .number(location.latitude)
         case .asset, .list: return nil
+        case .encrypted: return nil  // ciphertext: nothing a query could compare
         }
     }
 

@@ -121,12 +121,12 @@ final class SchemaResolver {
                 "\(path): field '\(name)' is not in the production schema of record type '\(recordType)'; add it in development, then deploy the schema (`nimbus schema deploy`)")
         }
         // The Users type's fields start without indexes: a user directory is queryable only
-        // where the developer grants it (docs/identities.md).
+        // where the developer grants it (docs/identities.md). Encrypted fields never have one.
         try tx.addSchemaField(
             container: container, environment: environment,
             SchemaFieldRow(
                 recordType: recordType, fieldName: name, fieldType: type.wireName,
-                indexes: recordType == Names.usersRecordType ? 0 : SchemaFieldRow.Indexes.all))
+                indexes: recordType == Names.usersRecordType || type.isEncrypted ? 0 : SchemaFieldRow.Indexes.all))
         fields[recordType, default: [:]][name] = type
     }
 }

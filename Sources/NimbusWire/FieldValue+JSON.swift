@@ -39,6 +39,14 @@ extension FieldValue {
 
     /// Reads a value that must be of `type`, or throws `BAD_REQUEST` naming `path`.
     public static func decode(_ value: JSON, as type: FieldType, path: String) throws(CloudKitError) -> FieldValue {
+        if type.isEncrypted {
+            // Ciphertext, whatever it holds: one base64 string, a list included.
+            guard case .string(let text) = value, Data(base64Encoded: text) != nil else {
+                throw .badRequest(
+                    "\(path): an \(type.wireName) value must be the ciphertext as base64 text, got \(value.kindName == "a string" ? "text that is not base64" : value.kindName); encrypt on the device (NimbusKit's encryptedValues), the server never sees plaintext")
+            }
+            return .encrypted(type.plain, text)
+        }
         if type.isList {
             guard case .array(let elements) = value else {
                 throw .badRequest("\(path): a \(type.wireName) value must be an array, got \(value.kindName)")
@@ -170,6 +178,7 @@ extension FieldValue {
         case .asset(let asset): return asset.json
         case .location(let location): return location.json
         case .list(_, let values): return .array(values.map { $0.valueJSON(numbersAsStrings: numbersAsStrings) })
+        case .encrypted(_, let base64): return .string(base64)
         }
     }
 }

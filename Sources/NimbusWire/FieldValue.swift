@@ -13,6 +13,9 @@ public indirect enum FieldValue: Sendable, Hashable {
     case asset(Asset)
     case location(Location)
     case list(ScalarType, [FieldValue])
+    /// A value encrypted on the device: `type` is what it holds once decrypted (scalar or
+    /// list), the text is the ciphertext as base64. The server never reads it.
+    case encrypted(FieldType, String)
 
     public var type: FieldType {
         switch self {
@@ -25,6 +28,7 @@ public indirect enum FieldValue: Sendable, Hashable {
         case .asset: return FieldType(.asset)
         case .location: return FieldType(.location)
         case .list(let scalar, _): return FieldType(scalar, list: true)
+        case .encrypted(let plain, _): return FieldType(plain.scalar, list: plain.isList, encrypted: true)
         }
     }
 }
@@ -109,7 +113,7 @@ extension FieldValue {
         switch self {
         case .string(let text): return text.utf8.count
         case .int64, .double, .timestamp: return 8
-        case .bytes(let base64): return FieldValue.decodedLength(ofBase64: base64)
+        case .bytes(let base64), .encrypted(_, let base64): return FieldValue.decodedLength(ofBase64: base64)
         case .reference(let reference):
             return reference.recordName.utf8.count + (reference.zoneName?.utf8.count ?? 0) + 8
         case .asset: return 0  // assets do not count (CloudKit: "excluding assets")

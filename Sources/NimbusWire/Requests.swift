@@ -147,7 +147,7 @@ extension RawField {
         if let typeName = try reader.string(WireKey.type) {
             guard let parsed = DeclaredFieldType(wire: typeName) else {
                 throw .badRequest(
-                    "\(reader.childPath(WireKey.type)): '\(Names.escaped(typeName))' is not a field type; use STRING, INT64, DOUBLE, TIMESTAMP, BYTES, REFERENCE, ASSETID, LOCATION or a <TYPE>_LIST"
+                    "\(reader.childPath(WireKey.type)): '\(Names.escaped(typeName))' is not a field type; use STRING, INT64, DOUBLE, TIMESTAMP, BYTES, REFERENCE, ASSETID, LOCATION, ENCRYPTED_<TYPE> (not of REFERENCE or ASSETID) or a <TYPE>_LIST"
                 )
             }
             declared = parsed

@@ -109,7 +109,13 @@ import Testing
 
     @Test func declaredSpellingsAreAccepted() {
         #expect(DeclaredFieldType(wire: "NUMBER_INT64") == .exact(FieldType(.int64)))
-        #expect(DeclaredFieldType(wire: "ENCRYPTED_BYTES") == .exact(FieldType(.bytes)))
+        #expect(DeclaredFieldType(wire: "ENCRYPTED_BYTES") == .exact(FieldType(.bytes, encrypted: true)))
+        #expect(DeclaredFieldType(wire: "ENCRYPTED_STRING_LIST") == .exact(FieldType(.string, list: true, encrypted: true)))
+        #expect(DeclaredFieldType(wire: "LIST<ENCRYPTED STRING>") == .exact(FieldType(.string, list: true, encrypted: true)))
+        #expect(DeclaredFieldType(wire: "ENCRYPTED_REFERENCE") == nil)
+        #expect(DeclaredFieldType(wire: "ENCRYPTED_ASSETID") == nil)
+        #expect(FieldType(.location, encrypted: true).wireName == "ENCRYPTED_LOCATION")
+        #expect(FieldType(.int64, list: true, encrypted: true).schemaName == "LIST<ENCRYPTED INT64>")
         #expect(DeclaredFieldType(wire: "ASSET") == .exact(FieldType(.asset)))
         #expect(DeclaredFieldType(wire: "LIST<INT64>") == .exact(FieldType(.int64, list: true)))
         #expect(DeclaredFieldType(wire: "string_list") == .exact(FieldType(.string, list: true)))

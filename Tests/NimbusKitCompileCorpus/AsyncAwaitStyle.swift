@@ -9,6 +9,7 @@ struct Note: Identifiable, Hashable {
     var title: String
     var count: Int
     var edited: Date?
+    var secret: String?
 
     init(record: CKRecord) {
         id = record.recordID
@@ -17,6 +18,8 @@ struct Note: Identifiable, Hashable {
         self.title = title ?? ""
         count = record["count"] as Int? ?? 0
         edited = record["editedAt"] as? Date
+        // Apple's encryption sample: encrypted fields read and written the same way.
+        secret = record.encryptedValues["secret"]
     }
 
     func record(in zoneID: CKRecordZone.ID) -> CKRecord {
@@ -24,6 +27,7 @@ struct Note: Identifiable, Hashable {
         record["title"] = title
         record["count"] = count
         record["editedAt"] = edited
+        record.encryptedValues["secret"] = secret
         return record
     }
 }

@@ -54,12 +54,48 @@ public final class CKContainer: NSObject, @unchecked Sendable {
     public init(configuration: NimbusConfiguration) {
         containerIdentifier = configuration.containerIdentifier
         transport = NimbusTransport(configuration: configuration)
+        fieldCiphers = FieldCiphers(
+            containerIdentifier: configuration.containerIdentifier,
+            store: NimbusFileKeyStore(directory: configuration.encryptionKeyDirectory ?? NimbusFileKeyStore.defaultDirectory))
         operationQueue.name = "NimbusKit.container"
         operationQueue.maxConcurrentOperationCount = 4
         super.init()
         // The container is the notification's object, so an app with several can tell them
         // apart; observers of any object hear it too.
         transport.onAccountChange { [weak self] in NotificationCenter.default.post(name: .CKAccountChanged, object: self) }
+    }
+
+    /// The keys of `encryptedValues`, per signed-in user (docs/encryption.md).
+    let fieldCiphers: FieldCiphers
+
+    /// Where this container's encryption keys are kept: files readable by their owner only,
+    /// unless the app sets its own store.
+    public var encryptionKeyStore: any NimbusEncryptionKeyStore {
+        get { fieldCiphers.store }
+        set { fieldCiphers.store = newValue }
+    }
+
+    /// The signed-in user's encryption key as text, to carry to their other devices
+    /// (`importEncryptionKey(_:)` there). Makes the key if this device has none. Whoever holds
+    /// the text reads the user's encrypted values: hand it over as you would a password.
+    public func exportEncryptionKey() async throws -> String {
+        try fieldCiphers.export(user: try await signedInUser())
+    }
+
+    /// Keeps a key exported on the user's other device, so this one reads (and writes) the
+    /// same encrypted values. Refuses a key of another container or user.
+    public func importEncryptionKey(_ exported: String) async throws {
+        try fieldCiphers.importKey(exported, user: try await signedInUser())
+    }
+
+    /// The user's cipher for sealing values (made on first use) or opening them.
+    func fieldCipher(create: Bool) async throws(CKError) -> FieldCipher {
+        try fieldCiphers.cipher(user: try await signedInUser(), create: create)
+    }
+
+    private func signedInUser() async throws(CKError) -> String {
+        if let known = transport.userRecordName { return known }
+        return try await fetchCaller()
     }
 
     /// Runs container operations (the notification collection, the badge).

@@ -35,6 +35,9 @@ public struct NimbusConfiguration: Sendable, Hashable {
     /// Where fetched assets' files are kept (one per checksum); nil: a folder per container
     /// in the temporary directory.
     public var assetCacheDirectory: URL? = nil
+    /// Where the keys of `encryptedValues` are kept (`NimbusFileKeyStore`); nil: the user's
+    /// application support folder. Set `CKContainer.encryptionKeyStore` for another store.
+    public var encryptionKeyDirectory: URL? = nil
 
     public init(
         serverURL: URL = URL(string: "http://127.0.0.1:8080")!, apiToken: String, environment: Environment = .development,

@@ -110,7 +110,7 @@ open class CKFetchRecordZoneChangesOperation: CKDatabaseOperation, @unchecked Se
             return
         case .record(let record): output = record
         }
-        let record = try WireRecordCoder.record(output, zoneID: zoneID, currentUser: currentUser)
+        let record = try WireRecordCoder.record(output, zoneID: zoneID, currentUser: currentUser, ciphers: recordCiphers)
         try await downloadAssets(of: record)
         recordWasChangedBlock?(record.recordID, .success(record))
         recordChangedBlock?(record)

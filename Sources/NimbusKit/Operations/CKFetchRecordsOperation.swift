@@ -46,7 +46,7 @@ open class CKFetchRecordsOperation: CKDatabaseOperation, @unchecked Sendable {
                     case .failure(let failure): report(id, .failure(CKError.fromServer(failure)))
                     case .success(.record(let output)):
                         do {
-                            let record = try WireRecordCoder.record(output, zoneID: zoneID, currentUser: currentUser)
+                            let record = try WireRecordCoder.record(output, zoneID: zoneID, currentUser: currentUser, ciphers: recordCiphers)
                             try await downloadAssets(of: record)
                             report(id, .success(record))
                         } catch {

@@ -39,6 +39,8 @@ open class CKModifyRecordsOperation: CKDatabaseOperation, @unchecked Sendable {
     private var saved: [CKRecord] = []
     private var deleted: [CKRecord.ID] = []
     private var failures: [AnyHashable: any Error] = [:]
+    /// The user's key when records to save hold encrypted values.
+    private var cipher: FieldCipher?
 
     public override init() { super.init() }
 
@@ -63,6 +65,11 @@ open class CKModifyRecordsOperation: CKDatabaseOperation, @unchecked Sendable {
 
     override func run() async throws {
         let items = (recordsToSave ?? []).map(Item.save) + (recordIDsToDelete ?? []).map(Item.delete)
+        // The user's key, before anything is sent, when a record holds encrypted values (made
+        // on this device's first use): only their ciphertext leaves the device.
+        if targetDatabase.databaseScope == .private, (recordsToSave ?? []).contains(where: { !$0.keys(encrypted: true).isEmpty }) {
+            cipher = try await targetDatabase.container.fieldCipher(create: true)
+        }
         let limit = Self.itemsPerRequest
         for (zoneID, zoneItems) in groupedByZone(items, zoneID: \.recordID.zoneID) {
             let atomic = isAtomic && !zoneID.isDefaultZone
@@ -145,7 +152,7 @@ open class CKModifyRecordsOperation: CKDatabaseOperation, @unchecked Sendable {
                 keys = all + record.changedKeys().filter { !all.contains($0) }
             }
             let input = try WireRecordCoder.recordInput(
-                record, keys: keys, includeChangeTag: savePolicy == .ifServerRecordUnchanged)
+                record, keys: keys, includeChangeTag: savePolicy == .ifServerRecordUnchanged, cipher: cipher)
             return RecordOperationInput(type: operationType, record: input)
         }
     }
@@ -157,7 +164,7 @@ open class CKModifyRecordsOperation: CKDatabaseOperation, @unchecked Sendable {
         var extra: [String: Any] = [CKRecordChangedErrorClientRecordKey: record]
         if let ancestor = record.ancestor() { extra[CKRecordChangedErrorAncestorRecordKey] = ancestor }
         if let serverJSON = entry.serverRecord, let serverRecord = try? RecordOutput(body: serverJSON),
-            let server = try? WireRecordCoder.record(serverRecord, zoneID: record.recordID.zoneID, currentUser: currentUser)
+            let server = try? WireRecordCoder.record(serverRecord, zoneID: record.recordID.zoneID, currentUser: currentUser, ciphers: recordCiphers)
         {
             extra[CKRecordChangedErrorServerRecordKey] = server
         }
@@ -178,7 +185,7 @@ open class CKModifyRecordsOperation: CKDatabaseOperation, @unchecked Sendable {
                 guard case .record(let output)? = entry else {
                     throw CKError(.serverResponseLost, "the server's answer to saving record '\(record.recordID.recordName)' is not a record")
                 }
-                let server = try WireRecordCoder.record(output, zoneID: record.recordID.zoneID, currentUser: currentUser)
+                let server = try WireRecordCoder.record(output, zoneID: record.recordID.zoneID, currentUser: currentUser, ciphers: recordCiphers)
                 Self.adoptLocalFiles(of: record, into: server)
                 // The local record now matches the server: later saves of it send only new changes.
                 record.copySystemFields(from: server)

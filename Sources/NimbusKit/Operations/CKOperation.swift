@@ -198,6 +198,10 @@ extension CKDatabaseOperation {
     /// The signed-in user's record name, to recognise the user's own zones and records.
     var currentUser: String? { transport.userRecordName }
 
+    /// The keys that open encrypted fields: the signed-in user's, in the private database
+    /// (elsewhere encrypted fields are not read; docs/encryption.md).
+    var recordCiphers: FieldCiphers? { targetDatabase.databaseScope == .private ? targetDatabase.container.fieldCiphers : nil }
+
     /// The maximum items per request (the server's `operationsPerRequest`).
     static var itemsPerRequest: Int { Limits.operationsPerRequest.value }
 }

@@ -58,7 +58,7 @@ open class CKQueryOperation: CKDatabaseOperation, @unchecked Sendable {
         for entry in answer.records {
             try Task.checkCancellation()
             guard case .success(.record(let output)) = entry else { continue }
-            let record = try WireRecordCoder.record(output, zoneID: zone, currentUser: currentUser)
+            let record = try WireRecordCoder.record(output, zoneID: zone, currentUser: currentUser, ciphers: recordCiphers)
             try await downloadAssets(of: record)
             recordMatchedBlock?(record.recordID, .success(record))
             recordFetchedBlock?(record)

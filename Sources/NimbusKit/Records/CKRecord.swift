@@ -5,7 +5,7 @@ import Foundation
 /// The record tracks which keys were set since it came from the server (`changedKeys()`), so
 /// a save sends only what changed, and it keeps the values it came with (its "ancestor"), so a
 /// `serverRecordChanged` error can hand back the three records a three-way merge needs.
-public class CKRecord: NSObject, NSSecureCoding, NSCopying, @unchecked Sendable {
+public class CKRecord: NSObject, NSSecureCoding, NSCopying, CKRecordKeyValueSetting, @unchecked Sendable {
     public typealias RecordType = String
     public typealias FieldKey = String
 
@@ -14,6 +14,9 @@ public class CKRecord: NSObject, NSSecureCoding, NSCopying, @unchecked Sendable 
 
     private let lock = NSLock()
     private var values: [String: any CKRecordValue] = [:]
+    /// The keys whose values are encrypted on the device before they are sent
+    /// (`encryptedValues`); one namespace with the plain keys, as in CloudKit.
+    private var encryptedKeys: Set<String> = []
     /// Keys in the order they were first set, for stable `allKeys()`.
     private var keyOrder: [String] = []
     private var changed: [String] = []
@@ -79,23 +82,44 @@ public class CKRecord: NSObject, NSSecureCoding, NSCopying, @unchecked Sendable 
         set { setObject(newValue, forKey: key) }
     }
 
+    /// A plain field's value; nil for an encrypted one (read it through `encryptedValues`).
     public func object(forKey key: FieldKey) -> (any CKRecordValue)? {
-        lock.withLock { values[key] }
+        object(forKey: key, encrypted: false)
     }
 
     /// Sets a field; nil removes it (and a save then removes it on the server).
     public func setObject(_ object: (any CKRecordValue)?, forKey key: FieldKey) {
+        setObject(object, forKey: key, encrypted: false)
+    }
+
+    /// The values NimbusKit encrypts on this device before a save sends them, and decrypts
+    /// when they come back: the server stores ciphertext only (docs/encryption.md).
+    public var encryptedValues: any CKRecordKeyValueSetting { EncryptedValues(record: self) }
+
+    func object(forKey key: FieldKey, encrypted: Bool) -> (any CKRecordValue)? {
+        lock.withLock { encryptedKeys.contains(key) == encrypted ? values[key] : nil }
+    }
+
+    func setObject(_ object: (any CKRecordValue)?, forKey key: FieldKey, encrypted: Bool) {
         lock.withLock {
             if let object {
                 if values[key] == nil, !keyOrder.contains(key) { keyOrder.append(key) }
                 values[key] = RecordValueNormalizer.normalize(object)
+                if encrypted { encryptedKeys.insert(key) } else { encryptedKeys.remove(key) }
             } else {
                 values[key] = nil
+                encryptedKeys.remove(key)
                 keyOrder.removeAll { $0 == key }
             }
             if !changed.contains(key) { changed.append(key) }
         }
     }
+
+    func keys(encrypted: Bool) -> [FieldKey] {
+        lock.withLock { keyOrder.filter { values[$0] != nil && encryptedKeys.contains($0) == encrypted } }
+    }
+
+    func isEncrypted(_ key: FieldKey) -> Bool { lock.withLock { encryptedKeys.contains(key) } }
 
     /// The keys that hold a value.
     public func allKeys() -> [FieldKey] {
@@ -129,6 +153,7 @@ public class CKRecord: NSObject, NSSecureCoding, NSCopying, @unchecked Sendable 
         let copy = CKRecord(recordType: recordType, recordID: recordID)
         lock.withLock {
             copy.values = values
+            copy.encryptedKeys = encryptedKeys
             copy.keyOrder = keyOrder
             copy.changed = changed
             copy.serverValues = serverValues
@@ -173,19 +198,20 @@ public class CKRecord: NSObject, NSSecureCoding, NSCopying, @unchecked Sendable 
 
     /// The record as it was when it last came from the server: the ancestor of a three-way merge.
     func ancestor() -> CKRecord? {
-        let (known, order) = lock.withLock { (serverValues, keyOrder) }
+        let (known, order, encrypted) = lock.withLock { (serverValues, keyOrder, encryptedKeys) }
         guard let known else { return nil }
         let ancestor = CKRecord(recordType: recordType, recordID: recordID)
         ancestor.values = known
+        ancestor.encryptedKeys = encrypted.filter { known[$0] != nil }
         ancestor.keyOrder = order.filter { known[$0] != nil } + known.keys.filter { !order.contains($0) }.sorted()
         ancestor.serverValues = known
         ancestor.copySystemFields(from: self)
         return ancestor
     }
 
-    /// Keys and values as one snapshot (nil for removed keys).
-    func snapshot(keys: [String]) -> [(String, (any CKRecordValue)?)] {
-        lock.withLock { keys.map { ($0, values[$0]) } }
+    /// Keys and values as one snapshot (nil for removed keys), each with whether it is encrypted.
+    func snapshot(keys: [String]) -> [(key: String, value: (any CKRecordValue)?, encrypted: Bool)] {
+        lock.withLock { keys.map { ($0, values[$0], encryptedKeys.contains($0)) } }
     }
 
     // MARK: NSSecureCoding
@@ -211,6 +237,9 @@ public class CKRecord: NSObject, NSSecureCoding, NSCopying, @unchecked Sendable 
         if let fields = try? WireRecordCoder.fieldsJSONText(of: self) {
             coder.encode(fields as NSString, forKey: "fields")
         }
+        // Encrypted values are archived as they are held: in the clear, on this device only.
+        let encrypted = keys(encrypted: true)
+        if !encrypted.isEmpty { coder.encode(encrypted.joined(separator: "\n") as NSString, forKey: "encryptedKeys") }
     }
 
     public required init?(coder: NSCoder) {
@@ -234,6 +263,9 @@ public class CKRecord: NSObject, NSSecureCoding, NSCopying, @unchecked Sendable 
             for (key, value) in (try? WireRecordCoder.fields(fromJSONText: String(text), zoneID: recordID.zoneID)) ?? [] {
                 values[key] = value
                 keyOrder.append(key)
+            }
+            if let encrypted = coder.decodeIfPresent(NSString.self, forKey: "encryptedKeys") {
+                encryptedKeys = Set(String(encrypted).split(separator: "\n").map(String.init))
             }
         }
         // A record restored from its system fields is as the server last sent it.

@@ -119,21 +119,35 @@ enum WireRecordCoder {
         case .list(_, let elements):
             let values = elements.map { recordValue($0, zoneID: zoneID, currentUser: currentUser) }
             return RecordValueNormalizer.normalizeList(values)
+        case .encrypted:
+            // Opened before this (`decodeFields`); what reaches here is never shown as ciphertext.
+            return Data()
         }
     }
 
     // MARK: Records
 
     /// A record dictionary from the server as a `CKRecord`, with nothing marked changed.
-    static func record(_ wire: RecordOutput, zoneID: CKRecordZone.ID?, currentUser: String?) throws(CKError) -> CKRecord {
+    /// Encrypted fields are opened with the user's key from `ciphers`; without ciphers (the
+    /// shared database, where the owner's key is not at hand) they are left out.
+    static func record(_ wire: RecordOutput, zoneID: CKRecordZone.ID?, currentUser: String?, ciphers: FieldCiphers? = nil)
+        throws(CKError) -> CKRecord
+    {
         let zone = zoneID ?? self.zoneID(wire.zoneID, currentUser: currentUser)
         let recordID = CKRecord.ID(recordName: wire.recordName, zoneID: zone)
         let record =
             wire.recordType == Names.shareRecordType
             ? CKShare(recordID: recordID, facts: wire.sharing, currentUser: currentUser)
             : CKRecord(recordType: wire.recordType, recordID: recordID)
-        for (key, value) in try decodeFields(wire.fields, zoneID: zone, currentUser: currentUser) {
-            record.setObject(value, forKey: key)
+        for field in try decodeFields(wire.fields, zoneID: zone, currentUser: currentUser) {
+            guard case .encrypted(_, let ciphertext) = field.wire else {
+                record.setObject(field.value, forKey: field.name)
+                continue
+            }
+            guard let ciphers else { continue }
+            let cipher = try ciphers.cipher(user: currentUser, create: false)
+            let plain = try cipher.open(ciphertext, recordName: wire.recordName, key: field.name)
+            record.setObject(recordValue(plain, zoneID: zone, currentUser: currentUser), forKey: field.name, encrypted: true)
         }
         record.recordChangeTag = wire.recordChangeTag
         if let created = wire.created {
@@ -159,21 +173,35 @@ enum WireRecordCoder {
     }
 
     private static func decodeFields(_ fields: RecordFields, zoneID: CKRecordZone.ID, currentUser: String?) throws(CKError)
-        -> [(String, any CKRecordValue)]
+        -> [(name: String, value: any CKRecordValue, wire: FieldValue)]
     {
         do {
-            return try fields.values().map { ($0.name, recordValue($0.value, zoneID: zoneID, currentUser: currentUser)) }
+            return try fields.values().map { ($0.name, recordValue($0.value, zoneID: zoneID, currentUser: currentUser), $0.value) }
         } catch {
             throw CKError(.serverResponseLost, "the server sent a record field that does not read: \(error.reason)")
         }
     }
 
     /// The `record` of a modify operation: `keys` with their values (a removed key clears the
-    /// field), the change tag when the save checks it, the parent when it changed.
-    static func recordInput(_ record: CKRecord, keys: [String], includeChangeTag: Bool) throws(CKError) -> RecordInput {
+    /// field), the change tag when the save checks it, the parent when it changed. Encrypted
+    /// values are sealed with `cipher` here, so only ciphertext leaves the device.
+    static func recordInput(_ record: CKRecord, keys: [String], includeChangeTag: Bool, cipher: FieldCipher? = nil) throws(CKError)
+        -> RecordInput
+    {
         var fields: [(name: String, field: RawField)] = []
-        for (key, value) in record.snapshot(keys: keys) {
-            fields.append((key, try value.map { value throws(CKError) in try fieldValue(value, key: key).rawField } ?? RawField(value: .null, declaredType: nil)))
+        for (key, value, encrypted) in record.snapshot(keys: keys) {
+            guard let value else {
+                fields.append((key, RawField(value: .null, declaredType: nil)))
+                continue
+            }
+            var wire = try fieldValue(value, key: key)
+            if encrypted {
+                guard let cipher else {
+                    throw CKError(.invalidArguments, "field '\(key)': encrypted values are saved in the private database only")
+                }
+                wire = try cipher.seal(wire, recordName: record.recordID.recordName, key: key)
+            }
+            fields.append((key, wire.rawField))
         }
         var input = RecordInput(
             recordName: record.recordID.recordName, recordType: record.recordType,
@@ -193,7 +221,7 @@ enum WireRecordCoder {
 
     static func fieldsJSONText(of record: CKRecord) throws(CKError) -> String {
         var fields = JSONObject()
-        for (key, value) in record.snapshot(keys: record.allKeys()) {
+        for (key, value, _) in record.snapshot(keys: record.allKeys()) {
             if let value { fields[key] = try fieldValue(value, key: key).fieldJSON() }
         }
         return JSON.object(fields).text
@@ -201,7 +229,7 @@ enum WireRecordCoder {
 
     static func fields(fromJSONText text: String, zoneID: CKRecordZone.ID) throws -> [(String, any CKRecordValue)] {
         guard case .object(let fields) = try JSON.parse(text) else { return [] }
-        return try decodeFields(RecordFields(fields), zoneID: zoneID, currentUser: nil)
+        return try decodeFields(RecordFields(fields), zoneID: zoneID, currentUser: nil).map { ($0.name, $0.value) }
     }
 }
 
