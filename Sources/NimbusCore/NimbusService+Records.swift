@@ -44,6 +44,11 @@ extension NimbusService {
     /// says `atomic: false`: one failure writes nothing, the failing item reports its own error
     /// and the others `ATOMIC_ERROR`. In the default zone each operation stands alone.
     public func modifyRecords(_ target: DatabaseTarget, _ request: RecordsModifyRequest) async throws -> RecordsResponse {
+        guard let operationID = request.operationID else { return try await applyModify(target, request) }
+        return try await appliedOnce(operationID, target: target, request: request) { try await applyModify(target, request) }
+    }
+
+    private func applyModify(_ target: DatabaseTarget, _ request: RecordsModifyRequest) async throws -> RecordsResponse {
         var target = target
         var key = try target.key()
         try target.caller.requireWriter(for: "Saving records")

@@ -17,6 +17,7 @@ public struct PostgresCoarseStorage: CoarseStorage {
     public var push: any PushStore { storage.push }
     public var assets: any AssetStore { storage.assets }
     public var shares: any ShareStore { storage.shares }
+    public var operations: any OperationOutcomeStore { storage.operations }
     public func close() async throws { await storage.close() }
     public func signals() -> AsyncStream<StoreSignal>? { storage.signals.stream(storage.location, logger: storage.logger) }
 

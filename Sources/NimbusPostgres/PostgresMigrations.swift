@@ -511,5 +511,25 @@ enum PostgresMigrations {
                 """,
             ]
         ),
+        (
+            "v12-operation-outcomes",
+            [
+                // A modify's answer by operation ID, kept a day (docs/operations.md); `response`
+                // is NULL while the request that claimed it runs.
+                """
+                CREATE TABLE operation_outcomes (
+                    container text COLLATE "C" NOT NULL,
+                    environment text COLLATE "C" NOT NULL,
+                    user_record_name text COLLATE "C" NOT NULL,
+                    operation_id text COLLATE "C" NOT NULL,
+                    request_hash text COLLATE "C" NOT NULL,
+                    created_at bigint NOT NULL,
+                    response bytea,
+                    PRIMARY KEY (container, environment, user_record_name, operation_id)
+                )
+                """,
+                "CREATE INDEX operation_outcomes_by_age ON operation_outcomes (created_at)",
+            ]
+        ),
     ]
 }

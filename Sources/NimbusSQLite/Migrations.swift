@@ -514,5 +514,23 @@ enum Migrations {
                     );
                     """)
         }
+        migrator.registerMigration("v21-operation-outcomes") { db in
+            // A modify's answer by operation ID, kept a day (docs/operations.md); `response` is
+            // NULL while the request that claimed it runs.
+            try db.execute(
+                sql: """
+                    CREATE TABLE operation_outcomes (
+                        container TEXT NOT NULL,
+                        environment TEXT NOT NULL,
+                        user_record_name TEXT NOT NULL,
+                        operation_id TEXT NOT NULL,
+                        request_hash TEXT NOT NULL,
+                        created_at INTEGER NOT NULL,
+                        response BLOB,
+                        PRIMARY KEY (container, environment, user_record_name, operation_id)
+                    );
+                    CREATE INDEX operation_outcomes_by_age ON operation_outcomes (created_at);
+                    """)
+        }
     }
 }

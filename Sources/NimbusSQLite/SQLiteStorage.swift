@@ -112,6 +112,7 @@ public final class SQLiteStorage: StorageDriver {
     public var push: any PushStore { SQLitePushStore(storage: self) }
     public var assets: any AssetStore { SQLiteAssetStore(storage: self) }
     public var shares: any ShareStore { SQLiteShareStore(storage: self) }
+    public var operations: any OperationOutcomeStore { SQLiteOperationOutcomeStore(storage: self) }
 
     /// SQLite's errors in storage terms (`StorageError`); errors of other kinds (the
     /// service's own, thrown from a closure) pass through.

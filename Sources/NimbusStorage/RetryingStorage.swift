@@ -54,6 +54,7 @@ public struct RetryingStorage: StorageDriver {
     public var push: any PushStore { base.push }
     public var assets: any AssetStore { base.assets }
     public var shares: any ShareStore { base.shares }
+    public var operations: any OperationOutcomeStore { base.operations }
 
     public func close() async throws { try await base.close() }
     public func signals() -> AsyncStream<StoreSignal>? { base.signals() }

@@ -31,6 +31,8 @@ public protocol StorageDriver: Sendable {
     var assets: any AssetStore { get }
     /// Short GUIDs and share memberships (the coarse, async form; docs/sharing.md).
     var shares: any ShareStore { get }
+    /// Outcomes of modify requests by operation ID (the coarse, async form; docs/operations.md).
+    var operations: any OperationOutcomeStore { get }
 
     /// Finishes pending writes and releases the store.
     func close() async throws

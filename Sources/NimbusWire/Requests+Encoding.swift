@@ -91,13 +91,14 @@ extension RecordOperationInput {
 extension RecordsModifyRequest {
     public init(
         operations: [RecordOperationInput], zoneID: WireZoneID = .defaultZone, atomic: Bool? = nil,
-        desiredKeys: [String]? = nil, numbersAsStrings: Bool = false
+        desiredKeys: [String]? = nil, numbersAsStrings: Bool = false, operationID: String? = nil
     ) {
         self.operations = operations
         self.zoneID = zoneID
         self.atomic = atomic
         self.desiredKeys = desiredKeys
         self.numbersAsStrings = numbersAsStrings
+        self.operationID = operationID
     }
 
     public var json: JSON {
@@ -106,6 +107,7 @@ extension RecordsModifyRequest {
         object[WireKey.operations] = .array(operations.map(\.json))
         if let desiredKeys { object[WireKey.desiredKeys] = .strings(desiredKeys) }
         if numbersAsStrings { object[WireKey.numbersAsStrings] = .bool(true) }
+        if let operationID { object[WireKey.operationID] = .string(operationID) }
         return .object(object)
     }
 }

@@ -169,9 +169,19 @@ public struct RecordsModifyRequest: Sendable {
     public var atomic: Bool?
     public var desiredKeys: [String]?
     public var numbersAsStrings: Bool
+    /// Nimbus: names this request so a retry of it is answered from its first outcome rather
+    /// than applied again (docs/operations.md). 1–128 printable ASCII characters.
+    public var operationID: String?
 
     public init(json: ObjectReader) throws(CloudKitError) {
         let operations = try json.requiredArray(WireKey.operations, limit: Limits.operationsPerRequest, what: "the number of operations")
+        if let operationID = try json.string(WireKey.operationID) {
+            guard (1...128).contains(operationID.utf8.count), operationID.utf8.allSatisfy({ (0x21...0x7e).contains($0) }) else {
+                throw .badRequest(
+                    "\(json.childPath(WireKey.operationID)): an operation ID is 1 to 128 printable ASCII characters without spaces")
+            }
+            self.operationID = operationID
+        }
         zoneID = try WireZoneID.orDefault(json)
         atomic = try json.bool(WireKey.atomic)
         desiredKeys = try readDesiredKeys(json)

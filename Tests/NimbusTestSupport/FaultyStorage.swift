@@ -71,6 +71,7 @@ public final class FaultyStorage: StorageDriver, @unchecked Sendable {
     public var push: any PushStore { base.push }
     public var assets: any AssetStore { base.assets }
     public var shares: any ShareStore { base.shares }
+    public var operations: any OperationOutcomeStore { base.operations }
 
     public func close() async throws { try await base.close() }
 }

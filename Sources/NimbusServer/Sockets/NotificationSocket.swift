@@ -101,7 +101,8 @@ enum NotificationSocket {
     }
 }
 
-/// Runs the notification pipeline beside the HTTP server, prunes the collection hourly, pings
+/// Runs the notification pipeline beside the HTTP server, prunes the collection (and the
+/// modify answers kept for retries) hourly, pings
 /// every WebSocket every 30 seconds, and
 /// on shutdown lets the pipeline finish what was submitted.
 struct NotificationPipelineService: Service {
@@ -112,6 +113,7 @@ struct NotificationPipelineService: Service {
         let pruning = Task {
             while !Task.isCancelled {
                 _ = try? await service.pruneNotifications()
+                _ = try? await service.pruneOperationOutcomes()
                 try? await Task.sleep(nanoseconds: 3_600 * 1_000_000_000)
             }
         }

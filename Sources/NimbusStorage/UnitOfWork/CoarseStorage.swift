@@ -22,6 +22,7 @@ public protocol CoarseStorage: Sendable {
     var push: any PushStore { get }
     var assets: any AssetStore { get }
     var shares: any ShareStore { get }
+    var operations: any OperationOutcomeStore { get }
     func close() async throws
     /// See `StorageDriver.signals()`.
     func signals() -> AsyncStream<StoreSignal>?

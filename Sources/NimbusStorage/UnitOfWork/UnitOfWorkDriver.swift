@@ -69,6 +69,7 @@ public final class UnitOfWorkDriver: StorageDriver {
     public var push: any PushStore { base.push }
     public var assets: any AssetStore { base.assets }
     public var shares: any ShareStore { base.shares }
+    public var operations: any OperationOutcomeStore { base.operations }
     public func close() async throws { try await base.close() }
     public func signals() -> AsyncStream<StoreSignal>? { base.signals() }
 

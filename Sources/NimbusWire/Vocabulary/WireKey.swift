@@ -30,6 +30,8 @@ public enum WireKey {
     // MARK: Request bodies
 
     public static let operations = "operations"
+    /// Nimbus: a modify request's idempotency key (docs/operations.md).
+    public static let operationID = "operationID"
     public static let operationType = "operationType"
     public static let record = "record"
     public static let zone = "zone"
