@@ -52,9 +52,11 @@ struct FailureTests {
             let secondEcho = try await rotatingContainer.publicCloudDatabase.record(for: id)
             #expect(secondEcho["seen"] as? String == "t0-next")
 
-            // An operation's request timeout bounds each request.
+            // An operation's request timeout bounds each request; a user-initiated one fails
+            // then (a discretionary one would retry until its resource deadline).
             let slow = CKFetchRecordsOperation(recordIDs: [id])
             slow.configuration.timeoutIntervalForRequest = 0.3
+            slow.configuration.qualityOfService = .userInitiated
             let outcome = Box<(any Error)?>(nil)
             slow.fetchRecordsResultBlock = { result in if case .failure(let error) = result { outcome.update { $0 = error } } }
             let started = Date()

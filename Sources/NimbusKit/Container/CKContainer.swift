@@ -54,6 +54,9 @@ public final class CKContainer: NSObject, @unchecked Sendable {
     public init(configuration: NimbusConfiguration) {
         containerIdentifier = configuration.containerIdentifier
         transport = NimbusTransport(configuration: configuration)
+        longLivedOperations = LongLivedOperations(
+            directory: configuration.longLivedOperationDirectory
+                ?? LongLivedOperations.defaultDirectory(containerIdentifier: configuration.containerIdentifier))
         fieldCiphers = FieldCiphers(
             containerIdentifier: configuration.containerIdentifier,
             store: NimbusFileKeyStore(directory: configuration.encryptionKeyDirectory ?? NimbusFileKeyStore.defaultDirectory))
@@ -63,6 +66,45 @@ public final class CKContainer: NSObject, @unchecked Sendable {
         // The container is the notification's object, so an app with several can tell them
         // apart; observers of any object hear it too.
         transport.onAccountChange { [weak self] in NotificationCenter.default.post(name: .CKAccountChanged, object: self) }
+    }
+
+    /// Journals of long-lived operations (docs/operations.md).
+    let longLivedOperations: LongLivedOperations
+
+    /// The IDs of long-lived operations that have not finished: running in this process, or
+    /// left unfinished by an earlier launch.
+    public func fetchAllLongLivedOperationIDs(completionHandler: @escaping @Sendable ([CKOperation.ID]?, (any Error)?) -> Void) {
+        do {
+            completionHandler(try longLivedOperations.ids(), nil)
+        } catch {
+            completionHandler(nil, error)
+        }
+    }
+
+    public func allLongLivedOperationIDs() async throws -> [CKOperation.ID] {
+        try longLivedOperations.ids()
+    }
+
+    /// A long-lived operation rebuilt from its journal, with its ID, records and configuration:
+    /// set its callbacks and add it; it sends its requests again and the server answers those
+    /// it already applied from their outcomes. Nil when it finished (or never was).
+    public func fetchLongLivedOperation(
+        withID operationID: CKOperation.ID, completionHandler: @escaping @Sendable (CKOperation?, (any Error)?) -> Void
+    ) {
+        do {
+            completionHandler(try longLivedOperation(operationID), nil)
+        } catch {
+            completionHandler(nil, error)
+        }
+    }
+
+    public func longLivedOperation(for operationID: CKOperation.ID) async throws -> CKOperation? {
+        try longLivedOperation(operationID)
+    }
+
+    private func longLivedOperation(_ operationID: CKOperation.ID) throws(CKError) -> CKOperation? {
+        guard let journal = try longLivedOperations.journal(operationID) else { return nil }
+        return try LongLivedJournal.operation(from: journal, container: self)
     }
 
     /// The keys of `encryptedValues`, per signed-in user (docs/encryption.md).

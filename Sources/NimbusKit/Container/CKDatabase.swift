@@ -3,7 +3,7 @@ import Foundation
 /// One of a container's three databases. Run operations on it with `add(_:)`, or use the
 /// convenience methods (completion handlers and `async`), which run the same operations.
 public final class CKDatabase: NSObject, @unchecked Sendable {
-    public enum Scope: Int, Sendable, Hashable {
+    public enum Scope: Int, Sendable, Hashable, CaseIterable {
         case `public` = 1
         case `private` = 2
         case shared = 3

@@ -38,6 +38,9 @@ public struct NimbusConfiguration: Sendable, Hashable {
     /// Where the keys of `encryptedValues` are kept (`NimbusFileKeyStore`); nil: the user's
     /// application support folder. Set `CKContainer.encryptionKeyStore` for another store.
     public var encryptionKeyDirectory: URL? = nil
+    /// Where long-lived operations keep their journals (docs/operations.md); nil: a folder
+    /// per container in the user's application support folder.
+    public var longLivedOperationDirectory: URL? = nil
 
     public init(
         serverURL: URL = URL(string: "http://127.0.0.1:8080")!, apiToken: String, environment: Environment = .development,

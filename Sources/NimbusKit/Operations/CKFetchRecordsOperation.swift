@@ -25,6 +25,22 @@ open class CKFetchRecordsOperation: CKDatabaseOperation, @unchecked Sendable {
         self.recordIDs = recordIDs
     }
 
+    static let journalKind = "fetchRecords"
+
+    override func longLivedJournal() throws(CKError) -> JSONObject? {
+        var journal = LongLivedJournal.header(self, kind: Self.journalKind)
+        journal["recordIDs"] = .array((recordIDs ?? []).map(LongLivedJournal.recordID))
+        if let desiredKeys { journal["desiredKeys"] = .strings(desiredKeys) }
+        return journal
+    }
+
+    /// The operation a journal describes (`LongLivedJournal.operation(from:container:)`).
+    convenience init(journal: JSONObject) throws(CKError) {
+        self.init()
+        recordIDs = try (journal["recordIDs"]?.arrayValue ?? []).map { json throws(CKError) in try LongLivedJournal.recordID(json) }
+        desiredKeys = journal["desiredKeys"]?.arrayValue?.compactMap(\.stringValue)
+    }
+
     override func run() async throws {
         for (zoneID, ids) in groupedByZone(recordIDs ?? [], zoneID: \.zoneID) {
             for chunk in chunked(ids, size: Self.itemsPerRequest) {
@@ -36,7 +52,7 @@ open class CKFetchRecordsOperation: CKDatabaseOperation, @unchecked Sendable {
                 do {
                     entries = try await post("records/lookup", body.json, as: RecordsResponse.self).records
                 } catch {
-                    guard error.code != .notAuthenticated, error.code != .networkFailure else { throw error }
+                    guard error.code != .notAuthenticated, error.code != .networkFailure, error.code != .operationCancelled else { throw error }
                     // A zone-wide failure (an unknown zone, say) is each of its records' failure.
                     for id in chunk { report(id, .failure(error)) }
                     continue

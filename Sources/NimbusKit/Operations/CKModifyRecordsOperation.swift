@@ -39,6 +39,8 @@ open class CKModifyRecordsOperation: CKDatabaseOperation, @unchecked Sendable {
     private var saved: [CKRecord] = []
     private var deleted: [CKRecord.ID] = []
     private var failures: [AnyHashable: any Error] = [:]
+    /// Requests sent so far: each is named `<operationID>.<n>`.
+    private var requestsSent = 0
     /// The user's key when records to save hold encrypted values.
     private var cipher: FieldCipher?
 
@@ -48,6 +50,30 @@ open class CKModifyRecordsOperation: CKDatabaseOperation, @unchecked Sendable {
         self.init()
         self.recordsToSave = recordsToSave
         self.recordIDsToDelete = recordIDsToDelete
+    }
+
+    // MARK: Long-lived
+
+    static let journalKind = "modifyRecords"
+
+    override func longLivedJournal() throws(CKError) -> JSONObject? {
+        var journal = LongLivedJournal.header(self, kind: Self.journalKind)
+        journal["recordsToSave"] = .array(try (recordsToSave ?? []).map { record throws(CKError) in try LongLivedJournal.record(record) })
+        journal["recordIDsToDelete"] = .array((recordIDsToDelete ?? []).map(LongLivedJournal.recordID))
+        journal["savePolicy"] = .int(Int64(savePolicy.rawValue))
+        journal["atomic"] = .bool(isAtomic)
+        return journal
+    }
+
+    /// The operation a journal describes (`LongLivedJournal.operation(from:container:)`).
+    convenience init(journal: JSONObject) throws(CKError) {
+        self.init()
+        recordsToSave = try (journal["recordsToSave"]?.arrayValue ?? []).map { json throws(CKError) in try LongLivedJournal.record(json) }
+        recordIDsToDelete = try (journal["recordIDsToDelete"]?.arrayValue ?? []).map { json throws(CKError) in
+            try LongLivedJournal.recordID(json)
+        }
+        savePolicy = journal["savePolicy"]?.int64Value.flatMap { RecordSavePolicy(rawValue: Int($0)) } ?? .ifServerRecordUnchanged
+        isAtomic = journal["atomic"]?.boolValue ?? true
     }
 
     /// One item of the batch: a record to save or an ID to delete.
@@ -81,13 +107,17 @@ open class CKModifyRecordsOperation: CKDatabaseOperation, @unchecked Sendable {
             }
             for chunk in chunked(zoneItems, size: limit) {
                 try Task.checkCancellation()
-                try await send(Array(chunk), zoneID: zoneID, atomic: atomic)
+                requestsSent += 1
+                try await send(Array(chunk), zoneID: zoneID, atomic: atomic, requestID: "\(operationID).\(requestsSent)")
             }
         }
         if !failures.isEmpty { throw CKError.partialFailure(failures, what: "records to save or delete") }
     }
 
-    private func send(_ items: [Item], zoneID: CKRecordZone.ID, atomic: Bool) async throws {
+    /// Sends one request. `requestID` names it to the server (`operationID` on the wire): the
+    /// same operation sends the same requests in the same order, so a retry, or the operation
+    /// resumed after a relaunch, is answered from the first outcome (docs/operations.md).
+    private func send(_ items: [Item], zoneID: CKRecordZone.ID, atomic: Bool, requestID: String) async throws {
         // Asset files first: the records then carry the upload's answers (their receipts).
         let uploads = await uploadAssets(
             of: items.compactMap { item in
@@ -112,12 +142,14 @@ open class CKModifyRecordsOperation: CKDatabaseOperation, @unchecked Sendable {
         }
         let sendable = items.filter { failures[$0.recordID] == nil }
         guard !sendable.isEmpty else { return }
-        let body = RecordsModifyRequest(operations: operations, zoneID: WireRecordCoder.zoneIDInput(zoneID), atomic: atomic)
+        let body = RecordsModifyRequest(
+            operations: operations, zoneID: WireRecordCoder.zoneIDInput(zoneID), atomic: atomic, operationID: requestID)
         let entries: [ItemResult<RecordEntry>]
         do {
             entries = try await post("records/modify", body.json, as: RecordsResponse.self).records
         } catch {
-            guard error.code != .notAuthenticated, error.code != .networkFailure, error.code != .limitExceeded else { throw error }
+            // Whole-operation failures end the operation; a cancelled one reports no records.
+            guard ![.notAuthenticated, .networkFailure, .limitExceeded, .operationCancelled].contains(error.code) else { throw error }
             for item in sendable { report(item, entry: nil, error: error) }
             return
         }

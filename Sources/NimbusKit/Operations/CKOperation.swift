@@ -39,8 +39,8 @@ open class CKOperation: Operation, @unchecked Sendable {
             get { allowsCellularAccess_ ?? true }
             set { allowsCellularAccess_ = newValue }
         }
-        /// Reserved: long-lived operations (which outlive the app) are not supported yet, so
-        /// the flag is kept but the operation runs as a normal one.
+        /// An operation that outlives the app: journaled before it sends anything, resumed
+        /// with `CKContainer.longLivedOperation(for:)` after a relaunch (docs/operations.md).
         public var isLongLived: Bool {
             get { isLongLived_ ?? false }
             set { isLongLived_ = newValue }
@@ -51,7 +51,8 @@ open class CKOperation: Operation, @unchecked Sendable {
             get { timeoutIntervalForRequest_ ?? 60 }
             set { timeoutIntervalForRequest_ = newValue }
         }
-        /// Kept for source compatibility: Nimbus operations are not resumed across launches.
+        /// How long a discretionary operation (`.utility`, `.background`) keeps retrying busy
+        /// answers and network failures before it fails; seven days, as CloudKit's.
         public var timeoutIntervalForResource: TimeInterval {
             get { timeoutIntervalForResource_ ?? 7 * 24 * 3600 }
             set { timeoutIntervalForResource_ = newValue }
@@ -76,7 +77,11 @@ open class CKOperation: Operation, @unchecked Sendable {
     public typealias ID = String
 
     public var configuration: Configuration! = Configuration()
-    public let operationID: ID = UUID().uuidString
+    /// Names the operation: to the server (its requests are `operationID.n`, each applied once)
+    /// and, for a long-lived one, to `CKContainer.longLivedOperation(for:)`.
+    public internal(set) var operationID: ID = UUID().uuidString
+    /// Called once a long-lived operation's journal is written, before it sends anything.
+    public var longLivedOperationWasPersistedBlock: (@Sendable () -> Void)?
     /// The group this operation belongs to: its `defaultConfiguration` fills in what this
     /// operation's configuration leaves unset.
     public var group: CKOperationGroup?
@@ -89,6 +94,7 @@ open class CKOperation: Operation, @unchecked Sendable {
     private let stateLock = NSLock()
     private var executing = false
     private var finished = false
+    private var abandoned = false
     private var runningTask: Task<Void, Never>?
 
     public override init() { super.init() }
@@ -109,21 +115,40 @@ open class CKOperation: Operation, @unchecked Sendable {
     open override func start() {
         if isFinished { return }
         setExecuting(true)
-        let quality = effectiveConfiguration.qualityOfService
+        let configuration = effectiveConfiguration
+        let quality = configuration.qualityOfService
         let discretionary = quality == .utility || quality == .background
+        let deadline = discretionary ? Date().addingTimeInterval(configuration.timeoutIntervalForResource) : nil
         let task = Task(priority: Self.priority(quality)) { [self] in
             do {
                 if isCancelled { throw CKError.cancelled() }
-                try await NimbusTransport.$retriesWhenBusy.withValue(discretionary) { try await run() }
+                if configuration.isLongLived { try persistLongLived() }
+                try await NimbusTransport.$discretionaryDeadline.withValue(deadline) { try await run() }
                 if isCancelled { throw CKError.cancelled() }
-                finish(with: nil)
+                if !isAbandoned { finish(with: nil) }
             } catch {
-                finish(with: CKError.wrapping(error))
+                if !isAbandoned { finish(with: CKError.wrapping(error)) }
             }
+            // Its callbacks ran: a long-lived operation has nothing left to resume. One the
+            // app's exit stopped keeps its journal.
+            if configuration.isLongLived, !isAbandoned { forgetLongLived() }
             setFinished()
         }
         stateLock.withLock { runningTask = task }
     }
+
+    private var isAbandoned: Bool { stateLock.withLock { abandoned } }
+
+    /// Stops the operation as the app's exit would: no more requests, no callbacks, the
+    /// journal kept (`LongLivedOperations.abandonAll`).
+    func abandon() {
+        stateLock.withLock { abandoned = true }
+        stateLock.withLock { runningTask }?.cancel()
+    }
+
+    /// Writes a long-lived operation's journal (database operations of the journaled kinds).
+    func persistLongLived() throws(CKError) {}
+    func forgetLongLived() {}
 
     open override func cancel() {
         super.cancel()
@@ -181,6 +206,20 @@ open class CKDatabaseOperation: CKOperation, @unchecked Sendable {
     }
 
     var transport: NimbusTransport { targetDatabase.container.transport }
+
+    /// What a long-lived operation of this kind writes to its journal; nil for kinds that are
+    /// not journaled (they run as ordinary operations).
+    func longLivedJournal() throws(CKError) -> JSONObject? { nil }
+
+    override func persistLongLived() throws(CKError) {
+        guard let journal = try longLivedJournal() else { return }
+        try targetDatabase.container.longLivedOperations.persist(self, journal: journal)
+        longLivedOperationWasPersistedBlock?()
+    }
+
+    override func forgetLongLived() {
+        targetDatabase.container.longLivedOperations.forget(operationID)
+    }
 }
 
 // MARK: Helpers the database operations share

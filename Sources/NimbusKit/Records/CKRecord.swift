@@ -196,6 +196,16 @@ public class CKRecord: NSObject, NSSecureCoding, NSCopying, CKRecordKeyValueSett
         }
     }
 
+    /// After a record was rebuilt from a long-lived operation's journal: the keys and parent
+    /// it had changed count as changed again, so its save sends what it would have sent.
+    func restoreLocalState(parent: Reference?, changedKeys: [String], parentChanged: Bool) {
+        markFetchedFromServer(parent: parent)
+        lock.withLock {
+            changed = changedKeys
+            self.parentChanged = parentChanged
+        }
+    }
+
     /// The record as it was when it last came from the server: the ancestor of a three-way merge.
     func ancestor() -> CKRecord? {
         let (known, order, encrypted) = lock.withLock { (serverValues, keyOrder, encryptedKeys) }

@@ -74,19 +74,30 @@ final class NimbusTransport: Sendable {
     /// Sends with the session, signing in first when the configuration has credentials and no
     /// session yet, and once again on an expired session.
     private func authenticated(_ fullPath: String, _ body: JSON, timeout: TimeInterval?) async throws(CKError) -> JSON {
-        var attempt = 1
+        var networkFailures = 0
         while true {
             do {
                 return try await authenticatedOnce(fullPath, body, timeout: timeout)
-            } catch let error where Self.retriesWhenBusy && attempt < Self.busyAttempts {
-                // A discretionary operation waits as the server asks and tries again, as
-                // CloudKit's do; a user-initiated one gets the error with its delay at once.
-                guard [.requestRateLimited, .zoneBusy, .serviceUnavailable].contains(error.code),
-                    let seconds = error.retryAfterSeconds, seconds <= Self.longestBusyWait
-                else { throw error }
-                attempt += 1
+            } catch let error {
+                // Discretionary work (the 2016 session) waits and tries again until its resource
+                // deadline: as the server asks when it is busy, with backoff when the network
+                // fails. User-initiated work gets the error at once. A modify is safe to send
+                // again: its operationID has the server answer a retry from the first outcome.
+                guard let deadline = Self.discretionaryDeadline else { throw error }
+                let wait: Double
+                switch error.code {
+                case .requestRateLimited, .zoneBusy, .serviceUnavailable:
+                    guard let seconds = error.retryAfterSeconds, seconds <= Self.longestBusyWait else { throw error }
+                    wait = max(seconds, 0)
+                case .networkFailure, .networkUnavailable:
+                    wait = min(Self.firstNetworkWait * pow(2, Double(networkFailures)), Self.longestNetworkWait)
+                    networkFailures += 1
+                default:
+                    throw error
+                }
+                guard Date().addingTimeInterval(wait) < deadline else { throw error }
                 do {
-                    try await Task.sleep(for: .seconds(max(seconds, 0)))
+                    try await Task.sleep(for: .seconds(wait))
                 } catch {
                     throw CKError.cancelled()
                 }
@@ -94,14 +105,17 @@ final class NimbusTransport: Sendable {
         }
     }
 
-    /// Whether requests made now retry on `requestRateLimited`, `zoneBusy` and
-    /// `serviceUnavailable` after `retryAfterSeconds`: set for the requests of an operation
-    /// whose quality of service is `.utility` or `.background` (CloudKit's discretionary work,
-    /// `CKOperation.start`).
-    @TaskLocal static var retriesWhenBusy = false
-    /// Attempts a discretionary request gets in all, and the longest wait it takes on its own.
-    static let busyAttempts = 5
+    /// Set for the requests of an operation whose quality of service is `.utility` or
+    /// `.background` (CloudKit's discretionary work, `CKOperation.start`): when its resource
+    /// time (`timeoutIntervalForResource`, seven days by default) runs out. Until then requests
+    /// retry `requestRateLimited`, `zoneBusy` and `serviceUnavailable` after `retryAfterSeconds`,
+    /// and network failures with backoff. Nil: fail fast.
+    @TaskLocal static var discretionaryDeadline: Date?
+    /// The longest busy wait a discretionary request takes on its own (a longer one is the
+    /// app's to decide), and the backoff after network failures: 0.5 s, doubling, at most 30 s.
     static let longestBusyWait: Double = 60
+    static let firstNetworkWait: Double = 0.5
+    static let longestNetworkWait: Double = 30
 
     private func authenticatedOnce(_ fullPath: String, _ body: JSON, timeout: TimeInterval?) async throws(CKError) -> JSON {
         if state.webAuthToken == nil, configuration.username != nil { try await signInWithConfiguredCredentials() }

@@ -1,0 +1,183 @@
+import Foundation
+@testable import NimbusKit
+import NimbusTestSupport
+import NimbusWire
+import Testing
+
+/// Discretionary retries and long-lived operations (issue 20): a lost answer is retried and
+/// the server answers the retry from its first outcome; a long-lived modify survives its
+/// container being torn down mid-flight and, resumed on a new one, delivers its callbacks with
+/// nothing applied twice. The answers are lost by a relay in front of the server.
+@Suite("NimbusKit long-lived operations and retries")
+struct LongLivedKitTests {
+    static func device(_ server: TestServer, via relay: AnswerDroppingRelay?, journals: URL? = nil) -> CKContainer {
+        var configuration = server.configuration(user: "alice")
+        if let relay { configuration.serverURL = URL(string: "http://127.0.0.1:\(relay.port)")! }
+        configuration.longLivedOperationDirectory = journals
+        return CKContainer(configuration: configuration)
+    }
+
+    static func note(_ name: String, zone: CKRecordZone.ID) -> CKRecord {
+        let record = CKRecord(recordType: "Note", recordID: CKRecord.ID(recordName: name, zoneID: zone))
+        record["title"] = name
+        return record
+    }
+
+    /// Runs a modify and returns each record's result and the operation's. A lost answer
+    /// costs the request timeout, so tests keep it short.
+    static func modify(_ operation: CKModifyRecordsOperation, on database: CKDatabase) async
+        -> (saves: [String: Result<CKRecord, any Error>], result: Result<Void, any Error>?)
+    {
+        operation.configuration.timeoutIntervalForRequest = 2
+        let saves = Box<[String: Result<CKRecord, any Error>]>([:])
+        let result = Box<Result<Void, any Error>?>(nil)
+        operation.perRecordSaveBlock = { id, outcome in saves.update { $0[id.recordName] = outcome } }
+        operation.modifyRecordsResultBlock = { outcome in result.update { $0 = outcome } }
+        await runOperation(operation, on: database)
+        return (saves.value, result.value)
+    }
+
+    @Test("a discretionary modify whose answer was lost retries, and the server answers from the first outcome")
+    func lostAnswerIsRetriedOnce() async throws {
+        try await TestServer.with { server in
+            let raw = try await server.user("alice")
+            let relay = try await AnswerDroppingRelay(targetPort: server.port)
+            defer { Task { try? await relay.close() } }
+            let device = Self.device(server, via: relay)
+            let zone = try await device.privateCloudDatabase.save(CKRecordZone(zoneName: "Notes"))
+            relay.dropAnswers(1)
+            let operation = CKModifyRecordsOperation(recordsToSave: [Self.note("n1", zone: zone.zoneID)])
+            #expect(operation.qualityOfService == .utility)
+            let (saves, result) = await Self.modify(operation, on: device.privateCloudDatabase)
+            #expect(relay.droppedAnswers == 1)
+            guard case .success? = result, case .success? = saves["n1"] else {
+                Issue.record("the retried save failed: \(String(describing: result)) \(saves)")
+                return
+            }
+            // Applied once: the zone's feed holds one change of n1, not a create and a conflict.
+            let changes = try await raw.zoneChanges("Notes")
+            #expect(changes.zones.first?["records"]?.arrayValue?.count == 1, "\(changes.text)")
+        }
+    }
+
+    @Test("user-initiated work fails fast on a lost answer; discretionary work stops at timeoutIntervalForResource")
+    func failFastAndResourceDeadline() async throws {
+        try await TestServer.with { server in
+            try await server.createUser("alice")
+            let relay = try await AnswerDroppingRelay(targetPort: server.port)
+            defer { Task { try? await relay.close() } }
+            let device = Self.device(server, via: relay)
+            let zone = try await device.privateCloudDatabase.save(CKRecordZone(zoneName: "Notes"))
+            relay.dropAnswers(Int.max)
+
+            let urgent = CKModifyRecordsOperation(recordsToSave: [Self.note("u1", zone: zone.zoneID)])
+            urgent.qualityOfService = .userInitiated
+            let started = Date()
+            let (_, urgentResult) = await Self.modify(urgent, on: device.privateCloudDatabase)
+            guard case .failure(let error as CKError)? = urgentResult else {
+                Issue.record("expected a failure, got \(String(describing: urgentResult))")
+                return
+            }
+            #expect(error.code == .networkFailure, "\(error)")
+            #expect(relay.droppedAnswers == 1, "user-initiated work does not retry")
+            #expect(Date().timeIntervalSince(started) < 10)
+
+            let patient = CKModifyRecordsOperation(recordsToSave: [Self.note("p1", zone: zone.zoneID)])
+            patient.configuration.timeoutIntervalForResource = 5
+            let before = relay.droppedAnswers
+            let (_, patientResult) = await Self.modify(patient, on: device.privateCloudDatabase)
+            guard case .failure(let late as CKError)? = patientResult else {
+                Issue.record("expected a failure, got \(String(describing: patientResult))")
+                return
+            }
+            #expect(late.code == .networkFailure, "\(late)")
+            #expect(relay.droppedAnswers - before >= 2, "discretionary work retried before its deadline")
+        }
+    }
+
+    @Test("a long-lived modify survives its container being torn down mid-flight and resumes on a new one, applied once")
+    func longLivedModifyResumes() async throws {
+        try await TestServer.with { server in
+            let raw = try await server.user("alice")
+            let journals = URL(fileURLWithPath: NSTemporaryDirectory() + "nimbus-journals-" + UUID().uuidString, isDirectory: true)
+            defer { try? FileManager.default.removeItem(at: journals) }
+            let relay = try await AnswerDroppingRelay(targetPort: server.port)
+            defer { Task { try? await relay.close() } }
+            let first = Self.device(server, via: relay, journals: journals)
+            let zone = try await first.privateCloudDatabase.save(CKRecordZone(zoneName: "Notes"))
+
+            // Every answer is lost from now: the server applies the batch, the device never hears.
+            relay.dropAnswers(Int.max)
+            let records = [Self.note("l1", zone: zone.zoneID), Self.note("l2", zone: zone.zoneID)]
+            records[1].encryptedValues["secret"] = "kept in the journal, sealed on the wire"
+            let operation = CKModifyRecordsOperation(recordsToSave: records)
+            operation.configuration.isLongLived = true
+            operation.configuration.timeoutIntervalForRequest = 2
+            let persisted = Box(false)
+            operation.longLivedOperationWasPersistedBlock = { persisted.update { $0 = true } }
+            let firstCallbacks = Box(0)
+            operation.perRecordSaveBlock = { _, _ in firstCallbacks.update { $0 += 1 } }
+            operation.modifyRecordsResultBlock = { _ in firstCallbacks.update { $0 += 1 } }
+            first.privateCloudDatabase.add(operation)
+
+            // Wait until the server has applied it (the device keeps retrying meanwhile).
+            var applied = false
+            for _ in 0..<100 where !applied {
+                try await Task.sleep(for: .milliseconds(50))
+                let lookup = try await raw.lookup(zone: "Notes", ["l1", "l2"])
+                applied = lookup.records.allSatisfy { $0["serverErrorCode"] == nil } && lookup.records.count == 2
+            }
+            #expect(applied, "the server never applied the batch")
+            #expect(persisted.value)
+            #expect(try await first.allLongLivedOperationIDs() == [operation.operationID])
+
+            // The app exits: the operation stops where it is, its journal stays.
+            first.longLivedOperations.abandonAll()
+            try await Task.sleep(for: .milliseconds(200))
+            #expect(firstCallbacks.value == 0, "an abandoned operation calls nothing")
+
+            // Relaunch: a new container object finds the operation and resumes it.
+            let second = Self.device(server, via: nil, journals: journals)
+            let ids = try await second.allLongLivedOperationIDs()
+            #expect(ids == [operation.operationID])
+            let resumed = try #require(try await second.longLivedOperation(for: operation.operationID) as? CKModifyRecordsOperation)
+            #expect(resumed.operationID == operation.operationID)
+            #expect(resumed.configuration.isLongLived)
+            #expect(resumed.recordsToSave?.map(\.recordID.recordName) == ["l1", "l2"])
+            let (saves, result) = await Self.modify(resumed, on: second.privateCloudDatabase)
+            guard case .success? = result else {
+                Issue.record("the resumed operation failed: \(String(describing: result)) \(saves)")
+                return
+            }
+            for name in ["l1", "l2"] {
+                guard case .success(let saved)? = saves[name] else {
+                    Issue.record("\(name): \(String(describing: saves[name]))")
+                    continue
+                }
+                #expect(saved.recordChangeTag != nil)
+            }
+            // Finished: nothing left to resume; applied once.
+            #expect(try await second.allLongLivedOperationIDs().isEmpty)
+            #expect(try await second.longLivedOperation(for: operation.operationID) == nil)
+            let changes = try await raw.zoneChanges("Notes")
+            #expect(changes.zones.first?["records"]?.arrayValue?.count == 2, "\(changes.text)")
+            let secret = try await second.privateCloudDatabase.record(for: records[1].recordID)
+            #expect(secret.encryptedValues["secret"] as? String == "kept in the journal, sealed on the wire")
+        }
+    }
+
+    @Test("a journal that does not read, and an unknown ID, are clear answers")
+    func badJournals() async throws {
+        try await TestServer.with { server in
+            try await server.createUser("alice")
+            let journals = URL(fileURLWithPath: NSTemporaryDirectory() + "nimbus-journals-" + UUID().uuidString, isDirectory: true)
+            defer { try? FileManager.default.removeItem(at: journals) }
+            let device = Self.device(server, via: nil, journals: journals)
+            #expect(try await device.longLivedOperation(for: "no-such-operation") == nil)
+            try FileManager.default.createDirectory(at: journals, withIntermediateDirectories: true)
+            try Data("{not json".utf8).write(to: journals.appendingPathComponent("garbled.json"))
+            let error = await expectCKError(.internalError) { _ = try await device.longLivedOperation(for: "garbled") }
+            #expect(error?.localizedDescription.contains("does not read") == true)
+        }
+    }
+}
