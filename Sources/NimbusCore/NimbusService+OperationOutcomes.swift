@@ -5,7 +5,7 @@ import NimbusWire
 
 /// Modify requests that carry an `operationID` are applied once: the first request claims the
 /// ID, and its answer is kept 24 hours; a retry, or a long-lived operation resumed after the
-/// app relaunched, is answered from that answer (docs/operations.md).
+/// app relaunched, is answered from that answer (docs/protocol.md, "operationID"; docs/sdk.md, "Operations").
 extension NimbusService {
     /// How long an answer is kept for retries.
     static let operationOutcomeLifetime: Int64 = 24 * 3_600 * 1_000

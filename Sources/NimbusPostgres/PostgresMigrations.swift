@@ -514,7 +514,7 @@ enum PostgresMigrations {
         (
             "v12-operation-outcomes",
             [
-                // A modify's answer by operation ID, kept a day (docs/operations.md); `response`
+                // A modify's answer by operation ID, kept a day (docs/protocol.md, "operationID"; docs/sdk.md, "Operations"); `response`
                 // is NULL while the request that claimed it runs.
                 """
                 CREATE TABLE operation_outcomes (

@@ -515,7 +515,7 @@ enum Migrations {
                     """)
         }
         migrator.registerMigration("v21-operation-outcomes") { db in
-            // A modify's answer by operation ID, kept a day (docs/operations.md); `response` is
+            // A modify's answer by operation ID, kept a day (docs/protocol.md, "operationID"; docs/sdk.md, "Operations"); `response` is
             // NULL while the request that claimed it runs.
             try db.execute(
                 sql: """

@@ -1,6 +1,6 @@
 /// The outcomes of modify requests that carry an operation ID, kept 24 hours so that a retried
 /// or resumed request is answered from its first outcome instead of being applied twice
-/// (docs/operations.md). The coarse, async form of the storage protocol (see `AccountStore`).
+/// (docs/protocol.md, "operationID"; docs/sdk.md, "Operations"). The coarse, async form of the storage protocol (see `AccountStore`).
 ///
 /// A request first claims its key; the claim holds no answer until the request completes. A
 /// claim is atomic: of two requests with one key, one applies and the other hears `running`.

@@ -31,7 +31,7 @@ public protocol StorageDriver: Sendable {
     var assets: any AssetStore { get }
     /// Short GUIDs and share memberships (the coarse, async form; docs/sharing.md).
     var shares: any ShareStore { get }
-    /// Outcomes of modify requests by operation ID (the coarse, async form; docs/operations.md).
+    /// Outcomes of modify requests by operation ID (the coarse, async form; docs/protocol.md, "operationID").
     var operations: any OperationOutcomeStore { get }
 
     /// Finishes pending writes and releases the store.

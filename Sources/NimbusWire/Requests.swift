@@ -170,7 +170,7 @@ public struct RecordsModifyRequest: Sendable {
     public var desiredKeys: [String]?
     public var numbersAsStrings: Bool
     /// Nimbus: names this request so a retry of it is answered from its first outcome rather
-    /// than applied again (docs/operations.md). 1–128 printable ASCII characters.
+    /// than applied again (docs/protocol.md, "operationID"; docs/sdk.md, "Operations"). 1–128 printable ASCII characters.
     public var operationID: String?
 
     public init(json: ObjectReader) throws(CloudKitError) {

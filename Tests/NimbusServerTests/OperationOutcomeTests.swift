@@ -4,7 +4,7 @@ import NimbusTestSupport
 import NimbusWire
 import Testing
 
-/// `operationID` on records/modify (issue 20, docs/operations.md): a request with an ID is
+/// `operationID` on records/modify (issue 20, docs/protocol.md, "operationID"): a request with an ID is
 /// applied once; a retry within a day is answered from the first answer, whatever happened to
 /// that answer on its way back. Runs on every storage driver.
 @Suite("Modify requests applied once by operation ID")

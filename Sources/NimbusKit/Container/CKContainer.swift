@@ -68,7 +68,7 @@ public final class CKContainer: NSObject, @unchecked Sendable {
         transport.onAccountChange { [weak self] in NotificationCenter.default.post(name: .CKAccountChanged, object: self) }
     }
 
-    /// Journals of long-lived operations (docs/operations.md).
+    /// Journals of long-lived operations (docs/sdk.md, "Operations").
     let longLivedOperations: LongLivedOperations
 
     /// The IDs of long-lived operations that have not finished: running in this process, or

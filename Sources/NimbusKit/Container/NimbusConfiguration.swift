@@ -38,7 +38,7 @@ public struct NimbusConfiguration: Sendable, Hashable {
     /// Where the keys of `encryptedValues` are kept (`NimbusFileKeyStore`); nil: the user's
     /// application support folder. Set `CKContainer.encryptionKeyStore` for another store.
     public var encryptionKeyDirectory: URL? = nil
-    /// Where long-lived operations keep their journals (docs/operations.md); nil: a folder
+    /// Where long-lived operations keep their journals (docs/sdk.md, "Operations"); nil: a folder
     /// per container in the user's application support folder.
     public var longLivedOperationDirectory: URL? = nil
 

@@ -116,7 +116,7 @@ open class CKModifyRecordsOperation: CKDatabaseOperation, @unchecked Sendable {
 
     /// Sends one request. `requestID` names it to the server (`operationID` on the wire): the
     /// same operation sends the same requests in the same order, so a retry, or the operation
-    /// resumed after a relaunch, is answered from the first outcome (docs/operations.md).
+    /// resumed after a relaunch, is answered from the first outcome (docs/sdk.md, "Operations").
     private func send(_ items: [Item], zoneID: CKRecordZone.ID, atomic: Bool, requestID: String) async throws {
         // Asset files first: the records then carry the upload's answers (their receipts).
         let uploads = await uploadAssets(

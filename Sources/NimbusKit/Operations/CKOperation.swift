@@ -40,7 +40,7 @@ open class CKOperation: Operation, @unchecked Sendable {
             set { allowsCellularAccess_ = newValue }
         }
         /// An operation that outlives the app: journaled before it sends anything, resumed
-        /// with `CKContainer.longLivedOperation(for:)` after a relaunch (docs/operations.md).
+        /// with `CKContainer.longLivedOperation(for:)` after a relaunch (docs/sdk.md, "Operations").
         public var isLongLived: Bool {
             get { isLongLived_ ?? false }
             set { isLongLived_ = newValue }

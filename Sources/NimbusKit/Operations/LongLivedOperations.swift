@@ -7,7 +7,7 @@ import NimbusWire
 /// have run, the journal goes. After a relaunch `CKContainer.longLivedOperation(for:)` rebuilds
 /// the operation from its journal; added again, it sends the same requests under the same
 /// operation ID, and the server answers those it already applied from their outcomes, so the
-/// callbacks arrive and nothing is applied twice (docs/operations.md).
+/// callbacks arrive and nothing is applied twice (docs/sdk.md, "Operations").
 ///
 /// Journaled kinds: `CKModifyRecordsOperation` and `CKFetchRecordsOperation`. Other
 /// operations run as ordinary ones with the flag set.

@@ -30,7 +30,7 @@ public enum WireKey {
     // MARK: Request bodies
 
     public static let operations = "operations"
-    /// Nimbus: a modify request's idempotency key (docs/operations.md).
+    /// Nimbus: a modify request's idempotency key (docs/protocol.md, "operationID"; docs/sdk.md, "Operations").
     public static let operationID = "operationID"
     public static let operationType = "operationType"
     public static let record = "record"
