@@ -221,8 +221,15 @@ extension NimbusService {
                 return .deleted(deletedRecord(recordName, recordType: nil, zone: zone, target: target))
             }
         }
-        if type == .create, existing != nil {
-            throw CloudKitError(.exists, "record '\(recordName)' already exists; use update or forceUpdate to change it", recordName: recordName)
+        if type == .create, let existing {
+            // With the server's copy, as for CONFLICT: two devices that created the same record
+            // offline merge as they would after an edit (CKSyncEngine apps rely on it).
+            throw CloudKitError(
+                .exists, "record '\(recordName)' already exists; merge with serverRecord and save again, or use forceUpdate",
+                recordName: recordName,
+                serverRecord: try recordOutput(
+                    existing, zone: zone, target: target, desiredKeys: nil, numbersAsStrings: request.numbersAsStrings
+                ).json)
         }
 
         let namedType = existing?.recordType ?? input.recordType

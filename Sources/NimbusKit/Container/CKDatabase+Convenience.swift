@@ -243,7 +243,21 @@ extension CKDatabase {
             public let zoneID: CKRecordZone.ID
         }
         public struct Deletion: Sendable {
+            /// Why the zone went: deleted; purged (its data removed for good, e.g. the user
+            /// cleared the app's data); or its encrypted data's key was reset.
+            public enum Reason: Sendable {
+                case deleted
+                case purged
+                case encryptedDataReset
+            }
+
             public let zoneID: CKRecordZone.ID
+            public let reason: Reason
+
+            init(zoneID: CKRecordZone.ID, reason: Reason = .deleted) {
+                self.zoneID = zoneID
+                self.reason = reason
+            }
         }
     }
 
@@ -271,6 +285,7 @@ extension CKDatabase {
         let deletions = Collector<[DatabaseChange.Deletion]>([])
         operation.recordZoneWithIDChangedBlock = { id in modifications.update { $0.append(.init(zoneID: id)) } }
         operation.recordZoneWithIDWasDeletedBlock = { id in deletions.update { $0.append(.init(zoneID: id)) } }
+        operation.recordZoneWithIDWasPurgedBlock = { id in deletions.update { $0.append(.init(zoneID: id, reason: .purged)) } }
         let (token, moreComing) = try await runReturning(operation) { operation.fetchDatabaseChangesResultBlock = $0 }
         return (modifications.value, deletions.value, token, moreComing)
     }

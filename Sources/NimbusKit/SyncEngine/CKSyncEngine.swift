@@ -1,0 +1,683 @@
+import Foundation
+import Logging
+import NimbusWire
+
+/// CloudKit's sync engine (iOS 17): keeps a private or shared database and the app's local
+/// store in step. The app tells the engine what changed locally (`state.add(...)`) and hands
+/// over records when asked (`nextRecordZoneChangeBatch`); the engine sends them in batches
+/// within the server's limits, fetches what other devices changed when the server says so
+/// (NimbusKit's WebSocket stream, on every platform), and reports everything as events.
+///
+/// Beyond CloudKit: pending changes are journaled on the device before `add` returns, and a
+/// send is a long-lived modify whose operation ID the server answers once, so a crash at any
+/// instant loses nothing and applies nothing twice (docs/sdk.md, "CKSyncEngine").
+public final class CKSyncEngine: @unchecked Sendable {
+    static let logger = Logger(label: "NimbusKit.syncEngine")
+    /// Records (saves and deletes) in one request: the server's limit.
+    static var recordsPerRequest: Int { Limits.operationsPerRequest.value }
+    /// Times one pending change is sent in one `sendChanges` before the engine stops asking
+    /// for it (a delegate that re-adds a change whose save keeps failing would loop).
+    static let attemptsPerSend = 3
+    /// The subscription the engine creates when the app names none and the database has none.
+    static let defaultSubscriptionID = "nimbus-sync-engine"
+
+    public let database: CKDatabase
+    public let state: State
+    private weak var delegate: (any CKSyncEngineDelegate)?
+    private let automaticallySync: Bool
+    private let configuredSubscriptionID: CKSubscription.ID?
+
+    private let gate = SyncGate()
+    private let lock = NSLock()
+    private var running: [UUID: Task<Void, any Error>] = [:]
+    private var listener: Task<Void, Never>?
+    private var sendScheduled = false
+    private var accountChecked = false
+
+    public init(_ configuration: Configuration) {
+        database = configuration.database
+        delegate = configuration.delegate
+        automaticallySync = configuration.automaticallySync
+        configuredSubscriptionID = configuration.subscriptionID
+        let container = configuration.database.container
+        let journal = SyncEngineJournal(directory: container.longLivedOperations.directory, scope: configuration.database.databaseScope)
+        let stored = Self.startingState(
+            app: configuration.stateSerialization?.stored, journal: journal.read(),
+            containerIdentifier: container.containerIdentifier ?? "", scope: configuration.database.databaseScope)
+        state = State(stored, journal: journal)
+        state.track { _ in }  // the journal now holds what this engine starts from
+        state.onPendingChange = { [weak self] in self?.scheduleSend() }
+        if automaticallySync { startListening() }
+    }
+
+    deinit {
+        listener?.cancel()
+        for task in running.values { task.cancel() }
+    }
+
+    /// Fetches what changed on the server: the database's zones, then each changed zone's records.
+    public func fetchChanges(_ options: FetchChangesOptions = FetchChangesOptions()) async throws {
+        try await tracked { try await self.fetch(reason: .manual, options: options) }
+    }
+
+    /// Sends the pending changes: zones first, then records in batches from the delegate.
+    /// Per-record failures come as `sentRecordZoneChanges` events; a request that failed as a
+    /// whole (no network, signed out) throws after its event.
+    public func sendChanges(_ options: SendChangesOptions = SendChangesOptions()) async throws {
+        try await tracked { try await self.send(reason: .manual, options: options) }
+    }
+
+    /// Stops the fetches and sends under way (they end with `operationCancelled`); pending
+    /// changes stay pending.
+    public func cancelOperations() async {
+        let tasks = lock.withLock { Array(running.values) }
+        for task in tasks { task.cancel() }
+        for task in tasks { _ = await task.result }
+    }
+
+    // MARK: Starting
+
+    /// The state to start from: the app's serialization (when it is this database's), with
+    /// pending changes and sends in flight from the device's journal when that is newer in
+    /// the same history; the journal alone when the app kept nothing yet; else a fresh state.
+    static func startingState(
+        app: State.Stored?, journal: State.Stored?, containerIdentifier: String, scope: CKDatabase.Scope
+    ) -> State.Stored {
+        func ours(_ stored: State.Stored?, _ source: String) -> State.Stored? {
+            guard let stored else { return nil }
+            guard stored.containerIdentifier == containerIdentifier, stored.databaseScope == scope.name else {
+                logger.error(
+                    "the \(source) is for container \(stored.containerIdentifier), \(stored.databaseScope) database, not \(containerIdentifier), \(scope.name): the engine starts fresh"
+                )
+                return nil
+            }
+            return stored
+        }
+        let app = ours(app, "state serialization")
+        let journal = ours(journal, "sync engine's journal")
+        switch (app, journal) {
+        case (var app?, let journal?) where journal.lineage == app.lineage && journal.revision > app.revision:
+            // The app's tokens (it has the records they stand for); the journal's pending work.
+            app.pendingRecordZoneChanges = journal.pendingRecordZoneChanges
+            app.pendingDatabaseChanges = journal.pendingDatabaseChanges
+            app.hasPendingUntrackedChanges = journal.hasPendingUntrackedChanges
+            app.sendsInFlight = journal.sendsInFlight
+            app.subscriptionID = journal.subscriptionID ?? app.subscriptionID
+            app.revision = journal.revision
+            return app
+        case (let app?, _):
+            return app
+        case (nil, var journal?):
+            // The app kept no state yet: the pending work survives; what was fetched is
+            // fetched again, since the app may not have kept it.
+            journal.databaseToken = nil
+            journal.zoneTokens = [:]
+            journal.unfetchedZones = []
+            return journal
+        case (nil, nil):
+            return State.Stored(containerIdentifier: containerIdentifier, databaseScope: scope.name)
+        }
+    }
+
+    /// Automatic sync: the account, the subscription, a first fetch and send, then a fetch
+    /// each time the server says the database changed.
+    private func startListening() {
+        let stream = database.container.notifications
+        let scope = database.databaseScope
+        listener = Task { [weak self] in
+            if let engine = self {
+                try? await engine.tracked { try await engine.prepareForAutomaticSync() }
+                try? await engine.tracked { try await engine.fetch(reason: .scheduled, options: FetchChangesOptions()) }
+                try? await engine.tracked { try await engine.send(reason: .scheduled, options: SendChangesOptions()) }
+            }
+            do {
+                for try await notification in stream {
+                    guard let self else { return }
+                    guard let change = notification as? CKDatabaseNotification, change.databaseScope == scope else { continue }
+                    try? await self.tracked { try await self.fetch(reason: .scheduled, options: FetchChangesOptions()) }
+                }
+            } catch {
+                CKSyncEngine.logger.warning("the notification stream ended: \(error); automatic fetches stop")
+            }
+        }
+    }
+
+    private func prepareForAutomaticSync() async throws {
+        try await gate.serialized {
+            try await checkAccount()
+            try await ensureSubscription()
+        }
+    }
+
+    /// A send soon after changes are added (they often come several at once).
+    private func scheduleSend(after delay: Duration = .milliseconds(100)) {
+        guard automaticallySync else { return }
+        let schedule = lock.withLock {
+            defer { sendScheduled = true }
+            return !sendScheduled
+        }
+        guard schedule else { return }
+        Task { [weak self] in
+            try? await Task.sleep(for: delay)
+            guard let self else { return }
+            lock.withLock { sendScheduled = false }
+            try? await tracked { try await self.send(reason: .scheduled, options: SendChangesOptions()) }
+        }
+    }
+
+    /// Runs work that `cancelOperations()` can stop.
+    private func tracked(_ work: @escaping @Sendable () async throws -> Void) async throws {
+        let id = UUID()
+        let task = Task { try await work() }
+        lock.withLock { running[id] = task }
+        defer { _ = lock.withLock { running.removeValue(forKey: id) } }
+        try await withTaskCancellationHandler {
+            try await task.value
+        } onCancel: {
+            task.cancel()
+        }
+    }
+
+    // MARK: Account and subscription
+
+    /// Tells the delegate who is signed in, once per engine: sign-in on first use, a switch
+    /// or sign-out when the state was another user's (the state then starts over).
+    private func checkAccount() async throws {
+        guard !lock.withLock({ accountChecked }) else { return }
+        let previous = state.snapshot.userRecordName.map { CKRecord.ID(recordName: $0) }
+        let current: CKRecord.ID?
+        do {
+            current = try await database.container.userRecordID()
+        } catch let error as CKError where error.code == .notAuthenticated {
+            current = nil
+        }
+        lock.withLock { accountChecked = true }
+        let change: Event.AccountChange.ChangeType?
+        switch (previous, current) {
+        case (nil, let current?): change = .signIn(currentUser: current)
+        case (let previous?, nil): change = .signOut(previousUser: previous)
+        case (let previous?, let current?) where previous.recordName != current.recordName:
+            change = .switchAccounts(previousUser: previous, currentUser: current)
+        default: change = nil
+        }
+        guard let change else { return }
+        if previous != nil {
+            // Another user's changes and positions are not this user's.
+            state.track { stored in
+                stored = State.Stored(containerIdentifier: stored.containerIdentifier, databaseScope: stored.databaseScope)
+            }
+        }
+        state.track { $0.userRecordName = current?.recordName }
+        await emit(.accountChange(.init(changeType: change)))
+        await emitStateUpdate()
+    }
+
+    /// The database subscription that makes the server say when something changed.
+    private func ensureSubscription() async throws {
+        if let id = configuredSubscriptionID {
+            if state.snapshot.subscriptionID == id { return }
+            do {
+                _ = try await database.subscription(for: id)
+            } catch let error as CKError where error.code == .unknownItem {
+                _ = try await database.save(Self.subscription(id))
+            }
+            state.track { $0.subscriptionID = id }
+            return
+        }
+        if state.snapshot.subscriptionID != nil { return }
+        let existing = try await database.allSubscriptions().first { $0 is CKDatabaseSubscription }
+        let id: CKSubscription.ID
+        if let existing {
+            id = existing.subscriptionID
+        } else {
+            id = try await database.save(Self.subscription(Self.defaultSubscriptionID)).subscriptionID
+        }
+        state.track { $0.subscriptionID = id }
+    }
+
+    private static func subscription(_ id: CKSubscription.ID) -> CKDatabaseSubscription {
+        let subscription = CKDatabaseSubscription(subscriptionID: id)
+        let info = CKSubscription.NotificationInfo()
+        info.shouldSendContentAvailable = true
+        subscription.notificationInfo = info
+        return subscription
+    }
+
+    // MARK: Events
+
+    private func emit(_ event: Event) async {
+        await delegate?.handleEvent(event, syncEngine: self)
+    }
+
+    private func emitStateUpdate() async {
+        await emit(.stateUpdate(.init(stateSerialization: state.serialization)))
+    }
+
+    // MARK: Fetching
+
+    private func fetch(reason: SyncReason, options: FetchChangesOptions) async throws {
+        try await gate.serialized {
+            guard let delegate else { return }
+            try await checkAccount()
+            let asked = FetchChangesContext(reason: reason, options: options)
+            let context = FetchChangesContext(reason: reason, options: await delegate.nextFetchChangesOptions(asked, syncEngine: self))
+            await emit(.willFetchChanges(.init(context: context)))
+            do {
+                try await fetchDatabaseChanges()
+                try await fetchZoneChanges(context.options)
+            } catch {
+                await emit(.didFetchChanges(.init(context: context)))
+                throw error
+            }
+            await emit(.didFetchChanges(.init(context: context)))
+        }
+    }
+
+    private func fetchDatabaseChanges() async throws {
+        var moreComing = true
+        while moreComing {
+            try Task.checkCancellation()
+            let token = state.snapshot.databaseToken.map { CKServerChangeToken(syncToken: $0) }
+            let page: (
+                modifications: [CKDatabase.DatabaseChange.Modification], deletions: [CKDatabase.DatabaseChange.Deletion],
+                changeToken: CKServerChangeToken, moreComing: Bool
+            )
+            do {
+                page = try await database.databaseChanges(since: token)
+            } catch let error as CKError where error.code == .changeTokenExpired && token != nil {
+                // The feed moved on past the token: read it again from the start.
+                state.track { $0.databaseToken = nil }
+                continue
+            }
+            if !page.modifications.isEmpty || !page.deletions.isEmpty {
+                await emit(.fetchedDatabaseChanges(.init(modifications: page.modifications, deletions: page.deletions)))
+            }
+            state.track { stored in
+                stored.databaseToken = page.changeToken.syncToken
+                for modification in page.modifications {
+                    let zone = ZoneName(modification.zoneID)
+                    if !stored.unfetchedZones.contains(zone) { stored.unfetchedZones.append(zone) }
+                }
+                for deletion in page.deletions {
+                    let zone = ZoneName(deletion.zoneID)
+                    stored.unfetchedZones.removeAll { $0 == zone }
+                    stored.zoneTokens[zone.key] = nil
+                }
+            }
+            await emitStateUpdate()
+            moreComing = page.moreComing
+        }
+    }
+
+    private func fetchZoneChanges(_ options: FetchChangesOptions) async throws {
+        let unfetched = state.snapshot.unfetchedZones.filter { options.scope.contains($0.zoneID) }
+        let first = unfetched.filter { zone in options.prioritizedZoneIDs.contains(zone.zoneID) }
+        var failure: (any Error)?
+        for zone in first + unfetched.filter({ !first.contains($0) }) {
+            try Task.checkCancellation()
+            await emit(.willFetchRecordZoneChanges(.init(zoneID: zone.zoneID)))
+            do {
+                try await fetchRecords(in: zone)
+                await emit(.didFetchRecordZoneChanges(.init(zoneID: zone.zoneID, error: nil)))
+            } catch {
+                let ckError = CKError.wrapping(error)
+                await emit(.didFetchRecordZoneChanges(.init(zoneID: zone.zoneID, error: ckError)))
+                if ckError.code == .zoneNotFound || ckError.code == .userDeletedZone {
+                    // Gone since the server listed it: its deletion comes with the next fetch.
+                    state.track { $0.unfetchedZones.removeAll { $0 == zone } }
+                } else {
+                    failure = failure ?? error
+                }
+            }
+        }
+        if let failure { throw failure }
+    }
+
+    private func fetchRecords(in zone: ZoneName) async throws {
+        var moreComing = true
+        while moreComing {
+            try Task.checkCancellation()
+            let token = state.snapshot.zoneTokens[zone.key].map { CKServerChangeToken(syncToken: $0) }
+            let page: (
+                modificationResultsByID: [CKRecord.ID: Result<CKDatabase.RecordZoneChange.Modification, any Error>],
+                deletions: [CKDatabase.RecordZoneChange.Deletion], changeToken: CKServerChangeToken, moreComing: Bool
+            )
+            do {
+                page = try await database.recordZoneChanges(inZoneWith: zone.zoneID, since: token)
+            } catch let error as CKError where error.code == .changeTokenExpired && token != nil {
+                state.track { $0.zoneTokens[zone.key] = nil }
+                continue
+            }
+            var modifications: [CKDatabase.RecordZoneChange.Modification] = []
+            for (id, result) in page.modificationResultsByID {
+                switch result {
+                case .success(let modification): modifications.append(modification)
+                case .failure(let error):
+                    // A record this device cannot read (its encrypted values' key is not here):
+                    // reported, not delivered.
+                    CKSyncEngine.logger.warning("record \(id.recordName) in \(zone.zoneName) could not be read: \(error)")
+                }
+            }
+            modifications.sort { ($0.record.modificationDate ?? .distantPast) < ($1.record.modificationDate ?? .distantPast) }
+            if !modifications.isEmpty || !page.deletions.isEmpty {
+                await emit(.fetchedRecordZoneChanges(.init(modifications: modifications, deletions: page.deletions)))
+            }
+            state.track { stored in
+                stored.zoneTokens[zone.key] = page.changeToken.syncToken
+                if !page.moreComing { stored.unfetchedZones.removeAll { $0 == zone } }
+            }
+            await emitStateUpdate()
+            moreComing = page.moreComing
+        }
+    }
+
+    // MARK: Sending
+
+    private func send(reason: SyncReason, options: SendChangesOptions) async throws {
+        try await gate.serialized {
+            guard let delegate else { return }
+            let snapshot = state.snapshot
+            let hasWork =
+                !snapshot.sendsInFlight.isEmpty || snapshot.hasPendingUntrackedChanges
+                || snapshot.pendingDatabaseChanges.contains { options.scope.contains($0) }
+                || snapshot.pendingRecordZoneChanges.contains { options.scope.contains($0) }
+            guard hasWork else { return }
+            try await checkAccount()
+            let context = SendChangesContext(reason: reason, options: options)
+            await emit(.willSendChanges(.init(context: context)))
+            do {
+                try await resumeSendsInFlight()
+                try await sendDatabaseChanges(options)
+                try await sendRecordZoneChanges(context, delegate: delegate)
+            } catch {
+                await emit(.didSendChanges(.init(context: context)))
+                throw error
+            }
+            await emit(.didSendChanges(.init(context: context)))
+        }
+    }
+
+    private func sendDatabaseChanges(_ options: SendChangesOptions) async throws {
+        let pending = state.pendingDatabaseChanges.filter { options.scope.contains($0) }
+        guard !pending.isEmpty else { return }
+        var saves: [CKRecordZone] = []
+        var deletes: [CKRecordZone.ID] = []
+        for change in pending {
+            switch change {
+            case .saveZone(let zone): saves.append(zone)
+            case .deleteZone(let id): deletes.append(id)
+            }
+        }
+        let (saveResults, deleteResults) = try await database.modifyRecordZones(saving: saves, deleting: deletes)
+        var saved: [CKRecordZone] = []
+        var failedSaves: [Event.SentDatabaseChanges.FailedZoneSave] = []
+        var deleted: [CKRecordZone.ID] = []
+        var failedDeletes: [CKRecordZone.ID: CKError] = [:]
+        var done: [PendingDatabaseChange] = []
+        for zone in saves {
+            switch saveResults[zone.zoneID] {
+            case .success(let savedZone)?:
+                saved.append(savedZone)
+                done.append(.saveZone(zone))
+            case .failure(let error)?:
+                let error = CKError.wrapping(error)
+                failedSaves.append(.init(zone: zone, error: error))
+                if !Self.retriesByItself(error) { done.append(.saveZone(zone)) }
+            case nil: break
+            }
+        }
+        for id in deletes {
+            switch deleteResults[id] {
+            case .success?:
+                deleted.append(id)
+                done.append(.deleteZone(id))
+            case .failure(let error)?:
+                let error = CKError.wrapping(error)
+                failedDeletes[id] = error
+                if !Self.retriesByItself(error) { done.append(.deleteZone(id)) }
+            case nil: break
+            }
+        }
+        state.remove(pendingDatabaseChanges: done)
+        state.track { stored in
+            for id in deleted { stored.zoneTokens[ZoneName(id).key] = nil }
+        }
+        await emit(
+            .sentDatabaseChanges(.init(savedZones: saved, failedZoneSaves: failedSaves, deletedZoneIDs: deleted, failedZoneDeletes: failedDeletes)))
+        await emitStateUpdate()
+    }
+
+    private func sendRecordZoneChanges(_ context: SendChangesContext, delegate: any CKSyncEngineDelegate) async throws {
+        var attempts: [PendingRecordZoneChange: Int] = [:]
+        while true {
+            try Task.checkCancellation()
+            guard let batch = await delegate.nextRecordZoneChangeBatch(context, syncEngine: self) else { break }
+            // A change already sent `attemptsPerSend` times in this call waits for the next.
+            let saves = batch.recordsToSave.filter { attempts[.saveRecord($0.recordID), default: 0] < Self.attemptsPerSend }
+            let deletes = batch.recordIDsToDelete.filter { attempts[.deleteRecord($0), default: 0] < Self.attemptsPerSend }
+            if saves.isEmpty, deletes.isEmpty { break }
+            for record in saves { attempts[.saveRecord(record.recordID), default: 0] += 1 }
+            for id in deletes { attempts[.deleteRecord(id), default: 0] += 1 }
+            var progressed = false
+            var busy: CKError?
+            for request in Self.requests(saves: saves, deletes: deletes, atomicByZone: batch.atomicByZone) {
+                let outcome = try await sendRequest(request)
+                progressed = progressed || outcome.progressed
+                busy = busy ?? outcome.busy
+            }
+            if let busy {
+                // The server asked for patience: the rest waits for the retry.
+                scheduleSend(after: .seconds(max(busy.retryAfterSeconds ?? 2, 0.1)))
+                break
+            }
+            if !progressed { break }
+        }
+    }
+
+    /// A batch as requests within the server's limit; an atomic batch by zone, so each
+    /// request is one zone's all-or-nothing.
+    static func requests(saves: [CKRecord], deletes: [CKRecord.ID], atomicByZone: Bool) -> [SendRequest] {
+        func chunked<T>(_ items: [T]) -> [[T]] {
+            stride(from: 0, to: items.count, by: recordsPerRequest).map { Array(items[$0..<min($0 + recordsPerRequest, items.count)]) }
+        }
+        guard atomicByZone else {
+            // Saves then deletes, filling each request.
+            let items: [Either] = saves.map(Either.save) + deletes.map(Either.delete)
+            return chunked(items).map { SendRequest(items: $0, atomic: false) }
+        }
+        var zones: [CKRecordZone.ID] = []
+        var byZone: [CKRecordZone.ID: [Either]] = [:]
+        for item in saves.map(Either.save) + deletes.map(Either.delete) {
+            if byZone[item.recordID.zoneID] == nil { zones.append(item.recordID.zoneID) }
+            byZone[item.recordID.zoneID, default: []].append(item)
+        }
+        return zones.flatMap { zone in chunked(byZone[zone] ?? []).map { SendRequest(items: $0, atomic: true) } }
+    }
+
+    enum Either {
+        case save(CKRecord)
+        case delete(CKRecord.ID)
+
+        var recordID: CKRecord.ID {
+            switch self {
+            case .save(let record): record.recordID
+            case .delete(let id): id
+            }
+        }
+    }
+
+    struct SendRequest {
+        let items: [Either]
+        let atomic: Bool
+
+        var saves: [CKRecord] { items.compactMap { if case .save(let record) = $0 { record } else { nil } } }
+        var deletes: [CKRecord.ID] { items.compactMap { if case .delete(let id) = $0 { id } else { nil } } }
+    }
+
+    /// Sends one request as a long-lived modify (journaled, so a crash mid-request resumes it
+    /// under the same operation ID), reports it, and settles the pending changes it carried.
+    private func sendRequest(_ request: SendRequest) async throws -> (progressed: Bool, busy: CKError?) {
+        let operation = CKModifyRecordsOperation(recordsToSave: request.saves, recordIDsToDelete: request.deletes)
+        operation.savePolicy = .ifServerRecordUnchanged
+        operation.isAtomic = request.atomic
+        // Shares and assets not yet uploaded cannot be journaled: such a request is ordinary.
+        operation.configuration.isLongLived = !request.saves.contains { $0 is CKShare || $0.holdsAssets }
+        let counts = Dictionary(
+            request.saves.map { (PendingRecordZoneChange.saveRecord($0.recordID), state.additionCount(.saveRecord($0.recordID))) }
+                + request.deletes.map { (PendingRecordZoneChange.deleteRecord($0), state.additionCount(.deleteRecord($0))) },
+            uniquingKeysWith: { a, _ in a })
+        let id = operation.operationID
+        operation.longLivedOperationWasPersistedBlock = { [state] in state.track { $0.sendsInFlight.append(id) } }
+        return try await run(operation, counts: counts)
+    }
+
+    /// Sends an earlier process left unanswered: added again under their IDs, answered by the
+    /// server from their first outcome where they got that far.
+    private func resumeSendsInFlight() async throws {
+        for id in state.snapshot.sendsInFlight {
+            try Task.checkCancellation()
+            guard let operation = try? await database.container.longLivedOperation(for: id) as? CKModifyRecordsOperation else {
+                // Finished (its callbacks ran) or never journaled: nothing to resume.
+                state.track { $0.sendsInFlight.removeAll { $0 == id } }
+                continue
+            }
+            let changes =
+                (operation.recordsToSave ?? []).map { PendingRecordZoneChange.saveRecord($0.recordID) }
+                + (operation.recordIDsToDelete ?? []).map { PendingRecordZoneChange.deleteRecord($0) }
+            let counts = Dictionary(changes.map { ($0, state.additionCount($0)) }, uniquingKeysWith: { a, _ in a })
+            _ = try await run(operation, counts: counts)
+        }
+    }
+
+    private func run(_ operation: CKModifyRecordsOperation, counts: [PendingRecordZoneChange: Int]) async throws -> (
+        progressed: Bool, busy: CKError?
+    ) {
+        // The engine decides about retries itself (it reports each failure first).
+        operation.configuration.qualityOfService = .userInitiated
+        let saves = Collector<[CKRecord.ID: Result<CKRecord, any Error>]>([:])
+        let deletes = Collector<[CKRecord.ID: Result<Void, any Error>]>([:])
+        operation.perRecordSaveBlock = { id, result in saves.update { $0[id] = result } }
+        operation.perRecordDeleteBlock = { id, result in deletes.update { $0[id] = result } }
+        let whole: (any Error)?
+        do {
+            try await database.run(operation) { operation.modifyRecordsResultBlock = $0 }
+            whole = nil
+        } catch {
+            whole = error
+        }
+        let id = operation.operationID
+        state.track { $0.sendsInFlight.removeAll { $0 == id } }
+        let wholeError = whole.map { CKError.wrapping($0) }
+        if wholeError?.code == .operationCancelled { throw wholeError! }
+
+        var saved: [CKRecord] = []
+        var failedSaves: [Event.SentRecordZoneChanges.FailedRecordSave] = []
+        var deleted: [CKRecord.ID] = []
+        var failedDeletes: [CKRecord.ID: CKError] = [:]
+        var settled: [PendingRecordZoneChange: Int] = [:]
+        var busy: CKError?
+        func failed(_ error: CKError, _ change: PendingRecordZoneChange) {
+            if Self.retriesByItself(error) {
+                if error.retryAfterSeconds != nil || [.zoneBusy, .serviceUnavailable, .requestRateLimited].contains(error.code) {
+                    busy = busy ?? error
+                }
+            } else {
+                // The app decides (merge and add again, save the zone first, …).
+                settled[change] = counts[change]
+            }
+        }
+        for record in operation.recordsToSave ?? [] {
+            let change = PendingRecordZoneChange.saveRecord(record.recordID)
+            switch saves.value[record.recordID] {
+            case .success(let savedRecord)?:
+                saved.append(savedRecord)
+                settled[change] = counts[change]
+            case .failure(let error)?:
+                let error = CKError.wrapping(error)
+                failedSaves.append(.init(record: record, error: error))
+                failed(error, change)
+            case nil:
+                let error = wholeError ?? CKError(.internalError, "no answer for record \(record.recordID.recordName)")
+                failedSaves.append(.init(record: record, error: error))
+                failed(error, change)
+            }
+        }
+        for recordID in operation.recordIDsToDelete ?? [] {
+            let change = PendingRecordZoneChange.deleteRecord(recordID)
+            switch deletes.value[recordID] {
+            case .success?:
+                deleted.append(recordID)
+                settled[change] = counts[change]
+            case .failure(let error)?:
+                let error = CKError.wrapping(error)
+                if error.code == .unknownItem {
+                    // Already gone: what the app asked for.
+                    deleted.append(recordID)
+                    settled[change] = counts[change]
+                } else {
+                    failedDeletes[recordID] = error
+                    failed(error, change)
+                }
+            case nil:
+                let error = wholeError ?? CKError(.internalError, "no answer for record \(recordID.recordName)")
+                failedDeletes[recordID] = error
+                failed(error, change)
+            }
+        }
+        state.removeSent(settled)
+        await emit(
+            .sentRecordZoneChanges(
+                .init(savedRecords: saved, failedRecordSaves: failedSaves, deletedRecordIDs: deleted, failedRecordDeletes: failedDeletes)))
+        await emitStateUpdate()
+        if let wholeError, busy == nil, Self.retriesByItself(wholeError) { throw wholeError }
+        return (!settled.isEmpty, busy)
+    }
+
+    /// Failures the engine sends again by itself; the pending change stays.
+    static func retriesByItself(_ error: CKError) -> Bool {
+        [
+            .networkFailure, .networkUnavailable, .zoneBusy, .serviceUnavailable, .requestRateLimited, .notAuthenticated,
+            .operationCancelled, .batchRequestFailed, .serverResponseLost,
+        ].contains(error.code)
+    }
+}
+
+/// One fetch or send at a time, in the order they were asked for.
+actor SyncGate {
+    private var busy = false
+    private var waiting: [CheckedContinuation<Void, Never>] = []
+
+    func serialized<T: Sendable>(_ work: @Sendable () async throws -> T) async throws -> T {
+        await acquire()
+        do {
+            let value = try await work()
+            release()
+            return value
+        } catch {
+            release()
+            throw error
+        }
+    }
+
+    private func acquire() async {
+        if !busy {
+            busy = true
+            return
+        }
+        await withCheckedContinuation { waiting.append($0) }
+    }
+
+    private func release() {
+        if waiting.isEmpty { busy = false } else { waiting.removeFirst().resume() }
+    }
+}
+
+extension CKRecord {
+    /// Whether any field holds an asset (a long-lived journal cannot carry one not yet uploaded).
+    var holdsAssets: Bool {
+        allKeys().contains { key in
+            let value = self[key]
+            return value is CKAsset || value is [CKAsset]
+        }
+    }
+}
