@@ -57,15 +57,22 @@ public final class CKContainer: NSObject, @unchecked Sendable {
         longLivedOperations = LongLivedOperations(
             directory: configuration.longLivedOperationDirectory
                 ?? LongLivedOperations.defaultDirectory(containerIdentifier: configuration.containerIdentifier))
-        fieldCiphers = FieldCiphers(
-            containerIdentifier: configuration.containerIdentifier,
-            store: NimbusFileKeyStore(directory: configuration.encryptionKeyDirectory ?? NimbusFileKeyStore.defaultDirectory))
+        fieldCiphers = FieldCiphers(containerIdentifier: configuration.containerIdentifier, store: Self.defaultKeyStore(configuration))
         operationQueue.name = "NimbusKit.container"
         operationQueue.maxConcurrentOperationCount = 4
         super.init()
         // The container is the notification's object, so an app with several can tell them
         // apart; observers of any object hear it too.
         transport.onAccountChange { [weak self] in NotificationCenter.default.post(name: .CKAccountChanged, object: self) }
+    }
+
+    /// The keychain on Apple platforms, owner-only files elsewhere (and wherever the
+    /// configuration names a folder for them).
+    private static func defaultKeyStore(_ configuration: NimbusConfiguration) -> any NimbusEncryptionKeyStore {
+        #if canImport(Security)
+        if configuration.encryptionKeyDirectory == nil { return NimbusKeychainKeyStore() }
+        #endif
+        return NimbusFileKeyStore(directory: configuration.encryptionKeyDirectory ?? NimbusFileKeyStore.defaultDirectory)
     }
 
     /// Journals of long-lived operations (docs/sdk.md, "Operations").

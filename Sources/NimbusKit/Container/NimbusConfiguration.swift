@@ -35,8 +35,9 @@ public struct NimbusConfiguration: Sendable, Hashable {
     /// Where fetched assets' files are kept (one per checksum); nil: a folder per container
     /// in the temporary directory.
     public var assetCacheDirectory: URL? = nil
-    /// Where the keys of `encryptedValues` are kept (`NimbusFileKeyStore`); nil: the user's
-    /// application support folder. Set `CKContainer.encryptionKeyStore` for another store.
+    /// Where the keys of `encryptedValues` are kept as files (`NimbusFileKeyStore`); nil: the
+    /// keychain on Apple platforms, the user's application support folder elsewhere. Set
+    /// `CKContainer.encryptionKeyStore` for another store.
     public var encryptionKeyDirectory: URL? = nil
     /// Where long-lived operations keep their journals (docs/sdk.md, "Operations"); nil: a folder
     /// per container in the user's application support folder.

@@ -11,7 +11,8 @@ public protocol NimbusEncryptionKeyStore: AnyObject, Sendable {
 }
 
 /// Keys as files readable by their owner only (mode 0600, in a 0700 folder): the default on
-/// every platform. On Apple platforms an app that wants the keychain sets its own store.
+/// Linux, and on Apple platforms when `NimbusConfiguration.encryptionKeyDirectory` is set
+/// (otherwise `NimbusKeychainKeyStore`).
 public final class NimbusFileKeyStore: NimbusEncryptionKeyStore, @unchecked Sendable {
     public let directory: URL
     private let lock = NSLock()
