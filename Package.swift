@@ -117,6 +117,8 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Atomics", package: "swift-atomics"),
             ],
+            // The dashboard's page, style and script (docs/dashboard.md), served as they are.
+            resources: [.copy("Dashboard")],
             swiftSettings: strict),
         // `nimbus`: the server and the admin verbs in one executable.
         .executableTarget(

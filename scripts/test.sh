@@ -40,7 +40,7 @@ trap 'scripts/postgres.sh stop >/dev/null' EXIT
 # the parallel passes the test process holds over a thousand descriptors and threads, and
 # starting programs from it crashed or stalled it (Foundation's Process.run overran a buffer
 # of descriptor numbers; a later run stalled with no worker threads left).
-external='SignInPageTests|SharePageTests|ServerToServerTests|S3BlobStoreTests'
+external='SignInPageTests|DashboardPageTests|SharePageTests|ServerToServerTests|S3BlobStoreTests'
 swift test --skip-build --skip "$external"
 # The server suite again with every transaction run as a unit of work over loaded rows
 # (UnitOfWorkDriver on SQLite, NIMBUS_TEST_STORAGE=units): how the PostgreSQL driver serves

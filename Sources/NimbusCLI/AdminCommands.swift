@@ -496,3 +496,39 @@ struct APNs: AsyncParsableCommand {
         }
     }
 }
+
+struct Operators: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Manage the dashboard's operators (docs/dashboard.md).", subcommands: [Create.self, List.self])
+
+    struct Create: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Create an operator and print its one-time password (shown once).")
+        @OptionGroup var data: DataOptions
+        @Argument(help: "The operator's name (letters, digits, '.', '_', '-').") var name: String
+        @Flag(help: "Sees everything it may see and changes nothing.") var readOnly = false
+        @Option(name: .customLong("container"), help: "A container the operator may see (repeat for more); none: every container.")
+        var containers: [String] = []
+
+        func run() async throws {
+            do {
+                let (row, password) = try await data.open().service.createOperator(
+                    name: name, role: readOnly ? .readOnly : .administrator, containers: containers.isEmpty ? nil : containers, by: "cli")
+                print("operator \(row.name) (\(row.role.rawValue)); one-time password: \(password)")
+            } catch { throw reportFailure(error) }
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List the operators.")
+        @OptionGroup var data: DataOptions
+
+        func run() async throws {
+            do {
+                for row in try await data.open().service.operators() {
+                    print("\(row.name)\t\(row.role.rawValue)\t\(row.containers?.joined(separator: ",") ?? "every container")")
+                }
+            } catch { throw reportFailure(error) }
+        }
+    }
+}

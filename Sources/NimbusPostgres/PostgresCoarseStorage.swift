@@ -18,6 +18,7 @@ public struct PostgresCoarseStorage: CoarseStorage {
     public var assets: any AssetStore { storage.assets }
     public var shares: any ShareStore { storage.shares }
     public var operations: any OperationOutcomeStore { storage.operations }
+    public var operators: any OperatorStore { storage.operators }
     public func close() async throws { await storage.close() }
     public func signals() -> AsyncStream<StoreSignal>? { storage.signals.stream(storage.location, logger: storage.logger) }
 

@@ -531,5 +531,41 @@ enum PostgresMigrations {
                 "CREATE INDEX operation_outcomes_by_age ON operation_outcomes (created_at)",
             ]
         ),
+        (
+            "v13-operators",
+            [
+                // The dashboard's operators, their sessions and the audit log (docs/dashboard.md):
+                // small tables, reference tables under Citus.
+                """
+                CREATE TABLE operators (
+                    name text COLLATE "C" PRIMARY KEY,
+                    password_hash text NOT NULL,
+                    role text NOT NULL,
+                    containers text,
+                    created_at bigint NOT NULL
+                )
+                """,
+                """
+                CREATE TABLE operator_sessions (
+                    token_hash text COLLATE "C" PRIMARY KEY,
+                    operator_name text COLLATE "C" NOT NULL REFERENCES operators (name) ON DELETE CASCADE,
+                    csrf_token text NOT NULL,
+                    created_at bigint NOT NULL,
+                    last_seen_at bigint NOT NULL,
+                    expires_at bigint NOT NULL
+                )
+                """,
+                """
+                CREATE TABLE operator_audit (
+                    id bigserial PRIMARY KEY,
+                    at bigint NOT NULL,
+                    operator_name text NOT NULL,
+                    action text NOT NULL,
+                    container text,
+                    detail text NOT NULL
+                )
+                """,
+            ]
+        ),
     ]
 }

@@ -69,6 +69,7 @@ public final class PostgresStorage: Sendable {
     public var assets: any AssetStore { PostgresAssetStore(storage: self) }
     public var shares: any ShareStore { PostgresShareStore(storage: self) }
     public var operations: any OperationOutcomeStore { PostgresOperationOutcomeStore(storage: self) }
+    public var operators: any OperatorStore { PostgresOperatorStore(storage: self) }
 
     /// Closes the pool's connections, waiting at most `deadline` for requests still running
     /// (a request that outlived its own deadline may hold a connection for a while yet).

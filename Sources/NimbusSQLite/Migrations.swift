@@ -532,5 +532,34 @@ enum Migrations {
                     CREATE INDEX operation_outcomes_by_age ON operation_outcomes (created_at);
                     """)
         }
+        migrator.registerMigration("v22-operators") { db in
+            // The dashboard's operators, their sessions and the audit log (docs/dashboard.md).
+            try db.execute(
+                sql: """
+                    CREATE TABLE operators (
+                        name TEXT PRIMARY KEY,
+                        password_hash TEXT NOT NULL,
+                        role TEXT NOT NULL,
+                        containers TEXT,
+                        created_at INTEGER NOT NULL
+                    );
+                    CREATE TABLE operator_sessions (
+                        token_hash TEXT PRIMARY KEY,
+                        operator_name TEXT NOT NULL REFERENCES operators (name) ON DELETE CASCADE,
+                        csrf_token TEXT NOT NULL,
+                        created_at INTEGER NOT NULL,
+                        last_seen_at INTEGER NOT NULL,
+                        expires_at INTEGER NOT NULL
+                    );
+                    CREATE TABLE operator_audit (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        at INTEGER NOT NULL,
+                        operator_name TEXT NOT NULL,
+                        action TEXT NOT NULL,
+                        container TEXT,
+                        detail TEXT NOT NULL
+                    );
+                    """)
+        }
     }
 }

@@ -18,6 +18,7 @@ public struct SQLiteCoarseStorage: CoarseStorage {
     public var assets: any AssetStore { storage.assets }
     public var shares: any ShareStore { storage.shares }
     public var operations: any OperationOutcomeStore { storage.operations }
+    public var operators: any OperatorStore { storage.operators }
     public func close() async throws { try await storage.close() }
 
     public func load(_ request: LoadRequest) async throws -> LoadedRows {

@@ -113,6 +113,7 @@ public final class SQLiteStorage: StorageDriver {
     public var assets: any AssetStore { SQLiteAssetStore(storage: self) }
     public var shares: any ShareStore { SQLiteShareStore(storage: self) }
     public var operations: any OperationOutcomeStore { SQLiteOperationOutcomeStore(storage: self) }
+    public var operators: any OperatorStore { SQLiteOperatorStore(storage: self) }
 
     /// SQLite's errors in storage terms (`StorageError`); errors of other kinds (the
     /// service's own, thrown from a closure) pass through.

@@ -21,6 +21,8 @@ enum NimbusRouter {
         router.add(CourierRoutes.routes, parts: parts)
         AssetRoutes.addTransfers(to: router, parts: parts)  // the upload and download URLs
         ShareRoutes.addPage(to: router, parts: parts)  // the page at a share's URL
+        AdminRoutes.add(to: router, parts: parts)  // the dashboard's admin API, operator sessions
+        DashboardRoutes.add(to: router)  // the dashboard's page, style and script
 
         // Authentication runs in each route of these groups before its handler (`Route.bind`).
         let apiToken = Authentication(service: service, credentials: .apiToken)

@@ -55,6 +55,7 @@ public struct RetryingStorage: StorageDriver {
     public var assets: any AssetStore { base.assets }
     public var shares: any ShareStore { base.shares }
     public var operations: any OperationOutcomeStore { base.operations }
+    public var operators: any OperatorStore { base.operators }
 
     public func close() async throws { try await base.close() }
     public func signals() -> AsyncStream<StoreSignal>? { base.signals() }

@@ -33,6 +33,8 @@ public protocol StorageDriver: Sendable {
     var shares: any ShareStore { get }
     /// Outcomes of modify requests by operation ID (the coarse, async form; docs/protocol.md, "operationID").
     var operations: any OperationOutcomeStore { get }
+    /// The dashboard's operators, their sessions and the audit log (the coarse, async form; docs/dashboard.md).
+    var operators: any OperatorStore { get }
 
     /// Finishes pending writes and releases the store.
     func close() async throws

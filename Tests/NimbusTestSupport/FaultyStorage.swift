@@ -72,6 +72,7 @@ public final class FaultyStorage: StorageDriver, @unchecked Sendable {
     public var assets: any AssetStore { base.assets }
     public var shares: any ShareStore { base.shares }
     public var operations: any OperationOutcomeStore { base.operations }
+    public var operators: any OperatorStore { base.operators }
 
     public func close() async throws { try await base.close() }
 }

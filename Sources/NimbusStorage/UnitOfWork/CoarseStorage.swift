@@ -23,6 +23,7 @@ public protocol CoarseStorage: Sendable {
     var assets: any AssetStore { get }
     var shares: any ShareStore { get }
     var operations: any OperationOutcomeStore { get }
+    var operators: any OperatorStore { get }
     func close() async throws
     /// See `StorageDriver.signals()`.
     func signals() -> AsyncStream<StoreSignal>?

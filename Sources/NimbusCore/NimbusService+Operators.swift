@@ -1,0 +1,137 @@
+import Foundation
+import NimbusStorage
+import NimbusWire
+
+/// The dashboard's operators (docs/dashboard.md): accounts apart from app users, created with a
+/// one-time password, signed in to sessions that idle out after 30 minutes and end after 12
+/// hours, each with a CSRF token; read-only operators and per-container access; every change
+/// made through the admin API written to the audit log.
+extension NimbusService {
+    public static let operatorSessionIdleMilliseconds: Int64 = 30 * 60 * 1000
+    public static let operatorSessionLifetimeMilliseconds: Int64 = 12 * 3600 * 1000
+    /// How stale `last_seen_at` may be before a request writes it again.
+    static let operatorTouchInterval: Int64 = 60 * 1000
+
+    /// A signed-in operator, as a request to the admin API finds it.
+    public struct OperatorContext: Sendable {
+        public let account: OperatorRow
+        public let session: OperatorSessionRow
+
+        /// Refuses a change by a read-only operator, or to a container the operator may not see.
+        public func requireChange(container: String? = nil) throws {
+            guard account.role == .administrator else {
+                throw CloudKitError(.accessDenied, "operator '\(account.name)' is read-only: ask an administrator to make this change")
+            }
+            if let container { try requireSight(of: container) }
+        }
+
+        /// Refuses what concerns a container outside the operator's list; creating operators
+        /// and containers needs an operator of every container.
+        public func requireSight(of container: String) throws {
+            guard account.maySee(container: container) else {
+                throw CloudKitError(.accessDenied, "operator '\(account.name)' has no access to container '\(container)'")
+            }
+        }
+
+        public func requireEveryContainer() throws {
+            guard account.containers == nil else {
+                throw CloudKitError(.accessDenied, "operator '\(account.name)' is limited to some containers; this needs an operator of all")
+            }
+        }
+    }
+
+    /// Makes an operator and returns its one-time password (shown once; change it after signing
+    /// in). `by` names who did it (`cli` from the command line) for the audit log.
+    public func createOperator(name: String, role: OperatorRole, containers: [String]?, by actor: String) async throws -> (
+        OperatorRow, password: String
+    ) {
+        guard (1...64).contains(name.count), name.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "._-".contains($0)) }) else {
+            throw CloudKitError.badRequest("an operator name is 1 to 64 letters, digits, '.', '_' or '-'; '\(Names.escaped(name))' is not")
+        }
+        if let containers {
+            let known = Set(try await accounts.containers().map(\.id))
+            if let unknown = containers.first(where: { !known.contains($0) }) {
+                throw CloudKitError(.notFound, "container '\(Names.escaped(unknown))' does not exist")
+            }
+        }
+        let password = Credentials.base64URL(Credentials.randomBytes(18))
+        let rounds = options.passwordRounds
+        let hash = try await options.passwordHashing.run { Result { try Credentials.hashPassword(password, rounds: rounds) } }.get()
+        let row = OperatorRow(name: name, passwordHash: hash, role: role, containers: containers, createdAt: now)
+        guard try await storage.operators.createOperator(row) else {
+            throw CloudKitError(.exists, "operator '\(name)' already exists")
+        }
+        try await audit(
+            actor, "operators.create", container: nil,
+            "operator \(name), \(role.rawValue), \(containers.map { "containers \($0.joined(separator: ", "))" } ?? "every container")")
+        return (row, password)
+    }
+
+    public func operators() async throws -> [OperatorRow] { try await storage.operators.operators() }
+
+    /// Checks an operator's password (on the hashing threads, limited like app sign-ins) and
+    /// starts a session; returns the session's token (the cookie) and its CSRF token.
+    public func signInOperator(name: String, password: String, clientAddress: String?) async throws -> (
+        token: String, context: OperatorContext
+    ) {
+        let throttleKey = "operator:\(name)"
+        try signInThrottle.admit(address: clientAddress, account: throttleKey, now: now)
+        let account = try await storage.operators.operatorAccount(name: name)
+        // Hash even for an unknown name, so timing does not tell which operators exist.
+        let stored = account?.passwordHash ?? "pbkdf2-sha256$\(options.passwordRounds)$AAAAAAAAAAAAAAAAAAAAAA==$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
+        let matches = try await options.passwordHashing.run { Credentials.verifyPassword(password, against: stored) }
+        guard let account, matches else {
+            let pause = signInThrottle.failed(account: throttleKey, now: now)
+            if pause > .zero { try await Task.sleep(for: pause) }
+            throw CloudKitError(.authenticationFailed, "unknown operator or wrong password")
+        }
+        let token = Credentials.newWebAuthToken()
+        let time = now
+        let session = OperatorSessionRow(
+            tokenHash: Credentials.tokenHash(token), operatorName: account.name, csrfToken: Credentials.newWebAuthToken(),
+            createdAt: time, lastSeenAt: time, expiresAt: time + Self.operatorSessionLifetimeMilliseconds)
+        try await storage.operators.startOperatorSession(
+            session, removingSessionsIdleBefore: time - Self.operatorSessionIdleMilliseconds, now: time)
+        return (token, OperatorContext(account: account, session: session))
+    }
+
+    /// The operator behind a session cookie; `AUTHENTICATION_REQUIRED` when there is none or
+    /// it idled out or expired.
+    public func operatorContext(token: String?) async throws -> OperatorContext {
+        guard let token, !token.isEmpty else {
+            throw CloudKitError(.authenticationRequired, "sign in to the dashboard first")
+        }
+        let store = storage.operators
+        let hash = Credentials.tokenHash(token)
+        guard let session = try await store.operatorSession(tokenHash: hash) else {
+            throw CloudKitError(.authenticationRequired, "this dashboard session is not valid (signed out or unknown); sign in again")
+        }
+        let time = now
+        guard session.lastSeenAt >= time - Self.operatorSessionIdleMilliseconds, session.expiresAt > time else {
+            try await store.endOperatorSession(tokenHash: hash)
+            throw CloudKitError(.authenticationRequired, "your dashboard session expired; sign in again")
+        }
+        guard let account = try await store.operatorAccount(name: session.operatorName) else {
+            throw CloudKitError(.authenticationRequired, "operator '\(session.operatorName)' no longer exists")
+        }
+        if session.lastSeenAt < time - Self.operatorTouchInterval { try await store.touchOperatorSession(tokenHash: hash, at: time) }
+        return OperatorContext(account: account, session: session)
+    }
+
+    public func signOutOperator(token: String) async throws {
+        try await storage.operators.endOperatorSession(tokenHash: Credentials.tokenHash(token))
+    }
+
+    /// Writes one line of the audit log.
+    public func audit(_ operatorName: String, _ action: String, container: String?, _ detail: String) async throws {
+        try await storage.operators.appendAudit(
+            AuditEntry(at: now, operatorName: operatorName, action: action, container: container, detail: detail))
+    }
+
+    /// The audit log, newest first, in pages of at most 200; an operator of some containers
+    /// sees the entries of those only.
+    public func auditLog(for context: OperatorContext, limit: Int, beforeID: Int64?) async throws -> [AuditEntry] {
+        let entries = try await storage.operators.auditEntries(limit: min(max(limit, 1), 200), beforeID: beforeID)
+        return entries.filter { entry in entry.container.map(context.account.maySee) ?? (context.account.containers == nil) }
+    }
+}

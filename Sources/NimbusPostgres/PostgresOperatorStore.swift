@@ -1,0 +1,84 @@
+import NimbusStorage
+import PostgresNIO
+
+/// `OperatorStore` on PostgreSQL.
+struct PostgresOperatorStore: OperatorStore {
+    let storage: PostgresStorage
+
+    func createOperator(_ row: OperatorRow) async throws -> Bool {
+        let stored = OperatorContainers.stored(row.containers)
+        return try await !storage.rows(
+            """
+            INSERT INTO operators (name, password_hash, role, containers, created_at)
+            VALUES (\(row.name), \(row.passwordHash), \(row.role.rawValue), \(stored), \(row.createdAt))
+            ON CONFLICT (name) DO NOTHING RETURNING 1
+            """
+        ).isEmpty
+    }
+
+    func operatorAccount(name: String) async throws -> OperatorRow? {
+        try await storage.rows("SELECT name, password_hash, role, containers, created_at FROM operators WHERE name = \(name)").first.map(
+            Self.operatorRow)
+    }
+
+    func operators() async throws -> [OperatorRow] {
+        try await storage.rows("SELECT name, password_hash, role, containers, created_at FROM operators ORDER BY name").map(Self.operatorRow)
+    }
+
+    func startOperatorSession(_ row: OperatorSessionRow, removingSessionsIdleBefore idleBefore: Int64, now: Int64) async throws {
+        try await storage.rows(
+            """
+            WITH started AS (
+                INSERT INTO operator_sessions (token_hash, operator_name, csrf_token, created_at, last_seen_at, expires_at)
+                VALUES (\(row.tokenHash), \(row.operatorName), \(row.csrfToken), \(row.createdAt), \(row.lastSeenAt), \(row.expiresAt))
+            )
+            DELETE FROM operator_sessions WHERE last_seen_at < \(idleBefore) OR expires_at < \(now)
+            """)
+    }
+
+    func operatorSession(tokenHash: String) async throws -> OperatorSessionRow? {
+        try await storage.rows(
+            """
+            SELECT token_hash, operator_name, csrf_token, created_at, last_seen_at, expires_at
+            FROM operator_sessions WHERE token_hash = \(tokenHash)
+            """
+        ).first.map { row in
+            let (hash, name, csrf, created, seen, expires) = try row.decode((String, String, String, Int64, Int64, Int64).self)
+            return OperatorSessionRow(tokenHash: hash, operatorName: name, csrfToken: csrf, createdAt: created, lastSeenAt: seen, expiresAt: expires)
+        }
+    }
+
+    func touchOperatorSession(tokenHash: String, at time: Int64) async throws {
+        try await storage.rows("UPDATE operator_sessions SET last_seen_at = \(time) WHERE token_hash = \(tokenHash)")
+    }
+
+    func endOperatorSession(tokenHash: String) async throws {
+        try await storage.rows("DELETE FROM operator_sessions WHERE token_hash = \(tokenHash)")
+    }
+
+    func appendAudit(_ entry: AuditEntry) async throws {
+        try await storage.rows(
+            """
+            INSERT INTO operator_audit (at, operator_name, action, container, detail)
+            VALUES (\(entry.at), \(entry.operatorName), \(entry.action), \(entry.container), \(entry.detail))
+            """)
+    }
+
+    func auditEntries(limit: Int, beforeID: Int64?) async throws -> [AuditEntry] {
+        try await storage.rows(
+            """
+            SELECT id, at, operator_name, action, container, detail FROM operator_audit
+            WHERE id < \(beforeID ?? Int64.max) ORDER BY id DESC LIMIT \(Int64(limit))
+            """
+        ).map { row in
+            let (id, at, name, action, container, detail) = try row.decode((Int64, Int64, String, String, String?, String).self)
+            return AuditEntry(id: id, at: at, operatorName: name, action: action, container: container, detail: detail)
+        }
+    }
+
+    private static func operatorRow(_ row: PostgresRow) throws -> OperatorRow {
+        let (name, hash, roleName, containers, created) = try row.decode((String, String, String, String?, Int64).self)
+        guard let role = OperatorRole(rawValue: roleName) else { throw StorageError.corrupt("operator role '\(roleName)' is unknown") }
+        return OperatorRow(name: name, passwordHash: hash, role: role, containers: OperatorContainers.read(containers), createdAt: created)
+    }
+}

@@ -1,0 +1,86 @@
+import Foundation
+import GRDB
+import NimbusStorage
+
+/// `OperatorStore` on SQLite.
+struct SQLiteOperatorStore: OperatorStore {
+    let storage: SQLiteStorage
+
+    private static let operatorColumns = "name, password_hash, role, containers, created_at"
+    private static let sessionColumns = "token_hash, operator_name, csrf_token, created_at, last_seen_at, expires_at"
+
+    func createOperator(_ row: OperatorRow) async throws -> Bool {
+        try await storage.writeSQLite { tx in
+            try tx.execute(
+                "INSERT INTO operators (\(Self.operatorColumns)) VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING",
+                [row.name, row.passwordHash, row.role.rawValue, OperatorContainers.stored(row.containers), row.createdAt])
+            return tx.db.changesCount > 0
+        }
+    }
+
+    func operatorAccount(name: String) async throws -> OperatorRow? {
+        try storage.readPoint { try $0.fetchRow("SELECT \(Self.operatorColumns) FROM operators WHERE name = ?", [name]).map(Self.operatorRow) }
+    }
+
+    func operators() async throws -> [OperatorRow] {
+        try storage.readPoint { try $0.fetchRows("SELECT \(Self.operatorColumns) FROM operators ORDER BY name").map(Self.operatorRow) }
+    }
+
+    func startOperatorSession(_ row: OperatorSessionRow, removingSessionsIdleBefore idleBefore: Int64, now: Int64) async throws {
+        try await storage.writeSQLite { tx in
+            try tx.execute("DELETE FROM operator_sessions WHERE last_seen_at < ? OR expires_at < ?", [idleBefore, now])
+            try tx.execute(
+                "INSERT INTO operator_sessions (\(Self.sessionColumns)) VALUES (?, ?, ?, ?, ?, ?)",
+                [row.tokenHash, row.operatorName, row.csrfToken, row.createdAt, row.lastSeenAt, row.expiresAt])
+        }
+    }
+
+    func operatorSession(tokenHash: String) async throws -> OperatorSessionRow? {
+        try storage.readPoint {
+            try $0.fetchRow("SELECT \(Self.sessionColumns) FROM operator_sessions WHERE token_hash = ?", [tokenHash]).map { row in
+                OperatorSessionRow(
+                    tokenHash: row["token_hash"], operatorName: row["operator_name"], csrfToken: row["csrf_token"],
+                    createdAt: row["created_at"], lastSeenAt: row["last_seen_at"], expiresAt: row["expires_at"])
+            }
+        }
+    }
+
+    func touchOperatorSession(tokenHash: String, at time: Int64) async throws {
+        try await storage.writeSQLite { tx in
+            try tx.execute("UPDATE operator_sessions SET last_seen_at = ? WHERE token_hash = ?", [time, tokenHash])
+        }
+    }
+
+    func endOperatorSession(tokenHash: String) async throws {
+        try await storage.writeSQLite { tx in try tx.execute("DELETE FROM operator_sessions WHERE token_hash = ?", [tokenHash]) }
+    }
+
+    func appendAudit(_ entry: AuditEntry) async throws {
+        try await storage.writeSQLite { tx in
+            try tx.execute(
+                "INSERT INTO operator_audit (at, operator_name, action, container, detail) VALUES (?, ?, ?, ?, ?)",
+                [entry.at, entry.operatorName, entry.action, entry.container, entry.detail])
+        }
+    }
+
+    func auditEntries(limit: Int, beforeID: Int64?) async throws -> [AuditEntry] {
+        try storage.readPoint { tx in
+            try tx.fetchRows(
+                "SELECT id, at, operator_name, action, container, detail FROM operator_audit WHERE id < ? ORDER BY id DESC LIMIT ?",
+                [beforeID ?? Int64.max, limit]
+            ).map { row in
+                AuditEntry(
+                    id: row["id"], at: row["at"], operatorName: row["operator_name"], action: row["action"], container: row["container"],
+                    detail: row["detail"])
+            }
+        }
+    }
+
+    private static func operatorRow(_ row: Row) throws -> OperatorRow {
+        let roleName: String = row["role"]
+        guard let role = OperatorRole(rawValue: roleName) else { throw StorageError.corrupt("operator role '\(roleName)' is unknown") }
+        return OperatorRow(
+            name: row["name"], passwordHash: row["password_hash"], role: role, containers: OperatorContainers.read(row["containers"]),
+            createdAt: row["created_at"])
+    }
+}

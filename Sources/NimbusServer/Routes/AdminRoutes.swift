@@ -1,0 +1,120 @@
+import HTTPTypes
+import Hummingbird
+import NimbusCore
+import NimbusStorage
+import NimbusWire
+
+/// The admin API behind the dashboard (docs/dashboard.md), under `/admin/1/`: operator sign-in
+/// to a session cookie (HttpOnly, SameSite=Strict), who is signed in, operators, the audit log.
+/// Reads are GETs; every change is a POST that must echo the session's CSRF token in
+/// `X-Nimbus-CSRF` (the cookie alone could be carried by another site's form).
+enum AdminRoutes {
+    static let cookieName = "nimbus_operator"
+    static let csrfHeader = HTTPField.Name("X-Nimbus-CSRF")!
+
+    static func add(to router: Router<NimbusRequestContext>, parts: ServerParts) {
+        let service = parts.service
+        let admin = router.group("admin/1")
+
+        admin.post("session") { request, context in
+            let body = try await RouteInput(request: request, context: context, parts: parts).body()
+            let (token, signedIn) = try await service.signInOperator(
+                name: try body.requiredString("name"), password: try body.requiredString("password"), clientAddress: context.clientAddress)
+            var response = Reply.json(describe(signedIn), context: context)
+            response.headers[.setCookie] =
+                "\(cookieName)=\(token); Path=/; HttpOnly; SameSite=Strict; Max-Age=\(NimbusService.operatorSessionLifetimeMilliseconds / 1000)"
+                + (isHTTPS(request, context) ? "; Secure" : "")
+            return response
+        }
+        admin.get("session") { request, context in
+            Reply.json(describe(try await signedIn(request, service)), context: context)
+        }
+        admin.post("session/end") { request, context in
+            let operatorContext = try await changing(request, service)
+            try await service.signOutOperator(token: cookie(request) ?? "")
+            var response = Reply.json(["signedOut": .string(operatorContext.account.name)], context: context)
+            response.headers[.setCookie] = "\(cookieName)=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"
+            return response
+        }
+
+        admin.get("operators") { request, context in
+            _ = try await signedIn(request, service)
+            let list: [JSON] = try await service.operators().map { .object(fields($0)) }
+            return Reply.json(["operators": .array(list)], context: context)
+        }
+        admin.post("operators") { request, context in
+            let operatorContext = try await changing(request, service)
+            try operatorContext.requireChange()
+            try operatorContext.requireEveryContainer()
+            let body = try await RouteInput(request: request, context: context, parts: parts).body()
+            let roleName = try body.string("role") ?? OperatorRole.administrator.rawValue
+            guard let role = OperatorRole(rawValue: roleName) else {
+                throw CloudKitError.badRequest(
+                    "role: '\(Names.escaped(roleName))' is not a role; use \(OperatorRole.allCases.map(\.rawValue).joined(separator: " or "))")
+            }
+            let (row, password) = try await service.createOperator(
+                name: try body.requiredString("name"), role: role, containers: try body.stringArray("containers"),
+                by: operatorContext.account.name)
+            var answer = fields(row)
+            answer["password"] = .string(password)
+            return Reply.json(.object(answer), context: context)
+        }
+
+        admin.get("audit") { request, context in
+            let operatorContext = try await signedIn(request, service)
+            let limit = request.query("limit").flatMap(Int.init) ?? 50
+            let before = request.query("before").flatMap(Int64.init)
+            let entries = try await service.auditLog(for: operatorContext, limit: limit, beforeID: before).map { entry -> JSON in
+                var object: JSONObject = [
+                    "id": .int(entry.id), "at": .int(entry.at), "operator": .string(entry.operatorName),
+                    "action": .string(entry.action), "detail": .string(entry.detail),
+                ]
+                if let container = entry.container { object["container"] = .string(container) }
+                return .object(object)
+            }
+            return Reply.json(["entries": .array(entries)], context: context)
+        }
+    }
+
+    /// The signed-in operator of a read.
+    static func signedIn(_ request: Request, _ service: NimbusService) async throws -> NimbusService.OperatorContext {
+        try await service.operatorContext(token: cookie(request))
+    }
+
+    /// The signed-in operator of a change: the CSRF token must match the session's.
+    static func changing(_ request: Request, _ service: NimbusService) async throws -> NimbusService.OperatorContext {
+        let operatorContext = try await signedIn(request, service)
+        let sent = request.headers[csrfHeader] ?? ""
+        guard Credentials.constantTimeEqual(Array(sent.utf8), Array(operatorContext.session.csrfToken.utf8)) else {
+            throw CloudKitError(
+                .accessDenied, "this change did not carry the session's CSRF token (X-Nimbus-CSRF); reload the dashboard and try again")
+        }
+        return operatorContext
+    }
+
+    static func cookie(_ request: Request) -> String? {
+        for header in request.headers[values: .cookie] {
+            for pair in header.split(separator: ";") {
+                let parts = pair.split(separator: "=", maxSplits: 1)
+                if parts.count == 2, parts[0].trimmingCharacters(in: .whitespaces) == cookieName {
+                    return String(parts[1]).trimmingCharacters(in: .whitespaces)
+                }
+            }
+        }
+        return nil
+    }
+
+    static func isHTTPS(_ request: Request, _ context: NimbusRequestContext) -> Bool {
+        context.exchange.baseURL(for: request).hasPrefix("https:")
+    }
+
+    static func describe(_ signedIn: NimbusService.OperatorContext) -> JSON {
+        ["operator": .object(fields(signedIn.account)), "csrfToken": .string(signedIn.session.csrfToken)]
+    }
+
+    static func fields(_ row: OperatorRow) -> JSONObject {
+        var object: JSONObject = ["name": .string(row.name), "role": .string(row.role.rawValue), "createdAt": .int(row.createdAt)]
+        if let containers = row.containers { object["containers"] = .strings(containers) }
+        return object
+    }
+}

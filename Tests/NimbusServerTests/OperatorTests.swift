@@ -1,0 +1,169 @@
+import Foundation
+import NimbusCore
+import NimbusStorage
+import NimbusTestSupport
+import NimbusWire
+import Testing
+
+/// The dashboard's operators (issue 21, docs/dashboard.md) over real HTTP: sign-in to an
+/// HttpOnly SameSite cookie, sessions that idle out and expire, CSRF on every change,
+/// read-only operators, per-container access, and the audit log.
+@Suite("operators and the admin API")
+struct OperatorTests {
+    /// A browser's view of the admin API: the cookie jar and the CSRF token.
+    struct Browser {
+        let client: APIClient
+        var cookie: String?
+        var csrf: String?
+
+        init(_ server: TestServer) { client = server.client() }
+
+        mutating func signIn(_ name: String, _ password: String) async throws -> APIResponse {
+            let response = try await client.send(
+                path: "/admin/1/session", body: Array(JSON.object(["name": .string(name), "password": .string(password)]).serialized()))
+            if response.status == 200 {
+                cookie = response.header("Set-Cookie")?.split(separator: ";").first.map(String.init)
+                csrf = response.json["csrfToken"]?.stringValue
+            }
+            return response
+        }
+
+        func get(_ path: String) async throws -> APIResponse {
+            try await client.send(path: "/admin/1/\(path)", body: nil, rawQuery: "", headers: cookie.map { [("Cookie", $0)] } ?? [])
+        }
+
+        func post(_ path: String, _ body: JSON = [:], csrf: String? = nil) async throws -> APIResponse {
+            var headers = cookie.map { [("Cookie", $0)] } ?? []
+            if let token = csrf ?? self.csrf { headers.append(("X-Nimbus-CSRF", token)) }
+            return try await client.send(path: "/admin/1/\(path)", body: Array(body.serialized()), rawQuery: "", headers: headers)
+        }
+    }
+
+    @Test("sign-in sets an HttpOnly SameSite cookie; the session knows its operator; sign-out ends it")
+    func signInAndOut() async throws {
+        try await TestServer.with { server in
+            let (_, password) = try await server.service.createOperator(name: "olga", role: .administrator, containers: nil, by: "cli")
+            var browser = Browser(server)
+            let wrong = try await browser.signIn("olga", "nope")
+            #expect(wrong.status == 401 && wrong.errorCode == "AUTHENTICATION_FAILED", "\(wrong.text)")
+            let unknown = try await browser.signIn("nobody", password)
+            #expect(unknown.status == 401)
+
+            let signedIn = try await browser.signIn("olga", password)
+            #expect(signedIn.status == 200, "\(signedIn.text)")
+            let cookie = try #require(signedIn.header("Set-Cookie"))
+            #expect(cookie.hasPrefix("nimbus_operator=") && cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"))
+            #expect(signedIn.json["operator"]?["role"]?.stringValue == "administrator")
+            let whoami = try await browser.get("session")
+            #expect(whoami.json["operator"]?["name"]?.stringValue == "olga", "\(whoami.text)")
+            #expect(whoami.json["csrfToken"]?.stringValue == browser.csrf)
+
+            let out = try await browser.post("session/end")
+            #expect(out.status == 200, "\(out.text)")
+            #expect(out.header("Set-Cookie")?.contains("Max-Age=0") == true)
+            let after = try await browser.get("session")
+            #expect(after.status == 421 && after.errorCode == "AUTHENTICATION_REQUIRED", "\(after.text)")
+            let none = try await Browser(server).get("operators")
+            #expect(none.status == 421 && none.reason.contains("sign in"))
+        }
+    }
+
+    @Test("a session idles out after 30 minutes and ends after 12 hours, with a message that says so")
+    func sessionsExpire() async throws {
+        try await TestServer.with { server in
+            let (_, password) = try await server.service.createOperator(name: "olga", role: .administrator, containers: nil, by: "cli")
+            var browser = Browser(server)
+            _ = try await browser.signIn("olga", password)
+            server.clock.advance(milliseconds: 29 * 60 * 1000)
+            #expect(try await browser.get("session").status == 200)
+            server.clock.advance(milliseconds: 31 * 60 * 1000)
+            let idle = try await browser.get("session")
+            #expect(idle.status == 421 && idle.reason.contains("expired"), "\(idle.text)")
+
+            _ = try await browser.signIn("olga", password)
+            var ended: APIResponse?
+            var busy = 0
+            while ended == nil, busy < 30 {  // busy all along: still over at 12 hours
+                server.clock.advance(milliseconds: 29 * 60 * 1000)
+                busy += 1
+                let answer = try await browser.get("session")
+                if answer.status != 200 { ended = answer }
+            }
+            #expect(busy == 25, "12 hours are 24 full steps of 29 minutes; the 25th is past")
+            #expect(ended?.status == 421 && ended?.reason.contains("expired") == true, "\(ended?.text ?? "")")
+        }
+    }
+
+    @Test("changes need the CSRF token; read-only operators and operators of some containers are refused; the audit log records")
+    func accessAndAudit() async throws {
+        try await TestServer.with { server in
+            let (_, password) = try await server.service.createOperator(name: "olga", role: .administrator, containers: nil, by: "cli")
+            var admin = Browser(server)
+            _ = try await admin.signIn("olga", password)
+
+            // No token, or another one: refused before anything changes.
+            for forged in ["", "not-the-token"] {
+                let csrf = try await admin.post("operators", ["name": "mallory"], csrf: forged)
+                #expect(csrf.status == 403 && csrf.errorCode == "ACCESS_DENIED" && csrf.reason.contains("CSRF"), "\(csrf.text)")
+            }
+            #expect(try await server.service.operators().map(\.name) == ["olga"])
+
+            let reader = try await admin.post("operators", ["name": "rita", "role": "read-only"])
+            #expect(reader.status == 200 && reader.json["role"]?.stringValue == "read-only", "\(reader.text)")
+            let readerPassword = try #require(reader.json["password"]?.stringValue)
+            let scoped = try await admin.post("operators", ["name": "sam", "containers": [.string(TestServer.container)]])
+            #expect(scoped.status == 200, "\(scoped.text)")
+            let badRole = try await admin.post("operators", ["name": "x", "role": "god"])
+            #expect(badRole.status == 400 && badRole.reason.contains("read-only"), "\(badRole.text)")
+            let badName = try await admin.post("operators", ["name": "<script>alert(1)</script>"])
+            // Refused; the reason is JSON (application/json), never a page that would run it.
+            #expect(badName.status == 400 && badName.header("Content-Type")?.hasPrefix("application/json") == true, "\(badName.text)")
+            let taken = try await admin.post("operators", ["name": "rita"])
+            #expect(taken.errorCode == "EXISTS")
+            let unknownContainer = try await admin.post("operators", ["name": "u", "containers": ["iCloud.nope"]])
+            #expect(unknownContainer.errorCode == "NOT_FOUND")
+
+            var rita = Browser(server)
+            _ = try await rita.signIn("rita", readerPassword)
+            #expect(try await rita.get("operators").json["operators"]?.arrayValue?.count == 3)
+            let readOnly = try await rita.post("operators", ["name": "eve"])
+            #expect(readOnly.status == 403 && readOnly.reason.contains("read-only"), "\(readOnly.text)")
+
+            var sam = Browser(server)
+            _ = try await sam.signIn("sam", try #require(scoped.json["password"]?.stringValue))
+            let limited = try await sam.post("operators", ["name": "eve"])
+            #expect(limited.status == 403 && limited.reason.contains("limited"), "\(limited.text)")
+
+            let log = try await admin.get("audit").json["entries"]?.arrayValue ?? []
+            #expect(log.compactMap { $0["action"]?.stringValue } == ["operators.create", "operators.create", "operators.create"])
+            #expect(log.first?["operator"]?.stringValue == "olga")
+            #expect(log.first?["detail"]?.stringValue?.contains("sam") == true)
+            #expect(log.last?["operator"]?.stringValue == "cli")
+            // An operator of some containers sees the entries of those only (these name none).
+            #expect(try await sam.get("audit").json["entries"]?.arrayValue?.isEmpty == true)
+        }
+    }
+}
+
+@Suite struct OperatorCommandTests {
+    @Test("nimbus operators create prints a one-time password that signs in to the served admin API")
+    func createdOnTheCommandLine() async throws {
+        let directory = NSTemporaryDirectory() + "nimbus-operators-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let data = try await NimbusProcess.dataArguments(directory)
+        let printed = try NimbusProcess.run(["operators", "create", "olga", "--read-only"] + data)
+        let password = try #require(printed.components(separatedBy: "one-time password: ").last?.trimmingCharacters(in: .whitespacesAndNewlines))
+        #expect(printed.hasPrefix("operator olga (read-only)"), "\(printed)")
+        #expect(try NimbusProcess.run(["operators", "list"] + data).contains("olga\tread-only\tevery container"))
+        #expect(throws: (any Error).self) { try NimbusProcess.run(["operators", "create", "olga"] + data) }
+
+        let server = try await NimbusProcess.serve(dataDirectory: directory)
+        defer { server.stop() }
+        let client = APIClient(
+            baseURL: server.baseURL, container: "iCloud.nimbus.default", environment: .development, apiToken: nil, webAuthToken: nil,
+            userRecordName: nil)
+        let signedIn = try await client.send(
+            path: "/admin/1/session", body: Array(JSON.object(["name": "olga", "password": .string(password)]).serialized()))
+        #expect(signedIn.status == 200 && signedIn.json["operator"]?["role"]?.stringValue == "read-only", "\(signedIn.text)")
+    }
+}
