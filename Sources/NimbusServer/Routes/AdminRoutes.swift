@@ -67,7 +67,7 @@ enum AdminRoutes {
             let entries = try await service.auditLog(for: operatorContext, limit: limit, beforeID: before).map { entry -> JSON in
                 var object: JSONObject = [
                     "id": .int(entry.id), "at": .int(entry.at), "operator": .string(entry.operatorName),
-                    "action": .string(entry.action), "detail": .string(entry.detail),
+                    WireKey.action: .string(entry.action), "detail": .string(entry.detail),
                 ]
                 if let container = entry.container { object["container"] = .string(container) }
                 return .object(object)
