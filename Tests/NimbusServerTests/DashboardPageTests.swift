@@ -35,9 +35,15 @@ import Testing
             #expect(operators == ["olga", "rita"], "\(result)")
             let rita = try #require(try await server.service.operators().first { $0.name == "rita" })
             #expect(rita.role == .readOnly)
-            let audit = result["audit"]?.arrayValue ?? []
-            #expect(audit.first?.arrayValue?[2].stringValue == "operators.create", "\(result)")
-            #expect(audit.first?.arrayValue?[4].stringValue?.contains("rita") == true)
+            #expect(result["containers"]?.arrayValue?.contains("iCloud.com.example.notes") == true, "\(result)")
+            // The token the page showed works, for the container and origin it was made for.
+            let apiToken = try #require(result["apiToken"]?.stringValue)
+            let row = try await server.service.apiTokenRow(apiToken)
+            #expect(row?.container == "iCloud.com.example.notes" && row?.allowedOrigins == ["https://notes.example.com"])
+            let audit = (result["audit"]?.arrayValue ?? []).compactMap { $0.arrayValue?.compactMap(\.stringValue) }
+            #expect(audit.map { $0[2] } == ["tokens.create", "containers.create", "operators.create", "operators.create"], "\(result)")
+            #expect(audit[2][4].contains("rita"))
+            #expect(!audit.contains { $0[4].contains(apiToken) })
             #expect(result["afterSignOut"]?.stringValue == "Signed out.")
             #expect(result["readOnlyCreateVisible"]?.boolValue == false, "\(result)")
             #expect(result["phoneOverflow"]?.boolValue == false, "\(result)")
@@ -59,7 +65,7 @@ import Testing
             }
             // Nothing the page needs comes from elsewhere.
             let page = try await client.send(path: "/dashboard", body: nil, rawQuery: "").text
-            #expect(!page.contains("http://") && !page.contains("https://"))
+            #expect(!page.contains("src=\"http") && !page.contains("href=\"http") && !page.contains("//cdn"))
         }
     }
 }

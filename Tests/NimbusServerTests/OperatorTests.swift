@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import NimbusCore
 import NimbusStorage
@@ -141,6 +142,69 @@ struct OperatorTests {
             #expect(log.last?["operator"]?.stringValue == "cli")
             // An operator of some containers sees the entries of those only (these name none).
             #expect(try await sam.get("audit").json["entries"]?.arrayValue?.isEmpty == true)
+        }
+    }
+}
+
+extension OperatorTests {
+    @Test("containers, API tokens and server keys: made and revoked through the API, audited; read-only and other containers refused")
+    func containersTokensAndKeys() async throws {
+        try await TestServer.with { server in
+            let service = server.service
+            let (_, password) = try await service.createOperator(name: "olga", role: .administrator, containers: nil, by: "cli")
+            let (_, samPassword) = try await service.createOperator(
+                name: "sam", role: .administrator, containers: [TestServer.container], by: "cli")
+            let (_, ritaPassword) = try await service.createOperator(name: "rita", role: .readOnly, containers: nil, by: "cli")
+            var olga = Browser(server)
+            _ = try await olga.signIn("olga", password)
+            var sam = Browser(server)
+            _ = try await sam.signIn("sam", samPassword)
+            var rita = Browser(server)
+            _ = try await rita.signIn("rita", ritaPassword)
+
+            let created = try await olga.post("containers", ["id": "iCloud.com.example.notes"])
+            #expect(created.status == 200, "\(created.text)")
+            #expect(try await olga.post("containers", ["id": "iCloud.com.example.notes"]).errorCode == "EXISTS")
+            #expect(try await olga.post("containers", ["id": "not a container"]).status == 400)
+            #expect(try await sam.post("containers", ["id": "iCloud.sams"]).status == 403)
+            let olgaSees = try await olga.get("containers").json["containers"]?.arrayValue?.compactMap { $0["id"]?.stringValue }
+            #expect(Set(olgaSees ?? []) == ["iCloud.com.example.notes", TestServer.container], "\(olgaSees ?? [])")
+            let samSees = try await sam.get("containers").json["containers"]?.arrayValue?.compactMap { $0["id"]?.stringValue }
+            #expect(samSees == [TestServer.container])
+
+            // A token: answered once, and it works; the log keeps no token.
+            let token = try await olga.post(
+                "containers/iCloud.com.example.notes/tokens", ["environment": "development", "allowedOrigins": ["https://notes.example.com"]])
+            let apiToken = try #require(token.json["apiToken"]?.stringValue, "\(token.text)")
+            let client = APIClient(
+                baseURL: server.baseURL, container: "iCloud.com.example.notes", environment: .development, apiToken: apiToken,
+                webAuthToken: nil, userRecordName: nil)
+            #expect(try await client.get("public", "zones/list").status != 401)
+            #expect(try await olga.post("containers/iCloud.com.example.notes/tokens", ["environment": "staging"]).status == 400)
+            #expect(try await sam.post("containers/iCloud.com.example.notes/tokens", ["environment": "development"]).status == 403)
+            #expect(try await rita.post("containers/iCloud.com.example.notes/tokens", ["environment": "development"]).status == 403)
+            let revoked = try await olga.post("containers/iCloud.com.example.notes/tokens/revoke", [:])
+            #expect(revoked.json["revoked"] == 1, "\(revoked.text)")
+            #expect(try await client.get("public", "zones/list").status == 401)
+
+            // A server-to-server key of sam's container; sam cannot see another's.
+            let pem = P256.Signing.PrivateKey().publicKey.pemRepresentation
+            let key = try await sam.post("containers/\(TestServer.container)/keys", ["environment": "development", "publicKeyPEM": .string(pem)])
+            let keyID = try #require(key.json["keyID"]?.stringValue, "\(key.text)")
+            let keys = try await sam.get("containers/\(TestServer.container)/keys").json["keys"]?.arrayValue ?? []
+            #expect(keys.first?["keyID"]?.stringValue == keyID && keys.first?["revoked"] == false)
+            #expect(try await sam.get("containers/iCloud.com.example.notes/keys").status == 403)
+            #expect(try await olga.post("containers/iCloud.com.example.notes/keys/\(keyID)/revoke").errorCode == "NOT_FOUND")
+            #expect(try await sam.post("containers/\(TestServer.container)/keys/\(keyID)/revoke").status == 200)
+            #expect(try await sam.get("containers/\(TestServer.container)/keys").json["keys"]?.arrayValue?.first?["revoked"] == true)
+
+            let log = try await olga.get("audit").json["entries"]?.arrayValue ?? []
+            let actions = log.compactMap { $0["action"]?.stringValue }
+            #expect(Array(actions.prefix(5)) == ["keys.revoke", "keys.add", "tokens.revoke", "tokens.create", "containers.create"], "\(actions)")
+            #expect(!log.contains { $0["detail"]?.stringValue?.contains(apiToken) == true })
+            // Sam sees the entries of his container only.
+            let samsLog = try await sam.get("audit").json["entries"]?.arrayValue?.compactMap { $0["action"]?.stringValue }
+            #expect(samsLog == ["keys.revoke", "keys.add"], "\(samsLog ?? [])")
         }
     }
 }

@@ -42,8 +42,10 @@ def main():
         form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
 
     def rows(tbody):
-        return [[cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
-                for row in driver.find_elements(By.CSS_SELECTOR, f"#{tbody} tr")]
+        # Read in one script: the page may redraw a table between two element lookups.
+        return driver.execute_script(
+            "return [...document.querySelectorAll(arguments[0])].map(r => [...r.cells].map(c => c.textContent))",
+            f"#{tbody} tr")
 
     try:
         driver.get(config["url"] + "/dashboard")
@@ -76,6 +78,23 @@ def main():
         result["operatorsAfter"] = rows("operator-rows")
         if shots:
             driver.save_screenshot(f"{shots}/operators.png")
+
+        # Containers: make one, pick it, make an API token (shown once).
+        driver.find_element(By.CSS_SELECTOR, "nav button[data-view=containers]").click()
+        wait.until(lambda d: visible("containers") and rows("container-rows"))
+        form = driver.find_element(By.ID, "create-container")
+        form.find_element(By.NAME, "id").send_keys("iCloud.com.example.notes")
+        form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        wait.until(lambda d: any(row[0] == "iCloud.com.example.notes" for row in rows("container-rows")))
+        result["containers"] = [row[0] for row in rows("container-rows")]
+        Select(driver.find_element(By.ID, "container-pick")).select_by_visible_text("iCloud.com.example.notes")
+        token = driver.find_element(By.ID, "create-token")
+        token.find_element(By.NAME, "origins").send_keys("https://notes.example.com")
+        token.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        wait.until(lambda d: d.find_element(By.ID, "new-token").text)
+        result["apiToken"] = driver.find_element(By.ID, "new-token").text
+        if shots:
+            driver.save_screenshot(f"{shots}/containers.png")
 
         driver.find_element(By.CSS_SELECTOR, "nav button[data-view=audit]").click()
         wait.until(lambda d: visible("audit") and rows("audit-rows"))

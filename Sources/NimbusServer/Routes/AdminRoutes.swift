@@ -60,6 +60,8 @@ enum AdminRoutes {
             return Reply.json(.object(answer), context: context)
         }
 
+        addContainerRoutes(to: admin, parts: parts)
+
         admin.get("audit") { request, context in
             let operatorContext = try await signedIn(request, service)
             let limit = request.query("limit").flatMap(Int.init) ?? 50
@@ -73,6 +75,74 @@ enum AdminRoutes {
                 return .object(object)
             }
             return Reply.json(["entries": .array(entries)], context: context)
+        }
+    }
+
+    /// Containers, their API tokens and server-to-server keys.
+    static func addContainerRoutes(to admin: RouterGroup<NimbusRequestContext>, parts: ServerParts) {
+        let service = parts.service
+        @Sendable func body(_ request: Request, _ context: NimbusRequestContext) async throws -> ObjectReader {
+            try await RouteInput(request: request, context: context, parts: parts).body()
+        }
+        @Sendable func container(_ context: NimbusRequestContext) -> String { context.parameters.get("container") ?? "" }
+        @Sendable func environment(_ name: String?) throws -> NimbusStorage.Environment? {
+            guard let name else { return nil }
+            guard let environment = NimbusStorage.Environment(rawValue: name) else {
+                throw CloudKitError.badRequest("environment: '\(Names.escaped(name))' is not development or production")
+            }
+            return environment
+        }
+
+        admin.get("containers") { request, context in
+            let list = try await service.containers(visibleTo: try await signedIn(request, service))
+            let rows: [JSON] = list.map { .object(["id": .string($0.id), "createdAt": .int($0.createdAt)]) }
+            return Reply.json(["containers": .array(rows)], context: context)
+        }
+        admin.post("containers") { request, context in
+            let operatorContext = try await changing(request, service)
+            let id = try await body(request, context).requiredString("id")
+            try await service.createContainer(id, as: operatorContext)
+            return Reply.json(["id": .string(id)], context: context)
+        }
+        admin.post("containers/:container/tokens") { request, context in
+            let operatorContext = try await changing(request, service)
+            let input = try await body(request, context)
+            let token = try await service.createAPIToken(
+                container: container(context), environment: try environment(try input.requiredString("environment")) ?? .development,
+                allowedOrigins: try input.stringArray("allowedOrigins") ?? ["*"], signInCallback: try input.string("signInCallback"),
+                as: operatorContext)
+            return Reply.json(["apiToken": .string(token)], context: context)
+        }
+        admin.post("containers/:container/tokens/revoke") { request, context in
+            let operatorContext = try await changing(request, service)
+            let input = try await body(request, context)
+            let count = try await service.revokeAPITokens(
+                container: container(context), environment: try environment(try input.string("environment")), as: operatorContext)
+            return Reply.json(["revoked": .int(Int64(count))], context: context)
+        }
+        admin.get("containers/:container/keys") { request, context in
+            let keys = try await service.serverKeys(container: container(context), as: try await signedIn(request, service))
+            let rows: [JSON] = keys.map {
+                .object([
+                    "keyID": .string($0.keyID), "environment": .string($0.environment.rawValue), "createdAt": .int($0.createdAt),
+                    "revoked": .bool($0.isRevoked),
+                ])
+            }
+            return Reply.json(["keys": .array(rows)], context: context)
+        }
+        admin.post("containers/:container/keys") { request, context in
+            let operatorContext = try await changing(request, service)
+            let input = try await body(request, context)
+            let row = try await service.addServerKey(
+                container: container(context), environment: try environment(try input.requiredString("environment")) ?? .development,
+                publicKeyPEM: try input.requiredString("publicKeyPEM"), as: operatorContext)
+            return Reply.json(["keyID": .string(row.keyID)], context: context)
+        }
+        admin.post("containers/:container/keys/:key/revoke") { request, context in
+            let operatorContext = try await changing(request, service)
+            let key = context.parameters.get("key") ?? ""
+            try await service.revokeServerKey(id: key, container: container(context), as: operatorContext)
+            return Reply.json(["revoked": .string(key)], context: context)
         }
     }
 
