@@ -246,6 +246,14 @@ let single = await load(clients: options.clients, warmup: options.warmup, second
     let ok = await post(options, "public/records/modify", #"{"operations":[\#(operation)]}"#)
     return ok ? 1 : nil
 }
+// The same save carrying an operationID (NimbusKit sends one with every modify): the server
+// claims the ID before applying and keeps the answer after, two writes more per request.
+let singleWithID = await load(clients: options.clients, warmup: options.warmup, seconds: options.seconds) {
+    let index = counter.next()
+    let operation = recordJSON("o-\(runID)-\(index)", index)
+    let ok = await post(options, "public/records/modify", #"{"operationID":"op-\#(runID)-\#(index)","operations":[\#(operation)]}"#)
+    return ok ? 1 : nil
+}
 let batchClients = 4
 let batch = await load(clients: batchClients, warmup: options.warmup, seconds: options.seconds) {
     let base = counter.next()
@@ -259,15 +267,19 @@ func row(_ name: String, _ m: Measurement, unit: String) -> String {
     String(format: "%-44@ %12.0f %-10@ p50 %7.2f ms  p99 %7.2f ms  errors %d", name as NSString, m.perSecond, unit as NSString, m.percentile(0.5), m.percentile(0.99), m.errors)
 }
 print(row("single-record save, \(options.clients) clients (HTTP)", single, unit: "saves/s"))
+print(row("single-record save + operationID, \(options.clients) cl.", singleWithID, unit: "saves/s"))
 print(row("200-record batch, \(batchClients) clients (HTTP)", batch, unit: "records/s"))
 print(row("raw SQLite single-row commits (1 writer)", raw, unit: "commits/s"))
 let ratio = single.perSecond / raw.perSecond
 print(String(format: "Nimbus single saves / raw SQLite commits = %.2f", ratio))
+print(String(format: "single saves with operationID / without = %.2f", singleWithID.perSecond / single.perSecond))
 
 let json: [String: Any] = [
     "synchronous": options.synchronous, "clients": options.clients, "seconds": options.seconds,
     "singleSavesPerSecond": single.perSecond, "singleP50ms": single.percentile(0.5), "singleP99ms": single.percentile(0.99),
     "singleErrors": single.errors,
+    "singleWithOperationIDSavesPerSecond": singleWithID.perSecond, "singleWithOperationIDP50ms": singleWithID.percentile(0.5),
+    "singleWithOperationIDP99ms": singleWithID.percentile(0.99), "singleWithOperationIDErrors": singleWithID.errors,
     "batchRecordsPerSecond": batch.perSecond, "batchP50ms": batch.percentile(0.5), "batchP99ms": batch.percentile(0.99),
     "batchErrors": batch.errors,
     "rawSQLiteCommitsPerSecond": raw.perSecond, "singleOverRaw": ratio,
