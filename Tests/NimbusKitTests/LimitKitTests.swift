@@ -48,16 +48,23 @@ struct LimitKitTests {
         try await TestServer.with(configure: Self.oneASecond) { server in
             let database = try await server.signedInDevice("alice").privateCloudDatabase
             let saved = try await database.save(CKRecord(recordType: "Note", recordID: CKRecord.ID(recordName: "n1")))
-            _ = try await Self.exhaust(database)
-            let operation = CKFetchRecordsOperation(recordIDs: [saved.recordID])
-            operation.configuration.qualityOfService = .utility
-            let started = ContinuousClock.now
-            let outcome = Box<Result<Void, any Error>?>(nil)
-            operation.fetchRecordsResultBlock = { result in outcome.update { $0 = result } }
-            await runOperation(operation, on: database)
-            if case .failure(let error)? = outcome.value { Issue.record("the operation failed: \(error)") }
-            #expect(outcome.value != nil)
-            #expect(ContinuousClock.now - started >= .milliseconds(500), "it did not wait for the budget")
+            // On a loaded machine a second can pass between spending the budget and the
+            // operation's first request, and the budget refills: then the operation had no
+            // reason to wait. It must wait, and succeed, in one of three tries.
+            var waited = false
+            for _ in 0..<3 where !waited {
+                _ = try await Self.exhaust(database)
+                let operation = CKFetchRecordsOperation(recordIDs: [saved.recordID])
+                operation.configuration.qualityOfService = .utility
+                let started = ContinuousClock.now
+                let outcome = Box<Result<Void, any Error>?>(nil)
+                operation.fetchRecordsResultBlock = { result in outcome.update { $0 = result } }
+                await runOperation(operation, on: database)
+                if case .failure(let error)? = outcome.value { Issue.record("the operation failed: \(error)") }
+                #expect(outcome.value != nil)
+                waited = ContinuousClock.now - started >= .milliseconds(500)
+            }
+            #expect(waited, "it did not wait for the budget")
         }
     }
 
