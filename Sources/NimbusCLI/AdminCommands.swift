@@ -402,30 +402,7 @@ struct Schema: AsyncParsableCommand {
 
         func run() async throws {
             let service = try await data.open().service
-            let schema = try await service.schema(container: container, environment: try parseEnvironment(environment))
-            let security = try await service.security(container: container, environment: try parseEnvironment(environment))
-            print("DEFINE SCHEMA")
-            for role in security.roles where !SecurityRoles.builtIn.contains(role) { print("\n    CREATE ROLE \(role);") }
-            for recordType in schema.recordTypes {
-                let fields = schema.fields.filter { $0.recordType == recordType }
-                let lines = fields.map { field -> String in
-                    let type = FieldType(wireName: field.fieldType)?.schemaName ?? field.fieldType
-                    var options: [String] = []
-                    if field.indexes & SchemaFieldRow.Indexes.queryable != 0 { options.append("QUERYABLE") }
-                    if field.indexes & SchemaFieldRow.Indexes.sortable != 0 { options.append("SORTABLE") }
-                    if field.indexes & SchemaFieldRow.Indexes.searchable != 0, type.hasSuffix("STRING") || type.hasSuffix("STRING>") {
-                        options.append("SEARCHABLE")
-                    }
-                    let name = field.fieldName.hasPrefix("___") ? "\"\(field.fieldName)\"" : field.fieldName
-                    return (["    \(name)", type] + options).joined(separator: " ")
-                }
-                let grants = (security.grants[recordType] ?? [:]).sorted { $0.key < $1.key }.flatMap { role, permissions in
-                    SecurityRoles.names(permissions).split(separator: ",").map { "    GRANT \($0.trimmingCharacters(in: .whitespaces)) TO \"\(role)\"" }
-                }
-                print("\n    RECORD TYPE \(recordType) (")
-                print((lines + grants).map { "    \($0)" }.joined(separator: ",\n"))
-                print("    );")
-            }
+            print(try await service.schemaLanguage(container: container, environment: try parseEnvironment(environment)), terminator: "")
         }
     }
 

@@ -58,7 +58,11 @@ extension NimbusService {
             if target.scope == .public, request.recordType == Names.usersRecordType {
                 try Self.checkUserDirectoryQuery(request, schema: schema)
             }
-            var conditions = try request.filters.map { try self.condition($0, schema: schema, locked: locked) }
+            // An operator's scan (docs/dashboard.md) reads every record of the type in pages and
+            // filters them here, so it needs no production index.
+            let scanning = target.operatorScan && locked
+            let checked = locked && !scanning
+            var conditions = try request.filters.map { try self.condition($0, schema: schema, locked: checked) }
             // The public database's security roles (docs/roles.md): a type only its creators read
             // answers the caller's own records.
             switch access?.queryReach(request.recordType) {
@@ -72,19 +76,19 @@ extension NimbusService {
             case .denied?: try access?.require(.read, request.recordType, creator: nil)
             case .all?, nil: break
             }
-            let sorts = try request.sorts.map { try self.sortKey($0, schema: schema, locked: locked) }
+            let sorts = try request.sorts.map { try self.sortKey($0, schema: schema, locked: checked) }
             let binding = self.cursorBinding(request, databaseID: database.id, zones: zones)
             var after: QueryPosition?
             if let marker = request.continuationMarker {
-                after = try self.decodeCursor(marker, binding: binding, sortCount: sorts.count)
+                after = try self.decodeCursor(marker, binding: binding, sortCount: scanning ? 0 : sorts.count)
             }
             var query = RecordQuery(
-                zoneIDs: zones.map(\.id), recordType: request.recordType, conditions: conditions, sorts: sorts,
-                after: after, limit: request.resultsLimit + 1)
+                zoneIDs: zones.map(\.id), recordType: request.recordType, conditions: scanning ? [] : conditions,
+                sorts: scanning ? [] : sorts, after: after, limit: request.resultsLimit + 1)
             query.budget = self.options.queryBudget
             // The pairs saves wrote (`RecordIndexer.Policy.sortedPairs`; none in development).
             query.sortedPairs = Set(RecordIndexer.Policy.of(key.environment, grants: schema.mapValues(\.indexes)).sortedPairs)
-            let page: QueryPage
+            var page: QueryPage
             do {
                 page = zones.isEmpty ? QueryPage(rows: [], positions: []) : try tx.queryRecords(query)
             } catch StorageError.queryTooExpensive(let budget) {
@@ -92,6 +96,16 @@ extension NimbusService {
                     .badRequest,
                     "the query took more than its \(budget.wholeNanoseconds / 1_000_000) ms budget; filter on a more selective indexed field, use fewer NOT filters or ask for fewer results",
                     limitName: Limits.queryMilliseconds.name)
+            }
+            // A scan's page is `resultsLimit` records read; it shows those that match, and goes on
+            // after the last one read whatever matched.
+            var next: QueryPosition?
+            if scanning {
+                let read = min(page.rows.count, request.resultsLimit)
+                if page.rows.count > request.resultsLimit { next = page.positions[read - 1] }
+                page = try Self.filtered(QueryPage(rows: Array(page.rows.prefix(read)), positions: []), conditions, sorts)
+            } else if page.rows.count > request.resultsLimit {
+                next = page.positions[request.resultsLimit - 1]
             }
             let shown = min(page.rows.count, request.resultsLimit)
             let zoneByID = Dictionary(uniqueKeysWithValues: zones.map { ($0.id, $0) })
@@ -107,11 +121,51 @@ extension NimbusService {
                                 numbersAsStrings: request.numbersAsStrings))))
             }
             var response = RecordsResponse(records: records)
-            if page.rows.count > request.resultsLimit, let last = page.positions.prefix(shown).last {
-                response.continuationMarker = self.encodeCursor(last, binding: binding)
-            }
+            if let next { response.continuationMarker = self.encodeCursor(next, binding: binding) }
             return response
         }
+    }
+
+    /// An operator scan's page: the rows that meet every condition, in the sorts' order (within
+    /// the page), each judged on the entries a development save would write (every field).
+    static func filtered(_ page: QueryPage, _ conditions: [IndexCondition], _ sorts: [IndexSort]) throws -> QueryPage {
+        var kept: [(row: RecordRow, entries: [IndexEntry])] = []
+        for row in page.rows {
+            let index = RecordIndexer.entries(for: row, fields: try RecordCodec.decode(row.fields))
+            if conditions.allSatisfy({ $0.matches(entries: index.entries, tokens: index.tokens) }) { kept.append((row, index.entries)) }
+        }
+        func value(_ key: IndexSort.Key, _ entries: [IndexEntry]) -> IndexValue? {
+            switch key {
+            case .number(let field), .text(let field):
+                return entries.first { $0.field == field && $0.position == -1 && $0.longitude == nil }?.value
+            case .distance(let field, let latitude, let longitude):
+                guard let entry = entries.first(where: { $0.field == field && $0.longitude != nil }),
+                    case .number(let entryLatitude) = entry.value, let entryLongitude = entry.longitude
+                else { return nil }
+                return .number(Geodesy.greatCircleMeters(entryLatitude, entryLongitude, latitude, longitude))
+            }
+        }
+        func order(_ left: IndexValue?, _ right: IndexValue?) -> Int {
+            switch (left, right) {
+            case (nil, nil): return 0
+            case (nil, _): return 1  // records without the field come last, either way
+            case (_, nil): return -1
+            case (.text(let a)?, .text(let b)?): return a == b ? 0 : (a.utf8.lexicographicallyPrecedes(b.utf8) ? -1 : 1)
+            case (let a?, let b?): return IndexValue.numericOrder(a, b) ?? 0
+            }
+        }
+        if !sorts.isEmpty {
+            kept.sort { left, right in
+                for sort in sorts {
+                    let a = value(sort.key, left.entries)
+                    let b = value(sort.key, right.entries)
+                    let compared = order(a, b)
+                    if compared != 0 { return (a == nil || b == nil || sort.ascending) ? compared < 0 : compared > 0 }
+                }
+                return false
+            }
+        }
+        return QueryPage(rows: kept.map(\.row), positions: [])
     }
 
     // MARK: Filters

@@ -27,43 +27,108 @@ extension NimbusService {
 
     private func deployRecordTypes(container: String) async throws -> (recordTypes: Int, fields: Int) {
         try await storage.write { tx in
-            guard try tx.container(id: container) != nil else {
-                throw CloudKitError(.notFound, "container '\(Names.escaped(container))' does not exist")
+            let plan = try Self.recordTypePlan(container: container, tx: tx)
+            guard plan.conflicts.isEmpty else {
+                throw CloudKitError.badRequest("cannot deploy: \(plan.conflicts.joined(separator: "; "))")
             }
-            let developmentTypes = try tx.schemaRecordTypes(container: container, environment: .development)
-            let developmentFields = try tx.schemaFields(container: container, environment: .development)
-            let productionTypes = Set(try tx.schemaRecordTypes(container: container, environment: .production))
-            var productionFields: [String: String] = [:]
-            for field in try tx.schemaFields(container: container, environment: .production) {
-                productionFields["\(field.recordType).\(field.fieldName)"] = field.fieldType
-            }
-            let conflicts = developmentFields.compactMap { field -> String? in
-                guard let existing = productionFields["\(field.recordType).\(field.fieldName)"], existing != field.fieldType
-                else { return nil }
-                return "\(field.recordType).\(field.fieldName) is \(existing) in production but \(field.fieldType) in development"
-            }
-            guard conflicts.isEmpty else {
-                throw CloudKitError.badRequest("cannot deploy: \(conflicts.joined(separator: "; "))")
-            }
-            var newTypes = 0
-            var newFields = 0
-            for recordType in developmentTypes where !productionTypes.contains(recordType) {
+            for recordType in plan.newRecordTypes {
                 try tx.addSchemaRecordType(container: container, environment: .production, recordType)
-                newTypes += 1
             }
             // Production records hold no values of fields new to production, but every record has
             // the system fields: declaring one there means filling in its index.
             var typesToReindex = Set<String>()
-            for field in developmentFields where productionFields["\(field.recordType).\(field.fieldName)"] == nil {
+            for field in plan.newFields {
                 try tx.addSchemaField(container: container, environment: .production, field)
                 if Self.systemFieldTypes[field.fieldName] != nil { typesToReindex.insert(field.recordType) }
-                newFields += 1
             }
             for recordType in typesToReindex.sorted() {
                 try self.rebuildIndexEntries(container: container, environment: .production, recordType: recordType, tx: tx)
             }
-            return (newTypes, newFields)
+            return (plan.newRecordTypes.count, plan.newFields.count)
         }
+    }
+
+    /// What deploying development to production would do, written nowhere: the dashboard's
+    /// diff. A deploy only adds; `conflicts` (a field whose type differs) refuse it whole, since
+    /// changing a type in production would lose the values records hold.
+    public struct SchemaDeployPlan: Sendable {
+        public var newRecordTypes: [String] = []
+        public var newFields: [SchemaFieldRow] = []
+        /// Fields production has and development does not: kept, never deleted by a deploy.
+        public var keptFields: [SchemaFieldRow] = []
+        public var conflicts: [String] = []
+        public var newRoles: [String] = []
+        /// `recordType`, `role`, `permissions` as development grants them, where production differs.
+        public var changedGrants: [SecurityGrant] = []
+    }
+
+    public func schemaDeployPlan(container: String) async throws -> SchemaDeployPlan {
+        var plan = try await storage.read { tx in try Self.recordTypePlan(container: container, tx: tx) }
+        let state = try await accounts.securityState()
+        let development = state[container, .development]
+        let production = state[container, .production]
+        plan.newRoles = development.roles.subtracting(production.roles).sorted()
+        for (recordType, grants) in development.grants.sorted(by: { $0.key < $1.key }) {
+            for (role, permissions) in grants.sorted(by: { $0.key < $1.key }) where production.grants[recordType]?[role] != permissions {
+                plan.changedGrants.append(SecurityGrant(recordType: recordType, role: role, permissions: permissions))
+            }
+        }
+        return plan
+    }
+
+    private static func recordTypePlan(container: String, tx: any StorageReader) throws -> SchemaDeployPlan {
+        guard try tx.container(id: container) != nil else {
+            throw CloudKitError(.notFound, "container '\(Names.escaped(container))' does not exist")
+        }
+        let developmentFields = try tx.schemaFields(container: container, environment: .development)
+        let productionTypes = Set(try tx.schemaRecordTypes(container: container, environment: .production))
+        let productionFields = try tx.schemaFields(container: container, environment: .production)
+        var productionTypeOf: [String: String] = [:]
+        for field in productionFields { productionTypeOf["\(field.recordType).\(field.fieldName)"] = field.fieldType }
+        let developmentNames = Set(developmentFields.map { "\($0.recordType).\($0.fieldName)" })
+        var plan = SchemaDeployPlan()
+        plan.newRecordTypes = try tx.schemaRecordTypes(container: container, environment: .development).filter { !productionTypes.contains($0) }
+        for field in developmentFields {
+            switch productionTypeOf["\(field.recordType).\(field.fieldName)"] {
+            case nil: plan.newFields.append(field)
+            case let existing? where existing != field.fieldType:
+                plan.conflicts.append(
+                    "\(field.recordType).\(field.fieldName) is \(existing) in production but \(field.fieldType) in development; production records hold \(existing) values, so the type cannot change")
+            default: break
+            }
+        }
+        plan.keptFields = productionFields.filter { !developmentNames.contains("\($0.recordType).\($0.fieldName)") }
+        return plan
+    }
+
+    /// The schema in the CloudKit Schema Language, its custom roles and grants included: what
+    /// `nimbus schema show` prints and the dashboard exports.
+    public func schemaLanguage(container: String, environment: Environment) async throws -> String {
+        let schema = try await schema(container: container, environment: environment)
+        let security = try await security(container: container, environment: environment)
+        var out = ["DEFINE SCHEMA"]
+        for role in security.roles where !SecurityRoles.builtIn.contains(role) { out.append("\n    CREATE ROLE \(role);") }
+        for recordType in schema.recordTypes {
+            let fields = schema.fields.filter { $0.recordType == recordType }
+            let lines = fields.map { field -> String in
+                let type = FieldType(wireName: field.fieldType)?.schemaName ?? field.fieldType
+                var options: [String] = []
+                if field.indexes & SchemaFieldRow.Indexes.queryable != 0 { options.append("QUERYABLE") }
+                if field.indexes & SchemaFieldRow.Indexes.sortable != 0 { options.append("SORTABLE") }
+                if field.indexes & SchemaFieldRow.Indexes.searchable != 0, type.hasSuffix("STRING") || type.hasSuffix("STRING>") {
+                    options.append("SEARCHABLE")
+                }
+                let name = field.fieldName.hasPrefix("___") ? "\"\(field.fieldName)\"" : field.fieldName
+                return (["    \(name)", type] + options).joined(separator: " ")
+            }
+            let grants = (security.grants[recordType] ?? [:]).sorted { $0.key < $1.key }.flatMap { role, permissions in
+                SecurityRoles.names(permissions).split(separator: ",").map { "    GRANT \($0.trimmingCharacters(in: .whitespaces)) TO \"\(role)\"" }
+            }
+            out.append("\n    RECORD TYPE \(recordType) (")
+            out.append((lines + grants).map { "    \($0)" }.joined(separator: ",\n"))
+            out.append("    );")
+        }
+        return out.joined(separator: "\n") + "\n"
     }
 
     /// Sets which indexes a field has (`SchemaFieldRow.Indexes` flags): the seeds' "drop the

@@ -195,6 +195,10 @@ public struct DatabaseTarget: Sendable {
     /// Set when answering with another user's zones (a share's owner, docs/sharing.md): the
     /// owner their zone IDs name.
     var zoneOwner: String?
+    /// Set for an operator browsing data in the dashboard: a production query reads every
+    /// record of its type in pages and filters them in memory (`NimbusService+Console.swift`),
+    /// so browsing needs no QUERYABLE index.
+    var operatorScan = false
 
     public init(caller: Caller, scope: DatabaseScope, assetBaseURL: String? = nil) {
         self.caller = caller

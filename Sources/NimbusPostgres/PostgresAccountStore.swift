@@ -181,6 +181,39 @@ struct PostgresAccountStore: AccountStore {
         ).map(Self.directoryEntry)
     }
 
+    func members(container: String, afterUserID: Int64, limit: Int) async throws -> [NamedMember] {
+        try await storage.rows(
+            """
+            SELECT \(unescaped: Self.memberColumns), u.email, u.phone, u.name_components, u.name
+            FROM container_members m JOIN users u ON u.id = m.user_id
+            WHERE m.container = \(container) AND m.user_id > \(afterUserID)
+            ORDER BY m.user_id LIMIT \(limit)
+            """
+        ).map { row in
+            let (container, userID, recordName, discoverable, joinedAt, email, phone, names, userName) = try row.decode(
+                (String, Int64, String, Bool?, Int64, String?, String?, String, String).self)
+            return NamedMember(
+                userName: userName,
+                entry: DirectoryEntry(
+                    member: Self.member((container, userID, recordName, discoverable, joinedAt)),
+                    profile: Self.profile(email: email, phone: phone, names: names)))
+        }
+    }
+
+    func sessions(userID: Int64) async throws -> [SessionRow] {
+        try await storage.rows(
+            """
+            SELECT token_hash, container, environment, created_at, last_used_at FROM sessions
+            WHERE user_id = \(userID) ORDER BY created_at DESC, token_hash
+            """
+        ).map { row in
+            let (hash, container, environment, created, lastUsed) = try row.decode((String, String, String, Int64, Int64).self)
+            return SessionRow(
+                tokenHash: hash, userID: userID, container: container, environment: Environment(rawValue: environment) ?? .development,
+                createdAt: created, lastUsedAt: lastUsed)
+        }
+    }
+
     func containerSettings(container: String) async throws -> ContainerSettings {
         guard
             let row = try await storage.rows(

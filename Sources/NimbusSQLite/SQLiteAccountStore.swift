@@ -140,6 +140,32 @@ struct SQLiteAccountStore: AccountStore {
         }
     }
 
+    func members(container: String, afterUserID: Int64, limit: Int) async throws -> [NamedMember] {
+        try storage.readPoint { tx in
+            try tx.fetchRows(
+                """
+                SELECT \(SQLiteTransaction.memberColumns), u.email, u.phone, u.name_components, u.name
+                FROM container_members m JOIN users u ON u.id = m.user_id
+                WHERE m.container = ? AND m.user_id > ?
+                ORDER BY m.user_id LIMIT ?
+                """,
+                [container, afterUserID, limit]
+            ).map { NamedMember(userName: $0[8], entry: SQLiteTransaction.directoryEntry($0)) }
+        }
+    }
+
+    func sessions(userID: Int64) async throws -> [SessionRow] {
+        try storage.readPoint { tx in
+            try tx.fetchRows(
+                """
+                SELECT token_hash, user_id, container, environment, created_at, last_used_at FROM sessions
+                WHERE user_id = ? ORDER BY created_at DESC, token_hash
+                """,
+                [userID]
+            ).map(SQLiteTransaction.sessionRow)
+        }
+    }
+
     func containerSettings(container: String) async throws -> ContainerSettings {
         try storage.readPoint { tx in
             try tx.fetchRow("SELECT user_discovery, sign_up, limits FROM container_settings WHERE container = ?", [container])
@@ -393,12 +419,14 @@ extension SQLiteTransaction {
         try fetchRow(
             "SELECT token_hash, user_id, container, environment, created_at, last_used_at FROM sessions WHERE token_hash = ?",
             [tokenHash]
-        ).map {
-            SessionRow(
-                tokenHash: $0["token_hash"], userID: $0["user_id"], container: $0["container"],
-                environment: Environment(rawValue: $0["environment"]) ?? .development,
-                createdAt: $0["created_at"], lastUsedAt: $0["last_used_at"])
-        }
+        ).map(Self.sessionRow)
+    }
+
+    static func sessionRow(_ row: Row) -> SessionRow {
+        SessionRow(
+            tokenHash: row["token_hash"], userID: row["user_id"], container: row["container"],
+            environment: Environment(rawValue: row["environment"]) ?? .development,
+            createdAt: row["created_at"], lastUsedAt: row["last_used_at"])
     }
 
     func insertContainer(_ row: ContainerRow) throws {

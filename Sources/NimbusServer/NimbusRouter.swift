@@ -12,7 +12,7 @@ enum NimbusRouter {
         // chain when the route is added). Outermost first:
         router.add(
             middleware: EdgeMiddleware(
-                log: AccessLog(logger: parts.logger),  // the access log line, around everything
+                log: AccessLog(logger: parts.logger, requests: parts.requests, clock: service.options.clock),  // log line, request log
                 errors: ErrorMapping(logger: parts.logger),  // every error → CloudKit's error JSON
                 forwarded: ForwardedHeaders(trustedProxies: trustedProxies),  // public base URL
                 cors: CORSPolicy(service: service)))  // the API token's allowed origins; preflight

@@ -36,6 +36,9 @@ public protocol AccountStore: Sendable {
     func directory(container: String, lookups: [UserLookup]) async throws -> [DirectoryEntry]
     /// Members who made themselves discoverable, in the order they joined, at most `limit`.
     func discoverableMembers(container: String, limit: Int) async throws -> [DirectoryEntry]
+    /// Every member of the container with their account name, by user id after `afterUserID`,
+    /// at most `limit` (the dashboard's people list).
+    func members(container: String, afterUserID: Int64, limit: Int) async throws -> [NamedMember]
     /// The container's settings (the defaults for a container never set).
     func containerSettings(container: String) async throws -> ContainerSettings
     /// Returns false when the container does not exist.
@@ -65,6 +68,8 @@ public protocol AccountStore: Sendable {
     func startSession(_ row: SessionRow, removingSessionsIdleBefore idleBefore: Int64) async throws
     func touchSession(tokenHash: String, at time: Int64) async throws
     func endSession(tokenHash: String) async throws
+    /// The user's sessions, in every container, newest first.
+    func sessions(userID: Int64) async throws -> [SessionRow]
     /// Ends every session of the user; nil when there is no such user, else how many ended.
     func endSessions(userName: String) async throws -> Int?
 

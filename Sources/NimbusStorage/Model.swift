@@ -290,6 +290,17 @@ public struct DirectoryEntry: Sendable, Hashable {
     }
 }
 
+/// A member of a container with the name the account signs in with.
+public struct NamedMember: Sendable, Hashable {
+    public var userName: String
+    public var entry: DirectoryEntry
+
+    public init(userName: String, entry: DirectoryEntry) {
+        self.userName = userName
+        self.entry = entry
+    }
+}
+
 /// A container's own settings (`nimbus containers …`); a container never set has the defaults.
 public struct ContainerSettings: Sendable, Hashable {
     /// Whether users may be discovered at all (each still opts in): on by default.

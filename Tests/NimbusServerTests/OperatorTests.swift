@@ -29,14 +29,14 @@ struct OperatorTests {
             return response
         }
 
-        func get(_ path: String) async throws -> APIResponse {
-            try await client.send(path: "/admin/1/\(path)", body: nil, rawQuery: "", headers: cookie.map { [("Cookie", $0)] } ?? [])
+        func get(_ path: String, query: String = "") async throws -> APIResponse {
+            try await client.send(path: "/admin/1/\(path)", body: nil, rawQuery: query, headers: cookie.map { [("Cookie", $0)] } ?? [])
         }
 
-        func post(_ path: String, _ body: JSON = [:], csrf: String? = nil) async throws -> APIResponse {
+        func post(_ path: String, _ body: JSON = [:], csrf: String? = nil, query: String = "") async throws -> APIResponse {
             var headers = cookie.map { [("Cookie", $0)] } ?? []
             if let token = csrf ?? self.csrf { headers.append(("X-Nimbus-CSRF", token)) }
-            return try await client.send(path: "/admin/1/\(path)", body: Array(body.serialized()), rawQuery: "", headers: headers)
+            return try await client.send(path: "/admin/1/\(path)", body: Array(body.serialized()), rawQuery: query, headers: headers)
         }
     }
 

@@ -13,6 +13,8 @@ final class ServerParts: Sendable {
     let service: NimbusService
     let courier: WebCourier
     let logger: Logger
+    /// What the dashboard shows of recent requests (docs/dashboard.md).
+    let requests = RequestLog()
 
     init(service: NimbusService, courier: WebCourier, logger: Logger) {
         self.service = service

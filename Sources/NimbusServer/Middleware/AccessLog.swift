@@ -1,24 +1,36 @@
 import Hummingbird
 import Logging
 import NIOCore
+import NimbusCore
 import NimbusWire
 
 /// One structured line per request (method, route, container, user, status, `serverErrorCode`,
 /// duration) at `info`, with the request UUID the answer carries. Written by `EdgeMiddleware`
-/// once the answer is built, errors included.
+/// once the answer is built, errors included; the same facts go to the dashboard's `RequestLog`.
 struct AccessLog: Sendable {
     let logger: Logger
-
-    var isEnabled: Bool { logger.logLevel <= .info }
+    /// The dashboard's request log and per-minute figures; nil records nothing there.
+    let requests: RequestLog?
+    let clock: any WallClock
 
     func record(_ request: Request, context: NimbusRequestContext, response: Response, since start: ContinuousClock.Instant) {
         let elapsed = ContinuousClock.now - start
         let facts = context.exchange.current
         let milliseconds = Double(elapsed.components.seconds) * 1_000 + Double(elapsed.components.attoseconds) / 1e15
+        let route = context.endpointPath ?? request.uri.path
+        // The dashboard's own files and API are the operators' traffic, not the apps'.
+        if let requests, !route.hasPrefix("/dashboard"), !route.hasPrefix("/admin/") {
+            requests.record(
+                RequestLog.Entry(
+                    at: clock.nowMilliseconds(), requestUUID: facts.requestUUID, method: request.method.rawValue, route: route,
+                    container: facts.container, user: facts.userRecordName, status: Int(response.status.code),
+                    serverErrorCode: facts.serverErrorCode, milliseconds: milliseconds))
+        }
+        guard logger.logLevel <= .info else { return }
         var metadata: Logger.Metadata = [
             "uuid": "\(facts.requestUUID)",
             "method": "\(request.method.rawValue)",
-            "route": "\(context.endpointPath ?? request.uri.path)",
+            "route": "\(route)",
             "status": "\(response.status.code)",
             "ms": "\((milliseconds * 100).rounded() / 100)",
         ]

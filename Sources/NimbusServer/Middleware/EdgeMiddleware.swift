@@ -1,7 +1,7 @@
 import Hummingbird
 
 /// What every request meets first, in this order, as one middleware:
-/// 1. the access log (`AccessLog`), around everything;
+/// 1. the access log (`AccessLog`: the log line, and the dashboard's `RequestLog`), around everything;
 /// 2. error mapping (`ErrorMapping`), around everything that follows: any thrown error becomes
 ///    CloudKit's error JSON;
 /// 3. forwarded headers (`ForwardedHeaders`): this server's public base URL, from a trusted proxy;
@@ -20,7 +20,7 @@ struct EdgeMiddleware: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
         -> Response
     {
-        let start = log.isEnabled ? ContinuousClock.now : nil
+        let start = ContinuousClock.now
         let response: Response
         do {
             try forwarded.read(request, context: context)
@@ -32,7 +32,7 @@ struct EdgeMiddleware: RouterMiddleware {
         } catch {
             response = errors.answer(error, to: request, context: context)
         }
-        if let start { log.record(request, context: context, response: response, since: start) }
+        log.record(request, context: context, response: response, since: start)
         return response
     }
 }

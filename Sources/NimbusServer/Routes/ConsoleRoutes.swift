@@ -1,0 +1,422 @@
+import Hummingbird
+import NimbusCore
+import NimbusStorage
+import NimbusWire
+
+/// The dashboard's console: an app's schema, data, people, and the request log, under
+/// `/admin/1/` beside `AdminRoutes` (docs/dashboard.md has the table). Reads are GETs, except
+/// data reads, which take CloudKit's request bodies; every POST carries the CSRF token.
+///
+/// | path | what |
+/// |---|---|
+/// | `containers/{c}/schema/{env}` | GET: record types, fields, indexes, grants; roles |
+/// | `containers/{c}/schema/{env}/export` | GET: the schema file (CloudKit Schema Language) |
+/// | `containers/{c}/schema/development/import` | POST `{text}`: adds a schema file to development |
+/// | `containers/{c}/schema/development/fields` | POST `{recordType, field, type, indexes}`: adds a field (and its type) |
+/// | `containers/{c}/schema/{env}/indexes` | POST `{recordType, field, indexes: [..]}` |
+/// | `containers/{c}/schema/deploy` | GET: the diff; POST: deploys |
+/// | `containers/{c}/roles/{env}` | POST `{name}`: a custom role |
+/// | `containers/{c}/grants/{env}` | POST `{recordType, role, permissions: [..], granting}` |
+/// | `containers/{c}/data/{env}/{database}/{zones/list, zones/modify, records/query, records/lookup, records/modify}` | CloudKit's bodies; `?user=` for a private or shared database |
+/// | `containers/{c}/users` | GET `?after=&limit=`: members |
+/// | `containers/{c}/users/{name}` | GET: sessions, roles, push tokens, subscriptions |
+/// | `containers/{c}/users/{name}/sessions/revoke` | POST `{session}` |
+/// | `containers/{c}/users/{name}/roles/{env}` | POST `{role, assigned}` |
+/// | `containers/{c}/usage/{env}` | GET: storage of the public database and of each member's private one, with quotas |
+/// | `requests` | GET `?user=&error=&container=&limit=`: the request log |
+/// | `metrics` | GET: requests, p50/p99 and errors by code per minute, last hour |
+enum ConsoleRoutes {
+    static func add(to admin: RouterGroup<NimbusRequestContext>, parts: ServerParts) {
+        addSchemaRoutes(to: admin, parts: parts)
+        addDataRoutes(to: admin, parts: parts)
+        addPeopleRoutes(to: admin, parts: parts)
+        addLogRoutes(to: admin, parts: parts)
+    }
+
+    // MARK: Helpers
+
+    static func container(_ context: NimbusRequestContext) -> String { context.parameters.get("container") ?? "" }
+
+    static func environment(_ context: NimbusRequestContext) throws -> NimbusStorage.Environment {
+        let name = context.parameters.get("environment") ?? ""
+        guard let environment = NimbusStorage.Environment(rawValue: name) else {
+            throw CloudKitError.badRequest("environment: '\(Names.escaped(name))' is not development or production")
+        }
+        return environment
+    }
+
+    /// Schema changes other than indexes are made in development, then deployed.
+    static func requireDevelopment(_ context: NimbusRequestContext) throws {
+        guard try environment(context) == .development else {
+            throw CloudKitError.badRequest(
+                "the production schema changes only by deploying development (or by setting an index); change development, then deploy")
+        }
+    }
+
+    static func body(_ request: Request, _ context: NimbusRequestContext, _ parts: ServerParts) async throws -> ObjectReader {
+        try await RouteInput(request: request, context: context, parts: parts).body()
+    }
+
+    static let indexNames: [(String, Int)] = [
+        ("QUERYABLE", SchemaFieldRow.Indexes.queryable), ("SORTABLE", SchemaFieldRow.Indexes.sortable),
+        ("SEARCHABLE", SchemaFieldRow.Indexes.searchable),
+    ]
+
+    static func indexFlags(_ names: [String]) throws -> Int {
+        try names.reduce(0) { flags, name in
+            guard let flag = indexNames.first(where: { $0.0 == name.uppercased() })?.1 else {
+                throw CloudKitError.badRequest("indexes: '\(Names.escaped(name))' is not QUERYABLE, SORTABLE or SEARCHABLE")
+            }
+            return flags | flag
+        }
+    }
+
+    static func indexList(_ flags: Int) -> JSON { .strings(indexNames.filter { flags & $0.1 != 0 }.map(\.0)) }
+
+    static func permissionList(_ permissions: RecordPermissions) -> JSON {
+        .strings(SecurityRoles.names(permissions).split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) })
+    }
+
+    static func permissions(_ names: [String]) throws -> RecordPermissions {
+        try names.reduce(into: RecordPermissions()) { permissions, name in
+            switch name.uppercased() {
+            case "CREATE": permissions.insert(.create)
+            case "READ": permissions.insert(.read)
+            case "WRITE": permissions.insert(.write)
+            default: throw CloudKitError.badRequest("permissions: '\(Names.escaped(name))' is not CREATE, READ or WRITE")
+            }
+        }
+    }
+
+    // MARK: Schema
+
+    static func addSchemaRoutes(to admin: RouterGroup<NimbusRequestContext>, parts: ServerParts) {
+        let service = parts.service
+        admin.get("containers/:container/schema/deploy") { request, context in
+            let operatorContext = try await AdminRoutes.signedIn(request, service)
+            try operatorContext.requireSight(of: container(context))
+            let plan = try await service.schemaDeployPlan(container: container(context))
+            func field(_ row: SchemaFieldRow) -> JSON {
+                ["recordType": .string(row.recordType), "field": .string(row.fieldName), "type": .string(row.fieldType), "indexes": indexList(row.indexes)]
+            }
+            return Reply.json(
+                [
+                    "newRecordTypes": .strings(plan.newRecordTypes), "newFields": .array(plan.newFields.map(field)),
+                    "keptFields": .array(plan.keptFields.map(field)), "conflicts": .strings(plan.conflicts),
+                    "newRoles": .strings(plan.newRoles),
+                    "changedGrants": .array(
+                        plan.changedGrants.map {
+                            ["recordType": .string($0.recordType), "role": .string($0.role), "permissions": permissionList($0.permissions)]
+                        }),
+                ], context: context)
+        }
+        admin.post("containers/:container/schema/deploy") { request, context in
+            let operatorContext = try await AdminRoutes.changing(request, service)
+            try operatorContext.requireChange(container: container(context))
+            let added = try await service.deploySchema(container: container(context))
+            try await service.audit(
+                operatorContext.account.name, "schema.deploy", container: container(context),
+                "development → production: \(added.recordTypes) new record type(s), \(added.fields) new field(s), \(added.roles) new role(s)")
+            return Reply.json(
+                ["recordTypes": .int(Int64(added.recordTypes)), "fields": .int(Int64(added.fields)), "roles": .int(Int64(added.roles))],
+                context: context)
+        }
+        admin.get("containers/:container/schema/:environment") { request, context in
+            let operatorContext = try await AdminRoutes.signedIn(request, service)
+            try operatorContext.requireSight(of: container(context))
+            let environment = try environment(context)
+            let schema = try await service.schema(container: container(context), environment: environment)
+            let security = try await service.security(container: container(context), environment: environment)
+            let types: [JSON] = schema.recordTypes.map { name in
+                let fields: [JSON] = schema.fields.filter { $0.recordType == name }.map {
+                    ["name": .string($0.fieldName), "type": .string($0.fieldType), "indexes": indexList($0.indexes)]
+                }
+                var grants = JSONObject()
+                for (role, permissions) in security.grants[name] ?? [:] { grants[role] = permissionList(permissions) }
+                return ["name": .string(name), "fields": .array(fields), "grants": .object(grants)]
+            }
+            return Reply.json(["recordTypes": .array(types), "roles": .strings(security.roles)], context: context)
+        }
+        admin.get("containers/:container/schema/:environment/export") { request, context in
+            let operatorContext = try await AdminRoutes.signedIn(request, service)
+            try operatorContext.requireSight(of: container(context))
+            let text = try await service.schemaLanguage(container: container(context), environment: try environment(context))
+            var response = Reply.bytes(Array(text.utf8), contentType: "text/plain; charset=utf-8", context: context)
+            response.headers[.contentDisposition] = "attachment; filename=\"schema-\(try environment(context).rawValue).ckdb\""
+            return response
+        }
+        admin.post("containers/:container/schema/:environment/import") { request, context in
+            let operatorContext = try await AdminRoutes.changing(request, service)
+            try operatorContext.requireChange(container: container(context))
+            try requireDevelopment(context)
+            let file = try SchemaFile(parsing: try await body(request, context, parts).requiredString("text"))
+            let outcome = try await service.importSchema(file, container: container(context))
+            try await service.audit(
+                operatorContext.account.name, "schema.import", container: container(context),
+                "development: \(outcome.newRecordTypes) new record type(s), \(outcome.newFields) new field(s), \(outcome.newRoles) new role(s)")
+            return Reply.json(
+                [
+                    "recordTypes": .int(Int64(outcome.newRecordTypes)), "fields": .int(Int64(outcome.newFields)),
+                    "roles": .int(Int64(outcome.newRoles)),
+                ], context: context)
+        }
+        admin.post("containers/:container/schema/:environment/fields") { request, context in
+            let operatorContext = try await AdminRoutes.changing(request, service)
+            try operatorContext.requireChange(container: container(context))
+            try requireDevelopment(context)
+            let input = try await body(request, context, parts)
+            let recordType = try input.requiredString("recordType")
+            let field = try input.requiredString("field")
+            let typeName = try input.requiredString("type")
+            try Names.validateIdentifier(recordType, kind: "record type", path: "recordType")
+            try Names.validateIdentifier(field, kind: "field name", path: "field")
+            guard case .exact(let type)? = DeclaredFieldType(wire: typeName) else {
+                throw CloudKitError.badRequest("type: '\(Names.escaped(typeName))' is not a field type (STRING, INT64, STRING_LIST, …)")
+            }
+            let indexes = try indexFlags(try input.stringArray("indexes") ?? [])
+            var file = SchemaFile()
+            file.recordTypes = [
+                SchemaFile.RecordType(
+                    name: recordType, fields: [SchemaFieldRow(recordType: recordType, fieldName: field, fieldType: type.wireName, indexes: indexes)])
+            ]
+            if indexes != 0, type.isEncrypted {
+                throw CloudKitError.badRequest("field '\(field)' is encrypted (\(type.wireName)): the server cannot read it, so it can have no index")
+            }
+            let outcome = try await service.importSchema(file, container: container(context))
+            try await service.audit(
+                operatorContext.account.name, "schema.field", container: container(context),
+                "development: \(recordType).\(field) \(type.wireName)\(outcome.newRecordTypes > 0 ? " (new record type)" : "")")
+            return Reply.json(["added": .bool(outcome.newFields > 0)], context: context)
+        }
+        admin.post("containers/:container/schema/:environment/indexes") { request, context in
+            let operatorContext = try await AdminRoutes.changing(request, service)
+            try operatorContext.requireChange(container: container(context))
+            let environment = try environment(context)
+            let input = try await body(request, context, parts)
+            let recordType = try input.requiredString("recordType")
+            let field = try input.requiredString("field")
+            let flags = try indexFlags(try input.stringArray("indexes") ?? [])
+            guard
+                try await service.setFieldIndexes(
+                    container: container(context), environment: environment, recordType: recordType, field: field, indexes: flags)
+            else {
+                throw CloudKitError(.notFound, "\(Names.escaped(recordType)).\(Names.escaped(field)) is not in the \(environment.rawValue) schema")
+            }
+            let names = indexNames.filter { flags & $0.1 != 0 }.map(\.0)
+            try await service.audit(
+                operatorContext.account.name, "schema.indexes", container: container(context),
+                "\(environment.rawValue): \(recordType).\(field) \(names.isEmpty ? "no index" : names.joined(separator: ", "))")
+            return Reply.json(["indexes": .strings(names)], context: context)
+        }
+        admin.post("containers/:container/roles/:environment") { request, context in
+            let operatorContext = try await AdminRoutes.changing(request, service)
+            try operatorContext.requireChange(container: container(context))
+            let name = try await body(request, context, parts).requiredString("name")
+            try await service.createRole(container: container(context), environment: try environment(context), name: name)
+            try await service.audit(
+                operatorContext.account.name, "roles.create", container: container(context), "\(try environment(context).rawValue): role \(name)")
+            return Reply.json(["role": .string(name)], context: context)
+        }
+        admin.post("containers/:container/grants/:environment") { request, context in
+            let operatorContext = try await AdminRoutes.changing(request, service)
+            try operatorContext.requireChange(container: container(context))
+            let input = try await body(request, context, parts)
+            let recordType = try input.requiredString("recordType")
+            let role = try input.requiredString("role")
+            let granted = try permissions(try input.stringArray("permissions") ?? [])
+            let granting = try input.bool("granting") ?? true
+            try await service.changeGrant(
+                container: container(context), environment: try environment(context), recordType: recordType, role: role,
+                permissions: granted, granting: granting)
+            try await service.audit(
+                operatorContext.account.name, granting ? "roles.grant" : "roles.revoke", container: container(context),
+                "\(try environment(context).rawValue): \(SecurityRoles.names(granted)) on \(recordType) \(granting ? "to" : "from") \(role)")
+            return Reply.json(["role": .string(role)], context: context)
+        }
+    }
+
+    // MARK: Data
+
+    static func addDataRoutes(to admin: RouterGroup<NimbusRequestContext>, parts: ServerParts) {
+        let service = parts.service
+        /// What each data call does, and whether it changes anything.
+        let calls: [(path: String, changes: Bool, run: @Sendable (DatabaseTarget, ObjectReader) async throws -> JSON)] = [
+            ("zones/list", false, { target, _ in try await service.listZones(target).json }),
+            ("zones/modify", true, { target, body in try await service.modifyZones(target, ZonesModifyRequest(json: body)).json }),
+            ("records/query", false, { target, body in try await service.queryRecords(target, RecordsQueryRequest(json: body)).json }),
+            ("records/lookup", false, { target, body in try await service.lookupRecords(target, RecordsLookupRequest(json: body)).json }),
+            ("records/modify", true, { target, body in try await service.modifyRecords(target, RecordsModifyRequest(json: body)).json }),
+            ("subscriptions/list", false, { target, _ in try await service.listSubscriptions(target).json }),
+        ]
+        for call in calls {
+            admin.post(RouterPath("containers/:container/data/:environment/:database/\(call.path)")) { request, context in
+                let operatorContext = try await AdminRoutes.changing(request, service)
+                let databaseName = context.parameters.get("database") ?? ""
+                guard let scope = DatabaseScope(rawValue: databaseName) else {
+                    throw CloudKitError.badRequest("database: '\(Names.escaped(databaseName))' is not public, private or shared")
+                }
+                let userName = request.query("user").flatMap { $0.isEmpty ? nil : $0 }
+                let target = try await service.consoleTarget(
+                    container: container(context), environment: try environment(context), scope: scope, userName: userName,
+                    as: operatorContext, changing: call.changes, baseURL: context.exchange.baseURL(for: request))
+                let answer = try await call.run(target, try await body(request, context, parts))
+                // Reading someone's own databases, and any change, is on the record.
+                if call.changes || scope != .public {
+                    try await service.audit(
+                        operatorContext.account.name, call.changes ? "data.change" : "data.read", container: container(context),
+                        "\(try environment(context).rawValue) \(scope.rawValue) database\(userName.map { " of \($0)" } ?? ""): \(call.path)")
+                }
+                return Reply.json(answer, context: context)
+            }
+        }
+    }
+
+    // MARK: People
+
+    static func addPeopleRoutes(to admin: RouterGroup<NimbusRequestContext>, parts: ServerParts) {
+        let service = parts.service
+        admin.get("containers/:container/users") { request, context in
+            let operatorContext = try await AdminRoutes.signedIn(request, service)
+            let members = try await service.members(
+                container: container(context), after: request.query("after").flatMap(Int64.init) ?? 0,
+                limit: request.query("limit").flatMap(Int.init) ?? 50, as: operatorContext)
+            let rows: [JSON] = members.map { member in
+                var row: JSONObject = [
+                    "name": .string(member.userName), "userID": .int(member.entry.member.userID),
+                    "userRecordName": .string(member.entry.member.userRecordName), "joinedAt": .int(member.entry.member.joinedAt),
+                    "discoverable": .bool(member.entry.member.discoverable ?? false),
+                ]
+                if let email = member.entry.profile.emailAddress { row["email"] = .string(email) }
+                if let phone = member.entry.profile.phoneNumber { row["phone"] = .string(phone) }
+                let names = member.entry.profile.nameComponents
+                let fullName = [names.givenName, names.familyName].compactMap { $0 }.joined(separator: " ")
+                if !fullName.isEmpty { row["fullName"] = .string(fullName) }
+                return .object(row)
+            }
+            return Reply.json(["users": .array(rows)], context: context)
+        }
+        admin.get("containers/:container/users/:user") { request, context in
+            let operatorContext = try await AdminRoutes.signedIn(request, service)
+            let userName = context.parameters.get("user") ?? ""
+            let detail = try await service.personDetail(container: container(context), userName: userName, as: operatorContext)
+            var subscriptions: [JSON] = []
+            for environment in [NimbusStorage.Environment.development, .production] {
+                for scope in [DatabaseScope.private, .shared, .public] {
+                    var target = try await service.consoleTarget(
+                        container: container(context), environment: environment, scope: .private, userName: userName, as: operatorContext,
+                        changing: false, baseURL: nil)
+                    target = DatabaseTarget(caller: target.caller, scope: scope)
+                    let listed = try await service.listSubscriptions(target)
+                    guard !listed.subscriptions.isEmpty else { continue }
+                    subscriptions.append(
+                        ["environment": .string(environment.rawValue), "database": .string(scope.rawValue), "list": listed.json])
+                }
+            }
+            let sessions: [JSON] = detail.sessions.map {
+                [
+                    "session": .string($0.tokenHash), "environment": .string($0.environment.rawValue), "createdAt": .int($0.createdAt),
+                    "lastUsedAt": .int($0.lastUsedAt),
+                ]
+            }
+            let tokens: [JSON] = detail.pushTokens.map {
+                [
+                    "environment": .string($0.owner.environment.rawValue), "kind": .string($0.isWebCourier ? "web courier" : "APNs \($0.apnsEnvironment)"),
+                    "token": .string(String($0.token.prefix(12)) + "…"), "deviceID": .string($0.deviceID), "createdAt": .int($0.createdAt),
+                ]
+            }
+            var roles = JSONObject()
+            for (environment, names) in detail.roles { roles[environment.rawValue] = .strings(names) }
+            var person: JSONObject = ["name": .string(detail.user.name), "createdAt": .int(detail.user.createdAt)]
+            if let member = detail.member { person["userRecordName"] = .string(member.userRecordName) }
+            return Reply.json(
+                [
+                    "user": .object(person), "sessions": .array(sessions), "pushTokens": .array(tokens), "roles": .object(roles),
+                    "subscriptions": .array(subscriptions),
+                ], context: context)
+        }
+        admin.post("containers/:container/users/:user/sessions/revoke") { request, context in
+            let operatorContext = try await AdminRoutes.changing(request, service)
+            let session = try await body(request, context, parts).requiredString("session")
+            try await service.revokeSession(
+                container: container(context), userName: context.parameters.get("user") ?? "", sessionID: session, as: operatorContext)
+            return Reply.json(["revoked": .bool(true)], context: context)
+        }
+        admin.post("containers/:container/users/:user/roles/:environment") { request, context in
+            let operatorContext = try await AdminRoutes.changing(request, service)
+            try operatorContext.requireChange(container: container(context))
+            let input = try await body(request, context, parts)
+            let userName = context.parameters.get("user") ?? ""
+            let role = try input.requiredString("role")
+            let assigned = try input.bool("assigned") ?? true
+            try await service.assignRole(
+                container: container(context), environment: try environment(context), userName: userName, role: role, assigned: assigned)
+            try await service.audit(
+                operatorContext.account.name, assigned ? "roles.assign" : "roles.unassign", container: container(context),
+                "\(try environment(context).rawValue): role \(role) \(assigned ? "to" : "from") \(userName)")
+            return Reply.json(["role": .string(role), "assigned": .bool(assigned)], context: context)
+        }
+        admin.get("containers/:container/usage/:environment") { request, context in
+            let operatorContext = try await AdminRoutes.signedIn(request, service)
+            try operatorContext.requireSight(of: container(context))
+            let environment = try environment(context)
+            let publicUsage = try await service.publicUsage(container: container(context), environment: environment)
+            var users: [JSON] = []
+            for member in try await service.members(container: container(context), after: 0, limit: NimbusService.consolePageLimit, as: operatorContext) {
+                let usage = try await service.privateUsage(container: container(context), environment: environment, userName: member.userName)
+                users.append(["name": .string(member.userName), "usedBytes": .int(usage.usedBytes), "quotaBytes": .int(usage.quotaBytes)])
+            }
+            return Reply.json(
+                [
+                    "public": ["usedBytes": .int(publicUsage.usedBytes), "quotaBytes": .int(publicUsage.quotaBytes)],
+                    "users": .array(users),
+                ], context: context)
+        }
+    }
+
+    // MARK: Request log and numbers
+
+    static func addLogRoutes(to admin: RouterGroup<NimbusRequestContext>, parts: ServerParts) {
+        let service = parts.service
+        admin.get("requests") { request, context in
+            let account = try await AdminRoutes.signedIn(request, service).account
+            let user = request.query("user").flatMap { $0.isEmpty ? nil : $0 }
+            let error = request.query("error").flatMap { $0.isEmpty ? nil : $0.uppercased() }
+            let containerName = request.query("container").flatMap { $0.isEmpty ? nil : $0 }
+            let limit = min(max(request.query("limit").flatMap(Int.init) ?? 100, 1), 1_000)
+            let entries = parts.requests.newest(limit: limit) { entry in
+                guard entry.container.map(account.maySee) ?? (account.containers == nil) else { return false }
+                if let containerName, entry.container != containerName { return false }
+                if let user, entry.user?.contains(user) != true { return false }
+                if let error, entry.serverErrorCode != error { return false }
+                return true
+            }
+            let rows: [JSON] = entries.map { entry in
+                var row: JSONObject = [
+                    "at": .int(entry.at), "uuid": .string(entry.requestUUID), "method": .string(entry.method), "route": .string(entry.route),
+                    "status": .int(Int64(entry.status)), "ms": .double((entry.milliseconds * 100).rounded() / 100),
+                ]
+                if let container = entry.container { row["container"] = .string(container) }
+                if let user = entry.user { row["user"] = .string(user) }
+                if let code = entry.serverErrorCode { row["serverErrorCode"] = .string(code) }
+                return .object(row)
+            }
+            return Reply.json(["requests": .array(rows)], context: context)
+        }
+        admin.get("metrics") { request, context in
+            let account = try await AdminRoutes.signedIn(request, service).account
+            let minutes = parts.requests.lastHour(now: service.options.clock.nowMilliseconds()) { container in
+                container.isEmpty ? account.containers == nil : account.maySee(container: container)
+            }
+            let rows: [JSON] = minutes.map { minute in
+                var errors = JSONObject()
+                for (code, count) in minute.figures.errors { errors[code] = .int(Int64(count)) }
+                return [
+                    "start": .int(minute.start), "requests": .int(Int64(minute.figures.requests)),
+                    "p50": minute.figures.percentile(0.5).map(JSON.double) ?? .null,
+                    "p99": minute.figures.percentile(0.99).map(JSON.double) ?? .null, "errors": .object(errors),
+                ]
+            }
+            return Reply.json(["minutes": .array(rows)], context: context)
+        }
+    }
+}

@@ -1,0 +1,310 @@
+import Foundation
+import NimbusCore
+import NimbusStorage
+import NimbusTestSupport
+import NimbusWire
+import Testing
+
+/// The dashboard's console API (issue 21, docs/dashboard.md) over real HTTP: the schema with its
+/// diff and deploy, the schema file, data browsed and changed by an operator (production
+/// without indexes, a user's private database, audited), people and their sessions, the request
+/// log and its figures; and every refusal (read-only, CSRF, another container, bad files).
+@Suite("the dashboard's console API")
+struct ConsoleTests {
+    typealias Browser = OperatorTests.Browser
+    static let container = TestServer.container
+
+    /// An administrator signed in, and the server.
+    static func administrator(_ server: TestServer) async throws -> Browser {
+        let (_, password) = try await server.service.createOperator(name: "olga", role: .administrator, containers: nil, by: "cli")
+        var browser = Browser(server)
+        _ = try await browser.signIn("olga", password)
+        return browser
+    }
+
+    static func note(_ name: String, title: String, stars: Int64, latitude: Double, longitude: Double) -> JSON {
+        Op.create(
+            name, type: "Place",
+            [
+                "title": Op.field(.string(title)), "stars": Op.field(.int(stars)),
+                "spot": Op.field(["latitude": .double(latitude), "longitude": .double(longitude)], "LOCATION"),
+            ])
+    }
+
+    @Test("the schema shows types, fields and indexes; the deploy diff names what is new; a deploy copies it; a type change is refused whole")
+    func schemaDiffAndDeploy() async throws {
+        try await TestServer.with { server in
+            let browser = try await Self.administrator(server)
+            let alice = try await server.user("alice")
+            let saved = try await alice.modify("public", [Self.note("p1", title: "Cafe", stars: 4, latitude: 48.85, longitude: 2.35)])
+            #expect(saved.status == 200, "\(saved.text)")
+
+            let schema = try await browser.get("containers/\(Self.container)/schema/development")
+            #expect(schema.status == 200, "\(schema.text)")
+            let place = try #require(schema.json["recordTypes"]?.arrayValue?.first { $0["name"]?.stringValue == "Place" })
+            let fields = place["fields"]?.arrayValue?.compactMap { $0["name"]?.stringValue } ?? []
+            #expect(Set(fields).isSuperset(of: ["title", "stars", "spot"]), "\(schema.text)")
+            #expect(place["grants"]?["_world"]?.arrayValue?.contains("READ") == true, "\(schema.text)")
+
+            let indexed = try await browser.post(
+                "containers/\(Self.container)/schema/development/indexes",
+                ["recordType": "Place", "field": "stars", "indexes": ["QUERYABLE", "SORTABLE"]])
+            #expect(indexed.status == 200 && indexed.json["indexes"]?.arrayValue?.count == 2, "\(indexed.text)")
+            let unknownIndex = try await browser.post(
+                "containers/\(Self.container)/schema/development/indexes", ["recordType": "Place", "field": "stars", "indexes": ["FAST"]])
+            #expect(unknownIndex.status == 400 && unknownIndex.reason.contains("FAST"), "\(unknownIndex.text)")
+            let missingField = try await browser.post(
+                "containers/\(Self.container)/schema/development/indexes", ["recordType": "Place", "field": "nope", "indexes": []])
+            #expect(missingField.status == 404, "\(missingField.text)")
+
+            let plan = try await browser.get("containers/\(Self.container)/schema/deploy")
+            #expect(plan.json["newRecordTypes"]?.arrayValue?.contains("Place") == true, "\(plan.text)")
+            let newFields = plan.json["newFields"]?.arrayValue ?? []
+            #expect(newFields.contains { $0["field"]?.stringValue == "stars" && $0["indexes"]?.arrayValue?.count == 2 }, "\(plan.text)")
+            #expect(plan.json["conflicts"]?.arrayValue?.isEmpty == true)
+
+            let deployed = try await browser.post("containers/\(Self.container)/schema/deploy")
+            #expect(deployed.status == 200, "\(deployed.text)")
+            #expect(deployed.json["recordTypes"]?.int64Value == Int64(plan.json["newRecordTypes"]?.arrayValue?.count ?? -1), "\(deployed.text)")
+            let production = try await browser.get("containers/\(Self.container)/schema/production")
+            #expect(production.json["recordTypes"]?.arrayValue?.contains { $0["name"]?.stringValue == "Place" } == true)
+            let after = try await browser.get("containers/\(Self.container)/schema/deploy")
+            #expect(after.json["newFields"]?.arrayValue?.isEmpty == true, "\(after.text)")
+
+            // Production holds `rank` as a STRING; development makes it INT64: a deploy would
+            // lose production's values, so it is refused and nothing changes.
+            try await server.service.storage.write { tx in
+                try tx.addSchemaField(
+                    container: Self.container, environment: .production,
+                    SchemaFieldRow(recordType: "Place", fieldName: "rank", fieldType: "STRING", indexes: 0))
+            }
+            _ = try await alice.modify("public", [Op.create("p2", type: "Place", ["rank": Op.field(.int(3)), "note": Op.field("x")])])
+            let conflicted = try await browser.get("containers/\(Self.container)/schema/deploy")
+            let conflicts = conflicted.json["conflicts"]?.arrayValue?.compactMap(\.stringValue) ?? []
+            #expect(conflicts.count == 1 && conflicts[0].contains("Place.rank"), "\(conflicted.text)")
+            let refused = try await browser.post("containers/\(Self.container)/schema/deploy")
+            #expect(refused.status == 400 && refused.reason.contains("cannot change"), "\(refused.text)")
+            let unchanged = try await server.service.schema(container: Self.container, environment: .production)
+            #expect(!unchanged.fields.contains { $0.fieldName == "note" }, "a refused deploy wrote part of itself")
+        }
+    }
+
+    @Test("a schema file exports and imports into another container; a bad file names its line; a type change is refused")
+    func schemaFileRoundTrip() async throws {
+        try await TestServer.with { server in
+            let browser = try await Self.administrator(server)
+            let alice = try await server.user("alice")
+            _ = try await alice.modify("public", [Self.note("p1", title: "Cafe", stars: 4, latitude: 1, longitude: 2)])
+            _ = try await browser.post("containers/\(Self.container)/roles/development", ["name": "Editor"])
+            let granted = try await browser.post(
+                "containers/\(Self.container)/grants/development", ["recordType": "Place", "role": "Editor", "permissions": ["WRITE"]])
+            #expect(granted.status == 200, "\(granted.text)")
+            _ = try await browser.post(
+                "containers/\(Self.container)/schema/development/indexes", ["recordType": "Place", "field": "title", "indexes": ["QUERYABLE"]])
+            let exported = try await browser.get("containers/\(Self.container)/schema/development/export")
+            #expect(exported.status == 200 && exported.header("Content-Disposition")?.contains("attachment") == true)
+            #expect(exported.text.contains("CREATE ROLE Editor;") && exported.text.contains("title STRING QUERYABLE"), "\(exported.text)")
+
+            _ = try await browser.post("containers", ["id": "iCloud.test.copy"])
+            let imported = try await browser.post("containers/iCloud.test.copy/schema/development/import", ["text": .string(exported.text)])
+            #expect(imported.status == 200, "\(imported.text)")
+            // Place, and Users (every container's, made at alice's first sign-in).
+            #expect(imported.json["recordTypes"]?.int64Value == 2 && imported.json["roles"]?.int64Value == 1, "\(imported.text)")
+            let copy = try await browser.get("containers/iCloud.test.copy/schema/development/export")
+            #expect(copy.text == exported.text, "the copy differs:\n\(copy.text)\n---\n\(exported.text)")
+
+            let garbled = try await browser.post(
+                "containers/iCloud.test.copy/schema/development/import",
+                ["text": "DEFINE SCHEMA\n  RECORD TYPE Place (\n    title WIBBLE\n  );"])
+            #expect(garbled.status == 400 && garbled.reason.contains("line 3") && garbled.reason.contains("WIBBLE"), "\(garbled.text)")
+            let conflicting = try await browser.post(
+                "containers/iCloud.test.copy/schema/development/import", ["text": "DEFINE SCHEMA RECORD TYPE Place ( title INT64 );"])
+            #expect(conflicting.status == 400 && conflicting.reason.contains("Place.title"), "\(conflicting.text)")
+            let added = try await browser.post(
+                "containers/iCloud.test.copy/schema/development/fields",
+                ["recordType": "Visit", "field": "when", "type": "TIMESTAMP", "indexes": ["SORTABLE"]])
+            #expect(added.status == 200 && added.json["added"]?.boolValue == true, "\(added.text)")
+            let badType = try await browser.post(
+                "containers/iCloud.test.copy/schema/development/fields", ["recordType": "Visit", "field": "x", "type": "COLOUR"])
+            #expect(badType.status == 400 && badType.reason.contains("COLOUR"), "\(badType.text)")
+        }
+    }
+
+    @Test("an operator browses production without indexes, filters by place and sorts; the app's own query needs the index")
+    func productionBrowsingNeedsNoIndex() async throws {
+        try await TestServer.with { server in
+            let browser = try await Self.administrator(server)
+            let alice = try await server.user("alice")
+            _ = try await alice.modify("public", [Self.note("seed", title: "Seed", stars: 1, latitude: 0, longitude: 0)])
+            _ = try await browser.post("containers/\(Self.container)/schema/deploy")
+            // Development indexes every field; production keeps only what an app queries. Here:
+            // nothing of Place.
+            for field in ["title", "stars", "spot"] {
+                let dropped = try await browser.post(
+                    "containers/\(Self.container)/schema/production/indexes", ["recordType": "Place", "field": .string(field), "indexes": []])
+                #expect(dropped.status == 200, "\(dropped.text)")
+            }
+            let bob = try await server.user("bob", environment: .production)
+            let saved = try await bob.modify(
+                "public",
+                [
+                    Self.note("paris", title: "Cafe", stars: 4, latitude: 48.8566, longitude: 2.3522),
+                    Self.note("versailles", title: "Palace", stars: 5, latitude: 48.8049, longitude: 2.1204),
+                    Self.note("lyon", title: "Cafe", stars: 3, latitude: 45.764, longitude: 4.8357),
+                ])
+            #expect(saved.status == 200, "\(saved.text)")
+            let near: JSON = [
+                "comparator": "NEAR", "fieldName": "spot", "distance": 30_000,
+                "fieldValue": ["value": ["latitude": 48.8566, "longitude": 2.3522], "type": "LOCATION"],
+            ]
+            let query: JSON = ["query": ["recordType": "Place", "filterBy": [near], "sortBy": [["fieldName": "stars", "ascending": false]]]]
+            let appAnswer = try await bob.post("public", "records/query", query)
+            #expect(appAnswer.status == 400 && appAnswer.reason.contains("index"), "\(appAnswer.status) \(appAnswer.text)")
+
+            let answer = try await browser.post("containers/\(Self.container)/data/production/public/records/query", query)
+            #expect(answer.status == 200, "\(answer.text)")
+            #expect(answer.records.compactMap { $0["recordName"]?.stringValue } == ["versailles", "paris"], "\(answer.text)")
+
+            // Pages are bounded: two records read per page here, three records in all.
+            let title: JSON = ["comparator": "EQUALS", "fieldName": "title", "fieldValue": ["value": "Cafe"]]
+            var page = try await browser.post(
+                "containers/\(Self.container)/data/production/public/records/query",
+                ["resultsLimit": 2, "query": ["recordType": "Place", "filterBy": [title]]])
+            var found = page.records.compactMap { $0["recordName"]?.stringValue }
+            let marker = try #require(page.json["continuationMarker"]?.stringValue, "\(page.text)")
+            page = try await browser.post(
+                "containers/\(Self.container)/data/production/public/records/query",
+                ["resultsLimit": 2, "continuationMarker": .string(marker), "query": ["recordType": "Place", "filterBy": [title]]])
+            found += page.records.compactMap { $0["recordName"]?.stringValue }
+            #expect(Set(found) == ["paris", "lyon"] && found.count == 2, "\(found)")
+            #expect(page.json["continuationMarker"] == nil, "\(page.text)")
+        }
+    }
+
+    @Test("an operator edits public records and reads a user's private database, on the record; read-only, CSRF and other containers are refused")
+    func dataChangesAreAuditedAndGuarded() async throws {
+        try await TestServer.with { server in
+            var browser = try await Self.administrator(server)
+            let alice = try await server.user("alice")
+            _ = try await alice.createZone("Notes")
+            _ = try await alice.modify(zone: "Notes", [Op.create("secret", ["text": Op.field("alice's")])])
+
+            let data = "containers/\(Self.container)/data/development"
+            let created = try await browser.post("\(data)/public/records/modify", ["operations": [Op.create("n1", ["title": Op.field("<b>x</b>")])]])
+            #expect(created.status == 200, "\(created.text)")
+            let tag = try #require(created.records.first?.changeTag)
+            let edited = try await browser.post("\(data)/public/records/modify", ["operations": [Op.update("n1", tag: tag, ["title": Op.field("y")])]])
+            #expect(edited.records.first?.fieldValue("title")?.stringValue == "y", "\(edited.text)")
+            let stale = try await browser.post("\(data)/public/records/modify", ["operations": [Op.update("n1", tag: tag, ["title": Op.field("z")])]])
+            #expect(stale.records.first?.errorCode == "CONFLICT", "\(stale.text)")
+
+            let noUser = try await browser.post("\(data)/private/zones/list")
+            #expect(noUser.status == 400 && noUser.reason.contains("user"), "\(noUser.text)")
+            let stranger = try await browser.post("\(data)/private/zones/list", query: "?user=nobody")
+            #expect(stranger.status == 404, "\(stranger.text)")
+            let zones = try await browser.post("\(data)/private/zones/list", query: "?user=alice")
+            #expect(zones.zones.contains { $0["zoneID"]?["zoneName"]?.stringValue == "Notes" }, "\(zones.text)")
+            let secret = try await browser.post(
+                "\(data)/private/records/query", ["zoneID": ["zoneName": "Notes"], "query": ["recordType": "Note"]], query: "?user=alice")
+            #expect(secret.records.first?.fieldValue("text")?.stringValue == "alice's", "\(secret.text)")
+
+            let audit = try await browser.get("audit")
+            let actions = (audit.json["entries"]?.arrayValue ?? []).compactMap { entry -> String? in
+                guard let action = entry["action"]?.stringValue, let detail = entry["detail"]?.stringValue else { return nil }
+                return "\(action) \(detail)"
+            }
+            #expect(actions.contains("data.read development private database of alice: records/query"), "\(actions)")
+            #expect(actions.filter { $0.hasPrefix("data.change development public database") }.count == 3, "\(actions)")
+
+            let noCSRF = try await browser.post("\(data)/public/records/query", ["query": ["recordType": "Note"]], csrf: "forged")
+            #expect(noCSRF.status == 403 && noCSRF.reason.contains("CSRF"), "\(noCSRF.text)")
+
+            let (_, ritaPassword) = try await server.service.createOperator(name: "rita", role: .readOnly, containers: nil, by: "cli")
+            _ = try await browser.signIn("rita", ritaPassword)
+            let looked = try await browser.post("\(data)/public/records/lookup", ["records": [["recordName": "n1"]]])
+            #expect(looked.records.first?.fieldValue("title")?.stringValue == "y", "\(looked.text)")
+            let refused = try await browser.post("\(data)/public/records/modify", ["operations": [Op.forceDelete("n1")]])
+            #expect(refused.status == 403 && refused.reason.contains("read-only"), "\(refused.text)")
+            let deploy = try await browser.post("containers/\(Self.container)/schema/deploy")
+            #expect(deploy.status == 403, "\(deploy.text)")
+
+            _ = try await server.service.createContainer(id: "iCloud.test.other")
+            let (_, samPassword) = try await server.service.createOperator(
+                name: "sam", role: .administrator, containers: ["iCloud.test.other"], by: "cli")
+            _ = try await browser.signIn("sam", samPassword)
+            let elsewhere = try await browser.post("\(data)/public/records/query", ["query": ["recordType": "Note"]])
+            #expect(elsewhere.status == 403 && elsewhere.reason.contains(Self.container), "\(elsewhere.text)")
+            let people = try await browser.get("containers/\(Self.container)/users")
+            #expect(people.status == 403, "\(people.text)")
+        }
+    }
+
+    @Test("people: members, a user's sessions, roles and subscriptions; a revoked session no longer works")
+    func peopleAndSessions() async throws {
+        try await TestServer.with { server in
+            let browser = try await Self.administrator(server)
+            let alice = try await server.user("alice")
+            let subscribed = try await alice.post(
+                "private", "subscriptions/modify",
+                ["operations": [["operationType": "create", "subscription": ["subscriptionID": "all", "subscriptionType": "database"]]]])
+            #expect(subscribed.status == 200, "\(subscribed.text)")
+            _ = try await server.user("bob")
+
+            let users = try await browser.get("containers/\(Self.container)/users")
+            #expect(users.json["users"]?.arrayValue?.compactMap { $0["name"]?.stringValue } == ["alice", "bob"], "\(users.text)")
+            let page = try await browser.get("containers/\(Self.container)/users", query: "?limit=1")
+            #expect(page.json["users"]?.arrayValue?.count == 1)
+
+            let detail = try await browser.get("containers/\(Self.container)/users/alice")
+            #expect(detail.status == 200, "\(detail.text)")
+            let sessions = detail.json["sessions"]?.arrayValue ?? []
+            #expect(sessions.count == 1, "\(detail.text)")
+            #expect(detail.json["subscriptions"]?.arrayValue?.first?["database"]?.stringValue == "private", "\(detail.text)")
+            #expect(detail.json["user"]?["userRecordName"]?.stringValue == alice.userRecordName)
+
+            let unknown = try await browser.post("containers/\(Self.container)/users/alice/sessions/revoke", ["session": "nope"])
+            #expect(unknown.status == 404, "\(unknown.text)")
+            let session = try #require(sessions.first?["session"]?.stringValue)
+            #expect(try await alice.post("private", "zones/list", [:]).status == 200)
+            let revoked = try await browser.post("containers/\(Self.container)/users/alice/sessions/revoke", ["session": .string(session)])
+            #expect(revoked.status == 200, "\(revoked.text)")
+            let after = try await alice.post("private", "zones/list", [:])
+            #expect(after.status == 421 && after.errorCode == "AUTHENTICATION_REQUIRED", "\(after.text)")
+            let usage = try await browser.get("containers/\(Self.container)/usage/development")
+            #expect(usage.json["users"]?.arrayValue?.count == 2 && usage.json["public"]?["quotaBytes"]?.int64Value ?? 0 > 0, "\(usage.text)")
+        }
+    }
+
+    @Test("the request log finds requests by user and by error code; the figures count them; a limited operator sees its containers only")
+    func requestLogAndFigures() async throws {
+        try await TestServer.with { server in
+            var browser = try await Self.administrator(server)
+            let alice = try await server.user("alice")
+            _ = try await alice.post("private", "zones/list", [:])
+            let missing = try await alice.lookup(zone: "Nowhere", ["x"])
+            #expect(missing.status == 404 || missing.records.first?.errorCode == "ZONE_NOT_FOUND", "\(missing.text)")
+            let recordName = try #require(alice.userRecordName)
+
+            let failures = try await browser.get("requests", query: "?error=ZONE_NOT_FOUND")
+            let failed = failures.json["requests"]?.arrayValue ?? []
+            #expect(failed.count == 1 && failed[0]["user"]?.stringValue == recordName, "\(failures.text)")
+            #expect(failed[0]["route"]?.stringValue?.contains("records/lookup") == true && failed[0]["uuid"]?.stringValue != nil)
+            let hers = try await browser.get("requests", query: "?user=\(recordName)")
+            #expect(hers.json["requests"]?.arrayValue?.count == 2, "\(hers.text)")  // list, lookup
+            #expect(hers.json["requests"]?.arrayValue?.allSatisfy { $0["user"]?.stringValue == recordName } == true)
+
+            let figures = try await browser.get("metrics")
+            let minutes = figures.json["minutes"]?.arrayValue ?? []
+            #expect(minutes.reduce(0) { $0 + ($1["requests"]?.int64Value ?? 0) } >= 3, "\(figures.text)")
+            #expect(minutes.last?["errors"]?["ZONE_NOT_FOUND"]?.int64Value == 1, "\(figures.text)")
+            #expect(minutes.last?["p99"]?.doubleValue ?? 0 >= minutes.last?["p50"]?.doubleValue ?? 1, "\(figures.text)")
+
+            _ = try await server.service.createContainer(id: "iCloud.test.other")
+            let (_, samPassword) = try await server.service.createOperator(
+                name: "sam", role: .administrator, containers: ["iCloud.test.other"], by: "cli")
+            _ = try await browser.signIn("sam", samPassword)
+            #expect(try await browser.get("requests").json["requests"]?.arrayValue?.isEmpty == true)
+            #expect(try await browser.get("metrics").json["minutes"]?.arrayValue?.allSatisfy { $0["requests"]?.int64Value == 0 } == true)
+        }
+    }
+}
