@@ -1,24 +1,41 @@
 import Foundation
 import NimbusCore
+import NimbusStorage
 import NimbusTestSupport
 import NimbusWire
 import Testing
 
 /// The dashboard page (issue 21, docs/dashboard.md) in a real headless Chromium
 /// (`Tests/Scripts/dashboard_flow.py`, selenium): sign-in with a wrong then the right password,
-/// operators, a hostile name that stays text, a read-only operator made and signed in, the
-/// audit log, sign-out, a phone's width. `NIMBUS_DASHBOARD_SCREENSHOTS=folder` keeps the
+/// operators, a hostile name that stays text, containers and tokens; a record type made by
+/// saving records, an index added, a deploy with its diff, records filtered by place and
+/// edited, an asset shown, a session revoked, a share, the request log; the audit log,
+/// sign-out, a read-only operator, a phone's width. `NIMBUS_DASHBOARD_SCREENSHOTS=folder` keeps the
 /// screenshots (docs/dashboard/ holds the committed ones).
 @Suite struct DashboardPageTests {
     static let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("Scripts/dashboard_flow.py").path
 
+    /// A 1×1 PNG: an asset the page can show.
+    static let onePixelPNG: [UInt8] = Array(
+        Data(base64Encoded: "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==")!)
+
     @Test func theDashboardWorksInChromium() async throws {
         try await TestServer.with { server in
             let (_, password) = try await server.service.createOperator(name: "olga", role: .administrator, containers: nil, by: "cli")
+            // What the walk finds: alice's photo (an asset) in the public database, a zone she
+            // shares with bob's address, and a request of hers that failed.
+            let alice = try await server.user("alice")
+            let photo = try await AssetTests.upload(alice, Self.onePixelPNG, database: "public")
+            #expect(try await alice.modify("public", [AssetTests.photo("photo1", photo)]).status == 200)
+            _ = try await alice.createZone("Album")
+            let shared = try await alice.modify(
+                zone: "Album", [ShareTests.share("cloudkit.zoneshare", participants: [ShareTests.invite(email: "bob@example.com")])])
+            #expect(shared.status == 200 && shared.records.first?.errorCode == nil, "\(shared.text)")
+            _ = try await alice.lookup(zone: "Nowhere", ["x"])
             let screenshots = ProcessInfo.processInfo.environment["NIMBUS_DASHBOARD_SCREENSHOTS"]
             let config: JSON = [
-                "url": .string(server.baseURL), "name": "olga", "password": .string(password),
+                "url": .string(server.baseURL), "name": "olga", "password": .string(password), "container": .string(TestServer.container),
                 "screenshots": screenshots.map(JSON.string) ?? .null,
             ]
             let configFile = NSTemporaryDirectory() + "nimbus-dashboard-" + UUID().uuidString + ".json"
@@ -40,9 +57,38 @@ import Testing
             let apiToken = try #require(result["apiToken"]?.stringValue)
             let row = try await server.service.apiTokenRow(apiToken)
             #expect(row?.container == "iCloud.com.example.notes" && row?.allowedOrigins == ["https://notes.example.com"])
+            // The console: a type made by saving, an index added, a deploy with its diff, a
+            // filter by place, an edit, an asset, a revoked session, a share, the request log.
+            #expect(result["schemaTypes"]?.arrayValue?.compactMap(\.stringValue).contains("Place") == true, "\(result)")
+            let title = try await server.service.schema(container: TestServer.container, environment: .development).fields
+                .first { $0.recordType == "Place" && $0.fieldName == "title" }
+            #expect(title?.indexes == SchemaFieldRow.Indexes.all, "\(String(describing: title))")
+            #expect(result["diff"]?.stringValue?.contains("New record types") == true, "\(result)")
+            #expect(result["deployed"]?.stringValue?.hasPrefix("Deployed:") == true, "\(result)")
+            #expect(try await server.service.schema(container: TestServer.container, environment: .production).recordTypes.contains("Place"))
+            #expect(result["nearParis"]?.arrayValue?.compactMap(\.stringValue) == ["paris"], "\(result)")
+            #expect(result["nearParisFields"]?.arrayValue?.first?.stringValue?.contains("<img src=x") == true, "\(result)")
+            let paris = try await server.client().lookup("public", ["paris"])
+            #expect(paris.records.first?.fieldValue("stars")?.int64Value == 5, "\(paris.text) \(result)")
+            #expect(result["assetImageWidth"]?.int64Value == 1 && result["assetLink"]?.stringValue == "Download image", "\(result)")
+            #expect(result["people"]?.arrayValue?.compactMap(\.stringValue) == ["alice"], "\(result)")
+            let afterRevoke = try await alice.post("private", "zones/list", [:])
+            #expect(afterRevoke.status == 421, "alice's session still works: \(afterRevoke.text)")
+            let share = result["shares"]?.arrayValue?.first?.arrayValue?.compactMap(\.stringValue) ?? []
+            #expect(share.count == 6 && share[0] == "Album" && share[3].contains("bob@example.com"), "\(result)")
+            let log = (result["log"]?.arrayValue ?? []).compactMap { $0.arrayValue?.compactMap(\.stringValue) }
+            #expect(log.count == 1 && log[0][4] == alice.userRecordName && log[0][2].contains("records/lookup"), "\(result)")
+            #expect((result["chartBars"]?.int64Value ?? 0) >= 1, "\(result)")
+
             let audit = (result["audit"]?.arrayValue ?? []).compactMap { $0.arrayValue?.compactMap(\.stringValue) }
-            #expect(audit.map { $0[2] } == ["tokens.create", "containers.create", "operators.create", "operators.create"], "\(result)")
-            #expect(audit[2][4].contains("rita"))
+            let actions = audit.map { $0[2] }
+            for expected in [
+                "sessions.revoke", "data.change", "schema.deploy", "schema.indexes", "tokens.create", "containers.create", "operators.create",
+            ] {
+                #expect(actions.contains(expected), "no \(expected) in \(actions)")
+            }
+            #expect(actions.suffix(2) == ["operators.create", "operators.create"], "\(actions)")
+            #expect(audit.contains { $0[2] == "operators.create" && $0[4].contains("rita") })
             #expect(!audit.contains { $0[4].contains(apiToken) })
             #expect(result["afterSignOut"]?.stringValue == "Signed out.")
             #expect(result["readOnlyCreateVisible"]?.boolValue == false, "\(result)")

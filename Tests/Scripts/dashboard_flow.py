@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""The dashboard in headless Chromium (selenium): sign-in, operators, the audit log, sign-out.
+"""The dashboard in headless Chromium (selenium): sign-in, operators, containers, schema (an
+index, deploy with a diff), data (records saved, filtered by place, edited; an asset), people
+(a session revoked), sharing, logs, the audit log, sign-out.
 
   dashboard_flow.py CONFIG.json
 
 CONFIG: {"url": the server's base URL, "name": an administrator, "password": its password,
-         "screenshots": a folder for screenshots, or null}
+         "container": the container with alice's data, "screenshots": a folder for screenshots, or null}
 
 Prints a JSON object of what the page showed, for the Swift test to check.
 """
@@ -17,6 +19,150 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 HOSTILE = '<img src=x onerror="window.pwned=1">'
+
+
+def console_flow(driver, wait, shots, config, result, rows, visible):
+    """Schema, data, people, sharing and logs, as an administrator of the test's container."""
+    container = config["container"]
+
+    def area(name):
+        driver.find_element(By.CSS_SELECTOR, f"nav button[data-view={name}]").click()
+        wait.until(lambda d: visible(name))
+
+    def message_contains(text):
+        wait.until(lambda d: text in d.find_element(By.ID, "message").text)
+        return driver.find_element(By.ID, "message").text
+
+    def set_field(form, name, value):
+        element = form.find_element(By.NAME, name)
+        element.clear()
+        element.send_keys(value)
+
+    def pick(environment):
+        Select(driver.find_element(By.ID, "container-pick")).select_by_visible_text(container)
+        Select(driver.find_element(By.ID, "environment-pick")).select_by_visible_text(environment)
+
+    # Data: create a record type by saving records (development's schema is made just in time).
+    area("data")
+    pick("development")
+    query = driver.find_element(By.ID, "query-form")
+    set_field(query, "recordType", "Place")
+    for name, title, stars, spot in (("paris", HOSTILE, "4", "48.8566, 2.3522"), ("lyon", "Bouchon", "3", "45.764, 4.8357")):
+        driver.find_element(By.ID, "new-record").click()
+        wait.until(lambda d: visible("record-detail"))
+        form = driver.find_element(By.ID, "record-form")
+        set_field(form, "recordName", name)
+        for field, kind, value in (("title", "STRING", title), ("stars", "INT64", stars), ("spot", "LOCATION", spot)):
+            driver.find_element(By.ID, "add-value").click()
+            row = driver.find_elements(By.CSS_SELECTOR, "#field-rows tr")[-1]
+            row.find_element(By.NAME, "name").send_keys(field)
+            Select(row.find_element(By.NAME, "type")).select_by_visible_text(kind)
+            row.find_element(By.NAME, "value").send_keys(value)
+        form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        message_contains(f"Saved {name}.")
+    if shots:
+        driver.execute_script("document.getElementById('record-detail').scrollIntoView()")
+        driver.save_screenshot(f"{shots}/record.png")
+
+    # Schema: the type is there; take an index away and add it back.
+    area("schema")
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "input[aria-label='Place.title SEARCHABLE']"))
+    box = driver.find_element(By.CSS_SELECTOR, "input[aria-label='Place.title SEARCHABLE']")
+    if box.is_selected():
+        box.click()
+        message_contains("Place.title: QUERYABLE, SORTABLE in development")
+    driver.find_element(By.CSS_SELECTOR, "input[aria-label='Place.title SEARCHABLE']").click()
+    result["indexMessage"] = message_contains("Place.title: QUERYABLE, SORTABLE, SEARCHABLE")
+    result["schemaTypes"] = [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#schema-types h3")]
+    if shots:
+        driver.save_screenshot(f"{shots}/schema.png")
+
+    # Deploy with a diff.
+    driver.find_element(By.ID, "review-deploy").click()
+    wait.until(lambda d: d.find_element(By.ID, "deploy").is_displayed())
+    result["diff"] = driver.find_element(By.ID, "deploy-diff").text
+    if shots:
+        driver.execute_script("document.getElementById('deploy-title').scrollIntoView()")
+        driver.save_screenshot(f"{shots}/deploy.png")
+    driver.find_element(By.ID, "deploy").click()
+    wait.until(lambda d: d.find_elements(By.ID, "deployed"))
+    result["deployed"] = driver.find_element(By.ID, "deployed").text
+
+    # Browse and filter by place: within 30 km of Paris finds paris, not lyon.
+    area("data")
+    pick("development")
+    query = driver.find_element(By.ID, "query-form")
+    set_field(query, "recordType", "Place")
+    driver.find_element(By.ID, "add-filter").click()
+    row = driver.find_element(By.CSS_SELECTOR, "#filters .filter")
+    row.find_element(By.NAME, "field").send_keys("spot")
+    Select(row.find_element(By.NAME, "comparator")).select_by_visible_text("NEAR")
+    row.find_element(By.NAME, "value").send_keys("48.85, 2.35")
+    row.find_element(By.NAME, "km").send_keys("30")
+    query.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait.until(lambda d: "record(s)" in d.find_element(By.ID, "query-note").text)
+    result["nearParis"] = [r[0] for r in rows("record-rows")]
+    result["nearParisFields"] = [r[3] for r in rows("record-rows")]
+    if shots:
+        driver.execute_script("window.scrollTo(0, 0)")
+        driver.save_screenshot(f"{shots}/data.png")
+
+    # Edit a record: paris gets five stars.
+    driver.find_element(By.CSS_SELECTOR, "#record-rows button.link").click()
+    wait.until(lambda d: visible("record-detail"))
+    stars = driver.find_element(By.CSS_SELECTOR, "input[aria-label='Value of stars']")
+    stars.clear()
+    stars.send_keys("5")
+    driver.find_element(By.CSS_SELECTOR, "#record-form button[type=submit]").click()
+    result["edited"] = message_contains("Saved paris.")
+
+    # View an asset: the photo the test's user uploaded.
+    driver.find_element(By.ID, "filters").find_element(By.TAG_NAME, "button").click()  # remove the filter
+    set_field(query, "recordType", "Photo")
+    query.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait.until(lambda d: any(row[1] == "Photo" for row in rows("record-rows")))
+    driver.find_element(By.CSS_SELECTOR, "#record-rows button.link").click()
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#asset-preview img"))
+    wait.until(lambda d: d.execute_script("const i = document.querySelector('#asset-preview img'); return i.complete && i.naturalWidth > 0"))
+    result["assetImageWidth"] = driver.execute_script("return document.querySelector('#asset-preview img').naturalWidth")
+    result["assetLink"] = driver.find_element(By.CSS_SELECTOR, "#asset-preview a").text
+    if shots:
+        driver.execute_script("document.getElementById('record-detail').scrollIntoView()")
+        driver.save_screenshot(f"{shots}/asset.png")
+
+    # People: alice's session, revoked.
+    area("people")
+    wait.until(lambda d: rows("people-rows"))
+    result["people"] = [r[0] for r in rows("people-rows")]
+    driver.find_element(By.XPATH, "//tbody[@id='people-rows']//button[text()='alice']").click()
+    wait.until(lambda d: visible("person") and rows("session-rows"))
+    if shots:
+        driver.save_screenshot(f"{shots}/people.png")
+    driver.find_element(By.CSS_SELECTOR, "#session-rows button").click()
+    result["revoked"] = message_contains("Session of alice revoked.")
+
+    # Sharing: alice's share of her album, with bob.
+    area("sharing")
+    form = driver.find_element(By.ID, "shares-form")
+    set_field(form, "user", "alice")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait.until(lambda d: rows("share-rows"))
+    result["shares"] = rows("share-rows")
+    if shots:
+        driver.save_screenshot(f"{shots}/sharing.png")
+
+    # Logs: the request log, searched by error code; the charts.
+    area("logs")
+    form = driver.find_element(By.ID, "log-form")
+    set_field(form, "error", "ZONE_NOT_FOUND")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait.until(lambda d: rows("log-rows") and all(r[6] == "ZONE_NOT_FOUND" for r in rows("log-rows")))
+    result["log"] = rows("log-rows")
+    result["chartBars"] = len(driver.find_elements(By.CSS_SELECTOR, "#chart-requests rect"))
+    result["usage"] = rows("usage-rows")
+    if shots:
+        driver.execute_script("window.scrollTo(0, 0)")
+        driver.save_screenshot(f"{shots}/logs.png")
 
 
 def main():
@@ -95,6 +241,8 @@ def main():
         result["apiToken"] = driver.find_element(By.ID, "new-token").text
         if shots:
             driver.save_screenshot(f"{shots}/containers.png")
+
+        console_flow(driver, wait, shots, config, result, rows, visible)
 
         driver.find_element(By.CSS_SELECTOR, "nav button[data-view=audit]").click()
         wait.until(lambda d: visible("audit") and rows("audit-rows"))

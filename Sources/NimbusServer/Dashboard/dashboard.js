@@ -16,6 +16,18 @@ async function api(path, { method = 'GET', body } = {}) {
 
 function say(text) { $('message').textContent = text || ''; }
 
+// An element with properties and children; strings become text nodes, never markup.
+function el(tag, props = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(props)) {
+    if (key.startsWith('on')) node.addEventListener(key.slice(2), value);
+    else if (key in node && key !== 'list') node[key] = value;
+    else node.setAttribute(key, value);
+  }
+  node.append(...children.filter((child) => child !== null && child !== undefined));
+  return node;
+}
+
 function cell(row, text) { const td = document.createElement('td'); td.textContent = text ?? ''; row.append(td); }
 
 function fill(tbody, items, columns) {
@@ -40,31 +52,48 @@ function signedIn(answer) {
   const readOnly = answer.operator.role !== 'administrator';
   for (const form of document.querySelectorAll('.admin-only')) form.hidden = readOnly;
   for (const form of document.querySelectorAll('.every-container')) form.hidden = readOnly || Boolean(answer.operator.containers);
+  document.body.classList.toggle('read-only', readOnly);
   $('sign-in').hidden = true; $('who').hidden = false; $('app').hidden = false;
   say('');
   show('operators');
 }
 
+// Each area's loader; `show` runs the one of the chosen area and reports its error.
+const views = {
+  async operators() {
+    const { operators } = await api('operators');
+    fill($('operator-rows'), operators, [(o) => o.name, (o) => o.role, (o) => (o.containers ? o.containers.join(', ') : 'every container')]);
+  },
+  async containers() {
+    const { containers } = await api('containers');
+    fill($('container-rows'), containers, [(c) => c.id, (c) => new Date(c.createdAt).toLocaleString()]);
+    await showKeys();
+  },
+  async audit() {
+    const { entries } = await api('audit?limit=100');
+    fill($('audit-rows'), entries, [(e) => new Date(e.at).toLocaleString(), (e) => e.operator, (e) => e.action, (e) => e.container, (e) => e.detail]);
+  },
+};
+let current = 'operators';
+
 async function show(view) {
+  current = view;
   for (const button of document.querySelectorAll('nav button')) button.setAttribute('aria-pressed', String(button.dataset.view === view));
   for (const section of document.querySelectorAll('.view')) section.hidden = section.id !== view;
+  $('scope').hidden = view === 'operators' || view === 'audit';
   try {
-    if (view === 'operators') {
-      const { operators } = await api('operators');
-      fill($('operator-rows'), operators, [(o) => o.name, (o) => o.role, (o) => (o.containers ? o.containers.join(', ') : 'every container')]);
-    } else if (view === 'containers') {
-      const { containers } = await api('containers');
-      fill($('container-rows'), containers, [(c) => c.id, (c) => new Date(c.createdAt).toLocaleString()]);
-      const pick = $('container-pick');
-      const chosen = pick.value;
-      pick.replaceChildren(...containers.map((c) => { const option = document.createElement('option'); option.textContent = c.id; return option; }));
-      if (containers.some((c) => c.id === chosen)) pick.value = chosen;
-      await showKeys();
-    } else {
-      const { entries } = await api('audit?limit=100');
-      fill($('audit-rows'), entries, [(e) => new Date(e.at).toLocaleString(), (e) => e.operator, (e) => e.action, (e) => e.container, (e) => e.detail]);
-    }
+    await loadContainers();
+    await views[view]();
   } catch (error) { say(error.message); }
+}
+
+// The container picker every area shares, refilled from the server (new containers appear).
+async function loadContainers() {
+  const { containers } = await api('containers');
+  const pick = $('container-pick');
+  const chosen = pick.value;
+  pick.replaceChildren(...containers.map((c) => el('option', {}, c.id)));
+  if (containers.some((c) => c.id === chosen)) pick.value = chosen;
 }
 
 $('sign-in-form').addEventListener('submit', async (event) => {
@@ -116,12 +145,13 @@ async function showKeys() {
   }));
 }
 
-// Runs a change, shows its error if any, then refreshes.
+// Runs a change, then refreshes; the message line is cleared first and shows an error if any.
 async function act(change, refresh) {
-  try { const answer = await change(); say(''); if (refresh) await refresh(); return answer; } catch (error) { say(error.message); }
+  try { say(''); const answer = await change(); if (refresh) await refresh(); return answer; } catch (error) { say(error.message); }
 }
 
-$('container-pick').addEventListener('change', () => act(showKeys));
+$('container-pick').addEventListener('change', () => show(current));
+$('environment-pick').addEventListener('change', () => show(current));
 
 $('create-container').addEventListener('submit', (event) => {
   event.preventDefault();
@@ -155,3 +185,400 @@ $('add-key').addEventListener('submit', (event) => {
 for (const button of document.querySelectorAll('nav button')) button.addEventListener('click', () => show(button.dataset.view));
 
 api('session').then(signedIn, () => showSignIn(''));
+
+// ---- The app's areas: schema, data, people, sharing, logs (docs/dashboard.md) ----
+
+const scope = () => ({ container: $('container-pick').value, environment: $('environment-pick').value });
+const inContainer = (path) => `containers/${encodeURIComponent(scope().container)}/${path}`;
+const isAdministrator = () => state.operator && state.operator.role === 'administrator';
+const INDEXES = ['QUERYABLE', 'SORTABLE', 'SEARCHABLE'];
+
+// Schema: types, fields and their indexes, roles and grants, the deploy diff, the schema file.
+views.schema = async () => {
+  const { environment } = scope();
+  const schema = await api(inContainer(`schema/${environment}`));
+  const development = environment === 'development';
+  for (const node of document.querySelectorAll('.development-only')) node.hidden = !development || !isAdministrator();
+  $('schema-types').replaceChildren(...schema.recordTypes.map((type) => {
+    const rows = type.fields.map((field) => el('tr', {},
+      el('td', {}, field.name), el('td', {}, field.type),
+      ...INDEXES.map((index) => el('td', {}, el('input', {
+        type: 'checkbox', checked: field.indexes.includes(index), disabled: !isAdministrator() || field.type.startsWith('ENCRYPTED_'),
+        'aria-label': `${type.name}.${field.name} ${index}`, 'data-index': index,
+        onchange: (event) => setIndexes(type.name, field.name, event.target.closest('tr')),
+      })))));
+    const grants = Object.entries(type.grants).map(([role, permissions]) => `${role}: ${permissions.join(', ') || 'none'}`).join('; ');
+    return el('section', { className: 'record-type' },
+      el('h3', {}, type.name),
+      el('table', {}, el('thead', {}, el('tr', {}, ...['Field', 'Type', ...INDEXES].map((h) => el('th', { scope: 'col' }, h)))), el('tbody', {}, ...rows)),
+      el('p', {}, `Grants: ${grants}`));
+  }));
+  $('roles-list').textContent = `Roles: ${schema.roles.join(', ')}`;
+  $('export-link').href = `/admin/1/${inContainer(`schema/${environment}/export`)}`;
+  $('deploy-diff').replaceChildren();
+  $('deploy').hidden = true;
+};
+
+async function setIndexes(recordType, field, row) {
+  const indexes = [...row.querySelectorAll('input[data-index]')].filter((box) => box.checked).map((box) => box.dataset.index);
+  await act(() => api(inContainer(`schema/${scope().environment}/indexes`), { method: 'POST', body: { recordType, field, indexes } }),
+    () => say(`${recordType}.${field}: ${indexes.join(', ') || 'no index'} in ${scope().environment}.`));
+}
+
+$('add-field').addEventListener('submit', (event) => {
+  event.preventDefault();
+  const form = event.target;
+  act(() => api(inContainer('schema/development/fields'), { method: 'POST', body: {
+    recordType: form.elements.recordType.value, field: form.elements.field.value, type: form.elements.type.value } }),
+  () => { form.reset(); return views.schema(); });
+});
+
+function grantChange(granting) {
+  const form = $('roles-form');
+  const permissions = [...form.querySelectorAll('input[name=perm]')].filter((box) => box.checked).map((box) => box.value);
+  return act(() => api(inContainer(`grants/${scope().environment}`), { method: 'POST', body: {
+    recordType: form.elements.recordType.value, role: form.elements.role.value, permissions, granting } }), views.schema);
+}
+$('grant').addEventListener('click', () => grantChange(true));
+$('revoke-grant').addEventListener('click', () => grantChange(false));
+$('create-role').addEventListener('click', () => act(() => api(inContainer(`roles/${scope().environment}`), {
+  method: 'POST', body: { name: $('roles-form').elements.name.value } }), views.schema));
+
+$('review-deploy').addEventListener('click', () => act(async () => {
+  const plan = await api(inContainer('schema/deploy'));
+  const list = (title, items, className) => (items.length ? [el('h4', { className }, title), el('ul', { className }, ...items.map((item) => el('li', {}, item)))] : []);
+  const field = (f) => `${f.recordType}.${f.field} ${f.type}${f.indexes.length ? ` (${f.indexes.join(', ')})` : ''}`;
+  const parts = [
+    ...list('Conflicts: the deploy is refused', plan.conflicts, 'conflict'),
+    ...list('New record types', plan.newRecordTypes),
+    ...list('New fields', plan.newFields.map(field)),
+    ...list('New roles', plan.newRoles),
+    ...list('Grants that change', plan.changedGrants.map((g) => `${g.recordType}: ${g.role} ${g.permissions.join(', ') || 'none'}`)),
+    ...list('Kept in production (a deploy never deletes)', plan.keptFields.map(field)),
+  ];
+  $('deploy-diff').replaceChildren(...(parts.length ? parts : [el('p', {}, 'Production has everything development has.')]));
+  const changes = plan.newRecordTypes.length + plan.newFields.length + plan.newRoles.length + plan.changedGrants.length;
+  $('deploy').hidden = !isAdministrator() || plan.conflicts.length > 0 || changes === 0;
+}));
+
+$('deploy').addEventListener('click', () => act(async () => {
+  const done = await api(inContainer('schema/deploy'), { method: 'POST' });
+  $('deploy').hidden = true;
+  $('deploy-diff').replaceChildren(el('p', { id: 'deployed' }, `Deployed: ${done.recordTypes} record type(s), ${done.fields} field(s), ${done.roles} role(s).`));
+}));
+
+$('import-schema').addEventListener('submit', (event) => {
+  event.preventDefault();
+  const form = event.target;
+  act(async () => {
+    const done = await api(inContainer('schema/development/import'), { method: 'POST', body: { text: form.elements.text.value } });
+    say(`Imported: ${done.recordTypes} new record type(s), ${done.fields} new field(s), ${done.roles} new role(s).`);
+    form.reset();
+  }, views.schema);
+});
+
+// Data: a query builder over the operator's data API, a record editor, asset previews.
+const COMPARATORS = ['EQUALS', 'NOT_EQUALS', 'LESS_THAN', 'LESS_THAN_OR_EQUALS', 'GREATER_THAN', 'GREATER_THAN_OR_EQUALS', 'NEAR',
+  'BEGINS_WITH', 'NOT_BEGINS_WITH', 'CONTAINS_ALL_TOKENS', 'CONTAINS_ANY_TOKENS', 'IN', 'NOT_IN', 'LIST_CONTAINS', 'NOT_LIST_CONTAINS',
+  'LIST_CONTAINS_ANY', 'NOT_LIST_CONTAINS_ANY', 'LIST_CONTAINS_ALL', 'NOT_LIST_CONTAINS_ALL', 'LIST_MEMBER_BEGINS_WITH',
+  'NOT_LIST_MEMBER_BEGINS_WITH'];
+const VALUE_TYPES = ['STRING', 'INT64', 'DOUBLE', 'TIMESTAMP', 'REFERENCE', 'LOCATION', 'BYTES', 'STRING_LIST', 'INT64_LIST',
+  'DOUBLE_LIST', 'TIMESTAMP_LIST', 'REFERENCE_LIST', 'LOCATION_LIST'];
+const data = { marker: null, record: null };
+
+views.data = async () => {};
+
+function dataPath(endpoint) {
+  const form = $('query-form');
+  const user = form.elements.user.value.trim();
+  const database = form.elements.database.value;
+  const query = database !== 'public' && user ? `?user=${encodeURIComponent(user)}` : '';
+  return inContainer(`data/${scope().environment}/${database}/${endpoint}${query}`);
+}
+
+function zoneID() {
+  const value = $('query-form').elements.zone.value;
+  return value ? JSON.parse(value) : { zoneName: '_defaultZone' };
+}
+
+$('load-zones').addEventListener('click', () => act(async () => {
+  const { zones } = await api(dataPath('zones/list'), { method: 'POST', body: {} });
+  $('query-form').elements.zone.replaceChildren(...zones.map((z) => el('option', {
+    value: z.zoneID.zoneName === '_defaultZone' ? '' : JSON.stringify(z.zoneID) }, z.zoneID.ownerRecordName && $('query-form').elements.database.value === 'shared'
+    ? `${z.zoneID.zoneName} (${z.zoneID.ownerRecordName})` : z.zoneID.zoneName)));
+}));
+
+$('add-filter').addEventListener('click', () => {
+  const remove = el('button', { type: 'button', onclick: () => row.remove() }, 'Remove');
+  const row = el('div', { className: 'filter' },
+    el('label', {}, 'Field', el('input', { name: 'field', placeholder: 'empty: any searchable field' })),
+    el('label', {}, 'Comparator', el('select', { name: 'comparator' }, ...COMPARATORS.map((c) => el('option', {}, c)))),
+    el('label', {}, 'Value', el('input', { name: 'value', placeholder: 'text; a, b for lists; lat, lon for places' })),
+    el('label', {}, 'Type', el('select', { name: 'type' }, el('option', { value: '' }, 'as typed'), ...VALUE_TYPES.map((t) => el('option', {}, t)))),
+    el('label', {}, 'Within km (NEAR)', el('input', { name: 'km', type: 'number', min: '0', step: 'any' })),
+    remove);
+  $('filters').append(row);
+  row.querySelector('input').focus();
+});
+
+// A typed value from what was typed: numbers, dates, places and lists as the protocol wants them.
+function wireValue(text, type) {
+  const scalar = type.replace(/_LIST$/, '');
+  if (type.endsWith('_LIST')) {
+    const trimmed = text.trim();
+    if (trimmed.startsWith('[')) return JSON.parse(trimmed);
+    return trimmed ? trimmed.split(',').map((part) => wireValue(part.trim(), scalar)) : [];
+  }
+  switch (scalar) {
+    case 'INT64': case 'DOUBLE': { const number = Number(text); if (Number.isNaN(number)) throw new Error(`'${text}' is not a number`); return number; }
+    case 'TIMESTAMP': { const time = /^\d+$/.test(text.trim()) ? Number(text) : Date.parse(text); if (Number.isNaN(time)) throw new Error(`'${text}' is not a date`); return time; }
+    case 'LOCATION': {
+      const [latitude, longitude] = text.split(',').map((part) => Number(part.trim()));
+      if (Number.isNaN(latitude) || Number.isNaN(longitude)) throw new Error(`'${text}' is not "latitude, longitude"`);
+      return { latitude, longitude };
+    }
+    case 'REFERENCE': return { recordName: text.trim(), action: 'NONE' };
+    default: return text;
+  }
+}
+
+const LIST_COMPARATORS = new Set(['IN', 'NOT_IN', 'LIST_CONTAINS_ANY', 'NOT_LIST_CONTAINS_ANY', 'LIST_CONTAINS_ALL', 'NOT_LIST_CONTAINS_ALL']);
+
+function filtersFromForm() {
+  return [...document.querySelectorAll('#filters .filter')].map((row) => {
+    const field = row.querySelector('[name=field]').value.trim();
+    const comparator = row.querySelector('[name=comparator]').value;
+    const text = row.querySelector('[name=value]').value;
+    let type = row.querySelector('[name=type]').value;
+    if (comparator === 'NEAR') type = 'LOCATION';
+    if (!type) type = /^-?\d+(\.\d+)?$/.test(text.trim()) ? (text.includes('.') ? 'DOUBLE' : 'INT64') : 'STRING';
+    const many = LIST_COMPARATORS.has(comparator);
+    const value = many ? wireValue(text, type.endsWith('_LIST') ? type : `${type}_LIST`) : wireValue(text, type.replace(/_LIST$/, ''));
+    const filter = { comparator, fieldValue: { value, ...(type.endsWith('_LIST') || many ? {} : { type }) } };
+    if (field) filter.fieldName = field;
+    if (comparator === 'NEAR') filter.distance = Number(row.querySelector('[name=km]').value || '1') * 1000;
+    return filter;
+  });
+}
+
+async function runQuery(marker) {
+  const form = $('query-form');
+  const query = { recordType: form.elements.recordType.value.trim(), filterBy: filtersFromForm() };
+  if (form.elements.sortField.value.trim()) query.sortBy = [{ fieldName: form.elements.sortField.value.trim(), ascending: form.elements.sortOrder.value === 'asc' }];
+  const body = { zoneID: zoneID(), resultsLimit: Number(form.elements.limit.value || '50'), query, ...(marker ? { continuationMarker: marker } : {}) };
+  const answer = await api(dataPath('records/query'), { method: 'POST', body });
+  data.marker = answer.continuationMarker || null;
+  $('next-page').hidden = !data.marker;
+  const rows = (answer.records || []).filter((r) => !r.serverErrorCode);
+  $('query-note').textContent = `${rows.length} record(s)${data.marker ? '; more on the next page' : ''}.`;
+  $('record-rows').replaceChildren(...rows.map((record) => el('tr', {},
+    el('td', {}, el('button', { type: 'button', className: 'link', onclick: () => showRecord(record) }, record.recordName)),
+    el('td', {}, record.recordType),
+    el('td', {}, record.modified ? new Date(record.modified.timestamp).toLocaleString() : ''),
+    el('td', {}, Object.entries(record.fields || {}).map(([name, f]) => `${name}: ${shown(f)}`).join('; ')))));
+}
+
+$('query-form').addEventListener('submit', (event) => { event.preventDefault(); act(() => runQuery(null)); });
+$('next-page').addEventListener('click', () => act(() => runQuery(data.marker)));
+
+// A field's value as text for people to read and edit.
+function shown(field) {
+  const { value, type = '' } = field;
+  if (value === null || value === undefined) return '';
+  if (type.startsWith('ENCRYPTED_')) return '(encrypted on the device)';
+  if (type.startsWith('ASSETID')) return Array.isArray(value) ? `${value.length} asset(s)` : `asset, ${value.size ?? '?'} bytes`;
+  if (type === 'TIMESTAMP') return new Date(value).toISOString();
+  if (type === 'LOCATION') return `${value.latitude}, ${value.longitude}`;
+  if (type === 'REFERENCE') return value.recordName;
+  if (typeof value === 'object') return JSON.stringify(value);
+  return String(value);
+}
+
+function fieldRow(name, field) {
+  const readOnly = !isAdministrator() || (field.type || '').startsWith('ASSETID') || (field.type || '').startsWith('ENCRYPTED_');
+  const row = el('tr', {},
+    el('td', {}, el('input', { name: 'name', value: name, 'aria-label': 'Field name', readOnly: Boolean(name) })),
+    el('td', {}, el('select', { name: 'type', 'aria-label': 'Field type', disabled: readOnly },
+      ...[...new Set([field.type || 'STRING', ...VALUE_TYPES])].map((t) => el('option', {}, t)))),
+    el('td', {}, el('input', { name: 'value', value: shown(field), 'aria-label': `Value of ${name || 'the new field'}`, readOnly })),
+    el('td', {}, readOnly ? '' : el('button', { type: 'button', onclick: () => row.remove() }, 'Remove')));
+  row.original = field;
+  row.querySelector('[name=type]').value = field.type || 'STRING';
+  return row;
+}
+
+function showRecord(record) {
+  data.record = record;
+  $('record-detail').hidden = false;
+  const form = $('record-form');
+  form.elements.recordName.value = record ? record.recordName : '';
+  form.elements.recordName.readOnly = Boolean(record);
+  form.elements.recordType.value = record ? record.recordType : $('query-form').elements.recordType.value;
+  form.elements.recordType.readOnly = Boolean(record);
+  const facts = record ? [
+    ['Change tag', record.recordChangeTag], ['Zone', record.zoneID && record.zoneID.zoneName],
+    ['Created', record.created && `${new Date(record.created.timestamp).toLocaleString()} by ${record.created.userRecordName}`],
+    ['Modified', record.modified && `${new Date(record.modified.timestamp).toLocaleString()} by ${record.modified.userRecordName}`],
+    ['Parent', record.parent && record.parent.recordName], ['Share', record.share && record.share.recordName],
+  ].filter(([, value]) => value) : [['New record', 'not saved yet']];
+  $('record-system').replaceChildren(...facts.flatMap(([term, value]) => [el('dt', {}, term), el('dd', {}, value)]));
+  $('field-rows').replaceChildren(...Object.entries(record ? record.fields || {} : {}).map(([name, field]) => fieldRow(name, field)));
+  const assets = Object.entries(record ? record.fields || {} : {}).filter(([, f]) => (f.type || '').startsWith('ASSETID'))
+    .flatMap(([name, f]) => (Array.isArray(f.value) ? f.value : [f.value]).filter((a) => a && a.downloadURL).map((a) => [name, a]));
+  $('asset-preview').replaceChildren(...assets.map(([name, asset]) => el('figure', { className: 'asset' },
+    el('img', { src: asset.downloadURL, alt: `${name} (not an image, or not loaded)` }),
+    el('figcaption', {}, el('a', { href: asset.downloadURL, download: '' }, `Download ${name}`), ` (${asset.size ?? '?'} bytes)`))));
+  $('delete-record').hidden = !record || !isAdministrator();
+  $('record-title').textContent = record ? `Record ${record.recordName}` : 'New record';
+  $('record-detail').scrollIntoView();
+}
+
+$('new-record').addEventListener('click', () => showRecord(null));
+$('add-value').addEventListener('click', () => $('field-rows').append(fieldRow('', { type: 'STRING', value: '' })));
+
+$('record-form').addEventListener('submit', (event) => {
+  event.preventDefault();
+  act(async () => {
+    const form = event.target;
+    const fields = {};
+    for (const row of $('field-rows').rows) {
+      const name = row.querySelector('[name=name]').value.trim();
+      if (!name) continue;
+      const type = row.querySelector('[name=type]').value;
+      if (row.querySelector('[name=value]').readOnly && row.original) { continue; }
+      fields[name] = { value: wireValue(row.querySelector('[name=value]').value, type), type };
+    }
+    const record = data.record
+      ? { recordName: data.record.recordName, recordChangeTag: data.record.recordChangeTag, fields }
+      : { recordType: form.elements.recordType.value.trim(), fields, ...(form.elements.recordName.value.trim() ? { recordName: form.elements.recordName.value.trim() } : {}) };
+    const answer = await api(dataPath('records/modify'), { method: 'POST', body: {
+      zoneID: zoneID(), operations: [{ operationType: data.record ? 'update' : 'create', record }] } });
+    const saved = answer.records[0];
+    if (saved.serverErrorCode) throw new Error(`${saved.serverErrorCode}: ${saved.reason}`);
+    say(`Saved ${saved.recordName}.`);
+    showRecord(saved);
+  });
+});
+
+$('delete-record').addEventListener('click', () => act(async () => {
+  const answer = await api(dataPath('records/modify'), { method: 'POST', body: {
+    zoneID: zoneID(), operations: [{ operationType: 'delete', record: { recordName: data.record.recordName, recordChangeTag: data.record.recordChangeTag } }] } });
+  const outcome = answer.records[0];
+  if (outcome.serverErrorCode) throw new Error(`${outcome.serverErrorCode}: ${outcome.reason}`);
+  say(`Deleted ${data.record.recordName}.`);
+  $('record-detail').hidden = true;
+  await runQuery(null);
+}));
+
+// People: members, then one person's sessions, roles, subscriptions and push tokens.
+views.people = async () => {
+  const { users } = await api(inContainer('users?limit=200'));
+  $('people-rows').replaceChildren(...users.map((user) => el('tr', {},
+    el('td', {}, el('button', { type: 'button', className: 'link', onclick: () => act(() => showPerson(user.name)) }, user.name)),
+    el('td', {}, user.userRecordName), el('td', {}, user.email || ''), el('td', {}, new Date(user.joinedAt).toLocaleString()))));
+  $('person').hidden = true;
+};
+
+async function showPerson(name) {
+  const person = await api(inContainer(`users/${encodeURIComponent(name)}`));
+  $('person').hidden = false;
+  $('person-title').textContent = `${person.user.name} (${person.user.userRecordName || 'not in this container yet'})`;
+  $('session-rows').replaceChildren(...person.sessions.map((session) => el('tr', {},
+    el('td', {}, session.environment), el('td', {}, new Date(session.createdAt).toLocaleString()),
+    el('td', {}, new Date(session.lastUsedAt).toLocaleString()),
+    el('td', {}, isAdministrator() ? el('button', { type: 'button', 'aria-label': `Revoke the ${session.environment} session`,
+      onclick: () => act(() => api(inContainer(`users/${encodeURIComponent(name)}/sessions/revoke`), { method: 'POST', body: { session: session.session } }),
+        async () => { say(`Session of ${name} revoked.`); await showPerson(name); }) }, 'Revoke') : ''))));
+  $('person-roles').textContent = Object.entries(person.roles).map(([env, roles]) => `${env}: ${roles.join(', ') || 'no custom role'}`).join('; ');
+  $('subscription-rows').replaceChildren(...person.subscriptions.flatMap((group) => (group.list.subscriptions || []).map((s) => el('tr', {},
+    el('td', {}, group.environment), el('td', {}, group.database), el('td', {}, s.subscriptionID), el('td', {}, s.subscriptionType)))));
+  $('push-rows').replaceChildren(...person.pushTokens.map((t) => el('tr', {},
+    el('td', {}, t.environment), el('td', {}, t.kind), el('td', {}, t.token), el('td', {}, t.deviceID))));
+}
+
+// Sharing: an owner's shares, zone by zone, with participants; revoke deletes the share.
+views.sharing = async () => {};
+
+$('shares-form').addEventListener('submit', (event) => {
+  event.preventDefault();
+  act(() => showShares(event.target.elements.user.value.trim()));
+});
+
+async function showShares(owner) {
+  const base = inContainer(`data/${scope().environment}/private`);
+  const who = `?user=${encodeURIComponent(owner)}`;
+  const { zones } = await api(`${base}/zones/list${who}`, { method: 'POST', body: {} });
+  const rows = [];
+  for (const zone of zones.filter((z) => z.zoneID.zoneName !== '_defaultZone')) {
+    const { records } = await api(`${base}/records/query${who}`, { method: 'POST', body: { zoneID: zone.zoneID, query: { recordType: 'cloudkit.share' } } });
+    for (const share of records.filter((r) => !r.serverErrorCode)) {
+      const people = (share.participants || []).map((p) => {
+        const identity = p.userIdentity || {};
+        const label = (identity.lookupInfo && (identity.lookupInfo.emailAddress || identity.lookupInfo.phoneNumber)) || identity.userRecordName || '?';
+        return `${label} ${p.type || ''} ${p.permission || ''} ${p.acceptanceStatus || ''}`.trim();
+      }).join('; ');
+      const revoke = isAdministrator() ? el('button', { type: 'button', 'aria-label': `Revoke share ${share.recordName}`,
+        onclick: () => act(() => api(`${base}/records/modify${who}`, { method: 'POST', body: { zoneID: zone.zoneID,
+          operations: [{ operationType: 'forceDelete', record: { recordName: share.recordName } }] } }), () => showShares(owner)) }, 'Revoke') : '';
+      rows.push(el('tr', {}, el('td', {}, zone.zoneID.zoneName), el('td', {}, share.recordName), el('td', {}, share.publicPermission || 'NONE'),
+        el('td', {}, people), el('td', {}, share.webpageURL || share.shortGUID || ''), el('td', {}, revoke)));
+    }
+  }
+  $('share-rows').replaceChildren(...rows);
+  say(rows.length ? '' : `${owner} shares nothing in ${scope().environment}.`);
+}
+
+// Logs and numbers: charts of the last hour, errors by code, the request log, storage.
+const SVG = 'http://www.w3.org/2000/svg';
+function svg(tag, attributes) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [key, value] of Object.entries(attributes)) node.setAttribute(key, value);
+  return node;
+}
+
+function chart(target, minutes, series, label) {
+  const width = 600; const height = 120; const now = Date.now(); const start = now - 3600000;
+  const x = (time) => ((time - start) / 3600000) * width;
+  const top = Math.max(1, ...minutes.flatMap((m) => series.map((s) => m[s.key] || 0)));
+  const y = (value) => height - 14 - (value / top) * (height - 24);
+  const nodes = [svg('line', { x1: 0, y1: height - 14, x2: width, y2: height - 14, class: 'axis' })];
+  for (const s of series) {
+    if (s.bars) {
+      for (const m of minutes) nodes.push(svg('rect', { x: x(m.start), y: y(m[s.key] || 0), width: Math.max(2, width / 60 - 2), height: height - 14 - y(m[s.key] || 0), class: s.className }));
+    } else {
+      const points = minutes.filter((m) => m[s.key] !== null && m[s.key] !== undefined).map((m) => `${x(m.start) + 4},${y(m[s.key])}`);
+      if (points.length) nodes.push(svg('polyline', { points: points.join(' '), class: s.className }));
+    }
+  }
+  const caption = svg('text', { x: 4, y: 12, class: 'label' });
+  caption.textContent = `max ${Math.round(top * 100) / 100} ${label}`;
+  nodes.push(caption);
+  target.setAttribute('aria-label', `${label}: ${minutes.map((m) => series.map((s) => m[s.key] ?? '-').join('/')).join(', ') || 'no requests'}`);
+  target.replaceChildren(...nodes);
+}
+
+views.logs = async () => {
+  const { minutes } = await api('metrics');
+  chart($('chart-requests'), minutes, [{ key: 'requests', bars: true, className: 'bar' }], 'requests a minute');
+  chart($('chart-latency'), minutes, [{ key: 'p50', className: 'p50' }, { key: 'p99', className: 'p99' }], 'ms (p50, p99)');
+  const errors = {};
+  for (const m of minutes) for (const [code, count] of Object.entries(m.errors)) errors[code] = (errors[code] || 0) + count;
+  fill($('error-rows'), Object.entries(errors).sort((a, b) => b[1] - a[1]), [(e) => e[0], (e) => String(e[1])]);
+  await searchLog();
+  const usage = await api(inContainer(`usage/${scope().environment}`));
+  const share = (u) => `${Math.round((u.usedBytes / Math.max(1, u.quotaBytes)) * 1000) / 10}%`;
+  fill($('usage-rows'), [{ name: 'public database', ...usage.public }, ...usage.users.map((u) => ({ ...u, name: `private: ${u.name}` }))],
+    [(u) => u.name, (u) => `${u.usedBytes} B`, (u) => `${u.quotaBytes} B`, share]);
+};
+
+async function searchLog() {
+  const form = $('log-form');
+  const params = new URLSearchParams({ limit: '200' });
+  if (form.elements.user.value.trim()) params.set('user', form.elements.user.value.trim());
+  if (form.elements.error.value.trim()) params.set('error', form.elements.error.value.trim());
+  const { requests } = await api(`requests?${params}`);
+  fill($('log-rows'), requests, [(r) => new Date(r.at).toLocaleTimeString(), (r) => r.uuid, (r) => `${r.method} ${r.route}`, (r) => r.container,
+    (r) => r.user, (r) => String(r.status), (r) => r.serverErrorCode, (r) => String(r.ms)]);
+}
+
+$('log-form').addEventListener('submit', (event) => { event.preventDefault(); act(searchLog); });
