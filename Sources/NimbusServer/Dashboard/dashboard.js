@@ -546,8 +546,9 @@ function chart(target, minutes, series, label) {
     if (s.bars) {
       for (const m of minutes) nodes.push(svg('rect', { x: x(m.start), y: y(m[s.key] || 0), width: Math.max(2, width / 60 - 2), height: height - 14 - y(m[s.key] || 0), class: s.className }));
     } else {
-      const points = minutes.filter((m) => m[s.key] !== null && m[s.key] !== undefined).map((m) => `${x(m.start) + 4},${y(m[s.key])}`);
-      if (points.length) nodes.push(svg('polyline', { points: points.join(' '), class: s.className }));
+      const known = minutes.filter((m) => m[s.key] !== null && m[s.key] !== undefined);
+      if (known.length) nodes.push(svg('polyline', { points: known.map((m) => `${x(m.start) + 4},${y(m[s.key])}`).join(' '), class: s.className }));
+      for (const m of known) nodes.push(svg('circle', { cx: x(m.start) + 4, cy: y(m[s.key]), r: 3, class: s.className }));
     }
   }
   const caption = svg('text', { x: 4, y: 12, class: 'label' });
