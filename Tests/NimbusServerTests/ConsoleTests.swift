@@ -130,6 +130,41 @@ struct ConsoleTests {
         }
     }
 
+    /// Why a schema file is refused; nil when it is read.
+    static func refusal(_ text: String) -> String? {
+        do {
+            _ = try SchemaFile(parsing: text)
+            return nil
+        } catch {
+            return error.reason
+        }
+    }
+
+    @Test("a schema file is read up to 1 MiB and refused one byte past it; mistakes name their line")
+    func schemaFileBounds() throws {
+        let head = "DEFINE SCHEMA RECORD TYPE Note ( title STRING );"
+        let atLimit = head + String(repeating: " ", count: SchemaFile.maximumBytes - head.utf8.count)
+        #expect(try SchemaFile(parsing: atLimit).recordTypes.first?.fields.first?.fieldName == "title")
+        #expect(throws: CloudKitError.self) { try SchemaFile(parsing: atLimit + " ") }
+        for (text, expected) in [
+            ("RECORD TYPE Note ( title STRING );", "line 1: expected 'DEFINE'"),
+            ("DEFINE SCHEMA RECORD TYPE Note ( title STRING QUERYABLE FAST );", "FAST"),
+            ("DEFINE SCHEMA RECORD TYPE Note ( secret ENCRYPTED STRING QUERYABLE );", "encrypted"),
+            ("DEFINE SCHEMA RECORD TYPE Note ( \"___createTime\" STRING );", "___createTime is TIMESTAMP"),
+            ("DEFINE SCHEMA RECORD TYPE Note ( GRANT FLY TO \"_world\" );", "CREATE, READ or WRITE"),
+            ("DEFINE SCHEMA RECORD TYPE Note ( title STRING", "ends"),
+            ("DEFINE SCHEMA RECORD TYPE 9lives ( );", "9lives"),
+        ] {
+            let reason = Self.refusal(text)
+            #expect(reason?.contains(expected) == true, "\(text): \(reason ?? "accepted")")
+        }
+        let parsed = try SchemaFile(
+            parsing: "DEFINE SCHEMA\n CREATE ROLE Editor;\n RECORD TYPE Note (\n tags LIST<STRING> QUERYABLE, -- a comment\n pic ASSET,\n GRANT WRITE, CREATE TO \"Editor\"\n );")
+        #expect(parsed.roles == ["Editor"])
+        #expect(parsed.recordTypes.first?.fields.map(\.fieldType) == ["STRING_LIST", "ASSETID"])
+        #expect(parsed.recordTypes.first?.grants == ["Editor": [.write, .create]])
+    }
+
     @Test("an operator browses production without indexes, filters by place and sorts; the app's own query needs the index")
     func productionBrowsingNeedsNoIndex() async throws {
         try await TestServer.with { server in

@@ -493,7 +493,7 @@ async function showPerson(name) {
   $('subscription-rows').replaceChildren(...person.subscriptions.flatMap((group) => (group.list.subscriptions || []).map((s) => el('tr', {},
     el('td', {}, group.environment), el('td', {}, group.database), el('td', {}, s.subscriptionID), el('td', {}, s.subscriptionType)))));
   $('push-rows').replaceChildren(...person.pushTokens.map((t) => el('tr', {},
-    el('td', {}, t.environment), el('td', {}, t.kind), el('td', {}, t.token), el('td', {}, t.deviceID))));
+    el('td', {}, t.environment), el('td', {}, t.delivery), el('td', {}, t.token), el('td', {}, t.deviceID))));
 }
 
 // Sharing: an owner's shares, zone by zone, with participants; revoke deletes the share.

@@ -97,7 +97,7 @@ enum ConsoleRoutes {
             try operatorContext.requireSight(of: container(context))
             let plan = try await service.schemaDeployPlan(container: container(context))
             func field(_ row: SchemaFieldRow) -> JSON {
-                ["recordType": .string(row.recordType), "field": .string(row.fieldName), "type": .string(row.fieldType), "indexes": indexList(row.indexes)]
+                [WireKey.recordType: .string(row.recordType), "field": .string(row.fieldName), "type": .string(row.fieldType), "indexes": indexList(row.indexes)]
             }
             return Reply.json(
                 [
@@ -106,7 +106,7 @@ enum ConsoleRoutes {
                     "newRoles": .strings(plan.newRoles),
                     "changedGrants": .array(
                         plan.changedGrants.map {
-                            ["recordType": .string($0.recordType), "role": .string($0.role), "permissions": permissionList($0.permissions)]
+                            [WireKey.recordType: .string($0.recordType), "role": .string($0.role), "permissions": permissionList($0.permissions)]
                         }),
                 ], context: context)
         }
@@ -118,7 +118,7 @@ enum ConsoleRoutes {
                 operatorContext.account.name, "schema.deploy", container: container(context),
                 "development → production: \(added.recordTypes) new record type(s), \(added.fields) new field(s), \(added.roles) new role(s)")
             return Reply.json(
-                ["recordTypes": .int(Int64(added.recordTypes)), "fields": .int(Int64(added.fields)), "roles": .int(Int64(added.roles))],
+                ["recordTypes": .int(Int64(added.recordTypes)), WireKey.fields: .int(Int64(added.fields)), "roles": .int(Int64(added.roles))],
                 context: context)
         }
         admin.get("containers/:container/schema/:environment") { request, context in
@@ -133,7 +133,7 @@ enum ConsoleRoutes {
                 }
                 var grants = JSONObject()
                 for (role, permissions) in security.grants[name] ?? [:] { grants[role] = permissionList(permissions) }
-                return ["name": .string(name), "fields": .array(fields), "grants": .object(grants)]
+                return ["name": .string(name), WireKey.fields: .array(fields), "grants": .object(grants)]
             }
             return Reply.json(["recordTypes": .array(types), "roles": .strings(security.roles)], context: context)
         }
@@ -156,7 +156,7 @@ enum ConsoleRoutes {
                 "development: \(outcome.newRecordTypes) new record type(s), \(outcome.newFields) new field(s), \(outcome.newRoles) new role(s)")
             return Reply.json(
                 [
-                    "recordTypes": .int(Int64(outcome.newRecordTypes)), "fields": .int(Int64(outcome.newFields)),
+                    "recordTypes": .int(Int64(outcome.newRecordTypes)), WireKey.fields: .int(Int64(outcome.newFields)),
                     "roles": .int(Int64(outcome.newRoles)),
                 ], context: context)
         }
@@ -165,10 +165,10 @@ enum ConsoleRoutes {
             try operatorContext.requireChange(container: container(context))
             try requireDevelopment(context)
             let input = try await body(request, context, parts)
-            let recordType = try input.requiredString("recordType")
+            let recordType = try input.requiredString(WireKey.recordType)
             let field = try input.requiredString("field")
             let typeName = try input.requiredString("type")
-            try Names.validateIdentifier(recordType, kind: "record type", path: "recordType")
+            try Names.validateIdentifier(recordType, kind: "record type", path: WireKey.recordType)
             try Names.validateIdentifier(field, kind: "field name", path: "field")
             guard case .exact(let type)? = DeclaredFieldType(wire: typeName) else {
                 throw CloudKitError.badRequest("type: '\(Names.escaped(typeName))' is not a field type (STRING, INT64, STRING_LIST, …)")
@@ -193,7 +193,7 @@ enum ConsoleRoutes {
             try operatorContext.requireChange(container: container(context))
             let environment = try environment(context)
             let input = try await body(request, context, parts)
-            let recordType = try input.requiredString("recordType")
+            let recordType = try input.requiredString(WireKey.recordType)
             let field = try input.requiredString("field")
             let flags = try indexFlags(try input.stringArray("indexes") ?? [])
             guard
@@ -221,7 +221,7 @@ enum ConsoleRoutes {
             let operatorContext = try await AdminRoutes.changing(request, service)
             try operatorContext.requireChange(container: container(context))
             let input = try await body(request, context, parts)
-            let recordType = try input.requiredString("recordType")
+            let recordType = try input.requiredString(WireKey.recordType)
             let role = try input.requiredString("role")
             let granted = try permissions(try input.stringArray("permissions") ?? [])
             let granting = try input.bool("granting") ?? true
@@ -320,7 +320,7 @@ enum ConsoleRoutes {
             }
             let tokens: [JSON] = detail.pushTokens.map {
                 [
-                    "environment": .string($0.owner.environment.rawValue), "kind": .string($0.isWebCourier ? "web courier" : "APNs \($0.apnsEnvironment)"),
+                    "environment": .string($0.owner.environment.rawValue), "delivery": .string($0.isWebCourier ? "web courier" : "APNs \($0.apnsEnvironment)"),
                     "token": .string(String($0.token.prefix(12)) + "…"), "deviceID": .string($0.deviceID), "createdAt": .int($0.createdAt),
                 ]
             }
@@ -367,7 +367,7 @@ enum ConsoleRoutes {
             }
             return Reply.json(
                 [
-                    "public": ["usedBytes": .int(publicUsage.usedBytes), "quotaBytes": .int(publicUsage.quotaBytes)],
+                    DatabaseScope.public.rawValue: ["usedBytes": .int(publicUsage.usedBytes), "quotaBytes": .int(publicUsage.quotaBytes)],
                     "users": .array(users),
                 ], context: context)
         }
