@@ -22,6 +22,14 @@ import Testing
         #expect(log.newest(limit: 3) { $0.user == "_u1" }.map(\.requestUUID) == ["9999", "9997", "9995"])
     }
 
+    @Test func aLongPathIsKeptToTwoHundredBytes() {
+        let atLimit = String(repeating: "a", count: RequestLog.textBytes)
+        #expect(AccessLog.bounded(atLimit) == atLimit)
+        #expect(AccessLog.bounded(atLimit + "b") == atLimit, "one past the bound is cut")
+        let euros = AccessLog.bounded(String(repeating: "€", count: 100))  // 3 bytes each: cut at 198, between two
+        #expect(euros == String(repeating: "€", count: 66), "\(euros.utf8.count) bytes")
+    }
+
     @Test func theFiguresGiveCountsErrorsAndPercentilesPerMinuteForTheLastHour() {
         let log = RequestLog()
         let minute: Int64 = 60_000

@@ -58,6 +58,8 @@ final class RequestLog: @unchecked Sendable {
     /// 10%, so a percentile is an upper bound within a tenth of the true value.
     static let bucketBounds: [Double] = (0..<153).map { 0.05 * pow(1.1, Double($0)) }
     static let capacity = 10_000
+    /// The most bytes an entry keeps of a route or container name (`AccessLog.bounded`).
+    static let textBytes = 200
     static let minutes = 60
 
     private let lock = NSLock()

@@ -22,9 +22,9 @@ struct AccessLog: Sendable {
         if let requests, !route.hasPrefix("/dashboard"), !route.hasPrefix("/admin/") {
             requests.record(
                 RequestLog.Entry(
-                    at: clock.nowMilliseconds(), requestUUID: facts.requestUUID, method: request.method.rawValue, route: route,
-                    container: facts.container, user: facts.userRecordName, status: Int(response.status.code),
-                    serverErrorCode: facts.serverErrorCode, milliseconds: milliseconds))
+                    at: clock.nowMilliseconds(), requestUUID: facts.requestUUID, method: request.method.rawValue,
+                    route: Self.bounded(route), container: facts.container.map(Self.bounded), user: facts.userRecordName,
+                    status: Int(response.status.code), serverErrorCode: facts.serverErrorCode, milliseconds: milliseconds))
         }
         guard logger.logLevel <= .info else { return }
         var metadata: Logger.Metadata = [
@@ -39,5 +39,15 @@ struct AccessLog: Sendable {
         if let code = facts.serverErrorCode { metadata["serverErrorCode"] = "\(code)" }
         if let client = context.clientAddress { metadata["client"] = "\(client)" }
         logger.info("request", metadata: metadata)
+    }
+
+    /// What the request log keeps of a string the client chose (an unrouted path, a container
+    /// name): at most 200 bytes, so 10,000 entries stay a few megabytes whatever is sent.
+    static func bounded(_ text: String) -> String {
+        guard text.utf8.count > RequestLog.textBytes else { return text }
+        var cut = text.utf8.index(text.utf8.startIndex, offsetBy: RequestLog.textBytes)
+        // Cut between characters' scalars, never inside one's bytes.
+        while cut.samePosition(in: text.unicodeScalars) == nil { text.utf8.formIndex(before: &cut) }
+        return String(text.unicodeScalars[..<cut])
     }
 }
