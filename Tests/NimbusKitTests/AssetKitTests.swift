@@ -103,7 +103,10 @@ struct AssetKitTests {
     func progressAndIdenticalBytes() async throws {
         try await TestServer.with { server in
             let database = try await server.signedInDevice("dave").privateCloudDatabase
-            let bytes = (0..<4_000_000).map { UInt8(truncatingIfNeeded: $0 &* 31) }
+            // More bytes than loopback's socket buffers hold (a few MB each way): with 4 MB a busy
+            // server could let the whole body sit in the buffers before the client heard any
+            // progress, and every report said "all sent" (seen once in a clean-clone CI run).
+            let bytes = (0..<24_000_000).map { UInt8(truncatingIfNeeded: $0 &* 31) }
             // Three files of the same bytes: two saved together, one saved later.
             let files = try (0..<3).map { _ in try Self.file(bytes) }
             defer { for file in files { try? FileManager.default.removeItem(at: file) } }
