@@ -166,12 +166,10 @@ struct Roles: AsyncParsableCommand {
     static func permissions(_ text: String) throws -> RecordPermissions {
         var permissions: RecordPermissions = []
         for word in text.split(separator: ",") {
-            switch word.trimmingCharacters(in: .whitespaces).lowercased() {
-            case "create": permissions.insert(.create)
-            case "read": permissions.insert(.read)
-            case "write": permissions.insert(.write)
-            default: throw ValidationError("unknown permission '\(word)'; use create, read and write, separated by commas")
+            guard let permission = SecurityRoles.permission(named: word.trimmingCharacters(in: .whitespaces)) else {
+                throw ValidationError("unknown permission '\(word)'; use create, read and write, separated by commas")
             }
+            permissions.insert(permission)
         }
         guard !permissions.isEmpty else { throw ValidationError("name at least one of create, read, write") }
         return permissions
@@ -375,14 +373,11 @@ struct Schema: AsyncParsableCommand {
 
         func run() async throws {
             var flags = 0
-            for name in set.lowercased().split(separator: ",").map({ $0.trimmingCharacters(in: .whitespaces) }) {
-                switch name {
-                case "queryable": flags |= SchemaFieldRow.Indexes.queryable
-                case "sortable": flags |= SchemaFieldRow.Indexes.sortable
-                case "searchable": flags |= SchemaFieldRow.Indexes.searchable
-                case "none": break
-                default: throw ValidationError("unknown index '\(name)'; use queryable, sortable, searchable or none")
+            for name in set.lowercased().split(separator: ",").map({ $0.trimmingCharacters(in: .whitespaces) }) where name != "none" {
+                guard let flag = SchemaFile.indexFlag(named: name) else {
+                    throw ValidationError("unknown index '\(name)'; use queryable, sortable, searchable or none")
                 }
+                flags |= flag
             }
             do {
                 let found = try await data.open().service.setFieldIndexes(

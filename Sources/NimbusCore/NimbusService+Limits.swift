@@ -155,9 +155,7 @@ extension NimbusService {
     /// A user's private database in a container environment against its quota
     /// (`nimbus quotas show --user`).
     public func privateUsage(container: String, environment: Environment, userName: String) async throws -> DatabaseUsage {
-        guard let user = try await accounts.user(name: userName) else {
-            throw CloudKitError(.notFound, "there is no user '\(Names.escaped(userName))'")
-        }
+        let user = try await person(userName)
         return try await usage(of: DatabaseKey(container: container, environment: environment, scope: .private, ownerID: user.id))
     }
 

@@ -36,10 +36,19 @@ public enum SecurityRoles {
         return held
     }
 
+    /// Each permission with its name in the schema language, in the order it writes them.
+    public static let permissionNames: [(RecordPermissions, String)] = [(.create, "CREATE"), (.read, "READ"), (.write, "WRITE")]
+
     /// `CREATE, READ, WRITE`, as the schema language writes them.
-    public static func names(_ permissions: RecordPermissions) -> String {
-        [(RecordPermissions.create, "CREATE"), (.read, "READ"), (.write, "WRITE")]
-            .filter { permissions.contains($0.0) }.map(\.1).joined(separator: ", ")
+    public static func names(_ permissions: RecordPermissions) -> String { nameList(permissions).joined(separator: ", ") }
+
+    public static func nameList(_ permissions: RecordPermissions) -> [String] {
+        permissionNames.filter { permissions.contains($0.0) }.map(\.1)
+    }
+
+    /// The permission a name (any case) stands for: CREATE, READ or WRITE.
+    public static func permission(named name: String) -> RecordPermissions? {
+        permissionNames.first { $0.1 == name.uppercased() }?.0
     }
 }
 
@@ -197,21 +206,30 @@ extension NimbusService {
     /// Copies development's roles and grants to production (part of `deploySchema`); role
     /// assignments stay per environment. Returns how many roles were new.
     func deploySecurity(container: String) async throws -> Int {
-        let state = try await accounts.securityState()
-        let development = state[container, .development]
-        let production = state[container, .production]
+        let changes = try await securityToDeploy(container: container)
         var newRoles = 0
-        for role in development.roles.subtracting(production.roles).sorted() {
+        for role in changes.newRoles {
             if try await accounts.createRole(container: container, environment: .production, name: role, createdAt: now) { newRoles += 1 }
         }
-        for (recordType, grants) in development.grants {
-            for (role, permissions) in grants where production.grants[recordType]?[role] != permissions {
-                try await accounts.setGrant(
-                    container: container, environment: .production,
-                    SecurityGrant(recordType: recordType, role: role, permissions: permissions))
-            }
+        for grant in changes.changedGrants {
+            try await accounts.setGrant(container: container, environment: .production, grant)
         }
         securityCache.clear()
         return newRoles
+    }
+
+    /// Development's roles production lacks, and development's grants where production's
+    /// differ: what a deploy copies, and what its diff shows.
+    func securityToDeploy(container: String) async throws -> (newRoles: [String], changedGrants: [SecurityGrant]) {
+        let state = try await accounts.securityState()
+        let development = state[container, .development]
+        let production = state[container, .production]
+        var changed: [SecurityGrant] = []
+        for (recordType, grants) in development.grants.sorted(by: { $0.key < $1.key }) {
+            for (role, permissions) in grants.sorted(by: { $0.key < $1.key }) where production.grants[recordType]?[role] != permissions {
+                changed.append(SecurityGrant(recordType: recordType, role: role, permissions: permissions))
+            }
+        }
+        return (development.roles.subtracting(production.roles).sorted(), changed)
     }
 }

@@ -64,15 +64,7 @@ extension NimbusService {
 
     public func schemaDeployPlan(container: String) async throws -> SchemaDeployPlan {
         var plan = try await storage.read { tx in try Self.recordTypePlan(container: container, tx: tx) }
-        let state = try await accounts.securityState()
-        let development = state[container, .development]
-        let production = state[container, .production]
-        plan.newRoles = development.roles.subtracting(production.roles).sorted()
-        for (recordType, grants) in development.grants.sorted(by: { $0.key < $1.key }) {
-            for (role, permissions) in grants.sorted(by: { $0.key < $1.key }) where production.grants[recordType]?[role] != permissions {
-                plan.changedGrants.append(SecurityGrant(recordType: recordType, role: role, permissions: permissions))
-            }
-        }
+        (plan.newRoles, plan.changedGrants) = try await securityToDeploy(container: container)
         return plan
     }
 
@@ -112,17 +104,14 @@ extension NimbusService {
             let fields = schema.fields.filter { $0.recordType == recordType }
             let lines = fields.map { field -> String in
                 let type = FieldType(wireName: field.fieldType)?.schemaName ?? field.fieldType
-                var options: [String] = []
-                if field.indexes & SchemaFieldRow.Indexes.queryable != 0 { options.append("QUERYABLE") }
-                if field.indexes & SchemaFieldRow.Indexes.sortable != 0 { options.append("SORTABLE") }
-                if field.indexes & SchemaFieldRow.Indexes.searchable != 0, type.hasSuffix("STRING") || type.hasSuffix("STRING>") {
-                    options.append("SEARCHABLE")
-                }
+                // SEARCHABLE is written only where the language allows it (strings).
+                let searchable = type.hasSuffix("STRING") || type.hasSuffix("STRING>")
+                let options = SchemaFile.indexNames(field.indexes).filter { searchable || $0 != "SEARCHABLE" }
                 let name = field.fieldName.hasPrefix("___") ? "\"\(field.fieldName)\"" : field.fieldName
                 return (["    \(name)", type] + options).joined(separator: " ")
             }
             let grants = (security.grants[recordType] ?? [:]).sorted { $0.key < $1.key }.flatMap { role, permissions in
-                SecurityRoles.names(permissions).split(separator: ",").map { "    GRANT \($0.trimmingCharacters(in: .whitespaces)) TO \"\(role)\"" }
+                SecurityRoles.nameList(permissions).map { "    GRANT \($0) TO \"\(role)\"" }
             }
             out.append("\n    RECORD TYPE \(recordType) (")
             out.append((lines + grants).map { "    \($0)" }.joined(separator: ",\n"))

@@ -41,6 +41,19 @@ public struct SchemaFile: Sendable, Equatable {
     /// The most bytes a schema file may have.
     public static let maximumBytes = 1 << 20
 
+    /// Each index option with its flag (`SchemaFieldRow.Indexes`), in the order the language
+    /// writes them.
+    public static let indexOptions: [(String, Int)] = [
+        ("QUERYABLE", SchemaFieldRow.Indexes.queryable), ("SORTABLE", SchemaFieldRow.Indexes.sortable),
+        ("SEARCHABLE", SchemaFieldRow.Indexes.searchable),
+    ]
+
+    /// The options `flags` holds, by name.
+    public static func indexNames(_ flags: Int) -> [String] { indexOptions.filter { flags & $0.1 != 0 }.map(\.0) }
+
+    /// The flag an option name (any case) stands for.
+    public static func indexFlag(named name: String) -> Int? { indexOptions.first { $0.0 == name.uppercased() }?.1 }
+
     /// Parses a schema file; a mistake is `BAD_REQUEST` naming the line and what was expected.
     public init(parsing text: String) throws(CloudKitError) {
         guard text.utf8.count <= Self.maximumBytes else {
@@ -77,13 +90,11 @@ public struct SchemaFile: Sendable, Equatable {
                 reader.next()
                 var permissions: RecordPermissions = []
                 repeat {
-                    guard let permission = reader.next() else { throw .badRequest("the schema file ends inside a GRANT") }
-                    switch permission.text.uppercased() {
-                    case "CREATE": permissions.insert(.create)
-                    case "READ": permissions.insert(.read)
-                    case "WRITE": permissions.insert(.write)
-                    default: throw reader.unexpected(permission, wanted: "CREATE, READ or WRITE")
+                    guard let word = reader.next() else { throw .badRequest("the schema file ends inside a GRANT") }
+                    guard let permission = SecurityRoles.permission(named: word.text) else {
+                        throw reader.unexpected(word, wanted: "CREATE, READ or WRITE")
                     }
+                    permissions.insert(permission)
                 } while reader.skip(",")
                 try reader.expect("TO")
                 let role = try reader.name(kind: "role name")
@@ -121,12 +132,10 @@ public struct SchemaFile: Sendable, Equatable {
         var indexes = 0
         while let option = reader.peek, option.text != ",", option.text != ")" {
             reader.next()
-            switch option.text.uppercased() {
-            case "QUERYABLE": indexes |= SchemaFieldRow.Indexes.queryable
-            case "SORTABLE": indexes |= SchemaFieldRow.Indexes.sortable
-            case "SEARCHABLE": indexes |= SchemaFieldRow.Indexes.searchable
-            default: throw reader.unexpected(option, wanted: "QUERYABLE, SORTABLE, SEARCHABLE, ',' or ')'")
+            guard let flag = indexFlag(named: option.text) else {
+                throw reader.unexpected(option, wanted: "QUERYABLE, SORTABLE, SEARCHABLE, ',' or ')'")
             }
+            indexes |= flag
         }
         if indexes != 0, type.isEncrypted {
             throw .badRequest("line \(nameToken?.line ?? 0): field '\(name)' is encrypted, so it can have no index")

@@ -28,6 +28,12 @@ final class RequestLog: @unchecked Sendable {
         /// Request durations in buckets `RequestLog.bucketBounds` (the last bucket is open).
         var latency = [Int](repeating: 0, count: RequestLog.bucketBounds.count + 1)
 
+        mutating func count(latencyBucket: Int, error: String?) {
+            requests += 1
+            latency[latencyBucket] += 1
+            if let error { errors[error, default: 0] += 1 }
+        }
+
         mutating func add(_ other: Figures) {
             requests += other.requests
             errors.merge(other.errors, uniquingKeysWith: +)
@@ -86,10 +92,8 @@ final class RequestLog: @unchecked Sendable {
             perMinute.append(Minute(start: minute))
             if perMinute.count > Self.minutes { perMinute.removeFirst(perMinute.count - Self.minutes) }
         }
-        let last = perMinute.count - 1
-        perMinute[last].byContainer[entry.container ?? "", default: Figures()].requests += 1
-        perMinute[last].byContainer[entry.container ?? ""]!.latency[bucket] += 1
-        if let code = entry.serverErrorCode { perMinute[last].byContainer[entry.container ?? ""]!.errors[code, default: 0] += 1 }
+        perMinute[perMinute.count - 1].byContainer[entry.container ?? "", default: Figures()]
+            .count(latencyBucket: bucket, error: entry.serverErrorCode)
     }
 
     /// The newest entries first that `keep` accepts, at most `limit`.

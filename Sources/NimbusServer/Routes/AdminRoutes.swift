@@ -85,13 +85,9 @@ enum AdminRoutes {
         @Sendable func body(_ request: Request, _ context: NimbusRequestContext) async throws -> ObjectReader {
             try await RouteInput(request: request, context: context, parts: parts).body()
         }
-        @Sendable func container(_ context: NimbusRequestContext) -> String { context.parameters.get("container") ?? "" }
+        @Sendable func container(_ context: NimbusRequestContext) -> String { ConsoleRoutes.container(context) }
         @Sendable func environment(_ name: String?) throws -> NimbusStorage.Environment? {
-            guard let name else { return nil }
-            guard let environment = NimbusStorage.Environment(rawValue: name) else {
-                throw CloudKitError.badRequest("environment: '\(Names.escaped(name))' is not development or production")
-            }
-            return environment
+            try name.map(ConsoleRoutes.environment(named:))
         }
 
         admin.get("containers") { request, context in

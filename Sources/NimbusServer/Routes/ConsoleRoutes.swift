@@ -38,7 +38,10 @@ enum ConsoleRoutes {
     static func container(_ context: NimbusRequestContext) -> String { context.parameters.get("container") ?? "" }
 
     static func environment(_ context: NimbusRequestContext) throws -> NimbusStorage.Environment {
-        let name = context.parameters.get("environment") ?? ""
+        try environment(named: context.parameters.get("environment") ?? "")
+    }
+
+    static func environment(named name: String) throws -> NimbusStorage.Environment {
         guard let environment = NimbusStorage.Environment(rawValue: name) else {
             throw CloudKitError.badRequest("environment: '\(Names.escaped(name))' is not development or production")
         }
@@ -57,34 +60,25 @@ enum ConsoleRoutes {
         try await RouteInput(request: request, context: context, parts: parts).body()
     }
 
-    static let indexNames: [(String, Int)] = [
-        ("QUERYABLE", SchemaFieldRow.Indexes.queryable), ("SORTABLE", SchemaFieldRow.Indexes.sortable),
-        ("SEARCHABLE", SchemaFieldRow.Indexes.searchable),
-    ]
-
     static func indexFlags(_ names: [String]) throws -> Int {
         try names.reduce(0) { flags, name in
-            guard let flag = indexNames.first(where: { $0.0 == name.uppercased() })?.1 else {
+            guard let flag = SchemaFile.indexFlag(named: name) else {
                 throw CloudKitError.badRequest("indexes: '\(Names.escaped(name))' is not QUERYABLE, SORTABLE or SEARCHABLE")
             }
             return flags | flag
         }
     }
 
-    static func indexList(_ flags: Int) -> JSON { .strings(indexNames.filter { flags & $0.1 != 0 }.map(\.0)) }
+    static func indexList(_ flags: Int) -> JSON { .strings(SchemaFile.indexNames(flags)) }
 
-    static func permissionList(_ permissions: RecordPermissions) -> JSON {
-        .strings(SecurityRoles.names(permissions).split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) })
-    }
+    static func permissionList(_ permissions: RecordPermissions) -> JSON { .strings(SecurityRoles.nameList(permissions)) }
 
     static func permissions(_ names: [String]) throws -> RecordPermissions {
         try names.reduce(into: RecordPermissions()) { permissions, name in
-            switch name.uppercased() {
-            case "CREATE": permissions.insert(.create)
-            case "READ": permissions.insert(.read)
-            case "WRITE": permissions.insert(.write)
-            default: throw CloudKitError.badRequest("permissions: '\(Names.escaped(name))' is not CREATE, READ or WRITE")
+            guard let permission = SecurityRoles.permission(named: name) else {
+                throw CloudKitError.badRequest("permissions: '\(Names.escaped(name))' is not CREATE, READ or WRITE")
             }
+            permissions.insert(permission)
         }
     }
 
@@ -202,7 +196,7 @@ enum ConsoleRoutes {
             else {
                 throw CloudKitError(.notFound, "\(Names.escaped(recordType)).\(Names.escaped(field)) is not in the \(environment.rawValue) schema")
             }
-            let names = indexNames.filter { flags & $0.1 != 0 }.map(\.0)
+            let names = SchemaFile.indexNames(flags)
             try await service.audit(
                 operatorContext.account.name, "schema.indexes", container: container(context),
                 "\(environment.rawValue): \(recordType).\(field) \(names.isEmpty ? "no index" : names.joined(separator: ", "))")
