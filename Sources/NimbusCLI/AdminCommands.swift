@@ -471,7 +471,7 @@ struct APNs: AsyncParsableCommand {
 
 struct Operators: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Manage the dashboard's operators (docs/dashboard.md).", subcommands: [Create.self, List.self])
+        abstract: "Manage the dashboard's operators (docs/dashboard.md).", subcommands: [Create.self, List.self, ClearSecondFactor.self])
 
     struct Create: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -498,8 +498,24 @@ struct Operators: AsyncParsableCommand {
         func run() async throws {
             do {
                 for row in try await data.open().service.operators() {
-                    print("\(row.name)\t\(row.role.rawValue)\t\(row.containers?.joined(separator: ",") ?? "every container")")
+                    print(
+                        "\(row.name)\t\(row.role.rawValue)\t\(row.containers?.joined(separator: ",") ?? "every container")"
+                            + (row.secondFactor != nil ? "\tsecond factor" : ""))
                 }
+            } catch { throw reportFailure(error) }
+        }
+    }
+
+    struct ClearSecondFactor: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Turn off an operator's second factor (a lost phone); the password alone signs in until it is set up again.")
+        @OptionGroup var data: DataOptions
+        @Argument(help: "The operator's name.") var name: String
+
+        func run() async throws {
+            do {
+                try await data.open().service.clearSecondFactor(operatorName: name, by: "cli")
+                print("operator \(name): second factor cleared")
             } catch { throw reportFailure(error) }
         }
     }

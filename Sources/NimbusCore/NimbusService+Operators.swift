@@ -71,7 +71,8 @@ extension NimbusService {
 
     /// Checks an operator's password (on the hashing threads, limited like app sign-ins) and
     /// starts a session; returns the session's token (the cookie) and its CSRF token.
-    public func signInOperator(name: String, password: String, clientAddress: String?) async throws -> (
+    /// An operator with a second factor also gives the code of this 30-second step.
+    public func signInOperator(name: String, password: String, code: String? = nil, clientAddress: String?) async throws -> (
         token: String, context: OperatorContext
     ) {
         let throttleKey = "operator:\(name)"
@@ -84,6 +85,13 @@ extension NimbusService {
             let pause = signInThrottle.failed(account: throttleKey, now: now)
             if pause > .zero { try await Task.sleep(for: pause) }
             throw CloudKitError(.authenticationFailed, "unknown operator or wrong password")
+        }
+        if let secret = account.secondFactor {
+            guard let code, !code.isEmpty else {
+                throw CloudKitError(
+                    .authenticationFailed, "operator '\(account.name)' signs in with a second factor: add the 6-digit code your authenticator app shows")
+            }
+            try await spendCode(code, secret: secret, operatorName: account.name, throttleKey: throttleKey)
         }
         let token = Credentials.newWebAuthToken()
         let time = now
@@ -116,6 +124,82 @@ extension NimbusService {
         }
         if session.lastSeenAt < time - Self.operatorTouchInterval { try await store.touchOperatorSession(tokenHash: hash, at: time) }
         return OperatorContext(account: account, session: session)
+    }
+
+    /// Checks a code against a secret and spends its step; a wrong code counts as a failed
+    /// sign-in (the throttle's pauses apply), a code used before is refused.
+    private func spendCode(_ code: String, secret: String, operatorName: String, throttleKey: String) async throws {
+        guard let step = OneTimeCode.matchingStep(code, secret: secret, atMilliseconds: now) else {
+            let pause = signInThrottle.failed(account: throttleKey, now: now)
+            if pause > .zero { try await Task.sleep(for: pause) }
+            throw CloudKitError(
+                .authenticationFailed, "that code is not the one your authenticator app shows now (check the phone's clock if this repeats)")
+        }
+        guard try await storage.operators.claimOperatorCodeStep(name: operatorName, step: step) else {
+            throw CloudKitError(.authenticationFailed, "that code was used already; wait for the next one")
+        }
+    }
+
+    /// Changes the signed-in operator's password (the one-time one first of all).
+    public func changeOperatorPassword(current: String, new password: String, as context: OperatorContext) async throws {
+        guard password.count >= 12 else {
+            throw CloudKitError.badRequest("a new password has at least 12 characters")
+        }
+        guard password.utf8.count <= 1024 else {
+            throw CloudKitError.badRequest("a new password has at most 1024 bytes")
+        }
+        let stored = context.account.passwordHash
+        guard try await options.passwordHashing.run({ Credentials.verifyPassword(current, against: stored) }) else {
+            throw CloudKitError(.authenticationFailed, "the current password is wrong; the password is unchanged")
+        }
+        let rounds = options.passwordRounds
+        let hash = try await options.passwordHashing.run { Result { try Credentials.hashPassword(password, rounds: rounds) } }.get()
+        guard try await storage.operators.setOperatorPassword(name: context.account.name, passwordHash: hash) else {
+            throw CloudKitError(.notFound, "operator '\(context.account.name)' no longer exists")
+        }
+        try await audit(context.account.name, "operators.password", container: nil, "operator \(context.account.name) changed its password")
+    }
+
+    /// Starts enrolling a second factor: a new secret, kept aside until a code from it is
+    /// confirmed (a secret never confirmed never guards a sign-in). Returns the secret and the
+    /// `otpauth://` address an authenticator app takes.
+    public func beginSecondFactor(as context: OperatorContext) async throws -> (secret: String, uri: String) {
+        let secret = OneTimeCode.newSecret()
+        try await storage.operators.setOperatorSecondFactor(
+            name: context.account.name, secret: context.account.secondFactor, pendingSecret: secret)
+        return (secret, OneTimeCode.provisioningURI(secret: secret, account: context.account.name))
+    }
+
+    /// Confirms enrolment with a code from the new secret; from then on sign-in asks for codes.
+    public func confirmSecondFactor(code: String, as context: OperatorContext) async throws {
+        let name = context.account.name
+        guard let account = try await storage.operators.operatorAccount(name: name), let pending = account.pendingSecondFactor else {
+            throw CloudKitError.badRequest("no second factor is being set up for operator '\(name)'; start again")
+        }
+        try await spendCode(code, secret: pending, operatorName: name, throttleKey: "operator:\(name)")
+        try await storage.operators.setOperatorSecondFactor(name: name, secret: pending, pendingSecret: nil)
+        try await audit(name, "operators.second-factor.enable", container: nil, "operator \(name) turned on its second factor")
+    }
+
+    /// Turns the signed-in operator's second factor off, with a current code as proof.
+    public func removeSecondFactor(code: String, as context: OperatorContext) async throws {
+        let name = context.account.name
+        guard let account = try await storage.operators.operatorAccount(name: name), let secret = account.secondFactor else {
+            throw CloudKitError.badRequest("operator '\(name)' has no second factor")
+        }
+        try await spendCode(code, secret: secret, operatorName: name, throttleKey: "operator:\(name)")
+        try await storage.operators.setOperatorSecondFactor(name: name, secret: nil, pendingSecret: nil)
+        try await audit(name, "operators.second-factor.disable", container: nil, "operator \(name) turned off its second factor")
+    }
+
+    /// Clears an operator's second factor from the command line: the way back for one who
+    /// lost the phone (whoever runs `nimbus` on the host has the data anyway).
+    public func clearSecondFactor(operatorName name: String, by actor: String) async throws {
+        guard try await storage.operators.operatorAccount(name: name) != nil else {
+            throw CloudKitError(.notFound, "operator '\(Names.escaped(name))' does not exist")
+        }
+        try await storage.operators.setOperatorSecondFactor(name: name, secret: nil, pendingSecret: nil)
+        try await audit(actor, "operators.second-factor.clear", container: nil, "operator \(name)'s second factor cleared")
     }
 
     public func signOutOperator(token: String) async throws {

@@ -567,5 +567,13 @@ enum PostgresMigrations {
                 """,
             ]
         ),
+        (
+            "v14-operator-second-factor",
+            [
+                // An operator's optional TOTP second factor, and the last time step a code was
+                // spent at (a code is good once).
+                "ALTER TABLE operators ADD COLUMN totp_secret text, ADD COLUMN totp_pending text, ADD COLUMN totp_last_step bigint",
+            ]
+        ),
     ]
 }

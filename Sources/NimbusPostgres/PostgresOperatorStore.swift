@@ -5,24 +5,44 @@ import PostgresNIO
 struct PostgresOperatorStore: OperatorStore {
     let storage: PostgresStorage
 
+    private static let operatorColumns = "name, password_hash, role, containers, created_at, totp_secret, totp_pending"
+
     func createOperator(_ row: OperatorRow) async throws -> Bool {
         let stored = OperatorContainers.stored(row.containers)
         return try await !storage.rows(
             """
-            INSERT INTO operators (name, password_hash, role, containers, created_at)
-            VALUES (\(row.name), \(row.passwordHash), \(row.role.rawValue), \(stored), \(row.createdAt))
+            INSERT INTO operators (\(unescaped: Self.operatorColumns))
+            VALUES (\(row.name), \(row.passwordHash), \(row.role.rawValue), \(stored), \(row.createdAt), \(row.secondFactor),
+                \(row.pendingSecondFactor))
             ON CONFLICT (name) DO NOTHING RETURNING 1
             """
         ).isEmpty
     }
 
     func operatorAccount(name: String) async throws -> OperatorRow? {
-        try await storage.rows("SELECT name, password_hash, role, containers, created_at FROM operators WHERE name = \(name)").first.map(
+        try await storage.rows("SELECT \(unescaped: Self.operatorColumns) FROM operators WHERE name = \(name)").first.map(
             Self.operatorRow)
     }
 
     func operators() async throws -> [OperatorRow] {
-        try await storage.rows("SELECT name, password_hash, role, containers, created_at FROM operators ORDER BY name").map(Self.operatorRow)
+        try await storage.rows("SELECT \(unescaped: Self.operatorColumns) FROM operators ORDER BY name").map(Self.operatorRow)
+    }
+
+    func setOperatorPassword(name: String, passwordHash: String) async throws -> Bool {
+        try await !storage.rows("UPDATE operators SET password_hash = \(passwordHash) WHERE name = \(name) RETURNING 1").isEmpty
+    }
+
+    func setOperatorSecondFactor(name: String, secret: String?, pendingSecret: String?) async throws {
+        try await storage.rows("UPDATE operators SET totp_secret = \(secret), totp_pending = \(pendingSecret) WHERE name = \(name)")
+    }
+
+    func claimOperatorCodeStep(name: String, step: Int64) async throws -> Bool {
+        try await !storage.rows(
+            """
+            UPDATE operators SET totp_last_step = \(step)
+            WHERE name = \(name) AND (totp_last_step IS NULL OR totp_last_step < \(step)) RETURNING 1
+            """
+        ).isEmpty
     }
 
     func startOperatorSession(_ row: OperatorSessionRow, removingSessionsIdleBefore idleBefore: Int64, now: Int64) async throws {
@@ -77,8 +97,10 @@ struct PostgresOperatorStore: OperatorStore {
     }
 
     private static func operatorRow(_ row: PostgresRow) throws -> OperatorRow {
-        let (name, hash, roleName, containers, created) = try row.decode((String, String, String, String?, Int64).self)
+        let (name, hash, roleName, containers, created, secret, pending) = try row.decode(
+            (String, String, String, String?, Int64, String?, String?).self)
         guard let role = OperatorRole(rawValue: roleName) else { throw StorageError.corrupt("operator role '\(roleName)' is unknown") }
-        return OperatorRow(name: name, passwordHash: hash, role: role, containers: OperatorContainers.read(containers), createdAt: created)
+        return OperatorRow(name: name, passwordHash: hash, role: role, containers: OperatorContainers.read(containers), createdAt: created,
+            secondFactor: secret, pendingSecondFactor: pending)
     }
 }

@@ -561,5 +561,15 @@ enum Migrations {
                     );
                     """)
         }
+        migrator.registerMigration("v23-operator-second-factor") { db in
+            // An operator's optional TOTP second factor, and the last time step a code was
+            // spent at (a code is good once).
+            try db.execute(
+                sql: """
+                    ALTER TABLE operators ADD COLUMN totp_secret TEXT;
+                    ALTER TABLE operators ADD COLUMN totp_pending TEXT;
+                    ALTER TABLE operators ADD COLUMN totp_last_step INTEGER;
+                    """)
+        }
     }
 }

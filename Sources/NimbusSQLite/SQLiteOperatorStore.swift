@@ -6,14 +6,17 @@ import NimbusStorage
 struct SQLiteOperatorStore: OperatorStore {
     let storage: SQLiteStorage
 
-    private static let operatorColumns = "name, password_hash, role, containers, created_at"
+    private static let operatorColumns = "name, password_hash, role, containers, created_at, totp_secret, totp_pending"
     private static let sessionColumns = "token_hash, operator_name, csrf_token, created_at, last_seen_at, expires_at"
 
     func createOperator(_ row: OperatorRow) async throws -> Bool {
         try await storage.writeSQLite { tx in
             try tx.execute(
-                "INSERT INTO operators (\(Self.operatorColumns)) VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING",
-                [row.name, row.passwordHash, row.role.rawValue, OperatorContainers.stored(row.containers), row.createdAt])
+                "INSERT INTO operators (\(Self.operatorColumns)) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING",
+                [
+                    row.name, row.passwordHash, row.role.rawValue, OperatorContainers.stored(row.containers), row.createdAt, row.secondFactor,
+                    row.pendingSecondFactor,
+                ])
             return tx.db.changesCount > 0
         }
     }
@@ -24,6 +27,28 @@ struct SQLiteOperatorStore: OperatorStore {
 
     func operators() async throws -> [OperatorRow] {
         try storage.readPoint { try $0.fetchRows("SELECT \(Self.operatorColumns) FROM operators ORDER BY name").map(Self.operatorRow) }
+    }
+
+    func setOperatorPassword(name: String, passwordHash: String) async throws -> Bool {
+        try await storage.writeSQLite { tx in
+            try tx.execute("UPDATE operators SET password_hash = ? WHERE name = ?", [passwordHash, name])
+            return tx.db.changesCount > 0
+        }
+    }
+
+    func setOperatorSecondFactor(name: String, secret: String?, pendingSecret: String?) async throws {
+        try await storage.writeSQLite { tx in
+            try tx.execute("UPDATE operators SET totp_secret = ?, totp_pending = ? WHERE name = ?", [secret, pendingSecret, name])
+        }
+    }
+
+    func claimOperatorCodeStep(name: String, step: Int64) async throws -> Bool {
+        try await storage.writeSQLite { tx in
+            try tx.execute(
+                "UPDATE operators SET totp_last_step = ? WHERE name = ? AND (totp_last_step IS NULL OR totp_last_step < ?)",
+                [step, name, step])
+            return tx.db.changesCount > 0
+        }
     }
 
     func startOperatorSession(_ row: OperatorSessionRow, removingSessionsIdleBefore idleBefore: Int64, now: Int64) async throws {
@@ -81,6 +106,6 @@ struct SQLiteOperatorStore: OperatorStore {
         guard let role = OperatorRole(rawValue: roleName) else { throw StorageError.corrupt("operator role '\(roleName)' is unknown") }
         return OperatorRow(
             name: row["name"], passwordHash: row["password_hash"], role: role, containers: OperatorContainers.read(row["containers"]),
-            createdAt: row["created_at"])
+            createdAt: row["created_at"], secondFactor: row["totp_secret"], pendingSecondFactor: row["totp_pending"])
     }
 }

@@ -6,6 +6,14 @@ public protocol OperatorStore: Sendable {
     func createOperator(_ row: OperatorRow) async throws -> Bool
     func operatorAccount(name: String) async throws -> OperatorRow?
     func operators() async throws -> [OperatorRow]
+    /// Replaces an operator's password hash; false when there is no such operator.
+    func setOperatorPassword(name: String, passwordHash: String) async throws -> Bool
+    /// Sets an operator's second factor: the secret codes are checked against, and one being
+    /// enrolled (checked only by the confirming code). Nil clears either.
+    func setOperatorSecondFactor(name: String, secret: String?, pendingSecret: String?) async throws
+    /// Spends one time step of an operator's codes: true the first time, false when that step
+    /// (or a later one) was spent already, so a code seen once cannot sign in again on any node.
+    func claimOperatorCodeStep(name: String, step: Int64) async throws -> Bool
 
     /// Starts a session, first removing sessions that idled past `idleBefore` or expired.
     func startOperatorSession(_ row: OperatorSessionRow, removingSessionsIdleBefore idleBefore: Int64, now: Int64) async throws
@@ -33,13 +41,22 @@ public struct OperatorRow: Sendable, Equatable {
     /// The containers this operator may see; nil: every container.
     public var containers: [String]?
     public var createdAt: Int64
+    /// The TOTP secret (base32) sign-in codes are checked against; nil: password alone.
+    public var secondFactor: String?
+    /// A secret handed out for enrolment, active once a code from it is confirmed.
+    public var pendingSecondFactor: String?
 
-    public init(name: String, passwordHash: String, role: OperatorRole, containers: [String]?, createdAt: Int64) {
+    public init(
+        name: String, passwordHash: String, role: OperatorRole, containers: [String]?, createdAt: Int64,
+        secondFactor: String? = nil, pendingSecondFactor: String? = nil
+    ) {
         self.name = name
         self.passwordHash = passwordHash
         self.role = role
         self.containers = containers
         self.createdAt = createdAt
+        self.secondFactor = secondFactor
+        self.pendingSecondFactor = pendingSecondFactor
     }
 
     public func maySee(container: String) -> Bool { containers?.contains(container) ?? true }

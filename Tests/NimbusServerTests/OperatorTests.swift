@@ -19,14 +19,21 @@ struct OperatorTests {
 
         init(_ server: TestServer) { client = server.client() }
 
-        mutating func signIn(_ name: String, _ password: String) async throws -> APIResponse {
-            let response = try await client.send(
-                path: "/admin/1/session", body: Array(JSON.object(["name": .string(name), "password": .string(password)]).serialized()))
+        mutating func signIn(_ name: String, _ password: String, code: String? = nil) async throws -> APIResponse {
+            var body: JSONObject = ["name": .string(name), "password": .string(password)]
+            if let code { body["code"] = .string(code) }
+            let response = try await client.send(path: "/admin/1/session", body: Array(JSON.object(body).serialized()))
             if response.status == 200 {
                 cookie = response.header("Set-Cookie")?.split(separator: ";").first.map(String.init)
                 csrf = response.json["csrfToken"]?.stringValue
             }
             return response
+        }
+
+        /// A sign-in from a browser of its own, for its answer alone.
+        static func attempt(_ server: TestServer, _ name: String, _ password: String, code: String? = nil) async throws -> APIResponse {
+            var browser = Browser(server)
+            return try await browser.signIn(name, password, code: code)
         }
 
         func get(_ path: String, query: String = "") async throws -> APIResponse {
@@ -66,6 +73,93 @@ struct OperatorTests {
             #expect(after.status == 421 && after.errorCode == "AUTHENTICATION_REQUIRED", "\(after.text)")
             let none = try await Browser(server).get("operators")
             #expect(none.status == 421 && none.reason.contains("sign in"))
+        }
+    }
+
+    @Test("the one-time password is changed for one of at least 12 characters; the old one stops working")
+    func passwordChange() async throws {
+        try await TestServer.with { server in
+            let (_, password) = try await server.service.createOperator(name: "olga", role: .readOnly, containers: nil, by: "cli")
+            var browser = Browser(server)
+            _ = try await browser.signIn("olga", password)
+            let wrong = try await browser.post("me/password", ["currentPassword": "guess", "newPassword": "a long new password"])
+            #expect(wrong.status == 401 && wrong.reason.contains("current password is wrong"), "\(wrong.text)")
+            let short = try await browser.post("me/password", ["currentPassword": .string(password), "newPassword": "elevenchars"])
+            #expect(short.status == 400 && short.reason.contains("at least 12"), "\(short.text)")
+            let noCSRF = try await browser.post("me/password", ["currentPassword": .string(password), "newPassword": "twelve chars"], csrf: "x")
+            #expect(noCSRF.status == 403, "\(noCSRF.text)")
+            // Read-only operators change their own password too: it is theirs, not the data's.
+            let changed = try await browser.post("me/password", ["currentPassword": .string(password), "newPassword": "twelve chars"])
+            #expect(changed.status == 200, "\(changed.text)")
+            #expect(try await Browser.attempt(server, "olga", password).status == 401)
+            var again = Browser(server)
+            #expect(try await again.signIn("olga", "twelve chars").status == 200)
+            let actions = try await again.get("audit").json["entries"]?.arrayValue?.compactMap { $0["action"]?.stringValue } ?? []
+            #expect(actions.filter { $0 == "operators.password" }.count == 1, "\(actions)")
+        }
+    }
+
+    @Test("a second factor: enrolled with a confirming code, then asked at sign-in; wrong, missing and replayed codes refused")
+    func secondFactor() async throws {
+        try await TestServer.with { server in
+            let (_, password) = try await server.service.createOperator(name: "olga", role: .administrator, containers: nil, by: "cli")
+            var browser = Browser(server)
+            _ = try await browser.signIn("olga", password)
+            let begun = try await browser.post("me/second-factor")
+            let secret = try #require(begun.json["secret"]?.stringValue, "\(begun.text)")
+            #expect(begun.json["uri"]?.stringValue?.hasPrefix("otpauth://totp/Nimbus:olga?secret=\(secret)") == true)
+            func code(stepsAhead: Int64 = 0, _ secret: String = secret) -> String {
+                OneTimeCode.code(secret: secret, step: OneTimeCode.step(atMilliseconds: server.clock.nowMilliseconds()) + stepsAhead)!
+            }
+            // Not confirmed yet: the password alone still signs in.
+            #expect(try await Browser.attempt(server, "olga", password).status == 200)
+            let bad = try await browser.post("me/second-factor/confirm", ["code": "000000"])
+            #expect(bad.status == 401 && bad.reason.contains("not the one"), "\(bad.text)")
+            let malformed = try await browser.post("me/second-factor/confirm", ["code": "12ab56"])
+            #expect(malformed.status == 401, "\(malformed.text)")
+            let confirmed = try await browser.post("me/second-factor/confirm", ["code": .string(code())])
+            #expect(confirmed.status == 200, "\(confirmed.text)")
+            #expect(try await browser.get("session").json["operator"]?["secondFactor"]?.boolValue == true)
+
+            var other = Browser(server)
+            let missing = try await other.signIn("olga", password)
+            #expect(missing.status == 401 && missing.reason.contains("6-digit code"), "\(missing.text)")
+            // The confirming code's step is spent: the same code cannot sign in.
+            let replayed = try await other.signIn("olga", password, code: code())
+            #expect(replayed.status == 401 && replayed.reason.contains("used already"), "\(replayed.text)")
+            let wrongPassword = try await other.signIn("olga", "nope", code: code(stepsAhead: 1))
+            #expect(wrongPassword.status == 401 && wrongPassword.reason.contains("wrong password"), "\(wrongPassword.text)")
+            // One step ahead (a phone's clock a little fast) is taken; two are not.
+            let tooFar = try await other.signIn("olga", password, code: code(stepsAhead: 2))
+            #expect(tooFar.status == 401 && tooFar.reason.contains("not the one"), "\(tooFar.text)")
+            let signedIn = try await other.signIn("olga", password, code: code(stepsAhead: 1))
+            #expect(signedIn.status == 200, "\(signedIn.text)")
+
+            // Turning it off takes a current code; then the password alone signs in again.
+            server.clock.advance(milliseconds: 60_000)
+            let noCode = try await other.post("me/second-factor/remove", ["code": "123"])
+            #expect(noCode.status == 401, "\(noCode.text)")
+            let removed = try await other.post("me/second-factor/remove", ["code": .string(code())])
+            #expect(removed.status == 200, "\(removed.text)")
+            #expect(try await Browser.attempt(server, "olga", password).status == 200)
+            let none = try await other.post("me/second-factor/remove", ["code": .string(code(stepsAhead: 1))])
+            #expect(none.status == 400 && none.reason.contains("no second factor"), "\(none.text)")
+
+            // A lost phone: the command line clears it.
+            _ = try await other.post("me/second-factor")
+            let second = try #require(try await server.service.operators().first?.pendingSecondFactor)
+            server.clock.advance(milliseconds: 60_000)
+            #expect(try await other.post("me/second-factor/confirm", ["code": .string(code(second))]).status == 200)
+            #expect(try await Browser.attempt(server, "olga", password).status == 401)
+            try await server.service.clearSecondFactor(operatorName: "olga", by: "cli")
+            var last = Browser(server)
+            #expect(try await last.signIn("olga", password).status == 200)
+            let actions = try await last.get("audit").json["entries"]?.arrayValue?.compactMap { $0["action"]?.stringValue } ?? []
+            #expect(
+                actions.prefix(4) == [
+                    "operators.second-factor.clear", "operators.second-factor.enable", "operators.second-factor.disable",
+                    "operators.second-factor.enable",
+                ], "\(actions)")
         }
     }
 

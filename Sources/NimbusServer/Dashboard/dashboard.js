@@ -63,6 +63,10 @@ const views = {
   async operators() {
     const { operators } = await api('operators');
     fill($('operator-rows'), operators, [(o) => o.name, (o) => o.role, (o) => (o.containers ? o.containers.join(', ') : 'every container')]);
+    const { operator } = await api('session');
+    $('second-factor-state').textContent = operator.secondFactor ? 'on' : 'off';
+    $('second-factor-remove').hidden = !operator.secondFactor;
+    $('second-factor-begin').hidden = operator.secondFactor;
   },
   async containers() {
     const { containers } = await api('containers');
@@ -100,7 +104,8 @@ $('sign-in-form').addEventListener('submit', async (event) => {
   event.preventDefault();
   const form = event.target;
   try {
-    signedIn(await api('session', { method: 'POST', body: { name: form.elements.name.value, password: form.elements.password.value } }));
+    const code = form.elements.code.value.trim();
+    signedIn(await api('session', { method: 'POST', body: { name: form.elements.name.value, password: form.elements.password.value, ...(code ? { code } : {}) } }));
     form.reset();
   } catch (error) { say(error.message); }
 });
@@ -122,6 +127,39 @@ $('create-operator').addEventListener('submit', async (event) => {
     show('operators');
   } catch (error) { say(error.message); }
 });
+
+$('change-password').addEventListener('submit', async (event) => {
+  event.preventDefault();
+  const form = event.target;
+  try {
+    await api('me/password', { method: 'POST', body: { currentPassword: form.elements.current.value, newPassword: form.elements.next.value } });
+    form.reset();
+    say('Password changed.');
+  } catch (error) { say(error.message); }
+});
+
+$('second-factor-begin').addEventListener('click', async () => {
+  try {
+    const { secret, uri } = await api('me/second-factor', { method: 'POST' });
+    $('second-factor-secret').textContent = secret;
+    $('second-factor-uri').href = uri;
+    $('second-factor-confirm').hidden = false;
+    $('second-factor-confirm').elements.code.focus();
+  } catch (error) { say(error.message); }
+});
+
+for (const [form, path, done] of [['second-factor-confirm', 'me/second-factor/confirm', 'on'], ['second-factor-remove', 'me/second-factor/remove', 'off']]) {
+  $(form).addEventListener('submit', async (event) => {
+    event.preventDefault();
+    try {
+      await api(path, { method: 'POST', body: { code: event.target.elements.code.value.trim() } });
+      event.target.reset();
+      $('second-factor-confirm').hidden = true;
+      say(`Second factor ${done}.`);
+      show('operators');
+    } catch (error) { say(error.message); }
+  });
+}
 
 const picked = () => encodeURIComponent($('container-pick').value);
 

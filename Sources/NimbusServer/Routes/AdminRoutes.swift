@@ -19,7 +19,8 @@ enum AdminRoutes {
         admin.post("session") { request, context in
             let body = try await RouteInput(request: request, context: context, parts: parts).body()
             let (token, signedIn) = try await service.signInOperator(
-                name: try body.requiredString("name"), password: try body.requiredString("password"), clientAddress: context.clientAddress)
+                name: try body.requiredString("name"), password: try body.requiredString("password"), code: try body.string("code"),
+                clientAddress: context.clientAddress)
             var response = Reply.json(describe(signedIn), context: context)
             response.headers[.setCookie] =
                 "\(cookieName)=\(token); Path=/; HttpOnly; SameSite=Strict; Max-Age=\(NimbusService.operatorSessionLifetimeMilliseconds / 1000)"
@@ -35,6 +36,31 @@ enum AdminRoutes {
             var response = Reply.json(["signedOut": .string(operatorContext.account.name)], context: context)
             response.headers[.setCookie] = "\(cookieName)=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"
             return response
+        }
+
+        // The signed-in operator's own credentials: its password and its optional second factor.
+        admin.post("me/password") { request, context in
+            let operatorContext = try await changing(request, service)
+            let body = try await RouteInput(request: request, context: context, parts: parts).body()
+            try await service.changeOperatorPassword(
+                current: try body.requiredString("currentPassword"), new: try body.requiredString("newPassword"), as: operatorContext)
+            return Reply.json(["changed": .bool(true)], context: context)
+        }
+        admin.post("me/second-factor") { request, context in
+            let (secret, uri) = try await service.beginSecondFactor(as: try await changing(request, service))
+            return Reply.json(["secret": .string(secret), "uri": .string(uri)], context: context)
+        }
+        admin.post("me/second-factor/confirm") { request, context in
+            let operatorContext = try await changing(request, service)
+            let body = try await RouteInput(request: request, context: context, parts: parts).body()
+            try await service.confirmSecondFactor(code: try body.requiredString("code"), as: operatorContext)
+            return Reply.json(["secondFactor": .bool(true)], context: context)
+        }
+        admin.post("me/second-factor/remove") { request, context in
+            let operatorContext = try await changing(request, service)
+            let body = try await RouteInput(request: request, context: context, parts: parts).body()
+            try await service.removeSecondFactor(code: try body.requiredString("code"), as: operatorContext)
+            return Reply.json(["secondFactor": .bool(false)], context: context)
         }
 
         admin.get("operators") { request, context in
@@ -180,7 +206,10 @@ enum AdminRoutes {
     }
 
     static func fields(_ row: OperatorRow) -> JSONObject {
-        var object: JSONObject = ["name": .string(row.name), "role": .string(row.role.rawValue), "createdAt": .int(row.createdAt)]
+        var object: JSONObject = [
+            "name": .string(row.name), "role": .string(row.role.rawValue), "createdAt": .int(row.createdAt),
+            "secondFactor": .bool(row.secondFactor != nil),
+        ]
         if let containers = row.containers { object["containers"] = .strings(containers) }
         return object
     }
