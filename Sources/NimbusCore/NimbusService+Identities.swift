@@ -56,9 +56,17 @@ extension NimbusService {
     {
         try await accounts.join(
             ContainerMember(container: container, userID: user.id, userRecordName: recordName, discoverable: nil, joinedAt: time))
+        try await ensureUserRecord(container: container, environment: environment, userID: user.id, userName: user.name, recordName: recordName)
+    }
+
+    /// Makes a user's record in the environment's public database if it is not there: on
+    /// joining, and again after the development environment is reset.
+    func ensureUserRecord(container: String, environment: Environment, userID: Int64, userName: String, recordName: String)
+        async throws
+    {
         let caller = Caller(
             container: container, environment: environment,
-            user: Caller.User(id: user.id, name: user.name, recordName: recordName, webAuthToken: ""),
+            user: Caller.User(id: userID, name: userName, recordName: recordName, webAuthToken: ""),
             deviceID: Names.anonymousDevice)
         let target = DatabaseTarget(caller: caller, scope: .public)
         let name: JSON = [WireKey.recordName: .string(recordName)]

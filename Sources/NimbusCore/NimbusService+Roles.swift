@@ -203,33 +203,46 @@ extension NimbusService {
         securityCache.clear()
     }
 
-    /// Copies development's roles and grants to production (part of `deploySchema`); role
-    /// assignments stay per environment. Returns how many roles were new.
-    func deploySecurity(container: String) async throws -> Int {
-        let changes = try await securityToDeploy(container: container)
+    /// Copies one environment's roles and grants to the other: development's to production in
+    /// `deploySchema`, production's to development in `resetDevelopment`. Role assignments stay
+    /// per environment. Returns how many roles were new.
+    @discardableResult
+    func copySecurity(container: String, from source: Environment, to target: Environment) async throws -> Int {
+        let changes = try await securityDifference(container: container, from: source, to: target)
         var newRoles = 0
         for role in changes.newRoles {
-            if try await accounts.createRole(container: container, environment: .production, name: role, createdAt: now) { newRoles += 1 }
+            if try await accounts.createRole(container: container, environment: target, name: role, createdAt: now) { newRoles += 1 }
         }
         for grant in changes.changedGrants {
-            try await accounts.setGrant(container: container, environment: .production, grant)
+            try await accounts.setGrant(container: container, environment: target, grant)
         }
         securityCache.clear()
         return newRoles
     }
 
-    /// Development's roles production lacks, and development's grants where production's
-    /// differ: what a deploy copies, and what its diff shows.
-    func securityToDeploy(container: String) async throws -> (newRoles: [String], changedGrants: [SecurityGrant]) {
+    /// The roles `source` has and `target` lacks, and the grants `target` must set to grant
+    /// what `source` grants: what a copy writes, and what a deploy's diff shows. A record type's
+    /// grants, once any is set, replace the defaults whole, so a type `target` never set gets
+    /// every role's grant written.
+    func securityDifference(container: String, from source: Environment, to target: Environment) async throws -> (
+        newRoles: [String], changedGrants: [SecurityGrant]
+    ) {
         let state = try await accounts.securityState()
-        let development = state[container, .development]
-        let production = state[container, .production]
+        let from = state[container, source]
+        let to = state[container, target]
         var changed: [SecurityGrant] = []
-        for (recordType, grants) in development.grants.sorted(by: { $0.key < $1.key }) {
-            for (role, permissions) in grants.sorted(by: { $0.key < $1.key }) where production.grants[recordType]?[role] != permissions {
-                changed.append(SecurityGrant(recordType: recordType, role: role, permissions: permissions))
+        for recordType in Set(from.grants.keys).union(to.grants.keys).sorted() {
+            let wanted = SecurityRoles.grants(of: recordType, in: from)
+            if let present = to.grants[recordType] {
+                for role in Set(wanted.keys).union(present.keys).sorted() where (present[role] ?? []) != (wanted[role] ?? []) {
+                    changed.append(SecurityGrant(recordType: recordType, role: role, permissions: wanted[role] ?? []))
+                }
+            } else if wanted != SecurityRoles.defaults {
+                for (role, permissions) in wanted.sorted(by: { $0.key < $1.key }) {
+                    changed.append(SecurityGrant(recordType: recordType, role: role, permissions: permissions))
+                }
             }
         }
-        return (development.roles.subtracting(production.roles).sorted(), changed)
+        return (from.roles.subtracting(to.roles).sorted(), changed)
     }
 }

@@ -22,7 +22,7 @@ extension NimbusService {
     /// were new in production.
     public func deploySchema(container: String) async throws -> (recordTypes: Int, fields: Int, roles: Int) {
         let (recordTypes, fields) = try await deployRecordTypes(container: container)
-        return (recordTypes, fields, try await deploySecurity(container: container))
+        return (recordTypes, fields, try await copySecurity(container: container, from: .development, to: .production))
     }
 
     private func deployRecordTypes(container: String) async throws -> (recordTypes: Int, fields: Int) {
@@ -64,7 +64,7 @@ extension NimbusService {
 
     public func schemaDeployPlan(container: String) async throws -> SchemaDeployPlan {
         var plan = try await storage.read { tx in try Self.recordTypePlan(container: container, tx: tx) }
-        (plan.newRoles, plan.changedGrants) = try await securityToDeploy(container: container)
+        (plan.newRoles, plan.changedGrants) = try await securityDifference(container: container, from: .development, to: .production)
         return plan
     }
 

@@ -260,4 +260,30 @@ enum PostgresApplyFunction {
             """)
         return text
     }()
+
+    /// v4 and schema removals (the dashboard's "delete a field" and reset of the development
+    /// environment): a field, or a record type with all its fields. Written as the edits to v4.
+    static let v5: String = {
+        var text = v4
+        func edit(_ old: String, _ new: String) {
+            precondition(text.contains(old), "nimbus_apply v4 lacks the text v5 edits")
+            text = text.replacingOccurrences(of: old, with: new)
+        }
+        edit(
+            """
+                    WHEN 'addSchemaRecordType' THEN
+            """,
+            """
+                    WHEN 'removeFromSchema' THEN
+                        DELETE FROM schema_fields
+                        WHERE container = w->>'container' AND environment = w->>'environment' AND record_type = w->>'type'
+                          AND (w->>'field' IS NULL OR field_name = w->>'field');
+                        IF w->>'field' IS NULL THEN
+                            DELETE FROM schema_types
+                            WHERE container = w->>'container' AND environment = w->>'environment' AND record_type = w->>'type';
+                        END IF;
+                    WHEN 'addSchemaRecordType' THEN
+            """)
+        return text
+    }()
 }

@@ -133,6 +133,8 @@ extension PostgresCoarseStorage {
             object = schemaKey(key).merging(["type": .string(recordType), "field": .string(fieldName), "indexes": .int(Int64(indexes))])
         case .addSchemaRecordType(let key, let recordType):
             object = schemaKey(key).merging(["type": .string(recordType)])
+        case .removeFromSchema(let key, let recordType, let fieldName):
+            object = schemaKey(key).merging(["type": .string(recordType), "field": fieldName.map(JSON.string) ?? .null])
         case .putSubscription(let row):
             object = [
                 "database": .int(row.databaseID), "user": .int(row.userID), "id": .string(row.subscriptionID),
@@ -174,6 +176,7 @@ extension PostgresCoarseStorage {
         case .addSchemaField: "addSchemaField"
         case .setSchemaFieldIndexes: "setSchemaFieldIndexes"
         case .addSchemaRecordType: "addSchemaRecordType"
+        case .removeFromSchema: "removeFromSchema"
         case .putSubscription: "putSubscription"
         case .deleteSubscription: "deleteSubscription"
         case .appendOutbox: "appendOutbox"

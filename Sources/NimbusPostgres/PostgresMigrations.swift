@@ -575,5 +575,12 @@ enum PostgresMigrations {
                 "ALTER TABLE operators ADD COLUMN totp_secret text, ADD COLUMN totp_pending text, ADD COLUMN totp_last_step bigint",
             ]
         ),
+        (
+            "v15-apply-schema-removals",
+            [
+                // nimbus_apply takes fields and record types out of a schema (PostgresApplyFunction.v5).
+                PostgresApplyFunction.v5,
+            ]
+        ),
     ]
 }

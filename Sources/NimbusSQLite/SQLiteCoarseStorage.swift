@@ -228,6 +228,8 @@ extension SQLiteTransaction {
                 container: key.container, environment: key.environment, recordType: recordType, fieldName: fieldName, indexes: indexes)
         case .addSchemaRecordType(let key, let recordType):
             try addSchemaRecordType(container: key.container, environment: key.environment, recordType)
+        case .removeFromSchema(let key, let recordType, let fieldName):
+            try removeFromSchema(container: key.container, environment: key.environment, recordType: recordType, fieldName: fieldName)
         case .putSubscription(let row): try putSubscription(row)
         case .deleteSubscription(let databaseID, let userID, let subscriptionID):
             _ = try deleteSubscription(databaseID: databaseID, userID: userID, subscriptionID: subscriptionID)

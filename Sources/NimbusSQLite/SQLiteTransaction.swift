@@ -480,6 +480,20 @@ struct SQLiteTransaction: StorageWriter {
         return QueryPage(rows: rows.map(\.0), positions: rows.map(\.1))
     }
 
+    func removeFromSchema(container: String, environment: Environment, recordType: String, fieldName: String?) throws {
+        try execute(
+            """
+            DELETE FROM schema_fields
+            WHERE container = ? AND environment = ? AND record_type = ? AND (field_name = ? OR ? IS NULL)
+            """,
+            [container, environment.rawValue, recordType, fieldName, fieldName])
+        if fieldName == nil {
+            try execute(
+                "DELETE FROM schema_types WHERE container = ? AND environment = ? AND record_type = ?",
+                [container, environment.rawValue, recordType])
+        }
+    }
+
     func addSchemaRecordType(container: String, environment: Environment, _ recordType: String) throws {
         try execute(
             "INSERT INTO schema_types (container, environment, record_type) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",

@@ -207,6 +207,10 @@ public protocol StorageWriter: StorageReader {
 
     func addSchemaRecordType(container: String, environment: Environment, _ recordType: String) throws
 
+    /// Takes a field out of a schema, or (`fieldName` nil) a record type with all its fields.
+    /// Only the schema: whoever calls it sees to the records first (docs/dashboard.md).
+    func removeFromSchema(container: String, environment: Environment, recordType: String, fieldName: String?) throws
+
     /// Inserts or replaces the subscription with the same database, user and ID (and changes
     /// `subscriptionsVersion`).
     func putSubscription(_ row: SubscriptionRow) throws

@@ -13,6 +13,8 @@ import NimbusWire
 /// | `containers/{c}/schema/{env}/export` | GET: the schema file (CloudKit Schema Language) |
 /// | `containers/{c}/schema/development/import` | POST `{text}`: adds a schema file to development |
 /// | `containers/{c}/schema/development/fields` | POST `{recordType, field, type, indexes}`: adds a field (and its type) |
+/// | `containers/{c}/schema/development/remove` | POST `{recordType, field?}`: takes a field (or the type) out, when no record holds values |
+/// | `containers/{c}/reset/development` | POST `{confirm: c}`: deletes development's data, schema becomes production's |
 /// | `containers/{c}/schema/{env}/indexes` | POST `{recordType, field, indexes: [..]}` |
 /// | `containers/{c}/schema/deploy` | GET: the diff; POST: deploys |
 /// | `containers/{c}/roles/{env}` | POST `{name}`: a custom role |
@@ -181,6 +183,40 @@ enum ConsoleRoutes {
                 operatorContext.account.name, "schema.field", container: container(context),
                 "development: \(recordType).\(field) \(type.wireName)\(outcome.newRecordTypes > 0 ? " (new record type)" : "")")
             return Reply.json(["added": .bool(outcome.newFields > 0)], context: context)
+        }
+        admin.post("containers/:container/schema/:environment/remove") { request, context in
+            let operatorContext = try await AdminRoutes.changing(request, service)
+            try operatorContext.requireChange(container: container(context))
+            try requireDevelopment(context)
+            let input = try await body(request, context, parts)
+            let recordType = try input.requiredString(WireKey.recordType)
+            let field = try input.string("field")
+            try await service.removeFromDevelopmentSchema(container: container(context), recordType: recordType, field: field)
+            try await service.audit(
+                operatorContext.account.name, "schema.remove", container: container(context),
+                "development: \(field.map { "field \(recordType).\($0)" } ?? "record type \(recordType)")")
+            return Reply.json(["removed": .bool(true)], context: context)
+        }
+        admin.post("containers/:container/reset/:environment") { request, context in
+            let operatorContext = try await AdminRoutes.changing(request, service)
+            try operatorContext.requireChange(container: container(context))
+            guard try environment(context) == .development else {
+                throw CloudKitError.badRequest("only the development environment can be reset; production holds your users' data")
+            }
+            let input = try await body(request, context, parts)
+            guard try input.string("confirm") == container(context) else {
+                throw CloudKitError.badRequest(
+                    "resetting deletes every development record: send confirm with the container's identifier to go ahead")
+            }
+            let outcome = try await service.resetDevelopment(container: container(context))
+            try await service.audit(
+                operatorContext.account.name, "environment.reset", container: container(context),
+                "development reset: \(outcome.zones) zone(s) in \(outcome.databases) database(s), \(outcome.subscriptions) subscription(s) removed; schema is production's")
+            return Reply.json(
+                [
+                    "databases": .int(Int64(outcome.databases)), "zones": .int(Int64(outcome.zones)),
+                    "subscriptions": .int(Int64(outcome.subscriptions)),
+                ], context: context)
         }
         admin.post("containers/:container/schema/:environment/indexes") { request, context in
             let operatorContext = try await AdminRoutes.changing(request, service)

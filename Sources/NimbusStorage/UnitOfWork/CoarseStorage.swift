@@ -241,6 +241,8 @@ public enum StorageWrite: Sendable {
     case addSchemaField(SchemaKey, SchemaFieldRow)
     case setSchemaFieldIndexes(SchemaKey, recordType: String, fieldName: String, indexes: Int)
     case addSchemaRecordType(SchemaKey, String)
+    /// A field, or (`fieldName` nil) a record type and all its fields.
+    case removeFromSchema(SchemaKey, recordType: String, fieldName: String?)
     case putSubscription(SubscriptionRow)
     case deleteSubscription(databaseID: Int64, userID: Int64, subscriptionID: String)
     case appendOutbox(databaseID: Int64, body: [UInt8], createdAt: Int64)

@@ -30,6 +30,9 @@ final class UnitOfWork: StorageWriter {
         var references: [RecordKey: [ReferenceRow]] = [:]
         var schemaFields: [SchemaKey: [String: SchemaFieldRow]] = [:]  // by "type\0field"
         var schemaTypes: [SchemaKey: Set<String>] = [:]
+        /// Taken out of the schema by this unit (by "type\0field", and types by name).
+        var removedSchemaFields: [SchemaKey: Set<String>] = [:]
+        var removedSchemaTypes: [SchemaKey: Set<String>] = [:]
         var subscriptions: [SubscriberKey: [String: SubscriptionRow?]] = [:]
         var badges: [NotificationOwner: Int64] = [:]
         var indexRebuildTaken = false
@@ -207,6 +210,7 @@ final class UnitOfWork: StorageWriter {
         var fields: [String: SchemaFieldRow] = [:]
         for field in try schema(key).fields { fields[Self.fieldKey(field.recordType, field.fieldName)] = field }
         fields.merge(overlay.schemaFields[key] ?? [:]) { $1 }
+        for removed in overlay.removedSchemaFields[key] ?? [] { fields[removed] = nil }
         return fields.values.sorted {
             $0.recordType == $1.recordType ? Self.byteOrder($0.fieldName, $1.fieldName) : Self.byteOrder($0.recordType, $1.recordType)
         }
@@ -214,7 +218,8 @@ final class UnitOfWork: StorageWriter {
 
     func schemaRecordTypes(container: String, environment: Environment) throws -> [String] {
         let key = SchemaKey(container: container, environment: environment)
-        return Set(try schema(key).recordTypes).union(overlay.schemaTypes[key] ?? []).sorted(by: Self.byteOrder)
+        return Set(try schema(key).recordTypes).subtracting(overlay.removedSchemaTypes[key] ?? []).union(overlay.schemaTypes[key] ?? [])
+            .sorted(by: Self.byteOrder)
     }
 
     // MARK: Subscriptions and notifications
@@ -405,7 +410,9 @@ final class UnitOfWork: StorageWriter {
         guard !(try schemaFields(container: container, environment: environment))
             .contains(where: { $0.recordType == field.recordType && $0.fieldName == field.fieldName })
         else { return }
-        overlay.schemaFields[key, default: [:]][Self.fieldKey(field.recordType, field.fieldName)] = field
+        let fieldKey = Self.fieldKey(field.recordType, field.fieldName)
+        overlay.schemaFields[key, default: [:]][fieldKey] = field
+        overlay.removedSchemaFields[key]?.remove(fieldKey)
         write(.addSchemaField(key, field))
     }
 
@@ -426,7 +433,24 @@ final class UnitOfWork: StorageWriter {
         let key = SchemaKey(container: container, environment: environment)
         guard !(try schemaRecordTypes(container: container, environment: environment)).contains(recordType) else { return }
         overlay.schemaTypes[key, default: []].insert(recordType)
+        overlay.removedSchemaTypes[key]?.remove(recordType)
         write(.addSchemaRecordType(key, recordType))
+    }
+
+    func removeFromSchema(container: String, environment: Environment, recordType: String, fieldName: String?) throws {
+        let key = SchemaKey(container: container, environment: environment)
+        let removed = try schemaFields(container: container, environment: environment)
+            .filter { $0.recordType == recordType && (fieldName == nil || $0.fieldName == fieldName) }
+            .map { Self.fieldKey($0.recordType, $0.fieldName) }
+        for fieldKey in removed {
+            overlay.schemaFields[key]?[fieldKey] = nil
+            overlay.removedSchemaFields[key, default: []].insert(fieldKey)
+        }
+        if fieldName == nil {
+            overlay.schemaTypes[key]?.remove(recordType)
+            overlay.removedSchemaTypes[key, default: []].insert(recordType)
+        }
+        write(.removeFromSchema(key, recordType: recordType, fieldName: fieldName))
     }
 
     private func changeSubscriptions() throws {
