@@ -126,6 +126,7 @@ let package = Package(
             dependencies: [
                 "NimbusServer", "NimbusCore", "NimbusSQLite", "NimbusPostgres", "NimbusWire",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ],
             swiftSettings: strict),

@@ -359,7 +359,8 @@ struct Users: AsyncParsableCommand {
 
 struct Schema: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Show and deploy schemas, and set field indexes.", subcommands: [Show.self, Deploy.self, Index.self])
+        abstract: "Show and deploy schemas, set field indexes, take fields out of development and reset it.",
+        subcommands: [Show.self, Diff.self, Deploy.self, Index.self, Remove.self, ResetDevelopment.self])
 
     struct Index: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -411,6 +412,75 @@ struct Schema: AsyncParsableCommand {
                 let added = try await data.open().service.deploySchema(container: container)
                 print(
                     "deployed: \(added.recordTypes) new record type(s), \(added.fields) new field(s), \(added.roles) new role(s) in production")
+            } catch { throw reportFailure(error) }
+        }
+    }
+
+    struct Diff: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Print what deploying development to production would change, and what would refuse it; exits 1 when refused.")
+        @OptionGroup var data: DataOptions
+        @Option(help: "The container.") var container: String
+
+        func run() async throws {
+            let plan: NimbusService.SchemaDeployPlan
+            do { plan = try await data.open().service.schemaDeployPlan(container: container) } catch { throw reportFailure(error) }
+            let field = { (f: SchemaFieldRow) in
+                "\(f.recordType).\(f.fieldName) \(f.fieldType)" + (f.indexes == 0 ? "" : " (\(SchemaFile.indexNames(f.indexes).joined(separator: ", ")))")
+            }
+            var lines: [String] = []
+            lines += plan.conflicts.map { "conflict: \($0)" }
+            lines += plan.newRecordTypes.map { "new record type: \($0)" }
+            lines += plan.newFields.map { "new field: \(field($0))" }
+            lines += plan.newRoles.map { "new role: \($0)" }
+            lines += plan.changedGrants.map {
+                "grant: \($0.recordType) \($0.role) \($0.permissions.isEmpty ? "none" : SecurityRoles.names($0.permissions))"
+            }
+            lines += plan.keptFields.map { "kept in production: \(field($0))" }
+            print(lines.isEmpty ? "production has everything development has" : lines.joined(separator: "\n"))
+            if !plan.conflicts.isEmpty { throw ExitCode.failure }
+        }
+    }
+
+    struct Remove: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Take a field (or, without --field, a record type) out of the development schema; refused while records hold values.")
+        @OptionGroup var data: DataOptions
+        @Option(help: "The container.") var container: String
+        @Option(help: "The record type.") var recordType: String
+        @Option(help: "The field; none: the whole record type.") var field: String?
+
+        func run() async throws {
+            do {
+                let service = try await data.open().service
+                try await service.removeFromDevelopmentSchema(container: container, recordType: recordType, field: field)
+                let what = field.map { "field \(recordType).\($0)" } ?? "record type \(recordType)"
+                try await service.audit("cli", "schema.remove", container: container, "development: \(what)")
+                print("removed \(what) from development")
+            } catch { throw reportFailure(error) }
+        }
+    }
+
+    struct ResetDevelopment: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "reset-development",
+            abstract: "Delete every development record, zone and subscription of a container; its schema becomes production's.")
+        @OptionGroup var data: DataOptions
+        @Option(help: "The container.") var container: String
+        @Option(help: "The container's identifier again, to confirm.") var confirm: String
+
+        func run() async throws {
+            guard confirm == container else {
+                throw reportFailure(CloudKitError.badRequest("--confirm must repeat the container's identifier; nothing was reset"))
+            }
+            do {
+                let service = try await data.open().service
+                let outcome = try await service.resetDevelopment(container: container)
+                try await service.audit(
+                    "cli", "environment.reset", container: container,
+                    "development reset: \(outcome.zones) zone(s) in \(outcome.databases) database(s), \(outcome.subscriptions) subscription(s) removed; schema is production's")
+                print(
+                    "development reset: \(outcome.zones) zone(s) in \(outcome.databases) database(s) and \(outcome.subscriptions) subscription(s) removed; the schema is production's")
             } catch { throw reportFailure(error) }
         }
     }

@@ -13,7 +13,7 @@ struct Nimbus: AsyncParsableCommand {
         commandName: "nimbus",
         abstract: "CloudKit as self-hostable software: the server and its admin verbs.",
         subcommands: [
-            Serve.self, Containers.self, Tokens.self, Keys.self, Users.self, Operators.self, Providers.self, Roles.self, LimitsCommand.self,
+            Serve.self, Admin.self, Containers.self, Tokens.self, Keys.self, Users.self, Operators.self, Providers.self, Roles.self, LimitsCommand.self,
             QuotasCommand.self, AssetsCommand.self, Schema.self, APNs.self,
         ])
 }

@@ -317,11 +317,11 @@ enum NimbusProcess {
     }
 
     /// Runs a verb to completion and returns its standard output.
-    static func run(_ arguments: [String]) throws -> String {
+    static func run(_ arguments: [String], environment extra: [String: String] = [:]) throws -> String {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments = arguments
-        process.environment = environment
+        process.environment = environment.merging(extra) { $1 }
         let output = Pipe()
         process.standardOutput = output
         try ExternalProcess.launch(process)

@@ -323,5 +323,42 @@ extension OperatorTests {
         let signedIn = try await client.send(
             path: "/admin/1/session", body: Array(JSON.object(["name": "olga", "password": .string(password)]).serialized()))
         #expect(signedIn.status == 200 && signedIn.json["operator"]?["role"]?.stringValue == "read-only", "\(signedIn.text)")
+
+        // `nimbus admin`: the same API from a shell, the request log included (it lives in the
+        // server's memory, so only the server can answer).
+        let admin = ["admin", "--server", server.baseURL, "--operator", "olga"]
+        _ = try await client.post("public", "records/query", ["query": ["recordType": "Note"]])  // no API token: refused, logged
+        let log = try NimbusProcess.run(
+            admin + ["GET", "requests?error=AUTHENTICATION_FAILED"], environment: ["NIMBUS_OPERATOR_PASSWORD": password])
+        let entries = try JSON.parse(Array(log.utf8))["requests"]?.arrayValue ?? []
+        #expect(entries.count == 1 && entries.first?["route"]?.stringValue?.hasSuffix("records/query") == true, "\(log)")
+        let diff = try NimbusProcess.run(admin + ["GET", "containers/iCloud.nimbus.default/schema/deploy"], environment: ["NIMBUS_OPERATOR_PASSWORD": password])
+        #expect(try JSON.parse(Array(diff.utf8))["conflicts"]?.arrayValue?.isEmpty == true, "\(diff)")
+        // A read-only operator's change is refused: the exit status says so.
+        #expect(throws: (any Error).self) {
+            try NimbusProcess.run(
+                admin + ["POST", "containers", "--body", #"{"id":"iCloud.nope"}"#], environment: ["NIMBUS_OPERATOR_PASSWORD": password])
+        }
+        #expect(throws: (any Error).self) {
+            try NimbusProcess.run(admin + ["GET", "requests"], environment: ["NIMBUS_OPERATOR_PASSWORD": "wrong"])
+        }
+    }
+
+    @Test("nimbus schema diff, remove and reset-development work on the data directly; each refuses what it should")
+    func schemaVerbs() async throws {
+        let directory = NSTemporaryDirectory() + "nimbus-schema-verbs-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let data = try await NimbusProcess.dataArguments(directory)
+        let container = "iCloud.verbs"
+        _ = try NimbusProcess.run(["containers", "create", container] + data)
+        #expect(try NimbusProcess.run(["schema", "diff", "--container", container] + data).contains("production has everything"))
+        #expect(throws: (any Error).self) {
+            try NimbusProcess.run(["schema", "remove", "--container", container, "--record-type", "Nope"] + data)
+        }
+        #expect(throws: (any Error).self) {
+            try NimbusProcess.run(["schema", "reset-development", "--container", container, "--confirm", "iCloud.other"] + data)
+        }
+        let reset = try NimbusProcess.run(["schema", "reset-development", "--container", container, "--confirm", container] + data)
+        #expect(reset.hasPrefix("development reset:"), "\(reset)")
     }
 }

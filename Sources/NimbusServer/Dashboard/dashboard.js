@@ -237,6 +237,8 @@ views.schema = async () => {
   const schema = await api(inContainer(`schema/${environment}`));
   const development = environment === 'development';
   for (const node of document.querySelectorAll('.development-only')) node.hidden = !development || !isAdministrator();
+  // Development only: a field or type goes when no record holds values of it (the server says which).
+  const removable = development && isAdministrator();
   $('schema-types').replaceChildren(...schema.recordTypes.map((type) => {
     const rows = type.fields.map((field) => el('tr', {},
       el('td', {}, field.name), el('td', {}, field.type),
@@ -244,11 +246,13 @@ views.schema = async () => {
         type: 'checkbox', checked: field.indexes.includes(index), disabled: !isAdministrator() || field.type.startsWith('ENCRYPTED_'),
         'aria-label': `${type.name}.${field.name} ${index}`, 'data-index': index,
         onchange: (event) => setIndexes(type.name, field.name, event.target.closest('tr')),
-      })))));
+      }))),
+      removable ? el('td', {}, el('button', { type: 'button', className: 'danger', onclick: () => removeFromSchema(type.name, field.name) }, 'Delete')) : null));
     const grants = Object.entries(type.grants).map(([role, permissions]) => `${role}: ${permissions.join(', ') || 'none'}`).join('; ');
     return el('section', { className: 'record-type' },
-      el('h3', {}, type.name),
-      el('table', {}, el('thead', {}, el('tr', {}, ...['Field', 'Type', ...INDEXES].map((h) => el('th', { scope: 'col' }, h)))), el('tbody', {}, ...rows)),
+      el('h3', {}, type.name,
+        removable && type.name !== 'Users' ? el('button', { type: 'button', className: 'danger', onclick: () => removeFromSchema(type.name) }, 'Delete record type') : null),
+      el('table', {}, el('thead', {}, el('tr', {}, ...['Field', 'Type', ...INDEXES, ...(removable ? [''] : [])].map((h) => el('th', { scope: 'col' }, h)))), el('tbody', {}, ...rows)),
       el('p', {}, `Grants: ${grants}`));
   }));
   $('roles-list').textContent = `Roles: ${schema.roles.join(', ')}`;
@@ -256,6 +260,23 @@ views.schema = async () => {
   $('deploy-diff').replaceChildren();
   $('deploy').hidden = true;
 };
+
+function removeFromSchema(recordType, field) {
+  const what = field ? `field ${recordType}.${field}` : `record type ${recordType}`;
+  if (!window.confirm(`Delete ${what} from the development schema?`)) return;
+  act(() => api(inContainer('schema/development/remove'), { method: 'POST', body: { recordType, ...(field ? { field } : {}) } }),
+    async () => { await views.schema(); say(`Deleted ${what}.`); });
+}
+
+$('reset-development').addEventListener('submit', async (event) => {
+  event.preventDefault();
+  const form = event.target;
+  const answer = await act(() => api(inContainer('reset/development'), { method: 'POST', body: { confirm: form.elements.confirm.value } }));
+  if (answer) {
+    form.reset();
+    say(`Development reset: ${answer.zones} zone(s) in ${answer.databases} database(s) and ${answer.subscriptions} subscription(s) removed; the schema is production's.`);
+  }
+});
 
 async function setIndexes(recordType, field, row) {
   const indexes = [...row.querySelectorAll('input[data-index]')].filter((box) => box.checked).map((box) => box.dataset.index);
@@ -486,9 +507,24 @@ $('record-form').addEventListener('submit', (event) => {
       if (row.querySelector('[name=value]').readOnly && row.original) { continue; }
       fields[name] = { value: wireValue(row.querySelector('[name=value]').value, type), type };
     }
+    const recordType = data.record ? data.record.recordType : form.elements.recordType.value.trim();
+    let recordName = data.record ? data.record.recordName : form.elements.recordName.value.trim();
+    const file = form.elements.assetFile.files[0];
+    if (file) {
+      // As an app does: an upload token for the field, the bytes to its URL, the receipt as the value.
+      const fieldName = form.elements.assetField.value.trim();
+      if (!fieldName) throw new Error('Name the asset field the file goes in.');
+      const { tokens } = await api(dataPath('assets/upload'), { method: 'POST', body: {
+        zoneID: zoneID(), tokens: [{ recordType, fieldName, ...(recordName ? { recordName } : {}) }] } });
+      const sent = await fetch(tokens[0].url, { method: 'POST', body: file });
+      const receipt = await sent.json();
+      if (!sent.ok) throw new Error(receipt.reason || `The upload failed (HTTP ${sent.status}).`);
+      recordName = tokens[0].recordName;
+      fields[fieldName] = { value: receipt.singleFile, type: 'ASSETID' };
+    }
     const record = data.record
-      ? { recordName: data.record.recordName, recordChangeTag: data.record.recordChangeTag, fields }
-      : { recordType: form.elements.recordType.value.trim(), fields, ...(form.elements.recordName.value.trim() ? { recordName: form.elements.recordName.value.trim() } : {}) };
+      ? { recordName, recordChangeTag: data.record.recordChangeTag, fields }
+      : { recordType, fields, ...(recordName ? { recordName } : {}) };
     const answer = await api(dataPath('records/modify'), { method: 'POST', body: {
       zoneID: zoneID(), operations: [{ operationType: data.record ? 'update' : 'create', record }] } });
     const saved = answer.records[0];

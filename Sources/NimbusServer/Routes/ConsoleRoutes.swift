@@ -19,7 +19,7 @@ import NimbusWire
 /// | `containers/{c}/schema/deploy` | GET: the diff; POST: deploys |
 /// | `containers/{c}/roles/{env}` | POST `{name}`: a custom role |
 /// | `containers/{c}/grants/{env}` | POST `{recordType, role, permissions: [..], granting}` |
-/// | `containers/{c}/data/{env}/{database}/{zones/list, zones/modify, records/query, records/lookup, records/modify}` | CloudKit's bodies; `?user=` for a private or shared database |
+/// | `containers/{c}/data/{env}/{database}/{zones/list, zones/modify, records/query, records/lookup, records/modify, assets/upload}` | CloudKit's bodies; `?user=` for a private or shared database |
 /// | `containers/{c}/users` | GET `?after=&limit=`: members |
 /// | `containers/{c}/users/{name}` | GET: sessions, roles, push tokens, subscriptions |
 /// | `containers/{c}/users/{name}/sessions/revoke` | POST `{session}` |
@@ -277,6 +277,8 @@ enum ConsoleRoutes {
             ("records/lookup", false, { target, body in try await service.lookupRecords(target, RecordsLookupRequest(json: body)).json }),
             ("records/modify", true, { target, body in try await service.modifyRecords(target, RecordsModifyRequest(json: body)).json }),
             ("subscriptions/list", false, { target, _ in try await service.listSubscriptions(target).json }),
+            // The record editor's uploads: a token as apps get one; the bytes then go to its URL.
+            ("assets/upload", true, { target, body in try await service.requestAssetUploads(target, AssetUploadRequest(json: body)).json }),
         ]
         for call in calls {
             admin.post(RouterPath("containers/:container/data/:environment/:database/\(call.path)")) { request, context in
