@@ -34,9 +34,12 @@ import Testing
             #expect(shared.status == 200 && shared.records.first?.errorCode == nil, "\(shared.text)")
             _ = try await alice.lookup(zone: "Nowhere", ["x"])
             let screenshots = ProcessInfo.processInfo.environment["NIMBUS_DASHBOARD_SCREENSHOTS"]
+            let png = NSTemporaryDirectory() + "nimbus-dashboard-" + UUID().uuidString + ".png"
+            try Data(Self.onePixelPNG).write(to: URL(fileURLWithPath: png))
+            defer { try? FileManager.default.removeItem(atPath: png) }
             let config: JSON = [
                 "url": .string(server.baseURL), "name": "olga", "password": .string(password), "container": .string(TestServer.container),
-                "screenshots": screenshots.map(JSON.string) ?? .null,
+                "screenshots": screenshots.map(JSON.string) ?? .null, "now": .int(server.clock.nowMilliseconds()), "png": .string(png),
             ]
             let configFile = NSTemporaryDirectory() + "nimbus-dashboard-" + UUID().uuidString + ".json"
             try Data(config.serialized()).write(to: URL(fileURLWithPath: configFile))
@@ -68,8 +71,17 @@ import Testing
             #expect(try await server.service.schema(container: TestServer.container, environment: .production).recordTypes.contains("Place"))
             #expect(result["nearParis"]?.arrayValue?.compactMap(\.stringValue) == ["paris"], "\(result)")
             #expect(result["nearParisFields"]?.arrayValue?.first?.stringValue?.contains("<img src=x") == true, "\(result)")
+            #expect(result["savedStars"]?.stringValue == "5", "\(result)")
+            #expect(result["uploadedImageWidth"]?.int64Value == 1, "\(result)")
+            #expect(result["fieldDeleted"]?.stringValue?.contains("Deleted field Place.draft") == true, "\(result)")
+            #expect(result["secondFactor"]?.stringValue == "Second factor on.", "\(result)")
+            #expect(result["codeAsked"]?.stringValue?.contains("6-digit code") == true, "\(result)")
+            #expect(result["signedInWithCode"]?.stringValue == "olga", "\(result)")
+            #expect(result["resetRefused"]?.stringValue?.contains("confirm") == true, "\(result)")
+            #expect(result["reset"]?.stringValue?.hasPrefix("Development reset:") == true, "\(result)")
+            // The reset emptied development (paris and its uploaded photo with it); production keeps its schema.
             let paris = try await server.client().lookup("public", ["paris"])
-            #expect(paris.records.first?.fieldValue("stars")?.int64Value == 5, "\(paris.text) \(result)")
+            #expect(paris.records.first?["serverErrorCode"]?.stringValue == "NOT_FOUND", "\(paris.text)")
             #expect(result["assetImageWidth"]?.int64Value == 1 && result["assetLink"]?.stringValue == "Download image", "\(result)")
             #expect(result["people"]?.arrayValue?.compactMap(\.stringValue) == ["alice"], "\(result)")
             let afterRevoke = try await alice.post("private", "zones/list", [:])
@@ -84,6 +96,7 @@ import Testing
             let actions = audit.map { $0[2] }
             for expected in [
                 "sessions.revoke", "data.change", "schema.deploy", "schema.indexes", "tokens.create", "containers.create", "operators.create",
+                "schema.remove", "environment.reset", "operators.second-factor.enable",
             ] {
                 #expect(actions.contains(expected), "no \(expected) in \(actions)")
             }

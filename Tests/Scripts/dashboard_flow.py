@@ -1,16 +1,22 @@
 #!/usr/bin/env python3
-"""The dashboard in headless Chromium (selenium): sign-in, operators, containers, schema (an
-index, deploy with a diff), data (records saved, filtered by place, edited; an asset), people
-(a session revoked), sharing, logs, the audit log, sign-out.
+"""The dashboard in headless Chromium (selenium): sign-in (with a second factor set up on the
+way), operators, containers, schema (an index, a field deleted, deploy with a diff), data
+(records saved, filtered by place, edited; an asset viewed and one uploaded), people (a session
+revoked), sharing, logs, reset of development, the audit log, sign-out.
 
   dashboard_flow.py CONFIG.json
 
 CONFIG: {"url": the server's base URL, "name": an administrator, "password": its password,
-         "container": the container with alice's data, "screenshots": a folder for screenshots, or null}
+         "container": the container with alice's data, "screenshots": a folder for screenshots, or null,
+         "now": the server's clock in milliseconds (a test clock: it does not move), "png": a PNG file to upload}
 
 Prints a JSON object of what the page showed, for the Swift test to check.
 """
+import base64
+import hashlib
+import hmac
 import json
+import struct
 import sys
 
 from selenium import webdriver
@@ -19,6 +25,15 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 HOSTILE = '<img src=x onerror="window.pwned=1">'
+
+
+def one_time_code(secret, now_ms, steps_ahead):
+    """RFC 6238 as authenticator apps compute it: HMAC-SHA1 of the 30-second step, six digits."""
+    key = base64.b32decode(secret + "=" * (-len(secret) % 8))
+    step = now_ms // 1000 // 30 + steps_ahead
+    mac = hmac.new(key, struct.pack(">Q", step), hashlib.sha1).digest()
+    offset = mac[-1] & 15
+    return f"{(struct.unpack('>I', mac[offset:offset + 4])[0] & 0x7FFFFFFF) % 1000000:06d}"
 
 
 def console_flow(driver, wait, shots, config, result, rows, visible):
@@ -73,7 +88,19 @@ def console_flow(driver, wait, shots, config, result, rows, visible):
         message_contains("Place.title: QUERYABLE, SORTABLE in development")
     driver.find_element(By.CSS_SELECTOR, "input[aria-label='Place.title SEARCHABLE']").click()
     result["indexMessage"] = message_contains("Place.title: QUERYABLE, SORTABLE, SEARCHABLE")
-    result["schemaTypes"] = [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#schema-types h3")]
+    result["schemaTypes"] = [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#schema-types h3 > span")]
+
+    # Delete a field no record holds: added by hand, then deleted (the page asks first).
+    form = driver.find_element(By.ID, "add-field")
+    set_field(form, "recordType", "Place")
+    set_field(form, "field", "draft")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "input[aria-label='Place.draft QUERYABLE']"))
+    row = driver.find_element(By.CSS_SELECTOR, "input[aria-label='Place.draft QUERYABLE']").find_element(By.XPATH, "./ancestor::tr")
+    row.find_element(By.CSS_SELECTOR, "button.danger").click()
+    driver.switch_to.alert.accept()
+    result["fieldDeleted"] = message_contains("Deleted field Place.draft.")
+    wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, "input[aria-label='Place.draft QUERYABLE']"))
     if shots:
         driver.save_screenshot(f"{shots}/schema.png")
 
@@ -115,6 +142,16 @@ def console_flow(driver, wait, shots, config, result, rows, visible):
     stars.send_keys("5")
     driver.find_element(By.CSS_SELECTOR, "#record-form button[type=submit]").click()
     result["edited"] = message_contains("Saved paris.")
+    result["savedStars"] = driver.find_element(By.CSS_SELECTOR, "input[aria-label='Value of stars']").get_attribute("value")
+
+    # Upload an asset from the editor: paris gets a photo, shown as the server serves it.
+    form = driver.find_element(By.ID, "record-form")
+    set_field(form, "assetField", "photo")
+    form.find_element(By.NAME, "assetFile").send_keys(config["png"])
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#asset-preview img"))
+    wait.until(lambda d: d.execute_script("const i = document.querySelector('#asset-preview img'); return i.complete && i.naturalWidth > 0"))
+    result["uploadedImageWidth"] = driver.execute_script("return document.querySelector('#asset-preview img').naturalWidth")
 
     # View an asset: the photo the test's user uploaded.
     driver.find_element(By.ID, "filters").find_element(By.TAG_NAME, "button").click()  # remove the filter
@@ -164,6 +201,20 @@ def console_flow(driver, wait, shots, config, result, rows, visible):
         driver.execute_script("window.scrollTo(0, 0)")
         driver.save_screenshot(f"{shots}/logs.png")
 
+    # Reset development: refused without the identifier, done with it; Place is then empty.
+    area("containers")
+    pick("development")
+    form = driver.find_element(By.ID, "reset-development")
+    set_field(form, "confirm", "not-it")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    result["resetRefused"] = message_contains("confirm")
+    set_field(form, "confirm", container)
+    if shots:
+        driver.execute_script("document.getElementById('reset-development').scrollIntoView()")
+        driver.save_screenshot(f"{shots}/reset.png")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    result["reset"] = message_contains("Development reset:")
+
 
 def main():
     config = json.load(open(sys.argv[1]))
@@ -179,8 +230,10 @@ def main():
     def visible(element_id):
         return driver.find_element(By.ID, element_id).is_displayed()
 
-    def sign_in(name, password):
+    def sign_in(name, password, code=""):
         form = driver.find_element(By.ID, "sign-in-form")
+        form.find_element(By.NAME, "code").clear()
+        form.find_element(By.NAME, "code").send_keys(code)
         form.find_element(By.NAME, "name").clear()
         form.find_element(By.NAME, "name").send_keys(name)
         form.find_element(By.NAME, "password").clear()
@@ -222,6 +275,15 @@ def main():
         result["ritaPassword"] = driver.find_element(By.ID, "new-password").text
         wait.until(lambda d: any(row[0] == "rita" for row in rows("operator-rows")))
         result["operatorsAfter"] = rows("operator-rows")
+        # A second factor: set up with the secret the page shows and a code made from it.
+        driver.find_element(By.ID, "second-factor-begin").click()
+        wait.until(lambda d: d.find_element(By.ID, "second-factor-secret").text)
+        secret = driver.find_element(By.ID, "second-factor-secret").text
+        confirm = driver.find_element(By.ID, "second-factor-confirm")
+        confirm.find_element(By.NAME, "code").send_keys(one_time_code(secret, config["now"], 0))
+        confirm.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        wait.until(lambda d: d.find_element(By.ID, "second-factor-state").text == "on")
+        result["secondFactor"] = driver.find_element(By.ID, "message").text
         if shots:
             driver.save_screenshot(f"{shots}/operators.png")
 
@@ -254,6 +316,16 @@ def main():
         driver.find_element(By.ID, "sign-out").click()
         wait.until(lambda d: visible("sign-in"))
         result["afterSignOut"] = driver.find_element(By.ID, "message").text
+
+        # The second factor asked, then given (the next step's code: the first is spent).
+        sign_in(config["name"], config["password"])
+        wait.until(lambda d: "code" in d.find_element(By.ID, "message").text)
+        result["codeAsked"] = driver.find_element(By.ID, "message").text
+        sign_in(config["name"], config["password"], one_time_code(secret, config["now"], 1))
+        wait.until(lambda d: visible("app") and rows("operator-rows"))
+        result["signedInWithCode"] = driver.find_element(By.ID, "operator-name").text
+        driver.find_element(By.ID, "sign-out").click()
+        wait.until(lambda d: visible("sign-in"))
 
         # The read-only operator sees no create form.
         sign_in("rita", result["ritaPassword"])

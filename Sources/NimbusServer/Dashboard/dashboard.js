@@ -250,7 +250,7 @@ views.schema = async () => {
       removable ? el('td', {}, el('button', { type: 'button', className: 'danger', onclick: () => removeFromSchema(type.name, field.name) }, 'Delete')) : null));
     const grants = Object.entries(type.grants).map(([role, permissions]) => `${role}: ${permissions.join(', ') || 'none'}`).join('; ');
     return el('section', { className: 'record-type' },
-      el('h3', {}, type.name,
+      el('h3', {}, el('span', {}, type.name),
         removable && type.name !== 'Users' ? el('button', { type: 'button', className: 'danger', onclick: () => removeFromSchema(type.name) }, 'Delete record type') : null),
       el('table', {}, el('thead', {}, el('tr', {}, ...['Field', 'Type', ...INDEXES, ...(removable ? [''] : [])].map((h) => el('th', { scope: 'col' }, h)))), el('tbody', {}, ...rows)),
       el('p', {}, `Grants: ${grants}`));
@@ -529,6 +529,7 @@ $('record-form').addEventListener('submit', (event) => {
       zoneID: zoneID(), operations: [{ operationType: data.record ? 'update' : 'create', record }] } });
     const saved = answer.records[0];
     if (saved.serverErrorCode) throw new Error(`${saved.serverErrorCode}: ${saved.reason}`);
+    form.elements.assetFile.value = '';
     say(`Saved ${saved.recordName}.`);
     showRecord(saved);
   });
