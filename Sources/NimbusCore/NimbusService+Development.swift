@@ -15,8 +15,9 @@ extension NimbusService {
     /// devices would keep values the server no longer has). A declared system field holds no
     /// values of its own, only indexes: it goes at once.
     public func removeFromDevelopmentSchema(container: String, recordType: String, field: String?) async throws {
-        if recordType == Names.usersRecordType, field == nil {
-            throw CloudKitError.badRequest("record type Users belongs to the server (every user has a record of it); delete its fields instead")
+        if field == nil, recordType == Names.usersRecordType || recordType == Names.shareRecordType {
+            throw CloudKitError.badRequest(
+                "record type \(recordType) belongs to the server (users and shares are made of it); delete its fields instead")
         }
         let systemField = field.map { Self.systemFieldTypes[$0] != nil } ?? false
         try await storage.write { tx in

@@ -70,6 +70,8 @@ struct DevelopmentEnvironmentTests {
 
             let users = try await browser.post("\(Self.schema)/remove", ["recordType": "Users"])
             #expect(users.status == 400 && users.reason.contains("belongs to the server"), "\(users.text)")
+            let shares = try await browser.post("\(Self.schema)/remove", ["recordType": "cloudkit.share"])
+            #expect(shares.status == 400 && shares.reason.contains("belongs to the server"), "\(shares.text)")
             let production = try await browser.post(
                 "containers/\(Self.container)/schema/production/remove", ["recordType": "Note", "field": "title"])
             #expect(production.status == 400 && production.reason.contains("deploying"), "\(production.text)")

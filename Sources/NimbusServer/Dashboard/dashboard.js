@@ -251,7 +251,7 @@ views.schema = async () => {
     const grants = Object.entries(type.grants).map(([role, permissions]) => `${role}: ${permissions.join(', ') || 'none'}`).join('; ');
     return el('section', { className: 'record-type' },
       el('h3', {}, el('span', {}, type.name),
-        removable && type.name !== 'Users' ? el('button', { type: 'button', className: 'danger', onclick: () => removeFromSchema(type.name) }, 'Delete record type') : null),
+        removable && !['Users', 'cloudkit.share'].includes(type.name) ? el('button', { type: 'button', className: 'danger', onclick: () => removeFromSchema(type.name) }, 'Delete record type') : null),
       el('table', {}, el('thead', {}, el('tr', {}, ...['Field', 'Type', ...INDEXES, ...(removable ? [''] : [])].map((h) => el('th', { scope: 'col' }, h)))), el('tbody', {}, ...rows)),
       el('p', {}, `Grants: ${grants}`));
   }));

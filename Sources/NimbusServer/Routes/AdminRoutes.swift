@@ -44,7 +44,7 @@ enum AdminRoutes {
             let body = try await RouteInput(request: request, context: context, parts: parts).body()
             try await service.changeOperatorPassword(
                 current: try body.requiredString("currentPassword"), new: try body.requiredString("newPassword"), as: operatorContext)
-            return Reply.json(["changed": .bool(true)], context: context)
+            return Reply.json(["passwordChanged": .bool(true)], context: context)
         }
         admin.post("me/second-factor") { request, context in
             let (secret, uri) = try await service.beginSecondFactor(as: try await changing(request, service))
