@@ -173,10 +173,7 @@ extension NimbusService {
     /// Confirms enrolment with a code from the new secret; from then on sign-in asks for codes.
     public func confirmSecondFactor(code: String, as context: OperatorContext) async throws {
         let name = context.account.name
-        guard let account = try await storage.operators.operatorAccount(name: name), let pending = account.pendingSecondFactor else {
-            throw CloudKitError.badRequest("no second factor is being set up for operator '\(name)'; start again")
-        }
-        try await spendCode(code, secret: pending, operatorName: name, throttleKey: "operator:\(name)")
+        let pending = try await spendCode(code, of: \.pendingSecondFactor, as: context, missing: "no second factor is being set up for operator '\(name)'; start again")
         try await storage.operators.setOperatorSecondFactor(name: name, secret: pending, pendingSecret: nil)
         try await audit(name, "operators.second-factor.enable", container: nil, "operator \(name) turned on its second factor")
     }
@@ -184,12 +181,22 @@ extension NimbusService {
     /// Turns the signed-in operator's second factor off, with a current code as proof.
     public func removeSecondFactor(code: String, as context: OperatorContext) async throws {
         let name = context.account.name
-        guard let account = try await storage.operators.operatorAccount(name: name), let secret = account.secondFactor else {
-            throw CloudKitError.badRequest("operator '\(name)' has no second factor")
-        }
-        try await spendCode(code, secret: secret, operatorName: name, throttleKey: "operator:\(name)")
+        _ = try await spendCode(code, of: \.secondFactor, as: context, missing: "operator '\(name)' has no second factor")
         try await storage.operators.setOperatorSecondFactor(name: name, secret: nil, pendingSecret: nil)
         try await audit(name, "operators.second-factor.disable", container: nil, "operator \(name) turned off its second factor")
+    }
+
+    /// Spends a code of the signed-in operator's stored secret (as it is now, not as the
+    /// session began) and returns that secret; `missing` is the refusal when there is none.
+    private func spendCode(_ code: String, of secret: KeyPath<OperatorRow, String?>, as context: OperatorContext, missing: String)
+        async throws -> String
+    {
+        let name = context.account.name
+        guard let account = try await storage.operators.operatorAccount(name: name), let stored = account[keyPath: secret] else {
+            throw CloudKitError.badRequest(missing)
+        }
+        try await spendCode(code, secret: stored, operatorName: name, throttleKey: "operator:\(name)")
+        return stored
     }
 
     /// Clears an operator's second factor from the command line: the way back for one who
