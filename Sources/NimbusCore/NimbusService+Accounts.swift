@@ -48,6 +48,18 @@ extension NimbusService {
         try await accounts.containers()
     }
 
+    /// NOT_FOUND naming the container, unless it exists.
+    func requireContainer(_ id: String) async throws {
+        try await storage.read { tx in try Self.requireContainer(id, tx: tx) }
+    }
+
+    /// The same inside a transaction, for a change that must not start on a missing container.
+    static func requireContainer(_ id: String, tx: any StorageReader) throws {
+        guard try tx.container(id: id) != nil else {
+            throw CloudKitError(.notFound, "container '\(Names.escaped(id))' does not exist")
+        }
+    }
+
     /// Makes a new API token for the container and environment and returns it; only its hash is kept.
     /// `allowedOrigins` are the web origins whose pages may use it (`["*"]`: any), each
     /// `scheme://host[:port]`. `signInCallback` is where the sign-in page sends the browser

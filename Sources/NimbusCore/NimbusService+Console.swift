@@ -17,9 +17,7 @@ extension NimbusService {
         changing: Bool, baseURL: String?
     ) async throws -> DatabaseTarget {
         if changing { try context.requireChange(container: container) } else { try context.requireSight(of: container) }
-        guard try await accounts.containers().contains(where: { $0.id == container }) else {
-            throw CloudKitError(.notFound, "container '\(Names.escaped(container))' does not exist")
-        }
+        try await requireContainer(container)
         let caller: Caller
         switch scope {
         case .public:

@@ -21,9 +21,7 @@ extension NimbusService {
         }
         let systemField = field.map { Self.systemFieldTypes[$0] != nil } ?? false
         try await storage.write { tx in
-            guard try tx.container(id: container) != nil else {
-                throw CloudKitError(.notFound, "container '\(Names.escaped(container))' does not exist")
-            }
+            try Self.requireContainer(container, tx: tx)
             let schema = try tx.schemaFields(container: container, environment: .development)
             if let field {
                 guard schema.contains(where: { $0.recordType == recordType && $0.fieldName == field }) else {
@@ -81,9 +79,7 @@ extension NimbusService {
     /// again. Custom roles made in development stay (roles are never deleted), without grants
     /// production does not give them.
     public func resetDevelopment(container: String) async throws -> DevelopmentReset {
-        guard try await storage.read({ try $0.container(id: container) }) != nil else {
-            throw CloudKitError(.notFound, "container '\(Names.escaped(container))' does not exist")
-        }
+        try await requireContainer(container)
         var members: [NamedMember] = []
         var after: Int64 = 0
         while true {

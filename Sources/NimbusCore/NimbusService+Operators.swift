@@ -223,6 +223,6 @@ extension NimbusService {
     /// sees the entries of those only.
     public func auditLog(for context: OperatorContext, limit: Int, beforeID: Int64?) async throws -> [AuditEntry] {
         let entries = try await storage.operators.auditEntries(limit: min(max(limit, 1), 200), beforeID: beforeID)
-        return entries.filter { entry in entry.container.map(context.account.maySee) ?? (context.account.containers == nil) }
+        return entries.filter { context.account.maySee(entryAbout: $0.container) }
     }
 }

@@ -123,9 +123,7 @@ extension NimbusService {
             throw CloudKitError.badRequest(
                 "key: not a P-256 private key in PEM form; use the .p8 file Apple's developer site gives for APNs")
         }
-        guard try await containers().contains(where: { $0.id == container }) else {
-            throw CloudKitError(.notFound, "container '\(Names.escaped(container))' does not exist")
-        }
+        try await requireContainer(container)
         let row = APNsCredentialsRow(
             container: container, teamID: teamID, keyID: keyID, topic: topic, privateKeyPEM: privateKeyPEM, updatedAt: now)
         try await storage.push.putAPNsCredentials(row)

@@ -148,9 +148,7 @@ extension NimbusService {
     /// Creates a custom role: an identifier, not starting with `_` (the built-in roles').
     public func createRole(container: String, environment: Environment, name: String) async throws {
         try Names.validateIdentifier(name, kind: "role name", path: "role")
-        guard try await containers().contains(where: { $0.id == container }) else {
-            throw CloudKitError(.notFound, "container '\(Names.escaped(container))' does not exist")
-        }
+        try await requireContainer(container)
         guard try await accounts.createRole(container: container, environment: environment, name: name, createdAt: now) else {
             throw CloudKitError(.exists, "role '\(name)' exists already in \(container)/\(environment.rawValue)")
         }

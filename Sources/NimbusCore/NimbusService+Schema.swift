@@ -69,9 +69,7 @@ extension NimbusService {
     }
 
     private static func recordTypePlan(container: String, tx: any StorageReader) throws -> SchemaDeployPlan {
-        guard try tx.container(id: container) != nil else {
-            throw CloudKitError(.notFound, "container '\(Names.escaped(container))' does not exist")
-        }
+        try requireContainer(container, tx: tx)
         let developmentFields = try tx.schemaFields(container: container, environment: .development)
         let productionTypes = Set(try tx.schemaRecordTypes(container: container, environment: .production))
         let productionFields = try tx.schemaFields(container: container, environment: .production)

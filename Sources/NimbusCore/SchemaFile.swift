@@ -240,9 +240,7 @@ extension NimbusService {
             }
         }
         (outcome.newRecordTypes, outcome.newFields) = try await storage.write { tx in
-            guard try tx.container(id: container) != nil else {
-                throw CloudKitError(.notFound, "container '\(Names.escaped(container))' does not exist")
-            }
+            try Self.requireContainer(container, tx: tx)
             let types = Set(try tx.schemaRecordTypes(container: container, environment: .development))
             var existing: [String: SchemaFieldRow] = [:]
             for field in try tx.schemaFields(container: container, environment: .development) {

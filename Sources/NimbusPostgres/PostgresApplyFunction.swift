@@ -199,13 +199,9 @@ enum PostgresApplyFunction {
     /// database's count, and each database's `usage` from the unit is added with its final
     /// sequence. Written as the edits to v2 so the difference is all there is to read.
     static let v3: String = {
-        var text = v2
-        func edit(_ old: String, _ new: String) {
-            precondition(text.contains(old), "nimbus_apply v2 lacks the text v3 edits")
-            text = text.replacingOccurrences(of: old, with: new)
-        }
-        edit("CREATE FUNCTION nimbus_apply", "CREATE OR REPLACE FUNCTION nimbus_apply")
-        edit(
+        var text = Edits(base: v2, name: "v2", into: "v3")
+        text.edit("CREATE FUNCTION nimbus_apply", "CREATE OR REPLACE FUNCTION nimbus_apply")
+        text.edit(
             """
                         db := nimbus_zone_database((w->>'id')::bigint);
                         DELETE FROM field_index WHERE database_id = db AND zone_id = (w->>'id')::bigint;
@@ -218,21 +214,17 @@ enum PostgresApplyFunction {
                         WHERE id = db;
                         DELETE FROM field_index WHERE database_id = db AND zone_id = (w->>'id')::bigint;
             """)
-        edit(
+        text.edit(
             "UPDATE databases SET sequence = (s->>'final')::bigint\n",
             "UPDATE databases SET sequence = (s->>'final')::bigint, used_bytes = used_bytes + (s->>'usage')::bigint\n")
-        return text
+        return text.result
     }()
 
     /// v3 and asset references (docs/assets.md): a record's are replaced with it, a deleted
     /// zone's go with it and free their bytes. Written as the edits to v3.
     static let v4: String = {
-        var text = v3
-        func edit(_ old: String, _ new: String) {
-            precondition(text.contains(old), "nimbus_apply v3 lacks the text v4 edits")
-            text = text.replacingOccurrences(of: old, with: new)
-        }
-        edit(
+        var text = Edits(base: v3, name: "v3", into: "v4")
+        text.edit(
             """
                             FROM records WHERE database_id = db AND zone_id = (w->>'id')::bigint AND NOT deleted)
                         WHERE id = db;
@@ -244,7 +236,7 @@ enum PostgresApplyFunction {
                         WHERE id = db;
                         DELETE FROM asset_references WHERE database_id = db AND source_zone_id = (w->>'id')::bigint;
             """)
-        edit(
+        text.edit(
             """
                     WHEN 'addSchemaField' THEN
             """,
@@ -258,18 +250,14 @@ enum PostgresApplyFunction {
                         FROM jsonb_to_recordset(w->'rows') AS a(field text, position integer, checksum text, size bigint);
                     WHEN 'addSchemaField' THEN
             """)
-        return text
+        return text.result
     }()
 
     /// v4 and schema removals (the dashboard's "delete a field" and reset of the development
     /// environment): a field, or a record type with all its fields. Written as the edits to v4.
     static let v5: String = {
-        var text = v4
-        func edit(_ old: String, _ new: String) {
-            precondition(text.contains(old), "nimbus_apply v4 lacks the text v5 edits")
-            text = text.replacingOccurrences(of: old, with: new)
-        }
-        edit(
+        var text = Edits(base: v4, name: "v4", into: "v5")
+        text.edit(
             """
                     WHEN 'addSchemaRecordType' THEN
             """,
@@ -284,6 +272,25 @@ enum PostgresApplyFunction {
                         END IF;
                     WHEN 'addSchemaRecordType' THEN
             """)
-        return text
+        return text.result
     }()
+
+    /// A version written as edits to the one before it, so the difference is all there is to
+    /// read; an edit whose text is not there stops the program (the versions are frozen).
+    struct Edits {
+        private(set) var result: String
+        let name: String
+        let version: String
+
+        init(base: String, name: String, into version: String) {
+            result = base
+            self.name = name
+            self.version = version
+        }
+
+        mutating func edit(_ old: String, _ new: String) {
+            precondition(result.contains(old), "nimbus_apply \(name) lacks the text \(version) edits")
+            result = result.replacingOccurrences(of: old, with: new)
+        }
+    }
 }

@@ -60,6 +60,10 @@ public struct OperatorRow: Sendable, Equatable {
     }
 
     public func maySee(container: String) -> Bool { containers?.contains(container) ?? true }
+
+    /// Whether a log entry or figure about `container` is this operator's to see: one about no
+    /// container is for operators of every container only.
+    public func maySee(entryAbout container: String?) -> Bool { container.map(maySee(container:)) ?? (containers == nil) }
 }
 
 public struct OperatorSessionRow: Sendable, Equatable {

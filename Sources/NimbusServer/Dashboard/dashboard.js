@@ -527,19 +527,24 @@ $('record-form').addEventListener('submit', (event) => {
       : { recordType, fields, ...(recordName ? { recordName } : {}) };
     const answer = await api(dataPath('records/modify'), { method: 'POST', body: {
       zoneID: zoneID(), operations: [{ operationType: data.record ? 'update' : 'create', record }] } });
-    const saved = answer.records[0];
-    if (saved.serverErrorCode) throw new Error(`${saved.serverErrorCode}: ${saved.reason}`);
+    const saved = onlyRecord(answer);
     form.elements.assetFile.value = '';
     say(`Saved ${saved.recordName}.`);
     showRecord(saved);
   });
 });
 
+// The one record a records/modify answered for, or its per-record error thrown.
+function onlyRecord(answer) {
+  const record = answer.records[0];
+  if (record.serverErrorCode) throw new Error(`${record.serverErrorCode}: ${record.reason}`);
+  return record;
+}
+
 $('delete-record').addEventListener('click', () => act(async () => {
   const answer = await api(dataPath('records/modify'), { method: 'POST', body: {
     zoneID: zoneID(), operations: [{ operationType: 'delete', record: { recordName: data.record.recordName, recordChangeTag: data.record.recordChangeTag } }] } });
-  const outcome = answer.records[0];
-  if (outcome.serverErrorCode) throw new Error(`${outcome.serverErrorCode}: ${outcome.reason}`);
+  onlyRecord(answer);
   say(`Deleted ${data.record.recordName}.`);
   $('record-detail').hidden = true;
   await runQuery(null);

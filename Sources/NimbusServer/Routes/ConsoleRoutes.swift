@@ -333,12 +333,13 @@ enum ConsoleRoutes {
             let detail = try await service.personDetail(container: container(context), userName: userName, as: operatorContext)
             var subscriptions: [JSON] = []
             for environment in [NimbusStorage.Environment.development, .production] {
+                // The user as the caller once; then each of their databases.
+                let caller = try await service.consoleTarget(
+                    container: container(context), environment: environment, scope: .private, userName: userName, as: operatorContext,
+                    changing: false, baseURL: nil
+                ).caller
                 for scope in [DatabaseScope.private, .shared, .public] {
-                    var target = try await service.consoleTarget(
-                        container: container(context), environment: environment, scope: .private, userName: userName, as: operatorContext,
-                        changing: false, baseURL: nil)
-                    target = DatabaseTarget(caller: target.caller, scope: scope)
-                    let listed = try await service.listSubscriptions(target)
+                    let listed = try await service.listSubscriptions(DatabaseTarget(caller: caller, scope: scope))
                     guard !listed.subscriptions.isEmpty else { continue }
                     subscriptions.append(
                         ["environment": .string(environment.rawValue), "database": .string(scope.rawValue), "list": listed.json])
@@ -394,7 +395,8 @@ enum ConsoleRoutes {
             let publicUsage = try await service.publicUsage(container: container(context), environment: environment)
             var users: [JSON] = []
             for member in try await service.members(container: container(context), after: 0, limit: NimbusService.consolePageLimit, as: operatorContext) {
-                let usage = try await service.privateUsage(container: container(context), environment: environment, userName: member.userName)
+                let usage = try await service.usage(
+                    of: DatabaseKey(container: container(context), environment: environment, scope: .private, ownerID: member.entry.member.userID))
                 users.append(["name": .string(member.userName), "usedBytes": .int(usage.usedBytes), "quotaBytes": .int(usage.quotaBytes)])
             }
             return Reply.json(
@@ -416,7 +418,7 @@ enum ConsoleRoutes {
             let containerName = request.query("container").flatMap { $0.isEmpty ? nil : $0 }
             let limit = min(max(request.query("limit").flatMap(Int.init) ?? 100, 1), 1_000)
             let entries = parts.requests.newest(limit: limit) { entry in
-                guard entry.container.map(account.maySee) ?? (account.containers == nil) else { return false }
+                guard account.maySee(entryAbout: entry.container) else { return false }
                 if let containerName, entry.container != containerName { return false }
                 if let user, entry.user?.contains(user) != true { return false }
                 if let error, entry.serverErrorCode != error { return false }
@@ -437,7 +439,7 @@ enum ConsoleRoutes {
         admin.get("metrics") { request, context in
             let account = try await AdminRoutes.signedIn(request, service).account
             let minutes = parts.requests.lastHour(now: service.options.clock.nowMilliseconds()) { container in
-                container.isEmpty ? account.containers == nil : account.maySee(container: container)
+                account.maySee(entryAbout: container.isEmpty ? nil : container)
             }
             let rows: [JSON] = minutes.map { minute in
                 var errors = JSONObject()
