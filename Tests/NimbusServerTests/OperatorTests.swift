@@ -86,6 +86,9 @@ struct OperatorTests {
             #expect(wrong.status == 401 && wrong.reason.contains("current password is wrong"), "\(wrong.text)")
             let short = try await browser.post("me/password", ["currentPassword": .string(password), "newPassword": "elevenchars"])
             #expect(short.status == 400 && short.reason.contains("at least 12"), "\(short.text)")
+            let tooLong = try await browser.post(
+                "me/password", ["currentPassword": .string(password), "newPassword": .string(String(repeating: "é", count: 512) + "x")])
+            #expect(tooLong.status == 400 && tooLong.reason.contains("at most 1024 bytes"), "\(tooLong.text)")
             let noCSRF = try await browser.post("me/password", ["currentPassword": .string(password), "newPassword": "twelve chars"], csrf: "x")
             #expect(noCSRF.status == 403, "\(noCSRF.text)")
             // Read-only operators change their own password too: it is theirs, not the data's.
@@ -94,8 +97,13 @@ struct OperatorTests {
             #expect(try await Browser.attempt(server, "olga", password).status == 401)
             var again = Browser(server)
             #expect(try await again.signIn("olga", "twelve chars").status == 200)
+            // At the bound: 1024 bytes (512 two-byte characters) are taken.
+            let longest = String(repeating: "é", count: 512)
+            let atBound = try await again.post("me/password", ["currentPassword": "twelve chars", "newPassword": .string(longest)])
+            #expect(atBound.status == 200, "\(atBound.text)")
+            #expect(try await Browser.attempt(server, "olga", longest).status == 200)
             let actions = try await again.get("audit").json["entries"]?.arrayValue?.compactMap { $0["action"]?.stringValue } ?? []
-            #expect(actions.filter { $0 == "operators.password" }.count == 1, "\(actions)")
+            #expect(actions.filter { $0 == "operators.password" }.count == 2, "\(actions)")
         }
     }
 
