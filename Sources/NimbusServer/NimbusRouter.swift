@@ -25,8 +25,8 @@ enum NimbusRouter {
         DashboardRoutes.add(to: router)  // the dashboard's page, style and script
 
         // Authentication runs in each route of these groups before its handler (`Route.bind`).
-        let apiToken = Authentication(service: service, credentials: .apiToken)
-        let session = Authentication(service: service, credentials: .session)
+        let apiToken = Authentication(service: service, credentials: .apiToken, bodies: parts.bodies)
+        let session = Authentication(service: service, credentials: .session, bodies: parts.bodies)
         router.group("auth/1/:container/:environment").add(AuthRoutes.routes, parts: parts, authentication: apiToken)
         router.group("device/1/:container/:environment").add(DeviceRoutes.routes, parts: parts, authentication: session)
         router.group("database/1/:container/:environment").add(DeviceRoutes.tokenRoutes, parts: parts, authentication: session)

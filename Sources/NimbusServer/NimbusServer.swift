@@ -160,9 +160,11 @@ public enum NimbusServer {
         let courier = WebCourier(service: service, pollTimeout: configuration.webCourierPollTimeout)
         let apns = APNsDelivery(service: service, settings: configuration.apns, logger: logger)
         for sink: any NotificationSink in [connections, courier, apns] { service.notificationHub.addSink(sink) }
-        let parts = ServerParts(service: service, courier: courier, logger: logger)
-        let router = NimbusRouter.make(parts: parts, trustedProxies: configuration.trustedProxies)
         let edge = configuration.edge
+        let budget = BodyBudget(
+            .init(total: edge.bodyBytesInFlight, perClient: edge.bodyBytesPerClient, perCaller: edge.bodyBytesPerCaller))
+        let parts = ServerParts(service: service, courier: courier, logger: logger, bodyBudget: budget)
+        let router = NimbusRouter.make(parts: parts, trustedProxies: configuration.trustedProxies)
         let counter = ConnectionCounter()
         let server = HTTPServerBuilder { responder in
             GuardedChannel(
@@ -174,7 +176,7 @@ public enum NimbusServer {
                         await NotificationSocket.shouldUpgrade(
                             request, channel: channel, service: service, connections: connections)
                     }),
-                limits: edge, counter: counter, isStreamPath: NotificationSocket.isStreamPath)
+                limits: edge, bodyLimits: parts.bodies.limits, counter: counter, isStreamPath: NotificationSocket.isStreamPath)
         }
         return Application(
             router: router,

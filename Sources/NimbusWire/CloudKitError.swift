@@ -16,6 +16,12 @@ public struct CloudKitError: Error, Sendable, Hashable, CustomStringConvertible 
     /// For limit violations: the name of the limit (see `Limits`), so SDKs can map the
     /// error to `CKError.limitExceeded` without parsing the reason.
     public var limitName: String?
+    /// A whole-request failure's HTTP status when it is not its code's: 413 for a body over
+    /// its bound, which the protocol has no code of its own for.
+    public var statusOverride: Int?
+
+    /// The HTTP status this error is answered with as a whole-request failure.
+    public var httpStatus: Int { statusOverride ?? code.httpStatus }
 
     public init(
         _ code: ServerErrorCode, _ reason: String, recordName: String? = nil, zoneID: JSON? = nil,
@@ -38,6 +44,13 @@ public struct CloudKitError: Error, Sendable, Hashable, CustomStringConvertible 
         CloudKitError(
             .badRequest, "\(what) is \(actual); the limit is \(limit.value) (\(limit.name))",
             limitName: limit.name)
+    }
+
+    /// A request body over its route's bound (`413`, with the limit named as `limitExceeded` does).
+    public static func bodyTooLarge(_ limit: Limit, actual: Int, what: String) -> CloudKitError {
+        var error = limitExceeded(limit, actual: actual, what: what)
+        error.statusOverride = 413
+        return error
     }
 
     /// The error dictionary of reference §13.1.

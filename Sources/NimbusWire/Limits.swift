@@ -25,8 +25,15 @@ public enum Limits {
     /// A record's size excluding assets: the sum over its fields of the field name's bytes
     /// and the value's bytes (see docs/limits.md for how each type counts).
     public static let recordSizeBytes = Limit(name: "recordSizeBytes", value: 1_048_576)
-    /// A request body. Nimbus's own number: 200 operations of ordinary records fit easily.
-    public static let requestBodyBytes = Limit(name: "requestBodyBytes", value: 16 * 1_048_576)
+    /// A JSON request body, unless a route names a larger bound below. Nimbus's own number:
+    /// lookups, queries, zones, subscriptions and sign-ins are a few kilobytes; 200 record
+    /// names of 255 bytes are 60 KB.
+    public static let requestBodyBytes = Limit(name: "requestBodyBytes", value: 1_048_576)
+    /// A `records/modify` body (the app's and the console's) and a schema file imported in the
+    /// console. CloudKit's own bound on a batch is 2 MB of record data; base64 for BYTES and
+    /// JSON's framing make that about 2.8 MB on the wire, and one record at `recordSizeBytes`
+    /// always fits.
+    public static let modifyRequestBodyBytes = Limit(name: "modifyRequestBodyBytes", value: 4 * 1_048_576)
     /// Record names, zone names, record types and field names, in UTF-8 bytes.
     public static let nameBytes = Limit(name: "nameBytes", value: 255)
     /// Fields in one record.
@@ -66,4 +73,16 @@ public enum Limits {
     public static let idleConnectionSeconds = Limit(name: "idleConnectionSeconds", value: 75)
     /// Connections one client address may hold open at once (WebSocket streams included).
     public static let connectionsPerClient = Limit(name: "connectionsPerClient", value: 256)
+    /// Bytes of request bodies held in memory at once, over the whole node: read, parsed and
+    /// being answered. With `bodyBytesPerClient` and `bodyBytesPerCaller`, this bounds what a
+    /// flood of maximal bodies can make the server hold (docs/limits.md).
+    public static let bodyBytesInFlight = Limit(name: "bodyBytesInFlight", value: 32 * 1_048_576)
+    /// The same, for one client address.
+    public static let bodyBytesPerClient = Limit(name: "bodyBytesPerClient", value: 8 * 1_048_576)
+    /// The same, for one caller: a signed-in user, a server-to-server key, or an API token used
+    /// without a user (every client of an app shares that one).
+    public static let bodyBytesPerCaller = Limit(name: "bodyBytesPerCaller", value: 16 * 1_048_576)
+    /// Bytes of a refused body read and thrown away after the answer, so a client still
+    /// sending hears the answer rather than a reset; then the connection closes.
+    public static let refusedBodyDrainBytes = Limit(name: "refusedBodyDrainBytes", value: 1_048_576)
 }

@@ -327,8 +327,10 @@ import Testing
             // At the limit: stored. One past it: refused before a byte is read.
             #expect(try await Self.upload(alice, Array(repeating: 1, count: 1_000))["size"]?.int64Value == 1_000)
             let url = try #require(try await Self.uploadURLs(alice, [("Photo", "image")]).first)
+            // Refused at the edge from its Content-Length, before the route runs (413, as any
+            // body declared longer than its route takes).
             let tooBig = try await Self.http(.POST, url, body: Array(repeating: 1, count: 1_001))
-            #expect(tooBig.status == 400 && tooBig.reason.contains("assetBytes"), "\(tooBig.reason)")
+            #expect(tooBig.status == 413 && tooBig.reason.contains("assetBytes"), "\(tooBig.reason)")
             let declaredTooBig = try await alice.post(
                 "private", "assets/upload", ["tokens": [["recordType": "Photo", "fieldName": "image", "size": 1_001]]])
             #expect(declaredTooBig.status == 400 && declaredTooBig.reason.contains("assetBytes"))

@@ -176,23 +176,31 @@ import Testing
         }
     }
 
+    /// Each route's bound on its body (`BodyLimits`): `records/modify` takes 4 MiB, other JSON
+    /// routes 1 MiB. At the bound the body is read; one byte past it is refused with 413 and the
+    /// limit's name (from Content-Length, before the body is read).
     @Test func requestBodyAtTheCapIsReadAndOneBytePastIsRefused() async throws {
         try await TestServer.with { server in
             let alice = try await server.user("alice")
-            let cap = Limits.requestBodyBytes.value
-            // Valid JSON of exactly `cap` bytes: an object padded with whitespace.
-            let core = "{\"operations\": []}"
-            let atCap = core + String(repeating: " ", count: cap - core.utf8.count)
-            let accepted = try await alice.send(
-                path: "/database/1/\(TestServer.container)/development/private/records/modify", body: Array(atCap.utf8),
-                rawQuery: "?ckAPIToken=\(server.developmentToken)&ckWebAuthToken=\(alice.webAuthToken!)")
-            #expect(accepted.status == 200)
-            let pastCap = atCap + " "
-            let refused = try await alice.send(
-                path: "/database/1/\(TestServer.container)/development/private/records/modify", body: Array(pastCap.utf8),
-                rawQuery: "?ckAPIToken=\(server.developmentToken)&ckWebAuthToken=\(alice.webAuthToken!)")
-            #expect(refused.status == 400)
-            #expect(refused.json["limit"] == "requestBodyBytes")
+            let database = "/database/1/\(TestServer.container)/development/private"
+            let cases: [(path: String, core: String, limit: Limit)] = [
+                ("records/modify", "{\"operations\": []}", Limits.modifyRequestBodyBytes),
+                ("records/query", "{\"query\": {\"recordType\": \"Note\"}}", Limits.requestBodyBytes),
+            ]
+            for (path, core, limit) in cases {
+                // Valid JSON of exactly the bound: an object padded with whitespace.
+                let atCap = core + String(repeating: " ", count: limit.value - core.utf8.count)
+                let accepted = try await alice.send(
+                    path: "\(database)/\(path)", body: Array(atCap.utf8),
+                    rawQuery: "?ckAPIToken=\(server.developmentToken)&ckWebAuthToken=\(alice.webAuthToken!)")
+                #expect(accepted.status == 200, "\(path): \(accepted.text.prefix(300))")
+                let refused = try await alice.send(
+                    path: "\(database)/\(path)", body: Array((atCap + " ").utf8),
+                    rawQuery: "?ckAPIToken=\(server.developmentToken)&ckWebAuthToken=\(alice.webAuthToken!)")
+                #expect(refused.status == 413, "\(path)")
+                #expect(refused.errorCode == "BAD_REQUEST")
+                #expect(refused.json["limit"] == .string(limit.name))
+            }
         }
     }
 

@@ -46,6 +46,22 @@ public final class RawConnection: @unchecked Sendable {
 
     public func send(_ text: String) throws { try send(Array(text.utf8)) }
 
+    /// Sends as much of `bytes` as the server takes before it closes the connection (no
+    /// SIGPIPE); returns how many it took. A client that sends its whole body before reading.
+    public func sendUntilClosed(_ bytes: [UInt8]) -> Int {
+        var offset = 0
+        while offset < bytes.count {
+            #if canImport(Glibc)
+            let written = bytes[offset...].withUnsafeBytes { Glibc.send(socket, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            #else
+            let written = bytes[offset...].withUnsafeBytes { write(socket, $0.baseAddress, $0.count) }
+            #endif
+            guard written > 0 else { break }
+            offset += written
+        }
+        return offset
+    }
+
     /// What the server sends until it closes the connection or `seconds` pass.
     public struct Received: Sendable {
         public let bytes: [UInt8]

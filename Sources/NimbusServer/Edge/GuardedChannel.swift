@@ -17,6 +17,16 @@ public struct EdgeLimits: Sendable {
     public var assetUploadTimeout: TimeAmount = .seconds(Int64(Limits.assetUploadSeconds.value))
     /// 0: no cap (load tests that open thousands of WebSockets from one address).
     public var connectionsPerClient: Int = Limits.connectionsPerClient.value
+    /// Bytes of request bodies held at once: by the node, one client address, one caller
+    /// (`BodyBudget`).
+    public var bodyBytesInFlight = Limits.bodyBytesInFlight.value
+    public var bodyBytesPerClient = Limits.bodyBytesPerClient.value
+    public var bodyBytesPerCaller = Limits.bodyBytesPerCaller.value
+    /// After an answer that came before its request's body ended (a refusal), this many bytes
+    /// of the rest are read and thrown away, for at most `refusedBodyDrainTimeout`, so a
+    /// client still sending hears the answer rather than a reset; then the connection closes.
+    public var refusedBodyDrainBytes = Limits.refusedBodyDrainBytes.value
+    public var refusedBodyDrainTimeout: TimeAmount = .seconds(2)
     /// How often each connection compares its deadline: a limit is enforced within this much
     /// of running out.
     public var checkInterval: TimeAmount = .milliseconds(250)
@@ -28,6 +38,12 @@ public struct EdgeLimits: Sendable {
 /// - a request that does not parse gets 400 with CloudKit's error JSON and the connection is
 ///   closed (before the first request is negotiated, Hummingbird's upgrade pipeline answered
 ///   nothing and held the socket for good);
+/// - a body declared longer than its route takes (`Content-Length`, or chunk sizes as they
+///   arrive) gets 413 at once, before its bytes are read;
+/// - an answer given before its request's body ended closes the connection after draining a
+///   bounded amount of the rest (`EdgeLimits.refusedBodyDrainBytes`), so the client hears it;
+/// - an `Upgrade` to anything but a WebSocket (`h2c`, which curl and others try) is ignored:
+///   the request is answered as HTTP/1.1;
 /// - header, body and idle timeouts;
 /// - a cap on concurrent connections per client address;
 /// - a WebSocket upgrade on a path that is not a stream is refused with the error JSON.
@@ -36,6 +52,7 @@ struct GuardedChannel<Inner: ServerChildChannel>: ServerChildChannel {
 
     let inner: Inner
     let limits: EdgeLimits
+    let bodyLimits: BodyLimits
     let counter: ConnectionCounter
     /// Whether a path (without the query) serves WebSocket upgrades.
     let isStreamPath: @Sendable (String) -> Bool
@@ -59,10 +76,11 @@ struct GuardedChannel<Inner: ServerChildChannel>: ServerChildChannel {
         return inner.setup(channel: channel, logger: logger).flatMapThrowing { value in
             let state = ConnectionState()
             let operations = channel.pipeline.syncOperations
-            try operations.addHandler(ByteArrivalHandler(state: state), position: .first)
+            try operations.addHandler(ByteArrivalHandler(state: state, drainBytes: limits.refusedBodyDrainBytes), position: .first)
             let decoder = try operations.handler(type: ByteToMessageHandler<HTTPRequestDecoder>.self)
             try operations.addHandler(
-                RequestGuardHandler(state: state, limits: limits, isStreamPath: isStreamPath, logger: logger),
+                RequestGuardHandler(
+                    state: state, limits: limits, bodyLimits: bodyLimits, isStreamPath: isStreamPath, logger: logger),
                 position: .after(decoder))
             return value
         }
@@ -150,6 +168,9 @@ final class ConnectionState {
         case readingBody
         /// The request is read; the server is answering it. No limit.
         case responding
+        /// Answered before its body ended (a refusal): what still arrives is read and thrown
+        /// away, up to `EdgeLimits.refusedBodyDrainBytes` or the drain timeout; then it closes.
+        case draining
         /// A WebSocket, or a connection being closed: nothing more to guard.
         case passive
     }
@@ -163,10 +184,10 @@ final class ConnectionState {
     var uploadDeadline: NIODeadline?
     /// Set by the request guard, so raw bytes arriving on an idle connection start the header limit.
     var startHeaderLimit: (() -> Void)?
-    /// Set by the front handler: writes bytes to the socket as they are, then closes. Refusals
-    /// go this way, below the HTTP encoder, which would drop the body of an answer to HEAD or
-    /// CONNECT.
-    var writeAndClose: (([UInt8]) -> Void)?
+    /// Set by the front handler: writes bytes to the socket as they are, then ends the
+    /// connection's output (the phase is `.draining` by then). Refusals go this way, below the
+    /// HTTP encoder, which would drop the body of an answer to HEAD or CONNECT.
+    var writeAndEnd: (([UInt8]) -> Void)?
     /// Set by the front handler: writes bytes to the socket as they are (the interim
     /// `100 Continue`).
     var writeRaw: (([UInt8]) -> Void)?
@@ -174,21 +195,45 @@ final class ConnectionState {
     /// (`GuardedChannel.noteRefusedUpgrade`): Hummingbird answers a refused upgrade with an
     /// empty 400, which the guard replaces with this error's JSON.
     var refusedUpgrade: CloudKitError?
+    /// The route answered before the request's body ended: the answer says `Connection:
+    /// close`, and its end starts the drain.
+    var answeredEarly = false
+    /// A chunked request's bound, set by the guard when its head is parsed; the front handler
+    /// starts `chunkScan` from the end of the head.
+    var chunkedBodyLimit: Limit?
+    /// The chunk sizes of the body arriving now, read before the decoder passes its bytes on.
+    var chunkScan: (scanner: ChunkedBodyScanner, limit: Limit)?
+    /// The body passed its bound while the route was reading it: what follows is thrown away.
+    var discardingBody = false
+    /// Bytes thrown away while draining.
+    var drained = 0
 }
 
 /// At the front of the pipeline: notices a request's first bytes on an idle connection, and
 /// writes refusals to the socket.
 final class ByteArrivalHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
     typealias OutboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
 
     let state: ConnectionState
-    init(state: ConnectionState) { self.state = state }
+    let drainBytes: Int
+    private var headEnd = HeadTerminatorFinder()
+
+    init(state: ConnectionState, drainBytes: Int) {
+        self.state = state
+        self.drainBytes = drainBytes
+    }
 
     func handlerAdded(context: ChannelHandlerContext) {
         let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
-        state.writeAndClose = { bytes in writeRawAndClose(bytes, context: loopBound.value) }
+        state.writeAndEnd = { bytes in
+            let context = loopBound.value
+            var buffer = context.channel.allocator.buffer(capacity: bytes.count)
+            buffer.writeBytes(bytes)
+            context.writeAndFlush(NIOAny(buffer)).whenComplete { _ in endOutput(loopBound.value) }
+        }
         state.writeRaw = { bytes in
             let context = loopBound.value
             var buffer = context.channel.allocator.buffer(capacity: bytes.count)
@@ -198,14 +243,80 @@ final class ByteArrivalHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
-        state.writeAndClose = nil
+        state.writeAndEnd = nil
         state.writeRaw = nil
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        if state.phase == .idle { state.startHeaderLimit?() }
-        context.fireChannelRead(data)
+        switch state.phase {
+        case .draining:
+            state.drained += unwrapInboundIn(data).readableBytes
+            if state.drained > drainBytes { context.close(promise: nil) }
+            return
+        case .passive:
+            return context.fireChannelRead(data)
+        case .idle:
+            headEnd.reset()
+            state.startHeaderLimit?()
+        case .readingHead, .readingBody, .responding:
+            break
+        }
+        if state.discardingBody { return }
+        let buffer = unwrapInboundIn(data)
+        if state.chunkScan != nil {
+            // Sizes first: bytes past the bound never reach the decoder.
+            guard scanChunks(buffer, from: 0, context: context) else { return }
+            return context.fireChannelRead(data)
+        }
+        guard state.phase == .readingHead, let bodyStart = buffer.withUnsafeReadableBytes({ headEnd.find(in: $0) }) else {
+            context.fireChannelRead(data)
+            state.chunkedBodyLimit = nil
+            return
+        }
+        // The head ends in these bytes: the decoder gets it first, so that what follows is
+        // scanned before the decoder reads it when the request turns out chunked. (A head that
+        // arrived behind another request's bytes, pipelined, is not scanned; the route's bound
+        // on bytes read still holds it.)
+        var rest = buffer
+        let head = rest.readSlice(length: bodyStart)!
+        context.fireChannelRead(wrapInboundOut(head))
+        if let limit = state.chunkedBodyLimit {
+            state.chunkedBodyLimit = nil
+            state.chunkScan = (ChunkedBodyScanner(limit: limit.value), limit)
+            guard scanChunks(rest, from: 0, context: context) else { return }
+        }
+        guard rest.readableBytes > 0, state.phase != .draining else { return }
+        context.fireChannelRead(wrapInboundOut(rest))
     }
+
+    /// Reads chunk sizes in `buffer` from `offset`; false when the body passed its bound, which
+    /// is then raised into the body's stream (the route reading it answers 413) and the rest
+    /// of the body is thrown away.
+    private func scanChunks(_ buffer: ByteBuffer, from offset: Int, context: ChannelHandlerContext) -> Bool {
+        guard var scan = state.chunkScan else { return true }
+        let outcome = buffer.withUnsafeReadableBytes { bytes in
+            scan.scanner.scan(UnsafeRawBufferPointer(rebasing: bytes[min(offset, bytes.count)...]))
+        }
+        switch outcome {
+        case .reading:
+            state.chunkScan = scan
+            return true
+        case .finished, .unreadable:
+            state.chunkScan = nil
+            return true
+        case .overLimit(let declared):
+            state.chunkScan = nil
+            state.discardingBody = true
+            context.fireErrorCaught(BodyOverLimit(limit: scan.limit, declared: declared))
+            return false
+        }
+    }
+}
+
+/// Ends the connection's output once what was written is sent (the client reads the answer,
+/// then end of stream); its input is drained until the client closes or the drain runs out.
+private func endOutput(_ context: ChannelHandlerContext) {
+    context.close(mode: .output).whenFailure { _ in context.close(promise: nil) }
 }
 
 /// Just after the HTTP decoder: keeps each phase's deadline and answers what the decoder cannot parse.
@@ -213,9 +324,11 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias InboundOut = HTTPServerRequestPart
     typealias OutboundIn = HTTPServerResponsePart
-    
+    typealias OutboundOut = HTTPServerResponsePart
+
     let state: ConnectionState
     let limits: EdgeLimits
+    let bodyLimits: BodyLimits
     let isStreamPath: @Sendable (String) -> Bool
     let logger: Logger
     private var check: RepeatedTask?
@@ -228,9 +341,13 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
         }.get()
     }
 
-    init(state: ConnectionState, limits: EdgeLimits, isStreamPath: @escaping @Sendable (String) -> Bool, logger: Logger) {
+    init(
+        state: ConnectionState, limits: EdgeLimits, bodyLimits: BodyLimits, isStreamPath: @escaping @Sendable (String) -> Bool,
+        logger: Logger
+    ) {
         self.state = state
         self.limits = limits
+        self.bodyLimits = bodyLimits
         self.isStreamPath = isStreamPath
         self.logger = logger
     }
@@ -242,6 +359,12 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
             handler.enter(.readingHead, context: context)
         }
         enter(.idle, context: context)
+    }
+
+    /// One check of the deadline per connection every `checkInterval`, while a phase has one.
+    private func startChecking(context: ChannelHandlerContext) {
+        guard check == nil else { return }
+        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
         check = context.eventLoop.scheduleRepeatedTask(initialDelay: limits.checkInterval, delay: limits.checkInterval) { _ in
             let (handler, context) = loopBound.value
             handler.checkDeadline(context: context)
@@ -254,13 +377,16 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
         state.startHeaderLimit = nil
     }
 
-    static let assetUploadPrefix = "/assets/1/upload/"
     static let continueLine = Array("HTTP/1.1 100 Continue\r\n\r\n".utf8)
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard state.phase != .passive else { return context.fireChannelRead(data) }
+        // Refused: what the decoder still finds in bytes that came with the refused head is not
+        // a request anyone answers.
+        guard state.phase != .draining else { return }
+        var data = data
         switch unwrapInboundIn(data) {
-        case .head(let head):
+        case .head(var head):
             if head.method == .CONNECT {
                 // Nimbus is not a proxy; and after CONNECT the parser treats what follows as a tunnel.
                 refuse(
@@ -268,16 +394,33 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
                     error: .badRequest("method CONNECT is not supported; CloudKit endpoints take GET or POST"))
                 return
             }
-            if head.headers[canonicalForm: "upgrade"].contains(where: { $0.lowercased() == "websocket" }) {
-                let path = String(head.uri.split(separator: "?", maxSplits: 1).first ?? "")
-                guard isStreamPath(path) else {
+            let path = head.uri.split(separator: "?", maxSplits: 1).first ?? ""
+            let upgrades = head.headers[canonicalForm: "upgrade"]
+            if upgrades.contains(where: { $0.lowercased() == "websocket" }) {
+                guard isStreamPath(String(path)) else {
                     refuse(
                         context: context, status: .badRequest,
-                        error: .badRequest("\(Names.escaped(path)) is not a WebSocket endpoint; the notification stream is /device/1/{container}/{environment}/notifications/connect"))
+                        error: .badRequest("\(Names.escaped(String(path))) is not a WebSocket endpoint; the notification stream is /device/1/{container}/{environment}/notifications/connect"))
                     return
                 }
                 enter(.passive, context: context)
             } else {
+                if !upgrades.isEmpty {
+                    // A protocol this server does not speak (h2c): the request is answered as
+                    // the HTTP/1.1 request it also is, as RFC 9110 lets a server do.
+                    Self.removeUpgrade(from: &head.headers)
+                    data = wrapInboundOut(.head(head))
+                }
+                let limit = bodyLimits.limit(forPath: path)
+                if let length = head.headers["content-length"].first.flatMap({ Int($0) }), length > limit.value {
+                    refuse(
+                        context: context, status: .payloadTooLarge,
+                        error: .bodyTooLarge(limit, actual: length, what: "the request body's declared length in bytes"))
+                    return
+                }
+                if head.headers["transfer-encoding"].contains(where: { $0.lowercased().contains("chunked") }) {
+                    state.chunkedBodyLimit = limit
+                }
                 if head.version == .http1_1, state.phase != .responding,
                     head.headers[canonicalForm: "expect"].contains(where: { $0.lowercased() == "100-continue" })
                 {
@@ -288,8 +431,7 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
                     state.writeRaw?(Self.continueLine)
                 }
                 enter(.readingBody, context: context)
-                state.uploadDeadline =
-                    head.uri.hasPrefix(Self.assetUploadPrefix) ? .now() + limits.assetUploadTimeout : nil
+                state.uploadDeadline = BodyLimits.streams(path) ? .now() + limits.assetUploadTimeout : nil
             }
         case .body:
             // An upload that keeps arriving keeps its connection, up to its own deadline.
@@ -302,17 +444,47 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
         context.fireChannelRead(data)
     }
 
+    /// Takes an `Upgrade` offer out of a request's headers, and the `Connection` options that
+    /// belong to it.
+    static func removeUpgrade(from headers: inout HTTPHeaders) {
+        headers.remove(name: "upgrade")
+        headers.remove(name: "http2-settings")
+        let options = headers[canonicalForm: "connection"].filter {
+            let option = $0.lowercased()
+            return option != "upgrade" && option != "http2-settings"
+        }
+        headers.remove(name: "connection")
+        if !options.isEmpty { headers.add(name: "connection", value: options.joined(separator: ", ")) }
+    }
+
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         if let refusal = state.refusedUpgrade {
             // The framework's empty answer to the refused upgrade (head, then end): none of it
             // reaches the encoder; ours goes out instead, and the connection closes after it.
             if case .head = unwrapOutboundIn(data) {
-                writeRefusal(EdgeResponse.raw(status: .init(statusCode: refusal.code.httpStatus), error: refusal))
+                writeRefusal(EdgeResponse.raw(status: .init(statusCode: refusal.httpStatus), error: refusal), context: context)
             }
             promise?.succeed(())
             return
         }
-        guard state.phase == .responding, case .end = unwrapOutboundIn(data) else {
+        switch unwrapOutboundIn(data) {
+        case .head(var head) where state.phase == .readingBody:
+            // An answer before the body ended (a refusal, an authentication failure): the
+            // rest of the body is not waited for.
+            state.answeredEarly = true
+            head.headers.replaceOrAdd(name: "connection", value: "close")
+            return context.write(wrapOutboundOut(.head(head)), promise: promise)
+        case .end where state.answeredEarly:
+            state.answeredEarly = false
+            enter(.draining, context: context)
+            let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
+            let written = context.eventLoop.makePromise(of: Void.self)
+            written.futureResult.whenComplete { _ in endOutput(loopBound.value) }
+            written.futureResult.cascade(to: promise)
+            return context.write(data, promise: written)
+        case .end where state.phase == .responding:
+            break
+        default:
             return context.write(data, promise: promise)
         }
         context.write(data, promise: promise)
@@ -336,6 +508,7 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
             case .responding:
                 pendingParseError = error
                 return
+            case .draining: return  // the rest of a refused request, thrown away
             case .readingBody, .passive: break
             }
         }
@@ -356,12 +529,15 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
             case .idle: limits.idleTimeout
             case .readingHead: limits.requestHeaderTimeout
             case .readingBody: limits.requestBodyTimeout
+            case .draining: limits.refusedBodyDrainTimeout
             case .responding, .passive: nil
             }
         state.deadline = limit.map { .now() + $0 } ?? .distantFuture
         if phase == .passive {
             check?.cancel()
             check = nil
+        } else {
+            startChecking(context: context)
         }
     }
 
@@ -373,9 +549,9 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
             refuse(
                 context: context, status: .requestTimeout,
                 error: .badRequest("the request's header block did not arrive within \(Limits.requestHeaderSeconds.name)"))
-        case .idle, .readingBody:
+        case .idle, .readingBody, .draining:
             // Idle: nothing to answer. Body: a route may be answering already; two answers
-            // would garble the stream, so the connection just closes.
+            // would garble the stream, so the connection just closes. Draining: done.
             enter(.passive, context: context)
             context.close(promise: nil)
         case .responding, .passive:
@@ -383,15 +559,18 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
         }
     }
 
-    /// Answers with an error and closes: used only when no response is being written.
+    /// Answers with an error, then drains and closes: used only when no response is being written.
     private func refuse(context: ChannelHandlerContext, status: HTTPResponseStatus, error: CloudKitError) {
-        enter(.passive, context: context)
-        guard state.writeAndClose != nil else { return context.close(promise: nil) }
-        writeRefusal(EdgeResponse.raw(status: status, error: error))
+        guard state.writeAndEnd != nil else {
+            enter(.passive, context: context)
+            return context.close(promise: nil)
+        }
+        writeRefusal(EdgeResponse.raw(status: status, error: error), context: context)
     }
 
-    private func writeRefusal(_ bytes: [UInt8]) {
-        state.writeAndClose?(bytes)
+    private func writeRefusal(_ bytes: [UInt8], context: ChannelHandlerContext) {
+        enter(.draining, context: context)
+        state.writeAndEnd?(bytes)
     }
 }
 

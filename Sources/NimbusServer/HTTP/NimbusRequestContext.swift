@@ -34,8 +34,8 @@ public struct NimbusRequestContext: RequestContext {
     /// The client's address: the one a trusted proxy names (`ForwardedHeaders`), else the peer's.
     public var clientAddress: String? { exchange.current.forwardedClient ?? peerAddress }
 
-    /// Request bodies are read by `RouteInput.body()` under `Limits.requestBodyBytes`.
-    public var maxUploadSize: Int { Limits.requestBodyBytes.value }
+    /// Request bodies are read by `RequestBodies` under their route's bound (`BodyLimits`).
+    public var maxUploadSize: Int { Limits.modifyRequestBodyBytes.value }
 }
 
 /// The per-request facts that inner layers learn and outer layers report: one object per
@@ -67,6 +67,9 @@ public final class RequestExchange: @unchecked Sendable {
     /// Set by `Authentication`.
     public internal(set) var caller: Caller?
     public internal(set) var scope: DatabaseScope?
+    /// The bytes of this request's body held in the node's budget (`RequestBodies`), given back
+    /// when the exchange goes, after the answer is built.
+    var bodyReservation: BodyBudget.Reservation?
 
     public var current: Facts { facts }
 

@@ -41,7 +41,7 @@ enum Reply {
             if error.code == .authenticationRequired || error.code == .authenticationFailed { facts.webAuthToken = nil }
         }
         let uuid = exchange.current.requestUUID
-        var response = json(error.json(uuid: uuid), status: status ?? HTTPResponse.Status(code: error.code.httpStatus), context: context)
+        var response = json(error.json(uuid: uuid), status: status ?? HTTPResponse.Status(code: error.httpStatus), context: context)
         // HTTP's own form of `retryAfter`, for clients and proxies that read no JSON.
         if let retryAfter = error.retryAfter { response.headers[.retryAfter] = String(retryAfter) }
         return response

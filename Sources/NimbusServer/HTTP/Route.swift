@@ -15,11 +15,14 @@ final class ServerParts: Sendable {
     let logger: Logger
     /// What the dashboard shows of recent requests (docs/dashboard.md).
     let requests = RequestLog()
+    /// How routes read bodies: bounds by route, bytes held at once.
+    let bodies: RequestBodies
 
-    init(service: NimbusService, courier: WebCourier, logger: Logger) {
+    init(service: NimbusService, courier: WebCourier, logger: Logger, bodyBudget: BodyBudget = BodyBudget()) {
         self.service = service
         self.courier = courier
         self.logger = logger
+        bodies = RequestBodies(limits: BodyLimits(assetBytes: Int(service.options.assets.maximumBytes)), budget: bodyBudget)
     }
 }
 
@@ -131,10 +134,12 @@ struct RouteInput: Sendable {
 
     func query(_ name: String) -> String? { request.query(name) }
 
-    /// The body as a JSON object, read only now (after authentication) and capped at
-    /// `Limits.requestBodyBytes`; an empty body reads as `{}` (GET endpoints, lenient clients).
+    /// The body as a JSON object, read only now (after authentication) under its route's
+    /// bound and the node's body budget (`RequestBodies`); an empty body reads as `{}` (GET
+    /// endpoints, lenient clients).
     func body() async throws -> ObjectReader {
-        let buffer = try await request.collectBody()
+        let buffer = try await parts.bodies.collect(
+            request, context: context, caller: RequestBodies.callerKey(request, context: context))
         if buffer.readableBytes == 0 { return ObjectReader(JSONObject(), path: "") }
         let json: JSON
         do {
@@ -160,18 +165,6 @@ extension RouterMethods where Context == NimbusRequestContext {
 }
 
 extension Request {
-    /// The whole body, capped at `Limits.requestBodyBytes`.
-    func collectBody() async throws -> ByteBuffer {
-        let limit = Limits.requestBodyBytes
-        do {
-            return try await body.collect(upTo: limit.value)
-        } catch is NIOTooManyBytesError {
-            throw CloudKitError.limitExceeded(limit, actual: limit.value + 1, what: "the request body in bytes (at least)")
-        } catch let error as HTTPParserError {
-            throw CloudKitError.badRequest("the request body is not valid HTTP/1.1 framing (\(error)); check Content-Length or the chunk sizes")
-        }
-    }
-
     /// A query parameter's value (`ckAPIToken`, …), percent-decoded.
     func query(_ name: String) -> String? { uri.queryParameters[Substring(name)].map(String.init) }
 }

@@ -24,6 +24,8 @@ struct Authentication: Sendable {
 
     let service: NimbusService
     let credentials: Credentials
+    /// How a signed request's body is read (before authentication: its signature covers it).
+    let bodies: RequestBodies
 
     static let deviceIDHeader = HTTPField.Name("X-Nimbus-Device-ID")!
     static let keyIDHeader = HTTPField.Name("X-Apple-CloudKit-Request-KeyID")!
@@ -51,7 +53,7 @@ struct Authentication: Sendable {
         do {
             let deviceID = try Self.deviceID(
                 request.headers[Self.deviceIDHeader] ?? query[Substring(WireKey.ckDeviceID)].map(String.init))
-            if let signed = try await Self.signedRequest(&request, apiToken: apiToken, webAuthToken: webAuthToken) {
+            if let signed = try await signedRequest(&request, context: context, apiToken: apiToken, webAuthToken: webAuthToken) {
                 caller = try await service.authenticate(
                     container: container, environment: environment, signed: signed, deviceID: deviceID)
             } else {
@@ -73,13 +75,13 @@ struct Authentication: Sendable {
 
     /// The server-to-server signature a request carries, with the body it signs (read now,
     /// and put back for the handler); nil for a request that carries none of its headers.
-    static func signedRequest(_ request: inout Request, apiToken: String?, webAuthToken: String?) async throws
+    func signedRequest(_ request: inout Request, context: Context, apiToken: String?, webAuthToken: String?) async throws
         -> SignedRequest?
     {
         let headers = request.headers
-        let keyID = headers[keyIDHeader]
-        let date = headers[dateHeader]
-        let signature = headers[signatureHeader]
+        let keyID = headers[Self.keyIDHeader]
+        let date = headers[Self.dateHeader]
+        let signature = headers[Self.signatureHeader]
         guard keyID != nil || date != nil || signature != nil else { return nil }
         guard apiToken == nil, webAuthToken == nil else {
             throw CloudKitError(
@@ -87,12 +89,13 @@ struct Authentication: Sendable {
                 "a request carries either ckAPIToken (and ckWebAuthToken) or a server-to-server signature, not both; drop the tokens from a signed request")
         }
         guard let keyID, let date, let signature else {
-            let missing = [(keyIDHeader, keyID), (dateHeader, date), (signatureHeader, signature)]
+            let missing = [(Self.keyIDHeader, keyID), (Self.dateHeader, date), (Self.signatureHeader, signature)]
                 .filter { $0.1 == nil }.map { $0.0.rawName }
             throw CloudKitError(
                 .authenticationFailed, "a signed request needs three headers; missing \(missing.joined(separator: ", "))")
         }
-        let body = try await request.collectBody()
+        // Not yet authenticated: the key ID it claims keys the caller's share of the budget.
+        let body = try await bodies.collect(request, context: context, caller: "key:\(keyID)")
         request.body = RequestBody(buffer: body)
         return SignedRequest(
             keyID: keyID, date: date, signature: signature, body: Array(body.readableBytesView),

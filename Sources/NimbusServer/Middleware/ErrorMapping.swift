@@ -20,6 +20,9 @@ struct ErrorMapping: Sendable {
                 error.redirectURL = Self.signInURL(request, context: context)
             }
             return Reply.error(error, context: context)
+        case let error as BodyOverLimit:
+            // An upload streaming its body when the edge saw its chunk sizes pass the bound.
+            return Reply.error(error.cloudKitError, context: context)
         case let error as HTTPError where error.status == .notFound && context.endpointPath == "NotFound":
             return Self.noRoute(request, context: context)
         case let error as StorageError where error.retryAfterSeconds != nil:

@@ -1,0 +1,140 @@
+/// Reads the chunk sizes of a chunked request body as its bytes arrive, so a body that
+/// declares more than its route takes is refused at the size line rather than after the
+/// bytes (a chunk of `ffffffffffffffff` would otherwise hold the connection until the body
+/// timeout). It only counts: the HTTP decoder still parses the body, and a scanner that loses
+/// its way (bytes that are not chunked framing) stops and leaves the verdict to the decoder
+/// and to the route's own bound on bytes read.
+struct ChunkedBodyScanner {
+    enum Outcome: Equatable {
+        /// The body goes on past these bytes, within the limit so far.
+        case reading
+        /// The chunk sizes declared so far add up to more than the limit (or overflow).
+        case overLimit(declared: UInt64)
+        /// The last chunk and its trailers ended; the scanner has nothing more to do.
+        case finished
+        /// Not chunked framing; the decoder will say what is wrong.
+        case unreadable
+    }
+
+    private enum Step {
+        /// Hex digits of a chunk size.
+        case size(UInt64, digits: Int)
+        /// A chunk extension (`;name=value`) up to the line's end.
+        case sizeExtension(UInt64)
+        /// The LF ending a size line.
+        case sizeLineFeed(UInt64)
+        /// The chunk's bytes, this many still to come.
+        case data(UInt64)
+        /// The CR, then LF, after a chunk's bytes.
+        case dataCarriageReturn
+        case dataLineFeed
+        /// Trailer lines after the last chunk; `empty` while the current line has no bytes.
+        case trailer(empty: Bool)
+        case trailerLineFeed(empty: Bool)
+        case done(Outcome)
+    }
+
+    let limit: UInt64
+    private(set) var declared: UInt64 = 0
+    private var step = Step.size(0, digits: 0)
+
+    init(limit: Int) { self.limit = UInt64(max(0, limit)) }
+
+    /// Reads the next bytes of the body's framing.
+    mutating func scan(_ bytes: UnsafeRawBufferPointer) -> Outcome {
+        var index = 0
+        while index < bytes.count {
+            if case .done(let outcome) = step { return outcome }
+            if case .data(let remaining) = step {
+                // A chunk's bytes are skipped, not looked at.
+                let available = UInt64(bytes.count - index)
+                if available < remaining {
+                    step = .data(remaining - available)
+                    return .reading
+                }
+                index += Int(remaining)
+                step = .dataCarriageReturn
+                continue
+            }
+            step = next(after: step, byte: bytes[index])
+            index += 1
+        }
+        if case .done(let outcome) = step { return outcome }
+        return .reading
+    }
+
+    private mutating func next(after step: Step, byte: UInt8) -> Step {
+        let carriageReturn = UInt8(ascii: "\r"), lineFeed = UInt8(ascii: "\n")
+        switch step {
+        case .size(let size, let digits):
+            if let digit = Self.hexValue(byte) {
+                // Sixteen hex digits fill 64 bits: a seventeenth overflows, which no limit admits.
+                guard digits < 16 else { return .done(.overLimit(declared: .max)) }
+                return .size(size << 4 | UInt64(digit), digits: digits + 1)
+            }
+            guard digits > 0 else { return .done(.unreadable) }
+            switch byte {
+            case carriageReturn: return chunk(declaring: size) ?? .sizeLineFeed(size)
+            case UInt8(ascii: ";"), UInt8(ascii: " "), UInt8(ascii: "\t"): return chunk(declaring: size) ?? .sizeExtension(size)
+            default: return .done(.unreadable)
+            }
+        case .sizeExtension(let size):
+            return byte == carriageReturn ? .sizeLineFeed(size) : .sizeExtension(size)
+        case .sizeLineFeed(let size):
+            guard byte == lineFeed else { return .done(.unreadable) }
+            return size == 0 ? .trailer(empty: true) : .data(size)
+        case .dataCarriageReturn:
+            return byte == carriageReturn ? .dataLineFeed : .done(.unreadable)
+        case .dataLineFeed:
+            return byte == lineFeed ? .size(0, digits: 0) : .done(.unreadable)
+        case .trailer(let empty):
+            return byte == carriageReturn ? .trailerLineFeed(empty: empty) : .trailer(empty: false)
+        case .trailerLineFeed(let empty):
+            guard byte == lineFeed else { return .done(.unreadable) }
+            return empty ? .done(.finished) : .trailer(empty: true)
+        case .data, .done:
+            return step
+        }
+    }
+
+    /// Counts a chunk's declared size as soon as its digits end; the verdict when the total
+    /// passes the limit.
+    private mutating func chunk(declaring size: UInt64) -> Step? {
+        let (total, overflow) = declared.addingReportingOverflow(size)
+        declared = overflow ? .max : total
+        return declared > limit ? .done(.overLimit(declared: declared)) : nil
+    }
+
+    private static func hexValue(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+}
+
+/// Finds where a request's header block ends (`CRLF CRLF`), across the reads it arrives in.
+struct HeadTerminatorFinder {
+    private var matched = 0
+    private static let terminator: [UInt8] = [13, 10, 13, 10]
+
+    mutating func reset() { matched = 0 }
+
+    /// The offset just past the terminator in `bytes`, if it ends there.
+    mutating func find(in bytes: UnsafeRawBufferPointer) -> Int? {
+        for (index, byte) in bytes.enumerated() {
+            if byte == Self.terminator[matched] {
+                matched += 1
+                if matched == 4 {
+                    matched = 0
+                    return index + 1
+                }
+            } else {
+                matched = byte == 13 ? 1 : 0
+            }
+        }
+        return nil
+    }
+}
