@@ -41,7 +41,7 @@ struct Serve: AsyncParsableCommand {
     var signInAttemptsPerMinute: Int =
         Int(ProcessInfo.processInfo.environment["NIMBUS_SIGN_IN_ATTEMPTS_PER_MINUTE"] ?? "") ?? SignInLimits().attemptsPerAddressPerMinute
 
-    @Option(help: "Wrong passwords one account may be sent a minute, from anywhere (env NIMBUS_SIGN_IN_FAILURES_PER_MINUTE).")
+    @Option(help: "Wrong passwords one account may be sent a minute: from addresses it has not signed in from, together, and from each one address (env NIMBUS_SIGN_IN_FAILURES_PER_MINUTE).")
     var signInFailuresPerMinute: Int =
         Int(ProcessInfo.processInfo.environment["NIMBUS_SIGN_IN_FAILURES_PER_MINUTE"] ?? "") ?? SignInLimits().failuresPerAccountPerMinute
 
@@ -103,6 +103,7 @@ struct Serve: AsyncParsableCommand {
         }
         configuration.service.signInLimits.attemptsPerAddressPerMinute = signInAttemptsPerMinute
         configuration.service.signInLimits.failuresPerAccountPerMinute = signInFailuresPerMinute
+        configuration.service.signInLimits.failuresPerAccountAndAddressPerMinute = signInFailuresPerMinute
         guard requestLimits == "on" || requestLimits == "off" else { throw ValidationError("--request-limits is on or off") }
         configuration.service.throttlesRequests = requestLimits == "on"
         guard writersPerZone >= 0, pendingStorageCalls >= 0 else {

@@ -213,23 +213,36 @@ extension NimbusService {
     /// Signs a user in; returns the new web auth token and the user's record name. Attempts
     /// are counted per client address and wrong passwords per account (`SignInLimits`); the
     /// password is checked on the hashing threads (`PasswordHashing`).
+    ///
+    /// `sessionToken`: a web auth token the request carries besides (`ckWebAuthToken`); when it
+    /// is a live session of this account, the request is its known device and strangers'
+    /// wrong guesses do not hold it back.
     public func signIn(
         container: String, environment: Environment, apiToken: String?, userName: String, password: String,
-        clientAddress: String? = nil
+        clientAddress: String? = nil, sessionToken: String? = nil
     ) async throws -> (webAuthToken: String, userRecordName: String) {
         _ = try await authenticate(
             container: container, environment: environment, apiToken: apiToken, webAuthToken: nil, deviceID: "")
-        try signInThrottle.admit(address: clientAddress, account: userName, now: now)
+        var hasSession = false
+        if let sessionToken, !sessionToken.isEmpty,
+            let session = try? await authenticate(
+                container: container, environment: environment, apiToken: apiToken, webAuthToken: sessionToken, deviceID: "")
+        {
+            hasSession = session.user?.name.lowercased() == userName.lowercased()
+        }
+        let admission = try signInThrottle.admit(address: clientAddress, account: userName, hasSession: hasSession, now: now)
         let user = try await accounts.user(name: userName)
         // Hash even for an unknown user, so timing does not tell which names exist.
         let stored = user?.passwordHash ?? "pbkdf2-sha256$\(options.passwordRounds)$AAAAAAAAAAAAAAAAAAAAAA==$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
         let matches = try await options.passwordHashing.run { Credentials.verifyPassword(password, against: stored) }
         guard let user, matches else {
-            let pause = signInThrottle.failed(account: userName, now: now)
+            let pause = signInThrottle.failed(admission, now: now)
             if pause > .zero { try await Task.sleep(for: pause) }
             throw CloudKitError(.authenticationFailed, "unknown user name or wrong password")
         }
-        return try await startSession(container: container, environment: environment, user: user, at: now)
+        let session = try await startSession(container: container, environment: environment, user: user, at: now)
+        signInThrottle.succeeded(admission, now: now)
+        return session
     }
 
     /// A new session for a user whose credentials were checked (a password, an id token); the
@@ -261,7 +274,7 @@ extension NimbusService {
             throw CloudKitError(
                 .accessDenied, "this container does not let people sign up; its operator makes accounts (nimbus users create)")
         }
-        try signInThrottle.admit(address: clientAddress, account: request.username, now: now)
+        _ = try signInThrottle.admit(address: clientAddress, account: request.username, now: now)
         _ = try await createUser(
             name: request.username, password: request.password,
             profile: UserProfile(emailAddress: request.emailAddress, phoneNumber: request.phoneNumber, nameComponents: request.nameComponents))

@@ -68,7 +68,7 @@ extension NimbusService {
     ) async throws -> (webAuthToken: String, userRecordName: String) {
         _ = try await authenticate(
             container: container, environment: environment, apiToken: apiToken, webAuthToken: nil, deviceID: "")
-        try signInThrottle.admit(address: clientAddress, account: "id token", now: now)
+        _ = try signInThrottle.admit(address: clientAddress, account: "id token", now: now)
         let keys = JWTKeyCollection()
         let unverified: IDTokenClaims
         do {

@@ -75,14 +75,13 @@ extension NimbusService {
     public func signInOperator(name: String, password: String, code: String? = nil, clientAddress: String?) async throws -> (
         token: String, context: OperatorContext
     ) {
-        let throttleKey = "operator:\(name)"
-        try signInThrottle.admit(address: clientAddress, account: throttleKey, now: now)
+        let admission = try signInThrottle.admit(address: clientAddress, account: "operator:\(name)", now: now)
         let account = try await storage.operators.operatorAccount(name: name)
         // Hash even for an unknown name, so timing does not tell which operators exist.
         let stored = account?.passwordHash ?? "pbkdf2-sha256$\(options.passwordRounds)$AAAAAAAAAAAAAAAAAAAAAA==$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
         let matches = try await options.passwordHashing.run { Credentials.verifyPassword(password, against: stored) }
         guard let account, matches else {
-            let pause = signInThrottle.failed(account: throttleKey, now: now)
+            let pause = signInThrottle.failed(admission, now: now)
             if pause > .zero { try await Task.sleep(for: pause) }
             throw CloudKitError(.authenticationFailed, "unknown operator or wrong password")
         }
@@ -91,7 +90,7 @@ extension NimbusService {
                 throw CloudKitError(
                     .authenticationFailed, "operator '\(account.name)' signs in with a second factor: add the 6-digit code your authenticator app shows")
             }
-            try await spendCode(code, secret: secret, operatorName: account.name, throttleKey: throttleKey)
+            try await spendCode(code, secret: secret, operatorName: account.name, admission: admission)
         }
         let token = Credentials.newWebAuthToken()
         let time = now
@@ -100,6 +99,7 @@ extension NimbusService {
             createdAt: time, lastSeenAt: time, expiresAt: time + Self.operatorSessionLifetimeMilliseconds)
         try await storage.operators.startOperatorSession(
             session, removingSessionsIdleBefore: time - Self.operatorSessionIdleMilliseconds, now: time)
+        signInThrottle.succeeded(admission, now: time)
         return (token, OperatorContext(account: account, session: session))
     }
 
@@ -128,9 +128,9 @@ extension NimbusService {
 
     /// Checks a code against a secret and spends its step; a wrong code counts as a failed
     /// sign-in (the throttle's pauses apply), a code used before is refused.
-    private func spendCode(_ code: String, secret: String, operatorName: String, throttleKey: String) async throws {
+    private func spendCode(_ code: String, secret: String, operatorName: String, admission: SignInThrottle.Admission) async throws {
         guard let step = OneTimeCode.matchingStep(code, secret: secret, atMilliseconds: now) else {
-            let pause = signInThrottle.failed(account: throttleKey, now: now)
+            let pause = signInThrottle.failed(admission, now: now)
             if pause > .zero { try await Task.sleep(for: pause) }
             throw CloudKitError(
                 .authenticationFailed, "that code is not the one your authenticator app shows now (check the phone's clock if this repeats)")
@@ -195,7 +195,9 @@ extension NimbusService {
         guard let account = try await storage.operators.operatorAccount(name: name), let stored = account[keyPath: secret] else {
             throw CloudKitError.badRequest(missing)
         }
-        try await spendCode(code, secret: stored, operatorName: name, throttleKey: "operator:\(name)")
+        // A signed-in operator's wrong codes count against the account's shared allowance.
+        let admission = SignInThrottle.Admission(account: "operator:\(name)", address: nil, knownDevice: false)
+        try await spendCode(code, secret: stored, operatorName: name, admission: admission)
         return stored
     }
 

@@ -101,6 +101,97 @@ import Testing
         }
     }
 
+    /// Strangers cannot lock an owner out (issue 42): an attacker guessing every half second
+    /// from a new address each time spends the account's allowance for unknown addresses, while
+    /// the owner, on an address it signed in from before, signs in at the first try every time.
+    /// Brute force stays as slow as before: about ten guesses a minute are checked at all.
+    @Test func theOwnerSignsInAtTheFirstTryWhileStrangersGuessFromRotatingAddresses() async throws {
+        let configure: (inout ServerConfiguration) -> Void = { configuration in
+            Self.limited { _ in }(&configuration)
+            configuration.trustedProxies = ["127.0.0.1"]
+        }
+        try await TestServer.with(configure: configure) { server in
+            _ = try await server.service.createUser(name: "olive", password: "correct-horse")
+            let client = server.client()
+            let path = "/auth/1/\(TestServer.container)/development/signin"
+            func signIn(_ password: String, from address: String, query: String? = nil) async throws -> APIResponse {
+                let body = JSON.object(["username": "olive", "password": .string(password)])
+                return try await client.send(
+                    path: path, body: Array(body.serialized()), rawQuery: query, headers: [("X-Forwarded-For", address)])
+            }
+            let home = "198.51.100.10"
+            #expect(try await signIn("correct-horse", from: home).status == 200)
+            var checked = 0, refused = 0
+            for guess in 0..<120 {
+                // A guess every half second of the server's clock, each from a new address.
+                server.clock.advance(milliseconds: 500)
+                let answer = try await signIn("guess-\(guess)", from: "203.0.113.\(guess + 1)")
+                if answer.status == 401 { checked += 1 } else if answer.status == 429 { refused += 1 }
+                if guess % 8 == 7 {
+                    let owner = try await signIn("correct-horse", from: home)
+                    #expect(owner.status == 200, "the owner was refused after guess \(guess): \(owner.text)")
+                }
+            }
+            // A minute of guessing: the burst of ten and one every six seconds were checked.
+            #expect(checked <= 21 && refused >= 99, "checked \(checked), refused \(refused)")
+            // Meanwhile an address the account never signed in from is held to the strangers'
+            // allowance, right password or not ...
+            let newPhone = try await signIn("correct-horse", from: "192.0.2.50")
+            #expect(newPhone.status == 429 && newPhone.reason.contains("has not signed in from"), "\(newPhone.text)")
+            // ... unless it carries a live session of the account (a device already signed in).
+            let session = try await signIn("correct-horse", from: home)
+            let token = try #require(session.json["ckWebAuthToken"]?.stringValue)
+            let withSession = try await signIn(
+                "correct-horse", from: "192.0.2.51", query: "?ckAPIToken=\(server.developmentToken)&ckWebAuthToken=\(token)")
+            #expect(withSession.status == 200, "\(withSession.text)")
+            // Another account's session does not count.
+            _ = try await server.service.createUser(name: "pete", password: "correct-horse")
+            let pete = try await client.signIn("pete", password: "correct-horse")
+            let petes = try #require(pete.json["ckWebAuthToken"]?.stringValue)
+            let borrowed = try await signIn(
+                "correct-horse", from: "192.0.2.52", query: "?ckAPIToken=\(server.developmentToken)&ckWebAuthToken=\(petes)")
+            #expect(borrowed.status == 429, "\(borrowed.text)")
+        }
+    }
+
+    /// A known device is held to its own allowance of wrong passwords (ten a minute, the sixth on
+    /// slowed), at the limit and one past it; and an address is known for `knownDeviceDays`.
+    @Test func aKnownDeviceHasItsOwnAllowanceForADayCount() async throws {
+        let configure: (inout ServerConfiguration) -> Void = { configuration in
+            Self.limited { $0.knownDeviceDays = 30 }(&configuration)
+            configuration.trustedProxies = ["127.0.0.1"]
+        }
+        try await TestServer.with(configure: configure) { server in
+            _ = try await server.service.createUser(name: "quinn", password: "correct-horse")
+            let client = server.client()
+            func signIn(_ password: String, from address: String) async throws -> APIResponse {
+                let body = JSON.object(["username": "quinn", "password": .string(password)])
+                return try await client.send(
+                    path: "/auth/1/\(TestServer.container)/development/signin", body: Array(body.serialized()),
+                    headers: [("X-Forwarded-For", address)])
+            }
+            let home = "198.51.100.20"
+            #expect(try await signIn("correct-horse", from: home).status == 200)
+            for attempt in 1...10 {
+                let started = ContinuousClock.now
+                #expect(try await signIn("typo-\(attempt)", from: home).status == 401, "attempt \(attempt)")
+                if attempt > 5 { #expect(ContinuousClock.now - started >= .milliseconds(200), "attempt \(attempt) was not slowed") }
+            }
+            let eleventh = try await signIn("correct-horse", from: home)
+            #expect(eleventh.status == 429 && eleventh.reason.contains("from \(home)"), "\(eleventh.text)")
+            // The owner's typos at home did not spend the strangers' allowance: another address
+            // may still try (and, right, sign in).
+            #expect(try await signIn("correct-horse", from: "192.0.2.60").status == 200)
+            // Thirty days later home is still known; thirty-one days after its last sign-in, it
+            // is a stranger again (held to the account's shared allowance, which strangers spend).
+            server.clock.advance(milliseconds: 30 * 86_400_000)
+            #expect(try await signIn("correct-horse", from: home).status == 200)
+            server.clock.advance(milliseconds: 31 * 86_400_000)
+            for guess in 0..<10 { #expect(try await signIn("guess-\(guess)", from: "203.0.113.\(guess + 1)").status == 401) }
+            #expect(try await signIn("correct-horse", from: home).status == 429)
+        }
+    }
+
     @Test func tokenBucketsRefillSpendAndStayBounded() {
         let buckets = TokenBuckets(.init(capacity: 3, perMinute: 6), maximumKeys: 8)
         #expect(buckets.available("a", now: 0) == 3)

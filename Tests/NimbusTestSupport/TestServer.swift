@@ -57,6 +57,7 @@ public final class TestServer: Sendable {
         // limits' own tests (SignInLimitTests) set the real ones.
         configuration.service.signInLimits.attemptsPerAddressPerMinute = 100_000
         configuration.service.signInLimits.failuresPerAccountPerMinute = 100_000
+        configuration.service.signInLimits.failuresPerAccountAndAddressPerMinute = 100_000
         // Request budgets too (RequestBudgetTests sets real ones); quotas stay as they are by default.
         for limit in ContainerLimit.allCases where !limit.isQuota { configuration.service.containerLimits[limit] = 1_000_000 }
         configuration.service.failedAuthenticationsPerMinute = 100_000

@@ -29,7 +29,7 @@ enum AuthRoutes {
             return try await session(input) { service, caller, apiToken, address in
                 try await service.signIn(
                     container: caller.container, environment: caller.environment, apiToken: apiToken, userName: body.username,
-                    password: body.password, clientAddress: address)
+                    password: body.password, clientAddress: address, sessionToken: input.query(WireKey.ckWebAuthToken))
             }
         },
         Route("signin/oidc") { input in
