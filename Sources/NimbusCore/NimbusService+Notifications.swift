@@ -144,6 +144,8 @@ extension NimbusService {
         var notificationsStored = 0
         var firedOnce: [Subscription] = []
         var matchingNanoseconds: Int64 = 0
+        /// Matches past `notificationsPerWrite` that were not stored.
+        var notificationsCut = 0
         /// `subscriptionsVersion` before and after (firesOnce subscriptions are deleted).
         var versions: (before: Int64, after: Int64) = (0, 0)
     }
@@ -176,12 +178,32 @@ extension NimbusService {
                     || spent[match.subscription.databaseID, default: []].insert(match.subscription.key).inserted
             }
             drain.matchingNanoseconds += (ContinuousClock.now - started).wholeNanoseconds
-            drain.notificationsStored += try storeNotifications(for: matches, of: committed, at: now, tx: tx)
-            drain.firedOnce += matches.filter(\.subscription.firesOnce).map(\.subscription)
+            let bounded = Self.fanOut(matches, limit: options.notificationsPerWrite)
+            if bounded.count < matches.count {
+                drain.notificationsCut += matches.count - bounded.count
+                logger.notice(
+                    "a write matched more subscriptions than notificationsPerWrite; the rest were not notified",
+                    metadata: [
+                        "database": "\(committed.database.key.container)/\(committed.database.key.environment.rawValue)/\(committed.database.key.scope.rawValue)",
+                        "matched": "\(matches.count)", "stored": "\(bounded.count)",
+                    ])
+            }
+            drain.notificationsStored += try storeNotifications(for: bounded, of: committed, at: now, tx: tx)
+            drain.firedOnce += bounded.filter(\.subscription.firesOnce).map(\.subscription)
         }
         try tx.removeOutbox(sequences: entries.map(\.sequence))
         drain.versions.after = try tx.subscriptionsVersion()
         return drain
+    }
+
+    /// A write's matches within `limit` notifications: all of them when they fit; else one per
+    /// subscription (a subscription several of the write's records fire hears of the first,
+    /// as CloudKit coalesces), and past `limit` none.
+    static func fanOut(_ matches: [SubscriptionMatch], limit: Int) -> [SubscriptionMatch] {
+        guard matches.count > limit else { return matches }
+        var seen = Set<Subscription.Key>()
+        let coalesced = matches.filter { seen.insert($0.subscription.key).inserted }
+        return Array(coalesced.prefix(limit))
     }
 
     /// Appends a notification per match to its subscriber's collection; returns how many.

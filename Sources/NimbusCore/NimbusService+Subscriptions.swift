@@ -71,16 +71,15 @@ extension NimbusService {
                                     .exists, "subscription '\(operation.subscriptionID)' already exists; use update to change it")
                             }
                             if operation.type == .update, existing == nil { throw Self.subscriptionNotFound(operation.subscriptionID) }
-                            if existing == nil {
-                                let count = try tx.subscriptions(databaseID: database.id, userID: user.id).count
-                                guard count < Limits.subscriptionsPerDatabase.value else {
-                                    var error = CloudKitError.limitExceeded(
-                                        Limits.subscriptionsPerDatabase, actual: count + 1,
-                                        what: "the number of your subscriptions to this database")
-                                    error.subscriptionID = operation.subscriptionID
-                                    throw error
-                                }
+                            // The caller's other subscriptions to this database.
+                            let others = try tx.subscriptions(databaseID: database.id, userID: user.id)
+                                .filter { $0.subscriptionID != operation.subscriptionID }
+                            if existing == nil, others.count >= Limits.subscriptionsPerDatabase.value {
+                                throw CloudKitError.limitExceeded(
+                                    Limits.subscriptionsPerDatabase, actual: others.count + 1,
+                                    what: "the number of your subscriptions to this database")
                             }
+                            if target.scope == .public { try Self.checkPublicFanOut(input, others: others) }
                             try self.checkScope(input, target: target, database: database, tx: tx)
                             // A subscription to records the caller may not read at all would
                             // never fire (docs/roles.md): refused, saying why.
@@ -105,6 +104,25 @@ extension NimbusService {
         }
         applyOwnSubscriptionChanges(changes, before: versions.0, after: versions.1)
         return SubscriptionsResponse(subscriptions: results)
+    }
+
+    /// The public database's bounds on what one user's subscriptions make every writer pay:
+    /// `publicSubscriptionsPerUser` in all, `publicSubscriptionsPerRecordType` to one type.
+    private static func checkPublicFanOut(_ input: SubscriptionInput, others: [SubscriptionRow]) throws {
+        let total = Limits.publicSubscriptionsPerUser
+        guard others.count < total.value else {
+            throw CloudKitError.limitExceeded(
+                total, actual: others.count + 1,
+                what: "the number of your subscriptions to the public database (each is matched against every user's writes)")
+        }
+        guard let recordType = input.recordType else { return }
+        let sameType = try others.filter { try definition($0.definition).recordType == recordType }.count
+        let perType = Limits.publicSubscriptionsPerRecordType
+        guard sameType < perType.value else {
+            throw CloudKitError.limitExceeded(
+                perType, actual: sameType + 1,
+                what: "the number of your public subscriptions to record type '\(recordType)' (combine their filters, or subscribe to fewer)")
+        }
     }
 
     // MARK: Definitions

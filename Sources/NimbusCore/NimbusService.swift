@@ -40,6 +40,8 @@ public final class NimbusService: Sendable {
         /// How often the notification pipeline looks at the outbox and the collection without
         /// being woken: what a crash left, what other nodes stored (docs/notifications.md).
         public var notificationPollInterval: Duration = .milliseconds(250)
+        /// Notifications one write may create (`Limits.notificationsPerWrite`).
+        public var notificationsPerWrite = Limits.notificationsPerWrite.value
         /// Where the service reports what it could not do on its own (a subscription it had
         /// to leave out, notifications it could not store). Injected; `nimbus serve` passes
         /// the server's logger.

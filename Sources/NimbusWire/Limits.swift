@@ -49,6 +49,16 @@ public enum Limits {
     /// Subscriptions one user may have to one database. Nimbus's own number (CloudKit
     /// publishes none); matching cost does not grow with it (docs/notifications.md).
     public static let subscriptionsPerDatabase = Limit(name: "subscriptionsPerDatabase", value: 1_000)
+    /// Query subscriptions one user may have in one public database. Every user's writes to
+    /// the public database are matched against every user's, so each one is a cost strangers
+    /// bear: Nimbus's own number, below `subscriptionsPerDatabase`.
+    public static let publicSubscriptionsPerUser = Limit(name: "publicSubscriptionsPerUser", value: 100)
+    /// Of those, subscriptions to one record type.
+    public static let publicSubscriptionsPerRecordType = Limit(name: "publicSubscriptionsPerRecordType", value: 20)
+    /// Notifications one write (one committed request) may create. Past it, a subscription that
+    /// several of the write's records fire is notified once, and past that the rest are not
+    /// stored, and the log says so (docs/notifications.md). Nimbus's own number.
+    public static let notificationsPerWrite = Limit(name: "notificationsPerWrite", value: 1_000)
     /// Notifications in one page of the notification collection.
     public static let notificationsPerPage = Limit(name: "notificationsPerPage", value: 200)
     /// Keys in a `desiredKeys` array.

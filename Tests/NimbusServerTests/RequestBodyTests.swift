@@ -162,9 +162,10 @@ import Testing
                 }
                 let second = forwarded ? "198.51.100.2" : "198.51.100.1"
                 let stalled = try send(60_000, from: "198.51.100.1", complete: false)
-                // The stalled body's reservation is taken once its request is authenticated.
+                // The stalled body's reservation is taken once its request is authenticated (up
+                // to seconds later while the whole suite shares the two cores).
                 var refused: RawConnection.Received?
-                for _ in 0..<50 {
+                for _ in 0..<150 {
                     let attempt = await (try send(60_000, from: second, complete: true)).receive(waitingUpTo: 5)
                     if attempt.status == status {
                         refused = attempt
@@ -182,7 +183,7 @@ import Testing
                 // Once the stalled one goes, its bytes are given back.
                 stalled.hangUp()
                 var status2: Int?
-                for _ in 0..<50 where status2 != 200 {
+                for _ in 0..<150 where status2 != 200 {
                     try await Task.sleep(for: .milliseconds(100))
                     status2 = await (try send(60_000, from: second, complete: true)).receive(waitingUpTo: 5).status
                 }

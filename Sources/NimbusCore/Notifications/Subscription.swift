@@ -42,6 +42,10 @@ struct Subscription: Sendable {
     }
 
     var desiredKeys: [String] { notificationInfo[WireKey.desiredKeys]?.arrayValue?.compactMap(\.stringValue) ?? [] }
+
+    /// What decides whether a query subscription matches a record: its zone and its filters.
+    /// Subscriptions with the same key are evaluated once for all of them.
+    var filterKey: String { "\(zoneName ?? "")\u{0}\(conditions)" }
 }
 
 /// Why a query subscription fired (`qry.fo` in the payload).
@@ -70,12 +74,60 @@ struct SubscriptionIndex: Sendable {
     /// process (this node or another) changed subscriptions the index may not have.
     var version: Int64 = -1
 
+    /// Query subscriptions with one filter (`Subscription.filterKey`): a write evaluates the
+    /// filter once, however many subscribe with it.
+    private struct FilterGroup: Sendable {
+        var zoneName: String?
+        var conditions: [IndexCondition]
+        var members: [Subscription.Key: Subscription] = [:]
+
+        init(_ subscription: Subscription) {
+            zoneName = subscription.zoneName
+            conditions = subscription.conditions
+        }
+    }
+
+    /// Filter groups by their key.
+    private typealias FilterGroups = [String: FilterGroup]
+
     private struct QueryFiling: Sendable {
-        /// field → value → subscriptions with that `EQUALS` filter.
-        var byEquality: [String: [IndexValue: [Subscription.Key: Subscription]]] = [:]
-        /// Query subscriptions with no equality filter: every write of the type looks at them.
-        var unkeyed: [Subscription.Key: Subscription] = [:]
+        /// field → value → the groups whose first `EQUALS` filter is on that field and value.
+        var byEquality: [String: [IndexValue: FilterGroups]] = [:]
+        /// Groups with no equality filter: every write of the type evaluates each once.
+        var unkeyed: FilterGroups = [:]
         var isEmpty: Bool { byEquality.isEmpty && unkeyed.isEmpty }
+
+        mutating func insert(_ subscription: Subscription) {
+            if let (field, value) = subscription.equalityKey {
+                Self.insert(subscription, into: &byEquality[field, default: [:]][value, default: [:]])
+            } else {
+                Self.insert(subscription, into: &unkeyed)
+            }
+        }
+
+        mutating func remove(_ subscription: Subscription) {
+            if let (field, value) = subscription.equalityKey {
+                Self.remove(subscription, from: &byEquality[field, default: [:]][value, default: [:]])
+                if byEquality[field]?[value]?.isEmpty == true { byEquality[field]?[value] = nil }
+                if byEquality[field]?.isEmpty == true { byEquality[field] = nil }
+            } else {
+                Self.remove(subscription, from: &unkeyed)
+            }
+        }
+
+        private static func insert(_ subscription: Subscription, into groups: inout FilterGroups) {
+            let key = subscription.filterKey
+            var group = groups.removeValue(forKey: key) ?? FilterGroup(subscription)
+            group.members[subscription.key] = subscription
+            groups[key] = group
+        }
+
+        private static func remove(_ subscription: Subscription, from groups: inout FilterGroups) {
+            let key = subscription.filterKey
+            guard var group = groups.removeValue(forKey: key) else { return }
+            group.members[subscription.key] = nil
+            if !group.members.isEmpty { groups[key] = group }
+        }
     }
 
     private struct DatabaseFiling: Sendable {
@@ -128,11 +180,7 @@ struct SubscriptionIndex: Sendable {
             filing.zones[subscription.zoneName ?? "", default: [:]][key] = subscription
         case .query:
             var query = filing.queries.removeValue(forKey: subscription.recordType ?? "") ?? QueryFiling()
-            if let (field, value) = subscription.equalityKey {
-                query.byEquality[field, default: [:]][value, default: [:]][key] = subscription
-            } else {
-                query.unkeyed[key] = subscription
-            }
+            query.insert(subscription)
             filing.queries[subscription.recordType ?? ""] = query
         }
         databases[subscription.databaseID] = filing
@@ -159,13 +207,7 @@ struct SubscriptionIndex: Sendable {
         case .query:
             let recordType = subscription.recordType ?? ""
             var query = filing.queries.removeValue(forKey: recordType) ?? QueryFiling()
-            if let (field, value) = subscription.equalityKey {
-                query.byEquality[field]?[value]?[key] = nil
-                if query.byEquality[field]?[value]?.isEmpty == true { query.byEquality[field]?[value] = nil }
-                if query.byEquality[field]?.isEmpty == true { query.byEquality[field] = nil }
-            } else {
-                query.unkeyed[key] = nil
-            }
+            query.remove(subscription)
             filing.queries[recordType] = query.isEmpty ? nil : query
         }
         databases[databaseID] = filing.all.isEmpty ? nil : filing
@@ -212,20 +254,22 @@ struct SubscriptionIndex: Sendable {
                     }
                 }
             }
-            for subscription in candidates.values {
-                if let zone = subscription.zoneName, zone != change.zoneName { continue }
+            for group in candidates.values {
+                if let zone = group.zoneName, zone != change.zoneName { continue }
                 func matches(_ side: RecordIndexEntries?) -> Bool {
                     guard let side else { return false }
-                    return subscription.conditions.allSatisfy { $0.matches(entries: side.entries, tokens: side.tokens) }
+                    return group.conditions.allSatisfy { $0.matches(entries: side.entries, tokens: side.tokens) }
                 }
-                let reason: QueryNotificationReason
+                let reason: QueryNotificationReason, firing: FiresOn
                 switch (matches(before), matches(after)) {
-                case (false, true) where subscription.firesOn.contains(.create): reason = .recordCreated
-                case (true, true) where subscription.firesOn.contains(.update): reason = .recordUpdated
-                case (true, false) where subscription.firesOn.contains(.delete): reason = .recordDeleted
-                default: continue
+                case (false, true): (reason, firing) = (.recordCreated, .create)
+                case (true, true): (reason, firing) = (.recordUpdated, .update)
+                case (true, false): (reason, firing) = (.recordDeleted, .delete)
+                case (false, false): continue
                 }
-                result.append(SubscriptionMatch(subscription: subscription, record: change, reason: reason))
+                for subscription in group.members.values where subscription.firesOn.contains(firing) {
+                    result.append(SubscriptionMatch(subscription: subscription, record: change, reason: reason))
+                }
             }
         }
         return result

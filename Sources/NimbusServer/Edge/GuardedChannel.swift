@@ -467,6 +467,10 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
             promise?.succeed(())
             return
         }
+        // Only an HTTP answer is looked at: after a WebSocket upgrade, frames pass as bytes.
+        guard state.phase == .readingBody || state.phase == .responding || state.answeredEarly else {
+            return context.write(data, promise: promise)
+        }
         switch unwrapOutboundIn(data) {
         case .head(var head) where state.phase == .readingBody:
             // An answer before the body ended (a refusal, an authentication failure): the
