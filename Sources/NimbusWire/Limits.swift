@@ -92,7 +92,11 @@ public enum Limits {
     /// The same, for one caller: a signed-in user, a server-to-server key, or an API token used
     /// without a user (every client of an app shares that one).
     public static let bodyBytesPerCaller = Limit(name: "bodyBytesPerCaller", value: 16 * 1_048_576)
-    /// Bytes of a refused body read and thrown away after the answer, so a client still
-    /// sending hears the answer rather than a reset; then the connection closes.
-    public static let refusedBodyDrainBytes = Limit(name: "refusedBodyDrainBytes", value: 1_048_576)
+    /// Bytes of a refused body read and thrown away after the answer (for at most
+    /// `refusedBodyDrainSeconds`), so a client still sending hears the answer rather than a
+    /// reset, which would discard it unread; then the connection closes. The largest body the
+    /// server ever took (16 MiB), so a client that sends all of it before reading hears why.
+    public static let refusedBodyDrainBytes = Limit(name: "refusedBodyDrainBytes", value: 16 * 1_048_576)
+    /// Seconds that drain may take.
+    public static let refusedBodyDrainSeconds = Limit(name: "refusedBodyDrainSeconds", value: 3)
 }

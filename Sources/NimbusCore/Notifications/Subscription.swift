@@ -67,8 +67,9 @@ struct SubscriptionMatch: Sendable {
 
 /// Every subscription of the installation, filed so that matching a write looks only at the
 /// subscriptions that can fire: by database, then zone (zone subscriptions), record type and
-/// equality value (query subscriptions). Cost per write stays flat as subscriptions grow,
-/// as long as they differ in an equality filter (`docs/notifications.md`).
+/// equality value (query subscriptions), and query subscriptions with one filter in one group
+/// that a write evaluates once. Cost per write stays flat as subscriptions grow, as long as
+/// they differ in an equality filter or share their filter (`docs/notifications.md`).
 struct SubscriptionIndex: Sendable {
     /// Storage's `subscriptionsVersion` this index reflects: when storage shows another, a
     /// process (this node or another) changed subscriptions the index may not have.

@@ -105,11 +105,12 @@ struct ChunkedBodyScanner {
         return declared > limit ? .done(.overLimit(declared: declared)) : nil
     }
 
+    /// A hex digit's value: `0`-`9` (0x30-0x39), `A`-`F` (0x41-0x46), `a`-`f` (0x61-0x66).
     private static func hexValue(_ byte: UInt8) -> UInt8? {
         switch byte {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+        case 0x30...0x39: byte - 0x30
+        case 0x41...0x46: byte - 0x41 + 10
+        case 0x61...0x66: byte - 0x61 + 10
         default: nil
         }
     }

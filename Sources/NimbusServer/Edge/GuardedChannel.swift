@@ -26,7 +26,7 @@ public struct EdgeLimits: Sendable {
     /// of the rest are read and thrown away, for at most `refusedBodyDrainTimeout`, so a
     /// client still sending hears the answer rather than a reset; then the connection closes.
     public var refusedBodyDrainBytes = Limits.refusedBodyDrainBytes.value
-    public var refusedBodyDrainTimeout: TimeAmount = .seconds(2)
+    public var refusedBodyDrainTimeout: TimeAmount = .seconds(Int64(Limits.refusedBodyDrainSeconds.value))
     /// How often each connection compares its deadline: a limit is enforced within this much
     /// of running out.
     public var checkInterval: TimeAmount = .milliseconds(250)
