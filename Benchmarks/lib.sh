@@ -21,7 +21,11 @@ start_server() {
   local serve_flags=${SERVE_FLAGS---connections-per-client 0}
   # Request budgets off unless SERVE_FLAGS is given: a benchmark is one user at full speed, a
   # runaway by the server's numbers (docs/limits.md). An older build has no budgets.
-  if [ -z "${SERVE_FLAGS+x}" ] && "$NIMBUS" serve --help 2>&1 | grep -q -- --request-limits; then
+  # The help is read whole first: `grep -q` leaving a pipe early made `serve --help` die of
+  # SIGPIPE, which pipefail reported as "no such flag", and the budgets stayed on.
+  local help
+  help=$("$NIMBUS" serve --help 2>&1 || true)
+  if [ -z "${SERVE_FLAGS+x}" ] && [[ $help == *--request-limits* ]]; then
     serve_flags="$serve_flags --request-limits off"
   fi
   local mode=$1

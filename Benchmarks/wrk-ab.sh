@@ -8,7 +8,8 @@
 #
 #   Benchmarks/wrk-ab.sh OTHER-WORKTREE-OR-BINARY [seconds] [rounds] [records] [kind:connections]
 #
-# AFTER=binary (and AFTER_FLAGS) replaces this build as "after"; AFTER=the same binary as
+# AFTER=binary (and AFTER_FLAGS, BEFORE_FLAGS: flags instead of the defaults, no connection cap
+# and budgets off) replaces this build as "after"; AFTER=the same binary as
 # before measures the method's own bias (the two positions should come out equal).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,8 +32,14 @@ cleanup() {
   for dir in "${DIRS[@]}"; do rm -rf "$dir"; done
 }
 # start LABEL BINARY FLAGS: a preloaded server; sets ${LABEL}_URL and ${LABEL}_PID
+# start LABEL BINARY [FLAGS]: without FLAGS, start_server's defaults (no connection cap, and
+# budgets off where the build has them).
 start() {
-  NIMBUS=$2 SERVE_FLAGS=$3 start_server normal production
+  if [ $# -ge 3 ]; then
+    NIMBUS=$2 SERVE_FLAGS=$3 start_server normal production
+  else
+    NIMBUS=$2 start_server normal production
+  fi
   trap cleanup EXIT
   PIDS+=("$PID")
   DIRS+=("$DATA")
@@ -43,8 +50,8 @@ start() {
   printf -v "${1}_PID" '%s' "$PID"
   unset NIMBUS
 }
-start before "$OTHER" ""
-start after "${AFTER:-$BIN/nimbus}" "${AFTER_FLAGS---connections-per-client 0}"
+if [ -n "${BEFORE_FLAGS+x}" ]; then start before "$OTHER" "$BEFORE_FLAGS"; else start before "$OTHER"; fi
+if [ -n "${AFTER_FLAGS+x}" ]; then start after "${AFTER:-$BIN/nimbus}" "$AFTER_FLAGS"; else start after "${AFTER:-$BIN/nimbus}"; fi
 export RECORDS
 
 # measure URL PID → "requests/s server-µs-per-request"

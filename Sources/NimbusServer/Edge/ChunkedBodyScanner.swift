@@ -116,21 +116,42 @@ struct ChunkedBodyScanner {
     }
 }
 
-/// Finds where a request's header block ends (`CRLF CRLF`), across the reads it arrives in.
+/// Finds where a request's header block ends (`CRLF CRLF`), across the reads it arrives in, and
+/// whether the block says `chunked` anywhere (case aside): only then does the front handler
+/// hand the head to the decoder on its own to scan the body that follows.
 struct HeadTerminatorFinder {
     private var matched = 0
+    private var matchedChunked = 0
+    private var sawChunked = false
     private static let terminator: [UInt8] = [13, 10, 13, 10]
+    private static let chunked = Array("chunked".utf8)
 
-    mutating func reset() { matched = 0 }
+    mutating func reset() {
+        matched = 0
+        matchedChunked = 0
+        sawChunked = false
+    }
 
-    /// The offset just past the terminator in `bytes`, if it ends there.
-    mutating func find(in bytes: UnsafeRawBufferPointer) -> Int? {
-        for (index, byte) in bytes.enumerated() {
+    /// The offset just past the terminator in `bytes`, if it ends there, and whether the block
+    /// mentioned `chunked`.
+    mutating func find(in bytes: UnsafeRawBufferPointer) -> (end: Int, mayBeChunked: Bool)? {
+        for index in 0..<bytes.count {
+            let byte = bytes[index]
+            if !sawChunked {
+                // ASCII letters compare without case once bit 0x20 is set.
+                if byte | 0x20 == Self.chunked[matchedChunked] {
+                    matchedChunked += 1
+                    if matchedChunked == Self.chunked.count { sawChunked = true }
+                } else {
+                    matchedChunked = byte | 0x20 == Self.chunked[0] ? 1 : 0
+                }
+            }
             if byte == Self.terminator[matched] {
                 matched += 1
                 if matched == 4 {
-                    matched = 0
-                    return index + 1
+                    let found = (index + 1, sawChunked)
+                    reset()
+                    return found
                 }
             } else {
                 matched = byte == 13 ? 1 : 0

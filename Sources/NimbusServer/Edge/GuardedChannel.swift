@@ -268,15 +268,17 @@ final class ByteArrivalHandler: ChannelDuplexHandler, RemovableChannelHandler {
             guard scanChunks(buffer, from: 0, context: context) else { return }
             return context.fireChannelRead(data)
         }
-        guard state.phase == .readingHead, let bodyStart = buffer.withUnsafeReadableBytes({ headEnd.find(in: $0) }) else {
+        guard state.phase == .readingHead, let (bodyStart, mayBeChunked) = buffer.withUnsafeReadableBytes({ headEnd.find(in: $0) }),
+            mayBeChunked
+        else {
             context.fireChannelRead(data)
             state.chunkedBodyLimit = nil
             return
         }
-        // The head ends in these bytes: the decoder gets it first, so that what follows is
-        // scanned before the decoder reads it when the request turns out chunked. (A head that
-        // arrived behind another request's bytes, pipelined, is not scanned; the route's bound
-        // on bytes read still holds it.)
+        // A head that may announce a chunked body ends in these bytes: the decoder gets it
+        // first, so that what follows is scanned before the decoder reads it if it does. (A
+        // head that arrived behind another request's bytes, pipelined, is not scanned; the
+        // route's bound on bytes read still holds it.)
         var rest = buffer
         let head = rest.readSlice(length: bodyStart)!
         context.fireChannelRead(wrapInboundOut(head))
