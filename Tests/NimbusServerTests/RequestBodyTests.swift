@@ -1,4 +1,5 @@
 import Foundation
+import NimbusCore
 @testable import NimbusServer
 import NimbusTestSupport
 import NimbusWire
@@ -200,6 +201,16 @@ import Testing
                 #expect(status2 == 200, "\(name)")
             }
         }
+    }
+}
+
+/// Bodies over 64 KiB are parsed on the body-parsing thread, off the executor's threads.
+@Suite struct BodyParsingThreadTests {
+    @Test func theBodyParsingPoolRunsOnItsOwnThread() async throws {
+        #expect(!WorkerThreads.isThread(of: WorkerThreads.bodyParsing.name))
+        #expect(try await WorkerThreads.bodyParsing.run { WorkerThreads.isThread(of: WorkerThreads.bodyParsing.name) })
+        #expect(try await WorkerThreads.bodyParsing.run { !WorkerThreads.isHashingThread })
+        #expect(RouteInput.parsedInPlaceBytes < Limits.requestBodyBytes.value)
     }
 }
 
