@@ -50,7 +50,7 @@ NIMBUS_TEST_STORAGE=units swift test --skip-build --filter NimbusServerTests --s
 # cluster (NIMBUS_TEST_STORAGE=postgres). The suites that time things (kills mid-write, two
 # nodes, connection caps, push deadlines) run on their own afterwards: beside the rest of the
 # suite, PostgreSQL and a hundred test servers share two cores, and their clocks measure that.
-timed='CrashRecoveryTests|AssetCrashTests|MultiNodeTests|HTTPEdgeTests|PushDeliveryTests'
+timed='CrashRecoveryTests|AssetCrashTests|MultiNodeTests|HTTPEdgeTests|RequestBodyTests|PushDeliveryTests'
 NIMBUS_TEST_STORAGE=postgres swift test --skip-build --filter NimbusServerTests --skip "$timed|$external"
 NIMBUS_TEST_STORAGE=postgres swift test --skip-build --filter "$timed"
 swift test --skip-build --filter "$external"

@@ -176,7 +176,7 @@ public struct Caller: Sendable, Hashable {
 
     /// Who may save records: a signed-in user or a server-to-server key; else
     /// `AUTHENTICATION_REQUIRED`.
-    func requireWriter(for what: String) throws(CloudKitError) {
+    public func requireWriter(for what: String) throws(CloudKitError) {
         if serverKey == nil { _ = try requireUser(for: what) }
     }
 

@@ -34,9 +34,11 @@ import Testing
                 #expect(error["serverErrorCode"] == "BAD_REQUEST" && error["limit"] == .string(limit.name))
                 #expect(error["reason"]?.stringValue?.contains("\(declared)") == true)
             }
-            // records/modify takes 4 MiB: one byte past it is refused, 4 MiB is not (its body
-            // is then waited for).
-            let modify = "/database/1/\(TestServer.container)/development/public/records/modify?ckAPIToken=\(server.developmentToken)"
+            // records/modify takes 4 MiB (from a user: without one it is refused before its
+            // body): one byte past it is refused, 4 MiB is not (its body is then waited for).
+            let alice = try await server.user("alice")
+            let modify =
+                "/database/1/\(TestServer.container)/development/public/records/modify?ckAPIToken=\(server.developmentToken)&ckWebAuthToken=\(alice.webAuthToken!)"
             let past = try RawConnection(port: server.port)
             try past.send("POST \(modify) HTTP/1.1\r\nHost: x\r\nContent-Length: \(Limits.modifyRequestBodyBytes.value + 1)\r\n\r\n")
             let refused = await past.receive(waitingUpTo: 10)
@@ -53,7 +55,7 @@ import Testing
     @Test func aChunkSizePastTheBoundIsRefusedAtItsSizeLine() async throws {
         try await TestServer.with { server in
             let limit = Limits.requestBodyBytes.value
-            let head = "POST \(Self.query(server)) HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+            let head = "POST \(Self.query(server)) HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n"
             let cases: [(String, String)] = [
                 ("the largest 64-bit size", "ffffffffffffffff\r\n{\"query\":"),
                 ("an overflowing size", "1ffffffffffffffff\r\n"),
@@ -110,12 +112,29 @@ import Testing
             let path = "/database/1/\(TestServer.container)/development/public/records/query?ckAPIToken=wrong"
             let connection = try RawConnection(port: server.port)
             try connection.send("POST \(path) HTTP/1.1\r\nHost: x\r\nContent-Length: 500000\r\n\r\n{")
-            let answer = await connection.receive(waitingUpTo: 3)
+            let answer = await connection.receive(waitingUpTo: 15)
             #expect(answer.status == 401 && answer.text.lowercased().contains("connection: close"), "\(answer.text)")
             // More than the drain takes: the server closes before the body is done.
             let taken = connection.sendUntilClosed(Array(repeating: UInt8(ascii: " "), count: 499_999))
-            let after = await connection.receive(waitingUpTo: 3)
+            let after = await connection.receive(waitingUpTo: 15)
             #expect(taken < 499_999 || after.closed)
+        }
+    }
+
+    /// Writing needs a user (or a server-to-server key): a records/modify body with the API
+    /// token alone is refused before it is read, so the largest body a route reads whole is not
+    /// a public token's to send.
+    @Test func aModifyWithoutAUserIsRefusedBeforeItsBodyIsRead() async throws {
+        try await TestServer.with { server in
+            let modify = "/database/1/\(TestServer.container)/development/public/records/modify?ckAPIToken=\(server.developmentToken)"
+            let connection = try RawConnection(port: server.port)
+            // Declared at the bound, and never sent: the answer cannot have waited for it.
+            try connection.send(
+                "POST \(modify) HTTP/1.1\r\nHost: x\r\nContent-Length: \(Limits.modifyRequestBodyBytes.value)\r\n\r\n{\"operations\":[")
+            let received = await connection.receive(waitingUpTo: 10)
+            #expect(received.status == 421, "\(received.text)")
+            #expect(Self.errorJSON(received)["serverErrorCode"] == "AUTHENTICATION_REQUIRED")
+            #expect(received.closed && received.seconds < 5)
         }
     }
 
@@ -126,7 +145,8 @@ import Testing
             let connection = try RawConnection(port: server.port)
             try connection.send(
                 "GET /health HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n")
-            let received = await connection.receive(waitingUpTo: 3)
+            // Answered at once; the connection then stays open, kept alive as HTTP/1.1 keeps it.
+            let received = await connection.receive(waitingUpTo: 2)
             #expect(received.text.hasPrefix("HTTP/1.1 200"), "\(received.text)")
             #expect(received.body.contains("\"status\":\"ok\""))
             // And a POST with a body, upgraded to something else entirely.
@@ -134,7 +154,7 @@ import Testing
             let body = "{\"query\":{\"recordType\":\"Note\"}}"
             try post.send(
                 "POST \(Self.query(server)) HTTP/1.1\r\nHost: x\r\nConnection: upgrade, close\r\nUpgrade: TLS/1.2\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)")
-            let answered = await post.receive(waitingUpTo: 5)
+            let answered = await post.receive(waitingUpTo: 15)
             #expect(answered.status == 200 && answered.body.contains("records"), "\(answered.text)")
         }
     }
@@ -173,7 +193,7 @@ import Testing
                 var refused: RawConnection.Received?
                 var seen: [String] = []
                 for _ in 0..<150 {
-                    let attempt = await (try send(60_000, from: second, complete: true)).receive(waitingUpTo: 5)
+                    let attempt = await (try send(60_000, from: second, complete: true)).receive(waitingUpTo: 15)
                     if attempt.status == status {
                         refused = attempt
                         break
@@ -189,14 +209,14 @@ import Testing
                 #expect(error["serverErrorCode"] == .string(code), "\(name): \(answer.text)")
                 #expect(error["retryAfter"] == 1, "\(name)")
                 // At the share: 60,000 held and 40,000 more is exactly the bound.
-                let atShare = await (try send(40_000, from: second, complete: true)).receive(waitingUpTo: 5)
+                let atShare = await (try send(40_000, from: second, complete: true)).receive(waitingUpTo: 15)
                 #expect(atShare.status == 200, "\(name): \(atShare.text.prefix(300))")
                 // Once the stalled one goes, its bytes are given back.
                 stalled.hangUp()
                 var status2: Int?
                 for _ in 0..<150 where status2 != 200 {
                     try await Task.sleep(for: .milliseconds(100))
-                    status2 = await (try send(60_000, from: second, complete: true)).receive(waitingUpTo: 5).status
+                    status2 = await (try send(60_000, from: second, complete: true)).receive(waitingUpTo: 15).status
                 }
                 #expect(status2 == 200, "\(name)")
             }

@@ -11,7 +11,12 @@ import NimbusWire
 /// | `records/resolve`, `records/accept` | `resolveShares` (public database only; docs/sharing.md) |
 enum RecordRoutes {
     static let routes: [Route] = [
-        .json("records/modify") { try await $0.service.modifyRecords($0.target, RecordsModifyRequest(json: $0.body())) },
+        .json("records/modify") { input in
+            // Only a user or a server-to-server key writes: said before the body (the largest
+            // any route reads whole) is read, so an API token alone cannot make the server read it.
+            try input.caller.requireWriter(for: "Saving records")
+            return try await input.service.modifyRecords(input.target, RecordsModifyRequest(json: input.body()))
+        },
         .json("records/lookup") { try await $0.service.lookupRecords($0.target, RecordsLookupRequest(json: $0.body())) },
         .json("records/query", cost: .page) { try await $0.service.queryRecords($0.target, RecordsQueryRequest(json: $0.body())) },
         .json("records/changes", cost: .page) { try await $0.service.recordChanges($0.target, ZoneChangesRequest(singleZone: $0.body())) },
