@@ -207,6 +207,8 @@ final class ConnectionState {
     var discardingBody = false
     /// Bytes thrown away while draining.
     var drained = 0
+    /// The connection's output is closed (the answer is out; the input drains).
+    var outputEnded = false
 }
 
 /// At the front of the pipeline: notices a request's first bytes on an idle connection, and
@@ -228,11 +230,13 @@ final class ByteArrivalHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     func handlerAdded(context: ChannelHandlerContext) {
         let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
-        state.writeAndEnd = { bytes in
+        state.writeAndEnd = { [weak state] bytes in
             let context = loopBound.value
             var buffer = context.channel.allocator.buffer(capacity: bytes.count)
             buffer.writeBytes(bytes)
-            context.writeAndFlush(NIOAny(buffer)).whenComplete { _ in endOutput(loopBound.value) }
+            context.writeAndFlush(NIOAny(buffer)).whenComplete { _ in
+                if let state { endOutput(loopBound.value, state) }
+            }
         }
         state.writeRaw = { bytes in
             let context = loopBound.value
@@ -317,7 +321,9 @@ final class ByteArrivalHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
 /// Ends the connection's output once what was written is sent (the client reads the answer,
 /// then end of stream); its input is drained until the client closes or the drain runs out.
-private func endOutput(_ context: ChannelHandlerContext) {
+private func endOutput(_ context: ChannelHandlerContext, _ state: ConnectionState) {
+    guard !state.outputEnded else { return }
+    state.outputEnded = true
     context.close(mode: .output).whenFailure { _ in context.close(promise: nil) }
 }
 
@@ -446,6 +452,16 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
         context.fireChannelRead(data)
     }
 
+    /// A full close asked for while the rest of a refused body drains (the HTTP pipeline closes
+    /// after an answer that says `Connection: close`): only the output is closed now, and the
+    /// connection when the drain ends. Closing at once would meet the client's bytes still
+    /// coming with a reset, and the client's kernel would discard the answer unread.
+    func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
+        guard state.phase == .draining, mode == .all else { return context.close(mode: mode, promise: promise) }
+        endOutput(context, state)
+        if let promise { context.channel.closeFuture.cascade(to: promise) }
+    }
+
     /// Takes an `Upgrade` offer out of a request's headers, and the `Connection` options that
     /// belong to it.
     static func removeUpgrade(from headers: inout HTTPHeaders) {
@@ -485,7 +501,7 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
             enter(.draining, context: context)
             let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
             let written = context.eventLoop.makePromise(of: Void.self)
-            written.futureResult.whenComplete { _ in endOutput(loopBound.value) }
+            written.futureResult.whenComplete { [state] _ in endOutput(loopBound.value, state) }
             written.futureResult.cascade(to: promise)
             return context.write(data, promise: written)
         case .end where state.phase == .responding:
