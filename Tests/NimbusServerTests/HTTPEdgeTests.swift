@@ -188,9 +188,10 @@ import Testing
             text += "}"
             let body = Array(text.utf8)
             #expect(body.count > 1_000_000)
-            // records/modify: the route whose bound (4 MiB) takes a body this size.
+            // records/modify: the route whose bound (4 MiB) takes a body this size, from a user
+            // (without one it is refused before its body is read).
             let path = "/database/1/\(TestServer.container)/development/public/records/modify"
-            let client = server.client()
+            let client = try await server.user("alice")
 
             var start = Date()
             let anonymous = try await client.send(path: path, body: body, rawQuery: "")
