@@ -143,6 +143,18 @@ struct SyncEngineKitTests {
             #expect(requests.map(\.items.count) == [200, 51, 1])
             #expect(requests.allSatisfy { $0.atomic })
             #expect(requests.allSatisfy { Set($0.items.map(\.recordID.zoneID)).count == 1 })
+
+            // Sixty records of 100 KB: 6 MB, over the 4 MiB a records/modify body may carry
+            // (modifyRequestBodyBytes). The server refuses the request whole; the engine sends
+            // it again in halves, and every record arrives, none reported failed.
+            let before = a.sentRequests.count
+            let text = String(repeating: "x", count: 100_000)
+            for index in 0..<60 { a.edit("large\(index)", text) }
+            try await a.engine.sendChanges()
+            #expect(a.saved.filter { $0.hasPrefix("large") }.count == 60)
+            #expect(a.failures.isEmpty, "\(a.failures)")
+            #expect(a.engine.state.pendingRecordZoneChanges.isEmpty)
+            #expect(a.sentRequests.count - before >= 2, "\(a.sentRequests)")
         }
     }
 

@@ -528,7 +528,20 @@ public final class CKSyncEngine: @unchecked Sendable {
             uniquingKeysWith: { a, _ in a })
         let id = operation.operationID
         operation.longLivedOperationWasPersistedBlock = { [state] in state.track { $0.sendsInFlight.append(id) } }
-        return try await run(operation, counts: counts)
+        let outcome = try await run(operation, counts: counts, splitsWhenTooLarge: request.items.count > 1 && !request.atomic)
+        guard outcome.tooLarge else { return (outcome.progressed, outcome.busy) }
+        // Larger than the server takes in one request (records that are large together): sent
+        // again in halves, as Apple's engine sizes its requests itself. An atomic request is
+        // not split; its failure is the app's (limitExceeded).
+        var progressed = false
+        var busy: CKError?
+        let half = request.items.count / 2
+        for part in [request.items[..<half], request.items[half...]] {
+            let sent = try await sendRequest(SendRequest(items: Array(part), atomic: false))
+            progressed = progressed || sent.progressed
+            busy = busy ?? sent.busy
+        }
+        return (progressed, busy)
     }
 
     /// Sends an earlier process left unanswered: added again under their IDs, answered by the
@@ -545,13 +558,16 @@ public final class CKSyncEngine: @unchecked Sendable {
                 (operation.recordsToSave ?? []).map { PendingRecordZoneChange.saveRecord($0.recordID) }
                 + (operation.recordIDsToDelete ?? []).map { PendingRecordZoneChange.deleteRecord($0) }
             let counts = Dictionary(changes.map { ($0, state.additionCount($0)) }, uniquingKeysWith: { a, _ in a })
-            _ = try await run(operation, counts: counts)
+            _ = try await run(operation, counts: counts, splitsWhenTooLarge: false)
         }
     }
 
-    private func run(_ operation: CKModifyRecordsOperation, counts: [PendingRecordZoneChange: Int]) async throws -> (
-        progressed: Bool, busy: CKError?
-    ) {
+    /// Sends `operation`, reports what became of each change and settles those the app has
+    /// its answer for. `splitsWhenTooLarge`: a request whose body passed the server's bound
+    /// (`modifyRequestBodyBytes`) reports nothing and says `tooLarge`, for the caller to split.
+    private func run(_ operation: CKModifyRecordsOperation, counts: [PendingRecordZoneChange: Int], splitsWhenTooLarge: Bool)
+        async throws -> (progressed: Bool, busy: CKError?, tooLarge: Bool)
+    {
         // The engine decides about retries itself (it reports each failure first).
         operation.configuration.qualityOfService = .userInitiated
         let saves = Collector<[CKRecord.ID: Result<CKRecord, any Error>]>([:])
@@ -569,6 +585,11 @@ public final class CKSyncEngine: @unchecked Sendable {
         state.track { $0.sendsInFlight.removeAll { $0 == id } }
         let wholeError = whole.map { CKError.wrapping($0) }
         if wholeError?.code == .operationCancelled { throw wholeError! }
+        if splitsWhenTooLarge, let wholeError, wholeError.code == .limitExceeded,
+            wholeError.userInfo[CKErrorLimitNameKey] as? String == Limits.modifyRequestBodyBytes.name
+        {
+            return (false, nil, true)
+        }
 
         var saved: [CKRecord] = []
         var failedSaves: [Event.SentRecordZoneChanges.FailedRecordSave] = []
@@ -630,7 +651,7 @@ public final class CKSyncEngine: @unchecked Sendable {
                 .init(savedRecords: saved, failedRecordSaves: failedSaves, deletedRecordIDs: deleted, failedRecordDeletes: failedDeletes)))
         await emitStateUpdate()
         if let wholeError, busy == nil, Self.retriesByItself(wholeError) { throw wholeError }
-        return (!settled.isEmpty, busy)
+        return (!settled.isEmpty, busy, false)
     }
 
     /// Failures the engine sends again by itself; the pending change stays.
