@@ -126,12 +126,17 @@ final class RefusingHandler: ChannelInboundHandler, RemovableChannelHandler {
     }
 }
 
-/// Writes bytes to the socket as they are, then closes the connection. `context` must be the
-/// front of the pipeline, below the HTTP encoder.
-private func writeRawAndClose(_ bytes: [UInt8], context: ChannelHandlerContext) {
+/// Writes bytes to the socket as they are. `context` must be the front of the pipeline, below
+/// the HTTP encoder.
+private func writeRaw(_ bytes: [UInt8], context: ChannelHandlerContext) -> EventLoopFuture<Void> {
     var buffer = context.channel.allocator.buffer(capacity: bytes.count)
     buffer.writeBytes(bytes)
-    context.writeAndFlush(NIOAny(buffer)).whenComplete { _ in context.close(promise: nil) }
+    return context.writeAndFlush(NIOAny(buffer))
+}
+
+/// Writes bytes to the socket as they are, then closes the connection.
+private func writeRawAndClose(_ bytes: [UInt8], context: ChannelHandlerContext) {
+    writeRaw(bytes, context: context).whenComplete { _ in context.close(promise: nil) }
 }
 
 /// Open connections per client address.
@@ -231,19 +236,11 @@ final class ByteArrivalHandler: ChannelDuplexHandler, RemovableChannelHandler {
     func handlerAdded(context: ChannelHandlerContext) {
         let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
         state.writeAndEnd = { [weak state] bytes in
-            let context = loopBound.value
-            var buffer = context.channel.allocator.buffer(capacity: bytes.count)
-            buffer.writeBytes(bytes)
-            context.writeAndFlush(NIOAny(buffer)).whenComplete { _ in
+            writeRaw(bytes, context: loopBound.value).whenComplete { _ in
                 if let state { endOutput(loopBound.value, state) }
             }
         }
-        state.writeRaw = { bytes in
-            let context = loopBound.value
-            var buffer = context.channel.allocator.buffer(capacity: bytes.count)
-            buffer.writeBytes(bytes)
-            context.writeAndFlush(NIOAny(buffer), promise: nil)
-        }
+        state.writeRaw = { bytes in _ = writeRaw(bytes, context: loopBound.value) }
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {

@@ -12,7 +12,9 @@ struct RequestBodies: Sendable {
 
     /// The whole body. `caller` keys the caller's share of the budget (`callerKey`); nil before
     /// authentication, when only the address's share and the node's apply.
-    func collect(_ request: Request, context: NimbusRequestContext, caller: String?) async throws -> ByteBuffer {
+    func collect(_ request: Request, context: NimbusRequestContext, caller: @autoclosure () -> String?) async throws
+        -> ByteBuffer
+    {
         let path = Substring(request.uri.path)
         let limit = limits.limit(forPath: path)
         let headers = request.headers
@@ -23,7 +25,8 @@ struct RequestBodies: Sendable {
         }
         // A body read before (a signed request's, put back for the handler) is held already.
         if declared == 0 || context.exchange.bodyReservation != nil { return try await Self.read(request, limit: limit) }
-        let reservation = try budget.reserve(declared ?? limit.value, client: context.clientAddress, caller: caller)
+        // The caller's key is built only for a body that is reserved (most GETs have none).
+        let reservation = try budget.reserve(declared ?? limit.value, client: context.clientAddress, caller: caller())
         context.exchange.bodyReservation = reservation
         let buffer = try await Self.read(request, limit: limit)
         reservation.shrink(to: buffer.readableBytes)
