@@ -41,7 +41,11 @@ trap 'scripts/postgres.sh stop >/dev/null' EXIT
 # starting programs from it crashed or stalled it (Foundation's Process.run overran a buffer
 # of descriptor numbers; a later run stalled with no worker threads left).
 external='SignInPageTests|DashboardPageTests|SharePageTests|ServerToServerTests|S3BlobStoreTests'
-swift test --skip-build --skip "$external"
+# The edge's body tests send megabytes over raw sockets; beside the whole suite they made other
+# suites' request deadlines (a 5 s device timeout) miss. They run on their own, right after.
+bodies='RequestBodyTests'
+swift test --skip-build --skip "$external|$bodies"
+swift test --skip-build --filter "$bodies"
 # The server suite again with every transaction run as a unit of work over loaded rows
 # (UnitOfWorkDriver on SQLite, NIMBUS_TEST_STORAGE=units): how the PostgreSQL driver serves
 # NimbusCore, checked without a network. Same build, no second compile.
