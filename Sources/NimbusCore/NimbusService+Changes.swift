@@ -92,7 +92,7 @@ extension NimbusService {
                     .success(
                         try await storage.read(.scan) { tx in
                             guard let database = try tx.database(shared.key) else {
-                                throw self.zoneNotFound(zoneRequest.zoneID, detail: nil)
+                                throw self.zoneNotFound(zoneRequest.zoneID, target: target, detail: nil)
                             }
                             return try self.zoneChangesEntry(
                                 zoneRequest, numbersAsStrings: request.numbersAsStrings, database: database, target: view,

@@ -25,21 +25,29 @@ extension NimbusService {
         throws -> ZoneRow
     {
         if let owner = zoneID.ownerRecordName, owner != Names.defaultOwner, owner != target.zoneOwnerName {
-            throw zoneNotFound(zoneID, detail: "it belongs to another user")
+            throw zoneNotFound(zoneID, target: target, detail: "it belongs to another user")
         }
         if target.scope == .public, zoneID.zoneName != Names.defaultZone {
-            throw zoneNotFound(zoneID, detail: "the public database has only _defaultZone")
+            throw zoneNotFound(zoneID, target: target, detail: "the public database has only _defaultZone")
         }
         guard let zone = try tx.zone(databaseID: database.id, name: zoneID.zoneName), !zone.isDeleted else {
-            throw zoneNotFound(zoneID, detail: nil)
+            throw zoneNotFound(zoneID, target: target, detail: nil)
         }
         return zone
     }
 
-    func zoneNotFound(_ zoneID: WireZoneID, detail: String?) -> CloudKitError {
+    func zoneNotFound(_ zoneID: WireZoneID, target: DatabaseTarget, detail: String?) -> CloudKitError {
         var reason = "Zone '\(Names.escaped(zoneID.zoneName))' does not exist"
         if let detail { reason += " (\(detail))" }
-        return CloudKitError(.zoneNotFound, reason, zoneID: wireZoneID(name: zoneID.zoneName, owner: zoneID.ownerRecordName).json)
+        return CloudKitError(.zoneNotFound, reason, zoneID: wireZoneID(named: zoneID, target: target).json)
+    }
+
+    /// The zone a request names, as an answer names it: with the owner the request gave, else
+    /// with the owner the zone would have (the caller, for a private database's custom zone).
+    func wireZoneID(named zoneID: WireZoneID, target: DatabaseTarget) -> WireZoneID {
+        if let owner = zoneID.ownerRecordName, owner != Names.defaultOwner { return zoneID }
+        let customZoneOfOwner = target.scope == .private && zoneID.zoneName != Names.defaultZone
+        return wireZoneID(name: zoneID.zoneName, owner: customZoneOfOwner ? target.zoneOwnerName : nil)
     }
 
     /// A zone ID as responses name it: always with its owner.
@@ -94,7 +102,8 @@ extension NimbusService {
     }
 
     /// `zones/modify`: creates and deletes custom zones of the private database, each
-    /// operation on its own. Creating a zone that exists returns it (as CloudKit's save does).
+    /// operation on its own. Creating a zone that exists returns it (as CloudKit's save does);
+    /// deleting one that does not exist answers it deleted.
     public func modifyZones(_ target: DatabaseTarget, _ request: ZonesModifyRequest) async throws -> ZonesResponse {
         let key = try target.key()
         guard target.scope == .private else {
@@ -146,7 +155,12 @@ extension NimbusService {
             if zoneID.zoneName == Names.defaultZone {
                 throw CloudKitError(.badRequest, "the default zone cannot be deleted", zoneID: wireZoneID(name: zoneID.zoneName, owner: nil).json)
             }
-            guard let existing, !existing.isDeleted else { throw zoneNotFound(zoneID, detail: nil) }
+            guard let existing, !existing.isDeleted else {
+                // Nothing to delete is what was asked for: CloudKit answers success (Apple's
+                // CKSyncEngine sample deletes its zone before every test, from a fresh
+                // container too), and no change enters the feed.
+                return .deleted(wireZoneID(named: zoneID, target: target))
+            }
             try tx.deleteZone(id: existing.id, sequence: try tx.nextSequence(databaseID: database.id))
             log.zoneChanged(existing.name, deleted: true)
             return .deleted(wireZoneID(existing, target: target))

@@ -65,6 +65,22 @@ struct EncryptionKitTests {
             let weight: Double? = fetched.encryptedValues["weight"]
             #expect(weight == 71.5)
             #expect(fetched.encryptedValues["born"] as? Date == Date(timeIntervalSince1970: 86_400 * 365))
+
+            // An encrypted date comes back as the app saved it, to the last bit (the wire's
+            // TIMESTAMP holds milliseconds; a plain date is cut to them, as CloudKit's is).
+            // Apps settle conflicts by comparing such dates (Apple's CKSyncEngine sample).
+            let exact = Date(timeIntervalSinceReferenceDate: 785_000_000.123_456_789)
+            let dated = CKRecord(recordType: "Appointment", recordID: CKRecord.ID(recordName: "dated"))
+            dated.encryptedValues["seen"] = exact
+            dated.encryptedValues["visits"] = [exact, exact.addingTimeInterval(0.000_3)]
+            dated["plainSeen"] = exact
+            _ = try await database.save(dated)
+            let datedBack = try await database.record(for: dated.recordID)
+            #expect(datedBack.encryptedValues["seen"] as? Date == exact)
+            #expect(datedBack.encryptedValues["visits"] as? [Date] == [exact, exact.addingTimeInterval(0.000_3)])
+            let plainBack = try #require(datedBack["plainSeen"] as? Date)
+            #expect(plainBack != exact && abs(plainBack.timeIntervalSince(exact)) < 0.001)
+
             #expect((fetched.encryptedValues["home"] as? CLLocation)?.coordinate.latitude == 47.37)
             #expect(fetched.encryptedValues["scan"] as? Data == Data(Self.note.utf8))
             #expect(fetched["phone"] == nil, "an encrypted field is not a plain one")

@@ -39,12 +39,16 @@ struct SyncEngineKitTests {
             #expect(a.notes == ["n1": "A's n1", "n2": "B's n2"])
             #expect(b.notes == a.notes)
 
-            // A conflict: both edit n1; B's send meets A's change and B merges.
+            // A conflict: both edit n1; B's send meets A's change, fails it (as CloudKit's
+            // engine, sendChanges throws after the event), B merges and adds it again; the
+            // merge goes with B's next send, not the same one.
             a.edit("n1", "from A")
             b.edit("n1", "from B")
             try await a.engine.sendChanges()
-            try await b.engine.sendChanges()
+            await #expect(throws: CKError.self) { try await b.engine.sendChanges() }
             #expect(b.conflicts == ["n1"])
+            #expect(b.engine.state.pendingRecordZoneChanges == [.saveRecord(Self.id("n1"))])
+            try await b.engine.sendChanges()
             #expect(b.engine.state.pendingRecordZoneChanges.isEmpty)
             try await a.engine.fetchChanges()
             try await b.engine.fetchChanges()
@@ -114,8 +118,9 @@ struct SyncEngineKitTests {
             relaunched.edit("twin", "A's twin")
             online.edit("twin", "B's twin")
             try await relaunched.engine.sendChanges()
-            try await online.engine.sendChanges()
+            await #expect(throws: CKError.self) { try await online.engine.sendChanges() }
             #expect(online.conflicts.contains("twin"), "\(online.failures)")
+            try await online.engine.sendChanges()
             try await relaunched.engine.fetchChanges()
             #expect(relaunched.notes["twin"] == "A's twin + B's twin")
         }
@@ -200,6 +205,7 @@ struct SyncEngineKitTests {
 
             let a = SyncDevice(server, name: "A")
             try await a.start()
+            try await a.engine.fetchChanges()  // signed in: the app has kept a state
             a.edit("kept", "pending")
             let other = CKSyncEngine.State.Stored(containerIdentifier: "iCloud.other", databaseScope: "private")
             let foreign = try JSONEncoder().encode(CKSyncEngine.State.Serialization(stored: other))
@@ -209,10 +215,19 @@ struct SyncEngineKitTests {
             #expect(fresh.engine.state.pendingRecordZoneChanges.isEmpty)
             #expect(fresh.engine.state.snapshot.containerIdentifier == TestServer.container)
 
-            // The app never kept a stateUpdate after adding: the journal has the change.
+            // The app crashed before it kept the stateUpdate that followed the edit: started
+            // from what it kept, the engine takes the change from the journal of that state's
+            // history. An engine started fresh in the same folder is another device: it sees
+            // nothing of it.
+            let keptBeforeTheEdit = try #require(a.savedStates.first { !$0.pending.contains("kept") }?.data)
+            try await waitUntil { a.savedStates.last?.pending.contains("kept") == true }
             let relaunched = SyncDevice(server, name: "A", journals: a.journals)
+            relaunched.savedState = keptBeforeTheEdit
             try await relaunched.start()
             #expect(relaunched.engine.state.pendingRecordZoneChanges == [.saveRecord(Self.id("kept"))])
+            let anotherDevice = SyncDevice(server, name: "A3", journals: a.journals)
+            try await anotherDevice.start()
+            #expect(anotherDevice.engine.state.pendingRecordZoneChanges.isEmpty)
         }
     }
 
@@ -238,6 +253,7 @@ final class SyncDevice: CKSyncEngineDelegate, @unchecked Sendable {
     private var _notes: [String: String] = [:]
     private var _serverRecords: [String: CKRecord] = [:]
     private var _savedState: Data?
+    private var _savedStates: [(data: Data, pending: [String])] = []
     private var _events: [String] = []
     private var _conflicts: [String] = []
     private var _failures: [String] = []
@@ -272,10 +288,14 @@ final class SyncDevice: CKSyncEngineDelegate, @unchecked Sendable {
         get { lock.withLock { _savedState } }
         set { lock.withLock { _savedState = newValue } }
     }
+    /// Every state the app kept, with the records pending in it.
+    var savedStates: [(data: Data, pending: [String])] { lock.withLock { _savedStates } }
     var events: [String] { lock.withLock { _events } }
     var conflicts: [String] { lock.withLock { _conflicts } }
     var failures: [String] { lock.withLock { _failures } }
     var saved: [String] { lock.withLock { _saved } }
+    /// The server's copy of a record as this device last saw it.
+    func serverRecord(_ name: String) -> CKRecord? { lock.withLock { _serverRecords[name] } }
     var sentRequests: [Int] { lock.withLock { _sentRequests } }
     var batchAll: Bool {
         get { lock.withLock { _batchAll } }
@@ -316,7 +336,12 @@ final class SyncDevice: CKSyncEngineDelegate, @unchecked Sendable {
         lock.withLock { _events.append(event.description) }
         switch event {
         case .stateUpdate(let update):
-            savedState = try? JSONEncoder().encode(update.stateSerialization)
+            let data = try? JSONEncoder().encode(update.stateSerialization)
+            savedState = data
+            if let data {
+                let pending = update.stateSerialization.stored.pendingRecordZoneChanges.map(\.recordID.recordName)
+                lock.withLock { _savedStates.append((data, pending)) }
+            }
         case .fetchedRecordZoneChanges(let changes):
             lock.withLock {
                 for modification in changes.modifications {
@@ -331,6 +356,7 @@ final class SyncDevice: CKSyncEngineDelegate, @unchecked Sendable {
             }
         case .sentRecordZoneChanges(let sent):
             var again: [CKSyncEngine.PendingRecordZoneChange] = []
+            var zonesAgain: [CKSyncEngine.PendingDatabaseChange] = []
             lock.withLock {
                 _sentRequests.append(sent.savedRecords.count + sent.failedRecordSaves.count + sent.deletedRecordIDs.count)
                 for record in sent.savedRecords {
@@ -338,18 +364,34 @@ final class SyncDevice: CKSyncEngineDelegate, @unchecked Sendable {
                     _saved.append(record.recordID.recordName)
                 }
                 for failure in sent.failedRecordSaves {
-                    let name = failure.record.recordID.recordName
+                    let id = failure.record.recordID
+                    let name = id.recordName
                     _failures.append("\(name): \(failure.error.code)")
-                    guard failure.error.code == .serverRecordChanged, let server = failure.error.serverRecord else { continue }
-                    // Merge: both texts, the server's first.
-                    _conflicts.append(name)
-                    let mine = _notes[name] ?? ""
-                    let theirs = server["text"] as? String ?? ""
-                    _notes[name] = "\(theirs) + \(mine)"
-                    _serverRecords[name] = server
-                    again.append(.saveRecord(failure.record.recordID))
+                    switch failure.error.code {
+                    case .serverRecordChanged:
+                        guard let server = failure.error.serverRecord else { continue }
+                        // Merge: both texts, the server's first.
+                        _conflicts.append(name)
+                        let mine = _notes[name] ?? ""
+                        let theirs = server["text"] as? String ?? ""
+                        _notes[name] = "\(theirs) + \(mine)"
+                        _serverRecords[name] = server
+                        again.append(.saveRecord(id))
+                    case .zoneNotFound:
+                        // Deleted elsewhere: the zone goes first, then the record, made anew.
+                        zonesAgain.append(.saveZone(CKRecordZone(zoneID: id.zoneID)))
+                        _serverRecords[name] = nil
+                        again.append(.saveRecord(id))
+                    case .unknownItem:
+                        // Deleted elsewhere: this device still has it, and sends it anew.
+                        _serverRecords[name] = nil
+                        again.append(.saveRecord(id))
+                    default:
+                        break
+                    }
                 }
             }
+            syncEngine.state.add(pendingDatabaseChanges: zonesAgain)
             syncEngine.state.add(pendingRecordZoneChanges: again)
         default:
             break

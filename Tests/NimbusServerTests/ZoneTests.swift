@@ -50,13 +50,39 @@ import Testing
         }
     }
 
-    @Test func defaultZoneCannotBeDeletedAndUnknownZoneIsNotFound() async throws {
+    /// Deleting a zone that is not there is what was asked for: answered deleted, as CloudKit
+    /// answers (Apple's CKSyncEngine sample deletes its zone before every test, on a fresh
+    /// container too), with the caller named as its owner and nothing in the change feed.
+    @Test func defaultZoneCannotBeDeletedAndAbsentZoneDeletesAsAsked() async throws {
         try await TestServer.with { server in
             let alice = try await server.user("alice")
             let response = try await alice.deleteZone("_defaultZone")
             #expect(response.status == 200)
             #expect(response.zones.first?.errorCode == "BAD_REQUEST")
-            #expect(try await alice.deleteZone("Nope").zones.first?.errorCode == "ZONE_NOT_FOUND")
+            #expect(response.zones.first?["zoneID"]?["ownerRecordName"] == "_defaultOwner")
+
+            let before = try await alice.post("private", "changes/database", [:])
+            let token = try #require(before.json["syncToken"]?.stringValue)
+            let never = try await alice.deleteZone("Never")
+            #expect(never.status == 200)
+            #expect(never.zones.first?.errorCode == nil, "\(never.text)")
+            #expect(never.zones.first?["deleted"] == true)
+            #expect(never.zones.first?["zoneID"]?["ownerRecordName"]?.stringValue == alice.userRecordName)
+            _ = try await alice.createZone("Gone")
+            #expect(try await alice.deleteZone("Gone").zones.first?["deleted"] == true)
+            #expect(try await alice.deleteZone("Gone").zones.first?["deleted"] == true)
+            let after = try await alice.post("private", "changes/database", ["syncToken": .string(token)])
+            let changed = after.json["zones"]?.arrayValue?.compactMap { $0["zoneID"]?["zoneName"]?.stringValue } ?? []
+            #expect(changed == ["Gone"], "\(after.text)")
+
+            // A zone that is not there, named in any other answer: ZONE_NOT_FOUND, with its
+            // owner (the caller) named, not _defaultOwner.
+            let lookup = try await alice.post("private", "zones/lookup", ["zones": [["zoneName": "Never"]]])
+            #expect(lookup.zones.first?.errorCode == "ZONE_NOT_FOUND")
+            #expect(lookup.zones.first?["zoneID"]?["ownerRecordName"]?.stringValue == alice.userRecordName, "\(lookup.text)")
+            let write = try await alice.modify(zone: "Never", [Op.create("n1")])
+            #expect(write.errorCode == "ZONE_NOT_FOUND", "\(write.text)")
+            #expect(write.json["zoneID"]?["ownerRecordName"]?.stringValue == alice.userRecordName, "\(write.text)")
         }
     }
 

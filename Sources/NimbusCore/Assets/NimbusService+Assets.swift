@@ -26,7 +26,7 @@ extension NimbusService {
     public func requestAssetUploads(_ target: DatabaseTarget, _ request: AssetUploadRequest) async throws -> AssetUploadResponse {
         let key = try target.key()
         try target.caller.requireWriter(for: "Uploading assets")
-        if target.scope == .shared { throw zoneNotFound(request.zoneID, detail: "nothing is shared with you yet") }
+        if target.scope == .shared { throw zoneNotFound(request.zoneID, target: target, detail: "nothing is shared with you yet") }
         let baseURL = try assetBaseURL(target)
         let database = try await databaseForReading(key)
         // The database's bytes now (the remembered row's count is as old as the row).
@@ -202,7 +202,7 @@ extension NimbusService {
     {
         let key = try target.key()
         try target.caller.requireWriter(for: "Rereferencing assets")
-        if target.scope == .shared { throw zoneNotFound(request.zoneID, detail: "nothing is shared with you yet") }
+        if target.scope == .shared { throw zoneNotFound(request.zoneID, target: target, detail: "nothing is shared with you yet") }
         let database = try await databaseForReading(key)
         let access = try await publicAccess(target)
         let held: [Result<RereferencedAsset, CloudKitError>] = try await storage.read { tx in

@@ -91,13 +91,13 @@ extension NimbusService {
     /// default zone, and a zone ID names its owner.
     func sharedZone(_ zoneID: WireZoneID, _ target: DatabaseTarget) async throws -> SharedZone {
         guard zoneID.zoneName != Names.defaultZone else {
-            throw zoneNotFound(zoneID, detail: "the shared database has no default zone; name a shared zone with its ownerRecordName")
+            throw zoneNotFound(zoneID, target: target, detail: "the shared database has no default zone; name a shared zone with its ownerRecordName")
         }
         guard let owner = zoneID.ownerRecordName, owner != Names.defaultOwner else {
-            throw zoneNotFound(zoneID, detail: "a shared zone's ID names its owner (ownerRecordName)")
+            throw zoneNotFound(zoneID, target: target, detail: "a shared zone's ID names its owner (ownerRecordName)")
         }
         guard let zone = try await sharedZones(target).first(where: { $0.ownerRecordName == owner && $0.zoneName == zoneID.zoneName })
-        else { throw zoneNotFound(zoneID, detail: "nothing in it is shared with you") }
+        else { throw zoneNotFound(zoneID, target: target, detail: "nothing in it is shared with you") }
         return zone
     }
 
@@ -139,7 +139,7 @@ extension NimbusService {
             do {
                 let shared = try await sharedZone(zoneID, target)
                 let row = try await storage.read { tx in try self.sharedZoneRow(shared, tx: tx)?.1 }
-                guard let row else { throw zoneNotFound(zoneID, detail: nil) }
+                guard let row else { throw zoneNotFound(zoneID, target: target, detail: nil) }
                 results.append(
                     .success(
                         .zone(
@@ -157,7 +157,7 @@ extension NimbusService {
         let shared = try await sharedZone(request.zoneID, target)
         let view = target.viewingZones(of: shared.ownerRecordName)
         return try await storage.read { tx in
-            guard let (_, zone) = try self.sharedZoneRow(shared, tx: tx) else { throw self.zoneNotFound(request.zoneID, detail: nil) }
+            guard let (_, zone) = try self.sharedZoneRow(shared, tx: tx) else { throw self.zoneNotFound(request.zoneID, target: target, detail: nil) }
             return RecordsResponse(
                 records: try request.records.map { lookup in
                     guard let row = try tx.record(zoneID: zone.id, name: lookup.recordName),

@@ -10,6 +10,10 @@ import NimbusWire
 /// and the field's key are authenticated with it: ciphertext moved to another record or field
 /// does not open. The key ID lets a device with another key say so (`CKErrorUserDidResetEncryptedDataKey`)
 /// instead of reporting damaged bytes.
+///
+/// A date (or list of dates) is sealed with its exact seconds too (`exactDates`): the server
+/// never reads it, so, as with CloudKit's encrypted values, it comes back as the app saved it,
+/// not cut to the wire's milliseconds (apps compare such dates to settle conflicts).
 struct FieldCipher: Sendable {
     static let version: UInt8 = 1
     static let keyBytes = 32
@@ -28,13 +32,17 @@ struct FieldCipher: Sendable {
     }
 
     /// The value's ciphertext; references and assets cannot be encrypted (the server must read them).
-    func seal(_ value: FieldValue, recordName: String, key field: String) throws(CKError) -> FieldValue {
+    func seal(_ value: FieldValue, exactDates: [Date]? = nil, recordName: String, key field: String) throws(CKError) -> FieldValue {
         guard value.type.scalar.canBeEncrypted else {
             throw CKError(
                 .invalidArguments,
                 "field '\(field)': a \(value.type.wireName) cannot be an encrypted value (the server must read references and assets); encrypt strings, numbers, dates, data, locations or lists of them")
         }
-        let plain = Data(value.fieldJSON().text.utf8)
+        var sealed: JSONObject = [WireKey.value: value.valueJSON(), WireKey.type: .string(value.type.wireName)]
+        // Seconds since Foundation's reference date, which is what a Date holds: through 1970
+        // a date would not always come back bit for bit.
+        if let exactDates { sealed[Self.exactDatesKey] = .array(exactDates.map { .double($0.timeIntervalSinceReferenceDate) }) }
+        let plain = Data(JSON.object(sealed).text.utf8)
         do {
             let box = try AES.GCM.seal(plain, using: key, authenticating: Self.bound(recordName, field))
             guard let combined = box.combined else { throw CKError(.internalError, "AES-GCM gave no combined ciphertext") }
@@ -47,8 +55,10 @@ struct FieldCipher: Sendable {
         }
     }
 
-    /// The plain value of a ciphertext the server returned.
-    func open(_ base64: String, recordName: String, key field: String) throws(CKError) -> FieldValue {
+    static let exactDatesKey = "exactDates"
+
+    /// The plain value of a ciphertext the server returned, with the exact dates sealed with it.
+    func open(_ base64: String, recordName: String, key field: String) throws(CKError) -> (value: FieldValue, exactDates: [Date]?) {
         guard let bytes = Data(base64Encoded: base64), bytes.count > 1 + Self.keyIDBytes + 12 + 16,
             bytes[bytes.startIndex] == Self.version
         else {
@@ -74,7 +84,8 @@ struct FieldCipher: Sendable {
                 let typeName = object[WireKey.type]?.stringValue, case .exact(let type)? = DeclaredFieldType(wire: typeName),
                 let value = object[WireKey.value]
             else { throw CloudKitError.badRequest("not a field") }
-            return try FieldValue.decode(value, as: type, path: field)
+            let exactDates = object[Self.exactDatesKey]?.arrayValue?.compactMap { $0.doubleValue.map(Date.init(timeIntervalSinceReferenceDate:)) }
+            return (try FieldValue.decode(value, as: type, path: field), exactDates)
         } catch {
             throw CKError(.serverResponseLost, "encrypted field '\(field)' of record '\(recordName)' opened, but holds no field value")
         }

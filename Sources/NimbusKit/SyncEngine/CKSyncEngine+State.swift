@@ -2,9 +2,11 @@ import Foundation
 
 extension CKSyncEngine {
     /// What the engine knows: the changes the app asked it to send, and how far it has read
-    /// the server's change feeds. Changes the app adds are written to the device's journal
-    /// before `add` returns, so they survive a crash even if the app never got to keep the
-    /// next `stateUpdate` (beyond CloudKit, whose engine can lose them).
+    /// the server's change feeds. As with CloudKit, the engine's state is what the app keeps
+    /// from `stateUpdate` events (one follows every change the app makes here) and nothing
+    /// else, so several engines in one process are several devices. Beyond CloudKit, changes
+    /// the app adds are also written to a journal of this state's own history before `add`
+    /// returns: a crash before the app kept the next `stateUpdate` loses nothing.
     public final class State: @unchecked Sendable, CustomStringConvertible {
         private let lock = NSLock()
         private var stored: Stored
@@ -12,8 +14,9 @@ extension CKSyncEngine {
         /// request was in flight stays pending after that request succeeds.
         private var additions: [PendingRecordZoneChange: Int] = [:]
         private let journal: SyncEngineJournal?
-        /// Called after each change of the pending lists (the engine schedules a send).
-        var onPendingChange: (@Sendable () -> Void)?
+        /// Called after each change the app makes (the engine schedules a `stateUpdate`, and a
+        /// send when changes were added).
+        var onAppChange: (@Sendable (_ added: Bool) -> Void)?
 
         init(_ stored: Stored, journal: SyncEngineJournal?) {
             self.stored = stored
@@ -26,7 +29,7 @@ extension CKSyncEngine {
         /// scheduled send asks the delegate for a batch even with nothing pending.
         public var hasPendingUntrackedChanges: Bool {
             get { lock.withLock { stored.hasPendingUntrackedChanges } }
-            set { update { $0.hasPendingUntrackedChanges = newValue } }
+            set { update(added: newValue) { $0.hasPendingUntrackedChanges = newValue } }
         }
         /// Zones the server said changed that have not been fetched yet.
         public var zoneIDsWithUnfetchedServerChanges: [CKRecordZone.ID] {
@@ -34,7 +37,7 @@ extension CKSyncEngine {
         }
 
         public func add(pendingRecordZoneChanges changes: [PendingRecordZoneChange]) {
-            update { stored in
+            update(added: true) { stored in
                 for change in changes {
                     additions[change, default: 0] += 1
                     // A save replaces a pending delete of the same record and the other way round.
@@ -45,11 +48,11 @@ extension CKSyncEngine {
         }
 
         public func remove(pendingRecordZoneChanges changes: [PendingRecordZoneChange]) {
-            update(notify: false) { stored in stored.pendingRecordZoneChanges.removeAll { changes.contains($0) } }
+            update(added: false) { stored in stored.pendingRecordZoneChanges.removeAll { changes.contains($0) } }
         }
 
         public func add(pendingDatabaseChanges changes: [PendingDatabaseChange]) {
-            update { stored in
+            update(added: true) { stored in
                 for change in changes {
                     stored.pendingDatabaseChanges.removeAll { $0.zoneID == change.zoneID }
                     stored.pendingDatabaseChanges.append(change)
@@ -58,7 +61,7 @@ extension CKSyncEngine {
         }
 
         public func remove(pendingDatabaseChanges changes: [PendingDatabaseChange]) {
-            update(notify: false) { stored in stored.pendingDatabaseChanges.removeAll { changes.contains($0) } }
+            update(added: false) { stored in stored.pendingDatabaseChanges.removeAll { changes.contains($0) } }
         }
 
         public var description: String {
@@ -69,23 +72,19 @@ extension CKSyncEngine {
 
         // MARK: The engine's side
 
-        /// Changes the pending lists and writes the journal before returning; tells the
-        /// engine of additions (it schedules a send).
-        private func update(notify: Bool = true, _ change: (inout Stored) -> Void) {
-            lock.withLock {
-                change(&stored)
-                stored.revision += 1
-                journal?.write(stored)
-            }
-            if notify { onPendingChange?() }
+        /// A change the app makes: journaled before returning, then told to the engine.
+        private func update(added: Bool, _ change: (inout Stored) -> Void) {
+            track(change)
+            onAppChange?(added)
         }
 
         /// Changes what the engine tracks (tokens, account, sends in flight), journaled too.
         func track(_ change: (inout Stored) -> Void) {
             lock.withLock {
+                let lineage = stored.lineage
                 change(&stored)
                 stored.revision += 1
-                journal?.write(stored)
+                journal?.write(stored, replacing: lineage)
             }
         }
 
@@ -97,9 +96,20 @@ extension CKSyncEngine {
 
         /// Removes changes that were sent, unless added again after `counts` were taken.
         func removeSent(_ counts: [PendingRecordZoneChange: Int]) {
-            update(notify: false) { stored in
+            track { stored in
                 let done = Set(counts.filter { additions[$0.key, default: 0] == $0.value }.keys)
                 stored.pendingRecordZoneChanges.removeAll { done.contains($0) }
+            }
+        }
+
+        /// Moves changes that stay pending after a failure the engine retries by itself to the
+        /// end of the list, so the delegate's next batch starts with changes not yet tried.
+        func requeue(_ changes: [PendingRecordZoneChange]) {
+            track { stored in
+                for change in changes where stored.pendingRecordZoneChanges.contains(change) {
+                    stored.pendingRecordZoneChanges.removeAll { $0 == change }
+                    stored.pendingRecordZoneChanges.append(change)
+                }
             }
         }
 
@@ -231,34 +241,70 @@ extension CKSyncEngine.PendingDatabaseChange: Codable {
     }
 }
 
-/// The device's copy of the engine's state, rewritten (atomically) at every change: what
-/// carries pending changes across a crash the app's own copy of the state did not see.
-/// One file per container, database and device folder (beside the long-lived operations).
+/// The device's copy of one history (lineage) of an engine's state, rewritten atomically at
+/// every change: what carries pending changes across a crash the app's own copy of the state
+/// did not see. One file per container, database and lineage, beside the long-lived
+/// operations; an engine reads only the file of the lineage the app handed it, so engines
+/// started fresh in one process (two test devices) never see each other's.
 struct SyncEngineJournal: Sendable {
-    let file: URL
+    let directory: URL
+    let scope: CKDatabase.Scope
+    /// A journal no engine wrote to for this long belongs to a state no app kept (an engine
+    /// replaced, a test device): removed when another engine of the database starts. So are
+    /// all but the newest `keptJournals` (an app has one engine a database; tests make many).
+    static let abandonedAfter: TimeInterval = 30 * 24 * 3600
+    static let keptJournals = 8
 
     init(directory: URL, scope: CKDatabase.Scope) {
-        file = directory.appendingPathComponent("sync-engine-\(scope.name).state")
+        self.directory = directory
+        self.scope = scope
     }
 
-    func write(_ stored: CKSyncEngine.State.Stored) {
+    func file(_ lineage: String) -> URL { directory.appendingPathComponent("sync-engine-\(scope.name)-\(lineage).state") }
+    /// Before lineages had files of their own: one journal per database.
+    var sharedFile: URL { directory.appendingPathComponent("sync-engine-\(scope.name).state") }
+
+    func write(_ stored: CKSyncEngine.State.Stored, replacing previous: String?) {
+        let file = file(stored.lineage)
         do {
-            try FileManager.default.createDirectory(
-                at: file.deletingLastPathComponent(), withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             try JSONEncoder().encode(stored).write(to: file, options: .atomic)
+            if let previous, previous != stored.lineage { try? FileManager.default.removeItem(at: self.file(previous)) }
         } catch {
             // The app's serialization still carries the state; only crash safety is lost.
             CKSyncEngine.logger.warning("could not write the sync engine's journal \(file.path): \(error)")
         }
     }
 
-    func read() -> CKSyncEngine.State.Stored? {
-        guard let data = FileManager.default.contents(atPath: file.path) else { return nil }
-        do {
-            return try JSONDecoder().decode(CKSyncEngine.State.Stored.self, from: data)
-        } catch {
-            CKSyncEngine.logger.warning("the sync engine's journal \(file.path) does not read (\(error)); starting from the app's state")
-            return nil
+    /// The journal of `lineage`, if this device has one (in its own file, or in the shared
+    /// file an earlier NimbusKit wrote).
+    func read(lineage: String) -> CKSyncEngine.State.Stored? {
+        for file in [file(lineage), sharedFile] {
+            guard let data = FileManager.default.contents(atPath: file.path) else { continue }
+            do {
+                let stored = try JSONDecoder().decode(CKSyncEngine.State.Stored.self, from: data)
+                if stored.lineage == lineage { return stored }
+            } catch {
+                CKSyncEngine.logger.warning("the sync engine's journal \(file.path) does not read (\(error)); starting from the app's state")
+            }
+        }
+        return nil
+    }
+
+    /// Removes the shared journal of earlier versions, and journals of other lineages that
+    /// nothing wrote to for `abandonedAfter` or that are not among the `keptJournals` newest.
+    func removeAbandoned(keeping lineage: String, now: Date = Date()) {
+        let prefix = "sync-engine-\(scope.name)-"
+        try? FileManager.default.removeItem(at: sharedFile)
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []
+        let others = names.filter { $0.hasPrefix(prefix) && $0.hasSuffix(".state") && $0 != file(lineage).lastPathComponent }
+        let byAge = others.map { name -> (URL, Date) in
+            let url = directory.appendingPathComponent(name)
+            return (url, (try? FileManager.default.attributesOfItem(atPath: url.path)[.modificationDate] as? Date) ?? now)
+        }.sorted { $0.1 > $1.1 }
+        for (index, (url, modified)) in byAge.enumerated()
+        where index >= Self.keptJournals || now.timeIntervalSince(modified) > Self.abandonedAfter {
+            try? FileManager.default.removeItem(at: url)
         }
     }
 }

@@ -8,16 +8,15 @@ import NimbusWire
 /// within the server's limits, fetches what other devices changed when the server says so
 /// (NimbusKit's WebSocket stream, on every platform), and reports everything as events.
 ///
-/// Beyond CloudKit: pending changes are journaled on the device before `add` returns, and a
-/// send is a long-lived modify whose operation ID the server answers once, so a crash at any
-/// instant loses nothing and applies nothing twice (docs/sdk.md, "CKSyncEngine").
+/// As CloudKit's, the engine's state is only what the app keeps from `stateUpdate` events:
+/// several engines in one process are several devices. Beyond CloudKit: pending changes are
+/// also journaled on the device (for the history the app's state belongs to) before `add`
+/// returns, and a send is a long-lived modify whose operation ID the server answers once, so
+/// a crash at any instant loses nothing and applies nothing twice (docs/sdk.md, "CKSyncEngine").
 public final class CKSyncEngine: @unchecked Sendable {
     static let logger = Logger(label: "NimbusKit.syncEngine")
     /// Records (saves and deletes) in one request: the server's limit.
     static var recordsPerRequest: Int { Limits.operationsPerRequest.value }
-    /// Times one pending change is sent in one `sendChanges` before the engine stops asking
-    /// for it (a delegate that re-adds a change whose save keeps failing would loop).
-    static let attemptsPerSend = 3
     /// The subscription the engine creates when the app names none and the database has none.
     static let defaultSubscriptionID = "nimbus-sync-engine"
 
@@ -32,25 +31,45 @@ public final class CKSyncEngine: @unchecked Sendable {
     private var running: [UUID: Task<Void, any Error>] = [:]
     private var listener: Task<Void, Never>?
     private var sendScheduled = false
+    private var stateUpdateScheduled = false
     private var accountChecked = false
+    /// The account check the engine starts with; every fetch and send waits for it.
+    private var startingAccountCheck: Task<Void, Never>?
 
-    public init(_ configuration: Configuration) {
+    /// `isolation`: where the app makes the engine (its actor, if any), for the account check
+    /// the engine starts with (see below); callers leave it to its default.
+    public init(_ configuration: Configuration, isolation: isolated (any Actor)? = #isolation) {
         database = configuration.database
         delegate = configuration.delegate
         automaticallySync = configuration.automaticallySync
         configuredSubscriptionID = configuration.subscriptionID
         let container = configuration.database.container
         let journal = SyncEngineJournal(directory: container.longLivedOperations.directory, scope: configuration.database.databaseScope)
+        let app = configuration.stateSerialization?.stored
         let stored = Self.startingState(
-            app: configuration.stateSerialization?.stored, journal: journal.read(),
+            app: app, journal: app.flatMap { journal.read(lineage: $0.lineage) },
             containerIdentifier: container.containerIdentifier ?? "", scope: configuration.database.databaseScope)
         state = State(stored, journal: journal)
-        state.track { _ in }  // the journal now holds what this engine starts from
-        state.onPendingChange = { [weak self] in self?.scheduleSend() }
+        // No file work here (apps make their engine on their own actor): the journal is
+        // written at the first change, and other histories' journals are cleared aside.
+        let lineage = stored.lineage
+        Task.detached(priority: .background) { journal.removeAbandoned(keeping: lineage) }
+        state.onAppChange = { [weak self] added in
+            self?.scheduleStateUpdate()
+            if added { self?.scheduleSend() }
+        }
+        // As CloudKit's engine, it learns who is signed in as it starts and tells the app, on
+        // the actor the app made it on (no hop when the session already knows the user), so
+        // a first sign-in, on which apps add their zone, reaches the app before its first send.
+        startingAccountCheck = Task { [weak self] in
+            _ = isolation  // runs on the caller's actor
+            try? await self?.checkAccount()
+        }
         if automaticallySync { startListening() }
     }
 
     deinit {
+        startingAccountCheck?.cancel()
         listener?.cancel()
         for task in running.values { task.cancel() }
     }
@@ -78,8 +97,9 @@ public final class CKSyncEngine: @unchecked Sendable {
     // MARK: Starting
 
     /// The state to start from: the app's serialization (when it is this database's), with
-    /// pending changes and sends in flight from the device's journal when that is newer in
-    /// the same history; the journal alone when the app kept nothing yet; else a fresh state.
+    /// pending changes and sends in flight from the device's journal of the same history when
+    /// that is newer (the app crashed before keeping the last `stateUpdate`); a fresh state
+    /// when the app hands none, as CloudKit's engine starts.
     static func startingState(
         app: State.Stored?, journal: State.Stored?, containerIdentifier: String, scope: CKDatabase.Scope
     ) -> State.Stored {
@@ -107,14 +127,7 @@ public final class CKSyncEngine: @unchecked Sendable {
             return app
         case (let app?, _):
             return app
-        case (nil, var journal?):
-            // The app kept no state yet: the pending work survives; what was fetched is
-            // fetched again, since the app may not have kept it.
-            journal.databaseToken = nil
-            journal.zoneTokens = [:]
-            journal.unfetchedZones = []
-            return journal
-        case (nil, nil):
+        case (nil, _):
             return State.Stored(containerIdentifier: containerIdentifier, databaseScope: scope.name)
         }
     }
@@ -144,7 +157,7 @@ public final class CKSyncEngine: @unchecked Sendable {
 
     private func prepareForAutomaticSync() async throws {
         try await gate.serialized {
-            try await checkAccount()
+            try await ensureAccountChecked()
             try await ensureSubscription()
         }
     }
@@ -165,6 +178,23 @@ public final class CKSyncEngine: @unchecked Sendable {
         }
     }
 
+    /// A `stateUpdate` soon after the app changes the state (CloudKit's engine sends one, and
+    /// apps keep the state only from these), after the fetch or send under way if any.
+    private func scheduleStateUpdate() {
+        let schedule = lock.withLock {
+            defer { stateUpdateScheduled = true }
+            return !stateUpdateScheduled
+        }
+        guard schedule else { return }
+        Task { [weak self] in
+            guard let self else { return }
+            try? await gate.serialized {
+                self.lock.withLock { self.stateUpdateScheduled = false }
+                await self.emitStateUpdate()
+            }
+        }
+    }
+
     /// Runs work that `cancelOperations()` can stop.
     private func tracked(_ work: @escaping @Sendable () async throws -> Void) async throws {
         let id = UUID()
@@ -180,16 +210,31 @@ public final class CKSyncEngine: @unchecked Sendable {
 
     // MARK: Account and subscription
 
+    /// Waits for the account check the engine started with, and checks again if that one
+    /// could not reach the server.
+    private func ensureAccountChecked() async throws {
+        await startingAccountCheck?.value
+        try await checkAccount()
+    }
+
     /// Tells the delegate who is signed in, once per engine: sign-in on first use, a switch
     /// or sign-out when the state was another user's (the state then starts over).
-    private func checkAccount() async throws {
+    /// `isolation`: run where the caller is (the starting check: on the app's actor, so the
+    /// event reaches the app with no hop when the session already knows the user).
+    private func checkAccount(isolation: isolated (any Actor)? = #isolation) async throws {
         guard !lock.withLock({ accountChecked }) else { return }
         let previous = state.snapshot.userRecordName.map { CKRecord.ID(recordName: $0) }
         let current: CKRecord.ID?
-        do {
-            current = try await database.container.userRecordID()
-        } catch let error as CKError where error.code == .notAuthenticated {
-            current = nil
+        if let known = database.container.transport.userRecordName {
+            // The container's session knows who is signed in (a sign-out forgets it): no round
+            // trip, so the app hears of a first sign-in as the engine starts.
+            current = CKRecord.ID(recordName: known)
+        } else {
+            do {
+                current = try await database.container.userRecordID()
+            } catch let error as CKError where error.code == .notAuthenticated {
+                current = nil
+            }
         }
         lock.withLock { accountChecked = true }
         let change: Event.AccountChange.ChangeType?
@@ -207,8 +252,10 @@ public final class CKSyncEngine: @unchecked Sendable {
                 stored = State.Stored(containerIdentifier: stored.containerIdentifier, databaseScope: stored.databaseScope)
             }
         }
-        state.track { $0.userRecordName = current?.recordName }
+        // Told before anything is written: the app (adding its zone on a first sign-in) hears
+        // it as soon as can be.
         await emit(.accountChange(.init(changeType: change)))
+        state.track { $0.userRecordName = current?.recordName }
         await emitStateUpdate()
     }
 
@@ -245,11 +292,11 @@ public final class CKSyncEngine: @unchecked Sendable {
 
     // MARK: Events
 
-    private func emit(_ event: Event) async {
+    private func emit(_ event: Event, isolation: isolated (any Actor)? = #isolation) async {
         await delegate?.handleEvent(event, syncEngine: self)
     }
 
-    private func emitStateUpdate() async {
+    private func emitStateUpdate(isolation: isolated (any Actor)? = #isolation) async {
         await emit(.stateUpdate(.init(stateSerialization: state.serialization)))
     }
 
@@ -258,7 +305,7 @@ public final class CKSyncEngine: @unchecked Sendable {
     private func fetch(reason: SyncReason, options: FetchChangesOptions) async throws {
         try await gate.serialized {
             guard let delegate else { return }
-            try await checkAccount()
+            try await ensureAccountChecked()
             let asked = FetchChangesContext(reason: reason, options: options)
             let context = FetchChangesContext(reason: reason, options: await delegate.nextFetchChangesOptions(asked, syncEngine: self))
             await emit(.willFetchChanges(.init(context: context)))
@@ -373,6 +420,20 @@ public final class CKSyncEngine: @unchecked Sendable {
 
     // MARK: Sending
 
+    /// What one `sendChanges` met: each record or zone that failed, by its ID.
+    final class SendFailures: @unchecked Sendable {
+        private let lock = NSLock()
+        private var errors: [AnyHashable: any Error] = [:]
+
+        func add(_ id: AnyHashable, _ error: CKError) { lock.withLock { errors[id] = error } }
+
+        /// CloudKit's engine throws from `sendChanges` when anything it sent failed (after
+        /// the `sent…Changes` events that name each failure): a `partialFailure` here.
+        var error: CKError? {
+            lock.withLock { errors.isEmpty ? nil : CKError.partialFailure(errors, what: "changes sent") }
+        }
+    }
+
     private func send(reason: SyncReason, options: SendChangesOptions) async throws {
         try await gate.serialized {
             guard let delegate else { return }
@@ -382,22 +443,24 @@ public final class CKSyncEngine: @unchecked Sendable {
                 || snapshot.pendingDatabaseChanges.contains { options.scope.contains($0) }
                 || snapshot.pendingRecordZoneChanges.contains { options.scope.contains($0) }
             guard hasWork else { return }
-            try await checkAccount()
+            try await ensureAccountChecked()
             let context = SendChangesContext(reason: reason, options: options)
+            let failures = SendFailures()
             await emit(.willSendChanges(.init(context: context)))
             do {
-                try await resumeSendsInFlight()
-                try await sendDatabaseChanges(options)
-                try await sendRecordZoneChanges(context, delegate: delegate)
+                try await resumeSendsInFlight(failures)
+                try await sendDatabaseChanges(options, failures)
+                try await sendRecordZoneChanges(context, delegate: delegate, failures)
             } catch {
                 await emit(.didSendChanges(.init(context: context)))
                 throw error
             }
             await emit(.didSendChanges(.init(context: context)))
+            if let failure = failures.error { throw failure }
         }
     }
 
-    private func sendDatabaseChanges(_ options: SendChangesOptions) async throws {
+    private func sendDatabaseChanges(_ options: SendChangesOptions, _ failures: SendFailures) async throws {
         let pending = state.pendingDatabaseChanges.filter { options.scope.contains($0) }
         guard !pending.isEmpty else { return }
         var saves: [CKRecordZone] = []
@@ -422,6 +485,7 @@ public final class CKSyncEngine: @unchecked Sendable {
             case .failure(let error)?:
                 let error = CKError.wrapping(error)
                 failedSaves.append(.init(zone: zone, error: error))
+                failures.add(zone.zoneID, error)
                 if !Self.retriesByItself(error) { done.append(.saveZone(zone)) }
             case nil: break
             }
@@ -434,6 +498,7 @@ public final class CKSyncEngine: @unchecked Sendable {
             case .failure(let error)?:
                 let error = CKError.wrapping(error)
                 failedDeletes[id] = error
+                failures.add(id, error)
                 if !Self.retriesByItself(error) { done.append(.deleteZone(id)) }
             case nil: break
             }
@@ -447,30 +512,31 @@ public final class CKSyncEngine: @unchecked Sendable {
         await emitStateUpdate()
     }
 
-    private func sendRecordZoneChanges(_ context: SendChangesContext, delegate: any CKSyncEngineDelegate) async throws {
-        var attempts: [PendingRecordZoneChange: Int] = [:]
+    /// Asks the delegate for batches until it has none or only changes this call already
+    /// sent: as with CloudKit's engine, a change is sent once per `sendChanges`, so one that
+    /// failed (and that the app added again after merging, or after saving the zone) waits
+    /// for the next call, and the failure reaches the caller.
+    private func sendRecordZoneChanges(_ context: SendChangesContext, delegate: any CKSyncEngineDelegate, _ failures: SendFailures)
+        async throws
+    {
+        var sent = Set<PendingRecordZoneChange>()
         while true {
             try Task.checkCancellation()
             guard let batch = await delegate.nextRecordZoneChangeBatch(context, syncEngine: self) else { break }
-            // A change already sent `attemptsPerSend` times in this call waits for the next.
-            let saves = batch.recordsToSave.filter { attempts[.saveRecord($0.recordID), default: 0] < Self.attemptsPerSend }
-            let deletes = batch.recordIDsToDelete.filter { attempts[.deleteRecord($0), default: 0] < Self.attemptsPerSend }
+            let saves = batch.recordsToSave.filter { !sent.contains(.saveRecord($0.recordID)) }
+            let deletes = batch.recordIDsToDelete.filter { !sent.contains(.deleteRecord($0)) }
             if saves.isEmpty, deletes.isEmpty { break }
-            for record in saves { attempts[.saveRecord(record.recordID), default: 0] += 1 }
-            for id in deletes { attempts[.deleteRecord(id), default: 0] += 1 }
-            var progressed = false
+            for record in saves { sent.insert(.saveRecord(record.recordID)) }
+            for id in deletes { sent.insert(.deleteRecord(id)) }
             var busy: CKError?
             for request in Self.requests(saves: saves, deletes: deletes, atomicByZone: batch.atomicByZone) {
-                let outcome = try await sendRequest(request)
-                progressed = progressed || outcome.progressed
-                busy = busy ?? outcome.busy
+                busy = try await sendRequest(request, failures) ?? busy
             }
             if let busy {
                 // The server asked for patience: the rest waits for the retry.
                 scheduleSend(after: .seconds(max(busy.retryAfterSeconds ?? 2, 0.1)))
                 break
             }
-            if !progressed { break }
         }
     }
 
@@ -516,7 +582,8 @@ public final class CKSyncEngine: @unchecked Sendable {
 
     /// Sends one request as a long-lived modify (journaled, so a crash mid-request resumes it
     /// under the same operation ID), reports it, and settles the pending changes it carried.
-    private func sendRequest(_ request: SendRequest) async throws -> (progressed: Bool, busy: CKError?) {
+    /// Returns the error of a server that asked for patience, if one did.
+    private func sendRequest(_ request: SendRequest, _ failures: SendFailures) async throws -> CKError? {
         let operation = CKModifyRecordsOperation(recordsToSave: request.saves, recordIDsToDelete: request.deletes)
         operation.savePolicy = .ifServerRecordUnchanged
         operation.isAtomic = request.atomic
@@ -528,25 +595,22 @@ public final class CKSyncEngine: @unchecked Sendable {
             uniquingKeysWith: { a, _ in a })
         let id = operation.operationID
         operation.longLivedOperationWasPersistedBlock = { [state] in state.track { $0.sendsInFlight.append(id) } }
-        let outcome = try await run(operation, counts: counts, splitsWhenTooLarge: request.items.count > 1 && !request.atomic)
-        guard outcome.tooLarge else { return (outcome.progressed, outcome.busy) }
+        let outcome = try await run(operation, counts: counts, failures, splitsWhenTooLarge: request.items.count > 1 && !request.atomic)
+        guard outcome == .tooLarge else { return outcome.busy }
         // Larger than the server takes in one request (records that are large together): sent
         // again in halves, as Apple's engine sizes its requests itself. An atomic request is
         // not split; its failure is the app's (limitExceeded).
-        var progressed = false
         var busy: CKError?
         let half = request.items.count / 2
         for part in [request.items[..<half], request.items[half...]] {
-            let sent = try await sendRequest(SendRequest(items: Array(part), atomic: false))
-            progressed = progressed || sent.progressed
-            busy = busy ?? sent.busy
+            busy = try await sendRequest(SendRequest(items: Array(part), atomic: false), failures) ?? busy
         }
-        return (progressed, busy)
+        return busy
     }
 
     /// Sends an earlier process left unanswered: added again under their IDs, answered by the
     /// server from their first outcome where they got that far.
-    private func resumeSendsInFlight() async throws {
+    private func resumeSendsInFlight(_ failures: SendFailures) async throws {
         for id in state.snapshot.sendsInFlight {
             try Task.checkCancellation()
             guard let operation = try? await database.container.longLivedOperation(for: id) as? CKModifyRecordsOperation else {
@@ -558,16 +622,38 @@ public final class CKSyncEngine: @unchecked Sendable {
                 (operation.recordsToSave ?? []).map { PendingRecordZoneChange.saveRecord($0.recordID) }
                 + (operation.recordIDsToDelete ?? []).map { PendingRecordZoneChange.deleteRecord($0) }
             let counts = Dictionary(changes.map { ($0, state.additionCount($0)) }, uniquingKeysWith: { a, _ in a })
-            _ = try await run(operation, counts: counts, splitsWhenTooLarge: false)
+            _ = try await run(operation, counts: counts, failures, splitsWhenTooLarge: false)
         }
     }
 
-    /// Sends `operation`, reports what became of each change and settles those the app has
-    /// its answer for. `splitsWhenTooLarge`: a request whose body passed the server's bound
-    /// (`modifyRequestBodyBytes`) reports nothing and says `tooLarge`, for the caller to split.
-    private func run(_ operation: CKModifyRecordsOperation, counts: [PendingRecordZoneChange: Int], splitsWhenTooLarge: Bool)
-        async throws -> (progressed: Bool, busy: CKError?, tooLarge: Bool)
-    {
+    /// How one request ended for the engine.
+    enum RequestOutcome: Equatable {
+        /// Answered (each record's outcome reported); `busy`: the server asked for patience.
+        case answered(busy: CKError?)
+        /// Refused whole as larger than the server takes; nothing reported, to be split.
+        case tooLarge
+
+        var busy: CKError? {
+            if case .answered(let busy) = self { busy } else { nil }
+        }
+
+        static func == (a: Self, b: Self) -> Bool {
+            switch (a, b) {
+            case (.tooLarge, .tooLarge): true
+            case (.answered(let x), .answered(let y)): x?.code == y?.code
+            default: false
+            }
+        }
+    }
+
+    /// Sends `operation`, reports what became of each change (failures also to `failures`)
+    /// and settles those the app has its answer for; a change that failed in a way the engine
+    /// retries by itself stays pending, moved behind the changes not yet tried.
+    /// `splitsWhenTooLarge`: a request whose body passed the server's bound
+    /// (`modifyRequestBodyBytes`) reports nothing and answers `tooLarge`, for the caller to split.
+    private func run(
+        _ operation: CKModifyRecordsOperation, counts: [PendingRecordZoneChange: Int], _ failures: SendFailures, splitsWhenTooLarge: Bool
+    ) async throws -> RequestOutcome {
         // The engine decides about retries itself (it reports each failure first).
         operation.configuration.qualityOfService = .userInitiated
         let saves = Collector<[CKRecord.ID: Result<CKRecord, any Error>]>([:])
@@ -588,7 +674,7 @@ public final class CKSyncEngine: @unchecked Sendable {
         if splitsWhenTooLarge, let wholeError, wholeError.code == .limitExceeded,
             wholeError.userInfo[CKErrorLimitNameKey] as? String == Limits.modifyRequestBodyBytes.name
         {
-            return (false, nil, true)
+            return .tooLarge
         }
 
         var saved: [CKRecord] = []
@@ -596,9 +682,12 @@ public final class CKSyncEngine: @unchecked Sendable {
         var deleted: [CKRecord.ID] = []
         var failedDeletes: [CKRecord.ID: CKError] = [:]
         var settled: [PendingRecordZoneChange: Int] = [:]
+        var retried: [PendingRecordZoneChange] = []
         var busy: CKError?
         func failed(_ error: CKError, _ change: PendingRecordZoneChange) {
+            failures.add(change.recordID, error)
             if Self.retriesByItself(error) {
+                retried.append(change)
                 if error.retryAfterSeconds != nil || [.zoneBusy, .serviceUnavailable, .requestRateLimited].contains(error.code) {
                     busy = busy ?? error
                 }
@@ -646,12 +735,13 @@ public final class CKSyncEngine: @unchecked Sendable {
             }
         }
         state.removeSent(settled)
+        state.requeue(retried)
         await emit(
             .sentRecordZoneChanges(
                 .init(savedRecords: saved, failedRecordSaves: failedSaves, deletedRecordIDs: deleted, failedRecordDeletes: failedDeletes)))
         await emitStateUpdate()
         if let wholeError, busy == nil, Self.retriesByItself(wholeError) { throw wholeError }
-        return (!settled.isEmpty, busy, false)
+        return .answered(busy: busy)
     }
 
     /// Failures the engine sends again by itself; the pending change stays.

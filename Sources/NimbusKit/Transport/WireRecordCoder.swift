@@ -147,7 +147,8 @@ enum WireRecordCoder {
             guard let ciphers else { continue }
             let cipher = try ciphers.cipher(user: currentUser, create: false)
             let plain = try cipher.open(ciphertext, recordName: wire.recordName, key: field.name)
-            record.setObject(recordValue(plain, zoneID: zone, currentUser: currentUser), forKey: field.name, encrypted: true)
+            let value = exactDates(plain.exactDates, of: plain.value) ?? recordValue(plain.value, zoneID: zone, currentUser: currentUser)
+            record.setObject(value, forKey: field.name, encrypted: true)
         }
         record.recordChangeTag = wire.recordChangeTag
         if let created = wire.created {
@@ -163,6 +164,17 @@ enum WireRecordCoder {
         record.share = wire.share.map { CKRecord.Reference(recordID: CKRecord.ID(recordName: $0, zoneID: zone), action: .none) }
         record.markFetchedFromServer(parent: parent)
         return record
+    }
+
+    /// An encrypted date (or list of dates) as the app saved it, when its exact seconds were
+    /// sealed with it and agree with the wire value.
+    static func exactDates(_ exact: [Date]?, of value: FieldValue) -> (any CKRecordValue)? {
+        guard let exact else { return nil }
+        switch value {
+        case .timestamp where exact.count == 1: return exact[0]
+        case .list(.timestamp, let elements) where elements.count == exact.count: return exact
+        default: return nil
+        }
     }
 
     static func date(milliseconds: Int64) -> Date { Date(timeIntervalSince1970: Double(milliseconds) / 1000) }
@@ -199,7 +211,8 @@ enum WireRecordCoder {
                 guard let cipher else {
                     throw CKError(.invalidArguments, "field '\(key)': encrypted values are saved in the private database only")
                 }
-                wire = try cipher.seal(wire, recordName: record.recordID.recordName, key: key)
+                let dates = (value as? Date).map { [$0] } ?? (value as? [Date])
+                wire = try cipher.seal(wire, exactDates: dates, recordName: record.recordID.recordName, key: key)
             }
             fields.append((key, wire.rawField))
         }

@@ -1,0 +1,172 @@
+import Foundation
+@testable import NimbusKit
+import NimbusTestSupport
+import Testing
+
+/// CKSyncEngine as Apple's own tests use it (issue 43): several engines in one process are
+/// several devices; what another device did (a change that wins a conflict, a zone or a
+/// record deleted) fails the send with CloudKit's codes, throws from `sendChanges`, and
+/// leaves pending exactly what the app adds again.
+@Suite("NimbusKit CKSyncEngine: devices in one process, failures surfaced")
+struct SyncEngineDeviceTests {
+    static let zoneID = SyncEngineKitTests.zoneID
+    static func id(_ name: String) -> CKRecord.ID { SyncEngineKitTests.id(name) }
+
+    /// The per-record error a failed send threw, by record name.
+    static func itemError(_ error: CKError?, _ name: String) -> CKError? {
+        error?.partialErrorsByItemID?[id(name)] as? CKError
+    }
+
+    @Test("two engines in one process and one folder are two devices: an engine's state is only what its app kept")
+    func twoEnginesInOneProcess() async throws {
+        try await TestServer.with { server in
+            try await server.createUser("ann")
+            let folder = FileManager.default.temporaryDirectory.appendingPathComponent("sync-shared-\(UUID().uuidString)")
+            defer { try? FileManager.default.removeItem(at: folder) }
+            let a = SyncDevice(server, name: "A", journals: folder)
+            let b = SyncDevice(server, name: "B", journals: folder)
+            try await a.start()
+            try await b.start()
+            a.engine.state.add(pendingDatabaseChanges: [.saveZone(CKRecordZone(zoneID: Self.zoneID))])
+            for index in 0..<3 { a.edit("c\(index)", "contact \(index)") }
+            #expect(b.engine.state.pendingRecordZoneChanges.isEmpty && b.engine.state.pendingDatabaseChanges.isEmpty)
+            // Made now, in the same folder, from no state: a third device, with nothing of A's.
+            let c = SyncDevice(server, name: "C", journals: folder)
+            try await c.start()
+            #expect(c.engine.state.pendingRecordZoneChanges.isEmpty && c.engine.state.pendingDatabaseChanges.isEmpty)
+
+            try await a.engine.sendChanges()
+            #expect(b.notes.isEmpty)
+            try await b.engine.fetchChanges()
+            try await c.engine.fetchChanges()
+            #expect(b.notes == ["c0": "contact 0", "c1": "contact 1", "c2": "contact 2"])
+            #expect(c.notes == b.notes)
+
+            // A stateUpdate follows every change the app makes (the app keeps the state only
+            // from those): an engine made again from the kept state is the same device.
+            a.edit("c9", "added last")
+            try await waitUntil { a.savedStates.last?.pending == ["c9"] }
+            let again = SyncDevice(server, name: "A", journals: folder)
+            again.inherit(from: a)
+            try await again.start()
+            #expect(again.engine.state.pendingRecordZoneChanges == [.saveRecord(Self.id("c9"))])
+            #expect(b.engine.state.pendingRecordZoneChanges.isEmpty)
+        }
+    }
+
+    @Test(
+        "a conflict fails the loser's send with serverRecordChanged and the server's record; one change stays pending, the next send settles it",
+        arguments: [true, false])
+    func conflict(winnerSavesFirst: Bool) async throws {
+        try await TestServer.with { server in
+            try await server.createUser("ann")
+            let a = SyncDevice(server, name: "A")
+            let b = SyncDevice(server, name: "B")
+            try await a.start()
+            try await b.start()
+            a.engine.state.add(pendingDatabaseChanges: [.saveZone(CKRecordZone(zoneID: Self.zoneID))])
+            a.edit("n", "first")
+            try await a.engine.sendChanges()
+            try await b.engine.fetchChanges()
+            #expect(b.notes["n"] == "first")
+
+            a.edit("n", "A's edit")
+            b.edit("n", "B's edit")
+            let (first, second) = winnerSavesFirst ? (a, b) : (b, a)
+            let firstText = first.notes["n"] ?? ""
+            let secondText = second.notes["n"] ?? ""
+            try await first.engine.sendChanges()
+            let thrown = await #expect(throws: CKError.self) { try await second.engine.sendChanges() }
+            #expect(thrown?.code == .partialFailure)
+            let conflict = Self.itemError(thrown, "n")
+            #expect(conflict?.code == .serverRecordChanged)
+            #expect(conflict?.serverRecord?.recordChangeTag != nil)
+            #expect(second.failures == ["n: serverRecordChanged"])
+            // The first sender is done; the second has the one change its app added again.
+            #expect(first.engine.state.pendingRecordZoneChanges.isEmpty)
+            #expect(second.engine.state.pendingRecordZoneChanges == [.saveRecord(Self.id("n"))])
+            #expect(second.notes["n"] == "\(firstText) + \(secondText)")
+
+            try await second.engine.sendChanges()
+            #expect(second.engine.state.pendingRecordZoneChanges.isEmpty)
+            try await first.engine.fetchChanges()
+            #expect(first.notes["n"] == "\(firstText) + \(secondText)")
+            #expect(first.notes == second.notes)
+        }
+    }
+
+    @Test("a zone deleted by another device fails the next send with zoneNotFound; the app saves the zone and the record anew")
+    func zoneDeletedElsewhere() async throws {
+        try await TestServer.with { server in
+            try await server.createUser("ann")
+            let a = SyncDevice(server, name: "A")
+            let other = SyncDevice(server, name: "B")
+            try await a.start()
+            try await other.start()
+            // As Apple's sample does before every test: deleting a zone that is not there
+            // (a fresh container) succeeds, by the engine and by the database alike.
+            let database = other.container.privateCloudDatabase
+            #expect(try await database.deleteRecordZone(withID: Self.zoneID) == Self.zoneID)
+            a.engine.state.add(pendingDatabaseChanges: [.deleteZone(Self.zoneID)])
+            try await a.engine.sendChanges()
+            #expect(a.events.contains("sentDatabaseChanges(saved: 0, failed: 0, deleted: 1)"), "\(a.events)")
+
+            a.engine.state.add(pendingDatabaseChanges: [.saveZone(CKRecordZone(zoneID: Self.zoneID))])
+            a.edit("n", "before")
+            try await a.engine.sendChanges()
+            let created = try #require(a.serverRecord("n")?.creationDate)
+
+            server.clock.advance(milliseconds: 1_000)  // the test server's clock moves when told
+            try await database.deleteRecordZone(withID: Self.zoneID)
+            a.edit("n", "renamed")
+            let thrown = await #expect(throws: CKError.self) { try await a.engine.sendChanges() }
+            #expect(Self.itemError(thrown, "n")?.code == .zoneNotFound)
+            #expect(a.failures.last == "n: zoneNotFound")
+            // Nothing repaired behind the app's back: pending is what the app added again.
+            #expect(a.engine.state.pendingDatabaseChanges.map(\.zoneID) == [Self.zoneID])
+            #expect(a.engine.state.pendingRecordZoneChanges == [.saveRecord(Self.id("n"))])
+
+            try await a.engine.sendChanges()
+            #expect(a.engine.state.pendingRecordZoneChanges.isEmpty && a.engine.state.pendingDatabaseChanges.isEmpty)
+            let c = SyncDevice(server, name: "C")
+            try await c.start()
+            try await c.engine.fetchChanges()
+            #expect(c.notes == ["n": "renamed"])
+            let recreated = try #require(c.serverRecord("n")?.creationDate)
+            #expect(recreated > created)
+        }
+    }
+
+    @Test("a record deleted by another device fails the next save with unknownItem; the app sends it anew")
+    func recordDeletedElsewhere() async throws {
+        try await TestServer.with { server in
+            try await server.createUser("ann")
+            let a = SyncDevice(server, name: "A")
+            let other = SyncDevice(server, name: "B")
+            try await a.start()
+            try await other.start()
+            a.engine.state.add(pendingDatabaseChanges: [.saveZone(CKRecordZone(zoneID: Self.zoneID))])
+            a.edit("n", "before")
+            a.edit("kept", "untouched")
+            try await a.engine.sendChanges()
+            let created = try #require(a.serverRecord("n")?.creationDate)
+
+            server.clock.advance(milliseconds: 1_000)  // the test server's clock moves when told
+            _ = try await other.container.privateCloudDatabase.deleteRecord(withID: Self.id("n"))
+            a.edit("n", "renamed")
+            a.edit("kept", "edited too")
+            let thrown = await #expect(throws: CKError.self) { try await a.engine.sendChanges() }
+            #expect(Self.itemError(thrown, "n")?.code == .unknownItem)
+            #expect(Self.itemError(thrown, "kept") == nil)
+            #expect(thrown?.partialErrorsByItemID?.count == 1)
+            #expect(a.engine.state.pendingRecordZoneChanges == [.saveRecord(Self.id("n"))])
+
+            try await a.engine.sendChanges()
+            let c = SyncDevice(server, name: "C")
+            try await c.start()
+            try await c.engine.fetchChanges()
+            #expect(c.notes == ["n": "renamed", "kept": "edited too"])
+            #expect(try #require(c.serverRecord("n")?.creationDate) > created)
+        }
+    }
+}

@@ -1,0 +1,1 @@
+// Empty: `import os.log` needs the submodule to exist; Logger is in the Swift overlay.
