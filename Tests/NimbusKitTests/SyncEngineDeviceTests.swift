@@ -12,6 +12,22 @@ struct SyncEngineDeviceTests {
     static let zoneID = SyncEngineKitTests.zoneID
     static func id(_ name: String) -> CKRecord.ID { SyncEngineKitTests.id(name) }
 
+    /// Ann's devices, their engines started (`SyncDevice`, SyncEngineKitTests.swift).
+    static func devices(_ server: TestServer, _ names: String...) async throws -> [SyncDevice] {
+        try await server.createUser("ann")
+        let devices = names.map { SyncDevice(server, name: $0) }
+        for device in devices { try await device.start() }
+        return devices
+    }
+
+    /// A device that has just fetched everything.
+    static func freshDevice(_ server: TestServer) async throws -> SyncDevice {
+        let device = SyncDevice(server, name: "C")
+        try await device.start()
+        try await device.engine.fetchChanges()
+        return device
+    }
+
     /// The per-record error a failed send threw, by record name.
     static func itemError(_ error: CKError?, _ name: String) -> CKError? {
         error?.partialErrorsByItemID?[id(name)] as? CKError
@@ -59,11 +75,8 @@ struct SyncEngineDeviceTests {
         arguments: [true, false])
     func conflict(winnerSavesFirst: Bool) async throws {
         try await TestServer.with { server in
-            try await server.createUser("ann")
-            let a = SyncDevice(server, name: "A")
-            let b = SyncDevice(server, name: "B")
-            try await a.start()
-            try await b.start()
+            let devices = try await Self.devices(server, "A", "B")
+            let (a, b) = (devices[0], devices[1])
             a.engine.state.add(pendingDatabaseChanges: [.saveZone(CKRecordZone(zoneID: Self.zoneID))])
             a.edit("n", "first")
             try await a.engine.sendChanges()
@@ -98,11 +111,8 @@ struct SyncEngineDeviceTests {
     @Test("a zone deleted by another device fails the next send with zoneNotFound; the app saves the zone and the record anew")
     func zoneDeletedElsewhere() async throws {
         try await TestServer.with { server in
-            try await server.createUser("ann")
-            let a = SyncDevice(server, name: "A")
-            let other = SyncDevice(server, name: "B")
-            try await a.start()
-            try await other.start()
+            let devices = try await Self.devices(server, "A", "B")
+            let (a, other) = (devices[0], devices[1])
             // As Apple's sample does before every test: deleting a zone that is not there
             // (a fresh container) succeeds, by the engine and by the database alike.
             let database = other.container.privateCloudDatabase
@@ -128,9 +138,7 @@ struct SyncEngineDeviceTests {
 
             try await a.engine.sendChanges()
             #expect(a.engine.state.pendingRecordZoneChanges.isEmpty && a.engine.state.pendingDatabaseChanges.isEmpty)
-            let c = SyncDevice(server, name: "C")
-            try await c.start()
-            try await c.engine.fetchChanges()
+            let c = try await Self.freshDevice(server)
             #expect(c.notes == ["n": "renamed"])
             let recreated = try #require(c.serverRecord("n")?.creationDate)
             #expect(recreated > created)
@@ -140,11 +148,8 @@ struct SyncEngineDeviceTests {
     @Test("a record deleted by another device fails the next save with unknownItem; the app sends it anew")
     func recordDeletedElsewhere() async throws {
         try await TestServer.with { server in
-            try await server.createUser("ann")
-            let a = SyncDevice(server, name: "A")
-            let other = SyncDevice(server, name: "B")
-            try await a.start()
-            try await other.start()
+            let devices = try await Self.devices(server, "A", "B")
+            let (a, other) = (devices[0], devices[1])
             a.engine.state.add(pendingDatabaseChanges: [.saveZone(CKRecordZone(zoneID: Self.zoneID))])
             a.edit("n", "before")
             a.edit("kept", "untouched")
@@ -162,9 +167,7 @@ struct SyncEngineDeviceTests {
             #expect(a.engine.state.pendingRecordZoneChanges == [.saveRecord(Self.id("n"))])
 
             try await a.engine.sendChanges()
-            let c = SyncDevice(server, name: "C")
-            try await c.start()
-            try await c.engine.fetchChanges()
+            let c = try await Self.freshDevice(server)
             #expect(c.notes == ["n": "renamed", "kept": "edited too"])
             #expect(try #require(c.serverRecord("n")?.creationDate) > created)
         }
