@@ -79,7 +79,9 @@ struct LongLivedKitTests {
                 return
             }
             #expect(error.code == .networkFailure, "\(error)")
-            #expect(relay.droppedAnswers == 1, "user-initiated work does not retry")
+            // One attempt, no retry. Under the whole suite's load the device's deadline can pass
+            // before the server answers at all (nothing to drop yet): at most one answer lost.
+            #expect(relay.droppedAnswers <= 1, "user-initiated work does not retry")
             #expect(Date().timeIntervalSince(started) < 10)
 
             let patient = CKModifyRecordsOperation(recordsToSave: [Self.note("p1", zone: zone.zoneID)])
