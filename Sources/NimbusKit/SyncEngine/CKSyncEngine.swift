@@ -608,8 +608,10 @@ public final class CKSyncEngine: @unchecked Sendable {
             uniquingKeysWith: { a, _ in a })
         let id = operation.operationID
         operation.longLivedOperationWasPersistedBlock = { [state] in state.track { $0.sendsInFlight.append(id) } }
-        let outcome = try await run(operation, counts: counts, failures, splitsWhenTooLarge: request.items.count > 1 && !request.atomic)
-        guard outcome == .tooLarge else { return outcome.busy }
+        switch try await run(operation, counts: counts, failures, splitsWhenTooLarge: request.items.count > 1 && !request.atomic) {
+        case .answered(let busy): return busy
+        case .tooLarge: break
+        }
         // Larger than the server takes in one request (records that are large together): sent
         // again in halves, as Apple's engine sizes its requests itself. An atomic request is
         // not split; its failure is the app's (limitExceeded).
@@ -640,23 +642,11 @@ public final class CKSyncEngine: @unchecked Sendable {
     }
 
     /// How one request ended for the engine.
-    enum RequestOutcome: Equatable {
+    enum RequestOutcome {
         /// Answered (each record's outcome reported); `busy`: the server asked for patience.
         case answered(busy: CKError?)
         /// Refused whole as larger than the server takes; nothing reported, to be split.
         case tooLarge
-
-        var busy: CKError? {
-            if case .answered(let busy) = self { busy } else { nil }
-        }
-
-        static func == (a: Self, b: Self) -> Bool {
-            switch (a, b) {
-            case (.tooLarge, .tooLarge): true
-            case (.answered(let x), .answered(let y)): x?.code == y?.code
-            default: false
-            }
-        }
     }
 
     /// Sends `operation`, reports what became of each change (failures also to `failures`)
