@@ -163,8 +163,11 @@ extension Location {
 
 extension FieldValue {
     /// The field dictionary `{"value": …, "type": …}`.
-    public func fieldJSON(numbersAsStrings: Bool = false) -> JSON {
-        .object([WireKey.value: valueJSON(numbersAsStrings: numbersAsStrings), WireKey.type: .string(type.wireName)])
+    public func fieldJSON(numbersAsStrings: Bool = false) -> JSON { .object(fieldObject(numbersAsStrings: numbersAsStrings)) }
+
+    /// `{"value": …, "type": …}`, open for more keys (NimbusKit seals a date's exact seconds with it).
+    public func fieldObject(numbersAsStrings: Bool = false) -> JSONObject {
+        [WireKey.value: valueJSON(numbersAsStrings: numbersAsStrings), WireKey.type: .string(type.wireName)]
     }
 
     public func valueJSON(numbersAsStrings: Bool = false) -> JSON {

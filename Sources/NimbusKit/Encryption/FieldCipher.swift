@@ -38,7 +38,7 @@ struct FieldCipher: Sendable {
                 .invalidArguments,
                 "field '\(field)': a \(value.type.wireName) cannot be an encrypted value (the server must read references and assets); encrypt strings, numbers, dates, data, locations or lists of them")
         }
-        var sealed: JSONObject = [WireKey.value: value.valueJSON(), WireKey.type: .string(value.type.wireName)]
+        var sealed = value.fieldObject()
         // Seconds since Foundation's reference date, which is what a Date holds: through 1970
         // a date would not always come back bit for bit.
         if let exactDates { sealed[Self.exactDatesKey] = .array(exactDates.map { .double($0.timeIntervalSinceReferenceDate) }) }

@@ -297,7 +297,8 @@ struct SyncEngineJournal: Sendable {
         let prefix = "sync-engine-\(scope.name)-"
         try? FileManager.default.removeItem(at: sharedFile)
         let names = (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []
-        let others = names.filter { $0.hasPrefix(prefix) && $0.hasSuffix(".state") && $0 != file(lineage).lastPathComponent }
+        let own = file(lineage).lastPathComponent
+        let others = names.filter { $0.hasPrefix(prefix) && $0.hasSuffix(".state") && $0 != own }
         let byAge = others.map { name -> (URL, Date) in
             let url = directory.appendingPathComponent(name)
             return (url, (try? FileManager.default.attributesOfItem(atPath: url.path)[.modificationDate] as? Date) ?? now)

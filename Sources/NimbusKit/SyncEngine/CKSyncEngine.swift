@@ -51,9 +51,10 @@ public final class CKSyncEngine: @unchecked Sendable {
             containerIdentifier: container.containerIdentifier ?? "", scope: configuration.database.databaseScope)
         state = State(stored, journal: journal)
         // No file work here (apps make their engine on their own actor): the journal is
-        // written at the first change, and other histories' journals are cleared aside.
+        // written at the first change, and other histories' journals are cleared aside, on a
+        // Dispatch queue rather than a thread of Swift's cooperative pool (the calls block).
         let lineage = stored.lineage
-        Task.detached(priority: .background) { journal.removeAbandoned(keeping: lineage) }
+        DispatchQueue.global(qos: .background).async { journal.removeAbandoned(keeping: lineage) }
         state.onAppChange = { [weak self] added in
             self?.scheduleStateUpdate()
             if added { self?.scheduleSend() }

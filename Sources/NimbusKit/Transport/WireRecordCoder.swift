@@ -167,7 +167,7 @@ enum WireRecordCoder {
     }
 
     /// An encrypted date (or list of dates) as the app saved it, when its exact seconds were
-    /// sealed with it and agree with the wire value.
+    /// sealed with it (one for each date the wire value holds).
     static func exactDates(_ exact: [Date]?, of value: FieldValue) -> (any CKRecordValue)? {
         guard let exact else { return nil }
         switch value {
