@@ -70,6 +70,72 @@ struct SyncEngineDeviceTests {
         }
     }
 
+    @Test("journals: one per history; an earlier version's shared journal read for its own history only; the abandoned pruned")
+    func journalFiles() throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("sync-journals-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let journal = SyncEngineJournal(directory: folder, scope: .private)
+        var ours = CKSyncEngine.State.Stored(containerIdentifier: "iCloud.test", databaseScope: "private")
+        ours.pendingRecordZoneChanges = [.saveRecord(Self.id("kept"))]
+        journal.write(ours, replacing: nil)
+        #expect(journal.read(lineage: ours.lineage)?.pendingRecordZoneChanges == [.saveRecord(Self.id("kept"))])
+        #expect(journal.read(lineage: UUID().uuidString) == nil)
+
+        // A new history (an account switch) takes the place of the one it replaces.
+        let previous = ours.lineage
+        ours.lineage = UUID().uuidString
+        journal.write(ours, replacing: previous)
+        #expect(journal.read(lineage: previous) == nil)
+        #expect(journal.read(lineage: ours.lineage) != nil)
+
+        // The one journal of an earlier NimbusKit serves only the history it holds.
+        var earlier = CKSyncEngine.State.Stored(containerIdentifier: "iCloud.test", databaseScope: "private")
+        earlier.pendingRecordZoneChanges = [.saveRecord(Self.id("old"))]
+        try JSONEncoder().encode(earlier).write(to: journal.sharedFile)
+        #expect(journal.read(lineage: earlier.lineage)?.pendingRecordZoneChanges == [.saveRecord(Self.id("old"))])
+        #expect(journal.read(lineage: UUID().uuidString) == nil)
+
+        // Pruning: besides our own, the eight newest stay, and none untouched for 30 days.
+        let now = Date()
+        func other(_ age: TimeInterval) throws -> String {
+            var stored = CKSyncEngine.State.Stored(containerIdentifier: "iCloud.test", databaseScope: "private")
+            stored.lineage = UUID().uuidString
+            journal.write(stored, replacing: nil)
+            try FileManager.default.setAttributes(
+                [.modificationDate: now.addingTimeInterval(-age)], ofItemAtPath: journal.file(stored.lineage).path)
+            return stored.lineage
+        }
+        let newest = try (0..<7).map { try other(TimeInterval($0) * 60) }
+        let eighth = try other(SyncEngineJournal.abandonedAfter - 3600)  // under 30 days: kept
+        let ninth = try other(SyncEngineJournal.abandonedAfter - 1800)  // beyond the eight newest
+        let stale = try other(SyncEngineJournal.abandonedAfter + 3600)
+        try FileManager.default.setAttributes(
+            [.modificationDate: now.addingTimeInterval(-SyncEngineJournal.abandonedAfter * 2)], ofItemAtPath: journal.file(ours.lineage).path)
+        journal.removeAbandoned(keeping: ours.lineage, now: now)
+        #expect(!FileManager.default.fileExists(atPath: journal.sharedFile.path))
+        #expect(journal.read(lineage: ours.lineage) != nil, "its own journal stays, however old")
+        for lineage in newest + [eighth] { #expect(journal.read(lineage: lineage) != nil) }
+        #expect(journal.read(lineage: ninth) == nil)
+        #expect(journal.read(lineage: stale) == nil)
+
+        // With fewer than eight, age alone decides.
+        let young = try other(SyncEngineJournal.abandonedAfter - 60)
+        let old = try other(SyncEngineJournal.abandonedAfter + 60)
+        for lineage in newest { try FileManager.default.removeItem(at: journal.file(lineage)) }
+        journal.removeAbandoned(keeping: ours.lineage, now: now)
+        #expect(journal.read(lineage: young) != nil)
+        #expect(journal.read(lineage: old) == nil)
+    }
+
+    @Test("a change that stays pending after a failure the engine retries goes behind the changes not yet tried")
+    func requeueKeepsUntriedFirst() {
+        let state = CKSyncEngine.State(
+            CKSyncEngine.State.Stored(containerIdentifier: "iCloud.test", databaseScope: "private"), journal: nil)
+        state.add(pendingRecordZoneChanges: ["a", "b", "c"].map { .saveRecord(Self.id($0)) })
+        state.requeue([.saveRecord(Self.id("a")), .saveRecord(Self.id("gone"))])
+        #expect(state.pendingRecordZoneChanges == ["b", "c", "a"].map { .saveRecord(Self.id($0)) })
+    }
+
     @Test(
         "a conflict fails the loser's send with serverRecordChanged and the server's record; one change stays pending, the next send settles it",
         arguments: [true, false])

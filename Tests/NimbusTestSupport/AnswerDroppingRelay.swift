@@ -12,6 +12,7 @@ public final class AnswerDroppingRelay: @unchecked Sendable {
     private let lock = NSLock()
     private var answersToDrop = 0
     private var dropped = 0
+    private var requests = 0
 
     public init(targetPort: Int) async throws {
         let state = Shared()
@@ -21,7 +22,7 @@ public final class AnswerDroppingRelay: @unchecked Sendable {
                 ClientBootstrap(group: client.eventLoop)
                     .connect(host: "127.0.0.1", port: targetPort)
                     .flatMap { server in
-                        client.pipeline.addHandler(Forward(to: server)).flatMap {
+                        client.pipeline.addHandler(Forward(to: server, relay: state)).flatMap {
                             server.pipeline.addHandler(AnswerGate(client: client, relay: state))
                         }
                     }
@@ -37,7 +38,12 @@ public final class AnswerDroppingRelay: @unchecked Sendable {
     /// Answers lost so far.
     public var droppedAnswers: Int { lock.withLock { dropped } }
 
+    /// Requests passed on to the server so far (request lines seen).
+    public var forwardedRequests: Int { lock.withLock { requests } }
+
     public func close() async throws { try await listener.close() }
+
+    fileprivate func countRequests(_ count: Int) { lock.withLock { requests += count } }
 
     fileprivate func takeDrop() -> Bool {
         lock.withLock {
@@ -52,13 +58,34 @@ public final class AnswerDroppingRelay: @unchecked Sendable {
         weak var relay: AnswerDroppingRelay?
     }
 
-    /// Client to server: every byte as it comes.
+    /// Client to server: every byte as it comes, counting request lines (each ends in
+    /// `HTTP/1.1` CRLF, which no JSON body holds) across the reads they arrive in.
     private final class Forward: ChannelInboundHandler, @unchecked Sendable {
         typealias InboundIn = ByteBuffer
         let partner: any Channel
-        init(to partner: any Channel) { self.partner = partner }
+        let relay: Shared
+        private var matched = 0
+        private static let requestLineEnd = Array("HTTP/1.1\r\n".utf8)
+        init(to partner: any Channel, relay: Shared) {
+            self.partner = partner
+            self.relay = relay
+        }
         func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-            partner.writeAndFlush(unwrapInboundIn(data), promise: nil)
+            let buffer = unwrapInboundIn(data)
+            var seen = 0
+            for byte in buffer.readableBytesView {
+                if byte == Self.requestLineEnd[matched] {
+                    matched += 1
+                    if matched == Self.requestLineEnd.count {
+                        seen += 1
+                        matched = 0
+                    }
+                } else {
+                    matched = byte == Self.requestLineEnd[0] ? 1 : 0
+                }
+            }
+            if seen > 0 { relay.relay?.countRequests(seen) }
+            partner.writeAndFlush(buffer, promise: nil)
         }
         func channelInactive(context: ChannelHandlerContext) { partner.close(promise: nil) }
         func errorCaught(context: ChannelHandlerContext, error: any Error) { context.close(promise: nil) }
