@@ -88,14 +88,16 @@ struct LongLivedKitTests {
 
             let patient = CKModifyRecordsOperation(recordsToSave: [Self.note("p1", zone: zone.zoneID)])
             patient.configuration.timeoutIntervalForResource = 5
-            let before = relay.droppedAnswers
+            let before = relay.forwardedRequests
             let (_, patientResult) = await Self.modify(patient, on: device.privateCloudDatabase)
             guard case .failure(let late as CKError)? = patientResult else {
                 Issue.record("expected a failure, got \(String(describing: patientResult))")
                 return
             }
             #expect(late.code == .networkFailure, "\(late)")
-            #expect(relay.droppedAnswers - before >= 2, "discretionary work retried before its deadline")
+            // Retried: sent again (under load the server may not have answered, nor an answer
+            // been dropped, before the deadline).
+            #expect(relay.forwardedRequests - before >= 2, "discretionary work retried before its deadline")
         }
     }
 
