@@ -31,6 +31,25 @@ command -v moto_server >/dev/null 2>&1 || python3 -m pip install -q 'moto[server
 
 swift build --build-tests
 
+# A crash in a test process prints the crashed thread only, with fast symbols: the full report
+# (seventy threads symbolicated against the debug test binary's DWARF) once ran past CI's whole
+# time budget.
+export SWIFT_BACKTRACE="${SWIFT_BACKTRACE:-enable=yes,threads=crashed,registers=none,images=none,symbolicate=fast}"
+# Each pass has a time limit, so a stalled pass fails the run in minutes instead of taking all of
+# CI's 90. `timeout` signals the whole process group: swift-test, the test process, and the
+# servers and programs it started. The limits are about four times a pass's time here.
+pass() {
+  local limit=$1
+  shift
+  local started=$SECONDS
+  echo "== pass: $* (limit ${limit})"
+  local status=0
+  timeout --kill-after=30s "$limit" "$@" || status=$?
+  echo "== pass took $((SECONDS - started)) s: $*"
+  if [ "$status" = 124 ] || [ "$status" = 137 ]; then echo "== pass stopped at its ${limit} limit: $*" >&2; fi
+  return "$status"
+}
+
 # The PostgreSQL driver's cases run on a private cluster on loopback, stopped on the way out
 # whatever happens (scripts/postgres.sh).
 export NIMBUS_TEST_POSTGRES
@@ -38,30 +57,30 @@ NIMBUS_TEST_POSTGRES=$(scripts/postgres.sh start)
 trap 'scripts/postgres.sh stop >/dev/null' EXIT
 # The tests that start other programs (python3 signing, Chromium, moto) run on their own, last: in
 # the parallel passes the test process holds over a thousand descriptors and threads, and
-# starting programs from it crashed or stalled it (Foundation's Process.run overran a buffer
-# of descriptor numbers; a later run stalled with no worker threads left).
+# starting programs from it stalled it (no worker threads left). Every test starts programs as
+# ChildProcess (posix_spawn; Foundation's Process.run overran a buffer of descriptor numbers).
 external='SignInPageTests|DashboardPageTests|SharePageTests|ServerToServerTests|S3BlobStoreTests'
 # The edge's body tests send megabytes over raw sockets; beside the whole suite they made other
 # suites' request deadlines (a 5 s device timeout) miss. The edge's timing tests (an upload
 # trickling ten bytes every 0.3 s) missed their own beside it. Each runs on its own, right after.
 bodies='RequestBodyTests'
 edge='HTTPEdgeTests'
-swift test --skip-build --skip "$external|$bodies|$edge"
-swift test --skip-build --filter "$bodies"
-swift test --skip-build --filter "$edge"
+pass 25m swift test --skip-build --skip "$external|$bodies|$edge"
+pass 15m swift test --skip-build --filter "$bodies"
+pass 15m swift test --skip-build --filter "$edge"
 # The server suite again with every transaction run as a unit of work over loaded rows
 # (UnitOfWorkDriver on SQLite, NIMBUS_TEST_STORAGE=units): how the PostgreSQL driver serves
 # NimbusCore, checked without a network. Same build, no second compile.
-NIMBUS_TEST_STORAGE=units swift test --skip-build --filter NimbusServerTests --skip "$external"
+NIMBUS_TEST_STORAGE=units pass 15m swift test --skip-build --filter NimbusServerTests --skip "$external"
 # And once more on PostgreSQL: every test server gets a database of its own on the private
 # cluster (NIMBUS_TEST_STORAGE=postgres). The suites that time things (kills mid-write, two
 # nodes, connection caps, push deadlines) run on their own afterwards: beside the rest of the
 # suite, PostgreSQL and a hundred test servers share two cores, and their clocks measure that.
 timed='CrashRecoveryTests|AssetCrashTests|MultiNodeTests|HTTPEdgeTests|RequestBodyTests|PushDeliveryTests'
-NIMBUS_TEST_STORAGE=postgres swift test --skip-build --filter NimbusServerTests --skip "$timed|$external"
-NIMBUS_TEST_STORAGE=postgres swift test --skip-build --filter "$timed"
+NIMBUS_TEST_STORAGE=postgres pass 15m swift test --skip-build --filter NimbusServerTests --skip "$timed|$external"
+NIMBUS_TEST_STORAGE=postgres pass 15m swift test --skip-build --filter "$timed"
 # NimbusKit's sync engine suites on PostgreSQL too (what the engine sees of conflicts and of
 # zones or records deleted elsewhere is what each driver wrote), on their own: beside the
 # server suite their devices' 5 s request deadlines missed.
-NIMBUS_TEST_STORAGE=postgres swift test --skip-build --filter "SyncEngineKitTests|SyncEngineDeviceTests"
-swift test --skip-build --filter "$external"
+NIMBUS_TEST_STORAGE=postgres pass 15m swift test --skip-build --filter "SyncEngineKitTests|SyncEngineDeviceTests"
+pass 15m swift test --skip-build --filter "$external"

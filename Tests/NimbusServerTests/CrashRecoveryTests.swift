@@ -183,7 +183,7 @@ import Testing
             webAuthToken: nil, userRecordName: nil)
         #expect(try await client.get("public", "zones/list").status == 200)
         server.stop()
-        #expect(server.process.terminationReason == .exit)
+        #expect(server.process.exitedNormally)
         #expect(server.process.terminationStatus == 0)
         // A second start reuses the directory and prints the same token.
         let again = try await NimbusProcess.serve(arguments: ["serve", "--port", "0"], workingDirectory: directory)
@@ -195,16 +195,9 @@ import Testing
 @Suite struct DatabaseOptionTests {
     /// Runs a verb that should fail; its exit status and what it wrote to standard error.
     static func failing(_ arguments: [String]) throws -> (status: Int32, error: String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: NimbusProcess.binary)
-        process.arguments = arguments
-        process.environment = NimbusProcess.environment
-        let error = Pipe()
-        process.standardError = error
-        process.standardOutput = Pipe()
-        try ExternalProcess.launch(process)
-        let data = error.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
+        let process = try ChildProcess(
+            NimbusProcess.binary, arguments, environment: NimbusProcess.environment, output: .discard, error: .pipe)
+        let data = process.standardError!.readDataToEndOfFile()
         return (process.terminationStatus, String(decoding: data, as: UTF8.self))
     }
 
@@ -318,15 +311,8 @@ enum NimbusProcess {
 
     /// Runs a verb to completion and returns its standard output.
     static func run(_ arguments: [String], environment extra: [String: String] = [:]) throws -> String {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: binary)
-        process.arguments = arguments
-        process.environment = environment.merging(extra) { $1 }
-        let output = Pipe()
-        process.standardOutput = output
-        try ExternalProcess.launch(process)
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
+        let process = try ChildProcess(binary, arguments, environment: environment.merging(extra) { $1 }, output: .pipe)
+        let data = process.standardOutput!.readDataToEndOfFile()
         guard process.terminationStatus == 0 else {
             throw TestFailure("nimbus \(arguments.joined(separator: " ")) exited with \(process.terminationStatus)")
         }
@@ -334,20 +320,20 @@ enum NimbusProcess {
     }
 
     final class Server: @unchecked Sendable {
-        let process: Process
+        let process: ChildProcess
         let port: Int
         /// What the server printed up to its "listening" line.
         let output: String
         var baseURL: String { "http://127.0.0.1:\(port)" }
 
-        init(process: Process, port: Int, output: String) {
+        init(process: ChildProcess, port: Int, output: String) {
             self.process = process
             self.port = port
             self.output = output
         }
 
         func kill() {
-            Foundation.kill(process.processIdentifier, SIGKILL)
+            process.kill()
             process.waitUntilExit()
         }
 
@@ -374,15 +360,9 @@ enum NimbusProcess {
     }
 
     static func serve(arguments: [String], workingDirectory: String?) async throws -> Server {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: binary)
-        process.arguments = arguments
-        process.environment = environment
-        if let workingDirectory { process.currentDirectoryURL = URL(fileURLWithPath: workingDirectory) }
-        let output = Pipe()
-        process.standardOutput = output
-        try ExternalProcess.launch(process)
-        let handle = output.fileHandleForReading
+        let process = try ChildProcess(
+            binary, arguments, environment: environment, workingDirectory: workingDirectory, output: .pipe)
+        let handle = process.standardOutput!
         let (port, text) = try await Task.detached { () throws -> (Int, String) in
             var text = ""
             while true {

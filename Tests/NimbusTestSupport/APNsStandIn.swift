@@ -108,17 +108,11 @@ public final class APNsStandIn: Sendable {
 
     /// A self-signed P-256 certificate for 127.0.0.1, valid for a day, made with openssl.
     private static func makeCertificate(certificateFile: String, keyFile: String) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = [
+        let process = try ChildProcess(env: [
             "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
             "-keyout", keyFile, "-out", certificateFile, "-days", "1", "-subj", "/CN=127.0.0.1",
             "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
-        ]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try ExternalProcess.launch(process)
-        process.waitUntilExit()
+        ], error: .discard)
         guard process.terminationStatus == 0 else { throw TestFailure("openssl could not make a certificate") }
     }
 

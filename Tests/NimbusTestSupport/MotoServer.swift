@@ -7,9 +7,9 @@ import NimbusBlobs
 /// S3 is reachable here. One per test, on a port of its own, stopped by the test.
 public final class MotoServer: Sendable {
     public let port: Int
-    private let process: Process
+    private let process: ChildProcess
 
-    private init(port: Int, process: Process) {
+    private init(port: Int, process: ChildProcess) {
         self.port = port
         self.process = process
     }
@@ -26,12 +26,7 @@ public final class MotoServer: Sendable {
     public static func start() async throws -> MotoServer {
         for _ in 0..<5 {
             let port = Int.random(in: 20_000..<60_000)
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-            process.arguments = ["moto_server", "-H", "127.0.0.1", "-p", String(port)]
-            process.standardOutput = FileHandle.nullDevice
-            process.standardError = FileHandle.nullDevice
-            try ExternalProcess.launch(process)
+            let process = try ChildProcess(env: ["moto_server", "-H", "127.0.0.1", "-p", String(port)], error: .discard)
             let server = MotoServer(port: port, process: process)
             // Ready when it answers; gone early when the port was taken.
             for _ in 0..<200 {
@@ -50,8 +45,6 @@ public final class MotoServer: Sendable {
     }
 
     /// Kills it. No waiting here: `waitUntilExit` blocks a thread of the cooperative pool
-    /// (Foundation reaps the process).
-    public func stop() {
-        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-    }
+    /// (the child's own reaper thread collects it).
+    public func stop() { process.kill() }
 }
