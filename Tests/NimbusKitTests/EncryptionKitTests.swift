@@ -48,6 +48,21 @@ struct EncryptionKitTests {
         return found
     }
 
+    /// Whether what the server keeps holds `needle`'s bytes: its data directory's files, or on
+    /// PostgreSQL its records, index entries and search tokens.
+    static func stored(_ server: TestServer, contains needle: String) async throws -> Bool {
+        guard !TestStorage.isSQLiteFile else { return !files(in: server.dataDirectory, containing: needle).isEmpty }
+        let location = try await PostgresTestCluster.location(forDataDirectory: server.dataDirectory)
+        let bytes = "convert_to('\(needle.replacingOccurrences(of: "'", with: "''"))', 'UTF8')"
+        let rows = try await PostgresTestCluster.rows(
+            """
+            SELECT ((SELECT count(*) FROM records WHERE position(\(bytes) IN fields) > 0)
+                + (SELECT count(*) FROM field_index WHERE position(\(bytes) IN text) > 0)
+                + (SELECT count(*) FROM record_tokens WHERE position(\(bytes) IN convert_to(lexemes::text, 'UTF8')) > 0))::text
+            """, on: location)
+        return rows.first?.first.flatMap { $0.flatMap { Int($0) } } ?? 0 > 0
+    }
+
     @Test("values are sealed on the device: the server's answers and files hold ciphertext only, the device reads them back")
     func roundTripWithoutPlaintextOnTheServer() async throws {
         try await TestServer.with { server in
@@ -100,11 +115,11 @@ struct EncryptionKitTests {
             }
             #expect(!answer.text.contains(Self.phone) && !answer.text.contains("secret"))
 
-            // What the server keeps on disk (SQLite, as NimbusKit's suite runs): the plain field
-            // is there (so the search does find text), the encrypted ones are not.
-            #expect(!Self.files(in: server.dataDirectory, containing: "plain-visible-name").isEmpty)
-            #expect(Self.files(in: server.dataDirectory, containing: Self.phone).isEmpty)
-            #expect(Self.files(in: server.dataDirectory, containing: Self.note).isEmpty)
+            // What the server keeps (the SQLite files, or PostgreSQL's rows): the plain field is
+            // there (so the search does find text), the encrypted ones are not.
+            #expect(try await Self.stored(server, contains: "plain-visible-name"))
+            #expect(try await !Self.stored(server, contains: Self.phone))
+            #expect(try await !Self.stored(server, contains: Self.note))
 
             // Ciphertext moved to another field does not open: it is bound to its record and key.
             let phoneCiphertext = try #require(fields["phone"]?["value"])

@@ -40,17 +40,17 @@ import Testing
     static func readRoundTrips(_ driver: UnitOfWorkDriver, _ work: () async throws -> Void) async throws -> Int {
         var fewest = Int.max
         for _ in 0..<3 {
-            let before = driver.readRoundTrips.load(ordering: .relaxed)
+            let before = driver.readRoundTrips
             try await work()
-            fewest = min(fewest, driver.readRoundTrips.load(ordering: .relaxed) - before)
+            fewest = min(fewest, driver.readRoundTrips - before)
         }
         return fewest
     }
 
     static func writeRoundTrips(_ driver: UnitOfWorkDriver, _ work: () async throws -> Void) async throws -> Int {
-        let before = driver.writeRoundTrips.load(ordering: .relaxed)
+        let before = driver.writeRoundTrips
         try await work()
-        return driver.writeRoundTrips.load(ordering: .relaxed) - before
+        return driver.writeRoundTrips - before
     }
 
     @Test func requestsCostAFewRoundTripsWhateverTheirSize() async throws {

@@ -50,10 +50,6 @@ import Testing
             ])
 
     static let engineThreadDrivers = drivers.filter(\.closuresRunOnEngineThreads)
-    /// 200 writers at once on one database. Units of work are left out for now: under a full
-    /// test run one of their applies sometimes never returns (docs/scale-out.md, "Known
-    /// defects"); alone they pass, all 133 committed, through `UnitOfWorkDriver`'s gates.
-    static let contentionDrivers = drivers.filter(\.closuresRunOnEngineThreads)
 
     func withDriver(_ driver: Driver, _ body: (any StorageDriver) async throws -> Void) async throws {
         try await driver.place { place in
@@ -126,7 +122,7 @@ import Testing
         }
     }
 
-    @Test(arguments: contentionDrivers)
+    @Test(arguments: drivers)
     func concurrentWritersSucceedOrFailEachOnTheirOwn(driver: Driver) async throws {
         try await withDriver(driver) { storage in
             let database = try await storage.write { try $0.ensureDatabase(Self.key) }
@@ -154,6 +150,32 @@ import Testing
             #expect(rows.count == 133)
             #expect(!rows.contains { Int($0.recordName.dropFirst())! % 3 == 0 })
             #expect(rows.map(\.changeSequence) == rows.map(\.changeSequence).sorted())
+        }
+    }
+
+    /// Writers whose records together need several blocks of ids (a group of units of work
+    /// shares one decision, and a 200-record batch alone nearly fills a block).
+    @Test(arguments: drivers)
+    func concurrentLargeWritersAllCommit(driver: Driver) async throws {
+        try await withDriver(driver) { storage in
+            let database = try await storage.write { try $0.ensureDatabase(Self.key) }
+            let zone = try #require(try await storage.read { try $0.zone(databaseID: database.id, name: "_defaultZone") })
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for writer in 0..<6 {
+                    group.addTask {
+                        try await storage.write { tx in
+                            for index in 0..<200 {
+                                let sequence = try tx.nextSequence(databaseID: database.id)
+                                try tx.putRecord(Self.row(zone.id, "w\(writer)-\(index)", sequence: sequence))
+                            }
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            let rows = try await storage.read { try $0.recordChanges(zoneID: zone.id, after: 0, recordTypes: nil, limit: 2000) }
+            #expect(rows.count == 1200)
+            #expect(Set(rows.map(\.recordName)).count == 1200)
         }
     }
 

@@ -11,8 +11,24 @@ final class UnitOfWork: StorageWriter {
     /// What the closure needed and the unit did not have.
     struct Miss: Error {
         var keys: Set<LoadKey> = []
-        var scan: LoadScan?
-        var ids: StorageIDKind?
+        /// By `LoadScan.key`.
+        var scans: [String: LoadScan] = [:]
+        var ids: Set<StorageIDKind> = []
+
+        init(keys: Set<LoadKey> = [], scan: LoadScan? = nil, ids kind: StorageIDKind? = nil) {
+            self.keys = keys
+            if let scan { scans[scan.key] = scan }
+            if let kind { ids.insert(kind) }
+        }
+
+        var isEmpty: Bool { keys.isEmpty && scans.isEmpty && ids.isEmpty }
+
+        /// What two writes of one group missed, loaded together.
+        mutating func merge(_ other: Miss) {
+            keys.formUnion(other.keys)
+            scans.merge(other.scans) { first, _ in first }
+            ids.formUnion(other.ids)
+        }
     }
 
     /// The unit's own writes, as they change what its reads see. A value: a savepoint is a copy.
@@ -40,12 +56,12 @@ final class UnitOfWork: StorageWriter {
     }
 
     let loaded: LoadedRows
-    let ids: StorageIDReserve
+    let ids: UnitIDs
     private(set) var overlay = Overlay()
     /// Keys read and not loaded, answered as absent: the run's result does not count.
     private(set) var missed: Set<LoadKey> = []
 
-    init(loaded: LoadedRows, ids: StorageIDReserve) {
+    init(loaded: LoadedRows, ids: UnitIDs) {
         self.loaded = loaded
         self.ids = ids
     }
@@ -293,6 +309,20 @@ final class UnitOfWork: StorageWriter {
     }
 
     // MARK: Writes
+
+    /// Runs one write of a group: what it did stays when it succeeds and is undone when it
+    /// fails, whatever the failure (a miss included), so the writes after it see only what
+    /// succeeded.
+    func isolated(_ body: () throws -> Void) -> Result<Void, any Error> {
+        let saved = overlay
+        do {
+            try body()
+            return .success(())
+        } catch {
+            overlay = saved
+            return .failure(error)
+        }
+    }
 
     func savepoint<Value>(_ body: () throws -> Value) throws -> Value {
         let saved = overlay

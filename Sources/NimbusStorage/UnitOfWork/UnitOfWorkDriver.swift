@@ -4,65 +4,40 @@ import Synchronization
 /// (`UnitOfWork`) against rows loaded by key, loading what it turns out to need and running it
 /// again, then applies its writes in one `apply`. A request costs its loads plus one apply,
 /// whatever its size; `writeRoundTrips` and `readRoundTrips` count them.
+///
+/// Writes are group-committed (`UnitGroupCommitter`): the writes that arrive while one group
+/// is being decided and applied are decided together as the next one, one after the other over
+/// the same loaded rows, and applied in one call, so a busy store costs a round trip per group,
+/// not per write.
 public final class UnitOfWorkDriver: StorageDriver {
     public let base: any CoarseStorage
-    let ids: StorageIDReserve
-    private let gates = DatabaseGates()
-    /// Loads, id reservations and applies sent to `base` so far by writes and by reads: the
-    /// round trips a networked engine would make (apart from its BEGIN and COMMIT).
-    public let writeRoundTrips = Atomic<Int>(0)
-    public let readRoundTrips = Atomic<Int>(0)
-    /// Past this many loads a closure is taken to be reading without end (a bug), not growing.
-    static let loadsPerUnit = 64
+    private let units: UnitRunner
+    private let commits: UnitGroupCommitter
 
     public init(_ base: any CoarseStorage, idBlock: Int = 256) {
         self.base = base
-        self.ids = StorageIDReserve(block: idBlock)
+        self.units = UnitRunner(base: base, ids: StorageIDReserve(block: idBlock))
+        self.commits = UnitGroupCommitter(units: units)
     }
+
+    /// Loads, id reservations and applies sent to `base` so far by writes and by reads: the
+    /// round trips a networked engine would make (apart from its BEGIN and COMMIT).
+    public var writeRoundTrips: Int { units.writeRoundTrips.load(ordering: .relaxed) }
+    public var readRoundTrips: Int { units.readRoundTrips.load(ordering: .relaxed) }
 
     public func read<Value: Sendable>(_ kind: ReadKind, _ body: @escaping @Sendable (any StorageReader) throws -> Value) async throws
         -> Value
     {
-        try await run(counting: readRoundTrips) { unit in try body(unit) }.value
+        try await units.run { unit in try body(unit) }.value
     }
 
     public func write<Value: Sendable>(_ body: @escaping @Sendable (any StorageWriter) throws -> Value) async throws -> Value {
-        var (value, changes) = try await run(counting: writeRoundTrips) { unit in try body(unit) }
-        guard !changes.isEmpty else { return value }
-        // Writers of one database in this process take turns to apply: a unit that finds the
-        // database moved on while it waited decides again from fresh rows, under its turn,
-        // instead of failing and retrying against every other writer (which, with many
-        // writers on one database, most would keep losing). Other processes are caught by
-        // `apply`'s checks and `RetryingStorage`.
-        let databases = changes.sequences.keys.sorted()
-        let movedOn = await gates.enter(databases, after: changes.sequences)
-        var applied: [Int64: Int64] = [:]
-        do {
-            // A writer of this process applied to one of the databases while this unit waited:
-            // its apply would fail the sequence check, so it decides again at once, saving the
-            // round trip of a doomed apply.
-            if movedOn {
-                (value, changes) = try await run(counting: writeRoundTrips) { unit in try body(unit) }
-            }
-            do {
-                try await apply(changes)
-            } catch StorageError.serializationFailure {
-                (value, changes) = try await run(counting: writeRoundTrips) { unit in try body(unit) }
-                try await apply(changes)
-            }
-            applied = changes.sequences.mapValues(\.final)
-        } catch {
-            await gates.leave(databases, at: [:])
-            throw error
+        let value = WrittenValue<Value>()
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            commits.submit(PendingWrite(run: { unit in value.value = try body(unit) }, complete: { continuation.resume(with: $0) }))
         }
-        await gates.leave(databases, at: applied)
-        return value
-    }
-
-    private func apply(_ changes: UnitOfWorkChanges) async throws {
-        guard !changes.isEmpty else { return }
-        writeRoundTrips.add(1, ordering: .relaxed)
-        try await base.apply(changes)
+        guard let decided = value.value else { throw StorageError.corrupt("a write completed without its value") }
+        return decided
     }
 
     public var accounts: any AccountStore { base.accounts }
@@ -73,34 +48,91 @@ public final class UnitOfWorkDriver: StorageDriver {
     public var operators: any OperatorStore { base.operators }
     public func close() async throws { try await base.close() }
     public func signals() -> AsyncStream<StoreSignal>? { base.signals() }
+}
 
-    /// Runs `body` until it no longer misses anything.
-    private func run<Value>(counting roundTrips: borrowing Atomic<Int>, _ body: (UnitOfWork) throws -> Value) async throws
-        -> (value: Value, changes: UnitOfWorkChanges)
-    {
-        var loaded = LoadedRows()
-        var lastMiss: UnitOfWork.Miss?
-        for _ in 0..<Self.loadsPerUnit {
-            let unit = UnitOfWork(loaded: loaded, ids: ids)
-            var miss: UnitOfWork.Miss
+/// A write's value, set by the run of its closure that counted (the committer resumes the
+/// writer only after that run, so no two threads touch it at once).
+final class WrittenValue<Value>: @unchecked Sendable {
+    var value: Value?
+}
+
+/// Runs units of work over `base`: loads what they miss and runs them again.
+final class UnitRunner: Sendable {
+    let base: any CoarseStorage
+    let ids: StorageIDReserve
+    let writeRoundTrips = Atomic<Int>(0)
+    let readRoundTrips = Atomic<Int>(0)
+    /// Past this many loads a closure is taken to be reading without end (a bug), not growing.
+    static let loadsPerUnit = 64
+
+    init(base: any CoarseStorage, ids: StorageIDReserve) {
+        self.base = base
+        self.ids = ids
+    }
+
+    /// Runs a read's `body` until it no longer misses anything.
+    func run<Value>(_ body: (UnitOfWork) throws -> Value) async throws -> (value: Value, changes: UnitOfWorkChanges) {
+        var value: Value?
+        let changes = try await decide(counting: readRoundTrips) { unit in
             do {
-                let value = try body(unit)
-                guard !unit.missed.isEmpty else { return (value, unit.changes) }
-                miss = UnitOfWork.Miss(keys: unit.missed)
+                value = try body(unit)
+                return unit.missed.isEmpty ? nil : UnitOfWork.Miss(keys: unit.missed)
             } catch let stopped as UnitOfWork.Miss {
-                miss = stopped
+                return stopped
             } catch {
                 // A run that took missing rows for absent may fail for that alone.
                 guard !unit.missed.isEmpty else { throw error }
-                miss = UnitOfWork.Miss(keys: unit.missed)
+                return UnitOfWork.Miss(keys: unit.missed)
+            }
+        }
+        guard let value else { throw StorageError.corrupt("a unit of work finished without its value") }
+        return (value, changes)
+    }
+
+    /// Runs writes one after the other in one unit, each undone alone when it fails, until no
+    /// run misses anything; their outcomes and the unit's changes.
+    func decide(_ writes: [PendingWrite]) async throws -> (outcomes: [Result<Void, any Error>], changes: UnitOfWorkChanges) {
+        var outcomes: [Result<Void, any Error>] = []
+        let changes = try await decide(counting: writeRoundTrips) { unit in
+            outcomes = []
+            var miss = UnitOfWork.Miss()
+            for write in writes {
+                let outcome = unit.isolated { try write.run(unit) }
+                if case .failure(let stopped as UnitOfWork.Miss) = outcome { miss.merge(stopped) }
+                outcomes.append(outcome)
+            }
+            miss.keys.formUnion(unit.missed)
+            return miss.isEmpty ? nil : miss
+        }
+        return (outcomes, changes)
+    }
+
+    /// Runs `attempt` over the rows loaded so far until it reports no miss, loading (and
+    /// reserving ids for) what each miss names.
+    private func decide(counting roundTrips: borrowing Atomic<Int>, _ attempt: (UnitOfWork) throws -> UnitOfWork.Miss?) async throws
+        -> UnitOfWorkChanges
+    {
+        var loaded = LoadedRows()
+        let unitIDs = UnitIDs()
+        var lastMiss: UnitOfWork.Miss?
+        for _ in 0..<Self.loadsPerUnit {
+            unitIDs.startRun()
+            let unit = UnitOfWork(loaded: loaded, ids: unitIDs)
+            guard let miss = try attempt(unit) else {
+                // The ids the counting run left unused go back for the next unit.
+                for (kind, range) in unitIDs.unused { ids.add(kind, range) }
+                return unit.changes
             }
             lastMiss = miss
-            if let kind = miss.ids {
-                roundTrips.add(1, ordering: .relaxed)
-                ids.add(kind, try await base.reserveIDs(kind, count: ids.block))
+            for kind in miss.ids {
+                if let range = ids.takeRange(kind) {
+                    unitIDs.add(kind, range)
+                } else {
+                    roundTrips.add(1, ordering: .relaxed)
+                    unitIDs.add(kind, try await base.reserveIDs(kind, count: ids.block))
+                }
             }
-            var request = LoadRequest(keys: miss.keys)
-            if let scan = miss.scan { request.scans[scan.key] = scan }
+            let request = LoadRequest(keys: miss.keys, scans: miss.scans)
             if !request.keys.isEmpty || !request.scans.isEmpty {
                 roundTrips.add(1, ordering: .relaxed)
                 loaded.merge(try await base.load(request))
@@ -108,22 +140,28 @@ public final class UnitOfWorkDriver: StorageDriver {
         }
         throw StorageError.corrupt("a unit of work still needed more rows after \(Self.loadsPerUnit) loads, last \(lastMiss.map { "\($0)" } ?? "none")")
     }
+
+    func apply(_ changes: UnitOfWorkChanges) async throws {
+        guard !changes.isEmpty else { return }
+        writeRoundTrips.add(1, ordering: .relaxed)
+        try await base.apply(changes)
+    }
 }
 
-/// Storage ids reserved from the engine, handed out one at a time to units of work.
+/// Storage ids reserved from the engine and not used yet, handed to units of work a range at a
+/// time.
 final class StorageIDReserve: Sendable {
     let block: Int
     private let free = Mutex<[StorageIDKind: [ClosedRange<Int64>]]>([:])
 
     init(block: Int) { self.block = block }
 
-    func take(_ kind: StorageIDKind) -> Int64? {
+    func takeRange(_ kind: StorageIDKind) -> ClosedRange<Int64>? {
         free.withLock { free in
-            guard var ranges = free[kind], let first = ranges.first else { return nil }
-            let id = first.lowerBound
-            if first.lowerBound == first.upperBound { ranges.removeFirst() } else { ranges[0] = (id + 1)...first.upperBound }
+            guard var ranges = free[kind], !ranges.isEmpty else { return nil }
+            let range = ranges.removeFirst()
             free[kind] = ranges
-            return id
+            return range
         }
     }
 
@@ -132,39 +170,38 @@ final class StorageIDReserve: Sendable {
     }
 }
 
-/// One writer at a time per database, in this process, in the order they came; and, while
-/// writers wait for a database, the sequence the last of them applied left it at.
-actor DatabaseGates {
-    private var held: Set<Int64> = []
-    private var waiting: [Int64: [CheckedContinuation<Void, Never>]] = [:]
-    /// Kept only while someone waits (a database nobody waits for needs no memory of it), so
-    /// the map stays as small as the queues.
-    private var heads: [Int64: Int64] = [:]
+/// The ids one unit of work may give new rows: ranges taken for it, handed out in order. Every
+/// run of the unit starts again from the first, so the runs that do not count use up nothing,
+/// and a unit (or a group of writes) needing more than a block gets it in a few runs.
+final class UnitIDs {
+    private var ranges: [StorageIDKind: [ClosedRange<Int64>]] = [:]
+    private var taken: [StorageIDKind: Int] = [:]
 
-    /// Takes every gate, in id order (so two writers of the same databases never wait on
-    /// each other crosswise); returns whether a writer of this process left one of them past
-    /// the sequence the unit read from it (`sequences`).
-    func enter(_ databases: [Int64], after sequences: [Int64: (read: Int64, final: Int64)]) async -> Bool {
-        for id in databases {
-            while held.contains(id) {
-                await withCheckedContinuation { waiting[id, default: []].append($0) }
+    func startRun() { taken = [:] }
+
+    func add(_ kind: StorageIDKind, _ range: ClosedRange<Int64>) { ranges[kind, default: []].append(range) }
+
+    /// The next id of this run, or nil when the ranges are used up.
+    func take(_ kind: StorageIDKind) -> Int64? {
+        var offset = taken[kind, default: 0]
+        for range in ranges[kind, default: []] {
+            if offset < range.count {
+                taken[kind] = taken[kind, default: 0] + 1
+                return range.lowerBound + Int64(offset)
             }
-            held.insert(id)
+            offset -= range.count
         }
-        return sequences.contains { id, sequence in heads[id].map { $0 > sequence.read } ?? false }
+        return nil
     }
 
-    /// Releases the gates; `applied` holds the sequences the holder's apply left.
-    func leave(_ databases: [Int64], at applied: [Int64: Int64]) {
-        for id in databases {
-            held.remove(id)
-            if var queue = waiting[id], !queue.isEmpty {
-                if let sequence = applied[id] { heads[id] = max(heads[id] ?? sequence, sequence) }
-                let next = queue.removeFirst()
-                waiting[id] = queue.isEmpty ? nil : queue
-                next.resume()
-            } else {
-                heads[id] = nil
+    /// What this run did not take.
+    var unused: [(StorageIDKind, ClosedRange<Int64>)] {
+        ranges.flatMap { kind, ranges in
+            var offset = taken[kind, default: 0]
+            return ranges.compactMap { range -> (StorageIDKind, ClosedRange<Int64>)? in
+                defer { offset = max(0, offset - range.count) }
+                guard offset < range.count else { return nil }
+                return (kind, (range.lowerBound + Int64(offset))...range.upperBound)
             }
         }
     }

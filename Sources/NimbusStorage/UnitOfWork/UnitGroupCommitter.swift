@@ -1,0 +1,107 @@
+import Synchronization
+
+/// One write waiting for its group: its closure (run once per attempt of the group, over the
+/// group's unit) and how its caller learns the outcome.
+struct PendingWrite: Sendable {
+    let run: @Sendable (UnitOfWork) throws -> Void
+    let complete: @Sendable (Result<Void, any Error>) -> Void
+}
+
+/// Group commit for units of work, as `GroupCommitter` does for SQLite's transactions.
+///
+/// The writes that arrive while a group is being decided and applied form the next group. A
+/// group is decided as one unit of work: its writes run one after the other over the same
+/// loaded rows (one load for all of them), each undone alone when it fails, each seeing the
+/// writes before it; then the group's changes go to the engine in one `apply` with the checks
+/// they were decided from. Every writer is resumed after that apply, so an acknowledged write
+/// is committed.
+///
+/// Writes of this process never collide with one another (a group is decided from the rows
+/// the group before it committed), so with many writers on one zone none fails and runs
+/// again, and a busy store costs a load and an apply per group, not per write. Writes from
+/// other nodes are caught by `apply`'s checks: the group is decided again from fresh rows once,
+/// and past that each writer gets `serializationFailure`, which `RetryingStorage` retries.
+///
+/// A write in a group does not wait for the writes of other zones or databases beyond the
+/// group's round trips, and one failing write never fails the others: when an apply fails for
+/// another reason than a collision or an engine that is busy or gone, the group's writes are
+/// decided and applied again one by one, so the failure reaches only the write that caused it.
+final class UnitGroupCommitter: Sendable {
+    /// Writes per group at most, so one apply cannot grow without limit (a 200-record batch
+    /// is one write).
+    static let maximumWritesPerGroup = 256
+
+    private let units: UnitRunner
+    private let state = Mutex(State())
+
+    private struct State {
+        var pending: [PendingWrite] = []
+        var isDraining = false
+    }
+
+    init(units: UnitRunner) { self.units = units }
+
+    func submit(_ write: PendingWrite) {
+        let startsDrain = state.withLock { state in
+            state.pending.append(write)
+            defer { state.isDraining = true }
+            return !state.isDraining
+        }
+        if startsDrain { Task { await drain() } }
+    }
+
+    private func takeGroup() -> [PendingWrite] {
+        state.withLock { state in
+            let group = Array(state.pending.prefix(Self.maximumWritesPerGroup))
+            state.pending.removeFirst(group.count)
+            if group.isEmpty { state.isDraining = false }
+            return group
+        }
+    }
+
+    private func drain() async {
+        while true {
+            let group = takeGroup()
+            if group.isEmpty { return }
+            await commit(group)
+        }
+    }
+
+    private func commit(_ group: [PendingWrite]) async {
+        var collided = false
+        while true {
+            let decided: (outcomes: [Result<Void, any Error>], changes: UnitOfWorkChanges)
+            do {
+                decided = try await units.decide(group)
+            } catch {
+                // The rows could not be loaded (the engine is down or slow): no write can go on.
+                return fail(group, error)
+            }
+            do {
+                try await units.apply(decided.changes)
+                for (write, outcome) in zip(group, decided.outcomes) { write.complete(outcome) }
+                return
+            } catch StorageError.serializationFailure(let detail) {
+                // Another node wrote what the group read: decide again from fresh rows, once.
+                guard collided else {
+                    collided = true
+                    continue
+                }
+                return fail(group, StorageError.serializationFailure(detail))
+            } catch let error as StorageError where error.retryAfterSeconds != nil {
+                // The engine is busy or gone: the same for every write.
+                return fail(group, error)
+            } catch {
+                // Anything else may be one write's doing: each is tried alone, so only that one
+                // fails.
+                guard group.count > 1 else { return fail(group, error) }
+                for write in group { await commit([write]) }
+                return
+            }
+        }
+    }
+
+    private func fail(_ group: [PendingWrite], _ error: any Error) {
+        for write in group { write.complete(.failure(error)) }
+    }
+}
