@@ -22,7 +22,7 @@ extension PostgresCoarseStorage {
                 changes.badgesRead.map { owner, value in
                     .object(Self.owner(owner).merging(["value": .int(value)]))
                 }),
-            "writes": .array(changes.writes.map(json)),
+            "writes": .array(writes(changes.writes)),
         ]
         if let version = changes.subscriptionsVersion {
             object["subscriptionsVersion"] = ["read": .int(version.read), "changes": .int(Int64(version.changes))]
@@ -57,6 +57,100 @@ extension PostgresCoarseStorage {
         ["container": .string(key.container), "environment": .string(key.environment.rawValue)]
     }
 
+    /// The writes in order, each run of record saves (`putRecord` and `replaceIndexEntries`
+    /// with nothing else between them) as one `putRecords` and one `replaceIndexes`, which
+    /// `nimbus_apply` writes a statement per table (PostgresApplyFunction.v6). A record saved
+    /// twice in a run (two writes of one group) is sent once, as its last version, with its
+    /// last index entries.
+    static func writes(_ writes: [StorageWrite]) -> [JSON] {
+        var sent: [JSON] = []
+        var run = RecordRun()
+        for write in writes {
+            switch write {
+            case .putRecord(_, let row, _):
+                run.records.put(RecordKey(zoneID: row.zoneID, name: row.recordName), json(write).objectValue ?? [:])
+            case .replaceIndexEntries(let recordID, let zoneID, let recordType, let index, let hadEntries):
+                run.indexes.put(recordID, (zoneID, recordType, index))
+                if hadEntries { run.had[recordID] = zoneID }
+            default:
+                sent += run.flush()
+                sent.append(json(write))
+            }
+        }
+        return sent + run.flush()
+    }
+
+    /// Record saves gathered until a write of another kind.
+    private struct RecordRun {
+        var records = LastByKey<RecordKey, JSONObject>()
+        var indexes = LastByKey<Int64, (zoneID: Int64, recordType: String, index: RecordIndexEntries)>()
+        /// Records whose committed entries go first, with their zones.
+        var had: [Int64: Int64] = [:]
+
+        mutating func flush() -> [JSON] {
+            defer { self = RecordRun() }
+            var sent: [JSON] = []
+            if !records.isEmpty {
+                sent.append(["kind": "putRecords", "rows": .array(records.values.map(JSON.object))])
+            }
+            if !indexes.isEmpty {
+                var entries: [JSON] = [], tokens: [JSON] = [], pairs: [JSON] = []
+                for (recordID, (zoneID, recordType, index)) in indexes.pairs {
+                    let owner: JSONObject = ["record": .int(recordID), "zone": .int(zoneID), "type": .string(recordType)]
+                    entries += PostgresCoarseStorage.entries(index).map { .object(owner.merging($0)) }
+                    tokens += PostgresCoarseStorage.tokens(index).map { .object(owner.merging($0)) }
+                    pairs += PostgresCoarseStorage.pairs(index).map { .object(owner.merging($0)) }
+                }
+                let had: [JSON] = had.sorted { $0.key < $1.key }.map { ["record": .int($0.key), "zone": .int($0.value)] }
+                sent.append([
+                    "kind": "replaceIndexes", "had": .array(had), "entries": .array(entries), "tokens": .array(tokens),
+                    "pairs": .array(pairs),
+                ])
+            }
+            return sent
+        }
+    }
+
+    /// Values by key in the order their keys came first, each key's last value kept.
+    private struct LastByKey<Key: Hashable, Value> {
+        private var order: [Key] = []
+        private var byKey: [Key: Value] = [:]
+
+        var isEmpty: Bool { order.isEmpty }
+
+        mutating func put(_ key: Key, _ value: Value) {
+            if byKey.updateValue(value, forKey: key) == nil { order.append(key) }
+        }
+
+        var pairs: [(Key, Value)] { order.map { ($0, byKey[$0]!) } }
+        var values: [Value] { order.map { byKey[$0]! } }
+    }
+
+    private static func entries(_ index: RecordIndexEntries) -> [JSONObject] {
+        index.entries.map { entry in
+            let (num, text) = number(entry.value)
+            return [
+                "field": .string(entry.field), "position": .int(Int64(entry.position)), "num": num, "text": text,
+                "lon": entry.longitude.map(JSON.double) ?? .null,
+            ]
+        }
+    }
+
+    private static func tokens(_ index: RecordIndexEntries) -> [JSONObject] {
+        index.tokens.map { ["field": .string($0.field), "token": .string($0.token)] }
+    }
+
+    private static func pairs(_ index: RecordIndexEntries) -> [JSONObject] {
+        index.pairs.map { pair in
+            let (valueNum, valueText) = number(pair.value)
+            let (sortNum, sortText) = number(pair.sortValue)
+            return [
+                "field": .string(pair.pair.field), "sort_field": .string(pair.pair.sortField), "value_num": valueNum,
+                "value_text": valueText, "sort_num": sortNum, "sort_text": sortText,
+            ]
+        }
+    }
+
     private static func json(_ write: StorageWrite) -> JSON {
         var object: JSONObject
         switch write {
@@ -83,24 +177,8 @@ extension PostgresCoarseStorage {
         case .replaceIndexEntries(let recordID, let zoneID, let recordType, let index, let hadEntries):
             object = [
                 "record": .int(recordID), "zone": .int(zoneID), "type": .string(recordType), "had": .bool(hadEntries),
-                "entries": .array(
-                    index.entries.map { entry in
-                        let (num, text) = number(entry.value)
-                        return [
-                            "field": .string(entry.field), "position": .int(Int64(entry.position)), "num": num, "text": text,
-                            "lon": entry.longitude.map(JSON.double) ?? .null,
-                        ]
-                    }),
-                "tokens": .array(index.tokens.map { ["field": .string($0.field), "token": .string($0.token)] }),
-                "pairs": .array(
-                    index.pairs.map { pair in
-                        let (valueNum, valueText) = number(pair.value)
-                        let (sortNum, sortText) = number(pair.sortValue)
-                        return [
-                            "field": .string(pair.pair.field), "sort_field": .string(pair.pair.sortField), "value_num": valueNum,
-                            "value_text": valueText, "sort_num": sortNum, "sort_text": sortText,
-                        ]
-                    }),
+                "entries": .array(entries(index).map(JSON.object)), "tokens": .array(tokens(index).map(JSON.object)),
+                "pairs": .array(pairs(index).map(JSON.object)),
             ]
         case .replaceReferences(let zoneID, let name, let rows):
             object = [

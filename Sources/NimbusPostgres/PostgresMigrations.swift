@@ -582,5 +582,13 @@ enum PostgresMigrations {
                 PostgresApplyFunction.v5,
             ]
         ),
+        (
+            "v16-apply-set-based",
+            [
+                // nimbus_apply writes a run of record saves as one statement per table
+                // (PostgresApplyFunction.v6).
+                PostgresApplyFunction.v6,
+            ]
+        ),
     ]
 }
