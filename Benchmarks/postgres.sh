@@ -62,7 +62,8 @@ stop_server; trap cleanup EXIT
 echo "== PostgreSQL, two nodes"
 NIMBUS_DATABASE=$(database nimbus_bench_two)
 start_server normal production; trap cleanup EXIT
-"$BIN/nimbus" serve --data-dir "$DATA" --port 0 --log-level error --connections-per-client 0 > "$DATA/serve-2.log" 2>&1 &
+# The same flags as the first node (lib.sh): no per-client connection cap, no request budgets.
+"$BIN/nimbus" serve --data-dir "$DATA" --port 0 --log-level error --connections-per-client 0 --request-limits off > "$DATA/serve-2.log" 2>&1 &
 SECOND_PID=$!
 for _ in $(seq 1 100); do grep -q "listening on" "$DATA/serve-2.log" && break; sleep 0.1; done
 URL2=$(grep -o 'http://[0-9.:]*' "$DATA/serve-2.log" | head -1)

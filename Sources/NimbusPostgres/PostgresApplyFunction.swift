@@ -285,6 +285,10 @@ enum PostgresApplyFunction {
     static let v6: String = {
         var text = Edits(base: v5, name: "v5", into: "v6")
         text.edit(
+            "db bigint;  -- the logical database of the zone a write names (nimbus_zone_database)\n",
+            "db bigint;  -- the logical database of the zone a write names (nimbus_zone_database)\n"
+                + "            ids bigint[];  -- records of one database whose index entries a run of saves replaces\n")
+        text.edit(
             """
                     WHEN 'replaceIndexEntries' THEN
             """,
@@ -311,15 +315,17 @@ enum PostgresApplyFunction {
                             RAISE EXCEPTION 'a record was replaced meanwhile' USING ERRCODE = '40001';
                         END IF;
                     WHEN 'replaceIndexes' THEN
-                        DELETE FROM field_index WHERE (database_id, record_id) IN (
-                            SELECT z.database_id, h.record FROM jsonb_to_recordset(w->'had') AS h(record bigint, zone bigint)
-                            JOIN zones z ON z.id = h.zone);
-                        DELETE FROM record_tokens WHERE (database_id, record_id) IN (
-                            SELECT z.database_id, h.record FROM jsonb_to_recordset(w->'had') AS h(record bigint, zone bigint)
-                            JOIN zones z ON z.id = h.zone);
-                        DELETE FROM pair_index WHERE (database_id, record_id) IN (
-                            SELECT z.database_id, h.record FROM jsonb_to_recordset(w->'had') AS h(record bigint, zone bigint)
-                            JOIN zones z ON z.id = h.zone);
+                        -- By database and id array, which the primary keys serve whatever the
+                        -- plan (a join with the JSON's rows let a cached plan scan whole tables).
+                        FOR db, ids IN
+                            SELECT z.database_id, array_agg(h.record)
+                            FROM jsonb_to_recordset(w->'had') AS h(record bigint, zone bigint) JOIN zones z ON z.id = h.zone
+                            GROUP BY z.database_id
+                        LOOP
+                            DELETE FROM field_index WHERE database_id = db AND record_id = ANY(ids);
+                            DELETE FROM record_tokens WHERE database_id = db AND record_id = ANY(ids);
+                            DELETE FROM pair_index WHERE database_id = db AND record_id = ANY(ids);
+                        END LOOP;
                         INSERT INTO field_index (database_id, record_id, field, position, zone_id, record_type, num, text, lon)
                         SELECT z.database_id, e.record, e.field, e.position, e.zone, e.type, e.num::numeric, decode(e.text, 'base64'), e.lon
                         FROM jsonb_to_recordset(w->'entries')

@@ -88,10 +88,12 @@ extension PostgresCoarseStorage {
                 "database_by_id", numbers: databaseColumns.numbers, texts: databaseColumns.texts,
                 "FROM databases WHERE id = ANY(\(statement.bind(databaseIDs)))")
         }
-        // A zone's load brings its database's schema along (see SQLiteCoarseStorage.load).
-        if !schemas.isEmpty || !zones.isEmpty {
-            let zoneDatabases = statement.bind(zones.map(\.databaseID))
-            if !zones.isEmpty {
+        // A zone's load brings its database's schema along unless the request says not to
+        // (`LoadRequest.schemaWithZones`, SQLiteCoarseStorage.load).
+        let schemaZones = request.schemaWithZones ? zones : []
+        if !schemas.isEmpty || !schemaZones.isEmpty {
+            let zoneDatabases = statement.bind(schemaZones.map(\.databaseID))
+            if !schemaZones.isEmpty {
                 statement.branch(
                     "zone_schema", texts: ["container", "environment"],
                     "FROM (SELECT DISTINCT container, environment FROM databases WHERE id = ANY(\(zoneDatabases))) d")

@@ -73,10 +73,10 @@ extension SQLiteTransaction {
             case .badge(let owner): rows.badges[owner] = try badge(owner: owner)
             }
         }
-        // What comes with a zone: its database's schema. Nearly every request that names a zone
-        // reads the schema next (to check fields, to plan a query), and a unit that had to ask
-        // for it separately would pay a second round trip.
-        for case .zone(let databaseID, _) in request.keys {
+        // What comes with a zone: its database's schema. Nearly every write or query that names a
+        // zone reads the schema next (to check fields, to plan a query), and a unit that had to
+        // ask for it separately would pay a second round trip (`LoadRequest.schemaWithZones`).
+        for case .zone(let databaseID, _) in request.keys where request.schemaWithZones {
             guard let database = try database(id: databaseID) else { continue }
             let key = SchemaKey(container: database.key.container, environment: database.key.environment)
             guard rows.schemas[key] == nil else { continue }

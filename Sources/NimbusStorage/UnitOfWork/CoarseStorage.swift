@@ -103,10 +103,16 @@ public struct LoadRequest: Sendable {
     public var keys: Set<LoadKey>
     /// Scans by `LoadScan.key`.
     public var scans: [String: LoadScan]
+    /// Whether a zone's load brings its database's schema along. Writes and queries read the
+    /// schema next (to check fields, to plan), so it saves them a round trip; a point read (a
+    /// lookup, a zone fetch) never reads it, and on PostgreSQL planning its three branches cost
+    /// more than the rest of a lookup's first statement.
+    public var schemaWithZones: Bool
 
-    public init(keys: Set<LoadKey> = [], scans: [String: LoadScan] = [:]) {
+    public init(keys: Set<LoadKey> = [], scans: [String: LoadScan] = [:], schemaWithZones: Bool = true) {
         self.keys = keys
         self.scans = scans
+        self.schemaWithZones = schemaWithZones
     }
 }
 

@@ -28,7 +28,7 @@ public final class UnitOfWorkDriver: StorageDriver {
     public func read<Value: Sendable>(_ kind: ReadKind, _ body: @escaping @Sendable (any StorageReader) throws -> Value) async throws
         -> Value
     {
-        try await units.run { unit in try body(unit) }.value
+        try await units.run(schemaWithZones: kind == .scan) { unit in try body(unit) }.value
     }
 
     public func write<Value: Sendable>(_ body: @escaping @Sendable (any StorageWriter) throws -> Value) async throws -> Value {
@@ -70,10 +70,13 @@ final class UnitRunner: Sendable {
         self.ids = ids
     }
 
-    /// Runs a read's `body` until it no longer misses anything.
-    func run<Value>(_ body: (UnitOfWork) throws -> Value) async throws -> (value: Value, changes: UnitOfWorkChanges) {
+    /// Runs a read's `body` until it no longer misses anything. `schemaWithZones`: see
+    /// `LoadRequest` (a point read does without).
+    func run<Value>(schemaWithZones: Bool, _ body: (UnitOfWork) throws -> Value) async throws
+        -> (value: Value, changes: UnitOfWorkChanges)
+    {
         var value: Value?
-        let changes = try await decide(counting: readRoundTrips) { unit in
+        let changes = try await decide(counting: readRoundTrips, schemaWithZones: schemaWithZones) { unit in
             do {
                 value = try body(unit)
                 return unit.missed.isEmpty ? nil : UnitOfWork.Miss(keys: unit.missed)
@@ -93,7 +96,7 @@ final class UnitRunner: Sendable {
     /// run misses anything; their outcomes and the unit's changes.
     func decide(_ writes: [PendingWrite]) async throws -> (outcomes: [Result<Void, any Error>], changes: UnitOfWorkChanges) {
         var outcomes: [Result<Void, any Error>] = []
-        let changes = try await decide(counting: writeRoundTrips) { unit in
+        let changes = try await decide(counting: writeRoundTrips, schemaWithZones: true) { unit in
             outcomes = []
             var miss = UnitOfWork.Miss()
             for write in writes {
@@ -109,9 +112,9 @@ final class UnitRunner: Sendable {
 
     /// Runs `attempt` over the rows loaded so far until it reports no miss, loading (and
     /// reserving ids for) what each miss names.
-    private func decide(counting roundTrips: borrowing Atomic<Int>, _ attempt: (UnitOfWork) throws -> UnitOfWork.Miss?) async throws
-        -> UnitOfWorkChanges
-    {
+    private func decide(
+        counting roundTrips: borrowing Atomic<Int>, schemaWithZones: Bool, _ attempt: (UnitOfWork) throws -> UnitOfWork.Miss?
+    ) async throws -> UnitOfWorkChanges {
         var loaded = LoadedRows()
         let unitIDs = UnitIDs()
         var lastMiss: UnitOfWork.Miss?
@@ -132,7 +135,7 @@ final class UnitRunner: Sendable {
                     unitIDs.add(kind, try await base.reserveIDs(kind, count: ids.block))
                 }
             }
-            let request = LoadRequest(keys: miss.keys, scans: miss.scans)
+            let request = LoadRequest(keys: miss.keys, scans: miss.scans, schemaWithZones: schemaWithZones)
             if !request.keys.isEmpty || !request.scans.isEmpty {
                 roundTrips.add(1, ordering: .relaxed)
                 loaded.merge(try await base.load(request))
