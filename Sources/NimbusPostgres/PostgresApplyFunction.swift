@@ -275,6 +275,14 @@ enum PostgresApplyFunction {
         return text.result
     }()
 
+    /// v2's answer to a record name that exists: the row is updated when it is the same record
+    /// (same id), and left alone otherwise (so the save counts no row and fails the unit).
+    static let recordConflict: String = {
+        let start = v2.range(of: "ON CONFLICT (database_id, zone_id, record_name) DO UPDATE SET")!
+        let end = v2.range(of: "WHERE records.id = excluded.id;", range: start.upperBound..<v2.endIndex)!
+        return String(v2[start.lowerBound..<end.upperBound])
+    }()
+
     /// v5 and set-based writes (issue 35): a run of record saves comes as one `putRecords`
     /// (every record once, its last version) and one `replaceIndexes` (every record's last
     /// entries, tokens and pairs), each applied as one statement per table instead of a few per
@@ -303,13 +311,7 @@ enum PostgresApplyFunction {
                             "modifiedBy" text, "modifiedDevice" text, deleted boolean)
                         JOIN zones z ON z.id = r.zone
                         WHERE true
-                        ON CONFLICT (database_id, zone_id, record_name) DO UPDATE SET
-                            record_type = excluded.record_type, fields = excluded.fields, parent = excluded.parent,
-                            change_sequence = excluded.change_sequence, created_at = excluded.created_at,
-                            created_by = excluded.created_by, created_device = excluded.created_device,
-                            modified_at = excluded.modified_at, modified_by = excluded.modified_by,
-                            modified_device = excluded.modified_device, deleted = excluded.deleted
-                        WHERE records.id = excluded.id;
+                        \(recordConflict)
                         GET DIAGNOSTICS affected = ROW_COUNT;
                         IF affected <> jsonb_array_length(w->'rows') THEN
                             RAISE EXCEPTION 'a record was replaced meanwhile' USING ERRCODE = '40001';
