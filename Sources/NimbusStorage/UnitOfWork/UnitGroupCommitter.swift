@@ -19,8 +19,9 @@ struct PendingWrite: Sendable {
 /// Writes of this process never collide with one another (a group is decided from the rows
 /// the group before it committed), so with many writers on one zone none fails and runs
 /// again, and a busy store costs a load and an apply per group, not per write. Writes from
-/// other nodes are caught by `apply`'s checks: the group is decided again from fresh rows once,
-/// and past that each writer gets `serializationFailure`, which `RetryingStorage` retries.
+/// other nodes are caught by `apply`'s checks: the group is decided again from fresh rows (up to
+/// `decisionsAfterCollision` times), and past that each writer gets `serializationFailure`,
+/// which `RetryingStorage` retries.
 ///
 /// A write in a group does not wait for the writes of other zones or databases beyond the
 /// group's round trips, and one failing write never fails the others: when an apply fails for
@@ -67,8 +68,12 @@ final class UnitGroupCommitter: Sendable {
         }
     }
 
+    /// How many times a group is decided again after colliding with another node before its
+    /// writes are handed back to `RetryingStorage`.
+    static let decisionsAfterCollision = 3
+
     private func commit(_ group: [PendingWrite]) async {
-        var collided = false
+        var collisions = 0
         while true {
             let decided: (outcomes: [Result<Void, any Error>], changes: UnitOfWorkChanges)
             do {
@@ -82,9 +87,12 @@ final class UnitGroupCommitter: Sendable {
                 for (write, outcome) in zip(group, decided.outcomes) { write.complete(outcome) }
                 return
             } catch StorageError.serializationFailure(let detail) {
-                // Another node wrote what the group read: decide again from fresh rows, once.
-                guard collided else {
-                    collided = true
+                // Another node wrote what the group read: decide again from fresh rows, after
+                // a pause of up to a millisecond or two from the second time on, so two nodes
+                // taking turns on one database stop meeting at the same moment.
+                guard collisions >= Self.decisionsAfterCollision else {
+                    collisions += 1
+                    if collisions > 1 { try? await Task.sleep(for: .microseconds(Int.random(in: 0...2_000))) }
                     continue
                 }
                 return fail(group, StorageError.serializationFailure(detail))
