@@ -288,8 +288,9 @@ enum PostgresApplyFunction {
     /// entries, tokens and pairs), each applied as one statement per table instead of a few per
     /// record: PL/pgSQL spent about 0.35 ms a record on the one-by-one form, most of it starting
     /// statements. A record replaced meanwhile (another id under its name) still fails the
-    /// unit with 40001. The one-by-one kinds stay for units that mix other writes in between
-    /// (`PostgresCoarseStorage.json` keeps the order). Written as the edits to v5.
+    /// unit with 40001. The driver sends every run of saves this way, ending a run at any
+    /// other write so the order holds (`PostgresCoarseStorage.writes`); the one-by-one kinds
+    /// stay in the function, unsent since. Written as the edits to v5.
     static let v6: String = {
         var text = Edits(base: v5, name: "v5", into: "v6")
         text.edit(

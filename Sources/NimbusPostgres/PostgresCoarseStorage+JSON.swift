@@ -67,8 +67,8 @@ extension PostgresCoarseStorage {
         var run = RecordRun()
         for write in writes {
             switch write {
-            case .putRecord(_, let row, _):
-                run.records.put(RecordKey(zoneID: row.zoneID, name: row.recordName), json(write).objectValue ?? [:])
+            case .putRecord(let id, let row, _):
+                run.records.put(RecordKey(zoneID: row.zoneID, name: row.recordName), record(id, row))
             case .replaceIndexEntries(let recordID, let zoneID, let recordType, let index, let hadEntries):
                 run.indexes.put(recordID, (zoneID, recordType, index))
                 if hadEntries { run.had[recordID] = zoneID }
@@ -126,6 +126,18 @@ extension PostgresCoarseStorage {
         var values: [Value] { order.map { byKey[$0]! } }
     }
 
+    /// A record row as `putRecord` and `putRecords` read it.
+    private static func record(_ id: Int64, _ row: RecordRow) -> JSONObject {
+        [
+            "id": .int(id), "zone": .int(row.zoneID), "name": .string(row.recordName), "type": .string(row.recordType),
+            "fields": bytes(row.fields), "parent": optional(row.parent), "sequence": .int(row.changeSequence),
+            "createdAt": .int(row.created.timestamp), "createdBy": .string(row.created.userRecordName),
+            "createdDevice": .string(row.created.deviceID), "modifiedAt": .int(row.modified.timestamp),
+            "modifiedBy": .string(row.modified.userRecordName), "modifiedDevice": .string(row.modified.deviceID),
+            "deleted": .bool(row.isDeleted),
+        ]
+    }
+
     private static func entries(_ index: RecordIndexEntries) -> [JSONObject] {
         index.entries.map { entry in
             let (num, text) = number(entry.value)
@@ -166,14 +178,7 @@ extension PostgresCoarseStorage {
         case .deleteZone(let id, let sequence), .touchZone(let id, let sequence):
             object = ["id": .int(id), "sequence": .int(sequence)]
         case .putRecord(let id, let row, _):
-            object = [
-                "id": .int(id), "zone": .int(row.zoneID), "name": .string(row.recordName), "type": .string(row.recordType),
-                "fields": bytes(row.fields), "parent": optional(row.parent), "sequence": .int(row.changeSequence),
-                "createdAt": .int(row.created.timestamp), "createdBy": .string(row.created.userRecordName),
-                "createdDevice": .string(row.created.deviceID), "modifiedAt": .int(row.modified.timestamp),
-                "modifiedBy": .string(row.modified.userRecordName), "modifiedDevice": .string(row.modified.deviceID),
-                "deleted": .bool(row.isDeleted),
-            ]
+            object = record(id, row)
         case .replaceIndexEntries(let recordID, let zoneID, let recordType, let index, let hadEntries):
             object = [
                 "record": .int(recordID), "zone": .int(zoneID), "type": .string(recordType), "had": .bool(hadEntries),

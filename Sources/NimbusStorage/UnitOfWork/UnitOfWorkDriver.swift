@@ -28,7 +28,7 @@ public final class UnitOfWorkDriver: StorageDriver {
     public func read<Value: Sendable>(_ kind: ReadKind, _ body: @escaping @Sendable (any StorageReader) throws -> Value) async throws
         -> Value
     {
-        try await units.run(schemaWithZones: kind == .scan) { unit in try body(unit) }.value
+        try await units.run(schemaWithZones: kind == .scan) { unit in try body(unit) }
     }
 
     public func write<Value: Sendable>(_ body: @escaping @Sendable (any StorageWriter) throws -> Value) async throws -> Value {
@@ -72,11 +72,9 @@ final class UnitRunner: Sendable {
 
     /// Runs a read's `body` until it no longer misses anything. `schemaWithZones`: see
     /// `LoadRequest` (a point read does without).
-    func run<Value>(schemaWithZones: Bool, _ body: (UnitOfWork) throws -> Value) async throws
-        -> (value: Value, changes: UnitOfWorkChanges)
-    {
+    func run<Value>(schemaWithZones: Bool, _ body: (UnitOfWork) throws -> Value) async throws -> Value {
         var value: Value?
-        let changes = try await decide(counting: readRoundTrips, schemaWithZones: schemaWithZones) { unit in
+        _ = try await decide(counting: readRoundTrips, schemaWithZones: schemaWithZones) { unit in
             do {
                 value = try body(unit)
                 return unit.missed.isEmpty ? nil : UnitOfWork.Miss(keys: unit.missed)
@@ -89,7 +87,7 @@ final class UnitRunner: Sendable {
             }
         }
         guard let value else { throw StorageError.corrupt("a unit of work finished without its value") }
-        return (value, changes)
+        return value
     }
 
     /// Runs writes one after the other in one unit, each undone alone when it fails, until no
