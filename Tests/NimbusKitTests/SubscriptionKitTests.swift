@@ -236,9 +236,11 @@ struct SubscriptionKitTests {
         try await TestServer.with { server in
             try await server.createUser("ann")
             let deviceA = server.device(of: "ann"), deviceB = server.device(of: "ann")
-            _ = try await deviceB.privateCloudDatabase.save(CKDatabaseSubscription(subscriptionID: "all"))
             let listenerA = try await Self.connectedReader(deviceA, probe: deviceB)
             defer { listenerA.stop() }
+            // Subscribed only once A's stream is connected: B's probe zones would otherwise match
+            // it too, and one of those, late under load, would be the "next" notification A reads.
+            _ = try await deviceB.privateCloudDatabase.save(CKDatabaseSubscription(subscriptionID: "all"))
             // What B's probe caused so far is not part of the test: start from the current token.
             let start = await awaitCallback { done in
                 let fetch = CKFetchNotificationChangesOperation(previousServerChangeToken: nil)
@@ -253,7 +255,10 @@ struct SubscriptionKitTests {
             for _ in 0..<50 {
                 missed.update { $0.removeAll() }
                 let fetch = CKFetchNotificationChangesOperation(previousServerChangeToken: start)
-                fetch.notificationChangedBlock = { notification in missed.update { $0.append(notification) } }
+                fetch.notificationChangedBlock = { notification in
+                    guard notification.subscriptionID == "all" else { return }  // not a late probe's
+                    missed.update { $0.append(notification) }
+                }
                 (token, error) = await awaitCallback { done in
                     fetch.fetchNotificationChangesCompletionBlock = { done(($0, $1)) }
                     deviceB.add(fetch)
