@@ -137,7 +137,7 @@ extension NimbusService {
             zoneID: zone.id, after: since, recordTypes: request.desiredRecordTypes, limit: request.resultsLimit + 1)
         let moreComing = rows.count > request.resultsLimit
         let page = rows.prefix(request.resultsLimit)
-        let nextSequence = moreComing ? (page.last?.changeSequence ?? since) : max(since, zone.changeSequence)
+        let nextSequence = moreComing ? (page.last?.changeSequence ?? since) : max(since, zone.recordSequence)
         let records: [RecordEntry] = try page.compactMap { row in
             switch try shared?.appearance(of: row, zone: zone, tx: tx) {
             case .hidden?: return nil

@@ -97,8 +97,8 @@ extension NimbusService {
             let (zones, removed) = try await storage.write { tx -> (Int, Int) in
                 guard let database = try tx.database(key) else { return (0, 0) }
                 let zones = try tx.zones(databaseID: database.id)
-                for zone in zones { try tx.deleteZone(id: zone.id, sequence: try tx.nextSequence(databaseID: database.id)) }
-                _ = try tx.createZone(databaseID: database.id, name: Names.defaultZone, sequence: try tx.nextSequence(databaseID: database.id))
+                for zone in zones { try tx.deleteZone(id: zone.id) }
+                _ = try tx.createZone(databaseID: database.id, name: Names.defaultZone)
                 var removed = 0
                 for subscription in subscriptions[database.id] ?? [] {
                     if try tx.deleteSubscription(

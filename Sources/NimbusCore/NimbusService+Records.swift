@@ -132,7 +132,7 @@ extension NimbusService {
                 if atomic, results.contains(where: { if case .failure = $0 { return true } else { return false } }) {
                     throw AtomicBatchFailed(results: results)
                 }
-                if log.usedBytes != 0 { try tx.addUsage(databaseID: database.id, bytes: log.usedBytes) }
+                if log.usedBytes != 0 { try tx.addUsage(databaseID: database.id, bytes: log.usedBytes, quota: quota) }
                 let queued = try self.queueForMatching(
                     log.committed(in: database, deviceID: writeTarget.caller.deviceID), at: stamp.timestamp, tx: tx)
                 return (results, queued)
@@ -340,7 +340,7 @@ extension NimbusService {
             for: fields, recordName: recordName, zone: zone, database: database, path: path, tx: tx)
         let row = RecordRow(
             zoneID: zone.id, recordName: recordName, recordType: recordType, fields: RecordCodec.encode(fields),
-            parent: parent, changeSequence: try nextChange(in: zone, of: database, tx: tx), created: existing?.created ?? stamp,
+            parent: parent, changeSequence: try tx.nextRecordSequence(in: zone), created: existing?.created ?? stamp,
             modified: stamp, isDeleted: false)
         // The quota: a save that grows the database past it writes nothing. Shrinking is
         // always allowed (a quota lowered below what is stored). A user's own empty record,

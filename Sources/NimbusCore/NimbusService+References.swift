@@ -117,7 +117,7 @@ extension NimbusService {
             var tombstone = row
             tombstone.fields = covering[name].map { RecordCodec.encode([(ShareState.leftField, .string($0))]) } ?? Array("{}".utf8)
             tombstone.parent = nil
-            tombstone.changeSequence = try nextChange(in: zone, of: database, tx: tx)
+            tombstone.changeSequence = try tx.nextRecordSequence(in: zone)
             tombstone.modified = stamp
             tombstone.isDeleted = true
             let recordID = try tx.putRecord(tombstone)
@@ -136,11 +136,4 @@ extension NimbusService {
         }
     }
 
-    /// The sequence of a new change to a record of `zone`: the database's next, recorded on the
-    /// zone so database change feeds list it.
-    func nextChange(in zone: ZoneRow, of database: DatabaseRow, tx: any StorageWriter) throws -> Int64 {
-        let sequence = try tx.nextSequence(databaseID: database.id)
-        try tx.touchZone(id: zone.id, sequence: sequence)
-        return sequence
-    }
 }

@@ -62,7 +62,7 @@ extension NimbusService {
     /// The zone dictionary of reference §2.7, with a token for the zone's current state.
     func zoneOutput(_ zone: ZoneRow, target: DatabaseTarget, sharedWhole: Bool = false) -> ZoneOutput {
         let token = SyncToken.forZone(
-            databaseID: zone.databaseID, zoneID: zone.id, zoneName: zone.name, sequence: zone.changeSequence)
+            databaseID: zone.databaseID, zoneID: zone.id, zoneName: zone.name, sequence: zone.recordSequence)
         return ZoneOutput(
             zoneID: wireZoneID(zone, target: target), syncToken: token.encoded(key: keys.syncTokens),
             atomic: zone.name != Names.defaultZone, share: sharedWhole ? Names.zoneWideShareName : nil)
@@ -147,8 +147,7 @@ extension NimbusService {
         switch type {
         case .create:
             if let existing, !existing.isDeleted { return .zone(zoneOutput(existing, target: target)) }
-            let zone = try tx.createZone(
-                databaseID: database.id, name: zoneID.zoneName, sequence: try tx.nextSequence(databaseID: database.id))
+            let zone = try tx.createZone(databaseID: database.id, name: zoneID.zoneName)
             log.zoneChanged(zone.name, deleted: false)
             return .zone(zoneOutput(zone, target: target))
         case .delete:
@@ -161,7 +160,7 @@ extension NimbusService {
                 // container too), and no change enters the feed.
                 return .deleted(wireZoneID(named: zoneID, target: target))
             }
-            try tx.deleteZone(id: existing.id, sequence: try tx.nextSequence(databaseID: database.id))
+            try tx.deleteZone(id: existing.id)
             log.zoneChanged(existing.name, deleted: true)
             return .deleted(wireZoneID(existing, target: target))
         }

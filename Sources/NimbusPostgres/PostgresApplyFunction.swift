@@ -352,6 +352,125 @@ enum PostgresApplyFunction {
         return text.result
     }()
 
+    /// v6 ordered by zone instead of by database (issue 35: order only where CloudKit orders).
+    /// A unit's checks name the zones whose records it changed or that it deleted (`zones`:
+    /// each zone's `record_sequence` must still be the one read, the zone still there), so
+    /// writers of different zones never fail one another; they meet only at the end, where
+    /// each database, in id order, stamps the zones the unit changed (`stamps`) with its next
+    /// sequences (taken above those zones' record sequences, so a zone made again never
+    /// repeats a change tag) and adds the unit's bytes (`usage`), refusing growth the quota
+    /// no longer allows. A database's zone list read for a write (`databasesRead`) must still
+    /// be as read. A zone is made only over the tombstone the unit saw (`replacing`), or none.
+    /// Written as the edits to v6.
+    static let v7: String = {
+        var text = Edits(base: v6, name: "v6", into: "v7")
+        text.edit(
+            """
+                FOR w IN SELECT * FROM jsonb_array_elements(changes->'sequences') LOOP
+                    IF NOT (w->>'created')::boolean THEN
+                        SELECT sequence INTO current_value FROM databases WHERE id = (w->>'id')::bigint FOR UPDATE;
+                        IF current_value IS DISTINCT FROM (w->>'read')::bigint THEN
+                            RAISE EXCEPTION 'database % changed since the unit read it', w->>'id' USING ERRCODE = '40001';
+                        END IF;
+                    END IF;
+                END LOOP;
+            """,
+            """
+                -- Zones in id order (the unit sends them sorted): two units never wait for each
+                -- other in a circle.
+                FOR w IN SELECT * FROM jsonb_array_elements(changes->'zones') LOOP
+                    IF NOT (w->>'created')::boolean THEN
+                        SELECT record_sequence INTO current_value FROM zones WHERE id = (w->>'id')::bigint AND NOT deleted FOR UPDATE;
+                        IF current_value IS DISTINCT FROM (w->>'read')::bigint THEN
+                            RAISE EXCEPTION 'zone % changed since the unit read it', w->>'id' USING ERRCODE = '40001';
+                        END IF;
+                    END IF;
+                END LOOP;
+                FOR w IN SELECT * FROM jsonb_array_elements(changes->'databasesRead') LOOP
+                    SELECT sequence INTO current_value FROM databases WHERE id = (w->>'id')::bigint FOR UPDATE;
+                    IF current_value IS DISTINCT FROM (w->>'read')::bigint THEN
+                        RAISE EXCEPTION 'database % changed since the unit read its zones', w->>'id' USING ERRCODE = '40001';
+                    END IF;
+                END LOOP;
+            """)
+        text.edit(
+            """
+                    WHEN 'createZone' THEN
+                        DELETE FROM zones WHERE database_id = (w->>'database')::bigint AND name = w->>'name' AND deleted;
+                        INSERT INTO zones (id, database_id, name, change_sequence, deleted)
+                        VALUES ((w->>'id')::bigint, (w->>'database')::bigint, w->>'name', (w->>'sequence')::bigint, false);
+            """,
+            """
+                    WHEN 'createZone' THEN
+                        -- Only over the tombstone the unit saw (or none): a zone made, or made and
+                        -- deleted, meanwhile leaves a row of that name and fails the unit.
+                        DELETE FROM zones WHERE database_id = (w->>'database')::bigint AND name = w->>'name' AND deleted
+                          AND id = (w->>'replacing')::bigint;
+                        INSERT INTO zones (id, database_id, name, change_sequence, record_sequence, deleted)
+                        VALUES ((w->>'id')::bigint, (w->>'database')::bigint, w->>'name', 0, (w->>'recordSequence')::bigint, false)
+                        ON CONFLICT (database_id, name) DO NOTHING;
+                        IF NOT FOUND THEN
+                            RAISE EXCEPTION 'zone % was made or deleted meanwhile', w->>'name' USING ERRCODE = '40001';
+                        END IF;
+            """)
+        text.edit(
+            """
+                        UPDATE zones SET deleted = true, change_sequence = (w->>'sequence')::bigint
+                        WHERE database_id = db AND id = (w->>'id')::bigint;
+                    WHEN 'touchZone' THEN
+                        UPDATE zones SET change_sequence = (w->>'sequence')::bigint
+                        WHERE id = (w->>'id')::bigint AND change_sequence < (w->>'sequence')::bigint;
+            """,
+            """
+                        UPDATE zones SET deleted = true WHERE database_id = db AND id = (w->>'id')::bigint;
+            """)
+        text.edit(
+            """
+                UPDATE databases SET sequence = (s->>'final')::bigint, used_bytes = used_bytes + (s->>'usage')::bigint
+                FROM jsonb_array_elements(changes->'sequences') AS s
+                WHERE databases.id = (s->>'id')::bigint;
+            """,
+            """
+                UPDATE zones SET record_sequence = (s->>'final')::bigint
+                FROM jsonb_array_elements(changes->'zones') AS s
+                WHERE zones.id = (s->>'id')::bigint;
+
+                -- Databases last and in id order: writers of one database's different zones
+                -- queue here only, for the commit.
+                FOR db IN
+                    SELECT d FROM (
+                        SELECT (u->>'id')::bigint FROM jsonb_array_elements(changes->'usage') AS u
+                        UNION
+                        SELECT z.database_id FROM zones z
+                        WHERE z.id IN (SELECT value::bigint FROM jsonb_array_elements_text(changes->'stamps'))
+                    ) AS x(d) ORDER BY d
+                LOOP
+                    ids := ARRAY(
+                        SELECT z.id FROM zones z
+                        WHERE z.database_id = db AND z.id IN (SELECT value::bigint FROM jsonb_array_elements_text(changes->'stamps'))
+                        ORDER BY z.id);
+                    IF cardinality(ids) > 0 THEN
+                        UPDATE databases SET sequence = greatest(sequence,
+                            (SELECT max(record_sequence) FROM zones WHERE database_id = db AND id = ANY(ids))) + cardinality(ids)
+                        WHERE id = db RETURNING sequence INTO current_value;
+                        UPDATE zones SET change_sequence = current_value - cardinality(ids) + s.n
+                        FROM unnest(ids) WITH ORDINALITY AS s(id, n)
+                        WHERE zones.database_id = db AND zones.id = s.id;
+                    END IF;
+                    SELECT value INTO w FROM jsonb_array_elements(changes->'usage') WHERE (value->>'id')::bigint = db;
+                    IF w IS NOT NULL THEN
+                        UPDATE databases SET used_bytes = used_bytes + (w->>'bytes')::bigint
+                        WHERE id = db RETURNING used_bytes - (w->>'bytes')::bigint INTO current_value;
+                        IF current_value <> (w->>'read')::bigint AND (w->>'bytes')::bigint > 0
+                           AND current_value::numeric + (w->>'bytes')::numeric > (w->>'quota')::numeric THEN
+                            RAISE EXCEPTION 'database % grew past its quota since the unit read it', db USING ERRCODE = '40001';
+                        END IF;
+                    END IF;
+                END LOOP;
+            """)
+        return text.result
+    }()
+
     /// A version written as edits to the one before it, so the difference is all there is to
     /// read; an edit whose text is not there stops the program (the versions are frozen).
     struct Edits {

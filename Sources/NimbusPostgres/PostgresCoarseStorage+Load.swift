@@ -63,7 +63,7 @@ extension PostgresCoarseStorage {
                 texts: ["record_name", "record_type", "parent", "created_by", "created_device", "modified_by", "modified_device"],
                 bytes: "fields", flag: "deleted", "FROM " + keys)
         }
-        let zoneColumns = ["id", "database_id", "change_sequence"]
+        let zoneColumns = ["id", "database_id", "change_sequence", "record_sequence"]
         if !zones.isEmpty {
             let pairs = "(database_id, name) IN (SELECT * FROM unnest(\(statement.bind(zones.map(\.databaseID))), \(statement.bind(zones.map(\.name)))))"
             statement.branch("zone", numbers: zoneColumns, texts: ["name"], flag: "deleted", "FROM zones WHERE " + pairs)
@@ -73,7 +73,7 @@ extension PostgresCoarseStorage {
                 "zone_by_id", numbers: zoneColumns, texts: ["name"], flag: "deleted", "FROM zones WHERE id = ANY(\(statement.bind(zoneIDs)))")
         }
         if !zoneLists.isEmpty {
-            // In name order (byte order, as SQLite's): the fourth number is the rank.
+            // In name order (byte order, as SQLite's): the fifth number is the rank.
             statement.branch(
                 "zone_list", numbers: zoneColumns + ["row_number() OVER (ORDER BY database_id, name)"], texts: ["name"], flag: "deleted",
                 "FROM zones WHERE database_id = ANY(\(statement.bind(zoneLists))) AND NOT deleted")
@@ -177,7 +177,7 @@ extension PostgresCoarseStorage {
                     rows.zonesByID[zone.id] = .some(zone)
                 case "zone_list":
                     let zone = try wide.zone()
-                    zoneListRanks[zone.databaseID, default: []].append((try wide.number(3), zone))
+                    zoneListRanks[zone.databaseID, default: []].append((try wide.number(4), zone))
                 case "database":
                     let database = try wide.database()
                     rows.databases[database.key] = .some(database)
@@ -319,7 +319,9 @@ private struct WideRow {
     }
 
     func zone() throws -> ZoneRow {
-        ZoneRow(id: try number(0), databaseID: try number(1), name: try text(0), changeSequence: try number(2), isDeleted: flag ?? false)
+        ZoneRow(
+            id: try number(0), databaseID: try number(1), name: try text(0), changeSequence: try number(2), recordSequence: try number(3),
+            isDeleted: flag ?? false)
     }
 
     func database() throws -> DatabaseRow {

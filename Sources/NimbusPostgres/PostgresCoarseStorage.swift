@@ -165,11 +165,12 @@ public struct PostgresCoarseStorage: CoarseStorage {
 
     // MARK: Rows
 
-    static let zoneColumns = "id, database_id, name, change_sequence, deleted"
+    static let zoneColumns = "id, database_id, name, change_sequence, record_sequence, deleted"
 
     static func zone(_ row: PostgresRow) throws -> ZoneRow {
-        let (id, databaseID, name, sequence, deleted) = try row.decode((Int64, Int64, String, Int64, Bool).self)
-        return ZoneRow(id: id, databaseID: databaseID, name: name, changeSequence: sequence, isDeleted: deleted)
+        let (id, databaseID, name, sequence, recordSequence, deleted) = try row.decode((Int64, Int64, String, Int64, Int64, Bool).self)
+        return ZoneRow(
+            id: id, databaseID: databaseID, name: name, changeSequence: sequence, recordSequence: recordSequence, isDeleted: deleted)
     }
 
     static let recordColumns = """

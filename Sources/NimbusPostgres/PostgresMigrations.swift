@@ -590,5 +590,18 @@ enum PostgresMigrations {
                 PostgresApplyFunction.v6,
             ]
         ),
+        (
+            "v17-zone-record-sequences",
+            [
+                // Record sequences are ordered per zone (issue 35): a zone keeps its records'
+                // last sequence apart from the database sequence its database's change feed
+                // orders it by. They start equal, so change tokens handed out before keep
+                // their meaning; nimbus_apply checks zones instead of databases
+                // (PostgresApplyFunction.v7).
+                "ALTER TABLE zones ADD COLUMN record_sequence bigint NOT NULL DEFAULT 0",
+                "UPDATE zones SET record_sequence = change_sequence",
+                PostgresApplyFunction.v7,
+            ]
+        ),
     ]
 }

@@ -571,5 +571,15 @@ enum Migrations {
                     ALTER TABLE operators ADD COLUMN totp_last_step INTEGER;
                     """)
         }
+        migrator.registerMigration("v24-zone-record-sequences") { db in
+            // Record sequences are ordered per zone (issue 35): a zone keeps its records' last
+            // sequence apart from the database sequence its database's change feed orders it
+            // by. They start equal, so change tokens handed out before keep their meaning.
+            try db.execute(
+                sql: """
+                    ALTER TABLE zones ADD COLUMN record_sequence INTEGER NOT NULL DEFAULT 0;
+                    UPDATE zones SET record_sequence = change_sequence;
+                    """)
+        }
     }
 }

@@ -141,9 +141,7 @@ extension SQLiteTransaction {
     }
 
     func zone(id: Int64) throws -> ZoneRow? {
-        try fetchRow("SELECT id, database_id, name, change_sequence, deleted FROM zones WHERE id = ?", [id]).map {
-            ZoneRow(id: $0["id"], databaseID: $0["database_id"], name: $0["name"], changeSequence: $0["change_sequence"], isDeleted: $0["deleted"])
-        }
+        try fetchRow("SELECT id, database_id, name, change_sequence, record_sequence, deleted FROM zones WHERE id = ?", [id]).map(zoneRow)
     }
 
     func storedRecord(zoneID: Int64, name: String) throws -> StoredRecord? {
@@ -157,12 +155,30 @@ extension SQLiteTransaction {
 
     func apply(_ changes: UnitOfWorkChanges) throws {
         // What the unit decided from must still hold; else it runs again.
-        var created = Set<Int64>()
-        for case .createDatabase(let row, _) in changes.writes { created.insert(row.id) }
-        for (databaseID, sequence) in changes.sequences where !created.contains(databaseID) {
+        var createdZones = Set<Int64>()
+        for write in changes.writes {
+            switch write {
+            case .createDatabase(_, let zoneID): createdZones.insert(zoneID)
+            case .createZone(let zone, _): createdZones.insert(zone.id)
+            default: break
+            }
+        }
+        for (zoneID, sequence) in changes.zoneSequences where !createdZones.contains(zoneID) {
+            let zone = try zone(id: zoneID)
+            guard let zone, !zone.isDeleted, zone.recordSequence == sequence.read else {
+                throw StorageError.serializationFailure("zone \(zoneID) changed since the unit read it")
+            }
+        }
+        for (databaseID, read) in changes.databasesRead {
             let current: Int64? = try fetchRow("SELECT sequence FROM databases WHERE id = ?", [databaseID])?["sequence"]
-            guard current == sequence.read else {
-                throw StorageError.serializationFailure("database \(databaseID) changed since the unit read it")
+            guard current == read else {
+                throw StorageError.serializationFailure("database \(databaseID) changed since the unit read its zones")
+            }
+        }
+        for (databaseID, usage) in changes.usage {
+            let current: Int64 = try fetchRow("SELECT used_bytes FROM databases WHERE id = ?", [databaseID])?["used_bytes"] ?? 0
+            guard usage.fits(current) else {
+                throw StorageError.serializationFailure("database \(databaseID) grew past its quota since the unit read it")
             }
         }
         if let version = changes.subscriptionsVersion, try subscriptionsVersion() != version.read {
@@ -174,10 +190,23 @@ extension SQLiteTransaction {
         for write in changes.writes {
             try apply(write)
         }
-        for (databaseID, sequence) in changes.sequences {
-            try execute(
-                "UPDATE databases SET sequence = ?, used_bytes = used_bytes + ? WHERE id = ?",
-                [sequence.final, changes.usage[databaseID] ?? 0, databaseID])
+        for (zoneID, sequence) in changes.zoneSequences {
+            try execute("UPDATE zones SET record_sequence = ? WHERE id = ?", [sequence.final, zoneID])
+        }
+        try stamp(changes.zonesChanged)
+        for (databaseID, usage) in changes.usage {
+            try execute("UPDATE databases SET used_bytes = used_bytes + ? WHERE id = ?", [usage.bytes, databaseID])
+        }
+    }
+
+    /// Each zone gets one of its database's next sequences, taken above every record sequence
+    /// the zones handed out (`UnitOfWorkChanges.zonesChanged`), in id order.
+    private func stamp(_ zones: Set<Int64>) throws {
+        for zoneID in zones.sorted() {
+            guard let zone = try zone(id: zoneID) else { continue }
+            let sequence = try nextSequence(
+                databaseID: zone.databaseID, floorSQL: "SELECT record_sequence FROM zones WHERE id = ?", floorArguments: [zoneID])
+            try execute("UPDATE zones SET change_sequence = ? WHERE id = ?", [sequence, zoneID])
         }
     }
 
@@ -191,14 +220,23 @@ extension SQLiteTransaction {
             try execute(
                 "INSERT INTO databases (id, container, environment, scope, owner_id, sequence) VALUES (?, ?, ?, ?, ?, 0)",
                 [row.id, row.key.container, row.key.environment.rawValue, row.key.scope.rawValue, row.key.ownerID])
-            try execute("INSERT INTO zones (id, database_id, name, change_sequence, deleted) VALUES (?, ?, '_defaultZone', 0, 0)", [zoneID, row.id])
-        case .createZone(let zone):
-            try execute("DELETE FROM zones WHERE database_id = ? AND name = ? AND deleted = 1", [zone.databaseID, zone.name])
             try execute(
-                "INSERT INTO zones (id, database_id, name, change_sequence, deleted) VALUES (?, ?, ?, ?, 0)",
-                [zone.id, zone.databaseID, zone.name, zone.changeSequence])
-        case .deleteZone(let id, let sequence): try deleteZone(id: id, sequence: sequence)
-        case .touchZone(let id, let sequence): try touchZone(id: id, sequence: sequence)
+                "INSERT INTO zones (id, database_id, name, change_sequence, record_sequence, deleted) VALUES (?, ?, '_defaultZone', 0, 0, 0)",
+                [zoneID, row.id])
+        case .createZone(let zone, let replacing):
+            // The row of that name must be the tombstone the unit saw, or none; a zone made
+            // (or made and deleted) meanwhile fails the unit.
+            let present: Int64? = try fetchRow(
+                "SELECT id FROM zones WHERE database_id = ? AND name = ?", [zone.databaseID, zone.name])?["id"]
+            guard present == replacing else {
+                throw StorageError.serializationFailure("zone '\(zone.name)' was made or deleted meanwhile")
+            }
+            try execute("DELETE FROM zones WHERE database_id = ? AND name = ? AND deleted = 1", [zone.databaseID, zone.name])
+            // Stamped with the others at the end (`stamp`).
+            try execute(
+                "INSERT INTO zones (id, database_id, name, change_sequence, record_sequence, deleted) VALUES (?, ?, ?, 0, ?, 0)",
+                [zone.id, zone.databaseID, zone.name, zone.recordSequence])
+        case .deleteZone(let id): try deleteZone(id: id)
         case .putRecord(let id, let row, let isNew):
             if isNew {
                 try execute(

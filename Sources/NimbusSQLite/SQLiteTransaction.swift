@@ -75,22 +75,22 @@ struct SQLiteTransaction: StorageWriter {
         ).map { DatabaseRow(id: $0["id"], key: key, sequence: $0["sequence"], usedBytes: $0["used_bytes"]) }
     }
 
-    private func zoneRow(_ row: Row) -> ZoneRow {
+    func zoneRow(_ row: Row) -> ZoneRow {
         ZoneRow(
             id: row["id"], databaseID: row["database_id"], name: row["name"],
-            changeSequence: row["change_sequence"], isDeleted: row["deleted"])
+            changeSequence: row["change_sequence"], recordSequence: row["record_sequence"], isDeleted: row["deleted"])
     }
 
     func zone(databaseID: Int64, name: String) throws -> ZoneRow? {
         try fetchRow(
-            "SELECT id, database_id, name, change_sequence, deleted FROM zones WHERE database_id = ? AND name = ?",
+            "SELECT id, database_id, name, change_sequence, record_sequence, deleted FROM zones WHERE database_id = ? AND name = ?",
             [databaseID, name]
         ).map(zoneRow)
     }
 
     func zones(databaseID: Int64) throws -> [ZoneRow] {
         try fetchRows(
-            "SELECT id, database_id, name, change_sequence, deleted FROM zones WHERE database_id = ? AND deleted = 0 ORDER BY name",
+            "SELECT id, database_id, name, change_sequence, record_sequence, deleted FROM zones WHERE database_id = ? AND deleted = 0 ORDER BY name",
             [databaseID]
         ).map(zoneRow)
     }
@@ -98,7 +98,7 @@ struct SQLiteTransaction: StorageWriter {
     func zoneChanges(databaseID: Int64, after sequence: Int64, limit: Int) throws -> [ZoneRow] {
         try fetchRows(
             """
-            SELECT id, database_id, name, change_sequence, deleted FROM zones
+            SELECT id, database_id, name, change_sequence, record_sequence, deleted FROM zones
             WHERE database_id = ? AND change_sequence > ? ORDER BY change_sequence LIMIT ?
             """,
             [databaseID, sequence, limit]
@@ -257,31 +257,55 @@ struct SQLiteTransaction: StorageWriter {
             [key.container, key.environment.rawValue, key.scope.rawValue, key.ownerID])
         let id = db.lastInsertedRowID
         try execute(
-            "INSERT INTO zones (database_id, name, change_sequence, deleted) VALUES (?, '_defaultZone', 0, 0)", [id])
+            "INSERT INTO zones (database_id, name, change_sequence, record_sequence, deleted) VALUES (?, '_defaultZone', 0, 0, 0)",
+            [id])
         return DatabaseRow(id: id, key: key, sequence: 0)
     }
 
-    func nextSequence(databaseID: Int64) throws -> Int64 {
+    /// The database's next sequence, taken above `floorSQL` (a subquery of the zone whose
+    /// record sequences it must pass, with `floorArguments`). Writes are serialized here, so
+    /// the database's sequence serves every zone's records too: it stays above every record
+    /// sequence a zone handed out (a zone made again never repeats a change tag).
+    func nextSequence(databaseID: Int64, floorSQL: String = "0", floorArguments: StatementArguments = []) throws -> Int64 {
         // Not `UPDATE … RETURNING`: SQLite gives RETURNING a statement journal, and releasing
         // one walks the in-memory sub-journal from its start: a cost that grew with every
         // record of a batch (see putRecord).
-        try execute("UPDATE databases SET sequence = sequence + 1 WHERE id = ?", [databaseID])
+        try execute(
+            "UPDATE databases SET sequence = max(sequence, coalesce((\(floorSQL)), 0)) + 1 WHERE id = ?",
+            floorArguments + [databaseID])
         guard let row = try fetchRow("SELECT sequence FROM databases WHERE id = ?", [databaseID]) else {
             throw StorageError.corrupt("database \(databaseID) does not exist")
         }
         return row["sequence"]
     }
 
-    func createZone(databaseID: Int64, name: String, sequence: Int64) throws -> ZoneRow {
+    func nextRecordSequence(in zone: ZoneRow) throws -> Int64 {
+        let sequence = try nextSequence(
+            databaseID: zone.databaseID, floorSQL: "SELECT record_sequence FROM zones WHERE id = ?", floorArguments: [zone.id])
+        try execute("UPDATE zones SET change_sequence = ?, record_sequence = ? WHERE id = ?", [sequence, sequence, zone.id])
+        return sequence
+    }
+
+    func createZone(databaseID: Int64, name: String) throws -> ZoneRow {
+        let sequence = try nextSequence(
+            databaseID: databaseID, floorSQL: "SELECT record_sequence FROM zones WHERE database_id = ? AND name = ?",
+            floorArguments: [databaseID, name])
         // A tombstone of the same name gives way; the new zone gets a fresh id.
         try execute("DELETE FROM zones WHERE database_id = ? AND name = ? AND deleted = 1", [databaseID, name])
         try execute(
-            "INSERT INTO zones (database_id, name, change_sequence, deleted) VALUES (?, ?, ?, 0)",
-            [databaseID, name, sequence])
-        return ZoneRow(id: db.lastInsertedRowID, databaseID: databaseID, name: name, changeSequence: sequence, isDeleted: false)
+            "INSERT INTO zones (database_id, name, change_sequence, record_sequence, deleted) VALUES (?, ?, ?, ?, 0)",
+            [databaseID, name, sequence, sequence])
+        return ZoneRow(
+            id: db.lastInsertedRowID, databaseID: databaseID, name: name, changeSequence: sequence, recordSequence: sequence,
+            isDeleted: false)
     }
 
-    func deleteZone(id: Int64, sequence: Int64) throws {
+    func deleteZone(id: Int64) throws {
+        guard let databaseID: Int64 = try fetchRow("SELECT database_id FROM zones WHERE id = ?", [id])?["database_id"] else {
+            throw StorageError.corrupt("zone \(id) does not exist")
+        }
+        let sequence = try nextSequence(
+            databaseID: databaseID, floorSQL: "SELECT record_sequence FROM zones WHERE id = ?", floorArguments: [id])
         try execute(
             """
             UPDATE databases SET used_bytes = used_bytes - (\(Self.zoneBytesSQL))
@@ -305,12 +329,9 @@ struct SQLiteTransaction: StorageWriter {
         FROM records WHERE zone_id = ? AND deleted = 0
         """
 
-    func addUsage(databaseID: Int64, bytes: Int64) throws {
+    /// Writers are serialized here: the caller saw every byte, so `quota` needs no check.
+    func addUsage(databaseID: Int64, bytes: Int64, quota: Int64) throws {
         try execute("UPDATE databases SET used_bytes = used_bytes + ? WHERE id = ?", [bytes, databaseID])
-    }
-
-    func touchZone(id: Int64, sequence: Int64) throws {
-        try execute("UPDATE zones SET change_sequence = ? WHERE id = ? AND change_sequence < ?", [sequence, id, sequence])
     }
 
     func putRecord(_ row: RecordRow, isNew: Bool) throws -> Int64 {

@@ -56,15 +56,22 @@ public struct ZoneRow: Sendable, Hashable {
     public var id: Int64
     public var databaseID: Int64
     public var name: String
-    /// The sequence of the last change to the zone or any record in it.
+    /// The database's sequence at the last change to the zone or any record in it: what the
+    /// database's change feed orders zones by. The driver stamps it as the write commits, so
+    /// writers of different zones never decide it (and never collide over it).
     public var changeSequence: Int64
+    /// The sequence of the zone's last record change: record changes in the zone take
+    /// strictly greater values, so it is the zone's change feed position. Ordered per zone,
+    /// not per database (CloudKit's change tokens are per zone).
+    public var recordSequence: Int64
     public var isDeleted: Bool
 
-    public init(id: Int64, databaseID: Int64, name: String, changeSequence: Int64, isDeleted: Bool) {
+    public init(id: Int64, databaseID: Int64, name: String, changeSequence: Int64, recordSequence: Int64, isDeleted: Bool) {
         self.id = id
         self.databaseID = databaseID
         self.name = name
         self.changeSequence = changeSequence
+        self.recordSequence = recordSequence
         self.isDeleted = isDeleted
     }
 }
@@ -92,7 +99,8 @@ public struct RecordRow: Sendable, Hashable {
     public var recordType: String
     public var fields: [UInt8]
     public var parent: String?
-    /// The database sequence of the last change; also the record's change tag.
+    /// The sequence of the record's last change (`StorageWriter.nextRecordSequence`, ordered
+    /// within its zone); also the record's change tag.
     public var changeSequence: Int64
     public var created: ChangeStamp
     public var modified: ChangeStamp

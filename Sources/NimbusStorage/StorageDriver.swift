@@ -7,7 +7,7 @@
 /// ```swift
 /// let zone = try await storage.write { tx in
 ///     let database = try tx.ensureDatabase(key)
-///     return try tx.createZone(databaseID: database.id, name: "Notes", sequence: tx.nextSequence(databaseID: database.id))
+///     return try tx.createZone(databaseID: database.id, name: "Notes")
 /// }
 /// ```
 ///
@@ -159,21 +159,27 @@ public protocol StorageWriter: StorageReader {
 
     /// The database's row, created with its default zone on first use.
     func ensureDatabase(_ key: DatabaseKey) throws -> DatabaseRow
-    /// The next change sequence of the database (strictly increasing, never reused).
-    func nextSequence(databaseID: Int64) throws -> Int64
+    /// The sequence of a change to a record of `zone`: strictly greater than every sequence a
+    /// record of the zone had before (never reused). The zone is also marked changed for its
+    /// database's change feed (`ZoneRow.changeSequence`, stamped by the driver; a default zone,
+    /// which no database feed lists, may be left unmarked). Sequences are ordered per zone:
+    /// writers of different zones need not wait for one another to take them.
+    func nextRecordSequence(in zone: ZoneRow) throws -> Int64
 
-    /// Creates a zone, replacing a tombstone of the same name (with a new id).
-    func createZone(databaseID: Int64, name: String, sequence: Int64) throws -> ZoneRow
-    /// Marks a zone deleted at `sequence` and removes its records, their references and their
-    /// asset references; the bytes its live records took (`RecordRow.storedBytes`, and the
-    /// sizes of the assets they held) leave its database's `usedBytes`.
-    func deleteZone(id: Int64, sequence: Int64) throws
+    /// Creates a zone, replacing a tombstone of the same name (with a new id), stamped with
+    /// its database's next sequence.
+    func createZone(databaseID: Int64, name: String) throws -> ZoneRow
+    /// Marks a zone deleted (stamped with its database's next sequence) and removes its
+    /// records, their references and their asset references; the bytes its live records took
+    /// (`RecordRow.storedBytes`, and the sizes of the assets they held) leave its database's
+    /// `usedBytes`.
+    func deleteZone(id: Int64) throws
     /// Adds `bytes` (negative: frees them) to the database's `usedBytes`. The caller keeps it
-    /// true for record saves and deletions; zone deletion keeps it itself.
-    func addUsage(databaseID: Int64, bytes: Int64) throws
-
-    /// Records that something in the zone changed at `sequence`.
-    func touchZone(id: Int64, sequence: Int64) throws
+    /// true for record saves and deletions; zone deletion keeps it itself. `quota` is what the
+    /// caller checked growth against: a driver whose writers do not see one another's
+    /// uncommitted usage refuses a commit that grows the database past it because of writes
+    /// the caller did not see (`serializationFailure`, so the caller decides again).
+    func addUsage(databaseID: Int64, bytes: Int64, quota: Int64) throws
 
     /// Inserts or replaces the record (or tombstone) with the same zone and name; returns its
     /// storage id, which stays the same for that zone and name while the zone exists.

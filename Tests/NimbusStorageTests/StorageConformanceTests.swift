@@ -111,13 +111,14 @@ import Testing
     func sequencesStrictlyIncreaseAndAreNeverReused(driver: Driver) async throws {
         try await withDriver(driver) { storage in
             let database = try await storage.write { try $0.ensureDatabase(Self.key) }
-            let a = try await storage.write { try $0.nextSequence(databaseID: database.id) }
+            let zone = try #require(try await storage.read { try $0.zone(databaseID: database.id, name: "_defaultZone") })
+            let a = try await storage.write { try $0.nextRecordSequence(in: zone) }
             struct Undo: Error {}
             _ = try? await storage.write { tx -> Int64 in
-                _ = try tx.nextSequence(databaseID: database.id)
+                _ = try tx.nextRecordSequence(in: zone)
                 throw Undo()
             }
-            let b = try await storage.write { try $0.nextSequence(databaseID: database.id) }
+            let b = try await storage.write { try $0.nextRecordSequence(in: zone) }
             #expect(b == a + 1)  // the rolled-back writer left no trace
         }
     }
@@ -133,7 +134,7 @@ import Testing
                     group.addTask {
                         do {
                             try await storage.write { tx in
-                                let sequence = try tx.nextSequence(databaseID: database.id)
+                                let sequence = try tx.nextRecordSequence(in: zone)
                                 try tx.putRecord(Self.row(zone.id, "r\(index)", sequence: sequence))
                                 if index % 3 == 0 { throw Refused() }
                             }
@@ -165,7 +166,7 @@ import Testing
                     group.addTask {
                         try await storage.write { tx in
                             for index in 0..<200 {
-                                let sequence = try tx.nextSequence(databaseID: database.id)
+                                let sequence = try tx.nextRecordSequence(in: zone)
                                 try tx.putRecord(Self.row(zone.id, "w\(writer)-\(index)", sequence: sequence))
                             }
                         }
@@ -183,19 +184,26 @@ import Testing
     func recreatedZoneGetsNewIdAndDeletedZoneLosesRecords(driver: Driver) async throws {
         try await withDriver(driver) { storage in
             let database = try await storage.write { try $0.ensureDatabase(Self.key) }
-            let first = try await storage.write { tx in
-                let zone = try tx.createZone(databaseID: database.id, name: "Z", sequence: tx.nextSequence(databaseID: database.id))
-                try tx.putRecord(Self.row(zone.id, "r", sequence: tx.nextSequence(databaseID: database.id)))
-                return zone
+            let (first, firstTags) = try await storage.write { tx in
+                let zone = try tx.createZone(databaseID: database.id, name: "Z")
+                var tags: [Int64] = []
+                for _ in 0..<5 {
+                    tags.append(try tx.nextRecordSequence(in: zone))
+                    try tx.putRecord(Self.row(zone.id, "r", sequence: tags.last!))
+                }
+                return (zone, tags)
             }
-            try await storage.write { tx in try tx.deleteZone(id: first.id, sequence: tx.nextSequence(databaseID: database.id)) }
+            try await storage.write { tx in try tx.deleteZone(id: first.id) }
             let tombstone = try await storage.read { try $0.zone(databaseID: database.id, name: "Z") }
             #expect(tombstone?.isDeleted == true)
             #expect(try await storage.read { try $0.record(zoneID: first.id, name: "r") } == nil)
-            let second = try await storage.write { tx in
-                try tx.createZone(databaseID: database.id, name: "Z", sequence: tx.nextSequence(databaseID: database.id))
+            let (second, secondTag) = try await storage.write { tx in
+                let zone = try tx.createZone(databaseID: database.id, name: "Z")
+                return (zone, try tx.nextRecordSequence(in: zone))
             }
             #expect(second.id != first.id)
+            // A record of the zone made again never gets a change tag one of the zone before had.
+            #expect(secondTag > firstTags.max()!)
             let changes = try await storage.read { try $0.zoneChanges(databaseID: database.id, after: 0, limit: 10) }
             #expect(changes.map(\.name) == ["Z"])
             #expect(changes.first?.isDeleted == false)
@@ -227,12 +235,12 @@ import Testing
             let zone = try #require(try await storage.read { try $0.zone(databaseID: database.id, name: "_defaultZone") })
             try await storage.write { tx in
                 for name in ["a", "b", "c"] {
-                    var row = Self.row(zone.id, name, sequence: try tx.nextSequence(databaseID: database.id))
+                    var row = Self.row(zone.id, name, sequence: try tx.nextRecordSequence(in: zone))
                     if name == "b" { row.recordType = "Other" }
                     try tx.putRecord(row)
                 }
                 // Rewriting "a" moves it to the end; a tombstone keeps its place in the feed.
-                try tx.putRecord(Self.row(zone.id, "a", sequence: try tx.nextSequence(databaseID: database.id), deleted: true))
+                try tx.putRecord(Self.row(zone.id, "a", sequence: try tx.nextRecordSequence(in: zone), deleted: true))
             }
             let all = try await storage.read { try $0.recordChanges(zoneID: zone.id, after: 0, recordTypes: nil, limit: 10) }
             #expect(all.map(\.recordName) == ["b", "c", "a"])

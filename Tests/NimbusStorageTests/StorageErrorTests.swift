@@ -46,12 +46,12 @@ import Testing
             let collision = StorageError.serializationFailure("test collision")
             // Four collisions and then a clean run: the fifth attempt commits, once.
             faulty.failWrites(Array(repeating: collision, count: 4))
-            let first = try await storage.write { try $0.ensureDatabase(Self.key) }
+            _ = try await storage.write { try $0.ensureDatabase(Self.key) }
             #expect(faulty.writesRunCount == 1)
             // Five collisions: no attempt left; the caller is told to come back.
             faulty.failWrites(Array(repeating: collision, count: 5))
             await #expect {
-                _ = try await storage.write { try $0.nextSequence(databaseID: first.id) }
+                _ = try await storage.write { try $0.ensureDatabase(Self.key) }
             } throws: { error in
                 guard let error = error as? StorageError, case .busy = error else { return false }
                 return true
@@ -59,9 +59,9 @@ import Testing
             #expect(faulty.writesRunCount == 1)
             // Other failures are not retried: one fault, one failed call, and the next call runs.
             faulty.failWrites([.unavailable("gone")])
-            await #expect(throws: StorageError.self) { _ = try await storage.write { try $0.nextSequence(databaseID: first.id) } }
+            await #expect(throws: StorageError.self) { _ = try await storage.write { try $0.ensureDatabase(Self.key) } }
             #expect(faulty.writesRunCount == 1)
-            _ = try await storage.write { try $0.nextSequence(databaseID: first.id) }
+            _ = try await storage.write { try $0.ensureDatabase(Self.key) }
             #expect(faulty.writesRunCount == 2)
         }
     }

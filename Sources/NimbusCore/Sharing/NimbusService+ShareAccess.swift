@@ -159,7 +159,8 @@ extension NimbusService {
             state.write(into: &fields)
             let log = ChangeLog()
             try self.rewrite(found.share, fields: fields, zone: found.zone, database: database, stamp: stamp, log: log, tx: tx)
-            if log.usedBytes != 0 { try tx.addUsage(databaseID: database.id, bytes: log.usedBytes) }
+            // Accepting is not held back by the quota (the share grows by a participant).
+            if log.usedBytes != 0 { try tx.addUsage(databaseID: database.id, bytes: log.usedBytes, quota: .max) }
             let queued = try self.queueForMatching(
                 log.committed(in: database, deviceID: target.caller.deviceID), at: stamp.timestamp, tx: tx)
             return (state, queued)

@@ -237,7 +237,7 @@ extension NimbusService {
     ) throws -> RecordRow {
         var changed = row
         changed.fields = RecordCodec.encode(fields)
-        changed.changeSequence = try nextChange(in: zone, of: database, tx: tx)
+        changed.changeSequence = try tx.nextRecordSequence(in: zone)
         changed.modified = stamp
         _ = try tx.putRecord(changed, isNew: false)
         log.recordChanged(zone: zone, before: row, after: changed)

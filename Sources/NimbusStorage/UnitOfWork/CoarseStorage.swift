@@ -236,9 +236,14 @@ public enum StorageWrite: Sendable {
     case takeIndexRebuildRequest
     /// A new database and its default zone.
     case createDatabase(DatabaseRow, defaultZoneID: Int64)
-    case createZone(ZoneRow)
-    case deleteZone(id: Int64, sequence: Int64)
-    case touchZone(id: Int64, sequence: Int64)
+    /// A new zone (`recordSequence` is where its records' sequences start; the engine stamps
+    /// `changeSequence`). `replacing`: the tombstone of that name the unit saw, which must
+    /// still be the one there (none: no row of that name may exist).
+    case createZone(ZoneRow, replacing: Int64?)
+    /// The zone is deleted; the engine stamps it with its database's next sequence, taken
+    /// above every record sequence the zone handed out (so a zone made again under the name
+    /// never repeats a change tag).
+    case deleteZone(id: Int64)
     /// `isNew`: no row of that zone and name exists, not even a tombstone.
     case putRecord(id: Int64, RecordRow, isNew: Bool)
     case replaceIndexEntries(recordID: Int64, zoneID: Int64, recordType: String, RecordIndexEntries, hadEntries: Bool)
@@ -265,22 +270,61 @@ public enum StorageWrite: Sendable {
 /// A unit of work's writes and what they were decided from.
 public struct UnitOfWorkChanges: Sendable {
     public var writes: [StorageWrite] = []
-    /// The database sequences the unit read and the ones it leaves: `apply` refuses (with
-    /// `serializationFailure`) when a database's sequence is no longer the one read. Every
-    /// change to a database's zones and records takes a sequence, so this one check covers
-    /// everything the unit read of that database.
-    public var sequences: [Int64: (read: Int64, final: Int64)] = [:]
+    /// The record sequences of the zones whose records the unit changed, or that it deleted:
+    /// the zone's `recordSequence` read and the one it leaves. `apply` refuses (with
+    /// `serializationFailure`) when a zone's is no longer the one read or the zone was
+    /// deleted meanwhile. Every change to a zone's records takes a sequence, so this one check
+    /// covers everything the unit read of the zone; writers of other zones never fail it
+    /// (issue 35: order only where CloudKit orders). Zones the unit created are not checked.
+    public var zoneSequences: [Int64: (read: Int64, final: Int64)] = [:]
+    /// Zones the unit made, deleted, or changed records of, that their database's change feed
+    /// lists (a default zone's record changes are not listed): `apply` stamps each with one
+    /// of the database's next sequences (`ZoneRow.changeSequence`) at its end, databases in id
+    /// order, after taking the sequence above every record sequence those zones handed out.
+    /// Writers of different zones queue only for that moment, instead of deciding the value
+    /// and colliding.
+    public var zonesChanged: Set<Int64> = []
+    /// Databases whose zone list the unit read and wrote from (the development reset): their
+    /// `sequence` must still be the one read, which any zone change anywhere in them moves.
+    public var databasesRead: [Int64: Int64] = [:]
     /// The subscriptions version the unit read, if it did, and how many changes it made: the
     /// version must still be the one read.
     public var subscriptionsVersion: (read: Int64, changes: Int64)?
     /// Badges read and then set: the value read must still be there.
     public var badgesRead: [NotificationOwner: Int64] = [:]
-    /// Bytes added to (or freed from) each database's `usedBytes` by record writes. Only
-    /// databases in `sequences` (a record write takes a sequence), so the sequence check
-    /// covers the usage read too. Zone deletions free their bytes in `apply` itself.
-    public var usage: [Int64: Int64] = [:]
+    /// Bytes added to (or freed from) each database's `usedBytes` by record writes, with what
+    /// the unit read and the quota it checked growth against. Writers of other zones change
+    /// the usage too, so `apply` adds the bytes whatever it finds, and refuses only growth
+    /// that the usage it finds no longer leaves room for (`UsageChange.fits`). Zone deletions
+    /// free their bytes in `apply` itself.
+    public var usage: [Int64: UsageChange] = [:]
 
     public init() {}
     /// Nothing to write (what was read needs no check then: nothing commits).
-    public var isEmpty: Bool { writes.isEmpty && sequences.isEmpty && (subscriptionsVersion?.changes ?? 0) == 0 }
+    public var isEmpty: Bool {
+        writes.isEmpty && zoneSequences.isEmpty && zonesChanged.isEmpty && usage.isEmpty && (subscriptionsVersion?.changes ?? 0) == 0
+    }
+}
+
+/// A unit's change to a database's `usedBytes`.
+public struct UsageChange: Sendable, Hashable {
+    /// What the unit read.
+    public var read: Int64
+    public var bytes: Int64
+    /// What the unit checked growth against.
+    public var quota: Int64
+
+    public init(read: Int64, bytes: Int64, quota: Int64) {
+        self.read = read
+        self.bytes = bytes
+        self.quota = quota
+    }
+
+    /// Whether the change may commit over `current`: what the unit read is still so (it
+    /// decided exactly), or it frees bytes, or it still fits under the quota.
+    public func fits(_ current: Int64) -> Bool {
+        if current == read || bytes <= 0 { return true }
+        let (total, overflow) = current.addingReportingOverflow(bytes)
+        return !overflow && total <= quota
+    }
 }

@@ -123,13 +123,19 @@ final class UnitOfWork: StorageWriter {
     }
 
     private func database(id: Int64) throws -> DatabaseRow {
-        if let row = overlay.databasesByID[id] { return row }
-        // Loaded by key already (as nearly every write loads its database): no second load by id.
-        if let row = loaded.databases.values.lazy.compactMap({ $0 }).first(where: { $0.id == id }) { return row }
+        if let row = databaseAtHand(id: id) { return row }
         guard let row = need(loaded.databasesByID[id], .databaseByID(id)) else {
             throw StorageError.corrupt("database \(id) does not exist")
         }
         return row
+    }
+
+    /// The database's row if the unit has it, without loading it.
+    private func databaseAtHand(id: Int64) -> DatabaseRow? {
+        if let row = overlay.databasesByID[id] { return row }
+        // Loaded by key already (as nearly every write loads its database): no second load by id.
+        if let row = loaded.databases.values.lazy.compactMap({ $0 }).first(where: { $0.id == id }) { return row }
+        return loaded.databasesByID[id] ?? nil
     }
 
     func zone(databaseID: Int64, name: String) throws -> ZoneRow? {
@@ -148,6 +154,14 @@ final class UnitOfWork: StorageWriter {
     }
 
     func zones(databaseID: Int64) throws -> [ZoneRow] {
+        if !overlay.createdDatabases.contains(databaseID), overlay.changes.databasesRead[databaseID] == nil,
+            let database = databaseAtHand(id: databaseID)
+        {
+            // A write decided from the whole list must find no zone made or changed meanwhile.
+            // Writes find their database first (`ensureDatabase`); a read that did not costs
+            // no load for it, and reads are not checked.
+            overlay.changes.databasesRead[databaseID] = database.sequence
+        }
         var byName: [String: ZoneRow] = [:]
         let committed = overlay.createdDatabases.contains(databaseID) ? [] : needList(loaded.zoneLists[databaseID], .zones(databaseID: databaseID))
         for row in committed { byName[row.name] = row }
@@ -347,33 +361,38 @@ final class UnitOfWork: StorageWriter {
     func ensureDatabase(_ key: DatabaseKey) throws -> DatabaseRow {
         if let existing = try database(key) { return existing }
         let row = DatabaseRow(id: try newID(.database), key: key, sequence: 0)
-        let zone = ZoneRow(id: try newID(.zone), databaseID: row.id, name: "_defaultZone", changeSequence: 0, isDeleted: false)
+        let zone = ZoneRow(
+            id: try newID(.zone), databaseID: row.id, name: "_defaultZone", changeSequence: 0, recordSequence: 0, isDeleted: false)
         overlay.databases[key] = row
         overlay.databasesByID[row.id] = row
         overlay.createdDatabases.insert(row.id)
         overlay.createdZones.insert(zone.id)
         put(zone)
-        overlay.changes.sequences[row.id] = (0, 0)
         write(.createDatabase(row, defaultZoneID: zone.id))
         return row
     }
 
-    func nextSequence(databaseID: Int64) throws -> Int64 {
-        var row = try database(id: databaseID)
-        let read = overlay.changes.sequences[databaseID]?.read ?? row.sequence
-        row.sequence += 1
-        overlay.databasesByID[databaseID] = row
-        overlay.databases[row.key] = row
-        overlay.changes.sequences[databaseID] = (read, row.sequence)
-        return row.sequence
+    /// The zone's next record sequence, decided here from the zone row the unit loaded (and
+    /// checked at apply); the database's sequence is the engine's to stamp.
+    func nextRecordSequence(in zone: ZoneRow) throws -> Int64 {
+        var row = try self.zone(id: zone.id)
+        let read = overlay.changes.zoneSequences[row.id]?.read ?? row.recordSequence
+        row.recordSequence += 1
+        put(row)
+        overlay.changes.zoneSequences[row.id] = (read, row.recordSequence)
+        if row.name != "_defaultZone" { overlay.changes.zonesChanged.insert(row.id) }
+        return row.recordSequence
     }
 
-    func addUsage(databaseID: Int64, bytes: Int64) throws {
+    func addUsage(databaseID: Int64, bytes: Int64, quota: Int64) throws {
         var row = try database(id: databaseID)
+        let read = overlay.changes.usage[databaseID]?.read ?? row.usedBytes
         row.usedBytes += bytes
         overlay.databasesByID[databaseID] = row
         overlay.databases[row.key] = row
-        overlay.changes.usage[databaseID, default: 0] += bytes
+        let change = overlay.changes.usage[databaseID]
+        overlay.changes.usage[databaseID] = UsageChange(
+            read: read, bytes: (change?.bytes ?? 0) + bytes, quota: min(change?.quota ?? quota, quota))
     }
 
     private func put(_ zone: ZoneRow) {
@@ -381,32 +400,38 @@ final class UnitOfWork: StorageWriter {
         overlay.zonesByID[zone.id] = zone
     }
 
-    func createZone(databaseID: Int64, name: String, sequence: Int64) throws -> ZoneRow {
-        let zone = ZoneRow(id: try newID(.zone), databaseID: databaseID, name: name, changeSequence: sequence, isDeleted: false)
+    /// Its records' sequences start above the database's sequence and above the tombstone it
+    /// replaces: a deletion stamps the database above the deleted zone's record sequences, so
+    /// a zone made again under a name never repeats a change tag of the one before.
+    func createZone(databaseID: Int64, name: String) throws -> ZoneRow {
+        let tombstone = try zone(databaseID: databaseID, name: name)
+        let database = try database(id: databaseID)
+        let start = max(database.sequence, tombstone?.recordSequence ?? 0) + 1
+        let zone = ZoneRow(
+            id: try newID(.zone), databaseID: databaseID, name: name, changeSequence: database.sequence, recordSequence: start,
+            isDeleted: false)
         overlay.createdZones.insert(zone.id)
         put(zone)
-        write(.createZone(zone))
+        overlay.changes.zonesChanged.insert(zone.id)
+        // A tombstone this unit made is its own: nothing committed to check against.
+        let committedTombstone = tombstone.flatMap { overlay.createdZones.contains($0.id) ? nil : $0.id }
+        write(.createZone(zone, replacing: committedTombstone))
         return zone
     }
 
-    func deleteZone(id: Int64, sequence: Int64) throws {
+    func deleteZone(id: Int64) throws {
         var zone = try zone(id: id)
         zone.isDeleted = true
-        zone.changeSequence = sequence
         put(zone)
+        if !overlay.createdZones.contains(id) {
+            let read = overlay.changes.zoneSequences[id]?.read ?? zone.recordSequence
+            overlay.changes.zoneSequences[id] = (read, zone.recordSequence)
+        }
+        overlay.changes.zonesChanged.insert(id)
         overlay.deletedZones.insert(id)
         overlay.records = overlay.records.filter { $0.key.zoneID != id }
         overlay.references = overlay.references.filter { $0.key.zoneID != id }
-        write(.deleteZone(id: id, sequence: sequence))
-    }
-
-    func touchZone(id: Int64, sequence: Int64) throws {
-        var zone = try zone(id: id)
-        if zone.changeSequence < sequence {
-            zone.changeSequence = sequence
-            put(zone)
-        }
-        write(.touchZone(id: id, sequence: sequence))
+        write(.deleteZone(id: id))
     }
 
     func putRecord(_ row: RecordRow, isNew: Bool) throws -> Int64 {

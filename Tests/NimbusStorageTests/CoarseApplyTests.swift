@@ -1,0 +1,167 @@
+import Foundation
+import NimbusPostgres
+import NimbusSQLite
+import NimbusStorage
+import NimbusTestSupport
+import Testing
+
+/// What a coarse engine's `apply` checks (issue 35: order only where CloudKit orders), tried
+/// as two nodes would meet: each unit decided from rows it loaded, applied after the other's.
+/// Writers of different zones of one database never fail each other; writers of one zone do;
+/// the database's change feed still orders both zones, and a quota holds across them.
+@Suite struct CoarseApplyTests {
+    struct Engine: CustomStringConvertible, Sendable {
+        let description: String
+        let with: @Sendable (_ body: (any CoarseStorage) async throws -> Void) async throws -> Void
+    }
+
+    static let engines: [Engine] =
+        [
+            Engine(description: "SQLite") { body in
+                try await StorageConformanceTests.directory { directory in
+                    let storage = SQLiteCoarseStorage(try SQLiteStorage(path: directory + "/db.sqlite", synchronous: .normal))
+                    try await body(storage)
+                    try await storage.close()
+                }
+            }
+        ]
+        + (PostgresTestCluster.url == nil
+            ? []
+            : [
+                Engine(description: "PostgreSQL") { body in
+                    try await PostgresTestCluster.withDatabase { location in
+                        let storage = PostgresCoarseStorage(
+                            try await PostgresStorage(location, deadline: PostgresTestCluster.deadline, maximumConnections: 4))
+                        do {
+                            try await body(storage)
+                        } catch {
+                            try? await storage.close()
+                            throw error
+                        }
+                        try await storage.close()
+                    }
+                }
+            ])
+
+    static let key = DatabaseKey(container: "c", environment: .development, scope: .private, ownerID: 7)
+
+    /// A database with zones "A" and "B", made through the driver as a server would.
+    static func setUp(_ engine: any CoarseStorage) async throws -> (database: DatabaseRow, a: ZoneRow, b: ZoneRow) {
+        let driver = UnitOfWorkDriver(engine)
+        return try await driver.write { tx in
+            let database = try tx.ensureDatabase(key)
+            return (database, try tx.createZone(databaseID: database.id, name: "A"), try tx.createZone(databaseID: database.id, name: "B"))
+        }
+    }
+
+    /// The rows a unit would load: the database and the zones, as committed now.
+    static func load(_ engine: any CoarseStorage, _ zones: [ZoneRow]) async throws -> (DatabaseRow, [ZoneRow]) {
+        let rows = try await engine.load(LoadRequest(keys: Set([.database(key)] + zones.map { .zoneByID($0.id) })))
+        let database = try #require(rows.databases[key] ?? nil)
+        return (database, try zones.map { try #require(rows.zonesByID[$0.id] ?? nil) })
+    }
+
+    /// A unit that saves one new record in `zone`, decided from `zone` as loaded.
+    static func save(
+        _ name: String, in zone: ZoneRow, database: DatabaseRow, bytes: Int64 = 0, quota: Int64 = .max, id: Int64
+    ) -> UnitOfWorkChanges {
+        var changes = UnitOfWorkChanges()
+        let sequence = zone.recordSequence + 1
+        changes.writes = [.putRecord(id: id, StorageConformanceTests.row(zone.id, name, sequence: sequence), isNew: true)]
+        changes.zoneSequences[zone.id] = (zone.recordSequence, sequence)
+        changes.zonesChanged = [zone.id]
+        if bytes != 0 { changes.usage[database.id] = UsageChange(read: database.usedBytes, bytes: bytes, quota: quota) }
+        return changes
+    }
+
+    static func isCollision(_ error: any Error) -> Bool {
+        guard let error = error as? StorageError, case .serializationFailure = error else { return false }
+        return true
+    }
+
+    @Test(arguments: engines)
+    func writersOfDifferentZonesNeverCollideAndTheDatabaseFeedOrdersBoth(engine: Engine) async throws {
+        try await engine.with { engine in
+            let (_, a, b) = try await Self.setUp(engine)
+            let ids = try await engine.reserveIDs(.record, count: 4)
+            // Both units load before either applies, as on two nodes at once.
+            let (database, loaded) = try await Self.load(engine, [a, b])
+            let onA = Self.save("x", in: loaded[0], database: database, id: ids.lowerBound)
+            let onB = Self.save("y", in: loaded[1], database: database, id: ids.lowerBound + 1)
+            let (before, _) = try await Self.load(engine, [])
+            try await engine.apply(onB)
+            try await engine.apply(onA)  // A's zone is as A read it: no collision
+
+            // The feed lists both zones after the token taken before, each once, in order, and
+            // the database's sequence covers them.
+            let (after, zones) = try await Self.load(engine, [a, b])
+            let changed = zones.sorted { $0.changeSequence < $1.changeSequence }
+            #expect(changed.map(\.name) == ["B", "A"])
+            #expect(changed[0].changeSequence > before.sequence)
+            #expect(changed[1].changeSequence > changed[0].changeSequence)
+            #expect(after.sequence >= changed[1].changeSequence)
+            #expect(zones.map(\.recordSequence) == [loaded[0].recordSequence + 1, loaded[1].recordSequence + 1])
+
+            // A second unit decided from A as it was before: the zone moved, so it fails whole.
+            let stale = Self.save("z", in: loaded[0], database: database, id: ids.lowerBound + 2)
+            await #expect { try await engine.apply(stale) } throws: { Self.isCollision($0) }
+            let rows = try await engine.load(
+                LoadRequest(keys: [.record(zoneID: a.id, name: "x"), .record(zoneID: a.id, name: "z"), .record(zoneID: b.id, name: "y")]))
+            #expect(rows.records[RecordKey(zoneID: a.id, name: "x")]??.row.changeSequence == loaded[0].recordSequence + 1)
+            #expect(rows.records[RecordKey(zoneID: b.id, name: "y")] != nil)
+            #expect((rows.records[RecordKey(zoneID: a.id, name: "z")] ?? nil) == nil)
+        }
+    }
+
+    @Test(arguments: engines)
+    func aQuotaHoldsAcrossZonesWritersDidNotSee(engine: Engine) async throws {
+        try await engine.with { engine in
+            let (_, a, b) = try await Self.setUp(engine)
+            let ids = try await engine.reserveIDs(.record, count: 4)
+            let (database, loaded) = try await Self.load(engine, [a, b])
+            #expect(database.usedBytes == 0)
+            // Each unit saw room for its 600 bytes under a quota of 1,000; together they do not fit.
+            try await engine.apply(Self.save("x", in: loaded[1], database: database, bytes: 600, quota: 1_000, id: ids.lowerBound))
+            let late = Self.save("y", in: loaded[0], database: database, bytes: 600, quota: 1_000, id: ids.lowerBound + 1)
+            await #expect { try await engine.apply(late) } throws: { Self.isCollision($0) }
+            // Decided again from what is there now, a save that still fits commits.
+            let (now, fresh) = try await Self.load(engine, [a])
+            #expect(now.usedBytes == 600)
+            try await engine.apply(Self.save("y", in: fresh[0], database: now, bytes: 400, quota: 1_000, id: ids.lowerBound + 2))
+            // Freeing bytes needs no room, whatever changed meanwhile.
+            var free = Self.save("w", in: loaded[1], database: database, bytes: -100, id: ids.lowerBound + 3)
+            free.zoneSequences = [:]
+            free.writes = []
+            try await engine.apply(free)
+            #expect(try await Self.load(engine, []).0.usedBytes == 900)
+        }
+    }
+
+    @Test(arguments: engines)
+    func aZoneIsMadeOnlyOverTheTombstoneTheUnitSaw(engine: Engine) async throws {
+        try await engine.with { engine in
+            let (database, a, _) = try await Self.setUp(engine)
+            let ids = try await engine.reserveIDs(.zone, count: 4)
+            func make(_ name: String, id: Int64, replacing: Int64?) -> UnitOfWorkChanges {
+                var changes = UnitOfWorkChanges()
+                let zone = ZoneRow(id: id, databaseID: database.id, name: name, changeSequence: 0, recordSequence: 1, isDeleted: false)
+                changes.writes = [.createZone(zone, replacing: replacing)]
+                changes.zonesChanged = [id]
+                return changes
+            }
+            // "C" is new: a unit that saw no row makes it; a second that saw none collides.
+            try await engine.apply(make("C", id: ids.lowerBound, replacing: nil))
+            await #expect { try await engine.apply(make("C", id: ids.lowerBound + 1, replacing: nil)) } throws: { Self.isCollision($0) }
+            // "A" deleted: only a unit that saw that tombstone makes it again.
+            var delete = UnitOfWorkChanges()
+            delete.writes = [.deleteZone(id: a.id)]
+            delete.zoneSequences[a.id] = (a.recordSequence, a.recordSequence)
+            delete.zonesChanged = [a.id]
+            try await engine.apply(delete)
+            await #expect { try await engine.apply(make("A", id: ids.lowerBound + 2, replacing: nil)) } throws: { Self.isCollision($0) }
+            try await engine.apply(make("A", id: ids.lowerBound + 3, replacing: a.id))
+            let rows = try await engine.load(LoadRequest(keys: [.zone(databaseID: database.id, name: "A")]))
+            #expect((rows.zones[ZoneKey(databaseID: database.id, name: "A")] ?? nil)?.id == ids.lowerBound + 3)
+        }
+    }
+}
