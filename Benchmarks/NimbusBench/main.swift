@@ -233,6 +233,11 @@ if options.scenario == "contention" {
     exit(0)
 }
 
+if options.scenario == "zones" {
+    try await ZonesBenchmark(options: options).run()
+    exit(0)
+}
+
 if options.scenario == "query" {
     try await QueryBenchmark(options: options).run()
     try await HTTPClient.shared.shutdown()

@@ -77,8 +77,11 @@ extension NimbusService {
         let writeKey = key
         do {
             let queued: Bool
+            let names = request.operations.compactMap(\.record.recordName)
             (outcome, queued) = try await storage.write { tx in
                 let log = ChangeLog()
+                // In the shared database the zone is the owner's: found through the share.
+                if sharedZone == nil { tx.expect(records: names, inZone: request.zoneID.zoneName, of: writeKey) }
                 let database = try tx.ensureDatabase(writeKey)
                 let zone = try self.resolveZone(request.zoneID, in: database, target: writeTarget, tx: tx)
                 let atomic = zone.name != Names.defaultZone && request.atomic != false
@@ -380,6 +383,7 @@ extension NimbusService {
         let database = try await databaseForReading(key)
         let access = try await publicAccess(target)
         return try await storage.read { tx in
+            tx.expect(records: request.records.map(\.recordName), inZone: request.zoneID.zoneName, of: key)
             let zone = try self.resolveZone(request.zoneID, in: database, target: target, tx: tx)
             let results: [ItemResult<RecordEntry>] = try request.records.map { lookup in
                 guard let row = try tx.record(zoneID: zone.id, name: lookup.recordName), !row.isDeleted else {

@@ -15,9 +15,16 @@ extension PostgresCoarseStorage {
         var databaseKeys: [DatabaseKey] = [], databaseIDs: [Int64] = [], zoneIDs: [Int64] = [], zoneLists: [Int64] = []
         var schemas: [SchemaKey] = [], subscribers: [SubscriberKey] = [], badges: [NotificationOwner] = [], containers: [String] = []
         var counters = false, secret = false, newest = false, containerList = false
+        // By database key and names (`LoadKey.zonePath`, `.recordPath`): the levels in one go.
+        var zonePaths: Set<ZonePath> = [], recordPaths: [(zone: ZonePath, name: String)] = []
         for key in request.keys {
             switch key {
             case .record(let zoneID, let name): records.append(RecordKey(zoneID: zoneID, name: name))
+            case .zonePath(let database, let zoneName): zonePaths.insert(ZonePath(database: database, zoneName: zoneName))
+            case .recordPath(let database, let zoneName, let name):
+                let zone = ZonePath(database: database, zoneName: zoneName)
+                zonePaths.insert(zone)
+                recordPaths.append((zone, name))
             case .zone(let databaseID, let name): zones.append(ZoneKey(databaseID: databaseID, name: name))
             case .referrers(let zoneID, let name, let action): referrers.append(ReferrerKey(zoneID: zoneID, name: name, action: action))
             case .databaseByID(let id): databaseIDs.append(id)
@@ -33,6 +40,12 @@ extension PostgresCoarseStorage {
             case .newestNotificationSequence: newest = true
             case .badge(let owner): badges.append(owner)
             }
+        }
+
+        for path in zonePaths {
+            if !databaseKeys.contains(path.database) { databaseKeys.append(path.database) }
+            let schema = SchemaKey(container: path.database.container, environment: path.database.environment)
+            if request.schemaWithZones, !schemas.contains(schema) { schemas.append(schema) }
         }
 
         // What was asked for and not found reads as absent (or empty), as on SQLite.
@@ -58,10 +71,7 @@ extension PostgresCoarseStorage {
                 CROSS JOIN LATERAL (SELECT * FROM records r
                     WHERE r.database_id = nimbus_zone_database(k.key_zone) AND r.zone_id = k.key_zone AND r.record_name = k.key_name) records
                 """
-            statement.branch(
-                "record", numbers: ["id", "zone_id", "change_sequence", "created_at", "modified_at"],
-                texts: ["record_name", "record_type", "parent", "created_by", "created_device", "modified_by", "modified_device"],
-                bytes: "fields", flag: "deleted", "FROM " + keys)
+            statement.recordBranch("FROM " + keys)
         }
         let zoneColumns = ["id", "database_id", "change_sequence", "record_sequence"]
         if !zones.isEmpty {
@@ -77,6 +87,26 @@ extension PostgresCoarseStorage {
             statement.branch(
                 "zone_list", numbers: zoneColumns + ["row_number() OVER (ORDER BY database_id, name)"], texts: ["name"], flag: "deleted",
                 "FROM zones WHERE database_id = ANY(\(statement.bind(zoneLists))) AND NOT deleted")
+        }
+        if !zonePaths.isEmpty {
+            // One lookup of the unique keys per path (LATERAL), as for records by id.
+            let paths = Array(zonePaths)
+            statement.branch(
+                "zone", numbers: ["z.id", "z.database_id", "z.change_sequence", "z.record_sequence"], texts: ["z.name"], flag: "z.deleted",
+                "FROM " + Self.pathKeys(paths, &statement) + """
+                     CROSS JOIN LATERAL (SELECT z.* FROM databases d JOIN zones z ON z.database_id = d.id AND z.name = k.key_zone
+                        WHERE d.container = k.key_container AND d.environment = k.key_environment AND d.scope = k.key_scope
+                          AND d.owner_id = k.key_owner) z
+                    """)
+        }
+        if !recordPaths.isEmpty {
+            statement.recordBranch(
+                "FROM " + Self.pathKeys(recordPaths.map(\.zone), names: recordPaths.map(\.name), &statement) + """
+                     CROSS JOIN LATERAL (SELECT r.* FROM databases d JOIN zones z ON z.database_id = d.id AND z.name = k.key_zone
+                        JOIN records r ON r.database_id = d.id AND r.zone_id = z.id AND r.record_name = k.key_name
+                        WHERE d.container = k.key_container AND d.environment = k.key_environment AND d.scope = k.key_scope
+                          AND d.owner_id = k.key_owner) records
+                    """)
         }
         let databaseColumns = (numbers: ["id", "owner_id", "sequence", "used_bytes"], texts: ["container", "environment", "scope"])
         if !databaseKeys.isEmpty {
@@ -228,6 +258,19 @@ extension PostgresCoarseStorage {
             }
             if containerList { rows.containers = containerRanks.sorted { $0.rank < $1.rank }.map(\.row) }
             for (key, ranked) in subscriptionRanks { rows.subscriptions[key] = ranked.sorted { $0.rank < $1.rank }.map(\.row) }
+            // Paths whose database (and zone) exist: what was not found there is absent.
+            for path in zonePaths {
+                guard let database = rows.databases[path.database] ?? nil else { continue }
+                let key = ZoneKey(databaseID: database.id, name: path.zoneName)
+                if rows.zones[key] == nil { rows.zones[key] = .some(nil) }
+            }
+            for (path, name) in recordPaths {
+                guard let database = rows.databases[path.database] ?? nil,
+                    let zone = rows.zones[ZoneKey(databaseID: database.id, name: path.zoneName)] ?? nil
+                else { continue }
+                let key = RecordKey(zoneID: zone.id, name: name)
+                if rows.records[key] == nil { rows.records[key] = .some(nil) }
+            }
             if counters {
                 rows.subscriptionsVersion = counterValues["subscriptions_version"] ?? 0
                 rows.notificationsPrunedThrough = counterValues["notifications_pruned_through"] ?? 0
@@ -247,6 +290,30 @@ extension PostgresCoarseStorage {
     }
 }
 
+/// A zone named by its database's key and its name.
+struct ZonePath: Hashable {
+    let database: DatabaseKey
+    let zoneName: String
+}
+
+extension PostgresCoarseStorage {
+    /// `unnest(…) AS k(key_container, key_environment, key_scope, key_owner, key_zone[, key_name])`
+    /// over `paths` (and `names`), bound into `statement`.
+    fileprivate static func pathKeys(_ paths: [ZonePath], names: [String]? = nil, _ statement: inout KeyLoad) -> String {
+        var arrays = [
+            statement.bind(paths.map(\.database.container)), statement.bind(paths.map(\.database.environment.rawValue)),
+            statement.bind(paths.map(\.database.scope.rawValue)), statement.bind(paths.map(\.database.ownerID)),
+            statement.bind(paths.map(\.zoneName)),
+        ]
+        var columns = "key_container, key_environment, key_scope, key_owner, key_zone"
+        if let names {
+            arrays.append(statement.bind(names))
+            columns += ", key_name"
+        }
+        return "unnest(\(arrays.joined(separator: ", "))) AS k(\(columns))"
+    }
+}
+
 /// One `UNION ALL` of key-load branches, with its bindings.
 private struct KeyLoad {
     private var branches: [String] = []
@@ -259,6 +326,14 @@ private struct KeyLoad {
     mutating func bind<Value: PostgresDynamicTypeEncodable>(_ value: Value) -> String {
         bindings.append(value)
         return "$\(bindings.count)"
+    }
+
+    /// Records (`WideRow.record()` reads them) from `rest`, whose FROM names them `records`.
+    mutating func recordBranch(_ rest: String) {
+        branch(
+            "record", numbers: ["id", "zone_id", "change_sequence", "created_at", "modified_at"],
+            texts: ["record_name", "record_type", "parent", "created_by", "created_device", "modified_by", "modified_device"],
+            bytes: "fields", flag: "deleted", rest)
     }
 
     /// A branch: `kind`, then the columns given in the wide row's places, NULL in the rest;

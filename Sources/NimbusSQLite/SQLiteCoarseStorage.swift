@@ -58,6 +58,10 @@ extension SQLiteTransaction {
             case .zones(let databaseID): rows.zoneLists[databaseID] = try zones(databaseID: databaseID)
             case .record(let zoneID, let name):
                 rows.records[RecordKey(zoneID: zoneID, name: name)] = .some(try storedRecord(zoneID: zoneID, name: name))
+            case .zonePath(let key, let zoneName): _ = try loadPath(key, zoneName: zoneName, into: &rows)
+            case .recordPath(let key, let zoneName, let recordName):
+                guard let zone = try loadPath(key, zoneName: zoneName, into: &rows) else { continue }
+                rows.records[RecordKey(zoneID: zone.id, name: recordName)] = .some(try storedRecord(zoneID: zone.id, name: recordName))
             case .referrers(let zoneID, let name, let action):
                 rows.referrers[ReferrerKey(zoneID: zoneID, name: name, action: action)] = try referrers(
                     targetZoneID: zoneID, targetName: name, action: action)
@@ -76,11 +80,18 @@ extension SQLiteTransaction {
         // What comes with a zone: its database's schema. Nearly every write or query that names a
         // zone reads the schema next (to check fields, to plan a query), and a unit that had to
         // ask for it separately would pay a second round trip (`LoadRequest.schemaWithZones`).
-        for case .zone(let databaseID, _) in request.keys where request.schemaWithZones {
-            guard let database = try database(id: databaseID) else { continue }
-            let key = SchemaKey(container: database.key.container, environment: database.key.environment)
-            guard rows.schemas[key] == nil else { continue }
-            rows.schemas[key] = try storedSchema(key)
+        for key in request.keys where request.schemaWithZones {
+            let database: DatabaseKey
+            switch key {
+            case .zone(let databaseID, _):
+                guard let row = try self.database(id: databaseID) else { continue }
+                database = row.key
+            case .zonePath(let key, _), .recordPath(let key, _, _): database = key
+            default: continue
+            }
+            let schema = SchemaKey(container: database.container, environment: database.environment)
+            guard rows.schemas[schema] == nil else { continue }
+            rows.schemas[schema] = try storedSchema(schema)
         }
         for (key, scan) in request.scans {
             do {
@@ -91,6 +102,17 @@ extension SQLiteTransaction {
             }
         }
         return rows
+    }
+
+    /// The database by key and its zone by name, into `rows` (absent ones as absent); the zone.
+    private func loadPath(_ key: DatabaseKey, zoneName: String, into rows: inout LoadedRows) throws -> ZoneRow? {
+        let database = try rows.databases[key] ?? self.database(key)
+        rows.databases[key] = .some(database)
+        guard let database else { return nil }
+        let zoneKey = ZoneKey(databaseID: database.id, name: zoneName)
+        let zone = try rows.zones[zoneKey] ?? self.zone(databaseID: database.id, name: zoneName)
+        rows.zones[zoneKey] = .some(zone)
+        return zone
     }
 
     private func scan(_ scan: LoadScan) throws -> ScanResult {

@@ -13,6 +13,10 @@
 ///
 /// Drivers may group concurrent `write` calls into one commit (SQLite does), but each call
 /// still succeeds or fails on its own: a throwing closure leaves no trace.
+extension StorageReader {
+    public func expect(records names: [String], inZone zoneName: String, of database: DatabaseKey) {}
+}
+
 public protocol StorageDriver: Sendable {
     /// Runs `body` on a consistent snapshot of committed data. `kind` says how much work the
     /// read may take: a driver serves `.scan` reads so that they never hold up `.point` ones.
@@ -79,6 +83,12 @@ extension StorageDriver {
 
 /// Reads, valid inside one transaction closure.
 public protocol StorageReader {
+    /// A hint, before reading them, of rows the transaction is about to read by name: the
+    /// database, one of its zones, and records of that zone (none for the zone alone). A driver
+    /// that loads rows over the network (`UnitOfWork`) fetches all three levels in one round
+    /// trip instead of one level at a time; a driver that reads in place ignores it.
+    func expect(records names: [String], inZone zoneName: String, of database: DatabaseKey)
+
     // MARK: Installation-wide
     /// A random secret made when the store was created; keys for tokens derive from it.
     func installationSecret() throws -> [UInt8]

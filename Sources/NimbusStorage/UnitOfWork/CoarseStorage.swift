@@ -50,6 +50,12 @@ public enum LoadKey: Hashable, Sendable {
     case zoneByID(Int64)
     case zones(databaseID: Int64)
     case record(zoneID: Int64, name: String)
+    /// A zone by its database's key and its name, with the database (and, as for `zone`, the
+    /// schema): what `zone` needs two round trips for, the database's id first.
+    case zonePath(DatabaseKey, zoneName: String)
+    /// A record by its database's key, its zone's name and its name, with the database and the
+    /// zone (`StorageReader.expect`): three levels in one round trip.
+    case recordPath(DatabaseKey, zoneName: String, recordName: String)
     case referrers(zoneID: Int64, name: String, action: String)
     case schema(container: String, environment: Environment)
     case subscriptions(databaseID: Int64, userID: Int64)

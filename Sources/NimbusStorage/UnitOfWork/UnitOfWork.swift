@@ -107,6 +107,23 @@ final class UnitOfWork: StorageWriter {
 
     private func write(_ write: StorageWrite) { overlay.changes.writes.append(write) }
 
+    // MARK: Hints
+
+    /// Notes the database, the zone and the records by name when the unit lacks the zone, so
+    /// one load brings all three levels (and the subscriptions version every write reads to
+    /// decide whether anyone listens) instead of one level per load. Once the zone is at hand,
+    /// reads by id note the rest in the same run anyway.
+    func expect(records names: [String], inZone zoneName: String, of database: DatabaseKey) {
+        if overlay.databases[database] != nil { return }
+        if let loadedDatabase = loaded.databases[database] {
+            guard let row = loadedDatabase, loaded.zones[ZoneKey(databaseID: row.id, name: zoneName)] == nil else { return }
+        }
+        missed.insert(.database(database))
+        missed.insert(.zonePath(database, zoneName: zoneName))
+        for name in names { missed.insert(.recordPath(database, zoneName: zoneName, recordName: name)) }
+        if loaded.subscriptionsVersion == nil { missed.insert(.subscriptionsVersion) }
+    }
+
     // MARK: Installation and containers
 
     func installationSecret() throws -> [UInt8] { try need(loaded.installationSecret, .installationSecret) }
