@@ -4,6 +4,7 @@
 # between the nodes (nothing may fail), the same clients into one zone (the contrast), and a
 # quiet zone's writer, 8 creates a second, alone and beside a flood into another zone. The
 # same on one SQLite node first, as the reference. PostgreSQL as in Benchmarks/postgres.sh.
+# NIMBUS=/path/to/nimbus runs another build (before/after in one run of the load generator).
 #
 #   Benchmarks/zones.sh [seconds=8] [clients=64]
 set -euo pipefail
@@ -37,7 +38,7 @@ echo "== PostgreSQL, two nodes"
 "$PSQL" "$ADMIN" -qc "CREATE DATABASE nimbus_bench_zones" -c "ALTER DATABASE nimbus_bench_zones SET synchronous_commit = off" >/dev/null
 export NIMBUS_DATABASE=${ADMIN/\/postgres\?/\/nimbus_bench_zones?}
 start_server normal; trap cleanup EXIT
-"$BIN/nimbus" serve --data-dir "$DATA" --port 0 --log-level error --connections-per-client 0 --request-limits off > "$DATA/serve-2.log" 2>&1 &
+"${NIMBUS:-$BIN/nimbus}" serve --data-dir "$DATA" --port 0 --log-level error --connections-per-client 0 --request-limits off > "$DATA/serve-2.log" 2>&1 &
 SECOND_PID=$!
 for _ in $(seq 1 100); do grep -q "listening on" "$DATA/serve-2.log" && break; sleep 0.1; done
 URL2=$(grep -o 'http://[0-9.:]*' "$DATA/serve-2.log" | head -1)

@@ -78,7 +78,9 @@ extension NimbusService {
         do {
             let queued: Bool
             let names = request.operations.compactMap(\.record.recordName)
-            (outcome, queued) = try await storage.write { tx in
+            // Ordered with this zone's writes only (a busy zone never holds up another's).
+            let order = ZoneOrder(database: writeKey, zoneName: request.zoneID.zoneName)
+            (outcome, queued) = try await storage.write(inZone: order) { tx in
                 let log = ChangeLog()
                 // In the shared database the zone is the owner's: found through the share.
                 if sharedZone == nil { tx.expect(records: names, inZone: request.zoneID.zoneName, of: writeKey) }

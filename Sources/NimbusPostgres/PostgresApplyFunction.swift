@@ -354,16 +354,23 @@ enum PostgresApplyFunction {
 
     /// v6 ordered by zone instead of by database (issue 35: order only where CloudKit orders).
     /// A unit's checks name the zones whose records it changed or that it deleted (`zones`:
-    /// each zone's `record_sequence` must still be the one read, the zone still there), so
-    /// writers of different zones never fail one another; they meet only at the end, where
-    /// each database, in id order, stamps the zones the unit changed (`stamps`) with its next
-    /// sequences (taken above those zones' record sequences, so a zone made again never
-    /// repeats a change tag) and adds the unit's bytes (`usage`), refusing growth the quota
-    /// no longer allows. A database's zone list read for a write (`databasesRead`) must still
-    /// be as read. A zone is made only over the tombstone the unit saw (`replacing`), or none.
+    /// each zone's `record_sequence` must still be the one read, the zone still there; the
+    /// same statement moves it on and locks the row), so writers of different zones never
+    /// fail one another. They meet only at the end, where each database the unit changed
+    /// (`databases`, in id order) stamps the zones it changed with its next sequences (taken
+    /// above those zones' record sequences, so a zone made again never repeats a change tag)
+    /// and adds the unit's bytes, refusing growth the quota no longer allows: one statement a
+    /// database, its row locked from there to the commit only. A database's zone list read for
+    /// a write (`databasesRead`) must still be as read. A zone is made only over the tombstone
+    /// the unit saw (`replacing`), with the record sequence its records left it at. Every
+    /// statement finds zones by id (`zones_by_id`) and databases by key: none scans a table.
     /// Written as the edits to v6.
     static let v7: String = {
         var text = Edits(base: v6, name: "v6", into: "v7")
+        text.edit(
+            "ids bigint[];  -- records of one database whose index entries a run of saves replaces\n",
+            "ids bigint[];  -- records of one database whose index entries a run of saves replaces (zones to stamp, at the end)\n"
+                + "            used bigint;  -- a database's bytes before the unit's\n")
         text.edit(
             """
                 FOR w IN SELECT * FROM jsonb_array_elements(changes->'sequences') LOOP
@@ -379,11 +386,10 @@ enum PostgresApplyFunction {
                 -- Zones in id order (the unit sends them sorted): two units never wait for each
                 -- other in a circle.
                 FOR w IN SELECT * FROM jsonb_array_elements(changes->'zones') LOOP
-                    IF NOT (w->>'created')::boolean THEN
-                        SELECT record_sequence INTO current_value FROM zones WHERE id = (w->>'id')::bigint AND NOT deleted FOR UPDATE;
-                        IF current_value IS DISTINCT FROM (w->>'read')::bigint THEN
-                            RAISE EXCEPTION 'zone % changed since the unit read it', w->>'id' USING ERRCODE = '40001';
-                        END IF;
+                    UPDATE zones SET record_sequence = (w->>'final')::bigint
+                    WHERE id = (w->>'id')::bigint AND record_sequence = (w->>'read')::bigint AND NOT deleted;
+                    IF NOT FOUND THEN
+                        RAISE EXCEPTION 'zone % changed since the unit read it', w->>'id' USING ERRCODE = '40001';
                     END IF;
                 END LOOP;
                 FOR w IN SELECT * FROM jsonb_array_elements(changes->'databasesRead') LOOP
@@ -392,6 +398,16 @@ enum PostgresApplyFunction {
                         RAISE EXCEPTION 'database % changed since the unit read its zones', w->>'id' USING ERRCODE = '40001';
                     END IF;
                 END LOOP;
+            """)
+        text.edit(
+            """
+                        INSERT INTO zones (id, database_id, name, change_sequence, deleted)
+                        VALUES ((w->>'zone')::bigint, (w->>'id')::bigint, '_defaultZone', 0, false);
+            """,
+            """
+                        INSERT INTO zones (id, database_id, name, change_sequence, record_sequence, deleted)
+                        VALUES ((w->>'zone')::bigint, (w->>'id')::bigint, '_defaultZone', 0,
+                            coalesce((w->>'recordSequence')::bigint, 0), false);
             """)
         text.edit(
             """
@@ -431,40 +447,24 @@ enum PostgresApplyFunction {
                 WHERE databases.id = (s->>'id')::bigint;
             """,
             """
-                UPDATE zones SET record_sequence = (s->>'final')::bigint
-                FROM jsonb_array_elements(changes->'zones') AS s
-                WHERE zones.id = (s->>'id')::bigint;
-
                 -- Databases last and in id order: writers of one database's different zones
                 -- queue here only, for the commit.
-                FOR db IN
-                    SELECT d FROM (
-                        SELECT (u->>'id')::bigint FROM jsonb_array_elements(changes->'usage') AS u
-                        UNION
-                        SELECT z.database_id FROM zones z
-                        WHERE z.id IN (SELECT value::bigint FROM jsonb_array_elements_text(changes->'stamps'))
-                    ) AS x(d) ORDER BY d
-                LOOP
-                    ids := ARRAY(
-                        SELECT z.id FROM zones z
-                        WHERE z.database_id = db AND z.id IN (SELECT value::bigint FROM jsonb_array_elements_text(changes->'stamps'))
-                        ORDER BY z.id);
+                FOR w IN SELECT * FROM jsonb_array_elements(changes->'databases') LOOP
+                    db := (w->>'id')::bigint;
+                    ids := ARRAY(SELECT value::bigint FROM jsonb_array_elements_text(w->'stamps'));
+                    UPDATE databases SET
+                        sequence = CASE WHEN cardinality(ids) = 0 THEN sequence ELSE greatest(sequence,
+                            (SELECT max(record_sequence) FROM zones WHERE id = ANY(ids))) + cardinality(ids) END,
+                        used_bytes = used_bytes + coalesce((w->>'bytes')::bigint, 0)
+                    WHERE id = db
+                    RETURNING sequence, used_bytes - coalesce((w->>'bytes')::bigint, 0) INTO current_value, used;
                     IF cardinality(ids) > 0 THEN
-                        UPDATE databases SET sequence = greatest(sequence,
-                            (SELECT max(record_sequence) FROM zones WHERE database_id = db AND id = ANY(ids))) + cardinality(ids)
-                        WHERE id = db RETURNING sequence INTO current_value;
-                        UPDATE zones SET change_sequence = current_value - cardinality(ids) + s.n
-                        FROM unnest(ids) WITH ORDINALITY AS s(id, n)
-                        WHERE zones.database_id = db AND zones.id = s.id;
+                        UPDATE zones SET change_sequence = current_value - cardinality(ids) + array_position(ids, id)
+                        WHERE id = ANY(ids);
                     END IF;
-                    SELECT value INTO w FROM jsonb_array_elements(changes->'usage') WHERE (value->>'id')::bigint = db;
-                    IF w IS NOT NULL THEN
-                        UPDATE databases SET used_bytes = used_bytes + (w->>'bytes')::bigint
-                        WHERE id = db RETURNING used_bytes - (w->>'bytes')::bigint INTO current_value;
-                        IF current_value <> (w->>'read')::bigint AND (w->>'bytes')::bigint > 0
-                           AND current_value::numeric + (w->>'bytes')::numeric > (w->>'quota')::numeric THEN
-                            RAISE EXCEPTION 'database % grew past its quota since the unit read it', db USING ERRCODE = '40001';
-                        END IF;
+                    IF (w->>'bytes')::bigint > 0 AND used <> (w->>'read')::bigint
+                       AND used::numeric + (w->>'bytes')::numeric > (w->>'quota')::numeric THEN
+                        RAISE EXCEPTION 'database % grew past its quota since the unit read it', db USING ERRCODE = '40001';
                     END IF;
                 END LOOP;
             """)

@@ -11,28 +11,54 @@ extension PostgresCoarseStorage {
     static func json(_ changes: UnitOfWorkChanges) -> JSON {
         let created = createdZones(changes)
         var object: JSONObject = [
-            // In id order: `nimbus_apply` locks them in this order.
+            // Zones made by the unit are inserted with their last record sequence (`json(_:)`
+            // of createZone), so only committed ones are checked; in id order, as
+            // `nimbus_apply` locks them.
             "zones": .array(
-                changes.zoneSequences.sorted { $0.key < $1.key }.map { id, sequence in
-                    ["id": .int(id), "read": .int(sequence.read), "final": .int(sequence.final), "created": .bool(created.contains(id))]
+                changes.zoneSequences.filter { !created.contains($0.key) }.sorted { $0.key < $1.key }.map { id, sequence in
+                    ["id": .int(id), "read": .int(sequence.read), "final": .int(sequence.final)]
                 }),
-            "stamps": .array(changes.zonesChanged.sorted().map(JSON.int)),
             "databasesRead": .array(
                 changes.databasesRead.sorted { $0.key < $1.key }.map { id, read in ["id": .int(id), "read": .int(read)] }),
-            "usage": .array(
-                changes.usage.map { id, usage in
-                    ["id": .int(id), "read": .int(usage.read), "bytes": .int(usage.bytes), "quota": .int(usage.quota)]
-                }),
+            "databases": .array(databases(changes)),
             "badgesRead": .array(
                 changes.badgesRead.map { owner, value in
                     .object(Self.owner(owner).merging(["value": .int(value)]))
                 }),
-            "writes": .array(writes(changes.writes)),
+            "writes": .array(withFinalSequences(writes(changes.writes), changes)),
         ]
         if let version = changes.subscriptionsVersion {
             object["subscriptionsVersion"] = ["read": .int(version.read), "changes": .int(Int64(version.changes))]
         }
         return .object(object)
+    }
+
+    /// Per database the unit changes, in id order (as `nimbus_apply` locks them): the zones to
+    /// stamp with its next sequences and the bytes to add, with what the unit read.
+    private static func databases(_ changes: UnitOfWorkChanges) -> [JSON] {
+        let stamped = Dictionary(grouping: changes.zonesChanged, by: \.value).mapValues { $0.map(\.key).sorted() }
+        return Set(stamped.keys).union(changes.usage.keys).sorted().map { id in
+            var object: JSONObject = ["id": .int(id), "stamps": .array((stamped[id] ?? []).map(JSON.int))]
+            if let usage = changes.usage[id] {
+                object["read"] = .int(usage.read)
+                object["bytes"] = .int(usage.bytes)
+                object["quota"] = .int(usage.quota)
+            }
+            return .object(object)
+        }
+    }
+
+    /// The writes, a zone the unit makes (with a database, or on its own) carrying the record
+    /// sequence its records left it at as `recordSequence`: made zones are not in the checks.
+    private static func withFinalSequences(_ writes: [JSON], _ changes: UnitOfWorkChanges) -> [JSON] {
+        writes.map { write in
+            guard case .object(var object) = write, case .string(let kind) = object["kind"],
+                case .int(let zoneID) = object[kind == "createDatabase" ? "zone" : "id"],
+                kind == "createDatabase" || kind == "createZone", let final = changes.zoneSequences[zoneID]?.final
+            else { return write }
+            object["recordSequence"] = .int(final)
+            return .object(object)
+        }
     }
 
     /// Zones the unit makes: nothing committed to check them against.

@@ -100,12 +100,17 @@ extension PostgresCoarseStorage {
                     """)
         }
         if !recordPaths.isEmpty {
+            // The zones first, fenced (OFFSET 0), then one lookup of the records' unique key per
+            // path: joined in one level, the planner looked records up by zone alone and
+            // filtered the names (every record of the zone read per key, 20 ms a load at 3,600).
             statement.recordBranch(
-                "FROM " + Self.pathKeys(recordPaths.map(\.zone), names: recordPaths.map(\.name), &statement) + """
-                     CROSS JOIN LATERAL (SELECT r.* FROM databases d JOIN zones z ON z.database_id = d.id AND z.name = k.key_zone
-                        JOIN records r ON r.database_id = d.id AND r.zone_id = z.id AND r.record_name = k.key_name
-                        WHERE d.container = k.key_container AND d.environment = k.key_environment AND d.scope = k.key_scope
-                          AND d.owner_id = k.key_owner) records
+                "FROM (SELECT z.database_id AS path_database, z.id AS path_zone, k.key_name AS path_name FROM "
+                    + Self.pathKeys(recordPaths.map(\.zone), names: recordPaths.map(\.name), &statement) + """
+                     JOIN databases d ON d.container = k.key_container AND d.environment = k.key_environment
+                        AND d.scope = k.key_scope AND d.owner_id = k.key_owner
+                    JOIN zones z ON z.database_id = d.id AND z.name = k.key_zone OFFSET 0) p
+                    CROSS JOIN LATERAL (SELECT * FROM records r
+                        WHERE r.database_id = p.path_database AND r.zone_id = p.path_zone AND r.record_name = p.path_name) records
                     """)
         }
         let databaseColumns = (numbers: ["id", "owner_id", "sequence", "used_bytes"], texts: ["container", "environment", "scope"])

@@ -215,7 +215,7 @@ extension SQLiteTransaction {
         for (zoneID, sequence) in changes.zoneSequences {
             try execute("UPDATE zones SET record_sequence = ? WHERE id = ?", [sequence.final, zoneID])
         }
-        try stamp(changes.zonesChanged)
+        try stamp(Set(changes.zonesChanged.keys))
         for (databaseID, usage) in changes.usage {
             try execute("UPDATE databases SET used_bytes = used_bytes + ? WHERE id = ?", [usage.bytes, databaseID])
         }

@@ -37,6 +37,12 @@ public struct RetryingStorage: StorageDriver {
         try await bounded { try await retrying { try await base.write(body) } }
     }
 
+    public func write<Value: Sendable>(inZone zone: ZoneOrder, _ body: @escaping @Sendable (any StorageWriter) throws -> Value)
+        async throws -> Value
+    {
+        try await bounded { try await retrying { try await base.write(inZone: zone, body) } }
+    }
+
     /// Calls waiting on the store now.
     public var pendingCount: Int { pending.value }
 

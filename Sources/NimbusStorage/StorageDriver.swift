@@ -17,6 +17,25 @@ extension StorageReader {
     public func expect(records names: [String], inZone zoneName: String, of database: DatabaseKey) {}
 }
 
+/// A zone by name, as a write names it before it runs (`StorageDriver.write(inZone:_:)`).
+public struct ZoneOrder: Hashable, Sendable {
+    public let database: DatabaseKey
+    public let zoneName: String
+
+    public init(database: DatabaseKey, zoneName: String) {
+        self.database = database
+        self.zoneName = zoneName
+    }
+}
+
+extension StorageDriver {
+    public func write<Value: Sendable>(inZone zone: ZoneOrder, _ body: @escaping @Sendable (any StorageWriter) throws -> Value)
+        async throws -> Value
+    {
+        try await write(body)
+    }
+}
+
 public protocol StorageDriver: Sendable {
     /// Runs `body` on a consistent snapshot of committed data. `kind` says how much work the
     /// read may take: a driver serves `.scan` reads so that they never hold up `.point` ones.
@@ -26,6 +45,12 @@ public protocol StorageDriver: Sendable {
     /// Runs `body` in a transaction and returns once it is durably committed (as durable as
     /// the driver's configured synchronous mode).
     func write<Value: Sendable>(_ body: @escaping @Sendable (any StorageWriter) throws -> Value) async throws -> Value
+
+    /// `write`, for a transaction that writes in one zone only (a records/modify request): a
+    /// driver that orders writes may order it with the writes of that zone alone, so a busy
+    /// zone never holds up another (CloudKit orders writes per zone). Others just `write`.
+    func write<Value: Sendable>(inZone zone: ZoneOrder, _ body: @escaping @Sendable (any StorageWriter) throws -> Value)
+        async throws -> Value
 
     /// Containers, API tokens, users, sessions (the coarse, async form).
     var accounts: any AccountStore { get }

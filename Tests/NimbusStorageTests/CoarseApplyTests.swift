@@ -69,7 +69,7 @@ import Testing
         let sequence = zone.recordSequence + 1
         changes.writes = [.putRecord(id: id, StorageConformanceTests.row(zone.id, name, sequence: sequence), isNew: true)]
         changes.zoneSequences[zone.id] = (zone.recordSequence, sequence)
-        changes.zonesChanged = [zone.id]
+        changes.zonesChanged = [zone.id: zone.databaseID]
         if bytes != 0 { changes.usage[database.id] = UsageChange(read: database.usedBytes, bytes: bytes, quota: quota) }
         return changes
     }
@@ -146,7 +146,7 @@ import Testing
                 var changes = UnitOfWorkChanges()
                 let zone = ZoneRow(id: id, databaseID: database.id, name: name, changeSequence: 0, recordSequence: 1, isDeleted: false)
                 changes.writes = [.createZone(zone, replacing: replacing)]
-                changes.zonesChanged = [id]
+                changes.zonesChanged = [id: database.id]
                 return changes
             }
             // "C" is new: a unit that saw no row makes it; a second that saw none collides.
@@ -156,12 +156,63 @@ import Testing
             var delete = UnitOfWorkChanges()
             delete.writes = [.deleteZone(id: a.id)]
             delete.zoneSequences[a.id] = (a.recordSequence, a.recordSequence)
-            delete.zonesChanged = [a.id]
+            delete.zonesChanged = [a.id: database.id]
             try await engine.apply(delete)
             await #expect { try await engine.apply(make("A", id: ids.lowerBound + 2, replacing: nil)) } throws: { Self.isCollision($0) }
             try await engine.apply(make("A", id: ids.lowerBound + 3, replacing: a.id))
             let rows = try await engine.load(LoadRequest(keys: [.zone(databaseID: database.id, name: "A")]))
             #expect((rows.zones[ZoneKey(databaseID: database.id, name: "A")] ?? nil)?.id == ids.lowerBound + 3)
+        }
+    }
+}
+
+/// A node's writes are grouped per zone (`UnitGroupCommitter` pipelines): a write to a quiet
+/// zone does not wait for a busy zone's group in flight.
+@Suite struct ZonePipelineTests {
+    /// An engine whose applies to one zone take `delay`, as a zone flooded by writers (or
+    /// colliding with another node) keeps its pipeline busy.
+    struct SlowZone: CoarseStorage {
+        let base: any CoarseStorage
+        let zoneID: Int64
+        let delay: Duration
+
+        func load(_ request: LoadRequest) async throws -> LoadedRows { try await base.load(request) }
+        func apply(_ changes: UnitOfWorkChanges) async throws {
+            if changes.zoneSequences[zoneID] != nil { try await Task.sleep(for: delay) }
+            try await base.apply(changes)
+        }
+        func reserveIDs(_ kind: StorageIDKind, count: Int) async throws -> ClosedRange<Int64> {
+            try await base.reserveIDs(kind, count: count)
+        }
+        var accounts: any AccountStore { base.accounts }
+        var push: any PushStore { base.push }
+        var assets: any AssetStore { base.assets }
+        var shares: any ShareStore { base.shares }
+        var operations: any OperationOutcomeStore { base.operations }
+        var operators: any OperatorStore { base.operators }
+        func close() async throws { try await base.close() }
+    }
+
+    @Test(arguments: CoarseApplyTests.engines)
+    func aQuietZoneDoesNotWaitForABusyZonesGroup(engine: CoarseApplyTests.Engine) async throws {
+        try await engine.with { engine in
+            let (_, busy, quiet) = try await CoarseApplyTests.setUp(engine)
+            let driver = UnitOfWorkDriver(SlowZone(base: engine, zoneID: busy.id, delay: .seconds(2)))
+            let key = CoarseApplyTests.key
+            func save(_ name: String, in zone: ZoneRow) async throws {
+                try await driver.write(inZone: ZoneOrder(database: key, zoneName: zone.name)) { tx in
+                    try tx.putRecord(StorageConformanceTests.row(zone.id, name, sequence: try tx.nextRecordSequence(in: zone)))
+                }
+            }
+            let slow = Task { try await save("flooded", in: busy) }
+            try await Task.sleep(for: .milliseconds(200))  // the busy zone's group is in flight
+            let started = ContinuousClock.now
+            try await save("quiet", in: quiet)
+            #expect(ContinuousClock.now - started < .seconds(1), "the quiet zone's write waited for the busy zone's group")
+            try await slow.value
+            let rows = try await engine.load(
+                LoadRequest(keys: [.record(zoneID: busy.id, name: "flooded"), .record(zoneID: quiet.id, name: "quiet")]))
+            #expect(rows.records.count == 2 && rows.records.values.allSatisfy { $0 != nil })
         }
     }
 }

@@ -123,6 +123,26 @@ import Testing
         }
     }
 
+    /// A zone (and a database with its default zone) made in the transaction that saves its
+    /// first records: the next transaction's sequences come after those.
+    @Test(arguments: drivers)
+    func aZoneMadeWithItsRecordsCountsOnFromThem(driver: Driver) async throws {
+        try await withDriver(driver) { storage in
+            let (zone, defaultZone, first) = try await storage.write { tx in
+                let database = try tx.ensureDatabase(Self.key)
+                let defaultZone = try #require(try tx.zone(databaseID: database.id, name: "_defaultZone"))
+                let zone = try tx.createZone(databaseID: database.id, name: "Z")
+                var last: [Int64] = []
+                for made in [zone, defaultZone] {
+                    for _ in 0..<2 { last.append(try tx.nextRecordSequence(in: made)) }
+                }
+                return (zone, defaultZone, last)
+            }
+            let next = try await storage.write { tx in [try tx.nextRecordSequence(in: zone), try tx.nextRecordSequence(in: defaultZone)] }
+            #expect(next[0] > first[1] && next[1] > first[3], "\(first) then \(next)")
+        }
+    }
+
     @Test(arguments: drivers)
     func concurrentWritersSucceedOrFailEachOnTheirOwn(driver: Driver) async throws {
         try await withDriver(driver) { storage in

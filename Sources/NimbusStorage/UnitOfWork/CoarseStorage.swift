@@ -288,8 +288,8 @@ public struct UnitOfWorkChanges: Sendable {
     /// of the database's next sequences (`ZoneRow.changeSequence`) at its end, databases in id
     /// order, after taking the sequence above every record sequence those zones handed out.
     /// Writers of different zones queue only for that moment, instead of deciding the value
-    /// and colliding.
-    public var zonesChanged: Set<Int64> = []
+    /// and colliding. By zone id, each with its database's.
+    public var zonesChanged: [Int64: Int64] = [:]
     /// Databases whose zone list the unit read and wrote from (the development reset): their
     /// `sequence` must still be the one read, which any zone change anywhere in them moves.
     public var databasesRead: [Int64: Int64] = [:]

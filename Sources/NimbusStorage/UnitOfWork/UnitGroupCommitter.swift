@@ -16,17 +16,22 @@ struct PendingWrite: Sendable {
 /// they were decided from. Every writer is resumed after that apply, so an acknowledged write
 /// is committed.
 ///
-/// Writes of this process never collide with one another (a group is decided from the rows
-/// the group before it committed), so with many writers on one zone none fails and runs
-/// again, and a busy store costs a load and an apply per group, not per write. Writes from
-/// other nodes are caught by `apply`'s checks: the group is decided again from fresh rows (up to
-/// `decisionsAfterCollision` times), and past that each writer gets `serializationFailure`,
-/// which `RetryingStorage` retries.
+/// Groups form per pipeline: a write that names its zone (`StorageDriver.write(inZone:_:)`,
+/// records/modify) joins that zone's, every other write the shared one. Pipelines run at once,
+/// so a busy zone's groups (or its collisions with another node) never hold up another zone's
+/// write; units are checked per zone (`UnitOfWorkChanges.zoneSequences`), so writers of
+/// different zones never collide either.
 ///
-/// A write in a group does not wait for the writes of other zones or databases beyond the
-/// group's round trips, and one failing write never fails the others: when an apply fails for
-/// another reason than a collision or an engine that is busy or gone, the group's writes are
-/// decided and applied again one by one, so the failure reaches only the write that caused it.
+/// Writes of one pipeline never collide with one another (a group is decided from the rows
+/// the group before it committed), so with many writers on one zone none fails and runs
+/// again, and a busy zone costs a load and an apply per group, not per write. Writes from
+/// other nodes (or this node's other pipelines) are caught by `apply`'s checks: the group is
+/// decided again from fresh rows (up to `decisionsAfterCollision` times), and past that each
+/// writer gets `serializationFailure`, which `RetryingStorage` retries.
+///
+/// One failing write never fails the others: when an apply fails for another reason than a
+/// collision or an engine that is busy or gone, the group's writes are decided and applied
+/// again one by one, so the failure reaches only the write that caused it.
 final class UnitGroupCommitter: Sendable {
     /// Writes per group at most, so one apply cannot grow without limit (a 200-record batch
     /// is one write).
@@ -35,34 +40,44 @@ final class UnitGroupCommitter: Sendable {
     private let units: UnitRunner
     private let state = Mutex(State())
 
+    /// Writes waiting, by pipeline (nil: the shared one). A pipeline is here while it drains,
+    /// and gone once it has nothing left, so idle zones cost nothing.
     private struct State {
-        var pending: [PendingWrite] = []
-        var isDraining = false
+        var pending: [ZoneOrder?: [PendingWrite]] = [:]
     }
 
     init(units: UnitRunner) { self.units = units }
 
-    func submit(_ write: PendingWrite) {
+    func submit(_ write: PendingWrite, pipeline: ZoneOrder?) {
         let startsDrain = state.withLock { state in
-            state.pending.append(write)
-            defer { state.isDraining = true }
-            return !state.isDraining
+            guard state.pending[pipeline] != nil else {
+                state.pending[pipeline] = [write]
+                return true
+            }
+            state.pending[pipeline]!.append(write)
+            return false
         }
-        if startsDrain { Task { await drain() } }
+        if startsDrain { Task { await drain(pipeline) } }
     }
 
-    private func takeGroup() -> [PendingWrite] {
+    /// The pipeline's next group; none when it has nothing left (it is gone then).
+    private func takeGroup(_ pipeline: ZoneOrder?) -> [PendingWrite] {
         state.withLock { state in
-            let group = Array(state.pending.prefix(Self.maximumWritesPerGroup))
-            state.pending.removeFirst(group.count)
-            if group.isEmpty { state.isDraining = false }
+            let waiting = state.pending[pipeline] ?? []
+            guard !waiting.isEmpty else {
+                state.pending[pipeline] = nil
+                return []
+            }
+            let group = Array(waiting.prefix(Self.maximumWritesPerGroup))
+            // Left empty rather than removed: the pipeline is still draining this group.
+            state.pending[pipeline] = Array(waiting.dropFirst(group.count))
             return group
         }
     }
 
-    private func drain() async {
+    private func drain(_ pipeline: ZoneOrder?) async {
         while true {
-            let group = takeGroup()
+            let group = takeGroup(pipeline)
             if group.isEmpty { return }
             await commit(group)
         }

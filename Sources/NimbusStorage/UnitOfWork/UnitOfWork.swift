@@ -397,7 +397,7 @@ final class UnitOfWork: StorageWriter {
         row.recordSequence += 1
         put(row)
         overlay.changes.zoneSequences[row.id] = (read, row.recordSequence)
-        if row.name != "_defaultZone" { overlay.changes.zonesChanged.insert(row.id) }
+        if row.name != "_defaultZone" { overlay.changes.zonesChanged[row.id] = row.databaseID }
         return row.recordSequence
     }
 
@@ -429,7 +429,7 @@ final class UnitOfWork: StorageWriter {
             isDeleted: false)
         overlay.createdZones.insert(zone.id)
         put(zone)
-        overlay.changes.zonesChanged.insert(zone.id)
+        overlay.changes.zonesChanged[zone.id] = databaseID
         // A tombstone this unit made is its own: nothing committed to check against.
         let committedTombstone = tombstone.flatMap { overlay.createdZones.contains($0.id) ? nil : $0.id }
         write(.createZone(zone, replacing: committedTombstone))
@@ -444,7 +444,7 @@ final class UnitOfWork: StorageWriter {
             let read = overlay.changes.zoneSequences[id]?.read ?? zone.recordSequence
             overlay.changes.zoneSequences[id] = (read, zone.recordSequence)
         }
-        overlay.changes.zonesChanged.insert(id)
+        overlay.changes.zonesChanged[id] = zone.databaseID
         overlay.deletedZones.insert(id)
         overlay.records = overlay.records.filter { $0.key.zoneID != id }
         overlay.references = overlay.references.filter { $0.key.zoneID != id }

@@ -32,9 +32,25 @@ public final class UnitOfWorkDriver: StorageDriver {
     }
 
     public func write<Value: Sendable>(_ body: @escaping @Sendable (any StorageWriter) throws -> Value) async throws -> Value {
+        try await write(pipeline: nil, body)
+    }
+
+    /// Grouped with the writes of that zone only: a busy zone (or one colliding with another
+    /// node) never holds up a write to another zone.
+    public func write<Value: Sendable>(inZone zone: ZoneOrder, _ body: @escaping @Sendable (any StorageWriter) throws -> Value)
+        async throws -> Value
+    {
+        try await write(pipeline: zone, body)
+    }
+
+    private func write<Value: Sendable>(pipeline: ZoneOrder?, _ body: @escaping @Sendable (any StorageWriter) throws -> Value)
+        async throws -> Value
+    {
         let value = WrittenValue<Value>()
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            commits.submit(PendingWrite(run: { unit in value.value = try body(unit) }, complete: { continuation.resume(with: $0) }))
+            commits.submit(
+                PendingWrite(run: { unit in value.value = try body(unit) }, complete: { continuation.resume(with: $0) }),
+                pipeline: pipeline)
         }
         guard let decided = value.value else { throw StorageError.corrupt("a write completed without its value") }
         return decided
