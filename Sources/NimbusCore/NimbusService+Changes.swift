@@ -29,10 +29,12 @@ extension NimbusService {
         let limit = request.resultsLimit
         let after = since
         let (zones, currentSequence) = try await storage.read { tx in
-            (
-                try tx.zoneChanges(databaseID: database.id, after: after, limit: limit + 1),
-                try tx.database(key)?.sequence ?? 0
-            )
+            // The database's sequence first: a driver that reads them in two statements (units
+            // of work load keys, then scans) must not hand out a token past a zone stamped
+            // between the two. Read in this order, such a zone is reported now and again next
+            // time, never missed.
+            let current = try tx.database(key)?.sequence ?? 0
+            return (try tx.zoneChanges(databaseID: database.id, after: after, limit: limit + 1), current)
         }
         let moreComing = zones.count > limit
         let page = zones.prefix(limit)

@@ -169,16 +169,32 @@ import Testing
 /// A node's writes are grouped per zone (`UnitGroupCommitter` pipelines): a write to a quiet
 /// zone does not wait for a busy zone's group in flight.
 @Suite struct ZonePipelineTests {
-    /// An engine whose applies to one zone take `delay`, as a zone flooded by writers (or
-    /// colliding with another node) keeps its pipeline busy.
-    struct SlowZone: CoarseStorage {
+    /// Opened once; waited for with a limit.
+    final class Gate: @unchecked Sendable {
+        private let lock = NSLock()
+        private var opened = false
+        func open() { lock.withLock { opened = true } }
+        var isOpen: Bool { lock.withLock { opened } }
+        /// Whether it opened within `limit`.
+        func wait(upTo limit: Duration) async -> Bool {
+            let deadline = ContinuousClock.now + limit
+            while !isOpen, ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(10)) }
+            return isOpen
+        }
+    }
+
+    /// An engine whose applies to one zone hold until `release` opens (as a zone flooded by
+    /// writers, or colliding with another node, keeps its pipeline busy), or a limit passes.
+    struct HeldZone: CoarseStorage {
         let base: any CoarseStorage
         let zoneID: Int64
-        let delay: Duration
+        let release: Gate
+        /// Opened when an apply went on because the limit passed, not `release`.
+        let timedOut: Gate
 
         func load(_ request: LoadRequest) async throws -> LoadedRows { try await base.load(request) }
         func apply(_ changes: UnitOfWorkChanges) async throws {
-            if changes.zoneSequences[zoneID] != nil { try await Task.sleep(for: delay) }
+            if changes.zoneSequences[zoneID] != nil, !(await release.wait(upTo: .seconds(20))) { timedOut.open() }
             try await base.apply(changes)
         }
         func reserveIDs(_ kind: StorageIDKind, count: Int) async throws -> ClosedRange<Int64> {
@@ -193,23 +209,27 @@ import Testing
         func close() async throws { try await base.close() }
     }
 
+    /// The busy zone's apply is released only once the quiet zone's write has committed: had
+    /// the quiet write joined the busy zone's group (or queued behind it), it could not commit
+    /// first, and the busy apply would go on only at its limit. No clock decides the outcome.
     @Test(arguments: CoarseApplyTests.engines)
     func aQuietZoneDoesNotWaitForABusyZonesGroup(engine: CoarseApplyTests.Engine) async throws {
         try await engine.with { engine in
             let (_, busy, quiet) = try await CoarseApplyTests.setUp(engine)
-            let driver = UnitOfWorkDriver(SlowZone(base: engine, zoneID: busy.id, delay: .seconds(2)))
+            let release = Gate(), timedOut = Gate()
+            let driver = UnitOfWorkDriver(HeldZone(base: engine, zoneID: busy.id, release: release, timedOut: timedOut))
             let key = CoarseApplyTests.key
-            func save(_ name: String, in zone: ZoneRow) async throws {
+            @Sendable func save(_ name: String, in zone: ZoneRow) async throws {
                 try await driver.write(inZone: ZoneOrder(database: key, zoneName: zone.name)) { tx in
                     try tx.putRecord(StorageConformanceTests.row(zone.id, name, sequence: try tx.nextRecordSequence(in: zone)))
                 }
             }
-            let slow = Task { try await save("flooded", in: busy) }
-            try await Task.sleep(for: .milliseconds(200))  // the busy zone's group is in flight
-            let started = ContinuousClock.now
+            let held = Task { try await save("flooded", in: busy) }
+            try await Task.sleep(for: .milliseconds(100))  // the busy zone's group is on its way
             try await save("quiet", in: quiet)
-            #expect(ContinuousClock.now - started < .seconds(1), "the quiet zone's write waited for the busy zone's group")
-            try await slow.value
+            release.open()
+            try await held.value
+            #expect(!timedOut.isOpen, "the quiet zone's write waited for the busy zone's group")
             let rows = try await engine.load(
                 LoadRequest(keys: [.record(zoneID: busy.id, name: "flooded"), .record(zoneID: quiet.id, name: "quiet")]))
             #expect(rows.records.count == 2 && rows.records.values.allSatisfy { $0 != nil })
