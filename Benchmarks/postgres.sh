@@ -10,7 +10,7 @@
 # of the machine may lose the last moments. Production schema, as Benchmarks/ab.sh.
 # The PostgreSQL phases' statement counts per request are UnitOfWorkTests' (docs/scale-out.md).
 #
-#   Benchmarks/postgres.sh [seconds] [rounds] [records]
+#   [ONLY=text] Benchmarks/postgres.sh [seconds] [rounds] [records]   (ONLY: the rows whose name has it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source Benchmarks/lib.sh
@@ -44,7 +44,7 @@ database() {
 bench() {  # bench LABEL URLS
   "$BIN/NimbusBench" --scenario compare --url "$2" --container "$C" --api-token "$TOKEN" --web-auth-token "$WEB" \
     --environment "$ENVIRONMENT" --raw-dir "$DATA" --seconds "$SECONDS_PER" --rounds "$ROUNDS" --sync normal \
-    --list-records "$RECORDS" --output "bench-results/postgres-$1.json" | grep '^| [a-z0-9]' | grep -v '^| scenario'
+    --list-records "$RECORDS" --output "bench-results/postgres-$1.json" ${ONLY:+--only "$ONLY"} | grep '^| [a-z0-9]' | grep -v '^| scenario'
 }
 
 echo "== SQLite, one node"

@@ -13,10 +13,7 @@ struct Comparison {
 
     init(options: Options) {
         self.options = options
-        var configuration = HTTPClient.Configuration()
-        // One connection per client: the default pool (8 per host) would cap concurrency.
-        configuration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 128)
-        http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+        http = manyConnectionsClient()
     }
 
     // MARK: Systems under test

@@ -80,21 +80,7 @@ struct ContentionBenchmark {
 
     /// Lookups 125 ms apart (8 a second), each timed alone.
     func pacedLookups(_ body: String, seconds: Double) async -> Measurement {
-        var measurement = Measurement()
-        let end = Date().addingTimeInterval(seconds)
-        while Date() < end {
-            let began = Date()
-            if let answer = await request("public/records/lookup", body, on: lookupClient), answer.status == 200 {
-                measurement.operations += 1
-                measurement.latencies.append(answer.seconds)
-            } else {
-                measurement.errors += 1
-            }
-            let rest = 0.125 - Date().timeIntervalSince(began)
-            if rest > 0 { try? await Task.sleep(for: .seconds(rest)) }
-        }
-        measurement.seconds = seconds
-        return measurement
+        await paced(every: 0.125, for: seconds) { await request("public/records/lookup", body, on: lookupClient)?.status == 200 }
     }
 
     /// One request of the expensive kind.

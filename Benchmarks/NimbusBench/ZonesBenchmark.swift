@@ -20,9 +20,7 @@ struct ZonesBenchmark {
 
     init(options: Options) {
         self.options = options
-        var configuration = HTTPClient.Configuration()
-        configuration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 128)
-        http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+        http = manyConnectionsClient()
     }
 
     static let zones = 64
@@ -68,23 +66,9 @@ struct ZonesBenchmark {
     }
 
     /// The quiet zone's writer: one create every 125 ms on node 0, each timed alone.
-    func paced(seconds: Double) async -> Measurement {
-        var measurement = Measurement()
+    func quietWrites(seconds: Double) async -> Measurement {
         let counter = Comparison.sequence
-        let end = Date().addingTimeInterval(seconds)
-        while Date() < end {
-            let began = Date()
-            if await create(node: 0, zone: "Quiet", index: counter.next()) {
-                measurement.operations += 1
-                measurement.latencies.append(Date().timeIntervalSince(began))
-            } else {
-                measurement.errors += 1
-            }
-            let rest = 0.125 - Date().timeIntervalSince(began)
-            if rest > 0 { try? await Task.sleep(for: .seconds(rest)) }
-        }
-        measurement.seconds = seconds
-        return measurement
+        return await paced(every: 0.125, for: seconds) { await create(node: 0, zone: "Quiet", index: counter.next()) }
     }
 
     func run() async throws {
@@ -107,7 +91,7 @@ struct ZonesBenchmark {
         }
         line("\(options.clients) clients into one zone from every node", one)
 
-        let alone = await paced(seconds: options.seconds)
+        let alone = await quietWrites(seconds: options.seconds)
         line("quiet zone, 8 creates a second, alone", alone)
         // The flood warms up for a second, then both are measured over the same window.
         let flood = Task {
@@ -117,7 +101,7 @@ struct ZonesBenchmark {
             }
         }
         try await Task.sleep(for: .seconds(1))
-        let beside = await paced(seconds: options.seconds)
+        let beside = await quietWrites(seconds: options.seconds)
         let flooded = await flood.value
         line("quiet zone, 8 creates a second, beside the flood", beside)
         line("the flood: \(options.clients - 1) clients into one zone from every node", flooded)

@@ -155,6 +155,34 @@ func load(clients: Int, warmup: Double, seconds: Double, _ body: @escaping @Send
     }
 }
 
+/// An HTTP client with a connection per client, up to 128: the default pool (8 per host) would
+/// cap concurrency.
+func manyConnectionsClient() -> HTTPClient {
+    var configuration = HTTPClient.Configuration()
+    configuration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 128)
+    return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+}
+
+/// Calls `body` every `interval` seconds for `seconds`, each call timed alone (an honest client
+/// inside its budget, beside others that are not); `body` says whether the call succeeded.
+func paced(every interval: Double, for seconds: Double, _ body: () async -> Bool) async -> Measurement {
+    var measurement = Measurement()
+    let end = Date().addingTimeInterval(seconds)
+    while Date() < end {
+        let began = Date()
+        if await body() {
+            measurement.operations += 1
+            measurement.latencies.append(Date().timeIntervalSince(began))
+        } else {
+            measurement.errors += 1
+        }
+        let rest = interval - Date().timeIntervalSince(began)
+        if rest > 0 { try? await Task.sleep(for: .seconds(rest)) }
+    }
+    measurement.seconds = seconds
+    return measurement
+}
+
 func post(_ options: Options, _ path: String, _ body: String) async -> Bool {
     var request = HTTPClientRequest(
         url: "\(options.url)/database/1/\(options.container)/\(options.environment)/\(path)?ckAPIToken=\(options.apiToken)&ckWebAuthToken=\(options.webAuthToken)")
