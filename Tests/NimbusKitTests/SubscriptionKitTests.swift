@@ -48,7 +48,8 @@ final class StreamReader: @unchecked Sendable {
 struct SubscriptionKitTests {
     /// A stream that is connected. The stream starts "now", once its WebSocket is open;
     /// a probe tells when: a database subscription of its own, and zones the other device
-    /// creates until one is heard. The probe subscription is removed afterwards.
+    /// creates until one is heard. The probe subscription is removed afterwards. A test saves
+    /// its own database subscriptions after this: the probe's zones would match them too.
     static func connectedReader(_ container: CKContainer, probe: CKContainer) async throws -> StreamReader {
         let reader = StreamReader(container.notifications)
         let probeID = "probe-" + UUID().uuidString
@@ -151,12 +152,14 @@ struct SubscriptionKitTests {
             let info = CKSubscription.NotificationInfo()
             info.shouldSendContentAvailable = true
             subscription.notificationInfo = info
-            _ = try await deviceB.privateCloudDatabase.save(subscription)
-            let (_, _, startToken, _) = try await deviceB.privateCloudDatabase.databaseChanges(since: nil)
-
             let listenerB = try await Self.connectedReader(deviceB, probe: deviceA)
             let listenerA = try await Self.connectedReader(deviceA, probe: deviceB)
             defer { listenerA.stop(); listenerB.stop() }
+            // Subscribed once both streams are connected (a test's subscriptions are saved after
+            // `connectedReader`): the probes' zones would match it too, and one of those, late
+            // under load, would be read as the test's own.
+            _ = try await deviceB.privateCloudDatabase.save(subscription)
+            let (_, _, startToken, _) = try await deviceB.privateCloudDatabase.databaseChanges(since: nil)
 
             let zone = try await deviceA.privateCloudDatabase.save(CKRecordZone(zoneName: "Parties"))
             let party = CKRecord(recordType: "Party", recordID: CKRecord.ID(recordName: "wwdc", zoneID: zone.zoneID))
@@ -320,8 +323,8 @@ struct SubscriptionKitTests {
         try await TestServer.with { server in
             try await server.createUser("ann")
             let phone = server.device(of: "ann"), laptop = server.device(of: "ann")
-            _ = try await phone.privateCloudDatabase.save(CKDatabaseSubscription(subscriptionID: "all"))
             let first = try await Self.connectedReader(phone, probe: laptop)
+            _ = try await phone.privateCloudDatabase.save(CKDatabaseSubscription(subscriptionID: "all"))
             _ = try await laptop.privateCloudDatabase.save(CKRecordZone(zoneName: "Before"))
             let kept = try #require(try await first.next().nimbusSyncToken)
             first.stop()
@@ -347,8 +350,8 @@ struct SubscriptionKitTests {
         do {
             try await server.createUser("ann")
             let phone = server.device(of: "ann"), laptop = server.device(of: "ann")
-            _ = try await phone.privateCloudDatabase.save(CKDatabaseSubscription(subscriptionID: "all"))
             let reader = try await Self.connectedReader(phone, probe: laptop)
+            _ = try await phone.privateCloudDatabase.save(CKDatabaseSubscription(subscriptionID: "all"))
             defer { reader.stop() }
 
             current = try await server.restarted()
