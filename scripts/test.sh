@@ -65,9 +65,14 @@ external='SignInPageTests|DashboardPageTests|SharePageTests|ServerToServerTests|
 # trickling ten bytes every 0.3 s) missed their own beside it. Each runs on its own, right after.
 bodies='RequestBodyTests'
 edge='HTTPEdgeTests'
-pass 25m swift test --skip-build --skip "$external|$bodies|$edge"
+# CKSyncEngine's device tests make many requests each against NimbusKit's request deadlines;
+# beside the whole suite one of them missed a deadline (2026-11-26). On their own, as on
+# PostgreSQL below, they take seconds.
+engines='SyncEngineKitTests|SyncEngineDeviceTests'
+pass 25m swift test --skip-build --skip "$external|$bodies|$edge|$engines"
 pass 15m swift test --skip-build --filter "$bodies"
 pass 15m swift test --skip-build --filter "$edge"
+pass 15m swift test --skip-build --filter "$engines"
 # The server and NimbusKit suites again with every transaction run as a unit of work over
 # loaded rows (UnitOfWorkDriver on SQLite, NIMBUS_TEST_STORAGE=units): how the PostgreSQL driver
 # serves NimbusCore, checked without a network. Same build, no second compile. NimbusKit's on
@@ -88,7 +93,7 @@ NIMBUS_TEST_STORAGE=postgres pass 15m swift test --skip-build --filter "$timed"
 # NimbusKit's sync engine suites on PostgreSQL too (what the engine sees of conflicts and of
 # zones or records deleted elsewhere is what each driver wrote), on their own: beside the
 # server suite their devices' 5 s request deadlines missed.
-NIMBUS_TEST_STORAGE=postgres pass 15m swift test --skip-build --filter "SyncEngineKitTests|SyncEngineDeviceTests"
+NIMBUS_TEST_STORAGE=postgres pass 15m swift test --skip-build --filter "$engines"
 # And the rest of NimbusKit's suites on PostgreSQL, on their own for the same reason.
-NIMBUS_TEST_STORAGE=postgres pass 15m swift test --skip-build --filter NimbusKitTests --skip "SyncEngineKitTests|SyncEngineDeviceTests"
+NIMBUS_TEST_STORAGE=postgres pass 15m swift test --skip-build --filter NimbusKitTests --skip "$engines"
 pass 15m swift test --skip-build --filter "$external"
