@@ -9,10 +9,10 @@ import NimbusWire
 /// over `[String: Any]` took 70% of the server's processor time on a 200-record batch.
 extension PostgresCoarseStorage {
     static func json(_ changes: UnitOfWorkChanges) -> JSON {
-        let created = createdZones(changes)
+        let created = changes.createdZones
         var object: JSONObject = [
-            // Zones made by the unit are inserted with their last record sequence (`json(_:)`
-            // of createZone), so only committed ones are checked; in id order, as
+            // Zones made by the unit are inserted with their last record sequence
+            // (`withFinalSequences`), so only committed ones are checked; in id order, as
             // `nimbus_apply` locks them.
             "zones": .array(
                 changes.zoneSequences.filter { !created.contains($0.key) }.sorted { $0.key < $1.key }.map { id, sequence in
@@ -61,18 +61,6 @@ extension PostgresCoarseStorage {
         }
     }
 
-    /// Zones the unit makes: nothing committed to check them against.
-    private static func createdZones(_ changes: UnitOfWorkChanges) -> Set<Int64> {
-        var ids = Set<Int64>()
-        for write in changes.writes {
-            switch write {
-            case .createDatabase(_, let zoneID): ids.insert(zoneID)
-            case .createZone(let zone, _): ids.insert(zone.id)
-            default: break
-            }
-        }
-        return ids
-    }
 
     private static func bytes(_ bytes: [UInt8]) -> JSON { .string(Data(bytes).base64EncodedString()) }
 

@@ -177,14 +177,7 @@ extension SQLiteTransaction {
 
     func apply(_ changes: UnitOfWorkChanges) throws {
         // What the unit decided from must still hold; else it runs again.
-        var createdZones = Set<Int64>()
-        for write in changes.writes {
-            switch write {
-            case .createDatabase(_, let zoneID): createdZones.insert(zoneID)
-            case .createZone(let zone, _): createdZones.insert(zone.id)
-            default: break
-            }
-        }
+        let createdZones = changes.createdZones
         for (zoneID, sequence) in changes.zoneSequences where !createdZones.contains(zoneID) {
             let zone = try zone(id: zoneID)
             guard let zone, !zone.isDeleted, zone.recordSequence == sequence.read else {
@@ -222,10 +215,11 @@ extension SQLiteTransaction {
     }
 
     /// Each zone gets one of its database's next sequences, taken above every record sequence
-    /// the zones handed out (`UnitOfWorkChanges.zonesChanged`), in id order.
+    /// the zones handed out (`UnitOfWorkChanges.zonesChanged`), in id order. A zone the unit
+    /// deleted has one already (`deleteZone` stamps it).
     private func stamp(_ zones: Set<Int64>) throws {
         for zoneID in zones.sorted() {
-            guard let zone = try zone(id: zoneID) else { continue }
+            guard let zone = try zone(id: zoneID), !zone.isDeleted else { continue }
             let sequence = try nextSequence(
                 databaseID: zone.databaseID, floorSQL: "SELECT record_sequence FROM zones WHERE id = ?", floorArguments: [zoneID])
             try execute("UPDATE zones SET change_sequence = ? WHERE id = ?", [sequence, zoneID])

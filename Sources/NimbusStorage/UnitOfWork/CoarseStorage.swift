@@ -306,6 +306,21 @@ public struct UnitOfWorkChanges: Sendable {
     public var usage: [Int64: UsageChange] = [:]
 
     public init() {}
+
+    /// Zones the unit makes (on their own, or as a new database's default zone): nothing
+    /// committed to check them against.
+    public var createdZones: Set<Int64> {
+        var ids = Set<Int64>()
+        for write in writes {
+            switch write {
+            case .createDatabase(_, let zoneID): ids.insert(zoneID)
+            case .createZone(let zone, _): ids.insert(zone.id)
+            default: break
+            }
+        }
+        return ids
+    }
+
     /// Nothing to write (what was read needs no check then: nothing commits).
     public var isEmpty: Bool {
         writes.isEmpty && zoneSequences.isEmpty && zonesChanged.isEmpty && usage.isEmpty && (subscriptionsVersion?.changes ?? 0) == 0
