@@ -238,4 +238,94 @@ struct SyncEngineDeviceTests {
             #expect(try #require(c.serverRecord("n")?.creationDate) > created)
         }
     }
+
+    @Test(
+        "an app that makes its engine twice (lazily at first use, and from work already waiting for its actor) hears of the sign-in on the engine it made first, and sends with it"
+    )
+    func engineMadeTwice() async throws {
+        try await TestServer.with { server in
+            try await server.createUser("ann")
+            var configuration = server.configuration(user: "ann")
+            configuration.longLivedOperationDirectory = FileManager.default.temporaryDirectory
+                .appendingPathComponent("sync-twice-\(UUID().uuidString)")
+            let app = LazyEngineApp(CKContainer(configuration: configuration))
+            // The container's session knows the user, as after any earlier request.
+            _ = try await app.container.userRecordID()
+            let first = await app.firstEditWithAnotherEngineOnItsWay("n", "hello")
+            try await first.sendChanges()
+            // The sign-in went to the engine the app had then: it carried the zone, and the
+            // record was saved with it; the engine made afterwards heard of it only as a
+            // continuation of the kept state.
+            let order = await app.order
+            #expect(Array(order.prefix(3)) == ["engine 1 made", "signIn on engine 1 (the app's)", "engine 2 made"], "\(order)")
+            let saved = try await app.container.privateCloudDatabase.record(for: Self.id("n"))
+            #expect(saved["text"] as? String == "hello")
+        }
+    }
+}
+
+/// An app in the shape of Apple's CKSyncEngine sample: an actor that makes its engine lazily
+/// at first use and again from work it queued on itself before (the sample's initializer
+/// starts a `Task` that does), and whose sign-in handler adds the zone, and every note again,
+/// to whichever engine it holds then.
+actor LazyEngineApp: CKSyncEngineDelegate {
+    let container: CKContainer
+    private var engine: CKSyncEngine?
+    private var kept: CKSyncEngine.State.Serialization?
+    private var notes: [String: String] = [:]
+    private(set) var order: [String] = []
+
+    init(_ container: CKContainer) { self.container = container }
+
+    private var syncEngine: CKSyncEngine {
+        if engine == nil { makeEngine() }
+        return engine!
+    }
+
+    private func makeEngine() {
+        var configuration = CKSyncEngine.Configuration(
+            database: container.privateCloudDatabase, stateSerialization: kept, delegate: self)
+        configuration.automaticallySync = false
+        engine = CKSyncEngine(configuration)
+        order.append("engine \(order.filter { $0.hasSuffix("made") }.count + 1) made")
+    }
+
+    /// The sample's first use: work that makes an engine is already waiting for this actor (at
+    /// the caller's priority) when the edit makes one lazily. Returns the engine the edit used.
+    func firstEditWithAnotherEngineOnItsWay(_ name: String, _ text: String) -> CKSyncEngine {
+        Task { self.makeEngine() }
+        notes[name] = text
+        let engine = syncEngine
+        engine.state.add(pendingRecordZoneChanges: [.saveRecord(SyncEngineKitTests.id(name))])
+        return engine
+    }
+
+    func handleEvent(_ event: CKSyncEngine.Event, syncEngine: CKSyncEngine) async {
+        switch event {
+        case .stateUpdate(let update):
+            kept = update.stateSerialization
+        case .accountChange(let change):
+            guard case .signIn = change.changeType else { return }
+            let held = self.syncEngine
+            let engines = order.filter { $0.hasSuffix("made") }.count
+            order.append("signIn on engine \(engines)\(held === syncEngine ? " (the app's)" : "")")
+            held.state.add(pendingDatabaseChanges: [.saveZone(CKRecordZone(zoneID: SyncEngineKitTests.zoneID))])
+            held.state.add(pendingRecordZoneChanges: notes.keys.map { .saveRecord(SyncEngineKitTests.id($0)) })
+        default:
+            break
+        }
+    }
+
+    func nextRecordZoneChangeBatch(_ context: CKSyncEngine.SendChangesContext, syncEngine: CKSyncEngine) async
+        -> CKSyncEngine.RecordZoneChangeBatch?
+    {
+        let pending = syncEngine.state.pendingRecordZoneChanges.filter { context.options.scope.contains($0) }
+        let notes = self.notes
+        return await CKSyncEngine.RecordZoneChangeBatch(pendingChanges: pending) { id in
+            guard let text = notes[id.recordName] else { return nil }
+            let record = CKRecord(recordType: "Note", recordID: id)
+            record["text"] = text
+            return record
+        }
+    }
 }

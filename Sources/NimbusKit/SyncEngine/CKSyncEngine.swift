@@ -19,6 +19,12 @@ public final class CKSyncEngine: @unchecked Sendable {
     static var recordsPerRequest: Int { Limits.operationsPerRequest.value }
     /// The subscription the engine creates when the app names none and the database has none.
     static let defaultSubscriptionID = "nimbus-sync-engine"
+    /// The starting account check's priority: above the work of the code making the engine
+    /// (and at least high), so on that code's actor it runs ahead of what that code queued
+    /// there before (see `init`).
+    static func accountCheckPriority(makerPriority: TaskPriority = Task.currentPriority) -> TaskPriority {
+        TaskPriority(rawValue: max(TaskPriority.high.rawValue, makerPriority.rawValue == .max ? .max : makerPriority.rawValue + 1))
+    }
 
     public let database: CKDatabase
     public let state: State
@@ -62,21 +68,23 @@ public final class CKSyncEngine: @unchecked Sendable {
         // As CloudKit's engine, it learns who is signed in as it starts and tells the app, on
         // the actor the app made it on (no hop when the session already knows the user), so
         // a first sign-in, on which apps add their zone, reaches the app before its first send.
-        // Where the runtime has `Task.immediate`, the check is queued on that actor at once,
-        // ahead of work that starts elsewhere and reaches the actor later: a plain `Task`
-        // waits for a free thread first (0 to 5 ms measured on Linux), and an app that makes
-        // its engine again from such work (Apple's CKSyncEngine sample does) would hear of the
-        // sign-in only after it replaced this engine.
+        // The check is queued on that actor before the maker's turn there ends
+        // (`Task.immediate`, where the runtime has it: a plain `Task` first waits for a free
+        // thread, 0 to 5 ms measured on Linux, and then races other work for the actor), and
+        // above the maker's priority: an actor runs its queued work by priority, so the check
+        // goes ahead of work the maker queued there before. An app that makes its engine again
+        // from such work (Apple's CKSyncEngine sample makes one lazily at first use and another
+        // from a `Task` its initializer starts) otherwise hears of the sign-in only after it
+        // replaced this engine, and gives its zone to the other engine while its caller sends
+        // with this one.
+        let priority = Self.accountCheckPriority()
         if #available(macOS 26, iOS 26, watchOS 26, tvOS 26, visionOS 26, *) {
-            startingAccountCheck = Task.immediate { [weak self] in
-                _ = isolation  // runs on the caller's actor
-                await Task.yield()  // after the caller's current work, before what comes later
-                try? await self?.checkAccount()
+            startingAccountCheck = Task.immediate(priority: priority) { [weak self] in
+                await Self.startingAccountCheck(of: self, on: isolation)
             }
         } else {
-            startingAccountCheck = Task { [weak self] in
-                _ = isolation  // runs on the caller's actor
-                try? await self?.checkAccount()
+            startingAccountCheck = Task(priority: priority) { [weak self] in
+                await Self.startingAccountCheck(of: self, on: isolation)
             }
         }
         if automaticallySync { startListening() }
@@ -223,6 +231,14 @@ public final class CKSyncEngine: @unchecked Sendable {
     }
 
     // MARK: Account and subscription
+
+    /// The account check an engine starts with, on the actor it was made on (`isolation`):
+    /// queued there behind the maker's current work (the maker has not yet kept the engine, and
+    /// the app's sign-in handler reaches for it), and run when the actor takes it.
+    private static func startingAccountCheck(of engine: CKSyncEngine?, on isolation: isolated (any Actor)?) async {
+        await Task.yield()
+        try? await engine?.checkAccount()
+    }
 
     /// Waits for the account check the engine started with, and checks again if that one
     /// could not reach the server.
