@@ -68,18 +68,22 @@ public final class CKSyncEngine: @unchecked Sendable {
         // As CloudKit's engine, it learns who is signed in as it starts and tells the app, on
         // the actor the app made it on (no hop when the session already knows the user), so
         // a first sign-in, on which apps add their zone, reaches the app before its first send.
-        // The check is queued on that actor before the maker's turn there ends
-        // (`Task.immediate`, where the runtime has it: a plain `Task` first waits for a free
-        // thread, 0 to 5 ms measured on Linux, and then races other work for the actor), and
-        // above the maker's priority: an actor runs its queued work by priority, so the check
-        // goes ahead of work the maker queued there before. An app that makes its engine again
-        // from such work (Apple's CKSyncEngine sample makes one lazily at first use and another
-        // from a `Task` its initializer starts) otherwise hears of the sign-in only after it
-        // replaced this engine, and gives its zone to the other engine while its caller sends
-        // with this one.
+        // The check is queued on that actor during the maker's turn there, above the maker's
+        // priority: an actor runs its queued work by priority, so the check goes ahead of work
+        // the maker queued there before, and work arriving later finds it queued. An app that
+        // makes its engine again from such work (Apple's CKSyncEngine sample makes one lazily
+        // at first use and another from a `Task` its initializer starts) otherwise hears of the
+        // sign-in only after it replaced this engine, and gives its zone to the other engine
+        // while its caller sends with this one. The task starts on this thread at once
+        // (`Task.immediate`) and off any actor (`@concurrent`): its hop to the maker's actor,
+        // which the maker holds, queues it there. (A plain `Task` first waits for a free
+        // thread, 0 to 5 ms measured on Linux; one that inherits the maker's actor runs at once,
+        // inside the maker's turn, before the maker kept the engine; one that yields first comes
+        // back through the global queue, behind whatever reached the actor meanwhile: 6 of
+        // 2,000 starts lost that race in a loop built to provoke it, none this way.)
         let priority = Self.accountCheckPriority()
         if #available(macOS 26, iOS 26, watchOS 26, tvOS 26, visionOS 26, *) {
-            startingAccountCheck = Task.immediate(priority: priority) { [weak self] in
+            startingAccountCheck = Task.immediate(priority: priority) { @concurrent [weak self] in
                 await Self.startingAccountCheck(of: self, on: isolation)
             }
         } else {
@@ -232,11 +236,12 @@ public final class CKSyncEngine: @unchecked Sendable {
 
     // MARK: Account and subscription
 
-    /// The account check an engine starts with, on the actor it was made on (`isolation`):
-    /// queued there behind the maker's current work (the maker has not yet kept the engine, and
-    /// the app's sign-in handler reaches for it), and run when the actor takes it.
+    /// The account check an engine starts with, on the actor it was made on (`isolation`),
+    /// after the maker's turn there: the maker has not yet kept the engine, and the app's
+    /// sign-in handler may reach for it.
     private static func startingAccountCheck(of engine: CKSyncEngine?, on isolation: isolated (any Actor)?) async {
-        await Task.yield()
+        // Made off any actor, nothing holds the maker back: the check waits for the next turn.
+        if isolation == nil { await Task.yield() }
         try? await engine?.checkAccount()
     }
 
