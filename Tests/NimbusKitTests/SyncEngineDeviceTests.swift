@@ -174,6 +174,42 @@ struct SyncEngineDeviceTests {
         }
     }
 
+    @Test(
+        "an atomic zone batch with one conflict: that record fails serverRecordChanged, the others batchRequestFailed and stay pending for the engine to send again; nothing of the batch is applied"
+    )
+    func atomicBatchWithAConflict() async throws {
+        try await TestServer.with { server in
+            let devices = try await Self.devices(server, "A", "B")
+            let (a, b) = (devices[0], devices[1])
+            a.engine.state.add(pendingDatabaseChanges: [.saveZone(CKRecordZone(zoneID: Self.zoneID))])
+            a.edit("n", "first")
+            try await a.engine.sendChanges()
+            try await b.engine.fetchChanges()
+
+            a.edit("n", "A's edit")
+            try await a.engine.sendChanges()
+            b.atomicByZone = true
+            b.edit("n", "B's edit")
+            b.edit("m", "new on B")
+            b.edit("o", "also new on B")
+            let thrown = await #expect(throws: CKError.self) { try await b.engine.sendChanges() }
+            #expect(Self.itemError(thrown, "n")?.code == .serverRecordChanged)
+            #expect(Self.itemError(thrown, "m")?.code == .batchRequestFailed)
+            #expect(Self.itemError(thrown, "o")?.code == .batchRequestFailed)
+            #expect(Set(b.failures) == ["n: serverRecordChanged", "m: batchRequestFailed", "o: batchRequestFailed"])
+            // All three pending: the conflict because the app merged and added it again, the
+            // others because the engine sends them again by itself.
+            #expect(Set(b.engine.state.pendingRecordZoneChanges) == Set(["n", "m", "o"].map { .saveRecord(Self.id($0)) }))
+            let c = try await Self.freshDevice(server)
+            #expect(c.notes == ["n": "A's edit"])
+
+            try await b.engine.sendChanges()
+            #expect(b.engine.state.pendingRecordZoneChanges.isEmpty)
+            try await c.engine.fetchChanges()
+            #expect(c.notes == ["n": "A's edit + B's edit", "m": "new on B", "o": "also new on B"])
+        }
+    }
+
     @Test("a zone deleted by another device fails the next send with zoneNotFound; the app saves the zone and the record anew")
     func zoneDeletedElsewhere() async throws {
         try await TestServer.with { server in

@@ -260,6 +260,7 @@ final class SyncDevice: CKSyncEngineDelegate, @unchecked Sendable {
     private var _saved: [String] = []
     private var _sentRequests: [Int] = []
     private var _batchAll = false
+    private var _atomicByZone = false
     private(set) var engine: CKSyncEngine!
 
     init(_ server: TestServer, name: String, journals: URL? = nil, serverURL: URL? = nil, automaticallySync: Bool = false) {
@@ -300,6 +301,11 @@ final class SyncDevice: CKSyncEngineDelegate, @unchecked Sendable {
     var batchAll: Bool {
         get { lock.withLock { _batchAll } }
         set { lock.withLock { _batchAll = newValue } }
+    }
+    /// Batches the engine applies all or nothing per zone.
+    var atomicByZone: Bool {
+        get { lock.withLock { _atomicByZone } }
+        set { lock.withLock { _atomicByZone = newValue } }
     }
 
     /// What the app had on disk, for a device started again (or its engine recreated).
@@ -410,6 +416,9 @@ final class SyncDevice: CKSyncEngineDelegate, @unchecked Sendable {
             }
             return saves.isEmpty ? nil : CKSyncEngine.RecordZoneChangeBatch(recordsToSave: saves)
         }
-        return await CKSyncEngine.RecordZoneChangeBatch(pendingChanges: pending) { id in self.record(id) }
+        guard var batch = await CKSyncEngine.RecordZoneChangeBatch(pendingChanges: pending, recordProvider: { id in self.record(id) })
+        else { return nil }
+        batch.atomicByZone = atomicByZone
+        return batch
     }
 }
