@@ -105,3 +105,46 @@ start_pocketbase() {
     -d '{"batch":{"enabled":true,"maxRequests":200,"timeout":60,"maxBodySize":0}}' >/dev/null
 }
 
+
+# Servers started by start_preloaded (and PocketBase, when a script adds it): stopped, and
+# their data directories removed, by stop_preloaded (the EXIT trap start_preloaded sets).
+PIDS=()
+DIRS=()
+stop_preloaded() {
+  local pid dir
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  for dir in "${DIRS[@]}"; do rm -rf "$dir"; done
+}
+
+# start_preloaded LABEL [BINARY [FLAGS]]: a Nimbus server (production, synchronous=NORMAL; this
+# build's unless BINARY; start_server's flags unless FLAGS) with $RECORDS records r0 … in the
+# private zone "Bench". Sets LABEL_URL (the server), LABEL_RECORDS (the private database's
+# records endpoint, up to the operation), LABEL_AUTH (the query string that signs requests in),
+# LABEL_PID and LABEL_IDLE_RSS (MiB, before the preload).
+start_preloaded() {
+  local label=$1
+  if [ $# -ge 3 ]; then
+    NIMBUS=$2 SERVE_FLAGS=$3 start_server normal production
+  else
+    NIMBUS=${2:-$BIN/nimbus} start_server normal production
+  fi
+  PIDS+=("$PID")
+  DIRS+=("$DATA")
+  trap stop_preloaded EXIT
+  printf -v "${label}_IDLE_RSS" '%s' "$(rss_mib "$PID")"
+  python3 Benchmarks/wrk/preload.py nimbus "$URL" "$C" "$ENVIRONMENT" "$TOKEN" "$WEB" "$RECORDS" >/dev/null
+  printf -v "${label}_URL" '%s' "$URL"
+  printf -v "${label}_RECORDS" '%s' "$URL/database/1/$C/$ENVIRONMENT/private/records"
+  printf -v "${label}_AUTH" '%s' "ckAPIToken=$TOKEN&ckWebAuthToken=$WEB"
+  printf -v "${label}_PID" '%s' "$PID"
+  unset NIMBUS
+}
+
+# A process's resident memory in MiB.
+rss_mib() { awk '/^VmRSS/ {printf "%.0f", $2 / 1024}' "/proc/$1/status"; }
+
+# A release build of this repository's nimbus at another commit or worktree, or a binary given.
+other_binary() {
+  if [ -f "$1" ]; then echo "$1"; else echo "$(cd "$1" && swift build -c release --show-bin-path)/nimbus"; fi
+}

@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source Benchmarks/lib.sh
-if [ -f "$1" ]; then OTHER=$1; else OTHER=$(cd "$1" && swift build -c release --show-bin-path)/nimbus; fi
+OTHER=$(other_binary "$1")
 SECONDS_PER=${2:-10}
 ROUNDS=${3:-5}
 RECORDS=${4:-100000}
@@ -25,34 +25,16 @@ CONNECTIONS=${CELL##*:}
 command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
 build_release
 
-PIDS=()
-DIRS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for dir in "${DIRS[@]}"; do rm -rf "$dir"; done
-}
-# start LABEL BINARY FLAGS: a preloaded server; sets ${LABEL}_URL and ${LABEL}_PID
-# start LABEL BINARY [FLAGS]: without FLAGS, start_server's defaults (no connection cap, and
-# budgets off where the build has them).
+# start LABEL BINARY [FLAGS]: a preloaded server (lib.sh); sets LABEL_URL to the cell's endpoint.
 start() {
-  if [ $# -ge 3 ]; then
-    NIMBUS=$2 SERVE_FLAGS=$3 start_server normal production
-  else
-    NIMBUS=$2 start_server normal production
-  fi
-  trap cleanup EXIT
-  PIDS+=("$PID")
-  DIRS+=("$DATA")
-  python3 Benchmarks/wrk/preload.py nimbus "$URL" "$C" "$ENVIRONMENT" "$TOKEN" "$WEB" "$RECORDS" >/dev/null
-  local path=lookup
+  start_preloaded "$@"
+  local path=lookup records=${1}_RECORDS auth=${1}_AUTH
   [ "$KIND" = create ] && path=modify
-  printf -v "${1}_URL" '%s' "$URL/database/1/$C/$ENVIRONMENT/private/records/$path?ckAPIToken=$TOKEN&ckWebAuthToken=$WEB"
-  printf -v "${1}_PID" '%s' "$PID"
-  unset NIMBUS
+  printf -v "${1}_URL" '%s' "${!records}/$path?${!auth}"
 }
+export RECORDS
 if [ -n "${BEFORE_FLAGS+x}" ]; then start before "$OTHER" "$BEFORE_FLAGS"; else start before "$OTHER"; fi
 if [ -n "${AFTER_FLAGS+x}" ]; then start after "${AFTER:-$BIN/nimbus}" "$AFTER_FLAGS"; else start after "${AFTER:-$BIN/nimbus}"; fi
-export RECORDS
 
 # measure URL PID → "requests/s server-µs-per-request"
 measure() {

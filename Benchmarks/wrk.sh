@@ -1,62 +1,146 @@
 #!/usr/bin/env bash
 # Nimbus against PocketBase with wrk (Debian's), a load generator independent of the project,
-# beside the Swift load generator of compare.sh. Nimbus in production (the comparison's
-# deployed schema, see lib.sh), a private custom zone, a signed-in user; PocketBase with public
-# rules and the same index; both preloaded with the same records. Fetch by ID and create, at
-# 64 connections and at 1, each for a number of seconds; prints a Markdown table.
+# and, with BASELINE, against an earlier build of Nimbus in the same run: issue 36's yardstick.
+# Nimbus in production (the comparison's deployed schema, see lib.sh), a private custom zone, a
+# signed-in user; PocketBase with public rules and the same (category, count) index; all
+# preloaded with the same records, all running side by side, SQLite synchronous=NORMAL on all.
 #
-#   Benchmarks/wrk.sh [seconds] [records]
+# Cells: the health endpoint (the HTTP stack's own ceiling), fetch by ID, a filtered sorted list
+# of 20, and single-record creates, at 64 connections (two wrk threads) and at 1. Each cell
+# warms every server up for 2 s, then runs ROUNDS rounds, the servers' order rotating each
+# round so the machine's drift falls on all; medians of requests/s, p50 and p99, and the
+# server's CPU per request (utime + stime from /proc). Creates come last (they grow the zone).
+# Then each server's resident memory: idle (before the preload) and after the run.
+#
+#   Benchmarks/wrk.sh [seconds=8] [rounds=3] [records=100000]
+#   BASELINE=<worktree or nimbus binary> Benchmarks/wrk.sh …   # an earlier build beside this one
+#
+# Prints a Markdown table and writes bench-results/wrk.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source Benchmarks/lib.sh
-SECONDS_PER=${1:-10}
-RECORDS=${2:-100000}
+SECONDS_PER=${1:-8}
+ROUNDS=${2:-3}
+RECORDS=${3:-100000}
 export RECORDS
 command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
+build_release
+mkdir -p bench-results
 
-stop_all() {
-  [ -n "${PID:-}" ] && kill "$PID" 2>/dev/null || true
-  [ -n "${PBPID:-}" ] && kill "$PBPID" 2>/dev/null || true
+SERVERS=(nimbus)
+start_preloaded nimbus
+if [ -n "${BASELINE:-}" ]; then
+  baseline_binary=$(other_binary "$BASELINE")
+  [ -x "$baseline_binary" ] || { echo "no release build at $baseline_binary" >&2; exit 1; }
+  start_preloaded baseline "$baseline_binary"
+  SERVERS+=(baseline)
+fi
+start_pocketbase
+PIDS+=("$PBPID")
+DIRS+=("$PBDATA")
+trap stop_preloaded EXIT
+pocketbase_PID=$PBPID
+pocketbase_IDLE_RSS=$(rss_mib "$PBPID")
+python3 Benchmarks/wrk/preload.py pocketbase "$PBURL" "$RECORDS"
+SERVERS+=(pocketbase)
+
+# target SERVER KIND → "URL SCRIPT" (SCRIPT - for a plain GET)
+target() {
+  local server=$1 kind=$2
+  if [ "$server" = pocketbase ]; then
+    case $kind in
+      health) echo "$PBURL/api/health -" ;;
+      *) echo "$PBURL Benchmarks/wrk/pocketbase-$kind.lua" ;;
+    esac
+    return
+  fi
+  local url=${server}_URL records=${server}_RECORDS auth=${server}_AUTH
+  case $kind in
+    health) echo "${!url}/health -" ;;
+    fetch) echo "${!records}/lookup?${!auth} Benchmarks/wrk/nimbus-fetch.lua" ;;
+    list) echo "${!records}/query?${!auth} Benchmarks/wrk/nimbus-list.lua" ;;
+    create) echo "${!records}/modify?${!auth} Benchmarks/wrk/nimbus-create.lua" ;;
+  esac
 }
 
-# run NAME URL SCRIPT CONNECTIONS → "requests/s p50 p99"
-run() {
-  local url=$1 script=$2 connections=$3 threads=2
+# measure SERVER KIND CONNECTIONS SECONDS → "requests/s p50-ms p99-ms server-µs-per-request"
+measure() {
+  local server=$1 kind=$2 connections=$3 seconds=$4 threads=2 url script pid before after
   [ "$connections" = 1 ] && threads=1
-  wrk -t"$threads" -c"$connections" -d"${SECONDS_PER}s" --latency -s "Benchmarks/wrk/$script" "$url" |
-    python3 -c '
+  read -r url script <<<"$(target "$server" "$kind")"
+  local args=(-t"$threads" -c"$connections" -d"${seconds}s" --latency)
+  [ "$script" != - ] && args+=(-s "$script")
+  pid=${server}_PID
+  before=$(awk '{print $14 + $15}' "/proc/${!pid}/stat")
+  wrk "${args[@]}" "$url" > /tmp/wrk-cell.out
+  after=$(awk '{print $14 + $15}' "/proc/${!pid}/stat")
+  python3 - "$before" "$after" "$(getconf CLK_TCK)" <<'PY'
 import re, sys
-text = sys.stdin.read()
-rate = re.search(r"Requests/sec:\s+([\d.]+)", text).group(1)
-def pct(p):
-    m = re.search(r"\s" + p + r"%\s+([\d.]+)(us|ms|s)", text)
-    value, unit = float(m.group(1)), m.group(2)
-    return value / 1000 if unit == "us" else value * 1000 if unit == "s" else value
+text = open("/tmp/wrk-cell.out").read()
 errors = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
 if errors: sys.exit(f"wrk saw {errors.group(1)} error answers:\n{text}")
-p50, p99 = pct("50"), pct("99")
-print(f"{float(rate):.0f} {p50:.2f} {p99:.2f}")'
+def ms(p):
+    m = re.search(r"\s" + p + r"%\s+([\d.]+)(us|ms|s)\b", text)
+    value, unit = float(m.group(1)), m.group(2)
+    return value / 1000 if unit == "us" else value * 1000 if unit == "s" else value
+count = int(re.search(r"(\d+) requests in", text).group(1))
+rate = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
+cpu = (float(sys.argv[2]) - float(sys.argv[1])) / float(sys.argv[3]) / max(count, 1) * 1e6
+print(f"{rate:.0f} {ms('50'):.3f} {ms('99'):.3f} {cpu:.1f}")
+PY
 }
 
-build_release
-trap stop_all EXIT
-start_server normal production
-start_pocketbase
-trap stop_all EXIT
-python3 Benchmarks/wrk/preload.py nimbus "$URL" "$C" "$ENVIRONMENT" "$TOKEN" "$WEB" "$RECORDS"
-python3 Benchmarks/wrk/preload.py pocketbase "$PBURL" "$RECORDS"
-NIMBUS="$URL/database/1/$C/$ENVIRONMENT/private/records"
-Q="ckAPIToken=$TOKEN&ckWebAuthToken=$WEB"
-
-echo "wrk, ${SECONDS_PER}s per cell, $RECORDS records, synchronous=NORMAL on both"
-echo
-echo "| scenario | Nimbus req/s (p50, p99 ms) | PocketBase req/s (p50, p99 ms) | N/PB |"
-echo "|---|---|---|---|"
-for cell in "fetch by ID:fetch:64" "fetch by ID:fetch:1" "create:create:64" "create:create:1"; do
-  IFS=: read -r label kind connections <<<"$cell"
-  path=lookup; [ "$kind" = create ] && path=modify
-  read -r n n50 n99 <<<"$(run "$NIMBUS/$path?$Q" "nimbus-$kind.lua" "$connections")"
-  read -r p p50 p99 <<<"$(run "$PBURL" "pocketbase-$kind.lua" "$connections")"
-  ratio=$(python3 -c "print(f'{$n / $p:.2f}')")
-  echo "| $label, $connections connections | $n ($n50, $n99) | $p ($p50, $p99) | ${ratio}× |"
+echo "wrk, $ROUNDS rounds of ${SECONDS_PER}s per cell and server, $RECORDS records, synchronous=NORMAL; servers: ${SERVERS[*]}"
+[ -n "${BASELINE:-}" ] && echo "baseline: $baseline_binary"
+ROWS=()
+for cell in health:64 fetch:64 fetch:1 list:64 list:1 create:64 create:1; do
+  kind=${cell%%:*}
+  connections=${cell##*:}
+  for server in "${SERVERS[@]}"; do measure "$server" "$kind" "$connections" 2 >/dev/null; done
+  for round in $(seq 1 "$ROUNDS"); do
+    count=${#SERVERS[@]}
+    for index in $(seq 0 $((count - 1))); do
+      server=${SERVERS[$(((index + round) % count))]}
+      ROWS+=("$kind,$connections,$server,$(measure "$server" "$kind" "$connections" "$SECONDS_PER" | tr ' ' ',')")
+    done
+  done
+  echo "  $cell done" >&2
 done
+MEMORY=()
+for server in "${SERVERS[@]}"; do
+  pid=${server}_PID idle=${server}_IDLE_RSS
+  MEMORY+=("$server,${!idle},$(rss_mib "${!pid}")")
+done
+
+python3 - "${#ROWS[@]}" "${ROWS[@]}" "${MEMORY[@]}" <<'PY'
+import json, statistics, sys
+count = int(sys.argv[1])
+rows = [arg.split(",") for arg in sys.argv[2:2 + count]]
+memory = {m[0]: {"idleMiB": int(m[1]), "afterMiB": int(m[2])} for m in (arg.split(",") for arg in sys.argv[2 + count:])}
+servers = list(dict.fromkeys(row[2] for row in rows))
+cells = list(dict.fromkeys((row[0], row[1]) for row in rows))
+result = {}
+for kind, connections in cells:
+    for server in servers:
+        values = [[float(x) for x in row[3:]] for row in rows if (row[0], row[1], row[2]) == (kind, connections, server)]
+        rate, p50, p99, cpu = (statistics.median(column) for column in zip(*values))
+        result.setdefault(f"{kind}:{connections}", {})[server] = {"rate": rate, "p50": p50, "p99": p99, "cpuMicroseconds": cpu}
+names = {"health": "health endpoint", "fetch": "fetch by ID", "list": "filtered, sorted list of 20", "create": "create one record"}
+header = "| scenario | " + " | ".join(f"{s} req/s (p50, p99 ms; µs CPU/req)" for s in servers) + " | Nimbus / PocketBase |"
+if "baseline" in servers: header += " Nimbus / baseline |"
+print()
+print(header)
+print("|" + "---|" * (header.count("|") - 1))
+for key, by in result.items():
+    kind, connections = key.split(":")
+    cells = [f"{by[s]['rate']:.0f} ({by[s]['p50']:.2f}, {by[s]['p99']:.2f}; {by[s]['cpuMicroseconds']:.0f})" for s in servers]
+    line = f"| {names[kind]}, {connections} conn. | " + " | ".join(cells) + f" | {by['nimbus']['rate'] / by['pocketbase']['rate']:.2f}× |"
+    if "baseline" in by: line += f" {by['nimbus']['rate'] / by['baseline']['rate']:.2f}× |"
+    print(line)
+fetch, health = result["fetch:64"]["nimbus"]["rate"], result["health:64"]["nimbus"]["rate"]
+print()
+print(f"Nimbus's fetch by ID at 64 connections is {fetch / health:.0%} of its own health endpoint's rate.")
+print("Resident memory (MiB), idle before the preload and after the run: "
+      + "; ".join(f"{s} {memory[s]['idleMiB']} → {memory[s]['afterMiB']}" for s in servers) + ".")
+json.dump({"cells": result, "memory": memory}, open("bench-results/wrk.json", "w"), indent=2)
+PY
