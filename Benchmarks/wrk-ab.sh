@@ -30,6 +30,7 @@ start() {
   start_preloaded "$@"
   local path=lookup records=${1}_RECORDS auth=${1}_AUTH
   [ "$KIND" = create ] && path=modify
+  [ "$KIND" = list ] && path=query
   printf -v "${1}_URL" '%s' "${!records}/$path?${!auth}"
 }
 export RECORDS

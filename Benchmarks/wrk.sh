@@ -117,7 +117,7 @@ import json, statistics, sys
 count = int(sys.argv[1])
 rows = [arg.split(",") for arg in sys.argv[2:2 + count]]
 memory = {m[0]: {"idleMiB": int(m[1]), "afterMiB": int(m[2])} for m in (arg.split(",") for arg in sys.argv[2 + count:])}
-servers = list(dict.fromkeys(row[2] for row in rows))
+servers = [s for s in ("nimbus", "baseline", "pocketbase") if any(row[2] == s for row in rows)]
 cells = list(dict.fromkeys((row[0], row[1]) for row in rows))
 result = {}
 for kind, connections in cells:
