@@ -117,14 +117,17 @@ import Testing
     func aQuotaHoldsAcrossZonesWritersDidNotSee(engine: Engine) async throws {
         try await engine.with { engine in
             let (_, a, b) = try await Self.setUp(engine)
-            let ids = try await engine.reserveIDs(.record, count: 4)
+            let ids = try await engine.reserveIDs(.record, count: 5)
             let (database, loaded) = try await Self.load(engine, [a, b])
             #expect(database.usedBytes == 0)
             // Each unit saw room for its 600 bytes under a quota of 1,000; together they do not fit.
             try await engine.apply(Self.save("x", in: loaded[1], database: database, bytes: 600, quota: 1_000, id: ids.lowerBound))
             let late = Self.save("y", in: loaded[0], database: database, bytes: 600, quota: 1_000, id: ids.lowerBound + 1)
             await #expect { try await engine.apply(late) } throws: { Self.isCollision($0) }
-            // Decided again from what is there now, a save that still fits commits.
+            // One byte past the quota together, decided before the 600 were there: refused.
+            let pastByOne = Self.save("v", in: loaded[0], database: database, bytes: 401, quota: 1_000, id: ids.lowerBound + 4)
+            await #expect { try await engine.apply(pastByOne) } throws: { Self.isCollision($0) }
+            // Decided again from what is there now, a save that fills the quota exactly commits.
             let (now, fresh) = try await Self.load(engine, [a])
             #expect(now.usedBytes == 600)
             try await engine.apply(Self.save("y", in: fresh[0], database: now, bytes: 400, quota: 1_000, id: ids.lowerBound + 2))
