@@ -20,6 +20,19 @@ struct SyncEngineDeviceTests {
         return devices
     }
 
+    /// Ann's devices A and B, both holding note "n" ("first"): A saved its zone and the note,
+    /// B fetched them.
+    static func devicesHoldingOneNote(_ server: TestServer) async throws -> (SyncDevice, SyncDevice) {
+        let devices = try await Self.devices(server, "A", "B")
+        let (a, b) = (devices[0], devices[1])
+        a.engine.state.add(pendingDatabaseChanges: [.saveZone(CKRecordZone(zoneID: Self.zoneID))])
+        a.edit("n", "first")
+        try await a.engine.sendChanges()
+        try await b.engine.fetchChanges()
+        #expect(b.notes["n"] == "first")
+        return (a, b)
+    }
+
     /// A device that has just fetched everything.
     static func freshDevice(_ server: TestServer) async throws -> SyncDevice {
         let device = SyncDevice(server, name: "C")
@@ -141,13 +154,7 @@ struct SyncEngineDeviceTests {
         arguments: [true, false])
     func conflict(winnerSavesFirst: Bool) async throws {
         try await TestServer.with { server in
-            let devices = try await Self.devices(server, "A", "B")
-            let (a, b) = (devices[0], devices[1])
-            a.engine.state.add(pendingDatabaseChanges: [.saveZone(CKRecordZone(zoneID: Self.zoneID))])
-            a.edit("n", "first")
-            try await a.engine.sendChanges()
-            try await b.engine.fetchChanges()
-            #expect(b.notes["n"] == "first")
+            let (a, b) = try await Self.devicesHoldingOneNote(server)
 
             a.edit("n", "A's edit")
             b.edit("n", "B's edit")
@@ -179,12 +186,7 @@ struct SyncEngineDeviceTests {
     )
     func atomicBatchWithAConflict() async throws {
         try await TestServer.with { server in
-            let devices = try await Self.devices(server, "A", "B")
-            let (a, b) = (devices[0], devices[1])
-            a.engine.state.add(pendingDatabaseChanges: [.saveZone(CKRecordZone(zoneID: Self.zoneID))])
-            a.edit("n", "first")
-            try await a.engine.sendChanges()
-            try await b.engine.fetchChanges()
+            let (a, b) = try await Self.devicesHoldingOneNote(server)
 
             a.edit("n", "A's edit")
             try await a.engine.sendChanges()
