@@ -105,7 +105,6 @@ start_pocketbase() {
     -d '{"batch":{"enabled":true,"maxRequests":200,"timeout":60,"maxBodySize":0}}' >/dev/null
 }
 
-
 # Servers started by start_preloaded (and PocketBase, when a script adds it): stopped, and
 # their data directories removed, by stop_preloaded (the EXIT trap start_preloaded sets).
 PIDS=()
@@ -139,6 +138,15 @@ start_preloaded() {
   printf -v "${label}_AUTH" '%s' "ckAPIToken=$TOKEN&ckWebAuthToken=$WEB"
   printf -v "${label}_PID" '%s' "$PID"
   unset NIMBUS
+}
+
+# The records operation a wrk cell of KIND (fetch, list, create) calls.
+records_operation() {
+  case $1 in
+    fetch) echo lookup ;;
+    list) echo query ;;
+    create) echo modify ;;
+  esac
 }
 
 # A process's resident memory in MiB.

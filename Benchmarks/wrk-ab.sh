@@ -28,10 +28,8 @@ build_release
 # start LABEL BINARY [FLAGS]: a preloaded server (lib.sh); sets LABEL_URL to the cell's endpoint.
 start() {
   start_preloaded "$@"
-  local path=lookup records=${1}_RECORDS auth=${1}_AUTH
-  [ "$KIND" = create ] && path=modify
-  [ "$KIND" = list ] && path=query
-  printf -v "${1}_URL" '%s' "${!records}/$path?${!auth}"
+  local records=${1}_RECORDS auth=${1}_AUTH
+  printf -v "${1}_URL" '%s' "${!records}/$(records_operation "$KIND")?${!auth}"
 }
 export RECORDS
 if [ -n "${BEFORE_FLAGS+x}" ]; then start before "$OTHER" "$BEFORE_FLAGS"; else start before "$OTHER"; fi

@@ -55,12 +55,11 @@ target() {
     return
   fi
   local url=${server}_URL records=${server}_RECORDS auth=${server}_AUTH
-  case $kind in
-    health) echo "${!url}/health -" ;;
-    fetch) echo "${!records}/lookup?${!auth} Benchmarks/wrk/nimbus-fetch.lua" ;;
-    list) echo "${!records}/query?${!auth} Benchmarks/wrk/nimbus-list.lua" ;;
-    create) echo "${!records}/modify?${!auth} Benchmarks/wrk/nimbus-create.lua" ;;
-  esac
+  if [ "$kind" = health ]; then
+    echo "${!url}/health -"
+  else
+    echo "${!records}/$(records_operation "$kind")?${!auth} Benchmarks/wrk/nimbus-$kind.lua"
+  fi
 }
 
 # measure SERVER KIND CONNECTIONS SECONDS → "requests/s p50-ms p99-ms server-µs-per-request"

@@ -61,7 +61,6 @@ extension PostgresCoarseStorage {
         }
     }
 
-
     private static func bytes(_ bytes: [UInt8]) -> JSON { .string(Data(bytes).base64EncodedString()) }
 
     private static func optional(_ text: String?) -> JSON { text.map(JSON.string) ?? .null }

@@ -315,6 +315,8 @@ actor LazyEngineApp: CKSyncEngineDelegate {
 
     init(_ container: CKContainer) { self.container = container }
 
+    private var enginesMade: Int { order.filter { $0.hasSuffix("made") }.count }
+
     private var syncEngine: CKSyncEngine {
         if engine == nil { makeEngine() }
         return engine!
@@ -325,7 +327,7 @@ actor LazyEngineApp: CKSyncEngineDelegate {
             database: container.privateCloudDatabase, stateSerialization: kept, delegate: self)
         configuration.automaticallySync = false
         engine = CKSyncEngine(configuration)
-        order.append("engine \(order.filter { $0.hasSuffix("made") }.count + 1) made")
+        order.append("engine \(enginesMade + 1) made")
     }
 
     /// The sample's first use: work that makes an engine is already waiting for this actor (at
@@ -345,8 +347,7 @@ actor LazyEngineApp: CKSyncEngineDelegate {
         case .accountChange(let change):
             guard case .signIn = change.changeType else { return }
             let held = self.syncEngine
-            let engines = order.filter { $0.hasSuffix("made") }.count
-            order.append("signIn on engine \(engines)\(held === syncEngine ? " (the app's)" : "")")
+            order.append("signIn on engine \(enginesMade)\(held === syncEngine ? " (the app's)" : "")")
             held.state.add(pendingDatabaseChanges: [.saveZone(CKRecordZone(zoneID: SyncEngineKitTests.zoneID))])
             held.state.add(pendingRecordZoneChanges: notes.keys.map { .saveRecord(SyncEngineKitTests.id($0)) })
         default:
