@@ -107,6 +107,7 @@ let package = Package(
             name: "NimbusServer",
             dependencies: [
                 "NimbusWire", "NimbusStorage", "NimbusCore", "NimbusPush", "NimbusBlobs",
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),

@@ -12,9 +12,10 @@ struct Nimbus: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "nimbus",
         abstract: "CloudKit as self-hostable software: the server and its admin verbs.",
+        version: NimbusVersion.current,
         subcommands: [
             Serve.self, Admin.self, Containers.self, Tokens.self, Keys.self, Users.self, Operators.self, Providers.self, Roles.self, LimitsCommand.self,
-            QuotasCommand.self, AssetsCommand.self, Schema.self, APNs.self,
+            QuotasCommand.self, AssetsCommand.self, Schema.self, APNs.self, BackupCommand.self, RestoreCommand.self,
         ])
 }
 

@@ -168,7 +168,8 @@ public final class SQLiteStorage: StorageDriver {
                 try FileManager.default.createDirectory(
                     atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
                 return try SQLiteStorage(path: path, synchronous: synchronous)
-            })
+            },
+            restorer: restorer(file: file, synchronous: synchronous))
     }
 }
 

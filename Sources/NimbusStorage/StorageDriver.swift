@@ -292,12 +292,17 @@ public struct StorageOpener: Sendable {
     public var description: @Sendable (_ dataDirectory: String) -> String
     /// Async: a networked engine connects and migrates before the server listens.
     public var open: @Sendable (_ dataDirectory: String) async throws -> any StorageDriver
+    /// How a backup's copy of this engine's store becomes the store `open` opens (`nimbus
+    /// restore`); nil when the driver cannot restore.
+    public var restorer: StoreRestorer?
 
     public init(
         description: @escaping @Sendable (_ dataDirectory: String) -> String,
-        open: @escaping @Sendable (_ dataDirectory: String) async throws -> any StorageDriver
+        open: @escaping @Sendable (_ dataDirectory: String) async throws -> any StorageDriver,
+        restorer: StoreRestorer? = nil
     ) {
         self.description = description
         self.open = open
+        self.restorer = restorer
     }
 }

@@ -1,0 +1,263 @@
+import Foundation
+import NIOCore
+import NimbusBlobs
+import NimbusServer
+import NimbusStorage
+import NimbusTestSupport
+import NimbusWire
+import Testing
+
+/// `nimbus backup`, `nimbus backup verify` and `nimbus restore` (docs/operations.md), run as an
+/// operator runs them: real processes on a real data directory, beside a server taking writes.
+@Suite struct BackupTests {
+    @Test func aBackupTakenUnderWritersRestoresEveryAcknowledgedWriteForTheSameAppsUsersAndDevices() async throws {
+        let (dataDirectory, container, apiToken) = try await CrashRecoveryTests.prepareDataDirectory()
+        let backup = dataDirectory + "-backup"
+        let restored = dataDirectory + "-restored"
+        defer { for path in [dataDirectory, backup, restored] { try? FileManager.default.removeItem(atPath: path) } }
+        let (server, client) = try await CrashRecoveryTests.serveSignedIn(dataDirectory, container: container, apiToken: apiToken)
+        defer { server.stop() }
+        #expect(try await client.createZone("Notes").status == 200)
+        let photoBytes = (0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+        let photo = try await AssetTests.upload(client, photoBytes)
+        #expect(try await client.modify(zone: "Notes", [AssetTests.photo("photo", photo)]).status == 200)
+        // A device syncs before the backup; its token must still work against the restored store.
+        let deviceToken = try #require(try await client.zoneChanges("Notes").zones.first?["syncToken"]?.stringValue)
+
+        // Eight writers save atomic batches of three until told to stop; the backup starts once
+        // some are acknowledged and runs while they go on.
+        let writes = AcknowledgedBatches()
+        let stop = LockedFlag()
+        let writers = (0..<8).map { writer in
+            Task {
+                var batch = 0
+                while !stop.isSet {
+                    let names = (0..<3).map { "w\(writer)-\(batch)-\($0)" }
+                    batch += 1
+                    writes.attempted(names)
+                    let saved = try? await client.modify(
+                        zone: "Notes", atomic: true, names.map { Op.create($0, ["title": Op.field(.string($0))]) })
+                    if saved?.status == 200, saved?.records.allSatisfy({ $0.errorCode == nil }) == true { writes.acknowledged(names) }
+                }
+            }
+        }
+        while writes.acknowledgedCount < 60 { try await Task.sleep(for: .milliseconds(20)) }
+        let data = try await NimbusProcess.dataArguments(dataDirectory)
+        let acknowledgedBeforeBackup = writes.acknowledgedSoFar
+        let taken = try await Task.detached { try NimbusProcess.run(["backup", "--to", backup] + data) }.value
+        let acknowledgedBeforeBackupEnded = writes.acknowledgedCount
+        stop.set()
+        for writer in writers { await writer.value }
+        #expect(taken.contains("1 asset blobs"), "\(taken)")
+        #expect(writes.acknowledgedCount > acknowledgedBeforeBackupEnded || acknowledgedBeforeBackupEnded > acknowledgedBeforeBackup.count)
+
+        let verified = try NimbusProcess.run(["backup", "verify", backup])
+        #expect(verified.hasPrefix("backup is whole: "), "\(verified)")
+        let restoredData = try await NimbusProcess.dataArguments(restored)
+        let restoreOutput = try NimbusProcess.run(["restore", backup] + restoredData)
+        #expect(restoreOutput.contains("restored the backup"), "\(restoreOutput)")
+        server.stop()
+
+        // The restored store serves the same app (its API token), the same signed-in user (their
+        // session) and prints the same development token.
+        let second = try await NimbusProcess.serve(dataDirectory: restored)
+        defer { second.stop() }
+        #expect(second.output.split(separator: "\n").last == server.output.split(separator: "\n").last)
+        let reader = APIClient(
+            baseURL: second.baseURL, container: container, environment: .development, apiToken: apiToken,
+            webAuthToken: client.webAuthToken, userRecordName: nil)
+        let present = try await Self.presentNames(writes.allAttempted.flatMap { $0 }, reader: reader)
+        for batch in acknowledgedBeforeBackup {
+            #expect(batch.allSatisfy(present.contains), "a write acknowledged before the backup began is missing: \(batch)")
+        }
+        for batch in writes.allAttempted {
+            let count = batch.filter(present.contains).count
+            #expect(count == 0 || count == batch.count, "a torn atomic batch: \(batch) has \(count) of 3")
+        }
+
+        // The asset's bytes came along.
+        let asset = try #require(try await reader.lookup(zone: "Notes", ["photo"]).records.first?.fieldValue("image"))
+        let download = try await AssetTests.http(.GET, try #require(asset["downloadURL"]?.stringValue))
+        #expect(download.status == 200 && download.body == photoBytes)
+
+        // The device that synced before the backup fetches on from its token: every record the
+        // restored zone holds that it had not seen, and nothing it had.
+        var fetched = Set<String>()
+        var token = deviceToken
+        while true {
+            let answer = try await reader.zoneChanges("Notes", token: token)
+            #expect(answer.status == 200, "\(answer.text)")
+            let page = try #require(answer.zones.first)
+            for record in page["records"]?.arrayValue ?? [] { if let name = record["recordName"]?.stringValue { fetched.insert(name) } }
+            token = try #require(page["syncToken"]?.stringValue)
+            if page["moreComing"] != true { break }
+        }
+        #expect(fetched == present.subtracting(["photo"]), "changes since the device's token: \(fetched.count), records restored: \(present.count)")
+    }
+
+    @Test func backupsRefuseToOverwriteAndRestoresRefuseDamagedNewerOrMisplacedBackups() async throws {
+        let (dataDirectory, _, _) = try await CrashRecoveryTests.prepareDataDirectory()
+        let backup = dataDirectory + "-backup"
+        let damaged = dataDirectory + "-damaged"
+        let target = dataDirectory + "-target"
+        defer { for path in [dataDirectory, backup, damaged, target] { try? FileManager.default.removeItem(atPath: path) } }
+        let data = try await NimbusProcess.dataArguments(dataDirectory)
+        _ = try NimbusProcess.run(["backup", "--to", backup] + data)
+        let manifest = try JSONDecoder().decode(
+            BackupManifest.self, from: Data(contentsOf: URL(fileURLWithPath: backup + "/" + BackupManifest.fileName)))
+        let storeFile = try #require(manifest.store.files.first)
+
+        let again = try DatabaseOptionTests.failing(["backup", "--to", backup] + data)
+        #expect(again.status != 0 && again.error.contains("exists: a backup never overwrites"), "\(again.error)")
+
+        // Into a directory that holds anything: refused, and the directory left as it was.
+        try FileManager.default.createDirectory(atPath: target, withIntermediateDirectories: true)
+        try Data("keep me".utf8).write(to: URL(fileURLWithPath: target + "/notes.txt"))
+        let occupied = try await DatabaseOptionTests.failing(["restore", backup] + NimbusProcess.dataArguments(target))
+        #expect(occupied.status != 0 && occupied.error.contains("is not empty: a restore never overwrites"), "\(occupied.error)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: target) == ["notes.txt"])
+        try FileManager.default.removeItem(atPath: target)
+
+        /// A fresh copy of the backup, changed by `damage`; what verify and restore say of it.
+        /// `whole`: the damage is one a backup may carry and still be whole (verify passes).
+        func refusals(whole: Bool = false, _ damage: (String) throws -> Void) async throws -> (verify: String, restore: String) {
+            try? FileManager.default.removeItem(atPath: damaged)
+            try FileManager.default.copyItem(atPath: backup, toPath: damaged)
+            try damage(damaged)
+            let verify = try DatabaseOptionTests.failing(["backup", "verify", damaged])
+            #expect((verify.status == 0) == whole, "\(verify.error)")
+            let restore = try await DatabaseOptionTests.failing(["restore", damaged] + NimbusProcess.dataArguments(target))
+            #expect(restore.status != 0)
+            // A refused restore leaves nothing behind.
+            #expect(!FileManager.default.fileExists(atPath: target))
+            return (verify.error, restore.error)
+        }
+
+        let truncated = try await refusals { path in
+            let handle = try FileHandle(forUpdating: URL(fileURLWithPath: path + "/" + storeFile))
+            try handle.truncate(atOffset: UInt64(manifest.files.first { $0.path == storeFile }!.bytes / 2))
+            try handle.close()
+        }
+        #expect(truncated.verify.contains("\(storeFile) has") && truncated.verify.contains("cut short"), "\(truncated.verify)")
+        #expect(truncated.restore.contains("cut short"), "\(truncated.restore)")
+
+        let flipped = try await refusals { path in
+            var bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: path + "/" + storeFile)))
+            bytes[bytes.count / 2] ^= 0xFF
+            try Data(bytes).write(to: URL(fileURLWithPath: path + "/" + storeFile))
+        }
+        #expect(flipped.verify.contains("does not match its checksum"), "\(flipped.verify)")
+
+        let unfinished = try await refusals { path in try FileManager.default.removeItem(atPath: path + "/" + BackupManifest.fileName) }
+        #expect(unfinished.verify.contains("has no manifest.json"), "\(unfinished.verify)")
+
+        /// Writes `edit` of the manifest; `seal` recomputes its checksum, as a real backup's would be.
+        func rewrite(_ path: String, seal: Bool = true, _ edit: (inout BackupManifest) -> Void) throws {
+            var edited = manifest
+            edit(&edited)
+            try JSONEncoder().encode(seal ? edited.sealed() : edited).write(to: URL(fileURLWithPath: path + "/" + BackupManifest.fileName))
+        }
+
+        let listTampered = try await refusals { path in try rewrite(path, seal: false) { $0.files.removeLast() } }
+        #expect(listTampered.verify.contains("manifest.json does not match its checksum"), "\(listTampered.verify)")
+        let factTampered = try await refusals { path in try rewrite(path, seal: false) { $0.store.migrations.removeLast() } }
+        #expect(factTampered.verify.contains("manifest.json does not match its checksum"), "\(factTampered.verify)")
+        let dropped = try await refusals { path in try rewrite(path) { $0.files.removeAll { $0.path == storeFile } } }
+        #expect(dropped.verify.contains("names \(storeFile) as part of the store but lists no checksum"), "\(dropped.verify)")
+
+        // Taken by a newer Nimbus: whole, but its schema has a migration this one does not know.
+        let newer = try await refusals(whole: true) { path in
+            try rewrite(path) {
+                $0.store.migrations.append("v999-from-a-later-release")
+                $0.nimbusVersion = "9.0.0"
+            }
+        }
+        #expect(newer.restore.contains("taken by Nimbus 9.0.0") && newer.restore.contains("v999-from-a-later-release"), "\(newer.restore)")
+        let newerFormat = try await refusals { path in try rewrite(path) { $0.format = BackupManifest.currentFormat + 1 } }
+        #expect(newerFormat.verify.contains("reads format \(BackupManifest.currentFormat) and older"), "\(newerFormat.verify)")
+
+        let otherEngine = try await refusals(whole: true) { path in
+            try rewrite(path) { $0.store.engine = manifest.store.engine == "sqlite" ? "postgres" : "sqlite" }
+        }
+        #expect(otherEngine.restore.contains("restore it to the engine it came from"), "\(otherEngine.restore)")
+
+        let notABackup = try DatabaseOptionTests.failing(["backup", "verify", dataDirectory + "-nowhere"])
+        #expect(notABackup.status != 0 && notABackup.error.contains("is not a directory"), "\(notABackup.error)")
+    }
+
+    /// A backup that fails halfway (here the blob store breaks while its bytes are copied) leaves
+    /// nothing under the name asked for, and no partial directory either.
+    @Test func aBackupCutShortLeavesNoFileThatLooksComplete() async throws {
+        try await TestServer.with { server in
+            // Units of work over SQLite (a test-only engine) make no copies.
+            guard server.directory.storage is any StoreCopying, let blobs = server.service.options.blobs else { return }
+            let alice = try await server.user("alice")
+            let file = try await AssetTests.upload(alice, Array("bytes that will not copy".utf8))
+            #expect(try await alice.modify([AssetTests.photo("p1", file)]).status == 200)
+            let parent = NSTemporaryDirectory() + "nimbus-backups-" + UUID().uuidString
+            defer { try? FileManager.default.removeItem(atPath: parent) }
+            let destination = parent + "/tonight"
+            await #expect(throws: BlobStoreError.self) {
+                try await Backups.take(
+                    storage: server.directory.storage, blobs: BreakingBlobStore(inner: blobs), dataDirectory: server.dataDirectory,
+                    to: destination)
+            }
+            #expect(try FileManager.default.contentsOfDirectory(atPath: parent).isEmpty)
+
+            // The same store backs up whole once the blob store works.
+            let manifest = try await Backups.take(
+                storage: server.directory.storage, blobs: blobs, dataDirectory: server.dataDirectory, to: destination)
+            #expect(manifest.store.blobKeys.count == 1 && manifest.missingBlobs.isEmpty)
+            #expect(try Backups.verify(destination) == manifest)
+        }
+    }
+
+    /// Which of `names` the server holds in zone Notes.
+    static func presentNames(_ names: [String], reader: APIClient) async throws -> Set<String> {
+        var present = Set<String>()
+        for start in stride(from: 0, to: names.count, by: 200) {
+            let lookup = try await reader.lookup(zone: "Notes", Array(names[start..<min(start + 200, names.count)]))
+            #expect(lookup.status == 200, "\(lookup.text)")
+            for record in lookup.records where record.errorCode == nil {
+                if let name = record["recordName"]?.stringValue { present.insert(name) }
+            }
+        }
+        let photo = try await reader.lookup(zone: "Notes", ["photo"])
+        if photo.records.first?.errorCode == nil { present.insert("photo") }
+        return present
+    }
+}
+
+/// Batches written by several tasks: all attempted, and those acknowledged in order.
+private final class AcknowledgedBatches: @unchecked Sendable {
+    private let lock = NSLock()
+    private var attemptedBatches: [[String]] = []
+    private var acknowledgedBatches: [[String]] = []
+
+    func attempted(_ names: [String]) { lock.withLock { attemptedBatches.append(names) } }
+    func acknowledged(_ names: [String]) { lock.withLock { acknowledgedBatches.append(names) } }
+    var acknowledgedCount: Int { lock.withLock { acknowledgedBatches.count } }
+    var acknowledgedSoFar: [[String]] { lock.withLock { acknowledgedBatches } }
+    var allAttempted: [[String]] { lock.withLock { attemptedBatches } }
+}
+
+private final class LockedFlag: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value = false
+    var isSet: Bool { lock.withLock { value } }
+    func set() { lock.withLock { value = true } }
+}
+
+/// A blob store whose reads fail after the first chunk: a disk or bucket failing mid-backup.
+private struct BreakingBlobStore: BlobStore {
+    let inner: any BlobStore
+
+    func stage() async throws -> any StagedBlob { try await inner.stage() }
+    func read(_ key: BlobKey, range: Range<Int64>?, into write: (ByteBuffer) async throws -> Void) async throws {
+        try await write(ByteBuffer(bytes: [1, 2, 3]))
+        throw BlobStoreError.unavailable("the disk went away")
+    }
+    func delete(_ key: BlobKey) async throws { try await inner.delete(key) }
+    func keys(storedBefore time: Int64) async throws -> [BlobKey] { try await inner.keys(storedBefore: time) }
+    var description: String { "breaking " + inner.description }
+}
