@@ -232,6 +232,7 @@ extension PostgresStorage {
             description: { _ in "PostgreSQL at \(location)" },
             open: { _ in
                 UnitOfWorkDriver(PostgresCoarseStorage(try await PostgresStorage(location, maximumConnections: maximumConnections)))
-            })
+            },
+            restorer: PostgresStorage.restorer(location))
     }
 }

@@ -323,3 +323,7 @@ extension SQLiteTransaction {
         return first...last
     }
 }
+
+extension SQLiteCoarseStorage: StoreCopying {
+    public func copyStore(into directory: String) async throws -> StoreCopy { try await storage.copyStore(into: directory) }
+}

@@ -56,10 +56,10 @@ extension SQLiteStorage: StoreCopying {
     /// Puts a copy at `path`, which must not exist, and brings its schema forward.
     static func restore(_ copy: StoreCopy, from backupDirectory: String, to path: String, synchronous: SynchronousMode) async throws {
         guard copy.files == [copyFileName] else {
-            throw StoreRestoreRefusal("the backup's SQLite copy should be one file, \(copyFileName); it lists \(copy.files)")
+            throw StoreCopyRefusal("the backup's SQLite copy should be one file, \(copyFileName); it lists \(copy.files)")
         }
         for existing in [path, path + "-wal", path + "-journal"] where FileManager.default.fileExists(atPath: existing) {
-            throw StoreRestoreRefusal("\(existing) exists: a restore never overwrites a store; name a new data directory or database file")
+            throw StoreCopyRefusal("\(existing) exists: a restore never overwrites a store; name a new data directory or database file")
         }
         try await offPool {
             try FileManager.default.createDirectory(

@@ -39,7 +39,7 @@ public struct StoreRestorer: Sendable {
     /// taken by a newer Nimbus.
     public var migrations: [String]
     /// Makes a new store for `dataDirectory` from the copy in `backupDirectory`, refusing
-    /// (`StoreRestoreRefusal`) when the store it would make already holds data, then brings its
+    /// (`StoreCopyRefusal`) when the store it would make already holds data, then brings its
     /// schema forward to this build's.
     public var restore: @Sendable (_ copy: StoreCopy, _ backupDirectory: String, _ dataDirectory: String) async throws -> Void
 
@@ -53,9 +53,17 @@ public struct StoreRestorer: Sendable {
     }
 }
 
-/// Why a copy was not restored, in words an operator can act on.
-public struct StoreRestoreRefusal: Error, Sendable, CustomStringConvertible {
+/// Why a copy was not made or not restored, in words an operator can act on.
+public struct StoreCopyRefusal: Error, Sendable, CustomStringConvertible {
     public let description: String
 
     public init(_ description: String) { self.description = description }
+}
+
+/// A unit-of-work driver copies what its engine copies.
+extension UnitOfWorkDriver: StoreCopying {
+    public func copyStore(into directory: String) async throws -> StoreCopy {
+        guard let base = base as? any StoreCopying else { throw StoreCopyRefusal("this storage driver cannot make backups") }
+        return try await base.copyStore(into: directory)
+    }
 }

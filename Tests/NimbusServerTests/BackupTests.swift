@@ -2,7 +2,6 @@ import Foundation
 import NIOCore
 import NimbusBlobs
 import NimbusServer
-import NimbusStorage
 import NimbusTestSupport
 import NimbusWire
 import Testing
@@ -118,6 +117,14 @@ import Testing
         #expect(try FileManager.default.contentsOfDirectory(atPath: target) == ["notes.txt"])
         try FileManager.default.removeItem(atPath: target)
 
+        // A new data directory whose store is one that holds data (the original's): refused.
+        let originalStore =
+            TestStorage.isSQLiteFile
+            ? ["--database", "sqlite:" + dataDirectory + "/nimbus.sqlite"] : Array(data.drop { $0 != "--database" })
+        let overStore = try DatabaseOptionTests.failing(["restore", backup, "--data-dir", target] + originalStore)
+        #expect(overStore.status != 0 && overStore.error.contains("never overwrites"), "\(overStore.error)")
+        #expect(!FileManager.default.fileExists(atPath: target))
+
         /// A fresh copy of the backup, changed by `damage`; what verify and restore say of it.
         /// `whole`: the damage is one a backup may carry and still be whole (verify passes).
         func refusals(whole: Bool = false, _ damage: (String) throws -> Void) async throws -> (verify: String, restore: String) {
@@ -189,8 +196,7 @@ import Testing
     /// nothing under the name asked for, and no partial directory either.
     @Test func aBackupCutShortLeavesNoFileThatLooksComplete() async throws {
         try await TestServer.with { server in
-            // Units of work over SQLite (a test-only engine) make no copies.
-            guard server.directory.storage is any StoreCopying, let blobs = server.service.options.blobs else { return }
+            let blobs = try #require(server.service.options.blobs)
             let alice = try await server.user("alice")
             let file = try await AssetTests.upload(alice, Array("bytes that will not copy".utf8))
             #expect(try await alice.modify([AssetTests.photo("p1", file)]).status == 200)

@@ -144,7 +144,7 @@ public enum Backups {
         do {
             do {
                 try await restorer.restore(manifest.store, path, dataDirectory)
-            } catch let refusal as StoreRestoreRefusal {
+            } catch let refusal as StoreCopyRefusal {
                 throw BackupError(refusal.description)
             }
             let bootstrap = (path as NSString).appendingPathComponent(BackupLayout.bootstrapFile)
