@@ -70,8 +70,18 @@ struct Serve: AsyncParsableCommand {
         help: "How often, in milliseconds, the notification pipeline looks for other nodes' writes besides the store's own signals (PostgreSQL's NOTIFY) (env NIMBUS_NOTIFICATION_POLL_MS).")
     var notificationPollMs: Int = Int(ProcessInfo.processInfo.environment["NIMBUS_NOTIFICATION_POLL_MS"] ?? "") ?? 250
 
+    @Option(help: "A directory for the server's own backups, taken on schedule (--backup-every) and from the dashboard (env NIMBUS_BACKUP_DIR).")
+    var backupDir: String? = ProcessInfo.processInfo.environment["NIMBUS_BACKUP_DIR"]
+
+    @Option(help: "How often to take a backup into --backup-dir: 30m, 6h, 1d… (env NIMBUS_BACKUP_EVERY).")
+    var backupEvery: String? = ProcessInfo.processInfo.environment["NIMBUS_BACKUP_EVERY"]
+
+    @Option(help: "How many of the newest backups in --backup-dir to keep (env NIMBUS_BACKUP_KEEP).")
+    var backupKeep: Int = Int(ProcessInfo.processInfo.environment["NIMBUS_BACKUP_KEEP"] ?? "") ?? 7
+
     func run() async throws {
         var configuration = try data.configuration()
+        configuration.backups = try backupSettings()
         configuration.host = host
         configuration.port = port
         guard let level = Logger.Level(rawValue: logLevel) else { throw ValidationError("unknown --log-level '\(logLevel)'") }
@@ -121,7 +131,7 @@ struct Serve: AsyncParsableCommand {
         let bootstrap = try await Bootstrap.ensure(in: directory, configuration: configuration)
         let dataDir = configuration.dataDirectory
         let storage = configuration.storageDescription
-        let app = NimbusServer.makeApplication(service: directory.service, configuration: configuration) { port in
+        let app = NimbusServer.makeApplication(service: directory.service, configuration: configuration, backups: directory.backups) { port in
             // One line each, so scripts can pick them out; written unbuffered, as a pipe may be reading.
             let lines = [
                 "Nimbus listening on http://\(host):\(port)",
@@ -135,5 +145,19 @@ struct Serve: AsyncParsableCommand {
         // SIGINT and SIGTERM end the server gracefully: in-flight requests finish first.
         try await app.runService(gracefulShutdownSignals: [.sigterm, .sigint])
         try await directory.storage.close()
+    }
+
+    func backupSettings() throws -> BackupSettings {
+        let directory = backupDir.flatMap { $0.isEmpty ? nil : $0 }
+        var every: Duration?
+        if let text = backupEvery, !text.isEmpty {
+            guard let interval = BackupSettings.interval(parsing: text) else {
+                throw ValidationError("--backup-every '\(text)' is not an interval; write a number and s, m, h or d, as in 6h")
+            }
+            guard directory != nil else { throw ValidationError("--backup-every needs --backup-dir: where the backups go") }
+            every = interval
+        }
+        guard backupKeep >= 1 else { throw ValidationError("--backup-keep must be at least 1") }
+        return BackupSettings(directory: directory, every: every, keep: backupKeep)
     }
 }

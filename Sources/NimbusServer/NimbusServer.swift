@@ -34,6 +34,8 @@ public struct ServerConfiguration: Sendable {
     public var trustedProxies: Set<String> = []
     /// Where asset bytes go (docs/assets.md): files under the data directory, or a bucket.
     public var assetStore: AssetStoreChoice = .files
+    /// The server's own backups: where, how often, how many (docs/operations.md).
+    public var backups = BackupSettings()
 
     public init(storage: StorageOpener) {
         self.storage = storage
@@ -92,6 +94,8 @@ public enum AssetStoreChoice: Sendable, Hashable {
 public struct DataDirectory: Sendable {
     public let storage: any StorageDriver
     public let service: NimbusService
+    /// Backups into `ServerConfiguration.backups`' directory, on schedule or on request.
+    public let backups: BackupKeeper
 
     public static func open(_ configuration: ServerConfiguration) async throws -> DataDirectory {
         try FileManager.default.createDirectory(atPath: configuration.dataDirectory, withIntermediateDirectories: true)
@@ -111,7 +115,10 @@ public struct DataDirectory: Sendable {
             }
         }
         let service = try await NimbusService(storage: storage, options: options)
-        return DataDirectory(storage: storage, service: service)
+        let backups = BackupKeeper(
+            settings: configuration.backups, storage: storage, blobs: options.blobs, dataDirectory: configuration.dataDirectory,
+            logger: configuration.leveledLogger)
+        return DataDirectory(storage: storage, service: service, backups: backups)
     }
 }
 
@@ -152,7 +159,7 @@ public struct Bootstrap: Codable, Sendable {
 /// Builds the Hummingbird application serving a data directory.
 public enum NimbusServer {
     public static func makeApplication(
-        service: NimbusService, configuration: ServerConfiguration,
+        service: NimbusService, configuration: ServerConfiguration, backups: BackupKeeper? = nil,
         onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
     ) -> some ApplicationProtocol {
         let logger = configuration.leveledLogger
@@ -163,7 +170,7 @@ public enum NimbusServer {
         let edge = configuration.edge
         let budget = BodyBudget(
             .init(total: edge.bodyBytesInFlight, perClient: edge.bodyBytesPerClient, perCaller: edge.bodyBytesPerCaller))
-        let parts = ServerParts(service: service, courier: courier, logger: logger, bodyBudget: budget)
+        let parts = ServerParts(service: service, courier: courier, logger: logger, bodyBudget: budget, backups: backups)
         let router = NimbusRouter.make(parts: parts, trustedProxies: configuration.trustedProxies)
         let counter = ConnectionCounter()
         let server = HTTPServerBuilder { responder in
@@ -183,7 +190,8 @@ public enum NimbusServer {
             server: server,
             configuration: ApplicationConfiguration(
                 address: .hostname(configuration.host, port: configuration.port), serverName: "Nimbus"),
-            services: [NotificationPipelineService(service: service, connections: connections), apns, AssetCollectionService(service: service)],
+            services: [NotificationPipelineService(service: service, connections: connections), apns, AssetCollectionService(service: service)]
+                + (backups.flatMap { $0.settings.every == nil ? nil : [ScheduledBackupService(keeper: $0)] } ?? []),
             onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? configuration.port) },
             logger: logger)
     }

@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import NIOCore
 import NimbusBlobs
 import NimbusServer
@@ -266,4 +267,117 @@ private struct BreakingBlobStore: BlobStore {
     func delete(_ key: BlobKey) async throws { try await inner.delete(key) }
     func keys(storedBefore time: Int64) async throws -> [BlobKey] { try await inner.keys(storedBefore: time) }
     var description: String { "breaking " + inner.description }
+}
+
+/// The server's own backups (`nimbus serve --backup-dir --backup-every --backup-keep`) and the
+/// admin API's view of them.
+@Suite struct ScheduledBackupTests {
+    @Test func scheduledBackupsRunAndRotateKeepingTheNewest() async throws {
+        let (dataDirectory, container, apiToken) = try await CrashRecoveryTests.prepareDataDirectory()
+        let backups = dataDirectory + "-backups"
+        defer { for path in [dataDirectory, backups] { try? FileManager.default.removeItem(atPath: path) } }
+        let (server, client) = try await CrashRecoveryTests.serveSignedIn(
+            dataDirectory, container: container, apiToken: apiToken, ["--backup-dir", backups, "--backup-every", "1s", "--backup-keep", "2"])
+        defer { server.stop() }
+        #expect(try await client.createZone("Notes").status == 200)
+        var seen: [String] = []
+        var most = 0
+        let deadline = Date().addingTimeInterval(60)
+        var written = 0
+        while seen.count < 4, Date() < deadline {
+            _ = try await client.modify(zone: "Notes", [Op.create("n\(written)")])
+            written += 1
+            let complete = Self.completeBackups(in: backups)
+            most = max(most, complete.count)
+            for name in complete where !seen.contains(name) { seen.append(name) }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        #expect(seen.count >= 4, "scheduled backups seen in 60 s: \(seen)")
+        #expect(most <= 2, "more backups than --backup-keep at once")
+        let now = Self.completeBackups(in: backups)
+        #expect(!now.contains(seen[0]) && !now.contains(seen[1]), "the oldest were not removed: \(now)")
+        let newest = try #require(now.sorted().last)
+        let verified = try NimbusProcess.run(["backup", "verify", backups + "/" + newest])
+        #expect(verified.hasPrefix("backup is whole"), "\(verified)")
+    }
+
+    static func completeBackups(in directory: String) -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter {
+            $0.hasPrefix("nimbus-backup-") && FileManager.default.fileExists(atPath: "\(directory)/\($0)/manifest.json")
+        }.sorted()
+    }
+
+    @Test func aFailingScheduledBackupIsVisibleToOperatorsAndLogged() async throws {
+        let blocker = NSTemporaryDirectory() + "nimbus-not-a-directory-" + UUID().uuidString
+        FileManager.default.createFile(atPath: blocker, contents: Data("a file where backups should go".utf8))
+        defer { try? FileManager.default.removeItem(atPath: blocker) }
+        let lines = RouterTests.LogLines()
+        try await TestServer.with(configure: {
+            $0.backups = BackupSettings(directory: blocker + "/backups", every: .milliseconds(50), keep: 2)
+            $0.logger = Logger(label: "test") { _ in RouterTests.CapturingHandler(sink: lines) }
+        }) { server in
+            let browser = try await ConsoleTests.administrator(server)
+            var status = try await browser.get("backups")
+            let deadline = Date().addingTimeInterval(30)
+            while status.json["lastFailure"] == nil, Date() < deadline {
+                try await Task.sleep(for: .milliseconds(50))
+                status = try await browser.get("backups")
+            }
+            #expect(status.json["configured"] == true, "\(status.text)")
+            let reason = status.json["lastFailure"]?["reason"]?.stringValue ?? ""
+            #expect(reason.contains(blocker), "\(status.text)")
+            #expect((status.json["failuresInARow"]?.int64Value ?? 0) >= 1)
+            #expect(status.json["lastSuccess"] == nil)
+            #expect(lines.all.contains { $0.0 == "backup failed" && "\($0.1["reason"] ?? "")".contains(blocker) }, "no error logged")
+
+            let now = try await browser.post("backups")
+            #expect(now.status == 500 && now.reason.hasPrefix("the backup failed: "), "\(now.text)")
+        }
+    }
+
+    @Test func operatorsTakeABackupNowAndSeeTheList() async throws {
+        let backups = NSTemporaryDirectory() + "nimbus-backups-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: backups) }
+        try await TestServer.with(configure: { $0.backups = BackupSettings(directory: backups, keep: 3) }) { server in
+            let browser = try await ConsoleTests.administrator(server)
+            let empty = try await browser.get("backups")
+            #expect(empty.status == 200 && empty.json["backups"]?.arrayValue?.isEmpty == true, "\(empty.text)")
+            #expect(empty.json["everySeconds"] == nil)
+
+            let taken = try await browser.post("backups")
+            #expect(taken.status == 200, "\(taken.text)")
+            let listed = try #require(taken.json["backups"]?.arrayValue)
+            #expect(listed.count == 1 && listed[0]["name"]?.stringValue == taken.json["lastSuccess"]?["name"]?.stringValue)
+            let name = try #require(listed[0]["name"]?.stringValue)
+            #expect(try Backups.verify(backups + "/" + name).store.engine == (TestStorage.isSQLiteFile ? "sqlite" : "postgres"))
+            let audit = try await browser.get("audit")
+            #expect(audit.json["entries"]?.arrayValue?.contains { $0["action"] == "backup.take" } == true, "\(audit.text)")
+
+            // Without the CSRF token, or as a read-only operator, or one limited to a container: refused.
+            #expect(try await browser.post("backups", csrf: "wrong").status == 403)
+            let (_, password) = try await server.service.createOperator(name: "rhea", role: .readOnly, containers: nil, by: "cli")
+            var reader = OperatorTests.Browser(server)
+            _ = try await reader.signIn("rhea", password)
+            #expect(try await reader.get("backups").status == 200)
+            #expect(try await reader.post("backups").status == 403)
+            let (_, limitedPassword) = try await server.service.createOperator(
+                name: "lim", role: .administrator, containers: [TestServer.container], by: "cli")
+            var limited = OperatorTests.Browser(server)
+            _ = try await limited.signIn("lim", limitedPassword)
+            #expect(try await limited.get("backups").status == 403)
+            #expect(try await limited.post("backups").status == 403)
+            #expect(Self.count(backups) == 1)
+        }
+        // A server given no backup directory says so.
+        try await TestServer.with { server in
+            let browser = try await ConsoleTests.administrator(server)
+            #expect(try await browser.get("backups").json["configured"] == false)
+            let refused = try await browser.post("backups")
+            #expect(refused.status == 400 && refused.reason.contains("--backup-dir"), "\(refused.text)")
+        }
+    }
+
+    static func count(_ directory: String) -> Int {
+        ScheduledBackupTests.completeBackups(in: directory).count
+    }
 }

@@ -17,11 +17,16 @@ final class ServerParts: Sendable {
     let requests = RequestLog()
     /// How routes read bodies: bounds by route, bytes held at once.
     let bodies: RequestBodies
+    /// The server's own backups (docs/operations.md); nil for a server given none.
+    let backups: BackupKeeper?
 
-    init(service: NimbusService, courier: WebCourier, logger: Logger, bodyBudget: BodyBudget = BodyBudget()) {
+    init(
+        service: NimbusService, courier: WebCourier, logger: Logger, bodyBudget: BodyBudget = BodyBudget(), backups: BackupKeeper? = nil
+    ) {
         self.service = service
         self.courier = courier
         self.logger = logger
+        self.backups = backups
         bodies = RequestBodies(limits: BodyLimits(assetBytes: Int(service.options.assets.maximumBytes)), budget: bodyBudget)
     }
 }

@@ -1,0 +1,193 @@
+import Foundation
+import Logging
+import NimbusBlobs
+import NimbusCore
+import NimbusStorage
+import NimbusWire
+import ServiceLifecycle
+
+/// Where a server keeps its own backups (`nimbus serve --backup-dir`, `--backup-every`,
+/// `--backup-keep`; docs/operations.md).
+public struct BackupSettings: Sendable, Hashable {
+    /// The directory backups go to; nil: the server takes none (`nimbus backup --to` still works).
+    public var directory: String?
+    /// How often to take one; nil: only when an operator asks (the dashboard).
+    public var every: Duration?
+    /// How many of the newest to keep; older ones are removed after each new one.
+    public var keep: Int = 7
+
+    public init(directory: String? = nil, every: Duration? = nil, keep: Int = 7) {
+        self.directory = directory
+        self.every = every
+        self.keep = keep
+    }
+
+    /// `30s`, `15m`, `6h`, `1d` (`--backup-every`).
+    public static func interval(parsing text: String) -> Duration? {
+        guard let unit = text.last, let count = Int64(text.dropLast()), count > 0 else { return nil }
+        switch unit {
+        case "s": return .seconds(count)
+        case "m": return .seconds(count * 60)
+        case "h": return .seconds(count * 3_600)
+        case "d": return .seconds(count * 86_400)
+        default: return nil
+        }
+    }
+}
+
+/// The server's backups: taken on schedule or on request into `BackupSettings.directory`, one at
+/// a time, the oldest removed past `keep`; and what an operator needs to see about them (the
+/// last success, the last failure, what is on disk).
+public actor BackupKeeper {
+    /// Names of the backups the keeper makes, and the only ones it ever removes.
+    static let namePrefix = "nimbus-backup-"
+
+    public struct Status: Sendable {
+        public var directory: String?
+        public var every: Duration?
+        public var keep: Int
+        public var running: Bool
+        public var lastSuccess: (at: Date, name: String, bytes: Int64)?
+        public var lastFailure: (at: Date, reason: String)?
+        /// Failures since the last success.
+        public var failuresInARow: Int
+        /// Complete backups in the directory, newest first.
+        public var backups: [Summary]
+    }
+
+    public struct Summary: Sendable {
+        public var name: String
+        public var takenAt: String
+        public var bytes: Int64
+        public var nimbusVersion: String
+    }
+
+    public let settings: BackupSettings
+    private let storage: any StorageDriver
+    private let blobs: (any BlobStore)?
+    private let dataDirectory: String
+    private let logger: Logger
+    private var running = false
+    private var lastSuccess: (at: Date, name: String, bytes: Int64)?
+    private var lastFailure: (at: Date, reason: String)?
+    private var failuresInARow = 0
+
+    public init(settings: BackupSettings, storage: any StorageDriver, blobs: (any BlobStore)?, dataDirectory: String, logger: Logger) {
+        self.settings = settings
+        self.storage = storage
+        self.blobs = blobs
+        self.dataDirectory = dataDirectory
+        self.logger = logger
+    }
+
+    /// Takes a backup now into the directory, then removes the oldest past `keep`. Refused when
+    /// no directory is set or one is already being taken.
+    @discardableResult
+    public func backUp(now: Date = Date()) async throws -> BackupManifest {
+        guard let directory = settings.directory else {
+            throw CloudKitError(.badRequest, "this server keeps no backups: start it with --backup-dir, or run nimbus backup --to PATH")
+        }
+        guard !running else { throw CloudKitError(.conflict, "a backup is being taken now; wait for it to finish") }
+        running = true
+        defer { running = false }
+        let name = Self.name(at: now, in: directory)
+        do {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            Self.removeUnfinished(in: directory)
+            let manifest = try await Backups.take(
+                storage: storage, blobs: blobs, dataDirectory: dataDirectory, to: (directory as NSString).appendingPathComponent(name),
+                now: now)
+            let bytes = manifest.files.reduce(Int64(0)) { $0 + $1.bytes }
+            lastSuccess = (now, name, bytes)
+            failuresInARow = 0
+            logger.info("backup taken", metadata: ["backup": "\(name)", "bytes": "\(bytes)"])
+            if !manifest.missingBlobs.isEmpty {
+                logger.warning(
+                    "backup taken without asset blobs the blob store had already lost",
+                    metadata: ["backup": "\(name)", "missing": "\(manifest.missingBlobs.count)"])
+            }
+            removeOld(in: directory)
+            return manifest
+        } catch {
+            let reason = (error as? CloudKitError)?.reason ?? "\(error)"
+            lastFailure = (now, reason)
+            failuresInARow += 1
+            logger.error("backup failed", metadata: ["backup": "\(name)", "reason": "\(reason)"])
+            throw error
+        }
+    }
+
+    public func status() -> Status {
+        Status(
+            directory: settings.directory, every: settings.every, keep: settings.keep, running: running, lastSuccess: lastSuccess,
+            lastFailure: lastFailure, failuresInARow: failuresInARow, backups: settings.directory.map(Self.backups(in:)) ?? [])
+    }
+
+    /// `nimbus-backup-20261126-140601`, with `-2`, `-3`… if taken twice in one second.
+    static func name(at time: Date, in directory: String) -> String {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "UTC")
+        formatter.dateFormat = "yyyyMMdd-HHmmss"
+        let base = namePrefix + formatter.string(from: time)
+        var name = base
+        var attempt = 1
+        while FileManager.default.fileExists(atPath: (directory as NSString).appendingPathComponent(name)) {
+            attempt += 1
+            name = "\(base)-\(attempt)"
+        }
+        return name
+    }
+
+    /// Complete backups (those with a manifest) the keeper made, newest first.
+    static func backups(in directory: String) -> [Summary] {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        return names.filter { $0.hasPrefix(namePrefix) }.sorted(by: >).compactMap { name in
+            let path = (directory as NSString).appendingPathComponent(name) + "/" + BackupManifest.fileName
+            guard let data = FileManager.default.contents(atPath: path),
+                let manifest = try? JSONDecoder().decode(BackupManifest.self, from: data)
+            else { return nil }
+            return Summary(
+                name: name, takenAt: manifest.takenAt, bytes: manifest.files.reduce(0) { $0 + $1.bytes },
+                nimbusVersion: manifest.nimbusVersion)
+        }
+    }
+
+    /// Removes complete backups past `keep`, oldest first; never anything it did not name.
+    private func removeOld(in directory: String) {
+        for old in Self.backups(in: directory).dropFirst(max(1, settings.keep)) {
+            do {
+                try FileManager.default.removeItem(atPath: (directory as NSString).appendingPathComponent(old.name))
+                logger.info("old backup removed", metadata: ["backup": "\(old.name)"])
+            } catch {
+                logger.warning("old backup not removed", metadata: ["backup": "\(old.name)", "reason": "\(error)"])
+            }
+        }
+    }
+
+    /// What backups cut short (the process killed mid-copy) left: hidden partial directories
+    /// of the keeper's names. Only one backup runs at a time, so none of them is in progress.
+    private static func removeUnfinished(in directory: String) {
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        where name.hasPrefix(".\(namePrefix)") && name.contains(".partial-") {
+            try? FileManager.default.removeItem(atPath: (directory as NSString).appendingPathComponent(name))
+        }
+    }
+}
+
+/// Takes the server's backups on schedule (`BackupSettings.every`).
+struct ScheduledBackupService: Service {
+    let keeper: BackupKeeper
+
+    func run() async throws {
+        // A service that returns ends the whole server: with no schedule, wait for shutdown.
+        guard let every = keeper.settings.every, keeper.settings.directory != nil else { return try await gracefulShutdown() }
+        await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                do { try await Task.sleep(for: every) } catch { return }
+                // A failure is logged and kept in the keeper's status; the schedule goes on.
+                _ = try? await keeper.backUp()
+            }
+        }
+    }
+}
