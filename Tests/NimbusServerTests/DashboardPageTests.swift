@@ -1,5 +1,6 @@
 import Foundation
 import NimbusCore
+import NimbusServer
 import NimbusStorage
 import NimbusTestSupport
 import NimbusWire
@@ -21,7 +22,9 @@ import Testing
         Data(base64Encoded: "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==")!)
 
     @Test func theDashboardWorksInChromium() async throws {
-        try await TestServer.with { server in
+        let backups = NSTemporaryDirectory() + "nimbus-dashboard-backups-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: backups) }
+        try await TestServer.with(configure: { $0.backups = BackupSettings(directory: backups, keep: 2) }) { server in
             let (_, password) = try await server.service.createOperator(name: "olga", role: .administrator, containers: nil, by: "cli")
             // What the walk finds: alice's photo (an asset) in the public database, a zone she
             // shares with bob's address, and a request of hers that failed.
@@ -92,11 +95,17 @@ import Testing
             #expect(log.count == 1 && log[0][4] == alice.userRecordName && log[0][2].contains("records/lookup"), "\(result)")
             #expect((result["chartBars"]?.int64Value ?? 0) >= 1, "\(result)")
 
+            // A backup taken from the page, listed, and whole.
+            let backupRows = (result["backups"]?.arrayValue ?? []).compactMap { $0.arrayValue?.compactMap(\.stringValue) }
+            #expect(backupRows.count == 1 && backupRows[0][0].hasPrefix("nimbus-backup-"), "\(result)")
+            #expect(result["backupState"]?.stringValue?.contains("Backups go to \(backups)") == true, "\(result)")
+            if let name = backupRows.first?.first { #expect(throws: Never.self) { try Backups.verify(backups + "/" + name) } }
+
             let audit = (result["audit"]?.arrayValue ?? []).compactMap { $0.arrayValue?.compactMap(\.stringValue) }
             let actions = audit.map { $0[2] }
             for expected in [
                 "sessions.revoke", "data.change", "schema.deploy", "schema.indexes", "tokens.create", "containers.create", "operators.create",
-                "schema.remove", "environment.reset", "operators.second-factor.enable",
+                "schema.remove", "environment.reset", "operators.second-factor.enable", "backup.take",
             ] {
                 #expect(actions.contains(expected), "no \(expected) in \(actions)")
             }

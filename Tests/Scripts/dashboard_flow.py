@@ -306,6 +306,15 @@ def main():
 
         console_flow(driver, wait, shots, config, result, rows, visible)
 
+        driver.find_element(By.CSS_SELECTOR, "nav button[data-view=backups]").click()
+        wait.until(lambda d: visible("backups") and d.find_element(By.ID, "backup-state").text)
+        driver.find_element(By.CSS_SELECTOR, "#take-backup button[type=submit]").click()
+        wait.until(lambda d: rows("backup-rows"))
+        result["backups"] = rows("backup-rows")
+        result["backupState"] = driver.find_element(By.ID, "backup-state").text
+        if shots:
+            driver.save_screenshot(f"{shots}/backups.png")
+
         driver.find_element(By.CSS_SELECTOR, "nav button[data-view=audit]").click()
         wait.until(lambda d: visible("audit") and rows("audit-rows"))
         result["audit"] = rows("audit-rows")

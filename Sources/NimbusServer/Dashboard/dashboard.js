@@ -52,6 +52,7 @@ function signedIn(answer) {
   const readOnly = answer.operator.role !== 'administrator';
   for (const form of document.querySelectorAll('.admin-only')) form.hidden = readOnly;
   for (const form of document.querySelectorAll('.every-container')) form.hidden = readOnly || Boolean(answer.operator.containers);
+  for (const area of document.querySelectorAll('.every-container-view')) area.hidden = Boolean(answer.operator.containers);
   document.body.classList.toggle('read-only', readOnly);
   $('sign-in').hidden = true; $('who').hidden = false; $('app').hidden = false;
   say('');
@@ -73,6 +74,9 @@ const views = {
     fill($('container-rows'), containers, [(c) => c.id, (c) => new Date(c.createdAt).toLocaleString()]);
     await showKeys();
   },
+  async backups() {
+    showBackups(await api('backups'));
+  },
   async audit() {
     const { entries } = await api('audit?limit=100');
     fill($('audit-rows'), entries, [(e) => new Date(e.at).toLocaleString(), (e) => e.operator, (e) => e.action, (e) => e.container, (e) => e.detail]);
@@ -84,7 +88,7 @@ async function show(view) {
   current = view;
   for (const button of document.querySelectorAll('nav button')) button.setAttribute('aria-pressed', String(button.dataset.view === view));
   for (const section of document.querySelectorAll('.view')) section.hidden = section.id !== view;
-  $('scope').hidden = view === 'operators' || view === 'audit';
+  $('scope').hidden = view === 'operators' || view === 'audit' || view === 'backups';
   try {
     await loadContainers();
     await views[view]();
@@ -187,6 +191,29 @@ async function showKeys() {
 async function act(change, refresh) {
   try { say(''); const answer = await change(); if (refresh) await refresh(); return answer; } catch (error) { say(error.message); }
 }
+
+function megabytes(bytes) { return `${(bytes / 1048576).toFixed(1)} MB`; }
+
+function showBackups(status) {
+  const every = status.everySeconds ? `every ${status.everySeconds >= 3600 ? `${status.everySeconds / 3600} h` : `${status.everySeconds} s`}` : 'only when asked';
+  $('backup-state').textContent = status.configured
+    ? `Backups go to ${status.directory}, ${every}; the newest ${status.keep} are kept.`
+      + (status.lastSuccess ? ` Last: ${new Date(status.lastSuccess.at).toLocaleString()}.` : ' None taken since the server started.')
+    : 'This server keeps no backups of its own: start it with --backup-dir (and --backup-every), or run nimbus backup --to PATH.';
+  $('backup-failure').hidden = !status.lastFailure;
+  $('backup-failure').textContent = status.lastFailure
+    ? `The last backup failed (${new Date(status.lastFailure.at).toLocaleString()}, ${status.failuresInARow} in a row): ${status.lastFailure.reason}`
+    : '';
+  $('take-backup').querySelector('button').disabled = !status.configured || status.running;
+  fill($('backup-rows'), status.backups || [], [(b) => b.name, (b) => new Date(b.takenAt).toLocaleString(), (b) => megabytes(b.bytes), (b) => b.nimbusVersion]);
+}
+
+$('take-backup').addEventListener('submit', (event) => {
+  event.preventDefault();
+  const button = event.target.querySelector('button');
+  button.disabled = true;
+  act(() => api('backups', { method: 'POST' }), () => show('backups')).finally(() => { button.disabled = false; });
+});
 
 $('container-pick').addEventListener('change', () => show(current));
 $('environment-pick').addEventListener('change', () => show(current));
