@@ -101,6 +101,22 @@ extension PostgresStorage: StoreCopying {
             location: location)
         // Opening migrates forward.
         let storage = try await PostgresStorage(location)
+        do {
+            try await storage.client.withTransaction(logger: logger) { connection in
+                // `restoreSequenceJump` for every sequence a change or notification token counts
+                // in; zones' positions in their database's feed stay (see SQLite's).
+                try await connection.query("UPDATE databases SET sequence = sequence + \(restoreSequenceJump)", logger: logger)
+                try await connection.query("UPDATE zones SET record_sequence = record_sequence + \(restoreSequenceJump)", logger: logger)
+                try await connection.query(
+                    """
+                    SELECT setval(s, nextval(s) + \(restoreSequenceJump))
+                    FROM pg_get_serial_sequence('notifications', 'sequence') AS s
+                    """, logger: logger)
+            }
+        } catch {
+            await storage.close()
+            throw normalized(error)
+        }
         await storage.close()
     }
 

@@ -74,6 +74,26 @@ extension SQLiteStorage: StoreCopying {
         // Opening migrates forward and puts the file in WAL mode.
         let storage = try SQLiteStorage(path: path, synchronous: synchronous)
         try await storage.close()
+        try await offPool {
+            let restored = try DatabaseQueue(path: path)
+            try restored.write { db in try jumpSequences(db) }
+            try restored.close()
+        }
+    }
+
+    /// `restoreSequenceJump` for every sequence a change token or notification token counts in.
+    /// Zones' positions in their database's change feed stay: moving them would show every zone
+    /// as changed to every device.
+    static func jumpSequences(_ db: Database) throws {
+        try db.execute(
+            sql: """
+                UPDATE databases SET sequence = sequence + :jump;
+                UPDATE zones SET record_sequence = record_sequence + :jump;
+                INSERT INTO sqlite_sequence (name, seq)
+                    SELECT 'notifications', coalesce((SELECT max(sequence) FROM notifications), 0)
+                    WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'notifications');
+                UPDATE sqlite_sequence SET seq = seq + :jump WHERE name = 'notifications';
+                """, arguments: ["jump": restoreSequenceJump])
     }
 
     /// A restorer for stores at the path `file` gives for a data directory.

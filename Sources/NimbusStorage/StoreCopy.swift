@@ -31,6 +31,14 @@ public protocol StoreCopying: Sendable {
     func copyStore(into directory: String) async throws -> StoreCopy
 }
 
+/// How far a restore moves every change sequence forward (databases, zones' records, the
+/// notification collection). A device that synced after the backup was taken holds a token
+/// from a future the restored store never saw; without the jump, the restored store would hand
+/// out those same sequence numbers again and the device would silently skip the new changes
+/// that got them. With it, every change made after the restore is after every token ever
+/// issued. 2^32: more changes than any one database makes between a backup and its restore.
+public let restoreSequenceJump: Int64 = 1 << 32
+
 /// How one engine puts a copy back (`StorageOpener.restorer`).
 public struct StoreRestorer: Sendable {
     /// The engine whose copies it restores.
@@ -39,8 +47,8 @@ public struct StoreRestorer: Sendable {
     /// taken by a newer Nimbus.
     public var migrations: [String]
     /// Makes a new store for `dataDirectory` from the copy in `backupDirectory`, refusing
-    /// (`StoreCopyRefusal`) when the store it would make already holds data, then brings its
-    /// schema forward to this build's.
+    /// (`StoreCopyRefusal`) when the store it would make already holds data, brings its schema
+    /// forward to this build's, and moves its change sequences on by `restoreSequenceJump`.
     public var restore: @Sendable (_ copy: StoreCopy, _ backupDirectory: String, _ dataDirectory: String) async throws -> Void
 
     public init(

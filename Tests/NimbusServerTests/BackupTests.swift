@@ -48,6 +48,8 @@ import Testing
         let acknowledgedBeforeBackupEnded = writes.acknowledgedCount
         stop.set()
         for writer in writers { await writer.value }
+        // Another device syncs after the backup: its token is from a future the restore loses.
+        let futureToken = try #require(try await Self.fetchAll(client, from: deviceToken).token)
         #expect(taken.contains("1 asset blobs"), "\(taken)")
         #expect(writes.acknowledgedCount > acknowledgedBeforeBackupEnded || acknowledgedBeforeBackupEnded > acknowledgedBeforeBackup.count)
 
@@ -82,17 +84,30 @@ import Testing
 
         // The device that synced before the backup fetches on from its token: every record the
         // restored zone holds that it had not seen, and nothing it had.
-        var fetched = Set<String>()
-        var token = deviceToken
+        let fetched = try await Self.fetchAll(reader, from: deviceToken).names
+        #expect(fetched == present.subtracting(["photo"]), "changes since the device's token: \(fetched.count), records restored: \(present.count)")
+
+        // Writes after the restore reach both devices, the one whose token is from the lost
+        // future too: the restore moved the zone's sequence past every token ever issued.
+        let later = (0..<3).map { "after-restore-\($0)" }
+        #expect(try await reader.modify(zone: "Notes", later.map { Op.create($0) }).status == 200)
+        let fromFuture = try await Self.fetchAll(reader, from: futureToken).names
+        #expect(fromFuture.isSuperset(of: later), "a device that synced after the backup missed writes after the restore: \(fromFuture)")
+        #expect(try await Self.fetchAll(reader, from: deviceToken).names == fetched.union(later))
+    }
+
+    /// Every page of Notes' changes after `token`: the names and the last token.
+    static func fetchAll(_ client: APIClient, from token: String) async throws -> (names: Set<String>, token: String?) {
+        var names = Set<String>()
+        var token: String? = token
         while true {
-            let answer = try await reader.zoneChanges("Notes", token: token)
+            let answer = try await client.zoneChanges("Notes", token: token)
             #expect(answer.status == 200, "\(answer.text)")
             let page = try #require(answer.zones.first)
-            for record in page["records"]?.arrayValue ?? [] { if let name = record["recordName"]?.stringValue { fetched.insert(name) } }
-            token = try #require(page["syncToken"]?.stringValue)
-            if page["moreComing"] != true { break }
+            for record in page["records"]?.arrayValue ?? [] { if let name = record["recordName"]?.stringValue { names.insert(name) } }
+            token = page["syncToken"]?.stringValue
+            if page["moreComing"] != true { return (names, token) }
         }
-        #expect(fetched == present.subtracting(["photo"]), "changes since the device's token: \(fetched.count), records restored: \(present.count)")
     }
 
     @Test func backupsRefuseToOverwriteAndRestoresRefuseDamagedNewerOrMisplacedBackups() async throws {
