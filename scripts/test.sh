@@ -28,6 +28,8 @@ fi
 python3 -c 'import selenium' >/dev/null 2>&1 || python3 -m pip install -q selenium==4.51.0 >/dev/null 2>&1
 # moto in server mode: the S3 the S3 blob store's tests talk to (Tests/NimbusTestSupport/MotoServer.swift).
 command -v moto_server >/dev/null 2>&1 || python3 -m pip install -q 'moto[server]' >/dev/null 2>&1
+# Prometheus' own text parser reads /metrics in MetricsTests.
+python3 -c 'import prometheus_client' >/dev/null 2>&1 || python3 -m pip install -q prometheus_client >/dev/null 2>&1
 
 swift build --build-tests
 

@@ -79,8 +79,17 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "How many of the newest backups in --backup-dir to keep (env NIMBUS_BACKUP_KEEP).")
     var backupKeep: Int = Int(ProcessInfo.processInfo.environment["NIMBUS_BACKUP_KEEP"] ?? "") ?? 7
 
+    @Option(help: "Serve GET /metrics (Prometheus' text format) to a monitor on this port, without credentials; 0 picks a free one (env NIMBUS_METRICS_PORT). Operators signed in to the dashboard read it on the main port too.")
+    var metricsPort: Int? = Int(ProcessInfo.processInfo.environment["NIMBUS_METRICS_PORT"] ?? "")
+
     func run() async throws {
         var configuration = try data.configuration()
+        if let metricsPort {
+            guard (0...65_535).contains(metricsPort), metricsPort != port || port == 0 else {
+                throw ValidationError("--metrics-port must be from 0 to 65535 and not the main --port")
+            }
+            configuration.metricsPort = metricsPort
+        }
         configuration.backups = try backupSettings()
         configuration.host = host
         configuration.port = port
@@ -131,7 +140,7 @@ struct Serve: AsyncParsableCommand {
         let bootstrap = try await Bootstrap.ensure(in: directory, configuration: configuration)
         let dataDir = configuration.dataDirectory
         let storage = configuration.storageDescription
-        let app = NimbusServer.makeApplication(service: directory.service, configuration: configuration, backups: directory.backups) { port in
+        let app = NimbusServer.makeApplication(service: directory.service, configuration: configuration, backups: directory.backups, metrics: directory.metrics) { port in
             // One line each, so scripts can pick them out; written unbuffered, as a pipe may be reading.
             let lines = [
                 "Nimbus listening on http://\(host):\(port)",

@@ -433,3 +433,14 @@ extension NimbusService {
         return try await storage.write { tx in try tx.pruneNotifications(createdBefore: cutoff) }
     }
 }
+
+extension NimbusService {
+    /// How far notification matching lags behind writes (`/metrics`): change-outbox entries not
+    /// yet matched to subscriptions (counted up to `limit`) and when the oldest was written.
+    public func notificationBacklog(limit: Int = 1_000) async throws -> (entries: Int, oldestAt: Int64?) {
+        try await storage.read(.scan) { tx in
+            let entries = try tx.outbox(limit: limit)
+            return (entries.count, entries.first?.createdAt)
+        }
+    }
+}

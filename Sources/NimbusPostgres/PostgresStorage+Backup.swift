@@ -174,3 +174,22 @@ enum PostgresTools {
         throw StoreCopyRefusal("\(tool) is not installed (PostgreSQL's client programs: apt install postgresql-client)")
     }
 }
+
+extension PostgresStorage: StoreFigures {
+    public func storeBytes() async throws -> Int64 {
+        var bytes: Int64 = 0
+        for row in try await rows("SELECT pg_database_size(current_database())") { bytes = try row.decode(Int64.self) }
+        return bytes
+    }
+
+    public var poolUse: PoolUse? {
+        let pending = pending.load(ordering: .relaxed)
+        let holding = holding.load(ordering: .relaxed)
+        return PoolUse(inUse: holding, waiting: max(0, pending - holding), maximum: maximumConnections)
+    }
+}
+
+extension PostgresCoarseStorage: StoreFigures {
+    public func storeBytes() async throws -> Int64 { try await storage.storeBytes() }
+    public var poolUse: PoolUse? { storage.poolUse }
+}

@@ -25,15 +25,15 @@ public final class PostgresStorage: Sendable {
     /// that outruns its budget, in the same round trip, where setting the limit per query
     /// would cost two more.
     private let timedPools = Mutex<[Int64: (client: PostgresClient, running: Task<Void, Never>)]>([:])
-    private let maximumConnections: Int
+    let maximumConnections: Int
     /// LISTEN connections (`PostgresSignals`), stopped by `close()`.
     let signals = PostgresSignals()
     private let statementObserver: (@Sendable (String) -> Void)?
     /// Statements asked for and not yet answered, and those of them holding a connection: a
     /// deadline's error names both, so an operator can tell a slow server (every call holding
     /// a connection) from a pool that hands none out.
-    private let pending = Atomic<Int>(0)
-    private let holding = Atomic<Int>(0)
+    let pending = Atomic<Int>(0)
+    let holding = Atomic<Int>(0)
 
     /// Connects, and brings the schema up to date before returning.
     /// `statementObserver` sees the text of every statement sent (one round trip each): how

@@ -118,3 +118,18 @@ extension SQLiteStorage: StoreCopying {
         }
     }
 }
+
+extension SQLiteStorage: StoreFigures {
+    public func storeBytes() async throws -> Int64 {
+        [path, path + "-wal"].reduce(Int64(0)) { total, file in
+            total + ((try? FileManager.default.attributesOfItem(atPath: file)[.size] as? NSNumber)?.int64Value ?? 0)
+        }
+    }
+
+    public var poolUse: PoolUse? { nil }
+}
+
+extension SQLiteCoarseStorage: StoreFigures {
+    public func storeBytes() async throws -> Int64 { try await storage.storeBytes() }
+    public var poolUse: PoolUse? { nil }
+}

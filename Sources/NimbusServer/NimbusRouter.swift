@@ -12,7 +12,7 @@ enum NimbusRouter {
         // chain when the route is added). Outermost first:
         router.add(
             middleware: EdgeMiddleware(
-                log: AccessLog(logger: parts.logger, requests: parts.requests, clock: service.options.clock),  // log line, request log
+                log: AccessLog(logger: parts.logger, requests: parts.requests, metrics: parts.metrics, clock: service.options.clock),  // log line, request log, metrics
                 errors: ErrorMapping(logger: parts.logger),  // every error → CloudKit's error JSON
                 forwarded: ForwardedHeaders(trustedProxies: trustedProxies),  // public base URL
                 cors: CORSPolicy(service: service)))  // the API token's allowed origins; preflight
@@ -23,6 +23,7 @@ enum NimbusRouter {
         ShareRoutes.addPage(to: router, parts: parts)  // the page at a share's URL
         AdminRoutes.add(to: router, parts: parts)  // the dashboard's admin API, operator sessions
         DashboardRoutes.add(to: router)  // the dashboard's page, style and script
+        MetricsRoutes.addForOperators(to: router, parts: parts)  // /metrics, for signed-in operators
 
         // Authentication runs in each route of these groups before its handler (`Route.bind`).
         let apiToken = Authentication(service: service, credentials: .apiToken, bodies: parts.bodies)

@@ -36,6 +36,9 @@ public struct ServerConfiguration: Sendable {
     public var assetStore: AssetStoreChoice = .files
     /// The server's own backups: where, how often, how many (docs/operations.md).
     public var backups = BackupSettings()
+    /// The port of the listener that serves `GET /metrics` to a monitor without credentials
+    /// (on `host`); nil for none (operators still read it on the main port); 0 picks a free one.
+    public var metricsPort: Int?
 
     public init(storage: StorageOpener) {
         self.storage = storage
@@ -96,6 +99,8 @@ public struct DataDirectory: Sendable {
     public let service: NimbusService
     /// Backups into `ServerConfiguration.backups`' directory, on schedule or on request.
     public let backups: BackupKeeper
+    /// The figures `/metrics` serves.
+    public let metrics: ServerMetrics
 
     public static func open(_ configuration: ServerConfiguration) async throws -> DataDirectory {
         try FileManager.default.createDirectory(atPath: configuration.dataDirectory, withIntermediateDirectories: true)
@@ -118,7 +123,9 @@ public struct DataDirectory: Sendable {
         let backups = BackupKeeper(
             settings: configuration.backups, storage: storage, blobs: options.blobs, dataDirectory: configuration.dataDirectory,
             logger: configuration.leveledLogger)
-        return DataDirectory(storage: storage, service: service, backups: backups)
+        let metrics = ServerMetrics()
+        metrics.addStoreSources(storage: storage, service: service, backups: backups)
+        return DataDirectory(storage: storage, service: service, backups: backups, metrics: metrics)
     }
 }
 
@@ -159,7 +166,7 @@ public struct Bootstrap: Codable, Sendable {
 /// Builds the Hummingbird application serving a data directory.
 public enum NimbusServer {
     public static func makeApplication(
-        service: NimbusService, configuration: ServerConfiguration, backups: BackupKeeper? = nil,
+        service: NimbusService, configuration: ServerConfiguration, backups: BackupKeeper? = nil, metrics: ServerMetrics? = nil,
         onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
     ) -> some ApplicationProtocol {
         let logger = configuration.leveledLogger
@@ -170,7 +177,8 @@ public enum NimbusServer {
         let edge = configuration.edge
         let budget = BodyBudget(
             .init(total: edge.bodyBytesInFlight, perClient: edge.bodyBytesPerClient, perCaller: edge.bodyBytesPerCaller))
-        let parts = ServerParts(service: service, courier: courier, logger: logger, bodyBudget: budget, backups: backups)
+        let parts = ServerParts(service: service, courier: courier, logger: logger, bodyBudget: budget, backups: backups, metrics: metrics)
+        metrics?.addServerSources(connections: connections, apns: apns)
         let router = NimbusRouter.make(parts: parts, trustedProxies: configuration.trustedProxies)
         let counter = ConnectionCounter()
         let server = HTTPServerBuilder { responder in
@@ -191,7 +199,10 @@ public enum NimbusServer {
             configuration: ApplicationConfiguration(
                 address: .hostname(configuration.host, port: configuration.port), serverName: "Nimbus"),
             services: [NotificationPipelineService(service: service, connections: connections), apns, AssetCollectionService(service: service)]
-                + (backups.flatMap { $0.settings.every == nil ? nil : [ScheduledBackupService(keeper: $0)] } ?? []),
+                + (backups.flatMap { $0.settings.every == nil ? nil : [ScheduledBackupService(keeper: $0)] } ?? [])
+                + (metrics.flatMap { metrics in
+                    configuration.metricsPort.map { [MetricsRoutes.listener(metrics, host: configuration.host, port: $0, logger: logger)] }
+                } ?? []),
             onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? configuration.port) },
             logger: logger)
     }

@@ -328,10 +328,21 @@ struct ConsoleTests {
             #expect(hers.json["requests"]?.arrayValue?.count == 2, "\(hers.text)")  // list, lookup
             #expect(hers.json["requests"]?.arrayValue?.allSatisfy { $0["user"]?.stringValue == recordName } == true)
 
+            // CloudKit's most common error comes inside a 200: a record's CONFLICT in a batch.
+            _ = try await alice.createZone("Z")
+            #expect(try await alice.modify(zone: "Z", [Op.create("r1")]).status == 200)
+            let conflict = try await alice.modify(zone: "Z", [Op.update("r1", tag: "stale", [:]), Op.create("r2")])
+            #expect(conflict.status == 200 && conflict.records.first?.errorCode == "CONFLICT", "\(conflict.text)")
+            let conflicts = try await browser.get("requests", query: "?error=CONFLICT").json["requests"]?.arrayValue ?? []
+            // A custom zone's batch is atomic: the other record fails with it.
+            #expect(conflicts.count == 1 && conflicts.first?["itemErrorCodes"] == ["CONFLICT", "ATOMIC_ERROR"], "\(conflicts)")
+            #expect(conflicts.first?["status"]?.int64Value == 200 && conflicts.first?["serverErrorCode"] == nil)
+
             let figures = try await browser.get("metrics")
             let minutes = figures.json["minutes"]?.arrayValue ?? []
             #expect(minutes.reduce(0) { $0 + ($1["requests"]?.int64Value ?? 0) } >= 3, "\(figures.text)")
             #expect(minutes.last?["errors"]?["ZONE_NOT_FOUND"]?.int64Value == 1, "\(figures.text)")
+            #expect(minutes.last?["errors"]?["CONFLICT"]?.int64Value == 1, "\(figures.text)")
             #expect(minutes.last?["p99"]?.doubleValue ?? 0 >= minutes.last?["p50"]?.doubleValue ?? 1, "\(figures.text)")
 
             _ = try await server.service.createContainer(id: "iCloud.test.other")

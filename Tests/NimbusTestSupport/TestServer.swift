@@ -73,7 +73,7 @@ public final class TestServer: Sendable {
         let productionToken = try await directory.service.createAPIToken(container: container, environment: .production)
 
         let (ports, portContinuation) = AsyncStream<Int>.makeStream()
-        let app = NimbusServer.makeApplication(service: directory.service, configuration: configuration, backups: directory.backups) { port in
+        let app = NimbusServer.makeApplication(service: directory.service, configuration: configuration, backups: directory.backups, metrics: directory.metrics) { port in
             portContinuation.yield(port)
             portContinuation.finish()
         }

@@ -686,7 +686,7 @@ async function searchLog() {
   if (form.elements.error.value.trim()) params.set('error', form.elements.error.value.trim());
   const { requests } = await api(`requests?${params}`);
   fill($('log-rows'), requests, [(r) => new Date(r.at).toLocaleTimeString(), (r) => r.uuid, (r) => `${r.method} ${r.route}`, (r) => r.container,
-    (r) => r.user, (r) => String(r.status), (r) => r.serverErrorCode, (r) => String(r.ms)]);
+    (r) => r.user, (r) => String(r.status), (r) => r.serverErrorCode || (r.itemErrorCodes ? `in items: ${r.itemErrorCodes.join(", ")}` : ""), (r) => String(r.ms)]);
 }
 
 $('log-form').addEventListener('submit', (event) => { event.preventDefault(); act(searchLog); });

@@ -51,6 +51,8 @@ public final class RequestExchange: @unchecked Sendable {
         /// The session token to echo (`X-Apple-CloudKit-Web-Auth-Token`); cleared when it failed.
         public var webAuthToken: String?
         public var serverErrorCode: String?
+        /// The errors of single items inside a 200 (`ItemFailures`): a `CONFLICT` for one record.
+        public var itemFailureCodes: [ServerErrorCode] = []
         /// `Access-Control-Allow-Origin` for the answer: `*`, the request's origin, or nil (no grant).
         public var allowedOrigin: String?
         /// This server's address as a trusted proxy reports it (`ForwardedHeaders`);

@@ -2,7 +2,7 @@ import Foundation
 
 /// The dashboard's request log and numbers (docs/dashboard.md): the last `capacity` requests
 /// this node answered, and per-minute figures for the last hour (requests, latency histogram,
-/// errors by `serverErrorCode`). In memory, per node: a restart starts it empty, and an
+/// errors by `serverErrorCode`, the errors of single items inside a 200 included). In memory, per node: a restart starts it empty, and an
 /// operator of several nodes reads each node's own (the access log lines, at `info`, are the
 /// durable record).
 ///
@@ -18,6 +18,8 @@ final class RequestLog: @unchecked Sendable {
         var user: String?
         var status: Int
         var serverErrorCode: String?
+        /// Errors of single items inside a 200 (a record's `CONFLICT` in a batch).
+        var itemFailureCodes: [String] = []
         var milliseconds: Double
     }
 
@@ -28,10 +30,11 @@ final class RequestLog: @unchecked Sendable {
         /// Request durations in buckets `RequestLog.bucketBounds` (the last bucket is open).
         var latency = [Int](repeating: 0, count: RequestLog.bucketBounds.count + 1)
 
-        mutating func count(latencyBucket: Int, error: String?) {
+        mutating func count(latencyBucket: Int, error: String?, itemErrors: [String]) {
             requests += 1
             latency[latencyBucket] += 1
             if let error { errors[error, default: 0] += 1 }
+            for code in itemErrors { errors[code, default: 0] += 1 }
         }
 
         mutating func add(_ other: Figures) {
@@ -93,7 +96,7 @@ final class RequestLog: @unchecked Sendable {
             if perMinute.count > Self.minutes { perMinute.removeFirst(perMinute.count - Self.minutes) }
         }
         perMinute[perMinute.count - 1].byContainer[entry.container ?? "", default: Figures()]
-            .count(latencyBucket: bucket, error: entry.serverErrorCode)
+            .count(latencyBucket: bucket, error: entry.serverErrorCode, itemErrors: entry.itemFailureCodes)
     }
 
     /// The newest entries first that `keep` accepts, at most `limit`.

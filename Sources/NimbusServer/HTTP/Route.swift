@@ -19,14 +19,18 @@ final class ServerParts: Sendable {
     let bodies: RequestBodies
     /// The server's own backups (docs/operations.md); nil for a server given none.
     let backups: BackupKeeper?
+    /// The figures `/metrics` serves (docs/operations.md); nil counts nothing.
+    let metrics: ServerMetrics?
 
     init(
-        service: NimbusService, courier: WebCourier, logger: Logger, bodyBudget: BodyBudget = BodyBudget(), backups: BackupKeeper? = nil
+        service: NimbusService, courier: WebCourier, logger: Logger, bodyBudget: BodyBudget = BodyBudget(), backups: BackupKeeper? = nil,
+        metrics: ServerMetrics? = nil
     ) {
         self.service = service
         self.courier = courier
         self.logger = logger
         self.backups = backups
+        self.metrics = metrics
         bodies = RequestBodies(limits: BodyLimits(assetBytes: Int(service.options.assets.maximumBytes)), budget: bodyBudget)
     }
 }
@@ -64,8 +68,12 @@ struct Route: Sendable {
             { request, context in
                 var request = request
                 try await Self.admit(&request, context: context, parts: parts, authentication: authentication, cost: cost)
-                return Reply.json(
-                    try await handler(RouteInput(request: request, context: context, parts: parts)).json, context: context)
+                let body = try await handler(RouteInput(request: request, context: context, parts: parts))
+                if let failures = body as? any ItemFailures {
+                    let codes = failures.itemFailureCodes
+                    if !codes.isEmpty { context.exchange.update { $0.itemFailureCodes = codes } }
+                }
+                return Reply.json(body.json, context: context)
             }
         })
     }

@@ -11,6 +11,8 @@ struct AccessLog: Sendable {
     let logger: Logger
     /// The dashboard's request log and per-minute figures; nil records nothing there.
     let requests: RequestLog?
+    /// The figures `/metrics` serves; nil counts nothing.
+    let metrics: ServerMetrics?
     let clock: any WallClock
 
     func record(_ request: Request, context: NimbusRequestContext, response: Response, since start: ContinuousClock.Instant) {
@@ -18,13 +20,19 @@ struct AccessLog: Sendable {
         let facts = context.exchange.current
         let milliseconds = Double(elapsed.components.seconds) * 1_000 + Double(elapsed.components.attoseconds) / 1e15
         let route = context.endpointPath ?? request.uri.path
+        let itemFailures = facts.itemFailureCodes
+        // The route's template, never the client's own path: a monitor's label set stays bounded.
+        metrics?.countRequest(
+            route: context.endpointPath ?? "unrouted", status: Int(response.status.code), code: facts.serverErrorCode,
+            itemFailures: itemFailures, duration: elapsed)
         // The dashboard's own files and API are the operators' traffic, not the apps'.
         if let requests, !route.hasPrefix("/dashboard"), !route.hasPrefix("/admin/") {
             requests.record(
                 RequestLog.Entry(
                     at: clock.nowMilliseconds(), requestUUID: facts.requestUUID, method: request.method.rawValue,
                     route: Self.bounded(route), container: facts.container.map(Self.bounded), user: facts.userRecordName,
-                    status: Int(response.status.code), serverErrorCode: facts.serverErrorCode, milliseconds: milliseconds))
+                    status: Int(response.status.code), serverErrorCode: facts.serverErrorCode,
+                    itemFailureCodes: itemFailures.map(\.description), milliseconds: milliseconds))
         }
         guard logger.logLevel <= .info else { return }
         var metadata: Logger.Metadata = [
@@ -37,6 +45,7 @@ struct AccessLog: Sendable {
         if let container = facts.container { metadata["container"] = "\(container)" }
         if let user = facts.userRecordName { metadata["user"] = "\(user)" }
         if let code = facts.serverErrorCode { metadata["serverErrorCode"] = "\(code)" }
+        if !itemFailures.isEmpty { metadata["itemErrors"] = "\(itemFailures.map(\.description).joined(separator: ","))" }
         if let client = context.clientAddress { metadata["client"] = "\(client)" }
         logger.info("request", metadata: metadata)
     }

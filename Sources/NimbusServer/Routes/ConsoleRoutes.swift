@@ -421,7 +421,7 @@ enum ConsoleRoutes {
                 guard account.maySee(entryAbout: entry.container) else { return false }
                 if let containerName, entry.container != containerName { return false }
                 if let user, entry.user?.contains(user) != true { return false }
-                if let error, entry.serverErrorCode != error { return false }
+                if let error, entry.serverErrorCode != error, !entry.itemFailureCodes.contains(error) { return false }
                 return true
             }
             let rows: [JSON] = entries.map { entry in
@@ -432,6 +432,7 @@ enum ConsoleRoutes {
                 if let container = entry.container { row["container"] = .string(container) }
                 if let user = entry.user { row["user"] = .string(user) }
                 if let code = entry.serverErrorCode { row["serverErrorCode"] = .string(code) }
+                if !entry.itemFailureCodes.isEmpty { row["itemErrorCodes"] = .array(entry.itemFailureCodes.map(JSON.string)) }
                 return .object(row)
             }
             return Reply.json(["requests": .array(rows)], context: context)

@@ -56,3 +56,33 @@ extension ObjectReader {
 extension Array where Element: WireBody {
     public var json: JSON { .array(map(\.json)) }
 }
+
+/// An answer whose list entries may each be an error inside a 200 (a `CONFLICT` for one record
+/// of a batch): what the request log and the metrics count beside the request's own status,
+/// since that is where CloudKit apps meet most of their errors.
+public protocol ItemFailures {
+    /// The `serverErrorCode` of each entry that failed, in order.
+    var itemFailureCodes: [ServerErrorCode] { get }
+}
+
+extension Array {
+    func failureCodes<Item>() -> [ServerErrorCode] where Element == ItemResult<Item> {
+        compactMap { if case .failure(let error) = $0 { error.code } else { nil } }
+    }
+}
+
+extension RecordsResponse: ItemFailures {
+    public var itemFailureCodes: [ServerErrorCode] { records.failureCodes() }
+}
+
+extension ZonesResponse: ItemFailures {
+    public var itemFailureCodes: [ServerErrorCode] { zones.failureCodes() }
+}
+
+extension ZoneChangesResponse: ItemFailures {
+    public var itemFailureCodes: [ServerErrorCode] { zones.failureCodes() }
+}
+
+extension SubscriptionsResponse: ItemFailures {
+    public var itemFailureCodes: [ServerErrorCode] { subscriptions.failureCodes() }
+}
