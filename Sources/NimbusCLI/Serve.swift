@@ -82,8 +82,17 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Serve GET /metrics (Prometheus' text format) to a monitor on this port, without credentials; 0 picks a free one (env NIMBUS_METRICS_PORT). Operators signed in to the dashboard read it on the main port too.")
     var metricsPort: Int? = Int(ProcessInfo.processInfo.environment["NIMBUS_METRICS_PORT"] ?? "")
 
+    @Option(
+        name: .customLong("alert"),
+        help: "A threshold to watch: server-errors>1%, p99>800ms, throttled>10/min or backup-age>26h; repeat for several (env NIMBUS_ALERTS, comma-separated).")
+    var alerts: [String] = (ProcessInfo.processInfo.environment["NIMBUS_ALERTS"] ?? "").split(separator: ",").map(String.init)
+
+    @Option(help: "Where to POST an alert when a threshold is crossed and when it clears (env NIMBUS_ALERT_WEBHOOK).")
+    var alertWebhook: String? = ProcessInfo.processInfo.environment["NIMBUS_ALERT_WEBHOOK"]
+
     func run() async throws {
         var configuration = try data.configuration()
+        configuration.alerts = try alertSettings(backups: configuration.backups)
         if let metricsPort {
             guard (0...65_535).contains(metricsPort), metricsPort != port || port == 0 else {
                 throw ValidationError("--metrics-port must be from 0 to 65535 and not the main --port")
@@ -154,6 +163,27 @@ struct Serve: AsyncParsableCommand {
         // SIGINT and SIGTERM end the server gracefully: in-flight requests finish first.
         try await app.runService(gracefulShutdownSignals: [.sigterm, .sigint])
         try await directory.storage.close()
+    }
+
+    func alertSettings(backups: BackupSettings) throws -> AlertSettings {
+        var settings = AlertSettings()
+        for text in alerts where !text.trimmingCharacters(in: .whitespaces).isEmpty {
+            do {
+                settings.rules.append(try AlertRule(parsing: text))
+            } catch {
+                throw ValidationError(error.reason)
+            }
+        }
+        if settings.rules.contains(where: { $0.figure == .backupAge }), backups.directory == nil {
+            throw ValidationError("--alert backup-age needs --backup-dir: it watches the server's own backups")
+        }
+        if let webhook = alertWebhook, !webhook.isEmpty {
+            guard let url = URL(string: webhook), url.scheme == "https" || url.scheme == "http", url.host != nil else {
+                throw ValidationError("--alert-webhook must be an http:// or https:// URL")
+            }
+            settings.webhook = webhook
+        }
+        return settings
     }
 
     func backupSettings() throws -> BackupSettings {

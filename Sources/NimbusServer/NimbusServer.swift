@@ -39,6 +39,8 @@ public struct ServerConfiguration: Sendable {
     /// The port of the listener that serves `GET /metrics` to a monitor without credentials
     /// (on `host`); nil for none (operators still read it on the main port); 0 picks a free one.
     public var metricsPort: Int?
+    /// Thresholds on the figures and the webhook told when one is crossed or clears.
+    public var alerts = AlertSettings()
 
     public init(storage: StorageOpener) {
         self.storage = storage
@@ -200,6 +202,11 @@ public enum NimbusServer {
                 address: .hostname(configuration.host, port: configuration.port), serverName: "Nimbus"),
             services: [NotificationPipelineService(service: service, connections: connections), apns, AssetCollectionService(service: service)]
                 + (backups.flatMap { $0.settings.every == nil ? nil : [ScheduledBackupService(keeper: $0)] } ?? [])
+                + [
+                    AlertWatcher(
+                        settings: configuration.alerts, requests: parts.requests, backups: backups, clock: service.options.clock,
+                        logger: logger)
+                ]
                 + (metrics.flatMap { metrics in
                     configuration.metricsPort.map { [MetricsRoutes.listener(metrics, host: configuration.host, port: $0, logger: logger)] }
                 } ?? []),

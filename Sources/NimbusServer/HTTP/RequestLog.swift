@@ -26,12 +26,15 @@ final class RequestLog: @unchecked Sendable {
     /// Requests, errors and latency of some traffic.
     struct Figures: Sendable {
         var requests = 0
+        /// Requests answered with a 5xx status.
+        var serverErrors = 0
         var errors: [String: Int] = [:]
         /// Request durations in buckets `RequestLog.bucketBounds` (the last bucket is open).
         var latency = [Int](repeating: 0, count: RequestLog.bucketBounds.count + 1)
 
-        mutating func count(latencyBucket: Int, error: String?, itemErrors: [String]) {
+        mutating func count(latencyBucket: Int, status: Int, error: String?, itemErrors: [String]) {
             requests += 1
+            if status >= 500 { serverErrors += 1 }
             latency[latencyBucket] += 1
             if let error { errors[error, default: 0] += 1 }
             for code in itemErrors { errors[code, default: 0] += 1 }
@@ -39,6 +42,7 @@ final class RequestLog: @unchecked Sendable {
 
         mutating func add(_ other: Figures) {
             requests += other.requests
+            serverErrors += other.serverErrors
             errors.merge(other.errors, uniquingKeysWith: +)
             for index in latency.indices { latency[index] += other.latency[index] }
         }
@@ -96,7 +100,7 @@ final class RequestLog: @unchecked Sendable {
             if perMinute.count > Self.minutes { perMinute.removeFirst(perMinute.count - Self.minutes) }
         }
         perMinute[perMinute.count - 1].byContainer[entry.container ?? "", default: Figures()]
-            .count(latencyBucket: bucket, error: entry.serverErrorCode, itemErrors: entry.itemFailureCodes)
+            .count(latencyBucket: bucket, status: entry.status, error: entry.serverErrorCode, itemErrors: entry.itemFailureCodes)
     }
 
     /// The newest entries first that `keep` accepts, at most `limit`.
