@@ -15,7 +15,7 @@ struct Nimbus: AsyncParsableCommand {
         version: NimbusVersion.current,
         subcommands: [
             Serve.self, Admin.self, Containers.self, Tokens.self, Keys.self, Users.self, Operators.self, Providers.self, Roles.self, LimitsCommand.self,
-            QuotasCommand.self, AssetsCommand.self, Schema.self, APNs.self, BackupCommand.self, RestoreCommand.self,
+            QuotasCommand.self, AssetsCommand.self, Schema.self, APNs.self, BackupCommand.self, RestoreCommand.self, RequestsCommand.self,
         ])
 }
 

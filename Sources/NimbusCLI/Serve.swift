@@ -149,7 +149,7 @@ struct Serve: AsyncParsableCommand {
         let bootstrap = try await Bootstrap.ensure(in: directory, configuration: configuration)
         let dataDir = configuration.dataDirectory
         let storage = configuration.storageDescription
-        let app = NimbusServer.makeApplication(service: directory.service, configuration: configuration, backups: directory.backups, metrics: directory.metrics) { port in
+        let app = NimbusServer.makeApplication(directory: directory, configuration: configuration) { port in
             // One line each, so scripts can pick them out; written unbuffered, as a pipe may be reading.
             let lines = [
                 "Nimbus listening on http://\(host):\(port)",
@@ -190,7 +190,7 @@ struct Serve: AsyncParsableCommand {
         let directory = backupDir.flatMap { $0.isEmpty ? nil : $0 }
         var every: Duration?
         if let text = backupEvery, !text.isEmpty {
-            guard let interval = BackupSettings.interval(parsing: text) else {
+            guard let interval = IntervalText.parse(text) else {
                 throw ValidationError("--backup-every '\(text)' is not an interval; write a number and s, m, h or d, as in 6h")
             }
             guard directory != nil else { throw ValidationError("--backup-every needs --backup-dir: where the backups go") }

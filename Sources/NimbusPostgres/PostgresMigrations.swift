@@ -603,5 +603,34 @@ enum PostgresMigrations {
                 PostgresApplyFunction.v7,
             ]
         ),
+        (
+            "v18-request-log",
+            [
+                // The lasting request log (PostgresRequestLog): every node writes here and
+                // the dashboard reads here, so it is the same on every node.
+                """
+                CREATE TABLE request_log (
+                    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                    at bigint NOT NULL,
+                    node text NOT NULL,
+                    uuid text NOT NULL,
+                    method text NOT NULL,
+                    route text NOT NULL,
+                    container text,
+                    environment text,
+                    database text,
+                    user_record_name text,
+                    user_name text,
+                    status integer NOT NULL,
+                    error text,
+                    item_errors text,
+                    ms double precision NOT NULL
+                )
+                """,
+                "CREATE INDEX request_log_by_time ON request_log (at)",
+                "CREATE INDEX request_log_by_user_name ON request_log (user_name, id)",
+                "CREATE INDEX request_log_by_user_record ON request_log (user_record_name, id)",
+            ]
+        ),
     ]
 }

@@ -20,6 +20,8 @@ public final class SQLiteStorage: StorageDriver {
     private let pool: DatabasePool
     private let committer: GroupCommitter
     private let scans: ScanLane
+    /// The lasting request log, in a file of its own beside this one.
+    let requestLogFile: SQLiteRequestLog
     public let path: String
     public let synchronous: SynchronousMode
 
@@ -71,6 +73,7 @@ public final class SQLiteStorage: StorageDriver {
         try migrator.migrate(pool)
         committer = GroupCommitter(pool: pool)
         scans = ScanLane(width: scanWidth)
+        requestLogFile = try SQLiteRequestLog(path: SQLiteRequestLog.path(besideStore: path))
         self.path = path
         self.synchronous = synchronous
     }
@@ -156,6 +159,7 @@ public final class SQLiteStorage: StorageDriver {
 
     public func close() async throws {
         try pool.close()
+        try requestLogFile.close()
     }
 
     /// The file `nimbus.sqlite` in the data directory, or `path` when given.

@@ -41,6 +41,8 @@ public struct ServerConfiguration: Sendable {
     public var metricsPort: Int?
     /// Thresholds on the figures and the webhook told when one is crossed or clears.
     public var alerts = AlertSettings()
+    /// How often the request log's new entries are stored (tests make it short).
+    public var requestLogFlushInterval: Duration = .seconds(1)
 
     public init(storage: StorageOpener) {
         self.storage = storage
@@ -168,9 +170,11 @@ public struct Bootstrap: Codable, Sendable {
 /// Builds the Hummingbird application serving a data directory.
 public enum NimbusServer {
     public static func makeApplication(
-        service: NimbusService, configuration: ServerConfiguration, backups: BackupKeeper? = nil, metrics: ServerMetrics? = nil,
-        onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
+        directory: DataDirectory, configuration: ServerConfiguration, onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
     ) -> some ApplicationProtocol {
+        let service = directory.service
+        let backups = directory.backups
+        let metrics = directory.metrics
         let logger = configuration.leveledLogger
         let connections = LiveConnections()
         let courier = WebCourier(service: service, pollTimeout: configuration.webCourierPollTimeout)
@@ -179,8 +183,11 @@ public enum NimbusServer {
         let edge = configuration.edge
         let budget = BodyBudget(
             .init(total: edge.bodyBytesInFlight, perClient: edge.bodyBytesPerClient, perCaller: edge.bodyBytesPerCaller))
-        let parts = ServerParts(service: service, courier: courier, logger: logger, bodyBudget: budget, backups: backups, metrics: metrics)
-        metrics?.addServerSources(connections: connections, apns: apns)
+        let parts = ServerParts(
+            service: service, courier: courier, logger: logger, bodyBudget: budget, backups: backups, metrics: metrics,
+            requestLogStore: (directory.storage as? any RequestLogStoring)?.requestLog,
+            archiveInterval: configuration.requestLogFlushInterval)
+        metrics.addServerSources(connections: connections, apns: apns)
         let router = NimbusRouter.make(parts: parts, trustedProxies: configuration.trustedProxies)
         let counter = ConnectionCounter()
         let server = HTTPServerBuilder { responder in
@@ -201,15 +208,14 @@ public enum NimbusServer {
             configuration: ApplicationConfiguration(
                 address: .hostname(configuration.host, port: configuration.port), serverName: "Nimbus"),
             services: [NotificationPipelineService(service: service, connections: connections), apns, AssetCollectionService(service: service)]
-                + (backups.flatMap { $0.settings.every == nil ? nil : [ScheduledBackupService(keeper: $0)] } ?? [])
+                + (backups.settings.every == nil ? [] : [ScheduledBackupService(keeper: backups)])
+                + (parts.archive.map { [$0] } ?? [])
                 + [
                     AlertWatcher(
                         settings: configuration.alerts, requests: parts.requests, backups: backups, clock: service.options.clock,
                         logger: logger)
                 ]
-                + (metrics.flatMap { metrics in
-                    configuration.metricsPort.map { [MetricsRoutes.listener(metrics, host: configuration.host, port: $0, logger: logger)] }
-                } ?? []),
+                + (configuration.metricsPort.map { [MetricsRoutes.listener(metrics, host: configuration.host, port: $0, logger: logger)] } ?? []),
             onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? configuration.port) },
             logger: logger)
     }

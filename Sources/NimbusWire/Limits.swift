@@ -98,5 +98,9 @@ public enum Limits {
     /// server ever took (16 MiB), so a client that sends all of it before reading hears why.
     public static let refusedBodyDrainBytes = Limit(name: "refusedBodyDrainBytes", value: 16 * 1_048_576)
     /// Seconds that drain may take.
+    /// Days the stored request log keeps an entry (docs/operations.md, "Logs that last").
+    public static let requestLogDays = Limit(name: "requestLogDays", value: 7)
+    /// Entries the stored request log keeps at most; the oldest go first.
+    public static let requestLogEntries = Limit(name: "requestLogEntries", value: 1_000_000)
     public static let refusedBodyDrainSeconds = Limit(name: "refusedBodyDrainSeconds", value: 3)
 }

@@ -9,6 +9,7 @@ import Testing
     static let notWireKeys: Set<String> = [
         "https",  // a URL scheme
         "_",  // the prefix of user record names
+        "s", "m", "h", "d",  // units of a length of time on a command line (IntervalText)
     ]
 
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()

@@ -92,7 +92,8 @@ import Testing
             let share = result["shares"]?.arrayValue?.first?.arrayValue?.compactMap(\.stringValue) ?? []
             #expect(share.count == 6 && share[0] == "Album" && share[3].contains("bob@example.com"), "\(result)")
             let log = (result["log"]?.arrayValue ?? []).compactMap { $0.arrayValue?.compactMap(\.stringValue) }
-            #expect(log.count == 1 && log[0][4] == alice.userRecordName && log[0][2].contains("records/lookup"), "\(result)")
+            #expect(log.count == 1 && log[0][4] == "alice" && log[0][2].contains("records/lookup"), "\(result)")
+            #expect(result["logExport"]?.stringValue?.hasSuffix("/admin/1/requests/export?error=ZONE_NOT_FOUND") == true, "\(result)")
             #expect((result["chartBars"]?.int64Value ?? 0) >= 1, "\(result)")
 
             // A backup taken from the page, listed, and whole.

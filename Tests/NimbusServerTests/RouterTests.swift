@@ -60,7 +60,7 @@ import Testing
         defer { try? FileManager.default.removeItem(atPath: configuration.dataDirectory) }
         try await directory.service.createContainer(id: container)
         let token = try await directory.service.createAPIToken(container: container, environment: .development)
-        let app = NimbusServer.makeApplication(service: directory.service, configuration: configuration)
+        let app = NimbusServer.makeApplication(directory: directory, configuration: configuration)
         try await app.test(.router) { client in
             try await body(Harness(client: client, service: directory.service, token: token, log: log))
         }

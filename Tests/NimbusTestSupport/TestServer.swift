@@ -73,7 +73,7 @@ public final class TestServer: Sendable {
         let productionToken = try await directory.service.createAPIToken(container: container, environment: .production)
 
         let (ports, portContinuation) = AsyncStream<Int>.makeStream()
-        let app = NimbusServer.makeApplication(service: directory.service, configuration: configuration, backups: directory.backups, metrics: directory.metrics) { port in
+        let app = NimbusServer.makeApplication(directory: directory, configuration: configuration) { port in
             portContinuation.yield(port)
             portContinuation.finish()
         }
@@ -90,6 +90,9 @@ public final class TestServer: Sendable {
         try await shutDown()
         try? FileManager.default.removeItem(atPath: dataDirectory)
     }
+
+    /// Stops this server and leaves its data for another (a second node on the same store).
+    public func shutDownKeepingData() async throws { try await shutDown() }
 
     private func shutDown() async throws {
         await group.triggerGracefulShutdown()

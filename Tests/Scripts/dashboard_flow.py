@@ -195,6 +195,7 @@ def console_flow(driver, wait, shots, config, result, rows, visible):
     form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
     wait.until(lambda d: rows("log-rows") and all(r[6] == "ZONE_NOT_FOUND" for r in rows("log-rows")))
     result["log"] = rows("log-rows")
+    result["logExport"] = driver.find_element(By.ID, "log-export").get_attribute("href")
     result["chartBars"] = len(driver.find_elements(By.CSS_SELECTOR, "#chart-requests rect"))
     result["usage"] = rows("usage-rows")
     if shots:

@@ -21,18 +21,6 @@ public struct BackupSettings: Sendable, Hashable {
         self.every = every
         self.keep = keep
     }
-
-    /// `30s`, `15m`, `6h`, `1d` (`--backup-every`).
-    public static func interval(parsing text: String) -> Duration? {
-        guard let unit = text.last, let count = Int64(text.dropLast()), count > 0 else { return nil }
-        switch unit {
-        case "s": return .seconds(count)
-        case "m": return .seconds(count * 60)
-        case "h": return .seconds(count * 3_600)
-        case "d": return .seconds(count * 86_400)
-        default: return nil
-        }
-    }
 }
 
 /// The server's backups: taken on schedule or on request into `BackupSettings.directory`, one at

@@ -679,14 +679,24 @@ views.logs = async () => {
     [(u) => u.name, (u) => `${u.usedBytes} B`, (u) => `${u.quotaBytes} B`, share]);
 };
 
-async function searchLog() {
+// The log search as query parameters: the table and the export link use the same.
+function logSearch() {
   const form = $('log-form');
-  const params = new URLSearchParams({ limit: '200' });
-  if (form.elements.user.value.trim()) params.set('user', form.elements.user.value.trim());
-  if (form.elements.error.value.trim()) params.set('error', form.elements.error.value.trim());
+  const params = new URLSearchParams();
+  for (const name of ['user', 'error', 'route', 'database']) {
+    const value = form.elements[name].value.trim();
+    if (value) params.set(name, value);
+  }
+  return params;
+}
+
+async function searchLog() {
+  const params = logSearch();
+  $('log-export').href = `/admin/1/requests/export?${params}`;
+  params.set('limit', '200');
   const { requests } = await api(`requests?${params}`);
-  fill($('log-rows'), requests, [(r) => new Date(r.at).toLocaleTimeString(), (r) => r.uuid, (r) => `${r.method} ${r.route}`, (r) => r.container,
-    (r) => r.user, (r) => String(r.status), (r) => r.serverErrorCode || (r.itemErrorCodes ? `in items: ${r.itemErrorCodes.join(", ")}` : ""), (r) => String(r.ms)]);
+  fill($('log-rows'), requests, [(r) => new Date(r.at).toLocaleString(), (r) => r.uuid, (r) => `${r.method} ${r.route}`, (r) => r.container,
+    (r) => r.userName || r.user, (r) => String(r.status), (r) => r.serverErrorCode || (r.itemErrorCodes ? `in items: ${r.itemErrorCodes.join(", ")}` : ""), (r) => String(r.ms)]);
 }
 
 $('log-form').addEventListener('submit', (event) => { event.preventDefault(); act(searchLog); });

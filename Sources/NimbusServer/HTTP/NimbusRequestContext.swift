@@ -47,7 +47,10 @@ public final class RequestExchange: @unchecked Sendable {
         /// `X-Apple-Request-UUID` and the `uuid` of an error answer.
         public var requestUUID = RequestID.next()
         public var container: String?
+        public var environment: String?
         public var userRecordName: String?
+        /// The signed-in user's account name (the request log is searched by it).
+        public var userName: String?
         /// The session token to echo (`X-Apple-CloudKit-Web-Auth-Token`); cleared when it failed.
         public var webAuthToken: String?
         public var serverErrorCode: String?

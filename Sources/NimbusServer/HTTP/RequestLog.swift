@@ -2,9 +2,9 @@ import Foundation
 
 /// The dashboard's request log and numbers (docs/dashboard.md): the last `capacity` requests
 /// this node answered, and per-minute figures for the last hour (requests, latency histogram,
-/// errors by `serverErrorCode`, the errors of single items inside a 200 included). In memory, per node: a restart starts it empty, and an
-/// operator of several nodes reads each node's own (the access log lines, at `info`, are the
-/// durable record).
+/// errors by `serverErrorCode`, the errors of single items inside a 200 included). In memory,
+/// per node; `RequestArchive` stores the entries where the driver keeps a lasting log, and the
+/// dashboard then reads that.
 ///
 /// Every request passes through `record`, so it is one lock held for a few stores: no
 /// allocation but the entry's strings, no I/O.
@@ -15,7 +15,13 @@ final class RequestLog: @unchecked Sendable {
         var method: String
         var route: String
         var container: String?
+        var environment: String?
+        /// `public`, `private` or `shared`.
+        var database: String?
+        /// The user's record name.
         var user: String?
+        /// The user's account name.
+        var userName: String?
         var status: Int
         var serverErrorCode: String?
         /// Errors of single items inside a 200 (a record's `CONFLICT` in a batch).
@@ -75,8 +81,14 @@ final class RequestLog: @unchecked Sendable {
     static let textBytes = 200
     static let minutes = 60
 
+    /// Entries a lasting store has not taken yet (`RequestArchive`), at most this many.
+    static let unarchivedLimit = 100_000
+
     private let lock = NSLock()
     private var entries: [Entry] = []
+    /// Nil when nothing archives: then nothing is kept twice.
+    private var unarchived: [Entry]?
+    private var droppedUnarchived = 0
     private var next = 0
     private var perMinute: [Minute] = []
 
@@ -95,12 +107,32 @@ final class RequestLog: @unchecked Sendable {
             entries[next] = entry
         }
         next = (next + 1) % Self.capacity
+        if unarchived != nil {
+            if unarchived!.count < Self.unarchivedLimit { unarchived!.append(entry) } else { droppedUnarchived += 1 }
+        }
         if perMinute.last?.start != minute {
             perMinute.append(Minute(start: minute))
             if perMinute.count > Self.minutes { perMinute.removeFirst(perMinute.count - Self.minutes) }
         }
         perMinute[perMinute.count - 1].byContainer[entry.container ?? "", default: Figures()]
             .count(latencyBucket: bucket, status: entry.status, error: entry.serverErrorCode, itemErrors: entry.itemFailureCodes)
+    }
+
+    /// From now on, keeps entries for `drainUnarchived`.
+    func startArchiving() {
+        lock.lock()
+        defer { lock.unlock() }
+        if unarchived == nil { unarchived = [] }
+    }
+
+    /// The entries recorded since the last call, and how many were dropped past the bound.
+    func drainUnarchived() -> (entries: [Entry], dropped: Int) {
+        lock.lock()
+        defer { lock.unlock() }
+        let drained = (unarchived ?? [], droppedUnarchived)
+        if unarchived != nil { unarchived = [] }
+        droppedUnarchived = 0
+        return drained
     }
 
     /// The newest entries first that `keep` accepts, at most `limit`.

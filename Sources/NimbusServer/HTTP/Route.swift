@@ -14,23 +14,31 @@ final class ServerParts: Sendable {
     let courier: WebCourier
     let logger: Logger
     /// What the dashboard shows of recent requests (docs/dashboard.md).
-    let requests = RequestLog()
+    let requests: RequestLog
     /// How routes read bodies: bounds by route, bytes held at once.
     let bodies: RequestBodies
     /// The server's own backups (docs/operations.md); nil for a server given none.
     let backups: BackupKeeper?
     /// The figures `/metrics` serves (docs/operations.md); nil counts nothing.
     let metrics: ServerMetrics?
+    /// Where the request log lasts (docs/operations.md); nil: in memory only.
+    let archive: RequestArchive?
 
     init(
         service: NimbusService, courier: WebCourier, logger: Logger, bodyBudget: BodyBudget = BodyBudget(), backups: BackupKeeper? = nil,
-        metrics: ServerMetrics? = nil
+        metrics: ServerMetrics? = nil, requestLogStore: (any RequestLogStore)? = nil, archiveInterval: Duration = .seconds(1)
     ) {
         self.service = service
         self.courier = courier
         self.logger = logger
         self.backups = backups
         self.metrics = metrics
+        let requests = RequestLog()
+        self.requests = requests
+        archive = requestLogStore.map {
+            RequestArchive(requests: requests, store: $0, clock: service.options.clock, logger: logger, flushInterval: archiveInterval)
+        }
+        if archive != nil { requests.startArchiving() }
         bodies = RequestBodies(limits: BodyLimits(assetBytes: Int(service.options.assets.maximumBytes)), budget: bodyBudget)
     }
 }

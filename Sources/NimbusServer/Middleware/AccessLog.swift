@@ -30,7 +30,8 @@ struct AccessLog: Sendable {
             requests.record(
                 RequestLog.Entry(
                     at: clock.nowMilliseconds(), requestUUID: facts.requestUUID, method: request.method.rawValue,
-                    route: Self.bounded(route), container: facts.container.map(Self.bounded), user: facts.userRecordName,
+                    route: Self.bounded(route), container: facts.container.map(Self.bounded), environment: facts.environment,
+                    database: context.exchange.scope?.rawValue, user: facts.userRecordName, userName: facts.userName,
                     status: Int(response.status.code), serverErrorCode: facts.serverErrorCode,
                     itemFailureCodes: itemFailures.map(\.description), milliseconds: milliseconds))
         }

@@ -68,7 +68,9 @@ struct Authentication: Sendable {
         context.exchange.caller = caller
         context.exchange.update { facts in
             facts.container = container
+            facts.environment = environment.rawValue
             facts.userRecordName = caller.user?.recordName
+            facts.userName = caller.user?.name
             facts.webAuthToken = caller.user?.webAuthToken
         }
     }

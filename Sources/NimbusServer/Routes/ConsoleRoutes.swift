@@ -1,3 +1,4 @@
+import Foundation
 import Hummingbird
 import NimbusCore
 import NimbusStorage
@@ -409,33 +410,68 @@ enum ConsoleRoutes {
 
     // MARK: Request log and numbers
 
+    static let exportLimit = 100_000
+
+    /// The request log's entries a search of the query string finds, newest first: from the
+    /// lasting store where the driver has one (this node's pending entries stored first), else
+    /// from this node's memory.
+    static func requests(
+        matching request: Request, for account: OperatorRow, limit: Int, parts: ServerParts
+    ) async throws -> [StoredRequest] {
+        func parameter(_ name: String) -> String? { request.query(name).flatMap { $0.isEmpty ? nil : $0 } }
+        var search = RequestSearch(limit: limit)
+        search.visibleContainers = account.containers.map(Set.init)
+        search.container = parameter("container")
+        search.environment = parameter("environment")
+        search.database = parameter("database")
+        search.user = parameter("user")
+        search.route = parameter("route")
+        search.error = parameter("error")?.uppercased()
+        search.since = parameter("since").flatMap(Int64.init)
+        search.beforeID = parameter("before").flatMap(Int64.init)
+        if let archive = parts.archive {
+            await archive.flush()
+            return try await archive.store.requests(search)
+        }
+        return parts.requests.newest(limit: limit) { entry in
+            guard account.maySee(entryAbout: entry.container) else { return false }
+            if let container = search.container, entry.container != container { return false }
+            if let environment = search.environment, entry.environment != environment { return false }
+            if let database = search.database, entry.database != database { return false }
+            if let user = search.user, entry.user != user, entry.userName != user { return false }
+            if let route = search.route, !entry.route.contains(route) { return false }
+            if let error = search.error, entry.serverErrorCode != error, !entry.itemFailureCodes.contains(error) { return false }
+            if let since = search.since, entry.at < since { return false }
+            return true
+        }.map { entry in
+            StoredRequest(
+                at: entry.at, node: ProcessInfo.processInfo.hostName, requestUUID: entry.requestUUID, method: entry.method,
+                route: entry.route, container: entry.container, environment: entry.environment, database: entry.database,
+                userRecordName: entry.user, userName: entry.userName, status: entry.status, serverErrorCode: entry.serverErrorCode,
+                itemErrorCodes: entry.itemFailureCodes, milliseconds: entry.milliseconds)
+        }
+    }
+
+
     static func addLogRoutes(to admin: RouterGroup<NimbusRequestContext>, parts: ServerParts) {
         let service = parts.service
         admin.get("requests") { request, context in
             let account = try await AdminRoutes.signedIn(request, service).account
-            let user = request.query("user").flatMap { $0.isEmpty ? nil : $0 }
-            let error = request.query("error").flatMap { $0.isEmpty ? nil : $0.uppercased() }
-            let containerName = request.query("container").flatMap { $0.isEmpty ? nil : $0 }
             let limit = min(max(request.query("limit").flatMap(Int.init) ?? 100, 1), 1_000)
-            let entries = parts.requests.newest(limit: limit) { entry in
-                guard account.maySee(entryAbout: entry.container) else { return false }
-                if let containerName, entry.container != containerName { return false }
-                if let user, entry.user?.contains(user) != true { return false }
-                if let error, entry.serverErrorCode != error, !entry.itemFailureCodes.contains(error) { return false }
-                return true
+            let rows = try await requests(matching: request, for: account, limit: limit, parts: parts)
+            return Reply.json(["requests": .array(rows.map { .object(RequestLogLines.describe($0)) })], context: context)
+        }
+        // The same search as JSON lines, newest first, up to `Self.exportLimit` entries.
+        admin.get("requests/export") { request, context in
+            let account = try await AdminRoutes.signedIn(request, service).account
+            let rows = try await requests(matching: request, for: account, limit: Self.exportLimit, parts: parts)
+            var lines: [UInt8] = []
+            for row in rows {
+                lines += RequestLogLines.line(row)
             }
-            let rows: [JSON] = entries.map { entry in
-                var row: JSONObject = [
-                    "at": .int(entry.at), "uuid": .string(entry.requestUUID), "method": .string(entry.method), "route": .string(entry.route),
-                    "status": .int(Int64(entry.status)), "ms": .double((entry.milliseconds * 100).rounded() / 100),
-                ]
-                if let container = entry.container { row["container"] = .string(container) }
-                if let user = entry.user { row["user"] = .string(user) }
-                if let code = entry.serverErrorCode { row["serverErrorCode"] = .string(code) }
-                if !entry.itemFailureCodes.isEmpty { row["itemErrorCodes"] = .array(entry.itemFailureCodes.map(JSON.string)) }
-                return .object(row)
-            }
-            return Reply.json(["requests": .array(rows)], context: context)
+            var answer = Reply.bytes(lines, contentType: "application/x-ndjson; charset=utf-8", context: context)
+            answer.headers[.contentDisposition] = "attachment; filename=\"nimbus-requests.jsonl\""
+            return answer
         }
         admin.get("metrics") { request, context in
             let account = try await AdminRoutes.signedIn(request, service).account

@@ -2,7 +2,7 @@ import Foundation
 import GRDB
 import NimbusStorage
 
-/// Backups of the embedded store (docs/operations.md): `VACUUM INTO` writes a compact copy
+/// Operations on the embedded store (docs/operations.md). Backups: `VACUUM INTO` writes a compact copy
 /// of one read snapshot, so the server keeps committing while it runs (WAL readers never wait
 /// for the writer, nor it for them), and restoring is putting that file in place.
 extension SQLiteStorage: StoreCopying {
@@ -132,4 +132,12 @@ extension SQLiteStorage: StoreFigures {
 extension SQLiteCoarseStorage: StoreFigures {
     public func storeBytes() async throws -> Int64 { try await storage.storeBytes() }
     public var poolUse: PoolUse? { nil }
+}
+
+extension SQLiteStorage: RequestLogStoring {
+    public var requestLog: (any RequestLogStore)? { requestLogFile }
+}
+
+extension SQLiteCoarseStorage: RequestLogStoring {
+    public var requestLog: (any RequestLogStore)? { storage.requestLog }
 }

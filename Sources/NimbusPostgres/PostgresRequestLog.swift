@@ -1,0 +1,86 @@
+import NimbusStorage
+import PostgresNIO
+
+/// The lasting request log on PostgreSQL (`RequestLogStore`): one table every node writes,
+/// a batch per statement (`unnest` over one array per column).
+struct PostgresRequestLog: RequestLogStore {
+    let storage: PostgresStorage
+
+    func appendRequests(_ rows: [StoredRequest]) async throws {
+        guard !rows.isEmpty else { return }
+        // Arrays of optionals do not bind: "" stands for none, and NULLIF puts it back.
+        func text(_ value: String?) -> String { value ?? "" }
+        let items = rows.map { $0.itemErrorCodes.isEmpty ? "" : "," + $0.itemErrorCodes.joined(separator: ",") + "," }
+        try await storage.rows(
+            """
+            INSERT INTO request_log (at, node, uuid, method, route, container, environment, database, user_record_name, user_name,
+                status, error, item_errors, ms)
+            SELECT at, node, uuid, method, route, NULLIF(container, ''), NULLIF(environment, ''), NULLIF(database, ''),
+                NULLIF(user_record_name, ''), NULLIF(user_name, ''), status, NULLIF(error, ''), NULLIF(item_errors, ''), ms
+            FROM unnest(\(rows.map(\.at)), \(rows.map(\.node)), \(rows.map(\.requestUUID)), \(rows.map(\.method)),
+                \(rows.map(\.route)), \(rows.map { text($0.container) }), \(rows.map { text($0.environment) }),
+                \(rows.map { text($0.database) }), \(rows.map { text($0.userRecordName) }), \(rows.map { text($0.userName) }),
+                \(rows.map { Int32($0.status) }), \(rows.map { text($0.serverErrorCode) }), \(items), \(rows.map(\.milliseconds)))
+                AS r(at, node, uuid, method, route, container, environment, database, user_record_name, user_name, status, error,
+                    item_errors, ms)
+            """)
+    }
+
+    func requests(_ search: RequestSearch) async throws -> [StoredRequest] {
+        var sql = """
+            SELECT id, at, node, uuid, method, route, container, environment, database, user_record_name, user_name, status,
+                error, item_errors, ms FROM request_log WHERE true
+            """
+        var bindings = PostgresBindings()
+        func bind(_ value: some PostgresDynamicTypeEncodable) -> String {
+            bindings.append(value)
+            return "$\(bindings.count)"
+        }
+        if let visible = search.visibleContainers { sql += " AND container = ANY(\(bind(visible.sorted())))" }
+        if let container = search.container { sql += " AND container = \(bind(container))" }
+        if let environment = search.environment { sql += " AND environment = \(bind(environment))" }
+        if let database = search.database { sql += " AND database = \(bind(database))" }
+        if let user = search.user {
+            let marker = bind(user)
+            sql += " AND (user_name = \(marker) OR user_record_name = \(marker))"
+        }
+        if let route = search.route { sql += " AND strpos(route, \(bind(route))) > 0" }
+        if let error = search.error {
+            sql += " AND (error = \(bind(error)) OR strpos(item_errors, \(bind("," + error + ","))) > 0)"
+        }
+        if let since = search.since { sql += " AND at >= \(bind(since))" }
+        if let before = search.beforeID { sql += " AND id < \(bind(before))" }
+        sql += " ORDER BY id DESC LIMIT \(bind(Int64(search.limit)))"
+        return try await storage.rows(PostgresQuery(unsafeSQL: sql, binds: bindings)).map { row in
+            let c = try row.decode(
+                (Int64, Int64, String, String, String, String, String?, String?, String?, String?, String?, Int32, String?, String?, Double)
+                    .self, context: .default)
+            return StoredRequest(
+                id: c.0, at: c.1, node: c.2, requestUUID: c.3, method: c.4, route: c.5, container: c.6, environment: c.7, database: c.8,
+                userRecordName: c.9, userName: c.10, status: Int(c.11), serverErrorCode: c.12,
+                itemErrorCodes: c.13.map { $0.split(separator: ",").map(String.init) } ?? [], milliseconds: c.14)
+        }
+    }
+
+    func pruneRequests(before time: Int64, keepingAtMost rows: Int) async throws -> Int {
+        var removed = 0
+        for row in try await storage.rows(
+            """
+            WITH old AS (DELETE FROM request_log WHERE at < \(time) RETURNING 1),
+                 over AS (DELETE FROM request_log WHERE id <= (SELECT id FROM request_log ORDER BY id DESC LIMIT 1 OFFSET \(Int64(max(0, rows)))) RETURNING 1)
+            SELECT (SELECT count(*) FROM old) + (SELECT count(*) FROM over)
+            """)
+        {
+            removed = Int(try row.decode(Int64.self))
+        }
+        return removed
+    }
+}
+
+extension PostgresStorage: RequestLogStoring {
+    public var requestLog: (any RequestLogStore)? { PostgresRequestLog(storage: self) }
+}
+
+extension PostgresCoarseStorage: RequestLogStoring {
+    public var requestLog: (any RequestLogStore)? { storage.requestLog }
+}

@@ -1,0 +1,138 @@
+import Foundation
+import GRDB
+import NimbusStorage
+
+/// The lasting request log on SQLite (`RequestLogStore`): a file of its own beside the store
+/// (`nimbus-requests.sqlite` beside `nimbus.sqlite`), so a batch of log lines never waits for,
+/// nor holds up, the data's one writer. synchronous=NORMAL: a crash loses no line, a power cut
+/// may lose the last second's.
+public final class SQLiteRequestLog: RequestLogStore {
+    private let pool: DatabasePool
+    public let path: String
+
+    /// The log file that goes with the store at `storePath`.
+    public static func path(besideStore storePath: String) -> String {
+        storePath.hasSuffix(".sqlite") ? String(storePath.dropLast(".sqlite".count)) + "-requests.sqlite" : storePath + "-requests"
+    }
+
+    public init(path: String) throws {
+        var configuration = Configuration()
+        configuration.busyMode = .timeout(10)
+        pool = try DatabasePool(path: path, configuration: configuration)
+        try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = NORMAL") }
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1-requests") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE requests (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        at INTEGER NOT NULL,
+                        node TEXT NOT NULL,
+                        uuid TEXT NOT NULL,
+                        method TEXT NOT NULL,
+                        route TEXT NOT NULL,
+                        container TEXT,
+                        environment TEXT,
+                        database TEXT,
+                        user_record_name TEXT,
+                        user_name TEXT,
+                        status INTEGER NOT NULL,
+                        error TEXT,
+                        -- Comma-separated, with a comma at each end, so one code is found whole.
+                        item_errors TEXT,
+                        ms REAL NOT NULL
+                    );
+                    CREATE INDEX requests_by_time ON requests(at);
+                    CREATE INDEX requests_by_user_name ON requests(user_name, id);
+                    CREATE INDEX requests_by_user_record ON requests(user_record_name, id);
+                    """)
+        }
+        try migrator.migrate(pool)
+        self.path = path
+    }
+
+    public func appendRequests(_ rows: [StoredRequest]) async throws {
+        guard !rows.isEmpty else { return }
+        try await pool.write { db in
+            let statement = try db.cachedStatement(
+                sql: """
+                    INSERT INTO requests (at, node, uuid, method, route, container, environment, database, user_record_name,
+                        user_name, status, error, item_errors, ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """)
+            for row in rows {
+                let items: String? = row.itemErrorCodes.isEmpty ? nil : "," + row.itemErrorCodes.joined(separator: ",") + ","
+                try statement.execute(arguments: [
+                    row.at, row.node, row.requestUUID, row.method, row.route, row.container, row.environment, row.database,
+                    row.userRecordName, row.userName, row.status, row.serverErrorCode, items, row.milliseconds,
+                ])
+            }
+        }
+    }
+
+    public func requests(_ search: RequestSearch) async throws -> [StoredRequest] {
+        var conditions: [String] = []
+        var arguments: [any DatabaseValueConvertible] = []
+        if let visible = search.visibleContainers {
+            guard !visible.isEmpty else { return [] }
+            conditions.append("container IN (\(Array(repeating: "?", count: visible.count).joined(separator: ", ")))")
+            arguments += visible.sorted()
+        }
+        for (column, value) in [("container", search.container), ("environment", search.environment), ("database", search.database)] {
+            if let value {
+                conditions.append("\(column) = ?")
+                arguments.append(value)
+            }
+        }
+        if let user = search.user {
+            conditions.append("(user_name = ? OR user_record_name = ?)")
+            arguments += [user, user]
+        }
+        if let route = search.route {
+            conditions.append("instr(route, ?) > 0")
+            arguments.append(route)
+        }
+        if let error = search.error {
+            conditions.append("(error = ? OR instr(item_errors, ?) > 0)")
+            arguments += [error, "," + error + ","]
+        }
+        if let since = search.since {
+            conditions.append("at >= ?")
+            arguments.append(since)
+        }
+        if let before = search.beforeID {
+            conditions.append("id < ?")
+            arguments.append(before)
+        }
+        let whereClause = conditions.isEmpty ? "" : "WHERE " + conditions.joined(separator: " AND ")
+        arguments.append(search.limit)
+        let sql = """
+            SELECT id, at, node, uuid, method, route, container, environment, database, user_record_name, user_name, status,
+                error, item_errors, ms FROM requests \(whereClause) ORDER BY id DESC LIMIT ?
+            """
+        let bound = StatementArguments(arguments) ?? StatementArguments()
+        return try await pool.read { db in
+            try Row.fetchAll(db, sql: sql, arguments: bound).map { row in
+                StoredRequest(
+                    id: row[0], at: row[1], node: row[2], requestUUID: row[3], method: row[4], route: row[5], container: row[6],
+                    environment: row[7], database: row[8], userRecordName: row[9], userName: row[10], status: row[11],
+                    serverErrorCode: row[12],
+                    itemErrorCodes: (row[13] as String?).map { $0.split(separator: ",").map(String.init) } ?? [],
+                    milliseconds: row[14])
+            }
+        }
+    }
+
+    public func pruneRequests(before time: Int64, keepingAtMost rows: Int) async throws -> Int {
+        try await pool.write { db in
+            try db.execute(sql: "DELETE FROM requests WHERE at < ?", arguments: [time])
+            var removed = db.changesCount
+            try db.execute(
+                sql: "DELETE FROM requests WHERE id <= (SELECT id FROM requests ORDER BY id DESC LIMIT 1 OFFSET ?)",
+                arguments: [max(0, rows)])
+            removed += db.changesCount
+            return removed
+        }
+    }
+
+    public func close() throws { try pool.close() }
+}

@@ -1,0 +1,102 @@
+import Foundation
+import Logging
+import NimbusCore
+import NimbusStorage
+import NimbusWire
+import ServiceLifecycle
+
+/// Writes the request log to the store so it lasts (docs/operations.md, "Logs that last"):
+/// what `RequestLog` recorded since the last flush goes in one batch a second, and the log is
+/// trimmed to its named limits (`Limits.requestLogDays`, `Limits.requestLogEntries`) now and
+/// then. Reads flush this node's pending entries first, so a request shows at once on the node
+/// that answered it, and within a second on the others.
+final class RequestArchive: Service, Sendable {
+    let requests: RequestLog
+    let store: any RequestLogStore
+    let clock: any WallClock
+    let logger: Logger
+    let flushInterval: Duration
+    /// This node, as its entries name it.
+    let node = ProcessInfo.processInfo.hostName
+
+    init(requests: RequestLog, store: any RequestLogStore, clock: any WallClock, logger: Logger, flushInterval: Duration = .seconds(1)) {
+        self.requests = requests
+        self.store = store
+        self.clock = clock
+        self.logger = logger
+        self.flushInterval = flushInterval
+    }
+
+    func run() async throws {
+        await cancelWhenGracefulShutdown {
+            var sincePrune: Duration = .zero
+            while !Task.isCancelled {
+                do { try await Task.sleep(for: self.flushInterval) } catch { break }
+                await self.flush()
+                sincePrune += self.flushInterval
+                if sincePrune >= .seconds(600) {
+                    sincePrune = .zero
+                    await self.prune()
+                }
+            }
+        }
+        await flush()  // what the last second answered
+    }
+
+    /// Stores what is pending; on failure the batch is logged as lost (the log is bounded
+    /// in memory, never a reason to hold requests).
+    func flush() async {
+        let (entries, dropped) = requests.drainUnarchived()
+        if dropped > 0 {
+            logger.warning("request log entries dropped before they were stored", metadata: ["dropped": "\(dropped)"])
+        }
+        guard !entries.isEmpty else { return }
+        do {
+            try await store.appendRequests(entries.map(stored))
+        } catch {
+            logger.warning("request log batch not stored", metadata: ["entries": "\(entries.count)", "reason": "\(error)"])
+        }
+    }
+
+    func prune() async {
+        let horizon = clock.nowMilliseconds() - Int64(Limits.requestLogDays.value) * 86_400_000
+        do {
+            _ = try await store.pruneRequests(before: horizon, keepingAtMost: Limits.requestLogEntries.value)
+        } catch {
+            logger.warning("request log not trimmed", metadata: ["reason": "\(error)"])
+        }
+    }
+
+    private func stored(_ entry: RequestLog.Entry) -> StoredRequest {
+        StoredRequest(
+            at: entry.at, node: node, requestUUID: entry.requestUUID, method: entry.method, route: entry.route,
+            container: entry.container, environment: entry.environment, database: entry.database, userRecordName: entry.user,
+            userName: entry.userName, status: entry.status, serverErrorCode: entry.serverErrorCode,
+            itemErrorCodes: entry.itemFailureCodes, milliseconds: entry.milliseconds)
+    }
+}
+
+/// A request log entry as the dashboard reads it and as an export writes it, one JSON object a
+/// line (JSON lines: `jq`, log shippers and spreadsheets read it as it is).
+public enum RequestLogLines {
+    public static func describe(_ entry: StoredRequest) -> JSONObject {
+        var row: JSONObject = [
+            "at": .int(entry.at), "uuid": .string(entry.requestUUID), "method": .string(entry.method), "route": .string(entry.route),
+            "status": .int(Int64(entry.status)), "ms": .double((entry.milliseconds * 100).rounded() / 100), "node": .string(entry.node),
+        ]
+        if entry.id != 0 { row["id"] = .int(entry.id) }
+        if let container = entry.container { row["container"] = .string(container) }
+        if let environment = entry.environment { row["environment"] = .string(environment) }
+        if let database = entry.database { row["database"] = .string(database) }
+        if let user = entry.userRecordName { row["user"] = .string(user) }
+        if let name = entry.userName { row["userName"] = .string(name) }
+        if let code = entry.serverErrorCode { row["serverErrorCode"] = .string(code) }
+        if !entry.itemErrorCodes.isEmpty { row["itemErrorCodes"] = .array(entry.itemErrorCodes.map(JSON.string)) }
+        return row
+    }
+
+    /// One entry and its newline.
+    public static func line(_ entry: StoredRequest) -> [UInt8] {
+        JSON.object(describe(entry)).serialized() + [UInt8(ascii: "\n")]
+    }
+}

@@ -1,0 +1,139 @@
+import Foundation
+import NimbusServer
+import NimbusStorage
+import NimbusTestSupport
+import NimbusWire
+import Testing
+
+/// The request log that lasts (docs/operations.md, "Logs that last"): stored, so it survives a
+/// restart and is the same on every node; searched by user name, container, environment,
+/// database, route and error; exported as JSON lines; trimmed to its named limits.
+@Suite struct LastingLogTests {
+    @Test func theRequestLogSurvivesARestartAndIsSearchedByUserName() async throws {
+        let first = try await TestServer.start()
+        let alice = try await first.user("alice")
+        #expect(try await alice.post("private", "zones/list", [:]).status == 200)
+        _ = try await alice.lookup(zone: "Nowhere", ["x"])
+        let bob = try await first.user("bob")
+        #expect(try await bob.post("private", "zones/list", [:]).status == 200)
+        let (_, password) = try await first.service.createOperator(name: "olga", role: .administrator, containers: nil, by: "cli")
+
+        let server = try await first.restarted()
+        do {
+            try await Self.searches(server, password: password, alice: alice)
+        } catch {
+            try? await server.stop()
+            throw error
+        }
+        try await server.stop()
+    }
+
+    static func searches(_ server: TestServer, password: String, alice: APIClient) async throws {
+        var browser = OperatorTests.Browser(server)
+        #expect(try await browser.signIn("olga", password).status == 200)
+        let hers = try await browser.get("requests", query: "?user=alice")
+        let rows = hers.json["requests"]?.arrayValue ?? []
+        // The list and the failed lookup, from before the restart (her sign-in came before she was signed in).
+        #expect(rows.count == 2, "\(hers.text)")
+        #expect(rows.allSatisfy { $0["userName"] == "alice" }, "\(hers.text)")
+        let list = try #require(rows.first { $0["route"]?.stringValue?.hasSuffix("zones/list") == true })
+        #expect(list["environment"] == "development" && list["database"] == "private" && list["user"] == .string(alice.userRecordName ?? ""))
+        #expect((list["id"]?.int64Value ?? 0) > 0 && list["node"]?.stringValue?.isEmpty == false)
+
+        let failed = try await browser.get("requests", query: "?user=alice&error=ZONE_NOT_FOUND").json["requests"]?.arrayValue ?? []
+        #expect(failed.count == 1 && failed[0]["route"]?.stringValue?.hasSuffix("records/lookup") == true)
+        let byRoute = try await browser.get("requests", query: "?route=zones/list").json["requests"]?.arrayValue ?? []
+        #expect(byRoute.count == 2, "alice's and bob's lists: \(byRoute)")
+        #expect(try await browser.get("requests", query: "?database=public").json["requests"]?.arrayValue?.isEmpty == true)
+        #expect(try await browser.get("requests", query: "?environment=production").json["requests"]?.arrayValue?.isEmpty == true)
+        // Pages: the newest first, then those before the last id seen.
+        let page = try await browser.get("requests", query: "?limit=2").json["requests"]?.arrayValue ?? []
+        let lastID = try #require(page.last?["id"]?.int64Value)
+        let next = try await browser.get("requests", query: "?before=\(lastID)&limit=100").json["requests"]?.arrayValue ?? []
+        #expect(page.count == 2 && !next.isEmpty && next.allSatisfy { ($0["id"]?.int64Value ?? .max) < lastID })
+
+        // Exported as JSON lines, one entry a line, the same search.
+        let export = try await browser.client.send(
+            path: "/admin/1/requests/export", body: nil, rawQuery: "?user=alice", headers: [("Cookie", browser.cookie ?? "")])
+        #expect(export.status == 200 && export.header("Content-Type")?.hasPrefix("application/x-ndjson") == true)
+        let lines = export.text.split(separator: "\n")
+        #expect(lines.count == 2 && lines.allSatisfy { (try? JSON.parse(Array($0.utf8)))?["uuid"]?.stringValue != nil }, "\(export.text)")
+    }
+
+    @Test func everyNodeReadsTheSameLog() async throws {
+        let first = try await TestServer.start()
+        // A second node on the same store (the same data directory; on PostgreSQL, the same database).
+        let second = try await TestServer.start { $0.dataDirectory = first.dataDirectory }
+        do {
+            try await Self.readsOnTheSecond(first, second)
+        } catch {
+            try? await second.shutDownKeepingData()
+            try? await first.stop()
+            throw error
+        }
+        try await second.shutDownKeepingData()
+        try await first.stop()
+    }
+
+    static func readsOnTheSecond(_ first: TestServer, _ second: TestServer) async throws {
+        let alice = try await first.user("alice")
+        #expect(try await alice.post("private", "zones/list", [:]).status == 200)
+        // The first node stores its entries within its flush interval; the second reads them.
+        let (_, password) = try await second.service.createOperator(name: "olga", role: .administrator, containers: nil, by: "cli")
+        var browser = OperatorTests.Browser(second)
+        #expect(try await browser.signIn("olga", password).status == 200)
+        var seen: [JSON] = []
+        let deadline = Date().addingTimeInterval(10)
+        while seen.isEmpty, Date() < deadline {
+            seen = try await browser.get("requests", query: "?user=alice&route=zones/list").json["requests"]?.arrayValue ?? []
+            if seen.isEmpty { try await Task.sleep(for: .milliseconds(100)) }
+        }
+        #expect(seen.count == 1, "the second node does not see the first node's request")
+    }
+
+    @Test func theCommandLineExportsTheLogAsJSONLines() async throws {
+        let (dataDirectory, container, apiToken) = try await CrashRecoveryTests.prepareDataDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dataDirectory) }
+        let (server, client) = try await CrashRecoveryTests.serveSignedIn(dataDirectory, container: container, apiToken: apiToken)
+        #expect(try await client.createZone("Logged").status == 200)
+        _ = try await client.lookup(zone: "Nowhere", ["x"])
+        server.stop()  // SIGTERM: the last second's entries are stored on the way out
+        let data = try await NimbusProcess.dataArguments(dataDirectory)
+        let lines = try NimbusProcess.run(["requests", "export", "--user", "crash"] + data).split(separator: "\n")
+        let entries = try lines.map { try JSON.parse(Array($0.utf8)) }
+        #expect(entries.count == 2 && entries.allSatisfy { $0["userName"] == "crash" }, "\(lines)")
+        let failed = try NimbusProcess.run(["requests", "export", "--error", "zone_not_found", "--since", "1h"] + data)
+        #expect(failed.split(separator: "\n").count == 1 && failed.contains("records/lookup"), "\(failed)")
+        let refused = try DatabaseOptionTests.failing(["requests", "export", "--since", "yesterday"] + data)
+        #expect(refused.status != 0 && refused.error.contains("is not a length of time"), "\(refused.error)")
+    }
+
+    @Test func theLogIsTrimmedByAgeAndCountAtTheLimitAndOnePast() async throws {
+        try await TestServer.with { server in
+            let store = try #require((server.directory.storage as? any RequestLogStoring)?.requestLog)
+            let now = server.clock.nowMilliseconds()
+            let rows = (0..<5).map { index in
+                StoredRequest(
+                    at: now - Int64(5 - index) * 1_000, node: "test", requestUUID: "u\(index)", method: "POST", route: "/r\(index)",
+                    container: TestServer.container, environment: "development", database: "private", userRecordName: nil,
+                    userName: "u", status: 200, serverErrorCode: nil, itemErrorCodes: ["CONFLICT", "ATOMIC_ERROR"], milliseconds: 1.5)
+            }
+            try await store.appendRequests(rows)
+            var search = RequestSearch(limit: 100)
+            search.user = "u"
+            #expect(try await store.requests(search).count == 5)
+            search.error = "ATOMIC_ERROR"
+            #expect(try await store.requests(search).first?.itemErrorCodes == ["CONFLICT", "ATOMIC_ERROR"])
+            search.error = "ATOMIC"
+            #expect(try await store.requests(search).isEmpty, "a part of a code is not the code")
+            search.error = nil
+            // At the limit: nothing goes. One past: the oldest goes.
+            #expect(try await store.pruneRequests(before: now - 10_000, keepingAtMost: 5) == 0)
+            #expect(try await store.pruneRequests(before: now - 10_000, keepingAtMost: 4) == 1)
+            #expect(try await store.requests(search).map(\.requestUUID) == ["u4", "u3", "u2", "u1"])
+            // By age: entries before the moment go.
+            #expect(try await store.pruneRequests(before: now - 2_500, keepingAtMost: 1_000) == 2)
+            #expect(try await store.requests(search).map(\.requestUUID) == ["u4", "u3"])
+        }
+    }
+}
