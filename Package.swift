@@ -34,6 +34,9 @@ let package = Package(
         .package(url: "https://github.com/vapor/jwt-kit.git", exact: "5.8.0"),
         .package(url: "https://github.com/apple/swift-metrics.git", exact: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", exact: "2.4.1"),
+        .package(url: "https://github.com/apple/swift-distributed-tracing.git", exact: "1.7.3"),
+        // OTLP over HTTP only: the gRPC exporter would build grpc-swift for nothing.
+        .package(url: "https://github.com/swift-otel/swift-otel.git", exact: "1.6.0", traits: ["OTLPHTTP"]),
     ],
     targets: [
         // The CloudKit Web Services JSON: shared by server and (later) the SDK. Foundation only.
@@ -50,7 +53,9 @@ let package = Package(
             ],
             swiftSettings: strict),
         // The storage protocol, spoken in CloudKit terms, and its value types.
-        .target(name: "NimbusStorage", dependencies: ["NimbusWire"], swiftSettings: strict),
+        .target(
+            name: "NimbusStorage", dependencies: ["NimbusWire", .product(name: "Tracing", package: "swift-distributed-tracing")],
+            swiftSettings: strict),
         // The embedded SQLite driver (WAL, group commit).
         .target(
             name: "NimbusSQLite",
@@ -102,6 +107,7 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
             ],
             swiftSettings: strict),
         // The HTTP API on Hummingbird. No storage driver: the CLI (or a test) hands it one.
@@ -112,6 +118,7 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
@@ -132,6 +139,7 @@ let package = Package(
             dependencies: [
                 "NimbusServer", "NimbusCore", "NimbusSQLite", "NimbusPostgres", "NimbusWire",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "OTel", package: "swift-otel"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ],

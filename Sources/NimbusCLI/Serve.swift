@@ -5,6 +5,8 @@ import NIOCore
 import NimbusCore
 import NimbusWire
 import NimbusServer
+import NimbusStorage
+import OTel
 import ServiceLifecycle
 
 struct Serve: AsyncParsableCommand {
@@ -90,6 +92,10 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Where to POST an alert when a threshold is crossed and when it clears (env NIMBUS_ALERT_WEBHOOK).")
     var alertWebhook: String? = ProcessInfo.processInfo.environment["NIMBUS_ALERT_WEBHOOK"]
 
+    @Option(
+        help: "Send traces (a span per request, its storage calls and pushes) over OTLP/HTTP to this collector, as in http://127.0.0.1:4318; spans go to its /v1/traces (env NIMBUS_OTLP_ENDPOINT; OTEL_* variables tune the rest).")
+    var otlpEndpoint: String? = ProcessInfo.processInfo.environment["NIMBUS_OTLP_ENDPOINT"]
+
     func run() async throws {
         var configuration = try data.configuration()
         configuration.alerts = try alertSettings(backups: configuration.backups)
@@ -145,11 +151,14 @@ struct Serve: AsyncParsableCommand {
         configuration.service.assets.maximumBytes = assetMaxBytes
         configuration.service.assets.collectionGraceSeconds = assetGraceSeconds
 
+        let tracing = try startTracing()
         let directory = try await DataDirectory.open(configuration)
         let bootstrap = try await Bootstrap.ensure(in: directory, configuration: configuration)
         let dataDir = configuration.dataDirectory
         let storage = configuration.storageDescription
-        let app = NimbusServer.makeApplication(directory: directory, configuration: configuration) { port in
+        let app = NimbusServer.makeApplication(
+            directory: directory, configuration: configuration, services: tracing.map { [$0] } ?? []
+        ) { port in
             // One line each, so scripts can pick them out; written unbuffered, as a pipe may be reading.
             let lines = [
                 "Nimbus listening on http://\(host):\(port)",
@@ -163,6 +172,23 @@ struct Serve: AsyncParsableCommand {
         // SIGINT and SIGTERM end the server gracefully: in-flight requests finish first.
         try await app.runService(gracefulShutdownSignals: [.sigterm, .sigint])
         try await directory.storage.close()
+    }
+
+    /// Bootstraps swift-otel's tracer when --otlp-endpoint is given: traces only (metrics have
+    /// `/metrics`, logs go to standard output). Process-wide, as swift-distributed-tracing is.
+    func startTracing() throws -> (any Service)? {
+        guard let endpoint = otlpEndpoint, !endpoint.isEmpty else { return nil }
+        guard let url = URL(string: endpoint), url.scheme == "http" || url.scheme == "https", url.host != nil else {
+            throw ValidationError("--otlp-endpoint must be an http:// or https:// URL, as in http://127.0.0.1:4318")
+        }
+        var otel = OTel.Configuration.default
+        otel.serviceName = "nimbus"
+        otel.metrics.enabled = false
+        otel.logs.enabled = false
+        otel.traces.otlpExporter.endpoint = endpoint.hasSuffix("/") ? endpoint + "v1/traces" : endpoint + "/v1/traces"
+        let observability = try OTel.bootstrap(configuration: otel)
+        Spans.enable()
+        return observability
     }
 
     func alertSettings(backups: BackupSettings) throws -> AlertSettings {

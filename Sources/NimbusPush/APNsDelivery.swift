@@ -194,7 +194,15 @@ public final class APNsDelivery: NotificationSink, Service, @unchecked Sendable 
         }
     }
 
+    /// One push, in a span of its own when spans are on (docs/operations.md, "Traces").
     private func send(_ push: APNsPush, container: String, client: HTTPClient) async {
+        await Spans.run("apns.push", kind: .client) { span in
+            span?.attributes["nimbus.container"] = container
+            await deliver(push, container: container, client: client)
+        }
+    }
+
+    private func deliver(_ push: APNsPush, container: String, client: HTTPClient) async {
         var delay = settings.firstRetryDelay
         for attempt in 1...max(1, settings.maxAttempts) {
             let outcome: Outcome

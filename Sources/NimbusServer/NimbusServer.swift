@@ -170,7 +170,8 @@ public struct Bootstrap: Codable, Sendable {
 /// Builds the Hummingbird application serving a data directory.
 public enum NimbusServer {
     public static func makeApplication(
-        directory: DataDirectory, configuration: ServerConfiguration, onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
+        directory: DataDirectory, configuration: ServerConfiguration, services extraServices: [any Service] = [],
+        onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
     ) -> some ApplicationProtocol {
         let service = directory.service
         let backups = directory.backups
@@ -215,7 +216,8 @@ public enum NimbusServer {
                         settings: configuration.alerts, requests: parts.requests, backups: backups, clock: service.options.clock,
                         logger: logger)
                 ]
-                + (configuration.metricsPort.map { [MetricsRoutes.listener(metrics, host: configuration.host, port: $0, logger: logger)] } ?? []),
+                + (configuration.metricsPort.map { [MetricsRoutes.listener(metrics, host: configuration.host, port: $0, logger: logger)] } ?? [])
+                + extraServices,
             onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? configuration.port) },
             logger: logger)
     }

@@ -30,17 +30,24 @@ public struct RetryingStorage: StorageDriver {
     public func read<Value: Sendable>(_ kind: ReadKind, _ body: @escaping @Sendable (any StorageReader) throws -> Value) async throws
         -> Value
     {
-        try await bounded { try await base.read(kind, body) }
+        try await Spans.child(kind == .scan ? "storage.scan" : "storage.read") { _ in
+            try await bounded { try await base.read(kind, body) }
+        }
     }
 
     public func write<Value: Sendable>(_ body: @escaping @Sendable (any StorageWriter) throws -> Value) async throws -> Value {
-        try await bounded { try await retrying { try await base.write(body) } }
+        try await Spans.child("storage.write") { _ in
+            try await bounded { try await retrying { try await base.write(body) } }
+        }
     }
 
     public func write<Value: Sendable>(inZone zone: ZoneOrder, _ body: @escaping @Sendable (any StorageWriter) throws -> Value)
         async throws -> Value
     {
-        try await bounded { try await retrying { try await base.write(inZone: zone, body) } }
+        try await Spans.child("storage.write") { span in
+            span?.attributes["nimbus.zone"] = zone.zoneName
+            return try await bounded { try await retrying { try await base.write(inZone: zone, body) } }
+        }
     }
 
     /// Calls waiting on the store now.

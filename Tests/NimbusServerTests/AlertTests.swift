@@ -14,19 +14,25 @@ import Testing
     final class Webhook: @unchecked Sendable {
         private let lock = NSLock()
         private var received: [JSON] = []
+        private var receivedBytes: [[UInt8]] = []
         let url: String
         private let group: ServiceGroup
         private let task: Task<Void, any Error>
 
         var bodies: [JSON] { lock.withLock { received } }
+        /// Every body as it came, JSON or not (an OTLP exporter's protobuf).
+        var rawBodies: [[UInt8]] { lock.withLock { receivedBytes } }
 
-        init() async throws {
+        /// A receiver of POSTs to `path` (`hook` for JSON webhooks; `v1/traces` for OTLP).
+        init(path: String = "hook") async throws {
             let router = Router()
             let box = Box()
-            router.post("hook") { request, _ -> HTTPResponse.Status in
-                let bytes = try await request.body.collect(upTo: 1 << 20)
-                box.webhook?.append(try JSON.parse(Array(bytes.readableBytesView)))
-                return .ok
+            router.post(RouterPath(path)) { request, _ -> Response in
+                let bytes = Array(try await request.body.collect(upTo: 16 << 20).readableBytesView)
+                box.webhook?.appendRaw(bytes)
+                if let json = try? JSON.parse(bytes) { box.webhook?.append(json) }
+                // An OTLP exporter wants the collector's own content type back (an empty answer).
+                return Response(status: .ok, headers: [.contentType: request.headers[.contentType] ?? "application/json"])
             }
             let (ports, continuation) = AsyncStream<Int>.makeStream()
             let app = Application(
@@ -36,11 +42,12 @@ import Testing
             self.group = group
             task = Task { try await group.run() }
             var iterator = ports.makeAsyncIterator()
-            url = "http://127.0.0.1:\(await iterator.next() ?? 0)/hook"
+            url = "http://127.0.0.1:\(await iterator.next() ?? 0)/\(path)"
             box.webhook = self
         }
 
         func append(_ body: JSON) { lock.withLock { received.append(body) } }
+        func appendRaw(_ body: [UInt8]) { lock.withLock { receivedBytes.append(body) } }
 
         func stop() async {
             await group.triggerGracefulShutdown()

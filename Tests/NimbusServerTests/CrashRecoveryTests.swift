@@ -353,15 +353,19 @@ enum NimbusProcess {
     }
 
     /// Starts `nimbus serve` on a free port and waits for its "listening" line.
-    static func serve(dataDirectory: String, _ extra: [String] = []) async throws -> Server {
+    static func serve(dataDirectory: String, _ extra: [String] = [], environment variables: [String: String] = [:]) async throws
+        -> Server
+    {
         try await serve(
             arguments: ["serve", "--port", "0", "--sync", "normal", "--log-level", "error"] + dataArguments(dataDirectory) + extra,
-            workingDirectory: nil)
+            workingDirectory: nil, environment: variables)
     }
 
-    static func serve(arguments: [String], workingDirectory: String?) async throws -> Server {
+    static func serve(arguments: [String], workingDirectory: String?, environment variables: [String: String] = [:]) async throws
+        -> Server
+    {
         let process = try ChildProcess(
-            binary, arguments, environment: environment, workingDirectory: workingDirectory, output: .pipe)
+            binary, arguments, environment: environment.merging(variables) { $1 }, workingDirectory: workingDirectory, output: .pipe)
         let handle = process.standardOutput!
         let (port, text) = try await Task.detached { () throws -> (Int, String) in
             var text = ""
