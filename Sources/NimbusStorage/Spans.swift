@@ -20,13 +20,23 @@ public enum Spans {
 
     /// Runs `body` in a span named `name` that starts a trace (a request, a push), or without
     /// one when spans are off.
+    /// `context`, when given, carries a trace the caller started (a `traceparent` header): the
+    /// span joins it.
     public static func run<Value>(
-        _ name: String, kind: SpanKind = .internal, _ body: (_ span: (any Span)?) async throws -> Value
+        _ name: String, kind: SpanKind = .internal, context: ServiceContext? = nil, _ body: (_ span: (any Span)?) async throws -> Value
     ) async rethrows -> Value {
         guard areOn else { return try await body(nil) }
-        return try await withSpan(name, ofKind: kind) { span in
+        return try await withSpan(name, context: context ?? .current ?? .topLevel, ofKind: kind) { span in
             try await $withinTrace.withValue(true) { try await body(span) }
         }
+    }
+
+    /// The trace a request's headers name (W3C `traceparent`, or what the bootstrapped
+    /// propagators read), as the context of its span.
+    public static func context<E: Extractor>(from carrier: E.Carrier, using extractor: E) -> ServiceContext {
+        var context = ServiceContext.topLevel
+        InstrumentationSystem.instrument.extract(carrier, into: &context, using: extractor)
+        return context
     }
 
     /// Runs `body` in a span named `name` inside the task's trace; without one when spans are

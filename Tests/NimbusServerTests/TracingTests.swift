@@ -47,5 +47,24 @@ import Testing
         #expect(exported(uuid), "no span carries the request UUID \(uuid)")
         #expect(exported("POST /database/1/{container}/{environment}/{database}/zones/modify"), "no span named by the route")
         #expect(exported("storage.write") && exported("nimbus.request_uuid") && exported("nimbus"), "no storage span or service name")
+
+        // A caller's trace (W3C traceparent) is joined, not restarted: its trace ID is exported.
+        let traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+        let joined = try await client.send(
+            path: "/database/1/\(container)/development/private/zones/list", body: Array("{}".utf8),
+            headers: [("traceparent", "00-\(traceID)-00f067aa0ba902b7-01")])
+        #expect(joined.status == 200)
+        let traceBytes = stride(from: 0, to: traceID.count, by: 2).map { offset -> UInt8 in
+            let start = traceID.index(traceID.startIndex, offsetBy: offset)
+            return UInt8(traceID[start..<traceID.index(start, offsetBy: 2)], radix: 16)!
+        }
+        func exportedBytes(_ needle: [UInt8]) -> Bool {
+            collector.rawBodies.contains { body in
+                body.count >= needle.count && (0...(body.count - needle.count)).contains { body[$0..<$0 + needle.count].elementsEqual(needle) }
+            }
+        }
+        let joinDeadline = Date().addingTimeInterval(20)
+        while !exportedBytes(traceBytes), Date() < joinDeadline { try await Task.sleep(for: .milliseconds(100)) }
+        #expect(exportedBytes(traceBytes), "the request's span did not join the caller's trace")
     }
 }

@@ -1,3 +1,4 @@
+import HTTPTypes
 import Hummingbird
 import NimbusStorage
 import Tracing
@@ -24,7 +25,8 @@ struct EdgeMiddleware: RouterMiddleware {
     {
         guard Spans.areOn else { return await answer(request, context: context, next: next) }
         // A span for the request (`--otlp-endpoint`), keyed by the request UUID its client sees.
-        return await Spans.run("HTTP \(request.method.rawValue)", kind: .server) { span in
+        let parent = Spans.context(from: request.headers, using: HeaderExtractor())
+        return await Spans.run("HTTP \(request.method.rawValue)", kind: .server, context: parent) { span in
             let response = await answer(request, context: context, next: next)
             if let span {
                 let facts = context.exchange.current
@@ -60,5 +62,12 @@ struct EdgeMiddleware: RouterMiddleware {
         }
         log.record(request, context: context, response: response, since: start)
         return response
+    }
+}
+
+/// Reads trace headers (`traceparent`, `tracestate`) for the tracer's propagators.
+struct HeaderExtractor: Extractor {
+    func extract(key: String, from carrier: HTTPFields) -> String? {
+        HTTPField.Name(key).flatMap { carrier[$0] }
     }
 }
