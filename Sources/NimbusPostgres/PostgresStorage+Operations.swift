@@ -139,24 +139,19 @@ enum PostgresTools {
         var settings = ProcessInfo.processInfo.environment
         if let password = location.password { settings["PGPASSWORD"] = password }
         let environment = settings
-        let error: String = try await withCheckedThrowingContinuation { continuation in
-            Thread {
-                continuation.resume(
-                    with: Result {
-                        let process = Process()
-                        process.executableURL = URL(fileURLWithPath: executable)
-                        process.arguments = arguments
-                        process.environment = environment
-                        let pipe = Pipe()
-                        process.standardError = pipe
-                        process.standardOutput = FileHandle.nullDevice
-                        try process.run()
-                        let data = pipe.fileHandleForReading.readDataToEndOfFile()
-                        process.waitUntilExit()
-                        guard process.terminationStatus == 0 else { return String(decoding: data, as: UTF8.self) }
-                        return ""
-                    })
-            }.start()
+        let error: String = try await BlockingWork.run {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: executable)
+            process.arguments = arguments
+            process.environment = environment
+            let pipe = Pipe()
+            process.standardError = pipe
+            process.standardOutput = FileHandle.nullDevice
+            try process.run()
+            let data = pipe.fileHandleForReading.readDataToEndOfFile()
+            process.waitUntilExit()
+            guard process.terminationStatus == 0 else { return String(decoding: data, as: UTF8.self) }
+            return ""
         }
         guard error.isEmpty else {
             throw StoreCopyRefusal("\(tool) failed: \(error.trimmingCharacters(in: .whitespacesAndNewlines))")

@@ -12,8 +12,8 @@ extension SQLiteStorage: StoreCopying {
     public func copyStore(into directory: String) async throws -> StoreCopy {
         let source = path
         let target = (directory as NSString).appendingPathComponent(Self.copyFileName)
-        // Minutes of file I/O for a large store: on a thread of its own, never the cooperative pool's.
-        return try await Self.offPool {
+        // Minutes of file I/O for a large store.
+        return try await BlockingWork.run {
             do {
                 // A connection of its own, outside any transaction (VACUUM refuses to run in one),
                 // and not one of the pool's readers, which are query-only.
@@ -61,7 +61,7 @@ extension SQLiteStorage: StoreCopying {
         for existing in [path, path + "-wal", path + "-journal"] where FileManager.default.fileExists(atPath: existing) {
             throw StoreCopyRefusal("\(existing) exists: a restore never overwrites a store; name a new data directory or database file")
         }
-        try await offPool {
+        try await BlockingWork.run {
             try FileManager.default.createDirectory(
                 atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
             let staged = path + ".restoring"
@@ -74,7 +74,7 @@ extension SQLiteStorage: StoreCopying {
         // Opening migrates forward and puts the file in WAL mode.
         let storage = try SQLiteStorage(path: path, synchronous: synchronous)
         try await storage.close()
-        try await offPool {
+        try await BlockingWork.run {
             let restored = try DatabaseQueue(path: path)
             try restored.write { db in try jumpSequences(db) }
             try restored.close()
@@ -109,13 +109,6 @@ extension SQLiteStorage: StoreCopying {
         }
         defer { try? handle.close() }
         try handle.synchronize()
-    }
-
-    /// Runs blocking file work on a thread of its own.
-    static func offPool<Value: Sendable>(_ work: @escaping @Sendable () throws -> Value) async throws -> Value {
-        try await withCheckedThrowingContinuation { continuation in
-            Thread { continuation.resume(with: Result { try work() }) }.start()
-        }
     }
 }
 

@@ -36,12 +36,12 @@ import Testing
         let uuid = try #require(created.header("X-Apple-Request-UUID"))
 
         // Protobuf keeps strings as their UTF-8 bytes: each is found in the exported batches.
-        func exported(_ text: String) -> Bool {
-            let needle = Array(text.utf8)
-            return collector.rawBodies.contains { body in
+        func exportedBytes(_ needle: [UInt8]) -> Bool {
+            collector.rawBodies.contains { body in
                 body.count >= needle.count && (0...(body.count - needle.count)).contains { body[$0..<$0 + needle.count].elementsEqual(needle) }
             }
         }
+        func exported(_ text: String) -> Bool { exportedBytes(Array(text.utf8)) }
         let deadline = Date().addingTimeInterval(20)
         while !(exported(uuid) && exported("storage.write")), Date() < deadline { try await Task.sleep(for: .milliseconds(100)) }
         #expect(exported(uuid), "no span carries the request UUID \(uuid)")
@@ -57,11 +57,6 @@ import Testing
         let traceBytes = stride(from: 0, to: traceID.count, by: 2).map { offset -> UInt8 in
             let start = traceID.index(traceID.startIndex, offsetBy: offset)
             return UInt8(traceID[start..<traceID.index(start, offsetBy: 2)], radix: 16)!
-        }
-        func exportedBytes(_ needle: [UInt8]) -> Bool {
-            collector.rawBodies.contains { body in
-                body.count >= needle.count && (0...(body.count - needle.count)).contains { body[$0..<$0 + needle.count].elementsEqual(needle) }
-            }
         }
         let joinDeadline = Date().addingTimeInterval(20)
         while !exportedBytes(traceBytes), Date() < joinDeadline { try await Task.sleep(for: .milliseconds(100)) }

@@ -51,25 +51,38 @@ public enum Backups {
             } else {
                 missing = copy.blobKeys
             }
-            let bootstrap = (dataDirectory as NSString).appendingPathComponent(BackupLayout.bootstrapFile)
-            if FileManager.default.fileExists(atPath: bootstrap) {
-                try FileManager.default.copyItem(
-                    atPath: bootstrap, toPath: (partial as NSString).appendingPathComponent(BackupLayout.bootstrapFile))
+            // Hashing every file and syncing the tree reads the whole backup.
+            let missingBlobs = missing
+            return try await BlockingWork.run {
+                try finish(partial, as: destination, store: copy, missingBlobs: missingBlobs, dataDirectory: dataDirectory, takenAt: now)
             }
-            let manifest = try manifest(of: partial, store: copy, missingBlobs: missing, takenAt: now)
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-            let manifestPath = (partial as NSString).appendingPathComponent(BackupManifest.fileName)
-            try encoder.encode(manifest).write(to: URL(fileURLWithPath: manifestPath))
-            try DurableFiles.synchronize(manifestPath)
-            try DurableFiles.synchronizeTree(partial)
-            try FileManager.default.moveItem(atPath: partial, toPath: destination)
-            try DurableFiles.synchronize(parent.isEmpty ? "." : parent)
-            return manifest
         } catch {
             try? FileManager.default.removeItem(atPath: partial)
             throw error
         }
+    }
+
+    /// Adds `bootstrap.json` and the manifest to a partial backup, syncs it, and renames it into
+    /// place: the blocking end of `take`.
+    private static func finish(
+        _ partial: String, as destination: String, store: StoreCopy, missingBlobs: [String], dataDirectory: String, takenAt: Date
+    ) throws -> BackupManifest {
+        let parent = (destination as NSString).deletingLastPathComponent
+        let bootstrap = (dataDirectory as NSString).appendingPathComponent(BackupLayout.bootstrapFile)
+        if FileManager.default.fileExists(atPath: bootstrap) {
+            try FileManager.default.copyItem(
+                atPath: bootstrap, toPath: (partial as NSString).appendingPathComponent(BackupLayout.bootstrapFile))
+        }
+        let manifest = try manifest(of: partial, store: store, missingBlobs: missingBlobs, takenAt: takenAt)
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        let manifestPath = (partial as NSString).appendingPathComponent(BackupManifest.fileName)
+        try encoder.encode(manifest).write(to: URL(fileURLWithPath: manifestPath))
+        try DurableFiles.synchronize(manifestPath)
+        try DurableFiles.synchronizeTree(partial)
+        try FileManager.default.moveItem(atPath: partial, toPath: destination)
+        try DurableFiles.synchronize(parent.isEmpty ? "." : parent)
+        return manifest
     }
 
     /// Checks every file of a backup against its manifest; returns the manifest, or throws
@@ -123,7 +136,7 @@ public enum Backups {
     /// the directory or store already holds data. A restore that fails leaves nothing behind.
     @discardableResult
     public static func restore(_ path: String, into configuration: ServerConfiguration) async throws -> BackupManifest {
-        let manifest = try verify(path)
+        let manifest = try await BlockingWork.run { try verify(path) }
         guard let restorer = configuration.storage.restorer else {
             throw BackupError("this storage driver cannot restore backups")
         }

@@ -17,7 +17,7 @@ final class RequestArchive: Service, Sendable {
     let logger: Logger
     let flushInterval: Duration
     /// This node, as its entries name it.
-    let node = ProcessInfo.processInfo.hostName
+    let node = RequestLog.node
 
     init(requests: RequestLog, store: any RequestLogStore, clock: any WallClock, logger: Logger, flushInterval: Duration = .seconds(1)) {
         self.requests = requests
@@ -52,7 +52,7 @@ final class RequestArchive: Service, Sendable {
         }
         guard !entries.isEmpty else { return }
         do {
-            try await store.appendRequests(entries.map(stored))
+            try await store.appendRequests(entries.map { $0.stored(node: node) })
         } catch {
             logger.warning("request log batch not stored", metadata: ["entries": "\(entries.count)", "reason": "\(error)"])
         }
@@ -66,13 +66,15 @@ final class RequestArchive: Service, Sendable {
             logger.warning("request log not trimmed", metadata: ["reason": "\(error)"])
         }
     }
+}
 
-    private func stored(_ entry: RequestLog.Entry) -> StoredRequest {
+extension RequestLog.Entry {
+    /// The entry as the lasting log keeps it, answered by `node`.
+    func stored(node: String) -> StoredRequest {
         StoredRequest(
-            at: entry.at, node: node, requestUUID: entry.requestUUID, method: entry.method, route: entry.route,
-            container: entry.container, environment: entry.environment, database: entry.database, userRecordName: entry.user,
-            userName: entry.userName, status: entry.status, serverErrorCode: entry.serverErrorCode,
-            itemErrorCodes: entry.itemFailureCodes, milliseconds: entry.milliseconds)
+            at: at, node: node, requestUUID: requestUUID, method: method, route: route, container: container,
+            environment: environment, database: database, userRecordName: user, userName: userName, status: status,
+            serverErrorCode: serverErrorCode, itemErrorCodes: itemFailureCodes, milliseconds: milliseconds)
     }
 }
 

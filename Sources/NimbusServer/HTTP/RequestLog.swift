@@ -81,6 +81,9 @@ final class RequestLog: @unchecked Sendable {
     static let textBytes = 200
     static let minutes = 60
 
+    /// This node, as the entries it answered name it (its host name, read once).
+    static let node = ProcessInfo.processInfo.hostName
+
     /// Entries a lasting store has not taken yet (`RequestArchive`), at most this many.
     static let unarchivedLimit = 100_000
 

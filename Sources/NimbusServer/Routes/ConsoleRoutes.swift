@@ -443,13 +443,7 @@ enum ConsoleRoutes {
             if let error = search.error, entry.serverErrorCode != error, !entry.itemFailureCodes.contains(error) { return false }
             if let since = search.since, entry.at < since { return false }
             return true
-        }.map { entry in
-            StoredRequest(
-                at: entry.at, node: ProcessInfo.processInfo.hostName, requestUUID: entry.requestUUID, method: entry.method,
-                route: entry.route, container: entry.container, environment: entry.environment, database: entry.database,
-                userRecordName: entry.user, userName: entry.userName, status: entry.status, serverErrorCode: entry.serverErrorCode,
-                itemErrorCodes: entry.itemFailureCodes, milliseconds: entry.milliseconds)
-        }
+        }.map { $0.stored(node: RequestLog.node) }
     }
 
 
