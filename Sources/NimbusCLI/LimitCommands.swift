@@ -51,10 +51,11 @@ struct QuotasCommand: AsyncParsableCommand {
                 printLimits(try await service.limits(container: container), quotas: true)
                 for environment in Environment.allCases {
                     let usage = try await service.publicUsage(container: container, environment: environment)
-                    print("public database (\(environment.rawValue)): \(usage.usedBytes) of \(usage.quotaBytes) bytes")
+                    print("public database (\(environment.rawValue)): \(usage.usedBytes) of \(usage.quotaBytes) bytes\(versions(usage))")
                     if let user {
                         let usage = try await service.privateUsage(container: container, environment: environment, userName: user)
-                        print("\(user)'s private database (\(environment.rawValue)): \(usage.usedBytes) of \(usage.quotaBytes) bytes")
+                        print(
+                            "\(user)'s private database (\(environment.rawValue)): \(usage.usedBytes) of \(usage.quotaBytes) bytes\(versions(usage))")
                     }
                 }
             } catch { throw reportFailure(error) }
@@ -103,4 +104,9 @@ private func setLimits(_ data: DataOptions, container: String, _ settings: [Stri
         try await service.setLimits(container: container, changes)
         printLimits(try await service.limits(container: container), quotas: quotas)
     } catch { throw reportFailure(error) }
+}
+
+/// What a database's kept versions take, as `nimbus quotas show` adds it after the quota.
+private func versions(_ usage: DatabaseUsage) -> String {
+    usage.historyBytes == 0 ? "" : " (and \(usage.historyBytes) bytes of earlier versions kept for time travel, not counted)"
 }

@@ -15,7 +15,8 @@ struct Nimbus: AsyncParsableCommand {
         version: NimbusVersion.current,
         subcommands: [
             Serve.self, Admin.self, Containers.self, Tokens.self, Keys.self, Users.self, Operators.self, Providers.self, Roles.self, LimitsCommand.self,
-            QuotasCommand.self, AssetsCommand.self, Schema.self, APNs.self, BackupCommand.self, RestoreCommand.self, RequestsCommand.self,
+            QuotasCommand.self, AssetsCommand.self, Schema.self, APNs.self, BackupCommand.self, RestoreCommand.self, RestoreZoneCommand.self,
+            RestoreUserCommand.self, RequestsCommand.self,
         ])
 }
 
@@ -49,6 +50,9 @@ struct DataOptions: ParsableArguments {
         configuration.dataDirectory = dataDir
         guard passwordRounds >= 1 else { throw ValidationError("--password-rounds must be positive") }
         configuration.service.passwordRounds = passwordRounds
+        // Keeping record versions is the server's setting (serve --record-history-days): a
+        // verb that opens the store leaves it as it is.
+        configuration.service.recordHistoryDays = nil
         do {
             configuration.assetStore = try AssetStoreChoice(parsing: assetStore)
         } catch let error as CloudKitError {

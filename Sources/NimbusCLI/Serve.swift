@@ -81,6 +81,10 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "How many of the newest backups in --backup-dir to keep (env NIMBUS_BACKUP_KEEP).")
     var backupKeep: Int = Int(ProcessInfo.processInfo.environment["NIMBUS_BACKUP_KEEP"] ?? "") ?? 7
 
+    @Option(
+        help: "Days to keep each record's earlier versions, so a zone or a user can be restored to any moment in them (nimbus restore-zone); 0 keeps none and drops what was kept (env NIMBUS_RECORD_HISTORY_DAYS).")
+    var recordHistoryDays: Int = Int(ProcessInfo.processInfo.environment["NIMBUS_RECORD_HISTORY_DAYS"] ?? "") ?? Limits.recordHistoryDays.value
+
     @Option(help: "Serve GET /metrics (Prometheus' text format) to a monitor on this port, without credentials; 0 picks a free one (env NIMBUS_METRICS_PORT). Operators signed in to the dashboard read it on the main port too.")
     var metricsPort: Int? = Int(ProcessInfo.processInfo.environment["NIMBUS_METRICS_PORT"] ?? "")
 
@@ -150,6 +154,10 @@ struct Serve: AsyncParsableCommand {
         }
         configuration.service.assets.maximumBytes = assetMaxBytes
         configuration.service.assets.collectionGraceSeconds = assetGraceSeconds
+        guard (0...3_650).contains(recordHistoryDays) else {
+            throw ValidationError("--record-history-days must be from 0 (keep no versions) to 3650")
+        }
+        configuration.service.recordHistoryDays = recordHistoryDays
 
         let tracing = try startTracing()
         let directory = try await DataDirectory.open(configuration)

@@ -17,6 +17,16 @@ extension NimbusService {
         changing: Bool, baseURL: String?
     ) async throws -> DatabaseTarget {
         if changing { try context.requireChange(container: container) } else { try context.requireSight(of: container) }
+        return try await operatorTarget(
+            container: container, environment: environment, scope: scope, userName: userName, operatorName: context.account.name,
+            baseURL: baseURL)
+    }
+
+    /// The database an operator acts on, once their right to is settled (the admin API checks
+    /// their roles; the admin verbs run by whoever may open the store).
+    func operatorTarget(
+        container: String, environment: Environment, scope: DatabaseScope, userName: String?, operatorName: String, baseURL: String?
+    ) async throws -> DatabaseTarget {
         try await requireContainer(container)
         let caller: Caller
         switch scope {
@@ -24,7 +34,7 @@ extension NimbusService {
             guard userName == nil else {
                 throw CloudKitError.badRequest("user: the public database belongs to no user; leave the user out")
             }
-            let keyID = "operator:\(context.account.name)"
+            let keyID = "operator:\(operatorName)"
             caller = Caller(
                 container: container, environment: environment, user: nil, deviceID: "dashboard",
                 serverKey: Caller.ServerKey(keyID: keyID, recordName: serverKeyRecordName(container: container, keyID: keyID)))

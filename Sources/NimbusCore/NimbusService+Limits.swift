@@ -134,8 +134,12 @@ extension NimbusService {
 
     /// What a database holds and may hold (`users/caller`, `nimbus quotas show`).
     public func usage(of key: DatabaseKey) async throws -> DatabaseUsage {
-        let used = try await storage.read { tx in try tx.database(key)?.usedBytes ?? 0 }
-        return DatabaseUsage(usedBytes: used, quotaBytes: try await quota(for: key))
+        let database = try await storage.read { tx in try tx.database(key) }
+        var historyBytes: Int64 = 0
+        if let database, let history = recordHistory {
+            historyBytes = try await history.recordHistoryFigures(databaseID: database.id).bytes
+        }
+        return DatabaseUsage(usedBytes: database?.usedBytes ?? 0, quotaBytes: try await quota(for: key), historyBytes: historyBytes)
     }
 }
 
@@ -143,6 +147,9 @@ extension NimbusService {
 public struct DatabaseUsage: Sendable, Hashable {
     public let usedBytes: Int64
     public let quotaBytes: Int64
+    /// What its records' earlier versions take, kept for time travel; shown beside the quota,
+    /// never counted against it (the app did not choose to keep them).
+    public let historyBytes: Int64
 }
 
 /// A request over its budget: the error to answer, and the budget to publish with it.

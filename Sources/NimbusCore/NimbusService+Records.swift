@@ -48,7 +48,11 @@ extension NimbusService {
         return try await appliedOnce(operationID, target: target, request: request) { try await applyModify(target, request) }
     }
 
-    private func applyModify(_ target: DatabaseTarget, _ request: RecordsModifyRequest) async throws -> RecordsResponse {
+    /// `allOrNothing`: atomic in the default zone too (a time travel's batch, never a client's:
+    /// CloudKit makes the default zone's batches non-atomic).
+    func applyModify(_ target: DatabaseTarget, _ request: RecordsModifyRequest, allOrNothing: Bool = false) async throws
+        -> RecordsResponse
+    {
         var target = target
         var key = try target.key()
         try target.caller.requireWriter(for: "Saving records")
@@ -86,7 +90,7 @@ extension NimbusService {
                 if sharedZone == nil { tx.expect(records: names, inZone: request.zoneID.zoneName, of: writeKey) }
                 let database = try tx.ensureDatabase(writeKey)
                 let zone = try self.resolveZone(request.zoneID, in: database, target: writeTarget, tx: tx)
-                let atomic = zone.name != Names.defaultZone && request.atomic != false
+                let atomic = allOrNothing || (zone.name != Names.defaultZone && request.atomic != false)
                 let schema = try SchemaResolver(container: writeKey.container, environment: writeKey.environment, tx: tx)
                 let batchOrder = BatchOrder(request.operations, zoneName: zone.name)
                 var slots: [Result<RecordEntry, CloudKitError>?] = Array(repeating: nil, count: request.operations.count)

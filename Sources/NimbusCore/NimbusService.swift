@@ -50,6 +50,12 @@ public final class NimbusService: Sendable {
         /// (the admin verbs). `nimbus serve` passes files under the data directory or S3.
         public var blobs: (any BlobStore)?
         public var assets = AssetOptions()
+        /// Days to keep records' earlier versions for time travel (`Limits.recordHistoryDays`;
+        /// 0 keeps none), set on the store as the service starts. nil leaves the store's
+        /// setting as it is: the admin verbs must not undo what the server was started with.
+        public var recordHistoryDays: Int? = Limits.recordHistoryDays.value
+        /// How often versions past the retention are removed (`nimbus serve`).
+        public var recordHistoryPruneInterval: Duration = .seconds(3600)
 
         public init() {}
     }
@@ -114,6 +120,9 @@ public final class NimbusService: Sendable {
         try await rebuildIndexesIfRequested()
         let index = try await loadSubscriptions()
         notificationHub.index.withLock { $0 = index }
+        if let days = options.recordHistoryDays, let history = recordHistory {
+            _ = try await history.keepRecordHistory(days: max(0, days), now: now)
+        }
     }
 
     var now: Int64 { options.clock.nowMilliseconds() }

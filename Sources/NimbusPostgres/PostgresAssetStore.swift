@@ -67,6 +67,7 @@ struct PostgresAssetStore: AssetStore {
                 SELECT c.container, c.checksum FROM asset_blobs c
                 WHERE c.touched_at < \(touchedBefore)
                   AND NOT EXISTS (SELECT 1 FROM asset_references r WHERE r.container = c.container AND r.checksum = c.checksum)
+                  AND NOT EXISTS (SELECT 1 FROM asset_history h WHERE h.container = c.container AND h.checksum = c.checksum)
                 LIMIT \(limit))
             RETURNING b.container, b.checksum, b.size, b.blob_key, b.touched_at
             """

@@ -632,5 +632,74 @@ enum PostgresMigrations {
                 "CREATE INDEX request_log_by_user_record ON request_log (user_record_name, id)",
             ]
         ),
+        (
+            "v19-record-history",
+            [
+                // Time travel (RecordHistoryStore): a record's row as it was before each write
+                // that replaced it, copied by a trigger, so nimbus_apply's every path keeps
+                // versions without knowing. Keeping is on while the settings row holds a time.
+                """
+                CREATE TABLE record_history (
+                    database_id bigint NOT NULL,
+                    zone_id bigint NOT NULL,
+                    record_name text COLLATE "C" NOT NULL,
+                    replaced_at bigint NOT NULL,
+                    kept bigint GENERATED ALWAYS AS IDENTITY,
+                    record_type text COLLATE "C" NOT NULL,
+                    fields bytea NOT NULL,
+                    parent text,
+                    change_sequence bigint NOT NULL,
+                    created_at bigint NOT NULL,
+                    created_by text NOT NULL,
+                    created_device text NOT NULL,
+                    modified_at bigint NOT NULL,
+                    modified_by text NOT NULL,
+                    modified_device text NOT NULL,
+                    deleted boolean NOT NULL
+                )
+                """,
+                "CREATE INDEX record_history_by_zone ON record_history (database_id, zone_id, replaced_at)",
+                "CREATE TABLE record_history_settings (id integer PRIMARY KEY CHECK (id = 1), kept_since bigint, days integer NOT NULL)",
+                "INSERT INTO record_history_settings (id, kept_since, days) VALUES (1, NULL, 0)",
+                """
+                CREATE FUNCTION nimbus_keep_record_version() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    IF EXISTS (SELECT 1 FROM record_history_settings WHERE kept_since IS NOT NULL) THEN
+                        INSERT INTO record_history (database_id, zone_id, record_name, replaced_at, record_type, fields, parent,
+                            change_sequence, created_at, created_by, created_device, modified_at, modified_by, modified_device, deleted)
+                        VALUES (OLD.database_id, OLD.zone_id, OLD.record_name, NEW.modified_at, OLD.record_type, OLD.fields, OLD.parent,
+                            OLD.change_sequence, OLD.created_at, OLD.created_by, OLD.created_device, OLD.modified_at, OLD.modified_by,
+                            OLD.modified_device, OLD.deleted);
+                    END IF;
+                    RETURN NULL;
+                END
+                $$
+                """,
+                "CREATE TRIGGER records_keep_versions AFTER UPDATE ON records FOR EACH ROW EXECUTE FUNCTION nimbus_keep_record_version()",
+                // Blobs a record let go of while versions are kept: an earlier version may
+                // still hold them, so the collector leaves them for the retention.
+                """
+                CREATE TABLE asset_history (
+                    container text COLLATE "C" NOT NULL,
+                    checksum text COLLATE "C" NOT NULL,
+                    released_at bigint NOT NULL,
+                    PRIMARY KEY (container, checksum)
+                )
+                """,
+                """
+                CREATE FUNCTION nimbus_keep_released_asset() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    IF EXISTS (SELECT 1 FROM record_history_settings WHERE kept_since IS NOT NULL) THEN
+                        INSERT INTO asset_history (container, checksum, released_at)
+                        VALUES (OLD.container, OLD.checksum, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)
+                        ON CONFLICT (container, checksum) DO UPDATE SET released_at = excluded.released_at;
+                    END IF;
+                    RETURN NULL;
+                END
+                $$
+                """,
+                "CREATE TRIGGER asset_references_keep_versions AFTER DELETE ON asset_references FOR EACH ROW EXECUTE FUNCTION nimbus_keep_released_asset()",
+            ]
+        ),
     ]
 }

@@ -581,5 +581,55 @@ enum Migrations {
                     UPDATE zones SET record_sequence = change_sequence;
                     """)
         }
+        migrator.registerMigration("v25-record-history") { db in
+            // Time travel (RecordHistoryStore): a record's row as it was before each write
+            // that replaced it, copied by the engine itself, so every write path keeps
+            // versions without knowing. Keeping is on while the settings row holds a time.
+            let keeping = "(SELECT kept_since FROM record_history_settings WHERE id = 1) IS NOT NULL"
+            try db.execute(
+                sql: """
+                    CREATE TABLE record_history (
+                        zone_id INTEGER NOT NULL,
+                        record_name TEXT NOT NULL,
+                        replaced_at INTEGER NOT NULL,
+                        record_type TEXT NOT NULL,
+                        fields BLOB NOT NULL,
+                        parent TEXT,
+                        change_sequence INTEGER NOT NULL,
+                        created_at INTEGER NOT NULL,
+                        created_by TEXT NOT NULL,
+                        created_device TEXT NOT NULL,
+                        modified_at INTEGER NOT NULL,
+                        modified_by TEXT NOT NULL,
+                        modified_device TEXT NOT NULL,
+                        deleted INTEGER NOT NULL
+                    );
+                    CREATE INDEX record_history_by_zone ON record_history (zone_id, replaced_at);
+                    CREATE TABLE record_history_settings (
+                        id INTEGER PRIMARY KEY CHECK (id = 1), kept_since INTEGER, days INTEGER NOT NULL);
+                    INSERT INTO record_history_settings (id, kept_since, days) VALUES (1, NULL, 0);
+                    CREATE TRIGGER records_keep_versions AFTER UPDATE ON records WHEN \(keeping)
+                    BEGIN
+                        INSERT INTO record_history (zone_id, record_name, replaced_at, record_type, fields, parent, change_sequence,
+                            created_at, created_by, created_device, modified_at, modified_by, modified_device, deleted)
+                        VALUES (OLD.zone_id, OLD.record_name, NEW.modified_at, OLD.record_type, OLD.fields, OLD.parent,
+                            OLD.change_sequence, OLD.created_at, OLD.created_by, OLD.created_device, OLD.modified_at,
+                            OLD.modified_by, OLD.modified_device, OLD.deleted);
+                    END;
+                    -- Blobs a record let go of while versions are kept: an earlier version may
+                    -- still hold them, so the collector leaves them for the retention.
+                    CREATE TABLE asset_history (
+                        container TEXT NOT NULL,
+                        checksum TEXT NOT NULL,
+                        released_at INTEGER NOT NULL,
+                        PRIMARY KEY (container, checksum)
+                    ) WITHOUT ROWID;
+                    CREATE TRIGGER asset_references_keep_versions AFTER DELETE ON asset_references WHEN \(keeping)
+                    BEGIN
+                        INSERT OR REPLACE INTO asset_history (container, checksum, released_at)
+                        VALUES (OLD.container, OLD.checksum, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER));
+                    END;
+                    """)
+        }
     }
 }

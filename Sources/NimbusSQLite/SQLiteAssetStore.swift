@@ -69,6 +69,7 @@ struct SQLiteAssetStore: AssetStore {
                 SELECT \(Self.columns) FROM asset_blobs b
                 WHERE touched_at < ?
                   AND NOT EXISTS (SELECT 1 FROM asset_references r WHERE r.container = b.container AND r.checksum = b.checksum)
+                  AND NOT EXISTS (SELECT 1 FROM asset_history h WHERE h.container = b.container AND h.checksum = b.checksum)
                 LIMIT ?
                 """,
                 [touchedBefore, limit]

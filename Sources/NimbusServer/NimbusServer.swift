@@ -208,7 +208,10 @@ public enum NimbusServer {
             server: server,
             configuration: ApplicationConfiguration(
                 address: .hostname(configuration.host, port: configuration.port), serverName: "Nimbus"),
-            services: [NotificationPipelineService(service: service, connections: connections), apns, AssetCollectionService(service: service)]
+            services: [
+                NotificationPipelineService(service: service, connections: connections), apns, AssetCollectionService(service: service),
+                RecordHistoryPruning(service: service),
+            ]
                 + (backups.settings.every == nil ? [] : [ScheduledBackupService(keeper: backups)])
                 + (parts.archive.map { [$0] } ?? [])
                 + [
@@ -220,6 +223,15 @@ public enum NimbusServer {
                 + extraServices,
             onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? configuration.port) },
             logger: logger)
+    }
+}
+
+/// Removes record versions past the retention, now and then (docs/operations.md, "Time travel").
+struct RecordHistoryPruning: Service {
+    let service: NimbusService
+
+    func run() async throws {
+        await cancelWhenGracefulShutdown { await service.runRecordHistoryPruning() }
     }
 }
 

@@ -102,5 +102,8 @@ public enum Limits {
     public static let requestLogDays = Limit(name: "requestLogDays", value: 7)
     /// Entries the stored request log keeps at most; the oldest go first.
     public static let requestLogEntries = Limit(name: "requestLogEntries", value: 1_000_000)
+    /// Days a record's earlier versions are kept for time travel (docs/operations.md, "Time
+    /// travel"); `nimbus serve --record-history-days`, 0 to keep none.
+    public static let recordHistoryDays = Limit(name: "recordHistoryDays", value: 7)
     public static let refusedBodyDrainSeconds = Limit(name: "refusedBodyDrainSeconds", value: 3)
 }

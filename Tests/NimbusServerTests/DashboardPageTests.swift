@@ -36,6 +36,13 @@ import Testing
                 zone: "Album", [ShareTests.share("cloudkit.zoneshare", participants: [ShareTests.invite(email: "bob@example.com")])])
             #expect(shared.status == 200 && shared.records.first?.errorCode == nil, "\(shared.text)")
             _ = try await alice.lookup(zone: "Nowhere", ["x"])
+            // A diary entry deleted a minute after the moment the page goes back to.
+            _ = try await alice.createZone("Diary")
+            #expect(try await alice.modify(zone: "Diary", [Op.create("d1", ["title": Op.field("kept")])]).status == 200)
+            server.clock.advance(milliseconds: 60_000)
+            let travelTo = String(NimbusService.isoMoment(server.clock.nowMilliseconds()).prefix(19))  // as datetime-local holds it
+            server.clock.advance(milliseconds: 60_000)
+            #expect(try await alice.modify(zone: "Diary", [Op.forceDelete("d1")]).status == 200)
             let screenshots = ProcessInfo.processInfo.environment["NIMBUS_DASHBOARD_SCREENSHOTS"]
             let png = NSTemporaryDirectory() + "nimbus-dashboard-" + UUID().uuidString + ".png"
             try Data(Self.onePixelPNG).write(to: URL(fileURLWithPath: png))
@@ -43,6 +50,7 @@ import Testing
             let config: JSON = [
                 "url": .string(server.baseURL), "name": "olga", "password": .string(password), "container": .string(TestServer.container),
                 "screenshots": screenshots.map(JSON.string) ?? .null, "now": .int(server.clock.nowMilliseconds()), "png": .string(png),
+                "travelTo": .string(travelTo),
             ]
             let configFile = NSTemporaryDirectory() + "nimbus-dashboard-" + UUID().uuidString + ".json"
             try Data(config.serialized()).write(to: URL(fileURLWithPath: configFile))
@@ -52,6 +60,11 @@ import Testing
             let result = try JSON.parse(printed)
             #expect(result["wrongPassword"]?.stringValue?.contains("wrong password") == true, "\(result)")
             #expect(result["signedInAs"]?.stringValue == "olga")
+            let preview = result["travelPreview"]?.arrayValue?.map { $0.arrayValue?.compactMap(\.stringValue) ?? [] } ?? []
+            #expect(preview == [["Diary", "d1", "Note", "restore"]], "\(result)")
+            #expect(result["travelNote"]?.stringValue?.contains("Nothing has changed yet") == true, "\(result)")
+            #expect(result["travelApplied"]?.stringValue?.contains("1 record(s) restored") == true, "\(result)")
+            #expect(try await alice.lookup(zone: "Diary", ["d1"]).records.first?.fieldValue("title")?.stringValue == "kept")
             #expect(result["hostileMessage"]?.stringValue?.contains("<img src=x") == true, "\(result)")
             #expect(result["pwned"] == .null, "a name ran as markup: \(result)")
             let operators = result["operatorsAfter"]?.arrayValue?.compactMap { $0.arrayValue?.first?.stringValue } ?? []

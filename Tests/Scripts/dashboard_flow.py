@@ -188,6 +188,31 @@ def console_flow(driver, wait, shots, config, result, rows, visible):
     if shots:
         driver.save_screenshot(f"{shots}/sharing.png")
 
+    # Time travel: alice's diary entry, deleted after the moment, is previewed then restored.
+    area("data")
+    pick("development")
+    query = driver.find_element(By.ID, "query-form")
+    Select(query.find_element(By.NAME, "database")).select_by_visible_text("private")
+    set_field(query, "user", "alice")
+    driver.find_element(By.ID, "load-zones").click()
+    wait.until(lambda d: any(o.text == "Diary" for o in query.find_element(By.NAME, "zone").find_elements(By.TAG_NAME, "option")))
+    Select(query.find_element(By.NAME, "zone")).select_by_visible_text("Diary")
+    travel = driver.find_element(By.ID, "time-travel-form")
+    driver.execute_script(
+        "arguments[0].value = arguments[1]; arguments[0].dispatchEvent(new Event('input', { bubbles: true }))",
+        travel.find_element(By.NAME, "to"), config["travelTo"])
+    travel.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait.until(lambda d: rows("time-travel-rows"))
+    result["travelPreview"] = rows("time-travel-rows")
+    result["travelNote"] = driver.find_element(By.ID, "time-travel-note").text
+    if shots:
+        driver.execute_script("document.getElementById('time-travel').scrollIntoView()")
+        driver.save_screenshot(f"{shots}/time-travel.png")
+    driver.find_element(By.ID, "time-travel-apply").click()
+    driver.switch_to.alert.accept()
+    wait.until(lambda d: "restored" in d.find_element(By.ID, "time-travel-note").text)
+    result["travelApplied"] = driver.find_element(By.ID, "time-travel-note").text
+
     # Logs: the request log, searched by error code; the charts.
     area("logs")
     form = driver.find_element(By.ID, "log-form")

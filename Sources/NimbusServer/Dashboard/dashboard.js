@@ -465,6 +465,46 @@ async function runQuery(marker) {
 }
 
 $('query-form').addEventListener('submit', (event) => { event.preventDefault(); act(() => runQuery(null)); });
+
+// Time travel: what going back to a moment would change in the chosen zone (or every zone of
+// the user's private database), then, confirmed, the change itself. Apply is offered only for
+// the preview on screen: any edit of the moment, zone or user asks for a new preview.
+function timeTravelBody(apply) {
+  const query = $('query-form');
+  const form = $('time-travel-form');
+  const database = query.elements.database.value;
+  if (database === 'shared') throw new Error("Time travel goes back in the owner's zones: choose the owner's private database.");
+  const moment = form.elements.to.value;
+  const body = { to: `${moment.length === 16 ? `${moment}:00` : moment}Z`, apply };
+  if (database === 'private') {
+    const user = query.elements.user.value.trim();
+    if (!user) throw new Error("Name the user whose private database to go back in.");
+    body.user = user;
+  }
+  if (!form.elements.everyZone.checked) body.zone = zoneID().zoneName;
+  return body;
+}
+
+async function timeTravel(apply) {
+  const answer = await api(inContainer(`time-travel/${scope().environment}`), { method: 'POST', body: timeTravelBody(apply) });
+  const rows = answer.zones.flatMap((z) => [
+    ...z.changes.map((c) => ({ zone: z.zone, recordName: c.recordName, recordType: c.recordType, change: c.change })),
+    ...z.skipped.map((s) => ({ zone: z.zone, recordName: s.recordName, recordType: '', change: `left as it is: ${s.reason}` }))]);
+  fill($('time-travel-rows'), rows, [(r) => r.zone, (r) => r.recordName, (r) => r.recordType, (r) => r.change]);
+  const count = answer.zones.reduce((total, z) => total + z.changes.length, 0);
+  $('time-travel-note').textContent = apply
+    ? `${count} record(s) restored to ${answer.to}.`
+    : `${count} record(s) would change going back to ${answer.to} (the oldest moment kept is ${answer.oldestAvailable}). Nothing has changed yet.`;
+  $('time-travel-apply').disabled = apply || count === 0;
+}
+
+$('time-travel-form').addEventListener('submit', (event) => { event.preventDefault(); act(() => timeTravel(false)); });
+for (const form of [$('time-travel-form'), $('query-form')]) form.addEventListener('input', () => { $('time-travel-apply').disabled = true; });
+$('time-travel-apply').addEventListener('click', () => act(async () => {
+  const count = [...$('time-travel-rows').children].filter((row) => !row.textContent.includes('left as it is')).length;
+  if (!window.confirm(`Restore ${count} record(s) as they were at ${$('time-travel-form').elements.to.value} UTC? Devices will fetch the change.`)) return;
+  await timeTravel(true);
+}));
 $('next-page').addEventListener('click', () => act(() => runQuery(data.marker)));
 
 // A field's value as text for people to read and edit.
@@ -676,7 +716,7 @@ views.logs = async () => {
   const usage = await api(inContainer(`usage/${scope().environment}`));
   const share = (u) => `${Math.round((u.usedBytes / Math.max(1, u.quotaBytes)) * 1000) / 10}%`;
   fill($('usage-rows'), [{ name: 'public database', ...usage.public }, ...usage.users.map((u) => ({ ...u, name: `private: ${u.name}` }))],
-    [(u) => u.name, (u) => `${u.usedBytes} B`, (u) => `${u.quotaBytes} B`, share]);
+    [(u) => u.name, (u) => `${u.usedBytes} B`, (u) => `${u.quotaBytes} B`, share, (u) => `${u.historyBytes} B`]);
 };
 
 // The log search as query parameters: the table and the export link use the same.

@@ -89,6 +89,7 @@ enum AdminRoutes {
         addContainerRoutes(to: admin, parts: parts)
         ConsoleRoutes.add(to: admin, parts: parts)  // schema, data, people, the request log
         BackupRoutes.add(to: admin, parts: parts)
+        TimeTravelRoutes.add(to: admin, parts: parts)
 
         admin.get("audit") { request, context in
             let operatorContext = try await signedIn(request, service)

@@ -25,7 +25,8 @@ import NimbusWire
 /// | `containers/{c}/users/{name}` | GET: sessions, roles, push tokens, subscriptions |
 /// | `containers/{c}/users/{name}/sessions/revoke` | POST `{session}` |
 /// | `containers/{c}/users/{name}/roles/{env}` | POST `{role, assigned}` |
-/// | `containers/{c}/usage/{env}` | GET: storage of the public database and of each member's private one, with quotas |
+/// | `containers/{c}/usage/{env}` | GET: storage of the public database and of each member's private one, with quotas and kept versions |
+/// | `containers/{c}/time-travel/{env}` | POST `{to, user?, zone?, apply?}`: a zone or a user back to a moment (`TimeTravelRoutes`) |
 /// | `requests` | GET `?user=&error=&container=&limit=`: the request log |
 /// | `metrics` | GET: requests, p50/p99 and errors by code per minute, last hour |
 enum ConsoleRoutes {
@@ -398,11 +399,18 @@ enum ConsoleRoutes {
             for member in try await service.members(container: container(context), after: 0, limit: NimbusService.consolePageLimit, as: operatorContext) {
                 let usage = try await service.usage(
                     of: DatabaseKey(container: container(context), environment: environment, scope: .private, ownerID: member.entry.member.userID))
-                users.append(["name": .string(member.userName), "usedBytes": .int(usage.usedBytes), "quotaBytes": .int(usage.quotaBytes)])
+                users.append(
+                    [
+                        "name": .string(member.userName), "usedBytes": .int(usage.usedBytes), "quotaBytes": .int(usage.quotaBytes),
+                        "historyBytes": .int(usage.historyBytes),
+                    ])
             }
             return Reply.json(
                 [
-                    DatabaseScope.public.rawValue: ["usedBytes": .int(publicUsage.usedBytes), "quotaBytes": .int(publicUsage.quotaBytes)],
+                    DatabaseScope.public.rawValue: [
+                        "usedBytes": .int(publicUsage.usedBytes), "quotaBytes": .int(publicUsage.quotaBytes),
+                        "historyBytes": .int(publicUsage.historyBytes),
+                    ],
                     "users": .array(users),
                 ], context: context)
         }
