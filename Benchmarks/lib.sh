@@ -140,12 +140,12 @@ start_preloaded() {
   unset NIMBUS
 }
 
-# The records operation a wrk cell of KIND (fetch, list, create) calls.
+# The records operation a wrk cell of KIND (fetch, list, create, update) calls.
 records_operation() {
   case $1 in
     fetch) echo lookup ;;
     list) echo query ;;
-    create) echo modify ;;
+    create | update) echo modify ;;
   esac
 }
 

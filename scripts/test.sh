@@ -75,7 +75,7 @@ engines='SyncEngineKitTests|SyncEngineDeviceTests'
 # server backing up every second, one exporting traces) while other suites' servers answer
 # NimbusKit's 5 s deadlines; beside the whole suite, CI runs twice saw those deadlines missed
 # (2026-11-26). On their own they take seconds.
-operations='BackupTests|ScheduledBackupTests|TracingTests'
+operations='BackupTests|ScheduledBackupTests|TracingTests|TimeTravelCommandTests'
 pass 25m swift test --skip-build --skip "$external|$bodies|$edge|$engines|$operations"
 pass 15m swift test --skip-build --filter "$operations"
 pass 15m swift test --skip-build --filter "$bodies"

@@ -40,12 +40,13 @@ struct BackupCommand: AsyncParsableCommand {
     struct Verify: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Check every file of a backup against its manifest's checksums.")
-        @Argument(help: "The backup's directory.") var path: String
+        @Argument(help: "The backup's directory, or s3://ACCESS_KEY:SECRET@HOST:PORT/BUCKET/PREFIX/NAME for one in a bucket.")
+        var path: String
 
         func run() async throws {
             do {
-                let manifest = try Backups.verify(path)
-                print("backup is whole: " + summary(manifest, at: path))
+                let manifest = try await Backups.verify(location: path)
+                print("backup is whole: " + summary(manifest, at: Backups.displayed(path)))
             } catch { throw reportFailure(error) }
         }
     }
@@ -56,11 +57,12 @@ struct RestoreCommand: AsyncParsableCommand {
         commandName: "restore",
         abstract: "Make a new data directory (and store) from a backup; never overwrites (docs/operations.md).")
     @OptionGroup var data: DataOptions
-    @Argument(help: "The backup's directory.") var path: String
+    @Argument(help: "The backup's directory, or s3://ACCESS_KEY:SECRET@HOST:PORT/BUCKET/PREFIX/NAME for one in a bucket.")
+    var path: String
 
     func run() async throws {
         do {
-            let manifest = try await Backups.restore(path, into: data.configuration())
+            let manifest = try await Backups.restore(location: path, into: data.configuration())
             print("restored the backup of \(manifest.takenAt) into \(data.dataDir); start it with: nimbus serve --data-dir \(data.dataDir)")
         } catch { throw reportFailure(error) }
     }

@@ -72,7 +72,8 @@ struct Serve: AsyncParsableCommand {
         help: "How often, in milliseconds, the notification pipeline looks for other nodes' writes besides the store's own signals (PostgreSQL's NOTIFY) (env NIMBUS_NOTIFICATION_POLL_MS).")
     var notificationPollMs: Int = Int(ProcessInfo.processInfo.environment["NIMBUS_NOTIFICATION_POLL_MS"] ?? "") ?? 250
 
-    @Option(help: "A directory for the server's own backups, taken on schedule (--backup-every) and from the dashboard (env NIMBUS_BACKUP_DIR).")
+    @Option(
+        help: "Where the server's own backups go, taken on schedule (--backup-every) and from the dashboard: a directory, or an S3-compatible bucket as s3://ACCESS_KEY:SECRET@HOST:PORT/BUCKET[/PREFIX]?region=R[&tls=false] (env NIMBUS_BACKUP_DIR).")
     var backupDir: String? = ProcessInfo.processInfo.environment["NIMBUS_BACKUP_DIR"]
 
     @Option(help: "How often to take a backup into --backup-dir: 30m, 6h, 1d… (env NIMBUS_BACKUP_EVERY).")
@@ -222,6 +223,13 @@ struct Serve: AsyncParsableCommand {
 
     func backupSettings() throws -> BackupSettings {
         let directory = backupDir.flatMap { $0.isEmpty ? nil : $0 }
+        if let directory {
+            do {
+                try BackupSettings.check(destination: directory)
+            } catch let error as CloudKitError {
+                throw ValidationError(error.reason)
+            }
+        }
         var every: Duration?
         if let text = backupEvery, !text.isEmpty {
             guard let interval = IntervalText.parse(text) else {

@@ -349,7 +349,8 @@ extension NimbusService {
             for: fields, recordName: recordName, zone: zone, database: database, path: path, tx: tx)
         let row = RecordRow(
             zoneID: zone.id, recordName: recordName, recordType: recordType, fields: RecordCodec.encode(fields),
-            parent: parent, changeSequence: try tx.nextRecordSequence(in: zone), created: existing?.created ?? stamp,
+            parent: parent, changeSequence: try tx.nextRecordSequence(in: zone),
+            created: existing?.created ?? target.restoredCreations[recordName] ?? stamp,
             modified: stamp, isDeleted: false)
         // The quota: a save that grows the database past it writes nothing. Shrinking is
         // always allowed (a quota lowered below what is stored). A user's own empty record,

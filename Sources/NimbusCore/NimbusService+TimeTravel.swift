@@ -109,6 +109,8 @@ extension NimbusService {
     struct RestorePlan {
         var summary: ZoneRestore
         var operations: [JSON]
+        /// Who made each record it brings back, and when (kept by the save).
+        var creations: [String: ChangeStamp] = [:]
     }
 
     func restorePlan(_ zone: ZoneRow, key: DatabaseKey, moment: Int64, history: any RecordHistoryStore) async throws
@@ -158,6 +160,7 @@ extension NimbusService {
         let checksums = try planned.flatMap { try $0.was.map { try RecordCodec.assetReferences(of: $0).map(\.checksum) } ?? [] }
         let missing = checksums.isEmpty ? [] : try await storage.assets.touchBlobs(container: key.container, checksums: checksums, at: now)
         var operations: [JSON] = []
+        var creations: [String: ChangeStamp] = [:]
         for (current, was, change) in planned {
             let record: JSONObject
             switch change {
@@ -179,6 +182,7 @@ extension NimbusService {
                 ]
                 if change == .revert { object[WireKey.recordChangeTag] = .string(RecordCodec.changeTag(current.changeSequence)) }
                 record = object
+                creations[current.recordName] = was.created
             }
             let type: RecordOperationType = switch change {
             case .delete: .delete
@@ -189,7 +193,7 @@ extension NimbusService {
             summary.items.append(
                 ZoneRestore.Item(recordName: current.recordName, recordType: was?.recordType ?? current.recordType, change: change))
         }
-        return RestorePlan(summary: summary, operations: operations)
+        return RestorePlan(summary: summary, operations: operations, creations: creations)
     }
 
     /// Whether a record's content (type, parent and fields other than the reserved ones) is
@@ -244,6 +248,8 @@ extension NimbusService {
             if request == nil { request = part } else { request?.operations += part.operations }
         }
         guard let request else { return }
+        var target = target
+        target.restoredCreations = plan.creations
         let response = try await applyModify(target, request, allOrNothing: true)
         let failures = response.records.compactMap { result -> CloudKitError? in
             if case .failure(let error) = result, error.code != .atomicError { return error }

@@ -210,6 +210,9 @@ public struct DatabaseTarget: Sendable {
     /// record of its type in pages and filters them in memory (`NimbusService+Console.swift`),
     /// so browsing needs no QUERYABLE index.
     var operatorScan = false
+    /// Set for a time travel's batch: who made each record it brings back, and when, so a
+    /// restored record keeps its creator (in the public database, the creator's write access).
+    var restoredCreations: [String: ChangeStamp] = [:]
 
     public init(caller: Caller, scope: DatabaseScope, assetBaseURL: String? = nil) {
         self.caller = caller

@@ -701,5 +701,24 @@ enum PostgresMigrations {
                 "CREATE TRIGGER asset_references_keep_versions AFTER DELETE ON asset_references FOR EACH ROW EXECUTE FUNCTION nimbus_keep_released_asset()",
             ]
         ),
+        (
+            "v20-request-minutes",
+            [
+                // Each node's per-minute request figures (PostgresRequestLog): the dashboard's
+                // charts sum every node's rows.
+                """
+                CREATE TABLE request_minutes (
+                    minute bigint NOT NULL,
+                    node text NOT NULL,
+                    container text NOT NULL,
+                    requests integer NOT NULL,
+                    server_errors integer NOT NULL,
+                    errors text NOT NULL,
+                    latency text NOT NULL
+                )
+                """,
+                "CREATE INDEX request_minutes_by_minute ON request_minutes (minute)",
+            ]
+        ),
     ]
 }

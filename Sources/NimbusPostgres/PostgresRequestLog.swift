@@ -62,7 +62,28 @@ struct PostgresRequestLog: RequestLogStore {
         }
     }
 
+    func appendMinuteFigures(_ rows: [StoredMinuteFigures]) async throws {
+        guard !rows.isEmpty else { return }
+        try await storage.rows(
+            """
+            INSERT INTO request_minutes (minute, node, container, requests, server_errors, errors, latency)
+            SELECT * FROM unnest(\(rows.map(\.minute)), \(rows.map(\.node)), \(rows.map(\.container)), \(rows.map { Int32($0.requests) }),
+                \(rows.map { Int32($0.serverErrors) }), \(rows.map(\.errorsText)), \(rows.map(\.latencyText)))
+            """)
+    }
+
+    func minuteFigures(since time: Int64) async throws -> [StoredMinuteFigures] {
+        try await storage.rows(
+            "SELECT minute, node, container, requests, server_errors, errors, latency FROM request_minutes WHERE minute >= \(time)"
+        ).map { row in
+            let c = try row.decode((Int64, String, String, Int32, Int32, String, String).self, context: .default)
+            return StoredMinuteFigures(
+                minute: c.0, node: c.1, container: c.2, requests: Int(c.3), serverErrors: Int(c.4), errorsText: c.5, latencyText: c.6)
+        }
+    }
+
     func pruneRequests(before time: Int64, keepingAtMost rows: Int) async throws -> Int {
+        try await storage.rows("DELETE FROM request_minutes WHERE minute < \(time)")
         var removed = 0
         for row in try await storage.rows(
             """

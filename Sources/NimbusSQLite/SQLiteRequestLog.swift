@@ -47,6 +47,21 @@ public final class SQLiteRequestLog: RequestLogStore {
                     CREATE INDEX requests_by_user_record ON requests(user_record_name, id);
                     """)
         }
+        migrator.registerMigration("v2-request-minutes") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE request_minutes (
+                        minute INTEGER NOT NULL,
+                        node TEXT NOT NULL,
+                        container TEXT NOT NULL,
+                        requests INTEGER NOT NULL,
+                        server_errors INTEGER NOT NULL,
+                        errors TEXT NOT NULL,
+                        latency TEXT NOT NULL
+                    );
+                    CREATE INDEX request_minutes_by_minute ON request_minutes(minute);
+                    """)
+        }
         try migrator.migrate(pool)
         self.path = path
     }
@@ -122,8 +137,40 @@ public final class SQLiteRequestLog: RequestLogStore {
         }
     }
 
+    public func appendMinuteFigures(_ rows: [StoredMinuteFigures]) async throws {
+        guard !rows.isEmpty else { return }
+        try await pool.write { db in
+            let statement = try db.cachedStatement(
+                sql: """
+                    INSERT INTO request_minutes (minute, node, container, requests, server_errors, errors, latency)
+                    VALUES (?, ?, ?, ?, ?, ?, ?)
+                    """)
+            for row in rows {
+                try statement.execute(arguments: [
+                    row.minute, row.node, row.container, row.requests, row.serverErrors, row.errorsText, row.latencyText,
+                ])
+            }
+        }
+    }
+
+    public func minuteFigures(since time: Int64) async throws -> [StoredMinuteFigures] {
+        try await pool.read { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT minute, node, container, requests, server_errors, errors, latency FROM request_minutes WHERE minute >= ?
+                    """, arguments: [time]
+            ).map { row in
+                StoredMinuteFigures(
+                    minute: row[0], node: row[1], container: row[2], requests: row[3], serverErrors: row[4], errorsText: row[5],
+                    latencyText: row[6])
+            }
+        }
+    }
+
     public func pruneRequests(before time: Int64, keepingAtMost rows: Int) async throws -> Int {
         try await pool.write { db in
+            try db.execute(sql: "DELETE FROM request_minutes WHERE minute < ?", arguments: [time])
             try db.execute(sql: "DELETE FROM requests WHERE at < ?", arguments: [time])
             var removed = db.changesCount
             try db.execute(

@@ -73,26 +73,11 @@ public enum AssetStoreChoice: Sendable, Hashable {
             self = .files
             return
         }
-        guard let components = URLComponents(string: text), components.scheme == "s3", let host = components.host,
-            let user = components.percentEncodedUser?.removingPercentEncoding,
-            let password = components.percentEncodedPassword?.removingPercentEncoding
-        else {
+        guard let location = try S3Bucket.Location.parsing(text, option: "--asset-store") else {
             throw CloudKitError.badRequest(
                 "--asset-store: '\(text)' is neither files nor s3://ACCESS_KEY:SECRET@HOST:PORT/BUCKET[/PREFIX]?region=REGION")
         }
-        let parts = components.path.split(separator: "/", maxSplits: 1).map(String.init)
-        guard let bucket = parts.first, !bucket.isEmpty else {
-            throw CloudKitError.badRequest("--asset-store: the S3 URL names no bucket (s3://…@HOST:PORT/BUCKET)")
-        }
-        let query = Dictionary((components.queryItems ?? []).map { ($0.name, $0.value ?? "") }, uniquingKeysWith: { $1 })
-        let scheme = query["tls"] == "false" ? "http" : "https"
-        let port = components.port.map { ":\($0)" } ?? ""
-        var prefix = parts.count > 1 ? parts[1] : ""
-        if !prefix.isEmpty, !prefix.hasSuffix("/") { prefix += "/" }
-        self = .s3(
-            S3BlobStore.Location(
-                endpoint: "\(scheme)://\(host)\(port)", bucket: bucket, region: query["region"] ?? "us-east-1", accessKeyID: user,
-                secretAccessKey: password, prefix: prefix))
+        self = .s3(location)
     }
 }
 

@@ -7,9 +7,65 @@ public protocol RequestLogStore: Sendable {
     func appendRequests(_ rows: [StoredRequest]) async throws
     /// The newest first that `search` accepts, at most `search.limit`.
     func requests(_ search: RequestSearch) async throws -> [StoredRequest]
-    /// Removes entries older than `time` (milliseconds since 1970), then the oldest past
-    /// `keepingAtMost`; returns how many went.
+    /// Removes entries (and minute figures) older than `time` (milliseconds since 1970), then
+    /// the oldest entries past `keepingAtMost`; returns how many entries went.
     func pruneRequests(before time: Int64, keepingAtMost rows: Int) async throws -> Int
+    /// Adds figures of the requests one node just stored, a row per minute and container: the
+    /// dashboard's charts are the sum of every node's rows, so they survive restarts and show
+    /// the whole installation.
+    func appendMinuteFigures(_ rows: [StoredMinuteFigures]) async throws
+    /// The rows of minutes that start at or after `time`, in no particular order.
+    func minuteFigures(since time: Int64) async throws -> [StoredMinuteFigures]
+}
+
+/// Requests, errors and latency of one node's requests of one minute and container, as stored.
+public struct StoredMinuteFigures: Sendable, Hashable {
+    /// The minute's start, milliseconds since 1970.
+    public var minute: Int64
+    public var node: String
+    /// "" for requests that named no container.
+    public var container: String
+    public var requests: Int
+    /// Requests answered with a 5xx status.
+    public var serverErrors: Int
+    /// Errors by `serverErrorCode`, those of single items inside a 200 included.
+    public var errors: [String: Int]
+    /// Requests per latency bucket (the server's bucket bounds, by index), buckets with any.
+    public var latency: [Int: Int]
+
+    public init(
+        minute: Int64, node: String, container: String, requests: Int, serverErrors: Int, errors: [String: Int], latency: [Int: Int]
+    ) {
+        self.minute = minute
+        self.node = node
+        self.container = container
+        self.requests = requests
+        self.serverErrors = serverErrors
+        self.errors = errors
+        self.latency = latency
+    }
+
+    /// `errors` as one column: `CODE=n,CODE=n` (codes are upper-case letters and underscores).
+    public var errorsText: String { errors.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ",") }
+    /// `latency` as one column: `index:count,index:count`.
+    public var latencyText: String { latency.sorted { $0.key < $1.key }.map { "\($0.key):\($0.value)" }.joined(separator: ",") }
+
+    /// A row read back from its columns.
+    public init(
+        minute: Int64, node: String, container: String, requests: Int, serverErrors: Int, errorsText: String, latencyText: String
+    ) {
+        func pairs(_ text: String, _ separator: Character) -> [(String, Int)] {
+            text.split(separator: ",").compactMap { pair in
+                let parts = pair.split(separator: separator, maxSplits: 1)
+                guard parts.count == 2, let count = Int(parts[1]) else { return nil }
+                return (String(parts[0]), count)
+            }
+        }
+        self.init(
+            minute: minute, node: node, container: container, requests: requests, serverErrors: serverErrors,
+            errors: Dictionary(pairs(errorsText, "="), uniquingKeysWith: +),
+            latency: Dictionary(pairs(latencyText, ":").compactMap { key, count in Int(key).map { ($0, count) } }, uniquingKeysWith: +))
+    }
 }
 
 /// A driver with a lasting request log.

@@ -316,6 +316,62 @@ private struct BreakingBlobStore: BlobStore {
         #expect(verified.hasPrefix("backup is whole"), "\(verified)")
     }
 
+    @Test func scheduledBackupsGoToABucketRotateAndRestoreFromIt() async throws {
+        let moto = try await MotoServer.start()
+        defer { moto.stop() }
+        let bucket = S3Bucket(moto.location(bucket: "nimbus-backups", prefix: "nightly/"))
+        let url = { (name: String) in "s3://testing:testing@127.0.0.1:\(moto.port)/nimbus-backups/nightly\(name)?tls=false" }
+        let (dataDirectory, container, apiToken) = try await CrashRecoveryTests.prepareDataDirectory()
+        let restored = dataDirectory + "-restored"
+        defer { for path in [dataDirectory, restored] { try? FileManager.default.removeItem(atPath: path) } }
+        let (server, client) = try await CrashRecoveryTests.serveSignedIn(
+            dataDirectory, container: container, apiToken: apiToken, ["--backup-dir", url(""), "--backup-every", "1s", "--backup-keep", "2"])
+        defer { server.stop() }
+        #expect(try await client.createZone("Notes").status == 200)
+        /// The complete backups in the bucket: those whose manifest is there.
+        func complete() async throws -> [String] {
+            try await bucket.list().compactMap { object in
+                object.key.hasSuffix("/manifest.json") ? String(object.key.dropLast("/manifest.json".count)) : nil
+            }.sorted()
+        }
+        var seen: [String] = []
+        var most = 0
+        var written = 0
+        let deadline = Date().addingTimeInterval(60)
+        while seen.count < 3, Date() < deadline {
+            _ = try await client.modify(zone: "Notes", [Op.create("n\(written)")])
+            written += 1
+            let names = (try? await complete()) ?? []
+            most = max(most, names.count)
+            for name in names where !seen.contains(name) { seen.append(name) }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        #expect(seen.count >= 3, "backups seen in the bucket in 60 s: \(seen)")
+        #expect(most <= 2, "more backups in the bucket than --backup-keep at once")
+        let newest = try #require(try await complete().last)
+        #expect(!(try await complete()).contains(seen[0]), "the oldest was not removed")
+
+        // Verified and restored straight from the bucket; the secret is never printed.
+        let newestURL = url("/" + newest)
+        let verified = try await Task.detached { try NimbusProcess.run(["backup", "verify", newestURL]) }.value
+        #expect(verified.hasPrefix("backup is whole") && !verified.contains("testing:testing"), "\(verified)")
+        let restoredData = try await NimbusProcess.dataArguments(restored)
+        let output = try await Task.detached { try NimbusProcess.run(["restore", newestURL] + restoredData) }.value
+        #expect(output.contains("restored the backup"), "\(output)")
+        server.stop()
+        let second = try await NimbusProcess.serve(dataDirectory: restored)
+        defer { second.stop() }
+        let reader = APIClient(
+            baseURL: second.baseURL, container: container, environment: .development, apiToken: apiToken,
+            webAuthToken: client.webAuthToken, userRecordName: nil)
+        #expect(try await reader.lookup(zone: "Notes", ["n0"]).records.first?.errorCode == nil)
+
+        // An upload cut short (objects, no manifest) is neither listed nor restorable.
+        try await bucket.put(Array("half".utf8), as: "nimbus-backup-20200101-000000/store/nimbus.sqlite")
+        let refused = try DatabaseOptionTests.failing(["backup", "verify", url("/nimbus-backup-20200101-000000")])
+        #expect(refused.status != 0 && refused.error.contains("no manifest.json"), "\(refused.error)")
+    }
+
     static func completeBackups(in directory: String) -> [String] {
         ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter {
             $0.hasPrefix("nimbus-backup-") && FileManager.default.fileExists(atPath: "\(directory)/\($0)/manifest.json")
@@ -394,5 +450,67 @@ private struct BreakingBlobStore: BlobStore {
 
     static func count(_ directory: String) -> Int {
         ScheduledBackupTests.completeBackups(in: directory).count
+    }
+}
+
+/// `nimbus restore-zone` and `nimbus restore-user` as an operator runs them: processes of their
+/// own beside a running server (docs/operations.md, "Time travel"), and `serve`'s refusals of
+/// the operations flags.
+@Suite struct TimeTravelCommandTests {
+    @Test func restoreZonePreviewsThenAppliesBesideARunningServer() async throws {
+        let (dataDirectory, container, apiToken) = try await CrashRecoveryTests.prepareDataDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dataDirectory) }
+        let (server, client) = try await CrashRecoveryTests.serveSignedIn(dataDirectory, container: container, apiToken: apiToken)
+        defer { server.stop() }
+        #expect(try await client.createZone("Notes").status == 200)
+        let saved = try await client.modify(zone: "Notes", [Op.create("n1", ["title": Op.field("kept")]), Op.create("n2", ["title": Op.field("also")])])
+        #expect(saved.records.allSatisfy { $0.errorCode == nil }, "\(saved.text)")
+        try await Task.sleep(for: .milliseconds(20))
+        let moment = Int64(Date().timeIntervalSince1970 * 1000)
+        try await Task.sleep(for: .milliseconds(20))
+        let tag = try #require(saved.records.first?.changeTag)
+        #expect(try await client.modify(zone: "Notes", [Op.update("n1", tag: tag, ["title": Op.field("broken")]), Op.forceDelete("n2")]).status == 200)
+
+        let data = try await NimbusProcess.dataArguments(dataDirectory)
+        let zone = ["--container", container, "--user", "crash", "--zone", "Notes", "--to", String(moment)]
+        let preview = try await Task.detached { try NimbusProcess.run(["restore-zone"] + zone + data) }.value
+        #expect(preview.contains("revert") && preview.contains("n1") && preview.contains("restore") && preview.contains("n2"), "\(preview)")
+        #expect(preview.contains("2 record(s) would change; nothing was written"), "\(preview)")
+        #expect(try await client.lookup(zone: "Notes", ["n1"]).records.first?.fieldValue("title")?.stringValue == "broken")
+
+        let applied = try await Task.detached { try NimbusProcess.run(["restore-zone"] + zone + ["--apply"] + data) }.value
+        #expect(applied.contains("2 record(s) restored"), "\(applied)")
+        // The running server serves what the verb wrote.
+        let restored = try await client.lookup(zone: "Notes", ["n1", "n2"]).records.map { $0.fieldValue("title")?.stringValue }
+        #expect(restored == ["kept", "also"])
+        let user = try await Task.detached {
+            try NimbusProcess.run(["restore-user", "--container", container, "--user", "crash", "--to", String(moment)] + data)
+        }.value
+        #expect(user.contains("zone Notes") && user.contains("nothing changed since"), "\(user)")
+
+        // Refusals name what is wrong.
+        let future = try DatabaseOptionTests.failing(
+            ["restore-zone", "--container", container, "--user", "crash", "--zone", "Notes", "--to", "2999-01-01T00:00:00Z"] + data)
+        #expect(future.status != 0 && future.error.contains("in the future"), "\(future.error)")
+        let garbled = try DatabaseOptionTests.failing(
+            ["restore-zone", "--container", container, "--user", "crash", "--zone", "Notes", "--to", "last tuesday"] + data)
+        #expect(garbled.status != 0 && garbled.error.contains("ISO 8601"), "\(garbled.error)")
+    }
+
+    @Test func serveRefusesOperationsFlagsThatCannotWork() async throws {
+        let directory = NSTemporaryDirectory() + "nimbus-flags-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let data = ["--data-dir", directory]
+        for (flags, reason) in [
+            (["--port", "8123", "--metrics-port", "8123"], "--metrics-port"),
+            (["--backup-every", "6h"], "--backup-dir"),
+            (["--backup-dir", directory + "/b", "--backup-every", "soon"], "soon"),
+            (["--backup-dir", directory + "/b", "--backup-keep", "0"], "--backup-keep"),
+            (["--record-history-days", "-1"], "--record-history-days"),
+            (["--record-history-days", "4000"], "--record-history-days"),
+        ] {
+            let refused = try DatabaseOptionTests.failing(["serve"] + data + flags)
+            #expect(refused.status != 0 && refused.error.contains(reason), "serve \(flags): \(refused.status) \(refused.error)")
+        }
     }
 }

@@ -58,6 +58,21 @@ import Testing
         #expect(export.status == 200 && export.header("Content-Type")?.hasPrefix("application/x-ndjson") == true)
         let lines = export.text.split(separator: "\n")
         #expect(lines.count == 2 && lines.allSatisfy { (try? JSON.parse(Array($0.utf8)))?["uuid"]?.stringValue != nil }, "\(export.text)")
+
+        // The per-minute figures came through the restart too: the requests before it counted,
+        // alice's failed lookup among the errors.
+        let figures = try await Self.figures(browser)
+        #expect(figures.requests >= 5 && figures.errors["ZONE_NOT_FOUND"] == 1, "\(figures)")
+    }
+
+    /// The dashboard's per-minute figures of the last hour, summed.
+    static func figures(_ browser: OperatorTests.Browser) async throws -> (requests: Int64, errors: [String: Int64]) {
+        let minutes = try await browser.get("metrics").json["minutes"]?.arrayValue ?? []
+        var errors: [String: Int64] = [:]
+        for minute in minutes {
+            for (code, count) in minute["errors"]?.objectValue?.pairs ?? [] { errors[code, default: 0] += count.int64Value ?? 0 }
+        }
+        return (minutes.reduce(0) { $0 + ($1["requests"]?.int64Value ?? 0) }, errors)
     }
 
     @Test func everyNodeReadsTheSameLog() async throws {
@@ -78,6 +93,7 @@ import Testing
     static func readsOnTheSecond(_ first: TestServer, _ second: TestServer) async throws {
         let alice = try await first.user("alice")
         #expect(try await alice.post("private", "zones/list", [:]).status == 200)
+        _ = try await alice.lookup(zone: "Nowhere", ["x"])
         // The first node stores its entries within its flush interval; the second reads them.
         let (_, password) = try await second.service.createOperator(name: "olga", role: .administrator, containers: nil, by: "cli")
         var browser = OperatorTests.Browser(second)
@@ -89,6 +105,8 @@ import Testing
             if seen.isEmpty { try await Task.sleep(for: .milliseconds(100)) }
         }
         #expect(seen.count == 1, "the second node does not see the first node's request")
+        // Its charts count the first node's requests too (stored a second after they came).
+        #expect(try await Self.figures(browser).errors["ZONE_NOT_FOUND"] == 1)
     }
 
     @Test func theCommandLineExportsTheLogAsJSONLines() async throws {

@@ -164,6 +164,28 @@ struct TimeTravelTests {
         }
     }
 
+    @Test("the public database's default zone goes back too, all or nothing like a custom zone")
+    func thePublicDatabaseGoesBack() async throws {
+        try await TestServer.with { server in
+            let browser = try await Self.administrator(server)
+            let alice = try await server.user("alice")
+            #expect(try await alice.modify("public", [Self.note("p1", "posted"), Self.note("p2", "also")]).status == 200)
+            server.clock.advance(milliseconds: 1_000)
+            let moment = server.clock.nowMilliseconds()
+            server.clock.advance(milliseconds: 1_000)
+            #expect(try await alice.modify("public", [Op.forceDelete("p1"), Self.note("p3", "spam")]).status == 200)
+            let applied = try await Self.travel(browser, user: nil, zone: "_defaultZone", to: moment, apply: true)
+            #expect(Self.changes(applied, zone: "_defaultZone") == ["restore p1", "delete p3"], "\(applied.text)")
+            let found = try await alice.lookup("public", ["p1", "p3"]).records
+            #expect(found.first?.fieldValue("title")?.stringValue == "posted" && found.last?.errorCode == "NOT_FOUND", "\(found)")
+            // Still alice's: the restore kept its creator, so the public database's default
+            // role (only the creator writes) still lets her edit it.
+            #expect(found.first?["created"]?["userRecordName"]?.stringValue == alice.userRecordName, "\(found)")
+            let tag = try #require(found.first?.changeTag)
+            #expect(try await alice.modify("public", [Op.update("p1", tag: tag, ["title": Op.field("edited")])]).records.first?.errorCode == nil)
+        }
+    }
+
     @Test("an asset let go of by the bug is kept from collection and comes back with its record")
     func assetsComeBack() async throws {
         try await TestServer.with { $0.service.sessionIdleTimeoutMilliseconds = 365 * 86_400_000 } _: { server in

@@ -9,7 +9,8 @@ import ServiceLifecycle
 /// Where a server keeps its own backups (`nimbus serve --backup-dir`, `--backup-every`,
 /// `--backup-keep`; docs/operations.md).
 public struct BackupSettings: Sendable, Hashable {
-    /// The directory backups go to; nil: the server takes none (`nimbus backup --to` still works).
+    /// The directory backups go to, or an S3-compatible bucket as `s3://…` (`BackupBucket`);
+    /// nil: the server takes none (`nimbus backup --to` still works).
     public var directory: String?
     /// How often to take one; nil: only when an operator asks (the dashboard).
     public var every: Duration?
@@ -51,6 +52,12 @@ public actor BackupKeeper {
     }
 
     public let settings: BackupSettings
+    /// The bucket `settings.directory` names, if it is an `s3://` URL.
+    private let bucket: S3Bucket?
+    /// The bucket's complete backups as last listed (listing reads every manifest).
+    private var bucketBackups: (at: Date, list: [Summary])?
+    /// Whether the bucket is known to exist (made, for a fresh MinIO, before the first upload).
+    private var bucketReady = false
     private let storage: any StorageDriver
     private let blobs: (any BlobStore)?
     private let dataDirectory: String
@@ -62,6 +69,8 @@ public actor BackupKeeper {
 
     public init(settings: BackupSettings, storage: any StorageDriver, blobs: (any BlobStore)?, dataDirectory: String, logger: Logger) {
         self.settings = settings
+        // `nimbus serve` checked the URL (BackupSettings' flags).
+        bucket = (settings.directory.flatMap { try? S3Bucket.Location.parsing($0, option: "--backup-dir") }).map { S3Bucket($0) }
         self.storage = storage
         self.blobs = blobs
         self.dataDirectory = dataDirectory
@@ -78,13 +87,31 @@ public actor BackupKeeper {
         guard !running else { throw CloudKitError(.conflict, "a backup is being taken now; wait for it to finish") }
         running = true
         defer { running = false }
-        let name = Self.name(at: now, in: directory)
+        var name = Self.name(at: now, in: directory)
         do {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-            Self.removeUnfinished(in: directory)
-            let manifest = try await Backups.take(
-                storage: storage, blobs: blobs, dataDirectory: dataDirectory, to: (directory as NSString).appendingPathComponent(name),
-                now: now)
+            let manifest: BackupManifest
+            if let bucket {
+                // Taken into the data directory's staging, then uploaded (BackupBucket).
+                let staging = (dataDirectory as NSString).appendingPathComponent(Self.stagingDirectory)
+                try? FileManager.default.removeItem(atPath: staging)
+                try FileManager.default.createDirectory(atPath: staging, withIntermediateDirectories: true)
+                defer { try? FileManager.default.removeItem(atPath: staging) }
+                if !bucketReady {
+                    try await bucket.createIfMissing()
+                    bucketReady = true
+                }
+                let present = try await BackupBucket.contents(of: bucket)
+                name = Self.name(at: now) { present.complete.contains($0) || present.incomplete[$0] != nil }
+                let local = (staging as NSString).appendingPathComponent(name)
+                manifest = try await Backups.take(storage: storage, blobs: blobs, dataDirectory: dataDirectory, to: local, now: now)
+                try await BackupBucket.upload(local, manifest: manifest, to: bucket, as: name)
+            } else {
+                try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+                Self.removeUnfinished(in: directory)
+                manifest = try await Backups.take(
+                    storage: storage, blobs: blobs, dataDirectory: dataDirectory, to: (directory as NSString).appendingPathComponent(name),
+                    now: now)
+            }
             let bytes = manifest.files.reduce(Int64(0)) { $0 + $1.bytes }
             lastSuccess = (now, name, bytes)
             failuresInARow = 0
@@ -94,7 +121,7 @@ public actor BackupKeeper {
                     "backup taken without asset blobs the blob store had already lost",
                     metadata: ["backup": "\(name)", "missing": "\(manifest.missingBlobs.count)"])
             }
-            removeOld(in: directory)
+            if let bucket { await removeOld(in: bucket, now: now) } else { removeOld(in: directory) }
             return manifest
         } catch {
             let reason = (error as? CloudKitError)?.reason ?? "\(error)"
@@ -105,14 +132,32 @@ public actor BackupKeeper {
         }
     }
 
-    public func status() -> Status {
-        Status(
-            directory: settings.directory, every: settings.every, keep: settings.keep, running: running, lastSuccess: lastSuccess,
-            lastFailure: lastFailure, failuresInARow: failuresInARow, backups: settings.directory.map(Self.backups(in:)) ?? [])
+    public func status() async -> Status {
+        var listed: [Summary] = []
+        if let bucket {
+            // The bucket is listed again at most once a minute (and after each backup).
+            if let cached = bucketBackups, Date().timeIntervalSince(cached.at) < 60 {
+                listed = cached.list
+            } else {
+                listed = (try? await listBucket(bucket)) ?? bucketBackups?.list ?? []
+            }
+        } else if let directory = settings.directory {
+            listed = Self.backups(in: directory)
+        }
+        return Status(
+            directory: bucket.map { "s3: " + $0.location.description } ?? settings.directory, every: settings.every, keep: settings.keep,
+            running: running, lastSuccess: lastSuccess, lastFailure: lastFailure, failuresInARow: failuresInARow, backups: listed)
     }
+
+    /// Where staged backups wait for their upload to a bucket, in the data directory.
+    static let stagingDirectory = "backup-staging"
 
     /// `nimbus-backup-20261126-140601`, with `-2`, `-3`… if taken twice in one second.
     static func name(at time: Date, in directory: String) -> String {
+        name(at: time) { FileManager.default.fileExists(atPath: (directory as NSString).appendingPathComponent($0)) }
+    }
+
+    static func name(at time: Date, taken: (String) -> Bool) -> String {
         let formatter = DateFormatter()
         formatter.locale = Locale(identifier: "en_US_POSIX")
         formatter.timeZone = TimeZone(identifier: "UTC")
@@ -120,11 +165,48 @@ public actor BackupKeeper {
         let base = namePrefix + formatter.string(from: time)
         var name = base
         var attempt = 1
-        while FileManager.default.fileExists(atPath: (directory as NSString).appendingPathComponent(name)) {
+        while taken(name) {
             attempt += 1
             name = "\(base)-\(attempt)"
         }
         return name
+    }
+
+    /// The bucket's complete backups, newest first, their manifests read (once each).
+    private func listBucket(_ bucket: S3Bucket) async throws -> [Summary] {
+        let known = Dictionary((bucketBackups?.list ?? []).map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
+        var list: [Summary] = []
+        for name in try await BackupBucket.contents(of: bucket).complete {
+            if let summary = known[name] {
+                list.append(summary)
+            } else if let manifest = try await BackupBucket.manifest(of: name, in: bucket) {
+                list.append(Self.summary(name, manifest))
+            }
+        }
+        bucketBackups = (Date(), list)
+        return list
+    }
+
+    /// Removes the bucket's complete backups past `keep`, and uploads cut short over a day ago
+    /// (younger ones may be another node's, still uploading).
+    private func removeOld(in bucket: S3Bucket, now: Date) async {
+        do {
+            let present = try await BackupBucket.contents(of: bucket)
+            let old = present.complete.dropFirst(max(1, settings.keep))
+            let abandoned = present.incomplete.filter { $0.value < Int64(now.timeIntervalSince1970 * 1000) - 86_400_000 }.keys
+            for name in Array(old) + abandoned.sorted() {
+                try await BackupBucket.remove(name, from: bucket)
+                logger.info("old backup removed", metadata: ["backup": "\(name)"])
+            }
+            _ = try await listBucket(bucket)
+        } catch {
+            logger.warning("old backups not removed from the bucket", metadata: ["reason": "\(error)"])
+        }
+    }
+
+    static func summary(_ name: String, _ manifest: BackupManifest) -> Summary {
+        Summary(
+            name: name, takenAt: manifest.takenAt, bytes: manifest.files.reduce(0) { $0 + $1.bytes }, nimbusVersion: manifest.nimbusVersion)
     }
 
     /// Complete backups (those with a manifest) the keeper made, newest first.
@@ -135,9 +217,7 @@ public actor BackupKeeper {
             guard let data = FileManager.default.contents(atPath: path),
                 let manifest = try? JSONDecoder().decode(BackupManifest.self, from: data)
             else { return nil }
-            return Summary(
-                name: name, takenAt: manifest.takenAt, bytes: manifest.files.reduce(0) { $0 + $1.bytes },
-                nimbusVersion: manifest.nimbusVersion)
+            return summary(name, manifest)
         }
     }
 

@@ -6,7 +6,8 @@ import NimbusWire
 import ServiceLifecycle
 
 /// Writes the request log to the store so it lasts (docs/operations.md, "Logs that last"):
-/// what `RequestLog` recorded since the last flush goes in one batch a second, and the log is
+/// what `RequestLog` recorded since the last flush goes in one batch a second, with its
+/// per-minute figures (what the dashboard's charts read, summed over every node), and the log is
 /// trimmed to its named limits (`Limits.requestLogDays`, `Limits.requestLogEntries`) now and
 /// then. Reads flush this node's pending entries first, so a request shows at once on the node
 /// that answered it, and within a second on the others.
@@ -53,9 +54,43 @@ final class RequestArchive: Service, Sendable {
         guard !entries.isEmpty else { return }
         do {
             try await store.appendRequests(entries.map { $0.stored(node: node) })
+            try await store.appendMinuteFigures(minuteFigures(of: entries))
         } catch {
             logger.warning("request log batch not stored", metadata: ["entries": "\(entries.count)", "reason": "\(error)"])
         }
+    }
+
+    /// The batch's figures, a row per minute and container.
+    private func minuteFigures(of entries: [RequestLog.Entry]) -> [StoredMinuteFigures] {
+        struct Key: Hashable {
+            let minute: Int64
+            let container: String
+        }
+        var figures: [Key: RequestLog.Figures] = [:]
+        for entry in entries { figures[Key(minute: entry.at / 60_000 * 60_000, container: entry.container ?? ""), default: .init()].count(entry) }
+        return figures.map { key, figures in
+            StoredMinuteFigures(
+                minute: key.minute, node: node, container: key.container, requests: figures.requests, serverErrors: figures.serverErrors,
+                errors: figures.errors,
+                latency: Dictionary(uniqueKeysWithValues: figures.latency.enumerated().filter { $0.element > 0 }.map { ($0.offset, $0.element) }))
+        }
+    }
+
+    /// The minutes of the last hour that saw requests on any node, oldest first, with the
+    /// figures of the containers `visible` lets through: `RequestLog.lastHour`, from the store.
+    func lastHour(now: Int64, visible: (String) -> Bool) async throws -> [(start: Int64, figures: RequestLog.Figures)] {
+        await flush()
+        var minutes: [Int64: RequestLog.Figures] = [:]
+        for row in try await store.minuteFigures(since: now / 60_000 * 60_000 - Int64(RequestLog.minutes - 1) * 60_000)
+        where visible(row.container) {
+            var figures = RequestLog.Figures()
+            figures.requests = row.requests
+            figures.serverErrors = row.serverErrors
+            figures.errors = row.errors
+            for (bucket, count) in row.latency where figures.latency.indices.contains(bucket) { figures.latency[bucket] = count }
+            minutes[row.minute, default: .init()].add(figures)
+        }
+        return minutes.sorted { $0.key < $1.key }.map { (start: $0.key, figures: $0.value) }
     }
 
     func prune() async {

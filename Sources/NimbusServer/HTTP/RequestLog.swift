@@ -46,6 +46,13 @@ final class RequestLog: @unchecked Sendable {
             for code in itemErrors { errors[code, default: 0] += 1 }
         }
 
+        /// Counts an entry of the log.
+        mutating func count(_ entry: Entry) {
+            count(
+                latencyBucket: RequestLog.bucket(entry.milliseconds), status: entry.status, error: entry.serverErrorCode,
+                itemErrors: entry.itemFailureCodes)
+        }
+
         mutating func add(_ other: Figures) {
             requests += other.requests
             serverErrors += other.serverErrors
@@ -99,8 +106,11 @@ final class RequestLog: @unchecked Sendable {
         entries.reserveCapacity(Self.capacity)
     }
 
+    /// The latency bucket a request of `milliseconds` falls in.
+    static func bucket(_ milliseconds: Double) -> Int { bucketBounds.partitioningIndex { $0 >= milliseconds } }
+
     func record(_ entry: Entry) {
-        let bucket = Self.bucketBounds.partitioningIndex { $0 >= entry.milliseconds }
+        let bucket = Self.bucket(entry.milliseconds)
         let minute = entry.at / 60_000 * 60_000
         lock.lock()
         defer { lock.unlock() }

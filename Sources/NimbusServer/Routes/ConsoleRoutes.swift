@@ -477,9 +477,10 @@ enum ConsoleRoutes {
         }
         admin.get("metrics") { request, context in
             let account = try await AdminRoutes.signedIn(request, service).account
-            let minutes = parts.requests.lastHour(now: service.options.clock.nowMilliseconds()) { container in
-                account.maySee(entryAbout: container.isEmpty ? nil : container)
-            }
+            let visible = { (container: String) in account.maySee(entryAbout: container.isEmpty ? nil : container) }
+            let now = service.options.clock.nowMilliseconds()
+            // Every node's, from the store, where the log lasts; else this node's, in memory.
+            let minutes = try await parts.archive?.lastHour(now: now, visible: visible) ?? parts.requests.lastHour(now: now, visible: visible)
             let rows: [JSON] = minutes.map { minute in
                 var errors = JSONObject()
                 for (code, count) in minute.figures.errors { errors[code] = .int(Int64(count)) }
