@@ -326,6 +326,9 @@ struct ConsoleTests {
             #expect(failed[0]["route"]?.stringValue?.contains("records/lookup") == true && failed[0]["uuid"]?.stringValue != nil)
             let hers = try await browser.get("requests", query: "?user=\(recordName)")
             #expect(hers.json["requests"]?.arrayValue?.count == 2, "\(hers.text)")  // list, lookup
+            // A load balancer's health probes stay out of the log.
+            #expect(try await server.client().send(path: "/health", body: nil).status == 200)
+            #expect(try await browser.get("requests", query: "?route=health").json["requests"]?.arrayValue?.isEmpty == true)
             #expect(hers.json["requests"]?.arrayValue?.allSatisfy { $0["user"]?.stringValue == recordName } == true)
 
             // CloudKit's most common error comes inside a 200: a record's CONFLICT in a batch.

@@ -25,8 +25,10 @@ struct AccessLog: Sendable {
         metrics?.countRequest(
             route: context.endpointPath ?? "unrouted", status: Int(response.status.code), code: facts.serverErrorCode,
             itemFailures: itemFailures, duration: elapsed)
-        // The dashboard's own files and API are the operators' traffic, not the apps'.
-        if let requests, !route.hasPrefix("/dashboard"), !route.hasPrefix("/admin/") {
+        // The dashboard's own files and API are the operators' traffic, not the apps'; a load
+        // balancer's health probes are neither (and at its rate of probes the stored log would
+        // be mostly them). Both still count in /metrics.
+        if let requests, !route.hasPrefix("/dashboard"), !route.hasPrefix("/admin/"), route != HealthRoutes.path {
             requests.record(
                 RequestLog.Entry(
                     at: clock.nowMilliseconds(), requestUUID: facts.requestUUID, method: request.method.rawValue,
