@@ -270,30 +270,6 @@ extension NimbusService {
             recordName: failure.recordName)
     }
 
-    /// Removes versions past the retention; returns how many went.
-    public func pruneRecordHistory() async throws -> Int {
-        guard let history = recordHistory else { return 0 }
-        let state = try await history.recordHistoryState()
-        guard state.days > 0 else { return 0 }
-        return try await history.pruneRecordHistory(before: now - Int64(state.days) * 86_400_000)
-    }
-
-    /// Prunes every `Options.recordHistoryPruneInterval` until cancelled (`nimbus serve`).
-    public func runRecordHistoryPruning() async {
-        while !Task.isCancelled {
-            do {
-                _ = try await pruneRecordHistory()
-            } catch {
-                logger.warning("pruning record versions failed, will try again: \(error)")
-            }
-            do {
-                try await Task.sleep(for: options.recordHistoryPruneInterval)
-            } catch {
-                return
-            }
-        }
-    }
-
     /// A moment as an operator gives it: ISO 8601 (`2026-11-25T10:00:00Z`, fractions of a
     /// second and offsets allowed) or milliseconds since 1970.
     public static func parseMoment(_ text: String, what: String = "to") throws(CloudKitError) -> Int64 {

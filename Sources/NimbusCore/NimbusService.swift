@@ -54,7 +54,8 @@ public final class NimbusService: Sendable {
         /// 0 keeps none), set on the store as the service starts. nil leaves the store's
         /// setting as it is: the admin verbs must not undo what the server was started with.
         public var recordHistoryDays: Int? = Limits.recordHistoryDays.value
-        /// How often versions past the retention are removed (`nimbus serve`).
+        /// How often record versions and audit entries past their retention are removed
+        /// (`nimbus serve`, `runRetention`).
         public var recordHistoryPruneInterval: Duration = .seconds(3600)
 
         public init() {}

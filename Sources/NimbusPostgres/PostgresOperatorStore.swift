@@ -84,6 +84,21 @@ struct PostgresOperatorStore: OperatorStore {
             """)
     }
 
+    func pruneAudit(before time: Int64, keepingAtMost entries: Int) async throws -> Int {
+        var removed = 0
+        for row in try await storage.rows(
+            """
+            WITH old AS (DELETE FROM operator_audit WHERE at < \(time) RETURNING 1),
+                 over AS (DELETE FROM operator_audit
+                          WHERE id <= (SELECT id FROM operator_audit ORDER BY id DESC LIMIT 1 OFFSET \(Int64(max(0, entries)))) RETURNING 1)
+            SELECT (SELECT count(*) FROM old) + (SELECT count(*) FROM over)
+            """)
+        {
+            removed = Int(try row.decode(Int64.self))
+        }
+        return removed
+    }
+
     func auditEntries(limit: Int, beforeID: Int64?) async throws -> [AuditEntry] {
         try await storage.rows(
             """

@@ -88,6 +88,17 @@ struct SQLiteOperatorStore: OperatorStore {
         }
     }
 
+    func pruneAudit(before time: Int64, keepingAtMost entries: Int) async throws -> Int {
+        try await storage.writeSQLite { tx in
+            try tx.execute("DELETE FROM operator_audit WHERE at < ?", [time])
+            var removed = tx.db.changesCount
+            try tx.execute(
+                "DELETE FROM operator_audit WHERE id <= (SELECT id FROM operator_audit ORDER BY id DESC LIMIT 1 OFFSET ?)", [max(0, entries)])
+            removed += tx.db.changesCount
+            return removed
+        }
+    }
+
     func auditEntries(limit: Int, beforeID: Int64?) async throws -> [AuditEntry] {
         try storage.readPoint { tx in
             try tx.fetchRows(

@@ -195,7 +195,7 @@ public enum NimbusServer {
                 address: .hostname(configuration.host, port: configuration.port), serverName: "Nimbus"),
             services: [
                 NotificationPipelineService(service: service, connections: connections), apns, AssetCollectionService(service: service),
-                RecordHistoryPruning(service: service),
+                RetentionService(service: service),
             ]
                 + (backups.settings.every == nil ? [] : [ScheduledBackupService(keeper: backups)])
                 + (parts.archive.map { [$0] } ?? [])
@@ -211,12 +211,12 @@ public enum NimbusServer {
     }
 }
 
-/// Removes record versions past the retention, now and then (docs/operations.md, "Time travel").
-struct RecordHistoryPruning: Service {
+/// Removes record versions and audit entries past their retention, now and then.
+struct RetentionService: Service {
     let service: NimbusService
 
     func run() async throws {
-        await cancelWhenGracefulShutdown { await service.runRecordHistoryPruning() }
+        await cancelWhenGracefulShutdown { await service.runRetention() }
     }
 }
 

@@ -25,6 +25,9 @@ public protocol OperatorStore: Sendable {
     func appendAudit(_ entry: AuditEntry) async throws
     /// The newest entries first, up to `limit`, older than `beforeID` when given.
     func auditEntries(limit: Int, beforeID: Int64?) async throws -> [AuditEntry]
+    /// Removes entries older than `time` (milliseconds since 1970), then the oldest past
+    /// `keepingAtMost`: the retention's bounds, never an operator's choice. Returns how many went.
+    func pruneAudit(before time: Int64, keepingAtMost entries: Int) async throws -> Int
 }
 
 public enum OperatorRole: String, Sendable, CaseIterable {

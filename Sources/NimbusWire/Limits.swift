@@ -102,6 +102,10 @@ public enum Limits {
     public static let requestLogDays = Limit(name: "requestLogDays", value: 7)
     /// Entries the stored request log keeps at most; the oldest go first.
     public static let requestLogEntries = Limit(name: "requestLogEntries", value: 1_000_000)
+    /// Days the audit log keeps what operators did (docs/operations.md, "Logs that last").
+    public static let auditLogDays = Limit(name: "auditLogDays", value: 365)
+    /// Entries the audit log keeps at most; the oldest go first.
+    public static let auditLogEntries = Limit(name: "auditLogEntries", value: 1_000_000)
     /// Days a record's earlier versions are kept for time travel (docs/operations.md, "Time
     /// travel"); `nimbus serve --record-history-days`, 0 to keep none.
     public static let recordHistoryDays = Limit(name: "recordHistoryDays", value: 7)

@@ -154,4 +154,27 @@ import Testing
             #expect(try await store.requests(search).map(\.requestUUID) == ["u4", "u3"])
         }
     }
+
+    @Test func theAuditLogIsTrimmedByAgeAndCountAtTheLimitAndOnePast() async throws {
+        try await TestServer.with { server in
+            let service = server.service
+            for index in 0..<3 {
+                try await service.audit("olga", "test.entry", container: nil, "entry \(index)")
+                server.clock.advance(milliseconds: 86_400_000)
+            }
+            func details() async throws -> [String] { try await service.storage.operators.auditEntries(limit: 100, beforeID: nil).map(\.detail) }
+            #expect(try await details() == ["entry 2", "entry 1", "entry 0"])
+            // By count: at the limit nothing goes; one past, the oldest.
+            #expect(try await service.pruneAuditLog(entries: 3) == 0)
+            #expect(try await service.pruneAuditLog(entries: 2) == 1)
+            #expect(try await details() == ["entry 2", "entry 1"])
+            // By age (the named limit: a year): "entry 1" was written two days ago.
+            #expect(try await service.pruneAuditLog() == 0)
+            server.clock.advance(milliseconds: Int64(Limits.auditLogDays.value - 2) * 86_400_000)
+            #expect(try await service.pruneAuditLog() == 0, "at the limit")
+            server.clock.advance(milliseconds: 1)
+            #expect(try await service.pruneAuditLog() == 1, "one past")
+            #expect(try await details() == ["entry 2"])
+        }
+    }
 }
