@@ -140,6 +140,26 @@ start_preloaded() {
   unset NIMBUS
 }
 
+# Waits until every server started here (PIDS) is idle (together under 5% of a core over half a second, for at
+# most 30 s). A server goes on working after a load ends (PocketBase writes its request log
+# behind, Go's collector runs): measured at once, the next server got ~40% less of the
+# machine (issue 37's third session measured Nimbus's health endpoint at 22,600/s right after
+# PocketBase's and 39,800/s rested), and the rotation put Nimbus after PocketBase in two rounds
+# of three.
+wait_idle() {
+  local tick start end
+  tick=$(getconf CLK_TCK)
+  for _ in $(seq 1 60); do
+    start=0
+    for pid in "${PIDS[@]}"; do start=$((start + $(awk '{print $14 + $15}' "/proc/$pid/stat"))); done
+    sleep 0.5
+    end=0
+    for pid in "${PIDS[@]}"; do end=$((end + $(awk '{print $14 + $15}' "/proc/$pid/stat"))); done
+    # Under 5% of a core: fewer than tick/40 ticks in half a second.
+    [ $(((end - start) * 40)) -lt "$tick" ] && return
+  done
+}
+
 # The records operation a wrk cell of KIND (fetch, list, create, update) calls.
 records_operation() {
   case $1 in

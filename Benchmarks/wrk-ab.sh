@@ -39,6 +39,7 @@ if [ -n "${AFTER_FLAGS+x}" ]; then start after "${AFTER:-$BIN/nimbus}" "$AFTER_F
 measure() {
   local threads=2 before after
   [ "$CONNECTIONS" = 1 ] && threads=1
+  wait_idle
   before=$(awk '{print $14 + $15}' "/proc/$2/stat")
   wrk -t"$threads" -c"$CONNECTIONS" -d"${SECONDS_PER}s" -s "Benchmarks/wrk/nimbus-$KIND.lua" "$1" > /tmp/wrk-ab.out
   after=$(awk '{print $14 + $15}' "/proc/$2/stat")

@@ -8,7 +8,8 @@
 # Cells: the health endpoint (the HTTP stack's own ceiling), fetch by ID, a filtered sorted list
 # of 20, and single-record creates, at 64 connections (two wrk threads) and at 1. Each cell
 # warms every server up for 2 s, then runs ROUNDS rounds, the servers' order rotating each
-# round so the machine's drift falls on all; medians of requests/s, p50 and p99, and the
+# round so the machine's drift falls on all, each measurement once every server is idle again
+# (`wait_idle`); medians of requests/s, p50 and p99, and the
 # server's CPU per request (utime + stime from /proc). Creates come last (they grow the zone).
 # Then each server's resident memory: idle (before the preload) and after the run.
 #
@@ -66,6 +67,7 @@ target() {
 measure() {
   local server=$1 kind=$2 connections=$3 seconds=$4 threads=2 url script pid before after
   [ "$connections" = 1 ] && threads=1
+  wait_idle
   read -r url script <<<"$(target "$server" "$kind")"
   local args=(-t"$threads" -c"$connections" -d"${seconds}s" --latency)
   [ "$script" != - ] && args+=(-s "$script")

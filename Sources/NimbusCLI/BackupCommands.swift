@@ -14,7 +14,9 @@ struct BackupCommand: AsyncParsableCommand {
             commandName: "create",
             abstract: "Take a backup into a new directory (the server may keep serving; `nimbus backup --to PATH` for short).")
         @OptionGroup var data: DataOptions
-        @Option(help: "The new directory to write the backup to (refused if it exists).") var to: String
+        @Option(
+            help: "The new directory to write the backup to, or s3://ACCESS_KEY:SECRET@HOST:PORT/BUCKET/PREFIX/NAME to upload it as NAME (refused if it exists)."
+        ) var to: String
 
         func run() async throws {
             do {
@@ -22,13 +24,13 @@ struct BackupCommand: AsyncParsableCommand {
                 let directory = try await DataDirectory.open(configuration)
                 let manifest: BackupManifest
                 do {
-                    manifest = try await Backups.take(of: directory, dataDirectory: configuration.dataDirectory, to: to)
+                    manifest = try await Backups.take(of: directory, dataDirectory: configuration.dataDirectory, toLocation: to)
                 } catch {
                     try? await directory.storage.close()
                     throw error
                 }
                 try await directory.storage.close()
-                print(summary(manifest, at: to))
+                print(summary(manifest, at: Backups.displayed(to)))
                 if !manifest.missingBlobs.isEmpty {
                     FileHandle.standardError.write(
                         Data("nimbus: warning: \(manifest.missingBlobs.count) asset blobs the registry names were already missing from the blob store; the backup lists them under missingBlobs\n".utf8))

@@ -355,6 +355,16 @@ private struct BreakingBlobStore: BlobStore {
         let newestURL = url("/" + newest)
         let verified = try await Task.detached { try NimbusProcess.run(["backup", "verify", newestURL]) }.value
         #expect(verified.hasPrefix("backup is whole") && !verified.contains("testing:testing"), "\(verified)")
+        // A backup taken by hand goes to the bucket too, under a name rotation leaves alone;
+        // never over one that is there.
+        let data = try await NimbusProcess.dataArguments(dataDirectory)
+        let manualURL = url("/before-upgrade")
+        let manual = try await Task.detached { try NimbusProcess.run(["backup", "--to", manualURL] + data) }.value
+        #expect(manual.contains("s3: ") && !manual.contains("testing:testing"), "\(manual)")
+        #expect(try await Task.detached { try NimbusProcess.run(["backup", "verify", manualURL]) }.value.hasPrefix("backup is whole"))
+        let again = try DatabaseOptionTests.failing(["backup", "--to", manualURL] + data)
+        #expect(again.status != 0 && again.error.contains("never overwrites"), "\(again.error)")
+
         let restoredData = try await NimbusProcess.dataArguments(restored)
         let output = try await Task.detached { try NimbusProcess.run(["restore", newestURL] + restoredData) }.value
         #expect(output.contains("restored the backup"), "\(output)")

@@ -212,6 +212,11 @@ def console_flow(driver, wait, shots, config, result, rows, visible):
     driver.switch_to.alert.accept()
     wait.until(lambda d: "restored" in d.find_element(By.ID, "time-travel-note").text)
     result["travelApplied"] = driver.find_element(By.ID, "time-travel-note").text
+    # The record browser finds it again (the reset below empties development afterwards).
+    set_field(query, "recordType", "Note")
+    query.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait.until(lambda d: "record(s)" in d.find_element(By.ID, "query-note").text)
+    result["travelFound"] = [r[0] for r in rows("record-rows")]
 
     # Logs: the request log, searched by error code; the charts.
     area("logs")

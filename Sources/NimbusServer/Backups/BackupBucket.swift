@@ -112,6 +112,30 @@ extension S3Bucket.Location {
 }
 
 extension Backups {
+    /// `take`, into a new directory or to an `s3://…/NAME` URL (taken into a temporary
+    /// directory, then uploaded as `BackupKeeper` uploads; refused when the bucket holds
+    /// anything under that name already: a backup never overwrites).
+    @discardableResult
+    public static func take(of directory: DataDirectory, dataDirectory: String, toLocation path: String) async throws -> BackupManifest {
+        guard let location = try S3Bucket.Location.parsing(path, option: "--to") else {
+            return try await take(of: directory, dataDirectory: dataDirectory, to: path)
+        }
+        let name = String(location.prefix.split(separator: "/").last ?? "")
+        guard !name.isEmpty else { throw BackupError("--to: name the backup after the bucket (s3://…@HOST:PORT/BUCKET/NAME)") }
+        var parent = location
+        parent.prefix = String(location.prefix.dropLast(name.count + 1))
+        let bucket = S3Bucket(parent)
+        try await bucket.createIfMissing()
+        guard try await S3Bucket(location).list().isEmpty else {
+            throw BackupError("\(location.description) holds objects already: a backup never overwrites; name a new one")
+        }
+        let local = NSTemporaryDirectory() + "nimbus-backup-upload-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: local) }
+        let manifest = try await take(of: directory, dataDirectory: dataDirectory, to: local + "/" + name)
+        try await BackupBucket.upload(local + "/" + name, manifest: manifest, to: bucket, as: name)
+        return manifest
+    }
+
     /// `verify` of a backup directory or an `s3://…/NAME` URL (downloaded first).
     public static func verify(location path: String) async throws -> BackupManifest {
         try await BackupBucket.withLocalCopy(of: path) { local in try await BlockingWork.run { try verify(local) } }
