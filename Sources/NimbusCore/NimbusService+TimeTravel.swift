@@ -97,7 +97,7 @@ extension NimbusService {
         }
         var restores: [ZoneRestore] = []
         for zone in zones {
-            let plan = try await restorePlan(zone, key: key, moment: moment, history: history)
+            let plan = try await restorePlan(zone, key: key, moment: moment, history: history, applying: apply)
             if apply, !plan.operations.isEmpty { try await applyRestore(plan, zone: zone, target: target) }
             restores.append(plan.summary)
         }
@@ -113,7 +113,7 @@ extension NimbusService {
         var creations: [String: ChangeStamp] = [:]
     }
 
-    func restorePlan(_ zone: ZoneRow, key: DatabaseKey, moment: Int64, history: any RecordHistoryStore) async throws
+    func restorePlan(_ zone: ZoneRow, key: DatabaseKey, moment: Int64, history: any RecordHistoryStore, applying: Bool) async throws
         -> RestorePlan
     {
         let changed = try await history.zoneHistory(zoneID: zone.id, after: moment)
@@ -123,7 +123,8 @@ extension NimbusService {
         // record was made after the moment, as was one written after it with no version.
         var then: [String: RecordRow?] = [:]
         for version in changed.versions where then[version.row.recordName] == nil {
-            then[version.row.recordName] = version.row.modified.timestamp <= moment ? version.row : nil
+            // `.some(nil)`: "absent at the moment" must stay in the map, not remove the key.
+            then[version.row.recordName] = .some(version.row.modified.timestamp <= moment ? version.row : nil)
         }
         var summary = ZoneRestore(zoneName: zone.name, items: [], skipped: [])
         var planned: [(now: RecordRow, was: RecordRow?, change: ZoneRestore.Change)] = []
@@ -156,9 +157,17 @@ extension NimbusService {
         }
         // Asset bytes an earlier version holds are kept while versions are (the collector
         // leaves blobs a record let go of); a blob gone anyway (keeping was off when it was
-        // let go, say) leaves that record as it is. Touched now, so none goes before the save.
+        // let go, say) leaves that record as it is. Before a restore they are touched, so none
+        // goes before the save; a preview only looks.
         let checksums = try planned.flatMap { try $0.was.map { try RecordCodec.assetReferences(of: $0).map(\.checksum) } ?? [] }
-        let missing = checksums.isEmpty ? [] : try await storage.assets.touchBlobs(container: key.container, checksums: checksums, at: now)
+        var missing = Set<String>()
+        if applying, !checksums.isEmpty {
+            missing = try await storage.assets.touchBlobs(container: key.container, checksums: checksums, at: now)
+        } else {
+            for checksum in Set(checksums) where try await storage.assets.blob(container: key.container, checksum: checksum) == nil {
+                missing.insert(checksum)
+            }
+        }
         var operations: [JSON] = []
         var creations: [String: ChangeStamp] = [:]
         for (current, was, change) in planned {

@@ -289,7 +289,7 @@ struct TimeTravelTests {
                 baseURL: nil)
             let key = try target.key()
             let zone = try #require(try await service.storage.read { tx in try tx.database(key).flatMap { try tx.zone(databaseID: $0.id, name: "Notes") } })
-            let plan = try await service.restorePlan(zone, key: key, moment: moment, history: history)
+            let plan = try await service.restorePlan(zone, key: key, moment: moment, history: history, applying: true)
             #expect(plan.summary.items.count == 2)
 
             // The app writes n1 again after the plan was made.
