@@ -46,9 +46,12 @@ enum TimeTravelRoutes {
                         "zone": .string(zone.zoneName),
                         "changes": .array(
                             zone.items.map {
-                                ["recordName": .string($0.recordName), "recordType": .string($0.recordType), "change": .string($0.change.rawValue)]
+                                [
+                                    WireKey.recordName: .string($0.recordName), WireKey.recordType: .string($0.recordType),
+                                    "change": .string($0.change.rawValue),
+                                ]
                             }),
-                        "skipped": .array(zone.skipped.map { ["recordName": .string($0.recordName), "reason": .string($0.reason)] }),
+                        "skipped": .array(zone.skipped.map { [WireKey.recordName: .string($0.recordName), "reason": .string($0.reason)] }),
                     ]
                 }),
         ]
