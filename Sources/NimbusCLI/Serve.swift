@@ -165,17 +165,29 @@ struct Serve: AsyncParsableCommand {
         let bootstrap = try await Bootstrap.ensure(in: directory, configuration: configuration)
         let dataDir = configuration.dataDirectory
         let storage = configuration.storageDescription
+        // The first hour (issue 38): where the dashboard is, how to get an operator while there
+        // is none, and never a token that no longer works.
+        let tokenLine =
+            try await directory.service.apiTokenIsLive(bootstrap.apiToken)
+            ? "development API token: \(bootstrap.apiToken)"
+            : "development API token: revoked; make one with: nimbus tokens create --container \(bootstrap.container) --data-dir \(dataDir)"
+        let noOperator = try await directory.service.operators().isEmpty
         let app = NimbusServer.makeApplication(
             directory: directory, configuration: configuration, services: tracing.map { [$0] } ?? []
         ) { port in
             // One line each, so scripts can pick them out; written unbuffered, as a pipe may be reading.
-            let lines = [
+            var lines = [
                 "Nimbus listening on http://\(host):\(port)",
                 "data directory: \(dataDir)",
                 "storage: \(storage)",
                 "container: \(bootstrap.container)",
-                "development API token: \(bootstrap.apiToken)",
+                "dashboard: http://\(host):\(port)/dashboard",
             ]
+            if noOperator {
+                lines.append(
+                    "no operator yet: nimbus operators create NAME --data-dir \(dataDir) prints a one-time password for the dashboard")
+            }
+            lines.append(tokenLine)
             FileHandle.standardOutput.write(Data((lines.joined(separator: "\n") + "\n").utf8))
         }
         // SIGINT and SIGTERM end the server gracefully: in-flight requests finish first.
