@@ -2,7 +2,8 @@ import GRDB
 import NimbusStorage
 
 /// `RecordHistoryStore` on SQLite: the versions the `records_keep_versions` trigger keeps
-/// (migration v25). Reads on the calling thread, writes through group commit.
+/// (migration v25). The settings row is a point read; reads that grow with the versions kept
+/// are scans, off the cooperative pool (`readScan`); writes go through group commit.
 struct SQLiteRecordHistory: RecordHistoryStore {
     let storage: SQLiteStorage
 
@@ -31,7 +32,7 @@ struct SQLiteRecordHistory: RecordHistoryStore {
     }
 
     func zoneHistory(zoneID: Int64, after time: Int64) async throws -> ZoneHistory {
-        try storage.readPoint { tx in
+        try await storage.readScan { tx in
             let versions = try tx.fetchRows(
                 """
                 SELECT replaced_at, \(SQLiteTransaction.recordColumns) FROM record_history
@@ -56,7 +57,7 @@ struct SQLiteRecordHistory: RecordHistoryStore {
     }
 
     func recordHistoryFigures(databaseID: Int64?) async throws -> RecordHistoryFigures {
-        try storage.readPoint { tx in
+        try await storage.readScan { tx in
             let bytes = "length(CAST(h.record_name AS BLOB)) + length(CAST(h.record_type AS BLOB)) + length(h.fields)"
             let row: Row?
             if let databaseID {

@@ -93,12 +93,17 @@ public final class SQLiteStorage: StorageDriver {
         case .point:
             return try readPoint(body)
         case .scan:
-            let pool = self.pool
-            do {
-                return try await scans.run { try await pool.read { db in try body(SQLiteTransaction(db: db)) } }
-            } catch let error as DatabaseError {
-                throw Self.normalized(error)
-            }
+            return try await readScan(body)
+        }
+    }
+
+    /// A scan on the reader queues (`ScanLane`), with the driver's own transaction type.
+    func readScan<Value: Sendable>(_ body: @escaping @Sendable (SQLiteTransaction) throws -> Value) async throws -> Value {
+        let pool = self.pool
+        do {
+            return try await scans.run { try await pool.read { db in try body(SQLiteTransaction(db: db)) } }
+        } catch let error as DatabaseError {
+            throw Self.normalized(error)
         }
     }
 

@@ -87,7 +87,9 @@ public actor BackupKeeper {
         guard !running else { throw CloudKitError(.conflict, "a backup is being taken now; wait for it to finish") }
         running = true
         defer { running = false }
-        var name = Self.name(at: now, in: directory)
+        // Named where it goes (a name free in the directory, or in the bucket); until then,
+        // for a failure's log line, the name it would have.
+        var name = Self.name(at: now) { _ in false }
         do {
             let manifest: BackupManifest
             if let bucket {
@@ -106,6 +108,7 @@ public actor BackupKeeper {
                 manifest = try await Backups.take(storage: storage, blobs: blobs, dataDirectory: dataDirectory, to: local, now: now)
                 try await BackupBucket.upload(local, manifest: manifest, to: bucket, as: name)
             } else {
+                name = Self.name(at: now, in: directory)
                 try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
                 Self.removeUnfinished(in: directory)
                 manifest = try await Backups.take(
@@ -172,11 +175,14 @@ public actor BackupKeeper {
         return name
     }
 
-    /// The bucket's complete backups, newest first, their manifests read (once each).
-    private func listBucket(_ bucket: S3Bucket) async throws -> [Summary] {
+    /// The bucket's complete backups, newest first (`names`, when the caller just listed
+    /// them), their manifests read (once each).
+    private func listBucket(_ bucket: S3Bucket, names: [String]? = nil) async throws -> [Summary] {
         let known = Dictionary((bucketBackups?.list ?? []).map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
         var list: [Summary] = []
-        for name in try await BackupBucket.contents(of: bucket).complete {
+        var complete = names ?? []
+        if names == nil { complete = try await BackupBucket.contents(of: bucket).complete }
+        for name in complete {
             if let summary = known[name] {
                 list.append(summary)
             } else if let manifest = try await BackupBucket.manifest(of: name, in: bucket) {
@@ -198,7 +204,7 @@ public actor BackupKeeper {
                 try await BackupBucket.remove(name, from: bucket)
                 logger.info("old backup removed", metadata: ["backup": "\(name)"])
             }
-            _ = try await listBucket(bucket)
+            _ = try await listBucket(bucket, names: Array(present.complete.prefix(max(1, settings.keep))))
         } catch {
             logger.warning("old backups not removed from the bucket", metadata: ["reason": "\(error)"])
         }
