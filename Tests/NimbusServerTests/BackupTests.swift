@@ -308,7 +308,15 @@ private struct BreakingBlobStore: BlobStore {
             try await Task.sleep(for: .milliseconds(100))
         }
         #expect(seen.count >= 4, "scheduled backups seen in 60 s: \(seen)")
-        #expect(most <= 2, "more backups than --backup-keep at once")
+        // A new backup is renamed into place before the oldest is removed (the oldest goes only
+        // once the new one is whole): for the moment between, the directory holds keep + 1.
+        #expect(most <= 3, "more backups than --backup-keep + 1 at once")
+        var settled = false
+        for _ in 0..<50 where !settled {
+            settled = Self.completeBackups(in: backups).count == 2
+            if !settled { try await Task.sleep(for: .milliseconds(100)) }
+        }
+        #expect(settled, "the directory never came back to --backup-keep backups")
         let now = Self.completeBackups(in: backups)
         #expect(!now.contains(seen[0]) && !now.contains(seen[1]), "the oldest were not removed: \(now)")
         let newest = try #require(now.sorted().last)
