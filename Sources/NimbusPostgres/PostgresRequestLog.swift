@@ -6,23 +6,31 @@ import PostgresNIO
 struct PostgresRequestLog: RequestLogStore {
     let storage: PostgresStorage
 
-    func appendRequests(_ rows: [StoredRequest]) async throws {
-        guard !rows.isEmpty else { return }
+    func appendRequests(_ rows: [StoredRequest], minuteFigures figures: [StoredMinuteFigures]) async throws {
+        guard !rows.isEmpty || !figures.isEmpty else { return }
         // Arrays of optionals do not bind: "" stands for none, and NULLIF puts it back.
         func text(_ value: String?) -> String { value ?? "" }
         let items = rows.map { $0.itemErrorCodes.isEmpty ? "" : "," + $0.itemErrorCodes.joined(separator: ",") + "," }
+        // One statement, so one transaction: the entries and the figures that count them.
         try await storage.rows(
             """
-            INSERT INTO request_log (at, node, uuid, method, route, container, environment, database, user_record_name, user_name,
-                status, error, item_errors, ms)
-            SELECT at, node, uuid, method, route, NULLIF(container, ''), NULLIF(environment, ''), NULLIF(database, ''),
-                NULLIF(user_record_name, ''), NULLIF(user_name, ''), status, NULLIF(error, ''), NULLIF(item_errors, ''), ms
-            FROM unnest(\(rows.map(\.at)), \(rows.map(\.node)), \(rows.map(\.requestUUID)), \(rows.map(\.method)),
-                \(rows.map(\.route)), \(rows.map { text($0.container) }), \(rows.map { text($0.environment) }),
-                \(rows.map { text($0.database) }), \(rows.map { text($0.userRecordName) }), \(rows.map { text($0.userName) }),
-                \(rows.map { Int32($0.status) }), \(rows.map { text($0.serverErrorCode) }), \(items), \(rows.map(\.milliseconds)))
-                AS r(at, node, uuid, method, route, container, environment, database, user_record_name, user_name, status, error,
-                    item_errors, ms)
+            WITH logged AS (
+                INSERT INTO request_log (at, node, uuid, method, route, container, environment, database, user_record_name, user_name,
+                    status, error, item_errors, ms)
+                SELECT at, node, uuid, method, route, NULLIF(container, ''), NULLIF(environment, ''), NULLIF(database, ''),
+                    NULLIF(user_record_name, ''), NULLIF(user_name, ''), status, NULLIF(error, ''), NULLIF(item_errors, ''), ms
+                FROM unnest(\(rows.map(\.at)), \(rows.map(\.node)), \(rows.map(\.requestUUID)), \(rows.map(\.method)),
+                    \(rows.map(\.route)), \(rows.map { text($0.container) }), \(rows.map { text($0.environment) }),
+                    \(rows.map { text($0.database) }), \(rows.map { text($0.userRecordName) }), \(rows.map { text($0.userName) }),
+                    \(rows.map { Int32($0.status) }), \(rows.map { text($0.serverErrorCode) }), \(items), \(rows.map(\.milliseconds)))
+                    AS r(at, node, uuid, method, route, container, environment, database, user_record_name, user_name, status, error,
+                        item_errors, ms)
+                RETURNING 1
+            )
+            INSERT INTO request_minutes (minute, node, container, requests, server_errors, errors, latency)
+            SELECT * FROM unnest(\(figures.map(\.minute)), \(figures.map(\.node)), \(figures.map(\.container)),
+                \(figures.map { Int32($0.requests) }), \(figures.map { Int32($0.serverErrors) }), \(figures.map(\.errorsText)),
+                \(figures.map(\.latencyText)))
             """)
     }
 
@@ -60,16 +68,6 @@ struct PostgresRequestLog: RequestLogStore {
                 userRecordName: c.9, userName: c.10, status: Int(c.11), serverErrorCode: c.12,
                 itemErrorCodes: c.13.map { $0.split(separator: ",").map(String.init) } ?? [], milliseconds: c.14)
         }
-    }
-
-    func appendMinuteFigures(_ rows: [StoredMinuteFigures]) async throws {
-        guard !rows.isEmpty else { return }
-        try await storage.rows(
-            """
-            INSERT INTO request_minutes (minute, node, container, requests, server_errors, errors, latency)
-            SELECT * FROM unnest(\(rows.map(\.minute)), \(rows.map(\.node)), \(rows.map(\.container)), \(rows.map { Int32($0.requests) }),
-                \(rows.map { Int32($0.serverErrors) }), \(rows.map(\.errorsText)), \(rows.map(\.latencyText)))
-            """)
     }
 
     func minuteFigures(since time: Int64) async throws -> [StoredMinuteFigures] {

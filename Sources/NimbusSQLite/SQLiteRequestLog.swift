@@ -66,8 +66,8 @@ public final class SQLiteRequestLog: RequestLogStore {
         self.path = path
     }
 
-    public func appendRequests(_ rows: [StoredRequest]) async throws {
-        guard !rows.isEmpty else { return }
+    public func appendRequests(_ rows: [StoredRequest], minuteFigures: [StoredMinuteFigures]) async throws {
+        guard !rows.isEmpty || !minuteFigures.isEmpty else { return }
         try await pool.write { db in
             let statement = try db.cachedStatement(
                 sql: """
@@ -79,6 +79,16 @@ public final class SQLiteRequestLog: RequestLogStore {
                 try statement.execute(arguments: [
                     row.at, row.node, row.requestUUID, row.method, row.route, row.container, row.environment, row.database,
                     row.userRecordName, row.userName, row.status, row.serverErrorCode, items, row.milliseconds,
+                ])
+            }
+            let figures = try db.cachedStatement(
+                sql: """
+                    INSERT INTO request_minutes (minute, node, container, requests, server_errors, errors, latency)
+                    VALUES (?, ?, ?, ?, ?, ?, ?)
+                    """)
+            for row in minuteFigures {
+                try figures.execute(arguments: [
+                    row.minute, row.node, row.container, row.requests, row.serverErrors, row.errorsText, row.latencyText,
                 ])
             }
         }
@@ -133,22 +143,6 @@ public final class SQLiteRequestLog: RequestLogStore {
                     serverErrorCode: row[12],
                     itemErrorCodes: (row[13] as String?).map { $0.split(separator: ",").map(String.init) } ?? [],
                     milliseconds: row[14])
-            }
-        }
-    }
-
-    public func appendMinuteFigures(_ rows: [StoredMinuteFigures]) async throws {
-        guard !rows.isEmpty else { return }
-        try await pool.write { db in
-            let statement = try db.cachedStatement(
-                sql: """
-                    INSERT INTO request_minutes (minute, node, container, requests, server_errors, errors, latency)
-                    VALUES (?, ?, ?, ?, ?, ?, ?)
-                    """)
-            for row in rows {
-                try statement.execute(arguments: [
-                    row.minute, row.node, row.container, row.requests, row.serverErrors, row.errorsText, row.latencyText,
-                ])
             }
         }
     }

@@ -4,16 +4,16 @@
 /// it is one table every node writes and reads; on SQLite a file of its own beside the store,
 /// so logging never takes the data's write lock.
 public protocol RequestLogStore: Sendable {
-    func appendRequests(_ rows: [StoredRequest]) async throws
+    /// Stores answered requests and the per-minute figures one node made of them, in one
+    /// transaction: a reader that sees an entry sees the figures that count it. The dashboard's
+    /// charts are the sum of every node's figure rows, so they survive restarts and show the
+    /// whole installation.
+    func appendRequests(_ rows: [StoredRequest], minuteFigures: [StoredMinuteFigures]) async throws
     /// The newest first that `search` accepts, at most `search.limit`.
     func requests(_ search: RequestSearch) async throws -> [StoredRequest]
     /// Removes entries (and minute figures) older than `time` (milliseconds since 1970), then
     /// the oldest entries past `keepingAtMost`; returns how many entries went.
     func pruneRequests(before time: Int64, keepingAtMost rows: Int) async throws -> Int
-    /// Adds figures of the requests one node just stored, a row per minute and container: the
-    /// dashboard's charts are the sum of every node's rows, so they survive restarts and show
-    /// the whole installation.
-    func appendMinuteFigures(_ rows: [StoredMinuteFigures]) async throws
     /// The rows of minutes that start at or after `time`, in no particular order.
     func minuteFigures(since time: Int64) async throws -> [StoredMinuteFigures]
 }

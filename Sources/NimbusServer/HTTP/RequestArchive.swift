@@ -53,8 +53,7 @@ final class RequestArchive: Service, Sendable {
         }
         guard !entries.isEmpty else { return }
         do {
-            try await store.appendRequests(entries.map { $0.stored(node: node) })
-            try await store.appendMinuteFigures(minuteFigures(of: entries))
+            try await store.appendRequests(entries.map { $0.stored(node: node) }, minuteFigures: minuteFigures(of: entries))
         } catch {
             logger.warning("request log batch not stored", metadata: ["entries": "\(entries.count)", "reason": "\(error)"])
         }
