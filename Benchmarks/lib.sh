@@ -147,7 +147,7 @@ start_preloaded() {
 # PocketBase's and 39,800/s rested), and the rotation put Nimbus after PocketBase in two rounds
 # of three.
 wait_idle() {
-  local tick start end
+  local tick start end pid
   tick=$(getconf CLK_TCK)
   for _ in $(seq 1 60); do
     start=0
@@ -165,7 +165,7 @@ records_operation() {
   case $1 in
     fetch) echo lookup ;;
     list) echo query ;;
-    create | update) echo modify ;;
+    create | update | batch) echo modify ;;
   esac
 }
 
@@ -175,4 +175,30 @@ rss_mib() { awk '/^VmRSS/ {printf "%.0f", $2 / 1024}' "/proc/$1/status"; }
 # A release build of this repository's nimbus at another commit or worktree, or a binary given.
 other_binary() {
   if [ -f "$1" ]; then echo "$1"; else echo "$(cd "$1" && swift build -c release --show-bin-path)/nimbus"; fi
+}
+
+# wrk_cell PID ARGS… → "requests/s p50-ms p99-ms server-µs-per-request errors": runs wrk with
+# ARGS (its --latency is added) and reads the server PID's CPU around it; errors counts the
+# answers that were not 2xx or 3xx. With WRK_STRICT=1 it fails on any instead.
+wrk_cell() {
+  local pid=$1 before after
+  shift
+  before=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+  wrk --latency "$@" > /tmp/wrk-cell.out
+  after=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+  python3 - "$before" "$after" "$(getconf CLK_TCK)" "${WRK_STRICT:-0}" <<'PARSE'
+import re, sys
+text = open("/tmp/wrk-cell.out").read()
+errors = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
+errors = int(errors.group(1)) if errors else 0
+if errors and sys.argv[4] == "1": sys.exit(f"wrk saw {errors} error answers:\n{text}")
+def ms(p):
+    m = re.search(r"\s" + p + r"%\s+([\d.]+)(us|ms|s)\b", text)
+    value, unit = float(m.group(1)), m.group(2)
+    return value / 1000 if unit == "us" else value * 1000 if unit == "s" else value
+count = int(re.search(r"(\d+) requests in", text).group(1))
+rate = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
+cpu = (float(sys.argv[2]) - float(sys.argv[1])) / float(sys.argv[3]) / max(count, 1) * 1e6
+print(f"{rate:.0f} {ms('50'):.3f} {ms('99'):.3f} {cpu:.1f} {errors}")
+PARSE
 }

@@ -65,30 +65,14 @@ target() {
 
 # measure SERVER KIND CONNECTIONS SECONDS → "requests/s p50-ms p99-ms server-µs-per-request"
 measure() {
-  local server=$1 kind=$2 connections=$3 seconds=$4 threads=2 url script pid before after
+  local server=$1 kind=$2 connections=$3 seconds=$4 threads=2 url script pid
   [ "$connections" = 1 ] && threads=1
   wait_idle
   read -r url script <<<"$(target "$server" "$kind")"
-  local args=(-t"$threads" -c"$connections" -d"${seconds}s" --latency)
+  local args=(-t"$threads" -c"$connections" -d"${seconds}s")
   [ "$script" != - ] && args+=(-s "$script")
   pid=${server}_PID
-  before=$(awk '{print $14 + $15}' "/proc/${!pid}/stat")
-  wrk "${args[@]}" "$url" > /tmp/wrk-cell.out
-  after=$(awk '{print $14 + $15}' "/proc/${!pid}/stat")
-  python3 - "$before" "$after" "$(getconf CLK_TCK)" <<'PY'
-import re, sys
-text = open("/tmp/wrk-cell.out").read()
-errors = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
-if errors: sys.exit(f"wrk saw {errors.group(1)} error answers:\n{text}")
-def ms(p):
-    m = re.search(r"\s" + p + r"%\s+([\d.]+)(us|ms|s)\b", text)
-    value, unit = float(m.group(1)), m.group(2)
-    return value / 1000 if unit == "us" else value * 1000 if unit == "s" else value
-count = int(re.search(r"(\d+) requests in", text).group(1))
-rate = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
-cpu = (float(sys.argv[2]) - float(sys.argv[1])) / float(sys.argv[3]) / max(count, 1) * 1e6
-print(f"{rate:.0f} {ms('50'):.3f} {ms('99'):.3f} {cpu:.1f}")
-PY
+  WRK_STRICT=1 wrk_cell "${!pid}" "${args[@]}" "$url" | cut -d' ' -f1-4
 }
 
 echo "wrk, $ROUNDS rounds of ${SECONDS_PER}s per cell and server, $RECORDS records, synchronous=NORMAL; servers: ${SERVERS[*]}"

@@ -283,12 +283,12 @@ extension PostgresCoarseStorage {
             }
         }
 
-        for (key, scan) in request.scans {
+        for scan in request.scans {
             do {
-                rows.scans[key] = try await self.scan(scan)
+                rows.scans[scan] = try await self.scan(scan)
             } catch let error as StorageError {
                 guard case .queryTooExpensive = error else { throw error }
-                rows.scans[key] = .failed(error)
+                rows.scans[scan] = .failed(error)
             }
         }
         return rows

@@ -34,6 +34,8 @@ public final class PostgresStorage: Sendable {
     /// a connection) from a pool that hands none out.
     let pending = Atomic<Int>(0)
     let holding = Atomic<Int>(0)
+    /// Names for the statements the driver repeats (`PostgresPreparedStatements`).
+    let statements = PostgresPreparedStatements()
 
     /// Connects, and brings the schema up to date before returning.
     /// `statementObserver` sees the text of every statement sent (one round trip each): how
@@ -115,7 +117,7 @@ public final class PostgresStorage: Sendable {
             holding.add(1, ordering: .relaxed)
             defer { holding.subtract(1, ordering: .relaxed) }
             statementObserver?(query.sql)
-            return try await connection.query(query, logger: logger).collect()
+            return try await statements.rows(query, on: connection, logger: logger)
         }
     }
 

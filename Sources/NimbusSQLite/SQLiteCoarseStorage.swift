@@ -93,12 +93,12 @@ extension SQLiteTransaction {
             guard rows.schemas[schema] == nil else { continue }
             rows.schemas[schema] = try storedSchema(schema)
         }
-        for (key, scan) in request.scans {
+        for scan in request.scans {
             do {
-                rows.scans[key] = try self.scan(scan)
+                rows.scans[scan] = try self.scan(scan)
             } catch let error as StorageError {
                 guard case .queryTooExpensive = error else { throw error }
-                rows.scans[key] = .failed(error)
+                rows.scans[scan] = .failed(error)
             }
         }
         return rows

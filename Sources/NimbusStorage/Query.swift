@@ -145,7 +145,7 @@ public struct TokenEntry: Sendable, Hashable {
     }
 }
 
-public enum IndexComparison: String, Sendable {
+public enum IndexComparison: String, Sendable, Hashable {
     case equal = "="
     case less = "<"
     case lessOrEqual = "<="
@@ -154,7 +154,7 @@ public enum IndexComparison: String, Sendable {
 }
 
 /// Which entries of a field a condition looks at.
-public enum IndexScope: Sendable {
+public enum IndexScope: Sendable, Hashable {
     /// The field's scalar value.
     case scalar
     /// Any element of the list.
@@ -162,7 +162,7 @@ public enum IndexScope: Sendable {
 }
 
 /// A condition on a record's index entries. Conditions are AND-ed.
-public indirect enum IndexCondition: Sendable {
+public indirect enum IndexCondition: Sendable, Hashable {
     /// Some entry of `field` in `scope` compares to `value`.
     case compare(field: String, scope: IndexScope, IndexComparison, IndexValue)
     /// Some entry of `field` in `scope` is one of `values`.
@@ -208,7 +208,7 @@ public struct QueryPosition: Sendable, Hashable {
     }
 }
 
-public struct RecordQuery: Sendable {
+public struct RecordQuery: Sendable, Hashable {
     public var zoneIDs: [Int64]
     public var recordType: String
     public var conditions: [IndexCondition]

@@ -111,8 +111,9 @@ public protocol StorageReader {
     /// A hint, before reading them, of rows the transaction is about to read by name: the
     /// database, one of its zones, and records of that zone (none for the zone alone). A driver
     /// that loads rows over the network (`UnitOfWork`) fetches all three levels in one round
-    /// trip instead of one level at a time; a driver that reads in place ignores it.
-    func expect(records names: [String], inZone zoneName: String, of database: DatabaseKey)
+    /// trip instead of one level at a time, and may stop the transaction here to load them (it
+    /// runs it again with them); a driver that reads in place ignores it.
+    func expect(records names: [String], inZone zoneName: String, of database: DatabaseKey) throws
 
     // MARK: Installation-wide
     /// A random secret made when the store was created; keys for tokens derive from it.

@@ -239,3 +239,30 @@ import Testing
         }
     }
 }
+
+/// A unit of work that makes many rows reserves their ids in a few round trips, not one block
+/// at a time: a zone's group of 64 batches of 200 records needs 12,800, and a block each run
+/// made the group run 50 times (issue 35).
+@Suite struct UnitIDReservationTests {
+    @Test(arguments: CoarseApplyTests.engines)
+    func thousandsOfNewRowsReserveTheirIDsInAFewRoundTrips(engine: CoarseApplyTests.Engine) async throws {
+        try await engine.with { engine in
+            let (_, zone, _) = try await CoarseApplyTests.setUp(engine)
+            let driver = UnitOfWorkDriver(engine, idBlock: 256)
+            let before = driver.writeRoundTrips
+            let count = 5_000
+            try await driver.write(inZone: ZoneOrder(database: CoarseApplyTests.key, zoneName: zone.name)) { tx in
+                let sequence = try tx.nextRecordSequence(in: zone)
+                for index in 0..<count {
+                    try tx.putRecord(StorageConformanceTests.row(zone.id, "r\(index)", sequence: sequence), isNew: true)
+                }
+            }
+            // 256 and 2,048, then 16,384 ids: three reservations, plus the zone's load and the apply. One
+            // block at a time, the same write took 20 reservations.
+            let trips = driver.writeRoundTrips - before
+            #expect(trips <= 8, "\(count) new records took \(trips) round trips")
+            let rows = try await engine.load(LoadRequest(keys: [.record(zoneID: zone.id, name: "r0"), .record(zoneID: zone.id, name: "r4999")]))
+            #expect(rows.records.values.allSatisfy { $0 != nil })
+        }
+    }
+}

@@ -132,6 +132,11 @@ final class UnitRunner: Sendable {
         var loaded = LoadedRows()
         let unitIDs = UnitIDs()
         var lastMiss: UnitOfWork.Miss?
+        // Reservations from the engine grow eightfold each time a run runs out again (ids left
+        // over go back to the reserve): a group of 64 batches of 200 new records needs 12,800,
+        // which one block at a time took 50 runs of the whole group.
+        var reservations = 0
+        var wanted: [StorageIDKind: Int] = [:]
         for _ in 0..<Self.loadsPerUnit {
             unitIDs.startRun()
             let unit = UnitOfWork(loaded: loaded, ids: unitIDs)
@@ -141,12 +146,20 @@ final class UnitRunner: Sendable {
                 return unit.changes
             }
             lastMiss = miss
+            wanted.merge(miss.idsWanted, uniquingKeysWith: max)
             for kind in miss.ids {
-                if let range = ids.takeRange(kind) {
+                // At least one more id, and as many as the unit was expected to want: a hint
+                // alone reserves nothing (the records a write names may all exist already).
+                var short = max(1, (wanted[kind] ?? 0) - unitIDs.count(kind))
+                while short > 0, let range = ids.takeRange(kind) {
                     unitIDs.add(kind, range)
-                } else {
+                    short -= range.count
+                }
+                if short > 0 {
                     roundTrips.add(1, ordering: .relaxed)
-                    unitIDs.add(kind, try await base.reserveIDs(kind, count: ids.block))
+                    let count = max(short, ids.block << min(3 * reservations, 24))
+                    unitIDs.add(kind, try await base.reserveIDs(kind, count: count))
+                    reservations += 1
                 }
             }
             let request = LoadRequest(keys: miss.keys, scans: miss.scans, schemaWithZones: schemaWithZones)
@@ -197,6 +210,9 @@ final class UnitIDs {
     func startRun() { taken = [:] }
 
     func add(_ kind: StorageIDKind, _ range: ClosedRange<Int64>) { ranges[kind, default: []].append(range) }
+
+    /// How many ids of the kind the unit holds, taken or not.
+    func count(_ kind: StorageIDKind) -> Int { ranges[kind, default: []].reduce(0) { $0 + $1.count } }
 
     /// The next id of this run, or nil when the ranges are used up.
     func take(_ kind: StorageIDKind) -> Int64? {
