@@ -56,6 +56,11 @@ extension NimbusService {
         var target = target
         var key = try target.key()
         try target.caller.requireWriter(for: "Saving records")
+        // A create without a name gets one here, before the write: the write's closure may run
+        // more than once (a unit of work runs it again once it has loaded what it read), and a
+        // name made inside it was a new record to load on every run, until the unit gave up
+        // (INTERNAL_ERROR on PostgreSQL).
+        let request = Self.namingCreates(request)
         // In the shared database the records are the owner's: written in their zone, in their
         // change feed, against their quota (docs/sharing.md).
         var shared: SharedZone?
@@ -160,6 +165,15 @@ extension NimbusService {
         return RecordsResponse(records: outcome.map(ItemResult.init))
     }
 
+    /// The request with a new name for every create that has none.
+    static func namingCreates(_ request: RecordsModifyRequest) -> RecordsModifyRequest {
+        var named = request
+        for index in named.operations.indices where named.operations[index].type == .create {
+            if named.operations[index].record.recordName == nil { named.operations[index].record.recordName = UUIDText.random() }
+        }
+        return named
+    }
+
     private func apply(
         _ operation: RecordOperationInput, request: RecordsModifyRequest, zone: ZoneRow, database: DatabaseRow,
         target: DatabaseTarget, access: PublicAccess?, quota: Int64, stamp: ChangeStamp, schema: SchemaResolver,
@@ -169,7 +183,7 @@ extension NimbusService {
         let input = operation.record
         let path = "\(operation.path).record"
         let type = operation.type
-        guard let recordName = input.recordName ?? (type == .create ? UUIDText.random() : nil) else {
+        guard let recordName = input.recordName else {
             throw CloudKitError.badRequest("missing required key '\(path).recordName' for \(type.rawValue)")
         }
         guard seenNames.insert(recordName).inserted else {

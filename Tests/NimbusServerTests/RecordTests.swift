@@ -35,6 +35,22 @@ import Testing
         }
     }
 
+    /// The same in a custom zone's atomic batch, beside a named create: through units of work
+    /// (PostgreSQL) a name made inside the write was a new record to load on every run of it,
+    /// and the request failed with INTERNAL_ERROR.
+    @Test func serverAssignsRecordNamesInACustomZonesBatch() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            _ = try await alice.createZone("Z")
+            let saved = try await alice.modify(zone: "Z", [Op.create(nil), Op.create("named"), Op.create(nil)])
+            #expect(saved.status == 200 && saved.records.allSatisfy { $0.errorCode == nil }, "\(saved.text)")
+            let names = saved.records.compactMap { $0["recordName"]?.stringValue }
+            #expect(names.count == 3 && Set(names).count == 3 && names[1] == "named")
+            let found = try await alice.lookup(zone: "Z", names)
+            #expect(found.records.allSatisfy { $0.errorCode == nil }, "\(found.text)")
+        }
+    }
+
     @Test func everyFieldTypeRoundTrips() async throws {
         try await TestServer.with { server in
             let alice = try await server.user("alice")
