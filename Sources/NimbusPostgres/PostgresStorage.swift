@@ -249,15 +249,11 @@ enum Deadline {
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
                 outcome.start(continuation)
-                let worker = Task {
+                let watch = DeadlineWatch.shared.watch(until: .now + limit) { outcome.finish(.failure(timeout())) }
+                outcome.onFinish { DeadlineWatch.shared.forget(watch) }
+                Task {
                     do { outcome.finish(.success(try await work())) } catch { outcome.finish(.failure(error)) }
                 }
-                let timer = Task {
-                    try? await Task.sleep(for: limit)
-                    outcome.finish(.failure(timeout()))
-                }
-                _ = worker
-                outcome.onFinish { timer.cancel() }
             }
         } onCancel: {
             outcome.finish(.failure(CancellationError()))
@@ -305,6 +301,53 @@ enum Deadline {
             continuation?.resume(with: result)
             cleanup?()
             return won
+        }
+    }
+}
+
+/// Every pending deadline of the process, checked by one task while any is pending. A timer per
+/// statement (a task sleeping until the deadline, cancelled when the statement answered) cost a
+/// third of a lookup's CPU on PostgreSQL (542 µs a lookup with it, 359 without, under wrk at 64
+/// connections), mostly in the timers' own machinery. A deadline fires at most `tick` late.
+final class DeadlineWatch: Sendable {
+    static let shared = DeadlineWatch()
+    static let tick: Duration = .milliseconds(20)
+
+    private struct State {
+        var pending: [Int: (until: ContinuousClock.Instant, expire: @Sendable () -> Void)] = [:]
+        var next = 0
+        var sweeping = false
+    }
+    private let state = Mutex(State())
+
+    /// Calls `expire` once `instant` has passed, unless forgotten first; returns what `forget` takes.
+    func watch(until instant: ContinuousClock.Instant, _ expire: @escaping @Sendable () -> Void) -> Int {
+        let (id, startsSweep) = state.withLock { state in
+            state.next += 1
+            state.pending[state.next] = (instant, expire)
+            defer { state.sweeping = true }
+            return (state.next, !state.sweeping)
+        }
+        if startsSweep { Task { await sweep() } }
+        return id
+    }
+
+    func forget(_ id: Int) {
+        _ = state.withLock { $0.pending.removeValue(forKey: id) }
+    }
+
+    private func sweep() async {
+        while true {
+            try? await Task.sleep(for: Self.tick)
+            let now = ContinuousClock.now
+            let (due, done) = state.withLock { state in
+                let due = state.pending.filter { $0.value.until <= now }
+                for id in due.keys { state.pending[id] = nil }
+                if state.pending.isEmpty { state.sweeping = false }
+                return (due.values.map(\.expire), !state.sweeping)
+            }
+            for expire in due { expire() }
+            if done { return }
         }
     }
 }
