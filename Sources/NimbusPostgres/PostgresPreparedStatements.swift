@@ -81,7 +81,10 @@ final class PostgresPreparedStatements: Sendable {
     /// The text's name and parameter types, naming it now if it can be.
     private func name(for query: PostgresQuery) -> (String, [PostgresDataType])? {
         let calls: Int
-        switch names.withLock({ $0.bySQL[query.sql] }) {
+        switch names.withLock({ names -> Entry? in
+            // Texts past the capacity run unnamed without being remembered (nor their types read).
+            names.bySQL[query.sql] ?? (names.named < Self.capacity ? nil : .unnamed)
+        }) {
         case .named(let name, let types)?: return (name, types)
         case .unnamed?: return nil
         case .unsettled(let count)?: calls = count

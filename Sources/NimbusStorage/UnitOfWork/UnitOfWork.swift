@@ -24,7 +24,8 @@ final class UnitOfWork: StorageWriter {
             self.idsWanted = idsWanted
         }
 
-        var isEmpty: Bool { keys.isEmpty && scans.isEmpty && ids.isEmpty && idsWanted.isEmpty }
+        /// A hint alone (`idsWanted`) is no miss.
+        var isEmpty: Bool { keys.isEmpty && scans.isEmpty && ids.isEmpty }
 
         /// What two writes of one group missed, loaded together.
         mutating func merge(_ other: Miss) {
@@ -118,8 +119,8 @@ final class UnitOfWork: StorageWriter {
     /// decide whether anyone listens) instead of one level per load, and stops the run there:
     /// everything it would do next it would do over rows taken for absent, only to be thrown
     /// away (a group of 64 batches of 200 records decided 12,800 saves for nothing). The
-    /// records named size the unit's id reservation, should it run out. Once the zone is at hand, reads by id
-    /// note the rest in the same run anyway.
+    /// records named size the unit's id reservation, should it run out. Once the zone is at
+    /// hand, reads by id note the rest in the same run anyway.
     func expect(records names: [String], inZone zoneName: String, of database: DatabaseKey) throws {
         if overlay.databases[database] != nil { return }
         if let loadedDatabase = loaded.databases[database] {
