@@ -225,8 +225,12 @@ public final class PostgresStorage: Sendable {
                 return StorageError.unavailable("\(state): \(message)")
             case _ where state.hasPrefix("08") || state.hasPrefix("53"):  // connection, resources (disk full)
                 return StorageError.unavailable("\(state): \(message)")
-            default:
+            case "57014":  // a statement past its timeout: `rows(_:timeout:)` tells the query budget's apart
                 return error
+            default:
+                // postgres-nio's own description of a server error hides what it was; the log
+                // should not (seen: a raw error in a loaded test run nobody could read).
+                return StorageError.engine("SQLSTATE \(state): \(message)")
             }
         case .connectionError, .serverClosedConnection, .clientClosedConnection, .uncleanShutdown, .poolClosed:
             return StorageError.unavailable("PostgreSQL connection: \(error.code)")

@@ -21,13 +21,16 @@ public enum StorageError: Error, Sendable, CustomStringConvertible {
     case duplicate(String)
     /// The driver does not do this yet (say which, and what to use instead).
     case unsupported(String)
+    /// The engine refused a statement for a reason of its own, none of the above (PostgreSQL:
+    /// its SQLSTATE and message), so the log says what it was.
+    case engine(String)
 
     /// How long a client should wait before trying again, when trying again may help.
     public var retryAfterSeconds: Int? {
         switch self {
         case .busy, .serializationFailure: return 1
         case .unavailable: return 5
-        case .corrupt, .queryTooExpensive, .duplicate, .unsupported: return nil
+        case .corrupt, .queryTooExpensive, .duplicate, .unsupported, .engine: return nil
         }
     }
 
@@ -40,6 +43,7 @@ public enum StorageError: Error, Sendable, CustomStringConvertible {
         case .serializationFailure(let detail): return "the transaction collided with another: \(detail)"
         case .duplicate(let detail): return "duplicate key: \(detail)"
         case .unsupported(let detail): return "not supported by this storage driver: \(detail)"
+        case .engine(let detail): return "the storage engine refused a statement: \(detail)"
         }
     }
 }

@@ -81,11 +81,17 @@ struct PostgresPreparedStatementTests {
         }
     }
 
-    /// A statement that is wrong fails as it did unnamed, and is not retried into success.
-    @Test func aWrongStatementStillFails() async throws {
+    /// A statement that is wrong fails as it did unnamed, is not retried into success, and says
+    /// what PostgreSQL said (postgres-nio's own description of the error hides it).
+    @Test func aWrongStatementStillFailsAndSaysWhy() async throws {
         try await Self.withStorage { storage in
             for _ in 0..<2 {
-                await #expect(throws: (any Error).self) { try await storage.rows("SELECT * FROM no_such_table") }
+                do {
+                    try await storage.rows("SELECT * FROM no_such_table")
+                    Issue.record("a statement on a missing table succeeded")
+                } catch {
+                    #expect("\(error)".contains("42P01") && "\(error)".contains("no_such_table"), "\(error)")
+                }
             }
             let rows = try await storage.rows("SELECT 1")
             #expect(rows.count == 1)
