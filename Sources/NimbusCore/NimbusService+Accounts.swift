@@ -60,7 +60,6 @@ extension NimbusService {
         }
     }
 
-    /// Makes a new API token for the container and environment and returns it; only its hash is kept.
     /// Whether an API token still opens its container (exists and is not revoked): the
     /// banner of `nimbus serve` never prints a dead one.
     public func apiTokenIsLive(_ token: String) async throws -> Bool {
@@ -70,6 +69,7 @@ extension NimbusService {
         return !row.isRevoked
     }
 
+    /// Makes a new API token for the container and environment and returns it; only its hash is kept.
     /// `allowedOrigins` are the web origins whose pages may use it (`["*"]`: any), each
     /// `scheme://host[:port]`. `signInCallback` is where the sign-in page sends the browser
     /// after signing in (CloudKit's "Sign In Callback"): an absolute http or https URL.

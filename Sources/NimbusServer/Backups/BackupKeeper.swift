@@ -180,8 +180,8 @@ public actor BackupKeeper {
     private func listBucket(_ bucket: S3Bucket, names: [String]? = nil) async throws -> [Summary] {
         let known = Dictionary((bucketBackups?.list ?? []).map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
         var list: [Summary] = []
-        var complete = names ?? []
-        if names == nil { complete = try await BackupBucket.contents(of: bucket).complete }
+        let complete: [String]
+        if let names { complete = names } else { complete = try await BackupBucket.contents(of: bucket).complete }
         for name in complete {
             if let summary = known[name] {
                 list.append(summary)
@@ -198,13 +198,14 @@ public actor BackupKeeper {
     private func removeOld(in bucket: S3Bucket, now: Date) async {
         do {
             let present = try await BackupBucket.contents(of: bucket)
-            let old = present.complete.dropFirst(max(1, settings.keep))
+            let keep = max(1, settings.keep)
+            let old = present.complete.dropFirst(keep)
             let abandoned = present.incomplete.filter { $0.value < Int64(now.timeIntervalSince1970 * 1000) - 86_400_000 }.keys
             for name in Array(old) + abandoned.sorted() {
                 try await BackupBucket.remove(name, from: bucket)
                 logger.info("old backup removed", metadata: ["backup": "\(name)"])
             }
-            _ = try await listBucket(bucket, names: Array(present.complete.prefix(max(1, settings.keep))))
+            _ = try await listBucket(bucket, names: Array(present.complete.prefix(keep)))
         } catch {
             logger.warning("old backups not removed from the bucket", metadata: ["reason": "\(error)"])
         }
