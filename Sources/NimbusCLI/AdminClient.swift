@@ -34,36 +34,55 @@ struct Admin: AsyncParsableCommand {
         guard verb == "GET" || verb == "POST" else {
             throw reportFailure(CloudKitError.badRequest("the method is GET or POST, not '\(method)'"))
         }
+        let outcome: (status: Int, text: String)
+        do {
+            outcome = try await Self.call(
+                server: server, operatorName: operatorName, code: code, password: password, verb: verb, path: path, body: body)
+        } catch {
+            throw reportFailure(error)
+        }
+        print(outcome.text)
+        if outcome.status >= 400 { throw ExitCode.failure }
+    }
+
+    /// One call to a server's admin API as `operatorName`: signs in, calls, signs out. Other
+    /// verbs that can work against a remote server (`schema check --server`) call this too.
+    static func call(
+        server: String, operatorName: String, code: String?, password: String, verb: String, path: String, body: String?
+    ) async throws -> (status: Int, text: String) {
         let client = HTTPClient(eventLoopGroupProvider: .singleton)
         do {
-            let outcome = try await call(client, verb: verb, password: password)
+            let outcome = try await call(
+                client, server: server, operatorName: operatorName, code: code, password: password, verb: verb, path: path, body: body)
             try await client.shutdown()
-            print(outcome.text)
-            if outcome.status >= 400 { throw ExitCode.failure }
-        } catch let exit as ExitCode {
-            throw exit
+            return outcome
         } catch {
             try? await client.shutdown()
-            throw reportFailure(error)
+            throw error
         }
     }
 
-    private func call(_ client: HTTPClient, verb: String, password: String) async throws -> (status: Int, text: String) {
+    private static func call(
+        _ client: HTTPClient, server: String, operatorName: String, code: String?, password: String, verb: String, path: String,
+        body: String?
+    ) async throws -> (status: Int, text: String) {
         var signIn: JSONObject = ["name": .string(operatorName), "password": .string(password)]
         if let code { signIn["code"] = .string(code) }
-        let session = try await send(client, "POST", "session", body: Array(JSON.object(signIn).serialized()), headers: [])
+        let session = try await send(client, server, "POST", "session", body: Array(JSON.object(signIn).serialized()), headers: [])
         guard session.status == 200, let cookie = session.cookie, let csrf = try JSON.parse(Array(session.text.utf8))["csrfToken"]?.stringValue
         else {
             FileHandle.standardError.write(Data("nimbus: signing in failed (HTTP \(session.status))\n".utf8))
             return (session.status, session.text)
         }
         let headers = [("Cookie", cookie), ("X-Nimbus-CSRF", csrf)]
-        let answer = try await send(client, verb, path, body: verb == "POST" ? Array((body ?? "{}").utf8) : nil, headers: headers)
-        _ = try? await send(client, "POST", "session/end", body: Array("{}".utf8), headers: headers)
+        let answer = try await send(client, server, verb, path, body: verb == "POST" ? Array((body ?? "{}").utf8) : nil, headers: headers)
+        _ = try? await send(client, server, "POST", "session/end", body: Array("{}".utf8), headers: headers)
         return (answer.status, answer.text)
     }
 
-    private func send(_ client: HTTPClient, _ verb: String, _ path: String, body: [UInt8]?, headers: [(String, String)]) async throws
+    private static func send(
+        _ client: HTTPClient, _ server: String, _ verb: String, _ path: String, body: [UInt8]?, headers: [(String, String)]
+    ) async throws
         -> (status: Int, text: String, cookie: String?)
     {
         var request = HTTPClientRequest(url: "\(server)/admin/1/\(path)")

@@ -359,8 +359,135 @@ struct Users: AsyncParsableCommand {
 
 struct Schema: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Show and deploy schemas, set field indexes, take fields out of development and reset it.",
-        subcommands: [Show.self, Diff.self, Deploy.self, Index.self, Remove.self, ResetDevelopment.self])
+        abstract: "Import, export, check and deploy schemas, set field indexes, take fields out of development and reset it.",
+        subcommands: [
+            Show.self, Export.self, Import.self, Check.self, Diff.self, Deploy.self, Index.self, Remove.self, ResetDevelopment.self,
+        ])
+
+    /// A schema file's text (`-`: standard input).
+    static func readSchemaText(_ path: String) throws -> String {
+        let data: Data
+        if path == "-" {
+            data = FileHandle.standardInput.readDataToEndOfFile()
+        } else {
+            guard let read = FileManager.default.contents(atPath: path) else {
+                throw CloudKitError.badRequest("cannot read the schema file \(path)")
+            }
+            data = read
+        }
+        guard let text = String(data: data, encoding: .utf8) else { throw CloudKitError.badRequest("\(path) is not UTF-8 text") }
+        return text
+    }
+
+    struct Import: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Add a schema file's roles, record types, fields, indexes and grants to the development schema.",
+            discussion: """
+                The file is in the CloudKit Schema Language, as `xcrun cktool export-schema` or `nimbus schema export` \
+                writes it. Additive: nothing the file leaves out is removed, except indexes of system fields a listed \
+                record type no longer names; a field whose type differs refuses the whole file. Production changes \
+                only by `nimbus schema deploy`.
+                """)
+        @OptionGroup var data: DataOptions
+        @Argument(help: "The schema file (.ckdb), or - for standard input.") var file: String
+        @Option(help: "The container.") var container: String
+        @Option(help: "Only development: production's schema changes by deploying.") var environment: String = "development"
+
+        func run() async throws {
+            do {
+                guard try parseEnvironment(environment) == .development else {
+                    throw CloudKitError.badRequest(
+                        "a schema is imported into development; production gets it from `nimbus schema deploy --container \(container)`")
+                }
+                let schema = try SchemaFile(parsing: try Schema.readSchemaText(file))
+                let service = try await data.open().service
+                let outcome = try await service.importSchema(schema, container: container)
+                try await service.audit(
+                    "cli", "schema.import", container: container,
+                    "development: \(outcome.newRecordTypes) new record type(s), \(outcome.newFields) new field(s), \(outcome.newRoles) new role(s)")
+                print(
+                    "imported into development: \(outcome.newRecordTypes) new record type(s), \(outcome.newFields) new field(s), \(outcome.newRoles) new role(s)")
+            } catch { throw reportFailure(error) }
+        }
+    }
+
+    struct Export: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Write a schema in the CloudKit Schema Language, as cktool writes it (`cktool import-schema` reads it).")
+        @OptionGroup var data: DataOptions
+        @Option(help: "The container.") var container: String
+        @Option(help: "development or production.") var environment: String = "development"
+        @Option(help: "The file to write; standard output without it.") var output: String?
+
+        func run() async throws {
+            do {
+                let text = try await data.open().service.schemaLanguage(container: container, environment: try parseEnvironment(environment))
+                if let output {
+                    guard FileManager.default.createFile(atPath: output, contents: Data(text.utf8)) else {
+                        throw CloudKitError.badRequest("cannot write \(output)")
+                    }
+                } else {
+                    print(text, terminator: "")
+                }
+            } catch { throw reportFailure(error) }
+        }
+    }
+
+    struct Check: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Exit 1, naming each difference, when an environment lacks a role, record type, field, index or grant a schema file declares.",
+            discussion: """
+                A step for an app's CI: the schema file the app ships with, against production, before a release:
+                  nimbus schema check schema.ckdb --container iCloud.com.example --environment production
+                Against a running server instead of a data directory, as an operator (password in NIMBUS_OPERATOR_PASSWORD):
+                  nimbus schema check schema.ckdb --container iCloud.com.example --server https://nimbus.example.com --operator ci
+                What the environment has beyond the file is not a difference.
+                """)
+        @OptionGroup var data: DataOptions
+        @Argument(help: "The schema file (.ckdb), or - for standard input.") var file: String
+        @Option(help: "The container.") var container: String
+        @Option(help: "development or production.") var environment: String = "production"
+        @Option(help: "A running server's address; without it the data directory is read.") var server: String?
+        @Option(name: .customLong("operator"), help: "The operator, with --server.") var operatorName: String?
+        @Option(help: "The authenticator code, for an operator with a second factor.") var code: String?
+
+        func run() async throws {
+            let missing: [String]
+            do {
+                let environment = try parseEnvironment(self.environment)
+                let text = try Schema.readSchemaText(file)
+                let schema = try SchemaFile(parsing: text)  // a mistake in the file is named here, not by the server
+                if let server {
+                    missing = try await remote(server: server, text: text, environment: environment)
+                } else {
+                    missing = try await data.open().service.schemaDifferences(schema, container: container, environment: environment)
+                }
+            } catch { throw reportFailure(error) }
+            guard missing.isEmpty else {
+                print(missing.joined(separator: "\n"))
+                FileHandle.standardError.write(
+                    Data("nimbus: \(environment) lacks \(missing.count) thing(s) \(file) declares; deploy the schema first\n".utf8))
+                throw ExitCode.failure
+            }
+            print("\(environment) has everything \(file) declares")
+        }
+
+        private func remote(server: String, text: String, environment: Environment) async throws -> [String] {
+            guard let operatorName else { throw CloudKitError.badRequest("--server needs --operator (and NIMBUS_OPERATOR_PASSWORD)") }
+            guard let password = ProcessInfo.processInfo.environment["NIMBUS_OPERATOR_PASSWORD"], !password.isEmpty else {
+                throw CloudKitError.badRequest("set NIMBUS_OPERATOR_PASSWORD to the operator's password")
+            }
+            let body = String(decoding: JSON.object(["text": .string(text)]).serialized(), as: UTF8.self)
+            let path = "containers/\(container)/schema/\(environment.rawValue)/check"
+            let answer = try await Admin.call(
+                server: server, operatorName: operatorName, code: code, password: password, verb: "POST", path: path, body: body)
+            let json = try JSON.parse(Array(answer.text.utf8))
+            guard answer.status == 200, case .array(let items)? = json["missing"] else {
+                throw CloudKitError.badRequest("\(server) answered HTTP \(answer.status): \(json["reason"]?.stringValue ?? answer.text)")
+            }
+            return items.compactMap(\.stringValue)
+        }
+    }
 
     struct Index: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -432,6 +559,7 @@ struct Schema: AsyncParsableCommand {
             lines += plan.conflicts.map { "conflict: \($0)" }
             lines += plan.newRecordTypes.map { "new record type: \($0)" }
             lines += plan.newFields.map { "new field: \(field($0))" }
+            lines += plan.newIndexes.map { "new index: \(field($0))" }
             lines += plan.newRoles.map { "new role: \($0)" }
             lines += plan.changedGrants.map {
                 "grant: \($0.recordType) \($0.role) \($0.permissions.isEmpty ? "none" : SecurityRoles.names($0.permissions))"

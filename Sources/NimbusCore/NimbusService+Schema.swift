@@ -41,6 +41,14 @@ extension NimbusService {
                 try tx.addSchemaField(container: container, environment: .production, field)
                 if Self.systemFieldTypes[field.fieldName] != nil { typesToReindex.insert(field.recordType) }
             }
+            // An index development added to a field production has: its records' entries are
+            // written now, so the first production query that needs it finds every record.
+            for field in plan.newIndexes {
+                _ = try tx.setSchemaFieldIndexes(
+                    container: container, environment: .production, recordType: field.recordType, fieldName: field.fieldName,
+                    indexes: field.indexes)
+                typesToReindex.insert(field.recordType)
+            }
             for recordType in typesToReindex.sorted() {
                 try self.rebuildIndexEntries(container: container, environment: .production, recordType: recordType, tx: tx)
             }
@@ -54,6 +62,10 @@ extension NimbusService {
     public struct SchemaDeployPlan: Sendable {
         public var newRecordTypes: [String] = []
         public var newFields: [SchemaFieldRow] = []
+        /// Fields both have where development has an index production lacks, with the indexes
+        /// production will have (its own and development's: a deploy adds indexes, and one an
+        /// operator dropped from production stays dropped until development adds it again).
+        public var newIndexes: [SchemaFieldRow] = []
         /// Fields production has and development does not: kept, never deleted by a deploy.
         public var keptFields: [SchemaFieldRow] = []
         public var conflicts: [String] = []
@@ -73,17 +85,21 @@ extension NimbusService {
         let developmentFields = try tx.schemaFields(container: container, environment: .development)
         let productionTypes = Set(try tx.schemaRecordTypes(container: container, environment: .production))
         let productionFields = try tx.schemaFields(container: container, environment: .production)
-        var productionTypeOf: [String: String] = [:]
-        for field in productionFields { productionTypeOf["\(field.recordType).\(field.fieldName)"] = field.fieldType }
+        var productionRow: [String: SchemaFieldRow] = [:]
+        for field in productionFields { productionRow["\(field.recordType).\(field.fieldName)"] = field }
         let developmentNames = Set(developmentFields.map { "\($0.recordType).\($0.fieldName)" })
         var plan = SchemaDeployPlan()
         plan.newRecordTypes = try tx.schemaRecordTypes(container: container, environment: .development).filter { !productionTypes.contains($0) }
         for field in developmentFields {
-            switch productionTypeOf["\(field.recordType).\(field.fieldName)"] {
+            switch productionRow["\(field.recordType).\(field.fieldName)"] {
             case nil: plan.newFields.append(field)
-            case let existing? where existing != field.fieldType:
+            case let existing? where existing.fieldType != field.fieldType:
                 plan.conflicts.append(
-                    "\(field.recordType).\(field.fieldName) is \(existing) in production but \(field.fieldType) in development; production records hold \(existing) values, so the type cannot change")
+                    "\(field.recordType).\(field.fieldName) is \(existing.fieldType) in production but \(field.fieldType) in development; production records hold \(existing.fieldType) values, so the type cannot change")
+            case let existing? where field.indexes & ~existing.indexes != 0:
+                var widened = existing
+                widened.indexes |= field.indexes
+                plan.newIndexes.append(widened)
             default: break
             }
         }
@@ -99,14 +115,21 @@ extension NimbusService {
         var out = ["DEFINE SCHEMA"]
         for role in security.roles where !SecurityRoles.builtIn.contains(role) { out.append("\n    CREATE ROLE \(role);") }
         for recordType in schema.recordTypes {
-            let fields = schema.fields.filter { $0.recordType == recordType }
-            let lines = fields.map { field -> String in
+            let rows = schema.fields.filter { $0.recordType == recordType }
+            // As cktool writes a type: the six system fields first, with whatever indexes they
+            // have, then the type's own fields, then its grants.
+            let system = SchemaFile.systemFields.map { name, type in
+                rows.first { $0.fieldName == name } ?? SchemaFieldRow(recordType: recordType, fieldName: name, fieldType: type.wireName, indexes: 0)
+            }
+            let own = rows.filter { SchemaFile.systemFieldType($0.fieldName) == nil }
+            let width = (system + own).map { Self.schemaName($0.fieldName).count }.max() ?? 0
+            let lines = (system + own).map { field -> String in
                 let type = FieldType(wireName: field.fieldType)?.schemaName ?? field.fieldType
                 // SEARCHABLE is written only where the language allows it (strings).
                 let searchable = type.hasSuffix("STRING") || type.hasSuffix("STRING>")
                 let options = SchemaFile.indexNames(field.indexes).filter { searchable || $0 != "SEARCHABLE" }
-                let name = field.fieldName.hasPrefix("___") ? "\"\(field.fieldName)\"" : field.fieldName
-                return (["    \(name)", type] + options).joined(separator: " ")
+                let name = Self.schemaName(field.fieldName)
+                return (["    " + name + String(repeating: " ", count: width - name.count), type] + options).joined(separator: " ")
             }
             let grants = (security.grants[recordType] ?? [:]).sorted { $0.key < $1.key }.flatMap { role, permissions in
                 SecurityRoles.nameList(permissions).map { "    GRANT \($0) TO \"\(role)\"" }
@@ -117,6 +140,9 @@ extension NimbusService {
         }
         return out.joined(separator: "\n") + "\n"
     }
+
+    /// A field's name as the Schema Language writes it: quoted when it is a system field.
+    private static func schemaName(_ field: String) -> String { field.hasPrefix("___") ? "\"\(field)\"" : field }
 
     /// Sets which indexes a field has (`SchemaFieldRow.Indexes` flags): the seeds' "drop the
     /// index you never query". Returns false when the field is not in that schema.

@@ -7,13 +7,14 @@ import NimbusCore
 enum NimbusRouter {
     static func make(parts: ServerParts, trustedProxies: Set<String>) -> Router<NimbusRequestContext> {
         let service = parts.service
-        let router = Router(context: NimbusRequestContext.self)
+        let methods = EndpointMethods()
+        let router = MethodRecordingRouter(router: Router(context: NimbusRequestContext.self, options: .autoGenerateHeadEndpoints), methods: methods)
         // Middleware must be added before the routes it wraps (Hummingbird builds each route's
         // chain when the route is added). Outermost first:
         router.add(
             middleware: EdgeMiddleware(
                 log: AccessLog(logger: parts.logger, requests: parts.requests, metrics: parts.metrics, clock: service.options.clock),  // log line, request log, metrics
-                errors: ErrorMapping(logger: parts.logger),  // every error → CloudKit's error JSON
+                errors: ErrorMapping(logger: parts.logger, methods: methods),  // every error → CloudKit's error JSON
                 forwarded: ForwardedHeaders(trustedProxies: trustedProxies),  // public base URL
                 cors: CORSPolicy(service: service)))  // the API token's allowed origins; preflight
 
@@ -41,6 +42,6 @@ enum NimbusRouter {
         database.add(AssetRoutes.routes, parts: parts, authentication: session)
         database.add(DeviceRoutes.tokenRoutes, parts: parts, authentication: session)
         database.add(ReservedRoutes.routes, parts: parts, authentication: session)
-        return router
+        return router.router
     }
 }

@@ -158,9 +158,10 @@ import Testing
             }
             let put = try await raw("PUT /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             #expect(put.status == 405 && Self.errorCode(put) == "BAD_REQUEST", "\(put.text)")
+            #expect(put.text.lowercased().contains("allow: get, head, post"), "\(put.text)")
             // A HEAD answer has no body (HTTP forbids one); its headers describe the error JSON.
-            let head = try await raw("HEAD /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            #expect(head.status == 405 && head.text.contains("application/json"), "\(head.text)")
+            let head = try await raw("HEAD /database/1/\(TestServer.container)/development/public/records/modify HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            #expect(head.status == 405 && head.text.contains("application/json") && head.body.isEmpty, "\(head.text)")
             let connect = try await raw("CONNECT /health HTTP/1.1\r\nHost: x\r\n\r\n")
             #expect(connect.status == 405 && Self.errorCode(connect) == "BAD_REQUEST", "\(connect.text)")
             let upgrade = try await raw(

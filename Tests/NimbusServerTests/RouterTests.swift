@@ -78,9 +78,54 @@ import Testing
             #expect(body["uuid"]?.stringValue == unknown.headers[HTTPField.Name("X-Apple-Request-UUID")!])
             let wrongMethod = try await harness.client.execute(uri: harness.path("public", "zones/list"), method: .delete)
             #expect(wrongMethod.status == .methodNotAllowed)
-            #expect(Self.json(wrongMethod)["reason"]?.stringValue?.contains("GET or POST") == true)
+            #expect(wrongMethod.headers[.allow] == "GET, HEAD, POST")
+            #expect(Self.json(wrongMethod)["reason"]?.stringValue?.contains("takes GET or POST, not DELETE") == true)
+            #expect(Self.json(wrongMethod)["serverErrorCode"] == "BAD_REQUEST")
+            // A method on a path nothing answers is no such endpoint, whatever the method.
+            let nowhere = try await harness.client.execute(uri: "/nowhere", method: .put)
+            #expect(nowhere.status == .notFound && nowhere.headers[.allow] == nil)
             let reserved = try await harness.client.execute(uri: harness.path("public", "users/lookup/contacts"), method: .post)
             #expect(reserved.status == .notFound && Self.json(reserved)["reason"]?.stringValue?.contains("not available") == true)
+        }
+    }
+
+    /// RFC 9110 §9.2.1: a GET is safe. Endpoints that write take POST only; reads take both
+    /// (CloudKit's clients send either, reference §17).
+    @Test func aGETNeverWritesAndA405NamesWhatThePathTakes() async throws {
+        try await Self.with { harness in
+            _ = try await harness.service.createUser(name: "getter", password: "correct horse battery")
+            let user = try await harness.service.signIn(
+                container: Self.container, environment: .development, apiToken: harness.token, userName: "getter",
+                password: "correct horse battery")
+            let create = ByteBuffer(
+                string: #"{"operations":[{"operationType":"create","record":{"recordName":"by-get","recordType":"Note","fields":{"title":{"value":"x"}}}}]}"#)
+            for endpoint in ["records/modify", "zones/modify", "subscriptions/modify", "records/accept", "tokens/create"] {
+                let refused = try await harness.client.execute(
+                    uri: harness.path("private", endpoint, session: user.webAuthToken), method: .get, body: create)
+                #expect(refused.status == .methodNotAllowed, "\(endpoint)")
+                #expect(refused.headers[.allow] == "POST", "\(endpoint)")
+                #expect(Self.json(refused)["reason"]?.stringValue?.contains("changes data and takes POST only") == true, "\(endpoint)")
+            }
+            let lookup = ByteBuffer(string: #"{"records":[{"recordName":"by-get"}]}"#)
+            let read = try await harness.client.execute(
+                uri: harness.path("private", "records/lookup", session: user.webAuthToken), method: .get, body: lookup)
+            #expect(read.status == .ok)
+            #expect(Self.json(read)["records"]?[0]?["serverErrorCode"] == "NOT_FOUND", "the GET wrote: \(Self.json(read))")
+            // The same body as POST writes.
+            let posted = try await harness.client.execute(
+                uri: harness.path("private", "records/modify", session: user.webAuthToken), method: .post, body: create)
+            #expect(posted.status == .ok)
+            let again = try await harness.client.execute(
+                uri: harness.path("private", "records/lookup", session: user.webAuthToken), method: .post, body: lookup)
+            #expect(Self.json(again)["records"]?[0]?["recordName"] == "by-get")
+            // HEAD goes with GET, answered without a body.
+            let head = try await harness.client.execute(uri: "/health", method: .head)
+            #expect(head.status == .ok && head.body.readableBytes == 0)
+            let headOfWrite = try await harness.client.execute(uri: harness.path("private", "records/modify"), method: .head)
+            #expect(headOfWrite.status == .methodNotAllowed && headOfWrite.headers[.allow] == "POST")
+            // The admin API's paths are in the same table.
+            let adminGET = try await harness.client.execute(uri: "/admin/1/containers/\(Self.container)/tokens", method: .get)
+            #expect(adminGET.status == .methodNotAllowed && adminGET.headers[.allow] == "POST")
         }
     }
 

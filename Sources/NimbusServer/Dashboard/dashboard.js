@@ -338,12 +338,13 @@ $('review-deploy').addEventListener('click', () => act(async () => {
     ...list('Conflicts: the deploy is refused', plan.conflicts, 'conflict'),
     ...list('New record types', plan.newRecordTypes),
     ...list('New fields', plan.newFields.map(field)),
+    ...list('New indexes (production will have)', plan.newIndexes.map(field)),
     ...list('New roles', plan.newRoles),
     ...list('Grants that change', plan.changedGrants.map((g) => `${g.recordType}: ${g.role} ${g.permissions.join(', ') || 'none'}`)),
     ...list('Kept in production (a deploy never deletes)', plan.keptFields.map(field)),
   ];
   $('deploy-diff').replaceChildren(...(parts.length ? parts : [el('p', {}, 'Production has everything development has.')]));
-  const changes = plan.newRecordTypes.length + plan.newFields.length + plan.newRoles.length + plan.changedGrants.length;
+  const changes = plan.newRecordTypes.length + plan.newFields.length + plan.newIndexes.length + plan.newRoles.length + plan.changedGrants.length;
   $('deploy').hidden = !isAdministrator() || plan.conflicts.length > 0 || changes === 0;
 }));
 

@@ -43,12 +43,14 @@ final class ServerParts: Sendable {
     }
 }
 
-/// One endpoint: a path relative to its area's group, answered for GET and POST alike
-/// (CloudKit accepts both, and bodies are JSON whatever their Content-Type; reference §17).
+/// One endpoint: a path relative to its area's group, answered for POST and, when it only
+/// reads, for GET as well (`EndpointAccess`; bodies are JSON whatever their Content-Type,
+/// reference §17).
 struct Route: Sendable {
     typealias Handler = @Sendable (Request, NimbusRequestContext) async throws -> Response
 
     let path: String
+    let access: EndpointAccess
     /// The handler Hummingbird calls, made once the server's parts and the group's
     /// authentication are known. Each route is one closure deep below the router, authentication
     /// included (a wrapper or middleware per layer was an async frame per request).
@@ -56,8 +58,12 @@ struct Route: Sendable {
 
     /// `cost`: which of the caller's budgets the request spends from (docs/limits.md): a page
     /// of a query or change feed walks data, everything else is a request.
-    init(_ path: String, cost: RequestCost = .request, respond: @escaping @Sendable (RouteInput) async throws -> Response) {
+    init(
+        _ path: String, _ access: EndpointAccess = .writes, cost: RequestCost = .request,
+        respond: @escaping @Sendable (RouteInput) async throws -> Response
+    ) {
         self.path = path
+        self.access = access
         bind = { parts, authentication in
             { request, context in
                 var request = request
@@ -70,9 +76,10 @@ struct Route: Sendable {
     /// An endpoint that answers one of the wire's bodies (`NimbusWire`'s types, which NimbusKit
     /// reads back with the same code).
     static func json<Body: WireBody>(
-        _ path: String, cost: RequestCost = .request, _ handler: @escaping @Sendable (RouteInput) async throws -> Body
+        _ path: String, _ access: EndpointAccess = .writes, cost: RequestCost = .request,
+        _ handler: @escaping @Sendable (RouteInput) async throws -> Body
     ) -> Route {
-        Route(path, bind: { parts, authentication in
+        Route(path, access, bind: { parts, authentication in
             { request, context in
                 var request = request
                 try await Self.admit(&request, context: context, parts: parts, authentication: authentication, cost: cost)
@@ -89,9 +96,10 @@ struct Route: Sendable {
     /// An endpoint whose answer no client library reads as a type (`/health`, `{}` for sign-out,
     /// a legacy alias's extra key).
     static func rawJSON(
-        _ path: String, cost: RequestCost = .request, _ handler: @escaping @Sendable (RouteInput) async throws -> JSON
+        _ path: String, _ access: EndpointAccess = .writes, cost: RequestCost = .request,
+        _ handler: @escaping @Sendable (RouteInput) async throws -> JSON
     ) -> Route {
-        Route(path, cost: cost) { input in Reply.json(try await handler(input), context: input.context) }
+        Route(path, access, cost: cost) { input in Reply.json(try await handler(input), context: input.context) }
     }
 
     /// What a route behind authentication does before its handler: an address that keeps
@@ -120,8 +128,9 @@ struct Route: Sendable {
         }
     }
 
-    private init(_ path: String, bind: @escaping @Sendable (ServerParts, Authentication?) -> Handler) {
+    private init(_ path: String, _ access: EndpointAccess, bind: @escaping @Sendable (ServerParts, Authentication?) -> Handler) {
         self.path = path
+        self.access = access
         self.bind = bind
     }
 }
@@ -181,13 +190,13 @@ struct RouteInput: Sendable {
 }
 
 extension RouterMethods where Context == NimbusRequestContext {
-    /// Registers an area's table: each route for GET and POST, behind `authentication` when given.
+    /// Registers an area's table: each route for the methods its access allows, behind
+    /// `authentication` when given.
     @discardableResult
     func add(_ routes: [Route], parts: ServerParts, authentication: Authentication? = nil) -> Self {
         for route in routes {
             let handler = route.bind(parts, authentication)
-            on(RouterPath(route.path), method: .get, use: handler)
-            on(RouterPath(route.path), method: .post, use: handler)
+            for method in route.access.methods { on(RouterPath(route.path), method: method, use: handler) }
         }
         return self
     }

@@ -10,7 +10,7 @@ import ServiceLifecycle
 enum MetricsRoutes {
     static let contentType = "text/plain; version=0.0.4; charset=utf-8"
 
-    static func addForOperators(to router: Router<NimbusRequestContext>, parts: ServerParts) {
+    static func addForOperators(to router: MethodRecordingRouter, parts: ServerParts) {
         guard let metrics = parts.metrics else { return }
         router.get("metrics") { request, context in
             let operatorContext = try await AdminRoutes.signedIn(request, parts.service)

@@ -5,13 +5,15 @@ import NimbusStorage
 import NimbusWire
 
 /// Every thrown error becomes CloudKit's error JSON with the request UUID. A `CloudKitError`
-/// is answered as it is; the router's "no such route" becomes 404 (or 405 for a method no
-/// endpoint takes); a storage failure that may pass (`StorageError.retryAfterSeconds`) is
+/// is answered as it is; the router's "no such route" becomes 404, or 405 naming the methods
+/// the path does take in `Allow` (`EndpointMethods`); a storage failure that may pass (`StorageError.retryAfterSeconds`) is
 /// `TRY_AGAIN_LATER` with `retryAfter`; anything else is `INTERNAL_ERROR`, its cause logged under the same UUID
 /// and never sent to the client. Applied by `EdgeMiddleware` around everything inside it.
 struct ErrorMapping: Sendable {
     typealias Context = NimbusRequestContext
     let logger: Logger
+    /// What each registered path takes, for 405's `Allow`.
+    let methods: EndpointMethods
 
     func answer(_ error: any Error, to request: Request, context: Context) -> Response {
         switch error {
@@ -24,7 +26,7 @@ struct ErrorMapping: Sendable {
             // An upload streaming its body when the edge saw its chunk sizes pass the bound.
             return Reply.error(error.cloudKitError, context: context)
         case let error as HTTPError where error.status == .notFound && context.endpointPath == "NotFound":
-            return Self.noRoute(request, context: context)
+            return noRoute(request, context: context)
         case let error as StorageError where error.retryAfterSeconds != nil:
             // Nothing was written (a failed transaction leaves no trace); the client may retry.
             let uuid = context.exchange.current.requestUUID
@@ -53,11 +55,18 @@ struct ErrorMapping: Sendable {
             apiToken: request.query(WireKey.ckAPIToken))
     }
 
-    static func noRoute(_ request: Request, context: Context) -> Response {
-        guard request.method == .get || request.method == .post else {
-            return Reply.error(
-                .badRequest("method \(request.method.rawValue) is not supported; CloudKit endpoints take GET or POST"),
+    func noRoute(_ request: Request, context: Context) -> Response {
+        let allowed = methods.allowed(at: request.uri.path)
+        guard allowed.isEmpty || allowed.contains(request.method) else {
+            // HEAD goes with GET (the router answers it from the GET handler); the reason names
+            // what a client would pick.
+            let named = allowed.filter { $0 != .head }.map(\.rawValue).joined(separator: " or ")
+            let reason = allowed.contains(.get) ? "takes \(named)" : "changes data and takes \(named) only (a GET never changes anything)"
+            var response = Reply.error(
+                .badRequest("\(Names.escaped(request.uri.path)) \(reason), not \(request.method.rawValue)"),
                 context: context, status: .methodNotAllowed)
+            response.headers[.allow] = allowed.map(\.rawValue).joined(separator: ", ")
+            return response
         }
         return Reply.error(
             CloudKitError(

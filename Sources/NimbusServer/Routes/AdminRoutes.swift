@@ -12,7 +12,7 @@ enum AdminRoutes {
     static let cookieName = "nimbus_operator"
     static let csrfHeader = HTTPField.Name("X-Nimbus-CSRF")!
 
-    static func add(to router: Router<NimbusRequestContext>, parts: ServerParts) {
+    static func add(to router: MethodRecordingRouter, parts: ServerParts) {
         let service = parts.service
         let admin = router.group("admin/1")
 

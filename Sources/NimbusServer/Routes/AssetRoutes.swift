@@ -26,7 +26,7 @@ enum AssetRoutes {
         .json("assets/rereference") { try await $0.service.rereferenceAssets($0.target, AssetRereferenceRequest(json: $0.body())) },
     ]
 
-    static func addTransfers(to router: Router<NimbusRequestContext>, parts: ServerParts) {
+    static func addTransfers(to router: MethodRecordingRouter, parts: ServerParts) {
         router.post("assets/1/upload/:token") { request, context in
             try await upload(request, context: context, service: parts.service)
         }

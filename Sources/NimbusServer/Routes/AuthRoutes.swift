@@ -13,11 +13,13 @@ import NimbusWire
 /// | `signout` | ends the session named by `ckWebAuthToken` |
 enum AuthRoutes {
     static let routes: [Route] = [
-        Route("signin") { input in
+        // GET shows the page and POST signs in: a GET never makes a session.
+        Route("signin", .reads) { input in
             let caller = try input.caller
-            if input.request.method == .get, input.request.headers[.contentLength].map({ $0 == "0" }) ?? true,
-                input.request.headers[.transferEncoding] == nil
-            {
+            if input.request.method == .get {
+                guard input.request.headers[.contentLength].map({ $0 == "0" }) ?? true, input.request.headers[.transferEncoding] == nil else {
+                    throw CloudKitError.badRequest("signing in takes POST (a GET never changes anything); a GET without a body shows the sign-in page")
+                }
                 // Authenticated by it just now, so a cached read.
                 let token = try await input.service.apiTokenRow(input.query(WireKey.ckAPIToken) ?? "")
                 let page = SignInPage.html(

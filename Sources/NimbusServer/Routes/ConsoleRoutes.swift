@@ -100,6 +100,7 @@ enum ConsoleRoutes {
             return Reply.json(
                 [
                     "newRecordTypes": .strings(plan.newRecordTypes), "newFields": .array(plan.newFields.map(field)),
+                    "newIndexes": .array(plan.newIndexes.map(field)),
                     "keptFields": .array(plan.keptFields.map(field)), "conflicts": .strings(plan.conflicts),
                     "newRoles": .strings(plan.newRoles),
                     "changedGrants": .array(
@@ -158,6 +159,15 @@ enum ConsoleRoutes {
                     "roles": .int(Int64(outcome.newRoles)),
                 ], context: context)
         }
+        // What a schema file declares that the environment lacks (`nimbus schema check`); a
+        // question, so sight of the container is enough.
+        admin.post("containers/:container/schema/:environment/check") { request, context in
+            let operatorContext = try await AdminRoutes.signedIn(request, service)
+            try operatorContext.requireSight(of: container(context))
+            let file = try SchemaFile(parsing: try await body(request, context, parts).requiredString("text"))
+            let missing = try await service.schemaDifferences(file, container: container(context), environment: try environment(context))
+            return Reply.json(["missing": .strings(missing)], context: context)
+        }
         admin.post("containers/:container/schema/:environment/fields") { request, context in
             let operatorContext = try await AdminRoutes.changing(request, service)
             try operatorContext.requireChange(container: container(context))
@@ -172,11 +182,10 @@ enum ConsoleRoutes {
                 throw CloudKitError.badRequest("type: '\(Names.escaped(typeName))' is not a field type (STRING, INT64, STRING_LIST, …)")
             }
             let indexes = try indexFlags(try input.stringArray("indexes") ?? [])
-            var file = SchemaFile()
-            file.recordTypes = [
-                SchemaFile.RecordType(
-                    name: recordType, fields: [SchemaFieldRow(recordType: recordType, fieldName: field, fieldType: type.wireName, indexes: indexes)])
-            ]
+            var added = SchemaFile.RecordType(
+                name: recordType, fields: [SchemaFieldRow(recordType: recordType, fieldName: field, fieldType: type.wireName, indexes: indexes)])
+            added.listsSystemIndexes = false
+            let file = SchemaFile(recordTypes: [added])
             if indexes != 0, type.isEncrypted {
                 throw CloudKitError.badRequest("field '\(field)' is encrypted (\(type.wireName)): the server cannot read it, so it can have no index")
             }

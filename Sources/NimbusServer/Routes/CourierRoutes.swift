@@ -10,7 +10,7 @@ import NimbusWire
 /// The token is the credential: the URL `tokens/create` hands out is all a client has.
 enum CourierRoutes {
     static let routes: [Route] = [
-        Route("webcourier/aps") { input in
+        Route("webcourier/aps", .reads) { input in
             guard let token = input.query("tok"), !token.isEmpty else {
                 throw CloudKitError.badRequest("missing tok: poll the webcourierURL that tokens/create returned")
             }

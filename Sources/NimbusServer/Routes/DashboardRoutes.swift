@@ -31,7 +31,7 @@ enum DashboardRoutes {
         return nil
     }()
 
-    static func add(to router: Router<NimbusRequestContext>) {
+    static func add(to router: MethodRecordingRouter) {
         router.get("dashboard") { _, context in serve("index.html", context) }
         router.get("dashboard/:file") { _, context in serve(context.parameters.get("file") ?? "", context) }
     }

@@ -24,14 +24,14 @@ enum DeviceRoutes {
 
     static let routes: [Route] =
         tokenRoutes + [
-            .json("notifications/changes", cost: .page) {
+            .json("notifications/changes", .reads, cost: .page) {
                 try await $0.service.notificationChangesResponse($0.caller, NotificationChangesRequest(json: $0.body()))
             },
             .json("notifications/markRead") {
                 try await $0.service.markNotificationsRead($0.caller, MarkNotificationsReadRequest(json: $0.body()))
             },
             .json("badge/modify") { try await $0.service.modifyBadge($0.caller, BadgeModifyRequest(json: $0.body())) },
-            Route(NotificationSocket.path) { input in
+            Route(NotificationSocket.path, .reads) { input in
                 let caller = try input.caller
                 _ = try caller.requireUser(for: "The notification stream")
                 if let token = input.query(WireKey.syncToken) {

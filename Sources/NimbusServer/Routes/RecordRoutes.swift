@@ -17,10 +17,10 @@ enum RecordRoutes {
             try input.caller.requireWriter(for: "Saving records")
             return try await input.service.modifyRecords(input.target, RecordsModifyRequest(json: input.body()))
         },
-        .json("records/lookup") { try await $0.service.lookupRecords($0.target, RecordsLookupRequest(json: $0.body())) },
-        .json("records/query", cost: .page) { try await $0.service.queryRecords($0.target, RecordsQueryRequest(json: $0.body())) },
-        .json("records/changes", cost: .page) { try await $0.service.recordChanges($0.target, ZoneChangesRequest(singleZone: $0.body())) },
-        .json("records/resolve") { try await $0.service.resolveShares($0.target, ShortGUIDsRequest(json: $0.body()), accepting: false) },
+        .json("records/lookup", .reads) { try await $0.service.lookupRecords($0.target, RecordsLookupRequest(json: $0.body())) },
+        .json("records/query", .reads, cost: .page) { try await $0.service.queryRecords($0.target, RecordsQueryRequest(json: $0.body())) },
+        .json("records/changes", .reads, cost: .page) { try await $0.service.recordChanges($0.target, ZoneChangesRequest(singleZone: $0.body())) },
+        .json("records/resolve", .reads) { try await $0.service.resolveShares($0.target, ShortGUIDsRequest(json: $0.body()), accepting: false) },
         .json("records/accept") { try await $0.service.resolveShares($0.target, ShortGUIDsRequest(json: $0.body()), accepting: true) },
     ]
 }

@@ -8,6 +8,6 @@ enum ReservedRoutes {
     ]
 
     static let routes: [Route] = paths.map { path in
-        Route(path) { _ in throw CloudKitError(.notFound, "\(path) is not available in this Nimbus version yet") }
+        Route(path, .reads) { _ in throw CloudKitError(.notFound, "\(path) is not available in this Nimbus version yet") }
     }
 }

@@ -6,7 +6,7 @@ import NimbusWire
 /// GUID leads to its container; the page signs the person in and shows and accepts the share
 /// through the protocol's own endpoints (`records/resolve`, `records/accept`).
 enum ShareRoutes {
-    static func addPage(to router: Router<NimbusRequestContext>, parts: ServerParts) {
+    static func addPage(to router: MethodRecordingRouter, parts: ServerParts) {
         router.get("share/:shortGUID") { request, context in
             let guid = context.parameters.get("shortGUID") ?? ""
             guard let page = try await parts.service.sharePage(shortGUID: guid) else {

@@ -9,8 +9,8 @@ import NimbusWire
 /// | `subscriptions/modify` | `modifySubscriptions` |
 enum SubscriptionRoutes {
     static let routes: [Route] = [
-        .json("subscriptions/list") { try await $0.service.listSubscriptions($0.target) },
-        .json("subscriptions/lookup") {
+        .json("subscriptions/list", .reads) { try await $0.service.listSubscriptions($0.target) },
+        .json("subscriptions/lookup", .reads) {
             try await $0.service.lookupSubscriptions($0.target, SubscriptionsLookupRequest(json: $0.body()))
         },
         .json("subscriptions/modify") {

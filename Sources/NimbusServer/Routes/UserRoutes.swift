@@ -13,21 +13,21 @@ import NimbusWire
 /// | `users/discoverability` | `discoverability` (Nimbus's wire form of `requestApplicationPermission(.userDiscoverability)`) |
 enum UserRoutes {
     static let routes: [Route] = [
-        .json("users/caller") { input in
+        .json("users/caller", .reads) { input in
             let caller = try input.caller
             return CallerIdentityResponse(
                 identity: try await input.service.callerIdentity(caller), quota: try await input.service.callerUsage(caller))
         },
-        .json("users/current") { try await $0.service.currentUser($0.caller) },
-        .json("users/discover", cost: .page) { input in
+        .json("users/current", .reads) { try await $0.service.currentUser($0.caller) },
+        .json("users/discover", .reads, cost: .page) { input in
             let body = try await input.body()
             guard body.value(WireKey.lookupInfos) != nil else { return try await input.service.discoverAllUsers(input.caller) }
             return try await input.service.discoverUsers(input.caller, DiscoverUsersRequest(json: body))
         },
-        .json("users/lookup/email") {
+        .json("users/lookup/email", .reads) {
             try await $0.service.lookUpUsers($0.caller, LegacyLookupRequest(json: $0.body()), byEmail: true)
         },
-        .json("users/lookup/id") {
+        .json("users/lookup/id", .reads) {
             try await $0.service.lookUpUsers($0.caller, LegacyLookupRequest(json: $0.body()), byEmail: false)
         },
         .json("users/discoverability") { input in

@@ -10,10 +10,10 @@ import NimbusWire
 /// | `zones/changes` | `databaseChanges` (deprecated: also in public, with `metaSyncToken`) |
 enum ZoneRoutes {
     static let routes: [Route] = [
-        .json("zones/list") { try await $0.service.listZones($0.target) },
-        .json("zones/lookup") { try await $0.service.lookupZones($0.target, ZonesLookupRequest(json: $0.body())) },
+        .json("zones/list", .reads) { try await $0.service.listZones($0.target) },
+        .json("zones/lookup", .reads) { try await $0.service.lookupZones($0.target, ZonesLookupRequest(json: $0.body())) },
         .json("zones/modify") { try await $0.service.modifyZones($0.target, ZonesModifyRequest(json: $0.body())) },
-        .rawJSON("zones/changes", cost: .page) { input in
+        .rawJSON("zones/changes", .reads, cost: .page) { input in
             let changes = try await input.service.databaseChanges(
                 input.target, DatabaseChangesRequest(json: input.body()), allowPublic: true)
             guard case .object(var object) = changes.json else { return changes.json }
