@@ -212,30 +212,86 @@ extension NimbusService {
     /// the container has discovery turned off.
     private func discoverable(_ lookups: [UserLookupInfo], container: String) async throws -> [UserLookupInfo: DirectoryEntry] {
         guard try await accounts.containerSettings(container: container).userDiscovery else { return [:] }
-        var keys: [(UserLookupInfo, UserLookup)] = []
-        for info in lookups {
-            if let email = info.emailAddress, let normalized = try? Self.normalizedEmail(email) {
-                keys.append((info, .email(normalized)))
-            } else if let phone = info.phoneNumber, let normalized = try? Self.normalizedPhone(phone) {
-                keys.append((info, .phone(normalized)))
-            } else if let name = info.userRecordName {
-                keys.append((info, .recordName(name)))
-            }
-        }
-        let entries = try await accounts.directory(container: container, lookups: keys.map(\.1))
+        let keys = lookups.map { ($0, Self.lookupKeys($0)) }
+        let entries = try await accounts.directory(container: container, lookups: Array(Set(keys.flatMap(\.1))))
             .filter { $0.member.discoverable == true }
         var found: [UserLookupInfo: DirectoryEntry] = [:]
-        for (info, key) in keys {
-            let entry = entries.first { entry in
-                switch key {
-                case .email(let email): entry.profile.emailAddress == email
-                case .phone(let phone): entry.profile.phoneNumber == phone
-                case .recordName(let name): entry.member.userRecordName == name
-                }
-            }
-            if let entry { found[info] = entry }
+        for (info, keys) in keys {
+            if let entry = entries.first(where: { entry in keys.contains { entry.matches($0) } }) { found[info] = entry }
         }
         return found
+    }
+
+    /// What a lookup names, each normalized as profiles store it (an address that does not
+    /// normalize finds nobody).
+    static func lookupKeys(_ info: UserLookupInfo) -> [UserLookup] {
+        var keys: [UserLookup] = []
+        if let email = info.emailAddress, let normalized = try? normalizedEmail(email) { keys.append(.email(normalized)) }
+        if let phone = info.phoneNumber, let normalized = try? normalizedPhone(phone) { keys.append(.phone(normalized)) }
+        if let name = info.userRecordName { keys.append(.recordName(name)) }
+        return keys
+    }
+
+    /// `users/lookup/participants` (Nimbus's wire form of `CKFetchShareParticipantsOperation`
+    /// and `CKContainer.shareParticipant(for…)`): the member of the container each lookup names,
+    /// in request order, for a share invitation. A member comes back with their record name,
+    /// and their name when they let themselves be discovered; a lookup that finds nobody is
+    /// `NOT_FOUND`, one that finds two people `BAD_REQUEST`. Unlike `users/discover`, this tells
+    /// a signed-in user whether an address has an account in the app, as CloudKit's participant
+    /// lookup does; the caller's request budget bounds how fast anyone can ask.
+    public func lookUpParticipants(_ caller: Caller, _ request: DiscoverUsersRequest) async throws -> ParticipantLookupResponse {
+        _ = try caller.requireUser(for: "Looking up share participants")
+        let keys = request.lookupInfos.map { ($0, Self.lookupKeys($0)) }
+        let entries = try await accounts.directory(container: caller.container, lookups: Array(Set(keys.flatMap(\.1))))
+        let discovery = try await accounts.containerSettings(container: caller.container).userDiscovery
+        return ParticipantLookupResponse(
+            users: keys.enumerated().map { index, lookup -> ItemResult<UserIdentity> in
+                let (info, keys) = lookup
+                let path = "lookupInfos[\(index)]"
+                guard !keys.isEmpty else {
+                    let said = Self.describe(info)
+                    return .failure(
+                        .badRequest(
+                            said.isEmpty
+                                ? "\(path): say who with an emailAddress, a phoneNumber or a userRecordName"
+                                : "\(path): \(said) is not an address Nimbus can read"))
+                }
+                let found = entries.filter { entry in keys.contains { entry.matches($0) } }
+                let people = Set(found.map(\.member.userRecordName))
+                guard let entry = found.first else {
+                    return .failure(CloudKitError(.notFound, "\(path): no user of this app has \(Self.describe(info))"))
+                }
+                guard people.count == 1 else {
+                    return .failure(.badRequest("\(path): \(Self.describe(info)) names \(people.count) different users; look up one of them"))
+                }
+                var lookupInfo = info
+                lookupInfo.userRecordName = entry.member.userRecordName
+                let named = discovery && entry.member.discoverable == true
+                return .success(
+                    UserIdentity(
+                        userRecordName: entry.member.userRecordName, lookupInfo: lookupInfo,
+                        nameComponents: named ? entry.profile.nameComponents : nil))
+            })
+    }
+
+    /// A lookup as a reason says it: the address or record name asked about.
+    private static func describe(_ info: UserLookupInfo) -> String {
+        [info.emailAddress.map { "the email address \(Names.escaped($0))" }, info.phoneNumber.map { "the phone number \(Names.escaped($0))" },
+         info.userRecordName.map { "the record name \(Names.escaped($0))" }]
+            .compactMap { $0 }.joined(separator: " or ")
+    }
+
+    /// `users/lookup/contacts` (CloudKit JS v1's `discoverAllContactUserInfos`): the users who
+    /// let themselves be discovered, as `users/discover` without lookups lists them (Nimbus has
+    /// no address book), in the legacy user form.
+    public func lookUpContacts(_ caller: Caller) async throws -> LegacyUsersResponse {
+        let identities = try await discoverAllUsers(caller)
+        return LegacyUsersResponse(
+            users: identities.users.map {
+                LegacyUser(
+                    userRecordName: $0.userRecordName ?? "", firstName: $0.nameComponents?.givenName,
+                    lastName: $0.nameComponents?.familyName)
+            })
     }
 
     /// `users/discover` (POST): an identity per lookup, in order. A discoverable member comes

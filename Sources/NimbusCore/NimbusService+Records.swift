@@ -302,6 +302,14 @@ extension NimbusService {
         let previousAssets = try existing.map(RecordCodec.assetReferences(of:)) ?? []
         for (name, raw) in input.fields ?? [] {
             let value = try schema.resolve(raw, field: name, recordType: recordType, path: "\(path).fields.\(name)")
+            // As CloudKit: encrypted values live where a user's key protects them; the public
+            // database has no such user.
+            if let value, value.type.isEncrypted, database.key.scope == .public {
+                throw CloudKitError(
+                    .badRequest,
+                    "\(path).fields.\(name): \(value.type.wireName) values cannot be saved in the public database; encrypted fields belong to private and shared databases",
+                    recordName: recordName)
+            }
             if let index = fields.firstIndex(where: { $0.name == name }) {
                 if let value { fields[index].value = value } else { fields.remove(at: index) }
             } else if let value {

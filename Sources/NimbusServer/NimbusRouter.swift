@@ -41,7 +41,6 @@ enum NimbusRouter {
         database.add(UserRoutes.routes, parts: parts, authentication: session)
         database.add(AssetRoutes.routes, parts: parts, authentication: session)
         database.add(DeviceRoutes.tokenRoutes, parts: parts, authentication: session)
-        database.add(ReservedRoutes.routes, parts: parts, authentication: session)
         return router.router
     }
 }

@@ -134,6 +134,38 @@ struct ShareKitTests {
             #expect(annsZone.capabilities.contains(.sharing))
         }
     }
+
+    @Test("participant lookups ask the server: an unknown address fails, a discoverable person comes with their name")
+    func participantLookupsAskTheServer() async throws {
+        try await TestServer.with { server in
+            let ann = try await Self.person(server, "ann")
+            let bob = try await Self.person(server, "bob")
+            let bobID = try await bob.userRecordID()
+            // Bob has not made himself discoverable: found, without a name.
+            let quiet = try await ann.shareParticipant(forEmailAddress: "BOB@example.com")
+            #expect(quiet.userIdentity.userRecordID?.recordName == bobID.recordName)
+            #expect(quiet.userIdentity.nameComponents?.givenName == nil)
+            #expect(try await bob.requestApplicationPermission(.userDiscoverability) == .granted)
+            let named = try await ann.shareParticipant(forUserRecordID: bobID)
+            #expect(named.userIdentity.nameComponents?.givenName == "Bob")
+            await expectCKError(.unknownItem) { _ = try await ann.shareParticipant(forEmailAddress: "nobody@example.com") }
+            await expectCKError(.unknownItem) { _ = try await ann.shareParticipant(forPhoneNumber: "+15555550100") }
+
+            // The operation: one result per lookup, the unknown one failed, the whole a partial failure.
+            let operation = CKFetchShareParticipantsOperation(userIdentityLookupInfos: [
+                CKUserIdentity.LookupInfo(emailAddress: "bob@example.com"), CKUserIdentity.LookupInfo(emailAddress: "nobody@example.com"),
+            ])
+            let results = Box<[String: Bool]>([:])
+            let final = Box<(any Error)?>(nil)
+            operation.perShareParticipantResultBlock = { info, result in
+                results.update { $0[info.emailAddress ?? ""] = (try? result.get()) != nil }
+            }
+            operation.fetchShareParticipantsResultBlock = { result in if case .failure(let error) = result { final.update { $0 = error } } }
+            await runContainerOperation(operation, on: ann)
+            #expect(results.value == ["bob@example.com": true, "nobody@example.com": false])
+            #expect((final.value as? CKError)?.code == .partialFailure)
+        }
+    }
 }
 
 /// Runs a container operation and waits for it to finish.

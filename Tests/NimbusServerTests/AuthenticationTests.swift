@@ -109,7 +109,7 @@ import Testing
             let bob = try await server.user("bob")
             let token = try #require(bob.webAuthToken)
             let out = try await bob.send(
-                path: "/auth/1/\(TestServer.container)/development/signout", body: nil,
+                path: "/auth/1/\(TestServer.container)/development/signout", body: Array("{}".utf8),
                 rawQuery: "?ckAPIToken=\(server.developmentToken)&ckWebAuthToken=\(token)")
             #expect(out.status == 200)
             #expect(try await bob.get("private", "zones/list").status == 421)

@@ -34,6 +34,42 @@ import Testing
         return response.json["status"]?.stringValue
     }
 
+    /// `users/lookup/participants` (share invitations) names each lookup's member or fails it;
+    /// `users/lookup/contacts` lists the discoverable users in the legacy form; a GET of
+    /// `users/discoverability` asks and never sets.
+    @Test func participantsAndContactsLookUps() async throws {
+        try await TestServer.with { server in
+            let ann = try await Self.person(server, "ann", email: "ann@example.com", given: "Ann", family: "Lee")
+            let bob = try await Self.person(server, "bob", email: "bob@example.com", given: "Bob", family: "Ray")
+            let lookups: JSON = [
+                "lookupInfos": [["emailAddress": "Bob@Example.com"], ["emailAddress": "nobody@example.com"], ["phoneNumber": "x"], [:]]
+            ]
+            let before = try await ann.post("public", "users/lookup/participants", lookups)
+            #expect(before.status == 200, "\(before.text)")
+            let users = before.json["users"]?.arrayValue ?? []
+            #expect(users.count == 4)
+            #expect(users.first?["userRecordName"]?.stringValue == bob.userRecordName && users.first?["nameComponents"] == nil, "\(before.text)")
+            #expect(users[1]["serverErrorCode"] == "NOT_FOUND" && users[1]["reason"]?.stringValue?.contains("nobody@example.com") == true)
+            #expect(users[2]["serverErrorCode"] == "BAD_REQUEST" && users[2]["reason"]?.stringValue?.contains("phone number x") == true)
+            #expect(users[3]["serverErrorCode"] == "BAD_REQUEST" && users[3]["reason"]?.stringValue?.contains("say who") == true, "\(before.text)")
+
+            let sneaky = try await bob.send(
+                path: "/database/1/\(TestServer.container)/development/public/users/discoverability",
+                body: Array(#"{"discoverable":true}"#.utf8), method: "GET")
+            #expect(sneaky.status == 400 && sneaky.text.contains("takes POST"), "\(sneaky.text)")
+            #expect(try await Self.discoverability(bob, nil) == "initialState")
+            #expect(try await Self.discoverability(bob, true) == "granted")
+
+            let after = try await ann.post("public", "users/lookup/participants", ["lookupInfos": [["emailAddress": "bob@example.com"]]])
+            #expect(after.json["users"]?[0]?["nameComponents"]?["givenName"] == "Bob", "\(after.text)")
+            let contacts = try await ann.get("public", "users/lookup/contacts")
+            #expect(contacts.status == 200, "\(contacts.text)")
+            #expect(contacts.json["users"]?.arrayValue?.compactMap { $0["firstName"]?.stringValue } == ["Bob"], "\(contacts.text)")
+            let anonymous = try await server.client().post("public", "users/lookup/participants", lookups)
+            #expect(anonymous.status == 421, "\(anonymous.text)")
+        }
+    }
+
     @Test func theCallersIdentityCarriesTheirProfile() async throws {
         try await TestServer.with { server in
             let ann = try await Self.person(server, "ann", email: "Ann@Example.com ", phone: "+1 (555) 010-0100", given: "Ann", family: "Lee")

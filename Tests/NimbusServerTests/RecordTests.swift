@@ -302,3 +302,30 @@ import Testing
         }
     }
 }
+
+@Suite struct EncryptedFieldPlacementTests {
+    /// CloudKit keeps encrypted values to databases a user's key protects: the public database
+    /// refuses them, with the field named, and nothing of the batch's record is written; the
+    /// same field saves in a private database.
+    @Test func encryptedValuesAreRefusedInThePublicDatabase() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            let secret = Op.field("c2VjcmV0", "ENCRYPTED_STRING")
+            let refused = try await alice.modify("public", [Op.create("p1", type: "Diary", ["entry": secret, "title": Op.field("x")])])
+            #expect(refused.records.first?.errorCode == "BAD_REQUEST")
+            let reason = refused.records.first?["reason"]?.stringValue ?? ""
+            #expect(reason.contains("fields.entry") && reason.contains("public database"), "\(reason)")
+            let lookup = try await alice.post("public", "records/lookup", ["records": [["recordName": "p1"]]])
+            #expect(lookup.records.first?.errorCode == "NOT_FOUND")
+            // The development schema did not learn the field from the refused save.
+            let schema = try await server.service.schema(container: TestServer.container, environment: .development)
+            #expect(!schema.fields.contains { $0.fieldName == "entry" })
+
+            let saved = try await alice.modify("private", [Op.create("d1", type: "Diary", ["entry": secret])])
+            #expect(saved.records.first?.errorCode == nil, "\(saved.text)")
+            // Once the schema has the field as encrypted, a public save without a type is refused too.
+            let untyped = try await alice.modify("public", [Op.create("p2", type: "Diary", ["entry": Op.field("c2VjcmV0")])])
+            #expect(untyped.records.first?.errorCode == "BAD_REQUEST", "\(untyped.text)")
+        }
+    }
+}

@@ -104,6 +104,36 @@ import Testing
         }
     }
 
+    /// Python's urllib sends the whole body before it reads a byte of the answer, as many HTTP
+    /// libraries do. An upload one byte past the asset bound is refused at its head; the server
+    /// drains a bounded amount and closes, so the client hears a 413 or a closed connection at
+    /// once, never a socket held open until the idle timeout.
+    @Test func anUploadOnePastTheBoundSentWholeByUrllibIsRefusedWithinASecond() async throws {
+        try await TestServer.with { server in
+            let bytes = Int(server.service.options.assets.maximumBytes) + 1
+            let script = """
+                import sys, time, urllib.request, urllib.error
+                body = bytes(\(bytes))
+                request = urllib.request.Request("http://127.0.0.1:\(server.port)/assets/1/upload/any-token", data=body, method="POST")
+                start = time.monotonic()
+                try:
+                    urllib.request.urlopen(request, timeout=30)
+                    outcome = "accepted"
+                except urllib.error.HTTPError as error:
+                    outcome = "http %d" % error.code
+                except (ConnectionError, urllib.error.URLError) as error:
+                    outcome = "closed %s" % type(getattr(error, "reason", error)).__name__
+                print("%s %.3f" % (outcome, time.monotonic() - start))
+                """
+            let (status, output) = try await ExternalProcess.run(["python3", "-c", script])
+            let printed = String(decoding: output, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            #expect(status == 0, "\(printed)")
+            let words = printed.split(separator: " ")
+            #expect(words.first == "closed" || printed.hasPrefix("http 413"), "\(printed)")
+            #expect((words.last.flatMap { Double($0) } ?? 99) < 1.0, "\(printed)")
+        }
+    }
+
     /// An answer given before the body ended (here: the API token is wrong, so the body is
     /// never read) says `Connection: close`, and the connection closes once a bounded amount of
     /// the rest is drained, rather than reading the whole body.

@@ -84,8 +84,6 @@ import Testing
             // A method on a path nothing answers is no such endpoint, whatever the method.
             let nowhere = try await harness.client.execute(uri: "/nowhere", method: .put)
             #expect(nowhere.status == .notFound && nowhere.headers[.allow] == nil)
-            let reserved = try await harness.client.execute(uri: harness.path("public", "users/lookup/contacts"), method: .post)
-            #expect(reserved.status == .notFound && Self.json(reserved)["reason"]?.stringValue?.contains("not available") == true)
         }
     }
 

@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Foundation
 import Logging
 import NIOCore
+import NIOHTTP1
 import NimbusCore
 import NimbusPostgres
 import NimbusSQLite
@@ -235,11 +236,12 @@ public struct APIClient: Sendable {
             body: Array(JSON.object(["username": .string(user), "password": .string(password)]).serialized()))
     }
 
-    public func send(path: String, body: [UInt8]?, rawQuery: String? = nil, headers: [(String, String)] = [])
+    /// `method`: GET without a body, POST with one, unless it says otherwise (a GET with a body).
+    public func send(path: String, body: [UInt8]?, rawQuery: String? = nil, headers: [(String, String)] = [], method: String? = nil)
         async throws -> APIResponse
     {
         var request = HTTPClientRequest(url: baseURL + path + (rawQuery ?? query))
-        request.method = body == nil ? .GET : .POST
+        request.method = method.map { HTTPMethod(rawValue: $0) } ?? (body == nil ? .GET : .POST)
         request.headers.add(name: "Content-Type", value: "text/plain")
         if let deviceID { request.headers.add(name: "X-Nimbus-Device-ID", value: deviceID) }
         for (name, value) in headers { request.headers.add(name: name, value: value) }

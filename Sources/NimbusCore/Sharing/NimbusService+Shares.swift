@@ -48,24 +48,12 @@ extension NimbusService {
         for participant in participants {
             guard let info = participant.userIdentity.lookupInfo ?? participant.userIdentity.userRecordName.map({ UserLookupInfo(userRecordName: $0) })
             else { continue }
-            var keys: [UserLookup] = []
-            if let email = info.emailAddress, let normalized = try? Self.normalizedEmail(email) { keys.append(.email(normalized)) }
-            if let phone = info.phoneNumber, let normalized = try? Self.normalizedPhone(phone) { keys.append(.phone(normalized)) }
-            if let name = info.userRecordName { keys.append(.recordName(name)) }
-            lookups.append((info, keys))
+            lookups.append((info, Self.lookupKeys(info)))
         }
         let ownerLookup = UserLookup.recordName(user.recordName)
         let entries = try await accounts.directory(
             container: target.caller.container, lookups: Array(Set(lookups.flatMap(\.1) + [ownerLookup])))
-        func matches(_ key: UserLookup) -> [DirectoryEntry] {
-            entries.filter { entry in
-                switch key {
-                case .email(let email): entry.profile.emailAddress == email
-                case .phone(let phone): entry.profile.phoneNumber == phone
-                case .recordName(let name): entry.member.userRecordName == name
-                }
-            }
-        }
+        func matches(_ key: UserLookup) -> [DirectoryEntry] { entries.filter { $0.matches(key) } }
         for (info, keys) in lookups {
             let found = Dictionary(keys.flatMap(matches).map { ($0.member.userRecordName, $0) }, uniquingKeysWith: { first, _ in first })
             if found.count > 1 {
@@ -536,5 +524,16 @@ enum URLText {
         guard let range = url.range(of: "://") else { return nil }
         let rest = url[range.upperBound...]
         return String(rest.prefix { $0 != "/" })
+    }
+}
+
+extension DirectoryEntry {
+    /// Whether this member is the one a lookup key names.
+    func matches(_ key: UserLookup) -> Bool {
+        switch key {
+        case .email(let email): profile.emailAddress == email
+        case .phone(let phone): profile.phoneNumber == phone
+        case .recordName(let name): member.userRecordName == name
+        }
     }
 }

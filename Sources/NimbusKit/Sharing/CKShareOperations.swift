@@ -189,13 +189,38 @@ open class CKFetchShareParticipantsOperation: CKContainerOperation, @unchecked S
         lookupInfos = userIdentityLookupInfos
     }
 
+    /// Asks the server who each lookup names (`users/lookup/participants`, in requests of at
+    /// most 200): a person with no account in the app is an error for that lookup
+    /// (`unknownItem`), and the operation then ends in `partialFailure`.
     override func run() async throws {
-        for info in lookupInfos ?? [] {
-            let participant = CKShare.Participant(
-                identity: CKUserIdentity(wire: UserIdentity(lookupInfo: info.wire)), role: .privateUser, lookupInfo: info.wire)
-            perShareParticipantResultBlock?(info, .success(participant))
-            shareParticipantFetchedBlock?(participant)
+        let infos = lookupInfos ?? []
+        var failures: [AnyHashable: any Error] = [:]
+        for chunk in chunked(infos, size: Limits.operationsPerRequest.value) {
+            let path = "users/lookup/participants"
+            let answer = try NimbusTransport.read(
+                ParticipantLookupResponse.self,
+                from: await transport.database(
+                    .public, path, DiscoverUsersRequest(lookupInfos: chunk.map(\.wire)).json,
+                    timeout: effectiveConfiguration.timeoutIntervalForRequest),
+                endpoint: path)
+            guard answer.users.count == chunk.count else {
+                throw CKError(.serverResponseLost, "\(path) answered \(answer.users.count) entries for \(chunk.count) lookups")
+            }
+            for (info, entry) in zip(chunk, answer.users) {
+                switch entry {
+                case .success(let identity):
+                    let participant = CKShare.Participant(
+                        identity: CKUserIdentity(wire: identity), role: .privateUser, lookupInfo: identity.lookupInfo ?? info.wire)
+                    perShareParticipantResultBlock?(info, .success(participant))
+                    shareParticipantFetchedBlock?(participant)
+                case .failure(let error):
+                    let failure = CKError.fromServer(error)
+                    failures[info] = failure
+                    perShareParticipantResultBlock?(info, .failure(failure))
+                }
+            }
         }
+        if !failures.isEmpty { throw CKError.partialFailure(failures, what: "share participants") }
     }
 
     override func finish(with error: CKError?) {
@@ -233,21 +258,26 @@ extension CKContainer {
         Task { deliver(await Result { try await self.accept(metadata) }, to: completionHandler) }
     }
 
-    /// A participant to add to a share, for an email address.
+    /// A participant to add to a share, for an email address; the server says who it is
+    /// (`unknownItem` when nobody of the app has it).
     public func shareParticipant(forEmailAddress emailAddress: String) async throws -> CKShare.Participant {
-        participant(CKUserIdentity.LookupInfo(emailAddress: emailAddress))
+        try await participant(CKUserIdentity.LookupInfo(emailAddress: emailAddress))
     }
 
     public func shareParticipant(forPhoneNumber phoneNumber: String) async throws -> CKShare.Participant {
-        participant(CKUserIdentity.LookupInfo(phoneNumber: phoneNumber))
+        try await participant(CKUserIdentity.LookupInfo(phoneNumber: phoneNumber))
     }
 
     public func shareParticipant(forUserRecordID userRecordID: CKRecord.ID) async throws -> CKShare.Participant {
-        participant(CKUserIdentity.LookupInfo(userRecordID: userRecordID))
+        try await participant(CKUserIdentity.LookupInfo(userRecordID: userRecordID))
     }
 
-    private func participant(_ info: CKUserIdentity.LookupInfo) -> CKShare.Participant {
-        CKShare.Participant(identity: CKUserIdentity(wire: UserIdentity(lookupInfo: info.wire)), role: .privateUser, lookupInfo: info.wire)
+    private func participant(_ info: CKUserIdentity.LookupInfo) async throws -> CKShare.Participant {
+        let operation = CKFetchShareParticipantsOperation(userIdentityLookupInfos: [info])
+        let found = ShareResults<CKShare.Participant>()
+        operation.perShareParticipantResultBlock = { _, result in found.set(result) }
+        try await runContainerOperation(operation) { operation.fetchShareParticipantsResultBlock = $0 }
+        return try found.get(what: "the share participant")
     }
 
     /// Runs a container operation and waits for its final result; a per-item failure reaches

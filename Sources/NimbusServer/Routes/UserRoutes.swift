@@ -10,6 +10,8 @@ import NimbusWire
 /// | `users/current` | `currentUser` |
 /// | `users/discover` | POST with `lookupInfos`: `discoverUsers`; without (GET): `discoverAllUsers` |
 /// | `users/lookup/email`, `users/lookup/id` | `lookUpUsers` |
+/// | `users/lookup/participants` | `lookUpParticipants` (Nimbus's form of `CKFetchShareParticipantsOperation`) |
+/// | `users/lookup/contacts` | `lookUpContacts` (CloudKit JS v1; the discoverable users) |
 /// | `users/discoverability` | `discoverability` (Nimbus's wire form of `requestApplicationPermission(.userDiscoverability)`) |
 enum UserRoutes {
     static let routes: [Route] = [
@@ -30,8 +32,16 @@ enum UserRoutes {
         .json("users/lookup/id", .reads) {
             try await $0.service.lookUpUsers($0.caller, LegacyLookupRequest(json: $0.body()), byEmail: false)
         },
-        .json("users/discoverability") { input in
+        .json("users/lookup/participants", .reads) {
+            try await $0.service.lookUpParticipants($0.caller, DiscoverUsersRequest(json: $0.body()))
+        },
+        .json("users/lookup/contacts", .reads) { try await $0.service.lookUpContacts($0.caller) },
+        // A GET asks; only a POST may change whether the user can be found.
+        .json("users/discoverability", .reads) { input in
             let request = try DiscoverabilityRequest(json: await input.body())
+            if input.request.method == .get, request.discoverable != nil {
+                throw CloudKitError.badRequest("setting discoverable takes POST (a GET never changes anything); a GET only asks the status")
+            }
             return DiscoverabilityResponse(status: try await input.service.discoverability(input.caller, set: request.discoverable))
         },
     ]

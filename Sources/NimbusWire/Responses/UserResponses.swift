@@ -248,6 +248,26 @@ public struct UserIdentitiesResponse: WireBody, Hashable {
     public var json: JSON { [WireKey.users: users.json] }
 }
 
+/// `{"users": [identity | error…]}`, the answer of `users/lookup/participants`: one entry per
+/// lookup, in request order; a lookup that finds nobody is an error entry (`NOT_FOUND`).
+public struct ParticipantLookupResponse: WireBody {
+    public var users: [ItemResult<UserIdentity>]
+
+    public init(users: [ItemResult<UserIdentity>]) {
+        self.users = users
+    }
+
+    public init(json: ObjectReader) throws(CloudKitError) {
+        users = try json.list(WireKey.users)
+    }
+
+    public var json: JSON { [WireKey.users: users.json] }
+}
+
+extension ParticipantLookupResponse: ItemFailures {
+    public var itemFailureCodes: [ServerErrorCode] { users.failureCodes() }
+}
+
 /// `{"users": [user…]}`, the answer of `users/lookup/email` and `users/lookup/id`.
 public struct LegacyUsersResponse: WireBody, Hashable {
     public var users: [LegacyUser]
