@@ -35,6 +35,10 @@ struct Serve: AsyncParsableCommand {
             $0.trimmingCharacters(in: .whitespaces)
         }
 
+    @Flag(
+        help: "Let the first-run setup link work from other machines than this one (a server in a container or VM browsed from its host; env NIMBUS_SETUP_FROM_ANYWHERE=1).")
+    var setupFromAnywhere = ProcessInfo.processInfo.environment["NIMBUS_SETUP_FROM_ANYWHERE"] == "1"
+
     @Option(help: "Connections one client address may hold open; 0 for no cap (env NIMBUS_CONNECTIONS_PER_CLIENT).")
     var connectionsPerClient: Int =
         Int(ProcessInfo.processInfo.environment["NIMBUS_CONNECTIONS_PER_CLIENT"] ?? "") ?? Limits.connectionsPerClient.value
@@ -159,6 +163,7 @@ struct Serve: AsyncParsableCommand {
             throw ValidationError("--record-history-days must be from 0 (keep no versions) to 3650")
         }
         configuration.service.recordHistoryDays = recordHistoryDays
+        configuration.setupFromAnywhere = setupFromAnywhere
 
         let tracing = try startTracing()
         let directory = try await DataDirectory.open(configuration)
@@ -171,7 +176,11 @@ struct Serve: AsyncParsableCommand {
             try await directory.service.apiTokenIsLive(bootstrap.apiToken)
             ? "development API token: \(bootstrap.apiToken)"
             : "development API token: revoked; make one with: nimbus tokens create --container \(bootstrap.container) --data-dir \(dataDir)"
-        let noOperator = try await directory.service.operators().isEmpty
+        // While there is no operator, a one-time link makes the first one in the browser.
+        let setupToken = try await directory.service.openFirstRunSetup()
+        let setupReach = setupFromAnywhere ? "" : ", from this machine only"
+        // A browser cannot open the wildcard address; the link names this machine instead.
+        let browsable = ["0.0.0.0", "::", "[::]"].contains(host) ? "127.0.0.1" : host
         let app = NimbusServer.makeApplication(
             directory: directory, configuration: configuration, services: tracing.map { [$0] } ?? []
         ) { port in
@@ -181,11 +190,11 @@ struct Serve: AsyncParsableCommand {
                 "data directory: \(dataDir)",
                 "storage: \(storage)",
                 "container: \(bootstrap.container)",
-                "dashboard: http://\(host):\(port)/dashboard",
+                "dashboard: http://\(browsable):\(port)/dashboard",
             ]
-            if noOperator {
+            if let setupToken {
                 lines.append(
-                    "no operator yet: nimbus operators create NAME --data-dir \(dataDir) prints a one-time password for the dashboard")
+                    "first operator: open http://\(browsable):\(port)/dashboard#setup=\(setupToken) (one use, within 60 minutes\(setupReach); or nimbus operators create NAME --data-dir \(dataDir))")
             }
             lines.append(tokenLine)
             FileHandle.standardOutput.write(Data((lines.joined(separator: "\n") + "\n").utf8))

@@ -45,6 +45,15 @@ extension NimbusService {
     public func createOperator(name: String, role: OperatorRole, containers: [String]?, by actor: String) async throws -> (
         OperatorRow, password: String
     ) {
+        let password = Credentials.base64URL(Credentials.randomBytes(18))
+        let row = try await insertOperator(name: name, password: password, role: role, containers: containers, by: actor, action: "operators.create")
+        return (row, password)
+    }
+
+    /// Checks an operator's name and containers, stores it with `password` hashed, audits it.
+    func insertOperator(name: String, password: String, role: OperatorRole, containers: [String]?, by actor: String, action: String)
+        async throws -> OperatorRow
+    {
         guard (1...64).contains(name.count), name.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "._-".contains($0)) }) else {
             throw CloudKitError.badRequest("an operator name is 1 to 64 letters, digits, '.', '_' or '-'; '\(Names.escaped(name))' is not")
         }
@@ -54,7 +63,6 @@ extension NimbusService {
                 throw CloudKitError(.notFound, "container '\(Names.escaped(unknown))' does not exist")
             }
         }
-        let password = Credentials.base64URL(Credentials.randomBytes(18))
         let rounds = options.passwordRounds
         let hash = try await options.passwordHashing.run { Result { try Credentials.hashPassword(password, rounds: rounds) } }.get()
         let row = OperatorRow(name: name, passwordHash: hash, role: role, containers: containers, createdAt: now)
@@ -62,9 +70,15 @@ extension NimbusService {
             throw CloudKitError(.exists, "operator '\(name)' already exists")
         }
         try await audit(
-            actor, "operators.create", container: nil,
+            actor, action, container: nil,
             "operator \(name), \(role.rawValue), \(containers.map { "containers \($0.joined(separator: ", "))" } ?? "every container")")
-        return (row, password)
+        return row
+    }
+
+    /// What a password an operator chooses must be.
+    static func validateOperatorPassword(_ password: String) throws(CloudKitError) {
+        guard password.count >= 12 else { throw .badRequest("a new password has at least 12 characters") }
+        guard password.utf8.count <= 1024 else { throw .badRequest("a new password has at most 1024 bytes") }
     }
 
     public func operators() async throws -> [OperatorRow] { try await storage.operators.operators() }
@@ -142,12 +156,7 @@ extension NimbusService {
 
     /// Changes the signed-in operator's password (the one-time one first of all).
     public func changeOperatorPassword(current: String, new password: String, as context: OperatorContext) async throws {
-        guard password.count >= 12 else {
-            throw CloudKitError.badRequest("a new password has at least 12 characters")
-        }
-        guard password.utf8.count <= 1024 else {
-            throw CloudKitError.badRequest("a new password has at most 1024 bytes")
-        }
+        try Self.validateOperatorPassword(password)
         let stored = context.account.passwordHash
         guard try await options.passwordHashing.run({ Credentials.verifyPassword(current, against: stored) }) else {
             throw CloudKitError(.authenticationFailed, "the current password is wrong; the password is unchanged")

@@ -106,6 +106,8 @@ public final class NimbusService: Sendable {
     /// `records/modify` requests in flight per zone (`Options.writersPerZone`).
     let zoneWriters = ZoneWriters()
     let signInThrottle: SignInThrottle
+    /// The link that makes the first operator (`FirstRunSetup.swift`).
+    let firstRunSetup = FirstRunSetup()
     let knownDatabases = KnownDatabases()
     /// Committed changes on their way to subscription matching and delivery.
     public let notificationHub = NotificationHub()

@@ -43,6 +43,9 @@ public struct ServerConfiguration: Sendable {
     public var alerts = AlertSettings()
     /// How often the request log's new entries are stored (tests make it short).
     public var requestLogFlushInterval: Duration = .seconds(1)
+    /// Whether the first-run setup link works from other machines than this one (a server in a
+    /// container or VM whose operator browses from the host); loopback only by default.
+    public var setupFromAnywhere = false
 
     public init(storage: StorageOpener) {
         self.storage = storage
@@ -172,7 +175,7 @@ public enum NimbusServer {
         let parts = ServerParts(
             service: service, courier: courier, logger: logger, bodyBudget: budget, backups: backups, metrics: metrics,
             requestLogStore: (directory.storage as? any RequestLogStoring)?.requestLog,
-            archiveInterval: configuration.requestLogFlushInterval)
+            archiveInterval: configuration.requestLogFlushInterval, setupFromAnywhere: configuration.setupFromAnywhere)
         metrics.addServerSources(connections: connections, apns: apns)
         let router = NimbusRouter.make(parts: parts, trustedProxies: configuration.trustedProxies)
         let counter = ConnectionCounter()

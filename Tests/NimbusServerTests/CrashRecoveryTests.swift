@@ -187,7 +187,7 @@ import Testing
         #expect(server.process.terminationStatus == 0)
         // The first hour (issue 38): where the dashboard is, and how to get an operator.
         #expect(server.output.contains("dashboard: \(server.baseURL)/dashboard"), "\(server.output)")
-        #expect(server.output.contains("no operator yet: nimbus operators create NAME"), "\(server.output)")
+        #expect(server.output.contains("first operator: open http://127.0.0.1:") && server.output.contains("/dashboard#setup="), "\(server.output)")
         // A second start reuses the directory and prints the same token.
         let again = try await NimbusProcess.serve(arguments: ["serve", "--port", "0"], workingDirectory: directory)
         #expect(again.output.contains(token ?? "missing"))
@@ -198,7 +198,7 @@ import Testing
         _ = try await Task.detached { try NimbusProcess.run(["tokens", "revoke", "--container", "iCloud.nimbus.default"] + data) }.value
         let third = try await NimbusProcess.serve(arguments: ["serve", "--port", "0"], workingDirectory: directory)
         defer { third.stop() }
-        #expect(!third.output.contains("no operator yet") && !third.output.contains(token ?? "missing"), "\(third.output)")
+        #expect(!third.output.contains("first operator:") && !third.output.contains(token ?? "missing"), "\(third.output)")
         #expect(third.output.contains("development API token: revoked; make one with: nimbus tokens create"), "\(third.output)")
     }
 }

@@ -47,6 +47,55 @@ struct OperatorTests {
         }
     }
 
+    @Test("the first-run link makes one administrator once: a wrong token or a refused password leaves it open; it expires; it closes once an operator exists")
+    func firstRunSetup() async throws {
+        try await TestServer.with { server in
+            let service = server.service
+            let closed = try await Browser(server).get("setup")
+            #expect(closed.json["open"] == false, "\(closed.text)")
+            let token = try #require(try await service.openFirstRunSetup())
+            #expect(try await Browser(server).get("setup").json["open"] == true)
+            func setUp(_ token: String, _ name: String, _ password: String) async throws -> APIResponse {
+                try await Browser(server).post("setup", ["token": .string(token), "name": .string(name), "password": .string(password)])
+            }
+            let wrong = try await setUp("not-the-token", "root", "a long enough password")
+            #expect(wrong.status == 401 && wrong.reason.contains("not the one the server printed"), "\(wrong.text)")
+            let short = try await setUp(token, "root", "short")
+            #expect(short.status == 400 && short.reason.contains("12 characters"), "\(short.text)")
+            let badName = try await setUp(token, "root admin", "a long enough password")
+            #expect(badName.status == 400 && badName.reason.contains("operator name"), "\(badName.text)")
+            #expect(try await service.operators().isEmpty)
+
+            let made = try await setUp(token, "root", "a long enough password")
+            #expect(made.status == 200, "\(made.text)")
+            #expect(made.header("Set-Cookie")?.hasPrefix("nimbus_operator=") == true)
+            #expect(made.json["operator"]?["role"] == "administrator" && made.json["operator"]?["containers"] == nil)
+            let operators = try await service.operators()
+            #expect(operators.map(\.name) == ["root"])
+            // Signed in by it: the session works, and the chosen password signs in later.
+            var browser = Browser(server)
+            browser.cookie = made.header("Set-Cookie")?.split(separator: ";").first.map(String.init)
+            #expect(try await browser.get("operators").status == 200)
+            #expect(try await Browser.attempt(server, "root", "a long enough password").status == 200)
+            // Spent, and closed for good now that an operator exists.
+            let again = try await setUp(token, "second", "a long enough password")
+            #expect(again.status == 403 && again.reason.contains("an operator exists already"), "\(again.text)")
+            #expect(try await Browser(server).get("setup").json["open"] == false)
+            #expect(try await service.openFirstRunSetup() == nil)
+            let audit = try await browser.get("audit")
+            #expect(audit.text.contains("operators.setup"), "\(audit.text)")
+        }
+        // An hour later the link no longer works.
+        try await TestServer.with { server in
+            let token = try #require(try await server.service.openFirstRunSetup())
+            server.clock.advance(milliseconds: NimbusService.firstRunSetupMilliseconds + 1)
+            let late = try await Browser(server).post(
+                "setup", ["token": .string(token), "name": "root", "password": "a long enough password"])
+            #expect(late.status == 401 && late.reason.contains("expired"), "\(late.text)")
+            #expect(try await server.service.operators().isEmpty)
+        }
+    }
+
     @Test("sign-in sets an HttpOnly SameSite cookie; the session knows its operator; sign-out ends it")
     func signInAndOut() async throws {
         try await TestServer.with { server in

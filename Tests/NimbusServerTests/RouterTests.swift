@@ -121,6 +121,14 @@ import Testing
             #expect(head.status == .ok && head.body.readableBytes == 0)
             let headOfWrite = try await harness.client.execute(uri: harness.path("private", "records/modify"), method: .head)
             #expect(headOfWrite.status == .methodNotAllowed && headOfWrite.headers[.allow] == "POST")
+            // The first-run link answers this machine only: a client the server cannot place
+            // (the router test client has no peer address) is refused before the token is read.
+            let token = try #require(try await harness.service.openFirstRunSetup())
+            let setup = try await harness.client.execute(
+                uri: "/admin/1/setup", method: .post,
+                body: ByteBuffer(string: #"{"token":"\#(token)","name":"root","password":"a long enough password"}"#))
+            #expect(setup.status == .forbidden && Self.json(setup)["reason"]?.stringValue?.contains("server's own machine") == true)
+            #expect(try await harness.service.operators().isEmpty)
             // The admin API's paths are in the same table.
             let adminGET = try await harness.client.execute(uri: "/admin/1/containers/\(Self.container)/tokens", method: .get)
             #expect(adminGET.status == .methodNotAllowed && adminGET.headers[.allow] == "POST")

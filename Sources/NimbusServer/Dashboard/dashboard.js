@@ -40,10 +40,36 @@ function fill(tbody, items, columns) {
 
 function showSignIn(reason) {
   state.csrf = null; state.operator = null;
-  $('app').hidden = true; $('who').hidden = true; $('sign-in').hidden = false;
+  $('app').hidden = true; $('who').hidden = true; $('setup').hidden = true; $('sign-in').hidden = false;
   say(reason);
   $('sign-in-form').elements.name.focus();
+  // A new server: say where the first operator comes from.
+  api('setup').then(({ open }) => { $('no-operator-hint').hidden = !open; }, () => {});
 }
+
+// The first run: the banner's link carries a one-time token in the fragment (never sent in a
+// request line, so never in a log); the form makes the first operator with it.
+function setupToken() {
+  const match = /^#setup=([A-Za-z0-9_-]+)$/.exec(location.hash);
+  return match ? match[1] : null;
+}
+
+function showSetup() {
+  $('app').hidden = true; $('who').hidden = true; $('sign-in').hidden = true; $('setup').hidden = false;
+  $('setup-form').elements.name.focus();
+}
+
+$('setup-form').addEventListener('submit', async (event) => {
+  event.preventDefault();
+  const form = event.target;
+  if (form.elements.password.value !== form.elements.again.value) { say('the two passwords differ'); return; }
+  try {
+    const answer = await api('setup', { method: 'POST', body: { token: setupToken(), name: form.elements.name.value, password: form.elements.password.value } });
+    history.replaceState(null, '', location.pathname);
+    form.reset();
+    signedIn(answer);
+  } catch (error) { say(error.message); }
+});
 
 function signedIn(answer) {
   state.csrf = answer.csrfToken; state.operator = answer.operator;
@@ -54,7 +80,7 @@ function signedIn(answer) {
   for (const form of document.querySelectorAll('.every-container')) form.hidden = readOnly || Boolean(answer.operator.containers);
   for (const area of document.querySelectorAll('.every-container-view')) area.hidden = Boolean(answer.operator.containers);
   document.body.classList.toggle('read-only', readOnly);
-  $('sign-in').hidden = true; $('who').hidden = false; $('app').hidden = false;
+  $('sign-in').hidden = true; $('setup').hidden = true; $('who').hidden = false; $('app').hidden = false;
   say('');
   show('operators');
 }
@@ -249,7 +275,7 @@ $('add-key').addEventListener('submit', (event) => {
 
 for (const button of document.querySelectorAll('nav button')) button.addEventListener('click', () => show(button.dataset.view));
 
-api('session').then(signedIn, () => showSignIn(''));
+if (setupToken()) showSetup(); else api('session').then(signedIn, () => showSignIn(''));
 
 // ---- The app's areas: schema, data, people, sharing, logs (docs/dashboard.md) ----
 

@@ -23,12 +23,16 @@ final class ServerParts: Sendable {
     let metrics: ServerMetrics?
     /// Where the request log lasts (docs/operations.md); nil: in memory only.
     let archive: RequestArchive?
+    /// Whether the first-run setup link answers other addresses than loopback.
+    let setupFromAnywhere: Bool
 
     init(
         service: NimbusService, courier: WebCourier, logger: Logger, bodyBudget: BodyBudget = BodyBudget(), backups: BackupKeeper? = nil,
-        metrics: ServerMetrics? = nil, requestLogStore: (any RequestLogStore)? = nil, archiveInterval: Duration = .seconds(1)
+        metrics: ServerMetrics? = nil, requestLogStore: (any RequestLogStore)? = nil, archiveInterval: Duration = .seconds(1),
+        setupFromAnywhere: Bool = false
     ) {
         self.service = service
+        self.setupFromAnywhere = setupFromAnywhere
         self.courier = courier
         self.logger = logger
         self.backups = backups

@@ -21,11 +21,25 @@ enum AdminRoutes {
             let (token, signedIn) = try await service.signInOperator(
                 name: try body.requiredString("name"), password: try body.requiredString("password"), code: try body.string("code"),
                 clientAddress: context.clientAddress)
-            var response = Reply.json(describe(signedIn), context: context)
-            response.headers[.setCookie] =
-                "\(cookieName)=\(token); Path=/; HttpOnly; SameSite=Strict; Max-Age=\(NimbusService.operatorSessionLifetimeMilliseconds / 1000)"
-                + (isHTTPS(request, context) ? "; Secure" : "")
-            return response
+            return session(token, signedIn, request, context)
+        }
+        // The first run (docs/dashboard.md): whether a setup link is open, and the link's form,
+        // which makes the first operator and signs them in. From this machine only unless the
+        // server was started with --setup-from-anywhere.
+        admin.get("setup") { request, context in
+            Reply.json(["open": .bool(try await service.firstRunSetupIsOpen())], context: context)
+        }
+        admin.post("setup") { request, context in
+            guard parts.setupFromAnywhere || isLoopback(context.clientAddress) else {
+                throw CloudKitError(
+                    .accessDenied,
+                    "the setup link works only from the server's own machine; open it there, start nimbus serve with --setup-from-anywhere, or run nimbus operators create NAME")
+            }
+            let body = try await RouteInput(request: request, context: context, parts: parts).body()
+            let (token, signedIn) = try await service.setUpFirstOperator(
+                token: try body.requiredString("token"), name: try body.requiredString("name"), password: try body.requiredString("password"),
+                clientAddress: context.clientAddress)
+            return session(token, signedIn, request, context)
         }
         admin.get("session") { request, context in
             Reply.json(describe(try await signedIn(request, service)), context: context)
@@ -197,6 +211,24 @@ enum AdminRoutes {
             }
         }
         return nil
+    }
+
+    /// A signed-in answer: who, the CSRF token, and the session cookie.
+    static func session(_ token: String, _ signedIn: NimbusService.OperatorContext, _ request: Request, _ context: NimbusRequestContext)
+        -> Response
+    {
+        var response = Reply.json(describe(signedIn), context: context)
+        response.headers[.setCookie] =
+            "\(cookieName)=\(token); Path=/; HttpOnly; SameSite=Strict; Max-Age=\(NimbusService.operatorSessionLifetimeMilliseconds / 1000)"
+            + (isHTTPS(request, context) ? "; Secure" : "")
+        return response
+    }
+
+    /// Whether a client address is this machine's own (127.0.0.0/8, ::1, an IPv4-mapped one).
+    static func isLoopback(_ address: String?) -> Bool {
+        guard var address else { return false }
+        if address.hasPrefix("::ffff:") { address.removeFirst("::ffff:".count) }
+        return address == "::1" || address.hasPrefix("127.")
     }
 
     static func isHTTPS(_ request: Request, _ context: NimbusRequestContext) -> Bool {
