@@ -21,6 +21,52 @@ import Testing
     static let onePixelPNG: [UInt8] = Array(
         Data(base64Encoded: "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==")!)
 
+    /// The first hour (issue 38), as a new operator lives it: `nimbus serve` on an empty data
+    /// directory prints a setup link; in Chromium (`Tests/Scripts/first_run_flow.py`) the link
+    /// makes the first operator, who finds the container, makes a token; an app writes a record
+    /// with it; the record is in the Data area; a reload keeps the session; the spent link is
+    /// refused.
+    @Test func theFirstRunWalksFromServeToARecordInChromium() async throws {
+        let directory = NSTemporaryDirectory() + "nimbus-first-run-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let server = try await NimbusProcess.serve(dataDirectory: directory)
+        defer { server.stop() }
+        let lines = server.output.split(separator: "\n").map(String.init)
+        let setupLine = try #require(lines.first { $0.hasPrefix("first operator: open ") }, "\(server.output)")
+        let setupURL = try #require(setupLine.split(separator: " ").dropFirst(3).first.map(String.init))
+        #expect(setupURL.hasPrefix("\(server.baseURL)/dashboard#setup="), "\(setupLine)")
+        #expect(setupLine.contains("one use, within 60 minutes, from this machine only"), "\(setupLine)")
+        let containerLine = try #require(lines.first { $0.hasPrefix("container: ") })
+        let container = String(containerLine.dropFirst("container: ".count))
+        let data = try await NimbusProcess.dataArguments(directory)
+        _ = try await Task.detached { try NimbusProcess.run(["users", "create", "ada", "--password", "ada-password"] + data) }.value
+
+        let screenshots = ProcessInfo.processInfo.environment["NIMBUS_DASHBOARD_SCREENSHOTS"]
+        let config: JSON = [
+            "url": .string(server.baseURL), "setupURL": .string(setupURL), "container": .string(container), "user": "ada",
+            "userPassword": "ada-password", "screenshots": screenshots.map(JSON.string) ?? .null,
+        ]
+        let configFile = NSTemporaryDirectory() + "nimbus-first-run-" + UUID().uuidString + ".json"
+        try Data(config.serialized()).write(to: URL(fileURLWithPath: configFile))
+        defer { try? FileManager.default.removeItem(atPath: configFile) }
+        let script = URL(fileURLWithPath: Self.script).deletingLastPathComponent().appendingPathComponent("first_run_flow.py").path
+        let (status, printed) = try await ExternalProcess.run(["python3", script, configFile])
+        #expect(status == 0, "first_run_flow.py failed")
+        let result = try JSON.parse(printed)
+        #expect(result["signInHidden"] == true, "\(result)")
+        #expect(result["mismatch"]?.stringValue?.contains("differ") == true, "\(result)")
+        #expect(result["signedInAs"] == "root" && result["role"] == "administrator", "\(result)")
+        #expect(result["hashAfter"] == "", "the setup token stayed in the address bar: \(result)")
+        #expect(result["containers"]?.arrayValue?.compactMap(\.stringValue).contains(container) == true, "\(result)")
+        #expect(result["saved"] == ["first-note"], "\(result)")
+        let records = result["records"]?.arrayValue?.compactMap { $0.arrayValue?.first?.stringValue } ?? []
+        #expect(records == ["first-note"], "\(result)")
+        #expect(result["records"]?[0]?[3]?.stringValue?.contains("hello from the app") == true, "\(result)")
+        #expect(result["afterReload"] == "root", "\(result)")
+        #expect(result["spent"]?.stringValue?.contains("an operator exists already") == true, "\(result)")
+    }
+
     @Test func theDashboardWorksInChromium() async throws {
         let backups = NSTemporaryDirectory() + "nimbus-dashboard-backups-" + UUID().uuidString
         defer { try? FileManager.default.removeItem(atPath: backups) }

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""The first run in headless Chromium (selenium), from what `nimbus serve` printed on an empty data
+directory: the setup link → the first operator → Containers → a new API token → a record written
+through the API with that token, by a user, seen in the Data area → the page reloaded, still signed
+in → the spent link opened again, refused.
+
+  first_run_flow.py CONFIG.json
+
+CONFIG: {"url": the server's base URL, "setupURL": the banner's first-operator link,
+         "container": the banner's container, "user": an app user's name, "userPassword": theirs,
+         "screenshots": a folder for screenshots, or null}
+
+Prints a JSON object of what the page showed, for the Swift test to check.
+"""
+import json
+import sys
+import urllib.parse
+import urllib.request
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
+
+def post(url, body):
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return json.loads(answer.read())
+
+
+def main():
+    config = json.load(open(sys.argv[1]))
+    options = webdriver.ChromeOptions()
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1440,900"):
+        options.add_argument(flag)
+    options.binary_location = "/usr/bin/chromium"
+    driver = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
+    wait = WebDriverWait(driver, 60)  # the suite shares two cores with this browser
+    shots = config.get("screenshots")
+    result = {}
+
+    def visible(element_id):
+        return driver.find_element(By.ID, element_id).is_displayed()
+
+    def message():
+        return driver.find_element(By.ID, "message").text
+
+    def rows(tbody):
+        return driver.execute_script(
+            "return [...document.querySelectorAll(arguments[0])].map(r => [...r.cells].map(c => c.textContent))",
+            f"#{tbody} tr")
+
+    def fill(form, name, value):
+        element = form.find_element(By.NAME, name)
+        element.clear()
+        element.send_keys(value)
+
+    try:
+        # 1. The banner's link opens the setup form, not the sign-in form.
+        driver.get(config["setupURL"])
+        wait.until(lambda d: visible("setup"))
+        result["signInHidden"] = not visible("sign-in")
+        if shots:
+            driver.save_screenshot(f"{shots}/first-run.png")
+        form = driver.find_element(By.ID, "setup-form")
+        fill(form, "name", "root")
+        fill(form, "password", "first operator password")
+        fill(form, "again", "first operator passwort")
+        form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        wait.until(lambda d: message())
+        result["mismatch"] = message()
+        fill(form, "again", "first operator password")
+        form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        wait.until(lambda d: visible("app") and d.find_element(By.ID, "operator-name").text)
+        result["signedInAs"] = driver.find_element(By.ID, "operator-name").text
+        result["role"] = driver.find_element(By.ID, "operator-role").text
+        result["hashAfter"] = driver.execute_script("return location.hash")
+
+        # 2. Containers: the banner's container is there; a token for it, shown once.
+        driver.find_element(By.CSS_SELECTOR, "nav button[data-view=containers]").click()
+        wait.until(lambda d: visible("containers") and rows("container-rows"))
+        result["containers"] = [row[0] for row in rows("container-rows")]
+        Select(driver.find_element(By.ID, "container-pick")).select_by_visible_text(config["container"])
+        driver.find_element(By.CSS_SELECTOR, "#create-token button[type=submit]").click()
+        wait.until(lambda d: d.find_element(By.ID, "new-token").text)
+        token = driver.find_element(By.ID, "new-token").text
+        result["token"] = token
+
+        # 3. An app writes a record through the API with that token, as a signed-in user.
+        base = f"{config['url']}/auth/1/{config['container']}/development"
+        session = post(f"{base}/signin?ckAPIToken={token}", {"username": config["user"], "password": config["userPassword"]})
+        database = f"{config['url']}/database/1/{config['container']}/development/public"
+        saved = post(f"{database}/records/modify?ckAPIToken={token}&ckWebAuthToken={urllib.parse.quote(session['ckWebAuthToken'])}", {
+            "operations": [{"operationType": "create", "record": {
+                "recordName": "first-note", "recordType": "Note", "fields": {"title": {"value": "hello from the app"}}}}]})
+        result["saved"] = [record.get("recordName") for record in saved["records"]]
+
+        # 4. Seen in the browser.
+        driver.find_element(By.CSS_SELECTOR, "nav button[data-view=data]").click()
+        wait.until(lambda d: visible("data"))
+        Select(driver.find_element(By.ID, "container-pick")).select_by_visible_text(config["container"])
+        Select(driver.find_element(By.ID, "environment-pick")).select_by_visible_text("development")
+        query = driver.find_element(By.ID, "query-form")
+        fill(query, "recordType", "Note")
+        query.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        wait.until(lambda d: "record(s)" in d.find_element(By.ID, "query-note").text)
+        result["records"] = rows("record-rows")
+        if shots:
+            driver.save_screenshot(f"{shots}/first-record.png")
+
+        # 5. A reload keeps the session (the cookie), with no setup form.
+        driver.refresh()
+        wait.until(lambda d: visible("app") and d.find_element(By.ID, "operator-name").text)
+        result["afterReload"] = driver.find_element(By.ID, "operator-name").text
+
+        # 6. The spent link, opened again, is refused with a reason.
+        driver.get(config["setupURL"])
+        driver.refresh()
+        wait.until(lambda d: visible("setup"))
+        form = driver.find_element(By.ID, "setup-form")
+        fill(form, "name", "second")
+        fill(form, "password", "another long password")
+        fill(form, "again", "another long password")
+        form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        wait.until(lambda d: message())
+        result["spent"] = message()
+    finally:
+        driver.quit()
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
