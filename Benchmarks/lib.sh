@@ -32,7 +32,10 @@ start_server() {
   ENVIRONMENT=${2:-development}
   DATA=$(mktemp -d /tmp/nimbus-bench.XXXXXX)
   C=iCloud.bench.nimbus
-  "$NIMBUS" containers create "$C" --data-dir "$DATA" >/dev/null
+  # Builds since the data-directory check refuse an empty directory unless told --create.
+  local create=""
+  if "$NIMBUS" containers create --help 2>&1 | grep -q -- "--create"; then create="--create"; fi
+  "$NIMBUS" containers create "$C" --data-dir "$DATA" $create >/dev/null
   TOKEN=$("$NIMBUS" tokens create --container "$C" --data-dir "$DATA")
   NIMBUS_PASSWORD_ROUNDS=1000 "$NIMBUS" users create bench --password bench-password --data-dir "$DATA" >/dev/null
   "$NIMBUS" serve --data-dir "$DATA" --port 0 --sync "$mode" --log-level error $serve_flags > "$DATA/serve.log" 2>&1 &

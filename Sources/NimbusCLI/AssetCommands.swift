@@ -36,6 +36,7 @@ struct AssetsCommand: AsyncParsableCommand {
         func run() async throws {
             do {
                 var configuration = try data.configuration()
+                try data.requireStore(configuration)
                 if let graceSeconds { configuration.service.assets.collectionGraceSeconds = graceSeconds }
                 let service = try await DataDirectory.open(configuration).service
                 let total = try await service.assetFigures(container: nil).unreferencedBlobs

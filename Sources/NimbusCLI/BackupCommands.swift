@@ -21,6 +21,7 @@ struct BackupCommand: AsyncParsableCommand {
         func run() async throws {
             do {
                 let configuration = try data.configuration()
+                try data.requireStore(configuration)
                 let directory = try await DataDirectory.open(configuration)
                 let manifest: BackupManifest
                 do {

@@ -61,8 +61,27 @@ struct DataOptions: ParsableArguments {
         return configuration
     }
 
+    @Flag(help: "Make a new store when the data directory holds none (serve makes one by itself).")
+    var create = false
+
     func open() async throws -> DataDirectory {
-        try await DataDirectory.open(configuration())
+        let configuration = try configuration()
+        try requireStore(configuration)
+        return try await DataDirectory.open(configuration)
+    }
+
+    /// Refuses a data directory that holds no store, saying where it looked: a mistyped or
+    /// forgotten `--data-dir` would otherwise make a new, empty store and answer from it as if
+    /// all were well. Only `serve` and `--create` make one.
+    func requireStore(_ configuration: ServerConfiguration) throws {
+        guard !create, let file = configuration.storage.storeFile?(configuration.dataDirectory),
+            !FileManager.default.fileExists(atPath: file)
+        else { return }
+        FileHandle.standardError.write(
+            Data(
+                "nimbus: no Nimbus store at \(file); name the data directory the server uses with --data-dir (or NIMBUS_DATA_DIR), or add --create to make a new store there\n"
+                    .utf8))
+        throw ExitCode.failure
     }
 }
 
@@ -75,6 +94,7 @@ func parseEnvironment(_ text: String) throws -> NimbusStorage.Environment {
 
 /// Prints a Nimbus error as a person reads it, and exits non-zero.
 func reportFailure(_ error: any Error) -> ExitCode {
+    if let exit = error as? ExitCode { return exit }  // said already
     if let error = error as? CloudKitError {
         FileHandle.standardError.write(Data("nimbus: \(error.reason)\n".utf8))
     } else {

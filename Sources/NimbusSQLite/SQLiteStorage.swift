@@ -178,7 +178,7 @@ public final class SQLiteStorage: StorageDriver {
                     atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
                 return try SQLiteStorage(path: path, synchronous: synchronous)
             },
-            restorer: restorer(file: file, synchronous: synchronous))
+            restorer: restorer(file: file, synchronous: synchronous), storeFile: file)
     }
 }
 

@@ -296,14 +296,18 @@ public struct StorageOpener: Sendable {
     /// How a backup's copy of this engine's store becomes the store `open` opens (`nimbus
     /// restore`); nil when the driver cannot restore.
     public var restorer: StoreRestorer?
+    /// The file an embedded store lives in, so a command can tell a data directory that holds
+    /// none (a mistyped `--data-dir`) before `open` makes a new one; nil for a networked engine.
+    public var storeFile: (@Sendable (_ dataDirectory: String) -> String)?
 
     public init(
         description: @escaping @Sendable (_ dataDirectory: String) -> String,
         open: @escaping @Sendable (_ dataDirectory: String) async throws -> any StorageDriver,
-        restorer: StoreRestorer? = nil
+        restorer: StoreRestorer? = nil, storeFile: (@Sendable (_ dataDirectory: String) -> String)? = nil
     ) {
         self.description = description
         self.open = open
         self.restorer = restorer
+        self.storeFile = storeFile
     }
 }

@@ -48,7 +48,7 @@ import Testing
         let dataDirectory = NSTemporaryDirectory() + "nimbus-crash-" + UUID().uuidString
         let container = "iCloud.test.crash"
         let data = try await NimbusProcess.dataArguments(dataDirectory)
-        _ = try NimbusProcess.run(["containers", "create", container] + data)
+        _ = try NimbusProcess.run(["containers", "create", container, "--create"] + data)
         let apiToken = try NimbusProcess.run(["tokens", "create", "--container", container] + data)
             .trimmingCharacters(in: .whitespacesAndNewlines)
         #expect(apiToken.count == 64)
@@ -212,6 +212,28 @@ import Testing
         return (process.terminationStatus, String(decoding: data, as: UTF8.self))
     }
 
+    /// A mistyped or forgotten `--data-dir` must not make a new, empty store and answer from it:
+    /// every verb but `serve` refuses a directory without one, naming where it looked, unless
+    /// told `--create`; `backup` and `assets` verbs too.
+    @Test func aDataDirectoryWithoutAStoreIsRefusedUnlessCreated() throws {
+        let directory = NSTemporaryDirectory() + "nimbus-no-store-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        for verb in [["containers", "list"], ["operators", "list"], ["schema", "show", "--container", "iCloud.x"],
+                     ["backup", "--to", directory + "-backup"]] {
+            let (status, error) = try Self.failing(verb + ["--data-dir", directory])
+            #expect(status == 1, "\(verb)")
+            #expect(error.contains("no Nimbus store at \(directory)/nimbus.sqlite") && error.contains("--create"), "\(verb): \(error)")
+            #expect(error.split(separator: "\n").count == 1, "\(error)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: directory + "/nimbus.sqlite"))
+        let elsewhere = directory + "/custom.sqlite"
+        let (status, error) = try Self.failing(["containers", "list", "--data-dir", directory, "--database", "sqlite:" + elsewhere])
+        #expect(status == 1 && error.contains("no Nimbus store at \(elsewhere)"), "\(error)")
+        // Asked for, it is made; then the same verb finds it without being told.
+        _ = try NimbusProcess.run(["containers", "create", "iCloud.x", "--create", "--data-dir", directory])
+        #expect(try NimbusProcess.run(["containers", "list", "--data-dir", directory]).contains("iCloud.x"))
+    }
+
     @Test func aSQLitePathPutsTheDatabaseThereAndTheServerSaysSo() async throws {
         let directory = NSTemporaryDirectory() + "nimbus-database-" + UUID().uuidString
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -250,7 +272,7 @@ import Testing
         let container = "iCloud.test.schema"
         let data = try await NimbusProcess.dataArguments(directory)
         func nimbus(_ arguments: [String]) throws -> String { try NimbusProcess.run(arguments + data) }
-        _ = try nimbus(["containers", "create", container])
+        _ = try nimbus(["containers", "create", container, "--create"])
         let token = try nimbus(["tokens", "create", "--container", container]).trimmingCharacters(in: .whitespacesAndNewlines)
         _ = try nimbus(["users", "create", "ann", "--password", "ann-password"])
         let server = try await NimbusProcess.serve(dataDirectory: directory)

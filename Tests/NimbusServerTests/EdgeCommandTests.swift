@@ -9,7 +9,7 @@ import Testing
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let container = "iCloud.test.edge"
         func nimbus(_ arguments: [String]) throws -> String { try NimbusProcess.run(arguments + ["--data-dir", directory]) }
-        _ = try nimbus(["containers", "create", container])
+        _ = try nimbus(["containers", "create", container, "--create"])
         let token = try nimbus(["tokens", "create", "--container", container, "--allowed-origin", "https://app.example.com"])
             .trimmingCharacters(in: .whitespacesAndNewlines)
         // Not an origin: refused, and no token is printed.

@@ -366,7 +366,7 @@ extension OperatorTests {
         let directory = NSTemporaryDirectory() + "nimbus-operators-" + UUID().uuidString
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let data = try await NimbusProcess.dataArguments(directory)
-        let printed = try NimbusProcess.run(["operators", "create", "olga", "--read-only"] + data)
+        let printed = try NimbusProcess.run(["operators", "create", "olga", "--read-only", "--create"] + data)
         let password = try #require(printed.components(separatedBy: "one-time password: ").last?.trimmingCharacters(in: .whitespacesAndNewlines))
         #expect(printed.hasPrefix("operator olga (read-only)"), "\(printed)")
         #expect(try NimbusProcess.run(["operators", "list"] + data).contains("olga\tread-only\tevery container"))
@@ -407,7 +407,7 @@ extension OperatorTests {
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let data = try await NimbusProcess.dataArguments(directory)
         let container = "iCloud.verbs"
-        _ = try NimbusProcess.run(["containers", "create", container] + data)
+        _ = try NimbusProcess.run(["containers", "create", container, "--create"] + data)
         #expect(try NimbusProcess.run(["schema", "diff", "--container", container] + data).contains("production has everything"))
         #expect(throws: (any Error).self) {
             try NimbusProcess.run(["schema", "remove", "--container", container, "--record-type", "Nope"] + data)

@@ -376,7 +376,7 @@ import Testing
         try P256.Signing.PrivateKey().pemRepresentation.write(toFile: keyFile, atomically: true, encoding: .utf8)
         let container = "iCloud.test.apns"
         func nimbus(_ arguments: [String]) throws -> String { try NimbusProcess.run(arguments + ["--data-dir", directory]) }
-        _ = try nimbus(["containers", "create", container])
+        _ = try nimbus(["containers", "create", container, "--create"])
         #expect(try nimbus(["apns", "show", "--container", container]).contains("no APNs credentials"))
         let set = [
             "apns", "set", "--container", container, "--team-id", "TEAM123456", "--key-id", "KEY1234567", "--topic",

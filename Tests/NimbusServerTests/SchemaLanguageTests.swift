@@ -179,7 +179,7 @@ import Testing
             let error = process.standardError!.readDataToEndOfFile()
             return (process.terminationStatus, String(decoding: output, as: UTF8.self), String(decoding: error, as: UTF8.self))
         }
-        #expect(try nimbus(["containers", "create", container]).status == 0)
+        #expect(try nimbus(["containers", "create", container, "--create"]).status == 0)
         let intoProduction = try nimbus(["schema", "import", file, "--container", container, "--environment", "production"])
         #expect(intoProduction.status != 0 && intoProduction.error.contains("schema deploy"), "\(intoProduction)")
         let imported = try nimbus(["schema", "import", file, "--container", container])

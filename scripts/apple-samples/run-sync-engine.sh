@@ -43,7 +43,7 @@ fi
 args=(--data-dir "$data")
 [[ -n "$database" ]] && args+=(--database "$database")
 container="iCloud.com.apple.samples.cloudkit.SyncEngine"
-"$nimbus" containers create "${args[@]}" "$container" >/dev/null
+"$nimbus" containers create "${args[@]}" --create "$container" >/dev/null
 token="$("$nimbus" tokens create "${args[@]}" --container "$container")"
 "$nimbus" users create "${args[@]}" sample-user --password "sample password 1" >/dev/null
 "$nimbus" serve "${args[@]}" --port 0 --log-level notice >"$data/server.log" 2>&1 &
