@@ -13,7 +13,7 @@ struct Containers: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Change a container's settings: user discovery (on by default; each user still opts in) and self-service sign-up (off by default).")
         @OptionGroup var data: DataOptions
-        @Argument(help: "The container.") var container: String
+        @Option(help: "The container.") var container: String
         @Option(help: "on or off: whether users may be discovered at all.") var userDiscovery: String?
         @Option(help: "on or off: whether people may make their own accounts.") var signUp: String?
 
@@ -313,7 +313,50 @@ struct Providers: AsyncParsableCommand {
 
 struct Users: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Manage user accounts.", subcommands: [Create.self, SignOut.self])
+        abstract: "Manage user accounts.", subcommands: [Create.self, List.self, Passwd.self, SignOut.self])
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "List the accounts in the order they were made: name, created (UTC), email address, phone number.")
+        @OptionGroup var data: DataOptions
+
+        func run() async throws {
+            do {
+                let service = try await data.open().service
+                var after: Int64 = 0
+                while true {
+                    let page = try await service.users(afterID: after, limit: 1_000)
+                    for (user, profile) in page {
+                        print(
+                            [user.name, NimbusService.isoMoment(user.createdAt), profile.emailAddress ?? "-", profile.phoneNumber ?? "-"]
+                                .joined(separator: "\t"))
+                    }
+                    guard let last = page.last?.0.id, page.count == 1_000 else { break }
+                    after = last
+                }
+            } catch { throw reportFailure(error) }
+        }
+    }
+
+    struct Passwd: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Set a user's password (8 to 1024 bytes) and sign them out on every device.",
+            discussion: "The password comes from NIMBUS_USER_PASSWORD, or standard input when it is not set (process lists show arguments).")
+        @OptionGroup var data: DataOptions
+        @Argument(help: "The user name.") var name: String
+
+        func run() async throws {
+            do {
+                let environment = ProcessInfo.processInfo.environment["NIMBUS_USER_PASSWORD"]
+                let password =
+                    environment.flatMap { $0.isEmpty ? nil : $0 }
+                    ?? String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self)
+                    .trimmingCharacters(in: .newlines)
+                try await data.open().service.setUserPassword(name: name, password: password)
+                print("user \(name): password set; signed out everywhere")
+            } catch { throw reportFailure(error) }
+        }
+    }
 
     struct Create: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -669,7 +712,36 @@ struct APNs: AsyncParsableCommand {
 
 struct Operators: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Manage the dashboard's operators (docs/dashboard.md).", subcommands: [Create.self, List.self, ClearSecondFactor.self])
+        abstract: "Manage the dashboard's operators (docs/dashboard.md).",
+        subcommands: [Create.self, List.self, Delete.self, Passwd.self, ClearSecondFactor.self])
+
+    struct Delete: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Remove an operator and end its sessions (never the last administrator of every container).")
+        @OptionGroup var data: DataOptions
+        @Argument(help: "The operator's name.") var name: String
+
+        func run() async throws {
+            do {
+                try await data.open().service.deleteOperator(name: name, by: "cli")
+                print("operator \(name) deleted")
+            } catch { throw reportFailure(error) }
+        }
+    }
+
+    struct Passwd: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Give an operator a new one-time password (printed once) and end its sessions.")
+        @OptionGroup var data: DataOptions
+        @Argument(help: "The operator's name.") var name: String
+
+        func run() async throws {
+            do {
+                let password = try await data.open().service.resetOperatorPassword(name: name, by: "cli")
+                print("operator \(name); one-time password: \(password)")
+            } catch { throw reportFailure(error) }
+        }
+    }
 
     struct Create: AsyncParsableCommand {
         static let configuration = CommandConfiguration(

@@ -12,7 +12,7 @@ struct LimitsCommand: AsyncParsableCommand {
     struct Show: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Each budget: the number in force, and whether it is the default.")
         @OptionGroup var data: DataOptions
-        @Argument(help: "The container.") var container: String
+        @Option(help: "The container.") var container: String
 
         func run() async throws {
             do {
@@ -26,7 +26,7 @@ struct LimitsCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Set budgets: name=number, or name=default for the server's number (e.g. userRequestsPerMinute=3000).")
         @OptionGroup var data: DataOptions
-        @Argument(help: "The container.") var container: String
+        @Option(help: "The container.") var container: String
         @Argument(help: "name=number or name=default, one or more.") var settings: [String]
 
         func run() async throws { try await setLimits(data, container: container, settings, quotas: false) }
@@ -42,7 +42,7 @@ struct QuotasCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "The quotas, the public database's bytes in each environment, and a user's private database with --user.")
         @OptionGroup var data: DataOptions
-        @Argument(help: "The container.") var container: String
+        @Option(help: "The container.") var container: String
         @Option(help: "A user name: show their private database too.") var user: String?
 
         func run() async throws {
@@ -66,7 +66,7 @@ struct QuotasCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Set quotas in bytes: name=number, or name=default (e.g. privateDatabaseBytes=5368709120).")
         @OptionGroup var data: DataOptions
-        @Argument(help: "The container.") var container: String
+        @Option(help: "The container.") var container: String
         @Argument(help: "name=number or name=default, one or more.") var settings: [String]
 
         func run() async throws { try await setLimits(data, container: container, settings, quotas: true) }

@@ -130,9 +130,7 @@ extension NimbusService {
     /// its email address and phone number are normalized and must be unused.
     public func createUser(name: String, password: String, profile: UserProfile = UserProfile()) async throws -> UserRow {
         try Self.validateUserName(name)
-        guard password.utf8.count >= 8, password.utf8.count <= 1024 else {
-            throw CloudKitError.badRequest("the password must be 8 to 1024 bytes long")
-        }
+        try Self.validateUserPassword(password)
         let profile = try Self.normalized(profile)
         let rounds = options.passwordRounds
         let hash = try await options.passwordHashing.run { Result { try Credentials.hashPassword(password, rounds: rounds) } }.get()
@@ -297,5 +295,35 @@ extension NimbusService {
         let hash = Credentials.tokenHash(webAuthToken)
         defer { credentialCache.clear() }
         try await accounts.endSession(tokenHash: hash)
+    }
+}
+
+extension NimbusService {
+    /// What a user's password must be.
+    static func validateUserPassword(_ password: String) throws(CloudKitError) {
+        guard password.utf8.count >= 8, password.utf8.count <= 1024 else {
+            throw .badRequest("the password must be 8 to 1024 bytes long")
+        }
+    }
+
+    /// Sets a user's password and ends their sessions on every device (`nimbus users passwd`).
+    public func setUserPassword(name: String, password: String) async throws {
+        try Self.validateUserPassword(password)
+        let rounds = options.passwordRounds
+        let hash = try await options.passwordHashing.run { Result { try Credentials.hashPassword(password, rounds: rounds) } }.get()
+        guard try await accounts.setUserPassword(name: name, passwordHash: hash) else {
+            throw CloudKitError(.notFound, "there is no user '\(Names.escaped(name))'")
+        }
+        credentialCache.clear()
+    }
+
+    /// Accounts in the order they were made, a page at a time (`nimbus users list`), each with
+    /// its profile.
+    public func users(afterID: Int64 = 0, limit: Int = 1_000) async throws -> [(UserRow, UserProfile)] {
+        var listed: [(UserRow, UserProfile)] = []
+        for user in try await accounts.users(afterID: afterID, limit: limit) {
+            listed.append((user, try await accounts.profile(userID: user.id) ?? UserProfile()))
+        }
+        return listed
     }
 }

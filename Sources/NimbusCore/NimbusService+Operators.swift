@@ -237,3 +237,38 @@ extension NimbusService {
         return entries.filter { context.account.maySee(entryAbout: $0.container) }
     }
 }
+
+extension NimbusService {
+    /// Removes an operator and ends its sessions (`nimbus operators delete`). Refused for the
+    /// last administrator of every container: nobody could then create operators, reset
+    /// development or see every container from the dashboard.
+    public func deleteOperator(name: String, by actor: String) async throws {
+        let all = try await operators()
+        guard let account = all.first(where: { $0.name == name }) else {
+            throw CloudKitError(.notFound, "there is no operator '\(Names.escaped(name))'")
+        }
+        let administrators = all.filter { $0.role == .administrator && $0.containers == nil }
+        if administrators.map(\.name) == [name] {
+            throw CloudKitError.badRequest(
+                "'\(name)' is the last administrator of every container; make another first (nimbus operators create NAME)")
+        }
+        guard try await storage.operators.deleteOperator(name: name) else {
+            throw CloudKitError(.notFound, "there is no operator '\(Names.escaped(name))'")
+        }
+        try await audit(actor, "operators.delete", container: nil, "operator \(name), \(account.role.rawValue)")
+    }
+
+    /// Gives an operator a new one-time password and ends its sessions (a forgotten password,
+    /// or one that may have leaked); returns the password, shown once.
+    public func resetOperatorPassword(name: String, by actor: String) async throws -> String {
+        let password = Credentials.base64URL(Credentials.randomBytes(18))
+        let rounds = options.passwordRounds
+        let hash = try await options.passwordHashing.run { Result { try Credentials.hashPassword(password, rounds: rounds) } }.get()
+        guard try await storage.operators.setOperatorPassword(name: name, passwordHash: hash) else {
+            throw CloudKitError(.notFound, "there is no operator '\(Names.escaped(name))'")
+        }
+        try await storage.operators.endOperatorSessions(name: name)
+        try await audit(actor, "operators.password-reset", container: nil, "operator \(name): a new one-time password; sessions ended")
+        return password
+    }
+}

@@ -91,6 +91,23 @@ struct PostgresAccountStore: AccountStore {
         try await storage.rows("SELECT id, name, password_hash, created_at FROM users WHERE name = \(name)").first.map(Self.user)
     }
 
+    func users(afterID: Int64, limit: Int) async throws -> [UserRow] {
+        try await storage.rows(
+            "SELECT id, name, password_hash, created_at FROM users WHERE id > \(afterID) ORDER BY id LIMIT \(Int64(limit))"
+        ).map(Self.user)
+    }
+
+    func setUserPassword(name: String, passwordHash: String) async throws -> Bool {
+        let rows = try await storage.rows(
+            """
+            WITH changed AS (UPDATE users SET password_hash = \(passwordHash) WHERE name = \(name) RETURNING id),
+                 ended AS (DELETE FROM sessions WHERE user_id IN (SELECT id FROM changed) RETURNING 1)
+            SELECT (SELECT count(*) FROM changed), (SELECT count(*) FROM ended)
+            """)
+        guard let (changed, _) = try rows.first?.decode((Int64, Int64).self) else { return false }
+        return changed > 0
+    }
+
     func createUser(name: String, passwordHash: String, createdAt: Int64, profile: UserProfile) async throws -> UserInsert {
         // One statement: which of name, email and phone is taken, and the insert when none is
         // (a race past the look still meets the unique constraints: `duplicate`).

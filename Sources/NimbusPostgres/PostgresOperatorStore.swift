@@ -32,6 +32,15 @@ struct PostgresOperatorStore: OperatorStore {
         try await !storage.rows("UPDATE operators SET password_hash = \(passwordHash) WHERE name = \(name) RETURNING 1").isEmpty
     }
 
+    func deleteOperator(name: String) async throws -> Bool {
+        // Sessions go with it (ON DELETE CASCADE).
+        try await !storage.rows("DELETE FROM operators WHERE name = \(name) RETURNING 1").isEmpty
+    }
+
+    func endOperatorSessions(name: String) async throws {
+        try await storage.rows("DELETE FROM operator_sessions WHERE operator_name = \(name)")
+    }
+
     func setOperatorSecondFactor(name: String, secret: String?, pendingSecret: String?) async throws {
         try await storage.rows("UPDATE operators SET totp_secret = \(secret), totp_pending = \(pendingSecret) WHERE name = \(name)")
     }

@@ -45,6 +45,22 @@ struct SQLiteAccountStore: AccountStore {
         try storage.readPoint { try $0.user(name: name) }
     }
 
+    func users(afterID: Int64, limit: Int) async throws -> [UserRow] {
+        try storage.readPoint { tx in
+            try tx.fetchRows("SELECT id, name, password_hash, created_at FROM users WHERE id > ? ORDER BY id LIMIT ?", [afterID, Int64(limit)])
+                .map(tx.userRow)
+        }
+    }
+
+    func setUserPassword(name: String, passwordHash: String) async throws -> Bool {
+        try await storage.writeSQLite { tx in
+            guard let user = try tx.user(name: name) else { return false }
+            try tx.execute("UPDATE users SET password_hash = ? WHERE id = ?", [passwordHash, user.id])
+            _ = try tx.deleteSessions(userID: user.id)
+            return true
+        }
+    }
+
     func createUser(name: String, passwordHash: String, createdAt: Int64, profile: UserProfile) async throws -> UserInsert {
         try await storage.writeSQLite { tx in
             guard try tx.user(name: name) == nil else { return .nameTaken }
@@ -372,7 +388,7 @@ extension SQLiteTransaction {
         }
     }
 
-    private func userRow(_ row: Row) -> UserRow {
+    func userRow(_ row: Row) -> UserRow {
         UserRow(id: row["id"], name: row["name"], passwordHash: row["password_hash"], createdAt: row["created_at"])
     }
 

@@ -36,6 +36,18 @@ struct SQLiteOperatorStore: OperatorStore {
         }
     }
 
+    func deleteOperator(name: String) async throws -> Bool {
+        try await storage.writeSQLite { tx in
+            try tx.execute("DELETE FROM operator_sessions WHERE operator_name = ?", [name])
+            try tx.execute("DELETE FROM operators WHERE name = ?", [name])
+            return tx.db.changesCount > 0
+        }
+    }
+
+    func endOperatorSessions(name: String) async throws {
+        try await storage.writeSQLite { try $0.execute("DELETE FROM operator_sessions WHERE operator_name = ?", [name]) }
+    }
+
     func setOperatorSecondFactor(name: String, secret: String?, pendingSecret: String?) async throws {
         try await storage.writeSQLite { tx in
             try tx.execute("UPDATE operators SET totp_secret = ?, totp_pending = ? WHERE name = ?", [secret, pendingSecret, name])

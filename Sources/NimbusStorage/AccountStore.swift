@@ -18,6 +18,11 @@ public protocol AccountStore: Sendable {
     func credentials(apiTokenHash: String?, sessionHash: String?) async throws -> StoredCredentials
 
     func user(name: String) async throws -> UserRow?
+    /// Accounts in the order they were made, after `afterID`, at most `limit`.
+    func users(afterID: Int64, limit: Int) async throws -> [UserRow]
+    /// Replaces an account's password hash and ends its sessions (a reset locks out whoever
+    /// knew the old one); false when there is no such account.
+    func setUserPassword(name: String, passwordHash: String) async throws -> Bool
     /// Creates an account unless its name, email address or phone number is taken (then
     /// nothing is written, and the answer says which).
     func createUser(name: String, passwordHash: String, createdAt: Int64, profile: UserProfile) async throws -> UserInsert

@@ -8,6 +8,11 @@ public protocol OperatorStore: Sendable {
     func operators() async throws -> [OperatorRow]
     /// Replaces an operator's password hash; false when there is no such operator.
     func setOperatorPassword(name: String, passwordHash: String) async throws -> Bool
+    /// Removes an operator and its sessions; false when there is no such operator. The audit
+    /// log keeps what it did, under its name.
+    func deleteOperator(name: String) async throws -> Bool
+    /// Ends every session of an operator (its password was reset).
+    func endOperatorSessions(name: String) async throws
     /// Sets an operator's second factor: the secret codes are checked against, and one being
     /// enrolled (checked only by the confirming code). Nil clears either.
     func setOperatorSecondFactor(name: String, secret: String?, pendingSecret: String?) async throws

@@ -401,6 +401,56 @@ extension OperatorTests {
         }
     }
 
+    @Test("operators delete and passwd; users list and passwd: each does what it says, and refuses what it should")
+    func accountVerbs() async throws {
+        let directory = NSTemporaryDirectory() + "nimbus-account-verbs-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let data = try await NimbusProcess.dataArguments(directory)
+        func run(_ arguments: [String], environment: [String: String] = [:], input: String? = nil) throws -> (Int32, String, String) {
+            let process = try ChildProcess(
+                NimbusProcess.binary, arguments + data, environment: NimbusProcess.environment.merging(environment) { $1 },
+                input: input == nil ? .discard : .pipe, output: .pipe, error: .pipe)
+            if let input {
+                process.standardInput!.write(Data(input.utf8))
+                try process.standardInput!.close()
+            }
+            let output = String(decoding: process.standardOutput!.readDataToEndOfFile(), as: UTF8.self)
+            let error = String(decoding: process.standardError!.readDataToEndOfFile(), as: UTF8.self)
+            return (process.terminationStatus, output, error)
+        }
+        _ = try NimbusProcess.run(["operators", "create", "olga", "--create"] + data)
+        _ = try NimbusProcess.run(["operators", "create", "rita", "--read-only"] + data)
+        // The last administrator of every container stays.
+        let last = try run(["operators", "delete", "olga"])
+        #expect(last.0 == 1 && last.2.contains("last administrator"), "\(last)")
+        let reset = try run(["operators", "passwd", "rita"])
+        let password = try #require(reset.1.components(separatedBy: "one-time password: ").last?.trimmingCharacters(in: .whitespacesAndNewlines))
+        #expect(reset.0 == 0 && password.count >= 20, "\(reset)")
+        #expect(try run(["operators", "passwd", "nobody"]).2.contains("no operator 'nobody'"))
+        #expect(try run(["operators", "delete", "rita"]).0 == 0)
+        #expect(try NimbusProcess.run(["operators", "list"] + data).split(separator: "\n").map { $0.split(separator: "\t").first } == ["olga"])
+        #expect(try run(["operators", "delete", "rita"]).2.contains("no operator 'rita'"))
+
+        _ = try NimbusProcess.run(["users", "create", "ada", "--password", "first-password", "--email", "ada@example.com"] + data)
+        _ = try NimbusProcess.run(["users", "create", "bob", "--password", "first-password"] + data)
+        let listed = try NimbusProcess.run(["users", "list"] + data).split(separator: "\n").map { $0.split(separator: "\t").map(String.init) }
+        #expect(listed.map(\.first) == ["ada", "bob"] && listed.first?[2] == "ada@example.com" && listed.last?[2] == "-", "\(listed)")
+        #expect(try run(["users", "passwd", "ada"], input: "short\n").2.contains("8 to 1024 bytes"))
+        #expect(try run(["users", "passwd", "nobody"], environment: ["NIMBUS_USER_PASSWORD": "second-password"]).2.contains("no user 'nobody'"))
+        let changed = try run(["users", "passwd", "ada"], input: "second-password\n")
+        #expect(changed.0 == 0 && changed.1.contains("signed out everywhere"), "\(changed)")
+
+        // The new password signs in; the old one does not.
+        let server = try await NimbusProcess.serve(dataDirectory: directory)
+        defer { server.stop() }
+        let token = try #require(server.output.split(separator: "\n").first { $0.hasPrefix("development API token: ") }?.split(separator: " ").last)
+        let client = APIClient(
+            baseURL: server.baseURL, container: "iCloud.nimbus.default", environment: .development, apiToken: String(token), webAuthToken: nil,
+            userRecordName: nil)
+        #expect(try await client.signIn("ada", password: "first-password").status == 401)
+        #expect(try await client.signIn("ada", password: "second-password").status == 200)
+    }
+
     @Test("nimbus schema diff, remove and reset-development work on the data directly; each refuses what it should")
     func schemaVerbs() async throws {
         let directory = NSTemporaryDirectory() + "nimbus-schema-verbs-" + UUID().uuidString
