@@ -92,9 +92,27 @@ struct Admin: AsyncParsableCommand {
             request.headers.add(name: "Content-Type", value: "application/json")
             request.body = .bytes(ByteBuffer(bytes: body))
         }
-        let response = try await client.execute(request, timeout: .seconds(60))
+        let response: HTTPClientResponse
+        do {
+            response = try await client.execute(request, timeout: .seconds(60))
+        } catch {
+            // AsyncHTTPClient's and NIO's errors print as type names and socket addresses; what
+            // a person needs is where it looked and how to look elsewhere.
+            throw CloudKitError.badRequest(
+                "no Nimbus server answered at \(server) (\(Self.describe(error))); start one, or name it with --server URL (a local one on another port: NIMBUS_PORT)")
+        }
         let bytes = try await response.body.collect(upTo: 64 << 20)
         let cookie = response.headers["Set-Cookie"].first?.split(separator: ";").first.map(String.init)
         return (Int(response.status.code), String(buffer: bytes), cookie)
+    }
+
+    /// A connection failure in a few words.
+    static func describe(_ error: any Error) -> String {
+        let text = String(describing: error)
+        if text.contains("connectTimeout") || text.contains("deadlineExceeded") { return "it did not answer in time" }
+        if text.contains("refused") || text.contains("ECONNREFUSED") { return "connection refused" }
+        if text.contains("resolve") || text.contains("DNS") || text.contains("NXDOMAIN") { return "the host name does not resolve" }
+        if text.contains("tls") || text.contains("TLS") || text.contains("SSL") { return "the TLS handshake failed" }
+        return text.count > 120 ? String(text.prefix(120)) + "…" : text
     }
 }

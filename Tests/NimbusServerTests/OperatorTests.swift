@@ -399,6 +399,13 @@ extension OperatorTests {
         #expect(throws: (any Error).self) {
             try NimbusProcess.run(admin + ["GET", "requests"], environment: ["NIMBUS_OPERATOR_PASSWORD": "wrong"])
         }
+        // Nobody there: one line naming the address tried and how to name another.
+        let closed = try ChildProcess(
+            NimbusProcess.binary, ["admin", "--server", "http://127.0.0.1:9", "--operator", "olga", "GET", "operators"],
+            environment: NimbusProcess.environment.merging(["NIMBUS_OPERATOR_PASSWORD": password]) { $1 }, output: .discard, error: .pipe)
+        let said = String(decoding: closed.standardError!.readDataToEndOfFile(), as: UTF8.self)
+        #expect(closed.terminationStatus == 1, "\(said)")
+        #expect(said == "nimbus: no Nimbus server answered at http://127.0.0.1:9 (connection refused); start one, or name it with --server URL (a local one on another port: NIMBUS_PORT)\n", "\(said)")
     }
 
     @Test("operators delete and passwd; users list and passwd: each does what it says, and refuses what it should")
