@@ -85,7 +85,9 @@ struct Admin: AsyncParsableCommand {
     ) async throws
         -> (status: Int, text: String, cookie: String?)
     {
-        var request = HTTPClientRequest(url: "\(server)/admin/1/\(path)")
+        // An address without a scheme (127.0.0.1:8080) means plain HTTP, as curl reads it.
+        let base = server.contains("://") ? server : "http://" + server
+        var request = HTTPClientRequest(url: "\(base)/admin/1/\(path)")
         request.method = verb == "POST" ? .POST : .GET
         for (name, value) in headers { request.headers.add(name: name, value: value) }
         if let body {

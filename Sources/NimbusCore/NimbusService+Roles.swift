@@ -162,10 +162,19 @@ extension NimbusService {
         granting: Bool
     ) async throws {
         try Names.validateIdentifier(recordType, kind: "record type", path: "record type")
+        // A grant on a type the schema lacks (a typo) would be kept and deployed, and shown
+        // nowhere; the types every schema has are always there.
+        let types = try await schema(container: container, environment: environment).recordTypes
+        guard types.contains(recordType) || recordType == Names.usersRecordType || recordType == Names.shareRecordType else {
+            throw CloudKitError(
+                .notFound,
+                "record type '\(Names.escaped(recordType))' is not in the \(environment.rawValue) schema of \(container); grant on one of its types (\(types.prefix(8).joined(separator: ", ")))")
+        }
         let scope = try await accounts.securityState()[container, environment]
         guard SecurityRoles.builtIn.contains(role) || scope.roles.contains(role) else {
             throw CloudKitError(
-                .notFound, "no role '\(Names.escaped(role))' in \(container)/\(environment.rawValue); create it with `nimbus roles create`")
+                .notFound,
+                "no role '\(Names.escaped(role))' in \(container)/\(environment.rawValue); create it first (the dashboard's Create role, or nimbus roles create)")
         }
         var grants = SecurityRoles.grants(of: recordType, in: scope)
         if scope.grants[recordType] == nil {

@@ -130,6 +130,43 @@ struct ConsoleTests {
         }
     }
 
+    /// Review defects 5, 6, 20 and 29 (../shared/reference/dashboard-review.md): the page's
+    /// own favicon is no 404 and no log entry; an unrouted path is logged as asked; a grant on a
+    /// type the schema lacks is refused; adding a field of another type says so without a file;
+    /// an unknown admin path hints at the admin API.
+    @Test("no favicon 404s; unrouted paths logged as asked; grants need the type; a field's type clash said plainly")
+    func reviewDefectsOnTheServer() async throws {
+        try await TestServer.with { server in
+            let browser = try await Self.administrator(server)
+            let alice = try await server.user("alice")
+            #expect(try await alice.modify("public", [Op.create("v1", type: "Venue", ["capacity": Op.field(.int(10))])]).status == 200)
+
+            let favicon = try await server.client().send(path: "/favicon.ico", body: nil)
+            #expect(favicon.status == 204, "\(favicon.text)")
+            _ = try await server.client().send(path: "/no/such/thing", body: nil)
+            let log = try await browser.get("requests", query: "?limit=50")
+            let routes = log.json["requests"]?.arrayValue?.compactMap { $0["route"]?.stringValue } ?? []
+            #expect(!routes.contains("/favicon.ico") && !routes.contains("NotFound"), "\(routes)")
+            #expect(routes.contains("/no/such/thing"), "\(routes)")
+
+            let typo = try await browser.post(
+                "containers/\(Self.container)/grants/development", ["recordType": "Venu", "role": "_world", "permissions": ["READ"]])
+            #expect(typo.status == 404 && typo.reason.contains("'Venu' is not in the development schema"), "\(typo.text)")
+            #expect(typo.reason.contains("Venue"), "the reason lists the types there are: \(typo.text)")
+            let noRole = try await browser.post(
+                "containers/\(Self.container)/grants/development", ["recordType": "Venue", "role": "Moderator", "permissions": ["READ"]])
+            #expect(noRole.status == 404 && noRole.reason.contains("Create role"), "\(noRole.text)")
+            let plan = try await browser.get("containers/\(Self.container)/schema/deploy")
+            #expect(!plan.text.contains("Venu\""), "\(plan.text)")
+
+            let clash = try await browser.post(
+                "containers/\(Self.container)/schema/development/fields", ["recordType": "Venue", "field": "capacity", "type": "STRING"])
+            #expect(clash.status == 400 && clash.reason.contains("Venue.capacity is INT64 in development already") && !clash.reason.contains("file"), "\(clash.text)")
+            let adminTypo = try await browser.get("containres")
+            #expect(adminTypo.status == 404 && adminTypo.reason.contains("admin API"), "\(adminTypo.text)")
+        }
+    }
+
     /// Why a schema file is refused; nil when it is read.
     static func refusal(_ text: String) -> String? {
         do {

@@ -200,7 +200,8 @@ import Testing
         try await TestServer.with { server in
             let service = server.service
             let container = TestServer.container
-            _ = try await server.user("ann")
+            let first = try await server.user("ann")
+            #expect(try await first.modify("public", [Op.create("p", type: "Party", ["x": Op.field(1)])]).status == 200)
             func refused(_ words: String, _ body: () async throws -> Void) async {
                 do {
                     try await body()
@@ -216,6 +217,10 @@ import Testing
             await refused("does not exist") { try await service.createRole(container: "iCloud.nowhere", environment: .development, name: "R") }
             try await service.createRole(container: container, environment: .development, name: "R")
             await refused("exists already") { try await service.createRole(container: container, environment: .development, name: "R") }
+            await refused("record type 'Partie' is not in the development schema") {
+                try await service.changeGrant(
+                    container: container, environment: .development, recordType: "Partie", role: "R", permissions: .read, granting: true)
+            }
             await refused("no role 'Ghost'") {
                 try await service.changeGrant(
                     container: container, environment: .development, recordType: "Party", role: "Ghost", permissions: .read, granting: true)

@@ -19,7 +19,10 @@ struct AccessLog: Sendable {
         let elapsed = ContinuousClock.now - start
         let facts = context.exchange.current
         let milliseconds = Double(elapsed.components.seconds) * 1_000 + Double(elapsed.components.attoseconds) / 1e15
-        let route = context.endpointPath ?? request.uri.path
+        // A path no route serves is kept as the client sent it (bounded), not as the router's
+        // "NotFound", so the log says what was asked for.
+        let routed = context.endpointPath.flatMap { $0 == "NotFound" ? nil : $0 }
+        let route = routed ?? request.uri.path
         let itemFailures = facts.itemFailureCodes
         // The route's template, never the client's own path: a monitor's label set stays bounded.
         metrics?.countRequest(
@@ -28,7 +31,9 @@ struct AccessLog: Sendable {
         // The dashboard's own files and API are the operators' traffic, not the apps'; a load
         // balancer's health probes are neither (and at its rate of probes the stored log would
         // be mostly them). Both still count in /metrics.
-        if let requests, !route.hasPrefix("/dashboard"), !route.hasPrefix("/admin/"), route != HealthRoutes.path {
+        if let requests, !route.hasPrefix("/dashboard"), !route.hasPrefix("/admin/"), route != HealthRoutes.path,
+            route != DashboardRoutes.faviconPath
+        {
             requests.record(
                 RequestLog.Entry(
                     at: clock.nowMilliseconds(), requestUUID: facts.requestUUID, method: request.method.rawValue,

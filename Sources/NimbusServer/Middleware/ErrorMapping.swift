@@ -68,10 +68,10 @@ struct ErrorMapping: Sendable {
             response.headers[.allow] = allowed.map(\.rawValue).joined(separator: ", ")
             return response
         }
-        return Reply.error(
-            CloudKitError(
-                .notFound,
-                "no endpoint at \(Names.escaped(request.uri.path)); paths look like /database/1/{container}/{environment}/{database}/records/modify"),
-            context: context)
+        let hint =
+            request.uri.path.hasPrefix("/admin/")
+            ? "the admin API's paths are listed in docs/dashboard.md, e.g. /admin/1/containers or /admin/1/requests"
+            : "paths look like /database/1/{container}/{environment}/{database}/records/modify"
+        return Reply.error(CloudKitError(.notFound, "no endpoint at \(Names.escaped(request.uri.path)); \(hint)"), context: context)
     }
 }

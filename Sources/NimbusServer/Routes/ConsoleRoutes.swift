@@ -182,6 +182,11 @@ enum ConsoleRoutes {
                 throw CloudKitError.badRequest("type: '\(Names.escaped(typeName))' is not a field type (STRING, INT64, STRING_LIST, …)")
             }
             let indexes = try indexFlags(try input.stringArray("indexes") ?? [])
+            let schema = try await service.schema(container: container(context), environment: .development)
+            if let existing = schema.fields.first(where: { $0.recordType == recordType && $0.fieldName == field }), existing.fieldType != type.wireName {
+                throw CloudKitError.badRequest(
+                    "\(recordType).\(field) is \(existing.fieldType) in development already; a field's type cannot change (records hold \(existing.fieldType) values): add a field of another name")
+            }
             var added = SchemaFile.RecordType(
                 name: recordType, fields: [SchemaFieldRow(recordType: recordType, fieldName: field, fieldType: type.wireName, indexes: indexes)])
             added.listsSystemIndexes = false
