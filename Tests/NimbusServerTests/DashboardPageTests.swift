@@ -63,6 +63,13 @@ import Testing
         let records = result["records"]?.arrayValue?.compactMap { $0.arrayValue?.first?.stringValue } ?? []
         #expect(records == ["first-note"], "\(result)")
         #expect(result["records"]?[0]?[3]?.stringValue?.contains("hello from the app") == true, "\(result)")
+        #expect(result["deleteQuestion"]?.stringValue?.contains("Delete record first-note (Note)") == true, "\(result)")
+        #expect(result["afterDismiss"] == ["first-note"] && result["afterDelete"] == [], "\(result)")
+        #expect(result["deleted"]?.stringValue?.contains("Deleted first-note.") == true, "\(result)")
+        #expect(result["revokeQuestion"]?.stringValue?.contains("Type \(container) to confirm") == true, "\(result)")
+        #expect(result["wrongTyped"]?.stringValue?.contains("Nothing was changed") == true && result["tokenAfterWrong"] == true, "\(result)")
+        #expect(result["tokensRevoked"]?.stringValue?.contains("development token(s) of \(container) revoked") == true, "\(result)")
+        #expect(result["tokenAfterRevoke"] == 401, "\(result)")
         #expect(result["afterReload"] == "root", "\(result)")
         #expect(result["spent"]?.stringValue?.contains("an operator exists already") == true, "\(result)")
     }
@@ -106,6 +113,8 @@ import Testing
             let result = try JSON.parse(printed)
             #expect(result["wrongPassword"]?.stringValue?.contains("wrong password") == true, "\(result)")
             #expect(result["signedInAs"]?.stringValue == "olga")
+            #expect(result["sessionQuestion"]?.stringValue?.contains("Sign alice out of this development session") == true, "\(result)")
+            #expect(result["sessionsAfterDismiss"] == 1, "\(result)")
             let preview = result["travelPreview"]?.arrayValue?.map { $0.arrayValue?.compactMap(\.stringValue) ?? [] } ?? []
             #expect(preview == [["Diary", "d1", "Note", "restore"]], "\(result)")
             #expect(result["travelNote"]?.stringValue?.contains("Nothing has changed yet") == true, "\(result)")

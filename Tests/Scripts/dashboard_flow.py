@@ -175,7 +175,13 @@ def console_flow(driver, wait, shots, config, result, rows, visible):
     wait.until(lambda d: visible("person") and rows("session-rows"))
     if shots:
         driver.save_screenshot(f"{shots}/people.png")
+    # Asked first, naming whose session; dismissed, nothing happens.
     driver.find_element(By.CSS_SELECTOR, "#session-rows button").click()
+    result["sessionQuestion"] = driver.switch_to.alert.text
+    driver.switch_to.alert.dismiss()
+    result["sessionsAfterDismiss"] = len(rows("session-rows"))
+    driver.find_element(By.CSS_SELECTOR, "#session-rows button").click()
+    driver.switch_to.alert.accept()
     result["revoked"] = message_contains("Session of alice revoked.")
 
     # Sharing: alice's share of her album, with bob.

@@ -14,6 +14,7 @@ Prints a JSON object of what the page showed, for the Swift test to check.
 """
 import json
 import sys
+import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -109,6 +110,43 @@ def main():
         result["records"] = rows("record-rows")
         if shots:
             driver.save_screenshot(f"{shots}/first-record.png")
+
+        # Deleting the record asks first; dismissed, it stays; accepted, it goes and the list says so.
+        driver.find_element(By.CSS_SELECTOR, "#record-rows button.link").click()
+        wait.until(lambda d: visible("record-detail"))
+        driver.find_element(By.ID, "delete-record").click()
+        result["deleteQuestion"] = driver.switch_to.alert.text
+        driver.switch_to.alert.dismiss()
+        result["afterDismiss"] = [row[0] for row in rows("record-rows")]
+        driver.find_element(By.ID, "delete-record").click()
+        driver.switch_to.alert.accept()
+        wait.until(lambda d: "Deleted first-note" in message())
+        result["deleted"] = message()
+        result["afterDelete"] = [row[0] for row in rows("record-rows")]
+
+        # Revoking the environment's tokens wants the container typed: a wrong answer changes
+        # nothing; the right one revokes, and the app's token stops working.
+        driver.find_element(By.CSS_SELECTOR, "nav button[data-view=containers]").click()
+        wait.until(lambda d: visible("containers"))
+        driver.find_element(By.ID, "revoke-tokens").click()
+        result["revokeQuestion"] = driver.switch_to.alert.text
+        driver.switch_to.alert.send_keys("iCloud.wrong")
+        driver.switch_to.alert.accept()
+        wait.until(lambda d: "Nothing was changed" in message())
+        result["wrongTyped"] = message()
+        result["tokenAfterWrong"] = len(post(f"{database}/records/query?ckAPIToken={token}", {"query": {"recordType": "Note"}}).get("records", [])) >= 0
+        driver.find_element(By.ID, "revoke-tokens").click()
+        driver.switch_to.alert.send_keys(config["container"])
+        driver.switch_to.alert.accept()
+        wait.until(lambda d: "revoked" in message())
+        result["tokensRevoked"] = message()
+        try:
+            post(f"{database}/records/query?ckAPIToken={token}", {"query": {"recordType": "Note"}})
+            result["tokenAfterRevoke"] = 200
+        except urllib.error.HTTPError as error:
+            result["tokenAfterRevoke"] = error.code
+        if shots:
+            driver.save_screenshot(f"{shots}/tokens-revoked.png")
 
         # 5. A reload keeps the session (the cookie), with no setup form.
         driver.refresh()

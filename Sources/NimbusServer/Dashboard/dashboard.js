@@ -112,6 +112,7 @@ let current = 'operators';
 
 async function show(view) {
   current = view;
+  say('');  // a message belongs to the area it came from
   for (const button of document.querySelectorAll('nav button')) button.setAttribute('aria-pressed', String(button.dataset.view === view));
   for (const section of document.querySelectorAll('.view')) section.hidden = section.id !== view;
   $('scope').hidden = view === 'operators' || view === 'audit' || view === 'backups';
@@ -153,7 +154,7 @@ $('create-operator').addEventListener('submit', async (event) => {
     const created = await api('operators', { method: 'POST', body: { name: form.elements.name.value, role: form.elements.role.value, ...(containers.length ? { containers } : {}) } });
     $('new-password').textContent = created.password;
     say('');
-    form.elements.name.value = '';
+    form.reset();  // the next operator starts from nothing, not scoped to this one's containers
     show('operators');
   } catch (error) { say(error.message); }
 });
@@ -185,8 +186,8 @@ for (const [form, path, done] of [['second-factor-confirm', 'me/second-factor/co
       await api(path, { method: 'POST', body: { code: event.target.elements.code.value.trim() } });
       event.target.reset();
       $('second-factor-confirm').hidden = true;
+      await show('operators');
       say(`Second factor ${done}.`);
-      show('operators');
     } catch (error) { say(error.message); }
   });
 }
@@ -205,7 +206,12 @@ async function showKeys() {
       const button = document.createElement('button');
       button.type = 'button'; button.textContent = 'Revoke';
       button.setAttribute('aria-label', `Revoke key ${key.keyID}`);
-      button.addEventListener('click', () => act(() => api(`containers/${picked()}/keys/${encodeURIComponent(key.keyID)}/revoke`, { method: 'POST' }), showKeys));
+      button.className = 'danger';
+      button.addEventListener('click', () => {
+        if (!confirmed(`Revoke server-to-server key ${key.keyID} (${key.environment})? Requests it signs are refused from now on; a revoked key cannot be restored.`)) return;
+        act(() => api(`containers/${picked()}/keys/${encodeURIComponent(key.keyID)}/revoke`, { method: 'POST' }),
+          async () => { await showKeys(); say(`Key ${key.keyID} revoked.`); });
+      });
       action.append(button);
     }
     row.append(action);
@@ -260,10 +266,21 @@ $('create-token').addEventListener('submit', async (event) => {
   if (created) $('new-token').textContent = created.apiToken;
 });
 
+// Destructive actions ask first, naming what goes; the irreversible ones want the name typed.
+function confirmed(question) { return window.confirm(question); }
+function typedConfirmation(question, expected) {
+  const typed = window.prompt(`${question}\n\nType ${expected} to confirm.`);
+  if (typed === null) return false;
+  if (typed.trim() !== expected) { say(`Nothing was changed: "${typed}" is not ${expected}.`); return false; }
+  return true;
+}
+
 $('revoke-tokens').addEventListener('click', async () => {
   const environment = $('create-token').elements.environment.value;
-  const answer = await act(() => api(`containers/${picked()}/tokens/revoke`, { method: 'POST', body: { environment } }));
-  if (answer) say(`${answer.revoked} ${environment} token(s) revoked.`);
+  const container = picked();
+  if (!typedConfirmation(`Revoke every ${environment} API token of ${container}? Every app and web page using one stops working until it is given a new token. This cannot be undone.`, container)) return;
+  const answer = await act(() => api(`containers/${container}/tokens/revoke`, { method: 'POST', body: { environment } }));
+  if (answer) say(`${answer.revoked} ${environment} token(s) of ${container} revoked.`);
 });
 
 $('add-key').addEventListener('submit', (event) => {
@@ -340,21 +357,26 @@ async function setIndexes(recordType, field, row) {
 $('add-field').addEventListener('submit', (event) => {
   event.preventDefault();
   const form = event.target;
+  const what = `${form.elements.recordType.value}.${form.elements.field.value} (${form.elements.type.value})`;
   act(() => api(inContainer('schema/development/fields'), { method: 'POST', body: {
     recordType: form.elements.recordType.value, field: form.elements.field.value, type: form.elements.type.value } }),
-  () => { form.reset(); return views.schema(); });
+  async () => { form.reset(); await views.schema(); say(`Added ${what} to development.`); });
 });
 
 function grantChange(granting) {
   const form = $('roles-form');
   const permissions = [...form.querySelectorAll('input[name=perm]')].filter((box) => box.checked).map((box) => box.value);
-  return act(() => api(inContainer(`grants/${scope().environment}`), { method: 'POST', body: {
-    recordType: form.elements.recordType.value, role: form.elements.role.value, permissions, granting } }), views.schema);
+  const { recordType, role } = { recordType: form.elements.recordType.value, role: form.elements.role.value };
+  return act(() => api(inContainer(`grants/${scope().environment}`), { method: 'POST', body: { recordType, role, permissions, granting } }),
+    async () => { await views.schema(); say(`${granting ? 'Granted' : 'Revoked'} ${permissions.join(', ') || 'nothing'} on ${recordType} ${granting ? 'to' : 'from'} ${role} in ${scope().environment}.`); });
 }
 $('grant').addEventListener('click', () => grantChange(true));
 $('revoke-grant').addEventListener('click', () => grantChange(false));
-$('create-role').addEventListener('click', () => act(() => api(inContainer(`roles/${scope().environment}`), {
-  method: 'POST', body: { name: $('roles-form').elements.name.value } }), views.schema));
+$('create-role').addEventListener('click', () => {
+  const name = $('roles-form').elements.name.value;
+  act(() => api(inContainer(`roles/${scope().environment}`), { method: 'POST', body: { name } }),
+    async () => { await views.schema(); say(`Role ${name} created in ${scope().environment}.`); });
+});
 
 $('review-deploy').addEventListener('click', () => act(async () => {
   const plan = await api(inContainer('schema/deploy'));
@@ -413,6 +435,14 @@ function zoneID() {
   const value = $('query-form').elements.zone.value;
   return value ? JSON.parse(value) : { zoneName: '_defaultZone' };
 }
+
+// Zones belong to one database of one user in one environment and container: when any of
+// those changes, the picker is back to the default zone until zones are loaded again.
+function forgetZones() {
+  $('query-form').elements.zone.replaceChildren(el('option', { value: '' }, '_defaultZone'));
+}
+for (const name of ['database', 'user']) $('query-form').elements[name].addEventListener('change', forgetZones);
+for (const id of ['container-pick', 'environment-pick']) $(id).addEventListener('change', forgetZones);
 
 $('load-zones').addEventListener('click', () => act(async () => {
   const { zones } = await api(dataPath('zones/list'), { method: 'POST', body: {} });
@@ -479,6 +509,8 @@ async function runQuery(marker) {
   const query = { recordType: form.elements.recordType.value.trim(), filterBy: filtersFromForm() };
   if (form.elements.sortField.value.trim()) query.sortBy = [{ fieldName: form.elements.sortField.value.trim(), ascending: form.elements.sortOrder.value === 'asc' }];
   const body = { zoneID: zoneID(), resultsLimit: Number(form.elements.limit.value || '50'), query, ...(marker ? { continuationMarker: marker } : {}) };
+  // Whatever this query finds replaces what was shown; when it fails, nothing of an earlier one stays.
+  $('record-rows').replaceChildren(); $('query-note').textContent = ''; $('next-page').hidden = true;
   const answer = await api(dataPath('records/query'), { method: 'POST', body });
   data.marker = answer.continuationMarker || null;
   $('next-page').hidden = !data.marker;
@@ -623,8 +655,9 @@ $('record-form').addEventListener('submit', (event) => {
       zoneID: zoneID(), operations: [{ operationType: data.record ? 'update' : 'create', record }] } });
     const saved = onlyRecord(answer);
     form.elements.assetFile.value = '';
-    say(`Saved ${saved.recordName}.`);
     showRecord(saved);
+    if (form.closest('#data') && $('query-form').elements.recordType.value.trim()) await runQuery(null);  // the list shows what was saved
+    say(`Saved ${saved.recordName}.`);
   });
 });
 
@@ -635,14 +668,20 @@ function onlyRecord(answer) {
   return record;
 }
 
-$('delete-record').addEventListener('click', () => act(async () => {
+$('delete-record').addEventListener('click', () => {
+  if (!confirmed(`Delete record ${data.record.recordName} (${data.record.recordType})? Devices delete their copies when they next sync. Time travel can bring it back while versions are kept.`)) return;
+  deleteRecord();
+});
+
+const deleteRecord = () => act(async () => {
   const answer = await api(dataPath('records/modify'), { method: 'POST', body: {
     zoneID: zoneID(), operations: [{ operationType: 'delete', record: { recordName: data.record.recordName, recordChangeTag: data.record.recordChangeTag } }] } });
   onlyRecord(answer);
-  say(`Deleted ${data.record.recordName}.`);
+  const name = data.record.recordName;
   $('record-detail').hidden = true;
   await runQuery(null);
-}));
+  say(`Deleted ${name}.`);
+});
 
 // People: members, then one person's sessions, roles, subscriptions and push tokens.
 views.people = async () => {
@@ -660,9 +699,12 @@ async function showPerson(name) {
   $('session-rows').replaceChildren(...person.sessions.map((session) => el('tr', {},
     el('td', {}, session.environment), el('td', {}, new Date(session.createdAt).toLocaleString()),
     el('td', {}, new Date(session.lastUsedAt).toLocaleString()),
-    el('td', {}, isAdministrator() ? el('button', { type: 'button', 'aria-label': `Revoke the ${session.environment} session`,
-      onclick: () => act(() => api(inContainer(`users/${encodeURIComponent(name)}/sessions/revoke`), { method: 'POST', body: { session: session.session } }),
-        async () => { say(`Session of ${name} revoked.`); await showPerson(name); }) }, 'Revoke') : ''))));
+    el('td', {}, isAdministrator() ? el('button', { type: 'button', className: 'danger', 'aria-label': `Revoke the ${session.environment} session`,
+      onclick: () => {
+        if (!confirmed(`Sign ${name} out of this ${session.environment} session (last used ${new Date(session.lastUsedAt).toLocaleString()})? The device must sign in again.`)) return;
+        act(() => api(inContainer(`users/${encodeURIComponent(name)}/sessions/revoke`), { method: 'POST', body: { session: session.session } }),
+          async () => { await showPerson(name); say(`Session of ${name} revoked.`); });
+      } }, 'Revoke') : ''))));
   $('person-roles').textContent = Object.entries(person.roles).map(([env, roles]) => `${env}: ${roles.join(', ') || 'no custom role'}`).join('; ');
   $('subscription-rows').replaceChildren(...person.subscriptions.flatMap((group) => (group.list.subscriptions || []).map((s) => el('tr', {},
     el('td', {}, group.environment), el('td', {}, group.database), el('td', {}, s.subscriptionID), el('td', {}, s.subscriptionType)))));
@@ -691,9 +733,14 @@ async function showShares(owner) {
         const label = (identity.lookupInfo && (identity.lookupInfo.emailAddress || identity.lookupInfo.phoneNumber)) || identity.userRecordName || '?';
         return `${label} ${p.type || ''} ${p.permission || ''} ${p.acceptanceStatus || ''}`.trim();
       }).join('; ');
-      const revoke = isAdministrator() ? el('button', { type: 'button', 'aria-label': `Revoke share ${share.recordName}`,
-        onclick: () => act(() => api(`${base}/records/modify${who}`, { method: 'POST', body: { zoneID: zone.zoneID,
-          operations: [{ operationType: 'forceDelete', record: { recordName: share.recordName } }] } }), () => showShares(owner)) }, 'Revoke') : '';
+      const revoke = isAdministrator() ? el('button', { type: 'button', className: 'danger', 'aria-label': `Revoke share ${share.recordName}`,
+        onclick: () => {
+          const count = (share.participants || []).length;
+          if (!typedConfirmation(`Revoke ${owner}'s share ${share.recordName} in zone ${zone.zoneID.zoneName}? Its ${count} participant(s) lose access at once; sharing again needs a new share and new invitations.`, share.recordName)) return;
+          act(() => api(`${base}/records/modify${who}`, { method: 'POST', body: { zoneID: zone.zoneID,
+            operations: [{ operationType: 'forceDelete', record: { recordName: share.recordName } }] } }),
+          async () => { await showShares(owner); say(`Share ${share.recordName} revoked.`); });
+        } }, 'Revoke') : '';
       rows.push(el('tr', {}, el('td', {}, zone.zoneID.zoneName), el('td', {}, share.recordName), el('td', {}, share.publicPermission || 'NONE'),
         el('td', {}, people), el('td', {}, share.webpageURL || share.shortGUID || ''), el('td', {}, revoke)));
     }
