@@ -19,8 +19,7 @@ import json
 import struct
 import sys
 
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
+from browser import chromium
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
@@ -255,11 +254,7 @@ def console_flow(driver, wait, shots, config, result, rows, visible):
 
 def main():
     config = json.load(open(sys.argv[1]))
-    options = webdriver.ChromeOptions()
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1100,800"):
-        options.add_argument(flag)
-    options.binary_location = "/usr/bin/chromium"
-    driver = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
+    driver = chromium("--window-size=1100,800")
     wait = WebDriverWait(driver, 60)  # the suite shares two cores with this browser
     shots = config.get("screenshots")
     result = {}

@@ -18,8 +18,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
+from browser import chromium
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
@@ -33,11 +32,7 @@ def post(url, body):
 
 def main():
     config = json.load(open(sys.argv[1]))
-    options = webdriver.ChromeOptions()
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1440,900"):
-        options.add_argument(flag)
-    options.binary_location = "/usr/bin/chromium"
-    driver = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
+    driver = chromium("--window-size=1440,900")
     wait = WebDriverWait(driver, 60)  # the suite shares two cores with this browser
     shots = config.get("screenshots")
     result = {}
@@ -58,6 +53,13 @@ def main():
         element.clear()
         element.send_keys(value)
 
+    def set_up(name, password, again):
+        form = driver.find_element(By.ID, "setup-form")
+        fill(form, "name", name)
+        fill(form, "password", password)
+        fill(form, "again", again)
+        form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+
     try:
         # 1. The banner's link opens the setup form, not the sign-in form.
         driver.get(config["setupURL"])
@@ -65,15 +67,10 @@ def main():
         result["signInHidden"] = not visible("sign-in")
         if shots:
             driver.save_screenshot(f"{shots}/first-run.png")
-        form = driver.find_element(By.ID, "setup-form")
-        fill(form, "name", "root")
-        fill(form, "password", "first operator password")
-        fill(form, "again", "first operator passwort")
-        form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        set_up("root", "first operator password", "first operator passwort")
         wait.until(lambda d: message())
         result["mismatch"] = message()
-        fill(form, "again", "first operator password")
-        form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        set_up("root", "first operator password", "first operator password")
         wait.until(lambda d: visible("app") and d.find_element(By.ID, "operator-name").text)
         result["signedInAs"] = driver.find_element(By.ID, "operator-name").text
         result["role"] = driver.find_element(By.ID, "operator-role").text
@@ -157,11 +154,7 @@ def main():
         driver.get(config["setupURL"])
         driver.refresh()
         wait.until(lambda d: visible("setup"))
-        form = driver.find_element(By.ID, "setup-form")
-        fill(form, "name", "second")
-        fill(form, "password", "another long password")
-        fill(form, "again", "another long password")
-        form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        set_up("second", "another long password", "another long password")
         wait.until(lambda d: message())
         result["spent"] = message()
     finally:

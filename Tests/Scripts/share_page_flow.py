@@ -12,19 +12,14 @@ Opens the page, signs in, reads what it shows, accepts, and prints a JSON object
 import json
 import sys
 
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
+from browser import chromium
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 
 def main():
     config = json.load(open(sys.argv[1]))
-    options = webdriver.ChromeOptions()
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage"):
-        options.add_argument(flag)
-    options.binary_location = "/usr/bin/chromium"
-    driver = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
+    driver = chromium()
     wait = WebDriverWait(driver, 60)  # the suite shares two cores with this browser
     result = {}
     try:

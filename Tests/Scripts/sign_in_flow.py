@@ -18,8 +18,7 @@ import sys
 import threading
 import urllib.parse
 
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
+from browser import chromium
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -62,11 +61,7 @@ def main():
     config = json.load(open(sys.argv[1]))
     server = serve(config["signInURL"])
     port = server.server_address[1]
-    options = webdriver.ChromeOptions()
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-popup-blocking"):
-        options.add_argument(flag)
-    options.binary_location = "/usr/bin/chromium"
-    driver = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
+    driver = chromium("--disable-popup-blocking")
     wait = WebDriverWait(driver, 60)  # the suite shares two cores with this browser
     result = {}
     try:
