@@ -1,4 +1,5 @@
 import ArgumentParser
+import Foundation
 import NimbusCore
 import NimbusStorage
 
@@ -51,11 +52,11 @@ struct QuotasCommand: AsyncParsableCommand {
                 printLimits(try await service.limits(container: container), quotas: true)
                 for environment in Environment.allCases {
                     let usage = try await service.publicUsage(container: container, environment: environment)
-                    print("public database (\(environment.rawValue)): \(usage.usedBytes) of \(usage.quotaBytes) bytes\(versions(usage))")
+                    print("public database (\(environment.rawValue)): \(readableSize(usage.usedBytes)) of \(readableSize(usage.quotaBytes))\(versions(usage))")
                     if let user {
                         let usage = try await service.privateUsage(container: container, environment: environment, userName: user)
                         print(
-                            "\(user)'s private database (\(environment.rawValue)): \(usage.usedBytes) of \(usage.quotaBytes) bytes\(versions(usage))")
+                            "\(user)'s private database (\(environment.rawValue)): \(readableSize(usage.usedBytes)) of \(readableSize(usage.quotaBytes))\(versions(usage))")
                     }
                 }
             } catch { throw reportFailure(error) }
@@ -76,7 +77,9 @@ struct QuotasCommand: AsyncParsableCommand {
 private func printLimits(_ limits: EffectiveLimits, quotas: Bool) {
     for limit in ContainerLimit.allCases where limit.isQuota == quotas {
         let origin = limits.overrides[limit.rawValue] == nil ? "default" : "set for this container"
-        print("\(limit.rawValue) = \(limits[limit])  (\(origin))")
+        // Quotas are bytes: the number to set, and the size to read.
+        let readable = quotas ? " = \(readableSize(limits[limit]))" : ""
+        print("\(limit.rawValue) = \(limits[limit])\(readable)  (\(origin))")
     }
 }
 
@@ -108,5 +111,18 @@ private func setLimits(_ data: DataOptions, container: String, _ settings: [Stri
 
 /// What a database's kept versions take, as `nimbus quotas show` adds it after the quota.
 private func versions(_ usage: DatabaseUsage) -> String {
-    usage.historyBytes == 0 ? "" : " (and \(usage.historyBytes) bytes of earlier versions kept for time travel, not counted)"
+    usage.historyBytes == 0 ? "" : " (and \(readableSize(usage.historyBytes)) of earlier versions kept for time travel, not counted)"
+}
+
+/// A byte count as people read it, in powers of 1,024 as quotas are set (and as the dashboard
+/// shows them): 903 B, 45.8 KB, 1.0 GB.
+func readableSize(_ bytes: Int64) -> String {
+    let units = ["B", "KB", "MB", "GB", "TB"]
+    var value = Double(bytes)
+    var unit = 0
+    while value >= 1024, unit < units.count - 1 {
+        value /= 1024
+        unit += 1
+    }
+    return unit == 0 ? "\(bytes) B" : String(format: "%.1f", value) + " " + units[unit]
 }

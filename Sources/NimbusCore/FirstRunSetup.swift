@@ -35,17 +35,18 @@ final class FirstRunSetup: Sendable {
             }
             guard Credentials.constantTimeEqual(Array(Credentials.tokenHash(token).utf8), Array(current.tokenHash.utf8)) else { return .wrong }
             open = nil
-            return .spent
+            return .spent(expiresAt: current.expiresAt)
         }
     }
 
-    /// Opens the link again after a spent token could not make the operator (a name or
-    /// password the rules refuse), so the person at the browser can correct it.
+    /// Opens the link again, until the moment it was to expire anyway, after a spent token
+    /// could not make the operator (a name or password the rules refuse), so the person at the
+    /// browser can correct it.
     func reopen(_ token: String, until expiresAt: Int64) {
         open.withLock { $0 = $0 ?? Open(tokenHash: Credentials.tokenHash(token), expiresAt: expiresAt) }
     }
 
-    enum Spent { case spent, wrong, expired, closed }
+    enum Spent { case spent(expiresAt: Int64), wrong, expired, closed }
 }
 
 extension NimbusService {
@@ -76,8 +77,9 @@ extension NimbusService {
         guard try await operators().isEmpty else {
             throw CloudKitError(.accessDenied, "an operator exists already: sign in, or ask an administrator for an account")
         }
+        let expiresAt: Int64
         switch firstRunSetup.spend(token, now: time) {
-        case .spent: break
+        case .spent(let expiry): expiresAt = expiry
         case .wrong:
             throw CloudKitError(.authenticationFailed, "this setup link is not the one the server printed; copy the link from its output again")
         case .expired:
@@ -91,7 +93,7 @@ extension NimbusService {
             try Self.validateOperatorPassword(password)
             _ = try await insertOperator(name: name, password: password, role: .administrator, containers: nil, by: name, action: "operators.setup")
         } catch {
-            firstRunSetup.reopen(token, until: time + Self.firstRunSetupMilliseconds)
+            firstRunSetup.reopen(token, until: expiresAt)
             throw error
         }
         return try await signInOperator(name: name, password: password, clientAddress: clientAddress)

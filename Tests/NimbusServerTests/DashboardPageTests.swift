@@ -161,7 +161,11 @@ import Testing
             #expect(share.count == 6 && share[0] == "Album" && share[3].contains("bob@example.com"), "\(result)")
             let log = (result["log"]?.arrayValue ?? []).compactMap { $0.arrayValue?.compactMap(\.stringValue) }
             #expect(log.count == 1 && log[0][4] == "alice" && log[0][2].contains("records/lookup"), "\(result)")
-            #expect(result["logExport"]?.stringValue?.hasSuffix("/admin/1/requests/export?error=ZONE_NOT_FOUND") == true, "\(result)")
+            let export = result["logExport"]?.stringValue ?? ""
+            #expect(export.contains("/admin/1/requests/export?error=zone_not_found&container=\(TestServer.container)&environment=development"), "\(result)")
+            // Sizes as people read them (review defect 27).
+            let usage = (result["usage"]?.arrayValue ?? []).compactMap { $0.arrayValue?.compactMap(\.stringValue) }
+            #expect(usage.first?[2].hasSuffix(" GB") == true && usage.first?[1].hasSuffix("B") == true, "\(result)")
             #expect((result["chartBars"]?.int64Value ?? 0) >= 1, "\(result)")
 
             // A backup taken from the page, listed, and whole.

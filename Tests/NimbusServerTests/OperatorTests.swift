@@ -456,6 +456,13 @@ extension OperatorTests {
             userRecordName: nil)
         #expect(try await client.signIn("ada", password: "first-password").status == 401)
         #expect(try await client.signIn("ada", password: "second-password").status == 200)
+
+        // One convention for the container (--container), and sizes people read (defects 27, 29).
+        let quotas = try NimbusProcess.run(["quotas", "show", "--container", "iCloud.nimbus.default", "--user", "ada"] + data)
+        #expect(quotas.contains("privateDatabaseBytes = 1073741824 = 1.0 GB  (default)"), "\(quotas)")
+        #expect(quotas.contains("ada's private database (development): ") && quotas.contains(" of 1.0 GB"), "\(quotas)")
+        #expect(try run(["quotas", "show", "iCloud.nimbus.default"]).0 != 0)
+        #expect(try NimbusProcess.run(["limits", "show", "--container", "iCloud.nimbus.default"] + data).contains("userRequestsPerMinute"))
     }
 
     @Test("nimbus schema diff, remove and reset-development work on the data directly; each refuses what it should")

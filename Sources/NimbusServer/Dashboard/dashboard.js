@@ -226,6 +226,14 @@ async function act(change, refresh) {
 
 function megabytes(bytes) { return `${(bytes / 1048576).toFixed(1)} MB`; }
 
+// A size as people read it: 45.8 KB, 1.0 GB (powers of 1,024, as quotas are set).
+function bytes(count) {
+  const units = ['B', 'KB', 'MB', 'GB', 'TB'];
+  let value = count; let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) { value /= 1024; unit += 1; }
+  return unit === 0 ? `${count} B` : `${value.toFixed(1)} ${units[unit]}`;
+}
+
 function showBackups(status) {
   const every = status.everySeconds ? `every ${status.everySeconds >= 3600 ? `${status.everySeconds / 3600} h` : `${status.everySeconds} s`}` : 'only when asked';
   $('backup-state').textContent = status.configured
@@ -790,7 +798,7 @@ views.logs = async () => {
   const usage = await api(inContainer(`usage/${scope().environment}`));
   const share = (u) => `${Math.round((u.usedBytes / Math.max(1, u.quotaBytes)) * 1000) / 10}%`;
   fill($('usage-rows'), [{ name: 'public database', ...usage.public }, ...usage.users.map((u) => ({ ...u, name: `private: ${u.name}` }))],
-    [(u) => u.name, (u) => `${u.usedBytes} B`, (u) => `${u.quotaBytes} B`, share, (u) => `${u.historyBytes} B`]);
+    [(u) => u.name, (u) => bytes(u.usedBytes), (u) => bytes(u.quotaBytes), share, (u) => bytes(u.historyBytes)]);
 };
 
 // The log search as query parameters: the table and the export link use the same.
@@ -801,6 +809,9 @@ function logSearch() {
     const value = form.elements[name].value.trim();
     if (value) params.set(name, value);
   }
+  // The container and environment picked at the top narrow the log too, as they narrow every area.
+  if ($('container-pick').value) params.set('container', $('container-pick').value);
+  params.set('environment', $('environment-pick').value);
   return params;
 }
 
