@@ -61,7 +61,9 @@ struct FailureTests {
             slow.fetchRecordsResultBlock = { result in if case .failure(let error) = result { outcome.update { $0 = error } } }
             let started = Date()
             await runOperation(slow, on: container("slow").publicCloudDatabase)
-            #expect(Date().timeIntervalSince(started) < 1.2)
+            // The server takes 5 s; well under that means the 0.3 s timeout cut the request (the
+            // margin is for a loaded machine: beside the whole suite it once took 1.7 s).
+            #expect(Date().timeIntervalSince(started) < 3)
             let partial = (outcome.value as? CKError)?.partialErrorsByItemID?[id] as? CKError
             #expect(((outcome.value as? CKError)?.code == .networkFailure) || partial?.code == .networkFailure, "\(String(describing: outcome.value))")
             await expectCKError(.serverResponseLost) { _ = try await container("badrecord").publicCloudDatabase.record(for: id) }
@@ -138,7 +140,7 @@ private func withGarbageServer(_ body: (Int) async throws -> Void) async throws 
             body: .init(byteBuffer: ByteBuffer(string: body)))
     }
     router.post("slow/**") { _, _ in
-        try await Task.sleep(nanoseconds: 1_500_000_000)
+        try await Task.sleep(nanoseconds: 5_000_000_000)
         return Response(status: .ok, body: .init(byteBuffer: ByteBuffer(string: "{}")))
     }
     router.post("array/**") { _, _ in Response(status: .ok, body: .init(byteBuffer: ByteBuffer(string: "[1,2]"))) }
