@@ -170,13 +170,11 @@ extension NimbusService {
 
     // MARK: Filters
 
-    static let systemFieldTypes: [String: FieldType] = [
-        SystemField.recordID.rawValue: FieldType(.reference),
-        SystemField.createTime.rawValue: FieldType(.timestamp),
-        SystemField.modTime.rawValue: FieldType(.timestamp),
-        SystemField.createdBy.rawValue: FieldType(.reference),
-        SystemField.modifiedBy.rawValue: FieldType(.reference),
-    ]
+    /// The system fields a query, an index or a schema row can name, with their types: the
+    /// schema file's table (`SchemaFile.systemFields`) without `___etag`, which is declared but
+    /// never indexed or queried.
+    static let systemFieldTypes: [String: FieldType] = Dictionary(
+        uniqueKeysWithValues: SchemaFile.systemFields.filter { $0.name != SchemaFile.etag }.map { ($0.name, $0.type) })
 
     /// The field's type and, in production, a check that the schema grants `index`.
     private func fieldType(
