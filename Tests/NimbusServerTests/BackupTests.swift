@@ -317,6 +317,7 @@ private struct BreakingBlobStore: BlobStore {
             if !settled { try await Task.sleep(for: .milliseconds(100)) }
         }
         #expect(settled, "the directory never came back to --backup-keep backups")
+        server.stop()  // or the backup verified below may be rotated out while it is read
         let now = Self.completeBackups(in: backups)
         #expect(!now.contains(seen[0]) && !now.contains(seen[1]), "the oldest were not removed: \(now)")
         let newest = try #require(now.sorted().last)
@@ -364,6 +365,9 @@ private struct BreakingBlobStore: BlobStore {
             if !settled { try await Task.sleep(for: .milliseconds(100)) }
         }
         #expect(settled, "the bucket never came back to --backup-keep backups")
+        // The server takes a backup a second and keeps two: one named now would be rotated
+        // out while a slow machine starts the processes below. Stopped, the bucket holds still.
+        server.stop()
         let newest = try #require(try await complete().last)
         #expect(!(try await complete()).contains(seen[0]), "the oldest was not removed")
 
@@ -384,7 +388,6 @@ private struct BreakingBlobStore: BlobStore {
         let restoredData = try await NimbusProcess.dataArguments(restored)
         let output = try await Task.detached { try NimbusProcess.run(["restore", newestURL] + restoredData) }.value
         #expect(output.contains("restored the backup"), "\(output)")
-        server.stop()
         let second = try await NimbusProcess.serve(dataDirectory: restored)
         defer { second.stop() }
         let reader = APIClient(
