@@ -60,7 +60,7 @@ struct Containers: AsyncParsableCommand {
 
 struct Tokens: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Manage API tokens.", subcommands: [Create.self, Revoke.self])
+        abstract: "Manage API tokens.", subcommands: [Create.self, List.self, Revoke.self])
 
     struct Create: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -74,27 +74,61 @@ struct Tokens: AsyncParsableCommand {
         var allowedOrigins: [String] = []
         @Option(help: "Where the sign-in page sends the browser after signing in, with ?ckWebAuthToken=… (CloudKit's Sign In Callback).")
         var signInCallback: String?
+        @Option(help: "What the token is for ('iOS app'), shown by tokens list and the dashboard.") var name: String?
 
         func run() async throws {
             do {
                 let token = try await data.open().service.createAPIToken(
                     container: container, environment: try parseEnvironment(environment),
-                    allowedOrigins: allowedOrigins.isEmpty ? ["*"] : allowedOrigins, signInCallback: signInCallback)
+                    allowedOrigins: allowedOrigins.isEmpty ? ["*"] : allowedOrigins, signInCallback: signInCallback, name: name)
                 print(token)
             } catch { throw reportFailure(error) }
         }
     }
 
-    struct Revoke: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Revoke every API token of a container (or one environment).")
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "List a container's API tokens, one a line, tab-separated: id, environment, name (- for none), made, last used (never), active or revoked. The tokens themselves are never kept, so never shown.")
         @OptionGroup var data: DataOptions
         @Option(help: "The container.") var container: String
-        @Option(help: "development or production; both when omitted.") var environment: String?
 
         func run() async throws {
             do {
-                let count = try await data.open().service.revokeAPITokens(
-                    container: container, environment: try environment.map(parseEnvironment))
+                func time(_ milliseconds: Int64) -> String {
+                    Date(timeIntervalSince1970: Double(milliseconds) / 1000).formatted(.iso8601)
+                }
+                for token in try await data.open().service.apiTokens(container: container) {
+                    let columns = [
+                        token.id, token.environment.rawValue, token.name ?? "-", time(token.createdAt), token.lastUsedAt.map(time) ?? "never",
+                        token.isRevoked ? "revoked" : "active",
+                    ]
+                    print(columns.joined(separator: "\t"))
+                }
+            } catch { throw reportFailure(error) }
+        }
+    }
+
+    struct Revoke: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Revoke one API token (--id, as tokens list shows it) or every token of a container (or of one environment).")
+        @OptionGroup var data: DataOptions
+        @Option(help: "The container.") var container: String
+        @Option(help: "The one token to revoke, by the id tokens list shows.") var id: String?
+        @Option(help: "development or production; both when omitted.") var environment: String?
+
+        func validate() throws {
+            if id != nil, environment != nil { throw ValidationError("--id names one token; --environment revokes every token of one: give one of them") }
+        }
+
+        func run() async throws {
+            do {
+                let service = try await data.open().service
+                if let id {
+                    let token = try await service.revokeAPIToken(container: container, id: id)
+                    print("revoked \(token.id)\(token.name.map { " '\($0)'" } ?? "")")
+                    return
+                }
+                let count = try await service.revokeAPITokens(container: container, environment: try environment.map(parseEnvironment))
                 print("revoked \(count) token(s)")
             } catch { throw reportFailure(error) }
         }

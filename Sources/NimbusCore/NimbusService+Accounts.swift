@@ -73,9 +73,12 @@ extension NimbusService {
     /// `allowedOrigins` are the web origins whose pages may use it (`["*"]`: any), each
     /// `scheme://host[:port]`. `signInCallback` is where the sign-in page sends the browser
     /// after signing in (CloudKit's "Sign In Callback"): an absolute http or https URL.
+    /// `name` says what the token is for, so a list of tokens can be read and one revoked.
     public func createAPIToken(
-        container: String, environment: Environment, allowedOrigins: [String] = ["*"], signInCallback: String? = nil
+        container: String, environment: Environment, allowedOrigins: [String] = ["*"], signInCallback: String? = nil,
+        name: String? = nil
     ) async throws -> String {
+        let name = try name.flatMap(Self.tokenName)
         let origins = try allowedOrigins.map(Self.normalizedOrigin)
         guard !origins.isEmpty else { throw CloudKitError.badRequest("name at least one allowed origin, or * for any") }
         if let signInCallback {
@@ -89,10 +92,45 @@ extension NimbusService {
         let token = Credentials.newAPIToken()
         let row = APITokenRow(
             tokenHash: Credentials.tokenHash(token), container: container, environment: environment, createdAt: now,
-            isRevoked: false, allowedOrigins: origins, signInCallback: signInCallback)
+            isRevoked: false, allowedOrigins: origins, signInCallback: signInCallback, name: name)
         guard try await accounts.createAPIToken(row) else {
             throw CloudKitError(.notFound, "container '\(Names.escaped(container))' does not exist; create it with `nimbus containers create`")
         }
+        return token
+    }
+
+    /// A token's name, trimmed: at most 64 characters, none of them control characters; an
+    /// empty name is no name.
+    static func tokenName(_ text: String) throws(CloudKitError) -> String? {
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        guard !trimmed.isEmpty else { return nil }
+        guard trimmed.count <= 64, !trimmed.unicodeScalars.contains(where: { CharacterSet.controlCharacters.contains($0) }) else {
+            throw CloudKitError.badRequest(
+                "a token's name is at most 64 characters without line breaks or control characters, like 'iOS app' (this one: \(trimmed.count) characters)")
+        }
+        return trimmed
+    }
+
+    /// The container's API tokens, revoked ones too, oldest first (never the tokens themselves:
+    /// only their hashes are kept).
+    public func apiTokens(container: String) async throws -> [APITokenRow] {
+        guard try await containers().contains(where: { $0.id == container }) else {
+            throw CloudKitError(.notFound, "container '\(Names.escaped(container))' does not exist")
+        }
+        return try await accounts.apiTokens(container: container)
+    }
+
+    /// Revokes one token by its id (`APITokenRow.id`, as `apiTokens` lists it).
+    public func revokeAPIToken(container: String, id: String) async throws -> APITokenRow {
+        let tokens = try await apiTokens(container: container)
+        guard let token = tokens.first(where: { $0.id == id.lowercased() && !$0.isRevoked }),
+            try await accounts.revokeAPIToken(container: container, id: token.id)
+        else {
+            throw CloudKitError(
+                .notFound,
+                "container '\(Names.escaped(container))' has no live API token '\(Names.escaped(id))'; nimbus tokens list shows their ids")
+        }
+        credentialCache.clear()
         return token
     }
 
@@ -193,6 +231,13 @@ extension NimbusService {
             throw CloudKitError(
                 .authenticationFailed,
                 "the API token is for \(token.container)/\(token.environment.rawValue), not \(Names.escaped(container))/\(environment.rawValue)")
+        }
+        // Its last use, to the minute (the operator's token list shows it), as for sessions below.
+        if time - (token.lastUsedAt ?? 0) > 60_000 {
+            try await accounts.touchAPIToken(tokenHash: token.tokenHash, at: time)
+            var touched = token
+            touched.lastUsedAt = time
+            credentialCache.tokens.remember(touched, for: touched.tokenHash, now: time)
         }
         guard let webAuthToken else {
             return Caller(container: container, environment: environment, user: nil, deviceID: deviceID)

@@ -18,14 +18,29 @@ extension NimbusService {
 
     /// A new API token, returned once; the log names its environment and origins, never the token.
     public func createAPIToken(
-        container: String, environment: Environment, allowedOrigins: [String], signInCallback: String?, as context: OperatorContext
+        container: String, environment: Environment, allowedOrigins: [String], signInCallback: String?, name: String?,
+        as context: OperatorContext
     ) async throws -> String {
         try context.requireChange(container: container)
         let token = try await createAPIToken(
-            container: container, environment: environment, allowedOrigins: allowedOrigins, signInCallback: signInCallback)
+            container: container, environment: environment, allowedOrigins: allowedOrigins, signInCallback: signInCallback, name: name)
         try await audit(
             context.account.name, "tokens.create", container: container,
-            "\(environment.rawValue) token for origins \(allowedOrigins.joined(separator: ", "))\(signInCallback.map { ", sign-in callback \($0)" } ?? "")")
+            "\(environment.rawValue) token\(name.map { " '\($0)'" } ?? "") for origins \(allowedOrigins.joined(separator: ", "))\(signInCallback.map { ", sign-in callback \($0)" } ?? "")")
+        return token
+    }
+
+    public func apiTokens(container: String, as context: OperatorContext) async throws -> [APITokenRow] {
+        try context.requireSight(of: container)
+        return try await apiTokens(container: container)
+    }
+
+    public func revokeAPIToken(container: String, id: String, as context: OperatorContext) async throws -> APITokenRow {
+        try context.requireChange(container: container)
+        let token = try await revokeAPIToken(container: container, id: id)
+        try await audit(
+            context.account.name, "tokens.revoke", container: container,
+            "\(token.environment.rawValue) token \(token.id)\(token.name.map { " '\($0)'" } ?? "") revoked")
         return token
     }
 

@@ -34,7 +34,7 @@ extension NimbusService {
             guard userName == nil else {
                 throw CloudKitError.badRequest("user: the public database belongs to no user; leave the user out")
             }
-            let keyID = "operator:\(operatorName)"
+            let keyID = Self.operatorKeyID(operatorName)
             caller = Caller(
                 container: container, environment: environment, user: nil, deviceID: "dashboard",
                 serverKey: Caller.ServerKey(keyID: keyID, recordName: serverKeyRecordName(container: container, keyID: keyID)))
@@ -58,6 +58,79 @@ extension NimbusService {
     public func members(container: String, after userID: Int64, limit: Int, as context: OperatorContext) async throws -> [NamedMember] {
         try context.requireSight(of: container)
         return try await accounts.members(container: container, afterUserID: userID, limit: min(max(limit, 1), Self.consolePageLimit))
+    }
+
+    /// The server-to-server identity an operator acts as in the public database: their edits
+    /// are stamped with its record name.
+    static func operatorKeyID(_ operatorName: String) -> String { "operator:\(operatorName)" }
+
+    /// The record names operators' edits are stamped with, to the operators' names: the console
+    /// says "operator olga" where a record shows that stamp (review defect 24).
+    public func operatorStamps(container: String) async throws -> [String: String] {
+        Dictionary(
+            try await operators().map { (serverKeyRecordName(container: container, keyID: Self.operatorKeyID($0.name)), $0.name) },
+            uniquingKeysWith: { first, _ in first })
+    }
+
+    /// Every member of the container, in the order they joined (paged through the store).
+    func allMembers(container: String) async throws -> [NamedMember] {
+        var members: [NamedMember] = []
+        var after: Int64 = 0
+        while true {
+            let page = try await accounts.members(container: container, afterUserID: after, limit: 500)
+            members += page
+            guard let last = page.last else { return members }
+            after = last.entry.member.userID
+        }
+    }
+
+    /// One subscription of a container as the console lists it: whose, in which database.
+    public struct ContainerSubscription: Sendable {
+        public var userName: String
+        public var scope: DatabaseScope
+        public var subscription: SubscriptionInput
+        public var createdAt: Int64
+    }
+
+    /// Every subscription of the container in one environment, every user's and database's
+    /// (the dashboard's Subscriptions list), by user name, then database, then id. Read with
+    /// one scan of the subscriptions table: an operator's page, not a request path.
+    public func subscriptions(container: String, environment: Environment, as context: OperatorContext) async throws
+        -> [ContainerSubscription]
+    {
+        try context.requireSight(of: container)
+        try await requireContainer(container)
+        let names = Dictionary(uniqueKeysWithValues: try await allMembers(container: container).map { ($0.entry.member.userID, $0.userName) })
+        let rows = try await storage.read(.scan) { try $0.allSubscriptions() }
+            .filter { $0.database.container == container && $0.database.environment == environment }
+        return try rows.map {
+            ContainerSubscription(
+                userName: names[$0.userID] ?? "#\($0.userID)", scope: $0.database.scope, subscription: try Self.definition($0.definition),
+                createdAt: $0.createdAt)
+        }.sorted { ($0.userName, $0.scope.rawValue, $0.subscription.subscriptionID) < ($1.userName, $1.scope.rawValue, $1.subscription.subscriptionID) }
+    }
+
+    /// Deletes one user's subscription as the user would (`subscriptions/modify`), so the
+    /// server stops matching it at once; audited.
+    public func deleteSubscription(
+        container: String, environment: Environment, scope: DatabaseScope, userName: String, subscriptionID: String,
+        as context: OperatorContext
+    ) async throws {
+        try context.requireChange(container: container)
+        // The subscriber as the caller (their private target names them), in the database watched.
+        let caller = try await operatorTarget(
+            container: container, environment: environment, scope: .private, userName: userName, operatorName: context.account.name,
+            baseURL: nil
+        ).caller
+        let request = try SubscriptionsModifyRequest(
+            json: ObjectReader(root: [
+                WireKey.operations: [[WireKey.operationType: "delete", WireKey.subscription: [WireKey.subscriptionID: .string(subscriptionID)]]]
+            ]))
+        let answer = try await modifySubscriptions(DatabaseTarget(caller: caller, scope: scope), request)
+        if case .failure(let error)? = answer.subscriptions.first { throw error }
+        try await audit(
+            context.account.name, "subscriptions.delete", container: container,
+            "\(environment.rawValue) \(scope.rawValue) database subscription '\(subscriptionID)' of \(userName)")
     }
 
     /// One person as the dashboard shows them: membership, sessions in the container, the

@@ -80,14 +80,7 @@ extension NimbusService {
     /// production does not give them.
     public func resetDevelopment(container: String) async throws -> DevelopmentReset {
         try await requireContainer(container)
-        var members: [NamedMember] = []
-        var after: Int64 = 0
-        while true {
-            let page = try await accounts.members(container: container, afterUserID: after, limit: 500)
-            members += page
-            guard let last = page.last else { break }
-            after = last.entry.member.userID
-        }
+        let members = try await allMembers(container: container)
         var outcome = DevelopmentReset()
         let subscriptions = Dictionary(grouping: try await storage.read(.scan) { try $0.allSubscriptions() }, by: \.databaseID)
         let keys =

@@ -125,9 +125,8 @@ extension NimbusService {
             let width = (system + own).map { Self.schemaName($0.fieldName).count }.max() ?? 0
             let lines = (system + own).map { field -> String in
                 let type = FieldType(wireName: field.fieldType)?.schemaName ?? field.fieldType
-                // SEARCHABLE is written only where the language allows it (strings).
-                let searchable = type.hasSuffix("STRING") || type.hasSuffix("STRING>")
-                let options = SchemaFile.indexNames(field.indexes).filter { searchable || $0 != "SEARCHABLE" }
+                // Only indexes the type can use (SEARCHABLE for strings, none for assets, …).
+                let options = SchemaFile.indexNames(field.applicableIndexes)
                 let name = Self.schemaName(field.fieldName)
                 return (["    " + name + String(repeating: " ", count: width - name.count), type] + options).joined(separator: " ")
             }
@@ -157,10 +156,18 @@ extension NimbusService {
             if indexes != 0,
                 let row = try tx.schemaFields(container: container, environment: environment).first(where: {
                     $0.recordType == recordType && $0.fieldName == field
-                }), FieldType(wireName: row.fieldType)?.isEncrypted == true
+                })
             {
-                throw CloudKitError.badRequest(
-                    "field '\(field)' of record type '\(recordType)' is encrypted (\(row.fieldType)): the server cannot read it, so it can have no index")
+                if FieldType(wireName: row.fieldType)?.isEncrypted == true {
+                    throw CloudKitError.badRequest(
+                        "field '\(field)' of record type '\(recordType)' is encrypted (\(row.fieldType)): the server cannot read it, so it can have no index")
+                }
+                let applicable = FieldType.applicableIndexes(wireName: row.fieldType)
+                if indexes & ~applicable != 0 {
+                    let takes = SchemaFile.indexNames(applicable)
+                    throw CloudKitError.badRequest(
+                        "\(recordType).\(field) is \(row.fieldType): \(SchemaFile.indexNames(indexes & ~applicable).joined(separator: " and ")) does not apply to it; it takes \(takes.isEmpty ? "no index" : takes.joined(separator: ", "))")
+                }
             }
             if try !tx.setSchemaFieldIndexes(
                 container: container, environment: environment, recordType: recordType, fieldName: field, indexes: indexes)

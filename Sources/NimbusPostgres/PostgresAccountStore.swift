@@ -24,9 +24,9 @@ struct PostgresAccountStore: AccountStore {
     func createAPIToken(_ row: APITokenRow) async throws -> Bool {
         try await !storage.rows(
             """
-            INSERT INTO api_tokens (token_hash, container, environment, created_at, revoked, allowed_origins, sign_in_callback)
+            INSERT INTO api_tokens (token_hash, container, environment, created_at, revoked, allowed_origins, sign_in_callback, name)
             SELECT \(row.tokenHash), id, \(row.environment.rawValue), \(row.createdAt), \(row.isRevoked),
-                   \(row.allowedOrigins.joined(separator: "\n")), \(row.signInCallback)
+                   \(row.allowedOrigins.joined(separator: "\n")), \(row.signInCallback), \(row.name)
             FROM containers WHERE id = \(row.container)
             RETURNING token_hash
             """
@@ -44,13 +44,43 @@ struct PostgresAccountStore: AccountStore {
         ).count
     }
 
+    func apiTokens(container: String) async throws -> [APITokenRow] {
+        try await storage.rows(
+            """
+            SELECT token_hash, container, environment, created_at, revoked, allowed_origins, sign_in_callback, name, last_used_at
+            FROM api_tokens WHERE container = \(container) ORDER BY created_at, token_hash
+            """
+        ).map { row in
+            let (hash, container, environment, created, revoked, origins, callback, name, lastUsed) = try row.decode(
+                (String, String, String, Int64, Bool, String, String?, String?, Int64?).self)
+            return APITokenRow(
+                tokenHash: hash, container: container, environment: Environment(rawValue: environment) ?? .development,
+                createdAt: created, isRevoked: revoked, allowedOrigins: origins.split(separator: "\n").map(String.init),
+                signInCallback: callback, name: name, lastUsedAt: lastUsed)
+        }
+    }
+
+    func revokeAPIToken(container: String, id: String) async throws -> Bool {
+        try await !storage.rows(
+            """
+            UPDATE api_tokens SET revoked = true
+            WHERE container = \(container) AND left(token_hash, \(Int32(APITokenRow.idLength))) = \(id) AND NOT revoked
+            RETURNING token_hash
+            """
+        ).isEmpty
+    }
+
+    func touchAPIToken(tokenHash: String, at time: Int64) async throws {
+        try await storage.rows("UPDATE api_tokens SET last_used_at = \(time) WHERE token_hash = \(tokenHash)")
+    }
+
     func credentials(apiTokenHash: String?, sessionHash: String?) async throws -> StoredCredentials {
         // One row whatever matches: the left joins hang the token and the session (with its
         // user) off a constant row.
         let rows = try await storage.rows(
             """
             SELECT t.token_hash, t.container, t.environment, t.created_at, t.revoked, t.allowed_origins, t.sign_in_callback,
-                   s.token_hash, s.user_id, s.container, s.environment, s.created_at, s.last_used_at,
+                   t.name, t.last_used_at, s.token_hash, s.user_id, s.container, s.environment, s.created_at, s.last_used_at,
                    u.name, u.password_hash, u.created_at
             FROM (SELECT 1) AS one
             LEFT JOIN api_tokens t ON t.token_hash = \(apiTokenHash)
@@ -59,11 +89,11 @@ struct PostgresAccountStore: AccountStore {
             """)
         guard let row = rows.first else { return StoredCredentials() }
         let (
-            tokenHash, tokenContainer, tokenEnvironment, tokenCreated, revoked, origins, callback,
+            tokenHash, tokenContainer, tokenEnvironment, tokenCreated, revoked, origins, callback, tokenName, tokenUsed,
             sessionToken, userID, sessionContainer, sessionEnvironment, sessionCreated, lastUsed,
             userName, passwordHash, userCreated
         ) = try row.decode(
-            (String?, String?, String?, Int64?, Bool?, String?, String?,
+            (String?, String?, String?, Int64?, Bool?, String?, String?, String?, Int64?,
              String?, Int64?, String?, String?, Int64?, Int64?,
              String?, String?, Int64?).self)
         var found = StoredCredentials()
@@ -71,7 +101,8 @@ struct PostgresAccountStore: AccountStore {
             found.apiToken = APITokenRow(
                 tokenHash: tokenHash, container: tokenContainer,
                 environment: Environment(rawValue: tokenEnvironment) ?? .development, createdAt: tokenCreated,
-                isRevoked: revoked, allowedOrigins: origins.split(separator: "\n").map(String.init), signInCallback: callback)
+                isRevoked: revoked, allowedOrigins: origins.split(separator: "\n").map(String.init), signInCallback: callback,
+                name: tokenName, lastUsedAt: tokenUsed)
         }
         if let sessionToken, let userID, let sessionContainer, let sessionEnvironment, let sessionCreated, let lastUsed,
             let userName, let passwordHash, let userCreated

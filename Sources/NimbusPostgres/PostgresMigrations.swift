@@ -720,5 +720,13 @@ enum PostgresMigrations {
                 "CREATE INDEX request_minutes_by_minute ON request_minutes (minute)",
             ]
         ),
+        (
+            "v21-api-token-names",
+            [
+                // Tokens listed by name and last use, revoked one at a time (docs/dashboard.md).
+                "ALTER TABLE api_tokens ADD COLUMN name text",
+                "ALTER TABLE api_tokens ADD COLUMN last_used_at bigint",
+            ]
+        ),
     ]
 }

@@ -631,5 +631,13 @@ enum Migrations {
                     END;
                     """)
         }
+        migrator.registerMigration("v26-api-token-names") { db in
+            // Tokens listed by name and last use, revoked one at a time (docs/dashboard.md).
+            try db.execute(
+                sql: """
+                    ALTER TABLE api_tokens ADD COLUMN name TEXT;
+                    ALTER TABLE api_tokens ADD COLUMN last_used_at INTEGER;
+                    """)
+        }
     }
 }

@@ -32,6 +32,28 @@ struct SQLiteAccountStore: AccountStore {
         try await storage.writeSQLite { try $0.revokeAPITokens(container: container, environment: environment) }
     }
 
+    func apiTokens(container: String) async throws -> [APITokenRow] {
+        try storage.readPoint { tx in
+            try tx.fetchRows(
+                "SELECT \(SQLiteTransaction.apiTokenColumns) FROM api_tokens WHERE container = ? ORDER BY created_at, token_hash",
+                [container]
+            ).map(SQLiteTransaction.apiTokenRow)
+        }
+    }
+
+    func revokeAPIToken(container: String, id: String) async throws -> Bool {
+        try await storage.writeSQLite { tx in
+            try tx.execute(
+                "UPDATE api_tokens SET revoked = 1 WHERE container = ? AND substr(token_hash, 1, ?) = ? AND revoked = 0",
+                [container, APITokenRow.idLength, id])
+            return tx.db.changesCount > 0
+        }
+    }
+
+    func touchAPIToken(tokenHash: String, at time: Int64) async throws {
+        try await storage.writeSQLite { try $0.execute("UPDATE api_tokens SET last_used_at = ? WHERE token_hash = ?", [time, tokenHash]) }
+    }
+
     func credentials(apiTokenHash: String?, sessionHash: String?) async throws -> StoredCredentials {
         try storage.readPoint { tx in
             let token = try apiTokenHash.flatMap { try tx.apiToken(hash: $0) }
@@ -371,21 +393,20 @@ struct SQLiteAccountStore: AccountStore {
 
 /// The statements behind it.
 extension SQLiteTransaction {
+    static let apiTokenColumns =
+        "token_hash, container, environment, created_at, revoked, allowed_origins, sign_in_callback, name, last_used_at"
+
+    static func apiTokenRow(_ row: Row) -> APITokenRow {
+        APITokenRow(
+            tokenHash: row["token_hash"], container: row["container"],
+            environment: Environment(rawValue: row["environment"]) ?? .development,
+            createdAt: row["created_at"], isRevoked: row["revoked"],
+            allowedOrigins: (row["allowed_origins"] as String).split(separator: "\n").map(String.init),
+            signInCallback: row["sign_in_callback"], name: row["name"], lastUsedAt: row["last_used_at"])
+    }
+
     func apiToken(hash: String) throws -> APITokenRow? {
-        try fetchRow(
-            """
-            SELECT token_hash, container, environment, created_at, revoked, allowed_origins, sign_in_callback
-            FROM api_tokens WHERE token_hash = ?
-            """,
-            [hash]
-        ).map {
-            APITokenRow(
-                tokenHash: $0["token_hash"], container: $0["container"],
-                environment: Environment(rawValue: $0["environment"]) ?? .development,
-                createdAt: $0["created_at"], isRevoked: $0["revoked"],
-                allowedOrigins: ($0["allowed_origins"] as String).split(separator: "\n").map(String.init),
-                signInCallback: $0["sign_in_callback"])
-        }
+        try fetchRow("SELECT \(Self.apiTokenColumns) FROM api_tokens WHERE token_hash = ?", [hash]).map(Self.apiTokenRow)
     }
 
     func userRow(_ row: Row) -> UserRow {
@@ -452,11 +473,11 @@ extension SQLiteTransaction {
     func insertAPIToken(_ row: APITokenRow) throws {
         try execute(
             """
-            INSERT INTO api_tokens (token_hash, container, environment, created_at, revoked, allowed_origins, sign_in_callback)
-            VALUES (?, ?, ?, ?, ?, ?, ?)
+            INSERT INTO api_tokens (token_hash, container, environment, created_at, revoked, allowed_origins, sign_in_callback, name)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
             """,
             [row.tokenHash, row.container, row.environment.rawValue, row.createdAt, row.isRevoked,
-             row.allowedOrigins.joined(separator: "\n"), row.signInCallback])
+             row.allowedOrigins.joined(separator: "\n"), row.signInCallback, row.name])
     }
 
     func revokeAPITokens(container: String, environment: Environment?) throws -> Int {

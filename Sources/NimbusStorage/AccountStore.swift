@@ -12,6 +12,13 @@ public protocol AccountStore: Sendable {
     func createAPIToken(_ row: APITokenRow) async throws -> Bool
     /// Revokes the container's tokens (of one environment, or all); returns how many.
     func revokeAPITokens(container: String, environment: Environment?) async throws -> Int
+    /// The container's tokens, revoked ones too, oldest first.
+    func apiTokens(container: String) async throws -> [APITokenRow]
+    /// Revokes the one live token of the container whose `APITokenRow.id` is `id`; false when
+    /// there is none.
+    func revokeAPIToken(container: String, id: String) async throws -> Bool
+    /// Notes when a request last used a token (authentication calls it at most once a minute).
+    func touchAPIToken(tokenHash: String, at time: Int64) async throws
 
     /// The API token and the session (with its user) these hashes name, read together: what
     /// authenticating one request needs, in one read.

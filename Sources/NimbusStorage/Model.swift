@@ -152,10 +152,15 @@ public struct APITokenRow: Sendable, Hashable {
     /// Where the sign-in page sends the browser after signing in, with `ckWebAuthToken`
     /// (CloudKit's "Sign In Callback"); nil: the page hands the token to its opener.
     public var signInCallback: String?
+    /// What the token is for, in the operator's words ("iOS app", "staging site"); nil for
+    /// tokens made without one.
+    public var name: String?
+    /// When a request last used the token, to the minute (nil: never).
+    public var lastUsedAt: Int64?
 
     public init(
         tokenHash: String, container: String, environment: Environment, createdAt: Int64, isRevoked: Bool,
-        allowedOrigins: [String] = ["*"], signInCallback: String? = nil
+        allowedOrigins: [String] = ["*"], signInCallback: String? = nil, name: String? = nil, lastUsedAt: Int64? = nil
     ) {
         self.tokenHash = tokenHash
         self.container = container
@@ -164,7 +169,14 @@ public struct APITokenRow: Sendable, Hashable {
         self.isRevoked = isRevoked
         self.allowedOrigins = allowedOrigins
         self.signInCallback = signInCallback
+        self.name = name
+        self.lastUsedAt = lastUsedAt
     }
+
+    /// The token's public identifier, shown in lists and used to revoke it alone: the first
+    /// 16 hex digits of its hash. The token itself is never kept, so it cannot be shown again.
+    public var id: String { String(tokenHash.prefix(Self.idLength)) }
+    public static let idLength = 16
 
     /// Whether a page from `origin` may use the token.
     public func allows(origin: String) -> Bool {

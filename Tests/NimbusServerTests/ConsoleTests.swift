@@ -162,8 +162,127 @@ struct ConsoleTests {
             let clash = try await browser.post(
                 "containers/\(Self.container)/schema/development/fields", ["recordType": "Venue", "field": "capacity", "type": "STRING"])
             #expect(clash.status == 400 && clash.reason.contains("Venue.capacity is INT64 in development already") && !clash.reason.contains("file"), "\(clash.text)")
+            // Review defect 7: indexes reported and accepted only where the type can use them.
+            #expect(try await alice.modify("public", [Op.create("v2", type: "Venue", [
+                "name": Op.field("Hall"), "tags": Op.field(.array(["a"]), "STRING_LIST")])]).status == 200)
+            let schema = try await browser.get("containers/\(Self.container)/schema/development")
+            let venue = schema.json["recordTypes"]?.arrayValue?.first { $0["name"] == "Venue" }?[WireKey.fields]?.arrayValue ?? []
+            func reported(_ name: String, _ key: String = "indexes") -> [String] {
+                venue.first { $0["name"]?.stringValue == name }?[key]?.arrayValue?.compactMap(\.stringValue) ?? []
+            }
+            #expect(reported("capacity") == ["QUERYABLE", "SORTABLE"] && reported("capacity", "applicableIndexes") == ["QUERYABLE", "SORTABLE"], "\(schema.text)")
+            #expect(reported("name") == ["QUERYABLE", "SORTABLE", "SEARCHABLE"], "\(schema.text)")
+            #expect(reported("tags") == ["QUERYABLE", "SEARCHABLE"], "\(schema.text)")
+            let searchable = try await browser.post(
+                "containers/\(Self.container)/schema/development/indexes", ["recordType": "Venue", "field": "capacity", "indexes": ["QUERYABLE", "SEARCHABLE"]])
+            #expect(searchable.status == 400 && searchable.reason.contains("SEARCHABLE does not apply") && searchable.reason.contains("QUERYABLE, SORTABLE"), "\(searchable.text)")
+            let diff = try await browser.get("containers/\(Self.container)/schema/deploy")
+            let capacity = (diff.json["newFields"]?.arrayValue ?? []).filter { $0["field"] == "capacity" }
+            #expect(!capacity.isEmpty && capacity.allSatisfy { $0["indexes"] == ["QUERYABLE", "SORTABLE"] }, "\(diff.text)")
             let adminTypo = try await browser.get("containres")
             #expect(adminTypo.status == 404 && adminTypo.reason.contains("admin API"), "\(adminTypo.text)")
+        }
+    }
+
+    @Test("API tokens are listed by name with their last use (never the token) and revoked one at a time")
+    func tokensListedAndRevokedOneAtATime() async throws {
+        try await TestServer.with { server in
+            var browser = try await Self.administrator(server)
+            let tokens = "containers/\(Self.container)/tokens"
+            let ios = try await browser.post(tokens, ["environment": "development", "name": "  iOS app "])
+            let web = try await browser.post(tokens, ["environment": "development", "name": "web"])
+            let iosToken = try #require(ios.json["apiToken"]?.stringValue), webToken = try #require(web.json["apiToken"]?.stringValue)
+            // A name at the limit is taken; one character past it, or a line break, is refused.
+            #expect(try await browser.post(tokens, ["environment": "development", "name": .string(String(repeating: "n", count: 64))]).status == 200)
+            let long = try await browser.post(tokens, ["environment": "development", "name": .string(String(repeating: "n", count: 65))])
+            #expect(long.status == 400 && long.reason.contains("at most 64 characters"), "\(long.text)")
+            #expect(try await browser.post(tokens, ["environment": "development", "name": "two\nlines"]).status == 400)
+
+            func listed() async throws -> [JSON] { try await browser.get(tokens).json["tokens"]?.arrayValue ?? [] }
+            func row(_ name: String) async throws -> JSON? { try await listed().first { $0["name"]?.stringValue == name } }
+            let before = try #require(try await row("iOS app"))
+            #expect(before["lastUsedAt"] == nil && before["revoked"] == false && before["environment"] == "development", "\(before)")
+            let listing = try await browser.get(tokens).text
+            #expect(!listing.contains(iosToken) && !listing.contains(webToken), "a token itself is listed")
+
+            func answer(_ token: String) async throws -> Int {
+                var client = server.client()
+                client.apiToken = token
+                return try await client.post("public", "records/lookup", ["records": [["recordName": "nothing"]]]).status
+            }
+            #expect(try await answer(iosToken) == 200)
+            let used = try #require(try await row("iOS app"))
+            #expect(used["lastUsedAt"]?.int64Value == server.clock.nowMilliseconds(), "\(used)")
+            #expect(try await row("web")?["lastUsedAt"] == nil)
+
+            // Revoked alone: that token stops, the other goes on; twice, or an unknown id: 404.
+            let id = try #require(used["id"]?.stringValue)
+            #expect(id.count == 16)
+            let revoked = try await browser.post("\(tokens)/\(id)/revoke")
+            #expect(revoked.status == 200 && revoked.json["revoked"]?.stringValue == id, "\(revoked.text)")
+            #expect(try await answer(iosToken) == 401)
+            #expect(try await answer(webToken) == 200)
+            #expect(try await row("iOS app")?["revoked"] == true)
+            let again = try await browser.post("\(tokens)/\(id)/revoke")
+            #expect(again.status == 404 && again.reason.contains("no live API token"), "\(again.text)")
+            #expect(try await browser.post("\(tokens)/0000000000000000/revoke").status == 404)
+            let audit = try await browser.get("audit").json["entries"]?.arrayValue ?? []
+            #expect(audit.contains { $0["action"] == "tokens.revoke" && $0["detail"]?.stringValue == "development token \(id) 'iOS app' revoked" }, "\(audit)")
+
+            // A read-only operator sees the list and may not revoke.
+            let count = try await listed().count
+            let (_, password) = try await server.service.createOperator(name: "rita", role: .readOnly, containers: nil, by: "cli")
+            _ = try await browser.signIn("rita", password)
+            #expect(try await listed().count == count)
+            let webID = try #require(try await row("web")?["id"]?.stringValue)
+            let refused = try await browser.post("\(tokens)/\(webID)/revoke")
+            #expect(refused.status == 403, "\(refused.text)")
+            #expect(try await answer(webToken) == 200)
+        }
+    }
+
+    @Test("every user's subscriptions listed container-wide; one deleted stops at once; read-only operators only look")
+    func subscriptionsContainerWide() async throws {
+        try await TestServer.with { server in
+            var browser = try await Self.administrator(server)
+            let alice = try await server.user("alice"), bob = try await server.user("bob")
+            let create = { (id: String, kind: String) -> JSON in
+                ["operations": [["operationType": "create", "subscription": ["subscriptionID": .string(id), "subscriptionType": .string(kind)]]]]
+            }
+            #expect(try await alice.post("private", "subscriptions/modify", create("all-private", "database")).status == 200)
+            #expect(try await bob.modify("public", [Op.create("p1")]).status == 200)
+            #expect(try await bob.post("public", "subscriptions/modify", ["operations": [
+                SubscriptionTests.operation("create", SubscriptionTests.querySubscription("new-notes"))]]).status == 200)
+            let path = "containers/\(Self.container)/subscriptions/development"
+            func listed() async throws -> [String] {
+                let answer = try await browser.get(path)
+                return (answer.json["subscriptions"]?.arrayValue ?? []).map {
+                    "\($0["user"]?.stringValue ?? "?") \($0["database"]?.stringValue ?? "?") \($0["subscription"]?["subscriptionID"]?.stringValue ?? "?") \($0["subscription"]?["subscriptionType"]?.stringValue ?? "?")"
+                }
+            }
+            #expect(try await listed() == ["alice private all-private database", "bob public new-notes query"])
+            #expect(try await browser.get("containers/\(Self.container)/subscriptions/production").json["subscriptions"] == [])
+
+            // Deleted as bob would delete it: gone from bob's own list too; twice is NOT_FOUND.
+            let delete: JSON = ["user": "bob", "database": "public", "subscriptionID": "new-notes"]
+            let deleted = try await browser.post("\(path)/delete", delete)
+            #expect(deleted.status == 200 && deleted.json["deleted"] == "new-notes", "\(deleted.text)")
+            #expect(try await listed() == ["alice private all-private database"])
+            let bobs = try await bob.post("public", "subscriptions/list", [:])
+            #expect(bobs.json["subscriptions"]?.arrayValue?.isEmpty == true, "\(bobs.text)")
+            let again = try await browser.post("\(path)/delete", delete)
+            #expect(again.status == 404, "\(again.text)")
+            let badDatabase = try await browser.post("\(path)/delete", ["user": "bob", "database": "secret", "subscriptionID": "x"])
+            #expect(badDatabase.status == 400 && badDatabase.reason.contains("public, private or shared"), "\(badDatabase.text)")
+            let audit = try await browser.get("audit").json["entries"]?.arrayValue ?? []
+            let details = audit.filter { $0["action"] == "subscriptions.delete" }.compactMap { $0["detail"]?.stringValue }
+            #expect(details.contains { $0.contains("'new-notes' of bob") }, "\(audit)")
+
+            let (_, password) = try await server.service.createOperator(name: "rita", role: .readOnly, containers: nil, by: "cli")
+            _ = try await browser.signIn("rita", password)
+            #expect(try await listed() == ["alice private all-private database"])
+            let refused = try await browser.post("\(path)/delete", ["user": "alice", "database": "private", "subscriptionID": "all-private"])
+            #expect(refused.status == 403, "\(refused.text)")
         }
     }
 
@@ -267,6 +386,13 @@ struct ConsoleTests {
             let tag = try #require(created.records.first?.changeTag)
             let edited = try await browser.post("\(data)/public/records/modify", ["operations": [Op.update("n1", tag: tag, ["title": Op.field("y")])]])
             #expect(edited.records.first?.fieldValue("title")?.stringValue == "y", "\(edited.text)")
+            // The operator's stamp is named (review defect 24); an app's user's is not touched.
+            let stamped = edited.json["records"]?[0]
+            #expect(stamped?["modified"]?["operator"] == "olga" && stamped?["created"]?["operator"] == "olga", "\(edited.text)")
+            let lookedUp = try await browser.post("\(data)/public/records/lookup", ["records": [["recordName": "n1"]]])
+            #expect(lookedUp.json["records"]?[0]?["modified"]?["operator"] == "olga", "\(lookedUp.text)")
+            let mine = try await browser.post("\(data)/private/records/lookup", ["zoneID": ["zoneName": "Notes"], "records": [["recordName": "secret"]]], query: "?user=alice")
+            #expect(mine.json["records"]?[0]?["modified"]?["operator"] == nil && mine.json["records"]?[0]?["modified"]?["userRecordName"] != nil, "\(mine.text)")
             let stale = try await browser.post("\(data)/public/records/modify", ["operations": [Op.update("n1", tag: tag, ["title": Op.field("z")])]])
             #expect(stale.records.first?.errorCode == "CONFLICT", "\(stale.text)")
 

@@ -463,6 +463,22 @@ extension OperatorTests {
         #expect(quotas.contains("ada's private database (development): ") && quotas.contains(" of 1.0 GB"), "\(quotas)")
         #expect(try run(["quotas", "show", "iCloud.nimbus.default"]).0 != 0)
         #expect(try NimbusProcess.run(["limits", "show", "--container", "iCloud.nimbus.default"] + data).contains("userRequestsPerMinute"))
+
+        // API tokens listed by id, name and last use (never the token itself); one revoked by its id.
+        let container = ["--container", "iCloud.nimbus.default"]
+        let named = try NimbusProcess.run(["tokens", "create", "--name", "CI job"] + container + data)
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        let listing = try NimbusProcess.run(["tokens", "list"] + container + data)
+        #expect(!listing.contains(named) && !listing.contains(String(token)), "a token itself is listed")
+        let rows = listing.split(separator: "\n").map { $0.split(separator: "\t").map(String.init) }
+        let ci = try #require(rows.first { $0.count == 6 && $0[2] == "CI job" }, "\(listing)")
+        #expect(ci[1] == "development" && ci[4] == "never" && ci[5] == "active", "\(ci)")
+        #expect(rows.contains { $0.count == 6 && $0[2] == "-" && $0[4] != "never" }, "the banner's token, used to sign in: \(listing)")
+        let revoked = try run(["tokens", "revoke", "--id", ci[0]] + container)
+        #expect(revoked.0 == 0 && revoked.1.contains("revoked \(ci[0]) 'CI job'"), "\(revoked)")
+        #expect(try run(["tokens", "revoke", "--id", ci[0]] + container).2.contains("no live API token"))
+        #expect(try run(["tokens", "revoke", "--id", ci[0], "--environment", "development"] + container).0 != 0)
+        #expect(try NimbusProcess.run(["tokens", "list"] + container + data).contains("CI job\t"))
     }
 
     @Test("nimbus schema diff, remove and reset-development work on the data directly; each refuses what it should")

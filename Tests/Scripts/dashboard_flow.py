@@ -44,7 +44,10 @@ def console_flow(driver, wait, shots, config, result, rows, visible):
         wait.until(lambda d: visible(name))
 
     def message_contains(text):
-        wait.until(lambda d: text in d.find_element(By.ID, "message").text)
+        try:
+            wait.until(lambda d: text in d.find_element(By.ID, "message").text)
+        except Exception:
+            raise AssertionError(f"waited for {text!r}; the page says {driver.find_element(By.ID, 'message').text!r}")
         return driver.find_element(By.ID, "message").text
 
     def set_field(form, name, value):
@@ -77,6 +80,11 @@ def console_flow(driver, wait, shots, config, result, rows, visible):
     if shots:
         driver.execute_script("document.getElementById('record-detail').scrollIntoView()")
         driver.save_screenshot(f"{shots}/record.png")
+    # New record offers the type's fields from the schema, each with its type (review defect 19).
+    driver.find_element(By.ID, "new-record").click()
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#field-rows tr"))
+    result["offeredFields"] = driver.execute_script(
+        "return [...document.querySelectorAll('#field-rows tr')].map(r => [r.querySelector('[name=name]').value, r.querySelector('[name=type]').value])")
 
     # Schema: the type is there; take an index away and add it back.
     area("schema")
@@ -88,6 +96,10 @@ def console_flow(driver, wait, shots, config, result, rows, visible):
     driver.find_element(By.CSS_SELECTOR, "input[aria-label='Place.title SEARCHABLE']").click()
     result["indexMessage"] = message_contains("Place.title: QUERYABLE, SORTABLE, SEARCHABLE")
     result["schemaTypes"] = [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#schema-types h3 > span")]
+    # Only indexes a type can use are offered (review defect 7): no SEARCHABLE on a number or a place.
+    result["offeredIndexes"] = {field: [i for i in ("QUERYABLE", "SORTABLE", "SEARCHABLE")
+                                        if driver.find_elements(By.CSS_SELECTOR, f"input[aria-label='Place.{field} {i}']")]
+                                for field in ("title", "stars", "spot")}
 
     # Delete a field no record holds: added by hand, then deleted (the page asks first).
     form = driver.find_element(By.ID, "add-field")
@@ -222,6 +234,45 @@ def console_flow(driver, wait, shots, config, result, rows, visible):
     query.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
     wait.until(lambda d: "record(s)" in d.find_element(By.ID, "query-note").text)
     result["travelFound"] = [r[0] for r in rows("record-rows")]
+
+    # Zones: one made in alice's private database (picked at once), then deleted, which wants
+    # its name typed; a wrong name deletes nothing.
+    def zone_names():
+        return [o.text for o in query.find_element(By.NAME, "zone").find_elements(By.TAG_NAME, "option")]
+    driver.find_element(By.ID, "new-zone").click()
+    driver.switch_to.alert.send_keys("Trips")
+    driver.switch_to.alert.accept()
+    message_contains("Zone Trips made")
+    result["zonesAfterNew"] = zone_names()
+    result["zonePicked"] = Select(query.find_element(By.NAME, "zone")).first_selected_option.text
+    result["zoneLink"] = driver.execute_script("return location.hash")
+    driver.find_element(By.ID, "delete-zone").click()
+    result["deleteZoneQuestion"] = driver.switch_to.alert.text
+    driver.switch_to.alert.send_keys("Diary")
+    driver.switch_to.alert.accept()
+    message_contains("Nothing was changed")
+    result["zonesAfterWrongName"] = zone_names()
+    driver.find_element(By.ID, "delete-zone").click()
+    driver.switch_to.alert.send_keys("Trips")
+    driver.switch_to.alert.accept()
+    message_contains("Zone Trips deleted")
+    result["zonesAfterDelete"] = zone_names()
+
+    # Subscriptions, container-wide: alice's is listed; deleting it asks first.
+    area("subscriptions")
+    pick("development")
+    wait.until(lambda d: rows("all-subscription-rows"))
+    result["subscriptions"] = rows("all-subscription-rows")
+    if shots:
+        driver.save_screenshot(f"{shots}/subscriptions.png")
+    driver.find_element(By.CSS_SELECTOR, "#all-subscription-rows button.danger").click()
+    result["subscriptionQuestion"] = driver.switch_to.alert.text
+    driver.switch_to.alert.dismiss()
+    result["subscriptionsAfterDismiss"] = len(rows("all-subscription-rows"))
+    driver.find_element(By.CSS_SELECTOR, "#all-subscription-rows button.danger").click()
+    driver.switch_to.alert.accept()
+    result["subscriptionDeleted"] = message_contains("deleted")
+    result["subscriptionsAfterDelete"] = len(rows("all-subscription-rows"))
 
     # Logs: the request log, searched by error code; the charts.
     area("logs")

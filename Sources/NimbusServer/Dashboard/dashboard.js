@@ -82,7 +82,7 @@ function signedIn(answer) {
   document.body.classList.toggle('read-only', readOnly);
   $('sign-in').hidden = true; $('setup').hidden = true; $('who').hidden = false; $('app').hidden = false;
   say('');
-  show('operators');
+  followLink();  // where the address points (a reload, a colleague's link), or Operators
 }
 
 // Each area's loader; `show` runs the one of the chosen area and reports its error.
@@ -98,17 +98,24 @@ const views = {
   async containers() {
     const { containers } = await api('containers');
     fill($('container-rows'), containers, [(c) => c.id, (c) => new Date(c.createdAt).toLocaleString()]);
+    await showTokens();
     await showKeys();
   },
   async backups() {
     showBackups(await api('backups'));
   },
-  async audit() {
-    const { entries } = await api('audit?limit=100');
-    fill($('audit-rows'), entries, [(e) => new Date(e.at).toLocaleString(), (e) => e.operator, (e) => e.action, (e) => e.container, (e) => e.detail]);
-  },
+  async audit() { await moreAudit(true); },
 };
 let current = 'operators';
+
+async function moreAudit(first) {
+  const { entries } = await api(`audit?limit=${PAGE}${first ? '' : `&before=${state.oldestAuditID}`}`);
+  const rows = entries.map((e) => el('tr', {}, ...[new Date(e.at).toLocaleString(), e.operator, e.action, e.container, e.detail].map((text) => el('td', {}, text ?? ''))));
+  if (first) $('audit-rows').replaceChildren(...rows); else $('audit-rows').append(...rows);
+  if (entries.length) state.oldestAuditID = entries[entries.length - 1].id;
+  $('more-audit').hidden = entries.length < PAGE;
+}
+$('more-audit').addEventListener('click', () => act(() => moreAudit(false)));
 
 async function show(view) {
   current = view;
@@ -118,6 +125,7 @@ async function show(view) {
   $('scope').hidden = view === 'operators' || view === 'audit' || view === 'backups';
   try {
     await loadContainers();
+    writeLink();
     await views[view]();
   } catch (error) { say(error.message); }
 }
@@ -126,7 +134,8 @@ async function show(view) {
 async function loadContainers() {
   const { containers } = await api('containers');
   const pick = $('container-pick');
-  const chosen = pick.value;
+  const chosen = state.linkedContainer || pick.value;
+  state.linkedContainer = null;
   pick.replaceChildren(...containers.map((c) => el('option', {}, c.id)));
   if (containers.some((c) => c.id === chosen)) pick.value = chosen;
 }
@@ -194,29 +203,45 @@ for (const [form, path, done] of [['second-factor-confirm', 'me/second-factor/co
 
 const picked = () => encodeURIComponent($('container-pick').value);
 
+// A table row of texts ending in a destructive button (Revoke, or `verb`; for administrators, while there is something
+// to revoke) that asks `question` first, then runs `revoke` and `done`.
+function revocableRow(texts, { live, label, question, revoke, done, verb = 'Revoke' }) {
+  const row = document.createElement('tr');
+  for (const text of texts) cell(row, text);
+  const action = document.createElement('td');
+  if (live && isAdministrator()) {
+    action.append(el('button', { type: 'button', className: 'danger', 'aria-label': label,
+      onclick: () => { if (confirmed(question)) act(revoke, done); } }, verb));
+  }
+  row.append(action);
+  return row;
+}
+
+const when = (milliseconds) => (milliseconds ? new Date(milliseconds).toLocaleString() : 'never');
+
+async function showTokens() {
+  if (!$('container-pick').value) { $('token-rows').replaceChildren(); return; }
+  const { tokens } = await api(`containers/${picked()}/tokens`);
+  $('token-rows').replaceChildren(...tokens.map((token) => {
+    const name = token.name || '(no name)';
+    return revocableRow([name, token.id, token.environment, when(token.createdAt), when(token.lastUsedAt), token.revoked ? 'revoked' : 'active'], {
+      live: !token.revoked, label: `Revoke token ${name} (${token.id})`,
+      question: `Revoke the ${token.environment} API token ${name} (${token.id})? Apps and pages using it stop working until they are given a new token; a revoked token cannot be restored.`,
+      revoke: () => api(`containers/${picked()}/tokens/${encodeURIComponent(token.id)}/revoke`, { method: 'POST' }),
+      done: async () => { await showTokens(); say(`Token ${name} (${token.id}) revoked.`); },
+    });
+  }));
+}
+
 async function showKeys() {
   if (!$('container-pick').value) { $('key-rows').replaceChildren(); return; }
   const { keys } = await api(`containers/${picked()}/keys`);
-  const readOnly = state.operator.role !== 'administrator';
-  $('key-rows').replaceChildren(...keys.map((key) => {
-    const row = document.createElement('tr');
-    cell(row, key.keyID); cell(row, key.environment); cell(row, key.revoked ? 'revoked' : 'active');
-    const action = document.createElement('td');
-    if (!key.revoked && !readOnly) {
-      const button = document.createElement('button');
-      button.type = 'button'; button.textContent = 'Revoke';
-      button.setAttribute('aria-label', `Revoke key ${key.keyID}`);
-      button.className = 'danger';
-      button.addEventListener('click', () => {
-        if (!confirmed(`Revoke server-to-server key ${key.keyID} (${key.environment})? Requests it signs are refused from now on; a revoked key cannot be restored.`)) return;
-        act(() => api(`containers/${picked()}/keys/${encodeURIComponent(key.keyID)}/revoke`, { method: 'POST' }),
-          async () => { await showKeys(); say(`Key ${key.keyID} revoked.`); });
-      });
-      action.append(button);
-    }
-    row.append(action);
-    return row;
-  }));
+  $('key-rows').replaceChildren(...keys.map((key) => revocableRow([key.keyID, key.environment, key.revoked ? 'revoked' : 'active'], {
+    live: !key.revoked, label: `Revoke key ${key.keyID}`,
+    question: `Revoke server-to-server key ${key.keyID} (${key.environment})? Requests it signs are refused from now on; a revoked key cannot be restored.`,
+    revoke: () => api(`containers/${picked()}/keys/${encodeURIComponent(key.keyID)}/revoke`, { method: 'POST' }),
+    done: async () => { await showKeys(); say(`Key ${key.keyID} revoked.`); },
+  })));
 }
 
 // Runs a change, then refreshes; the message line is cleared first and shows an error if any.
@@ -270,8 +295,9 @@ $('create-token').addEventListener('submit', async (event) => {
   const origins = form.elements.origins.value.split(',').map((o) => o.trim()).filter(Boolean);
   const created = await act(() => api(`containers/${picked()}/tokens`, { method: 'POST', body: {
     environment: form.elements.environment.value, allowedOrigins: origins.length ? origins : ['*'],
-    ...(form.elements.callback.value ? { signInCallback: form.elements.callback.value } : {}) } }));
-  if (created) $('new-token').textContent = created.apiToken;
+    ...(form.elements.name.value.trim() ? { name: form.elements.name.value.trim() } : {}),
+    ...(form.elements.callback.value ? { signInCallback: form.elements.callback.value } : {}) } }), showTokens);
+  if (created) { $('new-token').textContent = created.apiToken; form.elements.name.value = ''; }
 });
 
 // Destructive actions ask first, naming what goes; the irreversible ones want the name typed.
@@ -287,7 +313,7 @@ $('revoke-tokens').addEventListener('click', async () => {
   const environment = $('create-token').elements.environment.value;
   const container = picked();
   if (!typedConfirmation(`Revoke every ${environment} API token of ${container}? Every app and web page using one stops working until it is given a new token. This cannot be undone.`, container)) return;
-  const answer = await act(() => api(`containers/${container}/tokens/revoke`, { method: 'POST', body: { environment } }));
+  const answer = await act(() => api(`containers/${container}/tokens/revoke`, { method: 'POST', body: { environment } }), showTokens);
   if (answer) say(`${answer.revoked} ${environment} token(s) of ${container} revoked.`);
 });
 
@@ -320,11 +346,12 @@ views.schema = async () => {
   $('schema-types').replaceChildren(...schema.recordTypes.map((type) => {
     const rows = type.fields.map((field) => el('tr', {},
       el('td', {}, field.name), el('td', {}, field.type),
-      ...INDEXES.map((index) => el('td', {}, el('input', {
-        type: 'checkbox', checked: field.indexes.includes(index), disabled: !isAdministrator() || field.type.startsWith('ENCRYPTED_'),
+      // Only the indexes the field's type can use are offered (the server says which).
+      ...INDEXES.map((index) => el('td', {}, field.applicableIndexes.includes(index) ? el('input', {
+        type: 'checkbox', checked: field.indexes.includes(index), disabled: !isAdministrator(),
         'aria-label': `${type.name}.${field.name} ${index}`, 'data-index': index,
         onchange: (event) => setIndexes(type.name, field.name, event.target.closest('tr')),
-      }))),
+      }) : el('span', { title: `${index} does not apply to ${field.type}` }, '—'))),
       removable ? el('td', {}, el('button', { type: 'button', className: 'danger', onclick: () => removeFromSchema(type.name, field.name) }, 'Delete')) : null));
     const grants = Object.entries(type.grants).map(([role, permissions]) => `${role}: ${permissions.join(', ') || 'none'}`).join('; ');
     return el('section', { className: 'record-type' },
@@ -427,9 +454,37 @@ const COMPARATORS = ['EQUALS', 'NOT_EQUALS', 'LESS_THAN', 'LESS_THAN_OR_EQUALS',
   'NOT_LIST_MEMBER_BEGINS_WITH'];
 const VALUE_TYPES = ['STRING', 'INT64', 'DOUBLE', 'TIMESTAMP', 'REFERENCE', 'LOCATION', 'BYTES', 'STRING_LIST', 'INT64_LIST',
   'DOUBLE_LIST', 'TIMESTAMP_LIST', 'REFERENCE_LIST', 'LOCATION_LIST'];
-const data = { marker: null, record: null };
+const data = { marker: null, record: null, types: null };
 
-views.data = async () => {};
+// The environment's record types and their fields, offered as the names are typed (review
+// defect 12), and checked before a query: a typo is said, not answered with nothing.
+views.data = async () => {
+  const schema = await api(inContainer(`schema/${scope().environment}`));
+  // Each type's own fields (system fields are the record's, not the editor's), with their types.
+  data.types = new Map(schema.recordTypes.map((type) => [type.name, type.fields.filter((field) => !field.name.startsWith('___'))]));
+  $('type-names').replaceChildren(...[...data.types.keys()].map((name) => el('option', { value: name })));
+  offerFields();
+};
+
+function offerFields() {
+  const fields = (data.types && data.types.get($('query-form').elements.recordType.value.trim())) || [];
+  $('field-names').replaceChildren(...fields.map((field) => el('option', { value: field.name })));
+}
+$('query-form').elements.recordType.addEventListener('input', offerFields);
+
+// A record type the schema does not have, or a field its type does not have, said plainly.
+async function checkNames(query) {
+  if (!data.types) return;
+  const system = ['___recordID', '___createTime', '___modTime', '___createdBy', '___modifiedBy'];
+  const named = [...query.filterBy.map((filter) => filter.fieldName), ...(query.sortBy || []).map((sort) => sort.fieldName)].filter(Boolean);
+  const fieldNames = () => (data.types.get(query.recordType) || []).map((field) => field.name);
+  const fresh = () => data.types.has(query.recordType) && named.every((name) => fieldNames().includes(name) || system.includes(name));
+  if (!fresh()) await views.data();  // development learns types and fields as apps save
+  const known = data.types.has(query.recordType) && fieldNames();
+  if (!known) throw new Error(`There is no record type '${query.recordType}' in the ${scope().environment} schema; it has ${[...data.types.keys()].join(', ') || 'none yet'}.`);
+  const unknown = named.filter((name) => !known.includes(name) && !system.includes(name));
+  if (unknown.length) throw new Error(`${query.recordType} has no field ${unknown.join(', ')}; its fields are ${known.join(', ')}.`);
+}
 
 function dataPath(endpoint) {
   const form = $('query-form');
@@ -452,17 +507,51 @@ function forgetZones() {
 for (const name of ['database', 'user']) $('query-form').elements[name].addEventListener('change', forgetZones);
 for (const id of ['container-pick', 'environment-pick']) $(id).addEventListener('change', forgetZones);
 
-$('load-zones').addEventListener('click', () => act(async () => {
+// The picker refilled with the database's zones; `chosen` (a zone name) picked when there.
+async function loadZones(chosen) {
   const { zones } = await api(dataPath('zones/list'), { method: 'POST', body: {} });
-  $('query-form').elements.zone.replaceChildren(...zones.map((z) => el('option', {
+  const select = $('query-form').elements.zone;
+  select.replaceChildren(...zones.map((z) => el('option', {
     value: z.zoneID.zoneName === '_defaultZone' ? '' : JSON.stringify(z.zoneID) }, z.zoneID.ownerRecordName && $('query-form').elements.database.value === 'shared'
     ? `${z.zoneID.zoneName} (${z.zoneID.ownerRecordName})` : z.zoneID.zoneName)));
-}));
+  const match = [...select.options].find((option) => option.value && JSON.parse(option.value).zoneName === chosen);
+  if (match) select.value = match.value;
+}
+$('load-zones').addEventListener('click', () => act(() => loadZones(zoneID().zoneName)));
+
+// Zones made and deleted as an app does it (zones/modify), in the database and user picked.
+$('new-zone').addEventListener('click', async () => {
+  const name = (window.prompt('Name of the new zone (letters, digits, - and _):') || '').trim();
+  if (!name) return;
+  const answer = await act(async () => {
+    const { zones } = await api(dataPath('zones/modify'), { method: 'POST', body: { operations: [{ operationType: 'create', zone: { zoneID: { zoneName: name } } }] } });
+    if (zones[0].serverErrorCode) throw new Error(`${zones[0].serverErrorCode}: ${zones[0].reason}`);
+    await loadZones(name);
+    writeLink();
+    return zones[0];
+  });
+  if (answer) say(`Zone ${name} made.`);
+});
+
+$('delete-zone').addEventListener('click', async () => {
+  const zone = zoneID();
+  if (zone.zoneName === '_defaultZone') { say('The default zone cannot be deleted; pick a custom zone (Load zones) first.'); return; }
+  if (!typedConfirmation(`Delete zone ${zone.zoneName} and every record in it? Devices delete their copies when they next sync; this cannot be undone.`, zone.zoneName)) return;
+  const answer = await act(async () => {
+    const { zones } = await api(dataPath('zones/modify'), { method: 'POST', body: { operations: [{ operationType: 'delete', zone: { zoneID: zone } }] } });
+    if (zones[0].serverErrorCode) throw new Error(`${zones[0].serverErrorCode}: ${zones[0].reason}`);
+    $('record-rows').replaceChildren(); $('query-note').textContent = ''; $('record-detail').hidden = true; data.record = null;
+    await loadZones(null);
+    writeLink();
+    return zones[0];
+  });
+  if (answer) say(`Zone ${zone.zoneName} deleted.`);
+});
 
 $('add-filter').addEventListener('click', () => {
   const remove = el('button', { type: 'button', onclick: () => row.remove() }, 'Remove');
   const row = el('div', { className: 'filter' },
-    el('label', {}, 'Field', el('input', { name: 'field', placeholder: 'empty: any searchable field' })),
+    el('label', {}, 'Field', el('input', { name: 'field', placeholder: 'empty: any searchable field', list: 'field-names', autocomplete: 'off' })),
     el('label', {}, 'Comparator', el('select', { name: 'comparator' }, ...COMPARATORS.map((c) => el('option', {}, c)))),
     el('label', {}, 'Value', el('input', { name: 'value', placeholder: 'text; a, b for lists; lat, lon for places' })),
     el('label', {}, 'Type', el('select', { name: 'type' }, el('option', { value: '' }, 'as typed'), ...VALUE_TYPES.map((t) => el('option', {}, t)))),
@@ -519,11 +608,13 @@ async function runQuery(marker) {
   const body = { zoneID: zoneID(), resultsLimit: Number(form.elements.limit.value || '50'), query, ...(marker ? { continuationMarker: marker } : {}) };
   // Whatever this query finds replaces what was shown; when it fails, nothing of an earlier one stays.
   $('record-rows').replaceChildren(); $('query-note').textContent = ''; $('next-page').hidden = true;
+  await checkNames(query);
   const answer = await api(dataPath('records/query'), { method: 'POST', body });
   data.marker = answer.continuationMarker || null;
   $('next-page').hidden = !data.marker;
   const rows = (answer.records || []).filter((r) => !r.serverErrorCode);
   $('query-note').textContent = `${rows.length} record(s)${data.marker ? '; more on the next page' : ''}.`;
+  writeLink();
   $('record-rows').replaceChildren(...rows.map((record) => el('tr', {},
     el('td', {}, el('button', { type: 'button', className: 'link', onclick: () => showRecord(record) }, record.recordName)),
     el('td', {}, record.recordType),
@@ -600,6 +691,9 @@ function fieldRow(name, field) {
   return row;
 }
 
+// Who a created/modified stamp names: an operator by name (the server says), else the user record.
+const stampedBy = (stamp) => (stamp.operator ? `operator ${stamp.operator}` : stamp.userRecordName);
+
 function showRecord(record) {
   data.record = record;
   $('record-detail').hidden = false;
@@ -610,12 +704,20 @@ function showRecord(record) {
   form.elements.recordType.readOnly = Boolean(record);
   const facts = record ? [
     ['Change tag', record.recordChangeTag], ['Zone', record.zoneID && record.zoneID.zoneName],
-    ['Created', record.created && `${new Date(record.created.timestamp).toLocaleString()} by ${record.created.userRecordName}`],
-    ['Modified', record.modified && `${new Date(record.modified.timestamp).toLocaleString()} by ${record.modified.userRecordName}`],
+    ['Created', record.created && `${new Date(record.created.timestamp).toLocaleString()} by ${stampedBy(record.created)}`],
+    ['Modified', record.modified && `${new Date(record.modified.timestamp).toLocaleString()} by ${stampedBy(record.modified)}`],
     ['Parent', record.parent && record.parent.recordName], ['Share', record.share && record.share.recordName],
   ].filter(([, value]) => value) : [['New record', 'not saved yet']];
   $('record-system').replaceChildren(...facts.flatMap(([term, value]) => [el('dt', {}, term), el('dd', {}, value)]));
-  $('field-rows').replaceChildren(...Object.entries(record ? record.fields || {} : {}).map(([name, field]) => fieldRow(name, field)));
+  // A new record offers its type's fields from the schema, each with its type (defect 19).
+  const offered = record ? [] : ((data.types && data.types.get(form.elements.recordType.value.trim())) || [])
+    .filter((field) => !field.type.startsWith('ASSETID') && !field.type.startsWith('ENCRYPTED_'))
+    .map((field) => {
+      const row = Object.assign(fieldRow(field.name, { type: field.type }), { offered: true });
+      row.querySelector('[name=value]').value = '';
+      return row;
+    });
+  $('field-rows').replaceChildren(...offered, ...Object.entries(record ? record.fields || {} : {}).map(([name, field]) => fieldRow(name, field)));
   const assets = Object.entries(record ? record.fields || {} : {}).filter(([, f]) => (f.type || '').startsWith('ASSETID'))
     .flatMap(([name, f]) => (Array.isArray(f.value) ? f.value : [f.value]).filter((a) => a && a.downloadURL).map((a) => [name, a]));
   $('asset-preview').replaceChildren(...assets.map(([name, asset]) => el('figure', { className: 'asset' },
@@ -624,6 +726,7 @@ function showRecord(record) {
   $('delete-record').hidden = !record || !isAdministrator();
   $('record-title').textContent = record ? `Record ${record.recordName}` : 'New record';
   $('record-detail').scrollIntoView();
+  writeLink();
 }
 
 $('new-record').addEventListener('click', () => showRecord(null));
@@ -639,6 +742,7 @@ $('record-form').addEventListener('submit', (event) => {
       if (!name) continue;
       const type = row.querySelector('[name=type]').value;
       if (row.querySelector('[name=value]').readOnly && row.original) { continue; }
+      if (row.offered && row.querySelector('[name=value]').value === '') continue;  // offered, left empty: no value
       fields[name] = { value: wireValue(row.querySelector('[name=value]').value, type), type };
     }
     const recordType = data.record ? data.record.recordType : form.elements.recordType.value.trim();
@@ -687,18 +791,44 @@ const deleteRecord = () => act(async () => {
   onlyRecord(answer);
   const name = data.record.recordName;
   $('record-detail').hidden = true;
+  data.record = null;
   await runQuery(null);
   say(`Deleted ${name}.`);
 });
 
+// Subscriptions: every user's, container-wide; one deleted as its user would delete it.
+views.subscriptions = async () => {
+  const { subscriptions } = await api(inContainer(`subscriptions/${scope().environment}`));
+  $('subscriptions-note').textContent = `${subscriptions.length} subscription(s).`;
+  $('all-subscription-rows').replaceChildren(...subscriptions.map(({ user, database, createdAt, subscription: s }) => {
+    const zone = s.zoneID ? s.zoneID.zoneName : '';
+    return revocableRow([user, database, s.subscriptionID, s.subscriptionType, s.query ? s.query.recordType : (s.recordType || ''), zone, when(createdAt)], {
+      live: true, verb: 'Delete', label: `Delete subscription ${s.subscriptionID} of ${user}`,
+      question: `Delete ${user}'s subscription ${s.subscriptionID} (${database} database)? Their devices get no more notifications from it until the app subscribes again.`,
+      revoke: () => api(inContainer(`subscriptions/${scope().environment}/delete`), { method: 'POST', body: { user, database, subscriptionID: s.subscriptionID } }),
+      done: async () => { await views.subscriptions(); say(`Subscription ${s.subscriptionID} of ${user} deleted.`); },
+    });
+  }));
+};
+
 // People: members, then one person's sessions, roles, subscriptions and push tokens.
-views.people = async () => {
-  const { users } = await api(inContainer('users?limit=200'));
-  $('people-rows').replaceChildren(...users.map((user) => el('tr', {},
+// Lists that page (review defect 23): a page at a time, "Show more" appends the next one.
+const PAGE = 50;
+async function morePeople(first) {
+  const after = first ? 0 : state.lastUserID;
+  const { users } = await api(inContainer(`users?limit=${PAGE}&after=${after}`));
+  const rows = users.map((user) => el('tr', {},
     el('td', {}, el('button', { type: 'button', className: 'link', onclick: () => act(() => showPerson(user.name)) }, user.name)),
-    el('td', {}, user.userRecordName), el('td', {}, user.email || ''), el('td', {}, new Date(user.joinedAt).toLocaleString()))));
+    el('td', {}, user.userRecordName), el('td', {}, user.email || ''), el('td', {}, new Date(user.joinedAt).toLocaleString())));
+  if (first) $('people-rows').replaceChildren(...rows); else $('people-rows').append(...rows);
+  if (users.length) state.lastUserID = users[users.length - 1].userID;
+  $('more-people').hidden = users.length < PAGE;
+}
+views.people = async () => {
+  await morePeople(true);
   $('person').hidden = true;
 };
+$('more-people').addEventListener('click', () => act(() => morePeople(false)));
 
 async function showPerson(name) {
   const person = await api(inContainer(`users/${encodeURIComponent(name)}`));
@@ -825,3 +955,68 @@ async function searchLog() {
 }
 
 $('log-form').addEventListener('submit', (event) => { event.preventDefault(); act(searchLog); });
+
+// ---- Deep links (docs/dashboard.md): the address names the area, the container and the
+// environment (#/data?container=…&environment=…), and in Data the database, user, zone, record
+// type and open record, so a reload or a link sent to a colleague lands in the same place.
+// Changing area adds a history entry (Back returns); changes within an area replace it.
+const LINKED_DATABASES = ['public', 'private', 'shared'];
+
+function linkParams() {
+  const params = new URLSearchParams();
+  if ($('container-pick').value) params.set('container', $('container-pick').value);
+  params.set('environment', $('environment-pick').value);
+  if (current === 'data') {
+    const form = $('query-form');
+    if (form.elements.database.value !== 'public') params.set('database', form.elements.database.value);
+    if (form.elements.user.value.trim()) params.set('user', form.elements.user.value.trim());
+    const zone = zoneID();
+    if (zone.zoneName !== '_defaultZone') params.set('zone', zone.zoneName);
+    if (zone.ownerRecordName) params.set('owner', zone.ownerRecordName);
+    if (form.elements.recordType.value.trim()) params.set('type', form.elements.recordType.value.trim());
+    if (data.record && !$('record-detail').hidden) params.set('record', data.record.recordName);
+  }
+  return params;
+}
+
+function linkedView() {
+  const match = /^#\/([a-z]+)(?:\?(.*))?$/.exec(location.hash);
+  return match && views[match[1]] ? { view: match[1], params: new URLSearchParams(match[2] || '') } : null;
+}
+
+function writeLink() {
+  const link = `#/${current}?${linkParams()}`;
+  if (location.hash === link) return;
+  const sameArea = linkedView() && linkedView().view === current;
+  history[sameArea ? 'replaceState' : 'pushState'](null, '', link);
+}
+
+async function followLink() {
+  const link = linkedView();
+  if (!link) { await show('operators'); return; }
+  const { view, params } = link;
+  state.linkedContainer = params.get('container');
+  if (['development', 'production'].includes(params.get('environment'))) $('environment-pick').value = params.get('environment');
+  if (view === 'data') {
+    const form = $('query-form');
+    form.elements.database.value = LINKED_DATABASES.includes(params.get('database')) ? params.get('database') : 'public';
+    form.elements.user.value = params.get('user') || '';
+    const zoneName = params.get('zone');
+    const zone = zoneName && { zoneName, ...(params.get('owner') ? { ownerRecordName: params.get('owner') } : {}) };
+    form.elements.zone.replaceChildren(el('option', { value: zone ? JSON.stringify(zone) : '' }, zoneName || '_defaultZone'));
+    form.elements.recordType.value = params.get('type') || '';
+    $('record-detail').hidden = true; data.record = null;
+    $('record-rows').replaceChildren(); $('query-note').textContent = '';
+  }
+  await show(view);
+  if (view === 'data' && params.get('type')) await act(() => runQuery(null));
+  if (view === 'data' && params.get('record')) await act(() => openRecord(params.get('record')));
+}
+
+async function openRecord(recordName) {
+  const answer = await api(dataPath('records/lookup'), { method: 'POST', body: { zoneID: zoneID(), records: [{ recordName }] } });
+  showRecord(onlyRecord(answer));
+}
+
+// An address typed, pasted or reached with Back/Forward; ignored until someone is signed in.
+window.addEventListener('hashchange', () => { if (state.operator && linkedView()) followLink(); });

@@ -149,8 +149,28 @@ enum AdminRoutes {
             let token = try await service.createAPIToken(
                 container: container(context), environment: try environment(try input.requiredString("environment")) ?? .development,
                 allowedOrigins: try input.stringArray("allowedOrigins") ?? ["*"], signInCallback: try input.string("signInCallback"),
-                as: operatorContext)
+                name: try input.string("name"), as: operatorContext)
             return Reply.json(["apiToken": .string(token)], context: context)
+        }
+        admin.get("containers/:container/tokens") { request, context in
+            let tokens = try await service.apiTokens(container: container(context), as: try await signedIn(request, service))
+            let rows: [JSON] = tokens.map { token in
+                var row: JSONObject = [
+                    "id": .string(token.id), "environment": .string(token.environment.rawValue), "createdAt": .int(token.createdAt),
+                    "revoked": .bool(token.isRevoked), "allowedOrigins": .array(token.allowedOrigins.map(JSON.string)),
+                ]
+                if let name = token.name { row["name"] = .string(name) }
+                if let used = token.lastUsedAt { row["lastUsedAt"] = .int(used) }
+                if let callback = token.signInCallback { row["signInCallback"] = .string(callback) }
+                return .object(row)
+            }
+            return Reply.json(["tokens": .array(rows)], context: context)
+        }
+        admin.post("containers/:container/tokens/:token/revoke") { request, context in
+            let operatorContext = try await changing(request, service)
+            let token = try await service.revokeAPIToken(
+                container: container(context), id: context.parameters.get("token") ?? "", as: operatorContext)
+            return Reply.json(["revoked": .string(token.id)], context: context)
         }
         admin.post("containers/:container/tokens/revoke") { request, context in
             let operatorContext = try await changing(request, service)

@@ -22,6 +22,8 @@ import NimbusWire
 /// | `containers/{c}/grants/{env}` | POST `{recordType, role, permissions: [..], granting}` |
 /// | `containers/{c}/data/{env}/{database}/{zones/list, zones/modify, records/query, records/lookup, records/modify, assets/upload}` | CloudKit's bodies; `?user=` for a private or shared database |
 /// | `containers/{c}/users` | GET `?after=&limit=`: members |
+/// | `containers/{c}/subscriptions/{env}` | GET: every user's subscriptions, with user and database |
+/// | `containers/{c}/subscriptions/{env}/delete` | POST `{user, database, subscriptionID}`: deletes one as its user would |
 /// | `containers/{c}/users/{name}` | GET: sessions, roles, push tokens, subscriptions |
 /// | `containers/{c}/users/{name}/sessions/revoke` | POST `{session}` |
 /// | `containers/{c}/users/{name}/roles/{env}` | POST `{role, assigned}` |
@@ -95,7 +97,10 @@ enum ConsoleRoutes {
             try operatorContext.requireSight(of: container(context))
             let plan = try await service.schemaDeployPlan(container: container(context))
             func field(_ row: SchemaFieldRow) -> JSON {
-                [WireKey.recordType: .string(row.recordType), "field": .string(row.fieldName), "type": .string(row.fieldType), "indexes": indexList(row.indexes)]
+                [
+                    WireKey.recordType: .string(row.recordType), "field": .string(row.fieldName), "type": .string(row.fieldType),
+                    "indexes": indexList(row.applicableIndexes),
+                ]
             }
             return Reply.json(
                 [
@@ -128,7 +133,10 @@ enum ConsoleRoutes {
             let security = try await service.security(container: container(context), environment: environment)
             let types: [JSON] = schema.recordTypes.map { name in
                 let fields: [JSON] = schema.fields.filter { $0.recordType == name }.map {
-                    ["name": .string($0.fieldName), "type": .string($0.fieldType), "indexes": indexList($0.indexes)]
+                    [
+                        "name": .string($0.fieldName), "type": .string($0.fieldType), "indexes": indexList($0.applicableIndexes),
+                        "applicableIndexes": indexList(FieldType.applicableIndexes(wireName: $0.fieldType)),
+                    ]
                 }
                 var grants = JSONObject()
                 for (role, permissions) in security.grants[name] ?? [:] { grants[role] = permissionList(permissions) }
@@ -307,7 +315,10 @@ enum ConsoleRoutes {
                 let target = try await service.consoleTarget(
                     container: container(context), environment: try environment(context), scope: scope, userName: userName,
                     as: operatorContext, changing: call.changes, baseURL: context.exchange.baseURL(for: request))
-                let answer = try await call.run(target, try await body(request, context, parts))
+                var answer = try await call.run(target, try await body(request, context, parts))
+                if call.path.hasPrefix("records/") {
+                    answer = namingOperators(in: answer, try await service.operatorStamps(container: container(context)))
+                }
                 // Reading someone's own databases, and any change, is on the record.
                 if call.changes || scope != .public {
                     try await service.audit(
@@ -317,6 +328,24 @@ enum ConsoleRoutes {
                 return Reply.json(answer, context: context)
             }
         }
+    }
+
+    /// Records' `created` and `modified` stamps that are an operator's get `"operator": NAME`
+    /// beside the record name, so the page can say who (review defect 24).
+    static func namingOperators(in answer: JSON, _ stamps: [String: String]) -> JSON {
+        guard case .object(var body) = answer, case .array(let records)? = body[WireKey.records] else { return answer }
+        body[WireKey.records] = .array(
+            records.map { record in
+                guard case .object(var object) = record else { return record }
+                for key in [WireKey.created, WireKey.modified] {
+                    guard case .object(var stamp)? = object[key], let name = stamp[WireKey.userRecordName]?.stringValue, let who = stamps[name]
+                    else { continue }
+                    stamp["operator"] = .string(who)
+                    object[key] = .object(stamp)
+                }
+                return .object(object)
+            })
+        return .object(body)
     }
 
     // MARK: People
@@ -342,6 +371,30 @@ enum ConsoleRoutes {
                 return .object(row)
             }
             return Reply.json(["users": .array(rows)], context: context)
+        }
+        admin.get("containers/:container/subscriptions/:environment") { request, context in
+            let list = try await service.subscriptions(
+                container: container(context), environment: try environment(context), as: try await AdminRoutes.signedIn(request, service))
+            let rows: [JSON] = list.map {
+                [
+                    "user": .string($0.userName), "database": .string($0.scope.rawValue), "createdAt": .int($0.createdAt),
+                    "subscription": SubscriptionEntry.subscription($0.subscription).json,
+                ]
+            }
+            return Reply.json(["subscriptions": .array(rows)], context: context)
+        }
+        admin.post("containers/:container/subscriptions/:environment/delete") { request, context in
+            let operatorContext = try await AdminRoutes.changing(request, service)
+            let input = try await body(request, context, parts)
+            let databaseName = try input.requiredString("database")
+            guard let scope = DatabaseScope(rawValue: databaseName) else {
+                throw CloudKitError.badRequest("database: '\(Names.escaped(databaseName))' is not public, private or shared")
+            }
+            let id = try input.requiredString("subscriptionID")
+            try await service.deleteSubscription(
+                container: container(context), environment: try environment(context), scope: scope,
+                userName: try input.requiredString("user"), subscriptionID: id, as: operatorContext)
+            return Reply.json(["deleted": .string(id)], context: context)
         }
         admin.get("containers/:container/users/:user") { request, context in
             let operatorContext = try await AdminRoutes.signedIn(request, service)
