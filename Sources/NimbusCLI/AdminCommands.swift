@@ -747,7 +747,59 @@ struct APNs: AsyncParsableCommand {
 struct Operators: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Manage the dashboard's operators (docs/dashboard.md).",
-        subcommands: [Create.self, List.self, Delete.self, Passwd.self, ClearSecondFactor.self])
+        subcommands: [Create.self, List.self, SetAccess.self, Disable.self, Enable.self, Delete.self, Passwd.self, ClearSecondFactor.self])
+
+    struct SetAccess: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "set",
+            abstract: "Change an operator's role or containers (never the last administrator of every container's).")
+        @OptionGroup var data: DataOptions
+        @Argument(help: "The operator's name.") var name: String
+        @Option(help: "administrator or read-only.") var role: String?
+        @Option(name: .customLong("container"), help: "A container the operator may see (repeat for more).") var containers: [String] = []
+        @Flag(help: "Every container, now and future.") var everyContainer = false
+
+        func validate() throws {
+            if everyContainer, !containers.isEmpty { throw ValidationError("--container limits the operator; --every-container lifts the limit: give one") }
+            if role == nil, containers.isEmpty, !everyContainer { throw ValidationError("say what changes: --role, --container or --every-container") }
+        }
+
+        func run() async throws {
+            do {
+                let role = try role.map { name in
+                    guard let role = OperatorRole(rawValue: name) else { throw ValidationError("--role is administrator or read-only, not '\(name)'") }
+                    return role
+                }
+                let row = try await data.open().service.updateOperator(
+                    name: name, role: role, containers: everyContainer ? .some(nil) : containers.isEmpty ? nil : .some(containers), by: "cli")
+                print("operator \(row.name): \(row.role.rawValue), \(row.containers?.joined(separator: ",") ?? "every container")")
+            } catch { throw reportFailure(error) }
+        }
+    }
+
+    struct Disable: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Stop an operator from signing in and end its sessions, keeping its account (enable undoes it).")
+        @OptionGroup var data: DataOptions
+        @Argument(help: "The operator's name.") var name: String
+
+        func run() async throws { try await Operators.setDisabled(true, name, data) }
+    }
+
+    struct Enable: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Let a disabled operator sign in again.")
+        @OptionGroup var data: DataOptions
+        @Argument(help: "The operator's name.") var name: String
+
+        func run() async throws { try await Operators.setDisabled(false, name, data) }
+    }
+
+    static func setDisabled(_ disabled: Bool, _ name: String, _ data: DataOptions) async throws {
+        do {
+            _ = try await data.open().service.updateOperator(name: name, disabled: disabled, by: "cli")
+            print("operator \(name) \(disabled ? "disabled; its sessions ended" : "enabled")")
+        } catch { throw reportFailure(error) }
+    }
 
     struct Delete: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -790,7 +842,7 @@ struct Operators: AsyncParsableCommand {
             do {
                 let (row, password) = try await data.open().service.createOperator(
                     name: name, role: readOnly ? .readOnly : .administrator, containers: containers.isEmpty ? nil : containers, by: "cli")
-                print("operator \(row.name) (\(row.role.rawValue)); one-time password: \(password)")
+                print("operator \(row.name) (\(row.role.rawValue)); valid 24 hours, to choose their own password at first sign-in; one-time password: \(password)")
             } catch { throw reportFailure(error) }
         }
     }
@@ -802,8 +854,10 @@ struct Operators: AsyncParsableCommand {
         func run() async throws {
             do {
                 for row in try await data.open().service.operators() {
+                    let condition =
+                        row.disabled ? "disabled" : row.passwordExpiresAt != nil ? "one-time password" : "active"
                     print(
-                        "\(row.name)\t\(row.role.rawValue)\t\(row.containers?.joined(separator: ",") ?? "every container")"
+                        "\(row.name)\t\(row.role.rawValue)\t\(row.containers?.joined(separator: ",") ?? "every container")\t\(condition)"
                             + (row.secondFactor != nil ? "\tsecond factor" : ""))
                 }
             } catch { throw reportFailure(error) }

@@ -91,7 +91,7 @@ extension NimbusService {
         }
         do {
             try Self.validateOperatorPassword(password)
-            _ = try await insertOperator(name: name, password: password, role: .administrator, containers: nil, by: name, action: "operators.setup")
+            _ = try await insertOperator(name: name, password: password, expiresAt: nil, role: .administrator, containers: nil, by: name, action: "operators.setup")
         } catch {
             firstRunSetup.reopen(token, until: expiresAt)
             throw error

@@ -11,6 +11,9 @@ extension NimbusService {
     public static let operatorSessionLifetimeMilliseconds: Int64 = 12 * 3600 * 1000
     /// How stale `last_seen_at` may be before a request writes it again.
     static let operatorTouchInterval: Int64 = 60 * 1000
+    /// How long a one-time password (a new operator's, or a reset's) signs in: long enough to
+    /// reach a colleague, short enough that a forgotten one does not stay a way in.
+    public static let oneTimePasswordLifetimeMilliseconds: Int64 = 24 * 3600 * 1000
 
     /// A signed-in operator, as a request to the admin API finds it.
     public struct OperatorContext: Sendable {
@@ -46,26 +49,24 @@ extension NimbusService {
         OperatorRow, password: String
     ) {
         let password = Credentials.base64URL(Credentials.randomBytes(18))
-        let row = try await insertOperator(name: name, password: password, role: role, containers: containers, by: actor, action: "operators.create")
+        let row = try await insertOperator(
+            name: name, password: password, expiresAt: now + Self.oneTimePasswordLifetimeMilliseconds, role: role, containers: containers,
+            by: actor, action: "operators.create")
         return (row, password)
     }
 
     /// Checks an operator's name and containers, stores it with `password` hashed, audits it.
-    func insertOperator(name: String, password: String, role: OperatorRole, containers: [String]?, by actor: String, action: String)
-        async throws -> OperatorRow
-    {
+    /// `expiresAt`: when the password is a one-time one, its end.
+    func insertOperator(
+        name: String, password: String, expiresAt: Int64?, role: OperatorRole, containers: [String]?, by actor: String, action: String
+    ) async throws -> OperatorRow {
         guard (1...64).contains(name.count), name.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "._-".contains($0)) }) else {
             throw CloudKitError.badRequest("an operator name is 1 to 64 letters, digits, '.', '_' or '-'; '\(Names.escaped(name))' is not")
         }
-        if let containers {
-            let known = Set(try await accounts.containers().map(\.id))
-            if let unknown = containers.first(where: { !known.contains($0) }) {
-                throw CloudKitError(.notFound, "container '\(Names.escaped(unknown))' does not exist")
-            }
-        }
+        try await requireContainers(containers)
         let rounds = options.passwordRounds
         let hash = try await options.passwordHashing.run { Result { try Credentials.hashPassword(password, rounds: rounds) } }.get()
-        let row = OperatorRow(name: name, passwordHash: hash, role: role, containers: containers, createdAt: now)
+        let row = OperatorRow(name: name, passwordHash: hash, role: role, containers: containers, createdAt: now, passwordExpiresAt: expiresAt)
         guard try await storage.operators.createOperator(row) else {
             throw CloudKitError(.exists, "operator '\(name)' already exists")
         }
@@ -73,6 +74,15 @@ extension NimbusService {
             actor, action, container: nil,
             "operator \(name), \(role.rawValue), \(containers.map { "containers \($0.joined(separator: ", "))" } ?? "every container")")
         return row
+    }
+
+    /// NOT_FOUND naming the first of `containers` that does not exist.
+    private func requireContainers(_ containers: [String]?) async throws {
+        guard let containers else { return }
+        let known = Set(try await accounts.containers().map(\.id))
+        if let unknown = containers.first(where: { !known.contains($0) }) {
+            throw CloudKitError(.notFound, "container '\(Names.escaped(unknown))' does not exist")
+        }
     }
 
     /// What a password an operator chooses must be.
@@ -106,6 +116,15 @@ extension NimbusService {
             }
             try await spendCode(code, secret: secret, operatorName: account.name, admission: admission)
         }
+        // Said only to whoever knows the password: an unknown name and a wrong password read alike.
+        if account.disabled {
+            throw CloudKitError(.authenticationFailed, "operator '\(account.name)' is disabled; an administrator can enable it again")
+        }
+        if let expiry = account.passwordExpiresAt, expiry <= now {
+            throw CloudKitError(
+                .authenticationFailed,
+                "the one-time password of operator '\(account.name)' expired; ask an administrator for a new one (nimbus operators passwd \(account.name))")
+        }
         let token = Credentials.newWebAuthToken()
         let time = now
         let session = OperatorSessionRow(
@@ -133,8 +152,9 @@ extension NimbusService {
             try await store.endOperatorSession(tokenHash: hash)
             throw CloudKitError(.authenticationRequired, "your dashboard session expired; sign in again")
         }
-        guard let account = try await store.operatorAccount(name: session.operatorName) else {
-            throw CloudKitError(.authenticationRequired, "operator '\(session.operatorName)' no longer exists")
+        guard let account = try await store.operatorAccount(name: session.operatorName), !account.disabled else {
+            try await store.endOperatorSession(tokenHash: hash)
+            throw CloudKitError(.authenticationRequired, "operator '\(session.operatorName)' no longer exists or was disabled")
         }
         if session.lastSeenAt < time - Self.operatorTouchInterval { try await store.touchOperatorSession(tokenHash: hash, at: time) }
         return OperatorContext(account: account, session: session)
@@ -157,13 +177,14 @@ extension NimbusService {
     /// Changes the signed-in operator's password (the one-time one first of all).
     public func changeOperatorPassword(current: String, new password: String, as context: OperatorContext) async throws {
         try Self.validateOperatorPassword(password)
+        guard password != current else { throw CloudKitError.badRequest("the new password is the current one; choose another") }
         let stored = context.account.passwordHash
         guard try await options.passwordHashing.run({ Credentials.verifyPassword(current, against: stored) }) else {
             throw CloudKitError(.authenticationFailed, "the current password is wrong; the password is unchanged")
         }
         let rounds = options.passwordRounds
         let hash = try await options.passwordHashing.run { Result { try Credentials.hashPassword(password, rounds: rounds) } }.get()
-        guard try await storage.operators.setOperatorPassword(name: context.account.name, passwordHash: hash) else {
+        guard try await storage.operators.setOperatorPassword(name: context.account.name, passwordHash: hash, expiresAt: nil) else {
             throw CloudKitError(.notFound, "operator '\(context.account.name)' no longer exists")
         }
         try await audit(context.account.name, "operators.password", container: nil, "operator \(context.account.name) changed its password")
@@ -247,11 +268,7 @@ extension NimbusService {
         guard let account = all.first(where: { $0.name == name }) else {
             throw CloudKitError(.notFound, "there is no operator '\(Names.escaped(name))'")
         }
-        let administrators = all.filter { $0.role == .administrator && $0.containers == nil }
-        if administrators.map(\.name) == [name] {
-            throw CloudKitError.badRequest(
-                "'\(name)' is the last administrator of every container; make another first (nimbus operators create NAME)")
-        }
+        if account.administersEverything { try Self.keepAnAdministrator(all, without: name, doing: "delete") }
         guard try await storage.operators.deleteOperator(name: name) else {
             throw CloudKitError(.notFound, "there is no operator '\(Names.escaped(name))'")
         }
@@ -264,11 +281,52 @@ extension NimbusService {
         let password = Credentials.base64URL(Credentials.randomBytes(18))
         let rounds = options.passwordRounds
         let hash = try await options.passwordHashing.run { Result { try Credentials.hashPassword(password, rounds: rounds) } }.get()
-        guard try await storage.operators.setOperatorPassword(name: name, passwordHash: hash) else {
+        let expiry = now + Self.oneTimePasswordLifetimeMilliseconds
+        guard try await storage.operators.setOperatorPassword(name: name, passwordHash: hash, expiresAt: expiry) else {
             throw CloudKitError(.notFound, "there is no operator '\(Names.escaped(name))'")
         }
         try await storage.operators.endOperatorSessions(name: name)
         try await audit(actor, "operators.password-reset", container: nil, "operator \(name): a new one-time password; sessions ended")
         return password
+    }
+
+    /// Changes an operator's role, containers and whether it is disabled (nil keeps each as
+    /// it is; `containers: .some(nil)` means every container). The last enabled administrator
+    /// of every container keeps being one. Disabling ends the operator's sessions; other
+    /// changes apply to its next request.
+    public func updateOperator(
+        name: String, role: OperatorRole? = nil, containers: [String]?? = nil, disabled: Bool? = nil, by actor: String
+    ) async throws -> OperatorRow {
+        let all = try await operators()
+        guard var account = all.first(where: { $0.name == name }) else {
+            throw CloudKitError(.notFound, "there is no operator '\(Names.escaped(name))'")
+        }
+        let before = account
+        if let role { account.role = role }
+        if let containers { account.containers = containers }
+        if let disabled { account.disabled = disabled }
+        try await requireContainers(account.containers)
+        if before.administersEverything, !account.administersEverything {
+            try Self.keepAnAdministrator(all, without: name, doing: account.disabled ? "disable" : "limit")
+        }
+        guard try await storage.operators.updateOperator(name: name, role: account.role, containers: account.containers, disabled: account.disabled)
+        else { throw CloudKitError(.notFound, "there is no operator '\(Names.escaped(name))'") }
+        var changes: [String] = []
+        if account.role != before.role { changes.append("role \(account.role.rawValue)") }
+        if account.containers != before.containers {
+            changes.append(account.containers.map { "containers \($0.joined(separator: ", "))" } ?? "every container")
+        }
+        if account.disabled != before.disabled { changes.append(account.disabled ? "disabled, sessions ended" : "enabled") }
+        try await audit(actor, "operators.change", container: nil, "operator \(name): \(changes.isEmpty ? "unchanged" : changes.joined(separator: "; "))")
+        return account
+    }
+
+    /// Refuses to leave no enabled administrator of every container: nobody could then make
+    /// operators, reset development or see every container from the dashboard.
+    static func keepAnAdministrator(_ operators: [OperatorRow], without name: String, doing verb: String) throws {
+        guard operators.contains(where: { $0.name != name && $0.administersEverything }) else {
+            throw CloudKitError.badRequest(
+                "cannot \(verb) '\(name)': it is the last administrator of every container who can sign in; make another first (nimbus operators create NAME)")
+        }
     }
 }

@@ -728,5 +728,13 @@ enum PostgresMigrations {
                 "ALTER TABLE api_tokens ADD COLUMN last_used_at bigint",
             ]
         ),
+        (
+            "v22-operator-lifecycle",
+            [
+                // Operators disabled and enabled; one-time passwords that expire and must be changed.
+                "ALTER TABLE operators ADD COLUMN disabled boolean NOT NULL DEFAULT false",
+                "ALTER TABLE operators ADD COLUMN password_expires_at bigint",
+            ]
+        ),
     ]
 }

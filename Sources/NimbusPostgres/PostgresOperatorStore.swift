@@ -5,7 +5,8 @@ import PostgresNIO
 struct PostgresOperatorStore: OperatorStore {
     let storage: PostgresStorage
 
-    private static let operatorColumns = "name, password_hash, role, containers, created_at, totp_secret, totp_pending"
+    private static let operatorColumns =
+        "name, password_hash, role, containers, created_at, totp_secret, totp_pending, disabled, password_expires_at"
 
     func createOperator(_ row: OperatorRow) async throws -> Bool {
         let stored = OperatorContainers.stored(row.containers)
@@ -13,7 +14,7 @@ struct PostgresOperatorStore: OperatorStore {
             """
             INSERT INTO operators (\(unescaped: Self.operatorColumns))
             VALUES (\(row.name), \(row.passwordHash), \(row.role.rawValue), \(stored), \(row.createdAt), \(row.secondFactor),
-                \(row.pendingSecondFactor))
+                \(row.pendingSecondFactor), \(row.disabled), \(row.passwordExpiresAt))
             ON CONFLICT (name) DO NOTHING RETURNING 1
             """
         ).isEmpty
@@ -28,8 +29,25 @@ struct PostgresOperatorStore: OperatorStore {
         try await storage.rows("SELECT \(unescaped: Self.operatorColumns) FROM operators ORDER BY name").map(Self.operatorRow)
     }
 
-    func setOperatorPassword(name: String, passwordHash: String) async throws -> Bool {
-        try await !storage.rows("UPDATE operators SET password_hash = \(passwordHash) WHERE name = \(name) RETURNING 1").isEmpty
+    func setOperatorPassword(name: String, passwordHash: String, expiresAt: Int64?) async throws -> Bool {
+        try await !storage.rows(
+            "UPDATE operators SET password_hash = \(passwordHash), password_expires_at = \(expiresAt) WHERE name = \(name) RETURNING 1"
+        ).isEmpty
+    }
+
+    func updateOperator(name: String, role: OperatorRole, containers: [String]?, disabled: Bool) async throws -> Bool {
+        // One statement: the update, and a disabled operator's sessions ended with it.
+        try await !storage.rows(
+            """
+            WITH changed AS (
+                UPDATE operators SET role = \(role.rawValue), containers = \(OperatorContainers.stored(containers)), disabled = \(disabled)
+                WHERE name = \(name) RETURNING name, disabled
+            ), ended AS (
+                DELETE FROM operator_sessions WHERE operator_name IN (SELECT name FROM changed WHERE disabled)
+            )
+            SELECT 1 FROM changed
+            """
+        ).isEmpty
     }
 
     func deleteOperator(name: String) async throws -> Bool {
@@ -121,10 +139,10 @@ struct PostgresOperatorStore: OperatorStore {
     }
 
     private static func operatorRow(_ row: PostgresRow) throws -> OperatorRow {
-        let (name, hash, roleName, containers, created, secret, pending) = try row.decode(
-            (String, String, String, String?, Int64, String?, String?).self)
+        let (name, hash, roleName, containers, created, secret, pending, disabled, expires) = try row.decode(
+            (String, String, String, String?, Int64, String?, String?, Bool, Int64?).self)
         guard let role = OperatorRole(rawValue: roleName) else { throw StorageError.corrupt("operator role '\(roleName)' is unknown") }
         return OperatorRow(name: name, passwordHash: hash, role: role, containers: OperatorContainers.read(containers), createdAt: created,
-            secondFactor: secret, pendingSecondFactor: pending)
+            secondFactor: secret, pendingSecondFactor: pending, disabled: disabled, passwordExpiresAt: expires)
     }
 }

@@ -639,5 +639,13 @@ enum Migrations {
                     ALTER TABLE api_tokens ADD COLUMN last_used_at INTEGER;
                     """)
         }
+        migrator.registerMigration("v27-operator-lifecycle") { db in
+            // Operators disabled and enabled; one-time passwords that expire and must be changed.
+            try db.execute(
+                sql: """
+                    ALTER TABLE operators ADD COLUMN disabled INTEGER NOT NULL DEFAULT 0;
+                    ALTER TABLE operators ADD COLUMN password_expires_at INTEGER;
+                    """)
+        }
     }
 }

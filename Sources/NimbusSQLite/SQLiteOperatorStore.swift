@@ -6,16 +6,17 @@ import NimbusStorage
 struct SQLiteOperatorStore: OperatorStore {
     let storage: SQLiteStorage
 
-    private static let operatorColumns = "name, password_hash, role, containers, created_at, totp_secret, totp_pending"
+    private static let operatorColumns =
+        "name, password_hash, role, containers, created_at, totp_secret, totp_pending, disabled, password_expires_at"
     private static let sessionColumns = "token_hash, operator_name, csrf_token, created_at, last_seen_at, expires_at"
 
     func createOperator(_ row: OperatorRow) async throws -> Bool {
         try await storage.writeSQLite { tx in
             try tx.execute(
-                "INSERT INTO operators (\(Self.operatorColumns)) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING",
+                "INSERT INTO operators (\(Self.operatorColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING",
                 [
                     row.name, row.passwordHash, row.role.rawValue, OperatorContainers.stored(row.containers), row.createdAt, row.secondFactor,
-                    row.pendingSecondFactor,
+                    row.pendingSecondFactor, row.disabled, row.passwordExpiresAt,
                 ])
             return tx.db.changesCount > 0
         }
@@ -29,10 +30,22 @@ struct SQLiteOperatorStore: OperatorStore {
         try storage.readPoint { try $0.fetchRows("SELECT \(Self.operatorColumns) FROM operators ORDER BY name").map(Self.operatorRow) }
     }
 
-    func setOperatorPassword(name: String, passwordHash: String) async throws -> Bool {
+    func setOperatorPassword(name: String, passwordHash: String, expiresAt: Int64?) async throws -> Bool {
         try await storage.writeSQLite { tx in
-            try tx.execute("UPDATE operators SET password_hash = ? WHERE name = ?", [passwordHash, name])
+            try tx.execute(
+                "UPDATE operators SET password_hash = ?, password_expires_at = ? WHERE name = ?", [passwordHash, expiresAt, name])
             return tx.db.changesCount > 0
+        }
+    }
+
+    func updateOperator(name: String, role: OperatorRole, containers: [String]?, disabled: Bool) async throws -> Bool {
+        try await storage.writeSQLite { tx in
+            try tx.execute(
+                "UPDATE operators SET role = ?, containers = ?, disabled = ? WHERE name = ?",
+                [role.rawValue, OperatorContainers.stored(containers), disabled, name])
+            let found = tx.db.changesCount > 0
+            if disabled { try tx.execute("DELETE FROM operator_sessions WHERE operator_name = ?", [name]) }
+            return found
         }
     }
 
@@ -129,6 +142,7 @@ struct SQLiteOperatorStore: OperatorStore {
         guard let role = OperatorRole(rawValue: roleName) else { throw StorageError.corrupt("operator role '\(roleName)' is unknown") }
         return OperatorRow(
             name: row["name"], passwordHash: row["password_hash"], role: role, containers: OperatorContainers.read(row["containers"]),
-            createdAt: row["created_at"], secondFactor: row["totp_secret"], pendingSecondFactor: row["totp_pending"])
+            createdAt: row["created_at"], secondFactor: row["totp_secret"], pendingSecondFactor: row["totp_pending"],
+            disabled: row["disabled"], passwordExpiresAt: row["password_expires_at"])
     }
 }

@@ -7,7 +7,12 @@ public protocol OperatorStore: Sendable {
     func operatorAccount(name: String) async throws -> OperatorRow?
     func operators() async throws -> [OperatorRow]
     /// Replaces an operator's password hash; false when there is no such operator.
-    func setOperatorPassword(name: String, passwordHash: String) async throws -> Bool
+    /// `expiresAt`: a one-time password's end (it must be changed before anything else); nil
+    /// for a password the operator chose.
+    func setOperatorPassword(name: String, passwordHash: String, expiresAt: Int64?) async throws -> Bool
+    /// Sets an operator's role, containers and whether it is disabled; false when there is no
+    /// such operator. A disabled operator's sessions end with it.
+    func updateOperator(name: String, role: OperatorRole, containers: [String]?, disabled: Bool) async throws -> Bool
     /// Removes an operator and its sessions; false when there is no such operator. The audit
     /// log keeps what it did, under its name.
     func deleteOperator(name: String) async throws -> Bool
@@ -53,10 +58,15 @@ public struct OperatorRow: Sendable, Equatable {
     public var secondFactor: String?
     /// A secret handed out for enrolment, active once a code from it is confirmed.
     public var pendingSecondFactor: String?
+    /// A disabled operator cannot sign in, and its sessions are ended; enabling it restores it.
+    public var disabled: Bool
+    /// Set while the password is a one-time one (made by `operators create` or a reset): until
+    /// then it signs in only to choose a password of the operator's own, and not at all after.
+    public var passwordExpiresAt: Int64?
 
     public init(
         name: String, passwordHash: String, role: OperatorRole, containers: [String]?, createdAt: Int64,
-        secondFactor: String? = nil, pendingSecondFactor: String? = nil
+        secondFactor: String? = nil, pendingSecondFactor: String? = nil, disabled: Bool = false, passwordExpiresAt: Int64? = nil
     ) {
         self.name = name
         self.passwordHash = passwordHash
@@ -65,7 +75,12 @@ public struct OperatorRow: Sendable, Equatable {
         self.createdAt = createdAt
         self.secondFactor = secondFactor
         self.pendingSecondFactor = pendingSecondFactor
+        self.disabled = disabled
+        self.passwordExpiresAt = passwordExpiresAt
     }
+
+    /// An administrator of every container that is not disabled: at least one must remain.
+    public var administersEverything: Bool { role == .administrator && containers == nil && !disabled }
 
     public func maySee(container: String) -> Bool { containers?.contains(container) ?? true }
 

@@ -223,11 +223,24 @@ import Testing
             ] {
                 #expect(actions.contains(expected), "no \(expected) in \(actions)")
             }
-            #expect(actions.suffix(2) == ["operators.create", "operators.create"], "\(actions)")
+            // The two oldest, last on the page: olga made by the CLI, then the password she chose at first sign-in.
+            #expect(actions.suffix(2) == ["operators.password", "operators.create"], "\(actions)")
+            #expect(actions.contains("operators.change") && actions.contains("subscriptions.delete"), "\(actions)")
             #expect(audit.contains { $0[2] == "operators.create" && $0[4].contains("rita") })
             #expect(!audit.contains { $0[4].contains(apiToken) })
             #expect(result["afterSignOut"]?.stringValue == "Signed out.")
             #expect(result["readOnlyCreateVisible"]?.boolValue == false, "\(result)")
+            // One-time passwords: the page shows only "Your account" until one's own is chosen.
+            for who in ["mustChoose", "ritaMustChoose"] {
+                #expect(result[who]?["message"]?.stringValue?.contains("Choose a password of your own") == true, "\(result)")
+                #expect(result[who]?["navVisible"] == false && result[who]?["createVisible"] == false, "\(result)")
+            }
+            // Operators disabled after a question, enabled again; deleting wants the name typed.
+            #expect(result["disableQuestion"]?.stringValue?.contains("Disable rita?") == true, "\(result)")
+            #expect(result["ritaAfterDismiss"]?.stringValue?.hasPrefix("one-time password until") == true, "\(result)")
+            #expect(result["ritaDisabled"] == "disabled" && result["ritaEnabled"]?.stringValue?.hasPrefix("one-time password") == true, "\(result)")
+            #expect(result["deleteOperatorQuestion"]?.stringValue?.contains("Type rita to confirm") == true, "\(result)")
+            #expect(result["ritaAfterWrongName"]?.stringValue?.hasPrefix("one-time password") == true, "\(result)")
             #expect(result["phoneOverflow"]?.boolValue == false, "\(result)")
         }
     }

@@ -323,6 +323,19 @@ def main():
         form.find_element(By.NAME, "password").send_keys(password)
         form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
 
+    def choose_password(current, chosen):
+        """Signed in with a one-time password: only "Your account" shows until one's own is chosen."""
+        wait.until(lambda d: "Choose a password of your own" in d.find_element(By.ID, "message").text)
+        shown = {"message": driver.find_element(By.ID, "message").text,
+                 "navVisible": driver.find_element(By.CSS_SELECTOR, "nav").is_displayed(),
+                 "createVisible": driver.find_element(By.ID, "create-operator").is_displayed()}
+        form = driver.find_element(By.ID, "change-password")
+        form.find_element(By.NAME, "current").send_keys(current)
+        form.find_element(By.NAME, "next").send_keys(chosen)
+        form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "nav").is_displayed() and rows("operator-rows"))
+        return shown
+
     def rows(tbody):
         # Read in one script: the page may redraw a table between two element lookups.
         return driver.execute_script(
@@ -338,8 +351,9 @@ def main():
         wait.until(lambda d: d.find_element(By.ID, "message").text)
         result["wrongPassword"] = driver.find_element(By.ID, "message").text
 
+        own = "olga's own long password"
         sign_in(config["name"], config["password"])
-        wait.until(lambda d: visible("app") and rows("operator-rows"))
+        result["mustChoose"] = choose_password(config["password"], own)
         result["signedInAs"] = driver.find_element(By.ID, "operator-name").text
         result["operators"] = rows("operator-rows")
 
@@ -358,6 +372,27 @@ def main():
         result["ritaPassword"] = driver.find_element(By.ID, "new-password").text
         wait.until(lambda d: any(row[0] == "rita" for row in rows("operator-rows")))
         result["operatorsAfter"] = rows("operator-rows")
+        # Disabling asks first; dismissed, nothing changes; accepted, rita is disabled; enabled again.
+        def rita_state():
+            return next(row[3] for row in rows("operator-rows") if row[0] == "rita")
+        driver.find_element(By.CSS_SELECTOR, "button[aria-label='Disable rita']").click()
+        result["disableQuestion"] = driver.switch_to.alert.text
+        driver.switch_to.alert.dismiss()
+        result["ritaAfterDismiss"] = rita_state()
+        driver.find_element(By.CSS_SELECTOR, "button[aria-label='Disable rita']").click()
+        driver.switch_to.alert.accept()
+        wait.until(lambda d: rita_state() == "disabled")
+        result["ritaDisabled"] = rita_state()
+        driver.find_element(By.CSS_SELECTOR, "button[aria-label='Enable rita']").click()
+        wait.until(lambda d: rita_state() != "disabled")
+        result["ritaEnabled"] = rita_state()
+        # Deleting wants the name typed: a wrong name deletes nothing.
+        driver.find_element(By.CSS_SELECTOR, "button[aria-label='Delete rita']").click()
+        result["deleteOperatorQuestion"] = driver.switch_to.alert.text
+        driver.switch_to.alert.send_keys("olga")
+        driver.switch_to.alert.accept()
+        wait.until(lambda d: "Nothing was changed" in d.find_element(By.ID, "message").text)
+        result["ritaAfterWrongName"] = rita_state()
         # A second factor: set up with the secret the page shows and a code made from it.
         driver.find_element(By.ID, "second-factor-begin").click()
         wait.until(lambda d: d.find_element(By.ID, "second-factor-secret").text)
@@ -410,10 +445,10 @@ def main():
         result["afterSignOut"] = driver.find_element(By.ID, "message").text
 
         # The second factor asked, then given (the next step's code: the first is spent).
-        sign_in(config["name"], config["password"])
+        sign_in(config["name"], own)
         wait.until(lambda d: "code" in d.find_element(By.ID, "message").text)
         result["codeAsked"] = driver.find_element(By.ID, "message").text
-        sign_in(config["name"], config["password"], one_time_code(secret, config["now"], 1))
+        sign_in(config["name"], own, one_time_code(secret, config["now"], 1))
         wait.until(lambda d: visible("app") and rows("operator-rows"))
         result["signedInWithCode"] = driver.find_element(By.ID, "operator-name").text
         driver.find_element(By.ID, "sign-out").click()
@@ -421,7 +456,7 @@ def main():
 
         # The read-only operator sees no create form.
         sign_in("rita", result["ritaPassword"])
-        wait.until(lambda d: visible("app") and rows("operator-rows"))
+        result["ritaMustChoose"] = choose_password(result["ritaPassword"], "rita's own long password")
         result["readOnlyCreateVisible"] = driver.find_element(By.ID, "create-operator").is_displayed()
 
         # At a phone's width nothing scrolls sideways but the tables.

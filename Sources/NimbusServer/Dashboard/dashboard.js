@@ -82,14 +82,28 @@ function signedIn(answer) {
   document.body.classList.toggle('read-only', readOnly);
   $('sign-in').hidden = true; $('setup').hidden = true; $('who').hidden = false; $('app').hidden = false;
   say('');
+  document.body.classList.remove('one-time');
+  if (answer.operator.oneTimePasswordExpiresAt) { mustChoosePassword(answer.operator); return; }
   followLink();  // where the address points (a reload, a colleague's link), or Operators
+}
+
+// Signed in with a one-time password: the server allows nothing but choosing one's own, so
+// the page shows only that form until it is done.
+function mustChoosePassword(operator) {
+  current = 'operators';
+  for (const section of document.querySelectorAll('.view')) section.hidden = section.id !== 'operators';
+  document.body.classList.add('one-time');  // dashboard.css shows only "Your account"
+  $('scope').hidden = true;
+  say(`Choose a password of your own: the one-time password works only for this, until ${new Date(operator.oneTimePasswordExpiresAt).toLocaleString()}.`);
+  $('change-password').elements.current.focus();
 }
 
 // Each area's loader; `show` runs the one of the chosen area and reports its error.
 const views = {
   async operators() {
     const { operators } = await api('operators');
-    fill($('operator-rows'), operators, [(o) => o.name, (o) => o.role, (o) => (o.containers ? o.containers.join(', ') : 'every container')]);
+    $('operator-rows').replaceChildren(...operators.map(operatorRow));
+    $('change-operator').elements.name.replaceChildren(...operators.map((o) => el('option', {}, o.name)));
     const { operator } = await api('session');
     $('second-factor-state').textContent = operator.secondFactor ? 'on' : 'off';
     $('second-factor-remove').hidden = !operator.secondFactor;
@@ -174,8 +188,57 @@ $('change-password').addEventListener('submit', async (event) => {
   try {
     await api('me/password', { method: 'POST', body: { currentPassword: form.elements.current.value, newPassword: form.elements.next.value } });
     form.reset();
+    if (state.operator.oneTimePasswordExpiresAt) signedIn(await api('session'));  // the whole dashboard opens
     say('Password changed.');
   } catch (error) { say(error.message); }
+});
+
+// An operator's row: what it is, and for an administrator of every container the changes
+// that need no form (each asks first; deleting wants the name typed).
+function operatorRow(operator) {
+  const condition = operator.disabled ? 'disabled'
+    : operator.oneTimePasswordExpiresAt ? `one-time password until ${new Date(operator.oneTimePasswordExpiresAt).toLocaleString()}` : 'active';
+  const row = el('tr', {}, ...[operator.name, operator.role, operator.containers ? operator.containers.join(', ') : 'every container', condition]
+    .map((text) => el('td', {}, text)));
+  const actions = el('td', {});
+  if (isAdministrator() && !state.operator.containers) {
+    const button = (text, danger, handler) => el('button', { type: 'button', className: danger ? 'danger' : '', 'aria-label': `${text} ${operator.name}`, onclick: handler }, text);
+    actions.append(
+      button('Reset password', false, () => {
+        if (!confirmed(`Give ${operator.name} a new one-time password? Their sessions end and their password stops working.`)) return;
+        act(async () => {
+          const { password } = await api(`operators/${encodeURIComponent(operator.name)}/password`, { method: 'POST' });
+          await views.operators();
+          $('new-password').textContent = password;
+          say(`${operator.name}'s one-time password is below; it works for 24 hours.`);
+        });
+      }),
+      operator.disabled
+        ? button('Enable', false, () => act(() => api(`operators/${encodeURIComponent(operator.name)}`, { method: 'POST', body: { disabled: false } }),
+          async () => { await views.operators(); say(`${operator.name} enabled.`); }))
+        : button('Disable', true, () => {
+          if (!confirmed(`Disable ${operator.name}? Their sessions end and they cannot sign in until enabled again.`)) return;
+          act(() => api(`operators/${encodeURIComponent(operator.name)}`, { method: 'POST', body: { disabled: true } }),
+            async () => { await views.operators(); say(`${operator.name} disabled.`); });
+        }),
+      button('Delete', true, () => {
+        if (!typedConfirmation(`Delete operator ${operator.name}? The audit log keeps what they did.`, operator.name)) return;
+        act(() => api(`operators/${encodeURIComponent(operator.name)}/delete`, { method: 'POST' }),
+          async () => { await views.operators(); say(`${operator.name} deleted.`); });
+      }));
+  }
+  row.append(actions);
+  return row;
+}
+
+$('change-operator').addEventListener('submit', (event) => {
+  event.preventDefault();
+  const form = event.target;
+  const containers = form.elements.containers.value.split(',').map((c) => c.trim()).filter(Boolean);
+  const name = form.elements.name.value;
+  act(() => api(`operators/${encodeURIComponent(name)}`, { method: 'POST', body: {
+    role: form.elements.role.value, ...(containers.length ? { containers } : { everyContainer: true }) } }),
+  async () => { form.elements.containers.value = ''; await views.operators(); say(`${name} changed.`); });
 });
 
 $('second-factor-begin').addEventListener('click', async () => {

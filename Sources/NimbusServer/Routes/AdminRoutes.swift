@@ -99,6 +99,42 @@ enum AdminRoutes {
             answer["password"] = .string(password)
             return Reply.json(.object(answer), context: context)
         }
+        // One operator changed by an administrator of every container: role, containers,
+        // disabled; a new one-time password; deleted.
+        @Sendable func administering(_ request: Request) async throws -> NimbusService.OperatorContext {
+            let operatorContext = try await changing(request, service)
+            try operatorContext.requireChange()
+            try operatorContext.requireEveryContainer()
+            return operatorContext
+        }
+        admin.post("operators/:name") { request, context in
+            let actor = try await administering(request)
+            let body = try await RouteInput(request: request, context: context, parts: parts).body()
+            let role = try body.string("role").map { name in
+                guard let role = OperatorRole(rawValue: name) else {
+                    throw CloudKitError.badRequest(
+                        "role: '\(Names.escaped(name))' is not a role; use \(OperatorRole.allCases.map(\.rawValue).joined(separator: " or "))")
+                }
+                return role
+            }
+            let containers: [String]?? = try body.bool("everyContainer") == true ? .some(nil) : try body.stringArray("containers").map { .some($0) }
+            let row = try await service.updateOperator(
+                name: context.parameters.get("name") ?? "", role: role, containers: containers, disabled: try body.bool("disabled"),
+                by: actor.account.name)
+            return Reply.json(.object(fields(row)), context: context)
+        }
+        admin.post("operators/:name/password") { request, context in
+            let actor = try await administering(request)
+            let name = context.parameters.get("name") ?? ""
+            let password = try await service.resetOperatorPassword(name: name, by: actor.account.name)
+            return Reply.json(["name": .string(name), "password": .string(password)], context: context)
+        }
+        admin.post("operators/:name/delete") { request, context in
+            let actor = try await administering(request)
+            let name = context.parameters.get("name") ?? ""
+            try await service.deleteOperator(name: name, by: actor.account.name)
+            return Reply.json(["deleted": .string(name)], context: context)
+        }
 
         addContainerRoutes(to: admin, parts: parts)
         ConsoleRoutes.add(to: admin, parts: parts)  // schema, data, people, the request log
@@ -205,9 +241,19 @@ enum AdminRoutes {
         }
     }
 
+    /// What an operator signed in with a one-time password may do before choosing its own:
+    /// see who it is, sign out, and choose.
+    static let allowedWithOneTimePassword: Set<String> = ["/admin/1/session", "/admin/1/session/end", "/admin/1/me/password"]
+
     /// The signed-in operator of a read.
     static func signedIn(_ request: Request, _ service: NimbusService) async throws -> NimbusService.OperatorContext {
-        try await service.operatorContext(token: cookie(request))
+        let operatorContext = try await service.operatorContext(token: cookie(request))
+        if operatorContext.account.passwordExpiresAt != nil, !allowedWithOneTimePassword.contains(request.uri.path) {
+            throw CloudKitError(
+                .accessDenied,
+                "operator '\(operatorContext.account.name)' signed in with a one-time password: choose a password of your own first (Operators → Change your password)")
+        }
+        return operatorContext
     }
 
     /// The signed-in operator of a change: the CSRF token must match the session's.
@@ -262,9 +308,11 @@ enum AdminRoutes {
     static func fields(_ row: OperatorRow) -> JSONObject {
         var object: JSONObject = [
             "name": .string(row.name), "role": .string(row.role.rawValue), "createdAt": .int(row.createdAt),
-            "secondFactor": .bool(row.secondFactor != nil),
+            "secondFactor": .bool(row.secondFactor != nil), "disabled": .bool(row.disabled),
         ]
         if let containers = row.containers { object["containers"] = .strings(containers) }
+        // A one-time password in use: it must be changed, and stops working at this time.
+        if let expiry = row.passwordExpiresAt { object["oneTimePasswordExpiresAt"] = .int(expiry) }
         return object
     }
 }
