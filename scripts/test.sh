@@ -18,6 +18,8 @@ fi
 # Headless Chromium and its driver: the sign-in page's browser test (Tests/Scripts/sign_in_flow.py).
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+# zbar reads back the QR code the dashboard draws for authenticator apps.
+command -v zbarimg >/dev/null 2>&1 || missing+=(zbar-tools)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"

@@ -53,6 +53,57 @@ extension NimbusService {
         return count
     }
 
+    /// A container's settings as the dashboard shows them: sign-up, discovery, and every budget
+    /// and quota with its effective value (the container's, or the server's default).
+    public func containerSettings(container: String, as context: OperatorContext) async throws -> (ContainerSettings, EffectiveLimits) {
+        try context.requireSight(of: container)
+        try await requireContainer(container)
+        return (try await settings(container: container), try await limits(container: container))
+    }
+
+    /// Changes what is given, with the command line's checks (`nimbus containers set`,
+    /// `nimbus limits set`, `nimbus quotas set`): a limit by name to a number, or nil for the
+    /// server's default. Audited as one line naming each change.
+    public func changeContainerSettings(
+        container: String, signUp: Bool?, userDiscovery: Bool?, limits: [String: Int64?], as context: OperatorContext
+    ) async throws {
+        try context.requireChange(container: container)
+        try await requireContainer(container)
+        var changes: [ContainerLimit: Int64?] = [:]
+        for (name, value) in limits {
+            guard let limit = ContainerLimit(rawValue: name) else {
+                throw CloudKitError.badRequest(
+                    "limits: '\(Names.escaped(name))' is no budget or quota; use \(ContainerLimit.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            changes[limit] = value
+        }
+        if !changes.isEmpty { try await setLimits(container: container, changes) }
+        if let signUp { try await setSignUp(container: container, enabled: signUp) }
+        if let userDiscovery { try await setUserDiscovery(container: container, enabled: userDiscovery) }
+        var said = changes.sorted { $0.key.rawValue < $1.key.rawValue }.map { "\($0.key.rawValue) \($0.value.map(String.init) ?? "default")" }
+        if let signUp { said.append("sign-up \(signUp ? "on" : "off")") }
+        if let userDiscovery { said.append("user discovery \(userDiscovery ? "on" : "off")") }
+        try await audit(context.account.name, "containers.settings", container: container, said.isEmpty ? "nothing changed" : said.joined(separator: "; "))
+    }
+
+    /// An app user's account made by an operator (`nimbus users create`): accounts serve every
+    /// container, so only an administrator of every container makes them or resets their passwords.
+    public func createUser(name: String, password: String, emailAddress: String?, as context: OperatorContext) async throws -> UserRow {
+        try context.requireChange()
+        try context.requireEveryContainer()
+        let row = try await createUser(name: name, password: password, profile: UserProfile(emailAddress: emailAddress))
+        try await audit(context.account.name, "users.create", container: nil, "user \(name)\(emailAddress.map { ", \($0)" } ?? "")")
+        return row
+    }
+
+    /// Sets an app user's password and signs them out on every device (`nimbus users passwd`).
+    public func setUserPassword(name: String, password: String, as context: OperatorContext) async throws {
+        try context.requireChange()
+        try context.requireEveryContainer()
+        try await setUserPassword(name: name, password: password)
+        try await audit(context.account.name, "users.password", container: nil, "user \(name): password set, signed out everywhere")
+    }
+
     public func serverKeys(container: String, as context: OperatorContext) async throws -> [ServerKeyRow] {
         try context.requireSight(of: container)
         return try await serverKeys(container: container)

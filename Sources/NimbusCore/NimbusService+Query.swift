@@ -55,7 +55,9 @@ extension NimbusService {
             if locked, try !tx.schemaRecordTypes(container: key.container, environment: key.environment).contains(request.recordType) {
                 throw CloudKitError.badRequest("query.recordType: record type '\(request.recordType)' is not in the production schema")
             }
-            if target.scope == .public, request.recordType == Names.usersRecordType {
+            // Apps may not list the user directory; an operator browsing the console may (review
+            // defect 15): they see People anyway, and the browse is audited.
+            if target.scope == .public, request.recordType == Names.usersRecordType, !target.operatorScan {
                 try Self.checkUserDirectoryQuery(request, schema: schema)
             }
             // An operator's scan (docs/dashboard.md) reads every record of the type in pages and

@@ -62,7 +62,7 @@ import Testing
         #expect(result["saved"] == ["first-note"], "\(result)")
         let records = result["records"]?.arrayValue?.compactMap { $0.arrayValue?.first?.stringValue } ?? []
         #expect(records == ["first-note"], "\(result)")
-        #expect(result["records"]?[0]?[3]?.stringValue?.contains("hello from the app") == true, "\(result)")
+        #expect(result["records"]?[0]?.arrayValue?.contains("hello from the app") == true, "one column per field: \(result)")
         #expect(result["typo"]?.stringValue?.contains("There is no record type 'Nte' in the development schema; it has") == true, "\(result)")
         #expect(result["typo"]?.stringValue?.contains("Note") == true, "\(result)")
         #expect(result["typesOffered"]?.arrayValue?.compactMap(\.stringValue).contains("Note") == true, "\(result)")
@@ -107,6 +107,11 @@ import Testing
             let shared = try await alice.modify(
                 zone: "Album", [ShareTests.share("cloudkit.zoneshare", participants: [ShareTests.invite(email: "bob@example.com")])])
             #expect(shared.status == 200 && shared.records.first?.errorCode == nil, "\(shared.text)")
+            // bob (that address) accepts: the Sharing area shows what he takes part in.
+            let bob = try await IdentityTests.person(server, "bob", email: "bob@example.com", given: "Bob")
+            let guid = try #require(shared.records.first?["shortGUID"]?.stringValue, "\(shared.text)")
+            let accepted = try await ShareTests.resolve(bob, [guid], accept: true)
+            #expect(accepted.status == 200, "\(accepted.text)")
             _ = try await alice.lookup(zone: "Nowhere", ["x"])
             let subscribed = try await alice.post(
                 "private", "subscriptions/modify",
@@ -183,6 +188,7 @@ import Testing
             #expect(try await server.service.schema(container: TestServer.container, environment: .production).recordTypes.contains("Place"))
             #expect(result["nearParis"]?.arrayValue?.compactMap(\.stringValue) == ["paris"], "\(result)")
             #expect(result["nearParisFields"]?.arrayValue?.first?.stringValue?.contains("<img src=x") == true, "\(result)")
+            #expect(result["nearParisColumns"] == ["Record", "Modified", "spot", "stars", "title"], "one column per field: \(result)")
             #expect(result["savedStars"]?.stringValue == "5", "\(result)")
             #expect(result["uploadedImageWidth"]?.int64Value == 1, "\(result)")
             #expect(result["fieldDeleted"]?.stringValue?.contains("Deleted field Place.draft") == true, "\(result)")
@@ -195,11 +201,14 @@ import Testing
             let paris = try await server.client().lookup("public", ["paris"])
             #expect(paris.records.first?["serverErrorCode"]?.stringValue == "NOT_FOUND", "\(paris.text)")
             #expect(result["assetImageWidth"]?.int64Value == 1 && result["assetLink"]?.stringValue == "Download image", "\(result)")
-            #expect(result["people"]?.arrayValue?.compactMap(\.stringValue) == ["alice"], "\(result)")
+            #expect(result["people"]?.arrayValue?.compactMap(\.stringValue) == ["alice", "bob"], "\(result)")
             let afterRevoke = try await alice.post("private", "zones/list", [:])
             #expect(afterRevoke.status == 421, "alice's session still works: \(afterRevoke.text)")
             let share = result["shares"]?.arrayValue?.first?.arrayValue?.compactMap(\.stringValue) ?? []
-            #expect(share.count == 6 && share[0] == "Album" && share[3].contains("bob@example.com"), "\(result)")
+            #expect(share.count == 6 && share[0] == "Album" && share[3].contains("bob · USER"), "participants by name: \(result)")
+            #expect(share[3].contains("ACCEPTED") && !share[3].contains("bob@example.com"), "\(result)")
+            let joined = result["joinedShares"]?.arrayValue?.first?.arrayValue?.compactMap(\.stringValue) ?? []
+            #expect(joined.count == 5 && joined[0] == "alice" && joined[1] == "Album", "shares bob takes part in: \(result)")
             let log = (result["log"]?.arrayValue ?? []).compactMap { $0.arrayValue?.compactMap(\.stringValue) }
             #expect(log.count == 1 && log[0][4] == "alice" && log[0][2].contains("records/lookup"), "\(result)")
             let export = result["logExport"]?.stringValue ?? ""
@@ -242,6 +251,12 @@ import Testing
             #expect(result["deleteOperatorQuestion"]?.stringValue?.contains("Type rita to confirm") == true, "\(result)")
             #expect(result["ritaAfterWrongName"]?.stringValue?.hasPrefix("one-time password") == true, "\(result)")
             #expect(result["phoneOverflow"]?.boolValue == false, "\(result)")
+            #expect(result["phoneTallCells"] == [] && result["phoneTallButtons"] == [], "wrapped at 390 px: \(result)")
+            #expect(result["darkText"] == "rgb(255, 255, 255)", "\(result)")
+            #expect(result["settingsRefused"]?.stringValue?.contains("userRequestsPerMinute must be 1 or more, not 0") == true, "\(result)")
+            #expect(result["settingsAfter"] == ["signUp": true, "quota": "set for this container, 2.0 GB"], "\(result)")
+            // The authenticator's QR code, drawn by the page, decodes (zbar) to the otpauth address.
+            #expect(result["qrDecoded"] != nil && result["qrDecoded"] == result["otpauth"], "\(result)")
         }
     }
 

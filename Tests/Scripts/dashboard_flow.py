@@ -16,6 +16,9 @@ import base64
 import hashlib
 import hmac
 import json
+import os
+import subprocess
+import tempfile
 import struct
 import sys
 
@@ -49,6 +52,17 @@ def console_flow(driver, wait, shots, config, result, rows, visible):
         except Exception:
             raise AssertionError(f"waited for {text!r}; the page says {driver.find_element(By.ID, 'message').text!r}")
         return driver.find_element(By.ID, "message").text
+
+    def asked_then_done(button, table, done):
+        """A destructive button asks first: dismissed, the table keeps its rows; accepted, it is done.
+        Returns the question, the rows left after dismissing, and the message once done."""
+        driver.find_element(By.CSS_SELECTOR, button).click()
+        question = driver.switch_to.alert.text
+        driver.switch_to.alert.dismiss()
+        kept = len(rows(table))
+        driver.find_element(By.CSS_SELECTOR, button).click()
+        driver.switch_to.alert.accept()
+        return question, kept, message_contains(done)
 
     def set_field(form, name, value):
         element = form.find_element(By.NAME, name)
@@ -140,7 +154,9 @@ def console_flow(driver, wait, shots, config, result, rows, visible):
     query.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
     wait.until(lambda d: "record(s)" in d.find_element(By.ID, "query-note").text)
     result["nearParis"] = [r[0] for r in rows("record-rows")]
-    result["nearParisFields"] = [r[3] for r in rows("record-rows")]
+    result["nearParisColumns"] = driver.execute_script("return [...document.querySelectorAll('#record-head th')].map(h => h.textContent)")
+    title = result["nearParisColumns"].index("title")
+    result["nearParisFields"] = [r[title] for r in rows("record-rows")]
     if shots:
         driver.execute_script("window.scrollTo(0, 0)")
         driver.save_screenshot(f"{shots}/data.png")
@@ -168,7 +184,7 @@ def console_flow(driver, wait, shots, config, result, rows, visible):
     driver.find_element(By.ID, "filters").find_element(By.TAG_NAME, "button").click()  # remove the filter
     set_field(query, "recordType", "Photo")
     query.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    wait.until(lambda d: any(row[1] == "Photo" for row in rows("record-rows")))
+    wait.until(lambda d: d.execute_script("return document.getElementById('record-rows').dataset.type") == "Photo" and rows("record-rows"))
     driver.find_element(By.CSS_SELECTOR, "#record-rows button.link").click()
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#asset-preview img"))
     wait.until(lambda d: d.execute_script("const i = document.querySelector('#asset-preview img'); return i.complete && i.naturalWidth > 0"))
@@ -187,13 +203,8 @@ def console_flow(driver, wait, shots, config, result, rows, visible):
     if shots:
         driver.save_screenshot(f"{shots}/people.png")
     # Asked first, naming whose session; dismissed, nothing happens.
-    driver.find_element(By.CSS_SELECTOR, "#session-rows button").click()
-    result["sessionQuestion"] = driver.switch_to.alert.text
-    driver.switch_to.alert.dismiss()
-    result["sessionsAfterDismiss"] = len(rows("session-rows"))
-    driver.find_element(By.CSS_SELECTOR, "#session-rows button").click()
-    driver.switch_to.alert.accept()
-    result["revoked"] = message_contains("Session of alice revoked.")
+    (result["sessionQuestion"], result["sessionsAfterDismiss"],
+     result["revoked"]) = asked_then_done("#session-rows button", "session-rows", "Session of alice revoked.")
 
     # Sharing: alice's share of her album, with bob.
     area("sharing")
@@ -202,6 +213,10 @@ def console_flow(driver, wait, shots, config, result, rows, visible):
     form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
     wait.until(lambda d: rows("share-rows"))
     result["shares"] = rows("share-rows")
+    set_field(form, "user", "bob")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait.until(lambda d: rows("joined-share-rows"))
+    result["joinedShares"] = rows("joined-share-rows")
     if shots:
         driver.save_screenshot(f"{shots}/sharing.png")
 
@@ -265,13 +280,8 @@ def console_flow(driver, wait, shots, config, result, rows, visible):
     result["subscriptions"] = rows("all-subscription-rows")
     if shots:
         driver.save_screenshot(f"{shots}/subscriptions.png")
-    driver.find_element(By.CSS_SELECTOR, "#all-subscription-rows button.danger").click()
-    result["subscriptionQuestion"] = driver.switch_to.alert.text
-    driver.switch_to.alert.dismiss()
-    result["subscriptionsAfterDismiss"] = len(rows("all-subscription-rows"))
-    driver.find_element(By.CSS_SELECTOR, "#all-subscription-rows button.danger").click()
-    driver.switch_to.alert.accept()
-    result["subscriptionDeleted"] = message_contains("deleted")
+    (result["subscriptionQuestion"], result["subscriptionsAfterDismiss"],
+     result["subscriptionDeleted"]) = asked_then_done("#all-subscription-rows button.danger", "all-subscription-rows", "deleted")
     result["subscriptionsAfterDelete"] = len(rows("all-subscription-rows"))
 
     # Logs: the request log, searched by error code; the charts.
@@ -397,6 +407,13 @@ def main():
         driver.find_element(By.ID, "second-factor-begin").click()
         wait.until(lambda d: d.find_element(By.ID, "second-factor-secret").text)
         secret = driver.find_element(By.ID, "second-factor-secret").text
+        # The QR code the page drew, read back by an independent decoder (zbar).
+        result["otpauth"] = driver.find_element(By.ID, "second-factor-uri").get_attribute("href")
+        picture = tempfile.NamedTemporaryFile(suffix=".png", delete=False).name
+        driver.find_element(By.CSS_SELECTOR, "#second-factor-qr svg").screenshot(picture)
+        decoded = subprocess.run(["zbarimg", "--raw", "-q", picture], capture_output=True, text=True)
+        result["qrDecoded"] = decoded.stdout.strip() if decoded.returncode == 0 else f"zbarimg failed: {decoded.returncode} {decoded.stderr}"
+        os.unlink(picture)
         confirm = driver.find_element(By.ID, "second-factor-confirm")
         confirm.find_element(By.NAME, "code").send_keys(one_time_code(secret, config["now"], 0))
         confirm.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
@@ -421,6 +438,26 @@ def main():
         result["apiToken"] = driver.find_element(By.ID, "new-token").text
         if shots:
             driver.save_screenshot(f"{shots}/containers.png")
+
+        # Container settings: a budget below its minimum refused as the CLI refuses it; sign-up
+        # on and a quota set, then shown as set.
+        settings = driver.find_element(By.ID, "container-settings")
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "input[aria-label='userRequestsPerMinute']"))
+        budget = settings.find_element(By.CSS_SELECTOR, "input[aria-label='userRequestsPerMinute']")
+        budget.send_keys("0")
+        settings.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        wait.until(lambda d: "must be 1 or more" in d.find_element(By.ID, "message").text)
+        result["settingsRefused"] = driver.find_element(By.ID, "message").text
+        budget = settings.find_element(By.CSS_SELECTOR, "input[aria-label='userRequestsPerMinute']")
+        budget.clear()
+        settings.find_element(By.NAME, "signUp").click()
+        quota = settings.find_element(By.CSS_SELECTOR, "input[aria-label='privateDatabaseBytes']")
+        quota.clear()
+        quota.send_keys("2147483648")
+        settings.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        wait.until(lambda d: "Settings saved" in d.find_element(By.ID, "message").text)
+        result["settingsAfter"] = {"signUp": settings.find_element(By.NAME, "signUp").is_selected(),
+                                   "quota": [r for r in rows("limit-rows") if r[0] == "privateDatabaseBytes"][0][2]}
 
         console_flow(driver, wait, shots, config, result, rows, visible)
 
@@ -463,8 +500,20 @@ def main():
         driver.set_window_size(390, 844)
         result["phoneOverflow"] = driver.execute_script(
             "return document.documentElement.scrollWidth > document.documentElement.clientWidth")
+        # No cell broken word by word, no button wrapped (review defect 28): each one line high.
+        one_line = """return [...document.querySelectorAll(arguments[0])].filter(e => e.offsetParent)
+            .filter(e => e.getBoundingClientRect().height > 2.2 * parseFloat(getComputedStyle(e).lineHeight || '20')).map(e => e.textContent.trim())"""
+        result["phoneTallCells"] = driver.execute_script(one_line, "#operator-rows td")
+        result["phoneTallButtons"] = driver.execute_script(one_line, "button")
         if shots:
             driver.save_screenshot(f"{shots}/phone.png")
+        # Dark mode follows the system: text light on dark.
+        driver.set_window_size(1440, 900)
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": "", "features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+        result["darkText"] = driver.execute_script("return getComputedStyle(document.body).color")
+        result["darkBackground"] = driver.execute_script("return getComputedStyle(document.documentElement).backgroundColor")
+        if shots:
+            driver.save_screenshot(f"{shots}/dark.png")
     finally:
         driver.quit()
     print(json.dumps(result))

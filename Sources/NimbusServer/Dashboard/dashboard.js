@@ -113,6 +113,7 @@ const views = {
     const { containers } = await api('containers');
     fill($('container-rows'), containers, [(c) => c.id, (c) => new Date(c.createdAt).toLocaleString()]);
     await showTokens();
+    await showSettings();
     await showKeys();
   },
   async backups() {
@@ -246,6 +247,7 @@ $('second-factor-begin').addEventListener('click', async () => {
     const { secret, uri } = await api('me/second-factor', { method: 'POST' });
     $('second-factor-secret').textContent = secret;
     $('second-factor-uri').href = uri;
+    $('second-factor-qr').replaceChildren(qrDrawing(uri));
     $('second-factor-confirm').hidden = false;
     $('second-factor-confirm').elements.code.focus();
   } catch (error) { say(error.message); }
@@ -295,6 +297,37 @@ async function showTokens() {
     });
   }));
 }
+
+// The container's settings, with the checks the command line makes (on the server).
+async function showSettings() {
+  if (!$('container-pick').value) { $('limit-rows').replaceChildren(); return; }
+  const settings = await api(`containers/${picked()}/settings`);
+  const form = $('container-settings');
+  form.elements.signUp.checked = settings.signUp;
+  form.elements.userDiscovery.checked = settings.userDiscovery;
+  for (const box of [form.elements.signUp, form.elements.userDiscovery]) box.disabled = !isAdministrator();
+  state.settings = settings;
+  $('limit-rows').replaceChildren(...settings.limits.map((limit) => el('tr', {},
+    el('td', {}, limit.name),
+    el('td', {}, el('input', { type: 'number', name: `limit-${limit.name}`, min: String(limit.minimum), step: '1', 'aria-label': limit.name,
+      value: limit.set ? String(limit.value) : '', placeholder: String(limit.value), readOnly: !isAdministrator() })),
+    el('td', {}, `${limit.set ? 'set for this container' : 'default'}${limit.quota ? `, ${bytes(limit.value)}` : ''}`))));
+}
+
+$('container-settings').addEventListener('submit', (event) => {
+  event.preventDefault();
+  const form = event.target;
+  const limits = {};
+  for (const limit of state.settings.limits) {
+    const text = form.elements[`limit-${limit.name}`].value.trim();
+    const wanted = text === '' ? null : Number(text);
+    if (wanted === null ? limit.set : !limit.set || wanted !== limit.value) limits[limit.name] = wanted;
+  }
+  const body = { limits };
+  if (form.elements.signUp.checked !== state.settings.signUp) body.signUp = form.elements.signUp.checked;
+  if (form.elements.userDiscovery.checked !== state.settings.userDiscovery) body.userDiscovery = form.elements.userDiscovery.checked;
+  act(() => api(`containers/${picked()}/settings`, { method: 'POST', body }), async () => { await showSettings(); say('Settings saved.'); });
+});
 
 async function showKeys() {
   if (!$('container-pick').value) { $('key-rows').replaceChildren(); return; }
@@ -678,11 +711,16 @@ async function runQuery(marker) {
   const rows = (answer.records || []).filter((r) => !r.serverErrorCode);
   $('query-note').textContent = `${rows.length} record(s)${data.marker ? '; more on the next page' : ''}.`;
   writeLink();
+  // One column per field of the type, in the schema's order (then any the schema has not
+  // caught up with); references are links to the records they name (review defect 18).
+  const columns = ((data.types && data.types.get(query.recordType)) || []).map((field) => field.name);
+  for (const record of rows) for (const name of Object.keys(record.fields || {})) if (!columns.includes(name)) columns.push(name);
+  $('record-head').replaceChildren(el('tr', {}, ...['Record', 'Modified', ...columns].map((name) => el('th', { scope: 'col' }, name))));
+  $('record-rows').dataset.type = query.recordType;
   $('record-rows').replaceChildren(...rows.map((record) => el('tr', {},
     el('td', {}, el('button', { type: 'button', className: 'link', onclick: () => showRecord(record) }, record.recordName)),
-    el('td', {}, record.recordType),
-    el('td', {}, record.modified ? new Date(record.modified.timestamp).toLocaleString() : ''),
-    el('td', {}, Object.entries(record.fields || {}).map(([name, f]) => `${name}: ${shown(f)}`).join('; ')))));
+    el('td', {}, record.modified ? moment(record.modified.timestamp) : ''),
+    ...columns.map((name) => el('td', {}, ...cellContent((record.fields || {})[name]))))));
 }
 
 $('query-form').addEventListener('submit', (event) => { event.preventDefault(); act(() => runQuery(null)); });
@@ -729,6 +767,23 @@ $('time-travel-apply').addEventListener('click', () => act(async () => {
 $('next-page').addEventListener('click', () => act(() => runQuery(data.marker)));
 
 // A field's value as text for people to read and edit.
+// A time as the list shows it: local, with the zone said, like every time on the page.
+const moment = (milliseconds) => new Date(milliseconds).toLocaleString(undefined, { timeZoneName: 'short' });
+
+// A field's value in the record list: text, times local with their zone, references as links.
+function cellContent(field) {
+  if (!field) return [];
+  const type = field.type || '';
+  if (type === 'REFERENCE' || type === 'REFERENCE_LIST') {
+    const references = type === 'REFERENCE' ? [field.value] : field.value || [];
+    return references.flatMap((reference, index) => [index ? ', ' : null,
+      el('button', { type: 'button', className: 'link', onclick: () => act(() => openRecord(reference.recordName)) }, reference.recordName)]);
+  }
+  if (type === 'TIMESTAMP') return [moment(field.value)];
+  if (type === 'TIMESTAMP_LIST') return [(field.value || []).map(moment).join('; ')];
+  return [shown(field)];
+}
+
 function shown(field) {
   const { value, type = '' } = field;
   if (value === null || value === undefined) return '';
@@ -737,6 +792,14 @@ function shown(field) {
   if (type === 'TIMESTAMP') return new Date(value).toISOString();
   if (type === 'LOCATION') return `${value.latitude}, ${value.longitude}`;
   if (type === 'REFERENCE') return value.recordName;
+  // Lists as their elements, comma-separated, as the editor reads them back; JSON (which the
+  // editor reads too) when an element holds a comma or a reference has an action to keep.
+  if (type.endsWith('_LIST') && Array.isArray(value)) {
+    const scalar = type.replace(/_LIST$/, '');
+    const parts = value.map((element) => shown({ value: element, type: scalar }));
+    const actions = scalar === 'REFERENCE' && value.some((reference) => reference.action && reference.action !== 'NONE');
+    return actions || parts.some((part) => part.includes(',')) ? JSON.stringify(value) : parts.join(', ');
+  }
   if (typeof value === 'object') return JSON.stringify(value);
   return String(value);
 }
@@ -893,8 +956,27 @@ views.people = async () => {
 };
 $('more-people').addEventListener('click', () => act(() => morePeople(false)));
 
+$('create-user').addEventListener('submit', (event) => {
+  event.preventDefault();
+  const form = event.target;
+  const name = form.elements.name.value.trim();
+  act(() => api(inContainer('users'), { method: 'POST', body: { name, password: form.elements.password.value,
+    ...(form.elements.email.value.trim() ? { email: form.elements.email.value.trim() } : {}) } }),
+  () => { form.reset(); say(`User ${name} made; they join this container's People when they first sign in to it.`); });
+});
+
+$('user-password').addEventListener('submit', (event) => {
+  event.preventDefault();
+  const form = event.target;
+  const name = state.person;
+  if (!confirmed(`Set ${name}'s password? They are signed out on every device and sign in again with the new one.`)) return;
+  act(() => api(inContainer(`users/${encodeURIComponent(name)}/password`), { method: 'POST', body: { password: form.elements.password.value } }),
+    async () => { form.reset(); await showPerson(name); say(`${name}'s password set; signed out everywhere.`); });
+});
+
 async function showPerson(name) {
   const person = await api(inContainer(`users/${encodeURIComponent(name)}`));
+  state.person = name;
   $('person').hidden = false;
   $('person-title').textContent = `${person.user.name} (${person.user.userRecordName || 'not in this container yet'})`;
   $('session-rows').replaceChildren(...person.sessions.map((session) => el('tr', {},
@@ -921,7 +1003,28 @@ $('shares-form').addEventListener('submit', (event) => {
   act(() => showShares(event.target.elements.user.value.trim()));
 });
 
+// The container's members by user record name, for people named rather than numbered; the
+// Sharing area's user field offers their names.
+views.sharing = async () => { await memberNames(); };
+async function memberNames() {
+  const { users } = await api(inContainer('users?limit=200'));
+  $('member-names').replaceChildren(...users.map((user) => el('option', { value: user.name })));
+  return new Map(users.map((user) => [user.userRecordName, user.name]));
+}
+
+// A share's participants, one a line: the person (by name when a member), role, permission, state.
+function participantList(share, names) {
+  return el('ul', { className: 'plain' }, ...(share.participants || []).map((participant) => {
+    const identity = participant.userIdentity || {};
+    const lookup = identity.lookupInfo || {};
+    const who = names.get(identity.userRecordName) || lookup.emailAddress || lookup.phoneNumber || identity.userRecordName || '?';
+    return el('li', {}, [who, participant.type, participant.permission, participant.acceptanceStatus].filter(Boolean).join(' · '));
+  }));
+}
+const shareLink = (share) => (share.webpageURL ? el('a', { href: share.webpageURL }, 'open') : share.shortGUID || '');
+
 async function showShares(owner) {
+  const names = await memberNames();
   const base = inContainer(`data/${scope().environment}/private`);
   const who = `?user=${encodeURIComponent(owner)}`;
   const { zones } = await api(`${base}/zones/list${who}`, { method: 'POST', body: {} });
@@ -929,11 +1032,6 @@ async function showShares(owner) {
   for (const zone of zones.filter((z) => z.zoneID.zoneName !== '_defaultZone')) {
     const { records } = await api(`${base}/records/query${who}`, { method: 'POST', body: { zoneID: zone.zoneID, query: { recordType: 'cloudkit.share' } } });
     for (const share of records.filter((r) => !r.serverErrorCode)) {
-      const people = (share.participants || []).map((p) => {
-        const identity = p.userIdentity || {};
-        const label = (identity.lookupInfo && (identity.lookupInfo.emailAddress || identity.lookupInfo.phoneNumber)) || identity.userRecordName || '?';
-        return `${label} ${p.type || ''} ${p.permission || ''} ${p.acceptanceStatus || ''}`.trim();
-      }).join('; ');
       const revoke = isAdministrator() ? el('button', { type: 'button', className: 'danger', 'aria-label': `Revoke share ${share.recordName}`,
         onclick: () => {
           const count = (share.participants || []).length;
@@ -943,11 +1041,26 @@ async function showShares(owner) {
           async () => { await showShares(owner); say(`Share ${share.recordName} revoked.`); });
         } }, 'Revoke') : '';
       rows.push(el('tr', {}, el('td', {}, zone.zoneID.zoneName), el('td', {}, share.recordName), el('td', {}, share.publicPermission || 'NONE'),
-        el('td', {}, people), el('td', {}, share.webpageURL || share.shortGUID || ''), el('td', {}, revoke)));
+        el('td', {}, participantList(share, names)), el('td', {}, shareLink(share)), el('td', {}, revoke)));
     }
   }
   $('share-rows').replaceChildren(...rows);
-  say(rows.length ? '' : `${owner} shares nothing in ${scope().environment}.`);
+  // What others share with them: the zones of their shared database, and each zone's share.
+  const shared = inContainer(`data/${scope().environment}/shared`);
+  const { zones: joined } = await api(`${shared}/zones/list${who}`, { method: 'POST', body: {} });
+  const joinedRows = [];
+  for (const zone of joined) {
+    const ownerName = names.get(zone.zoneID.ownerRecordName) || zone.zoneID.ownerRecordName || '?';
+    const answer = await api(`${shared}/records/query${who}`, { method: 'POST', body: { zoneID: zone.zoneID, query: { recordType: 'cloudkit.share' } } })
+      .catch(() => ({ records: [] }));
+    const shares = (answer.records || []).filter((record) => !record.serverErrorCode);
+    for (const share of shares.length ? shares : [null]) {
+      joinedRows.push(el('tr', {}, el('td', {}, ownerName), el('td', {}, zone.zoneID.zoneName), el('td', {}, share ? share.recordName : ''),
+        el('td', {}, share ? participantList(share, names) : ''), el('td', {}, share ? shareLink(share) : '')));
+    }
+  }
+  $('joined-share-rows').replaceChildren(...joinedRows);
+  say(rows.length || joinedRows.length ? '' : `${owner} shares nothing and takes part in no share in ${scope().environment}.`);
 }
 
 // Logs and numbers: charts of the last hour, errors by code, the request log, storage.
@@ -1083,3 +1196,135 @@ async function openRecord(recordName) {
 
 // An address typed, pasted or reached with Back/Forward; ignored until someone is signed in.
 window.addEventListener('hashchange', () => { if (state.operator && linkedView()) followLink(); });
+
+// ---- A QR code for the authenticator app (issue 38), made here: the secret never leaves the
+// page for a QR service. Byte mode, error correction level M, versions 1 to 10 (up to 213
+// bytes; an otpauth:// address is about 100), mask 0, per ISO/IEC 18004.
+const QR_VERSIONS = [  // [error correction codewords per block, [blocks, data codewords]...], by version
+  null, [10, [1, 16]], [16, [1, 28]], [26, [1, 44]], [18, [2, 32]], [24, [2, 43]], [16, [4, 27]], [18, [4, 31]],
+  [22, [2, 38], [2, 39]], [22, [3, 36], [2, 37]], [26, [4, 43], [1, 44]],
+];
+const QR_ALIGNMENT = [null, [], [6, 18], [6, 22], [6, 26], [6, 30], [6, 34], [6, 22, 38], [6, 24, 42], [6, 26, 46], [6, 28, 50]];
+
+// Multiplication in GF(2^8) with the QR polynomial x^8 + x^4 + x^3 + x^2 + 1.
+function gfMultiply(x, y) {
+  let z = 0;
+  for (let i = 7; i >= 0; i--) { z = (z << 1) ^ ((z >>> 7) * 0x11d); z ^= ((y >>> i) & 1) * x; }
+  return z;
+}
+
+// Reed-Solomon: the generator's coefficients for `degree` error correction codewords, then
+// the remainder of a block divided by it (its error correction codewords).
+function rsDivisor(degree) {
+  const result = new Array(degree).fill(0);
+  result[degree - 1] = 1;
+  let root = 1;
+  for (let i = 0; i < degree; i++) {
+    for (let j = 0; j < degree; j++) {
+      result[j] = gfMultiply(result[j], root);
+      if (j + 1 < degree) result[j] ^= result[j + 1];
+    }
+    root = gfMultiply(root, 2);
+  }
+  return result;
+}
+function rsRemainder(data, divisor) {
+  const result = divisor.map(() => 0);
+  for (const byte of data) {
+    const factor = byte ^ result.shift();
+    result.push(0);
+    divisor.forEach((coefficient, i) => { result[i] ^= gfMultiply(coefficient, factor); });
+  }
+  return result;
+}
+
+// The modules (true: dark) of `text`'s QR code.
+function qrModules(text) {
+  const bytes = [...new TextEncoder().encode(text)];
+  const capacity = (version) => QR_VERSIONS[version].slice(1).reduce((sum, [blocks, size]) => sum + blocks * size, 0);
+  const countBits = (version) => (version < 10 ? 8 : 16);
+  let version = 1;
+  while (version <= 10 && 4 + countBits(version) + 8 * bytes.length > 8 * capacity(version)) version++;
+  if (version > 10) throw new Error('too long for a QR code here');
+  // The bit stream: byte mode, the count, the bytes, a terminator, then padding codewords.
+  const bits = [];
+  const put = (value, length) => { for (let i = length - 1; i >= 0; i--) bits.push((value >>> i) & 1); };
+  put(4, 4); put(bytes.length, countBits(version));
+  for (const byte of bytes) put(byte, 8);
+  const room = 8 * capacity(version);
+  put(0, Math.min(4, room - bits.length));
+  while (bits.length % 8) bits.push(0);
+  for (let pad = 0xec; bits.length < room; pad ^= 0xec ^ 0x11) put(pad, 8);
+  const data = [];
+  for (let i = 0; i < bits.length; i += 8) data.push(bits.slice(i, i + 8).reduce((byte, bit) => (byte << 1) | bit, 0));
+  // Blocks, each with its error correction, interleaved.
+  const [ecLength, ...groups] = QR_VERSIONS[version];
+  const divisor = rsDivisor(ecLength);
+  const blocks = [];
+  let offset = 0;
+  for (const [count, size] of groups) {
+    for (let b = 0; b < count; b++) { const block = data.slice(offset, offset + size); offset += size; blocks.push([block, rsRemainder(block, divisor)]); }
+  }
+  const codewords = [];
+  for (let i = 0; i < Math.max(...blocks.map(([block]) => block.length)); i++) for (const [block] of blocks) if (i < block.length) codewords.push(block[i]);
+  for (let i = 0; i < ecLength; i++) for (const [, ec] of blocks) codewords.push(ec[i]);
+
+  const size = 17 + 4 * version;
+  const modules = Array.from({ length: size }, () => new Array(size).fill(false));
+  const reserved = Array.from({ length: size }, () => new Array(size).fill(false));
+  const set = (x, y, dark) => { modules[y][x] = dark; reserved[y][x] = true; };
+  for (let i = 0; i < size; i++) { set(6, i, i % 2 === 0); set(i, 6, i % 2 === 0); }  // timing
+  for (const [cx, cy] of [[3, 3], [size - 4, 3], [3, size - 4]]) {  // finders with their separators
+    for (let dy = -4; dy <= 4; dy++) for (let dx = -4; dx <= 4; dx++) {
+      const x = cx + dx, y = cy + dy, distance = Math.max(Math.abs(dx), Math.abs(dy));
+      if (x >= 0 && x < size && y >= 0 && y < size) set(x, y, distance !== 2 && distance !== 4);
+    }
+  }
+  const centres = QR_ALIGNMENT[version];
+  centres.forEach((cx, i) => centres.forEach((cy, j) => {
+    const corner = (i === 0 && j === 0) || (i === 0 && j === centres.length - 1) || (i === centres.length - 1 && j === 0);
+    if (corner) return;
+    for (let dy = -2; dy <= 2; dy++) for (let dx = -2; dx <= 2; dx++) set(cx + dx, cy + dy, Math.max(Math.abs(dx), Math.abs(dy)) !== 1);
+  }));
+  // Format information: level M (00) and mask 0, BCH-protected, in both copies; the dark module.
+  const format = (() => { const data = 0; let rem = data; for (let i = 0; i < 10; i++) rem = (rem << 1) ^ ((rem >>> 9) * 0x537); return ((data << 10) | rem) ^ 0x5412; })();
+  const bit = (value, i) => ((value >>> i) & 1) !== 0;
+  for (let i = 0; i <= 5; i++) set(8, i, bit(format, i));
+  set(8, 7, bit(format, 6)); set(8, 8, bit(format, 7)); set(7, 8, bit(format, 8));
+  for (let i = 9; i < 15; i++) set(14 - i, 8, bit(format, i));
+  for (let i = 0; i < 8; i++) set(size - 1 - i, 8, bit(format, i));
+  for (let i = 8; i < 15; i++) set(8, size - 15 + i, bit(format, i));
+  set(8, size - 8, true);
+  if (version >= 7) {  // version information, two copies
+    let rem = version;
+    for (let i = 0; i < 12; i++) rem = (rem << 1) ^ ((rem >>> 11) * 0x1f25);
+    const info = (version << 12) | rem;
+    for (let i = 0; i < 18; i++) { const a = size - 11 + (i % 3), b = Math.floor(i / 3); set(a, b, bit(info, i)); set(b, a, bit(info, i)); }
+  }
+  // The codewords, in the zigzag of two-module columns from the bottom right; mask 0 on them.
+  let index = 0;
+  for (let right = size - 1; right >= 1; right -= 2) {
+    if (right === 6) right = 5;
+    for (let step = 0; step < size; step++) {
+      for (let j = 0; j < 2; j++) {
+        const x = right - j;
+        const y = ((right + 1) & 2) === 0 ? size - 1 - step : step;
+        if (reserved[y][x]) continue;
+        const dark = index < codewords.length * 8 && bit(codewords[index >>> 3], 7 - (index & 7));
+        index++;
+        modules[y][x] = dark !== ((x + y) % 2 === 0);
+      }
+    }
+  }
+  return modules;
+}
+
+// The QR code as an SVG drawing: black on white with the four-module quiet zone.
+function qrDrawing(text) {
+  const modules = qrModules(text);
+  const side = modules.length + 8;
+  const drawing = svg('svg', { viewBox: `0 0 ${side} ${side}`, class: 'qr', role: 'img', 'aria-label': 'QR code for an authenticator app' });
+  drawing.append(svg('rect', { width: side, height: side, fill: '#fff' }));
+  modules.forEach((row, y) => row.forEach((dark, x) => { if (dark) drawing.append(svg('rect', { x: x + 4, y: y + 4, width: 1, height: 1, fill: '#000' })); }));
+  return drawing;
+}

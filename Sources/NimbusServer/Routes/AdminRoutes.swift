@@ -215,6 +215,35 @@ enum AdminRoutes {
                 container: container(context), environment: try environment(try input.string("environment")), as: operatorContext)
             return Reply.json(["revoked": .int(Int64(count))], context: context)
         }
+        admin.get("containers/:container/settings") { request, context in
+            let (settings, limits) = try await service.containerSettings(container: container(context), as: try await signedIn(request, service))
+            let rows: [JSON] = ContainerLimit.allCases.map { limit in
+                [
+                    "name": .string(limit.rawValue), "value": .int(limits[limit]), "quota": .bool(limit.isQuota),
+                    "set": .bool(limits.overrides[limit.rawValue] != nil), "minimum": .int(limit.minimum),
+                ]
+            }
+            return Reply.json(
+                ["signUp": .bool(settings.signUp), "userDiscovery": .bool(settings.userDiscovery), "limits": .array(rows)], context: context)
+        }
+        admin.post("containers/:container/settings") { request, context in
+            let operatorContext = try await changing(request, service)
+            let input = try await body(request, context)
+            var limits: [String: Int64?] = [:]
+            if let given = try input.object("limits") {
+                for (name, value) in given.object.pairs {
+                    switch value {
+                    case .null: limits[name] = .some(nil)
+                    case .int(let number): limits[name] = number
+                    default: throw CloudKitError.badRequest("limits.\(Names.escaped(name)): a whole number, or null for the server's default")
+                    }
+                }
+            }
+            try await service.changeContainerSettings(
+                container: container(context), signUp: try input.bool("signUp"), userDiscovery: try input.bool("userDiscovery"), limits: limits,
+                as: operatorContext)
+            return Reply.json(["changed": .bool(true)], context: context)
+        }
         admin.get("containers/:container/keys") { request, context in
             let keys = try await service.serverKeys(container: container(context), as: try await signedIn(request, service))
             let rows: [JSON] = keys.map {

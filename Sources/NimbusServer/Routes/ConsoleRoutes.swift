@@ -25,6 +25,8 @@ import NimbusWire
 /// | `containers/{c}/subscriptions/{env}` | GET: every user's subscriptions, with user and database |
 /// | `containers/{c}/subscriptions/{env}/delete` | POST `{user, database, subscriptionID}`: deletes one as its user would |
 /// | `containers/{c}/users/{name}` | GET: sessions, roles, push tokens, subscriptions |
+/// | `containers/{c}/users` | POST `{name, password, email?}`: an app user's account |
+/// | `containers/{c}/users/{name}/password` | POST `{password}`: set, and signed out everywhere |
 /// | `containers/{c}/users/{name}/sessions/revoke` | POST `{session}` |
 /// | `containers/{c}/users/{name}/roles/{env}` | POST `{role, assigned}` |
 /// | `containers/{c}/usage/{env}` | GET: storage of the public database and of each member's private one, with quotas and kept versions |
@@ -371,6 +373,22 @@ enum ConsoleRoutes {
                 return .object(row)
             }
             return Reply.json(["users": .array(rows)], context: context)
+        }
+        // App users' accounts, made and reset by an administrator of every container (accounts
+        // serve every container; the path's container is where the page was).
+        admin.post("containers/:container/users") { request, context in
+            let operatorContext = try await AdminRoutes.changing(request, service)
+            let input = try await body(request, context, parts)
+            let row = try await service.createUser(
+                name: try input.requiredString("name"), password: try input.requiredString("password"), emailAddress: try input.string("email"),
+                as: operatorContext)
+            return Reply.json(["name": .string(row.name)], context: context)
+        }
+        admin.post("containers/:container/users/:user/password") { request, context in
+            let operatorContext = try await AdminRoutes.changing(request, service)
+            let name = context.parameters.get("user") ?? ""
+            try await service.setUserPassword(name: name, password: try await body(request, context, parts).requiredString("password"), as: operatorContext)
+            return Reply.json(["name": .string(name), "signedOut": .bool(true)], context: context)
         }
         admin.get("containers/:container/subscriptions/:environment") { request, context in
             let list = try await service.subscriptions(
