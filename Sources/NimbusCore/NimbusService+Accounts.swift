@@ -114,9 +114,7 @@ extension NimbusService {
     /// The container's API tokens, revoked ones too, oldest first (never the tokens themselves:
     /// only their hashes are kept).
     public func apiTokens(container: String) async throws -> [APITokenRow] {
-        guard try await containers().contains(where: { $0.id == container }) else {
-            throw CloudKitError(.notFound, "container '\(Names.escaped(container))' does not exist")
-        }
+        try await requireContainer(container)
         return try await accounts.apiTokens(container: container)
     }
 

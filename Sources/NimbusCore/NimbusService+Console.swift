@@ -124,7 +124,7 @@ extension NimbusService {
         ).caller
         let request = try SubscriptionsModifyRequest(
             json: ObjectReader(root: [
-                WireKey.operations: [[WireKey.operationType: "delete", WireKey.subscription: [WireKey.subscriptionID: .string(subscriptionID)]]]
+                WireKey.operations: [[WireKey.operationType: .string(SubscriptionOperationType.delete.rawValue), WireKey.subscription: [WireKey.subscriptionID: .string(subscriptionID)]]]
             ]))
         let answer = try await modifySubscriptions(DatabaseTarget(caller: caller, scope: scope), request)
         if case .failure(let error)? = answer.subscriptions.first { throw error }

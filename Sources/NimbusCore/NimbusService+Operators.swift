@@ -268,7 +268,7 @@ extension NimbusService {
         guard let account = all.first(where: { $0.name == name }) else {
             throw CloudKitError(.notFound, "there is no operator '\(Names.escaped(name))'")
         }
-        if account.administersEverything { try Self.keepAnAdministrator(all, without: name, doing: "delete") }
+        if account.administersEverything { try Self.keepAnAdministrator(all, without: name, so: "deleted") }
         guard try await storage.operators.deleteOperator(name: name) else {
             throw CloudKitError(.notFound, "there is no operator '\(Names.escaped(name))'")
         }
@@ -307,7 +307,7 @@ extension NimbusService {
         if let disabled { account.disabled = disabled }
         try await requireContainers(account.containers)
         if before.administersEverything, !account.administersEverything {
-            try Self.keepAnAdministrator(all, without: name, doing: account.disabled ? "disable" : "limit")
+            try Self.keepAnAdministrator(all, without: name, so: account.disabled ? "disabled" : "limited")
         }
         guard try await storage.operators.updateOperator(name: name, role: account.role, containers: account.containers, disabled: account.disabled)
         else { throw CloudKitError(.notFound, "there is no operator '\(Names.escaped(name))'") }
@@ -323,10 +323,10 @@ extension NimbusService {
 
     /// Refuses to leave no enabled administrator of every container: nobody could then make
     /// operators, reset development or see every container from the dashboard.
-    static func keepAnAdministrator(_ operators: [OperatorRow], without name: String, doing verb: String) throws {
+    static func keepAnAdministrator(_ operators: [OperatorRow], without name: String, so change: String) throws {
         guard operators.contains(where: { $0.name != name && $0.administersEverything }) else {
             throw CloudKitError.badRequest(
-                "cannot \(verb) '\(name)': it is the last administrator of every container who can sign in; make another first (nimbus operators create NAME)")
+                "'\(name)' is the last administrator of every container who can sign in, so it cannot be \(change); make another first (nimbus operators create NAME)")
         }
     }
 }

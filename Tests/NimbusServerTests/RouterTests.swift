@@ -130,7 +130,7 @@ import Testing
             #expect(setup.status == .forbidden && Self.json(setup)["reason"]?.stringValue?.contains("server's own machine") == true)
             #expect(try await harness.service.operators().isEmpty)
             // The admin API's paths are in the same table.
-            let adminGET = try await harness.client.execute(uri: "/admin/1/containers/\(Self.container)/tokens", method: .get)
+            let adminGET = try await harness.client.execute(uri: "/admin/1/containers/\(Self.container)/tokens/revoke", method: .get)
             #expect(adminGET.status == .methodNotAllowed && adminGET.headers[.allow] == "POST")
         }
     }

@@ -215,16 +215,19 @@ enum AdminRoutes {
                 container: container(context), environment: try environment(try input.string("environment")), as: operatorContext)
             return Reply.json(["revoked": .int(Int64(count))], context: context)
         }
-        admin.get("containers/:container/settings") { request, context in
-            let (settings, limits) = try await service.containerSettings(container: container(context), as: try await signedIn(request, service))
+        /// A container's settings as the page reads them (and a change answers them).
+        @Sendable func settings(_ container: String, as operatorContext: NimbusService.OperatorContext) async throws -> JSON {
+            let (settings, limits) = try await service.containerSettings(container: container, as: operatorContext)
             let rows: [JSON] = ContainerLimit.allCases.map { limit in
                 [
                     "name": .string(limit.rawValue), "value": .int(limits[limit]), "quota": .bool(limit.isQuota),
                     "set": .bool(limits.overrides[limit.rawValue] != nil), "minimum": .int(limit.minimum),
                 ]
             }
-            return Reply.json(
-                ["signUp": .bool(settings.signUp), "userDiscovery": .bool(settings.userDiscovery), "limits": .array(rows)], context: context)
+            return ["signUp": .bool(settings.signUp), "userDiscovery": .bool(settings.userDiscovery), "limits": .array(rows)]
+        }
+        admin.get("containers/:container/settings") { request, context in
+            Reply.json(try await settings(container(context), as: try await signedIn(request, service)), context: context)
         }
         admin.post("containers/:container/settings") { request, context in
             let operatorContext = try await changing(request, service)
@@ -242,7 +245,7 @@ enum AdminRoutes {
             try await service.changeContainerSettings(
                 container: container(context), signUp: try input.bool("signUp"), userDiscovery: try input.bool("userDiscovery"), limits: limits,
                 as: operatorContext)
-            return Reply.json(["changed": .bool(true)], context: context)
+            return Reply.json(try await settings(container(context), as: operatorContext), context: context)
         }
         admin.get("containers/:container/keys") { request, context in
             let keys = try await service.serverKeys(container: container(context), as: try await signedIn(request, service))
