@@ -252,6 +252,7 @@ import Testing
             #expect(result["ritaAfterWrongName"]?.stringValue?.hasPrefix("one-time password") == true, "\(result)")
             #expect(result["phoneOverflow"]?.boolValue == false, "\(result)")
             #expect(result["phoneTallCells"] == [] && result["phoneTallButtons"] == [], "wrapped at 390 px: \(result)")
+            #expect(result["phoneAreasTall"] == [:], "wrapped at 390 px in these areas: \(result["phoneAreasTall"] ?? .null)")
             #expect(result["darkText"] == "rgb(255, 255, 255)", "\(result)")
             #expect(result["settingsRefused"]?.stringValue?.contains("userRequestsPerMinute must be 1 or more, not 0") == true, "\(result)")
             #expect(result["settingsAfter"] == ["signUp": true, "quota": "set for this container, 2.0 GB"], "\(result)")

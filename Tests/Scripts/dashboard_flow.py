@@ -501,12 +501,30 @@ def main():
         result["phoneOverflow"] = driver.execute_script(
             "return document.documentElement.scrollWidth > document.documentElement.clientWidth")
         # No cell broken word by word, no button wrapped (review defect 28): each one line high.
-        one_line = """return [...document.querySelectorAll(arguments[0])].filter(e => e.offsetParent)
-            .filter(e => e.getBoundingClientRect().height > 2.2 * parseFloat(getComputedStyle(e).lineHeight || '20')).map(e => e.textContent.trim())"""
+        # A button: taller than two lines' height. A cell: its text on more than one line (its
+        # own line boxes, not the row's height; a list of participants is one a line on purpose).
+        one_line = """return [...document.querySelectorAll(arguments[0])].filter(e => e.offsetParent).filter(e => {
+            if (e.tagName === 'BUTTON') return e.getBoundingClientRect().height > 2.2 * parseFloat(getComputedStyle(e).lineHeight);
+            if (e.querySelector('ul')) return false;
+            const range = document.createRange();
+            range.selectNodeContents(e);
+            const rects = [...range.getClientRects()];  // a second line starts below the first one's bottom
+            return rects.some(r => r.top >= rects[0].bottom - 1);
+        }).map(e => e.textContent.trim())"""
         result["phoneTallCells"] = driver.execute_script(one_line, "#operator-rows td")
         result["phoneTallButtons"] = driver.execute_script(one_line, "button")
         if shots:
             driver.save_screenshot(f"{shots}/phone.png")
+        # Every area at that width: no cell broken word by word, no button wrapped; a screenshot each.
+        result["phoneAreasTall"] = {}
+        for name in ("operators", "containers", "schema", "data", "people", "subscriptions", "sharing", "logs", "audit", "backups"):
+            driver.find_element(By.CSS_SELECTOR, f"nav button[data-view={name}]").click()
+            wait.until(lambda d: visible(name))
+            tall = driver.execute_script(one_line, f"#{name} td, button")
+            if tall:
+                result["phoneAreasTall"][name] = tall
+            if shots:
+                driver.save_screenshot(f"{shots}/phone-{name}.png")
         # Dark mode follows the system: text light on dark.
         driver.set_window_size(1440, 900)
         driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": "", "features": [{"name": "prefers-color-scheme", "value": "dark"}]})
