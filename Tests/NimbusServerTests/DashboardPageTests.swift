@@ -239,6 +239,7 @@ import Testing
             #expect(!audit.contains { $0[4].contains(apiToken) })
             #expect(result["afterSignOut"]?.stringValue == "Signed out.")
             #expect(result["readOnlyCreateVisible"]?.boolValue == false, "\(result)")
+            #expect(result["leftovers"] == ["records": 0, "shares": 0, "user": ""], "\(result)")
             // One-time passwords: the page shows only "Your account" until one's own is chosen.
             for who in ["mustChoose", "ritaMustChoose"] {
                 #expect(result[who]?["message"]?.stringValue?.contains("Choose a password of your own") == true, "\(result)")

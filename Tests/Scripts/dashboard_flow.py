@@ -23,6 +23,7 @@ import struct
 import sys
 
 from browser import chromium
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
@@ -321,7 +322,11 @@ def main():
     result = {}
 
     def visible(element_id):
-        return driver.find_element(By.ID, element_id).is_displayed()
+        # Signing out reloads the page: an element looked up just before may be gone.
+        try:
+            return driver.find_element(By.ID, element_id).is_displayed()
+        except StaleElementReferenceException:
+            return False
 
     def sign_in(name, password, code=""):
         form = driver.find_element(By.ID, "sign-in-form")
@@ -494,6 +499,9 @@ def main():
         # The read-only operator sees no create form.
         sign_in("rita", result["ritaPassword"])
         result["ritaMustChoose"] = choose_password(result["ritaPassword"], "rita's own long password")
+        # Nothing of olga's session is left on the page for rita (sign-out starts a clean page).
+        result["leftovers"] = {"records": len(rows("record-rows")), "shares": len(rows("share-rows")),
+                               "user": driver.find_element(By.ID, "query-form").find_element(By.NAME, "user").get_attribute("value")}
         result["readOnlyCreateVisible"] = driver.find_element(By.ID, "create-operator").is_displayed()
 
         # At a phone's width nothing scrolls sideways but the tables.

@@ -39,6 +39,13 @@ function fill(tbody, items, columns) {
 }
 
 function showSignIn(reason) {
+  // Someone was signed in: start again from a clean page (the reason carried over), so nothing
+  // of theirs (records, shares, form inputs) stays on screen for whoever signs in next.
+  if (state.operator) {
+    sessionStorage.setItem(SIGNED_OUT, reason || '');
+    location.reload();
+    return;
+  }
   state.csrf = null; state.operator = null;
   $('app').hidden = true; $('who').hidden = true; $('setup').hidden = true; $('sign-in').hidden = false;
   say(reason);
@@ -167,6 +174,8 @@ $('sign-in-form').addEventListener('submit', async (event) => {
 
 $('sign-out').addEventListener('click', async () => {
   try { await api('session/end', { method: 'POST' }); } catch (error) { /* signed out either way */ }
+  // Whoever signs in next starts at the beginning; an expired session (421) keeps the address.
+  history.replaceState(null, '', location.pathname);
   showSignIn('Signed out.');
 });
 
@@ -422,7 +431,10 @@ $('add-key').addEventListener('submit', (event) => {
 
 for (const button of document.querySelectorAll('nav button')) button.addEventListener('click', () => show(button.dataset.view));
 
-if (setupToken()) showSetup(); else api('session').then(signedIn, () => showSignIn(''));
+const SIGNED_OUT = 'nimbus-signed-out';
+const farewell = sessionStorage.getItem(SIGNED_OUT);
+sessionStorage.removeItem(SIGNED_OUT);
+if (setupToken()) showSetup(); else api('session').then(signedIn, () => showSignIn(farewell || ''));
 
 // ---- The app's areas: schema, data, people, sharing, logs (docs/dashboard.md) ----
 
