@@ -58,17 +58,17 @@ extension NimbusService {
     public func containerSettings(container: String, as context: OperatorContext) async throws -> (ContainerSettings, EffectiveLimits) {
         try context.requireSight(of: container)
         try await requireContainer(container)
-        return (try await settings(container: container), try await limits(container: container))
+        let settings = try await settings(container: container)
+        return (settings, effectiveLimits(settings))
     }
 
     /// Changes what is given, with the command line's checks (`nimbus containers set`,
     /// `nimbus limits set`, `nimbus quotas set`): a limit by name to a number, or nil for the
-    /// server's default. Audited as one line naming each change.
+    /// server's default. One write: all of it or, refused, none. Audited as one line naming each change.
     public func changeContainerSettings(
         container: String, signUp: Bool?, userDiscovery: Bool?, limits: [String: Int64?], as context: OperatorContext
     ) async throws {
         try context.requireChange(container: container)
-        try await requireContainer(container)
         var changes: [ContainerLimit: Int64?] = [:]
         for (name, value) in limits {
             guard let limit = ContainerLimit(rawValue: name) else {
@@ -77,9 +77,12 @@ extension NimbusService {
             }
             changes[limit] = value
         }
-        if !changes.isEmpty { try await setLimits(container: container, changes) }
-        if let signUp { try await setSignUp(container: container, enabled: signUp) }
-        if let userDiscovery { try await setUserDiscovery(container: container, enabled: userDiscovery) }
+        try Self.checkLimits(changes)
+        try await changeSettings(container: container) { settings in
+            Self.apply(changes, to: &settings)
+            if let signUp { settings.signUp = signUp }
+            if let userDiscovery { settings.userDiscovery = userDiscovery }
+        }
         var said = changes.sorted { $0.key.rawValue < $1.key.rawValue }.map { "\($0.key.rawValue) \($0.value.map(String.init) ?? "default")" }
         if let signUp { said.append("sign-up \(signUp ? "on" : "off")") }
         if let userDiscovery { said.append("user discovery \(userDiscovery ? "on" : "off")") }

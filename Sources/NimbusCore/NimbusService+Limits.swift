@@ -16,17 +16,29 @@ extension NimbusService {
 
     /// The numbers `container` runs with (its overrides kept as its settings are: 2 s).
     public func limits(container: String) async throws -> EffectiveLimits {
-        EffectiveLimits(defaults: options.containerLimits, overrides: try await settings(container: container).limits)
+        effectiveLimits(try await settings(container: container))
+    }
+
+    /// The numbers settings already read stand for, with the server's defaults.
+    func effectiveLimits(_ settings: ContainerSettings) -> EffectiveLimits {
+        EffectiveLimits(defaults: options.containerLimits, overrides: settings.limits)
     }
 
     /// Sets (a number) or clears (nil: back to the server's default) a container's limits.
     public func setLimits(container: String, _ changes: [ContainerLimit: Int64?]) async throws {
+        try Self.checkLimits(changes)
+        try await changeSettings(container: container) { Self.apply(changes, to: &$0) }
+    }
+
+    /// Refuses a limit below its minimum, naming it.
+    static func checkLimits(_ changes: [ContainerLimit: Int64?]) throws(CloudKitError) {
         for case (let limit, let value?) in changes where value < limit.minimum {
             throw CloudKitError.badRequest("\(limit.rawValue) must be \(limit.minimum) or more, not \(value)")
         }
-        try await changeSettings(container: container) { settings in
-            for (limit, value) in changes { settings.limits[limit.rawValue] = value }
-        }
+    }
+
+    static func apply(_ changes: [ContainerLimit: Int64?], to settings: inout ContainerSettings) {
+        for (limit, value) in changes { settings.limits[limit.rawValue] = value }
     }
 
     /// A container's settings, read through a cache like credentials' (another process's

@@ -82,16 +82,17 @@ enum AdminRoutes {
             let list: [JSON] = try await service.operators().map { .object(fields($0)) }
             return Reply.json(["operators": .array(list)], context: context)
         }
-        admin.post("operators") { request, context in
+        // Operators are made, changed and removed by an administrator of every container only.
+        @Sendable func administering(_ request: Request) async throws -> NimbusService.OperatorContext {
             let operatorContext = try await changing(request, service)
             try operatorContext.requireChange()
             try operatorContext.requireEveryContainer()
+            return operatorContext
+        }
+        admin.post("operators") { request, context in
+            let operatorContext = try await administering(request)
             let body = try await RouteInput(request: request, context: context, parts: parts).body()
-            let roleName = try body.string("role") ?? OperatorRole.administrator.rawValue
-            guard let role = OperatorRole(rawValue: roleName) else {
-                throw CloudKitError.badRequest(
-                    "role: '\(Names.escaped(roleName))' is not a role; use \(OperatorRole.allCases.map(\.rawValue).joined(separator: " or "))")
-            }
+            let role = try operatorRole(try body.string("role") ?? OperatorRole.administrator.rawValue)
             let (row, password) = try await service.createOperator(
                 name: try body.requiredString("name"), role: role, containers: try body.stringArray("containers"),
                 by: operatorContext.account.name)
@@ -99,24 +100,10 @@ enum AdminRoutes {
             answer["password"] = .string(password)
             return Reply.json(.object(answer), context: context)
         }
-        // One operator changed by an administrator of every container: role, containers,
-        // disabled; a new one-time password; deleted.
-        @Sendable func administering(_ request: Request) async throws -> NimbusService.OperatorContext {
-            let operatorContext = try await changing(request, service)
-            try operatorContext.requireChange()
-            try operatorContext.requireEveryContainer()
-            return operatorContext
-        }
         admin.post("operators/:name") { request, context in
             let actor = try await administering(request)
             let body = try await RouteInput(request: request, context: context, parts: parts).body()
-            let role = try body.string("role").map { name in
-                guard let role = OperatorRole(rawValue: name) else {
-                    throw CloudKitError.badRequest(
-                        "role: '\(Names.escaped(name))' is not a role; use \(OperatorRole.allCases.map(\.rawValue).joined(separator: " or "))")
-                }
-                return role
-            }
+            let role = try body.string("role").map(operatorRole)
             let containers: [String]?? = try body.bool("everyContainer") == true ? .some(nil) : try body.stringArray("containers").map { .some($0) }
             let row = try await service.updateOperator(
                 name: context.parameters.get("name") ?? "", role: role, containers: containers, disabled: try body.bool("disabled"),
@@ -276,6 +263,14 @@ enum AdminRoutes {
     /// What an operator signed in with a one-time password may do before choosing its own:
     /// see who it is, sign out, and choose.
     static let allowedWithOneTimePassword: Set<String> = ["/admin/1/session", "/admin/1/session/end", "/admin/1/me/password"]
+
+    /// A role named in a request body, or BAD_REQUEST naming the roles there are.
+    static func operatorRole(_ name: String) throws(CloudKitError) -> OperatorRole {
+        guard let role = OperatorRole(rawValue: name) else {
+            throw .badRequest("role: '\(Names.escaped(name))' is not a role; use \(OperatorRole.allCases.map(\.rawValue).joined(separator: " or "))")
+        }
+        return role
+    }
 
     /// The signed-in operator of a read.
     static func signedIn(_ request: Request, _ service: NimbusService) async throws -> NimbusService.OperatorContext {
