@@ -347,11 +347,12 @@ struct Providers: AsyncParsableCommand {
 
 struct Users: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Manage user accounts.", subcommands: [Create.self, List.self, Passwd.self, SignOut.self])
+        abstract: "Manage user accounts.",
+        subcommands: [Create.self, List.self, Passwd.self, SignOut.self, Disable.self, Enable.self, Delete.self])
 
     struct List: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "List the accounts in the order they were made: name, created (UTC), email address, phone number.")
+            abstract: "List the accounts in the order they were made: name, created (UTC), email address, phone number, state.")
         @OptionGroup var data: DataOptions
 
         func run() async throws {
@@ -362,7 +363,10 @@ struct Users: AsyncParsableCommand {
                     let page = try await service.users(afterID: after, limit: 1_000)
                     for (user, profile) in page {
                         print(
-                            [user.name, NimbusService.isoMoment(user.createdAt), profile.emailAddress ?? "-", profile.phoneNumber ?? "-"]
+                            [
+                                user.name, NimbusService.isoMoment(user.createdAt), profile.emailAddress ?? "-", profile.phoneNumber ?? "-",
+                                user.isDisabled ? "disabled" : "active",
+                            ]
                                 .joined(separator: "\t"))
                     }
                     guard let last = page.last?.0.id, page.count == 1_000 else { break }
@@ -415,6 +419,51 @@ struct Users: AsyncParsableCommand {
                 let user = try await data.open().service.createUser(
                     name: name, password: password, profile: UserProfile(emailAddress: email, phoneNumber: phone, nameComponents: names))
                 print(user.name)
+            } catch { throw reportFailure(error) }
+        }
+    }
+
+    struct Disable: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Stop a user from signing in and end their sessions on every device, keeping their data (enable undoes it).")
+        @OptionGroup var data: DataOptions
+        @Argument(help: "The user name.") var name: String
+
+        func run() async throws { try await Users.setDisabled(true, name, data) }
+    }
+
+    struct Enable: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Let a disabled user sign in again.")
+        @OptionGroup var data: DataOptions
+        @Argument(help: "The user name.") var name: String
+
+        func run() async throws { try await Users.setDisabled(false, name, data) }
+    }
+
+    static func setDisabled(_ disabled: Bool, _ name: String, _ data: DataOptions) async throws {
+        do {
+            try await data.open().service.setUserDisabled(name: name, disabled, by: "cli")
+            print("user \(name) \(disabled ? "disabled; signed out everywhere" : "enabled")")
+        } catch { throw reportFailure(error) }
+    }
+
+    struct Delete: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Delete a user's account and their own data in every container (private databases, subscriptions, places in shares, user record).",
+            discussion: "Records they made in the public database stay. This cannot be undone: it wants --yes.")
+        @OptionGroup var data: DataOptions
+        @Argument(help: "The user name.") var name: String
+        @Flag(help: "Delete without asking again.") var yes = false
+
+        func run() async throws {
+            guard yes else {
+                throw ValidationError(
+                    "this deletes \(name)'s account and private data in every container and cannot be undone; run again with --yes")
+            }
+            do {
+                let outcome = try await data.open().service.deleteUser(name: name, by: "cli")
+                print(
+                    "user \(name) deleted: \(outcome.zones) zone(s) in \(outcome.containers) container(s), \(outcome.subscriptions) subscription(s), left \(outcome.sharesLeft) share(s)")
             } catch { throw reportFailure(error) }
         }
     }

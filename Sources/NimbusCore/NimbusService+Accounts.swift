@@ -300,6 +300,10 @@ extension NimbusService {
     func startSession(container: String, environment: Environment, user: UserRow, at time: Int64) async throws
         -> (webAuthToken: String, userRecordName: String)
     {
+        // Said only after the credentials were right, so it tells nothing to someone guessing.
+        guard !user.isDisabled else {
+            throw CloudKitError(.authenticationFailed, "this account is disabled; the app's operator can enable it again")
+        }
         let token = Credentials.newWebAuthToken()
         let row = SessionRow(
             tokenHash: Credentials.tokenHash(token), userID: user.id, container: container, environment: environment,

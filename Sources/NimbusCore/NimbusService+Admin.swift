@@ -107,6 +107,54 @@ extension NimbusService {
         try await audit(context.account.name, "users.password", container: nil, "user \(name): password set, signed out everywhere")
     }
 
+    // MARK: Push credentials and identity providers (the settings page; `nimbus apns`, `nimbus providers`)
+
+    /// The container's APNs credentials (the key itself stays on the server) and the issuers it trusts.
+    public func pushAndSignIn(container: String, as context: OperatorContext) async throws
+        -> (apns: APNsCredentialsRow?, providers: [IdentityProviderRow])
+    {
+        try context.requireSight(of: container)
+        try await requireContainer(container)
+        return (try await apnsCredentials(container: container), try await identityProviders(container: container))
+    }
+
+    public func setAPNsCredentials(
+        container: String, teamID: String, keyID: String, topic: String, privateKeyPEM: String, as context: OperatorContext
+    ) async throws {
+        try context.requireChange(container: container)
+        try await setAPNsCredentials(container: container, teamID: teamID, keyID: keyID, topic: topic, privateKeyPEM: privateKeyPEM)
+        try await audit(context.account.name, "apns.set", container: container, "APNs key \(keyID) of team \(teamID), topic \(topic)")
+    }
+
+    public func removeAPNsCredentials(container: String, as context: OperatorContext) async throws {
+        try context.requireChange(container: container)
+        guard try await removeAPNsCredentials(container: container) else {
+            throw CloudKitError(.notFound, "container '\(Names.escaped(container))' has no APNs credentials to remove")
+        }
+        try await audit(context.account.name, "apns.remove", container: container, "APNs credentials removed; pushes to APNs stop")
+    }
+
+    /// Trusts an issuer, as `nimbus providers add` does, except that its keys must be at an
+    /// http(s) URL: a path would let an operator of one container make the server read any file
+    /// of its host (and say what failed), which only someone at the host may do.
+    public func addIdentityProvider(container: String, issuer: String, audience: String, jwks: String, as context: OperatorContext)
+        async throws
+    {
+        try context.requireChange(container: container)
+        guard jwks.hasPrefix("https://") || jwks.hasPrefix("http://") else {
+            throw CloudKitError.badRequest(
+                "jwks: the issuer's keys as an http(s) URL, such as https://appleid.apple.com/auth/keys (a file on the host: `nimbus providers add` there)")
+        }
+        try await addIdentityProvider(container: container, issuer: issuer, audience: audience, jwks: jwks)
+        try await audit(context.account.name, "providers.add", container: container, "issuer \(issuer) for audience \(audience), keys at \(jwks)")
+    }
+
+    public func removeIdentityProvider(container: String, issuer: String, as context: OperatorContext) async throws {
+        try context.requireChange(container: container)
+        try await removeIdentityProvider(container: container, issuer: issuer)
+        try await audit(context.account.name, "providers.remove", container: container, "issuer \(issuer)")
+    }
+
     public func serverKeys(container: String, as context: OperatorContext) async throws -> [ServerKeyRow] {
         try context.requireSight(of: container)
         return try await serverKeys(container: container)
@@ -129,5 +177,22 @@ extension NimbusService {
         }
         try await revokeServerKey(id: id)
         try await audit(context.account.name, "keys.revoke", container: container, "server-to-server key \(id)")
+    }
+}
+
+extension NimbusService {
+    /// Disables or enables an app user's account (`nimbus users disable|enable`); accounts
+    /// serve every container, so an administrator of every container only.
+    public func setUserDisabled(name: String, _ disabled: Bool, as context: OperatorContext) async throws {
+        try context.requireChange()
+        try context.requireEveryContainer()
+        try await setUserDisabled(name: name, disabled, by: context.account.name)
+    }
+
+    /// Deletes an app user's account and their own data everywhere (`nimbus users delete`).
+    public func deleteUser(name: String, as context: OperatorContext) async throws -> UserDeletion {
+        try context.requireChange()
+        try context.requireEveryContainer()
+        return try await deleteUser(name: name, by: context.account.name)
     }
 }

@@ -81,7 +81,7 @@ struct PostgresAccountStore: AccountStore {
             """
             SELECT t.token_hash, t.container, t.environment, t.created_at, t.revoked, t.allowed_origins, t.sign_in_callback,
                    t.name, t.last_used_at, s.token_hash, s.user_id, s.container, s.environment, s.created_at, s.last_used_at,
-                   u.name, u.password_hash, u.created_at
+                   u.name, u.password_hash, u.created_at, u.disabled
             FROM (SELECT 1) AS one
             LEFT JOIN api_tokens t ON t.token_hash = \(apiTokenHash)
             LEFT JOIN sessions s ON s.token_hash = \(sessionHash)
@@ -91,11 +91,11 @@ struct PostgresAccountStore: AccountStore {
         let (
             tokenHash, tokenContainer, tokenEnvironment, tokenCreated, revoked, origins, callback, tokenName, tokenUsed,
             sessionToken, userID, sessionContainer, sessionEnvironment, sessionCreated, lastUsed,
-            userName, passwordHash, userCreated
+            userName, passwordHash, userCreated, userDisabled
         ) = try row.decode(
             (String?, String?, String?, Int64?, Bool?, String?, String?, String?, Int64?,
              String?, Int64?, String?, String?, Int64?, Int64?,
-             String?, String?, Int64?).self)
+             String?, String?, Int64?, Bool?).self)
         var found = StoredCredentials()
         if let tokenHash, let tokenContainer, let tokenEnvironment, let tokenCreated, let revoked, let origins {
             found.apiToken = APITokenRow(
@@ -112,19 +112,19 @@ struct PostgresAccountStore: AccountStore {
                     tokenHash: sessionToken, userID: userID, container: sessionContainer,
                     environment: Environment(rawValue: sessionEnvironment) ?? .development, createdAt: sessionCreated,
                     lastUsedAt: lastUsed),
-                UserRow(id: userID, name: userName, passwordHash: passwordHash, createdAt: userCreated)
+                UserRow(id: userID, name: userName, passwordHash: passwordHash, createdAt: userCreated, isDisabled: userDisabled ?? false)
             )
         }
         return found
     }
 
     func user(name: String) async throws -> UserRow? {
-        try await storage.rows("SELECT id, name, password_hash, created_at FROM users WHERE name = \(name)").first.map(Self.user)
+        try await storage.rows("SELECT \(unescaped: Self.userColumns) FROM users WHERE name = \(name)").first.map(Self.user)
     }
 
     func users(afterID: Int64, limit: Int) async throws -> [UserRow] {
         try await storage.rows(
-            "SELECT id, name, password_hash, created_at FROM users WHERE id > \(afterID) ORDER BY id LIMIT \(Int64(limit))"
+            "SELECT \(unescaped: Self.userColumns) FROM users WHERE id > \(afterID) ORDER BY id LIMIT \(Int64(limit))"
         ).map(Self.user)
     }
 
@@ -316,7 +316,7 @@ struct PostgresAccountStore: AccountStore {
     func linkedUser(issuer: String, subject: String) async throws -> UserRow? {
         try await storage.rows(
             """
-            SELECT u.id, u.name, u.password_hash, u.created_at FROM external_identities e JOIN users u ON u.id = e.user_id
+            SELECT u.id, u.name, u.password_hash, u.created_at, u.disabled FROM external_identities e JOIN users u ON u.id = e.user_id
             WHERE e.issuer = \(issuer) AND e.subject = \(subject)
             """
         ).first.map(Self.user)
@@ -451,6 +451,31 @@ struct PostgresAccountStore: AccountStore {
         return Int(ended)
     }
 
+    func setUserDisabled(name: String, _ disabled: Bool) async throws -> Bool {
+        let rows = try await storage.rows(
+            """
+            WITH changed AS (UPDATE users SET disabled = \(disabled) WHERE name = \(name) RETURNING id),
+                 ended AS (DELETE FROM sessions WHERE \(disabled) AND user_id IN (SELECT id FROM changed) RETURNING 1)
+            SELECT (SELECT count(*) FROM changed), (SELECT count(*) FROM ended)
+            """)
+        guard let (changed, _) = try rows.first?.decode((Int64, Int64).self) else { return false }
+        return changed > 0
+    }
+
+    func deleteUser(id: Int64) async throws -> Bool {
+        // Sessions, memberships, roles and linked identities go with the row (ON DELETE CASCADE).
+        let rows = try await storage.rows(
+            """
+            WITH tokens AS (DELETE FROM push_tokens WHERE user_id = \(id) RETURNING 1),
+                 badges AS (DELETE FROM badges WHERE user_id = \(id) RETURNING 1),
+                 pending AS (DELETE FROM notifications WHERE user_id = \(id) RETURNING 1),
+                 removed AS (DELETE FROM users WHERE id = \(id) RETURNING 1)
+            SELECT (SELECT count(*) FROM removed), (SELECT count(*) FROM tokens) + (SELECT count(*) FROM badges) + (SELECT count(*) FROM pending)
+            """)
+        guard let (removed, _) = try rows.first?.decode((Int64, Int64).self) else { return false }
+        return removed > 0
+    }
+
     func addServerKey(_ row: ServerKeyRow) async throws -> ServerKeyInsert {
         // One statement answers all three ways: whether the container exists, and whether the
         // insert happened.
@@ -517,8 +542,10 @@ struct PostgresAccountStore: AccountStore {
         return ContainerRow(id: id, createdAt: createdAt)
     }
 
+    private static let userColumns = "id, name, password_hash, created_at, disabled"
+
     private static func user(_ row: PostgresRow) throws -> UserRow {
-        let (id, name, passwordHash, createdAt) = try row.decode((Int64, String, String, Int64).self)
-        return UserRow(id: id, name: name, passwordHash: passwordHash, createdAt: createdAt)
+        let (id, name, passwordHash, createdAt, disabled) = try row.decode((Int64, String, String, Int64, Bool).self)
+        return UserRow(id: id, name: name, passwordHash: passwordHash, createdAt: createdAt, isDisabled: disabled)
     }
 }

@@ -736,5 +736,12 @@ enum PostgresMigrations {
                 "ALTER TABLE operators ADD COLUMN password_expires_at bigint",
             ]
         ),
+        (
+            "v23-user-disabled",
+            [
+                // App users disabled by an operator (docs/dashboard.md): no sign-in until enabled.
+                "ALTER TABLE users ADD COLUMN disabled boolean NOT NULL DEFAULT false"
+            ]
+        ),
     ]
 }

@@ -647,5 +647,9 @@ enum Migrations {
                     ALTER TABLE operators ADD COLUMN password_expires_at INTEGER;
                     """)
         }
+        migrator.registerMigration("v28-user-disabled") { db in
+            // App users disabled by an operator (docs/dashboard.md): no sign-in until enabled.
+            try db.execute(sql: "ALTER TABLE users ADD COLUMN disabled INTEGER NOT NULL DEFAULT 0")
+        }
     }
 }

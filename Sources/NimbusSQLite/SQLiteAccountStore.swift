@@ -69,7 +69,7 @@ struct SQLiteAccountStore: AccountStore {
 
     func users(afterID: Int64, limit: Int) async throws -> [UserRow] {
         try storage.readPoint { tx in
-            try tx.fetchRows("SELECT id, name, password_hash, created_at FROM users WHERE id > ? ORDER BY id LIMIT ?", [afterID, Int64(limit)])
+            try tx.fetchRows("SELECT \(SQLiteTransaction.userColumns) FROM users WHERE id > ? ORDER BY id LIMIT ?", [afterID, Int64(limit)])
                 .map(tx.userRow)
         }
     }
@@ -248,6 +248,27 @@ struct SQLiteAccountStore: AccountStore {
         }
     }
 
+    func setUserDisabled(name: String, _ disabled: Bool) async throws -> Bool {
+        try await storage.writeSQLite { tx in
+            guard let user = try tx.user(name: name) else { return false }
+            try tx.execute("UPDATE users SET disabled = ? WHERE id = ?", [disabled, user.id])
+            if disabled { _ = try tx.deleteSessions(userID: user.id) }
+            return true
+        }
+    }
+
+    func deleteUser(id: Int64) async throws -> Bool {
+        try await storage.writeSQLite { tx in
+            guard try tx.user(id: id) != nil else { return false }
+            // Sessions, memberships, roles and linked identities go with the row (ON DELETE CASCADE).
+            for table in ["push_tokens", "badges", "notifications"] {
+                try tx.execute("DELETE FROM \(table) WHERE user_id = ?", [id])
+            }
+            try tx.execute("DELETE FROM users WHERE id = ?", [id])
+            return true
+        }
+    }
+
     func addServerKey(_ row: ServerKeyRow) async throws -> ServerKeyInsert {
         try await storage.writeSQLite { tx in
             guard try tx.container(id: row.container) != nil else { return .noContainer }
@@ -409,16 +430,19 @@ extension SQLiteTransaction {
         try fetchRow("SELECT \(Self.apiTokenColumns) FROM api_tokens WHERE token_hash = ?", [hash]).map(Self.apiTokenRow)
     }
 
+    static let userColumns = "id, name, password_hash, created_at, disabled"
+
     func userRow(_ row: Row) -> UserRow {
-        UserRow(id: row["id"], name: row["name"], passwordHash: row["password_hash"], createdAt: row["created_at"])
+        UserRow(
+            id: row["id"], name: row["name"], passwordHash: row["password_hash"], createdAt: row["created_at"], isDisabled: row["disabled"])
     }
 
     func user(name: String) throws -> UserRow? {
-        try fetchRow("SELECT id, name, password_hash, created_at FROM users WHERE name = ?", [name]).map(userRow)
+        try fetchRow("SELECT \(Self.userColumns) FROM users WHERE name = ?", [name]).map(userRow)
     }
 
     func user(id: Int64) throws -> UserRow? {
-        try fetchRow("SELECT id, name, password_hash, created_at FROM users WHERE id = ?", [id]).map(userRow)
+        try fetchRow("SELECT \(Self.userColumns) FROM users WHERE id = ?", [id]).map(userRow)
     }
 
     static let serverKeyColumns = "key_id, container, environment, public_key, created_at, revoked"

@@ -84,6 +84,12 @@ public protocol AccountStore: Sendable {
     func sessions(userID: Int64) async throws -> [SessionRow]
     /// Ends every session of the user; nil when there is no such user, else how many ended.
     func endSessions(userName: String) async throws -> Int?
+    /// Disables an account (ending its sessions) or enables it; false when there is no such account.
+    func setUserDisabled(name: String, _ disabled: Bool) async throws -> Bool
+    /// Removes an account and what hangs off it alone: sessions, memberships, roles, linked
+    /// identities, push tokens, badges and pending notifications. Its databases are emptied
+    /// first by the service (`NimbusService.deleteUser`). False when there is no such account.
+    func deleteUser(id: Int64) async throws -> Bool
 
     func addServerKey(_ row: ServerKeyRow) async throws -> ServerKeyInsert
     func serverKey(id: String) async throws -> ServerKeyRow?

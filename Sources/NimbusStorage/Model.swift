@@ -226,12 +226,16 @@ public struct UserRow: Sendable, Hashable {
     /// `pbkdf2-sha256$rounds$salt$hash` (base64 parts).
     public var passwordHash: String
     public var createdAt: Int64
+    /// Disabled by an operator: the account cannot sign in (its sessions ended when it was
+    /// disabled), and its data stays until it is enabled again or deleted.
+    public var isDisabled: Bool
 
-    public init(id: Int64, name: String, passwordHash: String, createdAt: Int64) {
+    public init(id: Int64, name: String, passwordHash: String, createdAt: Int64, isDisabled: Bool = false) {
         self.id = id
         self.name = name
         self.passwordHash = passwordHash
         self.createdAt = createdAt
+        self.isDisabled = isDisabled
     }
 }
 

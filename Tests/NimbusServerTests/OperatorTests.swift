@@ -573,6 +573,24 @@ extension OperatorTests {
         #expect(try run(["users", "passwd", "nobody"], environment: ["NIMBUS_USER_PASSWORD": "second-password"]).2.contains("no user 'nobody'"))
         let changed = try run(["users", "passwd", "ada"], input: "second-password\n")
         #expect(changed.0 == 0 && changed.1.contains("signed out everywhere"), "\(changed)")
+        // Disabled and enabled (the list says which); deleted, which wants --yes.
+        #expect(try run(["users", "disable", "bob"]).1.contains("user bob disabled"))
+        func userState(_ name: String) throws -> String? {
+            try NimbusProcess.run(["users", "list"] + data).split(separator: "\n").map { $0.split(separator: "\t").map(String.init) }
+                .first { $0.first == name }?.last
+        }
+        #expect(try userState("bob") == "disabled")
+        #expect(try userState("ada") == "active")
+        #expect(try run(["users", "enable", "bob"]).0 == 0)
+        #expect(try userState("bob") == "active")
+        let unasked = try run(["users", "delete", "bob"])
+        #expect(unasked.0 != 0 && unasked.2.contains("--yes"), "\(unasked)")
+        #expect(try userState("bob") == "active")
+        let deleted = try run(["users", "delete", "bob", "--yes"])
+        #expect(deleted.0 == 0 && deleted.1.contains("user bob deleted"), "\(deleted)")
+        #expect(try userState("bob") == nil)
+        #expect(try run(["users", "delete", "bob", "--yes"]).2.contains("no user 'bob'"))
+        #expect(try run(["users", "disable", "bob"]).2.contains("no user 'bob'"))
 
         // The new password signs in; the old one does not.
         let server = try await NimbusProcess.serve(dataDirectory: directory)

@@ -39,6 +39,19 @@ def one_time_code(secret, now_ms, steps_ahead):
     return f"{(struct.unpack('>I', mac[offset:offset + 4])[0] & 0x7FFFFFFF) % 1000000:06d}"
 
 
+def asked_then_done_rows(driver, rows, button, table, done):
+    """A destructive button asks first: dismissed, its table is as it was; accepted, `done()` comes true."""
+    before = rows(table)
+    driver.find_element(By.CSS_SELECTOR, button).click()
+    question = driver.switch_to.alert.text
+    driver.switch_to.alert.dismiss()
+    kept = rows(table) == before
+    driver.find_element(By.CSS_SELECTOR, button).click()
+    driver.switch_to.alert.accept()
+    WebDriverWait(driver, 60).until(lambda d: done())
+    return question, kept, True
+
+
 def console_flow(driver, wait, shots, config, result, rows, visible):
     """Schema, data, people, sharing and logs, as an administrator of the test's container."""
     container = config["container"]
@@ -121,6 +134,7 @@ def console_flow(driver, wait, shots, config, result, rows, visible):
     set_field(form, "recordType", "Place")
     set_field(form, "field", "draft")
     form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    result["fieldAdded"] = message_contains("Added")  # a success says so (review defect 21)
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "input[aria-label='Place.draft QUERYABLE']"))
     row = driver.find_element(By.CSS_SELECTOR, "input[aria-label='Place.draft QUERYABLE']").find_element(By.XPATH, "./ancestor::tr")
     row.find_element(By.CSS_SELECTOR, "button.danger").click()
@@ -171,6 +185,20 @@ def console_flow(driver, wait, shots, config, result, rows, visible):
     driver.find_element(By.CSS_SELECTOR, "#record-form button[type=submit]").click()
     result["edited"] = message_contains("Saved paris.")
     result["savedStars"] = driver.find_element(By.CSS_SELECTOR, "input[aria-label='Value of stars']").get_attribute("value")
+    # The list shows the saved value without a new search (review defect 11).
+    stars_column = result["nearParisColumns"].index("stars")
+    wait.until(lambda d: rows("record-rows") and rows("record-rows")[0][stars_column] == "5")
+    result["listAfterSave"] = rows("record-rows")[0][stars_column]
+    # A place is checked in the page, as the server checks it: a latitude past 90 is said, not saved.
+    spot = driver.find_element(By.CSS_SELECTOR, "input[aria-label='Value of spot']")
+    kept = spot.get_attribute("value")
+    spot.clear()
+    spot.send_keys("91, 2.35")
+    driver.find_element(By.CSS_SELECTOR, "#record-form button[type=submit]").click()
+    result["badPlace"] = message_contains("outside")
+    spot = driver.find_element(By.CSS_SELECTOR, "input[aria-label='Value of spot']")
+    spot.clear()
+    spot.send_keys(kept)
 
     # Upload an asset from the editor: paris gets a photo, shown as the server serves it.
     form = driver.find_element(By.ID, "record-form")
@@ -195,6 +223,14 @@ def console_flow(driver, wait, shots, config, result, rows, visible):
         driver.execute_script("document.getElementById('record-detail').scrollIntoView()")
         driver.save_screenshot(f"{shots}/asset.png")
 
+    # A reference is a link to the record it names (review defect 18).
+    set_field(query, "recordType", "Visit")
+    query.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait.until(lambda d: d.execute_script("return document.getElementById('record-rows').dataset.type") == "Visit" and rows("record-rows"))
+    driver.find_element(By.XPATH, "//tbody[@id='record-rows']//button[text()='photo1']").click()
+    wait.until(lambda d: "record=photo1" in d.execute_script("return location.hash"))
+    result["referenceOpened"] = driver.execute_script("return location.hash")
+
     # People: alice's session, revoked.
     area("people")
     wait.until(lambda d: rows("people-rows"))
@@ -206,6 +242,41 @@ def console_flow(driver, wait, shots, config, result, rows, visible):
     # Asked first, naming whose session; dismissed, nothing happens.
     (result["sessionQuestion"], result["sessionsAfterDismiss"],
      result["revoked"]) = asked_then_done("#session-rows button", "session-rows", "Session of alice revoked.")
+    # A new password asks first; dismissed, nothing is set.
+    form = driver.find_element(By.ID, "user-password")
+    set_field(form, "password", "alice's next password")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    result["userPasswordQuestion"] = driver.switch_to.alert.text
+    driver.switch_to.alert.dismiss()
+    # Disabling asks first (dismissed: still active); accepted, disabled; enabled again.
+    def person_state():
+        return driver.find_element(By.ID, "person-state").text
+    driver.find_element(By.ID, "person-disable").click()
+    result["userDisableQuestion"] = driver.switch_to.alert.text
+    driver.switch_to.alert.dismiss()
+    result["userAfterDismiss"] = person_state()
+    driver.find_element(By.ID, "person-disable").click()
+    driver.switch_to.alert.accept()
+    wait.until(lambda d: person_state().startswith("Disabled"))
+    result["userDisabled"] = person_state()
+    driver.find_element(By.ID, "person-disable").click()
+    wait.until(lambda d: person_state() == "Active.")
+    # A user made here opens at once; deleting wants the name typed (a wrong one deletes nothing).
+    form = driver.find_element(By.ID, "create-user")
+    set_field(form, "name", "dora")
+    set_field(form, "password", "dora's password")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait.until(lambda d: d.find_element(By.ID, "person-title").text.startswith("dora"))
+    driver.find_element(By.ID, "person-delete").click()
+    result["userDeleteQuestion"] = driver.switch_to.alert.text
+    driver.switch_to.alert.send_keys("alice")
+    driver.switch_to.alert.accept()
+    result["userAfterWrongName"] = message_contains("Nothing was changed")
+    driver.find_element(By.ID, "person-delete").click()
+    driver.switch_to.alert.send_keys("dora")
+    driver.switch_to.alert.accept()
+    result["userDeleted"] = message_contains("dora deleted")
+    result["personHiddenAfterDelete"] = not driver.find_element(By.ID, "person").is_displayed()
 
     # Sharing: alice's share of her album, with bob.
     area("sharing")
@@ -214,6 +285,11 @@ def console_flow(driver, wait, shots, config, result, rows, visible):
     form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
     wait.until(lambda d: rows("share-rows"))
     result["shares"] = rows("share-rows")
+    # Revoking asks for the share's name; cancelled, the share stays.
+    driver.find_element(By.CSS_SELECTOR, "#share-rows button.danger").click()
+    result["shareRevokeQuestion"] = driver.switch_to.alert.text
+    driver.switch_to.alert.dismiss()
+    result["sharesAfterCancel"] = len(rows("share-rows"))
     set_field(form, "user", "bob")
     form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
     wait.until(lambda d: rows("joined-share-rows"))
@@ -250,6 +326,28 @@ def console_flow(driver, wait, shots, config, result, rows, visible):
     query.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
     wait.until(lambda d: "record(s)" in d.find_element(By.ID, "query-note").text)
     result["travelFound"] = [r[0] for r in rows("record-rows")]
+
+    # A query that fails empties the list rather than leave the last results (review defect
+    # 10); its error stays with Data, not the next area (defect 8); a zone picked for one
+    # database does not survive a change of database (defect 9).
+    Select(query.find_element(By.NAME, "zone")).select_by_visible_text("Diary")
+    set_field(query, "recordType", "Note")
+    query.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait.until(lambda d: rows("record-rows"))
+    set_field(query, "recordType", "Nothing")
+    query.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    result["failedQuery"] = message_contains("Nothing")
+    result["rowsAfterFailure"] = len(rows("record-rows"))
+    area("logs")
+    result["messageInNextArea"] = driver.find_element(By.ID, "message").text
+    area("data")
+    Select(query.find_element(By.NAME, "database")).select_by_visible_text("public")
+    result["zonesAfterDatabaseChange"] = [o.text for o in query.find_element(By.NAME, "zone").find_elements(By.TAG_NAME, "option")]
+    Select(query.find_element(By.NAME, "database")).select_by_visible_text("private")
+    set_field(query, "user", "alice")
+    set_field(query, "recordType", "Note")
+    driver.find_element(By.ID, "load-zones").click()
+    wait.until(lambda d: any(o.text == "Diary" for o in query.find_element(By.NAME, "zone").find_elements(By.TAG_NAME, "option")))
 
     # Zones: one made in alice's private database (picked at once), then deleted, which wants
     # its name typed; a wrong name deletes nothing.
@@ -293,6 +391,17 @@ def console_flow(driver, wait, shots, config, result, rows, visible):
     wait.until(lambda d: rows("log-rows") and all(r[6] == "ZONE_NOT_FOUND" for r in rows("log-rows")))
     result["log"] = rows("log-rows")
     result["logExport"] = driver.find_element(By.ID, "log-export").get_attribute("href")
+    # Paging: a page of 50, "Show more" the older ones of the same search.
+    set_field(form, "error", "not_found")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait.until(lambda d: len(rows("log-rows")) == 50 and driver.find_element(By.ID, "more-log").is_displayed())
+    driver.find_element(By.ID, "more-log").click()
+    wait.until(lambda d: len(rows("log-rows")) > 50)
+    result["logPaged"] = {"rows": len(rows("log-rows")), "uuids": len({r[1] for r in rows("log-rows")}),
+                          "moreShown": driver.find_element(By.ID, "more-log").is_displayed()}
+    set_field(form, "error", "zone_not_found")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait.until(lambda d: len(rows("log-rows")) == 1)
     result["chartBars"] = len(driver.find_elements(By.CSS_SELECTOR, "#chart-requests rect"))
     result["usage"] = rows("usage-rows")
     if shots:
@@ -316,7 +425,7 @@ def console_flow(driver, wait, shots, config, result, rows, visible):
 
 def main():
     config = json.load(open(sys.argv[1]))
-    driver = chromium("--window-size=1100,800")
+    driver = chromium("--window-size=1440,900")
     wait = WebDriverWait(driver, 60)  # the suite shares two cores with this browser
     shots = config.get("screenshots")
     result = {}
@@ -401,6 +510,10 @@ def main():
         driver.find_element(By.CSS_SELECTOR, "button[aria-label='Enable rita']").click()
         wait.until(lambda d: rita_state() != "disabled")
         result["ritaEnabled"] = rita_state()
+        # A new one-time password asks first; dismissed, rita's password stays.
+        driver.find_element(By.CSS_SELECTOR, "button[aria-label='Reset password rita']").click()
+        result["resetOperatorQuestion"] = driver.switch_to.alert.text
+        driver.switch_to.alert.dismiss()
         # Deleting wants the name typed: a wrong name deletes nothing.
         driver.find_element(By.CSS_SELECTOR, "button[aria-label='Delete rita']").click()
         result["deleteOperatorQuestion"] = driver.switch_to.alert.text
@@ -463,6 +576,43 @@ def main():
         wait.until(lambda d: "Settings saved" in d.find_element(By.ID, "message").text)
         result["settingsAfter"] = {"signUp": settings.find_element(By.NAME, "signUp").is_selected(),
                                    "quota": [r for r in rows("limit-rows") if r[0] == "privateDatabaseBytes"][0][2]}
+
+        # Push credentials and an identity provider, as `nimbus apns` and `nimbus providers` set them.
+        apns = driver.find_element(By.ID, "set-apns")
+        for name, value in (("teamID", "ABCDE12345"), ("keyID", "FGHIJ67890"), ("topic", "com.example.notes")):
+            apns.find_element(By.NAME, name).send_keys(value)
+        driver.execute_script("arguments[0].value = arguments[1]", apns.find_element(By.NAME, "pem"), config["apnsKey"])
+        apns.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        wait.until(lambda d: "team ABCDE12345" in d.find_element(By.ID, "apns-state").text)
+        result["apnsStored"] = driver.find_element(By.ID, "apns-state").text
+        driver.find_element(By.ID, "remove-apns").click()
+        result["apnsRemoveQuestion"] = driver.switch_to.alert.text
+        driver.switch_to.alert.dismiss()
+        result["apnsAfterDismiss"] = driver.find_element(By.ID, "apns-state").text
+        driver.find_element(By.ID, "remove-apns").click()
+        driver.switch_to.alert.accept()
+        wait.until(lambda d: d.find_element(By.ID, "apns-state").text.startswith("No APNs"))
+        provider = driver.find_element(By.ID, "add-provider")
+        for name, value in (("issuer", "https://issuer.test"), ("audience", "com.example.app"), ("jwks", config["jwks"])):
+            provider.find_element(By.NAME, name).send_keys(value)
+        provider.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        wait.until(lambda d: rows("provider-rows"))
+        result["providers"] = rows("provider-rows")
+        if shots:
+            driver.execute_script("document.getElementById('apns-state').scrollIntoView(); window.scrollBy(0, -70)")
+            driver.save_screenshot(f"{shots}/push-and-sign-in.png")
+        driver.find_element(By.CSS_SELECTOR, "#provider-rows button.danger").click()
+        result["providerRemoveQuestion"] = driver.switch_to.alert.text
+        driver.switch_to.alert.accept()
+        wait.until(lambda d: not rows("provider-rows"))
+
+        # A server-to-server key added, then revoked after a question (dismissed first).
+        key = driver.find_element(By.ID, "add-key")
+        driver.execute_script("arguments[0].value = arguments[1]", key.find_element(By.NAME, "pem"), config["publicKey"])
+        key.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        wait.until(lambda d: rows("key-rows"))
+        (result["keyQuestion"], result["keysAfterDismiss"], _) = asked_then_done_rows(
+            driver, rows, "#key-rows button.danger", "key-rows", lambda: rows("key-rows")[0][2] == "revoked")
 
         console_flow(driver, wait, shots, config, result, rows, visible)
 

@@ -214,7 +214,7 @@ function operatorRow(operator) {
   if (isAdministrator() && !state.operator.containers) {
     const button = (text, danger, handler) => el('button', { type: 'button', className: danger ? 'danger' : '', 'aria-label': `${text} ${operator.name}`, onclick: handler }, text);
     actions.append(
-      button('Reset password', false, () => {
+      button('Reset password', true, () => {
         if (!confirmed(`Give ${operator.name} a new one-time password? Their sessions end and their password stops working.`)) return;
         act(async () => {
           const { password } = await api(`operators/${encodeURIComponent(operator.name)}/password`, { method: 'POST' });
@@ -321,7 +321,53 @@ async function showSettings() {
     el('td', {}, el('input', { type: 'number', name: `limit-${limit.name}`, min: String(limit.minimum), step: '1', 'aria-label': limit.name,
       value: limit.set ? String(limit.value) : '', placeholder: String(limit.value), readOnly: !isAdministrator() })),
     el('td', {}, `${limit.set ? 'set for this container' : 'default'}${limit.quota ? `, ${bytes(limit.value)}` : ''}`))));
+  showPushAndSignIn(settings);
 }
+
+// APNs credentials (the key never comes back: team, key ID and topic identify it) and the
+// issuers whose id tokens the container accepts; the same checks as `nimbus apns|providers`.
+function showPushAndSignIn(settings) {
+  const apns = settings.apns;
+  $('apns-state').textContent = apns
+    ? `Pushes go to APNs as team ${apns.teamID}, key ${apns.keyID}, topic ${apns.topic} (stored ${when(apns.updatedAt)}).`
+    : 'No APNs credentials: devices get no pushes from APNs (web clients are notified as before).';
+  $('remove-apns').hidden = !apns;
+  $('provider-rows').replaceChildren(...settings.identityProviders.map((provider) =>
+    revocableRow([provider.issuer, provider.audience, provider.jwks, when(provider.createdAt)], {
+      live: true, verb: 'Remove', label: `Remove issuer ${provider.issuer}`,
+      question: `Stop trusting ${provider.issuer}? Its id tokens no longer sign anyone in; sessions already made stay until they end.`,
+      revoke: () => api(`containers/${picked()}/providers/remove`, { method: 'POST', body: { issuer: provider.issuer } }),
+      done: async (settings) => { showPushAndSignIn(settings); say(`${provider.issuer} is no longer trusted.`); },
+    })));
+}
+
+$('set-apns').elements.file.addEventListener('change', async (event) => {
+  const file = event.target.files[0];
+  if (file) $('set-apns').elements.pem.value = await file.text();
+});
+
+$('set-apns').addEventListener('submit', (event) => {
+  event.preventDefault();
+  const form = event.target;
+  const body = { teamID: form.elements.teamID.value.trim(), keyID: form.elements.keyID.value.trim(), topic: form.elements.topic.value.trim(),
+    privateKeyPEM: form.elements.pem.value };
+  act(() => api(`containers/${picked()}/apns`, { method: 'POST', body }),
+    (settings) => { form.reset(); showPushAndSignIn(settings); say('APNs credentials stored; pushes use them within 30 seconds.'); });
+});
+
+$('remove-apns').addEventListener('click', () => {
+  if (!confirmed(`Remove ${$('container-pick').value}'s APNs credentials? Devices get no more pushes until they are stored again.`)) return;
+  act(() => api(`containers/${picked()}/apns/remove`, { method: 'POST' }),
+    (settings) => { showPushAndSignIn(settings); say('APNs credentials removed.'); });
+});
+
+$('add-provider').addEventListener('submit', (event) => {
+  event.preventDefault();
+  const form = event.target;
+  const body = { issuer: form.elements.issuer.value.trim(), audience: form.elements.audience.value.trim(), jwks: form.elements.jwks.value.trim() };
+  act(() => api(`containers/${picked()}/providers`, { method: 'POST', body }),
+    (settings) => { form.reset(); showPushAndSignIn(settings); say(`${body.issuer} trusted for ${body.audience}.`); });
+});
 
 $('container-settings').addEventListener('submit', (event) => {
   event.preventDefault();
@@ -351,7 +397,7 @@ async function showKeys() {
 
 // Runs a change, then refreshes; the message line is cleared first and shows an error if any.
 async function act(change, refresh) {
-  try { say(''); const answer = await change(); if (refresh) await refresh(); return answer; } catch (error) { say(error.message); }
+  try { say(''); const answer = await change(); if (refresh) await refresh(answer); return answer; } catch (error) { say(error.message); }
 }
 
 function megabytes(bytes) { return `${(bytes / 1048576).toFixed(1)} MB`; }
@@ -681,8 +727,14 @@ function wireValue(text, type) {
     case 'INT64': case 'DOUBLE': { const number = Number(text); if (Number.isNaN(number)) throw new Error(`'${text}' is not a number`); return number; }
     case 'TIMESTAMP': { const time = /^\d+$/.test(text.trim()) ? Number(text) : Date.parse(text); if (Number.isNaN(time)) throw new Error(`'${text}' is not a date`); return time; }
     case 'LOCATION': {
-      const [latitude, longitude] = text.split(',').map((part) => Number(part.trim()));
-      if (Number.isNaN(latitude) || Number.isNaN(longitude)) throw new Error(`'${text}' is not "latitude, longitude"`);
+      // Checked here as the server checks it, so the mistake is said next to the field.
+      const parts = text.split(',').map((part) => part.trim());
+      const [latitude, longitude] = parts.map(Number);
+      if (parts.length !== 2 || parts.some((part) => part === '') || Number.isNaN(latitude) || Number.isNaN(longitude)) {
+        throw new Error(`'${text}' is not "latitude, longitude" in degrees, such as 48.8566, 2.3522`);
+      }
+      if (Math.abs(latitude) > 90) throw new Error(`latitude ${latitude} is outside -90…90`);
+      if (Math.abs(longitude) > 180) throw new Error(`longitude ${longitude} is outside -180…180`);
       return { latitude, longitude };
     }
     case 'REFERENCE': return { recordName: text.trim(), action: 'NONE' };
@@ -974,7 +1026,7 @@ $('create-user').addEventListener('submit', (event) => {
   const name = form.elements.name.value.trim();
   act(() => api(inContainer('users'), { method: 'POST', body: { name, password: form.elements.password.value,
     ...(form.elements.email.value.trim() ? { email: form.elements.email.value.trim() } : {}) } }),
-  () => { form.reset(); say(`User ${name} made; they join this container's People when they first sign in to it.`); });
+  async () => { form.reset(); await showPerson(name); say(`User ${name} made; they join this container's People when they first sign in to it.`); });
 });
 
 $('user-password').addEventListener('submit', (event) => {
@@ -991,6 +1043,10 @@ async function showPerson(name) {
   state.person = name;
   $('person').hidden = false;
   $('person-title').textContent = `${person.user.name} (${person.user.userRecordName || 'not in this container yet'})`;
+  state.personDisabled = person.user.disabled;
+  $('person-state').textContent = person.user.disabled ? 'Disabled: cannot sign in.' : 'Active.';
+  $('person-disable').textContent = person.user.disabled ? 'Enable' : 'Disable';
+  $('person-disable').className = person.user.disabled ? '' : 'danger';
   $('session-rows').replaceChildren(...person.sessions.map((session) => el('tr', {},
     el('td', {}, session.environment), el('td', {}, new Date(session.createdAt).toLocaleString()),
     el('td', {}, new Date(session.lastUsedAt).toLocaleString()),
@@ -1006,6 +1062,26 @@ async function showPerson(name) {
   $('push-rows').replaceChildren(...person.pushTokens.map((t) => el('tr', {},
     el('td', {}, t.environment), el('td', {}, t.delivery), el('td', {}, t.token), el('td', {}, t.deviceID))));
 }
+
+// An account disabled (signed out everywhere, kept) or deleted with the user's own data in
+// every container: the irreversible one wants the name typed.
+$('person-disable').addEventListener('click', () => {
+  const name = state.person;
+  const disabling = !state.personDisabled;
+  if (disabling && !confirmed(`Disable ${name}? They are signed out on every device and cannot sign in, in any container, until enabled again. Their data stays.`)) return;
+  act(() => api(inContainer(`users/${encodeURIComponent(name)}`), { method: 'POST', body: { disabled: disabling } }),
+    async () => { await showPerson(name); say(`${name} ${disabling ? 'disabled' : 'enabled'}.`); });
+});
+
+$('person-delete').addEventListener('click', () => {
+  const name = state.person;
+  if (!typedConfirmation(`Delete ${name}'s account and their own data in every container: private databases, subscriptions, places in shares, their user record? Records they made in the public database stay. This cannot be undone.`, name)) return;
+  act(() => api(inContainer(`users/${encodeURIComponent(name)}/delete`), { method: 'POST' }), async (outcome) => {
+    $('person').hidden = true;
+    await morePeople(true);
+    say(`${name} deleted: ${outcome.zones} zone(s) in ${outcome.containers} container(s), ${outcome.subscriptions} subscription(s).`);
+  });
+});
 
 // Sharing: an owner's shares, zone by zone, with participants; revoke deletes the share.
 views.sharing = async () => {};
@@ -1133,16 +1209,29 @@ function logSearch() {
   return params;
 }
 
-async function searchLog() {
-  const params = logSearch();
-  $('log-export').href = `/admin/1/requests/export?${params}`;
-  params.set('limit', '200');
+// A page of the log at a time; "Show more" asks for the entries older than the last one shown
+// (the same search: the form as it was when searched, not as it has been edited since).
+async function searchLog(first = true) {
+  if (first) {
+    state.logSearch = logSearch();
+    $('log-export').href = `/admin/1/requests/export?${state.logSearch}`;
+  }
+  const params = new URLSearchParams(state.logSearch);
+  params.set('limit', String(PAGE));
+  if (!first) params.set('before', String(state.oldestLogID));
   const { requests } = await api(`requests?${params}`);
-  fill($('log-rows'), requests, [(r) => new Date(r.at).toLocaleString(), (r) => r.uuid, (r) => `${r.method} ${r.route}`, (r) => r.container,
-    (r) => r.userName || r.user, (r) => String(r.status), (r) => r.serverErrorCode || (r.itemErrorCodes ? `in items: ${r.itemErrorCodes.join(", ")}` : ""), (r) => String(r.ms)]);
+  const rows = requests.map((r) => el('tr', {}, ...[new Date(r.at).toLocaleString(), r.uuid, `${r.method} ${r.route}`, r.container,
+    r.userName || r.user, String(r.status), r.serverErrorCode || (r.itemErrorCodes ? `in items: ${r.itemErrorCodes.join(", ")}` : ""),
+    String(r.ms)].map((text) => el('td', {}, text ?? ''))));
+  if (first) $('log-rows').replaceChildren(...rows); else $('log-rows').append(...rows);
+  const last = requests[requests.length - 1];
+  if (last) state.oldestLogID = last.id;
+  // A log kept only in this node's memory has no ids to page by: its newest entries are all there is.
+  $('more-log').hidden = requests.length < PAGE || !last?.id;
 }
 
-$('log-form').addEventListener('submit', (event) => { event.preventDefault(); act(searchLog); });
+$('log-form').addEventListener('submit', (event) => { event.preventDefault(); act(() => searchLog(true)); });
+$('more-log').addEventListener('click', () => act(() => searchLog(false)));
 
 // ---- Deep links (docs/dashboard.md): the address names the area, the container and the
 // environment (#/data?container=…&environment=…), and in Data the database, user, zone, record

@@ -211,7 +211,24 @@ enum AdminRoutes {
                     "set": .bool(limits.overrides[limit.rawValue] != nil), "minimum": .int(limit.minimum),
                 ]
             }
-            return ["signUp": .bool(settings.signUp), "userDiscovery": .bool(settings.userDiscovery), "limits": .array(rows)]
+            let (apns, providers) = try await service.pushAndSignIn(container: container, as: operatorContext)
+            var answer: JSONObject = [
+                "signUp": .bool(settings.signUp), "userDiscovery": .bool(settings.userDiscovery), "limits": .array(rows),
+                "identityProviders": .array(
+                    providers.map {
+                        [
+                            "issuer": .string($0.issuer), "audience": .string($0.audience), "jwks": .string($0.jwksSource),
+                            "createdAt": .int($0.createdAt),
+                        ]
+                    }),
+            ]
+            // The key itself never leaves the server: what identifies it is enough to check it.
+            if let apns {
+                answer["apns"] = [
+                    "teamID": .string(apns.teamID), "keyID": .string(apns.keyID), "topic": .string(apns.topic), "updatedAt": .int(apns.updatedAt),
+                ]
+            }
+            return .object(answer)
         }
         admin.get("containers/:container/settings") { request, context in
             Reply.json(try await settings(container(context), as: try await signedIn(request, service)), context: context)
@@ -232,6 +249,34 @@ enum AdminRoutes {
             try await service.changeContainerSettings(
                 container: container(context), signUp: try input.bool("signUp"), userDiscovery: try input.bool("userDiscovery"), limits: limits,
                 as: operatorContext)
+            return Reply.json(try await settings(container(context), as: operatorContext), context: context)
+        }
+        admin.post("containers/:container/apns") { request, context in
+            let operatorContext = try await changing(request, service)
+            let input = try await body(request, context)
+            try await service.setAPNsCredentials(
+                container: container(context), teamID: try input.requiredString("teamID"), keyID: try input.requiredString("keyID"),
+                topic: try input.requiredString("topic"), privateKeyPEM: try input.requiredString("privateKeyPEM"), as: operatorContext)
+            return Reply.json(try await settings(container(context), as: operatorContext), context: context)
+        }
+        admin.post("containers/:container/apns/remove") { request, context in
+            let operatorContext = try await changing(request, service)
+            try await service.removeAPNsCredentials(container: container(context), as: operatorContext)
+            return Reply.json(try await settings(container(context), as: operatorContext), context: context)
+        }
+        admin.post("containers/:container/providers") { request, context in
+            let operatorContext = try await changing(request, service)
+            let input = try await body(request, context)
+            try await service.addIdentityProvider(
+                container: container(context), issuer: try input.requiredString("issuer"), audience: try input.requiredString("audience"),
+                jwks: try input.requiredString("jwks"), as: operatorContext)
+            return Reply.json(try await settings(container(context), as: operatorContext), context: context)
+        }
+        admin.post("containers/:container/providers/remove") { request, context in
+            let operatorContext = try await changing(request, service)
+            let input = try await body(request, context)
+            try await service.removeIdentityProvider(
+                container: container(context), issuer: try input.requiredString("issuer"), as: operatorContext)
             return Reply.json(try await settings(container(context), as: operatorContext), context: context)
         }
         admin.get("containers/:container/keys") { request, context in

@@ -390,6 +390,25 @@ enum ConsoleRoutes {
             try await service.setUserPassword(name: name, password: try await body(request, context, parts).requiredString("password"), as: operatorContext)
             return Reply.json(["name": .string(name), "signedOut": .bool(true)], context: context)
         }
+        // `{"disabled": true|false}`, as `POST operators/{name}` changes an operator.
+        admin.post("containers/:container/users/:user") { request, context in
+            let operatorContext = try await AdminRoutes.changing(request, service)
+            let name = context.parameters.get("user") ?? ""
+            guard let disabled = try await body(request, context, parts).bool("disabled") else {
+                throw CloudKitError.badRequest("disabled: true to disable the account, false to enable it")
+            }
+            try await service.setUserDisabled(name: name, disabled, as: operatorContext)
+            return Reply.json(["name": .string(name), "disabled": .bool(disabled)], context: context)
+        }
+        admin.post("containers/:container/users/:user/delete") { request, context in
+            let operatorContext = try await AdminRoutes.changing(request, service)
+            let outcome = try await service.deleteUser(name: context.parameters.get("user") ?? "", as: operatorContext)
+            return Reply.json(
+                [
+                    "containers": .int(Int64(outcome.containers)), "zones": .int(Int64(outcome.zones)),
+                    "subscriptions": .int(Int64(outcome.subscriptions)), "sharesLeft": .int(Int64(outcome.sharesLeft)),
+                ], context: context)
+        }
         admin.get("containers/:container/subscriptions/:environment") { request, context in
             let list = try await service.subscriptions(
                 container: container(context), environment: try environment(context), as: try await AdminRoutes.signedIn(request, service))
@@ -446,7 +465,9 @@ enum ConsoleRoutes {
             }
             var roles = JSONObject()
             for (environment, names) in detail.roles { roles[environment.rawValue] = .strings(names) }
-            var person: JSONObject = ["name": .string(detail.user.name), "createdAt": .int(detail.user.createdAt)]
+            var person: JSONObject = [
+                "name": .string(detail.user.name), "createdAt": .int(detail.user.createdAt), "disabled": .bool(detail.user.isDisabled),
+            ]
             if let member = detail.member { person["userRecordName"] = .string(member.userRecordName) }
             return Reply.json(
                 [
