@@ -176,6 +176,8 @@ import Testing
             #expect(result["messageInNextArea"] == "", "\(result)")
             #expect(result["zonesAfterDatabaseChange"] == ["_defaultZone"], "\(result)")
             #expect(result["listAfterSave"] == "5", "\(result)")
+            #expect(result["fieldDeleteQuestion"]?.stringValue?.contains("Delete field Place.draft from the development schema?") == true, "\(result)")
+            #expect(result["travelQuestion"]?.stringValue?.contains("Restore 1 record(s) as they were at") == true, "\(result)")
             #expect(result["badPlace"]?.stringValue?.contains("latitude 91 is outside -90…90") == true, "\(result)")
             #expect(result["fieldAdded"]?.stringValue?.contains("Added") == true, "\(result)")
             #expect(result["referenceOpened"]?.stringValue?.contains("type=Visit&record=photo1") == true, "\(result)")

@@ -138,6 +138,7 @@ def console_flow(driver, wait, shots, config, result, rows, visible):
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "input[aria-label='Place.draft QUERYABLE']"))
     row = driver.find_element(By.CSS_SELECTOR, "input[aria-label='Place.draft QUERYABLE']").find_element(By.XPATH, "./ancestor::tr")
     row.find_element(By.CSS_SELECTOR, "button.danger").click()
+    result["fieldDeleteQuestion"] = driver.switch_to.alert.text
     driver.switch_to.alert.accept()
     result["fieldDeleted"] = message_contains("Deleted field Place.draft.")
     wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, "input[aria-label='Place.draft QUERYABLE']"))
@@ -318,6 +319,7 @@ def console_flow(driver, wait, shots, config, result, rows, visible):
         driver.execute_script("document.getElementById('time-travel').scrollIntoView()")
         driver.save_screenshot(f"{shots}/time-travel.png")
     driver.find_element(By.ID, "time-travel-apply").click()
+    result["travelQuestion"] = driver.switch_to.alert.text
     driver.switch_to.alert.accept()
     wait.until(lambda d: "restored" in d.find_element(By.ID, "time-travel-note").text)
     result["travelApplied"] = driver.find_element(By.ID, "time-travel-note").text

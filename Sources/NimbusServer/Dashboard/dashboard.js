@@ -522,7 +522,7 @@ views.schema = async () => {
 
 function removeFromSchema(recordType, field) {
   const what = field ? `field ${recordType}.${field}` : `record type ${recordType}`;
-  if (!window.confirm(`Delete ${what} from the development schema?`)) return;
+  if (!confirmed(`Delete ${what} from the development schema? Apps can add it again by saving a record with it.`)) return;
   act(() => api(inContainer('schema/development/remove'), { method: 'POST', body: { recordType, ...(field ? { field } : {}) } }),
     async () => { await views.schema(); say(`Deleted ${what}.`); });
 }
@@ -825,7 +825,7 @@ $('time-travel-form').addEventListener('submit', (event) => { event.preventDefau
 for (const form of [$('time-travel-form'), $('query-form')]) form.addEventListener('input', () => { $('time-travel-apply').disabled = true; });
 $('time-travel-apply').addEventListener('click', () => act(async () => {
   const count = [...$('time-travel-rows').children].filter((row) => !row.textContent.includes('left as it is')).length;
-  if (!window.confirm(`Restore ${count} record(s) as they were at ${$('time-travel-form').elements.to.value} UTC? Devices will fetch the change.`)) return;
+  if (!confirmed(`Restore ${count} record(s) as they were at ${$('time-travel-form').elements.to.value} UTC? Devices will fetch the change.`)) return;
   await timeTravel(true);
 }));
 $('next-page').addEventListener('click', () => act(() => runQuery(data.marker)));
