@@ -54,6 +54,9 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Request budgets per user, key and address: on, or off for benchmarks (env NIMBUS_REQUEST_LIMITS).")
     var requestLimits: String = ProcessInfo.processInfo.environment["NIMBUS_REQUEST_LIMITS"] ?? "on"
 
+    @Flag(help: "On PostgreSQL, count request budgets in each node's memory (several nodes then allow a budget each) rather than in the store, which all nodes share.")
+    var budgetsPerNode = false
+
     @Option(help: "Saves one zone may have in flight on this node before ZONE_BUSY; 0 for no bound (env NIMBUS_WRITERS_PER_ZONE).")
     var writersPerZone: Int = Int(ProcessInfo.processInfo.environment["NIMBUS_WRITERS_PER_ZONE"] ?? "") ?? 64
 
@@ -149,6 +152,7 @@ struct Serve: AsyncParsableCommand {
         configuration.service.signInLimits.failuresPerAccountAndAddressPerMinute = signInFailuresPerMinute
         guard requestLimits == "on" || requestLimits == "off" else { throw ValidationError("--request-limits is on or off") }
         configuration.service.throttlesRequests = requestLimits == "on"
+        configuration.service.sharesBudgetsAcrossNodes = !budgetsPerNode
         guard writersPerZone >= 0, pendingStorageCalls >= 0 else {
             throw ValidationError("--writers-per-zone and --pending-storage-calls must be 0 or more")
         }

@@ -12,6 +12,11 @@ public enum ContainerLimit: String, CaseIterable, Sendable {
     case anonymousRequestsPerMinute
     /// Pages with the API token alone, per client address.
     case anonymousPagesPerMinute
+    /// Cheap requests with the API token alone from every address together: what a web app's
+    /// token may be used for in all, however many addresses use it.
+    case apiTokenRequestsPerMinute
+    /// Pages with the API token alone from every address together.
+    case apiTokenPagesPerMinute
     /// Cheap requests of one server-to-server key.
     case serverKeyRequestsPerMinute
     /// Pages of one server-to-server key.
@@ -38,6 +43,8 @@ public enum ContainerLimit: String, CaseIterable, Sendable {
         .userPagesPerMinute: 600,
         .anonymousRequestsPerMinute: 600,
         .anonymousPagesPerMinute: 300,
+        .apiTokenRequestsPerMinute: 60_000,
+        .apiTokenPagesPerMinute: 30_000,
         .serverKeyRequestsPerMinute: 12_000,
         .serverKeyPagesPerMinute: 6_000,
         .privateDatabaseBytes: 1 << 30,

@@ -238,7 +238,7 @@ extension NimbusService {
             credentialCache.tokens.remember(touched, for: touched.tokenHash, now: time)
         }
         guard let webAuthToken else {
-            return Caller(container: container, environment: environment, user: nil, deviceID: deviceID)
+            return Caller(container: container, environment: environment, user: nil, deviceID: deviceID, apiTokenID: token.id)
         }
         guard let session, let user, session.container == container, session.environment == environment else {
             throw CloudKitError(.authenticationRequired, "the web auth token is not valid (unknown, revoked or for another container); sign in again")
@@ -257,7 +257,7 @@ extension NimbusService {
         return Caller(
             container: container, environment: environment,
             user: Caller.User(id: user.id, name: user.name, recordName: recordName, webAuthToken: webAuthToken),
-            deviceID: deviceID)
+            deviceID: deviceID, apiTokenID: token.id)
     }
 
     /// Signs a user in; returns the new web auth token and the user's record name. Attempts

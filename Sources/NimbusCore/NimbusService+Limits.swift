@@ -3,11 +3,12 @@ import NimbusWire
 
 /// Request budgets (throttling) and quotas (docs/limits.md).
 ///
-/// Budgets are token buckets in this node's memory, one per caller and kind of work: a
-/// signed-in user, a server-to-server key, or (with the API token alone) a client address.
-/// Over budget a request gets `THROTTLED` with `retryAfter`, before it reaches storage. With
-/// several nodes each counts its own (a caller spread over two nodes gets up to twice the
-/// budget); the numbers are meant to stop runaways, not to meter.
+/// Budgets are token buckets, one per caller and kind of work: a signed-in user, a
+/// server-to-server key, or (with the API token alone) a client address and the token itself,
+/// so a web app's token has a total however many addresses use it. Over budget a request gets
+/// `THROTTLED` with `retryAfter`, before it reaches storage. The buckets are the store's where
+/// it keeps them (PostgreSQL: every node spends from the same ones, leasing a few tokens at a
+/// time; `SharedBudgetLedger`), else this node's memory (SQLite: one process).
 ///
 /// Quotas count the bytes of live records (`RecordRow.storedBytes`) per database, in the
 /// write's own transaction (`ChangeLog.usedBytes`), so a quota holds however writes interleave.
@@ -70,9 +71,32 @@ extension NimbusService {
             key = "a\(kind)\u{0}\(caller.container)\u{0}\(address ?? "")"
             limit = cost == .page ? .anonymousPagesPerMinute : .anonymousRequestsPerMinute
         }
+        var status = try await spend(key, limit, limits, cost: cost)
+        // Without a user, the token's total too (after the address's: an address over its own
+        // budget does not eat into everyone's).
+        if caller.user == nil, caller.serverKey == nil, let tokenID = caller.apiTokenID {
+            let total = try await spend(
+                "t\(kind)\u{0}\(tokenID)", cost == .page ? .apiTokenPagesPerMinute : .apiTokenRequestsPerMinute, limits, cost: cost)
+            if total.remaining < status.remaining { status = total }
+        }
+        return status
+    }
+
+    /// One request from the bucket `key` at `limit`'s rate; `ThrottledRequest` when it is empty.
+    /// The bucket is the store's, shared by every node, where the store keeps them (leased a
+    /// few tokens at a time); else this node's.
+    private func spend(_ key: String, _ limit: ContainerLimit, _ limits: EffectiveLimits, cost: RequestCost) async throws
+        -> RateLimitStatus
+    {
         let perMinute = limits[limit]
-        let rate = TokenBuckets.Rate(capacity: Int(clamping: perMinute), perMinute: Int(clamping: perMinute))
-        let spent = requestBudgets.spend(key, rate: rate, now: now)
+        let capacity = Int(clamping: perMinute)
+        let time = now
+        let spent: TokenBuckets.Spend
+        if let ledger = sharedBudgets {
+            spent = try await spendShared(key, capacity: capacity, ledger: ledger, now: time)
+        } else {
+            spent = requestBudgets.spend(key, rate: TokenBuckets.Rate(capacity: capacity, perMinute: capacity), now: time)
+        }
         let status = RateLimitStatus(limit: perMinute, remaining: spent.remaining, resetSeconds: (spent.untilFull + 999) / 1000)
         guard spent.admitted else {
             var error = CloudKitError(
@@ -82,6 +106,31 @@ extension NimbusService {
             throw ThrottledRequest(error: error, status: status)
         }
         return status
+    }
+
+    /// The store's shared budgets, when it keeps them and they are on.
+    var sharedBudgets: (any SharedBudgetLedger)? {
+        options.sharesBudgetsAcrossNodes ? (storage.base as? any SharedBudgetsStoring)?.sharedBudgets : nil
+    }
+
+    /// A token from this node's lease on `key`, or a new lease of a twentieth of the budget
+    /// from the store (one write per lease, not per request); the bucket's rate is its
+    /// capacity a minute, as every budget's is.
+    private func spendShared(_ key: String, capacity: Int, ledger: any SharedBudgetLedger, now time: Int64) async throws
+        -> TokenBuckets.Spend
+    {
+        let perMillisecond = Double(capacity) / 60_000
+        func spend(leased: Int, left: Double, admitted: Bool) -> TokenBuckets.Spend {
+            let held = Double(leased) + left
+            return TokenBuckets.Spend(
+                admitted: admitted, remaining: Int(held), untilFull: Int64((max(0, Double(capacity) - held) / perMillisecond).rounded(.up)),
+                wait: admitted ? 0 : max(1, Int64(((1 - left) / perMillisecond).rounded(.up))))
+        }
+        if let lease = budgetLeases.spend(key, now: time) { return spend(leased: lease.tokens, left: lease.left, admitted: true) }
+        let grant = try await ledger.take(key, wanted: max(1, capacity / 20), capacity: capacity, perMinute: capacity, now: time)
+        guard grant.granted > 0 else { return spend(leased: 0, left: grant.left, admitted: false) }
+        budgetLeases.keep(key, tokens: grant.granted - 1, left: grant.left, now: time)
+        return spend(leased: grant.granted - 1, left: grant.left, admitted: true)
     }
 
     /// Whether `address` may try to authenticate: an address whose recent requests failed

@@ -44,8 +44,36 @@ extension NimbusService {
     /// says `atomic: false`: one failure writes nothing, the failing item reports its own error
     /// and the others `ATOMIC_ERROR`. In the default zone each operation stands alone.
     public func modifyRecords(_ target: DatabaseTarget, _ request: RecordsModifyRequest) async throws -> RecordsResponse {
-        guard let operationID = request.operationID else { return try await applyModify(target, request) }
-        return try await appliedOnce(operationID, target: target, request: request) { try await applyModify(target, request) }
+        let response: RecordsResponse
+        do {
+            if let operationID = request.operationID {
+                response = try await appliedOnce(operationID, target: target, request: request) { try await applyModify(target, request) }
+            } else {
+                response = try await applyModify(target, request)
+            }
+        } catch let error as CloudKitError where error.schemaLacks != nil {
+            await countSchemaRefusals([error], caller: target.caller)
+            throw error
+        }
+        // Only a locked schema refuses for what it lacks: development's answers need no look.
+        if target.caller.environment == .production {
+            let failures = response.records.compactMap { result -> CloudKitError? in
+                guard case .failure(let error) = result else { return nil }
+                return error
+            }
+            await countSchemaRefusals(failures, caller: target.caller)
+        }
+        return response
+    }
+
+    /// Counts the writes a locked schema refused, by what it lacked (docs/schema.md). Counted
+    /// here, once the answer is final, not where the schema refuses: a write's closure may run
+    /// more than once. A count that cannot be stored is not worth failing the answer for.
+    func countSchemaRefusals(_ errors: [CloudKitError], caller: Caller) async {
+        var missing: [String: Int64] = [:]
+        for error in errors { if let lacks = error.schemaLacks { missing[lacks, default: 0] += 1 } }
+        guard !missing.isEmpty else { return }
+        try? await accounts.noteSchemaRefusals(container: caller.container, environment: caller.environment, missing, at: now)
     }
 
     /// `allOrNothing`: atomic in the default zone too (a time travel's batch, never a client's:
@@ -345,9 +373,7 @@ extension NimbusService {
             }
             try requireNoSharedDescendant(of: recordName, except: ancestor.share, zone: zone, tx: tx)
         }
-        if !isShare {
-            try noteShareLeft(recordName: recordName, before: existing, fields: &fields, parent: parent, zone: zone, tx: tx)
-        }
+        let shareMove = isShare ? nil : try noteShareLeft(recordName: recordName, before: existing, fields: &fields, parent: parent, zone: zone, tx: tx)
         if let shared = sharing.shared, !isShare {
             // A participant's write must stay inside a share they may write to.
             let provisional = RecordRow(
@@ -385,6 +411,7 @@ extension NimbusService {
         }
         let recordID = try tx.putRecord(row, isNew: stored == nil)
         log.recordChanged(zone: zone, before: existing, after: row)
+        if let shareMove { try carryDescendants(of: recordName, move: shareMove, zone: zone, stamp: stamp, log: log, tx: tx) }
         if let linkRoot {
             try setRootShare(linkRoot, to: recordName, zone: zone, database: database, stamp: stamp, log: log, tx: tx)
         }

@@ -16,6 +16,22 @@ extension NimbusService {
         }
     }
 
+    /// Writes production refused for what its schema still lacks, of one container or (nil)
+    /// every one, most recent first: what a deploy would mend (one since makes them go).
+    public func productionSchemaRefusals(container: String?) async throws -> [SchemaRefusalRow] {
+        let refusals = try await accounts.schemaRefusals(container: container, environment: .production)
+        var lacking: [String: Set<String>] = [:]  // what each container's production has, read once
+        var found: [SchemaRefusalRow] = []
+        for refusal in refusals {
+            if lacking[refusal.container] == nil {
+                let schema = try await schema(container: refusal.container, environment: .production)
+                lacking[refusal.container] = Set(schema.recordTypes).union(schema.fields.map { "\($0.recordType).\($0.fieldName)" })
+            }
+            if lacking[refusal.container]?.contains(refusal.missing) == false { found.append(refusal) }
+        }
+        return found
+    }
+
     /// Copies the development schema into production, its security roles and grants included
     /// (docs/roles.md). Additive only: a field whose type differs between the two refuses the
     /// whole deploy, which changes nothing. Returns how many record types, fields and roles

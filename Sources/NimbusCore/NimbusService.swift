@@ -23,6 +23,10 @@ public final class NimbusService: Sendable {
         /// Whether requests spend from budgets at all (`nimbus serve --request-limits off`, for
         /// benchmarks that are one user at full speed). Quotas hold either way.
         public var throttlesRequests = true
+        /// Whether budgets are counted in the store, so several nodes on it allow one budget
+        /// together (PostgreSQL; `nimbus serve --budgets-per-node` turns it off, each node then
+        /// counting its own). A store of one process counts in memory either way.
+        public var sharesBudgetsAcrossNodes = true
         /// Requests one client address may send that fail authentication: a burst of this
         /// many, then this many a minute; past them it is refused before its credentials are
         /// looked at.
@@ -102,6 +106,8 @@ public final class NimbusService: Sendable {
     let memberCountCache = ExpiringCache<Int64>(lifetime: CredentialCache.lifetimeMilliseconds, capacity: 10_000)
     /// Request budgets by caller and kind of work (NimbusService+Limits.swift).
     let requestBudgets = TokenBuckets(.init(capacity: 1, perMinute: 1), maximumKeys: 200_000)
+    /// Tokens leased from the store's shared budgets, spent here one a request.
+    let budgetLeases = BudgetLeases()
     let failedAuthentications: TokenBuckets
     /// `records/modify` requests in flight per zone (`Options.writersPerZone`).
     let zoneWriters = ZoneWriters()
@@ -161,13 +167,19 @@ public struct Caller: Sendable, Hashable {
     public let user: User?
     public let deviceID: String
     public let serverKey: ServerKey?
+    /// The API token's id (its hash's first 16 hex digits), when the request carried one: calls
+    /// without a user spend from the token's budget as well as their address's.
+    public let apiTokenID: String?
 
-    public init(container: String, environment: Environment, user: User?, deviceID: String, serverKey: ServerKey? = nil) {
+    public init(
+        container: String, environment: Environment, user: User?, deviceID: String, serverKey: ServerKey? = nil, apiTokenID: String? = nil
+    ) {
         self.container = container
         self.environment = environment
         self.user = user
         self.deviceID = deviceID
         self.serverKey = serverKey
+        self.apiTokenID = apiTokenID
     }
 
     /// The signed-in user, or `AUTHENTICATION_REQUIRED` (`ACCESS_DENIED` for a server-to-server

@@ -55,8 +55,10 @@ final class SchemaResolver {
         if recordTypes.contains(recordType) { return }
         // Users and shares are in every schema, as in CloudKit: neither needs deployment.
         if isLocked, recordType != Names.usersRecordType, recordType != Names.shareRecordType {
-            throw CloudKitError.badRequest(
+            var error = CloudKitError.badRequest(
                 "\(path): record type '\(recordType)' is not in the production schema; save it in development, then deploy the schema (`nimbus schema deploy`)")
+            error.schemaLacks = recordType
+            throw error
         }
         try tx.addSchemaRecordType(container: container, environment: environment, recordType)
         recordTypes.insert(recordType)
@@ -117,8 +119,10 @@ final class SchemaResolver {
         let systemField = recordType == Names.shareRecordType && Names.shareFieldNames.contains(name)
         if isLocked, systemField { return }
         if isLocked {
-            throw CloudKitError.badRequest(
+            var error = CloudKitError.badRequest(
                 "\(path): field '\(name)' is not in the production schema of record type '\(recordType)'; add it in development, then deploy the schema (`nimbus schema deploy`)")
+            error.schemaLacks = "\(recordType).\(name)"
+            throw error
         }
         // The Users type's fields start without indexes: a user directory is queryable only
         // where the developer grants it (docs/identities.md). Encrypted fields never have one.

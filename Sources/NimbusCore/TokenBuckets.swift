@@ -109,3 +109,44 @@ public final class TokenBuckets: Sendable {
         for key in stalest { buckets[key] = nil }
     }
 }
+
+/// Tokens this node leased from the store's shared budgets (`SharedBudgetLedger`), by key,
+/// spent one a request. A lease lasts `lifetime` at most: what is left then is dropped (it was
+/// taken from the budget already, so dropping it only leaves the budget tighter), so a node
+/// never spends, long after, tokens the bucket has since refilled past.
+public final class BudgetLeases: Sendable {
+    public struct Lease: Sendable, Hashable {
+        /// Tokens still leased to this node.
+        public var tokens: Int
+        /// What the shared bucket held after the lease was taken.
+        public var left: Double
+        public var takenAt: Int64
+    }
+
+    public static let lifetime: Int64 = 10_000
+    let maximumKeys: Int
+    private let leases = Mutex<[String: Lease]>([:])
+
+    public init(maximumKeys: Int = 100_000) { self.maximumKeys = max(4, maximumKeys) }
+
+    /// Spends a leased token of `key`; nil when there is none (or the lease is too old).
+    public func spend(_ key: String, now: Int64) -> Lease? {
+        leases.withLock { leases in
+            guard var lease = leases[key], lease.tokens > 0, now - lease.takenAt < Self.lifetime else { return nil }
+            lease.tokens -= 1
+            leases[key] = lease
+            return lease
+        }
+    }
+
+    /// Keeps a new lease of `tokens` on `key` (replacing what was left of an older one).
+    public func keep(_ key: String, tokens: Int, left: Double, now: Int64) {
+        leases.withLock { leases in
+            if leases[key] == nil, leases.count >= maximumKeys {
+                leases = leases.filter { now - $0.value.takenAt < Self.lifetime && $0.value.tokens > 0 }
+                if leases.count >= maximumKeys { leases.removeAll() }
+            }
+            leases[key] = Lease(tokens: tokens, left: left, takenAt: now)
+        }
+    }
+}

@@ -295,6 +295,31 @@ struct PostgresAccountStore: AccountStore {
         ).isEmpty
     }
 
+    func noteSchemaRefusals(container: String, environment: Environment, _ missing: [String: Int64], at time: Int64) async throws {
+        for (what, count) in missing {
+            try await storage.rows(
+                """
+                INSERT INTO schema_refusals (container, environment, missing, count, last_at)
+                VALUES (\(container), \(environment.rawValue), \(what), \(count), \(time))
+                ON CONFLICT (container, environment, missing)
+                DO UPDATE SET count = schema_refusals.count + excluded.count, last_at = greatest(schema_refusals.last_at, excluded.last_at)
+                """)
+        }
+    }
+
+    func schemaRefusals(container: String?, environment: Environment) async throws -> [SchemaRefusalRow] {
+        try await storage.rows(
+            """
+            SELECT container, missing, count, last_at FROM schema_refusals
+            WHERE environment = \(environment.rawValue) AND (\(container)::text IS NULL OR container = \(container))
+            ORDER BY last_at DESC, missing
+            """
+        ).map {
+            let (container, missing, count, lastAt) = try $0.decode((String, String, Int64, Int64).self)
+            return SchemaRefusalRow(container: container, environment: environment, missing: missing, count: count, lastAt: lastAt)
+        }
+    }
+
     func identityProviders(container: String) async throws -> [IdentityProviderRow] {
         try await storage.rows(
             """

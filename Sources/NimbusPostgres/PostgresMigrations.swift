@@ -743,5 +743,36 @@ enum PostgresMigrations {
                 "ALTER TABLE users ADD COLUMN disabled boolean NOT NULL DEFAULT false"
             ]
         ),
+        (
+            "v24-shared-budgets",
+            [
+                // Request budgets every node spends from together (PostgresSharedBudgets).
+                """
+                CREATE UNLOGGED TABLE request_budgets (
+                    key text PRIMARY KEY,
+                    tokens double precision NOT NULL,
+                    capacity double precision NOT NULL,
+                    updated_at bigint NOT NULL
+                )
+                """,
+                "CREATE INDEX request_budgets_by_age ON request_budgets (updated_at)",
+            ]
+        ),
+        (
+            "v25-schema-refusals",
+            [
+                // Writes production refused for what its schema lacked (docs/schema.md).
+                """
+                CREATE TABLE schema_refusals (
+                    container text NOT NULL,
+                    environment text NOT NULL,
+                    missing text NOT NULL,
+                    count bigint NOT NULL,
+                    last_at bigint NOT NULL,
+                    PRIMARY KEY (container, environment, missing)
+                )
+                """,
+            ]
+        ),
     ]
 }

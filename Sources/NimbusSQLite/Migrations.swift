@@ -651,5 +651,19 @@ enum Migrations {
             // App users disabled by an operator (docs/dashboard.md): no sign-in until enabled.
             try db.execute(sql: "ALTER TABLE users ADD COLUMN disabled INTEGER NOT NULL DEFAULT 0")
         }
+        migrator.registerMigration("v29-schema-refusals") { db in
+            // Writes production refused for what its schema lacked (docs/schema.md).
+            try db.execute(
+                sql: """
+                    CREATE TABLE schema_refusals (
+                        container TEXT NOT NULL,
+                        environment TEXT NOT NULL,
+                        missing TEXT NOT NULL,
+                        count INTEGER NOT NULL,
+                        last_at INTEGER NOT NULL,
+                        PRIMARY KEY (container, environment, missing)
+                    ) WITHOUT ROWID;
+                    """)
+        }
     }
 }

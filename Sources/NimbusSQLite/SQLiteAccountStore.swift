@@ -326,6 +326,29 @@ struct SQLiteAccountStore: AccountStore {
         }
     }
 
+    func noteSchemaRefusals(container: String, environment: Environment, _ missing: [String: Int64], at time: Int64) async throws {
+        try await storage.writeSQLite { tx in
+            for (what, count) in missing {
+                try tx.execute(
+                    """
+                    INSERT INTO schema_refusals (container, environment, missing, count, last_at) VALUES (?, ?, ?, ?, ?)
+                    ON CONFLICT (container, environment, missing) DO UPDATE SET count = count + excluded.count, last_at = max(last_at, excluded.last_at)
+                    """, [container, environment.rawValue, what, count, time])
+            }
+        }
+    }
+
+    func schemaRefusals(container: String?, environment: Environment) async throws -> [SchemaRefusalRow] {
+        try storage.readPoint { tx in
+            try tx.fetchRows(
+                """
+                SELECT container, missing, count, last_at FROM schema_refusals
+                WHERE environment = ? AND (? IS NULL OR container = ?) ORDER BY last_at DESC, missing
+                """, [environment.rawValue, container, container]
+            ).map { SchemaRefusalRow(container: $0[0], environment: environment, missing: $0[1], count: $0[2], lastAt: $0[3]) }
+        }
+    }
+
     func identityProviders(container: String) async throws -> [IdentityProviderRow] {
         try storage.readPoint { tx in
             try tx.fetchRows(

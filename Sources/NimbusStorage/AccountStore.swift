@@ -56,6 +56,12 @@ public protocol AccountStore: Sendable {
     /// Returns false when the container does not exist.
     func setContainerSettings(container: String, _ settings: ContainerSettings) async throws -> Bool
 
+    /// Counts writes refused for what the schema lacked (`missing`: a type or `Type.field`, with
+    /// how many refusals), noting `time` as the latest.
+    func noteSchemaRefusals(container: String, environment: Environment, _ missing: [String: Int64], at time: Int64) async throws
+    /// The refusals counted, of one container or (nil) every one, most recent first.
+    func schemaRefusals(container: String?, environment: Environment) async throws -> [SchemaRefusalRow]
+
     /// OpenID Connect issuers per container; false when the container does not exist. A
     /// second put for the same issuer replaces the first.
     func putIdentityProvider(_ row: IdentityProviderRow) async throws -> Bool

@@ -360,6 +360,25 @@ extension ContainerSettings {
     }
 }
 
+/// Writes production refused because its schema lacks something (docs/schema.md): counted by
+/// what was missing, so a deploy that was forgotten shows in the dashboard and the metrics.
+public struct SchemaRefusalRow: Sendable, Hashable {
+    public var container: String
+    public var environment: Environment
+    /// The record type, or `Type.field`, the schema lacked.
+    public var missing: String
+    public var count: Int64
+    public var lastAt: Int64
+
+    public init(container: String, environment: Environment, missing: String, count: Int64, lastAt: Int64) {
+        self.container = container
+        self.environment = environment
+        self.missing = missing
+        self.count = count
+        self.lastAt = lastAt
+    }
+}
+
 /// An OpenID Connect issuer a container accepts id tokens from (docs/identities.md).
 public struct IdentityProviderRow: Sendable, Hashable {
     public var container: String

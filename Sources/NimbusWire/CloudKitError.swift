@@ -19,6 +19,10 @@ public struct CloudKitError: Error, Sendable, Hashable, CustomStringConvertible 
     /// A whole-request failure's HTTP status when it is not its code's: 413 for a body over
     /// its bound, which the protocol has no code of its own for.
     public var statusOverride: Int?
+    /// What a locked (production) schema lacked, when that is why a write was refused: a
+    /// record type, or `Type.field`. Never on the wire; the server counts such refusals
+    /// (docs/schema.md), so a forgotten deploy does not fail silently.
+    public var schemaLacks: String?
 
     /// The HTTP status this error is answered with as a whole-request failure.
     public var httpStatus: Int { statusOverride ?? code.httpStatus }

@@ -494,6 +494,48 @@ struct ConsoleTests {
         }
     }
 
+    @Test("production's refusals of what its schema lacks are counted by what was missing, shown and measured until a deploy mends them")
+    func productionSchemaRefusalsAreCounted() async throws {
+        try await TestServer.with { server in
+            let browser = try await Self.administrator(server)
+            let developer = try await server.user("dev")
+            #expect(try await developer.modify("public", [Op.create("n0", type: "Note", ["title": Op.field("first")])]).status == 200)
+            let app = try await server.user("app", environment: .production)
+            // Two records of a type production lacks, in one request: two refusals of "Note".
+            let refused = try await app.modify(
+                "public", [Op.create("n1", type: "Note", ["title": Op.field("a")]), Op.create("n2", type: "Note", ["title": Op.field("b")])])
+            #expect(refused.records.allSatisfy { $0.errorCode == "BAD_REQUEST" }, "\(refused.text)")
+            func refusedWrites() async throws -> [JSON] {
+                try await browser.get("containers/\(Self.container)/schema/production").json["refusedWrites"]?.arrayValue ?? []
+            }
+            func measured() async throws -> Double? {
+                let figures = try await browser.client.send(path: "/metrics", body: nil, rawQuery: "", headers: [("Cookie", browser.cookie ?? "")])
+                return try await MetricsTests.parse(figures.text).first {
+                    $0.name == "nimbus_production_schema_refusals" && $0.labels["container"] == Self.container
+                }?.value
+            }
+            let shown = try await refusedWrites()
+            #expect(shown.count == 1 && shown.first?["missing"] == "Note" && shown.first?["count"] == 2, "\(shown)")
+            #expect(try await measured() == 2)
+            // Development refuses nothing, and production's list is production's alone.
+            #expect(try await browser.get("containers/\(Self.container)/schema/development").json["refusedWrites"] == nil)
+
+            // A deploy mends it: the type is there, so the refusals no longer show.
+            #expect(try await browser.post("containers/\(Self.container)/schema/deploy").status == 200)
+            #expect(try await refusedWrites().isEmpty)
+            #expect(try await measured() == 0)
+            // A field production lacks is named with its type.
+            let field = try await app.modify("public", [Op.create("n3", type: "Note", ["title": Op.field("c"), "mood": Op.field("glad")])])
+            #expect(field.records.first?.errorCode == "BAD_REQUEST", "\(field.text)")
+            #expect(try await refusedWrites().map { $0["missing"] } == ["Note.mood"])
+            // A whole atomic batch in a custom zone: the failing record is counted once.
+            #expect(try await app.createZone("Z").status == 200)
+            let atomic = try await app.modify(zone: "Z", [Op.create("z1", type: "Note", ["mood": Op.field("x")]), Op.create("z2", type: "Note")])
+            #expect(atomic.records.map(\.errorCode) == ["BAD_REQUEST", "ATOMIC_ERROR"], "\(atomic.text)")
+            #expect(try await refusedWrites().first?["count"] == 2)
+        }
+    }
+
     /// Why a schema file is refused; nil when it is read.
     static func refusal(_ text: String) -> String? {
         do {

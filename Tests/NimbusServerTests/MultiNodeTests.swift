@@ -59,4 +59,38 @@ import Testing
         #expect(fromA.json["notifications"]?.arrayValue?.count == 1)
         #expect(fromA.json["notifications"] == fromB.json["notifications"])
     }
+
+    /// Budgets are counted in PostgreSQL, leased a twentieth at a time, so two nodes together
+    /// admit one budget: a user's 40 requests a minute spread over both nodes is 40, not 80.
+    @Test(.enabled(if: !TestStorage.isSQLiteFile, "shared budgets are a PostgreSQL store's"))
+    func twoNodesTogetherAllowOneBudget() async throws {
+        let (dataDirectory, container, apiToken) = try await CrashRecoveryTests.prepareDataDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dataDirectory) }
+        _ = try NimbusProcess.run(
+            ["limits", "set", "--container", container, "userRequestsPerMinute=40"] + (try await NimbusProcess.dataArguments(dataDirectory)))
+        let (nodeA, onA) = try await CrashRecoveryTests.serveSignedIn(dataDirectory, container: container, apiToken: apiToken)
+        defer { nodeA.stop() }
+        let nodeB = try await NimbusProcess.serve(dataDirectory: dataDirectory)
+        defer { nodeB.stop() }
+        let onB = APIClient(
+            baseURL: nodeB.baseURL, container: container, environment: .development, apiToken: apiToken,
+            webAuthToken: onA.webAuthToken, userRecordName: nil)
+        var admitted = 0
+        var refusedOn: Set<String> = []
+        for index in 0..<80 {
+            let node = index.isMultiple(of: 2) ? onA : onB
+            let answer = try await node.lookup(["r\(index)"])
+            if answer.status == 429 {
+                #expect(answer.reason.contains("userRequestsPerMinute"), "\(answer.text)")
+                refusedOn.insert(node.baseURL)
+            } else {
+                #expect(answer.status == 200, "\(answer.text)")
+                admitted += 1
+            }
+        }
+        // 40, and what refills while the 80 are sent (two thirds of a request a second);
+        // counted per node it would have been all 80.
+        #expect((38...46).contains(admitted), "admitted \(admitted) of 80")
+        #expect(refusedOn == [nodeA.baseURL, nodeB.baseURL], "both nodes refuse once the shared budget is spent")
+    }
 }

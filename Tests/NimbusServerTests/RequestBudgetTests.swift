@@ -97,6 +97,42 @@ import Testing
         }
     }
 
+    @Test func anAPITokensBudgetHoldsAcrossManyAddressesAndLeavesSignedInUsersAlone() async throws {
+        let limits = Self.budgets([.apiTokenRequestsPerMinute: 5, .anonymousRequestsPerMinute: 2, .apiTokenPagesPerMinute: 1])
+        try await TestServer.with(configure: { limits(&$0); $0.trustedProxies = ["127.0.0.1"] }) { server in
+            let alice = try await server.user("alice")  // one sign-in: one of the token's five
+            let client = server.client()
+            let body = Array(JSON.object(["records": [["recordName": "a"]]]).serialized())
+            let path = "/database/1/\(client.container)/development/public/records/lookup"
+            func lookup(from address: String) async throws -> APIResponse {
+                try await client.send(path: path, body: body, headers: [("X-Forwarded-For", address)])
+            }
+            // Four more from four addresses, each well inside its own budget of two: the fifth
+            // address finds the token's total spent.
+            for index in 1...4 {
+                let answer = try await lookup(from: "203.0.113.\(index)")
+                #expect(answer.status == 200, "\(answer.text)")
+            }
+            let refused = try await lookup(from: "203.0.113.5")
+            Self.expectThrottled(refused, retryAfter: 12, naming: .apiTokenRequestsPerMinute)
+            // An address over its own budget is refused by it, without spending the token's.
+            server.clock.advance(milliseconds: 60_000)
+            #expect(try await lookup(from: "198.51.100.1").status == 200)
+            #expect(try await lookup(from: "198.51.100.1").status == 200)
+            Self.expectThrottled(try await lookup(from: "198.51.100.1"), retryAfter: 30, naming: .anonymousRequestsPerMinute)
+            #expect(try await lookup(from: "198.51.100.2").status == 200, "the token had three left")
+            // Pages have a total of their own.
+            let pages = "/database/1/\(client.container)/development/public/records/query"
+            let query = Array(JSON.object(["query": ["recordType": "Note"]]).serialized())
+            #expect(try await client.send(path: pages, body: query, headers: [("X-Forwarded-For", "192.0.2.1")]).status != 429)
+            Self.expectThrottled(
+                try await client.send(path: pages, body: query, headers: [("X-Forwarded-For", "192.0.2.2")]), retryAfter: 60,
+                naming: .apiTokenPagesPerMinute)
+            // A signed-in user spends their own budget, not the token's.
+            #expect(try await alice.lookup("public", ["a"]).status == 200)
+        }
+    }
+
     @Test func anAddressThatKeepsFailingAuthenticationIsRefusedBeforeItsCredentialsAreRead() async throws {
         try await TestServer.with(configure: { $0.service.failedAuthenticationsPerMinute = 3 }) { server in
             var forger = server.client()

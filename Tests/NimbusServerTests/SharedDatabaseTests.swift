@@ -109,6 +109,36 @@ import Testing
         }
     }
 
+    /// A record moved out of a shared hierarchy takes what is below it along: participants hear
+    /// the grandchildren go too (their caches would keep them otherwise), and come back with it.
+    @Test func aRecordMovedOutTakesItsDescendantsAlongInParticipantsFeeds() async throws {
+        try await TestServer.with { server in
+            let (ann, bob, _) = try await ShareTests.people(server)
+            #expect(try await ann.modify(zone: "Trip", [Self.child("day1", of: "plan"), Self.child("hour1", of: "day1"), Self.child("minute1", of: "hour1")]).status == 200)
+            let saved = try await ann.modify(
+                zone: "Trip", [ShareTests.share("trip-share", forRecord: ("plan", nil), participants: [ShareTests.invite(email: "bob@example.com")])])
+            let guid = try #require(saved.records.first?["shortGUID"]?.stringValue, "\(saved.text)")
+            #expect(try await ShareTests.resolve(bob, [guid], accept: true).status == 200)
+            var (names, token) = try await Self.changes(bob, "Trip", of: ann)
+            #expect(Set(names.keys) == ["plan", "day1", "hour1", "minute1", "trip-share"], "\(names)")
+
+            // day1 moves out: bob hears it and everything below it go.
+            #expect(try await ann.modify(zone: "Trip", [Self.child("day1", of: nil)]).status == 200)
+            (names, token) = try await Self.changes(bob, "Trip", of: ann, token: token)
+            #expect(names == ["day1": true, "hour1": true, "minute1": true], "\(names)")
+            let lookup = try await bob.lookup("shared", zone: nil, ["hour1", "minute1"], extra: ["zoneID": Self.zone("Trip", of: ann)])
+            #expect(lookup.records.map(\.errorCode) == ["NOT_FOUND", "NOT_FOUND"], "\(lookup.text)")
+            // The owner's records are as they were (the note the server keeps is not a field).
+            let owned = try await ann.lookup(zone: "Trip", ["minute1"])
+            #expect(owned.records.first?["fields"]?.objectValue?.keys.sorted() == ["title"], "\(owned.text)")
+
+            // Back under the root: they come back to bob with it.
+            #expect(try await ann.modify(zone: "Trip", [Self.child("day1", of: "plan")]).status == 200)
+            (names, _) = try await Self.changes(bob, "Trip", of: ann, token: token)
+            #expect(names == ["day1": false, "hour1": false, "minute1": false], "\(names)")
+        }
+    }
+
     @Test func aZoneWideShareShowsTheWholeZone() async throws {
         try await TestServer.with { server in
             let (ann, bob, _) = try await ShareTests.people(server)

@@ -432,19 +432,55 @@ extension NimbusService {
 
     /// Notes on a record that leaves a share (its new parent chain reaches no shared root) which
     /// share it left, so that share's participants hear it go; clears the note when it is
-    /// covered again.
+    /// covered again. Returns the move when the share covering it changed (`was` → `now`),
+    /// which its descendants follow (`carryDescendants`).
+    @discardableResult
     func noteShareLeft(
         recordName: String, before: RecordRow?, fields: inout RecordCodec.Fields, parent: String?, zone: ZoneRow,
         tx: any StorageReader
-    ) throws {
-        guard let before, before.parent != parent else { return }
+    ) throws -> (was: String?, now: String?)? {
+        guard let before, before.parent != parent else { return nil }
         let now = try coveringShare(recordName: recordName, fields: fields, parent: parent, zone: zone, tx: tx)
+        let was = try coveringShare(recordName: recordName, fields: RecordCodec.decode(before.fields), parent: before.parent, zone: zone, tx: tx)
         if now != nil {
             ShareState.set(ShareState.leftField, nil, in: &fields)
-        } else if let was = try coveringShare(
-            recordName: recordName, fields: RecordCodec.decode(before.fields), parent: before.parent, zone: zone, tx: tx)
-        {
+        } else if let was {
             ShareState.set(ShareState.leftField, .string(was), in: &fields)
+        }
+        return was == now ? nil : (was, now)
+    }
+
+    /// A record that left a share (or joined one) takes the records below it along: each is
+    /// written again with the same fields (a new change tag; the note of the share it left set,
+    /// or cleared when it is covered), so participants' change feeds carry them as well: a
+    /// moved-out grandchild is reported deleted, a moved-in one is sent. Records are not indexed
+    /// by parent, so the zone is read once to find them; a move of a record with children
+    /// across a share's edge is rare, and the owner's devices see those records change too.
+    func carryDescendants(
+        of recordName: String, move: (was: String?, now: String?), zone: ZoneRow, stamp: ChangeStamp, log: ChangeLog, tx: any StorageWriter
+    ) throws {
+        var children: [String: [RecordRow]] = [:]
+        var after: Int64 = 0
+        while true {
+            let page = try tx.recordChanges(zoneID: zone.id, after: after, recordTypes: nil, limit: 1_000)
+            for row in page where !row.isDeleted { if let parent = row.parent { children[parent, default: []].append(row) } }
+            guard let last = page.last, page.count == 1_000 else { break }
+            after = last.changeSequence
+        }
+        var queue = children[recordName] ?? []
+        var seen: Set<String> = [recordName]
+        while !queue.isEmpty {
+            let row = queue.removeFirst()
+            guard seen.insert(row.recordName).inserted, row.recordType != Names.shareRecordType else { continue }
+            var fields = try RecordCodec.decode(row.fields)
+            ShareState.set(ShareState.leftField, move.now == nil ? move.was.map(FieldValue.string) : nil, in: &fields)
+            var carried = row
+            carried.fields = RecordCodec.encode(fields)
+            carried.changeSequence = try tx.nextRecordSequence(in: zone)
+            carried.modified = stamp
+            _ = try tx.putRecord(carried, isNew: false)
+            log.recordChanged(zone: zone, before: row, after: carried)
+            queue += children[row.recordName] ?? []
         }
     }
 

@@ -514,6 +514,11 @@ views.schema = async () => {
       el('table', {}, el('thead', {}, el('tr', {}, ...['Field', 'Type', ...INDEXES, ...(removable ? [''] : [])].map((h) => el('th', { scope: 'col' }, h)))), el('tbody', {}, ...rows)),
       el('p', {}, `Grants: ${grants}`));
   }));
+  // A forgotten deploy does not fail silently: production's refusals, by what it lacks.
+  const refused = schema.refusedWrites || [];
+  $('schema-refusals').hidden = refused.length === 0;
+  $('schema-refusal-list').replaceChildren(...refused.map((refusal) =>
+    el('li', {}, `${refusal.missing}: ${refusal.count} write(s) refused, the last ${new Date(refusal.lastAt).toLocaleString()}`)));
   $('roles-list').textContent = `Roles: ${schema.roles.join(', ')}`;
   $('export-link').href = `/admin/1/${inContainer(`schema/${environment}/export`)}`;
   $('deploy-diff').replaceChildren();

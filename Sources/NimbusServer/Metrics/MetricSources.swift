@@ -22,6 +22,14 @@ extension ServerMetrics {
                 metrics.set("nimbus_asset_blobs", Double(assets.blobs), [("held", "any")])
                 metrics.set("nimbus_asset_blobs", Double(assets.unreferencedBlobs), [("held", "none")])
             }
+            // Writes production refused for what it still lacks: a forgotten deploy (docs/schema.md).
+            // Every container's, 0 included, so one a deploy mended goes back to 0.
+            if let refusals = try? await service.productionSchemaRefusals(container: nil), let containers = try? await service.containers() {
+                let counts = Dictionary(grouping: refusals, by: \.container).mapValues { $0.reduce(0) { $0 + $1.count } }
+                for container in containers {
+                    metrics.set("nimbus_production_schema_refusals", Double(counts[container.id] ?? 0), [("container", container.id)])
+                }
+            }
             if let backlog = try? await service.notificationBacklog() {
                 metrics.set("nimbus_notification_outbox_entries", Double(backlog.entries))
                 let now = service.options.clock.nowMilliseconds()

@@ -144,7 +144,14 @@ enum ConsoleRoutes {
                 for (role, permissions) in security.grants[name] ?? [:] { grants[role] = permissionList(permissions) }
                 return ["name": .string(name), WireKey.fields: .array(fields), "grants": .object(grants)]
             }
-            return Reply.json(["recordTypes": .array(types), "roles": .strings(security.roles)], context: context)
+            var answer: JSONObject = ["recordTypes": .array(types), "roles": .strings(security.roles)]
+            if environment == .production {
+                answer["refusedWrites"] = .array(
+                    try await service.productionSchemaRefusals(container: container(context)).map {
+                        ["missing": .string($0.missing), "count": .int($0.count), "lastAt": .int($0.lastAt)]
+                    })
+            }
+            return Reply.json(.object(answer), context: context)
         }
         admin.get("containers/:container/schema/:environment/export") { request, context in
             let operatorContext = try await AdminRoutes.signedIn(request, service)
