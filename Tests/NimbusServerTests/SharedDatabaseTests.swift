@@ -113,7 +113,7 @@ import Testing
     /// the grandchildren go too (their caches would keep them otherwise), and come back with it.
     @Test func aRecordMovedOutTakesItsDescendantsAlongInParticipantsFeeds() async throws {
         try await TestServer.with { server in
-            let (ann, bob, _) = try await ShareTests.people(server)
+            let (ann, bob, carol) = try await ShareTests.people(server)
             #expect(try await ann.modify(zone: "Trip", [Self.child("day1", of: "plan"), Self.child("hour1", of: "day1"), Self.child("minute1", of: "hour1")]).status == 200)
             let saved = try await ann.modify(
                 zone: "Trip", [ShareTests.share("trip-share", forRecord: ("plan", nil), participants: [ShareTests.invite(email: "bob@example.com")])])
@@ -134,8 +134,23 @@ import Testing
 
             // Back under the root: they come back to bob with it.
             #expect(try await ann.modify(zone: "Trip", [Self.child("day1", of: "plan")]).status == 200)
-            (names, _) = try await Self.changes(bob, "Trip", of: ann, token: token)
+            (names, token) = try await Self.changes(bob, "Trip", of: ann, token: token)
             #expect(names == ["day1": false, "hour1": false, "minute1": false], "\(names)")
+
+            // Straight into another share's hierarchy: bob hears them go, carol gets them.
+            #expect(try await ann.modify(zone: "Trip", [Op.create("alt", type: "Plan", ["title": Op.field("Porto")])]).status == 200)
+            let other = try await ann.modify(
+                zone: "Trip", [ShareTests.share("alt-share", forRecord: ("alt", nil), participants: [ShareTests.invite(phone: "+15550100200")])])
+            let otherGUID = try #require(other.records.first?["shortGUID"]?.stringValue, "\(other.text)")
+            #expect(try await ShareTests.resolve(carol, [otherGUID], accept: true).status == 200)
+            var (carols, carolToken) = try await Self.changes(carol, "Trip", of: ann)
+            #expect(Set(carols.keys) == ["alt", "alt-share"], "\(carols)")
+            #expect(try await ann.modify(zone: "Trip", [Self.child("day1", of: "alt")]).status == 200)
+            (names, _) = try await Self.changes(bob, "Trip", of: ann, token: token)
+            #expect(names == ["day1": true, "hour1": true, "minute1": true], "\(names)")
+            (carols, carolToken) = try await Self.changes(carol, "Trip", of: ann, token: carolToken)
+            #expect(carols == ["day1": false, "hour1": false, "minute1": false], "\(carols)")
+            _ = carolToken
         }
     }
 

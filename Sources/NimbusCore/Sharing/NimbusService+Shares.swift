@@ -430,10 +430,11 @@ extension NimbusService {
         return try sharedAncestor(recordName: recordName, parent: parent, zone: zone, tx: tx)?.share
     }
 
-    /// Notes on a record that leaves a share (its new parent chain reaches no shared root) which
-    /// share it left, so that share's participants hear it go; clears the note when it is
-    /// covered again. Returns the move when the share covering it changed (`was` → `now`),
-    /// which its descendants follow (`carryDescendants`).
+    /// Notes on a record that leaves a share (its new parent chain reaches no shared root, or
+    /// another share's) which share it left, so that share's participants hear it go (those of
+    /// a share covering it still see it: coverage is asked first); clears the note when it
+    /// joins a share from none. Returns the move when the share covering it changed
+    /// (`was` → `now`), which its descendants follow (`carryDescendants`).
     @discardableResult
     func noteShareLeft(
         recordName: String, before: RecordRow?, fields: inout RecordCodec.Fields, parent: String?, zone: ZoneRow,
@@ -442,13 +443,13 @@ extension NimbusService {
         guard let before, before.parent != parent else { return nil }
         let now = try coveringShare(recordName: recordName, fields: fields, parent: parent, zone: zone, tx: tx)
         let was = try coveringShare(recordName: recordName, fields: RecordCodec.decode(before.fields), parent: before.parent, zone: zone, tx: tx)
-        if now != nil {
-            ShareState.set(ShareState.leftField, nil, in: &fields)
-        } else if let was {
-            ShareState.set(ShareState.leftField, .string(was), in: &fields)
-        }
-        return was == now ? nil : (was, now)
+        guard was != now else { return nil }
+        ShareState.set(ShareState.leftField, Self.leftNote(was), in: &fields)
+        return (was, now)
     }
+
+    /// The note a record keeps of the share it left: the one it was in, if any.
+    private static func leftNote(_ was: String?) -> FieldValue? { was.map(FieldValue.string) }
 
     /// A record that left a share (or joined one) takes the records below it along: each is
     /// written again with the same fields (a new change tag; the note of the share it left set,
@@ -473,7 +474,7 @@ extension NimbusService {
             let row = queue.removeFirst()
             guard seen.insert(row.recordName).inserted, row.recordType != Names.shareRecordType else { continue }
             var fields = try RecordCodec.decode(row.fields)
-            ShareState.set(ShareState.leftField, move.now == nil ? move.was.map(FieldValue.string) : nil, in: &fields)
+            ShareState.set(ShareState.leftField, Self.leftNote(move.was), in: &fields)
             var carried = row
             carried.fields = RecordCodec.encode(fields)
             carried.changeSequence = try tx.nextRecordSequence(in: zone)
