@@ -11,6 +11,15 @@ import NIOCore
 public protocol BlobStore: Sendable {
     /// A new, empty staging area for one upload.
     func stage() async throws -> any StagedBlob
+    /// The staging area of a resumable upload named `name` (letters, digits and '-'): the
+    /// bytes an earlier request for it kept (`StagedBlob.keep()`), or a new, empty one.
+    /// Appends go after what is there.
+    func stage(resumable name: String) async throws -> any StagedBlob
+    /// How many bytes a resumable upload named `name` has kept; nil when none are kept.
+    func stagedSize(resumable name: String) async throws -> Int64?
+    /// Removes staging areas last written before `time` (milliseconds since 1970): uploads a
+    /// stopped process or a client that never came back left behind.
+    func removeStaging(untouchedSince time: Int64) async throws
     /// Sends the blob's bytes in `range` (all of it when nil) to `write`, a chunk at a time, so
     /// no blob is ever held whole in memory. Throws `BlobStoreError.notFound` when there is no
     /// such blob.
@@ -32,6 +41,14 @@ public protocol StagedBlob: Sendable {
     func store(as key: BlobKey) async throws
     /// Drops the bytes (a refused or broken upload); never throws, safe to call twice.
     func discard() async
+    /// Writes what arrived and closes, keeping the bytes for the next `stage(resumable:)` of
+    /// the same name (a resumable upload whose connection broke); a staging area that is not
+    /// resumable is discarded. Never throws.
+    func keep() async
+    /// The bytes staged so far, `size` of them: a resumed upload hashes what an earlier
+    /// request sent before it adds its own.
+    var size: Int64 { get }
+    func readStaged(into read: (ByteBuffer) async throws -> Void) async throws
 }
 
 /// A blob's name in its store: the hex SHA-256 of its bytes and a random generation, so bytes
@@ -65,11 +82,14 @@ public enum BlobStoreError: Error, Sendable, CustomStringConvertible {
     case notFound(BlobKey)
     /// The store could not be reached or refused the request; `detail` says how.
     case unavailable(String)
+    /// A resumable upload's name with characters other than letters, digits and '-'.
+    case badName(String)
 
     public var description: String {
         switch self {
         case .notFound(let key): "no blob \(key)"
         case .unavailable(let detail): "the blob store is unavailable: \(detail)"
+        case .badName(let name): "\(name.debugDescription) cannot name a resumable upload"
         }
     }
 }

@@ -55,16 +55,46 @@ public struct FileBlobStore: BlobStore {
     }
 
     public func stage() async throws -> any StagedBlob {
-        try await stage { staged, key in try await self.place(staged, as: key) }
+        try await stage(resumable: nil) { staged, key in try await self.place(staged, as: key) }
+    }
+
+    public func stage(resumable name: String) async throws -> any StagedBlob {
+        try await stage(resumable: name) { staged, key in try await self.place(staged, as: key) }
+    }
+
+    public func stagedSize(resumable name: String) async throws -> Int64? {
+        try await FileSystem.shared.info(forFileAt: try resumablePath(name)).map(\.size)
+    }
+
+    /// A resumable upload's staging file: `staging/upload-<name>.part`.
+    private func resumablePath(_ name: String) throws -> FilePath {
+        guard !name.isEmpty, name.count <= 64,
+            name.utf8.allSatisfy({ $0 == UInt8(ascii: "-") || (0x30...0x39).contains($0) || (0x41...0x5A).contains($0) || (0x61...0x7A).contains($0) })
+        else { throw BlobStoreError.badName(name) }
+        return staging.appending("upload-\(name).part")
     }
 
     /// A staging file that `finish` turns into the blob `key` once it is whole and synced (a
     /// move here; an upload elsewhere for `S3BlobStore`, which stages its bytes here too).
-    func stage(finish: @escaping @Sendable (FilePath, BlobKey) async throws -> Void) async throws -> any StagedBlob {
-        let path = staging.appending("\(BlobKey.make(sha256Hex: String(repeating: "0", count: 64)).text.suffix(16)).part")
+    /// Named by `resumable`, it is opened where an earlier request left it; otherwise new.
+    func stage(resumable name: String?, finish: @escaping @Sendable (FilePath, BlobKey) async throws -> Void) async throws -> any StagedBlob {
+        guard let name else {
+            let path = staging.appending("\(BlobKey.make(sha256Hex: String(repeating: "0", count: 64)).text.suffix(16)).part")
+            let handle = try await FileSystem.shared.openFile(
+                forWritingAt: path, options: .newFile(replaceExisting: false, permissions: [.ownerReadWrite]))
+            return StagedFile(path: path, handle: handle, offset: 0, resumable: false, finish: finish)
+        }
+        let path = try resumablePath(name)
         let handle = try await FileSystem.shared.openFile(
-            forWritingAt: path, options: .newFile(replaceExisting: false, permissions: [.ownerReadWrite]))
-        return StagedFile(path: path, handle: handle, finish: finish)
+            forWritingAt: path, options: .modifyFile(createIfNecessary: true, permissions: [.ownerReadWrite]))
+        let size: Int64
+        do {
+            size = try await handle.info().size
+        } catch {
+            try? await handle.close()
+            throw error
+        }
+        return StagedFile(path: path, handle: handle, offset: size, resumable: true, finish: finish)
     }
 
     public func read(_ key: BlobKey, range: Range<Int64>?, into write: (ByteBuffer) async throws -> Void) async throws {
@@ -126,7 +156,8 @@ private final class StagedFile: StagedBlob, @unchecked Sendable {
     private let path: FilePath
     private let handle: WriteFileHandle
     private let finish: @Sendable (FilePath, BlobKey) async throws -> Void
-    private var offset: Int64 = 0
+    private var offset: Int64
+    private let resumable: Bool
     private var closed = false
     /// Chunks not written yet. An HTTP body arrives in chunks of a few KiB, and each write is
     /// a hop to NIO's I/O threads: gathering them into writes of `writeSize` made uploads
@@ -134,10 +165,42 @@ private final class StagedFile: StagedBlob, @unchecked Sendable {
     private var pending = ByteBuffer()
     private static let writeSize = 1 << 20
 
-    init(path: FilePath, handle: WriteFileHandle, finish: @escaping @Sendable (FilePath, BlobKey) async throws -> Void) {
+    init(
+        path: FilePath, handle: WriteFileHandle, offset: Int64, resumable: Bool,
+        finish: @escaping @Sendable (FilePath, BlobKey) async throws -> Void
+    ) {
         self.path = path
         self.handle = handle
+        self.offset = offset
+        self.resumable = resumable
         self.finish = finish
+    }
+
+    var size: Int64 { offset + Int64(pending.readableBytes) }
+
+    func readStaged(into read: (ByteBuffer) async throws -> Void) async throws {
+        try await flush()
+        guard offset > 0 else { return }
+        let reader = try await FileSystem.shared.openFile(forReadingAt: path, options: OpenOptions.Read())
+        do {
+            for try await chunk in reader.readChunks(in: 0..<offset, chunkLength: .mebibytes(1)) { try await read(chunk) }
+        } catch {
+            try? await reader.close()
+            throw error
+        }
+        try await reader.close()
+    }
+
+    func keep() async {
+        guard resumable, !closed else { return await discard() }
+        do {
+            try await flush()
+            try await handle.synchronize()
+            closed = true
+            try await handle.close()
+        } catch {
+            await discard()
+        }
     }
 
     func append(_ chunk: ByteBuffer) async throws {

@@ -31,8 +31,21 @@ public struct S3BlobStore: BlobStore {
     public func createBucketIfMissing() async throws { try await bucket.createIfMissing() }
 
     public func stage() async throws -> any StagedBlob {
-        // The key begins with the bytes' SHA-256 in hex: what the signature covers.
-        try await staging.stage { file, key in try await bucket.put(file: file, as: key.text, sha256: String(key.text.prefix(64))) }
+        try await staging.stage(resumable: nil) { file, key in try await self.put(file, as: key) }
+    }
+
+    public func stage(resumable name: String) async throws -> any StagedBlob {
+        try await staging.stage(resumable: name) { file, key in try await self.put(file, as: key) }
+    }
+
+    public func stagedSize(resumable name: String) async throws -> Int64? { try await staging.stagedSize(resumable: name) }
+
+    public func removeStaging(untouchedSince time: Int64) async throws { try await staging.removeStaging(untouchedSince: time) }
+
+    /// Sends a whole staged file to the bucket. The key begins with the bytes' SHA-256 in hex:
+    /// what the signature covers.
+    private func put(_ file: FilePath, as key: BlobKey) async throws {
+        try await bucket.put(file: file, as: key.text, sha256: String(key.text.prefix(64)))
     }
 
     public func read(_ key: BlobKey, range: Range<Int64>?, into write: (ByteBuffer) async throws -> Void) async throws {

@@ -109,6 +109,8 @@ public final class NimbusService: Sendable {
     /// Tokens leased from the store's shared budgets, spent here one a request.
     let budgetLeases = BudgetLeases()
     let failedAuthentications: TokenBuckets
+    /// Resumable asset uploads being received or kept in part (`ResumableUploads.swift`).
+    let resumableUploads = ResumableUploads()
     /// `records/modify` requests in flight per zone (`Options.writersPerZone`).
     let zoneWriters = ZoneWriters()
     let signInThrottle: SignInThrottle

@@ -395,6 +395,83 @@ import Testing
         }
     }
 
+    /// Resumable uploads (docs/assets.md): a connection that breaks mid-body keeps what
+    /// arrived, `HEAD` says how much, and the rest goes on from there; a file may also go up in
+    /// pieces. Whichever way, the stored bytes are the file's and its checksum theirs.
+    @Test func aResumableUploadGoesOnWhereItsConnectionBrokeOrInPieces() async throws {
+        try await TestServer.with { server in
+            let alice = try await server.user("alice")
+            let file = (0..<3_000_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 11) }
+            let url = try #require(try await Self.uploadURLs(alice, [("Photo", "image")], size: Int64(file.count)).first)
+            let path = String(url.dropFirst(server.baseURL.count))
+            let connection = try RawConnection(port: server.port)
+            try connection.send(
+                "POST \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: \(file.count)\r\nUpload-Complete: ?1\r\n\r\n")
+            try connection.send(Array(file[..<1_200_000]))
+            connection.hangUp()
+            // As a client would: ask where it stands, send the rest from there; while the server
+            // still winds up the broken request it answers TRY_AGAIN_LATER.
+            var stored: Exchange?
+            var resumedAt: Int64 = 0
+            for _ in 0..<100 {
+                let head = try await Self.http(.HEAD, url)
+                #expect(head.status == 204 && head.headers.first(name: "Upload-Length") == "\(file.count)")
+                let held = try #require(head.headers.first(name: "Upload-Offset").flatMap { Int64($0) })
+                let rest = try await Self.http(
+                    .POST, url, body: Array(file[Int(held)...]), headers: [("Upload-Offset", "\(held)"), ("Upload-Complete", "?1")])
+                if rest.status == 200 {
+                    stored = rest
+                    resumedAt = held
+                    break
+                }
+                #expect(rest.errorCode == "TRY_AGAIN_LATER" || rest.reason.contains("send from byte"), "\(rest.status) \(rest.reason)")
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            #expect((1...1_200_000).contains(resumedAt), "resumed at byte \(resumedAt)")
+            #expect(stored?.json["singleFile"]?["fileChecksum"]?.stringValue == Self.checksum(file))
+            #expect(stored?.json["singleFile"]?["size"]?.int64Value == Int64(file.count))
+
+            // In pieces: each but the last kept (204 and the bytes held), the last stored.
+            let pieces = try #require(try await Self.uploadURLs(alice, [("Photo", "image")], size: 2_500).first)
+            let bytes = (0..<2_500).map { UInt8(truncatingIfNeeded: $0 * 13) }
+            let first = try await Self.http(.POST, pieces, body: Array(bytes[..<1_000]), headers: [("Upload-Complete", "?0")])
+            #expect(first.status == 204 && first.headers.first(name: "Upload-Offset") == "1000")
+            #expect(try await Self.http(.HEAD, pieces).headers.first(name: "Upload-Offset") == "1000")
+            let wrongPlace = try await Self.http(
+                .POST, pieces, body: Array(bytes[500...]), headers: [("Upload-Offset", "500"), ("Upload-Complete", "?1")])
+            #expect(wrongPlace.errorCode == "BAD_REQUEST" && wrongPlace.reason.contains("holds 1000"), "\(wrongPlace.reason)")
+            let tooMuch = try await Self.http(
+                .POST, pieces, body: Array(repeating: 1, count: 1_501), headers: [("Upload-Offset", "1000"), ("Upload-Complete", "?0")])
+            #expect(tooMuch.errorCode == "BAD_REQUEST" && tooMuch.reason.contains("was told 2500"), "\(tooMuch.reason)")
+            let second = try await Self.http(
+                .POST, pieces, body: Array(bytes[1_000..<2_000]), headers: [("Upload-Offset", "1000"), ("Upload-Complete", "?0")])
+            #expect(second.status == 204 && second.headers.first(name: "Upload-Offset") == "2000")
+            let last = try await Self.http(
+                .POST, pieces, body: Array(bytes[2_000...]), headers: [("Upload-Offset", "2000"), ("Upload-Complete", "?1")])
+            #expect(last.json["singleFile"]?["fileChecksum"]?.stringValue == Self.checksum(bytes), "\(last.status) \(last.reason)")
+            let saved = try await alice.modify(zone: "_defaultZone", [Self.photo("pieces", last.json["singleFile"] ?? .null)])
+            #expect(saved.records.first?.errorCode == nil, "\(saved.text)")
+            // Spent: the URL takes no more bytes, and holds none.
+            let again = try await Self.http(.POST, pieces, body: bytes, headers: [("Upload-Complete", "?1")])
+            #expect(again.errorCode == "ACCESS_DENIED" && again.reason.contains("used already"), "\(again.reason)")
+            #expect(try await Self.http(.HEAD, pieces).headers.first(name: "Upload-Offset") == "0")
+
+            // Headers that do not read, and an offset the server holds nothing at.
+            let fresh = try #require(try await Self.uploadURLs(alice, [("Photo", "image")]).first)
+            for (headers, words) in [
+                ([("Upload-Complete", "yes")], "Upload-Complete is ?1"),
+                ([("Upload-Complete", "?0"), ("Upload-Offset", "-1")], "whole number"),
+                ([("Upload-Offset", "10")], "goes with Upload-Complete"),
+                ([("Upload-Complete", "?1"), ("Upload-Offset", "10")], "send it from byte 0"),
+            ] {
+                let refused = try await Self.http(.POST, fresh, body: [1, 2, 3], headers: headers)
+                #expect(refused.errorCode == "BAD_REQUEST" && refused.reason.contains(words), "\(headers): \(refused.reason)")
+            }
+            #expect(try await Self.http(.POST, fresh, body: [1, 2, 3], headers: [("Upload-Complete", "?1")]).status == 200)
+            #expect(Self.stagingFiles(server).isEmpty, "\(Self.stagingFiles(server))")
+        }
+    }
+
     @Test func badReceiptsAreRefusedAndWriteNothing() async throws {
         try await TestServer.with { $0.service.sessionIdleTimeoutMilliseconds = 365 * 86_400_000 } _: { server in
             let alice = try await server.user("alice")

@@ -275,6 +275,9 @@ private struct BreakingBlobStore: BlobStore {
     let inner: any BlobStore
 
     func stage() async throws -> any StagedBlob { try await inner.stage() }
+    func stage(resumable name: String) async throws -> any StagedBlob { try await inner.stage(resumable: name) }
+    func stagedSize(resumable name: String) async throws -> Int64? { try await inner.stagedSize(resumable: name) }
+    func removeStaging(untouchedSince time: Int64) async throws { try await inner.removeStaging(untouchedSince: time) }
     func read(_ key: BlobKey, range: Range<Int64>?, into write: (ByteBuffer) async throws -> Void) async throws {
         try await write(ByteBuffer(bytes: [1, 2, 3]))
         throw BlobStoreError.unavailable("the disk went away")

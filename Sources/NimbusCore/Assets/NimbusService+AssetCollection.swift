@@ -47,6 +47,9 @@ extension NimbusService {
             }
             progress?(collection)
         }
+        // Bytes of uploads nobody can finish: their URLs expired (a live upload writes its
+        // staging file far more often).
+        try await blobs.removeStaging(untouchedSince: now - (options.assets.uploadURLSeconds + 60) * 1000)
         if collection.blobs + collection.strays > 0 {
             logger.info(
                 "asset collection removed \(collection.blobs) blobs (\(collection.bytes) bytes) and \(collection.strays) unregistered blobs")

@@ -104,33 +104,90 @@ extension NimbusService {
 
     // MARK: The upload
 
-    /// Takes one file posted to an upload URL: streamed through SHA-256 into the blob store's
-    /// staging area, refused as soon as it passes the size limit (or the size the token
-    /// declared), then stored under its checksum unless the container has those bytes already.
-    /// `contentLength` (the request's header, when sent) is checked before a byte is read;
-    /// `digest` (a `Content-Digest: sha-256=:…:` header) is compared with what arrived.
+    /// One request's bytes of an upload: the whole file, or (resumable, docs/assets.md) a piece
+    /// of it starting at `offset`, with `complete` false while more pieces follow.
+    public struct UploadPiece: Sendable {
+        /// Where these bytes go in the file: the bytes the server holds of it.
+        public var offset: Int64 = 0
+        /// Whether the request is resumable: a broken connection keeps what arrived.
+        public var resumable = false
+        /// Whether these are the file's last bytes.
+        public var complete = true
+
+        public init(offset: Int64 = 0, resumable: Bool = false, complete: Bool = true) {
+            self.offset = offset
+            self.resumable = resumable
+            self.complete = complete
+        }
+    }
+
+    /// What an upload request left: the file stored (its receipt), or, for a piece that is
+    /// not the last, how many of its bytes the server holds.
+    public enum UploadOutcome: Sendable {
+        case stored(AssetUploadResult)
+        case kept(bytes: Int64)
+    }
+
+    /// Takes the bytes posted to an upload URL: streamed through SHA-256 into the blob store's
+    /// staging area, refused as soon as they pass the size limit (or the size the token
+    /// declared), then stored under their checksum unless the container has those bytes
+    /// already. `contentLength` (the request's header, when sent) is checked before a byte is
+    /// read; `digest` (a `Content-Digest: sha-256=:…:` header) is compared with the whole file.
+    /// A resumable upload's bytes are kept when its connection breaks or its piece is not the
+    /// last, and the next request goes on from them (`uploadOffset`).
     public func receiveAssetUpload<Body: AsyncSequence & Sendable>(
-        grant text: String, contentLength: Int64?, digest: [UInt8]?, body: Body
-    ) async throws -> AssetUploadResult where Body.Element == ByteBuffer {
+        grant text: String, contentLength: Int64?, digest: [UInt8]?, piece: UploadPiece = UploadPiece(), body: Body
+    ) async throws -> UploadOutcome where Body.Element == ByteBuffer {
         let grant = try openGrant(text, key: keys.assetUploads, what: "upload URL", again: "ask assets/upload for another")
         guard let nonce = grant.nonce, grant.environment != nil, grant.scope != nil, grant.ownerID != nil else {
             throw CloudKitError(.accessDenied, "this is not an upload URL; ask assets/upload for one")
         }
         let limit = min(grant.size ?? .max, options.assets.maximumBytes)
         if let contentLength {
-            if let declared = grant.size, contentLength != declared {
+            if let declared = grant.size, piece.complete ? piece.offset + contentLength != declared : piece.offset + contentLength > declared {
                 throw CloudKitError.badRequest(
-                    "the body is \(contentLength) bytes but assets/upload was told \(declared); ask for a URL with the right size")
+                    piece.offset == 0
+                        ? "the body is \(contentLength) bytes but assets/upload was told \(declared); ask for a URL with the right size"
+                        : "\(piece.offset) bytes held and \(contentLength) sent make \(piece.offset + contentLength), but assets/upload was told \(declared)")
             }
-            try checkAssetSize(contentLength, what: "the asset's size in bytes")
-        }
-        guard try await storage.assets.claimUpload(id: nonce, expiresAt: grant.expiresAt) else {
-            throw CloudKitError(.accessDenied, "this upload URL was used already; each takes one file, so ask assets/upload for another")
+            try checkAssetSize(piece.offset + contentLength, what: "the asset's size in bytes")
         }
         let blobs = try blobs
-        let staged = try await blobs.stage()
+        let staged: any StagedBlob
         var hasher = SHA256()
-        var size: Int64 = 0
+        if piece.resumable || piece.offset > 0 {
+            guard piece.resumable else {
+                throw CloudKitError.badRequest("Upload-Offset goes with Upload-Complete: a piece of a resumable upload says whether it is the last")
+            }
+            guard resumableUploads.begin(nonce) else {
+                var busy = CloudKitError(
+                    .tryAgainLater, "another request is sending bytes of this upload; ask (HEAD) how many the server holds in a moment")
+                busy.retryAfter = 1
+                throw busy
+            }
+            do {
+                let held = try await blobs.stagedSize(resumable: nonce)
+                if held == nil { try await claim(nonce, grant: grant, offset: piece.offset) }
+                guard (held ?? 0) == piece.offset else {
+                    throw CloudKitError.badRequest(
+                        "the server holds \(held ?? 0) bytes of this upload, not \(piece.offset); send from byte \(held ?? 0)")
+                }
+                staged = try await blobs.stage(resumable: nonce)
+                if let state = resumableUploads.hashed(nonce, size: piece.offset) {
+                    hasher = state
+                } else {
+                    try await staged.readStaged { chunk in chunk.withUnsafeReadableBytes { hasher.update(bufferPointer: $0) } }
+                }
+            } catch {
+                resumableUploads.end(nonce)
+                throw error
+            }
+        } else {
+            try await claim(nonce, grant: grant, offset: 0)
+            staged = try await blobs.stage()
+        }
+        defer { if piece.resumable { resumableUploads.end(nonce) } }
+        var size = piece.offset
         do {
             for try await chunk in body {
                 size += Int64(chunk.readableBytes)
@@ -145,10 +202,28 @@ extension NimbusService {
                 chunk.withUnsafeReadableBytes { hasher.update(bufferPointer: $0) }
                 try await staged.append(chunk)
             }
-        } catch {
+        } catch let refusal as CloudKitError {
             await staged.discard()
+            resumableUploads.forget(nonce)
+            throw refusal
+        } catch {
+            // The connection broke: a resumable upload keeps what arrived for the next request.
+            if piece.resumable {
+                let kept = staged.size
+                await staged.keep()
+                resumableUploads.keep(nonce, .init(hasher: hasher, size: kept, expiresAt: grant.expiresAt), now: now)
+            } else {
+                await staged.discard()
+            }
             throw error
         }
+        if !piece.complete {
+            let kept = staged.size
+            await staged.keep()
+            resumableUploads.keep(nonce, .init(hasher: hasher, size: kept, expiresAt: grant.expiresAt), now: now)
+            return .kept(bytes: kept)
+        }
+        resumableUploads.forget(nonce)
         let sha256 = Array(hasher.finalize())
         do {
             if let declared = grant.size, declared != size {
@@ -180,7 +255,25 @@ extension NimbusService {
             // Another upload of the same bytes registered first: theirs is the blob.
             if blob.key != key.text { try? await blobs.delete(key) }
         }
-        return AssetUploadResult(singleFile: receipt(for: grant, blob: blob))
+        return .stored(AssetUploadResult(singleFile: receipt(for: grant, blob: blob)))
+    }
+
+    /// An upload URL's first request takes its single use.
+    private func claim(_ nonce: String, grant: AssetGrant, offset: Int64) async throws {
+        guard offset == 0 else {
+            throw CloudKitError.badRequest("the server holds no bytes of this upload; send it from byte 0")
+        }
+        guard try await storage.assets.claimUpload(id: nonce, expiresAt: grant.expiresAt) else {
+            throw CloudKitError(.accessDenied, "this upload URL was used already; each takes one file, so ask assets/upload for another")
+        }
+    }
+
+    /// How many bytes of a resumable upload the server holds (`HEAD` on its URL): where the
+    /// next piece starts. 0 for one not begun, or one stored whole already (its URL is spent).
+    public func uploadOffset(grant text: String) async throws -> (held: Int64, size: Int64?) {
+        let grant = try openGrant(text, key: keys.assetUploads, what: "upload URL", again: "ask assets/upload for another")
+        guard let nonce = grant.nonce else { throw CloudKitError(.accessDenied, "this is not an upload URL; ask assets/upload for one") }
+        return (try await blobs.stagedSize(resumable: nonce) ?? 0, grant.size)
     }
 
     private func openGrant(_ text: String, key: SymmetricKey, what: String, again: String) throws -> AssetGrant {

@@ -18,7 +18,8 @@ import NimbusWire
 ///
 /// | path | answer |
 /// |---|---|
-/// | `POST assets/1/upload/{token}` | the file's bytes in, `{"singleFile": …}` out |
+/// | `POST assets/1/upload/{token}` | the file's bytes in, `{"singleFile": …}` out; or a resumable upload's piece (`Upload-Offset`, `Upload-Complete`) |
+/// | `HEAD assets/1/upload/{token}` | `Upload-Offset`: the bytes of a resumable upload the server holds |
 /// | `GET`/`HEAD assets/1/download/{token}/{name}` | the bytes, with `Range`, `ETag` and `If-None-Match` |
 enum AssetRoutes {
     static let routes: [Route] = [
@@ -30,6 +31,9 @@ enum AssetRoutes {
         router.post("assets/1/upload/:token") { request, context in
             try await upload(request, context: context, service: parts.service)
         }
+        router.head("assets/1/upload/:token") { _, context in
+            try await uploadOffset(context: context, service: parts.service)
+        }
         router.get("assets/1/download/:token/:name") { request, context in
             try await download(request, context: context, service: parts.service, withBody: true)
         }
@@ -39,14 +43,46 @@ enum AssetRoutes {
     }
 
     private static let contentDigestHeader = HTTPField.Name("Content-Digest")!
+    private static let uploadOffsetHeader = HTTPField.Name(ResumableUploadHeader.offset)!
+    private static let uploadCompleteHeader = HTTPField.Name(ResumableUploadHeader.complete)!
+    private static let uploadLengthHeader = HTTPField.Name(ResumableUploadHeader.length)!
 
     private static func upload(_ request: Request, context: NimbusRequestContext, service: NimbusService) async throws -> Response {
         let token = context.parameters.get("token") ?? ""
         let length = request.headers[.contentLength].flatMap { Int64($0) }
         let digest = try request.headers[contentDigestHeader].map(sha256Digest) ?? nil
-        let result = try await service.receiveAssetUpload(
-            grant: token, contentLength: length, digest: digest, body: request.body)
-        return Reply.json(result.json, context: context)
+        var piece = NimbusService.UploadPiece()
+        if let text = request.headers[uploadCompleteHeader] {
+            guard let complete = ResumableUploadHeader.boolean(text) else {
+                throw CloudKitError.badRequest("Upload-Complete is ?1 (this is the file's last piece) or ?0 (more follow), not \(text.debugDescription)")
+            }
+            piece.resumable = true
+            piece.complete = complete
+        }
+        if let text = request.headers[uploadOffsetHeader] {
+            guard let offset = Int64(text.trimmingCharacters(in: .whitespaces)), offset >= 0 else {
+                throw CloudKitError.badRequest("Upload-Offset is a whole number of bytes, not \(text.debugDescription)")
+            }
+            piece.offset = offset
+        }
+        switch try await service.receiveAssetUpload(grant: token, contentLength: length, digest: digest, piece: piece, body: request.body) {
+        case .stored(let result):
+            return Reply.json(result.json, context: context)
+        case .kept(let bytes):
+            var headers = Reply.headers(context)
+            headers[uploadOffsetHeader] = String(bytes)
+            return Response(status: .noContent, headers: headers)
+        }
+    }
+
+    /// A resumable upload's bytes the server holds: where the next piece starts.
+    private static func uploadOffset(context: NimbusRequestContext, service: NimbusService) async throws -> Response {
+        let (held, size) = try await service.uploadOffset(grant: context.parameters.get("token") ?? "")
+        var headers = Reply.headers(context)
+        headers[uploadOffsetHeader] = String(held)
+        if let size { headers[uploadLengthHeader] = String(size) }
+        headers[.cacheControl] = "no-store"
+        return Response(status: .noContent, headers: headers)
     }
 
     /// The SHA-256 a `Content-Digest` header names (RFC 9530: `sha-256=:base64:`); other

@@ -143,6 +143,28 @@ public struct AssetUploadResult: WireBody {
     public var json: JSON { [WireKey.singleFile: singleFile.json] }
 }
 
+/// The headers of a resumable upload (docs/assets.md, "Resumable uploads"), after the IETF's
+/// resumable-uploads draft: a request sends `Upload-Complete: ?0` for a piece that is not the
+/// last (`?1` for the last) and `Upload-Offset: N` for bytes that start at N; a `HEAD` on the
+/// upload URL answers `Upload-Offset` with the bytes the server holds, as does a piece that
+/// is not the last (204, no body).
+public enum ResumableUploadHeader {
+    public static let offset = "Upload-Offset"
+    public static let complete = "Upload-Complete"
+    public static let length = "Upload-Length"
+
+    /// A structured-field boolean (`?1`, `?0`); nil for anything else.
+    public static func boolean(_ text: String) -> Bool? {
+        switch text.trimmingCharacters(in: .whitespaces) {
+        case "?1": true
+        case "?0": false
+        default: nil
+        }
+    }
+
+    public static func text(_ value: Bool) -> String { value ? "?1" : "?0" }
+}
+
 /// `assets/rereference`: asset dictionaries, with fresh receipts, for the asset fields of
 /// records that exist, to save into other records without uploading again.
 public struct AssetRereferenceRequest: WireBody {
