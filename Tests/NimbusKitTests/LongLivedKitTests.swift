@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
 @testable import NimbusKit
 import NimbusTestSupport
 import NimbusWire
@@ -169,6 +172,72 @@ struct LongLivedKitTests {
             #expect(changes.zones.first?["records"]?.arrayValue?.count == 2, "\(changes.text)")
             let secret = try await second.privateCloudDatabase.record(for: records[1].recordID)
             #expect(secret.encryptedValues["secret"] as? String == "kept in the journal, sealed on the wire")
+        }
+    }
+
+    @Test("a long-lived save of a 10 MB asset stopped mid-upload resumes after relaunch from the bytes the server holds")
+    func longLivedUploadResumes() async throws {
+        try await TestServer.with { server in
+            try await server.createUser("alice")
+            let scratch = URL(fileURLWithPath: NSTemporaryDirectory() + "nimbus-upload-" + UUID().uuidString, isDirectory: true)
+            defer { try? FileManager.default.removeItem(at: scratch) }
+            let journals = scratch.appendingPathComponent("journals", isDirectory: true)
+            try FileManager.default.createDirectory(at: scratch, withIntermediateDirectories: true)
+            let file = scratch.appendingPathComponent("movie.bin")
+            let bytes = Data((0..<10_000_000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 13) })
+            try bytes.write(to: file)
+
+            let first = Self.device(server, via: nil, journals: journals)
+            let zone = try await first.privateCloudDatabase.save(CKRecordZone(zoneName: "Films"))
+            let record = CKRecord(recordType: "Film", recordID: CKRecord.ID(recordName: "f1", zoneID: zone.zoneID))
+            record["title"] = "A long one"
+            record["movie"] = CKAsset(fileURL: file)
+            let operation = CKModifyRecordsOperation(recordsToSave: [record])
+            operation.configuration.isLongLived = true
+            let firstCallbacks = Box(0)
+            // The app is stopped once a fifth of the file is on its way.
+            operation.perRecordProgressBlock = { _, fraction in
+                if fraction > 0.2 { first.longLivedOperations.abandonAll() }
+            }
+            operation.perRecordSaveBlock = { _, _ in firstCallbacks.update { $0 += 1 } }
+            operation.modifyRecordsResultBlock = { _ in firstCallbacks.update { $0 += 1 } }
+            await runOperation(operation, on: first.privateCloudDatabase)
+            #expect(firstCallbacks.value == 0, "a stopped operation calls nothing")
+
+            // The journal holds the upload's URL, and the server some of its bytes.
+            let journal = try #require(try first.longLivedOperations.journal(operation.operationID))
+            let journaled = try #require(
+                journal["recordsToSave"]?.arrayValue?.first?["assets"]?["movie"]?["items"]?.arrayValue?.first?["upload"]?["url"]?.stringValue)
+            var held: Int64 = 0
+            for _ in 0..<100 where held == 0 {
+                var head = URLRequest(url: try #require(URL(string: journaled)))
+                head.httpMethod = "HEAD"
+                let (_, response) = try await URLSession.shared.data(for: head)
+                held = (response as? HTTPURLResponse)?.value(forHTTPHeaderField: "Upload-Offset").flatMap(Int64.init) ?? 0
+                if held == 0 { try await Task.sleep(for: .milliseconds(50)) }
+            }
+            #expect(held > 0 && held < 10_000_000, "the server holds \(held) bytes")
+
+            // Relaunch: the save resumes; its first progress starts past what the server held.
+            let second = Self.device(server, via: nil, journals: journals)
+            let resumed = try #require(try await second.longLivedOperation(for: operation.operationID) as? CKModifyRecordsOperation)
+            let fractions = Box<[Double]>([])
+            resumed.perRecordProgressBlock = { _, fraction in fractions.update { $0.append(fraction) } }
+            let (saves, result) = await Self.modify(resumed, on: second.privateCloudDatabase)
+            guard case .success? = result, case .success(let saved)? = saves["f1"] else {
+                Issue.record("the resumed save failed: \(String(describing: result)) \(saves)")
+                return
+            }
+            let firstFraction = try #require(fractions.value.first)
+            #expect(firstFraction >= Double(held) / 10_000_000 * 0.9 - 0.01, "resumed at \(firstFraction), held \(held)")
+            #expect((saved["movie"] as? CKAsset)?.serverAsset?.size == 10_000_000)
+            #expect(try await second.allLongLivedOperationIDs().isEmpty)
+
+            // The stored bytes are the file's.
+            let fetched = try await Self.device(server, via: nil).privateCloudDatabase.record(for: record.recordID)
+            let downloaded = try #require((fetched["movie"] as? CKAsset)?.fileURL)
+            #expect(try Data(contentsOf: downloaded) == bytes)
+            #expect(fetched["title"] as? String == "A long one")
         }
     }
 

@@ -13,9 +13,14 @@ extension CKDatabaseOperation {
     /// answer is kept on the `CKAsset`, so a later save sends nothing. `progress` hears, as the
     /// bytes go, each record's share of its files' bytes that is up. Records whose upload
     /// failed come back with the error; the others go on.
+    ///
+    /// `resumable` (a long-lived save's): each file goes up resumably, and `journal` is called
+    /// when an asset's upload URL is known (before its bytes go) and when its receipt is (after),
+    /// so the operation's journal holds both; an asset journaled mid-upload goes on from the
+    /// bytes the server holds, or from the start on a new URL when its URL cannot be resumed.
     func uploadAssets(
-        of records: [(record: CKRecord, keys: [String])], zoneID: CKRecordZone.ID,
-        progress: @escaping @Sendable (CKRecord, Double) -> Void
+        of records: [(record: CKRecord, keys: [String])], zoneID: CKRecordZone.ID, resumable: Bool = false,
+        journal: @escaping () -> Void = {}, progress: @escaping @Sendable (CKRecord, Double) -> Void
     ) async -> [CKRecord.ID: CKError] {
         /// Every asset of one record type and field whose file holds the same bytes.
         final class Upload {
@@ -81,7 +86,58 @@ extension CKDatabaseOperation {
                 progress(record, Double(total.done + sent) / Double(total.all))
             }
         }
-        for chunk in chunked(uploads, size: Limits.assetTokensPerRequest.value) {
+        /// Sends one file to its URL and hands the answer to its holders.
+        func send(_ upload: Upload, to url: String) async throws(CKError) {
+            // What the bytes sent so far mean for each holder, while they go.
+            let shares = upload.holders.compactMap { holder in totals[holder.record.recordID].map { (holder.record, $0) } }
+            let sent: @Sendable (Int64) -> Void = { sent in
+                for (record, total) in shares where total.all > 0 {
+                    progress(record, Double(total.done + sent) / Double(total.all))
+                }
+            }
+            let stored: Asset
+            if resumable {
+                let pending = CKAsset.PendingUpload(url: url, checksum: upload.digest.checksum, size: upload.digest.size)
+                if upload.holders.contains(where: { $0.asset.pendingUpload != pending }) {
+                    for (_, asset) in upload.holders { asset.pendingUpload = pending }
+                    journal()
+                }
+                stored = try await transport.uploadFileResumably(upload.file, to: url, size: upload.digest.size, sent: sent)
+            } else {
+                stored = try await transport.uploadFile(upload.file, to: url, sent: sent)
+            }
+            finished(upload, stored)
+        }
+        func finished(_ upload: Upload, _ stored: Asset) {
+            for (_, asset) in upload.holders {
+                asset.serverAsset = stored
+                asset.pendingUpload = nil
+            }
+            for id in Set(upload.holders.map(\.record.recordID)) { totals[id]?.done += upload.digest.size }
+            report(upload, sent: 0)
+            if resumable { journal() }
+        }
+        // Uploads an earlier launch began: on from where the server stands, when it can.
+        var fresh: [Upload] = []
+        for upload in uploads {
+            // Resumed only for the same bytes: a file changed since is sent anew.
+            guard resumable, let pending = upload.holders.lazy.compactMap(\.asset.pendingUpload).first,
+                pending.checksum == upload.digest.checksum, pending.size == upload.digest.size
+            else {
+                fresh.append(upload)
+                continue
+            }
+            do throws(CKError) {
+                try await send(upload, to: pending.url)
+            } catch where [.permissionFailure, .invalidArguments].contains(error.code) {
+                // Expired or spent: the file goes again on a new URL.
+                for (_, asset) in upload.holders { asset.pendingUpload = nil }
+                fresh.append(upload)
+            } catch {
+                for (record, _) in upload.holders { failures[record.recordID] = error }
+            }
+        }
+        for chunk in chunked(fresh, size: Limits.assetTokensPerRequest.value) {
             let request = AssetUploadRequest(
                 zoneID: WireRecordCoder.zoneIDInput(zoneID),
                 tokens: chunk.map {
@@ -103,23 +159,11 @@ extension CKDatabaseOperation {
                 let ids = Set(upload.holders.map(\.record.recordID))
                 guard ids.allSatisfy({ failures[$0] == nil }) else { continue }
                 do throws(CKError) {
-                    let stored: Asset
                     if let held = token.singleFile {
-                        stored = held
+                        finished(upload, held)
                     } else {
-                        // What the bytes sent so far mean for each holder, while they go.
-                        let shares = upload.holders.compactMap { holder in
-                            totals[holder.record.recordID].map { (holder.record, $0) }
-                        }
-                        stored = try await transport.uploadFile(upload.file, to: token.url) { sent in
-                            for (record, total) in shares where total.all > 0 {
-                                progress(record, Double(total.done + sent) / Double(total.all))
-                            }
-                        }
+                        try await send(upload, to: token.url)
                     }
-                    for (_, asset) in upload.holders { asset.serverAsset = stored }
-                    for id in ids { totals[id]?.done += upload.digest.size }
-                    report(upload, sent: 0)
                 } catch {
                     for id in ids { failures[id] = error }
                 }

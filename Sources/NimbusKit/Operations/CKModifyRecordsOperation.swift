@@ -125,12 +125,17 @@ open class CKModifyRecordsOperation: CKDatabaseOperation, @unchecked Sendable {
     /// same operation sends the same requests in the same order, so a retry, or the operation
     /// resumed after a relaunch, is answered from the first outcome (docs/sdk.md, "Operations").
     private func send(_ items: [Item], zoneID: CKRecordZone.ID, atomic: Bool, requestID: String?) async throws {
-        // Asset files first: the records then carry the upload's answers (their receipts).
+        // Asset files first: the records then carry the upload's answers (their receipts). A
+        // long-lived save uploads resumably, its journal following each upload's URL and receipt.
+        let longLived = effectiveConfiguration.isLongLived
         let uploads = await uploadAssets(
             of: items.compactMap { item in
                 guard case .save(let record) = item else { return nil }
                 return (record, savePolicy == .allKeys ? record.allKeys() : record.changedKeys())
-            }, zoneID: zoneID, progress: { [perRecordProgressBlock] record, fraction in perRecordProgressBlock?(record, fraction * 0.9) })
+            }, zoneID: zoneID, resumable: longLived, journal: { [self] in if longLived { try? rewriteLongLivedJournal() } },
+            progress: { [perRecordProgressBlock] record, fraction in perRecordProgressBlock?(record, fraction * 0.9) })
+        // Cancelled (or stopped by the app's exit) mid-upload: the operation ends as a whole.
+        if Task.isCancelled || uploads.values.contains(where: { $0.code == .operationCancelled }) { throw CKError.cancelled() }
         var operations: [RecordOperationInput] = []
         for item in items {
             do {

@@ -217,6 +217,13 @@ open class CKDatabaseOperation: CKOperation, @unchecked Sendable {
         longLivedOperationWasPersistedBlock?()
     }
 
+    /// Writes the journal again when what it holds changed while running (an asset's upload
+    /// URL, then its receipt), so a relaunch resumes from there.
+    func rewriteLongLivedJournal() throws(CKError) {
+        guard let journal = try longLivedJournal() else { return }
+        try targetDatabase.container.longLivedOperations.persist(self, journal: journal)
+    }
+
     override func forgetLongLived() {
         targetDatabase.container.longLivedOperations.forget(operationID)
     }

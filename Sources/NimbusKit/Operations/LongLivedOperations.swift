@@ -140,27 +140,79 @@ enum LongLivedJournal {
 
     /// A record to save, whole: its fields (values in the clear, as the app holds them; the
     /// journal is the app's own file), which of them are encrypted and which changed, and its
-    /// system fields.
+    /// system fields. Assets keep their file, their receipt once uploaded (and when it came,
+    /// so a late resumption uploads again rather than send a receipt past its life) and, while
+    /// uploading, their upload URL; a share keeps its people and permission (its archive).
     static func record(_ record: CKRecord) throws(CKError) -> JSON {
-        guard !(record is CKShare) else {
-            throw CKError(.invalidArguments, "a long-lived operation cannot carry a CKShare yet; save shares with an ordinary operation")
+        var plain: [String] = []
+        var assets = JSONObject()
+        for (key, value, _) in record.snapshot(keys: record.allKeys()) {
+            switch value {
+            case let asset as CKAsset: assets[key] = ["list": false, "items": [try self.asset(asset, key: key)]]
+            case let list as [CKAsset]:
+                assets[key] = ["list": true, "items": .array(try list.map { asset throws(CKError) in try self.asset(asset, key: key) })]
+            default: plain.append(key)
+            }
         }
         let fields: String
         do {
-            fields = try WireRecordCoder.fieldsJSONText(of: record)
+            fields = try WireRecordCoder.fieldsJSONText(of: record, keys: plain)
         } catch {
             throw CKError(
                 .invalidArguments,
-                "record '\(record.recordID.recordName)' cannot be journaled for a long-lived operation: \(error.localizedDescription) (assets must be uploaded first)")
+                "record '\(record.recordID.recordName)' cannot be journaled for a long-lived operation: \(error.localizedDescription)")
         }
         var object: JSONObject = [
             "recordType": .string(record.recordType), "recordID": recordID(record.recordID), "fields": .string(fields),
             "encrypted": .strings(record.keys(encrypted: true)), "changed": .strings(record.changedKeys()),
             "parentChanged": .bool(record.isParentChanged),
         ]
+        if !assets.isEmpty { object["assets"] = .object(assets) }
         if let tag = record.recordChangeTag { object["recordChangeTag"] = .string(tag) }
         if let parent = record.parent { object["parent"] = recordID(parent.recordID) }
+        if let share = record as? CKShare {
+            let archiver = NSKeyedArchiver(requiringSecureCoding: true)
+            share.encodeSystemFields(with: archiver)
+            archiver.finishEncoding()
+            object["share"] = .string(archiver.encodedData.base64EncodedString())
+        }
         return .object(object)
+    }
+
+    /// How long a journaled receipt is trusted: less than the server's hour, so a save
+    /// resumed late uploads again (the server keeps the bytes once) instead of being refused.
+    static let receiptTrustSeconds: TimeInterval = 45 * 60
+
+    private static func asset(_ asset: CKAsset, key: String) throws(CKError) -> JSON {
+        var object = JSONObject()
+        if let file = asset.fileURL { object["file"] = .string(file.path) }
+        if let stored = asset.serverAsset {
+            object["stored"] = .string(JSON.object([key: try WireRecordCoder.fieldValue(asset, key: key).fieldJSON()]).text)
+            object["storedAt"] = .double(stored.receipt == nil ? 0 : Date().timeIntervalSince1970)
+        }
+        if let pending = asset.pendingUpload {
+            object["upload"] = ["url": .string(pending.url), "checksum": .string(pending.checksum), "size": .int(pending.size)]
+        }
+        return .object(object)
+    }
+
+    private static func asset(_ json: JSON, key: String, zoneID: CKRecordZone.ID) throws -> CKAsset {
+        let file = json["file"]?.stringValue.map { URL(fileURLWithPath: $0) }
+        if let stored = json["stored"]?.stringValue,
+            let storedAt = json["storedAt"]?.doubleValue, Date().timeIntervalSince1970 - storedAt < receiptTrustSeconds || storedAt == 0,
+            let (_, value) = try WireRecordCoder.fields(fromJSONText: stored, zoneID: zoneID).first, let asset = value as? CKAsset
+        {
+            asset.fileURL = file
+            return asset
+        }
+        guard let file else { throw CKError(.internalError, "a journaled asset of field '\(key)' has neither a file nor a receipt") }
+        let asset = CKAsset(fileURL: file)
+        if let upload = json["upload"], let url = upload["url"]?.stringValue, let checksum = upload["checksum"]?.stringValue,
+            let size = upload["size"]?.int64Value
+        {
+            asset.pendingUpload = CKAsset.PendingUpload(url: url, checksum: checksum, size: size)
+        }
+        return asset
     }
 
     static func record(_ json: JSON) throws(CKError) -> CKRecord {
@@ -168,11 +220,27 @@ enum LongLivedJournal {
             throw CKError(.internalError, "a long-lived operation's journal holds a record that does not read")
         }
         let id = try recordID(idJSON)
-        let record = CKRecord(recordType: type, recordID: id)
+        let record: CKRecord
+        if let archive = json["share"]?.stringValue {
+            guard let data = Data(base64Encoded: archive), let unarchiver = try? NSKeyedUnarchiver(forReadingFrom: data),
+                let share = CKShare(coder: unarchiver)
+            else { throw CKError(.internalError, "a long-lived operation's journal holds a share that does not read") }
+            record = share
+        } else {
+            record = CKRecord(recordType: type, recordID: id)
+        }
         let encrypted = Set(json["encrypted"]?.arrayValue?.compactMap(\.stringValue) ?? [])
         do {
             for (key, value) in try WireRecordCoder.fields(fromJSONText: fields, zoneID: id.zoneID) {
                 record.setObject(value, forKey: key, encrypted: encrypted.contains(key))
+            }
+            for (key, entry) in json["assets"]?.objectValue?.pairs ?? [] {
+                let items = try (entry["items"]?.arrayValue ?? []).map { try asset($0, key: key, zoneID: id.zoneID) }
+                if entry["list"]?.boolValue == true {
+                    record.setObject(items, forKey: key, encrypted: false)
+                } else if let single = items.first {
+                    record.setObject(single, forKey: key, encrypted: false)
+                }
             }
         } catch {
             throw CKError(.internalError, "a long-lived operation's journal holds fields that do not read: \(error)")

@@ -9,6 +9,15 @@ public final class CKAsset: NSObject, CKRecordValue, @unchecked Sendable {
     private let lock = NSLock()
     private var _fileURL: URL?
     private var _serverAsset: Asset?
+    private var _pendingUpload: PendingUpload?
+
+    /// An upload begun and not finished: where its bytes go and what they are, journaled by a
+    /// long-lived save so a relaunch resumes it (`NimbusTransport.uploadFileResumably`).
+    struct PendingUpload: Sendable, Hashable {
+        var url: String
+        var checksum: String
+        var size: Int64
+    }
 
     /// The local file: the one it was made with, or the downloaded copy of a fetched asset.
     public internal(set) var fileURL: URL? {
@@ -31,6 +40,11 @@ public final class CKAsset: NSObject, CKRecordValue, @unchecked Sendable {
     var serverAsset: Asset? {
         get { lock.withLock { _serverAsset } }
         set { lock.withLock { _serverAsset = newValue } }
+    }
+
+    var pendingUpload: PendingUpload? {
+        get { lock.withLock { _pendingUpload } }
+        set { lock.withLock { _pendingUpload = newValue } }
     }
 
     public override func isEqual(_ object: Any?) -> Bool {

@@ -276,6 +276,96 @@ final class NimbusTransport: Sendable {
             .singleFile
     }
 
+    /// The bytes of one request of a resumable upload: a piece the app's stop loses at most.
+    static let resumablePieceBytes: Int64 = 4 << 20
+
+    /// Sends a file to an upload URL resumably (docs/assets.md, "Resumable uploads"): asks the
+    /// server how many of its bytes it holds (an earlier launch may have sent some), then sends
+    /// the rest in pieces of `resumablePieceBytes`, each kept by the server as it arrives, so an
+    /// app stopped mid-upload sends only what is missing when it resumes. Throws `assetFileModified`
+    /// when the file is not `size` bytes any more, and the server's refusal when the URL cannot
+    /// be resumed (expired or spent): ask `assets/upload` for another.
+    func uploadFileResumably(
+        _ fileURL: URL, to url: String, size: Int64, sent: @escaping @Sendable (Int64) -> Void
+    ) async throws(CKError) -> Asset {
+        guard let target = URL(string: url) else {
+            throw CKError(.serverResponseLost, "the server's upload URL does not read as a URL: \(url.debugDescription)")
+        }
+        guard let handle = try? FileHandle(forReadingFrom: fileURL) else {
+            throw CKError(.assetFileNotFound, "the asset's file \(fileURL.path) does not exist or cannot be read")
+        }
+        defer { try? handle.close() }
+        var held = try await heldBytes(at: target)
+        // A server that is still winding up the request the app's stop broke says so
+        // (`TRY_AGAIN_LATER`), or holds other bytes than it said (`BAD_REQUEST`): ask it
+        // again where it stands, a few times.
+        var setbacks = 0
+        while true {
+            if Task.isCancelled { throw CKError.cancelled() }
+            guard held <= size else {
+                throw CKError(.assetFileModified, "the server holds \(held) bytes of a \(size)-byte file: the file changed")
+            }
+            let length = min(Self.resumablePieceBytes, size - held)
+            let piece: Data
+            do {
+                try handle.seek(toOffset: UInt64(held))
+                piece = try handle.read(upToCount: Int(length)) ?? Data()
+            } catch {
+                throw CKError(.assetFileNotFound, "reading the asset's file \(fileURL.path) failed: \(error)")
+            }
+            guard piece.count == Int(length) else {
+                throw CKError(.assetFileModified, "the asset's file \(fileURL.path) is shorter than the \(size) bytes it had")
+            }
+            let last = held + length == size
+            var request = URLRequest(url: target)
+            request.httpMethod = "POST"
+            request.setValue("application/octet-stream", forHTTPHeaderField: "Content-Type")
+            request.setValue(String(held), forHTTPHeaderField: ResumableUploadHeader.offset)
+            request.setValue(ResumableUploadHeader.text(last), forHTTPHeaderField: ResumableUploadHeader.complete)
+            request.timeoutInterval = max(configuration.requestTimeout, 300)
+            let start = held
+            let data: Data
+            let response: URLResponse
+            do {
+                (data, response) = try await session.upload(for: request, from: piece, delegate: UploadProgress { sent(start + $0) })
+            } catch {
+                throw Self.transportError(error)
+            }
+            let status = (response as? HTTPURLResponse)?.statusCode ?? 0
+            if status == 204, let offset = (response as? HTTPURLResponse)?.value(forHTTPHeaderField: ResumableUploadHeader.offset).flatMap(Int64.init) {
+                held = offset
+                continue
+            }
+            do throws(CKError) {
+                return try Self.read(AssetUploadResult.self, from: answer(data, response, sendSession: false), endpoint: "the upload URL")
+                    .singleFile
+            } catch where setbacks < 10 && [.serviceUnavailable, .invalidArguments].contains(error.code) {
+                setbacks += 1
+                try? await Task.sleep(for: .milliseconds(200))
+                held = try await heldBytes(at: target)
+            }
+        }
+    }
+
+    /// The bytes of a resumable upload the server holds (`HEAD` on its URL).
+    private func heldBytes(at url: URL) async throws(CKError) -> Int64 {
+        var request = URLRequest(url: url)
+        request.httpMethod = "HEAD"
+        request.timeoutInterval = configuration.requestTimeout
+        let response: URLResponse
+        do {
+            (_, response) = try await session.data(for: request)
+        } catch {
+            throw Self.transportError(error)
+        }
+        guard let http = response as? HTTPURLResponse else { throw CKError(.serverResponseLost, "the server's answer was not HTTP") }
+        guard http.statusCode == 204, let held = http.value(forHTTPHeaderField: ResumableUploadHeader.offset).flatMap(Int64.init) else {
+            // A HEAD has no body to say why: the URL expired, was spent or is not one.
+            throw CKError(.permissionFailure, "the upload URL can no longer be resumed (HTTP \(http.statusCode)); ask for another")
+        }
+        return held
+    }
+
     /// Hears an upload's bytes leave, for `uploadFile`'s `sent`.
     private final class UploadProgress: NSObject, URLSessionTaskDelegate, Sendable {
         let sent: @Sendable (Int64) -> Void

@@ -232,9 +232,9 @@ enum WireRecordCoder {
 
     // MARK: Local archive of fields (NSSecureCoding)
 
-    static func fieldsJSONText(of record: CKRecord) throws(CKError) -> String {
+    static func fieldsJSONText(of record: CKRecord, keys: [String]? = nil) throws(CKError) -> String {
         var fields = JSONObject()
-        for (key, value, _) in record.snapshot(keys: record.allKeys()) {
+        for (key, value, _) in record.snapshot(keys: keys ?? record.allKeys()) {
             if let value { fields[key] = try fieldValue(value, key: key).fieldJSON() }
         }
         return JSON.object(fields).text
