@@ -241,6 +241,115 @@ struct LongLivedKitTests {
         }
     }
 
+    @Test("every kind of operation marked long-lived is journaled before it sends, and resumed after a relaunch it finishes")
+    func everyKindIsJournaled() async throws {
+        try await TestServer.with { server in
+            let ann = try await ShareKitTests.person(server, "ann")
+            let bob = try await ShareKitTests.person(server, "bob")
+            let scratch = URL(fileURLWithPath: NSTemporaryDirectory() + "nimbus-kinds-" + UUID().uuidString, isDirectory: true)
+            defer { try? FileManager.default.removeItem(at: scratch) }
+            let journals = ["ann": scratch.appendingPathComponent("ann"), "bob": scratch.appendingPathComponent("bob")]
+
+            // What the operations work on: a zone with a note, a share of it Bob opens, a zone
+            // and a subscription an earlier launch deleted already.
+            let zone = try await ann.privateCloudDatabase.save(CKRecordZone(zoneName: "Notes"))
+            let note = Self.note("n1", zone: zone.zoneID)
+            let shared = CKShare(rootRecord: note)
+            shared.publicPermission = .readOnly
+            _ = try await ann.privateCloudDatabase.modifyRecords(saving: [note, shared], deleting: [])
+            let url = try #require(try await ann.privateCloudDatabase.record(for: shared.recordID) as? CKShare).url
+            let metadata = try await bob.shareMetadata(for: try #require(url))
+            _ = try await ann.privateCloudDatabase.save(CKRecordZone(zoneName: "Gone"))
+            _ = try await ann.privateCloudDatabase.deleteRecordZone(withID: CKRecordZone.ID(zoneName: "Gone"))
+            let file = scratch.appendingPathComponent("photo.jpg")
+            try FileManager.default.createDirectory(at: scratch, withIntermediateDirectories: true)
+            try Data("a small photo".utf8).write(to: file)
+
+            let photo = Self.note("n2", zone: zone.zoneID)
+            photo["image"] = CKAsset(fileURL: file)
+            let photoShare = CKShare(rootRecord: photo)
+            let zoneChanges = CKFetchRecordZoneChangesOperation(
+                recordZoneIDs: [zone.zoneID],
+                configurationsByRecordZoneID: [zone.zoneID: .init(previousServerChangeToken: nil, resultsLimit: 10, desiredKeys: ["title"])])
+            let query = CKQueryOperation(query: CKQuery(recordType: "Note", predicate: NSPredicate(format: "title == %@", "n1")))
+            query.zoneID = zone.zoneID
+            let subscription = CKQuerySubscription(
+                recordType: "Note", predicate: NSPredicate(format: "title == %@", "n9"), subscriptionID: "q", options: [.firesOnRecordCreation])
+            let work: [(user: String, operation: CKOperation)] = [
+                ("ann", CKModifyRecordsOperation(recordsToSave: [photo, photoShare])),
+                ("ann", CKFetchRecordsOperation(recordIDs: [note.recordID])),
+                ("ann", zoneChanges),
+                ("ann", CKFetchDatabaseChangesOperation(previousServerChangeToken: nil)),
+                ("ann", CKFetchRecordChangesOperation(recordZoneID: zone.zoneID, previousServerChangeToken: nil)),
+                ("ann", query),
+                ("ann", CKModifyRecordZonesOperation(recordZonesToSave: [CKRecordZone(zoneName: "More")], recordZoneIDsToDelete: [CKRecordZone.ID(zoneName: "Gone")])),
+                ("ann", CKFetchRecordZonesOperation.fetchAllRecordZonesOperation()),
+                ("ann", CKModifySubscriptionsOperation(subscriptionsToSave: [subscription], subscriptionIDsToDelete: ["deleted-before"])),
+                ("ann", CKFetchSubscriptionsOperation.fetchAllSubscriptionsOperation()),
+                ("ann", CKFetchNotificationChangesOperation(previousServerChangeToken: nil)),
+                ("ann", CKMarkNotificationsReadOperation(notificationIDsToMarkRead: [CKNotification.ID(UUID().uuidString)])),
+                ("ann", CKModifyBadgeOperation(badgeValue: 3)),
+                ("ann", CKFetchShareParticipantsOperation(userIdentityLookupInfos: [CKUserIdentity.LookupInfo(emailAddress: "bob@example.com")])),
+                ("ann", CKDiscoverUserIdentitiesOperation(userIdentityLookupInfos: [CKUserIdentity.LookupInfo(emailAddress: "bob@example.com")])),
+                ("ann", CKDiscoverAllUserIdentitiesOperation()),
+                ("bob", CKFetchShareMetadataOperation(shareURLs: [try #require(url)])),
+                ("bob", CKAcceptSharesOperation(shareMetadatas: [metadata])),
+            ]
+
+            // The first launch cannot reach the server: each operation is journaled before it
+            // sends, then the app stops while it is still trying (one at a time: a queue runs
+            // only so many container operations at once).
+            var offline: [String: CKContainer] = [:]
+            for user in ["ann", "bob"] {
+                var configuration = server.configuration(user: user)
+                configuration.serverURL = URL(string: "http://127.0.0.1:9")!
+                configuration.longLivedOperationDirectory = journals[user]
+                offline[user] = CKContainer(configuration: configuration)
+            }
+            let persisted = Box(0)
+            for (index, (user, operation)) in work.enumerated() {
+                operation.configuration.isLongLived = true
+                operation.longLivedOperationWasPersistedBlock = { persisted.update { $0 += 1 } }
+                offline[user]?.add(operation)
+                for _ in 0..<200 where persisted.value <= index { try await Task.sleep(for: .milliseconds(10)) }
+                offline[user]?.longLivedOperations.abandonAll()
+                for _ in 0..<200 where !operation.isFinished { try await Task.sleep(for: .milliseconds(10)) }
+            }
+            #expect(persisted.value == work.count, "journaled \(persisted.value) of \(work.count)")
+
+            // Relaunch: each comes back as its kind and finishes.
+            for user in ["ann", "bob"] {
+                var configuration = server.configuration(user: user)
+                configuration.longLivedOperationDirectory = journals[user]
+                let device = CKContainer(configuration: configuration)
+                let mine = work.filter { $0.user == user }.map(\.operation)
+                #expect(Set(try await device.allLongLivedOperationIDs()) == Set(mine.map(\.operationID)))
+                for original in mine {
+                    let resumed = try #require(try await device.longLivedOperation(for: original.operationID))
+                    #expect(type(of: resumed) == type(of: original), "\(type(of: original)) came back as \(type(of: resumed))")
+                    await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+                        resumed.completionBlock = { done.resume() }
+                        device.add(resumed)
+                    }
+                    if case .failure(let error)? = resumed.result {
+                        Issue.record("\(type(of: resumed)) resumed and failed: \(error)")
+                    }
+                    #expect(resumed.result != nil)
+                }
+                #expect(try await device.allLongLivedOperationIDs().isEmpty)
+            }
+
+            // What they did happened: the photo and its share, the zone, the subscription, the accept.
+            let savedShare = try #require(try await ann.privateCloudDatabase.record(for: photoShare.recordID) as? CKShare)
+            #expect(savedShare.url != nil)
+            let savedPhoto = try await ann.privateCloudDatabase.record(for: photo.recordID)
+            #expect((savedPhoto["image"] as? CKAsset)?.fileURL.map { try? Data(contentsOf: $0) } == Data("a small photo".utf8))
+            #expect(try await ann.privateCloudDatabase.allRecordZones().contains { $0.zoneID.zoneName == "More" })
+            #expect(try await ann.privateCloudDatabase.allSubscriptions().map(\.subscriptionID) == ["q"])
+            #expect(try await bob.sharedCloudDatabase.allRecordZones().map(\.zoneID.zoneName) == ["Notes"])
+        }
+    }
+
     @Test("a journal that does not read, and an unknown ID, are clear answers")
     func badJournals() async throws {
         try await TestServer.with { server in

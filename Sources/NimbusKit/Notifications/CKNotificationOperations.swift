@@ -6,7 +6,9 @@ import NimbusWire
 open class CKContainerOperation: CKOperation, @unchecked Sendable {
     var container: CKContainer?
 
-    var transport: NimbusTransport { (container ?? resolvedContainer(database: nil)).transport }
+    var transport: NimbusTransport { journalContainer.transport }
+
+    override var journalContainer: CKContainer { container ?? resolvedContainer(database: nil) }
 
     func device<Response: WireBody>(_ path: String, _ body: JSON, as: Response.Type) async throws(CKError) -> Response {
         try NimbusTransport.read(

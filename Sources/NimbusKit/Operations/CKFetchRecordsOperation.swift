@@ -27,7 +27,7 @@ open class CKFetchRecordsOperation: CKDatabaseOperation, @unchecked Sendable {
 
     static let journalKind = "fetchRecords"
 
-    override func longLivedJournal() throws(CKError) -> JSONObject? {
+    func longLivedJournal() throws(CKError) -> JSONObject {
         var journal = LongLivedJournal.header(self, kind: Self.journalKind)
         journal["recordIDs"] = .array((recordIDs ?? []).map(LongLivedJournal.recordID))
         if let desiredKeys { journal["desiredKeys"] = .strings(desiredKeys) }
@@ -96,3 +96,5 @@ open class CKFetchRecordsOperation: CKDatabaseOperation, @unchecked Sendable {
         fetchRecordsCompletionBlock?(fetched.isEmpty && error != nil && failures.isEmpty ? nil : fetched, error)
     }
 }
+
+extension CKFetchRecordsOperation: LongLivedJournaling {}

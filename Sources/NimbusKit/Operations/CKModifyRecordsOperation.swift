@@ -56,7 +56,7 @@ open class CKModifyRecordsOperation: CKDatabaseOperation, @unchecked Sendable {
 
     static let journalKind = "modifyRecords"
 
-    override func longLivedJournal() throws(CKError) -> JSONObject? {
+    func longLivedJournal() throws(CKError) -> JSONObject {
         var journal = LongLivedJournal.header(self, kind: Self.journalKind)
         journal["recordsToSave"] = .array(try (recordsToSave ?? []).map { record throws(CKError) in try LongLivedJournal.record(record) })
         journal["recordIDsToDelete"] = .array((recordIDsToDelete ?? []).map(LongLivedJournal.recordID))
@@ -278,3 +278,5 @@ open class CKModifyRecordsOperation: CKDatabaseOperation, @unchecked Sendable {
         modifyRecordsCompletionBlock?(saved, deleted, error)
     }
 }
+
+extension CKModifyRecordsOperation: LongLivedJournaling {}

@@ -125,9 +125,16 @@ open class CKOperation: Operation, @unchecked Sendable {
                 if configuration.isLongLived { try persistLongLived() }
                 try await NimbusTransport.$discretionaryDeadline.withValue(deadline) { try await run() }
                 if isCancelled { throw CKError.cancelled() }
-                if !isAbandoned { finish(with: nil) }
+                if !isAbandoned {
+                    stateLock.withLock { outcome = .success(()) }
+                    finish(with: nil)
+                }
             } catch {
-                if !isAbandoned { finish(with: CKError.wrapping(error)) }
+                if !isAbandoned {
+                    let failure = CKError.wrapping(error)
+                    stateLock.withLock { outcome = .failure(failure) }
+                    finish(with: failure)
+                }
             }
             // Its callbacks ran: a long-lived operation has nothing left to resume. One the
             // app's exit stopped keeps its journal.
@@ -139,6 +146,11 @@ open class CKOperation: Operation, @unchecked Sendable {
 
     private var isAbandoned: Bool { stateLock.withLock { abandoned } }
 
+    /// How the operation ended, once its final blocks were called: what each kind's own final
+    /// block was told. Nil while it runs, and for one the app's exit stopped.
+    var result: Result<Void, CKError>? { stateLock.withLock { outcome } }
+    private var outcome: Result<Void, CKError>?
+
     /// Stops the operation as the app's exit would: no more requests, no callbacks, the
     /// journal kept (`LongLivedOperations.abandonAll`).
     func abandon() {
@@ -146,9 +158,31 @@ open class CKOperation: Operation, @unchecked Sendable {
         stateLock.withLock { runningTask }?.cancel()
     }
 
-    /// Writes a long-lived operation's journal (database operations of the journaled kinds).
-    func persistLongLived() throws(CKError) {}
-    func forgetLongLived() {}
+    /// Whether this operation was rebuilt from a long-lived operation's journal: an earlier
+    /// launch may have done part of its work (a delete it repeats may find nothing to delete).
+    var isResumedFromJournal = false
+
+    /// The container whose folder keeps this operation's journal.
+    var journalContainer: CKContainer { resolvedContainer(database: nil) }
+
+    /// Writes a long-lived operation's journal before it sends anything.
+    func persistLongLived() throws(CKError) {
+        try rewriteLongLivedJournal()
+        longLivedOperationWasPersistedBlock?()
+    }
+
+    /// Writes the journal (again, when what it holds changed while running: an asset's upload
+    /// URL, then its receipt), so a relaunch resumes from there. Every kind of operation
+    /// NimbusKit has keeps one (`LongLivedJournaling`); an app's own subclass of `CKOperation`
+    /// runs as an ordinary operation.
+    func rewriteLongLivedJournal() throws(CKError) {
+        guard let journaling = self as? any LongLivedJournaling else { return }
+        try journalContainer.longLivedOperations.persist(self, journal: try journaling.longLivedJournal())
+    }
+
+    func forgetLongLived() {
+        journalContainer.longLivedOperations.forget(operationID)
+    }
 
     open override func cancel() {
         super.cancel()
@@ -195,6 +229,12 @@ open class CKOperation: Operation, @unchecked Sendable {
     }
 }
 
+/// A kind of operation that keeps a journal when long-lived: its arguments, enough to
+/// rebuild it after a relaunch (`LongLivedJournal.operation(from:container:)`).
+protocol LongLivedJournaling: CKOperation {
+    func longLivedJournal() throws(CKError) -> JSONObject
+}
+
 /// An operation on one database. Without a database it uses the private database of its
 /// configuration's container (or the default container), as CloudKit does.
 open class CKDatabaseOperation: CKOperation, @unchecked Sendable {
@@ -207,26 +247,7 @@ open class CKDatabaseOperation: CKOperation, @unchecked Sendable {
 
     var transport: NimbusTransport { targetDatabase.container.transport }
 
-    /// What a long-lived operation of this kind writes to its journal; nil for kinds that are
-    /// not journaled (they run as ordinary operations).
-    func longLivedJournal() throws(CKError) -> JSONObject? { nil }
-
-    override func persistLongLived() throws(CKError) {
-        guard let journal = try longLivedJournal() else { return }
-        try targetDatabase.container.longLivedOperations.persist(self, journal: journal)
-        longLivedOperationWasPersistedBlock?()
-    }
-
-    /// Writes the journal again when what it holds changed while running (an asset's upload
-    /// URL, then its receipt), so a relaunch resumes from there.
-    func rewriteLongLivedJournal() throws(CKError) {
-        guard let journal = try longLivedJournal() else { return }
-        try targetDatabase.container.longLivedOperations.persist(self, journal: journal)
-    }
-
-    override func forgetLongLived() {
-        targetDatabase.container.longLivedOperations.forget(operationID)
-    }
+    override var journalContainer: CKContainer { targetDatabase.container }
 }
 
 // MARK: Helpers the database operations share

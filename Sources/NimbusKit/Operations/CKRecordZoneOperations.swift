@@ -33,7 +33,8 @@ open class CKModifyRecordZonesOperation: CKDatabaseOperation, @unchecked Sendabl
                 operations: chunk.map { (type: $0.isSave ? .create : .delete, zoneID: WireRecordCoder.zoneIDInput($0.id)) })
             let entries = try await post("zones/modify", body.json, as: ZonesResponse.self).zones
             for (item, entry) in zip(chunk, entries) {
-                if case .failure(let failure) = entry {
+                // Resumed after a relaunch, a delete that finds no zone is the earlier launch's.
+                if case .failure(let failure) = entry, !(isResumedFromJournal && !item.isSave && failure.code == .zoneNotFound) {
                     let error = CKError.fromServer(failure)
                     failures[item.id] = error
                     if item.isSave {

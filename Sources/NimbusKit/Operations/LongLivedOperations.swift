@@ -9,8 +9,10 @@ import NimbusWire
 /// operation ID, and the server answers those it already applied from their outcomes, so the
 /// callbacks arrive and nothing is applied twice (docs/sdk.md, "Operations").
 ///
-/// Journaled kinds: `CKModifyRecordsOperation` and `CKFetchRecordsOperation`. Other
-/// operations run as ordinary ones with the flag set.
+/// Every kind of operation is journaled: database operations with their database, container
+/// operations (notifications, sharing, identities) with their container. A write the server
+/// applies once by request ID (records) is answered from its first outcome; a zone or
+/// subscription delete resumed after its earlier launch did it reports the delete done.
 final class LongLivedOperations: @unchecked Sendable {
     let directory: URL
     private let lock = NSLock()
@@ -91,38 +93,99 @@ enum LongLivedJournal {
     static let requestTimeout = "timeoutIntervalForRequest"
     static let resourceTimeout = "timeoutIntervalForResource"
 
-    static func header(_ operation: CKDatabaseOperation, kind: String) -> JSONObject {
+    static func header(_ operation: CKOperation, kind: String) -> JSONObject {
         let configuration = operation.effectiveConfiguration
-        return [
+        var header: JSONObject = [
             Self.kind: .string(kind), operationID: .string(operation.operationID),
-            scope: .string(operation.targetDatabase.databaseScope.pathComponent),
             quality: .int(Int64(configuration.qualityOfService.rawValue)),
             requestTimeout: .double(configuration.timeoutIntervalForRequest),
             resourceTimeout: .double(configuration.timeoutIntervalForResource),
         ]
+        if let databaseOperation = operation as? CKDatabaseOperation {
+            header[scope] = .string(databaseOperation.targetDatabase.databaseScope.pathComponent)
+        }
+        return header
     }
 
     /// The operation a journal describes, on `container`, with its ID and configuration.
     static func operation(from journal: JSONObject, container: CKContainer) throws(CKError) -> CKOperation {
-        guard let id = journal[operationID]?.stringValue, let kindName = journal[kind]?.stringValue,
-            let scopeName = journal[scope]?.stringValue,
-            let databaseScope = CKDatabase.Scope.allCases.first(where: { $0.pathComponent == scopeName })
-        else { throw CKError(.internalError, "a long-lived operation's journal lacks its kind, ID or database") }
-        let operation: CKDatabaseOperation
+        guard let id = journal[operationID]?.stringValue, let kindName = journal[kind]?.stringValue else {
+            throw CKError(.internalError, "a long-lived operation's journal lacks its kind or ID")
+        }
+        let me = container.transport.userRecordName
+        let operation: CKOperation
         switch kindName {
         case CKModifyRecordsOperation.journalKind: operation = try CKModifyRecordsOperation(journal: journal)
         case CKFetchRecordsOperation.journalKind: operation = try CKFetchRecordsOperation(journal: journal)
+        case CKFetchRecordZoneChangesOperation.journalKind: operation = try CKFetchRecordZoneChangesOperation(journal: journal)
+        case CKFetchDatabaseChangesOperation.journalKind: operation = try CKFetchDatabaseChangesOperation(journal: journal)
+        case CKFetchRecordChangesOperation.journalKind: operation = try CKFetchRecordChangesOperation(journal: journal)
+        case CKQueryOperation.journalKind: operation = try CKQueryOperation(journal: journal)
+        case CKModifyRecordZonesOperation.journalKind: operation = try CKModifyRecordZonesOperation(journal: journal)
+        case CKFetchRecordZonesOperation.journalKind: operation = try CKFetchRecordZonesOperation(journal: journal)
+        case CKModifySubscriptionsOperation.journalKind: operation = try CKModifySubscriptionsOperation(journal: journal, currentUser: me)
+        case CKFetchSubscriptionsOperation.journalKind: operation = CKFetchSubscriptionsOperation(journal: journal)
+        case CKFetchNotificationChangesOperation.journalKind: operation = try CKFetchNotificationChangesOperation(journal: journal)
+        case CKMarkNotificationsReadOperation.journalKind: operation = CKMarkNotificationsReadOperation(journal: journal)
+        case CKModifyBadgeOperation.journalKind: operation = CKModifyBadgeOperation(journal: journal)
+        case CKFetchShareMetadataOperation.journalKind: operation = CKFetchShareMetadataOperation(journal: journal)
+        case CKAcceptSharesOperation.journalKind: operation = try CKAcceptSharesOperation(journal: journal, currentUser: me)
+        case CKFetchShareParticipantsOperation.journalKind: operation = try CKFetchShareParticipantsOperation(journal: journal)
+        case CKDiscoverUserIdentitiesOperation.journalKind: operation = try CKDiscoverUserIdentitiesOperation(journal: journal)
+        case CKDiscoverAllUserIdentitiesOperation.journalKind: operation = CKDiscoverAllUserIdentitiesOperation()
         default: throw CKError(.internalError, "long-lived operation '\(id)' is of a kind this NimbusKit does not resume: \(kindName)")
         }
         operation.operationID = id
-        operation.database = container.database(with: databaseScope)
+        operation.isResumedFromJournal = true
+        if let databaseOperation = operation as? CKDatabaseOperation {
+            guard let scopeName = journal[scope]?.stringValue,
+                let databaseScope = CKDatabase.Scope.allCases.first(where: { $0.pathComponent == scopeName })
+            else { throw CKError(.internalError, "long-lived operation '\(id)' names no database it runs on") }
+            databaseOperation.database = container.database(with: databaseScope)
+        } else if let containerOperation = operation as? CKContainerOperation {
+            containerOperation.container = container
+        }
         let configuration = CKOperation.Configuration()
         configuration.isLongLived = true
+        configuration.container = container
         if let raw = journal[quality]?.int64Value, let qos = QualityOfService(rawValue: Int(raw)) { configuration.qualityOfService = qos }
         if let seconds = journal[requestTimeout]?.doubleValue { configuration.timeoutIntervalForRequest = seconds }
         if let seconds = journal[resourceTimeout]?.doubleValue { configuration.timeoutIntervalForResource = seconds }
         operation.configuration = configuration
         return operation
+    }
+
+    // Arguments that archive themselves (zone IDs, zones, change tokens, queries, cursors)
+
+    static func archive(_ object: NSObject & NSSecureCoding) throws(CKError) -> JSON {
+        do {
+            return .string(try NSKeyedArchiver.archivedData(withRootObject: object, requiringSecureCoding: true).base64EncodedString())
+        } catch {
+            throw CKError(.invalidArguments, "\(type(of: object)) cannot be journaled for a long-lived operation: \(error)")
+        }
+    }
+
+    static func archives(_ objects: [some NSObject & NSSecureCoding]) throws(CKError) -> JSON {
+        .array(try objects.map { object throws(CKError) in try archive(object) })
+    }
+
+    /// The object a journal entry archived; nil when the entry is absent.
+    static func unarchive<Object: NSObject & NSSecureCoding>(_ type: Object.Type, _ json: JSON?) throws(CKError) -> Object? {
+        guard let json, json != .null else { return nil }
+        guard let text = json.stringValue, let data = Data(base64Encoded: text),
+            let object = try? NSKeyedUnarchiver.unarchivedObject(ofClass: type, from: data)
+        else { throw CKError(.internalError, "a long-lived operation's journal holds a \(type) that does not read") }
+        return object
+    }
+
+    static func unarchives<Object: NSObject & NSSecureCoding>(_ type: Object.Type, _ json: JSON?) throws(CKError) -> [Object]? {
+        guard let items = json?.arrayValue else { return nil }
+        return try items.map { item throws(CKError) in
+            guard let object = try unarchive(type, item) else {
+                throw CKError(.internalError, "a long-lived operation's journal holds a \(type) that does not read")
+            }
+            return object
+        }
     }
 
     // Records and IDs

@@ -17,6 +17,9 @@ extension CKShare {
         public let participantPermission: CKShare.ParticipantPermission
         /// The short GUID of the URL.
         let shortGUID: String
+        /// What `records/resolve` answered: a long-lived accept journals it, to hand the
+        /// same metadata to its callbacks after a relaunch.
+        let info: ShareInfo
 
         @available(*, deprecated, renamed: "hierarchicalRootRecordID")
         public var rootRecordID: CKRecord.ID { hierarchicalRootRecordID ?? share.recordID }
@@ -35,6 +38,7 @@ extension CKShare {
             participantStatus = CKShare.ParticipantAcceptanceStatus(wire: info.participantStatus)
             participantPermission = CKShare.ParticipantPermission(wire: info.participantPermission)
             shortGUID = info.shortGUID
+            self.info = info
         }
     }
 }

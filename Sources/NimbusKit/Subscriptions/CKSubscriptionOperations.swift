@@ -80,7 +80,14 @@ open class CKModifySubscriptionsOperation: CKDatabaseOperation, @unchecked Senda
     private func report(_ item: Item, _ entry: ItemResult<SubscriptionEntry>) {
         let answer: SubscriptionEntry
         switch entry {
-        case .failure(let failure): return fail(item, CKError.fromServer(failure))
+        case .failure(let failure):
+            // Resumed after a relaunch, a delete that finds nothing is the earlier launch's.
+            if case .delete(let id) = item, isResumedFromJournal, failure.code == .notFound {
+                deleted.append(id)
+                perSubscriptionDeleteBlock?(id, .success(()))
+                return
+            }
+            return fail(item, CKError.fromServer(failure))
         case .success(let entry): answer = entry
         }
         switch item {

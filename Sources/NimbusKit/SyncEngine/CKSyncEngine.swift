@@ -622,8 +622,9 @@ public final class CKSyncEngine: @unchecked Sendable {
         let operation = CKModifyRecordsOperation(recordsToSave: request.saves, recordIDsToDelete: request.deletes)
         operation.savePolicy = .ifServerRecordUnchanged
         operation.isAtomic = request.atomic
-        // Shares and assets not yet uploaded cannot be journaled: such a request is ordinary.
-        operation.configuration.isLongLived = !request.saves.contains { $0 is CKShare || $0.holdsAssets }
+        // Long-lived, shares and assets too: a send the app's stop interrupts resumes, its
+        // uploads from the bytes the server holds.
+        operation.configuration.isLongLived = true
         let counts = Dictionary(
             request.saves.map { (PendingRecordZoneChange.saveRecord($0.recordID), state.additionCount(.saveRecord($0.recordID))) }
                 + request.deletes.map { (PendingRecordZoneChange.deleteRecord($0), state.additionCount(.deleteRecord($0))) },
@@ -808,12 +809,3 @@ actor SyncGate {
     }
 }
 
-extension CKRecord {
-    /// Whether any field holds an asset (a long-lived journal cannot carry one not yet uploaded).
-    var holdsAssets: Bool {
-        allKeys().contains { key in
-            let value = self[key]
-            return value is CKAsset || value is [CKAsset]
-        }
-    }
-}
