@@ -494,8 +494,10 @@ struct PostgresAccountStore: AccountStore {
             WITH tokens AS (DELETE FROM push_tokens WHERE user_id = \(id) RETURNING 1),
                  badges AS (DELETE FROM badges WHERE user_id = \(id) RETURNING 1),
                  pending AS (DELETE FROM notifications WHERE user_id = \(id) RETURNING 1),
+                 sealed AS (DELETE FROM sealed_keys WHERE user_id = \(id) RETURNING 1),
                  removed AS (DELETE FROM users WHERE id = \(id) RETURNING 1)
-            SELECT (SELECT count(*) FROM removed), (SELECT count(*) FROM tokens) + (SELECT count(*) FROM badges) + (SELECT count(*) FROM pending)
+            SELECT (SELECT count(*) FROM removed),
+                   (SELECT count(*) FROM tokens) + (SELECT count(*) FROM badges) + (SELECT count(*) FROM pending) + (SELECT count(*) FROM sealed)
             """)
         guard let (removed, _) = try rows.first?.decode((Int64, Int64).self) else { return false }
         return removed > 0

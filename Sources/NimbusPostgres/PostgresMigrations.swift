@@ -774,5 +774,26 @@ enum PostgresMigrations {
                 """,
             ]
         ),
+        (
+            "v26-sealed-keys",
+            [
+                // Keys a user's devices seal for each other, and zone keys of shares sealed with
+                // the user's key (docs/encryption.md): nothing here opens without a device's key.
+                """
+                CREATE TABLE sealed_keys (
+                    user_id bigint NOT NULL,
+                    container text NOT NULL,
+                    environment text NOT NULL,
+                    kind text NOT NULL,
+                    name text NOT NULL,
+                    public_key text,
+                    sealed text,
+                    sealed_by text,
+                    updated_at bigint NOT NULL,
+                    PRIMARY KEY (user_id, container, environment, kind, name)
+                )
+                """
+            ]
+        ),
     ]
 }

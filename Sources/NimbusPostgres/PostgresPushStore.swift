@@ -1,4 +1,5 @@
 import NimbusStorage
+import NimbusWire
 import PostgresNIO
 
 /// `PushStore` on PostgreSQL: every call one statement.
@@ -6,6 +7,45 @@ struct PostgresPushStore: PushStore {
     let storage: PostgresStorage
 
     private static let columns = "token, container, environment, user_id, apns_environment, web_courier, device_id, created_at"
+
+    func sealedKeys(owner: NotificationOwner) async throws -> [SealedKeyRow] {
+        try await storage.rows(
+            """
+            SELECT kind, name, public_key, sealed, sealed_by, updated_at FROM sealed_keys
+            WHERE user_id = \(owner.userID) AND container = \(owner.container) AND environment = \(owner.environment.rawValue)
+            ORDER BY kind, name
+            """
+        ).map {
+            let (kind, name, publicKey, sealed, sealedBy, updatedAt) = try $0.decode((String, String, String?, String?, String?, Int64).self)
+            return SealedKeyRow(
+                owner: owner, kind: kind, name: name, publicKey: publicKey, sealed: sealed, sealedBy: sealedBy, updatedAt: updatedAt)
+        }
+    }
+
+    /// One statement for all rows (an upsert from a JSON array), so a request's keys are
+    /// stored all or none.
+    func putSealedKeys(_ rows: [SealedKeyRow]) async throws {
+        guard !rows.isEmpty else { return }
+        func text(_ value: String?) -> JSON { value.map(JSON.string) ?? .null }
+        let entries = JSON.array(
+            rows.map { row in
+                [
+                    "user_id": .int(row.owner.userID), "container": .string(row.owner.container),
+                    "environment": .string(row.owner.environment.rawValue), "kind": .string(row.kind), "name": .string(row.name),
+                    "public_key": text(row.publicKey), "sealed": text(row.sealed), "sealed_by": text(row.sealedBy),
+                    "updated_at": .int(row.updatedAt),
+                ]
+            })
+        try await storage.rows(
+            """
+            INSERT INTO sealed_keys (user_id, container, environment, kind, name, public_key, sealed, sealed_by, updated_at)
+            SELECT * FROM jsonb_to_recordset(\(entries.text)::jsonb) AS k(
+                user_id bigint, container text, environment text, kind text, name text,
+                public_key text, sealed text, sealed_by text, updated_at bigint)
+            ON CONFLICT (user_id, container, environment, kind, name) DO UPDATE SET
+                public_key = excluded.public_key, sealed = excluded.sealed, sealed_by = excluded.sealed_by, updated_at = excluded.updated_at
+            """)
+    }
 
     func pushTokens(owner: NotificationOwner) async throws -> [PushTokenRow] {
         try await storage.rows(

@@ -665,5 +665,24 @@ enum Migrations {
                     ) WITHOUT ROWID;
                     """)
         }
+        migrator.registerMigration("v30-sealed-keys") { db in
+            // Keys a user's devices seal for each other, and zone keys of shares sealed with
+            // the user's key (docs/encryption.md): nothing here opens without a device's key.
+            try db.execute(
+                sql: """
+                    CREATE TABLE sealed_keys (
+                        user_id INTEGER NOT NULL,
+                        container TEXT NOT NULL,
+                        environment TEXT NOT NULL,
+                        kind TEXT NOT NULL,
+                        name TEXT NOT NULL,
+                        public_key TEXT,
+                        sealed TEXT,
+                        sealed_by TEXT,
+                        updated_at INTEGER NOT NULL,
+                        PRIMARY KEY (user_id, container, environment, kind, name)
+                    ) WITHOUT ROWID;
+                    """)
+        }
     }
 }

@@ -5,6 +5,14 @@ import NimbusStorage
 struct SQLitePushStore: PushStore {
     let storage: SQLiteStorage
 
+    func sealedKeys(owner: NotificationOwner) async throws -> [SealedKeyRow] {
+        try storage.readPoint { try $0.sealedKeys(owner: owner) }
+    }
+
+    func putSealedKeys(_ rows: [SealedKeyRow]) async throws {
+        try await storage.writeSQLite { tx in for row in rows { try tx.putSealedKey(row) } }
+    }
+
     func pushTokens(owner: NotificationOwner) async throws -> [PushTokenRow] {
         try storage.readPoint { try $0.pushTokens(owner: owner) }
     }

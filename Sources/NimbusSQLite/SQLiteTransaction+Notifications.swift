@@ -215,6 +215,32 @@ extension SQLiteTransaction {
         try execute("DELETE FROM push_tokens WHERE token = ?", [token])
     }
 
+    func sealedKeys(owner: NotificationOwner) throws -> [SealedKeyRow] {
+        try fetchRows(
+            """
+            SELECT kind, name, public_key, sealed, sealed_by, updated_at FROM sealed_keys
+            WHERE user_id = ? AND container = ? AND environment = ? ORDER BY kind, name
+            """,
+            [owner.userID, owner.container, owner.environment.rawValue]
+        ).map { row in
+            SealedKeyRow(
+                owner: owner, kind: row["kind"], name: row["name"], publicKey: row["public_key"], sealed: row["sealed"],
+                sealedBy: row["sealed_by"], updatedAt: row["updated_at"])
+        }
+    }
+
+    func putSealedKey(_ row: SealedKeyRow) throws {
+        try execute(
+            """
+            INSERT OR REPLACE INTO sealed_keys (user_id, container, environment, kind, name, public_key, sealed, sealed_by, updated_at)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """,
+            [
+                row.owner.userID, row.owner.container, row.owner.environment.rawValue, row.kind, row.name, row.publicKey, row.sealed,
+                row.sealedBy, row.updatedAt,
+            ])
+    }
+
     func badge(owner: NotificationOwner) throws -> Int64 {
         try fetchRow(
             "SELECT value FROM badges WHERE container = ? AND environment = ? AND user_id = ?",

@@ -40,6 +40,7 @@ enum NimbusRouter {
         database.add(SubscriptionRoutes.routes, parts: parts, authentication: session)
         database.add(UserRoutes.routes, parts: parts, authentication: session)
         database.add(AssetRoutes.routes, parts: parts, authentication: session)
+        database.add(KeyRoutes.routes, parts: parts, authentication: session)
         database.add(DeviceRoutes.tokenRoutes, parts: parts, authentication: session)
         return router.router
     }

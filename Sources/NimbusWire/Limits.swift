@@ -34,6 +34,9 @@ public enum Limits {
     /// JSON's framing make that about 2.8 MB on the wire, and one record at `recordSizeBytes`
     /// always fits.
     public static let modifyRequestBodyBytes = Limit(name: "modifyRequestBodyBytes", value: 4 * 1_048_576)
+    /// Sealed keys one user keeps in one container and environment: their devices and the
+    /// zones shared with them whose keys they hold (docs/encryption.md). Nimbus's own number.
+    public static let sealedKeysPerUser = Limit(name: "sealedKeysPerUser", value: 1_000)
     /// Record names, zone names, record types and field names, in UTF-8 bytes.
     public static let nameBytes = Limit(name: "nameBytes", value: 255)
     /// Fields in one record.
