@@ -24,8 +24,9 @@ extension NimbusService {
                 sealedBy: key.sealedBy, updatedAt: now)
             if key.kind == .device {
                 let current = kept[id]
-                if key.sealed != nil {
-                    // Sealed by another device for the key it listed: that key must still be the device's.
+                if key.sealed != nil, key.sealedBy != key.name {
+                    // Sealed by another device for the key it listed: that key must still be the
+                    // device's. (A device holding the user's key registers with it sealed for itself.)
                     guard let current, current.publicKey == key.publicKey else {
                         throw CloudKitError(
                             .conflict,

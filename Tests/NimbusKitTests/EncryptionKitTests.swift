@@ -1,5 +1,5 @@
 import Foundation
-import NimbusKit
+@testable import NimbusKit
 import NimbusStorage
 import NimbusTestSupport
 import NimbusWire
@@ -58,7 +58,9 @@ struct EncryptionKitTests {
             """
             SELECT ((SELECT count(*) FROM records WHERE position(\(bytes) IN fields) > 0)
                 + (SELECT count(*) FROM field_index WHERE position(\(bytes) IN text) > 0)
-                + (SELECT count(*) FROM record_tokens WHERE position(\(bytes) IN convert_to(lexemes::text, 'UTF8')) > 0))::text
+                + (SELECT count(*) FROM record_tokens WHERE position(\(bytes) IN convert_to(lexemes::text, 'UTF8')) > 0)
+                + (SELECT count(*) FROM sealed_keys
+                   WHERE position(\(bytes) IN convert_to(coalesce(sealed, '') || coalesce(public_key, '') || name, 'UTF8')) > 0))::text
             """, on: location)
         return rows.first?.first.flatMap { $0.flatMap { Int($0) } } ?? 0 > 0
     }
@@ -130,15 +132,17 @@ struct EncryptionKitTests {
             let tampered = await expectCKError(.serverResponseLost) { _ = try await database.record(for: CKRecord.ID(recordName: "p1")) }
             #expect(tampered?.localizedDescription.contains("does not authenticate") == true)
 
-            // The key file is readable by its owner only.
+            // The key files (the user's key and this device's key pair) are readable by their owner only.
             let enumerator = FileManager.default.enumerator(atPath: keys.path)
             var keyFiles: [String] = []
             while let name = enumerator?.nextObject() as? String {
                 if name.hasSuffix(".key") { keyFiles.append(name) }
             }
-            #expect(keyFiles.count == 1)
-            let mode = try FileManager.default.attributesOfItem(atPath: keys.path + "/" + keyFiles[0])[.posixPermissions] as? NSNumber
-            #expect(mode?.intValue == 0o600)
+            #expect(keyFiles.count == 2, "\(keyFiles)")
+            for file in keyFiles {
+                let mode = try FileManager.default.attributesOfItem(atPath: keys.path + "/" + file)[.posixPermissions] as? NSNumber
+                #expect(mode?.intValue == 0o600)
+            }
         }
     }
 
@@ -183,6 +187,133 @@ struct EncryptionKitTests {
         }
     }
 
+    /// `body`'s answer once it stops failing for a missing key (within five seconds): what
+    /// another device does in the background arrives moments later.
+    static func eventually<Value>(_ body: () async throws -> Value) async throws -> Value {
+        for _ in 0..<40 {
+            do {
+                return try await body()
+            } catch let error as CKError where error.code == .zoneNotFound {
+                try await Task.sleep(for: .milliseconds(100))
+            }
+        }
+        return try await body()
+    }
+
+    /// A key in every form it could be stored in: base64, and base64url without padding.
+    static func forms(of key: Data) -> [String] {
+        let base64 = key.base64EncodedString()
+        return [base64, base64.replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")]
+    }
+
+    static func userKey(_ container: CKContainer, keys: URL) async throws -> Data {
+        let user = try await container.userRecordID().recordName
+        return try #require(try NimbusFileKeyStore(directory: keys).encryptionKey(containerIdentifier: TestServer.container, userRecordName: user))
+    }
+
+    @Test("a second device of the user receives the key from the first without the app moving it, and the server never holds it")
+    func secondDeviceReceivesTheKey() async throws {
+        try await TestServer.with { server in
+            try await server.createUser("alice")
+            let firstKeys = Self.temporaryFolder()
+            let secondKeys = Self.temporaryFolder()
+            defer { for folder in [firstKeys, secondKeys] { try? FileManager.default.removeItem(at: folder) } }
+            let first = Self.device(server, "alice", keys: firstKeys)
+            let zone = try await first.privateCloudDatabase.save(CKRecordZone(zoneName: "Health"))
+            let patient = CKRecord(recordType: "Patient", recordID: CKRecord.ID(recordName: "p1", zoneID: zone.zoneID))
+            patient.encryptedValues["phone"] = Self.phone
+            _ = try await first.privateCloudDatabase.save(patient)
+            _ = try await first.privateCloudDatabase.save(Self.patient("p2"))  // the default zone too
+
+            // The new device asks before it has the key, and says the key is on its way.
+            let second = Self.device(server, "alice", keys: secondKeys)
+            let waiting = await expectCKError(.zoneNotFound) { _ = try await second.privateCloudDatabase.record(for: patient.recordID) }
+            #expect((waiting?.userInfo[CKErrorUserDidResetEncryptedDataKey] as? NSNumber)?.boolValue == true)
+
+            // The first device, the next time its app runs (anything), seals the key for it in
+            // the background: the second device has it moments later.
+            var firstAgain = Self.device(server, "alice", keys: firstKeys)
+            let read = try await Self.eventually {
+                firstAgain = Self.device(server, "alice", keys: firstKeys)
+                _ = try await firstAgain.privateCloudDatabase.record(for: patient.recordID)
+                return try await second.privateCloudDatabase.record(for: patient.recordID)
+            }
+            #expect(read.encryptedValues["phone"] as? String == Self.phone)
+            #expect(try await second.privateCloudDatabase.record(for: CKRecord.ID(recordName: "p2")).encryptedValues["phone"] as? String == Self.phone)
+            // And writes values the first device reads.
+            read.encryptedValues["phone"] = "+1 555 0199 from-the-second"
+            _ = try await second.privateCloudDatabase.save(read)
+            #expect(try await firstAgain.privateCloudDatabase.record(for: patient.recordID).encryptedValues["phone"] as? String == "+1 555 0199 from-the-second")
+            #expect(try await Self.userKey(second, keys: secondKeys) == Self.userKey(first, keys: firstKeys))
+
+            // What the server keeps: ciphertext and public keys, never a key that opens anything.
+            let key = try await Self.userKey(first, keys: firstKeys)
+            let me = try await first.userRecordID().recordName
+            let zoneKey = FieldCiphers.ownZoneKey(userKey: key, user: me, zoneName: "Health")
+            for form in Self.forms(of: key) + Self.forms(of: zoneKey) + [Self.phone, "from-the-second"] {
+                #expect(try await !Self.stored(server, contains: form), "the store holds \(form)")
+            }
+        }
+    }
+
+    @Test("participants read and write the encrypted fields of a shared record with the key the share's URL carries; without it they are told")
+    func participantsReadEncryptedFieldsOfSharedRecords() async throws {
+        try await TestServer.with { server in
+            let folders = (0..<4).map { _ in Self.temporaryFolder() }
+            defer { for folder in folders { try? FileManager.default.removeItem(at: folder) } }
+            for name in ["ann", "bob", "carol"] {
+                _ = try await server.service.createUser(
+                    name: name, password: "password-\(name)", profile: UserProfile(emailAddress: "\(name)@example.com", nameComponents: .init(givenName: name)))
+            }
+            let ann = Self.device(server, "ann", keys: folders[0])
+            let bob = Self.device(server, "bob", keys: folders[1])
+            let carol = Self.device(server, "carol", keys: folders[2])
+            for device in [bob, carol] { _ = try await device.userRecordID() }
+            let zone = try await ann.privateCloudDatabase.save(CKRecordZone(zoneName: "Trip"))
+            let plan = CKRecord(recordType: "Plan", recordID: CKRecord.ID(recordName: "plan", zoneID: zone.zoneID))
+            plan["title"] = "Lisbon"
+            plan.encryptedValues["budget"] = "budget-4000-EUR"
+            let share = CKShare(rootRecord: plan)
+            share.publicPermission = .readWrite
+            let (saved, _) = try await ann.privateCloudDatabase.modifyRecords(saving: [plan, share], deleting: [])
+            let savedShare = try #require(try saved[share.recordID]?.get() as? CKShare)
+            let url = try #require(savedShare.url)
+            #expect(url.fragment?.contains("nk=") == true, "\(url)")
+
+            // Bob opens the URL: accepts, reads the encrypted field, writes one Ann reads.
+            let bobsMetadata = try await bob.shareMetadata(for: url)
+            try await _ = bob.accept(bobsMetadata)
+            let sharedZone = try #require(try await bob.sharedCloudDatabase.allRecordZones().first)
+            let bobsPlan = try await bob.sharedCloudDatabase.record(for: CKRecord.ID(recordName: "plan", zoneID: sharedZone.zoneID))
+            #expect(bobsPlan.encryptedValues["budget"] as? String == "budget-4000-EUR")
+            bobsPlan.encryptedValues["budget"] = "budget-5000-EUR"
+            _ = try await bob.sharedCloudDatabase.save(bobsPlan)
+            #expect(try await ann.privateCloudDatabase.record(for: plan.recordID).encryptedValues["budget"] as? String == "budget-5000-EUR")
+
+            // Bob's second device gets his key from his first, and the zone's key with it.
+            let bobsSecond = Self.device(server, "bob", keys: folders[3])
+            await expectCKError(.zoneNotFound) { _ = try await bobsSecond.sharedCloudDatabase.record(for: bobsPlan.recordID) }
+            let onSecond = try await Self.eventually {
+                _ = try await Self.device(server, "bob", keys: folders[1]).privateCloudDatabase.allRecordZones()
+                return try await bobsSecond.sharedCloudDatabase.record(for: bobsPlan.recordID)
+            }
+            #expect(onSecond.encryptedValues["budget"] as? String == "budget-5000-EUR")
+
+            // Carol was handed the URL without its fragment: she joins, and is told the key is missing.
+            var bare = try #require(URLComponents(url: url, resolvingAgainstBaseURL: false))
+            bare.fragment = nil
+            try await _ = carol.accept(carol.shareMetadata(for: try #require(bare.url)))
+            let missing = await expectCKError(.zoneNotFound) { _ = try await carol.sharedCloudDatabase.record(for: bobsPlan.recordID) }
+            #expect((missing?.userInfo[CKErrorUserDidResetEncryptedDataKey] as? NSNumber)?.boolValue == true)
+            #expect(missing?.localizedDescription.contains("share's URL") == true, "\(String(describing: missing))")
+
+            // The zone's key never reached the server, in the store or anywhere it logs.
+            let fragmentKey = try #require(url.fragment?.split(separator: "=").last.map(String.init))
+            #expect(try await !Self.stored(server, contains: fragmentKey))
+            #expect(try await !Self.stored(server, contains: "budget-5000-EUR"))
+        }
+    }
+
     @Test("references, assets and the public database cannot hold encrypted values: typed errors before anything is sent")
     func unsupportedValues() async throws {
         try await TestServer.with { server in
@@ -198,7 +329,7 @@ struct EncryptionKitTests {
             let open = CKRecord(recordType: "Patient", recordID: CKRecord.ID(recordName: "r2"))
             open.encryptedValues["phone"] = Self.phone
             let publicRefused = await expectCKError(.invalidArguments) { _ = try await device.publicCloudDatabase.save(open) }
-            #expect(publicRefused?.localizedDescription.contains("private database") == true)
+            #expect(publicRefused?.localizedDescription.contains("public database keeps no encrypted values") == true)
         }
     }
 

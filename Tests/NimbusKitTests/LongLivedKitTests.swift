@@ -13,10 +13,14 @@ import Testing
 /// nothing applied twice. The answers are lost by a relay in front of the server.
 @Suite("NimbusKit long-lived operations and retries")
 struct LongLivedKitTests {
-    static func device(_ server: TestServer, via relay: AnswerDroppingRelay?, journals: URL? = nil) -> CKContainer {
+    /// Alice's device; `journals` and `keys` are its folders (the same for a relaunch of it).
+    static func device(_ server: TestServer, via relay: AnswerDroppingRelay?, journals: URL? = nil, keys: URL? = nil) -> CKContainer {
         var configuration = server.configuration(user: "alice")
         if let relay { configuration.serverURL = URL(string: "http://127.0.0.1:\(relay.port)")! }
         configuration.longLivedOperationDirectory = journals
+        configuration.encryptionKeyDirectory =
+            keys ?? journals?.appendingPathComponent("keys")
+            ?? URL(fileURLWithPath: NSTemporaryDirectory() + "nimbus-keys-" + UUID().uuidString, isDirectory: true)
         return CKContainer(configuration: configuration)
     }
 
@@ -115,6 +119,12 @@ struct LongLivedKitTests {
             let first = Self.device(server, via: relay, journals: journals)
             let zone = try await first.privateCloudDatabase.save(CKRecordZone(zoneName: "Notes"))
 
+            // The device has the user's key for encrypted values (its first use asks the server
+            // whether another device holds one already).
+            let warmUp = CKRecord(recordType: "Note", recordID: CKRecord.ID(recordName: "warm-up"))
+            warmUp.encryptedValues["secret"] = "first"
+            _ = try await first.privateCloudDatabase.save(warmUp)
+
             // Every answer is lost from now: the server applies the batch, the device never hears.
             relay.dropAnswers(Int.max)
             let records = [Self.note("l1", zone: zone.zoneID), Self.note("l2", zone: zone.zoneID)]
@@ -207,7 +217,7 @@ struct LongLivedKitTests {
             // The journal holds the upload's URL, and the server some of its bytes.
             let journal = try #require(try first.longLivedOperations.journal(operation.operationID))
             let journaled = try #require(
-                journal["recordsToSave"]?.arrayValue?.first?["assets"]?["movie"]?["items"]?.arrayValue?.first?["upload"]?["url"]?.stringValue)
+                journal["recordsToSave"]?.arrayValue?.first?["assetFields"]?["movie"]?["items"]?.arrayValue?.first?["upload"]?["url"]?.stringValue)
             var held: Int64 = 0
             for _ in 0..<100 where held == 0 {
                 var head = URLRequest(url: try #require(URL(string: journaled)))

@@ -266,7 +266,8 @@ final class SyncDevice: CKSyncEngineDelegate, @unchecked Sendable {
     init(_ server: TestServer, name: String, journals: URL? = nil, serverURL: URL? = nil, automaticallySync: Bool = false) {
         var configuration = server.configuration(user: "ann")
         if let serverURL { configuration.serverURL = serverURL }
-        configuration.requestTimeout = 5
+        // Short, so failures show soon; long enough for a 3 MB batch on a busy two-core machine.
+        configuration.requestTimeout = 15
         self.journals = journals ?? FileManager.default.temporaryDirectory.appendingPathComponent("sync-\(name)-\(UUID().uuidString)")
         configuration.longLivedOperationDirectory = self.journals
         container = CKContainer(configuration: configuration)

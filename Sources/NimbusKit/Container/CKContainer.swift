@@ -58,6 +58,7 @@ public final class CKContainer: NSObject, @unchecked Sendable {
             directory: configuration.longLivedOperationDirectory
                 ?? LongLivedOperations.defaultDirectory(containerIdentifier: configuration.containerIdentifier))
         fieldCiphers = FieldCiphers(containerIdentifier: configuration.containerIdentifier, store: Self.defaultKeyStore(configuration))
+        keyMailbox = KeyMailbox(transport: transport, ciphers: fieldCiphers)
         operationQueue.name = "NimbusKit.container"
         operationQueue.maxConcurrentOperationCount = 4
         super.init()
@@ -116,6 +117,8 @@ public final class CKContainer: NSObject, @unchecked Sendable {
 
     /// The keys of `encryptedValues`, per signed-in user (docs/encryption.md).
     let fieldCiphers: FieldCiphers
+    /// How those keys reach the user's other devices and share participants.
+    let keyMailbox: KeyMailbox
 
     /// Where this container's encryption keys are kept: files readable by their owner only,
     /// unless the app sets its own store.
@@ -137,9 +140,18 @@ public final class CKContainer: NSObject, @unchecked Sendable {
         try fieldCiphers.importKey(exported, user: try await signedInUser())
     }
 
-    /// The user's cipher for sealing values (made on first use) or opening them.
-    func fieldCipher(create: Bool) async throws(CKError) -> FieldCipher {
-        try fieldCiphers.cipher(user: try await signedInUser(), create: create)
+    /// The cipher of a zone's encrypted values: in the user's own zones from the user's key
+    /// (which `create` makes when none of the user's devices holds one, and which otherwise
+    /// comes sealed from the device that does), in a zone shared with the user from the key
+    /// its share's URL brought.
+    func fieldCipher(zone: CKRecordZone.ID, create: Bool) async throws(CKError) -> FieldCipher {
+        let user = try await signedInUser()
+        if zone.ownerName == CKCurrentUserDefaultName || zone.ownerName == user {
+            if !fieldCiphers.holdsUserKey(user: user) { _ = try await keyMailbox.obtainUserKey(user: user, create: create) }
+        } else if fieldCiphers.sharedZoneKey(user: user, zone: FieldCiphers.zoneName(zone)) == nil {
+            try? await keyMailbox.shareWithOtherDevices(user: user)
+        }
+        return try fieldCiphers.cipher(zone: zone, user: user, create: create)
     }
 
     private func signedInUser() async throws(CKError) -> String {

@@ -64,13 +64,26 @@ public final class NimbusFileKeyStore: NimbusEncryptionKeyStore, @unchecked Send
     }
 }
 
-/// A container's ciphers, one per user, made from the key store on first use (a key is made
-/// and stored the first time a user encrypts on a device that has none).
+/// A container's keys of encrypted values, per signed-in user (docs/encryption.md):
+/// - the user's key, from the key store (made the first time a user encrypts on a device when
+///   none of their devices holds one; otherwise it comes sealed from one that does, `KeyMailbox`);
+/// - the key of each of the user's own zones, derived from the user's key, so a zone's key can
+///   travel with a share of it without opening anything else;
+/// - keys of zones shared with the user, which came with a share's URL;
+/// - this device's key pair, for receiving the user's key from their other devices.
 final class FieldCiphers: @unchecked Sendable {
     private let containerIdentifier: String
     private let lock = NSLock()
     private var store_: any NimbusEncryptionKeyStore
-    private var ciphers: [String: FieldCipher] = [:]
+    private var userKeys: [String: Data] = [:]
+    /// Keys of zones shared with the user, by user and `<owner>/<zone>`.
+    private var sharedZoneKeys: [String: [String: Data]] = [:]
+    /// Users whose encrypted values this device met without the key to open them
+    /// (`KeyMailbox.lookAfterKeys` then asks the mailbox).
+    private var missingKeys: Set<String> = []
+
+    func isMissingKey(user: String) -> Bool { lock.withLock { missingKeys.contains(user) } }
+    func clearMissingKey(user: String) { _ = lock.withLock { missingKeys.remove(user) } }
 
     init(containerIdentifier: String, store: any NimbusEncryptionKeyStore) {
         self.containerIdentifier = containerIdentifier
@@ -82,21 +95,21 @@ final class FieldCiphers: @unchecked Sendable {
         set {
             lock.withLock {
                 store_ = newValue
-                ciphers = [:]
+                userKeys = [:]
             }
         }
     }
 
-    /// The user's cipher; `create` makes a key when the device has none (to encrypt), else
-    /// a missing key is the "reset" error (to decrypt there is nothing to make).
-    func cipher(user: String?, create: Bool) throws(CKError) -> FieldCipher {
+    /// The user's key: from memory, then the key store; `create` makes one when there is none
+    /// (to encrypt), else a missing key is the "reset" error (to decrypt there is nothing to make).
+    func userKey(user: String?, create: Bool) throws(CKError) -> Data {
         guard let user else {
             throw CKError(.notAuthenticated, "encrypted values need a signed-in user: their key belongs to the user (sign in first)")
         }
         lock.lock()
         defer { lock.unlock() }
         do {
-            if let cipher = ciphers[user] { return cipher }
+            if let key = userKeys[user] { return key }
             let key: Data
             if let stored = try store_.encryptionKey(containerIdentifier: containerIdentifier, userRecordName: user) {
                 key = stored
@@ -104,14 +117,97 @@ final class FieldCiphers: @unchecked Sendable {
                 key = SymmetricKey(size: .bits256).withUnsafeBytes { Data($0) }
                 try store_.setEncryptionKey(key, containerIdentifier: containerIdentifier, userRecordName: user)
             } else {
+                missingKeys.insert(user)
                 throw CKError(
                     .zoneNotFound,
-                    "this device holds no key for this user's encrypted values; import it from another device (CKContainer.importEncryptionKey, docs/encryption.md)",
+                    "this device holds no key for this user's encrypted values yet: another of the user's devices shares it when it next syncs (or import it, CKContainer.importEncryptionKey; docs/encryption.md)",
                     userInfo: [CKErrorUserDidResetEncryptedDataKey: NSNumber(value: true)])
             }
-            let cipher = FieldCipher(keyData: key)
-            ciphers[user] = cipher
-            return cipher
+            userKeys[user] = key
+            return key
+        } catch {
+            throw CKError.wrapping(error)
+        }
+    }
+
+    /// The user's key when this device holds it; asking notes nothing as missing.
+    func heldUserKey(user: String) -> Data? {
+        lock.withLock {
+            if let key = userKeys[user] { return key }
+            guard let stored = try? store_.encryptionKey(containerIdentifier: containerIdentifier, userRecordName: user) else { return nil }
+            userKeys[user] = stored
+            return stored
+        }
+    }
+
+    func holdsUserKey(user: String) -> Bool { heldUserKey(user: user) != nil }
+
+    /// Keeps the user's key another device sealed for this one.
+    func receiveUserKey(_ key: Data, user: String) throws(CKError) {
+        do {
+            try lock.withLock {
+                try store_.setEncryptionKey(key, containerIdentifier: containerIdentifier, userRecordName: user)
+                userKeys[user] = key
+            }
+        } catch {
+            throw CKError.wrapping(error)
+        }
+    }
+
+    /// The key of a zone shared with `user`, when this device has it.
+    func sharedZoneKey(user: String, zone: String) -> Data? { lock.withLock { sharedZoneKeys[user]?[zone] } }
+
+    func receiveSharedZoneKey(_ key: Data, user: String, zone: String) {
+        lock.withLock { sharedZoneKeys[user, default: [:]][zone] = key }
+    }
+
+    /// `<owner>/<zone>`: how a shared zone's key is named.
+    static func zoneName(_ zoneID: CKRecordZone.ID) -> String { "\(zoneID.ownerName)/\(zoneID.zoneName)" }
+
+    /// The key of one of the user's own zones: derived from the user's key and the zone's name,
+    /// so the user's devices agree on it and it opens nothing outside the zone.
+    static func ownZoneKey(userKey: Data, user: String, zoneName: String) -> Data {
+        HKDF<SHA256>.deriveKey(
+            inputKeyMaterial: SymmetricKey(data: userKey), salt: Data("nimbus-zone-key".utf8),
+            info: Data("\(user)\u{0}\(zoneName)".utf8), outputByteCount: FieldCipher.keyBytes
+        ).withUnsafeBytes { Data($0) }
+    }
+
+    /// The cipher of a zone: a zone of the user's own seals with its derived key (and opens
+    /// values the user's key sealed before zones had keys); the default zone, which is never
+    /// shared, with the user's key; a zone shared with the user with the key its share brought.
+    func cipher(zone: CKRecordZone.ID, user: String?, create: Bool) throws(CKError) -> FieldCipher {
+        let owner = zone.ownerName
+        if owner == CKCurrentUserDefaultName || owner == user {
+            let key = try userKey(user: user, create: create)
+            guard !zone.isDefaultZone, let user else { return FieldCipher(keyData: key) }
+            return FieldCipher(keyData: Self.ownZoneKey(userKey: key, user: user, zoneName: zone.zoneName), alsoOpensWith: [key])
+        }
+        guard let user else {
+            throw CKError(.notAuthenticated, "encrypted values need a signed-in user: their key belongs to the user (sign in first)")
+        }
+        guard let key = sharedZoneKey(user: user, zone: Self.zoneName(zone)) else {
+            _ = lock.withLock { missingKeys.insert(user) }
+            throw CKError(
+                .zoneNotFound,
+                "this device has no key for the encrypted values of zone '\(zone.zoneName)' shared by '\(owner)': it comes with the share's URL (open it on this device or another of the user's; docs/encryption.md)",
+                userInfo: [CKErrorUserDidResetEncryptedDataKey: NSNumber(value: true)])
+        }
+        return FieldCipher(keyData: key)
+    }
+
+    /// This device's X25519 key pair for the user, made on first use and kept in the key store.
+    func deviceKey(user: String) throws(CKError) -> Curve25519.KeyAgreement.PrivateKey {
+        let name = "\(user)#device"
+        do {
+            return try lock.withLock {
+                if let raw = try store_.encryptionKey(containerIdentifier: containerIdentifier, userRecordName: name) {
+                    return try Curve25519.KeyAgreement.PrivateKey(rawRepresentation: raw)
+                }
+                let key = Curve25519.KeyAgreement.PrivateKey()
+                try store_.setEncryptionKey(key.rawRepresentation, containerIdentifier: containerIdentifier, userRecordName: name)
+                return key
+            }
         } catch {
             throw CKError.wrapping(error)
         }
@@ -121,14 +217,7 @@ final class FieldCiphers: @unchecked Sendable {
     /// base64url. Anyone holding it reads the user's encrypted values: handle it as a password.
     func export(user: String?) throws(CKError) -> String {
         guard let user else { throw CKError(.notAuthenticated, "sign in before exporting an encryption key: it belongs to a user") }
-        _ = try cipher(user: user, create: true)  // makes the key when this device has none
-        let key: Data?
-        do {
-            key = try store.encryptionKey(containerIdentifier: containerIdentifier, userRecordName: user)
-        } catch {
-            throw CKError.wrapping(error)
-        }
-        guard let key else { throw CKError(.internalError, "the key store did not keep the key it was given") }
+        let key = try userKey(user: user, create: true)  // makes the key when this device has none
         return [Self.prefix, Self.encode(Data(containerIdentifier.utf8)), Self.encode(Data(user.utf8)), Self.encode(key)]
             .joined(separator: ".")
     }
@@ -152,7 +241,7 @@ final class FieldCiphers: @unchecked Sendable {
         do {
             try lock.withLock {
                 try store_.setEncryptionKey(key, containerIdentifier: containerIdentifier, userRecordName: user)
-                ciphers[user] = nil
+                userKeys[user] = key
             }
         } catch {
             throw CKError.wrapping(error)

@@ -2,7 +2,9 @@ import Crypto
 import Foundation
 import NimbusWire
 
-/// Seals and opens `encryptedValues` with one user's key in one container (AES-GCM, 256-bit).
+/// Seals and opens `encryptedValues` with a zone's key (AES-GCM, 256-bit): in the user's own
+/// zones one derived from the user's key, in a zone shared with them the key the share's URL
+/// brought (`FieldCiphers`).
 ///
 /// A ciphertext is `version (1) ‖ key ID (8) ‖ nonce (12) ‖ sealed value ‖ tag (16)`, sent as
 /// base64 in a field of type `ENCRYPTED_<TYPE>`. What is sealed is the value's own field JSON
@@ -19,12 +21,19 @@ struct FieldCipher: Sendable {
     static let keyBytes = 32
     private static let keyIDBytes = 8
 
+    /// The key new values are sealed with.
     private let key: SymmetricKey
     let keyID: Data
+    /// Every key this cipher opens with, by ID: the sealing key, and for a zone of the user's
+    /// own the user's key, which sealed that zone's values before zones had keys of their own.
+    private let openingKeys: [Data: SymmetricKey]
 
-    init(keyData: Data) {
+    init(keyData: Data, alsoOpensWith others: [Data] = []) {
         key = SymmetricKey(data: keyData)
         keyID = Self.identifier(of: keyData)
+        var opening = [keyID: key]
+        for other in others { opening[Self.identifier(of: other)] = SymmetricKey(data: other) }
+        openingKeys = opening
     }
 
     static func identifier(of keyData: Data) -> Data {
@@ -65,10 +74,10 @@ struct FieldCipher: Sendable {
             throw CKError(.serverResponseLost, "encrypted field '\(field)' of record '\(recordName)' is not a NimbusKit ciphertext")
         }
         let body = bytes.dropFirst()
-        guard Data(body.prefix(Self.keyIDBytes)) == keyID else {
+        guard let key = openingKeys[Data(body.prefix(Self.keyIDBytes))] else {
             throw CKError(
                 .zoneNotFound,
-                "encrypted field '\(field)' of record '\(recordName)' was encrypted with a key this device does not hold: the user's key was reset, or this device has not imported it yet (CKContainer.importEncryptionKey, docs/encryption.md)",
+                "encrypted field '\(field)' of record '\(recordName)' was encrypted with a key this device does not hold: the user's key was reset, or this device has not received it yet (another of the user's devices shares it when it next syncs; a shared zone's key comes with the share's URL; docs/encryption.md)",
                 userInfo: [CKErrorUserDidResetEncryptedDataKey: NSNumber(value: true)])
         }
         let plain: Data

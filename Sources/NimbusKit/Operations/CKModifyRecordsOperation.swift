@@ -91,13 +91,19 @@ open class CKModifyRecordsOperation: CKDatabaseOperation, @unchecked Sendable {
 
     override func run() async throws {
         let items = (recordsToSave ?? []).map(Item.save) + (recordIDsToDelete ?? []).map(Item.delete)
-        // The user's key, before anything is sent, when a record holds encrypted values (made
-        // on this device's first use): only their ciphertext leaves the device.
-        if targetDatabase.databaseScope == .private, (recordsToSave ?? []).contains(where: { !$0.keys(encrypted: true).isEmpty }) {
-            cipher = try await targetDatabase.container.fieldCipher(create: true)
-        }
         let limit = Self.itemsPerRequest
+        let scope = targetDatabase.databaseScope
         for (zoneID, zoneItems) in groupedByZone(items, zoneID: \.recordID.zoneID) {
+            // The zone's key, before anything is sent, when a record holds encrypted values
+            // (the user's key is made on their first device's first use): only ciphertext leaves
+            // the device. A share saved in the private database gets it too, so its URL carries it.
+            let saves = zoneItems.compactMap { item -> CKRecord? in if case .save(let record) = item { record } else { nil } }
+            cipher = nil
+            if scope != .public, saves.contains(where: { !$0.keys(encrypted: true).isEmpty }) {
+                cipher = try await targetDatabase.container.fieldCipher(zone: zoneID, create: true)
+            } else if scope == .private, saves.contains(where: { $0 is CKShare }) {
+                cipher = try? await targetDatabase.container.fieldCipher(zone: zoneID, create: true)
+            }
             let atomic = isAtomic && !zoneID.isDefaultZone
             if atomic, zoneItems.count > limit {
                 throw CKError(

@@ -123,6 +123,8 @@ open class CKOperation: Operation, @unchecked Sendable {
             do {
                 if isCancelled { throw CKError.cancelled() }
                 if configuration.isLongLived { try persistLongLived() }
+                lookAfterKeys()
+                defer { lookAfterKeys() }
                 try await NimbusTransport.$discretionaryDeadline.withValue(deadline) { try await run() }
                 if isCancelled { throw CKError.cancelled() }
                 if !isAbandoned {
@@ -193,6 +195,10 @@ open class CKOperation: Operation, @unchecked Sendable {
     /// that error.
     func run() async throws {}
 
+    /// Around a database operation, the keys of encrypted values travel between the user's
+    /// devices, in the background (`KeyMailbox`); nothing for other operations.
+    func lookAfterKeys() {}
+
     /// Calls the operation's final CloudKit blocks with the overall error (nil on success).
     func finish(with error: CKError?) {}
 
@@ -248,6 +254,10 @@ open class CKDatabaseOperation: CKOperation, @unchecked Sendable {
     var transport: NimbusTransport { targetDatabase.container.transport }
 
     override var journalContainer: CKContainer { targetDatabase.container }
+
+    override func lookAfterKeys() {
+        targetDatabase.container.keyMailbox.lookAfterKeys(scope: targetDatabase.databaseScope)
+    }
 }
 
 // MARK: Helpers the database operations share
@@ -267,7 +277,7 @@ extension CKDatabaseOperation {
 
     /// The keys that open encrypted fields: the signed-in user's, in the private database
     /// (elsewhere encrypted fields are not read; docs/encryption.md).
-    var recordCiphers: FieldCiphers? { targetDatabase.databaseScope == .private ? targetDatabase.container.fieldCiphers : nil }
+    var recordCiphers: FieldCiphers? { targetDatabase.databaseScope == .public ? nil : targetDatabase.container.fieldCiphers }
 
     /// The maximum items per request (the server's `operationsPerRequest`).
     static var itemsPerRequest: Int { Limits.operationsPerRequest.value }

@@ -16,7 +16,7 @@ extension CKFetchRecordZoneChangesOperation: LongLivedJournaling {
         journal["configurations"] = .array(
             try (configurationsByRecordZoneID ?? [:]).sorted { $0.key.zoneName < $1.key.zoneName }.map { zoneID, configuration throws(CKError) in
                 var entry: JSONObject = ["zoneID": try LongLivedJournal.archive(zoneID), "resultsLimit": .int(Int64(configuration.resultsLimit))]
-                if let token = configuration.previousServerChangeToken { entry["token"] = try LongLivedJournal.archive(token) }
+                if let token = configuration.previousServerChangeToken { entry["changeToken"] = try LongLivedJournal.archive(token) }
                 if let keys = configuration.desiredKeys { entry["desiredKeys"] = .strings(keys) }
                 return .object(entry)
             })
@@ -31,7 +31,7 @@ extension CKFetchRecordZoneChangesOperation: LongLivedJournaling {
         for entry in journal["configurations"]?.arrayValue ?? [] {
             guard let zoneID = try LongLivedJournal.unarchive(CKRecordZone.ID.self, entry["zoneID"]) else { continue }
             configurations[zoneID] = ZoneConfiguration(
-                previousServerChangeToken: try LongLivedJournal.unarchive(CKServerChangeToken.self, entry["token"]),
+                previousServerChangeToken: try LongLivedJournal.unarchive(CKServerChangeToken.self, entry["changeToken"]),
                 resultsLimit: entry["resultsLimit"]?.int64Value.map(Int.init), desiredKeys: entry["desiredKeys"]?.arrayValue?.compactMap(\.stringValue))
         }
         configurationsByRecordZoneID = configurations
@@ -44,7 +44,7 @@ extension CKFetchDatabaseChangesOperation: LongLivedJournaling {
 
     func longLivedJournal() throws(CKError) -> JSONObject {
         var journal = LongLivedJournal.header(self, kind: Self.journalKind)
-        if let previousServerChangeToken { journal["token"] = try LongLivedJournal.archive(previousServerChangeToken) }
+        if let previousServerChangeToken { journal["changeToken"] = try LongLivedJournal.archive(previousServerChangeToken) }
         journal["resultsLimit"] = .int(Int64(resultsLimit))
         journal["fetchAllChanges"] = .bool(fetchAllChanges)
         return journal
@@ -52,7 +52,7 @@ extension CKFetchDatabaseChangesOperation: LongLivedJournaling {
 
     convenience init(journal: JSONObject) throws(CKError) {
         self.init()
-        previousServerChangeToken = try LongLivedJournal.unarchive(CKServerChangeToken.self, journal["token"])
+        previousServerChangeToken = try LongLivedJournal.unarchive(CKServerChangeToken.self, journal["changeToken"])
         resultsLimit = journal["resultsLimit"]?.int64Value.map(Int.init) ?? 0
         fetchAllChanges = journal["fetchAllChanges"]?.boolValue ?? true
     }
@@ -64,7 +64,7 @@ extension CKFetchRecordChangesOperation: LongLivedJournaling {
     func longLivedJournal() throws(CKError) -> JSONObject {
         var journal = LongLivedJournal.header(self, kind: Self.journalKind)
         if let recordZoneID { journal["zoneID"] = try LongLivedJournal.archive(recordZoneID) }
-        if let previousServerChangeToken { journal["token"] = try LongLivedJournal.archive(previousServerChangeToken) }
+        if let previousServerChangeToken { journal["changeToken"] = try LongLivedJournal.archive(previousServerChangeToken) }
         journal["resultsLimit"] = .int(Int64(resultsLimit))
         if let desiredKeys { journal["desiredKeys"] = .strings(desiredKeys) }
         return journal
@@ -73,7 +73,7 @@ extension CKFetchRecordChangesOperation: LongLivedJournaling {
     convenience init(journal: JSONObject) throws(CKError) {
         self.init()
         recordZoneID = try LongLivedJournal.unarchive(CKRecordZone.ID.self, journal["zoneID"])
-        previousServerChangeToken = try LongLivedJournal.unarchive(CKServerChangeToken.self, journal["token"])
+        previousServerChangeToken = try LongLivedJournal.unarchive(CKServerChangeToken.self, journal["changeToken"])
         resultsLimit = journal["resultsLimit"]?.int64Value.map(Int.init) ?? 0
         desiredKeys = journal["desiredKeys"]?.arrayValue?.compactMap(\.stringValue)
     }
@@ -153,7 +153,7 @@ extension CKModifySubscriptionsOperation: LongLivedJournaling {
     convenience init(journal: JSONObject, currentUser: String?) throws(CKError) {
         self.init()
         subscriptionsToSave = try (journal["subscriptionsToSave"]?.arrayValue ?? []).map { json throws(CKError) in
-            guard case .object(let object) = json, let input = try? SubscriptionInput(json: ObjectReader(object, path: "subscription")) else {
+            guard case .object(let object) = json, let input = try? SubscriptionInput(json: ObjectReader(object, path: "journaledSubscription")) else {
                 throw CKError(.internalError, "a long-lived operation's journal holds a subscription that does not read")
             }
             return CKSubscription.from(input, currentUser: currentUser)
@@ -182,14 +182,14 @@ extension CKFetchNotificationChangesOperation: LongLivedJournaling {
 
     func longLivedJournal() throws(CKError) -> JSONObject {
         var journal = LongLivedJournal.header(self, kind: Self.journalKind)
-        if let previousServerChangeToken { journal["token"] = try LongLivedJournal.archive(previousServerChangeToken) }
+        if let previousServerChangeToken { journal["changeToken"] = try LongLivedJournal.archive(previousServerChangeToken) }
         journal["resultsLimit"] = .int(Int64(resultsLimit))
         return journal
     }
 
     convenience init(journal: JSONObject) throws(CKError) {
         self.init()
-        previousServerChangeToken = try LongLivedJournal.unarchive(CKServerChangeToken.self, journal["token"])
+        previousServerChangeToken = try LongLivedJournal.unarchive(CKServerChangeToken.self, journal["changeToken"])
         resultsLimit = journal["resultsLimit"]?.int64Value.map(Int.init) ?? 0
     }
 }

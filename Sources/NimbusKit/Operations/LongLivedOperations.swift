@@ -211,9 +211,9 @@ enum LongLivedJournal {
         var assets = JSONObject()
         for (key, value, _) in record.snapshot(keys: record.allKeys()) {
             switch value {
-            case let asset as CKAsset: assets[key] = ["list": false, "items": [try self.asset(asset, key: key)]]
+            case let asset as CKAsset: assets[key] = ["isList": false, "items": [try self.asset(asset, key: key)]]
             case let list as [CKAsset]:
-                assets[key] = ["list": true, "items": .array(try list.map { asset throws(CKError) in try self.asset(asset, key: key) })]
+                assets[key] = ["isList": true, "items": .array(try list.map { asset throws(CKError) in try self.asset(asset, key: key) })]
             default: plain.append(key)
             }
         }
@@ -230,14 +230,14 @@ enum LongLivedJournal {
             "encrypted": .strings(record.keys(encrypted: true)), "changed": .strings(record.changedKeys()),
             "parentChanged": .bool(record.isParentChanged),
         ]
-        if !assets.isEmpty { object["assets"] = .object(assets) }
+        if !assets.isEmpty { object["assetFields"] = .object(assets) }
         if let tag = record.recordChangeTag { object["recordChangeTag"] = .string(tag) }
         if let parent = record.parent { object["parent"] = recordID(parent.recordID) }
         if let share = record as? CKShare {
             let archiver = NSKeyedArchiver(requiringSecureCoding: true)
             share.encodeSystemFields(with: archiver)
             archiver.finishEncoding()
-            object["share"] = .string(archiver.encodedData.base64EncodedString())
+            object["shareArchive"] = .string(archiver.encodedData.base64EncodedString())
         }
         return .object(object)
     }
@@ -248,9 +248,9 @@ enum LongLivedJournal {
 
     private static func asset(_ asset: CKAsset, key: String) throws(CKError) -> JSON {
         var object = JSONObject()
-        if let file = asset.fileURL { object["file"] = .string(file.path) }
+        if let file = asset.fileURL { object["sourceFile"] = .string(file.path) }
         if let stored = asset.serverAsset {
-            object["stored"] = .string(JSON.object([key: try WireRecordCoder.fieldValue(asset, key: key).fieldJSON()]).text)
+            object["storedAsset"] = .string(JSON.object([key: try WireRecordCoder.fieldValue(asset, key: key).fieldJSON()]).text)
             object["storedAt"] = .double(stored.receipt == nil ? 0 : Date().timeIntervalSince1970)
         }
         if let pending = asset.pendingUpload {
@@ -260,8 +260,8 @@ enum LongLivedJournal {
     }
 
     private static func asset(_ json: JSON, key: String, zoneID: CKRecordZone.ID) throws -> CKAsset {
-        let file = json["file"]?.stringValue.map { URL(fileURLWithPath: $0) }
-        if let stored = json["stored"]?.stringValue,
+        let file = json["sourceFile"]?.stringValue.map { URL(fileURLWithPath: $0) }
+        if let stored = json["storedAsset"]?.stringValue,
             let storedAt = json["storedAt"]?.doubleValue, Date().timeIntervalSince1970 - storedAt < receiptTrustSeconds || storedAt == 0,
             let (_, value) = try WireRecordCoder.fields(fromJSONText: stored, zoneID: zoneID).first, let asset = value as? CKAsset
         {
@@ -284,7 +284,7 @@ enum LongLivedJournal {
         }
         let id = try recordID(idJSON)
         let record: CKRecord
-        if let archive = json["share"]?.stringValue {
+        if let archive = json["shareArchive"]?.stringValue {
             guard let data = Data(base64Encoded: archive), let unarchiver = try? NSKeyedUnarchiver(forReadingFrom: data),
                 let share = CKShare(coder: unarchiver)
             else { throw CKError(.internalError, "a long-lived operation's journal holds a share that does not read") }
@@ -297,9 +297,9 @@ enum LongLivedJournal {
             for (key, value) in try WireRecordCoder.fields(fromJSONText: fields, zoneID: id.zoneID) {
                 record.setObject(value, forKey: key, encrypted: encrypted.contains(key))
             }
-            for (key, entry) in json["assets"]?.objectValue?.pairs ?? [] {
+            for (key, entry) in json["assetFields"]?.objectValue?.pairs ?? [] {
                 let items = try (entry["items"]?.arrayValue ?? []).map { try asset($0, key: key, zoneID: id.zoneID) }
-                if entry["list"]?.boolValue == true {
+                if entry["isList"]?.boolValue == true {
                     record.setObject(items, forKey: key, encrypted: false)
                 } else if let single = items.first {
                     record.setObject(single, forKey: key, encrypted: false)

@@ -124,8 +124,15 @@ public final class CKShare: CKRecord, @unchecked Sendable {
         set { shareLock.withLock { _publicPermission = newValue } }
     }
 
-    /// The share's page on the server, once saved.
+    /// The share's page on the server, once saved. For its owner, with the key of the zone's
+    /// encrypted values in its fragment (`#nk=…`, docs/encryption.md), which is never sent to a
+    /// server: whoever is handed the URL reads them once the share lets them in.
     public var url: URL? { shareLock.withLock { _url } }
+
+    /// Puts a zone's key in the URL's fragment.
+    func carryZoneKey(_ key: Data) {
+        shareLock.withLock { _url = _url.map { ShareURLKey.url($0, carrying: key) } }
+    }
 
     public func addParticipant(_ participant: Participant) {
         shareLock.withLock {

@@ -105,7 +105,12 @@ open class CKFetchShareMetadataOperation: CKContainerOperation, @unchecked Senda
             switch result {
             case .success(let info):
                 do throws(CKError) {
-                    report(url, .success(try CKShare.Metadata(info, currentUser: me)))
+                    let metadata = try CKShare.Metadata(info, currentUser: me)
+                    // The zone's key of encrypted values, when the URL carries it (docs/encryption.md).
+                    if let key = ShareURLKey.key(in: url), let me {
+                        await journalContainer.keyMailbox.receiveZoneKey(key, zone: metadata.share.recordID.zoneID, user: me)
+                    }
+                    report(url, .success(metadata))
                 } catch {
                     report(url, .failure(error))
                 }

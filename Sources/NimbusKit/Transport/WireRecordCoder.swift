@@ -128,8 +128,9 @@ enum WireRecordCoder {
     // MARK: Records
 
     /// A record dictionary from the server as a `CKRecord`, with nothing marked changed.
-    /// Encrypted fields are opened with the user's key from `ciphers`; without ciphers (the
-    /// shared database, where the owner's key is not at hand) they are left out.
+    /// Encrypted fields are opened with the zone's key from `ciphers`; without ciphers (the
+    /// public database, which keeps none) they are left out. A share of one of the user's own
+    /// zones gets the zone's key in its URL's fragment, for the people it is handed to.
     static func record(_ wire: RecordOutput, zoneID: CKRecordZone.ID?, currentUser: String?, ciphers: FieldCiphers? = nil)
         throws(CKError) -> CKRecord
     {
@@ -145,10 +146,15 @@ enum WireRecordCoder {
                 continue
             }
             guard let ciphers else { continue }
-            let cipher = try ciphers.cipher(user: currentUser, create: false)
+            let cipher = try ciphers.cipher(zone: zone, user: currentUser, create: false)
             let plain = try cipher.open(ciphertext, recordName: wire.recordName, key: field.name)
             let value = exactDates(plain.exactDates, of: plain.value) ?? recordValue(plain.value, zoneID: zone, currentUser: currentUser)
             record.setObject(value, forKey: field.name, encrypted: true)
+        }
+        if let share = record as? CKShare, let ciphers, let currentUser, zone.ownerName == CKCurrentUserDefaultName || zone.ownerName == currentUser,
+            let userKey = ciphers.heldUserKey(user: currentUser)
+        {
+            share.carryZoneKey(FieldCiphers.ownZoneKey(userKey: userKey, user: currentUser, zoneName: zone.zoneName))
         }
         record.recordChangeTag = wire.recordChangeTag
         if let created = wire.created {
@@ -209,7 +215,8 @@ enum WireRecordCoder {
             var wire = try fieldValue(value, key: key)
             if encrypted {
                 guard let cipher else {
-                    throw CKError(.invalidArguments, "field '\(key)': encrypted values are saved in the private database only")
+                    throw CKError(
+                        .invalidArguments, "field '\(key)': the public database keeps no encrypted values (everyone may read it); save it in the private or a shared database")
                 }
                 let dates = (value as? Date).map { [$0] } ?? (value as? [Date])
                 wire = try cipher.seal(wire, exactDates: dates, recordName: record.recordID.recordName, key: key)
