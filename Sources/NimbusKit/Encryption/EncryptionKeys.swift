@@ -142,7 +142,7 @@ final class FieldCiphers: @unchecked Sendable {
 
     func holdsUserKey(user: String) -> Bool { heldUserKey(user: user) != nil }
 
-    /// Keeps the user's key another device sealed for this one.
+    /// Keeps the user's key another device sealed for this one (or the user imported).
     func receiveUserKey(_ key: Data, user: String) throws(CKError) {
         do {
             try lock.withLock {
@@ -238,14 +238,7 @@ final class FieldCiphers: @unchecked Sendable {
         guard String(decoding: owner, as: UTF8.self) == user else {
             throw CKError(.invalidArguments, "this key belongs to another user than the one signed in")
         }
-        do {
-            try lock.withLock {
-                try store_.setEncryptionKey(key, containerIdentifier: containerIdentifier, userRecordName: user)
-                userKeys[user] = key
-            }
-        } catch {
-            throw CKError.wrapping(error)
-        }
+        try receiveUserKey(key, user: user)
     }
 
     private static let prefix = "NIMBUSKEY1"
