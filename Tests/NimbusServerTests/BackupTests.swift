@@ -350,8 +350,21 @@ private struct BreakingBlobStore: BlobStore {
         var most = 0
         var written = 0
         let deadline = Date().addingTimeInterval(60)
-        while seen.count < 3, Date() < deadline {
+        // A backup named (by its start, to the second) two seconds after n0 was written holds
+        // n0; one that began earlier and finished later, on a busy machine, may not.
+        let nameFormat = DateFormatter()
+        nameFormat.dateFormat = "yyyyMMdd-HHmmss"
+        nameFormat.timeZone = TimeZone(identifier: "UTC")
+        var firstWrite = Date.distantFuture
+        func startedAfterFirstWrite(_ name: String) -> Bool {
+            guard let prefix = name.range(of: "nimbus-backup-"),
+                let started = nameFormat.date(from: String(name[prefix.upperBound...].prefix(15)))
+            else { return false }
+            return started >= firstWrite.addingTimeInterval(2)
+        }
+        while seen.count < 3 || !seen.contains(where: startedAfterFirstWrite), Date() < deadline {
             _ = try await client.modify(zone: "Notes", [Op.create("n\(written)")])
+            if written == 0 { firstWrite = Date() }
             written += 1
             let names = (try? await complete()) ?? []
             most = max(most, names.count)
@@ -372,6 +385,7 @@ private struct BreakingBlobStore: BlobStore {
         // out while a slow machine starts the processes below. Stopped, the bucket holds still.
         server.stop()
         let newest = try #require(try await complete().last)
+        #expect(startedAfterFirstWrite(newest), "\(newest) began before n0 was written at \(firstWrite)")
         #expect(!(try await complete()).contains(seen[0]), "the oldest was not removed")
 
         // Verified and restored straight from the bucket; the secret is never printed.
@@ -396,7 +410,8 @@ private struct BreakingBlobStore: BlobStore {
         let reader = APIClient(
             baseURL: second.baseURL, container: container, environment: .development, apiToken: apiToken,
             webAuthToken: client.webAuthToken, userRecordName: nil)
-        #expect(try await reader.lookup(zone: "Notes", ["n0"]).records.first?.errorCode == nil)
+        let n0 = try await reader.lookup(zone: "Notes", ["n0"])
+        #expect(n0.records.first?.errorCode == nil, "\(n0.text)")
 
         // An upload cut short (objects, no manifest) is neither listed nor restorable.
         try await bucket.put(Array("half".utf8), as: "nimbus-backup-20200101-000000/store/nimbus.sqlite")
