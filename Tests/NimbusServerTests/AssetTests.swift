@@ -401,13 +401,15 @@ import Testing
     @Test func aResumableUploadGoesOnWhereItsConnectionBrokeOrInPieces() async throws {
         try await TestServer.with { server in
             let alice = try await server.user("alice")
-            let file = (0..<3_000_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 11) }
+            // Small, as the whole suite's other bodies are: megabytes over raw sockets beside it
+            // starve other suites' deadlines (scripts/test.sh).
+            let file = (0..<600_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 11) }
             let url = try #require(try await Self.uploadURLs(alice, [("Photo", "image")], size: Int64(file.count)).first)
             let path = String(url.dropFirst(server.baseURL.count))
             let connection = try RawConnection(port: server.port)
             try connection.send(
                 "POST \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: \(file.count)\r\nUpload-Complete: ?1\r\n\r\n")
-            try connection.send(Array(file[..<1_200_000]))
+            try connection.send(Array(file[..<250_000]))
             connection.hangUp()
             // As a client would: ask where it stands, send the rest from there; while the server
             // still winds up the broken request it answers TRY_AGAIN_LATER.
@@ -427,7 +429,7 @@ import Testing
                 #expect(rest.errorCode == "TRY_AGAIN_LATER" || rest.reason.contains("send from byte"), "\(rest.status) \(rest.reason)")
                 try await Task.sleep(for: .milliseconds(50))
             }
-            #expect((1...1_200_000).contains(resumedAt), "resumed at byte \(resumedAt)")
+            #expect((1...250_000).contains(resumedAt), "resumed at byte \(resumedAt)")
             #expect(stored?.json["singleFile"]?["fileChecksum"]?.stringValue == Self.checksum(file))
             #expect(stored?.json["singleFile"]?["size"]?.int64Value == Int64(file.count))
 
