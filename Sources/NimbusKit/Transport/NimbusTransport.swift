@@ -258,13 +258,7 @@ final class NimbusTransport: Sendable {
     /// credential, so no session goes with it. The body streams from the file; `sent` hears
     /// how many of its bytes are on their way, as they go.
     func uploadFile(_ fileURL: URL, to url: String, sent: @escaping @Sendable (Int64) -> Void) async throws(CKError) -> Asset {
-        guard let target = URL(string: url) else {
-            throw CKError(.serverResponseLost, "the server's upload URL does not read as a URL: \(url.debugDescription)")
-        }
-        var request = URLRequest(url: target)
-        request.httpMethod = "POST"
-        request.setValue("application/octet-stream", forHTTPHeaderField: "Content-Type")
-        request.timeoutInterval = max(configuration.requestTimeout, 300)
+        let request = try uploadRequest(to: url)
         let data: Data
         let response: URLResponse
         do {
@@ -288,14 +282,12 @@ final class NimbusTransport: Sendable {
     func uploadFileResumably(
         _ fileURL: URL, to url: String, size: Int64, sent: @escaping @Sendable (Int64) -> Void
     ) async throws(CKError) -> Asset {
-        guard let target = URL(string: url) else {
-            throw CKError(.serverResponseLost, "the server's upload URL does not read as a URL: \(url.debugDescription)")
-        }
+        let post = try uploadRequest(to: url)
         guard let handle = try? FileHandle(forReadingFrom: fileURL) else {
             throw CKError(.assetFileNotFound, "the asset's file \(fileURL.path) does not exist or cannot be read")
         }
         defer { try? handle.close() }
-        var held = try await heldBytes(at: target)
+        var held = try await heldBytes(at: post)
         // A server that is still winding up the request the app's stop broke says so
         // (`TRY_AGAIN_LATER`), or holds other bytes than it said (`BAD_REQUEST`): ask it
         // again where it stands, a few times.
@@ -317,12 +309,9 @@ final class NimbusTransport: Sendable {
                 throw CKError(.assetFileModified, "the asset's file \(fileURL.path) is shorter than the \(size) bytes it had")
             }
             let last = held + length == size
-            var request = URLRequest(url: target)
-            request.httpMethod = "POST"
-            request.setValue("application/octet-stream", forHTTPHeaderField: "Content-Type")
+            var request = post
             request.setValue(String(held), forHTTPHeaderField: ResumableUploadHeader.offset)
             request.setValue(ResumableUploadHeader.text(last), forHTTPHeaderField: ResumableUploadHeader.complete)
-            request.timeoutInterval = max(configuration.requestTimeout, 300)
             let start = held
             let data: Data
             let response: URLResponse
@@ -342,14 +331,26 @@ final class NimbusTransport: Sendable {
             } catch where setbacks < 10 && [.serviceUnavailable, .invalidArguments].contains(error.code) {
                 setbacks += 1
                 try? await Task.sleep(for: .milliseconds(200))
-                held = try await heldBytes(at: target)
+                held = try await heldBytes(at: post)
             }
         }
     }
 
-    /// The bytes of a resumable upload the server holds (`HEAD` on its URL).
-    private func heldBytes(at url: URL) async throws(CKError) -> Int64 {
-        var request = URLRequest(url: url)
+    /// A POST of a file's bytes to an upload URL the server handed out (`assets/upload`).
+    private func uploadRequest(to url: String) throws(CKError) -> URLRequest {
+        guard let target = URL(string: url) else {
+            throw CKError(.serverResponseLost, "the server's upload URL does not read as a URL: \(url.debugDescription)")
+        }
+        var request = URLRequest(url: target)
+        request.httpMethod = "POST"
+        request.setValue("application/octet-stream", forHTTPHeaderField: "Content-Type")
+        request.timeoutInterval = max(configuration.requestTimeout, 300)
+        return request
+    }
+
+    /// The bytes of a resumable upload the server holds (`HEAD` on the URL `post` sends to).
+    private func heldBytes(at post: URLRequest) async throws(CKError) -> Int64 {
+        var request = post
         request.httpMethod = "HEAD"
         request.timeoutInterval = configuration.requestTimeout
         let response: URLResponse
