@@ -34,6 +34,9 @@ command -v moto_server >/dev/null 2>&1 || python3 -m pip install -q 'moto[server
 python3 -c 'import prometheus_client' >/dev/null 2>&1 || python3 -m pip install -q prometheus_client >/dev/null 2>&1
 
 swift build --build-tests
+# NimbusKit's Apple-only code, type-checked against declarations of the Apple APIs it calls
+# (seconds; docs/sdk.md, "Apple platforms").
+scripts/apple-api-check.sh
 
 # A crash in a test process prints the crashed thread only, with fast symbols: the full report
 # (seventy threads symbolicated against the debug test binary's DWARF) once ran past CI's whole

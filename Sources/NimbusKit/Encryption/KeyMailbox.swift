@@ -127,7 +127,7 @@ final class KeyMailbox: @unchecked Sendable {
             sealing.append(try Self.sealed(key, for: publicKey, deviceID: entry.name, by: me))
         }
         if !sealing.isEmpty { _ = try await modify(sealing) }
-        _ = lock.withLock { checked[user] = Date() }
+        lock.withLock { checked[user] = Date() }
         ciphers.clearMissingKey(user: user)
     }
 

@@ -157,7 +157,7 @@ enum LongLivedJournal {
 
     // Arguments that archive themselves (zone IDs, zones, change tokens, queries, cursors)
 
-    static func archive(_ object: NSObject & NSSecureCoding) throws(CKError) -> JSON {
+    static func archive(_ object: any NSObject & NSSecureCoding) throws(CKError) -> JSON {
         do {
             return .string(try NSKeyedArchiver.archivedData(withRootObject: object, requiringSecureCoding: true).base64EncodedString())
         } catch {
