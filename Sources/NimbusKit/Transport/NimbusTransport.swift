@@ -217,7 +217,7 @@ final class NimbusTransport: Sendable {
         let data: Data
         let response: URLResponse
         do {
-            (data, response) = try await session.data(for: request)
+            (data, response) = try await Self.exchange { [session, request] in try await session.data(for: request) }
         } catch {
             throw Self.transportError(error)
         }
@@ -262,7 +262,9 @@ final class NimbusTransport: Sendable {
         let data: Data
         let response: URLResponse
         do {
-            (data, response) = try await session.upload(for: request, fromFile: fileURL, delegate: UploadProgress(sent))
+            (data, response) = try await Self.exchange { [session, request] in
+                try await session.upload(for: request, fromFile: fileURL, delegate: UploadProgress(sent))
+            }
         } catch {
             throw Self.transportError(error)
         }
@@ -316,7 +318,9 @@ final class NimbusTransport: Sendable {
             let data: Data
             let response: URLResponse
             do {
-                (data, response) = try await session.upload(for: request, from: piece, delegate: UploadProgress { sent(start + $0) })
+                (data, response) = try await Self.exchange { [session, request] in
+                    try await session.upload(for: request, from: piece, delegate: UploadProgress { sent(start + $0) })
+                }
             } catch {
                 throw Self.transportError(error)
             }
@@ -355,7 +359,7 @@ final class NimbusTransport: Sendable {
         request.timeoutInterval = configuration.requestTimeout
         let response: URLResponse
         do {
-            (_, response) = try await session.data(for: request)
+            (_, response) = try await Self.exchange { [session, request] in try await session.data(for: request) }
         } catch {
             throw Self.transportError(error)
         }
@@ -393,7 +397,7 @@ final class NimbusTransport: Sendable {
         let temporary: URL
         let response: URLResponse
         do {
-            (temporary, response) = try await session.download(for: request)
+            (temporary, response) = try await Self.exchange { [session, request] in try await session.download(for: request) }
         } catch {
             throw Self.transportError(error)
         }
@@ -437,6 +441,33 @@ final class NimbusTransport: Sendable {
     }
 
     /// URLSession's failures as CloudKit reports them.
+    /// One URLSession call, cancelled as far as the platform allows. On Apple platforms Swift's
+    /// cancellation reaches URLSession, which stops the transfer. On Linux it must not:
+    /// swift-corelibs-foundation crashes the process ("Trying to access a behaviour for a task
+    /// that in not in the registry"), or loses the answer and hangs the caller, when a task is
+    /// cancelled as it finishes (its cancel looks the task up after the task left the session).
+    /// There a cancelled caller stops waiting at once, and the transfer runs on unobserved to its
+    /// end: one request, or one upload piece (`resumablePieceBytes`), never the loop around them.
+    private static func exchange<T: Sendable>(_ call: @escaping @Sendable () async throws -> T) async throws -> T {
+        #if canImport(FoundationNetworking)
+        try Task.checkCancellation()
+        let outcome = FirstOutcome<T>()
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                outcome.deliver(to: continuation)
+                // Unstructured: the caller's cancellation does not reach it.
+                Task {
+                    do { outcome.settle(.success(try await call())) } catch { outcome.settle(.failure(error)) }
+                }
+            }
+        } onCancel: {
+            outcome.settle(.failure(CancellationError()))
+        }
+        #else
+        return try await call()
+        #endif
+    }
+
     private static func transportError(_ error: any Error) -> CKError {
         if error is CancellationError { return .cancelled() }
         let nsError = error as NSError
@@ -459,5 +490,31 @@ final class NimbusTransport: Sendable {
 extension JSON {
     static func parse(_ data: Data) throws -> JSON {
         try data.withUnsafeBytes { try JSON.parse($0) }
+    }
+}
+
+/// The first of several outcomes (an answer, a cancellation), handed to a continuation that
+/// may come before or after it.
+private final class FirstOutcome<T: Sendable>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var result: Result<T, any Error>?
+    private var continuation: CheckedContinuation<T, any Error>?
+
+    func deliver(to continuation: CheckedContinuation<T, any Error>) {
+        let ready: Result<T, any Error>? = lock.withLock {
+            if result == nil { self.continuation = continuation }
+            return result
+        }
+        if let ready { continuation.resume(with: ready) }
+    }
+
+    func settle(_ outcome: Result<T, any Error>) {
+        let waiting: CheckedContinuation<T, any Error>? = lock.withLock {
+            guard result == nil else { return nil }
+            result = outcome
+            defer { continuation = nil }
+            return continuation
+        }
+        waiting?.resume(with: outcome)
     }
 }
