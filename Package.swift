@@ -15,6 +15,8 @@ let package = Package(
         .library(name: "NimbusWire", targets: ["NimbusWire"]),
         .library(name: "NimbusServer", targets: ["NimbusServer"]),
         .library(name: "NimbusKit", targets: ["NimbusKit"]),
+        // A real Nimbus inside an app's tests, with a clock and faults (docs/testing.md).
+        .library(name: "NimbusTesting", targets: ["NimbusTesting"]),
     ],
     dependencies: [
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", exact: "2.28.1"),
@@ -133,6 +135,16 @@ let package = Package(
             // The dashboard's page, style and script (docs/dashboard.md), served as they are.
             resources: [.copy("Dashboard")],
             swiftSettings: strict),
+        // A real Nimbus inside an app's tests: the server on a throwaway SQLite store, NimbusKit
+        // containers pointed at it, the test-mode clock and faults (docs/testing.md).
+        .target(
+            name: "NimbusTesting",
+            dependencies: [
+                "NimbusKit", "NimbusServer", "NimbusCore", "NimbusSQLite", "NimbusStorage", "NimbusWire",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strict),
         // `nimbus`: the server and the admin verbs in one executable.
         .executableTarget(
             name: "NimbusCLI",
@@ -154,14 +166,14 @@ let package = Package(
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "WSClient", package: "swift-websocket"),
                 .product(name: "Logging", package: "swift-log"),
-                "NimbusCore", "NimbusSQLite", "NimbusStorage", "NimbusWire",
+                "NimbusCore", "NimbusSQLite", "NimbusStorage", "NimbusWire", "NimbusTesting",
             ],
             path: "Benchmarks/NimbusBench",
             swiftSettings: strict),
         .target(
             name: "NimbusTestSupport",
             dependencies: [
-                "NimbusServer", "NimbusCore", "NimbusSQLite", "NimbusPostgres", "NimbusBlobs",
+                "NimbusServer", "NimbusCore", "NimbusTesting", "NimbusSQLite", "NimbusPostgres", "NimbusBlobs",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
@@ -191,7 +203,7 @@ let package = Package(
         .testTarget(
             name: "NimbusKitTests",
             dependencies: [
-                "NimbusKit", "NimbusTestSupport",
+                "NimbusKit", "NimbusTestSupport", "NimbusTesting",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

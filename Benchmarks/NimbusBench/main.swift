@@ -234,6 +234,11 @@ let options = parseOptions()
 let counter = Counter()
 let runID = UUID().uuidString.prefix(8)
 
+if options.scenario == "testing-startup" {
+    try await TestingStartupBenchmark(options: options).run()
+    exit(0)
+}
+
 if options.scenario == "compare" {
     try await Comparison(options: options).run()
     exit(0)

@@ -39,6 +39,10 @@ struct Serve: AsyncParsableCommand {
         help: "Let the first-run setup link work from other machines than this one (a server in a container or VM browsed from its host; env NIMBUS_SETUP_FROM_ANYWHERE=1).")
     var setupFromAnywhere = ProcessInfo.processInfo.environment["NIMBUS_SETUP_FROM_ANYWHERE"] == "1"
 
+    @Flag(
+        help: "Test mode, for an app's tests (docs/testing.md): a clock tests move and faults they switch on, at /test/1/… without credentials. Never for a server others can reach (env NIMBUS_TEST_MODE=1).")
+    var testMode = ProcessInfo.processInfo.environment["NIMBUS_TEST_MODE"] == "1"
+
     @Option(help: "Connections one client address may hold open; 0 for no cap (env NIMBUS_CONNECTIONS_PER_CLIENT).")
     var connectionsPerClient: Int =
         Int(ProcessInfo.processInfo.environment["NIMBUS_CONNECTIONS_PER_CLIENT"] ?? "") ?? Limits.connectionsPerClient.value
@@ -168,6 +172,7 @@ struct Serve: AsyncParsableCommand {
         }
         configuration.service.recordHistoryDays = recordHistoryDays
         configuration.setupFromAnywhere = setupFromAnywhere
+        if testMode { configuration.enableTestMode() }
 
         let tracing = try startTracing()
         let directory = try await DataDirectory.open(configuration)
@@ -201,6 +206,9 @@ struct Serve: AsyncParsableCommand {
                     "first operator: open http://\(browsable):\(port)/dashboard#setup=\(setupToken) (one use, within 60 minutes\(setupReach); or nimbus operators create NAME --data-dir \(dataDir))")
             }
             lines.append(tokenLine)
+            if testMode {
+                lines.append("test mode: clock and faults at http://\(browsable):\(port)/test/1/ without credentials (docs/testing.md); never in production")
+            }
             FileHandle.standardOutput.write(Data((lines.joined(separator: "\n") + "\n").utf8))
         }
         // SIGINT and SIGTERM end the server gracefully: in-flight requests finish first.

@@ -66,13 +66,14 @@ extension NimbusService {
         }
         if target.scope == .shared { return try await sharedZoneChangeResults(target, request) }
         let database = try await databaseForReading(key)
+        let expired = switchedOnExpiries(request, target: target)
         return try await storage.read(.scan) { tx in
             try request.zones.map { zoneRequest in
                 do {
                     return .success(
                         try self.zoneChangesEntry(
                             zoneRequest, numbersAsStrings: request.numbersAsStrings, database: database, target: target,
-                            tx: tx))
+                            expiredByFault: expired.contains(zoneRequest.zoneID.zoneName), tx: tx))
                 } catch let error as CloudKitError {
                     return .failure(error)
                 }
@@ -86,6 +87,7 @@ extension NimbusService {
         -> [Result<ZoneRecordChanges, CloudKitError>]
     {
         var results: [Result<ZoneRecordChanges, CloudKitError>] = []
+        let expired = switchedOnExpiries(request, target: target)
         for zoneRequest in request.zones {
             do {
                 let shared = try await sharedZone(zoneRequest.zoneID, target)
@@ -98,7 +100,7 @@ extension NimbusService {
                             }
                             return try self.zoneChangesEntry(
                                 zoneRequest, numbersAsStrings: request.numbersAsStrings, database: database, target: view,
-                                shared: shared, tx: tx)
+                                shared: shared, expiredByFault: expired.contains(zoneRequest.zoneID.zoneName), tx: tx)
                         }))
             } catch let error as CloudKitError {
                 results.append(.failure(error))
@@ -107,9 +109,21 @@ extension NimbusService {
         return results
     }
 
+    /// The zones of `request` whose token a test's `changeTokenExpired` fault expires, taken
+    /// once here (a read may run its closure again).
+    private func switchedOnExpiries(_ request: ZoneChangesRequest, target: DatabaseTarget) -> Set<String> {
+        guard let faults = options.faults else { return [] }
+        var zones = Set<String>()
+        for zoneRequest in request.zones where zoneRequest.syncToken != nil {
+            let subject = Fault.Subject(caller: target.caller, zone: zoneRequest.zoneID.zoneName)
+            if faults.take([.changeTokenExpired], subject) != nil { zones.insert(zoneRequest.zoneID.zoneName) }
+        }
+        return zones
+    }
+
     private func zoneChangesEntry(
         _ request: ZoneChangesRequest.Zone, numbersAsStrings: Bool, database: DatabaseRow, target: DatabaseTarget,
-        shared: SharedZone? = nil, tx: any StorageReader
+        shared: SharedZone? = nil, expiredByFault: Bool = false, tx: any StorageReader
     ) throws -> ZoneRecordChanges {
         let requestedZoneID = wireZoneID(name: request.zoneID.zoneName, owner: request.zoneID.ownerRecordName).json
         if request.zoneID.zoneName == Names.defaultZone {
@@ -124,10 +138,13 @@ extension NimbusService {
                 guard token.databaseID == database.id, token.zoneNameHash == SyncToken.nameHash(zone.name) else {
                     throw CloudKitError.badRequest("syncToken: the token belongs to another zone; send the token this zone's last fetch returned")
                 }
-                guard token.zoneID == zone.id else {
+                let expirySwitchedOn = expiredByFault
+                guard token.zoneID == zone.id, !expirySwitchedOn else {
                     throw CloudKitError(
                         .changeTokenExpired,
-                        "syncToken: zone '\(zone.name)' was deleted and created again since this token; discard what you cached of it and fetch again without a token")
+                        expirySwitchedOn
+                            ? "syncToken: expired (switched on by a test); discard what you cached of zone '\(zone.name)' and fetch again without a token"
+                            : "syncToken: zone '\(zone.name)' was deleted and created again since this token; discard what you cached of it and fetch again without a token")
                 }
                 since = token.sequence
             } catch var error as CloudKitError {

@@ -114,9 +114,27 @@ extension NimbusService {
                         originDeviceID: row.originDeviceID, payload: payload, collapseID: row.delivery.collapseID,
                         isSilent: row.delivery.isSilent, syncToken: notificationToken(row.owner, sequence: row.sequence)))
             }
+            if let faults = options.faults { pushed = holdingBack(pushed, faults) }
             for sink in notificationHub.currentSinks { sink.deliver(pushed) }
             delivered = last.sequence
             if rows.count < Self.deliveryBatch { return delivered }
+        }
+    }
+
+    /// A test's push faults (docs/testing.md): notifications they drop stay in the collection
+    /// but reach no device; those they delay are pushed by a task of their own, late.
+    private func holdingBack(_ notifications: [PushedNotification], _ faults: FaultSwitchboard) -> [PushedNotification] {
+        notifications.filter { notification in
+            let subject = Fault.Subject(container: notification.owner.container, userID: notification.owner.userID)
+            guard let fault = faults.take([.pushDropped, .pushDelayed], subject) else { return true }
+            if fault.kind == .pushDelayed {
+                let sinks = notificationHub.currentSinks
+                Task {
+                    try? await Task.sleep(for: .seconds(fault.delaySeconds))
+                    for sink in sinks { sink.deliver([notification]) }
+                }
+            }
+            return false
         }
     }
 

@@ -103,7 +103,12 @@ extension NimbusService {
         let invitees = try await invitees(for: request, target: target)
         var batchShares = BatchShares(request)
         try await prepareShareRegistry(&batchShares, invitees: invitees, request: request, target: target, shared: shared)
+        if let fault = options.faults?.take([.zoneBusy], Fault.Subject(caller: target.caller, zone: request.zoneID.zoneName)), let refusal = fault.refusal {
+            throw refusal
+        }
         let zoneWriter = try zoneWriters.enter(key, zone: request.zoneID.zoneName, bound: options.writersPerZone)
+        // A test's `conflict` faults, taken here once: the write below may run its closure again.
+        let switchedConflicts = switchedOnConflicts(request, target: target)
         defer { zoneWriters.leave(zoneWriter) }
         let stamp = ChangeStamp(
             timestamp: now, userRecordName: target.caller.stampUserRecordName, deviceID: target.caller.deviceID)
@@ -138,7 +143,7 @@ extension NimbusService {
                             try self.apply(
                                 operation, request: request, zone: zone, database: database, target: writeTarget,
                                 access: access, quota: quota, stamp: stamp, schema: schema, seenNames: &seenNames, log: log,
-                                sharing: (invitees, shares, sharedZone), tx: tx)
+                                sharing: (invitees, shares, sharedZone), switchedConflicts: switchedConflicts, tx: tx)
                         }
                         guard isolated else {
                             slots[index] = .success(try applyOne())
@@ -193,6 +198,19 @@ extension NimbusService {
         return RecordsResponse(records: outcome.map(ItemResult.init))
     }
 
+    /// The records of `request` whose save a test's `conflict` fault makes conflict (each
+    /// fault spent on the first save it matches).
+    private func switchedOnConflicts(_ request: RecordsModifyRequest, target: DatabaseTarget) -> Set<String> {
+        guard let faults = options.faults else { return [] }
+        var names = Set<String>()
+        for operation in request.operations where operation.type.checksChangeTag {
+            guard let name = operation.record.recordName else { continue }
+            let subject = Fault.Subject(caller: target.caller, zone: request.zoneID.zoneName, recordName: name)
+            if faults.take([.conflict], subject) != nil { names.insert(name) }
+        }
+        return names
+    }
+
     /// The request with a new name for every create that has none.
     static func namingCreates(_ request: RecordsModifyRequest) -> RecordsModifyRequest {
         var named = request
@@ -206,7 +224,7 @@ extension NimbusService {
         _ operation: RecordOperationInput, request: RecordsModifyRequest, zone: ZoneRow, database: DatabaseRow,
         target: DatabaseTarget, access: PublicAccess?, quota: Int64, stamp: ChangeStamp, schema: SchemaResolver,
         seenNames: inout Set<String>, log: ChangeLog, sharing: (invitees: Invitees, batch: BatchShares, shared: SharedZone?),
-        tx: any StorageWriter
+        switchedConflicts: Set<String> = [], tx: any StorageWriter
     ) throws -> RecordEntry {
         let input = operation.record
         let path = "\(operation.path).record"
@@ -252,10 +270,14 @@ extension NimbusService {
                     throw CloudKitError(
                         .badRequest, "missing required key '\(path).recordChangeTag' for \(type.rawValue)", recordName: recordName)
                 }
-                guard tag == RecordCodec.changeTag(existing.changeSequence) else {
+                // A test's `conflict` fault: this save meets what it would had another device saved first.
+                let conflictSwitchedOn = switchedConflicts.contains(recordName)
+                guard tag == RecordCodec.changeTag(existing.changeSequence), !conflictSwitchedOn else {
                     throw CloudKitError(
                         .conflict,
-                        "record '\(recordName)' changed on the server (change tag \(RecordCodec.changeTag(existing.changeSequence)), not \(Names.escaped(tag))); merge with serverRecord and save again",
+                        conflictSwitchedOn
+                            ? "record '\(recordName)' conflicts (switched on by a test); merge with serverRecord and save again"
+                            : "record '\(recordName)' changed on the server (change tag \(RecordCodec.changeTag(existing.changeSequence)), not \(Names.escaped(tag))); merge with serverRecord and save again",
                         recordName: recordName,
                         serverRecord: try recordOutput(
                             existing, zone: zone, target: target, desiredKeys: nil, numbersAsStrings: request.numbersAsStrings

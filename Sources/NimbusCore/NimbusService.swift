@@ -37,6 +37,9 @@ public final class NimbusService: Sendable {
         /// `ZONE_BUSY` with `retryAfter` (0: no bound).
         public var writersPerZone = 64
         public var clock: any WallClock = SystemClock()
+        /// The faults a test switched on (docs/testing.md); nil unless the server is in test mode,
+        /// and then nothing checks for them.
+        public var faults: FaultSwitchboard?
         /// The processor time one query may take (`Limits.queryMilliseconds`); tests lower it.
         public var queryBudget: Duration = .milliseconds(Limits.queryMilliseconds.value)
         /// How long notifications stay in the collection (docs/notifications.md).

@@ -19,6 +19,7 @@ enum NimbusRouter {
                 cors: CORSPolicy(service: service)))  // the API token's allowed origins; preflight
 
         router.add(HealthRoutes.routes, parts: parts)
+        router.add(TestModeRoutes.routes, parts: parts)  // the clock and faults, in test mode only
         router.add(CourierRoutes.routes, parts: parts)
         AssetRoutes.addTransfers(to: router, parts: parts)  // the upload and download URLs
         ShareRoutes.addPage(to: router, parts: parts)  // the page at a share's URL

@@ -51,6 +51,15 @@ public struct ServerConfiguration: Sendable {
         self.storage = storage
     }
 
+    /// Test mode (docs/testing.md): the service's clock runs ahead when a test says so, and
+    /// faults a test switches on (`/test/1/…`, `NimbusTesting`) are met. Never for production:
+    /// the switches need no credentials.
+    public mutating func enableTestMode() {
+        let faults = FaultSwitchboard()
+        service.faults = faults
+        service.clock = faults.clock
+    }
+
     /// Where the data is, as `nimbus serve` prints it.
     public var storageDescription: String { storage.description(dataDirectory) }
 

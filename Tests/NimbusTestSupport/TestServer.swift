@@ -8,6 +8,7 @@ import NimbusPostgres
 import NimbusSQLite
 import NimbusServer
 import NimbusStorage
+import NimbusTesting
 import NimbusWire
 import ServiceLifecycle
 
@@ -42,27 +43,11 @@ public final class TestServer: Sendable {
         self.task = task
     }
 
-    /// One hashing pool for every test server of the process, with room for the whole suite's
-    /// sign-ins at once (a server's own pool refuses past 64 waiting, and the suite runs a
-    /// hundred servers side by side).
-    static let passwordHashing = PasswordHashing(threads: 2, queueLimit: 1_000_000)
-
     public static func start(configure: (inout ServerConfiguration) -> Void = { _ in }) async throws -> TestServer {
         let dataDirectory = NSTemporaryDirectory() + "nimbus-test-" + UUID().uuidString
         var configuration = ServerConfiguration.embedded()
         configuration.dataDirectory = dataDirectory
-        configuration.port = 0
-        configuration.logLevel = .error
-        configuration.service.passwordRounds = 1_000  // fast tests; production uses 210,000
-        // Every test client signs in from 127.0.0.1 and the clock only moves when told to: the
-        // limits' own tests (SignInLimitTests) set the real ones.
-        configuration.service.signInLimits.attemptsPerAddressPerMinute = 100_000
-        configuration.service.signInLimits.failuresPerAccountPerMinute = 100_000
-        configuration.service.signInLimits.failuresPerAccountAndAddressPerMinute = 100_000
-        // Request budgets too (RequestBudgetTests sets real ones); quotas stay as they are by default.
-        for limit in ContainerLimit.allCases where !limit.isQuota { configuration.service.containerLimits[limit] = 1_000_000 }
-        configuration.service.failedAuthenticationsPerMinute = 100_000
-        configuration.service.passwordHashing = Self.passwordHashing
+        configuration.applyTestDefaults()
         let clock = ManualClock(milliseconds: Int64(Date().timeIntervalSince1970 * 1000))
         configuration.service.clock = clock
         configure(&configuration)

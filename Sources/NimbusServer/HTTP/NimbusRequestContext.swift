@@ -66,6 +66,8 @@ public final class RequestExchange: @unchecked Sendable {
         /// The caller's budget after this request (`RateLimit-*` headers); nil before
         /// authentication or with budgets off.
         public var rateLimit: RateLimitStatus?
+        /// A test's `connectionReset` fault met this request: its answer is cut short.
+        public var cutsAnswerShort = false
     }
 
     private var facts = Facts()

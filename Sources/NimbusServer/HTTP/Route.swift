@@ -72,7 +72,7 @@ struct Route: Sendable {
             { request, context in
                 var request = request
                 try await Self.admit(&request, context: context, parts: parts, authentication: authentication, cost: cost)
-                return try await respond(RouteInput(request: request, context: context, parts: parts))
+                return Self.cutShortIfFaulted(try await respond(RouteInput(request: request, context: context, parts: parts)), context)
             }
         }
     }
@@ -92,7 +92,7 @@ struct Route: Sendable {
                     let codes = failures.itemFailureCodes
                     if !codes.isEmpty { context.exchange.update { $0.itemFailureCodes = codes } }
                 }
-                return Reply.json(body.json, context: context)
+                return Self.cutShortIfFaulted(Reply.json(body.json, context: context), context)
             }
         })
     }
@@ -130,6 +130,30 @@ struct Route: Sendable {
             context.exchange.update { $0.rateLimit = throttled.status }
             throw throttled.error
         }
+        if let faults = service.options.faults { try Self.meetFaults(faults, caller: caller, path: request.uri.path, context: context) }
+    }
+
+    /// A test's request faults (docs/testing.md), met where budgets refuse: a refusal is thrown
+    /// as the real one is; `connectionReset` lets the request run and cuts its answer.
+    private static func meetFaults(_ faults: FaultSwitchboard, caller: Caller, path: String, context: NimbusRequestContext) throws {
+        guard let fault = faults.take([.throttled, .tryAgainLater, .connectionReset], Fault.Subject(caller: caller, route: path)) else {
+            return
+        }
+        if let refusal = fault.refusal { throw refusal }
+        context.exchange.update { $0.cutsAnswerShort = true }
+    }
+
+    /// The answer as it goes, or, after a `connectionReset` fault, its head and first byte and
+    /// then a closed connection: the client cannot tell whether the request was carried out.
+    private static func cutShortIfFaulted(_ response: Response, _ context: NimbusRequestContext) -> Response {
+        guard context.exchange.current.cutsAnswerShort else { return response }
+        var cut = response
+        cut.body = ResponseBody(contentLength: 1 << 20) { writer in
+            try await writer.write(ByteBuffer(string: "{"))
+            throw CancellationError()
+        }
+        cut.headers[.contentLength] = String(1 << 20)
+        return cut
     }
 
     private init(_ path: String, _ access: EndpointAccess, bind: @escaping @Sendable (ServerParts, Authentication?) -> Handler) {
