@@ -203,7 +203,7 @@ let package = Package(
         .testTarget(
             name: "NimbusKitTests",
             dependencies: [
-                "NimbusKit", "NimbusTestSupport", "NimbusTesting",
+                "NimbusKit", "NimbusTestSupport", "NimbusTesting", "NimbusWire",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -348,7 +348,7 @@ struct Providers: AsyncParsableCommand {
 struct Users: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Manage user accounts.",
-        subcommands: [Create.self, List.self, Passwd.self, SignOut.self, Disable.self, Enable.self, Delete.self])
+        subcommands: [Create.self, List.self, Passwd.self, SignOut.self, Disable.self, Enable.self, Delete.self, Devices.self])
 
     struct List: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -373,6 +373,48 @@ struct Users: AsyncParsableCommand {
                     after = last
                 }
             } catch { throw reportFailure(error) }
+        }
+    }
+
+    /// The sync doctor (docs/sync-doctor.md) on the command line.
+    struct Devices: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Show a user's devices and why one is not in step: how far behind it is in each zone, pushes it missed, tokens the store no longer honours.")
+        @OptionGroup var data: DataOptions
+        @Argument(help: "The user name.") var name: String
+        @Option(help: "The container.") var container: String
+        @Option(help: "development or production.") var environment = "development"
+
+        func run() async throws {
+            do {
+                guard let environment = NimbusStorage.Environment(rawValue: environment) else {
+                    throw ValidationError("--environment must be development or production")
+                }
+                let report = try await data.open().service.deviceSyncReport(container: container, environment: environment, userName: name)
+                let devices = report["devices"]?.arrayValue ?? []
+                if devices.isEmpty { print("user \(name) has no device that fetched changes in \(container) (\(environment.rawValue)) within \(report["retentionDays"]?.int64Value ?? 0) days") }
+                for device in devices { print(Self.describe(device)) }
+            } catch { throw reportFailure(error) }
+        }
+
+        static func describe(_ device: JSON) -> String {
+            func moment(_ value: JSON?) -> String { value?.int64Value.map(NimbusService.isoMoment) ?? "never" }
+            var lines = ["device \(device["deviceID"]?.stringValue ?? "?")\tlast seen \(moment(device["lastSeen"]))"]
+            if let database = device["database"] {
+                lines.append("  database feed\t\(database["status"]?.stringValue ?? "?")\tfetched \(moment(database["fetchedAt"]))")
+            }
+            for zone in device["zones"]?.arrayValue ?? [] {
+                var state = zone["status"]?.stringValue ?? "?"
+                if let behind = zone["behind"]?.int64Value, behind > 0 { state += " by \(behind) change\(behind == 1 ? "" : "s")" }
+                if let reason = zone["reason"]?.stringValue { state += ": \(reason)" }
+                lines.append("  zone \(zone["zone"]?.stringValue ?? "?")\t\(state)\tfetched \(moment(zone["fetchedAt"]))")
+            }
+            for zone in device["zonesNeverFetched"]?.arrayValue ?? [] { lines.append("  zone \(zone.stringValue ?? "?")\tnever fetched") }
+            let push = device["push"]
+            let missed = push?["missed"]?.int64Value ?? 0
+            lines.append(
+                "  pushes\t\(missed == 0 ? "none missed" : "\(missed) missed since \(moment(push?["oldestMissedAt"]))")\tlast sent \(moment(push?["lastSentAt"]))")
+            return lines.joined(separator: "\n")
         }
     }
 

@@ -43,13 +43,16 @@ extension NimbusService {
             zone.isDeleted ? .deleted(wireZoneID(zone, target: target)) : .zone(zoneOutput(zone, target: target))
         }
         let token = SyncToken.forDatabase(databaseID: database.id, sequence: nextSequence).encoded(key: keys.syncTokens)
+        deviceSync.servedDatabase(target, sequence: nextSequence, at: now)
         return DatabaseChangesResponse(zones: entries, syncToken: token, moreComing: moreComing)
     }
 
     /// `changes/zone`: for each requested zone, the records changed since its token, oldest
     /// first; a zone's failure is its own entry.
     public func zoneChanges(_ target: DatabaseTarget, _ request: ZoneChangesRequest) async throws -> ZoneChangesResponse {
-        ZoneChangesResponse(zones: try await zoneChangeResults(target, request).map(ItemResult.init))
+        let results = try await zoneChangeResults(target, request)
+        noteServedZones(target, results)
+        return ZoneChangesResponse(zones: results.map(ItemResult.init))
     }
 
     /// The deprecated `records/changes`: one zone, its failure failing the whole request.

@@ -116,6 +116,8 @@ public final class NimbusService: Sendable {
     let resumableUploads = ResumableUploads()
     /// `records/modify` requests in flight per zone (`Options.writersPerZone`).
     let zoneWriters = ZoneWriters()
+    /// What each device has been served, not yet stored (the sync doctor).
+    let deviceSync = DeviceSyncLedger()
     let signInThrottle: SignInThrottle
     /// The link that makes the first operator (`FirstRunSetup.swift`).
     let firstRunSetup = FirstRunSetup()

@@ -495,9 +495,11 @@ struct PostgresAccountStore: AccountStore {
                  badges AS (DELETE FROM badges WHERE user_id = \(id) RETURNING 1),
                  pending AS (DELETE FROM notifications WHERE user_id = \(id) RETURNING 1),
                  sealed AS (DELETE FROM sealed_keys WHERE user_id = \(id) RETURNING 1),
+                 devices AS (DELETE FROM device_sync WHERE user_id = \(id) RETURNING 1),
                  removed AS (DELETE FROM users WHERE id = \(id) RETURNING 1)
             SELECT (SELECT count(*) FROM removed),
                    (SELECT count(*) FROM tokens) + (SELECT count(*) FROM badges) + (SELECT count(*) FROM pending) + (SELECT count(*) FROM sealed)
+                   + (SELECT count(*) FROM devices)
             """)
         guard let (removed, _) = try rows.first?.decode((Int64, Int64).self) else { return false }
         return removed > 0

@@ -795,5 +795,23 @@ enum PostgresMigrations {
                 """
             ]
         ),
+        (
+            "v27-device-sync",
+            [
+                // What each device has been served, for the sync doctor (docs/sync-doctor.md).
+                """
+                CREATE TABLE device_sync (
+                    user_id bigint NOT NULL,
+                    container text NOT NULL,
+                    environment text NOT NULL,
+                    device_id text NOT NULL,
+                    state text NOT NULL,
+                    updated_at bigint NOT NULL,
+                    PRIMARY KEY (user_id, container, environment, device_id)
+                )
+                """,
+                "CREATE INDEX device_sync_updated ON device_sync (updated_at)",
+            ]
+        ),
     ]
 }

@@ -47,6 +47,46 @@ struct PostgresPushStore: PushStore {
             """)
     }
 
+    func deviceSyncStates(owner: NotificationOwner) async throws -> [DeviceSyncRow] {
+        try await storage.rows(
+            """
+            SELECT device_id, state, updated_at FROM device_sync
+            WHERE user_id = \(owner.userID) AND container = \(owner.container) AND environment = \(owner.environment.rawValue)
+            ORDER BY device_id
+            """
+        ).map {
+            let (deviceID, state, updatedAt) = try $0.decode((String, String, Int64).self)
+            return DeviceSyncRow(owner: owner, deviceID: deviceID, state: state, updatedAt: updatedAt)
+        }
+    }
+
+    /// One statement for all rows (an upsert from a JSON array).
+    func putDeviceSyncStates(_ rows: [DeviceSyncRow]) async throws {
+        guard !rows.isEmpty else { return }
+        let entries = JSON.array(
+            rows.map { row in
+                [
+                    "user_id": .int(row.owner.userID), "container": .string(row.owner.container),
+                    "environment": .string(row.owner.environment.rawValue), "device_id": .string(row.deviceID),
+                    "state": .string(row.state), "updated_at": .int(row.updatedAt),
+                ]
+            })
+        try await storage.rows(
+            """
+            INSERT INTO device_sync (user_id, container, environment, device_id, state, updated_at)
+            SELECT * FROM jsonb_to_recordset(\(entries.text)::jsonb) AS d(
+                user_id bigint, container text, environment text, device_id text, state text, updated_at bigint)
+            ON CONFLICT (user_id, container, environment, device_id) DO UPDATE SET
+                state = excluded.state, updated_at = excluded.updated_at
+            """)
+    }
+
+    func deleteDeviceSyncStates(updatedBefore: Int64) async throws -> Int {
+        let rows = try await storage.rows(
+            "WITH gone AS (DELETE FROM device_sync WHERE updated_at < \(updatedBefore) RETURNING 1) SELECT count(*) FROM gone")
+        return Int(try rows.first?.decode(Int64.self) ?? 0)
+    }
+
     func pushTokens(owner: NotificationOwner) async throws -> [PushTokenRow] {
         try await storage.rows(
             """

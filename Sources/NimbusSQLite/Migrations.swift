@@ -684,5 +684,22 @@ enum Migrations {
                     ) WITHOUT ROWID;
                     """)
         }
+        migrator.registerMigration("v31-device-sync") { db in
+            // What each device has been served, for the sync doctor (docs/sync-doctor.md): one
+            // row per device, kept while the device is seen (deviceSyncRetention).
+            try db.execute(
+                sql: """
+                    CREATE TABLE device_sync (
+                        user_id INTEGER NOT NULL,
+                        container TEXT NOT NULL,
+                        environment TEXT NOT NULL,
+                        device_id TEXT NOT NULL,
+                        state TEXT NOT NULL,
+                        updated_at INTEGER NOT NULL,
+                        PRIMARY KEY (user_id, container, environment, device_id)
+                    ) WITHOUT ROWID;
+                    CREATE INDEX device_sync_updated ON device_sync (updated_at);
+                    """)
+        }
     }
 }

@@ -261,7 +261,7 @@ struct SQLiteAccountStore: AccountStore {
         try await storage.writeSQLite { tx in
             guard try tx.user(id: id) != nil else { return false }
             // Sessions, memberships, roles and linked identities go with the row (ON DELETE CASCADE).
-            for table in ["push_tokens", "badges", "notifications", "sealed_keys"] {
+            for table in ["push_tokens", "badges", "notifications", "sealed_keys", "device_sync"] {
                 try tx.execute("DELETE FROM \(table) WHERE user_id = ?", [id])
             }
             try tx.execute("DELETE FROM users WHERE id = ?", [id])

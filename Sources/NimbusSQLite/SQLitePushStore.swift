@@ -29,6 +29,19 @@ struct SQLitePushStore: PushStore {
         try await storage.writeSQLite { try $0.deletePushToken(token) }
     }
 
+    func deviceSyncStates(owner: NotificationOwner) async throws -> [DeviceSyncRow] {
+        try storage.readPoint { try $0.deviceSyncStates(owner: owner) }
+    }
+
+    func putDeviceSyncStates(_ rows: [DeviceSyncRow]) async throws {
+        guard !rows.isEmpty else { return }
+        try await storage.writeSQLite { tx in for row in rows { try tx.putDeviceSyncState(row) } }
+    }
+
+    func deleteDeviceSyncStates(updatedBefore: Int64) async throws -> Int {
+        try await storage.writeSQLite { try $0.deleteDeviceSyncStates(updatedBefore: updatedBefore) }
+    }
+
     func apnsCredentials(container: String) async throws -> APNsCredentialsRow? {
         try storage.readPoint { try $0.apnsCredentials(container: container) }
     }

@@ -241,6 +241,27 @@ extension SQLiteTransaction {
             ])
     }
 
+    func deviceSyncStates(owner: NotificationOwner) throws -> [DeviceSyncRow] {
+        try fetchRows(
+            """
+            SELECT device_id, state, updated_at FROM device_sync
+            WHERE user_id = ? AND container = ? AND environment = ? ORDER BY device_id
+            """,
+            [owner.userID, owner.container, owner.environment.rawValue]
+        ).map { row in DeviceSyncRow(owner: owner, deviceID: row["device_id"], state: row["state"], updatedAt: row["updated_at"]) }
+    }
+
+    func putDeviceSyncState(_ row: DeviceSyncRow) throws {
+        try execute(
+            "INSERT OR REPLACE INTO device_sync (user_id, container, environment, device_id, state, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+            [row.owner.userID, row.owner.container, row.owner.environment.rawValue, row.deviceID, row.state, row.updatedAt])
+    }
+
+    func deleteDeviceSyncStates(updatedBefore: Int64) throws -> Int {
+        try execute("DELETE FROM device_sync WHERE updated_at < ?", [updatedBefore])
+        return db.changesCount
+    }
+
     func badge(owner: NotificationOwner) throws -> Int64 {
         try fetchRow(
             "SELECT value FROM badges WHERE container = ? AND environment = ? AND user_id = ?",

@@ -174,7 +174,9 @@ public enum NimbusServer {
         let backups = directory.backups
         let metrics = directory.metrics
         let logger = configuration.leveledLogger
-        let connections = LiveConnections()
+        let connections = LiveConnections { owner, deviceID, sequence in
+            service.notePushed(owner: owner, deviceID: deviceID, sequence: sequence)
+        }
         let courier = WebCourier(service: service, pollTimeout: configuration.webCourierPollTimeout)
         let apns = APNsDelivery(service: service, settings: configuration.apns, logger: logger)
         for sink: any NotificationSink in [connections, courier, apns] { service.notificationHub.addSink(sink) }
@@ -207,7 +209,7 @@ public enum NimbusServer {
                 address: .hostname(configuration.host, port: configuration.port), serverName: "Nimbus"),
             services: [
                 NotificationPipelineService(service: service, connections: connections), apns, AssetCollectionService(service: service),
-                RetentionService(service: service),
+                RetentionService(service: service), DeviceSyncService(service: service),
             ]
                 + (backups.settings.every == nil ? [] : [ScheduledBackupService(keeper: backups)])
                 + (parts.archive.map { [$0] } ?? [])
@@ -220,6 +222,15 @@ public enum NimbusServer {
                 + extraServices,
             onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? configuration.port) },
             logger: logger)
+    }
+}
+
+/// Stores what devices were served, a second at a time (the sync doctor, docs/sync-doctor.md).
+struct DeviceSyncService: Service {
+    let service: NimbusService
+
+    func run() async throws {
+        await cancelWhenGracefulShutdown { await service.runDeviceSyncLedger() }
     }
 }
 

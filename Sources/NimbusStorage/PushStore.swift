@@ -14,6 +14,13 @@ public protocol PushStore: Sendable {
     func putPushToken(_ row: PushTokenRow) async throws
     func deletePushToken(_ token: String) async throws
 
+    /// What each of the owner's devices has been served (the sync doctor, docs/sync-doctor.md).
+    func deviceSyncStates(owner: NotificationOwner) async throws -> [DeviceSyncRow]
+    /// Inserts or replaces each row's device.
+    func putDeviceSyncStates(_ rows: [DeviceSyncRow]) async throws
+    /// Removes devices not seen since `updatedBefore`; returns how many.
+    func deleteDeviceSyncStates(updatedBefore: Int64) async throws -> Int
+
     func apnsCredentials(container: String) async throws -> APNsCredentialsRow?
     func putAPNsCredentials(_ row: APNsCredentialsRow) async throws
     /// Whether there were any.
@@ -45,6 +52,23 @@ public struct SealedKeyRow: Sendable, Hashable {
         self.publicKey = publicKey
         self.sealed = sealed
         self.sealedBy = sealedBy
+        self.updatedAt = updatedAt
+    }
+}
+
+/// What one device of a user has been served, for the sync doctor (docs/sync-doctor.md): its
+/// change-feed positions and the pushes it was sent. `state` is the service's JSON; storage only
+/// keeps it.
+public struct DeviceSyncRow: Sendable, Hashable {
+    public var owner: NotificationOwner
+    public var deviceID: String
+    public var state: String
+    public var updatedAt: Int64
+
+    public init(owner: NotificationOwner, deviceID: String, state: String, updatedAt: Int64) {
+        self.owner = owner
+        self.deviceID = deviceID
+        self.state = state
         self.updatedAt = updatedAt
     }
 }

@@ -416,6 +416,14 @@ enum ConsoleRoutes {
                     "subscriptions": .int(Int64(outcome.subscriptions)), "sharesLeft": .int(Int64(outcome.sharesLeft)),
                 ], context: context)
         }
+        // The sync doctor (docs/sync-doctor.md): the user's devices and why one is not in step.
+        admin.get("containers/:container/users/:user/devices/:environment") { request, context in
+            let operatorContext = try await AdminRoutes.signedIn(request, service)
+            try operatorContext.requireSight(of: container(context))
+            let report = try await service.deviceSyncReport(
+                container: container(context), environment: try environment(context), userName: context.parameters.get("user") ?? "")
+            return Reply.json(report, context: context)
+        }
         admin.get("containers/:container/subscriptions/:environment") { request, context in
             let list = try await service.subscriptions(
                 container: container(context), environment: try environment(context), as: try await AdminRoutes.signedIn(request, service))

@@ -23,6 +23,14 @@ final class LiveConnections: NotificationSink, @unchecked Sendable {
         case ping
     }
 
+    /// Told of each notification handed to a device's connection (the sync doctor's "pushes
+    /// sent"): the owner, the device, the notification's sequence.
+    let onPushed: (@Sendable (NotificationOwner, String, Int64) -> Void)?
+
+    init(onPushed: (@Sendable (NotificationOwner, String, Int64) -> Void)? = nil) {
+        self.onPushed = onPushed
+    }
+
     /// Frames waiting for a slow connection; past this, new ones are dropped.
     static let queueLimit = 1_024
     /// How often every connection is pinged, so a peer that vanished is noticed (the write
@@ -159,6 +167,7 @@ final class LiveConnections: NotificationSink, @unchecked Sendable {
         for notification in notifications {
             for connection in listeners(of: notification.owner) where notification.isFor(deviceID: connection.deviceID) {
                 connection.enqueue(.notification(notification))
+                onPushed?(notification.owner, connection.deviceID, notification.sequence)
             }
         }
     }
