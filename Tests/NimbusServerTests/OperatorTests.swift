@@ -600,7 +600,24 @@ extension OperatorTests {
             baseURL: server.baseURL, container: "iCloud.nimbus.default", environment: .development, apiToken: String(token), webAuthToken: nil,
             userRecordName: nil)
         #expect(try await client.signIn("ada", password: "first-password").status == 401)
-        #expect(try await client.signIn("ada", password: "second-password").status == 200)
+        let signedIn = try await client.signIn("ada", password: "second-password")
+        #expect(signedIn.status == 200)
+
+        // The sync doctor on the command line: a device that fetched a zone, read back from the
+        // store the running server writes a second later.
+        var phone = client.onDevice("ada-phone")
+        phone.webAuthToken = signedIn.json["ckWebAuthToken"]?.stringValue
+        #expect(try await phone.createZone("Notes").status == 200)
+        #expect(try await phone.zoneChanges("Notes").status == 200)
+        var devices = ""
+        for _ in 0..<50 where !devices.contains("device ada-phone") {
+            try await Task.sleep(for: .milliseconds(100))
+            devices = try NimbusProcess.run(["users", "devices", "ada", "--container", "iCloud.nimbus.default"] + data)
+        }
+        #expect(devices.contains("device ada-phone") && devices.contains("  zone Notes\tcurrent\t"), "\(devices)")
+        #expect(devices.contains("  pushes\tnone missed"), "\(devices)")
+        #expect(try run(["users", "devices", "nobody", "--container", "iCloud.nimbus.default"]).2.contains("no user 'nobody'"))
+        #expect(try run(["users", "devices", "ada", "--container", "iCloud.nimbus.default", "--environment", "staging"]).0 != 0)
 
         // One convention for the container (--container), and sizes people read (defects 27, 29).
         let quotas = try NimbusProcess.run(["quotas", "show", "--container", "iCloud.nimbus.default", "--user", "ada"] + data)
