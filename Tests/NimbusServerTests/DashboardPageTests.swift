@@ -134,6 +134,14 @@ import Testing
             let travelTo = String(NimbusService.isoMoment(server.clock.nowMilliseconds()).prefix(19))  // as datetime-local holds it
             server.clock.advance(milliseconds: 60_000)
             #expect(try await alice.modify(zone: "Diary", [Op.forceDelete("d1")]).status == 200)
+            // The sync doctor's case: alice's phone fetched Notes, then (a second later, offline)
+            // missed the push for her laptop's change and is a change behind.
+            let phone = alice.onDevice("alice-phone")
+            #expect(try await phone.createZone("Notes").status == 200)
+            let phoneToken = try #require(try await phone.zoneChanges("Notes").json["zones"]?[0]?["syncToken"]?.stringValue)
+            server.clock.advance(milliseconds: 1_000)
+            #expect(try await alice.onDevice("alice-laptop").modify(zone: "Notes", [Op.create("n1")]).status == 200)
+            try await server.service.flushDeviceSync()
             let screenshots = ProcessInfo.processInfo.environment["NIMBUS_DASHBOARD_SCREENSHOTS"]
             let png = NSTemporaryDirectory() + "nimbus-dashboard-" + UUID().uuidString + ".png"
             try Data(Self.onePixelPNG).write(to: URL(fileURLWithPath: png))
@@ -144,6 +152,10 @@ import Testing
                 "travelTo": .string(travelTo), "apnsKey": .string(P256.Signing.PrivateKey().pemRepresentation),
                 "publicKey": .string(P256.Signing.PrivateKey().publicKey.pemRepresentation),
                 "jwks": .string("http://127.0.0.1:\(issuer.port)/keys"),
+                "phone": [
+                    "deviceID": "alice-phone", "syncToken": .string(phoneToken), "apiToken": .string(server.developmentToken),
+                    "webAuthToken": .string(alice.webAuthToken ?? ""),
+                ],
             ]
             let configFile = NSTemporaryDirectory() + "nimbus-dashboard-" + UUID().uuidString + ".json"
             try Data(config.serialized()).write(to: URL(fileURLWithPath: configFile))
@@ -155,6 +167,12 @@ import Testing
             #expect(result["signedInAs"]?.stringValue == "olga")
             #expect(result["sessionQuestion"]?.stringValue?.contains("Sign alice out of this development session") == true, "\(result)")
             #expect(result["sessionsAfterDismiss"] == 1, "\(result)")
+            // The sync doctor in the page: the phone behind in Notes with a missed push, then in step after it fetched.
+            let before = result["phoneBefore"]?.arrayValue?.compactMap(\.stringValue) ?? []
+            #expect(before.count == 4 && before[2].contains("Notes: 1 change behind") && before[3].contains("1 missed"), "\(result)")
+            #expect(result["phoneFetched"] == 200, "\(result)")
+            let after = result["phoneAfter"]?.arrayValue?.compactMap(\.stringValue) ?? []
+            #expect(after.count == 4 && after[2].contains("Notes: in step") && after[3].contains("none missed"), "\(result)")
             // Push credentials and an identity provider from the page; each removal asks first.
             #expect(result["apnsStored"]?.stringValue?.contains("key FGHIJ67890, topic com.example.notes") == true, "\(result)")
             #expect(result["apnsRemoveQuestion"]?.stringValue?.contains("Remove iCloud.com.example.notes's APNs credentials?") == true, "\(result)")
@@ -281,7 +299,9 @@ import Testing
             ] {
                 #expect(actions.contains(expected), "no \(expected) in \(actions)")
             }
-            // The two oldest, last on the page: olga made by the CLI, then the password she chose at first sign-in.
+            // Paged 50 at a time ("Show more" to the end, review defect 23). The two oldest, last:
+            // olga made by the CLI, then the password she chose at first sign-in.
+            #expect(result["auditFirstPage"] == 50 && audit.count > 50, "\(result["auditFirstPage"] ?? .null), \(audit.count)")
             #expect(actions.suffix(2) == ["operators.password", "operators.create"], "\(actions)")
             #expect(actions.contains("operators.change") && actions.contains("subscriptions.delete"), "\(actions)")
             #expect(audit.contains { $0[2] == "operators.create" && $0[4].contains("rita") })

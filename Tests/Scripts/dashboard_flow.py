@@ -21,6 +21,8 @@ import subprocess
 import tempfile
 import struct
 import sys
+import urllib.parse
+import urllib.request
 
 from browser import chromium
 from selenium.common.exceptions import StaleElementReferenceException
@@ -238,8 +240,30 @@ def console_flow(driver, wait, shots, config, result, rows, visible):
     result["people"] = [r[0] for r in rows("people-rows")]
     driver.find_element(By.XPATH, "//tbody[@id='people-rows']//button[text()='alice']").click()
     wait.until(lambda d: visible("person") and rows("session-rows"))
+    # The sync doctor: alice's phone missed a push and is a change behind in Notes; it fetches
+    # (as the app would, here through the API), and after Refresh it is in step.
+    def phone_row():
+        for row in rows("device-rows"):
+            if row and row[0] == config["phone"]["deviceID"]:
+                return row
+        return None
+    wait.until(lambda d: phone_row())
+    result["phoneBefore"] = phone_row()
     if shots:
         driver.save_screenshot(f"{shots}/people.png")
+    phone = config["phone"]
+    fetch = urllib.request.Request(
+        f"{config['url']}/database/1/{container}/development/private/changes/zone?ckAPIToken={phone['apiToken']}"
+        f"&ckWebAuthToken={urllib.parse.quote(phone['webAuthToken'])}",
+        data=json.dumps({"zones": [{"zoneID": {"zoneName": "Notes"}, "syncToken": phone["syncToken"]}]}).encode(),
+        headers={"X-Nimbus-Device-ID": phone["deviceID"], "Content-Type": "application/json"})
+    result["phoneFetched"] = urllib.request.urlopen(fetch, timeout=30).status
+    def refreshed_in_step():
+        driver.find_element(By.ID, "refresh-devices").click()
+        row = phone_row()
+        return row if row and "Notes: in step" in row[2] and "none missed" in row[3] else None
+    WebDriverWait(driver, 30, poll_frequency=1.5).until(lambda d: refreshed_in_step())
+    result["phoneAfter"] = phone_row()
     # Asked first, naming whose session; dismissed, nothing happens.
     (result["sessionQuestion"], result["sessionsAfterDismiss"],
      result["revoked"]) = asked_then_done("#session-rows button", "session-rows", "Session of alice revoked.")
@@ -629,6 +653,12 @@ def main():
 
         driver.find_element(By.CSS_SELECTOR, "nav button[data-view=audit]").click()
         wait.until(lambda d: visible("audit") and rows("audit-rows"))
+        # Every page of it (50 at a time): the oldest entries are on the last.
+        result["auditFirstPage"] = len(rows("audit-rows"))
+        while driver.find_element(By.ID, "more-audit").is_displayed():
+            shown = len(rows("audit-rows"))
+            driver.find_element(By.ID, "more-audit").click()
+            wait.until(lambda d: len(rows("audit-rows")) > shown or not d.find_element(By.ID, "more-audit").is_displayed())
         result["audit"] = rows("audit-rows")
         if shots:
             driver.save_screenshot(f"{shots}/audit-log.png")

@@ -1066,7 +1066,31 @@ async function showPerson(name) {
     el('td', {}, group.environment), el('td', {}, group.database), el('td', {}, s.subscriptionID), el('td', {}, s.subscriptionType)))));
   $('push-rows').replaceChildren(...person.pushTokens.map((t) => el('tr', {},
     el('td', {}, t.environment), el('td', {}, t.delivery), el('td', {}, t.token), el('td', {}, t.deviceID))));
+  await showDevices(name);
 }
+
+// The sync doctor: each device of the person, what it fetched and was pushed, and what is wrong.
+async function showDevices(name) {
+  const report = await api(inContainer(`users/${encodeURIComponent(name)}/devices/${scope().environment}`));
+  const zoneLine = (zone) => {
+    let text;
+    if (zone.status === 'behind') text = `${zone.zone}: ${zone.behind >= report.behindLimit ? `${zone.behind} or more` : zone.behind} change${zone.behind === 1 ? '' : 's'} behind`;
+    else if (zone.status === 'current') text = `${zone.zone}: in step`;
+    else text = `${zone.zone}: ${zone.status} (${zone.reason})`;
+    return el('div', { className: zone.status === 'current' ? '' : 'attention' }, `${text}, fetched ${when(zone.fetchedAt)}`);
+  };
+  const pushText = (push) => (push.missed
+    ? el('div', { className: 'attention' }, `${push.missed} missed since ${when(push.oldestMissedAt)}; last sent ${when(push.lastSentAt)}`)
+    : el('div', {}, `none missed; last sent ${when(push.lastSentAt)}`));
+  const rows = report.devices.map((device) => el('tr', {},
+    el('td', {}, device.deviceID), el('td', {}, when(device.lastSeen)),
+    el('td', {}, ...device.zones.map(zoneLine),
+      ...(device.zonesNeverFetched.length ? [el('div', {}, `never fetched: ${device.zonesNeverFetched.join(', ')}`)] : [])),
+    el('td', {}, pushText(device.push))));
+  $('device-rows').replaceChildren(...(rows.length ? rows
+    : [el('tr', {}, el('td', { colSpan: 4 }, `No device of ${name} fetched changes here in the last ${report.retentionDays} days.`))]));
+}
+$('refresh-devices').addEventListener('click', () => act(() => showDevices(state.person)));
 
 // An account disabled (signed out everywhere, kept) or deleted with the user's own data in
 // every container: the irreversible one wants the name typed.
