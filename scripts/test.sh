@@ -89,7 +89,12 @@ operations='BackupTests|ScheduledBackupTests|TracingTests|TimeTravelCommandTests
 # push deadline's writes took 5.5 s of their 5 and the private cluster answered no migration
 # within 5 s; on their own they take seconds.
 timedMain='CrashRecoveryTests|AssetCrashTests|MultiNodeTests|PushDeliveryTests|PostgresDriverTests'
-pass 25m swift test --skip-build --skip "$external|$bodies|$edge|$engines|$operations|$timedMain"
+# NimbusTesting's suites (docs/testing.md) run their own servers with devices that wait for pushes
+# and for CKSyncEngine's automatic fetches: on their own, as the engine suites. Their servers are
+# always SQLite (an app's tests get no other), so they run once, not again on units or PostgreSQL.
+testing='FaultKitTests|NoteStoreTests|SyncDoctorTests'
+pass 25m swift test --skip-build --skip "$external|$bodies|$edge|$engines|$operations|$timedMain|$testing"
+pass 15m swift test --skip-build --filter "$testing"
 pass 15m swift test --skip-build --filter "$timedMain"
 pass 15m swift test --skip-build --filter "$operations"
 pass 15m swift test --skip-build --filter "$bodies"
@@ -110,7 +115,7 @@ NIMBUS_TEST_STORAGE=units pass 15m swift test --skip-build --filter "$timed"
 # The operations suites on their own again (beside the timed suites, a connection-cap test's
 # timing missed on PostgreSQL).
 NIMBUS_TEST_STORAGE=units pass 15m swift test --skip-build --filter "$operations"
-NIMBUS_TEST_STORAGE=units pass 15m swift test --skip-build --filter NimbusKitTests
+NIMBUS_TEST_STORAGE=units pass 15m swift test --skip-build --filter NimbusKitTests --skip "$testing"
 # And once more on PostgreSQL: every test server gets a database of its own on the private
 # cluster (NIMBUS_TEST_STORAGE=postgres). The suites that time things (kills mid-write, two
 # nodes, connection caps, push deadlines) run on their own afterwards: beside the rest of the
@@ -123,5 +128,5 @@ NIMBUS_TEST_STORAGE=postgres pass 15m swift test --skip-build --filter "$operati
 # server suite their devices' 5 s request deadlines missed.
 NIMBUS_TEST_STORAGE=postgres pass 15m swift test --skip-build --filter "$engines"
 # And the rest of NimbusKit's suites on PostgreSQL, on their own for the same reason.
-NIMBUS_TEST_STORAGE=postgres pass 15m swift test --skip-build --filter NimbusKitTests --skip "$engines"
+NIMBUS_TEST_STORAGE=postgres pass 15m swift test --skip-build --filter NimbusKitTests --skip "$engines|$testing"
 pass 15m swift test --skip-build --filter "$external"

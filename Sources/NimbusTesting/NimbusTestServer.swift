@@ -151,7 +151,7 @@ public final class NimbusTestServer: Sendable {
         var configuration = NimbusConfiguration(
             serverURL: serverURL, apiToken: environment == .development ? developmentAPIToken : productionAPIToken,
             environment: environment, containerIdentifier: containerIdentifier, username: user, password: user.map(Self.password),
-            deviceID: "\(user ?? "anonymous")-\(name)", requestTimeout: 10)
+            deviceID: "\(user ?? "anonymous")-\(name)")
         let folder = devices.folder(user: user ?? "", device: name, under: scratch)
         configuration.encryptionKeyDirectory = folder.appendingPathComponent("keys", isDirectory: true)
         configuration.longLivedOperationDirectory = folder.appendingPathComponent("journals", isDirectory: true)

@@ -75,8 +75,11 @@ struct NoteStoreTests {
     func convergesUnderFaults() async throws {
         try await NimbusTestServer.with { server in
             // The laptop syncs by itself (it fetches when a push says so); the test drives the phone.
-            let laptop = NoteStore(try await server.device(of: "alice", named: "laptop"))
+            let laptopDevice = try await server.device(of: "alice", named: "laptop")
+            let laptop = NoteStore(laptopDevice)
             let phone = NoteStore(try await server.device(of: "alice", named: "phone"), automaticallySync: false)
+            // The laptop listens once its engine has subscribed to the database.
+            try await eventually("the laptop subscribed") { !(try await laptopDevice.privateCloudDatabase.allSubscriptions()).isEmpty }
             phone.engine.state.add(pendingDatabaseChanges: [.saveZone(CKRecordZone(zoneID: NoteStore.zoneID))])
 
             // Throttled: the server asks the phone to wait two seconds; the note stays pending.
@@ -87,7 +90,7 @@ struct NoteStoreTests {
             try await Task.sleep(for: .seconds(2))
             try await phone.engine.sendChanges()
             #expect(phone.engine.state.pendingRecordZoneChanges.isEmpty)
-            try await eventually { laptop.all["groceries"] == "milk" }  // the push came, the laptop fetched
+            try await eventually("the laptop heard of the note") { laptop.all["groceries"] == "milk" }  // the push came, the laptop fetched
 
             // A lost push: the laptop is not told, and finds the note when it fetches.
             try await server.switchOn(Fault(.pushDropped, user: "alice"))
@@ -104,14 +107,17 @@ struct NoteStoreTests {
             phone.write("groceries", "milk, eggs")
             await #expect(throws: CKError.self) { try await phone.engine.sendChanges() }
             try await phone.engine.sendChanges()
-            try await eventually { laptop.all["groceries"] == "milk, eggs" }
+            try await eventually("the laptop heard of the edit") { laptop.all["groceries"] == "milk, eggs" }
         }
     }
 
-    /// Waits up to ten seconds for `condition`.
-    func eventually(_ condition: () -> Bool) async throws {
-        for _ in 0..<100 where !condition() { try await Task.sleep(for: .milliseconds(100)) }
-        #expect(condition())
+    /// Waits up to thirty seconds for `condition` (pushes and fetches take their time on a busy machine).
+    func eventually(_ what: String, _ condition: () async throws -> Bool) async throws {
+        for _ in 0..<300 {
+            if try await condition() { return }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        Issue.record("not so after 30 seconds: \(what)")
     }
 }
 // END EXAMPLE

@@ -43,7 +43,7 @@ final class DeviceSyncLedger: Sendable {
 
         var json: JSON {
             func served(_ value: Served) -> JSON {
-                ["zoneID": .int(value.zoneID), "sequence": .int(value.sequence), "at": .int(value.at)]
+                [WireKey.zoneID: .int(value.zoneID), "sequence": .int(value.sequence), "at": .int(value.at)]
             }
             var object: JSONObject = ["seen": .int(seen)]
             if let database { object["database"] = served(database) }
@@ -63,7 +63,7 @@ final class DeviceSyncLedger: Sendable {
         init(text: String) {
             guard let json = try? JSON.parse(Array(text.utf8)) else { return }
             func served(_ value: JSON?) -> Served? {
-                guard let value, let zoneID = value["zoneID"]?.int64Value, let sequence = value["sequence"]?.int64Value,
+                guard let value, let zoneID = value[WireKey.zoneID]?.int64Value, let sequence = value["sequence"]?.int64Value,
                     let at = value["at"]?.int64Value
                 else { return nil }
                 return Served(zoneID: zoneID, sequence: sequence, at: at)

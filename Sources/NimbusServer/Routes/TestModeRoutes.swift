@@ -59,9 +59,9 @@ enum TestModeRoutes {
     /// `delaySeconds`.
     private static func fault(_ body: ObjectReader, service: NimbusService) async throws -> Fault {
         let kinds = Fault.Kind.allCases.map(\.rawValue).joined(separator: ", ")
-        let name = try body.requiredString("kind")
+        let name = try body.requiredString(WireKey.kind)
         guard let kind = Fault.Kind(rawValue: name) else {
-            throw CloudKitError.badRequest("kind: '\(Names.escaped(name))' is not a fault; one of \(kinds)")
+            throw CloudKitError.badRequest("\(WireKey.kind): '\(Names.escaped(name))' is not a fault; one of \(kinds)")
         }
         func bounded(_ key: String, _ range: ClosedRange<Int64>, default value: Int64) throws -> Int {
             guard let given = try body.int(key) else { return Int(value) }
@@ -73,7 +73,7 @@ enum TestModeRoutes {
         var fault = Fault(
             kind, retryAfter: try bounded("retryAfter", 1...3600, default: 1), delaySeconds: try bounded("delaySeconds", 1...3600, default: 2),
             container: try body.string("container"), user: try body.string("user"), route: try body.string("route"),
-            zone: try body.string("zone"), recordName: try body.string("recordName"),
+            zone: try body.string("zone"), recordName: try body.string(WireKey.recordName),
             count: always ? nil : try bounded("count", 1...1_000_000, default: 1))
         if kind == .conflict, fault.recordName == nil {
             throw CloudKitError.badRequest("recordName: a conflict fault names the record whose next save conflicts")
@@ -82,7 +82,7 @@ enum TestModeRoutes {
     }
 
     private static func json(_ fault: Fault) -> JSON {
-        var object: JSONObject = ["id": .string(fault.id), "kind": .string(fault.kind.rawValue)]
+        var object: JSONObject = ["id": .string(fault.id), WireKey.kind: .string(fault.kind.rawValue)]
         switch fault.kind {
         case .throttled, .zoneBusy, .tryAgainLater: object["retryAfter"] = .int(Int64(fault.retryAfter))
         case .pushDelayed: object["delaySeconds"] = .int(Int64(fault.delaySeconds))
@@ -90,7 +90,7 @@ enum TestModeRoutes {
         }
         for (key, value) in [
             ("container", fault.container), ("user", fault.user), ("route", fault.route), ("zone", fault.zone),
-            ("recordName", fault.recordName),
+            (WireKey.recordName, fault.recordName),
         ] {
             if let value { object[key] = .string(value) }
         }

@@ -199,4 +199,9 @@ public enum WireKey {
     public static let titleLocalizationKey = "titleLocalizationKey"
     public static let zid = "zid"
     public static let zoid = "zoid"
+
+    // MARK: Test mode (docs/testing.md)
+
+    /// A fault's kind in `/test/1/faults` (NimbusKit's journals say `kind` of their own).
+    public static let kind = "kind"
 }
