@@ -166,7 +166,11 @@ public final class APNsDelivery: NotificationSink, Service, @unchecked Sendable 
                 case .notification(let notification): APNsPush(notification, to: token)
                 case .badge(let value, _, _): .badge(value, to: token)
                 }
-            await send(push, container: owner.container, client: client)
+            let delivered = await send(push, container: owner.container, client: client)
+            // The sync doctor's "pushes sent" (docs/sync-doctor.md): APNs took it for the device.
+            if delivered, case .notification(let notification) = job {
+                service.notePushed(owner: owner, deviceID: token.deviceID, sequence: notification.sequence)
+            }
         }
     }
 
@@ -195,20 +199,21 @@ public final class APNsDelivery: NotificationSink, Service, @unchecked Sendable 
     }
 
     /// One push, in a span of its own when spans are on (docs/operations.md, "Traces").
-    private func send(_ push: APNsPush, container: String, client: HTTPClient) async {
+    /// Whether APNs took the push.
+    private func send(_ push: APNsPush, container: String, client: HTTPClient) async -> Bool {
         await Spans.run("apns.push", kind: .client) { span in
             span?.attributes["nimbus.container"] = container
-            await deliver(push, container: container, client: client)
+            return await deliver(push, container: container, client: client)
         }
     }
 
-    private func deliver(_ push: APNsPush, container: String, client: HTTPClient) async {
+    private func deliver(_ push: APNsPush, container: String, client: HTTPClient) async -> Bool {
         var delay = settings.firstRetryDelay
         for attempt in 1...max(1, settings.maxAttempts) {
             let outcome: Outcome
             var bearer = ""
             do {
-                guard let authorization = try await tokens.authorization(container: container) else { return }
+                guard let authorization = try await tokens.authorization(container: container) else { return false }
                 bearer = authorization.bearer
                 outcome = try await post(push, authorization: authorization, client: client)
             } catch {
@@ -220,29 +225,30 @@ public final class APNsDelivery: NotificationSink, Service, @unchecked Sendable 
             switch outcome {
             case .delivered:
                 count { $0.delivered += 1 }
-                return
+                return true
             case .removeToken(let reason):
                 logger.info("APNs says the device token is no longer valid; removing it", metadata: metadata.merging(["reason": "\(reason)"]) { $1 })
                 try? await service.removePushToken(push.deviceToken)
                 count { $0.removedTokens += 1 }
-                return
+                return false
             case .fail(let reason):
                 logger.warning("APNs refused a push", metadata: metadata.merging(["reason": "\(reason)"]) { $1 })
                 count { $0.failed += 1 }
-                return
+                return false
             case .retry(let reason):
                 if reason == "ExpiredProviderToken" { await tokens.tokenRejected(container: container, bearer: bearer) }
                 guard attempt < settings.maxAttempts else {
                     logger.warning("APNs push given up after retries", metadata: metadata.merging(["reason": "\(reason)"]) { $1 })
                     count { $0.failed += 1 }
-                    return
+                    return false
                 }
                 count { $0.retried += 1 }
                 logger.debug("APNs push will be retried", metadata: metadata.merging(["reason": "\(reason)"]) { $1 })
-                do { try await Task.sleep(for: delay) } catch { return }  // shutting down
+                do { try await Task.sleep(for: delay) } catch { return false }  // shutting down
                 delay = min(delay * 2, .seconds(60))
             }
         }
+        return false
     }
 
     private func post(_ push: APNsPush, authorization: ProviderTokenStore.Authorization, client: HTTPClient) async throws

@@ -123,6 +123,12 @@ import Testing
                 try await Task.sleep(for: .milliseconds(200))
                 #expect(standIn.received.allSatisfy { $0.deviceToken == Self.deviceToken(1) })
                 #expect(Set(standIn.received.compactMap { $0.headers["authorization"] }).count == 1)
+                // The sync doctor counts what APNs took as sent to the phone, none to the laptop.
+                try await server.service.flushDeviceSync()
+                let report = try await server.service.deviceSyncReport(container: TestServer.container, environment: .development, userName: "alice")
+                let devices = report["devices"]?.arrayValue ?? []
+                #expect(devices.first { $0["deviceID"] == "phone" }?["push"]?["lastSentAt"]?.int64Value != nil, "\(report)")
+                #expect(devices.first { $0["deviceID"] == "laptop" }?["push"]?["lastSentAt"] == nil, "\(report)")
             }
         }
     }

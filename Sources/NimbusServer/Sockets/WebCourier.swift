@@ -84,7 +84,10 @@ final class WebCourier: NotificationSink, @unchecked Sendable {
 
     func deliver(_ notifications: [PushedNotification]) {
         for notification in notifications {
-            post(notification.payload.serialized(), to: notification.owner) { notification.isFor(deviceID: $0) }
+            post(notification.payload.serialized(), to: notification.owner, where: { notification.isFor(deviceID: $0) }) { deviceID in
+                // The sync doctor's "pushes sent" (docs/sync-doctor.md).
+                self.service.notePushed(owner: notification.owner, deviceID: deviceID, sequence: notification.sequence)
+            }
         }
     }
 
@@ -92,7 +95,10 @@ final class WebCourier: NotificationSink, @unchecked Sendable {
         post(JSON.object([WireKey.aps: [WireKey.badge: .int(value)]]).serialized(), to: owner) { $0 != deviceID }
     }
 
-    private func post(_ payload: [UInt8], to owner: NotificationOwner, where isRecipient: (String) -> Bool) {
+    /// Hands `payload` to each recipient's waiting poll or mailbox; `sent` hears each device it went to.
+    private func post(
+        _ payload: [UInt8], to owner: NotificationOwner, where isRecipient: (String) -> Bool, sent: (String) -> Void = { _ in }
+    ) {
         let now = Date()
         let woken = withLock { () -> [Waiter] in
             guard var boxes = mailboxes[owner] else { return [] }
@@ -107,8 +113,10 @@ final class WebCourier: NotificationSink, @unchecked Sendable {
                     // The waiting poll takes this payload; the queue keeps later ones.
                     mailbox.waiter = nil
                     woken.append(waiter)
+                    sent(mailbox.deviceID)
                 } else if mailbox.queue.count < Self.mailboxLimit {
                     mailbox.queue.append(payload)
+                    sent(mailbox.deviceID)
                 }
                 boxes[token] = mailbox
             }
