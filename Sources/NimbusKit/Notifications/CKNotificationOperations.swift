@@ -80,7 +80,9 @@ open class CKMarkNotificationsReadOperation: CKContainerOperation, @unchecked Se
 
     override func run() async throws {
         for chunk in chunked(notificationIDs ?? [], size: Limits.operationsPerRequest.value) {
-            try Task.checkCancellation()
+            // Not `try Task.checkCancellation()`: Swift 6.3.1's optimizer crashed splitting this
+            // function's coroutine at that synchronous throwing call (release builds only).
+            if Task.isCancelled { throw CancellationError() }
             let answer = try await device(
                 "notifications/markRead", MarkNotificationsReadRequest(notificationIDs: chunk.map(\.value)).json,
                 as: MarkNotificationsReadResponse.self)
