@@ -429,7 +429,10 @@ import Testing
                 #expect(rest.errorCode == "TRY_AGAIN_LATER" || rest.reason.contains("send from byte"), "\(rest.status) \(rest.reason)")
                 try await Task.sleep(for: .milliseconds(50))
             }
-            #expect((1...250_000).contains(resumedAt), "resumed at byte \(resumedAt)")
+            // Usually from what arrived before the break; on a loaded machine the server may close
+            // the request before reading any of its body, and then the client starts again at 0.
+            // Either way never past what was sent (LongLivedKitTests holds a kept middle to account).
+            #expect((0...250_000).contains(resumedAt), "resumed at byte \(resumedAt)")
             #expect(stored?.json["singleFile"]?["fileChecksum"]?.stringValue == Self.checksum(file))
             #expect(stored?.json["singleFile"]?["size"]?.int64Value == Int64(file.count))
 
