@@ -43,7 +43,7 @@ extension NimbusService {
             zone.isDeleted ? .deleted(wireZoneID(zone, target: target)) : .zone(zoneOutput(zone, target: target))
         }
         let token = SyncToken.forDatabase(databaseID: database.id, sequence: nextSequence).encoded(key: keys.syncTokens)
-        deviceSync.servedDatabase(target, sequence: nextSequence, at: now)
+        noteServedDatabase(target, sequence: nextSequence)
         return DatabaseChangesResponse(zones: entries, syncToken: token, moreComing: moreComing)
     }
 
@@ -141,11 +141,10 @@ extension NimbusService {
                 guard token.databaseID == database.id, token.zoneNameHash == SyncToken.nameHash(zone.name) else {
                     throw CloudKitError.badRequest("syncToken: the token belongs to another zone; send the token this zone's last fetch returned")
                 }
-                let expirySwitchedOn = expiredByFault
-                guard token.zoneID == zone.id, !expirySwitchedOn else {
+                guard token.zoneID == zone.id, !expiredByFault else {
                     throw CloudKitError(
                         .changeTokenExpired,
-                        expirySwitchedOn
+                        expiredByFault
                             ? "syncToken: expired (switched on by a test); discard what you cached of zone '\(zone.name)' and fetch again without a token"
                             : "syncToken: zone '\(zone.name)' was deleted and created again since this token; discard what you cached of it and fetch again without a token")
                 }

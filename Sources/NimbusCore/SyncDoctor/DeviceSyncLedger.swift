@@ -89,9 +89,7 @@ final class DeviceSyncLedger: Sendable {
         }
     }
 
-    /// Notes the database-feed position a private-database request was answered with.
-    func servedDatabase(_ target: DatabaseTarget, sequence: Int64, at time: Int64) {
-        guard let device = NimbusService.ledgerDevice(target) else { return }
+    func servedDatabase(_ device: Device, sequence: Int64, at time: Int64) {
         note(device) { state in
             state.seen = max(state.seen, time)
             state.database = Served(zoneID: 0, sequence: sequence, at: time)

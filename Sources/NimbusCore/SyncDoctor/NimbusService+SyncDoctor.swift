@@ -26,6 +26,12 @@ extension NimbusService {
         if !served.isEmpty { deviceSync.servedZones(device, served, at: time) }
     }
 
+    /// Notes the database-feed position a private-database request was answered with.
+    func noteServedDatabase(_ target: DatabaseTarget, sequence: Int64) {
+        guard let device = Self.ledgerDevice(target) else { return }
+        deviceSync.servedDatabase(device, sequence: sequence, at: now)
+    }
+
     /// The device a private-database request came from, as the ledger keys it.
     static func ledgerDevice(_ target: DatabaseTarget) -> DeviceSyncLedger.Device? {
         guard target.scope == .private, let user = target.caller.user else { return nil }
@@ -76,9 +82,7 @@ extension NimbusService {
         guard !pending.isEmpty else { return }
         var rows: [DeviceSyncRow] = []
         for (owner, devices) in Dictionary(grouping: pending, by: { $0.key.owner }) {
-            let stored = Dictionary(
-                try await storage.push.deviceSyncStates(owner: owner).map { ($0.deviceID, DeviceSyncLedger.State(text: $0.state)) },
-                uniquingKeysWith: { a, _ in a })
+            let stored = try await storedDeviceStates(owner)
             for (device, state) in devices {
                 let merged = (stored[device.deviceID] ?? DeviceSyncLedger.State()).merged(with: state)
                 // Nothing older than the retention comes back (a flush late after the clock moved).
@@ -92,6 +96,13 @@ extension NimbusService {
         try await storage.push.putDeviceSyncStates(rows)
     }
 
+    /// What is stored of `owner`'s devices, by device ID.
+    private func storedDeviceStates(_ owner: NotificationOwner) async throws -> [String: DeviceSyncLedger.State] {
+        Dictionary(
+            try await storage.push.deviceSyncStates(owner: owner).map { ($0.deviceID, DeviceSyncLedger.State(text: $0.state)) },
+            uniquingKeysWith: { a, _ in a })
+    }
+
     // MARK: The report
 
     /// Each device of `userName` in `container`'s `environment`: how far behind it is in each
@@ -102,9 +113,7 @@ extension NimbusService {
             throw CloudKitError(.notFound, "there is no user '\(Names.escaped(userName))'")
         }
         let owner = NotificationOwner(container: container, environment: environment, userID: user.id)
-        var states = Dictionary(
-            try await storage.push.deviceSyncStates(owner: owner).map { ($0.deviceID, DeviceSyncLedger.State(text: $0.state)) },
-            uniquingKeysWith: { a, _ in a })
+        var states = try await storedDeviceStates(owner)
         for (deviceID, state) in deviceSync.pending(of: owner) { states[deviceID] = (states[deviceID] ?? .init()).merged(with: state) }
         let known = states
         let key = DatabaseKey(container: container, environment: environment, scope: .private, ownerID: user.id)
