@@ -69,7 +69,16 @@ struct QuerySQL {
     /// How many entries a filter may match before the plan prefers walking the sort index.
     static let selectiveMatches = 2_000
 
-    init(query: RecordQuery, recordColumns: String, driver: Driver) {
+    /// `columns` (a comma-separated list) each prefixed with `table.`: made once per list, not
+    /// per query (trimming with Foundation's character sets took longer than the rest of the
+    /// statement's text; docs/benchmarks.md).
+    static func qualified(_ columns: String, by table: String) -> String {
+        columns.split(separator: ",").map { "\(table).\($0.trimmingCharacters(in: .whitespacesAndNewlines))" }
+            .joined(separator: ", ")
+    }
+
+    /// `pageColumns`: the record's columns as the page's records read them (`r.`, `qualified`).
+    init(query: RecordQuery, pageColumns: String, driver: Driver) {
         let zoneMarks = Self.marks(query.zoneIDs.count)
         let tieDirection = (query.sorts.first?.ascending ?? true) ? "ASC" : "DESC"
 
@@ -178,10 +187,9 @@ struct QuerySQL {
         innerArguments.append(query.limit)
 
         // Then the records of that page only.
-        let columns = recordColumns.split(separator: ",").map { "r.\($0.trimmingCharacters(in: .whitespacesAndNewlines))" }
         var outerOrder = query.sorts.enumerated().map { "page.k\($0.offset) \($0.element.ascending ? "ASC" : "DESC")" }
         outerOrder.append("page.record_id \(tieDirection)")
-        text = "SELECT " + columns.joined(separator: ", ")
+        text = "SELECT " + pageColumns
         text += ", page.record_id AS record_id"
         for index in keyExpressions.indices { text += ", page.k\(index) AS k\(index)" }
         text += " FROM (\(inner)) page CROSS JOIN records r ON r.rowid = page.record_id"

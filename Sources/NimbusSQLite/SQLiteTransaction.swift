@@ -112,6 +112,9 @@ struct SQLiteTransaction: StorageWriter {
         created_device, modified_at, modified_by, modified_device, deleted
         """
 
+    /// `recordColumns` as a query's page reads them (`QuerySQL`).
+    static let pageRecordColumns = QuerySQL.qualified(recordColumns, by: "r")
+
     /// The record in `recordColumns`, which the row holds from column `first` on. By position:
     /// GRDB finds a column by name by lowercasing both names, and that was 5% of a list's time.
     func recordRow(_ row: Row, from first: Int = 0) -> RecordRow {
@@ -481,7 +484,7 @@ struct SQLiteTransaction: StorageWriter {
     }
 
     func queryRecords(_ query: RecordQuery) throws -> QueryPage {
-        let sql = QuerySQL(query: query, recordColumns: Self.recordColumns, driver: try chooseDriver(query))
+        let sql = QuerySQL(query: query, pageColumns: Self.pageRecordColumns, driver: try chooseDriver(query))
         // The statement's columns: the record's, then its id, then the sort keys (`QuerySQL`).
         let idColumn = Self.recordColumnCount
         let rows = try ScanBudget.run(db, budget: query.budget) {

@@ -103,6 +103,16 @@ public struct JSONObject: Sendable, Hashable, ExpressibleByDictionaryLiteral {
         }
     }
 
+    /// Appends a key the object does not hold yet, without looking for it: for bodies whose
+    /// code names each key once (a record's dictionary in a page of results, where the lookup
+    /// of every key among those before it was string comparisons per field per record).
+    public mutating func appendNew(_ key: String, _ value: JSON) {
+        assert(!pairs.contains { $0.key == key }, "appendNew: the object already holds '\(key)'")
+        pairs.append((key, value))
+    }
+
+    public mutating func reserveCapacity(_ count: Int) { pairs.reserveCapacity(count) }
+
     public var keys: [String] { pairs.map(\.key) }
     public var count: Int { pairs.count }
     public var isEmpty: Bool { pairs.isEmpty }

@@ -22,8 +22,8 @@ public struct RecordStamp: WireBody, Hashable {
 
     public var json: JSON {
         var object: JSONObject = [WireKey.timestamp: .int(timestamp)]
-        if let userRecordName { object[WireKey.userRecordName] = .string(userRecordName) }
-        if let deviceID { object[WireKey.deviceID] = .string(deviceID) }
+        if let userRecordName { object.appendNew(WireKey.userRecordName, .string(userRecordName)) }
+        if let deviceID { object.appendNew(WireKey.deviceID, .string(deviceID)) }
         return .object(object)
     }
 }
@@ -109,23 +109,24 @@ public struct RecordOutput: WireBody {
     }
 
     public var json: JSON {
-        var object: JSONObject = [
-            WireKey.recordName: .string(recordName),
-            WireKey.recordType: .string(recordType),
-        ]
-        if let recordChangeTag { object[WireKey.recordChangeTag] = .string(recordChangeTag) }
-        object[WireKey.fields] = fields.json
-        if let created { object[WireKey.created] = created.json }
-        if let modified { object[WireKey.modified] = modified.json }
-        object[WireKey.deleted] = false
-        object["pluginFields"] = .object([:])
-        if let zoneID { object[WireKey.zoneID] = zoneID.json }
-        if let parent { object[WireKey.parent] = .object([WireKey.recordName: .string(parent)]) }
+        var object = JSONObject()
+        object.reserveCapacity(12)
+        object.appendNew(WireKey.recordName, .string(recordName))
+        object.appendNew(WireKey.recordType, .string(recordType))
+        if let recordChangeTag { object.appendNew(WireKey.recordChangeTag, .string(recordChangeTag)) }
+        object.appendNew(WireKey.fields, fields.json)
+        if let created { object.appendNew(WireKey.created, created.json) }
+        if let modified { object.appendNew(WireKey.modified, modified.json) }
+        object.appendNew(WireKey.deleted, false)
+        object.appendNew("pluginFields", .object([:]))
+        if let zoneID { object.appendNew(WireKey.zoneID, zoneID.json) }
+        if let parent { object.appendNew(WireKey.parent, .object([WireKey.recordName: .string(parent)])) }
         if let share {
             var reference: JSONObject = [WireKey.recordName: .string(share)]
-            if let zoneID { reference[WireKey.zoneID] = zoneID.json }
-            object[WireKey.share] = .object(reference)
+            if let zoneID { reference.appendNew(WireKey.zoneID, zoneID.json) }
+            object.appendNew(WireKey.share, .object(reference))
         }
+        // Merges (a share's other keys go only where the record has none): looks each key up.
         sharing?.write(into: &object)
         return .object(object)
     }
@@ -151,9 +152,9 @@ public struct DeletedRecord: WireBody, Hashable {
 
     public var json: JSON {
         var object: JSONObject = [WireKey.recordName: .string(recordName)]
-        if let recordType { object[WireKey.recordType] = .string(recordType) }
-        object[WireKey.deleted] = true
-        if let zoneID { object[WireKey.zoneID] = zoneID.json }
+        if let recordType { object.appendNew(WireKey.recordType, .string(recordType)) }
+        object.appendNew(WireKey.deleted, true)
+        if let zoneID { object.appendNew(WireKey.zoneID, zoneID.json) }
         return .object(object)
     }
 }
