@@ -107,8 +107,10 @@ import Testing
     /// Python's urllib sends the whole body before it reads a byte of the answer, as many HTTP
     /// libraries do. An upload one byte past the asset bound is refused at its head; the server
     /// drains a bounded amount and closes, so the client hears a 413 or a closed connection at
-    /// once, never a socket held open until the idle timeout.
-    @Test func anUploadOnePastTheBoundSentWholeByUrllibIsRefusedWithinASecond() async throws {
+    /// once, never a socket held open until the body or idle timeout (60 s, 75 s). Usually well
+    /// under a second; the bound is 3 s because beside the timed suites on PostgreSQL a clean-clone
+    /// CI run measured 1.02 s (2026-11-27).
+    @Test func anUploadOnePastTheBoundSentWholeByUrllibIsRefusedPromptly() async throws {
         try await TestServer.with { server in
             let bytes = Int(server.service.options.assets.maximumBytes) + 1
             let script = """
@@ -130,7 +132,7 @@ import Testing
             #expect(status == 0, "\(printed)")
             let words = printed.split(separator: " ")
             #expect(words.first == "closed" || printed.hasPrefix("http 413"), "\(printed)")
-            #expect((words.last.flatMap { Double($0) } ?? 99) < 1.0, "\(printed)")
+            #expect((words.last.flatMap { Double($0) } ?? 99) < 3.0, "\(printed)")
         }
     }
 
