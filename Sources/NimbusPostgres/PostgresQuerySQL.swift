@@ -27,6 +27,11 @@ struct PostgresQuerySQL {
     private(set) var bindings = PostgresBindings()
     /// The columns after the record's: its id, then one per sort key (`k0`, `k1`…).
     static let keyColumnsStart = PostgresCoarseStorage.recordColumnCount
+    /// The record's columns as the page reads them (`r.`), made once: splitting and trimming
+    /// them per query cost more than the rest of the statement's text on SQLite's twin
+    /// (`QuerySQL.qualified`, docs/benchmarks.md).
+    static let pageColumns = PostgresCoarseStorage.recordColumns.split(separator: ",")
+        .map { "r." + $0.trimmingCharacters(in: .whitespacesAndNewlines) }.joined(separator: ", ")
 
     var query: PostgresQuery { PostgresQuery(unsafeSQL: text, binds: bindings) }
 
@@ -113,15 +118,12 @@ struct PostgresQuerySQL {
         }
         order.append("\(tie) \(tieDirection)")
 
-        let columns = PostgresCoarseStorage.recordColumns.split(separator: ",").map {
-            "r." + $0.trimmingCharacters(in: .whitespacesAndNewlines)
-        }
         // Numeric keys come back as text: `numeric` has no exact Swift type, and its text is
         // what `IndexValue` reads back exactly (`indexValue(numericText:)`).
         let keyColumns = keys.enumerated().map { index, key in
             key.isNumeric ? "\(key.expression)::text AS k\(index)" : "\(key.expression) AS k\(index)"
         }
-        text = "SELECT " + (columns + ["r.id"] + keyColumns).joined(separator: ", ")
+        text = "SELECT " + ([Self.pageColumns, "r.id"] + keyColumns).joined(separator: ", ")
         text += " FROM " + from + joins
         text += " WHERE " + conditions.joined(separator: " AND ")
         text += " ORDER BY " + order.joined(separator: ", ")
