@@ -42,18 +42,7 @@ public enum PostgresTestCluster {
     /// Runs one statement on its own connection (CREATE DATABASE cannot run in a transaction
     /// block, and a pool is more than this needs).
     public static func execute(_ sql: String, on location: PostgresLocation) async throws {
-        let configuration = PostgresConnection.Configuration(
-            host: location.host, port: location.port, username: location.user, password: location.password,
-            database: location.database, tls: .disable)
-        let connection = try await PostgresConnection.connect(
-            configuration: configuration, id: 1, logger: Logger(label: "nimbus.test.postgres"))
-        do {
-            try await connection.query(PostgresQuery(unsafeSQL: sql), logger: Logger(label: "nimbus.test.postgres"))
-            try await connection.close()
-        } catch {
-            try? await connection.close()
-            throw error
-        }
+        _ = try await rows(sql, on: location)
     }
 
     /// Runs one query on its own connection and returns its rows as text (NULL as nil).
@@ -62,18 +51,36 @@ public enum PostgresTestCluster {
             host: location.host, port: location.port, username: location.user, password: location.password,
             database: location.database, tls: .disable)
         let logger = Logger(label: "nimbus.test.postgres")
-        let connection = try await PostgresConnection.connect(configuration: configuration, id: 1, logger: logger)
         do {
-            var rows: [[String?]] = []
-            for try await row in try await connection.query(PostgresQuery(unsafeSQL: sql), logger: logger) {
-                rows.append(try row.map { try $0.decode(String?.self) })
+            let connection = try await PostgresConnection.connect(configuration: configuration, id: 1, logger: logger)
+            do {
+                var rows: [[String?]] = []
+                for try await row in try await connection.query(PostgresQuery(unsafeSQL: sql), logger: logger) {
+                    rows.append(try row.map { try $0.decode(String?.self) })
+                }
+                try await connection.close()
+                return rows
+            } catch {
+                try? await connection.close()
+                throw error
             }
-            try await connection.close()
-            return rows
-        } catch {
-            try? await connection.close()
-            throw error
+        } catch let error as PSQLError {
+            throw StatementFailed(sql: sql, error: error)
         }
+    }
+
+    /// A statement the cluster refused, with what postgres-nio's own description hides (its
+    /// SQLSTATE and message: a failed test that said only "PSQLError" left a run unexplained).
+    public struct StatementFailed: Error, CustomStringConvertible {
+        public let sql: String
+        public let sqlState: String?
+        public let details: String
+        init(sql: String, error: PSQLError) {
+            self.sql = sql
+            sqlState = error.serverInfo?[.sqlState]
+            details = String(reflecting: error)
+        }
+        public var description: String { "the test cluster refused \(sql.prefix(80)): \(details)" }
     }
 
     /// Storage on the cluster for a test server: the database named after the data directory,
@@ -96,7 +103,7 @@ public enum PostgresTestCluster {
         location.database = databaseName(forDataDirectory: directory)
         do {
             try await execute("CREATE DATABASE \(location.database)", on: admin)
-        } catch let error as PSQLError where error.serverInfo?[.sqlState] == "42P04" {
+        } catch let error as StatementFailed where error.sqlState == "42P04" {
             // It exists: a restart, or a second node on the same data.
         }
         return location
