@@ -66,15 +66,15 @@ struct Admin: AsyncParsableCommand {
         _ client: HTTPClient, server: String, operatorName: String, code: String?, password: String, verb: String, path: String,
         body: String?
     ) async throws -> (status: Int, text: String) {
-        var signIn: JSONObject = ["name": .string(operatorName), "password": .string(password)]
-        if let code { signIn["code"] = .string(code) }
-        let session = try await send(client, server, "POST", "session", body: Array(JSON.object(signIn).serialized()), headers: [])
-        guard session.status == 200, let cookie = session.cookie, let csrf = try JSON.parse(Array(session.text.utf8))["csrfToken"]?.stringValue
+        let signIn = OperatorSignIn(name: operatorName, password: password, code: code)
+        let session = try await send(client, server, "POST", "session", body: Array(signIn.json.serialized()), headers: [])
+        guard session.status == 200, let cookie = session.cookie,
+            let csrf = try? OperatorSession(body: JSON.parse(Array(session.text.utf8))).csrfToken
         else {
             FileHandle.standardError.write(Data("nimbus: signing in failed (HTTP \(session.status))\n".utf8))
             return (session.status, session.text)
         }
-        let headers = [("Cookie", cookie), ("X-Nimbus-CSRF", csrf)]
+        let headers = [("Cookie", cookie), (ConsoleHeader.csrf, csrf)]
         let answer = try await send(client, server, verb, path, body: verb == "POST" ? Array((body ?? "{}").utf8) : nil, headers: headers)
         _ = try? await send(client, server, "POST", "session/end", body: Array("{}".utf8), headers: headers)
         return (answer.status, answer.text)

@@ -391,29 +391,29 @@ struct Users: AsyncParsableCommand {
                     throw ValidationError("--environment must be development or production")
                 }
                 let report = try await data.open().service.deviceSyncReport(container: container, environment: environment, userName: name)
-                let devices = report["devices"]?.arrayValue ?? []
-                if devices.isEmpty { print("user \(name) has no device that fetched changes in \(container) (\(environment.rawValue)) within \(report["retentionDays"]?.int64Value ?? 0) days") }
-                for device in devices { print(Self.describe(device)) }
+                if report.devices.isEmpty {
+                    print("user \(name) has no device that fetched changes in \(container) (\(environment.rawValue)) within \(report.retentionDays) days")
+                }
+                for device in report.devices { print(Self.describe(device)) }
             } catch { throw reportFailure(error) }
         }
 
-        static func describe(_ device: JSON) -> String {
-            func moment(_ value: JSON?) -> String { value?.int64Value.map(NimbusService.isoMoment) ?? "never" }
-            var lines = ["device \(device["deviceID"]?.stringValue ?? "?")\tlast seen \(moment(device["lastSeen"]))"]
-            if let database = device["database"] {
-                lines.append("  database feed\t\(database["status"]?.stringValue ?? "?")\tfetched \(moment(database["fetchedAt"]))")
+        static func describe(_ device: DeviceSyncReport.Device) -> String {
+            func moment(_ value: Int64?) -> String { value.map(NimbusService.isoMoment) ?? "never" }
+            var lines = ["device \(device.deviceID)\tlast seen \(moment(device.lastSeen))"]
+            if let database = device.database {
+                lines.append("  database feed\t\(database.status.rawValue)\tfetched \(moment(database.fetchedAt))")
             }
-            for zone in device["zones"]?.arrayValue ?? [] {
-                var state = zone["status"]?.stringValue ?? "?"
-                if let behind = zone["behind"]?.int64Value, behind > 0 { state += " by \(behind) change\(behind == 1 ? "" : "s")" }
-                if let reason = zone["reason"]?.stringValue { state += ": \(reason)" }
-                lines.append("  zone \(zone["zone"]?.stringValue ?? "?")\t\(state)\tfetched \(moment(zone["fetchedAt"]))")
+            for zone in device.zones {
+                var state = zone.status.rawValue
+                if let behind = zone.behind, behind > 0 { state += " by \(behind) change\(behind == 1 ? "" : "s")" }
+                if let reason = zone.reason { state += ": \(reason)" }
+                lines.append("  zone \(zone.zone)\t\(state)\tfetched \(moment(zone.fetchedAt))")
             }
-            for zone in device["zonesNeverFetched"]?.arrayValue ?? [] { lines.append("  zone \(zone.stringValue ?? "?")\tnever fetched") }
-            let push = device["push"]
-            let missed = push?["missed"]?.int64Value ?? 0
+            for zone in device.zonesNeverFetched { lines.append("  zone \(zone)\tnever fetched") }
+            let push = device.push
             lines.append(
-                "  pushes\t\(missed == 0 ? "none missed" : "\(missed) missed since \(moment(push?["oldestMissedAt"]))")\tlast sent \(moment(push?["lastSentAt"]))")
+                "  pushes\t\(push.missed == 0 ? "none missed" : "\(push.missed) missed since \(moment(push.oldestMissedAt))")\tlast sent \(moment(push.lastSentAt))")
             return lines.joined(separator: "\n")
         }
     }
@@ -645,15 +645,16 @@ struct Schema: AsyncParsableCommand {
             guard let password = ProcessInfo.processInfo.environment["NIMBUS_OPERATOR_PASSWORD"], !password.isEmpty else {
                 throw CloudKitError.badRequest("set NIMBUS_OPERATOR_PASSWORD to the operator's password")
             }
-            let body = String(decoding: JSON.object(["text": .string(text)]).serialized(), as: UTF8.self)
+            let body = String(decoding: SchemaText(text: text).json.serialized(), as: UTF8.self)
             let path = "containers/\(container)/schema/\(environment.rawValue)/check"
             let answer = try await Admin.call(
                 server: server, operatorName: operatorName, code: code, password: password, verb: "POST", path: path, body: body)
-            let json = try JSON.parse(Array(answer.text.utf8))
-            guard answer.status == 200, case .array(let items)? = json["missing"] else {
-                throw CloudKitError.badRequest("\(server) answered HTTP \(answer.status): \(json["reason"]?.stringValue ?? answer.text)")
+            let json = try? JSON.parse(Array(answer.text.utf8))
+            guard answer.status == 200, let json, let check = try? SchemaCheckAnswer(body: json) else {
+                let reason = json.flatMap { CloudKitError(json: $0)?.reason } ?? answer.text
+                throw CloudKitError.badRequest("\(server) answered HTTP \(answer.status): \(reason)")
             }
-            return items.compactMap(\.stringValue)
+            return check.missing
         }
     }
 

@@ -182,6 +182,40 @@ import Testing
         #expect(throws: CloudKitError.self) { try PushPayload(body: ["ck": ["nid": "N"]]) }
     }
 
+    /// The admin API's bodies the server writes and the command line reads (`ConsoleKey`).
+    @Test func adminBodiesTheCommandLineReads() throws {
+        let account = OperatorAccount(
+            name: "olga", role: "administrator", createdAt: 1_700_000_000_000, secondFactor: true, disabled: false,
+            containers: ["iCloud.a"], oneTimePasswordExpiresAt: 1_700_000_600_000)
+        #expect(try roundTrip(OperatorSession(account: account, csrfToken: "c")).account == account)
+        #expect(try roundTrip(OperatorSignIn(name: "olga", password: "p", code: "123456")).code == "123456")
+        #expect(try roundTrip(OperatorSignIn(name: "olga", password: "p")).code == nil)
+        #expect(try roundTrip(SchemaCheckAnswer(missing: ["type Note", "field Note.text"])).missing.count == 2)
+        #expect(try roundTrip(SchemaCheckAnswer(missing: [])).missing.isEmpty)
+        let report = DeviceSyncReport(
+            user: "alice", container: "iCloud.a", environment: "development", retentionDays: 30, behindLimit: 1000,
+            devices: [
+                .init(
+                    deviceID: "phone", lastSeen: 5, database: .init(fetchedAt: 4, status: .behind),
+                    zones: [
+                        .init(zone: "Notes", fetchedAt: 3, status: .behind, behind: 2),
+                        .init(zone: "Old", fetchedAt: 2, status: .expired, reason: "made again"),
+                    ],
+                    zonesNeverFetched: ["Photos"], push: .init(missed: 1, lastSentAt: 2, oldestMissedAt: 3)),
+                .init(deviceID: "laptop", lastSeen: 1, database: nil, zones: [], zonesNeverFetched: [], push: .init(missed: 0, lastSentAt: nil, oldestMissedAt: nil)),
+            ])
+        #expect(try roundTrip(report) == report)
+        // A status this version does not know is refused naming where it is.
+        var device = try #require(report.devices.first?.json.objectValue)
+        device["zones"] = [["zone": "Notes", "fetchedAt": 1, "status": "sideways"]]
+        #expect(throws: CloudKitError.self) { try DeviceSyncReport.Device(body: .object(device)) }
+        do {
+            _ = try DeviceSyncReport.Device(body: .object(device))
+        } catch {
+            #expect(error.reason.contains("zones[0].status") && error.reason.contains("sideways"), "\(error.reason)")
+        }
+    }
+
     @Test func errorsWithCodesThisVersionDoesNotKnowKeepTheirName() throws {
         let response = try RecordsResponse(body: ["records": [["serverErrorCode": "SHARE_LIMIT", "reason": "too many"]]])
         guard case .failure(let error) = response.records.first else {

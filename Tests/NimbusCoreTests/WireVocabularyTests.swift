@@ -15,12 +15,10 @@ import Testing
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent()
 
-    /// Identifier-shaped string literals (`"recordName"`) in the Swift files under `folders`,
-    /// outside comments and multi-line strings, with where each is written.
-    static func literals(in folders: [String]) throws -> [String: [String]] {
-        var found: [String: [String]] = [:]
-        // A quote not preceded by a backslash or word character (Swift's Regex has no lookbehind).
-        let pattern = try Regex(#"(?:^|[^\\\w])"([A-Za-z_][A-Za-z0-9_]*)""#)
+    /// The lines of code in the Swift files under `folders`, outside comments and multi-line
+    /// strings, each with where it is written.
+    static func codeLines(in folders: [String]) throws -> [(line: String, place: String)] {
+        var lines: [(line: String, place: String)] = []
         for folder in folders {
             let base = root.appendingPathComponent(folder)
             guard let files = FileManager.default.enumerator(at: base, includingPropertiesForKeys: nil) else { continue }
@@ -35,11 +33,36 @@ import Testing
                         if quotes == 1 { inMultilineString.toggle() }
                         continue
                     }
-                    for match in String(line).matches(of: pattern) {
-                        let literal = String(match.output[1].substring ?? "")
-                        found[literal, default: []].append("\(file.lastPathComponent):\(number + 1)")
-                    }
+                    lines.append((String(line), "\(file.lastPathComponent):\(number + 1)"))
                 }
+            }
+        }
+        return lines
+    }
+
+    /// Identifier-shaped string literals (`"recordName"`) in the code under `folders`, with
+    /// where each is written.
+    static func literals(in folders: [String]) throws -> [String: [String]] {
+        // A quote not preceded by a backslash or word character (Swift's Regex has no lookbehind).
+        let pattern = try Regex(#"(?:^|[^\\\w])"([A-Za-z_][A-Za-z0-9_]*)""#)
+        var found: [String: [String]] = [:]
+        for (line, place) in try codeLines(in: folders) {
+            for match in line.matches(of: pattern) {
+                found[String(match.output[1].substring ?? ""), default: []].append(place)
+            }
+        }
+        return found
+    }
+
+    /// The string literals in the code under `folders` used as JSON keys: a subscript
+    /// (`json["missing"]`) or a dictionary literal's key (`["text": …]`), with where each is.
+    static func jsonKeys(in folders: [String]) throws -> [String: [String]] {
+        let pattern = try Regex(#"\["([A-Za-z_][A-Za-z0-9_]*)"\]|"([A-Za-z_][A-Za-z0-9_]*)":"#)
+        var found: [String: [String]] = [:]
+        for (line, place) in try codeLines(in: folders) {
+            for match in line.matches(of: pattern) {
+                guard let key = match.output[1].substring ?? match.output[2].substring else { continue }
+                found[String(key), default: []].append(place)
             }
         }
         return found
@@ -56,10 +79,25 @@ import Testing
         }
     }
 
+    /// The admin API has one vocabulary too: a JSON key the `nimbus` command line reads or
+    /// writes that the server also spells comes from NimbusWire (`ConsoleKey` or a body type).
+    /// Environment variables are looked up by subscript as well, and the server reads none.
+    @Test func noAdminKeyIsSpelledByTheCommandLineAndTheServer() throws {
+        let commandLine = try Self.jsonKeys(in: ["Sources/NimbusCLI"])
+        let server = try Self.literals(in: ["Sources/NimbusCore", "Sources/NimbusServer"])
+        #expect(!commandLine.isEmpty, "the scan found no JSON keys under Sources/NimbusCLI")
+        for key in Set(commandLine.keys).intersection(server.keys).sorted() {
+            Issue.record(
+                "\"\(key)\" is a JSON key in the command line (\(commandLine[key]!.prefix(3).joined(separator: ", "))) and spelled in the server (\(server[key]!.prefix(3).joined(separator: ", "))); name it once in NimbusWire's ConsoleKey")
+        }
+    }
+
     @Test func theScanSeesLiteralsItMustCatch() throws {
         // A negative control: the scan finds literals the server spells itself (an index grant's name).
         let server = try Self.literals(in: ["Sources/NimbusCore"])
         #expect(server["SORTABLE"] != nil)
+        // And the command line's JSON keys: the environment variables it reads by subscript.
+        #expect(try Self.jsonKeys(in: ["Sources/NimbusCLI"])["NIMBUS_OPERATOR_PASSWORD"] != nil)
     }
 
     @Test func errorDictionariesRoundTrip() throws {

@@ -9,14 +9,10 @@ import Testing
 /// honours; kept for its retention.
 @Suite("The sync doctor")
 struct SyncDoctorTests {
-    static func report(_ server: NimbusTestServer) async throws -> [String: JSON] {
+    static func report(_ server: NimbusTestServer) async throws -> [String: DeviceSyncReport.Device] {
         try await server.service.flushDeviceSync()
         let report = try await server.service.deviceSyncReport(container: server.containerIdentifier, environment: .development, userName: "alice")
-        return Dictionary(uniqueKeysWithValues: (report["devices"]?.arrayValue ?? []).map { ($0["deviceID"]?.stringValue ?? "", $0) })
-    }
-
-    static func zone(_ device: JSON?, _ name: String) -> JSON? {
-        device?["zones"]?.arrayValue?.first { $0["zone"]?.stringValue == name }
+        return Dictionary(uniqueKeysWithValues: report.devices.map { ($0.deviceID, $0) })
     }
 
     @Test("a device that missed a push is behind in one zone until it fetches; a zone made again expires its token; retention forgets it")
@@ -36,10 +32,10 @@ struct SyncDoctorTests {
 
             var devices = try await Self.report(server)
             let phoneID = "alice-device-1"
-            #expect(Self.zone(devices[phoneID], "Notes")?["status"] == "current")
-            let neverFetched = devices[phoneID]?["zonesNeverFetched"]?.arrayValue ?? []
+            #expect(devices[phoneID]?.zone("Notes")?.status == .current)
+            let neverFetched = devices[phoneID]?.zonesNeverFetched ?? []
             #expect(neverFetched.contains("Photos") && !neverFetched.contains("Notes") && !neverFetched.contains("_defaultZone"))
-            #expect(devices[phoneID]?["database"]?["status"] == "current")
+            #expect(devices[phoneID]?.database?.status == .current)
 
             // The laptop writes; the phone's push is dropped.
             try await server.switchOn(Fault(.pushDropped, user: "alice"))
@@ -48,32 +44,32 @@ struct SyncDoctorTests {
             _ = try await laptop.privateCloudDatabase.save(note)
             try await Task.sleep(for: .milliseconds(500))  // the notification pipeline runs every 250 ms at the latest
             devices = try await Self.report(server)
-            #expect(Self.zone(devices[phoneID], "Notes")?["status"] == "behind")
-            #expect(Self.zone(devices[phoneID], "Notes")?["behind"] == .int(1))
-            #expect(devices[phoneID]?["push"]?["missed"] == .int(1), "\(String(describing: devices[phoneID]))")
-            #expect(devices[phoneID]?["database"]?["status"] == "behind")
+            #expect(devices[phoneID]?.zone("Notes")?.status == .behind)
+            #expect(devices[phoneID]?.zone("Notes")?.behind == 1)
+            #expect(devices[phoneID]?.push.missed == 1, "\(String(describing: devices[phoneID]))")
+            #expect(devices[phoneID]?.database?.status == .behind)
 
             // The phone fetches: in step again, and the missed push no longer matters.
             token = try await database.recordZoneChanges(inZoneWith: notes.zoneID, since: token).changeToken
             _ = try await database.databaseChanges(since: nil)
             devices = try await Self.report(server)
-            #expect(Self.zone(devices[phoneID], "Notes")?["status"] == "current")
-            #expect(Self.zone(devices[phoneID], "Notes")?["behind"] == .int(0))
-            #expect(devices[phoneID]?["push"]?["missed"] == .int(0))
+            #expect(devices[phoneID]?.zone("Notes")?.status == .current)
+            #expect(devices[phoneID]?.zone("Notes")?.behind == 0)
+            #expect(devices[phoneID]?.push.missed == 0)
 
             // A push that arrives is noted as sent.
             let second = CKRecord(recordType: "Note", recordID: CKRecord.ID(recordName: "n2", zoneID: notes.zoneID))
             _ = try await laptop.privateCloudDatabase.save(second)
             _ = try await reader.next(within: 10)
             devices = try await Self.report(server)
-            #expect(devices[phoneID]?["push"]?["lastSentAt"]?.int64Value != nil)
-            #expect(devices[phoneID]?["push"]?["missed"] == .int(0), "a push that was sent is not missed")
+            #expect(devices[phoneID]?.push.lastSentAt != nil)
+            #expect(devices[phoneID]?.push.missed == 0, "a push that was sent is not missed")
 
             // The zone deleted and made again: the phone's token is one the store no longer honours.
             _ = try await laptop.privateCloudDatabase.deleteRecordZone(withID: notes.zoneID)
             _ = try await laptop.privateCloudDatabase.save(notes)
             devices = try await Self.report(server)
-            #expect(Self.zone(devices[phoneID], "Notes")?["status"] == "expired")
+            #expect(devices[phoneID]?.zone("Notes")?.status == .expired)
 
             // Unknown users are a clear answer; retention forgets devices not seen for 30 days.
             await #expect(throws: CloudKitError.self) {

@@ -459,6 +459,57 @@ extension OperatorTests {
     }
 }
 
+/// The route table: one authentication in front of every route.
+extension OperatorTests {
+    /// The admin API's routes as the route files declare them (`OperatorRoutes.get` and `post`),
+    /// and the ones registered around the route table, each as (method, path).
+    static func declaredRoutes() throws -> (authenticated: [(String, String)], unauthenticated: [(String, String)]) {
+        let folder = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Sources/NimbusServer/Routes")
+        let table = try Regex(#"routes\.(get|post)\((?:RouterPath\()?"([^"]+)""#)
+        let around = try Regex(#"admin\.(get|post)\("([^"]+)""#)
+        var authenticated: [(String, String)] = []
+        var unauthenticated: [(String, String)] = []
+        for file in try FileManager.default.contentsOfDirectory(atPath: folder.path) where file.hasSuffix(".swift") {
+            let text = try String(contentsOf: folder.appendingPathComponent(file), encoding: .utf8)
+            for match in text.matches(of: table) {
+                authenticated.append((String(match.output[1].substring!), String(match.output[2].substring!)))
+            }
+            for match in text.matches(of: around) {
+                unauthenticated.append((String(match.output[1].substring!), String(match.output[2].substring!)))
+            }
+        }
+        return (authenticated, unauthenticated)
+    }
+
+    @Test("every admin route but signing in and the first run's setup needs a session, and every POST also the session's CSRF token")
+    func everyRouteIsBehindOneAuthentication() async throws {
+        let routes = try Self.declaredRoutes()
+        #expect(routes.authenticated.count >= 50, "the scan found \(routes.authenticated.count) routes")
+        #expect(
+            Set(routes.unauthenticated.map { "\($0.0) \($0.1)" }) == ["post session", "get setup", "post setup"],
+            "a route registered around the route table: \(routes.unauthenticated)")
+        try await TestServer.with { server in
+            let (_, password) = try await server.service.createOperator(name: "olga", role: .administrator, containers: nil, by: "cli")
+            var browser = Browser(server)
+            #expect(try await browser.signIn("olga", password).status == 200)
+            for (method, declared) in routes.authenticated {
+                // Parameters filled with names that exist nowhere: authentication comes first.
+                let path = declared.split(separator: "/").map { $0.hasPrefix(":") ? "nothing" : String($0) }
+                    .joined(separator: "/").replacingOccurrences(of: "\\(call.path)", with: "records/query")
+                let anonymous = method == "get" ? try await Browser(server).get(path) : try await Browser(server).post(path)
+                #expect(anonymous.status == 421 && anonymous.errorCode == "AUTHENTICATION_REQUIRED", "\(method) \(path): \(anonymous.text)")
+                if method == "post" {
+                    let forged = try await browser.post(path, csrf: "forged")
+                    #expect(forged.status == 403 && forged.reason.contains("CSRF"), "\(method) \(path): \(forged.text)")
+                }
+            }
+            // The session still works: nothing above signed it out.
+            #expect(try await browser.get("session").status == 200)
+        }
+    }
+}
+
 @Suite struct OperatorCommandTests {
     @Test("nimbus operators create prints a one-time password that signs in to the served admin API")
     func createdOnTheCommandLine() async throws {
@@ -660,4 +711,5 @@ extension OperatorTests {
         let reset = try NimbusProcess.run(["schema", "reset-development", "--container", container, "--confirm", container] + data)
         #expect(reset.hasPrefix("development reset:"), "\(reset)")
     }
+
 }

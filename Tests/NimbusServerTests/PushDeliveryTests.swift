@@ -126,9 +126,8 @@ import Testing
                 // The sync doctor counts what APNs took as sent to the phone, none to the laptop.
                 try await server.service.flushDeviceSync()
                 let report = try await server.service.deviceSyncReport(container: TestServer.container, environment: .development, userName: "alice")
-                let devices = report["devices"]?.arrayValue ?? []
-                #expect(devices.first { $0["deviceID"] == "phone" }?["push"]?["lastSentAt"]?.int64Value != nil, "\(report)")
-                #expect(devices.first { $0["deviceID"] == "laptop" }?["push"]?["lastSentAt"] == nil, "\(report)")
+                #expect(report.devices.first { $0.deviceID == "phone" }?.push.lastSentAt != nil, "\(report)")
+                #expect(report.devices.first { $0.deviceID == "laptop" }?.push.lastSentAt == nil, "\(report)")
             }
         }
     }

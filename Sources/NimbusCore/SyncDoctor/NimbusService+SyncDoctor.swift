@@ -108,7 +108,7 @@ extension NimbusService {
     /// Each device of `userName` in `container`'s `environment`: how far behind it is in each
     /// zone of the user's private database, whether pushes it should have had reached it, and
     /// whether a token it holds is one the store no longer honours.
-    public func deviceSyncReport(container: String, environment: Environment, userName: String) async throws -> JSON {
+    public func deviceSyncReport(container: String, environment: Environment, userName: String) async throws -> DeviceSyncReport {
         guard let user = try await accounts.user(name: userName) else {
             throw CloudKitError(.notFound, "there is no user '\(Names.escaped(userName))'")
         }
@@ -118,57 +118,43 @@ extension NimbusService {
         let known = states
         let key = DatabaseKey(container: container, environment: environment, scope: .private, ownerID: user.id)
         let limit = Self.deviceSyncBehindLimit
-        let devices: [JSON] = try await storage.read { tx in
+        let devices: [DeviceSyncReport.Device] = try await storage.read { tx in
             let database = try tx.database(key)
             let zones = try database.map { try tx.zones(databaseID: $0.id) } ?? []
             // The default zone has no change feed: nothing to be behind in.
             let live = Dictionary(
                 zones.filter { !$0.isDeleted && $0.name != Names.defaultZone }.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
             return try known.sorted { $0.value.seen > $1.value.seen }.map { deviceID, state in
-                var zoneReports: [JSON] = []
-                for (name, served) in state.zones.sorted(by: { $0.key < $1.key }) {
-                    var report: JSONObject = ["zone": .string(name), "fetchedAt": .int(served.at)]
-                    if let zone = live[name] {
-                        if zone.id != served.zoneID {
-                            report["status"] = "expired"
-                            report["reason"] = "the zone was deleted and made again since this device's token: it must fetch the zone from no token"
-                        } else {
-                            let behind = try tx.recordChanges(zoneID: zone.id, after: served.sequence, recordTypes: nil, limit: limit).count
-                            report["behind"] = .int(Int64(behind))
-                            report["status"] = behind == 0 ? "current" : "behind"
-                        }
-                    } else {
-                        report["status"] = "deleted"
-                        report["reason"] = "the zone is gone; the device hears so from the database's change feed"
+                let zoneFeeds = try state.zones.sorted(by: { $0.key < $1.key }).map { name, served -> DeviceSyncReport.ZoneFeed in
+                    guard let zone = live[name] else {
+                        return .init(
+                            zone: name, fetchedAt: served.at, status: .deleted,
+                            reason: "the zone is gone; the device hears so from the database's change feed")
                     }
-                    zoneReports.append(.object(report))
+                    guard zone.id == served.zoneID else {
+                        return .init(
+                            zone: name, fetchedAt: served.at, status: .expired,
+                            reason: "the zone was deleted and made again since this device's token: it must fetch the zone from no token")
+                    }
+                    let behind = try tx.recordChanges(zoneID: zone.id, after: served.sequence, recordTypes: nil, limit: limit).count
+                    return .init(zone: name, fetchedAt: served.at, status: behind == 0 ? .current : .behind, behind: Int64(behind))
                 }
                 let lastFetch = max(state.database?.at ?? 0, state.zones.values.map(\.at).max() ?? 0)
                 // A push matters when it was for a change the device has not fetched since.
                 let unsent = try tx.notifications(owner: owner, after: state.push?.sequence ?? 0, limit: limit).filter {
                     $0.originDeviceID != deviceID && $0.createdAt > lastFetch
                 }
-                var push: JSONObject = ["missed": .int(Int64(unsent.count))]
-                if let pushed = state.push { push["lastSentAt"] = .int(pushed.at) }
-                if let oldest = unsent.first { push["oldestMissedAt"] = .int(oldest.createdAt) }
-                var device: JSONObject = [
-                    "deviceID": .string(deviceID), "lastSeen": .int(state.seen), "zones": .array(zoneReports),
-                    "zonesNeverFetched": .array(live.keys.filter { state.zones[$0] == nil }.sorted().map(JSON.string)),
-                    "push": .object(push),
-                ]
-                if let served = state.database {
-                    device["database"] = [
-                        "fetchedAt": .int(served.at),
-                        "status": .string((database?.sequence ?? 0) > served.sequence ? "behind" : "current"),
-                    ]
-                }
-                return .object(device)
+                return DeviceSyncReport.Device(
+                    deviceID: deviceID, lastSeen: state.seen,
+                    database: state.database.map { served in
+                        .init(fetchedAt: served.at, status: (database?.sequence ?? 0) > served.sequence ? .behind : .current)
+                    },
+                    zones: zoneFeeds, zonesNeverFetched: live.keys.filter { state.zones[$0] == nil }.sorted(),
+                    push: .init(missed: Int64(unsent.count), lastSentAt: state.push?.at, oldestMissedAt: unsent.first?.createdAt))
             }
         }
-        return [
-            "user": .string(userName), "container": .string(container), "environment": .string(environment.rawValue),
-            "retentionDays": .int(Self.deviceSyncRetentionMilliseconds / 86_400_000), "behindLimit": .int(Int64(limit)),
-            "devices": .array(devices),
-        ]
+        return DeviceSyncReport(
+            user: userName, container: container, environment: environment.rawValue,
+            retentionDays: Self.deviceSyncRetentionMilliseconds / 86_400_000, behindLimit: Int64(limit), devices: devices)
     }
 }

@@ -13,7 +13,7 @@ enum MetricsRoutes {
     static func addForOperators(to router: MethodRecordingRouter, parts: ServerParts) {
         guard let metrics = parts.metrics else { return }
         router.get("metrics") { request, context in
-            let operatorContext = try await AdminRoutes.signedIn(request, parts.service)
+            let operatorContext = try await OperatorRoutes.signedIn(request, parts.service)
             try operatorContext.requireEveryContainer()
             return Reply.bytes(await metrics.scrape(), contentType: contentType, context: context)
         }

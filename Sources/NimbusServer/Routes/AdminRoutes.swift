@@ -6,21 +6,21 @@ import NimbusWire
 
 /// The admin API behind the dashboard (docs/dashboard.md), under `/admin/1/`: operator sign-in
 /// to a session cookie (HttpOnly, SameSite=Strict), who is signed in, operators, the audit log.
-/// Reads are GETs; every change is a POST that must echo the session's CSRF token in
-/// `X-Nimbus-CSRF` (the cookie alone could be carried by another site's form).
+/// Reads are GETs; every change is a POST that must echo the session's CSRF token; the route
+/// table (`OperatorRoutes`) authenticates each before its handler runs.
 enum AdminRoutes {
     static let cookieName = "nimbus_operator"
-    static let csrfHeader = HTTPField.Name("X-Nimbus-CSRF")!
+    static let csrfHeader = HTTPField.Name(ConsoleHeader.csrf)!
 
     static func add(to router: MethodRecordingRouter, parts: ServerParts) {
         let service = parts.service
         let admin = router.group("admin/1")
+        let routes = OperatorRoutes(unauthenticated: admin, service: service)
 
         admin.post("session") { request, context in
-            let body = try await RouteInput(request: request, context: context, parts: parts).body()
+            let signIn = try OperatorSignIn(json: try await RouteInput(request: request, context: context, parts: parts).body())
             let (token, signedIn) = try await service.signInOperator(
-                name: try body.requiredString("name"), password: try body.requiredString("password"), code: try body.string("code"),
-                clientAddress: context.clientAddress)
+                name: signIn.name, password: signIn.password, code: signIn.code, clientAddress: context.clientAddress)
             return session(token, signedIn, request, context)
         }
         // The first run (docs/dashboard.md): whether a setup link is open, and the link's form,
@@ -41,11 +41,10 @@ enum AdminRoutes {
                 clientAddress: context.clientAddress)
             return session(token, signedIn, request, context)
         }
-        admin.get("session") { request, context in
-            Reply.json(describe(try await signedIn(request, service)), context: context)
+        routes.get("session") { request, context, operatorContext in
+            Reply.json(describe(operatorContext), context: context)
         }
-        admin.post("session/end") { request, context in
-            let operatorContext = try await changing(request, service)
+        routes.post("session/end") { request, context, operatorContext in
             try await service.signOutOperator(token: cookie(request) ?? "")
             var response = Reply.json(["signedOut": .string(operatorContext.account.name)], context: context)
             response.headers[.setCookie] = "\(cookieName)=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"
@@ -53,83 +52,68 @@ enum AdminRoutes {
         }
 
         // The signed-in operator's own credentials: its password and its optional second factor.
-        admin.post("me/password") { request, context in
-            let operatorContext = try await changing(request, service)
+        routes.post("me/password") { request, context, operatorContext in
             let body = try await RouteInput(request: request, context: context, parts: parts).body()
             try await service.changeOperatorPassword(
                 current: try body.requiredString("currentPassword"), new: try body.requiredString("newPassword"), as: operatorContext)
             return Reply.json(["passwordChanged": .bool(true)], context: context)
         }
-        admin.post("me/second-factor") { request, context in
-            let (secret, uri) = try await service.beginSecondFactor(as: try await changing(request, service))
+        routes.post("me/second-factor") { request, context, operatorContext in
+            let (secret, uri) = try await service.beginSecondFactor(as: operatorContext)
             return Reply.json(["secret": .string(secret), "uri": .string(uri)], context: context)
         }
-        admin.post("me/second-factor/confirm") { request, context in
-            let operatorContext = try await changing(request, service)
+        routes.post("me/second-factor/confirm") { request, context, operatorContext in
             let body = try await RouteInput(request: request, context: context, parts: parts).body()
             try await service.confirmSecondFactor(code: try body.requiredString("code"), as: operatorContext)
             return Reply.json(["secondFactor": .bool(true)], context: context)
         }
-        admin.post("me/second-factor/remove") { request, context in
-            let operatorContext = try await changing(request, service)
+        routes.post("me/second-factor/remove") { request, context, operatorContext in
             let body = try await RouteInput(request: request, context: context, parts: parts).body()
             try await service.removeSecondFactor(code: try body.requiredString("code"), as: operatorContext)
             return Reply.json(["secondFactor": .bool(false)], context: context)
         }
 
-        admin.get("operators") { request, context in
-            _ = try await signedIn(request, service)
-            let list: [JSON] = try await service.operators().map { .object(fields($0)) }
+        routes.get("operators") { request, context, operatorContext in
+            let list: [JSON] = try await service.operators().map { account($0).json }
             return Reply.json(["operators": .array(list)], context: context)
         }
         // Operators are made, changed and removed by an administrator of every container only.
-        @Sendable func administering(_ request: Request) async throws -> NimbusService.OperatorContext {
-            let operatorContext = try await changing(request, service)
-            try operatorContext.requireChange()
-            try operatorContext.requireEveryContainer()
-            return operatorContext
-        }
-        admin.post("operators") { request, context in
-            let operatorContext = try await administering(request)
+        routes.post("operators", needs: .everyContainer) { request, context, operatorContext in
             let body = try await RouteInput(request: request, context: context, parts: parts).body()
             let role = try operatorRole(try body.string("role") ?? OperatorRole.administrator.rawValue)
             let (row, password) = try await service.createOperator(
                 name: try body.requiredString("name"), role: role, containers: try body.stringArray("containers"),
                 by: operatorContext.account.name)
-            var answer = fields(row)
-            answer["password"] = .string(password)
+            var answer = account(row).fields
+            answer[ConsoleKey.password] = .string(password)
             return Reply.json(.object(answer), context: context)
         }
-        admin.post("operators/:name") { request, context in
-            let actor = try await administering(request)
+        routes.post("operators/:name", needs: .everyContainer) { request, context, actor in
             let body = try await RouteInput(request: request, context: context, parts: parts).body()
             let role = try body.string("role").map(operatorRole)
             let containers: [String]?? = try body.bool("everyContainer") == true ? .some(nil) : try body.stringArray("containers").map { .some($0) }
             let row = try await service.updateOperator(
                 name: context.parameters.get("name") ?? "", role: role, containers: containers, disabled: try body.bool("disabled"),
                 by: actor.account.name)
-            return Reply.json(.object(fields(row)), context: context)
+            return Reply.json(account(row).json, context: context)
         }
-        admin.post("operators/:name/password") { request, context in
-            let actor = try await administering(request)
+        routes.post("operators/:name/password", needs: .everyContainer) { request, context, actor in
             let name = context.parameters.get("name") ?? ""
             let password = try await service.resetOperatorPassword(name: name, by: actor.account.name)
-            return Reply.json(["name": .string(name), "password": .string(password)], context: context)
+            return Reply.json([ConsoleKey.name: .string(name), ConsoleKey.password: .string(password)], context: context)
         }
-        admin.post("operators/:name/delete") { request, context in
-            let actor = try await administering(request)
+        routes.post("operators/:name/delete", needs: .everyContainer) { request, context, actor in
             let name = context.parameters.get("name") ?? ""
             try await service.deleteOperator(name: name, by: actor.account.name)
             return Reply.json(["deleted": .string(name)], context: context)
         }
 
-        addContainerRoutes(to: admin, parts: parts)
-        ConsoleRoutes.add(to: admin, parts: parts)  // schema, data, people, the request log
-        BackupRoutes.add(to: admin, parts: parts)
-        TimeTravelRoutes.add(to: admin, parts: parts)
+        addContainerRoutes(to: routes, parts: parts)
+        ConsoleRoutes.add(to: routes, parts: parts)  // schema, data, people, the request log
+        BackupRoutes.add(to: routes, parts: parts)
+        TimeTravelRoutes.add(to: routes, parts: parts)
 
-        admin.get("audit") { request, context in
-            let operatorContext = try await signedIn(request, service)
+        routes.get("audit") { request, context, operatorContext in
             let limit = request.query("limit").flatMap(Int.init) ?? 50
             let before = request.query("before").flatMap(Int64.init)
             let entries = try await service.auditLog(for: operatorContext, limit: limit, beforeID: before).map { entry -> JSON in
@@ -145,7 +129,7 @@ enum AdminRoutes {
     }
 
     /// Containers, their API tokens and server-to-server keys.
-    static func addContainerRoutes(to admin: RouterGroup<NimbusRequestContext>, parts: ServerParts) {
+    static func addContainerRoutes(to routes: OperatorRoutes, parts: ServerParts) {
         let service = parts.service
         @Sendable func body(_ request: Request, _ context: NimbusRequestContext) async throws -> ObjectReader {
             try await RouteInput(request: request, context: context, parts: parts).body()
@@ -155,19 +139,17 @@ enum AdminRoutes {
             try name.map(ConsoleRoutes.environment(named:))
         }
 
-        admin.get("containers") { request, context in
-            let list = try await service.containers(visibleTo: try await signedIn(request, service))
+        routes.get("containers") { request, context, operatorContext in
+            let list = try await service.containers(visibleTo: operatorContext)
             let rows: [JSON] = list.map { .object(["id": .string($0.id), "createdAt": .int($0.createdAt)]) }
             return Reply.json(["containers": .array(rows)], context: context)
         }
-        admin.post("containers") { request, context in
-            let operatorContext = try await changing(request, service)
+        routes.post("containers") { request, context, operatorContext in
             let id = try await body(request, context).requiredString("id")
             try await service.createContainer(id, as: operatorContext)
             return Reply.json(["id": .string(id)], context: context)
         }
-        admin.post("containers/:container/tokens") { request, context in
-            let operatorContext = try await changing(request, service)
+        routes.post("containers/:container/tokens") { request, context, operatorContext in
             let input = try await body(request, context)
             let token = try await service.createAPIToken(
                 container: container(context), environment: try environment(try input.requiredString("environment")) ?? .development,
@@ -175,8 +157,8 @@ enum AdminRoutes {
                 name: try input.string("name"), as: operatorContext)
             return Reply.json(["apiToken": .string(token)], context: context)
         }
-        admin.get("containers/:container/tokens") { request, context in
-            let tokens = try await service.apiTokens(container: container(context), as: try await signedIn(request, service))
+        routes.get("containers/:container/tokens") { request, context, operatorContext in
+            let tokens = try await service.apiTokens(container: container(context), as: operatorContext)
             let rows: [JSON] = tokens.map { token in
                 var row: JSONObject = [
                     "id": .string(token.id), "environment": .string(token.environment.rawValue), "createdAt": .int(token.createdAt),
@@ -189,14 +171,12 @@ enum AdminRoutes {
             }
             return Reply.json(["tokens": .array(rows)], context: context)
         }
-        admin.post("containers/:container/tokens/:token/revoke") { request, context in
-            let operatorContext = try await changing(request, service)
+        routes.post("containers/:container/tokens/:token/revoke") { request, context, operatorContext in
             let token = try await service.revokeAPIToken(
                 container: container(context), id: context.parameters.get("token") ?? "", as: operatorContext)
             return Reply.json(["revoked": .string(token.id)], context: context)
         }
-        admin.post("containers/:container/tokens/revoke") { request, context in
-            let operatorContext = try await changing(request, service)
+        routes.post("containers/:container/tokens/revoke") { request, context, operatorContext in
             let input = try await body(request, context)
             let count = try await service.revokeAPITokens(
                 container: container(context), environment: try environment(try input.string("environment")), as: operatorContext)
@@ -230,11 +210,10 @@ enum AdminRoutes {
             }
             return .object(answer)
         }
-        admin.get("containers/:container/settings") { request, context in
-            Reply.json(try await settings(container(context), as: try await signedIn(request, service)), context: context)
+        routes.get("containers/:container/settings") { request, context, operatorContext in
+            Reply.json(try await settings(container(context), as: operatorContext), context: context)
         }
-        admin.post("containers/:container/settings") { request, context in
-            let operatorContext = try await changing(request, service)
+        routes.post("containers/:container/settings") { request, context, operatorContext in
             let input = try await body(request, context)
             var limits: [String: Int64?] = [:]
             if let given = try input.object("limits") {
@@ -251,36 +230,32 @@ enum AdminRoutes {
                 as: operatorContext)
             return Reply.json(try await settings(container(context), as: operatorContext), context: context)
         }
-        admin.post("containers/:container/apns") { request, context in
-            let operatorContext = try await changing(request, service)
+        routes.post("containers/:container/apns") { request, context, operatorContext in
             let input = try await body(request, context)
             try await service.setAPNsCredentials(
                 container: container(context), teamID: try input.requiredString("teamID"), keyID: try input.requiredString("keyID"),
                 topic: try input.requiredString("topic"), privateKeyPEM: try input.requiredString("privateKeyPEM"), as: operatorContext)
             return Reply.json(try await settings(container(context), as: operatorContext), context: context)
         }
-        admin.post("containers/:container/apns/remove") { request, context in
-            let operatorContext = try await changing(request, service)
+        routes.post("containers/:container/apns/remove") { request, context, operatorContext in
             try await service.removeAPNsCredentials(container: container(context), as: operatorContext)
             return Reply.json(try await settings(container(context), as: operatorContext), context: context)
         }
-        admin.post("containers/:container/providers") { request, context in
-            let operatorContext = try await changing(request, service)
+        routes.post("containers/:container/providers") { request, context, operatorContext in
             let input = try await body(request, context)
             try await service.addIdentityProvider(
                 container: container(context), issuer: try input.requiredString("issuer"), audience: try input.requiredString("audience"),
                 jwks: try input.requiredString("jwks"), as: operatorContext)
             return Reply.json(try await settings(container(context), as: operatorContext), context: context)
         }
-        admin.post("containers/:container/providers/remove") { request, context in
-            let operatorContext = try await changing(request, service)
+        routes.post("containers/:container/providers/remove") { request, context, operatorContext in
             let input = try await body(request, context)
             try await service.removeIdentityProvider(
                 container: container(context), issuer: try input.requiredString("issuer"), as: operatorContext)
             return Reply.json(try await settings(container(context), as: operatorContext), context: context)
         }
-        admin.get("containers/:container/keys") { request, context in
-            let keys = try await service.serverKeys(container: container(context), as: try await signedIn(request, service))
+        routes.get("containers/:container/keys") { request, context, operatorContext in
+            let keys = try await service.serverKeys(container: container(context), as: operatorContext)
             let rows: [JSON] = keys.map {
                 .object([
                     "keyID": .string($0.keyID), "environment": .string($0.environment.rawValue), "createdAt": .int($0.createdAt),
@@ -289,25 +264,19 @@ enum AdminRoutes {
             }
             return Reply.json(["keys": .array(rows)], context: context)
         }
-        admin.post("containers/:container/keys") { request, context in
-            let operatorContext = try await changing(request, service)
+        routes.post("containers/:container/keys") { request, context, operatorContext in
             let input = try await body(request, context)
             let row = try await service.addServerKey(
                 container: container(context), environment: try environment(try input.requiredString("environment")) ?? .development,
                 publicKeyPEM: try input.requiredString("publicKeyPEM"), as: operatorContext)
             return Reply.json(["keyID": .string(row.keyID)], context: context)
         }
-        admin.post("containers/:container/keys/:key/revoke") { request, context in
-            let operatorContext = try await changing(request, service)
+        routes.post("containers/:container/keys/:key/revoke") { request, context, operatorContext in
             let key = context.parameters.get("key") ?? ""
             try await service.revokeServerKey(id: key, container: container(context), as: operatorContext)
             return Reply.json(["revoked": .string(key)], context: context)
         }
     }
-
-    /// What an operator signed in with a one-time password may do before choosing its own:
-    /// see who it is, sign out, and choose.
-    static let allowedWithOneTimePassword: Set<String> = ["/admin/1/session", "/admin/1/session/end", "/admin/1/me/password"]
 
     /// A role named in a request body, or BAD_REQUEST naming the roles there are.
     static func operatorRole(_ name: String) throws(CloudKitError) -> OperatorRole {
@@ -315,28 +284,6 @@ enum AdminRoutes {
             throw .badRequest("role: '\(Names.escaped(name))' is not a role; use \(OperatorRole.allCases.map(\.rawValue).joined(separator: " or "))")
         }
         return role
-    }
-
-    /// The signed-in operator of a read.
-    static func signedIn(_ request: Request, _ service: NimbusService) async throws -> NimbusService.OperatorContext {
-        let operatorContext = try await service.operatorContext(token: cookie(request))
-        if operatorContext.account.passwordExpiresAt != nil, !allowedWithOneTimePassword.contains(request.uri.path) {
-            throw CloudKitError(
-                .accessDenied,
-                "operator '\(operatorContext.account.name)' signed in with a one-time password: choose a password of your own first (Operators → Change your password)")
-        }
-        return operatorContext
-    }
-
-    /// The signed-in operator of a change: the CSRF token must match the session's.
-    static func changing(_ request: Request, _ service: NimbusService) async throws -> NimbusService.OperatorContext {
-        let operatorContext = try await signedIn(request, service)
-        let sent = request.headers[csrfHeader] ?? ""
-        guard Credentials.constantTimeEqual(Array(sent.utf8), Array(operatorContext.session.csrfToken.utf8)) else {
-            throw CloudKitError(
-                .accessDenied, "this change did not carry the session's CSRF token (X-Nimbus-CSRF); reload the dashboard and try again")
-        }
-        return operatorContext
     }
 
     static func cookie(_ request: Request) -> String? {
@@ -374,17 +321,12 @@ enum AdminRoutes {
     }
 
     static func describe(_ signedIn: NimbusService.OperatorContext) -> JSON {
-        ["operator": .object(fields(signedIn.account)), "csrfToken": .string(signedIn.session.csrfToken)]
+        OperatorSession(account: account(signedIn.account), csrfToken: signedIn.session.csrfToken).json
     }
 
-    static func fields(_ row: OperatorRow) -> JSONObject {
-        var object: JSONObject = [
-            "name": .string(row.name), "role": .string(row.role.rawValue), "createdAt": .int(row.createdAt),
-            "secondFactor": .bool(row.secondFactor != nil), "disabled": .bool(row.disabled),
-        ]
-        if let containers = row.containers { object["containers"] = .strings(containers) }
-        // A one-time password in use: it must be changed, and stops working at this time.
-        if let expiry = row.passwordExpiresAt { object["oneTimePasswordExpiresAt"] = .int(expiry) }
-        return object
+    static func account(_ row: OperatorRow) -> OperatorAccount {
+        OperatorAccount(
+            name: row.name, role: row.role.rawValue, createdAt: row.createdAt, secondFactor: row.secondFactor != nil,
+            disabled: row.disabled, containers: row.containers, oneTimePasswordExpiresAt: row.passwordExpiresAt)
     }
 }

@@ -7,18 +7,13 @@ import NimbusWire
 /// operator of every container, and a backup taken now by an administrator of every container
 /// (a backup holds all of them), audited.
 enum BackupRoutes {
-    static func add(to admin: RouterGroup<NimbusRequestContext>, parts: ServerParts) {
+    static func add(to routes: OperatorRoutes, parts: ServerParts) {
         let service = parts.service
-        admin.get("backups") { request, context in
-            let operatorContext = try await AdminRoutes.signedIn(request, service)
-            try operatorContext.requireEveryContainer()
+        routes.get("backups", needs: .everyContainer) { request, context, operatorContext in
             guard let keeper = parts.backups else { return Reply.json(["configured": .bool(false)], context: context) }
             return Reply.json(describe(await keeper.status()), context: context)
         }
-        admin.post("backups") { request, context in
-            let operatorContext = try await AdminRoutes.changing(request, service)
-            try operatorContext.requireChange()
-            try operatorContext.requireEveryContainer()
+        routes.post("backups", needs: .everyContainer) { request, context, operatorContext in
             guard let keeper = parts.backups else {
                 throw CloudKitError(.badRequest, "this server keeps no backups: start it with --backup-dir")
             }

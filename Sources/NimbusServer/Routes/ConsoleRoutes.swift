@@ -34,11 +34,11 @@ import NimbusWire
 /// | `requests` | GET `?user=&error=&container=&limit=`: the request log |
 /// | `metrics` | GET: requests, p50/p99 and errors by code per minute, last hour |
 enum ConsoleRoutes {
-    static func add(to admin: RouterGroup<NimbusRequestContext>, parts: ServerParts) {
-        addSchemaRoutes(to: admin, parts: parts)
-        addDataRoutes(to: admin, parts: parts)
-        addPeopleRoutes(to: admin, parts: parts)
-        addLogRoutes(to: admin, parts: parts)
+    static func add(to routes: OperatorRoutes, parts: ServerParts) {
+        addSchemaRoutes(to: routes, parts: parts)
+        addDataRoutes(to: routes, parts: parts)
+        addPeopleRoutes(to: routes, parts: parts)
+        addLogRoutes(to: routes, parts: parts)
     }
 
     // MARK: Helpers
@@ -92,11 +92,9 @@ enum ConsoleRoutes {
 
     // MARK: Schema
 
-    static func addSchemaRoutes(to admin: RouterGroup<NimbusRequestContext>, parts: ServerParts) {
+    static func addSchemaRoutes(to routes: OperatorRoutes, parts: ServerParts) {
         let service = parts.service
-        admin.get("containers/:container/schema/deploy") { request, context in
-            let operatorContext = try await AdminRoutes.signedIn(request, service)
-            try operatorContext.requireSight(of: container(context))
+        routes.get("containers/:container/schema/deploy", needs: .sightOfContainer) { request, context, operatorContext in
             let plan = try await service.schemaDeployPlan(container: container(context))
             func field(_ row: SchemaFieldRow) -> JSON {
                 [
@@ -116,9 +114,7 @@ enum ConsoleRoutes {
                         }),
                 ], context: context)
         }
-        admin.post("containers/:container/schema/deploy") { request, context in
-            let operatorContext = try await AdminRoutes.changing(request, service)
-            try operatorContext.requireChange(container: container(context))
+        routes.post("containers/:container/schema/deploy", needs: .changeOfContainer) { request, context, operatorContext in
             let added = try await service.deploySchema(container: container(context))
             try await service.audit(
                 operatorContext.account.name, "schema.deploy", container: container(context),
@@ -127,9 +123,7 @@ enum ConsoleRoutes {
                 ["recordTypes": .int(Int64(added.recordTypes)), WireKey.fields: .int(Int64(added.fields)), "roles": .int(Int64(added.roles))],
                 context: context)
         }
-        admin.get("containers/:container/schema/:environment") { request, context in
-            let operatorContext = try await AdminRoutes.signedIn(request, service)
-            try operatorContext.requireSight(of: container(context))
+        routes.get("containers/:container/schema/:environment", needs: .sightOfContainer) { request, context, operatorContext in
             let environment = try environment(context)
             let schema = try await service.schema(container: container(context), environment: environment)
             let security = try await service.security(container: container(context), environment: environment)
@@ -153,19 +147,15 @@ enum ConsoleRoutes {
             }
             return Reply.json(.object(answer), context: context)
         }
-        admin.get("containers/:container/schema/:environment/export") { request, context in
-            let operatorContext = try await AdminRoutes.signedIn(request, service)
-            try operatorContext.requireSight(of: container(context))
+        routes.get("containers/:container/schema/:environment/export", needs: .sightOfContainer) { request, context, operatorContext in
             let text = try await service.schemaLanguage(container: container(context), environment: try environment(context))
             var response = Reply.bytes(Array(text.utf8), contentType: "text/plain; charset=utf-8", context: context)
             response.headers[.contentDisposition] = "attachment; filename=\"schema-\(try environment(context).rawValue).ckdb\""
             return response
         }
-        admin.post("containers/:container/schema/:environment/import") { request, context in
-            let operatorContext = try await AdminRoutes.changing(request, service)
-            try operatorContext.requireChange(container: container(context))
+        routes.post("containers/:container/schema/:environment/import", needs: .changeOfContainer) { request, context, operatorContext in
             try requireDevelopment(context)
-            let file = try SchemaFile(parsing: try await body(request, context, parts).requiredString("text"))
+            let file = try SchemaFile(parsing: try SchemaText(json: try await body(request, context, parts)).text)
             let outcome = try await service.importSchema(file, container: container(context))
             try await service.audit(
                 operatorContext.account.name, "schema.import", container: container(context),
@@ -178,16 +168,12 @@ enum ConsoleRoutes {
         }
         // What a schema file declares that the environment lacks (`nimbus schema check`); a
         // question, so sight of the container is enough.
-        admin.post("containers/:container/schema/:environment/check") { request, context in
-            let operatorContext = try await AdminRoutes.signedIn(request, service)
-            try operatorContext.requireSight(of: container(context))
-            let file = try SchemaFile(parsing: try await body(request, context, parts).requiredString("text"))
+        routes.post("containers/:container/schema/:environment/check", needs: .sightOfContainer) { request, context, operatorContext in
+            let file = try SchemaFile(parsing: try SchemaText(json: try await body(request, context, parts)).text)
             let missing = try await service.schemaDifferences(file, container: container(context), environment: try environment(context))
-            return Reply.json(["missing": .strings(missing)], context: context)
+            return Reply.json(SchemaCheckAnswer(missing: missing).json, context: context)
         }
-        admin.post("containers/:container/schema/:environment/fields") { request, context in
-            let operatorContext = try await AdminRoutes.changing(request, service)
-            try operatorContext.requireChange(container: container(context))
+        routes.post("containers/:container/schema/:environment/fields", needs: .changeOfContainer) { request, context, operatorContext in
             try requireDevelopment(context)
             let input = try await body(request, context, parts)
             let recordType = try input.requiredString(WireKey.recordType)
@@ -217,9 +203,7 @@ enum ConsoleRoutes {
                 "development: \(recordType).\(field) \(type.wireName)\(outcome.newRecordTypes > 0 ? " (new record type)" : "")")
             return Reply.json(["added": .bool(outcome.newFields > 0)], context: context)
         }
-        admin.post("containers/:container/schema/:environment/remove") { request, context in
-            let operatorContext = try await AdminRoutes.changing(request, service)
-            try operatorContext.requireChange(container: container(context))
+        routes.post("containers/:container/schema/:environment/remove", needs: .changeOfContainer) { request, context, operatorContext in
             try requireDevelopment(context)
             let input = try await body(request, context, parts)
             let recordType = try input.requiredString(WireKey.recordType)
@@ -230,9 +214,7 @@ enum ConsoleRoutes {
                 "development: \(field.map { "field \(recordType).\($0)" } ?? "record type \(recordType)")")
             return Reply.json(["removed": .bool(true)], context: context)
         }
-        admin.post("containers/:container/reset/:environment") { request, context in
-            let operatorContext = try await AdminRoutes.changing(request, service)
-            try operatorContext.requireChange(container: container(context))
+        routes.post("containers/:container/reset/:environment", needs: .changeOfContainer) { request, context, operatorContext in
             guard try environment(context) == .development else {
                 throw CloudKitError.badRequest("only the development environment can be reset; production holds your users' data")
             }
@@ -251,9 +233,7 @@ enum ConsoleRoutes {
                     "subscriptions": .int(Int64(outcome.subscriptions)),
                 ], context: context)
         }
-        admin.post("containers/:container/schema/:environment/indexes") { request, context in
-            let operatorContext = try await AdminRoutes.changing(request, service)
-            try operatorContext.requireChange(container: container(context))
+        routes.post("containers/:container/schema/:environment/indexes", needs: .changeOfContainer) { request, context, operatorContext in
             let environment = try environment(context)
             let input = try await body(request, context, parts)
             let recordType = try input.requiredString(WireKey.recordType)
@@ -271,18 +251,14 @@ enum ConsoleRoutes {
                 "\(environment.rawValue): \(recordType).\(field) \(names.isEmpty ? "no index" : names.joined(separator: ", "))")
             return Reply.json(["indexes": .strings(names)], context: context)
         }
-        admin.post("containers/:container/roles/:environment") { request, context in
-            let operatorContext = try await AdminRoutes.changing(request, service)
-            try operatorContext.requireChange(container: container(context))
+        routes.post("containers/:container/roles/:environment", needs: .changeOfContainer) { request, context, operatorContext in
             let name = try await body(request, context, parts).requiredString("name")
             try await service.createRole(container: container(context), environment: try environment(context), name: name)
             try await service.audit(
                 operatorContext.account.name, "roles.create", container: container(context), "\(try environment(context).rawValue): role \(name)")
             return Reply.json(["role": .string(name)], context: context)
         }
-        admin.post("containers/:container/grants/:environment") { request, context in
-            let operatorContext = try await AdminRoutes.changing(request, service)
-            try operatorContext.requireChange(container: container(context))
+        routes.post("containers/:container/grants/:environment", needs: .changeOfContainer) { request, context, operatorContext in
             let input = try await body(request, context, parts)
             let recordType = try input.requiredString(WireKey.recordType)
             let role = try input.requiredString("role")
@@ -300,7 +276,7 @@ enum ConsoleRoutes {
 
     // MARK: Data
 
-    static func addDataRoutes(to admin: RouterGroup<NimbusRequestContext>, parts: ServerParts) {
+    static func addDataRoutes(to routes: OperatorRoutes, parts: ServerParts) {
         let service = parts.service
         /// What each data call does, and whether it changes anything.
         let calls: [(path: String, changes: Bool, run: @Sendable (DatabaseTarget, ObjectReader) async throws -> JSON)] = [
@@ -314,8 +290,7 @@ enum ConsoleRoutes {
             ("assets/upload", true, { target, body in try await service.requestAssetUploads(target, AssetUploadRequest(json: body)).json }),
         ]
         for call in calls {
-            admin.post(RouterPath("containers/:container/data/:environment/:database/\(call.path)")) { request, context in
-                let operatorContext = try await AdminRoutes.changing(request, service)
+            routes.post(RouterPath("containers/:container/data/:environment/:database/\(call.path)")) { request, context, operatorContext in
                 let databaseName = context.parameters.get("database") ?? ""
                 guard let scope = DatabaseScope(rawValue: databaseName) else {
                     throw CloudKitError.badRequest("database: '\(Names.escaped(databaseName))' is not public, private or shared")
@@ -359,10 +334,9 @@ enum ConsoleRoutes {
 
     // MARK: People
 
-    static func addPeopleRoutes(to admin: RouterGroup<NimbusRequestContext>, parts: ServerParts) {
+    static func addPeopleRoutes(to routes: OperatorRoutes, parts: ServerParts) {
         let service = parts.service
-        admin.get("containers/:container/users") { request, context in
-            let operatorContext = try await AdminRoutes.signedIn(request, service)
+        routes.get("containers/:container/users") { request, context, operatorContext in
             let members = try await service.members(
                 container: container(context), after: request.query("after").flatMap(Int64.init) ?? 0,
                 limit: request.query("limit").flatMap(Int.init) ?? 50, as: operatorContext)
@@ -383,23 +357,20 @@ enum ConsoleRoutes {
         }
         // App users' accounts, made and reset by an administrator of every container (accounts
         // serve every container; the path's container is where the page was).
-        admin.post("containers/:container/users") { request, context in
-            let operatorContext = try await AdminRoutes.changing(request, service)
+        routes.post("containers/:container/users") { request, context, operatorContext in
             let input = try await body(request, context, parts)
             let row = try await service.createUser(
                 name: try input.requiredString("name"), password: try input.requiredString("password"), emailAddress: try input.string("email"),
                 as: operatorContext)
             return Reply.json(["name": .string(row.name)], context: context)
         }
-        admin.post("containers/:container/users/:user/password") { request, context in
-            let operatorContext = try await AdminRoutes.changing(request, service)
+        routes.post("containers/:container/users/:user/password") { request, context, operatorContext in
             let name = context.parameters.get("user") ?? ""
             try await service.setUserPassword(name: name, password: try await body(request, context, parts).requiredString("password"), as: operatorContext)
             return Reply.json(["name": .string(name), "signedOut": .bool(true)], context: context)
         }
         // `{"disabled": true|false}`, as `POST operators/{name}` changes an operator.
-        admin.post("containers/:container/users/:user") { request, context in
-            let operatorContext = try await AdminRoutes.changing(request, service)
+        routes.post("containers/:container/users/:user") { request, context, operatorContext in
             let name = context.parameters.get("user") ?? ""
             guard let disabled = try await body(request, context, parts).bool("disabled") else {
                 throw CloudKitError.badRequest("disabled: true to disable the account, false to enable it")
@@ -407,8 +378,7 @@ enum ConsoleRoutes {
             try await service.setUserDisabled(name: name, disabled, as: operatorContext)
             return Reply.json(["name": .string(name), "disabled": .bool(disabled)], context: context)
         }
-        admin.post("containers/:container/users/:user/delete") { request, context in
-            let operatorContext = try await AdminRoutes.changing(request, service)
+        routes.post("containers/:container/users/:user/delete") { request, context, operatorContext in
             let outcome = try await service.deleteUser(name: context.parameters.get("user") ?? "", as: operatorContext)
             return Reply.json(
                 [
@@ -417,16 +387,14 @@ enum ConsoleRoutes {
                 ], context: context)
         }
         // The sync doctor (docs/sync-doctor.md): the user's devices and why one is not in step.
-        admin.get("containers/:container/users/:user/devices/:environment") { request, context in
-            let operatorContext = try await AdminRoutes.signedIn(request, service)
-            try operatorContext.requireSight(of: container(context))
+        routes.get("containers/:container/users/:user/devices/:environment", needs: .sightOfContainer) { request, context, operatorContext in
             let report = try await service.deviceSyncReport(
                 container: container(context), environment: try environment(context), userName: context.parameters.get("user") ?? "")
-            return Reply.json(report, context: context)
+            return Reply.json(report.json, context: context)
         }
-        admin.get("containers/:container/subscriptions/:environment") { request, context in
+        routes.get("containers/:container/subscriptions/:environment") { request, context, operatorContext in
             let list = try await service.subscriptions(
-                container: container(context), environment: try environment(context), as: try await AdminRoutes.signedIn(request, service))
+                container: container(context), environment: try environment(context), as: operatorContext)
             let rows: [JSON] = list.map {
                 [
                     "user": .string($0.userName), "database": .string($0.scope.rawValue), "createdAt": .int($0.createdAt),
@@ -435,8 +403,7 @@ enum ConsoleRoutes {
             }
             return Reply.json(["subscriptions": .array(rows)], context: context)
         }
-        admin.post("containers/:container/subscriptions/:environment/delete") { request, context in
-            let operatorContext = try await AdminRoutes.changing(request, service)
+        routes.post("containers/:container/subscriptions/:environment/delete") { request, context, operatorContext in
             let input = try await body(request, context, parts)
             let databaseName = try input.requiredString("database")
             guard let scope = DatabaseScope(rawValue: databaseName) else {
@@ -448,8 +415,7 @@ enum ConsoleRoutes {
                 userName: try input.requiredString("user"), subscriptionID: id, as: operatorContext)
             return Reply.json(["deleted": .string(id)], context: context)
         }
-        admin.get("containers/:container/users/:user") { request, context in
-            let operatorContext = try await AdminRoutes.signedIn(request, service)
+        routes.get("containers/:container/users/:user") { request, context, operatorContext in
             let userName = context.parameters.get("user") ?? ""
             let detail = try await service.personDetail(container: container(context), userName: userName, as: operatorContext)
             var subscriptions: [JSON] = []
@@ -490,16 +456,13 @@ enum ConsoleRoutes {
                     "subscriptions": .array(subscriptions),
                 ], context: context)
         }
-        admin.post("containers/:container/users/:user/sessions/revoke") { request, context in
-            let operatorContext = try await AdminRoutes.changing(request, service)
+        routes.post("containers/:container/users/:user/sessions/revoke") { request, context, operatorContext in
             let session = try await body(request, context, parts).requiredString("session")
             try await service.revokeSession(
                 container: container(context), userName: context.parameters.get("user") ?? "", sessionID: session, as: operatorContext)
             return Reply.json(["revoked": .bool(true)], context: context)
         }
-        admin.post("containers/:container/users/:user/roles/:environment") { request, context in
-            let operatorContext = try await AdminRoutes.changing(request, service)
-            try operatorContext.requireChange(container: container(context))
+        routes.post("containers/:container/users/:user/roles/:environment", needs: .changeOfContainer) { request, context, operatorContext in
             let input = try await body(request, context, parts)
             let userName = context.parameters.get("user") ?? ""
             let role = try input.requiredString("role")
@@ -511,9 +474,7 @@ enum ConsoleRoutes {
                 "\(try environment(context).rawValue): role \(role) \(assigned ? "to" : "from") \(userName)")
             return Reply.json(["role": .string(role), "assigned": .bool(assigned)], context: context)
         }
-        admin.get("containers/:container/usage/:environment") { request, context in
-            let operatorContext = try await AdminRoutes.signedIn(request, service)
-            try operatorContext.requireSight(of: container(context))
+        routes.get("containers/:container/usage/:environment", needs: .sightOfContainer) { request, context, operatorContext in
             let environment = try environment(context)
             let publicUsage = try await service.publicUsage(container: container(context), environment: environment)
             var users: [JSON] = []
@@ -576,17 +537,17 @@ enum ConsoleRoutes {
     }
 
 
-    static func addLogRoutes(to admin: RouterGroup<NimbusRequestContext>, parts: ServerParts) {
+    static func addLogRoutes(to routes: OperatorRoutes, parts: ServerParts) {
         let service = parts.service
-        admin.get("requests") { request, context in
-            let account = try await AdminRoutes.signedIn(request, service).account
+        routes.get("requests") { request, context, operatorContext in
+            let account = operatorContext.account
             let limit = min(max(request.query("limit").flatMap(Int.init) ?? 100, 1), 1_000)
             let rows = try await requests(matching: request, for: account, limit: limit, parts: parts)
             return Reply.json(["requests": .array(rows.map { .object(RequestLogLines.describe($0)) })], context: context)
         }
         // The same search as JSON lines, newest first, up to `Self.exportLimit` entries.
-        admin.get("requests/export") { request, context in
-            let account = try await AdminRoutes.signedIn(request, service).account
+        routes.get("requests/export") { request, context, operatorContext in
+            let account = operatorContext.account
             let rows = try await requests(matching: request, for: account, limit: Self.exportLimit, parts: parts)
             var lines: [UInt8] = []
             for row in rows {
@@ -596,8 +557,8 @@ enum ConsoleRoutes {
             answer.headers[.contentDisposition] = "attachment; filename=\"nimbus-requests.jsonl\""
             return answer
         }
-        admin.get("metrics") { request, context in
-            let account = try await AdminRoutes.signedIn(request, service).account
+        routes.get("metrics") { request, context, operatorContext in
+            let account = operatorContext.account
             let visible = { (container: String) in account.maySee(entryAbout: container.isEmpty ? nil : container) }
             let now = service.options.clock.nowMilliseconds()
             // Every node's, from the store, where the log lasts; else this node's, in memory.

@@ -12,10 +12,9 @@ import NimbusWire
 /// container, the restore for one who may change it; both are on the record, since both read
 /// the user's data.
 enum TimeTravelRoutes {
-    static func add(to admin: RouterGroup<NimbusRequestContext>, parts: ServerParts) {
+    static func add(to routes: OperatorRoutes, parts: ServerParts) {
         let service = parts.service
-        admin.post("containers/:container/time-travel/:environment") { request, context in
-            let operatorContext = try await AdminRoutes.changing(request, service)
+        routes.post("containers/:container/time-travel/:environment") { request, context, operatorContext in
             let container = ConsoleRoutes.container(context)
             let environment = try ConsoleRoutes.environment(context)
             let input = try await ConsoleRoutes.body(request, context, parts)
