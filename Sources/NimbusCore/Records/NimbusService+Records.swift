@@ -131,6 +131,10 @@ extension NimbusService {
                 let atomic = allOrNothing || (zone.name != Names.defaultZone && request.atomic != false)
                 let schema = try SchemaResolver(container: writeKey.container, environment: writeKey.environment, tx: tx)
                 let batchOrder = BatchOrder(request.operations, zoneName: zone.name)
+                let batch = SaveBatch(
+                    request: request, zone: zone, database: database, target: writeTarget, access: access, quota: quota, stamp: stamp,
+                    schema: schema, log: log, sharing: SaveSharing(invitees: invitees, shares: shares, participantZone: sharedZone),
+                    switchedConflicts: switchedConflicts)
                 var slots: [Result<RecordEntry, CloudKitError>?] = Array(repeating: nil, count: request.operations.count)
                 /// Applies every operation in batch order. `isolated` puts each in a savepoint of
                 /// its own, so a failing one takes back only its own writes and the rest go on;
@@ -140,10 +144,7 @@ extension NimbusService {
                     for index in batchOrder.order {
                         let operation = request.operations[index]
                         func applyOne() throws -> RecordEntry {
-                            try self.apply(
-                                operation, request: request, zone: zone, database: database, target: writeTarget,
-                                access: access, quota: quota, stamp: stamp, schema: schema, seenNames: &seenNames, log: log,
-                                sharing: (invitees, shares, sharedZone), switchedConflicts: switchedConflicts, tx: tx)
+                            try self.apply(operation, in: batch, seenNames: &seenNames, tx: tx)
                         }
                         guard isolated else {
                             slots[index] = .success(try applyOne())
@@ -220,12 +221,12 @@ extension NimbusService {
         return named
     }
 
+    /// Applies one operation of `batch`; `seenNames` catches a record named twice in it.
     private func apply(
-        _ operation: RecordOperationInput, request: RecordsModifyRequest, zone: ZoneRow, database: DatabaseRow,
-        target: DatabaseTarget, access: PublicAccess?, quota: Int64, stamp: ChangeStamp, schema: SchemaResolver,
-        seenNames: inout Set<String>, log: ChangeLog, sharing: (invitees: Invitees, batch: BatchShares, shared: SharedZone?),
-        switchedConflicts: Set<String> = [], tx: any StorageWriter
+        _ operation: RecordOperationInput, in batch: SaveBatch, seenNames: inout Set<String>, tx: any StorageWriter
     ) throws -> RecordEntry {
+        let (request, zone, database, target) = (batch.request, batch.zone, batch.database, batch.target)
+        let (stamp, schema, log, sharing) = (batch.stamp, batch.schema, batch.log, batch.sharing)
         let input = operation.record
         let path = "\(operation.path).record"
         let type = operation.type
@@ -239,7 +240,7 @@ extension NimbusService {
         }
         let stored = try tx.record(zoneID: zone.id, name: recordName)
         let existing = stored.flatMap { $0.isDeleted ? nil : $0 }
-        if let shared = sharing.shared {
+        if let shared = sharing.participantZone {
             // In the shared database, what a participant's shares do not cover is not there.
             if let existing {
                 guard let share = try shared.shows(existing, zone: zone, tx: tx) else {
@@ -264,14 +265,14 @@ extension NimbusService {
 
         if let existing {
             // The public database's security roles (docs/roles.md): by default only the creator writes.
-            try access?.require(.write, existing.recordType, creator: existing.created.userRecordName, recordName: recordName)
+            try batch.access?.require(.write, existing.recordType, creator: existing.created.userRecordName, recordName: recordName)
             if type.checksChangeTag {
                 guard let tag = input.recordChangeTag else {
                     throw CloudKitError(
                         .badRequest, "missing required key '\(path).recordChangeTag' for \(type.rawValue)", recordName: recordName)
                 }
                 // A test's `conflict` fault: this save meets what it would had another device saved first.
-                let conflictSwitchedOn = switchedConflicts.contains(recordName)
+                let conflictSwitchedOn = batch.switchedConflicts.contains(recordName)
                 guard tag == RecordCodec.changeTag(existing.changeSequence), !conflictSwitchedOn else {
                     throw CloudKitError(
                         .conflict,
@@ -328,7 +329,7 @@ extension NimbusService {
                 throw CloudKitError(.badRequest, "missing required key '\(path).recordType' to create record '\(recordName)'", recordName: recordName)
             }
             recordType = requested
-            try access?.require(.create, recordType, creator: nil, recordName: recordName)
+            try batch.access?.require(.create, recordType, creator: nil, recordName: recordName)
         }
         try schema.admitRecordType(recordType, path: "\(path).recordType")
         let isShare = recordType == Names.shareRecordType
@@ -379,10 +380,10 @@ extension NimbusService {
         if isShare {
             linkRoot = try applyShare(
                 input, recordName: recordName, existing: existing, existingFields: existingFields, fields: &fields, zone: zone,
-                target: target, invitees: sharing.invitees, batch: sharing.batch, asParticipant: sharing.shared != nil, tx: tx)
+                target: target, invitees: sharing.invitees, batch: sharing.shares, asParticipant: sharing.asParticipant, tx: tx)
         } else if let shareName = input.share, shareName != ShareState.sharedBy(fields) {
             try linkToShare(shareName, recordName: recordName, recordType: recordType, fields: &fields, parent: parent, zone: zone,
-                target: target, batch: sharing.batch, tx: tx)
+                target: target, batch: sharing.shares, tx: tx)
         } else if parent != existing?.parent, existing != nil,
             let ancestor = try sharedAncestor(recordName: recordName, parent: parent, zone: zone, tx: tx)
         {
@@ -396,18 +397,11 @@ extension NimbusService {
             try requireNoSharedDescendant(of: recordName, except: ancestor.share, zone: zone, tx: tx)
         }
         let shareMove = isShare ? nil : try noteShareLeft(recordName: recordName, before: existing, fields: &fields, parent: parent, zone: zone, tx: tx)
-        if let shared = sharing.shared, !isShare {
-            // A participant's write must stay inside a share they may write to.
+        if sharing.asParticipant, !isShare {
             let provisional = RecordRow(
                 zoneID: zone.id, recordName: recordName, recordType: recordType, fields: RecordCodec.encode(fields), parent: parent,
                 changeSequence: 0, created: stamp, modified: stamp, isDeleted: false)
-            guard let share = try shared.shows(provisional, zone: zone, tx: tx) else {
-                throw CloudKitError(
-                    .accessDenied,
-                    "record '\(recordName)' would be outside what is shared with you; give it a parent in the shared hierarchy",
-                    recordName: recordName)
-            }
-            try Self.requireWritable(share, recordName: recordName)
+            try sharing.requireInsideWritableShare(provisional, zone: zone, tx: tx)
         }
         let size = RecordCodec.size(of: fields)
         guard size <= Limits.recordSizeBytes.value else {
@@ -428,8 +422,8 @@ extension NimbusService {
         let assetBytes = assets.reduce(0) { $0 + $1.size } - previousAssets.reduce(0) { $0 + $1.size }
         let added = row.storedBytes - (existing?.storedBytes ?? 0) + assetBytes
         let used = database.usedBytes + log.usedBytes
-        if added > 0, used + added > quota, !(existing == nil && recordType == Names.usersRecordType && fields.isEmpty) {
-            throw Self.quotaExceeded(target.scope, used: used, adding: added, quota: quota, recordName: recordName)
+        if added > 0, used + added > batch.quota, !(existing == nil && recordType == Names.usersRecordType && fields.isEmpty) {
+            throw Self.quotaExceeded(target.scope, used: used, adding: added, quota: batch.quota, recordName: recordName)
         }
         let recordID = try tx.putRecord(row, isNew: stored == nil)
         log.recordChanged(zone: zone, before: existing, after: row)
