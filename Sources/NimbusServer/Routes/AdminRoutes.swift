@@ -10,7 +10,6 @@ import NimbusWire
 /// table (`OperatorRoutes`) authenticates each before its handler runs.
 enum AdminRoutes {
     static let cookieName = "nimbus_operator"
-    static let csrfHeader = HTTPField.Name(ConsoleHeader.csrf)!
 
     static func add(to router: MethodRecordingRouter, parts: ServerParts) {
         let service = parts.service

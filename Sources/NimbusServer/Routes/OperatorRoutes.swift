@@ -1,3 +1,4 @@
+import HTTPTypes
 import Hummingbird
 import NimbusCore
 import NimbusWire
@@ -8,6 +9,8 @@ import NimbusWire
 /// CSRF token in `X-Nimbus-CSRF` (the cookie alone could be carried by another site's form).
 /// Only signing in and the first run's setup are routed around it, on `unauthenticated`.
 struct OperatorRoutes {
+    static let csrfHeader = HTTPField.Name(ConsoleHeader.csrf)!
+
     /// `/admin/1/` without authentication: signing in and the first run's setup only.
     let unauthenticated: RouterGroup<NimbusRequestContext>
     let service: NimbusService
@@ -76,10 +79,10 @@ struct OperatorRoutes {
     /// The signed-in operator of a change: the CSRF token must match the session's.
     private static func changing(_ request: Request, _ service: NimbusService) async throws -> NimbusService.OperatorContext {
         let operatorContext = try await signedIn(request, service)
-        let sent = request.headers[AdminRoutes.csrfHeader] ?? ""
+        let sent = request.headers[csrfHeader] ?? ""
         guard Credentials.constantTimeEqual(Array(sent.utf8), Array(operatorContext.session.csrfToken.utf8)) else {
             throw CloudKitError(
-                .accessDenied, "this change did not carry the session's CSRF token (X-Nimbus-CSRF); reload the dashboard and try again")
+                .accessDenied, "this change did not carry the session's CSRF token (\(ConsoleHeader.csrf)); reload the dashboard and try again")
         }
         return operatorContext
     }
