@@ -2,8 +2,9 @@
 # Before and after a change with wrk: this build's server against another worktree's release
 # build, both preloaded with the same records and running side by side, fetch by ID at 64
 # connections (or the cell given), alternating A B A B so the machine's drift falls on both.
-# Prints each run's requests per second and the server's CPU time per request (utime + stime
-# from /proc, less sensitive to the load generator's share of the two cores), then medians.
+# Prints each run's requests per second, p99 latency and the server's CPU time per request
+# (utime + stime from /proc, less sensitive to the load generator's share of the two cores),
+# then medians.
 # The issue-14 target: "after" within 5% of "before".
 #
 #   Benchmarks/wrk-ab.sh OTHER-WORKTREE-OR-BINARY [seconds] [rounds] [records] [kind:connections]
@@ -35,13 +36,13 @@ export RECORDS
 if [ -n "${BEFORE_FLAGS+x}" ]; then start before "$OTHER" "$BEFORE_FLAGS"; else start before "$OTHER"; fi
 if [ -n "${AFTER_FLAGS+x}" ]; then start after "${AFTER:-$BIN/nimbus}" "$AFTER_FLAGS"; else start after "${AFTER:-$BIN/nimbus}"; fi
 
-# measure URL PID → "requests/s server-µs-per-request"
+# measure URL PID → "requests/s p99-ms server-µs-per-request"
 measure() {
   local threads=2
   [ "$CONNECTIONS" = 1 ] && threads=1
   wait_idle
   WRK_STRICT=1 wrk_cell "$2" -t"$threads" -c"$CONNECTIONS" -d"${SECONDS_PER}s" -s "Benchmarks/wrk/nimbus-$KIND.lua" "$1" |
-    cut -d' ' -f1,4
+    cut -d' ' -f1,3,4
 }
 
 # Warm both (page cache, statement caches) before measuring.
@@ -54,15 +55,15 @@ SECONDS_PER=$SECONDS_PER_RUN
 echo "wrk $KIND at $CONNECTIONS connections, ${SECONDS_PER}s per run, $RECORDS records; before = $OTHER"
 RESULTS=()
 for round in $(seq 1 "$ROUNDS"); do
-  read -r br bc <<<"$(measure "$before_URL" "$before_PID")"
-  read -r ar ac <<<"$(measure "$after_URL" "$after_PID")"
-  RESULTS+=("$br,$bc,$ar,$ac")
-  echo "round $round: before $br req/s ($bc µs CPU/request), after $ar req/s ($ac µs CPU/request)"
+  read -r br bp bc <<<"$(measure "$before_URL" "$before_PID")"
+  read -r ar ap ac <<<"$(measure "$after_URL" "$after_PID")"
+  RESULTS+=("$br,$bp,$bc,$ar,$ap,$ac")
+  echo "round $round: before $br req/s (p99 $bp ms, $bc µs CPU/request), after $ar req/s (p99 $ap ms, $ac µs CPU/request)"
 done
 python3 - "${RESULTS[@]}" <<'PY'
 import statistics, sys
 rows = [[float(x) for x in arg.split(",")] for arg in sys.argv[1:]]
-br, bc, ar, ac = (statistics.median(column) for column in zip(*rows))
-print(f"median: before {br:.0f} req/s, {bc:.1f} µs/request; after {ar:.0f} req/s, {ac:.1f} µs/request")
-print(f"after/before: throughput {ar / br:.3f}, CPU per request {ac / bc:.3f}")
+br, bp, bc, ar, ap, ac = (statistics.median(column) for column in zip(*rows))
+print(f"median: before {br:.0f} req/s, p99 {bp:.2f} ms, {bc:.1f} µs/request; after {ar:.0f} req/s, p99 {ap:.2f} ms, {ac:.1f} µs/request")
+print(f"after/before: throughput {ar / br:.3f}, p99 {ap / bp:.3f}, CPU per request {ac / bc:.3f}")
 PY

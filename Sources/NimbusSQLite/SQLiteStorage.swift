@@ -20,6 +20,8 @@ public final class SQLiteStorage: StorageDriver {
     private let pool: DatabasePool
     private let committer: GroupCommitter
     private let scans: ScanLane
+    /// Checkpoints the log off the writer's path.
+    let checkpointer: WALCheckpointer
     /// The lasting request log, in a file of its own beside this one.
     let requestLogFile: SQLiteRequestLog
     public let path: String
@@ -32,9 +34,12 @@ public final class SQLiteStorage: StorageDriver {
     /// `statementObserver`, when given, is called as each SQL statement starts, on every
     /// connection (benchmarks count statements per request: on a networked engine, each would
     /// be a round trip).
+    ///
+    /// `checkpointPages`: how far the write-ahead log grows between background checkpoints
+    /// (`WALCheckpointer`).
     public init(
         path: String, synchronous: SynchronousMode = .full, busyTimeout: TimeInterval = 10,
-        statementObserver: (@Sendable () -> Void)? = nil
+        checkpointPages: Int32 = 16_384, statementObserver: (@Sendable () -> Void)? = nil
     ) throws {
         var configuration = Configuration()
         // Scans run on all cores but one (`ScanLane`): the core left over serves everything
@@ -61,9 +66,8 @@ public final class SQLiteStorage: StorageDriver {
         try pool.writeWithoutTransaction { db in
             try db.execute(sql: "PRAGMA synchronous = \(synchronous.rawValue)")
             // The writer touches index pages all over the file: a 64 MB page cache keeps them
-            // in memory between commits, and rarer checkpoints copy each page back once, not often.
+            // in memory between commits.
             try db.execute(sql: "PRAGMA cache_size = -65536")
-            try db.execute(sql: "PRAGMA wal_autocheckpoint = 16384")
             // Savepoints (one per writer in a group commit, one per operation in a batch) keep
             // sub-journals; in memory they cost no temporary files.
             try db.execute(sql: "PRAGMA temp_store = MEMORY")
@@ -71,6 +75,10 @@ public final class SQLiteStorage: StorageDriver {
         var migrator = DatabaseMigrator()
         Migrations.register(in: &migrator)
         try migrator.migrate(pool)
+        // Checkpoints run beside the writer, not in its commits (`WALCheckpointer`).
+        let checkpointer = WALCheckpointer(path: path, pagesPerCheckpoint: checkpointPages)
+        try pool.writeWithoutTransaction { db in checkpointer.attach(to: db) }
+        self.checkpointer = checkpointer
         committer = GroupCommitter(pool: pool)
         scans = ScanLane(width: scanWidth)
         requestLogFile = try SQLiteRequestLog(path: SQLiteRequestLog.path(besideStore: path))
@@ -163,6 +171,8 @@ public final class SQLiteStorage: StorageDriver {
     }
 
     public func close() async throws {
+        try await pool.writeWithoutTransaction { db in checkpointer.detach(from: db) }
+        checkpointer.drain()
         try pool.close()
         try requestLogFile.close()
     }

@@ -1,0 +1,43 @@
+import Foundation
+import GRDB
+@testable import NimbusSQLite
+import NimbusStorage
+import Testing
+
+/// The write-ahead log is copied back by the background checkpointer, not by the writer's
+/// commits, and it stays bounded while writes go on.
+@Suite struct WALCheckpointTests {
+    @Test func theLogIsCheckpointedInTheBackgroundAndStartedOverWhileWritesGoOn() async throws {
+        let directory = NSTemporaryDirectory() + "nimbus-wal-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let path = directory + "/db.sqlite"
+        let pages: Int32 = 64
+        let storage = try SQLiteStorage(path: path, synchronous: .normal, checkpointPages: pages)
+        // About four pages a write (a database row, its default zone, their indexes): the log
+        // passes the threshold many times over.
+        for owner in 1...600 {
+            let key = DatabaseKey(container: "c", environment: .development, scope: .private, ownerID: Int64(owner))
+            _ = try await storage.write { try $0.ensureDatabase(key) }
+        }
+        storage.checkpointer.drain()
+        let figures = storage.checkpointer.figures
+        #expect(figures.lastFailure == nil)
+        #expect(figures.completed >= 5, "background checkpoints: \(figures.completed)")
+
+        // Another connection finds the log short: it was started over behind the checkpoints.
+        // (With no checkpoint at all, the writer's hook having turned SQLite's own off, it would
+        // hold every write's frames, about 2,400.)
+        let other = try DatabaseQueue(path: path)
+        let log = try await other.writeWithoutTransaction { try $0.checkpoint(.passive) }
+        #expect(log.walFrameCount < Int(pages) * 8, "frames in the log: \(log.walFrameCount)")
+        try other.close()
+        try await storage.close()
+
+        // Everything written is in the file.
+        let reopened = try SQLiteStorage(path: path, synchronous: .normal)
+        let key = DatabaseKey(container: "c", environment: .development, scope: .private, ownerID: 600)
+        #expect(try await reopened.read { try $0.database(key) } != nil)
+        try await reopened.close()
+    }
+}
