@@ -13,6 +13,8 @@ extension Array {
 /// Every statement is prepared once per connection and cached.
 struct SQLiteTransaction: StorageWriter {
     let db: Database
+    /// Records read ahead and sequences handed out by this closure (`TransactionMemo`).
+    let memo = TransactionMemo()
 
     func fetchRow(_ sql: String, _ arguments: StatementArguments = []) throws -> Row? {
         try Row.fetchOne(db.cachedStatement(sql: sql), arguments: arguments)
@@ -131,8 +133,33 @@ struct SQLiteTransaction: StorageWriter {
     /// Columns in `recordColumns`.
     static let recordColumnCount = 13
 
+    /// Reads a write's records in one statement (two names or more: for one, the statement
+    /// `record(zoneID:name:)` makes anyway costs the same). `record(zoneID:name:)` answers
+    /// them from `memo` until they are written.
+    func expect(records names: [String], inZone zoneName: String, of database: DatabaseKey) throws {
+        guard names.count > 1,
+            let zoneID: Int64 = try fetchRow(
+                """
+                SELECT z.id FROM databases d JOIN zones z ON z.database_id = d.id
+                WHERE d.container = ? AND d.environment = ? AND d.scope = ? AND d.owner_id = ? AND z.name = ? AND z.deleted = 0
+                """,
+                [database.container, database.environment.rawValue, database.scope.rawValue, database.ownerID, zoneName])?[0]
+        else { return }
+        for chunk in Array(Set(names)).chunked(Self.namesPerRead) {
+            // The statement's length varies with the batch: prepared for this call, not cached.
+            let statement = try db.makeStatement(
+                sql: "SELECT \(Self.recordColumns) FROM records WHERE zone_id = ? AND record_name IN (\(QuerySQL.marks(chunk.count)))")
+            var arguments: StatementArguments = [zoneID]
+            arguments += StatementArguments(chunk)
+            let found = try fetchEach(statement, arguments) { recordRow($0) }
+            for name in chunk { memo.remember(nil, zoneID: zoneID, name: name) }
+            for row in found { memo.remember(row, zoneID: zoneID, name: row.recordName) }
+        }
+    }
+
     func record(zoneID: Int64, name: String) throws -> RecordRow? {
-        try fetchEach(
+        if let known = memo.record(zoneID: zoneID, name: name) { return known }
+        return try fetchEach(
             db.cachedStatement(sql: "SELECT \(Self.recordColumns) FROM records WHERE zone_id = ? AND record_name = ?"), [zoneID, name]
         ) { recordRow($0) }.first
     }
@@ -279,12 +306,26 @@ struct SQLiteTransaction: StorageWriter {
         guard let row = try fetchRow("SELECT sequence FROM databases WHERE id = ?", [databaseID]) else {
             throw StorageError.corrupt("database \(databaseID) does not exist")
         }
-        return row["sequence"]
+        let sequence: Int64 = row["sequence"]
+        memo.noteSequence(sequence, databaseID: databaseID)
+        return sequence
     }
 
+    /// The zone's next record sequence. The first in a transaction reads the database's
+    /// sequence; the ones after it count on from the value this transaction last set
+    /// (`TransactionMemo`), two statements a record instead of three.
     func nextRecordSequence(in zone: ZoneRow) throws -> Int64 {
-        let sequence = try nextSequence(
-            databaseID: zone.databaseID, floorSQL: "SELECT record_sequence FROM zones WHERE id = ?", floorArguments: [zone.id])
+        let sequence: Int64
+        if let last = memo.lastSequence(databaseID: zone.databaseID) {
+            // Above the zone's own record sequence too: `zone` is the row as this transaction
+            // read it, and every sequence it took since is at most `last`.
+            sequence = max(last, zone.recordSequence) + 1
+            try execute("UPDATE databases SET sequence = ? WHERE id = ?", [sequence, zone.databaseID])
+            memo.noteSequence(sequence, databaseID: zone.databaseID)
+        } else {
+            sequence = try nextSequence(
+                databaseID: zone.databaseID, floorSQL: "SELECT record_sequence FROM zones WHERE id = ?", floorArguments: [zone.id])
+        }
         try execute("UPDATE zones SET change_sequence = ?, record_sequence = ? WHERE id = ?", [sequence, sequence, zone.id])
         return sequence
     }
@@ -320,6 +361,7 @@ struct SQLiteTransaction: StorageWriter {
         try execute("DELETE FROM token_index WHERE record_id IN (SELECT rowid FROM records WHERE zone_id = ?)", [id])
         try execute("DELETE FROM pair_index WHERE record_id IN (SELECT rowid FROM records WHERE zone_id = ?)", [id])
         try execute("DELETE FROM records WHERE zone_id = ?", [id])
+        memo.forgetRecords()
         try execute("DELETE FROM record_references WHERE source_zone_id = ?", [id])
         try execute("DELETE FROM asset_references WHERE source_zone_id = ?", [id])
         try execute("UPDATE zones SET deleted = 1, change_sequence = ? WHERE id = ?", [sequence, id])
@@ -338,6 +380,7 @@ struct SQLiteTransaction: StorageWriter {
     }
 
     func putRecord(_ row: RecordRow, isNew: Bool) throws -> Int64 {
+        memo.forget(zoneID: row.zoneID, name: row.recordName)
         // The rowid survives an update: it is the record's storage id (index entries key on it).
         // An UPDATE, then an INSERT when there was nothing to update, rather than one
         // `INSERT … ON CONFLICT DO UPDATE … RETURNING`: SQLite gives RETURNING and upserts a
@@ -477,6 +520,9 @@ struct SQLiteTransaction: StorageWriter {
 
     /// Rows per multi-row INSERT (SQLite allows 32,766 parameters).
     static let rowsPerInsert = 64
+    /// Record names per statement when a write's records are read ahead (SQLite allows 32,766
+    /// bound values).
+    static let namesPerRead = 500
 
     static func placeholders(rows: Int, columns: Int) -> String {
         let row = "(" + QuerySQL.marks(columns) + ")"

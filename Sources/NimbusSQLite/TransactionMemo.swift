@@ -1,0 +1,50 @@
+import NimbusStorage
+
+/// What one transaction closure already knows, so a batch asks SQLite once instead of once per
+/// record. It lives as long as the closure's `SQLiteTransaction`; a later closure starts empty.
+///
+/// Both halves stay right when a savepoint inside the closure is rolled back:
+/// - **Records read ahead** (`StorageReader.expect`): a record this transaction writes is
+///   forgotten at that moment, so what is remembered is only ever a row as committed before the
+///   transaction began, which no rollback changes.
+/// - **Sequences handed out**: the database's sequence as this transaction last set it. A
+///   rollback can only lower the stored value below the remembered one, so the next sequence
+///   taken above the remembered value leaves a gap (harmless: change feeds order by sequence and
+///   never count them) and never repeats a value that was committed.
+final class TransactionMemo {
+    struct RecordKey: Hashable {
+        let zoneID: Int64
+        let name: String
+    }
+
+    /// A record read ahead: its row, or `nil` when the read found none.
+    private var records: [RecordKey: RecordRow?] = [:]
+    /// Each database's sequence as this transaction last set it.
+    private var sequences: [Int64: Int64] = [:]
+
+    /// `.some(row)` or `.some(nil)` when the record was read ahead and not written since;
+    /// `nil` when the store must be asked.
+    func record(zoneID: Int64, name: String) -> RecordRow?? {
+        records[RecordKey(zoneID: zoneID, name: name)]
+    }
+
+    func remember(_ row: RecordRow?, zoneID: Int64, name: String) {
+        records[RecordKey(zoneID: zoneID, name: name)] = .some(row)
+    }
+
+    /// The record is being written: from now on the store answers for it.
+    func forget(zoneID: Int64, name: String) {
+        records.removeValue(forKey: RecordKey(zoneID: zoneID, name: name))
+    }
+
+    /// Records written wholesale (a zone deleted).
+    func forgetRecords() {
+        records.removeAll()
+    }
+
+    func lastSequence(databaseID: Int64) -> Int64? { sequences[databaseID] }
+
+    func noteSequence(_ sequence: Int64, databaseID: Int64) {
+        sequences[databaseID] = max(sequences[databaseID] ?? sequence, sequence)
+    }
+}
