@@ -160,7 +160,11 @@ public final class SQLiteStorage: StorageDriver {
         return try await withCheckedThrowingContinuation { continuation in
             committer.submit(
                 GroupCommitter.Job(
-                    run: { db in box.value = try body(SQLiteTransaction(db: db)) },
+                    run: { db in
+                        let transaction = SQLiteTransaction(db: db)
+                        box.value = try body(transaction)
+                        try transaction.writeStamps()
+                    },
                     complete: { outcome in
                         switch outcome {
                         case .success: continuation.resume(returning: box.value!)

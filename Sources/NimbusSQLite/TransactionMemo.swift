@@ -11,6 +11,9 @@ import NimbusStorage
 ///   rollback can only lower the stored value below the remembered one, so the next sequence
 ///   taken above the remembered value leaves a gap (harmless: change feeds order by sequence and
 ///   never count them) and never repeats a value that was committed.
+/// - **Stamps not written yet**: each zone's newest record sequence, written once before
+///   anything reads zones or databases and when a savepoint or the transaction ends; a
+///   savepoint rolled back drops the stamps made inside it with the writes they stamp.
 final class TransactionMemo {
     struct RecordKey: Hashable {
         let zoneID: Int64
@@ -21,6 +24,13 @@ final class TransactionMemo {
     private var records: [RecordKey: RecordRow?] = [:]
     /// Each database's sequence as this transaction last set it.
     private var sequences: [Int64: Int64] = [:]
+    /// Zones whose newest record sequence is not written yet (`SQLiteTransaction.writeStamps`).
+    struct Stamp {
+        let zoneID: Int64
+        let databaseID: Int64
+        var sequence: Int64
+    }
+    private var stamps: [Int64: Stamp] = [:]
 
     /// `.some(row)` or `.some(nil)` when the record was read ahead and not written since;
     /// `nil` when the store must be asked.
@@ -46,5 +56,21 @@ final class TransactionMemo {
 
     func noteSequence(_ sequence: Int64, databaseID: Int64) {
         sequences[databaseID] = max(sequences[databaseID] ?? sequence, sequence)
+    }
+
+    func stamp(zoneID: Int64, databaseID: Int64, sequence: Int64) {
+        stamps[zoneID] = Stamp(zoneID: zoneID, databaseID: databaseID, sequence: max(stamps[zoneID]?.sequence ?? sequence, sequence))
+    }
+
+    /// The stamps not written yet, which are then the caller's to write.
+    func takeStamps() -> [Stamp] {
+        guard !stamps.isEmpty else { return [] }
+        defer { stamps.removeAll(keepingCapacity: true) }
+        return Array(stamps.values)
+    }
+
+    /// The stamps of writes a rolled-back savepoint took back.
+    func dropStamps() {
+        stamps.removeAll(keepingCapacity: true)
     }
 }

@@ -30,12 +30,18 @@ import Testing
                 _ = try? tx.savepoint {
                     rolledBack.append(try tx.nextRecordSequence(in: zone))
                     rolledBack.append(try tx.nextRecordSequence(in: zone))
+                    // Read inside the savepoint, the zone carries its newest sequence.
+                    #expect(try tx.zone(databaseID: zone.databaseID, name: "Z")?.recordSequence == rolledBack.last)
                     throw Undo()
                 }
+                // Rolled back with the writes it stamped: the zone is as the first sequence left it.
+                #expect(try tx.zone(databaseID: zone.databaseID, name: "Z")?.recordSequence == first)
                 // The stored sequence went back below what the memo handed out; the next one
                 // still goes above both.
                 let last = try tx.nextRecordSequence(in: zone)
-                return (first, rolledBack, last)
+                let inSavepoint = try tx.savepoint { try tx.nextRecordSequence(in: zone) }
+                #expect(try tx.zone(databaseID: zone.databaseID, name: "Z")?.changeSequence == inSavepoint)
+                return (first, rolledBack, inSavepoint)
             }
             #expect(rolledBack.count == 2 && rolledBack.allSatisfy { $0 > first })
             #expect(last > rolledBack.max()!)
