@@ -13,7 +13,8 @@ extension Array {
 /// Every statement is prepared once per connection and cached.
 struct SQLiteTransaction: StorageWriter {
     let db: Database
-    /// Records read ahead and sequences handed out by this closure (`TransactionMemo`).
+    /// Records read ahead, sequences handed out and stamps not yet written by this closure
+    /// (`TransactionMemo`).
     let memo = TransactionMemo()
 
     func fetchRow(_ sql: String, _ arguments: StatementArguments = []) throws -> Row? {

@@ -3,7 +3,7 @@ import NimbusStorage
 /// What one transaction closure already knows, so a batch asks SQLite once instead of once per
 /// record. It lives as long as the closure's `SQLiteTransaction`; a later closure starts empty.
 ///
-/// Both halves stay right when a savepoint inside the closure is rolled back:
+/// All of it stays right when a savepoint inside the closure is rolled back:
 /// - **Records read ahead** (`StorageReader.expect`): a record this transaction writes is
 ///   forgotten at that moment, so what is remembered is only ever a row as committed before the
 ///   transaction began, which no rollback changes.
