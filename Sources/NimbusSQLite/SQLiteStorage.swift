@@ -175,8 +175,12 @@ public final class SQLiteStorage: StorageDriver {
     }
 
     public func close() async throws {
-        try await pool.writeWithoutTransaction { db in checkpointer.detach(from: db) }
-        checkpointer.drain()
+        // On the writer's queue, not Swift's cooperative pool: waiting for a checkpoint under
+        // way may take a while.
+        try await pool.writeWithoutTransaction { db in
+            checkpointer.detach(from: db)
+            checkpointer.drain()
+        }
         try pool.close()
         try requestLogFile.close()
     }

@@ -24,7 +24,7 @@ import Testing
             let zone = try await storage.write { tx in
                 try tx.createZone(databaseID: try tx.ensureDatabase(Self.key).id, name: "Z")
             }
-            let (first, rolledBack, last) = try await storage.write { tx in
+            let (first, rolledBack, last) = try await storage.write { tx -> (Int64, [Int64], Int64) in
                 let first = try tx.nextRecordSequence(in: zone)
                 var rolledBack: [Int64] = []
                 _ = try? tx.savepoint {
@@ -38,8 +38,11 @@ import Testing
                 #expect(try tx.zone(databaseID: zone.databaseID, name: "Z")?.recordSequence == first)
                 // The stored sequence went back below what the memo handed out; the next one
                 // still goes above both.
-                let last = try tx.nextRecordSequence(in: zone)
+                let afterRollback = try tx.nextRecordSequence(in: zone)
+                #expect(afterRollback > rolledBack.max()!)
+                // Taken in a savepoint that is released: the zone carries it from then on.
                 let inSavepoint = try tx.savepoint { try tx.nextRecordSequence(in: zone) }
+                #expect(inSavepoint == afterRollback + 1)
                 #expect(try tx.zone(databaseID: zone.databaseID, name: "Z")?.changeSequence == inSavepoint)
                 return (first, rolledBack, inSavepoint)
             }
