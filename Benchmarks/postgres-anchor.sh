@@ -17,9 +17,10 @@
 #           = requests/s × 200)
 # Each cell warms up 2 s, then ROUNDS rounds of SECONDS each, medians. Writes come last.
 # BEFORE=<nimbus binary> adds an earlier build on PostgreSQL (its own database on the same
-# cluster, preloaded alike) for a before/after in the same run.
+# cluster, preloaded alike) for a before/after in the same run. CELLS="fetch:64 fetch:1" runs only
+# those cells (kind:connections), for a quick look while working on one.
 #
-#   [BEFORE=binary] Benchmarks/postgres-anchor.sh [seconds=5] [rounds=3] [records=20000]
+#   [BEFORE=binary] [CELLS=…] Benchmarks/postgres-anchor.sh [seconds=5] [rounds=3] [records=20000]
 # Prints a Markdown table and writes bench-results/postgres-anchor.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -102,7 +103,7 @@ nimbus_cell() {
 
 echo "postgres-anchor: $ROUNDS rounds of ${SECONDS_PER}s per cell, $RECORDS records"
 ROWS=()
-for cell in fetch:64 fetch:1 list:64 list:1 create:64 create:1 batch:64 batch:1; do
+for cell in ${CELLS:-fetch:64 fetch:1 list:64 list:1 create:64 create:1 batch:64 batch:1}; do
   kind=${cell%%:*}
   connections=${cell##*:}
   for server in "${SERVERS[@]}"; do nimbus_cell "$server" "$kind" "$connections" 2 >/dev/null; done

@@ -71,29 +71,25 @@ extension PostgresCoarseStorage {
                 CROSS JOIN LATERAL (SELECT * FROM records r
                     WHERE r.database_id = nimbus_zone_database(k.key_zone) AND r.zone_id = k.key_zone AND r.record_name = k.key_name) records
                 """
-            statement.recordBranch("FROM " + keys)
+            statement.branch(.record, "FROM " + keys)
         }
-        let zoneColumns = ["id", "database_id", "change_sequence", "record_sequence"]
         if !zones.isEmpty {
             let pairs = "(database_id, name) IN (SELECT * FROM unnest(\(statement.bind(zones.map(\.databaseID))), \(statement.bind(zones.map(\.name)))))"
-            statement.branch("zone", numbers: zoneColumns, texts: ["name"], flag: "deleted", "FROM zones WHERE " + pairs)
+            statement.branch(.zone, "FROM zones WHERE " + pairs)
         }
         if !zoneIDs.isEmpty {
-            statement.branch(
-                "zone_by_id", numbers: zoneColumns, texts: ["name"], flag: "deleted", "FROM zones WHERE id = ANY(\(statement.bind(zoneIDs)))")
+            statement.branch(.zoneByID, "FROM zones WHERE id = ANY(\(statement.bind(zoneIDs)))")
         }
         if !zoneLists.isEmpty {
             // In name order (byte order, as SQLite's): the fifth number is the rank.
             statement.branch(
-                "zone_list", numbers: zoneColumns + ["row_number() OVER (ORDER BY database_id, name)"], texts: ["name"], flag: "deleted",
-                "FROM zones WHERE database_id = ANY(\(statement.bind(zoneLists))) AND NOT deleted")
+                .zoneList, "FROM zones WHERE database_id = ANY(\(statement.bind(zoneLists))) AND NOT deleted")
         }
         if !zonePaths.isEmpty {
             // One lookup of the unique keys per path (LATERAL), as for records by id.
             let paths = Array(zonePaths)
             statement.branch(
-                "zone", numbers: ["z.id", "z.database_id", "z.change_sequence", "z.record_sequence"], texts: ["z.name"], flag: "z.deleted",
-                "FROM " + Self.pathKeys(paths, &statement) + """
+                .zoneOfPath, "FROM " + Self.pathKeys(paths, &statement) + """
                      CROSS JOIN LATERAL (SELECT z.* FROM databases d JOIN zones z ON z.database_id = d.id AND z.name = k.key_zone
                         WHERE d.container = k.key_container AND d.environment = k.key_environment AND d.scope = k.key_scope
                           AND d.owner_id = k.key_owner) z
@@ -103,7 +99,7 @@ extension PostgresCoarseStorage {
             // The zones first, fenced (OFFSET 0), then one lookup of the records' unique key per
             // path: joined in one level, the planner looked records up by zone alone and
             // filtered the names (every record of the zone read per key, 20 ms a load at 3,600).
-            statement.recordBranch(
+            statement.branch(.record, 
                 "FROM (SELECT z.database_id AS path_database, z.id AS path_zone, k.key_name AS path_name FROM "
                     + Self.pathKeys(recordPaths.map(\.zone), names: recordPaths.map(\.name), &statement) + """
                      JOIN databases d ON d.container = k.key_container AND d.environment = k.key_environment
@@ -113,19 +109,17 @@ extension PostgresCoarseStorage {
                         WHERE r.database_id = p.path_database AND r.zone_id = p.path_zone AND r.record_name = p.path_name) records
                     """)
         }
-        let databaseColumns = (numbers: ["id", "owner_id", "sequence", "used_bytes"], texts: ["container", "environment", "scope"])
         if !databaseKeys.isEmpty {
             let keys = """
                 (container, environment, scope, owner_id) IN (SELECT * FROM unnest(\(statement.bind(databaseKeys.map(\.container))),
                     \(statement.bind(databaseKeys.map(\.environment.rawValue))), \(statement.bind(databaseKeys.map(\.scope.rawValue))),
                     \(statement.bind(databaseKeys.map(\.ownerID)))))
                 """
-            statement.branch("database", numbers: databaseColumns.numbers, texts: databaseColumns.texts, "FROM databases WHERE " + keys)
+            statement.branch(.database, "FROM databases WHERE " + keys)
         }
         if !databaseIDs.isEmpty {
             statement.branch(
-                "database_by_id", numbers: databaseColumns.numbers, texts: databaseColumns.texts,
-                "FROM databases WHERE id = ANY(\(statement.bind(databaseIDs)))")
+                .databaseByID, "FROM databases WHERE id = ANY(\(statement.bind(databaseIDs)))")
         }
         // A zone's load brings its database's schema along unless the request says not to
         // (`LoadRequest.schemaWithZones`, SQLiteCoarseStorage.load).
@@ -134,20 +128,15 @@ extension PostgresCoarseStorage {
             let zoneDatabases = statement.bind(schemaZones.map(\.databaseID))
             if !schemaZones.isEmpty {
                 statement.branch(
-                    "zone_schema", texts: ["container", "environment"],
-                    "FROM (SELECT DISTINCT container, environment FROM databases WHERE id = ANY(\(zoneDatabases))) d")
+                    .zoneSchema, "FROM (SELECT DISTINCT container, environment FROM databases WHERE id = ANY(\(zoneDatabases))) d")
             }
             let wanted = """
                 (container, environment) IN (
                     SELECT * FROM unnest(\(statement.bind(schemas.map(\.container))), \(statement.bind(schemas.map(\.environment.rawValue))))
                     UNION SELECT container, environment FROM databases WHERE id = ANY(\(zoneDatabases)))
                 """
-            statement.branch(
-                "schema_field", numbers: ["indexes", "row_number() OVER (ORDER BY record_type, field_name)"],
-                texts: ["container", "environment", "record_type", "field_name", "field_type"], "FROM schema_fields WHERE " + wanted)
-            statement.branch(
-                "schema_type", numbers: ["row_number() OVER (ORDER BY record_type)"], texts: ["container", "environment", "record_type"],
-                "FROM schema_types WHERE " + wanted)
+            statement.branch(.schemaField, "FROM schema_fields WHERE " + wanted)
+            statement.branch(.schemaType, "FROM schema_types WHERE " + wanted)
         }
         if !referrers.isEmpty {
             // One index lookup per key, as for records.
@@ -158,18 +147,16 @@ extension PostgresCoarseStorage {
                     WHERE r.database_id = nimbus_zone_database(k.key_zone) AND r.target_zone_id = k.key_zone
                       AND r.target_name = k.key_name AND r.action = k.key_action) record_references
                 """
-            statement.branch(
-                "referrer", numbers: ["source_zone_id", "target_zone_id"], texts: ["source_name", "field_name", "target_name", "action"],
-                "FROM " + keys)
+            statement.branch(.referrer, "FROM " + keys)
         }
-        if counters { statement.branch("counter", numbers: ["value"], texts: ["key"], "FROM counters") }
-        if secret { statement.branch("secret", bytes: "value", "FROM meta WHERE key = 'installation_secret'") }
+        if counters { statement.branch(.counter, "FROM counters") }
+        if secret { statement.branch(.secret, "FROM meta WHERE key = 'installation_secret'") }
         if containerList {
             // In id order (byte order): the second number is the rank.
-            statement.branch("container_list", numbers: ["created_at", "row_number() OVER (ORDER BY id)"], texts: ["id"], "FROM containers")
+            statement.branch(.containerList, "FROM containers")
         }
         if !containers.isEmpty {
-            statement.branch("container", numbers: ["created_at"], texts: ["id"], "FROM containers WHERE id = ANY(\(statement.bind(containers)))")
+            statement.branch(.container, "FROM containers WHERE id = ANY(\(statement.bind(containers)))")
         }
         if !subscribers.isEmpty {
             let keys = """
@@ -177,18 +164,16 @@ extension PostgresCoarseStorage {
                     \(statement.bind(subscribers.map(\.userID)))))
                 """
             statement.branch(
-                "subscription",
-                numbers: ["s.database_id", "s.user_id", "s.created_at", "d.owner_id", "row_number() OVER (ORDER BY s.subscription_id)"],
-                texts: ["s.subscription_id", "d.container", "d.environment", "d.scope"], bytes: "s.definition",
+                .subscription,
                 "FROM subscriptions s JOIN databases d ON d.id = s.database_id WHERE " + keys)
         }
-        if newest { statement.branch("newest", numbers: ["coalesce(max(sequence), 0)"], "FROM notifications") }
+        if newest { statement.branch(.newest, "FROM notifications") }
         if !badges.isEmpty {
             let keys = """
                 (user_id, container, environment) IN (SELECT * FROM unnest(\(statement.bind(badges.map(\.userID))),
                     \(statement.bind(badges.map(\.container))), \(statement.bind(badges.map(\.environment.rawValue)))))
                 """
-            statement.branch("badge", numbers: ["user_id", "value"], texts: ["container", "environment"], "FROM badges WHERE " + keys)
+            statement.branch(.badge, "FROM badges WHERE " + keys)
         }
 
         if !statement.isEmpty {
@@ -333,26 +318,61 @@ private struct KeyLoad {
         return "$\(bindings.count)"
     }
 
-    /// Records (`WideRow.record()` reads them) from `rest`, whose FROM names them `records`.
-    mutating func recordBranch(_ rest: String) {
-        branch(
-            "record", numbers: ["id", "zone_id", "change_sequence", "created_at", "modified_at"],
-            texts: ["record_name", "record_type", "parent", "created_by", "created_device", "modified_by", "modified_device"],
-            bytes: "fields", flag: "deleted", rest)
+    /// A branch: `select`'s columns, then `rest`, its FROM and WHERE.
+    mutating func branch(_ select: WideSelect, _ rest: String) {
+        branches.append(select.text + rest)
     }
+}
 
-    /// A branch: `kind`, then the columns given in the wide row's places, NULL in the rest;
-    /// `rest` is its FROM and WHERE. Texts are cast to one collation so the branches unite.
-    mutating func branch(
-        _ kind: String, numbers: [String] = [], texts: [String] = [], bytes: String? = nil, flag: String? = nil, _ rest: String
-    ) {
+/// The SELECT list of one kind of key-load branch: `kind`, then the columns given in the wide
+/// row's places (`WideRow`), NULL in the rest. Texts are cast to one collation so the branches
+/// unite. Each kind's list is spelled once, here, and built once: assembled on every load it was
+/// about 3% of a PostgreSQL node's CPU for a fetch by ID (`perf`, docs/benchmarks.md).
+private struct WideSelect {
+    let text: String
+
+    init(_ kind: String, numbers: [String] = [], texts: [String] = [], bytes: String? = nil, flag: String? = nil) {
         precondition(numbers.count <= WideRow.numbers && texts.count <= WideRow.texts)
         let numberColumns = (0..<WideRow.numbers).map { $0 < numbers.count ? "(\(numbers[$0]))::bigint" : "NULL::bigint" }
         let textColumns = (0..<WideRow.texts).map { $0 < texts.count ? "(\(texts[$0]))::text COLLATE \"C\"" : "NULL::text COLLATE \"C\"" }
         let columns = ["'\(kind)'::text"] + numberColumns + textColumns + [bytes.map { "(\($0))::bytea" } ?? "NULL::bytea"]
             + [flag.map { "(\($0))::boolean" } ?? "NULL::boolean"]
-        branches.append("SELECT " + columns.joined(separator: ", ") + " " + rest)
+        text = "SELECT " + columns.joined(separator: ", ") + " "
     }
+
+    /// Records (`WideRow.record()` reads them), from a FROM that names them `records`.
+    static let record = WideSelect(
+        "record", numbers: ["id", "zone_id", "change_sequence", "created_at", "modified_at"],
+        texts: ["record_name", "record_type", "parent", "created_by", "created_device", "modified_by", "modified_device"],
+        bytes: "fields", flag: "deleted")
+    private static let zoneNumbers = ["id", "database_id", "change_sequence", "record_sequence"]
+    static let zone = WideSelect("zone", numbers: zoneNumbers, texts: ["name"], flag: "deleted")
+    /// A zone found by its database's key and name, from a FROM that names it `z`.
+    static let zoneOfPath = WideSelect("zone", numbers: zoneNumbers.map { "z." + $0 }, texts: ["z.name"], flag: "z.deleted")
+    static let zoneByID = WideSelect("zone_by_id", numbers: zoneNumbers, texts: ["name"], flag: "deleted")
+    static let zoneList = WideSelect(
+        "zone_list", numbers: zoneNumbers + ["row_number() OVER (ORDER BY database_id, name)"], texts: ["name"], flag: "deleted")
+    private static let databaseColumns = (numbers: ["id", "owner_id", "sequence", "used_bytes"], texts: ["container", "environment", "scope"])
+    static let database = WideSelect("database", numbers: databaseColumns.numbers, texts: databaseColumns.texts)
+    static let databaseByID = WideSelect("database_by_id", numbers: databaseColumns.numbers, texts: databaseColumns.texts)
+    static let zoneSchema = WideSelect("zone_schema", texts: ["container", "environment"])
+    static let schemaField = WideSelect(
+        "schema_field", numbers: ["indexes", "row_number() OVER (ORDER BY record_type, field_name)"],
+        texts: ["container", "environment", "record_type", "field_name", "field_type"])
+    static let schemaType = WideSelect(
+        "schema_type", numbers: ["row_number() OVER (ORDER BY record_type)"], texts: ["container", "environment", "record_type"])
+    static let referrer = WideSelect(
+        "referrer", numbers: ["source_zone_id", "target_zone_id"], texts: ["source_name", "field_name", "target_name", "action"])
+    static let counter = WideSelect("counter", numbers: ["value"], texts: ["key"])
+    static let secret = WideSelect("secret", bytes: "value")
+    static let containerList = WideSelect("container_list", numbers: ["created_at", "row_number() OVER (ORDER BY id)"], texts: ["id"])
+    static let container = WideSelect("container", numbers: ["created_at"], texts: ["id"])
+    static let subscription = WideSelect(
+        "subscription",
+        numbers: ["s.database_id", "s.user_id", "s.created_at", "d.owner_id", "row_number() OVER (ORDER BY s.subscription_id)"],
+        texts: ["s.subscription_id", "d.container", "d.environment", "d.scope"], bytes: "s.definition")
+    static let newest = WideSelect("newest", numbers: ["coalesce(max(sequence), 0)"])
+    static let badge = WideSelect("badge", numbers: ["user_id", "value"], texts: ["container", "environment"])
 }
 
 /// A row of a key load (`KeyLoad`), read back by place.

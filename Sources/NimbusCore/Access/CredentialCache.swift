@@ -11,6 +11,9 @@ final class CredentialCache: Sendable {
     struct Session {
         let row: SessionRow
         let user: UserRow
+        /// The user's record name in the session's container: an HMAC, worked out when the
+        /// session is cached rather than on every request it signs in (`DerivedKeys`).
+        let userRecordName: String
     }
 
     static let lifetimeMilliseconds: Int64 = 2_000

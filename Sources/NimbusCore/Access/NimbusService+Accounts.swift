@@ -211,7 +211,10 @@ extension NimbusService {
         if (apiHash != nil && token == nil) || (sessionHash != nil && cachedSession == nil) {
             let stored = try await accounts.credentials(apiTokenHash: apiHash, sessionHash: sessionHash)
             let readToken = stored.apiToken
-            let readSession = stored.session.map { CredentialCache.Session(row: $0.row, user: $0.user) }
+            let readSession = stored.session.map {
+                CredentialCache.Session(
+                    row: $0.row, user: $0.user, userRecordName: keys.userRecordName(container: $0.row.container, userID: $0.user.id))
+            }
             token = readToken
             cachedSession = readSession
             if let readToken { credentialCache.tokens.remember(readToken, for: readToken.tokenHash, now: time) }
@@ -219,6 +222,7 @@ extension NimbusService {
         }
         let session = cachedSession?.row
         let user = cachedSession?.user
+        let recordName = cachedSession?.userRecordName
         guard let apiToken, !apiToken.isEmpty else {
             throw CloudKitError(.authenticationFailed, "missing ckAPIToken; every request needs the container's API token")
         }
@@ -240,7 +244,7 @@ extension NimbusService {
         guard let webAuthToken else {
             return Caller(container: container, environment: environment, user: nil, deviceID: deviceID, apiTokenID: token.id)
         }
-        guard let session, let user, session.container == container, session.environment == environment else {
+        guard let session, let user, let recordName, session.container == container, session.environment == environment else {
             throw CloudKitError(.authenticationRequired, "the web auth token is not valid (unknown, revoked or for another container); sign in again")
         }
         guard time - session.lastUsedAt <= options.sessionIdleTimeoutMilliseconds else {
@@ -251,9 +255,9 @@ extension NimbusService {
             try await accounts.touchSession(tokenHash: session.tokenHash, at: time)
             var touched = session
             touched.lastUsedAt = time
-            credentialCache.sessions.remember(CredentialCache.Session(row: touched, user: user), for: touched.tokenHash, now: time)
+            credentialCache.sessions.remember(
+                CredentialCache.Session(row: touched, user: user, userRecordName: recordName), for: touched.tokenHash, now: time)
         }
-        let recordName = keys.userRecordName(container: container, userID: user.id)
         return Caller(
             container: container, environment: environment,
             user: Caller.User(id: user.id, name: user.name, recordName: recordName, webAuthToken: webAuthToken),
