@@ -82,8 +82,7 @@ extension PostgresCoarseStorage {
         }
         if !zoneLists.isEmpty {
             // In name order (byte order, as SQLite's): the fifth number is the rank.
-            statement.branch(
-                .zoneList, "FROM zones WHERE database_id = ANY(\(statement.bind(zoneLists))) AND NOT deleted")
+            statement.branch(.zoneList, "FROM zones WHERE database_id = ANY(\(statement.bind(zoneLists))) AND NOT deleted")
         }
         if !zonePaths.isEmpty {
             // One lookup of the unique keys per path (LATERAL), as for records by id.
@@ -99,7 +98,8 @@ extension PostgresCoarseStorage {
             // The zones first, fenced (OFFSET 0), then one lookup of the records' unique key per
             // path: joined in one level, the planner looked records up by zone alone and
             // filtered the names (every record of the zone read per key, 20 ms a load at 3,600).
-            statement.branch(.record, 
+            statement.branch(
+                .record,
                 "FROM (SELECT z.database_id AS path_database, z.id AS path_zone, k.key_name AS path_name FROM "
                     + Self.pathKeys(recordPaths.map(\.zone), names: recordPaths.map(\.name), &statement) + """
                      JOIN databases d ON d.container = k.key_container AND d.environment = k.key_environment
@@ -118,8 +118,7 @@ extension PostgresCoarseStorage {
             statement.branch(.database, "FROM databases WHERE " + keys)
         }
         if !databaseIDs.isEmpty {
-            statement.branch(
-                .databaseByID, "FROM databases WHERE id = ANY(\(statement.bind(databaseIDs)))")
+            statement.branch(.databaseByID, "FROM databases WHERE id = ANY(\(statement.bind(databaseIDs)))")
         }
         // A zone's load brings its database's schema along unless the request says not to
         // (`LoadRequest.schemaWithZones`, SQLiteCoarseStorage.load).
@@ -163,9 +162,7 @@ extension PostgresCoarseStorage {
                 (s.database_id, s.user_id) IN (SELECT * FROM unnest(\(statement.bind(subscribers.map(\.databaseID))),
                     \(statement.bind(subscribers.map(\.userID)))))
                 """
-            statement.branch(
-                .subscription,
-                "FROM subscriptions s JOIN databases d ON d.id = s.database_id WHERE " + keys)
+            statement.branch(.subscription, "FROM subscriptions s JOIN databases d ON d.id = s.database_id WHERE " + keys)
         }
         if newest { statement.branch(.newest, "FROM notifications") }
         if !badges.isEmpty {
