@@ -1,3 +1,5 @@
+import Crypto
+import Foundation
 import NimbusStorage
 import NimbusWire
 
@@ -26,14 +28,53 @@ extension NimbusService {
         var rootByShare: [String: String] = [:]
         /// Share records the batch saves.
         var shares: Set<String> = []
-        /// Short GUIDs registered for them before the write (`prepareShareRegistry`).
+        /// Short GUIDs registered for them before the write (`prepareShareRegistry`); a share
+        /// that has one keeps it.
         var guidByShare: [String: String] = [:]
+        /// Chosen before the write: the participants a save adds are named from it
+        /// (`NewParticipantIDs`), so that deciding the save again (a unit of work decides
+        /// after each load) names them the same.
+        let participantSeed = SymmetricKey(size: .bits128)
 
         init(_ request: RecordsModifyRequest) {
             for operation in request.operations where !operation.type.isDelete {
                 if let share = operation.record.share, let root = operation.record.recordName { rootByShare[share] = root }
                 if operation.record.recordType == Names.shareRecordType, let name = operation.record.recordName { shares.insert(name) }
             }
+        }
+
+        /// The short GUID a share the batch creates gets: the one registered for it. A share
+        /// saved without naming its type has one already; only when its stored state cannot be
+        /// read does it get a new one, from the seed (apart from the participants' IDs, which
+        /// participants see), unregistered (its URL leads nowhere, as before), so that deciding
+        /// the save again chooses the same.
+        func shortGUID(for share: String) -> String {
+            guidByShare[share]
+                ?? ShareState.shortGUID(
+                    bytes: Array(HMAC<SHA256>.authenticationCode(for: Data("short GUID\u{0}\(share)".utf8), using: participantSeed).prefix(16)))
+        }
+    }
+
+    /// Names the participants one save of a share adds: the second save decided from the same
+    /// seed names its participants as the first did (version-4 UUIDs, from an HMAC of the
+    /// share's name and the participant's ordinal under the batch's random seed).
+    struct NewParticipantIDs {
+        let seed: SymmetricKey
+        let share: String
+        private var ordinal = 0
+
+        init(seed: SymmetricKey, share: String) {
+            self.seed = seed
+            self.share = share
+        }
+
+        mutating func next() -> String {
+            defer { ordinal += 1 }
+            let code = HMAC<SHA256>.authenticationCode(for: Data("participant\u{0}\(share)\u{0}\(ordinal)".utf8), using: seed)
+            var bytes = Array(code.prefix(16))
+            bytes[6] = bytes[6] & 0x0F | 0x40  // version 4
+            bytes[8] = bytes[8] & 0x3F | 0x80  // RFC 4122 variant
+            return bytes.withUnsafeBufferPointer { NSUUID(uuidBytes: $0.baseAddress!) as UUID }.uuidString
         }
     }
 
@@ -80,7 +121,7 @@ extension NimbusService {
         if asParticipant {
             try applyShareAsAdministrator(
                 input, recordName: recordName, existingFields: existingFields, fields: &fields, caller: target.caller,
-                invitees: invitees)
+                invitees: invitees, newIDs: NewParticipantIDs(seed: batch.participantSeed, share: recordName))
             return nil
         }
         guard target.scope == .private, zone.name != Names.defaultZone else {
@@ -134,28 +175,26 @@ extension NimbusService {
             throw CloudKitError(.badRequest, "publicPermission: UNKNOWN cannot be set; use NONE, READ_ONLY or READ_WRITE", recordName: recordName)
         }
         var participants = try participantsAfterSave(
-            input.participants, previous: previous?.participants ?? [], invitees: invitees, recordName: recordName)
+            input.participants, previous: previous?.participants ?? [], invitees: invitees,
+            newIDs: NewParticipantIDs(seed: batch.participantSeed, share: recordName), recordName: recordName)
         // Back to NONE: everyone who joined by the URL goes (docs/sharing.md).
         if publicPermission == .none { participants.removeAll { $0.type == .publicUser } }
         var otherKeys = previous?.otherKeys ?? [:]
         for (key, value) in input.otherKeys.pairs { otherKeys[key] = value }
         var state = ShareState(
-            shortGUID: previous?.shortGUID ?? batch.guidByShare[recordName] ?? ShareState.newShortGUID(), publicPermission: publicPermission,
+            shortGUID: previous?.shortGUID ?? batch.shortGUID(for: recordName), publicPermission: publicPermission,
             participants: participants, rootRecordName: root, otherKeys: otherKeys)
         state.memberIDs = Self.memberIDs(previous?.memberIDs ?? [:], invitees: invitees, caller: target.caller)
         state.write(into: &fields)
         return linkRoot
     }
 
-    /// The participants a save leaves: the owner always, first; with `sent` (the share's whole
-    /// list, as clients send it) the others are those sent, matched to who they were by
-    /// `participantId` or user; without it, as they were.
     /// A change to a share by one of its participants, in their shared database: an
     /// administrator may add and remove participants other than the owner and administrators,
     /// and set `publicPermission`; anyone else only leaves (by deleting the share).
     private func applyShareAsAdministrator(
         _ input: RecordInput, recordName: String, existingFields: RecordCodec.Fields, fields: inout RecordCodec.Fields,
-        caller: Caller, invitees: Invitees
+        caller: Caller, invitees: Invitees, newIDs: NewParticipantIDs
     ) throws {
         guard var state = try ShareState(fields: existingFields),
             let me = state.participant(userRecordName: caller.user?.recordName), me.type == .administrator
@@ -172,7 +211,8 @@ extension NimbusService {
             state.publicPermission = permission
         }
         if input.participants != nil {
-            let after = try participantsAfterSave(input.participants, previous: state.participants, invitees: invitees, recordName: recordName)
+            let after = try participantsAfterSave(
+                input.participants, previous: state.participants, invitees: invitees, newIDs: newIDs, recordName: recordName)
             // The owner and every other administrator stay as they were.
             for kept in state.participants where kept.type == .owner || (kept.type == .administrator && kept.participantId != me.participantId) {
                 guard after.contains(kept) else {
@@ -232,13 +272,18 @@ extension NimbusService {
         return changed
     }
 
+    /// The participants a save leaves: the owner always, first; with `sent` (the share's whole
+    /// list, as clients send it) the others are those sent, matched to who they were by
+    /// `participantId` or user; without it, as they were. `newIDs` names those it adds.
     private func participantsAfterSave(
-        _ sent: [ShareParticipant]?, previous: [ShareParticipant], invitees: Invitees, recordName: String
+        _ sent: [ShareParticipant]?, previous: [ShareParticipant], invitees: Invitees, newIDs: NewParticipantIDs,
+        recordName: String
     ) throws -> [ShareParticipant] {
+        var unusedIDs = newIDs
         let owner =
             previous.first { $0.type == .owner }
             ?? ShareParticipant(
-                participantId: UUIDText.random(), userIdentity: invitees.owner ?? UserIdentity(), type: .owner,
+                participantId: unusedIDs.next(), userIdentity: invitees.owner ?? UserIdentity(), type: .owner,
                 permission: .readWrite, acceptanceStatus: .accepted)
         guard let sent else { return previous.isEmpty ? [owner] : previous }
         var result = [owner]
@@ -296,7 +341,7 @@ extension NimbusService {
             }
             result.append(
                 ShareParticipant(
-                    participantId: UUIDText.random(), userIdentity: identity,
+                    participantId: unusedIDs.next(), userIdentity: identity,
                     type: try role(participant.type ?? .user, path: path, recordName: recordName),
                     permission: try permission(participant.permission ?? .readOnly, path: path, recordName: recordName),
                     acceptanceStatus: .invited, otherKeys: participant.otherKeys))

@@ -100,8 +100,12 @@ struct ShareState: Hashable {
     /// 128 random bits in URL-safe base64: 22 characters.
     static func newShortGUID() -> String {
         var generator = SystemRandomNumberGenerator()
-        let bytes = (0..<16).map { _ in UInt8.random(in: 0...255, using: &generator) }
-        return Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-")
+        return shortGUID(bytes: (0..<16).map { _ in UInt8.random(in: 0...255, using: &generator) })
+    }
+
+    /// 16 bytes in URL-safe base64, unpadded.
+    static func shortGUID(bytes: [UInt8]) -> String {
+        Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-")
             .replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
     }
 }

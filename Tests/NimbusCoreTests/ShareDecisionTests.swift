@@ -1,0 +1,41 @@
+import Crypto
+import Foundation
+@testable import NimbusCore
+import NimbusWire
+import Testing
+
+/// What a share save decides depends only on its inputs: a unit of work decides a save again
+/// after each load, and the second decision must name the participants it adds as the first did.
+@Suite struct ShareDecisionTests {
+    @Test func newParticipantIDsDependOnlyOnTheSeedTheShareAndTheOrder() throws {
+        let seed = SymmetricKey(size: .bits128)
+        var first = NimbusService.NewParticipantIDs(seed: seed, share: "S")
+        var again = NimbusService.NewParticipantIDs(seed: seed, share: "S")
+        let firstRun = (0..<5).map { _ in first.next() }
+        #expect(firstRun == (0..<5).map { _ in again.next() })
+        #expect(Set(firstRun).count == 5, "each participant a save adds has its own ID")
+        for id in firstRun {
+            let uuid = try #require(UUID(uuidString: id), "\(id) is a UUID")
+            #expect(uuid.uuidString == id)
+            #expect(Array(id)[14] == "4", "version 4: \(id)")
+            #expect("89AB".contains(Array(id)[19]), "RFC 4122 variant: \(id)")
+        }
+        // Another share, or another batch's seed, names its participants apart.
+        var otherShare = NimbusService.NewParticipantIDs(seed: seed, share: "T")
+        var otherSeed = NimbusService.NewParticipantIDs(seed: SymmetricKey(size: .bits128), share: "S")
+        #expect(otherShare.next() != firstRun[0])
+        #expect(otherSeed.next() != firstRun[0])
+    }
+
+    @Test func aShareWithoutARegisteredGUIDGetsTheSameOneOnEveryDecision() throws {
+        let request = RecordsModifyRequest(
+            operations: [RecordOperationInput(type: .create, record: RecordInput(recordName: "S", recordType: Names.shareRecordType))],
+            zoneID: WireZoneID(zoneName: "Z"))
+        var batch = NimbusService.BatchShares(request)
+        #expect(batch.shares == ["S"])
+        let unregistered = batch.shortGUID(for: "S")
+        #expect(unregistered == batch.shortGUID(for: "S") && unregistered.count == 22)
+        batch.guidByShare["S"] = "registered"
+        #expect(batch.shortGUID(for: "S") == "registered")
+    }
+}
