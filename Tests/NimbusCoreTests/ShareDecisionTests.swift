@@ -1,4 +1,3 @@
-import Crypto
 import Foundation
 @testable import NimbusCore
 import NimbusWire
@@ -8,9 +7,9 @@ import Testing
 /// after each load, and the second decision must name the participants it adds as the first did.
 @Suite struct ShareDecisionTests {
     @Test func newParticipantIDsDependOnlyOnTheSeedTheShareAndTheOrder() throws {
-        let seed = SymmetricKey(size: .bits128)
-        var first = NimbusService.NewParticipantIDs(seed: seed, share: "S")
-        var again = NimbusService.NewParticipantIDs(seed: seed, share: "S")
+        let seed = SeededIDs()
+        var first = NimbusService.NewParticipantIDs(seed, share: "S")
+        var again = NimbusService.NewParticipantIDs(SeededIDs(seed: seed.seed), share: "S")
         let firstRun = (0..<5).map { _ in first.next() }
         #expect(firstRun == (0..<5).map { _ in again.next() })
         #expect(Set(firstRun).count == 5, "each participant a save adds has its own ID")
@@ -21,8 +20,8 @@ import Testing
             #expect("89AB".contains(Array(id)[19]), "RFC 4122 variant: \(id)")
         }
         // Another share, or another batch's seed, names its participants apart.
-        var otherShare = NimbusService.NewParticipantIDs(seed: seed, share: "T")
-        var otherSeed = NimbusService.NewParticipantIDs(seed: SymmetricKey(size: .bits128), share: "S")
+        var otherShare = NimbusService.NewParticipantIDs(seed, share: "T")
+        var otherSeed = NimbusService.NewParticipantIDs(SeededIDs(), share: "S")
         #expect(otherShare.next() != firstRun[0])
         #expect(otherSeed.next() != firstRun[0])
     }

@@ -69,7 +69,10 @@ extension NimbusService {
                 // A read first: an empty outbox (every poll, most wake-ups after a drain) costs no write.
                 guard try await !storage.read({ try $0.outbox(limit: 1) }).isEmpty else { return }
                 let security = try await securityState()
-                drained = try await storage.write { tx in try self.matchOutbox(tx, security: security) }
+                // The time and the notifications' IDs are chosen here, before the write: its
+                // closure may run again (a unit of work decides after each load).
+                let (now, ids) = (self.now, SeededIDs())
+                drained = try await storage.write { tx in try self.matchOutbox(tx, security: security, now: now, ids: ids) }
             } catch {
                 logger.error("the change outbox could not be drained; it is tried again", metadata: ["error": "\(error)"])
                 return
@@ -170,13 +173,12 @@ extension NimbusService {
 
     /// Matches the oldest outbox entries, stores their notifications and removes them, in the
     /// caller's transaction.
-    private func matchOutbox(_ tx: any StorageWriter, security: SecurityState) throws -> OutboxDrain {
+    private func matchOutbox(_ tx: any StorageWriter, security: SecurityState, now: Int64, ids: SeededIDs) throws -> OutboxDrain {
         let version = try refreshSubscriptionIndex(tx)
         let entries = try tx.outbox(limit: Self.outboxBatch)
         var drain = OutboxDrain(entries: entries.count)
         drain.versions.before = version
         var spent: [Int64: Set<Subscription.Key>] = [:]  // by database
-        let now = self.now
         for entry in entries {
             let committed: CommittedChanges
             do {
@@ -206,7 +208,8 @@ extension NimbusService {
                         "matched": "\(matches.count)", "stored": "\(bounded.count)",
                     ])
             }
-            drain.notificationsStored += try storeNotifications(for: bounded, of: committed, at: now, tx: tx)
+            drain.notificationsStored += try storeNotifications(
+                for: bounded, of: committed, at: now, ids: { event in ids.uuid("notification", String(entry.sequence), event) }, tx: tx)
             drain.firedOnce += bounded.filter(\.subscription.firesOnce).map(\.subscription)
         }
         try tx.removeOutbox(sequences: entries.map(\.sequence))
@@ -225,18 +228,16 @@ extension NimbusService {
     }
 
     /// Appends a notification per match to its subscriber's collection; returns how many.
+    /// `ids` names the notifications of one change (a record's, or the request's).
     private func storeNotifications(
-        for matches: [SubscriptionMatch], of committed: CommittedChanges, at now: Int64, tx: any StorageWriter
+        for matches: [SubscriptionMatch], of committed: CommittedChanges, at now: Int64, ids: (String) -> String,
+        tx: any StorageWriter
     ) throws -> Int {
         // One change seen by several subscriptions: the notifications share their ID
-        // (reference §11.3), so marking one read marks the change read.
-        var eventIDs: [String: String] = [:]
+        // (reference §11.3), so marking one read marks the change read. `ids` names one change
+        // the same every time it is asked.
         func eventID(_ match: SubscriptionMatch) -> String {
-            let event = match.record.map { "\($0.zoneName)\u{0}\($0.recordName)" } ?? ""
-            if let id = eventIDs[event] { return id }
-            let id = UUIDText.random()
-            eventIDs[event] = id
-            return id
+            ids(match.record.map { "\($0.zoneName)\u{0}\($0.recordName)" } ?? "")
         }
         for match in matches {
             let notificationID = eventID(match)

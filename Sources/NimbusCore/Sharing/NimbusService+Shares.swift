@@ -1,5 +1,3 @@
-import Crypto
-import Foundation
 import NimbusStorage
 import NimbusWire
 
@@ -31,10 +29,8 @@ extension NimbusService {
         /// Short GUIDs registered for them before the write (`prepareShareRegistry`); a share
         /// that has one keeps it.
         var guidByShare: [String: String] = [:]
-        /// Chosen before the write: the participants a save adds are named from it
-        /// (`NewParticipantIDs`), so that deciding the save again (a unit of work decides
-        /// after each load) names them the same.
-        let participantSeed = SymmetricKey(size: .bits128)
+        /// Chosen before the write: what the save makes up is named from it (`SeededIDs`).
+        let ids = SeededIDs()
 
         init(_ request: RecordsModifyRequest) {
             for operation in request.operations where !operation.type.isDelete {
@@ -45,36 +41,28 @@ extension NimbusService {
 
         /// The short GUID a share the batch creates gets: the one registered for it. A share
         /// saved without naming its type has one already; only when its stored state cannot be
-        /// read does it get a new one, from the seed (apart from the participants' IDs, which
-        /// participants see), unregistered (its URL leads nowhere, as before), so that deciding
+        /// read does it get a new one, from the seed, unregistered (its URL leads nowhere, as before), so that deciding
         /// the save again chooses the same.
         func shortGUID(for share: String) -> String {
-            guidByShare[share]
-                ?? ShareState.shortGUID(
-                    bytes: Array(HMAC<SHA256>.authenticationCode(for: Data("short GUID\u{0}\(share)".utf8), using: participantSeed).prefix(16)))
+            guidByShare[share] ?? ShareState.shortGUID(bytes: ids.bytes("short GUID", share))
         }
     }
 
-    /// Names the participants one save of a share adds: the second save decided from the same
-    /// seed names its participants as the first did (version-4 UUIDs, from an HMAC of the
-    /// share's name and the participant's ordinal under the batch's random seed).
+    /// Names the participants one save of a share adds, in order, from the batch's seed: the
+    /// save decided again names them as before.
     struct NewParticipantIDs {
-        let seed: SymmetricKey
+        let ids: SeededIDs
         let share: String
         private var ordinal = 0
 
-        init(seed: SymmetricKey, share: String) {
-            self.seed = seed
+        init(_ ids: SeededIDs, share: String) {
+            self.ids = ids
             self.share = share
         }
 
         mutating func next() -> String {
             defer { ordinal += 1 }
-            let code = HMAC<SHA256>.authenticationCode(for: Data("participant\u{0}\(share)\u{0}\(ordinal)".utf8), using: seed)
-            var bytes = Array(code.prefix(16))
-            bytes[6] = bytes[6] & 0x0F | 0x40  // version 4
-            bytes[8] = bytes[8] & 0x3F | 0x80  // RFC 4122 variant
-            return bytes.withUnsafeBufferPointer { NSUUID(uuidBytes: $0.baseAddress!) as UUID }.uuidString
+            return ids.uuid("participant", share, String(ordinal))
         }
     }
 
@@ -121,7 +109,7 @@ extension NimbusService {
         if asParticipant {
             try applyShareAsAdministrator(
                 input, recordName: recordName, existingFields: existingFields, fields: &fields, caller: target.caller,
-                invitees: invitees, newIDs: NewParticipantIDs(seed: batch.participantSeed, share: recordName))
+                invitees: invitees, newIDs: NewParticipantIDs(batch.ids, share: recordName))
             return nil
         }
         guard target.scope == .private, zone.name != Names.defaultZone else {
@@ -176,7 +164,7 @@ extension NimbusService {
         }
         var participants = try participantsAfterSave(
             input.participants, previous: previous?.participants ?? [], invitees: invitees,
-            newIDs: NewParticipantIDs(seed: batch.participantSeed, share: recordName), recordName: recordName)
+            newIDs: NewParticipantIDs(batch.ids, share: recordName), recordName: recordName)
         // Back to NONE: everyone who joined by the URL goes (docs/sharing.md).
         if publicPermission == .none { participants.removeAll { $0.type == .publicUser } }
         var otherKeys = previous?.otherKeys ?? [:]
