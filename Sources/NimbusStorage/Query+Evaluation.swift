@@ -12,31 +12,54 @@ public enum Geodesy {
     }
 }
 
+/// One value of a field as a condition reads it: what an index entry would hold (a location's
+/// latitude as the value, with its longitude).
+public struct ConditionValue: Sendable {
+    public var value: IndexValue
+    public var longitude: Double?
+
+    public init(_ value: IndexValue, longitude: Double? = nil) {
+        self.value = value
+        self.longitude = longitude
+    }
+}
+
+/// A record as conditions read it, field by field, however its holder keeps it: NimbusCore
+/// reads a record's typed fields (`QueriedRecord`), with no index layout in between.
+public protocol ConditionSubject {
+    /// The values of `field` in `scope`: its scalar (`.scalar`) or the elements of its list
+    /// (`.element`); none when the record has no such value.
+    func values(of field: String, in scope: IndexScope) -> [ConditionValue]
+    /// The search tokens of `field`, or of every text field when nil.
+    func tokens(of field: String?) -> Set<String>
+}
+
 extension IndexCondition {
-    /// Whether a record with these index and token entries meets the condition: the same
-    /// answer a driver's query gives, computed in memory (subscription matching evaluates a
-    /// record before and after a change without asking storage).
-    public func matches(entries: [IndexEntry], tokens: [TokenEntry]) -> Bool {
+    /// Whether `record` meets the condition: the same answer a driver's query gives, computed
+    /// in memory (subscription matching evaluates a record before and after a change without
+    /// asking storage).
+    public func matches(_ record: some ConditionSubject) -> Bool {
         switch self {
         case .not(let inner):
-            return !inner.matches(entries: entries, tokens: tokens)
+            return !inner.matches(record)
         case .compare(let field, let scope, let comparison, let value):
-            return entries.contains { $0.isIn(field, scope) && $0.longitude == nil && Self.compare($0.value, comparison, value) }
+            return record.values(of: field, in: scope).contains { $0.longitude == nil && Self.compare($0.value, comparison, value) }
         case .oneOf(let field, let scope, let values):
-            return entries.contains { entry in entry.isIn(field, scope) && values.contains(entry.value) }
+            return record.values(of: field, in: scope).contains { values.contains($0.value) }
         case .allOf(let field, let values):
-            return values.allSatisfy { value in entries.contains { $0.isIn(field, .element) && $0.value == value } }
+            let elements = record.values(of: field, in: .element).map(\.value)
+            return values.allSatisfy(elements.contains)
         case .beginsWith(let field, let scope, let prefix):
-            return entries.contains { entry in
-                guard entry.isIn(field, scope), case .text(let text) = entry.value else { return false }
+            return record.values(of: field, in: scope).contains { item in
+                guard case .text(let text) = item.value else { return false }
                 return text.utf8.starts(with: prefix.utf8)
             }
         case .tokens(let field, let wanted, let all):
-            let present = Set(tokens.lazy.filter { field == nil || $0.field == field }.map(\.token))
+            let present = record.tokens(of: field)
             return all ? wanted.allSatisfy(present.contains) : wanted.contains(where: present.contains)
         case .near(let field, let latitude, let longitude, let meters):
-            return entries.contains { entry in
-                guard entry.isIn(field, .scalar), let lon = entry.longitude, case .number(let lat) = entry.value else { return false }
+            return record.values(of: field, in: .scalar).contains { item in
+                guard let lon = item.longitude, case .number(let lat) = item.value else { return false }
                 return Geodesy.greatCircleMeters(lat, lon, latitude, longitude) <= meters
             }
         }
@@ -59,11 +82,5 @@ extension IndexCondition {
         case .greater: return order > 0
         case .greaterOrEqual: return order >= 0
         }
-    }
-}
-
-extension IndexEntry {
-    fileprivate func isIn(_ field: String, _ scope: IndexScope) -> Bool {
-        self.field == field && (scope == .scalar ? position == -1 : position >= 0)
     }
 }

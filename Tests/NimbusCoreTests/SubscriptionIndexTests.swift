@@ -82,14 +82,19 @@ import Testing
         #expect(!index.watches(databaseID: 8))
     }
 
-    @Test func inMemoryConditionsAgreeWithTheQuerySemantics() {
-        let entries = [
-            IndexEntry(field: "title", value: .text("Crème brûlée")), IndexEntry(field: "tags", value: .text("a"), position: 0),
-            IndexEntry(field: "tags", value: .text("b"), position: 1), IndexEntry(field: "n", value: .number(3)),
-            IndexEntry(field: "where", value: .number(37.33), longitude: -122.03),
+    /// Conditions read a record's typed fields, as a query would read its index.
+    @Test func inMemoryConditionsAgreeWithTheQuerySemantics() throws {
+        let stamp = ChangeStamp(timestamp: 1_700_000_000_000, userRecordName: "_maker", deviceID: "d")
+        let fields: RecordCodec.Fields = [
+            ("title", .string("Crème brûlée")), ("tags", .list(.string, [.string("a"), .string("b")])), ("n", .double(3)),
+            ("where", .location(Location(latitude: 37.33, longitude: -122.03))), ("note", .string("tart")),
+            ("___share", .string("the server's own")),
         ]
-        let tokens = [TokenEntry(field: "title", token: "creme"), TokenEntry(field: "title", token: "brulee")]
-        func check(_ condition: IndexCondition) -> Bool { condition.matches(entries: entries, tokens: tokens) }
+        let record = QueriedRecord(
+            RecordRow(
+                zoneID: 1, recordName: "r", recordType: "Post", fields: RecordCodec.encode(fields), parent: nil, changeSequence: 1,
+                created: stamp, modified: stamp, isDeleted: false), fields: fields)
+        func check(_ condition: IndexCondition) -> Bool { condition.matches(record) }
         #expect(check(.compare(field: "n", scope: .scalar, .less, .number(4))))
         #expect(!check(.compare(field: "n", scope: .scalar, .less, .text("4"))))  // kinds never compare
         #expect(!check(.compare(field: "tags", scope: .scalar, .equal, .text("a"))))  // a list is not a scalar
@@ -99,8 +104,19 @@ import Testing
         #expect(check(.oneOf(field: "n", scope: .scalar, [.number(1), .number(3)])))
         #expect(check(.beginsWith(field: "title", scope: .scalar, prefix: "Crè")))
         #expect(check(.tokens(field: nil, ["creme", "brulee"], all: true)))
+        #expect(check(.tokens(field: nil, ["creme", "tart"], all: true)))  // any text field
         #expect(!check(.tokens(field: "title", ["creme", "tart"], all: true)))
         #expect(check(.tokens(field: "title", ["creme", "tart"], all: false)))
+        #expect(check(.tokens(field: "tags", ["b"], all: true)))  // a list's strings
+        #expect(!check(.tokens(field: nil, ["server"], all: false)))  // reserved fields are not the app's
+        #expect(!check(.compare(field: "___share", scope: .scalar, .equal, .text("the server's own"))))
+        // System fields read from the row.
+        #expect(check(.compare(field: SystemField.recordID.rawValue, scope: .scalar, .equal, .text("r"))))
+        #expect(check(.compare(field: SystemField.createdBy.rawValue, scope: .scalar, .equal, .text("_maker"))))
+        #expect(check(.compare(field: SystemField.modTime.rawValue, scope: .scalar, .greater, .integer(1_600_000_000_000))))
+        #expect(!check(.compare(field: SystemField.recordID.rawValue, scope: .element, .equal, .text("r"))))
+        // A location is not a number to compare, only a place to be near.
+        #expect(!check(.compare(field: "where", scope: .scalar, .equal, .number(37.33))))
         #expect(check(.near(field: "where", latitude: 37.3349, longitude: -122.0090, meters: 5_000)))
         #expect(!check(.near(field: "where", latitude: 40.7, longitude: -74.0, meters: 5_000)))
         #expect(check(.not(.compare(field: "missing", scope: .scalar, .equal, .number(1)))))  // NOT_EQUALS matches absence

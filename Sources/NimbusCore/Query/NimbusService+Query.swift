@@ -129,20 +129,20 @@ extension NimbusService {
     }
 
     /// An operator scan's page: the rows that meet every condition, in the sorts' order (within
-    /// the page), each judged on the entries a development save would write (every field).
+    /// the page), each judged on all its fields (as in development, where every field is indexed).
     static func filtered(_ page: QueryPage, _ conditions: [IndexCondition], _ sorts: [IndexSort]) throws -> QueryPage {
-        var kept: [(row: RecordRow, entries: [IndexEntry])] = []
+        var kept: [QueriedRecord] = []
         for row in page.rows {
-            let index = RecordIndexer.entries(for: row, fields: try RecordCodec.decode(row.fields))
-            if conditions.allSatisfy({ $0.matches(entries: index.entries, tokens: index.tokens) }) { kept.append((row, index.entries)) }
+            let record = try QueriedRecord(row)
+            if conditions.allSatisfy({ $0.matches(record) }) { kept.append(record) }
         }
-        func value(_ key: IndexSort.Key, _ entries: [IndexEntry]) -> IndexValue? {
+        func value(_ key: IndexSort.Key, _ record: QueriedRecord) -> IndexValue? {
             switch key {
             case .number(let field), .text(let field):
-                return entries.first { $0.field == field && $0.position == -1 && $0.longitude == nil }?.value
+                return record.values(of: field, in: .scalar).first { $0.longitude == nil }?.value
             case .distance(let field, let latitude, let longitude):
-                guard let entry = entries.first(where: { $0.field == field && $0.longitude != nil }),
-                    case .number(let entryLatitude) = entry.value, let entryLongitude = entry.longitude
+                guard let location = record.values(of: field, in: .scalar).first(where: { $0.longitude != nil }),
+                    case .number(let entryLatitude) = location.value, let entryLongitude = location.longitude
                 else { return nil }
                 return .number(Geodesy.greatCircleMeters(entryLatitude, entryLongitude, latitude, longitude))
             }
@@ -159,8 +159,8 @@ extension NimbusService {
         if !sorts.isEmpty {
             kept.sort { left, right in
                 for sort in sorts {
-                    let a = value(sort.key, left.entries)
-                    let b = value(sort.key, right.entries)
+                    let a = value(sort.key, left)
+                    let b = value(sort.key, right)
                     let compared = order(a, b)
                     if compared != 0 { return (a == nil || b == nil || sort.ascending) ? compared < 0 : compared > 0 }
                 }

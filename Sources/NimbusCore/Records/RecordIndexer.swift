@@ -49,14 +49,9 @@ enum RecordIndexer {
     }
 
     static func entries(for row: RecordRow, fields: RecordCodec.Fields, policy: Policy = .everything) -> RecordIndexEntries {
-        let system: [(String, IndexValue)] = [
-            (SystemField.recordID.rawValue, .text(row.recordName)),
-            (SystemField.createTime.rawValue, .integer(row.created.timestamp)),
-            (SystemField.modTime.rawValue, .integer(row.modified.timestamp)),
-            (SystemField.createdBy.rawValue, .text(row.created.userRecordName)),
-            (SystemField.modifiedBy.rawValue, .text(row.modified.userRecordName)),
-        ]
-        var entries = system.filter { policy.wantsEntry($0.0) }.map { IndexEntry(field: $0.0, value: $0.1) }
+        var entries = SystemField.allCases.filter { policy.wantsEntry($0.rawValue) }.map {
+            IndexEntry(field: $0.rawValue, value: systemValue($0, of: row))
+        }
         var tokens: [TokenEntry] = []
         for (name, value) in fields where !name.hasPrefix(Names.reservedFieldPrefix) {
             let wantsEntry = policy.wantsEntry(name)
@@ -91,6 +86,24 @@ enum RecordIndexer {
         }
     }
 
+    /// The indexed value of a system field of `row`.
+    static func systemValue(_ field: SystemField, of row: RecordRow) -> IndexValue {
+        switch field {
+        case .recordID: .text(row.recordName)
+        case .createTime: .integer(row.created.timestamp)
+        case .modTime: .integer(row.modified.timestamp)
+        case .createdBy: .text(row.created.userRecordName)
+        case .modifiedBy: .text(row.modified.userRecordName)
+        }
+    }
+
+    /// What a condition compares for a scalar: its indexed value, and a location's longitude.
+    static func conditionValue(_ value: FieldValue) -> ConditionValue? {
+        guard let indexed = indexValue(value) else { return nil }
+        if case .location(let location) = value { return ConditionValue(indexed, longitude: location.longitude) }
+        return ConditionValue(indexed)
+    }
+
     /// The indexed value of a scalar: INT64 and TIMESTAMP as integers (exact at any size),
     /// DOUBLE as a double, strings and reference targets as text; assets are not indexed.
     static func indexValue(_ value: FieldValue) -> IndexValue? {
@@ -108,10 +121,8 @@ enum RecordIndexer {
     }
 
     private static func entry(_ field: String, _ value: FieldValue, position: Int) -> IndexEntry? {
-        guard let indexed = indexValue(value) else { return nil }
-        var entry = IndexEntry(field: field, value: indexed, position: position)
-        if case .location(let location) = value { entry.longitude = location.longitude }
-        return entry
+        guard let item = conditionValue(value) else { return nil }
+        return IndexEntry(field: field, value: item.value, longitude: item.longitude, position: position)
     }
 }
 

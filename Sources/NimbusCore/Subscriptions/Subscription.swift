@@ -245,21 +245,21 @@ struct SubscriptionIndex: Sendable {
         guard !filing.queries.isEmpty else { return result }
         for change in changes.records {
             guard let query = filing.queries[change.recordType] else { continue }
-            let before = change.before.map(Self.indexed)
-            let after = change.after.map(Self.indexed)
+            let before = change.before.map(Self.queried)
+            let after = change.after.map(Self.queried)
             var candidates = query.unkeyed
             for (field, byValue) in query.byEquality {
                 for side in [before, after] {
-                    for entry in side?.entries ?? [] where entry.field == field && entry.position == -1 {
-                        candidates.merge(byValue[entry.value] ?? [:]) { current, _ in current }
+                    for item in side?.values(of: field, in: .scalar) ?? [] {
+                        candidates.merge(byValue[item.value] ?? [:]) { current, _ in current }
                     }
                 }
             }
             for group in candidates.values {
                 if let zone = group.zoneName, zone != change.zoneName { continue }
-                func matches(_ side: RecordIndexEntries?) -> Bool {
+                func matches(_ side: QueriedRecord?) -> Bool {
                     guard let side else { return false }
-                    return group.conditions.allSatisfy { $0.matches(entries: side.entries, tokens: side.tokens) }
+                    return group.conditions.allSatisfy { $0.matches(side) }
                 }
                 let reason: QueryNotificationReason, firing: FiresOn
                 switch (matches(before), matches(after)) {
@@ -276,7 +276,8 @@ struct SubscriptionIndex: Sendable {
         return result
     }
 
-    private static func indexed(_ row: RecordRow) -> RecordIndexEntries {
-        RecordIndexer.entries(for: row, fields: (try? RecordCodec.decode(row.fields)) ?? [])
+    /// A record whose fields do not read is matched on its system fields alone.
+    private static func queried(_ row: RecordRow) -> QueriedRecord {
+        QueriedRecord(row, fields: (try? RecordCodec.decode(row.fields)) ?? [])
     }
 }

@@ -70,7 +70,7 @@ enum TestModeRoutes {
         }
         let always = try body.bool("always") ?? false
         if always, body.value("count") != nil { throw CloudKitError.badRequest("count and always: give one, not both") }
-        var fault = Fault(
+        let fault = Fault(
             kind, retryAfter: try bounded("retryAfter", 1...3600, default: 1), delaySeconds: try bounded("delaySeconds", 1...3600, default: 2),
             container: try body.string("container"), user: try body.string("user"), route: try body.string("route"),
             zone: try body.string("zone"), recordName: try body.string(WireKey.recordName),
