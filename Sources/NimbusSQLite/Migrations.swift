@@ -227,7 +227,7 @@ enum Migrations {
             try db.execute(
                 sql: """
                     -- One entry per record and (equality field, sort field) pair the production
-                    -- schema grants (RecordIndexer.Policy.sortedPairs): "field = ? ORDER BY
+                    -- schema grants (IndexGrants.sortedPairs): "field = ? ORDER BY
                     -- sort_field" reads one range of the index below in result order. `value` and
                     -- `sort_value` have no declared type, so numbers stay numbers and texts texts.
                     CREATE TABLE pair_index (

@@ -476,9 +476,13 @@ struct SQLiteTransaction: StorageWriter {
 
     // MARK: Index entries and queries
 
-    func replaceIndexEntries(
-        recordID: Int64, zoneID: Int64, recordType: String, _ index: RecordIndexEntries, hadEntries: Bool
-    ) throws {
+    func indexRecord(recordID: Int64, zoneID: Int64, recordType: String, _ record: IndexedRecord?, hadEntries: Bool) throws {
+        let index = record.map(RecordIndexer.entries) ?? .none
+        try replaceIndexEntries(recordID: recordID, zoneID: zoneID, recordType: recordType, index, hadEntries: hadEntries)
+    }
+
+    /// SQLite's layout: `RecordIndexer`'s entry tables (docs/queries.md).
+    func replaceIndexEntries(recordID: Int64, zoneID: Int64, recordType: String, _ index: RecordIndexEntries, hadEntries: Bool) throws {
         if hadEntries {
             try execute("DELETE FROM field_index WHERE record_id = ?", [recordID])
             try execute("DELETE FROM token_index WHERE record_id = ?", [recordID])

@@ -94,7 +94,7 @@ public struct IndexEntry: Sendable, Hashable {
 /// A compound entry for one (equality field, sort field) pair: the record's scalar value of
 /// each. Filtering on `field` and sorting by `sortField` then reads one range of an index in
 /// result order, as a compound SQL index would, instead of every record the filter matches.
-/// Only pairs the schema grants get them (`RecordIndexer.Policy.sortedPairs`).
+/// Only pairs the schema grants get them (`IndexGrants.sortedPairs`).
 public struct SortedPairEntry: Sendable, Hashable {
     public var pair: SortedPair
     public var value: IndexValue

@@ -224,12 +224,10 @@ public protocol StorageWriter: StorageReader {
     @discardableResult
     func putRecord(_ row: RecordRow, isNew: Bool) throws -> Int64
 
-    /// Replaces the index, token and sorted-pair entries of the record with storage id
-    /// `recordID` (none after a deletion). `hadEntries` false promises there are none yet (a
-    /// new record), which saves the deletes.
-    func replaceIndexEntries(
-        recordID: Int64, zoneID: Int64, recordType: String, _ index: RecordIndexEntries, hadEntries: Bool
-    ) throws
+    /// Indexes the record with storage id `recordID` by its typed fields and its type's grants,
+    /// in the driver's own layout; `nil` (a deletion) removes what indexed it. `hadEntries`
+    /// false promises nothing indexes it yet (a new record), which saves the deletes.
+    func indexRecord(recordID: Int64, zoneID: Int64, recordType: String, _ record: IndexedRecord?, hadEntries: Bool) throws
 
     /// Replaces the outgoing references of a record (none after a deletion).
     func replaceReferences(sourceZoneID: Int64, sourceName: String, with rows: [ReferenceRow]) throws

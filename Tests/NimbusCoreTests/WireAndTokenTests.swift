@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 @testable import NimbusCore
+@testable import NimbusStorage
 import NimbusWire
 import Testing
 

@@ -512,17 +512,23 @@ import Testing
             let zone = try #require(try await storage.read { try $0.zone(databaseID: database.id, name: "_defaultZone") })
             let byCount = SortedPair(field: "category", sortField: "count")
             let byTitle = SortedPair(field: "category", sortField: "title")
+            // Production grants that pair the queryable category with each sortable field.
+            let grants = IndexGrants.of(
+                .production,
+                grants: [
+                    "category": SchemaFieldRow.Indexes.queryable, "count": SchemaFieldRow.Indexes.sortable,
+                    "title": SchemaFieldRow.Indexes.sortable,
+                ])
+            #expect(Set(grants.sortedPairs) == [byCount, byTitle])
             func save(_ name: String, sequence: Int64, category: String, count: Int?, title: String, deleted: Bool = false) async throws {
                 try await storage.write { tx in
-                    let id = try tx.putRecord(Self.row(zone.id, name, sequence: sequence, deleted: deleted))
-                    var entries = [IndexEntry(field: "category", value: .text(category)), IndexEntry(field: "title", value: .text(title))]
+                    let row = Self.row(zone.id, name, sequence: sequence, deleted: deleted)
+                    let id = try tx.putRecord(row)
+                    var fields: [(name: String, value: FieldValue)] = [("category", .string(category)), ("title", .string(title))]
                     // A record lacking the sort field is not listed, by either plan.
-                    if let count { entries.append(IndexEntry(field: "count", value: .number(Double(count)))) }
-                    var pairs = [SortedPairEntry(pair: byTitle, value: .text(category), sortValue: .text(title))]
-                    if let count { pairs.append(SortedPairEntry(pair: byCount, value: .text(category), sortValue: .number(Double(count)))) }
-                    try tx.replaceIndexEntries(
-                        recordID: id, zoneID: zone.id, recordType: "T",
-                        deleted ? .none : RecordIndexEntries(entries: entries, pairs: pairs), hadEntries: true)
+                    if let count { fields.append(("count", .int64(Int64(count)))) }
+                    let record = IndexedRecord(row: row, fields: fields, grants: grants)
+                    try tx.indexRecord(recordID: id, zoneID: zone.id, recordType: "T", deleted ? nil : record, hadEntries: true)
                 }
             }
             // 60 records over 3 categories; counts repeat (ties break by record id) and titles too.
@@ -568,11 +574,11 @@ import Testing
             // The pair plan reads pair entries only: a record saved without them is not found
             // through it (so the comparison above really compared two plans).
             try await storage.write { tx in
-                let id = try tx.putRecord(Self.row(zone.id, "unpaired", sequence: 200))
-                try tx.replaceIndexEntries(
-                    recordID: id, zoneID: zone.id, recordType: "T",
-                    RecordIndexEntries(entries: [IndexEntry(field: "category", value: .text("c9")), IndexEntry(field: "count", value: .number(1))]),
-                    hadEntries: false)
+                // Development grants every field and pairs none.
+                let row = Self.row(zone.id, "unpaired", sequence: 200)
+                let id = try tx.putRecord(row)
+                let record = IndexedRecord(row: row, fields: [("category", .string("c9")), ("count", .int64(1))], grants: .everything)
+                try tx.indexRecord(recordID: id, zoneID: zone.id, recordType: "T", record, hadEntries: false)
             }
             #expect(try await page(IndexSort(.number(field: "count"), ascending: true), pairs: [], category: "c9") == ["unpaired"])
             #expect(try await page(IndexSort(.number(field: "count"), ascending: true), pairs: [byCount], category: "c9") == [])
@@ -588,10 +594,10 @@ import Testing
             let zone = try #require(try await storage.read { try $0.zone(databaseID: database.id, name: "_defaultZone") })
             try await storage.write { tx in
                 for number in 0..<3 {
-                    let id = try tx.putRecord(Self.row(zone.id, "r\(number)", sequence: Int64(number + 1)))
-                    try tx.replaceIndexEntries(
-                        recordID: id, zoneID: zone.id, recordType: "T",
-                        RecordIndexEntries(entries: [IndexEntry(field: "n", value: .number(Double(number)))]), hadEntries: false)
+                    let row = Self.row(zone.id, "r\(number)", sequence: Int64(number + 1))
+                    let id = try tx.putRecord(row)
+                    let record = IndexedRecord(row: row, fields: [("n", .double(Double(number)))], grants: .everything)
+                    try tx.indexRecord(recordID: id, zoneID: zone.id, recordType: "T", record, hadEntries: false)
                 }
             }
             // A list of k values is its own SQL text: more shapes than the cache keeps.

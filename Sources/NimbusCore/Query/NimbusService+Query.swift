@@ -88,8 +88,8 @@ extension NimbusService {
                 zoneIDs: zones.map(\.id), recordType: request.recordType, conditions: scanning ? [] : conditions,
                 sorts: scanning ? [] : sorts, after: after, limit: request.resultsLimit + 1)
             query.budget = self.options.queryBudget
-            // The pairs saves wrote (`RecordIndexer.Policy.sortedPairs`; none in development).
-            query.sortedPairs = Set(RecordIndexer.Policy.of(key.environment, grants: schema.mapValues(\.indexes)).sortedPairs)
+            // The pairs saves wrote (`IndexGrants.sortedPairs`; none in development).
+            query.sortedPairs = Set(IndexGrants.of(key.environment, grants: schema.mapValues(\.indexes)).sortedPairs)
             var page: QueryPage
             do {
                 page = zones.isEmpty ? QueryPage(rows: [], positions: []) : try tx.queryRecords(query)

@@ -438,8 +438,9 @@ extension NimbusService {
             log.assetBytesChanged(assetBytes)
             try tx.replaceAssetReferences(sourceZoneID: zone.id, sourceName: recordName, container: database.key.container, with: assets)
         }
-        let index = RecordIndexer.entries(for: row, fields: fields, policy: schema.indexPolicy(for: recordType))
-        try tx.replaceIndexEntries(recordID: recordID, zoneID: zone.id, recordType: recordType, index, hadEntries: existing != nil)
+        try tx.indexRecord(
+            recordID: recordID, zoneID: zone.id, recordType: recordType,
+            IndexedRecord(row: row, fields: fields, grants: schema.indexGrants(for: recordType)), hadEntries: existing != nil)
         return .record(
             try recordOutput(
                 row, zone: zone, target: target, desiredKeys: operation.desiredKeys ?? request.desiredKeys,

@@ -128,8 +128,7 @@ extension NimbusService {
                 log.assetBytesChanged(-assets.reduce(0) { $0 + $1.size })
                 try tx.replaceAssetReferences(sourceZoneID: zone.id, sourceName: name, container: database.key.container, with: [])
             }
-            try tx.replaceIndexEntries(
-                recordID: recordID, zoneID: zone.id, recordType: row.recordType, .none, hadEntries: true)
+            try tx.indexRecord(recordID: recordID, zoneID: zone.id, recordType: row.recordType, nil, hadEntries: true)
         }
         for (root, _) in orphanedRoots where !members.contains(root) {
             try setRootShare(root, to: nil, zone: zone, database: database, stamp: stamp, log: log, tx: tx)

@@ -221,7 +221,7 @@ extension NimbusService {
 
     /// Rewrites the index entries of every live record of a type, after the indexes its
     /// schema grants changed. Production records carry only granted entries
-    /// (`RecordIndexer.Policy`), so a newly granted index must be filled in before a query may
+    /// (`IndexGrants`), so a newly granted index must be filled in before a query may
     /// use it; development records carry everything already. In the caller's transaction, so
     /// the index is complete when the change is visible.
     func rebuildIndexEntries(container: String, environment: Environment, recordType: String, tx: any StorageWriter) throws {
@@ -229,13 +229,13 @@ extension NimbusService {
         for field in try tx.schemaFields(container: container, environment: environment) where field.recordType == recordType {
             grants[field.fieldName] = field.indexes
         }
-        let policy = RecordIndexer.Policy.of(environment, grants: grants)
+        let indexGrants = IndexGrants.of(environment, grants: grants)
         var after: Int64 = 0
         while true {
             let page = try tx.liveRecords(container: container, environment: environment, recordType: recordType, afterID: after, limit: 500)
             for (id, row) in page {
-                let index = RecordIndexer.entries(for: row, fields: try RecordCodec.decode(row.fields), policy: policy)
-                try tx.replaceIndexEntries(recordID: id, zoneID: row.zoneID, recordType: recordType, index, hadEntries: true)
+                let record = IndexedRecord(row: row, fields: try RecordCodec.decode(row.fields), grants: indexGrants)
+                try tx.indexRecord(recordID: id, zoneID: row.zoneID, recordType: recordType, record, hadEntries: true)
             }
             guard let last = page.last else { return }
             after = last.id

@@ -45,8 +45,8 @@ final class SchemaResolver {
         }
     }
 
-    /// Which index entries a saved record of `recordType` gets (`RecordIndexer.Policy`).
-    func indexPolicy(for recordType: String) -> RecordIndexer.Policy {
+    /// What the schema grants a saved record of `recordType` is indexed by.
+    func indexGrants(for recordType: String) -> IndexGrants {
         .of(environment, grants: indexFlags[recordType] ?? [:])
     }
 

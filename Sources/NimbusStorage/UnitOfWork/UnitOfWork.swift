@@ -469,7 +469,9 @@ final class UnitOfWork: StorageWriter {
         return id
     }
 
-    func replaceIndexEntries(recordID: Int64, zoneID: Int64, recordType: String, _ index: RecordIndexEntries, hadEntries: Bool) throws {
+    /// Both coarse drivers keep the entry tables today, so the unit carries the entries.
+    func indexRecord(recordID: Int64, zoneID: Int64, recordType: String, _ record: IndexedRecord?, hadEntries: Bool) throws {
+        let index = record.map(RecordIndexer.entries) ?? .none
         write(.replaceIndexEntries(recordID: recordID, zoneID: zoneID, recordType: recordType, index, hadEntries: hadEntries))
     }
 

@@ -1,54 +1,72 @@
 import Foundation
-import NimbusStorage
 import NimbusWire
 
-/// The index and token entries of a saved record (see `NimbusStorage/Query.swift`).
-enum RecordIndexer {
-    /// Which entries a record gets. In development, every field and system field, with tokens
-    /// for every string: the schema grows just in time and every field is queryable there. In
-    /// production, only what the schema grants: entries for QUERYABLE or SORTABLE fields (system
-    /// fields only once declared), tokens for SEARCHABLE ones. An index no query may use is
-    /// not written (the seeds' "drop the index you never query" pays off on every save).
-    struct Policy {
-        /// Index flags by field name; `nil` grants everything.
-        let grants: [String: Int]?
+/// What NimbusCore hands a driver to index a saved record by: the record, its typed fields and
+/// the index grants of its type. The driver chooses the layout; both drivers use the entry
+/// tables of `RecordIndexer` today (docs/queries.md).
+public struct IndexedRecord: Sendable {
+    public var row: RecordRow
+    public var fields: [(name: String, value: FieldValue)]
+    public var grants: IndexGrants
 
-        static let everything = Policy(grants: nil)
+    public init(row: RecordRow, fields: [(name: String, value: FieldValue)], grants: IndexGrants) {
+        self.row = row
+        self.fields = fields
+        self.grants = grants
+    }
+}
 
-        /// The policy of `environment` for a record type whose schema fields carry `grants`:
-        /// writers and the query planner both ask here, so a plan only reads what was written.
-        static func of(_ environment: Environment, grants: [String: Int]) -> Policy {
-            environment == .production ? Policy(grants: grants) : .everything
-        }
+/// Which indexes a record type's schema grants: what a driver indexes its records by. In
+/// development, every field and system field, with tokens for every string: the schema grows just in time and every field is queryable there. In
+/// production, only what the schema grants: entries for QUERYABLE or SORTABLE fields (system
+/// fields only once declared), tokens for SEARCHABLE ones. An index no query may use is
+/// not written (the seeds' "drop the index you never query" pays off on every save).
+public struct IndexGrants: Sendable {
+    /// Index flags by field name; `nil` grants everything.
+    public let grants: [String: Int]?
 
-        func flags(_ field: String) -> Int { grants.map { $0[field] ?? 0 } ?? SchemaFieldRow.Indexes.all }
-        func wantsEntry(_ field: String) -> Bool {
-            flags(field) & (SchemaFieldRow.Indexes.queryable | SchemaFieldRow.Indexes.sortable) != 0
-        }
-        func wantsTokens(_ field: String) -> Bool { flags(field) & SchemaFieldRow.Indexes.searchable != 0 }
+    public static let everything = IndexGrants(grants: nil)
 
-        /// At most this many sorted pairs per record type: each is one more entry per save.
-        static let maximumSortedPairs = 16
-
-        /// The (QUERYABLE field, SORTABLE field) pairs whose records get `SortedPairEntry`s:
-        /// production only (development indexes every field, and every pair of fields would
-        /// be quadratic), by sort field then equality field name, up to `maximumSortedPairs`.
-        /// The query planner asks the same function, so it uses only pairs that were written.
-        var sortedPairs: [SortedPair] {
-            guard let grants else { return [] }
-            let names = grants.keys.sorted()
-            var pairs: [SortedPair] = []
-            for sortField in names where grants[sortField]! & SchemaFieldRow.Indexes.sortable != 0 {
-                for field in names where field != sortField && grants[field]! & SchemaFieldRow.Indexes.queryable != 0 {
-                    guard pairs.count < Self.maximumSortedPairs else { return pairs }
-                    pairs.append(SortedPair(field: field, sortField: sortField))
-                }
-            }
-            return pairs
-        }
+    /// The grants in `environment` of a record type whose schema fields carry `grants`:
+    /// drivers and the query planner both ask here, so a plan only reads what was written.
+    public static func of(_ environment: Environment, grants: [String: Int]) -> IndexGrants {
+        environment == .production ? IndexGrants(grants: grants) : .everything
     }
 
-    static func entries(for row: RecordRow, fields: RecordCodec.Fields, policy: Policy = .everything) -> RecordIndexEntries {
+    func flags(_ field: String) -> Int { grants.map { $0[field] ?? 0 } ?? SchemaFieldRow.Indexes.all }
+    func wantsEntry(_ field: String) -> Bool {
+        flags(field) & (SchemaFieldRow.Indexes.queryable | SchemaFieldRow.Indexes.sortable) != 0
+    }
+    func wantsTokens(_ field: String) -> Bool { flags(field) & SchemaFieldRow.Indexes.searchable != 0 }
+
+    /// At most this many sorted pairs per record type: each is one more entry per save.
+    static let maximumSortedPairs = 16
+
+    /// The (QUERYABLE field, SORTABLE field) pairs whose records get `SortedPairEntry`s:
+    /// production only (development indexes every field, and every pair of fields would
+    /// be quadratic), by sort field then equality field name, up to `maximumSortedPairs`.
+    /// The query planner asks the same function, so it uses only pairs that were written.
+    public var sortedPairs: [SortedPair] {
+        guard let grants else { return [] }
+        let names = grants.keys.sorted()
+        var pairs: [SortedPair] = []
+        for sortField in names where grants[sortField]! & SchemaFieldRow.Indexes.sortable != 0 {
+            for field in names where field != sortField && grants[field]! & SchemaFieldRow.Indexes.queryable != 0 {
+                guard pairs.count < Self.maximumSortedPairs else { return pairs }
+                pairs.append(SortedPair(field: field, sortField: sortField))
+            }
+        }
+        return pairs
+    }
+}
+
+/// The entry-table layout of a record's indexes (`IndexEntry`, `TokenEntry`,
+/// `SortedPairEntry`; see Query.swift): the layout SQLite was measured with, which the unit of
+/// work writes for the PostgreSQL driver too. A driver that indexes otherwise does not call it.
+public enum RecordIndexer {
+    /// The entries of a saved record under its grants.
+    public static func entries(for record: IndexedRecord) -> RecordIndexEntries {
+        let (row, fields, policy) = (record.row, record.fields, record.grants)
         var entries = SystemField.allCases.filter { policy.wantsEntry($0.rawValue) }.map {
             IndexEntry(field: $0.rawValue, value: systemValue($0, of: row))
         }
@@ -87,7 +105,7 @@ enum RecordIndexer {
     }
 
     /// The indexed value of a system field of `row`.
-    static func systemValue(_ field: SystemField, of row: RecordRow) -> IndexValue {
+    public static func systemValue(_ field: SystemField, of row: RecordRow) -> IndexValue {
         switch field {
         case .recordID: .text(row.recordName)
         case .createTime: .integer(row.created.timestamp)
@@ -98,7 +116,7 @@ enum RecordIndexer {
     }
 
     /// What a condition compares for a scalar: its indexed value, and a location's longitude.
-    static func conditionValue(_ value: FieldValue) -> ConditionValue? {
+    public static func conditionValue(_ value: FieldValue) -> ConditionValue? {
         guard let indexed = indexValue(value) else { return nil }
         if case .location(let location) = value { return ConditionValue(indexed, longitude: location.longitude) }
         return ConditionValue(indexed)
@@ -106,7 +124,7 @@ enum RecordIndexer {
 
     /// The indexed value of a scalar: INT64 and TIMESTAMP as integers (exact at any size),
     /// DOUBLE as a double, strings and reference targets as text; assets are not indexed.
-    static func indexValue(_ value: FieldValue) -> IndexValue? {
+    public static func indexValue(_ value: FieldValue) -> IndexValue? {
         switch value {
         case .string(let text): return .text(text)
         case .int64(let number): return .integer(number)
