@@ -27,9 +27,11 @@ public struct ConditionValue: Sendable {
 /// A record as conditions read it, field by field, however its holder keeps it: NimbusCore
 /// reads a record's typed fields (`QueriedRecord`), with no index layout in between.
 public protocol ConditionSubject {
-    /// The values of `field` in `scope`: its scalar (`.scalar`) or the elements of its list
-    /// (`.element`); none when the record has no such value.
-    func values(of field: String, in scope: IndexScope) -> [ConditionValue]
+    /// Whether some value of `field` in `scope` passes `test`: its scalar (`.scalar`) or an
+    /// element of its list (`.element`); false when the record has no such value. (A test, not
+    /// a list of values: matching asks this for every candidate filter, and a list per question
+    /// was an allocation per question.)
+    func anyValue(of field: String, in scope: IndexScope, where test: (ConditionValue) -> Bool) -> Bool
     /// The search tokens of `field`, or of every text field when nil.
     func tokens(of field: String?) -> Set<String>
 }
@@ -43,14 +45,13 @@ extension IndexCondition {
         case .not(let inner):
             return !inner.matches(record)
         case .compare(let field, let scope, let comparison, let value):
-            return record.values(of: field, in: scope).contains { $0.longitude == nil && Self.compare($0.value, comparison, value) }
+            return record.anyValue(of: field, in: scope) { $0.longitude == nil && Self.compare($0.value, comparison, value) }
         case .oneOf(let field, let scope, let values):
-            return record.values(of: field, in: scope).contains { values.contains($0.value) }
+            return record.anyValue(of: field, in: scope) { values.contains($0.value) }
         case .allOf(let field, let values):
-            let elements = record.values(of: field, in: .element).map(\.value)
-            return values.allSatisfy(elements.contains)
+            return values.allSatisfy { value in record.anyValue(of: field, in: .element) { $0.value == value } }
         case .beginsWith(let field, let scope, let prefix):
-            return record.values(of: field, in: scope).contains { item in
+            return record.anyValue(of: field, in: scope) { item in
                 guard case .text(let text) = item.value else { return false }
                 return text.utf8.starts(with: prefix.utf8)
             }
@@ -58,7 +59,7 @@ extension IndexCondition {
             let present = record.tokens(of: field)
             return all ? wanted.allSatisfy(present.contains) : wanted.contains(where: present.contains)
         case .near(let field, let latitude, let longitude, let meters):
-            return record.values(of: field, in: .scalar).contains { item in
+            return record.anyValue(of: field, in: .scalar) { item in
                 guard let lon = item.longitude, case .number(let lat) = item.value else { return false }
                 return Geodesy.greatCircleMeters(lat, lon, latitude, longitude) <= meters
             }

@@ -139,9 +139,9 @@ extension NimbusService {
         func value(_ key: IndexSort.Key, _ record: QueriedRecord) -> IndexValue? {
             switch key {
             case .number(let field), .text(let field):
-                return record.values(of: field, in: .scalar).first { $0.longitude == nil }?.value
+                return record.scalar(field).flatMap { $0.longitude == nil ? $0.value : nil }
             case .distance(let field, let latitude, let longitude):
-                guard let location = record.values(of: field, in: .scalar).first(where: { $0.longitude != nil }),
+                guard let location = record.scalar(field),
                     case .number(let entryLatitude) = location.value, let entryLongitude = location.longitude
                 else { return nil }
                 return .number(Geodesy.greatCircleMeters(entryLatitude, entryLongitude, latitude, longitude))

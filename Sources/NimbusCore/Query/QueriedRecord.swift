@@ -22,16 +22,24 @@ struct QueriedRecord: ConditionSubject {
         self.fields = fields
     }
 
-    func values(of field: String, in scope: IndexScope) -> [ConditionValue] {
-        if let system = SystemField(rawValue: field) {
-            return scope == .scalar ? [ConditionValue(RecordIndexer.systemValue(system, of: row))] : []
+    func anyValue(of field: String, in scope: IndexScope, where test: (ConditionValue) -> Bool) -> Bool {
+        switch scope {
+        case .scalar: return scalar(field).map(test) ?? false
+        case .element:
+            guard case .list(_, let elements)? = fields[field] else { return false }
+            return elements.contains { RecordIndexer.conditionValue($0).map(test) ?? false }
         }
-        switch (fields[field], scope) {
-        case (.list(_, let elements)?, .element): return elements.compactMap(RecordIndexer.conditionValue)
-        case (.list?, .scalar), (nil, _): return []
-        case (let scalar?, .scalar): return RecordIndexer.conditionValue(scalar).map { [$0] } ?? []
-        case (_?, .element): return []
+    }
+
+    /// The scalar value of `field` (a system field's too); nil for a list or no value.
+    func scalar(_ field: String) -> ConditionValue? {
+        // The app's fields never carry the reserved prefix the system fields have.
+        if field.hasPrefix(Names.reservedFieldPrefix) {
+            return SystemField(rawValue: field).map { ConditionValue(RecordIndexer.systemValue($0, of: row)) }
         }
+        guard let value = fields[field] else { return nil }
+        if case .list = value { return nil }
+        return RecordIndexer.conditionValue(value)
     }
 
     func tokens(of field: String?) -> Set<String> {

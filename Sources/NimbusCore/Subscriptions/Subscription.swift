@@ -250,9 +250,7 @@ struct SubscriptionIndex: Sendable {
             var candidates = query.unkeyed
             for (field, byValue) in query.byEquality {
                 for side in [before, after] {
-                    for item in side?.values(of: field, in: .scalar) ?? [] {
-                        candidates.merge(byValue[item.value] ?? [:]) { current, _ in current }
-                    }
+                    if let item = side?.scalar(field) { candidates.merge(byValue[item.value] ?? [:]) { current, _ in current } }
                 }
             }
             for group in candidates.values {
