@@ -109,7 +109,14 @@ extension PostgresCoarseStorage {
                         WHERE r.database_id = p.path_database AND r.zone_id = p.path_zone AND r.record_name = p.path_name) records
                     """)
         }
-        if !databaseKeys.isEmpty {
+        if databaseKeys.count == 1, let key = databaseKeys.first {
+            let keys = """
+                (container, environment, scope, owner_id) = (\(statement.bind(key.container))::text,
+                    \(statement.bind(key.environment.rawValue))::text, \(statement.bind(key.scope.rawValue))::text,
+                    \(statement.bind(key.ownerID))::bigint)
+                """
+            statement.branch(.database, "FROM databases WHERE " + keys)
+        } else if !databaseKeys.isEmpty {
             let keys = """
                 (container, environment, scope, owner_id) IN (SELECT * FROM unnest(\(statement.bind(databaseKeys.map(\.container))),
                     \(statement.bind(databaseKeys.map(\.environment.rawValue))), \(statement.bind(databaseKeys.map(\.scope.rawValue))),
@@ -287,6 +294,18 @@ extension PostgresCoarseStorage {
     /// `unnest(…) AS k(key_container, key_environment, key_scope, key_owner, key_zone[, key_name])`
     /// over `paths` (and `names`), bound into `statement`.
     fileprivate static func pathKeys(_ paths: [ZonePath], names: [String]? = nil, _ statement: inout KeyLoad) -> String {
+        if paths.count == 1, let path = paths.first {
+            // One path (a fetch by ID, a save in one zone): scalars, not one-element arrays to
+            // encode and unnest, and a plan that knows it looks up one key.
+            var columns = [
+                "\(statement.bind(path.database.container))::text AS key_container",
+                "\(statement.bind(path.database.environment.rawValue))::text AS key_environment",
+                "\(statement.bind(path.database.scope.rawValue))::text AS key_scope",
+                "\(statement.bind(path.database.ownerID))::bigint AS key_owner", "\(statement.bind(path.zoneName))::text AS key_zone",
+            ]
+            if let name = names?.first { columns.append("\(statement.bind(name))::text AS key_name") }
+            return "(SELECT " + columns.joined(separator: ", ") + ") k"
+        }
         var arrays = [
             statement.bind(paths.map(\.database.container)), statement.bind(paths.map(\.database.environment.rawValue)),
             statement.bind(paths.map(\.database.scope.rawValue)), statement.bind(paths.map(\.database.ownerID)),
