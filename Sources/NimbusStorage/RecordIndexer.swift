@@ -17,10 +17,11 @@ public struct IndexedRecord: Sendable {
 }
 
 /// Which indexes a record type's schema grants: what a driver indexes its records by. In
-/// development, every field and system field, with tokens for every string: the schema grows just in time and every field is queryable there. In
-/// production, only what the schema grants: entries for QUERYABLE or SORTABLE fields (system
-/// fields only once declared), tokens for SEARCHABLE ones. An index no query may use is
-/// not written (the seeds' "drop the index you never query" pays off on every save).
+/// development, every field and system field, with tokens for every string: the schema grows
+/// just in time and every field is queryable there. In production, only what the schema
+/// grants: entries for QUERYABLE or SORTABLE fields (system fields only once declared), tokens
+/// for SEARCHABLE ones. An index no query may use is not written (the seeds' "drop the index
+/// you never query" pays off on every save).
 public struct IndexGrants: Sendable {
     /// Index flags by field name; `nil` grants everything.
     public let grants: [String: Int]?
@@ -66,14 +67,14 @@ public struct IndexGrants: Sendable {
 public enum RecordIndexer {
     /// The entries of a saved record under its grants.
     public static func entries(for record: IndexedRecord) -> RecordIndexEntries {
-        let (row, fields, policy) = (record.row, record.fields, record.grants)
-        var entries = SystemField.allCases.filter { policy.wantsEntry($0.rawValue) }.map {
+        let (row, fields, grants) = (record.row, record.fields, record.grants)
+        var entries = SystemField.allCases.filter { grants.wantsEntry($0.rawValue) }.map {
             IndexEntry(field: $0.rawValue, value: systemValue($0, of: row))
         }
         var tokens: [TokenEntry] = []
         for (name, value) in fields where !name.hasPrefix(Names.reservedFieldPrefix) {
-            let wantsEntry = policy.wantsEntry(name)
-            let wantsTokens = policy.wantsTokens(name)
+            let wantsEntry = grants.wantsEntry(name)
+            let wantsTokens = grants.wantsTokens(name)
             if !wantsEntry, !wantsTokens { continue }
             // A scalar is one entry at position -1; a list, one entry per element.
             let items: [(position: Int, value: FieldValue)]
@@ -89,7 +90,7 @@ public enum RecordIndexer {
                 }
             }
         }
-        return RecordIndexEntries(entries: entries, tokens: Array(Set(tokens)), pairs: pairs(of: entries, policy.sortedPairs))
+        return RecordIndexEntries(entries: entries, tokens: Array(Set(tokens)), pairs: pairs(of: entries, grants.sortedPairs))
     }
 
     /// The pair entries of a record: for each pair, when both fields hold a scalar (not a

@@ -219,10 +219,10 @@ extension NimbusService {
         }
     }
 
-    /// Rewrites the index entries of every live record of a type, after the indexes its
-    /// schema grants changed. Production records carry only granted entries
-    /// (`IndexGrants`), so a newly granted index must be filled in before a query may
-    /// use it; development records carry everything already. In the caller's transaction, so
+    /// Has the driver index every live record of a type again, under the grants its schema
+    /// now has. Production records are indexed only as granted (`IndexGrants`), so a newly
+    /// granted index must be filled in before a query may use it; development records are
+    /// indexed by everything already. In the caller's transaction, so
     /// the index is complete when the change is visible.
     func rebuildIndexEntries(container: String, environment: Environment, recordType: String, tx: any StorageWriter) throws {
         var grants: [String: Int] = [:]

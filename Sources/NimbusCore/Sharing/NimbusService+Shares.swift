@@ -41,8 +41,8 @@ extension NimbusService {
 
         /// The short GUID a share the batch creates gets: the one registered for it. A share
         /// saved without naming its type has one already; only when its stored state cannot be
-        /// read does it get a new one, from the seed, unregistered (its URL leads nowhere, as before), so that deciding
-        /// the save again chooses the same.
+        /// read does it get a new one, from the seed, unregistered (its URL leads nowhere, as
+        /// before), so that deciding the save again chooses the same.
         func shortGUID(for share: String) -> String {
             guidByShare[share] ?? ShareState.shortGUID(bytes: ids.bytes("short GUID", share))
         }
