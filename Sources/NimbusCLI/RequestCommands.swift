@@ -46,7 +46,7 @@ struct RequestsCommand: AsyncParsableCommand {
                 let rows = try await store.requests(search)
                 try await directory.storage.close()
                 var output: [UInt8] = []
-                for row in rows { output += RequestLogLines.line(row) }
+                for row in rows { output += row.logEntry.line }
                 FileHandle.standardOutput.write(Data(output))
             } catch let error as ValidationError {
                 throw error

@@ -30,7 +30,7 @@ extension FieldValue {
 
     private static func inferObjectType(_ object: JSONObject) -> ScalarType? {
         if object[WireKey.recordName] != nil { return .reference }
-        if object["latitude"] != nil, object["longitude"] != nil { return .location }
+        if object[WireKey.latitude] != nil, object[WireKey.longitude] != nil { return .location }
         if object["fileChecksum"] != nil || object["receipt"] != nil || object["downloadURL"] != nil {
             return .asset
         }
@@ -141,20 +141,20 @@ extension Location {
             }
             return number
         }
-        guard let latitude = try number("latitude") else { throw json.missing("latitude") }
-        guard let longitude = try number("longitude") else { throw json.missing("longitude") }
+        guard let latitude = try number(WireKey.latitude) else { throw json.missing(WireKey.latitude) }
+        guard let longitude = try number(WireKey.longitude) else { throw json.missing(WireKey.longitude) }
         guard (-90...90).contains(latitude) else {
-            throw .badRequest("\(json.childPath("latitude")): \(latitude) is outside -90...90")
+            throw .badRequest("\(json.childPath(WireKey.latitude)): \(latitude) is outside -90...90")
         }
         guard (-180...180).contains(longitude) else {
-            throw .badRequest("\(json.childPath("longitude")): \(longitude) is outside -180...180")
+            throw .badRequest("\(json.childPath(WireKey.longitude)): \(longitude) is outside -180...180")
         }
         self.init(latitude: latitude, longitude: longitude)
-        horizontalAccuracy = try number("horizontalAccuracy")
-        verticalAccuracy = try number("verticalAccuracy")
-        altitude = try number("altitude")
-        speed = try number("speed")
-        course = try number("course")
+        horizontalAccuracy = try number(WireKey.horizontalAccuracy)
+        verticalAccuracy = try number(WireKey.verticalAccuracy)
+        altitude = try number(WireKey.altitude)
+        speed = try number(WireKey.speed)
+        course = try number(WireKey.course)
         timestamp = try json.int(WireKey.timestamp)
     }
 }
@@ -201,12 +201,12 @@ extension Reference {
 
 extension Location {
     public var json: JSON {
-        var object: JSONObject = ["latitude": .double(latitude), "longitude": .double(longitude)]
-        if let horizontalAccuracy { object["horizontalAccuracy"] = .double(horizontalAccuracy) }
-        if let verticalAccuracy { object["verticalAccuracy"] = .double(verticalAccuracy) }
-        if let altitude { object["altitude"] = .double(altitude) }
-        if let speed { object["speed"] = .double(speed) }
-        if let course { object["course"] = .double(course) }
+        var object: JSONObject = [WireKey.latitude: .double(latitude), WireKey.longitude: .double(longitude)]
+        if let horizontalAccuracy { object[WireKey.horizontalAccuracy] = .double(horizontalAccuracy) }
+        if let verticalAccuracy { object[WireKey.verticalAccuracy] = .double(verticalAccuracy) }
+        if let altitude { object[WireKey.altitude] = .double(altitude) }
+        if let speed { object[WireKey.speed] = .double(speed) }
+        if let course { object[WireKey.course] = .double(course) }
         if let timestamp { object[WireKey.timestamp] = .int(timestamp) }
         return .object(object)
     }

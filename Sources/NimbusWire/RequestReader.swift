@@ -65,6 +65,13 @@ public struct ObjectReader: Sendable {
         return int
     }
 
+    /// A number, whole or not.
+    public func double(_ key: String) throws(CloudKitError) -> Double? {
+        guard let value = value(key) else { return nil }
+        guard let double = value.doubleValue else { throw mismatch(key, expected: "a number", got: value) }
+        return double
+    }
+
     public func array(_ key: String) throws(CloudKitError) -> [JSONElement]? {
         guard let value = value(key) else { return nil }
         guard case .array(let array) = value else { throw mismatch(key, expected: "an array", got: value) }

@@ -112,27 +112,12 @@ extension RequestLog.Entry {
     }
 }
 
-/// A request log entry as the dashboard reads it and as an export writes it, one JSON object a
-/// line (JSON lines: `jq`, log shippers and spreadsheets read it as it is).
-public enum RequestLogLines {
-    public static func describe(_ entry: StoredRequest) -> JSONObject {
-        var row: JSONObject = [
-            "at": .int(entry.at), "uuid": .string(entry.requestUUID), "method": .string(entry.method), "route": .string(entry.route),
-            "status": .int(Int64(entry.status)), "ms": .double((entry.milliseconds * 100).rounded() / 100), "node": .string(entry.node),
-        ]
-        if entry.id != 0 { row["id"] = .int(entry.id) }
-        if let container = entry.container { row["container"] = .string(container) }
-        if let environment = entry.environment { row["environment"] = .string(environment) }
-        if let database = entry.database { row["database"] = .string(database) }
-        if let user = entry.userRecordName { row["user"] = .string(user) }
-        if let name = entry.userName { row["userName"] = .string(name) }
-        if let code = entry.serverErrorCode { row["serverErrorCode"] = .string(code) }
-        if !entry.itemErrorCodes.isEmpty { row["itemErrorCodes"] = .array(entry.itemErrorCodes.map(JSON.string)) }
-        return row
-    }
-
-    /// One entry and its newline.
-    public static func line(_ entry: StoredRequest) -> [UInt8] {
-        JSON.object(describe(entry)).serialized() + [UInt8(ascii: "\n")]
+extension StoredRequest {
+    /// The entry as the dashboard reads it and an export writes it (`RequestLogEntry`).
+    public var logEntry: RequestLogEntry {
+        RequestLogEntry(
+            id: id, at: at, uuid: requestUUID, method: method, route: route, status: Int64(status), ms: milliseconds, node: node,
+            container: container, environment: environment, database: database, user: userRecordName, userName: userName,
+            serverErrorCode: serverErrorCode, itemErrorCodes: itemErrorCodes)
     }
 }

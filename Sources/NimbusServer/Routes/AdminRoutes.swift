@@ -26,7 +26,7 @@ enum AdminRoutes {
         // which makes the first operator and signs them in. From this machine only unless the
         // server was started with --setup-from-anywhere.
         admin.get("setup") { request, context in
-            Reply.json(["open": .bool(try await service.firstRunSetupIsOpen())], context: context)
+            Reply.json(SetupState(open: try await service.firstRunSetupIsOpen()).json, context: context)
         }
         admin.post("setup") { request, context in
             guard parts.setupFromAnywhere || isLoopback(context.clientAddress) else {
@@ -34,10 +34,9 @@ enum AdminRoutes {
                     .accessDenied,
                     "the setup link works only from the server's own machine; open it there, start nimbus serve with --setup-from-anywhere, or run nimbus operators create NAME")
             }
-            let body = try await RouteInput(request: request, context: context, parts: parts).body()
+            let setup = try FirstOperatorSetup(json: try await RouteInput(request: request, context: context, parts: parts).body())
             let (token, signedIn) = try await service.setUpFirstOperator(
-                token: try body.requiredString("token"), name: try body.requiredString("name"), password: try body.requiredString("password"),
-                clientAddress: context.clientAddress)
+                token: setup.token, name: setup.name, password: setup.password, clientAddress: context.clientAddress)
             return session(token, signedIn, request, context)
         }
         routes.get("session") { request, context, operatorContext in
@@ -45,66 +44,59 @@ enum AdminRoutes {
         }
         routes.post("session/end") { request, context, operatorContext in
             try await service.signOutOperator(token: cookie(request) ?? "")
-            var response = Reply.json(["signedOut": .string(operatorContext.account.name)], context: context)
+            var response = Reply.json(OperatorSignedOut(signedOut: operatorContext.account.name).json, context: context)
             response.headers[.setCookie] = "\(cookieName)=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"
             return response
         }
 
         // The signed-in operator's own credentials: its password and its optional second factor.
         routes.post("me/password") { request, context, operatorContext in
-            let body = try await RouteInput(request: request, context: context, parts: parts).body()
-            try await service.changeOperatorPassword(
-                current: try body.requiredString("currentPassword"), new: try body.requiredString("newPassword"), as: operatorContext)
-            return Reply.json(["passwordChanged": .bool(true)], context: context)
+            let change = try OperatorPasswordChange(json: try await RouteInput(request: request, context: context, parts: parts).body())
+            try await service.changeOperatorPassword(current: change.currentPassword, new: change.newPassword, as: operatorContext)
+            return Reply.json(OperatorPasswordChanged().json, context: context)
         }
         routes.post("me/second-factor") { request, context, operatorContext in
             let (secret, uri) = try await service.beginSecondFactor(as: operatorContext)
-            return Reply.json(["secret": .string(secret), "uri": .string(uri)], context: context)
+            return Reply.json(SecondFactorEnrollment(secret: secret, uri: uri).json, context: context)
         }
         routes.post("me/second-factor/confirm") { request, context, operatorContext in
-            let body = try await RouteInput(request: request, context: context, parts: parts).body()
-            try await service.confirmSecondFactor(code: try body.requiredString("code"), as: operatorContext)
-            return Reply.json(["secondFactor": .bool(true)], context: context)
+            let given = try SecondFactorCode(json: try await RouteInput(request: request, context: context, parts: parts).body())
+            try await service.confirmSecondFactor(code: given.code, as: operatorContext)
+            return Reply.json(SecondFactorState(secondFactor: true).json, context: context)
         }
         routes.post("me/second-factor/remove") { request, context, operatorContext in
-            let body = try await RouteInput(request: request, context: context, parts: parts).body()
-            try await service.removeSecondFactor(code: try body.requiredString("code"), as: operatorContext)
-            return Reply.json(["secondFactor": .bool(false)], context: context)
+            let given = try SecondFactorCode(json: try await RouteInput(request: request, context: context, parts: parts).body())
+            try await service.removeSecondFactor(code: given.code, as: operatorContext)
+            return Reply.json(SecondFactorState(secondFactor: false).json, context: context)
         }
 
         routes.get("operators") { request, context, operatorContext in
-            let list: [JSON] = try await service.operators().map { account($0).json }
-            return Reply.json(["operators": .array(list)], context: context)
+            Reply.json(OperatorList(operators: try await service.operators().map(account)).json, context: context)
         }
         // Operators are made, changed and removed by an administrator of every container only.
         routes.post("operators", needs: .everyContainer) { request, context, operatorContext in
-            let body = try await RouteInput(request: request, context: context, parts: parts).body()
-            let role = try operatorRole(try body.string("role") ?? OperatorRole.administrator.rawValue)
+            let creation = try OperatorCreation(json: try await RouteInput(request: request, context: context, parts: parts).body())
             let (row, password) = try await service.createOperator(
-                name: try body.requiredString("name"), role: role, containers: try body.stringArray("containers"),
+                name: creation.name, role: try operatorRole(creation.role ?? OperatorRole.administrator.rawValue), containers: creation.containers,
                 by: operatorContext.account.name)
-            var answer = account(row).fields
-            answer[ConsoleKey.password] = .string(password)
-            return Reply.json(.object(answer), context: context)
+            return Reply.json(CreatedOperator(account: account(row), password: password).json, context: context)
         }
         routes.post("operators/:name", needs: .everyContainer) { request, context, actor in
-            let body = try await RouteInput(request: request, context: context, parts: parts).body()
-            let role = try body.string("role").map(operatorRole)
-            let containers: [String]?? = try body.bool("everyContainer") == true ? .some(nil) : try body.stringArray("containers").map { .some($0) }
+            let change = try OperatorChange(json: try await RouteInput(request: request, context: context, parts: parts).body())
             let row = try await service.updateOperator(
-                name: context.parameters.get("name") ?? "", role: role, containers: containers, disabled: try body.bool("disabled"),
-                by: actor.account.name)
+                name: context.parameters.get("name") ?? "", role: try change.role.map(operatorRole), containers: change.containersToSet,
+                disabled: change.disabled, by: actor.account.name)
             return Reply.json(account(row).json, context: context)
         }
         routes.post("operators/:name/password", needs: .everyContainer) { request, context, actor in
             let name = context.parameters.get("name") ?? ""
             let password = try await service.resetOperatorPassword(name: name, by: actor.account.name)
-            return Reply.json([ConsoleKey.name: .string(name), ConsoleKey.password: .string(password)], context: context)
+            return Reply.json(IssuedPassword(name: name, password: password).json, context: context)
         }
         routes.post("operators/:name/delete", needs: .everyContainer) { request, context, actor in
             let name = context.parameters.get("name") ?? ""
             try await service.deleteOperator(name: name, by: actor.account.name)
-            return Reply.json(["deleted": .string(name)], context: context)
+            return Reply.json(Deleted(deleted: name).json, context: context)
         }
 
         addContainerRoutes(to: routes, parts: parts)
@@ -115,15 +107,10 @@ enum AdminRoutes {
         routes.get("audit") { request, context, operatorContext in
             let limit = request.query("limit").flatMap(Int.init) ?? 50
             let before = request.query("before").flatMap(Int64.init)
-            let entries = try await service.auditLog(for: operatorContext, limit: limit, beforeID: before).map { entry -> JSON in
-                var object: JSONObject = [
-                    "id": .int(entry.id), "at": .int(entry.at), "operator": .string(entry.operatorName),
-                    WireKey.action: .string(entry.action), "detail": .string(entry.detail),
-                ]
-                if let container = entry.container { object["container"] = .string(container) }
-                return .object(object)
+            let entries = try await service.auditLog(for: operatorContext, limit: limit, beforeID: before).map {
+                AuditLog.Entry(id: $0.id, at: $0.at, operatorName: $0.operatorName, action: $0.action, detail: $0.detail, container: $0.container)
             }
-            return Reply.json(["entries": .array(entries)], context: context)
+            return Reply.json(AuditLog(entries: entries).json, context: context)
         }
     }
 
@@ -140,100 +127,70 @@ enum AdminRoutes {
 
         routes.get("containers") { request, context, operatorContext in
             let list = try await service.containers(visibleTo: operatorContext)
-            let rows: [JSON] = list.map { .object(["id": .string($0.id), "createdAt": .int($0.createdAt)]) }
-            return Reply.json(["containers": .array(rows)], context: context)
+            return Reply.json(ContainerList(containers: list.map { .init(id: $0.id, createdAt: $0.createdAt) }).json, context: context)
         }
         routes.post("containers") { request, context, operatorContext in
-            let id = try await body(request, context).requiredString("id")
-            try await service.createContainer(id, as: operatorContext)
-            return Reply.json(["id": .string(id)], context: context)
+            let named = try ContainerName(json: try await body(request, context))
+            try await service.createContainer(named.id, as: operatorContext)
+            return Reply.json(named.json, context: context)
         }
         routes.post("containers/:container/tokens") { request, context, operatorContext in
-            let input = try await body(request, context)
+            let wanted = try APITokenRequest(json: try await body(request, context))
             let token = try await service.createAPIToken(
-                container: container(context), environment: try environment(try input.requiredString("environment")) ?? .development,
-                allowedOrigins: try input.stringArray("allowedOrigins") ?? ["*"], signInCallback: try input.string("signInCallback"),
-                name: try input.string("name"), as: operatorContext)
-            return Reply.json(["apiToken": .string(token)], context: context)
+                container: container(context), environment: try environment(wanted.environment) ?? .development,
+                allowedOrigins: wanted.allowedOrigins ?? ["*"], signInCallback: wanted.signInCallback, name: wanted.name, as: operatorContext)
+            return Reply.json(APITokenCreated(apiToken: token).json, context: context)
         }
         routes.get("containers/:container/tokens") { request, context, operatorContext in
             let tokens = try await service.apiTokens(container: container(context), as: operatorContext)
-            let rows: [JSON] = tokens.map { token in
-                var row: JSONObject = [
-                    "id": .string(token.id), "environment": .string(token.environment.rawValue), "createdAt": .int(token.createdAt),
-                    "revoked": .bool(token.isRevoked), "allowedOrigins": .array(token.allowedOrigins.map(JSON.string)),
-                ]
-                if let name = token.name { row["name"] = .string(name) }
-                if let used = token.lastUsedAt { row["lastUsedAt"] = .int(used) }
-                if let callback = token.signInCallback { row["signInCallback"] = .string(callback) }
-                return .object(row)
+            let entries = tokens.map {
+                APITokenList.Entry(
+                    id: $0.id, environment: $0.environment.rawValue, createdAt: $0.createdAt, revoked: $0.isRevoked,
+                    allowedOrigins: $0.allowedOrigins, name: $0.name, lastUsedAt: $0.lastUsedAt, signInCallback: $0.signInCallback)
             }
-            return Reply.json(["tokens": .array(rows)], context: context)
+            return Reply.json(APITokenList(tokens: entries).json, context: context)
         }
         routes.post("containers/:container/tokens/:token/revoke") { request, context, operatorContext in
             let token = try await service.revokeAPIToken(
                 container: container(context), id: context.parameters.get("token") ?? "", as: operatorContext)
-            return Reply.json(["revoked": .string(token.id)], context: context)
+            return Reply.json(Revoked(.one(token.id)).json, context: context)
         }
         routes.post("containers/:container/tokens/revoke") { request, context, operatorContext in
-            let input = try await body(request, context)
+            let revocation = try APITokenRevocation(json: try await body(request, context))
             let count = try await service.revokeAPITokens(
-                container: container(context), environment: try environment(try input.string("environment")), as: operatorContext)
-            return Reply.json(["revoked": .int(Int64(count))], context: context)
+                container: container(context), environment: try environment(revocation.environment), as: operatorContext)
+            return Reply.json(Revoked(.count(Int64(count))).json, context: context)
         }
         /// A container's settings as the page reads them (and a change answers them).
         @Sendable func settings(_ container: String, as operatorContext: NimbusService.OperatorContext) async throws -> JSON {
             let (settings, limits) = try await service.containerSettings(container: container, as: operatorContext)
-            let rows: [JSON] = ContainerLimit.allCases.map { limit in
-                [
-                    "name": .string(limit.rawValue), "value": .int(limits[limit]), "quota": .bool(limit.isQuota),
-                    "set": .bool(limits.overrides[limit.rawValue] != nil), "minimum": .int(limit.minimum),
-                ]
-            }
             let (apns, providers) = try await service.pushAndSignIn(container: container, as: operatorContext)
-            var answer: JSONObject = [
-                "signUp": .bool(settings.signUp), "userDiscovery": .bool(settings.userDiscovery), "limits": .array(rows),
-                "identityProviders": .array(
-                    providers.map {
-                        [
-                            "issuer": .string($0.issuer), "audience": .string($0.audience), "jwks": .string($0.jwksSource),
-                            "createdAt": .int($0.createdAt),
-                        ]
-                    }),
-            ]
-            // The key itself never leaves the server: what identifies it is enough to check it.
-            if let apns {
-                answer["apns"] = [
-                    "teamID": .string(apns.teamID), "keyID": .string(apns.keyID), "topic": .string(apns.topic), "updatedAt": .int(apns.updatedAt),
-                ]
-            }
-            return .object(answer)
+            return ContainerSettingsView(
+                signUp: settings.signUp, userDiscovery: settings.userDiscovery,
+                limits: ContainerLimit.allCases.map {
+                    .init(
+                        name: $0.rawValue, value: limits[$0], quota: $0.isQuota, set: limits.overrides[$0.rawValue] != nil, minimum: $0.minimum)
+                },
+                identityProviders: providers.map { .init(issuer: $0.issuer, audience: $0.audience, jwks: $0.jwksSource, createdAt: $0.createdAt) },
+                // The key itself never leaves the server: what identifies it is enough to check it.
+                apns: apns.map { .init(teamID: $0.teamID, keyID: $0.keyID, topic: $0.topic, updatedAt: $0.updatedAt) }
+            ).json
         }
         routes.get("containers/:container/settings") { request, context, operatorContext in
             Reply.json(try await settings(container(context), as: operatorContext), context: context)
         }
         routes.post("containers/:container/settings") { request, context, operatorContext in
-            let input = try await body(request, context)
-            var limits: [String: Int64?] = [:]
-            if let given = try input.object("limits") {
-                for (name, value) in given.object.pairs {
-                    switch value {
-                    case .null: limits[name] = .some(nil)
-                    case .int(let number): limits[name] = number
-                    default: throw CloudKitError.badRequest("limits.\(Names.escaped(name)): a whole number, or null for the server's default")
-                    }
-                }
-            }
+            let change = try ContainerSettingsChange(json: try await body(request, context))
             try await service.changeContainerSettings(
-                container: container(context), signUp: try input.bool("signUp"), userDiscovery: try input.bool("userDiscovery"), limits: limits,
+                container: container(context), signUp: change.signUp, userDiscovery: change.userDiscovery, limits: change.limits,
                 as: operatorContext)
             return Reply.json(try await settings(container(context), as: operatorContext), context: context)
         }
         routes.post("containers/:container/apns") { request, context, operatorContext in
-            let input = try await body(request, context)
+            let key = try APNsCredentials(json: try await body(request, context))
             try await service.setAPNsCredentials(
-                container: container(context), teamID: try input.requiredString("teamID"), keyID: try input.requiredString("keyID"),
-                topic: try input.requiredString("topic"), privateKeyPEM: try input.requiredString("privateKeyPEM"), as: operatorContext)
+                container: container(context), teamID: key.teamID, keyID: key.keyID, topic: key.topic, privateKeyPEM: key.privateKeyPEM,
+                as: operatorContext)
             return Reply.json(try await settings(container(context), as: operatorContext), context: context)
         }
         routes.post("containers/:container/apns/remove") { request, context, operatorContext in
@@ -241,39 +198,34 @@ enum AdminRoutes {
             return Reply.json(try await settings(container(context), as: operatorContext), context: context)
         }
         routes.post("containers/:container/providers") { request, context, operatorContext in
-            let input = try await body(request, context)
+            let provider = try IdentityProviderAddition(json: try await body(request, context))
             try await service.addIdentityProvider(
-                container: container(context), issuer: try input.requiredString("issuer"), audience: try input.requiredString("audience"),
-                jwks: try input.requiredString("jwks"), as: operatorContext)
+                container: container(context), issuer: provider.issuer, audience: provider.audience, jwks: provider.jwks, as: operatorContext)
             return Reply.json(try await settings(container(context), as: operatorContext), context: context)
         }
         routes.post("containers/:container/providers/remove") { request, context, operatorContext in
-            let input = try await body(request, context)
-            try await service.removeIdentityProvider(
-                container: container(context), issuer: try input.requiredString("issuer"), as: operatorContext)
+            let removal = try IdentityProviderRemoval(json: try await body(request, context))
+            try await service.removeIdentityProvider(container: container(context), issuer: removal.issuer, as: operatorContext)
             return Reply.json(try await settings(container(context), as: operatorContext), context: context)
         }
         routes.get("containers/:container/keys") { request, context, operatorContext in
             let keys = try await service.serverKeys(container: container(context), as: operatorContext)
-            let rows: [JSON] = keys.map {
-                .object([
-                    "keyID": .string($0.keyID), "environment": .string($0.environment.rawValue), "createdAt": .int($0.createdAt),
-                    "revoked": .bool($0.isRevoked),
-                ])
+            let entries = keys.map {
+                ServerKeyList.Entry(keyID: $0.keyID, environment: $0.environment.rawValue, createdAt: $0.createdAt, revoked: $0.isRevoked)
             }
-            return Reply.json(["keys": .array(rows)], context: context)
+            return Reply.json(ServerKeyList(keys: entries).json, context: context)
         }
         routes.post("containers/:container/keys") { request, context, operatorContext in
-            let input = try await body(request, context)
+            let addition = try ServerKeyAddition(json: try await body(request, context))
             let row = try await service.addServerKey(
-                container: container(context), environment: try environment(try input.requiredString("environment")) ?? .development,
-                publicKeyPEM: try input.requiredString("publicKeyPEM"), as: operatorContext)
-            return Reply.json(["keyID": .string(row.keyID)], context: context)
+                container: container(context), environment: try environment(addition.environment) ?? .development,
+                publicKeyPEM: addition.publicKeyPEM, as: operatorContext)
+            return Reply.json(ServerKeyAdded(keyID: row.keyID).json, context: context)
         }
         routes.post("containers/:container/keys/:key/revoke") { request, context, operatorContext in
             let key = context.parameters.get("key") ?? ""
             try await service.revokeServerKey(id: key, container: container(context), as: operatorContext)
-            return Reply.json(["revoked": .string(key)], context: context)
+            return Reply.json(Revoked(.one(key)).json, context: context)
         }
     }
 

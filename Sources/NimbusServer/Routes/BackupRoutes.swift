@@ -10,7 +10,7 @@ enum BackupRoutes {
     static func add(to routes: OperatorRoutes, parts: ServerParts) {
         let service = parts.service
         routes.get("backups", needs: .everyContainer) { request, context, operatorContext in
-            guard let keeper = parts.backups else { return Reply.json(["configured": .bool(false)], context: context) }
+            guard let keeper = parts.backups else { return Reply.json(BackupStatus.notConfigured.json, context: context) }
             return Reply.json(describe(await keeper.status()), context: context)
         }
         routes.post("backups", needs: .everyContainer) { request, context, operatorContext in
@@ -35,24 +35,13 @@ enum BackupRoutes {
     }
 
     static func describe(_ status: BackupKeeper.Status) -> JSON {
-        var object: JSONObject = [
-            "configured": .bool(status.directory != nil), "keep": .int(Int64(status.keep)), "running": .bool(status.running),
-            "failuresInARow": .int(Int64(status.failuresInARow)),
-            "backups": .array(
-                status.backups.map {
-                    ["name": .string($0.name), "takenAt": .string($0.takenAt), "bytes": .int($0.bytes), "nimbusVersion": .string($0.nimbusVersion)]
-                }),
-        ]
-        if let directory = status.directory { object["directory"] = .string(directory) }
-        if let every = status.every { object["everySeconds"] = .int(every.components.seconds) }
-        if let success = status.lastSuccess {
-            object["lastSuccess"] = [
-                "at": .int(Int64(success.at.timeIntervalSince1970 * 1000)), "name": .string(success.name), "bytes": .int(success.bytes),
-            ]
-        }
-        if let failure = status.lastFailure {
-            object["lastFailure"] = ["at": .int(Int64(failure.at.timeIntervalSince1970 * 1000)), "reason": .string(failure.reason)]
-        }
-        return .object(object)
+        func milliseconds(_ date: Date) -> Int64 { Int64(date.timeIntervalSince1970 * 1000) }
+        return BackupStatus(
+            directory: status.directory, keep: Int64(status.keep), running: status.running, failuresInARow: Int64(status.failuresInARow),
+            backups: status.backups.map { .init(name: $0.name, takenAt: $0.takenAt, bytes: $0.bytes, nimbusVersion: $0.nimbusVersion) },
+            everySeconds: status.every?.components.seconds,
+            lastSuccess: status.lastSuccess.map { .init(at: milliseconds($0.at), name: $0.name, bytes: $0.bytes) },
+            lastFailure: status.lastFailure.map { .init(at: milliseconds($0.at), reason: $0.reason) }
+        ).json
     }
 }

@@ -77,9 +77,12 @@ enum ConsoleRoutes {
         }
     }
 
-    static func indexList(_ flags: Int) -> JSON { .strings(SchemaFile.indexNames(flags)) }
-
-    static func permissionList(_ permissions: RecordPermissions) -> JSON { .strings(SecurityRoles.nameList(permissions)) }
+    static func scope(named name: String) throws -> DatabaseScope {
+        guard let scope = DatabaseScope(rawValue: name) else {
+            throw CloudKitError.badRequest("database: '\(Names.escaped(name))' is not public, private or shared")
+        }
+        return scope
+    }
 
     static func permissions(_ names: [String]) throws -> RecordPermissions {
         try names.reduce(into: RecordPermissions()) { permissions, name in
@@ -96,56 +99,45 @@ enum ConsoleRoutes {
         let service = parts.service
         routes.get("containers/:container/schema/deploy", needs: .sightOfContainer) { request, context, operatorContext in
             let plan = try await service.schemaDeployPlan(container: container(context))
-            func field(_ row: SchemaFieldRow) -> JSON {
-                [
-                    WireKey.recordType: .string(row.recordType), "field": .string(row.fieldName), "type": .string(row.fieldType),
-                    "indexes": indexList(row.applicableIndexes),
-                ]
+            func field(_ row: SchemaFieldRow) -> SchemaFieldEntry {
+                SchemaFieldEntry(
+                    recordType: row.recordType, field: row.fieldName, type: row.fieldType, indexes: SchemaFile.indexNames(row.applicableIndexes))
             }
             return Reply.json(
-                [
-                    "newRecordTypes": .strings(plan.newRecordTypes), "newFields": .array(plan.newFields.map(field)),
-                    "newIndexes": .array(plan.newIndexes.map(field)),
-                    "keptFields": .array(plan.keptFields.map(field)), "conflicts": .strings(plan.conflicts),
-                    "newRoles": .strings(plan.newRoles),
-                    "changedGrants": .array(
-                        plan.changedGrants.map {
-                            [WireKey.recordType: .string($0.recordType), "role": .string($0.role), "permissions": permissionList($0.permissions)]
-                        }),
-                ], context: context)
+                DeployPlan(
+                    newRecordTypes: plan.newRecordTypes, newFields: plan.newFields.map(field), newIndexes: plan.newIndexes.map(field),
+                    keptFields: plan.keptFields.map(field), conflicts: plan.conflicts, newRoles: plan.newRoles,
+                    changedGrants: plan.changedGrants.map {
+                        RoleGrant(recordType: $0.recordType, role: $0.role, permissions: SecurityRoles.nameList($0.permissions))
+                    }
+                ).json, context: context)
         }
         routes.post("containers/:container/schema/deploy", needs: .changeOfContainer) { request, context, operatorContext in
             let added = try await service.deploySchema(container: container(context))
             try await service.audit(
                 operatorContext.account.name, "schema.deploy", container: container(context),
                 "development → production: \(added.recordTypes) new record type(s), \(added.fields) new field(s), \(added.roles) new role(s)")
-            return Reply.json(
-                ["recordTypes": .int(Int64(added.recordTypes)), WireKey.fields: .int(Int64(added.fields)), "roles": .int(Int64(added.roles))],
-                context: context)
+            return Reply.json(SchemaAdditions(recordTypes: added.recordTypes, fields: added.fields, roles: added.roles).json, context: context)
         }
         routes.get("containers/:container/schema/:environment", needs: .sightOfContainer) { request, context, operatorContext in
             let environment = try environment(context)
             let schema = try await service.schema(container: container(context), environment: environment)
             let security = try await service.security(container: container(context), environment: environment)
-            let types: [JSON] = schema.recordTypes.map { name in
-                let fields: [JSON] = schema.fields.filter { $0.recordType == name }.map {
-                    [
-                        "name": .string($0.fieldName), "type": .string($0.fieldType), "indexes": indexList($0.applicableIndexes),
-                        "applicableIndexes": indexList(FieldType.applicableIndexes(wireName: $0.fieldType)),
-                    ]
-                }
-                var grants = JSONObject()
-                for (role, permissions) in security.grants[name] ?? [:] { grants[role] = permissionList(permissions) }
-                return ["name": .string(name), WireKey.fields: .array(fields), "grants": .object(grants)]
+            let types = schema.recordTypes.map { name in
+                SchemaView.RecordType(
+                    name: name,
+                    fields: schema.fields.filter { $0.recordType == name }.map {
+                        .init(
+                            name: $0.fieldName, type: $0.fieldType, indexes: SchemaFile.indexNames($0.applicableIndexes),
+                            applicableIndexes: SchemaFile.indexNames(FieldType.applicableIndexes(wireName: $0.fieldType)))
+                    },
+                    grants: (security.grants[name] ?? [:]).mapValues(SecurityRoles.nameList))
             }
-            var answer: JSONObject = ["recordTypes": .array(types), "roles": .strings(security.roles)]
-            if environment == .production {
-                answer["refusedWrites"] = .array(
-                    try await service.productionSchemaRefusals(container: container(context)).map {
-                        ["missing": .string($0.missing), "count": .int($0.count), "lastAt": .int($0.lastAt)]
-                    })
-            }
-            return Reply.json(.object(answer), context: context)
+            let refusals = environment == .production
+                ? try await service.productionSchemaRefusals(container: container(context)).map {
+                    SchemaView.Refusal(missing: $0.missing, count: $0.count, lastAt: $0.lastAt)
+                } : nil
+            return Reply.json(SchemaView(recordTypes: types, roles: security.roles, refusedWrites: refusals).json, context: context)
         }
         routes.get("containers/:container/schema/:environment/export", needs: .sightOfContainer) { request, context, operatorContext in
             let text = try await service.schemaLanguage(container: container(context), environment: try environment(context))
@@ -161,10 +153,7 @@ enum ConsoleRoutes {
                 operatorContext.account.name, "schema.import", container: container(context),
                 "development: \(outcome.newRecordTypes) new record type(s), \(outcome.newFields) new field(s), \(outcome.newRoles) new role(s)")
             return Reply.json(
-                [
-                    "recordTypes": .int(Int64(outcome.newRecordTypes)), WireKey.fields: .int(Int64(outcome.newFields)),
-                    "roles": .int(Int64(outcome.newRoles)),
-                ], context: context)
+                SchemaAdditions(recordTypes: outcome.newRecordTypes, fields: outcome.newFields, roles: outcome.newRoles).json, context: context)
         }
         // What a schema file declares that the environment lacks (`nimbus schema check`); a
         // question, so sight of the container is enough.
@@ -176,15 +165,15 @@ enum ConsoleRoutes {
         routes.post("containers/:container/schema/:environment/fields", needs: .changeOfContainer) { request, context, operatorContext in
             try requireDevelopment(context)
             let input = try await body(request, context, parts)
-            let recordType = try input.requiredString(WireKey.recordType)
-            let field = try input.requiredString("field")
-            let typeName = try input.requiredString("type")
-            try Names.validateIdentifier(recordType, kind: "record type", path: WireKey.recordType)
-            try Names.validateIdentifier(field, kind: "field name", path: "field")
+            let addition = try SchemaFieldEntry(json: input)
+            let (recordType, field) = (addition.recordType, addition.field)
+            guard let typeName = addition.type else { throw input.missing(ConsoleKey.type) }
+            try Names.validateIdentifier(recordType, kind: "record type", path: ConsoleKey.recordType)
+            try Names.validateIdentifier(field, kind: "field name", path: ConsoleKey.field)
             guard case .exact(let type)? = DeclaredFieldType(wire: typeName) else {
                 throw CloudKitError.badRequest("type: '\(Names.escaped(typeName))' is not a field type (STRING, INT64, STRING_LIST, …)")
             }
-            let indexes = try indexFlags(try input.stringArray("indexes") ?? [])
+            let indexes = try indexFlags(addition.indexes)
             let schema = try await service.schema(container: container(context), environment: .development)
             if let existing = schema.fields.first(where: { $0.recordType == recordType && $0.fieldName == field }), existing.fieldType != type.wireName {
                 throw CloudKitError.badRequest(
@@ -201,25 +190,23 @@ enum ConsoleRoutes {
             try await service.audit(
                 operatorContext.account.name, "schema.field", container: container(context),
                 "development: \(recordType).\(field) \(type.wireName)\(outcome.newRecordTypes > 0 ? " (new record type)" : "")")
-            return Reply.json(["added": .bool(outcome.newFields > 0)], context: context)
+            return Reply.json(FieldAdded(added: outcome.newFields > 0).json, context: context)
         }
         routes.post("containers/:container/schema/:environment/remove", needs: .changeOfContainer) { request, context, operatorContext in
             try requireDevelopment(context)
-            let input = try await body(request, context, parts)
-            let recordType = try input.requiredString(WireKey.recordType)
-            let field = try input.string("field")
+            let removal = try SchemaRemoval(json: try await body(request, context, parts))
+            let (recordType, field) = (removal.recordType, removal.field)
             try await service.removeFromDevelopmentSchema(container: container(context), recordType: recordType, field: field)
             try await service.audit(
                 operatorContext.account.name, "schema.remove", container: container(context),
                 "development: \(field.map { "field \(recordType).\($0)" } ?? "record type \(recordType)")")
-            return Reply.json(["removed": .bool(true)], context: context)
+            return Reply.json(SchemaRemoved().json, context: context)
         }
         routes.post("containers/:container/reset/:environment", needs: .changeOfContainer) { request, context, operatorContext in
             guard try environment(context) == .development else {
                 throw CloudKitError.badRequest("only the development environment can be reset; production holds your users' data")
             }
-            let input = try await body(request, context, parts)
-            guard try input.string("confirm") == container(context) else {
+            guard try DevelopmentResetConfirmation(json: try await body(request, context, parts)).confirm == container(context) else {
                 throw CloudKitError.badRequest(
                     "resetting deletes every development record: send confirm with the container's identifier to go ahead")
             }
@@ -228,17 +215,14 @@ enum ConsoleRoutes {
                 operatorContext.account.name, "environment.reset", container: container(context),
                 "development reset: \(outcome.zones) zone(s) in \(outcome.databases) database(s), \(outcome.subscriptions) subscription(s) removed; schema is production's")
             return Reply.json(
-                [
-                    "databases": .int(Int64(outcome.databases)), "zones": .int(Int64(outcome.zones)),
-                    "subscriptions": .int(Int64(outcome.subscriptions)),
-                ], context: context)
+                DevelopmentResetOutcome(databases: outcome.databases, zones: outcome.zones, subscriptions: outcome.subscriptions).json,
+                context: context)
         }
         routes.post("containers/:container/schema/:environment/indexes", needs: .changeOfContainer) { request, context, operatorContext in
             let environment = try environment(context)
-            let input = try await body(request, context, parts)
-            let recordType = try input.requiredString(WireKey.recordType)
-            let field = try input.requiredString("field")
-            let flags = try indexFlags(try input.stringArray("indexes") ?? [])
+            let change = try SchemaFieldEntry(json: try await body(request, context, parts))
+            let (recordType, field) = (change.recordType, change.field)
+            let flags = try indexFlags(change.indexes)
             guard
                 try await service.setFieldIndexes(
                     container: container(context), environment: environment, recordType: recordType, field: field, indexes: flags)
@@ -249,28 +233,26 @@ enum ConsoleRoutes {
             try await service.audit(
                 operatorContext.account.name, "schema.indexes", container: container(context),
                 "\(environment.rawValue): \(recordType).\(field) \(names.isEmpty ? "no index" : names.joined(separator: ", "))")
-            return Reply.json(["indexes": .strings(names)], context: context)
+            return Reply.json(FieldIndexes(indexes: names).json, context: context)
         }
         routes.post("containers/:container/roles/:environment", needs: .changeOfContainer) { request, context, operatorContext in
-            let name = try await body(request, context, parts).requiredString("name")
+            let name = try RoleCreation(json: try await body(request, context, parts)).name
             try await service.createRole(container: container(context), environment: try environment(context), name: name)
             try await service.audit(
                 operatorContext.account.name, "roles.create", container: container(context), "\(try environment(context).rawValue): role \(name)")
-            return Reply.json(["role": .string(name)], context: context)
+            return Reply.json(RoleChanged(role: name).json, context: context)
         }
         routes.post("containers/:container/grants/:environment", needs: .changeOfContainer) { request, context, operatorContext in
-            let input = try await body(request, context, parts)
-            let recordType = try input.requiredString(WireKey.recordType)
-            let role = try input.requiredString("role")
-            let granted = try permissions(try input.stringArray("permissions") ?? [])
-            let granting = try input.bool("granting") ?? true
+            let change = try RoleGrant(json: try await body(request, context, parts))
+            let (recordType, role, granting) = (change.recordType, change.role, change.granting)
+            let granted = try permissions(change.permissions)
             try await service.changeGrant(
                 container: container(context), environment: try environment(context), recordType: recordType, role: role,
                 permissions: granted, granting: granting)
             try await service.audit(
                 operatorContext.account.name, granting ? "roles.grant" : "roles.revoke", container: container(context),
                 "\(try environment(context).rawValue): \(SecurityRoles.names(granted)) on \(recordType) \(granting ? "to" : "from") \(role)")
-            return Reply.json(["role": .string(role)], context: context)
+            return Reply.json(RoleChanged(role: role).json, context: context)
         }
     }
 
@@ -291,10 +273,7 @@ enum ConsoleRoutes {
         ]
         for call in calls {
             routes.post(RouterPath("containers/:container/data/:environment/:database/\(call.path)")) { request, context, operatorContext in
-                let databaseName = context.parameters.get("database") ?? ""
-                guard let scope = DatabaseScope(rawValue: databaseName) else {
-                    throw CloudKitError.badRequest("database: '\(Names.escaped(databaseName))' is not public, private or shared")
-                }
+                let scope = try scope(named: context.parameters.get("database") ?? "")
                 let userName = request.query("user").flatMap { $0.isEmpty ? nil : $0 }
                 let target = try await service.consoleTarget(
                     container: container(context), environment: try environment(context), scope: scope, userName: userName,
@@ -324,7 +303,7 @@ enum ConsoleRoutes {
                 for key in [WireKey.created, WireKey.modified] {
                     guard case .object(var stamp)? = object[key], let name = stamp[WireKey.userRecordName]?.stringValue, let who = stamps[name]
                     else { continue }
-                    stamp["operator"] = .string(who)
+                    stamp[ConsoleKey.operatorAccount] = .string(who)
                     object[key] = .object(stamp)
                 }
                 return .object(object)
@@ -340,51 +319,43 @@ enum ConsoleRoutes {
             let members = try await service.members(
                 container: container(context), after: request.query("after").flatMap(Int64.init) ?? 0,
                 limit: request.query("limit").flatMap(Int.init) ?? 50, as: operatorContext)
-            let rows: [JSON] = members.map { member in
-                var row: JSONObject = [
-                    "name": .string(member.userName), "userID": .int(member.entry.member.userID),
-                    "userRecordName": .string(member.entry.member.userRecordName), "joinedAt": .int(member.entry.member.joinedAt),
-                    "discoverable": .bool(member.entry.member.discoverable ?? false),
-                ]
-                if let email = member.entry.profile.emailAddress { row["email"] = .string(email) }
-                if let phone = member.entry.profile.phoneNumber { row["phone"] = .string(phone) }
+            let rows = members.map { member in
                 let names = member.entry.profile.nameComponents
                 let fullName = [names.givenName, names.familyName].compactMap { $0 }.joined(separator: " ")
-                if !fullName.isEmpty { row["fullName"] = .string(fullName) }
-                return .object(row)
+                return MemberList.Member(
+                    name: member.userName, userID: member.entry.member.userID, userRecordName: member.entry.member.userRecordName,
+                    joinedAt: member.entry.member.joinedAt, discoverable: member.entry.member.discoverable ?? false,
+                    email: member.entry.profile.emailAddress, phone: member.entry.profile.phoneNumber, fullName: fullName.isEmpty ? nil : fullName)
             }
-            return Reply.json(["users": .array(rows)], context: context)
+            return Reply.json(MemberList(users: rows).json, context: context)
         }
         // App users' accounts, made and reset by an administrator of every container (accounts
         // serve every container; the path's container is where the page was).
         routes.post("containers/:container/users") { request, context, operatorContext in
-            let input = try await body(request, context, parts)
+            let creation = try UserCreation(json: try await body(request, context, parts))
             let row = try await service.createUser(
-                name: try input.requiredString("name"), password: try input.requiredString("password"), emailAddress: try input.string("email"),
-                as: operatorContext)
-            return Reply.json(["name": .string(row.name)], context: context)
+                name: creation.name, password: creation.password, emailAddress: creation.email, as: operatorContext)
+            return Reply.json(UserAccountChanged(name: row.name).json, context: context)
         }
         routes.post("containers/:container/users/:user/password") { request, context, operatorContext in
             let name = context.parameters.get("user") ?? ""
-            try await service.setUserPassword(name: name, password: try await body(request, context, parts).requiredString("password"), as: operatorContext)
-            return Reply.json(["name": .string(name), "signedOut": .bool(true)], context: context)
+            let given = try UserPassword(json: try await body(request, context, parts))
+            try await service.setUserPassword(name: name, password: given.password, as: operatorContext)
+            return Reply.json(UserAccountChanged(name: name, signedOut: true).json, context: context)
         }
         // `{"disabled": true|false}`, as `POST operators/{name}` changes an operator.
         routes.post("containers/:container/users/:user") { request, context, operatorContext in
             let name = context.parameters.get("user") ?? ""
-            guard let disabled = try await body(request, context, parts).bool("disabled") else {
-                throw CloudKitError.badRequest("disabled: true to disable the account, false to enable it")
-            }
+            let disabled = try UserDisabling(json: try await body(request, context, parts)).disabled
             try await service.setUserDisabled(name: name, disabled, as: operatorContext)
-            return Reply.json(["name": .string(name), "disabled": .bool(disabled)], context: context)
+            return Reply.json(UserAccountChanged(name: name, disabled: disabled).json, context: context)
         }
         routes.post("containers/:container/users/:user/delete") { request, context, operatorContext in
             let outcome = try await service.deleteUser(name: context.parameters.get("user") ?? "", as: operatorContext)
             return Reply.json(
-                [
-                    "containers": .int(Int64(outcome.containers)), "zones": .int(Int64(outcome.zones)),
-                    "subscriptions": .int(Int64(outcome.subscriptions)), "sharesLeft": .int(Int64(outcome.sharesLeft)),
-                ], context: context)
+                UserDeletionOutcome(
+                    containers: outcome.containers, zones: outcome.zones, subscriptions: outcome.subscriptions, sharesLeft: outcome.sharesLeft
+                ).json, context: context)
         }
         // The sync doctor (docs/sync-doctor.md): the user's devices and why one is not in step.
         routes.get("containers/:container/users/:user/devices/:environment", needs: .sightOfContainer) { request, context, operatorContext in
@@ -395,30 +366,22 @@ enum ConsoleRoutes {
         routes.get("containers/:container/subscriptions/:environment") { request, context, operatorContext in
             let list = try await service.subscriptions(
                 container: container(context), environment: try environment(context), as: operatorContext)
-            let rows: [JSON] = list.map {
-                [
-                    "user": .string($0.userName), "database": .string($0.scope.rawValue), "createdAt": .int($0.createdAt),
-                    "subscription": SubscriptionEntry.subscription($0.subscription).json,
-                ]
+            let rows = list.map {
+                ConsoleSubscriptionList.Entry(user: $0.userName, database: $0.scope.rawValue, createdAt: $0.createdAt, subscription: $0.subscription)
             }
-            return Reply.json(["subscriptions": .array(rows)], context: context)
+            return Reply.json(ConsoleSubscriptionList(subscriptions: rows).json, context: context)
         }
         routes.post("containers/:container/subscriptions/:environment/delete") { request, context, operatorContext in
-            let input = try await body(request, context, parts)
-            let databaseName = try input.requiredString("database")
-            guard let scope = DatabaseScope(rawValue: databaseName) else {
-                throw CloudKitError.badRequest("database: '\(Names.escaped(databaseName))' is not public, private or shared")
-            }
-            let id = try input.requiredString("subscriptionID")
+            let deletion = try ConsoleSubscriptionDeletion(json: try await body(request, context, parts))
             try await service.deleteSubscription(
-                container: container(context), environment: try environment(context), scope: scope,
-                userName: try input.requiredString("user"), subscriptionID: id, as: operatorContext)
-            return Reply.json(["deleted": .string(id)], context: context)
+                container: container(context), environment: try environment(context), scope: try scope(named: deletion.database),
+                userName: deletion.user, subscriptionID: deletion.subscriptionID, as: operatorContext)
+            return Reply.json(Deleted(deleted: deletion.subscriptionID).json, context: context)
         }
         routes.get("containers/:container/users/:user") { request, context, operatorContext in
             let userName = context.parameters.get("user") ?? ""
             let detail = try await service.personDetail(container: container(context), userName: userName, as: operatorContext)
-            var subscriptions: [JSON] = []
+            var subscriptions: [PersonView.Subscriptions] = []
             for environment in [NimbusStorage.Environment.development, .production] {
                 // The user as the caller once; then each of their databases.
                 let caller = try await service.consoleTarget(
@@ -428,73 +391,56 @@ enum ConsoleRoutes {
                 for scope in [DatabaseScope.private, .shared, .public] {
                     let listed = try await service.listSubscriptions(DatabaseTarget(caller: caller, scope: scope))
                     guard !listed.subscriptions.isEmpty else { continue }
-                    subscriptions.append(
-                        ["environment": .string(environment.rawValue), "database": .string(scope.rawValue), "list": listed.json])
+                    subscriptions.append(.init(environment: environment.rawValue, database: scope.rawValue, list: listed))
                 }
             }
-            let sessions: [JSON] = detail.sessions.map {
-                [
-                    "session": .string($0.tokenHash), "environment": .string($0.environment.rawValue), "createdAt": .int($0.createdAt),
-                    "lastUsedAt": .int($0.lastUsedAt),
-                ]
-            }
-            let tokens: [JSON] = detail.pushTokens.map {
-                [
-                    "environment": .string($0.owner.environment.rawValue), "delivery": .string($0.isWebCourier ? "web courier" : "APNs \($0.apnsEnvironment)"),
-                    "token": .string(String($0.token.prefix(12)) + "…"), "deviceID": .string($0.deviceID), "createdAt": .int($0.createdAt),
-                ]
-            }
-            var roles = JSONObject()
-            for (environment, names) in detail.roles { roles[environment.rawValue] = .strings(names) }
-            var person: JSONObject = [
-                "name": .string(detail.user.name), "createdAt": .int(detail.user.createdAt), "disabled": .bool(detail.user.isDisabled),
-            ]
-            if let member = detail.member { person["userRecordName"] = .string(member.userRecordName) }
-            return Reply.json(
-                [
-                    "user": .object(person), "sessions": .array(sessions), "pushTokens": .array(tokens), "roles": .object(roles),
-                    "subscriptions": .array(subscriptions),
-                ], context: context)
+            var roles: [String: [String]] = [:]
+            for (environment, names) in detail.roles { roles[environment.rawValue] = names }
+            let person = PersonView(
+                user: .init(
+                    name: detail.user.name, createdAt: detail.user.createdAt, disabled: detail.user.isDisabled,
+                    userRecordName: detail.member?.userRecordName),
+                sessions: detail.sessions.map {
+                    .init(session: $0.tokenHash, environment: $0.environment.rawValue, createdAt: $0.createdAt, lastUsedAt: $0.lastUsedAt)
+                },
+                pushTokens: detail.pushTokens.map {
+                    .init(
+                        environment: $0.owner.environment.rawValue, delivery: $0.isWebCourier ? "web courier" : "APNs \($0.apnsEnvironment)",
+                        token: String($0.token.prefix(12)) + "…", deviceID: $0.deviceID, createdAt: $0.createdAt)
+                },
+                roles: roles, subscriptions: subscriptions)
+            return Reply.json(person.json, context: context)
         }
         routes.post("containers/:container/users/:user/sessions/revoke") { request, context, operatorContext in
-            let session = try await body(request, context, parts).requiredString("session")
+            let revocation = try SessionRevocation(json: try await body(request, context, parts))
             try await service.revokeSession(
-                container: container(context), userName: context.parameters.get("user") ?? "", sessionID: session, as: operatorContext)
-            return Reply.json(["revoked": .bool(true)], context: context)
+                container: container(context), userName: context.parameters.get("user") ?? "", sessionID: revocation.session, as: operatorContext)
+            return Reply.json(Revoked(.done).json, context: context)
         }
         routes.post("containers/:container/users/:user/roles/:environment", needs: .changeOfContainer) { request, context, operatorContext in
-            let input = try await body(request, context, parts)
+            let assignment = try RoleAssignment(json: try await body(request, context, parts))
             let userName = context.parameters.get("user") ?? ""
-            let role = try input.requiredString("role")
-            let assigned = try input.bool("assigned") ?? true
+            let (role, assigned) = (assignment.role, assignment.assigned)
             try await service.assignRole(
                 container: container(context), environment: try environment(context), userName: userName, role: role, assigned: assigned)
             try await service.audit(
                 operatorContext.account.name, assigned ? "roles.assign" : "roles.unassign", container: container(context),
                 "\(try environment(context).rawValue): role \(role) \(assigned ? "to" : "from") \(userName)")
-            return Reply.json(["role": .string(role), "assigned": .bool(assigned)], context: context)
+            return Reply.json(RoleChanged(role: role, assigned: assigned).json, context: context)
         }
         routes.get("containers/:container/usage/:environment", needs: .sightOfContainer) { request, context, operatorContext in
             let environment = try environment(context)
             let publicUsage = try await service.publicUsage(container: container(context), environment: environment)
-            var users: [JSON] = []
+            var users: [UsageReport.Usage] = []
             for member in try await service.members(container: container(context), after: 0, limit: NimbusService.consolePageLimit, as: operatorContext) {
                 let usage = try await service.usage(
                     of: DatabaseKey(container: container(context), environment: environment, scope: .private, ownerID: member.entry.member.userID))
                 users.append(
-                    [
-                        "name": .string(member.userName), "usedBytes": .int(usage.usedBytes), "quotaBytes": .int(usage.quotaBytes),
-                        "historyBytes": .int(usage.historyBytes),
-                    ])
+                    .init(name: member.userName, usedBytes: usage.usedBytes, quotaBytes: usage.quotaBytes, historyBytes: usage.historyBytes))
             }
-            return Reply.json(
-                [
-                    DatabaseScope.public.rawValue: [
-                        "usedBytes": .int(publicUsage.usedBytes), "quotaBytes": .int(publicUsage.quotaBytes),
-                        "historyBytes": .int(publicUsage.historyBytes),
-                    ],
-                    "users": .array(users),
-                ], context: context)
+            let publicDatabase = UsageReport.Usage(
+                name: nil, usedBytes: publicUsage.usedBytes, quotaBytes: publicUsage.quotaBytes, historyBytes: publicUsage.historyBytes)
+            return Reply.json(UsageReport(publicDatabase: publicDatabase, users: users).json, context: context)
         }
     }
 
@@ -543,7 +489,7 @@ enum ConsoleRoutes {
             let account = operatorContext.account
             let limit = min(max(request.query("limit").flatMap(Int.init) ?? 100, 1), 1_000)
             let rows = try await requests(matching: request, for: account, limit: limit, parts: parts)
-            return Reply.json(["requests": .array(rows.map { .object(RequestLogLines.describe($0)) })], context: context)
+            return Reply.json(RequestLogPage(requests: rows.map(\.logEntry)).json, context: context)
         }
         // The same search as JSON lines, newest first, up to `Self.exportLimit` entries.
         routes.get("requests/export") { request, context, operatorContext in
@@ -551,7 +497,7 @@ enum ConsoleRoutes {
             let rows = try await requests(matching: request, for: account, limit: Self.exportLimit, parts: parts)
             var lines: [UInt8] = []
             for row in rows {
-                lines += RequestLogLines.line(row)
+                lines += row.logEntry.line
             }
             var answer = Reply.bytes(lines, contentType: "application/x-ndjson; charset=utf-8", context: context)
             answer.headers[.contentDisposition] = "attachment; filename=\"nimbus-requests.jsonl\""
@@ -563,16 +509,12 @@ enum ConsoleRoutes {
             let now = service.options.clock.nowMilliseconds()
             // Every node's, from the store, where the log lasts; else this node's, in memory.
             let minutes = try await parts.archive?.lastHour(now: now, visible: visible) ?? parts.requests.lastHour(now: now, visible: visible)
-            let rows: [JSON] = minutes.map { minute in
-                var errors = JSONObject()
-                for (code, count) in minute.figures.errors { errors[code] = .int(Int64(count)) }
-                return [
-                    "start": .int(minute.start), "requests": .int(Int64(minute.figures.requests)),
-                    "p50": minute.figures.percentile(0.5).map(JSON.double) ?? .null,
-                    "p99": minute.figures.percentile(0.99).map(JSON.double) ?? .null, "errors": .object(errors),
-                ]
+            let rows = minutes.map { minute in
+                MetricsReport.Minute(
+                    start: minute.start, requests: Int64(minute.figures.requests), p50: minute.figures.percentile(0.5),
+                    p99: minute.figures.percentile(0.99), errors: minute.figures.errors.mapValues(Int64.init))
             }
-            return Reply.json(["minutes": .array(rows)], context: context)
+            return Reply.json(MetricsReport(minutes: rows).json, context: context)
         }
     }
 }

@@ -17,12 +17,10 @@ enum TimeTravelRoutes {
         routes.post("containers/:container/time-travel/:environment") { request, context, operatorContext in
             let container = ConsoleRoutes.container(context)
             let environment = try ConsoleRoutes.environment(context)
-            let input = try await ConsoleRoutes.body(request, context, parts)
-            let apply = try input.bool("apply") ?? false
+            let travelRequest = try TimeTravelRequest(json: try await ConsoleRoutes.body(request, context, parts))
+            let (apply, user, zone) = (travelRequest.apply, travelRequest.user, travelRequest.zone)
             if apply { try operatorContext.requireChange(container: container) } else { try operatorContext.requireSight(of: container) }
-            let user = try input.string("user").flatMap { $0.isEmpty ? nil : $0 }
-            let zone = try input.string("zone").flatMap { $0.isEmpty ? nil : $0 }
-            let moment = try NimbusService.parseMoment(try input.requiredString("to"))
+            let moment = try NimbusService.parseMoment(travelRequest.to)
             let travel = try await service.timeTravel(
                 container: container, environment: environment, userName: user, zoneName: zone, to: moment, apply: apply,
                 operatorName: operatorContext.account.name)
@@ -36,23 +34,15 @@ enum TimeTravelRoutes {
     }
 
     static func describe(_ travel: TimeTravel) -> JSON {
-        [
-            "to": .string(NimbusService.isoMoment(travel.moment)), "toMilliseconds": .int(travel.moment),
-            "oldestAvailable": .string(NimbusService.isoMoment(travel.oldestMoment)), "applied": .bool(travel.applied),
-            "zones": .array(
-                travel.zones.map { zone in
-                    [
-                        "zone": .string(zone.zoneName),
-                        "changes": .array(
-                            zone.items.map {
-                                [
-                                    WireKey.recordName: .string($0.recordName), WireKey.recordType: .string($0.recordType),
-                                    "change": .string($0.change.rawValue),
-                                ]
-                            }),
-                        "skipped": .array(zone.skipped.map { [WireKey.recordName: .string($0.recordName), "reason": .string($0.reason)] }),
-                    ]
-                }),
-        ]
+        TimeTravelReport(
+            to: NimbusService.isoMoment(travel.moment), toMilliseconds: travel.moment,
+            oldestAvailable: NimbusService.isoMoment(travel.oldestMoment), applied: travel.applied,
+            zones: travel.zones.map { zone in
+                .init(
+                    zone: zone.zoneName,
+                    changes: zone.items.map { .init(recordName: $0.recordName, recordType: $0.recordType, change: $0.change.rawValue) },
+                    skipped: zone.skipped.map { .init(recordName: $0.recordName, reason: $0.reason) })
+            }
+        ).json
     }
 }

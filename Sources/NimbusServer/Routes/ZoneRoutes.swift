@@ -17,7 +17,7 @@ enum ZoneRoutes {
             let changes = try await input.service.databaseChanges(
                 input.target, DatabaseChangesRequest(json: input.body()), allowPublic: true)
             guard case .object(var object) = changes.json else { return changes.json }
-            object["metaSyncToken"] = .string(changes.syncToken)
+            object[WireKey.metaSyncToken] = .string(changes.syncToken)
             return .object(object)
         },
     ]

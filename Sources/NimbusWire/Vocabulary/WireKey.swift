@@ -72,6 +72,18 @@ public enum WireKey {
     public static let zones = "zones"
     public static let atomic = "atomic"
     public static let syncToken = "syncToken"
+    /// The deprecated `zones/changes`' name for the database change feed's token.
+    public static let metaSyncToken = "metaSyncToken"
+
+    // MARK: A location's value
+
+    public static let latitude = "latitude"
+    public static let longitude = "longitude"
+    public static let horizontalAccuracy = "horizontalAccuracy"
+    public static let verticalAccuracy = "verticalAccuracy"
+    public static let altitude = "altitude"
+    public static let speed = "speed"
+    public static let course = "course"
     public static let moreComing = "moreComing"
     public static let resultsLimit = "resultsLimit"
     public static let continuationMarker = "continuationMarker"
