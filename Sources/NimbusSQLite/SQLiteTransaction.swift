@@ -424,32 +424,41 @@ struct SQLiteTransaction: StorageWriter {
         // sub-journal while savepoints are open (as they always are here), and releasing it
         // walks the in-memory sub-journal from its start. Both grew with the size of a batch:
         // they were most of a 200-record batch's time (docs/benchmarks.md).
-        let values: [(any DatabaseValueConvertible)?] = [
-            row.recordType, Data(row.fields), row.parent, row.changeSequence,
-            row.created.timestamp, row.created.userRecordName, row.created.deviceID,
-            row.modified.timestamp, row.modified.userRecordName, row.modified.deviceID, row.isDeleted,
-        ]
+        // The row's columns in the order both statements name them, then its key.
+        func bindRow(_ arguments: inout BoundArguments) {
+            arguments.add(row.recordType)
+            arguments.add(blob: row.fields)
+            arguments.add(row.parent)
+            arguments.add(row.changeSequence)
+            arguments.add(row.created.timestamp)
+            arguments.add(row.created.userRecordName)
+            arguments.add(row.created.deviceID)
+            arguments.add(row.modified.timestamp)
+            arguments.add(row.modified.userRecordName)
+            arguments.add(row.modified.deviceID)
+            arguments.add(row.isDeleted)
+            arguments.add(row.zoneID)
+            arguments.add(row.recordName)
+        }
         if !isNew {
-            try execute(
+            try executeBound(
                 """
                 UPDATE records SET record_type = ?, fields = ?, parent = ?, change_sequence = ?, created_at = ?,
                     created_by = ?, created_device = ?, modified_at = ?, modified_by = ?, modified_device = ?, deleted = ?
                 WHERE zone_id = ? AND record_name = ?
-                """,
-                StatementArguments(values + [row.zoneID, row.recordName]))
+                """, bindRow)
             if db.changesCount > 0 {
                 guard let updated = try fetchRow("SELECT rowid FROM records WHERE zone_id = ? AND record_name = ?", [row.zoneID, row.recordName])
                 else { throw StorageError.corrupt("record '\(row.recordName)' vanished while saving") }
                 return updated[0]
             }
         }
-        try execute(
+        try executeBound(
             """
             INSERT INTO records (record_type, fields, parent, change_sequence, created_at, created_by, created_device,
                 modified_at, modified_by, modified_device, deleted, zone_id, record_name)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """,
-            StatementArguments(values + [row.zoneID, row.recordName]))
+            """, bindRow)
         return db.lastInsertedRowID
     }
 
@@ -488,52 +497,70 @@ struct SQLiteTransaction: StorageWriter {
             try execute("DELETE FROM token_index WHERE record_id = ?", [recordID])
             try execute("DELETE FROM pair_index WHERE record_id = ?", [recordID])
         }
-        let entries = index.entries, tokens = index.tokens
         // Multi-row inserts: one statement per chunk instead of one per entry. `OR FAIL`, not
         // the default ABORT: a multi-row statement that may abort gets a statement journal (a
         // copy of every page it touches), and the entries are distinct by construction; a
         // failure still undoes the whole operation through its savepoint.
-        for chunk in entries.chunked(Self.rowsPerInsert) {
-            var arguments: [(any DatabaseValueConvertible)?] = []
-            arguments.reserveCapacity(chunk.count * 8)
-            for entry in chunk {
-                var number: (any DatabaseValueConvertible)?
-                var text: String?
-                switch entry.value {
-                case .integer(let value): number = value
-                case .number(let value): number = value
-                case .text(let value): text = value
+        for chunk in index.entries.chunked(Self.rowsPerInsert) {
+            try executeBound(Self.fieldIndexInserts[chunk.count]) { arguments in
+                for entry in chunk {
+                    arguments.add(recordID)
+                    arguments.add(entry.field)
+                    arguments.add(entry.position)
+                    arguments.add(zoneID)
+                    arguments.add(recordType)
+                    switch entry.value {
+                    case .integer(let value):
+                        arguments.add(value)
+                        arguments.addNull()
+                    case .number(let value):
+                        arguments.add(value)
+                        arguments.addNull()
+                    case .text(let value):
+                        arguments.addNull()
+                        arguments.add(value)
+                    }
+                    arguments.add(entry.longitude)
                 }
-                arguments += [recordID, entry.field, entry.position, zoneID, recordType, number, text, entry.longitude]
             }
-            try execute(
-                "INSERT OR FAIL INTO field_index (record_id, field, position, zone_id, record_type, num, text, lon) VALUES "
-                    + Self.placeholders(rows: chunk.count, columns: 8),
-                StatementArguments(arguments))
         }
-        for chunk in tokens.chunked(Self.rowsPerInsert) {
-            var arguments: [(any DatabaseValueConvertible)?] = []
-            arguments.reserveCapacity(chunk.count * 5)
-            for token in chunk { arguments += [recordID, token.field, token.token, zoneID, recordType] }
-            try execute(
-                "INSERT OR FAIL INTO token_index (record_id, field, token, zone_id, record_type) VALUES "
-                    + Self.placeholders(rows: chunk.count, columns: 5),
-                StatementArguments(arguments))
+        for chunk in index.tokens.chunked(Self.rowsPerInsert) {
+            try executeBound(Self.tokenIndexInserts[chunk.count]) { arguments in
+                for token in chunk {
+                    arguments.add(recordID)
+                    arguments.add(token.field)
+                    arguments.add(token.token)
+                    arguments.add(zoneID)
+                    arguments.add(recordType)
+                }
+            }
         }
         for chunk in index.pairs.chunked(Self.rowsPerInsert) {
-            var arguments: [(any DatabaseValueConvertible)?] = []
-            arguments.reserveCapacity(chunk.count * 7)
-            for entry in chunk {
-                arguments += [
-                    recordID, entry.pair.field, entry.pair.sortField, zoneID, recordType,
-                    QuerySQL.argument(entry.value), QuerySQL.argument(entry.sortValue),
-                ]
+            try executeBound(Self.pairIndexInserts[chunk.count]) { arguments in
+                for entry in chunk {
+                    arguments.add(recordID)
+                    arguments.add(entry.pair.field)
+                    arguments.add(entry.pair.sortField)
+                    arguments.add(zoneID)
+                    arguments.add(recordType)
+                    arguments.add(entry.value)
+                    arguments.add(entry.sortValue)
+                }
             }
-            try execute(
-                "INSERT OR FAIL INTO pair_index (record_id, field, sort_field, zone_id, record_type, value, sort_value) VALUES "
-                    + Self.placeholders(rows: chunk.count, columns: 7),
-                StatementArguments(arguments))
         }
+    }
+
+    /// The multi-row INSERT of each entry table, by its number of rows (1 through
+    /// `rowsPerInsert`; index 0 is unused): built once, not per record, so a write neither
+    /// assembles the text nor hashes a new string to find its cached statement.
+    static let fieldIndexInserts = inserts(
+        "INSERT OR FAIL INTO field_index (record_id, field, position, zone_id, record_type, num, text, lon) VALUES ", columns: 8)
+    static let tokenIndexInserts = inserts("INSERT OR FAIL INTO token_index (record_id, field, token, zone_id, record_type) VALUES ", columns: 5)
+    static let pairIndexInserts = inserts(
+        "INSERT OR FAIL INTO pair_index (record_id, field, sort_field, zone_id, record_type, value, sort_value) VALUES ", columns: 7)
+
+    private static func inserts(_ head: String, columns: Int) -> [String] {
+        (0...rowsPerInsert).map { rows in head + placeholders(rows: rows, columns: columns) }
     }
 
     /// Where a query's candidates come from: the most selective filter when it matches fewer

@@ -16,6 +16,8 @@ final class SchemaResolver {
     private var fields: [String: [String: FieldType]] = [:]
     /// Index flags by record type, then field (system fields included once declared).
     private var indexFlags: [String: [String: Int]] = [:]
+    /// `indexGrants(for:)`'s answers: a batch asks once per record, of the same few types.
+    private var grantsByType: [String: IndexGrants] = [:]
 
     init(container: String, environment: Environment, tx: any StorageWriter) throws {
         self.container = container
@@ -47,7 +49,10 @@ final class SchemaResolver {
 
     /// What the schema grants a saved record of `recordType` is indexed by.
     func indexGrants(for recordType: String) -> IndexGrants {
-        .of(environment, grants: indexFlags[recordType] ?? [:])
+        if let grants = grantsByType[recordType] { return grants }
+        let grants = IndexGrants.of(environment, grants: indexFlags[recordType] ?? [:])
+        grantsByType[recordType] = grants
+        return grants
     }
 
     /// Checks (or, in development, adds) the record type.
