@@ -163,7 +163,7 @@ public final class SQLiteStorage: StorageDriver {
                     run: { db in
                         let transaction = SQLiteTransaction(db: db)
                         box.value = try body(transaction)
-                        try transaction.writeStamps()
+                        try transaction.writeDeferred()
                     },
                     complete: { outcome in
                         switch outcome {

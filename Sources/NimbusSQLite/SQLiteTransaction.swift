@@ -276,23 +276,31 @@ struct SQLiteTransaction: StorageWriter {
 
     // MARK: Writes
 
-    /// Stamps deferred before the savepoint are written outside it; the ones made inside are
-    /// written before it is released, or dropped when it is rolled back with the writes they
-    /// stamp.
+    /// Stamps and index entries deferred before the savepoint are written outside it; the ones
+    /// made inside are written before it is released, or dropped when it is rolled back with
+    /// the writes they belong to.
     func savepoint<Value>(_ body: () throws -> Value) throws -> Value {
-        try writeStamps()
+        try writeDeferred()
         var result: Value?
         try db.inSavepoint {
             do {
                 result = try body()
             } catch {
                 memo.dropStamps()
+                memo.dropIndexes()
                 throw error
             }
-            try writeStamps()
+            try writeDeferred()
             return .commit
         }
         return result!
+    }
+
+    /// Everything this transaction deferred (`TransactionMemo`): at a savepoint's edges and
+    /// before the transaction commits.
+    func writeDeferred() throws {
+        try writeStamps()
+        try writeIndexEntries()
     }
 
     func ensureDatabase(_ key: DatabaseKey) throws -> DatabaseRow {
@@ -393,6 +401,7 @@ struct SQLiteTransaction: StorageWriter {
             WHERE id = (SELECT database_id FROM zones WHERE id = ?)
             """, [id, id, id])
         // Index entries first: they are found through the zone's record ids.
+        try writeIndexEntries()
         try execute("DELETE FROM field_index WHERE record_id IN (SELECT rowid FROM records WHERE zone_id = ?)", [id])
         try execute("DELETE FROM token_index WHERE record_id IN (SELECT rowid FROM records WHERE zone_id = ?)", [id])
         try execute("DELETE FROM pair_index WHERE record_id IN (SELECT rowid FROM records WHERE zone_id = ?)", [id])
@@ -490,25 +499,52 @@ struct SQLiteTransaction: StorageWriter {
         try replaceIndexEntries(recordID: recordID, zoneID: zoneID, recordType: recordType, index, hadEntries: hadEntries)
     }
 
-    /// SQLite's layout: `RecordIndexer`'s entry tables (docs/queries.md).
+    /// SQLite's layout: `RecordIndexer`'s entry tables (docs/queries.md). The entries are
+    /// deferred (`TransactionMemo`): a batch's are written together, one multi-row statement
+    /// per table per `rowsPerInsert` rows, instead of up to three statements a record.
     func replaceIndexEntries(recordID: Int64, zoneID: Int64, recordType: String, _ index: RecordIndexEntries, hadEntries: Bool) throws {
-        if hadEntries {
-            try execute("DELETE FROM field_index WHERE record_id = ?", [recordID])
-            try execute("DELETE FROM token_index WHERE record_id = ?", [recordID])
-            try execute("DELETE FROM pair_index WHERE record_id = ?", [recordID])
+        if hadEntries { memo.replaceIndex(recordID: recordID) }
+        if index.entries.count + index.tokens.count + index.pairs.count > 0 {
+            memo.deferIndex(.init(recordID: recordID, zoneID: zoneID, recordType: recordType, entries: index))
         }
-        // Multi-row inserts: one statement per chunk instead of one per entry. `OR FAIL`, not
-        // the default ABORT: a multi-row statement that may abort gets a statement journal (a
-        // copy of every page it touches), and the entries are distinct by construction; a
-        // failure still undoes the whole operation through its savepoint.
-        for chunk in index.entries.chunked(Self.rowsPerInsert) {
+        if memo.deferredIndexRows >= Self.deferredIndexRows || memo.replacedIndexes.count >= Self.namesPerRead { try writeIndexEntries() }
+    }
+
+    /// Deferred entry rows past which they are written without waiting for the savepoint's end.
+    static let deferredIndexRows = 4_096
+    /// The lengths of the id lists whose entries are deleted together (the last is `namesPerRead`).
+    static let deleteLengths = [1, 4, 16, 64, 200, namesPerRead]
+
+    /// Writes what indexing deferred since it was last written: first the stored entries of
+    /// records indexed again are deleted, then every deferred entry is inserted. `OR FAIL`, not
+    /// the default ABORT: a multi-row statement that may abort gets a statement journal (a copy
+    /// of every page it touches), and the entries are distinct by construction; a failure
+    /// still undoes the whole operation through its savepoint.
+    func writeIndexEntries() throws {
+        let (replaced, deferred) = memo.takeIndexes()
+        for chunk in Array(Set(replaced)).chunked(Self.namesPerRead) {
+            // The list padded (with its last id again) to one of a few lengths, so a handful
+            // of statements serve every batch instead of one cached statement per length.
+            let length = Self.deleteLengths.first { $0 >= chunk.count } ?? chunk.count
+            let ids = StatementArguments(Array(chunk) + Array(repeating: chunk.last!, count: length - chunk.count))
+            let marks = QuerySQL.marks(length)
+            try execute("DELETE FROM field_index WHERE record_id IN (\(marks))", ids)
+            try execute("DELETE FROM token_index WHERE record_id IN (\(marks))", ids)
+            try execute("DELETE FROM pair_index WHERE record_id IN (\(marks))", ids)
+        }
+        guard !deferred.isEmpty else { return }
+        typealias Row<Entry> = (record: TransactionMemo.DeferredIndex, entry: Entry)
+        func rows<Entry>(_ list: KeyPath<RecordIndexEntries, [Entry]>) -> [Row<Entry>] {
+            deferred.flatMap { record in record.entries[keyPath: list].map { (record, $0) } }
+        }
+        for chunk in rows(\.entries).chunked(Self.rowsPerInsert) {
             try executeBound(Self.fieldIndexInserts[chunk.count]) { arguments in
-                for entry in chunk {
-                    arguments.add(recordID)
+                for (record, entry) in chunk {
+                    arguments.add(record.recordID)
                     arguments.add(entry.field)
                     arguments.add(entry.position)
-                    arguments.add(zoneID)
-                    arguments.add(recordType)
+                    arguments.add(record.zoneID)
+                    arguments.add(record.recordType)
                     switch entry.value {
                     case .integer(let value):
                         arguments.add(value)
@@ -524,25 +560,25 @@ struct SQLiteTransaction: StorageWriter {
                 }
             }
         }
-        for chunk in index.tokens.chunked(Self.rowsPerInsert) {
+        for chunk in rows(\.tokens).chunked(Self.rowsPerInsert) {
             try executeBound(Self.tokenIndexInserts[chunk.count]) { arguments in
-                for token in chunk {
-                    arguments.add(recordID)
+                for (record, token) in chunk {
+                    arguments.add(record.recordID)
                     arguments.add(token.field)
                     arguments.add(token.token)
-                    arguments.add(zoneID)
-                    arguments.add(recordType)
+                    arguments.add(record.zoneID)
+                    arguments.add(record.recordType)
                 }
             }
         }
-        for chunk in index.pairs.chunked(Self.rowsPerInsert) {
+        for chunk in rows(\.pairs).chunked(Self.rowsPerInsert) {
             try executeBound(Self.pairIndexInserts[chunk.count]) { arguments in
-                for entry in chunk {
-                    arguments.add(recordID)
+                for (record, entry) in chunk {
+                    arguments.add(record.recordID)
                     arguments.add(entry.pair.field)
                     arguments.add(entry.pair.sortField)
-                    arguments.add(zoneID)
-                    arguments.add(recordType)
+                    arguments.add(record.zoneID)
+                    arguments.add(record.recordType)
                     arguments.add(entry.value)
                     arguments.add(entry.sortValue)
                 }
@@ -597,6 +633,8 @@ struct SQLiteTransaction: StorageWriter {
     }
 
     func queryRecords(_ query: RecordQuery) throws -> QueryPage {
+        // A query inside a write reads the entries it wrote.
+        try writeIndexEntries()
         let sql = QuerySQL(query: query, pageColumns: Self.pageRecordColumns, driver: try chooseDriver(query))
         // The statement's columns: the record's, then its id, then the sort keys (`QuerySQL`).
         let idColumn = Self.recordColumnCount

@@ -14,6 +14,10 @@ import NimbusStorage
 /// - **Stamps not written yet**: each zone's newest record sequence, written once before
 ///   anything reads zones or databases and when a savepoint or the transaction ends; a
 ///   savepoint rolled back drops the stamps made inside it with the writes they stamp.
+/// - **Index entries not written yet**: the entries of records saved since the last write of
+///   them, and the records whose stored entries go, written together (one statement per table
+///   for a whole batch) before anything reads entries and when a savepoint or the transaction
+///   ends; a savepoint rolled back drops the ones made inside it, as with stamps.
 final class TransactionMemo {
     struct RecordKey: Hashable {
         let zoneID: Int64
@@ -72,5 +76,52 @@ final class TransactionMemo {
     /// The stamps of writes a rolled-back savepoint took back.
     func dropStamps() {
         stamps.removeAll(keepingCapacity: true)
+    }
+
+    /// A saved record's index entries, not written yet (`SQLiteTransaction.writeIndexEntries`).
+    struct DeferredIndex {
+        let recordID: Int64
+        let zoneID: Int64
+        let recordType: String
+        let entries: RecordIndexEntries
+    }
+    private(set) var deferredIndexes: [DeferredIndex] = []
+    /// Rows the deferred entries will insert: past `SQLiteTransaction.deferredIndexRows` they
+    /// are written, so a transaction that indexes many records holds a bounded number.
+    private(set) var deferredIndexRows = 0
+
+    /// Records whose stored entries are to be deleted before the deferred ones are written.
+    private(set) var replacedIndexes: [Int64] = []
+
+    func deferIndex(_ index: DeferredIndex) {
+        deferredIndexes.append(index)
+        deferredIndexRows += Self.rows(of: index)
+    }
+
+    /// The record is indexed again: its stored entries go, and any deferred ones never get
+    /// written.
+    func replaceIndex(recordID: Int64) {
+        replacedIndexes.append(recordID)
+        guard deferredIndexes.contains(where: { $0.recordID == recordID }) else { return }
+        deferredIndexes.removeAll { $0.recordID == recordID }
+        deferredIndexRows = deferredIndexes.reduce(0) { $0 + Self.rows(of: $1) }
+    }
+
+    private static func rows(of index: DeferredIndex) -> Int {
+        index.entries.entries.count + index.entries.tokens.count + index.entries.pairs.count
+    }
+
+    /// The records whose stored entries go, then the deferred entries: the caller's to write.
+    func takeIndexes() -> (replaced: [Int64], added: [DeferredIndex]) {
+        guard !deferredIndexes.isEmpty || !replacedIndexes.isEmpty else { return ([], []) }
+        defer { dropIndexes() }
+        return (replacedIndexes, deferredIndexes)
+    }
+
+    /// The entries of records a rolled-back savepoint took back.
+    func dropIndexes() {
+        deferredIndexes.removeAll(keepingCapacity: true)
+        replacedIndexes.removeAll(keepingCapacity: true)
+        deferredIndexRows = 0
     }
 }

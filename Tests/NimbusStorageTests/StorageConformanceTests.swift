@@ -585,6 +585,56 @@ import Testing
         }
     }
 
+    /// A driver may hold a write's index entries back and write them together (SQLite does,
+    /// for a batch's): a query in the same write still sees them (where the write's closure
+    /// runs in the engine's transaction), a record indexed again keeps
+    /// only its new entries, a savepoint rolled back takes its records' entries with it, and a
+    /// write indexing more records than the driver holds back loses none.
+    @Test(arguments: drivers)
+    func indexEntriesHeldBackAreSeenReplacedAndRolledBack(driver: Driver) async throws {
+        struct Undo: Error {}
+        try await withDriver(driver) { storage in
+            let database = try await storage.write { try $0.ensureDatabase(Self.key) }
+            let zone = try #require(try await storage.read { try $0.zone(databaseID: database.id, name: "_defaultZone") })
+            let zoneID = zone.id
+            @Sendable func tagged(_ tag: String) -> RecordQuery {
+                var query = RecordQuery(
+                    zoneIDs: [zoneID], recordType: "T", conditions: [.compare(field: "tag", scope: .scalar, .equal, .text(tag))], sorts: [],
+                    after: nil, limit: 1_000)
+                query.budget = .seconds(30)  // not what this test measures (a fresh PostgreSQL table has no statistics)
+                return query
+            }
+            @Sendable func index(_ tx: any StorageWriter, _ name: String, tag: String, sequence: Int64, again: Bool = false) throws {
+                let row = Self.row(zoneID, name, sequence: sequence)
+                let id = try tx.putRecord(row)
+                let record = IndexedRecord(row: row, fields: [("tag", .string(tag))], grants: .everything)
+                try tx.indexRecord(recordID: id, zoneID: zoneID, recordType: "T", record, hadEntries: again)
+            }
+            let seenInTheWrite = try await storage.write { tx -> (x: Set<String>, y: Set<String>) in
+                try index(tx, "a", tag: "x", sequence: 1)
+                try index(tx, "b", tag: "x", sequence: 2)
+                try index(tx, "b", tag: "y", sequence: 3, again: true)
+                _ = try? tx.savepoint { () throws -> Void in
+                    try index(tx, "c", tag: "x", sequence: 4)
+                    throw Undo()
+                }
+                try index(tx, "d", tag: "y", sequence: 5)
+                return (Set(try tx.queryRecords(tagged("x")).rows.map(\.recordName)), Set(try tx.queryRecords(tagged("y")).rows.map(\.recordName)))
+            }
+            // A unit of work's closure reads what it loaded, not what it wrote: only where the
+            // closure runs in the engine's transaction does a query see the write's own entries.
+            if driver.closuresRunOnEngineThreads { #expect(seenInTheWrite.x == ["a"] && seenInTheWrite.y == ["b", "d"]) }
+            #expect(Set(try await storage.read { try $0.queryRecords(tagged("x")) }.rows.map(\.recordName)) == ["a"])
+            #expect(Set(try await storage.read { try $0.queryRecords(tagged("y")) }.rows.map(\.recordName)) == ["b", "d"])
+            // Seven entry rows a record (five system fields, the tag, its token): past SQLite's
+            // bound of rows held back (4,096).
+            try await storage.write { tx in
+                for number in 0..<700 { try index(tx, "m\(number)", tag: "many", sequence: Int64(10 + number)) }
+            }
+            #expect(try await storage.read { try $0.queryRecords(tagged("many")) }.rows.count == 700)
+        }
+    }
+
     /// Prepared query statements are kept per shape up to a bound; past it the cache starts
     /// over, and every query still answers from its own statement.
     @Test(arguments: drivers)
