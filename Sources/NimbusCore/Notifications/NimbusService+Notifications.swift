@@ -77,6 +77,17 @@ extension NimbusService {
                 logger.error("the change outbox could not be drained; it is tried again", metadata: ["error": "\(error)"])
                 return
             }
+            // Said once the drain committed: its closure may have run more than once.
+            for unreadable in drained.unreadable {
+                logger.error(
+                    "an outbox entry could not be read and is dropped",
+                    metadata: ["sequence": "\(unreadable.sequence)", "error": "\(unreadable.reason)"])
+            }
+            for cut in drained.cuts {
+                logger.notice(
+                    "a write matched more subscriptions than notificationsPerWrite; the rest were not notified",
+                    metadata: ["database": "\(cut.database)", "matched": "\(cut.matched)", "stored": "\(cut.stored)"])
+            }
             applyOwnSubscriptionChanges(
                 drained.firedOnce.map { ($0.databaseID, $0.key, nil) }, before: drained.versions.before, after: drained.versions.after)
             notificationHub.statistics.withLock {
@@ -167,6 +178,10 @@ extension NimbusService {
         var matchingNanoseconds: Int64 = 0
         /// Matches past `notificationsPerWrite` that were not stored.
         var notificationsCut = 0
+        /// Entries that did not decode (dropped), and writes whose matches were cut: logged by
+        /// the caller after the commit, not by the closure, which may run more than once.
+        var unreadable: [(sequence: Int64, reason: String)] = []
+        var cuts: [(database: String, matched: Int, stored: Int)] = []
         /// `subscriptionsVersion` before and after (firesOnce subscriptions are deleted).
         var versions: (before: Int64, after: Int64) = (0, 0)
     }
@@ -184,9 +199,8 @@ extension NimbusService {
             do {
                 committed = try OutboxCodec.decode(entry.body)
             } catch {
-                // Kept, it would stop every later entry: dropped, and said.
-                logger.error(
-                    "an outbox entry could not be read and is dropped", metadata: ["sequence": "\(entry.sequence)", "error": "\(error)"])
+                // Kept, it would stop every later entry: dropped, and said (by the caller).
+                drain.unreadable.append((entry.sequence, "\(error)"))
                 continue
             }
             let started = ContinuousClock.now
@@ -201,12 +215,8 @@ extension NimbusService {
             let bounded = Self.fanOut(matches, limit: options.notificationsPerWrite)
             if bounded.count < matches.count {
                 drain.notificationsCut += matches.count - bounded.count
-                logger.notice(
-                    "a write matched more subscriptions than notificationsPerWrite; the rest were not notified",
-                    metadata: [
-                        "database": "\(committed.database.key.container)/\(committed.database.key.environment.rawValue)/\(committed.database.key.scope.rawValue)",
-                        "matched": "\(matches.count)", "stored": "\(bounded.count)",
-                    ])
+                let key = committed.database.key
+                drain.cuts.append(("\(key.container)/\(key.environment.rawValue)/\(key.scope.rawValue)", matches.count, bounded.count))
             }
             drain.notificationsStored += try storeNotifications(
                 for: bounded, of: committed, at: now, ids: { event in ids.uuid("notification", String(entry.sequence), event) }, tx: tx)
