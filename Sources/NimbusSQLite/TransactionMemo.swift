@@ -85,7 +85,7 @@ final class TransactionMemo {
         let recordType: String
         let entries: RecordIndexEntries
     }
-    private(set) var deferredIndexes: [DeferredIndex] = []
+    private var deferredIndexes: [DeferredIndex] = []
     /// Rows the deferred entries will insert: past `SQLiteTransaction.deferredIndexRows` they
     /// are written, so a transaction that indexes many records holds a bounded number.
     private(set) var deferredIndexRows = 0

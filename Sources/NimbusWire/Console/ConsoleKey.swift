@@ -10,7 +10,9 @@ public enum ConsoleKey {
     /// An authenticator's six digits, for an operator with a second factor.
     public static let code = "code"
     public static let csrfToken = "csrfToken"
-    /// The signed-in operator's own dictionary, in a session's answer.
+    /// Where an answer names an operator: the signed-in operator's own dictionary in a
+    /// session's answer, the operator's name in an audit entry and in a record's
+    /// `created`/`modified` stamp that an operator made.
     public static let operatorAccount = "operator"
     public static let role = "role"
     public static let createdAt = "createdAt"
