@@ -632,6 +632,13 @@ import Testing
                 for number in 0..<700 { try index(tx, "m\(number)", tag: "many", sequence: Int64(10 + number)) }
             }
             #expect(try await storage.read { try $0.queryRecords(tagged("many")) }.rows.count == 700)
+            // Indexed again in one write, more records than SQLite deletes entries of at once
+            // (500): every old entry goes, every new one is found.
+            try await storage.write { tx in
+                for number in 0..<600 { try index(tx, "m\(number)", tag: "again", sequence: Int64(1_000 + number), again: true) }
+            }
+            #expect(try await storage.read { try $0.queryRecords(tagged("many")) }.rows.count == 100)
+            #expect(try await storage.read { try $0.queryRecords(tagged("again")) }.rows.count == 600)
         }
     }
 
