@@ -48,7 +48,7 @@ struct NotificationBenchmark {
     private func matchingRow(directory: String, filter: String, subscriptions: Int) async throws -> MatchingRow {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let bench = try await InProcessService(
-            storage: try SQLiteStorage(path: directory + "/nimbus.sqlite", synchronous: .normal), container: "iCloud.bench.matching")
+            storage: UnitOfWorkDriver(try SQLiteStorage(path: directory + "/nimbus.sqlite", synchronous: .normal)), container: "iCloud.bench.matching")
         let service = bench.service
         let caller = bench.caller
         let writer = DatabaseTarget(caller: try await caller("writer"), scope: .public)

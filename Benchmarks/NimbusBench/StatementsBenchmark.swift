@@ -24,7 +24,7 @@ struct StatementsBenchmark {
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let tally = Tally()
         let storage = try SQLiteStorage(path: directory + "/nimbus.sqlite", synchronous: .normal) { tally.increment() }
-        let bench = try await InProcessService(storage: storage, container: "iCloud.bench.statements")
+        let bench = try await InProcessService(storage: UnitOfWorkDriver(storage), container: "iCloud.bench.statements")
         let service = bench.service
         let alice = try await bench.caller("alice")
         let target = DatabaseTarget(caller: alice, scope: .private)

@@ -128,7 +128,7 @@ extension PostgresCoarseStorage {
             statement.branch(.databaseByID, "FROM databases WHERE id = ANY(\(statement.bind(databaseIDs)))")
         }
         // A zone's load brings its database's schema along unless the request says not to
-        // (`LoadRequest.schemaWithZones`, SQLiteCoarseStorage.load).
+        // (`LoadRequest.schemaWithZones`, SQLiteStorage.load).
         let schemaZones = request.schemaWithZones ? zones : []
         if !schemas.isEmpty || !schemaZones.isEmpty {
             let zoneDatabases = statement.bind(schemaZones.map(\.databaseID))

@@ -77,7 +77,3 @@ struct SQLiteRecordHistory: RecordHistoryStore {
 extension SQLiteStorage: RecordHistoryStoring {
     public var recordHistory: (any RecordHistoryStore)? { SQLiteRecordHistory(storage: self) }
 }
-
-extension SQLiteCoarseStorage: RecordHistoryStoring {
-    public var recordHistory: (any RecordHistoryStore)? { storage.recordHistory }
-}

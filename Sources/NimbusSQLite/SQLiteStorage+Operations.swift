@@ -122,15 +122,6 @@ extension SQLiteStorage: StoreFigures {
     public var poolUse: PoolUse? { nil }
 }
 
-extension SQLiteCoarseStorage: StoreFigures {
-    public func storeBytes() async throws -> Int64 { try await storage.storeBytes() }
-    public var poolUse: PoolUse? { nil }
-}
-
 extension SQLiteStorage: RequestLogStoring {
     public var requestLog: (any RequestLogStore)? { requestLogFile }
-}
-
-extension SQLiteCoarseStorage: RequestLogStoring {
-    public var requestLog: (any RequestLogStore)? { storage.requestLog }
 }

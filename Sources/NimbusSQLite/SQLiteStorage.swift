@@ -8,7 +8,7 @@ import NimbusStorage
 /// ```swift
 /// let storage = try SQLiteStorage(path: "nimbus-data/nimbus.sqlite", synchronous: .full)
 /// ```
-public final class SQLiteStorage: StorageDriver {
+public final class SQLiteStorage: Sendable {
     /// SQLite's `synchronous` setting for commits. `full` syncs the WAL on every commit and
     /// survives power loss; `normal` survives a crash of the process (`kill -9`) but may lose
     /// the last commits on power loss. Group commit makes `full` affordable.
@@ -94,17 +94,6 @@ public final class SQLiteStorage: StorageDriver {
     /// but one at once (`ScanLane`): a query that takes its whole budget holds one of those threads,
     /// never one that lookups, sign-ins and WebSockets need. A read waits only for a free
     /// reader connection, never for a writer (WAL).
-    public func read<Value: Sendable>(_ kind: ReadKind, _ body: @escaping @Sendable (any StorageReader) throws -> Value)
-        async throws -> Value
-    {
-        switch kind {
-        case .point:
-            return try readPoint(body)
-        case .scan:
-            return try await readScan(body)
-        }
-    }
-
     /// A scan on the reader queues (`ScanLane`), with the driver's own transaction type.
     func readScan<Value: Sendable>(_ body: @escaping @Sendable (SQLiteTransaction) throws -> Value) async throws -> Value {
         let pool = self.pool
@@ -150,10 +139,6 @@ public final class SQLiteStorage: StorageDriver {
         }
     }
 
-    public func write<Value: Sendable>(_ body: @escaping @Sendable (any StorageWriter) throws -> Value) async throws -> Value {
-        try await writeSQLite(body)
-    }
-
     /// A write through group commit, with the driver's own transaction type.
     func writeSQLite<Value: Sendable>(_ body: @escaping @Sendable (SQLiteTransaction) throws -> Value) async throws -> Value {
         let box = ResultBox<Value>()
@@ -194,7 +179,7 @@ public final class SQLiteStorage: StorageDriver {
                 let path = file(dataDirectory)
                 try FileManager.default.createDirectory(
                     atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
-                return try SQLiteStorage(path: path, synchronous: synchronous)
+                return UnitOfWorkDriver(try SQLiteStorage(path: path, synchronous: synchronous))
             },
             restorer: restorer(file: file, synchronous: synchronous), storeFile: file)
     }

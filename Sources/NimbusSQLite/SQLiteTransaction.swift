@@ -471,6 +471,32 @@ struct SQLiteTransaction: StorageWriter {
         return db.lastInsertedRowID
     }
 
+    /// A new record under the id its unit of work gave it.
+    func insertRecord(_ row: RecordRow, id: Int64) throws {
+        try executeBound(
+            """
+            INSERT INTO records (rowid, zone_id, record_name, record_type, fields, parent, change_sequence, created_at,
+                created_by, created_device, modified_at, modified_by, modified_device, deleted)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """
+        ) { arguments in
+            arguments.add(id)
+            arguments.add(row.zoneID)
+            arguments.add(row.recordName)
+            arguments.add(row.recordType)
+            arguments.add(blob: row.fields)
+            arguments.add(row.parent)
+            arguments.add(row.changeSequence)
+            arguments.add(row.created.timestamp)
+            arguments.add(row.created.userRecordName)
+            arguments.add(row.created.deviceID)
+            arguments.add(row.modified.timestamp)
+            arguments.add(row.modified.userRecordName)
+            arguments.add(row.modified.deviceID)
+            arguments.add(row.isDeleted)
+        }
+    }
+
     func addSchemaField(container: String, environment: Environment, _ field: SchemaFieldRow) throws {
         try execute(
             """

@@ -35,6 +35,8 @@ final class TransactionMemo {
         var sequence: Int64
     }
     private var stamps: [Int64: Stamp] = [:]
+    /// The next id of each kind a unit of work may give a new row (`SQLiteTransaction.newIDs`).
+    var nextIDs: [StorageIDKind: Int64] = [:]
 
     /// `.some(row)` or `.some(nil)` when the record was read ahead and not written since;
     /// `nil` when the store must be asked.

@@ -25,8 +25,8 @@ import Testing
             configuration.storage = StorageOpener(
                 description: sqlite.description,
                 open: { directory in
-                    guard let storage = try await sqlite.open(directory) as? SQLiteStorage else { throw TestFailure("not SQLite") }
-                    let driver = UnitOfWorkDriver(SQLiteCoarseStorage(storage))
+                    guard let embedded = try await sqlite.open(directory) as? UnitOfWorkDriver else { throw TestFailure("not SQLite") }
+                    let driver = UnitOfWorkDriver(RoundTrips(embedded.base))
                     holder.driver.withLock { $0 = driver }
                     return driver
                 })

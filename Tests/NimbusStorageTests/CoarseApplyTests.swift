@@ -19,7 +19,7 @@ import Testing
         [
             Engine(description: "SQLite") { body in
                 try await StorageConformanceTests.directory { directory in
-                    let storage = SQLiteCoarseStorage(try SQLiteStorage(path: directory + "/db.sqlite", synchronous: .normal))
+                    let storage = RoundTrips(try SQLiteStorage(path: directory + "/db.sqlite", synchronous: .normal))
                     try await body(storage)
                     try await storage.close()
                 }

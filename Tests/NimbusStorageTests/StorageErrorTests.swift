@@ -7,11 +7,11 @@ import Testing
 
 /// Storage failures arrive as `StorageError`, whichever engine failed, and collisions are run again.
 @Suite struct StorageErrorTests {
-    func withSQLite(busyTimeout: TimeInterval = 10, _ body: (SQLiteStorage, String) async throws -> Void) async throws {
+    func withSQLite(busyTimeout: TimeInterval = 10, _ body: (UnitOfWorkDriver, String) async throws -> Void) async throws {
         let directory = NSTemporaryDirectory() + "nimbus-errors-" + UUID().uuidString
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let storage = try SQLiteStorage(path: directory + "/db.sqlite", synchronous: .normal, busyTimeout: busyTimeout)
+        let storage = UnitOfWorkDriver(try SQLiteStorage(path: directory + "/db.sqlite", synchronous: .normal, busyTimeout: busyTimeout))
         try await body(storage, directory + "/db.sqlite")
         try await storage.close()
     }

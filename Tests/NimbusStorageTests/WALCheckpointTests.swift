@@ -18,7 +18,7 @@ import Testing
         // passes the threshold many times over.
         for owner in 1...600 {
             let key = DatabaseKey(container: "c", environment: .development, scope: .private, ownerID: Int64(owner))
-            _ = try await storage.write { try $0.ensureDatabase(key) }
+            _ = try await UnitOfWorkDriver(storage).write { try $0.ensureDatabase(key) }
         }
         storage.checkpointer.drain()
         let figures = storage.checkpointer.figures
@@ -37,7 +37,7 @@ import Testing
         // Everything written is in the file.
         let reopened = try SQLiteStorage(path: path, synchronous: .normal)
         let key = DatabaseKey(container: "c", environment: .development, scope: .private, ownerID: 600)
-        #expect(try await reopened.read { try $0.database(key) } != nil)
+        #expect(try await UnitOfWorkDriver(reopened).read { try $0.database(key) } != nil)
         try await reopened.close()
     }
 }

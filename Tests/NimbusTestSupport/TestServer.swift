@@ -373,10 +373,10 @@ extension ServerConfiguration {
         case "units":
             return ServerConfiguration(
                 storage: StorageOpener(
-                    description: { "units of work over " + sqlite.description($0) },
+                    description: { "round trips to " + sqlite.description($0) },
                     open: { directory in
-                        guard let storage = try await sqlite.open(directory) as? SQLiteStorage else { throw TestFailure("not SQLite") }
-                        return UnitOfWorkDriver(SQLiteCoarseStorage(storage))
+                        guard let embedded = try await sqlite.open(directory) as? UnitOfWorkDriver else { throw TestFailure("not SQLite") }
+                        return UnitOfWorkDriver(RoundTrips(embedded.base))
                     }))
         case "postgres":
             var configuration = ServerConfiguration(storage: PostgresTestCluster.opener())

@@ -27,10 +27,40 @@ public protocol CoarseStorage: Sendable {
     func close() async throws
     /// See `StorageDriver.signals()`.
     func signals() -> AsyncStream<StoreSignal>?
+
+    /// Runs `body` over rows the engine answers in process, from one consistent view of the
+    /// store (`UnitRowSource`), so a unit of work loads what it reads as it reads it and runs
+    /// once; nil, without running it, when every load is a round trip (the default). `kind`
+    /// says where a read runs (`ReadKind`); a write's decision is `.point`.
+    func withRowSource<Value>(_ kind: ReadKind, _ body: (any UnitRowSource) throws -> Value) async throws -> Value?
 }
 
 extension CoarseStorage {
     public func signals() -> AsyncStream<StoreSignal>? { nil }
+    public func withRowSource<Value>(_ kind: ReadKind, _ body: (any UnitRowSource) throws -> Value) async throws -> Value? { nil }
+}
+
+/// Committed rows answered in process (SQLite, inside a read transaction): a load costs no
+/// round trip, so a unit of work loads each key as it reads it instead of running again.
+public protocol UnitRowSource {
+    /// What `request` names, added to `rows` (a key found absent is present with nil).
+    func load(_ request: LoadRequest, into rows: inout LoadedRows) throws
+}
+
+/// An engine that decides writes inside its own write transaction (SQLite: one writer, group
+/// committed): a write's unit of work loads from that transaction as it reads, and what it
+/// decided is applied there at once, with nothing to check, since nothing else wrote between
+/// the reads and the writes. `UnitOfWorkDriver` uses it instead of its load-decide-apply loop.
+public protocol InProcessStorage: CoarseStorage {
+    func writeInProcess<Value: Sendable>(_ body: @escaping @Sendable (any UnitTransaction) throws -> Value) async throws -> Value
+}
+
+/// The write transaction a unit of work is decided and applied in (`InProcessStorage`).
+public protocol UnitTransaction: UnitRowSource {
+    /// Ids no row has: the transaction's rows are all it must pass (it holds the write lock).
+    func newIDs(_ kind: StorageIDKind, count: Int) throws -> ClosedRange<Int64>
+    /// The unit's writes, unchecked.
+    func applyDecided(_ changes: UnitOfWorkChanges) throws
 }
 
 /// The kinds of rows whose ids a unit of work chooses.

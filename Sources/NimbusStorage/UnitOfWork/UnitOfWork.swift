@@ -1,12 +1,14 @@
 /// A transaction closure's view of storage in a `UnitOfWorkDriver`: committed rows loaded so
 /// far, with the unit's own writes laid over them.
 ///
-/// A read of a row not loaded yet is noted and answered as if the row did not exist, and the
-/// closure goes on: one run discovers every row a request names (a 200-record batch, a cascade
-/// of deletes), not one per run. Whatever that run computed is thrown away; the driver loads
-/// all the noted keys at once and runs the closure again. Only a run that noted nothing counts.
-/// Reads that cannot be answered that way (scans, the installation secret, versions) stop the
-/// run at once by throwing `UnitOfWork.Miss`.
+/// Where the engine answers in process (`UnitRowSource`: SQLite, from one read transaction on
+/// the calling thread), a read of a row not loaded yet loads it at once and the closure runs
+/// once. Over a networked engine a read of a row not loaded yet is noted and answered as if the
+/// row did not exist, and the closure goes on: one run discovers every row a request names (a
+/// 200-record batch, a cascade of deletes), not one per run. Whatever that run computed is
+/// thrown away; the driver loads all the noted keys at once and runs the closure again. Only a
+/// run that noted nothing counts. Reads that cannot be answered that way (scans, the
+/// installation secret, versions) stop the run at once by throwing `UnitOfWork.Miss`.
 final class UnitOfWork: StorageWriter {
     /// What the closure needed and the unit did not have.
     struct Miss: Error {
@@ -60,55 +62,77 @@ final class UnitOfWork: StorageWriter {
         var changes = UnitOfWorkChanges()
     }
 
-    let loaded: LoadedRows
+    private(set) var loaded: LoadedRows
     let ids: UnitIDs
+    /// Answers what is not loaded at once, when the engine runs in process.
+    let source: (any UnitRowSource)?
     private(set) var overlay = Overlay()
     /// Keys read and not loaded, answered as absent: the run's result does not count.
     private(set) var missed: Set<LoadKey> = []
 
-    init(loaded: LoadedRows, ids: UnitIDs) {
+    init(loaded: LoadedRows, ids: UnitIDs, source: (any UnitRowSource)? = nil) {
         self.loaded = loaded
         self.ids = ids
+        self.source = source
     }
 
     var changes: UnitOfWorkChanges { overlay.changes }
 
     // MARK: Loading
 
-    /// A row by key; not loaded, it is noted and taken to be absent for this run.
-    private func need<Value>(_ value: Value??, _ key: LoadKey) -> Value? {
-        guard let value else {
-            missed.insert(key)
-            return nil
-        }
-        return value
+    /// Loads what `request` names now, from the source in process; false when there is none
+    /// (the caller notes a miss instead).
+    private func loadNow(_ request: LoadRequest) throws -> Bool {
+        guard let source else { return false }
+        try source.load(request, into: &loaded)
+        return true
     }
 
-    /// A value the run cannot go on without: not loaded, the run stops here.
-    private func need<Value>(_ value: Value?, _ key: LoadKey) throws -> Value {
-        guard let value else { throw Miss(keys: missed.union([key])) }
-        return value
+    private func loadNow(_ key: LoadKey) throws -> Bool { try loadNow(LoadRequest(keys: [key], schemaWithZones: false)) }
+
+    /// A row by key; not loaded (and no source to load it at once), it is noted and taken to
+    /// be absent for this run.
+    private func need<Value>(_ value: @autoclosure () -> Value??, _ key: LoadKey) throws -> Value? {
+        if let found = value() { return found }
+        if try loadNow(key), let found = value() { return found }
+        missed.insert(key)
+        return nil
     }
 
-    /// A list by key; not loaded, it is noted and taken to be empty for this run.
-    private func needList<Element>(_ value: [Element]?, _ key: LoadKey) -> [Element] {
-        guard let value else {
-            missed.insert(key)
-            return []
-        }
-        return value
+    /// A value the run cannot go on without: not loaded (and no source), the run stops here.
+    private func need<Value>(_ value: @autoclosure () -> Value?, _ key: LoadKey) throws -> Value {
+        if let found = value() { return found }
+        if try loadNow(key), let found = value() { return found }
+        throw Miss(keys: missed.union([key]))
+    }
+
+    /// A list by key; not loaded (and no source), it is noted and taken to be empty for this run.
+    private func needList<Element>(_ value: @autoclosure () -> [Element]?, _ key: LoadKey) throws -> [Element] {
+        if let found = value() { return found }
+        if try loadNow(key), let found = value() { return found }
+        missed.insert(key)
+        return []
     }
 
     private func scan(_ scan: LoadScan) throws -> ScanResult {
+        if loaded.scans[scan] == nil { _ = try loadNow(LoadRequest(scans: [scan], schemaWithZones: false)) }
         guard let result = loaded.scans[scan] else { throw Miss(keys: missed, scan: scan) }
         if case .failed(let error) = result { throw error }
         return result
     }
 
     private func newID(_ kind: StorageIDKind) throws -> Int64 {
-        guard let id = ids.take(kind) else { throw Miss(keys: missed, ids: kind) }
-        return id
+        if let id = ids.take(kind) { return id }
+        // Inside the engine's write transaction: more ids at once, the run goes on.
+        if let transaction = source as? any UnitTransaction {
+            ids.add(kind, try transaction.newIDs(kind, count: Self.idsPerTake))
+            if let id = ids.take(kind) { return id }
+        }
+        throw Miss(keys: missed, ids: kind)
     }
+
+    /// Ids a unit takes from its write transaction at a time (`UnitTransaction.newIDs`).
+    static let idsPerTake = 64
 
     private func write(_ write: StorageWrite) { overlay.changes.writes.append(write) }
 
@@ -126,6 +150,10 @@ final class UnitOfWork: StorageWriter {
         if let loadedDatabase = loaded.databases[database] {
             guard let row = loadedDatabase, loaded.zones[ZoneKey(databaseID: row.id, name: zoneName)] == nil else { return }
         }
+        // In process: the three levels in one load, and the run goes on.
+        let keys = [LoadKey.database(database), .zonePath(database, zoneName: zoneName)]
+            + names.map { LoadKey.recordPath(database, zoneName: zoneName, recordName: $0) }
+        if try loadNow(LoadRequest(keys: Set(keys), schemaWithZones: false)) { return }
         missed.insert(.database(database))
         missed.insert(.zonePath(database, zoneName: zoneName))
         for name in names { missed.insert(.recordPath(database, zoneName: zoneName, recordName: name)) }
@@ -137,7 +165,7 @@ final class UnitOfWork: StorageWriter {
 
     func installationSecret() throws -> [UInt8] { try need(loaded.installationSecret, .installationSecret) }
 
-    func container(id: String) throws -> ContainerRow? { need(loaded.container[id], .container(id)) }
+    func container(id: String) throws -> ContainerRow? { try need(loaded.container[id], .container(id)) }
 
     func containers() throws -> [ContainerRow] { try need(loaded.containers, .containers) }
 
@@ -145,12 +173,12 @@ final class UnitOfWork: StorageWriter {
 
     func database(_ key: DatabaseKey) throws -> DatabaseRow? {
         if let row = overlay.databases[key] { return row }
-        return need(loaded.databases[key], .database(key))
+        return try need(loaded.databases[key], .database(key))
     }
 
     private func database(id: Int64) throws -> DatabaseRow {
         if let row = databaseAtHand(id: id) { return row }
-        guard let row = need(loaded.databasesByID[id], .databaseByID(id)) else {
+        guard let row = try need(loaded.databasesByID[id], .databaseByID(id)) else {
             throw StorageError.corrupt("database \(id) does not exist")
         }
         return row
@@ -168,14 +196,14 @@ final class UnitOfWork: StorageWriter {
         let key = ZoneKey(databaseID: databaseID, name: name)
         if let row = overlay.zones[key] { return row }
         if overlay.createdDatabases.contains(databaseID) { return nil }
-        return need(loaded.zones[key], .zone(databaseID: databaseID, name: name))
+        return try need(loaded.zones[key], .zone(databaseID: databaseID, name: name))
     }
 
     private func zone(id: Int64) throws -> ZoneRow {
         if let row = overlay.zonesByID[id] { return row }
         // Loaded by name already: no second load by id.
         if let row = loaded.zones.values.lazy.compactMap({ $0 }).first(where: { $0.id == id }) { return row }
-        guard let row = need(loaded.zonesByID[id], .zoneByID(id)) else { throw StorageError.corrupt("zone \(id) does not exist") }
+        guard let row = try need(loaded.zonesByID[id], .zoneByID(id)) else { throw StorageError.corrupt("zone \(id) does not exist") }
         return row
     }
 
@@ -189,7 +217,7 @@ final class UnitOfWork: StorageWriter {
             overlay.changes.databasesRead[databaseID] = database.sequence
         }
         var byName: [String: ZoneRow] = [:]
-        let committed = overlay.createdDatabases.contains(databaseID) ? [] : needList(loaded.zoneLists[databaseID], .zones(databaseID: databaseID))
+        let committed = overlay.createdDatabases.contains(databaseID) ? [] : try needList(loaded.zoneLists[databaseID], .zones(databaseID: databaseID))
         for row in committed { byName[row.name] = row }
         for (key, row) in overlay.zones where key.databaseID == databaseID { byName[row.name] = row }
         return byName.values.filter { !$0.isDeleted }.sorted { Self.byteOrder($0.name, $1.name) }
@@ -205,7 +233,7 @@ final class UnitOfWork: StorageWriter {
     private func storedRecord(_ key: RecordKey) throws -> StoredRecord? {
         if let stored = overlay.records[key] { return stored }
         if overlay.deletedZones.contains(key.zoneID) || overlay.createdZones.contains(key.zoneID) { return nil }
-        return need(loaded.records[key], .record(zoneID: key.zoneID, name: key.name))
+        return try need(loaded.records[key], .record(zoneID: key.zoneID, name: key.name))
     }
 
     func record(zoneID: Int64, name: String) throws -> RecordRow? {
@@ -239,7 +267,7 @@ final class UnitOfWork: StorageWriter {
         let committed =
             overlay.createdZones.contains(targetZoneID)
             ? []
-            : needList(
+            : try needList(
                 loaded.referrers[ReferrerKey(zoneID: targetZoneID, name: targetName, action: action)],
                 .referrers(zoneID: targetZoneID, name: targetName, action: action))
         // Sources the unit rewrote (or whose zone it deleted) count with their new rows only.
@@ -340,6 +368,7 @@ final class UnitOfWork: StorageWriter {
 
     func badge(owner: NotificationOwner) throws -> Int64 {
         if let value = overlay.badges[owner] { return value }
+        if loaded.badges[owner] == nil { _ = try loadNow(.badge(owner)) }
         guard let value = loaded.badges[owner] else {
             missed.insert(.badge(owner))
             return 0

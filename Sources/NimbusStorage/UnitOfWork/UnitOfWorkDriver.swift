@@ -13,11 +13,15 @@ public final class UnitOfWorkDriver: StorageDriver {
     public let base: any CoarseStorage
     private let units: UnitRunner
     private let commits: UnitGroupCommitter
+    /// `base` when it decides writes in its own transaction (SQLite): no loads to repeat, no
+    /// checks at apply, and its own group commit.
+    private let inProcess: (any InProcessStorage)?
 
     public init(_ base: any CoarseStorage, idBlock: Int = 256) {
         self.base = base
         self.units = UnitRunner(base: base, ids: StorageIDReserve(block: idBlock))
         self.commits = UnitGroupCommitter(units: units)
+        self.inProcess = base as? any InProcessStorage
     }
 
     /// Loads, id reservations and applies sent to `base` so far by writes and by reads: the
@@ -28,7 +32,7 @@ public final class UnitOfWorkDriver: StorageDriver {
     public func read<Value: Sendable>(_ kind: ReadKind, _ body: @escaping @Sendable (any StorageReader) throws -> Value) async throws
         -> Value
     {
-        try await units.run(schemaWithZones: kind == .scan) { unit in try body(unit) }
+        try await units.run(kind) { unit in try body(unit) }
     }
 
     public func write<Value: Sendable>(_ body: @escaping @Sendable (any StorageWriter) throws -> Value) async throws -> Value {
@@ -46,6 +50,9 @@ public final class UnitOfWorkDriver: StorageDriver {
     private func write<Value: Sendable>(pipeline: ZoneOrder?, _ body: @escaping @Sendable (any StorageWriter) throws -> Value)
         async throws -> Value
     {
+        if let inProcess {
+            return try await inProcess.writeInProcess { transaction in try UnitRunner.decide(in: transaction, body) }
+        }
         let value = WrittenValue<Value>()
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             commits.submit(
@@ -86,11 +93,11 @@ final class UnitRunner: Sendable {
         self.ids = ids
     }
 
-    /// Runs a read's `body` until it no longer misses anything. `schemaWithZones`: see
-    /// `LoadRequest` (a point read does without).
-    func run<Value>(schemaWithZones: Bool, _ body: (UnitOfWork) throws -> Value) async throws -> Value {
+    /// Runs a read's `body` until it no longer misses anything. A point read's loads do without
+    /// the schema (`LoadRequest.schemaWithZones`).
+    func run<Value>(_ kind: ReadKind, _ body: (UnitOfWork) throws -> Value) async throws -> Value {
         var value: Value?
-        _ = try await decide(counting: readRoundTrips, schemaWithZones: schemaWithZones) { unit in
+        _ = try await decide(counting: readRoundTrips, kind: kind, schemaWithZones: kind == .scan) { unit in
             do {
                 value = try body(unit)
                 return unit.missed.isEmpty ? nil : UnitOfWork.Miss(keys: unit.missed)
@@ -110,7 +117,7 @@ final class UnitRunner: Sendable {
     /// run misses anything; their outcomes and the unit's changes.
     func decide(_ writes: [PendingWrite]) async throws -> (outcomes: [Result<Void, any Error>], changes: UnitOfWorkChanges) {
         var outcomes: [Result<Void, any Error>] = []
-        let changes = try await decide(counting: writeRoundTrips, schemaWithZones: true) { unit in
+        let changes = try await decide(counting: writeRoundTrips, kind: .point, schemaWithZones: true) { unit in
             outcomes = []
             var miss = UnitOfWork.Miss()
             for write in writes {
@@ -125,9 +132,11 @@ final class UnitRunner: Sendable {
     }
 
     /// Runs `attempt` over the rows loaded so far until it reports no miss, loading (and
-    /// reserving ids for) what each miss names.
+    /// reserving ids for) what each miss names. Over an engine in process (`withRowSource`)
+    /// the unit loads as it reads, and only running out of ids runs it again.
     private func decide(
-        counting roundTrips: borrowing Atomic<Int>, schemaWithZones: Bool, _ attempt: (UnitOfWork) throws -> UnitOfWork.Miss?
+        counting roundTrips: borrowing Atomic<Int>, kind: ReadKind, schemaWithZones: Bool,
+        _ attempt: (UnitOfWork) throws -> UnitOfWork.Miss?
     ) async throws -> UnitOfWorkChanges {
         var loaded = LoadedRows()
         let unitIDs = UnitIDs()
@@ -139,8 +148,13 @@ final class UnitRunner: Sendable {
         var wanted: [StorageIDKind: Int] = [:]
         for _ in 0..<Self.loadsPerUnit {
             unitIDs.startRun()
-            let unit = UnitOfWork(loaded: loaded, ids: unitIDs)
-            guard let miss = try attempt(unit) else {
+            func run(_ source: (any UnitRowSource)?) throws -> (unit: UnitOfWork, miss: UnitOfWork.Miss?) {
+                let unit = UnitOfWork(loaded: loaded, ids: unitIDs, source: source)
+                return (unit, try attempt(unit))
+            }
+            let (unit, outcome) = try await base.withRowSource(kind, run) ?? run(nil)
+            loaded = unit.loaded
+            guard let miss = outcome else {
                 // The ids the counting run left unused go back for the next unit.
                 for (kind, range) in unitIDs.unused { ids.add(kind, range) }
                 return unit.changes
@@ -169,6 +183,20 @@ final class UnitRunner: Sendable {
             }
         }
         throw StorageError.corrupt("a unit of work still needed more rows after \(Self.loadsPerUnit) loads, last \(lastMiss.map { "\($0)" } ?? "none")")
+    }
+
+    /// A write decided and applied inside the engine's own transaction: the unit loads as it
+    /// reads and takes ids from the transaction as it needs them, so it runs once.
+    static func decide<Value>(in transaction: any UnitTransaction, _ body: (UnitOfWork) throws -> Value) throws -> Value {
+        let unit = UnitOfWork(loaded: LoadedRows(), ids: UnitIDs(), source: transaction)
+        let value: Value
+        do {
+            value = try body(unit)
+        } catch let miss as UnitOfWork.Miss {
+            throw StorageError.corrupt("a unit of work missed \(miss) inside its own transaction")
+        }
+        try transaction.applyDecided(unit.changes)
+        return value
     }
 
     func apply(_ changes: UnitOfWorkChanges) async throws {

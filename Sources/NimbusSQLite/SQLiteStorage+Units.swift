@@ -2,47 +2,69 @@ import Foundation
 import GRDB
 import NimbusStorage
 
-/// SQLite behind the coarse protocol (`CoarseStorage`): loads by key, applies a unit's writes
-/// in one transaction after checking its expectations. The embedded server does not use it
-/// (`SQLiteStorage` runs closures in its transaction directly, which is faster in-process);
-/// it exists so that `UnitOfWorkDriver`, which the PostgreSQL driver relies on, runs the whole
-/// test suite against an engine with no network in the way (`NIMBUS_TEST_STORAGE=units`), and
-/// so that its round trips per request can be counted anywhere.
-public struct SQLiteCoarseStorage: CoarseStorage {
-    public let storage: SQLiteStorage
-
-    public init(_ storage: SQLiteStorage) { self.storage = storage }
-
-    public var accounts: any AccountStore { storage.accounts }
-    public var push: any PushStore { storage.push }
-    public var assets: any AssetStore { storage.assets }
-    public var shares: any ShareStore { storage.shares }
-    public var operations: any OperationOutcomeStore { storage.operations }
-    public var operators: any OperatorStore { storage.operators }
-    public func close() async throws { try await storage.close() }
-
+/// SQLite runs NimbusCore's transactions as units of work in process (`InProcessStorage`): a
+/// read's unit loads from one read transaction as it reads, on the calling thread (a scan's on
+/// the scan lane); a write's is decided and applied inside the writer's transaction, among the
+/// others of its group commit, with nothing to check. `load`, `apply` and `reserveIDs` are the
+/// same engine seen over round trips, as PostgreSQL is (`RoundTrips`: the test suite's second
+/// SQLite pass, and round trips counted anywhere).
+extension SQLiteStorage: InProcessStorage {
     public func load(_ request: LoadRequest) async throws -> LoadedRows {
         // Always on GRDB's own threads (`.scan`), never on the caller's: a unit of work loads
         // often and concurrently, and point reads blocking the cooperative threads on GRDB's
         // reader pool, while GRDB's queues wait for threads, is how a busy test process stalled.
-        try await storage.read(.scan) { reader in
-            guard let tx = reader as? SQLiteTransaction else { throw StorageError.corrupt("not an SQLite transaction") }
-            return try tx.load(request)
+        try await readScan { tx in try tx.load(request) }
+    }
+
+    /// A point read's unit runs on the calling thread in one read transaction, a scan's on the
+    /// scan lane (`SQLiteStorage.read`); either way the unit loads as it reads, from one
+    /// snapshot, and runs once.
+    public func withRowSource<Value>(_ kind: ReadKind, _ body: (any UnitRowSource) throws -> Value) async throws -> Value? {
+        switch kind {
+        case .point:
+            return try readPoint { tx in try body(tx) }
+        case .scan:
+            // The scan lane's closure escapes to GRDB's queue; this call waits for it, so the
+            // body and its value never outlive it nor run twice at once.
+            return try await withoutActuallyEscaping(body) { body in
+                let run = Unchecked(body)
+                return try await readScan { tx in Unchecked(try run.value(tx)) }.value
+            }
         }
     }
 
     public func apply(_ changes: UnitOfWorkChanges) async throws {
-        try await storage.writeSQLite { tx in try tx.apply(changes) }
+        try await writeSQLite { tx in try tx.apply(changes) }
+    }
+
+    /// Decided in the writer's transaction, among the others of its group commit.
+    public func writeInProcess<Value: Sendable>(_ body: @escaping @Sendable (any UnitTransaction) throws -> Value) async throws
+        -> Value
+    {
+        try await writeSQLite { tx in try body(tx) }
     }
 
     public func reserveIDs(_ kind: StorageIDKind, count: Int) async throws -> ClosedRange<Int64> {
-        try await storage.writeSQLite { tx in try tx.reserveIDs(kind, count: count) }
+        try await writeSQLite { tx in try tx.reserveIDs(kind, count: count) }
     }
 }
 
-extension SQLiteTransaction {
+/// A value handed across a thread the caller waits on (`withRowSource`): never shared at once.
+private struct Unchecked<Value>: @unchecked Sendable {
+    let value: Value
+    init(_ value: Value) { self.value = value }
+}
+
+extension SQLiteTransaction: UnitTransaction {
     func load(_ request: LoadRequest) throws -> LoadedRows {
         var rows = LoadedRows()
+        try load(request, into: &rows)
+        return rows
+    }
+
+    func load(_ request: LoadRequest, into rows: inout LoadedRows) throws {
+        // A write's records by name, read per zone in a few statements (`expect`).
+        var recordNames: [ZonePath: [String]] = [:]
         for key in request.keys {
             switch key {
             case .installationSecret: rows.installationSecret = try installationSecret()
@@ -60,8 +82,7 @@ extension SQLiteTransaction {
                 rows.records[RecordKey(zoneID: zoneID, name: name)] = .some(try storedRecord(zoneID: zoneID, name: name))
             case .zonePath(let key, let zoneName): _ = try loadPath(key, zoneName: zoneName, into: &rows)
             case .recordPath(let key, let zoneName, let recordName):
-                guard let zone = try loadPath(key, zoneName: zoneName, into: &rows) else { continue }
-                rows.records[RecordKey(zoneID: zone.id, name: recordName)] = .some(try storedRecord(zoneID: zone.id, name: recordName))
+                recordNames[ZonePath(database: key, zoneName: zoneName), default: []].append(recordName)
             case .referrers(let zoneID, let name, let action):
                 rows.referrers[ReferrerKey(zoneID: zoneID, name: name, action: action)] = try referrers(
                     targetZoneID: zoneID, targetName: name, action: action)
@@ -75,6 +96,12 @@ extension SQLiteTransaction {
             case .notificationsPrunedThrough: rows.notificationsPrunedThrough = try notificationsPrunedThrough()
             case .newestNotificationSequence: rows.newestNotificationSequence = try newestNotificationSequence()
             case .badge(let owner): rows.badges[owner] = try badge(owner: owner)
+            }
+        }
+        for (path, names) in recordNames {
+            guard let zone = try loadPath(path.database, zoneName: path.zoneName, into: &rows) else { continue }
+            for (name, record) in try storedRecords(zoneID: zone.id, names: names) {
+                rows.records[RecordKey(zoneID: zone.id, name: name)] = .some(record)
             }
         }
         // What comes with a zone: its database's schema. Nearly every write or query that names a
@@ -101,7 +128,30 @@ extension SQLiteTransaction {
                 rows.scans[scan] = .failed(error)
             }
         }
-        return rows
+    }
+
+    /// A zone named by its database's key.
+    private struct ZonePath: Hashable {
+        let database: DatabaseKey
+        let zoneName: String
+    }
+
+    /// Each name with its record, or nil when the zone has none of that name: one statement for
+    /// one name, a few for a batch's.
+    private func storedRecords(zoneID: Int64, names: [String]) throws -> [(String, StoredRecord?)] {
+        guard names.count > 1 else { return try names.map { ($0, try storedRecord(zoneID: zoneID, name: $0)) } }
+        var found: [String: StoredRecord] = [:]
+        for chunk in Array(Set(names)).chunked(Self.namesPerRead) {
+            // The statement's length varies with the batch: prepared for this call, not cached.
+            let statement = try db.makeStatement(
+                sql: "SELECT rowid, \(Self.recordColumns) FROM records WHERE zone_id = ? AND record_name IN (\(QuerySQL.marks(chunk.count)))")
+            var arguments: StatementArguments = [zoneID]
+            arguments += StatementArguments(chunk)
+            for record in try fetchEach(statement, arguments, { StoredRecord(id: $0[0], row: recordRow($0, from: 1)) }) {
+                found[record.row.recordName] = record
+            }
+        }
+        return names.map { ($0, found[$0]) }
     }
 
     /// The database by key and its zone by name, into `rows` (absent ones as absent); the zone.
@@ -175,6 +225,19 @@ extension SQLiteTransaction {
 
     // MARK: Apply
 
+    func applyDecided(_ changes: UnitOfWorkChanges) throws {
+        try applyWrites(changes)
+    }
+
+    /// Ids past every row's and every reservation's; the ones after them come from memory, so
+    /// a write transaction asks the tables once per kind.
+    func newIDs(_ kind: StorageIDKind, count: Int) throws -> ClosedRange<Int64> {
+        let first = try memo.nextIDs[kind] ?? largestID(kind) + 1
+        let last = first + Int64(count) - 1
+        memo.nextIDs[kind] = last + 1
+        return first...last
+    }
+
     func apply(_ changes: UnitOfWorkChanges) throws {
         // What the unit decided from must still hold; else it runs again.
         let createdZones = changes.createdZones
@@ -202,6 +265,11 @@ extension SQLiteTransaction {
         for (owner, value) in changes.badgesRead where try badge(owner: owner) != value {
             throw StorageError.serializationFailure("a badge changed since the unit read it")
         }
+        try applyWrites(changes)
+    }
+
+    /// What a unit decided, once its checks hold (or need none: `applyDecided`).
+    private func applyWrites(_ changes: UnitOfWorkChanges) throws {
         for write in changes.writes {
             try apply(write)
         }
@@ -255,17 +323,7 @@ extension SQLiteTransaction {
         case .deleteZone(let id): try deleteZone(id: id)
         case .putRecord(let id, let row, let isNew):
             if isNew {
-                try execute(
-                    """
-                    INSERT INTO records (rowid, zone_id, record_name, record_type, fields, parent, change_sequence, created_at,
-                        created_by, created_device, modified_at, modified_by, modified_device, deleted)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    """,
-                    [
-                        id, row.zoneID, row.recordName, row.recordType, Data(row.fields), row.parent, row.changeSequence,
-                        row.created.timestamp, row.created.userRecordName, row.created.deviceID, row.modified.timestamp,
-                        row.modified.userRecordName, row.modified.deviceID, row.isDeleted,
-                    ])
+                try insertRecord(row, id: id)
             } else {
                 guard try putRecord(row, isNew: false) == id else {
                     throw StorageError.serializationFailure("record '\(row.recordName)' was replaced meanwhile")
@@ -307,23 +365,31 @@ extension SQLiteTransaction {
 
     /// Ids past any in use: the table's largest and any reserved before.
     func reserveIDs(_ kind: StorageIDKind, count: Int) throws -> ClosedRange<Int64> {
-        let table = switch kind {
+        let first = try largestID(kind) + 1
+        let last = first + Int64(count) - 1
+        try execute(
+            "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            [Self.reservationKey(kind), last])
+        return first...last
+    }
+
+    private static func table(_ kind: StorageIDKind) -> String {
+        switch kind {
         case .database: "databases"
         case .zone: "zones"
         case .record: "records"
         }
-        let key = "reserved_ids_" + table
-        let reserved: Int64 = try fetchRow("SELECT value FROM meta WHERE key = ?", [key])?["value"] ?? 0
+    }
+
+    private static func reservationKey(_ kind: StorageIDKind) -> String { "reserved_ids_" + table(kind) }
+
+    /// The largest id of the kind in use or reserved.
+    private func largestID(_ kind: StorageIDKind) throws -> Int64 {
+        let table = Self.table(kind)
+        let reserved: Int64 = try fetchRow("SELECT value FROM meta WHERE key = ?", [Self.reservationKey(kind)])?["value"] ?? 0
         let largest: Int64 = try fetchRow("SELECT coalesce(max(rowid), 0) FROM \(table)")?[0] ?? 0
         // AUTOINCREMENT tables remember ids of deleted rows too.
         let sequence: Int64 = try fetchRow("SELECT coalesce(max(seq), 0) FROM sqlite_sequence WHERE name = ?", [table])?[0] ?? 0
-        let first = max(reserved, largest, sequence) + 1
-        let last = first + Int64(count) - 1
-        try execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", [key, last])
-        return first...last
+        return max(reserved, largest, sequence)
     }
-}
-
-extension SQLiteCoarseStorage: StoreCopying {
-    public func copyStore(into directory: String) async throws -> StoreCopy { try await storage.copyStore(into: directory) }
 }
