@@ -9,12 +9,12 @@ extension Array {
     }
 }
 
-/// The storage protocol over one GRDB connection, valid inside one transaction closure.
-/// Every statement is prepared once per connection and cached.
-struct SQLiteTransaction: StorageWriter {
+/// One GRDB connection inside one transaction: what units of work load (`load`) and apply
+/// (`apply`), and what the other stores read and write. Every statement is prepared once per
+/// connection and cached.
+struct SQLiteTransaction {
     let db: Database
-    /// Records read ahead, sequences handed out and stamps not yet written by this closure
-    /// (`TransactionMemo`).
+    /// Index entries held back and ids handed out by this transaction (`TransactionMemo`).
     let memo = TransactionMemo()
 
     func fetchRow(_ sql: String, _ arguments: StatementArguments = []) throws -> Row? {
@@ -72,7 +72,6 @@ struct SQLiteTransaction: StorageWriter {
     // MARK: Databases and zones
 
     func database(_ key: DatabaseKey) throws -> DatabaseRow? {
-        try writeStamps()
         return try fetchRow(
             "SELECT id, sequence, used_bytes FROM databases WHERE container = ? AND environment = ? AND scope = ? AND owner_id = ?",
             [key.container, key.environment.rawValue, key.scope.rawValue, key.ownerID]
@@ -86,7 +85,6 @@ struct SQLiteTransaction: StorageWriter {
     }
 
     func zone(databaseID: Int64, name: String) throws -> ZoneRow? {
-        try writeStamps()
         return try fetchRow(
             "SELECT id, database_id, name, change_sequence, record_sequence, deleted FROM zones WHERE database_id = ? AND name = ?",
             [databaseID, name]
@@ -94,7 +92,6 @@ struct SQLiteTransaction: StorageWriter {
     }
 
     func zones(databaseID: Int64) throws -> [ZoneRow] {
-        try writeStamps()
         return try fetchRows(
             "SELECT id, database_id, name, change_sequence, record_sequence, deleted FROM zones WHERE database_id = ? AND deleted = 0 ORDER BY name",
             [databaseID]
@@ -102,7 +99,6 @@ struct SQLiteTransaction: StorageWriter {
     }
 
     func zoneChanges(databaseID: Int64, after sequence: Int64, limit: Int) throws -> [ZoneRow] {
-        try writeStamps()
         return try fetchRows(
             """
             SELECT id, database_id, name, change_sequence, record_sequence, deleted FROM zones
@@ -138,33 +134,8 @@ struct SQLiteTransaction: StorageWriter {
     /// Columns in `recordColumns`.
     static let recordColumnCount = 13
 
-    /// Reads a write's records in one statement (two names or more: for one, the statement
-    /// `record(zoneID:name:)` makes anyway costs the same). `record(zoneID:name:)` answers
-    /// them from `memo` until they are written.
-    func expect(records names: [String], inZone zoneName: String, of database: DatabaseKey) throws {
-        guard names.count > 1,
-            let zoneID: Int64 = try fetchRow(
-                """
-                SELECT z.id FROM databases d JOIN zones z ON z.database_id = d.id
-                WHERE d.container = ? AND d.environment = ? AND d.scope = ? AND d.owner_id = ? AND z.name = ? AND z.deleted = 0
-                """,
-                [database.container, database.environment.rawValue, database.scope.rawValue, database.ownerID, zoneName])?[0]
-        else { return }
-        for chunk in Array(Set(names)).chunked(Self.namesPerRead) {
-            // The statement's length varies with the batch: prepared for this call, not cached.
-            let statement = try db.makeStatement(
-                sql: "SELECT \(Self.recordColumns) FROM records WHERE zone_id = ? AND record_name IN (\(QuerySQL.marks(chunk.count)))")
-            var arguments: StatementArguments = [zoneID]
-            arguments += StatementArguments(chunk)
-            let found = try fetchEach(statement, arguments) { recordRow($0) }
-            for name in chunk { memo.remember(nil, zoneID: zoneID, name: name) }
-            for row in found { memo.remember(row, zoneID: zoneID, name: row.recordName) }
-        }
-    }
-
     func record(zoneID: Int64, name: String) throws -> RecordRow? {
-        if let known = memo.record(zoneID: zoneID, name: name) { return known }
-        return try fetchEach(
+        try fetchEach(
             db.cachedStatement(sql: "SELECT \(Self.recordColumns) FROM records WHERE zone_id = ? AND record_name = ?"), [zoneID, name]
         ) { recordRow($0) }.first
     }
@@ -276,43 +247,10 @@ struct SQLiteTransaction: StorageWriter {
 
     // MARK: Writes
 
-    /// Stamps and index entries deferred before the savepoint are written outside it; the ones
-    /// made inside are written before it is released, or dropped when it is rolled back with
-    /// the writes they belong to.
-    func savepoint<Value>(_ body: () throws -> Value) throws -> Value {
-        try writeDeferred()
-        var result: Value?
-        try db.inSavepoint {
-            do {
-                result = try body()
-            } catch {
-                memo.dropStamps()
-                memo.dropIndexes()
-                throw error
-            }
-            try writeDeferred()
-            return .commit
-        }
-        return result!
-    }
-
     /// Everything this transaction deferred (`TransactionMemo`): at a savepoint's edges and
     /// before the transaction commits.
     func writeDeferred() throws {
-        try writeStamps()
         try writeIndexEntries()
-    }
-
-    func ensureDatabase(_ key: DatabaseKey) throws -> DatabaseRow {
-        if let existing = try database(key) { return existing }
-        try execute(
-            "INSERT INTO databases (container, environment, scope, owner_id, sequence) VALUES (?, ?, ?, ?, 0)",
-            [key.container, key.environment.rawValue, key.scope.rawValue, key.ownerID])
-        let id = db.lastInsertedRowID
-        try execute(
-            "INSERT INTO zones (database_id, name, change_sequence, record_sequence, deleted) VALUES (?, '_defaultZone', 0, 0, 0)",
-            [id])
-        return DatabaseRow(id: id, key: key, sequence: 0)
     }
 
     /// The database's next sequence, taken above `floorSQL` (a subquery of the zone whose
@@ -320,7 +258,6 @@ struct SQLiteTransaction: StorageWriter {
     /// the database's sequence serves every zone's records too: it stays above every record
     /// sequence a zone handed out (a zone made again never repeats a change tag).
     func nextSequence(databaseID: Int64, floorSQL: String = "0", floorArguments: StatementArguments = []) throws -> Int64 {
-        try writeStamps()
         // Not `UPDATE … RETURNING`: SQLite gives RETURNING a statement journal, and releasing
         // one walks the in-memory sub-journal from its start: a cost that grew with every
         // record of a batch (see putRecord).
@@ -331,64 +268,10 @@ struct SQLiteTransaction: StorageWriter {
             throw StorageError.corrupt("database \(databaseID) does not exist")
         }
         let sequence: Int64 = row["sequence"]
-        memo.noteSequence(sequence, databaseID: databaseID)
         return sequence
-    }
-
-    /// The zone's next record sequence. The first in a transaction reads the database's
-    /// sequence and stamps the zone; the ones after it count on from the value this
-    /// transaction last set (`TransactionMemo`), and the zone and database are stamped once,
-    /// before anything reads them and when the savepoint or transaction ends (`writeStamps`):
-    /// a 200-record batch stamps them once instead of 200 times.
-    func nextRecordSequence(in zone: ZoneRow) throws -> Int64 {
-        if let last = memo.lastSequence(databaseID: zone.databaseID) {
-            // Above the zone's own record sequence too: `zone` is the row as this transaction
-            // read it, and every sequence it took since is at most `last`.
-            let sequence = max(last, zone.recordSequence) + 1
-            memo.noteSequence(sequence, databaseID: zone.databaseID)
-            memo.stamp(zoneID: zone.id, databaseID: zone.databaseID, sequence: sequence)
-            return sequence
-        }
-        let sequence = try nextSequence(
-            databaseID: zone.databaseID, floorSQL: "SELECT record_sequence FROM zones WHERE id = ?", floorArguments: [zone.id])
-        try execute("UPDATE zones SET change_sequence = ?, record_sequence = ? WHERE id = ?", [sequence, sequence, zone.id])
-        return sequence
-    }
-
-    /// Writes the zone and database stamps `nextRecordSequence` deferred: each zone's newest
-    /// record sequence (also its place in the database's change feed) and each database's
-    /// counter.
-    func writeStamps() throws {
-        let stamps = memo.takeStamps()
-        guard !stamps.isEmpty else { return }
-        var databases: [Int64: Int64] = [:]
-        for stamp in stamps {
-            try execute(
-                "UPDATE zones SET change_sequence = max(change_sequence, ?), record_sequence = max(record_sequence, ?) WHERE id = ?",
-                [stamp.sequence, stamp.sequence, stamp.zoneID])
-            databases[stamp.databaseID] = max(databases[stamp.databaseID] ?? stamp.sequence, stamp.sequence)
-        }
-        for (databaseID, sequence) in databases {
-            try execute("UPDATE databases SET sequence = max(sequence, ?) WHERE id = ?", [sequence, databaseID])
-        }
-    }
-
-    func createZone(databaseID: Int64, name: String) throws -> ZoneRow {
-        let sequence = try nextSequence(
-            databaseID: databaseID, floorSQL: "SELECT record_sequence FROM zones WHERE database_id = ? AND name = ?",
-            floorArguments: [databaseID, name])
-        // A tombstone of the same name gives way; the new zone gets a fresh id.
-        try execute("DELETE FROM zones WHERE database_id = ? AND name = ? AND deleted = 1", [databaseID, name])
-        try execute(
-            "INSERT INTO zones (database_id, name, change_sequence, record_sequence, deleted) VALUES (?, ?, ?, ?, 0)",
-            [databaseID, name, sequence, sequence])
-        return ZoneRow(
-            id: db.lastInsertedRowID, databaseID: databaseID, name: name, changeSequence: sequence, recordSequence: sequence,
-            isDeleted: false)
     }
 
     func deleteZone(id: Int64) throws {
-        try writeStamps()
         guard let databaseID: Int64 = try fetchRow("SELECT database_id FROM zones WHERE id = ?", [id])?["database_id"] else {
             throw StorageError.corrupt("zone \(id) does not exist")
         }
@@ -406,7 +289,6 @@ struct SQLiteTransaction: StorageWriter {
         try execute("DELETE FROM token_index WHERE record_id IN (SELECT rowid FROM records WHERE zone_id = ?)", [id])
         try execute("DELETE FROM pair_index WHERE record_id IN (SELECT rowid FROM records WHERE zone_id = ?)", [id])
         try execute("DELETE FROM records WHERE zone_id = ?", [id])
-        memo.forgetRecords()
         try execute("DELETE FROM record_references WHERE source_zone_id = ?", [id])
         try execute("DELETE FROM asset_references WHERE source_zone_id = ?", [id])
         try execute("UPDATE zones SET deleted = 1, change_sequence = ? WHERE id = ?", [sequence, id])
@@ -419,13 +301,7 @@ struct SQLiteTransaction: StorageWriter {
         FROM records WHERE zone_id = ? AND deleted = 0
         """
 
-    /// Writers are serialized here: the caller saw every byte, so `quota` needs no check.
-    func addUsage(databaseID: Int64, bytes: Int64, quota: Int64) throws {
-        try execute("UPDATE databases SET used_bytes = used_bytes + ? WHERE id = ?", [bytes, databaseID])
-    }
-
     func putRecord(_ row: RecordRow, isNew: Bool) throws -> Int64 {
-        memo.forget(zoneID: row.zoneID, name: row.recordName)
         // The rowid survives an update: it is the record's storage id (index entries key on it).
         // An UPDATE, then an INSERT when there was nothing to update, rather than one
         // `INSERT … ON CONFLICT DO UPDATE … RETURNING`: SQLite gives RETURNING and upserts a
@@ -519,11 +395,6 @@ struct SQLiteTransaction: StorageWriter {
     }
 
     // MARK: Index entries and queries
-
-    func indexRecord(recordID: Int64, zoneID: Int64, recordType: String, _ record: IndexedRecord?, hadEntries: Bool) throws {
-        let index = record.map(RecordIndexer.entries) ?? .none
-        try replaceIndexEntries(recordID: recordID, zoneID: zoneID, recordType: recordType, index, hadEntries: hadEntries)
-    }
 
     /// SQLite's layout: `RecordIndexer`'s entry tables (docs/queries.md). The entries are
     /// deferred (`TransactionMemo`): a batch's are written together, one multi-row statement
@@ -649,7 +520,7 @@ struct SQLiteTransaction: StorageWriter {
 
     /// Rows per multi-row INSERT (SQLite allows 32,766 parameters).
     static let rowsPerInsert = 64
-    /// Record names per statement when a write's records are read ahead (SQLite allows 32,766
+    /// Record names per statement when a unit of work loads a write's records by name (SQLite allows 32,766
     /// bound values).
     static let namesPerRead = 500
 
