@@ -66,36 +66,10 @@ extension SQLiteTransaction: UnitTransaction {
         // A write's records by name, read per zone in a few statements (`expect`).
         var recordNames: [ZonePath: [String]] = [:]
         for key in request.keys {
-            switch key {
-            case .installationSecret: rows.installationSecret = try installationSecret()
-            case .indexRebuildRequest:
-                rows.indexRebuildPending = try fetchRow("SELECT value FROM meta WHERE key = 'index_rebuild_pending'") != nil
-            case .containers: rows.containers = try containers()
-            case .container(let id): rows.container[id] = .some(try container(id: id))
-            case .database(let key): rows.databases[key] = .some(try database(key))
-            case .databaseByID(let id): rows.databasesByID[id] = .some(try database(id: id))
-            case .zone(let databaseID, let name):
-                rows.zones[ZoneKey(databaseID: databaseID, name: name)] = .some(try zone(databaseID: databaseID, name: name))
-            case .zoneByID(let id): rows.zonesByID[id] = .some(try zone(id: id))
-            case .zones(let databaseID): rows.zoneLists[databaseID] = try zones(databaseID: databaseID)
-            case .record(let zoneID, let name):
-                rows.records[RecordKey(zoneID: zoneID, name: name)] = .some(try storedRecord(zoneID: zoneID, name: name))
-            case .zonePath(let key, let zoneName): _ = try loadPath(key, zoneName: zoneName, into: &rows)
-            case .recordPath(let key, let zoneName, let recordName):
-                recordNames[ZonePath(database: key, zoneName: zoneName), default: []].append(recordName)
-            case .referrers(let zoneID, let name, let action):
-                rows.referrers[ReferrerKey(zoneID: zoneID, name: name, action: action)] = try referrers(
-                    targetZoneID: zoneID, targetName: name, action: action)
-            case .schema(let container, let environment):
-                let key = SchemaKey(container: container, environment: environment)
-                rows.schemas[key] = try storedSchema(key)
-            case .subscriptions(let databaseID, let userID):
-                rows.subscriptions[SubscriberKey(databaseID: databaseID, userID: userID)] = try subscriptions(
-                    databaseID: databaseID, userID: userID)
-            case .subscriptionsVersion: rows.subscriptionsVersion = try subscriptionsVersion()
-            case .notificationsPrunedThrough: rows.notificationsPrunedThrough = try notificationsPrunedThrough()
-            case .newestNotificationSequence: rows.newestNotificationSequence = try newestNotificationSequence()
-            case .badge(let owner): rows.badges[owner] = try badge(owner: owner)
+            if case .recordPath(let database, let zoneName, let recordName) = key {
+                recordNames[ZonePath(database: database, zoneName: zoneName), default: []].append(recordName)
+            } else {
+                try load(key, into: &rows)
             }
         }
         for (path, names) in recordNames {
@@ -130,7 +104,46 @@ extension SQLiteTransaction: UnitTransaction {
         }
     }
 
-    /// A zone named by its database's key.
+    /// One key: what a unit of work in process asks for as it reads.
+    func load(_ key: LoadKey, into rows: inout LoadedRows) throws {
+        switch key {
+        case .installationSecret: rows.installationSecret = try installationSecret()
+        case .indexRebuildRequest:
+            rows.indexRebuildPending = try fetchRow("SELECT value FROM meta WHERE key = 'index_rebuild_pending'") != nil
+        case .containers: rows.containers = try containers()
+        case .container(let id): rows.container[id] = .some(try container(id: id))
+        case .database(let key):
+            // Loaded already with a zone by path, in the same request.
+            guard rows.databases[key] == nil else { return }
+            rows.databases[key] = .some(try database(key))
+        case .databaseByID(let id): rows.databasesByID[id] = .some(try database(id: id))
+        case .zone(let databaseID, let name):
+            rows.zones[ZoneKey(databaseID: databaseID, name: name)] = .some(try zone(databaseID: databaseID, name: name))
+        case .zoneByID(let id): rows.zonesByID[id] = .some(try zone(id: id))
+        case .zones(let databaseID): rows.zoneLists[databaseID] = try zones(databaseID: databaseID)
+        case .record(let zoneID, let name):
+            rows.records[RecordKey(zoneID: zoneID, name: name)] = .some(try storedRecord(zoneID: zoneID, name: name))
+        case .zonePath(let key, let zoneName): _ = try loadPath(key, zoneName: zoneName, into: &rows)
+        case .recordPath(let key, let zoneName, let recordName):
+            guard let zone = try loadPath(key, zoneName: zoneName, into: &rows) else { return }
+            rows.records[RecordKey(zoneID: zone.id, name: recordName)] = .some(try storedRecord(zoneID: zone.id, name: recordName))
+        case .referrers(let zoneID, let name, let action):
+            rows.referrers[ReferrerKey(zoneID: zoneID, name: name, action: action)] = try referrers(
+                targetZoneID: zoneID, targetName: name, action: action)
+        case .schema(let container, let environment):
+            let key = SchemaKey(container: container, environment: environment)
+            rows.schemas[key] = try storedSchema(key)
+        case .subscriptions(let databaseID, let userID):
+            rows.subscriptions[SubscriberKey(databaseID: databaseID, userID: userID)] = try subscriptions(
+                databaseID: databaseID, userID: userID)
+        case .subscriptionsVersion: rows.subscriptionsVersion = try subscriptionsVersion()
+        case .notificationsPrunedThrough: rows.notificationsPrunedThrough = try notificationsPrunedThrough()
+        case .newestNotificationSequence: rows.newestNotificationSequence = try newestNotificationSequence()
+        case .badge(let owner): rows.badges[owner] = try badge(owner: owner)
+        }
+    }
+
+    /// A database's key and a zone's name.
     private struct ZonePath: Hashable {
         let database: DatabaseKey
         let zoneName: String
@@ -165,7 +178,7 @@ extension SQLiteTransaction: UnitTransaction {
         return zone
     }
 
-    private func scan(_ scan: LoadScan) throws -> ScanResult {
+    func scan(_ scan: LoadScan) throws -> ScanResult {
         switch scan {
         case .zoneChanges(let databaseID, let after, let limit):
             return .zones(try zoneChanges(databaseID: databaseID, after: after, limit: limit))

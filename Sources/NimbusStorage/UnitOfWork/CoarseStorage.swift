@@ -45,6 +45,10 @@ extension CoarseStorage {
 public protocol UnitRowSource {
     /// What `request` names, added to `rows` (a key found absent is present with nil).
     func load(_ request: LoadRequest, into rows: inout LoadedRows) throws
+    /// One key, as a unit reads it.
+    func load(_ key: LoadKey, into rows: inout LoadedRows) throws
+    /// A scan, answered at once (a unit in process never asks the same one twice for nothing).
+    func scan(_ scan: LoadScan) throws -> ScanResult
 }
 
 /// An engine that decides writes inside its own write transaction (SQLite: one writer, group

@@ -88,7 +88,11 @@ final class UnitOfWork: StorageWriter {
         return true
     }
 
-    private func loadNow(_ key: LoadKey) throws -> Bool { try loadNow(LoadRequest(keys: [key], schemaWithZones: false)) }
+    private func loadNow(_ key: LoadKey) throws -> Bool {
+        guard let source else { return false }
+        try source.load(key, into: &loaded)
+        return true
+    }
 
     /// A row by key; not loaded (and no source to load it at once), it is noted and taken to
     /// be absent for this run.
@@ -115,8 +119,10 @@ final class UnitOfWork: StorageWriter {
     }
 
     private func scan(_ scan: LoadScan) throws -> ScanResult {
-        if loaded.scans[scan] == nil { _ = try loadNow(LoadRequest(scans: [scan], schemaWithZones: false)) }
-        guard let result = loaded.scans[scan] else { throw Miss(keys: missed, scan: scan) }
+        // In process: asked at once, not kept (hashing a query to keep it costs more than the
+        // unit ever saves; a unit in process runs once).
+        let result = try source.map { try $0.scan(scan) } ?? loaded.scans[scan]
+        guard let result else { throw Miss(keys: missed, scan: scan) }
         if case .failed(let error) = result { throw error }
         return result
     }
