@@ -338,7 +338,7 @@ extension SQLiteTransaction: UnitTransaction {
             if isNew {
                 try insertRecord(row, id: id)
             } else {
-                guard try putRecord(row, isNew: false) == id else {
+                guard try updateRecord(row) == id else {
                     throw StorageError.serializationFailure("record '\(row.recordName)' was replaced meanwhile")
                 }
             }

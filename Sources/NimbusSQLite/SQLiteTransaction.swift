@@ -301,76 +301,55 @@ struct SQLiteTransaction {
         FROM records WHERE zone_id = ? AND deleted = 0
         """
 
-    func putRecord(_ row: RecordRow, isNew: Bool) throws -> Int64 {
-        // The rowid survives an update: it is the record's storage id (index entries key on it).
-        // An UPDATE, then an INSERT when there was nothing to update, rather than one
-        // `INSERT … ON CONFLICT DO UPDATE … RETURNING`: SQLite gives RETURNING and upserts a
-        // statement journal, which copies every page the statement touches into the
-        // sub-journal while savepoints are open (as they always are here), and releasing it
-        // walks the in-memory sub-journal from its start. Both grew with the size of a batch:
-        // they were most of a 200-record batch's time (docs/benchmarks.md).
-        // The row's columns in the order both statements name them, then its key.
-        func bindRow(_ arguments: inout BoundArguments) {
-            arguments.add(row.recordType)
-            arguments.add(blob: row.fields)
-            arguments.add(row.parent)
-            arguments.add(row.changeSequence)
-            arguments.add(row.created.timestamp)
-            arguments.add(row.created.userRecordName)
-            arguments.add(row.created.deviceID)
-            arguments.add(row.modified.timestamp)
-            arguments.add(row.modified.userRecordName)
-            arguments.add(row.modified.deviceID)
-            arguments.add(row.isDeleted)
-            arguments.add(row.zoneID)
-            arguments.add(row.recordName)
-        }
-        if !isNew {
-            try executeBound(
-                """
-                UPDATE records SET record_type = ?, fields = ?, parent = ?, change_sequence = ?, created_at = ?,
-                    created_by = ?, created_device = ?, modified_at = ?, modified_by = ?, modified_device = ?, deleted = ?
-                WHERE zone_id = ? AND record_name = ?
-                """, bindRow)
-            if db.changesCount > 0 {
-                guard let updated = try fetchRow("SELECT rowid FROM records WHERE zone_id = ? AND record_name = ?", [row.zoneID, row.recordName])
-                else { throw StorageError.corrupt("record '\(row.recordName)' vanished while saving") }
-                return updated[0]
-            }
-        }
+    /// Replaces the stored record of the row's zone and name; its storage id (the rowid, which
+    /// index entries key on and an update keeps), or nil when there is none.
+    /// An UPDATE here and an INSERT for a new record (`insertRecord`), rather than one
+    /// `INSERT … ON CONFLICT DO UPDATE … RETURNING`: SQLite gives RETURNING and upserts a
+    /// statement journal, which copies every page the statement touches into the sub-journal
+    /// while savepoints are open (as they always are here), and releasing it walks the
+    /// in-memory sub-journal from its start. Both grew with the size of a batch: they were most
+    /// of a 200-record batch's time (docs/benchmarks.md).
+    func updateRecord(_ row: RecordRow) throws -> Int64? {
         try executeBound(
             """
-            INSERT INTO records (record_type, fields, parent, change_sequence, created_at, created_by, created_device,
-                modified_at, modified_by, modified_device, deleted, zone_id, record_name)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """, bindRow)
-        return db.lastInsertedRowID
+            UPDATE records SET record_type = ?, fields = ?, parent = ?, change_sequence = ?, created_at = ?,
+                created_by = ?, created_device = ?, modified_at = ?, modified_by = ?, modified_device = ?, deleted = ?
+            WHERE zone_id = ? AND record_name = ?
+            """
+        ) { arguments in Self.bind(row, into: &arguments) }
+        guard db.changesCount > 0 else { return nil }
+        return try fetchRow("SELECT rowid FROM records WHERE zone_id = ? AND record_name = ?", [row.zoneID, row.recordName])?[0]
     }
 
     /// A new record under the id its unit of work gave it.
     func insertRecord(_ row: RecordRow, id: Int64) throws {
         try executeBound(
             """
-            INSERT INTO records (rowid, zone_id, record_name, record_type, fields, parent, change_sequence, created_at,
-                created_by, created_device, modified_at, modified_by, modified_device, deleted)
+            INSERT INTO records (record_type, fields, parent, change_sequence, created_at, created_by, created_device,
+                modified_at, modified_by, modified_device, deleted, zone_id, record_name, rowid)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """
         ) { arguments in
+            Self.bind(row, into: &arguments)
             arguments.add(id)
-            arguments.add(row.zoneID)
-            arguments.add(row.recordName)
-            arguments.add(row.recordType)
-            arguments.add(blob: row.fields)
-            arguments.add(row.parent)
-            arguments.add(row.changeSequence)
-            arguments.add(row.created.timestamp)
-            arguments.add(row.created.userRecordName)
-            arguments.add(row.created.deviceID)
-            arguments.add(row.modified.timestamp)
-            arguments.add(row.modified.userRecordName)
-            arguments.add(row.modified.deviceID)
-            arguments.add(row.isDeleted)
         }
+    }
+
+    /// The row's columns in the order both statements name them, then its key.
+    private static func bind(_ row: RecordRow, into arguments: inout BoundArguments) {
+        arguments.add(row.recordType)
+        arguments.add(blob: row.fields)
+        arguments.add(row.parent)
+        arguments.add(row.changeSequence)
+        arguments.add(row.created.timestamp)
+        arguments.add(row.created.userRecordName)
+        arguments.add(row.created.deviceID)
+        arguments.add(row.modified.timestamp)
+        arguments.add(row.modified.userRecordName)
+        arguments.add(row.modified.deviceID)
+        arguments.add(row.isDeleted)
+        arguments.add(row.zoneID)
+        arguments.add(row.recordName)
     }
 
     func addSchemaField(container: String, environment: Environment, _ field: SchemaFieldRow) throws {
