@@ -109,10 +109,10 @@ extension StorageDriver {
 /// Reads, valid inside one transaction closure.
 public protocol StorageReader {
     /// A hint, before reading them, of rows the transaction is about to read by name: the
-    /// database, one of its zones, and records of that zone (none for the zone alone). A driver
-    /// that loads rows over the network (`UnitOfWork`) fetches all three levels in one round
-    /// trip instead of one level at a time, and may stop the transaction here to load them (it
-    /// runs it again with them); a driver that reads in place ignores it.
+    /// database, one of its zones, and records of that zone (none for the zone alone). A unit of
+    /// work (`UnitOfWork`) loads all three levels at once: over the network in one round trip
+    /// instead of one level at a time, stopping the transaction here to run it again with them;
+    /// in process (SQLite) at once, a batch's records in a few statements, and the run goes on.
     func expect(records names: [String], inZone zoneName: String, of database: DatabaseKey) throws
 
     // MARK: Installation-wide
