@@ -17,7 +17,7 @@ extension SQLiteStorage: InProcessStorage {
     }
 
     /// A point read's unit runs on the calling thread in one read transaction, a scan's on the
-    /// scan lane (`SQLiteStorage.read`); either way the unit loads as it reads, from one
+    /// scan lane (`readPoint`, `readScan`); either way the unit loads as it reads, from one
     /// snapshot, and runs once.
     public func withRowSource<Value>(_ kind: ReadKind, _ body: (any UnitRowSource) throws -> Value) async throws -> Value? {
         switch kind {
@@ -239,7 +239,7 @@ extension SQLiteTransaction: UnitTransaction {
     // MARK: Apply
 
     func applyDecided(_ changes: UnitOfWorkChanges) throws {
-        try applyWrites(changes)
+        try applyWrites(changes, checked: false)
     }
 
     /// Ids past every row's and every reservation's; the ones after them come from memory, so
@@ -278,13 +278,14 @@ extension SQLiteTransaction: UnitTransaction {
         for (owner, value) in changes.badgesRead where try badge(owner: owner) != value {
             throw StorageError.serializationFailure("a badge changed since the unit read it")
         }
-        try applyWrites(changes)
+        try applyWrites(changes, checked: true)
     }
 
-    /// What a unit decided, once its checks hold (or need none: `applyDecided`).
-    private func applyWrites(_ changes: UnitOfWorkChanges) throws {
+    /// What a unit decided, once its checks hold; `checked` also checks each write's rows are
+    /// as the unit saw them (none needed in the transaction it was decided in: `applyDecided`).
+    private func applyWrites(_ changes: UnitOfWorkChanges, checked: Bool) throws {
         for write in changes.writes {
-            try apply(write)
+            try apply(write, checked: checked)
         }
         for (zoneID, sequence) in changes.zoneSequences {
             try execute("UPDATE zones SET record_sequence = ? WHERE id = ?", [sequence.final, zoneID])
@@ -307,11 +308,11 @@ extension SQLiteTransaction: UnitTransaction {
         }
     }
 
-    private func apply(_ write: StorageWrite) throws {
+    private func apply(_ write: StorageWrite, checked: Bool) throws {
         switch write {
         case .takeIndexRebuildRequest: _ = try takeIndexRebuildRequest()
         case .createDatabase(let row, let zoneID):
-            guard try database(row.key) == nil else {
+            guard try !checked || database(row.key) == nil else {
                 throw StorageError.serializationFailure("database \(row.key) was made meanwhile")
             }
             try execute(
@@ -323,9 +324,7 @@ extension SQLiteTransaction: UnitTransaction {
         case .createZone(let zone, let replacing):
             // The row of that name must be the tombstone the unit saw, or none; a zone made
             // (or made and deleted) meanwhile fails the unit.
-            let present: Int64? = try fetchRow(
-                "SELECT id FROM zones WHERE database_id = ? AND name = ?", [zone.databaseID, zone.name])?["id"]
-            guard present == replacing else {
+            guard try !checked || zoneID(databaseID: zone.databaseID, name: zone.name) == replacing else {
                 throw StorageError.serializationFailure("zone '\(zone.name)' was made or deleted meanwhile")
             }
             try execute("DELETE FROM zones WHERE database_id = ? AND name = ? AND deleted = 1", [zone.databaseID, zone.name])
@@ -338,7 +337,8 @@ extension SQLiteTransaction: UnitTransaction {
             if isNew {
                 try insertRecord(row, id: id)
             } else {
-                guard try updateRecord(row) == id else {
+                // The same record the unit read: its storage id unchanged.
+                guard try updateRecord(row), try !checked || recordID(zoneID: row.zoneID, name: row.recordName) == id else {
                     throw StorageError.serializationFailure("record '\(row.recordName)' was replaced meanwhile")
                 }
             }
@@ -360,7 +360,7 @@ extension SQLiteTransaction: UnitTransaction {
             _ = try deleteSubscription(databaseID: databaseID, userID: userID, subscriptionID: subscriptionID)
         case .appendOutbox(let databaseID, let body, let createdAt): try appendOutbox(databaseID: databaseID, body: body, createdAt: createdAt)
         case .removeOutbox(let sequences):
-            for chunk in sequences.chunked(500) {
+            for chunk in sequences.chunked(500) where checked {
                 let present: Int = try fetchRow(
                     "SELECT count(*) FROM change_outbox WHERE sequence IN (\(QuerySQL.marks(chunk.count)))", StatementArguments(chunk))?[0] ?? 0
                 guard present == chunk.count else { throw StorageError.serializationFailure("outbox entries were drained meanwhile") }
@@ -374,6 +374,14 @@ extension SQLiteTransaction: UnitTransaction {
         case .pruneNotifications(let time): _ = try pruneNotifications(createdBefore: time)
         case .setBadge(let owner, let value): try setBadge(owner: owner, value: value)
         }
+    }
+
+    private func zoneID(databaseID: Int64, name: String) throws -> Int64? {
+        try fetchRow("SELECT id FROM zones WHERE database_id = ? AND name = ?", [databaseID, name])?["id"]
+    }
+
+    private func recordID(zoneID: Int64, name: String) throws -> Int64? {
+        try fetchRow("SELECT rowid FROM records WHERE zone_id = ? AND record_name = ?", [zoneID, name])?[0]
     }
 
     /// Ids past any in use: the table's largest and any reserved before.

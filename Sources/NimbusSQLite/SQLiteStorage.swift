@@ -86,15 +86,10 @@ public final class SQLiteStorage: Sendable {
         self.synchronous = synchronous
     }
 
-    /// Point reads run on the calling task's thread: one takes well under a millisecond, and
-    /// GRDB's async `read` would hop to its reader queue and back, two thread switches that
-    /// cost more than most reads on a 2-core machine (`docs/benchmarks.md`).
-    ///
-    /// Scans run on GRDB's reader queues, off Swift's cooperative pool, on at most all cores
-    /// but one at once (`ScanLane`): a query that takes its whole budget holds one of those threads,
-    /// never one that lookups, sign-ins and WebSockets need. A read waits only for a free
-    /// reader connection, never for a writer (WAL).
-    /// A scan on the reader queues (`ScanLane`), with the driver's own transaction type.
+    /// A scan on the reader queues (`ScanLane`), with the driver's own transaction type: off
+    /// Swift's cooperative pool, on at most all cores but one at once, so a query that takes its
+    /// whole budget holds one of those threads, never one that lookups, sign-ins and WebSockets
+    /// need. A read waits only for a free reader connection, never for a writer (WAL).
     func readScan<Value: Sendable>(_ body: @escaping @Sendable (SQLiteTransaction) throws -> Value) async throws -> Value {
         let pool = self.pool
         do {
@@ -104,7 +99,10 @@ public final class SQLiteStorage: Sendable {
         }
     }
 
-    /// A point read on the calling thread, with the driver's own transaction type.
+    /// A point read on the calling thread, with the driver's own transaction type: one takes
+    /// well under a millisecond, and GRDB's async `read` would hop to its reader queue and back,
+    /// two thread switches that cost more than most reads on a 2-core machine
+    /// (`docs/benchmarks.md`).
     func readPoint<Value>(_ body: (SQLiteTransaction) throws -> Value) throws -> Value {
         do {
             return try pool.read { db in try body(SQLiteTransaction(db: db)) }

@@ -134,12 +134,6 @@ struct SQLiteTransaction {
     /// Columns in `recordColumns`.
     static let recordColumnCount = 13
 
-    func record(zoneID: Int64, name: String) throws -> RecordRow? {
-        try fetchEach(
-            db.cachedStatement(sql: "SELECT \(Self.recordColumns) FROM records WHERE zone_id = ? AND record_name = ?"), [zoneID, name]
-        ) { recordRow($0) }.first
-    }
-
     func recordChanges(zoneID: Int64, after sequence: Int64, recordTypes: [String]?, limit: Int) throws -> [RecordRow] {
         guard let recordTypes, !recordTypes.isEmpty else {
             return try fetchEach(
@@ -247,8 +241,7 @@ struct SQLiteTransaction {
 
     // MARK: Writes
 
-    /// Everything this transaction deferred (`TransactionMemo`): at a savepoint's edges and
-    /// before the transaction commits.
+    /// Everything this transaction deferred (`TransactionMemo`), before it commits.
     func writeDeferred() throws {
         try writeIndexEntries()
     }
@@ -260,7 +253,7 @@ struct SQLiteTransaction {
     func nextSequence(databaseID: Int64, floorSQL: String = "0", floorArguments: StatementArguments = []) throws -> Int64 {
         // Not `UPDATE … RETURNING`: SQLite gives RETURNING a statement journal, and releasing
         // one walks the in-memory sub-journal from its start: a cost that grew with every
-        // record of a batch (see putRecord).
+        // record of a batch (see updateRecord).
         try execute(
             "UPDATE databases SET sequence = max(sequence, coalesce((\(floorSQL)), 0)) + 1 WHERE id = ?",
             floorArguments + [databaseID])
@@ -301,15 +294,15 @@ struct SQLiteTransaction {
         FROM records WHERE zone_id = ? AND deleted = 0
         """
 
-    /// Replaces the stored record of the row's zone and name; its storage id (the rowid, which
-    /// index entries key on and an update keeps), or nil when there is none.
+    /// Replaces the stored record of the row's zone and name (its rowid, the storage id index
+    /// entries key on, stays); false when there is none.
     /// An UPDATE here and an INSERT for a new record (`insertRecord`), rather than one
     /// `INSERT … ON CONFLICT DO UPDATE … RETURNING`: SQLite gives RETURNING and upserts a
     /// statement journal, which copies every page the statement touches into the sub-journal
     /// while savepoints are open (as they always are here), and releasing it walks the
     /// in-memory sub-journal from its start. Both grew with the size of a batch: they were most
     /// of a 200-record batch's time (docs/benchmarks.md).
-    func updateRecord(_ row: RecordRow) throws -> Int64? {
+    func updateRecord(_ row: RecordRow) throws -> Bool {
         try executeBound(
             """
             UPDATE records SET record_type = ?, fields = ?, parent = ?, change_sequence = ?, created_at = ?,
@@ -317,8 +310,7 @@ struct SQLiteTransaction {
             WHERE zone_id = ? AND record_name = ?
             """
         ) { arguments in Self.bind(row, into: &arguments) }
-        guard db.changesCount > 0 else { return nil }
-        return try fetchRow("SELECT rowid FROM records WHERE zone_id = ? AND record_name = ?", [row.zoneID, row.recordName])?[0]
+        return db.changesCount > 0
     }
 
     /// A new record under the id its unit of work gave it.

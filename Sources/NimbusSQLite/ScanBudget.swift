@@ -10,7 +10,7 @@ import NimbusStorage
 ///
 /// Processor time, not wall time: on a busy machine a query waits for a core without failing;
 /// what fails is a query that needs too much work. The query runs on one thread from start to
-/// end (`SQLiteStorage.read(.scan)`), so that thread's clock counts all of it.
+/// end (`SQLiteStorage.readScan`), so that thread's clock counts all of it.
 enum ScanBudget {
     /// About 20–100 µs of work between checks; a check (one clock read) costs well under 1 µs.
     static let stepsPerCheck: Int32 = 2_000

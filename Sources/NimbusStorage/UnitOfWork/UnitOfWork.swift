@@ -94,26 +94,29 @@ final class UnitOfWork: StorageWriter {
         return true
     }
 
+    /// `value` as loaded, or loaded now from the source in process; nil when neither has it.
+    private func lookUp<Value>(_ value: () -> Value?, _ key: LoadKey) throws -> Value? {
+        if let found = value() { return found }
+        return try loadNow(key) ? value() : nil
+    }
+
     /// A row by key; not loaded (and no source to load it at once), it is noted and taken to
     /// be absent for this run.
     private func need<Value>(_ value: @autoclosure () -> Value??, _ key: LoadKey) throws -> Value? {
-        if let found = value() { return found }
-        if try loadNow(key), let found = value() { return found }
+        if let found = try lookUp(value, key) { return found }
         missed.insert(key)
         return nil
     }
 
     /// A value the run cannot go on without: not loaded (and no source), the run stops here.
     private func need<Value>(_ value: @autoclosure () -> Value?, _ key: LoadKey) throws -> Value {
-        if let found = value() { return found }
-        if try loadNow(key), let found = value() { return found }
+        if let found = try lookUp(value, key) { return found }
         throw Miss(keys: missed.union([key]))
     }
 
     /// A list by key; not loaded (and no source), it is noted and taken to be empty for this run.
     private func needList<Element>(_ value: @autoclosure () -> [Element]?, _ key: LoadKey) throws -> [Element] {
-        if let found = value() { return found }
-        if try loadNow(key), let found = value() { return found }
+        if let found = try lookUp(value, key) { return found }
         missed.insert(key)
         return []
     }
@@ -374,8 +377,7 @@ final class UnitOfWork: StorageWriter {
 
     func badge(owner: NotificationOwner) throws -> Int64 {
         if let value = overlay.badges[owner] { return value }
-        if loaded.badges[owner] == nil { _ = try loadNow(.badge(owner)) }
-        guard let value = loaded.badges[owner] else {
+        guard let value = try lookUp({ loaded.badges[owner] }, .badge(owner)) else {
             missed.insert(.badge(owner))
             return 0
         }
