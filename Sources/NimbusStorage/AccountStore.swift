@@ -1,8 +1,8 @@
 /// Containers, API tokens, users and sessions: the first part of the storage protocol in its
 /// async, coarse form (`docs/scale-out.md`). Each call is one unit of work, one short
 /// transaction at most: one round trip on a networked engine, one hop (or none, for reads) on
-/// the embedded one. The rest of the protocol (`StorageReader`, `StorageWriter`) moves to this
-/// form one aggregate at a time.
+/// the embedded one. Records, zones, schema, subscriptions and notifications go through units of
+/// work instead (`ReadUnit`, `UnitOfWork`).
 public protocol AccountStore: Sendable {
     func containers() async throws -> [ContainerRow]
     /// Returns false when a container with that id exists (nothing is written).

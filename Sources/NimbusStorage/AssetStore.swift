@@ -2,7 +2,7 @@
 /// `AccountStore`): which blob (`AssetBlobRow.key`) holds the bytes of each checksum of each
 /// container, when an upload or a rereference last vouched for it, and which upload URLs have
 /// been used. Which records hold a blob is not here: those rows are written with the record,
-/// in its transaction (`StorageWriter.replaceAssetReferences`). docs/assets.md.
+/// in its transaction (`UnitOfWork.replaceAssetReferences`). docs/assets.md.
 public protocol AssetStore: Sendable {
     /// Registers a blob an upload just stored, or, when the container already has a blob of
     /// those bytes, marks that one touched and returns it: the caller then removes its own.

@@ -99,7 +99,7 @@ public struct RecordRow: Sendable, Hashable {
     public var recordType: String
     public var fields: [UInt8]
     public var parent: String?
-    /// The sequence of the record's last change (`StorageWriter.nextRecordSequence`, ordered
+    /// The sequence of the record's last change (`UnitOfWork.nextRecordSequence`, ordered
     /// within its zone); also the record's change tag.
     public var changeSequence: Int64
     public var created: ChangeStamp
@@ -123,7 +123,7 @@ public struct RecordRow: Sendable, Hashable {
 
     /// What the record counts against its database's quota: its name, type and stored fields
     /// in bytes; nothing once deleted. The same sum in SQL frees a deleted zone's records
-    /// (`StorageWriter.deleteZone`), so the two must agree.
+    /// (`UnitOfWork.deleteZone`), so the two must agree.
     public var storedBytes: Int64 {
         isDeleted ? 0 : Int64(recordName.utf8.count + recordType.utf8.count + fields.count)
     }

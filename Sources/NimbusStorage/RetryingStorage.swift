@@ -27,7 +27,7 @@ public struct RetryingStorage: StorageDriver {
 
     /// Reads pass straight through (past the bound): they take no locks to collide on
     /// (snapshots), and the lookup path is the hottest there is.
-    public func read<Value: Sendable>(_ kind: ReadKind, _ body: @escaping @Sendable (any StorageReader) throws -> Value) async throws
+    public func read<Value: Sendable>(_ kind: ReadKind, _ body: @escaping @Sendable (ReadUnit) throws -> Value) async throws
         -> Value
     {
         try await Spans.child(kind == .scan ? "storage.scan" : "storage.read") { _ in
@@ -35,13 +35,13 @@ public struct RetryingStorage: StorageDriver {
         }
     }
 
-    public func write<Value: Sendable>(_ body: @escaping @Sendable (any StorageWriter) throws -> Value) async throws -> Value {
+    public func write<Value: Sendable>(_ body: @escaping @Sendable (UnitOfWork) throws -> Value) async throws -> Value {
         try await Spans.child("storage.write") { _ in
             try await bounded { try await retrying { try await base.write(body) } }
         }
     }
 
-    public func write<Value: Sendable>(inZone zone: ZoneOrder, _ body: @escaping @Sendable (any StorageWriter) throws -> Value)
+    public func write<Value: Sendable>(inZone zone: ZoneOrder, _ body: @escaping @Sendable (UnitOfWork) throws -> Value)
         async throws -> Value
     {
         try await Spans.child("storage.write") { span in

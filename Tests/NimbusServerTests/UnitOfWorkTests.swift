@@ -122,7 +122,7 @@ import Testing
             let batch = try await alice.modify(zone: "Z", names.map { Op.create($0 + (run == 1 ? "" : "-\(run)"), type: "Item", ["n": Op.field(.int(1))]) })
             #expect(batch.records.count == 200 && batch.records.allSatisfy { $0.errorCode == nil }, "\(batch.text)")
         }
-        // One load (database, zone, records and schema by name: `StorageReader.expect`), one
+        // One load (database, zone, records and schema by name: `ReadUnit.expect`), one
         // apply, and a block of ids when the one at hand runs out.
         #expect(trips.batch <= 3, "a 200-record atomic batch took \(trips.batch) round trips")
 

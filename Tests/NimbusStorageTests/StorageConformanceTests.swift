@@ -605,7 +605,7 @@ import Testing
                 query.budget = .seconds(30)  // not what this test measures (a fresh PostgreSQL table has no statistics)
                 return query
             }
-            @Sendable func index(_ tx: any StorageWriter, _ name: String, tag: String, sequence: Int64, again: Bool = false) throws {
+            @Sendable func index(_ tx: UnitOfWork, _ name: String, tag: String, sequence: Int64, again: Bool = false) throws {
                 let row = Self.row(zoneID, name, sequence: sequence)
                 let id = try tx.putRecord(row)
                 let record = IndexedRecord(row: row, fields: [("tag", .string(tag))], grants: .everything)

@@ -41,14 +41,14 @@ public final class FaultyStorage: StorageDriver, @unchecked Sendable {
     /// Write transactions handed to the real driver so far.
     public var writesRunCount: Int { lock.withLock { writesRun } }
 
-    public func read<Value: Sendable>(_ kind: ReadKind, _ body: @escaping @Sendable (any StorageReader) throws -> Value) async throws
+    public func read<Value: Sendable>(_ kind: ReadKind, _ body: @escaping @Sendable (ReadUnit) throws -> Value) async throws
         -> Value
     {
         if kind == .scan, let fault = lock.withLock({ scanFaults.isEmpty ? nil : scanFaults.removeFirst() }) { throw fault }
         return try await base.read(kind, body)
     }
 
-    public func write<Value: Sendable>(_ body: @escaping @Sendable (any StorageWriter) throws -> Value) async throws -> Value {
+    public func write<Value: Sendable>(_ body: @escaping @Sendable (UnitOfWork) throws -> Value) async throws -> Value {
         let fault = lock.withLock { () -> StorageError? in
             if writeFaults.isEmpty {
                 writesRun += 1

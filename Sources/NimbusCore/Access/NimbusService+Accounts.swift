@@ -54,7 +54,7 @@ extension NimbusService {
     }
 
     /// The same inside a transaction, for a change that must not start on a missing container.
-    static func requireContainer(_ id: String, tx: any StorageReader) throws {
+    static func requireContainer(_ id: String, tx: ReadUnit) throws {
         guard try tx.container(id: id) != nil else {
             throw CloudKitError(.notFound, "container '\(Names.escaped(id))' does not exist")
         }

@@ -47,7 +47,7 @@ final class ChangeLog {
     }
 
     /// Runs `body` in a savepoint of `tx`; if it throws, its log entries go with its writes.
-    func savepoint<Value>(_ tx: any StorageWriter, _ body: () throws -> Value) throws -> Value {
+    func savepoint<Value>(_ tx: UnitOfWork, _ body: () throws -> Value) throws -> Value {
         let marks = (records.count, zones.count, usedBytes)
         do {
             return try tx.savepoint(body)

@@ -155,7 +155,7 @@ extension NimbusService {
     /// Puts a write's changes in the outbox (see `NotificationHub.enqueue`), with the
     /// subscription index brought up to date first: a subscription another node made a moment
     /// ago must already count.
-    func queueForMatching(_ committed: CommittedChanges?, at time: Int64, tx: any StorageWriter) throws -> Bool {
+    func queueForMatching(_ committed: CommittedChanges?, at time: Int64, tx: UnitOfWork) throws -> Bool {
         guard let committed else { return false }
         try refreshSubscriptionIndex(tx)
         var queued = try notificationHub.enqueue(committed, at: time, tx: tx)
@@ -188,7 +188,7 @@ extension NimbusService {
 
     /// Matches the oldest outbox entries, stores their notifications and removes them, in the
     /// caller's transaction.
-    private func matchOutbox(_ tx: any StorageWriter, security: SecurityState, now: Int64, ids: SeededIDs) throws -> OutboxDrain {
+    private func matchOutbox(_ tx: UnitOfWork, security: SecurityState, now: Int64, ids: SeededIDs) throws -> OutboxDrain {
         let version = try refreshSubscriptionIndex(tx)
         let entries = try tx.outbox(limit: Self.outboxBatch)
         var drain = OutboxDrain(entries: entries.count)
@@ -241,7 +241,7 @@ extension NimbusService {
     /// `ids` names the notifications of one change (a record's, or the request's).
     private func storeNotifications(
         for matches: [SubscriptionMatch], of committed: CommittedChanges, at now: Int64, ids: (String) -> String,
-        tx: any StorageWriter
+        tx: UnitOfWork
     ) throws -> Int {
         // One change seen by several subscriptions: the notifications share their ID
         // (reference §11.3), so marking one read marks the change read. `ids` names one change
@@ -375,7 +375,7 @@ extension NimbusService {
 
     /// Where a collection token points; `CHANGE_TOKEN_EXPIRED` once notifications after it
     /// were pruned (the client has missed some and must refetch everything it syncs).
-    func notificationSequence(token: String?, owner: NotificationOwner, tx: any StorageReader) throws -> Int64 {
+    func notificationSequence(token: String?, owner: NotificationOwner, tx: ReadUnit) throws -> Int64 {
         guard let token else { return 0 }
         let decoded = try SyncToken.decode(token, expected: .notifications, key: keys.syncTokens, what: WireKey.syncToken)
         guard decoded == SyncToken.forNotifications(owner, sequence: decoded.sequence) else {

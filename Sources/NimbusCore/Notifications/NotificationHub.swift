@@ -77,7 +77,7 @@ public final class NotificationHub: Sendable {
     /// nobody subscribes to its database (then matching could find nothing, and the write
     /// costs nothing extra). Returns whether it wrote: the caller wakes the pipeline after
     /// its commit. The index must be current (`NimbusService.queueForMatching`).
-    func enqueue(_ committed: CommittedChanges, at time: Int64, tx: any StorageWriter) throws -> Bool {
+    func enqueue(_ committed: CommittedChanges, at time: Int64, tx: UnitOfWork) throws -> Bool {
         guard index.withLock({ $0.watches(databaseID: committed.database.id) }) else { return false }
         try tx.appendOutbox(databaseID: committed.database.id, body: OutboxCodec.encode(committed), createdAt: time)
         return true

@@ -12,7 +12,7 @@ extension NimbusService {
     typealias SchemaMap = [String: (type: FieldType, indexes: Int)]
 
     /// The fields of a record type in the database's environment, with their types and indexes.
-    func schemaMap(recordType: String, key: DatabaseKey, tx: any StorageReader) throws -> SchemaMap {
+    func schemaMap(recordType: String, key: DatabaseKey, tx: ReadUnit) throws -> SchemaMap {
         var schema: SchemaMap = [:]
         for field in try tx.schemaFields(container: key.container, environment: key.environment) where field.recordType == recordType {
             if let type = FieldType(wireName: field.fieldType) { schema[field.fieldName] = (type, field.indexes) }

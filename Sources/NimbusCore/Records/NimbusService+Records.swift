@@ -223,7 +223,7 @@ extension NimbusService {
 
     /// Applies one operation of `batch`; `seenNames` catches a record named twice in it.
     private func apply(
-        _ operation: RecordOperationInput, in batch: SaveBatch, seenNames: inout Set<String>, tx: any StorageWriter
+        _ operation: RecordOperationInput, in batch: SaveBatch, seenNames: inout Set<String>, tx: UnitOfWork
     ) throws -> RecordEntry {
         let (request, zone, database, target) = (batch.request, batch.zone, batch.database, batch.target)
         let (stamp, schema, log, sharing) = (batch.stamp, batch.schema, batch.log, batch.sharing)

@@ -10,7 +10,7 @@ extension NimbusService {
     /// must exist, and no record may gather more than `Limits.deleteSelfReferrers` DELETE_SELF referrers.
     func referenceRows(
         for fields: RecordCodec.Fields, recordName: String, zone: ZoneRow, database: DatabaseRow, path: String,
-        tx: any StorageWriter
+        tx: UnitOfWork
     ) throws -> [ReferenceRow] {
         var rows: [ReferenceRow] = []
         for (fieldName, value) in fields {
@@ -66,7 +66,7 @@ extension NimbusService {
     /// Deletes `root` and, transitively, every record pointing at a deleted record with
     /// DELETE_SELF, all at once. Refused with `VALIDATING_REFERENCE_ERROR` when a record
     /// outside that set still points at one inside it with VALIDATE.
-    func deleteCascading(_ root: RecordRow, zone: ZoneRow, database: DatabaseRow, stamp: ChangeStamp, log: ChangeLog, tx: any StorageWriter)
+    func deleteCascading(_ root: RecordRow, zone: ZoneRow, database: DatabaseRow, stamp: ChangeStamp, log: ChangeLog, tx: UnitOfWork)
         throws
     {
         var doomed: [String] = [root.recordName]

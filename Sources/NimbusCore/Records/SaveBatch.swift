@@ -33,7 +33,7 @@ extension NimbusService {
 
         /// A participant's write must stay inside a share they may write to: `provisional` is the
         /// record as it would be saved. In the owner's own databases, nothing to check.
-        func requireInsideWritableShare(_ provisional: RecordRow, zone: ZoneRow, tx: any StorageReader) throws {
+        func requireInsideWritableShare(_ provisional: RecordRow, zone: ZoneRow, tx: ReadUnit) throws {
             guard let participantZone else { return }
             guard let share = try participantZone.shows(provisional, zone: zone, tx: tx) else {
                 throw CloudKitError(

@@ -46,7 +46,7 @@ extension NimbusService {
     }
 
     /// How many live development records of a type hold a value of `field` (nil: any record).
-    private static func recordsHolding(_ field: String?, container: String, recordType: String, tx: any StorageReader) throws -> Int {
+    private static func recordsHolding(_ field: String?, container: String, recordType: String, tx: ReadUnit) throws -> Int {
         var count = 0
         var after: Int64 = 0
         while true {

@@ -96,7 +96,7 @@ extension NimbusService {
         return plan
     }
 
-    private static func recordTypePlan(container: String, tx: any StorageReader) throws -> SchemaDeployPlan {
+    private static func recordTypePlan(container: String, tx: ReadUnit) throws -> SchemaDeployPlan {
         try requireContainer(container, tx: tx)
         let developmentFields = try tx.schemaFields(container: container, environment: .development)
         let productionTypes = Set(try tx.schemaRecordTypes(container: container, environment: .production))
@@ -224,7 +224,7 @@ extension NimbusService {
     /// granted index must be filled in before a query may use it; development records are
     /// indexed by everything already. In the caller's transaction, so
     /// the index is complete when the change is visible.
-    func rebuildIndexEntries(container: String, environment: Environment, recordType: String, tx: any StorageWriter) throws {
+    func rebuildIndexEntries(container: String, environment: Environment, recordType: String, tx: UnitOfWork) throws {
         var grants: [String: Int] = [:]
         for field in try tx.schemaFields(container: container, environment: environment) where field.recordType == recordType {
             grants[field.fieldName] = field.indexes

@@ -11,7 +11,7 @@ import NimbusWire
 final class SchemaResolver {
     private let container: String
     private let environment: Environment
-    private let tx: any StorageWriter
+    private let tx: UnitOfWork
     private var recordTypes: Set<String>
     private var fields: [String: [String: FieldType]] = [:]
     /// Index flags by record type, then field (system fields included once declared).
@@ -19,7 +19,7 @@ final class SchemaResolver {
     /// `indexGrants(for:)`'s answers: a batch asks once per record, of the same few types.
     private var grantsByType: [String: IndexGrants] = [:]
 
-    init(container: String, environment: Environment, tx: any StorageWriter) throws {
+    init(container: String, environment: Environment, tx: UnitOfWork) throws {
         self.container = container
         self.environment = environment
         self.tx = tx

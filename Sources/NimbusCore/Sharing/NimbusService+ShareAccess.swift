@@ -117,7 +117,7 @@ extension NimbusService {
     }
 
     /// The zone and share record at `location`, when both are there.
-    static func shareRows(at location: ShareLocation, tx: any StorageReader) throws -> (zone: ZoneRow, share: RecordRow)? {
+    static func shareRows(at location: ShareLocation, tx: ReadUnit) throws -> (zone: ZoneRow, share: RecordRow)? {
         guard let database = try tx.database(location.databaseKey),
             let zone = try tx.zone(databaseID: database.id, name: location.zoneName), !zone.isDeleted,
             let row = try tx.record(zoneID: zone.id, name: location.recordName), !row.isDeleted,

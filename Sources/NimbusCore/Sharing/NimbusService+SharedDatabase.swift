@@ -28,7 +28,7 @@ extension NimbusService {
         /// A change-feed row as the participant sees it: shown while a share they accepted
         /// covers it; gone when it was deleted in one or left one (moved out of a hierarchy);
         /// otherwise not there at all, so a zone's other records stay private.
-        func appearance(of row: RecordRow, zone: ZoneRow, tx: any StorageReader) throws -> Appearance {
+        func appearance(of row: RecordRow, zone: ZoneRow, tx: ReadUnit) throws -> Appearance {
             if try shows(row, zone: zone, tx: tx) != nil { return .shown }
             if shares.contains(where: { $0.rootRecordName == nil }) { return row.isDeleted ? .gone : .hidden }
             guard RecordCodec.holdsReservedFields(row.fields), let left = ShareState.leftShare(try RecordCodec.decode(row.fields))
@@ -38,7 +38,7 @@ extension NimbusService {
 
         /// The accepted share that covers a live record: the zone's whole-zone share, the share
         /// record itself, or the share of the nearest root up its parent chain.
-        func shows(_ row: RecordRow, zone: ZoneRow, tx: any StorageReader) throws -> AcceptedShare? {
+        func shows(_ row: RecordRow, zone: ZoneRow, tx: ReadUnit) throws -> AcceptedShare? {
             guard !row.isDeleted else { return nil }
             if let whole = shares.first(where: { $0.rootRecordName == nil }) { return whole }
             if row.recordType == Names.shareRecordType { return shares.first { $0.name == row.recordName } }
@@ -102,7 +102,7 @@ extension NimbusService {
     }
 
     /// A shared zone's row in its owner's database, as the caller's requests see it.
-    func sharedZoneRow(_ shared: SharedZone, tx: any StorageReader) throws -> (DatabaseRow, ZoneRow)? {
+    func sharedZoneRow(_ shared: SharedZone, tx: ReadUnit) throws -> (DatabaseRow, ZoneRow)? {
         guard let database = try tx.database(shared.key),
             let zone = try tx.zone(databaseID: database.id, name: shared.zoneName), !zone.isDeleted
         else { return nil }
@@ -211,7 +211,7 @@ extension NimbusService {
     /// The changes of a commit in a private database as each participant's shared database
     /// sees them: for every zone it touched that is shared, the records a participant's
     /// accepted shares let them see (or see go). One entry per participant with any.
-    func sharedDatabaseChanges(mirroring committed: CommittedChanges, tx: any StorageReader) throws -> [CommittedChanges] {
+    func sharedDatabaseChanges(mirroring committed: CommittedChanges, tx: ReadUnit) throws -> [CommittedChanges] {
         let key = committed.database.key
         guard let owner = try tx.database(key) else { return [] }
         var byParticipant: [Int64: [RecordChange]] = [:]

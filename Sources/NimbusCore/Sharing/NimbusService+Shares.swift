@@ -104,7 +104,7 @@ extension NimbusService {
     func applyShare(
         _ input: RecordInput, recordName: String, existing: RecordRow?, existingFields: RecordCodec.Fields,
         fields: inout RecordCodec.Fields, zone: ZoneRow, target: DatabaseTarget, invitees: Invitees, batch: BatchShares,
-        asParticipant: Bool = false, tx: any StorageWriter
+        asParticipant: Bool = false, tx: UnitOfWork
     ) throws -> String? {
         if asParticipant {
             try applyShareAsAdministrator(
@@ -234,7 +234,7 @@ extension NimbusService {
     /// A participant leaving: they are taken off the share, which stays for everyone else.
     func leaveShare(
         _ share: RecordRow, caller: Caller, zone: ZoneRow, database: DatabaseRow, stamp: ChangeStamp, log: ChangeLog,
-        tx: any StorageWriter
+        tx: UnitOfWork
     ) throws {
         var fields = try RecordCodec.decode(share.fields)
         guard var state = try ShareState(fields: fields), let me = caller.user?.recordName else { return }
@@ -249,7 +249,7 @@ extension NimbusService {
     @discardableResult
     func rewrite(
         _ row: RecordRow, fields: RecordCodec.Fields, zone: ZoneRow, database: DatabaseRow, stamp: ChangeStamp, log: ChangeLog,
-        tx: any StorageWriter
+        tx: UnitOfWork
     ) throws -> RecordRow {
         var changed = row
         changed.fields = RecordCodec.encode(fields)
@@ -369,7 +369,7 @@ extension NimbusService {
 
     /// Refuses to make `row` the root of share `shareName` when a share already covers it: its
     /// own, another root up its parent chain, or the zone's.
-    func requireShareable(_ row: RecordRow, as shareName: String, zone: ZoneRow, tx: any StorageReader) throws {
+    func requireShareable(_ row: RecordRow, as shareName: String, zone: ZoneRow, tx: ReadUnit) throws {
         try requireShareable(
             recordName: row.recordName, recordType: row.recordType, sharedBy: ShareState.sharedBy(try RecordCodec.decode(row.fields)),
             parent: row.parent, as: shareName, zone: zone, tx: tx)
@@ -378,7 +378,7 @@ extension NimbusService {
     /// The same, for a record as it is being saved.
     func requireShareable(
         recordName: String, recordType: String, sharedBy: String?, parent: String?, as shareName: String, zone: ZoneRow,
-        tx: any StorageReader
+        tx: ReadUnit
     ) throws {
         if recordType == Names.shareRecordType {
             throw CloudKitError(.badRequest, "a share cannot be shared; share its root record", recordName: recordName)
@@ -405,7 +405,7 @@ extension NimbusService {
     /// Refuses when a record below `recordName` roots a share (other than `except`): the
     /// records between would belong to two. Found from the zone's shares (few) up their roots'
     /// parent chains, since records are not indexed by parent.
-    func requireNoSharedDescendant(of recordName: String, except: String?, zone: ZoneRow, tx: any StorageReader) throws {
+    func requireNoSharedDescendant(of recordName: String, except: String?, zone: ZoneRow, tx: ReadUnit) throws {
         let shares = try tx.recordChanges(zoneID: zone.id, after: 0, recordTypes: [Names.shareRecordType], limit: Limits.resultsPerPage.value)
         for share in shares where !share.isDeleted && share.recordName != except {
             guard let root = try ShareState(fields: RecordCodec.decode(share.fields))?.rootRecordName, root != recordName,
@@ -427,7 +427,7 @@ extension NimbusService {
     }
 
     /// The nearest record up a record's parent chain (not the record itself) that roots a share.
-    func sharedAncestor(recordName: String, parent: String?, zone: ZoneRow, tx: any StorageReader) throws
+    func sharedAncestor(recordName: String, parent: String?, zone: ZoneRow, tx: ReadUnit) throws
         -> (root: String, share: String)?
     {
         var next = parent
@@ -443,7 +443,7 @@ extension NimbusService {
     }
 
     /// A zone-wide share may not join shares of single hierarchies in its zone.
-    private func requireNoSharesInZone(_ zone: ZoneRow, tx: any StorageReader, recordName: String) throws {
+    private func requireNoSharesInZone(_ zone: ZoneRow, tx: ReadUnit, recordName: String) throws {
         let shares = try tx.recordChanges(zoneID: zone.id, after: 0, recordTypes: [Names.shareRecordType], limit: Limits.resultsPerPage.value)
         if let other = shares.first(where: { !$0.isDeleted && $0.recordName != Names.zoneWideShareName })?.recordName {
             throw CloudKitError(
@@ -456,7 +456,7 @@ extension NimbusService {
     /// The share covering a record in its owner's zone, whoever asks: the share of the nearest
     /// root up its parent chain (the record itself included). Zone-wide shares are not
     /// looked for: they cover everything, and their participants hear every deletion.
-    func coveringShare(recordName: String, fields: RecordCodec.Fields, parent: String?, zone: ZoneRow, tx: any StorageReader) throws
+    func coveringShare(recordName: String, fields: RecordCodec.Fields, parent: String?, zone: ZoneRow, tx: ReadUnit) throws
         -> String?
     {
         if let own = ShareState.sharedBy(fields) { return own }
@@ -471,7 +471,7 @@ extension NimbusService {
     @discardableResult
     func noteShareLeft(
         recordName: String, before: RecordRow?, fields: inout RecordCodec.Fields, parent: String?, zone: ZoneRow,
-        tx: any StorageReader
+        tx: ReadUnit
     ) throws -> (was: String?, now: String?)? {
         guard let before, before.parent != parent else { return nil }
         let now = try coveringShare(recordName: recordName, fields: fields, parent: parent, zone: zone, tx: tx)
@@ -491,7 +491,7 @@ extension NimbusService {
     /// by parent, so the zone is read once to find them; a move of a record with children
     /// across a share's edge is rare, and the owner's devices see those records change too.
     func carryDescendants(
-        of recordName: String, move: (was: String?, now: String?), zone: ZoneRow, stamp: ChangeStamp, log: ChangeLog, tx: any StorageWriter
+        of recordName: String, move: (was: String?, now: String?), zone: ZoneRow, stamp: ChangeStamp, log: ChangeLog, tx: UnitOfWork
     ) throws {
         var children: [String: [RecordRow]] = [:]
         var after: Int64 = 0
@@ -524,7 +524,7 @@ extension NimbusService {
     /// later in the same request (CloudKit's native pattern) or already its share.
     func linkToShare(
         _ shareName: String, recordName: String, recordType: String, fields: inout RecordCodec.Fields, parent: String?,
-        zone: ZoneRow, target: DatabaseTarget, batch: BatchShares, tx: any StorageReader
+        zone: ZoneRow, target: DatabaseTarget, batch: BatchShares, tx: ReadUnit
     ) throws {
         guard target.scope == .private, zone.name != Names.defaultZone else {
             throw CloudKitError(
@@ -553,7 +553,7 @@ extension NimbusService {
     /// change tag, as CloudKit's `share` system field is.
     func setRootShare(
         _ rootName: String, to share: String?, zone: ZoneRow, database: DatabaseRow, stamp: ChangeStamp, log: ChangeLog,
-        tx: any StorageWriter
+        tx: UnitOfWork
     ) throws {
         guard let root = try tx.record(zoneID: zone.id, name: rootName), !root.isDeleted else { return }
         var fields = try RecordCodec.decode(root.fields)

@@ -136,7 +136,7 @@ extension NimbusService {
     /// What a database allows: query subscriptions everywhere but the shared database, zone
     /// subscriptions on existing custom zones of the private database, database subscriptions
     /// in the private and shared databases (as CloudKit).
-    private func checkScope(_ input: SubscriptionInput, target: DatabaseTarget, database: DatabaseRow, tx: any StorageReader) throws {
+    private func checkScope(_ input: SubscriptionInput, target: DatabaseTarget, database: DatabaseRow, tx: ReadUnit) throws {
         switch (input.type, target.scope) {
         case (.zone, .public):
             throw CloudKitError.badRequest("zone subscriptions are not supported in the public database; use a query subscription")
@@ -157,7 +157,7 @@ extension NimbusService {
     /// A subscription ready for matching. Query filters are checked as `records/query` checks
     /// them (types, and in production the indexes), against the schema of the environment:
     /// a subscription to a record type the schema does not have is refused.
-    func compile(_ row: SubscriptionRow, input: SubscriptionInput, tx: any StorageReader) throws -> Subscription {
+    func compile(_ row: SubscriptionRow, input: SubscriptionInput, tx: ReadUnit) throws -> Subscription {
         var conditions: [IndexCondition] = []
         if let recordType = input.recordType {
             let key = row.database
@@ -186,7 +186,7 @@ extension NimbusService {
     }
 
     /// Every stored subscription, compiled, at the version `tx` sees.
-    func buildSubscriptionIndex(_ tx: any StorageReader) throws -> SubscriptionIndex {
+    func buildSubscriptionIndex(_ tx: ReadUnit) throws -> SubscriptionIndex {
         var index = SubscriptionIndex()
         index.version = try tx.subscriptionsVersion()
         for row in try tx.allSubscriptions() {
@@ -198,9 +198,9 @@ extension NimbusService {
     /// A stored subscription, compiled; nil (and a warning in the log) when it no longer
     /// compiles, for instance after its record type left the schema. Only the subscription's
     /// own faults make it nil: a storage error, or a unit of work's request to load more
-    /// (`UnitOfWork.Miss`), goes on to the caller, or a run missing rows would build an index
+    /// (`ReadUnit.Miss`), goes on to the caller, or a run missing rows would build an index
     /// without the subscription and mark it current.
-    private func compileStored(_ row: SubscriptionRow, tx: any StorageReader) throws -> Subscription? {
+    private func compileStored(_ row: SubscriptionRow, tx: ReadUnit) throws -> Subscription? {
         func dropped(_ error: any Error) -> Subscription? {
             logger.warning(
                 "a stored subscription no longer compiles and will not fire until it is saved again",
@@ -232,7 +232,7 @@ extension NimbusService {
     /// storage no longer keeps them, the whole index is built again. Returns the version `tx`
     /// sees.
     @discardableResult
-    func refreshSubscriptionIndex(_ tx: any StorageReader) throws -> Int64 {
+    func refreshSubscriptionIndex(_ tx: ReadUnit) throws -> Int64 {
         let version = try tx.subscriptionsVersion()
         let indexed = notificationHub.index.withLock { $0.version }
         guard indexed != version else { return version }

@@ -126,7 +126,7 @@ extension NimbusService {
 
     private func zoneChangesEntry(
         _ request: ZoneChangesRequest.Zone, numbersAsStrings: Bool, database: DatabaseRow, target: DatabaseTarget,
-        shared: SharedZone? = nil, expiredByFault: Bool = false, tx: any StorageReader
+        shared: SharedZone? = nil, expiredByFault: Bool = false, tx: ReadUnit
     ) throws -> ZoneRecordChanges {
         let requestedZoneID = wireZoneID(name: request.zoneID.zoneName, owner: request.zoneID.ownerRecordName).json
         if request.zoneID.zoneName == Names.defaultZone {

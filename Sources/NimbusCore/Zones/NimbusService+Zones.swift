@@ -21,7 +21,7 @@ extension NimbusService {
     }
 
     /// The live zone a request names, or `ZONE_NOT_FOUND`.
-    func resolveZone(_ zoneID: WireZoneID, in database: DatabaseRow, target: DatabaseTarget, tx: any StorageReader)
+    func resolveZone(_ zoneID: WireZoneID, in database: DatabaseRow, target: DatabaseTarget, tx: ReadUnit)
         throws -> ZoneRow
     {
         if let owner = zoneID.ownerRecordName, owner != Names.defaultOwner, owner != target.zoneOwnerName {
@@ -69,7 +69,7 @@ extension NimbusService {
     }
 
     /// Whether a zone has a zone-wide share (`zones/list` and `zones/lookup` answer it).
-    func isSharedWhole(_ zone: ZoneRow, tx: any StorageReader) throws -> Bool {
+    func isSharedWhole(_ zone: ZoneRow, tx: ReadUnit) throws -> Bool {
         guard zone.name != Names.defaultZone, let share = try tx.record(zoneID: zone.id, name: Names.zoneWideShareName) else { return false }
         return !share.isDeleted
     }
@@ -137,7 +137,7 @@ extension NimbusService {
 
     private func applyZoneOperation(
         _ type: ZoneOperationType, _ zoneID: WireZoneID, database: DatabaseRow, target: DatabaseTarget,
-        log: ChangeLog, tx: any StorageWriter
+        log: ChangeLog, tx: UnitOfWork
     ) throws -> ZoneEntry {
         if let owner = zoneID.ownerRecordName, owner != Names.defaultOwner, owner != target.caller.user?.recordName {
             throw CloudKitError(

@@ -88,7 +88,7 @@ public enum LoadKey: Hashable, Sendable {
     /// schema): what `zone` needs two round trips for, the database's id first.
     case zonePath(DatabaseKey, zoneName: String)
     /// A record by its database's key, its zone's name and its name, with the database and the
-    /// zone (`StorageReader.expect`): three levels in one round trip.
+    /// zone (`ReadUnit.expect`): three levels in one round trip.
     case recordPath(DatabaseKey, zoneName: String, recordName: String)
     case referrers(zoneID: Int64, name: String, action: String)
     case schema(container: String, environment: Environment)

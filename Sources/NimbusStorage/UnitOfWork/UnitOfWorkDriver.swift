@@ -29,25 +29,25 @@ public final class UnitOfWorkDriver: StorageDriver {
     public var writeRoundTrips: Int { units.writeRoundTrips.load(ordering: .relaxed) }
     public var readRoundTrips: Int { units.readRoundTrips.load(ordering: .relaxed) }
 
-    public func read<Value: Sendable>(_ kind: ReadKind, _ body: @escaping @Sendable (any StorageReader) throws -> Value) async throws
+    public func read<Value: Sendable>(_ kind: ReadKind, _ body: @escaping @Sendable (ReadUnit) throws -> Value) async throws
         -> Value
     {
         try await units.run(kind) { unit in try body(unit) }
     }
 
-    public func write<Value: Sendable>(_ body: @escaping @Sendable (any StorageWriter) throws -> Value) async throws -> Value {
+    public func write<Value: Sendable>(_ body: @escaping @Sendable (UnitOfWork) throws -> Value) async throws -> Value {
         try await write(pipeline: nil, body)
     }
 
     /// Grouped with the writes of that zone only: a busy zone (or one colliding with another
     /// node) never holds up a write to another zone.
-    public func write<Value: Sendable>(inZone zone: ZoneOrder, _ body: @escaping @Sendable (any StorageWriter) throws -> Value)
+    public func write<Value: Sendable>(inZone zone: ZoneOrder, _ body: @escaping @Sendable (UnitOfWork) throws -> Value)
         async throws -> Value
     {
         try await write(pipeline: zone, body)
     }
 
-    private func write<Value: Sendable>(pipeline: ZoneOrder?, _ body: @escaping @Sendable (any StorageWriter) throws -> Value)
+    private func write<Value: Sendable>(pipeline: ZoneOrder?, _ body: @escaping @Sendable (UnitOfWork) throws -> Value)
         async throws -> Value
     {
         if let inProcess {
@@ -100,13 +100,13 @@ final class UnitRunner: Sendable {
         _ = try await decide(counting: readRoundTrips, kind: kind, schemaWithZones: kind == .scan) { unit in
             do {
                 value = try body(unit)
-                return unit.missed.isEmpty ? nil : UnitOfWork.Miss(keys: unit.missed)
-            } catch let stopped as UnitOfWork.Miss {
+                return unit.missed.isEmpty ? nil : ReadUnit.Miss(keys: unit.missed)
+            } catch let stopped as ReadUnit.Miss {
                 return stopped
             } catch {
                 // A run that took missing rows for absent may fail for that alone.
                 guard !unit.missed.isEmpty else { throw error }
-                return UnitOfWork.Miss(keys: unit.missed)
+                return ReadUnit.Miss(keys: unit.missed)
             }
         }
         guard let value else { throw StorageError.corrupt("a unit of work finished without its value") }
@@ -119,10 +119,10 @@ final class UnitRunner: Sendable {
         var outcomes: [Result<Void, any Error>] = []
         let changes = try await decide(counting: writeRoundTrips, kind: .point, schemaWithZones: true) { unit in
             outcomes = []
-            var miss = UnitOfWork.Miss()
+            var miss = ReadUnit.Miss()
             for write in writes {
                 let outcome = unit.isolated { try write.run(unit) }
-                if case .failure(let stopped as UnitOfWork.Miss) = outcome { miss.merge(stopped) }
+                if case .failure(let stopped as ReadUnit.Miss) = outcome { miss.merge(stopped) }
                 outcomes.append(outcome)
             }
             miss.keys.formUnion(unit.missed)
@@ -136,11 +136,11 @@ final class UnitRunner: Sendable {
     /// the unit loads as it reads, and only running out of ids runs it again.
     private func decide(
         counting roundTrips: borrowing Atomic<Int>, kind: ReadKind, schemaWithZones: Bool,
-        _ attempt: (UnitOfWork) throws -> UnitOfWork.Miss?
+        _ attempt: (UnitOfWork) throws -> ReadUnit.Miss?
     ) async throws -> UnitOfWorkChanges {
         var loaded = LoadedRows()
         let unitIDs = UnitIDs()
-        var lastMiss: UnitOfWork.Miss?
+        var lastMiss: ReadUnit.Miss?
         // Reservations from the engine grow eightfold each time a run runs out again (ids left
         // over go back to the reserve): a group of 64 batches of 200 new records needs 12,800,
         // which one block at a time took 50 runs of the whole group.
@@ -148,7 +148,7 @@ final class UnitRunner: Sendable {
         var wanted: [StorageIDKind: Int] = [:]
         for _ in 0..<Self.loadsPerUnit {
             unitIDs.startRun()
-            func run(_ source: (any UnitRowSource)?) throws -> (unit: UnitOfWork, miss: UnitOfWork.Miss?) {
+            func run(_ source: (any UnitRowSource)?) throws -> (unit: UnitOfWork, miss: ReadUnit.Miss?) {
                 let unit = UnitOfWork(loaded: loaded, ids: unitIDs, source: source)
                 return (unit, try attempt(unit))
             }
@@ -192,7 +192,7 @@ final class UnitRunner: Sendable {
         let value: Value
         do {
             value = try body(unit)
-        } catch let miss as UnitOfWork.Miss {
+        } catch let miss as ReadUnit.Miss {
             throw StorageError.corrupt("a unit of work missed \(miss) inside its own transaction")
         }
         try transaction.applyDecided(unit.changes)

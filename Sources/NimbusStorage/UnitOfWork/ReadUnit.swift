@@ -1,0 +1,419 @@
+/// What a transaction closure reads storage through, in a `UnitOfWorkDriver`: committed rows
+/// loaded so far, with the unit's own writes laid over them (`UnitOfWork`, its writing kind).
+/// A read's closure (`StorageDriver.read`) gets this and nothing it could write with.
+///
+/// Where the engine answers in process (`UnitRowSource`: SQLite, from one read transaction on
+/// the calling thread), a read of a row not loaded yet loads it at once and the closure runs
+/// once. Over a networked engine a read of a row not loaded yet is noted and answered as if the
+/// row did not exist, and the closure goes on: one run discovers every row a request names (a
+/// 200-record batch, a cascade of deletes), not one per run. Whatever that run computed is
+/// thrown away; the driver loads all the noted keys at once and runs the closure again. Only a
+/// run that noted nothing counts. Reads that cannot be answered that way (scans, the
+/// installation secret, versions) stop the run at once by throwing `ReadUnit.Miss`.
+///
+/// So a closure must be pure: everything it returns or writes follows from what it read here
+/// and from what it captured before it ran (the time, new names, random values), never from
+/// state it changes outside. A read's closure that stores its result elsewhere may see that
+/// done for a run that does not count.
+public class ReadUnit {
+    /// What the closure needed and the unit did not have.
+    struct Miss: Error {
+        var keys: Set<LoadKey> = []
+        var scans: Set<LoadScan> = []
+        var ids: Set<StorageIDKind> = []
+        /// How many new ids of a kind the unit may need in all (a hint: the records a write
+        /// names), so that a run that runs out reserves that many at once, not a block per run.
+        var idsWanted: [StorageIDKind: Int] = [:]
+
+        init(keys: Set<LoadKey> = [], scan: LoadScan? = nil, ids kind: StorageIDKind? = nil, idsWanted: [StorageIDKind: Int] = [:]) {
+            self.keys = keys
+            if let scan { scans.insert(scan) }
+            if let kind { ids.insert(kind) }
+            self.idsWanted = idsWanted
+        }
+
+        /// A hint alone (`idsWanted`) is no miss.
+        var isEmpty: Bool { keys.isEmpty && scans.isEmpty && ids.isEmpty }
+
+        /// What two writes of one group missed, loaded together.
+        mutating func merge(_ other: Miss) {
+            keys.formUnion(other.keys)
+            scans.formUnion(other.scans)
+            ids.formUnion(other.ids)
+            idsWanted.merge(other.idsWanted, uniquingKeysWith: +)
+        }
+    }
+
+    /// The unit's own writes, as they change what its reads see. A value: a savepoint is a copy.
+    struct Overlay {
+        var databases: [DatabaseKey: DatabaseRow] = [:]
+        var databasesByID: [Int64: DatabaseRow] = [:]
+        var zones: [ZoneKey: ZoneRow] = [:]
+        var zonesByID: [Int64: ZoneRow] = [:]
+        var deletedZones: Set<Int64> = []
+        /// Made by this unit: nothing committed can be in them (their ids are new each run).
+        var createdDatabases: Set<Int64> = []
+        var createdZones: Set<Int64> = []
+        var records: [RecordKey: StoredRecord] = [:]
+        /// Sources whose references the unit replaced, with the new rows.
+        var references: [RecordKey: [ReferenceRow]] = [:]
+        var schemaFields: [SchemaKey: [String: SchemaFieldRow]] = [:]  // by "type\0field"
+        var schemaTypes: [SchemaKey: Set<String>] = [:]
+        /// Taken out of the schema by this unit (by "type\0field", and types by name).
+        var removedSchemaFields: [SchemaKey: Set<String>] = [:]
+        var removedSchemaTypes: [SchemaKey: Set<String>] = [:]
+        var subscriptions: [SubscriberKey: [String: SubscriptionRow?]] = [:]
+        var badges: [NotificationOwner: Int64] = [:]
+        var indexRebuildTaken = false
+        var changes = UnitOfWorkChanges()
+    }
+
+    private(set) var loaded: LoadedRows
+    let ids: UnitIDs
+    /// Answers what is not loaded at once, when the engine runs in process.
+    let source: (any UnitRowSource)?
+    /// Written only by `UnitOfWork`; a read's stays empty.
+    var overlay = Overlay()
+    /// Keys read and not loaded, answered as absent: the run's result does not count.
+    private(set) var missed: Set<LoadKey> = []
+
+    init(loaded: LoadedRows, ids: UnitIDs, source: (any UnitRowSource)? = nil) {
+        self.loaded = loaded
+        self.ids = ids
+        self.source = source
+    }
+
+    var changes: UnitOfWorkChanges { overlay.changes }
+
+    // MARK: Loading
+
+    /// Loads what `request` names now, from the source in process; false when there is none
+    /// (the caller notes a miss instead).
+    func loadNow(_ request: LoadRequest) throws -> Bool {
+        guard let source else { return false }
+        try source.load(request, into: &loaded)
+        return true
+    }
+
+    func loadNow(_ key: LoadKey) throws -> Bool {
+        guard let source else { return false }
+        try source.load(key, into: &loaded)
+        return true
+    }
+
+    /// `value` as loaded, or loaded now from the source in process; nil when neither has it.
+    func lookUp<Value>(_ value: () -> Value?, _ key: LoadKey) throws -> Value? {
+        if let found = value() { return found }
+        return try loadNow(key) ? value() : nil
+    }
+
+    /// A row by key; not loaded (and no source to load it at once), it is noted and taken to
+    /// be absent for this run.
+    func need<Value>(_ value: @autoclosure () -> Value??, _ key: LoadKey) throws -> Value? {
+        if let found = try lookUp(value, key) { return found }
+        missed.insert(key)
+        return nil
+    }
+
+    /// A value the run cannot go on without: not loaded (and no source), the run stops here.
+    func need<Value>(_ value: @autoclosure () -> Value?, _ key: LoadKey) throws -> Value {
+        if let found = try lookUp(value, key) { return found }
+        throw Miss(keys: missed.union([key]))
+    }
+
+    /// A list by key; not loaded (and no source), it is noted and taken to be empty for this run.
+    func needList<Element>(_ value: @autoclosure () -> [Element]?, _ key: LoadKey) throws -> [Element] {
+        if let found = try lookUp(value, key) { return found }
+        missed.insert(key)
+        return []
+    }
+
+    func scan(_ scan: LoadScan) throws -> ScanResult {
+        // In process: asked at once, not kept (hashing a query to keep it costs more than the
+        // unit ever saves; a unit in process runs once).
+        let result = try source.map { try $0.scan(scan) } ?? loaded.scans[scan]
+        guard let result else { throw Miss(keys: missed, scan: scan) }
+        if case .failed(let error) = result { throw error }
+        return result
+    }
+
+    // MARK: Hints
+
+    /// A hint, before reading them, of rows the transaction is about to read by name: the
+    /// database, one of its zones, and records of that zone (none for the zone alone). A unit of
+    /// work (`UnitOfWork`) loads all three levels at once: over the network in one round trip
+    /// instead of one level at a time, stopping the transaction here to run it again with them;
+    /// in process (SQLite) at once, a batch's records in a few statements, and the run goes on.
+    ///
+    /// Notes the database, the zone and the records by name when the unit lacks the zone, so
+    /// one load brings all three levels (and the subscriptions version every write reads to
+    /// decide whether anyone listens) instead of one level per load, and stops the run there:
+    /// everything it would do next it would do over rows taken for absent, only to be thrown
+    /// away (a group of 64 batches of 200 records decided 12,800 saves for nothing). The
+    /// records named size the unit's id reservation, should it run out. Once the zone is at
+    /// hand, reads by id note the rest in the same run anyway.
+    public final func expect(records names: [String], inZone zoneName: String, of database: DatabaseKey) throws {
+        if overlay.databases[database] != nil { return }
+        if let loadedDatabase = loaded.databases[database] {
+            guard let row = loadedDatabase, loaded.zones[ZoneKey(databaseID: row.id, name: zoneName)] == nil else { return }
+        }
+        // In process: the three levels in one load, and the run goes on.
+        let keys = [LoadKey.database(database), .zonePath(database, zoneName: zoneName)]
+            + names.map { LoadKey.recordPath(database, zoneName: zoneName, recordName: $0) }
+        if try loadNow(LoadRequest(keys: Set(keys), schemaWithZones: false)) { return }
+        missed.insert(.database(database))
+        missed.insert(.zonePath(database, zoneName: zoneName))
+        for name in names { missed.insert(.recordPath(database, zoneName: zoneName, recordName: name)) }
+        if loaded.subscriptionsVersion == nil { missed.insert(.subscriptionsVersion) }
+        throw Miss(keys: missed, idsWanted: names.isEmpty ? [:] : [.record: names.count])
+    }
+
+    // MARK: Installation and containers
+
+    /// A random secret made when the store was created; keys for tokens derive from it.
+    public final func installationSecret() throws -> [UInt8] { try need(loaded.installationSecret, .installationSecret) }
+
+    public final func container(id: String) throws -> ContainerRow? { try need(loaded.container[id], .container(id)) }
+
+    public final func containers() throws -> [ContainerRow] { try need(loaded.containers, .containers) }
+
+    // MARK: Databases and zones
+
+    public final func database(_ key: DatabaseKey) throws -> DatabaseRow? {
+        if let row = overlay.databases[key] { return row }
+        return try need(loaded.databases[key], .database(key))
+    }
+
+    func database(id: Int64) throws -> DatabaseRow {
+        if let row = databaseAtHand(id: id) { return row }
+        guard let row = try need(loaded.databasesByID[id], .databaseByID(id)) else {
+            throw StorageError.corrupt("database \(id) does not exist")
+        }
+        return row
+    }
+
+    /// The database's row if the unit has it, without loading it.
+    func databaseAtHand(id: Int64) -> DatabaseRow? {
+        if let row = overlay.databasesByID[id] { return row }
+        // Loaded by key already (as nearly every write loads its database): no second load by id.
+        if let row = loaded.databases.values.lazy.compactMap({ $0 }).first(where: { $0.id == id }) { return row }
+        return loaded.databasesByID[id] ?? nil
+    }
+
+    public final func zone(databaseID: Int64, name: String) throws -> ZoneRow? {
+        let key = ZoneKey(databaseID: databaseID, name: name)
+        if let row = overlay.zones[key] { return row }
+        if overlay.createdDatabases.contains(databaseID) { return nil }
+        return try need(loaded.zones[key], .zone(databaseID: databaseID, name: name))
+    }
+
+    func zone(id: Int64) throws -> ZoneRow {
+        if let row = overlay.zonesByID[id] { return row }
+        // Loaded by name already: no second load by id.
+        if let row = loaded.zones.values.lazy.compactMap({ $0 }).first(where: { $0.id == id }) { return row }
+        guard let row = try need(loaded.zonesByID[id], .zoneByID(id)) else { throw StorageError.corrupt("zone \(id) does not exist") }
+        return row
+    }
+
+    /// Live zones (not tombstones), by name.
+    public final func zones(databaseID: Int64) throws -> [ZoneRow] {
+        if !overlay.createdDatabases.contains(databaseID), overlay.changes.databasesRead[databaseID] == nil,
+            let database = databaseAtHand(id: databaseID)
+        {
+            // A write decided from the whole list must find no zone made or changed meanwhile.
+            // Writes find their database first (`ensureDatabase`); a read that did not costs
+            // no load for it, and reads are not checked.
+            overlay.changes.databasesRead[databaseID] = database.sequence
+        }
+        var byName: [String: ZoneRow] = [:]
+        let committed = overlay.createdDatabases.contains(databaseID) ? [] : try needList(loaded.zoneLists[databaseID], .zones(databaseID: databaseID))
+        for row in committed { byName[row.name] = row }
+        for (key, row) in overlay.zones where key.databaseID == databaseID { byName[row.name] = row }
+        return byName.values.filter { !$0.isDeleted }.sorted { Self.byteOrder($0.name, $1.name) }
+    }
+
+    /// Zones (live and deleted) whose change sequence is after `sequence`, oldest change first.
+    public final func zoneChanges(databaseID: Int64, after sequence: Int64, limit: Int) throws -> [ZoneRow] {
+        guard case .zones(let rows) = try scan(.zoneChanges(databaseID: databaseID, after: sequence, limit: limit)) else { throw Self.wrongScan }
+        return rows
+    }
+
+    // MARK: Records
+
+    func storedRecord(_ key: RecordKey) throws -> StoredRecord? {
+        if let stored = overlay.records[key] { return stored }
+        if overlay.deletedZones.contains(key.zoneID) || overlay.createdZones.contains(key.zoneID) { return nil }
+        return try need(loaded.records[key], .record(zoneID: key.zoneID, name: key.name))
+    }
+
+    /// The record or its tombstone.
+    public final func record(zoneID: Int64, name: String) throws -> RecordRow? {
+        try storedRecord(RecordKey(zoneID: zoneID, name: name))?.row
+    }
+
+    /// Records and tombstones changed after `sequence`, in change order. `recordTypes`
+    /// restricts the result when given.
+    public final func recordChanges(zoneID: Int64, after sequence: Int64, recordTypes: [String]?, limit: Int) throws -> [RecordRow] {
+        guard case .records(let rows) = try scan(.recordChanges(zoneID: zoneID, after: sequence, recordTypes: recordTypes, limit: limit))
+        else { throw Self.wrongScan }
+        return rows
+    }
+
+    /// Live records of a type in every database of a container environment, with their
+    /// storage ids, in storage-id order after `afterID`: for rebuilding index entries.
+    public final func liveRecords(container: String, environment: Environment, recordType: String, afterID: Int64, limit: Int) throws
+        -> [(id: Int64, row: RecordRow)]
+    {
+        guard
+            case .identifiedRecords(let rows) = try scan(
+                .liveRecords(container: container, environment: environment, recordType: recordType, afterID: afterID, limit: limit))
+        else { throw Self.wrongScan }
+        return rows
+    }
+
+    /// Live records of the query's type matching every condition, in sort order (ties by the
+    /// driver's record id), after `query.after`, at most `query.limit`.
+    public final func queryRecords(_ query: RecordQuery) throws -> QueryPage {
+        guard case .page(let page) = try scan(.query(query)) else { throw Self.wrongScan }
+        return page
+    }
+
+    // MARK: References
+
+    /// References with `action` that point at the record.
+    public final func referrers(targetZoneID: Int64, targetName: String, action: String) throws -> [ReferenceRow] {
+        let committed =
+            overlay.createdZones.contains(targetZoneID)
+            ? []
+            : try needList(
+                loaded.referrers[ReferrerKey(zoneID: targetZoneID, name: targetName, action: action)],
+                .referrers(zoneID: targetZoneID, name: targetName, action: action))
+        // Sources the unit rewrote (or whose zone it deleted) count with their new rows only.
+        var rows = committed.filter { row in
+            !overlay.deletedZones.contains(row.sourceZoneID)
+                && overlay.references[RecordKey(zoneID: row.sourceZoneID, name: row.sourceName)] == nil
+        }
+        for (source, replaced) in overlay.references where !overlay.deletedZones.contains(source.zoneID) {
+            rows += replaced.filter { $0.targetZoneID == targetZoneID && $0.targetName == targetName && $0.action == action }
+        }
+        return rows
+    }
+
+    // MARK: Schema
+
+    func schema(_ key: SchemaKey) throws -> StoredSchema {
+        try need(loaded.schemas[key], .schema(container: key.container, environment: key.environment))
+    }
+
+    static func fieldKey(_ recordType: String, _ fieldName: String) -> String { recordType + "\u{0}" + fieldName }
+
+    public final func schemaFields(container: String, environment: Environment) throws -> [SchemaFieldRow] {
+        let key = SchemaKey(container: container, environment: environment)
+        var fields: [String: SchemaFieldRow] = [:]
+        for field in try schema(key).fields { fields[Self.fieldKey(field.recordType, field.fieldName)] = field }
+        fields.merge(overlay.schemaFields[key] ?? [:]) { $1 }
+        for removed in overlay.removedSchemaFields[key] ?? [] { fields[removed] = nil }
+        return fields.values.sorted {
+            $0.recordType == $1.recordType ? Self.byteOrder($0.fieldName, $1.fieldName) : Self.byteOrder($0.recordType, $1.recordType)
+        }
+    }
+
+    public final func schemaRecordTypes(container: String, environment: Environment) throws -> [String] {
+        let key = SchemaKey(container: container, environment: environment)
+        return Set(try schema(key).recordTypes).subtracting(overlay.removedSchemaTypes[key] ?? []).union(overlay.schemaTypes[key] ?? [])
+            .sorted(by: Self.byteOrder)
+    }
+
+    // MARK: Subscriptions and notifications
+
+    /// One user's subscriptions to one database, by subscription ID.
+    public final func subscriptions(databaseID: Int64, userID: Int64) throws -> [SubscriptionRow] {
+        let key = SubscriberKey(databaseID: databaseID, userID: userID)
+        var byID: [String: SubscriptionRow] = [:]
+        let committed =
+            overlay.createdDatabases.contains(databaseID)
+            ? [] : try need(loaded.subscriptions[key], .subscriptions(databaseID: databaseID, userID: userID))
+        for row in committed {
+            byID[row.subscriptionID] = row
+        }
+        for (id, row) in overlay.subscriptions[key] ?? [:] { byID[id] = row }
+        return byID.values.sorted { Self.byteOrder($0.subscriptionID, $1.subscriptionID) }
+    }
+
+    public final func subscription(databaseID: Int64, userID: Int64, subscriptionID: String) throws -> SubscriptionRow? {
+        try subscriptions(databaseID: databaseID, userID: userID).first { $0.subscriptionID == subscriptionID }
+    }
+
+    /// Every subscription of the installation (to build the matcher's index at start).
+    public final func allSubscriptions() throws -> [SubscriptionRow] {
+        guard case .subscriptions(let rows) = try scan(.allSubscriptions) else { throw Self.wrongScan }
+        return rows
+    }
+
+    /// The owner's notifications after `sequence`, oldest first.
+    public final func notifications(owner: NotificationOwner, after sequence: Int64, limit: Int) throws -> [NotificationRow] {
+        guard case .notifications(let rows) = try scan(.ownerNotifications(owner, after: sequence, limit: limit)) else { throw Self.wrongScan }
+        return rows
+    }
+
+    /// Every owner's notifications after `sequence`, oldest first: what live delivery pushes.
+    /// Sequences become visible in order (a later one is never seen before an earlier one
+    /// commits), so a reader that remembers the last it saw misses none.
+    public final func notifications(after sequence: Int64, limit: Int) throws -> [NotificationRow] {
+        guard case .notifications(let rows) = try scan(.notifications(after: sequence, limit: limit)) else { throw Self.wrongScan }
+        return rows
+    }
+
+    /// The newest notification's sequence (0 when there is none).
+    public final func newestNotificationSequence() throws -> Int64 { try need(loaded.newestNotificationSequence, .newestNotificationSequence) }
+
+    /// A number that changes whenever any subscription is saved or deleted, by any process:
+    /// a node whose subscription index was built at another version builds it again.
+    ///
+    /// Also an expectation: a write decided from this version (whether anyone watches the
+    /// database, so whether its changes go to the outbox) must not commit after another
+    /// process changed the subscriptions.
+    public final func subscriptionsVersion() throws -> Int64 {
+        let read = try need(loaded.subscriptionsVersion, .subscriptionsVersion)
+        let changes = overlay.changes.subscriptionsVersion?.changes ?? 0
+        overlay.changes.subscriptionsVersion = (read, changes)
+        return read + changes
+    }
+
+    /// The subscriptions saved or deleted after `version`, oldest first, at most `limit`: how
+    /// a node catches up. Nil when the driver no longer keeps changes that old (build the index
+    /// again from `allSubscriptions`).
+    public final func subscriptionChanges(after version: Int64, limit: Int) throws -> [SubscriptionChange]? {
+        guard case .subscriptionChanges(let changes) = try scan(.subscriptionChanges(after: version, limit: limit)) else {
+            throw Self.wrongScan
+        }
+        return changes
+    }
+
+    /// The highest sequence removed by pruning: a token before it has missed notifications.
+    public final func notificationsPrunedThrough() throws -> Int64 { try need(loaded.notificationsPrunedThrough, .notificationsPrunedThrough) }
+
+    /// The oldest entries of the change outbox, in the order their transactions committed
+    /// (see `appendOutbox`).
+    public final func outbox(limit: Int) throws -> [OutboxEntry] {
+        guard case .outbox(let entries) = try scan(.outbox(limit: limit)) else { throw Self.wrongScan }
+        return entries
+    }
+
+    public final func badge(owner: NotificationOwner) throws -> Int64 {
+        if let value = overlay.badges[owner] { return value }
+        guard let value = try lookUp({ loaded.badges[owner] }, .badge(owner)) else {
+            missed.insert(.badge(owner))
+            return 0
+        }
+        overlay.changes.badgesRead[owner] = value
+        return value
+    }
+
+    // MARK: Helpers
+
+    static let wrongScan = StorageError.corrupt("a scan's result does not match the scan (the closure is not pure)")
+
+    /// Byte order, as SQLite's BINARY collation and PostgreSQL's "C".
+    static func byteOrder(_ a: String, _ b: String) -> Bool { a.utf8.lexicographicallyPrecedes(b.utf8) }
+}
