@@ -125,7 +125,13 @@ import Testing
     @Test func oneAddressMayHoldOnlySoManyConnections() async throws {
         try await TestServer.with(configure: { $0.edge.connectionsPerClient = 3 }) { server in
             var held = try (0..<3).map { _ in try RawConnection(port: server.port) }
-            try await Task.sleep(for: .milliseconds(100))
+            // Each answered once, so the server has counted all three before the fourth comes
+            // (a fixed pause was too short while the whole suite ran: the fourth got in).
+            for connection in held {
+                try connection.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+                let answer = await connection.receive(waitingUpTo: 10, until: RawConnection.oneAnswer)
+                #expect(answer.status == 200, "\(answer.text)")
+            }
             let fourth = try RawConnection(port: server.port)
             let refused = await fourth.receive(waitingUpTo: 5)
             #expect(refused.closed && refused.status == 429, "\(refused.text)")

@@ -85,14 +85,28 @@ public final class RawConnection: @unchecked Sendable {
 
     /// Waits on a thread of its own: the server under test runs in this process, and a
     /// blocking read on one of Swift's few cooperative threads would stall it.
-    public func receive(waitingUpTo seconds: Double) async -> Received {
+    /// Returns when the server closes, when `enough` says the bytes so far will do, or after
+    /// `seconds`, whichever comes first.
+    public func receive(waitingUpTo seconds: Double, until enough: @escaping @Sendable ([UInt8]) -> Bool = { _ in false }) async
+        -> Received
+    {
         await withCheckedContinuation { continuation in
-            let thread = Thread { continuation.resume(returning: self.blockingReceive(waitingUpTo: seconds)) }
+            let thread = Thread { continuation.resume(returning: self.blockingReceive(waitingUpTo: seconds, until: enough)) }
             thread.start()
         }
     }
 
-    private func blockingReceive(waitingUpTo seconds: Double) -> Received {
+    /// The head and body of one answer whose length the head states (`Content-Length`).
+    public static let oneAnswer: @Sendable ([UInt8]) -> Bool = { bytes in
+        let text = String(decoding: bytes, as: UTF8.self)
+        guard let end = text.range(of: "\r\n\r\n") else { return false }
+        let length = text[..<end.lowerBound].split(separator: "\r\n")
+            .first { $0.lowercased().hasPrefix("content-length:") }
+            .flatMap { Int($0.split(separator: ":")[1].trimmingCharacters(in: .whitespaces)) } ?? 0
+        return text[end.upperBound...].utf8.count >= length
+    }
+
+    private func blockingReceive(waitingUpTo seconds: Double, until enough: ([UInt8]) -> Bool) -> Received {
         let start = Date()
         var bytes: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 65_536)
@@ -105,6 +119,7 @@ public final class RawConnection: @unchecked Sendable {
             let count = buffer.withUnsafeMutableBytes { read(socket, $0.baseAddress, $0.count) }
             if count <= 0 { return Received(bytes: bytes, closed: true, seconds: Date().timeIntervalSince(start)) }
             bytes += buffer[0..<count]
+            if enough(bytes) { return Received(bytes: bytes, closed: false, seconds: Date().timeIntervalSince(start)) }
         }
     }
 }

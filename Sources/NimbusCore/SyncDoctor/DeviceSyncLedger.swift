@@ -106,6 +106,26 @@ final class DeviceSyncLedger: Sendable {
         pending.withLock { pending in change(&pending[device, default: State()]) }
     }
 
+    /// The flush running or the last one run (`oneFlushAtATime`).
+    private let lastFlush = Locked<Task<Void, Never>?>(nil)
+
+    /// Runs `flush` after the flushes asked for before it have finished: two at once would each
+    /// merge with the same stored states, and the later would overwrite the earlier's
+    /// positions; and a flush that found nothing pending while another was still storing what
+    /// it took would return before that was stored.
+    func oneFlushAtATime(_ flush: @escaping @Sendable () async throws -> Void) async throws {
+        let mine = lastFlush.withLock { last -> Task<Result<Void, any Error>, Never> in
+            let previous = last
+            let mine = Task { () -> Result<Void, any Error> in
+                await previous?.value
+                do { return .success(try await flush()) } catch { return .failure(error) }
+            }
+            last = Task { _ = await mine.value }
+            return mine
+        }
+        try await mine.value.get()
+    }
+
     /// What was noted since the last call.
     func takePending() -> [Device: State] {
         pending.withLock { pending in

@@ -76,8 +76,13 @@ extension NimbusService {
     }
 
     /// Stores what was noted since the last call, merged with what is stored (another node may
-    /// have served the same device).
+    /// have served the same device). Returns once everything noted before the call is stored:
+    /// a flush running already (the ledger's own, every second) is waited for, not raced.
     public func flushDeviceSync() async throws {
+        try await deviceSync.oneFlushAtATime { try await self.storePendingDeviceSync() }
+    }
+
+    private func storePendingDeviceSync() async throws {
         let pending = deviceSync.takePending()
         guard !pending.isEmpty else { return }
         var rows: [DeviceSyncRow] = []
