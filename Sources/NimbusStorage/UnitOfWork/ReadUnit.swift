@@ -69,7 +69,6 @@ public class ReadUnit {
     }
 
     private(set) var loaded: LoadedRows
-    let ids: UnitIDs
     /// Answers what is not loaded at once, when the engine runs in process.
     let source: (any UnitRowSource)?
     /// Written only by `UnitOfWork`; a read's stays empty.
@@ -77,9 +76,8 @@ public class ReadUnit {
     /// Keys read and not loaded, answered as absent: the run's result does not count.
     private(set) var missed: Set<LoadKey> = []
 
-    init(loaded: LoadedRows, ids: UnitIDs, source: (any UnitRowSource)? = nil) {
+    init(loaded: LoadedRows, source: (any UnitRowSource)? = nil) {
         self.loaded = loaded
-        self.ids = ids
         self.source = source
     }
 
@@ -143,7 +141,8 @@ public class ReadUnit {
     /// database, one of its zones, and records of that zone (none for the zone alone). A unit of
     /// work (`UnitOfWork`) loads all three levels at once: over the network in one round trip
     /// instead of one level at a time, stopping the transaction here to run it again with them;
-    /// in process (SQLite) at once, a batch's records in a few statements, and the run goes on.
+    /// in process (SQLite) a batch's records at once in a few statements, and the run goes on
+    /// (one record or none: nothing ahead, the reads load what they read).
     ///
     /// Notes the database, the zone and the records by name when the unit lacks the zone, so
     /// one load brings all three levels (and the subscriptions version every write reads to
@@ -157,7 +156,12 @@ public class ReadUnit {
         if let loadedDatabase = loaded.databases[database] {
             guard let row = loadedDatabase, loaded.zones[ZoneKey(databaseID: row.id, name: zoneName)] == nil else { return }
         }
-        // In process: the three levels in one load, and the run goes on.
+        // In process, one record or none: the reads that follow load what they need and no
+        // more (a lookup has its database from the service's cache and never reads it here; a
+        // path's load read it again, a tenth of a fetch's time).
+        if source != nil, names.count <= 1 { return }
+        // In process, a batch's records: the three levels in one load (the records in a few
+        // statements, not one each), and the run goes on.
         let keys = [LoadKey.database(database), .zonePath(database, zoneName: zoneName)]
             + names.map { LoadKey.recordPath(database, zoneName: zoneName, recordName: $0) }
         if try loadNow(LoadRequest(keys: Set(keys), schemaWithZones: false)) { return }

@@ -13,6 +13,14 @@
 /// missed nothing counts. Ids a write gives new rows come from the unit (`UnitIDs`), so runs
 /// that do not count use none up.
 public final class UnitOfWork: ReadUnit {
+    /// The ids this unit may give new rows.
+    let ids: UnitIDs
+
+    init(loaded: LoadedRows, ids: UnitIDs, source: (any UnitRowSource)? = nil) {
+        self.ids = ids
+        super.init(loaded: loaded, source: source)
+    }
+
     // MARK: Ids and recording
 
     private func newID(_ kind: StorageIDKind) throws -> Int64 {

@@ -13,8 +13,9 @@ public final class UnitOfWorkDriver: StorageDriver {
     public let base: any CoarseStorage
     private let units: UnitRunner
     private let commits: UnitGroupCommitter
-    /// `base` when it decides writes in its own transaction (SQLite): no loads to repeat, no
-    /// checks at apply, and its own group commit.
+    /// `base` when it runs units in its own transactions (SQLite): a read loads as it reads and
+    /// runs once; a write is decided in the writer's transaction (no loads to repeat, no checks
+    /// at apply, the engine's own group commit).
     private let inProcess: (any InProcessStorage)?
 
     public init(_ base: any CoarseStorage, idBlock: Int = 256) {
@@ -32,7 +33,10 @@ public final class UnitOfWorkDriver: StorageDriver {
     public func read<Value: Sendable>(_ kind: ReadKind, _ body: @escaping @Sendable (ReadUnit) throws -> Value) async throws
         -> Value
     {
-        try await units.run(kind) { unit in try body(unit) }
+        if inProcess != nil, let value = try await base.withRowSource(kind, { source in try UnitRunner.read(from: source, body) }) {
+            return value
+        }
+        return try await units.run(kind) { unit in try body(unit) }
     }
 
     public func write<Value: Sendable>(_ body: @escaping @Sendable (UnitOfWork) throws -> Value) async throws -> Value {
@@ -183,6 +187,16 @@ final class UnitRunner: Sendable {
             }
         }
         throw StorageError.corrupt("a unit of work still needed more rows after \(Self.loadsPerUnit) loads, last \(lastMiss.map { "\($0)" } ?? "none")")
+    }
+
+    /// A read answered in process: its unit loads as it reads from one read transaction of the
+    /// engine, so it runs once, with no loop around it and no ids (it writes nothing).
+    static func read<Value>(from source: any UnitRowSource, _ body: (ReadUnit) throws -> Value) throws -> Value {
+        do {
+            return try body(ReadUnit(loaded: LoadedRows(), source: source))
+        } catch let miss as ReadUnit.Miss {
+            throw StorageError.corrupt("a unit of work missed \(miss) reading in process")
+        }
     }
 
     /// A write decided and applied inside the engine's own transaction: the unit loads as it
