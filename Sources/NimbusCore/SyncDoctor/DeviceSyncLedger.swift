@@ -107,7 +107,7 @@ final class DeviceSyncLedger: Sendable {
     }
 
     /// The flush running or the last one run (`oneFlushAtATime`).
-    private let lastFlush = Locked<Task<Void, Never>?>(nil)
+    private let lastFlush = Locked<Task<Result<Void, any Error>, Never>?>(nil)
 
     /// Runs `flush` after the flushes asked for before it have finished: two at once would each
     /// merge with the same stored states, and the later would overwrite the earlier's
@@ -117,10 +117,10 @@ final class DeviceSyncLedger: Sendable {
         let mine = lastFlush.withLock { last -> Task<Result<Void, any Error>, Never> in
             let previous = last
             let mine = Task { () -> Result<Void, any Error> in
-                await previous?.value
+                _ = await previous?.value
                 do { return .success(try await flush()) } catch { return .failure(error) }
             }
-            last = Task { _ = await mine.value }
+            last = mine
             return mine
         }
         try await mine.value.get()

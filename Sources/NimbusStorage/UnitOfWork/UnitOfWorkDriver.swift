@@ -33,7 +33,8 @@ public final class UnitOfWorkDriver: StorageDriver {
     public func read<Value: Sendable>(_ kind: ReadKind, _ body: @escaping @Sendable (ReadUnit) throws -> Value) async throws
         -> Value
     {
-        if inProcess != nil, let value = try await base.withRowSource(kind, { source in try UnitRunner.read(from: source, body) }) {
+        // In process (SQLite), the read runs once over the engine's own read transaction.
+        if let value = try await base.withRowSource(kind, { source in try UnitRunner.read(from: source, body) }) {
             return value
         }
         return try await units.run(kind) { unit in try body(unit) }
@@ -101,7 +102,7 @@ final class UnitRunner: Sendable {
     /// the schema (`LoadRequest.schemaWithZones`).
     func run<Value>(_ kind: ReadKind, _ body: (UnitOfWork) throws -> Value) async throws -> Value {
         var value: Value?
-        _ = try await decide(counting: readRoundTrips, kind: kind, schemaWithZones: kind == .scan) { unit in
+        _ = try await decide(counting: readRoundTrips, schemaWithZones: kind == .scan) { unit in
             do {
                 value = try body(unit)
                 return unit.missed.isEmpty ? nil : ReadUnit.Miss(keys: unit.missed)
@@ -121,7 +122,7 @@ final class UnitRunner: Sendable {
     /// run misses anything; their outcomes and the unit's changes.
     func decide(_ writes: [PendingWrite]) async throws -> (outcomes: [Result<Void, any Error>], changes: UnitOfWorkChanges) {
         var outcomes: [Result<Void, any Error>] = []
-        let changes = try await decide(counting: writeRoundTrips, kind: .point, schemaWithZones: true) { unit in
+        let changes = try await decide(counting: writeRoundTrips, schemaWithZones: true) { unit in
             outcomes = []
             var miss = ReadUnit.Miss()
             for write in writes {
@@ -136,10 +137,11 @@ final class UnitRunner: Sendable {
     }
 
     /// Runs `attempt` over the rows loaded so far until it reports no miss, loading (and
-    /// reserving ids for) what each miss names. Over an engine in process (`withRowSource`)
-    /// the unit loads as it reads, and only running out of ids runs it again.
+    /// reserving ids for) what each miss names: the networked loop. An engine in process never
+    /// gets here (its reads run once, `read(from:)`; its writes in its transaction,
+    /// `decide(in:)`).
     private func decide(
-        counting roundTrips: borrowing Atomic<Int>, kind: ReadKind, schemaWithZones: Bool,
+        counting roundTrips: borrowing Atomic<Int>, schemaWithZones: Bool,
         _ attempt: (UnitOfWork) throws -> ReadUnit.Miss?
     ) async throws -> UnitOfWorkChanges {
         var loaded = LoadedRows()
@@ -152,11 +154,8 @@ final class UnitRunner: Sendable {
         var wanted: [StorageIDKind: Int] = [:]
         for _ in 0..<Self.loadsPerUnit {
             unitIDs.startRun()
-            func run(_ source: (any UnitRowSource)?) throws -> (unit: UnitOfWork, miss: ReadUnit.Miss?) {
-                let unit = UnitOfWork(loaded: loaded, ids: unitIDs, source: source)
-                return (unit, try attempt(unit))
-            }
-            let (unit, outcome) = try await base.withRowSource(kind, run) ?? run(nil)
+            let unit = UnitOfWork(loaded: loaded, ids: unitIDs)
+            let outcome = try attempt(unit)
             loaded = unit.loaded
             guard let miss = outcome else {
                 // The ids the counting run left unused go back for the next unit.
