@@ -5,8 +5,8 @@ import PostgresNIO
 
 /// PostgreSQL behind the coarse protocol (`CoarseStorage`), which `UnitOfWorkDriver` turns into
 /// the whole storage protocol: `load` reads committed rows by key in one statement (and each
-/// scan in one more); `apply` is one call of `nimbus_apply` (one round trip,
-/// one transaction); ids come in blocks from `id_blocks`.
+/// scan in one more); `apply` is one call of the apply function (`PostgresApply`: one round
+/// trip, one transaction); ids come in blocks from `id_blocks`.
 /// Record queries are one statement each (`PostgresQuerySQL`).
 public struct PostgresCoarseStorage: CoarseStorage {
     public let storage: PostgresStorage
@@ -31,7 +31,7 @@ public struct PostgresCoarseStorage: CoarseStorage {
 
     public func apply(_ changes: UnitOfWorkChanges) async throws {
         let json = String(decoding: Self.json(changes).serialized(), as: UTF8.self)
-        try await storage.rows("SELECT nimbus_apply(\(json)::jsonb)")
+        try await storage.rows("SELECT \(unescaped: PostgresApply.name)(\(json)::jsonb)")
     }
 
     // MARK: Scans (loads by key: PostgresCoarseStorage+Load.swift)

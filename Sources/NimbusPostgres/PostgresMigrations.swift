@@ -1,6 +1,8 @@
 /// The PostgreSQL schema, as named migrations of literal SQL, one statement per string (the
 /// extended protocol runs one statement at a time). Shipped migrations are frozen history:
-/// change the schema by appending one. `PostgresStorage.migrate` runs the missing ones in
+/// change the schema by appending one. The function that applies a unit's writes is not a
+/// migration's: nodes install it by its text's fingerprint (`PostgresApply`), so earlier
+/// migrations that installed its versions were emptied of them (nothing calls those). `PostgresStorage.migrate` runs the missing ones in
 /// order, each in its own transaction, holding an advisory lock so that nodes starting
 /// together do not race.
 ///
@@ -303,7 +305,6 @@ enum PostgresMigrations {
                     created_at bigint NOT NULL
                 )
                 """,
-                PostgresApplyFunction.v2,
             ]
         ),
         (
@@ -444,7 +445,6 @@ enum PostgresMigrations {
                     SELECT sum(octet_length(r.record_name) + octet_length(r.record_type) + octet_length(r.fields))
                     FROM records r WHERE r.database_id = databases.id AND NOT r.deleted), 0)
                 """,
-                PostgresApplyFunction.v3,
             ]
         ),
         (
@@ -478,7 +478,6 @@ enum PostgresMigrations {
                 """,
                 "CREATE INDEX asset_references_by_blob ON asset_references (container, checksum)",
                 "CREATE TABLE asset_upload_claims (id text COLLATE \"C\" PRIMARY KEY, expires_at bigint NOT NULL)",
-                PostgresApplyFunction.v4,
             ]
         ),
         (
@@ -578,16 +577,15 @@ enum PostgresMigrations {
         (
             "v15-apply-schema-removals",
             [
-                // nimbus_apply takes fields and record types out of a schema (PostgresApplyFunction.v5).
-                PostgresApplyFunction.v5,
+                // Installed a version of the apply function, which nodes now install by its
+                // fingerprint (PostgresApply): nothing left to run.
             ]
         ),
         (
             "v16-apply-set-based",
             [
-                // nimbus_apply writes a run of record saves as one statement per table
-                // (PostgresApplyFunction.v6).
-                PostgresApplyFunction.v6,
+                // Installed a version of the apply function, which nodes now install by its
+                // fingerprint (PostgresApply): nothing left to run.
             ]
         ),
         (
@@ -596,11 +594,9 @@ enum PostgresMigrations {
                 // Record sequences are ordered per zone (issue 35): a zone keeps its records'
                 // last sequence apart from the database sequence its database's change feed
                 // orders it by. They start equal, so change tokens handed out before keep
-                // their meaning; nimbus_apply checks zones instead of databases
-                // (PostgresApplyFunction.v7).
+                // their meaning; the apply function checks zones instead of databases.
                 "ALTER TABLE zones ADD COLUMN record_sequence bigint NOT NULL DEFAULT 0",
                 "UPDATE zones SET record_sequence = change_sequence",
-                PostgresApplyFunction.v7,
             ]
         ),
         (
@@ -636,7 +632,7 @@ enum PostgresMigrations {
             "v19-record-history",
             [
                 // Time travel (RecordHistoryStore): a record's row as it was before each write
-                // that replaced it, copied by a trigger, so nimbus_apply's every path keeps
+                // that replaced it, copied by a trigger, so the apply function's every path keeps
                 // versions without knowing. Keeping is on while the settings row holds a time.
                 """
                 CREATE TABLE record_history (

@@ -3,7 +3,7 @@ import NimbusStorage
 import PostgresNIO
 import Synchronization
 
-/// Every node's commits, heard by every node: `nimbus_apply` sends `NOTIFY nimbus` with what
+/// Every node's commits, heard by every node: the apply function (`PostgresApply`) sends `NOTIFY nimbus` with what
 /// the transaction left for the notification pipeline (`outbox`, `notifications`), delivered
 /// by PostgreSQL when it commits; each node LISTENs on a connection of its own and wakes its
 /// pipeline. The signals are hints: the outbox and the notification collection stay the

@@ -186,6 +186,14 @@ public final class PostgresStorage: Sendable {
                     }
                     try await connection.query("INSERT INTO nimbus_migrations (name) VALUES (\(migration.name))", logger: logger)
                 }
+                // This version's apply function, by its fingerprint (PostgresApply): made once,
+                // by the first node of this version to start.
+                let installed = try await connection.query(
+                    "SELECT 1 FROM pg_proc WHERE proname = \(PostgresApply.name)", logger: logger
+                ).collect()
+                if installed.isEmpty {
+                    try await connection.query(PostgresQuery(unsafeSQL: PostgresApply.definition), logger: logger)
+                }
                 // The installation secret (token keys derive from it) is made here, not in SQL:
                 // PostgreSQL's random() is no source of secrets without an extension.
                 var generator = SystemRandomNumberGenerator()

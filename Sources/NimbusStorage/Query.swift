@@ -119,7 +119,7 @@ public struct SortedPair: Sendable, Hashable {
 }
 
 /// Everything a record is indexed under, written with it in one transaction.
-public struct RecordIndexEntries: Sendable {
+public struct RecordIndexEntries: Sendable, Hashable {
     public var entries: [IndexEntry]
     public var tokens: [TokenEntry]
     public var pairs: [SortedPairEntry]

@@ -96,6 +96,43 @@ import Testing
         }
     }
 
+    /// The apply function is no migration's: the first node of a version installs it under its
+    /// text's fingerprint (docs/scale-out.md, "Migrations"), so nodes starting together make it
+    /// once, and the function an older version installed stays for the older nodes still running.
+    @Test(.enabled(if: PostgresTestCluster.url != nil))
+    func nodesInstallTheApplyFunctionOnceByItsFingerprint() async throws {
+        try await PostgresTestCluster.withDatabase { location in
+            let storage = try await PostgresStorage(location, maximumConnections: 2)
+            await storage.close()
+            // As a node of another version would have left it.
+            try await PostgresTestCluster.execute(
+                "CREATE FUNCTION nimbus_apply_00000000000000ff(changes jsonb) RETURNS void LANGUAGE sql AS 'SELECT'", on: location)
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<3 {
+                    group.addTask { await (try await PostgresStorage(location, maximumConnections: 2)).close() }
+                }
+                try await group.waitForAll()
+            }
+            let names = try await PostgresTestCluster.rows(
+                "SELECT proname::text FROM pg_proc WHERE proname LIKE 'nimbus\\_apply%' ORDER BY proname", on: location
+            ).compactMap(\.first).compactMap { $0 }
+            #expect(names.count == 2, "\(names)")
+            #expect(names.contains("nimbus_apply_00000000000000ff"))
+            let own = names.filter { $0 != "nimbus_apply_00000000000000ff" }
+            #expect(own.count == 1 && own[0].wholeMatch(of: /nimbus_apply_[0-9a-f]{16}/) != nil, "\(own)")
+            // And it is the one a unit's writes go through.
+            let storage2 = try await PostgresStorage(location, maximumConnections: 2)
+            let driver = UnitOfWorkDriver(PostgresCoarseStorage(storage2))
+            let zone = try await driver.write { unit in
+                try unit.createZone(
+                    databaseID: try unit.ensureDatabase(DatabaseKey(container: "c", environment: .development, scope: .private, ownerID: 1)).id,
+                    name: "Z")
+            }
+            #expect(zone.name == "Z")
+            await storage2.close()
+        }
+    }
+
     @Test(.enabled(if: PostgresTestCluster.url != nil))
     func everyAccountCallIsOneRoundTrip() async throws {
         try await PostgresTestCluster.withDatabase { location in

@@ -34,7 +34,7 @@ import Testing
             Driver(description: "SQLite synchronous=FULL", place: directory) { UnitOfWorkDriver(try SQLiteStorage(path: $0 + "/db.sqlite", synchronous: .full)) },
             Driver(description: "SQLite synchronous=NORMAL", place: directory) { UnitOfWorkDriver(try SQLiteStorage(path: $0 + "/db.sqlite", synchronous: .normal)) },
             Driver(description: "SQLite over round trips", scansRunOnEngineThreads: false, place: directory) {
-                RetryingStorage(UnitOfWorkDriver(RoundTrips(try SQLiteStorage(path: $0 + "/db.sqlite", synchronous: .normal))))
+                RetryingStorage(UnitOfWorkDriver(RoundTrips(try SQLiteStorage(path: $0 + "/db.sqlite", synchronous: .normal)), checksPurity: true))
             },
         ]
         + (PostgresTestCluster.url == nil

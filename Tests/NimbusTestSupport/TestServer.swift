@@ -376,7 +376,7 @@ extension ServerConfiguration {
                     description: { "round trips to " + sqlite.description($0) },
                     open: { directory in
                         guard let embedded = try await sqlite.open(directory) as? UnitOfWorkDriver else { throw TestFailure("not SQLite") }
-                        return UnitOfWorkDriver(RoundTrips(embedded.base))
+                        return UnitOfWorkDriver(RoundTrips(embedded.base), checksPurity: true)
                     }))
         case "postgres":
             var configuration = ServerConfiguration(storage: PostgresTestCluster.opener())

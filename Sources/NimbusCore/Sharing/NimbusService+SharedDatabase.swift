@@ -215,7 +215,9 @@ extension NimbusService {
         let key = committed.database.key
         guard let owner = try tx.database(key) else { return [] }
         var byParticipant: [Int64: [RecordChange]] = [:]
-        for zoneName in Set(committed.records.map(\.zoneName)) where zoneName != Names.defaultZone {
+        // Zones, participants and databases in a fixed order: the outbox entries a unit writes
+        // must come out the same when it is decided again (the tests' purity check).
+        for zoneName in Set(committed.records.map(\.zoneName)).sorted() where zoneName != Names.defaultZone {
             guard let zone = try tx.zone(databaseID: owner.id, name: zoneName) else { continue }
             let states = try tx.recordChanges(zoneID: zone.id, after: 0, recordTypes: [Names.shareRecordType], limit: Limits.resultsPerPage.value)
                 .filter { !$0.isDeleted }.compactMap { row in try ShareState(fields: RecordCodec.decode(row.fields)).map { (row.recordName, $0) } }
@@ -236,7 +238,7 @@ extension NimbusService {
                         AcceptedShare(name: name, rootRecordName: state.rootRecordName, permission: participant.permission ?? .readOnly))
                 }
             }
-            for (id, shares) in accepted {
+            for (id, shares) in accepted.sorted(by: { $0.key < $1.key }) {
                 let view = SharedZone(
                     location: ShareLocation(
                         container: key.container, environment: key.environment, ownerID: key.ownerID, ownerRecordName: "",
@@ -255,7 +257,7 @@ extension NimbusService {
                 byParticipant[id, default: []] += visible
             }
         }
-        return try byParticipant.compactMap { id, records in
+        return try byParticipant.sorted(by: { $0.key < $1.key }).compactMap { id, records in
             guard !records.isEmpty,
                 let shared = try tx.database(DatabaseKey(container: key.container, environment: key.environment, scope: .shared, ownerID: id))
             else { return nil }

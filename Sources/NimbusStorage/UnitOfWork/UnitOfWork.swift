@@ -339,3 +339,42 @@ extension UnitOfWork {
     @discardableResult
     public func putRecord(_ row: RecordRow) throws -> Int64 { try putRecord(row, isNew: false) }
 }
+
+/// One write of a unit of work, in the order the closure made them: the `UnitOfWork` method
+/// above that records it lays it over what the unit's reads see, and each engine applies it
+/// (SQLite's `applyWrites`, PostgreSQL's `PostgresApply`). A new kind of write is a case here,
+/// its method above, and its branch in those two: three files (docs/architecture.md).
+public enum StorageWrite: Sendable, Equatable {
+    case takeIndexRebuildRequest
+    /// A new database and its default zone.
+    case createDatabase(DatabaseRow, defaultZoneID: Int64)
+    /// A new zone (`recordSequence` is where its records' sequences start; the engine stamps
+    /// `changeSequence`). `replacing`: the tombstone of that name the unit saw, which must
+    /// still be the one there (none: no row of that name may exist).
+    case createZone(ZoneRow, replacing: Int64?)
+    /// The zone is deleted; the engine stamps it with its database's next sequence, taken
+    /// above every record sequence the zone handed out (so a zone made again under the name
+    /// never repeats a change tag).
+    case deleteZone(id: Int64)
+    /// `isNew`: no row of that zone and name exists, not even a tombstone.
+    case putRecord(id: Int64, RecordRow, isNew: Bool)
+    case replaceIndexEntries(recordID: Int64, zoneID: Int64, recordType: String, RecordIndexEntries, hadEntries: Bool)
+    case replaceReferences(sourceZoneID: Int64, sourceName: String, [ReferenceRow])
+    case replaceAssetReferences(sourceZoneID: Int64, sourceName: String, container: String, [AssetReferenceRow])
+    case addSchemaField(SchemaKey, SchemaFieldRow)
+    case setSchemaFieldIndexes(SchemaKey, recordType: String, fieldName: String, indexes: Int)
+    case addSchemaRecordType(SchemaKey, String)
+    /// A field, or (`fieldName` nil) a record type and all its fields.
+    case removeFromSchema(SchemaKey, recordType: String, fieldName: String?)
+    case putSubscription(SubscriptionRow)
+    case deleteSubscription(databaseID: Int64, userID: Int64, subscriptionID: String)
+    case appendOutbox(databaseID: Int64, body: [UInt8], createdAt: Int64)
+    /// Every entry must still be there: another node may have drained them meanwhile.
+    case removeOutbox([Int64])
+    case insertNotification(
+        owner: NotificationOwner, notificationID: String, originDeviceID: String, payload: [UInt8], createdAt: Int64,
+        delivery: NotificationDelivery)
+    case markNotificationsRead(NotificationOwner, [String])
+    case pruneNotifications(createdBefore: Int64)
+    case setBadge(NotificationOwner, Int64)
+}

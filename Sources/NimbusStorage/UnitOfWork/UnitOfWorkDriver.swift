@@ -18,9 +18,12 @@ public final class UnitOfWorkDriver: StorageDriver {
     /// at apply, the engine's own group commit).
     private let inProcess: (any InProcessStorage)?
 
-    public init(_ base: any CoarseStorage, idBlock: Int = 256) {
+    /// `checksPurity`: every write's unit is run once more over the same rows a little later,
+    /// and a unit that decides differently fails (`UnitRunner.checkPurity`). The tests' units
+    /// pass turns it on; it doubles the deciding, so a server does not.
+    public init(_ base: any CoarseStorage, idBlock: Int = 256, checksPurity: Bool = false) {
         self.base = base
-        self.units = UnitRunner(base: base, ids: StorageIDReserve(block: idBlock))
+        self.units = UnitRunner(base: base, ids: StorageIDReserve(block: idBlock), checksPurity: checksPurity)
         self.commits = UnitGroupCommitter(units: units)
         self.inProcess = base as? any InProcessStorage
     }
@@ -90,19 +93,21 @@ final class UnitRunner: Sendable {
     let ids: StorageIDReserve
     let writeRoundTrips = Atomic<Int>(0)
     let readRoundTrips = Atomic<Int>(0)
+    let checksPurity: Bool
     /// Past this many loads a closure is taken to be reading without end (a bug), not growing.
     static let loadsPerUnit = 64
 
-    init(base: any CoarseStorage, ids: StorageIDReserve) {
+    init(base: any CoarseStorage, ids: StorageIDReserve, checksPurity: Bool = false) {
         self.base = base
         self.ids = ids
+        self.checksPurity = checksPurity
     }
 
     /// Runs a read's `body` until it no longer misses anything. A point read's loads do without
     /// the schema (`LoadRequest.schemaWithZones`).
     func run<Value>(_ kind: ReadKind, _ body: (UnitOfWork) throws -> Value) async throws -> Value {
         var value: Value?
-        _ = try await decide(counting: readRoundTrips, schemaWithZones: kind == .scan) { unit in
+        _ = try await decide(counting: readRoundTrips, schemaWithZones: kind == .scan, writes: false) { unit in
             do {
                 value = try body(unit)
                 return unit.missed.isEmpty ? nil : ReadUnit.Miss(keys: unit.missed)
@@ -122,7 +127,7 @@ final class UnitRunner: Sendable {
     /// run misses anything; their outcomes and the unit's changes.
     func decide(_ writes: [PendingWrite]) async throws -> (outcomes: [Result<Void, any Error>], changes: UnitOfWorkChanges) {
         var outcomes: [Result<Void, any Error>] = []
-        let changes = try await decide(counting: writeRoundTrips, schemaWithZones: true) { unit in
+        let changes = try await decide(counting: writeRoundTrips, schemaWithZones: true, writes: true) { unit in
             outcomes = []
             var miss = ReadUnit.Miss()
             for write in writes {
@@ -141,7 +146,7 @@ final class UnitRunner: Sendable {
     /// gets here (its reads run once, `read(from:)`; its writes in its transaction,
     /// `decide(in:)`).
     private func decide(
-        counting roundTrips: borrowing Atomic<Int>, schemaWithZones: Bool,
+        counting roundTrips: borrowing Atomic<Int>, schemaWithZones: Bool, writes: Bool,
         _ attempt: (UnitOfWork) throws -> ReadUnit.Miss?
     ) async throws -> UnitOfWorkChanges {
         var loaded = LoadedRows()
@@ -158,6 +163,7 @@ final class UnitRunner: Sendable {
             let outcome = try attempt(unit)
             loaded = unit.loaded
             guard let miss = outcome else {
+                if writes && checksPurity { try await checkPurity(of: unit.changes, loaded: loaded, ids: unitIDs, attempt) }
                 // The ids the counting run left unused go back for the next unit.
                 for (kind, range) in unitIDs.unused { ids.add(kind, range) }
                 return unit.changes
@@ -186,6 +192,27 @@ final class UnitRunner: Sendable {
             }
         }
         throw StorageError.corrupt("a unit of work still needed more rows after \(Self.loadsPerUnit) loads, last \(lastMiss.map { "\($0)" } ?? "none")")
+    }
+
+    /// Runs a write's unit again over the rows and ids its counting run had, past the next
+    /// millisecond, and fails when it decides other writes: its closure read the clock or a
+    /// random source (or a value that varies run to run), which a unit of work must take as
+    /// input instead (docs/storage.md), since over a network it runs again after each load.
+    private func checkPurity(
+        of decided: UnitOfWorkChanges, loaded: LoadedRows, ids unitIDs: UnitIDs, _ attempt: (UnitOfWork) throws -> ReadUnit.Miss?
+    ) async throws {
+        try await Task.sleep(for: .microseconds(1_100))
+        unitIDs.startRun()
+        let again = UnitOfWork(loaded: loaded, ids: unitIDs)
+        let missed = try attempt(again)
+        let writes = again.changes.writes
+        guard missed != nil || writes != decided.writes else { return }
+        let index = zip(writes, decided.writes).enumerated().first { $0.element.0 != $0.element.1 }?.offset ?? min(writes.count, decided.writes.count)
+        let first = index < decided.writes.count ? String("\(decided.writes[index])".prefix(400)) : "none"
+        let second = index < writes.count ? String("\(writes[index])".prefix(400)) : "none"
+        throw StorageError.corrupt(
+            "a unit of work decided differently when run again over the same rows, so its closure reads the clock or a "
+                + "random source: write \(index) was \(first), then \(second)\(missed.map { "; it missed \($0)" } ?? "")")
     }
 
     /// A read answered in process: its unit loads as it reads from one read transaction of the
