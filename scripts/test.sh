@@ -102,7 +102,9 @@ pass 15m swift test --skip-build --filter "$edge"
 pass 15m swift test --skip-build --filter "$engines"
 # The server and NimbusKit suites again with SQLite seen over round trips (`RoundTrips`,
 # NIMBUS_TEST_STORAGE=units): units of work that load what they miss, run again and apply with
-# checks, as the PostgreSQL driver serves NimbusCore, checked without a network. Same build, no second compile. NimbusKit's on
+# checks, as the PostgreSQL driver serves NimbusCore, checked without a network, and every write's
+# unit decided twice to catch one that reads the clock or a random source (`checksPurity`).
+# Same build, no second compile. NimbusKit's on
 # their own: beside the server suite their devices' 5 s request deadlines missed.
 # The suites that time things run on their own there too (as on PostgreSQL below): a node's
 # units of work share one group-commit pipeline, and beside the whole suite a push deadline's
