@@ -313,6 +313,9 @@ public class ReadUnit {
 
     public final func schemaFields(container: String, environment: Environment) throws -> [SchemaFieldRow] {
         let key = SchemaKey(container: container, environment: environment)
+        // Untouched by this unit (every read, most writes): as loaded, which engines sort the
+        // same way (byte order by type, then field).
+        if overlay.schemaFields[key] == nil, overlay.removedSchemaFields[key] == nil { return try schema(key).fields }
         var fields: [String: SchemaFieldRow] = [:]
         for field in try schema(key).fields { fields[Self.fieldKey(field.recordType, field.fieldName)] = field }
         fields.merge(overlay.schemaFields[key] ?? [:]) { $1 }
@@ -324,6 +327,7 @@ public class ReadUnit {
 
     public final func schemaRecordTypes(container: String, environment: Environment) throws -> [String] {
         let key = SchemaKey(container: container, environment: environment)
+        if overlay.schemaTypes[key] == nil, overlay.removedSchemaTypes[key] == nil { return try schema(key).recordTypes }
         return Set(try schema(key).recordTypes).subtracting(overlay.removedSchemaTypes[key] ?? []).union(overlay.schemaTypes[key] ?? [])
             .sorted(by: Self.byteOrder)
     }
