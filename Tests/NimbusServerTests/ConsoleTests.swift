@@ -423,7 +423,7 @@ struct ConsoleTests {
     @Test("app users disabled (signed out, no sign-in), enabled, and deleted with their own data everywhere; the public data stays")
     func usersDisabledAndDeleted() async throws {
         try await TestServer.with { server in
-            var browser = try await Self.administrator(server)
+            let browser = try await Self.administrator(server)
             let users = "containers/\(Self.container)/users"
             let alice = try await server.user("alice")
             let oldRecordName = try #require(alice.userRecordName)

@@ -643,6 +643,53 @@ import Testing
         }
     }
 
+    /// A savepoint that fails takes back its records and references, nested or not, and what
+    /// an inner savepoint kept goes when the outer one fails; the write sees that at once, and
+    /// commits only what stayed. (A unit of work keeps records and references apart from the
+    /// overlay it copies per savepoint, undoing them from a journal.)
+    @Test(arguments: drivers)
+    func savepointsTakeBackTheirRecordsAndReferencesNestedOrNot(driver: Driver) async throws {
+        struct Undo: Error {}
+        try await withDriver(driver) { storage in
+            let database = try await storage.write { try $0.ensureDatabase(Self.key) }
+            let zone = try #require(try await storage.read { try $0.zone(databaseID: database.id, name: "_defaultZone") })
+            let zoneID = zone.id
+            @Sendable func pointing(_ tx: UnitOfWork, from source: String, to target: String) throws {
+                try tx.replaceReferences(
+                    sourceZoneID: zoneID, sourceName: source,
+                    with: [ReferenceRow(sourceZoneID: zoneID, sourceName: source, fieldName: "f", targetZoneID: zoneID, targetName: target, action: "NONE")])
+            }
+            @Sendable func referrers(_ tx: ReadUnit, _ target: String) throws -> [String] {
+                try tx.referrers(targetZoneID: zoneID, targetName: target, action: "NONE").map(\.sourceName)
+            }
+            @Sendable func names(_ tx: ReadUnit) throws -> [String] {
+                try ["a", "b", "c", "d"].filter { try tx.record(zoneID: zoneID, name: $0) != nil }
+            }
+            let seen = try await storage.write { tx -> (inner: [String], innerTargets: [String], after: [String], targets: [String]) in
+                try tx.putRecord(Self.row(zoneID, "a", sequence: 1))
+                try pointing(tx, from: "a", to: "x")
+                var inner: ([String], [String]) = ([], [])
+                _ = try? tx.savepoint { () throws -> Void in
+                    try tx.putRecord(Self.row(zoneID, "b", sequence: 2))
+                    try pointing(tx, from: "a", to: "y")
+                    _ = try? tx.savepoint { () throws -> Void in
+                        try tx.putRecord(Self.row(zoneID, "c", sequence: 3))
+                        try pointing(tx, from: "a", to: "z")
+                        throw Undo()
+                    }
+                    inner = (try names(tx), try referrers(tx, "y"))
+                    throw Undo()
+                }
+                _ = try tx.savepoint { try tx.putRecord(Self.row(zoneID, "d", sequence: 4)) }
+                return (inner.0, inner.1, try names(tx), try referrers(tx, "x"))
+            }
+            #expect(seen.inner == ["a", "b"] && seen.innerTargets == ["a"], "inside the outer savepoint, after the inner one failed")
+            #expect(seen.after == ["a", "d"] && seen.targets == ["a"], "after the outer one failed")
+            let committed = try await storage.read { tx in (try names(tx), try referrers(tx, "x"), try referrers(tx, "y") + referrers(tx, "z")) }
+            #expect(committed.0 == ["a", "d"] && committed.1 == ["a"] && committed.2.isEmpty)
+        }
+    }
+
     /// Prepared query statements are kept per shape up to a bound; past it the cache starts
     /// over, and every query still answers from its own statement.
     @Test(arguments: drivers)

@@ -44,7 +44,9 @@ public class ReadUnit {
         }
     }
 
-    /// The unit's own writes, as they change what its reads see. A value: a savepoint is a copy.
+    /// The unit's own writes, as they change what its reads see, but for what grows with the
+    /// unit's size (`records`, `references` and the writes, kept apart). A value: a savepoint
+    /// is a copy of it.
     struct Overlay {
         var databases: [DatabaseKey: DatabaseRow] = [:]
         var databasesByID: [Int64: DatabaseRow] = [:]
@@ -54,9 +56,6 @@ public class ReadUnit {
         /// Made by this unit: nothing committed can be in them (their ids are new each run).
         var createdDatabases: Set<Int64> = []
         var createdZones: Set<Int64> = []
-        var records: [RecordKey: StoredRecord] = [:]
-        /// Sources whose references the unit replaced, with the new rows.
-        var references: [RecordKey: [ReferenceRow]] = [:]
         var schemaFields: [SchemaKey: [String: SchemaFieldRow]] = [:]  // by "type\0field"
         var schemaTypes: [SchemaKey: Set<String>] = [:]
         /// Taken out of the schema by this unit (by "type\0field", and types by name).
@@ -73,6 +72,10 @@ public class ReadUnit {
     let source: (any UnitRowSource)?
     /// Written only by `UnitOfWork`; a read's stays empty.
     var overlay = Overlay()
+    /// Records the unit wrote, and sources whose references it replaced (with the new rows):
+    /// apart from `overlay`, so a savepoint does not copy them (`UnitOfWork.undoable`).
+    var records: [RecordKey: StoredRecord] = [:]
+    var references: [RecordKey: [ReferenceRow]] = [:]
     /// Keys read and not loaded, answered as absent: the run's result does not count.
     private(set) var missed: Set<LoadKey> = []
 
@@ -80,8 +83,6 @@ public class ReadUnit {
         self.loaded = loaded
         self.source = source
     }
-
-    var changes: UnitOfWorkChanges { overlay.changes }
 
     // MARK: Loading
 
@@ -245,7 +246,7 @@ public class ReadUnit {
     // MARK: Records
 
     func storedRecord(_ key: RecordKey) throws -> StoredRecord? {
-        if let stored = overlay.records[key] { return stored }
+        if let stored = records[key] { return stored }
         if overlay.deletedZones.contains(key.zoneID) || overlay.createdZones.contains(key.zoneID) { return nil }
         return try need(loaded.records[key], .record(zoneID: key.zoneID, name: key.name))
     }
@@ -295,9 +296,9 @@ public class ReadUnit {
         // Sources the unit rewrote (or whose zone it deleted) count with their new rows only.
         var rows = committed.filter { row in
             !overlay.deletedZones.contains(row.sourceZoneID)
-                && overlay.references[RecordKey(zoneID: row.sourceZoneID, name: row.sourceName)] == nil
+                && references[RecordKey(zoneID: row.sourceZoneID, name: row.sourceName)] == nil
         }
-        for (source, replaced) in overlay.references where !overlay.deletedZones.contains(source.zoneID) {
+        for (source, replaced) in references where !overlay.deletedZones.contains(source.zoneID) {
             rows += replaced.filter { $0.targetZoneID == targetZoneID && $0.targetName == targetName && $0.action == action }
         }
         return rows

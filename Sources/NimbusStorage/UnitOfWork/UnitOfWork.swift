@@ -36,35 +36,78 @@ public final class UnitOfWork: ReadUnit {
     /// Ids a unit takes from its write transaction at a time (`UnitTransaction.newIDs`).
     static let idsPerTake = 64
 
-    private func write(_ write: StorageWrite) { overlay.changes.writes.append(write) }
+    /// The unit's writes in order; with `overlay.changes`, what the engine applies.
+    private var writes: [StorageWrite] = []
+
+    var changes: UnitOfWorkChanges {
+        var changes = overlay.changes
+        changes.writes = writes
+        return changes
+    }
+
+    private func write(_ write: StorageWrite) { writes.append(write) }
 
     // MARK: Groups and savepoints
+
+    /// What a write replaced in `records` or `references` while a savepoint was open, to put
+    /// back if it fails.
+    private enum Replaced {
+        case record(RecordKey, StoredRecord?)
+        case references(RecordKey, [ReferenceRow]?)
+    }
+
+    private var journal: [Replaced] = []
+    private var openSavepoints = 0
+
+    private func setRecord(_ key: RecordKey, _ record: StoredRecord?) {
+        if openSavepoints > 0 { journal.append(.record(key, records[key])) }
+        records[key] = record
+    }
+
+    private func setReferences(_ key: RecordKey, _ rows: [ReferenceRow]?) {
+        if openSavepoints > 0 { journal.append(.references(key, references[key])) }
+        references[key] = rows
+    }
+
+    /// Runs `body`; when it throws (and `undoing` says so), everything it wrote is undone.
+    /// The overlay's small maps come back from a copy; records, references and writes, which
+    /// grow with the unit, from the journal and the writes' count: copied whole, a group of 64
+    /// batches of 200 records copied them again for each batch (quadratic in the group).
+    private func undoable<Value>(undoing: (any Error) -> Bool, _ body: () throws -> Value) throws -> Value {
+        let saved = overlay
+        let marks = (journal: journal.count, writes: writes.count)
+        openSavepoints += 1
+        defer {
+            openSavepoints -= 1
+            if openSavepoints == 0 { journal.removeAll(keepingCapacity: true) }
+        }
+        do {
+            return try body()
+        } catch {
+            guard undoing(error) else { throw error }
+            overlay = saved
+            writes.removeSubrange(marks.writes...)
+            while journal.count > marks.journal {
+                switch journal.removeLast() {
+                case .record(let key, let record): records[key] = record
+                case .references(let key, let rows): references[key] = rows
+                }
+            }
+            throw error
+        }
+    }
 
     /// Runs one write of a group: what it did stays when it succeeds and is undone when it
     /// fails, whatever the failure (a miss included), so the writes after it see only what
     /// succeeded.
     func isolated(_ body: () throws -> Void) -> Result<Void, any Error> {
-        let saved = overlay
-        do {
-            try body()
-            return .success(())
-        } catch {
-            overlay = saved
-            return .failure(error)
-        }
+        Result { try undoable(undoing: { _ in true }, body) }
     }
 
     /// Runs `body` so that if it throws, its writes are undone and the transaction goes on.
+    /// (A miss ends the run: nothing to undo.)
     public func savepoint<Value>(_ body: () throws -> Value) throws -> Value {
-        let saved = overlay
-        do {
-            return try body()
-        } catch let miss as Miss {
-            throw miss
-        } catch {
-            overlay = saved
-            throw error
-        }
+        try undoable(undoing: { !($0 is Miss) }, body)
     }
 
     /// Whether a storage upgrade asked for the index entries of production records to be
@@ -167,8 +210,8 @@ public final class UnitOfWork: ReadUnit {
         }
         overlay.changes.zonesChanged[id] = zone.databaseID
         overlay.deletedZones.insert(id)
-        overlay.records = overlay.records.filter { $0.key.zoneID != id }
-        overlay.references = overlay.references.filter { $0.key.zoneID != id }
+        for key in records.keys.filter({ $0.zoneID == id }) { setRecord(key, nil) }
+        for key in references.keys.filter({ $0.zoneID == id }) { setReferences(key, nil) }
         write(.deleteZone(id: id))
     }
 
@@ -180,7 +223,7 @@ public final class UnitOfWork: ReadUnit {
         let key = RecordKey(zoneID: row.zoneID, name: row.recordName)
         let existing = isNew ? nil : try storedRecord(key)
         let id = try existing?.id ?? newID(.record)
-        overlay.records[key] = StoredRecord(id: id, row: row)
+        setRecord(key, StoredRecord(id: id, row: row))
         write(.putRecord(id: id, row, isNew: existing == nil))
         return id
     }
@@ -197,7 +240,7 @@ public final class UnitOfWork: ReadUnit {
 
     /// Replaces the outgoing references of a record (none after a deletion).
     public func replaceReferences(sourceZoneID: Int64, sourceName: String, with rows: [ReferenceRow]) throws {
-        overlay.references[RecordKey(zoneID: sourceZoneID, name: sourceName)] = rows
+        setReferences(RecordKey(zoneID: sourceZoneID, name: sourceName), rows)
         write(.replaceReferences(sourceZoneID: sourceZoneID, sourceName: sourceName, rows))
     }
 
