@@ -3,6 +3,7 @@
 #   scripts/postgres.sh start   installs PostgreSQL 15 from Debian if missing, makes a fresh
 #                               cluster and starts it; prints its admin URL
 #   scripts/postgres.sh stop    stops it and removes its files
+#   scripts/postgres.sh install installs PostgreSQL 15 from Debian if missing, nothing else
 # It listens on 127.0.0.1:$NIMBUS_PG_PORT (54329) only, trusts local connections, and keeps
 # its files in $NIMBUS_PG_DIR (/tmp/nimbus-pg-PORT). It never touches another cluster.
 # NIMBUS_PG_DURABLE=1 keeps fsync on (benchmarks); tests run without it, for speed: nothing
@@ -54,7 +55,8 @@ stop() {
 }
 
 case "${1:-}" in
+  install) install ;;
   start) start ;;
   stop) stop ;;
-  *) echo "usage: scripts/postgres.sh start|stop" >&2; exit 2 ;;
+  *) echo "usage: scripts/postgres.sh install|start|stop" >&2; exit 2 ;;
 esac

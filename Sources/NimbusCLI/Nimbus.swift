@@ -27,7 +27,7 @@ struct DataOptions: ParsableArguments {
 
     @Option(
         name: .long,
-        help: "Where the data is: sqlite:PATH, postgres://USER@HOST:PORT/DATABASE, or nothing for nimbus.sqlite in the data directory (env NIMBUS_DATABASE).")
+        help: "Where the data is: sqlite:PATH, postgres://USER@HOST:PORT[,HOST:PORT…]/DATABASE[?target_session_attrs=read-write], or nothing for nimbus.sqlite in the data directory (env NIMBUS_DATABASE).")
     var database: String = ProcessInfo.processInfo.environment["NIMBUS_DATABASE"] ?? ""
 
     @Option(name: .long, help: "SQLite commit durability: full (survives power loss) or normal (survives crashes).")

@@ -20,7 +20,7 @@ public struct PostgresCoarseStorage: CoarseStorage {
     public var operations: any OperationOutcomeStore { storage.operations }
     public var operators: any OperatorStore { storage.operators }
     public func close() async throws { await storage.close() }
-    public func signals() -> AsyncStream<StoreSignal>? { storage.signals.stream(storage.location, logger: storage.logger) }
+    public func signals() -> AsyncStream<StoreSignal>? { storage.signals.stream(storage.primary, logger: storage.logger) }
 
     public func reserveIDs(_ kind: StorageIDKind, count: Int) async throws -> ClosedRange<Int64> {
         let rows = try await storage.rows(

@@ -14,15 +14,17 @@ final class PostgresSignals: Sendable {
     private let listeners = Mutex<[Task<Void, Never>]>([])
 
     /// A stream of the store's signals until it is dropped or `stop()` is called; reconnects
-    /// by itself after the connection is lost (a signal sent meanwhile is not heard).
-    func stream(_ location: PostgresLocation, logger: Logger) -> AsyncStream<StoreSignal> {
+    /// by itself after the connection is lost (a signal sent meanwhile is not heard), to the
+    /// host `primary` serves from then (NOTIFY is not replicated: after a failover, only the
+    /// new primary's commits are heard).
+    func stream(_ primary: PostgresPrimary, logger: Logger) -> AsyncStream<StoreSignal> {
         let (stream, continuation) = AsyncStream.makeStream(of: StoreSignal.self, bufferingPolicy: .bufferingNewest(8))
         let task = Task {
             var attempt = 0
             while !Task.isCancelled {
                 do {
                     let connection = try await PostgresConnection.connect(
-                        configuration: try location.connectionConfiguration(), id: 0, logger: logger)
+                        configuration: try primary.location.connectionConfiguration(to: primary.endpoint), id: 0, logger: logger)
                     attempt = 0
                     do {
                         try await withTaskCancellationHandler {

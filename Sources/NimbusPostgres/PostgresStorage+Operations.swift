@@ -56,7 +56,8 @@ extension PostgresStorage: StoreCopying {
 
     private func connect() async throws -> PostgresConnection {
         do {
-            return try await PostgresConnection.connect(configuration: try location.connectionConfiguration(), id: 1, logger: logger)
+            return try await PostgresConnection.connect(
+                configuration: try location.connectionConfiguration(to: primary.endpoint), id: 1, logger: logger)
         } catch {
             throw Self.normalized(error)
         }
@@ -71,7 +72,9 @@ extension PostgresStorage: StoreCopying {
         logger.logLevel = .warning
         let connection: PostgresConnection
         do {
-            connection = try await PostgresConnection.connect(configuration: try location.connectionConfiguration(), id: 1, logger: logger)
+            let endpoint = location.followsPrimary ? try await PostgresPrimary.find(in: location, logger: logger) : location.endpoints[0]
+            connection = try await PostgresConnection.connect(
+                configuration: try location.connectionConfiguration(to: endpoint), id: 1, logger: logger)
         } catch {
             throw StoreCopyRefusal(
                 "cannot connect to \(location) (\(normalized(error))); a restore goes into an existing, empty database: create it first (createdb)")

@@ -17,14 +17,14 @@ public final class PostgresStorage: Sendable {
     public let location: PostgresLocation
     /// How long one unit of work may take, from asking the pool for a connection to the answer.
     public let deadline: Duration
-    let client: PostgresClient
     let logger: Logger
-    private let running: Task<Void, Never>
-    /// Pools whose connections carry a `statement_timeout`, one per time limit asked for (a
-    /// server has one query budget, so in practice one pool): the server then stops a query
-    /// that outruns its budget, in the same round trip, where setting the limit per query
-    /// would cost two more.
-    private let timedPools = Mutex<[Int64: (client: PostgresClient, running: Task<Void, Never>)]>([:])
+    /// The pools, on the host that serves this node now (followed after a failover).
+    let primary: PostgresPrimary
+    /// The pool for statements without a time limit.
+    var client: PostgresClient { primary.client }
+    /// The host this node's statements go to now: the URL's only one, or the primary found
+    /// among several.
+    public var serverHost: PostgresLocation.Endpoint { primary.endpoint }
     let maximumConnections: Int
     /// LISTEN connections (`PostgresSignals`), stopped by `close()`.
     let signals = PostgresSignals()
@@ -48,20 +48,17 @@ public final class PostgresStorage: Sendable {
         self.deadline = deadline
         self.statementObserver = statementObserver
         self.maximumConnections = maximumConnections
-        var configuration = location.clientConfiguration
-        configuration.options.maximumConnections = maximumConnections
         var logger = Logger(label: "nimbus.postgres")
         logger.logLevel = .warning
         self.logger = logger
-        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
-        self.client = client
-        running = Task { await client.run() }
+        primary = try await PostgresPrimary(
+            location, maximumConnections: maximumConnections, retireAfter: deadline + .seconds(1), logger: logger)
         do {
             try await migrate()
         } catch {
             // Not awaited: a connection attempt in flight would hold the caller past the
             // deadline it was promised; the pool stops by itself once cancelled.
-            running.cancel()
+            _ = primary.close()
             throw error
         }
     }
@@ -77,12 +74,7 @@ public final class PostgresStorage: Sendable {
     /// (a request that outlived its own deadline may hold a connection for a while yet).
     public func close() async {
         await signals.stop()
-        let pools = timedPools.withLock { pools in
-            defer { pools = [:] }
-            return pools.values.map(\.running)
-        }
-        let tasks = [running] + pools
-        for task in tasks { task.cancel() }
+        let tasks = primary.close()
         _ = try? await Deadline.run(
             within: deadline,
             {
@@ -99,10 +91,12 @@ public final class PostgresStorage: Sendable {
     }
 
     /// Runs one statement that the server stops once it has run for `timeout` (SQLSTATE 57014,
-    /// thrown as `StorageError.queryTooExpensive`).
+    /// thrown as `StorageError.queryTooExpensive`), on a pool whose connections carry that
+    /// `statement_timeout`: the server then stops a query that outruns its budget in the same
+    /// round trip, where setting the limit per query would cost two more.
     func rows(_ query: PostgresQuery, timeout: Duration) async throws -> [PostgresRow] {
         let milliseconds = max(1, timeout.wholeNanoseconds / 1_000_000)
-        let client = timedPool(milliseconds: milliseconds)
+        let client = primary.client(timeout: milliseconds)
         do {
             return try await unitOfWork { [self] in try await run(query, on: client) }
         } catch let error as PSQLError where error.serverInfo?[.sqlState] == "57014" {
@@ -121,28 +115,20 @@ public final class PostgresStorage: Sendable {
         }
     }
 
-    private func timedPool(milliseconds: Int64) -> PostgresClient {
-        timedPools.withLock { pools in
-            if let pool = pools[milliseconds] { return pool.client }
-            var configuration = location.clientConfiguration
-            configuration.options.maximumConnections = maximumConnections
-            configuration.options.additionalStartupParameters = [("statement_timeout", "\(milliseconds)")]
-            let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
-            pools[milliseconds] = (client, Task { await client.run() })
-            return client
-        }
-    }
-
     /// Runs `body` within the deadline, with the engine's errors normalized.
     func unitOfWork<Value: Sendable>(_ body: @escaping @Sendable () async throws -> Value) async throws -> Value {
         do {
             return try await Deadline.run(within: deadline, body) { [self] in
                 StorageError.unavailable(
-                    "PostgreSQL at \(location.host):\(location.port) did not answer within \(deadline) (statements waiting: "
+                    "PostgreSQL at \(self.primary.endpoint) did not answer within \(deadline) (statements waiting: "
                         + "\(self.pending.load(ordering: .relaxed)), holding a connection: \(self.holding.load(ordering: .relaxed)))")
             }
         } catch {
-            throw Self.normalized(error)
+            let normalized = Self.normalized(error)
+            // The host may be gone for good or a standby now: find the primary again (a node
+            // with one host and no session attributes keeps its pool, which reconnects).
+            if case StorageError.unavailable = normalized { primary.suspect() }
+            throw normalized
         }
     }
 
@@ -231,6 +217,8 @@ public final class PostgresStorage: Sendable {
                 return StorageError.duplicate(message)
             case "57P01", "57P02", "57P03":  // shutting down, crashed, starting up
                 return StorageError.unavailable("\(state): \(message)")
+            case "25006":  // a read-only transaction: the host is a standby now, or set read-only
+                return StorageError.unavailable("the server takes no writes (\(state): \(message))")
             case _ where state.hasPrefix("08") || state.hasPrefix("53"):  // connection, resources (disk full)
                 return StorageError.unavailable("\(state): \(message)")
             case "57014":  // a statement past its timeout: `rows(_:timeout:)` tells the query budget's apart

@@ -25,6 +25,22 @@ import Testing
         #expect(!full.description.contains("cret"), "the password never reaches logs")
         let bare = try PostgresLocation(url: "postgresql://localhost")
         #expect(bare.port == 5432 && bare.user == "postgres" && bare.database == "postgres" && bare.tls == .prefer)
+        #expect(!bare.followsPrimary && bare.sessionAttributes == .any)
+    }
+
+    @Test func urlsNameAPrimaryAndItsStandbysAsLibpqDoes() throws {
+        let pair = try PostgresLocation(
+            url: "postgres://nimbus:pw@db1:5433,db2,[::1]:6000/cloud?sslmode=disable&target_session_attrs=read-write")
+        #expect(pair.endpoints.map(\.description) == ["db1:5433", "db2:5432", "[::1]:6000"])
+        #expect(pair.user == "nimbus" && pair.password == "pw" && pair.database == "cloud" && pair.tls == .disable)
+        #expect(pair.sessionAttributes == .readWrite && pair.followsPrimary)
+        // What logs show, and what pg_dump and pg_restore are given: every host, no password.
+        #expect(pair.description == "postgres://nimbus@db1:5433,db2:5432,[::1]:6000/cloud?sslmode=disable&target_session_attrs=read-write")
+        #expect(try PostgresLocation(url: pair.description).endpoints == pair.endpoints)
+        // One host that must be a primary is followed too: a demoted host is left for none.
+        #expect(try PostgresLocation(url: "postgres://db1/cloud?target_session_attrs=primary").followsPrimary)
+        // Several hosts, any of them: the first that answers.
+        #expect(try PostgresLocation(url: "postgres://db1,db2/cloud").followsPrimary)
     }
 
     @Test(arguments: [
@@ -34,6 +50,11 @@ import Testing
         ("postgres://h:0/db", "out of range"),
         ("postgres://h/a/b", "contains '/'"),
         ("mysql://h/db", "is not a postgres://"),
+        ("postgres://h1,h1/db", "names a host twice"),
+        ("postgres://h1,,h2/db", "empty host"),
+        ("postgres://h1:x,h2/db", "port 'x'"),
+        ("postgres://[::1/db", "no closing ']'"),
+        ("postgres://h1,h2/db?target_session_attrs=standby", "read-only forms are for read replicas"),
     ])
     func badURLsSayWhatIsWrong(url: String, reason: String) {
         #expect {
