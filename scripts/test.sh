@@ -88,7 +88,7 @@ operations='BackupTests|ScheduledBackupTests|TracingTests|TimeTravelCommandTests
 # deadline), beside the whole suite: on a machine half as fast as the usual one (2026-11-27) a
 # push deadline's writes took 5.5 s of their 5 and the private cluster answered no migration
 # within 5 s; on their own they take seconds.
-timedMain='CrashRecoveryTests|AssetCrashTests|MultiNodeTests|PushDeliveryTests|PostgresDriverTests|PostgresFailoverTests'
+timedMain='CrashRecoveryTests|AssetCrashTests|MultiNodeTests|PushDeliveryTests|PostgresDriverTests|PostgresFailoverTests|PostgresReplicaTests'
 # NimbusTesting's suites (docs/testing.md) run their own servers with devices that wait for pushes
 # and for CKSyncEngine's automatic fetches: on their own, as the engine suites. Their servers are
 # always SQLite (an app's tests get no other), so they run once, not again on units or PostgreSQL.

@@ -12,8 +12,12 @@ import NimbusStorage
 /// - `postgres://…` / `postgresql://…`: PostgreSQL (`PostgresLocation`); several nodes may
 ///   name the same one (docs/scale-out.md).
 enum DatabaseURL {
-    static func opener(_ text: String, synchronous: SQLiteStorage.SynchronousMode) throws -> StorageOpener {
+    static func opener(_ text: String, readReplicas: [String] = [], synchronous: SQLiteStorage.SynchronousMode) throws -> StorageOpener {
         let trimmed = text.trimmingCharacters(in: .whitespaces)
+        let isPostgres = ["postgres:", "postgresql:"].contains { trimmed.lowercased().hasPrefix($0) }
+        guard readReplicas.isEmpty || isPostgres else {
+            throw ValidationError("--read-replica needs a PostgreSQL --database (postgres://…): SQLite's readers are in the process already")
+        }
         if trimmed.isEmpty { return SQLiteStorage.opener(synchronous: synchronous) }
         guard let colon = trimmed.firstIndex(of: ":") else {
             throw ValidationError("--database '\(trimmed)' names no driver; write sqlite:PATH (or leave it out for nimbus.sqlite in the data directory)")
@@ -32,7 +36,13 @@ enum DatabaseURL {
             } catch {
                 throw ValidationError("--database: \(error)")
             }
-            return PostgresStorage.opener(location)
+            let replicas: [PostgresLocation]
+            do {
+                replicas = try readReplicas.map { try PostgresLocation(url: $0) }
+            } catch {
+                throw ValidationError("--read-replica: \(error)")
+            }
+            return PostgresStorage.opener(location, readReplicas: replicas)
         default:
             throw ValidationError("--database '\(scheme):' is not a driver Nimbus knows; write sqlite:PATH")
         }

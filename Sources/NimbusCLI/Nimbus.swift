@@ -42,11 +42,13 @@ struct DataOptions: ParsableArguments {
         help: "Where asset bytes go: files (under the data directory) or s3://ACCESS_KEY:SECRET@HOST:PORT/BUCKET[/PREFIX]?region=REGION[&tls=false] (env NIMBUS_ASSET_STORE).")
     var assetStore: String = ProcessInfo.processInfo.environment["NIMBUS_ASSET_STORE"] ?? "files"
 
-    func configuration() throws -> ServerConfiguration {
+    /// `readReplicas`: `serve --read-replica`, for a PostgreSQL store only.
+    func configuration(readReplicas: [String] = []) throws -> ServerConfiguration {
         guard let mode = SQLiteStorage.SynchronousMode(rawValue: sync.uppercased()) else {
             throw ValidationError("--sync must be full or normal")
         }
-        var configuration = ServerConfiguration(storage: try DatabaseURL.opener(database, synchronous: mode))
+        var configuration = ServerConfiguration(
+            storage: try DatabaseURL.opener(database, readReplicas: readReplicas, synchronous: mode))
         configuration.dataDirectory = dataDir
         guard passwordRounds >= 1 else { throw ValidationError("--password-rounds must be positive") }
         configuration.service.passwordRounds = passwordRounds

@@ -112,8 +112,13 @@ struct Serve: AsyncParsableCommand {
         help: "Send traces (a span per request, its storage calls and pushes) over OTLP/HTTP to this collector, as in http://127.0.0.1:4318; spans go to its /v1/traces (env NIMBUS_OTLP_ENDPOINT; OTEL_* variables tune the rest).")
     var otlpEndpoint: String? = ProcessInfo.processInfo.environment["NIMBUS_OTLP_ENDPOINT"]
 
+    @Option(
+        name: .customLong("read-replica"),
+        help: "A hot standby of the PostgreSQL primary, postgres://USER@HOST:PORT/DATABASE, that serves clients' reads once it has replayed this node's writes; repeat for more (env NIMBUS_READ_REPLICAS, separated by spaces).")
+    var readReplicas: [String] = ProcessInfo.processInfo.environment["NIMBUS_READ_REPLICAS"]?.split(separator: " ").map(String.init) ?? []
+
     func run() async throws {
-        var configuration = try data.configuration()
+        var configuration = try data.configuration(readReplicas: readReplicas)
         configuration.alerts = try alertSettings(backups: configuration.backups)
         if let metricsPort {
             guard (0...65_535).contains(metricsPort), metricsPort != port || port == 0 else {

@@ -8,7 +8,23 @@ import PostgresNIO
 /// rows come back in PostgreSQL's binary form with no JSON between. Scans (queries, change
 /// feeds) grow with the data and stay statements of their own.
 extension PostgresCoarseStorage {
+    /// On the primary, or on a read replica when the request allows one and one has caught up
+    /// (`PostgresReplicas.route`); a replica that fails the load leaves it to the primary.
     public func load(_ request: LoadRequest) async throws -> LoadedRows {
+        guard let replica = await storage.replicas.route(request.source) else { return try await load(request, on: nil) }
+        do {
+            var rows = try await load(request, on: replica)
+            rows.server = replica.index
+            replica.served()
+            return rows
+        } catch StorageError.unavailable(_), StorageError.serializationFailure(_) {
+            // Gone (marked down by the statement), or a query cancelled for a conflict with the
+            // replay of the primary's WAL: the primary has it all.
+            return try await load(request, on: nil)
+        }
+    }
+
+    private func load(_ request: LoadRequest, on pools: (any PostgresPools)?) async throws -> LoadedRows {
         var rows = LoadedRows()
         var statement = KeyLoad()
         var records: [RecordKey] = [], zones: [ZoneKey] = [], referrers: [ReferrerKey] = []
@@ -187,7 +203,7 @@ extension PostgresCoarseStorage {
             var subscriptionRanks: [SubscriberKey: [(rank: Int64, row: SubscriptionRow)]] = [:]
             var counterValues: [String: Int64] = [:]
             var containerRanks: [(rank: Int64, row: ContainerRow)] = []
-            for row in try await storage.rows(statement.query) {
+            for row in try await storage.rows(statement.query, on: pools) {
                 let wide = try WideRow(row)
                 switch wide.kind {
                 case "record":
@@ -274,7 +290,7 @@ extension PostgresCoarseStorage {
 
         for scan in request.scans {
             do {
-                rows.scans[scan] = try await self.scan(scan)
+                rows.scans[scan] = try await self.scan(scan, on: pools)
             } catch let error as StorageError {
                 guard case .queryTooExpensive = error else { throw error }
                 rows.scans[scan] = .failed(error)

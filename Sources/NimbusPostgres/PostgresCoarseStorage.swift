@@ -32,15 +32,17 @@ public struct PostgresCoarseStorage: CoarseStorage {
     public func apply(_ changes: UnitOfWorkChanges) async throws {
         let json = String(decoding: Self.json(changes).serialized(), as: UTF8.self)
         try await storage.rows("SELECT \(unescaped: PostgresApply.name)(\(json)::jsonb)")
+        if !storage.replicas.isEmpty { await storage.replicas.noteCommit(on: storage) }
     }
 
     // MARK: Scans (loads by key: PostgresCoarseStorage+Load.swift)
 
-    func scan(_ scan: LoadScan) async throws -> ScanResult {
+    func scan(_ scan: LoadScan, on pools: (any PostgresPools)? = nil) async throws -> ScanResult {
+        func rows(_ query: PostgresQuery) async throws -> [PostgresRow] { try await storage.rows(query, on: pools) }
         switch scan {
         case .zoneChanges(let databaseID, let after, let limit):
             return .zones(
-                try await storage.rows(
+                try await rows(
                     """
                     SELECT \(unescaped: Self.zoneColumns) FROM zones WHERE database_id = \(databaseID) AND change_sequence > \(after)
                     ORDER BY change_sequence LIMIT \(Int64(limit))
@@ -49,7 +51,7 @@ public struct PostgresCoarseStorage: CoarseStorage {
         case .recordChanges(let zoneID, let after, let recordTypes, let limit):
             let types = recordTypes ?? []
             return .records(
-                try await storage.rows(
+                try await rows(
                     """
                     SELECT \(unescaped: Self.recordColumns) FROM records
                     WHERE zone_id = \(zoneID) AND change_sequence > \(after)
@@ -59,7 +61,7 @@ public struct PostgresCoarseStorage: CoarseStorage {
                 ).map { try Self.storedRecord($0).row })
         case .liveRecords(let container, let environment, let recordType, let afterID, let limit):
             return .identifiedRecords(
-                try await storage.rows(
+                try await rows(
                     """
                     SELECT \(unescaped: Self.recordColumns.split(separator: ",").map { "r." + $0.trimmingCharacters(in: .whitespacesAndNewlines) }.joined(separator: ", "))
                     FROM records r JOIN zones z ON z.id = r.zone_id JOIN databases d ON d.id = z.database_id
@@ -72,21 +74,21 @@ public struct PostgresCoarseStorage: CoarseStorage {
                     return (id: stored.id, row: stored.row)
                 })
         case .query(let query):
-            return try await page(query)
+            return try await page(query, on: pools)
         case .allSubscriptions:
             return .subscriptions(
-                try await storage.rows(
+                try await rows(
                     "SELECT \(unescaped: Self.subscriptionColumns) FROM subscriptions s JOIN databases d ON d.id = s.database_id"
                 ).map(Self.subscription))
         case .subscriptionChanges(let after, let limit):
-            let bounds = try await storage.rows(
+            let bounds = try await rows(
                 "SELECT (SELECT min(version) FROM subscription_changes), (SELECT value FROM counters WHERE key = 'subscriptions_version')"
             ).first
             let (oldest, version) = try bounds?.decode((Int64?, Int64?).self) ?? (nil, nil)
             if let oldest, oldest > after + 1 { return .subscriptionChanges(nil) }
             if oldest == nil, (version ?? 0) > after { return .subscriptionChanges(nil) }
             return .subscriptionChanges(
-                try await storage.rows(
+                try await rows(
                     """
                     SELECT version, database_id, user_id, subscription_id FROM subscription_changes
                     WHERE version > \(after) ORDER BY version LIMIT \(Int64(limit))
@@ -97,7 +99,7 @@ public struct PostgresCoarseStorage: CoarseStorage {
                 })
         case .ownerNotifications(let owner, let after, let limit):
             return .notifications(
-                try await storage.rows(
+                try await rows(
                     """
                     SELECT \(unescaped: Self.notificationColumns) FROM notifications
                     WHERE user_id = \(owner.userID) AND container = \(owner.container) AND environment = \(owner.environment.rawValue)
@@ -107,12 +109,12 @@ public struct PostgresCoarseStorage: CoarseStorage {
                 ).map(Self.notification))
         case .notifications(let after, let limit):
             return .notifications(
-                try await storage.rows(
+                try await rows(
                     "SELECT \(unescaped: Self.notificationColumns) FROM notifications WHERE sequence > \(after) ORDER BY sequence LIMIT \(Int64(limit))"
                 ).map(Self.notification))
         case .existingNotificationIDs(let owner, let ids):
             let found = Set(
-                try await storage.rows(
+                try await rows(
                     """
                     SELECT DISTINCT notification_id FROM notifications
                     WHERE user_id = \(owner.userID) AND container = \(owner.container) AND environment = \(owner.environment.rawValue)
@@ -122,14 +124,14 @@ public struct PostgresCoarseStorage: CoarseStorage {
             return .strings(ids.filter(found.contains))
         case .outbox(let limit):
             return .outbox(
-                try await storage.rows(
+                try await rows(
                     "SELECT sequence, database_id, body, created_at FROM change_outbox ORDER BY sequence LIMIT \(Int64(limit))"
                 ).map { row in
                     let (sequence, databaseID, body, createdAt) = try row.decode((Int64, Int64, ByteBuffer, Int64).self)
                     return OutboxEntry(sequence: sequence, databaseID: databaseID, body: Array(body.readableBytesView), createdAt: createdAt)
                 })
         case .notificationsCreatedBefore(let time):
-            let count = try await storage.rows(
+            let count = try await rows(
                 """
                 SELECT count(*) FROM notifications
                 WHERE sequence <= (SELECT max(sequence) FROM notifications WHERE created_at < \(time))
@@ -141,9 +143,9 @@ public struct PostgresCoarseStorage: CoarseStorage {
 
     /// A page of a record query: one statement (`PostgresQuerySQL`), stopped by the server
     /// once it has run for the query's budget (`PostgresStorage.rows(_:timeout:)`).
-    private func page(_ query: RecordQuery) async throws -> ScanResult {
+    private func page(_ query: RecordQuery, on pools: (any PostgresPools)?) async throws -> ScanResult {
         let sql = PostgresQuerySQL(query)
-        let rows = try await storage.rows(sql.query, timeout: query.budget)
+        let rows = try await storage.rows(sql.query, timeout: query.budget, on: pools)
         var page = QueryPage(rows: [], positions: [])
         for row in rows {
             let stored = try Self.storedRecord(row)
@@ -227,11 +229,17 @@ extension PostgresStorage {
     /// a unit of work (`UnitOfWorkDriver`). The data directory keeps only what is a node's
     /// own (its logs, `bootstrap.json`); every node given the same location serves the same
     /// containers.
-    public static func opener(_ location: PostgresLocation, maximumConnections: Int = 20) -> StorageOpener {
+    public static func opener(_ location: PostgresLocation, readReplicas: [PostgresLocation] = [], maximumConnections: Int = 20)
+        -> StorageOpener
+    {
         StorageOpener(
-            description: { _ in "PostgreSQL at \(location)" },
+            description: { _ in
+                "PostgreSQL at \(location)" + (readReplicas.isEmpty ? "" : ", read replicas " + readReplicas.map(\.description).joined(separator: ", "))
+            },
             open: { _ in
-                UnitOfWorkDriver(PostgresCoarseStorage(try await PostgresStorage(location, maximumConnections: maximumConnections)))
+                UnitOfWorkDriver(
+                    PostgresCoarseStorage(
+                        try await PostgresStorage(location, readReplicas: readReplicas, maximumConnections: maximumConnections)))
             },
             restorer: PostgresStorage.restorer(location))
     }

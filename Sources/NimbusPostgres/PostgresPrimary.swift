@@ -143,13 +143,9 @@ final class PostgresPrimary: Sendable {
         _ location: PostgresLocation, _ endpoint: PostgresLocation.Endpoint, _ maximumConnections: Int, _ logger: Logger,
         timeout milliseconds: Int64?
     ) -> Pool {
-        var configuration = location.clientConfiguration(to: endpoint)
-        configuration.options.maximumConnections = maximumConnections
-        if let milliseconds {
-            configuration.options.additionalStartupParameters = [("statement_timeout", "\(milliseconds)")]
-        }
-        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
-        return Pool(client: client, running: Task { await client.run() })
+        let (client, running) = location.startPool(
+            to: endpoint, maximumConnections: maximumConnections, logger: logger, statementTimeout: milliseconds)
+        return Pool(client: client, running: running)
     }
 
     // MARK: Finding the host
@@ -180,16 +176,13 @@ final class PostgresPrimary: Sendable {
 
     /// One connection to one host, asked whether it is in recovery and whether it takes writes.
     private static func probe(_ endpoint: PostgresLocation.Endpoint, of location: PostgresLocation, logger: Logger) async -> Probe {
-        let connection: PostgresConnection
         do {
-            connection = try await PostgresConnection.connect(
-                configuration: try location.connectionConfiguration(to: endpoint), id: 2, logger: logger)
+            return try await location.withConnection(to: endpoint, logger: logger) { connection in
+                await check(connection, for: location.sessionAttributes, logger: logger)
+            }
         } catch {
             return .refused("does not answer (\(PostgresStorage.normalized(error)))")
         }
-        let answer = await check(connection, for: location.sessionAttributes, logger: logger)
-        try? await connection.close()
-        return answer
     }
 
     private static func check(

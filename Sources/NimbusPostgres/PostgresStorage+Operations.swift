@@ -190,4 +190,5 @@ extension PostgresStorage: StoreFigures {
 extension PostgresCoarseStorage: StoreFigures {
     public func storeBytes() async throws -> Int64 { try await storage.storeBytes() }
     public var poolUse: PoolUse? { storage.poolUse }
+    public var replicas: [ReplicaFigures] { storage.replicaFigures }
 }

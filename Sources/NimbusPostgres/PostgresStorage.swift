@@ -25,6 +25,10 @@ public final class PostgresStorage: Sendable {
     /// The host this node's statements go to now: the URL's only one, or the primary found
     /// among several.
     public var serverHost: PostgresLocation.Endpoint { primary.endpoint }
+    /// Hot standbys that answer clients' reads once caught up (`--read-replica`).
+    let replicas: PostgresReplicas
+    /// Each read replica's state now.
+    public var replicaFigures: [ReplicaFigures] { replicas.figures }
     let maximumConnections: Int
     /// LISTEN connections (`PostgresSignals`), stopped by `close()`.
     let signals = PostgresSignals()
@@ -40,9 +44,11 @@ public final class PostgresStorage: Sendable {
     /// Connects, and brings the schema up to date before returning.
     /// `statementObserver` sees the text of every statement sent (one round trip each): how
     /// tests and `Benchmarks/` count round trips.
+    /// `readReplicas`: hot standbys of the same cluster, one host each; a location that is not
+    /// a standby, or belongs to another cluster, is refused with the reason.
     public init(
-        _ location: PostgresLocation, deadline: Duration = .seconds(5), maximumConnections: Int = 20,
-        statementObserver: (@Sendable (String) -> Void)? = nil
+        _ location: PostgresLocation, readReplicas: [PostgresLocation] = [], deadline: Duration = .seconds(5),
+        maximumConnections: Int = 20, statementObserver: (@Sendable (String) -> Void)? = nil
     ) async throws {
         self.location = location
         self.deadline = deadline
@@ -51,11 +57,19 @@ public final class PostgresStorage: Sendable {
         var logger = Logger(label: "nimbus.postgres")
         logger.logLevel = .warning
         self.logger = logger
-        primary = try await PostgresPrimary(
+        let primary = try await PostgresPrimary(
             location, maximumConnections: maximumConnections, retireAfter: deadline + .seconds(1), logger: logger)
+        self.primary = primary
+        do {
+            replicas = try await PostgresReplicas.open(readReplicas, primary: primary, maximumConnections: maximumConnections, logger: logger)
+        } catch {
+            _ = primary.close()
+            throw error
+        }
         do {
             try await migrate()
         } catch {
+            _ = replicas.close()
             // Not awaited: a connection attempt in flight would hold the caller past the
             // deadline it was promised; the pool stops by itself once cancelled.
             _ = primary.close()
@@ -74,7 +88,7 @@ public final class PostgresStorage: Sendable {
     /// (a request that outlived its own deadline may hold a connection for a while yet).
     public func close() async {
         await signals.stop()
-        let tasks = primary.close()
+        let tasks = primary.close() + replicas.close()
         _ = try? await Deadline.run(
             within: deadline,
             {
@@ -84,21 +98,22 @@ public final class PostgresStorage: Sendable {
 
     // MARK: Statements
 
-    /// Runs one statement (one round trip) and returns its rows.
+    /// Runs one statement (one round trip) and returns its rows: on the primary, or on the
+    /// replica given.
     @discardableResult
-    func rows(_ query: PostgresQuery) async throws -> [PostgresRow] {
-        try await unitOfWork { [self] in try await run(query, on: client) }
+    func rows(_ query: PostgresQuery, on pools: (any PostgresPools)? = nil) async throws -> [PostgresRow] {
+        try await unitOfWork(on: pools) { [self] in try await run(query, on: (pools ?? primary).client) }
     }
 
     /// Runs one statement that the server stops once it has run for `timeout` (SQLSTATE 57014,
     /// thrown as `StorageError.queryTooExpensive`), on a pool whose connections carry that
     /// `statement_timeout`: the server then stops a query that outruns its budget in the same
     /// round trip, where setting the limit per query would cost two more.
-    func rows(_ query: PostgresQuery, timeout: Duration) async throws -> [PostgresRow] {
+    func rows(_ query: PostgresQuery, timeout: Duration, on pools: (any PostgresPools)? = nil) async throws -> [PostgresRow] {
         let milliseconds = max(1, timeout.wholeNanoseconds / 1_000_000)
-        let client = primary.client(timeout: milliseconds)
+        let client = (pools ?? primary).client(timeout: milliseconds)
         do {
-            return try await unitOfWork { [self] in try await run(query, on: client) }
+            return try await unitOfWork(on: pools) { [self] in try await run(query, on: client) }
         } catch let error as PSQLError where error.serverInfo?[.sqlState] == "57014" {
             throw StorageError.queryTooExpensive(budget: timeout)
         }
@@ -115,19 +130,29 @@ public final class PostgresStorage: Sendable {
         }
     }
 
-    /// Runs `body` within the deadline, with the engine's errors normalized.
-    func unitOfWork<Value: Sendable>(_ body: @escaping @Sendable () async throws -> Value) async throws -> Value {
+    /// Runs `body` within the deadline, with the engine's errors normalized; `pools` says
+    /// which server it runs on (the primary when nil).
+    func unitOfWork<Value: Sendable>(on pools: (any PostgresPools)? = nil, _ body: @escaping @Sendable () async throws -> Value)
+        async throws -> Value
+    {
         do {
             return try await Deadline.run(within: deadline, body) { [self] in
                 StorageError.unavailable(
-                    "PostgreSQL at \(self.primary.endpoint) did not answer within \(deadline) (statements waiting: "
+                    "PostgreSQL at \((pools ?? self.primary).endpoint) did not answer within \(deadline) (statements waiting: "
                         + "\(self.pending.load(ordering: .relaxed)), holding a connection: \(self.holding.load(ordering: .relaxed)))")
             }
         } catch {
             let normalized = Self.normalized(error)
-            // The host may be gone for good or a standby now: find the primary again (a node
-            // with one host and no session attributes keeps its pool, which reconnects).
-            if case StorageError.unavailable = normalized { primary.suspect() }
+            if case StorageError.unavailable = normalized {
+                if let replica = pools as? PostgresReplica {
+                    // Reads go to the primary until the replica answers a poll again.
+                    replica.markDown()
+                } else {
+                    // The host may be gone for good or a standby now: find the primary again (a
+                    // node with one host and no session attributes keeps its pool, which reconnects).
+                    primary.suspect()
+                }
+            }
             throw normalized
         }
     }

@@ -20,7 +20,7 @@ extension SQLiteStorage: InProcessStorage {
     /// scan lane (`readPoint`, `readScan`); either way the unit loads as it reads, from one
     /// snapshot, and runs once.
     public func withRowSource<Value>(_ kind: ReadKind, _ body: (any UnitRowSource) throws -> Value) async throws -> Value? {
-        switch kind {
+        switch kind.size {
         case .point:
             return try readPoint { tx in try body(tx) }
         case .scan:

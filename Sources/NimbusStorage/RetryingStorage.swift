@@ -30,7 +30,7 @@ public struct RetryingStorage: StorageDriver {
     public func read<Value: Sendable>(_ kind: ReadKind, _ body: @escaping @Sendable (ReadUnit) throws -> Value) async throws
         -> Value
     {
-        try await Spans.child(kind == .scan ? "storage.scan" : "storage.read") { _ in
+        try await Spans.child(kind.size == .scan ? "storage.scan" : "storage.read") { _ in
             try await bounded { try await base.read(kind, body) }
         }
     }

@@ -85,16 +85,31 @@ public enum StoreSignal: String, Sendable {
     case notificationsStored = "notifications"
 }
 
-/// How much work a read may do, so a driver can keep long reads from stalling short ones.
-public enum ReadKind: Sendable {
-    /// Bounded by the keys it names (a lookup, a token, a subscription list): it runs where
-    /// it is called, without a hop to another thread.
-    case point
-    /// Work that grows with the data (a query, a change-feed page): the driver runs it on
-    /// threads of its own, a bounded number at once, so a slow one never parks the threads
-    /// that every request's async work needs. Queries also carry a time budget
-    /// (`RecordQuery.budget`).
-    case scan
+/// How much work a read may do, so a driver can keep long reads from stalling short ones, and
+/// whether a read replica may answer it.
+public struct ReadKind: Sendable, Hashable {
+    public enum Size: Sendable, Hashable {
+        /// Bounded by the keys it names (a lookup, a token, a subscription list): it runs where
+        /// it is called, without a hop to another thread.
+        case point
+        /// Work that grows with the data (a query, a change-feed page): the driver runs it on
+        /// threads of its own, a bounded number at once, so a slow one never parks the threads
+        /// that every request's async work needs. Queries also carry a time budget
+        /// (`RecordQuery.budget`).
+        case scan
+    }
+    public var size: Size
+    /// Whether a read replica that has every write this node committed may answer it instead
+    /// of the primary (PostgreSQL's standbys, docs/scale-out.md "Read replicas"): what a client
+    /// reads back (lookups, queries, change feeds, zone lists). Reads the node decides from
+    /// (the notification pipeline, a write's own loads, sign-in) stay on the primary.
+    public var replicaMayServe: Bool
+
+    public static let point = ReadKind(size: .point, replicaMayServe: false)
+    public static let scan = ReadKind(size: .scan, replicaMayServe: false)
+
+    /// The same read, which a caught-up replica may answer.
+    public var onReplica: ReadKind { ReadKind(size: size, replicaMayServe: true) }
 }
 
 extension StorageDriver {

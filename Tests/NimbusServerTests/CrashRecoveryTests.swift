@@ -263,6 +263,20 @@ import Testing
         #expect(error.trimmingCharacters(in: .whitespacesAndNewlines).split(separator: "\n").count <= 2, "\(error)")
         #expect(!FileManager.default.fileExists(atPath: directory + "/nimbus.sqlite"))
     }
+
+    @Test func aReadReplicaNeedsPostgreSQLAndAURLItCanUse() throws {
+        let directory = NSTemporaryDirectory() + "nimbus-database-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        for (arguments, says) in [
+            (["--read-replica", "postgres://127.0.0.1:5433/nimbus"], "--read-replica needs a PostgreSQL --database"),
+            (["--database", "postgres://127.0.0.1:1/nimbus", "--read-replica", "postgres://h/db?pool=2"], "--read-replica: URL parameter 'pool'"),
+        ] {
+            let (status, error) = try Self.failing(["serve", "--port", "0", "--data-dir", directory] + arguments)
+            #expect(status != 0)
+            #expect(error.contains(says), "\(error)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: directory + "/nimbus.sqlite"))
+    }
 }
 
 @Suite struct SchemaCommandTests {

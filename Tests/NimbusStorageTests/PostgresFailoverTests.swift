@@ -9,46 +9,18 @@ import Testing
 /// `target_session_attrs=read-write`) uses the primary, and when the primary dies and the
 /// standby is promoted it follows without a restart: requests in the gap get `TRY_AGAIN_LATER`
 /// with `retryAfter`, and every write it acknowledged is there afterwards (the pair replicates
-/// synchronously). The clusters are this suite's own (`scripts/postgres-standby.sh`), killed
+/// synchronously). The clusters are this suite's own (`PostgresStandbyPair`), killed
 /// and promoted for real; one pair at a time, so the suite runs serialized.
 @Suite(.serialized, .enabled(if: PostgresTestCluster.url != nil))
 struct PostgresFailoverTests {
-    /// The primary and standby `scripts/postgres-standby.sh` starts.
-    struct StandbyPair {
-        let url: String
-        var location: PostgresLocation { get throws { try PostgresLocation(url: url) } }
-        var primary: PostgresLocation { get throws { try PostgresLocation(url: url.replacingOccurrences(of: ",127.0.0.1:54332", with: "")) } }
-        var standby: PostgresLocation { get throws { try PostgresLocation(url: url.replacingOccurrences(of: "127.0.0.1:54331,", with: "")) } }
-
-        static let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("scripts/postgres-standby.sh").path
-
-        static func run(_ verb: String) async throws -> String {
-            let (status, output) = try await ExternalProcess.run(["bash", script, verb])
-            let text = String(decoding: output, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-            guard status == 0 else { throw TestFailure("postgres-standby.sh \(verb) exited \(status): \(text)") }
-            return text
-        }
-
-        static func with<T>(_ body: (StandbyPair) async throws -> T) async throws -> T {
-            let pair = StandbyPair(url: try await run("start"))
-            do {
-                let value = try await body(pair)
-                _ = try await run("stop")
-                return value
-            } catch {
-                _ = try? await run("stop")
-                throw error
-            }
-        }
-    }
+    static let port = 54331
 
     @Test func aNodeUsesTheFirstHostThatTakesWritesAndSaysWhyWhenNoneDoes() async throws {
-        try await StandbyPair.with { pair in
+        try await PostgresStandbyPair.with(primaryPort: Self.port) { pair in
             // The standby written first: the node passes over it to the primary.
             let primary = try pair.primary
             let standbyFirst = try PostgresLocation(
-                url: "postgres://postgres@127.0.0.1:54332,127.0.0.1:54331/postgres?sslmode=disable&target_session_attrs=read-write")
+                url: "postgres://postgres@127.0.0.1:\(pair.standbyPort),127.0.0.1:\(pair.primaryPort)/postgres?sslmode=disable&target_session_attrs=read-write")
             let storage = try await PostgresStorage(standbyFirst, deadline: .seconds(5), maximumConnections: 2)
             #expect(storage.serverHost == primary.endpoints[0])
             await storage.close()
@@ -59,11 +31,11 @@ struct PostgresFailoverTests {
                 _ = try await PostgresStorage(standbyOnly, deadline: .seconds(5), maximumConnections: 2)
             } throws: { error in
                 guard case StorageError.unavailable(let detail) = error else { return false }
-                return detail.contains("127.0.0.1:54332 is a standby")
+                return detail.contains("127.0.0.1:\(pair.standbyPort) is a standby")
             }
             // Without session attributes a standby is a server like any other (libpq's `any`),
             // and its refusal to write is an unavailable server, not an engine error.
-            let any = try PostgresLocation(url: "postgres://postgres@127.0.0.1:54332/postgres?sslmode=disable")
+            let any = try pair.standby
             #expect(!any.followsPrimary)
             await #expect {
                 _ = try await PostgresStorage(any, deadline: .seconds(5), maximumConnections: 2)
@@ -75,7 +47,7 @@ struct PostgresFailoverTests {
     }
 
     @Test func aNodeFollowsThePromotedStandbyAndLosesNoAcknowledgedWrite() async throws {
-        try await StandbyPair.with { pair in
+        try await PostgresStandbyPair.with(primaryPort: Self.port) { pair in
             try await PostgresTestCluster.execute("CREATE DATABASE nimbus_failover", on: try pair.primary)
             var pairLocation = try pair.location
             pairLocation.database = "nimbus_failover"
@@ -118,11 +90,11 @@ struct PostgresFailoverTests {
                     }
                 }
                 while outcomes.count < 20 { try await Task.sleep(for: .milliseconds(20)) }
-                _ = try await StandbyPair.run("kill-primary")
+                try await pair.run("kill-primary")
                 let killed = ContinuousClock.now
                 let beforePromotion = outcomes.count
                 try await Task.sleep(for: .milliseconds(500))
-                _ = try await StandbyPair.run("promote")
+                try await pair.run("promote")
                 // Writes are acknowledged again, on the promoted standby, within seconds.
                 while outcomes.acknowledgedSince(beforePromotion) < 10, ContinuousClock.now - killed < .seconds(30) {
                     try await Task.sleep(for: .milliseconds(50))

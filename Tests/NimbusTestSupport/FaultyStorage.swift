@@ -44,7 +44,7 @@ public final class FaultyStorage: StorageDriver, @unchecked Sendable {
     public func read<Value: Sendable>(_ kind: ReadKind, _ body: @escaping @Sendable (ReadUnit) throws -> Value) async throws
         -> Value
     {
-        if kind == .scan, let fault = lock.withLock({ scanFaults.isEmpty ? nil : scanFaults.removeFirst() }) { throw fault }
+        if kind.size == .scan, let fault = lock.withLock({ scanFaults.isEmpty ? nil : scanFaults.removeFirst() }) { throw fault }
         return try await base.read(kind, body)
     }
 

@@ -7,6 +7,11 @@ import NimbusWire
 /// sequence of their last change (deletions stay as tombstones), so "changes since a token"
 /// is "rows with a larger sequence, in order". As in CloudKit, the default zone does not
 /// track changes: use a custom zone to sync.
+///
+/// A token never goes back: a page's next token is the last change it returns, or the larger of
+/// the token sent and the current sequence. So a feed a read replica answers while behind the
+/// token (`ReadKind.onReplica`) is an empty page and the same token, and paging across servers
+/// in any order never skips or repeats a change (docs/scale-out.md, "Read replicas").
 extension NimbusService {
     /// `changes/database` (and the deprecated `zones/changes`, which also serves the public database).
     public func databaseChanges(_ target: DatabaseTarget, _ request: DatabaseChangesRequest, allowPublic: Bool = false)
@@ -28,7 +33,7 @@ extension NimbusService {
         }
         let limit = request.resultsLimit
         let after = since
-        let (zones, currentSequence) = try await storage.read { tx in
+        let (zones, currentSequence) = try await storage.read(.point.onReplica) { tx in
             // The database's sequence first: a driver that reads them in two statements (units
             // of work load keys, then scans) must not hand out a token past a zone stamped
             // between the two. Read in this order, such a zone is reported now and again next
@@ -70,7 +75,7 @@ extension NimbusService {
         if target.scope == .shared { return try await sharedZoneChangeResults(target, request) }
         let database = try await databaseForReading(key)
         let expired = switchedOnExpiries(request, target: target)
-        return try await storage.read(.scan) { tx in
+        return try await storage.read(.scan.onReplica) { tx in
             try request.zones.map { zoneRequest in
                 do {
                     return .success(
@@ -97,7 +102,7 @@ extension NimbusService {
                 let view = target.viewingZones(of: shared.ownerRecordName)
                 results.append(
                     .success(
-                        try await storage.read(.scan) { tx in
+                        try await storage.read(.scan.onReplica) { tx in
                             guard let database = try tx.database(shared.key) else {
                                 throw self.zoneNotFound(zoneRequest.zoneID, target: target, detail: nil)
                             }

@@ -79,7 +79,7 @@ extension NimbusService {
         let key = try target.key()
         if target.scope == .shared { return try await listSharedZones(target) }
         let database = try await databaseForReading(key)
-        let zones = try await storage.read { tx in try tx.zones(databaseID: database.id).map { ($0, try self.isSharedWhole($0, tx: tx)) } }
+        let zones = try await storage.read(.point.onReplica) { tx in try tx.zones(databaseID: database.id).map { ($0, try self.isSharedWhole($0, tx: tx)) } }
         return ZonesResponse(zones: zones.map { .success(.zone(zoneOutput($0.0, target: target, sharedWhole: $0.1))) })
     }
 
@@ -88,7 +88,7 @@ extension NimbusService {
         let key = try target.key()
         if target.scope == .shared { return try await lookupSharedZones(target, request) }
         let database = try await databaseForReading(key)
-        let results: [ItemResult<ZoneEntry>] = try await storage.read { tx in
+        let results: [ItemResult<ZoneEntry>] = try await storage.read(.point.onReplica) { tx in
             try request.zones.map { zoneID in
                 do {
                     let zone = try self.resolveZone(zoneID, in: database, target: target, tx: tx)

@@ -15,6 +15,13 @@ extension ServerMetrics {
                     metrics.set("nimbus_storage_pool_connections", Double(pool.waiting), [("state", "waiting")])
                     metrics.set("nimbus_storage_pool_connections_max", Double(pool.maximum))
                 }
+                for replica in figures.replicas {
+                    let name = [("replica", replica.name)]
+                    metrics.set("nimbus_storage_replica_up", replica.isUp ? 1 : 0, name)
+                    metrics.set("nimbus_storage_replica_lag_bytes", Double(replica.lagBytes), name)
+                    metrics.set("nimbus_storage_replica_lag_seconds", replica.lagSeconds, name)
+                    metrics.advance("nimbus_storage_replica_reads_total", to: Int64(replica.reads), name)
+                }
             }
             if let assets = try? await service.assetFigures(container: nil) {
                 metrics.set("nimbus_asset_bytes", Double(assets.bytes), [("held", "any")])

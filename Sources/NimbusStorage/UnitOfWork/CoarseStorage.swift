@@ -144,17 +144,34 @@ public struct LoadRequest: Sendable {
     /// lookup, a zone fetch) never reads it, and on PostgreSQL planning its three branches cost
     /// more than the rest of a lookup's first statement.
     public var schemaWithZones: Bool
+    /// Which server may answer, for an engine with read replicas; others have one and ignore it.
+    public var source: LoadSource
 
-    public init(keys: Set<LoadKey> = [], scans: Set<LoadScan> = [], schemaWithZones: Bool = true) {
+    public init(keys: Set<LoadKey> = [], scans: Set<LoadScan> = [], schemaWithZones: Bool = true, source: LoadSource = .primary) {
         self.keys = keys
         self.scans = scans
+        self.source = source
         self.schemaWithZones = schemaWithZones
     }
 }
 
 /// Committed rows, by the key they were loaded by. A key that was loaded and found nothing is
 /// present with nil (or an empty list).
+/// Which server may answer a load (`LoadRequest.source`), for an engine with read replicas.
+public enum LoadSource: Sendable, Hashable {
+    /// The primary: every write's loads, and reads a node decides from.
+    case primary
+    /// A replica that has every write this node committed, or the primary when none has
+    /// (`ReadKind.replicaMayServe`).
+    case caughtUpReplica
+    /// The server that answered this unit's first load (`LoadedRows.server`): a unit's later
+    /// loads never read an older state than its earlier ones did.
+    case server(Int)
+}
+
 public struct LoadedRows: Sendable {
+    /// Which replica answered (the engine's own numbering), nil for the primary.
+    public var server: Int?
     public var installationSecret: [UInt8]?
     public var indexRebuildPending: Bool?
     public var containers: [ContainerRow]?

@@ -107,7 +107,10 @@ final class UnitRunner: Sendable {
     /// the schema (`LoadRequest.schemaWithZones`).
     func run<Value>(_ kind: ReadKind, _ body: (UnitOfWork) throws -> Value) async throws -> Value {
         var value: Value?
-        _ = try await decide(counting: readRoundTrips, schemaWithZones: kind == .scan, writes: false) { unit in
+        _ = try await decide(
+            counting: readRoundTrips, schemaWithZones: kind.size == .scan, writes: false,
+            source: kind.replicaMayServe ? .caughtUpReplica : .primary
+        ) { unit in
             do {
                 value = try body(unit)
                 return unit.missed.isEmpty ? nil : ReadUnit.Miss(keys: unit.missed)
@@ -146,9 +149,10 @@ final class UnitRunner: Sendable {
     /// gets here (its reads run once, `read(from:)`; its writes in its transaction,
     /// `decide(in:)`).
     private func decide(
-        counting roundTrips: borrowing Atomic<Int>, schemaWithZones: Bool, writes: Bool,
+        counting roundTrips: borrowing Atomic<Int>, schemaWithZones: Bool, writes: Bool, source: LoadSource = .primary,
         _ attempt: (UnitOfWork) throws -> ReadUnit.Miss?
     ) async throws -> UnitOfWorkChanges {
+        var source = source
         var loaded = LoadedRows()
         let unitIDs = UnitIDs()
         var lastMiss: ReadUnit.Miss?
@@ -185,10 +189,13 @@ final class UnitRunner: Sendable {
                     reservations += 1
                 }
             }
-            let request = LoadRequest(keys: miss.keys, scans: miss.scans, schemaWithZones: schemaWithZones)
+            let request = LoadRequest(keys: miss.keys, scans: miss.scans, schemaWithZones: schemaWithZones, source: source)
             if !request.keys.isEmpty || !request.scans.isEmpty {
                 roundTrips.add(1, ordering: .relaxed)
-                loaded.merge(try await base.load(request))
+                let rows = try await base.load(request)
+                // The unit's later loads go where its first went (`LoadSource.server`).
+                if source == .caughtUpReplica { source = rows.server.map(LoadSource.server) ?? .primary }
+                loaded.merge(rows)
             }
         }
         throw StorageError.corrupt("a unit of work still needed more rows after \(Self.loadsPerUnit) loads, last \(lastMiss.map { "\($0)" } ?? "none")")

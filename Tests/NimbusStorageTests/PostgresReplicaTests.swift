@@ -1,0 +1,180 @@
+import Foundation
+import NimbusPostgres
+import NimbusStorage
+import NimbusTestSupport
+import NimbusWire
+import Synchronization
+import Testing
+
+/// Read replicas (`nimbus serve --read-replica`): a hot standby answers clients' reads once it
+/// has replayed every write of the node, so a client reads its own writes; a change feed paged
+/// across the primary and a lagging replica neither skips nor repeats a change; and a replica
+/// that is not a standby of the primary's cluster is refused with the reason. Replay is paused
+/// and resumed on the standby (`pg_wal_replay_pause`) to hold it behind on purpose.
+@Suite(.serialized, .enabled(if: PostgresTestCluster.url != nil))
+struct PostgresReplicaTests {
+    static let port = 54333
+
+    /// The node's storage, kept for its replica figures.
+    final class Opened: Sendable {
+        private let storage = Mutex<PostgresStorage?>(nil)
+        func set(_ value: PostgresStorage) { storage.withLock { $0 = value } }
+        var replicaReads: Int { storage.withLock { $0?.replicaFigures.first?.reads ?? 0 } }
+        var figures: [ReplicaFigures] { storage.withLock { $0?.replicaFigures ?? [] } }
+    }
+
+    static func opener(_ primary: PostgresLocation, replicas: [PostgresLocation], opened: Opened) -> StorageOpener {
+        StorageOpener(description: { _ in "PostgreSQL \(primary) with replicas" }) { _ in
+            let storage = try await PostgresStorage(primary, readReplicas: replicas, deadline: .seconds(5), maximumConnections: 4)
+            opened.set(storage)
+            return UnitOfWorkDriver(PostgresCoarseStorage(storage))
+        }
+    }
+
+    /// Waits until the standby has replayed all the primary has written.
+    static func caughtUp(_ pair: PostgresStandbyPair) async throws {
+        let written = try await PostgresTestCluster.rows("SELECT pg_current_wal_lsn()::text", on: try pair.primary)[0][0]!
+        for _ in 0..<200 {
+            let rows = try await PostgresTestCluster.rows(
+                "SELECT (pg_last_wal_replay_lsn() >= '\(written)'::pg_lsn)::text", on: try pair.standby)
+            if rows.first?.first == "true" { return }
+            try await Task.sleep(for: .milliseconds(25))
+        }
+        throw TestFailure("the standby did not catch up with \(written)")
+    }
+
+    /// A pair with a database made on the primary and replayed on the standby; the locations
+    /// naming it on each.
+    static func withDatabase(
+        _ name: String, _ body: (PostgresStandbyPair, PostgresLocation, PostgresLocation) async throws -> Void
+    ) async throws {
+        try await PostgresStandbyPair.with(primaryPort: port) { pair in
+            try await PostgresTestCluster.execute("CREATE DATABASE \(name)", on: try pair.primary)
+            try await caughtUp(pair)
+            try await body(pair, pair.on(try pair.primary, database: name), pair.on(try pair.standby, database: name))
+        }
+    }
+
+    static func replay(_ verb: String, _ pair: PostgresStandbyPair) async throws {
+        _ = try await PostgresTestCluster.rows("SELECT pg_wal_replay_\(verb)()::text", on: try pair.standby)
+    }
+
+    @Test func aReplicaMustBeAStandbyOfThePrimarysClusterAndIsRefusedWithTheReasonOtherwise() async throws {
+        try await PostgresStandbyPair.with(primaryPort: Self.port) { pair in
+            func expectRefused(_ primary: PostgresLocation, _ replica: PostgresLocation, _ reason: String) async {
+                await #expect {
+                    _ = try await PostgresStorage(primary, readReplicas: [replica], deadline: .seconds(5), maximumConnections: 2)
+                } throws: { error in
+                    guard case StorageError.unavailable(let detail) = error else { return false }
+                    return detail.contains(reason)
+                }
+            }
+            await expectRefused(try pair.primary, try pair.primary, "is not a standby")
+            // The suite's own cluster as the primary: the pair's standby belongs to another.
+            let other = try PostgresLocation(url: try #require(PostgresTestCluster.url))
+            await expectRefused(other, try pair.standby, "belongs to another cluster")
+            await expectRefused(try pair.primary, try PostgresLocation(url: "postgres://postgres@127.0.0.1:1/postgres?sslmode=disable"), "does not answer")
+            await expectRefused(try pair.primary, try pair.location, "one host per --read-replica")
+        }
+    }
+
+    @Test func aCaughtUpReplicaAnswersReadsAndAClientReadsItsOwnWritesWhileItLags() async throws {
+        try await Self.withDatabase("nimbus_replica") { pair, primary, standby in
+            let opened = Opened()
+            try await TestServer.with(configure: { $0.storage = Self.opener(primary, replicas: [standby], opened: opened) }) { server in
+                let alice = try await server.user("alice")
+                #expect(try await alice.createZone("Notes").status == 200)
+                #expect(try await alice.modify(zone: "Notes", [Op.create("first")]).status == 200)
+                try await Self.caughtUp(pair)
+
+                // Caught up: lookups, queries, zone lists and change feeds are the replica's.
+                let before = opened.replicaReads
+                #expect(try await alice.lookup(zone: "Notes", ["first"]).records.first?.errorCode == nil)
+                let query: JSON = ["zoneID": ["zoneName": "Notes"], "query": ["recordType": "Note"]]
+                #expect(try await alice.post("private", "records/query", query).records.count == 1)
+                #expect(try await alice.zoneChanges("Notes").zones.first?["records"]?.arrayValue?.count == 1)
+                #expect(try await alice.post("private", "zones/list", [:]).zones.count == 2)
+                #expect(opened.replicaReads >= before + 4, "\(opened.figures)")
+
+                // Held behind: the client's own write is still what it reads, from the primary.
+                try await Self.replay("pause", pair)
+                let behind = opened.replicaReads
+                for index in 0..<5 {
+                    let saved = try await alice.modify(zone: "Notes", [Op.create("while-paused-\(index)")])
+                    #expect(saved.status == 200 && saved.records.first?.errorCode == nil, "\(saved.text)")
+                    let found = try await alice.lookup(zone: "Notes", ["while-paused-\(index)"])
+                    #expect(found.records.first?.errorCode == nil, "read its own write: \(found.text)")
+                    #expect(try await alice.post("private", "records/query", query).records.count == index + 2)
+                }
+                #expect(opened.replicaReads == behind, "the lagging replica answered none of them")
+                #expect(opened.figures.first?.isUp == true)
+
+                // Caught up again: the replica serves them once more.
+                try await Self.replay("resume", pair)
+                try await Self.caughtUp(pair)
+                try await Task.sleep(for: PostgresReplicasPoll.interval * 2)
+                let resumed = opened.replicaReads
+                #expect(try await alice.lookup(zone: "Notes", ["while-paused-4"]).records.first?.errorCode == nil)
+                #expect(opened.replicaReads > resumed, "\(opened.figures)")
+                #expect(opened.figures.first?.lagBytes ?? -1 >= 0)
+            }
+        }
+    }
+
+    @Test func aChangeFeedPagedAcrossThePrimaryAndALaggingReplicaNeitherSkipsNorRepeats() async throws {
+        try await Self.withDatabase("nimbus_feed") { pair, primary, standby in
+            let opened = Opened()
+            // Two nodes on one database: the writer reads from the primary, the reader from the
+            // replica (its floor is its own writes: none).
+            try await TestServer.with(configure: { $0.storage = Self.opener(primary, replicas: [], opened: Opened()) }) { writer in
+                try await TestServer.with(configure: { $0.storage = Self.opener(primary, replicas: [standby], opened: opened) }) { reader in
+                    let alice = try await writer.user("alice")
+                    let onReader = APIClient(
+                        baseURL: reader.baseURL, container: TestServer.container, environment: .development,
+                        apiToken: alice.apiToken, webAuthToken: alice.webAuthToken, userRecordName: alice.userRecordName)
+                    #expect(try await alice.createZone("Feed").status == 200)
+                    try await Self.caughtUp(pair)
+                    try await Self.replay("pause", pair)
+                    let saved = try await alice.modify(zone: "Feed", (0..<30).map { Op.create(String(format: "r%02d", $0)) })
+                    #expect(saved.status == 200 && saved.records.allSatisfy { $0.errorCode == nil })
+
+                    var seen: [String] = []
+                    func page(_ client: APIClient, _ token: String?) async throws -> (token: String, more: Bool, count: Int) {
+                        let response = try await client.zoneChanges("Feed", token: token, limit: 10)
+                        let zone = try #require(response.zones.first, "\(response.text)")
+                        let names = zone["records"]?.arrayValue?.compactMap { $0["recordName"]?.stringValue } ?? []
+                        seen += names
+                        return (try #require(zone["syncToken"]?.stringValue), zone["moreComing"]?.boolValue ?? false, names.count)
+                    }
+                    // The primary's first page, then the lagging replica with its token: an empty
+                    // page, and a token no older than the one sent.
+                    let first = try await page(alice, nil)
+                    #expect(first.count == 10 && first.more)
+                    let lagging = opened.replicaReads
+                    let fromReplica = try await page(onReader, first.token)
+                    #expect(fromReplica.count == 0 && !fromReplica.more)
+                    #expect(opened.replicaReads > lagging, "the lagging replica answered it")
+                    // The primary again, with the replica's token.
+                    let second = try await page(alice, fromReplica.token)
+                    #expect(second.count == 10 && second.more)
+                    // The replica caught up, with the primary's token, to the end.
+                    try await Self.replay("resume", pair)
+                    try await Self.caughtUp(pair)
+                    var token = second.token
+                    var more = true
+                    while more {
+                        let next = try await page(onReader, token)
+                        (token, more) = (next.token, next.more)
+                    }
+                    #expect(seen == (0..<30).map { String(format: "r%02d", $0) }, "no change skipped or repeated: \(seen)")
+                    #expect(try await page(alice, token).count == 0)
+                }
+            }
+        }
+    }
+}
+
+/// The replica poll's period, as the tests wait on it.
+enum PostgresReplicasPoll {
+    static let interval: Duration = .milliseconds(100)
+}
