@@ -7,7 +7,8 @@
 #   scripts/postgres-standby.sh promote   promotes the standby (PostgreSQL's own promotion)
 #   scripts/postgres-standby.sh stop      stops both and removes their files
 # The primary listens on 127.0.0.1:$NIMBUS_PG_PRIMARY_PORT (54331), the standby on the next
-# port; their files are in $NIMBUS_PG_PAIR_DIR (/tmp/nimbus-pg-pair-PORT). Commits wait for the
+# port; their files are in $NIMBUS_PG_PAIR_DIR (/tmp/nimbus-pg-pair-PORT). NIMBUS_PG_STANDBYS=N
+# adds asynchronous standbys on the ports after it (read replicas for Benchmarks/replicas.sh). Commits wait for the
 # standby (synchronous_commit = on, the standby named in synchronous_standby_names), so every
 # commit a client saw acknowledged is on the standby when it is promoted. fsync stays off: the
 # tests kill processes, not the machine.
@@ -18,6 +19,7 @@ STANDBY_PORT=$((PRIMARY_PORT + 1))
 DIR=${NIMBUS_PG_PAIR_DIR:-/tmp/nimbus-pg-pair-$PRIMARY_PORT}
 BIN=/usr/lib/postgresql/15/bin
 STANDBY_NAME=nimbus_standby
+STANDBYS=${NIMBUS_PG_STANDBYS:-1}
 
 as_postgres() {
   if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
@@ -25,7 +27,7 @@ as_postgres() {
 
 start_cluster() {  # start_cluster DATA PORT
   as_postgres "$BIN/pg_ctl" -D "$1" -l "$1.log" -w -t 60 \
-    -o "-p $2 -k $DIR -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off -c autovacuum_naptime=1" start >/dev/null
+    -o "-p $2 -k $DIR -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off -c full_page_writes=off -c autovacuum_naptime=1" start >/dev/null
 }
 
 start() {
@@ -53,6 +55,12 @@ start() {
     sleep 0.1
   done
   [ "$state" = sync ] || { echo "the standby did not become synchronous" >&2; exit 1; }
+  local extra
+  for extra in $(seq 2 "$STANDBYS"); do
+    as_postgres "$BIN/pg_basebackup" -D "$DIR/standby-$extra" -R -X stream \
+      -d "host=127.0.0.1 port=$PRIMARY_PORT user=postgres application_name=${STANDBY_NAME}_$extra" >/dev/null
+    start_cluster "$DIR/standby-$extra" "$((PRIMARY_PORT + extra))"
+  done
   echo "postgres://postgres@127.0.0.1:$PRIMARY_PORT,127.0.0.1:$STANDBY_PORT/postgres?sslmode=disable&target_session_attrs=read-write"
 }
 
@@ -65,7 +73,8 @@ promote() {
 }
 
 stop() {
-  for data in "$DIR/primary" "$DIR/standby"; do
+  for data in "$DIR/primary" "$DIR"/standby*; do
+    [ -d "$data" ] || continue
     if [ -f "$data/postmaster.pid" ]; then
       as_postgres "$BIN/pg_ctl" -D "$data" -m immediate -w stop >/dev/null 2>&1 || true
     fi

@@ -186,7 +186,9 @@ public enum NimbusServer {
         let parts = ServerParts(
             service: service, courier: courier, logger: logger, bodyBudget: budget, backups: backups, metrics: metrics,
             requestLogStore: (directory.storage as? any RequestLogStoring)?.requestLog,
-            archiveInterval: configuration.requestLogFlushInterval, setupFromAnywhere: configuration.setupFromAnywhere)
+            archiveInterval: configuration.requestLogFlushInterval, setupFromAnywhere: configuration.setupFromAnywhere,
+            storeDescription: configuration.storageDescription,
+            storeFigures: directory.storage as? any StoreFigures)
         metrics.addServerSources(connections: connections, apns: apns)
         let router = NimbusRouter.make(parts: parts, trustedProxies: configuration.trustedProxies)
         let counter = ConnectionCounter()

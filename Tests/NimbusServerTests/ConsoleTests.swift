@@ -32,6 +32,19 @@ struct ConsoleTests {
             ])
     }
 
+    @Test("the storage panel names the store as the server's first lines do, and its read replicas (none here)")
+    func storagePanel() async throws {
+        try await TestServer.with { server in
+            let browser = try await Self.administrator(server)
+            let status = try await browser.get("storage")
+            #expect(status.status == 200, "\(status.text)")
+            let engine = try StorageStatus(json: ObjectReader(root: status.json))
+            #expect(["SQLite", "PostgreSQL", "round trips"].contains { engine.engine.contains($0) }, "\(status.text)")
+            #expect(engine.replicas.isEmpty)
+            #expect(try await Browser(server).get("storage").errorCode == "AUTHENTICATION_REQUIRED", "signed-in operators only")
+        }
+    }
+
     @Test("the schema shows types, fields and indexes; the deploy diff names what is new; a deploy copies it; a type change is refused whole")
     func schemaDiffAndDeploy() async throws {
         try await TestServer.with { server in

@@ -289,6 +289,9 @@ import Testing
             let backupRows = (result["backups"]?.arrayValue ?? []).compactMap { $0.arrayValue?.compactMap(\.stringValue) }
             #expect(backupRows.count == 1 && backupRows[0][0].hasPrefix("nimbus-backup-"), "\(result)")
             #expect(result["backupState"]?.stringValue?.contains("Backups go to \(backups)") == true, "\(result)")
+            // Where the data is, as the server's first lines say it; no replicas on SQLite.
+            let engine = result["storageEngine"]?.stringValue ?? ""
+            #expect(engine.hasPrefix("Data: SQLite") && engine.contains("No read replicas"), "\(result)")
             if let name = backupRows.first?.first { #expect(throws: Never.self) { try Backups.verify(backups + "/" + name) } }
 
             let audit = (result["audit"]?.arrayValue ?? []).compactMap { $0.arrayValue?.compactMap(\.stringValue) }

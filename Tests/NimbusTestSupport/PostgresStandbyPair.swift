@@ -48,7 +48,7 @@ public struct PostgresStandbyPair: Sendable {
             try await pair.run("stop")
             return value
         } catch {
-            try? await pair.run("stop")
+            _ = try? await pair.run("stop")
             throw error
         }
     }

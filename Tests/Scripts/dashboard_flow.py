@@ -648,6 +648,7 @@ def main():
         wait.until(lambda d: rows("backup-rows"))
         result["backups"] = rows("backup-rows")
         result["backupState"] = driver.find_element(By.ID, "backup-state").text
+        result["storageEngine"] = driver.find_element(By.ID, "storage-engine").text
         if shots:
             driver.save_screenshot(f"{shots}/backups.png")
 

@@ -124,6 +124,7 @@ const views = {
     await showKeys();
   },
   async backups() {
+    showStorage(await api('storage'));
     showBackups(await api('backups'));
   },
   async audit() { await moreAudit(true); },
@@ -408,6 +409,19 @@ function bytes(count) {
   let value = count; let unit = 0;
   while (value >= 1024 && unit < units.length - 1) { value /= 1024; unit += 1; }
   return unit === 0 ? `${count} B` : `${value.toFixed(1)} ${units[unit]}`;
+}
+
+// Where the data is, and each read replica's state: how far behind the primary, how many reads it took.
+function showStorage(status) {
+  $('storage-engine').textContent = `Data: ${status.engine}.`
+    + (status.replicas.length ? '' : ' No read replicas (nimbus serve --read-replica, PostgreSQL only).');
+  $('replica-table').hidden = !status.replicas.length;
+  fill($('replica-rows'), status.replicas, [
+    (r) => r.name,
+    (r) => (r.up ? 'answering' : 'not answering: reads go to the primary'),
+    (r) => `${bytes(r.lagBytes)}, ${r.lagSeconds.toFixed(1)} s`,
+    (r) => String(r.reads),
+  ]);
 }
 
 function showBackups(status) {

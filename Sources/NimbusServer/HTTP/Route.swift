@@ -25,14 +25,19 @@ final class ServerParts: Sendable {
     let archive: RequestArchive?
     /// Whether the first-run setup link answers other addresses than loopback.
     let setupFromAnywhere: Bool
+    /// The store as the server's first lines name it, and its figures (the dashboard's storage panel).
+    let storeDescription: String
+    let storeFigures: (any StoreFigures)?
 
     init(
         service: NimbusService, courier: WebCourier, logger: Logger, bodyBudget: BodyBudget = BodyBudget(), backups: BackupKeeper? = nil,
         metrics: ServerMetrics? = nil, requestLogStore: (any RequestLogStore)? = nil, archiveInterval: Duration = .seconds(1),
-        setupFromAnywhere: Bool = false
+        setupFromAnywhere: Bool = false, storeDescription: String = "", storeFigures: (any StoreFigures)? = nil
     ) {
         self.service = service
         self.setupFromAnywhere = setupFromAnywhere
+        self.storeDescription = storeDescription
+        self.storeFigures = storeFigures
         self.courier = courier
         self.logger = logger
         self.backups = backups

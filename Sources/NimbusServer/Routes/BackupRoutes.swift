@@ -1,14 +1,24 @@
 import Foundation
 import Hummingbird
 import NimbusCore
+import NimbusStorage
 import NimbusWire
 
-/// The server's backups in the admin API (docs/operations.md): their state for any signed-in
-/// operator of every container, and a backup taken now by an administrator of every container
-/// (a backup holds all of them), audited.
+/// The server's store and backups in the admin API (docs/operations.md): where the data is and
+/// how far behind each read replica is, and the backups' state, for any signed-in operator of
+/// every container; a backup taken now by an administrator of every container (a backup holds
+/// all of them), audited.
 enum BackupRoutes {
     static func add(to routes: OperatorRoutes, parts: ServerParts) {
         let service = parts.service
+        routes.get("storage", needs: .everyContainer) { request, context, operatorContext in
+            let replicas = (parts.storeFigures?.replicas ?? []).map { replica in
+                StorageStatus.Replica(
+                    name: replica.name, up: replica.isUp, lagBytes: replica.lagBytes, lagSeconds: replica.lagSeconds,
+                    reads: Int64(replica.reads))
+            }
+            return Reply.json(StorageStatus(engine: parts.storeDescription, replicas: replicas).json, context: context)
+        }
         routes.get("backups", needs: .everyContainer) { request, context, operatorContext in
             guard let keeper = parts.backups else { return Reply.json(BackupStatus.notConfigured.json, context: context) }
             return Reply.json(describe(await keeper.status()), context: context)

@@ -139,6 +139,61 @@ public struct MetricsReport: WireBody, Hashable {
     public var json: JSON { [ConsoleKey.minutes: minutes.json] }
 }
 
+/// `GET storage`: where the server keeps its data, and its read replicas with how far behind
+/// each is (docs/scale-out.md, "Read replicas").
+public struct StorageStatus: WireBody, Hashable {
+    /// One read replica at the moment asked.
+    public struct Replica: WireBody, Hashable {
+        /// Its host and port.
+        public var name: String
+        /// Whether it answered its last poll (every 100 ms).
+        public var up: Bool
+        public var lagBytes: Int64
+        public var lagSeconds: Double
+        /// Loads it answered since the server started.
+        public var reads: Int64
+
+        public init(name: String, up: Bool, lagBytes: Int64, lagSeconds: Double, reads: Int64) {
+            self.name = name
+            self.up = up
+            self.lagBytes = lagBytes
+            self.lagSeconds = lagSeconds
+            self.reads = reads
+        }
+
+        public init(json: ObjectReader) throws(CloudKitError) {
+            name = try json.requiredString(ConsoleKey.name)
+            up = try json.bool(ConsoleKey.up) ?? false
+            lagBytes = try json.int(ConsoleKey.lagBytes) ?? 0
+            lagSeconds = try json.double(ConsoleKey.lagSeconds) ?? 0
+            reads = try json.int(ConsoleKey.reads) ?? 0
+        }
+
+        public var json: JSON {
+            [
+                ConsoleKey.name: .string(name), ConsoleKey.up: .bool(up), ConsoleKey.lagBytes: .int(lagBytes),
+                ConsoleKey.lagSeconds: .double(lagSeconds), ConsoleKey.reads: .int(reads),
+            ]
+        }
+    }
+
+    /// The engine and where, as the server's first lines say it ("PostgreSQL at postgres://…").
+    public var engine: String
+    public var replicas: [Replica]
+
+    public init(engine: String, replicas: [Replica] = []) {
+        self.engine = engine
+        self.replicas = replicas
+    }
+
+    public init(json: ObjectReader) throws(CloudKitError) {
+        engine = try json.string(ConsoleKey.engine) ?? ""
+        replicas = try json.list(ConsoleKey.replicas)
+    }
+
+    public var json: JSON { [ConsoleKey.engine: .string(engine), ConsoleKey.replicas: .array(replicas.map(\.json))] }
+}
+
 /// `GET backups` and `POST backups`' answer: whether the server keeps backups, where and how
 /// often, the ones it has, and how the last attempts went.
 public struct BackupStatus: WireBody, Hashable {
