@@ -18,7 +18,7 @@ extension PostgresPrimary: PostgresPools {}
 /// streaming replication, which answer the reads a client makes (`ReadKind.replicaMayServe`)
 /// once they have replayed every write this node committed (docs/scale-out.md, "Read replicas").
 ///
-/// After each apply the node reads the primary's WAL position (`raiseFloor`): a commit the node
+/// After each apply the node reads the primary's WAL position (`noteCommit`): a commit the node
 /// acknowledged lies before it. A read goes to a replica whose replay position has reached that
 /// floor, the reads spread over those that have; when none has, the node asks the replicas
 /// once more (one short statement each, the bounded wait) and otherwise reads from the primary.
@@ -54,9 +54,14 @@ final class PostgresReplicas: Sendable {
         guard !locations.isEmpty else { return PostgresReplicas([]) }
         let cluster = try await Self.systemIdentifier(primary.location, primary.endpoint, logger: logger)
         var replicas: [PostgresReplica] = []
+        // A later replica refused: the pools of those checked before it stop too.
+        func refuse(_ reason: String) -> StorageError {
+            for replica in replicas { _ = replica.close() }
+            return StorageError.unavailable(reason)
+        }
         for (index, location) in locations.enumerated() {
             guard location.endpoints.count == 1 else {
-                throw StorageError.unavailable("read replica \(location): name one host per --read-replica")
+                throw refuse("read replica \(location): name one host per --read-replica")
             }
             let endpoint = location.endpoints[0]
             let identifier: Int64
@@ -70,14 +75,14 @@ final class PostgresReplicas: Sendable {
                     return try row.decode((Int64, Bool).self)
                 }
             } catch {
-                throw StorageError.unavailable("read replica \(location) does not answer (\(PostgresStorage.normalized(error)))")
+                throw refuse("read replica \(location) does not answer (\(PostgresStorage.normalized(error)))")
             }
             guard recovering else {
-                throw StorageError.unavailable(
+                throw refuse(
                     "read replica \(location) is not a standby (it is not in recovery): a replica must be a hot standby of the primary")
             }
             guard identifier == cluster else {
-                throw StorageError.unavailable(
+                throw refuse(
                     "read replica \(location) belongs to another cluster (system identifier \(identifier), the primary's \(cluster))")
             }
             replicas.append(PostgresReplica(index: index, location: location, maximumConnections: maximumConnections, logger: logger))
@@ -132,8 +137,10 @@ final class PostgresReplicas: Sendable {
             let (needed, unsure) = floor.withLock { ($0.position, $0.unsureSince != nil) }
             if unsure { return nil }
             if let replica = pick(needed) { return replica }
-            // Behind as last seen: ask them now, once, before settling for the primary.
-            for replica in replicas where replica.isUp { await replica.refresh() }
+            // Behind as last seen: ask them now, once, before settling for the primary (a replica
+            // asked within the last few milliseconds is not asked again: on a node writing
+            // all the time, every read would otherwise cost a statement per replica).
+            for replica in replicas where replica.isUp && replica.mayAskAgain { await replica.refresh() }
             return pick(needed)
         }
     }
@@ -188,8 +195,19 @@ final class PostgresReplica: PostgresPools {
         var lagBytes: Int64 = 0
         var lagSeconds: Double = 0
         var isUp = true
+        var askedAt: ContinuousClock.Instant?
     }
     private let state: Mutex<State>
+
+    /// How soon a read may ask the replica's position again (`PostgresReplicas.route`).
+    static let askInterval: Duration = .milliseconds(5)
+
+    var mayAskAgain: Bool {
+        state.withLock { state in
+            guard let asked = state.askedAt else { return true }
+            return ContinuousClock.now - asked >= Self.askInterval
+        }
+    }
     private let readCount = Atomic<Int>(0)
 
     init(index: Int, location: PostgresLocation, maximumConnections: Int, logger: Logger) {
@@ -230,6 +248,7 @@ final class PostgresReplica: PostgresPools {
 
     /// Reads its replay position (and, given the primary's, its lag).
     func refresh(primaryPosition: Int64? = nil) async {
+        state.withLock { $0.askedAt = .now }
         do {
             let rows = try await client.query(
                 """
