@@ -1,6 +1,7 @@
 import AsyncHTTPClient
 import Foundation
 import NIOCore
+import Synchronization
 
 /// Writers of one database's zones on several nodes (`Benchmarks/zones.sh`, issue 35: order only
 /// where CloudKit orders). The signed-in user's private database gets 64 zones; then, with the
@@ -17,6 +18,14 @@ import NIOCore
 struct ZonesBenchmark {
     let options: Options
     let http: HTTPClient
+    /// Failed answers by what they said (a `serverErrorCode`, an HTTP status, or none at all).
+    let failures = Tally()
+
+    final class Tally: Sendable {
+        private let counts = Mutex<[String: Int]>([:])
+        func add(_ code: String) { counts.withLock { $0[code, default: 0] += 1 } }
+        var all: [String: Int] { counts.withLock { $0 } }
+    }
 
     init(options: Options) {
         self.options = options
@@ -38,10 +47,18 @@ struct ZonesBenchmark {
         request.headers.add(name: "Content-Type", value: "application/json")
         request.body = .bytes(ByteBuffer(string: body))
         guard let response = try? await http.execute(request, timeout: .seconds(60)),
-            let bytes = try? await response.body.collect(upTo: 16 << 20), response.status == .ok
-        else { return nil }
+            let bytes = try? await response.body.collect(upTo: 16 << 20)
+        else {
+            failures.add("no answer")
+            return nil
+        }
         let text = String(buffer: bytes)
-        return text.contains("serverErrorCode") ? nil : text
+        guard response.status == .ok, !text.contains("serverErrorCode") else {
+            let code = text.firstMatch(of: /"serverErrorCode":"([A-Z_]+)"/).map { String($0.1) } ?? "HTTP \(response.status.code)"
+            failures.add(code)
+            return nil
+        }
+        return text
     }
 
     let runID = UUID().uuidString.prefix(6)
@@ -105,6 +122,10 @@ struct ZonesBenchmark {
         let flooded = await flood.value
         line("quiet zone, 8 creates a second, beside the flood", beside)
         line("the flood: \(options.clients - 1) clients into one zone from every node", flooded)
+        let failed = failures.all
+        if !failed.isEmpty {
+            print("\nfailed answers by code: " + failed.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
+        }
         print(String(format: "\nquiet zone p99 beside the flood / alone = %.2f (p50 %.2f)",
                      beside.percentile(0.99) / max(alone.percentile(0.99), 0.001), beside.percentile(0.5) / max(alone.percentile(0.5), 0.001)))
         try await http.shutdown()
