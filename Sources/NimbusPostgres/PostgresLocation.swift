@@ -171,20 +171,6 @@ public struct PostgresLocation: Sendable, CustomStringConvertible {
         return configuration
     }
 
-    /// A pool on one host, running until its task is cancelled; with `milliseconds`, its
-    /// connections carry that `statement_timeout`.
-    func startPool(
-        to endpoint: Endpoint, maximumConnections: Int, logger: Logger, statementTimeout milliseconds: Int64? = nil
-    ) -> (client: PostgresClient, running: Task<Void, Never>) {
-        var configuration = clientConfiguration(to: endpoint)
-        configuration.options.maximumConnections = maximumConnections
-        if let milliseconds {
-            configuration.options.additionalStartupParameters = [("statement_timeout", "\(milliseconds)")]
-        }
-        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
-        return (client, Task { await client.run() })
-    }
-
     /// Runs `body` on a connection of its own to one host, closed afterwards (a probe, a check).
     func withConnection<Value>(
         to endpoint: Endpoint, logger: Logger, _ body: (PostgresConnection) async throws -> Value

@@ -23,16 +23,9 @@ final class PostgresPrimary: Sendable {
     /// How long a moved-from host's pools live on (`retiring`).
     private let retireAfter: Duration
 
-    private struct Pool {
-        let client: PostgresClient
-        let running: Task<Void, Never>
-    }
-
     private struct State {
-        var endpoint: PostgresLocation.Endpoint
-        var main: Pool
-        /// Pools whose connections carry a `statement_timeout`, by its milliseconds.
-        var timed: [Int64: Pool] = [:]
+        /// The pools on the host statements go to now.
+        var host: PostgresHostPools
         var searching = false
         var lastSearch: ContinuousClock.Instant?
         var closed = false
@@ -51,25 +44,17 @@ final class PostgresPrimary: Sendable {
         self.maximumConnections = maximumConnections
         self.logger = logger
         let endpoint = location.followsPrimary ? try await Self.find(in: location, logger: logger) : location.endpoints[0]
-        state = Mutex(State(endpoint: endpoint, main: Self.pool(location, endpoint, maximumConnections, logger, timeout: nil)))
+        state = Mutex(State(host: PostgresHostPools(location, endpoint, maximumConnections: maximumConnections, logger: logger)))
     }
+
+    private var host: PostgresHostPools { state.withLock { $0.host } }
 
     /// The host statements go to now.
-    var endpoint: PostgresLocation.Endpoint { state.withLock { $0.endpoint } }
+    var endpoint: PostgresLocation.Endpoint { host.endpoint }
 
-    /// The pool for statements without a time limit.
-    var client: PostgresClient { state.withLock { $0.main.client } }
+    var client: PostgresClient { host.client }
 
-    /// A pool whose connections stop any statement after `milliseconds` (the server's query
-    /// budget: one per server in practice).
-    func client(timeout milliseconds: Int64) -> PostgresClient {
-        state.withLock { state in
-            if let pool = state.timed[milliseconds] { return pool.client }
-            let pool = Self.pool(location, state.endpoint, maximumConnections, logger, timeout: milliseconds)
-            state.timed[milliseconds] = pool
-            return pool.client
-        }
-    }
+    func client(timeout milliseconds: Int64) -> PostgresClient { host.client(timeout: milliseconds) }
 
     /// A statement found the host gone or read-only: look for the primary again, unless this
     /// node does not follow one, a search is running, or one ended less than a second ago.
@@ -94,16 +79,12 @@ final class PostgresPrimary: Sendable {
                     return true
                 }
                 guard let found else { return false }
-                if found != state.endpoint {
+                if found != state.host.endpoint {
                     logger.warning(
-                        "PostgreSQL: following the primary to \(found) (it was \(state.endpoint))",
+                        "PostgreSQL: following the primary to \(found) (it was \(state.host.endpoint))",
                         metadata: ["url": "\(location)"])
-                    state.retired.append(retiring([state.main.running] + state.timed.values.map(\.running)))
-                    state.endpoint = found
-                    state.main = Self.pool(location, found, maximumConnections, logger, timeout: nil)
-                    state.timed = state.timed.keys.reduce(into: [:]) { timed, milliseconds in
-                        timed[milliseconds] = Self.pool(location, found, maximumConnections, logger, timeout: milliseconds)
-                    }
+                    state.retired.append(retiring(state.host))
+                    state.host = PostgresHostPools(location, found, maximumConnections: maximumConnections, logger: logger)
                 }
                 state.searching = false
                 state.lastSearch = .now
@@ -118,12 +99,11 @@ final class PostgresPrimary: Sendable {
     /// Stops a moved-from host's pools once the requests that took a connection from them
     /// before the move have had their deadline (a pool shut down under a request fails it with
     /// an error of the pool's own, not the server's).
-    private func retiring(_ pools: [Task<Void, Never>]) -> Task<Void, Never> {
+    private func retiring(_ host: PostgresHostPools) -> Task<Void, Never> {
         let delay = retireAfter
         return Task {
             try? await Task.sleep(for: delay)
-            for pool in pools { pool.cancel() }
-            for pool in pools { await pool.value }
+            for pool in host.stop() { await pool.value }
         }
     }
 
@@ -131,21 +111,10 @@ final class PostgresPrimary: Sendable {
     func close() -> [Task<Void, Never>] {
         state.withLock { state in
             state.closed = true
-            let tasks = [state.main.running] + state.timed.values.map(\.running)
-            for task in tasks { task.cancel() }
             // A retiring pool's wait ends early: its task's sleep is cancelled with it.
             for task in state.retired { task.cancel() }
-            return tasks + state.retired
+            return state.host.stop() + state.retired
         }
-    }
-
-    private static func pool(
-        _ location: PostgresLocation, _ endpoint: PostgresLocation.Endpoint, _ maximumConnections: Int, _ logger: Logger,
-        timeout milliseconds: Int64?
-    ) -> Pool {
-        let (client, running) = location.startPool(
-            to: endpoint, maximumConnections: maximumConnections, logger: logger, statementTimeout: milliseconds)
-        return Pool(client: client, running: running)
     }
 
     // MARK: Finding the host

@@ -3,15 +3,6 @@ import NimbusStorage
 import PostgresNIO
 import Synchronization
 
-/// Where statements go: the primary's pools (`PostgresPrimary`) or a read replica's.
-protocol PostgresPools: Sendable {
-    var endpoint: PostgresLocation.Endpoint { get }
-    /// The pool for statements without a time limit.
-    var client: PostgresClient { get }
-    /// A pool whose connections stop a statement after `milliseconds`.
-    func client(timeout milliseconds: Int64) -> PostgresClient
-}
-
 extension PostgresPrimary: PostgresPools {}
 
 /// The node's read replicas (`nimbus serve --read-replica`): hot standbys fed by PostgreSQL's
@@ -52,7 +43,12 @@ final class PostgresReplicas: Sendable {
         _ locations: [PostgresLocation], primary: PostgresPrimary, maximumConnections: Int, logger: Logger
     ) async throws -> PostgresReplicas {
         guard !locations.isEmpty else { return PostgresReplicas([]) }
-        let cluster = try await Self.systemIdentifier(primary.location, primary.endpoint, logger: logger)
+        let cluster: Int64
+        do {
+            cluster = try await identity(primary.location, primary.endpoint, logger: logger).cluster
+        } catch {
+            throw PostgresStorage.normalized(error)
+        }
         var replicas: [PostgresReplica] = []
         // A later replica refused: the pools of those checked before it stop too.
         func refuse(_ reason: String) -> StorageError {
@@ -67,13 +63,7 @@ final class PostgresReplicas: Sendable {
             let identifier: Int64
             let recovering: Bool
             do {
-                (identifier, recovering) = try await location.withConnection(to: endpoint, logger: logger) { connection in
-                    let rows = try await connection.query(
-                        "SELECT system_identifier, pg_is_in_recovery() FROM pg_control_system()", logger: logger
-                    ).collect()
-                    guard let row = rows.first else { throw StorageError.unavailable("no answer") }
-                    return try row.decode((Int64, Bool).self)
-                }
+                (identifier, recovering) = try await identity(location, endpoint, logger: logger)
             } catch {
                 throw refuse("read replica \(location) does not answer (\(PostgresStorage.normalized(error)))")
             }
@@ -92,17 +82,17 @@ final class PostgresReplicas: Sendable {
         return set
     }
 
-    private static func systemIdentifier(
+    /// A server's cluster (`system_identifier`, the same on a primary and its standbys) and
+    /// whether it is a standby.
+    private static func identity(
         _ location: PostgresLocation, _ endpoint: PostgresLocation.Endpoint, logger: Logger
-    ) async throws -> Int64 {
-        do {
-            return try await location.withConnection(to: endpoint, logger: logger) { connection in
-                let rows = try await connection.query("SELECT system_identifier FROM pg_control_system()", logger: logger).collect()
-                guard let row = rows.first else { throw StorageError.unavailable("no answer") }
-                return try row.decode(Int64.self)
-            }
-        } catch {
-            throw PostgresStorage.normalized(error)
+    ) async throws -> (cluster: Int64, recovering: Bool) {
+        try await location.withConnection(to: endpoint, logger: logger) { connection in
+            let rows = try await connection.query(
+                "SELECT system_identifier, pg_is_in_recovery() FROM pg_control_system()", logger: logger
+            ).collect()
+            guard let row = rows.first else { throw StorageError.unavailable("no answer") }
+            return try row.decode((Int64, Bool).self)
         }
     }
 
@@ -130,6 +120,7 @@ final class PostgresReplicas: Sendable {
 
     /// The replica a read from `source` goes to, or nil for the primary.
     func route(_ source: LoadSource) async -> PostgresReplica? {
+        guard !replicas.isEmpty else { return nil }
         switch source {
         case .primary: return nil
         case .server(let index): return replicas.indices.contains(index) && replicas[index].isUp ? replicas[index] : nil
@@ -167,7 +158,7 @@ final class PostgresReplicas: Sendable {
             return task
         }
         poller?.cancel()
-        return (poller.map { [$0] } ?? []) + replicas.map { $0.close() }
+        return (poller.map { [$0] } ?? []) + replicas.flatMap { $0.close() }
     }
 
     var figures: [ReplicaFigures] {
@@ -182,15 +173,10 @@ final class PostgresReplicas: Sendable {
 /// One read replica: its pools and what it has replayed.
 final class PostgresReplica: PostgresPools {
     let index: Int
-    let location: PostgresLocation
-    let endpoint: PostgresLocation.Endpoint
-    private let maximumConnections: Int
+    private let pools: PostgresHostPools
     private let logger: Logger
 
     private struct State {
-        var main: PostgresClient
-        var running: [Task<Void, Never>]
-        var timed: [Int64: PostgresClient] = [:]
         var replayed: Int64 = -1
         var lagBytes: Int64 = 0
         var lagSeconds: Double = 0
@@ -212,26 +198,14 @@ final class PostgresReplica: PostgresPools {
 
     init(index: Int, location: PostgresLocation, maximumConnections: Int, logger: Logger) {
         self.index = index
-        self.location = location
-        endpoint = location.endpoints[0]
-        self.maximumConnections = maximumConnections
         self.logger = logger
-        let (client, running) = location.startPool(to: endpoint, maximumConnections: maximumConnections, logger: logger)
-        state = Mutex(State(main: client, running: [running]))
+        pools = PostgresHostPools(location, location.endpoints[0], maximumConnections: maximumConnections, logger: logger)
+        state = Mutex(State())
     }
 
-    var client: PostgresClient { state.withLock { $0.main } }
-
-    func client(timeout milliseconds: Int64) -> PostgresClient {
-        state.withLock { state in
-            if let client = state.timed[milliseconds] { return client }
-            let (client, running) = location.startPool(
-                to: endpoint, maximumConnections: maximumConnections, logger: logger, statementTimeout: milliseconds)
-            state.timed[milliseconds] = client
-            state.running.append(running)
-            return client
-        }
-    }
+    var endpoint: PostgresLocation.Endpoint { pools.endpoint }
+    var client: PostgresClient { pools.client }
+    func client(timeout milliseconds: Int64) -> PostgresClient { pools.client(timeout: milliseconds) }
 
     var replayed: Int64 { state.withLock { $0.replayed } }
     var isUp: Bool { state.withLock { $0.isUp } }
@@ -281,9 +255,5 @@ final class PostgresReplica: PostgresPools {
         return value
     }
 
-    func close() -> Task<Void, Never> {
-        let running = state.withLock { $0.running }
-        for task in running { task.cancel() }
-        return Task { for task in running { await task.value } }
-    }
+    func close() -> [Task<Void, Never>] { pools.stop() }
 }
