@@ -102,7 +102,8 @@ public final class PostgresStorage: Sendable {
     /// replica given.
     @discardableResult
     func rows(_ query: PostgresQuery, on pools: (any PostgresPools)? = nil) async throws -> [PostgresRow] {
-        try await unitOfWork(on: pools) { [self] in try await run(query, on: (pools ?? primary).client) }
+        if pools == nil, let turn = ZoneTurn.held { return try await unitOfWork { [self] in try await run(query, in: turn) } }
+        return try await unitOfWork(on: pools) { [self] in try await run(query, on: (pools ?? primary).client) }
     }
 
     /// Runs one statement that the server stops once it has run for `timeout` (SQLSTATE 57014,
@@ -110,6 +111,9 @@ public final class PostgresStorage: Sendable {
     /// `statement_timeout`: the server then stops a query that outruns its budget in the same
     /// round trip, where setting the limit per query would cost two more.
     func rows(_ query: PostgresQuery, timeout: Duration, on pools: (any PostgresPools)? = nil) async throws -> [PostgresRow] {
+        // A zone's turn is one transaction on one connection: its statements run there,
+        // without the budget (a write's loads are by key).
+        if pools == nil, let turn = ZoneTurn.held { return try await unitOfWork { [self] in try await run(query, in: turn) } }
         let milliseconds = max(1, timeout.wholeNanoseconds / 1_000_000)
         let client = (pools ?? primary).client(timeout: milliseconds)
         do {
@@ -128,6 +132,14 @@ public final class PostgresStorage: Sendable {
             statementObserver?(query.sql)
             return try await statements.rows(query, on: connection, logger: logger)
         }
+    }
+
+    /// Runs one statement inside the zone turn this task holds (`PostgresZoneTurns.swift`);
+    /// `named: false` for the turn's BEGIN, COMMIT and ROLLBACK, which have nothing to plan.
+    func run(_ query: PostgresQuery, in turn: ZoneTurn, named: Bool = true) async throws -> [PostgresRow] {
+        statementObserver?(query.sql)
+        guard named else { return try await turn.connection.query(query, logger: logger).collect() }
+        return try await statements.rows(query, on: turn.connection, logger: logger)
     }
 
     /// Runs `body` within the deadline, with the engine's errors normalized; `pools` says

@@ -59,6 +59,21 @@ public protocol InProcessStorage: CoarseStorage {
     func writeInProcess<Value: Sendable>(_ body: @escaping @Sendable (any UnitTransaction) throws -> Value) async throws -> Value
 }
 
+/// A networked engine that can give one writer a zone to itself for a while: the zone's turn.
+/// Units are optimistic (load, decide, apply with checks), so two nodes flooding one zone can
+/// keep invalidating each other's decisions; a zone pipeline that collided takes turns instead
+/// (`UnitGroupCommitter`), and writers queue in the engine rather than fail and run again.
+public protocol ZoneTurns: CoarseStorage {
+    /// Runs `body` holding the zone's turn: the `load` and `apply` calls made from within
+    /// `body` run in one transaction of the engine that holds the zone, so no other writer's
+    /// apply touching the zone commits between them (it waits, then fails its check, and its
+    /// pipeline takes turns too). Returns once that transaction has committed; on an error the
+    /// transaction is rolled back and nothing `body` applied stays. A zone that does not exist
+    /// (yet) holds nothing: `body` runs as it would have without the turn.
+    func withZoneTurn<Value: Sendable>(_ zone: ZoneOrder, _ body: @escaping @Sendable () async throws -> Value) async throws
+        -> Value
+}
+
 /// The write transaction a unit of work is decided and applied in (`InProcessStorage`).
 public protocol UnitTransaction: UnitRowSource {
     /// Ids no row has: the transaction's rows are all it must pass (it holds the write lock).

@@ -27,7 +27,10 @@ struct PendingWrite: Sendable {
 /// again, and a busy zone costs a load and an apply per group, not per write. Writes from
 /// other nodes (or this node's other pipelines) are caught by `apply`'s checks: the group is
 /// decided again from fresh rows (up to `decisionsAfterCollision` times), and past that each
-/// writer gets `serializationFailure`, which `RetryingStorage` retries.
+/// writer gets `serializationFailure`, which `RetryingStorage` retries. On an engine with
+/// zone turns (`ZoneTurns`, PostgreSQL), a zone pipeline decides again in the zone's turn, and
+/// keeps taking turns while it collides, so writers of one zone on several nodes queue in the
+/// engine instead of outrunning one another's decisions.
 ///
 /// One failing write never fails the others: when an apply fails for another reason than a
 /// collision or an engine that is busy or gone, the group's writes are decided and applied
@@ -76,52 +79,98 @@ final class UnitGroupCommitter: Sendable {
     }
 
     private func drain(_ pipeline: ZoneOrder?) async {
+        // A zone pipeline that collided takes the zone's turn for every group until
+        // `turnsAfterCollision` has passed without another collision.
+        var takesTurnsUntil: ContinuousClock.Instant?
         while true {
             let group = takeGroup(pipeline)
             if group.isEmpty { return }
-            await commit(group)
+            let takesTurns = takesTurnsUntil.map { ContinuousClock.now < $0 } ?? false
+            if await commit(group, in: pipeline, takingTurns: takesTurns) {
+                takesTurnsUntil = .now + Self.turnsAfterCollision
+            }
         }
     }
 
     /// How many times a group is decided again after colliding with another node before its
     /// writes are handed back to `RetryingStorage`.
     static let decisionsAfterCollision = 3
+    /// How long a zone pipeline keeps taking turns after its last collision: another node
+    /// writing the zone now is likely to go on for a while.
+    static let turnsAfterCollision: Duration = .seconds(1)
 
-    private func commit(_ group: [PendingWrite]) async {
-        var collisions = 0
+    /// Decisions made again after a collision, and groups decided in a zone's turn (tests and
+    /// benchmarks read them).
+    let collisions = Atomic<Int>(0)
+    let turns = Atomic<Int>(0)
+
+    /// Decides and applies `group`; whether it collided on the way. On an engine that gives
+    /// turns (`ZoneTurns`), a zone pipeline's group is decided in the zone's turn when
+    /// `takingTurns`, and after its first collision in any case, so it is not outrun again.
+    @discardableResult
+    private func commit(_ group: [PendingWrite], in pipeline: ZoneOrder?, takingTurns: Bool) async -> Bool {
+        var collided = 0
         while true {
+            let turn = takingTurns || collided > 0 ? pipeline : nil
+            do {
+                let outcomes = try await decideAndApply(group, inTurnOf: turn)
+                for (write, outcome) in zip(group, outcomes) { write.complete(outcome) }
+                return collided > 0
+            } catch let failure as LoadFailure {
+                // The rows could not be loaded (the engine is down or slow): no write can go on.
+                fail(group, failure.error)
+                return collided > 0
+            } catch StorageError.serializationFailure(let detail) {
+                // Another node wrote what the group read: decide again from fresh rows (in the
+                // zone's turn from now on), after a pause of up to a millisecond or two from the
+                // second time on, so two nodes taking turns on one database stop meeting at the
+                // same moment.
+                collisions.add(1, ordering: .relaxed)
+                guard collided >= Self.decisionsAfterCollision else {
+                    collided += 1
+                    if collided > 1 { try? await Task.sleep(for: .microseconds(Int.random(in: 0...2_000))) }
+                    continue
+                }
+                fail(group, StorageError.serializationFailure(detail))
+                return true
+            } catch let error as StorageError where error.retryAfterSeconds != nil {
+                // The engine is busy or gone: the same for every write.
+                fail(group, error)
+                return collided > 0
+            } catch {
+                // Anything else may be one write's doing: each is tried alone, so only that one
+                // fails.
+                guard group.count > 1 else {
+                    fail(group, error)
+                    return collided > 0
+                }
+                for write in group { await commit([write], in: pipeline, takingTurns: takingTurns) }
+                return collided > 0
+            }
+        }
+    }
+
+    /// The group decided over rows loaded for it, and applied: in the zone's turn when `zone`
+    /// is given and the engine has turns. A failure to load comes as `LoadFailure`.
+    private func decideAndApply(_ group: [PendingWrite], inTurnOf zone: ZoneOrder?) async throws -> [Result<Void, any Error>] {
+        let run: @Sendable () async throws -> [Result<Void, any Error>] = { [units] in
             let decided: (outcomes: [Result<Void, any Error>], changes: UnitOfWorkChanges)
             do {
                 decided = try await units.decide(group)
             } catch {
-                // The rows could not be loaded (the engine is down or slow): no write can go on.
-                return fail(group, error)
+                throw LoadFailure(error: error)
             }
-            do {
-                try await units.apply(decided.changes)
-                for (write, outcome) in zip(group, decided.outcomes) { write.complete(outcome) }
-                return
-            } catch StorageError.serializationFailure(let detail) {
-                // Another node wrote what the group read: decide again from fresh rows, after
-                // a pause of up to a millisecond or two from the second time on, so two nodes
-                // taking turns on one database stop meeting at the same moment.
-                guard collisions >= Self.decisionsAfterCollision else {
-                    collisions += 1
-                    if collisions > 1 { try? await Task.sleep(for: .microseconds(Int.random(in: 0...2_000))) }
-                    continue
-                }
-                return fail(group, StorageError.serializationFailure(detail))
-            } catch let error as StorageError where error.retryAfterSeconds != nil {
-                // The engine is busy or gone: the same for every write.
-                return fail(group, error)
-            } catch {
-                // Anything else may be one write's doing: each is tried alone, so only that one
-                // fails.
-                guard group.count > 1 else { return fail(group, error) }
-                for write in group { await commit([write]) }
-                return
-            }
+            try await units.apply(decided.changes)
+            return decided.outcomes
         }
+        guard let zone, let engine = units.base as? any ZoneTurns else { return try await run() }
+        turns.add(1, ordering: .relaxed)
+        return try await engine.withZoneTurn(zone, run)
+    }
+
+    /// A group's rows could not be loaded.
+    private struct LoadFailure: Error {
+        let error: any Error
     }
 
     private func fail(_ group: [PendingWrite], _ error: any Error) {

@@ -32,6 +32,10 @@ public final class UnitOfWorkDriver: StorageDriver {
     /// round trips a networked engine would make (apart from its BEGIN and COMMIT).
     public var writeRoundTrips: Int { units.writeRoundTrips.load(ordering: .relaxed) }
     public var readRoundTrips: Int { units.readRoundTrips.load(ordering: .relaxed) }
+    /// Groups of writes decided again after colliding with another writer, and groups decided
+    /// in a zone's turn (`ZoneTurns`).
+    public var writeCollisions: Int { commits.collisions.load(ordering: .relaxed) }
+    public var zoneTurns: Int { commits.turns.load(ordering: .relaxed) }
 
     public func read<Value: Sendable>(_ kind: ReadKind, _ body: @escaping @Sendable (ReadUnit) throws -> Value) async throws
         -> Value
