@@ -97,7 +97,10 @@ import Testing
             #expect(Self.value(before, "nimbus_backup_last_success_timestamp_seconds") == 0)
             #expect(abs(Self.value(after, "nimbus_backup_last_success_timestamp_seconds") - Date().timeIntervalSince1970) < 60)
             #expect(Self.value(after, "nimbus_backup_failures_in_a_row") == 0 && Self.value(after, "nimbus_backups_kept") == 1)
-            for family in ["nimbus_push_deliveries_total", "nimbus_notification_outbox_entries", "nimbus_notification_outbox_lag_seconds"] {
+            for family in [
+                "nimbus_push_deliveries_total", "nimbus_notification_outbox_entries", "nimbus_notification_outbox_lag_seconds",
+                "nimbus_storage_write_collisions_total", "nimbus_storage_zone_turns_total",
+            ] {
                 #expect(after.contains { $0.name == family }, "no \(family)")
             }
             if !TestStorage.isSQLiteFile {

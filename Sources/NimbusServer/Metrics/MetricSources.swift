@@ -23,6 +23,12 @@ extension ServerMetrics {
                     metrics.advance("nimbus_storage_replica_reads_total", to: Int64(replica.reads), name)
                 }
             }
+            if let units = storage as? UnitOfWorkDriver {
+                // Collisions with other nodes' writes and the zone turns they led to (PostgreSQL;
+                // SQLite decides in its writer's transaction, so both stay 0 there).
+                metrics.advance("nimbus_storage_write_collisions_total", to: Int64(units.writeCollisions))
+                metrics.advance("nimbus_storage_zone_turns_total", to: Int64(units.zoneTurns))
+            }
             if let assets = try? await service.assetFigures(container: nil) {
                 metrics.set("nimbus_asset_bytes", Double(assets.bytes), [("held", "any")])
                 metrics.set("nimbus_asset_bytes", Double(assets.unreferencedBytes), [("held", "none")])
