@@ -113,7 +113,7 @@ public final class PostgresStorage: Sendable {
     func rows(_ query: PostgresQuery, timeout: Duration, on pools: (any PostgresPools)? = nil) async throws -> [PostgresRow] {
         // A zone's turn is one transaction on one connection: its statements run there,
         // without the budget (a write's loads are by key).
-        if pools == nil, let turn = ZoneTurn.held { return try await unitOfWork { [self] in try await run(query, in: turn) } }
+        if pools == nil, ZoneTurn.held != nil { return try await rows(query) }
         let milliseconds = max(1, timeout.wholeNanoseconds / 1_000_000)
         let client = (pools ?? primary).client(timeout: milliseconds)
         do {

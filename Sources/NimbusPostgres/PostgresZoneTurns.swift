@@ -18,6 +18,10 @@ extension PostgresCoarseStorage: ZoneTurns {
     public func withZoneTurn<Value: Sendable>(_ zone: ZoneOrder, _ body: @escaping @Sendable () async throws -> Value)
         async throws -> Value
     {
+        // The caller hears `unavailable` at the deadline while the turn goes on (`Deadline`): a
+        // turn still running then rolls back instead of committing writes its writers were told
+        // had failed.
+        let deadline = ContinuousClock.now + storage.deadline
         let value = try await storage.unitOfWork { [storage] in
             try await storage.client.withConnection { connection in
                 let turn = ZoneTurn(connection: connection)
@@ -25,6 +29,9 @@ extension PostgresCoarseStorage: ZoneTurns {
                 do {
                     _ = try await storage.run(Self.lock(zone), in: turn)
                     let value = try await ZoneTurn.$held.withValue(turn) { try await body() }
+                    guard ContinuousClock.now < deadline else {
+                        throw StorageError.unavailable("the zone's turn outlasted its deadline (\(storage.deadline)); rolled back")
+                    }
                     _ = try await storage.run("COMMIT", in: turn, named: false)
                     return value
                 } catch {

@@ -148,3 +148,44 @@ import Testing
         }
     }
 }
+
+/// A turn that outlasts the driver's deadline: its caller hears `unavailable` at the deadline,
+/// and the turn, still running, rolls back instead of committing writes reported as failed.
+@Suite(.enabled(if: PostgresTestCluster.url != nil)) struct ZoneTurnDeadlineTests {
+    @Test func aTurnPastItsDeadlineRollsBack() async throws {
+        try await PostgresTestCluster.withDatabase { location in
+            let node = PostgresCoarseStorage(try await PostgresStorage(location, deadline: .seconds(1), maximumConnections: 4))
+            do {
+                let (_, zone, _) = try await CoarseApplyTests.setUp(node)
+                let id = try await node.reserveIDs(.record, count: 1).lowerBound
+                let finished = ZonePipelineTests.Gate()
+                await #expect(throws: StorageError.self) {
+                    try await node.withZoneTurn(ZoneTurnTests.order) {
+                        defer { finished.open() }
+                        let (database, zones) = try await CoarseApplyTests.load(node, [zone])
+                        try await node.apply(CoarseApplyTests.save("late", in: zones[0], database: database, id: id))
+                        try await Task.sleep(for: .milliseconds(1_500))
+                    }
+                }
+                #expect(await finished.wait(upTo: .seconds(30)))
+                // The turn's transaction has ended (committed or rolled back) once no backend of
+                // this database is inside one.
+                let deadline = ContinuousClock.now + .seconds(30)
+                while ContinuousClock.now < deadline {
+                    let open = try await PostgresTestCluster.rows(
+                        "SELECT count(*)::text FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'",
+                        on: location)
+                    if open.first?.first == .some("0") { break }
+                    try await Task.sleep(for: .milliseconds(20))
+                }
+                try await Task.sleep(for: .milliseconds(200))
+                let rows = try await node.load(LoadRequest(keys: [.record(zoneID: zone.id, name: "late")]))
+                #expect(rows.records[RecordKey(zoneID: zone.id, name: "late")] == .some(nil), "a turn past its deadline committed")
+            } catch {
+                try? await node.close()
+                throw error
+            }
+            try await node.close()
+        }
+    }
+}

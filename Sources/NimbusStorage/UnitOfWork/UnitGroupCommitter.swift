@@ -144,8 +144,11 @@ final class UnitGroupCommitter: Sendable {
                     fail(group, error)
                     return collided > 0
                 }
-                for write in group { await commit([write], in: pipeline, takingTurns: takingTurns) }
-                return collided > 0
+                var anyCollided = collided > 0
+                for write in group {
+                    if await commit([write], in: pipeline, takingTurns: takingTurns) { anyCollided = true }
+                }
+                return anyCollided
             }
         }
     }
