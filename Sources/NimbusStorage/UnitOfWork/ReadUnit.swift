@@ -75,7 +75,7 @@ public class ReadUnit {
     /// Records the unit wrote, and sources whose references it replaced (with the new rows):
     /// apart from `overlay`, so a savepoint does not copy them (`UnitOfWork.undoable`).
     var records: [RecordKey: StoredRecord] = [:]
-    var references: [RecordKey: [ReferenceRow]] = [:]
+    var references = RewrittenReferences()
     /// Keys read and not loaded, answered as absent: the run's result does not count.
     private(set) var missed: Set<LoadKey> = []
 
@@ -298,9 +298,8 @@ public class ReadUnit {
             !overlay.deletedZones.contains(row.sourceZoneID)
                 && references[RecordKey(zoneID: row.sourceZoneID, name: row.sourceName)] == nil
         }
-        for (source, replaced) in references where !overlay.deletedZones.contains(source.zoneID) {
-            rows += replaced.filter { $0.targetZoneID == targetZoneID && $0.targetName == targetName && $0.action == action }
-        }
+        rows += references.rows(pointingAt: ReferrerKey(zoneID: targetZoneID, name: targetName, action: action))
+            .filter { !overlay.deletedZones.contains($0.sourceZoneID) }
         return rows
     }
 
@@ -425,4 +424,48 @@ public class ReadUnit {
 
     /// Byte order, as SQLite's BINARY collation and PostgreSQL's "C".
     static func byteOrder(_ a: String, _ b: String) -> Bool { a.utf8.lexicographicallyPrecedes(b.utf8) }
+}
+
+/// The references a unit rewrote: each source record's new rows, and which sources point at
+/// each target, so `ReadUnit.referrers` costs the rows that point at its target rather than
+/// every source the unit rewrote (a group of batches rewrites thousands, and a cascade asks
+/// once per record it deletes). A source absent here was not rewritten; one with no rows was
+/// rewritten to point at nothing.
+struct RewrittenReferences {
+    private var bySource: [RecordKey: [ReferenceRow]] = [:]
+    /// Sources whose new rows point at a target, in the order they were rewritten, so what
+    /// `rows(pointingAt:)` returns does not depend on hashing.
+    private var sourcesByTarget: [ReferrerKey: [RecordKey]] = [:]
+
+    subscript(source: RecordKey) -> [ReferenceRow]? {
+        get { bySource[source] }
+        set {
+            for target in Self.targets(bySource[source] ?? []) {
+                sourcesByTarget[target]?.removeAll { $0 == source }
+                if sourcesByTarget[target]?.isEmpty == true { sourcesByTarget[target] = nil }
+            }
+            bySource[source] = newValue
+            for target in Self.targets(newValue ?? []) { sourcesByTarget[target, default: []].append(source) }
+        }
+    }
+
+    /// The rewritten sources.
+    var sources: Dictionary<RecordKey, [ReferenceRow]>.Keys { bySource.keys }
+
+    /// The new rows that point at `target`.
+    func rows(pointingAt target: ReferrerKey) -> [ReferenceRow] {
+        (sourcesByTarget[target] ?? []).flatMap { source in
+            (bySource[source] ?? []).filter { Self.target(of: $0) == target }
+        }
+    }
+
+    private static func target(of row: ReferenceRow) -> ReferrerKey {
+        ReferrerKey(zoneID: row.targetZoneID, name: row.targetName, action: row.action)
+    }
+
+    /// Each target once, in the order the rows name them.
+    private static func targets(_ rows: [ReferenceRow]) -> [ReferrerKey] {
+        var seen: Set<ReferrerKey> = []
+        return rows.map(target(of:)).filter { seen.insert($0).inserted }
+    }
 }

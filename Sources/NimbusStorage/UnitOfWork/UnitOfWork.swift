@@ -211,7 +211,7 @@ public final class UnitOfWork: ReadUnit {
         overlay.changes.zonesChanged[id] = zone.databaseID
         overlay.deletedZones.insert(id)
         for key in records.keys.filter({ $0.zoneID == id }) { setRecord(key, nil) }
-        for key in references.keys.filter({ $0.zoneID == id }) { setReferences(key, nil) }
+        for key in references.sources.filter({ $0.zoneID == id }) { setReferences(key, nil) }
         write(.deleteZone(id: id))
     }
 
