@@ -2,7 +2,7 @@
 # The whole test suite. Installs what the tests need (Debian packages),
 # builds everything (the crash test runs the built `nimbus` binary), starts a private
 # PostgreSQL cluster, then runs the tests on both drivers: the whole suite, then the server
-# suite as units of work on SQLite and on PostgreSQL.
+# and NimbusKit suites again on PostgreSQL.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,16 +42,32 @@ scripts/apple-api-check.sh
 # (seventy threads symbolicated against the debug test binary's DWARF) once ran past CI's whole
 # time budget.
 export SWIFT_BACKTRACE="${SWIFT_BACKTRACE:-enable=yes,threads=crashed,registers=none,images=none,symbolicate=fast}"
+# Every pass runs at most eight tests at a time. Unbounded, Swift Testing started every test of
+# the first pass at once on two cores: on a slow machine (CI, 2026-11-29) thirteen tests missed
+# their own deadlines (WebSocket frames within 10 s, a driver's 1 s) though each passes alone,
+# and the pass took 9 min. Bounded at eight, the same pass took 7 min and none missed.
+width=(--experimental-maximum-parallelization-width 8)
 # Each pass has a time limit, so a stalled pass fails the run in minutes instead of taking all of
 # CI's 90. `timeout` signals the whole process group: swift-test, the test process, and the
 # servers and programs it started. The limits are about four times a pass's time here.
+# A pass runs the built test binary itself where it can (Linux): `swift test --skip-build` first
+# loads the package graph, and whenever the environment differs from its last run (as
+# NIMBUS_TEST_STORAGE does between passes) it compiles every dependency's manifest again: 80 s
+# a pass on a slow machine, against 5 s for the tests of a small suite. Elsewhere (macOS runs
+# Swift Testing through SwiftPM's helper), through `swift test`.
+if [ "$(uname)" = Linux ]; then
+  tests=("$(swift build --show-bin-path)/nimbusPackageTests.xctest" --testing-library swift-testing)
+else
+  tests=(swift test --skip-build)
+fi
+export NO_COLOR=1
 pass() {
   local limit=$1
   shift
   local started=$SECONDS
   echo "== pass: $* (limit ${limit})"
   local status=0
-  timeout --kill-after=30s "$limit" "$@" || status=$?
+  timeout --kill-after=30s "$limit" "${tests[@]}" "$@" || status=$?
   echo "== pass took $((SECONDS - started)) s: $*"
   if [ "$status" = 124 ] || [ "$status" = 137 ]; then echo "== pass stopped at its ${limit} limit: $*" >&2; fi
   return "$status"
@@ -93,47 +109,38 @@ timedMain='CrashRecoveryTests|AssetCrashTests|MultiNodeTests|PushDeliveryTests|P
 # and for CKSyncEngine's automatic fetches: on their own, as the engine suites. Their servers are
 # always SQLite (an app's tests get no other), so they run once, not again on units or PostgreSQL.
 testing='FaultKitTests|NoteStoreTests|SyncDoctorTests'
-pass 25m swift test --skip-build --skip "$external|$bodies|$edge|$engines|$operations|$timedMain|$testing"
-pass 15m swift test --skip-build --filter "$testing"
-pass 15m swift test --skip-build --filter "$timedMain"
-pass 15m swift test --skip-build --filter "$operations"
-pass 15m swift test --skip-build --filter "$bodies"
-pass 15m swift test --skip-build --filter "$edge"
-pass 15m swift test --skip-build --filter "$engines"
-# The server and NimbusKit suites again with SQLite seen over round trips (`RoundTrips`,
-# NIMBUS_TEST_STORAGE=units): units of work that load what they miss, run again and apply with
-# checks, as the PostgreSQL driver serves NimbusCore, checked without a network, and every write's
-# unit decided twice to catch one that reads the clock or a random source (`checksPurity`).
-# Same build, no second compile. NimbusKit's on
-# their own: beside the server suite their devices' 5 s request deadlines missed.
-# The suites that time things run on their own there too (as on PostgreSQL below): a node's
-# units of work share one group-commit pipeline, and beside the whole suite a push deadline's
-# writes took 5.1 s of their 5.
-# NotificationTests joined them (2026-11-27): on PostgreSQL, on a machine half as fast, four of
-# its WebSocket frames missed their 5 s beside the server suite; alone they pass in 4 s.
+pass 25m "${width[@]}" --skip "$external|$bodies|$edge|$engines|$operations|$timedMain|$testing"
+pass 15m "${width[@]}" --filter "$testing"
+pass 15m "${width[@]}" --filter "$timedMain"
+pass 15m "${width[@]}" --filter "$operations"
+pass 15m "${width[@]}" --filter "$bodies"
+pass 15m "${width[@]}" --filter "$edge"
+pass 15m "${width[@]}" --filter "$engines"
+# The server and NimbusKit suites once more on PostgreSQL: every test server gets a database of
+# its own on the private cluster (NIMBUS_TEST_STORAGE=postgres), served as units of work that
+# load what they miss, run again and apply with checks, and every write's unit decided twice to
+# catch one that reads the clock or a random source (`checksPurity`). Same build, no second
+# compile. Until 2026-11-29 they ran a third time on SQLite seen over round trips
+# (NIMBUS_TEST_STORAGE=units, still there for a machine without PostgreSQL): the same driver as
+# here over a test-only engine, nine minutes of CI's ninety on a slow machine. The storage
+# suites above still run that engine (StorageConformanceTests, UnitPurityTests, UnitOfWorkTests).
+# The suites that time things (kills mid-write, two nodes, connection caps, push deadlines) run
+# on their own afterwards: beside the rest of the suite, PostgreSQL and the test servers share
+# two cores, and their clocks measure that. NotificationTests joined them (2026-11-27): on a
+# machine half as fast, four of its WebSocket frames missed their 5 s beside the server suite.
 timed='CrashRecoveryTests|AssetCrashTests|MultiNodeTests|HTTPEdgeTests|RequestBodyTests|PushDeliveryTests|NotificationTests'
-NIMBUS_TEST_STORAGE=units pass 15m swift test --skip-build --filter NimbusServerTests --skip "$timed|$external|$operations"
-NIMBUS_TEST_STORAGE=units pass 15m swift test --skip-build --filter "$timed"
-# The operations suites on their own again (beside the timed suites, a connection-cap test's
-# timing missed on PostgreSQL).
-NIMBUS_TEST_STORAGE=units pass 15m swift test --skip-build --filter "$operations"
-NIMBUS_TEST_STORAGE=units pass 15m swift test --skip-build --filter NimbusKitTests --skip "$testing"
-# And once more on PostgreSQL: every test server gets a database of its own on the private
-# cluster (NIMBUS_TEST_STORAGE=postgres). The suites that time things (kills mid-write, two
-# nodes, connection caps, push deadlines) run on their own afterwards: beside the rest of the
-# suite, PostgreSQL and a hundred test servers share two cores, and their clocks measure that.
-# At most 32 tests at a time there: unbounded, Swift Testing started over a hundred test servers at
-# once, each with its pools and LISTEN connection, and the cluster reached its 1,000 connections
-# (clients refused, requests past their deadlines; 2026-11-27). Bounded, the pass holds about a
-# hundred connections and took 175 s instead of 292.
-NIMBUS_TEST_STORAGE=postgres pass 15m swift test --skip-build --experimental-maximum-parallelization-width 32 \
+# The server suite's tests mostly wait for PostgreSQL's answers here, so sixteen run at a time
+# (at eight the pass took 796 s on a slow machine). Unbounded, Swift Testing started over a
+# hundred test servers at once, each with its pools and LISTEN connection, and the cluster
+# reached its 1,000 connections (clients refused, requests past their deadlines; 2026-11-27).
+NIMBUS_TEST_STORAGE=postgres pass 25m --experimental-maximum-parallelization-width 16 \
   --filter NimbusServerTests --skip "$timed|$external|$operations"
-NIMBUS_TEST_STORAGE=postgres pass 15m swift test --skip-build --filter "$timed"
-NIMBUS_TEST_STORAGE=postgres pass 15m swift test --skip-build --filter "$operations"
+NIMBUS_TEST_STORAGE=postgres pass 15m "${width[@]}" --filter "$timed"
+NIMBUS_TEST_STORAGE=postgres pass 15m "${width[@]}" --filter "$operations"
 # NimbusKit's sync engine suites on PostgreSQL too (what the engine sees of conflicts and of
 # zones or records deleted elsewhere is what each driver wrote), on their own: beside the
 # server suite their devices' 5 s request deadlines missed.
-NIMBUS_TEST_STORAGE=postgres pass 15m swift test --skip-build --filter "$engines"
+NIMBUS_TEST_STORAGE=postgres pass 15m "${width[@]}" --filter "$engines"
 # And the rest of NimbusKit's suites on PostgreSQL, on their own for the same reason.
-NIMBUS_TEST_STORAGE=postgres pass 15m swift test --skip-build --filter NimbusKitTests --skip "$engines|$testing"
-pass 15m swift test --skip-build --filter "$external"
+NIMBUS_TEST_STORAGE=postgres pass 15m "${width[@]}" --filter NimbusKitTests --skip "$engines|$testing"
+pass 15m "${width[@]}" --filter "$external"

@@ -105,13 +105,13 @@ import Testing
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for _ in 0..<4 {
                     group.addTask {
-                        let storage = try await PostgresStorage(location, maximumConnections: 2)
+                        let storage = try await PostgresStorage(location, deadline: PostgresTestCluster.deadline, maximumConnections: 2)
                         await storage.close()
                     }
                 }
                 try await group.waitForAll()
             }
-            let storage = try await PostgresStorage(location, maximumConnections: 2)
+            let storage = try await PostgresStorage(location, deadline: PostgresTestCluster.deadline, maximumConnections: 2)
             #expect(try await storage.accounts.createContainer(ContainerRow(id: "c", createdAt: 1)))
             await storage.close()
         }
@@ -123,14 +123,14 @@ import Testing
     @Test(.enabled(if: PostgresTestCluster.url != nil))
     func nodesInstallTheApplyFunctionOnceByItsFingerprint() async throws {
         try await PostgresTestCluster.withDatabase { location in
-            let storage = try await PostgresStorage(location, maximumConnections: 2)
+            let storage = try await PostgresStorage(location, deadline: PostgresTestCluster.deadline, maximumConnections: 2)
             await storage.close()
             // As a node of another version would have left it.
             try await PostgresTestCluster.execute(
                 "CREATE FUNCTION nimbus_apply_00000000000000ff(changes jsonb) RETURNS void LANGUAGE sql AS 'SELECT'", on: location)
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for _ in 0..<3 {
-                    group.addTask { await (try await PostgresStorage(location, maximumConnections: 2)).close() }
+                    group.addTask { await (try await PostgresStorage(location, deadline: PostgresTestCluster.deadline, maximumConnections: 2)).close() }
                 }
                 try await group.waitForAll()
             }
@@ -142,7 +142,7 @@ import Testing
             let own = names.filter { $0 != "nimbus_apply_00000000000000ff" }
             #expect(own.count == 1 && own[0].wholeMatch(of: /nimbus_apply_[0-9a-f]{16}/) != nil, "\(own)")
             // And it is the one a unit's writes go through.
-            let storage2 = try await PostgresStorage(location, maximumConnections: 2)
+            let storage2 = try await PostgresStorage(location, deadline: PostgresTestCluster.deadline, maximumConnections: 2)
             let driver = UnitOfWorkDriver(PostgresCoarseStorage(storage2))
             let zone = try await driver.write { unit in
                 try unit.createZone(
@@ -158,7 +158,7 @@ import Testing
     func everyAccountCallIsOneRoundTrip() async throws {
         try await PostgresTestCluster.withDatabase { location in
             let statements = Mutex<[String]>([])
-            let storage = try await PostgresStorage(location, maximumConnections: 2) { sql in
+            let storage = try await PostgresStorage(location, deadline: PostgresTestCluster.deadline, maximumConnections: 2) { sql in
                 statements.withLock { $0.append(sql) }
             }
             let accounts = storage.accounts
@@ -185,7 +185,7 @@ import Testing
     @Test(.enabled(if: PostgresTestCluster.url != nil))
     func everyTableOfALogicalDatabaseLeadsItsKeysWithTheDatabase() async throws {
         try await PostgresTestCluster.withDatabase { location in
-            let storage = try await PostgresStorage(location, maximumConnections: 2)
+            let storage = try await PostgresStorage(location, deadline: PostgresTestCluster.deadline, maximumConnections: 2)
             await storage.close()
             let tables = ["zones", "records", "field_index", "record_tokens", "pair_index", "record_references", "subscriptions"]
             let list = tables.map { "'\($0)'" }.joined(separator: ", ")
@@ -211,7 +211,7 @@ import Testing
     @Test(.enabled(if: PostgresTestCluster.url != nil))
     func droppedConnectionsFailClearlyAndRecoverWithoutARestart() async throws {
         try await PostgresTestCluster.withDatabase { location in
-            let storage = try await PostgresStorage(location, maximumConnections: 2)
+            let storage = try await PostgresStorage(location, deadline: PostgresTestCluster.deadline, maximumConnections: 2)
             #expect(try await storage.accounts.createContainer(ContainerRow(id: "c", createdAt: 1)))
             // Every connection to this database is killed, as a server restart or a proxy would.
             var admin = location

@@ -6,8 +6,8 @@ import Testing
 
 /// A unit of work's decision takes what varies as input (the time, new names, random values):
 /// over a network it runs again after each load, so run again over the same rows it must decide
-/// the same writes. `UnitOfWorkDriver(checksPurity:)`, on in the tests' units pass over the whole
-/// server suite, runs every write's unit once more and fails one that decides differently. Here
+/// the same writes. `UnitOfWorkDriver(checksPurity:)`, on in the PostgreSQL pass over the whole
+/// server suite (and with `NIMBUS_TEST_STORAGE=units`), runs every write's unit once more and fails one that decides differently. Here
 /// the check is tried on its own: it catches a random name and a time read inside the closure,
 /// and lets the same writes pass when they take those as input.
 @Suite struct UnitPurityTests {

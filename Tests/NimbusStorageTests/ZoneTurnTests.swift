@@ -154,17 +154,22 @@ import Testing
 @Suite(.enabled(if: PostgresTestCluster.url != nil)) struct ZoneTurnDeadlineTests {
     @Test func aTurnPastItsDeadlineRollsBack() async throws {
         try await PostgresTestCluster.withDatabase { location in
-            let node = PostgresCoarseStorage(try await PostgresStorage(location, deadline: .seconds(1), maximumConnections: 4))
+            // The store is made and set up under the tests' long deadline (beside the whole suite
+            // a migration can take seconds); only the node that takes the turn has a short one.
+            let setUp = PostgresCoarseStorage(
+                try await PostgresStorage(location, deadline: PostgresTestCluster.deadline, maximumConnections: 2))
+            let (_, zone, _) = try await CoarseApplyTests.setUp(setUp)
+            let id = try await setUp.reserveIDs(.record, count: 1).lowerBound
+            try await setUp.close()
+            let node = PostgresCoarseStorage(try await PostgresStorage(location, deadline: .seconds(2), maximumConnections: 4))
             do {
-                let (_, zone, _) = try await CoarseApplyTests.setUp(node)
-                let id = try await node.reserveIDs(.record, count: 1).lowerBound
                 let finished = ZonePipelineTests.Gate()
                 await #expect(throws: StorageError.self) {
                     try await node.withZoneTurn(ZoneTurnTests.order) {
                         defer { finished.open() }
                         let (database, zones) = try await CoarseApplyTests.load(node, [zone])
                         try await node.apply(CoarseApplyTests.save("late", in: zones[0], database: database, id: id))
-                        try await Task.sleep(for: .milliseconds(1_500))
+                        try await Task.sleep(for: .milliseconds(3_000))
                     }
                 }
                 #expect(await finished.wait(upTo: .seconds(30)))

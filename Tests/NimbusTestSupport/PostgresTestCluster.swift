@@ -84,13 +84,15 @@ public enum PostgresTestCluster {
     }
 
     /// Storage on the cluster for a test server: the database named after the data directory,
-    /// made on first use.
+    /// made on first use. Every write's unit is decided twice (`checksPurity`), so a closure
+    /// that reads the clock or a random source fails the suite it runs in.
     public static func opener() -> StorageOpener {
         StorageOpener(
             description: { "PostgreSQL test database " + databaseName(forDataDirectory: $0) },
             open: { directory in
                 let location = try await location(forDataDirectory: directory)
-                return UnitOfWorkDriver(PostgresCoarseStorage(try await PostgresStorage(location, deadline: deadline, maximumConnections: 4)))
+                return UnitOfWorkDriver(
+                    PostgresCoarseStorage(try await PostgresStorage(location, deadline: deadline, maximumConnections: 4)), checksPurity: true)
             })
     }
 
