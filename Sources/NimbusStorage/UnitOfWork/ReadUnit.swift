@@ -348,8 +348,15 @@ public class ReadUnit {
         return byID.values.sorted { Self.byteOrder($0.subscriptionID, $1.subscriptionID) }
     }
 
+    /// One subscription: what this unit wrote of it (a deletion is a nil row), else the
+    /// committed one. Looked up directly, not through `subscriptions`, which merges and sorts
+    /// the caller's whole list: a lookup of many IDs paid that for each.
     public final func subscription(databaseID: Int64, userID: Int64, subscriptionID: String) throws -> SubscriptionRow? {
-        try subscriptions(databaseID: databaseID, userID: userID).first { $0.subscriptionID == subscriptionID }
+        let key = SubscriberKey(databaseID: databaseID, userID: userID)
+        if let written = overlay.subscriptions[key]?[subscriptionID] { return written }
+        if overlay.createdDatabases.contains(databaseID) { return nil }
+        return try need(loaded.subscriptions[key], .subscriptions(databaseID: databaseID, userID: userID))
+            .first { $0.subscriptionID == subscriptionID }
     }
 
     /// Every subscription of the installation (to build the matcher's index at start).
