@@ -90,23 +90,25 @@ public enum PostgresTestCluster {
         StorageOpener(
             description: { "PostgreSQL test database " + databaseName(forDataDirectory: $0) },
             open: { directory in
-                let location = try await location(forDataDirectory: directory)
+                let location = try await location(forDataDirectory: directory, migrated: true)
                 return UnitOfWorkDriver(
                     PostgresCoarseStorage(try await PostgresStorage(location, deadline: deadline, maximumConnections: 4)), checksPurity: true)
             })
     }
 
     /// The database of a data directory on the cluster, made if it is not there yet: what a
-    /// test server opens, and what a test gives `nimbus serve --database`. It is a copy of a
-    /// database this process migrated once (`migratedTemplate`), so it opens already migrated.
-    public static func location(forDataDirectory directory: String) async throws -> PostgresLocation {
+    /// test server opens, and what a test gives `nimbus serve --database` or `nimbus restore`.
+    /// `migrated` (a test server's): a copy of a database this process migrated once
+    /// (`migratedTemplate`), so it opens already migrated. Otherwise empty, as a restore
+    /// requires and as a first `nimbus serve` finds it.
+    public static func location(forDataDirectory directory: String, migrated: Bool = false) async throws -> PostgresLocation {
         guard let url else { throw Missing() }
         let admin = try PostgresLocation(url: url)
         var location = admin
         location.database = databaseName(forDataDirectory: directory)
-        let template = try await migratedTemplate.value
+        let template = migrated ? " TEMPLATE " + (try await migratedTemplate.value) : ""
         do {
-            try await execute("CREATE DATABASE \(location.database) TEMPLATE \(template)", on: admin)
+            try await execute("CREATE DATABASE \(location.database)\(template)", on: admin)
         } catch let error as StatementFailed where error.sqlState == "42P04" {
             // It exists: a restart, or a second node on the same data.
         }
