@@ -160,5 +160,5 @@ NIMBUS_TEST_STORAGE=postgres pass 15m "${width[@]}" --filter "$operations"
 # PostgreSQL above, through a client; until 2026-11-29 they ran here as well, four minutes of
 # CI's ninety on a slow machine (`NIMBUS_TEST_STORAGE=postgres` runs them by hand).
 kitOnPostgres="$engines|SavePolicyTests|BatchTests|SyncTests"
-NIMBUS_TEST_STORAGE=postgres pass 15m "${width[@]}" --filter "NimbusKitTests.($kitOnPostgres)" --skip "$testing"
+NIMBUS_TEST_STORAGE=postgres pass 15m "${width[@]}" --filter "NimbusKitTests.($kitOnPostgres)"
 pass 15m "${width[@]}" --filter "$external"
