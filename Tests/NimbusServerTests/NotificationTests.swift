@@ -27,9 +27,9 @@ import Testing
             defer { listenerA.close(); listenerB.close() }
 
             _ = try await deviceA.createZone("Parties")
-            _ = try await listenerB.next(within: 5)  // the zone's creation
+            _ = try await listenerB.next()  // the zone's creation
             _ = try await deviceA.modify(zone: "Parties", [Op.create("wwdc", type: "Party", ["name": Op.field("Beers")])])
-            let frame = try await listenerB.next(within: 5)
+            let frame = try await listenerB.next()
             #expect(frame["type"] == "notification")
             #expect(frame["payload"]?["ck"]?["met"]?["sid"] == "db")
             #expect(frame["payload"]?["ck"]?["met"]?["dbs"] == 2)
@@ -65,7 +65,7 @@ import Testing
             #expect(await listener.nothing(within: 0.3))  // not in the results: nothing
 
             let entered = try await alice.modify([Op.update("n1", tag: tag1, ["stars": Op.field(5), "title": Op.field("Great")])])
-            let enter = try await listener.next(within: 5)
+            let enter = try await listener.next()
             #expect(enter["payload"]?["ck"]?["qry"]?["fo"] == 1)
             #expect(enter["payload"]?["ck"]?["qry"]?["rid"] == "n1")
             #expect(enter["payload"]?["ck"]?["qry"]?["af"] == ["title": "Great", "stars": 5])
@@ -75,18 +75,18 @@ import Testing
 
             let tag2 = try #require(entered.records.first?.changeTag)
             let changed = try await alice.modify([Op.update("n1", tag: tag2, ["stars": Op.field(4)])])
-            let within = try await listener.next(within: 5)
+            let within = try await listener.next()
             #expect(within["payload"]?["ck"]?["qry"]?["fo"] == 2)
             #expect(within["payload"]?["aps"]?["badge"] == 2)
 
             let tag3 = try #require(changed.records.first?.changeTag)
             _ = try await alice.modify([Op.update("n1", tag: tag3, ["stars": Op.field(1)])])
-            #expect(try await listener.next(within: 5)["payload"]?["ck"]?["qry"]?["fo"] == 3)
+            #expect(try await listener.next()["payload"]?["ck"]?["qry"]?["fo"] == 3)
 
             _ = try await alice.modify([Op.create("n2", ["stars": Op.field(9)])])
-            #expect(try await listener.next(within: 5)["payload"]?["ck"]?["qry"]?["fo"] == 1)
+            #expect(try await listener.next()["payload"]?["ck"]?["qry"]?["fo"] == 1)
             _ = try await alice.modify([Op.forceDelete("n2")])
-            #expect(try await listener.next(within: 5)["payload"]?["ck"]?["qry"]?["fo"] == 3)
+            #expect(try await listener.next()["payload"]?["ck"]?["qry"]?["fo"] == 3)
         }
     }
 
@@ -107,10 +107,10 @@ import Testing
             let listener = try await NotificationListener.connect(alice.onDevice("phone"))
             defer { listener.close() }
             _ = try await alice.modify(zone: "Z", [Op.create("n1", type: "Note")])
-            #expect(try await listener.next(within: 5)["payload"]?["ck"]?["met"]?["sid"] == "db-note")
+            #expect(try await listener.next()["payload"]?["ck"]?["met"]?["sid"] == "db-note")
             #expect(await listener.nothing(within: 0.3))
             _ = try await alice.modify(zone: "Z", [Op.create("p1", type: "Party")])
-            #expect(try await listener.next(within: 5)["payload"]?["ck"]?["fet"]?["sid"] == "z-party")
+            #expect(try await listener.next()["payload"]?["ck"]?["fet"]?["sid"] == "z-party")
             #expect(await listener.nothing(within: 0.3))
             _ = try await alice.createZone("Y")  // no record changed: neither fires
             #expect(await listener.nothing(within: 0.3))
@@ -131,7 +131,7 @@ import Testing
             let listener = try await NotificationListener.connect(alice.onDevice("phone"))
             defer { listener.close() }
             _ = try await alice.modify([Op.create("a")])
-            #expect(try await listener.next(within: 5)["payload"]?["ck"]?["qry"]?["sid"] == "once")
+            #expect(try await listener.next()["payload"]?["ck"]?["qry"]?["sid"] == "once")
             _ = try await alice.modify([Op.create("b")])
             #expect(await listener.nothing(within: 0.5))
             #expect(try await alice.post("private", "subscriptions/list", [:]).json["subscriptions"] == [])
@@ -149,7 +149,7 @@ import Testing
             defer { listener.close() }
             _ = try await alice.modify("public", [Op.create("p1", type: "Post", ["topic": Op.field("rust")])])
             _ = try await alice.modify("public", [Op.create("p2", type: "Post", ["topic": Op.field("swift")])])
-            let frame = try await listener.next(within: 5)
+            let frame = try await listener.next()
             #expect(frame["payload"]?["ck"]?["qry"]?["rid"] == "p2")
             #expect(frame["payload"]?["ck"]?["qry"]?["dbs"] == 1)
             #expect(frame["payload"]?["ck"]?["qry"]?["zoid"] == "_defaultOwner")
@@ -193,7 +193,7 @@ import Testing
             let ids = replayed.compactMap { $0["notificationID"] }
             let marked = try await deviceB.device("notifications/markRead", ["notificationIDs": .array(ids + ["unknown"])])
             #expect(marked.json["notificationIDs"]?.arrayValue?.count == 5)
-            let read = try await listenerA.next(within: 5)
+            let read = try await listenerA.next()
             #expect(read["payload"]?["ck"]?["rdn"]?.arrayValue?.count == 6)
             let after = try await deviceB.device("notifications/changes", ["syncToken": .string(token)])
             #expect(after.json["notifications"]?.arrayValue?.prefix(5).allSatisfy { $0["read"] == true } == true)

@@ -228,7 +228,7 @@ import Testing
                     #expect(try await alice.onDevice("web").createZone("Zone\(index)").status == 200)
                 }
                 #expect(ContinuousClock.now - started < .seconds(5))
-                for _ in 0..<5 { #expect(try await listener.next(within: 5)["type"] == "notification") }
+                for _ in 0..<5 { #expect(try await listener.next()["type"] == "notification") }
                 let collection = try await alice.onDevice("phone").device("notifications/changes")
                 #expect(collection.json["notifications"]?.arrayValue?.count == 5)
             }
@@ -254,7 +254,7 @@ import Testing
                 #expect(push.body["ck"]?["qry"]?["af"] == nil)
                 #expect(push.body.serialized().count <= 4_096)
                 // The WebSocket and the collection keep the whole payload.
-                #expect(try await listener.next(within: 5)["payload"]?["ck"]?["qry"]?["af"]?["a"] == .string(text))
+                #expect(try await listener.next()["payload"]?["ck"]?["qry"]?["af"]?["a"] == .string(text))
             }
         }
     }

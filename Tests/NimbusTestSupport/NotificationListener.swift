@@ -45,8 +45,14 @@ public final class NotificationListener: @unchecked Sendable {
         return received.removeFirst()
     }
 
+    /// How long a test waits for a frame it expects. A bound on a hang, not a measure: frames
+    /// come in milliseconds, but on a slow machine running a pass beside PostgreSQL (CI,
+    /// 2026-11-29) one query subscription's frame missed 5 s. A test that measures how soon a
+    /// frame comes passes its own bound.
+    public static let arrival: Double = 20
+
     /// The next frame, or a failure after `seconds`.
-    public func next(within seconds: Double) async throws -> JSON {
+    public func next(within seconds: Double = NotificationListener.arrival) async throws -> JSON {
         let deadline = Date().addingTimeInterval(seconds)
         while Date() < deadline {
             if let frame = takeFirst() { return frame }

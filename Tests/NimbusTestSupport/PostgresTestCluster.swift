@@ -23,20 +23,30 @@ public enum PostgresTestCluster {
 
     /// Runs `body` with a new, empty database on the cluster, then drops it.
     public static func withDatabase<Value>(_ body: (PostgresLocation) async throws -> Value) async throws -> Value {
-        guard let url else { throw Missing() }
-        let admin = try PostgresLocation(url: url)
-        let name = "nimbus_test_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
-        try await execute("CREATE DATABASE \(name)", on: admin)
-        var location = admin
-        location.database = name
+        let admin = try adminLocation()
+        let location = try await create(uniquelyNamed: "nimbus_test_", on: admin)
         do {
             let value = try await body(location)
-            try await execute("DROP DATABASE \(name) WITH (FORCE)", on: admin)
+            try await execute("DROP DATABASE \(location.database) WITH (FORCE)", on: admin)
             return value
         } catch {
-            try? await execute("DROP DATABASE \(name) WITH (FORCE)", on: admin)
+            try? await execute("DROP DATABASE \(location.database) WITH (FORCE)", on: admin)
             throw error
         }
+    }
+
+    /// The cluster's admin database.
+    static func adminLocation() throws -> PostgresLocation {
+        guard let url else { throw Missing() }
+        return try PostgresLocation(url: url)
+    }
+
+    /// A new, empty database named `prefix` and a random suffix, on the cluster of `admin`.
+    static func create(uniquelyNamed prefix: String, on admin: PostgresLocation) async throws -> PostgresLocation {
+        var location = admin
+        location.database = prefix + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
+        try await execute("CREATE DATABASE \(location.database)", on: admin)
+        return location
     }
 
     /// Runs one statement on its own connection (CREATE DATABASE cannot run in a transaction
@@ -102,8 +112,7 @@ public enum PostgresTestCluster {
     /// (`migratedTemplate`), so it opens already migrated. Otherwise empty, as a restore
     /// requires and as a first `nimbus serve` finds it.
     public static func location(forDataDirectory directory: String, migrated: Bool = false) async throws -> PostgresLocation {
-        guard let url else { throw Missing() }
-        let admin = try PostgresLocation(url: url)
+        let admin = try adminLocation()
         var location = admin
         location.database = databaseName(forDataDirectory: directory)
         let template = migrated ? " TEMPLATE " + (try await migratedTemplate.value) : ""
@@ -123,11 +132,7 @@ public enum PostgresTestCluster {
     /// migrations themselves are the driver suite's (PostgresDriverTests, on empty databases).
     /// The installation secret is taken out of the template, so each copy makes its own.
     static let migratedTemplate = Task<String, any Error> {
-        guard let url else { throw Missing() }
-        let admin = try PostgresLocation(url: url)
-        var location = admin
-        location.database = "nimbus_template_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
-        try await execute("CREATE DATABASE \(location.database)", on: admin)
+        let location = try await create(uniquelyNamed: "nimbus_template_", on: try adminLocation())
         let storage = try await PostgresStorage(location, deadline: deadline, maximumConnections: 1)
         await storage.close()
         try await execute("DELETE FROM meta WHERE key = 'installation_secret'", on: location)
