@@ -1,37 +1,47 @@
 #!/usr/bin/env bash
-# The whole test suite. Installs what the tests need (Debian packages),
-# builds everything (the crash test runs the built `nimbus` binary), starts a private
-# PostgreSQL cluster, then runs the tests on both drivers: the whole suite, then the server
-# and NimbusKit suites again on PostgreSQL.
+# The whole test suite. Builds everything (the crash test runs the built `nimbus` binary) while
+# it installs what the tests need (Debian and PyPI packages), starts a private PostgreSQL
+# cluster, then runs the tests on both drivers: the whole suite on SQLite, then the server
+# suites that reach storage and NimbusKit's sync engines again on PostgreSQL.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Debian's SQLite headers (GRDB) and openssl (the APNs stand-in makes its certificate with it).
-missing=()
-dpkg -s libsqlite3-dev >/dev/null 2>&1 || missing+=(libsqlite3-dev)
-command -v openssl >/dev/null 2>&1 || missing+=(openssl)
-# Python's cryptography: the independent signer of the server-to-server key tests
-# (scripts/s2s-sign.py). From PyPI when this python3 has pip, else Debian's package.
-if ! python3 -c 'import cryptography' >/dev/null 2>&1; then
-  python3 -m pip install -q cryptography >/dev/null 2>&1 || missing+=(python3-cryptography)
-fi
-# Headless Chromium and its driver: the sign-in page's browser test (Tests/Scripts/sign_in_flow.py).
-command -v chromium >/dev/null 2>&1 || missing+=(chromium)
-command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
-# zbar reads back the QR code the dashboard draws for authenticator apps.
-command -v zbarimg >/dev/null 2>&1 || missing+=(zbar-tools)
-if [ ${#missing[@]} -gt 0 ]; then
-  sudo=""
-  [ "$(id -u)" = 0 ] || sudo="sudo"
-  $sudo apt-get update -qq && $sudo apt-get install -y -qq "${missing[@]}"
-fi
+sudo=""
+[ "$(id -u)" = 0 ] || sudo="sudo"
+# The build needs Debian's SQLite headers (GRDB), nothing else from outside.
+dpkg -s libsqlite3-dev >/dev/null 2>&1 || { $sudo apt-get update -qq && $sudo apt-get install -y -qq libsqlite3-dev; }
 
-# selenium drives that Chromium (PyPI; the version machine-notes names).
-python3 -c 'import selenium' >/dev/null 2>&1 || python3 -m pip install -q selenium==4.51.0 >/dev/null 2>&1
-# moto in server mode: the S3 the S3 blob store's tests talk to (Tests/NimbusTestSupport/MotoServer.swift).
-command -v moto_server >/dev/null 2>&1 || python3 -m pip install -q 'moto[server]' >/dev/null 2>&1
-# Prometheus' own text parser reads /metrics in MetricsTests.
-python3 -c 'import prometheus_client' >/dev/null 2>&1 || python3 -m pip install -q prometheus_client >/dev/null 2>&1
+# What the tests need is installed while the build runs: downloads and unpacking, beside a build
+# that holds both cores for most of an hour, instead of minutes before it on a clean machine.
+installTestTools() {
+  local missing=()
+  # openssl: the APNs stand-in makes its certificate with it.
+  command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+  # Python's cryptography: the independent signer of the server-to-server key tests
+  # (scripts/s2s-sign.py). From PyPI when this python3 has pip, else Debian's package.
+  if ! python3 -c 'import cryptography' >/dev/null 2>&1; then
+    python3 -m pip install -q cryptography >/dev/null 2>&1 || missing+=(python3-cryptography)
+  fi
+  # Headless Chromium and its driver: the browser tests (Tests/Scripts/*_flow.py).
+  command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+  command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+  # zbar reads back the QR code the dashboard draws for authenticator apps.
+  command -v zbarimg >/dev/null 2>&1 || missing+=(zbar-tools)
+  if [ ${#missing[@]} -gt 0 ]; then
+    $sudo apt-get update -qq && $sudo apt-get install -y -qq "${missing[@]}"
+  fi
+  # PostgreSQL 15 for the private cluster (scripts/postgres.sh).
+  scripts/postgres.sh install
+  # selenium drives that Chromium (PyPI; the version machine-notes names).
+  python3 -c 'import selenium' >/dev/null 2>&1 || python3 -m pip install -q selenium==4.51.0 >/dev/null 2>&1
+  # moto in server mode: the S3 the S3 blob store's tests talk to (Tests/NimbusTestSupport/MotoServer.swift).
+  command -v moto_server >/dev/null 2>&1 || python3 -m pip install -q 'moto[server]' >/dev/null 2>&1
+  # Prometheus' own text parser reads /metrics in MetricsTests.
+  python3 -c 'import prometheus_client' >/dev/null 2>&1 || python3 -m pip install -q prometheus_client >/dev/null 2>&1
+}
+installLog=$(mktemp)
+installTestTools >"$installLog" 2>&1 &
+installer=$!
 
 # CI builds once, from nothing, for these passes alone: no debugger reads its debug info, and
 # producing it is part of a cold build's time (a module of this package compiled in 38-44 s
@@ -45,6 +55,13 @@ if [ "${CI:-}" = true ]; then
   build+=(-Xswiftc -gnone -Xcc -g0)
 fi
 swift build "${build[@]}"
+installed=0
+wait "$installer" || installed=$?
+if [ "$installed" != 0 ]; then
+  cat "$installLog" >&2
+  echo "installing what the tests need failed (exit $installed)" >&2
+  exit "$installed"
+fi
 # NimbusKit's Apple-only code, type-checked against declarations of the Apple APIs it calls
 # (seconds; docs/sdk.md, "Apple platforms").
 scripts/apple-api-check.sh
@@ -99,6 +116,10 @@ trap 'scripts/postgres.sh stop >/dev/null' EXIT
 # the parallel passes the test process holds over a thousand descriptors and threads, and
 # starting programs from it stalled it (no worker threads left). Every test starts programs as
 # ChildProcess (posix_spawn; Foundation's Process.run overran a buffer of descriptor numbers).
+# Not beside another pass either: alone, they hold both cores (two seconds idle in the first
+# four minutes, 2026-11-29), and every pass here is bound by the processor, not by waiting: in
+# six minutes side by side, the first pass and the PostgreSQL server pass finished fewer tests
+# together (167) than the first pass alone does in that time (about 390).
 external='SignInPageTests|DashboardPageTests|SharePageTests|ServerToServerTests|S3BlobStoreTests'
 # The edge's body tests send megabytes over raw sockets; beside the whole suite they made other
 # suites' request deadlines (a 5 s device timeout) miss. The edge's timing tests (an upload
@@ -149,9 +170,8 @@ timed='CrashRecoveryTests|AssetCrashTests|MultiNodeTests|PushDeliveryTests|Notif
 # Not again on PostgreSQL: the suites whose subject sits above storage, where a driver changes
 # nothing they check. The edge's body and timing suites (RequestBodyTests, HTTPEdgeTests), the
 # router without sockets, bodies refused before they are parsed, /metrics, alert webhooks and
-# the CLI's edge flags. On a slow machine each pass on PostgreSQL costs CPU the whole run shares
-# (the passes are bound by two cores, not by waiting: run side by side, two of them took as
-# long as one after the other, 2026-11-29).
+# the CLI's edge flags. On a slow machine each test on PostgreSQL costs processor time the whole
+# run shares (the passes are bound by two cores, not by waiting; see the external pass above).
 aboveStorage="$bodies|$edge|RouterTests|BadInputTests|MetricsTests|AlertTests|EdgeCommandTests"
 # Nor the console's and the sign-in edge's suites, whose storage calls the suites kept here make
 # on PostgreSQL too: the dashboard's API (schema deploys, data browsing, people and sessions:
@@ -172,13 +192,11 @@ NIMBUS_TEST_STORAGE=postgres pass 25m --experimental-maximum-parallelization-wid
   --filter NimbusServerTests --skip "$timed|$external|$operations|$aboveStorage|$consoleAndSignIn"
 NIMBUS_TEST_STORAGE=postgres pass 15m "${timedWidth[@]}" --filter "$timed"
 NIMBUS_TEST_STORAGE=postgres pass 15m "${width[@]}" --filter "$operationsOnPostgres"
-# NimbusKit's suites whose answers are what a driver wrote run on PostgreSQL too: the sync
-# engines (what they see of conflicts and of zones or records deleted elsewhere), save policies
-# (change tags), atomic batches and change tokens; on their own, as beside the server suite
-# their devices' 5 s request deadlines missed. NimbusKit's other suites (assets, queries,
-# sharing, identities, limits, encryption) ask the server what the server suite asks it on
-# PostgreSQL above, through a client; until 2026-11-29 they ran here as well, four minutes of
-# CI's ninety on a slow machine (`NIMBUS_TEST_STORAGE=postgres` runs them by hand).
-kitOnPostgres="$engines|SavePolicyTests|BatchTests|SyncTests"
-NIMBUS_TEST_STORAGE=postgres pass 15m "${width[@]}" --filter "NimbusKitTests.($kitOnPostgres)"
-pass 15m "${width[@]}" --filter "$external"
+# NimbusKit's sync engines run on PostgreSQL too: what CKSyncEngine sees of conflicts and of
+# zones or records deleted elsewhere is what the driver wrote; on their own, as beside the
+# server suite their devices' 5 s request deadlines missed. NimbusKit's other suites ask the
+# server what the server suite asks it on PostgreSQL above, through a client: until 2026-11-29
+# the save policies, atomic batches and change tokens ran here as well (their answers are
+# RecordTests', ChangeFeedTests' and ZoneTests' on PostgreSQL), and before that every suite
+# (`NIMBUS_TEST_STORAGE=postgres` runs any of them by hand).
+NIMBUS_TEST_STORAGE=postgres pass 15m "${width[@]}" --filter "NimbusKitTests.($engines)"

@@ -24,10 +24,10 @@ import sys
 import urllib.parse
 import urllib.request
 
-from browser import chromium
+from browser import chromium, waiter
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import Select, WebDriverWait
+from selenium.webdriver.support.ui import Select
 
 HOSTILE = '<img src=x onerror="window.pwned=1">'
 
@@ -50,7 +50,7 @@ def asked_then_done_rows(driver, rows, button, table, done):
     kept = rows(table) == before
     driver.find_element(By.CSS_SELECTOR, button).click()
     driver.switch_to.alert.accept()
-    WebDriverWait(driver, 60).until(lambda d: done())
+    waiter(driver).until(lambda d: done())
     return question, kept, True
 
 
@@ -262,7 +262,7 @@ def console_flow(driver, wait, shots, config, result, rows, visible):
         driver.find_element(By.ID, "refresh-devices").click()
         row = phone_row()
         return row if row and "Notes: in step" in row[2] and "none missed" in row[3] else None
-    WebDriverWait(driver, 30, poll_frequency=1.5).until(lambda d: refreshed_in_step())
+    waiter(driver, 30, poll_frequency=1.5).until(lambda d: refreshed_in_step())
     result["phoneAfter"] = phone_row()
     # Asked first, naming whose session; dismissed, nothing happens.
     (result["sessionQuestion"], result["sessionsAfterDismiss"],
@@ -452,7 +452,7 @@ def console_flow(driver, wait, shots, config, result, rows, visible):
 def main():
     config = json.load(open(sys.argv[1]))
     driver = chromium("--window-size=1440,900")
-    wait = WebDriverWait(driver, 60)  # the suite shares two cores with this browser
+    wait = waiter(driver)
     shots = config.get("screenshots")
     result = {}
 

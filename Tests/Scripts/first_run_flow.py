@@ -19,9 +19,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from browser import chromium
+from browser import chromium, waiter
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import Select, WebDriverWait
+from selenium.webdriver.support.ui import Select
 
 
 def post(url, body):
@@ -34,7 +34,7 @@ def post(url, body):
 def main():
     config = json.load(open(sys.argv[1]))
     driver = chromium("--window-size=1440,900")
-    wait = WebDriverWait(driver, 60)  # the suite shares two cores with this browser
+    wait = waiter(driver)
     shots = config.get("screenshots")
     result = {}
 

@@ -12,15 +12,14 @@ Opens the page, signs in, reads what it shows, accepts, and prints a JSON object
 import json
 import sys
 
-from browser import chromium
+from browser import chromium, waiter
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import WebDriverWait
 
 
 def main():
     config = json.load(open(sys.argv[1]))
     driver = chromium()
-    wait = WebDriverWait(driver, 60)  # the suite shares two cores with this browser
+    wait = waiter(driver)
     result = {}
     try:
         driver.get(config["url"])

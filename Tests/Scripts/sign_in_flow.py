@@ -18,9 +18,8 @@ import sys
 import threading
 import urllib.parse
 
-from browser import chromium
+from browser import chromium, waiter
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import WebDriverWait
 
 APP_PAGE = """<!doctype html><html><body>
 <div id="session"></div><div id="token"></div>
@@ -62,7 +61,7 @@ def main():
     server = serve(config["signInURL"])
     port = server.server_address[1]
     driver = chromium("--disable-popup-blocking")
-    wait = WebDriverWait(driver, 60)  # the suite shares two cores with this browser
+    wait = waiter(driver)
     result = {}
     try:
         # 1. The popup: the app opens the sign-in page; a wrong password shows the reason and
