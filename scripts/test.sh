@@ -54,7 +54,10 @@ build=(--build-tests)
 if [ "${CI:-}" = true ]; then
   build+=(-Xswiftc -gnone -Xcc -g0)
 fi
-swift build "${build[@]}"
+# Each line of the build's output carries the seconds since the build began, so a slow run's
+# log shows which modules took its time (a cold build here is most of an hour).
+buildStarted=$SECONDS
+swift build "${build[@]}" 2>&1 | while IFS= read -r line; do printf '[%5d s] %s\n' $((SECONDS - buildStarted)) "$line"; done
 installed=0
 wait "$installer" || installed=$?
 if [ "$installed" != 0 ]; then
