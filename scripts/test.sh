@@ -165,7 +165,7 @@ pass 15m "${width[@]}" --filter "$engines"
 # (NIMBUS_TEST_STORAGE=units, still there for a machine without PostgreSQL): the same driver as
 # here over a test-only engine, nine minutes of CI's ninety on a slow machine. The storage
 # suites above still run that engine (StorageConformanceTests, UnitPurityTests, UnitOfWorkTests).
-# The suites that time things (kills mid-write, two nodes, connection caps, push deadlines) run
+# The suites that time things (kills mid-write, two nodes, push deadlines, WebSocket frames) run
 # on their own afterwards: beside the rest of the suite, PostgreSQL and the test servers share
 # two cores, and their clocks measure that. NotificationTests joined them (2026-11-27): on a
 # machine half as fast, four of its WebSocket frames missed their 5 s beside the server suite.
@@ -182,7 +182,6 @@ aboveStorage="$bodies|$edge|RouterTests|BadInputTests|MetricsTests|AlertTests|Ed
 # per node; the shared budgets are RequestBudgetTests'), the test-mode clock and OpenID
 # sign-in (accounts: AuthenticationTests and the conformance suite).
 consoleAndSignIn='ConsoleTests|SignInLimitTests|TestModeTests|IdentityProviderTests'
-
 # The operations suites on PostgreSQL: backups (copies, restores, schedules) and
 # time travel, which the driver implements itself. The CLI's schema, operator and database
 # verbs and trace export store through calls the server suite makes on PostgreSQL above.
@@ -203,3 +202,4 @@ NIMBUS_TEST_STORAGE=postgres pass 15m "${width[@]}" --filter "$operationsOnPostg
 # RecordTests', ChangeFeedTests' and ZoneTests' on PostgreSQL), and before that every suite
 # (`NIMBUS_TEST_STORAGE=postgres` runs any of them by hand).
 NIMBUS_TEST_STORAGE=postgres pass 15m "${width[@]}" --filter "NimbusKitTests.($engines)"
+pass 15m "${width[@]}" --filter "$external"
