@@ -27,7 +27,7 @@ as_postgres() {
 
 start_cluster() {  # start_cluster DATA PORT
   as_postgres "$BIN/pg_ctl" -D "$1" -l "$1.log" -w -t 60 \
-    -o "-p $2 -k $DIR -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off -c full_page_writes=off -c autovacuum_naptime=1" start >/dev/null
+    -o "-p $2 -k $DIR -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off -c full_page_writes=off" start >/dev/null
 }
 
 start() {

@@ -35,11 +35,10 @@ start() {
   [ "$(id -u)" = 0 ] && chown postgres:postgres "$DIR"
   as_postgres "$BIN/initdb" -D "$DIR/data" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >"$DIR/initdb.log"
   local durability="-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-  # Every test gets a fresh database and queries it seconds after filling it: with the default
-  # autovacuum_naptime (a minute) its tables have no statistics yet, and PostgreSQL plans a sort
-  # over 4,400 records as a nested loop estimated at one row (3.5 s instead of milliseconds).
-  # A production cluster's tables are shared by every app and analyzed long before that.
-  local analyze="-c autovacuum_naptime=1"
+  # Autovacuum keeps PostgreSQL's default naptime (a minute): tests query tables seconds after
+  # filling them, and the driver analyzes such tables itself (PostgresPlannerStatistics). Until
+  # 2026-11-29 a naptime of 1 s stood in for that, and autovacuum then visited the suite's
+  # hundreds of databases without pause, about 13% of the processor.
   # PostgreSQL's defaults (128 MB of buffers, a checkpoint every 1 GB of WAL) are for a small
   # shared machine. The suite makes a database per test server, each copied from a migrated
   # template (9 MB of WAL apiece): on the defaults, checkpoints and buffer evictions ran all
@@ -48,7 +47,7 @@ start() {
   local memory="-c shared_buffers=1GB -c max_wal_size=8GB -c checkpoint_timeout=30min"
   [ "${NIMBUS_PG_DURABLE:-0}" = 1 ] && durability=""
   as_postgres "$BIN/pg_ctl" -D "$DIR/data" -l "$DIR/server.log" -w -t 60 \
-    -o "-p $PORT -k $DIR -c listen_addresses=127.0.0.1 -c max_connections=1000 $analyze $durability $memory" start >/dev/null
+    -o "-p $PORT -k $DIR -c listen_addresses=127.0.0.1 -c max_connections=1000 $durability $memory" start >/dev/null
   echo "postgres://postgres@127.0.0.1:$PORT/postgres?sslmode=disable"
 }
 

@@ -32,6 +32,7 @@ public struct PostgresCoarseStorage: CoarseStorage {
     public func apply(_ changes: UnitOfWorkChanges) async throws {
         let json = String(decoding: Self.json(changes).serialized(), as: UTF8.self)
         try await storage.rows("SELECT \(unescaped: PostgresApply.name)(\(json)::jsonb)")
+        storage.plannerStatistics.noteChanges(on: storage)
         // Inside a zone's turn the commit is still to come: the turn notes it (PostgresZoneTurns).
         if !storage.replicas.isEmpty && ZoneTurn.held == nil { await storage.replicas.noteCommit(on: storage) }
     }

@@ -40,6 +40,8 @@ public final class PostgresStorage: Sendable {
     let holding = Atomic<Int>(0)
     /// Names for the statements the driver repeats (`PostgresPreparedStatements`).
     let statements = PostgresPreparedStatements()
+    /// Analyzes the tables queries read where autovacuum has not yet (`PostgresPlannerStatistics`).
+    let plannerStatistics = PostgresPlannerStatistics()
 
     /// Connects, and brings the schema up to date before returning.
     /// `statementObserver` sees the text of every statement sent (one round trip each): how
@@ -75,6 +77,8 @@ public final class PostgresStorage: Sendable {
             _ = primary.close()
             throw error
         }
+        // A store restored or filled by another node may hold rows never analyzed.
+        plannerStatistics.noteChanges(on: self)
     }
 
     public var accounts: any AccountStore { PostgresAccountStore(storage: self) }

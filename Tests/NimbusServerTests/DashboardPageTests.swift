@@ -55,12 +55,12 @@ import Testing
         let (status, printed) = try await ExternalProcess.run(["python3", script, configFile])
         #expect(status == 0, "first_run_flow.py failed")
         let result = try JSON.parse(printed)
-        #expect(result["signInHidden"] == true, "\(result)")
+        #expect(result["signInHidden"] == (true as JSON), "\(result)")
         #expect(result["mismatch"]?.stringValue?.contains("differ") == true, "\(result)")
-        #expect(result["signedInAs"] == "root" && result["role"] == "administrator", "\(result)")
+        #expect(result["signedInAs"] == ("root" as JSON) && result["role"] == ("administrator" as JSON), "\(result)")
         #expect(result["hashAfter"]?.stringValue?.contains("setup") == false, "the setup token stayed in the address bar: \(result)")
         #expect(result["containers"]?.arrayValue?.compactMap(\.stringValue).contains(container) == true, "\(result)")
-        #expect(result["saved"] == ["first-note"], "\(result)")
+        #expect(result["saved"] == (["first-note"] as JSON), "\(result)")
         let records = result["records"]?.arrayValue?.compactMap { $0.arrayValue?.first?.stringValue } ?? []
         #expect(records == ["first-note"], "\(result)")
         #expect(result["records"]?[0]?.arrayValue?.contains("hello from the app") == true, "one column per field: \(result)")
@@ -74,23 +74,23 @@ import Testing
         let afterUse = result["tokenRowsAfterUse"]?[0]?.arrayValue?.compactMap(\.stringValue) ?? []
         #expect(afterUse.count == 7 && afterUse[4] != "never", "\(result)")
         #expect(result["revokeOneQuestion"]?.stringValue?.contains("Revoke the development API token spare") == true, "\(result)")
-        #expect(result["afterRevokeOneDismissed"] == ["first app": "active", "spare": "active"], "\(result)")
-        #expect(result["afterRevokeOne"] == ["first app": "active", "spare": "revoked"], "\(result)")
+        #expect(result["afterRevokeOneDismissed"] == (["first app": "active", "spare": "active"] as JSON), "\(result)")
+        #expect(result["afterRevokeOne"] == (["first app": "active", "spare": "revoked"] as JSON), "\(result)")
         #expect(result["revokedOne"]?.stringValue?.contains("Token spare") == true, "\(result)")
-        #expect(result["afterRevokeOneAnswers"] == ["first": 200, "spare": 401], "\(result)")
+        #expect(result["afterRevokeOneAnswers"] == (["first": 200, "spare": 401] as JSON), "\(result)")
         // Deep links: the open record survives a reload and reaches a colleague; Back returns.
         #expect(result["recordLink"]?.stringValue?.hasPrefix("#/data?container=") == true, "\(result)")
         #expect(result["recordLink"]?.stringValue?.contains("type=Note") == true, "\(result)")
-        #expect(result["afterLinkReload"] == ["title": "Record first-note", "rows": ["first-note"], "type": "Note"], "\(result)")
-        #expect(result["colleagueSees"] == "Record first-note" && result["afterBack"] == "Record first-note", "\(result)")
+        #expect(result["afterLinkReload"] == (["title": "Record first-note", "rows": ["first-note"], "type": "Note"] as JSON), "\(result)")
+        #expect(result["colleagueSees"] == ("Record first-note" as JSON) && result["afterBack"] == ("Record first-note" as JSON), "\(result)")
         #expect(result["deleteQuestion"]?.stringValue?.contains("Delete record first-note (Note)") == true, "\(result)")
-        #expect(result["afterDismiss"] == ["first-note"] && result["afterDelete"] == [], "\(result)")
+        #expect(result["afterDismiss"] == (["first-note"] as JSON) && result["afterDelete"] == ([] as JSON), "\(result)")
         #expect(result["deleted"]?.stringValue?.contains("Deleted first-note.") == true, "\(result)")
         #expect(result["revokeQuestion"]?.stringValue?.contains("Type \(container) to confirm") == true, "\(result)")
-        #expect(result["wrongTyped"]?.stringValue?.contains("Nothing was changed") == true && result["tokenAfterWrong"] == true, "\(result)")
+        #expect(result["wrongTyped"]?.stringValue?.contains("Nothing was changed") == true && result["tokenAfterWrong"] == (true as JSON), "\(result)")
         #expect(result["tokensRevoked"]?.stringValue?.contains("development token(s) of \(container) revoked") == true, "\(result)")
-        #expect(result["tokenAfterRevoke"] == 401, "\(result)")
-        #expect(result["afterReload"] == "root", "\(result)")
+        #expect(result["tokenAfterRevoke"] == (401 as JSON), "\(result)")
+        #expect(result["afterReload"] == ("root" as JSON), "\(result)")
         #expect(result["spent"]?.stringValue?.contains("an operator exists already") == true, "\(result)")
     }
 
@@ -166,11 +166,11 @@ import Testing
             #expect(result["wrongPassword"]?.stringValue?.contains("wrong password") == true, "\(result)")
             #expect(result["signedInAs"]?.stringValue == "olga")
             #expect(result["sessionQuestion"]?.stringValue?.contains("Sign alice out of this development session") == true, "\(result)")
-            #expect(result["sessionsAfterDismiss"] == 1, "\(result)")
+            #expect(result["sessionsAfterDismiss"] == (1 as JSON), "\(result)")
             // The sync doctor in the page: the phone behind in Notes with a missed push, then in step after it fetched.
             let before = result["phoneBefore"]?.arrayValue?.compactMap(\.stringValue) ?? []
             #expect(before.count == 4 && before[2].contains("Notes: 1 change behind") && before[3].contains("1 missed"), "\(result)")
-            #expect(result["phoneFetched"] == 200, "\(result)")
+            #expect(result["phoneFetched"] == (200 as JSON), "\(result)")
             let after = result["phoneAfter"]?.arrayValue?.compactMap(\.stringValue) ?? []
             #expect(after.count == 4 && after[2].contains("Notes: in step") && after[3].contains("none missed"), "\(result)")
             // Push credentials and an identity provider from the page; each removal asks first.
@@ -178,50 +178,50 @@ import Testing
             #expect(result["apnsRemoveQuestion"]?.stringValue?.contains("Remove iCloud.com.example.notes's APNs credentials?") == true, "\(result)")
             #expect(result["apnsAfterDismiss"] == result["apnsStored"], "\(result)")
             #expect(try await server.service.apnsCredentials(container: "iCloud.com.example.notes") == nil)
-            #expect(result["providers"]?[0]?[0] == "https://issuer.test", "\(result)")
+            #expect(result["providers"]?[0]?[0] == ("https://issuer.test" as JSON), "\(result)")
             #expect(result["providerRemoveQuestion"]?.stringValue?.contains("Stop trusting https://issuer.test?") == true, "\(result)")
             #expect(try await server.service.identityProviders(container: "iCloud.com.example.notes").isEmpty)
             // The other questions: an operator's new password, a key revoked, a share revoked.
             #expect(result["resetOperatorQuestion"]?.stringValue?.contains("Give rita a new one-time password?") == true, "\(result)")
-            #expect(result["keyQuestion"]?.stringValue?.contains("Revoke") == true && result["keysAfterDismiss"] == true, "\(result)")
+            #expect(result["keyQuestion"]?.stringValue?.contains("Revoke") == true && result["keysAfterDismiss"] == (true as JSON), "\(result)")
             #expect(try await server.service.serverKeys(container: "iCloud.com.example.notes").map(\.isRevoked) == [true])
             #expect(result["shareRevokeQuestion"]?.stringValue?.contains("Type cloudkit.zoneshare to confirm") == true, "\(result)")
-            #expect(result["sharesAfterCancel"] == 1, "\(result)")
+            #expect(result["sharesAfterCancel"] == (1 as JSON), "\(result)")
             // Review defects 8-11 and 21 in the page: a failed query empties the list and its error
             // stays in Data; the zone picker starts again with the database; the list shows a save;
             // a success says so.
-            #expect(result["failedQuery"]?.stringValue?.contains("Nothing") == true && result["rowsAfterFailure"] == 0, "\(result)")
-            #expect(result["messageInNextArea"] == "", "\(result)")
-            #expect(result["zonesAfterDatabaseChange"] == ["_defaultZone"], "\(result)")
-            #expect(result["listAfterSave"] == "5", "\(result)")
+            #expect(result["failedQuery"]?.stringValue?.contains("Nothing") == true && result["rowsAfterFailure"] == (0 as JSON), "\(result)")
+            #expect(result["messageInNextArea"] == ("" as JSON), "\(result)")
+            #expect(result["zonesAfterDatabaseChange"] == (["_defaultZone"] as JSON), "\(result)")
+            #expect(result["listAfterSave"] == ("5" as JSON), "\(result)")
             #expect(result["fieldDeleteQuestion"]?.stringValue?.contains("Delete field Place.draft from the development schema?") == true, "\(result)")
             #expect(result["travelQuestion"]?.stringValue?.contains("Restore 1 record(s) as they were at") == true, "\(result)")
             #expect(result["badPlace"]?.stringValue?.contains("latitude 91 is outside -90…90") == true, "\(result)")
             #expect(result["fieldAdded"]?.stringValue?.contains("Added") == true, "\(result)")
             #expect(result["referenceOpened"]?.stringValue?.contains("type=Visit&record=photo1") == true, "\(result)")
             // The log a page at a time: the second page appended, none twice.
-            #expect(result["logPaged"] == ["rows": 55, "uuids": 55, "moreShown": false], "\(result)")
+            #expect(result["logPaged"] == (["rows": 55, "uuids": 55, "moreShown": false] as JSON), "\(result)")
             // People: a password, disabling and deleting each ask first, deleting with the name typed.
             #expect(result["userPasswordQuestion"]?.stringValue?.contains("Set alice's password?") == true, "\(result)")
             #expect(result["userDisableQuestion"]?.stringValue?.contains("Disable alice?") == true, "\(result)")
-            #expect(result["userAfterDismiss"] == "Active." && result["userDisabled"]?.stringValue?.hasPrefix("Disabled") == true, "\(result)")
+            #expect(result["userAfterDismiss"] == ("Active." as JSON) && result["userDisabled"]?.stringValue?.hasPrefix("Disabled") == true, "\(result)")
             #expect(try await server.service.users().first { $0.0.name == "alice" }?.0.isDisabled == false)
             #expect(result["userDeleteQuestion"]?.stringValue?.contains("Type dora to confirm") == true, "\(result)")
             #expect(result["userAfterWrongName"]?.stringValue?.contains("Nothing was changed") == true, "\(result)")
-            #expect(result["userDeleted"]?.stringValue?.contains("dora deleted") == true && result["personHiddenAfterDelete"] == true, "\(result)")
+            #expect(result["userDeleted"]?.stringValue?.contains("dora deleted") == true && result["personHiddenAfterDelete"] == (true as JSON), "\(result)")
             #expect(try await server.service.users().contains { $0.0.name == "dora" } == false)
             let preview = result["travelPreview"]?.arrayValue?.map { $0.arrayValue?.compactMap(\.stringValue) ?? [] } ?? []
             #expect(preview == [["Diary", "d1", "Note", "restore"]], "\(result)")
             #expect(result["travelNote"]?.stringValue?.contains("Nothing has changed yet") == true, "\(result)")
             #expect(result["travelApplied"]?.stringValue?.contains("1 record(s) restored") == true, "\(result)")
-            #expect(result["travelFound"] == ["d1"], "\(result)")
-            #expect(result["offeredFields"] == [["spot", "LOCATION"], ["stars", "INT64"], ["title", "STRING"]], "\(result)")  // the schema's order
+            #expect(result["travelFound"] == (["d1"] as JSON), "\(result)")
+            #expect(result["offeredFields"] == ([["spot", "LOCATION"], ["stars", "INT64"], ["title", "STRING"]] as JSON), "\(result)")  // the schema's order
             #expect(
-                result["offeredIndexes"] == [
+                result["offeredIndexes"] == ([
                     "title": ["QUERYABLE", "SORTABLE", "SEARCHABLE"], "stars": ["QUERYABLE", "SORTABLE"], "spot": ["QUERYABLE", "SORTABLE"],
-                ], "\(result)")
+                ] as JSON), "\(result)")
             // Zones made and deleted in the page; the delete wants the zone's name typed.
-            #expect(result["zonesAfterNew"]?.arrayValue?.compactMap(\.stringValue).contains("Trips") == true && result["zonePicked"] == "Trips", "\(result)")
+            #expect(result["zonesAfterNew"]?.arrayValue?.compactMap(\.stringValue).contains("Trips") == true && result["zonePicked"] == ("Trips" as JSON), "\(result)")
             #expect(result["zoneLink"]?.stringValue?.contains("zone=Trips") == true, "\(result)")
             #expect(result["deleteZoneQuestion"]?.stringValue?.contains("Type Trips to confirm") == true, "\(result)")
             #expect(result["zonesAfterWrongName"]?.arrayValue?.compactMap(\.stringValue).contains("Trips") == true, "\(result)")
@@ -231,7 +231,7 @@ import Testing
             let subscription = result["subscriptions"]?[0]?.arrayValue?.compactMap(\.stringValue) ?? []
             #expect(Array(subscription.prefix(4)) == ["alice", "private", "every-change", "database"], "\(result)")
             #expect(result["subscriptionQuestion"]?.stringValue?.contains("Delete alice's subscription every-change") == true, "\(result)")
-            #expect(result["subscriptionsAfterDismiss"] == 1 && result["subscriptionsAfterDelete"] == 0, "\(result)")
+            #expect(result["subscriptionsAfterDismiss"] == (1 as JSON) && result["subscriptionsAfterDelete"] == (0 as JSON), "\(result)")
             #expect(result["subscriptionDeleted"]?.stringValue?.contains("Subscription every-change of alice deleted") == true, "\(result)")
             #expect(result["hostileMessage"]?.stringValue?.contains("<img src=x") == true, "\(result)")
             #expect(result["pwned"] == .null, "a name ran as markup: \(result)")
@@ -255,7 +255,7 @@ import Testing
             #expect(try await server.service.schema(container: TestServer.container, environment: .production).recordTypes.contains("Place"))
             #expect(result["nearParis"]?.arrayValue?.compactMap(\.stringValue) == ["paris"], "\(result)")
             #expect(result["nearParisFields"]?.arrayValue?.first?.stringValue?.contains("<img src=x") == true, "\(result)")
-            #expect(result["nearParisColumns"] == ["Record", "Modified", "spot", "stars", "title"], "one column per field: \(result)")
+            #expect(result["nearParisColumns"] == (["Record", "Modified", "spot", "stars", "title"] as JSON), "one column per field: \(result)")
             #expect(result["savedStars"]?.stringValue == "5", "\(result)")
             #expect(result["uploadedImageWidth"]?.int64Value == 1, "\(result)")
             #expect(result["fieldDeleted"]?.stringValue?.contains("Deleted field Place.draft") == true, "\(result)")
@@ -304,14 +304,14 @@ import Testing
             }
             // Paged 50 at a time ("Show more" to the end, review defect 23). The two oldest, last:
             // olga made by the CLI, then the password she chose at first sign-in.
-            #expect(result["auditFirstPage"] == 50 && audit.count > 50, "\(result["auditFirstPage"] ?? .null), \(audit.count)")
+            #expect(result["auditFirstPage"] == (50 as JSON) && audit.count > 50, "\(result["auditFirstPage"] ?? .null), \(audit.count)")
             #expect(actions.suffix(2) == ["operators.password", "operators.create"], "\(actions)")
             #expect(actions.contains("operators.change") && actions.contains("subscriptions.delete"), "\(actions)")
             #expect(audit.contains { $0[2] == "operators.create" && $0[4].contains("rita") })
             #expect(!audit.contains { $0[4].contains(apiToken) })
             #expect(result["afterSignOut"]?.stringValue == "Signed out.")
             #expect(result["readOnlyCreateVisible"]?.boolValue == false, "\(result)")
-            #expect(result["leftovers"] == ["records": 0, "shares": 0, "user": ""], "\(result)")
+            #expect(result["leftovers"] == (["records": 0, "shares": 0, "user": ""] as JSON), "\(result)")
             // One-time passwords: the page shows only "Your account" until one's own is chosen.
             for who in ["mustChoose", "ritaMustChoose"] {
                 #expect(result[who]?["message"]?.stringValue?.contains("Choose a password of your own") == true, "\(result)")
@@ -320,15 +320,15 @@ import Testing
             // Operators disabled after a question, enabled again; deleting wants the name typed.
             #expect(result["disableQuestion"]?.stringValue?.contains("Disable rita?") == true, "\(result)")
             #expect(result["ritaAfterDismiss"]?.stringValue?.hasPrefix("one-time password until") == true, "\(result)")
-            #expect(result["ritaDisabled"] == "disabled" && result["ritaEnabled"]?.stringValue?.hasPrefix("one-time password") == true, "\(result)")
+            #expect(result["ritaDisabled"] == ("disabled" as JSON) && result["ritaEnabled"]?.stringValue?.hasPrefix("one-time password") == true, "\(result)")
             #expect(result["deleteOperatorQuestion"]?.stringValue?.contains("Type rita to confirm") == true, "\(result)")
             #expect(result["ritaAfterWrongName"]?.stringValue?.hasPrefix("one-time password") == true, "\(result)")
             #expect(result["phoneOverflow"]?.boolValue == false, "\(result)")
-            #expect(result["phoneTallCells"] == [] && result["phoneTallButtons"] == [], "wrapped at 390 px: \(result)")
-            #expect(result["phoneAreasTall"] == [:], "wrapped at 390 px in these areas: \(result["phoneAreasTall"] ?? .null)")
-            #expect(result["darkText"] == "rgb(255, 255, 255)", "\(result)")
+            #expect(result["phoneTallCells"] == ([] as JSON) && result["phoneTallButtons"] == ([] as JSON), "wrapped at 390 px: \(result)")
+            #expect(result["phoneAreasTall"] == ([:] as JSON), "wrapped at 390 px in these areas: \(result["phoneAreasTall"] ?? .null)")
+            #expect(result["darkText"] == ("rgb(255, 255, 255)" as JSON), "\(result)")
             #expect(result["settingsRefused"]?.stringValue?.contains("userRequestsPerMinute must be 1 or more, not 0") == true, "\(result)")
-            #expect(result["settingsAfter"] == ["signUp": true, "quota": "set for this container, 2.0 GB"], "\(result)")
+            #expect(result["settingsAfter"] == (["signUp": true, "quota": "set for this container, 2.0 GB"] as JSON), "\(result)")
             // The authenticator's QR code, drawn by the page, decodes (zbar) to the otpauth address.
             #expect(result["qrDecoded"] != nil && result["qrDecoded"] == result["otpauth"], "\(result)")
         }

@@ -208,6 +208,55 @@ import Testing
         }
     }
 
+    /// Tables filled before autovacuum came round get the planner's statistics from the node that
+    /// wrote them (`PostgresPlannerStatistics`). Autovacuum is off for them here, so only the
+    /// node can have analyzed them; a table with fewer changes than the threshold is left alone.
+    @Test(.enabled(if: PostgresTestCluster.url != nil))
+    func tablesFilledBeforeAutovacuumCameRoundAreAnalyzedByTheNode() async throws {
+        try await PostgresTestCluster.withDatabase { location in
+            let postgres = try await PostgresStorage(location, deadline: PostgresTestCluster.deadline, maximumConnections: 4)
+            let storage = UnitOfWorkDriver(PostgresCoarseStorage(postgres))
+            for table in ["records", "field_index", "pair_index", "record_tokens"] {
+                try await PostgresTestCluster.execute("ALTER TABLE \(table) SET (autovacuum_enabled = false)", on: location)
+            }
+            func analyzed() async throws -> Set<String> {
+                let rows = try await PostgresTestCluster.rows(
+                    "SELECT relname::text FROM pg_stat_user_tables WHERE last_analyze IS NOT NULL OR last_autoanalyze IS NOT NULL",
+                    on: location)
+                return Set(rows.compactMap { $0.first ?? nil })
+            }
+            let database = try await storage.write { try $0.ensureDatabase(StorageConformanceTests.key) }
+            let zone = try #require(try await storage.read { try $0.zone(databaseID: database.id, name: "_defaultZone") })
+            var written = 0
+            func write(_ count: Int) async throws {
+                let first = written
+                written += count
+                try await storage.write { tx in
+                    for number in first..<first + count {
+                        let row = StorageConformanceTests.row(zone.id, "r\(number)", sequence: try tx.nextRecordSequence(in: zone))
+                        let id = try tx.putRecord(row)
+                        let record = IndexedRecord(row: row, fields: [("n", .double(Double(number)))], grants: .everything)
+                        try tx.indexRecord(recordID: id, zoneID: zone.id, recordType: "T", record, hadEntries: false)
+                    }
+                }
+            }
+            try await write(100)
+            #expect(try await analyzed().isEmpty, "a new store's tables start without statistics")
+            // Past the threshold, then writes as an app goes on making them: the node checks after
+            // writes, at most every PostgresPlannerStatistics.interval.
+            try await write(700)
+            let deadline = ContinuousClock.now + .seconds(30)
+            while try await !analyzed().isSuperset(of: ["records", "field_index"]), ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(300))
+                try await write(1)
+            }
+            let tables = try await analyzed()
+            #expect(tables.isSuperset(of: ["records", "field_index"]), "analyzed: \(tables.sorted())")
+            #expect(!tables.contains("pair_index") && !tables.contains("record_tokens"), "tables without changes: \(tables.sorted())")
+            try await storage.close()
+        }
+    }
+
     @Test(.enabled(if: PostgresTestCluster.url != nil))
     func droppedConnectionsFailClearlyAndRecoverWithoutARestart() async throws {
         try await PostgresTestCluster.withDatabase { location in

@@ -707,7 +707,7 @@ import Testing
             }
             // A list of k values is its own SQL text: more shapes than the cache keeps.
             for size in 1...(QueryStatementCache.maximumShapes + 20) {
-                let values = (0..<size).map { IndexValue.number(Double($0 % 2 == 0 ? 1 : 100 + $0)) }
+                let values = (0..<size).map { index -> IndexValue in .number(index % 2 == 0 ? 1 : Double(100 + index)) }
                 let query = RecordQuery(
                     zoneIDs: [zone.id], recordType: "T", conditions: [.oneOf(field: "n", scope: .scalar, values)], sorts: [],
                     after: nil, limit: 10)
