@@ -12,7 +12,12 @@ import NimbusStorage
 /// - `postgres://…` / `postgresql://…`: PostgreSQL (`PostgresLocation`); several nodes may
 ///   name the same one (docs/scale-out.md).
 enum DatabaseURL {
-    static func opener(_ text: String, readReplicas: [String] = [], synchronous: SQLiteStorage.SynchronousMode) throws -> StorageOpener {
+    /// `postgresConnections`: each PostgreSQL pool's size (`--postgres-connections`); SQLite has
+    /// no pools and ignores it, as PostgreSQL ignores `--sync`.
+    static func opener(
+        _ text: String, readReplicas: [String] = [], postgresConnections: Int = PostgresStorage.defaultMaximumConnections,
+        synchronous: SQLiteStorage.SynchronousMode
+    ) throws -> StorageOpener {
         let trimmed = text.trimmingCharacters(in: .whitespaces)
         let isPostgres = ["postgres:", "postgresql:"].contains { trimmed.lowercased().hasPrefix($0) }
         guard readReplicas.isEmpty || isPostgres else {
@@ -42,7 +47,7 @@ enum DatabaseURL {
             } catch {
                 throw ValidationError("--read-replica: \(error)")
             }
-            return PostgresStorage.opener(location, readReplicas: replicas)
+            return PostgresStorage.opener(location, readReplicas: replicas, maximumConnections: postgresConnections)
         default:
             throw ValidationError("--database '\(scheme):' is not a driver Nimbus knows; write sqlite:PATH")
         }

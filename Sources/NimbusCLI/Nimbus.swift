@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import NimbusCore
+import NimbusPostgres
 import NimbusServer
 import NimbusSQLite
 import NimbusStorage
@@ -33,6 +34,12 @@ struct DataOptions: ParsableArguments {
     @Option(name: .long, help: "SQLite commit durability: full (survives power loss) or normal (survives crashes).")
     var sync: String = ProcessInfo.processInfo.environment["NIMBUS_SYNC"] ?? "full"
 
+    @Option(
+        name: .long,
+        help: "On PostgreSQL, the connections each of this process's pools may open: one pool for requests and one for queries, on the primary and on each read replica (env NIMBUS_POSTGRES_CONNECTIONS).")
+    var postgresConnections: Int = Int(ProcessInfo.processInfo.environment["NIMBUS_POSTGRES_CONNECTIONS"] ?? "")
+        ?? PostgresStorage.defaultMaximumConnections
+
     @Option(name: .long, help: ArgumentHelp("PBKDF2 rounds for new passwords.", visibility: .hidden))
     var passwordRounds: Int = Int(ProcessInfo.processInfo.environment["NIMBUS_PASSWORD_ROUNDS"] ?? "")
         ?? Credentials.defaultPasswordRounds
@@ -47,8 +54,12 @@ struct DataOptions: ParsableArguments {
         guard let mode = SQLiteStorage.SynchronousMode(rawValue: sync.uppercased()) else {
             throw ValidationError("--sync must be full or normal")
         }
+        guard postgresConnections >= 2 else {
+            throw ValidationError("--postgres-connections must be at least 2: a zone's writer holds one for its transaction while others wait")
+        }
         var configuration = ServerConfiguration(
-            storage: try DatabaseURL.opener(database, readReplicas: readReplicas, synchronous: mode))
+            storage: try DatabaseURL.opener(
+                database, readReplicas: readReplicas, postgresConnections: postgresConnections, synchronous: mode))
         configuration.dataDirectory = dataDir
         guard passwordRounds >= 1 else { throw ValidationError("--password-rounds must be positive") }
         configuration.service.passwordRounds = passwordRounds

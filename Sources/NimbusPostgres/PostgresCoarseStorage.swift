@@ -231,12 +231,13 @@ extension PostgresStorage {
     /// a unit of work (`UnitOfWorkDriver`). The data directory keeps only what is a node's
     /// own (its logs, `bootstrap.json`); every node given the same location serves the same
     /// containers.
-    public static func opener(_ location: PostgresLocation, readReplicas: [PostgresLocation] = [], maximumConnections: Int = 20)
-        -> StorageOpener
-    {
+    public static func opener(
+        _ location: PostgresLocation, readReplicas: [PostgresLocation] = [], maximumConnections: Int = defaultMaximumConnections
+    ) -> StorageOpener {
         StorageOpener(
             description: { _ in
                 "PostgreSQL at \(location)" + (readReplicas.isEmpty ? "" : ", read replicas " + readReplicas.map(\.description).joined(separator: ", "))
+                    + ", pools of \(maximumConnections) connections"
             },
             open: { _ in
                 UnitOfWorkDriver(

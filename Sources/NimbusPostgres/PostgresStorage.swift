@@ -43,6 +43,11 @@ public final class PostgresStorage: Sendable {
     /// Analyzes the tables queries read where autovacuum has not yet (`PostgresPlannerStatistics`).
     let plannerStatistics = PostgresPlannerStatistics()
 
+    /// Each pool's size unless the operator says otherwise (`--postgres-connections`). A node opens
+    /// up to two pools of this size on each server (requests, queries) and one LISTEN
+    /// connection: with PostgreSQL's default `max_connections` of 100, two nodes at full load.
+    public static let defaultMaximumConnections = 20
+
     /// Connects, and brings the schema up to date before returning.
     /// `statementObserver` sees the text of every statement sent (one round trip each): how
     /// tests and `Benchmarks/` count round trips.
@@ -50,7 +55,7 @@ public final class PostgresStorage: Sendable {
     /// a standby, or belongs to another cluster, is refused with the reason.
     public init(
         _ location: PostgresLocation, readReplicas: [PostgresLocation] = [], deadline: Duration = .seconds(5),
-        maximumConnections: Int = 20, statementObserver: (@Sendable (String) -> Void)? = nil
+        maximumConnections: Int = defaultMaximumConnections, statementObserver: (@Sendable (String) -> Void)? = nil
     ) async throws {
         self.location = location
         self.deadline = deadline

@@ -277,6 +277,27 @@ import Testing
         }
         #expect(!FileManager.default.fileExists(atPath: directory + "/nimbus.sqlite"))
     }
+
+    /// Each PostgreSQL pool is the size the operator gives (`--postgres-connections`), so several
+    /// nodes fit in the server's `max_connections` (docs/scale-out.md); the node says the size it
+    /// uses as it starts. A pool of one connection is refused, with the reason.
+    @Test func postgresPoolsAreTheSizeTheOperatorGives() async throws {
+        let directory = NSTemporaryDirectory() + "nimbus-database-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let (status, error) = try Self.failing(["serve", "--port", "0", "--data-dir", directory, "--postgres-connections", "1"])
+        #expect(status != 0 && error.contains("--postgres-connections must be at least 2"), "\(error)")
+        // scripts/test.sh always starts the cluster (PostgresDriverTests fails CI without it).
+        guard PostgresTestCluster.url != nil else { return }
+        try await PostgresTestCluster.withDatabase { location in
+            let server = try await NimbusProcess.serve(
+                arguments: [
+                    "serve", "--port", "0", "--log-level", "error", "--data-dir", directory, "--database", location.description,
+                    "--postgres-connections", "3",
+                ], workingDirectory: nil)
+            defer { server.stop() }
+            #expect(server.output.contains("storage: PostgreSQL at \(location), pools of 3 connections"), "\(server.output)")
+        }
+    }
 }
 
 @Suite struct SchemaCommandTests {
