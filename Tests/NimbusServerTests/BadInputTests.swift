@@ -181,8 +181,13 @@ import Testing
     /// limit's name (from Content-Length, before the body is read).
     @Test func requestBodyAtTheCapIsReadAndOneBytePastIsRefused() async throws {
         // Sizes, not speed: on a starved runner 4 MiB once took longer than the edge's minute for
-        // a body, so this server gives bodies five.
-        try await TestServer.with(configure: { $0.edge.requestBodyTimeout = .seconds(300) }) { server in
+        // a body, so this server gives bodies five. So too for the rest of a refused body: its
+        // 3 s drain ran out mid-upload in a suite run that took 192 s for this test (2026-11-29),
+        // and the client met a closed connection instead of its 413.
+        try await TestServer.with(configure: {
+            $0.edge.requestBodyTimeout = .seconds(300)
+            $0.edge.refusedBodyDrainTimeout = .seconds(300)
+        }) { server in
             let alice = try await server.user("alice")
             let database = "/database/1/\(TestServer.container)/development/private"
             let cases: [(path: String, core: String, limit: Limit)] = [
