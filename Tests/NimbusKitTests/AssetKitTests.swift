@@ -44,9 +44,9 @@ struct AssetKitTests {
             let stored = try #require(saved.value, "the record was not saved")
             // Progress rises with the files' bytes and ends at 1.
             #expect(progress.value.count >= 4, "\(progress.value)")
-            #expect(progress.value == progress.value.sorted())
-            #expect(progress.value.last == 1)
-            #expect((stored["photo"] as? CKAsset)?.fileURL == photoFile)
+            expectEqual(progress.value, progress.value.sorted())
+            expectEqual(progress.value.last, 1)
+            expectEqual((stored["photo"] as? CKAsset)?.fileURL, photoFile)
 
             // Fetched on another device: downloaded to its cache.
             var configuration = server.configuration(user: "alice")
@@ -56,10 +56,10 @@ struct AssetKitTests {
             let other = CKContainer(configuration: configuration)
             let fetched = try await other.privateCloudDatabase.record(for: CKRecord.ID(recordName: "scan1"))
             let photo = try #require(fetched["photo"] as? CKAsset)
-            #expect(photo.fileURL?.path.hasPrefix(cache.path) == true, "\(String(describing: photo.fileURL))")
-            #expect(try Self.bytes(at: photo.fileURL) == photoBytes)
+            expectEqual(photo.fileURL?.path.hasPrefix(cache.path), true, "\(String(describing: photo.fileURL))")
+            try expectEqual(Self.bytes(at: photo.fileURL), photoBytes)
             let pages = try #require(fetched["pages"] as? [CKAsset])
-            #expect(try pages.map { try Self.bytes(at: $0.fileURL) } == pageFiles.map { try Self.bytes(at: $0) })
+            try expectEqual(pages.map { try Self.bytes(at: $0.fileURL) }, pageFiles.map { try Self.bytes(at: $0) })
 
             // desiredKeys without the asset fields: nothing to download.
             let bare = CKFetchRecordsOperation(recordIDs: [CKRecord.ID(recordName: "scan1")])
@@ -88,10 +88,10 @@ struct AssetKitTests {
             let copy = CKRecord(recordType: "Memo", recordID: CKRecord.ID(recordName: "m2"))
             copy["audio"] = asset
             _ = try await database.save(copy)
-            #expect(try await server.service.assetFigures(container: nil) == before)
+            try await expectEqual(server.service.assetFigures(container: nil), before)
 
             let fetched = try await database.record(for: CKRecord.ID(recordName: "m2"))
-            #expect(try Self.bytes(at: (fetched["audio"] as? CKAsset)?.fileURL) == bytes)
+            try expectEqual(Self.bytes(at: (fetched["audio"] as? CKAsset)?.fileURL), bytes)
             // A fetched record saved back with a change keeps its asset without uploading.
             fetched["title"] = "Groceries"
             let resaved = try await database.save(fetched)
@@ -126,7 +126,7 @@ struct AssetKitTests {
                 let saved = Box<Int>(0)
                 operation.perRecordSaveBlock = { _, result in if case .success = result { saved.update { $0 += 1 } } }
                 await runOperation(operation, on: database)
-                #expect(saved.value == names.count)
+                expectEqual(saved.value, names.count)
                 return progress.value
             }
 
@@ -137,14 +137,14 @@ struct AssetKitTests {
                 #expect(heard.contains { $0 > 0 && $0 < 0.9 }, "\(name): \(heard)")
                 #expect(heard == heard.sorted() && heard.last == 1, "\(name): \(heard)")
             }
-            #expect(first["v1"] == first["v2"])
+            expectEqual(first["v1"], first["v2"])
             // A third file of those bytes: the server has them in this database, so none go.
             let later = try await save(["v3"], [files[2]])
             let heard = try #require(later["v3"])
             #expect(!heard.contains { $0 > 0 && $0 < 0.9 }, "\(heard)")
-            #expect(try await server.service.assetFigures(container: nil).blobs == 1)
+            try await expectEqual(server.service.assetFigures(container: nil).blobs, 1)
             let fetched = try await database.record(for: CKRecord.ID(recordName: "v3"))
-            #expect(try Self.bytes(at: (fetched["clip"] as? CKAsset)?.fileURL) == bytes)
+            try expectEqual(Self.bytes(at: (fetched["clip"] as? CKAsset)?.fileURL), bytes)
         }
     }
 

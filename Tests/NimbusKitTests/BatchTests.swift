@@ -22,18 +22,18 @@ struct BatchTests {
                 if case .failure(let error) = result { perRecord.update { $0[id] = (error as? CKError)?.code } }
             }
             operation.modifyRecordsCompletionBlock = { saved, _, error in
-                #expect(saved?.isEmpty == true)
+                expectEqual(saved?.isEmpty, true)
                 final.update { $0 = error }
             }
             await runOperation(operation, on: database)
             let error = try #require(final.value as? CKError)
-            #expect(error.code == .partialFailure)
+            expectEqual(error.code, .partialFailure)
             let partial = try #require(error.partialErrorsByItemID)
-            #expect(partial.count == 4)
-            #expect((partial[existing.recordID] as? CKError)?.code == .serverRecordChanged)
+            expectEqual(partial.count, 4)
+            expectEqual((partial[existing.recordID] as? CKError)?.code, .serverRecordChanged)
             for record in fresh {
-                #expect((partial[record.recordID] as? CKError)?.code == .batchRequestFailed)
-                #expect(perRecord.value[record.recordID] == .batchRequestFailed)
+                expectEqual((partial[record.recordID] as? CKError)?.code, .batchRequestFailed)
+                expectEqual(perRecord.value[record.recordID], .batchRequestFailed)
             }
             let lookups = try await database.records(for: fresh.map(\.recordID))
             for record in fresh {
@@ -57,16 +57,16 @@ struct BatchTests {
             let atomic = await expectCKError(.limitExceeded) {
                 _ = try await database.modifyRecords(saving: records, deleting: [], atomically: true)
             }
-            #expect(atomic?.localizedDescription.contains("200") == true)
+            expectEqual(atomic?.localizedDescription.contains("200"), true)
 
             let exactly200 = try await database.modifyRecords(saving: Array(records.prefix(200)), deleting: [], atomically: true)
             #expect(exactly200.saveResults.values.allSatisfy { (try? $0.get()) != nil })
 
             let (saves, _) = try await database.modifyRecords(saving: records, deleting: [], savePolicy: .allKeys, atomically: false)
-            #expect(saves.count == 250)
+            expectEqual(saves.count, 250)
             #expect(saves.values.allSatisfy { (try? $0.get()) != nil })
             let (_, deletes) = try await database.modifyRecords(saving: [], deleting: records.map(\.recordID), atomically: false)
-            #expect(deletes.count == 250)
+            expectEqual(deletes.count, 250)
         }
     }
 

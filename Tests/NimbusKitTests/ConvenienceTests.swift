@@ -15,14 +15,14 @@ struct ConvenienceTests {
             #expect(saveError == nil)
             let zoneID = try #require(zone?.zoneID)
             let (fetched, _) = await awaitCallback { done in database.fetch(withRecordZoneID: zoneID) { done(($0, $1)) } }
-            #expect(fetched?.zoneID == zoneID)
+            expectEqual(fetched?.zoneID, zoneID)
 
             let records = (0..<3).map { CKRecord(recordType: "Item", recordID: CKRecord.ID(recordName: "i\($0)", zoneID: zoneID)) }
             let batch = await awaitCallback { done in
                 database.modifyRecords(saving: records, deleting: [], savePolicy: .ifServerRecordUnchanged, atomically: true) { done($0) }
             }
             let results = try batch.get()
-            #expect(results.saveResults.count == 3)
+            expectEqual(results.saveResults.count, 3)
 
             let query = CKQuery(recordType: "Item", predicate: NSPredicate(value: true))
             let page = await awaitCallback { done in database.fetch(withQuery: query, inZoneWith: zoneID, resultsLimit: 2) { done($0) } }
@@ -34,7 +34,7 @@ struct ConvenienceTests {
             let (deleted, deleteError) = await awaitCallback { done in database.delete(withRecordZoneID: zoneID) { done(($0, $1)) } }
             #expect(deleteError == nil && deleted == zoneID)
             let (_, gone) = await awaitCallback { done in database.fetch(withRecordZoneID: zoneID) { done(($0, $1)) } }
-            #expect((gone as? CKError)?.code == .zoneNotFound)
+            expectEqual((gone as? CKError)?.code, .zoneNotFound)
         }
     }
 
@@ -49,23 +49,23 @@ struct ConvenienceTests {
             save.perRecordZoneSaveBlock = { id, result in if case .success = result { perZone.update { $0.append(id.zoneName) } } }
             save.modifyRecordZonesCompletionBlock = { saved, deleted, error in final.update { $0 = (saved, deleted, error) } }
             await runOperation(save, on: database)
-            #expect(perZone.value == ["One", "Two"])
+            expectEqual(perZone.value, ["One", "Two"])
             #expect(final.value.0?.count == 2 && final.value.2 == nil)
 
             let fetch = CKFetchRecordZonesOperation(recordZoneIDs: [CKRecordZone.ID(zoneName: "One"), CKRecordZone.ID(zoneName: "Nope")])
             let found = Box<([CKRecordZone.ID: CKRecordZone]?, (any Error)?)>((nil, nil))
             fetch.fetchRecordZonesCompletionBlock = { zones, error in found.update { $0 = (zones, error) } }
             await runOperation(fetch, on: database)
-            #expect(found.value.0?.keys.map(\.zoneName) == ["One"])
+            expectEqual(found.value.0?.keys.map(\.zoneName), ["One"])
             let error = try #require(found.value.1 as? CKError)
-            #expect(error.code == .partialFailure)
-            #expect((error.partialErrorsByItemID?[CKRecordZone.ID(zoneName: "Nope")] as? CKError)?.code == .zoneNotFound)
+            expectEqual(error.code, .partialFailure)
+            expectEqual((error.partialErrorsByItemID?[CKRecordZone.ID(zoneName: "Nope")] as? CKError)?.code, .zoneNotFound)
 
             let delete = CKModifyRecordZonesOperation(recordZonesToSave: nil, recordZoneIDsToDelete: [CKRecordZone.ID(zoneName: "Two")])
             let deletedIDs = Box<[CKRecordZone.ID]>([])
             delete.perRecordZoneDeleteBlock = { id, result in if case .success = result { deletedIDs.update { $0.append(id) } } }
             await runOperation(delete, on: database)
-            #expect(deletedIDs.value == [CKRecordZone.ID(zoneName: "Two")])
+            expectEqual(deletedIDs.value, [CKRecordZone.ID(zoneName: "Two")])
         }
     }
 }

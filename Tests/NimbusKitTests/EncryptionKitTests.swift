@@ -78,9 +78,9 @@ struct EncryptionKitTests {
             let fetched = try await database.record(for: CKRecord.ID(recordName: "p1"))
             #expect(fetched.encryptedValues["phone"] as? String == Self.phone)
             let visits: [Int]? = (fetched.encryptedValues["visits"] as? [NSNumber])?.map(\.intValue)
-            #expect(visits == [3, 5, 8])
+            expectEqual(visits, [3, 5, 8])
             let weight: Double? = fetched.encryptedValues["weight"]
-            #expect(weight == 71.5)
+            expectEqual(weight, 71.5)
             #expect(fetched.encryptedValues["born"] as? Date == Date(timeIntervalSince1970: 86_400 * 365))
 
             // An encrypted date comes back as the app saved it, to the last bit (the wire's
@@ -98,18 +98,18 @@ struct EncryptionKitTests {
             let plainBack = try #require(datedBack["plainSeen"] as? Date)
             #expect(plainBack != exact && abs(plainBack.timeIntervalSince(exact)) < 0.001)
 
-            #expect((fetched.encryptedValues["home"] as? CLLocation)?.coordinate.latitude == 47.37)
+            expectEqual((fetched.encryptedValues["home"] as? CLLocation)?.coordinate.latitude, 47.37)
             #expect(fetched.encryptedValues["scan"] as? Data == Data(Self.note.utf8))
             #expect(fetched["phone"] == nil, "an encrypted field is not a plain one")
-            #expect(Set(fetched.encryptedValues.allKeys()) == ["phone", "visits", "weight", "born", "home", "scan"])
+            expectEqual(Set(fetched.encryptedValues.allKeys()), ["phone", "visits", "weight", "born", "home", "scan"])
             #expect(fetched["name"] as? String == "plain-visible-name")
 
             // What the server answers: ENCRYPTED_ types, base64 ciphertext, no plaintext.
             let answer = try await raw.lookup(["p1"])
             let fields = try #require(answer.records.first?["fields"])
-            #expect(fields["phone"]?["type"]?.stringValue == "ENCRYPTED_STRING")
-            #expect(fields["visits"]?["type"]?.stringValue == "ENCRYPTED_INT64_LIST")
-            #expect(fields["home"]?["type"]?.stringValue == "ENCRYPTED_LOCATION")
+            expectEqual(fields["phone"]?["type"]?.stringValue, "ENCRYPTED_STRING")
+            expectEqual(fields["visits"]?["type"]?.stringValue, "ENCRYPTED_INT64_LIST")
+            expectEqual(fields["home"]?["type"]?.stringValue, "ENCRYPTED_LOCATION")
             for key in ["phone", "visits", "weight", "born", "home", "scan"] {
                 let text = try #require(fields[key]?["value"]?.stringValue, "\(key) is not one ciphertext string")
                 let bytes = try #require(Data(base64Encoded: text))
@@ -128,9 +128,9 @@ struct EncryptionKitTests {
             let moved = try await raw.modify([
                 ["operationType": "forceUpdate", "record": ["recordName": "p1", "recordType": "Patient", "fields": ["alias": ["type": "ENCRYPTED_STRING", "value": phoneCiphertext]]]]
             ])
-            #expect(moved.status == 200, "\(moved.text)")
+            expectEqual(moved.status, 200, "\(moved.text)")
             let tampered = await expectCKError(.serverResponseLost) { _ = try await database.record(for: CKRecord.ID(recordName: "p1")) }
-            #expect(tampered?.localizedDescription.contains("does not authenticate") == true)
+            expectEqual(tampered?.localizedDescription.contains("does not authenticate"), true)
 
             // The key files (the user's key and this device's key pair) are readable by their owner only.
             let enumerator = FileManager.default.enumerator(atPath: keys.path)
@@ -138,10 +138,10 @@ struct EncryptionKitTests {
             while let name = enumerator?.nextObject() as? String {
                 if name.hasSuffix(".key") { keyFiles.append(name) }
             }
-            #expect(keyFiles.count == 2, "\(keyFiles)")
+            expectEqual(keyFiles.count, 2, "\(keyFiles)")
             for file in keyFiles {
                 let mode = try FileManager.default.attributesOfItem(atPath: keys.path + "/" + file)[.posixPermissions] as? NSNumber
-                #expect(mode?.intValue == 0o600)
+                expectEqual(mode?.intValue, 0o600)
             }
         }
     }
@@ -162,8 +162,8 @@ struct EncryptionKitTests {
             let reset = await expectCKError(.zoneNotFound) {
                 _ = try await second.privateCloudDatabase.record(for: CKRecord.ID(recordName: "p1"))
             }
-            #expect((reset?.userInfo[CKErrorUserDidResetEncryptedDataKey] as? NSNumber)?.boolValue == true)
-            #expect(reset?.localizedDescription.contains("importEncryptionKey") == true)
+            expectEqual((reset?.userInfo[CKErrorUserDidResetEncryptedDataKey] as? NSNumber)?.boolValue, true)
+            expectEqual(reset?.localizedDescription.contains("importEncryptionKey"), true)
 
             // Bad keys: garbled, another user's.
             await expectCKError(.invalidArguments) { try await second.importEncryptionKey("NIMBUSKEY1.garbage") }
@@ -171,7 +171,7 @@ struct EncryptionKitTests {
             let bob = Self.device(server, "bob", keys: bobKeys)
             let bobsKey = try await bob.exportEncryptionKey()
             let foreign = await expectCKError(.invalidArguments) { try await second.importEncryptionKey(bobsKey) }
-            #expect(foreign?.localizedDescription.contains("another user") == true)
+            expectEqual(foreign?.localizedDescription.contains("another user"), true)
 
             // The documented route: export on the first device, import on the second.
             let exported = try await first.exportEncryptionKey()
@@ -228,7 +228,7 @@ struct EncryptionKitTests {
             // The new device asks before it has the key, and says the key is on its way.
             let second = Self.device(server, "alice", keys: secondKeys)
             let waiting = await expectCKError(.zoneNotFound) { _ = try await second.privateCloudDatabase.record(for: patient.recordID) }
-            #expect((waiting?.userInfo[CKErrorUserDidResetEncryptedDataKey] as? NSNumber)?.boolValue == true)
+            expectEqual((waiting?.userInfo[CKErrorUserDidResetEncryptedDataKey] as? NSNumber)?.boolValue, true)
 
             // The first device, the next time its app runs (anything), seals the key for it in
             // the background: the second device has it moments later.
@@ -244,7 +244,7 @@ struct EncryptionKitTests {
             read.encryptedValues["phone"] = "+1 555 0199 from-the-second"
             _ = try await second.privateCloudDatabase.save(read)
             #expect(try await firstAgain.privateCloudDatabase.record(for: patient.recordID).encryptedValues["phone"] as? String == "+1 555 0199 from-the-second")
-            #expect(try await Self.userKey(second, keys: secondKeys) == Self.userKey(first, keys: firstKeys))
+            try await expectEqual(Self.userKey(second, keys: secondKeys), Self.userKey(first, keys: firstKeys))
 
             // What the server keeps: ciphertext and public keys, never a key that opens anything.
             let key = try await Self.userKey(first, keys: firstKeys)
@@ -278,7 +278,7 @@ struct EncryptionKitTests {
             let (saved, _) = try await ann.privateCloudDatabase.modifyRecords(saving: [plan, share], deleting: [])
             let savedShare = try #require(try saved[share.recordID]?.get() as? CKShare)
             let url = try #require(savedShare.url)
-            #expect(url.fragment?.contains("nk=") == true, "\(url)")
+            expectEqual(url.fragment?.contains("nk="), true, "\(url)")
 
             // Bob opens the URL: accepts, reads the encrypted field, writes one Ann reads.
             let bobsMetadata = try await bob.shareMetadata(for: url)
@@ -304,8 +304,8 @@ struct EncryptionKitTests {
             bare.fragment = nil
             try await _ = carol.accept(carol.shareMetadata(for: try #require(bare.url)))
             let missing = await expectCKError(.zoneNotFound) { _ = try await carol.sharedCloudDatabase.record(for: bobsPlan.recordID) }
-            #expect((missing?.userInfo[CKErrorUserDidResetEncryptedDataKey] as? NSNumber)?.boolValue == true)
-            #expect(missing?.localizedDescription.contains("share's URL") == true, "\(String(describing: missing))")
+            expectEqual((missing?.userInfo[CKErrorUserDidResetEncryptedDataKey] as? NSNumber)?.boolValue, true)
+            expectEqual(missing?.localizedDescription.contains("share's URL"), true, "\(String(describing: missing))")
 
             // The zone's key never reached the server, in the store or anywhere it logs.
             let fragmentKey = try #require(url.fragment?.split(separator: "=").last.map(String.init))
@@ -325,12 +325,12 @@ struct EncryptionKitTests {
             let record = CKRecord(recordType: "Patient", recordID: CKRecord.ID(recordName: "r1"))
             record.encryptedValues["doctor"] = CKRecord.Reference(recordID: CKRecord.ID(recordName: "d1"), action: .none)
             let refused = await expectCKError(.invalidArguments) { _ = try await device.privateCloudDatabase.save(record) }
-            #expect(refused?.localizedDescription.contains("cannot be an encrypted value") == true)
+            expectEqual(refused?.localizedDescription.contains("cannot be an encrypted value"), true)
 
             let open = CKRecord(recordType: "Patient", recordID: CKRecord.ID(recordName: "r2"))
             open.encryptedValues["phone"] = Self.phone
             let publicRefused = await expectCKError(.invalidArguments) { _ = try await device.publicCloudDatabase.save(open) }
-            #expect(publicRefused?.localizedDescription.contains("public database keeps no encrypted values") == true)
+            expectEqual(publicRefused?.localizedDescription.contains("public database keeps no encrypted values"), true)
         }
     }
 
@@ -346,10 +346,10 @@ struct EncryptionKitTests {
             }
             // Ciphertext is stored and returned exactly as sent.
             let saved = try await save("v1", ["type": "ENCRYPTED_STRING", "value": .string(ciphertext)])
-            #expect(saved.status == 200, "\(saved.text)")
+            expectEqual(saved.status, 200, "\(saved.text)")
             let looked = try await alice.lookup(["v1"])
-            #expect(looked.records.first?["fields"]?["secret"]?["value"]?.stringValue == ciphertext)
-            #expect(looked.records.first?["fields"]?["secret"]?["type"]?.stringValue == "ENCRYPTED_STRING")
+            expectEqual(looked.records.first?["fields"]?["secret"]?["value"]?.stringValue, ciphertext)
+            expectEqual(looked.records.first?["fields"]?["secret"]?["type"]?.stringValue, "ENCRYPTED_STRING")
 
             // Plaintext under an encrypted type, encrypted references: refused with a reason.
             let plain = try await save("v2", ["type": "ENCRYPTED_STRING", "value": "hello world"])
@@ -374,7 +374,7 @@ struct EncryptionKitTests {
                     indexes: SchemaFieldRow.Indexes.queryable)
             }
             let schema = try await server.service.schema(container: TestServer.container, environment: .development)
-            #expect(schema.fields.first { $0.fieldName == "secret" }?.indexes == 0)
+            expectEqual(schema.fields.first { $0.fieldName == "secret" }?.indexes, 0)
         }
     }
 }

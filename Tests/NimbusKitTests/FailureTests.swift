@@ -17,10 +17,10 @@ struct FailureTests {
         let error = await expectCKError(.networkFailure) {
             _ = try await container.publicCloudDatabase.record(for: CKRecord.ID(recordName: "a"))
         }
-        #expect(error?.localizedDescription.contains("could not reach") == true)
+        expectEqual(error?.localizedDescription.contains("could not reach"), true)
         let (status, statusError) = await awaitCallback { done in container.accountStatus { done(($0, $1)) } }
-        #expect(status == .couldNotDetermine)
-        #expect((statusError as? CKError)?.code == .networkFailure)
+        expectEqual(status, .couldNotDetermine)
+        expectEqual((statusError as? CKError)?.code, .networkFailure)
     }
 
     @Test("a server that answers garbage: serverResponseLost, serviceUnavailable with Retry-After, or the server's code")
@@ -32,13 +32,13 @@ struct FailureTests {
             }
             let id = CKRecord.ID(recordName: "a")
             let html = await expectCKError(.serverResponseLost) { _ = try await container("html").publicCloudDatabase.record(for: id) }
-            #expect(html?.localizedDescription.contains("not CloudKit JSON") == true)
+            expectEqual(html?.localizedDescription.contains("not CloudKit JSON"), true)
             let busy = await expectCKError(.serviceUnavailable) { _ = try await container("busy").publicCloudDatabase.record(for: id) }
-            #expect(busy?.retryAfterSeconds == 7)
+            expectEqual(busy?.retryAfterSeconds, 7)
             let throttled = await expectCKError(.requestRateLimited) {
                 _ = try await container("throttled").publicCloudDatabase.record(for: id)
             }
-            #expect(throttled?.retryAfterSeconds == 3)
+            expectEqual(throttled?.retryAfterSeconds, 3)
             #expect(throttled?.userInfo[CKErrorRetryAfterKey] as? Double == 3)
             await expectCKError(.serverResponseLost) { _ = try await container("array").publicCloudDatabase.record(for: id) }
 
@@ -48,7 +48,7 @@ struct FailureTests {
             let rotatingContainer = CKContainer(configuration: rotating)
             let firstEcho = try await rotatingContainer.publicCloudDatabase.record(for: id)
             #expect(firstEcho["seen"] as? String == "t0")
-            #expect(rotatingContainer.webAuthToken == "t0-next")
+            expectEqual(rotatingContainer.webAuthToken, "t0-next")
             let secondEcho = try await rotatingContainer.publicCloudDatabase.record(for: id)
             #expect(secondEcho["seen"] as? String == "t0-next")
 
@@ -74,7 +74,7 @@ struct FailureTests {
     func notAuthenticated() async throws {
         try await TestServer.with { server in
             let anonymous = server.device(of: nil)
-            #expect(try await anonymous.accountStatus() == .noAccount)
+            try await expectEqual(anonymous.accountStatus(), .noAccount)
             await expectCKError(.notAuthenticated) { _ = try await anonymous.privateCloudDatabase.allRecordZones() }
             await expectCKError(.notAuthenticated) { _ = try await anonymous.publicCloudDatabase.save(CKRecord(recordType: "Party")) }
 
@@ -97,20 +97,20 @@ struct FailureTests {
             try await server.createUser("fay")
             let manual = server.device(of: nil)
             let id = try await manual.signIn(username: "fay", password: "password-fay")
-            #expect(try await manual.accountStatus() == .available)
-            #expect(try await manual.userRecordID() == id)
+            try await expectEqual(manual.accountStatus(), .available)
+            try await expectEqual(manual.userRecordID(), id)
             let token = try #require(manual.webAuthToken)
 
             // A second launch reuses the kept token without signing in.
             var relaunch = server.configuration(user: nil)
             relaunch.webAuthToken = token
-            #expect(try await CKContainer(configuration: relaunch).userRecordID() == id)
+            try await expectEqual(CKContainer(configuration: relaunch).userRecordID(), id)
 
             let automatic = server.device(of: "fay")
-            #expect(try await automatic.userRecordID() == id)
+            try await expectEqual(automatic.userRecordID(), id)
             _ = try await server.service.revokeSessions(userName: "fay")
             // The session is gone; the configured credentials sign in again transparently.
-            #expect(try await automatic.userRecordID() == id)
+            try await expectEqual(automatic.userRecordID(), id)
             await expectCKError(.notAuthenticated) { _ = try await manual.userRecordID() }
 
             try await automatic.signOut()

@@ -40,7 +40,7 @@ struct FaultKitTests {
             }
             return try #require(error)
         }
-        #expect(real.code == .requestRateLimited)
+        expectEqual(real.code, .requestRateLimited)
         #expect((real.retryAfterSeconds ?? 0) > 0)
 
         try await NimbusTestServer.with { server in
@@ -48,8 +48,8 @@ struct FaultKitTests {
             _ = try await phone.privateCloudDatabase.save(Self.zone)
             try await server.switchOn(Fault(.throttled, retryAfter: 2, route: "records/modify"))
             let error = try #require(await Self.failure { _ = try await phone.privateCloudDatabase.save(Self.note("n1")) })
-            #expect(error.code == real.code)
-            #expect(error.retryAfterSeconds == 2)
+            expectEqual(error.code, real.code)
+            expectEqual(error.retryAfterSeconds, 2)
             #expect(server.faultsOn.isEmpty, "a fault with a count of one is spent")
             // Other routes and other users were never concerned; the next save goes through.
             _ = try await phone.privateCloudDatabase.save(Self.note("n1"))
@@ -80,15 +80,15 @@ struct FaultKitTests {
             _ = try await bob.privateCloudDatabase.save(Self.note("b1"))
             for _ in 0..<2 {
                 let error = try #require(await Self.failure { _ = try await alice.privateCloudDatabase.save(Self.note("a1")) })
-                #expect(error.code == .zoneBusy)
-                #expect(error.retryAfterSeconds == 4)
+                expectEqual(error.code, .zoneBusy)
+                expectEqual(error.retryAfterSeconds, 4)
             }
             _ = try await alice.privateCloudDatabase.save(Self.note("a1"))
 
             try await server.switchOn(Fault(.tryAgainLater, retryAfter: 3, user: "bob"))
             let error = try #require(await Self.failure { _ = try await bob.privateCloudDatabase.record(for: Self.note("b1").recordID) })
-            #expect(error.code == .serviceUnavailable)
-            #expect(error.retryAfterSeconds == 3)
+            expectEqual(error.code, .serviceUnavailable)
+            expectEqual(error.retryAfterSeconds, 3)
 
             // A fault for someone who does not exist is refused, not silently useless.
             await #expect(throws: (any Error).self) { try await server.switchOn(Fault(.throttled, user: "nobody")) }
@@ -102,7 +102,7 @@ struct FaultKitTests {
             _ = try await phone.privateCloudDatabase.save(Self.zone)
             try await server.switchOn(Fault(.connectionReset, route: "records/modify"))
             let error = try #require(await Self.failure { _ = try await phone.privateCloudDatabase.save(Self.note("n1", "kept")) })
-            #expect(error.code == .networkFailure)
+            expectEqual(error.code, .networkFailure)
             let stored = try await phone.privateCloudDatabase.record(for: Self.note("n1").recordID)
             #expect(stored["text"] as? String == "kept", "the server carried the save out before the connection went")
         }
@@ -132,17 +132,17 @@ struct FaultKitTests {
             let faultError = try #require(await Self.failure { _ = try await Self.saveAll(fresh, on: phone) })
 
             for (error, conflicted) in [(realError, "a"), (faultError, "b")] {
-                #expect(error.code == .partialFailure)
+                expectEqual(error.code, .partialFailure)
                 let items = try #require(error.partialErrorsByItemID)
-                #expect(items.count == 3)
+                expectEqual(items.count, 3)
                 for (id, itemError) in items {
                     let ckError = try #require(itemError as? CKError)
                     let name = try #require(id as? CKRecord.ID).recordName
                     if name == conflicted {
-                        #expect(ckError.code == .serverRecordChanged)
-                        #expect(ckError.serverRecord?.recordID.recordName == conflicted)
+                        expectEqual(ckError.code, .serverRecordChanged)
+                        expectEqual(ckError.serverRecord?.recordID.recordName, conflicted)
                     } else {
-                        #expect(ckError.code == .batchRequestFailed)
+                        expectEqual(ckError.code, .batchRequestFailed)
                     }
                 }
             }
@@ -182,8 +182,8 @@ struct FaultKitTests {
             _ = try await database.deleteRecordZone(withID: Self.zone.zoneID)
             _ = try await database.save(Self.zone)
             let real = try #require(await Self.failure { _ = try await database.recordZoneChanges(inZoneWith: Self.zone.zoneID, since: token) })
-            #expect(faulted.code == .changeTokenExpired)
-            #expect(faulted.code == real.code)
+            expectEqual(faulted.code, .changeTokenExpired)
+            expectEqual(faulted.code, real.code)
         }
     }
 
@@ -199,7 +199,7 @@ struct FaultKitTests {
             configuration.webAuthToken = token
             let tokenOnly = CKContainer(configuration: configuration)
             let error = try #require(await Self.failure { _ = try await tokenOnly.privateCloudDatabase.allRecordZones() })
-            #expect(error.code == .notAuthenticated)
+            expectEqual(error.code, .notAuthenticated)
             // The phone signs in again by itself.
             #expect(try await phone.privateCloudDatabase.allRecordZones().contains { $0.zoneID == Self.zone.zoneID })
             #expect(phone.webAuthToken != token)
@@ -217,8 +217,8 @@ struct FaultKitTests {
             try server.resetEncryptionKey(of: "alice")
             let after = try await server.device(of: "alice", named: "after-reset")
             let error = try #require(await Self.failure { _ = try await after.privateCloudDatabase.record(for: record.recordID) })
-            #expect(error.code == .zoneNotFound)
-            #expect((error.userInfo[CKErrorUserDidResetEncryptedDataKey] as? NSNumber)?.boolValue == true)
+            expectEqual(error.code, .zoneNotFound)
+            expectEqual((error.userInfo[CKErrorUserDidResetEncryptedDataKey] as? NSNumber)?.boolValue, true)
         }
     }
 
@@ -257,7 +257,7 @@ struct FaultKitTests {
             _ = try await tokenOnly.privateCloudDatabase.allRecordZones()
             server.advanceClock(by: .seconds(61))
             let error = try #require(await Self.failure { _ = try await tokenOnly.privateCloudDatabase.allRecordZones() })
-            #expect(error.code == .notAuthenticated)
+            expectEqual(error.code, .notAuthenticated)
         }
     }
 }

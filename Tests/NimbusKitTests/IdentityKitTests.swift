@@ -28,13 +28,13 @@ import Testing
             defer { NotificationCenter.default.removeObserver(observer) }
             // The configured user, signed in on first use: the account the app starts with.
             _ = try await container.userRecordID()
-            #expect(heard.value == 0)
+            expectEqual(heard.value, 0)
             _ = try await container.signIn(username: "ann", password: "password-ann")
-            #expect(heard.value == 0, "the same user again is no change")
+            expectEqual(heard.value, 0, "the same user again is no change")
             _ = try await container.signIn(username: "ben", password: "password-ben")
-            #expect(heard.value == 1)
+            expectEqual(heard.value, 1)
             try await container.signOut()
-            #expect(heard.value == 2)
+            expectEqual(heard.value, 2)
         }
     }
 
@@ -43,7 +43,7 @@ import Testing
             let ann = try await server.signedInDevice("ann")
             let recordID = try await ann.userRecordID()
             let record = try await ann.publicCloudDatabase.record(for: recordID)
-            #expect(record.recordType == "Users")
+            expectEqual(record.recordType, "Users")
             record["partyName"] = "Ann's party"
             let saved = try await ann.publicCloudDatabase.save(record)
             #expect(saved["partyName"] as? String == "Ann's party")
@@ -65,20 +65,20 @@ import Testing
             let bob = try await Self.person(server, "bob", email: "bob@example.com", given: "Bob", family: "Ray")
             let annID = try await ann.userRecordID()
             _ = try await bob.userRecordID()  // Bob has used the app, and has not opted in
-            #expect(try await ann.applicationPermissionStatus(for: .userDiscoverability) == .initialState)
-            #expect(try await ann.requestApplicationPermission(.userDiscoverability) == .granted)
+            try await expectEqual(ann.applicationPermissionStatus(for: .userDiscoverability), .initialState)
+            try await expectEqual(ann.requestApplicationPermission(.userDiscoverability), .granted)
             let (status, statusError) = await awaitCallback { done in
                 ann.status(forApplicationPermission: .userDiscoverability) { done(($0, $1)) }
             }
             #expect(status == .granted && statusError == nil)
 
             let found = try #require(try await bob.userIdentity(forEmailAddress: "ann@example.com"))
-            #expect(found.userRecordID == annID)
+            expectEqual(found.userRecordID, annID)
             #expect(found.nameComponents?.givenName == "Ann" && found.nameComponents?.familyName == "Lee")
             #expect(found.hasiCloudAccount)
             #expect(try await ann.userIdentity(forEmailAddress: "bob@example.com") == nil)
-            #expect(try await bob.userIdentity(forUserRecordID: annID)?.userRecordID == annID)
-            #expect(try await bob.discoverAllIdentities().map(\.userRecordID) == [annID])
+            try await expectEqual(bob.userIdentity(forUserRecordID: annID)?.userRecordID, annID)
+            try await expectEqual(bob.discoverAllIdentities().map(\.userRecordID), [annID])
 
             // The operation reports the discovered ones, each with the lookup that found it.
             let discovered = Box<[(CKRecord.ID?, String?)]>([])
@@ -103,7 +103,7 @@ import Testing
             #expect(allDone == nil && everyone.value == [annID])
 
             // Withdrawn: found no more.
-            #expect(try await ann.revokeApplicationPermission(.userDiscoverability) == .denied)
+            try await expectEqual(ann.revokeApplicationPermission(.userDiscoverability), .denied)
             #expect(try await bob.userIdentity(forEmailAddress: "ann@example.com") == nil)
         }
     }

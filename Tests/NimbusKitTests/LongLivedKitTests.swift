@@ -54,16 +54,16 @@ struct LongLivedKitTests {
             let zone = try await device.privateCloudDatabase.save(CKRecordZone(zoneName: "Notes"))
             relay.dropAnswers(1)
             let operation = CKModifyRecordsOperation(recordsToSave: [Self.note("n1", zone: zone.zoneID)])
-            #expect(operation.qualityOfService == .utility)
+            expectEqual(operation.qualityOfService, .utility)
             let (saves, result) = await Self.modify(operation, on: device.privateCloudDatabase)
-            #expect(relay.droppedAnswers == 1)
+            expectEqual(relay.droppedAnswers, 1)
             guard case .success? = result, case .success? = saves["n1"] else {
                 Issue.record("the retried save failed: \(String(describing: result)) \(saves)")
                 return
             }
             // Applied once: the zone's feed holds one change of n1, not a create and a conflict.
             let changes = try await raw.zoneChanges("Notes")
-            #expect(changes.zones.first?["records"]?.arrayValue?.count == 1, "\(changes.text)")
+            expectEqual(changes.zones.first?["records"]?.arrayValue?.count, 1, "\(changes.text)")
         }
     }
 
@@ -86,10 +86,10 @@ struct LongLivedKitTests {
                 Issue.record("expected a failure, got \(String(describing: urgentResult))")
                 return
             }
-            #expect(error.code == .networkFailure, "\(error)")
+            expectEqual(error.code, .networkFailure, "\(error)")
             // One attempt, no retry: counted as requests sent, since under the whole suite's load
             // the device's deadline can pass before the server answers at all (nothing dropped).
-            #expect(relay.forwardedRequests - requestsBefore == 1, "user-initiated work does not retry")
+            expectEqual(relay.forwardedRequests - requestsBefore, 1, "user-initiated work does not retry")
             #expect(relay.droppedAnswers <= 1)
             #expect(Date().timeIntervalSince(started) < 10)
 
@@ -101,7 +101,7 @@ struct LongLivedKitTests {
                 Issue.record("expected a failure, got \(String(describing: patientResult))")
                 return
             }
-            #expect(late.code == .networkFailure, "\(late)")
+            expectEqual(late.code, .networkFailure, "\(late)")
             // Retried: sent again (under load the server may not have answered, nor an answer
             // been dropped, before the deadline).
             #expect(relay.forwardedRequests - before >= 2, "discretionary work retried before its deadline")
@@ -148,21 +148,21 @@ struct LongLivedKitTests {
             }
             #expect(applied, "the server never applied the batch")
             #expect(persisted.value)
-            #expect(try await first.allLongLivedOperationIDs() == [operation.operationID])
+            try await expectEqual(first.allLongLivedOperationIDs(), [operation.operationID])
 
             // The app exits: the operation stops where it is, its journal stays.
             first.longLivedOperations.abandonAll()
             try await Task.sleep(for: .milliseconds(200))
-            #expect(firstCallbacks.value == 0, "an abandoned operation calls nothing")
+            expectEqual(firstCallbacks.value, 0, "an abandoned operation calls nothing")
 
             // Relaunch: a new container object finds the operation and resumes it.
             let second = Self.device(server, via: nil, journals: journals)
             let ids = try await second.allLongLivedOperationIDs()
-            #expect(ids == [operation.operationID])
+            expectEqual(ids, [operation.operationID])
             let resumed = try #require(try await second.longLivedOperation(for: operation.operationID) as? CKModifyRecordsOperation)
-            #expect(resumed.operationID == operation.operationID)
+            expectEqual(resumed.operationID, operation.operationID)
             #expect(resumed.configuration.isLongLived)
-            #expect(resumed.recordsToSave?.map(\.recordID.recordName) == ["l1", "l2"])
+            expectEqual(resumed.recordsToSave?.map(\.recordID.recordName), ["l1", "l2"])
             let (saves, result) = await Self.modify(resumed, on: second.privateCloudDatabase)
             guard case .success? = result else {
                 Issue.record("the resumed operation failed: \(String(describing: result)) \(saves)")
@@ -179,7 +179,7 @@ struct LongLivedKitTests {
             #expect(try await second.allLongLivedOperationIDs().isEmpty)
             #expect(try await second.longLivedOperation(for: operation.operationID) == nil)
             let changes = try await raw.zoneChanges("Notes")
-            #expect(changes.zones.first?["records"]?.arrayValue?.count == 2, "\(changes.text)")
+            expectEqual(changes.zones.first?["records"]?.arrayValue?.count, 2, "\(changes.text)")
             let secret = try await second.privateCloudDatabase.record(for: records[1].recordID)
             #expect(secret.encryptedValues["secret"] as? String == "kept in the journal, sealed on the wire")
         }
@@ -212,7 +212,7 @@ struct LongLivedKitTests {
             operation.perRecordSaveBlock = { _, _ in firstCallbacks.update { $0 += 1 } }
             operation.modifyRecordsResultBlock = { _ in firstCallbacks.update { $0 += 1 } }
             await runOperation(operation, on: first.privateCloudDatabase)
-            #expect(firstCallbacks.value == 0, "a stopped operation calls nothing")
+            expectEqual(firstCallbacks.value, 0, "a stopped operation calls nothing")
 
             // The journal holds the upload's URL, and the server some of its bytes.
             let journal = try #require(try first.longLivedOperations.journal(operation.operationID))
@@ -240,13 +240,13 @@ struct LongLivedKitTests {
             }
             let firstFraction = try #require(fractions.value.first)
             #expect(firstFraction >= Double(held) / 10_000_000 * 0.9 - 0.01, "resumed at \(firstFraction), held \(held)")
-            #expect((saved["movie"] as? CKAsset)?.serverAsset?.size == 10_000_000)
+            expectEqual((saved["movie"] as? CKAsset)?.serverAsset?.size, 10_000_000)
             #expect(try await second.allLongLivedOperationIDs().isEmpty)
 
             // The stored bytes are the file's.
             let fetched = try await Self.device(server, via: nil).privateCloudDatabase.record(for: record.recordID)
             let downloaded = try #require((fetched["movie"] as? CKAsset)?.fileURL)
-            #expect(try Data(contentsOf: downloaded) == bytes)
+            try expectEqual(Data(contentsOf: downloaded), bytes)
             #expect(fetched["title"] as? String == "A long one")
         }
     }
@@ -325,7 +325,7 @@ struct LongLivedKitTests {
                 offline[user]?.longLivedOperations.abandonAll()
                 for _ in 0..<200 where !operation.isFinished { try await Task.sleep(for: .milliseconds(10)) }
             }
-            #expect(persisted.value == work.count, "journaled \(persisted.value) of \(work.count)")
+            expectEqual(persisted.value, work.count, "journaled \(persisted.value) of \(work.count)")
 
             // Relaunch: each comes back as its kind and finishes.
             for user in ["ann", "bob"] {
@@ -333,7 +333,7 @@ struct LongLivedKitTests {
                 configuration.longLivedOperationDirectory = journals[user]
                 let device = CKContainer(configuration: configuration)
                 let mine = work.filter { $0.user == user }.map(\.operation)
-                #expect(Set(try await device.allLongLivedOperationIDs()) == Set(mine.map(\.operationID)))
+                expectEqual(Set(try await device.allLongLivedOperationIDs()), Set(mine.map(\.operationID)))
                 for original in mine {
                     let resumed = try #require(try await device.longLivedOperation(for: original.operationID))
                     #expect(type(of: resumed) == type(of: original), "\(type(of: original)) came back as \(type(of: resumed))")
@@ -353,10 +353,10 @@ struct LongLivedKitTests {
             let savedShare = try #require(try await ann.privateCloudDatabase.record(for: photoShare.recordID) as? CKShare)
             #expect(savedShare.url != nil)
             let savedPhoto = try await ann.privateCloudDatabase.record(for: photo.recordID)
-            #expect((savedPhoto["image"] as? CKAsset)?.fileURL.map { try? Data(contentsOf: $0) } == Data("a small photo".utf8))
+            expectEqual((savedPhoto["image"] as? CKAsset)?.fileURL.map { try? Data(contentsOf: $0) }, Data("a small photo".utf8))
             #expect(try await ann.privateCloudDatabase.allRecordZones().contains { $0.zoneID.zoneName == "More" })
-            #expect(try await ann.privateCloudDatabase.allSubscriptions().map(\.subscriptionID) == ["q"])
-            #expect(try await bob.sharedCloudDatabase.allRecordZones().map(\.zoneID.zoneName) == ["Notes"])
+            try await expectEqual(ann.privateCloudDatabase.allSubscriptions().map(\.subscriptionID), ["q"])
+            try await expectEqual(bob.sharedCloudDatabase.allRecordZones().map(\.zoneID.zoneName), ["Notes"])
         }
     }
 
@@ -371,7 +371,7 @@ struct LongLivedKitTests {
             try FileManager.default.createDirectory(at: journals, withIntermediateDirectories: true)
             try Data("{not json".utf8).write(to: journals.appendingPathComponent("garbled.json"))
             let error = await expectCKError(.internalError) { _ = try await device.longLivedOperation(for: "garbled") }
-            #expect(error?.localizedDescription.contains("does not read") == true)
+            expectEqual(error?.localizedDescription.contains("does not read"), true)
         }
     }
 }

@@ -34,7 +34,7 @@ struct OperationTests {
                     continuation.resume()
                 }
             }
-            #expect(events.value == ["first done", "second result"])
+            expectEqual(events.value, ["first done", "second result"])
             #expect(firstFetch.isFinished && secondFetch.isFinished)
             #expect(firstFetch.operationID != secondFetch.operationID)
         }
@@ -52,7 +52,7 @@ struct OperationTests {
             }
             operation.cancel()
             await runOperation(operation, on: database)
-            #expect((outcome.value as? CKError)?.code == .operationCancelled)
+            expectEqual((outcome.value as? CKError)?.code, .operationCancelled)
             await expectCKError(.unknownItem) { _ = try await database.record(for: record.recordID) }
         }
     }
@@ -97,9 +97,9 @@ struct OperationTests {
             #expect(zones.value?[zone.zoneID] != nil)
             // The operation's own settings are its own; the group's are not copied into them.
             #expect(operation.configuration.container == nil)
-            #expect(operation.qualityOfService == .utility)
+            expectEqual(operation.qualityOfService, .utility)
             operation.qualityOfService = .userInitiated
-            #expect(operation.configuration.qualityOfService == .userInitiated)
+            expectEqual(operation.configuration.qualityOfService, .userInitiated)
         }
     }
 
@@ -123,7 +123,7 @@ struct OperationTests {
                 queue.addOperation(operation)
             }
             #expect(zones.value?[zone.zoneID] != nil)
-            #expect(operation.queuePriority == .veryHigh)
+            expectEqual(operation.queuePriority, .veryHigh)
         }
     }
 }

@@ -26,7 +26,7 @@ struct RecordTests {
             record["tags"] = ["a", "b"]
             record["scores"] = [1, 2, 3]
             record.setParent(target)
-            #expect(Set(record.changedKeys()) == ["text", "int", "double", "flag", "date", "data", "ref", "where", "tags", "scores"])
+            expectEqual(Set(record.changedKeys()), ["text", "int", "double", "flag", "date", "data", "ref", "where", "tags", "scores"])
 
             let saved = try await database.save(record)
             #expect(saved.recordChangeTag != nil)
@@ -40,19 +40,19 @@ struct RecordTests {
             #expect(fetched["int"] as? Int64 == 42)
             #expect(fetched["double"] as? Double == 2.5)
             #expect(fetched["flag"] as? Bool == true)
-            #expect((fetched["date"] as? Date).map { abs($0.timeIntervalSince(date)) < 0.001 } == true)
+            expectEqual((fetched["date"] as? Date).map { abs($0.timeIntervalSince(date)) < 0.001 }, true)
             #expect(fetched["data"] as? Data == Data([0, 1, 2, 255]))
             let reference = try #require(fetched["ref"] as? CKRecord.Reference)
-            #expect(reference.recordID == target.recordID)
-            #expect(reference.action == .deleteSelf)
+            expectEqual(reference.recordID, target.recordID)
+            expectEqual(reference.action, .deleteSelf)
             let location = try #require(fetched["where"] as? CLLocation)
             #expect(abs(location.coordinate.latitude - 37.783) < 1e-9)
             #expect(fetched["tags"] as? [String] == ["a", "b"])
             #expect(fetched["scores"] as? [Int] == [1, 2, 3])
-            #expect(fetched.parent?.recordID == target.recordID)
-            #expect(fetched.recordChangeTag == saved.recordChangeTag)
-            #expect(fetched.creatorUserRecordID?.recordName == CKCurrentUserDefaultName)
-            #expect(Set(fetched.allKeys()) == Set(record.allKeys()))
+            expectEqual(fetched.parent?.recordID, target.recordID)
+            expectEqual(fetched.recordChangeTag, saved.recordChangeTag)
+            expectEqual(fetched.creatorUserRecordID?.recordName, CKCurrentUserDefaultName)
+            expectEqual(Set(fetched.allKeys()), Set(record.allKeys()))
             #expect(fetched.changedKeys().isEmpty)
         }
     }
@@ -68,16 +68,16 @@ struct RecordTests {
             #expect(saved?["summary"] as? String == "Post Presentation Beers")
 
             let (fetched, _) = await awaitCallback { done in database.fetch(withRecordID: party.recordID) { done(($0, $1)) } }
-            #expect(fetched?.recordID == party.recordID)
+            expectEqual(fetched?.recordID, party.recordID)
 
             let (deleted, _) = await awaitCallback { done in database.delete(withRecordID: party.recordID) { done(($0, $1)) } }
-            #expect(deleted == party.recordID)
+            expectEqual(deleted, party.recordID)
 
             let (missing, missingError) = await awaitCallback { done in
                 database.fetch(withRecordID: party.recordID) { done(($0, $1)) }
             }
             #expect(missing == nil)
-            #expect((missingError as? CKError)?.code == .unknownItem)
+            expectEqual((missingError as? CKError)?.code, .unknownItem)
         }
     }
 
@@ -89,7 +89,7 @@ struct RecordTests {
             let record = CKRecord(recordType: "Party")
             record["clown"] = Clown()
             let error = await expectCKError(.invalidArguments) { _ = try await database.save(record) }
-            #expect(error?.localizedDescription.contains("clown") == true)
+            expectEqual(error?.localizedDescription.contains("clown"), true)
             await expectCKError(.unknownItem) { _ = try await database.record(for: record.recordID) }
         }
     }
@@ -109,8 +109,8 @@ struct RecordTests {
             let unarchiver = try NSKeyedUnarchiver(forReadingFrom: archiver.encodedData)
             unarchiver.requiresSecureCoding = true
             let restored = try #require(CKRecord(coder: unarchiver))
-            #expect(restored.recordID == saved.recordID)
-            #expect(restored.recordChangeTag == saved.recordChangeTag)
+            expectEqual(restored.recordID, saved.recordID)
+            expectEqual(restored.recordChangeTag, saved.recordChangeTag)
             #expect(restored.allKeys().isEmpty)
 
             restored["PartyName"] = "WWDC Bash"
@@ -121,7 +121,7 @@ struct RecordTests {
             let full = try NSKeyedArchiver.archivedData(withRootObject: resaved, requiringSecureCoding: true)
             let copy = try #require(try NSKeyedUnarchiver.unarchivedObject(ofClass: CKRecord.self, from: full))
             #expect(copy["PartyName"] as? String == "WWDC Bash")
-            #expect(copy.recordChangeTag == resaved.recordChangeTag)
+            expectEqual(copy.recordChangeTag, resaved.recordChangeTag)
         }
     }
 }

@@ -45,7 +45,7 @@ struct SavePolicyTests {
             #expect(clientRecord["hobby"] as? String == "Geocaching")
             #expect(ancestor["hobby"] == nil)
             #expect(ancestor["firstName"] as? String == "Johnny")
-            #expect((error?.userInfo[CKRecordChangedErrorServerRecordKey] as? CKRecord)?.recordChangeTag == serverRecord.recordChangeTag)
+            expectEqual((error?.userInfo[CKRecordChangedErrorServerRecordKey] as? CKRecord)?.recordChangeTag, serverRecord.recordChangeTag)
 
             // Three-way merge: apply the client's changes (relative to the ancestor) to the
             // server record, then save that.

@@ -47,11 +47,11 @@ struct ShareKitTests {
             await runOperation(modify, on: ann.privateCloudDatabase)
             let savedShare = try #require(saved.value.compactMap { $0 as? CKShare }.first, "\(saved.value)")
             let url = try #require(savedShare.url)
-            #expect(savedShare.participants.count == 3)
+            expectEqual(savedShare.participants.count, 3)
             #expect(savedShare.owner.role == .owner && savedShare.currentUserParticipant?.role == .owner)
             #expect(savedShare[CKShare.SystemFieldKey.title] as? String == "Lisbon trip")
             let savedRoot = try await ann.privateCloudDatabase.record(for: root.recordID)
-            #expect(savedRoot.share?.recordID == savedShare.recordID)
+            expectEqual(savedRoot.share?.recordID, savedShare.recordID)
             // Archived with its system fields, as an app caches it, the share comes back whole.
             let archiver = NSKeyedArchiver(requiringSecureCoding: true)
             savedShare.encodeSystemFields(with: archiver)
@@ -60,17 +60,17 @@ struct ShareKitTests {
             let restored = try #require(CKShare(coder: unarchiver))
             #expect(restored.participants.count == 3 && restored.url == url && restored.recordChangeTag == savedShare.recordChangeTag)
             #expect(restored.currentUserParticipant?.role == .owner && restored.owner.role == .owner)
-            #expect(Set(restored.participants.map(\.participantID)) == Set(savedShare.participants.map(\.participantID)))
+            expectEqual(Set(restored.participants.map(\.participantID)), Set(savedShare.participants.map(\.participantID)))
 
             // Bob, async: the metadata, then accept.
             let metadata = try await bob.shareMetadata(for: url, shouldFetchRootRecord: true)
             #expect(metadata.participantStatus == .pending && metadata.participantPermission == .readWrite)
-            #expect(metadata.participantRole == .privateUser)
+            expectEqual(metadata.participantRole, .privateUser)
             #expect(metadata.rootRecord?["title"] as? String == "Lisbon")
-            #expect(metadata.hierarchicalRootRecordID?.recordName == "plan")
+            expectEqual(metadata.hierarchicalRootRecordID?.recordName, "plan")
             #expect(metadata.ownerIdentity.userRecordID?.recordName == annID.recordName || metadata.ownerIdentity.userRecordID != nil)
             let accepted = try await bob.accept(metadata)
-            #expect(accepted.currentUserParticipant?.acceptanceStatus == .accepted)
+            expectEqual(accepted.currentUserParticipant?.acceptanceStatus, .accepted)
 
             // Carol, with the operations' blocks.
             let fetch = CKFetchShareMetadataOperation(shareURLs: [url])
@@ -81,7 +81,7 @@ struct ShareKitTests {
             let carolsShare = Box<CKShare?>(nil)
             acceptOperation.perShareCompletionBlock = { _, share, _ in carolsShare.update { $0 = share } }
             await runContainerOperation(acceptOperation, on: carol)
-            #expect(carolsShare.value?.currentUserParticipant?.permission == .readOnly)
+            expectEqual(carolsShare.value?.currentUserParticipant?.permission, .readOnly)
 
             // The shared database: Ann's zone under her name, the plan in it; Bob adds a day.
             let zones = try await bob.sharedCloudDatabase.allRecordZones()
@@ -112,7 +112,7 @@ struct ShareKitTests {
             let share = CKShare(recordZoneID: zone.zoneID)
             share.addParticipant(try await ann.shareParticipant(forEmailAddress: "bob@example.com"))
             let saved = try #require(try await ann.privateCloudDatabase.save(share) as? CKShare)
-            #expect(saved.recordID.recordName == "cloudkit.zoneshare")
+            expectEqual(saved.recordID.recordName, "cloudkit.zoneshare")
             let url = try #require(saved.url)
             let metadata: CKShare.Metadata = try await withCheckedThrowingContinuation { continuation in
                 bob.fetchShareMetadata(with: url) { metadata, error in
@@ -125,12 +125,12 @@ struct ShareKitTests {
                     if let share { continuation.resume(returning: share) } else { continuation.resume(throwing: error!) }
                 }
             }
-            #expect(accepted.currentUserParticipant?.acceptanceStatus == .accepted)
+            expectEqual(accepted.currentUserParticipant?.acceptanceStatus, .accepted)
             let sharedZones = try await bob.sharedCloudDatabase.allRecordZones()
-            #expect(sharedZones.map(\.zoneID.zoneName) == ["Album"])
-            #expect(sharedZones.first?.share?.recordID.recordName == "cloudkit.zoneshare", "CKRecordZone.share")
+            expectEqual(sharedZones.map(\.zoneID.zoneName), ["Album"])
+            expectEqual(sharedZones.first?.share?.recordID.recordName, "cloudkit.zoneshare", "CKRecordZone.share")
             let annsZone = try await ann.privateCloudDatabase.recordZone(for: zone.zoneID)
-            #expect(annsZone.share?.recordID == saved.recordID)
+            expectEqual(annsZone.share?.recordID, saved.recordID)
             #expect(annsZone.capabilities.contains(.sharing))
         }
     }
@@ -143,11 +143,11 @@ struct ShareKitTests {
             let bobID = try await bob.userRecordID()
             // Bob has not made himself discoverable: found, without a name.
             let quiet = try await ann.shareParticipant(forEmailAddress: "BOB@example.com")
-            #expect(quiet.userIdentity.userRecordID?.recordName == bobID.recordName)
+            expectEqual(quiet.userIdentity.userRecordID?.recordName, bobID.recordName)
             #expect(quiet.userIdentity.nameComponents?.givenName == nil)
-            #expect(try await bob.requestApplicationPermission(.userDiscoverability) == .granted)
+            try await expectEqual(bob.requestApplicationPermission(.userDiscoverability), .granted)
             let named = try await ann.shareParticipant(forUserRecordID: bobID)
-            #expect(named.userIdentity.nameComponents?.givenName == "Bob")
+            expectEqual(named.userIdentity.nameComponents?.givenName, "Bob")
             await expectCKError(.unknownItem) { _ = try await ann.shareParticipant(forEmailAddress: "nobody@example.com") }
             await expectCKError(.unknownItem) { _ = try await ann.shareParticipant(forPhoneNumber: "+15555550100") }
 
@@ -162,8 +162,8 @@ struct ShareKitTests {
             }
             operation.fetchShareParticipantsResultBlock = { result in if case .failure(let error) = result { final.update { $0 = error } } }
             await runContainerOperation(operation, on: ann)
-            #expect(results.value == ["bob@example.com": true, "nobody@example.com": false])
-            #expect((final.value as? CKError)?.code == .partialFailure)
+            expectEqual(results.value, ["bob@example.com": true, "nobody@example.com": false])
+            expectEqual((final.value as? CKError)?.code, .partialFailure)
         }
     }
 }

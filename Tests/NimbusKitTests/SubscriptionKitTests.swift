@@ -86,8 +86,8 @@ struct SubscriptionKitTests {
             info.shouldBadge = true
             query.notificationInfo = info
             let savedQuery = try #require(try await database.save(query) as? CKQuerySubscription)
-            #expect(savedQuery.querySubscriptionOptions == [.firesOnRecordCreation, .firesOnce])
-            #expect(savedQuery.notificationInfo?.alertBody == "A good note")
+            expectEqual(savedQuery.querySubscriptionOptions, [.firesOnRecordCreation, .firesOnce])
+            expectEqual(savedQuery.notificationInfo?.alertBody, "A good note")
 
             let notesZone = CKRecordZoneSubscription(zoneID: zone.zoneID, subscriptionID: "notes-zone")
             notesZone.recordType = "Note"
@@ -102,20 +102,20 @@ struct SubscriptionKitTests {
             info.alertBody = "A very good note"
             _ = try await database.save(query)
             let fetched = try #require(try await database.subscription(for: "good-notes") as? CKQuerySubscription)
-            #expect(fetched.notificationInfo?.alertBody == "A very good note")
-            #expect(fetched.notificationInfo?.desiredKeys == ["title"])
-            #expect(fetched.notificationInfo?.shouldBadge == true)
-            #expect(fetched.recordType == "Note")
+            expectEqual(fetched.notificationInfo?.alertBody, "A very good note")
+            expectEqual(fetched.notificationInfo?.desiredKeys, ["title"])
+            expectEqual(fetched.notificationInfo?.shouldBadge, true)
+            expectEqual(fetched.recordType, "Note")
             #expect(fetched.zoneID == nil)
             let zoneSubscription = try #require(try await database.subscription(for: "notes-zone") as? CKRecordZoneSubscription)
-            #expect(zoneSubscription.zoneID == zone.zoneID)
-            #expect(zoneSubscription.recordType == "Note")
+            expectEqual(zoneSubscription.zoneID, zone.zoneID)
+            expectEqual(zoneSubscription.recordType, "Note")
             #expect((try await database.subscription(for: "everything") as? CKDatabaseSubscription)?.recordType == nil)
 
             let all = try await database.allSubscriptions()
-            #expect(all.map(\.subscriptionID) == ["everything", "good-notes", "notes-zone"])
-            #expect(all.map(\.subscriptionType) == [.database, .query, .recordZone])
-            #expect(all.first?.notificationInfo?.shouldSendContentAvailable == true)
+            expectEqual(all.map(\.subscriptionID), ["everything", "good-notes", "notes-zone"])
+            expectEqual(all.map(\.subscriptionType), [.database, .query, .recordZone])
+            expectEqual(all.first?.notificationInfo?.shouldSendContentAvailable, true)
 
             // A fetched query subscription saves again with the server's own form of its filter.
             _ = try await database.save(fetched)
@@ -171,15 +171,15 @@ struct SubscriptionKitTests {
             heard.append(try await listenerB.next())
             for notification in heard {
                 let databaseNotification = try #require(notification as? CKDatabaseNotification)
-                #expect(databaseNotification.databaseScope == .private)
-                #expect(databaseNotification.subscriptionID == "private-changes")
-                #expect(databaseNotification.containerIdentifier == TestServer.container)
+                expectEqual(databaseNotification.databaseScope, .private)
+                expectEqual(databaseNotification.subscriptionID, "private-changes")
+                expectEqual(databaseNotification.containerIdentifier, TestServer.container)
                 #expect(databaseNotification.nimbusSyncToken != nil)
             }
 
             let changes = try await deviceB.privateCloudDatabase.databaseChanges(since: startToken)
             let changedZones = changes.modifications.map(\.zoneID).filter { !$0.zoneName.hasPrefix("probe") }
-            #expect(changedZones == [zone.zoneID])
+            expectEqual(changedZones, [zone.zoneID])
             let zoneChanges = try await deviceB.privateCloudDatabase.recordZoneChanges(inZoneWith: zone.zoneID, since: nil)
             let record = try #require(try zoneChanges.modificationResultsByID[party.recordID]?.get().record)
             #expect(record["name"] as? String == "Beers")
@@ -215,14 +215,14 @@ struct SubscriptionKitTests {
             _ = try await laptop.privateCloudDatabase.save(strong)
 
             let notification = try #require(try await reader.next() as? CKQueryNotification)
-            #expect(notification.queryNotificationReason == .recordCreated)
-            #expect(notification.recordID == strong.recordID)
+            expectEqual(notification.queryNotificationReason, .recordCreated)
+            expectEqual(notification.recordID, strong.recordID)
             #expect(notification.recordFields?["title"] as? String == "Great")
             #expect(notification.recordFields?["stars"] as? Int64 == 5)
-            #expect(notification.alertLocalizationKey == "GOOD_NOTE")
-            #expect(notification.alertLocalizationArgs == ["Great"])
-            #expect(notification.soundName == "ping.aiff")
-            #expect(notification.databaseScope == .private)
+            expectEqual(notification.alertLocalizationKey, "GOOD_NOTE")
+            expectEqual(notification.alertLocalizationArgs, ["Great"])
+            expectEqual(notification.soundName, "ping.aiff")
+            expectEqual(notification.databaseScope, .private)
             // firesOnce: gone after firing, so the next match says nothing.
             #expect(try await phone.privateCloudDatabase.allSubscriptions().isEmpty)
             let another = CKRecord(recordType: "Note", recordID: CKRecord.ID(recordName: "another"))
@@ -271,7 +271,7 @@ struct SubscriptionKitTests {
                 try await Task.sleep(for: .milliseconds(100))
             }
             #expect(error == nil && token != nil && moreComing == false)
-            #expect(missed.value.count == 5)
+            expectEqual(missed.value.count, 5)
             #expect(missed.value.allSatisfy { $0 is CKDatabaseNotification })
 
             let ids = missed.value.compactMap(\.notificationID)
@@ -282,7 +282,7 @@ struct SubscriptionKitTests {
             }
             #expect(markError == nil && marked == ids)
             let read = try await listenerA.next()
-            #expect(read.notificationType == .readNotification)
+            expectEqual(read.notificationType, .readNotification)
 
             let badgeError = await awaitCallback { done in
                 let badge = CKModifyBadgeOperation(badgeValue: 3)
@@ -295,7 +295,7 @@ struct SubscriptionKitTests {
                 badge.modifyBadgeCompletionBlock = { done($0) }
                 deviceB.add(badge)
             }
-            #expect((badBadge as? CKError)?.code == .invalidArguments)
+            expectEqual((badBadge as? CKError)?.code, .invalidArguments)
 
             // A forged token is refused.
             let forgedError = await awaitCallback { done in
@@ -304,7 +304,7 @@ struct SubscriptionKitTests {
                 forged.fetchNotificationChangesCompletionBlock = { _, error in done(error) }
                 deviceB.add(forged)
             }
-            #expect((forgedError as? CKError)?.code == .invalidArguments)
+            expectEqual((forgedError as? CKError)?.code, .invalidArguments)
         }
     }
 
@@ -336,7 +336,7 @@ struct SubscriptionKitTests {
             defer { resumed.stop() }
             let replayed = [try await resumed.next(), try await resumed.next()]
             #expect(replayed.allSatisfy { $0 is CKDatabaseNotification })
-            #expect(Set(replayed.compactMap(\.notificationID)).count == 2)
+            expectEqual(Set(replayed.compactMap(\.notificationID)).count, 2)
             #expect(await resumed.nothing(within: 0.3))
             _ = try await laptop.privateCloudDatabase.save(CKRecordZone(zoneName: "Live"))
             #expect(try await resumed.next() is CKDatabaseNotification)
@@ -360,7 +360,7 @@ struct SubscriptionKitTests {
             // Reconnecting backs off (doubling) while the server is away: on a loaded machine the
             // catch-up came after the 10 s a live push gets.
             let caughtUp = try #require(try await reader.next(within: 30) as? CKDatabaseNotification)
-            #expect(caughtUp.databaseScope == .private)
+            expectEqual(caughtUp.databaseScope, .private)
             // And it is live again. The same 30 s: on CI (2026-11-30, this test at 283 s into a
             // starved pass) the live push after the catch-up took longer than 10 s too.
             _ = try await laptop.privateCloudDatabase.save(CKRecordZone(zoneName: "Live"))
@@ -392,21 +392,21 @@ struct SubscriptionKitTests {
             ],
         ]
         let notification = try #require(CKNotification(fromRemoteNotificationDictionary: userInfo) as? CKQueryNotification)
-        #expect(notification.notificationType == .query)
-        #expect(notification.queryNotificationReason == .recordCreated)
-        #expect(notification.recordID == CKRecord.ID(recordName: "wwdc", zoneID: CKRecordZone.ID(zoneName: "Parties")))
+        expectEqual(notification.notificationType, .query)
+        expectEqual(notification.queryNotificationReason, .recordCreated)
+        expectEqual(notification.recordID, CKRecord.ID(recordName: "wwdc", zoneID: CKRecordZone.ID(zoneName: "Parties")))
         #expect(notification.recordFields?["name"] as? String == "Beers")
-        #expect(notification.alertBody == "New party")
-        #expect(notification.badge == 2)
-        #expect(notification.subscriptionID == "parties")
-        #expect(notification.notificationID?.description == "8A1C3C2E-0B59-4A2F-9D39-8B8B6E0C7F10")
+        expectEqual(notification.alertBody, "New party")
+        expectEqual(notification.badge, 2)
+        expectEqual(notification.subscriptionID, "parties")
+        expectEqual(notification.notificationID?.description, "8A1C3C2E-0B59-4A2F-9D39-8B8B6E0C7F10")
 
         let zone = CKNotification(fromRemoteNotificationDictionary: [
             "ck": ["nid": "1", "fet": ["sid": "z", "zid": "Parties", "zoid": "_other", "dbs": 3]]
         ])
         let zoneNotification = try #require(zone as? CKRecordZoneNotification)
-        #expect(zoneNotification.recordZoneID == CKRecordZone.ID(zoneName: "Parties", ownerName: "_other"))
-        #expect(zoneNotification.databaseScope == .shared)
+        expectEqual(zoneNotification.recordZoneID, CKRecordZone.ID(zoneName: "Parties", ownerName: "_other"))
+        expectEqual(zoneNotification.databaseScope, .shared)
         #expect(CKNotification(fromRemoteNotificationDictionary: ["aps": ["alert": "not CloudKit"]]) == nil)
         #expect(CKNotification(fromRemoteNotificationDictionary: ["ck": ["nid": "x"]]) == nil)
     }

@@ -29,7 +29,7 @@ struct SyncEngineDeviceTests {
         a.edit("n", "first")
         try await a.engine.sendChanges()
         try await b.engine.fetchChanges()
-        #expect(b.notes["n"] == "first")
+        expectEqual(b.notes["n"], "first")
         return (a, b)
     }
 
@@ -68,8 +68,8 @@ struct SyncEngineDeviceTests {
             #expect(b.notes.isEmpty)
             try await b.engine.fetchChanges()
             try await c.engine.fetchChanges()
-            #expect(b.notes == ["c0": "contact 0", "c1": "contact 1", "c2": "contact 2"])
-            #expect(c.notes == b.notes)
+            expectEqual(b.notes, ["c0": "contact 0", "c1": "contact 1", "c2": "contact 2"])
+            expectEqual(c.notes, b.notes)
 
             // A stateUpdate follows every change the app makes (the app keeps the state only
             // from those): an engine made again from the kept state is the same device.
@@ -78,7 +78,7 @@ struct SyncEngineDeviceTests {
             let again = SyncDevice(server, name: "A", journals: folder)
             again.inherit(from: a)
             try await again.start()
-            #expect(again.engine.state.pendingRecordZoneChanges == [.saveRecord(Self.id("c9"))])
+            expectEqual(again.engine.state.pendingRecordZoneChanges, [.saveRecord(Self.id("c9"))])
             #expect(b.engine.state.pendingRecordZoneChanges.isEmpty)
         }
     }
@@ -91,7 +91,7 @@ struct SyncEngineDeviceTests {
         var ours = CKSyncEngine.State.Stored(containerIdentifier: "iCloud.test", databaseScope: "private")
         ours.pendingRecordZoneChanges = [.saveRecord(Self.id("kept"))]
         journal.write(ours, replacing: nil)
-        #expect(journal.read(lineage: ours.lineage)?.pendingRecordZoneChanges == [.saveRecord(Self.id("kept"))])
+        expectEqual(journal.read(lineage: ours.lineage)?.pendingRecordZoneChanges, [.saveRecord(Self.id("kept"))])
         #expect(journal.read(lineage: UUID().uuidString) == nil)
 
         // A new history (an account switch) takes the place of the one it replaces.
@@ -105,7 +105,7 @@ struct SyncEngineDeviceTests {
         var earlier = CKSyncEngine.State.Stored(containerIdentifier: "iCloud.test", databaseScope: "private")
         earlier.pendingRecordZoneChanges = [.saveRecord(Self.id("old"))]
         try JSONEncoder().encode(earlier).write(to: journal.sharedFile)
-        #expect(journal.read(lineage: earlier.lineage)?.pendingRecordZoneChanges == [.saveRecord(Self.id("old"))])
+        expectEqual(journal.read(lineage: earlier.lineage)?.pendingRecordZoneChanges, [.saveRecord(Self.id("old"))])
         #expect(journal.read(lineage: UUID().uuidString) == nil)
 
         // Pruning: besides our own, the eight newest stay, and none untouched for 30 days.
@@ -146,7 +146,7 @@ struct SyncEngineDeviceTests {
             CKSyncEngine.State.Stored(containerIdentifier: "iCloud.test", databaseScope: "private"), journal: nil)
         state.add(pendingRecordZoneChanges: ["a", "b", "c"].map { .saveRecord(Self.id($0)) })
         state.requeue([.saveRecord(Self.id("a")), .saveRecord(Self.id("gone"))])
-        #expect(state.pendingRecordZoneChanges == ["b", "c", "a"].map { .saveRecord(Self.id($0)) })
+        expectEqual(state.pendingRecordZoneChanges, ["b", "c", "a"].map { .saveRecord(Self.id($0)) })
     }
 
     @Test(
@@ -163,21 +163,21 @@ struct SyncEngineDeviceTests {
             let secondText = second.notes["n"] ?? ""
             try await first.engine.sendChanges()
             let thrown = await #expect(throws: CKError.self) { try await second.engine.sendChanges() }
-            #expect(thrown?.code == .partialFailure)
+            expectEqual(thrown?.code, .partialFailure)
             let conflict = Self.itemError(thrown, "n")
-            #expect(conflict?.code == .serverRecordChanged)
+            expectEqual(conflict?.code, .serverRecordChanged)
             #expect(conflict?.serverRecord?.recordChangeTag != nil)
-            #expect(second.failures == ["n: serverRecordChanged"])
+            expectEqual(second.failures, ["n: serverRecordChanged"])
             // The first sender is done; the second has the one change its app added again.
             #expect(first.engine.state.pendingRecordZoneChanges.isEmpty)
-            #expect(second.engine.state.pendingRecordZoneChanges == [.saveRecord(Self.id("n"))])
-            #expect(second.notes["n"] == "\(firstText) + \(secondText)")
+            expectEqual(second.engine.state.pendingRecordZoneChanges, [.saveRecord(Self.id("n"))])
+            expectEqual(second.notes["n"], "\(firstText) + \(secondText)")
 
             try await second.engine.sendChanges()
             #expect(second.engine.state.pendingRecordZoneChanges.isEmpty)
             try await first.engine.fetchChanges()
-            #expect(first.notes["n"] == "\(firstText) + \(secondText)")
-            #expect(first.notes == second.notes)
+            expectEqual(first.notes["n"], "\(firstText) + \(secondText)")
+            expectEqual(first.notes, second.notes)
         }
     }
 
@@ -195,20 +195,20 @@ struct SyncEngineDeviceTests {
             b.edit("m", "new on B")
             b.edit("o", "also new on B")
             let thrown = await #expect(throws: CKError.self) { try await b.engine.sendChanges() }
-            #expect(Self.itemError(thrown, "n")?.code == .serverRecordChanged)
-            #expect(Self.itemError(thrown, "m")?.code == .batchRequestFailed)
-            #expect(Self.itemError(thrown, "o")?.code == .batchRequestFailed)
-            #expect(Set(b.failures) == ["n: serverRecordChanged", "m: batchRequestFailed", "o: batchRequestFailed"])
+            expectEqual(Self.itemError(thrown, "n")?.code, .serverRecordChanged)
+            expectEqual(Self.itemError(thrown, "m")?.code, .batchRequestFailed)
+            expectEqual(Self.itemError(thrown, "o")?.code, .batchRequestFailed)
+            expectEqual(Set(b.failures), ["n: serverRecordChanged", "m: batchRequestFailed", "o: batchRequestFailed"])
             // All three pending: the conflict because the app merged and added it again, the
             // others because the engine sends them again by itself.
-            #expect(Set(b.engine.state.pendingRecordZoneChanges) == Set(["n", "m", "o"].map { .saveRecord(Self.id($0)) }))
+            expectEqual(Set(b.engine.state.pendingRecordZoneChanges), Set(["n", "m", "o"].map { .saveRecord(Self.id($0)) }))
             let c = try await Self.freshDevice(server)
-            #expect(c.notes == ["n": "A's edit"])
+            expectEqual(c.notes, ["n": "A's edit"])
 
             try await b.engine.sendChanges()
             #expect(b.engine.state.pendingRecordZoneChanges.isEmpty)
             try await c.engine.fetchChanges()
-            #expect(c.notes == ["n": "A's edit + B's edit", "m": "new on B", "o": "also new on B"])
+            expectEqual(c.notes, ["n": "A's edit + B's edit", "m": "new on B", "o": "also new on B"])
         }
     }
 
@@ -220,7 +220,7 @@ struct SyncEngineDeviceTests {
             // As Apple's sample does before every test: deleting a zone that is not there
             // (a fresh container) succeeds, by the engine and by the database alike.
             let database = other.container.privateCloudDatabase
-            #expect(try await database.deleteRecordZone(withID: Self.zoneID) == Self.zoneID)
+            try await expectEqual(database.deleteRecordZone(withID: Self.zoneID), Self.zoneID)
             a.engine.state.add(pendingDatabaseChanges: [.deleteZone(Self.zoneID)])
             try await a.engine.sendChanges()
             #expect(a.events.contains("sentDatabaseChanges(saved: 0, failed: 0, deleted: 1)"), "\(a.events)")
@@ -234,16 +234,16 @@ struct SyncEngineDeviceTests {
             try await database.deleteRecordZone(withID: Self.zoneID)
             a.edit("n", "renamed")
             let thrown = await #expect(throws: CKError.self) { try await a.engine.sendChanges() }
-            #expect(Self.itemError(thrown, "n")?.code == .zoneNotFound)
-            #expect(a.failures.last == "n: zoneNotFound")
+            expectEqual(Self.itemError(thrown, "n")?.code, .zoneNotFound)
+            expectEqual(a.failures.last, "n: zoneNotFound")
             // Nothing repaired behind the app's back: pending is what the app added again.
-            #expect(a.engine.state.pendingDatabaseChanges.map(\.zoneID) == [Self.zoneID])
-            #expect(a.engine.state.pendingRecordZoneChanges == [.saveRecord(Self.id("n"))])
+            expectEqual(a.engine.state.pendingDatabaseChanges.map(\.zoneID), [Self.zoneID])
+            expectEqual(a.engine.state.pendingRecordZoneChanges, [.saveRecord(Self.id("n"))])
 
             try await a.engine.sendChanges()
             #expect(a.engine.state.pendingRecordZoneChanges.isEmpty && a.engine.state.pendingDatabaseChanges.isEmpty)
             let c = try await Self.freshDevice(server)
-            #expect(c.notes == ["n": "renamed"])
+            expectEqual(c.notes, ["n": "renamed"])
             let recreated = try #require(c.serverRecord("n")?.creationDate)
             #expect(recreated > created)
         }
@@ -265,14 +265,14 @@ struct SyncEngineDeviceTests {
             a.edit("n", "renamed")
             a.edit("kept", "edited too")
             let thrown = await #expect(throws: CKError.self) { try await a.engine.sendChanges() }
-            #expect(Self.itemError(thrown, "n")?.code == .unknownItem)
+            expectEqual(Self.itemError(thrown, "n")?.code, .unknownItem)
             #expect(Self.itemError(thrown, "kept") == nil)
-            #expect(thrown?.partialErrorsByItemID?.count == 1)
-            #expect(a.engine.state.pendingRecordZoneChanges == [.saveRecord(Self.id("n"))])
+            expectEqual(thrown?.partialErrorsByItemID?.count, 1)
+            expectEqual(a.engine.state.pendingRecordZoneChanges, [.saveRecord(Self.id("n"))])
 
             try await a.engine.sendChanges()
             let c = try await Self.freshDevice(server)
-            #expect(c.notes == ["n": "renamed", "kept": "edited too"])
+            expectEqual(c.notes, ["n": "renamed", "kept": "edited too"])
             #expect(try #require(c.serverRecord("n")?.creationDate) > created)
         }
     }
@@ -295,7 +295,7 @@ struct SyncEngineDeviceTests {
             // record was saved with it; the engine made afterwards heard of it only as a
             // continuation of the kept state.
             let order = await app.order
-            #expect(Array(order.prefix(3)) == ["engine 1 made", "signIn on engine 1 (the app's)", "engine 2 made"], "\(order)")
+            expectEqual(Array(order.prefix(3)), ["engine 1 made", "signIn on engine 1 (the app's)", "engine 2 made"], "\(order)")
             let saved = try await app.container.privateCloudDatabase.record(for: Self.id("n"))
             #expect(saved["text"] as? String == "hello")
         }

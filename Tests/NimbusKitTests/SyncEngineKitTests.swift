@@ -25,7 +25,7 @@ struct SyncEngineKitTests {
             try await a.engine.sendChanges()
             #expect(a.engine.state.pendingRecordZoneChanges.isEmpty)
             try await b.engine.fetchChanges()
-            #expect(b.notes == ["n1": "first n1", "n2": "first n2", "n3": "first n3"])
+            expectEqual(b.notes, ["n1": "first n1", "n2": "first n2", "n3": "first n3"])
             #expect(b.events.contains { $0.hasPrefix("accountChange(signIn") })
 
             // Concurrent edits and a deletion on both sides.
@@ -36,8 +36,8 @@ struct SyncEngineKitTests {
             try await b.engine.sendChanges()
             try await a.engine.fetchChanges()
             try await b.engine.fetchChanges()
-            #expect(a.notes == ["n1": "A's n1", "n2": "B's n2"])
-            #expect(b.notes == a.notes)
+            expectEqual(a.notes, ["n1": "A's n1", "n2": "B's n2"])
+            expectEqual(b.notes, a.notes)
 
             // A conflict: both edit n1; B's send meets A's change, fails it (as CloudKit's
             // engine, sendChanges throws after the event), B merges and adds it again; the
@@ -46,14 +46,14 @@ struct SyncEngineKitTests {
             b.edit("n1", "from B")
             try await a.engine.sendChanges()
             await #expect(throws: CKError.self) { try await b.engine.sendChanges() }
-            #expect(b.conflicts == ["n1"])
-            #expect(b.engine.state.pendingRecordZoneChanges == [.saveRecord(Self.id("n1"))])
+            expectEqual(b.conflicts, ["n1"])
+            expectEqual(b.engine.state.pendingRecordZoneChanges, [.saveRecord(Self.id("n1"))])
             try await b.engine.sendChanges()
             #expect(b.engine.state.pendingRecordZoneChanges.isEmpty)
             try await a.engine.fetchChanges()
             try await b.engine.fetchChanges()
-            #expect(a.notes["n1"] == "from A + from B")
-            #expect(b.notes == a.notes)
+            expectEqual(a.notes["n1"], "from A + from B")
+            expectEqual(b.notes, a.notes)
 
             // Offline: B edits with no server in reach; the changes wait, then go.
             let offline = SyncDevice(server, name: "B", journals: b.journals, serverURL: URL(string: "http://127.0.0.1:1")!)
@@ -62,20 +62,20 @@ struct SyncEngineKitTests {
             offline.edit("n4", "written offline")
             offline.edit("n2", "B offline edit")
             await #expect(throws: CKError.self) { try await offline.engine.sendChanges() }
-            #expect(Set(offline.engine.state.pendingRecordZoneChanges) == [.saveRecord(Self.id("n4")), .saveRecord(Self.id("n2"))])
+            expectEqual(Set(offline.engine.state.pendingRecordZoneChanges), [.saveRecord(Self.id("n4")), .saveRecord(Self.id("n2"))])
             a.edit("n5", "A while B was away")
             try await a.engine.sendChanges()
             // Back online: a new engine from what the app kept.
             let online = SyncDevice(server, name: "B", journals: b.journals)
             online.inherit(from: offline)
             try await online.start()
-            #expect(online.engine.state.pendingRecordZoneChanges.count == 2)
+            expectEqual(online.engine.state.pendingRecordZoneChanges.count, 2)
             try await online.engine.sendChanges()
             try await online.engine.fetchChanges()
             try await a.engine.fetchChanges()
-            #expect(a.notes["n4"] == "written offline")
-            #expect(a.notes["n2"] == "B offline edit")
-            #expect(online.notes == a.notes)
+            expectEqual(a.notes["n4"], "written offline")
+            expectEqual(a.notes["n2"], "B offline edit")
+            expectEqual(online.notes, a.notes)
 
             // A crash mid-send: the server applied A's request, the answer never came, the
             // process died. The app kept no state after adding the changes.
@@ -101,7 +101,7 @@ struct SyncEngineKitTests {
             // What the app kept knew nothing of the two edits: the journal carried them.
             let kept = try JSONDecoder().decode(CKSyncEngine.State.Serialization.self, from: try #require(keptBeforeTheCrash))
             #expect(kept.stored.pendingRecordZoneChanges.isEmpty && kept.stored.sendsInFlight.isEmpty)
-            #expect(relaunched.engine.state.snapshot.sendsInFlight.count == 1)
+            expectEqual(relaunched.engine.state.snapshot.sendsInFlight.count, 1)
             try await relaunched.engine.sendChanges()
             // The resumed request was answered from its first outcome: saved, no conflict.
             #expect(relaunched.conflicts.isEmpty)
@@ -110,9 +110,9 @@ struct SyncEngineKitTests {
             #expect(relaunched.engine.state.snapshot.sendsInFlight.isEmpty)
             try await online.engine.fetchChanges()
             try await relaunched.engine.fetchChanges()
-            #expect(online.notes["n6"] == "sent as the process died")
-            #expect(online.notes["n1"] == "A's last edit")
-            #expect(online.notes == relaunched.notes)
+            expectEqual(online.notes["n6"], "sent as the process died")
+            expectEqual(online.notes["n1"], "A's last edit")
+            expectEqual(online.notes, relaunched.notes)
 
             // Both devices create the same record before either hears of the other's.
             relaunched.edit("twin", "A's twin")
@@ -122,7 +122,7 @@ struct SyncEngineKitTests {
             #expect(online.conflicts.contains("twin"), "\(online.failures)")
             try await online.engine.sendChanges()
             try await relaunched.engine.fetchChanges()
-            #expect(relaunched.notes["twin"] == "A's twin + B's twin")
+            expectEqual(relaunched.notes["twin"], "A's twin + B's twin")
         }
     }
 
@@ -136,8 +136,8 @@ struct SyncEngineKitTests {
             for index in 0..<450 { a.edit("bulk\(index)", "note \(index)") }
             a.batchAll = true
             try await a.engine.sendChanges()
-            #expect(a.sentRequests == [200, 200, 50])
-            #expect(a.saved.count == 450)
+            expectEqual(a.sentRequests, [200, 200, 50])
+            expectEqual(a.saved.count, 450)
             #expect(a.engine.state.pendingRecordZoneChanges.isEmpty)
 
             // Over the limit and atomic by zone: still split, each request one zone's.
@@ -145,7 +145,7 @@ struct SyncEngineKitTests {
                 saves: (0..<250).map { CKRecord(recordType: "Note", recordID: Self.id("x\($0)")) }
                     + [CKRecord(recordType: "Note", recordID: CKRecord.ID(recordName: "y", zoneID: CKRecordZone.ID(zoneName: "Other")))],
                 deletes: [Self.id("gone")], atomicByZone: true)
-            #expect(requests.map(\.items.count) == [200, 51, 1])
+            expectEqual(requests.map(\.items.count), [200, 51, 1])
             #expect(requests.allSatisfy { $0.atomic })
             #expect(requests.allSatisfy { Set($0.items.map(\.recordID.zoneID)).count == 1 })
 
@@ -156,7 +156,7 @@ struct SyncEngineKitTests {
             let text = String(repeating: "x", count: 100_000)
             for index in 0..<60 { a.edit("large\(index)", text) }
             try await a.engine.sendChanges()
-            #expect(a.saved.filter { $0.hasPrefix("large") }.count == 60)
+            expectEqual(a.saved.filter { $0.hasPrefix("large") }.count, 60)
             #expect(a.failures.isEmpty, "\(a.failures)")
             #expect(a.engine.state.pendingRecordZoneChanges.isEmpty)
             #expect(a.sentRequests.count - before >= 2, "\(a.sentRequests)")
@@ -189,7 +189,7 @@ struct SyncEngineKitTests {
             b.edit("fromB", "sent by itself")
             try await waitUntil(within: 10) { b.engine.state.pendingRecordZoneChanges.isEmpty }
             try await a.engine.fetchChanges()
-            #expect(a.notes["fromB"] == "sent by itself")
+            expectEqual(a.notes["fromB"], "sent by itself")
         }
     }
 
@@ -213,7 +213,7 @@ struct SyncEngineKitTests {
             fresh.savedState = foreign
             try await fresh.start()
             #expect(fresh.engine.state.pendingRecordZoneChanges.isEmpty)
-            #expect(fresh.engine.state.snapshot.containerIdentifier == TestServer.container)
+            expectEqual(fresh.engine.state.snapshot.containerIdentifier, TestServer.container)
 
             // The app crashed before it kept the stateUpdate that followed the edit: started
             // from what it kept, the engine takes the change from the journal of that state's
@@ -224,7 +224,7 @@ struct SyncEngineKitTests {
             let relaunched = SyncDevice(server, name: "A", journals: a.journals)
             relaunched.savedState = keptBeforeTheEdit
             try await relaunched.start()
-            #expect(relaunched.engine.state.pendingRecordZoneChanges == [.saveRecord(Self.id("kept"))])
+            expectEqual(relaunched.engine.state.pendingRecordZoneChanges, [.saveRecord(Self.id("kept"))])
             let anotherDevice = SyncDevice(server, name: "A3", journals: a.journals)
             try await anotherDevice.start()
             #expect(anotherDevice.engine.state.pendingRecordZoneChanges.isEmpty)

@@ -10,9 +10,9 @@ struct SyncTests {
         try await TestServer.with { server in
             let database = try await server.signedInDevice("ann").privateCloudDatabase
             let notes = try await database.save(CKRecordZone(zoneName: "Notes"))
-            #expect(notes.zoneID.ownerName == CKCurrentUserDefaultName)
+            expectEqual(notes.zoneID.ownerName, CKCurrentUserDefaultName)
             _ = try await database.save(CKRecordZone(zoneName: "Photos"))
-            #expect(try await database.recordZone(for: notes.zoneID).zoneID == notes.zoneID)
+            try await expectEqual(database.recordZone(for: notes.zoneID).zoneID, notes.zoneID)
             let all = try await database.allRecordZones().map(\.zoneID.zoneName)
             #expect(all.contains("Notes") && all.contains("Photos"))
 
@@ -51,7 +51,7 @@ struct SyncTests {
             let finalToken = Box<CKServerChangeToken?>(nil)
             operation.recordWasChangedBlock = { id, result in changed.update { $0.append(id.recordName) } }
             operation.recordWithIDWasDeletedBlock = { id, type in
-                #expect(type == "Note")
+                expectEqual(type, "Note")
                 deleted.update { $0.append(id.recordName) }
             }
             operation.recordZoneChangeTokensUpdatedBlock = { _, token, _ in
@@ -64,8 +64,8 @@ struct SyncTests {
                 finalToken.update { $0 = token }
             }
             await runOperation(operation, on: mac)
-            #expect(Set(changed.value) == Set((1..<7).map { "n\($0)" }))
-            #expect(deleted.value == ["n0"])
+            expectEqual(Set(changed.value), Set((1..<7).map { "n\($0)" }))
+            expectEqual(deleted.value, ["n0"])
             #expect(tokenUpdates.value >= 3)
 
             // From the final token: only what changed since.
@@ -76,7 +76,7 @@ struct SyncTests {
             let data = try NSKeyedArchiver.archivedData(withRootObject: since, requiringSecureCoding: true)
             let restored = try #require(try NSKeyedUnarchiver.unarchivedObject(ofClass: CKServerChangeToken.self, from: data))
             let page = try await mac.recordZoneChanges(inZoneWith: zone.zoneID, since: restored)
-            #expect(page.modificationResultsByID.keys.map(\.recordName) == ["n3"])
+            expectEqual(page.modificationResultsByID.keys.map(\.recordName), ["n3"])
             #expect(try page.modificationResultsByID[records[3].recordID]?.get().record["title"] as? String == "edited")
             #expect(page.deletions.isEmpty)
             #expect(!page.moreComing)
@@ -84,7 +84,7 @@ struct SyncTests {
             // Without fetchAllChanges: one page, moreComing, and the caller continues.
             let first = try await mac.recordZoneChanges(inZoneWith: zone.zoneID, since: nil, resultsLimit: 4)
             #expect(first.moreComing)
-            #expect(first.modificationResultsByID.count + first.deletions.count == 4)
+            expectEqual(first.modificationResultsByID.count + first.deletions.count, 4)
         }
     }
 
@@ -94,7 +94,7 @@ struct SyncTests {
             let database = try await server.signedInDevice("cy").privateCloudDatabase
             for name in ["A", "B", "C", "D", "E"] { _ = try await database.save(CKRecordZone(zoneName: name)) }
             let start = try await database.databaseChanges(since: nil)
-            #expect(start.modifications.count == 5)
+            expectEqual(start.modifications.count, 5)
             try await database.deleteRecordZone(withID: CKRecordZone.ID(zoneName: "B"))
             _ = try await database.save(CKRecordZone(zoneName: "F"))
 
@@ -109,8 +109,8 @@ struct SyncTests {
             operation.changeTokenUpdatedBlock = { _ in updates.update { $0 += 1 } }
             operation.fetchDatabaseChangesCompletionBlock = { token, more, error in result.update { $0 = (token, more, error) } }
             await runOperation(operation, on: database)
-            #expect(Set(changed.value) == ["A", "C", "D", "E", "F"])
-            #expect(deleted.value == ["B"])
+            expectEqual(Set(changed.value), ["A", "C", "D", "E", "F"])
+            expectEqual(deleted.value, ["B"])
             #expect(updates.value >= 2)
             #expect(result.value.0 != nil && result.value.1 == false && result.value.2 == nil)
 

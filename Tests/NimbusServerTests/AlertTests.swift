@@ -76,7 +76,7 @@ import Testing
                 #expect(webhook.bodies.isEmpty)
 
                 let alice = try await server.user("alice")
-                #expect(try await alice.post("private", "zones/list", [:]).status == 200)
+                try await expectEqual(alice.post("private", "zones/list", [:]).status, 200)
                 try await webhook.waitFor(1)
                 let firing = try #require(webhook.bodies.first)
                 #expect(firing["alert"] == "p99>0ms" && firing["state"] == "firing", "\(firing)")
@@ -89,7 +89,7 @@ import Testing
                 #expect(resolved["alert"] == "p99>0ms" && resolved["state"] == "resolved", "\(resolved)")
                 try await Task.sleep(for: .milliseconds(200))
                 // No 5xx was answered: the other rule never fired; nothing was sent twice.
-                #expect(webhook.bodies.count == 2, "\(webhook.bodies)")
+                expectEqual(webhook.bodies.count, 2, "\(webhook.bodies)")
             }
         } catch {
             await webhook.stop()
@@ -110,9 +110,9 @@ import Testing
         }
         let badHook = try DatabaseOptionTests.failing(["serve", "--port", "0", "--data-dir", directory, "--alert-webhook", "ftp://x"])
         #expect(badHook.status != 0 && badHook.error.contains("http:// or https://"), "\(badHook.error)")
-        #expect(try AlertRule(parsing: "throttled > 10/min").threshold == 10)
-        #expect(try AlertRule(parsing: "backup-age>26h").threshold == 26 * 3_600)
-        #expect(try AlertRule(parsing: "p99>1.5s").threshold == 1_500)
-        #expect(try AlertRule(parsing: "server-errors>2.5%").threshold == 0.025)
+        try expectEqual(AlertRule(parsing: "throttled > 10/min").threshold, 10)
+        try expectEqual(AlertRule(parsing: "backup-age>26h").threshold, 26 * 3_600)
+        try expectEqual(AlertRule(parsing: "p99>1.5s").threshold, 1_500)
+        try expectEqual(AlertRule(parsing: "server-errors>2.5%").threshold, 0.025)
     }
 }

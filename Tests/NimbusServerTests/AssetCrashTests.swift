@@ -70,7 +70,7 @@ import Testing
         for (index, upload) in uploads.enumerated().prefix(20) {
             let record = try await reader.lookup(["r\(index)"]).records.first
             let url = try #require(record?.fieldValue("image")?["downloadURL"]?.stringValue)
-            #expect(try await AssetTests.http(.GET, url).body == upload.bytes)
+            try await expectEqual(AssetTests.http(.GET, url).body, upload.bytes)
         }
     }
 }

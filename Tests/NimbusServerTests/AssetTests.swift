@@ -97,50 +97,50 @@ import Testing
             let alice = try await server.user("alice")
             let bytes = Array("a picture of a cat, in bytes".utf8)
             let file = try await Self.upload(alice, bytes)
-            #expect(file["fileChecksum"]?.stringValue == Self.checksum(bytes))
-            #expect(file["size"]?.int64Value == Int64(bytes.count))
-            #expect(file["receipt"]?.stringValue?.isEmpty == false)
+            expectEqual(file["fileChecksum"]?.stringValue, Self.checksum(bytes))
+            expectEqual(file["size"]?.int64Value, Int64(bytes.count))
+            expectEqual(file["receipt"]?.stringValue?.isEmpty, false)
 
             let saved = try await alice.modify([Self.photo("p1", file)])
             let record = try #require(saved.records.first)
-            #expect(record["fields"]?["image"]?["type"] == "ASSETID", "\(saved.text)")
+            expectEqual(record["fields"]?["image"]?["type"], "ASSETID", "\(saved.text)")
             // What is stored: the checksum and size; the receipt is not echoed.
             #expect(record.fieldValue("image")?["receipt"] == nil)
 
             let fetched = try #require(try await alice.lookup(["p1"]).records.first)
             let asset = try #require(fetched.fieldValue("image"))
-            #expect(asset["fileChecksum"]?.stringValue == Self.checksum(bytes))
-            #expect(asset["size"]?.int64Value == Int64(bytes.count))
+            expectEqual(asset["fileChecksum"]?.stringValue, Self.checksum(bytes))
+            expectEqual(asset["size"]?.int64Value, Int64(bytes.count))
             let url = try #require(asset["downloadURL"]?.stringValue)
             #expect(url.hasPrefix(server.baseURL + "/assets/1/download/") && url.hasSuffix("/${f}"))
 
             // The client fills in a file name for `${f}`; any name serves.
             let download = try await Self.http(.GET, url.replacingOccurrences(of: "${f}", with: "cat.txt"))
-            #expect(download.status == 200)
-            #expect(download.body == bytes)
-            #expect(download.headers["Content-Length"].first == String(bytes.count))
+            expectEqual(download.status, 200)
+            expectEqual(download.body, bytes)
+            expectEqual(download.headers["Content-Length"].first, String(bytes.count))
             let etag = try #require(download.headers["ETag"].first)
-            #expect(etag == "\"\(Self.checksum(bytes))\"")
+            expectEqual(etag, "\"\(Self.checksum(bytes))\"")
 
             let notModified = try await Self.http(.GET, url, headers: [("If-None-Match", etag)])
             #expect(notModified.status == 304 && notModified.body.isEmpty)
             let part = try await Self.http(.GET, url, headers: [("Range", "bytes=2-8")])
-            #expect(part.status == 206)
-            #expect(part.body == Array(bytes[2...8]))
-            #expect(part.headers["Content-Range"].first == "bytes 2-8/\(bytes.count)")
+            expectEqual(part.status, 206)
+            expectEqual(part.body, Array(bytes[2...8]))
+            expectEqual(part.headers["Content-Range"].first, "bytes 2-8/\(bytes.count)")
             let tail = try await Self.http(.GET, url, headers: [("Range", "bytes=-4")])
-            #expect(tail.body == Array(bytes.suffix(4)))
+            expectEqual(tail.body, Array(bytes.suffix(4)))
             let open = try await Self.http(.GET, url, headers: [("Range", "bytes=20-")])
-            #expect(open.body == Array(bytes[20...]))
+            expectEqual(open.body, Array(bytes[20...]))
             let beyond = try await Self.http(.GET, url, headers: [("Range", "bytes=\(bytes.count)-")])
-            #expect(beyond.status == 416)
-            #expect(beyond.headers["Content-Range"].first == "bytes */\(bytes.count)")
+            expectEqual(beyond.status, 416)
+            expectEqual(beyond.headers["Content-Range"].first, "bytes */\(bytes.count)")
             let head = try await Self.http(.HEAD, url)
             #expect(head.status == 200 && head.headers["Content-Length"].first == String(bytes.count))
 
             // Change feeds and queries carry asset fields like any other.
-            #expect(try await alice.createZone("Album").status == 200)
-            #expect(try await alice.modify(zone: "Album", [Self.photo("a1", try await Self.upload(alice, bytes))]).status == 200)
+            try await expectEqual(alice.createZone("Album").status, 200)
+            try await expectEqual(alice.modify(zone: "Album", [Self.photo("a1", try await Self.upload(alice, bytes))]).status, 200)
             let changes = try await alice.zoneChanges("Album")
             #expect(changes.json["zones"]?[0]?["records"]?[0]?.fieldValue("image")?["downloadURL"] != nil, "\(changes.text)")
             let query = try await alice.post("private", "records/query", ["query": ["recordType": "Photo"]])
@@ -166,12 +166,12 @@ import Testing
             let fromAlice = try await Self.upload(alice, bytes)
             let fromBob = try await Self.upload(bob, bytes)
             let again = try await Self.upload(alice, bytes)
-            #expect(fromAlice["fileChecksum"] == fromBob["fileChecksum"])
-            #expect(try await alice.modify([Self.photo("a1", fromAlice), Self.photo("a2", again)]).records.count == 2)
-            #expect(try await bob.modify([Self.photo("b1", fromBob)]).records.first?["recordName"] == "b1")
+            expectEqual(fromAlice["fileChecksum"], fromBob["fileChecksum"])
+            try await expectEqual(alice.modify([Self.photo("a1", fromAlice), Self.photo("a2", again)]).records.count, 2)
+            try await expectEqual(bob.modify([Self.photo("b1", fromBob)]).records.first?["recordName"], "b1")
             let figures = try await server.service.assetFigures(container: nil)
             #expect(figures.blobs == 1 && figures.bytes == 10_000 && figures.unreferencedBlobs == 0)
-            #expect(Self.blobFiles(server).count == 1)
+            expectEqual(Self.blobFiles(server).count, 1)
             #expect(Self.stagingFiles(server).isEmpty)
         }
     }
@@ -195,17 +195,17 @@ import Testing
             // Nothing holds the bytes yet: an upload URL, no receipt.
             let before = try await Self.heldUpload(alice, checksum: checksum, size: bytes.count)
             #expect(before.status == 200 && before.token?["url"] != nil && before.token?["singleFile"] == nil)
-            #expect(try await alice.modify([Self.photo("p1", try await Self.upload(alice, bytes))]).records.count == 1)
+            try await expectEqual(alice.modify([Self.photo("p1", try await Self.upload(alice, bytes))]).records.count, 1)
 
             // Now alice's database holds them: a receipt instead, for the field asked about.
             let held = try await Self.heldUpload(alice, checksum: checksum, size: bytes.count, field: "thumbnail")
             let file = try #require(held.token?["singleFile"], "\(String(describing: held.token))")
             #expect(file["fileChecksum"]?.stringValue == checksum && file["size"]?.int64Value == Int64(bytes.count))
             let saved = try await alice.modify([Self.photo("p2", file, field: "thumbnail")])
-            #expect(saved.records.first?.fieldValue("thumbnail")?["fileChecksum"]?.stringValue == checksum, "\(saved.text)")
+            expectEqual(saved.records.first?.fieldValue("thumbnail")?["fileChecksum"]?.stringValue, checksum, "\(saved.text)")
             let download = try #require(try await alice.lookup(["p2"]).records.first?.fieldValue("thumbnail")?["downloadURL"]?.stringValue)
-            #expect(try await Self.http(.GET, download).body == bytes)
-            #expect(try await server.service.assetFigures(container: nil).blobs == 1)
+            try await expectEqual(Self.http(.GET, download).body, bytes)
+            try await expectEqual(server.service.assetFigures(container: nil).blobs, 1)
 
             // Not for a size other than the bytes', not for bob (a checksum alone must not
             // fetch someone else's file), not in the public database.
@@ -226,24 +226,24 @@ import Testing
         try await TestServer.with { server in
             let alice = try await server.user("alice")
             let bytes = Array("shared bytes".utf8)
-            #expect(try await alice.modify([Self.photo("src", try await Self.upload(alice, bytes))]).records.count == 1)
+            try await expectEqual(alice.modify([Self.photo("src", try await Self.upload(alice, bytes))]).records.count, 1)
             let answer = try await alice.post(
                 "private", "assets/rereference",
                 ["assets": [["recordName": "src", "fieldName": "image"], ["recordName": "nope", "fieldName": "image"]]])
-            #expect(answer.status == 200, "\(answer.text)")
+            expectEqual(answer.status, 200, "\(answer.text)")
             let copy = try #require(answer.json["assets"]?[0])
-            #expect(copy["fileChecksum"]?.stringValue == Self.checksum(bytes))
+            expectEqual(copy["fileChecksum"]?.stringValue, Self.checksum(bytes))
             #expect(copy["receipt"]?.stringValue != nil)
-            #expect(answer.json["assets"]?[1]?.errorCode == "NOT_FOUND")
+            expectEqual(answer.json["assets"]?[1]?.errorCode, "NOT_FOUND")
             // Another type and field: a rereference receipt is for any field of this database.
             let saved = try await alice.modify([Op.create("dst", type: "Album", ["cover": Op.field(copy)])])
-            #expect(saved.records.first?.fieldValue("cover")?["fileChecksum"] == copy["fileChecksum"], "\(saved.text)")
-            #expect(try await server.service.assetFigures(container: nil).blobs == 1)
+            expectEqual(saved.records.first?.fieldValue("cover")?["fileChecksum"], copy["fileChecksum"], "\(saved.text)")
+            try await expectEqual(server.service.assetFigures(container: nil).blobs, 1)
             // But not into another user's database.
             let bob = try await server.user("bob")
             let refused = try await bob.modify([Op.create("dst", type: "Album", ["cover": Op.field(copy)])])
-            #expect(refused.records.first?.errorCode == "BAD_REQUEST")
-            #expect(refused.records.first?["reason"]?.stringValue?.contains("another container, environment or database") == true)
+            expectEqual(refused.records.first?.errorCode, "BAD_REQUEST")
+            expectEqual(refused.records.first?["reason"]?.stringValue?.contains("another container, environment or database"), true)
         }
     }
 
@@ -257,48 +257,48 @@ import Testing
             let alice = try await server.user("alice")
             let bytes = Array("collect me".utf8)
             let file = try await Self.upload(alice, bytes)
-            #expect(try await alice.modify([Self.photo("p1", file), Self.photo("p2", file)]).records.count == 2)
+            try await expectEqual(alice.modify([Self.photo("p1", file), Self.photo("p2", file)]).records.count, 2)
             let url = try #require(try await alice.lookup(["p1"]).records.first?.fieldValue("image")?["downloadURL"]?.stringValue)
             let grace = server.service.options.assets.effectiveGraceSeconds * 1000
 
             // Held by two records, then one: never collected, however old.
             server.clock.advance(milliseconds: grace + 1_000)
-            #expect(try await server.service.collectAssets().blobs == 0)
-            #expect(try await alice.modify([Op.forceDelete("p1")]).status == 200)
-            #expect(try await server.service.collectAssets().blobs == 0)
+            try await expectEqual(server.service.collectAssets().blobs, 0)
+            try await expectEqual(alice.modify([Op.forceDelete("p1")]).status, 200)
+            try await expectEqual(server.service.collectAssets().blobs, 0)
             let fresh = try await alice.lookup(["p2"]).records.first?.fieldValue("image")?["downloadURL"]?.stringValue
-            #expect(try await Self.http(.GET, try #require(fresh)).status == 200)
+            try await expectEqual(Self.http(.GET, try #require(fresh)).status, 200)
 
             // Held by none: kept for the grace period after the last upload vouched for it.
-            #expect(try await alice.modify([Op.forceDelete("p2")]).status == 200)
+            try await expectEqual(alice.modify([Op.forceDelete("p2")]).status, 200)
             let reupload = try await Self.upload(alice, bytes)  // vouches for the bytes anew
-            #expect(reupload["fileChecksum"] == file["fileChecksum"])
-            #expect(try await server.service.assetFigures(container: nil).unreferencedBlobs == 1)
-            #expect(try await server.service.collectAssets().blobs == 0)
+            expectEqual(reupload["fileChecksum"], file["fileChecksum"])
+            try await expectEqual(server.service.assetFigures(container: nil).unreferencedBlobs, 1)
+            try await expectEqual(server.service.collectAssets().blobs, 0)
             server.clock.advance(milliseconds: grace - 1_000)
-            #expect(try await server.service.collectAssets().blobs == 0)
+            try await expectEqual(server.service.collectAssets().blobs, 0)
             server.clock.advance(milliseconds: 2_000)
             let collection = try await server.service.collectAssets()
             #expect(collection.blobs == 1 && collection.bytes == Int64(bytes.count))
             #expect(Self.blobFiles(server).isEmpty)
-            #expect(try await server.service.assetFigures(container: nil).blobs == 0)
+            try await expectEqual(server.service.assetFigures(container: nil).blobs, 0)
             // The bytes are gone; the old URL had expired long before.
-            #expect(try await Self.http(.GET, url).status == 403)
+            try await expectEqual(Self.http(.GET, url).status, 403)
         }
     }
 
     @Test func deletingAZoneLetsGoOfItsRecordsAssetsAndTheirBytesInTheQuota() async throws {
         try await TestServer.with { server in
             let alice = try await server.user("alice")
-            #expect(try await alice.createZone("Album").status == 200)
+            try await expectEqual(alice.createZone("Album").status, 200)
             let before = try await QuotaTests.privateUsage(alice).used
             let bytes = Array(repeating: UInt8(1), count: 5_000)
             let file = try await Self.upload(alice, bytes)
-            #expect(try await alice.modify(zone: "Album", [Self.photo("p1", file)]).records.first?["recordName"] == "p1")
+            try await expectEqual(alice.modify(zone: "Album", [Self.photo("p1", file)]).records.first?["recordName"], "p1")
             #expect(try await QuotaTests.privateUsage(alice).used > before + 5_000)
-            #expect(try await alice.deleteZone("Album").status == 200)
-            #expect(try await QuotaTests.privateUsage(alice).used == before)
-            #expect(try await server.service.assetFigures(container: nil).unreferencedBlobs == 1)
+            try await expectEqual(alice.deleteZone("Album").status, 200)
+            try await expectEqual(QuotaTests.privateUsage(alice).used, before)
+            try await expectEqual(server.service.assetFigures(container: nil).unreferencedBlobs, 1)
         }
     }
 
@@ -306,21 +306,21 @@ import Testing
         try await TestServer.with { server in
             let alice = try await server.user("alice")
             let small = try await Self.upload(alice, Array(repeating: 2, count: 100))
-            #expect(try await alice.modify([Self.photo("p1", small)]).records.count == 1)
+            try await expectEqual(alice.modify([Self.photo("p1", small)]).records.count, 1)
             let one = try await QuotaTests.privateUsage(alice).used
             let big = try await Self.upload(alice, Array(repeating: 3, count: 100))
             // The same record size and the same asset size: a quota one byte short refuses it.
             try await QuotaTests.setQuota(server, .privateDatabaseBytes, 2 * one - 1)
             QuotaTests.expectQuotaExceeded(try await alice.modify([Self.photo("p2", big)]).records.first)
             try await QuotaTests.setQuota(server, .privateDatabaseBytes, 2 * one)
-            #expect(try await alice.modify([Self.photo("p2", big)]).records.first?["recordName"] == "p2")
-            #expect(try await QuotaTests.privateUsage(alice).used == 2 * one)
-            #expect(try await alice.modify([Op.forceDelete("p2")]).status == 200)
-            #expect(try await QuotaTests.privateUsage(alice).used == one)
+            try await expectEqual(alice.modify([Self.photo("p2", big)]).records.first?["recordName"], "p2")
+            try await expectEqual(QuotaTests.privateUsage(alice).used, 2 * one)
+            try await expectEqual(alice.modify([Op.forceDelete("p2")]).status, 200)
+            try await expectEqual(QuotaTests.privateUsage(alice).used, one)
             // A declared size that cannot fit is refused when the upload URL is asked for.
             let refused = try await alice.post(
                 "private", "assets/upload", ["tokens": [["recordType": "Photo", "fieldName": "image", "size": .int(one + 1)]]])
-            #expect(refused.errorCode == "QUOTA_EXCEEDED", "\(refused.text)")
+            expectEqual(refused.errorCode, "QUOTA_EXCEEDED", "\(refused.text)")
         }
     }
 
@@ -330,7 +330,7 @@ import Testing
         } _: { server in
             let alice = try await server.user("alice")
             // At the limit: stored. One past it: refused before a byte is read.
-            #expect(try await Self.upload(alice, Array(repeating: 1, count: 1_000))["size"]?.int64Value == 1_000)
+            try await expectEqual(Self.upload(alice, Array(repeating: 1, count: 1_000))["size"]?.int64Value, 1_000)
             let url = try #require(try await Self.uploadURLs(alice, [("Photo", "image")]).first)
             // Refused at the edge from its Content-Length, before the route runs (413, as any
             // body declared longer than its route takes).
@@ -354,7 +354,7 @@ import Testing
 
             // An upload URL used twice, tampered with, or expired.
             let once = try #require(try await Self.uploadURLs(alice, [("Photo", "image")]).first)
-            #expect(try await Self.http(.POST, once, body: Array("first".utf8)).status == 200)
+            try await expectEqual(Self.http(.POST, once, body: Array("first".utf8)).status, 200)
             let twice = try await Self.http(.POST, once, body: Array("second".utf8))
             #expect(twice.errorCode == "ACCESS_DENIED" && twice.reason.contains("used already"))
             let fresh = try #require(try await Self.uploadURLs(alice, [("Photo", "image")]).first)
@@ -368,13 +368,13 @@ import Testing
             // Path tricks: names are checked before any URL is made; a path that is not a token is forged.
             let sneaky = try await alice.post(
                 "private", "assets/upload", ["tokens": [["recordType": "../../etc", "fieldName": "image"]]])
-            #expect(sneaky.errorCode == "BAD_REQUEST")
+            expectEqual(sneaky.errorCode, "BAD_REQUEST")
             let traversal = try await Self.http(.POST, server.baseURL + "/assets/1/upload/..%2F..%2Fnimbus.sqlite", body: [1])
-            #expect(traversal.errorCode == "ACCESS_DENIED")
+            expectEqual(traversal.errorCode, "ACCESS_DENIED")
 
             // Only the two good uploads made blobs; no refused one left a file anywhere.
-            #expect(try await server.service.assetFigures(container: nil).blobs == 2)
-            #expect(Self.blobFiles(server).count == 2)
+            try await expectEqual(server.service.assetFigures(container: nil).blobs, 2)
+            expectEqual(Self.blobFiles(server).count, 2)
             #expect(Self.stagingFiles(server).isEmpty)
         }
     }
@@ -392,7 +392,7 @@ import Testing
             for _ in 0..<100 where !Self.stagingFiles(server).isEmpty { try await Task.sleep(for: .milliseconds(50)) }
             #expect(Self.stagingFiles(server).isEmpty)
             #expect(Self.blobFiles(server).isEmpty)
-            #expect(try await server.service.assetFigures(container: nil).blobs == 0)
+            try await expectEqual(server.service.assetFigures(container: nil).blobs, 0)
         }
     }
 
@@ -434,15 +434,15 @@ import Testing
             // the request before reading any of its body, and then the client starts again at 0.
             // Either way never past what was sent (LongLivedKitTests holds a kept middle to account).
             #expect((0...250_000).contains(resumedAt), "resumed at byte \(resumedAt)")
-            #expect(stored?.json["singleFile"]?["fileChecksum"]?.stringValue == Self.checksum(file))
-            #expect(stored?.json["singleFile"]?["size"]?.int64Value == Int64(file.count))
+            expectEqual(stored?.json["singleFile"]?["fileChecksum"]?.stringValue, Self.checksum(file))
+            expectEqual(stored?.json["singleFile"]?["size"]?.int64Value, Int64(file.count))
 
             // In pieces: each but the last kept (204 and the bytes held), the last stored.
             let pieces = try #require(try await Self.uploadURLs(alice, [("Photo", "image")], size: 2_500).first)
             let bytes = (0..<2_500).map { UInt8(truncatingIfNeeded: $0 * 13) }
             let first = try await Self.http(.POST, pieces, body: Array(bytes[..<1_000]), headers: [("Upload-Complete", "?0")])
             #expect(first.status == 204 && first.headers.first(name: "Upload-Offset") == "1000")
-            #expect(try await Self.http(.HEAD, pieces).headers.first(name: "Upload-Offset") == "1000")
+            try await expectEqual(Self.http(.HEAD, pieces).headers.first(name: "Upload-Offset"), "1000")
             let wrongPlace = try await Self.http(
                 .POST, pieces, body: Array(bytes[500...]), headers: [("Upload-Offset", "500"), ("Upload-Complete", "?1")])
             #expect(wrongPlace.errorCode == "BAD_REQUEST" && wrongPlace.reason.contains("holds 1000"), "\(wrongPlace.reason)")
@@ -454,13 +454,13 @@ import Testing
             #expect(second.status == 204 && second.headers.first(name: "Upload-Offset") == "2000")
             let last = try await Self.http(
                 .POST, pieces, body: Array(bytes[2_000...]), headers: [("Upload-Offset", "2000"), ("Upload-Complete", "?1")])
-            #expect(last.json["singleFile"]?["fileChecksum"]?.stringValue == Self.checksum(bytes), "\(last.status) \(last.reason)")
+            expectEqual(last.json["singleFile"]?["fileChecksum"]?.stringValue, Self.checksum(bytes), "\(last.status) \(last.reason)")
             let saved = try await alice.modify(zone: "_defaultZone", [Self.photo("pieces", last.json["singleFile"] ?? .null)])
             #expect(saved.records.first?.errorCode == nil, "\(saved.text)")
             // Spent: the URL takes no more bytes, and holds none.
             let again = try await Self.http(.POST, pieces, body: bytes, headers: [("Upload-Complete", "?1")])
             #expect(again.errorCode == "ACCESS_DENIED" && again.reason.contains("used already"), "\(again.reason)")
-            #expect(try await Self.http(.HEAD, pieces).headers.first(name: "Upload-Offset") == "0")
+            try await expectEqual(Self.http(.HEAD, pieces).headers.first(name: "Upload-Offset"), "0")
 
             // Headers that do not read, and an offset the server holds nothing at.
             let fresh = try #require(try await Self.uploadURLs(alice, [("Photo", "image")]).first)
@@ -473,7 +473,7 @@ import Testing
                 let refused = try await Self.http(.POST, fresh, body: [1, 2, 3], headers: headers)
                 #expect(refused.errorCode == "BAD_REQUEST" && refused.reason.contains(words), "\(headers): \(refused.reason)")
             }
-            #expect(try await Self.http(.POST, fresh, body: [1, 2, 3], headers: [("Upload-Complete", "?1")]).status == 200)
+            try await expectEqual(Self.http(.POST, fresh, body: [1, 2, 3], headers: [("Upload-Complete", "?1")]).status, 200)
             #expect(Self.stagingFiles(server).isEmpty, "\(Self.stagingFiles(server))")
         }
     }
@@ -485,7 +485,7 @@ import Testing
             func refusal(_ operation: JSON) async throws -> String {
                 let answer = try await alice.modify([operation])
                 guard let item = answer.records.first else { throw TestFailure("no per-item result: \(answer.text)") }
-                #expect(item.errorCode == "BAD_REQUEST", "\(answer.text)")
+                expectEqual(item.errorCode, "BAD_REQUEST", "\(answer.text)")
                 return item["reason"]?.stringValue ?? ""
             }
             // Another field or record type than the receipt was made for.
@@ -503,24 +503,24 @@ import Testing
             #expect(try await refusal(Self.photo("p1", .object(other))).contains("vouches for"))
             // The public database is another database.
             let publicSave = try await alice.modify("public", [Self.photo("p1", file)])
-            #expect(publicSave.records.first?.errorCode == "BAD_REQUEST", "\(publicSave.text)")
+            expectEqual(publicSave.records.first?.errorCode, "BAD_REQUEST", "\(publicSave.text)")
             // Expired.
             server.clock.advance(milliseconds: server.service.options.assets.receiptSeconds * 1000 + 1)
             #expect(try await refusal(Self.photo("p1", file)).contains("expired"))
-            #expect(try await alice.lookup(["p1"]).records.first?.errorCode == "NOT_FOUND")
+            try await expectEqual(alice.lookup(["p1"]).records.first?.errorCode, "NOT_FOUND")
         }
     }
 
     @Test func downloadURLsThatWereTamperedWithOrExpiredAreRefused() async throws {
         try await TestServer.with { server in
             let alice = try await server.user("alice")
-            #expect(try await alice.modify([Self.photo("p1", try await Self.upload(alice, Array("bytes".utf8)))]).records.count == 1)
+            try await expectEqual(alice.modify([Self.photo("p1", try await Self.upload(alice, Array("bytes".utf8)))]).records.count, 1)
             let url = try #require(try await alice.lookup(["p1"]).records.first?.fieldValue("image")?["downloadURL"]?.stringValue)
             let forged = try await Self.http(.GET, Self.tampered(url, fromEnd: 40))
             #expect(forged.status == 403 && forged.reason.contains("altered"))
             // Valid for at least an hour.
             server.clock.advance(milliseconds: server.service.options.assets.downloadURLSeconds * 1000 - 1_000)
-            #expect(try await Self.http(.GET, url).status == 200)
+            try await expectEqual(Self.http(.GET, url).status, 200)
             server.clock.advance(milliseconds: 1_200_000)
             let expired = try await Self.http(.GET, url)
             #expect(expired.status == 403 && expired.reason.contains("expired"))
@@ -528,7 +528,7 @@ import Testing
     }
 
     @Test func theAssetStoreOptionReadsFilesOrAnS3URLAndSaysWhatIsWrong() throws {
-        #expect(try AssetStoreChoice(parsing: "files") == .files)
+        try expectEqual(AssetStoreChoice(parsing: "files"), .files)
         let s3 = try AssetStoreChoice(parsing: "s3://AKID:se%2Fcret@minio.local:9000/bucket/nimbus?region=eu-west-1&tls=false")
         #expect(
             s3

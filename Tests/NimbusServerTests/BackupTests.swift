@@ -17,10 +17,10 @@ import Testing
         defer { for path in [dataDirectory, backup, restored] { try? FileManager.default.removeItem(atPath: path) } }
         let (server, client) = try await CrashRecoveryTests.serveSignedIn(dataDirectory, container: container, apiToken: apiToken)
         defer { server.stop() }
-        #expect(try await client.createZone("Notes").status == 200)
+        try await expectEqual(client.createZone("Notes").status, 200)
         let photoBytes = (0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
         let photo = try await AssetTests.upload(client, photoBytes)
-        #expect(try await client.modify(zone: "Notes", [AssetTests.photo("photo", photo)]).status == 200)
+        try await expectEqual(client.modify(zone: "Notes", [AssetTests.photo("photo", photo)]).status, 200)
         // A device syncs before the backup; its token must still work against the restored store.
         let deviceToken = try #require(try await client.zoneChanges("Notes").zones.first?["syncToken"]?.stringValue)
 
@@ -64,7 +64,7 @@ import Testing
         // session) and prints the same development token.
         let second = try await NimbusProcess.serve(dataDirectory: restored)
         defer { second.stop() }
-        #expect(second.output.split(separator: "\n").last == server.output.split(separator: "\n").last)
+        expectEqual(second.output.split(separator: "\n").last, server.output.split(separator: "\n").last)
         let reader = APIClient(
             baseURL: second.baseURL, container: container, environment: .development, apiToken: apiToken,
             webAuthToken: client.webAuthToken, userRecordName: nil)
@@ -85,15 +85,15 @@ import Testing
         // The device that synced before the backup fetches on from its token: every record the
         // restored zone holds that it had not seen, and nothing it had.
         let fetched = try await Self.fetchAll(reader, from: deviceToken).names
-        #expect(fetched == present.subtracting(["photo"]), "changes since the device's token: \(fetched.count), records restored: \(present.count)")
+        expectEqual(fetched, present.subtracting(["photo"]), "changes since the device's token: \(fetched.count), records restored: \(present.count)")
 
         // Writes after the restore reach both devices, the one whose token is from the lost
         // future too: the restore moved the zone's sequence past every token ever issued.
         let later = (0..<3).map { "after-restore-\($0)" }
-        #expect(try await reader.modify(zone: "Notes", later.map { Op.create($0) }).status == 200)
+        try await expectEqual(reader.modify(zone: "Notes", later.map { Op.create($0) }).status, 200)
         let fromFuture = try await Self.fetchAll(reader, from: futureToken).names
         #expect(fromFuture.isSuperset(of: later), "a device that synced after the backup missed writes after the restore: \(fromFuture)")
-        #expect(try await Self.fetchAll(reader, from: deviceToken).names == fetched.union(later))
+        try await expectEqual(Self.fetchAll(reader, from: deviceToken).names, fetched.union(later))
     }
 
     /// Every page of Notes' changes after `token`: the names and the last token.
@@ -102,7 +102,7 @@ import Testing
         var token: String? = token
         while true {
             let answer = try await client.zoneChanges("Notes", token: token)
-            #expect(answer.status == 200, "\(answer.text)")
+            expectEqual(answer.status, 200, "\(answer.text)")
             let page = try #require(answer.zones.first)
             for record in page["records"]?.arrayValue ?? [] { if let name = record["recordName"]?.stringValue { names.insert(name) } }
             token = page["syncToken"]?.stringValue
@@ -130,7 +130,7 @@ import Testing
         try Data("keep me".utf8).write(to: URL(fileURLWithPath: target + "/notes.txt"))
         let occupied = try await DatabaseOptionTests.failing(["restore", backup] + NimbusProcess.dataArguments(target))
         #expect(occupied.status != 0 && occupied.error.contains("is not empty: a restore never overwrites"), "\(occupied.error)")
-        #expect(try FileManager.default.contentsOfDirectory(atPath: target) == ["notes.txt"])
+        try expectEqual(FileManager.default.contentsOfDirectory(atPath: target), ["notes.txt"])
         try FileManager.default.removeItem(atPath: target)
 
         // A new data directory whose store is one that holds data (the original's): refused.
@@ -148,7 +148,7 @@ import Testing
             try FileManager.default.copyItem(atPath: backup, toPath: damaged)
             try damage(damaged)
             let verify = try DatabaseOptionTests.failing(["backup", "verify", damaged])
-            #expect((verify.status == 0) == whole, "\(verify.error)")
+            expectEqual((verify.status == 0), whole, "\(verify.error)")
             let restore = try await DatabaseOptionTests.failing(["restore", damaged] + NimbusProcess.dataArguments(target))
             #expect(restore.status != 0)
             // A refused restore leaves nothing behind.
@@ -215,7 +215,7 @@ import Testing
             let blobs = try #require(server.service.options.blobs)
             let alice = try await server.user("alice")
             let file = try await AssetTests.upload(alice, Array("bytes that will not copy".utf8))
-            #expect(try await alice.modify([AssetTests.photo("p1", file)]).status == 200)
+            try await expectEqual(alice.modify([AssetTests.photo("p1", file)]).status, 200)
             let parent = NSTemporaryDirectory() + "nimbus-backups-" + UUID().uuidString
             defer { try? FileManager.default.removeItem(atPath: parent) }
             let destination = parent + "/tonight"
@@ -230,7 +230,7 @@ import Testing
             let manifest = try await Backups.take(
                 storage: server.directory.storage, blobs: blobs, dataDirectory: server.dataDirectory, to: destination)
             #expect(manifest.store.blobKeys.count == 1 && manifest.missingBlobs.isEmpty)
-            #expect(try Backups.verify(destination) == manifest)
+            try expectEqual(Backups.verify(destination), manifest)
         }
     }
 
@@ -239,7 +239,7 @@ import Testing
         var present = Set<String>()
         for start in stride(from: 0, to: names.count, by: 200) {
             let lookup = try await reader.lookup(zone: "Notes", Array(names[start..<min(start + 200, names.count)]))
-            #expect(lookup.status == 200, "\(lookup.text)")
+            expectEqual(lookup.status, 200, "\(lookup.text)")
             for record in lookup.records where record.errorCode == nil {
                 if let name = record["recordName"]?.stringValue { present.insert(name) }
             }
@@ -297,7 +297,7 @@ private struct BreakingBlobStore: BlobStore {
         let (server, client) = try await CrashRecoveryTests.serveSignedIn(
             dataDirectory, container: container, apiToken: apiToken, ["--backup-dir", backups, "--backup-every", "1s", "--backup-keep", "2"])
         defer { server.stop() }
-        #expect(try await client.createZone("Notes").status == 200)
+        try await expectEqual(client.createZone("Notes").status, 200)
         var seen: [String] = []
         var most = 0
         let deadline = Date().addingTimeInterval(60)
@@ -339,7 +339,7 @@ private struct BreakingBlobStore: BlobStore {
         let (server, client) = try await CrashRecoveryTests.serveSignedIn(
             dataDirectory, container: container, apiToken: apiToken, ["--backup-dir", url(""), "--backup-every", "1s", "--backup-keep", "2"])
         defer { server.stop() }
-        #expect(try await client.createZone("Notes").status == 200)
+        try await expectEqual(client.createZone("Notes").status, 200)
         /// The complete backups in the bucket: those whose manifest is there.
         func complete() async throws -> [String] {
             try await bucket.list().compactMap { object in
@@ -441,7 +441,7 @@ private struct BreakingBlobStore: BlobStore {
                 try await Task.sleep(for: .milliseconds(50))
                 status = try await browser.get("backups")
             }
-            #expect(status.json["configured"] == true, "\(status.text)")
+            expectEqual(status.json["configured"], true, "\(status.text)")
             let reason = status.json["lastFailure"]?["reason"]?.stringValue ?? ""
             #expect(reason.contains(blocker), "\(status.text)")
             #expect((status.json["failuresInARow"]?.int64Value ?? 0) >= 1)
@@ -463,33 +463,33 @@ private struct BreakingBlobStore: BlobStore {
             #expect(empty.json["everySeconds"] == nil)
 
             let taken = try await browser.post("backups")
-            #expect(taken.status == 200, "\(taken.text)")
+            expectEqual(taken.status, 200, "\(taken.text)")
             let listed = try #require(taken.json["backups"]?.arrayValue)
             #expect(listed.count == 1 && listed[0]["name"]?.stringValue == taken.json["lastSuccess"]?["name"]?.stringValue)
             let name = try #require(listed[0]["name"]?.stringValue)
             #expect(try Backups.verify(backups + "/" + name).store.engine == (TestStorage.isSQLiteFile ? "sqlite" : "postgres"))
             let audit = try await browser.get("audit")
-            #expect(audit.json["entries"]?.arrayValue?.contains { $0["action"] == "backup.take" } == true, "\(audit.text)")
+            expectEqual(audit.json["entries"]?.arrayValue?.contains { $0["action"] == "backup.take" }, true, "\(audit.text)")
 
             // Without the CSRF token, or as a read-only operator, or one limited to a container: refused.
-            #expect(try await browser.post("backups", csrf: "wrong").status == 403)
+            try await expectEqual(browser.post("backups", csrf: "wrong").status, 403)
             let (_, password) = try await server.service.createOperator(name: "rhea", role: .readOnly, containers: nil, by: "cli")
             var reader = OperatorTests.Browser(server)
             _ = try await reader.signIn("rhea", password)
-            #expect(try await reader.get("backups").status == 200)
-            #expect(try await reader.post("backups").status == 403)
+            try await expectEqual(reader.get("backups").status, 200)
+            try await expectEqual(reader.post("backups").status, 403)
             let (_, limitedPassword) = try await server.service.createOperator(
                 name: "lim", role: .administrator, containers: [TestServer.container], by: "cli")
             var limited = OperatorTests.Browser(server)
             _ = try await limited.signIn("lim", limitedPassword)
-            #expect(try await limited.get("backups").status == 403)
-            #expect(try await limited.post("backups").status == 403)
-            #expect(Self.count(backups) == 1)
+            try await expectEqual(limited.get("backups").status, 403)
+            try await expectEqual(limited.post("backups").status, 403)
+            expectEqual(Self.count(backups), 1)
         }
         // A server given no backup directory says so.
         try await TestServer.with { server in
             let browser = try await ConsoleTests.administrator(server)
-            #expect(try await browser.get("backups").json["configured"] == false)
+            try await expectEqual(browser.get("backups").json["configured"], false)
             let refused = try await browser.post("backups")
             #expect(refused.status == 400 && refused.reason.contains("--backup-dir"), "\(refused.text)")
         }
@@ -509,27 +509,27 @@ private struct BreakingBlobStore: BlobStore {
         defer { try? FileManager.default.removeItem(atPath: dataDirectory) }
         let (server, client) = try await CrashRecoveryTests.serveSignedIn(dataDirectory, container: container, apiToken: apiToken)
         defer { server.stop() }
-        #expect(try await client.createZone("Notes").status == 200)
+        try await expectEqual(client.createZone("Notes").status, 200)
         let saved = try await client.modify(zone: "Notes", [Op.create("n1", ["title": Op.field("kept")]), Op.create("n2", ["title": Op.field("also")])])
         #expect(saved.records.allSatisfy { $0.errorCode == nil }, "\(saved.text)")
         try await Task.sleep(for: .milliseconds(20))
         let moment = Int64(Date().timeIntervalSince1970 * 1000)
         try await Task.sleep(for: .milliseconds(20))
         let tag = try #require(saved.records.first?.changeTag)
-        #expect(try await client.modify(zone: "Notes", [Op.update("n1", tag: tag, ["title": Op.field("broken")]), Op.forceDelete("n2")]).status == 200)
+        try await expectEqual(client.modify(zone: "Notes", [Op.update("n1", tag: tag, ["title": Op.field("broken")]), Op.forceDelete("n2")]).status, 200)
 
         let data = try await NimbusProcess.dataArguments(dataDirectory)
         let zone = ["--container", container, "--user", "crash", "--zone", "Notes", "--to", String(moment)]
         let preview = try await Task.detached { try NimbusProcess.run(["restore-zone"] + zone + data) }.value
         #expect(preview.contains("revert") && preview.contains("n1") && preview.contains("restore") && preview.contains("n2"), "\(preview)")
         #expect(preview.contains("2 record(s) would change; nothing was written"), "\(preview)")
-        #expect(try await client.lookup(zone: "Notes", ["n1"]).records.first?.fieldValue("title")?.stringValue == "broken")
+        try await expectEqual(client.lookup(zone: "Notes", ["n1"]).records.first?.fieldValue("title")?.stringValue, "broken")
 
         let applied = try await Task.detached { try NimbusProcess.run(["restore-zone"] + zone + ["--apply"] + data) }.value
         #expect(applied.contains("2 record(s) restored"), "\(applied)")
         // The running server serves what the verb wrote.
         let restored = try await client.lookup(zone: "Notes", ["n1", "n2"]).records.map { $0.fieldValue("title")?.stringValue }
-        #expect(restored == ["kept", "also"])
+        expectEqual(restored, ["kept", "also"])
         let user = try await Task.detached {
             try NimbusProcess.run(["restore-user", "--container", container, "--user", "crash", "--to", String(moment)] + data)
         }.value

@@ -21,8 +21,8 @@ import Testing
         try await TestServer.with { server in
             let alice = try await server.user("alice")
             let response = try await raw(alice, server, "records/modify", body)
-            #expect(response.status == 400)
-            #expect(response.errorCode == "BAD_REQUEST")
+            expectEqual(response.status, 400)
+            expectEqual(response.errorCode, "BAD_REQUEST")
             #expect(response.reason.contains(fragment), "\(response.reason)")
         }
     }
@@ -32,7 +32,7 @@ import Testing
             let alice = try await server.user("alice")
             let body = String(repeating: "[", count: 10_000) + String(repeating: "]", count: 10_000)
             let response = try await raw(alice, server, "records/modify", body)
-            #expect(response.status == 400)
+            expectEqual(response.status, 400)
             #expect(response.reason.contains("nesting"))
         }
     }
@@ -57,8 +57,8 @@ import Testing
         try await TestServer.with { server in
             let alice = try await server.user("alice")
             let response = try await raw(alice, server, "records/modify", body)
-            #expect(response.status == 400, "\(response.text)")
-            #expect(response.errorCode == "BAD_REQUEST")
+            expectEqual(response.status, 400, "\(response.text)")
+            expectEqual(response.errorCode, "BAD_REQUEST")
             #expect(response.reason.contains(fragment), "\(response.reason)")
         }
     }
@@ -77,11 +77,11 @@ import Testing
             for (index, (field, fragment)) in cases.enumerated() {
                 let response = try await alice.modify([Op.create("r\(index)", type: "T\(index)", ["f": field])])
                 let entry = try #require(response.records.first)
-                #expect(entry.errorCode == "BAD_REQUEST", "\(field)")
-                #expect(entry["reason"]?.stringValue?.contains(fragment) == true, "\(entry)")
-                #expect(entry["reason"]?.stringValue?.contains("fields.f") == true, "\(entry)")
+                expectEqual(entry.errorCode, "BAD_REQUEST", "\(field)")
+                expectEqual(entry["reason"]?.stringValue?.contains(fragment), true, "\(entry)")
+                expectEqual(entry["reason"]?.stringValue?.contains("fields.f"), true, "\(entry)")
             }
-            #expect(try await alice.lookup(["r0"]).records.first?.errorCode == "NOT_FOUND")
+            try await expectEqual(alice.lookup(["r0"]).records.first?.errorCode, "NOT_FOUND")
         }
     }
 
@@ -90,21 +90,21 @@ import Testing
             let client = server.client()
             let unknownEnvironment = try await client.send(
                 path: "/database/1/\(TestServer.container)/staging/public/zones/list", body: nil)
-            #expect(unknownEnvironment.status == 400)
+            expectEqual(unknownEnvironment.status, 400)
             #expect(unknownEnvironment.reason.contains("development or production"))
             let unknownDatabase = try await client.send(
                 path: "/database/1/\(TestServer.container)/development/team/zones/list", body: nil)
-            #expect(unknownDatabase.status == 400)
+            expectEqual(unknownDatabase.status, 400)
             let unknownEndpoint = try await client.get("public", "records/explode")
             #expect(unknownEndpoint.status == 404 && unknownEndpoint.errorCode == "NOT_FOUND")
             let version = try await client.send(path: "/database/2/\(TestServer.container)/development/public/zones/list", body: nil)
-            #expect(version.status == 404)
+            expectEqual(version.status, 404)
             let contacts = try await client.get("public", "users/lookup/contacts")
             #expect(contacts.status == 421 && contacts.errorCode == "AUTHENTICATION_REQUIRED", "\(contacts.text)")
             let root = try await client.send(path: "/", body: nil)
             #expect(root.status == 404 && root.errorCode == "NOT_FOUND")
             let unknownContainer = try await client.send(path: "/database/1/iCloud.nope/development/public/zones/list", body: nil)
-            #expect(unknownContainer.status == 401)
+            expectEqual(unknownContainer.status, 401)
         }
     }
 
@@ -126,15 +126,15 @@ import Testing
             let names = ["bad\u{0}name", "tab\there", "über", "_system", "", "x\u{202E}y"]
             for name in names {
                 let response = try await alice.modify([Op.create(name)])
-                #expect(response.status == 400, "\(name)")
+                expectEqual(response.status, 400, "\(name)")
                 #expect(!response.text.contains("\u{0}"))
                 #expect(!response.text.contains("\u{202E}"))
             }
             // Hostile text is fine as field data and comes back intact.
             let text = "'; DROP TABLE records; -- \u{202E} <script>alert(1)</script> \u{0}"
             let saved = try await alice.modify([Op.create("ok", ["t": Op.field(.string(text))])])
-            #expect(saved.records.first?.fieldValue("t") == .string(text))
-            #expect(try await alice.lookup(["ok"]).records.first?.fieldValue("t") == .string(text))
+            expectEqual(saved.records.first?.fieldValue("t"), .string(text))
+            try await expectEqual(alice.lookup(["ok"]).records.first?.fieldValue("t"), .string(text))
         }
     }
 }
@@ -144,15 +144,15 @@ import Testing
         try await TestServer.with { server in
             let alice = try await server.user("alice")
             let atLimit = try await alice.modify((0..<200).map { Op.create("r\($0)") })
-            #expect(atLimit.status == 200)
-            #expect(atLimit.records.count == 200)
+            expectEqual(atLimit.status, 200)
+            expectEqual(atLimit.records.count, 200)
             let pastLimit = try await alice.modify((0..<201).map { Op.create("s\($0)") })
-            #expect(pastLimit.status == 400)
-            #expect(pastLimit.json["limit"] == "operationsPerRequest")
+            expectEqual(pastLimit.status, 400)
+            expectEqual(pastLimit.json["limit"], "operationsPerRequest")
             #expect(pastLimit.reason.contains("201") && pastLimit.reason.contains("200"))
-            #expect(try await alice.lookup(["s0"]).records.first?.errorCode == "NOT_FOUND")
+            try await expectEqual(alice.lookup(["s0"]).records.first?.errorCode, "NOT_FOUND")
             let lookupPast = try await alice.lookup((0..<201).map { "r\($0)" })
-            #expect(lookupPast.status == 400)
+            expectEqual(lookupPast.status, 400)
         }
     }
 
@@ -166,13 +166,13 @@ import Testing
             #expect(atLimit.records.first?.errorCode == nil)
             let over = String(repeating: "a", count: limit)
             let pastLimit = try await alice.modify([Op.create("bigger", ["s": Op.field(.string(over))])])
-            #expect(pastLimit.records.first?.errorCode == "BAD_REQUEST")
-            #expect(pastLimit.records.first?["limit"] == "recordSizeBytes")
+            expectEqual(pastLimit.records.first?.errorCode, "BAD_REQUEST")
+            expectEqual(pastLimit.records.first?["limit"], "recordSizeBytes")
             // An update that grows a record past the limit fails and leaves it as it was.
             let tag = atLimit.records.first?.changeTag
             let grow = try await alice.modify([Op.update("big", tag: tag, ["t": Op.field("x")])])
-            #expect(grow.records.first?.errorCode == "BAD_REQUEST")
-            #expect(try await alice.lookup(["big"]).records.first?.changeTag == tag)
+            expectEqual(grow.records.first?.errorCode, "BAD_REQUEST")
+            try await expectEqual(alice.lookup(["big"]).records.first?.changeTag, tag)
         }
     }
 
@@ -200,13 +200,13 @@ import Testing
                 let accepted = try await alice.send(
                     path: "\(database)/\(path)", body: Array(atCap.utf8),
                     rawQuery: "?ckAPIToken=\(server.developmentToken)&ckWebAuthToken=\(alice.webAuthToken!)")
-                #expect(accepted.status == 200, "\(path): \(accepted.text.prefix(300))")
+                expectEqual(accepted.status, 200, "\(path): \(accepted.text.prefix(300))")
                 let refused = try await alice.send(
                     path: "\(database)/\(path)", body: Array((atCap + " ").utf8),
                     rawQuery: "?ckAPIToken=\(server.developmentToken)&ckWebAuthToken=\(alice.webAuthToken!)")
-                #expect(refused.status == 413, "\(path)")
-                #expect(refused.errorCode == "BAD_REQUEST")
-                #expect(refused.json["limit"] == .string(limit.name))
+                expectEqual(refused.status, 413, "\(path)")
+                expectEqual(refused.errorCode, "BAD_REQUEST")
+                expectEqual(refused.json["limit"], .string(limit.name))
             }
         }
     }
@@ -218,13 +218,13 @@ import Testing
             #expect(try await alice.modify([Op.create(ok)]).records.first?.errorCode == nil)
             let long = String(repeating: "n", count: 256)
             let refused = try await alice.modify([Op.create(long)])
-            #expect(refused.status == 400)
-            #expect(refused.json["limit"] == "nameBytes")
+            expectEqual(refused.status, 400)
+            expectEqual(refused.json["limit"], "nameBytes")
             let fieldOK = String(repeating: "f", count: 255)
             #expect(try await alice.modify([Op.create("f1", [fieldOK: Op.field(1)])]).records.first?.errorCode == nil)
-            #expect(try await alice.modify([Op.create("f2", [fieldOK + "f": Op.field(1)])]).status == 400)
+            try await expectEqual(alice.modify([Op.create("f2", [fieldOK + "f": Op.field(1)])]).status, 400)
             #expect(try await alice.createZone(String(repeating: "z", count: 255)).zones.first?.errorCode == nil)
-            #expect(try await alice.createZone(String(repeating: "z", count: 256)).status == 400)
+            try await expectEqual(alice.createZone(String(repeating: "z", count: 256)).status, 400)
         }
     }
 
@@ -235,12 +235,12 @@ import Testing
             _ = try await alice.modify(zone: "Z", (0..<200).map { Op.create("a\($0)") })
             _ = try await alice.modify(zone: "Z", (0..<5).map { Op.create("b\($0)") })
             let atLimit = try await alice.zoneChanges("Z", limit: 200).zones.first
-            #expect(atLimit?["records"]?.arrayValue?.count == 200)
-            #expect(atLimit?["moreComing"] == true)
+            expectEqual(atLimit?["records"]?.arrayValue?.count, 200)
+            expectEqual(atLimit?["moreComing"], true)
             let pastLimit = try await alice.zoneChanges("Z", limit: 201).zones.first
-            #expect(pastLimit?["records"]?.arrayValue?.count == 200)
+            expectEqual(pastLimit?["records"]?.arrayValue?.count, 200)
             let zero = try await alice.zoneChanges("Z", limit: 0)
-            #expect(zero.status == 400)
+            expectEqual(zero.status, 400)
         }
     }
 
@@ -251,7 +251,7 @@ import Testing
             let atLimit = try await alice.modify([Op.create("l1", ["l": Op.field(.array(Array(repeating: 1, count: limit)), "INT64_LIST")])])
             #expect(atLimit.records.first?.errorCode == nil)
             let past = try await alice.modify([Op.create("l2", ["l": Op.field(.array(Array(repeating: 1, count: limit + 1)), "INT64_LIST")])])
-            #expect(past.records.first?["limit"] == "listElements")
+            expectEqual(past.records.first?["limit"], "listElements")
         }
     }
 }

@@ -18,18 +18,18 @@ import Testing
                 pages += 1
                 if page["moreComing"] == false { break }
             } while pages < 10
-            #expect(seen == ["r0", "r1", "r2", "r3", "r4"])
-            #expect(pages == 3)
+            expectEqual(seen, ["r0", "r1", "r2", "r3", "r4"])
+            expectEqual(pages, 3)
             // Nothing new: empty, same position.
             let idle = try #require(try await alice.zoneChanges("Z", token: token).zones.first)
-            #expect(idle["records"]?.arrayValue?.isEmpty == true)
-            #expect(idle["moreComing"] == false)
+            expectEqual(idle["records"]?.arrayValue?.isEmpty, true)
+            expectEqual(idle["moreComing"], false)
 
             let tag = try #require(saved.records[1].changeTag)
             _ = try await alice.modify(zone: "Z", [Op.delete("r1", tag: tag), Op.update("r2", tag: saved.records[2].changeTag, ["x": Op.field(1)])])
             let delta = try #require(try await alice.zoneChanges("Z", token: token).zones.first)
             let records = delta["records"]?.arrayValue ?? []
-            #expect(records.count == 2)
+            expectEqual(records.count, 2)
             #expect(records[0]["recordName"] == "r1" && records[0]["deleted"] == true)
             #expect(records[1]["recordName"] == "r2" && records[1].fieldValue("x") == 1)
         }
@@ -46,8 +46,8 @@ import Testing
                 "private", "changes/zone",
                 ["zones": [["zoneID": ["zoneName": "Z"], "desiredRecordTypes": ["A"], "desiredKeys": ["k"]]]])
             let records = response.zones.first?["records"]?.arrayValue ?? []
-            #expect(records.map { $0["recordName"] } == ["a"])
-            #expect(records.first?["fields"]?.objectValue?.keys == ["k"])
+            expectEqual(records.map { $0["recordName"] }, ["a"])
+            expectEqual(records.first?["fields"]?.objectValue?.keys, ["k"])
         }
     }
 
@@ -55,24 +55,24 @@ import Testing
         try await TestServer.with { server in
             let alice = try await server.user("alice")
             let start = try await alice.databaseChanges()
-            #expect(start.status == 200)
+            expectEqual(start.status, 200)
             let token0 = try #require(start.json["syncToken"]?.stringValue)
             _ = try await alice.createZone("A")
             _ = try await alice.createZone("B")
             let first = try await alice.databaseChanges(token: token0)
-            #expect(first.zones.compactMap { $0["zoneID"]?["zoneName"]?.stringValue } == ["A", "B"])
+            expectEqual(first.zones.compactMap { $0["zoneID"]?["zoneName"]?.stringValue }, ["A", "B"])
             let token1 = try #require(first.json["syncToken"]?.stringValue)
             _ = try await alice.modify(zone: "B", [Op.create("r")])
             _ = try await alice.deleteZone("A")
             let second = try await alice.databaseChanges(token: token1)
-            #expect(second.zones.count == 2)
-            #expect(second.zones[0]["zoneID"]?["zoneName"] == "B")
-            #expect(second.zones[1]["zoneID"]?["zoneName"] == "A")
-            #expect(second.zones[1]["deleted"] == true)
+            expectEqual(second.zones.count, 2)
+            expectEqual(second.zones[0]["zoneID"]?["zoneName"], "B")
+            expectEqual(second.zones[1]["zoneID"]?["zoneName"], "A")
+            expectEqual(second.zones[1]["deleted"], true)
             // Paging.
             let paged = try await alice.databaseChanges(token: token0, limit: 1)
-            #expect(paged.zones.count == 1)
-            #expect(paged.json["moreComing"] == true)
+            expectEqual(paged.zones.count, 1)
+            expectEqual(paged.json["moreComing"], true)
         }
     }
 
@@ -83,13 +83,13 @@ import Testing
             _ = try await alice.modify(zone: "Z", [Op.create("old")])
             let token = try #require(try await alice.zoneChanges("Z").zones.first?["syncToken"]?.stringValue)
             _ = try await alice.deleteZone("Z")
-            #expect(try await alice.zoneChanges("Z", token: token).zones.first?.errorCode == "ZONE_NOT_FOUND")
+            try await expectEqual(alice.zoneChanges("Z", token: token).zones.first?.errorCode, "ZONE_NOT_FOUND")
             _ = try await alice.createZone("Z")
             let expired = try #require(try await alice.zoneChanges("Z", token: token).zones.first)
-            #expect(expired.errorCode == "CHANGE_TOKEN_EXPIRED")
-            #expect(expired["zoneID"]?["zoneName"] == "Z")
+            expectEqual(expired.errorCode, "CHANGE_TOKEN_EXPIRED")
+            expectEqual(expired["zoneID"]?["zoneName"], "Z")
             let fresh = try #require(try await alice.zoneChanges("Z").zones.first)
-            #expect(fresh["records"]?.arrayValue?.isEmpty == true)
+            expectEqual(fresh["records"]?.arrayValue?.isEmpty, true)
         }
     }
 
@@ -101,24 +101,24 @@ import Testing
             let token = try #require(try await alice.zoneChanges("Z").zones.first?["syncToken"]?.stringValue)
             for garbled in ["", "not-a-token", "%%%", String(repeating: "A", count: 500)] {
                 let entry = try await alice.zoneChanges("Z", token: garbled).zones.first
-                #expect(entry?.errorCode == "BAD_REQUEST", "\(garbled)")
+                expectEqual(entry?.errorCode, "BAD_REQUEST", "\(garbled)")
             }
             // Flip one character of a real token: the signature no longer matches.
             var characters = Array(token)
             characters[10] = characters[10] == "A" ? "B" : "A"
             let forged = try await alice.zoneChanges("Z", token: String(characters)).zones.first
-            #expect(forged?.errorCode == "BAD_REQUEST")
+            expectEqual(forged?.errorCode, "BAD_REQUEST")
             // A token of zone Z presented for zone Y.
             let misplaced = try await alice.zoneChanges("Y", token: token).zones.first
-            #expect(misplaced?.errorCode == "BAD_REQUEST")
-            #expect(misplaced?["reason"]?.stringValue?.contains("another zone") == true)
+            expectEqual(misplaced?.errorCode, "BAD_REQUEST")
+            expectEqual(misplaced?["reason"]?.stringValue?.contains("another zone"), true)
             // A zone token used for database changes.
             let wrongKind = try await alice.databaseChanges(token: token)
-            #expect(wrongKind.status == 400)
+            expectEqual(wrongKind.status, 400)
             // Bob cannot use Alice's database token.
             let aliceDatabaseToken = try #require(try await alice.databaseChanges().json["syncToken"]?.stringValue)
             let bob = try await server.user("bob")
-            #expect(try await bob.databaseChanges(token: aliceDatabaseToken).status == 400)
+            try await expectEqual(bob.databaseChanges(token: aliceDatabaseToken).status, 400)
         }
     }
 
@@ -126,10 +126,10 @@ import Testing
         try await TestServer.with { server in
             let alice = try await server.user("alice")
             let entry = try await alice.zoneChanges("_defaultZone").zones.first
-            #expect(entry?.errorCode == "BAD_REQUEST")
+            expectEqual(entry?.errorCode, "BAD_REQUEST")
             let publicFeed = try await alice.post("public", "changes/zone", ["zones": [["zoneID": ["zoneName": "_defaultZone"]]]])
-            #expect(publicFeed.status == 400)
-            #expect(try await alice.zoneChanges("Missing").zones.first?.errorCode == "ZONE_NOT_FOUND")
+            expectEqual(publicFeed.status, 400)
+            try await expectEqual(alice.zoneChanges("Missing").zones.first?.errorCode, "ZONE_NOT_FOUND")
         }
     }
 
@@ -139,16 +139,16 @@ import Testing
             _ = try await alice.createZone("Z")
             _ = try await alice.modify(zone: "Z", [Op.create("r")])
             let records = try await alice.post("private", "records/changes", ["zoneID": ["zoneName": "Z"]])
-            #expect(records.status == 200)
-            #expect(records.records.first?["recordName"] == "r")
+            expectEqual(records.status, 200)
+            expectEqual(records.records.first?["recordName"], "r")
             #expect(records.json["syncToken"]?.stringValue != nil)
-            #expect(records.json["moreComing"] == false)
+            expectEqual(records.json["moreComing"], false)
             let missing = try await alice.post("private", "records/changes", ["zoneID": ["zoneName": "Nope"]])
-            #expect(missing.status == 404)
-            #expect(missing.errorCode == "ZONE_NOT_FOUND")
+            expectEqual(missing.status, 404)
+            expectEqual(missing.errorCode, "ZONE_NOT_FOUND")
             let zones = try await alice.post("private", "zones/changes", [:])
-            #expect(zones.zones.first?["zoneID"]?["zoneName"] == "Z")
-            #expect(zones.json["metaSyncToken"] == zones.json["syncToken"])
+            expectEqual(zones.zones.first?["zoneID"]?["zoneName"], "Z")
+            expectEqual(zones.json["metaSyncToken"], zones.json["syncToken"])
         }
     }
 
@@ -156,7 +156,7 @@ import Testing
         try await TestServer.with { server in
             let alice = try await server.user("alice")
             let changes = try await alice.post("shared", "changes/database", [:])
-            #expect(changes.status == 200)
+            expectEqual(changes.status, 200)
             #expect(changes.zones.isEmpty)
             #expect(changes.json["syncToken"]?.stringValue != nil)
         }

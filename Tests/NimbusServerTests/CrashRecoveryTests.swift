@@ -11,7 +11,7 @@ import Testing
         let (dataDirectory, container, apiToken) = try await Self.prepareDataDirectory()
         defer { try? FileManager.default.removeItem(atPath: dataDirectory) }
         let (first, client) = try await Self.serveSignedIn(dataDirectory, container: container, apiToken: apiToken)
-        #expect(try await client.createZone("Crash").status == 200)
+        try await expectEqual(client.createZone("Crash").status, 200)
 
         let (acknowledged, attempted) = await Self.writeUntilKilled(client, zone: "Crash", server: first)
         #expect(acknowledged.count > 10, "too few writes before the kill to tell anything")
@@ -27,7 +27,7 @@ import Testing
         for start in stride(from: 0, to: allNames.count, by: 200) {
             let chunk = Array(allNames[start..<min(start + 200, allNames.count)])
             let lookup = try await reader.lookup(zone: "Crash", chunk)
-            #expect(lookup.status == 200, "\(lookup.text)")
+            expectEqual(lookup.status, 200, "\(lookup.text)")
             for record in lookup.records where record.errorCode == nil {
                 if let name = record["recordName"]?.stringValue { present.insert(name) }
             }
@@ -51,7 +51,7 @@ import Testing
         _ = try NimbusProcess.run(["containers", "create", container, "--create"] + data)
         let apiToken = try NimbusProcess.run(["tokens", "create", "--container", container] + data)
             .trimmingCharacters(in: .whitespacesAndNewlines)
-        #expect(apiToken.count == 64)
+        expectEqual(apiToken.count, 64)
         _ = try NimbusProcess.run(["users", "create", "crash", "--password", "crash-test-pw"] + data)
         return (dataDirectory, container, apiToken)
     }
@@ -125,7 +125,7 @@ import Testing
         let (dataDirectory, container, apiToken) = try await Self.prepareDataDirectory()
         defer { try? FileManager.default.removeItem(atPath: dataDirectory) }
         let (first, client) = try await Self.serveSignedIn(dataDirectory, container: container, apiToken: apiToken)
-        #expect(try await client.createZone("Watched").status == 200)
+        try await expectEqual(client.createZone("Watched").status, 200)
         // The record type exists once a record of it is saved (development's just-in-time schema).
         #expect(try await client.modify(zone: "Watched", [Op.create("first")]).records.first?.errorCode == nil)
         let subscribed = try await client.post(
@@ -153,7 +153,7 @@ import Testing
                 var body: JSONObject = ["resultsLimit": 200]
                 if let token { body["syncToken"] = token }
                 let page = try await reader.device("notifications/changes", .object(body))
-                #expect(page.status == 200, "\(page.text)")
+                expectEqual(page.status, 200, "\(page.text)")
                 for entry in page.json["notifications"]?.arrayValue ?? [] {
                     if let name = entry["payload"]?["ck"]?["qry"]?["rid"]?.stringValue { notified.insert(name) }
                 }
@@ -164,7 +164,7 @@ import Testing
         }
         let missing = expected.subtracting(notified).sorted()
         let firstPage = try await reader.device("notifications/changes", ["resultsLimit": 2]).text
-        #expect(missing.count == 0, "\(missing.count) of \(expected.count) acknowledged records have no notification, such as \(missing.prefix(5)); \(firstPage)")
+        expectEqual(missing.count, 0, "\(missing.count) of \(expected.count) acknowledged records have no notification, such as \(missing.prefix(5)); \(firstPage)")
     }
 }
 
@@ -181,10 +181,10 @@ import Testing
         let client = APIClient(
             baseURL: server.baseURL, container: "iCloud.nimbus.default", environment: .development, apiToken: token,
             webAuthToken: nil, userRecordName: nil)
-        #expect(try await client.get("public", "zones/list").status == 200)
+        try await expectEqual(client.get("public", "zones/list").status, 200)
         server.stop()
         #expect(server.process.exitedNormally)
-        #expect(server.process.terminationStatus == 0)
+        expectEqual(server.process.terminationStatus, 0)
         // The first hour (issue 38): where the dashboard is, and how to get an operator.
         #expect(server.output.contains("dashboard: \(server.baseURL)/dashboard"), "\(server.output)")
         #expect(server.output.contains("first operator: open http://127.0.0.1:") && server.output.contains("/dashboard#setup="), "\(server.output)")
@@ -221,9 +221,9 @@ import Testing
         for verb in [["containers", "list"], ["operators", "list"], ["schema", "show", "--container", "iCloud.x"],
                      ["backup", "--to", directory + "-backup"]] {
             let (status, error) = try Self.failing(verb + ["--data-dir", directory])
-            #expect(status == 1, "\(verb)")
+            expectEqual(status, 1, "\(verb)")
             #expect(error.contains("no Nimbus store at \(directory)/nimbus.sqlite") && error.contains("--create"), "\(verb): \(error)")
-            #expect(error.split(separator: "\n").count == 1, "\(error)")
+            expectEqual(error.split(separator: "\n").count, 1, "\(error)")
         }
         #expect(!FileManager.default.fileExists(atPath: directory + "/nimbus.sqlite"))
         let elsewhere = directory + "/custom.sqlite"

@@ -25,21 +25,21 @@ struct DevelopmentEnvironmentTests {
             let browser = try await ConsoleTests.administrator(server)
             let alice = try await server.user("alice")
             let saved = try await alice.modify("public", [Op.create("n1", type: "Note", ["title": Op.field("a"), "due": Op.field(.int(5))])])
-            #expect(saved.status == 200, "\(saved.text)")
+            expectEqual(saved.status, 200, "\(saved.text)")
 
             let held = try await browser.post("\(Self.schema)/remove", ["recordType": "Note", "field": "due"])
             #expect(held.status == 400 && held.reason.contains("1 development record(s) of type Note hold values of 'due'"), "\(held.text)")
             let typeHeld = try await browser.post("\(Self.schema)/remove", ["recordType": "Note"])
             #expect(typeHeld.status == 400 && typeHeld.reason.contains("exist"), "\(typeHeld.text)")
-            #expect(try await Self.fieldNames(server, .development, type: "Note") == ["title", "due"], "a refusal changed the schema")
+            try await expectEqual(Self.fieldNames(server, .development, type: "Note"), ["title", "due"], "a refusal changed the schema")
 
             // The record lets go of the value: the field can go.
             let tag = try #require(saved.records.first?["recordChangeTag"]?.stringValue)
             let cleared = try await alice.modify("public", [Op.update("n1", tag: tag, ["due": .null])])
             #expect(cleared.status == 200 && cleared.records.first?["serverErrorCode"] == nil, "\(cleared.text)")
             let removed = try await browser.post("\(Self.schema)/remove", ["recordType": "Note", "field": "due"])
-            #expect(removed.status == 200, "\(removed.text)")
-            #expect(try await Self.fieldNames(server, .development, type: "Note") == ["title"])
+            expectEqual(removed.status, 200, "\(removed.text)")
+            try await expectEqual(Self.fieldNames(server, .development, type: "Note"), ["title"])
             let again = try await browser.post("\(Self.schema)/remove", ["recordType": "Note", "field": "due"])
             #expect(again.status == 404 && again.reason.contains("not in the development schema"), "\(again.text)")
 
@@ -47,14 +47,14 @@ struct DevelopmentEnvironmentTests {
             let back = try await alice.modify("public", [Op.create("n2", type: "Note", ["due": Op.field("tomorrow")])])
             #expect(back.status == 200 && back.records.first?["serverErrorCode"] == nil, "\(back.text)")
             let due = try await server.service.schema(container: Self.container, environment: .development).fields.first { $0.fieldName == "due" }
-            #expect(due?.fieldType == "STRING")
+            expectEqual(due?.fieldType, "STRING")
 
             // A declared system field holds indexes only: it goes with records there.
             let declared = try await browser.post(
                 "\(Self.schema)/indexes", ["recordType": "Note", "field": "___createTime", "indexes": ["QUERYABLE"]])
-            #expect(declared.status == 200, "\(declared.text)")
+            expectEqual(declared.status, 200, "\(declared.text)")
             let system = try await browser.post("\(Self.schema)/remove", ["recordType": "Note", "field": "___createTime"])
-            #expect(system.status == 200, "\(system.text)")
+            expectEqual(system.status, 200, "\(system.text)")
 
             // The type goes once its records do, with every field.
             let found = try await alice.lookup("public", ["n1", "n2"])
@@ -62,9 +62,9 @@ struct DevelopmentEnvironmentTests {
                 guard let name = record["recordName"]?.stringValue else { return nil }
                 return Op.delete(name, tag: record["recordChangeTag"]?.stringValue)
             }
-            #expect(try await alice.modify("public", deletions).status == 200)
+            try await expectEqual(alice.modify("public", deletions).status, 200)
             let typeRemoved = try await browser.post("\(Self.schema)/remove", ["recordType": "Note"])
-            #expect(typeRemoved.status == 200, "\(typeRemoved.text)")
+            expectEqual(typeRemoved.status, 200, "\(typeRemoved.text)")
             let types = try await server.service.schema(container: Self.container, environment: .development)
             #expect(!types.recordTypes.contains("Note") && !types.fields.contains { $0.recordType == "Note" })
 
@@ -76,15 +76,15 @@ struct DevelopmentEnvironmentTests {
                 "containers/\(Self.container)/schema/production/remove", ["recordType": "Note", "field": "title"])
             #expect(production.status == 400 && production.reason.contains("deploying"), "\(production.text)")
             let unknownType = try await browser.post("\(Self.schema)/remove", ["recordType": "Nope"])
-            #expect(unknownType.status == 404, "\(unknownType.text)")
+            expectEqual(unknownType.status, 404, "\(unknownType.text)")
 
             let (_, password) = try await server.service.createOperator(name: "rita", role: .readOnly, containers: nil, by: "cli")
             var rita = Browser(server)
             _ = try await rita.signIn("rita", password)
             let readOnly = try await rita.post("\(Self.schema)/remove", ["recordType": "Users", "field": "x"])
-            #expect(readOnly.status == 403, "\(readOnly.text)")
+            expectEqual(readOnly.status, 403, "\(readOnly.text)")
             let actions = try await browser.get("audit").json["entries"]?.arrayValue?.compactMap { $0["action"]?.stringValue } ?? []
-            #expect(actions.filter { $0 == "schema.remove" }.count == 3, "\(actions)")
+            expectEqual(actions.filter { $0 == "schema.remove" }.count, 3, "\(actions)")
         }
     }
 
@@ -94,26 +94,26 @@ struct DevelopmentEnvironmentTests {
             let browser = try await ConsoleTests.administrator(server)
             let alice = try await server.user("alice")
             // Production gets Place (title, stars) by a deploy; then development grows past it.
-            #expect(try await alice.modify("public", [Op.create("p1", type: "Place", ["title": Op.field("Cafe"), "stars": Op.field(.int(4))])]).status == 200)
-            #expect(try await browser.post("containers/\(Self.container)/schema/deploy").status == 200)
+            try await expectEqual(alice.modify("public", [Op.create("p1", type: "Place", ["title": Op.field("Cafe"), "stars": Op.field(.int(4))])]).status, 200)
+            try await expectEqual(browser.post("containers/\(Self.container)/schema/deploy").status, 200)
             let producer = try await server.user("paula", environment: .production)
             let kept = try await producer.modify("public", [Op.create("prod1", type: "Place", ["title": Op.field("Kept")])])
             #expect(kept.status == 200 && kept.records.first?["serverErrorCode"] == nil, "\(kept.text)")
-            #expect(try await alice.modify("public", [Op.create("t1", type: "Temp", ["scratch": Op.field("x")])]).status == 200)
-            #expect(try await alice.modify("public", [Op.create("p2", type: "Place", ["extra": Op.field("x")])]).status == 200)
-            #expect(try await browser.post("\(Self.schema)/indexes", ["recordType": "Place", "field": "stars", "indexes": []]).status == 200)
-            #expect(try await browser.post("containers/\(Self.container)/roles/development", ["name": "editor"]).status == 200)
+            try await expectEqual(alice.modify("public", [Op.create("t1", type: "Temp", ["scratch": Op.field("x")])]).status, 200)
+            try await expectEqual(alice.modify("public", [Op.create("p2", type: "Place", ["extra": Op.field("x")])]).status, 200)
+            try await expectEqual(browser.post("\(Self.schema)/indexes", ["recordType": "Place", "field": "stars", "indexes": []]).status, 200)
+            try await expectEqual(browser.post("containers/\(Self.container)/roles/development", ["name": "editor"]).status, 200)
             let granted = try await browser.post(
                 "containers/\(Self.container)/grants/development",
                 ["recordType": "Place", "role": "editor", "permissions": ["WRITE"], "granting": true])
-            #expect(granted.status == 200, "\(granted.text)")
-            #expect(try await alice.createZone("Work").status == 200)
-            #expect(try await alice.modify(zone: "Work", [Op.create("w1", ["body": Op.field("draft")])]).status == 200)
-            #expect(try await alice.modify([Op.create("d1", ["body": Op.field("draft")])]).status == 200)
+            expectEqual(granted.status, 200, "\(granted.text)")
+            try await expectEqual(alice.createZone("Work").status, 200)
+            try await expectEqual(alice.modify(zone: "Work", [Op.create("w1", ["body": Op.field("draft")])]).status, 200)
+            try await expectEqual(alice.modify([Op.create("d1", ["body": Op.field("draft")])]).status, 200)
             let subscribed = try await alice.post(
                 "private", "subscriptions/modify",
                 ["operations": [["operationType": "create", "subscription": ["subscriptionID": "all", "subscriptionType": "database"]]]])
-            #expect(subscribed.status == 200, "\(subscribed.text)")
+            expectEqual(subscribed.status, 200, "\(subscribed.text)")
             let databaseToken = try #require(try await alice.databaseChanges().json["syncToken"]?.stringValue)
             let zoneFeed = try await alice.zoneChanges("Work")
             let zoneToken = try #require(zoneFeed.zones.first?["syncToken"]?.stringValue, "\(zoneFeed.text)")
@@ -125,37 +125,37 @@ struct DevelopmentEnvironmentTests {
             #expect(try await alice.lookup("public", ["p1"]).records.first?["serverErrorCode"] == nil, "a refused reset deleted data")
 
             let reset = try await browser.post("containers/\(Self.container)/reset/development", ["confirm": .string(Self.container)])
-            #expect(reset.status == 200, "\(reset.text)")
+            expectEqual(reset.status, 200, "\(reset.text)")
             #expect(reset.json["zones"]?.int64Value == 3 && reset.json["subscriptions"]?.int64Value == 1, "\(reset.text)")
 
             // Data: gone from development, kept in production.
-            #expect(try await alice.lookup("public", ["p1"]).records.first?["serverErrorCode"]?.stringValue == "NOT_FOUND")
-            #expect(try await alice.lookup(["d1"]).records.first?["serverErrorCode"]?.stringValue == "NOT_FOUND")
+            try await expectEqual(alice.lookup("public", ["p1"]).records.first?["serverErrorCode"]?.stringValue, "NOT_FOUND")
+            try await expectEqual(alice.lookup(["d1"]).records.first?["serverErrorCode"]?.stringValue, "NOT_FOUND")
             let zones = try await alice.post("private", "zones/list", [:]).zones.compactMap { $0["zoneID"]?["zoneName"]?.stringValue }
-            #expect(zones == ["_defaultZone"], "\(zones)")
-            #expect(try await producer.lookup("public", ["prod1"]).records.first?["fields"]?["title"]?["value"]?.stringValue == "Kept")
+            expectEqual(zones, ["_defaultZone"], "\(zones)")
+            try await expectEqual(producer.lookup("public", ["prod1"]).records.first?["fields"]?["title"]?["value"]?.stringValue, "Kept")
             let subscriptions = try await alice.post("private", "subscriptions/list", [:])
-            #expect(subscriptions.json["subscriptions"]?.arrayValue?.isEmpty == true, "\(subscriptions.text)")
+            expectEqual(subscriptions.json["subscriptions"]?.arrayValue?.isEmpty, true, "\(subscriptions.text)")
             // The user keeps the account, the session and a user record.
             let me = try await alice.lookup("public", [try #require(alice.userRecordName)])
-            #expect(me.records.first?["recordType"]?.stringValue == "Users", "\(me.text)")
+            expectEqual(me.records.first?["recordType"]?.stringValue, "Users", "\(me.text)")
 
             // Devices find out: the database feed says the custom zone was deleted (the default
             // zone keeps no change feed), and the old zone token is not taken as if nothing
             // had happened.
             let changes = try await alice.databaseChanges(token: databaseToken)
-            #expect(changes.status == 200, "\(changes.text)")
+            expectEqual(changes.status, 200, "\(changes.text)")
             let work = changes.zones.first { $0["zoneID"]?["zoneName"]?.stringValue == "Work" }
-            #expect(work?["deleted"]?.boolValue == true, "\(changes.text)")
+            expectEqual(work?["deleted"]?.boolValue, true, "\(changes.text)")
             let stale = try await alice.zoneChanges("Work", token: zoneToken)
-            #expect(stale.zones.first?["serverErrorCode"]?.stringValue == "ZONE_NOT_FOUND", "\(stale.text)")
+            expectEqual(stale.zones.first?["serverErrorCode"]?.stringValue, "ZONE_NOT_FOUND", "\(stale.text)")
             // Made again under the same name, the zone is new: the old token does not read it.
-            #expect(try await alice.createZone("Work").status == 200)
+            try await expectEqual(alice.createZone("Work").status, 200)
             let remade = try await alice.zoneChanges("Work", token: zoneToken)
-            #expect(remade.zones.first?["serverErrorCode"]?.stringValue == "CHANGE_TOKEN_EXPIRED", "\(remade.text)")
+            expectEqual(remade.zones.first?["serverErrorCode"]?.stringValue, "CHANGE_TOKEN_EXPIRED", "\(remade.text)")
 
             // Schema and grants: production's.
-            #expect(try await Self.fieldNames(server, .development, type: "Place") == ["title", "stars"])
+            try await expectEqual(Self.fieldNames(server, .development, type: "Place"), ["title", "stars"])
             let types = try await server.service.schema(container: Self.container, environment: .development)
             #expect(!types.recordTypes.contains("Temp"), "\(types.recordTypes)")
             let stars = types.fields.first { $0.recordType == "Place" && $0.fieldName == "stars" }
@@ -165,7 +165,7 @@ struct DevelopmentEnvironmentTests {
             #expect(stars?.indexes == productionStars?.indexes && stars?.indexes != 0)
             let security = try await server.service.security(container: Self.container, environment: .development)
             #expect(security.grants["Place"]?["editor"] ?? [] == [], "\(security.grants)")
-            #expect(security.grants["Place"]?["_world"] == .read)
+            expectEqual(security.grants["Place"]?["_world"], .read)
             let plan = try await browser.get("containers/\(Self.container)/schema/deploy")
             #expect(plan.json["newFields"]?.arrayValue?.isEmpty == true && plan.json["newRecordTypes"]?.arrayValue?.isEmpty == true, "\(plan.text)")
 
@@ -173,7 +173,7 @@ struct DevelopmentEnvironmentTests {
             let fresh = try await alice.modify("public", [Op.create("p3", type: "Place", ["extra": Op.field("again")])])
             #expect(fresh.status == 200 && fresh.records.first?["serverErrorCode"] == nil, "\(fresh.text)")
             let audit = try await browser.get("audit").json["entries"]?.arrayValue?.first?["action"]?.stringValue
-            #expect(audit == "environment.reset")
+            expectEqual(audit, "environment.reset")
         }
     }
 }

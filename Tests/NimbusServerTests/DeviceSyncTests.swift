@@ -18,7 +18,7 @@ struct DeviceSyncTests {
             let browser = try await ConsoleTests.administrator(server)
             let alice = try await server.user("alice")
             let phone = alice.onDevice("phone")
-            #expect(try await phone.createZone("Notes").status == 200)
+            try await expectEqual(phone.createZone("Notes").status, 200)
             let first = try await phone.zoneChanges("Notes")
             let token = try #require(first.json["zones"]?[0]?["syncToken"]?.stringValue)
             _ = try await phone.databaseChanges()
@@ -26,34 +26,34 @@ struct DeviceSyncTests {
 
             // Another device writes twice: the phone is two changes behind.
             let laptop = alice.onDevice("laptop")
-            #expect(try await laptop.modify(zone: "Notes", [Op.create("n1"), Op.create("n2")]).status == 200)
+            try await expectEqual(laptop.modify(zone: "Notes", [Op.create("n1"), Op.create("n2")]).status, 200)
             try await server.service.flushDeviceSync()
             let path = "containers/\(Self.container)/users/alice/devices/development"
             var report = try await browser.get(path)
-            #expect(report.status == 200, "\(report.text)")
+            expectEqual(report.status, 200, "\(report.text)")
             var device = try #require(report.json["devices"]?.arrayValue?.first { $0["deviceID"]?.stringValue == "phone" })
-            #expect(device["zones"]?[0]?["zone"] == "Notes")
-            #expect(device["zones"]?[0]?["behind"] == .int(2))
-            #expect(device["database"]?["status"] == "behind")
-            #expect(report.json["retentionDays"] == .int(30))
+            expectEqual(device["zones"]?[0]?["zone"], "Notes")
+            expectEqual(device["zones"]?[0]?["behind"], .int(2))
+            expectEqual(device["database"]?["status"], "behind")
+            expectEqual(report.json["retentionDays"], .int(30))
 
             // It fetches from its token: in step, the earlier position merged with the new one.
-            #expect(try await phone.zoneChanges("Notes", token: token).status == 200)
+            try await expectEqual(phone.zoneChanges("Notes", token: token).status, 200)
             try await server.service.flushDeviceSync()
             report = try await browser.get(path)
             device = try #require(report.json["devices"]?.arrayValue?.first { $0["deviceID"]?.stringValue == "phone" })
-            #expect(device["zones"]?[0]?["status"] == "current")
+            expectEqual(device["zones"]?[0]?["status"], "current")
             #expect(device["database"]?["fetchedAt"] != nil, "the database position kept from the earlier flush")
 
             // Bad names are clear answers.
-            #expect(try await browser.get("containers/\(Self.container)/users/nobody/devices/development").status == 404)
-            #expect(try await browser.get("containers/\(Self.container)/users/alice/devices/staging").status == 400)
+            try await expectEqual(browser.get("containers/\(Self.container)/users/nobody/devices/development").status, 404)
+            try await expectEqual(browser.get("containers/\(Self.container)/users/alice/devices/staging").status, 400)
 
             // The user deleted: their devices' positions go with them.
             let userID = try #require(try await server.service.users().first { $0.0.name == "alice" }?.0.id)
             let owner = NotificationOwner(container: Self.container, environment: .development, userID: userID)
-            #expect(try await server.directory.storage.push.deviceSyncStates(owner: owner).count == 1)
-            #expect(try await browser.post("containers/\(Self.container)/users/alice/delete", [:]).status == 200)
+            try await expectEqual(server.directory.storage.push.deviceSyncStates(owner: owner).count, 1)
+            try await expectEqual(browser.post("containers/\(Self.container)/users/alice/delete", [:]).status, 200)
             #expect(try await server.directory.storage.push.deviceSyncStates(owner: owner).isEmpty)
         }
     }

@@ -10,7 +10,7 @@ import Testing
     static func create(_ client: APIClient, _ subscriptions: [JSON], in database: String = "public") async throws -> [JSON] {
         let operations: [JSON] = subscriptions.map { ["operationType": "create", "subscription": $0] }
         let response = try await client.post(database, "subscriptions/modify", ["operations": .array(operations)])
-        #expect(response.status == 200, "\(response.text)")
+        expectEqual(response.status, 200, "\(response.text)")
         return response.json["subscriptions"]?.arrayValue ?? []
     }
 
@@ -27,16 +27,16 @@ import Testing
                 alice, (0..<perType).map { SubscriptionTests.querySubscription("a\($0)", type: "TypeA") })
             #expect(Self.failures(first).isEmpty)
             let past = try await Self.create(alice, [SubscriptionTests.querySubscription("a-past", type: "TypeA")])
-            #expect(past.first?["serverErrorCode"] == "BAD_REQUEST")
-            #expect(past.first?["limit"] == .string(Limits.publicSubscriptionsPerRecordType.name))
-            #expect(past.first?["subscriptionID"] == "a-past")
-            #expect(past.first?["reason"]?.stringValue?.contains("'TypeA'") == true)
+            expectEqual(past.first?["serverErrorCode"], "BAD_REQUEST")
+            expectEqual(past.first?["limit"], .string(Limits.publicSubscriptionsPerRecordType.name))
+            expectEqual(past.first?["subscriptionID"], "a-past")
+            expectEqual(past.first?["reason"]?.stringValue?.contains("'TypeA'"), true)
             // Moving another type's subscription onto the full type is refused too.
             _ = try await Self.create(alice, [SubscriptionTests.querySubscription("b-move", type: "TypeB")])
             let moved = try await alice.post(
                 "public", "subscriptions/modify",
                 ["operations": [["operationType": "update", "subscription": SubscriptionTests.querySubscription("b-move", type: "TypeA")]]])
-            #expect(moved.json["subscriptions"]?[0]?["limit"] == .string(Limits.publicSubscriptionsPerRecordType.name), "\(moved.text)")
+            expectEqual(moved.json["subscriptions"]?[0]?["limit"], .string(Limits.publicSubscriptionsPerRecordType.name), "\(moved.text)")
             // Up to the per-user limit across types (20 TypeA, 1 TypeB, 79 more across TypeC to
             // TypeF = 100): taken; one more, to a type with room: refused.
             let total = Limits.publicSubscriptionsPerUser.value
@@ -48,9 +48,9 @@ import Testing
                 #expect(Self.failures(try await Self.create(alice, Array(more[chunk..<min(chunk + 50, more.count)]))).isEmpty)
             }
             let listed = try await alice.post("public", "subscriptions/list", [:])
-            #expect(listed.json["subscriptions"]?.arrayValue?.count == total)
+            expectEqual(listed.json["subscriptions"]?.arrayValue?.count, total)
             let overUser = try await Self.create(alice, [SubscriptionTests.querySubscription("over", type: "TypeF")])
-            #expect(overUser.first?["limit"] == .string(Limits.publicSubscriptionsPerUser.name), "\(overUser)")
+            expectEqual(overUser.first?["limit"], .string(Limits.publicSubscriptionsPerUser.name), "\(overUser)")
             // Another user has allowances of their own; the private database keeps its own bound.
             let bob = try await server.user("bob")
             #expect(Self.failures(try await Self.create(bob, [SubscriptionTests.querySubscription("b0", type: "TypeA")])).isEmpty)
@@ -97,7 +97,7 @@ import Testing
             }
             try await waitFor { try await all() >= 30 }
             try await Task.sleep(for: .milliseconds(500))
-            #expect(try await all() == 30)
+            try await expectEqual(all(), 30)
         }
     }
 }

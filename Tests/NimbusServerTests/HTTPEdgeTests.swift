@@ -48,7 +48,7 @@ import Testing
             let timedOut = await slow.receive(waitingUpTo: 5)
             #expect(timedOut.closed && timedOut.status == 408, "\(timedOut.text)")
             #expect(timedOut.seconds >= 0.4 && timedOut.seconds < 3)
-            #expect(Self.errorCode(timedOut) == "BAD_REQUEST")
+            expectEqual(Self.errorCode(timedOut), "BAD_REQUEST")
 
             let idle = try RawConnection(port: server.port)
             let nothing = await idle.receive(waitingUpTo: 5)
@@ -97,7 +97,7 @@ import Testing
                 try await Task.sleep(for: .milliseconds(300))
             }
             let answered = await steady.receive(waitingUpTo: 10)
-            #expect(answered.status == 200, "\(answered.text)")
+            expectEqual(answered.status, 200, "\(answered.text)")
             // A stall longer than the body limit: closed.
             let stalled = try await start(50)
             try stalled.send(Array(repeating: 2, count: 10))
@@ -115,7 +115,7 @@ import Testing
                 "POST \(url.dropFirst(server.baseURL.count)) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
                     + "Expect: 100-continue\r\nContent-Length: 5\r\n\r\n")
             let interim = await connection.receive(waitingUpTo: 2)
-            #expect(interim.text == "HTTP/1.1 100 Continue\r\n\r\n", "\(interim.text)")
+            expectEqual(interim.text, "HTTP/1.1 100 Continue\r\n\r\n", "\(interim.text)")
             try connection.send("hello")
             // The answer waits for the asset's write (on PostgreSQL beside the crash and two-node
             // suites, over 5 s once); the connection closes after it, so the wait ends there.
@@ -132,12 +132,12 @@ import Testing
             for connection in held {
                 try connection.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
                 let answer = await connection.receive(waitingUpTo: 10, until: RawConnection.oneAnswer)
-                #expect(answer.status == 200, "\(answer.text)")
+                expectEqual(answer.status, 200, "\(answer.text)")
             }
             let fourth = try RawConnection(port: server.port)
             let refused = await fourth.receive(waitingUpTo: 5)
             #expect(refused.closed && refused.status == 429, "\(refused.text)")
-            #expect(Self.errorCode(refused) == "THROTTLED")
+            expectEqual(Self.errorCode(refused), "THROTTLED")
             #expect(refused.body.contains("connectionsPerClient"))
             // At the limit, not past it: closing one lets the next in.
             var remaining = held
@@ -151,8 +151,8 @@ import Testing
                 try next.send("GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
                 status = await next.receive(waitingUpTo: 5).status
             }
-            #expect(status == 200)
-            #expect(held.count == 2)
+            expectEqual(status, 200)
+            expectEqual(held.count, 2)
         }
     }
 
@@ -222,8 +222,8 @@ import Testing
     @Test func tenThousandKeysParseAndOneMoreIsRefused() throws {
         func object(_ count: Int) -> String { "{" + (0..<count).map { "\"k\($0)\":\($0)" }.joined(separator: ",") + "}" }
         let parsed = try JSON.parse(object(JSON.maximumKeysPerObject))
-        #expect(parsed.objectValue?.count == JSON.maximumKeysPerObject)
-        #expect(parsed["k9999"] == .int(9_999))
+        expectEqual(parsed.objectValue?.count, JSON.maximumKeysPerObject)
+        expectEqual(parsed["k9999"], .int(9_999))
         #expect(throws: JSONSyntaxError.self) { try JSON.parse(object(JSON.maximumKeysPerObject + 1)) }
         // A repeated key keeps its place and takes the last value, past the small-object path too.
         let repeated = try JSON.parse(#"{"a":1,"#.appending((0..<20).map { "\"x\($0)\":0" }.joined(separator: ",")) + #","a":2}"#)
@@ -237,17 +237,17 @@ import Testing
         try await TestServer.with(configure: { $0.trustedProxies = ["127.0.0.1"] }) { server in
             let alice = try await server.user("alice")
             let plain = try await alice.device("tokens/create", ["apnsEnvironment": "development"])
-            #expect(plain.json["webcourierURL"]?.stringValue?.hasPrefix("http://127.0.0.1:\(server.port)/webcourier/aps?tok=") == true)
+            expectEqual(plain.json["webcourierURL"]?.stringValue?.hasPrefix("http://127.0.0.1:\(server.port)/webcourier/aps?tok="), true)
             let forwarded = try await alice.send(
                 path: "/device/1/\(TestServer.container)/development/tokens/create",
                 body: Array(#"{"apnsEnvironment":"development"}"#.utf8),
                 headers: [("X-Forwarded-Proto", "https"), ("X-Forwarded-Host", "cloud.example.com")])
-            #expect(forwarded.json["webcourierURL"]?.stringValue?.hasPrefix("https://cloud.example.com/webcourier/aps?tok=") == true, "\(forwarded.text)")
+            expectEqual(forwarded.json["webcourierURL"]?.stringValue?.hasPrefix("https://cloud.example.com/webcourier/aps?tok="), true, "\(forwarded.text)")
             let standard = try await alice.send(
                 path: "/device/1/\(TestServer.container)/development/tokens/create",
                 body: Array(#"{"apnsEnvironment":"development"}"#.utf8),
                 headers: [("Forwarded", #"for=10.1.2.3;proto=https;host="nimbus.example.org:8443""#)])
-            #expect(standard.json["webcourierURL"]?.stringValue?.hasPrefix("https://nimbus.example.org:8443/webcourier/aps?tok=") == true, "\(standard.text)")
+            expectEqual(standard.json["webcourierURL"]?.stringValue?.hasPrefix("https://nimbus.example.org:8443/webcourier/aps?tok="), true, "\(standard.text)")
             let bogus = try await alice.send(
                 path: "/device/1/\(TestServer.container)/development/tokens/create", body: nil,
                 headers: [("X-Forwarded-Host", "evil.example/<script>")])

@@ -30,7 +30,7 @@ import Testing
     static func discoverability(_ client: APIClient, _ discoverable: Bool?) async throws -> String? {
         let body: JSON = discoverable.map { ["discoverable": .bool($0)] } ?? [:]
         let response = try await client.post("public", "users/discoverability", body)
-        #expect(response.status == 200, "\(response.text)")
+        expectEqual(response.status, 200, "\(response.text)")
         return response.json["status"]?.stringValue
     }
 
@@ -45,9 +45,9 @@ import Testing
                 "lookupInfos": [["emailAddress": "Bob@Example.com"], ["emailAddress": "nobody@example.com"], ["phoneNumber": "x"], [:]]
             ]
             let before = try await ann.post("public", "users/lookup/participants", lookups)
-            #expect(before.status == 200, "\(before.text)")
+            expectEqual(before.status, 200, "\(before.text)")
             let users = before.json["users"]?.arrayValue ?? []
-            #expect(users.count == 4)
+            expectEqual(users.count, 4)
             #expect(users.first?["userRecordName"]?.stringValue == bob.userRecordName && users.first?["nameComponents"] == nil, "\(before.text)")
             #expect(users[1]["serverErrorCode"] == "NOT_FOUND" && users[1]["reason"]?.stringValue?.contains("nobody@example.com") == true)
             #expect(users[2]["serverErrorCode"] == "BAD_REQUEST" && users[2]["reason"]?.stringValue?.contains("phone number x") == true)
@@ -57,16 +57,16 @@ import Testing
                 path: "/database/1/\(TestServer.container)/development/public/users/discoverability",
                 body: Array(#"{"discoverable":true}"#.utf8), method: "GET")
             #expect(sneaky.status == 400 && sneaky.text.contains("takes POST"), "\(sneaky.text)")
-            #expect(try await Self.discoverability(bob, nil) == "initialState")
-            #expect(try await Self.discoverability(bob, true) == "granted")
+            try await expectEqual(Self.discoverability(bob, nil), "initialState")
+            try await expectEqual(Self.discoverability(bob, true), "granted")
 
             let after = try await ann.post("public", "users/lookup/participants", ["lookupInfos": [["emailAddress": "bob@example.com"]]])
-            #expect(after.json["users"]?[0]?["nameComponents"]?["givenName"] == "Bob", "\(after.text)")
+            expectEqual(after.json["users"]?[0]?["nameComponents"]?["givenName"], "Bob", "\(after.text)")
             let contacts = try await ann.get("public", "users/lookup/contacts")
-            #expect(contacts.status == 200, "\(contacts.text)")
-            #expect(contacts.json["users"]?.arrayValue?.compactMap { $0["firstName"]?.stringValue } == ["Bob"], "\(contacts.text)")
+            expectEqual(contacts.status, 200, "\(contacts.text)")
+            expectEqual(contacts.json["users"]?.arrayValue?.compactMap { $0["firstName"]?.stringValue }, ["Bob"], "\(contacts.text)")
             let anonymous = try await server.client().post("public", "users/lookup/participants", lookups)
-            #expect(anonymous.status == 421, "\(anonymous.text)")
+            expectEqual(anonymous.status, 421, "\(anonymous.text)")
         }
     }
 
@@ -74,7 +74,7 @@ import Testing
         try await TestServer.with { server in
             let ann = try await Self.person(server, "ann", email: "Ann@Example.com ", phone: "+1 (555) 010-0100", given: "Ann", family: "Lee")
             let caller = try await ann.get("public", "users/caller")
-            #expect(caller.status == 200, "\(caller.text)")
+            expectEqual(caller.status, 200, "\(caller.text)")
             let expected: JSON = [
                 "userRecordName": .string(ann.userRecordName!),
                 "lookupInfo": [
@@ -83,16 +83,16 @@ import Testing
                 "nameComponents": ["givenName": "Ann", "familyName": "Lee"],
             ]
             for key in ["userRecordName", "lookupInfo", "nameComponents"] {
-                #expect(caller.json[key] == expected[key], "\(key): \(caller.text)")
-                #expect(caller.json["users"]?.arrayValue?.first?[key] == expected[key], "users[0].\(key): \(caller.text)")
+                expectEqual(caller.json[key], expected[key], "\(key): \(caller.text)")
+                expectEqual(caller.json["users"]?.arrayValue?.first?[key], expected[key], "users[0].\(key): \(caller.text)")
             }
             // users/current names the caller only once they are discoverable.
-            #expect(try await ann.get("public", "users/current").json == ["userRecordName": .string(ann.userRecordName!)])
-            #expect(try await Self.discoverability(ann, true) == "granted")
+            try await expectEqual(ann.get("public", "users/current").json, ["userRecordName": .string(ann.userRecordName!)])
+            try await expectEqual(Self.discoverability(ann, true), "granted")
             let current = try await ann.get("public", "users/current")
             #expect(current.json["firstName"] == "Ann" && current.json["lastName"] == "Lee", "\(current.text)")
             // Without a session: sign in first.
-            #expect(try await server.client().get("public", "users/caller").status == 421)
+            try await expectEqual(server.client().get("public", "users/caller").status, 421)
         }
     }
 
@@ -131,22 +131,22 @@ import Testing
             // World-readable: the API token alone reads it.
             let read = try await server.client().lookup("public", [annRecord])
             let record = try #require(read.records.first)
-            #expect(record["recordType"] == "Users", "\(read.text)")
+            expectEqual(record["recordType"], "Users", "\(read.text)")
             let tag = try #require(record["recordChangeTag"]?.stringValue)
             // Its owner adds the app's fields to it.
             let update = Op.make("update", Op.record(annRecord, type: "Users", tag: tag, fields: ["partyName": ["value": "Ann's"]]))
             let saved = try await ann.modify("public", [update])
-            #expect(saved.records.first?["fields"]?["partyName"]?["value"] == "Ann's", "\(saved.text)")
+            expectEqual(saved.records.first?["fields"]?["partyName"]?["value"], "Ann's", "\(saved.text)")
             let newTag = try #require(saved.records.first?["recordChangeTag"]?.stringValue)
             // Nobody else may change it, make a user record of another's name, or delete one.
             let byBob = try await bob.modify(
                 "public", [Op.make("update", Op.record(annRecord, type: "Users", tag: newTag, fields: ["partyName": ["value": "Bob's"]]))])
-            #expect(byBob.records.first?["serverErrorCode"] == "ACCESS_DENIED", "\(byBob.text)")
+            expectEqual(byBob.records.first?["serverErrorCode"], "ACCESS_DENIED", "\(byBob.text)")
             let forged = try await bob.modify("public", [Op.make("create", Op.record("_0123456789abcdef0123456789abcdef", type: "Users"))])
-            #expect(forged.records.first?["serverErrorCode"] == "ACCESS_DENIED", "\(forged.text)")
-            #expect(forged.records.first?["reason"]?.stringValue?.contains("users' own") == true)
+            expectEqual(forged.records.first?["serverErrorCode"], "ACCESS_DENIED", "\(forged.text)")
+            expectEqual(forged.records.first?["reason"]?.stringValue?.contains("users' own"), true)
             let deleted = try await ann.modify("public", [Op.make("forceDelete", Op.record(annRecord, type: nil))])
-            #expect(deleted.records.first?["serverErrorCode"] == "ACCESS_DENIED", "\(deleted.text)")
+            expectEqual(deleted.records.first?["serverErrorCode"], "ACCESS_DENIED", "\(deleted.text)")
             // The directory is not listable: Users is queryable only where an index is granted.
             let query: JSON = [
                 "query": ["recordType": "Users", "filterBy": [["comparator": "EQUALS", "fieldName": "partyName", "fieldValue": ["value": "Ann's"]]]]
@@ -160,7 +160,7 @@ import Testing
                     container: TestServer.container, environment: .development, recordType: "Users", field: "partyName",
                     indexes: SchemaFieldRow.Indexes.queryable))
             let granted = try await bob.post("public", "records/query", query)
-            #expect(granted.records.map { $0["recordName"]?.stringValue } == [annRecord], "\(granted.text)")
+            expectEqual(granted.records.map { $0["recordName"]?.stringValue }, [annRecord], "\(granted.text)")
         }
     }
 
@@ -168,7 +168,7 @@ import Testing
         try await TestServer.with { server in
             let ann = try await Self.person(server, "ann", environment: .production)
             let read = try await server.client(environment: .production).lookup("public", [ann.userRecordName!])
-            #expect(read.records.first?["recordType"] == "Users", "\(read.text)")
+            expectEqual(read.records.first?["recordType"], "Users", "\(read.text)")
         }
     }
 
@@ -180,29 +180,29 @@ import Testing
             // Dee has an account but never used this container.
             _ = try await server.service.createUser(
                 name: "dee", password: "password-dee", profile: UserProfile(emailAddress: "dee@example.com"))
-            #expect(try await Self.discoverability(ann, nil) == "initialState")
-            #expect(try await Self.discoverability(ann, true) == "granted")
-            #expect(try await Self.discoverability(cy, false) == "denied")
+            try await expectEqual(Self.discoverability(ann, nil), "initialState")
+            try await expectEqual(Self.discoverability(ann, true), "granted")
+            try await expectEqual(Self.discoverability(cy, false), "denied")
             let lookups: [JSON] = [
                 ["emailAddress": "ANN@example.com"], ["emailAddress": "bob@example.com"], ["emailAddress": "cy@example.com"],
                 ["emailAddress": "dee@example.com"], ["emailAddress": "nobody@example.com"], ["phoneNumber": "+1 555 0100"],
                 ["userRecordName": .string(ann.userRecordName!)], ["userRecordName": .string(bob.userRecordName!)],
             ]
             let discovered = try await cy.post("public", "users/discover", ["lookupInfos": .array(lookups)])
-            #expect(discovered.status == 200, "\(discovered.text)")
+            expectEqual(discovered.status, 200, "\(discovered.text)")
             let users = discovered.json["users"]?.arrayValue ?? []
-            #expect(users.count == lookups.count)
+            expectEqual(users.count, lookups.count)
             for (index, identity) in users.enumerated() {
                 if [0, 5, 6].contains(index) {  // Ann, by email, phone and record name
-                    #expect(identity["userRecordName"] == .string(ann.userRecordName!), "\(index): \(identity)")
-                    #expect(identity["nameComponents"] == ["givenName": "Ann", "familyName": "Lee"])
-                    #expect(identity["lookupInfo"]?["userRecordName"] == .string(ann.userRecordName!))
+                    expectEqual(identity["userRecordName"], .string(ann.userRecordName!), "\(index): \(identity)")
+                    expectEqual(identity["nameComponents"], ["givenName": "Ann", "familyName": "Lee"])
+                    expectEqual(identity["lookupInfo"]?["userRecordName"], .string(ann.userRecordName!))
                 } else {  // everyone else: just what was asked
-                    #expect(identity == ["lookupInfo": lookups[index]], "\(index): \(identity)")
+                    expectEqual(identity, ["lookupInfo": lookups[index]], "\(index): \(identity)")
                 }
             }
             let all = try await bob.get("public", "users/discover")
-            #expect(all.json["users"]?.arrayValue?.map { $0["userRecordName"] } == [.string(ann.userRecordName!)], "\(all.text)")
+            expectEqual(all.json["users"]?.arrayValue?.map { $0["userRecordName"] }, [.string(ann.userRecordName!)], "\(all.text)")
             let byEmail = try await bob.post(
                 "public", "users/lookup/email", ["users": [["emailAddress": "ann@example.com"], ["emailAddress": "cy@example.com"]]])
             #expect(
@@ -215,14 +215,14 @@ import Testing
             let byID = try await bob.post(
                 "public", "users/lookup/id",
                 ["users": [["userRecordName": .string(cy.userRecordName!)], ["userRecordName": .string(ann.userRecordName!)]]])
-            #expect(byID.json["users"]?.arrayValue?.map { $0["userRecordName"] } == [.string(ann.userRecordName!)], "\(byID.text)")
+            expectEqual(byID.json["users"]?.arrayValue?.map { $0["userRecordName"] }, [.string(ann.userRecordName!)], "\(byID.text)")
             let missingKey = try await bob.post("public", "users/lookup/id", ["users": [["emailAddress": "ann@example.com"]]])
             #expect(missingKey.status == 400 && missingKey.reason.contains("users[0].userRecordName"), "\(missingKey.text)")
 
             // Withdrawn: found no more.
-            #expect(try await Self.discoverability(ann, false) == "denied")
+            try await expectEqual(Self.discoverability(ann, false), "denied")
             let after = try await bob.post("public", "users/discover", ["lookupInfos": [["emailAddress": "ann@example.com"]]])
-            #expect(after.json["users"] == [["lookupInfo": ["emailAddress": "ann@example.com"]]], "\(after.text)")
+            expectEqual(after.json["users"], [["lookupInfo": ["emailAddress": "ann@example.com"]]], "\(after.text)")
         }
     }
 
@@ -230,15 +230,15 @@ import Testing
         try await TestServer.with { server in
             let ann = try await Self.person(server, "ann", email: "ann@example.com", given: "Ann")
             let bob = try await Self.person(server, "bob")
-            #expect(try await Self.discoverability(ann, true) == "granted")
+            try await expectEqual(Self.discoverability(ann, true), "granted")
             try await server.service.setUserDiscovery(container: TestServer.container, enabled: false)
-            #expect(try await Self.discoverability(ann, nil) == "denied")
+            try await expectEqual(Self.discoverability(ann, nil), "denied")
             let lookup: JSON = ["lookupInfos": [["emailAddress": "ann@example.com"]]]
-            #expect(try await bob.post("public", "users/discover", lookup).json["users"] == [["lookupInfo": ["emailAddress": "ann@example.com"]]])
-            #expect(try await bob.get("public", "users/discover").json["users"] == [])
+            try await expectEqual(bob.post("public", "users/discover", lookup).json["users"], [["lookupInfo": ["emailAddress": "ann@example.com"]]])
+            try await expectEqual(bob.get("public", "users/discover").json["users"], [])
             // Turned on again, Ann's own choice holds.
             try await server.service.setUserDiscovery(container: TestServer.container, enabled: true)
-            #expect(try await bob.post("public", "users/discover", lookup).json["users"]?.arrayValue?.first?["userRecordName"] == .string(ann.userRecordName!))
+            try await expectEqual(bob.post("public", "users/discover", lookup).json["users"]?.arrayValue?.first?["userRecordName"], .string(ann.userRecordName!))
             await #expect(throws: CloudKitError.self) { try await server.service.setUserDiscovery(container: "iCloud.nowhere", enabled: false) }
         }
     }
@@ -247,8 +247,8 @@ import Testing
         try await TestServer.with { server in
             let ann = try await Self.person(server, "ann")
             let anonymous = try await server.client().post("public", "users/discover", ["lookupInfos": []])
-            #expect(anonymous.status == 421, "\(anonymous.text)")
-            #expect(try await server.client().post("public", "users/discoverability", [:]).status == 421)
+            expectEqual(anonymous.status, 421, "\(anonymous.text)")
+            try await expectEqual(server.client().post("public", "users/discoverability", [:]).status, 421)
             let lookup: JSON = ["emailAddress": "x@example.com"]
             let atLimit = try await ann.post("public", "users/discover", ["lookupInfos": .array(Array(repeating: lookup, count: 200))])
             #expect(atLimit.status == 200 && atLimit.json["users"]?.arrayValue?.count == 200, "\(atLimit.status)")
@@ -269,16 +269,16 @@ import Testing
             ]
             let closed = try await client.send(path: path, body: Array(body.serialized()))
             #expect(closed.status == 403 && closed.errorCode == "ACCESS_DENIED" && closed.reason.contains("nimbus users create"), "\(closed.text)")
-            #expect(try await client.signIn("zoe", password: "correct-horse").status == 401, "no account was made")
+            try await expectEqual(client.signIn("zoe", password: "correct-horse").status, 401, "no account was made")
             try await server.service.setSignUp(container: TestServer.container, enabled: true)
             let opened = try await client.send(path: path, body: Array(body.serialized()))
-            #expect(opened.status == 200, "\(opened.text)")
+            expectEqual(opened.status, 200, "\(opened.text)")
             let token = try #require(opened.json["ckWebAuthToken"]?.stringValue)
             var zoe = client
             zoe.webAuthToken = token
             let caller = try await zoe.get("public", "users/caller")
-            #expect(caller.json["lookupInfo"]?["emailAddress"] == "zoe@example.com", "\(caller.text)")
-            #expect(caller.json["nameComponents"] == ["givenName": "Zoe"])
+            expectEqual(caller.json["lookupInfo"]?["emailAddress"], "zoe@example.com", "\(caller.text)")
+            expectEqual(caller.json["nameComponents"], ["givenName": "Zoe"])
             // Taken names and addresses, bad input: refused with the reason, nothing made.
             let again = try await client.send(path: path, body: Array(body.serialized()))
             #expect(again.status == 409 || again.errorCode == "EXISTS", "\(again.text)")
@@ -290,10 +290,10 @@ import Testing
             #expect(weak.status == 400 && weak.reason.contains("8 to 1024 bytes"), "\(weak.text)")
             let noName = try await client.send(path: path, body: Array(JSON.object(["password": "correct-horse"]).serialized()))
             #expect(noName.status == 400 && noName.reason.contains("username"), "\(noName.text)")
-            #expect(try await server.client().signIn("amy", password: "short").status == 401)
+            try await expectEqual(server.client().signIn("amy", password: "short").status, 401)
             // Without the API token: refused before anything.
             let anonymous = try await client.send(path: path, body: Array(body.serialized()), rawQuery: "")
-            #expect(anonymous.status == 401, "\(anonymous.text)")
+            expectEqual(anonymous.status, 401, "\(anonymous.text)")
         }
     }
 }

@@ -23,7 +23,7 @@ import Testing
     func names(_ client: APIClient, _ filters: [JSON], sort: String = "big", ascending: Bool = true) async throws -> [String] {
         let response = try await client.post(
             "private", "records/query", QueryTests.query(filters: filters, sorts: [QueryTests.sort(sort, ascending: ascending)]))
-        #expect(response.status == 200, "\(response.text)")
+        expectEqual(response.status, 200, "\(response.text)")
         return response.records.compactMap { $0["recordName"]?.stringValue }
     }
 
@@ -36,7 +36,7 @@ import Testing
             if let marker { extra["continuationMarker"] = .string(marker) }
             let page = try await client.post(
                 "private", "records/query", QueryTests.query(sorts: [QueryTests.sort("big", ascending: ascending)], extra: extra))
-            #expect(page.status == 200, "\(page.text)")
+            expectEqual(page.status, 200, "\(page.text)")
             seen += page.records.compactMap { $0["recordName"]?.stringValue }
             marker = page.json["continuationMarker"]?.stringValue
         } while marker != nil && seen.count < 10
@@ -45,17 +45,17 @@ import Testing
 
     func expectExact(_ client: APIClient) async throws {
         let f = QueryTests.f
-        #expect(try await names(client, [f("EQUALS", "big", .int(Self.twoTo53 + 1), nil, nil)]) == ["hi"])
-        #expect(try await names(client, [f("EQUALS", "big", .int(Self.twoTo53), nil, nil)]) == ["lo"])
-        #expect(try await names(client, [f("NOT_EQUALS", "big", .int(Self.twoTo53), nil, nil)]) == ["min", "hi", "higher", "max"])
-        #expect(try await names(client, [f("GREATER_THAN", "big", .int(Self.twoTo53), nil, nil)]) == ["hi", "higher", "max"])
-        #expect(try await names(client, [f("LESS_THAN_OR_EQUALS", "big", .int(Self.twoTo53 + 1), nil, nil)]) == ["min", "lo", "hi"])
-        #expect(try await names(client, [f("IN", "big", .array([.int(Self.twoTo53 + 3), .int(.max)]), nil, nil)]) == ["higher", "max"])
+        try await expectEqual(names(client, [f("EQUALS", "big", .int(Self.twoTo53 + 1), nil, nil)]), ["hi"])
+        try await expectEqual(names(client, [f("EQUALS", "big", .int(Self.twoTo53), nil, nil)]), ["lo"])
+        try await expectEqual(names(client, [f("NOT_EQUALS", "big", .int(Self.twoTo53), nil, nil)]), ["min", "hi", "higher", "max"])
+        try await expectEqual(names(client, [f("GREATER_THAN", "big", .int(Self.twoTo53), nil, nil)]), ["hi", "higher", "max"])
+        try await expectEqual(names(client, [f("LESS_THAN_OR_EQUALS", "big", .int(Self.twoTo53 + 1), nil, nil)]), ["min", "lo", "hi"])
+        try await expectEqual(names(client, [f("IN", "big", .array([.int(Self.twoTo53 + 3), .int(.max)]), nil, nil)]), ["higher", "max"])
         // A double filter on an INT64 field compares by exact value too: 2^53 as a double is lo.
-        #expect(try await names(client, [f("EQUALS", "big", .double(9_007_199_254_740_992.0), "INT64", nil)]) == ["lo"])
-        #expect(try await names(client, [], ascending: false) == ["max", "higher", "hi", "lo", "min"])
-        #expect(try await pagedOneByOne(client, ascending: true) == ["min", "lo", "hi", "higher", "max"])
-        #expect(try await pagedOneByOne(client, ascending: false) == ["max", "higher", "hi", "lo", "min"])
+        try await expectEqual(names(client, [f("EQUALS", "big", .double(9_007_199_254_740_992.0), "INT64", nil)]), ["lo"])
+        try await expectEqual(names(client, [], ascending: false), ["max", "higher", "hi", "lo", "min"])
+        try await expectEqual(pagedOneByOne(client, ascending: true), ["min", "lo", "hi", "higher", "max"])
+        try await expectEqual(pagedOneByOne(client, ascending: false), ["max", "higher", "hi", "lo", "min"])
     }
 
     @Test func integersPast2To53KeepEveryDigitInFiltersSortsAndMarkers() async throws {
@@ -95,7 +95,7 @@ import Testing
                         """)
                 let collapsed = try Int.fetchOne(
                     db, sql: "SELECT COUNT(*) FROM field_index WHERE field = 'big' AND num = ?", arguments: [Self.twoTo53])
-                #expect(collapsed == 2, "the v7 shape rounds 2^53 + 1 onto 2^53")
+                expectEqual(collapsed, 2, "the v7 shape rounds 2^53 + 1 onto 2^53")
             }
             try queue.close()
         }

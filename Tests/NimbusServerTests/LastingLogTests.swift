@@ -12,10 +12,10 @@ import Testing
     @Test func theRequestLogSurvivesARestartAndIsSearchedByUserName() async throws {
         let first = try await TestServer.start()
         let alice = try await first.user("alice")
-        #expect(try await alice.post("private", "zones/list", [:]).status == 200)
+        try await expectEqual(alice.post("private", "zones/list", [:]).status, 200)
         _ = try await alice.lookup(zone: "Nowhere", ["x"])
         let bob = try await first.user("bob")
-        #expect(try await bob.post("private", "zones/list", [:]).status == 200)
+        try await expectEqual(bob.post("private", "zones/list", [:]).status, 200)
         let (_, password) = try await first.service.createOperator(name: "olga", role: .administrator, containers: nil, by: "cli")
 
         let server = try await first.restarted()
@@ -30,11 +30,11 @@ import Testing
 
     static func searches(_ server: TestServer, password: String, alice: APIClient) async throws {
         var browser = OperatorTests.Browser(server)
-        #expect(try await browser.signIn("olga", password).status == 200)
+        try await expectEqual(browser.signIn("olga", password).status, 200)
         let hers = try await browser.get("requests", query: "?user=alice")
         let rows = hers.json["requests"]?.arrayValue ?? []
         // The list and the failed lookup, from before the restart (her sign-in came before she was signed in).
-        #expect(rows.count == 2, "\(hers.text)")
+        expectEqual(rows.count, 2, "\(hers.text)")
         #expect(rows.allSatisfy { $0["userName"] == "alice" }, "\(hers.text)")
         let list = try #require(rows.first { $0["route"]?.stringValue?.hasSuffix("zones/list") == true })
         #expect(list["environment"] == "development" && list["database"] == "private" && list["user"] == .string(alice.userRecordName ?? ""))
@@ -43,9 +43,9 @@ import Testing
         let failed = try await browser.get("requests", query: "?user=alice&error=ZONE_NOT_FOUND").json["requests"]?.arrayValue ?? []
         #expect(failed.count == 1 && failed[0]["route"]?.stringValue?.hasSuffix("records/lookup") == true)
         let byRoute = try await browser.get("requests", query: "?route=zones/list").json["requests"]?.arrayValue ?? []
-        #expect(byRoute.count == 2, "alice's and bob's lists: \(byRoute)")
-        #expect(try await browser.get("requests", query: "?database=public").json["requests"]?.arrayValue?.isEmpty == true)
-        #expect(try await browser.get("requests", query: "?environment=production").json["requests"]?.arrayValue?.isEmpty == true)
+        expectEqual(byRoute.count, 2, "alice's and bob's lists: \(byRoute)")
+        try await expectEqual(browser.get("requests", query: "?database=public").json["requests"]?.arrayValue?.isEmpty, true)
+        try await expectEqual(browser.get("requests", query: "?environment=production").json["requests"]?.arrayValue?.isEmpty, true)
         // Pages: the newest first, then those before the last id seen.
         let page = try await browser.get("requests", query: "?limit=2").json["requests"]?.arrayValue ?? []
         let lastID = try #require(page.last?["id"]?.int64Value)
@@ -92,19 +92,19 @@ import Testing
 
     static func readsOnTheSecond(_ first: TestServer, _ second: TestServer) async throws {
         let alice = try await first.user("alice")
-        #expect(try await alice.post("private", "zones/list", [:]).status == 200)
+        try await expectEqual(alice.post("private", "zones/list", [:]).status, 200)
         _ = try await alice.lookup(zone: "Nowhere", ["x"])
         // The first node stores its entries within its flush interval; the second reads them.
         let (_, password) = try await second.service.createOperator(name: "olga", role: .administrator, containers: nil, by: "cli")
         var browser = OperatorTests.Browser(second)
-        #expect(try await browser.signIn("olga", password).status == 200)
+        try await expectEqual(browser.signIn("olga", password).status, 200)
         var seen: [JSON] = []
         let deadline = Date().addingTimeInterval(10)
         while seen.isEmpty, Date() < deadline {
             seen = try await browser.get("requests", query: "?user=alice&route=zones/list").json["requests"]?.arrayValue ?? []
             if seen.isEmpty { try await Task.sleep(for: .milliseconds(100)) }
         }
-        #expect(seen.count == 1, "the second node does not see the first node's request")
+        expectEqual(seen.count, 1, "the second node does not see the first node's request")
         // Its charts count the first node's requests too: once the failed lookup's entry is
         // stored, so are the figures that count it (one transaction).
         var failed: [JSON] = []
@@ -112,14 +112,14 @@ import Testing
             failed = try await browser.get("requests", query: "?error=ZONE_NOT_FOUND").json["requests"]?.arrayValue ?? []
             if failed.isEmpty { try await Task.sleep(for: .milliseconds(100)) }
         }
-        #expect(try await Self.figures(browser).errors["ZONE_NOT_FOUND"] == 1)
+        try await expectEqual(Self.figures(browser).errors["ZONE_NOT_FOUND"], 1)
     }
 
     @Test func theCommandLineExportsTheLogAsJSONLines() async throws {
         let (dataDirectory, container, apiToken) = try await CrashRecoveryTests.prepareDataDirectory()
         defer { try? FileManager.default.removeItem(atPath: dataDirectory) }
         let (server, client) = try await CrashRecoveryTests.serveSignedIn(dataDirectory, container: container, apiToken: apiToken)
-        #expect(try await client.createZone("Logged").status == 200)
+        try await expectEqual(client.createZone("Logged").status, 200)
         _ = try await client.lookup(zone: "Nowhere", ["x"])
         server.stop()  // SIGTERM: the last second's entries are stored on the way out
         let data = try await NimbusProcess.dataArguments(dataDirectory)
@@ -145,19 +145,19 @@ import Testing
             try await store.appendRequests(rows, minuteFigures: [])
             var search = RequestSearch(limit: 100)
             search.user = "u"
-            #expect(try await store.requests(search).count == 5)
+            try await expectEqual(store.requests(search).count, 5)
             search.error = "ATOMIC_ERROR"
-            #expect(try await store.requests(search).first?.itemErrorCodes == ["CONFLICT", "ATOMIC_ERROR"])
+            try await expectEqual(store.requests(search).first?.itemErrorCodes, ["CONFLICT", "ATOMIC_ERROR"])
             search.error = "ATOMIC"
             #expect(try await store.requests(search).isEmpty, "a part of a code is not the code")
             search.error = nil
             // At the limit: nothing goes. One past: the oldest goes.
-            #expect(try await store.pruneRequests(before: now - 10_000, keepingAtMost: 5) == 0)
-            #expect(try await store.pruneRequests(before: now - 10_000, keepingAtMost: 4) == 1)
-            #expect(try await store.requests(search).map(\.requestUUID) == ["u4", "u3", "u2", "u1"])
+            try await expectEqual(store.pruneRequests(before: now - 10_000, keepingAtMost: 5), 0)
+            try await expectEqual(store.pruneRequests(before: now - 10_000, keepingAtMost: 4), 1)
+            try await expectEqual(store.requests(search).map(\.requestUUID), ["u4", "u3", "u2", "u1"])
             // By age: entries before the moment go.
-            #expect(try await store.pruneRequests(before: now - 2_500, keepingAtMost: 1_000) == 2)
-            #expect(try await store.requests(search).map(\.requestUUID) == ["u4", "u3"])
+            try await expectEqual(store.pruneRequests(before: now - 2_500, keepingAtMost: 1_000), 2)
+            try await expectEqual(store.requests(search).map(\.requestUUID), ["u4", "u3"])
         }
     }
 
@@ -169,18 +169,18 @@ import Testing
                 server.clock.advance(milliseconds: 86_400_000)
             }
             func details() async throws -> [String] { try await service.storage.operators.auditEntries(limit: 100, beforeID: nil).map(\.detail) }
-            #expect(try await details() == ["entry 2", "entry 1", "entry 0"])
+            try await expectEqual(details(), ["entry 2", "entry 1", "entry 0"])
             // By count: at the limit nothing goes; one past, the oldest.
-            #expect(try await service.pruneAuditLog(entries: 3) == 0)
-            #expect(try await service.pruneAuditLog(entries: 2) == 1)
-            #expect(try await details() == ["entry 2", "entry 1"])
+            try await expectEqual(service.pruneAuditLog(entries: 3), 0)
+            try await expectEqual(service.pruneAuditLog(entries: 2), 1)
+            try await expectEqual(details(), ["entry 2", "entry 1"])
             // By age (the named limit: a year): "entry 1" was written two days ago.
-            #expect(try await service.pruneAuditLog() == 0)
+            try await expectEqual(service.pruneAuditLog(), 0)
             server.clock.advance(milliseconds: Int64(Limits.auditLogDays.value - 2) * 86_400_000)
-            #expect(try await service.pruneAuditLog() == 0, "at the limit")
+            try await expectEqual(service.pruneAuditLog(), 0, "at the limit")
             server.clock.advance(milliseconds: 1)
-            #expect(try await service.pruneAuditLog() == 1, "one past")
-            #expect(try await details() == ["entry 2"])
+            try await expectEqual(service.pruneAuditLog(), 1, "one past")
+            try await expectEqual(details(), ["entry 2"])
         }
     }
 }

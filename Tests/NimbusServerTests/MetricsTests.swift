@@ -34,8 +34,8 @@ import Testing
 
     static func scrape(port: Int) async throws -> [Sample] {
         let answer = try await AssetTests.http(.GET, "http://127.0.0.1:\(port)/metrics")
-        #expect(answer.status == 200)
-        #expect(answer.headers["Content-Type"].first?.hasPrefix("text/plain; version=0.0.4") == true)
+        expectEqual(answer.status, 200)
+        expectEqual(answer.headers["Content-Type"].first?.hasPrefix("text/plain; version=0.0.4"), true)
         return try await parse(String(decoding: answer.body, as: UTF8.self))
     }
 
@@ -66,14 +66,14 @@ import Testing
 
             // Saves, a conflict inside a 200, a refused request, an asset, a live socket, a backup.
             let saved = try await alice.modify(zone: "Z", [Op.create("r1", ["n": Op.field(1)]), Op.create("r2")])
-            #expect(saved.status == 200)
+            expectEqual(saved.status, 200)
             let conflict = try await alice.modify(zone: "Z", [Op.update("r1", tag: "stale", ["n": Op.field(2)])])
             #expect(conflict.status == 200 && conflict.records.first?.errorCode == "CONFLICT", "\(conflict.text)")
             let refused = try await alice.send(
                 path: "/database/1/\(TestServer.container)/development/private/records/modify", body: Array("{".utf8))
-            #expect(refused.status == 400)
+            expectEqual(refused.status, 400)
             let photo = try await AssetTests.upload(alice, Array(repeating: 7, count: 4_096))
-            #expect(try await alice.modify([AssetTests.photo("p1", photo)]).status == 200)
+            try await expectEqual(alice.modify([AssetTests.photo("p1", photo)]).status, 200)
             let listener = try await NotificationListener.connect(alice)
             defer { listener.close() }
             try await server.directory.backups.backUp()
@@ -83,18 +83,18 @@ import Testing
             #expect(
                 Self.value(after, "nimbus_requests_total", ["status": "200", "code": ""], route: modify)
                     - Self.value(before, "nimbus_requests_total", ["status": "200", "code": ""], route: modify) == 3)
-            #expect(Self.value(after, "nimbus_requests_total", ["status": "400", "code": "BAD_REQUEST"], route: modify) == 1)
-            #expect(Self.value(before, "nimbus_item_errors_total", ["code": "CONFLICT"]) == 0)
-            #expect(Self.value(after, "nimbus_item_errors_total", ["code": "CONFLICT"], route: modify) == 1)
+            expectEqual(Self.value(after, "nimbus_requests_total", ["status": "400", "code": "BAD_REQUEST"], route: modify), 1)
+            expectEqual(Self.value(before, "nimbus_item_errors_total", ["code": "CONFLICT"]), 0)
+            expectEqual(Self.value(after, "nimbus_item_errors_total", ["code": "CONFLICT"], route: modify), 1)
             #expect(
                 Self.value(after, "nimbus_request_duration_seconds_count", route: modify)
                     - Self.value(before, "nimbus_request_duration_seconds_count", route: modify) == 4)
-            #expect(Self.value(after, "nimbus_request_duration_seconds_bucket", ["le": "+Inf"], route: modify) == 4)
-            #expect(Self.value(after, "nimbus_asset_bytes", ["held": "any"]) == 4_096)
-            #expect(Self.value(after, "nimbus_asset_blobs", ["held": "any"]) == 1)
+            expectEqual(Self.value(after, "nimbus_request_duration_seconds_bucket", ["le": "+Inf"], route: modify), 4)
+            expectEqual(Self.value(after, "nimbus_asset_bytes", ["held": "any"]), 4_096)
+            expectEqual(Self.value(after, "nimbus_asset_blobs", ["held": "any"]), 1)
             #expect(Self.value(after, "nimbus_store_bytes") > 0)
-            #expect(Self.value(after, "nimbus_websocket_connections") == 1)
-            #expect(Self.value(before, "nimbus_backup_last_success_timestamp_seconds") == 0)
+            expectEqual(Self.value(after, "nimbus_websocket_connections"), 1)
+            expectEqual(Self.value(before, "nimbus_backup_last_success_timestamp_seconds"), 0)
             #expect(abs(Self.value(after, "nimbus_backup_last_success_timestamp_seconds") - Date().timeIntervalSince1970) < 60)
             #expect(Self.value(after, "nimbus_backup_failures_in_a_row") == 0 && Self.value(after, "nimbus_backups_kept") == 1)
             for family in [
@@ -123,7 +123,7 @@ import Testing
 
             let browser = try await ConsoleTests.administrator(server)
             let figures = try await browser.client.send(path: "/metrics", body: nil, rawQuery: "", headers: [("Cookie", browser.cookie ?? "")])
-            #expect(figures.status == 200, "\(figures.text)")
+            expectEqual(figures.status, 200, "\(figures.text)")
             let samples = try await Self.parse(figures.text)
             #expect(samples.contains { $0.name == "nimbus_store_bytes" })
 
@@ -133,7 +133,7 @@ import Testing
             var limited = OperatorTests.Browser(server)
             _ = try await limited.signIn("lim", password)
             let refused = try await limited.client.send(path: "/metrics", body: nil, rawQuery: "", headers: [("Cookie", limited.cookie ?? "")])
-            #expect(refused.status == 403, "\(refused.text)")
+            expectEqual(refused.status, 403, "\(refused.text)")
         }
     }
 }

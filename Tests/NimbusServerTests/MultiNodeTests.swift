@@ -26,8 +26,8 @@ import Testing
             baseURL: nodeB.baseURL, container: container, environment: .development, apiToken: apiToken,
             webAuthToken: onA.webAuthToken, userRecordName: nil)
 
-        #expect(try await onA.createZone("Shared").status == 200)
-        #expect(try await onB.lookup(zone: "Shared", ["nothing"]).status == 200, "the zone made on A is there on B")
+        try await expectEqual(onA.createZone("Shared").status, 200)
+        try await expectEqual(onB.lookup(zone: "Shared", ["nothing"]).status, 200, "the zone made on A is there on B")
         // A subscription made on B, to the zone A made.
         let subscribed = try await onB.post(
             "private", "subscriptions/modify",
@@ -40,9 +40,9 @@ import Testing
         let saved = try await onA.onDevice("laptop-on-A").modify(zone: "Shared", [Op.create("r1")])
         #expect(saved.status == 200 && saved.records.first?.errorCode == nil, "\(saved.text)")
         let frame = try await listener.next(within: 10)
-        #expect(frame["type"] == "notification")
-        #expect(frame["payload"]?["ck"]?["fet"]?["sid"] == "z", "\(frame)")
-        #expect(frame["payload"]?["ck"]?["fet"]?["zid"] == "Shared", "\(frame)")
+        expectEqual(frame["type"], "notification")
+        expectEqual(frame["payload"]?["ck"]?["fet"]?["sid"], "z", "\(frame)")
+        expectEqual(frame["payload"]?["ck"]?["fet"]?["zid"], "Shared", "\(frame)")
         // Once: both nodes push only to their own connections.
         #expect(await listener.nothing(within: 1))
 
@@ -56,8 +56,8 @@ import Testing
         // And the collection is the same from either node.
         let fromA = try await onA.onDevice("phone-on-B").device("notifications/changes")
         let fromB = try await onB.onDevice("phone-on-B").device("notifications/changes")
-        #expect(fromA.json["notifications"]?.arrayValue?.count == 1)
-        #expect(fromA.json["notifications"] == fromB.json["notifications"])
+        expectEqual(fromA.json["notifications"]?.arrayValue?.count, 1)
+        expectEqual(fromA.json["notifications"], fromB.json["notifications"])
     }
 
     /// Budgets are counted in PostgreSQL, leased a twentieth at a time, so two nodes together
@@ -85,7 +85,7 @@ import Testing
                 #expect(answer.reason.contains("userRequestsPerMinute"), "\(answer.text)")
                 refusedOn.insert(node.baseURL)
             } else {
-                #expect(answer.status == 200, "\(answer.text)")
+                expectEqual(answer.status, 200, "\(answer.text)")
                 admitted += 1
             }
         }
@@ -96,6 +96,6 @@ import Testing
         let refilled = Int((seconds * 40 / 60).rounded(.up))
         #expect(seconds < 40, "the 80 lookups took \(seconds) s: too slow to tell one budget from two")
         #expect((36...(42 + refilled)).contains(admitted), "admitted \(admitted) of 80 in \(seconds) s")
-        #expect(refusedOn == [nodeA.baseURL, nodeB.baseURL], "both nodes refuse once the shared budget is spent")
+        expectEqual(refusedOn, [nodeA.baseURL, nodeB.baseURL], "both nodes refuse once the shared budget is spent")
     }
 }

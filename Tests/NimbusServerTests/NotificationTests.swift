@@ -30,17 +30,17 @@ import Testing
             _ = try await listenerB.next()  // the zone's creation
             _ = try await deviceA.modify(zone: "Parties", [Op.create("wwdc", type: "Party", ["name": Op.field("Beers")])])
             let frame = try await listenerB.next()
-            #expect(frame["type"] == "notification")
-            #expect(frame["payload"]?["ck"]?["met"]?["sid"] == "db")
-            #expect(frame["payload"]?["ck"]?["met"]?["dbs"] == 2)
-            #expect(frame["payload"]?["aps"]?["content-available"] == 1)
-            #expect(frame["payload"]?["ck"]?["ckuserid"]?.stringValue == alice.userRecordName)
+            expectEqual(frame["type"], "notification")
+            expectEqual(frame["payload"]?["ck"]?["met"]?["sid"], "db")
+            expectEqual(frame["payload"]?["ck"]?["met"]?["dbs"], 2)
+            expectEqual(frame["payload"]?["aps"]?["content-available"], 1)
+            expectEqual(frame["payload"]?["ck"]?["ckuserid"]?.stringValue, alice.userRecordName)
 
             let changes = try await deviceB.databaseChanges(token: databaseToken)
             let zoneNames = changes.zones.compactMap { $0["zoneID"]?["zoneName"]?.stringValue }
-            #expect(zoneNames == ["Parties"])
+            expectEqual(zoneNames, ["Parties"])
             let zone = try #require(try await deviceB.zoneChanges("Parties").zones.first)
-            #expect(zone["records"]?.arrayValue?.map { $0["recordName"] } == ["wwdc"])
+            expectEqual(zone["records"]?.arrayValue?.map { $0["recordName"] }, ["wwdc"])
             #expect(await listenerA.nothing(within: 0.5))
         }
     }
@@ -66,27 +66,27 @@ import Testing
 
             let entered = try await alice.modify([Op.update("n1", tag: tag1, ["stars": Op.field(5), "title": Op.field("Great")])])
             let enter = try await listener.next()
-            #expect(enter["payload"]?["ck"]?["qry"]?["fo"] == 1)
-            #expect(enter["payload"]?["ck"]?["qry"]?["rid"] == "n1")
-            #expect(enter["payload"]?["ck"]?["qry"]?["af"] == ["title": "Great", "stars": 5])
-            #expect(enter["payload"]?["aps"]?["alert"]?["loc-args"] == ["Great"])
-            #expect(enter["payload"]?["aps"]?["sound"] == "ping.aiff")
-            #expect(enter["payload"]?["aps"]?["badge"] == 1)
+            expectEqual(enter["payload"]?["ck"]?["qry"]?["fo"], 1)
+            expectEqual(enter["payload"]?["ck"]?["qry"]?["rid"], "n1")
+            expectEqual(enter["payload"]?["ck"]?["qry"]?["af"], ["title": "Great", "stars": 5])
+            expectEqual(enter["payload"]?["aps"]?["alert"]?["loc-args"], ["Great"])
+            expectEqual(enter["payload"]?["aps"]?["sound"], "ping.aiff")
+            expectEqual(enter["payload"]?["aps"]?["badge"], 1)
 
             let tag2 = try #require(entered.records.first?.changeTag)
             let changed = try await alice.modify([Op.update("n1", tag: tag2, ["stars": Op.field(4)])])
             let within = try await listener.next()
-            #expect(within["payload"]?["ck"]?["qry"]?["fo"] == 2)
-            #expect(within["payload"]?["aps"]?["badge"] == 2)
+            expectEqual(within["payload"]?["ck"]?["qry"]?["fo"], 2)
+            expectEqual(within["payload"]?["aps"]?["badge"], 2)
 
             let tag3 = try #require(changed.records.first?.changeTag)
             _ = try await alice.modify([Op.update("n1", tag: tag3, ["stars": Op.field(1)])])
-            #expect(try await listener.next()["payload"]?["ck"]?["qry"]?["fo"] == 3)
+            try await expectEqual(listener.next()["payload"]?["ck"]?["qry"]?["fo"], 3)
 
             _ = try await alice.modify([Op.create("n2", ["stars": Op.field(9)])])
-            #expect(try await listener.next()["payload"]?["ck"]?["qry"]?["fo"] == 1)
+            try await expectEqual(listener.next()["payload"]?["ck"]?["qry"]?["fo"], 1)
             _ = try await alice.modify([Op.forceDelete("n2")])
-            #expect(try await listener.next()["payload"]?["ck"]?["qry"]?["fo"] == 3)
+            try await expectEqual(listener.next()["payload"]?["ck"]?["qry"]?["fo"], 3)
         }
     }
 
@@ -101,16 +101,16 @@ import Testing
                 alice, ["subscriptionID": "z-party", "subscriptionType": "zone", "zoneID": ["zoneName": "Z"], "recordType": "Party"])
             try await Self.subscribe(alice, ["subscriptionID": "db-note", "subscriptionType": "database", "recordType": "Note"])
             let listed = try await alice.post("private", "subscriptions/lookup", ["subscriptions": [["subscriptionID": "z-party"], ["subscriptionID": "db-note"]]])
-            #expect(listed.json["subscriptions"]?[0]?["recordType"] == "Party")
-            #expect(listed.json["subscriptions"]?[1]?["recordType"] == "Note")
+            expectEqual(listed.json["subscriptions"]?[0]?["recordType"], "Party")
+            expectEqual(listed.json["subscriptions"]?[1]?["recordType"], "Note")
 
             let listener = try await NotificationListener.connect(alice.onDevice("phone"))
             defer { listener.close() }
             _ = try await alice.modify(zone: "Z", [Op.create("n1", type: "Note")])
-            #expect(try await listener.next()["payload"]?["ck"]?["met"]?["sid"] == "db-note")
+            try await expectEqual(listener.next()["payload"]?["ck"]?["met"]?["sid"], "db-note")
             #expect(await listener.nothing(within: 0.3))
             _ = try await alice.modify(zone: "Z", [Op.create("p1", type: "Party")])
-            #expect(try await listener.next()["payload"]?["ck"]?["fet"]?["sid"] == "z-party")
+            try await expectEqual(listener.next()["payload"]?["ck"]?["fet"]?["sid"], "z-party")
             #expect(await listener.nothing(within: 0.3))
             _ = try await alice.createZone("Y")  // no record changed: neither fires
             #expect(await listener.nothing(within: 0.3))
@@ -118,8 +118,8 @@ import Testing
             let unknown = try await alice.post(
                 "private", "subscriptions/modify",
                 ["operations": [["operationType": "create", "subscription": ["subscriptionID": "x", "subscriptionType": "database", "recordType": "Nope"]]]])
-            #expect(unknown.json["subscriptions"]?[0]?["serverErrorCode"] == "BAD_REQUEST", "\(unknown.text)")
-            #expect(unknown.json["subscriptions"]?[0]?["reason"]?.stringValue?.contains("'Nope' does not exist") == true, "\(unknown.text)")
+            expectEqual(unknown.json["subscriptions"]?[0]?["serverErrorCode"], "BAD_REQUEST", "\(unknown.text)")
+            expectEqual(unknown.json["subscriptions"]?[0]?["reason"]?.stringValue?.contains("'Nope' does not exist"), true, "\(unknown.text)")
         }
     }
 
@@ -131,10 +131,10 @@ import Testing
             let listener = try await NotificationListener.connect(alice.onDevice("phone"))
             defer { listener.close() }
             _ = try await alice.modify([Op.create("a")])
-            #expect(try await listener.next()["payload"]?["ck"]?["qry"]?["sid"] == "once")
+            try await expectEqual(listener.next()["payload"]?["ck"]?["qry"]?["sid"], "once")
             _ = try await alice.modify([Op.create("b")])
             #expect(await listener.nothing(within: 0.5))
-            #expect(try await alice.post("private", "subscriptions/list", [:]).json["subscriptions"] == [])
+            try await expectEqual(alice.post("private", "subscriptions/list", [:]).json["subscriptions"], [])
         }
     }
 
@@ -150,9 +150,9 @@ import Testing
             _ = try await alice.modify("public", [Op.create("p1", type: "Post", ["topic": Op.field("rust")])])
             _ = try await alice.modify("public", [Op.create("p2", type: "Post", ["topic": Op.field("swift")])])
             let frame = try await listener.next()
-            #expect(frame["payload"]?["ck"]?["qry"]?["rid"] == "p2")
-            #expect(frame["payload"]?["ck"]?["qry"]?["dbs"] == 1)
-            #expect(frame["payload"]?["ck"]?["qry"]?["zoid"] == "_defaultOwner")
+            expectEqual(frame["payload"]?["ck"]?["qry"]?["rid"], "p2")
+            expectEqual(frame["payload"]?["ck"]?["qry"]?["dbs"], 1)
+            expectEqual(frame["payload"]?["ck"]?["qry"]?["zoid"], "_defaultOwner")
             #expect(await listener.nothing(within: 0.3))
         }
     }
@@ -168,35 +168,35 @@ import Testing
             _ = try await deviceA.createZone("Z")
             try await Self.subscribe(deviceB, ["subscriptionID": "z", "subscriptionType": "zone", "zoneID": ["zoneName": "Z"]])
             let start = try await deviceB.device("notifications/changes")
-            #expect(start.json["notifications"] == [])
+            expectEqual(start.json["notifications"], [])
             let token = try #require(start.json["syncToken"]?.stringValue)
 
             for index in 0..<5 { _ = try await deviceA.modify(zone: "Z", [Op.create("r\(index)")]) }
             try await waitFor { try await deviceB.device("notifications/changes", ["syncToken": .string(token)]).json["notifications"]?.arrayValue?.count == 5 }
             let missed = try await deviceB.device("notifications/changes", ["syncToken": .string(token), "resultsLimit": 3])
-            #expect(missed.json["notifications"]?.arrayValue?.count == 3)
-            #expect(missed.json["moreComing"] == true)
+            expectEqual(missed.json["notifications"]?.arrayValue?.count, 3)
+            expectEqual(missed.json["moreComing"], true)
             let rest = try await deviceB.device("notifications/changes", ["syncToken": missed.json["syncToken"]!])
-            #expect(rest.json["notifications"]?.arrayValue?.count == 2)
-            #expect(rest.json["moreComing"] == false)
+            expectEqual(rest.json["notifications"]?.arrayValue?.count, 2)
+            expectEqual(rest.json["moreComing"], false)
             // A made the changes: its own fetch leaves them out.
-            #expect(try await deviceA.device("notifications/changes").json["notifications"] == [])
+            try await expectEqual(deviceA.device("notifications/changes").json["notifications"], [])
 
             let reconnected = try await NotificationListener.connect(deviceB, syncToken: token)
             reconnected.close()
             let replayed = reconnected.replayed
-            #expect(replayed.count == 5)
-            #expect(Set(replayed.compactMap { $0["payload"]?["ck"]?["fet"]?["zid"]?.stringValue }) == ["Z"])
+            expectEqual(replayed.count, 5)
+            expectEqual(Set(replayed.compactMap { $0["payload"]?["ck"]?["fet"]?["zid"]?.stringValue }), ["Z"])
 
             let listenerA = try await NotificationListener.connect(deviceA)
             defer { listenerA.close() }
             let ids = replayed.compactMap { $0["notificationID"] }
             let marked = try await deviceB.device("notifications/markRead", ["notificationIDs": .array(ids + ["unknown"])])
-            #expect(marked.json["notificationIDs"]?.arrayValue?.count == 5)
+            expectEqual(marked.json["notificationIDs"]?.arrayValue?.count, 5)
             let read = try await listenerA.next()
-            #expect(read["payload"]?["ck"]?["rdn"]?.arrayValue?.count == 6)
+            expectEqual(read["payload"]?["ck"]?["rdn"]?.arrayValue?.count, 6)
             let after = try await deviceB.device("notifications/changes", ["syncToken": .string(token)])
-            #expect(after.json["notifications"]?.arrayValue?.prefix(5).allSatisfy { $0["read"] == true } == true)
+            expectEqual(after.json["notifications"]?.arrayValue?.prefix(5).allSatisfy { $0["read"] == true }, true)
         }
     }
 
@@ -208,23 +208,23 @@ import Testing
             _ = try await alice.createZone("Z")
             try await Self.subscribe(alice, ["subscriptionID": "z", "subscriptionType": "zone", "zoneID": ["zoneName": "Z"]])
             let token = try #require(try await alice.device("notifications/changes").json["syncToken"]?.stringValue)
-            #expect(try await alice.device("notifications/changes", ["syncToken": "garbage"]).errorCode == "BAD_REQUEST")
+            try await expectEqual(alice.device("notifications/changes", ["syncToken": "garbage"]).errorCode, "BAD_REQUEST")
             let othersToken = try #require(try await bob.device("notifications/changes").json["syncToken"])
-            #expect(try await alice.device("notifications/changes", ["syncToken": othersToken]).errorCode == "BAD_REQUEST")
-            #expect(try await alice.device("notifications/changes", ["resultsLimit": 0]).errorCode == "BAD_REQUEST")
-            #expect(try await alice.device("notifications/changes", ["resultsLimit": 201]).json["limit"] == "notificationsPerPage")
-            #expect(try await alice.device("notifications/changes", ["resultsLimit": 200]).status == 200)
-            #expect(try await alice.device("badge/modify", ["badgeValue": -1]).status == 400)
-            #expect(try await alice.device("badge/modify", ["badgeValue": 3]).json["badgeValue"] == 3)
-            #expect(try await server.client().device("notifications/changes").status == 421)
+            try await expectEqual(alice.device("notifications/changes", ["syncToken": othersToken]).errorCode, "BAD_REQUEST")
+            try await expectEqual(alice.device("notifications/changes", ["resultsLimit": 0]).errorCode, "BAD_REQUEST")
+            try await expectEqual(alice.device("notifications/changes", ["resultsLimit": 201]).json["limit"], "notificationsPerPage")
+            try await expectEqual(alice.device("notifications/changes", ["resultsLimit": 200]).status, 200)
+            try await expectEqual(alice.device("badge/modify", ["badgeValue": -1]).status, 400)
+            try await expectEqual(alice.device("badge/modify", ["badgeValue": 3]).json["badgeValue"], 3)
+            try await expectEqual(server.client().device("notifications/changes").status, 421)
 
             _ = try await alice.modify(zone: "Z", [Op.create("old")])
             try await waitFor { try await alice.device("notifications/changes").json["notifications"]?.arrayValue?.count == 1 }
             server.clock.advance(milliseconds: 29 * 86_400_000)
-            #expect(try await server.service.pruneNotifications() == 1)
+            try await expectEqual(server.service.pruneNotifications(), 1)
             let expired = try await alice.device("notifications/changes", ["syncToken": .string(token)])
-            #expect(expired.status == 400)
-            #expect(expired.errorCode == "CHANGE_TOKEN_EXPIRED")
+            expectEqual(expired.status, 400)
+            expectEqual(expired.errorCode, "CHANGE_TOKEN_EXPIRED")
         }
     }
 }

@@ -25,28 +25,28 @@ struct OperationOutcomeTests {
         try await TestServer.with { server in
             let alice = try await server.user("alice")
             let first = try await alice.modify([Op.create("once", ["title": ["value": "first"]])], extra: ["operationID": "op-1"])
-            #expect(first.status == 200, "\(first.text)")
+            expectEqual(first.status, 200, "\(first.text)")
             let tag = first.records.first?["recordChangeTag"]?.stringValue
             #expect(tag != nil)
             // The same request again: a create of an existing record would be a conflict if it
             // were applied; instead it is the first answer, change tag and all.
             let retry = try await alice.modify([Op.create("once", ["title": ["value": "first"]])], extra: ["operationID": "op-1"])
-            #expect(retry.status == 200, "\(retry.text)")
-            #expect(retry.records.first?["recordChangeTag"]?.stringValue == tag)
+            expectEqual(retry.status, 200, "\(retry.text)")
+            expectEqual(retry.records.first?["recordChangeTag"]?.stringValue, tag)
             #expect(retry.records.first?["serverErrorCode"] == nil, "\(retry.text)")
             // Without an ID the same create is applied, and conflicts.
             let plain = try await alice.modify([Op.create("once", ["title": ["value": "first"]])])
-            #expect(plain.records.first?["serverErrorCode"]?.stringValue == "EXISTS", "\(plain.text)")
+            expectEqual(plain.records.first?["serverErrorCode"]?.stringValue, "EXISTS", "\(plain.text)")
 
             // A forceUpdate with an ID: applied once however often it is sent.
             let zone = try await alice.createZone("Counts")
-            #expect(zone.status == 200)
+            expectEqual(zone.status, 200)
             for _ in 0..<3 {
                 let sent = try await alice.modify(zone: "Counts", [Self.counter("c", 1)], extra: ["operationID": "bump-1"])
-                #expect(sent.status == 200, "\(sent.text)")
+                expectEqual(sent.status, 200, "\(sent.text)")
             }
             let changes = try await alice.zoneChanges("Counts")
-            #expect(changes.zones.first?["records"]?.arrayValue?.count == 1)
+            expectEqual(changes.zones.first?["records"]?.arrayValue?.count, 1)
         }
     }
 
@@ -62,13 +62,13 @@ struct OperationOutcomeTests {
             }
             let applied = answers.filter { $0.status == 200 }
             let busy = answers.filter { $0.status == 503 }
-            #expect(applied.count + busy.count == 8, "\(answers.map(\.text))")
+            expectEqual(applied.count + busy.count, 8, "\(answers.map(\.text))")
             #expect(!applied.isEmpty)
             for answer in busy {
                 #expect(answer.errorCode == "ZONE_BUSY" && answer.json["retryAfter"]?.int64Value == 1, "\(answer.text)")
             }
             let tags = Set(applied.compactMap { $0.records.first?["recordChangeTag"]?.stringValue })
-            #expect(tags.count == 1, "every answer is the one outcome: \(applied.map(\.text))")
+            expectEqual(tags.count, 1, "every answer is the one outcome: \(applied.map(\.text))")
             #expect(applied.allSatisfy { $0.records.first?["serverErrorCode"] == nil }, "\(applied.map(\.text))")
         }
     }
@@ -78,7 +78,7 @@ struct OperationOutcomeTests {
         try await TestServer.with { server in
             let alice = try await server.user("alice")
             let bob = try await server.user("bob")
-            #expect(try await alice.modify([Op.create("a")], extra: ["operationID": "shared-id"]).status == 200)
+            try await expectEqual(alice.modify([Op.create("a")], extra: ["operationID": "shared-id"]).status, 200)
             let bobs = try await bob.modify([Op.create("b")], extra: ["operationID": "shared-id"])
             #expect(bobs.status == 200 && bobs.records.first?["recordName"]?.stringValue == "b", "\(bobs.text)")
             let other = try await alice.modify([Op.create("c")], extra: ["operationID": "shared-id"])
@@ -86,7 +86,7 @@ struct OperationOutcomeTests {
             // The same records with other values is the same request (a client that encrypts
             // or uploads again on a retry sends new bytes): answered from the outcome.
             let revalued = try await alice.modify([Op.create("a2", ["title": ["value": "x"]])], extra: ["operationID": "shared-id2"])
-            #expect(revalued.status == 200)
+            expectEqual(revalued.status, 200)
             let again = try await alice.modify([Op.create("a2", ["title": ["value": "y"]])], extra: ["operationID": "shared-id2"])
             #expect(again.status == 200 && again.records.first?["serverErrorCode"] == nil, "\(again.text)")
         }
@@ -98,7 +98,7 @@ struct OperationOutcomeTests {
             let alice = try await server.user("alice")
             let missing = try await alice.modify(zone: "Later", [Op.create("n")], extra: ["operationID": "late-1"])
             #expect(missing.status == 404 || missing.errorCode == "ZONE_NOT_FOUND", "\(missing.text)")
-            #expect(try await alice.createZone("Later").status == 200)
+            try await expectEqual(alice.createZone("Later").status, 200)
             let retry = try await alice.modify(zone: "Later", [Op.create("n")], extra: ["operationID": "late-1"])
             #expect(retry.status == 200 && retry.records.first?["serverErrorCode"] == nil, "\(retry.text)")
         }
@@ -108,7 +108,7 @@ struct OperationOutcomeTests {
     func answersExpire() async throws {
         try await TestServer.with { server in
             let alice = try await server.user("alice")
-            #expect(try await alice.modify([Op.create("day")], extra: ["operationID": "day-1"]).status == 200)
+            try await expectEqual(alice.modify([Op.create("day")], extra: ["operationID": "day-1"]).status, 200)
             server.clock.advance(milliseconds: 24 * 3_600 * 1_000 - 1_000)
             let within = try await alice.modify([Op.create("day")], extra: ["operationID": "day-1"])
             #expect(within.records.first?["serverErrorCode"] == nil, "\(within.text)")
@@ -116,10 +116,10 @@ struct OperationOutcomeTests {
             // A day on, the session has expired too: sign in again.
             let later = try await Self.signIn(server, "alice")
             let after = try await later.modify([Op.create("day")], extra: ["operationID": "day-1"])
-            #expect(after.records.first?["serverErrorCode"]?.stringValue == "EXISTS", "applied anew: \(after.text)")
-            #expect(try await later.modify([Op.create("day2")], extra: ["operationID": "day-2"]).status == 200)
+            expectEqual(after.records.first?["serverErrorCode"]?.stringValue, "EXISTS", "applied anew: \(after.text)")
+            try await expectEqual(later.modify([Op.create("day2")], extra: ["operationID": "day-2"]).status, 200)
             server.clock.advance(milliseconds: 24 * 3_600 * 1_000 + 1)
-            #expect(try await server.service.pruneOperationOutcomes() == 2)
+            try await expectEqual(server.service.pruneOperationOutcomes(), 2)
         }
     }
 
@@ -128,13 +128,13 @@ struct OperationOutcomeTests {
         try await TestServer.with { server in
             let alice = try await server.user("alice")
             let longest = String(repeating: "x", count: 128)
-            #expect(try await alice.modify([Op.create("l1")], extra: ["operationID": .string(longest)]).status == 200)
+            try await expectEqual(alice.modify([Op.create("l1")], extra: ["operationID": .string(longest)]).status, 200)
             for bad: JSON in [.string(longest + "x"), "", "has space", "tab\there", "é"] {
                 let refused = try await alice.modify([Op.create("l2")], extra: ["operationID": bad])
                 #expect(refused.status == 400 && refused.reason.contains("operationID"), "\(bad): \(refused.text)")
             }
             let number = try await alice.modify([Op.create("l3")], extra: ["operationID": 5])
-            #expect(number.status == 400, "\(number.text)")
+            expectEqual(number.status, 400, "\(number.text)")
         }
     }
 }

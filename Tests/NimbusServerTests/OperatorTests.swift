@@ -72,9 +72,9 @@ struct OperatorTests {
         try await TestServer.with { server in
             let service = server.service
             let closed = try await Browser(server).get("setup")
-            #expect(closed.json["open"] == false, "\(closed.text)")
+            expectEqual(closed.json["open"], false, "\(closed.text)")
             let token = try #require(try await service.openFirstRunSetup())
-            #expect(try await Browser(server).get("setup").json["open"] == true)
+            try await expectEqual(Browser(server).get("setup").json["open"], true)
             func setUp(_ token: String, _ name: String, _ password: String) async throws -> APIResponse {
                 try await Browser(server).post("setup", ["token": .string(token), "name": .string(name), "password": .string(password)])
             }
@@ -87,20 +87,20 @@ struct OperatorTests {
             #expect(try await service.operators().isEmpty)
 
             let made = try await setUp(token, "root", "a long enough password")
-            #expect(made.status == 200, "\(made.text)")
-            #expect(made.header("Set-Cookie")?.hasPrefix("nimbus_operator=") == true)
+            expectEqual(made.status, 200, "\(made.text)")
+            expectEqual(made.header("Set-Cookie")?.hasPrefix("nimbus_operator="), true)
             #expect(made.json["operator"]?["role"] == "administrator" && made.json["operator"]?["containers"] == nil)
             let operators = try await service.operators()
-            #expect(operators.map(\.name) == ["root"])
+            expectEqual(operators.map(\.name), ["root"])
             // Signed in by it: the session works, and the chosen password signs in later.
             var browser = Browser(server)
             browser.cookie = made.header("Set-Cookie")?.split(separator: ";").first.map(String.init)
-            #expect(try await browser.get("operators").status == 200)
-            #expect(try await Browser.attempt(server, "root", "a long enough password").status == 200)
+            try await expectEqual(browser.get("operators").status, 200)
+            try await expectEqual(Browser.attempt(server, "root", "a long enough password").status, 200)
             // Spent, and closed for good now that an operator exists.
             let again = try await setUp(token, "second", "a long enough password")
             #expect(again.status == 403 && again.reason.contains("an operator exists already"), "\(again.text)")
-            #expect(try await Browser(server).get("setup").json["open"] == false)
+            try await expectEqual(Browser(server).get("setup").json["open"], false)
             #expect(try await service.openFirstRunSetup() == nil)
             let audit = try await browser.get("audit")
             #expect(audit.text.contains("operators.setup"), "\(audit.text)")
@@ -124,20 +124,20 @@ struct OperatorTests {
             let wrong = try await browser.signIn("olga", "nope")
             #expect(wrong.status == 401 && wrong.errorCode == "AUTHENTICATION_FAILED", "\(wrong.text)")
             let unknown = try await browser.signIn("nobody", password)
-            #expect(unknown.status == 401)
+            expectEqual(unknown.status, 401)
 
             let signedIn = try await browser.signIn("olga", password)
-            #expect(signedIn.status == 200, "\(signedIn.text)")
+            expectEqual(signedIn.status, 200, "\(signedIn.text)")
             let cookie = try #require(signedIn.header("Set-Cookie"))
             #expect(cookie.hasPrefix("nimbus_operator=") && cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"))
-            #expect(signedIn.json["operator"]?["role"]?.stringValue == "administrator")
+            expectEqual(signedIn.json["operator"]?["role"]?.stringValue, "administrator")
             let whoami = try await browser.get("session")
-            #expect(whoami.json["operator"]?["name"]?.stringValue == "olga", "\(whoami.text)")
-            #expect(whoami.json["csrfToken"]?.stringValue == browser.csrf)
+            expectEqual(whoami.json["operator"]?["name"]?.stringValue, "olga", "\(whoami.text)")
+            expectEqual(whoami.json["csrfToken"]?.stringValue, browser.csrf)
 
             let out = try await browser.post("session/end")
-            #expect(out.status == 200, "\(out.text)")
-            #expect(out.header("Set-Cookie")?.contains("Max-Age=0") == true)
+            expectEqual(out.status, 200, "\(out.text)")
+            expectEqual(out.header("Set-Cookie")?.contains("Max-Age=0"), true)
             let after = try await browser.get("session")
             #expect(after.status == 421 && after.errorCode == "AUTHENTICATION_REQUIRED", "\(after.text)")
             let none = try await Browser(server).get("operators")
@@ -152,8 +152,8 @@ struct OperatorTests {
             var browser = Browser(server)
             let first = try await browser.signIn("olga", password, choosingOwn: false)
             // A one-time password signs in only to choose one's own: who am I, sign out, choose.
-            #expect(first.json["operator"]?["oneTimePasswordExpiresAt"]?.int64Value == server.clock.nowMilliseconds() + 24 * 3600 * 1000, "\(first.text)")
-            #expect(try await browser.get("session").status == 200)
+            expectEqual(first.json["operator"]?["oneTimePasswordExpiresAt"]?.int64Value, server.clock.nowMilliseconds() + 24 * 3600 * 1000, "\(first.text)")
+            try await expectEqual(browser.get("session").status, 200)
             let refused = try await browser.get("operators")
             #expect(refused.status == 403 && refused.reason.contains("one-time password"), "\(refused.text)")
             let same = try await browser.post("me/password", ["currentPassword": .string(password), "newPassword": .string(password)])
@@ -166,22 +166,22 @@ struct OperatorTests {
                 "me/password", ["currentPassword": .string(password), "newPassword": .string(String(repeating: "é", count: 512) + "x")])
             #expect(tooLong.status == 400 && tooLong.reason.contains("at most 1024 bytes"), "\(tooLong.text)")
             let noCSRF = try await browser.post("me/password", ["currentPassword": .string(password), "newPassword": "twelve chars"], csrf: "x")
-            #expect(noCSRF.status == 403, "\(noCSRF.text)")
+            expectEqual(noCSRF.status, 403, "\(noCSRF.text)")
             // Read-only operators change their own password too: it is theirs, not the data's.
             let changed = try await browser.post("me/password", ["currentPassword": .string(password), "newPassword": "twelve chars"])
-            #expect(changed.status == 200, "\(changed.text)")
-            #expect(try await browser.get("operators").status == 200, "the whole admin API opens once the password is one's own")
+            expectEqual(changed.status, 200, "\(changed.text)")
+            try await expectEqual(browser.get("operators").status, 200, "the whole admin API opens once the password is one's own")
             #expect(try await browser.get("session").json["operator"]?["oneTimePasswordExpiresAt"] == nil)
-            #expect(try await Browser.attempt(server, "olga", password).status == 401)
+            try await expectEqual(Browser.attempt(server, "olga", password).status, 401)
             var again = Browser(server)
-            #expect(try await again.signIn("olga", "twelve chars").status == 200)
+            try await expectEqual(again.signIn("olga", "twelve chars").status, 200)
             // At the bound: 1024 bytes (512 two-byte characters) are taken.
             let longest = String(repeating: "é", count: 512)
             let atBound = try await again.post("me/password", ["currentPassword": "twelve chars", "newPassword": .string(longest)])
-            #expect(atBound.status == 200, "\(atBound.text)")
-            #expect(try await Browser.attempt(server, "olga", longest).status == 200)
+            expectEqual(atBound.status, 200, "\(atBound.text)")
+            try await expectEqual(Browser.attempt(server, "olga", longest).status, 200)
             let actions = try await again.get("audit").json["entries"]?.arrayValue?.compactMap { $0["action"]?.stringValue } ?? []
-            #expect(actions.filter { $0 == "operators.password" }.count == 2, "\(actions)")
+            expectEqual(actions.filter { $0 == "operators.password" }.count, 2, "\(actions)")
         }
     }
 
@@ -195,51 +195,51 @@ struct OperatorTests {
             _ = try await olga.signIn("olga", olgaPassword)
             var rita = Browser(server)
             _ = try await rita.signIn("rita", ritaPassword)
-            #expect(try await rita.get("operators").status == 200)
+            try await expectEqual(rita.get("operators").status, 200)
 
             // Disabled: the session ends, sign-in is refused saying why; enabled: back.
             let disabled = try await olga.post("operators/rita", ["disabled": true])
             #expect(disabled.status == 200 && disabled.json["disabled"] == true, "\(disabled.text)")
-            #expect(try await rita.get("operators").status == 421)
+            try await expectEqual(rita.get("operators").status, 421)
             let refused = try await Browser.attempt(server, "rita", ritaPassword)
             #expect(refused.status == 401 && refused.reason.contains("is disabled"), "\(refused.text)")
-            #expect(try await Browser.attempt(server, "rita", "a wrong password").reason == "unknown operator or wrong password")
-            #expect(try await olga.post("operators/rita", ["disabled": false]).status == 200)
-            #expect(try await rita.signIn("rita", ritaPassword).status == 200)
+            try await expectEqual(Browser.attempt(server, "rita", "a wrong password").reason, "unknown operator or wrong password")
+            try await expectEqual(olga.post("operators/rita", ["disabled": false]).status, 200)
+            try await expectEqual(rita.signIn("rita", ritaPassword).status, 200)
 
             // Promoted, then limited to one container: the next request has the new rights.
             _ = try await service.createContainer(id: "iCloud.test.other")
-            #expect(try await olga.post("operators/rita", ["role": "administrator"]).json["role"] == "administrator")
+            try await expectEqual(olga.post("operators/rita", ["role": "administrator"]).json["role"], "administrator")
             let limited = try await olga.post("operators/rita", ["containers": ["iCloud.test.other"]])
-            #expect(limited.json["containers"] == ["iCloud.test.other"], "\(limited.text)")
-            #expect(try await rita.get("containers/\(TestServer.container)/keys").status == 403)
-            #expect(try await olga.post("operators/rita", ["containers": ["iCloud.nowhere"]]).status == 404)
-            #expect(try await olga.post("operators/rita", ["role": "owner"]).status == 400)
+            expectEqual(limited.json["containers"], ["iCloud.test.other"], "\(limited.text)")
+            try await expectEqual(rita.get("containers/\(TestServer.container)/keys").status, 403)
+            try await expectEqual(olga.post("operators/rita", ["containers": ["iCloud.nowhere"]]).status, 404)
+            try await expectEqual(olga.post("operators/rita", ["role": "owner"]).status, 400)
             // rita, limited, may not change operators.
-            #expect(try await rita.post("operators/olga", ["disabled": true]).status == 403)
+            try await expectEqual(rita.post("operators/olga", ["disabled": true]).status, 403)
 
             // olga is the last administrator of everything: she may not disable, limit or demote herself.
             for change: JSON in [["disabled": true], ["containers": ["iCloud.test.other"]], ["role": "read-only"]] {
                 let kept = try await olga.post("operators/olga", change)
                 #expect(kept.status == 400 && kept.reason.contains("last administrator of every container"), "\(change): \(kept.text)")
             }
-            #expect(try await olga.post("operators/olga/delete").status == 400)
+            try await expectEqual(olga.post("operators/olga/delete").status, 400)
             // Once rita administers everything again, olga may be demoted.
             #expect(try await olga.post("operators/rita", ["everyContainer": true]).json["containers"] == nil)
-            #expect(try await olga.post("operators/nobody", ["disabled": true]).status == 404)
+            try await expectEqual(olga.post("operators/nobody", ["disabled": true]).status, 404)
 
             // A reset: a new one-time password, rita's sessions end; it expires after 24 hours.
             let reset = try await olga.post("operators/rita/password")
             let oneTime = try #require(reset.json["password"]?.stringValue, "\(reset.text)")
-            #expect(try await rita.get("operators").status == 421)
+            try await expectEqual(rita.get("operators").status, 421)
             server.clock.advance(milliseconds: 24 * 3600 * 1000)
             let expired = try await Browser.attempt(server, "rita", oneTime)
             #expect(expired.status == 401 && expired.reason.contains("expired") && expired.reason.contains("nimbus operators passwd rita"), "\(expired.text)")
             _ = try await olga.signIn("olga", olgaPassword)  // her session idled out meanwhile
 
             let deleted = try await olga.post("operators/rita/delete")
-            #expect(deleted.status == 200, "\(deleted.text)")
-            #expect(try await olga.get("operators").json["operators"]?.arrayValue?.compactMap { $0["name"]?.stringValue } == ["olga"])
+            expectEqual(deleted.status, 200, "\(deleted.text)")
+            try await expectEqual(olga.get("operators").json["operators"]?.arrayValue?.compactMap { $0["name"]?.stringValue }, ["olga"])
             let actions = try await olga.get("audit").json["entries"]?.arrayValue?.compactMap { entry -> String? in
                 guard let action = entry["action"]?.stringValue, let detail = entry["detail"]?.stringValue else { return nil }
                 return "\(action): \(detail)"
@@ -262,19 +262,19 @@ struct OperatorTests {
             _ = try await browser.signIn("olga", password)
             let begun = try await browser.post("me/second-factor")
             let secret = try #require(begun.json["secret"]?.stringValue, "\(begun.text)")
-            #expect(begun.json["uri"]?.stringValue?.hasPrefix("otpauth://totp/Nimbus:olga?secret=\(secret)") == true)
+            expectEqual(begun.json["uri"]?.stringValue?.hasPrefix("otpauth://totp/Nimbus:olga?secret=\(secret)"), true)
             func code(stepsAhead: Int64 = 0, _ secret: String = secret) -> String {
                 OneTimeCode.code(secret: secret, step: OneTimeCode.step(atMilliseconds: server.clock.nowMilliseconds()) + stepsAhead)!
             }
             // Not confirmed yet: the password alone still signs in.
-            #expect(try await Browser.attempt(server, "olga", password).status == 200)
+            try await expectEqual(Browser.attempt(server, "olga", password).status, 200)
             let bad = try await browser.post("me/second-factor/confirm", ["code": "000000"])
             #expect(bad.status == 401 && bad.reason.contains("not the one"), "\(bad.text)")
             let malformed = try await browser.post("me/second-factor/confirm", ["code": "12ab56"])
-            #expect(malformed.status == 401, "\(malformed.text)")
+            expectEqual(malformed.status, 401, "\(malformed.text)")
             let confirmed = try await browser.post("me/second-factor/confirm", ["code": .string(code())])
-            #expect(confirmed.status == 200, "\(confirmed.text)")
-            #expect(try await browser.get("session").json["operator"]?["secondFactor"]?.boolValue == true)
+            expectEqual(confirmed.status, 200, "\(confirmed.text)")
+            try await expectEqual(browser.get("session").json["operator"]?["secondFactor"]?.boolValue, true)
 
             var other = Browser(server)
             let missing = try await other.signIn("olga", password)
@@ -288,15 +288,15 @@ struct OperatorTests {
             let tooFar = try await other.signIn("olga", password, code: code(stepsAhead: 2))
             #expect(tooFar.status == 401 && tooFar.reason.contains("not the one"), "\(tooFar.text)")
             let signedIn = try await other.signIn("olga", password, code: code(stepsAhead: 1))
-            #expect(signedIn.status == 200, "\(signedIn.text)")
+            expectEqual(signedIn.status, 200, "\(signedIn.text)")
 
             // Turning it off takes a current code; then the password alone signs in again.
             server.clock.advance(milliseconds: 60_000)
             let noCode = try await other.post("me/second-factor/remove", ["code": "123"])
-            #expect(noCode.status == 401, "\(noCode.text)")
+            expectEqual(noCode.status, 401, "\(noCode.text)")
             let removed = try await other.post("me/second-factor/remove", ["code": .string(code())])
-            #expect(removed.status == 200, "\(removed.text)")
-            #expect(try await Browser.attempt(server, "olga", password).status == 200)
+            expectEqual(removed.status, 200, "\(removed.text)")
+            try await expectEqual(Browser.attempt(server, "olga", password).status, 200)
             let none = try await other.post("me/second-factor/remove", ["code": .string(code(stepsAhead: 1))])
             #expect(none.status == 400 && none.reason.contains("no second factor"), "\(none.text)")
 
@@ -304,11 +304,11 @@ struct OperatorTests {
             _ = try await other.post("me/second-factor")
             let second = try #require(try await server.service.operators().first?.pendingSecondFactor)
             server.clock.advance(milliseconds: 60_000)
-            #expect(try await other.post("me/second-factor/confirm", ["code": .string(code(second))]).status == 200)
-            #expect(try await Browser.attempt(server, "olga", password).status == 401)
+            try await expectEqual(other.post("me/second-factor/confirm", ["code": .string(code(second))]).status, 200)
+            try await expectEqual(Browser.attempt(server, "olga", password).status, 401)
             try await server.service.clearSecondFactor(operatorName: "olga", by: "cli")
             var last = Browser(server)
-            #expect(try await last.signIn("olga", password).status == 200)
+            try await expectEqual(last.signIn("olga", password).status, 200)
             let actions = try await last.get("audit").json["entries"]?.arrayValue?.compactMap { $0["action"]?.stringValue } ?? []
             #expect(
                 actions.prefix(4) == [
@@ -325,7 +325,7 @@ struct OperatorTests {
             var browser = Browser(server)
             _ = try await browser.signIn("olga", password)
             server.clock.advance(milliseconds: 29 * 60 * 1000)
-            #expect(try await browser.get("session").status == 200)
+            try await expectEqual(browser.get("session").status, 200)
             server.clock.advance(milliseconds: 31 * 60 * 1000)
             let idle = try await browser.get("session")
             #expect(idle.status == 421 && idle.reason.contains("expired"), "\(idle.text)")
@@ -339,7 +339,7 @@ struct OperatorTests {
                 let answer = try await browser.get("session")
                 if answer.status != 200 { ended = answer }
             }
-            #expect(busy == 25, "12 hours are 24 full steps of 29 minutes; the 25th is past")
+            expectEqual(busy, 25, "12 hours are 24 full steps of 29 minutes; the 25th is past")
             #expect(ended?.status == 421 && ended?.reason.contains("expired") == true, "\(ended?.text ?? "")")
         }
     }
@@ -356,26 +356,26 @@ struct OperatorTests {
                 let csrf = try await admin.post("operators", ["name": "mallory"], csrf: forged)
                 #expect(csrf.status == 403 && csrf.errorCode == "ACCESS_DENIED" && csrf.reason.contains("CSRF"), "\(csrf.text)")
             }
-            #expect(try await server.service.operators().map(\.name) == ["olga"])
+            try await expectEqual(server.service.operators().map(\.name), ["olga"])
 
             let reader = try await admin.post("operators", ["name": "rita", "role": "read-only"])
             #expect(reader.status == 200 && reader.json["role"]?.stringValue == "read-only", "\(reader.text)")
             let readerPassword = try #require(reader.json["password"]?.stringValue)
             let scoped = try await admin.post("operators", ["name": "sam", "containers": [.string(TestServer.container)]])
-            #expect(scoped.status == 200, "\(scoped.text)")
+            expectEqual(scoped.status, 200, "\(scoped.text)")
             let badRole = try await admin.post("operators", ["name": "x", "role": "god"])
             #expect(badRole.status == 400 && badRole.reason.contains("read-only"), "\(badRole.text)")
             let badName = try await admin.post("operators", ["name": "<script>alert(1)</script>"])
             // Refused; the reason is JSON (application/json), never a page that would run it.
             #expect(badName.status == 400 && badName.header("Content-Type")?.hasPrefix("application/json") == true, "\(badName.text)")
             let taken = try await admin.post("operators", ["name": "rita"])
-            #expect(taken.errorCode == "EXISTS")
+            expectEqual(taken.errorCode, "EXISTS")
             let unknownContainer = try await admin.post("operators", ["name": "u", "containers": ["iCloud.nope"]])
-            #expect(unknownContainer.errorCode == "NOT_FOUND")
+            expectEqual(unknownContainer.errorCode, "NOT_FOUND")
 
             var rita = Browser(server)
             _ = try await rita.signIn("rita", readerPassword)
-            #expect(try await rita.get("operators").json["operators"]?.arrayValue?.count == 3)
+            try await expectEqual(rita.get("operators").json["operators"]?.arrayValue?.count, 3)
             let readOnly = try await rita.post("operators", ["name": "eve"])
             #expect(readOnly.status == 403 && readOnly.reason.contains("read-only"), "\(readOnly.text)")
 
@@ -386,12 +386,12 @@ struct OperatorTests {
 
             // (Each operator chose its own password at first sign-in: those lines aside.)
             let log = (try await admin.get("audit").json["entries"]?.arrayValue ?? []).filter { $0["action"] != "operators.password" }
-            #expect(log.compactMap { $0["action"]?.stringValue } == ["operators.create", "operators.create", "operators.create"])
-            #expect(log.first?["operator"]?.stringValue == "olga")
-            #expect(log.first?["detail"]?.stringValue?.contains("sam") == true)
-            #expect(log.last?["operator"]?.stringValue == "cli")
+            expectEqual(log.compactMap { $0["action"]?.stringValue }, ["operators.create", "operators.create", "operators.create"])
+            expectEqual(log.first?["operator"]?.stringValue, "olga")
+            expectEqual(log.first?["detail"]?.stringValue?.contains("sam"), true)
+            expectEqual(log.last?["operator"]?.stringValue, "cli")
             // An operator of some containers sees the entries of those only (these name none).
-            #expect(try await sam.get("audit").json["entries"]?.arrayValue?.isEmpty == true)
+            try await expectEqual(sam.get("audit").json["entries"]?.arrayValue?.isEmpty, true)
         }
     }
 }
@@ -413,14 +413,14 @@ extension OperatorTests {
             _ = try await rita.signIn("rita", ritaPassword)
 
             let created = try await olga.post("containers", ["id": "iCloud.com.example.notes"])
-            #expect(created.status == 200, "\(created.text)")
-            #expect(try await olga.post("containers", ["id": "iCloud.com.example.notes"]).errorCode == "EXISTS")
-            #expect(try await olga.post("containers", ["id": "not a container"]).status == 400)
-            #expect(try await sam.post("containers", ["id": "iCloud.sams"]).status == 403)
+            expectEqual(created.status, 200, "\(created.text)")
+            try await expectEqual(olga.post("containers", ["id": "iCloud.com.example.notes"]).errorCode, "EXISTS")
+            try await expectEqual(olga.post("containers", ["id": "not a container"]).status, 400)
+            try await expectEqual(sam.post("containers", ["id": "iCloud.sams"]).status, 403)
             let olgaSees = try await olga.get("containers").json["containers"]?.arrayValue?.compactMap { $0["id"]?.stringValue }
-            #expect(Set(olgaSees ?? []) == ["iCloud.com.example.notes", TestServer.container], "\(olgaSees ?? [])")
+            expectEqual(Set(olgaSees ?? []), ["iCloud.com.example.notes", TestServer.container], "\(olgaSees ?? [])")
             let samSees = try await sam.get("containers").json["containers"]?.arrayValue?.compactMap { $0["id"]?.stringValue }
-            #expect(samSees == [TestServer.container])
+            expectEqual(samSees, [TestServer.container])
 
             // A token: answered once, and it works; the log keeps no token.
             let token = try await olga.post(
@@ -430,12 +430,12 @@ extension OperatorTests {
                 baseURL: server.baseURL, container: "iCloud.com.example.notes", environment: .development, apiToken: apiToken,
                 webAuthToken: nil, userRecordName: nil)
             #expect(try await client.get("public", "zones/list").status != 401)
-            #expect(try await olga.post("containers/iCloud.com.example.notes/tokens", ["environment": "staging"]).status == 400)
-            #expect(try await sam.post("containers/iCloud.com.example.notes/tokens", ["environment": "development"]).status == 403)
-            #expect(try await rita.post("containers/iCloud.com.example.notes/tokens", ["environment": "development"]).status == 403)
+            try await expectEqual(olga.post("containers/iCloud.com.example.notes/tokens", ["environment": "staging"]).status, 400)
+            try await expectEqual(sam.post("containers/iCloud.com.example.notes/tokens", ["environment": "development"]).status, 403)
+            try await expectEqual(rita.post("containers/iCloud.com.example.notes/tokens", ["environment": "development"]).status, 403)
             let revoked = try await olga.post("containers/iCloud.com.example.notes/tokens/revoke", [:])
-            #expect(revoked.json["revoked"] == 1, "\(revoked.text)")
-            #expect(try await client.get("public", "zones/list").status == 401)
+            expectEqual(revoked.json["revoked"], 1, "\(revoked.text)")
+            try await expectEqual(client.get("public", "zones/list").status, 401)
 
             // A server-to-server key of sam's container; sam cannot see another's.
             let pem = P256.Signing.PrivateKey().publicKey.pemRepresentation
@@ -443,18 +443,18 @@ extension OperatorTests {
             let keyID = try #require(key.json["keyID"]?.stringValue, "\(key.text)")
             let keys = try await sam.get("containers/\(TestServer.container)/keys").json["keys"]?.arrayValue ?? []
             #expect(keys.first?["keyID"]?.stringValue == keyID && keys.first?["revoked"] == false)
-            #expect(try await sam.get("containers/iCloud.com.example.notes/keys").status == 403)
-            #expect(try await olga.post("containers/iCloud.com.example.notes/keys/\(keyID)/revoke").errorCode == "NOT_FOUND")
-            #expect(try await sam.post("containers/\(TestServer.container)/keys/\(keyID)/revoke").status == 200)
-            #expect(try await sam.get("containers/\(TestServer.container)/keys").json["keys"]?.arrayValue?.first?["revoked"] == true)
+            try await expectEqual(sam.get("containers/iCloud.com.example.notes/keys").status, 403)
+            try await expectEqual(olga.post("containers/iCloud.com.example.notes/keys/\(keyID)/revoke").errorCode, "NOT_FOUND")
+            try await expectEqual(sam.post("containers/\(TestServer.container)/keys/\(keyID)/revoke").status, 200)
+            try await expectEqual(sam.get("containers/\(TestServer.container)/keys").json["keys"]?.arrayValue?.first?["revoked"], true)
 
             let log = try await olga.get("audit").json["entries"]?.arrayValue ?? []
             let actions = log.compactMap { $0["action"]?.stringValue }
-            #expect(Array(actions.prefix(5)) == ["keys.revoke", "keys.add", "tokens.revoke", "tokens.create", "containers.create"], "\(actions)")
+            expectEqual(Array(actions.prefix(5)), ["keys.revoke", "keys.add", "tokens.revoke", "tokens.create", "containers.create"], "\(actions)")
             #expect(!log.contains { $0["detail"]?.stringValue?.contains(apiToken) == true })
             // Sam sees the entries of his container only.
             let samsLog = try await sam.get("audit").json["entries"]?.arrayValue?.compactMap { $0["action"]?.stringValue }
-            #expect(samsLog == ["keys.revoke", "keys.add"], "\(samsLog ?? [])")
+            expectEqual(samsLog, ["keys.revoke", "keys.add"], "\(samsLog ?? [])")
         }
     }
 }
@@ -492,7 +492,7 @@ extension OperatorTests {
         try await TestServer.with { server in
             let (_, password) = try await server.service.createOperator(name: "olga", role: .administrator, containers: nil, by: "cli")
             var browser = Browser(server)
-            #expect(try await browser.signIn("olga", password).status == 200)
+            try await expectEqual(browser.signIn("olga", password).status, 200)
             for (method, declared) in routes.authenticated {
                 // Parameters filled with names that exist nowhere: authentication comes first.
                 let path = declared.split(separator: "/").map { $0.hasPrefix(":") ? "nothing" : String($0) }
@@ -505,7 +505,7 @@ extension OperatorTests {
                 }
             }
             // The session still works: nothing above signed it out.
-            #expect(try await browser.get("session").status == 200)
+            try await expectEqual(browser.get("session").status, 200)
         }
     }
 }
@@ -553,7 +553,7 @@ extension OperatorTests {
         }
         #expect(entries.count == 1 && entries.first?["route"]?.stringValue?.hasSuffix("records/query") == true, "\(log)")
         let diff = try NimbusProcess.run(admin + ["GET", "containers/iCloud.nimbus.default/schema/deploy"], environment: ["NIMBUS_OPERATOR_PASSWORD": own])
-        #expect(try JSON.parse(Array(diff.utf8))["conflicts"]?.arrayValue?.isEmpty == true, "\(diff)")
+        try expectEqual(JSON.parse(Array(diff.utf8))["conflicts"]?.arrayValue?.isEmpty, true, "\(diff)")
         // A read-only operator's change is refused: the exit status says so.
         #expect(throws: (any Error).self) {
             try NimbusProcess.run(
@@ -567,8 +567,8 @@ extension OperatorTests {
             NimbusProcess.binary, ["admin", "--server", "http://127.0.0.1:9", "--operator", "olga", "GET", "operators"],
             environment: NimbusProcess.environment.merging(["NIMBUS_OPERATOR_PASSWORD": password]) { $1 }, output: .discard, error: .pipe)
         let said = String(decoding: closed.standardError!.readDataToEndOfFile(), as: UTF8.self)
-        #expect(closed.terminationStatus == 1, "\(said)")
-        #expect(said == "nimbus: no Nimbus server answered at http://127.0.0.1:9 (connection refused); start one, or name it with --server URL (a local one on another port: NIMBUS_PORT)\n", "\(said)")
+        expectEqual(closed.terminationStatus, 1, "\(said)")
+        expectEqual(said, "nimbus: no Nimbus server answered at http://127.0.0.1:9 (connection refused); start one, or name it with --server URL (a local one on another port: NIMBUS_PORT)\n", "\(said)")
     }
 
     @Test("operators delete and passwd; users list and passwd: each does what it says, and refuses what it should")
@@ -605,15 +605,15 @@ extension OperatorTests {
             try NimbusProcess.run(["operators", "list"] + data).split(separator: "\n")
                 .map { $0.split(separator: "\t").map(String.init) }.first { $0.first == name }?[3]
         }
-        #expect(try state("rita") == "disabled")
-        #expect(try run(["operators", "enable", "rita"]).0 == 0)
-        #expect(try state("rita") == "one-time password")
+        try expectEqual(state("rita"), "disabled")
+        try expectEqual(run(["operators", "enable", "rita"]).0, 0)
+        try expectEqual(state("rita"), "one-time password")
         let promoted = try run(["operators", "set", "rita", "--role", "administrator", "--container", "iCloud.nowhere"])
         #expect(promoted.0 == 1 && promoted.2.contains("'iCloud.nowhere' does not exist"), "\(promoted)")
         #expect(try run(["operators", "set", "rita", "--role", "administrator"]).1.contains("operator rita: administrator, every container"))
         #expect(try run(["operators", "set", "rita"]).0 != 0, "a set that changes nothing is refused")
-        #expect(try run(["operators", "delete", "rita"]).0 == 0)
-        #expect(try NimbusProcess.run(["operators", "list"] + data).split(separator: "\n").map { $0.split(separator: "\t").first } == ["olga"])
+        try expectEqual(run(["operators", "delete", "rita"]).0, 0)
+        try expectEqual(NimbusProcess.run(["operators", "list"] + data).split(separator: "\n").map { $0.split(separator: "\t").first }, ["olga"])
         #expect(try run(["operators", "delete", "rita"]).2.contains("no operator 'rita'"))
 
         _ = try NimbusProcess.run(["users", "create", "ada", "--password", "first-password", "--email", "ada@example.com"] + data)
@@ -630,13 +630,13 @@ extension OperatorTests {
             try NimbusProcess.run(["users", "list"] + data).split(separator: "\n").map { $0.split(separator: "\t").map(String.init) }
                 .first { $0.first == name }?.last
         }
-        #expect(try userState("bob") == "disabled")
-        #expect(try userState("ada") == "active")
-        #expect(try run(["users", "enable", "bob"]).0 == 0)
-        #expect(try userState("bob") == "active")
+        try expectEqual(userState("bob"), "disabled")
+        try expectEqual(userState("ada"), "active")
+        try expectEqual(run(["users", "enable", "bob"]).0, 0)
+        try expectEqual(userState("bob"), "active")
         let unasked = try run(["users", "delete", "bob"])
         #expect(unasked.0 != 0 && unasked.2.contains("--yes"), "\(unasked)")
-        #expect(try userState("bob") == "active")
+        try expectEqual(userState("bob"), "active")
         let deleted = try run(["users", "delete", "bob", "--yes"])
         #expect(deleted.0 == 0 && deleted.1.contains("user bob deleted"), "\(deleted)")
         #expect(try userState("bob") == nil)
@@ -650,16 +650,16 @@ extension OperatorTests {
         let client = APIClient(
             baseURL: server.baseURL, container: "iCloud.nimbus.default", environment: .development, apiToken: String(token), webAuthToken: nil,
             userRecordName: nil)
-        #expect(try await client.signIn("ada", password: "first-password").status == 401)
+        try await expectEqual(client.signIn("ada", password: "first-password").status, 401)
         let signedIn = try await client.signIn("ada", password: "second-password")
-        #expect(signedIn.status == 200)
+        expectEqual(signedIn.status, 200)
 
         // The sync doctor on the command line: a device that fetched a zone, read back from the
         // store the running server writes a second later.
         var phone = client.onDevice("ada-phone")
         phone.webAuthToken = signedIn.json["ckWebAuthToken"]?.stringValue
-        #expect(try await phone.createZone("Notes").status == 200)
-        #expect(try await phone.zoneChanges("Notes").status == 200)
+        try await expectEqual(phone.createZone("Notes").status, 200)
+        try await expectEqual(phone.zoneChanges("Notes").status, 200)
         var devices = ""
         for _ in 0..<50 where !devices.contains("device ada-phone") {
             try await Task.sleep(for: .milliseconds(100))

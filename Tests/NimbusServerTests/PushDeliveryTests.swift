@@ -64,8 +64,8 @@ import Testing
         let signatureBytes = try #require(Credentials.fromBase64URL(parts[2]))
         let jwtHeader = try JSON.parse(headerBytes)
         let claims = try JSON.parse(claimBytes)
-        #expect(jwtHeader == ["alg": "ES256", "kid": .string(keyID)])
-        #expect(claims["iss"] == .string(teamID))
+        expectEqual(jwtHeader, ["alg": "ES256", "kid": .string(keyID)])
+        expectEqual(claims["iss"], .string(teamID))
         let issuedAt = try #require(claims["iat"]?.int64Value)
         #expect(abs(Double(issuedAt) - Date().timeIntervalSince1970) < 120)
         let signature = try P256.Signing.ECDSASignature(rawRepresentation: signatureBytes)
@@ -88,18 +88,18 @@ import Testing
                 // The laptop's change reaches the phone, not the laptop itself.
                 _ = try await laptop.createZone("Notes")
                 let silent = try #require(try await standIn.received(count: 1).first)
-                #expect(silent.path == "/3/device/\(Self.deviceToken(1))")
+                expectEqual(silent.path, "/3/device/\(Self.deviceToken(1))")
                 #expect(silent.isHTTP2)
-                #expect(silent.headers["apns-topic"] == Self.topic)
-                #expect(silent.headers["apns-push-type"] == "background")
-                #expect(silent.headers["apns-priority"] == "5")
+                expectEqual(silent.headers["apns-topic"], Self.topic)
+                expectEqual(silent.headers["apns-push-type"], "background")
+                expectEqual(silent.headers["apns-priority"], "5")
                 #expect(silent.headers["apns-collapse-id"] == nil)
-                #expect(silent.body["aps"] == ["content-available": 1])
-                #expect(silent.body["ck"]?["met"]?["sid"] == "db")
-                #expect(silent.body["ck"]?["ce"] == 1)
+                expectEqual(silent.body["aps"], ["content-available": 1])
+                expectEqual(silent.body["ck"]?["met"]?["sid"], "db")
+                expectEqual(silent.body["ck"]?["ce"], 1)
                 try Self.checkProviderToken(silent.headers["authorization"], key: key)
                 let nid = try #require(silent.body["ck"]?["nid"]?.stringValue)
-                #expect(silent.headers["apns-id"] == UUID(uuidString: nid)?.uuidString)
+                expectEqual(silent.headers["apns-id"], UUID(uuidString: nid)?.uuidString)
 
                 // An alert collapsed by a record field's value: the second replaces the first on the device.
                 try await NotificationTests.subscribe(
@@ -111,18 +111,18 @@ import Testing
                 // The database subscription fires for each save too: 1 + 2 silent, 2 alerts.
                 let all = try await standIn.received(count: 5)
                 let alerts = all.filter { $0.headers["apns-push-type"] == "alert" }
-                #expect(alerts.count == 2)
+                expectEqual(alerts.count, 2)
                 for alert in alerts {
-                    #expect(alert.headers["apns-priority"] == "10")
-                    #expect(alert.headers["apns-collapse-id"] == "weekly")
-                    #expect(alert.body["aps"]?["alert"]?["body"] == "A note changed")
-                    #expect(alert.deviceToken == Self.deviceToken(1))
+                    expectEqual(alert.headers["apns-priority"], "10")
+                    expectEqual(alert.headers["apns-collapse-id"], "weekly")
+                    expectEqual(alert.body["aps"]?["alert"]?["body"], "A note changed")
+                    expectEqual(alert.deviceToken, Self.deviceToken(1))
                 }
-                #expect(Set(alerts.compactMap { $0.body["ck"]?["qry"]?["rid"]?.stringValue }) == ["n1", "n2"])
+                expectEqual(Set(alerts.compactMap { $0.body["ck"]?["qry"]?["rid"]?.stringValue }), ["n1", "n2"])
                 // Nothing ever went to the laptop's token; the pushes reused one provider token.
                 try await Task.sleep(for: .milliseconds(200))
                 #expect(standIn.received.allSatisfy { $0.deviceToken == Self.deviceToken(1) })
-                #expect(Set(standIn.received.compactMap { $0.headers["authorization"] }).count == 1)
+                expectEqual(Set(standIn.received.compactMap { $0.headers["authorization"] }).count, 1)
                 // The sync doctor counts what APNs took as sent to the phone, none to the laptop.
                 try await server.service.flushDeviceSync()
                 let report = try await server.service.deviceSyncReport(container: TestServer.container, environment: .development, userName: "alice")
@@ -147,7 +147,7 @@ import Testing
                 _ = try await client.execute(request, timeout: .seconds(10))
                 try await client.shutdown()
             }
-            #expect(standIn.received.map(\.isHTTP2) == [false, true])
+            expectEqual(standIn.received.map(\.isHTTP2), [false, true])
         }
     }
 
@@ -169,7 +169,7 @@ import Testing
                 _ = try await alice.onDevice("web").createZone("Notes")
                 // 1 + 1 + (3 failures + 1 success) + 1
                 let received = try await standIn.received(count: 7)
-                #expect(received.filter { $0.deviceToken == flaky }.count == 4)
+                expectEqual(received.filter { $0.deviceToken == flaky }.count, 4)
                 let owner = NotificationOwner(
                     container: TestServer.container, environment: .development,
                     userID: try await server.directory.storage.accounts.user(name: "alice")?.id ?? -1)
@@ -181,12 +181,12 @@ import Testing
                 }
                 // A token APNs calls dead is forgotten; a topic mismatch is a configuration
                 // problem, not the device's, so its token stays.
-                #expect(remaining == [flaky, wrongTopic])
+                expectEqual(remaining, [flaky, wrongTopic])
 
                 // The next change goes only to the tokens that are left.
                 _ = try await alice.onDevice("web").createZone("More")
                 let after = try await standIn.received(count: 9).dropFirst(7)
-                #expect(Set(after.map(\.deviceToken)) == [flaky, wrongTopic])
+                expectEqual(Set(after.map(\.deviceToken)), [flaky, wrongTopic])
             }
         }
     }
@@ -225,12 +225,12 @@ import Testing
                 defer { listener.close() }
                 let started = ContinuousClock.now
                 for index in 0..<5 {
-                    #expect(try await alice.onDevice("web").createZone("Zone\(index)").status == 200)
+                    try await expectEqual(alice.onDevice("web").createZone("Zone\(index)").status, 200)
                 }
                 #expect(ContinuousClock.now - started < .seconds(5))
                 for _ in 0..<5 { #expect(try await listener.next()["type"] == "notification") }
                 let collection = try await alice.onDevice("phone").device("notifications/changes")
-                #expect(collection.json["notifications"]?.arrayValue?.count == 5)
+                expectEqual(collection.json["notifications"]?.arrayValue?.count, 5)
             }
         }
     }
@@ -250,11 +250,11 @@ import Testing
                 let text = String(repeating: "x", count: 3_000)
                 _ = try await alice.onDevice("web").modify([Op.create("big", ["a": Op.field(.string(text)), "b": Op.field(.string(text))])])
                 let push = try #require(try await standIn.received(count: 1).first)
-                #expect(push.body["ck"]?["qry"]?["rid"] == "big")
+                expectEqual(push.body["ck"]?["qry"]?["rid"], "big")
                 #expect(push.body["ck"]?["qry"]?["af"] == nil)
                 #expect(push.body.serialized().count <= 4_096)
                 // The WebSocket and the collection keep the whole payload.
-                #expect(try await listener.next()["payload"]?["ck"]?["qry"]?["af"]?["a"] == .string(text))
+                try await expectEqual(listener.next()["payload"]?["ck"]?["qry"]?["af"]?["a"], .string(text))
             }
         }
     }
@@ -281,9 +281,9 @@ import Testing
             #expect(try await service.apnsCredentials(container: TestServer.container) == nil)
             try await service.setAPNsCredentials(
                 container: TestServer.container, teamID: Self.teamID, keyID: Self.keyID, topic: Self.topic, privateKeyPEM: pem)
-            #expect(try await service.apnsCredentials(container: TestServer.container)?.topic == Self.topic)
+            try await expectEqual(service.apnsCredentials(container: TestServer.container)?.topic, Self.topic)
             #expect(try await service.removeAPNsCredentials(container: TestServer.container))
-            #expect(try await service.removeAPNsCredentials(container: TestServer.container) == false)
+            try await expectEqual(service.removeAPNsCredentials(container: TestServer.container), false)
         }
     }
 
@@ -309,13 +309,13 @@ import Testing
             let alice = try await server.user("alice")
             let browser = alice.onDevice("browser")
             let poll = try await Self.courier(browser)
-            #expect(poll.path == "/webcourier/aps")
+            expectEqual(poll.path, "/webcourier/aps")
             try await NotificationTests.subscribe(alice, ["subscriptionID": "db", "subscriptionType": "database"])
 
             // Nothing to hand out: the poll waits, then answers 204.
             let started = ContinuousClock.now
             let empty = try await browser.send(path: poll.path, body: nil, rawQuery: poll.query)
-            #expect(empty.status == 204)
+            expectEqual(empty.status, 204)
             #expect(ContinuousClock.now - started >= .milliseconds(4_900))
 
             // A waiting poll answers as soon as a notification comes.
@@ -323,9 +323,9 @@ import Testing
             try await Task.sleep(for: .milliseconds(100))
             _ = try await alice.onDevice("phone").createZone("First")
             let first = try await waiting
-            #expect(first.status == 200)
-            #expect(first.header("Access-Control-Allow-Origin") == "*")
-            #expect(first.json["ck"]?["met"]?["sid"] == "db")
+            expectEqual(first.status, 200)
+            expectEqual(first.header("Access-Control-Allow-Origin"), "*")
+            expectEqual(first.json["ck"]?["met"]?["sid"], "db")
 
             // Between polls, notifications queue and come out in order.
             _ = try await alice.onDevice("phone").createZone("Second")
@@ -338,14 +338,14 @@ import Testing
             }
             try await waitFor { try await collected().count == 3 }
             let ids = try await collected()
-            #expect(ids.count == 3)
+            expectEqual(ids.count, 3)
             let second = try await browser.send(path: poll.path, body: nil, rawQuery: poll.query)
             let third = try await browser.send(path: poll.path, body: nil, rawQuery: poll.query)
-            #expect([second, third].compactMap { $0.json["ck"]?["nid"]?.stringValue } == Array(ids.dropFirst()))
+            expectEqual([second, third].compactMap { $0.json["ck"]?["nid"]?.stringValue }, Array(ids.dropFirst()))
 
             // The browser's own changes are not handed back to it.
             _ = try await browser.createZone("Mine")
-            #expect(try await browser.send(path: poll.path, body: nil, rawQuery: poll.query).status == 204)
+            try await expectEqual(browser.send(path: poll.path, body: nil, rawQuery: poll.query).status, 204)
         }
     }
 
@@ -353,21 +353,21 @@ import Testing
         try await TestServer.with(configure: { $0.webCourierPollTimeout = .milliseconds(100) }) { server in
             let alice = try await server.user("alice")
             let missing = try await alice.send(path: "/webcourier/aps", body: nil, rawQuery: "")
-            #expect(missing.status == 400)
+            expectEqual(missing.status, 400)
             #expect(missing.reason.contains("tok"))
             let unknown = try await alice.send(path: "/webcourier/aps", body: nil, rawQuery: "?tok=nonsense")
-            #expect(unknown.status == 404)
-            #expect(unknown.errorCode == "NOT_FOUND")
+            expectEqual(unknown.status, 404)
+            expectEqual(unknown.errorCode, "NOT_FOUND")
             // An APNs device token is not a courier token.
             try await Self.register(alice, token: Self.deviceToken(7))
             let device = try await alice.send(path: "/webcourier/aps", body: nil, rawQuery: "?tok=\(Self.deviceToken(7))")
-            #expect(device.status == 404)
+            expectEqual(device.status, 404)
 
             let poll = try await Self.courier(alice)
-            #expect(try await alice.send(path: poll.path, body: nil, rawQuery: poll.query).status == 204)
+            try await expectEqual(alice.send(path: poll.path, body: nil, rawQuery: poll.query).status, 204)
             server.clock.advance(milliseconds: Int64(NimbusService.webCourierLifetimeSeconds) * 1_000 + 1)
             let expired = try await alice.send(path: poll.path, body: nil, rawQuery: poll.query)
-            #expect(expired.errorCode == "AUTHENTICATION_FAILED")
+            expectEqual(expired.errorCode, "AUTHENTICATION_FAILED")
             #expect(expired.reason.contains("expired"))
             #expect(try await server.service.pushToken(poll.token) == nil)
         }
@@ -390,7 +390,7 @@ import Testing
             "com.example.notes", "--key-file",
         ]
         #expect(try nimbus(set + [keyFile]).contains("stored"))
-        #expect(try nimbus(["apns", "show", "--container", container]) == "team TEAM123456, key KEY1234567, topic com.example.notes\n")
+        try expectEqual(nimbus(["apns", "show", "--container", container]), "team TEAM123456, key KEY1234567, topic com.example.notes\n")
         // A file that is not a P-256 key is refused.
         try "not a key".write(toFile: directory + "/bad.p8", atomically: true, encoding: .utf8)
         #expect(throws: (any Error).self) { try nimbus(set + [directory + "/bad.p8"]) }

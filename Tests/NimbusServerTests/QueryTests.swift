@@ -52,7 +52,7 @@ import Testing
 
     func run(_ client: APIClient, _ filters: [JSON], sorts: [JSON] = [Self.sort("___recordID")]) async throws -> [String] {
         let response = try await client.post("private", "records/query", Self.query(filters: filters, sorts: sorts))
-        #expect(response.status == 200, "\(response.text)")
+        expectEqual(response.status, 200, "\(response.text)")
         return names(response)
     }
 
@@ -61,44 +61,44 @@ import Testing
             let alice = try await server.user("alice")
             try await seed(alice)
             // Scalars: numbers, doubles, timestamps, strings, references.
-            #expect(try await run(alice, [Self.f("EQUALS", "price", 5)]) == ["b", "c"])
-            #expect(try await run(alice, [Self.f("NOT_EQUALS", "price", 5)]) == ["a", "d", "e"])
-            #expect(try await run(alice, [Self.f("LESS_THAN", "price", 5)]) == ["a", "e"])
-            #expect(try await run(alice, [Self.f("LESS_THAN_OR_EQUALS", "price", 5)]) == ["a", "b", "c", "e"])
-            #expect(try await run(alice, [Self.f("GREATER_THAN", "weight", 1.0)]) == ["a", "b"])
-            #expect(try await run(alice, [Self.f("GREATER_THAN_OR_EQUALS", "when", 4_000, type: "TIMESTAMP")]) == ["d", "e"])
-            #expect(try await run(alice, [Self.f("LESS_THAN", "name", "C")]) == ["a", "b"])
-            #expect(try await run(alice, [Self.f("EQUALS", "owner", ["recordName": "shop1"], type: "REFERENCE")]) == ["a", "c"])
-            #expect(try await run(alice, [Self.f("IN", "price", [2, 8])]) == ["d", "e"])
-            #expect(try await run(alice, [Self.f("NOT_IN", "price", [2, 8])]) == ["a", "b", "c"])
-            #expect(try await run(alice, [Self.f("IN", "name", ["Apple pie", "nothing"])]) == ["a"])
-            #expect(try await run(alice, [Self.f("BEGINS_WITH", "name", "Ap")]) == ["a"])
-            #expect(try await run(alice, [Self.f("NOT_BEGINS_WITH", "name", "Ap")]) == ["b", "c", "d", "e"])
+            try await expectEqual(run(alice, [Self.f("EQUALS", "price", 5)]), ["b", "c"])
+            try await expectEqual(run(alice, [Self.f("NOT_EQUALS", "price", 5)]), ["a", "d", "e"])
+            try await expectEqual(run(alice, [Self.f("LESS_THAN", "price", 5)]), ["a", "e"])
+            try await expectEqual(run(alice, [Self.f("LESS_THAN_OR_EQUALS", "price", 5)]), ["a", "b", "c", "e"])
+            try await expectEqual(run(alice, [Self.f("GREATER_THAN", "weight", 1.0)]), ["a", "b"])
+            try await expectEqual(run(alice, [Self.f("GREATER_THAN_OR_EQUALS", "when", 4_000, type: "TIMESTAMP")]), ["d", "e"])
+            try await expectEqual(run(alice, [Self.f("LESS_THAN", "name", "C")]), ["a", "b"])
+            try await expectEqual(run(alice, [Self.f("EQUALS", "owner", ["recordName": "shop1"], type: "REFERENCE")]), ["a", "c"])
+            try await expectEqual(run(alice, [Self.f("IN", "price", [2, 8])]), ["d", "e"])
+            try await expectEqual(run(alice, [Self.f("NOT_IN", "price", [2, 8])]), ["a", "b", "c"])
+            try await expectEqual(run(alice, [Self.f("IN", "name", ["Apple pie", "nothing"])]), ["a"])
+            try await expectEqual(run(alice, [Self.f("BEGINS_WITH", "name", "Ap")]), ["a"])
+            try await expectEqual(run(alice, [Self.f("NOT_BEGINS_WITH", "name", "Ap")]), ["b", "c", "d", "e"])
             // Lists.
-            #expect(try await run(alice, [Self.f("LIST_CONTAINS", "tags", "fruit")]) == ["d", "e"])
-            #expect(try await run(alice, [Self.f("NOT_LIST_CONTAINS", "tags", "sweet")]) == ["c", "e"])
-            #expect(try await run(alice, [Self.f("LIST_CONTAINS_ANY", "tags", ["vegetable", "fruit"])]) == ["c", "d", "e"])
-            #expect(try await run(alice, [Self.f("NOT_LIST_CONTAINS_ANY", "tags", ["vegetable", "fruit"])]) == ["a", "b"])
-            #expect(try await run(alice, [Self.f("LIST_CONTAINS_ALL", "tags", ["sweet", "baked"])]) == ["a", "d"])
-            #expect(try await run(alice, [Self.f("NOT_LIST_CONTAINS_ALL", "tags", ["sweet", "baked"])]) == ["b", "c", "e"])
-            #expect(try await run(alice, [Self.f("LIST_CONTAINS", "sizes", 3)]) == ["b", "c"])
-            #expect(try await run(alice, [Self.f("LIST_MEMBER_BEGINS_WITH", "tags", "veg")]) == ["c"])
-            #expect(try await run(alice, [Self.f("NOT_LIST_MEMBER_BEGINS_WITH", "tags", "sw")]) == ["c", "e"])
+            try await expectEqual(run(alice, [Self.f("LIST_CONTAINS", "tags", "fruit")]), ["d", "e"])
+            try await expectEqual(run(alice, [Self.f("NOT_LIST_CONTAINS", "tags", "sweet")]), ["c", "e"])
+            try await expectEqual(run(alice, [Self.f("LIST_CONTAINS_ANY", "tags", ["vegetable", "fruit"])]), ["c", "d", "e"])
+            try await expectEqual(run(alice, [Self.f("NOT_LIST_CONTAINS_ANY", "tags", ["vegetable", "fruit"])]), ["a", "b"])
+            try await expectEqual(run(alice, [Self.f("LIST_CONTAINS_ALL", "tags", ["sweet", "baked"])]), ["a", "d"])
+            try await expectEqual(run(alice, [Self.f("NOT_LIST_CONTAINS_ALL", "tags", ["sweet", "baked"])]), ["b", "c", "e"])
+            try await expectEqual(run(alice, [Self.f("LIST_CONTAINS", "sizes", 3)]), ["b", "c"])
+            try await expectEqual(run(alice, [Self.f("LIST_MEMBER_BEGINS_WITH", "tags", "veg")]), ["c"])
+            try await expectEqual(run(alice, [Self.f("NOT_LIST_MEMBER_BEGINS_WITH", "tags", "sw")]), ["c", "e"])
             // Locations: within 10 km of Apple Park.
             let park: JSON = ["latitude": 37.3349, "longitude": -122.0090]
-            #expect(try await run(alice, [Self.f("NEAR", "place", park, distance: 10_000)]) == ["a", "d"])
-            #expect(try await run(alice, [Self.f("NEAR", "place", park, distance: 100_000)]) == ["a", "b", "d"])
+            try await expectEqual(run(alice, [Self.f("NEAR", "place", park, distance: 10_000)]), ["a", "d"])
+            try await expectEqual(run(alice, [Self.f("NEAR", "place", park, distance: 100_000)]), ["a", "b", "d"])
             // Tokens: case and diacritics folded, on one field or on all.
-            #expect(try await run(alice, [Self.f("CONTAINS_ALL_TOKENS", "notes", "creme")]) == ["a", "c"])
-            #expect(try await run(alice, [Self.f("CONTAINS_ALL_TOKENS", "notes", "Crème Brûlée")]) == ["a"])
-            #expect(try await run(alice, [Self.f("CONTAINS_ANY_TOKENS", "notes", "walnut oats")]) == ["b", "d"])
+            try await expectEqual(run(alice, [Self.f("CONTAINS_ALL_TOKENS", "notes", "creme")]), ["a", "c"])
+            try await expectEqual(run(alice, [Self.f("CONTAINS_ALL_TOKENS", "notes", "Crème Brûlée")]), ["a"])
+            try await expectEqual(run(alice, [Self.f("CONTAINS_ANY_TOKENS", "notes", "walnut oats")]), ["b", "d"])
             let allFields: JSON = ["comparator": "CONTAINS_ALL_TOKENS", "fieldValue": ["value": "bread"]]
-            #expect(try await run(alice, [allFields]) == ["b"])
+            try await expectEqual(run(alice, [allFields]), ["b"])
             // System fields and AND-ed filters.
             let byName: JSON = ["comparator": "EQUALS", "systemFieldName": "recordName", "fieldValue": ["value": ["recordName": "c"]]]
-            #expect(try await run(alice, [byName]) == ["c"])
-            #expect(try await run(alice, [Self.f("LIST_CONTAINS", "tags", "sweet"), Self.f("GREATER_THAN", "price", 3)]) == ["b", "d"])
-            #expect(try await run(alice, []) == ["a", "b", "c", "d", "e"])
+            try await expectEqual(run(alice, [byName]), ["c"])
+            try await expectEqual(run(alice, [Self.f("LIST_CONTAINS", "tags", "sweet"), Self.f("GREATER_THAN", "price", 3)]), ["b", "d"])
+            try await expectEqual(run(alice, []), ["a", "b", "c", "d", "e"])
         }
     }
 
@@ -106,13 +106,13 @@ import Testing
         try await TestServer.with { server in
             let alice = try await server.user("alice")
             try await seed(alice)
-            #expect(try await run(alice, [], sorts: [Self.sort("price", ascending: false), Self.sort("name")]) == ["d", "b", "c", "a", "e"])
-            #expect(try await run(alice, [], sorts: [Self.sort("price"), Self.sort("weight", ascending: false)]) == ["a", "b", "c", "d"])
+            try await expectEqual(run(alice, [], sorts: [Self.sort("price", ascending: false), Self.sort("name")]), ["d", "b", "c", "a", "e"])
+            try await expectEqual(run(alice, [], sorts: [Self.sort("price"), Self.sort("weight", ascending: false)]), ["a", "b", "c", "d"])
             let byCreation: JSON = ["systemFieldName": "createdTimestamp", "ascending": false]
-            #expect(try await run(alice, [Self.filter("LESS_THAN", "price", 4)], sorts: [byCreation, Self.sort("___recordID")]).count == 2)
+            try await expectEqual(run(alice, [Self.filter("LESS_THAN", "price", 4)], sorts: [byCreation, Self.sort("___recordID")]).count, 2)
             let nearest: JSON = ["fieldName": "place", "relativeLocation": ["value": ["latitude": 37.7749, "longitude": -122.4194]]]
             // Date squares (d) lies a little west of Apple Park (a), so nearer San Francisco.
-            #expect(try await run(alice, [], sorts: [nearest]) == ["b", "d", "a", "c"])
+            try await expectEqual(run(alice, [], sorts: [nearest]), ["b", "d", "a", "c"])
         }
     }
 
@@ -127,7 +127,7 @@ import Testing
                 var extra: JSONObject = ["resultsLimit": 7]
                 if let marker { extra["continuationMarker"] = .string(marker) }
                 let page = try await alice.post("private", "records/query", Self.query(sorts: [Self.sort("n")], extra: extra))
-                #expect(page.status == 200, "\(page.text)")
+                expectEqual(page.status, 200, "\(page.text)")
                 seen += names(page)
                 marker = page.json["continuationMarker"]?.stringValue
                 pages += 1
@@ -140,8 +140,8 @@ import Testing
                 }
             } while marker != nil && pages < 20
             let expected = (0..<30).map { String(format: "r%02d", $0) } + ["late"]
-            #expect(seen == expected)
-            #expect(Set(seen).count == seen.count)
+            expectEqual(seen, expected)
+            expectEqual(Set(seen).count, seen.count)
         }
     }
 
@@ -154,11 +154,11 @@ import Testing
             _ = try await alice.modify(zone: "Z2", [Op.create("two", type: "Item", ["k": Op.field(1)])])
             _ = try await alice.modify([Op.create("zero", type: "Item", ["k": Op.field(1)])])
             let wide = try await alice.post("private", "records/query", Self.query(filters: [Self.filter("EQUALS", "k", 1)], extra: ["zoneWide": true]))
-            #expect(Set(names(wide)) == ["zero", "one", "two"])
+            expectEqual(Set(names(wide)), ["zero", "one", "two"])
             let zoned = try await alice.post(
                 "private", "records/query", Self.query(filters: [Self.filter("EQUALS", "k", 1)], extra: ["zoneID": ["zoneName": "Z2"]]))
-            #expect(names(zoned) == ["two"])
-            #expect(zoned.records.first?["zoneID"]?["zoneName"] == "Z2")
+            expectEqual(names(zoned), ["two"])
+            expectEqual(zoned.records.first?["zoneID"]?["zoneName"], "Z2")
             // Other users see none of it.
             let bob = try await server.user("bob")
             let theirs = try await bob.post("private", "records/query", Self.query(extra: ["zoneWide": true]))
@@ -170,11 +170,11 @@ import Testing
         try await TestServer.with { server in
             let alice = try await server.user("alice")
             let saved = try await alice.modify([Op.create("x", type: "Item", ["k": Op.field(1), "t": Op.field("old words")])])
-            #expect(try await run(alice, [Self.filter("EQUALS", "k", 1)]) == ["x"])
+            try await expectEqual(run(alice, [Self.filter("EQUALS", "k", 1)]), ["x"])
             _ = try await alice.modify([Op.update("x", tag: saved.records.first?.changeTag, ["k": Op.field(2), "t": Op.field("new words")])])
             #expect(try await run(alice, [Self.filter("EQUALS", "k", 1)]).isEmpty)
             #expect(try await run(alice, [Self.filter("CONTAINS_ALL_TOKENS", "t", "old")]).isEmpty)
-            #expect(try await run(alice, [Self.filter("CONTAINS_ALL_TOKENS", "t", "new")]) == ["x"])
+            try await expectEqual(run(alice, [Self.filter("CONTAINS_ALL_TOKENS", "t", "new")]), ["x"])
             _ = try await alice.modify([Op.forceDelete("x")])
             #expect(try await run(alice, [Self.filter("EQUALS", "k", 2)]).isEmpty)
         }
@@ -187,26 +187,26 @@ import Testing
             _ = try await server.service.deploySchema(container: TestServer.container)
             let prod = server.client(environment: .production)
             let ok = try await prod.post("public", "records/query", Self.query(filters: [Self.filter("EQUALS", "k", 1)]))
-            #expect(ok.status == 200, "\(ok.text)")
+            expectEqual(ok.status, 200, "\(ok.text)")
             // Drop the queryable index of k in production.
             #expect(try await server.service.setFieldIndexes(
                 container: TestServer.container, environment: .production, recordType: "Item", field: "k", indexes: 2))
             let refused = try await prod.post("public", "records/query", Self.query(filters: [Self.filter("EQUALS", "k", 1)]))
-            #expect(refused.status == 400)
+            expectEqual(refused.status, 400)
             #expect(refused.reason.contains("'k'") && refused.reason.contains("QUERYABLE"))
             #expect(refused.reason.contains("nimbus schema index --environment production --set queryable"))
             // Ranges still work: k is SORTABLE.
-            #expect(try await prod.post("public", "records/query", Self.query(filters: [Self.filter("GREATER_THAN", "k", 0)])).status == 200)
+            try await expectEqual(prod.post("public", "records/query", Self.query(filters: [Self.filter("GREATER_THAN", "k", 0)])).status, 200)
             // Unknown fields and system fields not declared in production are refused too.
-            #expect(try await prod.post("public", "records/query", Self.query(filters: [Self.filter("EQUALS", "zzz", 1)])).status == 400)
-            #expect(try await prod.post("public", "records/query", Self.query(sorts: [["systemFieldName": "createdTimestamp"]])).status == 400)
+            try await expectEqual(prod.post("public", "records/query", Self.query(filters: [Self.filter("EQUALS", "zzz", 1)])).status, 400)
+            try await expectEqual(prod.post("public", "records/query", Self.query(sorts: [["systemFieldName": "createdTimestamp"]])).status, 400)
             // Declaring the system field SORTABLE in production opens it.
             let writer = try await server.user("carol", environment: .production)
             #expect(try await writer.modify("public", [Op.create("p", type: "Item", ["k": Op.field(1)])]).records.first?.errorCode == nil)
             #expect(try await server.service.setFieldIndexes(
                 container: TestServer.container, environment: .production, recordType: "Item", field: "___createTime", indexes: 2))
-            #expect(try await prod.post("public", "records/query", Self.query(sorts: [["systemFieldName": "createdTimestamp"]])).records.count == 1)
-            #expect(try await prod.post("public", "records/query", Self.query("Nope")).status == 400)
+            try await expectEqual(prod.post("public", "records/query", Self.query(sorts: [["systemFieldName": "createdTimestamp"]])).records.count, 1)
+            try await expectEqual(prod.post("public", "records/query", Self.query("Nope")).status, 400)
         }
     }
 
@@ -229,29 +229,29 @@ import Testing
             let prod = server.client(environment: .production)
             func found(_ filters: [JSON], sorts: [JSON] = []) async throws -> [String] {
                 let answer = try await prod.post("public", "records/query", Self.query(filters: filters, sorts: sorts))
-                #expect(answer.status == 200, "\(answer.text)")
+                expectEqual(answer.status, 200, "\(answer.text)")
                 return answer.records.compactMap { $0["recordName"]?.stringValue }.sorted()
             }
             // Granting QUERYABLE on k fills in the entries of the records saved without them.
             #expect(try await server.service.setFieldIndexes(
                 container: TestServer.container, environment: .production, recordType: "Item", field: "k", indexes: 1))
-            #expect(try await found([Self.filter("EQUALS", "k", 7)]) == ["p1"])
+            try await expectEqual(found([Self.filter("EQUALS", "k", 7)]), ["p1"])
             // So does SEARCHABLE on s, with the same folding as development.
             #expect(try await server.service.setFieldIndexes(
                 container: TestServer.container, environment: .production, recordType: "Item", field: "s", indexes: 4))
-            #expect(try await found([Self.filter("CONTAINS_ALL_TOKENS", "s", "creme")]) == ["p1"])
-            #expect(try await found([Self.filter("CONTAINS_ALL_TOKENS", "s", "words")]) == ["p2"])
+            try await expectEqual(found([Self.filter("CONTAINS_ALL_TOKENS", "s", "creme")]), ["p1"])
+            try await expectEqual(found([Self.filter("CONTAINS_ALL_TOKENS", "s", "words")]), ["p2"])
             // A system field declared in production: every record gets its entry.
             #expect(try await server.service.setFieldIndexes(
                 container: TestServer.container, environment: .production, recordType: "Item", field: "___recordID", indexes: 3))
-            #expect(try await found([Self.filter("EQUALS", "___recordID", "p2")]) == ["p2"])
+            try await expectEqual(found([Self.filter("EQUALS", "___recordID", "p2")]), ["p2"])
             // Records saved after the grant are indexed as they are saved.
             _ = try await writer.modify("public", [Op.create("p3", type: "Item", ["k": Op.field(7), "s": Op.field("more words")])])
-            #expect(try await found([Self.filter("EQUALS", "k", 7)]) == ["p1", "p3"])
-            #expect(try await found([Self.filter("CONTAINS_ALL_TOKENS", "s", "words")]) == ["p2", "p3"])
+            try await expectEqual(found([Self.filter("EQUALS", "k", 7)]), ["p1", "p3"])
+            try await expectEqual(found([Self.filter("CONTAINS_ALL_TOKENS", "s", "words")]), ["p2", "p3"])
             // Development is untouched: every field is indexed there.
             let development = try await dev.post("public", "records/query", Self.query(filters: [Self.filter("CONTAINS_ALL_TOKENS", "s", "hello")]))
-            #expect(names(development) == ["d"])
+            expectEqual(names(development), ["d"])
         }
     }
 
@@ -277,7 +277,7 @@ import Testing
                 let saved = try await writer.modify("public", [
                     Op.create("p\(number)", type: "Item", ["cat": Op.field(.string(value.cat)), "n": Op.field(.int(Int64(value.n))), "rank": Op.field(.int(Int64(value.rank)))])
                 ])
-                #expect(saved.status == 200, "\(saved.text)")
+                expectEqual(saved.status, 200, "\(saved.text)")
             }
             let prod = server.client(environment: .production)
             func listed(_ category: String, by field: String) async throws -> [String] {
@@ -289,7 +289,7 @@ import Testing
                     let answer = try await prod.post(
                         "public", "records/query",
                         Self.query(filters: [Self.filter("EQUALS", "cat", .string(category))], sorts: [Self.sort(field, ascending: false)], extra: extra))
-                    #expect(answer.status == 200, "\(answer.text)")
+                    expectEqual(answer.status, 200, "\(answer.text)")
                     names += self.names(answer)
                     marker = answer.json["continuationMarker"]
                 } while marker != nil && names.count < 100
@@ -298,26 +298,26 @@ import Testing
             func expected(_ category: String, by key: KeyPath<(cat: String, n: Int, rank: Int), Int>) -> [String] {
                 values.filter { $0.value.cat == category }.sorted { $0.value[keyPath: key] > $1.value[keyPath: key] }.map(\.key)
             }
-            #expect(try await listed("x", by: "n") == expected("x", by: \.n))
-            #expect(try await listed("y", by: "n") == expected("y", by: \.n))
+            try await expectEqual(listed("x", by: "n"), expected("x", by: \.n))
+            try await expectEqual(listed("y", by: "n"), expected("y", by: \.n))
 
             // p0 moves to y with the largest n; p1 is deleted.
             let moved = try await writer.modify("public", [
                 Op.make("forceUpdate", Op.record("p0", type: "Item", fields: ["cat": Op.field("y"), "n": Op.field(50), "rank": Op.field(-1)])),
                 Op.forceDelete("p1"),
             ])
-            #expect(moved.status == 200, "\(moved.text)")
+            expectEqual(moved.status, 200, "\(moved.text)")
             values["p0"] = (cat: "y", n: 50, rank: -1)
             values["p1"] = nil
-            #expect(try await listed("x", by: "n") == expected("x", by: \.n))
-            #expect(try await listed("y", by: "n").first == "p0")
-            #expect(try await listed("y", by: "n") == expected("y", by: \.n))
+            try await expectEqual(listed("x", by: "n"), expected("x", by: \.n))
+            try await expectEqual(listed("y", by: "n").first, "p0")
+            try await expectEqual(listed("y", by: "n"), expected("y", by: \.n))
 
             // rank becomes SORTABLE: the pair (cat, rank) is filled in for the records saved before.
             #expect(try await server.service.setFieldIndexes(
                 container: TestServer.container, environment: .production, recordType: "Item", field: "rank", indexes: 2))
-            #expect(try await listed("x", by: "rank") == expected("x", by: \.rank))
-            #expect(try await listed("y", by: "rank") == expected("y", by: \.rank))
+            try await expectEqual(listed("x", by: "rank"), expected("x", by: \.rank))
+            try await expectEqual(listed("y", by: "rank"), expected("y", by: \.rank))
         }
     }
 
@@ -344,7 +344,7 @@ import Testing
             ]
             for (body, fragment) in cases {
                 let response = try await alice.post("private", "records/query", body)
-                #expect(response.status == 400, "\(body.text) → \(response.text)")
+                expectEqual(response.status, 400, "\(body.text) → \(response.text)")
                 #expect(response.reason.contains(fragment), "\(body.text) → \(response.reason)")
             }
         }
@@ -358,17 +358,17 @@ import Testing
             let marker = try #require(first.json["continuationMarker"]?.stringValue)
             let other = try await alice.post(
                 "private", "records/query", Self.query(sorts: [Self.sort("price")], extra: ["resultsLimit": 2, "continuationMarker": .string(marker)]))
-            #expect(other.status == 400)
+            expectEqual(other.status, 400)
             #expect(other.reason.contains("another query"))
             var forged = Array(marker)
             forged[4] = forged[4] == "A" ? "B" : "A"
             let tampered = try await alice.post(
                 "private", "records/query", Self.query(sorts: [Self.sort("name")], extra: ["continuationMarker": .string(String(forged))]))
-            #expect(tampered.status == 400)
+            expectEqual(tampered.status, 400)
             let bob = try await server.user("bob")
             let stolen = try await bob.post(
                 "private", "records/query", Self.query(sorts: [Self.sort("name")], extra: ["resultsLimit": 2, "continuationMarker": .string(marker)]))
-            #expect(stolen.status == 400)
+            expectEqual(stolen.status, 400)
         }
     }
 
@@ -378,11 +378,11 @@ import Testing
             _ = try await alice.modify((0..<200).map { Op.create("q\($0)", type: "Item") })
             _ = try await alice.modify([Op.create("q200", type: "Item")])
             let page = try await alice.post("private", "records/query", Self.query(extra: ["resultsLimit": 500]))
-            #expect(page.records.count == 200)
+            expectEqual(page.records.count, 200)
             #expect(page.json["continuationMarker"] != nil)
             let rest = try await alice.post(
                 "private", "records/query", Self.query(extra: ["continuationMarker": page.json["continuationMarker"]!]))
-            #expect(rest.records.count == 1)
+            expectEqual(rest.records.count, 1)
             #expect(rest.json["continuationMarker"] == nil)
         }
     }
@@ -397,16 +397,16 @@ import Testing
         // A microsecond of processor time: the first check, a few thousand steps in, stops it.
         try await TestServer.with(configure: { $0.service.queryBudget = .microseconds(1) }) { server in
             let response = try await seed(server).post("private", "records/query", costly)
-            #expect(response.status == 400)
-            #expect(response.json["serverErrorCode"] == "BAD_REQUEST")
-            #expect(response.json["limit"] == "queryMilliseconds")
-            #expect(response.json["reason"]?.stringValue?.contains("budget") == true, "\(response.text)")
+            expectEqual(response.status, 400)
+            expectEqual(response.json["serverErrorCode"], "BAD_REQUEST")
+            expectEqual(response.json["limit"], "queryMilliseconds")
+            expectEqual(response.json["reason"]?.stringValue?.contains("budget"), true, "\(response.text)")
         }
         // The default budget serves the same query.
         try await TestServer.with { server in
             let response = try await seed(server).post("private", "records/query", costly)
-            #expect(response.status == 200, "\(response.text)")
-            #expect(response.records.count == 200)
+            expectEqual(response.status, 200, "\(response.text)")
+            expectEqual(response.records.count, 200)
         }
     }
 
@@ -436,11 +436,11 @@ import Testing
                 (Self.f("LIST_CONTAINS_ALL", "il", [8, 9]), ["n"]), (Self.f("NOT_LIST_CONTAINS_ALL", "il", [8, 9]), ["m"]),
             ]
             for (filter, expected) in cases {
-                #expect(try await run(alice, [filter]) == expected, "\(filter.text)")
+                try await expectEqual(run(alice, [filter]), expected, "\(filter.text)")
             }
             // desiredKeys shape query results too.
             let shaped = try await alice.post("private", "records/query", Self.query(filters: [Self.f("EQUALS", "d", 2.5)], extra: ["desiredKeys": ["t"]]))
-            #expect(shaped.records.first?["fields"]?.objectValue?.keys == ["t"])
+            expectEqual(shaped.records.first?["fields"]?.objectValue?.keys, ["t"])
         }
     }
 
@@ -466,7 +466,7 @@ import Testing
                 let page = try await alice.post(
                     "private", "records/query",
                     Self.query(filters: [Self.filter("EQUALS", "k", 0)], sorts: [Self.sort("n", ascending: false)], extra: extra))
-                #expect(page.status == 200, "\(page.text)")
+                expectEqual(page.status, 200, "\(page.text)")
                 seen += names(page)
                 marker = page.json["continuationMarker"]?.stringValue
             } while marker != nil && seen.count <= count
@@ -474,7 +474,7 @@ import Testing
             let expected = (0..<count).filter { $0 % 2 == 0 }
                 .sorted { ($0 / 3, $0) > ($1 / 3, $1) }
                 .map { String(format: "m%04d", $0) }
-            #expect(seen == expected)
+            expectEqual(seen, expected)
         }
     }
 }

@@ -34,7 +34,7 @@ import Testing
         try await TestServer.with { server in
             let alice = try await server.user("alice")
             #expect(try await Self.privateUsage(alice) == (0, ContainerLimit.defaults[.privateDatabaseBytes]!))
-            #expect(try await alice.modify([Self.note("n1", "twelve bytes")]).status == 200)
+            try await expectEqual(alice.modify([Self.note("n1", "twelve bytes")]).status, 200)
             let one = try await Self.privateUsage(alice).used
             // name + type + the stored fields, in bytes
             #expect(one > Int64("n1Note".utf8.count + "twelve bytes".utf8.count))
@@ -44,57 +44,57 @@ import Testing
             let refused = try await alice.modify([Self.note("n2", "twelve bytes")])
             #expect(refused.status == 200)  // the default zone: per-item results
             Self.expectQuotaExceeded(refused.records.first)
-            #expect(try await alice.lookup(["n2"]).records.first?["serverErrorCode"] == "NOT_FOUND")
+            try await expectEqual(alice.lookup(["n2"]).records.first?["serverErrorCode"], "NOT_FOUND")
             #expect(try await Self.privateUsage(alice) == (one, 2 * one - 1))
 
             // At the quota exactly: saved.
             try await Self.setQuota(server, .privateDatabaseBytes, 2 * one)
-            #expect(try await alice.modify([Self.note("n2", "twelve bytes")]).records.first?["recordName"] == "n2")
-            #expect(try await Self.privateUsage(alice).used == 2 * one)
+            try await expectEqual(alice.modify([Self.note("n2", "twelve bytes")]).records.first?["recordName"], "n2")
+            try await expectEqual(Self.privateUsage(alice).used, 2 * one)
 
             // Full: growing a record is refused, shrinking it is not, and a deletion frees its bytes.
             let tag = try await alice.lookup(["n1"]).records.first?["recordChangeTag"]?.stringValue
             let grown = try await alice.modify([Op.update("n1", tag: tag, ["text": Op.field(.string("thirteen byte"))])])
             Self.expectQuotaExceeded(grown.records.first)
             let shrunk = try await alice.modify([Op.update("n1", tag: tag, ["text": Op.field(.string("eleven byte"))])])
-            #expect(shrunk.records.first?["recordName"] == "n1", "\(shrunk.text)")
-            #expect(try await Self.privateUsage(alice).used == 2 * one - 1)
-            #expect(try await alice.modify([Op.forceDelete("n2")]).status == 200)
-            #expect(try await Self.privateUsage(alice).used == one - 1)
-            #expect(try await alice.modify([Self.note("n3", "twelve bytes")]).records.first?["recordName"] == "n3")
+            expectEqual(shrunk.records.first?["recordName"], "n1", "\(shrunk.text)")
+            try await expectEqual(Self.privateUsage(alice).used, 2 * one - 1)
+            try await expectEqual(alice.modify([Op.forceDelete("n2")]).status, 200)
+            try await expectEqual(Self.privateUsage(alice).used, one - 1)
+            try await expectEqual(alice.modify([Self.note("n3", "twelve bytes")]).records.first?["recordName"], "n3")
 
             // Each user's private database has its own quota.
             let bob = try await server.user("bob")
-            #expect(try await Self.privateUsage(bob).used == 0)
-            #expect(try await bob.modify([Self.note("n1", "twelve bytes")]).records.first?["recordName"] == "n1")
+            try await expectEqual(Self.privateUsage(bob).used, 0)
+            try await expectEqual(bob.modify([Self.note("n1", "twelve bytes")]).records.first?["recordName"], "n1")
         }
     }
 
     @Test func aBatchThatFitsOnlyInPartWritesNothingWhenAtomicAndItemByItemWhenNot() async throws {
         try await TestServer.with { server in
             let alice = try await server.user("alice")
-            #expect(try await alice.createZone("Notes").status == 200)
-            #expect(try await alice.modify(zone: "Notes", [Self.note("a0", "twelve bytes")]).status == 200)
+            try await expectEqual(alice.createZone("Notes").status, 200)
+            try await expectEqual(alice.modify(zone: "Notes", [Self.note("a0", "twelve bytes")]).status, 200)
             let one = try await Self.privateUsage(alice).used
             // Room for two more records of that size.
             try await Self.setQuota(server, .privateDatabaseBytes, 3 * one)
 
             let batch = ["a1", "a2", "a3"].map { Self.note($0, "twelve bytes") }
             let atomic = try await alice.modify(zone: "Notes", batch)
-            #expect(atomic.status == 200)
+            expectEqual(atomic.status, 200)
             let codes = atomic.records.map { $0["serverErrorCode"]?.stringValue }
-            #expect(codes == ["ATOMIC_ERROR", "ATOMIC_ERROR", "QUOTA_EXCEEDED"], "\(atomic.text)")
-            #expect(try await Self.privateUsage(alice).used == one)
+            expectEqual(codes, ["ATOMIC_ERROR", "ATOMIC_ERROR", "QUOTA_EXCEEDED"], "\(atomic.text)")
+            try await expectEqual(Self.privateUsage(alice).used, one)
             let absent = try await alice.lookup(zone: "Notes", ["a1", "a2", "a3"]).records.map { $0["serverErrorCode"]?.stringValue }
-            #expect(absent == ["NOT_FOUND", "NOT_FOUND", "NOT_FOUND"])
+            expectEqual(absent, ["NOT_FOUND", "NOT_FOUND", "NOT_FOUND"])
 
             let separate = try await alice.modify(zone: "Notes", atomic: false, batch)
-            #expect(separate.records.map { $0["serverErrorCode"]?.stringValue } == [nil, nil, "QUOTA_EXCEEDED"], "\(separate.text)")
-            #expect(try await Self.privateUsage(alice).used == 3 * one)
+            expectEqual(separate.records.map { $0["serverErrorCode"]?.stringValue }, [nil, nil, "QUOTA_EXCEEDED"], "\(separate.text)")
+            try await expectEqual(Self.privateUsage(alice).used, 3 * one)
 
             // Deleting the zone frees what its records held.
-            #expect(try await alice.deleteZone("Notes").status == 200)
-            #expect(try await Self.privateUsage(alice).used == 0)
+            try await expectEqual(alice.deleteZone("Notes").status, 200)
+            try await expectEqual(Self.privateUsage(alice).used, 0)
         }
     }
 
@@ -103,8 +103,8 @@ import Testing
             let alice = try await server.user("alice")
             let baseline = try await server.service.publicUsage(container: TestServer.container, environment: .development)
             // Alice's own Users record, made when she joined.
-            #expect(baseline.usedBytes == Int64(33 + "Users".utf8.count + "{}".utf8.count))
-            #expect(try await alice.modify("public", [Self.note("p1", "twelve bytes")]).status == 200)
+            expectEqual(baseline.usedBytes, Int64(33 + "Users".utf8.count + "{}".utf8.count))
+            try await expectEqual(alice.modify("public", [Self.note("p1", "twelve bytes")]).status, 200)
             let afterOne = try await server.service.publicUsage(container: TestServer.container, environment: .development)
             let one = afterOne.usedBytes - baseline.usedBytes
 
@@ -117,12 +117,12 @@ import Testing
             let bob = try await server.user("bob")
             server.clock.advance(milliseconds: 3_000)
             let grown = try await server.service.publicUsage(container: TestServer.container, environment: .development)
-            #expect(grown.quotaBytes == 2 * (baseline.usedBytes + one))
-            #expect(try await alice.modify("public", [Self.note("p2", "twelve bytes")]).records.first?["recordName"] == "p2")
+            expectEqual(grown.quotaBytes, 2 * (baseline.usedBytes + one))
+            try await expectEqual(alice.modify("public", [Self.note("p2", "twelve bytes")]).records.first?["recordName"], "p2")
             // One user filling the public database fills it for everyone.
             Self.expectQuotaExceeded(try await bob.modify("public", [Self.note("p3", "twelve bytes")]).records.first)
             // The private databases are counted apart.
-            #expect(try await bob.modify([Self.note("p3", "twelve bytes")]).records.first?["recordName"] == "p3")
+            try await expectEqual(bob.modify([Self.note("p3", "twelve bytes")]).records.first?["recordName"], "p3")
         }
     }
 
@@ -131,11 +131,11 @@ import Testing
     func anUpgradedStoreCountsWhatItHeldBefore() async throws {
         let first = try await TestServer.start()
         let alice = try await first.user("alice")
-        #expect(try await alice.createZone("Notes").status == 200)
-        #expect(try await alice.modify([Self.note("n1", "twelve bytes")]).status == 200)
-        #expect(try await alice.modify(zone: "Notes", [Self.note("n2", "a longer text here")]).status == 200)
-        #expect(try await alice.modify([Self.note("gone", "deleted")]).status == 200)
-        #expect(try await alice.modify([Op.forceDelete("gone")]).status == 200)
+        try await expectEqual(alice.createZone("Notes").status, 200)
+        try await expectEqual(alice.modify([Self.note("n1", "twelve bytes")]).status, 200)
+        try await expectEqual(alice.modify(zone: "Notes", [Self.note("n2", "a longer text here")]).status, 200)
+        try await expectEqual(alice.modify([Self.note("gone", "deleted")]).status, 200)
+        try await expectEqual(alice.modify([Op.forceDelete("gone")]).status, 200)
         let counted = try await Self.privateUsage(alice).used
         let upgraded = try await first.restarted { dataDirectory in
             let queue = try DatabaseQueue(path: dataDirectory + "/nimbus.sqlite")
@@ -150,7 +150,7 @@ import Testing
             try queue.close()
         }
         do {
-            #expect(try await Self.privateUsage(alice).used == counted)
+            try await expectEqual(Self.privateUsage(alice).used, counted)
             try await upgraded.stop()
         } catch {
             try? await upgraded.stop()

@@ -8,21 +8,21 @@ import Testing
             let alice = try await server.user("alice")
             let saved = try await alice.modify(
                 [Op.create("n1", ["title": Op.field("Hello")])], extra: ["zoneID": ["zoneName": "_defaultZone", "zoneType": "DEFAULT_ZONE"]])
-            #expect(saved.status == 200)
+            expectEqual(saved.status, 200)
             let record = try #require(saved.records.first)
-            #expect(record["recordName"] == "n1")
-            #expect(record["recordType"] == "Note")
+            expectEqual(record["recordName"], "n1")
+            expectEqual(record["recordType"], "Note")
             #expect(record.changeTag != nil)
-            #expect(record["deleted"] == false)
-            #expect(record["pluginFields"] == .object([:]))
-            #expect(record["created"]?["userRecordName"]?.stringValue == alice.userRecordName)
-            #expect(record["modified"]?["deviceID"] == "iCloud")
-            #expect(record["fields"]?["title"] == .object(["value": "Hello", "type": "STRING"]))
+            expectEqual(record["deleted"], false)
+            expectEqual(record["pluginFields"], .object([:]))
+            expectEqual(record["created"]?["userRecordName"]?.stringValue, alice.userRecordName)
+            expectEqual(record["modified"]?["deviceID"], "iCloud")
+            expectEqual(record["fields"]?["title"], .object(["value": "Hello", "type": "STRING"]))
             let fetched = try await alice.lookup(["n1", "missing"])
-            #expect(fetched.records.count == 2)
-            #expect(fetched.records[0].changeTag == record.changeTag)
-            #expect(fetched.records[1].errorCode == "NOT_FOUND")
-            #expect(fetched.records[1]["recordName"] == "missing")
+            expectEqual(fetched.records.count, 2)
+            expectEqual(fetched.records[0].changeTag, record.changeTag)
+            expectEqual(fetched.records[1].errorCode, "NOT_FOUND")
+            expectEqual(fetched.records[1]["recordName"], "missing")
         }
     }
 
@@ -31,7 +31,7 @@ import Testing
             let alice = try await server.user("alice")
             let saved = try await alice.modify([Op.create(nil)])
             let name = try #require(saved.records.first?["recordName"]?.stringValue)
-            #expect(name.count == 36)
+            expectEqual(name.count, 36)
         }
     }
 
@@ -82,23 +82,23 @@ import Testing
             #expect(record.errorCode == nil, "\(saved.text)")
             let fetched = try #require(try await alice.lookup(["all"]).records.first)
             let types = fetched["fields"]?.objectValue?.pairs.reduce(into: [String: String]()) { $0[$1.key] = $1.value["type"]?.stringValue }
-            #expect(types?["s"] == "STRING")
-            #expect(types?["n64"] == "INT64")
-            #expect(types?["flag"] == "INT64")
-            #expect(types?["al"] == "ASSETID_LIST")
-            #expect(fetched.fieldValue("s") == "héllo ✓ \u{0}")
-            #expect(fetched.fieldValue("i") == .int(Int64.max))
-            #expect(fetched.fieldValue("d") == .double(2.5))
-            #expect(fetched.fieldValue("t") == .int(1_700_000_000_123))
-            #expect(fetched.fieldValue("b") == "AAEC/w==")
-            #expect(fetched.fieldValue("l")?["latitude"] == .double(37.33))
-            #expect(fetched.fieldValue("l")?["altitude"] == .double(12))
-            #expect(fetched.fieldValue("r")?["recordName"] == "other")
-            #expect(fetched.fieldValue("il") == [1, 2, 3])
-            #expect(fetched.fieldValue("dl") == [.double(1.5), .double(2)])
-            #expect(fetched.fieldValue("flag") == 1)
-            #expect(fetched.fieldValue("a")?["size"] == 3)
-            #expect(fetched.fieldValue("al")?[0]?["fileChecksum"] == al["fileChecksum"])
+            expectEqual(types?["s"], "STRING")
+            expectEqual(types?["n64"], "INT64")
+            expectEqual(types?["flag"], "INT64")
+            expectEqual(types?["al"], "ASSETID_LIST")
+            expectEqual(fetched.fieldValue("s"), "héllo ✓ \u{0}")
+            expectEqual(fetched.fieldValue("i"), .int(Int64.max))
+            expectEqual(fetched.fieldValue("d"), .double(2.5))
+            expectEqual(fetched.fieldValue("t"), .int(1_700_000_000_123))
+            expectEqual(fetched.fieldValue("b"), "AAEC/w==")
+            expectEqual(fetched.fieldValue("l")?["latitude"], .double(37.33))
+            expectEqual(fetched.fieldValue("l")?["altitude"], .double(12))
+            expectEqual(fetched.fieldValue("r")?["recordName"], "other")
+            expectEqual(fetched.fieldValue("il"), [1, 2, 3])
+            expectEqual(fetched.fieldValue("dl"), [.double(1.5), .double(2)])
+            expectEqual(fetched.fieldValue("flag"), 1)
+            expectEqual(fetched.fieldValue("a")?["size"], 3)
+            expectEqual(fetched.fieldValue("al")?[0]?["fileChecksum"], al["fileChecksum"])
         }
     }
 
@@ -110,15 +110,15 @@ import Testing
                 [Op.make("create", Op.record("r1", fields: fields), desiredKeys: ["n"])], extra: ["desiredKeys": ["s"]])
             #expect(saved.records.first?["fields"]?.objectValue?.keys == ["n"])  // per-operation keys win
             let lookup = try await alice.lookup(["r1"], extra: ["numbersAsStrings": true])
-            #expect(lookup.records.first?.fieldValue("n") == "5")
-            #expect(lookup.records.first?.fieldValue("d") == "1.5")
-            #expect(lookup.records.first?.fieldValue("nl") == ["1", "2"])
-            #expect(lookup.records.first?.fieldValue("s") == "x")
+            expectEqual(lookup.records.first?.fieldValue("n"), "5")
+            expectEqual(lookup.records.first?.fieldValue("d"), "1.5")
+            expectEqual(lookup.records.first?.fieldValue("nl"), ["1", "2"])
+            expectEqual(lookup.records.first?.fieldValue("s"), "x")
             let none = try await alice.lookup(["r1"], extra: ["desiredKeys": []])
-            #expect(none.records.first?["fields"] == .object([:]))
+            expectEqual(none.records.first?["fields"], .object([:]))
             let perRecord = try await alice.post(
                 "private", "records/lookup", ["records": [["recordName": "r1", "desiredKeys": ["d"]]]])
-            #expect(perRecord.records.first?["fields"]?.objectValue?.keys == ["d"])
+            expectEqual(perRecord.records.first?["fields"]?.objectValue?.keys, ["d"])
         }
     }
 
@@ -132,13 +132,13 @@ import Testing
             #expect(tag1 != tag2)
             #expect(second.fieldValue("name") == "Johnny")  // update merges
             let stale = try #require(try await alice.modify([Op.update("p", tag: tag1, ["hobby": Op.field("Geocaching")])]).records.first)
-            #expect(stale.errorCode == "CONFLICT")
-            #expect(stale["recordName"] == "p")
-            #expect(stale["serverRecord"]?.changeTag == tag2)
-            #expect(stale["serverRecord"]?.fieldValue("hobby") == "Horticulture")
+            expectEqual(stale.errorCode, "CONFLICT")
+            expectEqual(stale["recordName"], "p")
+            expectEqual(stale["serverRecord"]?.changeTag, tag2)
+            expectEqual(stale["serverRecord"]?.fieldValue("hobby"), "Horticulture")
             let missingTag = try await alice.modify([Op.update("p", tag: nil, ["hobby": Op.field("x")])])
-            #expect(missingTag.records.first?.errorCode == "BAD_REQUEST")
-            #expect(missingTag.records.first?["reason"]?.stringValue?.contains("recordChangeTag") == true)
+            expectEqual(missingTag.records.first?.errorCode, "BAD_REQUEST")
+            expectEqual(missingTag.records.first?["reason"]?.stringValue?.contains("recordChangeTag"), true)
         }
     }
 
@@ -146,14 +146,14 @@ import Testing
         try await TestServer.with { server in
             let alice = try await server.user("alice")
             let created = try #require(try await alice.modify([Op.create("r", ["a": Op.field(1), "b": Op.field(2)])]).records.first)
-            #expect(try await alice.modify([Op.create("r")]).records.first?.errorCode == "EXISTS")
-            #expect(try await alice.modify([Op.update("ghost", tag: "1", [:])]).records.first?.errorCode == "NOT_FOUND")
+            try await expectEqual(alice.modify([Op.create("r")]).records.first?.errorCode, "EXISTS")
+            try await expectEqual(alice.modify([Op.update("ghost", tag: "1", [:])]).records.first?.errorCode, "NOT_FOUND")
 
             // replace: unlisted fields are cleared.
             let replaced = try #require(try await alice.modify([
                 Op.make("replace", Op.record("r", type: nil, tag: created.changeTag, fields: ["a": Op.field(10)]))
             ]).records.first)
-            #expect(replaced.fieldValue("a") == 10)
+            expectEqual(replaced.fieldValue("a"), 10)
             #expect(replaced.fieldValue("b") == nil)
 
             // forceUpdate ignores the tag and merges; it creates when missing (with a type).
@@ -162,9 +162,9 @@ import Testing
             ]).records.first)
             #expect(forced.fieldValue("a") == 10 && forced.fieldValue("b") == 20)
             let forcedNew = try await alice.modify([Op.make("forceUpdate", Op.record("fresh", fields: ["a": Op.field(1)]))])
-            #expect(forcedNew.records.first?.fieldValue("a") == 1)
+            expectEqual(forcedNew.records.first?.fieldValue("a"), 1)
             let noType = try await alice.modify([Op.make("forceUpdate", Op.record("typeless", type: nil, fields: [:]))])
-            #expect(noType.records.first?.errorCode == "BAD_REQUEST")
+            expectEqual(noType.records.first?.errorCode, "BAD_REQUEST")
 
             // forceReplace replaces regardless of the tag.
             let forceReplaced = try #require(try await alice.modify([
@@ -176,16 +176,16 @@ import Testing
             let cleared = try #require(try await alice.modify([
                 Op.update("r", tag: forceReplaced.changeTag, ["c": .object(["value": .null])])
             ]).records.first)
-            #expect(cleared["fields"] == .object([:]))
+            expectEqual(cleared["fields"], .object([:]))
 
             // delete checks the tag; forceDelete does not, and is idempotent.
-            #expect(try await alice.modify([Op.delete("r", tag: "stale")]).records.first?.errorCode == "CONFLICT")
+            try await expectEqual(alice.modify([Op.delete("r", tag: "stale")]).records.first?.errorCode, "CONFLICT")
             let deleted = try await alice.modify([Op.delete("r", tag: cleared.changeTag)])
-            #expect(deleted.records.first?["deleted"] == true)
-            #expect(try await alice.lookup(["r"]).records.first?.errorCode == "NOT_FOUND")
-            #expect(try await alice.modify([Op.forceDelete("fresh")]).records.first?["deleted"] == true)
-            #expect(try await alice.modify([Op.forceDelete("fresh")]).records.first?["deleted"] == true)
-            #expect(try await alice.modify([Op.delete("fresh", tag: "1")]).records.first?.errorCode == "NOT_FOUND")
+            expectEqual(deleted.records.first?["deleted"], true)
+            try await expectEqual(alice.lookup(["r"]).records.first?.errorCode, "NOT_FOUND")
+            try await expectEqual(alice.modify([Op.forceDelete("fresh")]).records.first?["deleted"], true)
+            try await expectEqual(alice.modify([Op.forceDelete("fresh")]).records.first?["deleted"], true)
+            try await expectEqual(alice.modify([Op.delete("fresh", tag: "1")]).records.first?.errorCode, "NOT_FOUND")
             // A deleted name can be created again.
             #expect(try await alice.modify([Op.create("r")]).records.first?.errorCode == nil)
         }
@@ -196,7 +196,7 @@ import Testing
             let alice = try await server.user("alice")
             let saved = try #require(try await alice.modify([Op.create("r")]).records.first)
             let changed = try await alice.modify([Op.make("update", Op.record("r", type: "Other", tag: saved.changeTag, fields: [:]))])
-            #expect(changed.records.first?.errorCode == "BAD_REQUEST")
+            expectEqual(changed.records.first?.errorCode, "BAD_REQUEST")
         }
     }
 
@@ -206,14 +206,14 @@ import Testing
             _ = try await alice.createZone("Z")
             _ = try await alice.modify(zone: "Z", [Op.create("taken")])
             let response = try await alice.modify(zone: "Z", [Op.create("a"), Op.create("taken"), Op.create("b")])
-            #expect(response.status == 200)
-            #expect(response.records.map(\.errorCode) == ["ATOMIC_ERROR", "EXISTS", "ATOMIC_ERROR"])
-            #expect(response.records.map { $0["recordName"]?.stringValue } == ["a", "taken", "b"])
+            expectEqual(response.status, 200)
+            expectEqual(response.records.map(\.errorCode), ["ATOMIC_ERROR", "EXISTS", "ATOMIC_ERROR"])
+            expectEqual(response.records.map { $0["recordName"]?.stringValue }, ["a", "taken", "b"])
             let lookup = try await alice.lookup(zone: "Z", ["a", "b"])
-            #expect(lookup.records.map(\.errorCode) == ["NOT_FOUND", "NOT_FOUND"])
+            expectEqual(lookup.records.map(\.errorCode), ["NOT_FOUND", "NOT_FOUND"])
             // Nothing of the failed batch shows in the change feed either.
             let changes = try await alice.zoneChanges("Z")
-            #expect(changes.zones.first?["records"]?.arrayValue?.count == 1)
+            expectEqual(changes.zones.first?["records"]?.arrayValue?.count, 1)
         }
     }
 
@@ -223,12 +223,12 @@ import Testing
             _ = try await alice.createZone("Z")
             _ = try await alice.modify(zone: "Z", [Op.create("taken")])
             let custom = try await alice.modify(zone: "Z", atomic: false, [Op.create("a"), Op.create("taken"), Op.create("b")])
-            #expect(custom.records.map(\.errorCode) == [nil, "EXISTS", nil])
+            expectEqual(custom.records.map(\.errorCode), [nil, "EXISTS", nil])
             // In the default zone each operation stands alone even if atomic is asked for.
             _ = try await alice.modify([Op.create("taken")])
             let defaultZone = try await alice.modify(atomic: true, [Op.create("x"), Op.create("taken"), Op.create("y")])
-            #expect(defaultZone.records.map(\.errorCode) == [nil, "EXISTS", nil])
-            #expect(try await alice.lookup(["x", "y"]).records.map(\.errorCode) == [nil, nil])
+            expectEqual(defaultZone.records.map(\.errorCode), [nil, "EXISTS", nil])
+            try await expectEqual(alice.lookup(["x", "y"]).records.map(\.errorCode), [nil, nil])
         }
     }
 
@@ -236,7 +236,7 @@ import Testing
         try await TestServer.with { server in
             let alice = try await server.user("alice")
             let response = try await alice.modify([Op.create("dup"), Op.forceDelete("dup")])
-            #expect(response.records.map(\.errorCode) == [nil, "BAD_REQUEST"])
+            expectEqual(response.records.map(\.errorCode), [nil, "BAD_REQUEST"])
         }
     }
 
@@ -244,17 +244,17 @@ import Testing
         try await TestServer.with { server in
             let anonymous = server.client()
             let denied = try await anonymous.modify("public", [Op.create("p1")])
-            #expect(denied.status == 421)
+            expectEqual(denied.status, 421)
             let alice = try await server.user("alice")
             let saved = try #require(try await alice.modify("public", [Op.create("p1", ["v": Op.field(1)])]).records.first)
             let read = try await anonymous.lookup("public", ["p1"])
-            #expect(read.records.first?.fieldValue("v") == 1)
+            expectEqual(read.records.first?.fieldValue("v"), 1)
             let bob = try await server.user("bob")
-            #expect(try await bob.lookup("public", ["p1"]).records.first?.fieldValue("v") == 1)
+            try await expectEqual(bob.lookup("public", ["p1"]).records.first?.fieldValue("v"), 1)
             let update = try await bob.modify("public", [Op.update("p1", tag: saved.changeTag, ["v": Op.field(2)])])
-            #expect(update.records.first?.errorCode == "ACCESS_DENIED")
-            #expect(try await bob.modify("public", [Op.forceDelete("p1")]).records.first?.errorCode == "ACCESS_DENIED")
-            #expect(try await alice.modify("public", [Op.forceDelete("p1")]).records.first?["deleted"] == true)
+            expectEqual(update.records.first?.errorCode, "ACCESS_DENIED")
+            try await expectEqual(bob.modify("public", [Op.forceDelete("p1")]).records.first?.errorCode, "ACCESS_DENIED")
+            try await expectEqual(alice.modify("public", [Op.forceDelete("p1")]).records.first?["deleted"], true)
         }
     }
 
@@ -263,9 +263,9 @@ import Testing
             let alice = try await server.user("alice")
             let bob = try await server.user("bob")
             _ = try await alice.modify([Op.create("diary", ["text": Op.field("secret")])])
-            #expect(try await bob.lookup(["diary"]).records.first?.errorCode == "NOT_FOUND")
+            try await expectEqual(bob.lookup(["diary"]).records.first?.errorCode, "NOT_FOUND")
             #expect(try await bob.modify([Op.create("diary")]).records.first?.errorCode == nil)  // bob's own
-            #expect(try await alice.lookup(["diary"]).records.first?.fieldValue("text") == "secret")
+            try await expectEqual(alice.lookup(["diary"]).records.first?.fieldValue("text"), "secret")
         }
     }
 
@@ -275,7 +275,7 @@ import Testing
             _ = try await dev.modify("public", [Op.create("shared-name", ["v": Op.field(1)])])
             _ = try await server.service.deploySchema(container: TestServer.container)
             let prod = try await server.client(environment: .production).lookup("public", ["shared-name"])
-            #expect(prod.records.first?.errorCode == "NOT_FOUND")
+            expectEqual(prod.records.first?.errorCode, "NOT_FOUND")
         }
     }
 
@@ -284,9 +284,9 @@ import Testing
             let alice = try await server.user("alice")
             let names = (0..<50).map { "r\(49 - $0)" }
             let saved = try await alice.modify(names.map { Op.create($0) })
-            #expect(saved.records.compactMap { $0["recordName"]?.stringValue } == names)
+            expectEqual(saved.records.compactMap { $0["recordName"]?.stringValue }, names)
             let lookup = try await alice.lookup(names.reversed())
-            #expect(lookup.records.compactMap { $0["recordName"]?.stringValue } == names.reversed())
+            expectEqual(lookup.records.compactMap { $0["recordName"]?.stringValue }, names.reversed())
         }
     }
 
@@ -298,7 +298,7 @@ import Testing
                 path: "/database/1/\(TestServer.container)/development/private/records/modify", body: body.serialized(),
                 rawQuery: "?ckAPIToken=\(server.developmentToken)&ckWebAuthToken=\(alice.webAuthToken!)",
                 headers: [("X-Nimbus-Device-ID", "iPhone-A")])
-            #expect(response.records.first?["modified"]?["deviceID"] == "iPhone-A")
+            expectEqual(response.records.first?["modified"]?["deviceID"], "iPhone-A")
         }
     }
 }
@@ -312,11 +312,11 @@ import Testing
             let alice = try await server.user("alice")
             let secret = Op.field("c2VjcmV0", "ENCRYPTED_STRING")
             let refused = try await alice.modify("public", [Op.create("p1", type: "Diary", ["entry": secret, "title": Op.field("x")])])
-            #expect(refused.records.first?.errorCode == "BAD_REQUEST")
+            expectEqual(refused.records.first?.errorCode, "BAD_REQUEST")
             let reason = refused.records.first?["reason"]?.stringValue ?? ""
             #expect(reason.contains("fields.entry") && reason.contains("public database"), "\(reason)")
             let lookup = try await alice.post("public", "records/lookup", ["records": [["recordName": "p1"]]])
-            #expect(lookup.records.first?.errorCode == "NOT_FOUND")
+            expectEqual(lookup.records.first?.errorCode, "NOT_FOUND")
             // The development schema did not learn the field from the refused save.
             let schema = try await server.service.schema(container: TestServer.container, environment: .development)
             #expect(!schema.fields.contains { $0.fieldName == "entry" })
@@ -325,7 +325,7 @@ import Testing
             #expect(saved.records.first?.errorCode == nil, "\(saved.text)")
             // Once the schema has the field as encrypted, a public save without a type is refused too.
             let untyped = try await alice.modify("public", [Op.create("p2", type: "Diary", ["entry": Op.field("c2VjcmV0")])])
-            #expect(untyped.records.first?.errorCode == "BAD_REQUEST", "\(untyped.text)")
+            expectEqual(untyped.records.first?.errorCode, "BAD_REQUEST", "\(untyped.text)")
         }
     }
 }

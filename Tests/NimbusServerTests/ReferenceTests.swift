@@ -22,12 +22,12 @@ import Testing
             #expect(saved.records.allSatisfy { $0.errorCode == nil }, "\(saved.text)")
             let token = try #require(try await alice.zoneChanges("Z").zones.first?["syncToken"]?.stringValue)
             let deleted = try await alice.modify(zone: "Z", [Op.delete("shoebox", tag: saved.records[0].changeTag)])
-            #expect(deleted.records.first?["deleted"] == true)
+            expectEqual(deleted.records.first?["deleted"], true)
             let lookup = try await alice.lookup(zone: "Z", ["shoebox", "receipt", "line", "keeper"])
-            #expect(lookup.records.map(\.errorCode) == ["NOT_FOUND", "NOT_FOUND", "NOT_FOUND", nil])
+            expectEqual(lookup.records.map(\.errorCode), ["NOT_FOUND", "NOT_FOUND", "NOT_FOUND", nil])
             // The cascade shows in the change feed like any other deletion.
             let feed = try #require(try await alice.zoneChanges("Z", token: token).zones.first?["records"]?.arrayValue)
-            #expect(Set(feed.compactMap { $0["recordName"]?.stringValue }) == ["shoebox", "receipt", "line"])
+            expectEqual(Set(feed.compactMap { $0["recordName"]?.stringValue }), ["shoebox", "receipt", "line"])
             #expect(feed.allSatisfy { $0["deleted"] == true })
         }
     }
@@ -41,7 +41,7 @@ import Testing
             ])
             #expect(link.records.first?.errorCode == nil)
             _ = try await alice.modify([Op.forceDelete("album")])
-            #expect(try await alice.lookup(["in-album", "photo"]).records.map(\.errorCode) == ["NOT_FOUND", nil])
+            try await expectEqual(alice.lookup(["in-album", "photo"]).records.map(\.errorCode), ["NOT_FOUND", nil])
         }
     }
 
@@ -52,13 +52,13 @@ import Testing
             _ = try await alice.createZone("B")
             _ = try await alice.modify(zone: "A", [Op.create("target")])
             let crossDelete = try await alice.modify(zone: "B", [Op.create("x", ["t": Self.ref("target", "DELETE_SELF", zone: "A")])])
-            #expect(crossDelete.records.first?.errorCode == "BAD_REQUEST")
-            #expect(crossDelete.records.first?["reason"]?.stringValue?.contains("another zone") == true)
+            expectEqual(crossDelete.records.first?.errorCode, "BAD_REQUEST")
+            expectEqual(crossDelete.records.first?["reason"]?.stringValue?.contains("another zone"), true)
             let crossValidate = try await alice.modify(zone: "B", [Op.create("y", ["t": Self.ref("target", "VALIDATE", zone: "A")])])
-            #expect(crossValidate.records.first?.errorCode == "BAD_REQUEST")
+            expectEqual(crossValidate.records.first?.errorCode, "BAD_REQUEST")
             let crossNone = try await alice.modify(zone: "B", [Op.create("z", ["t": Self.ref("target", "NONE", zone: "A")])])
             #expect(crossNone.records.first?.errorCode == nil)
-            #expect(crossNone.records.first?.fieldValue("t")?["zoneID"]?["zoneName"] == "A")
+            expectEqual(crossNone.records.first?.fieldValue("t")?["zoneID"]?["zoneName"], "A")
         }
     }
 
@@ -66,18 +66,18 @@ import Testing
         try await TestServer.with { server in
             let alice = try await server.user("alice")
             let dangling = try await alice.modify([Op.create("child", ["parent": Self.ref("missing", "VALIDATE")])])
-            #expect(dangling.records.first?.errorCode == "VALIDATING_REFERENCE_ERROR")
+            expectEqual(dangling.records.first?.errorCode, "VALIDATING_REFERENCE_ERROR")
             _ = try await alice.modify([Op.create("parent")])
             let child = try await alice.modify([Op.create("child", ["parent": Self.ref("parent", "VALIDATE")])])
             #expect(child.records.first?.errorCode == nil)
             let blocked = try await alice.modify([Op.forceDelete("parent")])
-            #expect(blocked.records.first?.errorCode == "VALIDATING_REFERENCE_ERROR")
-            #expect(blocked.records.first?["reason"]?.stringValue?.contains("child") == true)
+            expectEqual(blocked.records.first?.errorCode, "VALIDATING_REFERENCE_ERROR")
+            expectEqual(blocked.records.first?["reason"]?.stringValue?.contains("child"), true)
             #expect(try await alice.lookup(["parent"]).records.first?.errorCode == nil)
             _ = try await alice.modify([Op.forceDelete("child")])
-            #expect(try await alice.modify([Op.forceDelete("parent")]).records.first?["deleted"] == true)
+            try await expectEqual(alice.modify([Op.forceDelete("parent")]).records.first?["deleted"], true)
             // A whole-request status for the same error code, for reference.
-            #expect(ServerErrorCode.validatingReferenceError.httpStatus == 412)
+            expectEqual(ServerErrorCode.validatingReferenceError.httpStatus, 412)
         }
     }
 
@@ -88,8 +88,8 @@ import Testing
             _ = try await alice.modify([Op.create("dependent", ["root": Self.ref("root", "DELETE_SELF")])])
             _ = try await alice.modify([Op.create("watcher", ["dependent": Self.ref("dependent", "VALIDATE")])])
             let refused = try await alice.modify([Op.forceDelete("root")])
-            #expect(refused.records.first?.errorCode == "VALIDATING_REFERENCE_ERROR")
-            #expect(try await alice.lookup(["root", "dependent"]).records.map(\.errorCode) == [nil, nil])
+            expectEqual(refused.records.first?.errorCode, "VALIDATING_REFERENCE_ERROR")
+            try await expectEqual(alice.lookup(["root", "dependent"]).records.map(\.errorCode), [nil, nil])
         }
     }
 
@@ -102,8 +102,8 @@ import Testing
                 Op.create("grandchild", ["child": Self.ref("child", "DELETE_SELF")]),
                 Op.create("parent"),
             ])
-            #expect(response.records.map(\.errorCode) == [nil, nil, nil], "\(response.text)")
-            #expect(response.records.compactMap { $0["recordName"]?.stringValue } == ["child", "grandchild", "parent"])
+            expectEqual(response.records.map(\.errorCode), [nil, nil, nil], "\(response.text)")
+            expectEqual(response.records.compactMap { $0["recordName"]?.stringValue }, ["child", "grandchild", "parent"])
             // Apply order shows in the change tags: parent first.
             let tags = response.records.compactMap { $0.changeTag.flatMap { Int($0, radix: 36) } }
             #expect(tags[2] < tags[0] && tags[0] < tags[1])
@@ -118,13 +118,13 @@ import Testing
                 Op.create("b", ["a": Self.ref("a", "DELETE_SELF")]),
                 Op.create("c"),
             ])
-            #expect(response.records.map(\.errorCode) == ["BAD_REQUEST", "BAD_REQUEST", nil])
-            #expect(response.records[0]["reason"]?.stringValue?.contains("cycle") == true)
+            expectEqual(response.records.map(\.errorCode), ["BAD_REQUEST", "BAD_REQUEST", nil])
+            expectEqual(response.records[0]["reason"]?.stringValue?.contains("cycle"), true)
             // NONE references may form cycles freely.
             let loose = try await alice.modify([
                 Op.create("x", ["y": Self.ref("y", "NONE")]), Op.create("y", ["x": Self.ref("x", "NONE")]),
             ])
-            #expect(loose.records.map(\.errorCode) == [nil, nil])
+            expectEqual(loose.records.map(\.errorCode), [nil, nil])
         }
     }
 
@@ -139,14 +139,14 @@ import Testing
                 #expect(saved.records.allSatisfy { $0.errorCode == nil })
             }
             let past = try await alice.modify([Op.create("fan-extra", ["p": Self.ref("popular", "DELETE_SELF")])])
-            #expect(past.records.first?.errorCode == "BAD_REQUEST")
-            #expect(past.records.first?["limit"] == "deleteSelfReferrers")
+            expectEqual(past.records.first?.errorCode, "BAD_REQUEST")
+            expectEqual(past.records.first?["limit"], "deleteSelfReferrers")
             // Re-saving an existing referrer does not count it twice.
             let resave = try await alice.modify([Op.make("forceUpdate", Op.record("fan0", fields: ["p": Self.ref("popular", "DELETE_SELF")]))])
             #expect(resave.records.first?.errorCode == nil)
             // Deleting the target takes all 750 with it.
             _ = try await alice.modify([Op.forceDelete("popular")])
-            #expect(try await alice.lookup(["fan0", "fan749"]).records.map(\.errorCode) == ["NOT_FOUND", "NOT_FOUND"])
+            try await expectEqual(alice.lookup(["fan0", "fan749"]).records.map(\.errorCode), ["NOT_FOUND", "NOT_FOUND"])
         }
     }
 
@@ -156,8 +156,8 @@ import Testing
             let saved = try await alice.modify([
                 Op.make("create", .object(["recordName": "kid", "recordType": "Note", "parent": ["recordName": "folder"]]))
             ])
-            #expect(saved.records.first?["parent"]?["recordName"] == "folder")
-            #expect(try await alice.lookup(["kid"]).records.first?["parent"]?["recordName"] == "folder")
+            expectEqual(saved.records.first?["parent"]?["recordName"], "folder")
+            try await expectEqual(alice.lookup(["kid"]).records.first?["parent"]?["recordName"], "folder")
         }
     }
 }

@@ -26,13 +26,13 @@ import Testing
                 let connection = try RawConnection(port: server.port)
                 try connection.send("POST \(Self.query(server)) HTTP/1.1\r\nHost: x\r\nContent-Length: \(declared)\r\n\r\n{\"query\":")
                 let received = await connection.receive(waitingUpTo: 10)
-                #expect(received.status == 413, "\(received.text)")
+                expectEqual(received.status, 413, "\(received.text)")
                 // Milliseconds alone; room for the whole suite beside it, as above.
                 #expect(received.seconds < 5, "answered after \(received.seconds) s")
                 #expect(received.closed)
                 let error = Self.errorJSON(received)
                 #expect(error["serverErrorCode"] == "BAD_REQUEST" && error["limit"] == .string(limit.name))
-                #expect(error["reason"]?.stringValue?.contains("\(declared)") == true)
+                expectEqual(error["reason"]?.stringValue?.contains("\(declared)"), true)
             }
             // records/modify takes 4 MiB (from a user: without one it is refused before its
             // body): one byte past it is refused, 4 MiB is not (its body is then waited for).
@@ -65,12 +65,12 @@ import Testing
                 let connection = try RawConnection(port: server.port)
                 try connection.send(head + body)
                 let received = await connection.receive(waitingUpTo: 10)
-                #expect(received.status == 413, "\(name): \(received.text)")
+                expectEqual(received.status, 413, "\(name): \(received.text)")
                 // Milliseconds alone (the body timeout it replaces is 60 s); the bound leaves
                 // room for the whole suite running beside the server on two cores.
                 #expect(received.seconds < 5, "\(name): answered after \(received.seconds) s")
                 #expect(received.closed, "\(name)")
-                #expect(Self.errorJSON(received)["limit"] == .string(Limits.requestBodyBytes.name), "\(name)")
+                expectEqual(Self.errorJSON(received)["limit"], .string(Limits.requestBodyBytes.name), "\(name)")
             }
             // A size that arrives in a later read than the head is read too.
             let later = try RawConnection(port: server.port)
@@ -99,7 +99,7 @@ import Testing
             let sender = Thread { _ = connection.sendUntilClosed(request + body) }
             sender.start()
             let received = await connection.receive(waitingUpTo: 10)
-            #expect(received.status == 413, "\(received.text.prefix(300))")
+            expectEqual(received.status, 413, "\(received.text.prefix(300))")
             #expect(received.closed)
         }
     }
@@ -129,7 +129,7 @@ import Testing
                 """
             let (status, output) = try await ExternalProcess.run(["python3", "-c", script])
             let printed = String(decoding: output, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-            #expect(status == 0, "\(printed)")
+            expectEqual(status, 0, "\(printed)")
             let words = printed.split(separator: " ")
             #expect(words.first == "closed" || printed.hasPrefix("http 413"), "\(printed)")
             #expect((words.last.flatMap { Double($0) } ?? 99) < 3.0, "\(printed)")
@@ -164,8 +164,8 @@ import Testing
             try connection.send(
                 "POST \(modify) HTTP/1.1\r\nHost: x\r\nContent-Length: \(Limits.modifyRequestBodyBytes.value)\r\n\r\n{\"operations\":[")
             let received = await connection.receive(waitingUpTo: 10)
-            #expect(received.status == 421, "\(received.text)")
-            #expect(Self.errorJSON(received)["serverErrorCode"] == "AUTHENTICATION_REQUIRED")
+            expectEqual(received.status, 421, "\(received.text)")
+            expectEqual(Self.errorJSON(received)["serverErrorCode"], "AUTHENTICATION_REQUIRED")
             #expect(received.closed && received.seconds < 5)
         }
     }
@@ -238,11 +238,11 @@ import Testing
                 }
                 let answer = try #require(refused, "\(name): never refused; answers: \(seen.prefix(5)) … \(seen.suffix(3))")
                 let error = Self.errorJSON(answer)
-                #expect(error["serverErrorCode"] == .string(code), "\(name): \(answer.text)")
-                #expect(error["retryAfter"] == 1, "\(name)")
+                expectEqual(error["serverErrorCode"], .string(code), "\(name): \(answer.text)")
+                expectEqual(error["retryAfter"], 1, "\(name)")
                 // At the share: 60,000 held and 40,000 more is exactly the bound.
                 let atShare = await (try send(40_000, from: second, complete: true)).receive(waitingUpTo: 15)
-                #expect(atShare.status == 200, "\(name): \(atShare.text.prefix(300))")
+                expectEqual(atShare.status, 200, "\(name): \(atShare.text.prefix(300))")
                 // Once the stalled one goes, its bytes are given back.
                 stalled.hangUp()
                 var status2: Int?
@@ -250,7 +250,7 @@ import Testing
                     try await Task.sleep(for: .milliseconds(100))
                     status2 = await (try send(60_000, from: second, complete: true)).receive(waitingUpTo: 15).status
                 }
-                #expect(status2 == 200, "\(name)")
+                expectEqual(status2, 200, "\(name)")
             }
         }
     }
@@ -274,12 +274,12 @@ import Testing
     }
 
     @Test func sizesAddUpAcrossReads() {
-        #expect(Self.scan(["5\r\nhel", "lo\r\n5;ext=1\r\nworld\r\n", "0\r\n\r\n"], limit: 10) == [.reading, .reading, .finished])
-        #expect(Self.scan(["5\r\nhello\r\n6\r\n"], limit: 10) == [.overLimit(declared: 11)])
-        #expect(Self.scan(["A\r\n0123456789\r\n0\r\nX-Trailer: 1\r\n\r\n"], limit: 10) == [.finished])
-        #expect(Self.scan(["ffffffffffffffff\r\n"], limit: 10) == [.overLimit(declared: .max)])
-        #expect(Self.scan(["1ffffffffffffffff"], limit: .max) == [.overLimit(declared: .max)])
-        #expect(Self.scan(["zz\r\n"], limit: 10) == [.unreadable])
-        #expect(Self.scan(["3\r\nabcX"], limit: 10) == [.unreadable])
+        expectEqual(Self.scan(["5\r\nhel", "lo\r\n5;ext=1\r\nworld\r\n", "0\r\n\r\n"], limit: 10), [.reading, .reading, .finished])
+        expectEqual(Self.scan(["5\r\nhello\r\n6\r\n"], limit: 10), [.overLimit(declared: 11)])
+        expectEqual(Self.scan(["A\r\n0123456789\r\n0\r\nX-Trailer: 1\r\n\r\n"], limit: 10), [.finished])
+        expectEqual(Self.scan(["ffffffffffffffff\r\n"], limit: 10), [.overLimit(declared: .max)])
+        expectEqual(Self.scan(["1ffffffffffffffff"], limit: .max), [.overLimit(declared: .max)])
+        expectEqual(Self.scan(["zz\r\n"], limit: 10), [.unreadable])
+        expectEqual(Self.scan(["3\r\nabcX"], limit: 10), [.unreadable])
     }
 }

@@ -36,25 +36,25 @@ import Testing
             // Pages: three, then refused; each answer says what is left.
             for left in (0..<3).reversed() {
                 let page = try await alice.post("private", "records/query", query)
-                #expect(page.status == 200, "\(page.text)")
-                #expect(page.header("RateLimit-Limit") == "3")
-                #expect(page.header("RateLimit-Remaining") == String(left))
-                #expect(page.header("RateLimit-Reset").flatMap(Int.init).map { $0 > 0 && $0 <= 60 } == true)
+                expectEqual(page.status, 200, "\(page.text)")
+                expectEqual(page.header("RateLimit-Limit"), "3")
+                expectEqual(page.header("RateLimit-Remaining"), String(left))
+                expectEqual(page.header("RateLimit-Reset").flatMap(Int.init).map { $0 > 0 && $0 <= 60 }, true)
             }
             Self.expectThrottled(try await alice.post("private", "records/query", query), retryAfter: 20, naming: .userPagesPerMinute)
             Self.expectThrottled(try await alice.zoneChanges("_defaultZone"), retryAfter: 20, naming: .userPagesPerMinute)
             // Requests have a budget of their own: five lookups and saves, the sixth refused.
-            #expect(try await alice.modify([Op.create("a")]).status == 200)
+            try await expectEqual(alice.modify([Op.create("a")]).status, 200)
             for left in (0..<4).reversed() {
                 let lookup = try await alice.lookup(["a"])
                 #expect(lookup.status == 200 && lookup.header("RateLimit-Remaining") == String(left), "\(lookup.text)")
             }
             Self.expectThrottled(try await alice.lookup(["a"]), retryAfter: 12, naming: .userRequestsPerMinute)
             // Another user is not affected.
-            #expect(try await bob.lookup(["a"]).status == 200)
+            try await expectEqual(bob.lookup(["a"]).status, 200)
             // The budget comes back with time: one request every 12 s.
             server.clock.advance(milliseconds: 12_000)
-            #expect(try await alice.lookup(["a"]).status == 200)
+            try await expectEqual(alice.lookup(["a"]).status, 200)
             Self.expectThrottled(try await alice.lookup(["a"]), retryAfter: 12, naming: .userRequestsPerMinute)
         }
     }
@@ -64,14 +64,14 @@ import Testing
             let alice = try await server.user("alice")
             try await server.service.setLimits(container: TestServer.container, [.userRequestsPerMinute: 2])
             let limits = try await server.service.limits(container: TestServer.container)
-            #expect(limits[.userRequestsPerMinute] == 2)
+            expectEqual(limits[.userRequestsPerMinute], 2)
             #expect(limits[.userPagesPerMinute] == 1_000_000)  // the server's number, not overridden
-            #expect(try await alice.lookup(["a"]).header("RateLimit-Limit") == "2")
-            #expect(try await alice.lookup(["a"]).status == 200)
+            try await expectEqual(alice.lookup(["a"]).header("RateLimit-Limit"), "2")
+            try await expectEqual(alice.lookup(["a"]).status, 200)
             Self.expectThrottled(try await alice.lookup(["a"]), retryAfter: 30, naming: .userRequestsPerMinute)
             // Back to the server's number.
             try await server.service.setLimits(container: TestServer.container, [.userRequestsPerMinute: Optional<Int64>.none])
-            #expect(try await alice.lookup(["a"]).status == 200)
+            try await expectEqual(alice.lookup(["a"]).status, 200)
             // A budget of 0 would refuse everything: refused itself; a quota of 0 is allowed.
             await #expect(throws: CloudKitError.self) {
                 try await server.service.setLimits(container: TestServer.container, [.userRequestsPerMinute: 0])
@@ -88,12 +88,12 @@ import Testing
             let alice = try await server.user("alice")  // signing in spends the address's budget: one
             let anonymous = server.client()
             let other = server.client()  // another client behind the same address (a shared NAT)
-            #expect(try await anonymous.lookup("public", ["a"]).status == 200)
-            #expect(try await other.lookup("public", ["a"]).status == 200)
+            try await expectEqual(anonymous.lookup("public", ["a"]).status, 200)
+            try await expectEqual(other.lookup("public", ["a"]).status, 200)
             Self.expectThrottled(try await anonymous.lookup("public", ["a"]), retryAfter: 20, naming: .anonymousRequestsPerMinute)
             Self.expectThrottled(try await other.lookup("public", ["a"]), retryAfter: 20, naming: .anonymousRequestsPerMinute)
             // A signed-in user behind that address spends their own budget.
-            #expect(try await alice.lookup("public", ["a"]).status == 200)
+            try await expectEqual(alice.lookup("public", ["a"]).status, 200)
         }
     }
 
@@ -111,16 +111,16 @@ import Testing
             // address finds the token's total spent.
             for index in 1...4 {
                 let answer = try await lookup(from: "203.0.113.\(index)")
-                #expect(answer.status == 200, "\(answer.text)")
+                expectEqual(answer.status, 200, "\(answer.text)")
             }
             let refused = try await lookup(from: "203.0.113.5")
             Self.expectThrottled(refused, retryAfter: 12, naming: .apiTokenRequestsPerMinute)
             // An address over its own budget is refused by it, without spending the token's.
             server.clock.advance(milliseconds: 60_000)
-            #expect(try await lookup(from: "198.51.100.1").status == 200)
-            #expect(try await lookup(from: "198.51.100.1").status == 200)
+            try await expectEqual(lookup(from: "198.51.100.1").status, 200)
+            try await expectEqual(lookup(from: "198.51.100.1").status, 200)
             Self.expectThrottled(try await lookup(from: "198.51.100.1"), retryAfter: 30, naming: .anonymousRequestsPerMinute)
-            #expect(try await lookup(from: "198.51.100.2").status == 200, "the token had three left")
+            try await expectEqual(lookup(from: "198.51.100.2").status, 200, "the token had three left")
             // Pages have a total of their own.
             let pages = "/database/1/\(client.container)/development/public/records/query"
             let query = Array(JSON.object(["query": ["recordType": "Note"]]).serialized())
@@ -129,7 +129,7 @@ import Testing
                 try await client.send(path: pages, body: query, headers: [("X-Forwarded-For", "192.0.2.2")]), retryAfter: 60,
                 naming: .apiTokenPagesPerMinute)
             // A signed-in user spends their own budget, not the token's.
-            #expect(try await alice.lookup("public", ["a"]).status == 200)
+            try await expectEqual(alice.lookup("public", ["a"]).status, 200)
         }
     }
 
@@ -143,11 +143,11 @@ import Testing
             }
             let throttled = try await forger.lookup("public", ["a"])
             #expect(throttled.status == 429 && throttled.errorCode == "THROTTLED", "\(throttled.text)")
-            #expect(throttled.json["retryAfter"]?.int64Value == 20)
+            expectEqual(throttled.json["retryAfter"]?.int64Value, 20)
             // The address waits; the wait ends with time.
-            #expect(try await server.client().lookup("public", ["a"]).status == 429)
+            try await expectEqual(server.client().lookup("public", ["a"]).status, 429)
             server.clock.advance(milliseconds: 20_000)
-            #expect(try await server.client().lookup("public", ["a"]).status == 200)
+            try await expectEqual(server.client().lookup("public", ["a"]).status, 200)
         }
     }
 
@@ -162,7 +162,7 @@ import Testing
             #expect(first?.remaining == 1 && second?.remaining == 0)
             await #expect(throws: ThrottledRequest.self) { try await service.admit(key, address: "10.0.0.1", cost: .request) }
             let page = try await service.admit(key, address: nil, cost: .page)
-            #expect(page?.limit == 1)
+            expectEqual(page?.limit, 1)
             await #expect(throws: ThrottledRequest.self) { try await service.admit(key, address: nil, cost: .page) }
         }
     }
@@ -220,13 +220,13 @@ import Testing
             async let bobs = bob.modify([Op.create("b")])
             try await Self.eventually { faulty.heldWrites == 3 }
             faulty.releaseWrites()
-            #expect(try await first.status == 200)
-            #expect(try await second.status == 200)
-            #expect(try await bobs.status == 200)
+            try await expectEqual(first.status, 200)
+            try await expectEqual(second.status, 200)
+            try await expectEqual(bobs.status, 200)
             let found = try await alice.lookup(["one", "two", "three"]).records.map { $0["serverErrorCode"]?.stringValue }
-            #expect(found == [nil, nil, "NOT_FOUND"])
+            expectEqual(found, [nil, nil, "NOT_FOUND"])
             // With the saves done, the zone takes saves again.
-            #expect(try await alice.modify([Op.create("three")]).status == 200)
+            try await expectEqual(alice.modify([Op.create("three")]).status, 200)
         }
     }
 
@@ -242,12 +242,12 @@ import Testing
             // Two calls wait on the store: the next call of any kind is refused, not queued.
             for response in [try await alice.modify([Op.create("three")]), try await alice.lookup(["one"])] {
                 #expect(response.status == 503 && response.errorCode == "TRY_AGAIN_LATER", "\(response.text)")
-                #expect(response.json["retryAfter"]?.int64Value == 1)
+                expectEqual(response.json["retryAfter"]?.int64Value, 1)
             }
             faulty.releaseWrites()
-            #expect(try await first.status == 200)
-            #expect(try await second.status == 200)
-            #expect(try await alice.lookup(["one", "three"]).records.map { $0["serverErrorCode"]?.stringValue } == [nil, "NOT_FOUND"])
+            try await expectEqual(first.status, 200)
+            try await expectEqual(second.status, 200)
+            try await expectEqual(alice.lookup(["one", "three"]).records.map { $0["serverErrorCode"]?.stringValue }, [nil, "NOT_FOUND"])
         }
     }
 }

@@ -84,18 +84,18 @@ import Testing
                             #expect(created.status == 421, "\(cell): \(created.text)")  // saving needs a user
                         } else {
                             let allowed = permission == .create && holds && role != SecurityRoles.creator
-                            #expect((created.records.first?.errorCode == nil) == allowed, "\(cell) create: \(created.text)")
+                            expectEqual((created.records.first?.errorCode == nil), allowed, "\(cell) create: \(created.text)")
                             if !allowed { #expect(created.records.first?.errorCode == "ACCESS_DENIED", "\(cell)") }
                         }
                         // read: lookup and query.
                         let mayRead = permission == .read && holds
                         let lookup = try await client.lookup("public", [existing])
-                        #expect((lookup.records.first?.errorCode == nil) == mayRead, "\(cell) lookup: \(lookup.text)")
+                        expectEqual((lookup.records.first?.errorCode == nil), mayRead, "\(cell) lookup: \(lookup.text)")
                         let query = try await Self.query(client, recordType)
                         // Where only creators read, any user's query answers their own records.
                         let readsOwn = role == SecurityRoles.creator && permission == .read && name != "world"
                         if mayRead {
-                            #expect(query.records.map { $0["recordName"]?.stringValue } == [existing], "\(cell) query: \(query.text)")
+                            expectEqual(query.records.map { $0["recordName"]?.stringValue }, [existing], "\(cell) query: \(query.text)")
                         } else if readsOwn {
                             #expect(query.status == 200 && query.records.isEmpty, "\(cell) query: \(query.text)")
                         } else {
@@ -124,7 +124,7 @@ import Testing
                         if name != "world" {
                             let updated = try await client.modify(
                                 "public", [Op.make("update", Op.record(existing, type: recordType, tag: tag, fields: ["n": ["value": 2]]))])
-                            #expect((updated.records.first?.errorCode == nil) == mayWrite, "\(cell) update: \(updated.text)")
+                            expectEqual((updated.records.first?.errorCode == nil), mayWrite, "\(cell) update: \(updated.text)")
                             if let newTag = updated.records.first?["recordChangeTag"]?.stringValue { tag = newTag }
                             if !mayWrite { #expect(updated.records.first?.errorCode == "ACCESS_DENIED", "\(cell)") }
                         }
@@ -134,7 +134,7 @@ import Testing
                         let mayWrite = permission == .write && holders.contains(name)
                         guard !mayWrite else { continue }
                         let deleted = try await client.modify("public", [Op.make("forceDelete", Op.record(existing, type: nil))])
-                        #expect(deleted.records.first?.errorCode == "ACCESS_DENIED", "\(role) \(permissionName), \(name) delete: \(deleted.text)")
+                        expectEqual(deleted.records.first?.errorCode, "ACCESS_DENIED", "\(role) \(permissionName), \(name) delete: \(deleted.text)")
                     }
                     if permission == .write, let writer = cast.everyone.first(where: { holders.contains($0.0) && $0.0 != "world" }) {
                         let deleted = try await writer.1.modify("public", [Op.make("forceDelete", Op.record(existing, type: nil))])
@@ -154,11 +154,11 @@ import Testing
             #expect(try await cast.world.lookup("public", ["p"]).records.first?.errorCode == nil)
             #expect(try await cast.bob.modify("public", [Op.create("q", type: "Party")]).records.first?.errorCode == nil)
             let bobs = try await cast.bob.modify("public", [Op.make("update", Op.record("p", type: "Party", tag: tag, fields: ["n": ["value": 1]]))])
-            #expect(bobs.records.first?.errorCode == "ACCESS_DENIED")
-            #expect(bobs.records.first?["reason"]?.stringValue?.contains("grants WRITE to _creator only") == true, "\(bobs.text)")
+            expectEqual(bobs.records.first?.errorCode, "ACCESS_DENIED")
+            expectEqual(bobs.records.first?["reason"]?.stringValue?.contains("grants WRITE to _creator only"), true, "\(bobs.text)")
             let security = try await server.service.security(container: TestServer.container, environment: .development)
-            #expect(security.grants["Party"] == SecurityRoles.defaults)
-            #expect(security.roles == SecurityRoles.builtIn + [Self.custom])
+            expectEqual(security.grants["Party"], SecurityRoles.defaults)
+            expectEqual(security.roles, SecurityRoles.builtIn + [Self.custom])
         }
     }
 
@@ -168,10 +168,10 @@ import Testing
             _ = try await cast.ann.modify("public", [Op.create("a1", type: "Diary")])
             _ = try await cast.bob.modify("public", [Op.create("b1", type: "Diary")])
             try await Self.setGrants(server, "Diary", [SecurityRoles.icloud: .create, SecurityRoles.creator: [.read, .write]])
-            #expect(try await Self.query(cast.ann, "Diary").records.map { $0["recordName"]?.stringValue } == ["a1"])
-            #expect(try await Self.query(cast.bob, "Diary").records.map { $0["recordName"]?.stringValue } == ["b1"])
-            #expect(try await Self.query(cast.world, "Diary").errorCode == "ACCESS_DENIED")
-            #expect(try await cast.bob.lookup("public", ["a1"]).records.first?.errorCode == "ACCESS_DENIED")
+            try await expectEqual(Self.query(cast.ann, "Diary").records.map { $0["recordName"]?.stringValue }, ["a1"])
+            try await expectEqual(Self.query(cast.bob, "Diary").records.map { $0["recordName"]?.stringValue }, ["b1"])
+            try await expectEqual(Self.query(cast.world, "Diary").errorCode, "ACCESS_DENIED")
+            try await expectEqual(cast.bob.lookup("public", ["a1"]).records.first?.errorCode, "ACCESS_DENIED")
         }
     }
 
@@ -192,7 +192,7 @@ import Testing
             }
             // Bob subscribed while the world could read; he is not told of what he may not read now.
             try await Task.sleep(nanoseconds: 300_000_000)
-            #expect(try await cast.bob.device("notifications/changes").json["notifications"]?.arrayValue?.isEmpty == true)
+            try await expectEqual(cast.bob.device("notifications/changes").json["notifications"]?.arrayValue?.isEmpty, true)
         }
     }
 
@@ -201,7 +201,7 @@ import Testing
             let service = server.service
             let container = TestServer.container
             let first = try await server.user("ann")
-            #expect(try await first.modify("public", [Op.create("p", type: "Party", ["x": Op.field(1)])]).status == 200)
+            try await expectEqual(first.modify("public", [Op.create("p", type: "Party", ["x": Op.field(1)])]).status, 200)
             func refused(_ words: String, _ body: () async throws -> Void) async {
                 do {
                     try await body()
@@ -242,7 +242,7 @@ import Testing
             let ann = try await server.user("ann2")
             for path in ["roles/assign", "roles/modify", "users/roles"] {
                 let response = try await ann.post("public", path, ["role": "R", "userRecordName": .string(ann.userRecordName!)])
-                #expect(response.status == 404, "\(path): \(response.text)")
+                expectEqual(response.status, 404, "\(path): \(response.text)")
             }
             // Deploy copies roles and grants (not who has them) to production.
             try await service.changeGrant(
@@ -304,7 +304,7 @@ import Testing
                     let name = "r\(step)"
                     let answer = try await client.modify("public", [Op.create(name, type: type)])
                     let ok = answer.records.first?.errorCode == nil
-                    #expect(ok == allowed(user, .create, type, creator: nil), "step \(step): \(user) create \(type): \(answer.text)")
+                    expectEqual(ok, allowed(user, .create, type, creator: nil), "step \(step): \(user) create \(type): \(answer.text)")
                     if ok { records[name] = (type, user) }
                 case 1:  // lookup
                     guard let (name, record) = records.randomElement(using: &generator) else { continue }

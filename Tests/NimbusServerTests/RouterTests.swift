@@ -72,15 +72,15 @@ import Testing
     @Test func unknownRoutesAndMethodsGetTheErrorJSONWithTheRequestUUID() async throws {
         try await Self.with { harness in
             let unknown = try await harness.client.execute(uri: "/nowhere", method: .get)
-            #expect(unknown.status == .notFound)
+            expectEqual(unknown.status, .notFound)
             let body = Self.json(unknown)
-            #expect(body["serverErrorCode"] == "NOT_FOUND")
-            #expect(body["uuid"]?.stringValue == unknown.headers[HTTPField.Name("X-Apple-Request-UUID")!])
+            expectEqual(body["serverErrorCode"], "NOT_FOUND")
+            expectEqual(body["uuid"]?.stringValue, unknown.headers[HTTPField.Name("X-Apple-Request-UUID")!])
             let wrongMethod = try await harness.client.execute(uri: harness.path("public", "zones/list"), method: .delete)
-            #expect(wrongMethod.status == .methodNotAllowed)
-            #expect(wrongMethod.headers[.allow] == "GET, HEAD, POST")
-            #expect(Self.json(wrongMethod)["reason"]?.stringValue?.contains("takes GET or POST, not DELETE") == true)
-            #expect(Self.json(wrongMethod)["serverErrorCode"] == "BAD_REQUEST")
+            expectEqual(wrongMethod.status, .methodNotAllowed)
+            expectEqual(wrongMethod.headers[.allow], "GET, HEAD, POST")
+            expectEqual(Self.json(wrongMethod)["reason"]?.stringValue?.contains("takes GET or POST, not DELETE"), true)
+            expectEqual(Self.json(wrongMethod)["serverErrorCode"], "BAD_REQUEST")
             // A method on a path nothing answers is no such endpoint, whatever the method.
             let nowhere = try await harness.client.execute(uri: "/nowhere", method: .put)
             #expect(nowhere.status == .notFound && nowhere.headers[.allow] == nil)
@@ -100,22 +100,22 @@ import Testing
             for endpoint in ["records/modify", "zones/modify", "subscriptions/modify", "records/accept", "tokens/create"] {
                 let refused = try await harness.client.execute(
                     uri: harness.path("private", endpoint, session: user.webAuthToken), method: .get, body: create)
-                #expect(refused.status == .methodNotAllowed, "\(endpoint)")
-                #expect(refused.headers[.allow] == "POST", "\(endpoint)")
-                #expect(Self.json(refused)["reason"]?.stringValue?.contains("changes data and takes POST only") == true, "\(endpoint)")
+                expectEqual(refused.status, .methodNotAllowed, "\(endpoint)")
+                expectEqual(refused.headers[.allow], "POST", "\(endpoint)")
+                expectEqual(Self.json(refused)["reason"]?.stringValue?.contains("changes data and takes POST only"), true, "\(endpoint)")
             }
             let lookup = ByteBuffer(string: #"{"records":[{"recordName":"by-get"}]}"#)
             let read = try await harness.client.execute(
                 uri: harness.path("private", "records/lookup", session: user.webAuthToken), method: .get, body: lookup)
-            #expect(read.status == .ok)
-            #expect(Self.json(read)["records"]?[0]?["serverErrorCode"] == "NOT_FOUND", "the GET wrote: \(Self.json(read))")
+            expectEqual(read.status, .ok)
+            expectEqual(Self.json(read)["records"]?[0]?["serverErrorCode"], "NOT_FOUND", "the GET wrote: \(Self.json(read))")
             // The same body as POST writes.
             let posted = try await harness.client.execute(
                 uri: harness.path("private", "records/modify", session: user.webAuthToken), method: .post, body: create)
-            #expect(posted.status == .ok)
+            expectEqual(posted.status, .ok)
             let again = try await harness.client.execute(
                 uri: harness.path("private", "records/lookup", session: user.webAuthToken), method: .post, body: lookup)
-            #expect(Self.json(again)["records"]?[0]?["recordName"] == "by-get")
+            expectEqual(Self.json(again)["records"]?[0]?["recordName"], "by-get")
             // HEAD goes with GET, answered without a body.
             let head = try await harness.client.execute(uri: "/health", method: .head)
             #expect(head.status == .ok && head.body.readableBytes == 0)
@@ -149,7 +149,7 @@ import Testing
             #expect(environment.status == .badRequest && Self.json(environment)["reason"]?.stringValue?.contains("development or production") == true)
             let otherContainer = try await harness.client.execute(
                 uri: "/database/1/iCloud.other/development/public/zones/list?ckAPIToken=\(harness.token)", method: .get)
-            #expect(otherContainer.status == .unauthorized)
+            expectEqual(otherContainer.status, .unauthorized)
         }
     }
 
@@ -166,29 +166,29 @@ import Testing
             let listed = try await harness.client.execute(
                 uri: harness.path("private", "zones/list", token: restricted), method: .get,
                 headers: [origin: "https://app.example.com"])
-            #expect(listed.status.code == 421)
-            #expect(listed.headers[.accessControlAllowOrigin] == "https://app.example.com")
-            #expect(listed.headers[.vary] == "Origin")
+            expectEqual(listed.status.code, 421)
+            expectEqual(listed.headers[.accessControlAllowOrigin], "https://app.example.com")
+            expectEqual(listed.headers[.vary], "Origin")
             // Any other origin is refused with the reason and the fix.
             let refused = try await harness.client.execute(
                 uri: harness.path("public", "zones/list", token: restricted), method: .get,
                 headers: [origin: "https://evil.example"])
             #expect(refused.status == .forbidden && Self.json(refused)["serverErrorCode"] == "ACCESS_DENIED")
-            #expect(Self.json(refused)["reason"]?.stringValue?.contains("--allowed-origin") == true)
+            expectEqual(Self.json(refused)["reason"]?.stringValue?.contains("--allowed-origin"), true)
             #expect(refused.headers[.accessControlAllowOrigin] == nil)
             // The preflight answers for the listed origin only.
             let preflight = try await harness.client.execute(
                 uri: harness.path("public", "records/query", token: restricted), method: .options,
                 headers: [origin: "https://app.example.com"])
             #expect(preflight.status == .noContent && preflight.headers[.accessControlAllowOrigin] == "https://app.example.com")
-            #expect(preflight.headers[.accessControlAllowMethods]?.contains("POST") == true)
+            expectEqual(preflight.headers[.accessControlAllowMethods]?.contains("POST"), true)
             let badPreflight = try await harness.client.execute(
                 uri: harness.path("public", "records/query", token: restricted), method: .options,
                 headers: [origin: "https://evil.example"])
-            #expect(badPreflight.status == .forbidden)
+            expectEqual(badPreflight.status, .forbidden)
             // Requests without an Origin (apps, curl) are not affected by the list.
             let app = try await harness.client.execute(uri: harness.path("public", "zones/list", token: restricted), method: .get)
-            #expect(app.status == .ok)
+            expectEqual(app.status, .ok)
             // Origins are checked when the token is made.
             await #expect(throws: CloudKitError.self) {
                 _ = try await harness.service.createAPIToken(
@@ -202,8 +202,8 @@ import Testing
             for header in ["Forwarded", "X-Forwarded-Proto", "X-Forwarded-Host"] {
                 let response = try await harness.client.execute(
                     uri: "/health", method: .get, headers: [HTTPField.Name(header)!: header == "Forwarded" ? "proto=https" : "https"])
-                #expect(response.status == .badRequest, "\(header)")
-                #expect(Self.json(response)["reason"]?.stringValue?.contains("--trusted-proxy") == true)
+                expectEqual(response.status, .badRequest, "\(header)")
+                expectEqual(Self.json(response)["reason"]?.stringValue?.contains("--trusted-proxy"), true)
             }
         }
     }
@@ -212,7 +212,7 @@ import Testing
         try await Self.with { harness in
             _ = try await harness.service.createUser(name: "alice", password: "correct horse")
             let required = try await harness.client.execute(uri: harness.path("private", "zones/list"), method: .post)
-            #expect(required.status.code == 421)
+            expectEqual(required.status.code, 421)
             let redirect = try #require(Self.json(required)["redirectURL"]?.stringValue)
             #expect(redirect.hasPrefix("http://localhost/auth/1/\(Self.container)/development/signin?ckAPIToken="))
             let pagePath = String(redirect.dropFirst("http://localhost".count))
@@ -233,7 +233,7 @@ import Testing
             _ = try await harness.client.execute(uri: harness.path("public", "zones/list"), method: .post)
             _ = try await harness.client.execute(uri: harness.path("private", "zones/list"), method: .post)
             let lines = harness.log.all.filter { $0.0 == "request" }
-            #expect(lines.count == 2)
+            expectEqual(lines.count, 2)
             let ok = try #require(lines.first?.1)
             #expect(ok["method"] == "POST" && ok["status"] == "200" && ok["container"] == "\(Self.container)")
             #expect(ok["route"]?.description.hasSuffix("zones/list") == true && ok["ms"] != nil && ok["uuid"] != nil)
@@ -262,13 +262,13 @@ import Testing
         let app = Application(router: router)
         try await app.test(.router) { client in
             let response = try await client.execute(uri: "/explode", method: .get)
-            #expect(response.status == .internalServerError)
+            expectEqual(response.status, .internalServerError)
             let body = Self.json(response)
-            #expect(body["serverErrorCode"] == "INTERNAL_ERROR")
+            expectEqual(body["serverErrorCode"], "INTERNAL_ERROR")
             let uuid = try #require(body["uuid"]?.stringValue)
-            #expect(response.headers[HTTPField.Name("X-Apple-Request-UUID")!] == uuid)
+            expectEqual(response.headers[HTTPField.Name("X-Apple-Request-UUID")!], uuid)
             #expect(!String(buffer: response.body).contains("secret"))
-            #expect(body["reason"]?.stringValue?.contains(uuid) == true)
+            expectEqual(body["reason"]?.stringValue?.contains(uuid), true)
             let failure = try #require(log.all.first { $0.0 == "request failed" })
             #expect(failure.1["uuid"]?.description == uuid && failure.1["error"]?.description.contains("secret") == true)
             let access = try #require(log.all.first { $0.0 == "request" })
@@ -280,12 +280,12 @@ import Testing
     /// Request UUIDs are UUID text (version 4, RFC 4122 variant) and never repeat.
     @Test func requestIDsAreUniqueUUIDText() {
         let ids = (0..<1_000).map { _ in RequestID.next() }
-        #expect(Set(ids).count == ids.count)
+        expectEqual(Set(ids).count, ids.count)
         for id in ids.prefix(20) {
             #expect(UUID(uuidString: id) != nil, "\(id)")
             #expect(Array(id)[14] == "4" && "89AB".contains(Array(id)[19]), "\(id)")
         }
-        #expect(RequestID.format(high: 0, low: 0) == "00000000-0000-4000-8000-000000000000")
+        expectEqual(RequestID.format(high: 0, low: 0), "00000000-0000-4000-8000-000000000000")
     }
 
     /// The no-Origin CORS check finds a ckAPIToken parameter only as a whole parameter name.

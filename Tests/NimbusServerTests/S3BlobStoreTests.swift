@@ -44,17 +44,17 @@ import Testing
         try await Self.withMoto { _, store in
             let bytes = (0..<5_000).map { UInt8($0 % 251) }
             let key = try await Self.store(bytes, in: store)
-            #expect(try await Self.read(key, from: store) == bytes)
-            #expect(try await Self.read(key, 100..<300, from: store) == Array(bytes[100..<300]))
+            try await expectEqual(Self.read(key, from: store), bytes)
+            try await expectEqual(Self.read(key, 100..<300, from: store), Array(bytes[100..<300]))
             let now = Int64(Date().timeIntervalSince1970 * 1000)
-            #expect(try await store.keys(storedBefore: now + 60_000) == [key])
+            try await expectEqual(store.keys(storedBefore: now + 60_000), [key])
             #expect(try await store.keys(storedBefore: now - 3_600_000).isEmpty)
 
             // A discarded upload leaves no object.
             let dropped = try await store.stage()
             try await dropped.append(ByteBuffer(bytes: [1, 2, 3]))
             await dropped.discard()
-            #expect(try await store.keys(storedBefore: now + 60_000) == [key])
+            try await expectEqual(store.keys(storedBefore: now + 60_000), [key])
 
             try await store.delete(key)
             await #expect(throws: BlobStoreError.self) { try await Self.read(key, from: store) }
@@ -74,10 +74,10 @@ import Testing
                 let bytes = Array(repeating: UInt8(42), count: 200_000)
                 let file = try await AssetTests.upload(alice, bytes)
                 // The same bytes again are not stored again.
-                #expect(try await AssetTests.upload(alice, bytes)["fileChecksum"] == file["fileChecksum"])
-                #expect(try await alice.modify([AssetTests.photo("p1", file)]).records.count == 1)
+                try await expectEqual(AssetTests.upload(alice, bytes)["fileChecksum"], file["fileChecksum"])
+                try await expectEqual(alice.modify([AssetTests.photo("p1", file)]).records.count, 1)
                 let far = Int64(Date().timeIntervalSince1970 * 1000) + 86_400_000
-                #expect(try await store.keys(storedBefore: far).count == 1)
+                try await expectEqual(store.keys(storedBefore: far).count, 1)
 
                 let url = try #require(try await alice.lookup(["p1"]).records.first?.fieldValue("image")?["downloadURL"]?.stringValue)
                 let whole = try await AssetTests.http(.GET, url)
@@ -86,9 +86,9 @@ import Testing
                 #expect(part.status == 206 && part.body == Array(bytes[1000..<2000]))
 
                 // Collected from the bucket once no record holds it and the grace period is over.
-                #expect(try await alice.modify([Op.forceDelete("p1")]).status == 200)
+                try await expectEqual(alice.modify([Op.forceDelete("p1")]).status, 200)
                 server.clock.advance(milliseconds: server.service.options.assets.effectiveGraceSeconds * 1000 + 1_000)
-                #expect(try await server.service.collectAssets().blobs == 1)
+                try await expectEqual(server.service.collectAssets().blobs, 1)
                 #expect(try await store.keys(storedBefore: far).isEmpty)
             }
         }

@@ -63,8 +63,8 @@ import Testing
     @Test("cktool's dialect parses: system fields, NUMBER PREFERRED AS, LIST< … >, ENCRYPTED, block comments, quoted names")
     func cktoolDialectParses() throws {
         let file = try SchemaFile(parsing: Self.cktoolFile)
-        #expect(file.roles == ["DeptManager"])
-        #expect(file.recordTypes.map(\.name) == ["Department", "Employee", "Users"])
+        expectEqual(file.roles, ["DeptManager"])
+        expectEqual(file.recordTypes.map(\.name), ["Department", "Employee", "Users"])
         let department = try #require(file.recordTypes.first)
         let types = Dictionary(uniqueKeysWithValues: department.fields.map { ($0.fieldName, $0.fieldType) })
         #expect(types["___etag"] == "STRING" && types["___createTime"] == "TIMESTAMP" && types["___recordID"] == "REFERENCE")
@@ -73,10 +73,10 @@ import Testing
         #expect(types["badge"] == "ENCRYPTED_BYTES" && types["notes"] == "ENCRYPTED_STRING_LIST")
         #expect(types["logo"] == "ASSETID" && types["site"] == "LOCATION")
         let indexes = Dictionary(uniqueKeysWithValues: department.fields.map { ($0.fieldName, $0.indexes) })
-        #expect(indexes["___createTime"] == SchemaFieldRow.Indexes.queryable | SchemaFieldRow.Indexes.sortable)
+        expectEqual(indexes["___createTime"], SchemaFieldRow.Indexes.queryable | SchemaFieldRow.Indexes.sortable)
         #expect(indexes["headcount"] == SchemaFieldRow.Indexes.queryable && indexes["___etag"] == 0)
         #expect(department.grants["DeptManager"] == [.read, .write, .create] && department.grants["_world"] == [.read])
-        #expect(file.recordTypes[1].fields.map(\.fieldName) == ["___recordID", "hiredate", "salary"])
+        expectEqual(file.recordTypes[1].fields.map(\.fieldName), ["___recordID", "hiredate", "salary"])
     }
 
     @Test("what the dialect does not allow is refused with its line")
@@ -97,7 +97,7 @@ import Testing
             } catch {
                 reason = error.reason
             }
-            #expect(reason?.contains(expected) == true, "\(text): \(reason ?? "accepted")")
+            expectEqual(reason?.contains(expected), true, "\(text): \(reason ?? "accepted")")
         }
     }
 
@@ -135,7 +135,7 @@ import Testing
             try await service.createContainer(id: "iCloud.test.copy")
             _ = try await service.importSchema(again, container: "iCloud.test.copy")
             let copy = try await service.schemaLanguage(container: "iCloud.test.copy", environment: .development)
-            #expect(copy == exported, "\(copy)\n---\n\(exported)")
+            expectEqual(copy, exported, "\(copy)\n---\n\(exported)")
         }
     }
 
@@ -150,16 +150,16 @@ import Testing
             _ = try await service.importSchema(
                 try SchemaFile(parsing: "DEFINE SCHEMA RECORD TYPE Log ( \"___createTime\" TIMESTAMP SORTABLE, line STRING );"),
                 container: TestServer.container)
-            #expect(try await createTimeIndexes() == SchemaFieldRow.Indexes.sortable)
+            try await expectEqual(createTimeIndexes(), SchemaFieldRow.Indexes.sortable)
             var alone = SchemaFile.RecordType(
                 name: "Log", fields: [SchemaFieldRow(recordType: "Log", fieldName: "level", fieldType: "INT64", indexes: 0)])
             alone.listsSystemIndexes = false
             _ = try await service.importSchema(SchemaFile(recordTypes: [alone]), container: TestServer.container)
-            #expect(try await createTimeIndexes() == SchemaFieldRow.Indexes.sortable)
+            try await expectEqual(createTimeIndexes(), SchemaFieldRow.Indexes.sortable)
             _ = try await service.importSchema(
                 try SchemaFile(parsing: "DEFINE SCHEMA RECORD TYPE Log ( \"___createTime\" TIMESTAMP, line STRING );"),
                 container: TestServer.container)
-            #expect(try await createTimeIndexes() == 0)
+            try await expectEqual(createTimeIndexes(), 0)
         }
     }
 
@@ -179,17 +179,17 @@ import Testing
             let error = process.standardError!.readDataToEndOfFile()
             return (process.terminationStatus, String(decoding: output, as: UTF8.self), String(decoding: error, as: UTF8.self))
         }
-        #expect(try nimbus(["containers", "create", container, "--create"]).status == 0)
+        try expectEqual(nimbus(["containers", "create", container, "--create"]).status, 0)
         let intoProduction = try nimbus(["schema", "import", file, "--container", container, "--environment", "production"])
         #expect(intoProduction.status != 0 && intoProduction.error.contains("schema deploy"), "\(intoProduction)")
         let imported = try nimbus(["schema", "import", file, "--container", container])
         #expect(imported.status == 0 && imported.output.contains("3 new record type(s)"), "\(imported)")
 
         let missing = try nimbus(["schema", "check", file, "--container", container])
-        #expect(missing.status == 1, "\(missing)")
+        expectEqual(missing.status, 1, "\(missing)")
         #expect(missing.output.contains("record type Department is not in production") && missing.output.contains("role DeptManager"), "\(missing.output)")
-        #expect(try nimbus(["schema", "check", file, "--container", container, "--environment", "development"]).status == 0)
-        #expect(try nimbus(["schema", "deploy", "--container", container]).status == 0)
+        try expectEqual(nimbus(["schema", "check", file, "--container", container, "--environment", "development"]).status, 0)
+        try expectEqual(nimbus(["schema", "deploy", "--container", container]).status, 0)
         let deployed = try nimbus(["schema", "check", file, "--container", container])
         #expect(deployed.status == 0 && deployed.output.contains("production has everything"), "\(deployed)")
 
@@ -197,19 +197,19 @@ import Testing
         let widened = directory + "/widened.ckdb"
         try Self.cktoolFile.replacingOccurrences(of: "\"salary\"      DOUBLE,", with: "\"salary\"      DOUBLE QUERYABLE SORTABLE,")
             .write(toFile: widened, atomically: true, encoding: .utf8)
-        #expect(try nimbus(["schema", "import", widened, "--container", container]).status == 0)
+        try expectEqual(nimbus(["schema", "import", widened, "--container", container]).status, 0)
         let lacking = try nimbus(["schema", "check", widened, "--container", container])
         #expect(lacking.status == 1 && lacking.output == "field Employee.salary has no QUERYABLE, SORTABLE index in production\n", "\(lacking)")
         let diff = try nimbus(["schema", "diff", "--container", container])
         #expect(diff.output.contains("new index: Employee.salary DOUBLE (QUERYABLE, SORTABLE)"), "\(diff.output)")
-        #expect(try nimbus(["schema", "deploy", "--container", container]).status == 0)
-        #expect(try nimbus(["schema", "check", widened, "--container", container]).status == 0)
+        try expectEqual(nimbus(["schema", "deploy", "--container", container]).status, 0)
+        try expectEqual(nimbus(["schema", "check", widened, "--container", container]).status, 0)
 
         let exported = directory + "/exported.ckdb"
-        #expect(try nimbus(["schema", "export", "--container", container, "--environment", "production", "--output", exported]).status == 0)
+        try expectEqual(nimbus(["schema", "export", "--container", container, "--environment", "production", "--output", exported]).status, 0)
         let text = try String(contentsOfFile: exported, encoding: .utf8)
         #expect(text.contains("\"salary\"") == false && text.contains("salary") && text.contains("DOUBLE QUERYABLE SORTABLE"), "\(text)")
-        #expect(try nimbus(["schema", "check", exported, "--container", container]).status == 0)
+        try expectEqual(nimbus(["schema", "check", exported, "--container", container]).status, 0)
         let garbled = try nimbus(["schema", "check", "/nonexistent.ckdb", "--container", container])
         #expect(garbled.status != 0 && garbled.error.contains("cannot read the schema file /nonexistent.ckdb"), "\(garbled)")
     }

@@ -9,15 +9,15 @@ import Testing
             _ = try await alice.modify([Op.create("a", type: "Party", ["clowns": Op.field(5)])])
             let schema = try await server.service.schema(container: TestServer.container, environment: .development)
             // Users is in every schema (each signed-in user's record is one, docs/identities.md).
-            #expect(schema.recordTypes == ["Party", "Users"])
-            #expect(schema.fields.map { "\($0.fieldName):\($0.fieldType)" } == ["clowns:INT64"])
+            expectEqual(schema.recordTypes, ["Party", "Users"])
+            expectEqual(schema.fields.map { "\($0.fieldName):\($0.fieldType)" }, ["clowns:INT64"])
             let typed = try await alice.modify([Op.create("b", type: "Party", ["clowns": Op.field("five", "STRING")])])
             let reason = try #require(typed.records.first?["reason"]?.stringValue)
-            #expect(typed.records.first?.errorCode == "BAD_REQUEST")
+            expectEqual(typed.records.first?.errorCode, "BAD_REQUEST")
             #expect(reason.contains("clowns") && reason.contains("INT64") && reason.contains("STRING"))
             let untyped = try await alice.modify([Op.create("c", type: "Party", ["clowns": Op.field("five")])])
-            #expect(untyped.records.first?.errorCode == "BAD_REQUEST")
-            #expect(untyped.records.first?["reason"]?.stringValue?.contains("INT64") == true)
+            expectEqual(untyped.records.first?.errorCode, "BAD_REQUEST")
+            expectEqual(untyped.records.first?["reason"]?.stringValue?.contains("INT64"), true)
             // A DOUBLE field takes integral JSON numbers without a type.
             _ = try await alice.modify([Op.create("d", type: "Party", ["price": Op.field(2.5)])])
             #expect(try await alice.modify([Op.create("e", type: "Party", ["price": Op.field(3)])]).records.first?.errorCode == nil)
@@ -28,8 +28,8 @@ import Testing
         try await TestServer.with { server in
             let prod = try await server.user("alice", environment: .production)
             let unknownType = try await prod.modify("public", [Op.create("p", type: "Party", ["clowns": Op.field(5)])])
-            #expect(unknownType.records.first?.errorCode == "BAD_REQUEST")
-            #expect(unknownType.records.first?["reason"]?.stringValue?.contains("production schema") == true)
+            expectEqual(unknownType.records.first?.errorCode, "BAD_REQUEST")
+            expectEqual(unknownType.records.first?["reason"]?.stringValue?.contains("production schema"), true)
 
             let dev = try await server.user("bob")
             _ = try await dev.modify("public", [Op.create("p", type: "Party", ["clowns": Op.field(5)])])
@@ -37,8 +37,8 @@ import Testing
             #expect(deployed.recordTypes == 1 && deployed.fields == 1)
             #expect(try await prod.modify("public", [Op.create("p", type: "Party", ["clowns": Op.field(5)])]).records.first?.errorCode == nil)
             let unknownField = try await prod.modify("public", [Op.create("q", type: "Party", ["balloons": Op.field(9)])])
-            #expect(unknownField.records.first?.errorCode == "BAD_REQUEST")
-            #expect(unknownField.records.first?["reason"]?.stringValue?.contains("balloons") == true)
+            expectEqual(unknownField.records.first?.errorCode, "BAD_REQUEST")
+            expectEqual(unknownField.records.first?["reason"]?.stringValue?.contains("balloons"), true)
         }
     }
 
@@ -76,9 +76,9 @@ import Testing
             let batch = try await alice.modify(
                 "public", [Op.create("fresh", type: "Invitation", ["guests": Op.field(12)]), Op.create("taken", type: "Party", [:])])
             #expect(batch.records.first?.errorCode == nil)
-            #expect(batch.records.last?.errorCode == "EXISTS")
+            expectEqual(batch.records.last?.errorCode, "EXISTS")
             let schema = try await server.service.schema(container: TestServer.container, environment: .development)
-            #expect(schema.recordTypes.sorted() == ["Invitation", "Party", "Users"])
+            expectEqual(schema.recordTypes.sorted(), ["Invitation", "Party", "Users"])
             #expect(schema.fields.contains { $0.recordType == "Invitation" && $0.fieldName == "guests" && $0.fieldType == "INT64" })
             // And so it deploys: production can save the type the batch introduced.
             _ = try await server.service.deploySchema(container: TestServer.container)

@@ -79,7 +79,7 @@ import Testing
         let signer = try await PythonSigner.make()
         let key = try await server.service.addServerKey(
             container: TestServer.container, environment: environment, publicKeyPEM: signer.publicKeyPEM)
-        #expect(key.keyID.count == 64)
+        expectEqual(key.keyID.count, 64)
         return (signer, key.keyID)
     }
 
@@ -106,18 +106,18 @@ import Testing
             ])
             let saved = try await Self.send(
                 server, path: modify, query: query, body: Self.saveNote, keyID: keyID, date: date, signature: signatures[0])
-            #expect(saved.status == 200, "\(saved.text)")
+            expectEqual(saved.status, 200, "\(saved.text)")
             let record = saved.records.first
-            #expect(record?["recordName"]?.stringValue == "from-backend")
+            expectEqual(record?["recordName"]?.stringValue, "from-backend")
             // Stamped with the key's own record name, not a user's.
             let stamp = record?["created"]?["userRecordName"]?.stringValue
-            #expect(stamp == server.service.serverKeyRecordName(container: TestServer.container, keyID: keyID))
+            expectEqual(stamp, server.service.serverKeyRecordName(container: TestServer.container, keyID: keyID))
             let read = try await Self.send(
                 server, path: lookup, query: query, body: lookupBody, keyID: keyID, date: date, signature: signatures[1])
             #expect(read.status == 200 && read.records.first?["fields"]?["title"]?["value"]?.stringValue == "signed", "\(read.text)")
             for signature in signatures[2...] {
                 let listed = try await Self.send(server, path: zones, body: nil, keyID: keyID, date: date, signature: signature)
-                #expect(listed.status == 200, "\(listed.text)")
+                expectEqual(listed.status, 200, "\(listed.text)")
             }
         }
     }
@@ -132,7 +132,7 @@ import Testing
             let bob = try await server.user("bob")
             let update = #"{"operations":[{"operationType":"update","record":{"recordName":"alices","recordType":"Note","recordChangeTag":"\#(tag)","fields":{"title":{"value":"moderated"}}}}]}"#
             let refused = try await bob.send(path: Self.path("records/modify"), body: Array(update.utf8))
-            #expect(refused.records.first?["serverErrorCode"]?.stringValue == "ACCESS_DENIED", "\(refused.text)")
+            expectEqual(refused.records.first?["serverErrorCode"]?.stringValue, "ACCESS_DENIED", "\(refused.text)")
             let date = Self.date(server)
             let signatures = try await signer.sign([
                 .init(date: date, body: update, path: Self.path("records/modify")),
@@ -140,7 +140,7 @@ import Testing
             ])
             let moderated = try await Self.send(
                 server, path: Self.path("records/modify"), body: update, keyID: keyID, date: date, signature: signatures[0])
-            #expect(moderated.records.first?["fields"]?["title"]?["value"]?.stringValue == "moderated", "\(moderated.text)")
+            expectEqual(moderated.records.first?["fields"]?["title"]?["value"]?.stringValue, "moderated", "\(moderated.text)")
             // The private database is the users' own: refused, saying why.
             let privateZones = try await Self.send(
                 server, path: Self.path("zones/list", database: "private"), body: "{}", keyID: keyID, date: date,
@@ -238,7 +238,7 @@ import Testing
             expectRefused(mixed, "not both")
             // Nothing was written by any of them.
             let lookup = try await server.client().lookup("public", ["from-backend"])
-            #expect(lookup.records.first?["serverErrorCode"]?.stringValue == "NOT_FOUND", "\(lookup.text)")
+            expectEqual(lookup.records.first?["serverErrorCode"]?.stringValue, "NOT_FOUND", "\(lookup.text)")
             // The genuine request once, then its replay.
             let first = try await Self.send(server, path: modify, body: Self.saveNote, keyID: keyID, date: date, signature: good)
             #expect(first.status == 200 && first.records.first?["serverErrorCode"] == nil, "\(first.text)")
@@ -264,7 +264,7 @@ import Testing
                     server, path: zones, body: nil, keyID: keyID, date: Self.date(server, offset: offset),
                     signature: signatures[index])
                 if accepted {
-                    #expect(response.status == 200, "offset \(offset): \(response.text)")
+                    expectEqual(response.status, 200, "offset \(offset): \(response.text)")
                 } else {
                     #expect(response.status == 401 && response.reason.contains("within 600 s"), "offset \(offset): \(response.text)")
                 }
@@ -298,11 +298,11 @@ import Testing
                     container: "iCloud.nowhere", environment: .development, publicKeyPEM: try await PythonSigner.make().publicKeyPEM)
                 Issue.record("a key for a container that does not exist was added")
             } catch let error as CloudKitError {
-                #expect(error.code == .notFound)
+                expectEqual(error.code, .notFound)
             }
-            #expect(try await server.service.serverKeys(container: TestServer.container).map(\.keyID) == [keyID])
+            try await expectEqual(server.service.serverKeys(container: TestServer.container).map(\.keyID), [keyID])
             try await server.service.revokeServerKey(id: keyID)
-            #expect(try await server.service.serverKeys(container: TestServer.container).map(\.isRevoked) == [true])
+            try await expectEqual(server.service.serverKeys(container: TestServer.container).map(\.isRevoked), [true])
             let zones = Self.path("zones/list")
             let date = Self.date(server)
             let signature = try await signer.sign([.init(date: date, body: "", path: zones)])[0]

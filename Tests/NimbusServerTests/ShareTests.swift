@@ -40,8 +40,8 @@ import Testing
         let ann = try await IdentityTests.person(server, "ann", email: "ann@example.com", given: "Ann")
         let bob = try await IdentityTests.person(server, "bob", email: "bob@example.com", given: "Bob", family: "Ray")
         let carol = try await IdentityTests.person(server, "carol", phone: "+15550100200", given: "Carol")
-        #expect(try await ann.createZone("Trip").status == 200)
-        #expect(try await ann.modify(zone: "Trip", [Op.create("plan", type: "Plan", ["title": Op.field("Lisbon")])]).status == 200)
+        try await expectEqual(ann.createZone("Trip").status, 200)
+        try await expectEqual(ann.modify(zone: "Trip", [Op.create("plan", type: "Plan", ["title": Op.field("Lisbon")])]).status, 200)
         return (ann, bob, carol)
     }
 
@@ -62,35 +62,35 @@ import Testing
                         extra: ["denyAccessRequests": true])
                 ])
             let share = try #require(saved.records.first, "\(saved.text)")
-            #expect(share["recordType"] == "cloudkit.share", "\(saved.text)")
+            expectEqual(share["recordType"], "cloudkit.share", "\(saved.text)")
             let guid = try #require(share["shortGUID"]?.stringValue)
-            #expect(guid.count == 22)
-            #expect(share["publicPermission"] == "NONE")
-            #expect(share["webpageURL"]?.stringValue == "\(server.baseURL)/share/\(guid)")
-            #expect(share["stableUrl"]?["shortGUID"]?.stringValue == guid)
-            #expect(share["denyAccessRequests"] == true)
-            #expect(share.fieldValue("cloudkit.title") == "Lisbon trip")
-            #expect(share["fields"]?.objectValue?.pairs.contains { $0.key.hasPrefix("___") } == false)
+            expectEqual(guid.count, 22)
+            expectEqual(share["publicPermission"], "NONE")
+            expectEqual(share["webpageURL"]?.stringValue, "\(server.baseURL)/share/\(guid)")
+            expectEqual(share["stableUrl"]?["shortGUID"]?.stringValue, guid)
+            expectEqual(share["denyAccessRequests"], true)
+            expectEqual(share.fieldValue("cloudkit.title"), "Lisbon trip")
+            expectEqual(share["fields"]?.objectValue?.pairs.contains { $0.key.hasPrefix("___") }, false)
             let participants = try #require(share["participants"]?.arrayValue)
-            #expect(participants.count == 4)
+            expectEqual(participants.count, 4)
             let owner = try #require(share["owner"])
             #expect(owner["type"] == "OWNER" && owner["acceptanceStatus"] == "ACCEPTED" && owner["permission"] == "READ_WRITE")
-            #expect(owner["userIdentity"]?["userRecordName"]?.stringValue == ann.userRecordName)
-            #expect(share["currentUserParticipant"]?["participantId"] == owner["participantId"])
+            expectEqual(owner["userIdentity"]?["userRecordName"]?.stringValue, ann.userRecordName)
+            expectEqual(share["currentUserParticipant"]?["participantId"], owner["participantId"])
             let invitedBob = try #require(participants.first { $0["userIdentity"]?["userRecordName"]?.stringValue == bob.userRecordName })
             #expect(invitedBob["acceptanceStatus"] == "INVITED" && invitedBob["permission"] == "READ_WRITE" && invitedBob["type"] == "USER")
-            #expect(invitedBob["userIdentity"]?["nameComponents"]?["givenName"] == "Bob")
+            expectEqual(invitedBob["userIdentity"]?["nameComponents"]?["givenName"], "Bob")
             let dave = try #require(participants.first { $0["userIdentity"]?["lookupInfo"]?["emailAddress"] == "dave@example.com" })
             #expect(dave["userIdentity"]?["userRecordName"] == nil, "nobody has that address yet")
 
             // The root now names its share, with a change of its own.
             let root = try #require(try await ann.lookup(zone: "Trip", ["plan"]).records.first)
-            #expect(root["share"]?["recordName"] == "trip-share", "\(root)")
+            expectEqual(root["share"]?["recordName"], "trip-share", "\(root)")
             #expect(root.changeTag != plan.changeTag)
-            #expect(root["fields"]?.objectValue?.pairs.contains { $0.key.hasPrefix("___") } == false)
+            expectEqual(root["fields"]?.objectValue?.pairs.contains { $0.key.hasPrefix("___") }, false)
             let feed = try await ann.zoneChanges("Trip")
             let names = feed.json["zones"]?[0]?["records"]?.arrayValue?.compactMap { $0["recordName"]?.stringValue } ?? []
-            #expect(Set(names) == ["plan", "trip-share"], "\(feed.text)")
+            expectEqual(Set(names), ["plan", "trip-share"], "\(feed.text)")
 
             // Saved again by the owner: Carol left out, Bob read-only, public read; the GUID stays.
             let kept = participants.filter { $0["userIdentity"]?["lookupInfo"]?["phoneNumber"] == nil }.map { participant -> JSON in
@@ -104,12 +104,12 @@ import Testing
             let after = try #require(updated.records.first, "\(updated.text)")
             #expect(after["shortGUID"]?.stringValue == guid && after["publicPermission"] == "READ_ONLY", "\(updated.text)")
             let remaining = after["participants"]?.arrayValue ?? []
-            #expect(remaining.count == 3)
-            #expect(remaining.first { $0["participantId"] == invitedBob["participantId"] }?["permission"] == "READ_ONLY")
-            #expect(after["denyAccessRequests"] == true, "keys the server does not read round-trip")
+            expectEqual(remaining.count, 3)
+            expectEqual(remaining.first { $0["participantId"] == invitedBob["participantId"] }?["permission"], "READ_ONLY")
+            expectEqual(after["denyAccessRequests"], true, "keys the server does not read round-trip")
 
             // Deleting the share: the root stays and no longer names it.
-            #expect(try await ann.modify(zone: "Trip", [Op.forceDelete("trip-share")]).status == 200)
+            try await expectEqual(ann.modify(zone: "Trip", [Op.forceDelete("trip-share")]).status, 200)
             let unshared = try #require(try await ann.lookup(zone: "Trip", ["plan"]).records.first)
             #expect(unshared["share"] == nil && unshared.fieldValue("title") == "Lisbon")
         }
@@ -124,20 +124,20 @@ import Testing
                 "record": ["recordName": "album", "recordType": "Album", "share": ["recordName": "album-share"], "fields": [:]],
             ]
             let saved = try await ann.modify(zone: "Trip", [Self.share("album-share", fields: ["cloudkit.type": Op.field("album")]), album])
-            #expect(saved.status == 200, "\(saved.text)")
-            #expect(saved.records.map { $0.errorCode } == [nil, nil], "\(saved.text)")
-            #expect(saved.records.last?["share"]?["recordName"] == "album-share")
+            expectEqual(saved.status, 200, "\(saved.text)")
+            expectEqual(saved.records.map { $0.errorCode }, [nil, nil], "\(saved.text)")
+            expectEqual(saved.records.last?["share"]?["recordName"], "album-share")
             // A child is in the hierarchy: it cannot root a share of its own.
             let child = try await ann.modify(zone: "Trip", [
                 .object(["operationType": "create", "record": ["recordName": "photo", "recordType": "Photo", "parent": ["recordName": "album"]]]),
             ])
-            #expect(child.status == 200)
+            expectEqual(child.status, 200)
             let second = try await ann.modify(zone: "Trip", [Self.share("photo-share", forRecord: ("photo", nil))])
-            #expect(second.records.first?.errorCode == "ALREADY_SHARED", "\(second.text)")
-            #expect(second.records.first?["reason"]?.stringValue?.contains("hierarchy of record 'album'") == true)
+            expectEqual(second.records.first?.errorCode, "ALREADY_SHARED", "\(second.text)")
+            expectEqual(second.records.first?["reason"]?.stringValue?.contains("hierarchy of record 'album'"), true)
             // Deleting the root takes its share.
-            #expect(try await ann.modify(zone: "Trip", [Op.forceDelete("album")]).status == 200)
-            #expect(try await ann.lookup(zone: "Trip", ["album-share"]).records.first?.errorCode == "NOT_FOUND")
+            try await expectEqual(ann.modify(zone: "Trip", [Op.forceDelete("album")]).status, 200)
+            try await expectEqual(ann.lookup(zone: "Trip", ["album-share"]).records.first?.errorCode, "NOT_FOUND")
         }
     }
 
@@ -147,14 +147,14 @@ import Testing
             let zoneShare = try await ann.modify(zone: "Trip", [Self.share("cloudkit.zoneshare")])
             #expect(zoneShare.records.first?["shortGUID"] != nil, "\(zoneShare.text)")
             let one = try await ann.modify(zone: "Trip", [Self.share("plan-share", forRecord: ("plan", nil))])
-            #expect(one.records.first?.errorCode == "ALREADY_SHARED", "\(one.text)")
-            #expect(try await ann.createZone("Other").status == 200)
-            #expect(try await ann.modify(zone: "Other", [Op.create("doc", type: "Doc")]).status == 200)
+            expectEqual(one.records.first?.errorCode, "ALREADY_SHARED", "\(one.text)")
+            try await expectEqual(ann.createZone("Other").status, 200)
+            try await expectEqual(ann.modify(zone: "Other", [Op.create("doc", type: "Doc")]).status, 200)
             #expect(try await ann.modify(zone: "Other", [Self.share("doc-share", forRecord: ("doc", nil))]).records.first?.errorCode == nil)
             let whole = try await ann.modify(zone: "Other", [Self.share("cloudkit.zoneshare")])
-            #expect(whole.records.first?.errorCode == "ALREADY_SHARED", "\(whole.text)")
+            expectEqual(whole.records.first?.errorCode, "ALREADY_SHARED", "\(whole.text)")
             let rooted = try await ann.modify(zone: "Other", [Self.share("cloudkit.zoneshare", forRecord: ("doc", nil))])
-            #expect(rooted.records.first?.errorCode == "BAD_REQUEST", "\(rooted.text)")
+            expectEqual(rooted.records.first?.errorCode, "BAD_REQUEST", "\(rooted.text)")
         }
     }
 
@@ -167,17 +167,17 @@ import Testing
                 let record = answer.records.first
                 return (record?.errorCode ?? answer.errorCode, record?["reason"]?.stringValue ?? answer.reason)
             }
-            #expect(try await ann.modify(zone: nil, [Op.create("loose", type: "Plan")]).status == 200)
+            try await expectEqual(ann.modify(zone: nil, [Op.create("loose", type: "Plan")]).status, 200)
             var (code, reason) = try await refusal([Self.share("s", forRecord: ("loose", nil))], zone: nil)
             #expect(code == "BAD_REQUEST" && reason.contains("custom zone"), "\(reason)")
             (code, reason) = try await refusal([Self.share("s")], zone: nil, database: "public")
-            #expect(code == "BAD_REQUEST", "\(reason)")
+            expectEqual(code, "BAD_REQUEST", "\(reason)")
             (code, reason) = try await refusal([Self.share("s")])
             #expect(code == "BAD_REQUEST" && reason.contains("needs a root"), "\(reason)")
             (code, reason) = try await refusal([Self.share("s", forRecord: ("nope", nil))])
-            #expect(code == "NOT_FOUND", "\(reason)")
+            expectEqual(code, "NOT_FOUND", "\(reason)")
             (code, reason) = try await refusal([Self.share("s", forRecord: ("plan", "stale"))])
-            #expect(code == "CONFLICT", "\(reason)")
+            expectEqual(code, "CONFLICT", "\(reason)")
             (code, reason) = try await refusal([
                 Self.share("s", forRecord: ("plan", nil), participants: [Self.invite(email: "bob@example.com", phone: "+15550100200")])
             ])
@@ -200,19 +200,19 @@ import Testing
             (code, reason) = try await refusal([Op.create("x", type: "Plan", ["cloudkit.title": Op.field("t")])])
             #expect(code == "BAD_REQUEST" && reason.contains("cloudkit."), "\(reason)")
             // Nothing above changed the root.
-            #expect(try await ann.lookup(zone: "Trip", ["plan"]).records.first?.changeTag == plan.changeTag)
+            try await expectEqual(ann.lookup(zone: "Trip", ["plan"]).records.first?.changeTag, plan.changeTag)
 
             // Apple's spelling of the type is accepted and answered as cloudkit.share; at the
             // limit of participants; a second share of the same root is refused.
             let first = try await ann.modify(zone: "Trip", [
                 Op.make("create", ["recordName": "s1", "recordType": "cloudKit.share", "forRecord": ["recordName": "plan"], "participants": .array(ninetyNine)])
             ])
-            #expect(first.records.first?["recordType"] == "cloudkit.share", "\(first.text)")
-            #expect(first.records.first?["participants"]?.arrayValue?.count == 100)
+            expectEqual(first.records.first?["recordType"], "cloudkit.share", "\(first.text)")
+            expectEqual(first.records.first?["participants"]?.arrayValue?.count, 100)
             (code, reason) = try await refusal([Self.share("s2", forRecord: ("plan", nil))])
             #expect(code == "ALREADY_SHARED" && reason.contains("one share"), "\(reason)")
             // A shared root may not move under another shared hierarchy.
-            #expect(try await ann.modify(zone: "Trip", [Op.create("box", type: "Box")]).status == 200)
+            try await expectEqual(ann.modify(zone: "Trip", [Op.create("box", type: "Box")]).status, 200)
             #expect(try await ann.modify(zone: "Trip", [Self.share("box-share", forRecord: ("box", nil))]).records.first?.errorCode == nil)
             (code, reason) = try await refusal([Op.make("forceUpdate", ["recordName": "plan", "recordType": "Plan", "parent": ["recordName": "box"]])])
             #expect(code == "ALREADY_SHARED" && reason.contains("cannot move under"), "\(reason)")
@@ -254,46 +254,46 @@ import Testing
             #expect(info["participantPermission"] == "READ_WRITE" && info["participantType"] == "USER")
             #expect(info["zoneID"]?["zoneName"] == "Trip" && info["zoneID"]?["ownerRecordName"]?.stringValue == ann.userRecordName)
             #expect(info["rootRecordName"] == "plan" && info["rootRecord"]?.fieldValue("title") == "Lisbon")
-            #expect(info["ownerIdentity"]?["userRecordName"]?.stringValue == ann.userRecordName)
-            #expect(info["webpageURL"]?.stringValue == "\(server.baseURL)/share/\(guid)")
-            #expect(info["share"]?["participants"]?.arrayValue?.count == 2, "the owner and Bob; not Erin's address")
-            #expect(info["share"]?["currentUserParticipant"]?["userIdentity"]?["userRecordName"]?.stringValue == bob.userRecordName)
+            expectEqual(info["ownerIdentity"]?["userRecordName"]?.stringValue, ann.userRecordName)
+            expectEqual(info["webpageURL"]?.stringValue, "\(server.baseURL)/share/\(guid)")
+            expectEqual(info["share"]?["participants"]?.arrayValue?.count, 2, "the owner and Bob; not Erin's address")
+            expectEqual(info["share"]?["currentUserParticipant"]?["userIdentity"]?["userRecordName"]?.stringValue, bob.userRecordName)
             let untouched = try #require(try await ann.lookup(zone: "Trip", ["trip-share"]).records.first)
-            #expect(untouched.changeTag == saved.records.first?.changeTag, "resolving changes nothing")
+            expectEqual(untouched.changeTag, saved.records.first?.changeTag, "resolving changes nothing")
 
             // He accepts; again (a retry) answers the same.
             let accepted = try await Self.resolve(bob, [guid], accept: true)
-            #expect(accepted.json["results"]?[0]?["participantStatus"] == "ACCEPTED", "\(accepted.text)")
+            expectEqual(accepted.json["results"]?[0]?["participantStatus"], "ACCEPTED", "\(accepted.text)")
             let again = try await Self.resolve(bob, [guid], accept: true)
-            #expect(again.json["results"]?[0]?["participantStatus"] == "ACCEPTED", "\(again.text)")
+            expectEqual(again.json["results"]?[0]?["participantStatus"], "ACCEPTED", "\(again.text)")
             let share = try #require(try await ann.lookup(zone: "Trip", ["trip-share"]).records.first)
             let bobs = share["participants"]?.arrayValue?.first { $0["userIdentity"]?["userRecordName"]?.stringValue == bob.userRecordName }
-            #expect(bobs?["acceptanceStatus"] == "ACCEPTED", "\(share)")
-            #expect(share["modified"]?["userRecordName"]?.stringValue == bob.userRecordName)
+            expectEqual(bobs?["acceptanceStatus"], "ACCEPTED", "\(share)")
+            expectEqual(share["modified"]?["userRecordName"]?.stringValue, bob.userRecordName)
 
             // Carol was not invited and the share is private: refused, and nothing changes.
             let refused = try await Self.resolve(carol, [guid], accept: true)
-            #expect(refused.json["results"]?[0]?.errorCode == "ACCESS_DENIED", "\(refused.text)")
-            #expect(try await ann.lookup(zone: "Trip", ["trip-share"]).records.first?.changeTag == share.changeTag)
+            expectEqual(refused.json["results"]?[0]?.errorCode, "ACCESS_DENIED", "\(refused.text)")
+            try await expectEqual(ann.lookup(zone: "Trip", ["trip-share"]).records.first?.changeTag, share.changeTag)
             // Erin signs up later with the invited address and accepts.
             let erin = try await IdentityTests.person(server, "erin", email: "Erin@Example.com")
             let hers = try await Self.resolve(erin, [guid], accept: true)
-            #expect(hers.json["results"]?[0]?["participantStatus"] == "ACCEPTED", "\(hers.text)")
-            #expect(hers.json["results"]?[0]?["participantPermission"] == "READ_ONLY")
+            expectEqual(hers.json["results"]?[0]?["participantStatus"], "ACCEPTED", "\(hers.text)")
+            expectEqual(hers.json["results"]?[0]?["participantPermission"], "READ_ONLY")
 
             // Opened to anyone with the link: Carol joins as a public participant; closed again, she is gone.
             let current = try #require(try await ann.lookup(zone: "Trip", ["trip-share"]).records.first)
             let opened = try await ann.modify(
                 zone: "Trip", [Self.share("trip-share", operation: "update", tag: current.changeTag, publicPermission: "READ_ONLY")])
-            #expect(opened.records.first?["publicPermission"] == "READ_ONLY", "\(opened.text)")
+            expectEqual(opened.records.first?["publicPermission"], "READ_ONLY", "\(opened.text)")
             let joined = try await Self.resolve(carol, [guid], accept: true)
-            #expect(joined.json["results"]?[0]?["participantType"] == "PUBLIC_USER", "\(joined.text)")
+            expectEqual(joined.json["results"]?[0]?["participantType"], "PUBLIC_USER", "\(joined.text)")
             let withCarol = try #require(try await ann.lookup(zone: "Trip", ["trip-share"]).records.first)
-            #expect(withCarol["participants"]?.arrayValue?.count == 4)
+            expectEqual(withCarol["participants"]?.arrayValue?.count, 4)
             let closed = try await ann.modify(
                 zone: "Trip", [Self.share("trip-share", operation: "update", tag: withCarol.changeTag, publicPermission: "NONE")])
-            #expect(closed.records.first?["participants"]?.arrayValue?.count == 3, "\(closed.text)")
-            #expect(try await Self.resolve(carol, [guid]).json["results"]?[0]?.errorCode == "ACCESS_DENIED")
+            expectEqual(closed.records.first?["participants"]?.arrayValue?.count, 3, "\(closed.text)")
+            try await expectEqual(Self.resolve(carol, [guid]).json["results"]?[0]?.errorCode, "ACCESS_DENIED")
 
             // Unknown, malformed, on the wrong database, without a user.
             let unknown = try await Self.resolve(bob, ["AAAAAAAAAAAAAAAAAAAAAA", guid])
@@ -301,14 +301,14 @@ import Testing
             let malformed = try await bob.post("public", "records/resolve", ["shortGUIDs": [["value": "has space"]]])
             #expect(malformed.status == 400 && malformed.reason.contains("not a short GUID"), "\(malformed.text)")
             let missing = try await bob.post("public", "records/resolve", [:])
-            #expect(missing.status == 400, "\(missing.text)")
+            expectEqual(missing.status, 400, "\(missing.text)")
             let privateDatabase = try await bob.post("private", "records/resolve", ["shortGUIDs": [["value": .string(guid)]]])
             #expect(privateDatabase.status == 400 && privateDatabase.reason.contains("public database"))
             let anonymous = try await server.client().post("public", "records/resolve", ["shortGUIDs": [["value": .string(guid)]]])
             #expect(anonymous.status == 421 || anonymous.errorCode == "AUTHENTICATION_REQUIRED", "\(anonymous.text)")
             // A deleted share's GUID leads nowhere.
-            #expect(try await ann.modify(zone: "Trip", [Op.forceDelete("trip-share")]).status == 200)
-            #expect(try await Self.resolve(bob, [guid]).json["results"]?[0]?.errorCode == "NOT_FOUND")
+            try await expectEqual(ann.modify(zone: "Trip", [Op.forceDelete("trip-share")]).status, 200)
+            try await expectEqual(Self.resolve(bob, [guid]).json["results"]?[0]?.errorCode, "NOT_FOUND")
         }
     }
 }

@@ -43,10 +43,10 @@ import Testing
                 #expect(refused.reason.contains("wrong passwords for this account"))
             }
             // Another account is not affected.
-            #expect(try await client.signIn("erin", password: "correct-horse").status == 200)
+            try await expectEqual(client.signIn("erin", password: "correct-horse").status, 200)
             // Once the next failure is allowed again, the right password works.
             server.clock.advance(milliseconds: 6_000)
-            #expect(try await client.signIn("dave", password: "correct-horse").status == 200)
+            try await expectEqual(client.signIn("dave", password: "correct-horse").status, 200)
         }
     }
 
@@ -65,7 +65,7 @@ import Testing
             #expect(refused.json["retryAfter"]?.int64Value == 12)  // a minute over five attempts
             #expect(refused.reason.contains("from 127.0.0.1"))
             server.clock.advance(milliseconds: 12_000)
-            #expect(try await client.signIn("fay", password: "correct-horse").status == 200)
+            try await expectEqual(client.signIn("fay", password: "correct-horse").status, 200)
         }
     }
 
@@ -85,8 +85,8 @@ import Testing
             let refused = try await attempt(("Forwarded", "for=203.0.113.7;proto=https"))
             #expect(refused.status == 429 && refused.reason.contains("from 203.0.113.7"), "\(refused.text)")
             // Another client behind the same proxy has its own allowance.
-            #expect(try await attempt(("Forwarded", #"for="[2001:db8::1]:4711""#)).status == 401)
-            #expect(try await attempt(("X-Forwarded-For", "198.51.100.2")).status == 401)
+            try await expectEqual(attempt(("Forwarded", #"for="[2001:db8::1]:4711""#)).status, 401)
+            try await expectEqual(attempt(("X-Forwarded-For", "198.51.100.2")).status, 401)
         }
         // From a peer that is not a trusted proxy the header is not believed: the peer is counted.
         try await TestServer.with(configure: Self.limited { $0.attemptsPerAddressPerMinute = 2 }) { server in
@@ -94,7 +94,7 @@ import Testing
             let path = "/auth/1/\(TestServer.container)/development/signin"
             let body = Array(#"{"username":"nobody","password":"guess-guess"}"#.utf8)
             for address in ["203.0.113.1", "203.0.113.2"] {
-                #expect(try await client.send(path: path, body: body, headers: [("X-Forwarded-For", address)]).status == 401)
+                try await expectEqual(client.send(path: path, body: body, headers: [("X-Forwarded-For", address)]).status, 401)
             }
             let refused = try await client.send(path: path, body: body, headers: [("X-Forwarded-For", "203.0.113.3")])
             #expect(refused.status == 429 && refused.reason.contains("from 127.0.0.1"), "\(refused.text)")
@@ -120,7 +120,7 @@ import Testing
                     path: path, body: Array(body.serialized()), rawQuery: query, headers: [("X-Forwarded-For", address)])
             }
             let home = "198.51.100.10"
-            #expect(try await signIn("correct-horse", from: home).status == 200)
+            try await expectEqual(signIn("correct-horse", from: home).status, 200)
             var checked = 0, refused = 0
             for guess in 0..<120 {
                 // A guess every half second of the server's clock, each from a new address.
@@ -129,7 +129,7 @@ import Testing
                 if answer.status == 401 { checked += 1 } else if answer.status == 429 { refused += 1 }
                 if guess % 8 == 7 {
                     let owner = try await signIn("correct-horse", from: home)
-                    #expect(owner.status == 200, "the owner was refused after guess \(guess): \(owner.text)")
+                    expectEqual(owner.status, 200, "the owner was refused after guess \(guess): \(owner.text)")
                 }
             }
             // A minute of guessing: the burst of ten and one every six seconds were checked.
@@ -143,14 +143,14 @@ import Testing
             let token = try #require(session.json["ckWebAuthToken"]?.stringValue)
             let withSession = try await signIn(
                 "correct-horse", from: "192.0.2.51", query: "?ckAPIToken=\(server.developmentToken)&ckWebAuthToken=\(token)")
-            #expect(withSession.status == 200, "\(withSession.text)")
+            expectEqual(withSession.status, 200, "\(withSession.text)")
             // Another account's session does not count.
             _ = try await server.service.createUser(name: "pete", password: "correct-horse")
             let pete = try await client.signIn("pete", password: "correct-horse")
             let petes = try #require(pete.json["ckWebAuthToken"]?.stringValue)
             let borrowed = try await signIn(
                 "correct-horse", from: "192.0.2.52", query: "?ckAPIToken=\(server.developmentToken)&ckWebAuthToken=\(petes)")
-            #expect(borrowed.status == 429, "\(borrowed.text)")
+            expectEqual(borrowed.status, 429, "\(borrowed.text)")
         }
     }
 
@@ -171,33 +171,33 @@ import Testing
                     headers: [("X-Forwarded-For", address)])
             }
             let home = "198.51.100.20"
-            #expect(try await signIn("correct-horse", from: home).status == 200)
+            try await expectEqual(signIn("correct-horse", from: home).status, 200)
             for attempt in 1...10 {
                 let started = ContinuousClock.now
-                #expect(try await signIn("typo-\(attempt)", from: home).status == 401, "attempt \(attempt)")
+                try await expectEqual(signIn("typo-\(attempt)", from: home).status, 401, "attempt \(attempt)")
                 if attempt > 5 { #expect(ContinuousClock.now - started >= .milliseconds(200), "attempt \(attempt) was not slowed") }
             }
             let eleventh = try await signIn("correct-horse", from: home)
             #expect(eleventh.status == 429 && eleventh.reason.contains("from \(home)"), "\(eleventh.text)")
             // The owner's typos at home did not spend the strangers' allowance: another address
             // may still try (and, right, sign in).
-            #expect(try await signIn("correct-horse", from: "192.0.2.60").status == 200)
+            try await expectEqual(signIn("correct-horse", from: "192.0.2.60").status, 200)
             // Thirty days later home is still known; thirty-one days after its last sign-in, it
             // is a stranger again (held to the account's shared allowance, which strangers spend).
             server.clock.advance(milliseconds: 30 * 86_400_000)
-            #expect(try await signIn("correct-horse", from: home).status == 200)
+            try await expectEqual(signIn("correct-horse", from: home).status, 200)
             server.clock.advance(milliseconds: 31 * 86_400_000)
             for guess in 0..<10 { #expect(try await signIn("guess-\(guess)", from: "203.0.113.\(guess + 1)").status == 401) }
-            #expect(try await signIn("correct-horse", from: home).status == 429)
+            try await expectEqual(signIn("correct-horse", from: home).status, 429)
         }
     }
 
     @Test func tokenBucketsRefillSpendAndStayBounded() {
         let buckets = TokenBuckets(.init(capacity: 3, perMinute: 6), maximumKeys: 8)
-        #expect(buckets.available("a", now: 0) == 3)
+        expectEqual(buckets.available("a", now: 0), 3)
         for _ in 0..<3 { #expect(buckets.take("a", now: 0) == nil) }
         #expect(buckets.take("a", now: 0) == 10_000)  // six a minute: one every ten seconds
-        #expect(buckets.wait("a", now: 4_000) == 6_000)
+        expectEqual(buckets.wait("a", now: 4_000), 6_000)
         #expect(buckets.take("a", now: 10_000) == nil)
         #expect(buckets.available("a", now: 1_000_000) == 3)  // never past the capacity
         // Keys beyond the table's size: refilled buckets go first, then the stalest quarter.
@@ -229,7 +229,7 @@ import Testing
             (error as? CloudKitError)?.code == .throttled && (error as? CloudKitError)?.retryAfter == 1
         }
         release.store(true, ordering: .relaxed)
-        #expect(try await holder.value == 0)
+        try await expectEqual(holder.value, 0)
         let first = try await waiting[0].value, second = try await waiting[1].value
         #expect(first == 1 && second == 2)
     }

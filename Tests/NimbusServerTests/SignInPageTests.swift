@@ -25,7 +25,7 @@ import Testing
                 var client = server.client()
                 client.apiToken = apiToken
                 let answer = try await client.get("private", "zones/list")
-                #expect(answer.status == 421, "\(answer.text)")
+                expectEqual(answer.status, 421, "\(answer.text)")
                 return try #require(answer.json["redirectURL"]?.stringValue, "\(answer.text)")
             }
             let config: JSON = [
@@ -37,11 +37,11 @@ import Testing
             try Data(config.serialized()).write(to: URL(fileURLWithPath: configFile))
             defer { try? FileManager.default.removeItem(atPath: configFile) }
             let (status, printed) = try await ExternalProcess.run(["python3", Self.script, configFile])
-            #expect(status == 0, "sign_in_flow.py failed")
+            expectEqual(status, 0, "sign_in_flow.py failed")
             let result = try JSON.parse(printed)
-            #expect(result["wrongPasswordText"]?.stringValue?.contains("wrong password") == true, "\(result)")
+            expectEqual(result["wrongPasswordText"]?.stringValue?.contains("wrong password"), true, "\(result)")
             let session = try #require(result["openerSession"]?.stringValue)
-            #expect(result["openerWebAuthToken"]?.stringValue == session)
+            expectEqual(result["openerWebAuthToken"]?.stringValue, session)
             let fromCallback = try #require(result["callbackToken"]?.stringValue)
             // Both are live sessions of Ann's.
             for token in [session, fromCallback] {
@@ -67,7 +67,7 @@ import Testing
             var client = server.client()
             client.apiToken = token
             let page = try await client.send(path: "/auth/1/\(TestServer.container)/development/signin", body: nil)
-            #expect(page.status == 200)
+            expectEqual(page.status, 200)
             #expect(!page.text.contains("b=</script>") && page.text.contains("b=\\u003c/script>"), "\(page.text)")
         }
     }

@@ -30,41 +30,41 @@ import Testing
             let created = try await alice.post(
                 "private", "subscriptions/modify",
                 ["operations": [Self.operation("create", Self.querySubscription("s1", filters: [filter], firesOn: ["create"]))]])
-            #expect(created.status == 200)
+            expectEqual(created.status, 200)
             let saved = try #require(created.json["subscriptions"]?.arrayValue?.first)
-            #expect(saved["subscriptionID"] == "s1")
-            #expect(saved["firesOn"] == ["create"])
-            #expect(saved["zoneWide"] == true)
+            expectEqual(saved["subscriptionID"], "s1")
+            expectEqual(saved["firesOn"], ["create"])
+            expectEqual(saved["zoneWide"], true)
 
             let duplicate = try await alice.post(
                 "private", "subscriptions/modify", ["operations": [Self.operation("create", Self.querySubscription("s1"))]])
-            #expect(duplicate.json["subscriptions"]?[0]?["serverErrorCode"] == "EXISTS")
-            #expect(duplicate.json["subscriptions"]?[0]?["subscriptionID"] == "s1")
+            expectEqual(duplicate.json["subscriptions"]?[0]?["serverErrorCode"], "EXISTS")
+            expectEqual(duplicate.json["subscriptions"]?[0]?["subscriptionID"], "s1")
 
             let updated = try await alice.post(
                 "private", "subscriptions/modify",
                 ["operations": [Self.operation("update", Self.querySubscription("s1", firesOn: ["update", "delete"]))]])
-            #expect(updated.json["subscriptions"]?[0]?["firesOn"] == ["update", "delete"])
+            expectEqual(updated.json["subscriptions"]?[0]?["firesOn"], ["update", "delete"])
 
             let list = try await alice.post("private", "subscriptions/list", [:])
-            #expect(list.json["subscriptions"]?.arrayValue?.map { $0["subscriptionID"] } == ["s1"])
+            expectEqual(list.json["subscriptions"]?.arrayValue?.map { $0["subscriptionID"] }, ["s1"])
             let lookup = try await alice.post("private", "subscriptions/lookup", ["subscriptions": [["subscriptionID": "s1"], "nope"]])
-            #expect(lookup.json["subscriptions"]?[0]?["subscriptionID"] == "s1")
-            #expect(lookup.json["subscriptions"]?[1]?["serverErrorCode"] == "NOT_FOUND")
+            expectEqual(lookup.json["subscriptions"]?[0]?["subscriptionID"], "s1")
+            expectEqual(lookup.json["subscriptions"]?[1]?["serverErrorCode"], "NOT_FOUND")
 
             // Another user sees none of them.
             let bob = try await server.user("bob")
-            #expect(try await bob.post("private", "subscriptions/list", [:]).json["subscriptions"] == [])
+            try await expectEqual(bob.post("private", "subscriptions/list", [:]).json["subscriptions"], [])
 
             let deleted = try await alice.post(
                 "private", "subscriptions/modify",
                 ["operations": [["operationType": "delete", "subscription": ["subscriptionID": "s1"]]]])
-            #expect(deleted.json["subscriptions"]?[0]?["deleted"] == true)
+            expectEqual(deleted.json["subscriptions"]?[0]?["deleted"], true)
             let again = try await alice.post(
                 "private", "subscriptions/modify",
                 ["operations": [["operationType": "delete", "subscription": ["subscriptionID": "s1"]]]])
-            #expect(again.json["subscriptions"]?[0]?["serverErrorCode"] == "NOT_FOUND")
-            #expect(try await alice.post("private", "subscriptions/list", [:]).json["subscriptions"] == [])
+            expectEqual(again.json["subscriptions"]?[0]?["serverErrorCode"], "NOT_FOUND")
+            try await expectEqual(alice.post("private", "subscriptions/list", [:]).json["subscriptions"], [])
         }
     }
 
@@ -78,14 +78,14 @@ import Testing
                     .json["subscriptions"]?[0]
             }
             let unknownType = try await item("private", Self.querySubscription("a", type: "Nope"))
-            #expect(unknownType?["serverErrorCode"] == "BAD_REQUEST")
-            #expect(unknownType?["reason"]?.stringValue?.contains("'Nope' does not exist") == true)
+            expectEqual(unknownType?["serverErrorCode"], "BAD_REQUEST")
+            expectEqual(unknownType?["reason"]?.stringValue?.contains("'Nope' does not exist"), true)
             let wrongValue: JSON = ["comparator": "LESS_THAN", "fieldName": "stars", "fieldValue": ["value": "many"]]
-            #expect(try await item("private", Self.querySubscription("b", filters: [wrongValue]))?["serverErrorCode"] == "BAD_REQUEST")
+            try await expectEqual(item("private", Self.querySubscription("b", filters: [wrongValue]))?["serverErrorCode"], "BAD_REQUEST")
             #expect(
                 try await item("public", ["subscriptionID": "c", "subscriptionType": "zone", "zoneID": ["zoneName": "Z"]])?["reason"]?
                     .stringValue?.contains("not supported in the public database") == true)
-            #expect(try await item("public", ["subscriptionID": "d", "subscriptionType": "database"])?["serverErrorCode"] == "BAD_REQUEST")
+            try await expectEqual(item("public", ["subscriptionID": "d", "subscriptionType": "database"])?["serverErrorCode"], "BAD_REQUEST")
             #expect(
                 try await item("private", ["subscriptionID": "e", "subscriptionType": "zone", "zoneID": ["zoneName": "Missing"]])?[
                     "serverErrorCode"] == "ZONE_NOT_FOUND")
@@ -103,16 +103,16 @@ import Testing
             ]
             for body in badShapes {
                 let response = try await alice.post("private", "subscriptions/modify", body)
-                #expect(response.status == 400, "\(body)")
-                #expect(response.errorCode == "BAD_REQUEST")
+                expectEqual(response.status, 400, "\(body)")
+                expectEqual(response.errorCode, "BAD_REQUEST")
             }
             let twice = try await alice.post(
                 "private", "subscriptions/modify",
                 ["operations": [Self.operation("create", Self.querySubscription("k")), Self.operation("create", Self.querySubscription("k"))]])
-            #expect(twice.json["subscriptions"]?[1]?["reason"]?.stringValue?.contains("more than once") == true)
+            expectEqual(twice.json["subscriptions"]?[1]?["reason"]?.stringValue?.contains("more than once"), true)
             // Without a signed-in user there is nobody to notify.
             let anonymous = try await server.client().post("public", "subscriptions/list", [:])
-            #expect(anonymous.status == 421)
+            expectEqual(anonymous.status, 421)
             #expect(try await alice.post("private", "subscriptions/list", [:]).json["subscriptions"]?.arrayValue?.map {
                 $0["subscriptionID"]
             } == ["k"])
@@ -127,19 +127,19 @@ import Testing
             for start in stride(from: 0, to: limit, by: 200) {
                 let batch = (start..<start + 200).map { Self.operation("create", Self.querySubscription("s\($0)")) }
                 let response = try await alice.post("private", "subscriptions/modify", ["operations": .array(batch)])
-                #expect(response.json["subscriptions"]?.arrayValue?.allSatisfy { $0["serverErrorCode"] == nil } == true)
+                expectEqual(response.json["subscriptions"]?.arrayValue?.allSatisfy { $0["serverErrorCode"] == nil }, true)
             }
             let past = try await alice.post(
                 "private", "subscriptions/modify", ["operations": [Self.operation("create", Self.querySubscription("one-more"))]])
-            #expect(past.json["subscriptions"]?[0]?["limit"] == "subscriptionsPerDatabase")
+            expectEqual(past.json["subscriptions"]?[0]?["limit"], "subscriptionsPerDatabase")
             // Replacing one at the limit is fine; so is the public database, counted apart.
             let update = try await alice.post(
                 "private", "subscriptions/modify", ["operations": [Self.operation("update", Self.querySubscription("s0"))]])
             #expect(update.json["subscriptions"]?[0]?["serverErrorCode"] == nil)
             let tooMany = (0...Limits.operationsPerRequest.value).map { Self.operation("create", Self.querySubscription("t\($0)")) }
             let oversize = try await alice.post("public", "subscriptions/modify", ["operations": .array(tooMany)])
-            #expect(oversize.status == 400)
-            #expect(oversize.json["limit"] == "operationsPerRequest")
+            expectEqual(oversize.status, 400)
+            expectEqual(oversize.json["limit"], "operationsPerRequest")
         }
     }
 
@@ -147,9 +147,9 @@ import Testing
         try await TestServer.with { server in
             let alice = try await server.user("alice")
             let created = try await alice.device("tokens/create", ["apnsEnvironment": "development"])
-            #expect(created.status == 200)
+            expectEqual(created.status, 200)
             let courier = try #require(created.json["apnsToken"]?.stringValue)
-            #expect(created.json["webcourierURL"]?.stringValue?.contains("/webcourier/aps?tok=\(courier)&ttl=43200") == true)
+            expectEqual(created.json["webcourierURL"]?.stringValue?.contains("/webcourier/aps?tok=\(courier)&ttl=43200"), true)
             let hex = String(repeating: "ab", count: 32)
             for path in ["/device/1/\(TestServer.container)/development/tokens/register",
                 "/database/1/\(TestServer.container)/development/tokens/register",
@@ -157,17 +157,17 @@ import Testing
             {
                 let response = try await alice.send(
                     path: path, body: Array(JSON.object(["apnsEnvironment": "production", "apnsToken": .string(hex)]).serialized()))
-                #expect(response.status == 200, "\(path)")
-                #expect(response.json["apnsToken"]?.stringValue == hex)
+                expectEqual(response.status, 200, "\(path)")
+                expectEqual(response.json["apnsToken"]?.stringValue, hex)
             }
-            #expect(try await alice.device("tokens/register", ["apnsToken": .string(courier)]).status == 200)
+            try await expectEqual(alice.device("tokens/register", ["apnsToken": .string(courier)]).status, 200)
             for bad: JSON in ["abc", .string(String(repeating: "zz", count: 32)), .string(String(repeating: "ab", count: 33)), 42] {
                 let response = try await alice.device("tokens/register", ["apnsToken": bad])
-                #expect(response.status == 400, "\(bad)")
+                expectEqual(response.status, 400, "\(bad)")
             }
-            #expect(try await alice.device("tokens/register", ["apnsToken": .string(hex), "apnsEnvironment": "staging"]).status == 400)
+            try await expectEqual(alice.device("tokens/register", ["apnsToken": .string(hex), "apnsEnvironment": "staging"]).status, 400)
             let bob = try await server.user("bob")
-            #expect(try await bob.device("tokens/register", ["apnsToken": .string(courier)]).errorCode == "ACCESS_DENIED")
+            try await expectEqual(bob.device("tokens/register", ["apnsToken": .string(courier)]).errorCode, "ACCESS_DENIED")
         }
     }
 }

@@ -20,8 +20,8 @@ struct TestModeTests {
         try await TestServer.with { server in
             for path in ["state", "faults", "faults/clear", "clock/advance", "users/signOut"] {
                 let response = try await Self.post(server, path, ["kind": "throttled", "seconds": 1, "user": "alice"])
-                #expect(response.status == 404, "\(path)")
-                #expect(response.errorCode == "NOT_FOUND")
+                expectEqual(response.status, 404, "\(path)")
+                expectEqual(response.errorCode, "NOT_FOUND")
                 #expect(response.reason.contains("--test-mode"))
             }
             #expect(server.service.options.faults == nil)
@@ -32,27 +32,27 @@ struct TestModeTests {
     func throttledOverHTTP() async throws {
         try await TestServer.with(configure: Self.testMode) { server in
             let alice = try await server.user("alice")
-            #expect(try await alice.createZone("Notes").status == 200)
+            try await expectEqual(alice.createZone("Notes").status, 200)
             let added = try await Self.post(server, "faults", ["kind": "throttled", "retryAfter": 7, "route": "records/modify", "count": 2])
-            #expect(added.status == 200, "\(added.text)")
+            expectEqual(added.status, 200, "\(added.text)")
             let id = try #require(added.json["fault"]?["id"]?.stringValue)
-            #expect(added.json["fault"]?["remaining"] == .int(2))
+            expectEqual(added.json["fault"]?["remaining"], .int(2))
             // Another route is not concerned.
-            #expect(try await alice.lookup(zone: "Notes", ["n1"]).status == 200)
+            try await expectEqual(alice.lookup(zone: "Notes", ["n1"]).status, 200)
             for _ in 0..<2 {
                 let refused = try await alice.modify(zone: "Notes", [Op.create("n1", ["text": Op.field("hi")])])
-                #expect(refused.status == 429)
-                #expect(refused.errorCode == "THROTTLED")
-                #expect(refused.json["retryAfter"] == .int(7))
-                #expect(refused.header("Retry-After") == "7")
+                expectEqual(refused.status, 429)
+                expectEqual(refused.errorCode, "THROTTLED")
+                expectEqual(refused.json["retryAfter"], .int(7))
+                expectEqual(refused.header("Retry-After"), "7")
             }
             let saved = try await alice.modify(zone: "Notes", [Op.create("n1", ["text": Op.field("hi")])])
-            #expect(saved.status == 200)
+            expectEqual(saved.status, 200)
             #expect(saved.records.first?["serverErrorCode"] == nil)
             let state = try await Self.post(server, "state", [:])
-            #expect(state.json["faults"]?.arrayValue?.isEmpty == true, "spent after two")
+            expectEqual(state.json["faults"]?.arrayValue?.isEmpty, true, "spent after two")
             let clearSpent = try await Self.post(server, "faults/clear", ["id": .string(id)])
-            #expect(clearSpent.status == 404)
+            expectEqual(clearSpent.status, 404)
             #expect(clearSpent.reason.contains("spent"))
         }
     }
@@ -61,7 +61,7 @@ struct TestModeTests {
     func connectionResetOverHTTP() async throws {
         try await TestServer.with(configure: Self.testMode) { server in
             let alice = try await server.user("alice")
-            #expect(try await alice.createZone("Notes").status == 200)
+            try await expectEqual(alice.createZone("Notes").status, 200)
             _ = try await Self.post(server, "faults", ["kind": "connectionReset", "route": "records/modify", "user": "alice"])
             await #expect(throws: (any Error).self) {
                 let answer = try await alice.modify(zone: "Notes", [Op.create("n1", ["text": Op.field("kept")])])
@@ -69,7 +69,7 @@ struct TestModeTests {
                 if answer.records.isEmpty { throw TestFailure("cut short: \(answer.text.prefix(20))") }
             }
             let stored = try await alice.lookup(zone: "Notes", ["n1"])
-            #expect(stored.records.first?.fieldValue("text") == .string("kept"))
+            expectEqual(stored.records.first?.fieldValue("text"), .string("kept"))
         }
     }
 
@@ -79,33 +79,33 @@ struct TestModeTests {
             _ = try await server.user("alice")
             func expectRefused(_ path: String, _ body: JSON, _ status: Int = 400, mentioning words: String) async throws {
                 let response = try await Self.post(server, path, body)
-                #expect(response.status == status, "\(path) \(body.serialized()): \(response.text)")
+                expectEqual(response.status, status, "\(path) \(body.serialized()): \(response.text)")
                 #expect(response.reason.contains(words), "\(response.reason)")
             }
             try await expectRefused("faults", [:], mentioning: "kind")
             try await expectRefused("faults", ["kind": "earthquake"], mentioning: "throttled, zoneBusy")
             try await expectRefused("faults", ["kind": "throttled", "retryAfter": 0], mentioning: "retryAfter")
             try await expectRefused("faults", ["kind": "throttled", "retryAfter": 3601], mentioning: "retryAfter")
-            #expect(try await Self.post(server, "faults", ["kind": "throttled", "retryAfter": 3600, "user": "alice"]).status == 200)
+            try await expectEqual(Self.post(server, "faults", ["kind": "throttled", "retryAfter": 3600, "user": "alice"]).status, 200)
             try await expectRefused("faults", ["kind": "throttled", "count": 0], mentioning: "count")
             try await expectRefused("faults", ["kind": "throttled", "count": 1_000_001], mentioning: "count")
-            #expect(try await Self.post(server, "faults", ["kind": "throttled", "count": 1_000_000, "user": "alice"]).status == 200)
+            try await expectEqual(Self.post(server, "faults", ["kind": "throttled", "count": 1_000_000, "user": "alice"]).status, 200)
             try await expectRefused("faults", ["kind": "throttled", "count": 2, "always": true], mentioning: "always")
             try await expectRefused("faults", ["kind": "pushDelayed", "delaySeconds": 3601], mentioning: "delaySeconds")
             try await expectRefused("faults", ["kind": "conflict"], mentioning: "recordName")
             try await expectRefused("faults", ["kind": "throttled", "user": "nobody"], 404, mentioning: "nobody")
             let always = try await Self.post(server, "faults", ["kind": "tryAgainLater", "always": true, "user": "alice"])
-            #expect(always.json["fault"]?["remaining"] == .string("always"))
+            expectEqual(always.json["fault"]?["remaining"], .string("always"))
             let notJSON = try await server.client().send(path: "/test/1/faults", body: Array("{kind".utf8), rawQuery: "")
-            #expect(notJSON.status == 400)
+            expectEqual(notJSON.status, 400)
             let cleared = try await Self.post(server, "faults/clear", [:])
-            #expect(cleared.json["removed"] == .int(3))
+            expectEqual(cleared.json["removed"], .int(3))
 
             try await expectRefused("clock/advance", ["seconds": 0], mentioning: "seconds")
             try await expectRefused("clock/advance", ["seconds": .int(TestModeRoutes.maximumSeconds + 1)], mentioning: "seconds")
             let before = try await Self.post(server, "state", [:]).json["clock"]?["now"]?.int64Value ?? 0
             let advanced = try await Self.post(server, "clock/advance", ["seconds": .int(TestModeRoutes.maximumSeconds)])
-            #expect(advanced.json["clock"]?["advancedMilliseconds"] == .int(TestModeRoutes.maximumSeconds * 1000))
+            expectEqual(advanced.json["clock"]?["advancedMilliseconds"], .int(TestModeRoutes.maximumSeconds * 1000))
             #expect((advanced.json["clock"]?["now"]?.int64Value ?? 0) >= before + TestModeRoutes.maximumSeconds * 1000)
 
             try await expectRefused("users/signOut", [:], mentioning: "user")
@@ -117,12 +117,12 @@ struct TestModeTests {
     func signOutOverHTTP() async throws {
         try await TestServer.with(configure: Self.testMode) { server in
             let alice = try await server.user("alice")
-            #expect(try await alice.createZone("Notes").status == 200)
+            try await expectEqual(alice.createZone("Notes").status, 200)
             let ended = try await Self.post(server, "users/signOut", ["user": "alice"])
-            #expect(ended.json["sessionsEnded"] == .int(1))
+            expectEqual(ended.json["sessionsEnded"], .int(1))
             let after = try await alice.createZone("Later")
-            #expect(after.status == 421)
-            #expect(after.errorCode == "AUTHENTICATION_REQUIRED")
+            expectEqual(after.status, 421)
+            expectEqual(after.errorCode, "AUTHENTICATION_REQUIRED")
         }
     }
 }

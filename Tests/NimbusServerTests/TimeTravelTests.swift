@@ -73,13 +73,13 @@ struct TimeTravelTests {
         try await TestServer.with { server in
             let browser = try await Self.administrator(server)
             let alice = try await server.user("alice")
-            #expect(try await alice.createZone("Notes").status == 200)
+            try await expectEqual(alice.createZone("Notes").status, 200)
             let saved = try await alice.modify(
                 zone: "Notes", [Self.note("n1", "groceries"), Self.note("n2", "books"), Self.note("n3", "garden")])
             #expect(saved.records.count == 3 && saved.records.allSatisfy { $0.errorCode == nil }, "\(saved.text)")
             var device = Device()
             try await device.sync(alice)
-            #expect(device.titles == ["n1": "groceries", "n2": "books", "n3": "garden"])
+            expectEqual(device.titles, ["n1": "groceries", "n2": "books", "n3": "garden"])
 
             server.clock.advance(milliseconds: 60_000)
             let beforeTheBug = server.clock.nowMilliseconds()
@@ -93,31 +93,31 @@ struct TimeTravelTests {
                 [Op.update("n1", tag: n1, ["title": Op.field("???")]), Op.delete("n2", tag: n2), Self.note("n4", "junk")])
             #expect(damaged.records.allSatisfy { $0.errorCode == nil }, "\(damaged.text)")
             let n1Again = try #require(damaged.records.first { $0["recordName"]?.stringValue == "n1" }?.changeTag)
-            #expect(try await alice.modify(zone: "Notes", [Op.update("n1", tag: n1Again, ["title": Op.field("!!!")])]).status == 200)
+            try await expectEqual(alice.modify(zone: "Notes", [Op.update("n1", tag: n1Again, ["title": Op.field("!!!")])]).status, 200)
             try await device.sync(alice)
-            #expect(device.titles == ["n1": "!!!", "n3": "garden", "n4": "junk"])
+            expectEqual(device.titles, ["n1": "!!!", "n3": "garden", "n4": "junk"])
             let usage = try await browser.get("containers/\(Self.container)/usage/development")
             let aliceUsage = usage.json["users"]?.arrayValue?.first { $0["name"]?.stringValue == "alice" }
             #expect((aliceUsage?["historyBytes"]?.int64Value ?? 0) > 0, "\(usage.text)")
 
             // The preview names every change and writes nothing.
             let preview = try await Self.travel(browser, to: beforeTheBug)
-            #expect(preview.status == 200, "\(preview.text)")
-            #expect(Self.changes(preview) == ["revert n1", "restore n2", "delete n4"], "\(preview.text)")
-            #expect(preview.json["applied"]?.boolValue == false)
+            expectEqual(preview.status, 200, "\(preview.text)")
+            expectEqual(Self.changes(preview), ["revert n1", "restore n2", "delete n4"], "\(preview.text)")
+            expectEqual(preview.json["applied"]?.boolValue, false)
             #expect(try await alice.lookup(zone: "Notes", ["n4"]).records.first?.errorCode == nil)
 
             let applied = try await Self.travel(browser, to: beforeTheBug, apply: true)
-            #expect(applied.status == 200, "\(applied.text)")
-            #expect(Self.changes(applied) == ["revert n1", "restore n2", "delete n4"], "\(applied.text)")
+            expectEqual(applied.status, 200, "\(applied.text)")
+            expectEqual(Self.changes(applied), ["revert n1", "restore n2", "delete n4"], "\(applied.text)")
 
             // The device fetches the restore as ordinary changes, with the token it has.
             try await device.sync(alice)
-            #expect(device.titles == ["n1": "groceries", "n2": "books", "n3": "garden"])
+            expectEqual(device.titles, ["n1": "groceries", "n2": "books", "n3": "garden"])
             let fresh = Device()
             var fromScratch = fresh
             try await fromScratch.sync(alice)
-            #expect(fromScratch.titles == device.titles)
+            expectEqual(fromScratch.titles, device.titles)
 
             // Nothing is left to restore; the log says who did it.
             #expect(Self.changes(try await Self.travel(browser, to: beforeTheBug)).isEmpty)
@@ -127,11 +127,11 @@ struct TimeTravelTests {
             // And going back again undoes the restore itself: it was only changes.
             let afterRestore = server.clock.nowMilliseconds()
             server.clock.advance(milliseconds: 1_000)
-            #expect(try await alice.modify(zone: "Notes", [Op.forceDelete("n3")]).status == 200)
+            try await expectEqual(alice.modify(zone: "Notes", [Op.forceDelete("n3")]).status, 200)
             let again = try await Self.travel(browser, to: afterRestore, apply: true)
-            #expect(Self.changes(again) == ["restore n3"], "\(again.text)")
+            expectEqual(Self.changes(again), ["restore n3"], "\(again.text)")
             try await device.sync(alice)
-            #expect(device.titles == ["n1": "groceries", "n2": "books", "n3": "garden"])
+            expectEqual(device.titles, ["n1": "groceries", "n2": "books", "n3": "garden"])
         }
     }
 
@@ -142,25 +142,25 @@ struct TimeTravelTests {
             let alice = try await server.user("alice")
             let bob = try await server.user("bob")
             for zone in ["Notes", "Lists"] { #expect(try await alice.createZone(zone).status == 200) }
-            #expect(try await alice.modify(zone: "Notes", [Self.note("a", "one")]).status == 200)
-            #expect(try await alice.modify(zone: "Lists", [Self.note("b", "two")]).status == 200)
-            #expect(try await bob.createZone("Notes").status == 200)
-            #expect(try await bob.modify(zone: "Notes", [Self.note("a", "bob's")]).status == 200)
+            try await expectEqual(alice.modify(zone: "Notes", [Self.note("a", "one")]).status, 200)
+            try await expectEqual(alice.modify(zone: "Lists", [Self.note("b", "two")]).status, 200)
+            try await expectEqual(bob.createZone("Notes").status, 200)
+            try await expectEqual(bob.modify(zone: "Notes", [Self.note("a", "bob's")]).status, 200)
             server.clock.advance(milliseconds: 1_000)
             let moment = server.clock.nowMilliseconds()
             server.clock.advance(milliseconds: 1_000)
-            #expect(try await alice.modify(zone: "Notes", [Op.forceDelete("a")]).status == 200)
-            #expect(try await alice.modify(zone: "Lists", [Op.forceDelete("b"), Self.note("c", "new")]).status == 200)
-            #expect(try await bob.modify(zone: "Notes", [Op.forceDelete("a")]).status == 200)
+            try await expectEqual(alice.modify(zone: "Notes", [Op.forceDelete("a")]).status, 200)
+            try await expectEqual(alice.modify(zone: "Lists", [Op.forceDelete("b"), Self.note("c", "new")]).status, 200)
+            try await expectEqual(bob.modify(zone: "Notes", [Op.forceDelete("a")]).status, 200)
 
             let applied = try await Self.travel(browser, zone: nil, to: moment, apply: true)
-            #expect(applied.status == 200, "\(applied.text)")
-            #expect(Self.changes(applied, zone: "Notes") == ["restore a"], "\(applied.text)")
-            #expect(Self.changes(applied, zone: "Lists") == ["restore b", "delete c"], "\(applied.text)")
-            #expect(try await alice.lookup(zone: "Lists", ["b"]).records.first?.fieldValue("title")?.stringValue == "two")
-            #expect(try await alice.lookup(zone: "Lists", ["c"]).records.first?.errorCode == "NOT_FOUND")
+            expectEqual(applied.status, 200, "\(applied.text)")
+            expectEqual(Self.changes(applied, zone: "Notes"), ["restore a"], "\(applied.text)")
+            expectEqual(Self.changes(applied, zone: "Lists"), ["restore b", "delete c"], "\(applied.text)")
+            try await expectEqual(alice.lookup(zone: "Lists", ["b"]).records.first?.fieldValue("title")?.stringValue, "two")
+            try await expectEqual(alice.lookup(zone: "Lists", ["c"]).records.first?.errorCode, "NOT_FOUND")
             // Bob's zone of the same name is his own.
-            #expect(try await bob.lookup(zone: "Notes", ["a"]).records.first?.errorCode == "NOT_FOUND")
+            try await expectEqual(bob.lookup(zone: "Notes", ["a"]).records.first?.errorCode, "NOT_FOUND")
         }
     }
 
@@ -169,18 +169,18 @@ struct TimeTravelTests {
         try await TestServer.with { server in
             let browser = try await Self.administrator(server)
             let alice = try await server.user("alice")
-            #expect(try await alice.modify("public", [Self.note("p1", "posted"), Self.note("p2", "also")]).status == 200)
+            try await expectEqual(alice.modify("public", [Self.note("p1", "posted"), Self.note("p2", "also")]).status, 200)
             server.clock.advance(milliseconds: 1_000)
             let moment = server.clock.nowMilliseconds()
             server.clock.advance(milliseconds: 1_000)
-            #expect(try await alice.modify("public", [Op.forceDelete("p1"), Self.note("p3", "spam")]).status == 200)
+            try await expectEqual(alice.modify("public", [Op.forceDelete("p1"), Self.note("p3", "spam")]).status, 200)
             let applied = try await Self.travel(browser, user: nil, zone: "_defaultZone", to: moment, apply: true)
-            #expect(Self.changes(applied, zone: "_defaultZone") == ["restore p1", "delete p3"], "\(applied.text)")
+            expectEqual(Self.changes(applied, zone: "_defaultZone"), ["restore p1", "delete p3"], "\(applied.text)")
             let found = try await alice.lookup("public", ["p1", "p3"]).records
             #expect(found.first?.fieldValue("title")?.stringValue == "posted" && found.last?.errorCode == "NOT_FOUND", "\(found)")
             // Still alice's: the restore kept its creator, so the public database's default
             // role (only the creator writes) still lets her edit it.
-            #expect(found.first?["created"]?["userRecordName"]?.stringValue == alice.userRecordName, "\(found)")
+            expectEqual(found.first?["created"]?["userRecordName"]?.stringValue, alice.userRecordName, "\(found)")
             let tag = try #require(found.first?.changeTag)
             #expect(try await alice.modify("public", [Op.update("p1", tag: tag, ["title": Op.field("edited")])]).records.first?.errorCode == nil)
         }
@@ -190,31 +190,31 @@ struct TimeTravelTests {
     func assetsComeBack() async throws {
         try await TestServer.with { $0.service.sessionIdleTimeoutMilliseconds = 365 * 86_400_000 } _: { server in
             let alice = try await server.user("alice")
-            #expect(try await alice.createZone("Notes").status == 200)
+            try await expectEqual(alice.createZone("Notes").status, 200)
             let bytes = Array("a photo worth keeping".utf8)
             let file = try await AssetTests.upload(alice, bytes)
             #expect(try await alice.modify(zone: "Notes", [AssetTests.photo("p1", file)]).records.first?.errorCode == nil)
             server.clock.advance(milliseconds: 1_000)
             let moment = server.clock.nowMilliseconds()
             server.clock.advance(milliseconds: 1_000)
-            #expect(try await alice.modify(zone: "Notes", [Op.forceDelete("p1")]).status == 200)
+            try await expectEqual(alice.modify(zone: "Notes", [Op.forceDelete("p1")]).status, 200)
 
             // Past the grace period no record holds the blob, but an earlier version does.
             server.clock.advance(milliseconds: server.service.options.assets.effectiveGraceSeconds * 1000 + 1_000)
-            #expect(try await server.service.collectAssets().blobs == 0)
+            try await expectEqual(server.service.collectAssets().blobs, 0)
             let browser = try await Self.administrator(server)  // signed in now: a day has passed
             let applied = try await Self.travel(browser, to: moment, apply: true)
-            #expect(Self.changes(applied) == ["restore p1"], "\(applied.status) \(applied.text)")
+            expectEqual(Self.changes(applied), ["restore p1"], "\(applied.status) \(applied.text)")
             let restored = try await alice.lookup(zone: "Notes", ["p1"]).records.first
             let url = try #require(restored?.fieldValue("image")?["downloadURL"]?.stringValue, "\(String(describing: restored))")
             let download = try await AssetTests.http(.GET, url)
             #expect(download.status == 200 && download.body == bytes)
 
             // Once versions holding it are past the retention and the record lets go, it goes.
-            #expect(try await alice.modify(zone: "Notes", [Op.forceDelete("p1")]).status == 200)
+            try await expectEqual(alice.modify(zone: "Notes", [Op.forceDelete("p1")]).status, 200)
             server.clock.advance(milliseconds: Int64(Limits.recordHistoryDays.value + 1) * 86_400_000)
             #expect(try await server.service.pruneRecordHistory() > 0)
-            #expect(try await server.service.collectAssets().blobs == 1)
+            try await expectEqual(server.service.collectAssets().blobs, 1)
         }
     }
 
@@ -224,14 +224,14 @@ struct TimeTravelTests {
             let browser = try await Self.administrator(server)
             let viewer = try await Self.administrator(server, role: .readOnly, name: "vera")
             let alice = try await server.user("alice")
-            #expect(try await alice.createZone("Notes").status == 200)
+            try await expectEqual(alice.createZone("Notes").status, 200)
             let started = try #require(try await server.service.recordHistory?.recordHistoryState().keptSince)
 
             let tooEarly = try await Self.travel(browser, to: started - 1)
-            #expect(tooEarly.status == 400, "\(tooEarly.text)")
+            expectEqual(tooEarly.status, 400, "\(tooEarly.text)")
             #expect(tooEarly.reason.contains("oldest moment available is \(NimbusService.isoMoment(started))"), "\(tooEarly.text)")
             let atTheEdge = try await Self.travel(browser, to: started)
-            #expect(atTheEdge.status == 200, "\(atTheEdge.text)")
+            expectEqual(atTheEdge.status, 200, "\(atTheEdge.text)")
 
             let future = try await Self.travel(browser, to: server.clock.nowMilliseconds() + 60_000)
             #expect(future.status == 400 && future.reason.contains("in the future"), "\(future.text)")
@@ -241,13 +241,13 @@ struct TimeTravelTests {
             let noZone = try await Self.travel(browser, zone: "Nope", to: server.clock.nowMilliseconds())
             #expect(noZone.status == 404 && noZone.reason.contains("Nope"), "\(noZone.text)")
             let noUser = try await Self.travel(browser, user: "nobody", to: server.clock.nowMilliseconds())
-            #expect(noUser.status == 404, "\(noUser.text)")
+            expectEqual(noUser.status, 404, "\(noUser.text)")
 
             // A read-only operator may look, not change.
             let look = try await Self.travel(viewer, to: server.clock.nowMilliseconds())
-            #expect(look.status == 200, "\(look.text)")
+            expectEqual(look.status, 200, "\(look.text)")
             let change = try await Self.travel(viewer, to: server.clock.nowMilliseconds(), apply: true)
-            #expect(change.status == 403, "\(change.text)")
+            expectEqual(change.status, 403, "\(change.text)")
 
             // The retention moves with the clock (the operator's session would not outlive the
             // week: the verbs' way in, as `nimbus restore-zone` calls it).
@@ -274,13 +274,13 @@ struct TimeTravelTests {
     func aRacingWriteMakesTheRestoreZoneBusy() async throws {
         try await TestServer.with { server in
             let alice = try await server.user("alice")
-            #expect(try await alice.createZone("Notes").status == 200)
+            try await expectEqual(alice.createZone("Notes").status, 200)
             let saved = try await alice.modify(zone: "Notes", [Self.note("n1", "first"), Self.note("n2", "second")])
             server.clock.advance(milliseconds: 1_000)
             let moment = server.clock.nowMilliseconds()
             server.clock.advance(milliseconds: 1_000)
             let n1 = try #require(saved.records.first?.changeTag)
-            #expect(try await alice.modify(zone: "Notes", [Op.update("n1", tag: n1, ["title": Op.field("changed")]), Op.forceDelete("n2")]).status == 200)
+            try await expectEqual(alice.modify(zone: "Notes", [Op.update("n1", tag: n1, ["title": Op.field("changed")]), Op.forceDelete("n2")]).status, 200)
 
             let service = server.service
             let history = try #require(service.recordHistory)
@@ -290,11 +290,11 @@ struct TimeTravelTests {
             let key = try target.key()
             let zone = try #require(try await service.storage.read { tx in try tx.database(key).flatMap { try tx.zone(databaseID: $0.id, name: "Notes") } })
             let plan = try await service.restorePlan(zone, key: key, moment: moment, history: history, applying: true)
-            #expect(plan.summary.items.count == 2)
+            expectEqual(plan.summary.items.count, 2)
 
             // The app writes n1 again after the plan was made.
             let current = try #require(try await alice.lookup(zone: "Notes", ["n1"]).records.first?.changeTag)
-            #expect(try await alice.modify(zone: "Notes", [Op.update("n1", tag: current, ["title": Op.field("live")])]).status == 200)
+            try await expectEqual(alice.modify(zone: "Notes", [Op.update("n1", tag: current, ["title": Op.field("live")])]).status, 200)
             do {
                 try await service.applyRestore(plan, zone: zone, target: target)
                 Issue.record("a restore over a newer write went through")
@@ -303,8 +303,8 @@ struct TimeTravelTests {
                 #expect(error.reason.contains("n1") && error.reason.contains("nothing was written"), "\(error)")
             }
             // n2 was in the same batch: still deleted.
-            #expect(try await alice.lookup(zone: "Notes", ["n2"]).records.first?.errorCode == "NOT_FOUND")
-            #expect(try await alice.lookup(zone: "Notes", ["n1"]).records.first?.fieldValue("title")?.stringValue == "live")
+            try await expectEqual(alice.lookup(zone: "Notes", ["n2"]).records.first?.errorCode, "NOT_FOUND")
+            try await expectEqual(alice.lookup(zone: "Notes", ["n1"]).records.first?.fieldValue("title")?.stringValue, "live")
         }
     }
 }

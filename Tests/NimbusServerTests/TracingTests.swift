@@ -32,7 +32,7 @@ import Testing
             userRecordName: nil)
         client.webAuthToken = try #require(try await client.signIn("crash", password: "crash-test-pw").json["ckWebAuthToken"]?.stringValue)
         let created = try await client.createZone("Traced")
-        #expect(created.status == 200)
+        expectEqual(created.status, 200)
         let uuid = try #require(created.header("X-Apple-Request-UUID"))
 
         // Protobuf keeps strings as their UTF-8 bytes: each is found in the exported batches.
@@ -53,7 +53,7 @@ import Testing
         let joined = try await client.send(
             path: "/database/1/\(container)/development/private/zones/list", body: Array("{}".utf8),
             headers: [("traceparent", "00-\(traceID)-00f067aa0ba902b7-01")])
-        #expect(joined.status == 200)
+        expectEqual(joined.status, 200)
         let traceBytes = stride(from: 0, to: traceID.count, by: 2).map { offset -> UInt8 in
             let start = traceID.index(traceID.startIndex, offsetBy: offset)
             return UInt8(traceID[start..<traceID.index(start, offsetBy: 2)], radix: 16)!

@@ -96,11 +96,11 @@ import Testing
             // the database's sequence covers them.
             let (after, zones) = try await Self.load(engine, [a, b])
             let changed = zones.sorted { $0.changeSequence < $1.changeSequence }
-            #expect(changed.map(\.name) == ["B", "A"])
+            expectEqual(changed.map(\.name), ["B", "A"])
             #expect(changed[0].changeSequence > before.sequence)
             #expect(changed[1].changeSequence > changed[0].changeSequence)
             #expect(after.sequence >= changed[1].changeSequence)
-            #expect(zones.map(\.recordSequence) == [loaded[0].recordSequence + 1, loaded[1].recordSequence + 1])
+            expectEqual(zones.map(\.recordSequence), [loaded[0].recordSequence + 1, loaded[1].recordSequence + 1])
 
             // A second unit decided from A as it was before: the zone moved, so it fails whole.
             let stale = Self.save("z", in: loaded[0], database: database, id: ids.lowerBound + 2)
@@ -119,7 +119,7 @@ import Testing
             let (_, a, b) = try await Self.setUp(engine)
             let ids = try await engine.reserveIDs(.record, count: 5)
             let (database, loaded) = try await Self.load(engine, [a, b])
-            #expect(database.usedBytes == 0)
+            expectEqual(database.usedBytes, 0)
             // Each unit saw room for its 600 bytes under a quota of 1,000; together they do not fit.
             try await engine.apply(Self.save("x", in: loaded[1], database: database, bytes: 600, quota: 1_000, id: ids.lowerBound))
             let late = Self.save("y", in: loaded[0], database: database, bytes: 600, quota: 1_000, id: ids.lowerBound + 1)
@@ -129,14 +129,14 @@ import Testing
             await #expect { try await engine.apply(pastByOne) } throws: { Self.isCollision($0) }
             // Decided again from what is there now, a save that fills the quota exactly commits.
             let (now, fresh) = try await Self.load(engine, [a])
-            #expect(now.usedBytes == 600)
+            expectEqual(now.usedBytes, 600)
             try await engine.apply(Self.save("y", in: fresh[0], database: now, bytes: 400, quota: 1_000, id: ids.lowerBound + 2))
             // Freeing bytes needs no room, whatever changed meanwhile.
             var free = Self.save("w", in: loaded[1], database: database, bytes: -100, id: ids.lowerBound + 3)
             free.zoneSequences = [:]
             free.writes = []
             try await engine.apply(free)
-            #expect(try await Self.load(engine, []).0.usedBytes == 900)
+            try await expectEqual(Self.load(engine, []).0.usedBytes, 900)
         }
     }
 
@@ -164,7 +164,7 @@ import Testing
             await #expect { try await engine.apply(make("A", id: ids.lowerBound + 2, replacing: nil)) } throws: { Self.isCollision($0) }
             try await engine.apply(make("A", id: ids.lowerBound + 3, replacing: a.id))
             let rows = try await engine.load(LoadRequest(keys: [.zone(databaseID: database.id, name: "A")]))
-            #expect((rows.zones[ZoneKey(databaseID: database.id, name: "A")] ?? nil)?.id == ids.lowerBound + 3)
+            expectEqual((rows.zones[ZoneKey(databaseID: database.id, name: "A")] ?? nil)?.id, ids.lowerBound + 3)
         }
     }
 }

@@ -31,12 +31,12 @@ import Testing
     @Test func urlsNameAPrimaryAndItsStandbysAsLibpqDoes() throws {
         let pair = try PostgresLocation(
             url: "postgres://nimbus:pw@db1:5433,db2,[::1]:6000/cloud?sslmode=disable&target_session_attrs=read-write")
-        #expect(pair.endpoints.map(\.description) == ["db1:5433", "db2:5432", "[::1]:6000"])
+        expectEqual(pair.endpoints.map(\.description), ["db1:5433", "db2:5432", "[::1]:6000"])
         #expect(pair.user == "nimbus" && pair.password == "pw" && pair.database == "cloud" && pair.tls == .disable)
         #expect(pair.sessionAttributes == .readWrite && pair.followsPrimary)
         // What logs show, and what pg_dump and pg_restore are given: every host, no password.
-        #expect(pair.description == "postgres://nimbus@db1:5433,db2:5432,[::1]:6000/cloud?sslmode=disable&target_session_attrs=read-write")
-        #expect(try PostgresLocation(url: pair.description).endpoints == pair.endpoints)
+        expectEqual(pair.description, "postgres://nimbus@db1:5433,db2:5432,[::1]:6000/cloud?sslmode=disable&target_session_attrs=read-write")
+        try expectEqual(PostgresLocation(url: pair.description).endpoints, pair.endpoints)
         // One host that must be a primary is followed too: a demoted host is left for none.
         #expect(try PostgresLocation(url: "postgres://db1/cloud?target_session_attrs=primary").followsPrimary)
         // Several hosts, any of them: the first that answers.
@@ -137,7 +137,7 @@ import Testing
             let names = try await PostgresTestCluster.rows(
                 "SELECT proname::text FROM pg_proc WHERE proname LIKE 'nimbus\\_apply%' ORDER BY proname", on: location
             ).compactMap(\.first).compactMap { $0 }
-            #expect(names.count == 2, "\(names)")
+            expectEqual(names.count, 2, "\(names)")
             #expect(names.contains("nimbus_apply_00000000000000ff"))
             let own = names.filter { $0 != "nimbus_apply_00000000000000ff" }
             #expect(own.count == 1 && own[0].wholeMatch(of: /nimbus_apply_[0-9a-f]{16}/) != nil, "\(own)")
@@ -149,7 +149,7 @@ import Testing
                     databaseID: try unit.ensureDatabase(DatabaseKey(container: "c", environment: .development, scope: .private, ownerID: 1)).id,
                     name: "Z")
             }
-            #expect(zone.name == "Z")
+            expectEqual(zone.name, "Z")
             await storage2.close()
         }
     }
@@ -167,14 +167,14 @@ import Testing
                 try await work()
                 return statements.withLock { $0.count }
             }
-            #expect(try await roundTrips { _ = try await accounts.createContainer(ContainerRow(id: "c", createdAt: 1)) } == 1)
+            try await expectEqual(roundTrips { _ = try await accounts.createContainer(ContainerRow(id: "c", createdAt: 1)) }, 1)
             guard case .created(let user) = try await accounts.createUser(name: "u", passwordHash: "p", createdAt: 1, profile: UserProfile())
             else { throw TestFailure("the user was not created") }
             let session = SessionRow(tokenHash: "s", userID: user.id, container: "c", environment: .development, createdAt: 1, lastUsedAt: 1)
-            #expect(try await roundTrips { try await accounts.startSession(session, removingSessionsIdleBefore: 0) } == 1)
+            try await expectEqual(roundTrips { try await accounts.startSession(session, removingSessionsIdleBefore: 0) }, 1)
             // Authenticating a request: token, session and user in one.
-            #expect(try await roundTrips { _ = try await accounts.credentials(apiTokenHash: "t", sessionHash: "s") } == 1)
-            #expect(try await roundTrips { _ = try await accounts.endSessions(userName: "u") } == 1)
+            try await expectEqual(roundTrips { _ = try await accounts.credentials(apiTokenHash: "t", sessionHash: "s") }, 1)
+            try await expectEqual(roundTrips { _ = try await accounts.endSessions(userName: "u") }, 1)
             await storage.close()
         }
     }
@@ -193,7 +193,7 @@ import Testing
                 "SELECT table_name::text FROM information_schema.columns WHERE column_name = 'database_id' AND table_name IN (\(list))",
                 on: location
             ).compactMap(\.first).compactMap { $0 }
-            #expect(Set(carrying) == Set(tables))
+            expectEqual(Set(carrying), Set(tables))
             let keys = try await PostgresTestCluster.rows(
                 """
                 SELECT c.conrelid::regclass::text, c.conname::text, a.attname::text
@@ -201,9 +201,9 @@ import Testing
                 WHERE c.contype IN ('p', 'u') AND c.conrelid::regclass::text IN (\(list))
                 """, on: location)
             let keyed = Set(keys.compactMap { $0[0] })
-            #expect(keyed == Set(tables).subtracting(["record_references"]), "tables with keys: \(keyed.sorted())")
+            expectEqual(keyed, Set(tables).subtracting(["record_references"]), "tables with keys: \(keyed.sorted())")
             for key in keys {
-                #expect(key[2] == "database_id", "\(key[0] ?? "") key \(key[1] ?? "") leads with \(key[2] ?? "nothing")")
+                expectEqual(key[2], "database_id", "\(key[0] ?? "") key \(key[1] ?? "") leads with \(key[2] ?? "nothing")")
             }
         }
     }

@@ -36,10 +36,10 @@ struct PostgresPreparedStatementTests {
                 bindings.append(value)
                 let rows = try await storage.rows(PostgresQuery(unsafeSQL: sql, binds: bindings))
                 let sum = try rows.first?.decode(Int64.self)
-                #expect(sum == value + 1)
+                expectEqual(sum, value + 1)
             }
             let count = try await Self.prepared(storage, sql)
-            #expect(count == 1)
+            expectEqual(count, 1)
         }
     }
 
@@ -94,7 +94,7 @@ struct PostgresPreparedStatementTests {
                 }
             }
             let rows = try await storage.rows("SELECT 1")
-            #expect(rows.count == 1)
+            expectEqual(rows.count, 1)
         }
     }
 }

@@ -83,17 +83,17 @@ struct PostgresReplicaTests {
             let opened = Opened()
             try await TestServer.with(configure: { $0.storage = Self.opener(primary, replicas: [standby], opened: opened) }) { server in
                 let alice = try await server.user("alice")
-                #expect(try await alice.createZone("Notes").status == 200)
-                #expect(try await alice.modify(zone: "Notes", [Op.create("first")]).status == 200)
+                try await expectEqual(alice.createZone("Notes").status, 200)
+                try await expectEqual(alice.modify(zone: "Notes", [Op.create("first")]).status, 200)
                 try await Self.caughtUp(pair)
 
                 // Caught up: lookups, queries, zone lists and change feeds are the replica's.
                 let before = opened.replicaReads
                 #expect(try await alice.lookup(zone: "Notes", ["first"]).records.first?.errorCode == nil)
                 let query: JSON = ["zoneID": ["zoneName": "Notes"], "query": ["recordType": "Note"]]
-                #expect(try await alice.post("private", "records/query", query).records.count == 1)
-                #expect(try await alice.zoneChanges("Notes").zones.first?["records"]?.arrayValue?.count == 1)
-                #expect(try await alice.post("private", "zones/list", [:]).zones.count == 2)
+                try await expectEqual(alice.post("private", "records/query", query).records.count, 1)
+                try await expectEqual(alice.zoneChanges("Notes").zones.first?["records"]?.arrayValue?.count, 1)
+                try await expectEqual(alice.post("private", "zones/list", [:]).zones.count, 2)
                 #expect(opened.replicaReads >= before + 4, "\(opened.figures)")
 
                 // Held behind: the client's own write is still what it reads, from the primary.
@@ -104,10 +104,10 @@ struct PostgresReplicaTests {
                     #expect(saved.status == 200 && saved.records.first?.errorCode == nil, "\(saved.text)")
                     let found = try await alice.lookup(zone: "Notes", ["while-paused-\(index)"])
                     #expect(found.records.first?.errorCode == nil, "read its own write: \(found.text)")
-                    #expect(try await alice.post("private", "records/query", query).records.count == index + 2)
+                    try await expectEqual(alice.post("private", "records/query", query).records.count, index + 2)
                 }
-                #expect(opened.replicaReads == behind, "the lagging replica answered none of them")
-                #expect(opened.figures.first?.isUp == true)
+                expectEqual(opened.replicaReads, behind, "the lagging replica answered none of them")
+                expectEqual(opened.figures.first?.isUp, true)
 
                 // Caught up again: the replica serves them once more.
                 try await Self.replay("resume", pair)
@@ -132,7 +132,7 @@ struct PostgresReplicaTests {
                     let onReader = APIClient(
                         baseURL: reader.baseURL, container: TestServer.container, environment: .development,
                         apiToken: alice.apiToken, webAuthToken: alice.webAuthToken, userRecordName: alice.userRecordName)
-                    #expect(try await alice.createZone("Feed").status == 200)
+                    try await expectEqual(alice.createZone("Feed").status, 200)
                     try await Self.caughtUp(pair)
                     try await Self.replay("pause", pair)
                     let saved = try await alice.modify(zone: "Feed", (0..<30).map { Op.create(String(format: "r%02d", $0)) })
@@ -167,7 +167,7 @@ struct PostgresReplicaTests {
                         (token, more) = (next.token, next.more)
                     }
                     #expect(seen == (0..<30).map { String(format: "r%02d", $0) }, "no change skipped or repeated: \(seen)")
-                    #expect(try await page(alice, token).count == 0)
+                    try await expectEqual(page(alice, token).count, 0)
                 }
             }
         }

@@ -97,10 +97,10 @@ import Testing
         try await withDriver(driver) { storage in
             let first = try await storage.write { try $0.ensureDatabase(Self.key) }
             let second = try await storage.write { try $0.ensureDatabase(Self.key) }
-            #expect(first.id == second.id)
+            expectEqual(first.id, second.id)
             let zones = try await storage.read { try $0.zones(databaseID: first.id) }
-            #expect(zones.map(\.name) == ["_defaultZone"])
-            #expect(try await storage.read { try $0.installationSecret() }.count == 32)
+            expectEqual(zones.map(\.name), ["_defaultZone"])
+            try await expectEqual(storage.read { try $0.installationSecret() }.count, 32)
             // A new database asks once for production index entries to be rebuilt (its
             // migrations added a kind of entry); the service does that as it starts.
             #expect(try await storage.write { try $0.takeIndexRebuildRequest() })
@@ -167,11 +167,11 @@ import Testing
                 for await outcome in group { outcomes.append(outcome) }
                 return outcomes
             }
-            #expect(results.filter { $0 }.count == 133)
+            expectEqual(results.filter { $0 }.count, 133)
             let rows = try await storage.read { try $0.recordChanges(zoneID: zone.id, after: 0, recordTypes: nil, limit: 1000) }
-            #expect(rows.count == 133)
+            expectEqual(rows.count, 133)
             #expect(!rows.contains { Int($0.recordName.dropFirst())! % 3 == 0 })
-            #expect(rows.map(\.changeSequence) == rows.map(\.changeSequence).sorted())
+            expectEqual(rows.map(\.changeSequence), rows.map(\.changeSequence).sorted())
         }
     }
 
@@ -196,8 +196,8 @@ import Testing
                 try await group.waitForAll()
             }
             let rows = try await storage.read { try $0.recordChanges(zoneID: zone.id, after: 0, recordTypes: nil, limit: 2000) }
-            #expect(rows.count == 1200)
-            #expect(Set(rows.map(\.recordName)).count == 1200)
+            expectEqual(rows.count, 1200)
+            expectEqual(Set(rows.map(\.recordName)).count, 1200)
         }
     }
 
@@ -216,7 +216,7 @@ import Testing
             }
             try await storage.write { tx in try tx.deleteZone(id: first.id) }
             let tombstone = try await storage.read { try $0.zone(databaseID: database.id, name: "Z") }
-            #expect(tombstone?.isDeleted == true)
+            expectEqual(tombstone?.isDeleted, true)
             #expect(try await storage.read { try $0.record(zoneID: first.id, name: "r") } == nil)
             let (second, secondTag) = try await storage.write { tx in
                 let zone = try tx.createZone(databaseID: database.id, name: "Z")
@@ -226,8 +226,8 @@ import Testing
             // A record of the zone made again never gets a change tag one of the zone before had.
             #expect(secondTag > firstTags.max()!)
             let changes = try await storage.read { try $0.zoneChanges(databaseID: database.id, after: 0, limit: 10) }
-            #expect(changes.map(\.name) == ["Z"])
-            #expect(changes.first?.isDeleted == false)
+            expectEqual(changes.map(\.name), ["Z"])
+            expectEqual(changes.first?.isDeleted, false)
         }
     }
 
@@ -245,7 +245,7 @@ import Testing
                 return [first, other, updated, tombstone, recreated]
             }
             #expect(ids[0] != ids[1])
-            #expect(Set([ids[0], ids[2], ids[3], ids[4]]).count == 1)
+            expectEqual(Set([ids[0], ids[2], ids[3], ids[4]]).count, 1)
         }
     }
 
@@ -264,12 +264,12 @@ import Testing
                 try tx.putRecord(Self.row(zone.id, "a", sequence: try tx.nextRecordSequence(in: zone), deleted: true))
             }
             let all = try await storage.read { try $0.recordChanges(zoneID: zone.id, after: 0, recordTypes: nil, limit: 10) }
-            #expect(all.map(\.recordName) == ["b", "c", "a"])
-            #expect(all.last?.isDeleted == true)
+            expectEqual(all.map(\.recordName), ["b", "c", "a"])
+            expectEqual(all.last?.isDeleted, true)
             let page = try await storage.read { try $0.recordChanges(zoneID: zone.id, after: all[0].changeSequence, recordTypes: nil, limit: 1) }
-            #expect(page.map(\.recordName) == ["c"])
+            expectEqual(page.map(\.recordName), ["c"])
             let typed = try await storage.read { try $0.recordChanges(zoneID: zone.id, after: 0, recordTypes: ["Other"], limit: 10) }
-            #expect(typed.map(\.recordName) == ["b"])
+            expectEqual(typed.map(\.recordName), ["b"])
         }
     }
 
@@ -283,7 +283,7 @@ import Testing
                 #expect(try await storage.accounts.createContainer(ContainerRow(id: id, createdAt: Int64(time))))
             }
             let read = try await storage.read { try $0.containers() }
-            #expect(read == [ContainerRow(id: "C", createdAt: 3), ContainerRow(id: "a", createdAt: 1), ContainerRow(id: "b", createdAt: 2)])
+            expectEqual(read, [ContainerRow(id: "C", createdAt: 3), ContainerRow(id: "a", createdAt: 1), ContainerRow(id: "b", createdAt: 2)])
         }
     }
 
@@ -292,7 +292,7 @@ import Testing
         try await driver.run { accounts, _ in
             #expect(try await accounts.createContainer(ContainerRow(id: "c", createdAt: 1)))
             #expect(try await !accounts.createContainer(ContainerRow(id: "c", createdAt: 9)), "a second container c")
-            #expect(try await accounts.containers() == [ContainerRow(id: "c", createdAt: 1)])
+            try await expectEqual(accounts.containers(), [ContainerRow(id: "c", createdAt: 1)])
             let token = APITokenRow(tokenHash: "h", container: "c", environment: .production, createdAt: 2, isRevoked: false)
             #expect(try await accounts.createAPIToken(token))
             var orphan = token
@@ -301,31 +301,31 @@ import Testing
             #expect(try await !accounts.createAPIToken(orphan), "a token for a container that does not exist")
             guard case .created(let user) = try await accounts.createUser(name: "u", passwordHash: "p", createdAt: 3, profile: UserProfile())
             else { throw TestFailure("the user was not created") }
-            #expect(try await accounts.createUser(name: "u", passwordHash: "q", createdAt: 3, profile: UserProfile()) == .nameTaken)
-            #expect(try await accounts.user(name: "u")?.passwordHash == "p")
+            try await expectEqual(accounts.createUser(name: "u", passwordHash: "q", createdAt: 3, profile: UserProfile()), .nameTaken)
+            try await expectEqual(accounts.user(name: "u")?.passwordHash, "p")
             #expect(try await accounts.user(name: "nobody") == nil)
             let session = SessionRow(tokenHash: "s", userID: user.id, container: "c", environment: .production, createdAt: 4, lastUsedAt: 4)
             try await accounts.startSession(session, removingSessionsIdleBefore: 0)
 
             let both = try await accounts.credentials(apiTokenHash: "h", sessionHash: "s")
-            #expect(both.apiToken == token)
-            #expect(both.session?.row == session)
-            #expect(both.session?.user == user)
+            expectEqual(both.apiToken, token)
+            expectEqual(both.session?.row, session)
+            expectEqual(both.session?.user, user)
             let neither = try await accounts.credentials(apiTokenHash: "x", sessionHash: "y")
             #expect(neither.apiToken == nil && neither.session == nil)
 
             try await accounts.touchSession(tokenHash: "s", at: 10)
-            #expect(try await accounts.credentials(apiTokenHash: nil, sessionHash: "s").session?.row.lastUsedAt == 10)
+            try await expectEqual(accounts.credentials(apiTokenHash: nil, sessionHash: "s").session?.row.lastUsedAt, 10)
             // A new session sweeps those idle since before the bound.
             try await accounts.startSession(
                 SessionRow(tokenHash: "s2", userID: user.id, container: "c", environment: .production, createdAt: 20, lastUsedAt: 20),
                 removingSessionsIdleBefore: 11)
             #expect(try await accounts.credentials(apiTokenHash: nil, sessionHash: "s").session == nil)
-            #expect(try await accounts.endSessions(userName: "u") == 1)
+            try await expectEqual(accounts.endSessions(userName: "u"), 1)
             #expect(try await accounts.endSessions(userName: "nobody") == nil)
             try await accounts.endSession(tokenHash: "s2")  // ending what is gone is no error
-            #expect(try await accounts.revokeAPITokens(container: "c", environment: nil) == 1)
-            #expect(try await accounts.credentials(apiTokenHash: "h", sessionHash: nil).apiToken?.isRevoked == true)
+            try await expectEqual(accounts.revokeAPITokens(container: "c", environment: nil), 1)
+            try await expectEqual(accounts.credentials(apiTokenHash: "h", sessionHash: nil).apiToken?.isRevoked, true)
         }
     }
 
@@ -340,8 +340,8 @@ import Testing
             #expect(try await accounts.createContainer(ContainerRow(id: "c", createdAt: 1)))
             let inserts = [orphan, try await accounts.addServerKey(key), try await accounts.addServerKey(key),
                            try await accounts.addServerKey(second)]
-            #expect(inserts == [.noContainer, .added, .duplicate, .added])
-            #expect(try await accounts.serverKey(id: "k1") == key)
+            expectEqual(inserts, [.noContainer, .added, .duplicate, .added])
+            try await expectEqual(accounts.serverKey(id: "k1"), key)
             #expect(try await accounts.serverKey(id: "nothing") == nil)
             #expect(try await accounts.serverKeys(container: "c").map(\.keyID) == ["k1", "k0"])  // in the order added
             #expect(try await accounts.serverKeys(container: "other").isEmpty)
@@ -350,8 +350,8 @@ import Testing
                 try await accounts.revokeServerKey(id: "k1"), try await accounts.revokeServerKey(id: "k1"),
                 try await accounts.revokeServerKey(id: "nothing"),
             ]
-            #expect(revocations == [true, false, false])
-            #expect(try await accounts.serverKey(id: "k1")?.isRevoked == true)
+            expectEqual(revocations, [true, false, false])
+            try await expectEqual(accounts.serverKey(id: "k1")?.isRevoked, true)
             // A signature is admitted once while kept (until 100, inclusive); once swept (by a
             // later admission), the caller's date check is what refuses it.
             let admissions = [
@@ -361,7 +361,7 @@ import Testing
                 try await accounts.admitSignature("t", keepUntil: 300, now: 200),
                 try await accounts.admitSignature("s", keepUntil: 400, now: 201),
             ]
-            #expect(admissions == [true, false, false, true, true])
+            expectEqual(admissions, [true, false, false, true, true])
         }
     }
 
@@ -380,9 +380,9 @@ import Testing
                 try await accounts.createUser(name: "cy", passwordHash: "p", createdAt: 3, profile: UserProfile(emailAddress: "ann@example.com")),
                 try await accounts.createUser(name: "cy", passwordHash: "p", createdAt: 3, profile: UserProfile(phoneNumber: "+15550100")),
             ]
-            #expect(taken == [.nameTaken, .emailTaken, .phoneTaken])
+            expectEqual(taken, [.nameTaken, .emailTaken, .phoneTaken])
             #expect(try await accounts.user(name: "cy") == nil, "nothing written by the refusals")
-            #expect(try await accounts.profile(userID: ann.id) == annProfile)
+            try await expectEqual(accounts.profile(userID: ann.id), annProfile)
             #expect(try await accounts.profile(userID: 999) == nil)
 
             #expect(try await accounts.member(container: "c", userID: ann.id) == nil)
@@ -392,39 +392,39 @@ import Testing
             var again = annMember
             again.joinedAt = 9
             try await accounts.join(again)  // joining again keeps the first membership
-            #expect(try await accounts.member(container: "c", userID: ann.id) == annMember)
+            try await expectEqual(accounts.member(container: "c", userID: ann.id), annMember)
             try await accounts.join(ContainerMember(container: "c", userID: bob.id, userRecordName: "_bob", discoverable: nil, joinedAt: 6))
             try await accounts.join(ContainerMember(container: "d", userID: bob.id, userRecordName: "_bob_d", discoverable: true, joinedAt: 6))
             #expect(try await accounts.setDiscoverable(container: "c", userID: ann.id, true))
-            #expect(try await accounts.member(container: "c", userID: ann.id)?.discoverable == true)
+            try await expectEqual(accounts.member(container: "c", userID: ann.id)?.discoverable, true)
 
             // The directory finds members of the container by any lookup, whatever their choice.
             let found = try await accounts.directory(
                 container: "c", lookups: [.email("ann@example.com"), .recordName("_bob"), .phone("+19990000"), .recordName("_bob_d")])
-            #expect(Set(found.map(\.member.userRecordName)) == ["_ann", "_bob"])
-            #expect(found.first { $0.member.userID == ann.id }?.profile == annProfile)
+            expectEqual(Set(found.map(\.member.userRecordName)), ["_ann", "_bob"])
+            expectEqual(found.first { $0.member.userID == ann.id }?.profile, annProfile)
             #expect(try await accounts.directory(container: "c", lookups: []).isEmpty)
-            #expect(try await accounts.directory(container: "c", lookups: [.phone("+15550100")]).map(\.member.userID) == [ann.id])
-            #expect(try await accounts.discoverableMembers(container: "c", limit: 10).map(\.member.userID) == [ann.id])
-            #expect(try await accounts.discoverableMembers(container: "d", limit: 10).map(\.member.userID) == [bob.id])
+            try await expectEqual(accounts.directory(container: "c", lookups: [.phone("+15550100")]).map(\.member.userID), [ann.id])
+            try await expectEqual(accounts.discoverableMembers(container: "c", limit: 10).map(\.member.userID), [ann.id])
+            try await expectEqual(accounts.discoverableMembers(container: "d", limit: 10).map(\.member.userID), [bob.id])
             #expect(try await accounts.discoverableMembers(container: "d", limit: 0).isEmpty)
 
             // Discovery for a whole container: on until turned off; only for a container that exists.
-            #expect(try await accounts.containerSettings(container: "c") == ContainerSettings(userDiscovery: true, signUp: false))
+            try await expectEqual(accounts.containerSettings(container: "c"), ContainerSettings(userDiscovery: true, signUp: false))
             let closed = ContainerSettings(userDiscovery: false, signUp: true)
             #expect(try await !accounts.setContainerSettings(container: "c", closed), "no container c yet")
             #expect(try await accounts.createContainer(ContainerRow(id: "c", createdAt: 1)))
             #expect(try await accounts.setContainerSettings(container: "c", closed))
-            #expect(try await accounts.containerSettings(container: "c") == closed)
+            try await expectEqual(accounts.containerSettings(container: "c"), closed)
             #expect(try await accounts.setContainerSettings(container: "c", ContainerSettings()))
-            #expect(try await accounts.containerSettings(container: "c") == ContainerSettings())
+            try await expectEqual(accounts.containerSettings(container: "c"), ContainerSettings())
         }
     }
 
     @Test(arguments: storeDrivers)
     func securityRolesGrantsAndAssignmentsRoundTrip(driver: StoreDriver) async throws {
         try await driver.run { accounts, _ in
-            #expect(try await accounts.securityState() == SecurityState())
+            try await expectEqual(accounts.securityState(), SecurityState())
             guard case .created(let ann) = try await accounts.createUser(name: "ann", passwordHash: "p", createdAt: 1, profile: UserProfile())
             else { throw TestFailure("the user was not created") }
             let created = [
@@ -432,7 +432,7 @@ import Testing
                 try await accounts.createRole(container: "c", environment: .development, name: "Admin", createdAt: 2),
                 try await accounts.createRole(container: "c", environment: .production, name: "Admin", createdAt: 3),
             ]
-            #expect(created == [true, false, true])
+            expectEqual(created, [true, false, true])
             try await accounts.setGrant(container: "c", environment: .development, SecurityGrant(recordType: "Party", role: "Admin", permissions: .all))
             try await accounts.setGrant(container: "c", environment: .development, SecurityGrant(recordType: "Party", role: "_world", permissions: .read))
             try await accounts.setGrant(container: "c", environment: .development, SecurityGrant(recordType: "Party", role: "Admin", permissions: [.read]))
@@ -440,19 +440,19 @@ import Testing
                 try await accounts.assignRole(container: "c", environment: .development, userID: ann.id, role: "Admin", assigned: true),
                 try await accounts.assignRole(container: "c", environment: .development, userID: ann.id, role: "Admin", assigned: true),
             ]
-            #expect(assigned == [true, false])
+            expectEqual(assigned, [true, false])
             let state = try await accounts.securityState()
             let development = state["c", .development]
-            #expect(development.roles == ["Admin"])
-            #expect(development.grants == ["Party": ["Admin": [.read], "_world": .read]])
-            #expect(development.assignments == [ann.id: ["Admin"]])
+            expectEqual(development.roles, ["Admin"])
+            expectEqual(development.grants, ["Party": ["Admin": [.read], "_world": .read]])
+            expectEqual(development.assignments, [ann.id: ["Admin"]])
             #expect(state["c", .production].roles == ["Admin"] && state["c", .production].grants.isEmpty)
-            #expect(state["other", .development] == SecurityScope())
+            expectEqual(state["other", .development], SecurityScope())
             let removed = [
                 try await accounts.assignRole(container: "c", environment: .development, userID: ann.id, role: "Admin", assigned: false),
                 try await accounts.assignRole(container: "c", environment: .development, userID: ann.id, role: "Admin", assigned: false),
             ]
-            #expect(removed == [true, false])
+            expectEqual(removed, [true, false])
             #expect(try await accounts.securityState()["c", .development].assignments.isEmpty)
         }
     }
@@ -466,14 +466,14 @@ import Testing
             let browser = PushTokenRow(owner: alice, token: "bb", apnsEnvironment: "production", isWebCourier: true, deviceID: "b", createdAt: 2)
             try await push.putPushToken(phone)
             try await push.putPushToken(browser)
-            #expect(Set(try await push.pushTokens(owner: alice)) == [phone, browser])
+            expectEqual(Set(try await push.pushTokens(owner: alice)), [phone, browser])
             #expect(try await push.pushTokens(owner: bob).isEmpty)
             // The same token registered again (by another user's device) replaces the registration.
             var moved = phone
             moved.owner = bob
             try await push.putPushToken(moved)
-            #expect(try await push.pushToken("aa") == moved)
-            #expect(try await push.pushTokens(owner: alice) == [browser])
+            try await expectEqual(push.pushToken("aa"), moved)
+            try await expectEqual(push.pushTokens(owner: alice), [browser])
             try await push.deletePushToken("bb")
             #expect(try await push.pushToken("bb") == nil)
 
@@ -481,7 +481,7 @@ import Testing
             #expect(try await accounts.createContainer(ContainerRow(id: "c", createdAt: 1)))
             let credentials = APNsCredentialsRow(container: "c", teamID: "T", keyID: "K", topic: "com.example", privateKeyPEM: "pem", updatedAt: 3)
             try await push.putAPNsCredentials(credentials)
-            #expect(try await push.apnsCredentials(container: "c") == credentials)
+            try await expectEqual(push.apnsCredentials(container: "c"), credentials)
             #expect(try await push.deleteAPNsCredentials(container: "c"))
             #expect(try await !push.deleteAPNsCredentials(container: "c"))
         }
@@ -498,7 +498,7 @@ import Testing
             let (fields, productionTypes) = try await storage.read { tx in
                 (try tx.schemaFields(container: "c", environment: .development), try tx.schemaRecordTypes(container: "c", environment: .production))
             }
-            #expect(fields.count == 1)
+            expectEqual(fields.count, 1)
             #expect(productionTypes.isEmpty)
         }
     }
@@ -520,7 +520,7 @@ import Testing
                     "category": SchemaFieldRow.Indexes.queryable, "count": SchemaFieldRow.Indexes.sortable,
                     "title": SchemaFieldRow.Indexes.sortable,
                 ])
-            #expect(Set(grants.sortedPairs) == [byCount, byTitle])
+            expectEqual(Set(grants.sortedPairs), [byCount, byTitle])
             func save(_ name: String, sequence: Int64, category: String, count: Int?, title: String, deleted: Bool = false) async throws {
                 try await storage.write { tx in
                     let row = Self.row(zone.id, name, sequence: sequence, deleted: deleted)
@@ -563,8 +563,8 @@ import Testing
                 ] {
                     let perField = try await page(sort, pairs: [], category: category)
                     let paired = try await page(sort, pairs: [byCount, byTitle], category: category)
-                    #expect(paired == perField, "\(category) \(sort)")
-                    #expect(Set(perField).count == perField.count)
+                    expectEqual(paired, perField, "\(category) \(sort)")
+                    expectEqual(Set(perField).count, perField.count)
                     #expect(perField.count > 10)
                 }
             }
@@ -581,8 +581,8 @@ import Testing
                 let record = IndexedRecord(row: row, fields: [("category", .string("c9")), ("count", .int64(1))], grants: .everything)
                 try tx.indexRecord(recordID: id, zoneID: zone.id, recordType: "T", record, hadEntries: false)
             }
-            #expect(try await page(IndexSort(.number(field: "count"), ascending: true), pairs: [], category: "c9") == ["unpaired"])
-            #expect(try await page(IndexSort(.number(field: "count"), ascending: true), pairs: [byCount], category: "c9") == [])
+            try await expectEqual(page(IndexSort(.number(field: "count"), ascending: true), pairs: [], category: "c9"), ["unpaired"])
+            try await expectEqual(page(IndexSort(.number(field: "count"), ascending: true), pairs: [byCount], category: "c9"), [])
         }
     }
 
@@ -625,21 +625,21 @@ import Testing
             // A unit of work's query reads what is committed, not what the unit wrote (on every
             // driver: SQLite applies a unit's writes after its decision, in the same transaction).
             #expect(seenInTheWrite.x.isEmpty && seenInTheWrite.y.isEmpty)
-            #expect(Set(try await storage.read { try $0.queryRecords(tagged("x")) }.rows.map(\.recordName)) == ["a"])
-            #expect(Set(try await storage.read { try $0.queryRecords(tagged("y")) }.rows.map(\.recordName)) == ["b", "d"])
+            expectEqual(Set(try await storage.read { try $0.queryRecords(tagged("x")) }.rows.map(\.recordName)), ["a"])
+            expectEqual(Set(try await storage.read { try $0.queryRecords(tagged("y")) }.rows.map(\.recordName)), ["b", "d"])
             // Seven entry rows a record (five system fields, the tag, its token): past SQLite's
             // bound of rows held back (4,096).
             try await storage.write { tx in
                 for number in 0..<700 { try index(tx, "m\(number)", tag: "many", sequence: Int64(10 + number)) }
             }
-            #expect(try await storage.read { try $0.queryRecords(tagged("many")) }.rows.count == 700)
+            try await expectEqual(storage.read { try $0.queryRecords(tagged("many")) }.rows.count, 700)
             // Indexed again in one write, more records than SQLite deletes entries of at once
             // (500): every old entry goes, every new one is found.
             try await storage.write { tx in
                 for number in 0..<600 { try index(tx, "m\(number)", tag: "again", sequence: Int64(1_000 + number), again: true) }
             }
-            #expect(try await storage.read { try $0.queryRecords(tagged("many")) }.rows.count == 100)
-            #expect(try await storage.read { try $0.queryRecords(tagged("again")) }.rows.count == 600)
+            try await expectEqual(storage.read { try $0.queryRecords(tagged("many")) }.rows.count, 100)
+            try await expectEqual(storage.read { try $0.queryRecords(tagged("again")) }.rows.count, 600)
         }
     }
 
@@ -712,7 +712,7 @@ import Testing
                     zoneIDs: [zone.id], recordType: "T", conditions: [.oneOf(field: "n", scope: .scalar, values)], sorts: [],
                     after: nil, limit: 10)
                 let names = try await storage.read { try $0.queryRecords(query) }.rows.map(\.recordName)
-                #expect(names == ["r1"], "\(size) values")
+                expectEqual(names, ["r1"], "\(size) values")
             }
         }
     }
@@ -744,7 +744,7 @@ import Testing
             _ = await iterator.next()  // one scan is running (and more are queued or running)
             for _ in 0..<50 {
                 let zones = try await storage.read { try $0.zones(databaseID: database.id) }
-                #expect(zones.map(\.name) == ["_defaultZone"])
+                expectEqual(zones.map(\.name), ["_defaultZone"])
             }
             for _ in 0..<scanCount { release.signal() }
             for scan in scans { #expect(try await scan.value == 1) }
@@ -768,13 +768,13 @@ import Testing
         }
         let all = try await storage.read { try $0.outbox(limit: 10) }
         #expect(all.map { String(decoding: $0.body, as: UTF8.self) } == (0..<5).map { "change \($0)" })
-        #expect(all.map(\.sequence) == all.map(\.sequence).sorted())
-        #expect(try await storage.read { try $0.outbox(limit: 2) }.count == 2)
+        expectEqual(all.map(\.sequence), all.map(\.sequence).sorted())
+        try await expectEqual(storage.read { try $0.outbox(limit: 2) }.count, 2)
         try await storage.write { try $0.removeOutbox(sequences: Array(all.prefix(3).map(\.sequence))) }
         try await storage.close()
         storage = try await driver.make(place)
         let left = try await storage.read { try $0.outbox(limit: 10) }
-        #expect(left.map { String(decoding: $0.body, as: UTF8.self) } == ["change 3", "change 4"])
+        expectEqual(left.map { String(decoding: $0.body, as: UTF8.self) }, ["change 3", "change 4"])
         try await storage.close()
         }
     }
@@ -792,18 +792,18 @@ import Testing
             let saved = try await storage.read { try $0.subscriptionsVersion() }
             #expect(saved != start)
             #expect(try await !storage.write { try $0.deleteSubscription(databaseID: database.id, userID: 7, subscriptionID: "none") })
-            #expect(try await storage.read { try $0.subscriptionsVersion() } == saved, "deleting nothing changes nothing")
+            try await expectEqual(storage.read { try $0.subscriptionsVersion() }, saved, "deleting nothing changes nothing")
             #expect(try await storage.write { try $0.deleteSubscription(databaseID: database.id, userID: 7, subscriptionID: "s") })
             let deleted = try await storage.read { try $0.subscriptionsVersion() }
             #expect(deleted != saved)
             // The changes since the start: the save, then the delete, each with its version.
             let changes = try #require(try await storage.read { try $0.subscriptionChanges(after: start, limit: 10) })
-            #expect(changes.map(\.version) == [saved, deleted])
+            expectEqual(changes.map(\.version), [saved, deleted])
             #expect(changes.allSatisfy { $0.databaseID == database.id && $0.userID == 7 && $0.subscriptionID == "s" })
-            #expect(try await storage.read { try $0.subscriptionChanges(after: deleted, limit: 10) } == [])
-            #expect(try await storage.read { try $0.subscriptionChanges(after: start, limit: 1) }?.count == 1)
+            try await expectEqual(storage.read { try $0.subscriptionChanges(after: deleted, limit: 10) }, [])
+            try await expectEqual(storage.read { try $0.subscriptionChanges(after: start, limit: 1) }?.count, 1)
 
-            #expect(try await storage.read { try $0.newestNotificationSequence() } == 0)
+            try await expectEqual(storage.read { try $0.newestNotificationSequence() }, 0)
             let owners = [NotificationOwner(container: "c", environment: .development, userID: 7),
                           NotificationOwner(container: "c", environment: .production, userID: 8)]
             for index in 0..<4 {
@@ -814,13 +814,13 @@ import Testing
                 }
             }
             let all = try await storage.read { try $0.notifications(after: 0, limit: 10) }
-            #expect(all.map(\.notificationID) == ["n0", "n1", "n2", "n3"])
-            #expect(all.map(\.owner) == [owners[0], owners[1], owners[0], owners[1]])
+            expectEqual(all.map(\.notificationID), ["n0", "n1", "n2", "n3"])
+            expectEqual(all.map(\.owner), [owners[0], owners[1], owners[0], owners[1]])
             #expect(all.map(\.delivery) == [
                 NotificationDelivery(), NotificationDelivery(collapseID: "group"), NotificationDelivery(isSilent: true), NotificationDelivery(),
             ])
-            #expect(try await storage.read { try $0.newestNotificationSequence() } == all.last?.sequence)
-            #expect(try await storage.read { try $0.notifications(after: all[1].sequence, limit: 1) }.map(\.notificationID) == ["n2"])
+            try await expectEqual(storage.read { try $0.newestNotificationSequence() }, all.last?.sequence)
+            try await expectEqual(storage.read { try $0.notifications(after: all[1].sequence, limit: 1) }.map(\.notificationID), ["n2"])
         }
     }
 
@@ -842,12 +842,12 @@ import Testing
             }
             // At the limit: exactly the 10,000 changes kept since `start` still reach back to it.
             try await save(10_000)
-            #expect(try await storage.read { try $0.subscriptionChanges(after: start, limit: 10) }?.count == 10)
+            try await expectEqual(storage.read { try $0.subscriptionChanges(after: start, limit: 10) }?.count, 10)
             // One past it: the oldest of them is gone.
             try await save(1)
             #expect(try await storage.read { try $0.subscriptionChanges(after: start, limit: 10) } == nil)
             let now = try await storage.read { try $0.subscriptionsVersion() }
-            #expect(try await storage.read { try $0.subscriptionChanges(after: now - 5, limit: 10) }?.count == 5)
+            try await expectEqual(storage.read { try $0.subscriptionChanges(after: now - 5, limit: 10) }?.count, 5)
         }
     }
 }

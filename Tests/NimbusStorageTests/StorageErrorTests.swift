@@ -35,7 +35,7 @@ import Testing
             try other.close()
             // The lock released, the same write succeeds: the failed one left nothing behind.
             let database = try await storage.write { try $0.ensureDatabase(Self.key) }
-            #expect(try await storage.read { try $0.zones(databaseID: database.id) }.map(\.name) == ["_defaultZone"])
+            try await expectEqual(storage.read { try $0.zones(databaseID: database.id) }.map(\.name), ["_defaultZone"])
         }
     }
 
@@ -47,7 +47,7 @@ import Testing
             // Four collisions and then a clean run: the fifth attempt commits, once.
             faulty.failWrites(Array(repeating: collision, count: 4))
             _ = try await storage.write { try $0.ensureDatabase(Self.key) }
-            #expect(faulty.writesRunCount == 1)
+            expectEqual(faulty.writesRunCount, 1)
             // Five collisions: no attempt left; the caller is told to come back.
             faulty.failWrites(Array(repeating: collision, count: 5))
             await #expect {
@@ -56,13 +56,13 @@ import Testing
                 guard let error = error as? StorageError, case .busy = error else { return false }
                 return true
             }
-            #expect(faulty.writesRunCount == 1)
+            expectEqual(faulty.writesRunCount, 1)
             // Other failures are not retried: one fault, one failed call, and the next call runs.
             faulty.failWrites([.unavailable("gone")])
             await #expect(throws: StorageError.self) { _ = try await storage.write { try $0.ensureDatabase(Self.key) } }
-            #expect(faulty.writesRunCount == 1)
+            expectEqual(faulty.writesRunCount, 1)
             _ = try await storage.write { try $0.ensureDatabase(Self.key) }
-            #expect(faulty.writesRunCount == 2)
+            expectEqual(faulty.writesRunCount, 2)
         }
     }
 }

@@ -52,7 +52,7 @@ import Testing
         try await Self.withDriver { driver async throws in
             let name = "zone-\(UUID().uuidString)-\(Int64(Date().timeIntervalSince1970 * 1000))"
             let made = await Self.makeZone(driver) { name }
-            #expect(try made.get() == name)
+            try expectEqual(made.get(), name)
             #expect(try await Self.zoneNames(driver).contains(name))
         }
     }

@@ -78,7 +78,7 @@ import Testing
             }
             let rows = try await a.load(LoadRequest(keys: [.record(zoneID: zone.id, name: "a"), .record(zoneID: zone.id, name: "b")]))
             #expect(rows.records[RecordKey(zoneID: zone.id, name: "a")] != nil && rows.records[RecordKey(zoneID: zone.id, name: "a")]! != nil)
-            #expect(rows.records[RecordKey(zoneID: zone.id, name: "b")] == .some(nil))
+            expectEqual(rows.records[RecordKey(zoneID: zone.id, name: "b")], .some(nil))
         }
     }
 
@@ -97,12 +97,12 @@ import Testing
                 }
             }
             let (_, zones) = try await CoarseApplyTests.load(a, [zone])
-            #expect(zones[0].recordSequence == zone.recordSequence)
+            expectEqual(zones[0].recordSequence, zone.recordSequence)
             let rows = try await a.load(LoadRequest(keys: [.record(zoneID: zone.id, name: "gone")]))
-            #expect(rows.records[RecordKey(zoneID: zone.id, name: "gone")] == .some(nil))
+            expectEqual(rows.records[RecordKey(zoneID: zone.id, name: "gone")], .some(nil))
             // A zone that does not exist holds nothing: the body runs as it would without a turn.
             let value = try await a.withZoneTurn(ZoneOrder(database: CoarseApplyTests.key, zoneName: "missing")) { 42 }
-            #expect(value == 42)
+            expectEqual(value, 42)
         }
     }
 
@@ -137,12 +137,12 @@ import Testing
                 return try await group.reduce(into: []) { $0 += $1 }
             }
             let collisions = nodes.map(\.writeCollisions), turns = nodes.map(\.zoneTurns)
-            #expect(failures.count == 0, "\(failures.count) writes failed (collisions \(collisions), turns \(turns)): \(failures.prefix(3))")
+            expectEqual(failures.count, 0, "\(failures.count) writes failed (collisions \(collisions), turns \(turns)): \(failures.prefix(3))")
             let names = (0..<2).flatMap { node in (0..<writesPerNode).map { "n\(node)-\($0)" } }
             let rows = try await a.load(LoadRequest(keys: Set(names.map { .record(zoneID: zone.id, name: $0) }), schemaWithZones: false))
             let saved = rows.records.values.compactMap { $0 }
-            #expect(saved.count == names.count)
-            #expect(Set(saved.map(\.row.changeSequence)).count == saved.count, "two writes took one record sequence")
+            expectEqual(saved.count, names.count)
+            expectEqual(Set(saved.map(\.row.changeSequence)).count, saved.count, "two writes took one record sequence")
             // Collisions happen (the nodes write at once); each node that collided went on in turns.
             for node in 0..<2 where collisions[node] > 0 { #expect(turns[node] > 0) }
         }
@@ -185,7 +185,7 @@ import Testing
                 }
                 try await Task.sleep(for: .milliseconds(200))
                 let rows = try await node.load(LoadRequest(keys: [.record(zoneID: zone.id, name: "late")]))
-                #expect(rows.records[RecordKey(zoneID: zone.id, name: "late")] == .some(nil), "a turn past its deadline committed")
+                expectEqual(rows.records[RecordKey(zoneID: zone.id, name: "late")], .some(nil), "a turn past its deadline committed")
             } catch {
                 try? await node.close()
                 throw error
