@@ -114,7 +114,14 @@ pass() {
 # whatever happens (scripts/postgres.sh).
 export NIMBUS_TEST_POSTGRES
 NIMBUS_TEST_POSTGRES=$(scripts/postgres.sh start)
-trap 'scripts/postgres.sh stop >/dev/null' EXIT
+# Everything the tests write to the temporary directory (test servers' data directories, sync
+# journals, signing keys, browser profiles) goes to one folder for this run, removed on the way
+# out with the cluster. Tests clean up after themselves when they pass, but not every one that
+# fails or is stopped at its limit can: a developer's /tmp gathered 500 MB and over a thousand
+# folders in three days (2026-11-30).
+export TMPDIR
+TMPDIR=$(mktemp -d "${TMPDIR:-/tmp}/nimbus-tests.XXXXXX")
+trap 'scripts/postgres.sh stop >/dev/null; rm -rf "$TMPDIR"' EXIT
 # The tests that start other programs (python3 signing, Chromium, moto) run on their own, last: in
 # the parallel passes the test process holds over a thousand descriptors and threads, and
 # starting programs from it stalled it (no worker threads left). Every test starts programs as
