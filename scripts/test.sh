@@ -110,17 +110,18 @@ pass() {
   return "$status"
 }
 
-# The PostgreSQL driver's cases run on a private cluster on loopback, stopped on the way out
-# whatever happens (scripts/postgres.sh).
-export NIMBUS_TEST_POSTGRES
-NIMBUS_TEST_POSTGRES=$(scripts/postgres.sh start)
 # Everything the tests write to the temporary directory (test servers' data directories, sync
 # journals, signing keys, browser profiles) goes to one folder for this run, removed on the way
 # out with the cluster. Tests clean up after themselves when they pass, but not every one that
 # fails or is stopped at its limit can: a developer's /tmp gathered 500 MB and over a thousand
-# folders in three days (2026-11-30).
+# folders in three days (2026-11-30). Made before the cluster starts, so nothing can fail
+# between the cluster's start and the trap that stops it.
 export TMPDIR
 TMPDIR=$(mktemp -d "${TMPDIR:-/tmp}/nimbus-tests.XXXXXX")
+# The PostgreSQL driver's cases run on a private cluster on loopback, stopped on the way out
+# whatever happens (scripts/postgres.sh).
+export NIMBUS_TEST_POSTGRES
+NIMBUS_TEST_POSTGRES=$(scripts/postgres.sh start)
 trap 'scripts/postgres.sh stop >/dev/null; rm -rf "$TMPDIR"' EXIT
 # The tests that start other programs (python3 signing, Chromium, moto) run on their own, last: in
 # the parallel passes the test process holds over a thousand descriptors and threads, and
