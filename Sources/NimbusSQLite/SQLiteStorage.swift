@@ -18,6 +18,8 @@ public final class SQLiteStorage: Sendable {
     }
 
     private let pool: DatabasePool
+    /// Where point reads run (`PointReaders`); GRDB's pool serves scans and the rest.
+    private let pointReaders: PointReaders
     private let committer: GroupCommitter
     private let scans: ScanLane
     /// Checkpoints the log off the writer's path.
@@ -62,6 +64,7 @@ public final class SQLiteStorage: Sendable {
             if let statementObserver { db.trace(options: .statement) { _ in statementObserver() } }
         }
         pool = try DatabasePool(path: path, configuration: configuration)
+        pointReaders = PointReaders(path: path, configuration: configuration, limit: cores + 2)
         // GRDB sets NORMAL on its writer; the mode that counts is the writer's, set here.
         try pool.writeWithoutTransaction { db in
             try db.execute(sql: "PRAGMA synchronous = \(synchronous.rawValue)")
@@ -93,7 +96,7 @@ public final class SQLiteStorage: Sendable {
     func readScan<Value: Sendable>(_ body: @escaping @Sendable (SQLiteTransaction) throws -> Value) async throws -> Value {
         let pool = self.pool
         do {
-            return try await scans.run { try await pool.read { db in try body(SQLiteTransaction(db: db)) } }
+            return try await scans.run { try await pool.unsafeRead { db in try Self.inSnapshot(db) { try body(SQLiteTransaction(db: $0)) } } }
         } catch let error as DatabaseError {
             throw Self.normalized(error)
         }
@@ -102,13 +105,32 @@ public final class SQLiteStorage: Sendable {
     /// A point read on the calling thread, with the driver's own transaction type: one takes
     /// well under a millisecond, and GRDB's async `read` would hop to its reader queue and back,
     /// two thread switches that cost more than most reads on a 2-core machine
-    /// (`docs/benchmarks.md`).
+    /// (`docs/benchmarks.md`). It runs on one of the `PointReaders`, or on GRDB's pool when all
+    /// of those are in use.
     func readPoint<Value>(_ body: (SQLiteTransaction) throws -> Value) throws -> Value {
         do {
-            return try pool.read { db in try body(SQLiteTransaction(db: db)) }
+            let read = { (db: Database) in try Self.inSnapshot(db) { try body(SQLiteTransaction(db: $0)) } }
+            if let value = try pointReaders.read(read) { return value }
+            return try pool.unsafeRead(read)
         } catch let error as DatabaseError {
             throw Self.normalized(error)
         }
+    }
+
+    /// `body` in one read transaction on a reader connection: every statement it runs sees the
+    /// same snapshot. GRDB's `read` does the same, but compiles `BEGIN` and `COMMIT` anew on
+    /// every call inside a savepoint's bookkeeping (about 6% of a fetch by ID's CPU under load,
+    /// docs/benchmarks.md); here both are the connection's cached statements. A reader
+    /// connection is read-only, so ending the transaction either way is the same; a body that
+    /// threw rolls back, and a connection never goes back to its list inside a transaction.
+    static func inSnapshot<Value>(_ db: Database, _ body: (Database) throws -> Value) throws -> Value {
+        try db.cachedStatement(sql: "BEGIN DEFERRED TRANSACTION").execute()
+        defer {
+            if db.isInsideTransaction { try? db.cachedStatement(sql: "ROLLBACK TRANSACTION").execute() }
+        }
+        let value = try body(db)
+        try db.cachedStatement(sql: "COMMIT TRANSACTION").execute()
+        return value
     }
 
     public var accounts: any AccountStore { SQLiteAccountStore(storage: self) }
@@ -164,6 +186,7 @@ public final class SQLiteStorage: Sendable {
             checkpointer.detach(from: db)
             checkpointer.drain()
         }
+        try pointReaders.close()
         try pool.close()
         try requestLogFile.close()
     }
