@@ -80,27 +80,100 @@ struct BoundArguments {
     }
 }
 
+/// One result row of a statement stepped through SQLite's C API, read by position in place:
+/// the read counterpart of `BoundArguments`, for the statements every point read runs (a
+/// zone by name, a record by name). GRDB's `Row.fetchOne` builds a cursor, a copied row and
+/// a column index for each call, and decodes through unspecialized generics: under wrk's
+/// fetch by ID those two statements cost more in GRDB than in SQLite (docs/benchmarks.md).
+/// Valid only until the statement steps again or is reset: values are copied out, never kept.
+struct BoundRow {
+    fileprivate let statement: SQLiteStatement
+}
+
+/// The columns of a result row by position, as the driver's row decoders read them
+/// (`SQLiteTransaction.recordRow`, `zoneRow`), from GRDB's `Row` or a `BoundRow` alike.
+/// The columns these read are declared NOT NULL unless read as optional.
+protocol ResultColumns {
+    func int64(_ column: Int) -> Int64
+    func text(_ column: Int) -> String
+    func optionalText(_ column: Int) -> String?
+    /// A blob's bytes, copied once from SQLite's buffer; empty for NULL.
+    func bytes(_ column: Int) -> [UInt8]
+}
+
+extension ResultColumns {
+    func bool(_ column: Int) -> Bool { int64(column) != 0 }
+}
+
+extension BoundRow: ResultColumns {
+    func int64(_ column: Int) -> Int64 { sqlite3_column_int64(statement, CInt(column)) }
+
+    func optionalText(_ column: Int) -> String? {
+        guard let characters = sqlite3_column_text(statement, CInt(column)) else { return nil }
+        let count = Int(sqlite3_column_bytes(statement, CInt(column)))
+        return String(decoding: UnsafeBufferPointer(start: characters, count: count), as: UTF8.self)
+    }
+
+    func text(_ column: Int) -> String { optionalText(column) ?? "" }
+
+    func bytes(_ column: Int) -> [UInt8] {
+        // The pointer first, then the size (SQLite's documented order).
+        guard let start = sqlite3_column_blob(statement, CInt(column)) else { return [] }
+        let count = Int(sqlite3_column_bytes(statement, CInt(column)))
+        return Array(UnsafeRawBufferPointer(start: start, count: count))
+    }
+}
+
+extension Row: ResultColumns {
+    func int64(_ column: Int) -> Int64 { self[column] }
+    func text(_ column: Int) -> String { self[column] }
+    func optionalText(_ column: Int) -> String? { self[column] }
+    func bytes(_ column: Int) -> [UInt8] {
+        ((try? withUnsafeData(atIndex: column) { $0.map { Array($0) } }) ?? nil) ?? []
+    }
+}
+
 extension SQLiteTransaction {
     /// Runs the cached statement `sql` once with the arguments `bind` adds, in order; they must
     /// be exactly as many as the statement's parameters. Errors are GRDB's `DatabaseError`, as
     /// from any other statement, so callers (and `SQLiteStorage`'s mapping of a full disk or a
     /// busy database) cannot tell the difference.
     func executeBound(_ sql: String, _ bind: (inout BoundArguments) -> Void) throws {
-        let statement = try db.cachedStatement(sql: sql)
-        let raw = statement.sqliteStatement
+        let raw = try boundStatement(sql, bind)
+        // Reset at once: a statement left stepping holds its read of the database open.
+        defer { sqlite3_reset(raw) }
+        let code = sqlite3_step(raw)
+        guard code == SQLITE_DONE else { throw Self.stepError(raw, code, sql: sql) }
+    }
+
+    /// The first row of the cached statement `sql` with the arguments `bind` adds, as `read`
+    /// makes it from the row in place; nil when there is none. For statements that find at
+    /// most one row (a primary or unique key), as `executeBound` is for writes.
+    func fetchOneBound<Value>(_ sql: String, _ bind: (inout BoundArguments) -> Void, _ read: (BoundRow) -> Value) throws
+        -> Value?
+    {
+        let raw = try boundStatement(sql, bind)
+        defer { sqlite3_reset(raw) }
+        switch sqlite3_step(raw) {
+        case SQLITE_ROW: return read(BoundRow(statement: raw))
+        case SQLITE_DONE: return nil
+        case let code: throw Self.stepError(raw, code, sql: sql)
+        }
+    }
+
+    private func boundStatement(_ sql: String, _ bind: (inout BoundArguments) -> Void) throws -> SQLiteStatement {
+        let raw = try db.cachedStatement(sql: sql).sqliteStatement
         sqlite3_reset(raw)
         var arguments = BoundArguments(raw)
         bind(&arguments)
-        let code = sqlite3_step(raw)
-        guard code == SQLITE_DONE else {
-            // Read the error before the reset, which may replace it.
-            let connection = sqlite3_db_handle(raw)
-            let message = connection.map { String(cString: sqlite3_errmsg($0)) }
-            let extended = connection.map { sqlite3_extended_errcode($0) } ?? code
-            sqlite3_reset(raw)
-            throw DatabaseError(resultCode: ResultCode(rawValue: extended), message: message, sql: sql)
-        }
-        // Reset at once: a statement left stepping holds its read of the database open.
-        sqlite3_reset(raw)
+        return raw
+    }
+
+    /// The error of a step that failed, read before the reset, which may replace it.
+    private static func stepError(_ raw: SQLiteStatement, _ code: CInt, sql: String) -> DatabaseError {
+        let connection = sqlite3_db_handle(raw)
+        let message = connection.map { String(cString: sqlite3_errmsg($0)) }
+        let extended = connection.map { sqlite3_extended_errcode($0) } ?? code
+        return DatabaseError(resultCode: ResultCode(rawValue: extended), message: message, sql: sql)
     }
 }

@@ -78,17 +78,18 @@ struct SQLiteTransaction {
         ).map { DatabaseRow(id: $0["id"], key: key, sequence: $0["sequence"], usedBytes: $0["used_bytes"]) }
     }
 
-    func zoneRow(_ row: Row) -> ZoneRow {
+    /// A zone in `zoneColumns`' order, by position (GRDB finds a column by name by lowercasing
+    /// both names).
+    func zoneRow<Columns: ResultColumns>(_ row: Columns) -> ZoneRow {
         ZoneRow(
-            id: row["id"], databaseID: row["database_id"], name: row["name"],
-            changeSequence: row["change_sequence"], recordSequence: row["record_sequence"], isDeleted: row["deleted"])
+            id: row.int64(0), databaseID: row.int64(1), name: row.text(2),
+            changeSequence: row.int64(3), recordSequence: row.int64(4), isDeleted: row.bool(5))
     }
 
     func zone(databaseID: Int64, name: String) throws -> ZoneRow? {
-        return try fetchRow(
+        try fetchOneBound(
             "SELECT id, database_id, name, change_sequence, record_sequence, deleted FROM zones WHERE database_id = ? AND name = ?",
-            [databaseID, name]
-        ).map(zoneRow)
+            { $0.add(databaseID); $0.add(name) }, zoneRow)
     }
 
     func zones(databaseID: Int64) throws -> [ZoneRow] {
@@ -120,15 +121,14 @@ struct SQLiteTransaction {
 
     /// The record in `recordColumns`, which the row holds from column `first` on. By position:
     /// GRDB finds a column by name by lowercasing both names, and that was 5% of a list's time.
-    func recordRow(_ row: Row, from first: Int = 0) -> RecordRow {
-        // Copied once, straight from SQLite's buffer.
-        let fields = (try? row.withUnsafeData(atIndex: first + 3) { $0.map { Array($0) } }) ?? nil
-        return RecordRow(
-            zoneID: row[first], recordName: row[first + 1], recordType: row[first + 2],
-            fields: fields ?? [], parent: row[first + 4], changeSequence: row[first + 5],
-            created: ChangeStamp(timestamp: row[first + 6], userRecordName: row[first + 7], deviceID: row[first + 8]),
-            modified: ChangeStamp(timestamp: row[first + 9], userRecordName: row[first + 10], deviceID: row[first + 11]),
-            isDeleted: row[first + 12])
+    func recordRow<Columns: ResultColumns>(_ row: Columns, from first: Int = 0) -> RecordRow {
+        RecordRow(
+            zoneID: row.int64(first), recordName: row.text(first + 1), recordType: row.text(first + 2),
+            fields: row.bytes(first + 3), parent: row.optionalText(first + 4), changeSequence: row.int64(first + 5),
+            created: ChangeStamp(timestamp: row.int64(first + 6), userRecordName: row.text(first + 7), deviceID: row.text(first + 8)),
+            modified: ChangeStamp(
+                timestamp: row.int64(first + 9), userRecordName: row.text(first + 10), deviceID: row.text(first + 11)),
+            isDeleted: row.bool(first + 12))
     }
 
     /// Columns in `recordColumns`.
