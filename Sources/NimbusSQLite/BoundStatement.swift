@@ -133,12 +133,12 @@ extension Row: ResultColumns {
     }
 }
 
-extension SQLiteTransaction {
+extension Database {
     /// Runs the cached statement `sql` once with the arguments `bind` adds, in order; they must
     /// be exactly as many as the statement's parameters. Errors are GRDB's `DatabaseError`, as
     /// from any other statement, so callers (and `SQLiteStorage`'s mapping of a full disk or a
     /// busy database) cannot tell the difference.
-    func executeBound(_ sql: String, _ bind: (inout BoundArguments) -> Void) throws {
+    func executeBound(_ sql: String, _ bind: (inout BoundArguments) -> Void = { _ in }) throws {
         let raw = try boundStatement(sql, bind)
         // Reset at once: a statement left stepping holds its read of the database open.
         defer { sqlite3_reset(raw) }
@@ -162,7 +162,7 @@ extension SQLiteTransaction {
     }
 
     private func boundStatement(_ sql: String, _ bind: (inout BoundArguments) -> Void) throws -> SQLiteStatement {
-        let raw = try db.cachedStatement(sql: sql).sqliteStatement
+        let raw = try cachedStatement(sql: sql).sqliteStatement
         sqlite3_reset(raw)
         var arguments = BoundArguments(raw)
         bind(&arguments)
@@ -176,4 +176,14 @@ extension SQLiteTransaction {
         let extended = connection.map { sqlite3_extended_errcode($0) } ?? code
         return DatabaseError(resultCode: ResultCode(rawValue: extended), message: message, sql: sql)
     }
+}
+
+extension SQLiteTransaction {
+    /// `Database.executeBound` on this transaction's connection.
+    func executeBound(_ sql: String, _ bind: (inout BoundArguments) -> Void) throws { try db.executeBound(sql, bind) }
+
+    /// `Database.fetchOneBound` on this transaction's connection.
+    func fetchOneBound<Value>(_ sql: String, _ bind: (inout BoundArguments) -> Void, _ read: (BoundRow) -> Value) throws
+        -> Value?
+    { try db.fetchOneBound(sql, bind, read) }
 }

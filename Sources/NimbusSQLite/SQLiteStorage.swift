@@ -120,16 +120,17 @@ public final class SQLiteStorage: Sendable {
     /// `body` in one read transaction on a reader connection: every statement it runs sees the
     /// same snapshot. GRDB's `read` does the same, but compiles `BEGIN` and `COMMIT` anew on
     /// every call inside a savepoint's bookkeeping (about 6% of a fetch by ID's CPU under load,
-    /// docs/benchmarks.md); here both are the connection's cached statements. A reader
+    /// docs/benchmarks.md); here both are the connection's cached statements, stepped directly
+    /// (`executeBound`). A reader
     /// connection is read-only, so ending the transaction either way is the same; a body that
     /// threw rolls back, and a connection never goes back to its list inside a transaction.
     static func inSnapshot<Value>(_ db: Database, _ body: (Database) throws -> Value) throws -> Value {
-        try db.cachedStatement(sql: "BEGIN DEFERRED TRANSACTION").execute()
+        try db.executeBound("BEGIN DEFERRED TRANSACTION")
         defer {
-            if db.isInsideTransaction { try? db.cachedStatement(sql: "ROLLBACK TRANSACTION").execute() }
+            if db.isInsideTransaction { try? db.executeBound("ROLLBACK TRANSACTION") }
         }
         let value = try body(db)
-        try db.cachedStatement(sql: "COMMIT TRANSACTION").execute()
+        try db.executeBound("COMMIT TRANSACTION")
         return value
     }
 
