@@ -80,15 +80,8 @@ public final class SQLiteRequestLog: RequestLogStore {
                     """
                 ) { arguments in
                     arguments.add(row.at)
-                    arguments.add(row.node)
-                    arguments.add(row.requestUUID)
-                    arguments.add(row.method)
-                    arguments.add(row.route)
-                    arguments.add(row.container)
-                    arguments.add(row.environment)
-                    arguments.add(row.database)
-                    arguments.add(row.userRecordName)
-                    arguments.add(row.userName)
+                    for text in [row.node, row.requestUUID, row.method, row.route] { arguments.add(text) }
+                    for text in [row.container, row.environment, row.database, row.userRecordName, row.userName] { arguments.add(text) }
                     arguments.add(row.status)
                     arguments.add(row.serverErrorCode)
                     arguments.add(items)

@@ -19,7 +19,7 @@ public struct ServerConfiguration: Sendable {
     public var logLevel: Logger.Level = .info
     /// The logger for the server and the service (`logLevel` applies to it); tests inject one
     /// that captures lines.
-    public var logger = Logger(label: "nimbus")
+    public var logger = Logger(label: "nimbus", factory: ServerLogHandler.init)
     /// The storage driver, picked by the composition root.
     public var storage: StorageOpener
     public var service = NimbusService.Options()
