@@ -25,7 +25,7 @@ import urllib.parse
 import urllib.request
 
 from browser import chromium, waiter
-from selenium.common.exceptions import StaleElementReferenceException
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
@@ -462,6 +462,12 @@ def main():
             return driver.find_element(By.ID, element_id).is_displayed()
         except StaleElementReferenceException:
             return False
+        except WebDriverException as error:
+            # Chromium's other word for the same, when the reload lands between the lookup and
+            # the question (2026-12-01): the node was in the document the reload replaced.
+            if "does not belong to the document" in str(error):
+                return False
+            raise
 
     def sign_in(name, password, code=""):
         form = driver.find_element(By.ID, "sign-in-form")
