@@ -1,0 +1,155 @@
+import Dispatch
+import Foundation
+import GRDB
+import GRDBSQLite
+@testable import NimbusSQLite
+import NimbusStorage
+import NimbusTestSupport
+import Testing
+
+/// The SQLite driver's own connections: writers grouped into one transaction, each in a
+/// savepoint of its own (`GroupCommitter`), and point reads on connections of their own
+/// (`PointReaders`) with GRDB's pool behind them.
+@Suite struct SQLiteConnectionTests {
+    /// A scratch store, closed and removed after `body`.
+    private func withStore(_ body: (SQLiteStorage) async throws -> Void) async throws {
+        let directory = NSTemporaryDirectory() + "nimbus-connections-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let storage = try SQLiteStorage(path: directory + "/db.sqlite", synchronous: .normal)
+        do {
+            try await body(storage)
+        } catch {
+            try? await storage.close()
+            throw error
+        }
+        try await storage.close()
+    }
+
+    private struct Refused: Error {}
+
+    private func keys(_ storage: SQLiteStorage, prefix: String) throws -> Set<String> {
+        try storage.readPoint { tx in
+            Set(try tx.fetchRows("SELECT key FROM meta WHERE key LIKE ?", [prefix + "%"]).map { $0[0] as String })
+        }
+    }
+
+    /// Writers that throw after writing are undone alone; the others of their group commit,
+    /// and a writer whose statement fails (a duplicate key) leaves no row of its own either.
+    @Test func aWriterThatThrowsIsUndoneAloneAndTheOthersOfItsGroupCommit() async throws {
+        try await withStore { storage in
+            let outcomes = try await withThrowingTaskGroup(of: (Int, Bool).self) { group in
+                for writer in 0..<120 {
+                    group.addTask {
+                        do {
+                            try await storage.writeSQLite { tx in
+                                try tx.execute("INSERT INTO meta (key, value) VALUES (?, x'00')", ["writer-\(writer)"])
+                                try tx.execute("INSERT INTO meta (key, value) VALUES (?, x'00')", ["writer-\(writer)-second"])
+                                if writer % 3 == 0 { throw Refused() }
+                                // Its second row again: SQLite refuses the statement, the writer throws.
+                                if writer % 3 == 1 && writer % 2 == 0 {
+                                    try tx.execute("INSERT INTO meta (key, value) VALUES (?, x'00')", ["writer-\(writer)-second"])
+                                }
+                            }
+                            return (writer, true)
+                        } catch {
+                            return (writer, false)
+                        }
+                    }
+                }
+                var outcomes: [Int: Bool] = [:]
+                for try await (writer, committed) in group { outcomes[writer] = committed }
+                return outcomes
+            }
+            let expected = Set((0..<120).filter { $0 % 3 == 2 || ($0 % 3 == 1 && $0 % 2 == 1) })
+            expectEqual(Set(outcomes.filter(\.value).keys), expected)
+            let stored = try keys(storage, prefix: "writer-")
+            expectEqual(stored, Set(expected.flatMap { ["writer-\($0)", "writer-\($0)-second"] }))
+            // The writer's connection is out of every savepoint: a later write commits.
+            try await storage.writeSQLite { tx in try tx.execute("INSERT INTO meta (key, value) VALUES ('after', x'00')") }
+            expectEqual(try keys(storage, prefix: "after"), ["after"])
+        }
+    }
+
+    /// A writer whose statement makes SQLite roll the whole transaction back by itself (an
+    /// interrupt during an INSERT does): every writer of its group fails with it, and none that
+    /// came after it in the group wrote anything outside the transaction. So a writer is told
+    /// it committed exactly when its rows are there.
+    @Test func aTransactionSQLiteRolledBackFailsItsWholeGroupAndNothingAfterItCommitsAlone() async throws {
+        try await withStore { storage in
+            let outcomes = try await withThrowingTaskGroup(of: (Int, Bool).self) { group in
+                for writer in 0..<90 {
+                    group.addTask {
+                        do {
+                            try await storage.writeSQLite { tx in
+                                guard writer % 30 == 7 else {
+                                    try tx.execute("INSERT INTO meta (key, value) VALUES (?, x'00')", ["writer-\(writer)"])
+                                    return
+                                }
+                                // Interrupted while the INSERT runs (an interrupt asked between
+                                // statements does nothing).
+                                nonisolated(unsafe) let connection = tx.db.sqliteConnection
+                                tx.db.add(function: DatabaseFunction("interrupt_now", argumentCount: 0, pure: false) { _ in
+                                    sqlite3_interrupt(connection)
+                                    return 0
+                                })
+                                try tx.execute(
+                                    "INSERT INTO meta (key, value) SELECT ?, x'00' FROM (SELECT interrupt_now()) UNION ALL SELECT ?, x'00'",
+                                    ["writer-\(writer)", "writer-\(writer)-second"])
+                            }
+                            return (writer, true)
+                        } catch {
+                            return (writer, false)
+                        }
+                    }
+                }
+                var outcomes: [Int: Bool] = [:]
+                for try await (writer, committed) in group { outcomes[writer] = committed }
+                return outcomes
+            }
+            for interrupted in [7, 37, 67] { expectEqual(outcomes[interrupted], false, "writer \(interrupted)") }
+            let committed = Set(outcomes.filter(\.value).keys.map { "writer-\($0)" })
+            expectEqual(try keys(storage, prefix: "writer-"), committed)
+            // The writer's connection is usable again.
+            try await storage.writeSQLite { tx in try tx.execute("INSERT INTO meta (key, value) VALUES ('after', x'00')") }
+            expectEqual(try keys(storage, prefix: "after"), ["after"])
+        }
+    }
+
+    /// More point reads at once than there are point readers: those past the limit are served
+    /// by GRDB's pool, and every read sees what was committed before it began.
+    @Test func pointReadsPastTheirConnectionsAreServedAndSeeEveryCommittedWrite() async throws {
+        try await withStore { storage in
+            for round in 0..<5 {
+                try await storage.writeSQLite { tx in
+                    try tx.execute("INSERT INTO meta (key, value) VALUES (?, x'00')", ["round-\(round)"])
+                }
+                let failures = Failures()
+                // 32 threads of Dispatch's own, not Swift's cooperative pool: more readers than
+                // the store keeps (its cores plus two) at once.
+                DispatchQueue.concurrentPerform(iterations: 32) { _ in
+                    do {
+                        let seen = try keys(storage, prefix: "round-")
+                        if seen.count != round + 1 { failures.add("saw \(seen.count) rounds of \(round + 1)") }
+                    } catch {
+                        failures.add("\(error)")
+                    }
+                }
+                expectEqual(failures.all, [])
+            }
+            // A read that throws leaves its connection out of its transaction: the next reads
+            // on the same connections see a later write.
+            #expect(throws: Refused.self) { try storage.readPoint { _ in throw Refused() } }
+            try await storage.writeSQLite { tx in try tx.execute("INSERT INTO meta (key, value) VALUES ('last', x'00')") }
+            for _ in 0..<8 { expectEqual(try keys(storage, prefix: "last"), ["last"]) }
+        }
+    }
+}
+
+/// What the reading threads saw wrong, gathered across them.
+private final class Failures: @unchecked Sendable {
+    private let lock = NSLock()
+    private var found: [String] = []
+    func add(_ failure: String) { lock.withLock { found.append(failure) } }
+    var all: [String] { lock.withLock { found } }
+}
