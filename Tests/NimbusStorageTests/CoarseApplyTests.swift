@@ -32,13 +32,7 @@ import Testing
                     try await PostgresTestCluster.withDatabase { location in
                         let storage = PostgresCoarseStorage(
                             try await PostgresStorage(location, deadline: PostgresTestCluster.deadline, maximumConnections: 4))
-                        do {
-                            try await body(storage)
-                        } catch {
-                            try? await storage.close()
-                            throw error
-                        }
-                        try await storage.close()
+                        try await withClosing(storage, closedBy: { try await $0.close() }, body)
                     }
                 }
             ])

@@ -13,17 +13,32 @@ import Testing
 @Suite struct SQLiteConnectionTests {
     /// A scratch store, closed and removed after `body`.
     private func withStore(_ body: (SQLiteStorage) async throws -> Void) async throws {
-        let directory = NSTemporaryDirectory() + "nimbus-connections-" + UUID().uuidString
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let storage = try SQLiteStorage(path: directory + "/db.sqlite", synchronous: .normal)
-        do {
-            try await body(storage)
-        } catch {
-            try? await storage.close()
-            throw error
+        try await StorageConformanceTests.directory { directory in
+            let storage = try SQLiteStorage(path: directory + "/db.sqlite", synchronous: .normal)
+            try await withClosing(storage, closedBy: { try await $0.close() }, body)
         }
-        try await storage.close()
+    }
+
+    /// Runs `writers` writers at once, each through `write(index, tx)` in its own
+    /// `writeSQLite`; which of them were told they committed.
+    private func commitOutcomes(
+        of writers: Int, in storage: SQLiteStorage, _ write: @escaping @Sendable (Int, SQLiteTransaction) throws -> Void
+    ) async throws -> [Int: Bool] {
+        try await withThrowingTaskGroup(of: (Int, Bool).self) { group in
+            for writer in 0..<writers {
+                group.addTask {
+                    do {
+                        try await storage.writeSQLite { tx in try write(writer, tx) }
+                        return (writer, true)
+                    } catch {
+                        return (writer, false)
+                    }
+                }
+            }
+            var outcomes: [Int: Bool] = [:]
+            for try await (writer, committed) in group { outcomes[writer] = committed }
+            return outcomes
+        }
     }
 
     private struct Refused: Error {}
@@ -38,28 +53,14 @@ import Testing
     /// and a writer whose statement fails (a duplicate key) leaves no row of its own either.
     @Test func aWriterThatThrowsIsUndoneAloneAndTheOthersOfItsGroupCommit() async throws {
         try await withStore { storage in
-            let outcomes = try await withThrowingTaskGroup(of: (Int, Bool).self) { group in
-                for writer in 0..<120 {
-                    group.addTask {
-                        do {
-                            try await storage.writeSQLite { tx in
-                                try tx.execute("INSERT INTO meta (key, value) VALUES (?, x'00')", ["writer-\(writer)"])
-                                try tx.execute("INSERT INTO meta (key, value) VALUES (?, x'00')", ["writer-\(writer)-second"])
-                                if writer % 3 == 0 { throw Refused() }
-                                // Its second row again: SQLite refuses the statement, the writer throws.
-                                if writer % 3 == 1 && writer % 2 == 0 {
-                                    try tx.execute("INSERT INTO meta (key, value) VALUES (?, x'00')", ["writer-\(writer)-second"])
-                                }
-                            }
-                            return (writer, true)
-                        } catch {
-                            return (writer, false)
-                        }
-                    }
+            let outcomes = try await commitOutcomes(of: 120, in: storage) { writer, tx in
+                try tx.execute("INSERT INTO meta (key, value) VALUES (?, x'00')", ["writer-\(writer)"])
+                try tx.execute("INSERT INTO meta (key, value) VALUES (?, x'00')", ["writer-\(writer)-second"])
+                if writer % 3 == 0 { throw Refused() }
+                // Its second row again: SQLite refuses the statement, the writer throws.
+                if writer % 3 == 1 && writer % 2 == 0 {
+                    try tx.execute("INSERT INTO meta (key, value) VALUES (?, x'00')", ["writer-\(writer)-second"])
                 }
-                var outcomes: [Int: Bool] = [:]
-                for try await (writer, committed) in group { outcomes[writer] = committed }
-                return outcomes
             }
             let expected = Set((0..<120).filter { $0 % 3 == 2 || ($0 % 3 == 1 && $0 % 2 == 1) })
             expectEqual(Set(outcomes.filter(\.value).keys), expected)
@@ -77,35 +78,21 @@ import Testing
     /// it committed exactly when its rows are there.
     @Test func aTransactionSQLiteRolledBackFailsItsWholeGroupAndNothingAfterItCommitsAlone() async throws {
         try await withStore { storage in
-            let outcomes = try await withThrowingTaskGroup(of: (Int, Bool).self) { group in
-                for writer in 0..<90 {
-                    group.addTask {
-                        do {
-                            try await storage.writeSQLite { tx in
-                                guard writer % 30 == 7 else {
-                                    try tx.execute("INSERT INTO meta (key, value) VALUES (?, x'00')", ["writer-\(writer)"])
-                                    return
-                                }
-                                // Interrupted while the INSERT runs (an interrupt asked between
-                                // statements does nothing).
-                                nonisolated(unsafe) let connection = tx.db.sqliteConnection
-                                tx.db.add(function: DatabaseFunction("interrupt_now", argumentCount: 0, pure: false) { _ in
-                                    sqlite3_interrupt(connection)
-                                    return 0
-                                })
-                                try tx.execute(
-                                    "INSERT INTO meta (key, value) SELECT ?, x'00' FROM (SELECT interrupt_now()) UNION ALL SELECT ?, x'00'",
-                                    ["writer-\(writer)", "writer-\(writer)-second"])
-                            }
-                            return (writer, true)
-                        } catch {
-                            return (writer, false)
-                        }
-                    }
+            let outcomes = try await commitOutcomes(of: 90, in: storage) { writer, tx in
+                guard writer % 30 == 7 else {
+                    try tx.execute("INSERT INTO meta (key, value) VALUES (?, x'00')", ["writer-\(writer)"])
+                    return
                 }
-                var outcomes: [Int: Bool] = [:]
-                for try await (writer, committed) in group { outcomes[writer] = committed }
-                return outcomes
+                // Interrupted while the INSERT runs (an interrupt asked between statements does
+                // nothing).
+                nonisolated(unsafe) let connection = tx.db.sqliteConnection
+                tx.db.add(function: DatabaseFunction("interrupt_now", argumentCount: 0, pure: false) { _ in
+                    sqlite3_interrupt(connection)
+                    return 0
+                })
+                try tx.execute(
+                    "INSERT INTO meta (key, value) SELECT ?, x'00' FROM (SELECT interrupt_now()) UNION ALL SELECT ?, x'00'",
+                    ["writer-\(writer)", "writer-\(writer)-second"])
             }
             for interrupted in [7, 37, 67] { expectEqual(outcomes[interrupted], false, "writer \(interrupted)") }
             let committed = Set(outcomes.filter(\.value).keys.map { "writer-\($0)" })

@@ -54,14 +54,7 @@ import Testing
 
     func withDriver(_ driver: Driver, _ body: (any StorageDriver) async throws -> Void) async throws {
         try await driver.place { place in
-            let storage = try await driver.make(place)
-            do {
-                try await body(storage)
-            } catch {
-                try? await storage.close()
-                throw error
-            }
-            try await storage.close()
+            try await withClosing(try await driver.make(place), closedBy: { try await $0.close() }, body)
         }
     }
 

@@ -17,13 +17,7 @@ import Testing
         try await StorageConformanceTests.directory { directory in
             let driver = UnitOfWorkDriver(
                 RoundTrips(try SQLiteStorage(path: directory + "/db.sqlite", synchronous: .normal)), checksPurity: true)
-            do {
-                try await body(driver)
-            } catch {
-                try? await driver.close()
-                throw error
-            }
-            try await driver.close()
+            try await withClosing(driver, closedBy: { try await $0.close() }, body)
         }
     }
 
