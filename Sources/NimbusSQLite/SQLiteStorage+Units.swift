@@ -407,10 +407,10 @@ extension SQLiteTransaction: UnitTransaction {
     /// The largest id of the kind in use or reserved.
     private func largestID(_ kind: StorageIDKind) throws -> Int64 {
         let table = Self.table(kind)
-        let reserved: Int64 = try fetchRow("SELECT value FROM meta WHERE key = ?", [Self.reservationKey(kind)])?["value"] ?? 0
-        let largest: Int64 = try fetchRow("SELECT coalesce(max(rowid), 0) FROM \(table)")?[0] ?? 0
+        let reserved = try fetchOneBound("SELECT value FROM meta WHERE key = ?", { $0.add(Self.reservationKey(kind)) }) { $0.int64(0) } ?? 0
+        let largest = try fetchOneBound("SELECT coalesce(max(rowid), 0) FROM \(table)", { _ in }) { $0.int64(0) } ?? 0
         // AUTOINCREMENT tables remember ids of deleted rows too.
-        let sequence: Int64 = try fetchRow("SELECT coalesce(max(seq), 0) FROM sqlite_sequence WHERE name = ?", [table])?[0] ?? 0
+        let sequence = try fetchOneBound("SELECT coalesce(max(seq), 0) FROM sqlite_sequence WHERE name = ?", { $0.add(table) }) { $0.int64(0) } ?? 0
         return max(reserved, largest, sequence)
     }
 }

@@ -219,24 +219,24 @@ struct SQLiteTransaction {
 
     // MARK: Schema
 
+    // The schema is read by every write's unit (`SchemaResolver`): rows read in place and by
+    // position, not copied and looked up by name.
     func schemaFields(container: String, environment: Environment) throws -> [SchemaFieldRow] {
-        try fetchRows(
-            """
-            SELECT record_type, field_name, field_type, indexes FROM schema_fields
-            WHERE container = ? AND environment = ? ORDER BY record_type, field_name
-            """,
+        try fetchEach(
+            db.cachedStatement(
+                sql: """
+                    SELECT record_type, field_name, field_type, indexes FROM schema_fields
+                    WHERE container = ? AND environment = ? ORDER BY record_type, field_name
+                    """),
             [container, environment.rawValue]
-        ).map {
-            SchemaFieldRow(
-                recordType: $0["record_type"], fieldName: $0["field_name"], fieldType: $0["field_type"], indexes: $0["indexes"])
-        }
+        ) { SchemaFieldRow(recordType: $0.text(0), fieldName: $0.text(1), fieldType: $0.text(2), indexes: Int($0.int64(3))) }
     }
 
     func schemaRecordTypes(container: String, environment: Environment) throws -> [String] {
-        try fetchRows(
-            "SELECT record_type FROM schema_types WHERE container = ? AND environment = ? ORDER BY record_type",
+        try fetchEach(
+            db.cachedStatement(sql: "SELECT record_type FROM schema_types WHERE container = ? AND environment = ? ORDER BY record_type"),
             [container, environment.rawValue]
-        ).map { $0["record_type"] }
+        ) { $0.text(0) }
     }
 
     // MARK: Writes
