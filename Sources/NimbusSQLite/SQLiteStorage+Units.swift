@@ -226,15 +226,16 @@ extension SQLiteTransaction: UnitTransaction {
     }
 
     func zone(id: Int64) throws -> ZoneRow? {
-        try fetchOneBound("SELECT id, database_id, name, change_sequence, record_sequence, deleted FROM zones WHERE id = ?", { $0.add(id) }, zoneRow)
+        try fetchOneBound("SELECT \(Self.zoneColumns) FROM zones WHERE id = ?", { $0.add(id) }, zoneRow)
     }
 
     func storedRecord(zoneID: Int64, name: String) throws -> StoredRecord? {
         // The record and its rowid in one statement (columns: rowid, then `recordColumns`).
-        try fetchOneBound(
-            "SELECT rowid, \(Self.recordColumns) FROM records WHERE zone_id = ? AND record_name = ?", { $0.add(zoneID); $0.add(name) }
-        ) { StoredRecord(id: $0.int64(0), row: recordRow($0, from: 1)) }
+        try fetchOneBound(Self.recordByName, { $0.add(zoneID); $0.add(name) }) { StoredRecord(id: $0.int64(0), row: recordRow($0, from: 1)) }
     }
+
+    /// Every point read's record lookup, its text made once (not interpolated per call).
+    private static let recordByName = "SELECT rowid, \(recordColumns) FROM records WHERE zone_id = ? AND record_name = ?"
 
     // MARK: Apply
 

@@ -78,6 +78,10 @@ struct SQLiteTransaction {
         ).map { DatabaseRow(id: $0["id"], key: key, sequence: $0["sequence"], usedBytes: $0["used_bytes"]) }
     }
 
+    static let zoneColumns = "id, database_id, name, change_sequence, record_sequence, deleted"
+    /// Every point read's zone lookup, its text made once (not interpolated per call).
+    private static let zoneByName = "SELECT \(zoneColumns) FROM zones WHERE database_id = ? AND name = ?"
+
     /// A zone in `zoneColumns`' order, by position (GRDB finds a column by name by lowercasing
     /// both names).
     func zoneRow<Columns: ResultColumns>(_ row: Columns) -> ZoneRow {
@@ -87,14 +91,12 @@ struct SQLiteTransaction {
     }
 
     func zone(databaseID: Int64, name: String) throws -> ZoneRow? {
-        try fetchOneBound(
-            "SELECT id, database_id, name, change_sequence, record_sequence, deleted FROM zones WHERE database_id = ? AND name = ?",
-            { $0.add(databaseID); $0.add(name) }, zoneRow)
+        try fetchOneBound(Self.zoneByName, { $0.add(databaseID); $0.add(name) }, zoneRow)
     }
 
     func zones(databaseID: Int64) throws -> [ZoneRow] {
         return try fetchRows(
-            "SELECT id, database_id, name, change_sequence, record_sequence, deleted FROM zones WHERE database_id = ? AND deleted = 0 ORDER BY name",
+            "SELECT \(Self.zoneColumns) FROM zones WHERE database_id = ? AND deleted = 0 ORDER BY name",
             [databaseID]
         ).map(zoneRow)
     }
@@ -102,7 +104,7 @@ struct SQLiteTransaction {
     func zoneChanges(databaseID: Int64, after sequence: Int64, limit: Int) throws -> [ZoneRow] {
         return try fetchRows(
             """
-            SELECT id, database_id, name, change_sequence, record_sequence, deleted FROM zones
+            SELECT \(Self.zoneColumns) FROM zones
             WHERE database_id = ? AND change_sequence > ? ORDER BY change_sequence LIMIT ?
             """,
             [databaseID, sequence, limit]

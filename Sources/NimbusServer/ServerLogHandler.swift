@@ -14,7 +14,13 @@ public struct ServerLogHandler: LogHandler {
     public var metadata: Logger.Metadata = [:]
 
     public init(label: String) {
-        stream = StreamLogHandler.standardError(label: label)
+        self.init(wrapping: StreamLogHandler.standardError(label: label))
+    }
+
+    /// Lines written by `stream`, which should carry no metadata of its own (tests: a stream
+    /// handler writing to memory).
+    init(wrapping stream: StreamLogHandler) {
+        self.stream = stream
     }
 
     public var logLevel: Logger.Level {
