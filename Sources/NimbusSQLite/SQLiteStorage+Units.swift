@@ -16,14 +16,15 @@ extension SQLiteStorage: InProcessStorage {
         try await readScan { tx in try tx.load(request) }
     }
 
-    /// A point read's unit runs on the calling thread in one read transaction, a scan's on the
-    /// scan lane (`readPoint`, `readScan`); either way the unit loads as it reads, from one
-    /// snapshot, and runs once.
+    /// A point read's unit runs on the calling thread in one read transaction (`readPoint`); a
+    /// scan's too while it takes little (`readScanQuickly`), else on the scan lane (`readScan`).
+    /// Either way the unit loads as it reads, from one snapshot, and its answer comes from one run.
     public func withRowSource<Value>(_ kind: ReadKind, _ body: (any UnitRowSource) throws -> Value) async throws -> Value? {
         switch kind.size {
         case .point:
             return try readPoint { tx in try body(tx) }
         case .scan:
+            if let value = try readScanQuickly({ tx in try body(tx) }) { return value }
             // The scan lane's closure escapes to GRDB's queue; this call waits for it, so the
             // body and its value never outlive it nor run twice at once.
             return try await withoutActuallyEscaping(body) { body in

@@ -21,7 +21,8 @@ public final class SQLiteStorage: Sendable {
     /// Where point reads run (`PointReaders`); GRDB's pool serves scans and the rest.
     private let pointReaders: PointReaders
     private let committer: GroupCommitter
-    private let scans: ScanLane
+    /// Where scans that take long run (`readScan`, `readScanQuickly`).
+    let scans: ScanLane
     /// Checkpoints the log off the writer's path.
     let checkpointer: WALCheckpointer
     /// The lasting request log, in a file of its own beside this one.
@@ -114,6 +115,39 @@ public final class SQLiteStorage: Sendable {
             return try pool.unsafeRead(read)
         } catch let error as DatabaseError {
             throw Self.normalized(error)
+        }
+    }
+
+    /// How much of its thread's processor time a scan may take on the calling thread before it
+    /// is stopped and run on the scan lane instead (`readScanQuickly`). A page of 20 records
+    /// (a list under wrk) takes about a tenth of it; a query that walks thousands of rows takes
+    /// more, and so loses at most this much before it moves.
+    static let quickTryAllowance: Duration = .milliseconds(2)
+
+    /// A scan tried first as a point read is, on the calling thread, under `quickTryAllowance`
+    /// of processor time (`ScanBudget.Deadlines`); nil when it took longer, for the caller to
+    /// run it on the scan lane.
+    ///
+    /// Why: nearly every scan is a page of a query or a change feed that costs well under a
+    /// millisecond, and on the lane it crossed two threads and waited its turn among at most
+    /// all cores but one, so under load every list and change feed ran on one core of two
+    /// (docs/benchmarks.md). The lane is for what it was made for, scans that take long: a
+    /// slow query holds a cooperative thread for the allowance only, then a lane thread.
+    ///
+    /// Whatever the stopped try did is discarded, whether it threw or (an error caught inside
+    /// `body`) returned: the run on the lane is the read's only answer. A read's body only reads,
+    /// so running it again is safe.
+    func readScanQuickly<Value>(_ body: (SQLiteTransaction) throws -> Value) throws -> Value? {
+        let deadlines = ScanBudget.Deadlines(quickTryAllowance: Self.quickTryAllowance)
+        do {
+            let value = try readPoint { tx in
+                var tx = tx
+                tx.scanDeadlines = deadlines
+                return try ScanBudget.watching(tx.db, deadlines) { try body(tx) }
+            }
+            return deadlines.quickTryOver ? nil : value
+        } catch where deadlines.quickTryOver {
+            return nil
         }
     }
 

@@ -14,6 +14,9 @@ extension Array {
 /// connection and cached.
 struct SQLiteTransaction {
     let db: Database
+    /// A scan's quick try's deadlines, whose progress handler is on `db` (`ScanBudget`); nil
+    /// for every other transaction.
+    var scanDeadlines: ScanBudget.Deadlines? = nil
     /// Index entries held back and ids handed out by this transaction (`TransactionMemo`).
     let memo = TransactionMemo()
 
@@ -508,7 +511,7 @@ struct SQLiteTransaction {
         let sql = QuerySQL(query: query, pageColumns: Self.pageRecordColumns, driver: try chooseDriver(query))
         // The statement's columns: the record's, then its id, then the sort keys (`QuerySQL`).
         let idColumn = Self.recordColumnCount
-        let rows = try ScanBudget.run(db, budget: query.budget) {
+        let rows = try ScanBudget.run(self, budget: query.budget) {
             try fetchEach(QueryStatementCache.shared.statement(sql.text, in: db), StatementArguments(sql.arguments)) { row in
                 let values: [IndexValue] = (0..<query.sorts.count).map { index in
                     let value: DatabaseValue = row[idColumn + 1 + index]

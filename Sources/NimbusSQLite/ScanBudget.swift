@@ -9,30 +9,68 @@ import NimbusStorage
 /// `StorageError.queryTooExpensive` instead of running unbounded.
 ///
 /// Processor time, not wall time: on a busy machine a query waits for a core without failing;
-/// what fails is a query that needs too much work. The query runs on one thread from start to
-/// end (`SQLiteStorage.readScan`), so that thread's clock counts all of it.
+/// what fails is a query that needs too much work. A scan runs on one thread from start to
+/// end (`SQLiteStorage.readScan`, or the calling thread for its quick try), so that thread's
+/// clock counts all of it.
+///
+/// A scan's quick try (`SQLiteStorage.readScanQuickly`) adds a second, shorter deadline over
+/// the whole read: past it the read is abandoned (`Deadlines.quickTryOver`) and run again on
+/// the scan lane, where only the query's own budget applies.
 enum ScanBudget {
     /// About 20–100 µs of work between checks; a check (one clock read) costs well under 1 µs.
     static let stepsPerCheck: Int32 = 2_000
 
-    /// Runs `body` with the budget installed on `db`'s connection.
-    static func run<T>(_ db: Database, budget: Duration, _ body: () throws -> T) throws -> T {
-        guard let connection = db.sqliteConnection else { return try body() }
-        let deadline = UnsafeMutablePointer<Int64>.allocate(capacity: 1)
-        deadline.pointee = threadProcessorNanoseconds() + budget.wholeNanoseconds
-        defer {
-            sqlite3_progress_handler(connection, 0, nil, nil)
-            deadline.deallocate()
+    /// The processor-time deadlines a connection's statements run under (the thread clock's
+    /// nanoseconds), checked by one progress handler. `Int64.max` is none.
+    final class Deadlines {
+        /// The quick try's, over the whole read.
+        let quickTry: Int64
+        /// The running query's budget, while it runs.
+        var query: Int64 = .max
+        /// The quick try's deadline passed and a statement was interrupted for it: whatever
+        /// the read returned or threw, it is run again on the scan lane.
+        var quickTryOver = false
+
+        /// With a quick try of `allowance` from now, or none.
+        init(quickTryAllowance allowance: Duration?) {
+            quickTry = allowance.map { ScanBudget.threadProcessorNanoseconds() + $0.wholeNanoseconds } ?? .max
         }
+
+        /// Whether the statement under way stops now (the progress handler's answer).
+        func passed() -> Bool {
+            let now = ScanBudget.threadProcessorNanoseconds()
+            if now > quickTry {
+                quickTryOver = true
+                return true
+            }
+            return now > query
+        }
+    }
+
+    /// `body` with `deadlines` checked on `db`'s connection; the handler is removed after.
+    static func watching<T>(_ db: Database, _ deadlines: Deadlines, _ body: () throws -> T) throws -> T {
+        guard let connection = db.sqliteConnection else { return try body() }
         sqlite3_progress_handler(
             connection, stepsPerCheck,
             { context in
-                guard let deadline = context?.assumingMemoryBound(to: Int64.self) else { return 0 }
-                return ScanBudget.threadProcessorNanoseconds() > deadline.pointee ? 1 : 0
-            }, deadline)
+                guard let context else { return 0 }
+                return Unmanaged<Deadlines>.fromOpaque(context).takeUnretainedValue().passed() ? 1 : 0
+            }, Unmanaged.passUnretained(deadlines).toOpaque())
+        defer { sqlite3_progress_handler(connection, 0, nil, nil) }
+        return try withExtendedLifetime(deadlines) { try body() }
+    }
+
+    /// Runs a query's statements in `body` under `budget` on `tx`'s connection: within its
+    /// quick try's deadlines when it has one (whose handler is installed already), else under a
+    /// handler of its own.
+    static func run<T>(_ tx: SQLiteTransaction, budget: Duration, _ body: () throws -> T) throws -> T {
+        let deadlines = tx.scanDeadlines ?? Deadlines(quickTryAllowance: nil)
+        let own = tx.scanDeadlines == nil
+        deadlines.query = threadProcessorNanoseconds() + budget.wholeNanoseconds
+        defer { deadlines.query = .max }
         do {
-            return try body()
-        } catch let error as DatabaseError where error.resultCode == .SQLITE_INTERRUPT {
+            return own ? try watching(tx.db, deadlines, body) : try body()
+        } catch let error as DatabaseError where error.resultCode == .SQLITE_INTERRUPT && !deadlines.quickTryOver {
             throw StorageError.queryTooExpensive(budget: budget)
         }
     }

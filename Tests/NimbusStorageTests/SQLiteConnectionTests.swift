@@ -147,6 +147,112 @@ import Testing
             for _ in 0..<8 { expectEqual(try keys(storage, prefix: "last"), ["last"]) }
         }
     }
+
+    /// A statement that takes far more than a scan's quick try (`SQLiteStorage.quickTryAllowance`):
+    /// counting to three million, some hundreds of milliseconds.
+    private static let slowCount = (
+        sql: "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 3000000) SELECT count(*) FROM c",
+        result: 3_000_000)
+
+    private static func count(_ source: any UnitRowSource, _ sql: String) throws -> Int {
+        let tx = try #require(source as? SQLiteTransaction)
+        return try #require(try tx.fetchRow(sql)?[0] as Int?)
+    }
+
+    /// A scan that takes little is served on the calling thread: with every lane slot held by a
+    /// scan that waits, it is answered anyway (on the lane it would wait for them).
+    @Test func aScanThatTakesLittleIsAnsweredWhileTheScanLaneIsFull() async throws {
+        try await withStore { storage in
+            let width = storage.scans.width
+            let inside = Counter()
+            let release = DispatchSemaphore(value: 0)
+            let holders = (0..<width).map { _ in
+                Task { try await storage.readScan { _ in inside.add(); release.wait() } }
+            }
+            let released = Counter()
+            func releaseHolders() {
+                guard released.add() == 1 else { return }
+                for _ in 0..<width { release.signal() }
+            }
+            // Should the cheap scan wait for the lane after all, the holders let go after 20 s
+            // and the check below fails instead of the test hanging.
+            let fallback = Task {
+                try? await Task.sleep(for: .seconds(20))
+                releaseHolders()
+            }
+            for _ in 0..<2_000 where inside.value < width { try await Task.sleep(for: .milliseconds(10)) }
+            expectEqual(inside.value, width, "the holders never all held the lane")
+            let seen = try await storage.withRowSource(.scan) { source in try Self.count(source, "SELECT count(*) FROM meta") }
+            expectEqual(released.value, 0, "the scan was answered only after the lane was let go")
+            #expect(seen != nil)
+            releaseHolders()
+            fallback.cancel()
+            for holder in holders { try await holder.value }
+        }
+    }
+
+    /// A scan past its quick try is stopped and run on the lane, and only the lane's run
+    /// answers: also when the stopped try caught the interruption itself and returned.
+    @Test func aScanPastItsQuickTryRunsAgainOnTheLaneAndOnlyThatRunAnswers() async throws {
+        try await withStore { storage in
+            for swallowsInterruption in [false, true] {
+                let runs = Counter()
+                let answer = try await storage.withRowSource(.scan) { source -> Int in
+                    runs.add()
+                    guard swallowsInterruption else { return try Self.count(source, Self.slowCount.sql) }
+                    return (try? Self.count(source, Self.slowCount.sql)) ?? -1
+                }
+                expectEqual(answer, Self.slowCount.result, "swallowing the interruption: \(swallowsInterruption)")
+                expectEqual(runs.value, 2, "swallowing the interruption: \(swallowsInterruption)")
+            }
+            // The connections are usable afterwards, with no deadline left on them.
+            let again = try await storage.withRowSource(.point) { source in try Self.count(source, Self.slowCount.sql) }
+            expectEqual(again, Self.slowCount.result)
+        }
+    }
+
+    /// Whether `body` failed with `StorageError.queryTooExpensive` (which is not `Equatable`).
+    private static func tooExpensive(_ body: () async throws -> Void) async -> Bool {
+        do {
+            try await body()
+            return false
+        } catch StorageError.queryTooExpensive {
+            return true
+        } catch {
+            return false
+        }
+    }
+
+    /// A query's own budget (`ScanBudget.run`) fails it with `queryTooExpensive` in the quick
+    /// try, without a second run on the lane, and on the lane as before.
+    @Test func aQuerysOwnBudgetFailsItInTheQuickTryAndOnTheLane() async throws {
+        try await withStore { storage in
+            let runs = Counter()
+            let inQuickTry = await Self.tooExpensive {
+                _ = try await storage.withRowSource(.scan) { source -> Int in
+                    runs.add()
+                    let tx = try #require(source as? SQLiteTransaction)
+                    return try ScanBudget.run(tx, budget: .microseconds(1)) { try Self.count(tx, Self.slowCount.sql) }
+                }
+            }
+            #expect(inQuickTry)
+            expectEqual(runs.value, 1)
+            let onTheLane = await Self.tooExpensive {
+                _ = try await storage.readScan { tx in
+                    try ScanBudget.run(tx, budget: .microseconds(1)) { try Self.count(tx, Self.slowCount.sql) }
+                }
+            }
+            #expect(onTheLane)
+        }
+    }
+}
+
+/// A count shared across threads; `add` returns the count it made.
+private final class Counter: @unchecked Sendable {
+    private let lock = NSLock()
+    private var count = 0
+    @discardableResult func add() -> Int { lock.withLock { count += 1; return count } }
+    var value: Int { lock.withLock { count } }
 }
 
 /// Threads that wait for each other: `arrive` returns true once `count` have arrived, or false
