@@ -701,5 +701,23 @@ enum Migrations {
                     CREATE INDEX device_sync_updated ON device_sync (updated_at);
                     """)
         }
+        migrator.registerMigration("v32-schema-generation") { db in
+            // A value every change to the schema's rows replaces with a random one, in the
+            // changing statement's own transaction (so a rollback puts the old one back with the
+            // old rows): two transactions that read the same value read the same schema, and
+            // `SchemaCache` keeps what it read by that value. Random rather than counted, so a
+            // value a rolled-back change had made is never made again for other rows.
+            var sql = "INSERT INTO meta (key, value) VALUES ('schema_generation', random());\n"
+            for table in ["schema_types", "schema_fields"] {
+                for event in ["INSERT", "UPDATE", "DELETE"] {
+                    sql += """
+                        CREATE TRIGGER \(table)_\(event.lowercased())_generation AFTER \(event) ON \(table)
+                        BEGIN UPDATE meta SET value = random() WHERE key = 'schema_generation'; END;
+
+                        """
+                }
+            }
+            try db.execute(sql: sql)
+        }
     }
 }

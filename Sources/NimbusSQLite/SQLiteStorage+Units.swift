@@ -209,7 +209,21 @@ extension SQLiteTransaction: UnitTransaction {
         }
     }
 
+    /// The schema of one container environment: as kept when the generation it was read at is
+    /// still the store's (`SchemaCache`), else read and kept.
     private func storedSchema(_ key: SchemaKey) throws -> StoredSchema {
+        guard let schemaCache, let generation = try fetchOneBound(Self.schemaGeneration, { _ in }, { $0.int64(0) }) else {
+            return try readSchema(key)
+        }
+        if let schema = schemaCache.schema(key, at: generation) { return schema }
+        let schema = try readSchema(key)
+        schemaCache.keep(schema, for: key, at: generation)
+        return schema
+    }
+
+    private static let schemaGeneration = "SELECT value FROM meta WHERE key = 'schema_generation'"
+
+    private func readSchema(_ key: SchemaKey) throws -> StoredSchema {
         StoredSchema(
             fields: try schemaFields(container: key.container, environment: key.environment),
             recordTypes: try schemaRecordTypes(container: key.container, environment: key.environment))

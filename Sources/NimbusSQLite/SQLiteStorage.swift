@@ -23,6 +23,8 @@ public final class SQLiteStorage: Sendable {
     private let committer: GroupCommitter
     /// Where scans that take long run (`readScan`, `readScanQuickly`).
     let scans: ScanLane
+    /// Schemas as last read, by generation (`SchemaCache`).
+    let schemas = SchemaCache()
     /// Checkpoints the log off the writer's path.
     let checkpointer: WALCheckpointer
     /// The lasting request log, in a file of its own beside this one.
@@ -95,9 +97,9 @@ public final class SQLiteStorage: Sendable {
     /// whole budget holds one of those threads, never one that lookups, sign-ins and WebSockets
     /// need. A read waits only for a free reader connection, never for a writer (WAL).
     func readScan<Value: Sendable>(_ body: @escaping @Sendable (SQLiteTransaction) throws -> Value) async throws -> Value {
-        let pool = self.pool
+        let (pool, schemas) = (self.pool, self.schemas)
         do {
-            return try await scans.run { try await pool.unsafeRead { db in try Self.inSnapshot(db) { try body(SQLiteTransaction(db: $0)) } } }
+            return try await scans.run { try await pool.unsafeRead { db in try Self.inSnapshot(db) { try body(SQLiteTransaction(db: $0, schemaCache: schemas)) } } }
         } catch let error as DatabaseError {
             throw Self.normalized(error)
         }
@@ -110,7 +112,7 @@ public final class SQLiteStorage: Sendable {
     /// of those are in use.
     func readPoint<Value>(_ body: (SQLiteTransaction) throws -> Value) throws -> Value {
         do {
-            let read = { (db: Database) in try Self.inSnapshot(db) { try body(SQLiteTransaction(db: $0)) } }
+            let read = { (db: Database) in try Self.inSnapshot(db) { try body(SQLiteTransaction(db: $0, schemaCache: self.schemas)) } }
             if let value = try pointReaders.read(read) { return value }
             return try pool.unsafeRead(read)
         } catch let error as DatabaseError {
@@ -123,10 +125,15 @@ public final class SQLiteStorage: Sendable {
     /// (a list under wrk) takes about a tenth of it; a query that walks thousands of rows takes
     /// more, and so loses at most this much before it moves.
     static let quickTryAllowance: Duration = .milliseconds(2)
+    /// The wall time a scan may take on the calling thread: a scan that waits for the disk
+    /// (pages not yet in memory) uses little processor time but holds the thread all the same.
+    /// Ten times the processor allowance, so a quick scan that loses its core for a while on a
+    /// busy machine still finishes where it started.
+    static let quickTryWallAllowance: Duration = .milliseconds(20)
 
     /// A scan tried first as a point read is, on the calling thread, under `quickTryAllowance`
-    /// of processor time (`ScanBudget.Deadlines`); nil when it took longer, for the caller to
-    /// run it on the scan lane.
+    /// of processor time and `quickTryWallAllowance` of wall time (`ScanBudget.Deadlines`); nil
+    /// when it took longer, for the caller to run it on the scan lane.
     ///
     /// Why: nearly every scan is a page of a query or a change feed that costs well under a
     /// millisecond, and on the lane it crossed two threads and waited its turn among at most
@@ -138,15 +145,18 @@ public final class SQLiteStorage: Sendable {
     /// `body`) returned: the run on the lane is the read's only answer. A read's body only reads,
     /// so running it again is safe.
     func readScanQuickly<Value>(_ body: (SQLiteTransaction) throws -> Value) throws -> Value? {
-        let deadlines = ScanBudget.Deadlines(quickTryAllowance: Self.quickTryAllowance)
+        var stopped = false
         do {
             let value = try readPoint { tx in
+                // From here: taking (or opening) the connection is not the scan's time.
+                let deadlines = ScanBudget.Deadlines(quickTryAllowance: Self.quickTryAllowance, wallAllowance: Self.quickTryWallAllowance)
+                defer { stopped = deadlines.quickTryOver }
                 var tx = tx
                 tx.scanDeadlines = deadlines
                 return try ScanBudget.watching(tx.db, deadlines) { try body(tx) }
             }
-            return deadlines.quickTryOver ? nil : value
-        } catch where deadlines.quickTryOver {
+            return stopped ? nil : value
+        } catch where stopped {
             return nil
         }
     }
@@ -197,11 +207,12 @@ public final class SQLiteStorage: Sendable {
     /// A write through group commit, with the driver's own transaction type.
     func writeSQLite<Value: Sendable>(_ body: @escaping @Sendable (SQLiteTransaction) throws -> Value) async throws -> Value {
         let box = ResultBox<Value>()
+        let schemas = self.schemas
         return try await withCheckedThrowingContinuation { continuation in
             committer.submit(
                 GroupCommitter.Job(
                     run: { db in
-                        let transaction = SQLiteTransaction(db: db)
+                        let transaction = SQLiteTransaction(db: db, schemaCache: schemas)
                         box.value = try body(transaction)
                         try transaction.writeDeferred()
                     },

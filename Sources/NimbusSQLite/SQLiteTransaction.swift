@@ -17,6 +17,8 @@ struct SQLiteTransaction {
     /// A scan's quick try's deadlines, whose progress handler is on `db` (`ScanBudget`); nil
     /// for every other transaction.
     var scanDeadlines: ScanBudget.Deadlines? = nil
+    /// The store's kept schemas (`SchemaCache`); nil reads the rows every time.
+    var schemaCache: SchemaCache? = nil
     /// Index entries held back and ids handed out by this transaction (`TransactionMemo`).
     let memo = TransactionMemo()
 

@@ -13,9 +13,10 @@ import NimbusStorage
 /// end (`SQLiteStorage.readScan`, or the calling thread for its quick try), so that thread's
 /// clock counts all of it.
 ///
-/// A scan's quick try (`SQLiteStorage.readScanQuickly`) adds a second, shorter deadline over
-/// the whole read: past it the read is abandoned (`Deadlines.quickTryOver`) and run again on
-/// the scan lane, where only the query's own budget applies.
+/// A scan's quick try (`SQLiteStorage.readScanQuickly`) adds shorter deadlines over the whole
+/// read, one of processor time and one of wall time (a scan that waits for the disk uses
+/// little of the first): past either the read is abandoned (`Deadlines.quickTryOver`) and run
+/// again on the scan lane, where only the query's own budget applies.
 enum ScanBudget {
     /// About 20–100 µs of work between checks; a check (one clock read) costs well under 1 µs.
     static let stepsPerCheck: Int32 = 2_000
@@ -23,27 +24,33 @@ enum ScanBudget {
     /// The processor-time deadlines a connection's statements run under (the thread clock's
     /// nanoseconds), checked by one progress handler. `Int64.max` is none.
     final class Deadlines {
-        /// The quick try's, over the whole read.
+        /// The quick try's, over the whole read: the thread's processor time, and the
+        /// monotonic clock's.
         let quickTry: Int64
+        let quickTryWall: Int64
         /// The running query's budget, while it runs.
         var query: Int64 = .max
         /// The quick try's deadline passed and a statement was interrupted for it: whatever
         /// the read returned or threw, it is run again on the scan lane.
         var quickTryOver = false
 
-        /// With a quick try of `allowance` from now, or none.
-        init(quickTryAllowance allowance: Duration?) {
+        /// With a quick try of `allowance` of processor time and `wallAllowance` of wall time
+        /// from now, or none.
+        init(quickTryAllowance allowance: Duration?, wallAllowance: Duration? = nil) {
             quickTry = allowance.map { ScanBudget.threadProcessorNanoseconds() + $0.wholeNanoseconds } ?? .max
+            quickTryWall = wallAllowance.map { ScanBudget.monotonicNanoseconds() + $0.wholeNanoseconds } ?? .max
         }
 
         /// Whether the statement under way stops now (the progress handler's answer).
+        /// A query past its own budget fails wherever it runs, so that comes first.
         func passed() -> Bool {
             let now = ScanBudget.threadProcessorNanoseconds()
-            if now > quickTry {
+            if now > query { return true }
+            if now > quickTry || (quickTryWall != .max && ScanBudget.monotonicNanoseconds() > quickTryWall) {
                 quickTryOver = true
                 return true
             }
-            return now > query
+            return false
         }
     }
 
@@ -73,6 +80,13 @@ enum ScanBudget {
         } catch let error as DatabaseError where error.resultCode == .SQLITE_INTERRUPT && !deadlines.quickTryOver {
             throw StorageError.queryTooExpensive(budget: budget)
         }
+    }
+
+    /// The monotonic clock.
+    static func monotonicNanoseconds() -> Int64 {
+        var time = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &time)
+        return Int64(time.tv_sec) * 1_000_000_000 + Int64(time.tv_nsec)
     }
 
     /// The processor time the calling thread has used.

@@ -154,6 +154,12 @@ import Testing
         sql: "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 3000000) SELECT count(*) FROM c",
         result: 3_000_000)
 
+    /// A statement of some thousands of SQLite's steps (the progress handler's checks come every
+    /// 2,000) that takes about a millisecond.
+    private static let someWork = (
+        sql: "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 20000) SELECT count(*) FROM c",
+        result: 20_000)
+
     private static func count(_ source: any UnitRowSource, _ sql: String) throws -> Int {
         let tx = try #require(source as? SQLiteTransaction)
         return try #require(try tx.fetchRow(sql)?[0] as Int?)
@@ -192,22 +198,71 @@ import Testing
     }
 
     /// A scan past its quick try is stopped and run on the lane, and only the lane's run
-    /// answers: also when the stopped try caught the interruption itself and returned.
+    /// answers: past the processor allowance, also when the stopped try caught the interruption
+    /// itself and returned, and past the wall allowance (a scan that waited, as for the disk).
     @Test func aScanPastItsQuickTryRunsAgainOnTheLaneAndOnlyThatRunAnswers() async throws {
+        enum Slow: String, CaseIterable { case working, swallowingTheInterruption, waiting }
         try await withStore { storage in
-            for swallowsInterruption in [false, true] {
+            for slow in Slow.allCases {
                 let runs = Counter()
                 let answer = try await storage.withRowSource(.scan) { source -> Int in
                     runs.add()
-                    guard swallowsInterruption else { return try Self.count(source, Self.slowCount.sql) }
-                    return (try? Self.count(source, Self.slowCount.sql)) ?? -1
+                    switch slow {
+                    case .working: return try Self.count(source, Self.slowCount.sql)
+                    case .swallowingTheInterruption: return (try? Self.count(source, Self.slowCount.sql)) ?? -1
+                    case .waiting:
+                        // Past the wall allowance without using the processor, then a statement
+                        // long enough for SQLite to look at the clock.
+                        Thread.sleep(forTimeInterval: 2 * Double(SQLiteStorage.quickTryWallAllowance.wholeNanoseconds) / 1e9)
+                        return try Self.count(source, Self.someWork.sql)
+                    }
                 }
-                expectEqual(answer, Self.slowCount.result, "swallowing the interruption: \(swallowsInterruption)")
-                expectEqual(runs.value, 2, "swallowing the interruption: \(swallowsInterruption)")
+                expectEqual(answer, slow == .waiting ? Self.someWork.result : Self.slowCount.result, "\(slow)")
+                expectEqual(runs.value, 2, "\(slow)")
             }
             // The connections are usable afterwards, with no deadline left on them.
             let again = try await storage.withRowSource(.point) { source in try Self.count(source, Self.slowCount.sql) }
             expectEqual(again, Self.slowCount.result)
+        }
+    }
+
+    /// Scans that take long hold only the lane's threads: with more of them running than the
+    /// machine has cores, point reads still run (on Swift's cooperative threads, which a scan
+    /// kept there would park). Each scan works in SQLite until the test lets it go, which it
+    /// does only after the point reads finished, so a driver that kept scans on the calling
+    /// thread past their quick try would hang (the time limit fails the test).
+    @Test(.timeLimit(.minutes(1))) func longScansLeavePointReadsFree() async throws {
+        try await withStore { storage in
+            let release = DispatchSemaphore(value: 0)
+            let started = AsyncStream<Void>.makeStream()
+            let finished = Counter()
+            let scanCount = 2 * ProcessInfo.processInfo.activeProcessorCount + 2
+            let scans = (0..<scanCount).map { _ in
+                Task {
+                    try await storage.withRowSource(.scan) { source -> Int in
+                        started.continuation.yield()
+                        // Bounded: were the point reads held up, the test fails instead of
+                        // holding these threads for good.
+                        let deadline = Date().addingTimeInterval(10)
+                        while release.wait(timeout: .now()) == .timedOut, Date() < deadline {
+                            _ = try Self.count(source, Self.someWork.sql)
+                        }
+                        finished.add()
+                        return 1
+                    }
+                }
+            }
+            // Every scan has started (its quick try, at least): on the calling threads alone,
+            // the later ones would start only once earlier ones gave up waiting.
+            var iterator = started.stream.makeAsyncIterator()
+            for _ in 0..<scanCount { _ = await iterator.next() }
+            for _ in 0..<50 {
+                let meta = try await storage.withRowSource(.point) { source in try Self.count(source, "SELECT count(*) FROM meta") }
+                #expect(meta != nil)
+            }
+            expectEqual(finished.value, 0, "scans ended before the point reads ran: they held the threads")
+            for _ in 0..<scanCount { release.signal() }
+            for scan in scans { expectEqual(try await scan.value, 1) }
         }
     }
 

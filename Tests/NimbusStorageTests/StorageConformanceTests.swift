@@ -11,10 +11,6 @@ import Testing
 @Suite struct StorageConformanceTests {
     struct Driver: CustomStringConvertible, Sendable {
         let description: String
-        /// Whether a scan's unit of work runs on the engine's own threads (in process, SQLite's
-        /// scan lane); over round trips it runs on the caller's task, pure computation, and the
-        /// engine's work is its loads.
-        var scansRunOnEngineThreads = true
         /// Makes a fresh, empty place for a store (a directory, a database), runs `body` with
         /// its name, and removes it.
         let place: @Sendable (_ body: (String) async throws -> Void) async throws -> Void
@@ -33,7 +29,7 @@ import Testing
         [
             Driver(description: "SQLite synchronous=FULL", place: directory) { UnitOfWorkDriver(try SQLiteStorage(path: $0 + "/db.sqlite", synchronous: .full)) },
             Driver(description: "SQLite synchronous=NORMAL", place: directory) { UnitOfWorkDriver(try SQLiteStorage(path: $0 + "/db.sqlite", synchronous: .normal)) },
-            Driver(description: "SQLite over round trips", scansRunOnEngineThreads: false, place: directory) {
+            Driver(description: "SQLite over round trips", place: directory) {
                 RetryingStorage(UnitOfWorkDriver(RoundTrips(try SQLiteStorage(path: $0 + "/db.sqlite", synchronous: .normal)), checksPurity: true))
             },
         ]
@@ -41,7 +37,7 @@ import Testing
             ? []
             : [
                 Driver(
-                    description: "PostgreSQL as units of work", scansRunOnEngineThreads: false,
+                    description: "PostgreSQL as units of work",
                     place: { body in try await PostgresTestCluster.withDatabase { try await body($0.description) } },
                     make: { place in
                         RetryingStorage(
@@ -50,7 +46,6 @@ import Testing
                     })
             ])
 
-    static let engineThreadDrivers = drivers.filter(\.scansRunOnEngineThreads)
 
     func withDriver(_ driver: Driver, _ body: (any StorageDriver) async throws -> Void) async throws {
         try await driver.place { place in
@@ -707,40 +702,6 @@ import Testing
                 let names = try await storage.read { try $0.queryRecords(query) }.rows.map(\.recordName)
                 expectEqual(names, ["r1"], "\(size) values")
             }
-        }
-    }
-
-    /// Scans that take long hold only the driver's own threads: with more scans running than
-    /// the machine has cores, point reads still run (on Swift's cooperative threads, which a
-    /// scan held there would park). The scans here wait for a signal the test gives only after
-    /// the point reads finished, so a driver that ran scans on the caller's thread would hang
-    /// (the time limit fails the test).
-    @Test(.timeLimit(.minutes(1)), arguments: engineThreadDrivers)
-    func longScansLeavePointReadsFree(driver: Driver) async throws {
-        try await withDriver(driver) { storage in
-            let database = try await storage.write { try $0.ensureDatabase(Self.key) }
-            let release = DispatchSemaphore(value: 0)
-            let started = AsyncStream<Void>.makeStream()
-            let scanCount = 2 * ProcessInfo.processInfo.activeProcessorCount + 2
-            let scans = (0..<scanCount).map { _ in
-                Task {
-                    try await storage.read(.scan) { tx in
-                        started.continuation.yield()
-                        // Bounded: were the point reads below held up, the test fails instead
-                        // of holding these threads for good.
-                        _ = release.wait(timeout: .now() + 10)
-                        return try tx.zones(databaseID: database.id).count
-                    }
-                }
-            }
-            var iterator = started.stream.makeAsyncIterator()
-            _ = await iterator.next()  // one scan is running (and more are queued or running)
-            for _ in 0..<50 {
-                let zones = try await storage.read { try $0.zones(databaseID: database.id) }
-                expectEqual(zones.map(\.name), ["_defaultZone"])
-            }
-            for _ in 0..<scanCount { release.signal() }
-            for scan in scans { #expect(try await scan.value == 1) }
         }
     }
 
