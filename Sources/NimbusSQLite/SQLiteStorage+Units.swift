@@ -230,19 +230,23 @@ extension SQLiteTransaction: UnitTransaction {
     }
 
     func database(id: Int64) throws -> DatabaseRow? {
-        try fetchRow("SELECT container, environment, scope, owner_id, sequence, used_bytes FROM databases WHERE id = ?", [id]).flatMap { row in
-            guard let environment = Environment(rawValue: row["environment"]), let scope = DatabaseScope(rawValue: row["scope"]) else {
+        try fetchOneBound(Self.databaseByID, { $0.add(id) }) { row -> DatabaseRow? in
+            guard let environment = Environment(rawValue: row.text(1)), let scope = DatabaseScope(rawValue: row.text(2)) else {
                 return nil
             }
             return DatabaseRow(
-                id: id, key: DatabaseKey(container: row["container"], environment: environment, scope: scope, ownerID: row["owner_id"]),
-                sequence: row["sequence"], usedBytes: row["used_bytes"])
-        }
+                id: id, key: DatabaseKey(container: row.text(0), environment: environment, scope: scope, ownerID: row.int64(3)),
+                sequence: row.int64(4), usedBytes: row.int64(5))
+        } ?? nil
     }
 
     func zone(id: Int64) throws -> ZoneRow? {
-        try fetchOneBound("SELECT \(Self.zoneColumns) FROM zones WHERE id = ?", { $0.add(id) }, zoneRow)
+        try fetchOneBound(Self.zoneByID, { $0.add(id) }, zoneRow)
     }
+
+    /// Statements every write (a zone's stamp, a loaded database) runs, their texts made once.
+    private static let databaseByID = "SELECT container, environment, scope, owner_id, sequence, used_bytes FROM databases WHERE id = ?"
+    private static let zoneByID = "SELECT \(zoneColumns) FROM zones WHERE id = ?"
 
     func storedRecord(zoneID: Int64, name: String) throws -> StoredRecord? {
         // The record and its rowid in one statement (columns: rowid, then `recordColumns`).
@@ -318,9 +322,11 @@ extension SQLiteTransaction: UnitTransaction {
     private func stamp(_ zones: Set<Int64>) throws {
         for zoneID in zones.sorted() {
             guard let zone = try zone(id: zoneID), !zone.isDeleted else { continue }
-            let sequence = try nextSequence(
-                databaseID: zone.databaseID, floorSQL: "SELECT record_sequence FROM zones WHERE id = ?", floorArguments: [zoneID])
-            try execute("UPDATE zones SET change_sequence = ? WHERE id = ?", [sequence, zoneID])
+            let sequence = try nextSequence(databaseID: zone.databaseID, aboveZone: zoneID)
+            try executeBound("UPDATE zones SET change_sequence = ? WHERE id = ?") {
+                $0.add(sequence)
+                $0.add(zoneID)
+            }
         }
     }
 

@@ -81,7 +81,8 @@ extension SQLiteTransaction {
     }
 
     func subscriptionsVersion() throws -> Int64 {
-        try fetchRow("SELECT value FROM meta WHERE key = 'subscriptions_version'")?["value"] ?? 0
+        // Read by every write that may notify (`NimbusService.queueForMatching`): stepped directly.
+        try fetchOneBound("SELECT value FROM meta WHERE key = 'subscriptions_version'", { _ in }, { $0.int64(0) }) ?? 0
     }
 
     func deleteSubscription(databaseID: Int64, userID: Int64, subscriptionID: String) throws -> Bool {

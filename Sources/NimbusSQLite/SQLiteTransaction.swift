@@ -77,11 +77,20 @@ struct SQLiteTransaction {
     // MARK: Databases and zones
 
     func database(_ key: DatabaseKey) throws -> DatabaseRow? {
-        return try fetchRow(
-            "SELECT id, sequence, used_bytes FROM databases WHERE container = ? AND environment = ? AND scope = ? AND owner_id = ?",
-            [key.container, key.environment.rawValue, key.scope.rawValue, key.ownerID]
-        ).map { DatabaseRow(id: $0["id"], key: key, sequence: $0["sequence"], usedBytes: $0["used_bytes"]) }
+        try fetchOneBound(
+            Self.databaseByKey,
+            {
+                $0.add(key.container)
+                $0.add(key.environment.rawValue)
+                $0.add(key.scope.rawValue)
+                $0.add(key.ownerID)
+            }
+        ) { DatabaseRow(id: $0.int64(0), key: key, sequence: $0.int64(1), usedBytes: $0.int64(2)) }
     }
+
+    /// Every write's database lookup (`UnitOfWork.ensureDatabase`), stepped directly.
+    private static let databaseByKey =
+        "SELECT id, sequence, used_bytes FROM databases WHERE container = ? AND environment = ? AND scope = ? AND owner_id = ?"
 
     static let zoneColumns = "id, database_id, name, change_sequence, record_sequence, deleted"
     /// Every point read's zone lookup, its text made once (not interpolated per call).
@@ -253,30 +262,34 @@ struct SQLiteTransaction {
         try writeIndexEntries()
     }
 
-    /// The database's next sequence, taken above `floorSQL` (a subquery of the zone whose
-    /// record sequences it must pass, with `floorArguments`). Writes are serialized here, so
+    /// The database's next sequence, taken above every record sequence of the zone `zoneID`
+    /// handed out. Writes are serialized here, so
     /// the database's sequence serves every zone's records too: it stays above every record
     /// sequence a zone handed out (a zone made again never repeats a change tag).
-    func nextSequence(databaseID: Int64, floorSQL: String = "0", floorArguments: StatementArguments = []) throws -> Int64 {
+    func nextSequence(databaseID: Int64, aboveZone zoneID: Int64) throws -> Int64 {
         // Not `UPDATE … RETURNING`: SQLite gives RETURNING a statement journal, and releasing
         // one walks the in-memory sub-journal from its start: a cost that grew with every
-        // record of a batch (see updateRecord).
-        try execute(
-            "UPDATE databases SET sequence = max(sequence, coalesce((\(floorSQL)), 0)) + 1 WHERE id = ?",
-            floorArguments + [databaseID])
-        guard let row = try fetchRow("SELECT sequence FROM databases WHERE id = ?", [databaseID]) else {
+        // record of a batch (see updateRecord). Both stepped directly: every write stamps its
+        // zone with one.
+        try executeBound(Self.takeSequence) {
+            $0.add(zoneID)
+            $0.add(databaseID)
+        }
+        guard let sequence = try fetchOneBound(Self.databaseSequence, { $0.add(databaseID) }, { $0.int64(0) }) else {
             throw StorageError.corrupt("database \(databaseID) does not exist")
         }
-        let sequence: Int64 = row["sequence"]
         return sequence
     }
+
+    private static let takeSequence =
+        "UPDATE databases SET sequence = max(sequence, coalesce((SELECT record_sequence FROM zones WHERE id = ?), 0)) + 1 WHERE id = ?"
+    private static let databaseSequence = "SELECT sequence FROM databases WHERE id = ?"
 
     func deleteZone(id: Int64) throws {
         guard let databaseID: Int64 = try fetchRow("SELECT database_id FROM zones WHERE id = ?", [id])?["database_id"] else {
             throw StorageError.corrupt("zone \(id) does not exist")
         }
-        let sequence = try nextSequence(
-            databaseID: databaseID, floorSQL: "SELECT record_sequence FROM zones WHERE id = ?", floorArguments: [id])
+        let sequence = try nextSequence(databaseID: databaseID, aboveZone: id)
         try execute(
             """
             UPDATE databases SET used_bytes = used_bytes - (\(Self.zoneBytesSQL))
