@@ -527,17 +527,11 @@ struct SQLiteTransaction {
         // The statement's columns: the record's, then its id, then the sort keys (`QuerySQL`).
         let idColumn = Self.recordColumnCount
         let rows = try ScanBudget.run(self, budget: query.budget) {
-            try fetchEach(QueryStatementCache.shared.statement(sql.text, in: db), StatementArguments(sql.arguments)) { row in
-                let values: [IndexValue] = (0..<query.sorts.count).map { index in
-                    let value: DatabaseValue = row[idColumn + 1 + index]
-                    switch value.storage {
-                    case .string(let text): return .text(text)
-                    case .double(let number): return .number(number)
-                    case .int64(let number): return .integer(number)
-                    default: return .integer(0)
-                    }
-                }
-                return (recordRow(row), QueryPosition(sortValues: values, recordID: row[idColumn]))
+            try db.fetchAllBound(
+                QueryStatementCache.shared.statement(sql.text, in: db), { for argument in sql.arguments { $0.add(argument) } }
+            ) { row in
+                let values: [IndexValue] = (0..<query.sorts.count).map { index in row.indexValue(idColumn + 1 + index) ?? .integer(0) }
+                return (recordRow(row), QueryPosition(sortValues: values, recordID: row.int64(idColumn)))
             }
         }
         return QueryPage(rows: rows.map(\.0), positions: rows.map(\.1))
