@@ -159,9 +159,11 @@ extension SQLiteTransaction: UnitTransaction {
             // The statement's length varies with the batch: prepared for this call, not cached.
             let statement = try db.makeStatement(
                 sql: "SELECT rowid, \(Self.recordColumns) FROM records WHERE zone_id = ? AND record_name IN (\(QuerySQL.marks(chunk.count)))")
-            var arguments: StatementArguments = [zoneID]
-            arguments += StatementArguments(chunk)
-            for record in try fetchEach(statement, arguments, { StoredRecord(id: $0[0], row: recordRow($0, from: 1)) }) {
+            let bind = { (arguments: inout BoundArguments) in
+                arguments.add(zoneID)
+                for name in chunk { arguments.add(name) }
+            }
+            for record in try db.fetchAllBound(statement, bind, { StoredRecord(id: $0.int64(0), row: recordRow($0, from: 1)) }) {
                 found[record.row.recordName] = record
             }
         }

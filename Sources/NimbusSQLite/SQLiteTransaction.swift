@@ -151,31 +151,37 @@ struct SQLiteTransaction {
     static let recordColumnCount = 13
 
     func recordChanges(zoneID: Int64, after sequence: Int64, recordTypes: [String]?, limit: Int) throws -> [RecordRow] {
+        // A page of up to 200 rows, stepped and read in place (`fetchAllBound`).
         guard let recordTypes, !recordTypes.isEmpty else {
-            return try fetchEach(
-                db.cachedStatement(
-                    sql: """
-                        SELECT \(Self.recordColumns) FROM records
-                        WHERE zone_id = ? AND change_sequence > ? ORDER BY change_sequence LIMIT ?
-                        """),
-                [zoneID, sequence, limit]
+            return try db.fetchAllBound(
+                db.cachedStatement(sql: Self.changesAfter),
+                {
+                    $0.add(zoneID)
+                    $0.add(sequence)
+                    $0.add(limit)
+                }
             ) { recordRow($0) }
         }
         // The type list varies per request: not worth caching a statement for each length.
         let marks = QuerySQL.marks(recordTypes.count)
-        var arguments: StatementArguments = [zoneID, sequence]
-        arguments += StatementArguments(recordTypes)
-        arguments += [limit]
-        return try fetchEach(
+        return try db.fetchAllBound(
             db.makeStatement(
                 sql: """
                     SELECT \(Self.recordColumns) FROM records
                     WHERE zone_id = ? AND change_sequence > ? AND record_type IN (\(marks))
                     ORDER BY change_sequence LIMIT ?
                     """),
-            arguments
+            {
+                $0.add(zoneID)
+                $0.add(sequence)
+                for recordType in recordTypes { $0.add(recordType) }
+                $0.add(limit)
+            }
         ) { recordRow($0) }
     }
+
+    private static let changesAfter =
+        "SELECT \(recordColumns) FROM records WHERE zone_id = ? AND change_sequence > ? ORDER BY change_sequence LIMIT ?"
 
     func liveRecords(container: String, environment: Environment, recordType: String, afterID: Int64, limit: Int) throws
         -> [(id: Int64, row: RecordRow)]
