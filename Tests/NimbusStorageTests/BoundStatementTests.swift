@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 @testable import NimbusSQLite
 import NimbusStorage
+import NimbusTestSupport
 import Testing
 
 /// The writer's statements bound through SQLite's C API (`BoundArguments`) store what GRDB's
@@ -71,6 +72,29 @@ import Testing
             #expect(code == .SQLITE_CONSTRAINT_PRIMARYKEY)
             #expect(message?.contains("UNIQUE") == true)
             #expect(count == 2)
+        }
+    }
+
+    /// Every row of a statement stepped in place (`fetchAllBound`): GRDB's values bound as GRDB
+    /// binds them (the query builder's arguments), a sort key of any type read back as an index
+    /// value (NULL as none), no rows as none, and the statement usable again with other values.
+    @Test func allRowsAreReadInPlaceWithGRDBsValuesBound() async throws {
+        try await withSQLite { storage in
+            let (rows, none, again) = try await storage.writeSQLite { tx -> ([[String]], Int, [String]) in
+                try tx.execute("CREATE TEMP TABLE s (k INTEGER PRIMARY KEY, v)")
+                try tx.execute("INSERT INTO s VALUES (1, 7), (2, 2.5), (3, 'é'), (4, NULL), (5, x'01')")
+                let statement = try tx.db.cachedStatement(sql: "SELECT k, v FROM s WHERE k >= ? AND k <= ? AND (? IS NULL) AND ? = x'0102' ORDER BY k")
+                func page(_ low: Int64, _ high: Double) throws -> [[String]] {
+                    let values: [(any DatabaseValueConvertible)?] = [low, high, nil, Data([1, 2])]
+                    return try tx.db.fetchAllBound(statement, { for value in values { $0.add(value) } }) { row in
+                        [String(row.int64(0)), row.indexValue(1).map { "\($0)" } ?? "none"]
+                    }
+                }
+                return (try page(1, 5), try page(9, 10).count, try page(3, 3).map { $0.joined(separator: " ") })
+            }
+            expectEqual(rows, [["1", "\(IndexValue.integer(7))"], ["2", "\(IndexValue.number(2.5))"], ["3", "\(IndexValue.text("é"))"], ["4", "none"], ["5", "none"]])
+            expectEqual(none, 0)
+            expectEqual(again, ["3 \(IndexValue.text("é"))"])
         }
     }
 }
