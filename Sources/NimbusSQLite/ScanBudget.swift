@@ -21,8 +21,9 @@ enum ScanBudget {
     /// About 20–100 µs of work between checks; a check (one clock read) costs well under 1 µs.
     static let stepsPerCheck: Int32 = 2_000
 
-    /// The processor-time deadlines a connection's statements run under (the thread clock's
-    /// nanoseconds), checked by one progress handler. `Int64.max` is none.
+    /// The deadlines a connection's statements run under, in nanoseconds of the thread's
+    /// processor clock (the wall one for `quickTryWall`), checked by one progress handler.
+    /// `Int64.max` is none.
     final class Deadlines {
         /// The quick try's, over the whole read: the thread's processor time, and the
         /// monotonic clock's.
@@ -83,16 +84,14 @@ enum ScanBudget {
     }
 
     /// The monotonic clock.
-    static func monotonicNanoseconds() -> Int64 {
-        var time = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &time)
-        return Int64(time.tv_sec) * 1_000_000_000 + Int64(time.tv_nsec)
-    }
+    static func monotonicNanoseconds() -> Int64 { nanoseconds(CLOCK_MONOTONIC) }
 
     /// The processor time the calling thread has used.
-    static func threadProcessorNanoseconds() -> Int64 {
+    static func threadProcessorNanoseconds() -> Int64 { nanoseconds(CLOCK_THREAD_CPUTIME_ID) }
+
+    private static func nanoseconds(_ clock: clockid_t) -> Int64 {
         var time = timespec()
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &time)
+        clock_gettime(clock, &time)
         return Int64(time.tv_sec) * 1_000_000_000 + Int64(time.tv_nsec)
     }
 }

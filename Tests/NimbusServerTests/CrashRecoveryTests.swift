@@ -456,10 +456,3 @@ enum NimbusProcess {
     }
 }
 
-/// A count several tasks add to.
-final class LockedCounter: @unchecked Sendable {
-    private let lock = NSLock()
-    private var count = 0
-    var value: Int { lock.withLock { count } }
-    func increment() { lock.withLock { count += 1 } }
-}

@@ -170,14 +170,14 @@ import Testing
     @Test func aScanThatTakesLittleIsAnsweredWhileTheScanLaneIsFull() async throws {
         try await withStore { storage in
             let width = storage.scans.width
-            let inside = Counter()
+            let inside = LockedCounter()
             let release = DispatchSemaphore(value: 0)
             let holders = (0..<width).map { _ in
-                Task { try await storage.readScan { _ in inside.add(); release.wait() } }
+                Task { try await storage.readScan { _ in inside.increment(); release.wait() } }
             }
-            let released = Counter()
+            let released = LockedCounter()
             func releaseHolders() {
-                guard released.add() == 1 else { return }
+                guard released.increment() == 1 else { return }
                 for _ in 0..<width { release.signal() }
             }
             // Should the cheap scan wait for the lane after all, the holders let go after 20 s
@@ -204,9 +204,9 @@ import Testing
         enum Slow: String, CaseIterable { case working, swallowingTheInterruption, waiting }
         try await withStore { storage in
             for slow in Slow.allCases {
-                let runs = Counter()
+                let runs = LockedCounter()
                 let answer = try await storage.withRowSource(.scan) { source -> Int in
-                    runs.add()
+                    runs.increment()
                     switch slow {
                     case .working: return try Self.count(source, Self.slowCount.sql)
                     case .swallowingTheInterruption: return (try? Self.count(source, Self.slowCount.sql)) ?? -1
@@ -235,7 +235,7 @@ import Testing
         try await withStore { storage in
             let release = DispatchSemaphore(value: 0)
             let started = AsyncStream<Void>.makeStream()
-            let finished = Counter()
+            let finished = LockedCounter()
             let scanCount = 2 * ProcessInfo.processInfo.activeProcessorCount + 2
             let scans = (0..<scanCount).map { _ in
                 Task {
@@ -247,7 +247,7 @@ import Testing
                         while release.wait(timeout: .now()) == .timedOut, Date() < deadline {
                             _ = try Self.count(source, Self.someWork.sql)
                         }
-                        finished.add()
+                        finished.increment()
                         return 1
                     }
                 }
@@ -282,10 +282,10 @@ import Testing
     /// try, without a second run on the lane, and on the lane as before.
     @Test func aQuerysOwnBudgetFailsItInTheQuickTryAndOnTheLane() async throws {
         try await withStore { storage in
-            let runs = Counter()
+            let runs = LockedCounter()
             let inQuickTry = await Self.tooExpensive {
                 _ = try await storage.withRowSource(.scan) { source -> Int in
-                    runs.add()
+                    runs.increment()
                     let tx = try #require(source as? SQLiteTransaction)
                     return try ScanBudget.run(tx, budget: .microseconds(1)) { try Self.count(tx, Self.slowCount.sql) }
                 }
@@ -300,14 +300,6 @@ import Testing
             #expect(onTheLane)
         }
     }
-}
-
-/// A count shared across threads; `add` returns the count it made.
-private final class Counter: @unchecked Sendable {
-    private let lock = NSLock()
-    private var count = 0
-    @discardableResult func add() -> Int { lock.withLock { count += 1; return count } }
-    var value: Int { lock.withLock { count } }
 }
 
 /// Threads that wait for each other: `arrive` returns true once `count` have arrived, or false

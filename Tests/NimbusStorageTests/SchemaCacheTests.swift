@@ -12,17 +12,17 @@ import Testing
     private static let key = SchemaKey(container: "c", environment: .development)
 
     /// A scratch store whose statements are counted, closed and removed after `body`.
-    private func withStore(_ body: (SQLiteStorage, String, StatementCount) async throws -> Void) async throws {
+    private func withStore(_ body: (SQLiteStorage, String, LockedCounter) async throws -> Void) async throws {
         try await StorageConformanceTests.directory { directory in
-            let count = StatementCount()
+            let count = LockedCounter()
             let path = directory + "/db.sqlite"
-            let storage = try SQLiteStorage(path: path, synchronous: .normal, statementObserver: { count.add() })
+            let storage = try SQLiteStorage(path: path, synchronous: .normal, statementObserver: { count.increment() })
             try await withClosing(storage, closedBy: { try await $0.close() }) { try await body($0, path, count) }
         }
     }
 
     /// The schema as a point read's unit loads it, and the statements that took.
-    private func schema(_ storage: SQLiteStorage, _ count: StatementCount) throws -> (fields: [String], statements: Int) {
+    private func schema(_ storage: SQLiteStorage, _ count: LockedCounter) throws -> (fields: [String], statements: Int) {
         let before = count.value
         let schema = try storage.readPoint { tx in
             var rows = LoadedRows()
@@ -107,12 +107,4 @@ import Testing
             expectEqual(try schema(storage, count).fields, ["Note.body", "Note.title"])
         }
     }
-}
-
-/// Statements started on the store's connections.
-private final class StatementCount: @unchecked Sendable {
-    private let lock = NSLock()
-    private var count = 0
-    func add() { lock.withLock { count += 1 } }
-    var value: Int { lock.withLock { count } }
 }
