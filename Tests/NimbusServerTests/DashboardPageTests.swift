@@ -289,9 +289,10 @@ import Testing
             let backupRows = (result["backups"]?.arrayValue ?? []).compactMap { $0.arrayValue?.compactMap(\.stringValue) }
             #expect(backupRows.count == 1 && backupRows[0][0].hasPrefix("nimbus-backup-"), "\(result)")
             expectEqual(result["backupState"]?.stringValue?.contains("Backups go to \(backups)"), true, "\(result)")
-            // Where the data is, as the server's first lines say it; no replicas on SQLite.
+            // Where the data is, as the server's first lines say it; this server has no replicas.
             let engine = result["storageEngine"]?.stringValue ?? ""
-            #expect(engine.hasPrefix("Data: SQLite") && engine.contains("No read replicas"), "\(result)")
+            let store = TestStorage.isSQLiteFile ? "Data: SQLite" : "Data: PostgreSQL"
+            #expect(engine.hasPrefix(store) && engine.contains("No read replicas"), "\(result)")
             if let name = backupRows.first?.first { #expect(throws: Never.self) { try Backups.verify(backups + "/" + name) } }
 
             let audit = (result["audit"]?.arrayValue ?? []).compactMap { $0.arrayValue?.compactMap(\.stringValue) }
