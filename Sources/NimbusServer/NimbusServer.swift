@@ -1,7 +1,6 @@
 import Foundation
 import Hummingbird
 import HummingbirdCore
-import HummingbirdWebSocket
 import Logging
 import NimbusBlobs
 import NimbusCore
@@ -194,14 +193,7 @@ public enum NimbusServer {
         let counter = ConnectionCounter()
         let server = HTTPServerBuilder { responder in
             GuardedChannel(
-                inner: HTTP1WebSocketUpgradeChannel(
-                    responder: responder,
-                    // No ping task per connection: `NotificationPipelineService` pings them all.
-                    configuration: .init(http1: .init(idleTimeout: nil), ws: .init(autoPing: .disabled)),
-                    shouldUpgrade: { request, channel, _ in
-                        await NotificationSocket.shouldUpgrade(
-                            request, channel: channel, service: service, connections: connections)
-                    }),
+                inner: NotificationStreamChannel(responder: responder, service: service, connections: connections),
                 limits: edge, bodyLimits: parts.bodies.limits, counter: counter, isStreamPath: NotificationSocket.isStreamPath)
         }
         return Application(

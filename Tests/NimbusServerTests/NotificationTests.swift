@@ -1,3 +1,4 @@
+import Foundation
 import NimbusTestSupport
 import NimbusWire
 import Testing
@@ -225,6 +226,122 @@ import Testing
             let expired = try await alice.device("notifications/changes", ["syncToken": .string(token)])
             expectEqual(expired.status, 400)
             expectEqual(expired.errorCode, "CHANGE_TOKEN_EXPIRED")
+        }
+    }
+}
+
+/// The stream's WebSocket as Nimbus serves it (a NIO pipeline, no task per connection:
+/// `NotificationStreamChannel`), spoken byte by byte over a raw socket.
+@Suite struct NotificationStreamProtocolTests {
+    /// A client frame (masked, as RFC 6455 requires of clients).
+    static func clientFrame(opcode: UInt8, _ payload: [UInt8]) -> [UInt8] {
+        var frame: [UInt8] = [0x80 | opcode]
+        if payload.count < 126 {
+            frame.append(0x80 | UInt8(payload.count))
+        } else {
+            frame += [0x80 | 126, UInt8(payload.count >> 8), UInt8(payload.count & 0xFF)]
+        }
+        let mask: [UInt8] = [0x37, 0xFA, 0x21, 0x3D]
+        frame += mask
+        frame += payload.enumerated().map { $1 ^ mask[$0 % 4] }
+        return frame
+    }
+
+    /// The server's frames in `bytes` (after the upgrade's head, when there is one): opcode
+    /// and payload of each whole frame.
+    static func serverFrames(_ bytes: [UInt8]) -> [(opcode: UInt8, payload: [UInt8])] {
+        var index = 0
+        if let head = String(decoding: bytes, as: UTF8.self).range(of: "\r\n\r\n") {
+            index = String(decoding: bytes, as: UTF8.self)[..<head.upperBound].utf8.count
+        }
+        var frames: [(UInt8, [UInt8])] = []
+        while index + 2 <= bytes.count {
+            var length = Int(bytes[index + 1] & 0x7F)
+            var start = index + 2
+            if length == 126 {
+                guard start + 2 <= bytes.count else { break }
+                length = Int(bytes[start]) << 8 | Int(bytes[start + 1])
+                start += 2
+            }
+            guard start + length <= bytes.count else { break }
+            frames.append((bytes[index] & 0x0F, Array(bytes[start..<start + length])))
+            index = start + length
+        }
+        return frames
+    }
+
+    /// Opens alice's stream on a raw socket and waits for its `ready` frame.
+    static func openStream(_ alice: APIClient, port: Int) async throws -> RawConnection {
+        let url = alice.notificationSocketURL()
+        let target = String(url[try #require(url.range(of: "/device/1/")).lowerBound...])
+        let connection = try RawConnection(port: port)
+        try connection.send(
+            "GET \(target) HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+        let opened = await connection.receive(waitingUpTo: 10) { bytes in
+            serverFrames(bytes).contains { String(decoding: $0.payload, as: UTF8.self).contains("\"ready\"") }
+        }
+        #expect(opened.status == 101, "\(opened.text)")
+        try #require(serverFrames(opened.bytes).contains { $0.opcode == 0x1 }, "no ready frame: \(opened.text)")
+        return connection
+    }
+
+    @Test func pingsAreAnsweredClosesEchoedLargeFramesRefusedAndClosedStreamsForgotten() async throws {
+        try await TestServer.with(configure: { $0.metricsPort = 0 }) { server in
+            var port = 0
+            for _ in 0..<100 where port == 0 {
+                port = server.directory.metrics.metricsPort.load(ordering: .relaxed)
+                if port == 0 { try await Task.sleep(for: .milliseconds(20)) }
+            }
+            let metricsPort = port
+            func openStreams() async throws -> Double {
+                MetricsTests.value(try await MetricsTests.scrape(port: metricsPort), "nimbus_websocket_connections")
+            }
+            /// Whether the server forgets every stream within 5 s (well before its 30 s pings
+            /// would find a vanished device).
+            func allForgotten() async throws -> Bool {
+                let deadline = Date().addingTimeInterval(5)
+                while Date() < deadline {
+                    if try await openStreams() == 0 { return true }
+                    try await Task.sleep(for: .milliseconds(50))
+                }
+                return false
+            }
+            let alice = try await server.user("alice")
+
+            // A ping is answered with a pong carrying its payload.
+            let first = try await Self.openStream(alice, port: server.port)
+            try first.send(Self.clientFrame(opcode: 0x9, Array("are you there".utf8)))
+            let pong = await first.receive(waitingUpTo: 5) { Self.serverFrames($0).contains { $0.opcode == 0xA } }
+            let pongFrame = Self.serverFrames(pong.bytes).first { $0.opcode == 0xA }
+            expectEqual(pongFrame.map { String(decoding: $0.payload, as: UTF8.self) }, "are you there", "\(pong.bytes)")
+            try await expectEqual(openStreams(), 1)
+
+            // The device's close is answered with its code (1000), then the connection closes
+            // and the stream is forgotten.
+            try first.send(Self.clientFrame(opcode: 0x8, [0x03, 0xE8] + Array("bye".utf8)))
+            let closed = await first.receive(waitingUpTo: 5)
+            #expect(closed.closed, "the server kept the connection after the device's close")
+            let closeFrame = Self.serverFrames(closed.bytes).first { $0.opcode == 0x8 }
+            expectEqual(closeFrame?.payload, [0x03, 0xE8], "\(closed.bytes)")
+            #expect(try await allForgotten(), "a closed stream stayed registered")
+
+            // A frame past 4 KB closes the stream with 1009 (message too big).
+            let second = try await Self.openStream(alice, port: server.port)
+            try second.send(Self.clientFrame(opcode: 0x1, Array(repeating: UInt8(ascii: "x"), count: 4_097)))
+            let refused = await second.receive(waitingUpTo: 5)
+            #expect(refused.closed, "the server kept a stream that sent 4,097 bytes")
+            let refusal = Self.serverFrames(refused.bytes).first { $0.opcode == 0x8 }
+            expectEqual(refusal?.payload, [0x03, 0xF1], "\(refused.bytes)")
+            // At the limit, nothing happens: the stream still answers pings.
+            let third = try await Self.openStream(alice, port: server.port)
+            try third.send(Self.clientFrame(opcode: 0x1, Array(repeating: UInt8(ascii: "x"), count: 4_096)))
+            try third.send(Self.clientFrame(opcode: 0x9, Array("still".utf8)))
+            let still = await third.receive(waitingUpTo: 5) { Self.serverFrames($0).contains { $0.opcode == 0xA } }
+            #expect(!still.closed && Self.serverFrames(still.bytes).contains { $0.opcode == 0xA }, "\(still.bytes)")
+
+            // A device that vanishes without a close is forgotten as well.
+            third.hangUp()
+            #expect(try await allForgotten(), "a device that hung up stayed registered")
         }
     }
 }

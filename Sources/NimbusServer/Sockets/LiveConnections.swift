@@ -1,5 +1,4 @@
 import Foundation
-import HummingbirdWebSocket
 import NIOCore
 import NIOWebSocket
 import NimbusCore
@@ -11,11 +10,12 @@ import NimbusWire
 /// caused it.
 ///
 /// Memory per idle connection matters (10,000 idle devices is an ordinary load), so an idle
-/// connection has no task of its own beyond the one reading from it: frames wait in the
-/// connection's queue, and a writer task runs only while there is something to write. One
-/// loop pings every connection (`pingAll`), instead of a ping task per connection. A device
-/// too slow to drain its queue (`queueLimit`) misses pushes and recovers them from the
-/// collection, as after any disconnection.
+/// connection has no task at all: it is a NIO pipeline that answers pings and closes
+/// (`NotificationStreamChannel`), frames wait in the connection's queue, and a writer task
+/// runs only while there is something to write. One loop pings every connection
+/// (`pingAll`), instead of a ping task per connection. A device too slow to drain its queue
+/// (`queueLimit`) misses pushes and recovers them from the collection, as after any
+/// disconnection.
 final class LiveConnections: NotificationSink, @unchecked Sendable {
     enum Outbound: Sendable {
         case notification(PushedNotification)
@@ -40,7 +40,8 @@ final class LiveConnections: NotificationSink, @unchecked Sendable {
     /// One open stream.
     final class Connection: @unchecked Sendable {
         let deviceID: String
-        private let outbound: WebSocketOutboundWriter
+        /// The upgraded channel: its pipeline ends in NIO's WebSocket frame encoder.
+        private let channel: any Channel
         private let lock = NSLock()
         private var queue: [Outbound] = []
         /// Until the replay is written, live frames only queue.
@@ -50,9 +51,31 @@ final class LiveConnections: NotificationSink, @unchecked Sendable {
         /// Notifications up to this sequence went out in the replay: not again.
         private var replayedThrough: Int64 = 0
 
-        init(deviceID: String, outbound: WebSocketOutboundWriter) {
+        init(deviceID: String, channel: any Channel) {
             self.deviceID = deviceID
-            self.outbound = outbound
+            self.channel = channel
+        }
+
+        /// Writes one text frame and waits until it is written (the replay's pace is the
+        /// device's).
+        func write(_ text: String) async throws {
+            try await write(WebSocketFrame(fin: true, opcode: .text, data: ByteBuffer(string: text)))
+        }
+
+        private func write(_ frame: WebSocketFrame) async throws {
+            try await channel.writeAndFlush(frame).get()
+        }
+
+        /// Closes the stream from the server's side: a close frame with `code`, then the
+        /// connection (its close unregisters it).
+        func end(_ code: WebSocketErrorCode) {
+            close()
+            var data = ByteBuffer()
+            data.write(webSocketErrorCode: code)
+            let channel = channel
+            channel.writeAndFlush(WebSocketFrame(fin: true, opcode: .connectionClose, data: data)).whenComplete { _ in
+                channel.close(promise: nil)
+            }
         }
 
         func enqueue(_ item: Outbound) {
@@ -103,16 +126,15 @@ final class LiveConnections: NotificationSink, @unchecked Sendable {
                     switch item {
                     case .notification(let notification):
                         guard notification.sequence > replayedThrough else { continue }
-                        try await outbound.write(
-                            .text(
-                                LiveConnections.text(
-                                    .notification(
-                                        notificationID: notification.notificationID, payload: notification.payload,
-                                        syncToken: notification.syncToken))))
+                        try await write(
+                            LiveConnections.text(
+                                .notification(
+                                    notificationID: notification.notificationID, payload: notification.payload,
+                                    syncToken: notification.syncToken)))
                     case .badge(let value):
-                        try await outbound.write(.text(LiveConnections.text(.badge(value))))
+                        try await write(LiveConnections.text(.badge(value)))
                     case .ping:
-                        try await outbound.write(.custom(WebSocketFrame(fin: true, opcode: .ping, data: ByteBuffer())))
+                        try await write(WebSocketFrame(fin: true, opcode: .ping, data: ByteBuffer()))
                     }
                 } catch {
                     close()  // the connection is gone; its reading task ends and unregisters it
@@ -126,8 +148,8 @@ final class LiveConnections: NotificationSink, @unchecked Sendable {
     private var connections: [NotificationOwner: [ObjectIdentifier: Connection]] = [:]
 
     /// Registers a connection; it queues live frames until `ready(replayedThrough:)`.
-    func connect(owner: NotificationOwner, deviceID: String, outbound: WebSocketOutboundWriter) -> Connection {
-        let connection = Connection(deviceID: deviceID, outbound: outbound)
+    func connect(owner: NotificationOwner, deviceID: String, channel: any Channel) -> Connection {
+        let connection = Connection(deviceID: deviceID, channel: channel)
         lock.lock()
         connections[owner, default: [:]][ObjectIdentifier(connection)] = connection
         lock.unlock()
@@ -142,13 +164,13 @@ final class LiveConnections: NotificationSink, @unchecked Sendable {
         connection.close()
     }
 
-    /// Forgets every connection (server shutdown; the WebSocket layer closes them).
+    /// Closes every connection with 1001, going away (server shutdown).
     func disconnectAll() {
         lock.lock()
         let all = connections.values.flatMap(\.values)
         connections = [:]
         lock.unlock()
-        for connection in all { connection.close() }
+        for connection in all { connection.end(.goingAway) }
     }
 
     var count: Int {

@@ -1,7 +1,4 @@
 import Foundation
-import HTTPTypes
-import HummingbirdCore
-import HummingbirdWebSocket
 import Logging
 import NIOCore
 import NimbusCore
@@ -26,18 +23,30 @@ enum NotificationSocket {
         return parts.count == 6 && parts[0] == "device" && parts[1] == "1" && "\(parts[4])/\(parts[5])" == Self.path
     }
 
-    /// Upgrades requests for the notification stream that authenticate and name a valid sync
-    /// token. A refused upgrade is answered with CloudKit's error JSON saying why (the guard
-    /// writes it in place of the framework's empty 400), so the client sees an error it can read.
-    static func shouldUpgrade(
-        _ request: HTTPRequest, channel: any Channel, service: NimbusService, connections: LiveConnections
-    ) async -> ShouldUpgradeResult<WebSocketDataHandler<HTTP1WebSocketUpgradeChannel.Context>> {
-        guard let components = request.path.flatMap({ URLComponents(string: $0) }), isStreamPath(components.path) else {
-            return .dontUpgrade  // the guard has answered already: not a WebSocket endpoint
+    /// The largest frame a device may send; it is expected to send nothing but pings, pongs and
+    /// its close. A larger one closes the stream with 1009 (NIO's protocol error handler).
+    static let maxFrameSize = 4_096
+
+    /// A stream request that authenticated and named a valid sync token: who listens, and where
+    /// the collection's replay starts.
+    struct Accepted: Sendable {
+        let caller: Caller
+        let owner: NotificationOwner
+        let deviceID: String
+        let since: String?
+    }
+
+    /// Decides an upgrade request for the notification stream: accepted when it authenticates
+    /// and names a valid sync token. A refused upgrade is answered with CloudKit's error JSON
+    /// saying why (the guard writes it in place of the empty 400), so the client sees an error
+    /// it can read.
+    static func accept(uri: String, channel: any Channel, service: NimbusService) async -> Accepted? {
+        guard let components = URLComponents(string: uri), isStreamPath(components.path) else {
+            return nil  // the guard has answered already: not a WebSocket endpoint
         }
-        func refuse(_ error: CloudKitError) async -> ShouldUpgradeResult<WebSocketDataHandler<HTTP1WebSocketUpgradeChannel.Context>> {
+        func refuse(_ error: CloudKitError) async -> Accepted? {
             await RequestGuardHandler.noteRefusedUpgrade(error, on: channel)
-            return .dontUpgrade
+            return nil
         }
         let parts = components.path.split(separator: "/").map(String.init)
         let environment: NimbusStorage.Environment
@@ -63,40 +72,44 @@ enum NotificationSocket {
             return await refuse(CloudKitError(.internalError, "the notification stream could not start; try again"))
         }
         let owner = NotificationOwner(container: caller.container, environment: caller.environment, userID: user.id)
-        let since = query[WireKey.syncToken]
-        return .upgrade([:]) { inbound, outbound, _ in
-            // Registered before the replay, so nothing falls between the two; live frames
-            // wait in the connection until the replay is written.
-            let connection = connections.connect(owner: owner, deviceID: deviceID, outbound: outbound)
-            defer { connections.disconnect(owner: owner, connection) }
-            let replayedThrough = try await replay(caller: caller, since: since, service: service, outbound: outbound)
+        return Accepted(caller: caller, owner: owner, deviceID: deviceID, since: query[WireKey.syncToken])
+    }
+
+    /// Starts an upgraded stream, on the connection's task: the collection after the device's
+    /// token, then `ready`, then live frames, which the connection queued meanwhile (it was
+    /// registered before this runs, so nothing falls between the two). The task ends here;
+    /// the connection lives on in its pipeline (`NotificationStreamChannel`).
+    static func start(_ accepted: Accepted, on connection: LiveConnections.Connection, service: NimbusService) async {
+        do {
+            let replayedThrough = try await replay(caller: accepted.caller, since: accepted.since, service: service, to: connection)
             connection.ready(replayedThrough: replayedThrough)
-            // Nothing is expected from the client; reading notices its close (and answers pings).
-            for try await _ in inbound.messages(maxSize: 4_096) {}
+        } catch {
+            // The device left during the replay, or the collection could not be read: the
+            // device reconnects with its token and misses nothing.
+            connection.end(.unexpectedServerError)
         }
     }
 
     /// Writes the collection after `token`, then `ready`; returns the last sequence written.
     private static func replay(
-        caller: Caller, since token: String?, service: NimbusService, outbound: WebSocketOutboundWriter
+        caller: Caller, since token: String?, service: NimbusService, to connection: LiveConnections.Connection
     ) async throws -> Int64 {
         var token = token
         var replayedThrough: Int64 = 0
         while true {
             let page = try await service.notificationChanges(caller, token: token, limit: Limits.notificationsPerPage.value)
             for row in page.notifications {
-                try await outbound.write(
-                    .text(
-                        LiveConnections.text(
-                            .notification(
-                                notificationID: row.notificationID, payload: try JSON.parse(row.payload),
-                                syncToken: service.notificationToken(for: row)))))
+                try await connection.write(
+                    LiveConnections.text(
+                        .notification(
+                            notificationID: row.notificationID, payload: try JSON.parse(row.payload),
+                            syncToken: service.notificationToken(for: row))))
                 replayedThrough = row.sequence
             }
             token = page.syncToken
             if !page.moreComing { break }
         }
-        try await outbound.write(.text(LiveConnections.text(.ready(syncToken: token ?? ""))))
+        try await connection.write(LiveConnections.text(.ready(syncToken: token ?? "")))
         return replayedThrough
     }
 }
