@@ -91,7 +91,7 @@ let package = Package(
         .target(
             name: "NimbusCore",
             dependencies: [
-                "NimbusWire", "NimbusStorage", "NimbusBlobs",
+                "NimbusWire", "NimbusStorage", "NimbusBlobs", "CNimbusLibc",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
@@ -114,10 +114,13 @@ let package = Package(
             ],
             swiftSettings: strict),
         // The HTTP API on Hummingbird. No storage driver: the CLI (or a test) hands it one.
+        // The C library's GNU extensions Swift's Glibc module does not export: the allocator's
+        // statistics and trimming (MemoryReturnService), memmem (RecordCodec).
+        .target(name: "CNimbusLibc"),
         .target(
             name: "NimbusServer",
             dependencies: [
-                "NimbusWire", "NimbusStorage", "NimbusCore", "NimbusPush", "NimbusBlobs",
+                "NimbusWire", "NimbusStorage", "NimbusCore", "NimbusPush", "NimbusBlobs", "CNimbusLibc",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),

@@ -177,6 +177,16 @@ struct NotificationBenchmark {
         print(String(format: "p50 ratio (idle / none): %.2f", loaded.p50 / max(quiet.p50, 0.001)))
         listener.task.cancel()
         for task in idle.tasks { task.cancel() }
+        // What the server keeps once they have all left: right away, and after the 10 s in which
+        // `nimbus serve` hands freed memory back (MemoryReturnService).
+        try await Task.sleep(for: .seconds(2))
+        let rssLeft = residentKilobytes(pid: options.serverPID)
+        try await Task.sleep(for: .seconds(10))
+        let rssSettled = residentKilobytes(pid: options.serverPID)
+        if let rssLeft, let rssSettled {
+            print(String(format: "server resident memory after the idle clients left: %.1f MB at 2 s, %.1f MB at 12 s",
+                Double(rssLeft) / 1024, Double(rssSettled) / 1024))
+        }
     }
 
     struct Latencies {

@@ -196,7 +196,9 @@ struct Serve: AsyncParsableCommand {
         // A browser cannot open the wildcard address; the link names this machine instead.
         let browsable = ["0.0.0.0", "::", "[::]"].contains(host) ? "127.0.0.1" : host
         let app = NimbusServer.makeApplication(
-            directory: directory, configuration: configuration, services: tracing.map { [$0] } ?? []
+            // The process's memory is handed back by the process, not per server (tests run
+            // a hundred servers in one process).
+            directory: directory, configuration: configuration, services: [MemoryReturnService()] + (tracing.map { [$0] } ?? [])
         ) { port in
             // One line each, so scripts can pick them out; written unbuffered, as a pipe may be reading.
             var lines = [

@@ -1,0 +1,23 @@
+#define _GNU_SOURCE
+#include "CNimbusLibc.h"
+#include <string.h>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+
+size_t nimbus_allocator_free_bytes(void) {
+    struct mallinfo2 info = mallinfo2();
+    return info.fordblks;
+}
+
+int nimbus_allocator_release_free_pages(void) {
+    return malloc_trim(0);
+}
+#else
+size_t nimbus_allocator_free_bytes(void) { return 0; }
+int nimbus_allocator_release_free_pages(void) { return 0; }
+#endif
+
+int nimbus_bytes_contain(const void *haystack, size_t haystack_length, const void *needle, size_t needle_length) {
+    return memmem(haystack, haystack_length, needle, needle_length) != NULL;
+}
