@@ -5,23 +5,24 @@ import ServiceLifecycle
 ///
 /// glibc's allocator keeps what the process frees inside its arenas (up to eight per core) for
 /// reuse, and hands back by itself only the free space at the top of a heap. So a server that
-/// once held 10,000 notification streams kept the 260 MB they had used after every device left
-/// (docs/benchmarks.md, "Memory a burst leaves behind"), and the more cores, the more arenas
-/// keep such memory. Every `interval`, when the arenas hold more than `threshold` free bytes,
-/// their whole free pages go back to the system (`malloc_trim`). Nothing moves: the allocator
-/// keeps its books, and a page handed back costs a page fault when it is used again. One per
-/// process: `nimbus serve` runs it beside its server.
+/// once held 10,000 notification streams stayed at the 136 MB it had reached after every
+/// device left (docs/benchmarks.md, "... memory a burst leaves behind"), and the more cores,
+/// the more arenas keep such memory. Every `interval`, when the arenas hold more than
+/// `MemoryReturn.defaultThreshold` free bytes, their whole free pages go back to the system
+/// (`malloc_trim`). Nothing moves: the allocator keeps its books, and a page handed back costs
+/// a page fault when it is used again. One per process: `nimbus serve` runs it beside its
+/// server.
 public struct MemoryReturnService: Service {
-    var interval: Duration = .seconds(10)
-    var threshold = MemoryReturn.defaultThreshold
+    /// How often the arenas' free bytes are looked at.
+    static let interval: Duration = .seconds(10)
 
     public init() {}
 
     public func run() async throws {
         await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
-                try? await Task.sleep(for: interval)
-                MemoryReturn.releaseIfWorthIt(threshold: threshold)
+                try? await Task.sleep(for: Self.interval)
+                MemoryReturn.releaseIfWorthIt(threshold: MemoryReturn.defaultThreshold)
             }
         }
     }

@@ -39,6 +39,17 @@ import Testing
         return try await parse(String(decoding: answer.body, as: UTF8.self))
     }
 
+    /// The port of `server`'s metrics listener (`metricsPort = 0` picks a free one), once it
+    /// listens; 0 if it did not within 2 s.
+    static func metricsPort(of server: TestServer) async throws -> Int {
+        for _ in 0..<100 {
+            let port = server.directory.metrics.metricsPort.load(ordering: .relaxed)
+            if port != 0 { return port }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        return 0
+    }
+
     /// The sum of the samples named `name` whose labels include `labels` (a route by its end).
     static func value(_ samples: [Sample], _ name: String, _ labels: [String: String] = [:], route: String? = nil) -> Double {
         samples.filter { sample in
@@ -54,11 +65,7 @@ import Testing
             $0.metricsPort = 0
             $0.backups = BackupSettings(directory: backups)
         }) { server in
-            var port = 0
-            for _ in 0..<100 where port == 0 {
-                port = server.directory.metrics.metricsPort.load(ordering: .relaxed)
-                if port == 0 { try await Task.sleep(for: .milliseconds(20)) }
-            }
+            let port = try await Self.metricsPort(of: server)
             #expect(port != 0 && port != server.port)
             let alice = try await server.user("alice")
             _ = try await alice.createZone("Z")

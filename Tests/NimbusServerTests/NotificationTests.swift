@@ -287,12 +287,7 @@ import Testing
 
     @Test func pingsAreAnsweredClosesEchoedLargeFramesRefusedAndClosedStreamsForgotten() async throws {
         try await TestServer.with(configure: { $0.metricsPort = 0 }) { server in
-            var port = 0
-            for _ in 0..<100 where port == 0 {
-                port = server.directory.metrics.metricsPort.load(ordering: .relaxed)
-                if port == 0 { try await Task.sleep(for: .milliseconds(20)) }
-            }
-            let metricsPort = port
+            let metricsPort = try await MetricsTests.metricsPort(of: server)
             func openStreams() async throws -> Double {
                 MetricsTests.value(try await MetricsTests.scrape(port: metricsPort), "nimbus_websocket_connections")
             }
