@@ -160,6 +160,7 @@ let package = Package(
                 .product(name: "OTel", package: "swift-otel"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
             ],
             swiftSettings: strict),
         // Load generator for Benchmarks/ (run on demand, never in tests).

@@ -19,6 +19,15 @@ struct Nimbus: AsyncParsableCommand {
             QuotasCommand.self, AssetsCommand.self, Schema.self, APNs.self, BackupCommand.self, RestoreCommand.self, RestoreZoneCommand.self,
             RestoreUserCommand.self, RequestsCommand.self,
         ])
+
+    static func main() async {
+        do {
+            try TaskThreads.install()
+        } catch {
+            exit(withError: error)
+        }
+        await main(nil)
+    }
 }
 
 /// Options every verb shares: where the data lives.

@@ -205,9 +205,10 @@ import Testing
 
 @Suite struct DatabaseOptionTests {
     /// Runs a verb that should fail; its exit status and what it wrote to standard error.
-    static func failing(_ arguments: [String]) throws -> (status: Int32, error: String) {
+    static func failing(_ arguments: [String], environment variables: [String: String] = [:]) throws -> (status: Int32, error: String) {
         let process = try ChildProcess(
-            NimbusProcess.binary, arguments, environment: NimbusProcess.environment, output: .discard, error: .pipe)
+            NimbusProcess.binary, arguments, environment: NimbusProcess.environment.merging(variables) { $1 }, output: .discard,
+            error: .pipe)
         let data = process.standardError!.readDataToEndOfFile()
         return (process.terminationStatus, String(decoding: data, as: UTF8.self))
     }
@@ -244,6 +245,31 @@ import Testing
         #expect(FileManager.default.fileExists(atPath: file))
         #expect(!FileManager.default.fileExists(atPath: directory + "/data/nimbus.sqlite"))
         #expect(server.output.contains("storage: SQLite WAL at \(file), synchronous=FULL"), "\(server.output)")
+    }
+
+    /// The process's tasks run on NIO's event loops unless `NIMBUS_TASK_THREADS=pool` says
+    /// otherwise (docs/operations.md); the server's first lines say which, and a value it does
+    /// not know stops it at once, naming the two it takes.
+    @Test func theServerSaysWhichThreadsRunItsTasks() async throws {
+        let directory = NSTemporaryDirectory() + "nimbus-threads-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        for (value, line) in [
+            (nil, "tasks: on NIO's "), ("loops", "tasks: on NIO's "),
+            ("pool", "tasks: on Swift's cooperative pool (NIMBUS_TASK_THREADS=pool)"),
+        ] {
+            let server = try await NimbusProcess.serve(
+                dataDirectory: directory, environment: value.map { ["NIMBUS_TASK_THREADS": $0] } ?? [:])
+            defer { server.stop() }
+            #expect(server.output.contains(line), "\(value ?? "unset"): \(server.output)")
+            // It serves either way.
+            let connection = try RawConnection(port: server.port)
+            try connection.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            let health = await connection.receive(waitingUpTo: 10, until: RawConnection.oneAnswer)
+            #expect(health.status == 200 && health.body.contains("ok"), "\(health.text)")
+        }
+        let (status, error) = try Self.failing(
+            ["serve", "--port", "0", "--data-dir", directory], environment: ["NIMBUS_TASK_THREADS": "fast"])
+        #expect(status != 0 && error.contains("NIMBUS_TASK_THREADS must be 'loops' or 'pool', not 'fast'"), "\(status): \(error)")
     }
 
     @Test(arguments: [
