@@ -205,7 +205,7 @@ struct Serve: AsyncParsableCommand {
                 "Nimbus listening on http://\(host):\(port)",
                 "data directory: \(dataDir)",
                 "storage: \(storage)",
-                "tasks: \(TaskThreads.chosen ?? "on Swift's cooperative pool")",
+                "tasks: \(TaskThreads.chosen)",
                 "container: \(bootstrap.container)",
                 "dashboard: http://\(browsable):\(port)/dashboard",
             ]

@@ -17,8 +17,8 @@ import NIOPosix
 enum TaskThreads {
     static let variable = "NIMBUS_TASK_THREADS"
 
-    /// What `main` chose, for the server's first lines; nil until then.
-    nonisolated(unsafe) private(set) static var chosen: String?
+    /// Where tasks run, for the server's first lines: Swift's pool until `install` says otherwise.
+    nonisolated(unsafe) private(set) static var chosen = "on Swift's cooperative pool"
 
     /// Hands Swift's global executor to NIO's event loops unless the environment asks for the
     /// pool. Called once, first thing in `main`: jobs enqueued before it ran on the pool.
