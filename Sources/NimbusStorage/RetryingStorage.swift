@@ -11,7 +11,7 @@ import Synchronization
 /// It also bounds the work waiting on the store: past `maximumPending` reads and writes in
 /// flight at once, the next fails at once with `StorageError.busy` (`TRY_AGAIN_LATER` with
 /// `retryAfter`) instead of joining a queue that would only grow while the store is saturated.
-public struct RetryingStorage: StorageDriver {
+public struct RetryingStorage: WrappingStorageDriver {
     public let base: any StorageDriver
     public let attempts: Int
     /// Reads and writes that may wait on the store at once (docs/limits.md); 0: no bound.
@@ -30,23 +30,45 @@ public struct RetryingStorage: StorageDriver {
     public func read<Value: Sendable>(_ kind: ReadKind, _ body: @escaping @Sendable (ReadUnit) throws -> Value) async throws
         -> Value
     {
-        try await Spans.child(kind.size == .scan ? "storage.scan" : "storage.read") { _ in
-            try await bounded { try await base.read(kind, body) }
-        }
+        try await reading(kind) { try await base.read(kind, body) }
+    }
+
+    public func read<Value: Sendable>(
+        _ kind: ReadKind, in database: DatabaseKey, _ body: @escaping @Sendable (ReadUnit) throws -> Value
+    ) async throws -> Value {
+        try await reading(kind) { try await base.read(kind, in: database, body) }
+    }
+
+    public func readEveryPartition<Value: Sendable>(_ kind: ReadKind, _ body: @escaping @Sendable (ReadUnit) throws -> Value)
+        async throws -> [Value]
+    {
+        try await reading(kind) { try await base.readEveryPartition(kind, body) }
     }
 
     public func write<Value: Sendable>(_ body: @escaping @Sendable (UnitOfWork) throws -> Value) async throws -> Value {
-        try await Spans.child("storage.write") { _ in
-            try await bounded { try await retrying { try await base.write(body) } }
-        }
+        try await writing(zone: nil) { try await base.write(body) }
+    }
+
+    public func write<Value: Sendable>(in database: DatabaseKey, _ body: @escaping @Sendable (UnitOfWork) throws -> Value)
+        async throws -> Value
+    {
+        try await writing(zone: nil) { try await base.write(in: database, body) }
     }
 
     public func write<Value: Sendable>(inZone zone: ZoneOrder, _ body: @escaping @Sendable (UnitOfWork) throws -> Value)
         async throws -> Value
     {
+        try await writing(zone: zone.zoneName) { try await base.write(inZone: zone, body) }
+    }
+
+    private func reading<Value>(_ kind: ReadKind, _ run: () async throws -> Value) async throws -> Value {
+        try await Spans.child(kind.size == .scan ? "storage.scan" : "storage.read") { _ in try await bounded(run) }
+    }
+
+    private func writing<Value>(zone: String?, _ run: () async throws -> Value) async throws -> Value {
         try await Spans.child("storage.write") { span in
-            span?.attributes["nimbus.zone"] = zone.zoneName
-            return try await bounded { try await retrying { try await base.write(inZone: zone, body) } }
+            if let zone { span?.attributes["nimbus.zone"] = zone }
+            return try await bounded { try await retrying(run) }
         }
     }
 
@@ -62,16 +84,10 @@ public struct RetryingStorage: StorageDriver {
         return try await run()
     }
 
-    /// Account calls are single statements: nothing to collide on.
-    public var accounts: any AccountStore { base.accounts }
-    public var push: any PushStore { base.push }
-    public var assets: any AssetStore { base.assets }
-    public var shares: any ShareStore { base.shares }
-    public var operations: any OperationOutcomeStore { base.operations }
-    public var operators: any OperatorStore { base.operators }
+    /// Side stores' calls (accounts, push, …) are single statements: nothing to collide on.
+    public var wrapped: any StorageDriver { base }
 
     public func close() async throws { try await base.close() }
-    public func signals() -> AsyncStream<StoreSignal>? { base.signals() }
 
     private func retrying<Value>(_ run: () async throws -> Value) async throws -> Value {
         var pause: Duration = .milliseconds(5)

@@ -30,7 +30,32 @@ extension StorageDriver {
     public func write<Value: Sendable>(inZone zone: ZoneOrder, _ body: @escaping @Sendable (UnitOfWork) throws -> Value)
         async throws -> Value
     {
+        try await write(in: zone.database, body)
+    }
+
+    public func read<Value: Sendable>(
+        _ kind: ReadKind, in database: DatabaseKey, _ body: @escaping @Sendable (ReadUnit) throws -> Value
+    ) async throws -> Value {
+        try await read(kind, body)
+    }
+
+    public func write<Value: Sendable>(in database: DatabaseKey, _ body: @escaping @Sendable (UnitOfWork) throws -> Value)
+        async throws -> Value
+    {
         try await write(body)
+    }
+
+    public func readEveryPartition<Value: Sendable>(_ kind: ReadKind, _ body: @escaping @Sendable (ReadUnit) throws -> Value)
+        async throws -> [Value]
+    {
+        [try await read(kind, body)]
+    }
+
+    /// A `.point` read of one logical database.
+    public func read<Value: Sendable>(in database: DatabaseKey, _ body: @escaping @Sendable (ReadUnit) throws -> Value)
+        async throws -> Value
+    {
+        try await read(.point, in: database, body)
     }
 }
 
@@ -46,9 +71,26 @@ public protocol StorageDriver: Sendable {
 
     /// `write`, for a transaction that writes in one zone only (a records/modify request): a
     /// driver that orders writes may order it with the writes of that zone alone, so a busy
-    /// zone never holds up another (CloudKit orders writes per zone). Others just `write`.
+    /// zone never holds up another (CloudKit orders writes per zone). Others just `write` (in
+    /// the zone's database).
     func write<Value: Sendable>(inZone zone: ZoneOrder, _ body: @escaping @Sendable (UnitOfWork) throws -> Value)
         async throws -> Value
+
+    /// `read` and `write`, for a transaction over one logical database's rows (its zones,
+    /// records and subscriptions): a driver that keeps databases on several partitions runs it
+    /// on the one that holds `database` (docs/scale-out.md, "Partitions: the design"); one
+    /// store just runs it. Transactions that name no database (containers, the schema, the
+    /// notification pipeline) use `read` and `write`. A transaction over several databases
+    /// (a user's shared zones) is one transaction per database.
+    func read<Value: Sendable>(_ kind: ReadKind, in database: DatabaseKey, _ body: @escaping @Sendable (ReadUnit) throws -> Value)
+        async throws -> Value
+    func write<Value: Sendable>(in database: DatabaseKey, _ body: @escaping @Sendable (UnitOfWork) throws -> Value)
+        async throws -> Value
+
+    /// `body` once on each partition, for a read of rows of every database (every stored
+    /// subscription): the results, the home's first. One store answers once.
+    func readEveryPartition<Value: Sendable>(_ kind: ReadKind, _ body: @escaping @Sendable (ReadUnit) throws -> Value)
+        async throws -> [Value]
 
     /// Containers, API tokens, users, sessions (the coarse, async form).
     var accounts: any AccountStore { get }
@@ -75,6 +117,23 @@ public protocol StorageDriver: Sendable {
 
 extension StorageDriver {
     public func signals() -> AsyncStream<StoreSignal>? { nil }
+}
+
+/// A driver over another (retries, injected faults, partitions) that keeps the other's side
+/// stores (accounts, push, assets, shares, operation outcomes, operators) and its signals.
+public protocol WrappingStorageDriver: StorageDriver {
+    /// The driver whose side stores and signals these are.
+    var wrapped: any StorageDriver { get }
+}
+
+extension WrappingStorageDriver {
+    public var accounts: any AccountStore { wrapped.accounts }
+    public var push: any PushStore { wrapped.push }
+    public var assets: any AssetStore { wrapped.assets }
+    public var shares: any ShareStore { wrapped.shares }
+    public var operations: any OperationOutcomeStore { wrapped.operations }
+    public var operators: any OperatorStore { wrapped.operators }
+    public func signals() -> AsyncStream<StoreSignal>? { wrapped.signals() }
 }
 
 /// What a commit left for the notification pipeline (`StorageDriver.signals()`).

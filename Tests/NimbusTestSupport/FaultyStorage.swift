@@ -4,7 +4,7 @@ import NimbusStorage
 /// A driver that fails on purpose: wraps a real one and throws the errors it is told to, in
 /// order, instead of running the next transactions. Storage faults no machine here produces
 /// on demand (a serialization failure, a store that goes away) are injected through it.
-public final class FaultyStorage: StorageDriver, @unchecked Sendable {
+public final class FaultyStorage: WrappingStorageDriver, @unchecked Sendable {
     public let base: any StorageDriver
     private let lock = NSLock()
     private var writeFaults: [StorageError] = []
@@ -67,12 +67,7 @@ public final class FaultyStorage: StorageDriver, @unchecked Sendable {
         return try await base.write(body)
     }
 
-    public var accounts: any AccountStore { base.accounts }
-    public var push: any PushStore { base.push }
-    public var assets: any AssetStore { base.assets }
-    public var shares: any ShareStore { base.shares }
-    public var operations: any OperationOutcomeStore { base.operations }
-    public var operators: any OperatorStore { base.operators }
+    public var wrapped: any StorageDriver { base }
 
     public func close() async throws { try await base.close() }
 }

@@ -44,13 +44,13 @@ extension NimbusService {
         _ = try await accounts.setUserDisabled(name: name, true)
         credentialCache.clear()
         var outcome = UserDeletion()
-        let subscriptions = try await storage.read(.scan) { try $0.allSubscriptions() }.filter { $0.userID == user.id }
+        let subscriptions = try await storage.readEveryPartition(.scan) { try $0.allSubscriptions() }.joined().filter { $0.userID == user.id }
         for container in try await containers() where try await accounts.member(container: container.id, userID: user.id) != nil {
             outcome.containers += 1
             let recordName = userRecordName(container: container.id, userID: user.id)
             for environment in [Environment.development, .production] {
-                outcome.zones += try await storage.write { tx -> Int in
-                    let key = DatabaseKey(container: container.id, environment: environment, scope: .private, ownerID: user.id)
+                let key = DatabaseKey(container: container.id, environment: environment, scope: .private, ownerID: user.id)
+                outcome.zones += try await storage.write(in: key) { tx -> Int in
                     guard let database = try tx.database(key) else { return 0 }
                     let zones = try tx.zones(databaseID: database.id)
                     for zone in zones { try tx.deleteZone(id: zone.id) }
@@ -63,13 +63,16 @@ extension NimbusService {
                 try await deleteUserRecord(container: container.id, environment: environment, recordName: recordName, operatorName: operatorName)
             }
         }
-        outcome.subscriptions = try await storage.write { tx -> Int in
-            var removed = 0
-            for subscription in subscriptions
-            where try tx.deleteSubscription(databaseID: subscription.databaseID, userID: user.id, subscriptionID: subscription.subscriptionID) {
-                removed += 1
+        // A write per database the user subscribed to: each lives where its database does.
+        for (key, watching) in Dictionary(grouping: subscriptions, by: \.database) {
+            outcome.subscriptions += try await storage.write(in: key) { tx -> Int in
+                var removed = 0
+                for subscription in watching
+                where try tx.deleteSubscription(databaseID: subscription.databaseID, userID: user.id, subscriptionID: subscription.subscriptionID) {
+                    removed += 1
+                }
+                return removed
             }
-            return removed
         }
         _ = try await accounts.deleteUser(id: user.id)
         credentialCache.clear()

@@ -30,7 +30,7 @@ extension NimbusService {
         let baseURL = try assetBaseURL(target)
         let database = try await databaseForReading(key)
         // The database's bytes now (the remembered row's count is as old as the row).
-        let used = try await storage.read { tx in
+        let used = try await storage.read(in: key) { tx in
             _ = try self.resolveZone(request.zoneID, in: database, target: target, tx: tx)
             return try tx.database(key)?.usedBytes ?? 0
         }
@@ -298,7 +298,7 @@ extension NimbusService {
         if target.scope == .shared { throw zoneNotFound(request.zoneID, target: target, detail: "nothing is shared with you yet") }
         let database = try await databaseForReading(key)
         let access = try await publicAccess(target)
-        let held: [Result<RereferencedAsset, CloudKitError>] = try await storage.read { tx in
+        let held: [Result<RereferencedAsset, CloudKitError>] = try await storage.read(in: key) { tx in
             let zone = try self.resolveZone(request.zoneID, in: database, target: target, tx: tx)
             return try request.assets.map { source in
                 guard let row = try tx.record(zoneID: zone.id, name: source.recordName), !row.isDeleted else {

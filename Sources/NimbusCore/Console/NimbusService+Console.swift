@@ -101,7 +101,7 @@ extension NimbusService {
         try context.requireSight(of: container)
         try await requireContainer(container)
         let names = Dictionary(uniqueKeysWithValues: try await allMembers(container: container).map { ($0.entry.member.userID, $0.userName) })
-        let rows = try await storage.read(.scan) { try $0.allSubscriptions() }
+        let rows = try await storage.readEveryPartition(.scan) { try $0.allSubscriptions() }.joined()
             .filter { $0.database.container == container && $0.database.environment == environment }
         return try rows.map {
             ContainerSubscription(

@@ -84,7 +84,7 @@ extension NimbusService {
             container: container, environment: environment, scope: userName == nil ? .public : .private, userName: userName,
             operatorName: operatorName, baseURL: nil)
         let key = try target.key()
-        let zones = try await storage.read(.point) { tx -> [ZoneRow] in
+        let zones = try await storage.read(.point, in: key) { tx -> [ZoneRow] in
             guard let database = try tx.database(key) else { return [] }
             if let zoneName { return try tx.zone(databaseID: database.id, name: zoneName).map { [$0] } ?? [] }
             return try tx.zones(databaseID: database.id)

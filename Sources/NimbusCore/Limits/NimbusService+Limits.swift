@@ -195,7 +195,7 @@ extension NimbusService {
 
     /// What a database holds and may hold (`users/caller`, `nimbus quotas show`).
     public func usage(of key: DatabaseKey) async throws -> DatabaseUsage {
-        let database = try await storage.read { tx in try tx.database(key) }
+        let database = try await storage.read(in: key) { tx in try tx.database(key) }
         var historyBytes: Int64 = 0
         if let database, let history = recordHistory {
             historyBytes = try await history.recordHistoryFigures(databaseID: database.id).bytes

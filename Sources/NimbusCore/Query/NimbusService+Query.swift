@@ -43,7 +43,7 @@ extension NimbusService {
     {
         let database = try await databaseForReading(key)
         let access = try await publicAccess(target)
-        return try await storage.read(.scan.onReplica) { tx in
+        return try await storage.read(.scan.onReplica, in: key) { tx in
             let zones: [ZoneRow]
             if request.zoneWide {
                 zones = try tx.zones(databaseID: database.id)

@@ -455,7 +455,7 @@ extension NimbusService {
         if target.scope == .shared { return try await lookupSharedRecords(target, request) }
         let database = try await databaseForReading(key)
         let access = try await publicAccess(target)
-        return try await storage.read(.point.onReplica) { tx in
+        return try await storage.read(.point.onReplica, in: key) { tx in
             // The zone and the records in one load on PostgreSQL. (Before the driver prepared
             // its statements, planning the joined statement cost more than a second round trip.)
             try tx.expect(records: request.records.map(\.recordName), inZone: request.zoneID.zoneName, of: key)

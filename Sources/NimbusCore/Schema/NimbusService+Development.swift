@@ -82,18 +82,20 @@ extension NimbusService {
         try await requireContainer(container)
         let members = try await allMembers(container: container)
         var outcome = DevelopmentReset()
-        let subscriptions = Dictionary(grouping: try await storage.read(.scan) { try $0.allSubscriptions() }, by: \.databaseID)
+        // By database key: database ids are each partition's own.
+        let subscriptions = Dictionary(
+            grouping: try await storage.readEveryPartition(.scan) { try $0.allSubscriptions() }.joined(), by: \.database)
         let keys =
             [DatabaseKey(container: container, environment: .development, scope: .public, ownerID: 0)]
             + members.map { DatabaseKey(container: container, environment: .development, scope: .private, ownerID: $0.entry.member.userID) }
         for key in keys {
-            let (zones, removed) = try await storage.write { tx -> (Int, Int) in
+            let (zones, removed) = try await storage.write(in: key) { tx -> (Int, Int) in
                 guard let database = try tx.database(key) else { return (0, 0) }
                 let zones = try tx.zones(databaseID: database.id)
                 for zone in zones { try tx.deleteZone(id: zone.id) }
                 _ = try tx.createZone(databaseID: database.id, name: Names.defaultZone)
                 var removed = 0
-                for subscription in subscriptions[database.id] ?? [] {
+                for subscription in subscriptions[key] ?? [] {
                     if try tx.deleteSubscription(
                         databaseID: database.id, userID: subscription.userID, subscriptionID: subscription.subscriptionID)
                     {

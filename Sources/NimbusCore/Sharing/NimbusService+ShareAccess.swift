@@ -51,7 +51,7 @@ extension NimbusService {
         let owner = location.ownerRecordName == user.recordName
         let view = target.viewingZones(of: location.ownerRecordName)
         let rootName = state.rootRecordName
-        let (zone, shareRow, root) = try await storage.read { tx -> (ZoneRow, RecordRow, RecordRow?) in
+        let (zone, shareRow, root) = try await storage.read(in: location.databaseKey) { tx -> (ZoneRow, RecordRow, RecordRow?) in
             guard let found = try Self.shareRows(at: location, tx: tx) else { throw unknown }
             let root = try rootName.flatMap { try tx.record(zoneID: found.zone.id, name: $0) }.flatMap { $0.isDeleted ? nil : $0 }
             return (found.zone, found.share, root)
@@ -78,7 +78,7 @@ extension NimbusService {
     private func share(at location: ShareLocation, shortGUID: String, for user: Caller.User, profile: UserProfile?) async throws
         -> (ShareState, Place)?
     {
-        let found = try await storage.read { tx -> RecordRow? in try Self.shareRows(at: location, tx: tx)?.share }
+        let found = try await storage.read(in: location.databaseKey) { tx -> RecordRow? in try Self.shareRows(at: location, tx: tx)?.share }
         guard let row = found, let state = try ShareState(fields: RecordCodec.decode(row.fields)), state.shortGUID == shortGUID
         else { return nil }
         if let participant = state.participant(userRecordName: user.recordName) ?? Self.invitation(in: state, for: profile) {
@@ -133,7 +133,7 @@ extension NimbusService {
         target: DatabaseTarget
     ) async throws -> ShareState {
         let stamp = ChangeStamp(timestamp: now, userRecordName: user.recordName, deviceID: target.caller.deviceID)
-        let (state, queued) = try await storage.write { tx -> (ShareState, Bool) in
+        let (state, queued) = try await storage.write(in: location.databaseKey) { tx -> (ShareState, Bool) in
             guard let database = try tx.database(location.databaseKey), let found = try Self.shareRows(at: location, tx: tx)
             else { throw CloudKitError(.notFound, "no share has the short GUID '\(Names.escaped(shortGUID))'") }
             var fields = try RecordCodec.decode(found.share.fields)

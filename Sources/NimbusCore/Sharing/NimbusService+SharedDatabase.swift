@@ -64,17 +64,15 @@ extension NimbusService {
         let candidates = try await storage.shares.shares(
             ofMember: user.recordName, container: target.caller.container, environment: target.caller.environment)
         guard !candidates.isEmpty else { return [] }
-        let accepted: [(ShareLocation, AcceptedShare)] = try await storage.read { tx in
-            try candidates.compactMap { location in
-                guard let found = try Self.shareRows(at: location, tx: tx),
-                    let state = try ShareState(fields: RecordCodec.decode(found.share.fields)),
-                    let me = state.participant(userRecordName: user.recordName), me.acceptanceStatus == .accepted
-                else { return nil }
-                return (
-                    location,
-                    AcceptedShare(name: location.recordName, rootRecordName: state.rootRecordName, permission: me.permission ?? .readOnly)
-                )
-            }
+        let accepted: [(ShareLocation, AcceptedShare)] = try await readPerDatabase(candidates, database: \.databaseKey) { location, tx in
+            guard let found = try Self.shareRows(at: location, tx: tx),
+                let state = try ShareState(fields: RecordCodec.decode(found.share.fields)),
+                let me = state.participant(userRecordName: user.recordName), me.acceptanceStatus == .accepted
+            else { return nil }
+            return (
+                location,
+                AcceptedShare(name: location.recordName, rootRecordName: state.rootRecordName, permission: me.permission ?? .readOnly)
+            )
         }
         var zones: [SharedZone] = []
         for (location, share) in accepted {
@@ -101,12 +99,40 @@ extension NimbusService {
         return zone
     }
 
+    /// `body` over each item in one read per database the items name (each database may live on
+    /// a partition of its own, docs/scale-out.md), the results in the items' order, nils left
+    /// out. The shared database spans its owners' databases; every other read names one.
+    func readPerDatabase<Item: Sendable, Value: Sendable>(
+        _ items: [Item], database: (Item) -> DatabaseKey, _ body: @escaping @Sendable (Item, ReadUnit) throws -> Value?
+    ) async throws -> [Value] {
+        var groups: [DatabaseKey: [Int]] = [:]
+        var databases: [DatabaseKey] = []
+        for (index, item) in items.enumerated() {
+            let key = database(item)
+            if groups[key] == nil { databases.append(key) }
+            groups[key, default: []].append(index)
+        }
+        var results = [Value?](repeating: nil, count: items.count)
+        for key in databases {
+            let indexes = groups[key] ?? []
+            let group = indexes.map { items[$0] }
+            let values = try await storage.read(in: key) { tx in try group.map { try body($0, tx) } }
+            for (index, value) in zip(indexes, values) { results[index] = value }
+        }
+        return results.compactMap { $0 }
+    }
+
     /// A shared zone's row in its owner's database, as the caller's requests see it.
     func sharedZoneRow(_ shared: SharedZone, tx: ReadUnit) throws -> (DatabaseRow, ZoneRow)? {
         guard let database = try tx.database(shared.key),
             let zone = try tx.zone(databaseID: database.id, name: shared.zoneName), !zone.isDeleted
         else { return nil }
         return (database, zone)
+    }
+
+    /// Each shared zone with its row, leaving out those whose zone is gone.
+    private func sharedZoneRows(_ zones: [SharedZone]) async throws -> [(SharedZone, ZoneRow)] {
+        try await readPerDatabase(zones, database: \.key) { shared, tx in try self.sharedZoneRow(shared, tx: tx).map { (shared, $0.1) } }
     }
 
     static func requireWritable(_ share: AcceptedShare, recordName: String) throws {
@@ -119,10 +145,7 @@ extension NimbusService {
     // MARK: Endpoints on the shared database
 
     func listSharedZones(_ target: DatabaseTarget) async throws -> ZonesResponse {
-        let zones = try await sharedZones(target)
-        let rows: [(SharedZone, ZoneRow)] = try await storage.read { tx in
-            try zones.compactMap { shared in try self.sharedZoneRow(shared, tx: tx).map { (shared, $0.1) } }
-        }
+        let rows = try await sharedZoneRows(try await sharedZones(target))
         return ZonesResponse(
             zones: rows.map { shared, zone in
                 .success(
@@ -138,7 +161,7 @@ extension NimbusService {
         for zoneID in request.zones {
             do {
                 let shared = try await sharedZone(zoneID, target)
-                let row = try await storage.read { tx in try self.sharedZoneRow(shared, tx: tx)?.1 }
+                let row = try await storage.read(in: shared.key) { tx in try self.sharedZoneRow(shared, tx: tx)?.1 }
                 guard let row else { throw zoneNotFound(zoneID, target: target, detail: nil) }
                 results.append(
                     .success(
@@ -156,7 +179,7 @@ extension NimbusService {
     func lookupSharedRecords(_ target: DatabaseTarget, _ request: RecordsLookupRequest) async throws -> RecordsResponse {
         let shared = try await sharedZone(request.zoneID, target)
         let view = target.viewingZones(of: shared.ownerRecordName)
-        return try await storage.read { tx in
+        return try await storage.read(in: shared.key) { tx in
             guard let (_, zone) = try self.sharedZoneRow(shared, tx: tx) else { throw self.zoneNotFound(request.zoneID, target: target, detail: nil) }
             return RecordsResponse(
                 records: try request.records.map { lookup in
@@ -185,10 +208,7 @@ extension NimbusService {
         if let text = request.syncToken {
             seen = try SharedZoneToken.decode(text, key: keys.syncTokens, userRecordName: user.recordName).zones
         }
-        let zones = try await sharedZones(target)
-        let rows: [(SharedZone, ZoneRow)] = try await storage.read { tx in
-            try zones.compactMap { shared in try self.sharedZoneRow(shared, tx: tx).map { (shared, $0.1) } }
-        }
+        let rows = try await sharedZoneRows(try await sharedZones(target))
         var entries: [ZoneEntry] = []
         var now: [SharedZoneToken.Zone] = []
         for (shared, zone) in rows {

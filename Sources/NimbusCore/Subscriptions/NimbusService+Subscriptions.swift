@@ -8,8 +8,9 @@ extension NimbusService {
     /// `subscriptions/list`: the caller's subscriptions to this database.
     public func listSubscriptions(_ target: DatabaseTarget) async throws -> SubscriptionsResponse {
         let user = try target.caller.requireUser(for: "Subscriptions")
-        let database = try await databaseForReading(try target.key())
-        let rows = try await storage.read { try $0.subscriptions(databaseID: database.id, userID: user.id) }
+        let key = try target.key()
+        let database = try await databaseForReading(key)
+        let rows = try await storage.read(in: key) { try $0.subscriptions(databaseID: database.id, userID: user.id) }
         return SubscriptionsResponse(subscriptions: try rows.map { .success(.subscription(try Self.definition($0.definition))) })
     }
 
@@ -18,8 +19,9 @@ extension NimbusService {
         -> SubscriptionsResponse
     {
         let user = try target.caller.requireUser(for: "Subscriptions")
-        let database = try await databaseForReading(try target.key())
-        let rows = try await storage.read { tx in
+        let key = try target.key()
+        let database = try await databaseForReading(key)
+        let rows = try await storage.read(in: key) { tx in
             try request.subscriptionIDs.map { try tx.subscription(databaseID: database.id, userID: user.id, subscriptionID: $0) }
         }
         var results: [ItemResult<SubscriptionEntry>] = []
@@ -42,7 +44,7 @@ extension NimbusService {
         let key = try target.key()
         let now = self.now
         let access = try await publicAccess(target)
-        let (results, changes, versions) = try await storage.write { tx in
+        let (results, changes, versions) = try await storage.write(in: key) { tx in
             let before = try tx.subscriptionsVersion()
             let database = try tx.ensureDatabase(key)
             var seen = Set<String>()

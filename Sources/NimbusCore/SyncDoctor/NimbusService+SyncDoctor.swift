@@ -123,7 +123,7 @@ extension NimbusService {
         let known = states
         let key = DatabaseKey(container: container, environment: environment, scope: .private, ownerID: user.id)
         let limit = Self.deviceSyncBehindLimit
-        let devices: [DeviceSyncReport.Device] = try await storage.read { tx in
+        let devices: [DeviceSyncReport.Device] = try await storage.read(in: key) { tx in
             let database = try tx.database(key)
             let zones = try database.map { try tx.zones(databaseID: $0.id) } ?? []
             // The default zone has no change feed: nothing to be behind in.

@@ -33,7 +33,7 @@ extension NimbusService {
         }
         let limit = request.resultsLimit
         let after = since
-        let (zones, currentSequence) = try await storage.read(.point.onReplica) { tx in
+        let (zones, currentSequence) = try await storage.read(.point.onReplica, in: key) { tx in
             // The database's sequence first: a driver that reads them in two statements (units
             // of work load keys, then scans) must not hand out a token past a zone stamped
             // between the two. Read in this order, such a zone is reported now and again next
@@ -75,7 +75,7 @@ extension NimbusService {
         if target.scope == .shared { return try await sharedZoneChangeResults(target, request) }
         let database = try await databaseForReading(key)
         let expired = switchedOnExpiries(request, target: target)
-        return try await storage.read(.scan.onReplica) { tx in
+        return try await storage.read(.scan.onReplica, in: key) { tx in
             try request.zones.map { zoneRequest in
                 do {
                     return .success(
@@ -102,7 +102,7 @@ extension NimbusService {
                 let view = target.viewingZones(of: shared.ownerRecordName)
                 results.append(
                     .success(
-                        try await storage.read(.scan.onReplica) { tx in
+                        try await storage.read(.scan.onReplica, in: shared.key) { tx in
                             guard let database = try tx.database(shared.key) else {
                                 throw self.zoneNotFound(zoneRequest.zoneID, target: target, detail: nil)
                             }

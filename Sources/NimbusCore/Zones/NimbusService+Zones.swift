@@ -11,10 +11,10 @@ extension NimbusService {
     func databaseForReading(_ key: DatabaseKey) async throws -> DatabaseRow {
         if let known = knownDatabases.row(for: key) { return known }
         let row: DatabaseRow
-        if let existing = try await storage.read({ try $0.database(key) }) {
+        if let existing = try await storage.read(in: key, { try $0.database(key) }) {
             row = existing
         } else {
-            row = try await storage.write { try $0.ensureDatabase(key) }
+            row = try await storage.write(in: key) { try $0.ensureDatabase(key) }
         }
         knownDatabases.remember(row)
         return row
@@ -79,7 +79,7 @@ extension NimbusService {
         let key = try target.key()
         if target.scope == .shared { return try await listSharedZones(target) }
         let database = try await databaseForReading(key)
-        let zones = try await storage.read(.point.onReplica) { tx in try tx.zones(databaseID: database.id).map { ($0, try self.isSharedWhole($0, tx: tx)) } }
+        let zones = try await storage.read(.point.onReplica, in: key) { tx in try tx.zones(databaseID: database.id).map { ($0, try self.isSharedWhole($0, tx: tx)) } }
         return ZonesResponse(zones: zones.map { .success(.zone(zoneOutput($0.0, target: target, sharedWhole: $0.1))) })
     }
 
@@ -88,7 +88,7 @@ extension NimbusService {
         let key = try target.key()
         if target.scope == .shared { return try await lookupSharedZones(target, request) }
         let database = try await databaseForReading(key)
-        let results: [ItemResult<ZoneEntry>] = try await storage.read(.point.onReplica) { tx in
+        let results: [ItemResult<ZoneEntry>] = try await storage.read(.point.onReplica, in: key) { tx in
             try request.zones.map { zoneID in
                 do {
                     let zone = try self.resolveZone(zoneID, in: database, target: target, tx: tx)
@@ -111,7 +111,7 @@ extension NimbusService {
                 "custom zones exist only in the private database; the \(target.scope.rawValue) database has only _defaultZone")
         }
         let now = self.now
-        let (results, queued): ([ItemResult<ZoneEntry>], Bool) = try await storage.write { tx in
+        let (results, queued): ([ItemResult<ZoneEntry>], Bool) = try await storage.write(in: key) { tx in
             let log = ChangeLog()
             let database = try tx.ensureDatabase(key)
             var seen = Set<String>()

@@ -1,0 +1,114 @@
+import Foundation
+import NimbusSQLite
+import NimbusStorage
+import NimbusTestSupport
+import NimbusWire
+import Synchronization
+import Testing
+
+/// Every transaction over a database's rows names that database, so a driver with partitions
+/// can run it where the database lives (issue 40; docs/scale-out.md, "Partitions: the
+/// design"). Two SQLite stores stand in for two partitions (`TwoStores`): Ann's private
+/// databases live on the second, everything else on the first. A request whose transaction
+/// did not name its database would run on the first store and not find Ann's rows.
+@Suite struct PartitionRoutingTests {
+    final class Holder: Sendable {
+        private let value = Mutex<TwoStores?>(nil)
+        var stores: TwoStores { value.withLock { $0! } }
+        func set(_ stores: TwoStores) { value.withLock { $0 = stores } }
+    }
+
+    @Test func everyRequestOverADatabaseRunsWhereTheDatabaseLives() async throws {
+        let holder = Holder()
+        let sqlite = SQLiteStorage.opener(synchronous: .normal)
+        try await TestServer.with(configure: { configuration in
+            configuration.storage = StorageOpener(description: sqlite.description) { directory in
+                let stores = TwoStores(first: try await sqlite.open(directory), second: try await sqlite.open(directory + "/second"))
+                holder.set(stores)
+                return stores
+            }
+        }) { server in
+            let stores = holder.stores
+            let ann = try await IdentityTests.person(server, "ann", email: "ann@example.com", given: "Ann")
+            let annID = try #require(try await server.service.storage.accounts.user(name: "ann")).id
+            stores.placeOnSecond(ownerID: annID)
+            let bob = try await IdentityTests.person(server, "bob", email: "bob@example.com", given: "Bob")
+            let bobID = try #require(try await server.service.storage.accounts.user(name: "bob")).id
+
+            for person in [ann, bob] {
+                let who = person.userRecordName ?? ""
+                try await expectEqual(person.createZone("Album").status, 200, "\(who)")
+                let zones = try await person.get("private", "zones/list")
+                expectEqual(Set(zones.zones.compactMap { $0["zoneID"]?["zoneName"]?.stringValue }), ["_defaultZone", "Album"], "\(who): \(zones.text)")
+                let looked = try await person.post("private", "zones/lookup", ["zones": [["zoneName": "Album"]]])
+                expectEqual(looked.zones.first?["zoneID"]?["zoneName"], "Album", "\(who): \(looked.text)")
+
+                let saved = try await person.modify(
+                    zone: "Album", [Op.create("p1", type: "Photo", ["title": Op.field("one")]), Op.create("p2", type: "Photo", ["title": Op.field("two")])])
+                expectEqual(saved.records.compactMap(\.errorCode), [], "\(who): \(saved.text)")
+                let lookup = try await person.lookup(zone: "Album", ["p1", "p2"])
+                expectEqual(lookup.records.map(\.errorCode), [nil, nil], "\(who): \(lookup.text)")
+                let query = try await person.post("private", "records/query", ["zoneID": ["zoneName": "Album"], "query": ["recordType": "Photo"]])
+                expectEqual(Set(query.records.compactMap { $0["recordName"]?.stringValue }), ["p1", "p2"], "\(who): \(query.text)")
+                let database = try await person.databaseChanges()
+                expectEqual(database.zones.compactMap { $0["zoneID"]?["zoneName"]?.stringValue }, ["Album"], "\(who): \(database.text)")
+                let feed = try await person.zoneChanges("Album")
+                let changed = feed.json["zones"]?[0]?["records"]?.arrayValue?.compactMap { $0["recordName"]?.stringValue }
+                expectEqual(Set(changed ?? []), ["p1", "p2"], "\(who): \(feed.text)")
+
+                let subscribed = try await person.post(
+                    "private", "subscriptions/modify",
+                    ["operations": [SubscriptionTests.operation("create", SubscriptionTests.querySubscription("photos", type: "Photo", zone: "Album"))]])
+                expectEqual(subscribed.json["subscriptions"]?[0]?["subscriptionID"], "photos", "\(who): \(subscribed.text)")
+                let listed = try await person.post("private", "subscriptions/list", [:])
+                expectEqual(listed.json["subscriptions"]?.arrayValue?.count, 1, "\(who): \(listed.text)")
+                let found = try await person.post("private", "subscriptions/lookup", ["subscriptions": [["subscriptionID": "photos"]]])
+                expectEqual(found.json["subscriptions"]?[0]?["subscriptionID"], "photos", "\(who): \(found.text)")
+            }
+
+            // Each database's rows are on its own store and nowhere else.
+            for (ownerID, home, other) in [(annID, stores.second, stores.first), (bobID, stores.first, stores.second)] {
+                let key = DatabaseKey(container: TestServer.container, environment: .development, scope: .private, ownerID: ownerID)
+                let onHome = try await home.read(in: key) { tx in try tx.database(key) }
+                let onOther = try await other.read(in: key) { tx in try tx.database(key) }
+                #expect(onHome != nil && onOther == nil, "user \(ownerID): home \(String(describing: onHome)), other \(String(describing: onOther))")
+            }
+
+            // A zone-wide share from Ann's store, accepted and read by Bob on the first.
+            let shared = try await ann.modify(
+                zone: "Album", [ShareTests.share("cloudkit.zoneshare", participants: [ShareTests.invite(email: "bob@example.com")])])
+            let guid = try #require(shared.records.first?["shortGUID"]?.stringValue, "\(shared.text)")
+            try await expectEqual(ShareTests.resolve(bob, [guid], accept: true).json["results"]?[0]?["participantStatus"], "ACCEPTED")
+            let sharedZones = try await bob.get("shared", "zones/list")
+            expectEqual(sharedZones.zones.first?["zoneID"]?["ownerRecordName"]?.stringValue, ann.userRecordName, "\(sharedZones.text)")
+            let sharedDatabase = try await bob.post("shared", "changes/database", [:])
+            expectEqual(sharedDatabase.json["zones"]?.arrayValue?.count, 1, "\(sharedDatabase.text)")
+            let (names, _) = try await SharedDatabaseTests.changes(bob, "Album", of: ann)
+            expectEqual(Set(names.keys), ["p1", "p2", "cloudkit.zoneshare"], "\(names)")
+            let sharedQuery = try await bob.post(
+                "shared", "records/query", ["zoneID": SharedDatabaseTests.zone("Album", of: ann), "query": ["recordType": "Photo"]])
+            expectEqual(Set(sharedQuery.records.compactMap { $0["recordName"]?.stringValue }), ["p1", "p2"], "\(sharedQuery.text)")
+            let sharedLookup = try await bob.lookup("shared", zone: nil, ["p1"], extra: ["zoneID": SharedDatabaseTests.zone("Album", of: ann)])
+            expectEqual(sharedLookup.records.first?.errorCode, nil, "\(sharedLookup.text)")
+
+            // What an operator does over every database reaches the second store too: the
+            // database's figures, the development reset (both users' subscriptions go), and
+            // a user's deletion.
+            let annKey = DatabaseKey(container: TestServer.container, environment: .development, scope: .private, ownerID: annID)
+            let usage = try await server.service.usage(of: annKey)
+            #expect(usage.usedBytes > 0, "\(usage)")
+            let reset = try await server.service.resetDevelopment(container: TestServer.container)
+            expectEqual(reset.subscriptions, 2)
+            let annZones = try await ann.get("private", "zones/list")
+            expectEqual(annZones.zones.compactMap { $0["zoneID"]?["zoneName"]?.stringValue }, ["_defaultZone"], "\(annZones.text)")
+            try await expectEqual(ann.post("private", "subscriptions/list", [:]).json["subscriptions"]?.arrayValue?.count, 0)
+            try await expectEqual(ann.modify([Op.create("p3", type: "Photo")]).status, 200)
+            try await expectEqual(ann.post("private", "subscriptions/modify", ["operations": [SubscriptionTests.operation(
+                "create", SubscriptionTests.querySubscription("again", type: "Photo"))]]).status, 200)
+            let deleted = try await server.service.deleteUser(name: "ann", by: "test")
+            #expect(deleted.zones == 1 && deleted.subscriptions == 1, "\(deleted)")
+            let left = try await stores.second.read(in: annKey) { tx in try tx.database(annKey).map { try tx.zones(databaseID: $0.id) } }
+            #expect(left?.allSatisfy(\.isDeleted) ?? true, "\(String(describing: left))")
+        }
+    }
+}
