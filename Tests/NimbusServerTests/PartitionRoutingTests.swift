@@ -6,34 +6,40 @@ import NimbusWire
 import Synchronization
 import Testing
 
-/// Every transaction over a database's rows names that database, so a driver with partitions
-/// can run it where the database lives (issue 40; docs/scale-out.md, "Partitions: the
-/// design"). Two SQLite stores stand in for two partitions (`TwoStores`): Ann's private
-/// databases live on the second, everything else on the first. A request whose transaction
-/// did not name its database would run on the first store and not find Ann's rows.
+/// Every transaction over a database's rows names that database, so `PartitionedStorage` runs
+/// it where the database lives (issue 40; docs/scale-out.md, "Partitions: the design"). Two
+/// SQLite stores are the partitions, with the catalog in memory: Ann's private database is
+/// placed on the second before her first write, Bob's on the home, everything else by the router. A
+/// request whose transaction did not name its database would run on the home and not find
+/// Ann's rows.
 @Suite struct PartitionRoutingTests {
     final class Holder: Sendable {
-        private let value = Mutex<TwoStores?>(nil)
-        var stores: TwoStores { value.withLock { $0! } }
-        func set(_ stores: TwoStores) { value.withLock { $0 = stores } }
+        private let value = Mutex<(home: any StorageDriver, second: any StorageDriver)?>(nil)
+        var stores: (home: any StorageDriver, second: any StorageDriver) { value.withLock { $0! } }
+        func set(_ stores: (home: any StorageDriver, second: any StorageDriver)) { value.withLock { $0 = stores } }
     }
 
     @Test func everyRequestOverADatabaseRunsWhereTheDatabaseLives() async throws {
         let holder = Holder()
+        let catalog = PartitionCatalogInMemory()
         let sqlite = SQLiteStorage.opener(synchronous: .normal)
         try await TestServer.with(configure: { configuration in
             configuration.storage = StorageOpener(description: sqlite.description) { directory in
-                let stores = TwoStores(first: try await sqlite.open(directory), second: try await sqlite.open(directory + "/second"))
-                holder.set(stores)
-                return stores
+                let home = try await sqlite.open(directory)
+                let second = try await sqlite.open(directory + "/second")
+                holder.set((home, second))
+                return PartitionedStorage(home: home, partitions: ["second": second], catalog: catalog)
             }
         }) { server in
             let stores = holder.stores
             let ann = try await IdentityTests.person(server, "ann", email: "ann@example.com", given: "Ann")
             let annID = try #require(try await server.service.storage.accounts.user(name: "ann")).id
-            stores.placeOnSecond(ownerID: annID)
+            let annKey = DatabaseKey(container: TestServer.container, environment: .development, scope: .private, ownerID: annID)
+            try await expectEqual(catalog.place(annKey, on: "second"), "second")
             let bob = try await IdentityTests.person(server, "bob", email: "bob@example.com", given: "Bob")
             let bobID = try #require(try await server.service.storage.accounts.user(name: "bob")).id
+            let bobKey = DatabaseKey(container: TestServer.container, environment: .development, scope: .private, ownerID: bobID)
+            try await expectEqual(catalog.place(bobKey, on: "home"), "home")
 
             for person in [ann, bob] {
                 let who = person.userRecordName ?? ""
@@ -67,7 +73,7 @@ import Testing
             }
 
             // Each database's rows are on its own store and nowhere else.
-            for (ownerID, home, other) in [(annID, stores.second, stores.first), (bobID, stores.first, stores.second)] {
+            for (ownerID, home, other) in [(annID, stores.second, stores.home), (bobID, stores.home, stores.second)] {
                 let key = DatabaseKey(container: TestServer.container, environment: .development, scope: .private, ownerID: ownerID)
                 let onHome = try await home.read(in: key) { tx in try tx.database(key) }
                 let onOther = try await other.read(in: key) { tx in try tx.database(key) }
@@ -94,7 +100,6 @@ import Testing
             // What an operator does over every database reaches the second store too: the
             // database's figures, the development reset (both users' subscriptions go), and
             // a user's deletion.
-            let annKey = DatabaseKey(container: TestServer.container, environment: .development, scope: .private, ownerID: annID)
             let usage = try await server.service.usage(of: annKey)
             #expect(usage.usedBytes > 0, "\(usage)")
             let reset = try await server.service.resetDevelopment(container: TestServer.container)

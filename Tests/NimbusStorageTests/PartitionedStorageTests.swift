@@ -1,0 +1,86 @@
+import Foundation
+import NimbusSQLite
+import NimbusStorage
+import NimbusTestSupport
+import Testing
+
+/// Where `PartitionedStorage` puts a database it has not placed yet (docs/scale-out.md,
+/// "Partitions: the design"), over SQLite stores with the catalog in memory.
+@Suite struct PartitionedStorageTests {
+    static func key(_ owner: Int64) -> DatabaseKey {
+        DatabaseKey(container: "iCloud.partitions", environment: .development, scope: .private, ownerID: owner)
+    }
+
+    static func withStores(_ body: (_ home: any StorageDriver, _ second: any StorageDriver) async throws -> Void) async throws {
+        let directory = NSTemporaryDirectory() + "nimbus-partitions-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let home = UnitOfWorkDriver(try SQLiteStorage(path: directory + "/home.sqlite", synchronous: .normal))
+        let second = UnitOfWorkDriver(try SQLiteStorage(path: directory + "/second.sqlite", synchronous: .normal))
+        do {
+            try await body(home, second)
+        } catch {
+            try? await home.close()
+            try? await second.close()
+            throw error
+        }
+        try await home.close()
+        try await second.close()
+    }
+
+    @Test func aNewDatabaseGoesWhereTheFewestAreAndOneFromBeforePartitionsStaysHome() async throws {
+        try await Self.withStores { home, second in
+            // Made before the deployment had partitions: in the home, placed nowhere.
+            _ = try await home.write { try $0.ensureDatabase(Self.key(1)) }
+            let catalog = PartitionCatalogInMemory()
+            let storage = PartitionedStorage(home: home, partitions: ["second": second], catalog: catalog)
+
+            // Read before any write: from the home, which has it.
+            let before = try await storage.read(in: Self.key(1)) { try $0.database(Self.key(1)) }
+            #expect(before != nil)
+            try await expectEqual(catalog.placement(of: Self.key(1)), nil)
+            // Its first write through the partitions places it where it is.
+            _ = try await storage.write(in: Self.key(1)) { try $0.ensureDatabase(Self.key(1)) }
+            try await expectEqual(catalog.placement(of: Self.key(1)), "home")
+
+            // New ones go where the fewest are: the second, then (a tie) the home, then the second.
+            for owner in Int64(2)...4 { _ = try await storage.write(in: Self.key(owner)) { try $0.ensureDatabase(Self.key(owner)) } }
+            var placements: [String?] = []
+            for owner in Int64(2)...4 { placements.append(try await catalog.placement(of: Self.key(owner))) }
+            expectEqual(placements, ["second", "home", "second"])
+            for owner in Int64(2)...4 {
+                let onSecond = try await second.read { try $0.database(Self.key(owner)) } != nil
+                let onHome = try await home.read { try $0.database(Self.key(owner)) } != nil
+                #expect(onSecond == (placements[Int(owner) - 2] == "second") && onHome != onSecond, "owner \(owner)")
+            }
+            // A zone's writes follow its database.
+            _ = try await storage.write(inZone: ZoneOrder(database: Self.key(2), zoneName: "Notes")) { unit in
+                let database = try unit.ensureDatabase(Self.key(2))
+                return try unit.createZone(databaseID: database.id, name: "Notes")
+            }
+            let zone = try await second.read { tx in try tx.database(Self.key(2)).flatMap { try tx.zone(databaseID: $0.id, name: "Notes") } }
+            #expect(zone != nil)
+            // Each partition's rows, read from every partition.
+            let counts = try await storage.readEveryPartition(.scan) { tx in
+                try (1...4).filter { try tx.database(Self.key(Int64($0))) != nil }.count
+            }
+            expectEqual(counts, [2, 2])
+        }
+    }
+
+    @Test func aPlacementOnAPartitionTheNodeLacksIsRefusedAsUnavailable() async throws {
+        try await Self.withStores { home, second in
+            let catalog = PartitionCatalogInMemory()
+            _ = try await catalog.place(Self.key(9), on: "elsewhere")
+            let storage = PartitionedStorage(home: home, partitions: ["second": second], catalog: catalog)
+            await #expect {
+                try await storage.read(in: Self.key(9)) { try $0.database(Self.key(9)) }
+            } throws: { error in
+                guard case StorageError.unavailable(let detail) = error else { return false }
+                return detail.contains("'elsewhere'")
+            }
+            // Other databases are unaffected.
+            _ = try await storage.write(in: Self.key(1)) { try $0.ensureDatabase(Self.key(1)) }
+        }
+    }
+}
