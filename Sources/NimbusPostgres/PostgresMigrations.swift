@@ -809,5 +809,31 @@ enum PostgresMigrations {
                 "CREATE INDEX device_sync_updated ON device_sync (updated_at)",
             ]
         ),
+        (
+            "v28-partitions",
+            [
+                // The partitions a home store knows and where each logical database lives
+                // (docs/scale-out.md, "Partitions: the design"); a database placed nowhere is
+                // the home's. Only the home's copies are read.
+                """
+                CREATE TABLE partitions (
+                    name text COLLATE "C" PRIMARY KEY,
+                    url text NOT NULL,
+                    added_at bigint NOT NULL
+                )
+                """,
+                """
+                CREATE TABLE placements (
+                    container text COLLATE "C" NOT NULL,
+                    environment text NOT NULL,
+                    scope text NOT NULL,
+                    owner_id bigint NOT NULL,
+                    partition text COLLATE "C" NOT NULL,
+                    PRIMARY KEY (container, environment, scope, owner_id)
+                )
+                """,
+                "CREATE INDEX placements_partition ON placements (partition)",
+            ]
+        ),
     ]
 }

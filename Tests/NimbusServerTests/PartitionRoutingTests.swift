@@ -1,4 +1,5 @@
 import Foundation
+import NimbusPostgres
 import NimbusSQLite
 import NimbusStorage
 import NimbusTestSupport
@@ -14,9 +15,25 @@ import Testing
 /// Ann's rows.
 @Suite struct PartitionRoutingTests {
     final class Holder: Sendable {
-        private let value = Mutex<(home: any StorageDriver, second: any StorageDriver)?>(nil)
-        var stores: (home: any StorageDriver, second: any StorageDriver) { value.withLock { $0! } }
-        func set(_ stores: (home: any StorageDriver, second: any StorageDriver)) { value.withLock { $0 = stores } }
+        private let value = Mutex<(home: any StorageDriver, second: any StorageDriver, catalog: any PartitionCatalog)?>(nil)
+        var parts: (home: any StorageDriver, second: any StorageDriver, catalog: any PartitionCatalog) { value.withLock { $0! } }
+        func set(_ parts: (home: any StorageDriver, second: any StorageDriver, catalog: any PartitionCatalog)) { value.withLock { $0 = parts } }
+    }
+
+    /// Partitions opened as `open` opens a store, named after the data directory and
+    /// `/second`, with the catalog `catalog` gives for the home.
+    static func opener(
+        _ description: @escaping @Sendable (String) -> String, holder: Holder,
+        open: @escaping @Sendable (String) async throws -> any StorageDriver,
+        catalog: @escaping @Sendable (any StorageDriver) throws -> any PartitionCatalog
+    ) -> StorageOpener {
+        StorageOpener(description: description) { directory in
+            let home = try await open(directory)
+            let second = try await open(directory + "/second")
+            let parts = (home, second, try catalog(home))
+            holder.set(parts)
+            return PartitionedStorage(home: home, partitions: ["second": second], catalog: parts.2)
+        }
     }
 
     @Test func everyRequestOverADatabaseRunsWhereTheDatabaseLives() async throws {
@@ -24,14 +41,41 @@ import Testing
         let catalog = PartitionCatalogInMemory()
         let sqlite = SQLiteStorage.opener(synchronous: .normal)
         try await TestServer.with(configure: { configuration in
-            configuration.storage = StorageOpener(description: sqlite.description) { directory in
-                let home = try await sqlite.open(directory)
-                let second = try await sqlite.open(directory + "/second")
-                holder.set((home, second))
-                return PartitionedStorage(home: home, partitions: ["second": second], catalog: catalog)
-            }
+            configuration.storage = Self.opener(sqlite.description, holder: holder, open: sqlite.open, catalog: { _ in catalog })
         }) { server in
-            let stores = holder.stores
+            try await Self.scenario(server, holder.parts)
+        }
+    }
+
+    /// The same on PostgreSQL: two databases of the test cluster as the partitions, the
+    /// catalog in the home's tables (`PostgresPartitionCatalog`).
+    @Test(.enabled(if: TestStorage.name == "postgres", "the suite's PostgreSQL pass"))
+    func onPostgreSQLWithTheCatalogInTheHome() async throws {
+        let holder = Holder()
+        try await TestServer.with(configure: { configuration in
+            configuration.storage = Self.opener(
+                { "PostgreSQL partitions of \($0)" }, holder: holder,
+                open: { directory in
+                    let location = try await PostgresTestCluster.location(forDataDirectory: directory, migrated: true)
+                    return UnitOfWorkDriver(
+                        PostgresCoarseStorage(try await PostgresStorage(location, deadline: PostgresTestCluster.deadline, maximumConnections: 4)),
+                        checksPurity: true)
+                },
+                catalog: { home in
+                    guard let coarse = (home as? UnitOfWorkDriver)?.base as? PostgresCoarseStorage else { throw TestFailure("not PostgreSQL") }
+                    return coarse.storage.partitionCatalog
+                })
+        }) { server in
+            try await Self.scenario(server, holder.parts)
+        }
+    }
+
+    static func scenario(_ server: TestServer, _ parts: (home: any StorageDriver, second: any StorageDriver, catalog: any PartitionCatalog))
+        async throws
+    {
+        do {
+            let stores = (home: parts.home, second: parts.second)
+            let catalog = parts.catalog
             let ann = try await IdentityTests.person(server, "ann", email: "ann@example.com", given: "Ann")
             let annID = try #require(try await server.service.storage.accounts.user(name: "ann")).id
             let annKey = DatabaseKey(container: TestServer.container, environment: .development, scope: .private, ownerID: annID)

@@ -117,6 +117,42 @@ import Testing
         }
     }
 
+    /// The partition catalog in a home (docs/scale-out.md, "Partitions: the design"): nodes
+    /// racing to place one database all get the first placement, and counts follow.
+    @Test(.enabled(if: PostgresTestCluster.url != nil))
+    func partitionPlacementsRacingAgreeOnTheFirst() async throws {
+        try await PostgresTestCluster.withDatabase { location in
+            let storage = try await PostgresStorage(location, deadline: PostgresTestCluster.deadline, maximumConnections: 8)
+            let catalog = storage.partitionCatalog
+            #expect(try await catalog.addPartition(name: "p2", url: "postgres://db2/nimbus", at: 1))
+            #expect(try await !catalog.addPartition(name: "p2", url: "postgres://elsewhere/nimbus", at: 2))
+            #expect(try await catalog.partitions().map { "\($0.name) \($0.url)" } == ["p2 postgres://db2/nimbus"])
+
+            let key = DatabaseKey(container: "c", environment: .production, scope: .private, ownerID: 7)
+            #expect(try await catalog.placement(of: key) == nil)
+            let answers = try await withThrowingTaskGroup(of: String.self) { group in
+                for partition in ["home", "p2", "home", "p2", "p2", "home", "p2", "home"] {
+                    group.addTask { try await catalog.place(key, on: partition) }
+                }
+                return try await group.reduce(into: [String]()) { $0.append($1) }
+            }
+            let placed = try #require(try await catalog.placement(of: key))
+            #expect(answers.count == 8 && answers.allSatisfy { $0 == placed }, "\(answers)")
+            // Another environment, scope or owner is another database.
+            for other in [
+                DatabaseKey(container: "c", environment: .development, scope: .private, ownerID: 7),
+                DatabaseKey(container: "c", environment: .production, scope: .public, ownerID: 0),
+                DatabaseKey(container: "c", environment: .production, scope: .private, ownerID: 8),
+            ] {
+                #expect(try await catalog.place(other, on: "p2") == "p2")
+            }
+            var expected = ["p2": 3]
+            expected[placed, default: 0] += 1
+            #expect(try await catalog.placementCounts() == expected)
+            await storage.close()
+        }
+    }
+
     /// The apply function is no migration's: the first node of a version installs it under its
     /// text's fingerprint (docs/scale-out.md, "Migrations"), so nodes starting together make it
     /// once, and the function an older version installed stays for the older nodes still running.
