@@ -31,6 +31,9 @@ public final class PartitionedStorage: WrappingStorageDriver {
     private let partitions: [String: any StorageDriver]
     private let catalog: any PartitionCatalog
     private let placed = Mutex<[DatabaseKey: String]>([:])
+    /// When a schema change was last not made on every partition, and when the schemas were
+    /// last made equal to the home's since (`synchronizeSchemas`); nil: all are equal.
+    fileprivate let schemasBehind = Mutex<(since: ContinuousClock.Instant, tried: ContinuousClock.Instant?)?>(nil)
 
     /// `partitions` by name; the home is the one named `home`.
     public init(home: any StorageDriver, partitions: [String: any StorageDriver], catalog: any PartitionCatalog) {
@@ -53,7 +56,7 @@ public final class PartitionedStorage: WrappingStorageDriver {
         return name
     }
 
-    private func store(named name: String) throws -> any StorageDriver {
+    fileprivate func store(named name: String) throws -> any StorageDriver {
         guard let store = partitions[name] else {
             throw StorageError.unavailable("the catalog places a database on partition '\(name)', which this node does not have")
         }
@@ -64,14 +67,15 @@ public final class PartitionedStorage: WrappingStorageDriver {
         try store(named: try await partition(of: database) ?? Self.home)
     }
 
-    private func storeForWriting(_ database: DatabaseKey) async throws -> any StorageDriver {
-        if let name = try await partition(of: database) { return try store(named: name) }
+    /// The partition a write of `database` runs on, placing the database if it never was.
+    private func partitionForWriting(_ database: DatabaseKey) async throws -> String {
+        if let name = try await partition(of: database) { return name }
         let home = wrapped
         let fromBefore = try await home.read(.point, in: database) { try $0.database(database) != nil }
         let chosen = fromBefore ? Self.home : try await leastPlaced()
         let name = try await catalog.place(database, on: chosen)
         placed.withLock { $0[database] = name }
-        return try store(named: name)
+        return name
     }
 
     /// The partition holding the fewest databases; ties go to the first by name, the home first.
@@ -100,23 +104,123 @@ public final class PartitionedStorage: WrappingStorageDriver {
         return values
     }
 
+    public func writeEveryPartition<Value: Sendable>(_ body: @escaping @Sendable (UnitOfWork) throws -> Value)
+        async throws -> [Value]
+    {
+        var values: [Value] = []
+        for name in names { values.append(try await store(named: name).write(body)) }
+        return values
+    }
+
     public func write<Value: Sendable>(_ body: @escaping @Sendable (UnitOfWork) throws -> Value) async throws -> Value {
-        try await wrapped.write(body)
+        try await sharingSchemaChanges(body, from: Self.home) { try await self.wrapped.write($0) }
     }
 
     public func write<Value: Sendable>(in database: DatabaseKey, _ body: @escaping @Sendable (UnitOfWork) throws -> Value)
         async throws -> Value
     {
-        try await storeForWriting(database).write(in: database, body)
+        let name = try await partitionForWriting(database)
+        let store = try store(named: name)
+        return try await sharingSchemaChanges(body, from: name) { try await store.write(in: database, $0) }
     }
 
     public func write<Value: Sendable>(inZone zone: ZoneOrder, _ body: @escaping @Sendable (UnitOfWork) throws -> Value)
         async throws -> Value
     {
-        try await storeForWriting(zone.database).write(inZone: zone, body)
+        let name = try await partitionForWriting(zone.database)
+        let store = try store(named: name)
+        return try await sharingSchemaChanges(body, from: name) { try await store.write(inZone: zone, $0) }
     }
 
     public func close() async throws {
         for name in names.reversed() { try await store(named: name).close() }
     }
+}
+
+// MARK: The schema on every partition
+
+/// Every partition keeps a copy of the schema (a unit loads it with its zones, from its own
+/// store): the changes a committed write made to it (a deploy or an edit on the home, a
+/// development write's just-in-time admissions on any partition) are made again on every
+/// other partition. One that cannot be (a partition that does not answer) leaves the schemas
+/// to be made equal to the home's (`synchronizeSchemas`) before the next write.
+extension PartitionedStorage {
+    fileprivate func sharingSchemaChanges<Value: Sendable>(
+        _ body: @escaping @Sendable (UnitOfWork) throws -> Value, from origin: String,
+        on write: (@escaping @Sendable (UnitOfWork) throws -> SchemaChanged<Value>) async throws -> SchemaChanged<Value>
+    ) async throws -> Value {
+        repairSchemasIfDue()
+        let written = try await write { unit in SchemaChanged(value: try body(unit), changes: unit.schemaChanges) }
+        guard !written.changes.isEmpty else { return written.value }
+        do {
+            for name in names where name != origin {
+                _ = try await store(named: name).write { unit in try unit.repeatSchemaChanges(written.changes) }
+            }
+        } catch {
+            schemasBehind.withLock { $0 = $0 ?? (ContinuousClock.now, nil) }
+        }
+        return written.value
+    }
+
+    /// At most every ten seconds while some partition's schema is behind, in the background:
+    /// a partition that does not answer must not hold up writes to the others.
+    private func repairSchemasIfDue() {
+        let due = schemasBehind.withLock { behind -> Bool in
+            guard let state = behind else { return false }
+            if let tried = state.tried, ContinuousClock.now - tried < .seconds(10) { return false }
+            behind = (state.since, ContinuousClock.now)
+            return true
+        }
+        if due { Task { try? await self.synchronizeSchemas() } }
+    }
+
+    /// Makes every partition's schema, every container's, both environments, the home's.
+    public func synchronizeSchemas() async throws {
+        let started = ContinuousClock.now
+        let home = wrapped
+        let schemas = try await home.read(.scan) { tx in
+            try tx.containers().flatMap { container in
+                try [Environment.development, .production].map { environment in
+                    (
+                        key: SchemaKey(container: container.id, environment: environment),
+                        types: try tx.schemaRecordTypes(container: container.id, environment: environment),
+                        fields: try tx.schemaFields(container: container.id, environment: environment)
+                    )
+                }
+            }
+        }
+        for name in names where name != Self.home {
+            _ = try await store(named: name).write { unit in
+                for schema in schemas {
+                    let (container, environment) = (schema.key.container, schema.key.environment)
+                    let fields = Dictionary(schema.fields.map { ("\($0.recordType).\($0.fieldName)", $0) }, uniquingKeysWith: { $1 })
+                    for type in try unit.schemaRecordTypes(container: container, environment: environment) where !schema.types.contains(type) {
+                        try unit.removeFromSchema(container: container, environment: environment, recordType: type, fieldName: nil)
+                    }
+                    for field in try unit.schemaFields(container: container, environment: environment) {
+                        let wanted = fields["\(field.recordType).\(field.fieldName)"]
+                        if wanted == nil || wanted?.fieldType != field.fieldType {
+                            try unit.removeFromSchema(
+                                container: container, environment: environment, recordType: field.recordType, fieldName: field.fieldName)
+                        }
+                    }
+                    for type in schema.types { try unit.addSchemaRecordType(container: container, environment: environment, type) }
+                    for field in schema.fields {
+                        try unit.addSchemaField(container: container, environment: environment, field)
+                        _ = try unit.setSchemaFieldIndexes(
+                            container: container, environment: environment, recordType: field.recordType, fieldName: field.fieldName,
+                            indexes: field.indexes)
+                    }
+                }
+            }
+        }
+        // A change that failed to reach a partition after this began is still to be made.
+        schemasBehind.withLock { if let behind = $0, behind.since <= started { $0 = nil } }
+    }
+}
+
+/// A write's value with the schema changes its unit made.
+struct SchemaChanged<Value: Sendable>: Sendable {
+    var value: Value
+    var changes: [StorageWrite]
 }

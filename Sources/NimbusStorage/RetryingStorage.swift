@@ -49,6 +49,15 @@ public struct RetryingStorage: WrappingStorageDriver {
         try await writing(zone: nil) { try await base.write(body) }
     }
 
+    /// A collision on any partition runs it again on every partition, those that committed
+    /// too: what runs this way must be idempotent (granting an index again, indexing records
+    /// again).
+    public func writeEveryPartition<Value: Sendable>(_ body: @escaping @Sendable (UnitOfWork) throws -> Value)
+        async throws -> [Value]
+    {
+        try await writing(zone: nil) { try await base.writeEveryPartition(body) }
+    }
+
     public func write<Value: Sendable>(in database: DatabaseKey, _ body: @escaping @Sendable (UnitOfWork) throws -> Value)
         async throws -> Value
     {

@@ -51,6 +51,12 @@ extension StorageDriver {
         [try await read(kind, body)]
     }
 
+    public func writeEveryPartition<Value: Sendable>(_ body: @escaping @Sendable (UnitOfWork) throws -> Value)
+        async throws -> [Value]
+    {
+        [try await write(body)]
+    }
+
     /// A `.point` read of one logical database.
     public func read<Value: Sendable>(in database: DatabaseKey, _ body: @escaping @Sendable (ReadUnit) throws -> Value)
         async throws -> Value
@@ -91,6 +97,12 @@ public protocol StorageDriver: Sendable {
     /// subscription): the results, the home's first. One store answers once.
     func readEveryPartition<Value: Sendable>(_ kind: ReadKind, _ body: @escaping @Sendable (ReadUnit) throws -> Value)
         async throws -> [Value]
+
+    /// `body` once on each partition, the home's first, for a write every partition makes over
+    /// its own rows (an index granted in production, which each partition's records must be
+    /// indexed for); schema changes it makes are each partition's own, not shared again. One
+    /// store writes once.
+    func writeEveryPartition<Value: Sendable>(_ body: @escaping @Sendable (UnitOfWork) throws -> Value) async throws -> [Value]
 
     /// Containers, API tokens, users, sessions (the coarse, async form).
     var accounts: any AccountStore { get }

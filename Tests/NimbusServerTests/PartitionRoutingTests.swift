@@ -141,6 +141,26 @@ import Testing
             let sharedLookup = try await bob.lookup("shared", zone: nil, ["p1"], extra: ["zoneID": SharedDatabaseTests.zone("Album", of: ann)])
             expectEqual(sharedLookup.records.first?.errorCode, nil, "\(sharedLookup.text)")
 
+            // Production: the deployed schema is on every partition, so Dora's production
+            // database on the second takes Photo records, and an index granted after her
+            // record was saved without it is filled in there for her query.
+            let deployed = try await server.service.deploySchema(container: TestServer.container)
+            #expect(deployed.recordTypes > 0 && deployed.fields > 0, "\(deployed)")
+            let dora = try await server.user("dora", environment: .production)
+            let doraID = try #require(try await server.service.storage.accounts.user(name: "dora")).id
+            let doraKey = DatabaseKey(container: TestServer.container, environment: .production, scope: .private, ownerID: doraID)
+            try await expectEqual(catalog.place(doraKey, on: "second"), "second")
+            #expect(try await server.service.setFieldIndexes(
+                container: TestServer.container, environment: .production, recordType: "Photo", field: "title", indexes: 0))
+            let doraSaved = try await dora.modify([Op.create("d1", type: "Photo", ["title": Op.field("dune")])])
+            expectEqual(doraSaved.records.first?.errorCode, nil, "\(doraSaved.text)")
+            #expect(try await server.service.setFieldIndexes(
+                container: TestServer.container, environment: .production, recordType: "Photo", field: "title", indexes: SchemaFieldRow.Indexes.all))
+            let doraQuery = try await dora.post(
+                "private", "records/query",
+                ["query": ["recordType": "Photo", "filterBy": [["comparator": "EQUALS", "fieldName": "title", "fieldValue": ["value": "dune"]]]]])
+            expectEqual(doraQuery.records.compactMap { $0["recordName"]?.stringValue }, ["d1"], "\(doraQuery.text)")
+
             // What an operator does over every database reaches the second store too: the
             // database's figures, the development reset (both users' subscriptions go), and
             // a user's deletion.

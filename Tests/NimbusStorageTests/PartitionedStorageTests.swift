@@ -83,4 +83,64 @@ import Testing
             _ = try await storage.write(in: Self.key(1)) { try $0.ensureDatabase(Self.key(1)) }
         }
     }
+
+    /// Every partition keeps a copy of the schema: a change made on one is made on the others,
+    /// and `synchronizeSchemas` makes a partition's copy the home's again.
+    @Test func theSchemaIsTheSameOnEveryPartition() async throws {
+        try await Self.withStores { home, second in
+            _ = try await home.accounts.createContainer(ContainerRow(id: "iCloud.partitions", createdAt: 1))
+            let catalog = PartitionCatalogInMemory()
+            _ = try await catalog.place(Self.key(1), on: "second")
+            let storage = PartitionedStorage(home: home, partitions: ["second": second], catalog: catalog)
+            @Sendable func fields(_ store: any StorageDriver, _ environment: Environment) async throws -> Set<String> {
+                Set(try await store.read { tx in
+                    try tx.schemaFields(container: "iCloud.partitions", environment: environment).map {
+                        "\($0.recordType).\($0.fieldName):\($0.fieldType):\($0.indexes)"
+                    }
+                })
+            }
+
+            // A deploy-like change on the home reaches the second.
+            _ = try await storage.write { unit in
+                try unit.addSchemaRecordType(container: "iCloud.partitions", environment: .production, "Note")
+                try unit.addSchemaField(
+                    container: "iCloud.partitions", environment: .production,
+                    SchemaFieldRow(recordType: "Note", fieldName: "title", fieldType: "STRING", indexes: SchemaFieldRow.Indexes.queryable))
+            }
+            try await expectEqual(fields(second, .production), ["Note.title:STRING:1"])
+            // An admission in a write on the second (development's just-in-time schema) reaches the home.
+            _ = try await storage.write(in: Self.key(1)) { unit in
+                _ = try unit.ensureDatabase(Self.key(1))
+                try unit.addSchemaRecordType(container: "iCloud.partitions", environment: .development, "Photo")
+                try unit.addSchemaField(
+                    container: "iCloud.partitions", environment: .development,
+                    SchemaFieldRow(recordType: "Photo", fieldName: "caption", fieldType: "STRING"))
+            }
+            try await expectEqual(fields(home, .development), ["Photo.caption:STRING:7"])
+            // Index changes and removals too.
+            _ = try await storage.write { unit in
+                _ = try unit.setSchemaFieldIndexes(
+                    container: "iCloud.partitions", environment: .development, recordType: "Photo", fieldName: "caption", indexes: 3)
+            }
+            try await expectEqual(fields(second, .development), ["Photo.caption:STRING:3"])
+            _ = try await storage.write { unit in
+                try unit.removeFromSchema(container: "iCloud.partitions", environment: .development, recordType: "Photo", fieldName: nil)
+            }
+            try await expectEqual(fields(second, .development), [])
+
+            // A partition's copy changed behind the router's back is made the home's again.
+            _ = try await second.write { unit in
+                try unit.addSchemaField(
+                    container: "iCloud.partitions", environment: .production,
+                    SchemaFieldRow(recordType: "Note", fieldName: "stray", fieldType: "INT64"))
+                try unit.removeFromSchema(container: "iCloud.partitions", environment: .production, recordType: "Note", fieldName: "title")
+                try unit.addSchemaField(
+                    container: "iCloud.partitions", environment: .production,
+                    SchemaFieldRow(recordType: "Note", fieldName: "title", fieldType: "INT64"))
+            }
+            try await storage.synchronizeSchemas()
+            try await expectEqual(fields(second, .production), ["Note.title:STRING:1"])
+            try await expectEqual(fields(second, .production), try await fields(home, .production))
+        }
+    }
 }

@@ -20,6 +20,14 @@ extension NimbusService {
                 "record type \(recordType) belongs to the server (users and shares are made of it); delete its fields instead")
         }
         let systemField = field.map { Self.systemFieldTypes[$0] != nil } ?? false
+        if !systemField {
+            // Every partition's records (docs/scale-out.md, "Partitions"); the home's are
+            // counted again below, in the transaction that removes the field.
+            let holding = try await storage.readEveryPartition(.scan) { tx in
+                try Self.recordsHolding(field, container: container, recordType: recordType, tx: tx)
+            }.reduce(0, +)
+            if holding > 0 { throw Self.stillHeld(holding, recordType: recordType, field: field) }
+        }
         try await storage.write { tx in
             try Self.requireContainer(container, tx: tx)
             let schema = try tx.schemaFields(container: container, environment: .development)
@@ -35,14 +43,16 @@ extension NimbusService {
             }
             if !systemField {
                 let holding = try Self.recordsHolding(field, container: container, recordType: recordType, tx: tx)
-                if holding > 0 {
-                    let what = field.map { "hold values of '\($0)'" } ?? "exist"
-                    throw CloudKitError.badRequest(
-                        "\(holding) development record(s) of type \(recordType) \(what); delete them (or reset the development environment) first")
-                }
+                if holding > 0 { throw Self.stillHeld(holding, recordType: recordType, field: field) }
             }
             try tx.removeFromSchema(container: container, environment: .development, recordType: recordType, fieldName: field)
         }
+    }
+
+    private static func stillHeld(_ holding: Int, recordType: String, field: String?) -> CloudKitError {
+        let what = field.map { "hold values of '\($0)'" } ?? "exist"
+        return CloudKitError.badRequest(
+            "\(holding) development record(s) of type \(recordType) \(what); delete them (or reset the development environment) first")
     }
 
     /// How many live development records of a type hold a value of `field` (nil: any record).

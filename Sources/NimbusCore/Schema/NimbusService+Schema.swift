@@ -41,8 +41,11 @@ extension NimbusService {
         return (recordTypes, fields, try await copySecurity(container: container, from: .development, to: .production))
     }
 
+    /// On every partition, each from its own copy of the schema (the same as the home's) and
+    /// indexing its own production records; the home's counts are the answer.
     private func deployRecordTypes(container: String) async throws -> (recordTypes: Int, fields: Int) {
-        try await storage.write { tx in
+        try await requireContainer(container)
+        let counts = try await storage.writeEveryPartition { tx in
             let plan = try Self.recordTypePlan(container: container, tx: tx)
             guard plan.conflicts.isEmpty else {
                 throw CloudKitError.badRequest("cannot deploy: \(plan.conflicts.joined(separator: "; "))")
@@ -70,6 +73,7 @@ extension NimbusService {
             }
             return (plan.newRecordTypes.count, plan.newFields.count)
         }
+        return counts[0]
     }
 
     /// What deploying development to production would do, written nowhere: the dashboard's
@@ -91,13 +95,15 @@ extension NimbusService {
     }
 
     public func schemaDeployPlan(container: String) async throws -> SchemaDeployPlan {
+        try await requireContainer(container)
         var plan = try await storage.read { tx in try Self.recordTypePlan(container: container, tx: tx) }
         (plan.newRoles, plan.changedGrants) = try await securityDifference(container: container, from: .development, to: .production)
         return plan
     }
 
+    /// Of a container that exists (its row is the home's alone, and the plan is made on every
+    /// partition).
     private static func recordTypePlan(container: String, tx: ReadUnit) throws -> SchemaDeployPlan {
-        try requireContainer(container, tx: tx)
         let developmentFields = try tx.schemaFields(container: container, environment: .development)
         let productionTypes = Set(try tx.schemaRecordTypes(container: container, environment: .production))
         let productionFields = try tx.schemaFields(container: container, environment: .production)
@@ -168,7 +174,8 @@ extension NimbusService {
             throw CloudKitError.badRequest("index flags must be a combination of QUERYABLE, SORTABLE and SEARCHABLE")
         }
         let systemType = Self.systemFieldTypes[field]
-        return try await storage.write { tx in
+        // On every partition: each indexes its own records (docs/scale-out.md, "Partitions").
+        return try await storage.writeEveryPartition { tx in
             if indexes != 0,
                 let row = try tx.schemaFields(container: container, environment: environment).first(where: {
                     $0.recordType == recordType && $0.fieldName == field
@@ -200,14 +207,14 @@ extension NimbusService {
                 try self.rebuildIndexEntries(container: container, environment: environment, recordType: recordType, tx: tx)
             }
             return true
-        }
+        }.allSatisfy { $0 }
     }
 
     /// After a storage upgrade that changed what index entries hold (v6 added sorted pairs, v8
     /// exact integers), rewrites the entries of every record in both environments. Once, in
     /// one transaction, before the service answers.
     func rebuildIndexesIfRequested() async throws {
-        try await storage.write { tx in
+        _ = try await storage.writeEveryPartition { tx in
             guard try tx.takeIndexRebuildRequest() else { return }
             for container in try tx.containers() {
                 for environment in [Environment.development, .production] {

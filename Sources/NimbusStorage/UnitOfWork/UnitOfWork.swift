@@ -47,6 +47,30 @@ public final class UnitOfWork: ReadUnit {
 
     private func write(_ write: StorageWrite) { writes.append(write) }
 
+    /// The schema changes the unit made, in order: what `PartitionedStorage` makes again on
+    /// its other partitions, each of which keeps a copy of the schema.
+    public var schemaChanges: [StorageWrite] { writes.filter(\.changesSchema) }
+
+    /// Makes `changes` (another store's unit's `schemaChanges`) here: a field already there
+    /// keeps its type, as when this store's own unit adds it.
+    public func repeatSchemaChanges(_ changes: [StorageWrite]) throws {
+        for change in changes {
+            switch change {
+            case .addSchemaField(let key, let field):
+                try addSchemaField(container: key.container, environment: key.environment, field)
+            case .setSchemaFieldIndexes(let key, let recordType, let fieldName, let indexes):
+                _ = try setSchemaFieldIndexes(
+                    container: key.container, environment: key.environment, recordType: recordType, fieldName: fieldName, indexes: indexes)
+            case .addSchemaRecordType(let key, let recordType):
+                try addSchemaRecordType(container: key.container, environment: key.environment, recordType)
+            case .removeFromSchema(let key, let recordType, let fieldName):
+                try removeFromSchema(container: key.container, environment: key.environment, recordType: recordType, fieldName: fieldName)
+            default:
+                continue
+            }
+        }
+    }
+
     // MARK: Groups and savepoints
 
     /// What a write replaced in `records` or `references` while a savepoint was open, to put
@@ -388,6 +412,14 @@ extension UnitOfWork {
 /// (SQLite's `applyWrites`, PostgreSQL's `PostgresApply`). A new kind of write is a case here,
 /// its method above, and its branch in those two: three files (docs/architecture.md).
 public enum StorageWrite: Sendable, Equatable {
+    /// Whether it changes a schema (`UnitOfWork.schemaChanges`).
+    public var changesSchema: Bool {
+        switch self {
+        case .addSchemaField, .setSchemaFieldIndexes, .addSchemaRecordType, .removeFromSchema: true
+        default: false
+        }
+    }
+
     case takeIndexRebuildRequest
     /// A new database and its default zone.
     case createDatabase(DatabaseRow, defaultZoneID: Int64)
