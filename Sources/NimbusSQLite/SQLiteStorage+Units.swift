@@ -56,7 +56,7 @@ private struct Unchecked<Value>: @unchecked Sendable {
     init(_ value: Value) { self.value = value }
 }
 
-extension SQLiteTransaction: UnitTransaction {
+extension SQLiteTransaction: UnitTransaction, SchemaWriting {
     func load(_ request: LoadRequest) throws -> LoadedRows {
         var rows = LoadedRows()
         try load(request, into: &rows)
@@ -371,14 +371,8 @@ extension SQLiteTransaction: UnitTransaction {
         case .replaceReferences(let zoneID, let name, let rows): try replaceReferences(sourceZoneID: zoneID, sourceName: name, with: rows)
         case .replaceAssetReferences(let zoneID, let name, let container, let rows):
             try replaceAssetReferences(sourceZoneID: zoneID, sourceName: name, container: container, with: rows)
-        case .addSchemaField(let key, let field): try addSchemaField(container: key.container, environment: key.environment, field)
-        case .setSchemaFieldIndexes(let key, let recordType, let fieldName, let indexes):
-            _ = try setSchemaFieldIndexes(
-                container: key.container, environment: key.environment, recordType: recordType, fieldName: fieldName, indexes: indexes)
-        case .addSchemaRecordType(let key, let recordType):
-            try addSchemaRecordType(container: key.container, environment: key.environment, recordType)
-        case .removeFromSchema(let key, let recordType, let fieldName):
-            try removeFromSchema(container: key.container, environment: key.environment, recordType: recordType, fieldName: fieldName)
+        case .addSchemaField, .setSchemaFieldIndexes, .addSchemaRecordType, .removeFromSchema:
+            _ = try makeSchemaChange(write)
         case .putSubscription(let row): try putSubscription(row)
         case .deleteSubscription(let databaseID, let userID, let subscriptionID):
             _ = try deleteSubscription(databaseID: databaseID, userID: userID, subscriptionID: subscriptionID)

@@ -54,21 +54,7 @@ public final class UnitOfWork: ReadUnit {
     /// Makes `changes` (another store's unit's `schemaChanges`) here: a field already there
     /// keeps its type, as when this store's own unit adds it.
     public func repeatSchemaChanges(_ changes: [StorageWrite]) throws {
-        for change in changes {
-            switch change {
-            case .addSchemaField(let key, let field):
-                try addSchemaField(container: key.container, environment: key.environment, field)
-            case .setSchemaFieldIndexes(let key, let recordType, let fieldName, let indexes):
-                _ = try setSchemaFieldIndexes(
-                    container: key.container, environment: key.environment, recordType: recordType, fieldName: fieldName, indexes: indexes)
-            case .addSchemaRecordType(let key, let recordType):
-                try addSchemaRecordType(container: key.container, environment: key.environment, recordType)
-            case .removeFromSchema(let key, let recordType, let fieldName):
-                try removeFromSchema(container: key.container, environment: key.environment, recordType: recordType, fieldName: fieldName)
-            default:
-                continue
-            }
-        }
+        for change in changes { _ = try makeSchemaChange(change) }
     }
 
     // MARK: Groups and savepoints
@@ -411,6 +397,37 @@ extension UnitOfWork {
 /// above that records it lays it over what the unit's reads see, and each engine applies it
 /// (SQLite's `applyWrites`, PostgreSQL's `PostgresApply`). A new kind of write is a case here,
 /// its method above, and its branch in those two: three files (docs/architecture.md).
+/// What writes a schema: a unit of work, and an engine's transaction applying a unit's writes.
+public protocol SchemaWriting {
+    func addSchemaField(container: String, environment: Environment, _ field: SchemaFieldRow) throws
+    func setSchemaFieldIndexes(container: String, environment: Environment, recordType: String, fieldName: String, indexes: Int)
+        throws -> Bool
+    func addSchemaRecordType(container: String, environment: Environment, _ recordType: String) throws
+    func removeFromSchema(container: String, environment: Environment, recordType: String, fieldName: String?) throws
+}
+
+extension SchemaWriting {
+    /// Makes `write` if it changes a schema; false, doing nothing, for any other write.
+    public func makeSchemaChange(_ write: StorageWrite) throws -> Bool {
+        switch write {
+        case .addSchemaField(let key, let field):
+            try addSchemaField(container: key.container, environment: key.environment, field)
+        case .setSchemaFieldIndexes(let key, let recordType, let fieldName, let indexes):
+            _ = try setSchemaFieldIndexes(
+                container: key.container, environment: key.environment, recordType: recordType, fieldName: fieldName, indexes: indexes)
+        case .addSchemaRecordType(let key, let recordType):
+            try addSchemaRecordType(container: key.container, environment: key.environment, recordType)
+        case .removeFromSchema(let key, let recordType, let fieldName):
+            try removeFromSchema(container: key.container, environment: key.environment, recordType: recordType, fieldName: fieldName)
+        default:
+            return false
+        }
+        return true
+    }
+}
+
+extension UnitOfWork: SchemaWriting {}
+
 public enum StorageWrite: Sendable, Equatable {
     /// Whether it changes a schema (`UnitOfWork.schemaChanges`).
     public var changesSchema: Bool {
