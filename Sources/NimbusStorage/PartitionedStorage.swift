@@ -96,6 +96,17 @@ public final class PartitionedStorage: WrappingStorageDriver {
         try await storeForReading(database).read(kind, in: database, body)
     }
 
+    public func partitionGroups(_ databases: [DatabaseKey]) async throws -> [[DatabaseKey]] {
+        var groups: [String: [DatabaseKey]] = [:]
+        var order: [String] = []
+        for database in databases {
+            let name = try await partition(of: database) ?? Self.home
+            if groups[name] == nil { order.append(name) }
+            groups[name, default: []].append(database)
+        }
+        return order.map { groups[$0] ?? [] }
+    }
+
     public func readEveryPartition<Value: Sendable>(_ kind: ReadKind, _ body: @escaping @Sendable (ReadUnit) throws -> Value)
         async throws -> [Value]
     {

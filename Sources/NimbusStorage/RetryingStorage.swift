@@ -45,6 +45,10 @@ public struct RetryingStorage: WrappingStorageDriver {
         try await reading(kind) { try await base.readEveryPartition(kind, body) }
     }
 
+    public func partitionGroups(_ databases: [DatabaseKey]) async throws -> [[DatabaseKey]] {
+        try await base.partitionGroups(databases)
+    }
+
     public func write<Value: Sendable>(_ body: @escaping @Sendable (UnitOfWork) throws -> Value) async throws -> Value {
         try await writing(zone: nil) { try await base.write(body) }
     }

@@ -57,6 +57,10 @@ extension StorageDriver {
         [try await write(body)]
     }
 
+    public func partitionGroups(_ databases: [DatabaseKey]) async throws -> [[DatabaseKey]] {
+        databases.isEmpty ? [] : [databases]
+    }
+
     /// A `.point` read of one logical database.
     public func read<Value: Sendable>(in database: DatabaseKey, _ body: @escaping @Sendable (ReadUnit) throws -> Value)
         async throws -> Value
@@ -97,6 +101,10 @@ public protocol StorageDriver: Sendable {
     /// subscription): the results, the home's first. One store answers once.
     func readEveryPartition<Value: Sendable>(_ kind: ReadKind, _ body: @escaping @Sendable (ReadUnit) throws -> Value)
         async throws -> [Value]
+
+    /// `databases` grouped so that each group lives on one partition, for a read over several
+    /// (`read(_:in:_:)` with any of a group names the partition of all). One store: one group.
+    func partitionGroups(_ databases: [DatabaseKey]) async throws -> [[DatabaseKey]]
 
     /// `body` once on each partition, the home's first, for a write every partition makes over
     /// its own rows (an index granted in production, which each partition's records must be

@@ -99,24 +99,23 @@ extension NimbusService {
         return zone
     }
 
-    /// `body` over each item in one read per database the items name (each database may live on
-    /// a partition of its own, docs/scale-out.md), the results in the items' order, nils left
-    /// out. The shared database spans its owners' databases; every other read names one.
+    /// `body` over each item, in one read per partition holding the databases the items name
+    /// (docs/scale-out.md: one read in all on one store), the results in the items' order,
+    /// nils left out. The shared database spans its owners' databases; every other read names one.
     func readPerDatabase<Item: Sendable, Value: Sendable>(
         _ items: [Item], database: (Item) -> DatabaseKey, _ body: @escaping @Sendable (Item, ReadUnit) throws -> Value?
     ) async throws -> [Value] {
-        var groups: [DatabaseKey: [Int]] = [:]
+        // Every key before the first suspension: `database` is not called after one.
+        let keys = items.map(database)
         var databases: [DatabaseKey] = []
-        for (index, item) in items.enumerated() {
-            let key = database(item)
-            if groups[key] == nil { databases.append(key) }
-            groups[key, default: []].append(index)
-        }
+        for key in keys where !databases.contains(key) { databases.append(key) }
         var results = [Value?](repeating: nil, count: items.count)
-        for key in databases {
-            let indexes = groups[key] ?? []
-            let group = indexes.map { items[$0] }
-            let values = try await storage.read(in: key) { tx in try group.map { try body($0, tx) } }
+        for group in try await storage.partitionGroups(databases) {
+            guard let first = group.first else { continue }
+            let members = Set(group)
+            let indexes = keys.indices.filter { members.contains(keys[$0]) }
+            let together = indexes.map { items[$0] }
+            let values = try await storage.read(in: first) { tx in try together.map { try body($0, tx) } }
             for (index, value) in zip(indexes, values) { results[index] = value }
         }
         return results.compactMap { $0 }
