@@ -56,6 +56,15 @@ public final class PartitionedStorage: WrappingStorageDriver {
         return name
     }
 
+    /// `run` on each partition in turn, the home's first, skipping `skipped`; the results in order.
+    fileprivate func eachPartition<Value>(skipping skipped: String? = nil, _ run: (any StorageDriver) async throws -> Value)
+        async throws -> [Value]
+    {
+        var values: [Value] = []
+        for name in names where name != skipped { values.append(try await run(try store(named: name))) }
+        return values
+    }
+
     fileprivate func store(named name: String) throws -> any StorageDriver {
         guard let store = partitions[name] else {
             throw StorageError.unavailable("the catalog places a database on partition '\(name)', which this node does not have")
@@ -110,17 +119,13 @@ public final class PartitionedStorage: WrappingStorageDriver {
     public func readEveryPartition<Value: Sendable>(_ kind: ReadKind, _ body: @escaping @Sendable (ReadUnit) throws -> Value)
         async throws -> [Value]
     {
-        var values: [Value] = []
-        for name in names { values.append(try await store(named: name).read(kind, body)) }
-        return values
+        try await eachPartition { try await $0.read(kind, body) }
     }
 
     public func writeEveryPartition<Value: Sendable>(_ body: @escaping @Sendable (UnitOfWork) throws -> Value)
         async throws -> [Value]
     {
-        var values: [Value] = []
-        for name in names { values.append(try await store(named: name).write(body)) }
-        return values
+        try await eachPartition { try await $0.write(body) }
     }
 
     public func write<Value: Sendable>(_ body: @escaping @Sendable (UnitOfWork) throws -> Value) async throws -> Value {
@@ -164,9 +169,7 @@ extension PartitionedStorage {
         let written = try await write { unit in SchemaChanged(value: try body(unit), changes: unit.schemaChanges) }
         guard !written.changes.isEmpty else { return written.value }
         do {
-            for name in names where name != origin {
-                _ = try await store(named: name).write { unit in try unit.repeatSchemaChanges(written.changes) }
-            }
+            _ = try await eachPartition(skipping: origin) { try await $0.write { unit in try unit.repeatSchemaChanges(written.changes) } }
         } catch {
             schemasBehind.withLock { $0 = $0 ?? (ContinuousClock.now, nil) }
         }
@@ -200,8 +203,8 @@ extension PartitionedStorage {
                 }
             }
         }
-        for name in names where name != Self.home {
-            _ = try await store(named: name).write { unit in
+        _ = try await eachPartition(skipping: Self.home) { partition in
+            try await partition.write { unit in
                 for schema in schemas {
                     let (container, environment) = (schema.key.container, schema.key.environment)
                     let fields = Dictionary(schema.fields.map { ("\($0.recordType).\($0.fieldName)", $0) }, uniquingKeysWith: { $1 })

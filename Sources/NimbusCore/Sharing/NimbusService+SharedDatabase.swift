@@ -64,7 +64,7 @@ extension NimbusService {
         let candidates = try await storage.shares.shares(
             ofMember: user.recordName, container: target.caller.container, environment: target.caller.environment)
         guard !candidates.isEmpty else { return [] }
-        let accepted: [(ShareLocation, AcceptedShare)] = try await readPerDatabase(candidates, database: \.databaseKey) { location, tx in
+        let accepted: [(ShareLocation, AcceptedShare)] = try await readAcrossDatabases(candidates, database: \.databaseKey) { location, tx in
             guard let found = try Self.shareRows(at: location, tx: tx),
                 let state = try ShareState(fields: RecordCodec.decode(found.share.fields)),
                 let me = state.participant(userRecordName: user.recordName), me.acceptanceStatus == .accepted
@@ -102,7 +102,7 @@ extension NimbusService {
     /// `body` over each item, in one read per partition holding the databases the items name
     /// (docs/scale-out.md: one read in all on one store), the results in the items' order,
     /// nils left out. The shared database spans its owners' databases; every other read names one.
-    func readPerDatabase<Item: Sendable, Value: Sendable>(
+    func readAcrossDatabases<Item: Sendable, Value: Sendable>(
         _ items: [Item], database: (Item) -> DatabaseKey, _ body: @escaping @Sendable (Item, ReadUnit) throws -> Value?
     ) async throws -> [Value] {
         // Every key before the first suspension: `database` is not called after one.
@@ -131,7 +131,7 @@ extension NimbusService {
 
     /// Each shared zone with its row, leaving out those whose zone is gone.
     private func sharedZoneRows(_ zones: [SharedZone]) async throws -> [(SharedZone, ZoneRow)] {
-        try await readPerDatabase(zones, database: \.key) { shared, tx in try self.sharedZoneRow(shared, tx: tx).map { (shared, $0.1) } }
+        try await readAcrossDatabases(zones, database: \.key) { shared, tx in try self.sharedZoneRow(shared, tx: tx).map { (shared, $0.1) } }
     }
 
     static func requireWritable(_ share: AcceptedShare, recordName: String) throws {
