@@ -143,4 +143,32 @@ import Testing
             try await expectEqual(fields(second, .production), try await fields(home, .production))
         }
     }
+
+    /// A partition that misses a schema change (it did not answer) does not fail the write
+    /// that made it, and the next write has the schemas made equal again in the background.
+    @Test func aSchemaChangeAPartitionMissedReachesItLater() async throws {
+        try await Self.withStores { home, second in
+            _ = try await home.accounts.createContainer(ContainerRow(id: "iCloud.partitions", createdAt: 1))
+            let flaky = FaultyStorage(second)
+            let storage = PartitionedStorage(home: home, partitions: ["second": flaky], catalog: PartitionCatalogInMemory())
+            @Sendable func onSecond() async throws -> [String] {
+                try await second.read { tx in try tx.schemaRecordTypes(container: "iCloud.partitions", environment: .production) }
+            }
+            flaky.failWrites([.unavailable("the second partition is down")])
+            _ = try await storage.write { unit in
+                try unit.addSchemaRecordType(container: "iCloud.partitions", environment: .production, "Note")
+            }
+            try await expectEqual(onSecond(), [])
+            // Any later write starts the repair.
+            _ = try await storage.write(in: Self.key(1)) { try $0.ensureDatabase(Self.key(1)) }
+            var types: [String] = []
+            for _ in 0..<100 {
+                types = try await onSecond()
+                if !types.isEmpty { break }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            expectEqual(types, ["Note"])
+        }
+    }
 }
+
