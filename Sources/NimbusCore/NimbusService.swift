@@ -134,8 +134,7 @@ public final class NimbusService: Sendable {
         let secret = try await storage.read { try $0.installationSecret() }
         keys = DerivedKeys(installationSecret: secret)
         try await rebuildIndexesIfRequested()
-        let index = try await loadSubscriptions()
-        notificationHub.index.withLock { $0 = index }
+        try await loadSubscriptions()
         if let days = options.recordHistoryDays, let history = recordHistory {
             _ = try await history.keepRecordHistory(days: max(0, days), now: now)
         }

@@ -19,6 +19,7 @@ public struct PostgresCoarseStorage: CoarseStorage {
     public var shares: any ShareStore { storage.shares }
     public var operations: any OperationOutcomeStore { storage.operations }
     public var operators: any OperatorStore { storage.operators }
+    public var partitioning: any PartitionStore { storage.partitioning }
     public func close() async throws { await storage.close() }
     public func signals() -> AsyncStream<StoreSignal>? { storage.signals.stream(storage.primary, logger: storage.logger) }
 

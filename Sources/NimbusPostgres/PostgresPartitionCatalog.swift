@@ -41,19 +41,20 @@ public struct PostgresPartitionCatalog: PartitionCatalog {
         return counts
     }
 
-    /// The partitions added to this home, by name, with the URL each is reached at.
-    public func partitions() async throws -> [(name: String, url: String)] {
-        try await storage.rows("SELECT name, url FROM partitions ORDER BY name").map { row in
-            let (name, url) = try row.decode((String, String).self)
-            return (name, url)
+    /// The partitions added to this home, by name, with the number that fixes each one's id
+    /// range (`PartitionIDs`) and the URL each is reached at.
+    public func partitions() async throws -> [(name: String, number: Int64, url: String)] {
+        try await storage.rows("SELECT name, number, url FROM partitions ORDER BY name").map { row in
+            let (name, number, url) = try row.decode((String, Int64, String).self)
+            return (name, number, url)
         }
     }
 
-    /// Records a partition; false when one of that name exists.
-    public func addPartition(name: String, url: String, at time: Int64) async throws -> Bool {
-        try await !storage.rows(
-            "INSERT INTO partitions (name, url, added_at) VALUES (\(name), \(url), \(time)) ON CONFLICT (name) DO NOTHING RETURNING 1"
-        ).isEmpty
+    /// Records a partition and returns its number; nil when one of that name exists.
+    public func addPartition(name: String, url: String, at time: Int64) async throws -> Int64? {
+        try await storage.rows(
+            "INSERT INTO partitions (name, url, added_at) VALUES (\(name), \(url), \(time)) ON CONFLICT (name) DO NOTHING RETURNING number"
+        ).first.map { try $0.decode(Int64.self) }
     }
 }
 

@@ -92,6 +92,7 @@ public final class PostgresStorage: Sendable {
     public var shares: any ShareStore { PostgresShareStore(storage: self) }
     public var operations: any OperationOutcomeStore { PostgresOperationOutcomeStore(storage: self) }
     public var operators: any OperatorStore { PostgresOperatorStore(storage: self) }
+    public var partitioning: any PartitionStore { PostgresPartitionStore(storage: self) }
 
     /// Closes the pool's connections, waiting at most `deadline` for requests still running
     /// (a request that outlived its own deadline may hold a connection for a while yet).

@@ -719,5 +719,20 @@ enum Migrations {
             }
             try db.execute(sql: sql)
         }
+        migrator.registerMigration("v33-outbox-forwarded") { db in
+            // Which change-outbox entries other partitions forwarded to this one (the home), by
+            // partition and the entry's sequence there: a forward repeated after a crash adds
+            // nothing twice (docs/scale-out.md, "Partitions: the design"). Kept a day.
+            try db.execute(
+                sql: """
+                    CREATE TABLE outbox_forwarded (
+                        partition INTEGER NOT NULL,
+                        sequence INTEGER NOT NULL,
+                        forwarded_at INTEGER NOT NULL,
+                        PRIMARY KEY (partition, sequence)
+                    ) WITHOUT ROWID;
+                    CREATE INDEX outbox_forwarded_at ON outbox_forwarded (forwarded_at);
+                    """)
+        }
     }
 }

@@ -420,7 +420,7 @@ extension SQLiteTransaction: UnitTransaction, SchemaWriting {
         }
     }
 
-    private static func reservationKey(_ kind: StorageIDKind) -> String { "reserved_ids_" + table(kind) }
+    static func reservationKey(_ kind: StorageIDKind) -> String { "reserved_ids_" + table(kind) }
 
     /// The largest id of the kind in use or reserved.
     private func largestID(_ kind: StorageIDKind) throws -> Int64 {

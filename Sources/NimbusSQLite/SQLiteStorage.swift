@@ -184,6 +184,7 @@ public final class SQLiteStorage: Sendable {
     public var shares: any ShareStore { SQLiteShareStore(storage: self) }
     public var operations: any OperationOutcomeStore { SQLiteOperationOutcomeStore(storage: self) }
     public var operators: any OperatorStore { SQLiteOperatorStore(storage: self) }
+    public var partitioning: any PartitionStore { SQLitePartitionStore(storage: self) }
 
     /// SQLite's errors in storage terms (`StorageError`); errors of other kinds (the
     /// service's own, thrown from a closure) pass through.

@@ -28,25 +28,43 @@ public final class PartitionedStorage: WrappingStorageDriver {
     /// The home's name among the partitions.
     public static let home = "home"
 
-    private let partitions: [String: any StorageDriver]
+    private let partitions: [String: StoragePartition]
     private let catalog: any PartitionCatalog
     private let placed = Mutex<[DatabaseKey: String]>([:])
+    /// Partitions whose id range this node has made sure of (`PartitionIDs`): before a
+    /// partition's first transaction, so one that does not answer at start holds up nobody.
+    private let rangesSet = Mutex<Set<String>>([PartitionedStorage.home])
     /// When a schema change was last not made on every partition, and when the schemas were
     /// last made equal to the home's since (`synchronizeSchemas`); nil: all are equal.
     fileprivate let schemasBehind = Mutex<(since: ContinuousClock.Instant, tried: ContinuousClock.Instant?)?>(nil)
 
-    /// `partitions` by name; the home is the one named `home`.
-    public init(home: any StorageDriver, partitions: [String: any StorageDriver], catalog: any PartitionCatalog) {
-        var all = partitions
-        all[Self.home] = home
+    /// `partitions` besides the home, each with its catalog number (1 and up; the home is 0).
+    public init(home: any StorageDriver, partitions: [StoragePartition], catalog: any PartitionCatalog) {
+        precondition(Set(partitions.map(\.number)).count == partitions.count && partitions.allSatisfy { $0.number > 0 && $0.name != Self.home })
+        var all = Dictionary(uniqueKeysWithValues: partitions.map { ($0.name, $0) })
+        all[Self.home] = StoragePartition(name: Self.home, number: 0, store: home)
         self.partitions = all
         self.catalog = catalog
     }
 
-    public var wrapped: any StorageDriver { partitions[Self.home]! }
+    public var wrapped: any StorageDriver { partitions[Self.home]!.store }
 
     /// The partitions' names, the home's first.
     public var names: [String] { [Self.home] + partitions.keys.filter { $0 != Self.home }.sorted() }
+
+    public var otherPartitions: [StoragePartition] { names.dropFirst().compactMap { partitions[$0] } }
+
+    /// Every partition's signals as one stream: a write on any partition wakes the pipeline.
+    public func signals() -> AsyncStream<StoreSignal>? {
+        let streams = names.compactMap { partitions[$0]?.store.signals() }
+        guard streams.count > 1 else { return streams.first }
+        return AsyncStream { continuation in
+            let tasks = streams.map { stream in
+                Task { for await signal in stream { continuation.yield(signal) } }
+            }
+            continuation.onTermination = { _ in tasks.forEach { $0.cancel() } }
+        }
+    }
 
     /// The partition a database lives on, as this node last learned (nil: never placed).
     public func partition(of database: DatabaseKey) async throws -> String? {
@@ -61,19 +79,23 @@ public final class PartitionedStorage: WrappingStorageDriver {
         async throws -> [Value]
     {
         var values: [Value] = []
-        for name in names where name != skipped { values.append(try await run(try store(named: name))) }
+        for name in names where name != skipped { values.append(try await run(try await store(named: name))) }
         return values
     }
 
-    fileprivate func store(named name: String) throws -> any StorageDriver {
-        guard let store = partitions[name] else {
+    fileprivate func store(named name: String) async throws -> any StorageDriver {
+        guard let partition = partitions[name] else {
             throw StorageError.unavailable("the catalog places a database on partition '\(name)', which this node does not have")
         }
-        return store
+        if !rangesSet.withLock({ $0.contains(name) }) {
+            try await partition.store.partitioning.startIDs(atLeast: PartitionIDs.first(ofPartition: partition.number))
+            rangesSet.withLock { _ = $0.insert(name) }
+        }
+        return partition.store
     }
 
     private func storeForReading(_ database: DatabaseKey) async throws -> any StorageDriver {
-        try store(named: try await partition(of: database) ?? Self.home)
+        try await store(named: try await partition(of: database) ?? Self.home)
     }
 
     /// The partition a write of `database` runs on, placing the database if it never was.
@@ -136,7 +158,7 @@ public final class PartitionedStorage: WrappingStorageDriver {
         async throws -> Value
     {
         let name = try await partitionForWriting(database)
-        let store = try store(named: name)
+        let store = try await store(named: name)
         return try await sharingSchemaChanges(body, from: name) { try await store.write(in: database, $0) }
     }
 
@@ -144,12 +166,12 @@ public final class PartitionedStorage: WrappingStorageDriver {
         async throws -> Value
     {
         let name = try await partitionForWriting(zone.database)
-        let store = try store(named: name)
+        let store = try await store(named: name)
         return try await sharingSchemaChanges(body, from: name) { try await store.write(inZone: zone, $0) }
     }
 
     public func close() async throws {
-        for name in names.reversed() { try await store(named: name).close() }
+        for name in names.reversed() { try await partitions[name]?.store.close() }
     }
 }
 

@@ -124,6 +124,13 @@ public protocol StorageDriver: Sendable {
     var operations: any OperationOutcomeStore { get }
     /// The dashboard's operators, their sessions and the audit log (the coarse, async form; docs/dashboard.md).
     var operators: any OperatorStore { get }
+    /// This store's side of being one partition among several (ids, forwarded outboxes).
+    var partitioning: any PartitionStore { get }
+
+    /// Every partition but the home, for the notification pipeline, which forwards each one's
+    /// change outbox to the home's and indexes each one's subscriptions (docs/scale-out.md).
+    /// Empty for one store.
+    var otherPartitions: [StoragePartition] { get }
 
     /// Finishes pending writes and releases the store.
     func close() async throws
@@ -137,6 +144,7 @@ public protocol StorageDriver: Sendable {
 
 extension StorageDriver {
     public func signals() -> AsyncStream<StoreSignal>? { nil }
+    public var otherPartitions: [StoragePartition] { [] }
 }
 
 /// A driver over another (retries, injected faults, partitions) that keeps the other's side
@@ -153,6 +161,8 @@ extension WrappingStorageDriver {
     public var shares: any ShareStore { wrapped.shares }
     public var operations: any OperationOutcomeStore { wrapped.operations }
     public var operators: any OperatorStore { wrapped.operators }
+    public var partitioning: any PartitionStore { wrapped.partitioning }
+    public var otherPartitions: [StoragePartition] { wrapped.otherPartitions }
     public func signals() -> AsyncStream<StoreSignal>? { wrapped.signals() }
 }
 

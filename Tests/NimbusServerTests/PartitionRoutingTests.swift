@@ -32,7 +32,7 @@ import Testing
             let second = try await open(directory + "/second")
             let parts = (home, second, try catalog(home))
             holder.set(parts)
-            return PartitionedStorage(home: home, partitions: ["second": second], catalog: parts.2)
+            return PartitionedStorage(home: home, partitions: [StoragePartition(name: "second", number: 1, store: second)], catalog: parts.2)
         }
     }
 
@@ -116,6 +116,39 @@ import Testing
                 expectEqual(found.json["subscriptions"]?[0]?["subscriptionID"], "photos", "\(who): \(found.text)")
             }
 
+            // Notifications: a write on either partition reaches its subscriber's collection
+            // (the home's), through the second partition's outbox forwarded to the home's.
+            // Ann also subscribes once to Photo records: it fires once, then it is gone from
+            // her partition.
+            let once = try await ann.post(
+                "private", "subscriptions/modify",
+                ["operations": [SubscriptionTests.operation("create", SubscriptionTests.querySubscription("once", type: "Photo", firesOnce: true, zone: "Album"))]])
+            expectEqual(once.json["subscriptions"]?[0]?["subscriptionID"], "once", "\(once.text)")
+            for person in [ann, bob] {
+                try await expectEqual(person.modify(zone: "Album", [Op.create("p9", type: "Photo", ["title": Op.field("nine")])]).status, 200)
+            }
+            for (person, expected) in [(ann, ["once", "photos"]), (bob, ["photos"])] {
+                var fired: [String] = []
+                try await waitFor {
+                    let page = try await person.device("notifications/changes")
+                    fired = (page.json["notifications"]?.arrayValue ?? []).compactMap { $0["payload"]?["ck"]?["qry"]?["sid"]?.stringValue }.sorted()
+                    return fired.count >= expected.count
+                }
+                expectEqual(fired, expected, "\(person.userRecordName ?? "")")
+            }
+            try await waitFor { try await ann.post("private", "subscriptions/list", [:]).json["subscriptions"]?.arrayValue?.count == 1 }
+            try await expectEqual(ann.modify(zone: "Album", [Op.create("p10", type: "Photo", ["title": Op.field("ten")])]).status, 200)
+            try await waitFor {
+                try await ann.device("notifications/changes").json["notifications"]?.arrayValue?.count == 3
+            }
+            let annNotes = try await ann.device("notifications/changes").json["notifications"]?.arrayValue ?? []
+            expectEqual(annNotes.compactMap { $0["payload"]?["ck"]?["qry"]?["sid"]?.stringValue }.sorted(), ["once", "photos", "photos"])
+            // Ids name their partition (PartitionIDs): Ann's database was made on the second.
+            let annDatabase = try #require(try await stores.second.read(in: annKey) { tx in try tx.database(annKey) })
+            expectEqual(PartitionIDs.partition(of: annDatabase.id), 1, "\(annDatabase.id)")
+            let bobDatabase = try #require(try await stores.home.read(in: bobKey) { tx in try tx.database(bobKey) })
+            expectEqual(PartitionIDs.partition(of: bobDatabase.id), 0, "\(bobDatabase.id)")
+
             // Each database's rows are on its own store and nowhere else.
             for (ownerID, home, other) in [(annID, stores.second, stores.home), (bobID, stores.home, stores.second)] {
                 let key = DatabaseKey(container: TestServer.container, environment: .development, scope: .private, ownerID: ownerID)
@@ -134,10 +167,10 @@ import Testing
             let sharedDatabase = try await bob.post("shared", "changes/database", [:])
             expectEqual(sharedDatabase.json["zones"]?.arrayValue?.count, 1, "\(sharedDatabase.text)")
             let (names, _) = try await SharedDatabaseTests.changes(bob, "Album", of: ann)
-            expectEqual(Set(names.keys), ["p1", "p2", "cloudkit.zoneshare"], "\(names)")
+            expectEqual(Set(names.keys), ["p1", "p2", "p9", "p10", "cloudkit.zoneshare"], "\(names)")
             let sharedQuery = try await bob.post(
                 "shared", "records/query", ["zoneID": SharedDatabaseTests.zone("Album", of: ann), "query": ["recordType": "Photo"]])
-            expectEqual(Set(sharedQuery.records.compactMap { $0["recordName"]?.stringValue }), ["p1", "p2"], "\(sharedQuery.text)")
+            expectEqual(Set(sharedQuery.records.compactMap { $0["recordName"]?.stringValue }), ["p1", "p2", "p9", "p10"], "\(sharedQuery.text)")
             let sharedLookup = try await bob.lookup("shared", zone: nil, ["p1"], extra: ["zoneID": SharedDatabaseTests.zone("Album", of: ann)])
             expectEqual(sharedLookup.records.first?.errorCode, nil, "\(sharedLookup.text)")
 

@@ -203,6 +203,7 @@ import Testing
         var shares: any ShareStore { base.shares }
         var operations: any OperationOutcomeStore { base.operations }
         var operators: any OperatorStore { base.operators }
+        var partitioning: any PartitionStore { base.partitioning }
         func close() async throws { try await base.close() }
     }
 

@@ -28,12 +28,53 @@ import Testing
         try await second.close()
     }
 
+    @Test func aForwardedOutboxReachesTheHomeOnceAndIdsNameTheirPartition() async throws {
+        try await Self.withStores { home, second in try await Self.forwarding(home: home, second: second) }
+    }
+
+    /// What the notification pipeline relies on from each store (`PartitionStore`): a
+    /// partition's ids start in its range and never go back; entries forwarded to the home
+    /// arrive once, however often they are forwarded (a forward repeated after a crash, two
+    /// nodes at once, after the home drained them), each partition's apart; a partition's
+    /// forwarded entries are dropped even when another node dropped some. Run on PostgreSQL
+    /// too (`PostgresDriverTests.partitionStoresForwardOnceAndKeepTheirIdRanges`).
+    static func forwarding(home: any StorageDriver, second: any StorageDriver) async throws {
+        try await second.partitioning.startIDs(atLeast: PartitionIDs.first(ofPartition: 3))
+        let database = try await second.write { try $0.ensureDatabase(Self.key(1)) }
+        #expect(PartitionIDs.partition(of: database.id) == 3, "\(database.id)")
+        try await second.partitioning.startIDs(atLeast: 1)
+        let next = try await second.write { try $0.ensureDatabase(Self.key(2)) }
+        #expect(next.id > database.id, "\(next.id) after \(database.id)")
+
+        try await second.write { tx in
+            try tx.appendOutbox(databaseID: database.id, body: [1], createdAt: 10)
+            try tx.appendOutbox(databaseID: next.id, body: [2], createdAt: 11)
+        }
+        let entries = try await second.read { try $0.outbox(limit: 10) }
+        #expect(entries.map(\.body) == [[1], [2]])
+        try await home.partitioning.acceptForwardedOutbox(entries.reversed(), fromPartition: 3, at: 100)
+        try await home.partitioning.acceptForwardedOutbox(entries, fromPartition: 3, at: 101)
+        // The same sequences from another partition are other entries.
+        try await home.partitioning.acceptForwardedOutbox([entries[0]], fromPartition: 4, at: 102)
+        let atHome = try await home.read { try $0.outbox(limit: 10) }
+        #expect(atHome.map(\.body) == [[1], [2], [1]])
+        #expect(atHome.map(\.databaseID) == [database.id, next.id, database.id])
+        #expect(atHome.map(\.createdAt) == [10, 11, 10])
+        try await home.write { try $0.removeOutbox(sequences: atHome.map(\.sequence)) }
+        try await home.partitioning.acceptForwardedOutbox(entries, fromPartition: 3, at: 103)
+        #expect(try await home.read { try $0.outbox(limit: 10) }.isEmpty)
+
+        try await second.partitioning.dropOutbox(sequences: [entries[0].sequence])
+        try await second.partitioning.dropOutbox(sequences: entries.map(\.sequence))
+        #expect(try await second.read { try $0.outbox(limit: 10) }.isEmpty)
+    }
+
     @Test func aNewDatabaseGoesWhereTheFewestAreAndOneFromBeforePartitionsStaysHome() async throws {
         try await Self.withStores { home, second in
             // Made before the deployment had partitions: in the home, placed nowhere.
             _ = try await home.write { try $0.ensureDatabase(Self.key(1)) }
             let catalog = PartitionCatalogInMemory()
-            let storage = PartitionedStorage(home: home, partitions: ["second": second], catalog: catalog)
+            let storage = PartitionedStorage(home: home, partitions: [StoragePartition(name: "second", number: 1, store: second)], catalog: catalog)
 
             // Read before any write: from the home, which has it.
             let before = try await storage.read(in: Self.key(1)) { try $0.database(Self.key(1)) }
@@ -72,7 +113,7 @@ import Testing
         try await Self.withStores { home, second in
             let catalog = PartitionCatalogInMemory()
             _ = try await catalog.place(Self.key(9), on: "elsewhere")
-            let storage = PartitionedStorage(home: home, partitions: ["second": second], catalog: catalog)
+            let storage = PartitionedStorage(home: home, partitions: [StoragePartition(name: "second", number: 1, store: second)], catalog: catalog)
             await #expect {
                 try await storage.read(in: Self.key(9)) { try $0.database(Self.key(9)) }
             } throws: { error in
@@ -91,7 +132,7 @@ import Testing
             _ = try await home.accounts.createContainer(ContainerRow(id: "iCloud.partitions", createdAt: 1))
             let catalog = PartitionCatalogInMemory()
             _ = try await catalog.place(Self.key(1), on: "second")
-            let storage = PartitionedStorage(home: home, partitions: ["second": second], catalog: catalog)
+            let storage = PartitionedStorage(home: home, partitions: [StoragePartition(name: "second", number: 1, store: second)], catalog: catalog)
             @Sendable func fields(_ store: any StorageDriver, _ environment: Environment) async throws -> Set<String> {
                 Set(try await store.read { tx in
                     try tx.schemaFields(container: "iCloud.partitions", environment: environment).map {
@@ -150,7 +191,7 @@ import Testing
         try await Self.withStores { home, second in
             _ = try await home.accounts.createContainer(ContainerRow(id: "iCloud.partitions", createdAt: 1))
             let flaky = FaultyStorage(second)
-            let storage = PartitionedStorage(home: home, partitions: ["second": flaky], catalog: PartitionCatalogInMemory())
+            let storage = PartitionedStorage(home: home, partitions: [StoragePartition(name: "second", number: 1, store: flaky)], catalog: PartitionCatalogInMemory())
             @Sendable func onSecond() async throws -> [String] {
                 try await second.read { tx in try tx.schemaRecordTypes(container: "iCloud.partitions", environment: .production) }
             }

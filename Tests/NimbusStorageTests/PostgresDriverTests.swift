@@ -117,6 +117,27 @@ import Testing
         }
     }
 
+    @Test(.enabled(if: PostgresTestCluster.url != nil))
+    func partitionStoresForwardOnceAndKeepTheirIdRanges() async throws {
+        try await PostgresTestCluster.withDatabase { homeLocation in
+            try await PostgresTestCluster.withDatabase { secondLocation in
+                let home = UnitOfWorkDriver(PostgresCoarseStorage(
+                    try await PostgresStorage(homeLocation, deadline: PostgresTestCluster.deadline, maximumConnections: 4)))
+                let second = UnitOfWorkDriver(PostgresCoarseStorage(
+                    try await PostgresStorage(secondLocation, deadline: PostgresTestCluster.deadline, maximumConnections: 4)))
+                do {
+                    try await PartitionedStorageTests.forwarding(home: home, second: second)
+                } catch {
+                    try? await home.close()
+                    try? await second.close()
+                    throw error
+                }
+                try await home.close()
+                try await second.close()
+            }
+        }
+    }
+
     /// The partition catalog in a home (docs/scale-out.md, "Partitions: the design"): nodes
     /// racing to place one database all get the first placement, and counts follow.
     @Test(.enabled(if: PostgresTestCluster.url != nil))
@@ -124,9 +145,14 @@ import Testing
         try await PostgresTestCluster.withDatabase { location in
             let storage = try await PostgresStorage(location, deadline: PostgresTestCluster.deadline, maximumConnections: 8)
             let catalog = storage.partitionCatalog
-            #expect(try await catalog.addPartition(name: "p2", url: "postgres://db2/nimbus", at: 1))
-            #expect(try await !catalog.addPartition(name: "p2", url: "postgres://elsewhere/nimbus", at: 2))
-            #expect(try await catalog.partitions().map { "\($0.name) \($0.url)" } == ["p2 postgres://db2/nimbus"])
+            #expect(try await catalog.addPartition(name: "p2", url: "postgres://db2/nimbus", at: 1) == 1)
+            #expect(try await catalog.addPartition(name: "p2", url: "postgres://elsewhere/nimbus", at: 2) == nil)
+            // Numbers are never reused (the refused insert may have used one): the home is 0.
+            let third = try #require(try await catalog.addPartition(name: "p3", url: "postgres://db3/nimbus", at: 3))
+            #expect(third > 1)
+            #expect(
+                try await catalog.partitions().map { "\($0.name) \($0.number) \($0.url)" }
+                    == ["p2 1 postgres://db2/nimbus", "p3 \(third) postgres://db3/nimbus"])
 
             let key = DatabaseKey(container: "c", environment: .production, scope: .private, ownerID: 7)
             #expect(try await catalog.placement(of: key) == nil)

@@ -63,6 +63,7 @@ extension NimbusService {
     /// Matches and stores what the outbox holds, a batch per transaction, until it is empty or
     /// storage fails (the entries then stay for the next wake-up).
     func drainOutbox() async {
+        await forwardPartitionOutboxes()
         while true {
             let drained: OutboxDrain
             do {
@@ -89,7 +90,9 @@ extension NimbusService {
                     metadata: ["database": "\(cut.database)", "matched": "\(cut.matched)", "stored": "\(cut.stored)"])
             }
             applyOwnSubscriptionChanges(
-                drained.firedOnce.map { ($0.databaseID, $0.key, nil) }, before: drained.versions.before, after: drained.versions.after)
+                drained.firedOnce.map { ($0.databaseID, $0.key, nil) }, partition: 0, before: drained.versions.before,
+                after: drained.versions.after)
+            await deleteFiredOnce(drained.firedOnceElsewhere)
             notificationHub.statistics.withLock {
                 $0.writesMatched += drained.entries
                 $0.matchingNanoseconds += drained.matchingNanoseconds
@@ -97,6 +100,64 @@ extension NimbusService {
             }
             if drained.notificationsStored > 0 { notificationHub.wakeDelivery() }
             if drained.entries < Self.outboxBatch { return }
+        }
+    }
+
+    /// Moves every other partition's change-outbox entries into the home's, where the drain
+    /// matches them (docs/scale-out.md, "Partitions: the design"): each entry reaches the home
+    /// once however often this runs, on however many nodes, wherever it stops (the home
+    /// remembers what each partition forwarded), and is then removed from its partition.
+    /// The partition's subscriptions are indexed afterwards, so the index knows every one
+    /// made before the entries it forwarded. A partition that does not answer is skipped
+    /// (its entries wait) and holds up no other.
+    func forwardPartitionOutboxes() async {
+        let home = storage.partitioning
+        for partition in storage.otherPartitions {
+            do {
+                while true {
+                    let entries = try await partition.store.read { tx in try tx.outbox(limit: Self.forwardBatch) }
+                    if entries.isEmpty { break }
+                    try await home.acceptForwardedOutbox(entries, fromPartition: partition.number, at: now)
+                    try await partition.store.partitioning.dropOutbox(sequences: entries.map(\.sequence))
+                    if entries.count < Self.forwardBatch { break }
+                }
+                try await partition.store.read { tx in try self.refreshSubscriptionIndex(tx, partition: partition.number) }
+            } catch {
+                logger.error(
+                    "a partition's change outbox could not be forwarded; it is tried again",
+                    metadata: ["partition": "\(partition.name)", "error": "\(error)"])
+            }
+        }
+    }
+
+    /// Entries forwarded per round trip.
+    static let forwardBatch = 500
+
+    /// Deletes the firesOnce subscriptions a drain fired that live on other partitions than
+    /// the home (the drain's transaction, on the home, cannot): out of the index at once, then
+    /// out of their partition. One whose partition does not answer stays stored, and fires
+    /// again if the index is built again from that partition before it is deleted; the log
+    /// says so.
+    private func deleteFiredOnce(_ subscriptions: [Subscription]) async {
+        guard !subscriptions.isEmpty else { return }
+        notificationHub.index.withLock { index in index.apply(subscriptions.map { ($0.databaseID, $0.key, nil) }) }
+        for subscription in subscriptions {
+            do {
+                let versions = try await storage.write(in: subscription.database) { tx in
+                    let before = try tx.subscriptionsVersion()
+                    _ = try tx.deleteSubscription(
+                        databaseID: subscription.databaseID, userID: subscription.key.userID,
+                        subscriptionID: subscription.key.subscriptionID)
+                    return (before, try tx.subscriptionsVersion())
+                }
+                applyOwnSubscriptionChanges(
+                    [(subscription.databaseID, subscription.key, nil)], partition: PartitionIDs.partition(of: subscription.databaseID),
+                    before: versions.0, after: versions.1)
+            } catch {
+                logger.error(
+                    "a subscription that fires once fired and could not be deleted; it may fire again",
+                    metadata: [WireKey.subscriptionID: "\(subscription.key.subscriptionID)", "error": "\(error)"])
+            }
         }
     }
 
@@ -157,7 +218,7 @@ extension NimbusService {
     /// ago must already count.
     func queueForMatching(_ committed: CommittedChanges?, at time: Int64, tx: UnitOfWork) throws -> Bool {
         guard let committed else { return false }
-        try refreshSubscriptionIndex(tx)
+        try refreshSubscriptionIndex(tx, partition: PartitionIDs.partition(of: committed.database.id))
         var queued = try notificationHub.enqueue(committed, at: time, tx: tx)
         // A change in a shared zone is also a change in each participant's shared database.
         if committed.database.key.scope == .private,
@@ -174,7 +235,10 @@ extension NimbusService {
     struct OutboxDrain: Sendable {
         var entries = 0
         var notificationsStored = 0
+        /// firesOnce subscriptions fired: deleted in the drain's transaction (the home's), and
+        /// those of other partitions, deleted after it commits.
         var firedOnce: [Subscription] = []
+        var firedOnceElsewhere: [Subscription] = []
         var matchingNanoseconds: Int64 = 0
         /// Matches past `notificationsPerWrite` that were not stored.
         var notificationsCut = 0
@@ -189,7 +253,7 @@ extension NimbusService {
     /// Matches the oldest outbox entries, stores their notifications and removes them, in the
     /// caller's transaction.
     private func matchOutbox(_ tx: UnitOfWork, security: SecurityState, now: Int64, ids: SeededIDs) throws -> OutboxDrain {
-        let version = try refreshSubscriptionIndex(tx)
+        let version = try refreshSubscriptionIndex(tx, partition: 0)
         let entries = try tx.outbox(limit: Self.outboxBatch)
         var drain = OutboxDrain(entries: entries.count)
         drain.versions.before = version
@@ -220,7 +284,13 @@ extension NimbusService {
             }
             drain.notificationsStored += try storeNotifications(
                 for: bounded, of: committed, at: now, ids: { event in ids.uuid("notification", String(entry.sequence), event) }, tx: tx)
-            drain.firedOnce += bounded.filter(\.subscription.firesOnce).map(\.subscription)
+            for fired in bounded.map(\.subscription) where fired.firesOnce {
+                if PartitionIDs.partition(of: fired.databaseID) == 0 {
+                    drain.firedOnce.append(fired)
+                } else {
+                    drain.firedOnceElsewhere.append(fired)
+                }
+            }
         }
         try tx.removeOutbox(sequences: entries.map(\.sequence))
         drain.versions.after = try tx.subscriptionsVersion()
@@ -265,7 +335,7 @@ extension NimbusService {
                 owner: owner, notificationID: notificationID, originDeviceID: committed.deviceID,
                 payload: payload.serialized(), createdAt: now,
                 delivery: NotificationDelivery(collapseID: try self.collapseID(match), isSilent: subscription.isSilent))
-            if subscription.firesOnce {
+            if subscription.firesOnce, PartitionIDs.partition(of: subscription.databaseID) == 0 {
                 _ = try tx.deleteSubscription(
                     databaseID: subscription.databaseID, userID: subscription.key.userID,
                     subscriptionID: subscription.key.subscriptionID)

@@ -109,9 +109,9 @@ extension NimbusService {
                     return .failure(error)
                 }
             }
-            return (results, changes.map { (database.id, $0.0, $0.1) }, (before, try tx.subscriptionsVersion()))
+            return (results, changes.map { (database.id, $0.0, $0.1) }, (before, try tx.subscriptionsVersion(), database: database.id))
         }
-        applyOwnSubscriptionChanges(changes, before: versions.0, after: versions.1)
+        applyOwnSubscriptionChanges(changes, partition: PartitionIDs.partition(of: versions.database), before: versions.0, after: versions.1)
         return SubscriptionsResponse(subscriptions: results)
     }
 
@@ -187,21 +187,26 @@ extension NimbusService {
             notificationInfo: input.notificationInfo, definition: input)
     }
 
-    /// Every stored subscription, compiled. One that no longer compiles (a field it filters on
-    /// changed type) is left out, so it stops firing rather than stopping the server; the log
-    /// says which and why, so its owner can save it again.
-    func loadSubscriptions() async throws -> SubscriptionIndex {
-        try await storage.read { tx in try self.buildSubscriptionIndex(tx) }
+    /// Every stored subscription of every partition, compiled, as the service starts. One that
+    /// no longer compiles (a field it filters on changed type) is left out, so it stops firing
+    /// rather than stopping the server; the log says which and why, so its owner can save it
+    /// again. A partition that does not answer is indexed by the pipeline's next drain.
+    func loadSubscriptions() async throws {
+        try await storage.read { tx in try self.refreshSubscriptionIndex(tx, partition: 0) }
+        for partition in storage.otherPartitions {
+            do {
+                try await partition.store.read { tx in try self.refreshSubscriptionIndex(tx, partition: partition.number) }
+            } catch {
+                logger.error(
+                    "a partition's subscriptions could not be read; the notification pipeline tries again",
+                    metadata: ["partition": "\(partition.name)", "error": "\(error)"])
+            }
+        }
     }
 
-    /// Every stored subscription, compiled, at the version `tx` sees.
-    func buildSubscriptionIndex(_ tx: ReadUnit) throws -> SubscriptionIndex {
-        var index = SubscriptionIndex()
-        index.version = try tx.subscriptionsVersion()
-        for row in try tx.allSubscriptions() {
-            if let subscription = try compileStored(row, tx: tx) { index.insert(subscription) }
-        }
-        return index
+    /// Every subscription `tx`'s store holds, compiled.
+    func compiledSubscriptions(_ tx: ReadUnit) throws -> [Subscription] {
+        try tx.allSubscriptions().compactMap { row in try compileStored(row, tx: tx) }
     }
 
     /// A stored subscription, compiled; nil (and a warning in the log) when it no longer
@@ -235,15 +240,15 @@ extension NimbusService {
     /// At most this many changes are applied one by one; more, and the index is built again.
     static let subscriptionCatchUpLimit = 1_000
 
-    /// Brings the index up to date when subscriptions changed in storage since it was built
-    /// (another node saved or deleted some), in the transaction that is about to rely on it:
-    /// the changed subscriptions are read and compiled one by one, or, when there are many or
-    /// storage no longer keeps them, the whole index is built again. Returns the version `tx`
-    /// sees.
+    /// Brings the index's part for `partition` (the partition whose store `tx` reads) up to
+    /// date when subscriptions changed there since it was built (another node saved or
+    /// deleted some), in the transaction that is about to rely on it: the changed
+    /// subscriptions are read and compiled one by one, or, when there are many or storage no
+    /// longer keeps them, the partition's part is built again. Returns the version `tx` sees.
     @discardableResult
-    func refreshSubscriptionIndex(_ tx: ReadUnit) throws -> Int64 {
+    func refreshSubscriptionIndex(_ tx: ReadUnit, partition: Int64) throws -> Int64 {
         let version = try tx.subscriptionsVersion()
-        let indexed = notificationHub.index.withLock { $0.version }
+        let indexed = notificationHub.index.withLock { $0.version(ofPartition: partition) }
         guard indexed != version else { return version }
         if indexed >= 0, let changes = try tx.subscriptionChanges(after: indexed, limit: Self.subscriptionCatchUpLimit),
             changes.count < Self.subscriptionCatchUpLimit, changes.last?.version == version
@@ -259,29 +264,32 @@ extension NimbusService {
             }
             notificationHub.index.withLock { index in
                 // Moved meanwhile (this process's own change): the next check catches up.
-                guard index.version == indexed else { return }
+                guard index.version(ofPartition: partition) == indexed else { return }
                 index.apply(updates)
-                index.version = version
+                index.setVersion(version, ofPartition: partition)
             }
             return version
         }
-        let index = try buildSubscriptionIndex(tx)
-        notificationHub.index.withLock { current in
+        let subscriptions = try compiledSubscriptions(tx)
+        notificationHub.index.withLock { index in
             // Only forward: a transaction that read an older snapshot (another node's, or a
             // unit of work's load) must not put back subscriptions this process has since
             // deleted.
-            if index.version > current.version { current = index }
+            if version > index.version(ofPartition: partition) {
+                index.replacePartition(partition, with: subscriptions, version: version)
+            }
         }
         return version
     }
 
-    /// This process's own subscription changes, applied to the index after they commit.
-    /// `before` and `after` are storage's versions around them, in their transaction: if the
-    /// index was at `before`, nothing else changed in between and it is now at `after`.
-    func applyOwnSubscriptionChanges(_ changes: [SubscriptionIndex.Update], before: Int64, after: Int64) {
+    /// This process's own subscription changes in one partition, applied to the index after
+    /// they commit. `before` and `after` are the partition's versions around them, in their
+    /// transaction: if the index was at `before`, nothing else changed in between and it is
+    /// now at `after`.
+    func applyOwnSubscriptionChanges(_ changes: [SubscriptionIndex.Update], partition: Int64, before: Int64, after: Int64) {
         notificationHub.index.withLock { index in
             index.apply(changes)
-            if index.version == before { index.version = after }
+            if index.version(ofPartition: partition) == before { index.setVersion(after, ofPartition: partition) }
         }
     }
 

@@ -71,9 +71,26 @@ struct SubscriptionMatch: Sendable {
 /// that a write evaluates once. Cost per write stays flat as subscriptions grow, as long as
 /// they differ in an equality filter or share their filter (`docs/notifications.md`).
 struct SubscriptionIndex: Sendable {
-    /// Storage's `subscriptionsVersion` this index reflects: when storage shows another, a
-    /// process (this node or another) changed subscriptions the index may not have.
-    var version: Int64 = -1
+    /// Storage's `subscriptionsVersion` this index reflects, for each partition by number
+    /// (one store: partition 0 alone): when a partition's store shows another, a process (this
+    /// node or another) changed subscriptions there the index may not have. -1: never read.
+    private var versions: [Int64: Int64] = [:]
+
+    func version(ofPartition partition: Int64) -> Int64 { versions[partition] ?? -1 }
+
+    mutating func setVersion(_ version: Int64, ofPartition partition: Int64) { versions[partition] = version }
+
+    /// Puts `subscriptions` (every one a partition's store holds, at `version`) in place of
+    /// what the index had from that partition. A database's id names its partition
+    /// (`PartitionIDs`).
+    mutating func replacePartition(_ partition: Int64, with subscriptions: [Subscription], version: Int64) {
+        let filed = databases.filter { PartitionIDs.partition(of: $0.key) == partition }
+        for (databaseID, filing) in filed {
+            for key in filing.all.keys { remove(databaseID: databaseID, key: key) }
+        }
+        for subscription in subscriptions { insert(subscription) }
+        versions[partition] = version
+    }
 
     /// Query subscriptions with one filter (`Subscription.filterKey`): a write evaluates the
     /// filter once, however many subscribe with it.

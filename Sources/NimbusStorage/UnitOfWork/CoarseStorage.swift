@@ -24,6 +24,7 @@ public protocol CoarseStorage: Sendable {
     var shares: any ShareStore { get }
     var operations: any OperationOutcomeStore { get }
     var operators: any OperatorStore { get }
+    var partitioning: any PartitionStore { get }
     func close() async throws
     /// See `StorageDriver.signals()`.
     func signals() -> AsyncStream<StoreSignal>?

@@ -19,6 +19,7 @@ public struct RoundTrips: CoarseStorage {
     public var shares: any ShareStore { base.shares }
     public var operations: any OperationOutcomeStore { base.operations }
     public var operators: any OperatorStore { base.operators }
+    public var partitioning: any PartitionStore { base.partitioning }
     public func close() async throws { try await base.close() }
     public func signals() -> AsyncStream<StoreSignal>? { base.signals() }
 }
