@@ -174,6 +174,18 @@ import Testing
             let sharedLookup = try await bob.lookup("shared", zone: nil, ["p1"], extra: ["zoneID": SharedDatabaseTests.zone("Album", of: ann)])
             expectEqual(sharedLookup.records.first?.errorCode, nil, "\(sharedLookup.text)")
 
+            // Bob's shared database lives on the home, Ann's zone on the second: her write is
+            // mirrored into his shared database from the index, and he is notified.
+            let bobShared = DatabaseKey(container: TestServer.container, environment: .development, scope: .shared, ownerID: bobID)
+            try await expectEqual(catalog.place(bobShared, on: "home"), "home")
+            try await NotificationTests.subscribe(bob, ["subscriptionID": "everything", "subscriptionType": "database"], in: "shared")
+            let before = try await bob.device("notifications/changes").json["notifications"]?.arrayValue?.count ?? 0
+            try await expectEqual(ann.modify(zone: "Album", [Op.create("p11", type: "Photo", ["title": Op.field("eleven")])]).status, 200)
+            try await waitFor {
+                let page = try await bob.device("notifications/changes")
+                return page.json["notifications"]?.arrayValue?.count == before + 1 && page.text.contains("everything")
+            }
+
             // Production: the deployed schema is on every partition, so Dora's production
             // database on the second takes Photo records, and an index granted after her
             // record was saved without it is filled in there for her query.
@@ -200,7 +212,7 @@ import Testing
             let usage = try await server.service.usage(of: annKey)
             #expect(usage.usedBytes > 0, "\(usage)")
             let reset = try await server.service.resetDevelopment(container: TestServer.container)
-            expectEqual(reset.subscriptions, 2)
+            expectEqual(reset.subscriptions, 3)  // both users' photos, Bob's in his shared database
             let annZones = try await ann.get("private", "zones/list")
             expectEqual(annZones.zones.compactMap { $0["zoneID"]?["zoneName"]?.stringValue }, ["_defaultZone"], "\(annZones.text)")
             try await expectEqual(ann.post("private", "subscriptions/list", [:]).json["subscriptions"]?.arrayValue?.count, 0)

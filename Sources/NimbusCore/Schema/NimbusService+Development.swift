@@ -97,13 +97,18 @@ extension NimbusService {
             grouping: try await storage.readEveryPartition(.scan) { try $0.allSubscriptions() }.joined(), by: \.database)
         let keys =
             [DatabaseKey(container: container, environment: .development, scope: .public, ownerID: 0)]
-            + members.map { DatabaseKey(container: container, environment: .development, scope: .private, ownerID: $0.entry.member.userID) }
+            + members.flatMap { member in
+                // A shared database holds only its user's subscriptions (its zones are owners').
+                [DatabaseScope.private, .shared].map {
+                    DatabaseKey(container: container, environment: .development, scope: $0, ownerID: member.entry.member.userID)
+                }
+            }
         for key in keys {
             let (zones, removed) = try await storage.write(in: key) { tx -> (Int, Int) in
                 guard let database = try tx.database(key) else { return (0, 0) }
-                let zones = try tx.zones(databaseID: database.id)
+                let zones = key.scope == .shared ? [] : try tx.zones(databaseID: database.id)
                 for zone in zones { try tx.deleteZone(id: zone.id) }
-                _ = try tx.createZone(databaseID: database.id, name: Names.defaultZone)
+                if key.scope != .shared { _ = try tx.createZone(databaseID: database.id, name: Names.defaultZone) }
                 var removed = 0
                 for subscription in subscriptions[key] ?? [] {
                     if try tx.deleteSubscription(

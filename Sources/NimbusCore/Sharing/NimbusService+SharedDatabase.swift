@@ -229,7 +229,8 @@ extension NimbusService {
 extension NimbusService {
     /// The changes of a commit in a private database as each participant's shared database
     /// sees them: for every zone it touched that is shared, the records a participant's
-    /// accepted shares let them see (or see go). One entry per participant with any.
+    /// accepted shares let them see (or see go). One entry per participant with any who
+    /// subscribes in their shared database.
     func sharedDatabaseChanges(mirroring committed: CommittedChanges, tx: ReadUnit) throws -> [CommittedChanges] {
         let key = committed.database.key
         guard let owner = try tx.database(key) else { return [] }
@@ -276,11 +277,13 @@ extension NimbusService {
                 byParticipant[id, default: []] += visible
             }
         }
-        return try byParticipant.sorted(by: { $0.key < $1.key }).compactMap { id, records in
-            guard !records.isEmpty,
-                let shared = try tx.database(DatabaseKey(container: key.container, environment: key.environment, scope: .shared, ownerID: id))
-            else { return nil }
-            return CommittedChanges(database: shared, deviceID: committed.deviceID, records: records, zones: [])
+        // Only shared databases someone subscribes in: their ids from the subscription index,
+        // since a participant's shared database may live on another partition than this write.
+        return byParticipant.sorted(by: { $0.key < $1.key }).compactMap { id, records in
+            let sharedKey = DatabaseKey(container: key.container, environment: key.environment, scope: .shared, ownerID: id)
+            guard !records.isEmpty, let sharedID = notificationHub.index.withLock({ $0.subscribedSharedDatabase(sharedKey) }) else { return nil }
+            return CommittedChanges(
+                database: DatabaseRow(id: sharedID, key: sharedKey, sequence: 0), deviceID: committed.deviceID, records: records, zones: [])
         }
     }
 }

@@ -169,6 +169,15 @@ struct SubscriptionIndex: Sendable {
     /// Whether anyone subscribes in a shared database of the container's environment.
     func watchesSharedDatabases(of database: DatabaseKey) -> Bool { sharedSubscriptions[Self.sharedKey(database)] != nil }
 
+    /// The shared databases someone subscribes in, by key: a change in an owner's shared zone
+    /// is mirrored into a participant's shared database only when it has a subscription, and
+    /// that database may live on another partition than the owner's, where the write that
+    /// mirrors cannot read it.
+    private var sharedDatabaseIDs: [DatabaseKey: Int64] = [:]
+
+    /// The id of the shared database `key`, when someone subscribes in it.
+    func subscribedSharedDatabase(_ key: DatabaseKey) -> Int64? { sharedDatabaseIDs[key] }
+
     init() {}
 
     /// What a subscription is now, in the database it watches: compiled, or nil when it was
@@ -185,7 +194,10 @@ struct SubscriptionIndex: Sendable {
     mutating func insert(_ subscription: Subscription) {
         remove(databaseID: subscription.databaseID, key: subscription.key)
         count += 1
-        if subscription.database.scope == .shared { sharedSubscriptions[Self.sharedKey(subscription.database), default: 0] += 1 }
+        if subscription.database.scope == .shared {
+            sharedSubscriptions[Self.sharedKey(subscription.database), default: 0] += 1
+            sharedDatabaseIDs[subscription.database] = subscription.databaseID
+        }
         let key = subscription.key
         // Taken out of the dictionary while it changes, so the change happens in place (a
         // copy left behind would make every insert copy the whole filing).
@@ -229,6 +241,7 @@ struct SubscriptionIndex: Sendable {
             filing.queries[recordType] = query.isEmpty ? nil : query
         }
         databases[databaseID] = filing.all.isEmpty ? nil : filing
+        if filing.all.isEmpty, subscription.database.scope == .shared { sharedDatabaseIDs[subscription.database] = nil }
         return true
     }
 
