@@ -17,7 +17,7 @@ struct Nimbus: AsyncParsableCommand {
         subcommands: [
             Serve.self, Admin.self, Containers.self, Tokens.self, Keys.self, Users.self, Operators.self, Providers.self, Roles.self, LimitsCommand.self,
             QuotasCommand.self, AssetsCommand.self, Schema.self, APNs.self, BackupCommand.self, RestoreCommand.self, RestoreZoneCommand.self,
-            RestoreUserCommand.self, RequestsCommand.self,
+            RestoreUserCommand.self, RequestsCommand.self, PartitionsCommand.self,
         ])
 
     static func main() async {

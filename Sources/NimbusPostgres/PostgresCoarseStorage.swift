@@ -241,10 +241,28 @@ extension PostgresStorage {
                     + ", pools of \(maximumConnections) connections"
             },
             open: { _ in
-                UnitOfWorkDriver(
-                    PostgresCoarseStorage(
-                        try await PostgresStorage(location, readReplicas: readReplicas, maximumConnections: maximumConnections)))
+                let storage = try await PostgresStorage(location, readReplicas: readReplicas, maximumConnections: maximumConnections)
+                return try await withPartitions(home: UnitOfWorkDriver(PostgresCoarseStorage(storage)), catalog: storage.partitionCatalog) {
+                    UnitOfWorkDriver(PostgresCoarseStorage(try await PostgresStorage($0, maximumConnections: maximumConnections)))
+                }
             },
             restorer: PostgresStorage.restorer(location))
+    }
+
+    /// The home alone, or, when its catalog names partitions (`nimbus partitions add`), the
+    /// home and every partition behind `PartitionedStorage`, each partition opened (by
+    /// `open`) at its first use, so one that does not answer holds up no one else.
+    public static func withPartitions(
+        home: any StorageDriver, catalog: PostgresPartitionCatalog,
+        open: @escaping @Sendable (PostgresLocation) async throws -> any StorageDriver
+    ) async throws -> any StorageDriver {
+        let listed = try await catalog.partitions()
+        guard !listed.isEmpty else { return home }
+        let partitions = try listed.map { entry in
+            let location = try PostgresLocation(url: entry.url)
+            let store = LazyPartition(name: entry.name, home: home) { try await open(location) }
+            return StoragePartition(name: entry.name, number: entry.number, store: store)
+        }
+        return PartitionedStorage(home: home, partitions: partitions, catalog: catalog)
     }
 }

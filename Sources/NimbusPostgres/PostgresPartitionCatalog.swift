@@ -1,3 +1,5 @@
+import Foundation
+import Logging
 import NimbusStorage
 import PostgresNIO
 
@@ -51,11 +53,110 @@ public struct PostgresPartitionCatalog: PartitionCatalog {
     }
 
     /// Records a partition and returns its number; nil when one of that name exists.
-    public func addPartition(name: String, url: String, at time: Int64) async throws -> Int64? {
+    public func addPartition(name: String, url: String, identity: String? = nil, at time: Int64) async throws -> Int64? {
         try await storage.rows(
-            "INSERT INTO partitions (name, url, added_at) VALUES (\(name), \(url), \(time)) ON CONFLICT (name) DO NOTHING RETURNING number"
+            """
+            INSERT INTO partitions (name, url, identity, added_at) VALUES (\(name), \(url), \(identity), \(time))
+            ON CONFLICT (name) DO NOTHING RETURNING number
+            """
         ).first.map { try $0.decode(Int64.self) }
     }
+
+    /// `nimbus partitions add`: checks the partition, then records it and returns its number.
+    /// Refused, saying why (`PartitionRefusal`): a name that is not a plain word or is taken; a
+    /// URL that does not read, or whose server does not answer, is a standby, is the home or
+    /// a partition already listed (by cluster and database, whatever the URL says), or holds
+    /// logical databases already. An accepted partition is migrated to this build's schema and
+    /// starts its id range (`PartitionIDs`) at once.
+    public func addChecked(name: String, url: String, at time: Int64) async throws -> Int64 {
+        guard name != "home", name.range(of: #"^[a-z0-9][a-z0-9_-]{0,62}$"#, options: .regularExpression) != nil else {
+            throw PartitionRefusal(
+                "'\(name)' is not a partition name: use lower-case letters, digits, '-' and '_' (at most 63), not 'home', which is the --database store's")
+        }
+        if try await partitions().contains(where: { $0.name == name }) {
+            throw PartitionRefusal("a partition named '\(name)' exists; `nimbus partitions list` shows it")
+        }
+        let location: PostgresLocation
+        do {
+            location = try PostgresLocation(url: url)
+        } catch {
+            throw PartitionRefusal("the partition's URL does not read: \(error)")
+        }
+        let candidate = try await Self.identity(of: location, logger: storage.logger)
+        if candidate.recovering {
+            throw PartitionRefusal("\(location) is a standby (in recovery): a partition is a primary; give its primary's URL")
+        }
+        let home = try await storage.rows(
+            "SELECT system_identifier::text || '/' || current_database() FROM pg_control_system()"
+        ).first.map { try $0.decode(String.self) }
+        if candidate.identity == home {
+            throw PartitionRefusal("\(location) is the home store itself (--database): a partition is another database")
+        }
+        if let listed = try await storage.rows("SELECT name FROM partitions WHERE identity = \(candidate.identity)").first {
+            throw PartitionRefusal("\(location) is partition '\(try listed.decode(String.self))' already, under another URL")
+        }
+        let partition = try await PostgresStorage(location, deadline: storage.deadline, maximumConnections: 2)
+        do {
+            let held = try await partition.rows("SELECT count(*) FROM databases").first?.decode(Int64.self) ?? 0
+            guard held == 0 else {
+                throw PartitionRefusal(
+                    "\(location) holds \(held) logical databases already: a partition starts empty (another deployment's store, or a home, cannot become one)")
+            }
+            guard let number = try await addPartition(name: name, url: url, identity: candidate.identity, at: time) else {
+                throw PartitionRefusal("a partition named '\(name)' was added meanwhile")
+            }
+            try await partition.partitioning.startIDs(atLeast: PartitionIDs.first(ofPartition: number))
+            try await partition.close()
+            return number
+        } catch {
+            try? await partition.close()
+            throw error
+        }
+    }
+
+    /// Whether the partition's server answers now (`nimbus partitions list`): nil when it
+    /// does, else what it said.
+    public static func problem(reaching url: String, logger: Logger) async -> String? {
+        do {
+            let location = try PostgresLocation(url: url)
+            let found = try await identity(of: location, logger: logger)
+            return found.recovering ? "is a standby now (in recovery)" : nil
+        } catch {
+            return "\(error)"
+        }
+    }
+
+    /// The cluster and database a URL reaches (`system_identifier/database`), and whether the
+    /// server is a standby; `PartitionRefusal` when no host answers.
+    static func identity(of location: PostgresLocation, logger: Logger) async throws -> (identity: String, recovering: Bool) {
+        var said: [String] = []
+        for endpoint in location.endpoints {
+            do {
+                return try await Deadline.run(
+                    within: PostgresPrimary.probeLimit,
+                    {
+                        try await location.withConnection(to: endpoint, logger: logger) { connection in
+                            let rows = try await connection.query(
+                                "SELECT system_identifier::text || '/' || current_database(), pg_is_in_recovery() FROM pg_control_system()",
+                                logger: logger
+                            ).collect()
+                            guard let row = rows.first else { throw StorageError.unavailable("no answer") }
+                            let (identity, recovering) = try row.decode((String, Bool).self)
+                            return (identity, recovering)
+                        }
+                    }, timeout: { StorageError.unavailable("no answer within \(PostgresPrimary.probeLimit)") })
+            } catch {
+                said.append("\(endpoint): \(PostgresStorage.normalized(error))")
+            }
+        }
+        throw PartitionRefusal("\(location) does not answer: " + said.joined(separator: "; "))
+    }
+}
+
+/// Why `nimbus partitions add` refused a partition, in words an operator can act on.
+public struct PartitionRefusal: Error, Sendable, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
 }
 
 extension PostgresStorage {

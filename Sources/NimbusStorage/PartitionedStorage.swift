@@ -19,7 +19,8 @@ public protocol PartitionCatalog: Sendable {
 ///
 /// A database is placed when it is first written (`ensureDatabase` is a write, so every
 /// database a request reaches is): one the home already holds (made before the deployment
-/// had partitions) stays there; a new one goes to the partition holding the fewest. Nodes that
+/// had partitions) stays there; a new one goes to the partition holding the fewest of those
+/// that answer. Each partition hands out ids from its own range (`PartitionIDs`). Nodes that
 /// race to place one database agree, since the catalog keeps the first placement. A read of a
 /// database never placed runs on the home, where it is absent or from before partitions.
 /// Placements never change once made (moving a user is not built), so a node keeps each it
@@ -103,16 +104,32 @@ public final class PartitionedStorage: WrappingStorageDriver {
         if let name = try await partition(of: database) { return name }
         let home = wrapped
         let fromBefore = try await home.read(.point, in: database) { try $0.database(database) != nil }
-        let chosen = fromBefore ? Self.home : try await leastPlaced()
+        var chosen = Self.home
+        if !fromBefore {
+            // A partition that does not answer gets no new database: its user would be held
+            // up until it came back. The home answered the read above.
+            var candidates = names
+            while true {
+                chosen = try await leastPlaced(among: candidates)
+                if chosen == Self.home { break }
+                do {
+                    _ = try await store(named: chosen)
+                    break
+                } catch {
+                    candidates.removeAll { $0 == chosen }
+                }
+            }
+        }
         let name = try await catalog.place(database, on: chosen)
         placed.withLock { $0[database] = name }
         return name
     }
 
-    /// The partition holding the fewest databases; ties go to the first by name, the home first.
-    private func leastPlaced() async throws -> String {
+    /// Of `candidates`, the partition holding the fewest databases; ties go to the first by
+    /// name, the home first.
+    private func leastPlaced(among candidates: [String]) async throws -> String {
         let counts = try await catalog.placementCounts()
-        return names.min { counts[$0, default: 0] < counts[$1, default: 0] } ?? Self.home
+        return candidates.min { counts[$0, default: 0] < counts[$1, default: 0] } ?? Self.home
     }
 
     public func read<Value: Sendable>(_ kind: ReadKind, _ body: @escaping @Sendable (ReadUnit) throws -> Value) async throws
@@ -259,4 +276,23 @@ extension PartitionedStorage {
 struct SchemaChanged<Value: Sendable>: Sendable {
     var value: Value
     var changes: [StorageWrite]
+}
+
+// MARK: What is the home's
+
+/// Budgets shared across nodes, the lasting request log and the pools' figures belong to no
+/// user's data: they are the home's, as the accounts are.
+extension PartitionedStorage: SharedBudgetsStoring, RequestLogStoring, StoreFigures, StoreCopying {
+    public var sharedBudgets: (any SharedBudgetLedger)? { (wrapped as? any SharedBudgetsStoring)?.sharedBudgets }
+    public var requestLog: (any RequestLogStore)? { (wrapped as? any RequestLogStoring)?.requestLog }
+    public func storeBytes() async throws -> Int64 { try await (wrapped as? any StoreFigures)?.storeBytes() ?? 0 }
+    public var poolUse: PoolUse? { (wrapped as? any StoreFigures)?.poolUse }
+    public var replicas: [ReplicaFigures] { (wrapped as? any StoreFigures)?.replicas ?? [] }
+
+    /// A copy of the home alone would restore as a deployment that lost every partition's
+    /// databases: refused, saying what to do instead.
+    public func copyStore(into directory: String) async throws -> StoreCopy {
+        throw StoreCopyRefusal(
+            "this deployment has partitions (\(names.joined(separator: ", "))), and `nimbus backup` copies one store: back up each partition's PostgreSQL with its own tools (pg_basebackup, or Patroni's), the home included")
+    }
 }

@@ -2,6 +2,7 @@ import Foundation
 import NimbusSQLite
 import NimbusStorage
 import NimbusTestSupport
+import Synchronization
 import Testing
 
 /// Where `PartitionedStorage` puts a database it has not placed yet (docs/scale-out.md,
@@ -67,6 +68,42 @@ import Testing
         try await second.partitioning.dropOutbox(sequences: [entries[0].sequence])
         try await second.partitioning.dropOutbox(sequences: entries.map(\.sequence))
         #expect(try await second.read { try $0.outbox(limit: 10) }.isEmpty)
+    }
+
+    /// A partition that does not answer gets no new database, fails only the transactions
+    /// of those it holds, and is opened once it answers (`LazyPartition`).
+    @Test func aPartitionThatDoesNotAnswerHoldsUpOnlyItsOwnAndIsOpenedWhenItDoes() async throws {
+        try await Self.withStores { home, second in
+            let answers = Atomic<Bool>(false)
+            let opened = Atomic<Int>(0)
+            let lazy = LazyPartition(name: "second", home: home, retryInterval: .milliseconds(200)) {
+                opened.add(1, ordering: .relaxed)
+                guard answers.load(ordering: .relaxed) else { throw StorageError.unavailable("connection refused") }
+                return second
+            }
+            let catalog = PartitionCatalogInMemory()
+            let storage = PartitionedStorage(home: home, partitions: [StoragePartition(name: "second", number: 1, store: lazy)], catalog: catalog)
+            // The home holds one, the second none: the second would be chosen, but it does not answer.
+            _ = try await catalog.place(Self.key(9), on: "home")
+            _ = try await storage.write(in: Self.key(1)) { try $0.ensureDatabase(Self.key(1)) }
+            #expect(try await catalog.placement(of: Self.key(1)) == "home")
+            _ = try await catalog.place(Self.key(2), on: "second")
+            for _ in 0..<3 {
+                await #expect {
+                    try await storage.write(in: Self.key(2)) { try $0.ensureDatabase(Self.key(2)) }
+                } throws: { error in
+                    "\(error)".contains("partition 'second' did not answer")
+                }
+            }
+            #expect(opened.load(ordering: .relaxed) == 1, "tried again within the retry interval")
+            _ = try await storage.write(in: Self.key(1)) { try $0.ensureDatabase(Self.key(1)) }
+
+            answers.store(true, ordering: .relaxed)
+            try await Task.sleep(for: .milliseconds(250))
+            let database = try await storage.write(in: Self.key(2)) { try $0.ensureDatabase(Self.key(2)) }
+            #expect(PartitionIDs.partition(of: database.id) == 1, "\(database.id)")
+            #expect(try await second.read(in: Self.key(2)) { try $0.database(Self.key(2)) } != nil)
+        }
     }
 
     @Test func aNewDatabaseGoesWhereTheFewestAreAndOneFromBeforePartitionsStaysHome() async throws {

@@ -36,7 +36,7 @@ public enum PostgresTestCluster {
     }
 
     /// The cluster's admin database.
-    static func adminLocation() throws -> PostgresLocation {
+    public static func adminLocation() throws -> PostgresLocation {
         guard let url else { throw Missing() }
         return try PostgresLocation(url: url)
     }

@@ -122,10 +122,15 @@ extension NimbusService {
                     if entries.count < Self.forwardBatch { break }
                 }
                 try await partition.store.read { tx in try self.refreshSubscriptionIndex(tx, partition: partition.number) }
+                if notificationHub.unreachablePartitions.withLock({ $0.remove(partition.name) }) != nil {
+                    logger.notice("a partition answers again; its change outbox is forwarded", metadata: ["partition": "\(partition.name)"])
+                }
             } catch {
-                logger.error(
-                    "a partition's change outbox could not be forwarded; it is tried again",
-                    metadata: ["partition": "\(partition.name)", "error": "\(error)"])
+                if notificationHub.unreachablePartitions.withLock({ $0.insert(partition.name).inserted }) {
+                    logger.error(
+                        "a partition's change outbox could not be forwarded; its subscribers hear of its changes once it answers",
+                        metadata: ["partition": "\(partition.name)", "error": "\(error)"])
+                }
             }
         }
     }

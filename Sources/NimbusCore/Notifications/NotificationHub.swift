@@ -67,6 +67,9 @@ public final class NotificationHub: Sendable {
     let index = Locked(SubscriptionIndex())
     private let sinks = Locked<[any NotificationSink]>([])
     let statistics = Locked(NotificationPipelineStatistics())
+    /// Partitions whose outbox the last forward could not reach: said in the log when one
+    /// stops answering and when it answers again, not at every wake-up in between.
+    let unreachablePartitions = Locked(Set<String>())
 
     init() {
         (wakeups, continuation) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))

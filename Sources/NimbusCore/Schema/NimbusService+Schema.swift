@@ -214,14 +214,28 @@ extension NimbusService {
     /// exact integers), rewrites the entries of every record in both environments. Once, in
     /// one transaction, before the service answers.
     func rebuildIndexesIfRequested() async throws {
-        _ = try await storage.writeEveryPartition { tx in
+        // Containers are the home's; each partition holds the schema and its own records.
+        let containers = try await storage.read { try $0.containers() }.map(\.id)
+        @Sendable func rebuild(_ tx: UnitOfWork) throws {
             guard try tx.takeIndexRebuildRequest() else { return }
-            for container in try tx.containers() {
+            for container in containers {
                 for environment in [Environment.development, .production] {
-                    for recordType in try tx.schemaRecordTypes(container: container.id, environment: environment) {
-                        try self.rebuildIndexEntries(container: container.id, environment: environment, recordType: recordType, tx: tx)
+                    for recordType in try tx.schemaRecordTypes(container: container, environment: environment) {
+                        try self.rebuildIndexEntries(container: container, environment: environment, recordType: recordType, tx: tx)
                     }
                 }
+            }
+        }
+        try await storage.write(rebuild)
+        // A partition that does not answer keeps its request for the next start, and holds
+        // up no one else's.
+        for partition in storage.otherPartitions {
+            do {
+                try await partition.store.write(rebuild)
+            } catch {
+                logger.error(
+                    "a partition did not answer while its indexes were to be rebuilt; it asks again at the next start",
+                    metadata: ["partition": "\(partition.name)", "error": "\(error)"])
             }
         }
     }

@@ -1,0 +1,86 @@
+import ArgumentParser
+import Foundation
+import Logging
+import NimbusPostgres
+import NimbusStorage
+
+/// `nimbus partitions add|list` (docs/scale-out.md, "Partitions"): the partitions a PostgreSQL
+/// home (`--database`) places logical databases on.
+struct PartitionsCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "partitions",
+        abstract: "Add or list the PostgreSQL partitions that users' databases are spread over (docs/scale-out.md).",
+        subcommands: [Add.self, List.self], defaultSubcommand: List.self)
+
+    struct Add: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Add an empty PostgreSQL primary as a partition: new databases go to the partition holding the fewest.")
+        @OptionGroup var data: DataOptions
+        @Argument(help: "The partition's name: lower-case letters, digits, '-' and '_'.") var name: String
+        @Argument(help: "Where it is: postgres://USER@HOST:PORT[,HOST:PORT…]/DATABASE[?target_session_attrs=read-write].") var url: String
+
+        func run() async throws {
+            do {
+                let home = try await PartitionsCommand.openHome(data)
+                do {
+                    let number = try await home.partitionCatalog.addChecked(
+                        name: name, url: url, at: Int64(Date().timeIntervalSince1970 * 1000))
+                    try await home.close()
+                    print(
+                        "added partition '\(name)' (number \(number)): databases made from now on go to the partition holding the fewest. "
+                            + "Restart every node (nimbus serve) so that it opens the partition; until then a node answers TRY_AGAIN_LATER for databases placed there.")
+                } catch {
+                    try? await home.close()
+                    throw error
+                }
+            } catch { throw reportFailure(error) }
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List the partitions, how many databases each holds and whether each answers.")
+        @OptionGroup var data: DataOptions
+
+        func run() async throws {
+            do {
+                let home = try await PartitionsCommand.openHome(data)
+                do {
+                    let catalog = home.partitionCatalog
+                    let partitions = try await catalog.partitions()
+                    let counts = try await catalog.placementCounts()
+                    try await home.close()
+                    var rows = [["NAME", "NUMBER", "DATABASES", "URL", "STATE"]]
+                    rows.append([PartitionedStorage.home, "0", "\(counts[PartitionedStorage.home, default: 0])", "\(home.location) (--database)", "answers"])
+                    for partition in partitions {
+                        let problem = await PostgresPartitionCatalog.problem(reaching: partition.url, logger: Logger(label: "nimbus.partitions"))
+                        let shown = (try? PostgresLocation(url: partition.url)).map { "\($0)" } ?? partition.url
+                        rows.append([partition.name, "\(partition.number)", "\(counts[partition.name, default: 0])", shown, problem.map { "does not answer: \($0)" } ?? "answers"])
+                    }
+                    let widths = (0..<rows[0].count - 1).map { column in rows.map { $0[column].count }.max() ?? 0 }
+                    for row in rows {
+                        print(row.enumerated().map { $0.offset < widths.count ? $0.element.padding(toLength: widths[$0.offset], withPad: " ", startingAt: 0) : $0.element }.joined(separator: "  "))
+                    }
+                    if partitions.isEmpty { print("no partitions: every database is the home's (add one with: nimbus partitions add NAME postgres://…)") }
+                } catch {
+                    try? await home.close()
+                    throw error
+                }
+            } catch { throw reportFailure(error) }
+        }
+    }
+
+    /// The home store `--database` names; partitions need PostgreSQL.
+    static func openHome(_ data: DataOptions) async throws -> PostgresStorage {
+        let text = data.database.trimmingCharacters(in: .whitespaces)
+        guard ["postgres:", "postgresql:"].contains(where: { text.lowercased().hasPrefix($0) }) else {
+            throw ValidationError("partitions need a PostgreSQL home: pass --database postgres://… (or NIMBUS_DATABASE); SQLite is one store on one machine")
+        }
+        let location: PostgresLocation
+        do {
+            location = try PostgresLocation(url: text)
+        } catch {
+            throw ValidationError("--database: \(error)")
+        }
+        return try await PostgresStorage(location, maximumConnections: 2)
+    }
+}

@@ -1,0 +1,128 @@
+import Foundation
+import NimbusPostgres
+import NimbusServer
+import NimbusStorage
+import NimbusTestSupport
+import NimbusWire
+import Testing
+
+/// Partitions as an operator meets them (issue 40; docs/scale-out.md, "Partitions"):
+/// `nimbus partitions add` checks what it is given and says why it refuses, `list` shows each
+/// partition and whether it answers, and a server on the home opens the catalog's partitions,
+/// puts new databases on them, notifies across them, and keeps serving everyone else while
+/// one partition does not answer.
+@Suite struct PartitionOperationsTests {
+    /// A verb of the binary: its exit status, standard output and standard error.
+    static func cli(_ arguments: [String]) throws -> (status: Int32, output: String, error: String) {
+        let process = try ChildProcess(NimbusProcess.binary, arguments, environment: NimbusProcess.environment, output: .pipe, error: .pipe)
+        let output = process.standardOutput!.readDataToEndOfFile()
+        let error = process.standardError!.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: output, as: UTF8.self), String(decoding: error, as: UTF8.self))
+    }
+
+    static func refused(_ arguments: [String], saying words: String, sourceLocation: SourceLocation = #_sourceLocation) throws {
+        let answer = try cli(arguments)
+        #expect(answer.status != 0, "accepted: \(arguments) → \(answer.output)", sourceLocation: sourceLocation)
+        #expect(answer.error.contains(words), "\(arguments): \(answer.error)", sourceLocation: sourceLocation)
+    }
+
+    @Test(.enabled(if: TestStorage.name == "postgres", "the suite's PostgreSQL pass"))
+    func partitionsAreAddedCheckedListedAndServed() async throws {
+        try await PostgresTestCluster.withDatabase { home in
+            try await PostgresTestCluster.withDatabase { second in
+                try await PostgresTestCluster.withDatabase { third in
+                    try await PostgresTestCluster.withDatabase { used in
+                        try await Self.scenario(home: home, second: second, third: third, used: used)
+                    }
+                }
+            }
+        }
+    }
+
+    static func scenario(home: PostgresLocation, second: PostgresLocation, third: PostgresLocation, used: PostgresLocation) async throws {
+        let data = ["--database", home.description]
+        // A store that holds a logical database already (another deployment's).
+        let other = UnitOfWorkDriver(PostgresCoarseStorage(try await PostgresStorage(used, maximumConnections: 2)))
+        _ = try await other.write { try $0.ensureDatabase(DatabaseKey(container: "c", environment: .development, scope: .public, ownerID: 0)) }
+        try await other.close()
+
+        try refused(["partitions", "add", "Second", second.description] + data, saying: "is not a partition name")
+        try refused(["partitions", "add", "home", second.description] + data, saying: "is not a partition name")
+        try refused(["partitions", "add", "p2", "mysql://db/nimbus"] + data, saying: "does not read")
+        try refused(["partitions", "add", "p2", "postgres://nobody@127.0.0.1:1/nowhere"] + data, saying: "does not answer")
+        try refused(["partitions", "add", "p2", home.description] + data, saying: "is the home store itself")
+        try refused(["partitions", "add", "p2", used.description] + data, saying: "holds 1 logical databases already")
+        try refused(["partitions", "add", "p2", second.description, "--data-dir", NSTemporaryDirectory()], saying: "partitions need a PostgreSQL home")
+        let added = try cli(["partitions", "add", "p2", second.description] + data)
+        #expect(added.status == 0 && added.output.contains("added partition 'p2' (number 1)"), "\(added)")
+        try refused(["partitions", "add", "p2", third.description] + data, saying: "a partition named 'p2' exists")
+        try refused(["partitions", "add", "again", second.description] + data, saying: "is partition 'p2' already")
+        let addedThird = try cli(["partitions", "add", "p3", third.description] + data)
+        #expect(addedThird.status == 0, "\(addedThird)")
+
+        // p3 stops answering (its database is renamed away while nothing is connected).
+        try await PostgresTestCluster.execute("ALTER DATABASE \(third.database) RENAME TO \(third.database)_away", on: PostgresTestCluster.adminLocation())
+        defer { Task { try? await PostgresTestCluster.execute("ALTER DATABASE \(third.database)_away RENAME TO \(third.database)", on: PostgresTestCluster.adminLocation()) } }
+        let listed = try cli(["partitions", "list"] + data)
+        #expect(listed.status == 0, "\(listed)")
+        let lines = listed.output.split(separator: "\n").map(String.init)
+        #expect(lines.contains { $0.hasPrefix("home ") && $0.contains("answers") }, "\(listed.output)")
+        #expect(lines.contains { $0.hasPrefix("p2 ") && $0.contains(" 1 ") && $0.hasSuffix("answers") }, "\(listed.output)")
+        #expect(lines.contains { $0.hasPrefix("p3 ") && $0.contains("does not answer") }, "\(listed.output)")
+
+        let catalog = try await PostgresStorage(home, maximumConnections: 2)
+        do {
+            try await TestServer.with(configure: { configuration in
+                configuration.storage = PostgresStorage.opener(home, maximumConnections: 4)
+            }) { server in
+                // New databases go where the fewest are among the partitions that answer: the
+                // public database to the home, then private ones to p2 and the home in turn,
+                // never to p3.
+                var onSecond: (client: APIClient, key: DatabaseKey)?
+                var placements: [String] = []
+                for name in ["ann", "bob", "cy"] {
+                    let client = try await IdentityTests.person(server, name)
+                    try await expectEqual(client.createZone("Album").status, 200, "\(name)")
+                    let id = try #require(try await server.service.storage.accounts.user(name: name)).id
+                    let key = DatabaseKey(container: TestServer.container, environment: .development, scope: .private, ownerID: id)
+                    let placement = try #require(try await catalog.partitionCatalog.placement(of: key))
+                    placements.append(placement)
+                    if placement == "p2" { onSecond = (client, key) }
+                }
+                #expect(!placements.contains("p3") && placements.contains("p2") && placements.contains("home"), "\(placements)")
+
+                // A subscriber on p2 hears of their own writes there.
+                let (dana, _) = try #require(onSecond)
+                try await expectEqual(dana.modify(zone: "Album", [Op.create("p0", type: "Photo", ["title": Op.field("zero")])]).status, 200)
+                try await NotificationTests.subscribe(
+                    dana, SubscriptionTests.querySubscription("photos", type: "Photo", zone: "Album"))
+                try await expectEqual(dana.modify(zone: "Album", [Op.create("p1", type: "Photo", ["title": Op.field("one")])]).status, 200)
+                try await waitFor {
+                    try await dana.device("notifications/changes").json["notifications"]?.arrayValue?.count == 1
+                }
+
+                // A user whose database lives on p3 is told to try again later; the others are served.
+                let eve = try await IdentityTests.person(server, "eve")
+                let eveID = try #require(try await server.service.storage.accounts.user(name: "eve")).id
+                let eveKey = DatabaseKey(container: TestServer.container, environment: .development, scope: .private, ownerID: eveID)
+                try await expectEqual(catalog.partitionCatalog.place(eveKey, on: "p3"), "p3")
+                let refusedZone = try await eve.createZone("Album")
+                expectEqual(refusedZone.errorCode, "TRY_AGAIN_LATER", "\(refusedZone.status) \(refusedZone.text)")
+                #expect(refusedZone.json["retryAfter"] != nil, "\(refusedZone.text)")
+                try await expectEqual(dana.modify(zone: "Album", [Op.create("p2", type: "Photo")]).status, 200)
+
+                // A backup of one store would lose the partitions: refused, saying so.
+                await #expect {
+                    try await Backups.take(storage: server.service.storage.base, blobs: nil, dataDirectory: NSTemporaryDirectory(), to: NSTemporaryDirectory() + UUID().uuidString)
+                } throws: { error in
+                    "\(error)".contains("this deployment has partitions")
+                }
+            }
+        } catch {
+            try? await catalog.close()
+            throw error
+        }
+        try await catalog.close()
+    }
+}
