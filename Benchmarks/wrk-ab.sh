@@ -8,6 +8,7 @@
 # The issue-14 target: "after" within 5% of "before".
 #
 #   Benchmarks/wrk-ab.sh OTHER-WORKTREE-OR-BINARY [seconds] [rounds] [records] [kind:connections]
+#   (kind: fetch, list, create, update, batch, or health: the HTTP stack alone, GET /health)
 #
 # AFTER=binary (and AFTER_FLAGS, BEFORE_FLAGS: flags instead of the defaults, no connection cap
 # and budgets off) replaces this build as "after"; AFTER=the same binary as
@@ -29,8 +30,12 @@ build_release
 # start LABEL BINARY [FLAGS]: a preloaded server (lib.sh); sets LABEL_URL to the cell's endpoint.
 start() {
   start_preloaded "$@"
-  local records=${1}_RECORDS auth=${1}_AUTH
-  printf -v "${1}_URL" '%s' "${!records}/$(records_operation "$KIND")?${!auth}"
+  local records=${1}_RECORDS auth=${1}_AUTH url=${1}_URL
+  if [ "$KIND" = health ]; then
+    printf -v "${1}_URL" '%s' "${!url}/health"
+  else
+    printf -v "${1}_URL" '%s' "${!records}/$(records_operation "$KIND")?${!auth}"
+  fi
 }
 export RECORDS
 if [ -n "${BEFORE_FLAGS+x}" ]; then start before "$OTHER" "$BEFORE_FLAGS"; else start before "$OTHER"; fi
@@ -41,7 +46,9 @@ measure() {
   local threads=2
   [ "$CONNECTIONS" = 1 ] && threads=1
   wait_idle
-  WRK_STRICT=1 wrk_cell "$2" -t"$threads" -c"$CONNECTIONS" -d"${SECONDS_PER}s" -s "Benchmarks/wrk/nimbus-$KIND.lua" "$1" |
+  local script=(-s "Benchmarks/wrk/nimbus-$KIND.lua")
+  [ "$KIND" = health ] && script=()
+  WRK_STRICT=1 wrk_cell "$2" -t"$threads" -c"$CONNECTIONS" -d"${SECONDS_PER}s" "${script[@]}" "$1" |
     cut -d' ' -f1,3,4
 }
 

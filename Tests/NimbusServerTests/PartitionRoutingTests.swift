@@ -143,6 +143,19 @@ import Testing
             }
             let annNotes = try await ann.device("notifications/changes").json["notifications"]?.arrayValue ?? []
             expectEqual(annNotes.compactMap { $0["payload"]?["ck"]?["qry"]?["sid"]?.stringValue }.sorted(), ["once", "photos", "photos"])
+            // Time travel reads a zone's history where the zone lives: Ann's deletion of p10
+            // on the second partition is undone from that partition's kept versions.
+            server.clock.advance(milliseconds: 1_000)
+            let moment = server.clock.nowMilliseconds()
+            server.clock.advance(milliseconds: 1_000)
+            let gone = try await ann.modify(zone: "Album", [Op.forceDelete("p10")])
+            expectEqual(gone.records.first?["deleted"], true, "\(gone.text)")
+            let travel = try await server.service.timeTravel(
+                container: TestServer.container, environment: .development, userName: "ann", zoneName: "Album", to: moment, apply: true,
+                operatorName: "test")
+            expectEqual(travel.zones.first?.items.map { "\($0.change) \($0.recordName)" }, ["restore p10"], "\(travel)")
+            try await expectEqual(ann.lookup(zone: "Album", ["p10"]).records.first?.errorCode, nil)
+
             // Ids name their partition (PartitionIDs): Ann's database was made on the second.
             let annDatabase = try #require(try await stores.second.read(in: annKey) { tx in try tx.database(annKey) })
             expectEqual(PartitionIDs.partition(of: annDatabase.id), 1, "\(annDatabase.id)")
