@@ -16,8 +16,16 @@ import Testing
         let directory = NSTemporaryDirectory() + "nimbus-partitions-" + UUID().uuidString
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let home = UnitOfWorkDriver(try SQLiteStorage(path: directory + "/home.sqlite", synchronous: .normal))
-        let second = UnitOfWorkDriver(try SQLiteStorage(path: directory + "/second.sqlite", synchronous: .normal))
+        try await withOpened(
+            home: UnitOfWorkDriver(try SQLiteStorage(path: directory + "/home.sqlite", synchronous: .normal)),
+            second: UnitOfWorkDriver(try SQLiteStorage(path: directory + "/second.sqlite", synchronous: .normal)), body)
+    }
+
+    /// `body` over two open stores, closed afterwards whatever happens.
+    static func withOpened(
+        home: any StorageDriver, second: any StorageDriver,
+        _ body: (_ home: any StorageDriver, _ second: any StorageDriver) async throws -> Void
+    ) async throws {
         do {
             try await body(home, second)
         } catch {

@@ -121,19 +121,14 @@ import Testing
     func partitionStoresForwardOnceAndKeepTheirIdRanges() async throws {
         try await PostgresTestCluster.withDatabase { homeLocation in
             try await PostgresTestCluster.withDatabase { secondLocation in
-                let home = UnitOfWorkDriver(PostgresCoarseStorage(
-                    try await PostgresStorage(homeLocation, deadline: PostgresTestCluster.deadline, maximumConnections: 4)))
-                let second = UnitOfWorkDriver(PostgresCoarseStorage(
-                    try await PostgresStorage(secondLocation, deadline: PostgresTestCluster.deadline, maximumConnections: 4)))
-                do {
+                try await PartitionedStorageTests.withOpened(
+                    home: UnitOfWorkDriver(PostgresCoarseStorage(
+                        try await PostgresStorage(homeLocation, deadline: PostgresTestCluster.deadline, maximumConnections: 4))),
+                    second: UnitOfWorkDriver(PostgresCoarseStorage(
+                        try await PostgresStorage(secondLocation, deadline: PostgresTestCluster.deadline, maximumConnections: 4)))
+                ) { home, second in
                     try await PartitionedStorageTests.forwarding(home: home, second: second)
-                } catch {
-                    try? await home.close()
-                    try? await second.close()
-                    throw error
                 }
-                try await home.close()
-                try await second.close()
             }
         }
     }
