@@ -18,13 +18,17 @@ struct PartitionsCommand: AsyncParsableCommand {
         @OptionGroup var data: DataOptions
         @Argument(help: "The partition's name: lower-case letters, digits, '-' and '_'.") var name: String
         @Argument(help: "Where it is: postgres://USER@HOST:PORT[,HOST:PORT…]/DATABASE[?target_session_attrs=read-write].") var url: String
+        @Option(
+            name: .customLong("read-replica"),
+            help: "A hot standby of the partition that answers its clients' reads, as serve --read-replica does the home's (repeatable).")
+        var readReplicas: [String] = []
 
         func run() async throws {
             do {
                 let home = try await PartitionsCommand.openHome(data)
                 do {
                     let number = try await home.partitionCatalog.addChecked(
-                        name: name, url: url, at: Int64(Date().timeIntervalSince1970 * 1000))
+                        name: name, url: url, replicas: readReplicas, at: Int64(Date().timeIntervalSince1970 * 1000))
                     try await home.close()
                     print(
                         "added partition '\(name)' (number \(number)): databases made from now on go to the partition holding the fewest. "
@@ -53,7 +57,9 @@ struct PartitionsCommand: AsyncParsableCommand {
                     rows.append([PartitionedStorage.home, "0", "\(counts[PartitionedStorage.home, default: 0])", "\(home.location) (--database)", "answers"])
                     for partition in partitions {
                         let problem = await PostgresPartitionCatalog.problem(reaching: partition.url, logger: Logger(label: "nimbus.partitions"))
-                        let shown = (try? PostgresLocation(url: partition.url)).map { "\($0)" } ?? partition.url
+                        var shown = (try? PostgresLocation(url: partition.url)).map { "\($0)" } ?? partition.url
+                        let replicas = partition.replicas.map { url in (try? PostgresLocation(url: url)).map { "\($0)" } ?? url }
+                        if !replicas.isEmpty { shown += " (replicas " + replicas.joined(separator: ", ") + ")" }
                         rows.append([partition.name, "\(partition.number)", "\(counts[partition.name, default: 0])", shown, problem.map { "does not answer: \($0)" } ?? "answers"])
                     }
                     let widths = (0..<rows[0].count - 1).map { column in rows.map { $0[column].count }.max() ?? 0 }

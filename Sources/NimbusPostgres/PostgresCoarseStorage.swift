@@ -243,7 +243,19 @@ extension PostgresStorage {
             open: { _ in
                 let storage = try await PostgresStorage(location, readReplicas: readReplicas, maximumConnections: maximumConnections)
                 return try await withPartitions(home: UnitOfWorkDriver(PostgresCoarseStorage(storage)), catalog: storage.partitionCatalog) {
-                    UnitOfWorkDriver(PostgresCoarseStorage(try await PostgresStorage($0, maximumConnections: maximumConnections)))
+                    location, replicas in
+                    let partition: PostgresStorage
+                    do {
+                        partition = try await PostgresStorage(location, readReplicas: replicas, maximumConnections: maximumConnections)
+                    } catch where !replicas.isEmpty {
+                        // A replica that does not answer must not take its partition's users
+                        // down with it: the primary serves every read until the next open.
+                        storage.logger.error(
+                            "a partition's read replicas could not be opened; its primary serves its reads",
+                            metadata: ["partition": "\(location)", "error": "\(error)"])
+                        partition = try await PostgresStorage(location, maximumConnections: maximumConnections)
+                    }
+                    return UnitOfWorkDriver(PostgresCoarseStorage(partition))
                 }
             },
             restorer: PostgresStorage.restorer(location))
@@ -251,16 +263,18 @@ extension PostgresStorage {
 
     /// The home alone, or, when its catalog names partitions (`nimbus partitions add`), the
     /// home and every partition behind `PartitionedStorage`, each partition opened (by
-    /// `open`) at its first use, so one that does not answer holds up no one else.
+    /// `open`, with its read replicas) at its first use, so one that does not answer holds up
+    /// no one else.
     public static func withPartitions(
         home: any StorageDriver, catalog: PostgresPartitionCatalog,
-        open: @escaping @Sendable (PostgresLocation) async throws -> any StorageDriver
+        open: @escaping @Sendable (PostgresLocation, [PostgresLocation]) async throws -> any StorageDriver
     ) async throws -> any StorageDriver {
         let listed = try await catalog.partitions()
         guard !listed.isEmpty else { return home }
         let partitions = try listed.map { entry in
             let location = try PostgresLocation(url: entry.url)
-            let store = LazyPartition(name: entry.name, home: home) { try await open(location) }
+            let replicas = try entry.replicas.map { try PostgresLocation(url: $0) }
+            let store = LazyPartition(name: entry.name, home: home) { try await open(location, replicas) }
             return StoragePartition(name: entry.name, number: entry.number, store: store)
         }
         return PartitionedStorage(home: home, partitions: partitions, catalog: catalog)

@@ -843,6 +843,8 @@ enum PostgresMigrations {
                 // Which database of which cluster it is (system_identifier/database), so the same
                 // one is never added twice under two URLs.
                 "ALTER TABLE partitions ADD COLUMN identity text UNIQUE",
+                // Its hot standbys, which answer its clients' reads as `--read-replica` does the home's.
+                "ALTER TABLE partitions ADD COLUMN replicas text[] NOT NULL DEFAULT '{}'",
                 // Which change-outbox entries other partitions forwarded to this one (the home),
                 // by partition and the entry's sequence there: a forward repeated after a crash
                 // adds nothing twice. Kept a day.

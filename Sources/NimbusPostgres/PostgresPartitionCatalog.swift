@@ -45,18 +45,20 @@ public struct PostgresPartitionCatalog: PartitionCatalog {
 
     /// The partitions added to this home, by name, with the number that fixes each one's id
     /// range (`PartitionIDs`) and the URL each is reached at.
-    public func partitions() async throws -> [(name: String, number: Int64, url: String)] {
-        try await storage.rows("SELECT name, number, url FROM partitions ORDER BY name").map { row in
-            let (name, number, url) = try row.decode((String, Int64, String).self)
-            return (name, number, url)
+    public func partitions() async throws -> [(name: String, number: Int64, url: String, replicas: [String])] {
+        try await storage.rows("SELECT name, number, url, replicas FROM partitions ORDER BY name").map { row in
+            let (name, number, url, replicas) = try row.decode((String, Int64, String, [String]).self)
+            return (name, number, url, replicas)
         }
     }
 
     /// Records a partition and returns its number; nil when one of that name exists.
-    public func addPartition(name: String, url: String, identity: String? = nil, at time: Int64) async throws -> Int64? {
+    public func addPartition(
+        name: String, url: String, replicas: [String] = [], identity: String? = nil, at time: Int64
+    ) async throws -> Int64? {
         try await storage.rows(
             """
-            INSERT INTO partitions (name, url, identity, added_at) VALUES (\(name), \(url), \(identity), \(time))
+            INSERT INTO partitions (name, url, replicas, identity, added_at) VALUES (\(name), \(url), \(replicas), \(identity), \(time))
             ON CONFLICT (name) DO NOTHING RETURNING number
             """
         ).first.map { try $0.decode(Int64.self) }
@@ -66,9 +68,10 @@ public struct PostgresPartitionCatalog: PartitionCatalog {
     /// Refused, saying why (`PartitionRefusal`): a name that is not a plain word or is taken; a
     /// URL that does not read, or whose server does not answer, is a standby, is the home or
     /// a partition already listed (by cluster and database, whatever the URL says), or holds
-    /// logical databases already. An accepted partition is migrated to this build's schema and
-    /// starts its id range (`PartitionIDs`) at once.
-    public func addChecked(name: String, url: String, at time: Int64) async throws -> Int64 {
+    /// logical databases already; `replicas` that are not hot standbys of the partition's own
+    /// cluster, or do not answer (as `--read-replica` refuses them). An accepted partition is
+    /// migrated to this build's schema and starts its id range (`PartitionIDs`) at once.
+    public func addChecked(name: String, url: String, replicas: [String] = [], at time: Int64) async throws -> Int64 {
         guard name != "home", name.range(of: #"^[a-z0-9][a-z0-9_-]{0,62}$"#, options: .regularExpression) != nil else {
             throw PartitionRefusal(
                 "'\(name)' is not a partition name: use lower-case letters, digits, '-' and '_' (at most 63), not 'home', which is the --database store's")
@@ -95,14 +98,25 @@ public struct PostgresPartitionCatalog: PartitionCatalog {
         if let listed = try await storage.rows("SELECT name FROM partitions WHERE identity = \(candidate.identity)").first {
             throw PartitionRefusal("\(location) is partition '\(try listed.decode(String.self))' already, under another URL")
         }
-        let partition = try await PostgresStorage(location, deadline: storage.deadline, maximumConnections: 2)
+        let replicaLocations: [PostgresLocation]
+        do {
+            replicaLocations = try replicas.map { try PostgresLocation(url: $0) }
+        } catch {
+            throw PartitionRefusal("a replica's URL does not read: \(error)")
+        }
+        let partition: PostgresStorage
+        do {
+            partition = try await PostgresStorage(location, readReplicas: replicaLocations, deadline: storage.deadline, maximumConnections: 2)
+        } catch StorageError.unavailable(let reason) where !replicas.isEmpty {
+            throw PartitionRefusal("the partition or one of its replicas was refused: \(reason)")
+        }
         do {
             let held = try await partition.rows("SELECT count(*) FROM databases").first?.decode(Int64.self) ?? 0
             guard held == 0 else {
                 throw PartitionRefusal(
                     "\(location) holds \(held) logical databases already: a partition starts empty (another deployment's store, or a home, cannot become one)")
             }
-            guard let number = try await addPartition(name: name, url: url, identity: candidate.identity, at: time) else {
+            guard let number = try await addPartition(name: name, url: url, replicas: replicas, identity: candidate.identity, at: time) else {
                 throw PartitionRefusal("a partition named '\(name)' was added meanwhile")
             }
             try await partition.partitioning.startIDs(atLeast: PartitionIDs.first(ofPartition: number))

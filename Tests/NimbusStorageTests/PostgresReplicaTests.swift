@@ -59,6 +59,57 @@ struct PostgresReplicaTests {
         _ = try await PostgresTestCluster.rows("SELECT pg_wal_replay_\(verb)()::text", on: try pair.standby)
     }
 
+    /// A partition has read replicas of its own (`nimbus partitions add … --read-replica`): a
+    /// replica that is not a standby of the partition's cluster is refused with the reason, and
+    /// once added, reads a replica may serve of a database on the partition go to its standby.
+    @Test func aPartitionsReadsGoToItsOwnReplica() async throws {
+        try await Self.withDatabase("nimbus_partition_replica") { pair, primary, standby in
+            try await PostgresTestCluster.withDatabase { home in
+                let catalog = try await PostgresStorage(home, deadline: .seconds(5), maximumConnections: 2)
+                do {
+                    await #expect {
+                        try await catalog.partitionCatalog.addChecked(name: "p2", url: primary.description, replicas: [primary.description], at: 1)
+                    } throws: { "\($0)".contains("is not a standby") }
+                    let number = try await catalog.partitionCatalog.addChecked(
+                        name: "p2", url: primary.description, replicas: [standby.description], at: 2)
+                    #expect(number == 1)
+                    #expect(try await catalog.partitionCatalog.partitions().map(\.replicas) == [[standby.description]])
+
+                    let storage = try await PostgresStorage.opener(home, maximumConnections: 4).open(NSTemporaryDirectory())
+                    let key = DatabaseKey(container: "c", environment: .development, scope: .private, ownerID: 7)
+                    _ = try await catalog.partitionCatalog.place(key, on: "p2")
+                    let database = try await storage.write(in: key) { try $0.ensureDatabase(key) }
+                    #expect(PartitionIDs.partition(of: database.id) == 1)
+                    @Sendable func standbyTransactions() async throws -> Int {
+                        let rows = try await PostgresTestCluster.rows(
+                            "SELECT (xact_commit + xact_rollback)::text FROM pg_stat_database WHERE datname = 'nimbus_partition_replica'",
+                            on: try pair.standby)
+                        return Int(rows.first?.first.flatMap { $0 } ?? "0") ?? 0
+                    }
+                    try await Self.caughtUp(pair)
+                    let before = try await standbyTransactions()
+                    for _ in 0..<20 {
+                        let read = try await storage.read(ReadKind.point.onReplica, in: key) { try $0.database(key) }
+                        #expect(read?.id == database.id)
+                    }
+                    // Statistics reach pg_stat_database when a backend reports them (at most every
+                    // half second while it is busy, at once when it goes idle).
+                    var after = before
+                    for _ in 0..<40 where after < before + 20 {
+                        try await Task.sleep(for: .milliseconds(100))
+                        after = try await standbyTransactions()
+                    }
+                    #expect(after >= before + 20, "the standby ran \(after - before) transactions for 20 reads")
+                    try await storage.close()
+                } catch {
+                    try? await catalog.close()
+                    throw error
+                }
+                try await catalog.close()
+            }
+        }
+    }
+
     @Test func aReplicaMustBeAStandbyOfThePrimarysClusterAndIsRefusedWithTheReasonOtherwise() async throws {
         try await PostgresStandbyPair.with(primaryPort: Self.port) { pair in
             func expectRefused(_ primary: PostgresLocation, _ replica: PostgresLocation, _ reason: String) async {
