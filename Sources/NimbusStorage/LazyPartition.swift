@@ -28,6 +28,9 @@ public final class LazyPartition: StorageDriver {
         self.opening = open
     }
 
+    /// The store if it is open (for figures, which must not open it).
+    public var opened: (any StorageDriver)? { state.withLock { $0.store } }
+
     /// The opened store; opens it (once, however many callers wait) unless the last attempt
     /// failed less than `retryInterval` ago.
     public func store() async throws -> any StorageDriver {

@@ -281,13 +281,24 @@ struct SchemaChanged<Value: Sendable>: Sendable {
 // MARK: What is the home's
 
 /// Budgets shared across nodes, the lasting request log and the pools' figures belong to no
-/// user's data: they are the home's, as the accounts are.
+/// user's data: they are the home's, as the accounts are; replicas are every partition's.
 extension PartitionedStorage: SharedBudgetsStoring, RequestLogStoring, StoreFigures, StoreCopying {
     public var sharedBudgets: (any SharedBudgetLedger)? { (wrapped as? any SharedBudgetsStoring)?.sharedBudgets }
     public var requestLog: (any RequestLogStore)? { (wrapped as? any RequestLogStoring)?.requestLog }
     public func storeBytes() async throws -> Int64 { try await (wrapped as? any StoreFigures)?.storeBytes() ?? 0 }
     public var poolUse: PoolUse? { (wrapped as? any StoreFigures)?.poolUse }
-    public var replicas: [ReplicaFigures] { (wrapped as? any StoreFigures)?.replicas ?? [] }
+    /// The home's replicas, and each opened partition's, named "partition/host:port".
+    public var replicas: [ReplicaFigures] {
+        var all = (wrapped as? any StoreFigures)?.replicas ?? []
+        for partition in otherPartitions {
+            let store = (partition.store as? LazyPartition)?.opened ?? partition.store
+            for var replica in (store as? any StoreFigures)?.replicas ?? [] {
+                replica.name = "\(partition.name)/\(replica.name)"
+                all.append(replica)
+            }
+        }
+        return all
+    }
 
     /// A copy of the home alone would restore as a deployment that lost every partition's
     /// databases: refused, saying what to do instead.

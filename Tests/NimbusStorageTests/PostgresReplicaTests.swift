@@ -100,6 +100,10 @@ struct PostgresReplicaTests {
                         after = try await standbyTransactions()
                     }
                     #expect(after >= before + 20, "the standby ran \(after - before) transactions for 20 reads")
+                    // Its lag and reads are in the node's figures (/metrics, the dashboard), by partition.
+                    let figures = (storage as? any StoreFigures)?.replicas ?? []
+                    #expect(figures.map(\.name) == ["p2/127.0.0.1:\(pair.standbyPort)"], "\(figures)")
+                    #expect((figures.first?.reads ?? 0) >= 20, "\(figures)")
                     try await storage.close()
                 } catch {
                     try? await catalog.close()
