@@ -209,6 +209,10 @@ struct Serve: AsyncParsableCommand {
                 "container: \(bootstrap.container)",
                 "dashboard: http://\(browsable):\(port)/dashboard",
             ]
+            if let partitioned = directory.storage as? PartitionedStorage {
+                // The catalog's partitions, each opened at its first use (docs/scale-out.md).
+                lines.insert("partitions: " + partitioned.names.joined(separator: ", ") + " (nimbus partitions list shows each)", at: 3)
+            }
             if let setupToken {
                 lines.append(
                     "first operator: open http://\(browsable):\(port)/dashboard#setup=\(setupToken) (one use, within 60 minutes\(setupReach); or nimbus operators create NAME --data-dir \(dataDir))")

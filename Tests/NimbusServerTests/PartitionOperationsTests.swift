@@ -115,6 +115,14 @@ import Testing
         let addedThird = try cli(["partitions", "add", "p3", third.description] + data)
         #expect(addedThird.status == 0, "\(addedThird)")
 
+        // The server says which partitions it serves.
+        let directory = NSTemporaryDirectory() + "nimbus-partitions-serve-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let served = try await NimbusProcess.serve(
+            arguments: ["serve", "--port", "0", "--log-level", "error", "--data-dir", directory] + data, workingDirectory: nil)
+        served.stop()
+        #expect(served.output.contains("partitions: home, p2, p3 (nimbus partitions list shows each)"), "\(served.output)")
+
         // p3 stops answering (its database is renamed away while nothing is connected).
         try await PostgresTestCluster.execute("ALTER DATABASE \(third.database) RENAME TO \(third.database)_away", on: PostgresTestCluster.adminLocation())
         defer { Task { try? await PostgresTestCluster.execute("ALTER DATABASE \(third.database)_away RENAME TO \(third.database)", on: PostgresTestCluster.adminLocation()) } }
