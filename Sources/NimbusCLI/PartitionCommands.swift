@@ -32,7 +32,7 @@ struct PartitionsCommand: AsyncParsableCommand {
                     try await home.close()
                     print(
                         "added partition '\(name)' (number \(number)): databases made from now on go to the partition holding the fewest. "
-                            + "Restart every node (nimbus serve) so that it opens the partition; until then a node answers TRY_AGAIN_LATER for databases placed there.")
+                            + "Nodes serving partitions already open it when they first meet a database placed there; restart nodes that served none (nimbus serve), which place new databases on the home until then.")
                 } catch {
                     try? await home.close()
                     throw error

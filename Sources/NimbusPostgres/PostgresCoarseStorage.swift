@@ -269,14 +269,18 @@ extension PostgresStorage {
         home: any StorageDriver, catalog: PostgresPartitionCatalog,
         open: @escaping @Sendable (PostgresLocation, [PostgresLocation]) async throws -> any StorageDriver
     ) async throws -> any StorageDriver {
-        let listed = try await catalog.partitions()
-        guard !listed.isEmpty else { return home }
-        let partitions = try listed.map { entry in
-            let location = try PostgresLocation(url: entry.url)
-            let replicas = try entry.replicas.map { try PostgresLocation(url: $0) }
-            let store = LazyPartition(name: entry.name, home: home) { try await open(location, replicas) }
-            return StoragePartition(name: entry.name, number: entry.number, store: store)
+        @Sendable func listed() async throws -> [StoragePartition] {
+            try await catalog.partitions().map { entry in
+                let location = try PostgresLocation(url: entry.url)
+                let replicas = try entry.replicas.map { try PostgresLocation(url: $0) }
+                let store = LazyPartition(name: entry.name, home: home) { try await open(location, replicas) }
+                return StoragePartition(name: entry.name, number: entry.number, store: store)
+            }
         }
-        return PartitionedStorage(home: home, partitions: partitions, catalog: catalog)
+        let partitions = try await listed()
+        // Without partitions at start, the home alone: a deployment that never adds one pays
+        // nothing for them (the first one added is served after a restart).
+        guard !partitions.isEmpty else { return home }
+        return PartitionedStorage(home: home, partitions: partitions, catalog: catalog, discover: listed)
     }
 }

@@ -29,7 +29,13 @@ public final class PartitionedStorage: WrappingStorageDriver {
     /// The home's name among the partitions.
     public static let home = "home"
 
-    private let partitions: [String: StoragePartition]
+    private let homeStore: any StorageDriver
+    /// The partitions this node knows, the home included; grows when `discover` finds more.
+    private let partitions: Mutex<[String: StoragePartition]>
+    /// The catalog's partitions now, each a store opened at its first use: asked when a
+    /// placement names a partition this node does not know, at most every 5 s.
+    private let discover: (@Sendable () async throws -> [StoragePartition])?
+    private let lastDiscovery = Mutex<ContinuousClock.Instant?>(nil)
     private let catalog: any PartitionCatalog
     private let placed = Mutex<[DatabaseKey: String]>([:])
     /// Partitions whose id range this node has made sure of (`PartitionIDs`): before a
@@ -40,24 +46,56 @@ public final class PartitionedStorage: WrappingStorageDriver {
     fileprivate let schemasBehind = Mutex<(since: ContinuousClock.Instant, tried: ContinuousClock.Instant?)?>(nil)
 
     /// `partitions` besides the home, each with its catalog number (1 and up; the home is 0).
-    public init(home: any StorageDriver, partitions: [StoragePartition], catalog: any PartitionCatalog) {
+    /// `discover` lists the catalog's partitions again, so a partition added while this node
+    /// runs is opened when this node first meets a database placed on it.
+    public init(
+        home: any StorageDriver, partitions: [StoragePartition], catalog: any PartitionCatalog,
+        discover: (@Sendable () async throws -> [StoragePartition])? = nil
+    ) {
         precondition(Set(partitions.map(\.number)).count == partitions.count && partitions.allSatisfy { $0.number > 0 && $0.name != Self.home })
         var all = Dictionary(uniqueKeysWithValues: partitions.map { ($0.name, $0) })
         all[Self.home] = StoragePartition(name: Self.home, number: 0, store: home)
-        self.partitions = all
+        self.homeStore = home
+        self.partitions = Mutex(all)
         self.catalog = catalog
+        self.discover = discover
     }
 
-    public var wrapped: any StorageDriver { partitions[Self.home]!.store }
+    public var wrapped: any StorageDriver { homeStore }
 
     /// The partitions' names, the home's first.
-    public var names: [String] { [Self.home] + partitions.keys.filter { $0 != Self.home }.sorted() }
+    public var names: [String] { [Self.home] + partitions.withLock { $0.keys.filter { $0 != Self.home }.sorted() } }
 
-    public var otherPartitions: [StoragePartition] { names.dropFirst().compactMap { partitions[$0] } }
+    public var otherPartitions: [StoragePartition] {
+        let known = partitions.withLock { $0 }
+        return names.dropFirst().compactMap { known[$0] }
+    }
+
+    /// Asks the catalog for partitions this node does not know yet, unless it asked less than
+    /// 5 s ago; true when it learned of one.
+    private func discoverPartitions() async throws -> Bool {
+        guard let discover else { return false }
+        let due = lastDiscovery.withLock { last -> Bool in
+            if let last, ContinuousClock.now - last < .seconds(5) { return false }
+            last = ContinuousClock.now
+            return true
+        }
+        guard due else { return false }
+        let found = try await discover()
+        return partitions.withLock { known in
+            var added = false
+            for partition in found where known[partition.name] == nil && partition.name != Self.home {
+                known[partition.name] = partition
+                added = true
+            }
+            return added
+        }
+    }
 
     /// Every partition's signals as one stream: a write on any partition wakes the pipeline.
     public func signals() -> AsyncStream<StoreSignal>? {
-        let streams = names.compactMap { partitions[$0]?.store.signals() }
+        // The partitions known as the pipeline starts; one discovered later is found by its poll.
+        let streams = ([homeStore] + otherPartitions.map(\.store)).compactMap { $0.signals() }
         guard streams.count > 1 else { return streams.first }
         return AsyncStream { continuation in
             let tasks = streams.map { stream in
@@ -85,7 +123,9 @@ public final class PartitionedStorage: WrappingStorageDriver {
     }
 
     fileprivate func store(named name: String) async throws -> any StorageDriver {
-        guard let partition = partitions[name] else {
+        var partition = partitions.withLock { $0[name] }
+        if partition == nil, try await discoverPartitions() { partition = partitions.withLock { $0[name] } }
+        guard let partition else {
             throw StorageError.unavailable("the catalog places a database on partition '\(name)', which this node does not have")
         }
         if !rangesSet.withLock({ $0.contains(name) }) {
@@ -188,7 +228,8 @@ public final class PartitionedStorage: WrappingStorageDriver {
     }
 
     public func close() async throws {
-        for name in names.reversed() { try await partitions[name]?.store.close() }
+        let known = partitions.withLock { $0 }
+        for name in names.reversed() { try await known[name]?.store.close() }
     }
 }
 

@@ -33,7 +33,9 @@ import Testing
             try await PostgresTestCluster.withDatabase { second in
                 try await PostgresTestCluster.withDatabase { third in
                     try await PostgresTestCluster.withDatabase { used in
-                        try await Self.scenario(home: home, second: second, third: third, used: used)
+                        try await PostgresTestCluster.withDatabase { later in
+                            try await Self.scenario(home: home, second: second, third: third, used: used, later: later)
+                        }
                     }
                 }
             }
@@ -94,7 +96,9 @@ import Testing
         }
     }
 
-    static func scenario(home: PostgresLocation, second: PostgresLocation, third: PostgresLocation, used: PostgresLocation) async throws {
+    static func scenario(
+        home: PostgresLocation, second: PostgresLocation, third: PostgresLocation, used: PostgresLocation, later: PostgresLocation
+    ) async throws {
         let data = ["--database", home.description]
         // A store that holds a logical database already (another deployment's).
         let other = UnitOfWorkDriver(PostgresCoarseStorage(try await PostgresStorage(used, maximumConnections: 2)))
@@ -173,6 +177,17 @@ import Testing
                 expectEqual(refusedZone.errorCode, "TRY_AGAIN_LATER", "\(refusedZone.status) \(refusedZone.text)")
                 #expect(refusedZone.json["retryAfter"] != nil, "\(refusedZone.text)")
                 try await expectEqual(dana.modify(zone: "Album", [Op.create("p2", type: "Photo")]).status, 200)
+
+                // A partition added while the node runs is opened when the node first meets a
+                // database placed on it.
+                try await expectEqual(catalog.partitionCatalog.addChecked(name: "p4", url: later.description, at: 3) > 2, true)
+                let fay = try await IdentityTests.person(server, "fay")
+                let fayID = try #require(try await server.service.storage.accounts.user(name: "fay")).id
+                let fayKey = DatabaseKey(container: TestServer.container, environment: .development, scope: .private, ownerID: fayID)
+                try await expectEqual(catalog.partitionCatalog.place(fayKey, on: "p4"), "p4")
+                try await expectEqual(fay.createZone("Album").status, 200)
+                let onLater = try await PostgresTestCluster.rows("SELECT count(*)::text FROM zones WHERE name = 'Album'", on: later)
+                expectEqual(onLater.first?.first, "1")
 
                 // A backup of one store would lose the partitions: refused, saying so.
                 await #expect {
