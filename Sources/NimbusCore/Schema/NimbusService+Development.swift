@@ -104,6 +104,8 @@ extension NimbusService {
                 }
             }
         for key in keys {
+            // A database never made is left unmade (a write would place it on a partition).
+            guard try await storage.read(in: key, { try $0.database(key) != nil }) else { continue }
             let (zones, removed) = try await storage.write(in: key) { tx -> (Int, Int) in
                 guard let database = try tx.database(key) else { return (0, 0) }
                 let zones = key.scope == .shared ? [] : try tx.zones(databaseID: database.id)
