@@ -28,6 +28,10 @@ public final class LazyPartition: StorageDriver {
         self.opening = open
     }
 
+    /// Why the last attempt to open it failed, while it is not open; nil once open or before
+    /// any attempt.
+    public var problem: String? { state.withLock { $0.store == nil ? $0.failure?.reason : nil } }
+
     /// The store if it is open (for figures, which must not open it).
     public var opened: (any StorageDriver)? { state.withLock { $0.store } }
 

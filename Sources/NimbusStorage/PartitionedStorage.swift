@@ -71,6 +71,12 @@ public final class PartitionedStorage: WrappingStorageDriver {
         return names.dropFirst().compactMap { known[$0] }
     }
 
+    /// Each partition this node knows, the home first, with why it could not be reached the
+    /// last time it was tried (nil: it answers, or was not needed yet), for operators.
+    public var partitionStates: [(name: String, number: Int64, problem: String?)] {
+        [(Self.home, 0, nil)] + otherPartitions.map { ($0.name, $0.number, ($0.store as? LazyPartition)?.problem) }
+    }
+
     /// Asks the catalog for partitions this node does not know yet, unless it asked less than
     /// 5 s ago; true when it learned of one.
     private func discoverPartitions() async throws -> Bool {

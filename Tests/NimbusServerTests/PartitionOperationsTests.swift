@@ -177,6 +177,15 @@ import Testing
                 expectEqual(refusedZone.errorCode, "TRY_AGAIN_LATER", "\(refusedZone.status) \(refusedZone.text)")
                 #expect(refusedZone.json["retryAfter"] != nil, "\(refusedZone.text)")
                 try await expectEqual(dana.modify(zone: "Album", [Op.create("p2", type: "Photo")]).status, 200)
+                // An operator sees which partition does not answer (the dashboard's storage page).
+                let (_, password) = try await server.service.createOperator(name: "olga", role: .administrator, containers: nil, by: "cli")
+                var browser = OperatorTests.Browser(server)
+                _ = try await browser.signIn("olga", password)
+                let status = try await browser.get("storage")
+                let states = (status.json["partitions"]?.arrayValue ?? []).map {
+                    "\($0["name"]?.stringValue ?? "") \($0["problem"]?.stringValue == nil ? "answers" : "does not answer")"
+                }
+                expectEqual(states, ["home answers", "p2 answers", "p3 does not answer"], "\(status.text)")
 
                 // A partition added while the node runs is opened when the node first meets a
                 // database placed on it.

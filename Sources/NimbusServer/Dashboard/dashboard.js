@@ -415,6 +415,11 @@ function bytes(count) {
 function showStorage(status) {
   $('storage-engine').textContent = `Data: ${status.engine}.`
     + (status.replicas.length ? '' : ' No read replicas (nimbus serve --read-replica, PostgreSQL only).');
+  // Partitions (nimbus partitions add): each with whether the server reached it the last time it tried.
+  const partitions = status.partitions || [];
+  $('storage-partitions').hidden = !partitions.length;
+  $('storage-partitions').textContent = 'Partitions: ' + partitions
+    .map((p) => (p.problem ? `${p.name} (not answering: ${p.problem})` : p.name)).join(', ') + '.';
   $('replica-table').hidden = !status.replicas.length;
   fill($('replica-rows'), status.replicas, [
     (r) => r.name,

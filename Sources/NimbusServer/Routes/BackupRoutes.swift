@@ -17,7 +17,10 @@ enum BackupRoutes {
                     name: replica.name, up: replica.isUp, lagBytes: replica.lagBytes, lagSeconds: replica.lagSeconds,
                     reads: Int64(replica.reads))
             }
-            return Reply.json(StorageStatus(engine: parts.storeDescription, replicas: replicas).json, context: context)
+            let partitions = ((parts.storeFigures as? PartitionedStorage)?.partitionStates ?? []).map {
+                StorageStatus.Partition(name: $0.name, number: $0.number, problem: $0.problem)
+            }
+            return Reply.json(StorageStatus(engine: parts.storeDescription, replicas: replicas, partitions: partitions).json, context: context)
         }
         routes.get("backups", needs: .everyContainer) { request, context, operatorContext in
             guard let keeper = parts.backups else { return Reply.json(BackupStatus.notConfigured.json, context: context) }

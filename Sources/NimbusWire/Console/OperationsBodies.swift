@@ -177,21 +177,56 @@ public struct StorageStatus: WireBody, Hashable {
         }
     }
 
+    /// One partition users' databases live on (docs/scale-out.md, "Partitions"), the home first.
+    public struct Partition: WireBody, Hashable {
+        public var name: String
+        /// Its catalog number, which fixes its id range (the home's is 0).
+        public var number: Int64
+        /// Why the server could not reach it the last time it tried; nil when it answers or
+        /// was not needed yet.
+        public var problem: String?
+
+        public init(name: String, number: Int64, problem: String? = nil) {
+            self.name = name
+            self.number = number
+            self.problem = problem
+        }
+
+        public init(json: ObjectReader) throws(CloudKitError) {
+            name = try json.requiredString(ConsoleKey.name)
+            number = try json.int(ConsoleKey.number) ?? 0
+            problem = try json.string(ConsoleKey.problem)
+        }
+
+        public var json: JSON {
+            [ConsoleKey.name: .string(name), ConsoleKey.number: .int(number), ConsoleKey.problem: problem.map(JSON.string) ?? .null]
+        }
+    }
+
     /// The engine and where, as the server's first lines say it ("PostgreSQL at postgres://…").
     public var engine: String
     public var replicas: [Replica]
+    /// Empty without partitions.
+    public var partitions: [Partition]
 
-    public init(engine: String, replicas: [Replica] = []) {
+    public init(engine: String, replicas: [Replica] = [], partitions: [Partition] = []) {
         self.engine = engine
         self.replicas = replicas
+        self.partitions = partitions
     }
 
     public init(json: ObjectReader) throws(CloudKitError) {
         engine = try json.string(ConsoleKey.engine) ?? ""
         replicas = try json.list(ConsoleKey.replicas)
+        partitions = try json.list(ConsoleKey.partitions)
     }
 
-    public var json: JSON { [ConsoleKey.engine: .string(engine), ConsoleKey.replicas: .array(replicas.map(\.json))] }
+    public var json: JSON {
+        [
+            ConsoleKey.engine: .string(engine), ConsoleKey.replicas: .array(replicas.map(\.json)),
+            ConsoleKey.partitions: .array(partitions.map(\.json)),
+        ]
+    }
 }
 
 /// `GET backups` and `POST backups`' answer: whether the server keeps backups, where and how
