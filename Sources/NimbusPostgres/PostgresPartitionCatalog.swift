@@ -89,10 +89,7 @@ public struct PostgresPartitionCatalog: PartitionCatalog {
         if candidate.recovering {
             throw PartitionRefusal("\(location) is a standby (in recovery): a partition is a primary; give its primary's URL")
         }
-        let home = try await storage.rows(
-            "SELECT system_identifier::text || '/' || current_database() FROM pg_control_system()"
-        ).first.map { try $0.decode(String.self) }
-        if candidate.identity == home {
+        if try await candidate.identity == Self.identity(of: storage.location, logger: storage.logger).identity {
             throw PartitionRefusal("\(location) is the home store itself (--database): a partition is another database")
         }
         if let listed = try await storage.rows("SELECT name FROM partitions WHERE identity = \(candidate.identity)").first {
@@ -146,19 +143,10 @@ public struct PostgresPartitionCatalog: PartitionCatalog {
         var said: [String] = []
         for endpoint in location.endpoints {
             do {
-                return try await Deadline.run(
-                    within: PostgresPrimary.probeLimit,
-                    {
-                        try await location.withConnection(to: endpoint, logger: logger) { connection in
-                            let rows = try await connection.query(
-                                "SELECT system_identifier::text || '/' || current_database(), pg_is_in_recovery() FROM pg_control_system()",
-                                logger: logger
-                            ).collect()
-                            guard let row = rows.first else { throw StorageError.unavailable("no answer") }
-                            let (identity, recovering) = try row.decode((String, Bool).self)
-                            return (identity, recovering)
-                        }
-                    }, timeout: { StorageError.unavailable("no answer within \(PostgresPrimary.probeLimit)") })
+                let found = try await Deadline.run(
+                    within: PostgresPrimary.probeLimit, { try await PostgresReplicas.identity(location, endpoint, logger: logger) },
+                    timeout: { StorageError.unavailable("no answer within \(PostgresPrimary.probeLimit)") })
+                return ("\(found.cluster)/\(found.database)", found.recovering)
             } catch {
                 said.append("\(endpoint): \(PostgresStorage.normalized(error))")
             }

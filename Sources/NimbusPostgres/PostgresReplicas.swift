@@ -63,7 +63,7 @@ final class PostgresReplicas: Sendable {
             let identifier: Int64
             let recovering: Bool
             do {
-                (identifier, recovering) = try await identity(location, endpoint, logger: logger)
+                (identifier, _, recovering) = try await identity(location, endpoint, logger: logger)
             } catch {
                 throw refuse("read replica \(location) does not answer (\(PostgresStorage.normalized(error)))")
             }
@@ -82,17 +82,18 @@ final class PostgresReplicas: Sendable {
         return set
     }
 
-    /// A server's cluster (`system_identifier`, the same on a primary and its standbys) and
-    /// whether it is a standby.
-    private static func identity(
+    /// A server's cluster (`system_identifier`, the same on a primary and its standbys), the
+    /// database the location names, and whether the server is a standby (replicas here,
+    /// partitions in `PostgresPartitionCatalog`).
+    static func identity(
         _ location: PostgresLocation, _ endpoint: PostgresLocation.Endpoint, logger: Logger
-    ) async throws -> (cluster: Int64, recovering: Bool) {
+    ) async throws -> (cluster: Int64, database: String, recovering: Bool) {
         try await location.withConnection(to: endpoint, logger: logger) { connection in
             let rows = try await connection.query(
-                "SELECT system_identifier, pg_is_in_recovery() FROM pg_control_system()", logger: logger
+                "SELECT system_identifier, current_database()::text, pg_is_in_recovery() FROM pg_control_system()", logger: logger
             ).collect()
             guard let row = rows.first else { throw StorageError.unavailable("no answer") }
-            return try row.decode((Int64, Bool).self)
+            return try row.decode((Int64, String, Bool).self)
         }
     }
 
