@@ -19,8 +19,8 @@ enum DatabaseURL {
         synchronous: SQLiteStorage.SynchronousMode
     ) throws -> StorageOpener {
         let trimmed = text.trimmingCharacters(in: .whitespaces)
-        let isPostgres = ["postgres:", "postgresql:"].contains { trimmed.lowercased().hasPrefix($0) }
-        guard readReplicas.isEmpty || isPostgres else {
+        let postgres = try postgresLocation(trimmed)
+        guard readReplicas.isEmpty || postgres != nil else {
             throw ValidationError("--read-replica needs a PostgreSQL --database (postgres://…): SQLite's readers are in the process already")
         }
         if trimmed.isEmpty { return SQLiteStorage.opener(synchronous: synchronous) }
@@ -35,12 +35,7 @@ enum DatabaseURL {
             guard !rest.isEmpty else { throw ValidationError("--database sqlite: needs a file path, as in sqlite:/var/lib/nimbus/nimbus.sqlite") }
             return SQLiteStorage.opener(path: rest, synchronous: synchronous)
         case "postgres", "postgresql":
-            let location: PostgresLocation
-            do {
-                location = try PostgresLocation(url: trimmed)
-            } catch {
-                throw ValidationError("--database: \(error)")
-            }
+            guard let location = postgres else { throw ValidationError("--database '\(trimmed)' is not a postgres:// URL") }
             let replicas: [PostgresLocation]
             do {
                 replicas = try readReplicas.map { try PostgresLocation(url: $0) }
@@ -50,6 +45,17 @@ enum DatabaseURL {
             return PostgresStorage.opener(location, readReplicas: replicas, maximumConnections: postgresConnections)
         default:
             throw ValidationError("--database '\(scheme):' is not a driver Nimbus knows; write sqlite:PATH")
+        }
+    }
+
+    /// The PostgreSQL location `--database` names; nil when it names another driver.
+    static func postgresLocation(_ text: String) throws -> PostgresLocation? {
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        guard ["postgres:", "postgresql:"].contains(where: { trimmed.lowercased().hasPrefix($0) }) else { return nil }
+        do {
+            return try PostgresLocation(url: trimmed)
+        } catch {
+            throw ValidationError("--database: \(error)")
         }
     }
 }

@@ -25,18 +25,13 @@ struct PartitionsCommand: AsyncParsableCommand {
 
         func run() async throws {
             do {
-                let home = try await PartitionsCommand.openHome(data)
-                do {
-                    let number = try await home.partitionCatalog.addChecked(
+                let number = try await PartitionsCommand.withHome(data) { home in
+                    try await home.partitionCatalog.addChecked(
                         name: name, url: url, replicas: readReplicas, at: Int64(Date().timeIntervalSince1970 * 1000))
-                    try await home.close()
-                    print(
-                        "added partition '\(name)' (number \(number)): databases made from now on go to the partition holding the fewest. "
-                            + "Nodes serving partitions already open it when they first meet a database placed there; restart nodes that served none (nimbus serve), which place new databases on the home until then.")
-                } catch {
-                    try? await home.close()
-                    throw error
                 }
+                print(
+                    "added partition '\(name)' (number \(number)): databases made from now on go to the partition holding the fewest. "
+                        + "Nodes serving partitions already open it when they first meet a database placed there; restart nodes that served none (nimbus serve), which place new databases on the home until then.")
             } catch { throw reportFailure(error) }
         }
     }
@@ -47,46 +42,41 @@ struct PartitionsCommand: AsyncParsableCommand {
 
         func run() async throws {
             do {
-                let home = try await PartitionsCommand.openHome(data)
-                do {
-                    let catalog = home.partitionCatalog
-                    let partitions = try await catalog.partitions()
-                    let counts = try await catalog.placementCounts()
-                    try await home.close()
-                    var rows = [["NAME", "NUMBER", "DATABASES", "URL", "STATE"]]
-                    rows.append([PartitionedStorage.home, "0", "\(counts[PartitionedStorage.home, default: 0])", "\(home.location) (--database)", "answers"])
-                    for partition in partitions {
-                        let problem = await PostgresPartitionCatalog.problem(reaching: partition.url, logger: Logger(label: "nimbus.partitions"))
-                        var shown = (try? PostgresLocation(url: partition.url)).map { "\($0)" } ?? partition.url
-                        let replicas = partition.replicas.map { url in (try? PostgresLocation(url: url)).map { "\($0)" } ?? url }
-                        if !replicas.isEmpty { shown += " (replicas " + replicas.joined(separator: ", ") + ")" }
-                        rows.append([partition.name, "\(partition.number)", "\(counts[partition.name, default: 0])", shown, problem.map { "does not answer: \($0)" } ?? "answers"])
-                    }
-                    let widths = (0..<rows[0].count - 1).map { column in rows.map { $0[column].count }.max() ?? 0 }
-                    for row in rows {
-                        print(row.enumerated().map { $0.offset < widths.count ? $0.element.padding(toLength: widths[$0.offset], withPad: " ", startingAt: 0) : $0.element }.joined(separator: "  "))
-                    }
-                    if partitions.isEmpty { print("no partitions: every database is the home's (add one with: nimbus partitions add NAME postgres://…)") }
-                } catch {
-                    try? await home.close()
-                    throw error
+                let (homeLocation, partitions, counts) = try await PartitionsCommand.withHome(data) { home in
+                    (home.location, try await home.partitionCatalog.partitions(), try await home.partitionCatalog.placementCounts())
                 }
+                var rows = [["NAME", "NUMBER", "DATABASES", "URL", "STATE"]]
+                rows.append([PartitionedStorage.home, "0", "\(counts[PartitionedStorage.home, default: 0])", "\(homeLocation) (--database)", "answers"])
+                for partition in partitions {
+                    let problem = await PostgresPartitionCatalog.problem(reaching: partition.url, logger: Logger(label: "nimbus.partitions"))
+                    var shown = (try? PostgresLocation(url: partition.url)).map { "\($0)" } ?? partition.url
+                    let replicas = partition.replicas.map { url in (try? PostgresLocation(url: url)).map { "\($0)" } ?? url }
+                    if !replicas.isEmpty { shown += " (replicas " + replicas.joined(separator: ", ") + ")" }
+                    rows.append([partition.name, "\(partition.number)", "\(counts[partition.name, default: 0])", shown, problem.map { "does not answer: \($0)" } ?? "answers"])
+                }
+                let widths = (0..<rows[0].count - 1).map { column in rows.map { $0[column].count }.max() ?? 0 }
+                for row in rows {
+                    print(row.enumerated().map { $0.offset < widths.count ? $0.element.padding(toLength: widths[$0.offset], withPad: " ", startingAt: 0) : $0.element }.joined(separator: "  "))
+                }
+                if partitions.isEmpty { print("no partitions: every database is the home's (add one with: nimbus partitions add NAME postgres://…)") }
             } catch { throw reportFailure(error) }
         }
     }
 
-    /// The home store `--database` names; partitions need PostgreSQL.
-    static func openHome(_ data: DataOptions) async throws -> PostgresStorage {
-        let text = data.database.trimmingCharacters(in: .whitespaces)
-        guard ["postgres:", "postgresql:"].contains(where: { text.lowercased().hasPrefix($0) }) else {
+    /// `body` over the home store `--database` names (partitions need PostgreSQL), closed
+    /// afterwards whatever happens.
+    static func withHome<Value>(_ data: DataOptions, _ body: (PostgresStorage) async throws -> Value) async throws -> Value {
+        guard let location = try DatabaseURL.postgresLocation(data.database) else {
             throw ValidationError("partitions need a PostgreSQL home: pass --database postgres://… (or NIMBUS_DATABASE); SQLite is one store on one machine")
         }
-        let location: PostgresLocation
+        let home = try await PostgresStorage(location, maximumConnections: 2)
         do {
-            location = try PostgresLocation(url: text)
+            let value = try await body(home)
+            await home.close()
+            return value
         } catch {
-            throw ValidationError("--database: \(error)")
+            await home.close()
+            throw error
         }
-        return try await PostgresStorage(location, maximumConnections: 2)
     }
 }

@@ -34,7 +34,7 @@ struct PartitionedRecordHistory: RecordHistoryStore {
         var combined = state
         for partition in partitions.dropFirst() {
             guard let other = try? await partition.history.recordHistoryState() else { continue }
-            combined.keptSince = zip(combined.keptSince, other.keptSince).map { max($0, $1) }
+            combined.keptSince = combined.keptSince.flatMap { mine in other.keptSince.map { max(mine, $0) } }
             combined.days = min(combined.days, other.days)
         }
         return combined
@@ -60,11 +60,6 @@ struct PartitionedRecordHistory: RecordHistoryStore {
         }
         return total
     }
-}
-
-private func zip(_ a: Int64?, _ b: Int64?) -> (Int64, Int64)? {
-    guard let a, let b else { return nil }
-    return (a, b)
 }
 
 extension PartitionedStorage: RecordHistoryStoring {
