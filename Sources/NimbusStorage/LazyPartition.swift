@@ -28,9 +28,9 @@ public final class LazyPartition: StorageDriver {
         self.opening = open
     }
 
-    /// Why the last attempt to open it failed, while it is not open; nil once open or before
-    /// any attempt.
-    public var problem: String? { state.withLock { $0.store == nil ? $0.failure?.reason : nil } }
+    /// Why the last attempt to open it failed; nil once it is open (an open clears it) or
+    /// before any attempt.
+    public var problem: String? { state.withLock { $0.failure?.reason } }
 
     /// The store if it is open (for figures, which must not open it).
     public var opened: (any StorageDriver)? { state.withLock { $0.store } }
@@ -38,7 +38,7 @@ public final class LazyPartition: StorageDriver {
     /// The opened store; opens it (once, however many callers wait) unless the last attempt
     /// failed less than `retryInterval` ago.
     public func store() async throws -> any StorageDriver {
-        if let store = state.withLock({ $0.store }) { return store }
+        if let store = opened { return store }
         let attempt = try state.withLock { state -> Task<any StorageDriver, any Error> in
             if let store = state.store { return Task { store } }
             if let attempt = state.attempt { return attempt }

@@ -406,6 +406,23 @@ enum NimbusProcess {
         return environment
     }
 
+    /// Runs a verb to completion, `input` on its standard input, and returns its exit status,
+    /// standard output and standard error, whatever the status.
+    static func answer(_ arguments: [String], environment extra: [String: String] = [:], input: String? = nil) throws -> (
+        status: Int32, output: String, error: String
+    ) {
+        let process = try ChildProcess(
+            binary, arguments, environment: environment.merging(extra) { $1 }, input: input == nil ? .discard : .pipe, output: .pipe,
+            error: .pipe)
+        if let input {
+            process.standardInput!.write(Data(input.utf8))
+            try process.standardInput!.close()
+        }
+        let output = String(decoding: process.standardOutput!.readDataToEndOfFile(), as: UTF8.self)
+        let error = String(decoding: process.standardError!.readDataToEndOfFile(), as: UTF8.self)
+        return (process.terminationStatus, output, error)
+    }
+
     /// Runs a verb to completion and returns its standard output.
     static func run(_ arguments: [String], environment extra: [String: String] = [:]) throws -> String {
         let process = try ChildProcess(binary, arguments, environment: environment.merging(extra) { $1 }, output: .pipe)

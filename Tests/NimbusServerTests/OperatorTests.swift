@@ -577,16 +577,7 @@ extension OperatorTests {
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let data = try await NimbusProcess.dataArguments(directory)
         func run(_ arguments: [String], environment: [String: String] = [:], input: String? = nil) throws -> (Int32, String, String) {
-            let process = try ChildProcess(
-                NimbusProcess.binary, arguments + data, environment: NimbusProcess.environment.merging(environment) { $1 },
-                input: input == nil ? .discard : .pipe, output: .pipe, error: .pipe)
-            if let input {
-                process.standardInput!.write(Data(input.utf8))
-                try process.standardInput!.close()
-            }
-            let output = String(decoding: process.standardOutput!.readDataToEndOfFile(), as: UTF8.self)
-            let error = String(decoding: process.standardError!.readDataToEndOfFile(), as: UTF8.self)
-            return (process.terminationStatus, output, error)
+            try NimbusProcess.answer(arguments + data, environment: environment, input: input)
         }
         _ = try NimbusProcess.run(["operators", "create", "olga", "--create"] + data)
         _ = try NimbusProcess.run(["operators", "create", "rita", "--read-only"] + data)

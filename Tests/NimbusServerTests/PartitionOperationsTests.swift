@@ -12,17 +12,8 @@ import Testing
 /// puts new databases on them, notifies across them, and keeps serving everyone else while
 /// one partition does not answer.
 @Suite struct PartitionOperationsTests {
-    /// A verb of the binary: its exit status, standard output and standard error.
-    static func cli(_ arguments: [String]) throws -> (status: Int32, output: String, error: String) {
-        let process = try ChildProcess(NimbusProcess.binary, arguments, environment: NimbusProcess.environment, output: .pipe, error: .pipe)
-        let output = process.standardOutput!.readDataToEndOfFile()
-        let error = process.standardError!.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: output, as: UTF8.self), String(decoding: error, as: UTF8.self))
-    }
-
     static func refused(_ arguments: [String], saying words: String, sourceLocation: SourceLocation = #_sourceLocation) throws {
-        let answer = try cli(arguments)
+        let answer = try NimbusProcess.answer(arguments)
         #expect(answer.status != 0, "accepted: \(arguments) → \(answer.output)", sourceLocation: sourceLocation)
         #expect(answer.error.contains(words), "\(arguments): \(answer.error)", sourceLocation: sourceLocation)
     }
@@ -112,11 +103,11 @@ import Testing
         try refused(["partitions", "add", "p2", home.description] + data, saying: "is the home store itself")
         try refused(["partitions", "add", "p2", used.description] + data, saying: "holds 1 logical databases already")
         try refused(["partitions", "add", "p2", second.description, "--data-dir", NSTemporaryDirectory()], saying: "partitions need a PostgreSQL home")
-        let added = try cli(["partitions", "add", "p2", second.description] + data)
+        let added = try NimbusProcess.answer(["partitions", "add", "p2", second.description] + data)
         #expect(added.status == 0 && added.output.contains("added partition 'p2' (number 1)"), "\(added)")
         try refused(["partitions", "add", "p2", third.description] + data, saying: "a partition named 'p2' exists")
         try refused(["partitions", "add", "again", second.description] + data, saying: "is partition 'p2' already")
-        let addedThird = try cli(["partitions", "add", "p3", third.description] + data)
+        let addedThird = try NimbusProcess.answer(["partitions", "add", "p3", third.description] + data)
         #expect(addedThird.status == 0, "\(addedThird)")
 
         // The server says which partitions it serves.
@@ -130,7 +121,7 @@ import Testing
         // p3 stops answering (its database is renamed away while nothing is connected).
         try await PostgresTestCluster.execute("ALTER DATABASE \(third.database) RENAME TO \(third.database)_away", on: PostgresTestCluster.adminLocation())
         defer { Task { try? await PostgresTestCluster.execute("ALTER DATABASE \(third.database)_away RENAME TO \(third.database)", on: PostgresTestCluster.adminLocation()) } }
-        let listed = try cli(["partitions", "list"] + data)
+        let listed = try NimbusProcess.answer(["partitions", "list"] + data)
         #expect(listed.status == 0, "\(listed)")
         let lines = listed.output.split(separator: "\n").map(String.init)
         #expect(lines.contains { $0.hasPrefix("home ") && $0.contains("answers") }, "\(listed.output)")

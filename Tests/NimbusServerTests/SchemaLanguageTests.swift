@@ -173,11 +173,7 @@ import Testing
         let file = directory + "/schema.ckdb"
         try Self.cktoolFile.write(toFile: file, atomically: true, encoding: .utf8)
         func nimbus(_ arguments: [String]) throws -> (status: Int32, output: String, error: String) {
-            let process = try ChildProcess(
-                NimbusProcess.binary, arguments + data, environment: NimbusProcess.environment, output: .pipe, error: .pipe)
-            let output = process.standardOutput!.readDataToEndOfFile()
-            let error = process.standardError!.readDataToEndOfFile()
-            return (process.terminationStatus, String(decoding: output, as: UTF8.self), String(decoding: error, as: UTF8.self))
+            try NimbusProcess.answer(arguments + data)
         }
         try expectEqual(nimbus(["containers", "create", container, "--create"]).status, 0)
         let intoProduction = try nimbus(["schema", "import", file, "--container", container, "--environment", "production"])
