@@ -6,9 +6,6 @@ import PostgresNIO
 struct PostgresPartitionStore: PartitionStore {
     let storage: PostgresStorage
 
-    /// How long a forwarded entry is remembered: far past any forward a crash could leave half done.
-    static let forwardedMemoryMilliseconds: Int64 = 86_400_000
-
     func startIDs(atLeast first: Int64) async throws {
         try await storage.rows("UPDATE id_blocks SET next_id = greatest(next_id, \(first))")
     }

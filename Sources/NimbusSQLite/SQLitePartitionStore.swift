@@ -6,9 +6,6 @@ import NimbusStorage
 struct SQLitePartitionStore: PartitionStore {
     let storage: SQLiteStorage
 
-    /// How long a forwarded entry is remembered: far past any forward a crash could leave half done.
-    static let forwardedMemoryMilliseconds: Int64 = 86_400_000
-
     func startIDs(atLeast first: Int64) async throws {
         try await storage.writeSQLite { tx in
             for kind in StorageIDKind.allCases {

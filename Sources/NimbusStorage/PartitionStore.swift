@@ -18,6 +18,12 @@ public protocol PartitionStore: Sendable {
     func dropOutbox(sequences: [Int64]) async throws
 }
 
+extension PartitionStore {
+    /// How long a store remembers what it was forwarded (`acceptForwardedOutbox`): far past
+    /// any forward a crash could leave half done.
+    public static var forwardedMemoryMilliseconds: Int64 { 86_400_000 }
+}
+
 /// One partition of a deployment: its name in the catalog, its number (which fixes its id
 /// range) and its store.
 public struct StoragePartition: Sendable {
