@@ -98,6 +98,10 @@ import Testing
 
         try refused(["partitions", "add", "Second", second.description] + data, saying: "is not a partition name")
         try refused(["partitions", "add", "home", second.description] + data, saying: "is not a partition name")
+        // Names of 63 characters at most: one past is refused for its name; one at the limit
+        // passes the name's check and is refused for its URL.
+        try refused(["partitions", "add", String(repeating: "p", count: 64), second.description] + data, saying: "is not a partition name")
+        try refused(["partitions", "add", String(repeating: "p", count: 63), "postgres://nobody@127.0.0.1:1/nowhere"] + data, saying: "does not answer")
         try refused(["partitions", "add", "p2", "mysql://db/nimbus"] + data, saying: "does not read")
         try refused(["partitions", "add", "p2", "postgres://nobody@127.0.0.1:1/nowhere"] + data, saying: "does not answer")
         try refused(["partitions", "add", "p2", home.description] + data, saying: "is the home store itself")
