@@ -10,7 +10,7 @@ struct PartitionsCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "partitions",
         abstract: "Add or list the PostgreSQL partitions that users' databases are spread over (docs/scale-out.md).",
-        subcommands: [Add.self, List.self], defaultSubcommand: List.self)
+        subcommands: [Add.self, List.self, Move.self], defaultSubcommand: List.self)
 
     struct Add: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -42,8 +42,9 @@ struct PartitionsCommand: AsyncParsableCommand {
 
         func run() async throws {
             do {
-                let (homeLocation, partitions, counts) = try await PartitionsCommand.withHome(data) { home in
-                    (home.location, try await home.partitionCatalog.partitions(), try await home.partitionCatalog.placementCounts())
+                let (homeLocation, partitions, counts, moves) = try await PartitionsCommand.withHome(data) { home in
+                    let catalog = home.partitionCatalog
+                    return (home.location, try await catalog.partitions(), try await catalog.placementCounts(), try await catalog.moves())
                 }
                 var rows = [["NAME", "NUMBER", "DATABASES", "URL", "STATE"]]
                 rows.append([PartitionedStorage.home, "0", "\(counts[PartitionedStorage.home, default: 0])", "\(homeLocation) (--database)", "answers"])
@@ -59,7 +60,88 @@ struct PartitionsCommand: AsyncParsableCommand {
                     print(row.enumerated().map { $0.offset < widths.count ? $0.element.padding(toLength: widths[$0.offset], withPad: " ", startingAt: 0) : $0.element }.joined(separator: "  "))
                 }
                 if partitions.isEmpty { print("no partitions: every database is the home's (add one with: nimbus partitions add NAME postgres://…)") }
+                for move in moves {
+                    let database = move.database
+                    print(
+                        "move under way: user \(database.ownerID)'s \(database.container) \(database.environment.rawValue) \(database.scope.rawValue) database from '\(move.source)' to '\(move.target)', next step \(move.step.rawValue)"
+                            + (move.step == .copy || move.step == .switchPlacement ? " (its writes are fenced: run the move again to finish it)" : ""))
+                }
             } catch { throw reportFailure(error) }
+        }
+    }
+
+    struct Move: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Move one user's private and shared databases to another partition while the server runs.",
+            discussion: """
+                Each database is fenced (its writes answer TRY_AGAIN_LATER for the moment the copy takes), copied, \
+                switched to the new partition, and cleaned off the old one a few seconds later. Interrupted at any \
+                step, the same command goes on from there.
+                """)
+        @OptionGroup var data: DataOptions
+        @Option(help: "The user: the account's name, or its number.") var user: String
+        @Option(help: "The partition to move to ('home' for the --database store).") var to: String
+
+        func run() async throws {
+            do {
+                let moved = try await PartitionsCommand.withHome(data) { home in
+                    guard let userID = try await PartitionsCommand.userID(user, in: home) else {
+                        throw ValidationError("no account is named '\(user)' (nor numbered so): `nimbus users list` shows them")
+                    }
+                    let opened = OpenedPartitions(home: home)
+                    do {
+                        let move = PartitionMove(home: home, stepped: PartitionsCommand.crashesAfter) { try await opened.store($0) }
+                        let moved = try await move.moveUser(userID, to: to)
+                        await opened.close()
+                        return moved
+                    } catch {
+                        await opened.close()
+                        throw error
+                    }
+                }
+                if moved.isEmpty { print("every database of '\(user)' is on partition '\(to)' already") }
+                for database in moved {
+                    print("moved \(database.database.container) \(database.database.environment.rawValue) \(database.database.scope.rawValue) database from '\(database.source)' to '\(to)' (\(database.rows) rows)")
+                }
+            } catch { throw reportFailure(error) }
+        }
+    }
+
+    /// The account named `user`, or numbered so.
+    static func userID(_ user: String, in home: PostgresStorage) async throws -> Int64? {
+        if let account = try await home.accounts.user(name: user) { return account.id }
+        guard let number = Int64(user) else { return nil }
+        return try await home.accounts.profile(userID: number) == nil ? nil : number
+    }
+
+    /// The tests' way to end a move at a step as `kill -9` would: NIMBUS_TEST_MOVE_CRASH_AFTER
+    /// names the step after which the process kills itself.
+    static let crashesAfter: @Sendable (PartitionMove.Step) async -> Void = { step in
+        guard ProcessInfo.processInfo.environment["NIMBUS_TEST_MOVE_CRASH_AFTER"] == step.rawValue else { return }
+        kill(getpid(), SIGKILL)
+    }
+
+    /// The partitions' stores a move opens, each once, closed together.
+    actor OpenedPartitions {
+        let home: PostgresStorage
+        private var opened: [String: PostgresStorage] = [:]
+
+        init(home: PostgresStorage) { self.home = home }
+
+        func store(_ name: String) async throws -> PostgresStorage {
+            if name == PartitionedStorage.home { return home }
+            if let store = opened[name] { return store }
+            guard let partition = try await home.partitionCatalog.partitions().first(where: { $0.name == name }) else {
+                throw PartitionRefusal("there is no partition '\(name)'")
+            }
+            let store = try await PostgresStorage(try PostgresLocation(url: partition.url), maximumConnections: 2)
+            opened[name] = store
+            return store
+        }
+
+        func close() async {
+            for store in opened.values { await store.close() }
+            opened = [:]
         }
     }
 

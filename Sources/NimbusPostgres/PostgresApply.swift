@@ -50,7 +50,9 @@ enum PostgresApply {
     ///   replaced meanwhile (another id under its name) fails the unit. A zone is made only
     ///   over the tombstone the unit saw (`replacing`), with the record sequence its records
     ///   left it at. Every statement finds zones by id and databases by key: none scans a table.
-    /// - **Databases** last (`databases`, in id order): each stamps the zones the unit changed
+    /// - **Databases** last (`databases`, in id order: every one the unit writes in): each
+    ///   refuses the unit if a move between partitions fenced it since the unit read it, and
+    ///   stamps the zones the unit changed
     ///   with its next sequences, taken above those zones' record sequences (a zone made again
     ///   never repeats a change tag), and adds the unit's bytes, refusing growth the quota no
     ///   longer allows. Writers of one database's different zones queue only there, for the commit.
@@ -284,8 +286,13 @@ enum PostgresApply {
                     sequence = CASE WHEN cardinality(ids) = 0 THEN sequence ELSE greatest(sequence,
                         (SELECT max(record_sequence) FROM zones WHERE id = ANY(ids))) + cardinality(ids) END,
                     used_bytes = used_bytes + coalesce((w->>'bytes')::bigint, 0)
-                WHERE id = db
+                WHERE id = db AND moving_to IS NULL
                 RETURNING sequence, used_bytes - coalesce((w->>'bytes')::bigint, 0) INTO current_value, used;
+                IF NOT FOUND THEN
+                    -- A move's fence took the row since the unit read it (the fence waited for
+                    -- units holding it): decided again, the unit sees the fence and refuses.
+                    RAISE EXCEPTION 'database % is being moved', db USING ERRCODE = '40001';
+                END IF;
                 IF cardinality(ids) > 0 THEN
                     UPDATE zones SET change_sequence = current_value - cardinality(ids) + array_position(ids, id)
                     WHERE id = ANY(ids);
@@ -338,7 +345,7 @@ extension PostgresCoarseStorage {
     /// stamp with its next sequences and the bytes to add, with what the unit read.
     private static func databases(_ changes: UnitOfWorkChanges) -> [JSON] {
         let stamped = Dictionary(grouping: changes.zonesChanged, by: \.value).mapValues { $0.map(\.key).sorted() }
-        return Set(stamped.keys).union(changes.usage.keys).sorted().map { id in
+        return Set(stamped.keys).union(changes.usage.keys).union(changes.databasesWritten).sorted().map { id in
             var object: JSONObject = ["id": .int(id), "stamps": .array((stamped[id] ?? []).map(JSON.int))]
             if let usage = changes.usage[id] {
                 object["read"] = .int(usage.read)

@@ -384,9 +384,13 @@ private struct WideSelect {
     static let zoneByID = WideSelect("zone_by_id", numbers: zoneNumbers, texts: ["name"], flag: "deleted")
     static let zoneList = WideSelect(
         "zone_list", numbers: zoneNumbers + ["row_number() OVER (ORDER BY database_id, name)"], texts: ["name"], flag: "deleted")
-    private static let databaseColumns = (numbers: ["id", "owner_id", "sequence", "used_bytes"], texts: ["container", "environment", "scope"])
-    static let database = WideSelect("database", numbers: databaseColumns.numbers, texts: databaseColumns.texts)
-    static let databaseByID = WideSelect("database_by_id", numbers: databaseColumns.numbers, texts: databaseColumns.texts)
+    private static let databaseColumns = (
+        numbers: ["id", "owner_id", "sequence", "used_bytes"], texts: ["container", "environment", "scope", "moving_to"], flag: "moved"
+    )
+    static let database = WideSelect(
+        "database", numbers: databaseColumns.numbers, texts: databaseColumns.texts, flag: databaseColumns.flag)
+    static let databaseByID = WideSelect(
+        "database_by_id", numbers: databaseColumns.numbers, texts: databaseColumns.texts, flag: databaseColumns.flag)
     static let zoneSchema = WideSelect("zone_schema", texts: ["container", "environment"])
     static let schemaField = WideSelect(
         "schema_field", numbers: ["indexes", "row_number() OVER (ORDER BY record_type, field_name)"],
@@ -460,9 +464,11 @@ private struct WideRow {
         guard let environment = Environment(rawValue: try text(1)), let scope = DatabaseScope(rawValue: try text(2)) else {
             throw StorageError.corrupt("database \(numbers[0] ?? 0) names an unknown environment or scope")
         }
+        // A move's fence names the partition it copies to; the switch marks the row moved.
+        let relocation = texts[3].map { flag == true ? DatabaseRelocation.moved(to: $0) : .fenced(to: $0) }
         return DatabaseRow(
             id: try number(0), key: DatabaseKey(container: try text(0), environment: environment, scope: scope, ownerID: try number(1)),
-            sequence: try number(2), usedBytes: try number(3))
+            sequence: try number(2), usedBytes: try number(3), relocation: relocation)
     }
 
     func schemaKey() throws -> SchemaKey {

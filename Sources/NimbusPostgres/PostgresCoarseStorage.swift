@@ -81,7 +81,8 @@ public struct PostgresCoarseStorage: CoarseStorage {
         case .allSubscriptions:
             return .subscriptions(
                 try await rows(
-                    "SELECT \(unescaped: Self.subscriptionColumns) FROM subscriptions s JOIN databases d ON d.id = s.database_id"
+                    // A moved database's (the pointer a move leaves until it cleans up) are its target's.
+                    "SELECT \(unescaped: Self.subscriptionColumns) FROM subscriptions s JOIN databases d ON d.id = s.database_id WHERE NOT d.moved"
                 ).map(Self.subscription))
         case .subscriptionChanges(let after, let limit):
             let bounds = try await rows(

@@ -69,19 +69,10 @@ extension PostgresStorage {
                     SELECT * FROM json_populate_recordset(null::\(unescaped: page.table), \(page.json)::json)
                     """, logger: logger)
             }
+            // The copy lives here: the source's fence (copied with its row) is not the copy's.
+            try await connection.query("UPDATE databases SET moving_to = NULL, moved = false WHERE id = \(id)", logger: logger)
             // Every node's subscription index catches up with the copied subscriptions.
-            try await connection.query(
-                """
-                WITH copied AS (
-                    SELECT database_id, user_id, subscription_id, row_number() OVER (ORDER BY user_id, subscription_id) AS n
-                    FROM subscriptions WHERE database_id = \(id)
-                ), bumped AS (
-                    UPDATE counters SET value = value + (SELECT count(*) FROM copied) WHERE key = 'subscriptions_version'
-                    RETURNING value - (SELECT count(*) FROM copied) AS base
-                )
-                INSERT INTO subscription_changes (version, database_id, user_id, subscription_id)
-                SELECT bumped.base + copied.n, copied.database_id, copied.user_id, copied.subscription_id FROM bumped, copied
-                """, logger: logger)
+            try await Self.countSubscriptionsChanged(ofDatabase: id, on: connection, logger: logger)
         }
         return copied
     }

@@ -859,5 +859,33 @@ enum PostgresMigrations {
                 "CREATE INDEX outbox_forwarded_at ON outbox_forwarded (forwarded_at)",
             ]
         ),
+        (
+            "v30-partition-moves",
+            [
+                // A database being moved off this store names its target (the move's fence: its
+                // writes are refused), and is marked moved once the placement switched: the row
+                // stays as a pointer (docs/scale-out.md, "Moving a user").
+                "ALTER TABLE databases ADD COLUMN moving_to text COLLATE \"C\", ADD COLUMN moved boolean NOT NULL DEFAULT false",
+                // The home's record of each database's move under way, by its step, so a move
+                // interrupted at any step goes on from there when run again.
+                """
+                CREATE TABLE moves (
+                    container text COLLATE "C" NOT NULL,
+                    environment text NOT NULL,
+                    scope text NOT NULL,
+                    owner_id bigint NOT NULL,
+                    source text COLLATE "C" NOT NULL,
+                    target text COLLATE "C" NOT NULL,
+                    step text NOT NULL,
+                    started_at bigint NOT NULL,
+                    stepped_at bigint NOT NULL,
+                    PRIMARY KEY (container, environment, scope, owner_id)
+                )
+                """,
+                // Moved on by every placement a move switches: nodes that cache placements
+                // check it about every second and forget theirs when it moved.
+                "INSERT INTO counters (key, value) VALUES ('placements_version', 0) ON CONFLICT (key) DO NOTHING",
+            ]
+        ),
     ]
 }

@@ -40,12 +40,32 @@ public struct DatabaseRow: Sendable, Hashable {
     /// The bytes its live records take (`RecordRow.storedBytes`), kept with every write: what
     /// quotas count (docs/limits.md).
     public var usedBytes: Int64
+    /// Whether it is being moved to another partition, or was (nil: it lives here).
+    public var relocation: DatabaseRelocation?
 
-    public init(id: Int64, key: DatabaseKey, sequence: Int64, usedBytes: Int64 = 0) {
+    public init(id: Int64, key: DatabaseKey, sequence: Int64, usedBytes: Int64 = 0, relocation: DatabaseRelocation? = nil) {
         self.id = id
         self.key = key
         self.sequence = sequence
         self.usedBytes = usedBytes
+        self.relocation = relocation
+    }
+}
+
+/// A logical database's move between partitions as its row on the source store tells it
+/// (`nimbus partitions move`, docs/scale-out.md "Moving a user").
+public enum DatabaseRelocation: Sendable, Hashable {
+    /// Being copied to the partition: reads go on here, writes are refused (`StorageError.moving`)
+    /// until the placement switches, so the copy misses none.
+    case fenced(to: String)
+    /// Lives on the partition now: the row stays here as a pointer that refuses reads and writes
+    /// alike, so a node whose placement is stale learns of the move instead of reading nothing.
+    case moved(to: String)
+
+    public var partition: String {
+        switch self {
+        case .fenced(let to), .moved(let to): return to
+        }
     }
 }
 

@@ -10,6 +10,13 @@ public protocol PartitionCatalog: Sendable {
     func place(_ database: DatabaseKey, on partition: String) async throws -> String
     /// How many databases each partition holds (a partition with none may be missing).
     func placementCounts() async throws -> [String: Int]
+    /// A number that moves whenever a placement changes (a move's switch), so nodes know when
+    /// to forget the placements they keep; nil when placements never change.
+    func placementsVersion() async throws -> Int64?
+}
+
+extension PartitionCatalog {
+    public func placementsVersion() async throws -> Int64? { nil }
 }
 
 /// Several stores behind one driver, each a partition holding whole logical databases: a
@@ -23,8 +30,13 @@ public protocol PartitionCatalog: Sendable {
 /// that answer. Each partition hands out ids from its own range (`PartitionIDs`). Nodes that
 /// race to place one database agree, since the catalog keeps the first placement. A read of a
 /// database never placed runs on the home, where it is absent or from before partitions.
-/// Placements never change once made (moving a user is not built), so a node keeps each it
-/// has seen.
+///
+/// A node keeps each placement it has seen, and forgets them all when the catalog's placements
+/// version moved (a user was moved: `nimbus partitions move`), which it checks at most every
+/// `placementsRecheck`. A request that meets a moving database on its old partition
+/// (`StorageError.moving`: the move's fence, or the pointer its switch left) reads the
+/// placement again and goes where it leads; one that meets the fence itself fails with
+/// `moving`, which clients see as TRY_AGAIN_LATER.
 public final class PartitionedStorage: WrappingStorageDriver {
     /// The home's name among the partitions.
     public static let home = "home"
@@ -38,6 +50,11 @@ public final class PartitionedStorage: WrappingStorageDriver {
     private let lastDiscovery = Mutex<ContinuousClock.Instant?>(nil)
     private let catalog: any PartitionCatalog
     private let placed = Mutex<[DatabaseKey: String]>([:])
+    /// When this node last asked for the catalog's placements version, and what it was.
+    private let placementsChecked = Mutex<(at: ContinuousClock.Instant, version: Int64?)?>(nil)
+    /// How often a node asks whether placements changed: a move cleans its source up only
+    /// after several of these (`PartitionMove.settle`), so no node reads a cleaned source.
+    public static let placementsRecheck: Duration = .seconds(1)
     /// Partitions whose id range this node has made sure of (`PartitionIDs`): before a
     /// partition's first transaction, so one that does not answer at start holds up nobody.
     private let rangesSet = Mutex<Set<String>>([PartitionedStorage.home])
@@ -113,10 +130,45 @@ public final class PartitionedStorage: WrappingStorageDriver {
 
     /// The partition a database lives on, as this node last learned (nil: never placed).
     public func partition(of database: DatabaseKey) async throws -> String? {
+        await forgetPlacementsIfMoved()
         if let known = placed.withLock({ $0[database] }) { return known }
         guard let name = try await catalog.placement(of: database) else { return nil }
         placed.withLock { $0[database] = name }
         return name
+    }
+
+    /// Forgets every placement kept when the catalog's placements version moved since this
+    /// node last asked, at most every `placementsRecheck` (the one request that asks waits for
+    /// the answer; a home that does not answer leaves them as they are).
+    private func forgetPlacementsIfMoved() async {
+        let now = ContinuousClock.now
+        let due = placementsChecked.withLock { checked -> (due: Bool, version: Int64?) in
+            if let checked, now - checked.at < Self.placementsRecheck { return (false, nil) }
+            let version = checked?.version
+            checked = (now, version)
+            return (true, version)
+        }
+        guard due.due, let version = try? await catalog.placementsVersion() else { return }
+        placementsChecked.withLock { $0 = (now, version) }
+        if let previous = due.version, previous != version { placed.withLock { $0.removeAll() } }
+    }
+
+    /// `run` on the store of the partition `database` lives on (`pick` finds it: placing it
+    /// first, for a write); when the database turns out to be moving off that partition, the
+    /// placement is read again and `run` goes to the new one, if the move has switched it.
+    private func routed<Value>(
+        _ database: DatabaseKey, pick: (DatabaseKey) async throws -> String,
+        _ run: (_ partition: String, _ store: any StorageDriver) async throws -> Value
+    ) async throws -> Value {
+        let name = try await pick(database)
+        do {
+            return try await run(name, try await store(named: name))
+        } catch StorageError.moving(let detail) {
+            placed.withLock { _ = $0.removeValue(forKey: database) }
+            let now = try await pick(database)
+            guard now != name else { throw StorageError.moving(detail) }
+            return try await run(now, try await store(named: now))
+        }
     }
 
     /// `run` on each partition in turn, the home's first, skipping `skipped`; the results in order.
@@ -141,8 +193,8 @@ public final class PartitionedStorage: WrappingStorageDriver {
         return partition.store
     }
 
-    private func storeForReading(_ database: DatabaseKey) async throws -> any StorageDriver {
-        try await store(named: try await partition(of: database) ?? Self.home)
+    private func partitionForReading(_ database: DatabaseKey) async throws -> String {
+        try await partition(of: database) ?? Self.home
     }
 
     /// The partition a write of `database` runs on, placing the database if it never was.
@@ -187,7 +239,7 @@ public final class PartitionedStorage: WrappingStorageDriver {
     public func read<Value: Sendable>(
         _ kind: ReadKind, in database: DatabaseKey, _ body: @escaping @Sendable (ReadUnit) throws -> Value
     ) async throws -> Value {
-        try await storeForReading(database).read(kind, in: database, body)
+        try await routed(database, pick: partitionForReading) { _, store in try await store.read(kind, in: database, body) }
     }
 
     public func partitionGroups(_ databases: [DatabaseKey]) async throws -> [[DatabaseKey]] {
@@ -220,17 +272,17 @@ public final class PartitionedStorage: WrappingStorageDriver {
     public func write<Value: Sendable>(in database: DatabaseKey, _ body: @escaping @Sendable (UnitOfWork) throws -> Value)
         async throws -> Value
     {
-        let name = try await partitionForWriting(database)
-        let store = try await store(named: name)
-        return try await sharingSchemaChanges(body, from: name) { try await store.write(in: database, $0) }
+        try await routed(database, pick: partitionForWriting) { name, store in
+            try await sharingSchemaChanges(body, from: name) { try await store.write(in: database, $0) }
+        }
     }
 
     public func write<Value: Sendable>(inZone zone: ZoneOrder, _ body: @escaping @Sendable (UnitOfWork) throws -> Value)
         async throws -> Value
     {
-        let name = try await partitionForWriting(zone.database)
-        let store = try await store(named: name)
-        return try await sharingSchemaChanges(body, from: name) { try await store.write(inZone: zone, $0) }
+        try await routed(zone.database, pick: partitionForWriting) { name, store in
+            try await sharingSchemaChanges(body, from: name) { try await store.write(inZone: zone, $0) }
+        }
     }
 
     public func close() async throws {

@@ -17,6 +17,11 @@ public enum StorageError: Error, Sendable, CustomStringConvertible {
     /// The transaction collided with a concurrent one and was undone; running it again may
     /// succeed. `RetryingStorage` does, a bounded number of times.
     case serializationFailure(String)
+    /// The database is being moved to another partition (its writes wait for the move's
+    /// switch) or was moved (the store holds only a pointer): `PartitionedStorage` reads the
+    /// placement again and goes where it leads; a client whose request meets the fence itself
+    /// tries again a moment later.
+    case moving(String)
     /// A key that must be unique exists already.
     case duplicate(String)
     /// The driver does not do this yet (say which, and what to use instead).
@@ -28,7 +33,7 @@ public enum StorageError: Error, Sendable, CustomStringConvertible {
     /// How long a client should wait before trying again, when trying again may help.
     public var retryAfterSeconds: Int? {
         switch self {
-        case .busy, .serializationFailure: return 1
+        case .busy, .serializationFailure, .moving: return 1
         case .unavailable: return 5
         case .corrupt, .queryTooExpensive, .duplicate, .unsupported, .engine: return nil
         }
@@ -41,6 +46,7 @@ public enum StorageError: Error, Sendable, CustomStringConvertible {
         case .busy(let detail): return "storage is busy: \(detail)"
         case .unavailable(let detail): return "storage is unavailable: \(detail)"
         case .serializationFailure(let detail): return "the transaction collided with another: \(detail)"
+        case .moving(let detail): return "the database is moving between partitions: \(detail)"
         case .duplicate(let detail): return "duplicate key: \(detail)"
         case .unsupported(let detail): return "not supported by this storage driver: \(detail)"
         case .engine(let detail): return "the storage engine refused a statement: \(detail)"

@@ -87,6 +87,162 @@ import Testing
         }
     }
 
+    /// `nimbus partitions move`: a user's database moves from p2 to p3 while their device
+    /// writes and syncs, and the device converges with every record once, none lost and none
+    /// twice; the source keeps only a pointer. Moves interrupted by `kill -9` after each step
+    /// finish when run again (a database left fenced answers TRY_AGAIN_LATER until then), and
+    /// what cannot be moved is refused, saying why.
+    @Test(.enabled(if: TestStorage.name == "postgres", "the suite's PostgreSQL pass"))
+    func aUserMovesBetweenPartitionsWhileTheirDeviceWritesAndSyncs() async throws {
+        try await PostgresTestCluster.withDatabase { home in
+            try await PostgresTestCluster.withDatabase { second in
+                try await PostgresTestCluster.withDatabase { third in
+                    try await Self.moveScenario(home: home, second: second, third: third)
+                }
+            }
+        }
+    }
+
+    /// `nimbus ARGUMENTS` on a thread of its own, so the test's tasks go on meanwhile.
+    static func answerAside(_ arguments: [String], environment: [String: String] = [:]) async throws -> (
+        status: Int32, output: String, error: String
+    ) {
+        try await withCheckedThrowingContinuation { continuation in
+            Thread.detachNewThread { continuation.resume(with: Result { try NimbusProcess.answer(arguments, environment: environment) }) }
+        }
+    }
+
+    /// A device that saves records one at a time (again after TRY_AGAIN_LATER, which a fence
+    /// answers) and fetches the zone's changes after each, as CKSyncEngine would.
+    actor Device {
+        let client: APIClient
+        private(set) var saved: [String] = []
+        private(set) var seen: [String: Int] = [:]
+        private(set) var refusals: [String] = []
+        private var token: String?
+
+        init(_ client: APIClient) { self.client = client }
+
+        func save(_ name: String) async throws {
+            while true {
+                let answer = try await client.modify(zone: "Album", [Op.create(name, type: "Photo", ["title": Op.field(.string(name))])])
+                let code = answer.errorCode ?? answer.records.first?["serverErrorCode"]?.stringValue
+                guard let code else { break }
+                refusals.append(code)
+                // Only the fence may refuse; a save refused as existing was committed while refused.
+                guard code == "TRY_AGAIN_LATER" else { throw TestFailure("saving \(name): \(answer.status) \(answer.text)") }
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            saved.append(name)
+        }
+
+        /// Fetches changes until none are left.
+        func sync() async throws {
+            while true {
+                let answer = try await client.zoneChanges("Album", token: token)
+                guard answer.status == 200, let zone = answer.zones.first, zone["serverErrorCode"] == nil else {
+                    refusals.append(answer.errorCode ?? answer.zones.first?["serverErrorCode"]?.stringValue ?? "\(answer.status)")
+                    try await Task.sleep(for: .milliseconds(100))
+                    continue
+                }
+                for record in zone["records"]?.arrayValue ?? [] {
+                    seen[record["recordName"]?.stringValue ?? "?", default: 0] += 1
+                }
+                token = zone["syncToken"]?.stringValue
+                if zone["moreComing"]?.boolValue != true { return }
+            }
+        }
+    }
+
+    static func moveScenario(home: PostgresLocation, second: PostgresLocation, third: PostgresLocation) async throws {
+        let data = ["--database", home.description]
+        let catalogStore = try await PostgresStorage(home, maximumConnections: 2)
+        let catalog = catalogStore.partitionCatalog
+        defer { Task { await catalogStore.close() } }
+        _ = try await catalog.addChecked(name: "p2", url: second.description, at: 1)
+        _ = try await catalog.addChecked(name: "p3", url: third.description, at: 2)
+        try await TestServer.with(configure: { configuration in
+            configuration.storage = PostgresStorage.opener(home, maximumConnections: 4)
+        }) { server in
+            let ann = try await IdentityTests.person(server, "ann")
+            let annID = try #require(try await server.service.storage.accounts.user(name: "ann")).id
+            let key = DatabaseKey(container: TestServer.container, environment: .development, scope: .private, ownerID: annID)
+            try await expectEqual(catalog.place(key, on: "p2"), "p2")
+            try await expectEqual(ann.createZone("Album").status, 200)
+            let device = Device(ann)
+            for index in 0..<5 { try await device.save("before-\(index)") }
+            try await NotificationTests.subscribe(ann, SubscriptionTests.querySubscription("photos", type: "Photo", zone: "Album"))
+            try await device.sync()
+
+            // The move runs while the device writes and syncs.
+            let writing = Task {
+                for index in 0..<40 {
+                    try await device.save("during-\(index)")
+                    try await device.sync()
+                }
+            }
+            let moved = try await answerAside(["partitions", "move", "--user", "ann", "--to", "p3"] + data)
+            try await writing.value
+            #expect(moved.status == 0 && moved.output.contains("from 'p2' to 'p3'"), "\(moved)")
+            try await expectEqual(catalog.placement(of: key), "p3")
+            for index in 0..<5 { try await device.save("after-\(index)") }
+            try await device.sync()
+            let saved = await device.saved
+            let seen = await device.seen
+            expectEqual(Set(seen.keys), Set(saved), "every record saved reaches the device's sync")
+            expectEqual(seen.filter { $0.value != 1 }, [:], "no record reaches it twice")
+            // The source keeps only the pointer; the target has every record; subscribers are
+            // still told of changes, now from p3.
+            let sourceRows = try await PostgresTestCluster.rows(
+                "SELECT (SELECT count(*) FROM records)::text, (SELECT string_agg(moving_to || ' ' || moved, ',') FROM databases WHERE owner_id = \(annID))", on: second)
+            expectEqual(sourceRows.first, ["0", "p3 true"])
+            let targetRows = try await PostgresTestCluster.rows("SELECT count(*)::text FROM records WHERE NOT deleted", on: third)
+            expectEqual(targetRows.first?.first, "\(saved.count)")
+            try await waitFor {
+                let notifications = try await ann.device("notifications/changes").json["notifications"]?.arrayValue ?? []
+                return notifications.contains { "\($0)".contains("after-4") }
+            }
+
+            // Refused, saying why.
+            let nobody = try await answerAside(["partitions", "move", "--user", "nobody", "--to", "p2"] + data)
+            #expect(nobody.status != 0 && nobody.error.contains("no account is named 'nobody'"), "\(nobody)")
+            let nowhere = try await answerAside(["partitions", "move", "--user", "ann", "--to", "p9"] + data)
+            #expect(nowhere.status != 0 && nowhere.error.contains("there is no partition 'p9'"), "\(nowhere)")
+            let again = try await answerAside(["partitions", "move", "--user", "ann", "--to", "p3"] + data)
+            #expect(again.status == 0 && again.output.contains("on partition 'p3' already"), "\(again)")
+
+            // Killed after each step, the move finishes when run again; meanwhile a fenced
+            // database answers TRY_AGAIN_LATER, and a move elsewhere is refused.
+            var target = "p2"
+            for step in ["fence", "copy", "switch"] {
+                let killed = try await answerAside(
+                    ["partitions", "move", "--user", "ann", "--to", target] + data, environment: ["NIMBUS_TEST_MOVE_CRASH_AFTER": step])
+                #expect(killed.status != 0, "\(step): \(killed)")
+                let listed = try await answerAside(["partitions", "list"] + data)
+                #expect(listed.output.contains("move under way") && listed.output.contains("to '\(target)'"), "\(step): \(listed.output)")
+                if step != "switch" {
+                    let fenced = try await ann.modify(zone: "Album", [Op.create("fenced-\(step)", type: "Photo")])
+                    expectEqual(fenced.errorCode, "TRY_AGAIN_LATER", "\(step): \(fenced.text)")
+                    #expect(fenced.json["retryAfter"] != nil, "\(fenced.text)")
+                    let elsewhere = try await answerAside(["partitions", "move", "--user", "ann", "--to", "home"] + data)
+                    #expect(elsewhere.status != 0 && elsewhere.error.contains("finish that move first"), "\(step): \(elsewhere)")
+                }
+                let finished = try await answerAside(["partitions", "move", "--user", "ann", "--to", target] + data)
+                #expect(finished.status == 0, "\(step): \(finished)")
+                try await expectEqual(catalog.placement(of: key), target)
+                try await device.save("after-\(step)")
+                try await device.sync()
+                let names = await device.saved
+                let found = try await ann.lookup(zone: "Album", names)
+                expectEqual(found.records.filter { $0["serverErrorCode"] != nil }.count, 0, "\(step): \(found.text)")
+                target = target == "p2" ? "p3" : "p2"
+            }
+            let seenAtEnd = await device.seen
+            expectEqual(seenAtEnd.filter { $0.value != 1 }, [:], "no record reaches the device twice")
+            try await expectEqual(catalog.moves().count, 0)
+        }
+    }
+
     static func scenario(
         home: PostgresLocation, second: PostgresLocation, third: PostgresLocation, used: PostgresLocation, later: PostgresLocation
     ) async throws {

@@ -265,7 +265,7 @@ extension NimbusService {
             notificationHub.index.withLock { index in
                 // Moved meanwhile (this process's own change): the next check catches up.
                 guard index.version(ofPartition: partition) == indexed else { return }
-                index.apply(updates)
+                index.apply(updates, fromPartition: partition)
                 index.setVersion(version, ofPartition: partition)
             }
             return version
@@ -288,7 +288,7 @@ extension NimbusService {
     /// now at `after`.
     func applyOwnSubscriptionChanges(_ changes: [SubscriptionIndex.Update], partition: Int64, before: Int64, after: Int64) {
         notificationHub.index.withLock { index in
-            index.apply(changes)
+            index.apply(changes, fromPartition: partition)
             if index.version(ofPartition: partition) == before { index.setVersion(after, ofPartition: partition) }
         }
     }

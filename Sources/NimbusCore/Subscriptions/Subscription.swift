@@ -81,16 +81,25 @@ struct SubscriptionIndex: Sendable {
     mutating func setVersion(_ version: Int64, ofPartition partition: Int64) { versions[partition] = version }
 
     /// Puts `subscriptions` (every one a partition's store holds, at `version`) in place of
-    /// what the index had from that partition. A database's id names its partition
-    /// (`PartitionIDs`).
+    /// what the index had from that partition.
     mutating func replacePartition(_ partition: Int64, with subscriptions: [Subscription], version: Int64) {
-        let filed = databases.filter { PartitionIDs.partition(of: $0.key) == partition }
+        let filed = databases.filter { self.partition(ofDatabase: $0.key) == partition }
         for (databaseID, filing) in filed {
             for key in filing.all.keys { remove(databaseID: databaseID, key: key) }
         }
-        for subscription in subscriptions { insert(subscription) }
+        for subscription in subscriptions {
+            insert(subscription)
+            movedDatabases[subscription.databaseID] = PartitionIDs.partition(of: subscription.databaseID) == partition ? nil : partition
+        }
         versions[partition] = version
     }
+
+    /// The partitions that databases moved to (`nimbus partitions move`) were last filed from:
+    /// any other database's id names its partition (`PartitionIDs`).
+    private var movedDatabases: [Int64: Int64] = [:]
+
+    /// The partition the index last filed the database's subscriptions from.
+    private func partition(ofDatabase id: Int64) -> Int64 { movedDatabases[id] ?? PartitionIDs.partition(of: id) }
 
     /// Query subscriptions with one filter (`Subscription.filterKey`): a write evaluates the
     /// filter once, however many subscribe with it.
@@ -184,10 +193,20 @@ struct SubscriptionIndex: Sendable {
     /// deleted.
     typealias Update = (databaseID: Int64, key: Subscription.Key, subscription: Subscription?)
 
-    /// Files or removes each subscription as `updates` say.
-    mutating func apply(_ updates: [Update]) {
+    /// Files or removes each subscription as `updates` say; updates read from a partition's
+    /// store name it (`partition`). A database moved between partitions is filed from the one
+    /// its subscriptions last came from: the source's removal as the move cleans up after
+    /// itself does not remove what the target's copy filed.
+    mutating func apply(_ updates: [Update], fromPartition partition: Int64? = nil) {
         for (databaseID, key, subscription) in updates {
-            if let subscription { insert(subscription) } else { remove(databaseID: databaseID, key: key) }
+            if let subscription {
+                insert(subscription)
+                if let partition {
+                    movedDatabases[databaseID] = PartitionIDs.partition(of: databaseID) == partition ? nil : partition
+                }
+            } else if partition == nil || partition == self.partition(ofDatabase: databaseID) {
+                remove(databaseID: databaseID, key: key)
+            }
         }
     }
 

@@ -47,6 +47,18 @@ public final class UnitOfWork: ReadUnit {
 
     private func write(_ write: StorageWrite) { writes.append(write) }
 
+    /// Notes that the unit writes in the database, refused while a move between partitions
+    /// fences it (`DatabaseRelocation`; a moved one's row refuses every use). `apply` takes the
+    /// row of each database noted as it commits and refuses the unit if a fence came meanwhile,
+    /// so no write decided before a fence commits after it.
+    private func writes(inDatabase id: Int64) throws {
+        guard !overlay.changes.databasesWritten.contains(id) else { return }
+        if !overlay.createdDatabases.contains(id), case .fenced(let partition) = try database(id: id).relocation {
+            throw StorageError.moving("database \(id) is being moved to partition '\(partition)'; its writes wait for the move")
+        }
+        overlay.changes.databasesWritten.insert(id)
+    }
+
     /// The schema changes the unit made, in order: what `PartitionedStorage` makes again on
     /// its other partitions, each of which keeps a copy of the schema.
     public var schemaChanges: [StorageWrite] { writes.filter(\.changesSchema) }
@@ -155,6 +167,7 @@ public final class UnitOfWork: ReadUnit {
     /// checked at apply); the database's sequence is the engine's to stamp.
     public func nextRecordSequence(in zone: ZoneRow) throws -> Int64 {
         var row = try self.zone(id: zone.id)
+        try writes(inDatabase: row.databaseID)
         let read = overlay.changes.zoneSequences[row.id]?.read ?? row.recordSequence
         row.recordSequence += 1
         put(row)
@@ -169,6 +182,7 @@ public final class UnitOfWork: ReadUnit {
     /// uncommitted usage refuses a commit that grows the database past it because of writes
     /// the caller did not see (`serializationFailure`, so the caller decides again).
     public func addUsage(databaseID: Int64, bytes: Int64, quota: Int64) throws {
+        try writes(inDatabase: databaseID)
         var row = try database(id: databaseID)
         let read = overlay.changes.usage[databaseID]?.read ?? row.usedBytes
         row.usedBytes += bytes
@@ -191,6 +205,7 @@ public final class UnitOfWork: ReadUnit {
     /// replaces: a deletion stamps the database above the deleted zone's record sequences, so
     /// a zone made again under a name never repeats a change tag of the one before.
     public func createZone(databaseID: Int64, name: String) throws -> ZoneRow {
+        try writes(inDatabase: databaseID)
         let tombstone = try zone(databaseID: databaseID, name: name)
         let database = try database(id: databaseID)
         let start = max(database.sequence, tombstone?.recordSequence ?? 0) + 1
@@ -212,6 +227,7 @@ public final class UnitOfWork: ReadUnit {
     /// `usedBytes`.
     public func deleteZone(id: Int64) throws {
         var zone = try zone(id: id)
+        try writes(inDatabase: zone.databaseID)
         zone.isDeleted = true
         put(zone)
         if !overlay.createdZones.contains(id) {
@@ -327,6 +343,7 @@ public final class UnitOfWork: ReadUnit {
     /// Inserts or replaces the subscription with the same database, user and ID (and changes
     /// `subscriptionsVersion`).
     public func putSubscription(_ row: SubscriptionRow) throws {
+        try writes(inDatabase: row.databaseID)
         try changeSubscriptions()
         overlay.subscriptions[SubscriberKey(databaseID: row.databaseID, userID: row.userID), default: [:]][row.subscriptionID] = row
         write(.putSubscription(row))
@@ -336,6 +353,7 @@ public final class UnitOfWork: ReadUnit {
     /// when there was).
     public func deleteSubscription(databaseID: Int64, userID: Int64, subscriptionID: String) throws -> Bool {
         guard try subscription(databaseID: databaseID, userID: userID, subscriptionID: subscriptionID) != nil else { return false }
+        try writes(inDatabase: databaseID)
         try changeSubscriptions()
         overlay.subscriptions[SubscriberKey(databaseID: databaseID, userID: userID), default: [:]][subscriptionID] = .some(nil)
         write(.deleteSubscription(databaseID: databaseID, userID: userID, subscriptionID: subscriptionID))
@@ -347,6 +365,7 @@ public final class UnitOfWork: ReadUnit {
     /// matched even if the process dies right after the commit. Entries of one database come
     /// out in the order of their commits.
     public func appendOutbox(databaseID: Int64, body: [UInt8], createdAt: Int64) throws {
+        try writes(inDatabase: databaseID)
         write(.appendOutbox(databaseID: databaseID, body: body, createdAt: createdAt))
     }
 

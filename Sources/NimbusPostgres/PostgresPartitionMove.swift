@@ -1,0 +1,316 @@
+import Foundation
+import Logging
+import NimbusStorage
+import PostgresNIO
+
+/// `nimbus partitions move --user U --to P`: one user's logical databases (their private
+/// databases, and their shared database) moved to another partition while the server runs
+/// (docs/scale-out.md, "Moving a user"). Each database goes through four steps, recorded in
+/// the home's `moves` table as each commits, so a move interrupted anywhere (`kill -9` of the
+/// command included) goes on from its last step when run again:
+///
+/// 1. **fence**: the source's database row names the target (`DatabaseRelocation.fenced`).
+///    The statement waits for every write holding the row (each write takes it as it commits,
+///    `PostgresApply`), and every later one is refused (`StorageError.moving`, which clients
+///    see as TRY_AGAIN_LATER): reads go on.
+/// 2. **copy**: the database's rows, ids and sequences as they are, replace what the target
+///    held of it (`copyDatabase`), so change tokens and change tags carry over.
+/// 3. **switch**: the source's row becomes a pointer (`moved`) and the catalog places the
+///    database on the target, moving the placements version, so nodes forget what they kept.
+/// 4. **clean**: after `settle` (every node has forgotten its placement by then), the
+///    source's rows go, its subscriptions counted as removed; the pointer row stays.
+public struct PartitionMove: Sendable {
+    public enum Step: String, Sendable, CaseIterable {
+        case fence, copy
+        case switchPlacement = "switch"
+        case clean
+    }
+
+    /// One database's move as it ended.
+    public struct Moved: Sendable {
+        public let database: DatabaseKey
+        public let source: String
+        /// Rows copied (0 when an earlier run had copied them already).
+        public let rows: Int
+    }
+
+    let home: PostgresStorage
+    /// The store of a partition by name (`PartitionedStorage.home`: the home itself).
+    let store: @Sendable (String) async throws -> PostgresStorage
+    /// How long the clean-up waits after the switch: several `placementsRecheck`s, so every
+    /// node serving has forgotten the old placement before the source's rows go.
+    let settle: Duration
+    /// Called as each step has committed (the tests end the process there).
+    let stepped: @Sendable (Step) async -> Void
+
+    public static let defaultSettle: Duration = PartitionedStorage.placementsRecheck * 5
+
+    public init(
+        home: PostgresStorage, settle: Duration = defaultSettle, stepped: @escaping @Sendable (Step) async -> Void = { _ in },
+        store: @escaping @Sendable (String) async throws -> PostgresStorage
+    ) {
+        self.home = home
+        self.settle = settle
+        self.stepped = stepped
+        self.store = store
+    }
+
+    /// Moves every private and shared database of the user to `target`, finishing first any
+    /// move of theirs a crash interrupted. Refused (`PartitionRefusal`) when the target is not
+    /// a partition, or one of the user's databases is half-way to another.
+    public func moveUser(_ userID: Int64, to target: String) async throws -> [Moved] {
+        let catalog = home.partitionCatalog
+        let known = try await catalog.partitions().map(\.name)
+        guard target == PartitionedStorage.home || known.contains(target) else {
+            throw PartitionRefusal("there is no partition '\(target)': `nimbus partitions list` shows them")
+        }
+        let underway = try await catalog.moves(ownerID: userID)
+        if let other = underway.first(where: { $0.target != target }) {
+            throw PartitionRefusal(
+                "\(other.database) is half-way to partition '\(other.target)' (step \(other.step.rawValue)): finish that move first, with --to \(other.target)")
+        }
+        var moved: [Moved] = []
+        for database in try await catalog.databases(ownerID: userID) {
+            if let result = try await move(database, to: target, underway: underway.first { $0.database == database }) {
+                moved.append(result)
+            }
+        }
+        return moved
+    }
+
+    /// One database through its remaining steps; nil when it lives on `target` already.
+    func move(_ database: DatabaseKey, to target: String, underway: PostgresPartitionCatalog.MoveState?) async throws -> Moved? {
+        let catalog = home.partitionCatalog
+        var state: PostgresPartitionCatalog.MoveState
+        if let underway {
+            state = underway
+        } else {
+            let source = try await catalog.placement(of: database) ?? PartitionedStorage.home
+            guard source != target else { return nil }
+            state = try await catalog.beginMove(database, from: source, to: target, at: Self.now())
+        }
+        let source = try await store(state.source)
+        var rows = 0
+        while true {
+            switch state.step {
+            case .fence:
+                try await source.fence(database, movingTo: target)
+            case .copy:
+                rows = try await source.copyDatabase(database, to: try await store(target))
+            case .switchPlacement:
+                try await source.markMoved(database)
+                try await catalog.switchPlacement(database, to: target, at: Self.now())
+            case .clean:
+                let waited = Duration.milliseconds(max(0, Self.now() - state.steppedAt))
+                if waited < settle { try await Task.sleep(for: settle - waited) }
+                try await source.removeMovedDatabase(database)
+                try await catalog.endMove(database)
+                await stepped(.clean)
+                return Moved(database: database, source: state.source, rows: rows)
+            }
+            let done = state.step
+            if done != .switchPlacement {  // the switch records its next step with the placement
+                state = try await catalog.recordStep(database, after: done, at: Self.now())
+            } else {
+                state = try await catalog.moveState(database) ?? state
+            }
+            await stepped(done)
+        }
+    }
+
+    static func now() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+}
+
+// MARK: The steps on a partition's store
+
+extension PostgresStorage {
+    /// The move's fence: the database's row names its target, once every write holding the
+    /// row has committed (the UPDATE waits for them); writes decided meanwhile are refused as
+    /// they commit (`PostgresApply`). Run again, it changes nothing.
+    func fence(_ database: DatabaseKey, movingTo target: String) async throws {
+        try await rows(
+            """
+            UPDATE databases SET moving_to = \(target)
+            WHERE container = \(database.container) AND environment = \(database.environment.rawValue)
+                AND scope = \(database.scope.rawValue) AND owner_id = \(database.ownerID) AND NOT moved
+            """)
+    }
+
+    /// The switch's side here: the row becomes a pointer that refuses reads too.
+    func markMoved(_ database: DatabaseKey) async throws {
+        try await rows(
+            """
+            UPDATE databases SET moved = true
+            WHERE container = \(database.container) AND environment = \(database.environment.rawValue)
+                AND scope = \(database.scope.rawValue) AND owner_id = \(database.ownerID) AND moving_to IS NOT NULL
+            """)
+    }
+
+    /// The clean-up: every row of the moved database goes but its pointer, its subscriptions
+    /// counted as removed (so every node's index drops them here). In one transaction.
+    func removeMovedDatabase(_ database: DatabaseKey) async throws {
+        guard let id = try await databaseID(database, moved: true) else { return }
+        try await client.withTransaction(logger: logger) { connection in
+            try await Self.countSubscriptionsChanged(ofDatabase: id, on: connection, logger: logger)
+            for table in Self.databaseTables.reversed() where table != "databases" {
+                try await connection.query("DELETE FROM \(unescaped: table) WHERE database_id = \(id)", logger: logger)
+            }
+        }
+    }
+
+    /// The database's id here; with `moved`, only when its row is a move's pointer.
+    func databaseID(_ database: DatabaseKey, moved: Bool = false) async throws -> Int64? {
+        try await rows(
+            """
+            SELECT id FROM databases WHERE container = \(database.container) AND environment = \(database.environment.rawValue)
+                AND scope = \(database.scope.rawValue) AND owner_id = \(database.ownerID) AND (moved OR NOT \(moved))
+            """
+        ).first?.decode(Int64.self)
+    }
+
+    /// Moves the subscriptions version on past every subscription of the database, each listed
+    /// as changed, so every node's subscription index reads them again (present after a copy,
+    /// absent after a clean-up).
+    static func countSubscriptionsChanged(ofDatabase id: Int64, on connection: PostgresConnection, logger: Logger) async throws {
+        try await connection.query(
+            """
+            WITH changed AS (
+                SELECT database_id, user_id, subscription_id, row_number() OVER (ORDER BY user_id, subscription_id) AS n
+                FROM subscriptions WHERE database_id = \(id)
+            ), bumped AS (
+                UPDATE counters SET value = value + (SELECT count(*) FROM changed) WHERE key = 'subscriptions_version'
+                RETURNING value - (SELECT count(*) FROM changed) AS base
+            )
+            INSERT INTO subscription_changes (version, database_id, user_id, subscription_id)
+            SELECT bumped.base + changed.n, changed.database_id, changed.user_id, changed.subscription_id FROM bumped, changed
+            """, logger: logger)
+    }
+}
+
+// MARK: The home's record of moves
+
+extension PostgresPartitionCatalog {
+    /// A database's move under way, as the home's `moves` table has it.
+    public struct MoveState: Sendable {
+        public let database: DatabaseKey
+        public let source: String
+        public let target: String
+        /// The step to run next.
+        public let step: PartitionMove.Step
+        public let steppedAt: Int64
+    }
+
+    public func placementsVersion() async throws -> Int64? {
+        try await storage.rows("SELECT value FROM counters WHERE key = 'placements_version'").first?.decode(Int64.self)
+    }
+
+    /// The user's private and shared databases: those placed, and those the home holds from
+    /// before partitions.
+    func databases(ownerID: Int64) async throws -> [DatabaseKey] {
+        let found = try await storage.rows(
+            """
+            SELECT container, environment, scope FROM placements WHERE owner_id = \(ownerID) AND scope <> 'public'
+            UNION SELECT container, environment, scope FROM databases WHERE owner_id = \(ownerID) AND scope <> 'public' AND NOT moved
+            UNION SELECT container, environment, scope FROM moves WHERE owner_id = \(ownerID)
+            ORDER BY 1, 2, 3
+            """)
+        return try found.compactMap { row in
+            let (container, environment, scope) = try row.decode((String, String, String).self)
+            guard let environment = Environment(rawValue: environment), let scope = DatabaseScope(rawValue: scope) else { return nil }
+            return DatabaseKey(container: container, environment: environment, scope: scope, ownerID: ownerID)
+        }
+    }
+
+    /// Moves under way: the user's (`ownerID`), or everyone's.
+    public func moves(ownerID: Int64? = nil) async throws -> [MoveState] {
+        try await storage.rows(
+            """
+            SELECT container, environment, scope, owner_id, source, target, step, stepped_at FROM moves
+            WHERE \(ownerID)::bigint IS NULL OR owner_id = \(ownerID) ORDER BY owner_id, container, environment, scope
+            """
+        ).compactMap(Self.moveState)
+    }
+
+    func moveState(_ database: DatabaseKey) async throws -> MoveState? {
+        try await storage.rows(
+            """
+            SELECT container, environment, scope, owner_id, source, target, step, stepped_at FROM moves
+            WHERE container = \(database.container) AND environment = \(database.environment.rawValue)
+                AND scope = \(database.scope.rawValue) AND owner_id = \(database.ownerID)
+            """
+        ).first.flatMap(Self.moveState)
+    }
+
+    private static func moveState(_ row: PostgresRow) throws -> MoveState? {
+        let (container, environment, scope, owner, source, target, step, stepped) = try row.decode(
+            (String, String, String, Int64, String, String, String, Int64).self)
+        guard let environment = Environment(rawValue: environment), let scope = DatabaseScope(rawValue: scope),
+            let step = PartitionMove.Step(rawValue: step)
+        else { throw StorageError.corrupt("a move of \(container)/\(owner) names an unknown environment, scope or step") }
+        return MoveState(
+            database: DatabaseKey(container: container, environment: environment, scope: scope, ownerID: owner), source: source,
+            target: target, step: step, steppedAt: stepped)
+    }
+
+    /// Records the move at its first step; a move of the database recorded meanwhile (another
+    /// run of the command) is taken as it is.
+    func beginMove(_ database: DatabaseKey, from source: String, to target: String, at time: Int64) async throws -> MoveState {
+        try await storage.rows(
+            """
+            INSERT INTO moves (container, environment, scope, owner_id, source, target, step, started_at, stepped_at)
+            VALUES (\(database.container), \(database.environment.rawValue), \(database.scope.rawValue), \(database.ownerID),
+                \(source), \(target), \(PartitionMove.Step.fence.rawValue), \(time), \(time))
+            ON CONFLICT DO NOTHING
+            """)
+        guard let state = try await moveState(database) else {
+            throw StorageError.serializationFailure("the move of \(database) ended while it was being recorded")
+        }
+        return state
+    }
+
+    /// Records that `step` is done (the fence and the copy) and returns the state after it.
+    func recordStep(_ database: DatabaseKey, after step: PartitionMove.Step, at time: Int64) async throws -> MoveState {
+        let steps = PartitionMove.Step.allCases
+        guard let index = steps.firstIndex(of: step), index + 1 < steps.count else {
+            throw StorageError.corrupt("no step follows \(step.rawValue)")
+        }
+        try await storage.rows(
+            """
+            UPDATE moves SET step = \(steps[index + 1].rawValue), stepped_at = \(time)
+            WHERE container = \(database.container) AND environment = \(database.environment.rawValue)
+                AND scope = \(database.scope.rawValue) AND owner_id = \(database.ownerID)
+            """)
+        guard let state = try await moveState(database) else { throw StorageError.corrupt("the move of \(database) vanished") }
+        return state
+    }
+
+    /// The switch: the database is placed on `target`, the placements version moves, and the
+    /// move's next step is the clean-up, in one transaction.
+    func switchPlacement(_ database: DatabaseKey, to target: String, at time: Int64) async throws {
+        let logger = storage.logger
+        try await storage.client.withTransaction(logger: logger) { connection in
+            try await connection.query(
+                """
+                INSERT INTO placements (container, environment, scope, owner_id, partition)
+                VALUES (\(database.container), \(database.environment.rawValue), \(database.scope.rawValue), \(database.ownerID), \(target))
+                ON CONFLICT (container, environment, scope, owner_id) DO UPDATE SET partition = excluded.partition
+                """, logger: logger)
+            try await connection.query(
+                "UPDATE counters SET value = value + 1 WHERE key = 'placements_version'", logger: logger)
+            try await connection.query(
+                """
+                UPDATE moves SET step = \(PartitionMove.Step.clean.rawValue), stepped_at = \(time)
+                WHERE container = \(database.container) AND environment = \(database.environment.rawValue)
+                    AND scope = \(database.scope.rawValue) AND owner_id = \(database.ownerID)
+                """, logger: logger)
+        }
+    }
+
+    func endMove(_ database: DatabaseKey) async throws {
+        try await storage.rows(
+            """
+            DELETE FROM moves WHERE container = \(database.container) AND environment = \(database.environment.rawValue)
+                AND scope = \(database.scope.rawValue) AND owner_id = \(database.ownerID)
+            """)
+    }
+}

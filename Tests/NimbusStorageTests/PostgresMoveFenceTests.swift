@@ -1,0 +1,89 @@
+import Foundation
+import NimbusStorage
+import NimbusTestSupport
+import PostgresNIO
+import Testing
+
+@testable import NimbusPostgres
+
+/// The fence of a move between partitions (docs/scale-out.md, "Moving a user"): it waits for
+/// a write holding the database's row, refuses a write decided before it as that write
+/// commits, refuses new writes as they are decided, and leaves reads alone until the switch
+/// makes the row a pointer.
+@Suite(.enabled(if: PostgresTestCluster.url != nil, "needs the test cluster"))
+struct PostgresMoveFenceTests {
+    @Test func aFenceWaitsForWritesInFlightAndRefusesWritesDecidedBeforeIt() async throws {
+        try await PostgresTestCluster.withDatabase { location in
+            let storage = try await PostgresStorage(location, deadline: PostgresTestCluster.deadline, maximumConnections: 4)
+            let coarse = PostgresCoarseStorage(storage)
+            let driver = UnitOfWorkDriver(coarse)
+            do {
+                let key = DatabaseKey(container: "c", environment: .development, scope: .private, ownerID: 7)
+                let other = DatabaseKey(container: "c", environment: .development, scope: .private, ownerID: 8)
+                let id = try await driver.write(in: key) { try $0.ensureDatabase(key).id }
+                _ = try await driver.write(in: other) { try $0.ensureDatabase(other) }
+
+                // A unit decided before the fence: an outbox entry only, no record change.
+                var decided = UnitOfWorkChanges()
+                decided.writes = [.appendOutbox(databaseID: id, body: [1], createdAt: 1)]
+                decided.databasesWritten = [id]
+                try await coarse.apply(decided)
+
+                // The fence waits for a write that holds the row (as every apply does at its end).
+                let holder = try await PostgresConnection.connect(
+                    configuration: .init(
+                        host: location.host, port: location.port, username: location.user, password: location.password,
+                        database: location.database, tls: .disable), id: 9, logger: storage.logger)
+                try await holder.query("BEGIN", logger: storage.logger)
+                try await holder.query("UPDATE databases SET sequence = sequence WHERE id = \(id)", logger: storage.logger)
+                let fence = Task { try await storage.fence(key, movingTo: "p9") }
+                try await Task.sleep(for: .milliseconds(300))
+                let fencedEarly = try await PostgresTestCluster.rows("SELECT moving_to FROM databases WHERE id = \(id)", on: location)
+                expectEqual(fencedEarly.first?.first ?? nil, nil, "the fence went ahead of a write holding the row")
+                try await holder.query("COMMIT", logger: storage.logger)
+                try await holder.close()
+                try await fence.value
+
+                // Decided before the fence, applied after it: refused as it commits, so the
+                // unit is decided again (and then refused for the fence it sees).
+                await #expect {
+                    try await coarse.apply(decided)
+                } throws: { error in
+                    if case StorageError.serializationFailure(let detail) = error { return detail.contains("is being moved") }
+                    return false
+                }
+                let entries = try await PostgresTestCluster.rows("SELECT count(*)::text FROM change_outbox", on: location)
+                expectEqual(entries.first?.first, "1", "only the entry from before the fence")
+
+                // Decided after it: refused as it is decided, saying why; reads go on, and other
+                // databases are written as ever.
+                await #expect {
+                    try await driver.write(in: key) { tx in
+                        let database = try tx.ensureDatabase(key)
+                        try tx.appendOutbox(databaseID: database.id, body: [2], createdAt: 2)
+                    }
+                } throws: { error in
+                    if case StorageError.moving(let detail) = error { return detail.contains("partition 'p9'") }
+                    return false
+                }
+                try await expectEqual(driver.read(.point, in: key) { try $0.database(key)?.relocation }, .fenced(to: "p9"))
+                try await driver.write(in: other) { tx in
+                    try tx.appendOutbox(databaseID: try tx.ensureDatabase(other).id, body: [3], createdAt: 3)
+                }
+
+                // After the switch the row is a pointer: reads are refused too.
+                try await storage.markMoved(key)
+                await #expect {
+                    try await driver.read(.point, in: key) { try $0.database(key) }
+                } throws: { error in
+                    if case StorageError.moving(let detail) = error { return detail.contains("lives on partition 'p9' now") }
+                    return false
+                }
+            } catch {
+                await storage.close()
+                throw error
+            }
+            await storage.close()
+        }
+    }
+}
