@@ -23,7 +23,8 @@ struct PostgresMoveFenceTests {
                 let id = try await driver.write(in: key) { try $0.ensureDatabase(key).id }
                 _ = try await driver.write(in: other) { try $0.ensureDatabase(other) }
 
-                // A unit decided before the fence: an outbox entry only, no record change.
+                // A unit decided before the fence (what it writes matters not: every database a
+                // unit writes in is in `databasesWritten`).
                 var decided = UnitOfWorkChanges()
                 decided.writes = [.appendOutbox(databaseID: id, body: [1], createdAt: 1)]
                 decided.databasesWritten = [id]
@@ -58,18 +59,13 @@ struct PostgresMoveFenceTests {
                 // Decided after it: refused as it is decided, saying why; reads go on, and other
                 // databases are written as ever.
                 await #expect {
-                    try await driver.write(in: key) { tx in
-                        let database = try tx.ensureDatabase(key)
-                        try tx.appendOutbox(databaseID: database.id, body: [2], createdAt: 2)
-                    }
+                    try await driver.write(in: key) { tx in _ = try tx.createZone(databaseID: try tx.ensureDatabase(key).id, name: "Album") }
                 } throws: { error in
                     if case StorageError.moving(let detail) = error { return detail.contains("partition 'p9'") }
                     return false
                 }
                 try await expectEqual(driver.read(.point, in: key) { try $0.database(key)?.relocation }, .fenced(to: "p9"))
-                try await driver.write(in: other) { tx in
-                    try tx.appendOutbox(databaseID: try tx.ensureDatabase(other).id, body: [3], createdAt: 3)
-                }
+                _ = try await driver.write(in: other) { tx in try tx.createZone(databaseID: try tx.ensureDatabase(other).id, name: "Album") }
 
                 // After the switch the row is a pointer: reads are refused too.
                 try await storage.markMoved(key)

@@ -364,8 +364,11 @@ public final class UnitOfWork: ReadUnit {
     /// it commits with the change or not at all, so a change whose write was acknowledged is
     /// matched even if the process dies right after the commit. Entries of one database come
     /// out in the order of their commits.
+    ///
+    /// Not a write in that database for a move's fence: an entry mirrors a change to a shared
+    /// zone into a participant's shared database, which may live elsewhere, and an entry of
+    /// the unit's own database comes with the record changes that note it.
     public func appendOutbox(databaseID: Int64, body: [UInt8], createdAt: Int64) throws {
-        try writes(inDatabase: databaseID)
         write(.appendOutbox(databaseID: databaseID, body: body, createdAt: createdAt))
     }
 
