@@ -81,8 +81,9 @@ public struct PostgresCoarseStorage: CoarseStorage {
         case .allSubscriptions:
             return .subscriptions(
                 try await rows(
-                    // A moved database's (the pointer a move leaves until it cleans up) are its target's.
-                    "SELECT \(unescaped: Self.subscriptionColumns) FROM subscriptions s JOIN databases d ON d.id = s.database_id WHERE NOT d.moved"
+                    // A database being moved off this store has its subscriptions filed from its target
+                    // (their copy there), so the source's removal as the move cleans up removes none.
+                    "SELECT \(unescaped: Self.subscriptionColumns) FROM subscriptions s JOIN databases d ON d.id = s.database_id WHERE d.moving_to IS NULL"
                 ).map(Self.subscription))
         case .subscriptionChanges(let after, let limit):
             let bounds = try await rows(
