@@ -15,8 +15,10 @@ import PostgresNIO
 ///    see as TRY_AGAIN_LATER): reads go on.
 /// 2. **copy**: the database's rows, ids and sequences as they are, replace what the target
 ///    held of it (`copyDatabase`), so change tokens and change tags carry over.
-/// 3. **switch**: the source's row becomes a pointer (`moved`) and the catalog places the
-///    database on the target, moving the placements version, so nodes forget what they kept.
+/// 3. **switch**: once the target's read replicas have replayed the copy (a read sent to one
+///    must find the database), the source's row becomes a pointer (`moved`) and the catalog
+///    places the database on the target, moving the placements version, so nodes forget what
+///    they kept.
 /// 4. **clean**: after `settle` (every node has forgotten its placement by then), the
 ///    source's rows go, its subscriptions counted as removed; the pointer row stays.
 public struct PartitionMove: Sendable {
@@ -42,15 +44,19 @@ public struct PartitionMove: Sendable {
     let settle: Duration
     /// Called as each step has committed (the tests end the process there).
     let stepped: @Sendable (Step) async -> Void
+    /// How long the switch waits for the target's read replicas to replay the copy.
+    let replicaWait: Duration
 
     public static let defaultSettle: Duration = PartitionedStorage.placementsRecheck * 5
 
     public init(
-        home: PostgresStorage, settle: Duration = defaultSettle, stepped: @escaping @Sendable (Step) async -> Void = { _ in },
+        home: PostgresStorage, settle: Duration = defaultSettle, replicaWait: Duration = .seconds(60),
+        stepped: @escaping @Sendable (Step) async -> Void = { _ in },
         store: @escaping @Sendable (String) async throws -> PostgresStorage
     ) {
         self.home = home
         self.settle = settle
+        self.replicaWait = replicaWait
         self.stepped = stepped
         self.store = store
     }
@@ -98,6 +104,7 @@ public struct PartitionMove: Sendable {
             case .copy:
                 rows = try await source.copyDatabase(database, to: try await store(target))
             case .switchPlacement:
+                try await waitForReplicas(of: target)
                 try await source.markMoved(database)
                 try await catalog.switchPlacement(database, to: target, at: Self.now())
             case .clean:
@@ -119,6 +126,48 @@ public struct PartitionMove: Sendable {
     }
 
     static func now() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+
+    /// Waits until each read replica the catalog lists for `target` has replayed everything
+    /// its primary has written (the copy with it): after the switch a node may send a read of
+    /// the database to one, which must find it. Past `replicaWait`, refused, saying which
+    /// replica lags; the move then waits at its switch, its database fenced, until run again.
+    /// (The home's replicas are each node's `--read-replica`, which the catalog does not list.)
+    func waitForReplicas(of target: String) async throws {
+        guard let replicas = try await home.partitionCatalog.partitions().first(where: { $0.name == target })?.replicas,
+            !replicas.isEmpty
+        else { return }
+        let written = try await store(target).rows("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint").first?.decode(Int64.self) ?? 0
+        let deadline = ContinuousClock.now + replicaWait
+        for url in replicas {
+            let location = try PostgresLocation(url: url)
+            var said = "it has not answered"
+            while true {
+                do {
+                    let replayed = try await Self.replayed(location, logger: home.logger)
+                    if replayed >= written { break }
+                    said = "it has replayed \(written - replayed) bytes less than the partition wrote"
+                } catch {
+                    said = "it does not answer: \(PostgresStorage.normalized(error))"
+                }
+                guard ContinuousClock.now < deadline else {
+                    throw PartitionRefusal(
+                        "partition '\(target)''s replica \(location) has not replayed the copy within \(replicaWait) (\(said)); the move waits at its switch: run it again once the replica catches up")
+                }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+        }
+    }
+
+    /// How far a standby has replayed its primary's WAL.
+    static func replayed(_ location: PostgresLocation, logger: Logger) async throws -> Int64 {
+        guard let endpoint = location.endpoints.first else { return 0 }
+        return try await location.withConnection(to: endpoint, logger: logger) { connection in
+            let rows = try await connection.query(
+                "SELECT coalesce((pg_last_wal_replay_lsn() - '0/0'::pg_lsn)::bigint, 0)", logger: logger
+            ).collect()
+            return try rows.first?.decode(Int64.self) ?? 0
+        }
+    }
 }
 
 // MARK: The steps on a partition's store

@@ -114,6 +114,52 @@ struct PostgresReplicaTests {
         }
     }
 
+    /// A move to a partition with a read replica switches only once the replica has replayed
+    /// the copy (a read a node sends there must find the database): with replay paused the
+    /// move is refused at its switch, saying which replica lags, and finishes when run again
+    /// after the replica caught up.
+    @Test func aMoveSwitchesOnlyOnceThePartitionsReplicaHasTheCopy() async throws {
+        try await Self.withDatabase("nimbus_move_replica") { pair, primary, standby in
+            try await PostgresTestCluster.withDatabase { home in
+                let homeStore = try await PostgresStorage(home, deadline: .seconds(5), maximumConnections: 2)
+                let target = try await PostgresStorage(primary, deadline: .seconds(5), maximumConnections: 2)
+                do {
+                    _ = try await homeStore.partitionCatalog.addChecked(name: "p2", url: primary.description, replicas: [standby.description], at: 1)
+                    // A user's database on the home, from before partitions.
+                    let key = DatabaseKey(container: "c", environment: .development, scope: .private, ownerID: 7)
+                    let driver = UnitOfWorkDriver(PostgresCoarseStorage(homeStore))
+                    _ = try await driver.write(in: key) { tx in try tx.createZone(databaseID: try tx.ensureDatabase(key).id, name: "Album") }
+                    let stores: @Sendable (String) async throws -> PostgresStorage = { $0 == PartitionedStorage.home ? homeStore : target }
+
+                    try await Self.replay("pause", pair)
+                    let impatient = PartitionMove(home: homeStore, settle: .milliseconds(100), replicaWait: .milliseconds(500), store: stores)
+                    await #expect {
+                        _ = try await impatient.moveUser(7, to: "p2")
+                    } throws: { error in
+                        "\(error)".contains("partition 'p2''s replica") && "\(error)".contains("has not replayed the copy")
+                    }
+                    try await expectEqual(homeStore.partitionCatalog.moves().map(\.step), [.switchPlacement])
+                    try await expectEqual(homeStore.partitionCatalog.placement(of: key), nil, "switched before the replica had the copy")
+
+                    try await Self.replay("resume", pair)
+                    let patient = PartitionMove(home: homeStore, settle: .milliseconds(100), store: stores)
+                    let moved = try await patient.moveUser(7, to: "p2")
+                    expectEqual(moved.map(\.source), ["home"])
+                    try await expectEqual(homeStore.partitionCatalog.placement(of: key), "p2")
+                    let onReplica = try await PostgresTestCluster.rows("SELECT count(*)::text FROM zones WHERE name = 'Album'", on: standby)
+                    expectEqual(onReplica.first?.first, "1")
+                    try await expectEqual(homeStore.partitionCatalog.moves().count, 0)
+                } catch {
+                    await target.close()
+                    await homeStore.close()
+                    throw error
+                }
+                await target.close()
+                await homeStore.close()
+            }
+        }
+    }
+
     @Test func aReplicaMustBeAStandbyOfThePrimarysClusterAndIsRefusedWithTheReasonOtherwise() async throws {
         try await PostgresStandbyPair.with(primaryPort: Self.port) { pair in
             func expectRefused(_ primary: PostgresLocation, _ replica: PostgresLocation, _ reason: String) async {
