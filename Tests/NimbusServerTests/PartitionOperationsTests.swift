@@ -172,6 +172,17 @@ import Testing
             let device = Device(ann)
             for index in 0..<5 { try await device.save("before-\(index)") }
             try await NotificationTests.subscribe(ann, SubscriptionTests.querySubscription("photos", type: "Photo", zone: "Album"))
+            // Bob, whose databases stay on the home, takes part in Ann's zone, and writes in it.
+            let bob = try await IdentityTests.person(server, "bob", email: "bob@example.com", given: "Bob")
+            let bobKey = DatabaseKey(
+                container: TestServer.container, environment: .development, scope: .private,
+                ownerID: try #require(try await server.service.storage.accounts.user(name: "bob")).id)
+            try await expectEqual(catalog.place(bobKey, on: "home"), "home")
+            let shared = try await ann.modify(
+                zone: "Album",
+                [ShareTests.share("cloudkit.zoneshare", participants: [ShareTests.invite(email: "bob@example.com", permission: "READ_WRITE")])])
+            let guid = try #require(shared.records.first?["shortGUID"]?.stringValue, "\(shared.text)")
+            try await expectEqual(ShareTests.resolve(bob, [guid], accept: true).json["results"]?[0]?["participantStatus"], "ACCEPTED")
             try await device.sync()
 
             // The move runs while the device writes and syncs.
@@ -185,11 +196,20 @@ import Testing
             try await writing.value
             #expect(moved.status == 0 && moved.output.contains("from 'p2' to 'p3'"), "\(moved)")
             try await expectEqual(catalog.placement(of: key), "p3")
+            // The share goes on from the zone's new partition: Bob writes in it and reads it.
+            let bobWrote = try await bob.modify(
+                "shared", zone: nil, [Op.create("from-bob", type: "Photo", ["title": Op.field("bob's")])],
+                extra: ["zoneID": SharedDatabaseTests.zone("Album", of: ann)])
+            expectEqual(bobWrote.records.first?["serverErrorCode"], nil, "\(bobWrote.text)")
+            try await device.sync()
             for index in 0..<5 { try await device.save("after-\(index)") }
             try await device.sync()
+            let (bobSees, _) = try await SharedDatabaseTests.changes(bob, "Album", of: ann)
+            let annSaved = await device.saved
+            expectEqual(Set(bobSees.keys), Set(annSaved + ["from-bob", "cloudkit.zoneshare"]), "what Bob's share shows")
             let saved = await device.saved
             let seen = await device.seen
-            expectEqual(Set(seen.keys), Set(saved), "every record saved reaches the device's sync")
+            expectEqual(Set(seen.keys), Set(saved + ["from-bob", "cloudkit.zoneshare"]), "every record saved reaches the device's sync")
             expectEqual(seen.filter { $0.value != 1 }, [:], "no record reaches it twice")
             // The source keeps only the pointer; the target has every record; subscribers are
             // still told of changes, now from p3.
@@ -197,7 +217,7 @@ import Testing
                 "SELECT (SELECT count(*) FROM records)::text, (SELECT string_agg(moving_to || ' ' || moved, ',') FROM databases WHERE owner_id = \(annID))", on: second)
             expectEqual(sourceRows.first, ["0", "p3 true"])
             let targetRows = try await PostgresTestCluster.rows("SELECT count(*)::text FROM records WHERE NOT deleted", on: third)
-            expectEqual(targetRows.first?.first, "\(saved.count)")
+            expectEqual(targetRows.first?.first, "\(saved.count + 2)", "Ann's records, Bob's and the share")
             try await waitFor {
                 let notifications = try await ann.device("notifications/changes").json["notifications"]?.arrayValue ?? []
                 return notifications.contains { "\($0)".contains("after-4") }
