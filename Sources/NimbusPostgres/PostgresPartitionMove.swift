@@ -249,6 +249,12 @@ extension PostgresPartitionCatalog {
         public let steppedAt: Int64
     }
 
+    public func movesUnderway() async throws -> [PartitionMoveUnderway] {
+        try await moves().map {
+            PartitionMoveUnderway(database: $0.database, source: $0.source, target: $0.target, nextStep: $0.step.rawValue)
+        }
+    }
+
     public func placementsVersion() async throws -> Int64? {
         try await storage.rows("SELECT value FROM counters WHERE key = 'placements_version'").first?.decode(Int64.self)
     }

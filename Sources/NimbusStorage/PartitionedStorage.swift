@@ -13,10 +13,29 @@ public protocol PartitionCatalog: Sendable {
     /// A number that moves whenever a placement changes (a move's switch), so nodes know when
     /// to forget the placements they keep; nil when placements never change.
     func placementsVersion() async throws -> Int64?
+    /// Moves between partitions a crash or a refusal left half-way (`nimbus partitions move`).
+    func movesUnderway() async throws -> [PartitionMoveUnderway]
 }
 
 extension PartitionCatalog {
     public func placementsVersion() async throws -> Int64? { nil }
+    public func movesUnderway() async throws -> [PartitionMoveUnderway] { [] }
+}
+
+/// One database's move between partitions as the catalog records it: the step it runs next.
+public struct PartitionMoveUnderway: Sendable, Hashable {
+    public let database: DatabaseKey
+    public let source: String
+    public let target: String
+    /// fence, copy, switch or clean; its writes are refused from the copy to the switch.
+    public let nextStep: String
+
+    public init(database: DatabaseKey, source: String, target: String, nextStep: String) {
+        self.database = database
+        self.source = source
+        self.target = target
+        self.nextStep = nextStep
+    }
 }
 
 /// Several stores behind one driver, each a partition holding whole logical databases: a
@@ -93,6 +112,10 @@ public final class PartitionedStorage: WrappingStorageDriver {
     public var partitionStates: [(name: String, number: Int64, problem: String?)] {
         [(Self.home, 0, nil)] + otherPartitions.map { ($0.name, $0.number, ($0.store as? LazyPartition)?.problem) }
     }
+
+    /// Moves between partitions under way (an operator's dashboard shows them: a database
+    /// left fenced refuses its writes until the move is run again).
+    public func movesUnderway() async throws -> [PartitionMoveUnderway] { try await catalog.movesUnderway() }
 
     /// Asks the catalog for partitions this node does not know yet, unless it asked less than
     /// 5 s ago; true when it learned of one.

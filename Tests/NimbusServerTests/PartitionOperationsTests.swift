@@ -233,13 +233,21 @@ import Testing
 
             // Killed after each step, the move finishes when run again; meanwhile a fenced
             // database answers TRY_AGAIN_LATER, and a move elsewhere is refused.
+            let (_, password) = try await server.service.createOperator(name: "olga", role: .administrator, containers: nil, by: "cli")
+            var browser = OperatorTests.Browser(server)
+            _ = try await browser.signIn("olga", password)
             var target = "p2"
-            for step in ["fence", "copy", "switch"] {
+            for (step, next) in [("fence", "copy"), ("copy", "switch"), ("switch", "clean")] {
                 let killed = try await answerAside(
                     ["partitions", "move", "--user", "ann", "--to", target] + data, environment: ["NIMBUS_TEST_MOVE_CRASH_AFTER": step])
                 #expect(killed.status != 0, "\(step): \(killed)")
                 let listed = try await answerAside(["partitions", "list"] + data)
                 #expect(listed.output.contains("move under way") && listed.output.contains("to '\(target)'"), "\(step): \(listed.output)")
+                // The dashboard's storage page shows it too.
+                let moves = try await browser.get("storage").json["moves"]?.arrayValue ?? []
+                expectEqual(
+                    moves.map { "\($0["source"]?.stringValue ?? "") \($0["target"]?.stringValue ?? "") \($0["step"]?.stringValue ?? "")" },
+                    ["\(target == "p2" ? "p3" : "p2") \(target) \(next)"], "\(step)")
                 if step != "switch" {
                     let fenced = try await ann.modify(zone: "Album", [Op.create("fenced-\(step)", type: "Photo")])
                     expectEqual(fenced.errorCode, "TRY_AGAIN_LATER", "\(step): \(fenced.text)")

@@ -420,6 +420,13 @@ function showStorage(status) {
   $('storage-partitions').hidden = !partitions.length;
   $('storage-partitions').textContent = 'Partitions: ' + partitions
     .map((p) => (p.problem ? `${p.name} (not answering: ${p.problem})` : p.name)).join(', ') + '.';
+  // Moves between partitions left half-way (nimbus partitions move, run again, finishes each).
+  const moves = status.moves || [];
+  $('storage-moves').hidden = !moves.length;
+  $('storage-moves').textContent = 'Moves under way: ' + moves
+    .map((m) => `${m.database}, ${m.source} to ${m.target}, next step ${m.step}`
+      + (m.step === 'copy' || m.step === 'switch' ? ' (its writes are refused until the move is run again)' : ''))
+    .join('; ') + '.';
   $('replica-table').hidden = !status.replicas.length;
   fill($('replica-rows'), status.replicas, [
     (r) => r.name,

@@ -17,10 +17,19 @@ enum BackupRoutes {
                     name: replica.name, up: replica.isUp, lagBytes: replica.lagBytes, lagSeconds: replica.lagSeconds,
                     reads: Int64(replica.reads))
             }
-            let partitions = ((parts.storeFigures as? PartitionedStorage)?.partitionStates ?? []).map {
+            let partitioned = parts.storeFigures as? PartitionedStorage
+            let partitions = (partitioned?.partitionStates ?? []).map {
                 StorageStatus.Partition(name: $0.name, number: $0.number, problem: $0.problem)
             }
-            return Reply.json(StorageStatus(engine: parts.storeDescription, replicas: replicas, partitions: partitions).json, context: context)
+            // A home that does not answer has no moves to show: the page says the rest.
+            let moves = ((try? await partitioned?.movesUnderway()) ?? []).map { move in
+                let database = move.database
+                return StorageStatus.Move(
+                    database: "\(database.container) \(database.environment.rawValue) \(database.scope.rawValue) database of user \(database.ownerID)",
+                    source: move.source, target: move.target, step: move.nextStep)
+            }
+            return Reply.json(
+                StorageStatus(engine: parts.storeDescription, replicas: replicas, partitions: partitions, moves: moves).json, context: context)
         }
         routes.get("backups", needs: .everyContainer) { request, context, operatorContext in
             guard let keeper = parts.backups else { return Reply.json(BackupStatus.notConfigured.json, context: context) }

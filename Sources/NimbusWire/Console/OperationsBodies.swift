@@ -203,28 +203,63 @@ public struct StorageStatus: WireBody, Hashable {
         }
     }
 
+    /// A database's move between partitions left half-way (`nimbus partitions move`, run
+    /// again, finishes it).
+    public struct Move: WireBody, Hashable {
+        /// "container environment scope database of user N", as an operator reads it.
+        public var database: String
+        public var source: String
+        public var target: String
+        /// fence, copy, switch or clean.
+        public var step: String
+
+        public init(database: String, source: String, target: String, step: String) {
+            self.database = database
+            self.source = source
+            self.target = target
+            self.step = step
+        }
+
+        public init(json: ObjectReader) throws(CloudKitError) {
+            database = try json.requiredString(ConsoleKey.database)
+            source = try json.requiredString(ConsoleKey.source)
+            target = try json.requiredString(ConsoleKey.target)
+            step = try json.requiredString(ConsoleKey.step)
+        }
+
+        public var json: JSON {
+            [
+                ConsoleKey.database: .string(database), ConsoleKey.source: .string(source), ConsoleKey.target: .string(target),
+                ConsoleKey.step: .string(step),
+            ]
+        }
+    }
+
     /// The engine and where, as the server's first lines say it ("PostgreSQL at postgres://…").
     public var engine: String
     public var replicas: [Replica]
     /// Empty without partitions.
     public var partitions: [Partition]
+    public var moves: [Move]
 
-    public init(engine: String, replicas: [Replica] = [], partitions: [Partition] = []) {
+    public init(engine: String, replicas: [Replica] = [], partitions: [Partition] = [], moves: [Move] = []) {
         self.engine = engine
         self.replicas = replicas
         self.partitions = partitions
+        self.moves = moves
     }
 
     public init(json: ObjectReader) throws(CloudKitError) {
         engine = try json.string(ConsoleKey.engine) ?? ""
         replicas = try json.list(ConsoleKey.replicas)
         partitions = try json.list(ConsoleKey.partitions)
+        moves = try json.list(ConsoleKey.moves)
     }
 
     public var json: JSON {
         [
             ConsoleKey.engine: .string(engine), ConsoleKey.replicas: .array(replicas.map(\.json)),
-            ConsoleKey.partitions: .array(partitions.map(\.json)),
+            ConsoleKey.partitions: .array(partitions.map(\.json)), ConsoleKey.moves: .array(moves.map(\.json)),
         ]
     }
 }
