@@ -10,6 +10,10 @@
 #          connection with nobody else writing: how much a flood on one partition costs a
 #          writer on the other (the quiet user is the one on A's home in "one", and whichever
 #          is on the other partition than the flood in "two").
+#   move:  user 2 of "two" moved to the other partition and back (`nimbus partitions move`)
+#          while one connection of theirs creates records: the rows copied, how long their
+#          writes waited (the fence), and the creates refused meanwhile (TRY_AGAIN_LATER,
+#          counted by wrk as non-2xx) against the same connection's rate and p99.
 # Every process shares this machine's cores: a second partition adds a WAL and an fsync stream
 # of its own, not CPU, so the figures say what partitions isolate here, not how far writes
 # grow on machines of their own.
@@ -143,3 +147,21 @@ for label in ("one", "two"):
           f" beside the flood: {flooded[0]:.0f}/s p50 {flooded[1]:.2f} p99 {flooded[2]:.2f} ms (p99 {flooded[2] / alone[2]:.1f}x alone)")
 print(f"two partitions / one, both users: {med[('both', 'two')][0] / med[('both', 'one')][0]:.2f}x")
 PY
+
+# A move while its user writes. User 2's database grows first (creates at 8 connections).
+run two "2 8" >/dev/null
+HOME_TWO=$(url $PORT_A part_two_home)
+where=$("$PSQL" "$HOME_TWO" -Atc "SELECT partition FROM placements WHERE scope = 'private' ORDER BY owner_id DESC LIMIT 1")
+for round in $(seq 1 "$ROUNDS"); do
+  target=$([ "$where" = home ] && echo p2 || echo home)
+  wait_idle
+  run two "2 1" > /tmp/partitions-move-wrk.out &
+  writer=$!
+  sleep 1
+  moved=$(NIMBUS_DATABASE=$HOME_TWO "$BIN/nimbus" partitions move --user second --to "$target")
+  wait "$writer"
+  read -r rate p50 p99 errors < /tmp/partitions-move-wrk.out
+  echo "round $round, move $where -> $target: $moved"
+  echo "round $round, the user's 1 connection meanwhile: $rate creates/s, p50 $p50 ms, p99 $p99 ms, refused $errors"
+  where=$target
+done

@@ -101,7 +101,8 @@ struct PartitionsCommand: AsyncParsableCommand {
                 }
                 if moved.isEmpty { print("every database of '\(user)' is on partition '\(to)' already") }
                 for database in moved {
-                    print("moved \(database.database.container) \(database.database.environment.rawValue) \(database.database.scope.rawValue) database from '\(database.source)' to '\(to)' (\(database.rows) rows)")
+                    let fenced = database.fenced.map { String(format: "; its writes waited %.3f s", Double($0.wholeNanoseconds) / 1e9) } ?? ""
+                    print("moved \(database.database.container) \(database.database.environment.rawValue) \(database.database.scope.rawValue) database from '\(database.source)' to '\(to)' (\(database.rows) rows\(fenced))")
                 }
             } catch { throw reportFailure(error) }
         }

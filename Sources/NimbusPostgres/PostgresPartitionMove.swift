@@ -34,6 +34,9 @@ public struct PartitionMove: Sendable {
         public let source: String
         /// Rows copied (0 when an earlier run had copied them already).
         public let rows: Int
+        /// From the fence to the switch, when this run made both: how long the database's
+        /// writes were refused.
+        public let fenced: Duration?
     }
 
     let home: PostgresStorage
@@ -97,23 +100,27 @@ public struct PartitionMove: Sendable {
         }
         let source = try await store(state.source)
         var rows = 0
+        var fencedAt: ContinuousClock.Instant?
+        var fenced: Duration?
         while true {
             switch state.step {
             case .fence:
                 try await source.fence(database, movingTo: target)
+                fencedAt = .now
             case .copy:
                 rows = try await source.copyDatabase(database, to: try await store(target))
             case .switchPlacement:
                 try await waitForReplicas(of: target)
                 try await source.markMoved(database)
                 try await catalog.switchPlacement(database, to: target, at: Self.now())
+                fenced = fencedAt.map { .now - $0 }
             case .clean:
                 let waited = Duration.milliseconds(max(0, Self.now() - state.steppedAt))
                 if waited < settle { try await Task.sleep(for: settle - waited) }
                 try await source.removeMovedDatabase(database)
                 try await catalog.endMove(database)
                 await stepped(.clean)
-                return Moved(database: database, source: state.source, rows: rows)
+                return Moved(database: database, source: state.source, rows: rows, fenced: fenced)
             }
             let done = state.step
             if done != .switchPlacement {  // the switch records its next step with the placement
