@@ -15,6 +15,7 @@
 #
 #   Benchmarks/wrk.sh [seconds=8] [rounds=3] [records=100000]
 #   BASELINE=<worktree or nimbus binary> Benchmarks/wrk.sh …   # an earlier build beside this one
+#   CELLS="create:64 create:1" Benchmarks/wrk.sh …               # some cells only
 #
 # Prints a Markdown table and writes bench-results/wrk.json.
 set -euo pipefail
@@ -78,7 +79,7 @@ measure() {
 echo "wrk, $ROUNDS rounds of ${SECONDS_PER}s per cell and server, $RECORDS records, synchronous=NORMAL; servers: ${SERVERS[*]}"
 [ -n "${BASELINE:-}" ] && echo "baseline: $baseline_binary"
 ROWS=()
-for cell in health:64 fetch:64 fetch:1 list:64 list:1 create:64 create:1; do
+for cell in ${CELLS:-health:64 fetch:64 fetch:1 list:64 list:1 create:64 create:1}; do
   kind=${cell%%:*}
   connections=${cell##*:}
   for server in "${SERVERS[@]}"; do measure "$server" "$kind" "$connections" 2 >/dev/null; done

@@ -2,8 +2,9 @@
 -- request), as NimbusBench's batch scenario: the request counts once, the records 200 times.
 local counter = 0
 local prefix
-setup = function(thread) thread:set("id", tostring(math.random(1, 1e9))) end
-init = function() prefix = "b" .. id .. "-" end
+local unique = dofile("Benchmarks/wrk/unique-prefix.lua")
+setup = function(thread) thread:set("id", unique("b")) end
+init = function() prefix = id .. "-" end
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 request = function()

@@ -1,8 +1,9 @@
 -- records/modify creating one record with a name unique to this thread and request.
 local counter = 0
 local prefix
-setup = function(thread) thread:set("id", tostring(math.random(1, 1e9))) end
-init = function() prefix = "w" .. id .. "-" end
+local unique = dofile("Benchmarks/wrk/unique-prefix.lua")
+setup = function(thread) thread:set("id", unique("w")) end
+init = function() prefix = id .. "-" end
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 request = function()
