@@ -123,9 +123,10 @@ for key, by in result.items():
     line = f"| {names[kind]}, {connections} conn. | " + " | ".join(cells) + f" | {by['nimbus']['rate'] / by['pocketbase']['rate']:.2f}× |"
     if "baseline" in by: line += f" {by['nimbus']['rate'] / by['baseline']['rate']:.2f}× |"
     print(line)
-fetch, health = result["fetch:64"]["nimbus"]["rate"], result["health:64"]["nimbus"]["rate"]
 print()
-print(f"Nimbus's fetch by ID at 64 connections is {fetch / health:.0%} of its own health endpoint's rate.")
+if "fetch:64" in result and "health:64" in result:
+    fetch, health = result["fetch:64"]["nimbus"]["rate"], result["health:64"]["nimbus"]["rate"]
+    print(f"Nimbus's fetch by ID at 64 connections is {fetch / health:.0%} of its own health endpoint's rate.")
 print("Resident memory (MiB), idle before the preload and after the run: "
       + "; ".join(f"{s} {memory[s]['idleMiB']} → {memory[s]['afterMiB']}" for s in servers) + ".")
 json.dump({"cells": result, "memory": memory}, open("bench-results/wrk.json", "w"), indent=2)
