@@ -64,7 +64,7 @@ struct PartitionsCommand: AsyncParsableCommand {
                     let database = move.database
                     print(
                         "move under way: user \(database.ownerID)'s \(database.container) \(database.environment.rawValue) \(database.scope.rawValue) database from '\(move.source)' to '\(move.target)', next step \(move.step.rawValue)"
-                            + (move.step == .copy || move.step == .switchPlacement ? " (its writes are fenced: run the move again to finish it)" : ""))
+                            + (move.step.fenced ? " (its writes are fenced: run the move again to finish it)" : ""))
                 }
             } catch { throw reportFailure(error) }
         }
@@ -74,9 +74,9 @@ struct PartitionsCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Move one user's private and shared databases to another partition while the server runs.",
             discussion: """
-                Each database is fenced (its writes answer TRY_AGAIN_LATER for the moment the copy takes), copied, \
-                switched to the new partition, and cleaned off the old one a few seconds later. Interrupted at any \
-                step, the same command goes on from there.
+                Each database is copied, fenced (its writes answer TRY_AGAIN_LATER while what changed during the \
+                copy is copied again), switched to the new partition, and cleaned off the old one a few seconds \
+                later. Interrupted at any step, the same command goes on from there.
                 """)
         @OptionGroup var data: DataOptions
         @Option(help: "The user: the account's name, or its number.") var user: String

@@ -877,6 +877,8 @@ enum PostgresMigrations {
                     source text COLLATE "C" NOT NULL,
                     target text COLLATE "C" NOT NULL,
                     step text NOT NULL,
+                    -- Where the source stood as the first copy started (PostgresStorage.CopyMark, JSON).
+                    mark text,
                     started_at bigint NOT NULL,
                     stepped_at bigint NOT NULL,
                     PRIMARY KEY (container, environment, scope, owner_id)

@@ -9,30 +9,37 @@ import PostgresNIO
 /// the home's `moves` table as each commits, so a move interrupted anywhere (`kill -9` of the
 /// command included) goes on from its last step when run again:
 ///
-/// 1. **fence**: the source's database row names the target (`DatabaseRelocation.fenced`).
+/// 1. **copy**: the database's rows, ids and sequences as they are, replace what the target
+///    held of it (`copyDatabase`), so change tokens and change tags carry over, while the
+///    database is still written; where it stood as the copy started is recorded (`CopyMark`).
+/// 2. **fence**: the source's database row names the target (`DatabaseRelocation.fenced`).
 ///    The statement waits for every write holding the row (each write takes it as it commits,
 ///    `PostgresApply`), and every later one is refused (`StorageError.moving`, which clients
 ///    see as TRY_AGAIN_LATER): reads go on.
-/// 2. **copy**: the database's rows, ids and sequences as they are, replace what the target
-///    held of it (`copyDatabase`), so change tokens and change tags carry over.
-/// 3. **switch**: once the target's read replicas have replayed the copy (a read sent to one
+/// 3. **catch-up**: what changed since the mark is copied again, fenced: the fence lasts as
+///    long as that takes, not the whole copy.
+/// 4. **switch**: once the target's read replicas have replayed the copy (a read sent to one
 ///    must find the database), the source's row becomes a pointer (`moved`) and the catalog
 ///    places the database on the target, moving the placements version, so nodes forget what
 ///    they kept.
-/// 4. **clean**: after `settle` (every node has forgotten its placement by then), the
+/// 5. **clean**: after `settle` (every node has forgotten its placement by then), the
 ///    source's rows go, its subscriptions counted as removed; the pointer row stays.
 public struct PartitionMove: Sendable {
     public enum Step: String, Sendable, CaseIterable {
-        case fence, copy
+        case copy, fence
+        case catchUp = "catch-up"
         case switchPlacement = "switch"
         case clean
+
+        /// Whether a database whose move runs this step next refuses its writes.
+        public var fenced: Bool { self == .catchUp || self == .switchPlacement }
     }
 
     /// One database's move as it ended.
     public struct Moved: Sendable {
         public let database: DatabaseKey
         public let source: String
-        /// Rows copied (0 when an earlier run had copied them already).
+        /// Rows copied by this run: the first copy's, then the catch-up's.
         public let rows: Int
         /// From the fence to the switch, when this run made both: how long the database's
         /// writes were refused.
@@ -104,11 +111,17 @@ public struct PartitionMove: Sendable {
         var fenced: Duration?
         while true {
             switch state.step {
+            case .copy:
+                let mark = try await source.copyMark(database)
+                try await catalog.recordMark(mark, of: database)
+                rows += try await source.copyDatabase(database, to: try await store(target))
             case .fence:
                 try await source.fence(database, movingTo: target)
                 fencedAt = .now
-            case .copy:
-                rows = try await source.copyDatabase(database, to: try await store(target))
+            case .catchUp:
+                // Without a mark (none was recorded), the whole database again.
+                let mark = try await catalog.mark(of: database)
+                rows += try await source.copyDatabase(database, to: try await store(target), since: mark)
             case .switchPlacement:
                 try await waitForReplicas(of: target)
                 try await source.markMoved(database)
@@ -321,7 +334,7 @@ extension PostgresPartitionCatalog {
             """
             INSERT INTO moves (container, environment, scope, owner_id, source, target, step, started_at, stepped_at)
             VALUES (\(database.container), \(database.environment.rawValue), \(database.scope.rawValue), \(database.ownerID),
-                \(source), \(target), \(PartitionMove.Step.fence.rawValue), \(time), \(time))
+                \(source), \(target), \(PartitionMove.Step.copy.rawValue), \(time), \(time))
             ON CONFLICT DO NOTHING
             """)
         guard let state = try await moveState(database) else {
@@ -366,6 +379,26 @@ extension PostgresPartitionCatalog {
                     AND scope = \(database.scope.rawValue) AND owner_id = \(database.ownerID)
                 """, logger: logger)
         }
+    }
+
+    /// Records where the source stood as the first copy started (nil: it holds no row).
+    func recordMark(_ mark: PostgresStorage.CopyMark?, of database: DatabaseKey) async throws {
+        let text = try mark.map { String(decoding: try JSONEncoder().encode($0), as: UTF8.self) }
+        try await storage.rows(
+            """
+            UPDATE moves SET mark = \(text) WHERE container = \(database.container) AND environment = \(database.environment.rawValue)
+                AND scope = \(database.scope.rawValue) AND owner_id = \(database.ownerID)
+            """)
+    }
+
+    func mark(of database: DatabaseKey) async throws -> PostgresStorage.CopyMark? {
+        let text = try await storage.rows(
+            """
+            SELECT mark FROM moves WHERE container = \(database.container) AND environment = \(database.environment.rawValue)
+                AND scope = \(database.scope.rawValue) AND owner_id = \(database.ownerID)
+            """
+        ).first?.decode(String?.self)
+        return try text.map { try JSONDecoder().decode(PostgresStorage.CopyMark.self, from: Data($0.utf8)) }
     }
 
     func endMove(_ database: DatabaseKey) async throws {
