@@ -18,12 +18,13 @@
 # of its own, not CPU, so the figures say what partitions isolate here, not how far writes
 # grow on machines of their own.
 #
-#   Benchmarks/partitions.sh [seconds=6] [rounds=3]
+#   Benchmarks/partitions.sh [seconds=6] [rounds=3]   (MOVE_SECONDS=40: the writer beside a move)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source Benchmarks/lib.sh
 SECONDS_PER=${1:-6}
 ROUNDS=${2:-3}
+MOVE_SECONDS=${MOVE_SECONDS:-40}
 PSQL=/usr/lib/postgresql/15/bin/psql
 PORT_A=54340
 PORT_B=54341
@@ -155,7 +156,8 @@ where=$("$PSQL" "$HOME_TWO" -Atc "SELECT partition FROM placements WHERE scope =
 for round in $(seq 1 "$ROUNDS"); do
   target=$([ "$where" = home ] && echo p2 || echo home)
   wait_idle
-  run two "2 1" > /tmp/partitions-move-wrk.out &
+  # The writer spans the whole move (its first copy, the fence, the switch and the clean-up).
+  SECONDS_PER=$MOVE_SECONDS run two "2 1" > /tmp/partitions-move-wrk.out &
   writer=$!
   sleep 1
   moved=$(NIMBUS_DATABASE=$HOME_TWO "$BIN/nimbus" partitions move --user second --to "$target")
