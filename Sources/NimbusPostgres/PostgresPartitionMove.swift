@@ -73,8 +73,29 @@ public struct PartitionMove: Sendable {
 
     /// Moves every private and shared database of the user to `target`, finishing first any
     /// move of theirs a crash interrupted. Refused (`PartitionRefusal`) when the target is not
-    /// a partition, or one of the user's databases is half-way to another.
+    /// a partition, one of the user's databases is half-way to another, or another command is
+    /// moving the user now (a session lock on the home, gone with its process however it ends).
     public func moveUser(_ userID: Int64, to target: String) async throws -> [Moved] {
+        let logger = home.logger
+        return try await home.client.withConnection { connection in
+            let lock = "nimbus partitions move \(userID)"
+            let locked = try await connection.query("SELECT pg_try_advisory_lock(hashtextextended(\(lock), 0))", logger: logger)
+                .collect().first?.decode(Bool.self)
+            guard locked == true else {
+                throw PartitionRefusal("another `nimbus partitions move` of this user is running: let it finish (or end it, and run this again)")
+            }
+            do {
+                let moved = try await moveUserHoldingTheLock(userID, to: target)
+                _ = try? await connection.query("SELECT pg_advisory_unlock(hashtextextended(\(lock), 0))", logger: logger)
+                return moved
+            } catch {
+                _ = try? await connection.query("SELECT pg_advisory_unlock(hashtextextended(\(lock), 0))", logger: logger)
+                throw error
+            }
+        }
+    }
+
+    private func moveUserHoldingTheLock(_ userID: Int64, to target: String) async throws -> [Moved] {
         let catalog = home.partitionCatalog
         let known = try await catalog.partitions().map(\.name)
         guard target == PartitionedStorage.home || known.contains(target) else {

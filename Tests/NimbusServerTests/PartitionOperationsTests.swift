@@ -1,5 +1,7 @@
 import Foundation
+import Logging
 import NimbusPostgres
+import PostgresNIO
 import NimbusServer
 import NimbusStorage
 import NimbusTestSupport
@@ -251,6 +253,15 @@ import Testing
             #expect(nobody.status != 0 && nobody.error.contains("no account is named 'nobody'"), "\(nobody)")
             let nowhere = try await answerAside(["partitions", "move", "--user", "ann", "--to", "p9"] + data)
             #expect(nowhere.status != 0 && nowhere.error.contains("there is no partition 'p9'"), "\(nowhere)")
+            // Another move of Ann's running (its session lock held here): refused, saying so.
+            let holder = try await PostgresConnection.connect(
+                configuration: .init(host: home.host, port: home.port, username: home.user, password: home.password, database: home.database, tls: .disable),
+                id: 7, logger: Logger(label: "test"))
+            let lock = "nimbus partitions move \(annID)"
+            _ = try await holder.query("SELECT pg_advisory_lock(hashtextextended(\(lock), 0))", logger: Logger(label: "test")).collect()
+            let racing = try await answerAside(["partitions", "move", "--user", "ann", "--to", "p2"] + data)
+            #expect(racing.status != 0 && racing.error.contains("another `nimbus partitions move` of this user is running"), "\(racing)")
+            try await holder.close()
             let again = try await answerAside(["partitions", "move", "--user", "ann", "--to", "p3"] + data)
             #expect(again.status == 0 && again.output.contains("on partition 'p3' already"), "\(again)")
 
