@@ -31,6 +31,16 @@ def post(url, body):
         return json.loads(answer.read())
 
 
+def choose(wait, element_id, text):
+    """Selects the option of that text, again when the page redrew the list meanwhile (a stale
+    element: the container list is filled as the dashboard loads, which on a busy machine can
+    land between finding the list and reading its options; CI, 2026-12-02)."""
+    def chosen(driver):
+        Select(driver.find_element(By.ID, element_id)).select_by_visible_text(text)
+        return True
+    wait.until(chosen)
+
+
 def main():
     config = json.load(open(sys.argv[1]))
     driver = chromium("--window-size=1440,900")
@@ -102,8 +112,8 @@ def main():
         # 4. Seen in the browser.
         driver.find_element(By.CSS_SELECTOR, "nav button[data-view=data]").click()
         wait.until(lambda d: visible("data"))
-        Select(driver.find_element(By.ID, "container-pick")).select_by_visible_text(config["container"])
-        Select(driver.find_element(By.ID, "environment-pick")).select_by_visible_text("development")
+        choose(wait, "container-pick", config["container"])
+        choose(wait, "environment-pick", "development")
         query = driver.find_element(By.ID, "query-form")
         # A mistyped record type is said, with the types there are, not answered with nothing;
         # the types are offered as names are typed.
