@@ -292,7 +292,8 @@ extension PostgresPartitionCatalog {
 
     public func movesUnderway() async throws -> [PartitionMoveUnderway] {
         try await moves().map {
-            PartitionMoveUnderway(database: $0.database, source: $0.source, target: $0.target, nextStep: $0.step.rawValue)
+            PartitionMoveUnderway(
+                database: $0.database, source: $0.source, target: $0.target, nextStep: $0.step.rawValue, fenced: $0.step.fenced)
         }
     }
 

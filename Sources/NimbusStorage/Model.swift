@@ -61,12 +61,6 @@ public enum DatabaseRelocation: Sendable, Hashable {
     /// Lives on the partition now: the row stays here as a pointer that refuses reads and writes
     /// alike, so a node whose placement is stale learns of the move instead of reading nothing.
     case moved(to: String)
-
-    public var partition: String {
-        switch self {
-        case .fenced(let to), .moved(let to): return to
-        }
-    }
 }
 
 /// A zone. Deleting a zone keeps its row as a tombstone (for database change feeds) until a

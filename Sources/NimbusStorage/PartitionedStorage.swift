@@ -27,14 +27,17 @@ public struct PartitionMoveUnderway: Sendable, Hashable {
     public let database: DatabaseKey
     public let source: String
     public let target: String
-    /// fence, copy, switch or clean; its writes are refused from the copy to the switch.
+    /// copy, fence, catch-up, switch or clean.
     public let nextStep: String
+    /// Whether the database's writes are refused until the move is run again.
+    public let fenced: Bool
 
-    public init(database: DatabaseKey, source: String, target: String, nextStep: String) {
+    public init(database: DatabaseKey, source: String, target: String, nextStep: String, fenced: Bool) {
         self.database = database
         self.source = source
         self.target = target
         self.nextStep = nextStep
+        self.fenced = fenced
     }
 }
 

@@ -280,8 +280,11 @@ import Testing
                 // The dashboard's storage page shows it too.
                 let moves = try await browser.get("storage").json["moves"]?.arrayValue ?? []
                 expectEqual(
-                    moves.map { "\($0["source"]?.stringValue ?? "") \($0["target"]?.stringValue ?? "") \($0["step"]?.stringValue ?? "")" },
-                    ["\(target == "p2" ? "p3" : "p2") \(target) \(next)"], "\(step)")
+                    moves.map {
+                        "\($0["source"]?.stringValue ?? "") \($0["target"]?.stringValue ?? "") \($0["step"]?.stringValue ?? "")"
+                            + ($0["fenced"]?.boolValue == true ? " fenced" : "")
+                    },
+                    ["\(target == "p2" ? "p3" : "p2") \(target) \(next)" + (next == "catch-up" || next == "switch" ? " fenced" : "")], "\(step)")
                 if step == "fence" || step == "catch-up" {
                     let fenced = try await ann.modify(zone: "Album", [Op.create("fenced-\(step)", type: "Photo")])
                     expectEqual(fenced.errorCode, "TRY_AGAIN_LATER", "\(step): \(fenced.text)")

@@ -89,7 +89,7 @@ struct SubscriptionIndex: Sendable {
         }
         for subscription in subscriptions {
             insert(subscription)
-            movedDatabases[subscription.databaseID] = PartitionIDs.partition(of: subscription.databaseID) == partition ? nil : partition
+            noteFiled(subscription.databaseID, from: partition)
         }
         versions[partition] = version
     }
@@ -100,6 +100,10 @@ struct SubscriptionIndex: Sendable {
 
     /// The partition the index last filed the database's subscriptions from.
     private func partition(ofDatabase id: Int64) -> Int64 { movedDatabases[id] ?? PartitionIDs.partition(of: id) }
+
+    private mutating func noteFiled(_ databaseID: Int64, from partition: Int64) {
+        movedDatabases[databaseID] = PartitionIDs.partition(of: databaseID) == partition ? nil : partition
+    }
 
     /// Query subscriptions with one filter (`Subscription.filterKey`): a write evaluates the
     /// filter once, however many subscribe with it.
@@ -201,9 +205,7 @@ struct SubscriptionIndex: Sendable {
         for (databaseID, key, subscription) in updates {
             if let subscription {
                 insert(subscription)
-                if let partition {
-                    movedDatabases[databaseID] = PartitionIDs.partition(of: databaseID) == partition ? nil : partition
-                }
+                if let partition { noteFiled(databaseID, from: partition) }
             } else if partition == nil || partition == self.partition(ofDatabase: databaseID) {
                 remove(databaseID: databaseID, key: key)
             }

@@ -425,7 +425,7 @@ function showStorage(status) {
   $('storage-moves').hidden = !moves.length;
   $('storage-moves').textContent = 'Moves under way: ' + moves
     .map((m) => `${m.database}, ${m.source} to ${m.target}, next step ${m.step}`
-      + (m.step === 'catch-up' || m.step === 'switch' ? ' (its writes are refused until the move is run again)' : ''))
+      + (m.fenced ? ' (its writes are refused until the move is run again)' : ''))
     .join('; ') + '.';
   $('replica-table').hidden = !status.replicas.length;
   fill($('replica-rows'), status.replicas, [

@@ -26,7 +26,7 @@ enum BackupRoutes {
                 let database = move.database
                 return StorageStatus.Move(
                     database: "\(database.container) \(database.environment.rawValue) \(database.scope.rawValue) database of user \(database.ownerID)",
-                    source: move.source, target: move.target, step: move.nextStep)
+                    source: move.source, target: move.target, step: move.nextStep, fenced: move.fenced)
             }
             return Reply.json(
                 StorageStatus(engine: parts.storeDescription, replicas: replicas, partitions: partitions, moves: moves).json, context: context)

@@ -330,7 +330,8 @@ public struct UnitOfWorkChanges: Sendable {
     /// that the usage it finds no longer leaves room for (`UsageChange.fits`). Zone deletions
     /// free their bytes in `apply` itself.
     public var usage: [Int64: UsageChange] = [:]
-    /// Every database the unit writes in (records, zones, subscriptions, outbox entries): a
+    /// Every database the unit writes in (records, zones, subscriptions; an outbox entry may
+    /// name another database, a share's mirror, and does not count): a
     /// networked `apply` takes each one's row as it commits and refuses the unit when a move
     /// between partitions fenced it meanwhile (`DatabaseRelocation`), which the decision
     /// already refuses when it reads the fence.

@@ -186,28 +186,25 @@ public class ReadUnit {
 
     public final func database(_ key: DatabaseKey) throws -> DatabaseRow? {
         if let row = overlay.databases[key] { return row }
-        return try Self.residing(try need(loaded.databases[key], .database(key)))
-    }
-
-    func database(id: Int64) throws -> DatabaseRow {
-        if let row = databaseAtHand(id: id) { return try Self.residing(row) }
-        guard let row = try need(loaded.databasesByID[id], .databaseByID(id)) else {
-            throw StorageError.corrupt("database \(id) does not exist")
-        }
-        return try Self.residing(row)
-    }
-
-    /// The row, unless it is only the pointer a move left behind (`DatabaseRelocation.moved`):
-    /// whoever reads it here has a stale placement and must go where the database lives now.
-    private static func residing(_ row: DatabaseRow?) throws -> DatabaseRow? {
-        if case .moved(let partition) = row?.relocation {
-            throw StorageError.moving("database \(row?.id ?? 0) lives on partition '\(partition)' now")
-        }
+        let row = try need(loaded.databases[key], .database(key))
+        try Self.refuseIfMoved(row)
         return row
     }
 
-    private static func residing(_ row: DatabaseRow) throws -> DatabaseRow {
-        try residing(Optional(row)) ?? row
+    func database(id: Int64) throws -> DatabaseRow {
+        guard let row = try databaseAtHand(id: id) ?? need(loaded.databasesByID[id], .databaseByID(id)) else {
+            throw StorageError.corrupt("database \(id) does not exist")
+        }
+        try Self.refuseIfMoved(row)
+        return row
+    }
+
+    /// Refuses the pointer a move left behind (`DatabaseRelocation.moved`): whoever reads it
+    /// here has a stale placement and must go where the database lives now.
+    private static func refuseIfMoved(_ row: DatabaseRow?) throws {
+        if let row, case .moved(let partition) = row.relocation {
+            throw StorageError.moving("database \(row.id) lives on partition '\(partition)' now")
+        }
     }
 
     /// The database's row if the unit has it, without loading it.

@@ -182,6 +182,7 @@ public enum ConsoleKey {
     public static let source = "source"
     public static let target = "target"
     public static let step = "step"
+    public static let fenced = "fenced"
     public static let up = "up"
     public static let lagBytes = "lagBytes"
     public static let lagSeconds = "lagSeconds"

@@ -210,14 +210,17 @@ public struct StorageStatus: WireBody, Hashable {
         public var database: String
         public var source: String
         public var target: String
-        /// fence, copy, switch or clean.
+        /// copy, fence, catch-up, switch or clean.
         public var step: String
+        /// Whether its writes are refused until the move is run again.
+        public var fenced: Bool
 
-        public init(database: String, source: String, target: String, step: String) {
+        public init(database: String, source: String, target: String, step: String, fenced: Bool) {
             self.database = database
             self.source = source
             self.target = target
             self.step = step
+            self.fenced = fenced
         }
 
         public init(json: ObjectReader) throws(CloudKitError) {
@@ -225,12 +228,13 @@ public struct StorageStatus: WireBody, Hashable {
             source = try json.requiredString(ConsoleKey.source)
             target = try json.requiredString(ConsoleKey.target)
             step = try json.requiredString(ConsoleKey.step)
+            fenced = try json.bool(ConsoleKey.fenced) ?? false
         }
 
         public var json: JSON {
             [
                 ConsoleKey.database: .string(database), ConsoleKey.source: .string(source), ConsoleKey.target: .string(target),
-                ConsoleKey.step: .string(step),
+                ConsoleKey.step: .string(step), ConsoleKey.fenced: .bool(fenced),
             ]
         }
     }
