@@ -1,4 +1,9 @@
+import Foundation
+import Logging
+import NimbusCore
 @testable import NimbusServer
+import NimbusStorage
+import Synchronization
 import Testing
 
 /// The dashboard's request log (docs/dashboard.md): its bound, its search, and the figures of
@@ -48,5 +53,44 @@ import Testing
         #expect((all[0].figures.percentile(1) ?? 0) >= 100 && (all[0].figures.percentile(1) ?? 0) <= 110)
         let onlyC = log.lastHour(now: now) { $0 == "C" }
         #expect(onlyC[0].figures.requests == 100, "an operator of C sees C's requests only")
+    }
+
+    /// A read flushes this node's pending entries before it searches the store. When the
+    /// once-a-second flush has just taken them and is still storing them, the read's flush
+    /// waits for it, or the read would miss a request this node already answered (seen in CI).
+    @Test func aReadsFlushWaitsForTheBatchTheBackgroundFlushIsStoring() async throws {
+        let log = RequestLog()
+        log.startArchiving()
+        let store = HeldStore()
+        let archive = RequestArchive(requests: log, store: store, clock: SystemClock(), logger: Logger(label: "test"))
+        log.record(Self.entry(1))
+        let background = Task { await archive.flush() }
+        while !store.isHolding { try await Task.sleep(for: .milliseconds(1)) }
+
+        let readsFlush = Task {
+            await archive.flush()
+            return store.stored.count
+        }
+        try await Task.sleep(for: .milliseconds(50))
+        store.release()
+        await background.value
+        #expect(await readsFlush.value == 1, "the read's flush came back before the entry was stored")
+    }
+
+    /// A request log store whose first append waits until `release()`.
+    final class HeldStore: RequestLogStore {
+        private let state = Mutex<(holding: Bool, released: Bool, stored: [StoredRequest])>((false, false, []))
+        var isHolding: Bool { state.withLock { $0.holding } }
+        var stored: [StoredRequest] { state.withLock { $0.stored } }
+        func release() { state.withLock { $0.released = true } }
+
+        func appendRequests(_ rows: [StoredRequest], minuteFigures: [StoredMinuteFigures]) async throws {
+            state.withLock { $0.holding = true }
+            while !state.withLock({ $0.released }) { try await Task.sleep(for: .milliseconds(1)) }
+            state.withLock { $0.stored += rows }
+        }
+        func requests(_ search: RequestSearch) async throws -> [StoredRequest] { stored }
+        func pruneRequests(before time: Int64, keepingAtMost rows: Int) async throws -> Int { 0 }
+        func minuteFigures(since time: Int64) async throws -> [StoredMinuteFigures] { [] }
     }
 }

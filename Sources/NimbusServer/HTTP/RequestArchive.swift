@@ -4,6 +4,7 @@ import NimbusCore
 import NimbusStorage
 import NimbusWire
 import ServiceLifecycle
+import Synchronization
 
 /// Writes the request log to the store so it lasts (docs/operations.md, "Logs that last"):
 /// what `RequestLog` recorded since the last flush goes in one batch a second, with its
@@ -44,9 +45,29 @@ final class RequestArchive: Service, Sendable {
         await flush()  // what the last second answered
     }
 
-    /// Stores what is pending; on failure the batch is logged as lost (the log is bounded
-    /// in memory, never a reason to hold requests).
+    /// The flush before this one, which the next waits for: flushes store in the order they
+    /// drained. Without it a read's flush could find nothing pending because the background
+    /// flush had just drained the entries and not yet stored them, and the read would miss a
+    /// request this node had already answered.
+    private let lastFlush = Mutex<Task<Void, Never>?>(nil)
+
+    /// Stores what is pending, after any flush already under way has stored its batch; on
+    /// failure the batch is logged as lost (the log is bounded in memory, never a reason to
+    /// hold requests).
     func flush() async {
+        let flush = lastFlush.withLock { last in
+            let previous = last
+            let next = Task {
+                await previous?.value
+                await self.storePending()
+            }
+            last = next
+            return next
+        }
+        await flush.value
+    }
+
+    private func storePending() async {
         let (entries, dropped) = requests.drainUnarchived()
         if dropped > 0 {
             logger.warning("request log entries dropped before they were stored", metadata: ["dropped": "\(dropped)"])
