@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Where a wrk cell's server time goes: a preloaded Nimbus (as wrk.sh starts it), one cell under
+# wrk while `perf record -g` samples the server, then the report's heaviest symbols, by self
+# time and by the time under each (children).
+#
+#   Benchmarks/profile.sh [cell=create:1] [seconds=10] [records=20000]
+#
+# Writes bench-results/profile-<kind>-<connections>.{data,txt}.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source Benchmarks/lib.sh
+CELL=${1:-create:1}
+SECONDS_PER=${2:-10}
+RECORDS=${3:-20000}
+export RECORDS
+kind=${CELL%%:*}
+connections=${CELL##*:}
+threads=2
+[ "$connections" = 1 ] && threads=1
+command -v perf >/dev/null || { echo "perf is needed (Debian: linux-perf)" >&2; exit 1; }
+build_release
+mkdir -p bench-results
+SERVERS=(nimbus)
+start_preloaded nimbus
+if [ "$kind" = health ]; then
+  url="$nimbus_URL/health"
+  script=()
+else
+  url="$nimbus_RECORDS/$(records_operation "$kind")?$nimbus_AUTH"
+  script=(-s "Benchmarks/wrk/nimbus-$kind.lua")
+fi
+out=bench-results/profile-$kind-$connections
+wrk -t"$threads" -c"$connections" -d2s "${script[@]}" "$url" >/dev/null  # warm up
+wait_idle
+perf record -F ${FREQ:-1999} ${CALLGRAPH:--g} -p "$nimbus_PID" -o "$out.data" -- sleep "$SECONDS_PER" 2>/dev/null &
+recorder=$!
+wrk -t"$threads" -c"$connections" -d"${SECONDS_PER}s" "${script[@]}" "$url" | grep -E "Requests/sec|Latency"
+wait "$recorder"
+{
+  echo "== self"
+  perf report -i "$out.data" --no-children --percent-limit 0.7 --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$'
+  echo "== children"
+  perf report -i "$out.data" --children --percent-limit 3 --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$'
+} >"$out.txt"
+echo "report: $out.txt"
