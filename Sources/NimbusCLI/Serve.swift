@@ -209,7 +209,7 @@ struct Serve: AsyncParsableCommand {
                 "container: \(bootstrap.container)",
                 "dashboard: http://\(browsable):\(port)/dashboard",
             ]
-            if let partitioned = directory.storage as? PartitionedStorage {
+            if let partitioned = directory.storage as? PartitionedStorage, !partitioned.otherPartitions.isEmpty {
                 // The catalog's partitions, each opened at its first use (docs/scale-out.md).
                 lines.insert("partitions: " + partitioned.names.joined(separator: ", ") + " (nimbus partitions list shows each)", at: 3)
             }

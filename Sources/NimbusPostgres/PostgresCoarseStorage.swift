@@ -263,10 +263,11 @@ extension PostgresStorage {
             restorer: PostgresStorage.restorer(location))
     }
 
-    /// The home alone, or, when its catalog names partitions (`nimbus partitions add`), the
-    /// home and every partition behind `PartitionedStorage`, each partition opened (by
-    /// `open`, with its read replicas) at its first use, so one that does not answer holds up
-    /// no one else.
+    /// The home and every partition its catalog names (`nimbus partitions add`) behind
+    /// `PartitionedStorage`, each partition opened (by `open`, with its read replicas) at its
+    /// first use, so one that does not answer holds up no one else. With none yet, the home
+    /// serves every database and the node asks the catalog once a second whether one was
+    /// added, so a node started before the first partition serves it without a restart.
     public static func withPartitions(
         home: any StorageDriver, catalog: PostgresPartitionCatalog,
         open: @escaping @Sendable (PostgresLocation, [PostgresLocation]) async throws -> any StorageDriver
@@ -276,13 +277,9 @@ extension PostgresStorage {
                 let location = try PostgresLocation(url: entry.url)
                 let replicas = try entry.replicas.map { try PostgresLocation(url: $0) }
                 let store = LazyPartition(name: entry.name, home: home) { try await open(location, replicas) }
-                return StoragePartition(name: entry.name, number: entry.number, store: store)
+                return StoragePartition(name: entry.name, number: entry.number, store: store, addedAt: entry.addedAt)
             }
         }
-        let partitions = try await listed()
-        // Without partitions at start, the home alone: a deployment that never adds one pays
-        // nothing for them (the first one added is served after a restart).
-        guard !partitions.isEmpty else { return home }
-        return PartitionedStorage(home: home, partitions: partitions, catalog: catalog, discover: listed)
+        return PartitionedStorage(home: home, partitions: try await listed(), catalog: catalog, discover: listed)
     }
 }

@@ -44,11 +44,12 @@ public struct PostgresPartitionCatalog: PartitionCatalog {
     }
 
     /// The partitions added to this home, by name, with the number that fixes each one's id
-    /// range (`PartitionIDs`) and the URL each is reached at.
-    public func partitions() async throws -> [(name: String, number: Int64, url: String, replicas: [String])] {
-        try await storage.rows("SELECT name, number, url, replicas FROM partitions ORDER BY name").map { row in
-            let (name, number, url, replicas) = try row.decode((String, Int64, String, [String]).self)
-            return (name, number, url, replicas)
+    /// range (`PartitionIDs`), the URL each is reached at and when it was added (milliseconds
+    /// since 1970, by the clock of the command that added it).
+    public func partitions() async throws -> [(name: String, number: Int64, url: String, replicas: [String], addedAt: Int64)] {
+        try await storage.rows("SELECT name, number, url, replicas, added_at FROM partitions ORDER BY name").map { row in
+            let (name, number, url, replicas, addedAt) = try row.decode((String, Int64, String, [String], Int64).self)
+            return (name, number, url, replicas, addedAt)
         }
     }
 

@@ -30,11 +30,15 @@ public struct StoragePartition: Sendable {
     public var name: String
     public var number: Int64
     public var store: any StorageDriver
+    /// When the partition was added (milliseconds since 1970); nil: long enough ago that every
+    /// node knows it (`PartitionedStorage.newPartitionSettle`).
+    public var addedAt: Int64?
 
-    public init(name: String, number: Int64, store: any StorageDriver) {
+    public init(name: String, number: Int64, store: any StorageDriver, addedAt: Int64? = nil) {
         self.name = name
         self.number = number
         self.store = store
+        self.addedAt = addedAt
     }
 }
 

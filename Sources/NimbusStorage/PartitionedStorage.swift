@@ -1,3 +1,4 @@
+import Foundation
 import Synchronization
 
 /// Where logical databases live when a deployment has partitions (docs/scale-out.md,
@@ -49,9 +50,16 @@ public struct PartitionMoveUnderway: Sendable, Hashable {
 /// A database is placed when it is first written (`ensureDatabase` is a write, so every
 /// database a request reaches is): one the home already holds (made before the deployment
 /// had partitions) stays there; a new one goes to the partition holding the fewest of those
-/// that answer. Each partition hands out ids from its own range (`PartitionIDs`). Nodes that
-/// race to place one database agree, since the catalog keeps the first placement. A read of a
-/// database never placed runs on the home, where it is absent or from before partitions.
+/// that answer and were added at least `newPartitionSettle` ago. Each partition hands out ids
+/// from its own range (`PartitionIDs`). Nodes that race to place one database agree, since the
+/// catalog keeps the first placement. A read of a database never placed runs on the home,
+/// where it is absent or from before partitions.
+///
+/// A node that knows no partition but the home serves every database there without asking
+/// the catalog, and asks it for partitions at most every `placementsRecheck`: so a node started
+/// before the deployment's first partition learns of it well before any node places a
+/// database there, and never makes a second copy of a database on the home. A partition's
+/// first use on a node gives it the home's schema (what it lacks of it).
 ///
 /// A node keeps each placement it has seen, and forgets them all when the catalog's placements
 /// version moved (a user was moved: `nimbus partitions move`), which it checks at most every
@@ -74,9 +82,15 @@ public final class PartitionedStorage: WrappingStorageDriver {
     private let placed = Mutex<[DatabaseKey: String]>([:])
     /// When this node last asked for the catalog's placements version, and what it was.
     private let placementsChecked = Mutex<(at: ContinuousClock.Instant, version: Int64?)?>(nil)
-    /// How often a node asks whether placements changed: a move cleans its source up only
-    /// after several of these (`PartitionMove.settle`), so no node reads a cleaned source.
+    /// How often a node asks whether placements changed, and, while it knows no partition but
+    /// the home, whether one was added: a move cleans its source up only after several of these
+    /// (`PartitionMove.settle`), so no node reads a cleaned source.
     public static let placementsRecheck: Duration = .seconds(1)
+    /// How long a partition just added takes no new database: by then every node has asked
+    /// the catalog several times and routes to it (nodes' clocks in step to within a second).
+    public static let newPartitionSettle: Duration = placementsRecheck * 5
+    /// Milliseconds since 1970, to compare with when a partition was added.
+    private let now: @Sendable () -> Int64
     /// Partitions whose id range this node has made sure of (`PartitionIDs`): before a
     /// partition's first transaction, so one that does not answer at start holds up nobody.
     private let rangesSet = Mutex<Set<String>>([PartitionedStorage.home])
@@ -89,7 +103,8 @@ public final class PartitionedStorage: WrappingStorageDriver {
     /// runs is opened when this node first meets a database placed on it.
     public init(
         home: any StorageDriver, partitions: [StoragePartition], catalog: any PartitionCatalog,
-        discover: (@Sendable () async throws -> [StoragePartition])? = nil
+        discover: (@Sendable () async throws -> [StoragePartition])? = nil,
+        now: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1_000) }
     ) {
         precondition(Set(partitions.map(\.number)).count == partitions.count && partitions.allSatisfy { $0.number > 0 && $0.name != Self.home })
         var all = Dictionary(uniqueKeysWithValues: partitions.map { ($0.name, $0) })
@@ -98,6 +113,7 @@ public final class PartitionedStorage: WrappingStorageDriver {
         self.partitions = Mutex(all)
         self.catalog = catalog
         self.discover = discover
+        self.now = now
     }
 
     public var wrapped: any StorageDriver { homeStore }
@@ -121,11 +137,11 @@ public final class PartitionedStorage: WrappingStorageDriver {
     public func movesUnderway() async throws -> [PartitionMoveUnderway] { try await catalog.movesUnderway() }
 
     /// Asks the catalog for partitions this node does not know yet, unless it asked less than
-    /// 5 s ago; true when it learned of one.
-    private func discoverPartitions() async throws -> Bool {
+    /// `interval` ago; true when it learned of one.
+    private func discoverPartitions(atMostEvery interval: Duration = .seconds(5)) async throws -> Bool {
         guard let discover else { return false }
         let due = lastDiscovery.withLock { last -> Bool in
-            if let last, ContinuousClock.now - last < .seconds(5) { return false }
+            if let last, ContinuousClock.now - last < interval { return false }
             last = ContinuousClock.now
             return true
         }
@@ -139,6 +155,23 @@ public final class PartitionedStorage: WrappingStorageDriver {
             }
             return added
         }
+    }
+
+    /// Whether this node knows no partition but the home, and the catalog named none when it
+    /// last asked, at most `placementsRecheck` ago: then every database is the home's and the
+    /// catalog is not asked where one lives (a deployment that never adds a partition pays a
+    /// small read a second for them).
+    private func servesHomeOnly() async throws -> Bool {
+        guard partitions.withLock({ $0.count == 1 }) else { return false }
+        _ = try await discoverPartitions(atMostEvery: Self.placementsRecheck)
+        return partitions.withLock { $0.count == 1 }
+    }
+
+    /// Whether the partition may take a new database: the home always, another once every node
+    /// has had time to learn of it (`newPartitionSettle`).
+    private func takesNewDatabases(_ name: String) -> Bool {
+        guard name != Self.home, let added = partitions.withLock({ $0[name]?.addedAt }) else { return true }
+        return now() - added >= Int64(Self.newPartitionSettle.components.seconds) * 1_000
     }
 
     /// Every partition's signals as one stream: a write on any partition wakes the pipeline.
@@ -214,17 +247,22 @@ public final class PartitionedStorage: WrappingStorageDriver {
         }
         if !rangesSet.withLock({ $0.contains(name) }) {
             try await partition.store.partitioning.startIDs(atLeast: PartitionIDs.first(ofPartition: partition.number))
+            // A partition added after the schema was made has none of it: a production write
+            // there would be refused for types the deployment has.
+            try await copySchemas(onto: partition.store, removingExtras: false)
             rangesSet.withLock { _ = $0.insert(name) }
         }
         return partition.store
     }
 
     private func partitionForReading(_ database: DatabaseKey) async throws -> String {
-        try await partition(of: database) ?? Self.home
+        if try await servesHomeOnly() { return Self.home }
+        return try await partition(of: database) ?? Self.home
     }
 
     /// The partition a write of `database` runs on, placing the database if it never was.
     private func partitionForWriting(_ database: DatabaseKey) async throws -> String {
+        if try await servesHomeOnly() { return Self.home }
         if let name = try await partition(of: database) { return name }
         let home = wrapped
         let fromBefore = try await home.read(.point, in: database) { try $0.database(database) != nil }
@@ -232,7 +270,7 @@ public final class PartitionedStorage: WrappingStorageDriver {
         if !fromBefore {
             // A partition that does not answer gets no new database: its user would be held
             // up until it came back. The home answered the read above.
-            var candidates = names
+            var candidates = names.filter(takesNewDatabases)
             while true {
                 chosen = try await leastPlaced(among: candidates)
                 if chosen == Self.home { break }
@@ -269,6 +307,7 @@ public final class PartitionedStorage: WrappingStorageDriver {
     }
 
     public func partitionGroups(_ databases: [DatabaseKey]) async throws -> [[DatabaseKey]] {
+        if try await servesHomeOnly() { return databases.isEmpty ? [] : [databases] }
         var groups: [String: [DatabaseKey]] = [:]
         var order: [String] = []
         for database in databases {
@@ -355,6 +394,14 @@ extension PartitionedStorage {
     /// Makes every partition's schema, every container's, both environments, the home's.
     public func synchronizeSchemas() async throws {
         let started = ContinuousClock.now
+        _ = try await eachPartition(skipping: Self.home) { try await self.copySchemas(onto: $0, removingExtras: true) }
+        // A change that failed to reach a partition after this began is still to be made.
+        schemasBehind.withLock { if let behind = $0, behind.since <= started { $0 = nil } }
+    }
+
+    /// Gives `partition` the home's schema, every container's, both environments: what it
+    /// lacks, and, with `removingExtras`, without what the home does not have.
+    fileprivate func copySchemas(onto partition: any StorageDriver, removingExtras: Bool) async throws {
         let home = wrapped
         let schemas = try await home.read(.scan) { tx in
             try tx.containers().flatMap { container in
@@ -367,10 +414,10 @@ extension PartitionedStorage {
                 }
             }
         }
-        _ = try await eachPartition(skipping: Self.home) { partition in
-            try await partition.write { unit in
-                for schema in schemas {
-                    let (container, environment) = (schema.key.container, schema.key.environment)
+        try await partition.write { unit in
+            for schema in schemas {
+                let (container, environment) = (schema.key.container, schema.key.environment)
+                if removingExtras {
                     let fields = Dictionary(schema.fields.map { ("\($0.recordType).\($0.fieldName)", $0) }, uniquingKeysWith: { $1 })
                     for type in try unit.schemaRecordTypes(container: container, environment: environment) where !schema.types.contains(type) {
                         try unit.removeFromSchema(container: container, environment: environment, recordType: type, fieldName: nil)
@@ -382,18 +429,16 @@ extension PartitionedStorage {
                                 container: container, environment: environment, recordType: field.recordType, fieldName: field.fieldName)
                         }
                     }
-                    for type in schema.types { try unit.addSchemaRecordType(container: container, environment: environment, type) }
-                    for field in schema.fields {
-                        try unit.addSchemaField(container: container, environment: environment, field)
-                        _ = try unit.setSchemaFieldIndexes(
-                            container: container, environment: environment, recordType: field.recordType, fieldName: field.fieldName,
-                            indexes: field.indexes)
-                    }
+                }
+                for type in schema.types { try unit.addSchemaRecordType(container: container, environment: environment, type) }
+                for field in schema.fields {
+                    try unit.addSchemaField(container: container, environment: environment, field)
+                    _ = try unit.setSchemaFieldIndexes(
+                        container: container, environment: environment, recordType: field.recordType, fieldName: field.fieldName,
+                        indexes: field.indexes)
                 }
             }
         }
-        // A change that failed to reach a partition after this began is still to be made.
-        schemasBehind.withLock { if let behind = $0, behind.since <= started { $0 = nil } }
     }
 }
 
@@ -425,9 +470,14 @@ extension PartitionedStorage: SharedBudgetsStoring, RequestLogStoring, StoreFigu
         return all
     }
 
-    /// A copy of the home alone would restore as a deployment that lost every partition's
-    /// databases: refused, saying what to do instead.
+    /// The home's copy while it is the only store; with partitions, a copy of the home alone
+    /// would restore as a deployment that lost every partition's databases: refused, saying
+    /// what to do instead.
     public func copyStore(into directory: String) async throws -> StoreCopy {
+        if try await servesHomeOnly() {
+            guard let home = wrapped as? any StoreCopying else { throw StoreCopyRefusal("this storage driver cannot make backups") }
+            return try await home.copyStore(into: directory)
+        }
         throw StoreCopyRefusal(
             "this deployment has partitions (\(names.joined(separator: ", "))), and `nimbus backup` copies one store: back up each partition's PostgreSQL with its own tools (pg_basebackup, or Patroni's), the home included")
     }

@@ -128,6 +128,74 @@ import Testing
         }
     }
 
+    /// A node started before the deployment had partitions serves the first one added while it
+    /// runs: a partition just added takes no new database until every node has had time to
+    /// learn of it; a user another node placed there afterwards is served from there (not given
+    /// a second database on the home); and the partition has the deployment's production
+    /// schema before its first write.
+    @Test(.enabled(if: TestStorage.name == "postgres", "the suite's PostgreSQL pass"))
+    func aNodeThatServedNoPartitionServesTheFirstOneAdded() async throws {
+        try await PostgresTestCluster.withDatabase { home in
+            try await PostgresTestCluster.withDatabase { second in
+                let catalog = try await PostgresStorage(home, maximumConnections: 2)
+                do {
+                    try await Self.firstPartitionScenario(home: home, second: second, catalog: catalog.partitionCatalog)
+                } catch {
+                    try? await catalog.close()
+                    throw error
+                }
+                try await catalog.close()
+            }
+        }
+    }
+
+    static func firstPartitionScenario(home: PostgresLocation, second: PostgresLocation, catalog: PostgresPartitionCatalog) async throws {
+        try await TestServer.with(configure: { configuration in
+            configuration.storage = PostgresStorage.opener(home, maximumConnections: 4)
+        }) { server in
+            func zones(named name: String, on location: PostgresLocation) async throws -> String? {
+                try await PostgresTestCluster.rows("SELECT count(*)::text FROM zones WHERE name = '\(name)'", on: location).first?.first ?? nil
+            }
+            func key(_ name: String, _ environment: NimbusStorage.Environment) async throws -> DatabaseKey {
+                let id = try #require(try await server.service.storage.accounts.user(name: name)).id
+                return DatabaseKey(container: TestServer.container, environment: environment, scope: .private, ownerID: id)
+            }
+            // The deployment's schema, deployed while it has no partition.
+            let ann = try await IdentityTests.person(server, "ann")
+            try await expectEqual(ann.modify([Op.create("a1", type: "Photo", ["title": Op.field("one")])]).status, 200)
+            _ = try await server.service.deploySchema(container: TestServer.container)
+
+            let added = Int64(Date().timeIntervalSince1970 * 1_000)
+            _ = try await catalog.addChecked(name: "p2", url: second.description, at: added)
+            // Once the node has asked again, it knows p2, but p2 takes no new database yet,
+            // though it holds the fewest.
+            for owner in Int64(1_001)...1_003 {
+                _ = try await catalog.place(DatabaseKey(container: "elsewhere", environment: .development, scope: .private, ownerID: owner), on: "home")
+            }
+            try await Task.sleep(for: PartitionedStorage.placementsRecheck + .milliseconds(200))
+            let bob = try await IdentityTests.person(server, "bob")
+            try await expectEqual(bob.createZone("Early").status, 200)
+            try await expectEqual(zones(named: "Early", on: home), "1")
+            try await expectEqual(zones(named: "Early", on: second), "0")
+            let bobPlacement = try await catalog.placement(of: key("bob", .development))
+            #expect(bobPlacement == nil || bobPlacement == "home", "\(String(describing: bobPlacement))")
+
+            // Past the settle, a node places a new production database on p2 (here, the catalog
+            // directly); this node serves it from there, with the schema deployed before p2 was.
+            let settled = PartitionedStorage.newPartitionSettle - (.milliseconds(Int64(Date().timeIntervalSince1970 * 1_000) - added))
+            if settled > .zero { try await Task.sleep(for: settled) }
+            let dora = try await server.user("dora", environment: .production)
+            try await expectEqual(catalog.place(key("dora", .production), on: "p2"), "p2")
+            let saved = try await dora.modify([Op.create("d1", type: "Photo", ["title": Op.field("dune")])])
+            expectEqual(saved.records.first?.errorCode, nil, "\(saved.text)")
+            try await expectEqual(dora.createZone("Later").status, 200)
+            try await expectEqual(zones(named: "Later", on: second), "1")
+            try await expectEqual(zones(named: "Later", on: home), "0", "no second copy of her database on the home")
+            let found = try await dora.lookup(["d1"])
+            expectEqual(found.records.first?["fields"]?["title"]?["value"], "dune", "\(found.text)")
+        }
+    }
+
     /// `nimbus ARGUMENTS` on a thread of its own, so the test's tasks go on meanwhile.
     static func answerAside(_ arguments: [String], environment: [String: String] = [:]) async throws -> (
         status: Int32, output: String, error: String
@@ -334,6 +402,7 @@ import Testing
         try refused(["partitions", "add", "again", second.description] + data, saying: "is partition 'p2' already")
         let addedThird = try NimbusProcess.answer(["partitions", "add", "p3", third.description] + data)
         #expect(addedThird.status == 0, "\(addedThird)")
+        let addedAt = ContinuousClock.now
 
         // The server says which partitions it serves.
         let directory = NSTemporaryDirectory() + "nimbus-partitions-serve-" + UUID().uuidString
@@ -358,9 +427,10 @@ import Testing
             try await TestServer.with(configure: { configuration in
                 configuration.storage = PostgresStorage.opener(home, maximumConnections: 4)
             }) { server in
-                // New databases go where the fewest are among the partitions that answer: the
-                // public database to the home, then private ones to p2 and the home in turn,
-                // never to p3.
+                // New databases go where the fewest are among the partitions that answer, once
+                // every node has had time to learn of them: the public database to the home,
+                // then private ones to p2 and the home in turn, never to p3.
+                try await Task.sleep(until: addedAt + PartitionedStorage.newPartitionSettle)
                 var onSecond: (client: APIClient, key: DatabaseKey)?
                 var placements: [String] = []
                 for name in ["ann", "bob", "cy"] {

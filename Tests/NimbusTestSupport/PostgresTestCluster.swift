@@ -101,8 +101,16 @@ public enum PostgresTestCluster {
             description: { "PostgreSQL test database " + databaseName(forDataDirectory: $0) },
             open: { directory in
                 let location = try await location(forDataDirectory: directory, migrated: true)
-                return UnitOfWorkDriver(
-                    PostgresCoarseStorage(try await PostgresStorage(location, deadline: deadline, maximumConnections: 4)), checksPurity: true)
+                let home = try await PostgresStorage(location, deadline: deadline, maximumConnections: 4)
+                // As `nimbus serve` composes it: the home behind `PartitionedStorage`, which
+                // serves it alone until its catalog names a partition.
+                return try await PostgresStorage.withPartitions(
+                    home: UnitOfWorkDriver(PostgresCoarseStorage(home), checksPurity: true), catalog: home.partitionCatalog
+                ) { location, replicas in
+                    UnitOfWorkDriver(
+                        PostgresCoarseStorage(try await PostgresStorage(location, readReplicas: replicas, deadline: deadline, maximumConnections: 4)),
+                        checksPurity: true)
+                }
             })
     }
 

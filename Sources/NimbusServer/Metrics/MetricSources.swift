@@ -23,7 +23,8 @@ extension ServerMetrics {
                     metrics.advance("nimbus_storage_replica_reads_total", to: Int64(replica.reads), name)
                 }
             }
-            if let units = storage as? UnitOfWorkDriver {
+            // The home's (a PostgreSQL home is behind PartitionedStorage, partitions or not).
+            if let units = (storage as? UnitOfWorkDriver) ?? ((storage as? any WrappingStorageDriver)?.wrapped as? UnitOfWorkDriver) {
                 // Collisions with other nodes' writes and the zone turns they led to (PostgreSQL;
                 // SQLite decides in its writer's transaction, so both stay 0 there).
                 metrics.advance("nimbus_storage_write_collisions_total", to: Int64(units.writeCollisions))
