@@ -280,6 +280,13 @@ extension PostgresStorage {
                 return StoragePartition(name: entry.name, number: entry.number, store: store, addedAt: entry.addedAt)
             }
         }
-        return PartitionedStorage(home: home, partitions: try await listed(), catalog: catalog, discover: listed)
+        let homeStorage = catalog.storage
+        return PartitionedStorage(
+            home: home, partitions: try await listed(), catalog: catalog, discover: listed,
+            placementsMoved: {
+                // A database moved to the home is on its primary; this node's replicas of the
+                // home serve it once they have replayed past now.
+                if !homeStorage.replicas.isEmpty { await homeStorage.replicas.noteCommit(on: homeStorage) }
+            })
     }
 }

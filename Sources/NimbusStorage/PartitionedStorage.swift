@@ -91,6 +91,11 @@ public final class PartitionedStorage: WrappingStorageDriver {
     public static let newPartitionSettle: Duration = placementsRecheck * 5
     /// Milliseconds since 1970, to compare with when a partition was added.
     private let now: @Sendable () -> Int64
+    /// Called when this node learns that a move switched a database's placement, before it
+    /// reads where that database lives: PostgreSQL raises the home's replica floor then, so a
+    /// database moved to the home (whose replicas are each node's own, not the catalog's, and
+    /// so not waited for by the move) is read from them only once they have its copy.
+    private let placementsMoved: (@Sendable () async -> Void)?
     /// Partitions whose id range this node has made sure of (`PartitionIDs`): before a
     /// partition's first transaction, so one that does not answer at start holds up nobody.
     private let rangesSet = Mutex<Set<String>>([PartitionedStorage.home])
@@ -104,7 +109,8 @@ public final class PartitionedStorage: WrappingStorageDriver {
     public init(
         home: any StorageDriver, partitions: [StoragePartition], catalog: any PartitionCatalog,
         discover: (@Sendable () async throws -> [StoragePartition])? = nil,
-        now: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1_000) }
+        now: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1_000) },
+        placementsMoved: (@Sendable () async -> Void)? = nil
     ) {
         precondition(Set(partitions.map(\.number)).count == partitions.count && partitions.allSatisfy { $0.number > 0 && $0.name != Self.home })
         var all = Dictionary(uniqueKeysWithValues: partitions.map { ($0.name, $0) })
@@ -114,6 +120,7 @@ public final class PartitionedStorage: WrappingStorageDriver {
         self.catalog = catalog
         self.discover = discover
         self.now = now
+        self.placementsMoved = placementsMoved
     }
 
     public var wrapped: any StorageDriver { homeStore }
@@ -191,25 +198,31 @@ public final class PartitionedStorage: WrappingStorageDriver {
     public func partition(of database: DatabaseKey) async throws -> String? {
         await forgetPlacementsIfMoved()
         if let known = placed.withLock({ $0[database] }) { return known }
+        // Not known here (first met, or forgotten after a move): whether a move switched since
+        // this node last asked, whatever the interval, before the catalog is read.
+        await forgetPlacementsIfMoved(always: true)
         guard let name = try await catalog.placement(of: database) else { return nil }
         placed.withLock { $0[database] = name }
         return name
     }
 
     /// Forgets every placement kept when the catalog's placements version moved since this
-    /// node last asked, at most every `placementsRecheck` (the one request that asks waits for
-    /// the answer; a home that does not answer leaves them as they are).
-    private func forgetPlacementsIfMoved() async {
+    /// node last asked, at most every `placementsRecheck` unless `always` (the one request that
+    /// asks waits for the answer; a home that does not answer leaves them as they are), and
+    /// then tells `placementsMoved`.
+    private func forgetPlacementsIfMoved(always: Bool = false) async {
         let now = ContinuousClock.now
         let due = placementsChecked.withLock { checked -> (due: Bool, version: Int64?) in
-            if let checked, now - checked.at < Self.placementsRecheck { return (false, nil) }
+            if !always, let checked, now - checked.at < Self.placementsRecheck { return (false, nil) }
             let version = checked?.version
             checked = (now, version)
             return (true, version)
         }
         guard due.due, let version = try? await catalog.placementsVersion() else { return }
         placementsChecked.withLock { $0 = (now, version) }
-        if let previous = due.version, previous != version { placed.withLock { $0.removeAll() } }
+        guard let previous = due.version, previous != version else { return }
+        placed.withLock { $0.removeAll() }
+        await placementsMoved?()
     }
 
     /// `run` on the store of the partition `database` lives on (`pick` finds it: placing it

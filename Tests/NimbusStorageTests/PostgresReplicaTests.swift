@@ -160,6 +160,55 @@ struct PostgresReplicaTests {
         }
     }
 
+    /// A move to the home does not wait for the home's replicas (each node's own flags, which
+    /// the catalog does not list): a node that learns of the move reads the database from them
+    /// only once they have replayed past it, from the home's primary until then.
+    @Test func aDatabaseMovedToTheHomeIsReadFromItsReplicasOnlyOnceTheyHaveTheCopy() async throws {
+        try await Self.withDatabase("nimbus_move_home_replica") { pair, primary, standby in
+            try await PostgresTestCluster.withDatabase { second in
+                let homeStore = try await PostgresStorage(primary, readReplicas: [standby], deadline: .seconds(5), maximumConnections: 2)
+                let catalog = try await PostgresStorage(primary, deadline: .seconds(5), maximumConnections: 2)
+                let partition = try await PostgresStorage(second, deadline: .seconds(5), maximumConnections: 2)
+                do {
+                    _ = try await catalog.partitionCatalog.addChecked(name: "p2", url: second.description, at: 1)
+                    let storage = try await PostgresStorage.withPartitions(
+                        home: UnitOfWorkDriver(PostgresCoarseStorage(homeStore)), catalog: homeStore.partitionCatalog
+                    ) { _, _ in UnitOfWorkDriver(PostgresCoarseStorage(partition)) }
+                    // A user's database on p2, read by the node.
+                    let key = DatabaseKey(container: "c", environment: .development, scope: .private, ownerID: 7)
+                    try await expectEqual(catalog.partitionCatalog.place(key, on: "p2"), "p2")
+                    _ = try await storage.write(in: key) { tx in try tx.createZone(databaseID: try tx.ensureDatabase(key).id, name: "Album") }
+                    @Sendable func albums() async throws -> Int {
+                        try await storage.read(ReadKind.point.onReplica, in: key) { tx in
+                            try tx.database(key).map { try tx.zones(databaseID: $0.id).filter { $0.name == "Album" }.count } ?? 0
+                        }
+                    }
+                    try await expectEqual(albums(), 1)
+
+                    // Moved to the home while the home's standby replays nothing.
+                    try await Self.caughtUp(pair)
+                    try await Self.replay("pause", pair)
+                    let stores: @Sendable (String) async throws -> PostgresStorage = { $0 == PartitionedStorage.home ? catalog : partition }
+                    let moved = try await PartitionMove(home: catalog, settle: .milliseconds(100), store: stores).moveUser(7, to: "home")
+                    expectEqual(moved.map(\.source), ["p2"])
+                    let onStandby = try await PostgresTestCluster.rows("SELECT count(*)::text FROM zones WHERE name = 'Album'", on: standby)
+                    expectEqual(onStandby.first?.first, "0", "the standby must lag for this test")
+                    try await expectEqual(albums(), 1, "read from a standby that lacks the copy")
+                    try await Self.replay("resume", pair)
+                } catch {
+                    try? await Self.replay("resume", pair)
+                    await partition.close()
+                    await catalog.close()
+                    await homeStore.close()
+                    throw error
+                }
+                await partition.close()
+                await catalog.close()
+                await homeStore.close()
+            }
+        }
+    }
+
     @Test func aReplicaMustBeAStandbyOfThePrimarysClusterAndIsRefusedWithTheReasonOtherwise() async throws {
         try await PostgresStandbyPair.with(primaryPort: Self.port) { pair in
             func expectRefused(_ primary: PostgresLocation, _ replica: PostgresLocation, _ reason: String) async {
