@@ -13,6 +13,7 @@
 # AFTER=binary (and AFTER_FLAGS, BEFORE_FLAGS: flags instead of the defaults, no connection cap
 # and budgets off) replaces this build as "after"; AFTER=the same binary as
 # before measures the method's own bias (the two positions should come out equal).
+# POSTGRES=1 runs both servers on PostgreSQL (a private cluster, a database each).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source Benchmarks/lib.sh
@@ -38,8 +39,27 @@ start() {
   fi
 }
 export RECORDS
-if [ -n "${BEFORE_FLAGS+x}" ]; then start before "$OTHER" "$BEFORE_FLAGS"; else start before "$OTHER"; fi
-if [ -n "${AFTER_FLAGS+x}" ]; then start after "${AFTER:-$BIN/nimbus}" "$AFTER_FLAGS"; else start after "${AFTER:-$BIN/nimbus}"; fi
+if [ -n "${POSTGRES:-}" ]; then
+  # Each server on a database of its own on one private cluster, as Benchmarks/postgres-anchor.sh
+  # runs PostgreSQL (durable, synchronous_commit off like SQLite's NORMAL, statistics kept fresh).
+  PGBIN=/usr/lib/postgresql/15/bin
+  ADMIN=$(NIMBUS_PG_DURABLE=1 scripts/postgres.sh start)
+  "$PGBIN/psql" "$ADMIN" -qc "ALTER SYSTEM SET autovacuum_naptime = 1" -c "SELECT pg_reload_conf()" \
+    -c "CREATE DATABASE nimbus_ab_before" -c "ALTER DATABASE nimbus_ab_before SET synchronous_commit = off" \
+    -c "CREATE DATABASE nimbus_ab_after" -c "ALTER DATABASE nimbus_ab_after SET synchronous_commit = off" >/dev/null
+  trap 'scripts/postgres.sh stop >/dev/null' EXIT
+  BEFORE_DATABASE=${ADMIN/\/postgres\?/\/nimbus_ab_before?}
+  AFTER_DATABASE=${ADMIN/\/postgres\?/\/nimbus_ab_after?}
+fi
+# on DATABASE COMMAND…: COMMAND with NIMBUS_DATABASE set when the run is on PostgreSQL.
+on() {
+  local database=$1
+  shift
+  if [ -n "${POSTGRES:-}" ]; then NIMBUS_DATABASE=$database "$@"; else "$@"; fi
+}
+if [ -n "${BEFORE_FLAGS+x}" ]; then on "${BEFORE_DATABASE:-}" start before "$OTHER" "$BEFORE_FLAGS"; else on "${BEFORE_DATABASE:-}" start before "$OTHER"; fi
+if [ -n "${AFTER_FLAGS+x}" ]; then on "${AFTER_DATABASE:-}" start after "${AFTER:-$BIN/nimbus}" "$AFTER_FLAGS"; else on "${AFTER_DATABASE:-}" start after "${AFTER:-$BIN/nimbus}"; fi
+[ -n "${POSTGRES:-}" ] && trap 'stop_preloaded; scripts/postgres.sh stop >/dev/null' EXIT
 
 # measure URL PID → "requests/s p99-ms server-µs-per-request"
 measure() {
