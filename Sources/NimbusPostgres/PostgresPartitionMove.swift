@@ -107,13 +107,26 @@ public struct PartitionMove: Sendable {
                 "\(other.database) is half-way to partition '\(other.target)' (step \(other.step.rawValue)): finish that move first, with --to \(other.target)")
         }
         var moved: [Moved] = []
-        for database in try await catalog.databases(ownerID: userID) {
-            if let result = try await move(database, to: target, underway: underway.first { $0.database == database }) {
-                moved.append(result)
+        // Again until a pass finds nothing to move: a database made for the user while this
+        // runs goes where the move goes while one of theirs is recorded as moving
+        // (`PartitionedStorage`), and anywhere in between, so the next pass moves it.
+        var recorded = underway
+        for _ in 0..<Self.passes {
+            var movedInPass = false
+            for database in try await catalog.databases(ownerID: userID) {
+                if let result = try await move(database, to: target, underway: recorded.first { $0.database == database }) {
+                    moved.append(result)
+                    movedInPass = true
+                }
             }
+            guard movedInPass else { break }
+            recorded = try await catalog.moves(ownerID: userID)
         }
         return moved
     }
+
+    /// The most passes over a user's databases one command makes.
+    static let passes = 5
 
     /// One database through its remaining steps; nil when it lives on `target` already.
     func move(_ database: DatabaseKey, to target: String, underway: PostgresPartitionCatalog.MoveState?) async throws -> Moved? {

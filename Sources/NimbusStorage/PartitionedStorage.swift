@@ -280,7 +280,9 @@ public final class PartitionedStorage: WrappingStorageDriver {
         let home = wrapped
         let fromBefore = try await home.read(.point, in: database) { try $0.database(database) != nil }
         var chosen = Self.home
-        if !fromBefore {
+        if !fromBefore, let target = try await moveTarget(forOwnerOf: database) {
+            chosen = target
+        } else if !fromBefore {
             // A partition that does not answer gets no new database: its user would be held
             // up until it came back. The home answered the read above.
             var candidates = names.filter(takesNewDatabases)
@@ -298,6 +300,14 @@ public final class PartitionedStorage: WrappingStorageDriver {
         let name = try await catalog.place(database, on: chosen)
         placed.withLock { $0[database] = name }
         return name
+    }
+
+    /// Where a move of the database's owner under way goes (`nimbus partitions move`), for a
+    /// new database of theirs, so the move leaves none behind; nil for a public database and
+    /// when no move of theirs runs.
+    private func moveTarget(forOwnerOf database: DatabaseKey) async throws -> String? {
+        guard database.scope != .public else { return nil }
+        return try await catalog.movesUnderway().first { $0.database.ownerID == database.ownerID }?.target
     }
 
     /// Of `candidates`, the partition holding the fewest databases; ties go to the first by

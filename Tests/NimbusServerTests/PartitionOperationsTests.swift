@@ -345,6 +345,17 @@ import Testing
                 #expect(killed.status != 0, "\(step): \(killed)")
                 let listed = try await answerAside(["partitions", "list"] + data)
                 #expect(listed.output.contains("move under way") && listed.output.contains("to '\(target)'"), "\(step): \(listed.output)")
+                if step == "copy" {
+                    // A database made for Ann while her move is under way goes where it goes
+                    // (her shared database, made by her first subscription there), though the
+                    // move's target holds the most.
+                    for owner in Int64(1_001)...1_004 {
+                        _ = try await catalog.place(DatabaseKey(container: "elsewhere", environment: .development, scope: .private, ownerID: owner), on: target)
+                    }
+                    try await NotificationTests.subscribe(ann, ["subscriptionID": "shared-all", "subscriptionType": "database"], in: "shared")
+                    let sharedKey = DatabaseKey(container: TestServer.container, environment: .development, scope: .shared, ownerID: annID)
+                    try await expectEqual(catalog.placement(of: sharedKey), target)
+                }
                 // The dashboard's storage page shows it too.
                 let moves = try await browser.get("storage").json["moves"]?.arrayValue ?? []
                 expectEqual(

@@ -2,6 +2,7 @@ import Foundation
 import NimbusStorage
 import NimbusTestSupport
 import PostgresNIO
+import Synchronization
 import Testing
 
 @testable import NimbusPostgres
@@ -80,6 +81,60 @@ struct PostgresMoveFenceTests {
                 throw error
             }
             await storage.close()
+        }
+    }
+
+    /// A database made for a user while their move runs is moved too: the command passes over
+    /// the user's databases again until a pass finds none elsewhere (here the database is made
+    /// on another partition just after the first one's move ended, when no move of theirs is
+    /// recorded and a node places it as any new one).
+    @Test func aDatabaseMadeForTheUserWhileTheMoveRunsIsMovedToo() async throws {
+        try await PostgresTestCluster.withDatabase { homeLocation in
+            try await PostgresTestCluster.withDatabase { secondLocation in
+                try await PostgresTestCluster.withDatabase { thirdLocation in
+                    let home = try await PostgresStorage(homeLocation, deadline: PostgresTestCluster.deadline, maximumConnections: 2)
+                    let second = try await PostgresStorage(secondLocation, deadline: PostgresTestCluster.deadline, maximumConnections: 2)
+                    let third = try await PostgresStorage(thirdLocation, deadline: PostgresTestCluster.deadline, maximumConnections: 2)
+                    do {
+                        let catalog = home.partitionCatalog
+                        _ = try await catalog.addChecked(name: "p2", url: secondLocation.description, at: 1)
+                        _ = try await catalog.addChecked(name: "p3", url: thirdLocation.description, at: 2)
+                        let onSecond = UnitOfWorkDriver(PostgresCoarseStorage(second))
+                        let privateKey = DatabaseKey(container: "c", environment: .development, scope: .private, ownerID: 7)
+                        let sharedKey = DatabaseKey(container: "c", environment: .development, scope: .shared, ownerID: 7)
+                        try await expectEqual(catalog.place(privateKey, on: "p2"), "p2")
+                        _ = try await onSecond.write(in: privateKey) { tx in try tx.createZone(databaseID: try tx.ensureDatabase(privateKey).id, name: "Album") }
+
+                        let made = Mutex(false)
+                        let stores: @Sendable (String) async throws -> PostgresStorage = { name in
+                            switch name {
+                            case "p2": second
+                            case "p3": third
+                            default: home
+                            }
+                        }
+                        let move = PartitionMove(
+                            home: home, settle: .milliseconds(10),
+                            stepped: { step in
+                                guard step == .clean, !made.withLock({ let was = $0; $0 = true; return was }) else { return }
+                                _ = try? await catalog.place(sharedKey, on: "p2")
+                                _ = try? await onSecond.write(in: sharedKey) { try $0.ensureDatabase(sharedKey) }
+                            }, store: stores)
+                        let moved = try await move.moveUser(7, to: "p3")
+                        expectEqual(moved.map(\.database.scope), [.private, .shared])
+                        try await expectEqual(catalog.placement(of: privateKey), "p3")
+                        try await expectEqual(catalog.placement(of: sharedKey), "p3", "the database made meanwhile stayed behind")
+                    } catch {
+                        await third.close()
+                        await second.close()
+                        await home.close()
+                        throw error
+                    }
+                    await third.close()
+                    await second.close()
+                    await home.close()
+                }
+            }
         }
     }
 }
