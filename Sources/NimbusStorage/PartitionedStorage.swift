@@ -220,7 +220,9 @@ public final class PartitionedStorage: WrappingStorageDriver {
         }
         guard due.due, let version = try? await catalog.placementsVersion() else { return }
         placementsChecked.withLock { $0 = (now, version) }
-        guard let previous = due.version, previous != version else { return }
+        // The first answer since this node started counts as a move: one may have switched
+        // before it, while this node kept nothing to forget but its replicas' floor.
+        guard due.version != version else { return }
         placed.withLock { $0.removeAll() }
         await placementsMoved?()
     }
