@@ -30,8 +30,8 @@ struct PartitionsCommand: AsyncParsableCommand {
                         name: name, url: url, replicas: readReplicas, at: Int64(Date().timeIntervalSince1970 * 1000))
                 }
                 print(
-                    "added partition '\(name)' (number \(number)): databases made from now on go to the partition holding the fewest. "
-                        + "Nodes serving partitions already open it when they first meet a database placed there; restart nodes that served none (nimbus serve), which place new databases on the home until then.")
+                    "added partition '\(name)' (number \(number)): running nodes learn of it within a second, without a restart, "
+                        + "and from \(PartitionedStorage.newPartitionSettle.components.seconds) s on, databases made go to the partition holding the fewest.")
             } catch { throw reportFailure(error) }
         }
     }
