@@ -134,9 +134,12 @@ public final class PartitionedStorage: WrappingStorageDriver {
     }
 
     /// Each partition this node knows, the home first, with why it could not be reached the
-    /// last time it was tried (nil: it answers, or was not needed yet), for operators.
+    /// last time it was tried (nil: it answers, or was not needed yet), for operators; none
+    /// while the home is the only store.
     public var partitionStates: [(name: String, number: Int64, problem: String?)] {
-        [(Self.home, 0, nil)] + otherPartitions.map { ($0.name, $0.number, ($0.store as? LazyPartition)?.problem) }
+        let others = otherPartitions
+        guard !others.isEmpty else { return [] }
+        return [(Self.home, 0, nil)] + others.map { ($0.name, $0.number, ($0.store as? LazyPartition)?.problem) }
     }
 
     /// Moves between partitions under way (an operator's dashboard shows them: a database
@@ -196,11 +199,11 @@ public final class PartitionedStorage: WrappingStorageDriver {
 
     /// The partition a database lives on, as this node last learned (nil: never placed).
     public func partition(of database: DatabaseKey) async throws -> String? {
-        await forgetPlacementsIfMoved()
+        // Whether a move switched since this node last asked: at most every second for a
+        // placement it keeps; for one it does not (first met, or forgotten after a move) at
+        // once, before the catalog is read.
+        await forgetPlacementsIfMoved(always: placed.withLock { $0[database] } == nil)
         if let known = placed.withLock({ $0[database] }) { return known }
-        // Not known here (first met, or forgotten after a move): whether a move switched since
-        // this node last asked, whatever the interval, before the catalog is read.
-        await forgetPlacementsIfMoved(always: true)
         guard let name = try await catalog.placement(of: database) else { return nil }
         placed.withLock { $0[database] = name }
         return name

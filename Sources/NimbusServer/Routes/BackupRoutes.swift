@@ -18,10 +18,7 @@ enum BackupRoutes {
                     reads: Int64(replica.reads))
             }
             let partitioned = parts.storeFigures as? PartitionedStorage
-            // A PostgreSQL home without partitions lists none (it is behind PartitionedStorage
-            // all the same, to learn of the first one added).
-            let states = partitioned?.otherPartitions.isEmpty == false ? partitioned?.partitionStates ?? [] : []
-            let partitions = states.map {
+            let partitions = (partitioned?.partitionStates ?? []).map {
                 StorageStatus.Partition(name: $0.name, number: $0.number, problem: $0.problem)
             }
             // A home that does not answer has no moves to show: the page says the rest.
