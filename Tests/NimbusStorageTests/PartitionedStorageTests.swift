@@ -154,6 +154,27 @@ import Testing
         }
     }
 
+    /// A partition takes new databases from `newPartitionSettle` after it was added, not a
+    /// millisecond before: until then every node may not know it yet.
+    @Test func aNewPartitionTakesNewDatabasesOnlyOnceSettled() async throws {
+        try await Self.withStores { home, second in
+            let settle = Int64(PartitionedStorage.newPartitionSettle.components.seconds) * 1_000
+            let clock = Mutex<Int64>(1_000_000 + settle - 1)
+            let catalog = PartitionCatalogInMemory()
+            let storage = PartitionedStorage(
+                home: home, partitions: [StoragePartition(name: "second", number: 1, store: second, addedAt: 1_000_000)], catalog: catalog,
+                now: { clock.withLock { $0 } })
+            // The home holds the most, so only the settle keeps the second from taking the next.
+            _ = try await storage.write(in: Self.key(1)) { try $0.ensureDatabase(Self.key(1)) }
+            _ = try await storage.write(in: Self.key(2)) { try $0.ensureDatabase(Self.key(2)) }
+            try await expectEqual(catalog.placement(of: Self.key(1)), "home")
+            try await expectEqual(catalog.placement(of: Self.key(2)), "home", "placed on a partition one millisecond before its settle")
+            clock.withLock { $0 += 1 }
+            _ = try await storage.write(in: Self.key(3)) { try $0.ensureDatabase(Self.key(3)) }
+            try await expectEqual(catalog.placement(of: Self.key(3)), "second", "at its settle, the partition holding the fewest")
+        }
+    }
+
     @Test func aPlacementOnAPartitionTheNodeLacksIsRefusedAsUnavailable() async throws {
         try await Self.withStores { home, second in
             let catalog = PartitionCatalogInMemory()
