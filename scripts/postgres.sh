@@ -4,6 +4,10 @@
 #                               cluster and starts it; prints its admin URL
 #   scripts/postgres.sh stop    stops it and removes its files
 #   scripts/postgres.sh install installs PostgreSQL 15 from Debian if missing, nothing else
+#   scripts/postgres.sh log-statements
+#                               from now on logs every statement with its session's name
+#                               (for scripts/statement-routes.py); prints the log's path and
+#                               the line the logging starts after
 # It listens on 127.0.0.1:$NIMBUS_PG_PORT (54329) only, trusts local connections, and keeps
 # its files in $NIMBUS_PG_DIR (/tmp/nimbus-pg-PORT). It never touches another cluster.
 # NIMBUS_PG_DURABLE=1 keeps fsync on (benchmarks); tests run without it, for speed: nothing
@@ -59,9 +63,17 @@ stop() {
   [ "${1:-}" = quiet ] || echo "stopped the cluster on port $PORT"
 }
 
+logStatements() {
+  "$BIN/psql" -h 127.0.0.1 -p "$PORT" -U postgres -d postgres -qAt \
+    -c "ALTER SYSTEM SET log_statement = 'all'" -c "ALTER SYSTEM SET log_line_prefix = '%m [%p] app=%a '" \
+    -c "SELECT pg_reload_conf()" >/dev/null
+  echo "$DIR/server.log $(wc -l <"$DIR/server.log")"
+}
+
 case "${1:-}" in
   install) install ;;
+  log-statements) logStatements ;;
   start) start ;;
   stop) stop ;;
-  *) echo "usage: scripts/postgres.sh install|start|stop" >&2; exit 2 ;;
+  *) echo "usage: scripts/postgres.sh install|start|stop|log-statements" >&2; exit 2 ;;
 esac

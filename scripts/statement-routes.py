@@ -1,25 +1,42 @@
 #!/usr/bin/env python3
-"""Which statements a Citus coordinator could route to one shard (issue 40, "Citus, routable").
+"""Which of Nimbus's statements a Citus coordinator could not route to one shard (issue 40).
 
-Reads a PostgreSQL server log written with log_statement = 'all' while the suite ran, gathers
-the distinct statements (literals and numbers folded), and lists those that touch a table a
-Citus layout would distribute by database (docs/scale-out.md, "PostgreSQL layout") without
-naming the database: a `database_id = <constant or parameter>` the coordinator can route by.
-The apply function is listed too: a call carrying many databases' writes in one JSON argument
-routes nowhere. A heuristic over the text, not a parser: it errs towards listing.
+Reads a PostgreSQL server log written with `log_statement = 'all'` and
+`log_line_prefix = '%m [%p] app=%a '` while the suite ran, keeps the statements of sessions
+named `nimbus` (every connection a node opens: PostgresLocation.applicationName; a test's own
+statements are not the server's), folds literals and parameters to N, and splits each statement
+into the branches of its top-level UNION ALL (a unit of work's load is one statement of many
+branches, each of which has to route on its own).
 
-    psql "$URL" -c "ALTER SYSTEM SET log_statement = 'all'" -c "SELECT pg_reload_conf()"
-    NIMBUS_TEST_POSTGRES=$URL NIMBUS_TEST_STORAGE=postgres swift test --skip-build --filter …
-    psql "$URL" -c "ALTER SYSTEM RESET log_statement" -c "SELECT pg_reload_conf()"
-    scripts/statement-routes.py /tmp/nimbus-pg-54329/server.log [first-line]
+A branch that reads or writes a table Citus would distribute by database (docs/scale-out.md,
+"Distribution (Citus)") routes when it names the database: `database_id = <constant or
+parameter>` (or `= ANY(...)`, which prunes to the named shards), or for `databases` itself its
+distribution column `id`. A branch distributed by user (badges) routes on `user_id`. A call of
+the apply function routes when its first argument is the one database its writes touch (or NULL
+when they touch only the coordinator's tables). Coordinator-local and reference tables route
+anywhere.
+
+What may not route is listed in scripts/statement-routes.allowed, each with why: a background
+sweep over every database (Citus runs it on every shard at once, which is what it is for).
+Anything else that does not route fails the check (exit 1); so does a listed pattern that no
+statement matched, when asked (`--strict`): a list entry outliving its statement.
+
+    scripts/statement-routes.py LOG [--from LINE] [--strict]
 """
+import argparse
 import collections
+import os
 import re
 import sys
 
-DISTRIBUTED = ["databases", "zones", "records", "field_index", "record_tokens", "pair_index", "record_references",
-               "asset_references", "subscriptions", "record_history", "change_outbox", "subscription_changes"]
-SKIPPED = ("begin", "commit", "rollback", "set ", "show", "listen", "select pg_", "create ", "drop ", "alter ")
+BY_DATABASE = ["databases", "zones", "records", "field_index", "record_tokens", "pair_index", "record_references",
+               "asset_references", "subscriptions", "record_history"]
+# Badges are read and written per user. The notification collection and push tokens stay on the
+# coordinator: live delivery reads notifications in one global order, and a push token is found
+# by the token a device sends.
+BY_USER = ["badges"]
+SKIPPED = ("begin", "commit", "rollback", "set ", "show", "listen", "unlisten", "select pg_", "create ", "drop ", "alter ",
+           "analyze", "vacuum", "deallocate", "discard", "prepare transaction", "savepoint", "release")
 
 
 def statements(path, first):
@@ -27,11 +44,11 @@ def statements(path, first):
     for number, line in enumerate(open(path, errors="replace").read().split("\n"), 1):
         if number < first:
             continue
-        found = re.search(r"LOG:  (?:statement|execute [^:]*): (.*)$", line)
+        found = re.search(r"app=(\S*) LOG:  (?:statement|execute [^:]*): (.*)$", line)
         if found:
             if current:
                 yield current
-            current = found.group(1)
+            current = found.group(2) if found.group(1) == "nimbus" else None
         elif current is not None and line[:1] in ("\t", " "):
             current += "\n" + line
         elif current is not None:
@@ -47,26 +64,134 @@ def folded(text):
     return re.sub(r"\$\d+|\b\d+\b", "N", text)
 
 
+def branches(text):
+    """The branches of the statement's top-level UNION ALL (depth 0 of parentheses)."""
+    parts, depth, start, lower = [], 0, 0, text.lower()
+    index = 0
+    while index < len(text):
+        char = text[index]
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif depth == 0 and lower.startswith(" union all ", index):
+            parts.append(text[start:index].strip())
+            index += len(" union all ")
+            start = index
+            continue
+        index += 1
+    parts.append(text[start:].strip())
+    return parts
+
+
+def touched(lower, tables):
+    return [t for t in tables if re.search(r"\b(from|join|into|update)\s+" + t + r"\b", lower)]
+
+
+def routes(branch):
+    """None when the branch routes (or touches nothing distributed), else the tables it names."""
+    lower = branch.lower()
+    if lower.startswith(SKIPPED):
+        return None
+    if "nimbus_apply_" in lower:
+        # The unit's one database as the first argument; NULL for a unit that writes no
+        # database's tables (only the coordinator's); a unit writing several says so.
+        if "several_databases" in lower or not re.search(r"nimbus_apply_\w+\((n|null)::bigint, n::jsonb\)", lower):
+            return ["nimbus_apply"]
+        return None
+    by_database = touched(lower, BY_DATABASE)
+    by_user = touched(lower, BY_USER)
+    missing = []
+    if by_database:
+        named = re.search(r"database_id\s*=\s*(n\b|any)", lower)
+        if not named and set(by_database) == {"databases"}:
+            named = re.search(r"(?<![\w.])(\w+\.)?id\s*=\s*(n\b|any)", lower)
+        if not named:
+            missing += by_database
+    if by_user and not re.search(r"user_id\s*=\s*(n\b|any)", lower):
+        missing += by_user
+    return missing or None
+
+
+def apply_body_statements(path):
+    """The statements of the apply function's body (PostgresApply.body), folded: a unit's writes
+    run inside one call, so the call routing is not enough; each statement in it must name its
+    database too. Read from the source, as every node installs it."""
+    text = open(path).read()
+    start = text.index('static let body = #"""') + len('static let body = #"""')
+    body = text[start:text.index('"""#', start)]
+    body = re.sub(r"--[^\n]*", "", body)
+    return [folded(part) for part in body.split(";") if part.strip()]
+
+
+def body_routes(statement):
+    """None when a statement of the body routes: an INSERT routes each row by the database it
+    inserts; any other statement on a table of a logical database names the database, as the
+    function's variable `db` or a value of the write (`w->>...`)."""
+    lower = statement.lower()
+    tables = touched(lower, BY_DATABASE)
+    if not tables or re.search(r"\binsert into (" + "|".join(BY_DATABASE) + r")\b", lower):
+        return None
+    named = r"\s*=\s*(db\b|\(w->>\?\)::bigint)"
+    if re.search(r"database_id" + named, lower):
+        return None
+    if set(tables) == {"databases"} and re.search(r"(?<![\w.])id" + named, lower):
+        return None
+    return tables
+
+
+def allowed(path):
+    entries = []
+    for line in open(path):
+        line = line.rstrip("\n")
+        if not line or line.startswith("#"):
+            continue
+        pattern, _, why = line.partition("\t")
+        entries.append((re.compile(pattern), why.strip()))
+    return entries
+
+
 def main():
-    path = sys.argv[1]
-    first = int(sys.argv[2]) if len(sys.argv) > 2 else 1
-    seen = collections.Counter(folded(text) for text in statements(path, first))
-    touching, unroutable = 0, []
+    parser = argparse.ArgumentParser()
+    parser.add_argument("log")
+    parser.add_argument("--from", dest="first", type=int, default=1)
+    parser.add_argument("--strict", action="store_true")
+    parser.add_argument("--allowed", default=os.path.join(os.path.dirname(__file__), "statement-routes.allowed"))
+    parser.add_argument("--apply-body", default=os.path.join(os.path.dirname(__file__), "..", "Sources", "NimbusPostgres", "PostgresApply.swift"))
+    arguments = parser.parse_args()
+    entries = allowed(arguments.allowed)
+    used = collections.Counter()
+    seen = collections.Counter(folded(text) for text in statements(arguments.log, arguments.first))
+    branchCount, failing, excused = 0, collections.Counter(), 0
     for text, count in seen.items():
-        lower = text.lower()
-        if lower.startswith(SKIPPED):
-            continue
-        tables = [t for t in DISTRIBUTED if re.search(r"\b(from|join|into|update)\s+" + t + r"\b", lower)]
-        applies = "nimbus_apply_" in lower
-        if not tables and not applies:
-            continue
-        touching += 1
-        if applies or not re.search(r"database_id\s*=\s*(n\b|any)", lower):
-            unroutable.append((count, tables or ["nimbus_apply"], text))
-    print(f"{len(seen)} distinct statements, {touching} touch distributed tables, {len(unroutable)} of those would not route")
-    for count, tables, text in sorted(unroutable, key=lambda row: -row[0]):
-        print(f"{count:6d}  {','.join(tables)}  {text[:200]}")
-    return 1 if unroutable else 0
+        for branch in branches(text):
+            branchCount += 1
+            missing = routes(branch)
+            if missing is None:
+                continue
+            listed = [pattern for pattern, _ in entries if pattern.search(branch)]
+            if listed:
+                used[listed[0].pattern] += count
+                excused += 1
+                continue
+            failing[(",".join(missing), branch)] += count
+    for statement in apply_body_statements(arguments.apply_body):
+        missing = body_routes(statement)
+        if missing is not None:
+            failing[(",".join(missing) + " (in the apply function)", statement)] += 1
+    print(f"{len(seen)} distinct statements of the server ({branchCount} branches); "
+          f"{excused} listed as sweeps over every database; {len(failing)} would not route")
+    for (tables, branch), count in sorted(failing.items(), key=lambda row: -row[1]):
+        print(f"{count:6d}  {tables}  {branch[:400]}")
+    stale = [pattern.pattern for pattern, _ in entries if not used[pattern.pattern]]
+    for pattern in stale:
+        print(f"listed but not seen: {pattern}")
+    if failing or (arguments.strict and stale):
+        return 1
+    if not seen:
+        print("no statement of the server in the log: was log_line_prefix set?", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

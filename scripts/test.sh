@@ -188,6 +188,10 @@ timed='CrashRecoveryTests|AssetCrashTests|MultiNodeTests|PushDeliveryTests|Notif
 # (at eight the pass took 796 s on a slow machine). Unbounded, Swift Testing started over a
 # hundred test servers at once, each with its pools and LISTEN connection, and the cluster
 # reached its 1,000 connections (clients refused, requests past their deadlines; 2026-11-27).
+# From here on the cluster logs every statement with its session's name, and after the last
+# pass on PostgreSQL every statement a Nimbus node sent is checked for a Citus coordinator to
+# route to one shard (issue 40; scripts/statement-routes.py, docs/scale-out.md "Citus routing").
+read -r routeLog routeLogStart < <(scripts/postgres.sh log-statements)
 NIMBUS_TEST_STORAGE=postgres pass 25m --experimental-maximum-parallelization-width 16 \
   --filter NimbusServerTests --skip "$timed|$external|$operations|$bodies|$edge"
 NIMBUS_TEST_STORAGE=postgres pass 15m "${timedWidth[@]}" --filter "$timed"
@@ -204,3 +208,5 @@ pass 15m "${width[@]}" --filter "$external"
 # The browser flows, the server-to-server signer and S3 on PostgreSQL too: what the dashboard
 # shows (where the data is) and what its pages read back is the store's.
 NIMBUS_TEST_STORAGE=postgres pass 15m "${width[@]}" --filter "$external"
+echo "== statement routing: every statement the PostgreSQL passes sent, as a Citus coordinator would route it"
+python3 scripts/statement-routes.py "$routeLog" --from "$routeLogStart"

@@ -16,11 +16,16 @@ import NimbusWire
 /// an upgrade cost nothing and may be dropped once no node runs them.
 enum PostgresApply {
     /// The installed function's name for this text.
-    static let name = "nimbus_apply_" + fingerprint(body)
+    static let name = "nimbus_apply_" + fingerprint(arguments + body)
+
+    /// The unit's one database (NULL when its writes touch none, or several), then its
+    /// changes. The database is the function's distribution argument on Citus
+    /// (docs/scale-out.md, "Citus routing"); the body names each write's own database.
+    static let arguments = "(unit_database bigint, changes jsonb)"
 
     /// The statement that installs it.
     static var definition: String {
-        "CREATE OR REPLACE FUNCTION \(name)(changes jsonb) RETURNS void LANGUAGE plpgsql AS $nimbus$\n\(body)\n$nimbus$"
+        "CREATE OR REPLACE FUNCTION \(name)\(arguments) RETURNS void LANGUAGE plpgsql AS $nimbus$\n\(body)\n$nimbus$"
     }
 
     /// A stable fingerprint of the text (64-bit FNV-1a in hex): the same on every node and
@@ -67,15 +72,20 @@ enum PostgresApply {
             affected bigint;
             outbox_appended boolean := false;
             notifications_stored boolean := false;
-            db bigint;  -- the logical database of the zone a write names (nimbus_zone_database)
+            -- The logical database of the zone a write names: every statement on a table of a
+            -- logical database names it, as a Citus coordinator routes by. The driver sends it
+            -- beside the zone; for a zone it has not read, the zone's row says
+            -- (nimbus_zone_database), or else the unit's one database.
+            db bigint;
             ids bigint[];  -- records of one database whose index entries a run of saves replaces (zones to stamp, at the end)
             used bigint;  -- a database's bytes before the unit's
         BEGIN
             -- Zones in id order (the unit sends them sorted): two units never wait for each
             -- other in a circle.
             FOR w IN SELECT * FROM jsonb_array_elements(changes->'zones') LOOP
+                db := coalesce((w->>'database')::bigint, nimbus_zone_database((w->>'id')::bigint), unit_database);
                 UPDATE zones SET record_sequence = (w->>'final')::bigint
-                WHERE id = (w->>'id')::bigint AND record_sequence = (w->>'read')::bigint AND NOT deleted;
+                WHERE database_id = db AND id = (w->>'id')::bigint AND record_sequence = (w->>'read')::bigint AND NOT deleted;
                 IF NOT FOUND THEN
                     RAISE EXCEPTION 'zone % changed since the unit read it', w->>'id' USING ERRCODE = '40001';
                 END IF;
@@ -112,6 +122,8 @@ enum PostgresApply {
                     IF NOT FOUND THEN
                         RAISE EXCEPTION 'the database was made meanwhile' USING ERRCODE = '40001';
                     END IF;
+                    INSERT INTO database_directory (container, environment, scope, owner_id, database_id)
+                    VALUES (w->>'container', w->>'environment', w->>'scope', (w->>'owner')::bigint, (w->>'id')::bigint);
                     INSERT INTO zones (id, database_id, name, change_sequence, record_sequence, deleted)
                     VALUES ((w->>'zone')::bigint, (w->>'id')::bigint, '_defaultZone', 0,
                         coalesce((w->>'recordSequence')::bigint, 0), false);
@@ -127,7 +139,7 @@ enum PostgresApply {
                         RAISE EXCEPTION 'zone % was made or deleted meanwhile', w->>'name' USING ERRCODE = '40001';
                     END IF;
                 WHEN 'deleteZone' THEN
-                    db := nimbus_zone_database((w->>'id')::bigint);
+                    db := coalesce((w->>'database')::bigint, nimbus_zone_database((w->>'id')::bigint), unit_database);
                     UPDATE databases SET used_bytes = used_bytes - (
                         SELECT coalesce(sum(octet_length(record_name) + octet_length(record_type) + octet_length(fields)), 0)
                         FROM records WHERE database_id = db AND zone_id = (w->>'id')::bigint AND NOT deleted)
@@ -144,12 +156,12 @@ enum PostgresApply {
                 WHEN 'putRecords' THEN
                     INSERT INTO records (database_id, id, zone_id, record_name, record_type, fields, parent, change_sequence,
                         created_at, created_by, created_device, modified_at, modified_by, modified_device, deleted)
-                    SELECT z.database_id, r.id, r.zone, r.name, r.type, decode(r.fields, 'base64'), r.parent, r.sequence,
-                        r."createdAt", r."createdBy", r."createdDevice", r."modifiedAt", r."modifiedBy", r."modifiedDevice", r.deleted
-                    FROM jsonb_to_recordset(w->'rows') AS r(id bigint, zone bigint, name text, type text, fields text, parent text,
-                        sequence bigint, "createdAt" bigint, "createdBy" text, "createdDevice" text, "modifiedAt" bigint,
+                    SELECT coalesce(r.database, nimbus_zone_database(r.zone)), r.id, r.zone, r.name, r.type, decode(r.fields, 'base64'),
+                        r.parent, r.sequence, r."createdAt", r."createdBy", r."createdDevice", r."modifiedAt", r."modifiedBy",
+                        r."modifiedDevice", r.deleted
+                    FROM jsonb_to_recordset(w->'rows') AS r(id bigint, zone bigint, database bigint, name text, type text, fields text,
+                        parent text, sequence bigint, "createdAt" bigint, "createdBy" text, "createdDevice" text, "modifiedAt" bigint,
                         "modifiedBy" text, "modifiedDevice" text, deleted boolean)
-                    JOIN zones z ON z.id = r.zone
                     WHERE true
                     ON CONFLICT (database_id, zone_id, record_name) DO UPDATE SET
                         record_type = excluded.record_type, fields = excluded.fields, parent = excluded.parent,
@@ -166,41 +178,40 @@ enum PostgresApply {
                     -- By database and id array, which the primary keys serve whatever the
                     -- plan (a join with the JSON's rows let a cached plan scan whole tables).
                     FOR db, ids IN
-                        SELECT z.database_id, array_agg(h.record)
-                        FROM jsonb_to_recordset(w->'had') AS h(record bigint, zone bigint) JOIN zones z ON z.id = h.zone
-                        GROUP BY z.database_id
+                        SELECT coalesce(h.database, nimbus_zone_database(h.zone)), array_agg(h.record)
+                        FROM jsonb_to_recordset(w->'had') AS h(record bigint, zone bigint, database bigint)
+                        GROUP BY 1
                     LOOP
                         DELETE FROM field_index WHERE database_id = db AND record_id = ANY(ids);
                         DELETE FROM record_tokens WHERE database_id = db AND record_id = ANY(ids);
                         DELETE FROM pair_index WHERE database_id = db AND record_id = ANY(ids);
                     END LOOP;
                     INSERT INTO field_index (database_id, record_id, field, position, zone_id, record_type, num, text, lon)
-                    SELECT z.database_id, e.record, e.field, e.position, e.zone, e.type, e.num::numeric, decode(e.text, 'base64'), e.lon
-                    FROM jsonb_to_recordset(w->'entries')
-                        AS e(record bigint, zone bigint, type text, field text, position integer, num text, text text, lon double precision)
-                    JOIN zones z ON z.id = e.zone;
+                    SELECT coalesce(e.database, nimbus_zone_database(e.zone)), e.record, e.field, e.position, e.zone, e.type,
+                        e.num::numeric, decode(e.text, 'base64'), e.lon
+                    FROM jsonb_to_recordset(w->'entries') AS e(record bigint, zone bigint, database bigint, type text, field text,
+                        position integer, num text, text text, lon double precision);
                     INSERT INTO record_tokens (database_id, record_id, zone_id, record_type, lexemes)
-                    SELECT z.database_id, t.record, t.zone, t.type, array_to_tsvector(array_agg(DISTINCT l.lexeme))
-                    FROM jsonb_to_recordset(w->'tokens') AS t(record bigint, zone bigint, type text, field text, token text)
+                    SELECT coalesce(t.database, nimbus_zone_database(t.zone)), t.record, t.zone, t.type,
+                        array_to_tsvector(array_agg(DISTINCT l.lexeme))
+                    FROM jsonb_to_recordset(w->'tokens') AS t(record bigint, zone bigint, database bigint, type text, field text, token text)
                     CROSS JOIN LATERAL (VALUES (t.token), (t.field || ':' || t.token)) AS l(lexeme)
-                    JOIN zones z ON z.id = t.zone
-                    GROUP BY z.database_id, t.record, t.zone, t.type;
+                    GROUP BY 1, t.record, t.zone, t.type;
                     INSERT INTO pair_index (database_id, record_id, field, sort_field, zone_id, record_type, value_num, value_text,
                         sort_num, sort_text)
-                    SELECT z.database_id, p.record, p.field, p.sort_field, p.zone, p.type, p.value_num::numeric,
-                        decode(p.value_text, 'base64'), p.sort_num::numeric, decode(p.sort_text, 'base64')
-                    FROM jsonb_to_recordset(w->'pairs') AS p(record bigint, zone bigint, type text, field text, sort_field text,
-                        value_num text, value_text text, sort_num text, sort_text text)
-                    JOIN zones z ON z.id = p.zone;
+                    SELECT coalesce(p.database, nimbus_zone_database(p.zone)), p.record, p.field, p.sort_field, p.zone, p.type,
+                        p.value_num::numeric, decode(p.value_text, 'base64'), p.sort_num::numeric, decode(p.sort_text, 'base64')
+                    FROM jsonb_to_recordset(w->'pairs') AS p(record bigint, zone bigint, database bigint, type text, field text,
+                        sort_field text, value_num text, value_text text, sort_num text, sort_text text);
                 WHEN 'replaceReferences' THEN
-                    db := nimbus_zone_database((w->>'zone')::bigint);
+                    db := coalesce((w->>'database')::bigint, nimbus_zone_database((w->>'zone')::bigint), unit_database);
                     DELETE FROM record_references
                     WHERE database_id = db AND source_zone_id = (w->>'zone')::bigint AND source_name = w->>'name';
                     INSERT INTO record_references (database_id, source_zone_id, source_name, field_name, target_zone_id, target_name, action)
                     SELECT db, (w->>'zone')::bigint, w->>'name', r.field, r.target_zone, r.target_name, r.action
                     FROM jsonb_to_recordset(w->'rows') AS r(field text, target_zone bigint, target_name text, action text);
                 WHEN 'replaceAssetReferences' THEN
-                    db := nimbus_zone_database((w->>'zone')::bigint);
+                    db := coalesce((w->>'database')::bigint, nimbus_zone_database((w->>'zone')::bigint), unit_database);
                     DELETE FROM asset_references
                     WHERE database_id = db AND source_zone_id = (w->>'zone')::bigint AND source_name = w->>'name';
                     INSERT INTO asset_references (database_id, source_zone_id, source_name, field_name, position, container, checksum, size)
@@ -284,7 +295,7 @@ enum PostgresApply {
                 ids := ARRAY(SELECT value::bigint FROM jsonb_array_elements_text(w->'stamps'));
                 UPDATE databases SET
                     sequence = CASE WHEN cardinality(ids) = 0 THEN sequence ELSE greatest(sequence,
-                        (SELECT max(record_sequence) FROM zones WHERE id = ANY(ids))) + cardinality(ids) END,
+                        (SELECT max(record_sequence) FROM zones WHERE database_id = db AND id = ANY(ids))) + cardinality(ids) END,
                     used_bytes = used_bytes + coalesce((w->>'bytes')::bigint, 0)
                 WHERE id = db AND moving_to IS NULL
                 RETURNING sequence, used_bytes - coalesce((w->>'bytes')::bigint, 0) INTO current_value, used;
@@ -295,7 +306,7 @@ enum PostgresApply {
                 END IF;
                 IF cardinality(ids) > 0 THEN
                     UPDATE zones SET change_sequence = current_value - cardinality(ids) + array_position(ids, id)
-                    WHERE id = ANY(ids);
+                    WHERE database_id = db AND id = ANY(ids);
                 END IF;
                 IF (w->>'bytes')::bigint > 0 AND used <> (w->>'read')::bigint
                    AND used::numeric + (w->>'bytes')::numeric > (w->>'quota')::numeric THEN
@@ -316,7 +327,7 @@ enum PostgresApply {
 /// Built as NimbusWire's `JSON` and written by its serializer: Foundation's `JSONSerialization`
 /// over `[String: Any]` took 70% of the server's processor time on a 200-record batch.
 extension PostgresCoarseStorage {
-    static func json(_ changes: UnitOfWorkChanges) -> JSON {
+    static func json(_ changes: UnitOfWorkChanges, databases databaseOf: DatabaseOfZone) -> JSON {
         let created = changes.createdZones
         var object: JSONObject = [
             // Zones made by the unit are inserted with their last record sequence
@@ -324,7 +335,7 @@ extension PostgresCoarseStorage {
             // `PostgresApply.body` locks them.
             "zones": .array(
                 changes.zoneSequences.filter { !created.contains($0.key) }.sorted { $0.key < $1.key }.map { id, sequence in
-                    ["id": .int(id), "read": .int(sequence.read), "final": .int(sequence.final)]
+                    ["id": .int(id), "database": databaseOf(id), "read": .int(sequence.read), "final": .int(sequence.final)]
                 }),
             "databasesRead": .array(
                 changes.databasesRead.sorted { $0.key < $1.key }.map { id, read in ["id": .int(id), "read": .int(read)] }),
@@ -333,7 +344,7 @@ extension PostgresCoarseStorage {
                 changes.badgesRead.map { owner, value in
                     .object(Self.owner(owner).merging(["value": .int(value)]))
                 }),
-            "writes": .array(withFinalSequences(writes(changes.writes), changes)),
+            "writes": .array(withFinalSequences(writes(changes.writes, databases: databaseOf), changes)),
         ]
         if let version = changes.subscriptionsVersion {
             object["subscriptionsVersion"] = ["read": .int(version.read), "changes": .int(Int64(version.changes))]
@@ -394,33 +405,84 @@ extension PostgresCoarseStorage {
     /// with nothing else between them) as one `putRecords` and one `replaceIndexes`, which
     /// `PostgresApply.body` writes a statement per table. A record saved twice in a run (two
     /// writes of one group) is sent once, as its last version, with its last index entries.
-    static func writes(_ writes: [StorageWrite]) -> [JSON] {
+    static func writes(_ writes: [StorageWrite], databases databaseOf: DatabaseOfZone) -> [JSON] {
         var sent: [JSON] = []
-        var run = RecordRun()
+        var run = RecordRun(databaseOf: databaseOf)
         for write in writes {
             switch write {
             case .putRecord(let id, let row, _):
-                run.records.put(RecordKey(zoneID: row.zoneID, name: row.recordName), record(id, row))
+                var object = record(id, row)
+                object["database"] = databaseOf(row.zoneID)
+                run.records.put(RecordKey(zoneID: row.zoneID, name: row.recordName), object)
             case .replaceIndexEntries(let recordID, let zoneID, let recordType, let index, let hadEntries):
                 run.indexes.put(recordID, (zoneID, recordType, index))
                 if hadEntries { run.had[recordID] = zoneID }
             default:
                 sent += run.flush()
-                sent.append(single(write))
+                var object = single(write)
+                if let zone = write.zoneNamed, case .object(var fields) = object {
+                    fields["database"] = databaseOf(zone)
+                    object = .object(fields)
+                }
+                sent.append(object)
             }
         }
         return sent + run.flush()
     }
 
+    /// The logical database of each zone a unit's JSON names, which `PostgresApply.body`'s
+    /// statements name beside the zone so a Citus coordinator routes each to the database's
+    /// shard: the unit's own knowledge (zones it changed or made), else what this node has
+    /// read (`PostgresZoneDatabases`), else JSON null, which the function looks up itself.
+    struct DatabaseOfZone {
+        let known: [Int64: Int64]
+        let memo: PostgresZoneDatabases
+
+        init(_ changes: UnitOfWorkChanges, memo: PostgresZoneDatabases) {
+            var known = changes.zonesChanged
+            for write in changes.writes {
+                switch write {
+                case .createZone(let zone, _): known[zone.id] = zone.databaseID
+                case .createDatabase(let row, let zoneID): known[zoneID] = row.id
+                default: break
+                }
+            }
+            self.known = known
+            self.memo = memo
+        }
+
+        func callAsFunction(_ zone: Int64) -> JSON {
+            (known[zone] ?? memo.database(of: zone)).map(JSON.int) ?? .null
+        }
+    }
+
+    /// The logical databases whose rows the unit writes or checks. The apply function takes
+    /// the one database first (its distribution argument on Citus); a unit writing only the
+    /// coordinator's tables (notifications, the outbox) touches none.
+    static func databases(touchedBy changes: UnitOfWorkChanges, _ databaseOf: DatabaseOfZone) -> Set<Int64> {
+        var touched = Set(databaseOf.known.values).union(changes.usage.keys).union(changes.databasesWritten)
+            .union(changes.databasesRead.keys)
+        for zone in changes.zoneSequences.keys { if case .int(let database) = databaseOf(zone) { touched.insert(database) } }
+        for write in changes.writes {
+            switch write {
+            case .putSubscription(let row): touched.insert(row.databaseID)
+            case .deleteSubscription(let databaseID, _, _): touched.insert(databaseID)
+            default: break
+            }
+        }
+        return touched
+    }
+
     /// Record saves gathered until a write of another kind.
     private struct RecordRun {
+        let databaseOf: DatabaseOfZone
         var records = LastByKey<RecordKey, JSONObject>()
         var indexes = LastByKey<Int64, (zoneID: Int64, recordType: String, index: RecordIndexEntries)>()
         /// Records whose committed entries go first, with their zones.
         var had: [Int64: Int64] = [:]
 
         mutating func flush() -> [JSON] {
-            defer { self = RecordRun() }
+            defer { self = RecordRun(databaseOf: databaseOf) }
             var sent: [JSON] = []
             if !records.isEmpty {
                 sent.append(["kind": "putRecords", "rows": .array(records.values.map(JSON.object))])
@@ -428,12 +490,16 @@ extension PostgresCoarseStorage {
             if !indexes.isEmpty {
                 var entries: [JSON] = [], tokens: [JSON] = [], pairs: [JSON] = []
                 for (recordID, (zoneID, recordType, index)) in indexes.pairs {
-                    let owner: JSONObject = ["record": .int(recordID), "zone": .int(zoneID), "type": .string(recordType)]
+                    let owner: JSONObject = [
+                        "record": .int(recordID), "zone": .int(zoneID), "database": databaseOf(zoneID), "type": .string(recordType),
+                    ]
                     entries += PostgresCoarseStorage.entries(index).map { .object(owner.merging($0)) }
                     tokens += PostgresCoarseStorage.tokens(index).map { .object(owner.merging($0)) }
                     pairs += PostgresCoarseStorage.pairs(index).map { .object(owner.merging($0)) }
                 }
-                let had: [JSON] = had.sorted { $0.key < $1.key }.map { ["record": .int($0.key), "zone": .int($0.value)] }
+                let had: [JSON] = had.sorted { $0.key < $1.key }.map {
+                    ["record": .int($0.key), "zone": .int($0.value), "database": databaseOf($0.value)]
+                }
                 sent.append([
                     "kind": "replaceIndexes", "had": .array(had), "entries": .array(entries), "tokens": .array(tokens),
                     "pairs": .array(pairs),
@@ -607,5 +673,17 @@ extension JSONObject {
         var merged = self
         for (key, value) in other.pairs { merged[key] = value }
         return merged
+    }
+}
+
+extension StorageWrite {
+    /// The zone a write of one of the zone-named kinds (not record saves, sent in runs) names
+    /// by id alone: its JSON gets the zone's database beside it (`DatabaseOfZone`).
+    fileprivate var zoneNamed: Int64? {
+        switch self {
+        case .deleteZone(let id): id
+        case .replaceReferences(let zoneID, _, _), .replaceAssetReferences(let zoneID, _, _, _): zoneID
+        default: nil
+        }
     }
 }

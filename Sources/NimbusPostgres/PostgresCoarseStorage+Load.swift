@@ -64,6 +64,15 @@ extension PostgresCoarseStorage {
             if request.schemaWithZones, !schemas.contains(schema) { schemas.append(schema) }
         }
 
+        // Databases named by key are read by id, as every later statement names them: the ids
+        // this node does not know yet come from the directory first (one more round trip, once
+        // per key and node: `PostgresDatabaseIDs`). A key the directory does not hold has no
+        // database: absent, with its zones and records.
+        let ids = try await directoryIDs(of: databaseKeys, on: pools)
+        for path in zonePaths {
+            if let id = ids[path.database] { zones.append(ZoneKey(databaseID: id, name: path.zoneName)) }
+        }
+
         // What was asked for and not found reads as absent (or empty), as on SQLite.
         for key in records { rows.records[key] = .some(nil) }
         for key in zones { rows.zones[key] = .some(nil) }
@@ -77,68 +86,62 @@ extension PostgresCoarseStorage {
         for owner in badges { rows.badges[owner] = 0 }
         for id in containers { rows.container[id] = .some(nil) }
 
+        let zoneDatabases = storage.zoneDatabases
         if !records.isEmpty {
             // Keys name the zone; the zone names its database, which leads the unique key. One
             // lookup of the unique key per key (LATERAL): joined as a set, the planner guessed
             // ten keys for any array and hashed them against a scan of every record (6 ms a
             // load at 8,000 records, growing with the table).
+            let zoneIDs = records.map(\.zoneID)
             let keys = """
-                unnest(\(statement.bind(records.map(\.zoneID))), \(statement.bind(records.map(\.name)))) AS k(key_zone, key_name)
+                unnest(\(statement.bind(zoneIDs)), \(statement.bind(records.map(\.name)))) AS k(key_zone, key_name)
                 CROSS JOIN LATERAL (SELECT * FROM records r
-                    WHERE r.database_id = nimbus_zone_database(k.key_zone) AND r.zone_id = k.key_zone AND r.record_name = k.key_name) records
+                    WHERE \(Self.databases(of: zoneIDs, zoneDatabases, column: "r.database_id", key: "k.key_zone", &statement))
+                      AND r.zone_id = k.key_zone AND r.record_name = k.key_name) records
                 """
             statement.branch(.record, "FROM " + keys)
         }
         if !zones.isEmpty {
-            let pairs = "(database_id, name) IN (SELECT * FROM unnest(\(statement.bind(zones.map(\.databaseID))), \(statement.bind(zones.map(\.name)))))"
-            statement.branch(.zone, "FROM zones WHERE " + pairs)
+            let databases = statement.bind(zones.map(\.databaseID))
+            let pairs = "(database_id, name) IN (SELECT * FROM unnest(\(databases), \(statement.bind(zones.map(\.name)))))"
+            statement.branch(.zone, "FROM zones WHERE database_id = ANY(\(databases)) AND " + pairs)
         }
         if !zoneIDs.isEmpty {
-            statement.branch(.zoneByID, "FROM zones WHERE id = ANY(\(statement.bind(zoneIDs)))")
+            let known = zoneDatabases.databases(of: zoneIDs).map { "database_id = ANY(\(statement.bind(Array(Set($0))))) AND " } ?? ""
+            statement.branch(.zoneByID, "FROM zones WHERE " + known + "id = ANY(\(statement.bind(zoneIDs)))")
         }
         if !zoneLists.isEmpty {
             // In name order (byte order, as SQLite's): the fifth number is the rank.
             statement.branch(.zoneList, "FROM zones WHERE database_id = ANY(\(statement.bind(zoneLists))) AND NOT deleted")
         }
-        if !zonePaths.isEmpty {
-            // One lookup of the unique keys per path (LATERAL), as for records by id.
-            let paths = Array(zonePaths)
-            statement.branch(
-                .zoneOfPath, "FROM " + Self.pathKeys(paths, &statement) + """
-                     CROSS JOIN LATERAL (SELECT z.* FROM databases d JOIN zones z ON z.database_id = d.id AND z.name = k.key_zone
-                        WHERE d.container = k.key_container AND d.environment = k.key_environment AND d.scope = k.key_scope
-                          AND d.owner_id = k.key_owner) z
-                    """)
-        }
-        if !recordPaths.isEmpty {
+        let knownRecordPaths = recordPaths.compactMap { path in ids[path.zone.database].map { (database: $0, zone: path.zone.zoneName, name: path.name) } }
+        if !knownRecordPaths.isEmpty {
             // The zones first, fenced (OFFSET 0), then one lookup of the records' unique key per
             // path: joined in one level, the planner looked records up by zone alone and
             // filtered the names (every record of the zone read per key, 20 ms a load at 3,600).
+            let databases = Array(Set(knownRecordPaths.map(\.database)))
+            let keys: String
+            if knownRecordPaths.count == 1, let path = knownRecordPaths.first {
+                // One path (a fetch by ID, a save in one zone): scalars, not one-element arrays
+                // to encode and unnest, and a plan that knows it looks up one key.
+                keys = "(SELECT \(statement.bind(path.database))::bigint AS key_database, \(statement.bind(path.zone))::text AS key_zone, "
+                    + "\(statement.bind(path.name))::text AS key_name) k"
+            } else {
+                keys = "unnest(\(statement.bind(knownRecordPaths.map(\.database))), \(statement.bind(knownRecordPaths.map(\.zone))), "
+                    + "\(statement.bind(knownRecordPaths.map(\.name)))) AS k(key_database, key_zone, key_name)"
+            }
             statement.branch(
-                .record,
-                "FROM (SELECT z.database_id AS path_database, z.id AS path_zone, k.key_name AS path_name FROM "
-                    + Self.pathKeys(recordPaths.map(\.zone), names: recordPaths.map(\.name), &statement) + """
-                     JOIN databases d ON d.container = k.key_container AND d.environment = k.key_environment
-                        AND d.scope = k.key_scope AND d.owner_id = k.key_owner
-                    JOIN zones z ON z.database_id = d.id AND z.name = k.key_zone OFFSET 0) p
+                .record, """
+                    FROM (SELECT z.database_id AS path_database, z.id AS path_zone, k.key_name AS path_name FROM \(keys)
+                        JOIN zones z ON z.database_id = k.key_database AND z.name = k.key_zone
+                        WHERE \(Self.equalsAny("z.database_id", databases, &statement)) OFFSET 0) p
                     CROSS JOIN LATERAL (SELECT * FROM records r
-                        WHERE r.database_id = p.path_database AND r.zone_id = p.path_zone AND r.record_name = p.path_name) records
+                        WHERE \(Self.equalsAny("r.database_id", databases, &statement)) AND r.database_id = p.path_database
+                          AND r.zone_id = p.path_zone AND r.record_name = p.path_name) records
                     """)
         }
-        if databaseKeys.count == 1, let key = databaseKeys.first {
-            let keys = """
-                (container, environment, scope, owner_id) = (\(statement.bind(key.container))::text,
-                    \(statement.bind(key.environment.rawValue))::text, \(statement.bind(key.scope.rawValue))::text,
-                    \(statement.bind(key.ownerID))::bigint)
-                """
-            statement.branch(.database, "FROM databases WHERE " + keys)
-        } else if !databaseKeys.isEmpty {
-            let keys = """
-                (container, environment, scope, owner_id) IN (SELECT * FROM unnest(\(statement.bind(databaseKeys.map(\.container))),
-                    \(statement.bind(databaseKeys.map(\.environment.rawValue))), \(statement.bind(databaseKeys.map(\.scope.rawValue))),
-                    \(statement.bind(databaseKeys.map(\.ownerID)))))
-                """
-            statement.branch(.database, "FROM databases WHERE " + keys)
+        if !ids.isEmpty {
+            statement.branch(.database, "FROM databases WHERE " + Self.equalsAny("id", Array(Set(ids.values)), &statement))
         }
         if !databaseIDs.isEmpty {
             statement.branch(.databaseByID, "FROM databases WHERE id = ANY(\(statement.bind(databaseIDs)))")
@@ -162,12 +165,13 @@ extension PostgresCoarseStorage {
         }
         if !referrers.isEmpty {
             // One index lookup per key, as for records.
+            let zoneIDs = referrers.map(\.zoneID)
             let keys = """
-                unnest(\(statement.bind(referrers.map(\.zoneID))), \(statement.bind(referrers.map(\.name))),
+                unnest(\(statement.bind(zoneIDs)), \(statement.bind(referrers.map(\.name))),
                     \(statement.bind(referrers.map(\.action)))) AS k(key_zone, key_name, key_action)
                 CROSS JOIN LATERAL (SELECT * FROM record_references r
-                    WHERE r.database_id = nimbus_zone_database(k.key_zone) AND r.target_zone_id = k.key_zone
-                      AND r.target_name = k.key_name AND r.action = k.key_action) record_references
+                    WHERE \(Self.databases(of: zoneIDs, zoneDatabases, column: "r.database_id", key: "k.key_zone", &statement))
+                      AND r.target_zone_id = k.key_zone AND r.target_name = k.key_name AND r.action = k.key_action) record_references
                 """
             statement.branch(.referrer, "FROM " + keys)
         }
@@ -181,16 +185,18 @@ extension PostgresCoarseStorage {
             statement.branch(.container, "FROM containers WHERE id = ANY(\(statement.bind(containers)))")
         }
         if !subscribers.isEmpty {
+            let databases = statement.bind(subscribers.map(\.databaseID))
             let keys = """
-                (s.database_id, s.user_id) IN (SELECT * FROM unnest(\(statement.bind(subscribers.map(\.databaseID))),
+                s.database_id = ANY(\(databases)) AND (s.database_id, s.user_id) IN (SELECT * FROM unnest(\(databases),
                     \(statement.bind(subscribers.map(\.userID)))))
                 """
             statement.branch(.subscription, "FROM subscriptions s JOIN databases d ON d.id = s.database_id WHERE " + keys)
         }
         if newest { statement.branch(.newest, "FROM notifications") }
         if !badges.isEmpty {
+            let users = statement.bind(badges.map(\.userID))
             let keys = """
-                (user_id, container, environment) IN (SELECT * FROM unnest(\(statement.bind(badges.map(\.userID))),
+                user_id = ANY(\(users)) AND (user_id, container, environment) IN (SELECT * FROM unnest(\(users),
                     \(statement.bind(badges.map(\.container))), \(statement.bind(badges.map(\.environment.rawValue)))))
                 """
             statement.branch(.badge, "FROM badges WHERE " + keys)
@@ -203,8 +209,13 @@ extension PostgresCoarseStorage {
             var subscriptionRanks: [SubscriberKey: [(rank: Int64, row: SubscriptionRow)]] = [:]
             var counterValues: [String: Int64] = [:]
             var containerRanks: [(rank: Int64, row: ContainerRow)] = []
+            var zonesSeen: [(zone: Int64, database: Int64)] = []
+            defer { zoneDatabases.note(zonesSeen) }
             for row in try await storage.rows(statement.query, on: pools) {
                 let wide = try WideRow(row)
+                if wide.kind.hasPrefix("zone"), wide.kind != "zone_schema", let zone = wide.numbers[0], let database = wide.numbers[1] {
+                    zonesSeen.append((zone, database))
+                }
                 switch wide.kind {
                 case "record":
                     let stored = try wide.record()
@@ -260,6 +271,10 @@ extension PostgresCoarseStorage {
                 default: throw StorageError.corrupt("a load returned rows of kind \(wide.kind)")
                 }
             }
+            // An id this node kept whose row is gone (a store restored from an older backup):
+            // read from the directory again next time.
+            let vanished = ids.keys.filter { (rows.databases[$0] ?? nil) == nil }
+            if !vanished.isEmpty { storage.databaseIDs.forget(vanished) }
             for (databaseID, ranked) in zoneListRanks { rows.zoneLists[databaseID] = ranked.sorted { $0.rank < $1.rank }.map(\.zone) }
             for key in Set(schemaFields.keys).union(schemaTypes.keys) {
                 rows.schemas[key] = StoredSchema(
@@ -300,6 +315,21 @@ extension PostgresCoarseStorage {
     }
 }
 
+extension PostgresCoarseStorage {
+    /// The condition that names the databases of `zones` (each zone's, in `key`), as a Citus
+    /// coordinator routes by: `column = $n` for one database (nearly every unit), `= ANY` for
+    /// several. A zone this node has not read yet is looked up inside the statement instead
+    /// (`PostgresZoneDatabases`): the same rows, not routable.
+    fileprivate static func databases(
+        of zones: [Int64], _ memo: PostgresZoneDatabases, column: String, key: String, _ statement: inout KeyLoad
+    ) -> String {
+        guard let databases = memo.databases(of: zones) else { return "\(column) = nimbus_zone_database(\(key))" }
+        let distinct = Array(Set(databases))
+        if distinct.count == 1 { return "\(column) = \(statement.bind(distinct[0]))" }
+        return "\(column) = ANY(\(statement.bind(distinct))) AND \(column) = nimbus_zone_database(\(key))"
+    }
+}
+
 /// A zone named by its database's key and its name.
 struct ZonePath: Hashable {
     let database: DatabaseKey
@@ -307,32 +337,35 @@ struct ZonePath: Hashable {
 }
 
 extension PostgresCoarseStorage {
-    /// `unnest(…) AS k(key_container, key_environment, key_scope, key_owner, key_zone[, key_name])`
-    /// over `paths` (and `names`), bound into `statement`.
-    fileprivate static func pathKeys(_ paths: [ZonePath], names: [String]? = nil, _ statement: inout KeyLoad) -> String {
-        if paths.count == 1, let path = paths.first {
-            // One path (a fetch by ID, a save in one zone): scalars, not one-element arrays to
-            // encode and unnest, and a plan that knows it looks up one key.
-            var columns = [
-                "\(statement.bind(path.database.container))::text AS key_container",
-                "\(statement.bind(path.database.environment.rawValue))::text AS key_environment",
-                "\(statement.bind(path.database.scope.rawValue))::text AS key_scope",
-                "\(statement.bind(path.database.ownerID))::bigint AS key_owner", "\(statement.bind(path.zoneName))::text AS key_zone",
-            ]
-            if let name = names?.first { columns.append("\(statement.bind(name))::text AS key_name") }
-            return "(SELECT " + columns.joined(separator: ", ") + ") k"
+    /// `column = $n` for one value, `column = ANY($n)` for several: how a statement names the
+    /// databases it reads, which a Citus coordinator routes by.
+    fileprivate static func equalsAny(_ column: String, _ values: [Int64], _ statement: inout KeyLoad) -> String {
+        values.count == 1 ? "\(column) = \(statement.bind(values[0]))" : "\(column) = ANY(\(statement.bind(values)))"
+    }
+
+    /// The ids of `keys` that have databases: those this node knows, and the rest read from
+    /// `database_directory` (a reference table on Citus, so the lookup routes anywhere).
+    func directoryIDs(of keys: [DatabaseKey], on pools: (any PostgresPools)?) async throws -> [DatabaseKey: Int64] {
+        guard !keys.isEmpty else { return [:] }
+        var (known, unknown) = storage.databaseIDs.ids(of: keys)
+        guard !unknown.isEmpty else { return known }
+        var found: [(key: DatabaseKey, id: Int64)] = []
+        let query: PostgresQuery = """
+            SELECT container, environment, scope, owner_id, database_id FROM database_directory
+            WHERE (container, environment, scope, owner_id) IN (SELECT * FROM unnest(\(unknown.map(\.container)), \(unknown.map(\.environment.rawValue)),
+                \(unknown.map(\.scope.rawValue)), \(unknown.map(\.ownerID))))
+            """
+        for row in try await storage.rows(query, on: pools) {
+            let (container, environment, scope, owner, id) = try row.decode((String, String, String, Int64, Int64).self)
+            guard let environment = Environment(rawValue: environment), let scope = DatabaseScope(rawValue: scope) else {
+                throw StorageError.corrupt("the database directory names an unknown environment or scope for database \(id)")
+            }
+            let key = DatabaseKey(container: container, environment: environment, scope: scope, ownerID: owner)
+            known[key] = id
+            found.append((key, id))
         }
-        var arrays = [
-            statement.bind(paths.map(\.database.container)), statement.bind(paths.map(\.database.environment.rawValue)),
-            statement.bind(paths.map(\.database.scope.rawValue)), statement.bind(paths.map(\.database.ownerID)),
-            statement.bind(paths.map(\.zoneName)),
-        ]
-        var columns = "key_container, key_environment, key_scope, key_owner, key_zone"
-        if let names {
-            arrays.append(statement.bind(names))
-            columns += ", key_name"
-        }
-        return "unnest(\(arrays.joined(separator: ", "))) AS k(\(columns))"
+        storage.databaseIDs.note(found)
+        return known
     }
 }
 
@@ -379,8 +412,6 @@ private struct WideSelect {
         bytes: "fields", flag: "deleted")
     private static let zoneNumbers = ["id", "database_id", "change_sequence", "record_sequence"]
     static let zone = WideSelect("zone", numbers: zoneNumbers, texts: ["name"], flag: "deleted")
-    /// A zone found by its database's key and name, from a FROM that names it `z`.
-    static let zoneOfPath = WideSelect("zone", numbers: zoneNumbers.map { "z." + $0 }, texts: ["z.name"], flag: "z.deleted")
     static let zoneByID = WideSelect("zone_by_id", numbers: zoneNumbers, texts: ["name"], flag: "deleted")
     static let zoneList = WideSelect(
         "zone_list", numbers: zoneNumbers + ["row_number() OVER (ORDER BY database_id, name)"], texts: ["name"], flag: "deleted")

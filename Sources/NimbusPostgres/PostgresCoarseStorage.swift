@@ -31,8 +31,33 @@ public struct PostgresCoarseStorage: CoarseStorage {
     }
 
     public func apply(_ changes: UnitOfWorkChanges) async throws {
-        let json = String(decoding: Self.json(changes).serialized(), as: UTF8.self)
-        try await storage.rows("SELECT \(unescaped: PostgresApply.name)(\(json)::jsonb)")
+        // Zones made here are read by their ids next (a unit that makes a zone and then saves
+        // into it): their databases are known from now on (`PostgresZoneDatabases`).
+        for write in changes.writes {
+            switch write {
+            case .createZone(let zone, _): storage.zoneDatabases.note(zone: zone.id, database: zone.databaseID)
+            case .createDatabase(let row, let zoneID): storage.zoneDatabases.note(zone: zoneID, database: row.id)
+            default: break
+            }
+        }
+        let databaseOf = DatabaseOfZone(changes, memo: storage.zoneDatabases)
+        let json = String(decoding: Self.json(changes, databases: databaseOf).serialized(), as: UTF8.self)
+        // The unit's database first, by which a Citus coordinator routes the call; NULL for a
+        // unit of the coordinator's tables only, and said in the statement when a group's
+        // writes reach several databases (scripts/statement-routes.py lists those).
+        let touched = Self.databases(touchedBy: changes, databaseOf)
+        if touched.count == 1, let database = touched.first {
+            try await storage.rows("SELECT \(unescaped: PostgresApply.name)(\(database)::bigint, \(json)::jsonb)")
+        } else if touched.isEmpty {
+            try await storage.rows("SELECT \(unescaped: PostgresApply.name)(NULL::bigint, \(json)::jsonb)")
+        } else {
+            try await storage.rows("SELECT \(unescaped: PostgresApply.name)(NULL::bigint, \(json)::jsonb) AS several_databases")
+        }
+        // Made and committed: every node reads these ids from the directory, this one knows them.
+        storage.databaseIDs.note(changes.writes.lazy.compactMap { write in
+            guard case .createDatabase(let row, _) = write else { return nil }
+            return (row.key, row.id)
+        })
         storage.plannerStatistics.noteChanges(on: storage)
         // Inside a zone's turn the commit is still to come: the turn notes it (PostgresZoneTurns).
         if !storage.replicas.isEmpty && ZoneTurn.held == nil { await storage.replicas.noteCommit(on: storage) }
@@ -44,20 +69,21 @@ public struct PostgresCoarseStorage: CoarseStorage {
         func rows(_ query: PostgresQuery) async throws -> [PostgresRow] { try await storage.rows(query, on: pools) }
         switch scan {
         case .zoneChanges(let databaseID, let after, let limit):
-            return .zones(
-                try await rows(
-                    """
-                    SELECT \(unescaped: Self.zoneColumns) FROM zones WHERE database_id = \(databaseID) AND change_sequence > \(after)
-                    ORDER BY change_sequence LIMIT \(Int64(limit))
-                    """
-                ).map(Self.zone))
+            let zones = try await rows(
+                """
+                SELECT \(unescaped: Self.zoneColumns) FROM zones WHERE database_id = \(databaseID) AND change_sequence > \(after)
+                ORDER BY change_sequence LIMIT \(Int64(limit))
+                """
+            ).map(Self.zone)
+            storage.zoneDatabases.note(zones.lazy.map { ($0.id, $0.databaseID) })
+            return .zones(zones)
         case .recordChanges(let zoneID, let after, let recordTypes, let limit):
             let types = recordTypes ?? []
             return .records(
                 try await rows(
                     """
                     SELECT \(unescaped: Self.recordColumns) FROM records
-                    WHERE zone_id = \(zoneID) AND change_sequence > \(after)
+                    WHERE \(unescaped: storage.databaseCondition(ofZone: zoneID)) AND zone_id = \(zoneID) AND change_sequence > \(after)
                       AND (cardinality(\(types)::text[]) = 0 OR record_type = ANY(\(types)::text[]))
                     ORDER BY change_sequence LIMIT \(Int64(limit))
                     """

@@ -16,7 +16,7 @@ import PostgresNIO
 extension PostgresStorage {
     /// The tables a logical database owns, parents first; `databases` is keyed by `id`.
     public static let databaseTables = [
-        "databases", "zones", "records", "field_index", "record_tokens", "pair_index", "record_references", "asset_references",
+        "databases", "database_directory", "zones", "records", "field_index", "record_tokens", "pair_index", "record_references", "asset_references",
         "subscriptions", "record_history",
     ]
 

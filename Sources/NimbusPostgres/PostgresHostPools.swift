@@ -57,7 +57,7 @@ final class PostgresHostPools: PostgresPools {
         var configuration = location.clientConfiguration(to: endpoint)
         configuration.options.maximumConnections = maximumConnections
         if let milliseconds {
-            configuration.options.additionalStartupParameters = [("statement_timeout", "\(milliseconds)")]
+            configuration.options.additionalStartupParameters.append(("statement_timeout", "\(milliseconds)"))
         }
         let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
         return (client, Task { await client.run() })

@@ -152,6 +152,7 @@ public struct PostgresLocation: Sendable, CustomStringConvertible {
         var configuration = PostgresConnection.Configuration(
             host: endpoint.host, port: endpoint.port, username: user, password: password, database: database, tls: tls)
         configuration.options.connectTimeout = .seconds(2)
+        configuration.options.additionalStartupParameters = [Self.applicationName]
         return configuration
     }
 
@@ -168,8 +169,15 @@ public struct PostgresLocation: Sendable, CustomStringConvertible {
         // A refused connection should fail the request in about a second, not after the
         // default ten: `PostgresStorage.deadline` bounds the whole unit of work anyway.
         configuration.options.connectTimeout = .seconds(2)
+        configuration.options.additionalStartupParameters = [Self.applicationName]
         return configuration
     }
+
+    /// Every connection a node opens names itself `nimbus` (PostgreSQL's `application_name`):
+    /// an operator tells Nimbus's sessions from others in `pg_stat_activity` and in the server's
+    /// log (`%a` in `log_line_prefix`), and the statement-routing check (scripts/statement-routes.py)
+    /// reads the server's statements only, not those a test or a person sent.
+    static let applicationName = ("application_name", "nimbus")
 
     /// Runs `body` on a connection of its own to one host, closed afterwards (a probe, a check).
     func withConnection<Value>(

@@ -889,5 +889,30 @@ enum PostgresMigrations {
                 "INSERT INTO counters (key, value) VALUES ('placements_version', 0) ON CONFLICT (key) DO NOTHING",
             ]
         ),
+        (
+            "v31-database-directory",
+            [
+                // Which database id a key (container, environment, scope, owner) has: written once
+                // as the database is made, read by nodes that do not know the id yet, which then
+                // name the database by id in every statement (PostgresDatabaseIDs). On Citus a
+                // reference table, so that lookup goes to no particular shard while `databases`
+                // is distributed by id (docs/scale-out.md, "Citus routing").
+                """
+                CREATE TABLE database_directory (
+                    container text COLLATE "C" NOT NULL,
+                    environment text NOT NULL,
+                    scope text NOT NULL,
+                    owner_id bigint NOT NULL,
+                    database_id bigint NOT NULL,
+                    PRIMARY KEY (container, environment, scope, owner_id)
+                )
+                """,
+                "CREATE INDEX database_directory_by_id ON database_directory (database_id)",
+                """
+                INSERT INTO database_directory (container, environment, scope, owner_id, database_id)
+                SELECT container, environment, scope, owner_id, id FROM databases
+                """,
+            ]
+        ),
     ]
 }

@@ -231,22 +231,14 @@ extension PostgresStorage {
     /// row has committed (the UPDATE waits for them); writes decided meanwhile are refused as
     /// they commit (`PostgresApply`). Run again, it changes nothing.
     func fence(_ database: DatabaseKey, movingTo target: String) async throws {
-        try await rows(
-            """
-            UPDATE databases SET moving_to = \(target)
-            WHERE container = \(database.container) AND environment = \(database.environment.rawValue)
-                AND scope = \(database.scope.rawValue) AND owner_id = \(database.ownerID) AND NOT moved
-            """)
+        guard let id = try await directoryID(database) else { return }
+        try await rows("UPDATE databases SET moving_to = \(target) WHERE id = \(id) AND NOT moved")
     }
 
     /// The switch's side here: the row becomes a pointer that refuses reads too.
     func markMoved(_ database: DatabaseKey) async throws {
-        try await rows(
-            """
-            UPDATE databases SET moved = true
-            WHERE container = \(database.container) AND environment = \(database.environment.rawValue)
-                AND scope = \(database.scope.rawValue) AND owner_id = \(database.ownerID) AND moving_to IS NOT NULL
-            """)
+        guard let id = try await directoryID(database) else { return }
+        try await rows("UPDATE databases SET moved = true WHERE id = \(id) AND moving_to IS NOT NULL")
     }
 
     /// The clean-up: every row of the moved database goes but its pointer, its subscriptions
@@ -255,7 +247,9 @@ extension PostgresStorage {
         guard let id = try await databaseID(database, moved: true) else { return }
         try await client.withTransaction(logger: logger) { connection in
             try await Self.countSubscriptionsChanged(ofDatabase: id, on: connection, logger: logger)
-            for table in Self.databaseTables.reversed() where table != "databases" {
+            // The pointer row and its key's entry stay: a node that still places the database
+            // here finds it by key and is sent on.
+            for table in Self.databaseTables.reversed() where table != "databases" && table != "database_directory" {
                 try await connection.query("DELETE FROM \(unescaped: table) WHERE database_id = \(id)", logger: logger)
             }
         }
@@ -263,10 +257,17 @@ extension PostgresStorage {
 
     /// The database's id here; with `moved`, only when its row is a move's pointer.
     func databaseID(_ database: DatabaseKey, moved: Bool = false) async throws -> Int64? {
+        guard let id = try await directoryID(database) else { return nil }
+        return try await rows("SELECT id FROM databases WHERE id = \(id) AND (moved OR NOT \(moved))").first?.decode(Int64.self)
+    }
+
+    /// The database's id here, read from the directory by key (on Citus a reference table), so
+    /// the statements after it name the database by id as a coordinator routes them.
+    private func directoryID(_ database: DatabaseKey) async throws -> Int64? {
         try await rows(
             """
-            SELECT id FROM databases WHERE container = \(database.container) AND environment = \(database.environment.rawValue)
-                AND scope = \(database.scope.rawValue) AND owner_id = \(database.ownerID) AND (moved OR NOT \(moved))
+            SELECT database_id FROM database_directory WHERE container = \(database.container)
+                AND environment = \(database.environment.rawValue) AND scope = \(database.scope.rawValue) AND owner_id = \(database.ownerID)
             """
         ).first?.decode(Int64.self)
     }
@@ -315,12 +316,13 @@ extension PostgresPartitionCatalog {
     }
 
     /// The user's private and shared databases: those placed, and those the home holds from
-    /// before partitions.
+    /// before partitions (by the directory, which keeps a moved database's key too: such a
+    /// database is placed, so listed once either way).
     func databases(ownerID: Int64) async throws -> [DatabaseKey] {
         let found = try await storage.rows(
             """
             SELECT container, environment, scope FROM placements WHERE owner_id = \(ownerID) AND scope <> 'public'
-            UNION SELECT container, environment, scope FROM databases WHERE owner_id = \(ownerID) AND scope <> 'public' AND NOT moved
+            UNION SELECT container, environment, scope FROM database_directory WHERE owner_id = \(ownerID) AND scope <> 'public'
             UNION SELECT container, environment, scope FROM moves WHERE owner_id = \(ownerID)
             ORDER BY 1, 2, 3
             """)

@@ -41,12 +41,15 @@ struct PostgresQuerySQL {
         // of a one-element array made PostgreSQL read every match and sort it (a page of the
         // benchmark's filtered list read 400 rows for 21).
         let inZones = query.zoneIDs.count == 1 ? "= \(bind(query.zoneIDs[0]))" : "= ANY(\(bind(query.zoneIDs)))"
+        // The database as well as the zones, though the zones alone select the same rows: a
+        // Citus coordinator routes the statement to one shard by it (docs/scale-out.md).
+        let database = bind(query.databaseID)
         let type = bind(query.recordType)
         let tieDirection = (query.sorts.first?.ascending ?? true) ? "ASC" : "DESC"
 
         var from = "records r"
         var joins = ""
-        var conditions = ["r.zone_id \(inZones) AND r.record_type = \(type) AND NOT r.deleted"]
+        var conditions = ["r.database_id = \(database) AND r.zone_id \(inZones) AND r.record_type = \(type) AND NOT r.deleted"]
         var keys: [(expression: String, isNumeric: Bool, isText: Bool)] = []
         // Ties go to the record id; in the sorted pair plan, the entry's copy of it, the last
         // column of the index that then hands rows over in result order.
@@ -69,7 +72,7 @@ struct PostgresQuerySQL {
             // analyzed it otherwise scanned a type's records once per entry).
             conditions = ["NOT r.deleted"]
             tie = "p.record_id"
-            var pair = "p.zone_id \(inZones) AND p.record_type = \(type) AND p.field = \(bind(field))"
+            var pair = "p.database_id = \(database) AND p.zone_id \(inZones) AND p.record_type = \(type) AND p.field = \(bind(field))"
             pair += " AND p.sort_field = \(bind(sortField))"
             switch value {
             case .text(let text): pair += " AND " + Self.compareText("p.value_text", .equal, bindText(text))

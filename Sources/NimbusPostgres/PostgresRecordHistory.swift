@@ -33,12 +33,13 @@ struct PostgresRecordHistory: RecordHistoryStore {
     }
 
     func zoneHistory(zoneID: Int64, after time: Int64) async throws -> ZoneHistory {
+        let database = storage.databaseCondition(ofZone: zoneID)
         // The replacing time in the id's place, so one decoder reads both tables.
         let columns = PostgresCoarseStorage.recordColumns.replacingOccurrences(of: "id, zone_id", with: "replaced_at, zone_id")
         let versions = try await storage.rows(
             """
             SELECT \(unescaped: columns) FROM record_history
-            WHERE database_id = nimbus_zone_database(\(zoneID)) AND zone_id = \(zoneID) AND replaced_at > \(time)
+            WHERE \(unescaped: database) AND zone_id = \(zoneID) AND replaced_at > \(time)
             ORDER BY replaced_at, kept
             """
         ).map { row in
@@ -48,7 +49,7 @@ struct PostgresRecordHistory: RecordHistoryStore {
         let current = try await storage.rows(
             """
             SELECT \(unescaped: PostgresCoarseStorage.recordColumns) FROM records
-            WHERE database_id = nimbus_zone_database(\(zoneID)) AND zone_id = \(zoneID) AND modified_at > \(time)
+            WHERE \(unescaped: database) AND zone_id = \(zoneID) AND modified_at > \(time)
             ORDER BY id
             """
         ).map { try PostgresCoarseStorage.storedRecord($0).row }

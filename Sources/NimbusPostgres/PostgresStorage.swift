@@ -42,6 +42,17 @@ public final class PostgresStorage: Sendable {
     let statements = PostgresPreparedStatements()
     /// Analyzes the tables queries read where autovacuum has not yet (`PostgresPlannerStatistics`).
     let plannerStatistics = PostgresPlannerStatistics()
+    /// The database of every zone this node has read: statements that name zones name their
+    /// databases too (`PostgresZoneDatabases`).
+    let zoneDatabases = PostgresZoneDatabases()
+    /// The id of every database key this node has read (`PostgresDatabaseIDs`).
+    let databaseIDs = PostgresDatabaseIDs()
+
+    /// `database_id = N` for a zone whose database this node knows, else the lookup inside the
+    /// statement (`PostgresZoneDatabases`). Ids only, so the text may be spliced in.
+    func databaseCondition(ofZone zoneID: Int64) -> String {
+        zoneDatabases.database(of: zoneID).map { "database_id = \($0)" } ?? "database_id = nimbus_zone_database(\(zoneID))"
+    }
 
     /// Each pool's size unless the operator says otherwise (`--postgres-connections`). A node opens
     /// up to two pools of this size on each server (requests, queries) and one LISTEN

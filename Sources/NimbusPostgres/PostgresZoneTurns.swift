@@ -22,12 +22,14 @@ extension PostgresCoarseStorage: ZoneTurns {
         // turn still running then rolls back instead of committing writes its writers were told
         // had failed.
         let deadline = ContinuousClock.now + storage.deadline
+        // A database not made yet has no zone to lock.
+        let databaseID = try await directoryIDs(of: [zone.database], on: nil)[zone.database]
         let value = try await storage.unitOfWork { [storage] in
             try await storage.client.withConnection { connection in
                 let turn = ZoneTurn(connection: connection)
                 _ = try await storage.run("BEGIN", in: turn, named: false)
                 do {
-                    _ = try await storage.run(Self.lock(zone), in: turn)
+                    if let databaseID { _ = try await storage.run(Self.lock(zone.zoneName, in: databaseID), in: turn) }
                     let value = try await ZoneTurn.$held.withValue(turn) { try await body() }
                     guard ContinuousClock.now < deadline else {
                         throw StorageError.unavailable("the zone's turn outlasted its deadline (\(storage.deadline)); rolled back")
@@ -45,16 +47,10 @@ extension PostgresCoarseStorage: ZoneTurns {
         return value
     }
 
-    /// Locks the zone's row by the database's key and the zone's name (the pipeline's key);
-    /// a zone not there (not made yet, or deleted) locks nothing.
-    static func lock(_ zone: ZoneOrder) -> PostgresQuery {
-        """
-        SELECT z.id FROM zones z JOIN databases d ON d.id = z.database_id
-        WHERE d.container = \(zone.database.container) AND d.environment = \(zone.database.environment.rawValue)
-          AND d.scope = \(zone.database.scope.rawValue) AND d.owner_id = \(zone.database.ownerID)
-          AND z.name = \(zone.zoneName) AND NOT z.deleted
-        FOR UPDATE OF z
-        """
+    /// Locks the zone's row by its database and name (the pipeline's key); a zone not there
+    /// (not made yet, or deleted) locks nothing.
+    static func lock(_ zoneName: String, in databaseID: Int64) -> PostgresQuery {
+        "SELECT id FROM zones WHERE database_id = \(databaseID) AND name = \(zoneName) AND NOT deleted FOR UPDATE"
     }
 }
 

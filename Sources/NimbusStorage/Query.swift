@@ -209,6 +209,10 @@ public struct QueryPosition: Sendable, Hashable {
 }
 
 public struct RecordQuery: Sendable, Hashable {
+    /// The logical database of every zone in `zoneIDs` (a query never spans databases). A
+    /// driver that partitions tables by database names it in the statement, so the statement
+    /// goes to the one shard that holds the zones (docs/scale-out.md, "Citus routing").
+    public var databaseID: Int64
     public var zoneIDs: [Int64]
     public var recordType: String
     public var conditions: [IndexCondition]
@@ -224,9 +228,10 @@ public struct RecordQuery: Sendable, Hashable {
     public var sortedPairs: Set<SortedPair> = []
 
     public init(
-        zoneIDs: [Int64], recordType: String, conditions: [IndexCondition], sorts: [IndexSort], after: QueryPosition?,
-        limit: Int
+        databaseID: Int64, zoneIDs: [Int64], recordType: String, conditions: [IndexCondition], sorts: [IndexSort],
+        after: QueryPosition?, limit: Int
     ) {
+        self.databaseID = databaseID
         self.zoneIDs = zoneIDs
         self.recordType = recordType
         self.conditions = conditions

@@ -535,7 +535,7 @@ import Testing
                 var after: QueryPosition?
                 repeat {
                     var query = RecordQuery(
-                        zoneIDs: [zone.id], recordType: "T", conditions: [.compare(field: "category", scope: .scalar, .equal, .text(category))],
+                        databaseID: zone.databaseID, zoneIDs: [zone.id], recordType: "T", conditions: [.compare(field: "category", scope: .scalar, .equal, .text(category))],
                         sorts: [sort], after: after, limit: 4)
                     query.sortedPairs = pairs
                     let result = try await storage.read { [query] in try $0.queryRecords(query) }
@@ -588,7 +588,7 @@ import Testing
             let zoneID = zone.id
             @Sendable func tagged(_ tag: String) -> RecordQuery {
                 var query = RecordQuery(
-                    zoneIDs: [zoneID], recordType: "T", conditions: [.compare(field: "tag", scope: .scalar, .equal, .text(tag))], sorts: [],
+                    databaseID: database.id, zoneIDs: [zoneID], recordType: "T", conditions: [.compare(field: "tag", scope: .scalar, .equal, .text(tag))], sorts: [],
                     after: nil, limit: 1_000)
                 query.budget = .seconds(30)  // not what this test measures (a fresh PostgreSQL table has no statistics)
                 return query
@@ -697,7 +697,7 @@ import Testing
             for size in 1...(QueryStatementCache.maximumShapes + 20) {
                 let values = (0..<size).map { index -> IndexValue in .number(index % 2 == 0 ? 1 : Double(100 + index)) }
                 let query = RecordQuery(
-                    zoneIDs: [zone.id], recordType: "T", conditions: [.oneOf(field: "n", scope: .scalar, values)], sorts: [],
+                    databaseID: zone.databaseID, zoneIDs: [zone.id], recordType: "T", conditions: [.oneOf(field: "n", scope: .scalar, values)], sorts: [],
                     after: nil, limit: 10)
                 let names = try await storage.read { try $0.queryRecords(query) }.rows.map(\.recordName)
                 expectEqual(names, ["r1"], "\(size) values")

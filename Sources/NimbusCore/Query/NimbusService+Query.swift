@@ -85,7 +85,7 @@ extension NimbusService {
                 after = try self.decodeCursor(marker, binding: binding, sortCount: scanning ? 0 : sorts.count)
             }
             var query = RecordQuery(
-                zoneIDs: zones.map(\.id), recordType: request.recordType, conditions: scanning ? [] : conditions,
+                databaseID: database.id, zoneIDs: zones.map(\.id), recordType: request.recordType, conditions: scanning ? [] : conditions,
                 sorts: scanning ? [] : sorts, after: after, limit: request.resultsLimit + 1)
             query.budget = self.options.queryBudget
             // The pairs saves wrote (`IndexGrants.sortedPairs`; none in development).
