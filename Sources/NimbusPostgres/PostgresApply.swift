@@ -116,14 +116,16 @@ enum PostgresApply {
                 WHEN 'takeIndexRebuildRequest' THEN
                     DELETE FROM counters WHERE key = 'index_rebuild_pending';
                 WHEN 'createDatabase' THEN
-                    INSERT INTO databases (id, container, environment, scope, owner_id, sequence)
-                    VALUES ((w->>'id')::bigint, w->>'container', w->>'environment', w->>'scope', (w->>'owner')::bigint, 0)
+                    -- The directory holds the key: a database made meanwhile holds it already (on
+                    -- Citus, `databases` is distributed by id and can keep no unique key of its own).
+                    INSERT INTO database_directory (container, environment, scope, owner_id, database_id)
+                    VALUES (w->>'container', w->>'environment', w->>'scope', (w->>'owner')::bigint, (w->>'id')::bigint)
                     ON CONFLICT (container, environment, scope, owner_id) DO NOTHING;
                     IF NOT FOUND THEN
                         RAISE EXCEPTION 'the database was made meanwhile' USING ERRCODE = '40001';
                     END IF;
-                    INSERT INTO database_directory (container, environment, scope, owner_id, database_id)
-                    VALUES (w->>'container', w->>'environment', w->>'scope', (w->>'owner')::bigint, (w->>'id')::bigint);
+                    INSERT INTO databases (id, container, environment, scope, owner_id, sequence)
+                    VALUES ((w->>'id')::bigint, w->>'container', w->>'environment', w->>'scope', (w->>'owner')::bigint, 0);
                     INSERT INTO zones (id, database_id, name, change_sequence, record_sequence, deleted)
                     VALUES ((w->>'zone')::bigint, (w->>'id')::bigint, '_defaultZone', 0,
                         coalesce((w->>'recordSequence')::bigint, 0), false);

@@ -101,7 +101,10 @@ extension PostgresCoarseStorage {
                 """
             statement.branch(.record, "FROM " + keys)
         }
-        if !zones.isEmpty {
+        if zones.count == 1, let zone = zones.first {
+            // One zone (a fetch by ID, a save in one zone): scalars, not arrays to encode and unnest.
+            statement.branch(.zone, "FROM zones WHERE database_id = \(statement.bind(zone.databaseID)) AND name = \(statement.bind(zone.name))")
+        } else if !zones.isEmpty {
             let databases = statement.bind(zones.map(\.databaseID))
             let pairs = "(database_id, name) IN (SELECT * FROM unnest(\(databases), \(statement.bind(zones.map(\.name)))))"
             statement.branch(.zone, "FROM zones WHERE database_id = ANY(\(databases)) AND " + pairs)
@@ -119,29 +122,34 @@ extension PostgresCoarseStorage {
             // The zones first, fenced (OFFSET 0), then one lookup of the records' unique key per
             // path: joined in one level, the planner looked records up by zone alone and
             // filtered the names (every record of the zone read per key, 20 ms a load at 3,600).
-            let databases = Array(Set(knownRecordPaths.map(\.database)))
+            let databases = Self.equalsAny(Array(Set(knownRecordPaths.map(\.database))), &statement)
             let keys: String
             if knownRecordPaths.count == 1, let path = knownRecordPaths.first {
                 // One path (a fetch by ID, a save in one zone): scalars, not one-element arrays
                 // to encode and unnest, and a plan that knows it looks up one key.
-                keys = "(SELECT \(statement.bind(path.database))::bigint AS key_database, \(statement.bind(path.zone))::text AS key_zone, "
-                    + "\(statement.bind(path.name))::text AS key_name) k"
+                keys = "(SELECT \(statement.bind(path.zone))::text AS key_zone, \(statement.bind(path.name))::text AS key_name) k"
+                statement.branch(
+                    .record, """
+                        FROM (SELECT z.database_id AS path_database, z.id AS path_zone, k.key_name AS path_name FROM \(keys)
+                            JOIN zones z ON z.name = k.key_zone WHERE z.database_id \(databases) OFFSET 0) p
+                        CROSS JOIN LATERAL (SELECT * FROM records r
+                            WHERE r.database_id \(databases) AND r.zone_id = p.path_zone AND r.record_name = p.path_name) records
+                        """)
             } else {
                 keys = "unnest(\(statement.bind(knownRecordPaths.map(\.database))), \(statement.bind(knownRecordPaths.map(\.zone))), "
                     + "\(statement.bind(knownRecordPaths.map(\.name)))) AS k(key_database, key_zone, key_name)"
+                statement.branch(
+                    .record, """
+                        FROM (SELECT z.database_id AS path_database, z.id AS path_zone, k.key_name AS path_name FROM \(keys)
+                            JOIN zones z ON z.database_id = k.key_database AND z.name = k.key_zone WHERE z.database_id \(databases) OFFSET 0) p
+                        CROSS JOIN LATERAL (SELECT * FROM records r
+                            WHERE r.database_id \(databases) AND r.database_id = p.path_database
+                              AND r.zone_id = p.path_zone AND r.record_name = p.path_name) records
+                        """)
             }
-            statement.branch(
-                .record, """
-                    FROM (SELECT z.database_id AS path_database, z.id AS path_zone, k.key_name AS path_name FROM \(keys)
-                        JOIN zones z ON z.database_id = k.key_database AND z.name = k.key_zone
-                        WHERE \(Self.equalsAny("z.database_id", databases, &statement)) OFFSET 0) p
-                    CROSS JOIN LATERAL (SELECT * FROM records r
-                        WHERE \(Self.equalsAny("r.database_id", databases, &statement)) AND r.database_id = p.path_database
-                          AND r.zone_id = p.path_zone AND r.record_name = p.path_name) records
-                    """)
         }
         if !ids.isEmpty {
-            statement.branch(.database, "FROM databases WHERE " + Self.equalsAny("id", Array(Set(ids.values)), &statement))
+            statement.branch(.database, "FROM databases WHERE id " + Self.equalsAny(Array(Set(ids.values)), &statement))
         }
         if !databaseIDs.isEmpty {
             statement.branch(.databaseByID, "FROM databases WHERE id = ANY(\(statement.bind(databaseIDs)))")
@@ -337,10 +345,11 @@ struct ZonePath: Hashable {
 }
 
 extension PostgresCoarseStorage {
-    /// `column = $n` for one value, `column = ANY($n)` for several: how a statement names the
-    /// databases it reads, which a Citus coordinator routes by.
-    fileprivate static func equalsAny(_ column: String, _ values: [Int64], _ statement: inout KeyLoad) -> String {
-        values.count == 1 ? "\(column) = \(statement.bind(values[0]))" : "\(column) = ANY(\(statement.bind(values)))"
+    /// `= $n` for one value, `= ANY($n)` for several, bound once and written after a column as
+    /// often as needed: how a statement names the databases it reads, which a Citus
+    /// coordinator routes by.
+    fileprivate static func equalsAny(_ values: [Int64], _ statement: inout KeyLoad) -> String {
+        values.count == 1 ? "= \(statement.bind(values[0]))" : "= ANY(\(statement.bind(values)))"
     }
 
     /// The ids of `keys` that have databases: those this node knows, and the rest read from
