@@ -69,6 +69,9 @@ extension PostgresCoarseStorage {
         // per key and node: `PostgresDatabaseIDs`). A key the directory does not hold has no
         // database: absent, with its zones and records.
         let ids = try await directoryIDs(of: databaseKeys, on: pools)
+        // Zones asked for by database id bring their schema (below); a path's zone has its
+        // schema asked for by key already.
+        let schemaZones = request.schemaWithZones ? zones : []
         for path in zonePaths {
             if let id = ids[path.database] { zones.append(ZoneKey(databaseID: id, name: path.zoneName)) }
         }
@@ -156,7 +159,6 @@ extension PostgresCoarseStorage {
         }
         // A zone's load brings its database's schema along unless the request says not to
         // (`LoadRequest.schemaWithZones`, SQLiteStorage.load).
-        let schemaZones = request.schemaWithZones ? zones : []
         if !schemas.isEmpty || !schemaZones.isEmpty {
             let zoneDatabases = statement.bind(schemaZones.map(\.databaseID))
             if !schemaZones.isEmpty {
