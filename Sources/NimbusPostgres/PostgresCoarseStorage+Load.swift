@@ -160,16 +160,16 @@ extension PostgresCoarseStorage {
         // A zone's load brings its database's schema along unless the request says not to
         // (`LoadRequest.schemaWithZones`, SQLiteStorage.load).
         if !schemas.isEmpty || !schemaZones.isEmpty {
-            let zoneDatabases = statement.bind(schemaZones.map(\.databaseID))
+            // The zones' databases only when there are such zones: a Citus coordinator cannot
+            // prune `databases` by an empty `ANY`, and read every shard for it (seen on Citus 13.2).
+            var keys = "SELECT * FROM unnest(\(statement.bind(schemas.map(\.container))), \(statement.bind(schemas.map(\.environment.rawValue))))"
             if !schemaZones.isEmpty {
+                let zoneDatabases = statement.bind(schemaZones.map(\.databaseID))
                 statement.branch(
                     .zoneSchema, "FROM (SELECT DISTINCT container, environment FROM databases WHERE id = ANY(\(zoneDatabases))) d")
+                keys += " UNION SELECT container, environment FROM databases WHERE id = ANY(\(zoneDatabases))"
             }
-            let wanted = """
-                (container, environment) IN (
-                    SELECT * FROM unnest(\(statement.bind(schemas.map(\.container))), \(statement.bind(schemas.map(\.environment.rawValue))))
-                    UNION SELECT container, environment FROM databases WHERE id = ANY(\(zoneDatabases)))
-                """
+            let wanted = "(container, environment) IN (\(keys))"
             statement.branch(.schemaField, "FROM schema_fields WHERE " + wanted)
             statement.branch(.schemaType, "FROM schema_types WHERE " + wanted)
         }

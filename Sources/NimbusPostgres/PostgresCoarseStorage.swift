@@ -89,17 +89,23 @@ public struct PostgresCoarseStorage: CoarseStorage {
                     """
                 ).map { try Self.storedRecord($0).row })
         case .liveRecords(let container, let environment, let recordType, let afterID, let limit):
+            // The records' databases after their columns: an index rebuild writes their entries
+            // next, naming each zone's database (`PostgresZoneDatabases`), on a node (`nimbus
+            // schema index`) that may have read none of these zones.
+            var zones: [(zone: Int64, database: Int64)] = []
+            defer { storage.zoneDatabases.note(zones) }
             return .identifiedRecords(
                 try await rows(
                     """
-                    SELECT \(unescaped: Self.recordColumns.split(separator: ",").map { "r." + $0.trimmingCharacters(in: .whitespacesAndNewlines) }.joined(separator: ", "))
-                    FROM records r JOIN zones z ON z.id = r.zone_id JOIN databases d ON d.id = z.database_id
+                    SELECT \(unescaped: Self.recordColumns.split(separator: ",").map { "r." + $0.trimmingCharacters(in: .whitespacesAndNewlines) }.joined(separator: ", ")), r.database_id
+                    FROM records r JOIN zones z ON z.database_id = r.database_id AND z.id = r.zone_id JOIN databases d ON d.id = z.database_id
                     WHERE d.container = \(container) AND d.environment = \(environment.rawValue) AND r.record_type = \(recordType)
                       AND NOT r.deleted AND r.id > \(afterID)
                     ORDER BY r.id LIMIT \(Int64(limit))
                     """
                 ).map { row in
                     let stored = try Self.storedRecord(row)
+                    zones.append((stored.row.zoneID, try Array(row)[Self.recordColumnCount].decode(Int64.self)))
                     return (id: stored.id, row: stored.row)
                 })
         case .query(let query):

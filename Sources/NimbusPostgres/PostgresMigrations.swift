@@ -914,5 +914,21 @@ enum PostgresMigrations {
                 """,
             ]
         ),
+        (
+            "v32-zone-database-plpgsql",
+            [
+                // The lookup a statement falls back on for a zone the node has not read
+                // (PostgresZoneDatabases). As a SQL function PostgreSQL inlined it, but Citus
+                // refuses SQL functions that take parameters and read a distributed table
+                // ("could not create distributed plan", Citus 13.2); PL/pgSQL it accepts.
+                """
+                CREATE OR REPLACE FUNCTION nimbus_zone_database(zone bigint) RETURNS bigint LANGUAGE plpgsql STABLE AS $$
+                BEGIN
+                    RETURN (SELECT database_id FROM zones WHERE id = zone);
+                END
+                $$
+                """,
+            ]
+        ),
     ]
 }

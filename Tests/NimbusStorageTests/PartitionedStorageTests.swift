@@ -84,7 +84,9 @@ import Testing
         try await Self.withStores { home, second in
             let answers = Atomic<Bool>(false)
             let opened = Atomic<Int>(0)
-            let lazy = LazyPartition(name: "second", home: home, retryInterval: .milliseconds(200)) {
+            // A retry interval the three refused writes below fit in even on a loaded machine (at
+            // 200 ms, CI's first pass once took longer and tried a second time).
+            let lazy = LazyPartition(name: "second", home: home, retryInterval: .seconds(1)) {
                 opened.add(1, ordering: .relaxed)
                 guard answers.load(ordering: .relaxed) else { throw StorageError.unavailable("connection refused") }
                 return second
@@ -107,7 +109,7 @@ import Testing
             _ = try await storage.write(in: Self.key(1)) { try $0.ensureDatabase(Self.key(1)) }
 
             answers.store(true, ordering: .relaxed)
-            try await Task.sleep(for: .milliseconds(250))
+            try await Task.sleep(for: .milliseconds(1_050))
             let database = try await storage.write(in: Self.key(2)) { try $0.ensureDatabase(Self.key(2)) }
             #expect(PartitionIDs.partition(of: database.id) == 1, "\(database.id)")
             #expect(try await second.read(in: Self.key(2)) { try $0.database(Self.key(2)) } != nil)
