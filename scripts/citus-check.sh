@@ -32,7 +32,8 @@ stop() {
   rm -rf "$DIR"
 }
 stop
-trap 'stop_preloaded 2>/dev/null || true; stop' EXIT
+cleanUp() { stop_preloaded 2>/dev/null || true; stop; }
+trap cleanUp EXIT
 mkdir -p "$DIR"
 [ "$(id -u)" = 0 ] && chown postgres:postgres "$DIR"
 for port in "${PORTS[@]}"; do
@@ -59,6 +60,8 @@ start=$(wc -l <"$DIR/${PORTS[0]}/server.log")
 
 PIDS=() DIRS=()
 start_preloaded A
+# lib.sh's start_preloaded sets its own EXIT trap (the server only): the clusters must go too.
+trap cleanUp EXIT
 failed=0
 for kind in fetch list create; do
   out=$(RECORDS=$RECORDS wrk -t1 -c4 -d4s -s "Benchmarks/wrk/nimbus-$kind.lua" "$A_RECORDS/$(records_operation "$kind")?$A_AUTH")
