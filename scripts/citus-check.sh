@@ -78,12 +78,14 @@ stop_preloaded
 
 # What the coordinator logged: errors, and statements run on several shards that are not listed sweeps.
 python3 - "$DIR/${PORTS[0]}/server.log" "$start" "${ALLOWED:-scripts/statement-routes.allowed}" <<'PY' || failed=1
-import re, sys
+import importlib.util, sys
+# The routing check's own folding and list of sweeps (scripts/statement-routes.py).
+spec = importlib.util.spec_from_file_location("routes", "scripts/statement-routes.py")
+routes = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(routes)
+folded = routes.folded
+allowed = [pattern for pattern, _ in routes.allowed(sys.argv[3])]
 lines = open(sys.argv[1], errors="replace").read().split("\n")[int(sys.argv[2]):]
-allowed = [re.compile(line.split("\t")[0]) for line in open(sys.argv[3]) if line.strip() and not line.startswith("#")]
-def folded(text):
-    text = re.sub(r"\s+", " ", text).strip()
-    return re.sub(r"\$\d+|\b\d+\b", "N", re.sub(r"'[^']*'", "?", text))
 problems, warned, index = [], False, 0
 while index < len(lines):
     line = lines[index]

@@ -99,7 +99,7 @@ def routes(branch):
         # databases says so: a transaction over several shards, which Citus runs correctly;
         # counted and shown (main), not failed, since whether a run groups two users' first
         # writes is the scheduler's to say.
-        if not re.search(r"nimbus_apply_\w+\((n|null)::bigint, n::jsonb\)( as several_databases)?$", lower):
+        if not re.search(r"nimbus_apply_\w+\(n::bigint, n::jsonb\)( as several_databases)?$", lower):
             return ["nimbus_apply"]
         return None
     by_database = touched(lower, BY_DATABASE)

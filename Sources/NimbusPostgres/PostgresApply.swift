@@ -413,20 +413,13 @@ extension PostgresCoarseStorage {
         for write in writes {
             switch write {
             case .putRecord(let id, let row, _):
-                var object = record(id, row)
-                object["database"] = databaseOf(row.zoneID)
-                run.records.put(RecordKey(zoneID: row.zoneID, name: row.recordName), object)
+                run.records.put(RecordKey(zoneID: row.zoneID, name: row.recordName), record(id, row, database: databaseOf(row.zoneID)))
             case .replaceIndexEntries(let recordID, let zoneID, let recordType, let index, let hadEntries):
                 run.indexes.put(recordID, (zoneID, recordType, index))
                 if hadEntries { run.had[recordID] = zoneID }
             default:
                 sent += run.flush()
-                var object = single(write)
-                if let zone = write.zoneNamed, case .object(var fields) = object {
-                    fields["database"] = databaseOf(zone)
-                    object = .object(fields)
-                }
-                sent.append(object)
+                sent.append(single(write, databases: databaseOf))
             }
         }
         return sent + run.flush()
@@ -454,7 +447,7 @@ extension PostgresCoarseStorage {
         }
 
         func callAsFunction(_ zone: Int64) -> JSON {
-            (known[zone] ?? memo.database(of: zone)).map(JSON.int) ?? .null
+            (known[zone] ?? memo.value(of: zone)).map(JSON.int) ?? .null
         }
     }
 
@@ -527,9 +520,9 @@ extension PostgresCoarseStorage {
     }
 
     /// A record row as `putRecords` reads it.
-    private static func record(_ id: Int64, _ row: RecordRow) -> JSONObject {
+    private static func record(_ id: Int64, _ row: RecordRow, database: JSON) -> JSONObject {
         [
-            "id": .int(id), "zone": .int(row.zoneID), "name": .string(row.recordName), "type": .string(row.recordType),
+            "id": .int(id), "zone": .int(row.zoneID), "database": database, "name": .string(row.recordName), "type": .string(row.recordType),
             "fields": bytes(row.fields), "parent": optional(row.parent), "sequence": .int(row.changeSequence),
             "createdAt": .int(row.created.timestamp), "createdBy": .string(row.created.userRecordName),
             "createdDevice": .string(row.created.deviceID), "modifiedAt": .int(row.modified.timestamp),
@@ -565,7 +558,7 @@ extension PostgresCoarseStorage {
 
     /// A write of any kind but a record save's two (those go in runs, `writes(_:)`), as its
     /// `WHEN` branch in `PostgresApply.body` reads it.
-    private static func single(_ write: StorageWrite) -> JSON {
+    private static func single(_ write: StorageWrite, databases databaseOf: DatabaseOfZone) -> JSON {
         var object: JSONObject
         switch write {
         case .takeIndexRebuildRequest:
@@ -581,12 +574,12 @@ extension PostgresCoarseStorage {
                 "recordSequence": .int(zone.recordSequence), "replacing": replacing.map(JSON.int) ?? .null,
             ]
         case .deleteZone(let id):
-            object = ["id": .int(id)]
+            object = ["id": .int(id), "database": databaseOf(id)]
         case .putRecord, .replaceIndexEntries:
             preconditionFailure("record saves are sent in runs (writes(_:))")
         case .replaceReferences(let zoneID, let name, let rows):
             object = [
-                "zone": .int(zoneID), "name": .string(name),
+                "zone": .int(zoneID), "database": databaseOf(zoneID), "name": .string(name),
                 "rows": .array(
                     rows.map {
                         [
@@ -597,7 +590,7 @@ extension PostgresCoarseStorage {
             ]
         case .replaceAssetReferences(let zoneID, let name, let container, let rows):
             object = [
-                "zone": .int(zoneID), "name": .string(name), "container": .string(container),
+                "zone": .int(zoneID), "database": databaseOf(zoneID), "name": .string(name), "container": .string(container),
                 "rows": .array(
                     rows.map {
                         [
@@ -675,17 +668,5 @@ extension JSONObject {
         var merged = self
         for (key, value) in other.pairs { merged[key] = value }
         return merged
-    }
-}
-
-extension StorageWrite {
-    /// The zone a write of one of the zone-named kinds (not record saves, sent in runs) names
-    /// by id alone: its JSON gets the zone's database beside it (`DatabaseOfZone`).
-    fileprivate var zoneNamed: Int64? {
-        switch self {
-        case .deleteZone(let id): id
-        case .replaceReferences(let zoneID, _, _), .replaceAssetReferences(let zoneID, _, _, _): zoneID
-        default: nil
-        }
     }
 }

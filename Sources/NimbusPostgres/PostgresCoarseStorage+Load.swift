@@ -68,7 +68,7 @@ extension PostgresCoarseStorage {
         // this node does not know yet come from the directory first (one more round trip, once
         // per key and node: `PostgresDatabaseIDs`). A key the directory does not hold has no
         // database: absent, with its zones and records.
-        let ids = try await directoryIDs(of: databaseKeys, on: pools)
+        let ids = try await storage.directoryIDs(of: databaseKeys, on: pools)
         // Zones asked for by database id bring their schema (below); a path's zone has its
         // schema asked for by key already.
         let schemaZones = request.schemaWithZones ? zones : []
@@ -113,8 +113,9 @@ extension PostgresCoarseStorage {
             statement.branch(.zone, "FROM zones WHERE database_id = ANY(\(databases)) AND " + pairs)
         }
         if !zoneIDs.isEmpty {
-            let known = zoneDatabases.databases(of: zoneIDs).map { "database_id = ANY(\(statement.bind(Array(Set($0))))) AND " } ?? ""
-            statement.branch(.zoneByID, "FROM zones WHERE " + known + "id = ANY(\(statement.bind(zoneIDs)))")
+            let (known, unknown) = zoneDatabases.values(of: zoneIDs)
+            let databases = unknown.isEmpty ? "database_id = ANY(\(statement.bind(Array(Set(known.values))))) AND " : ""
+            statement.branch(.zoneByID, "FROM zones WHERE " + databases + "id = ANY(\(statement.bind(zoneIDs)))")
         }
         if !zoneLists.isEmpty {
             // In name order (byte order, as SQLite's): the fifth number is the rank.
@@ -219,25 +220,26 @@ extension PostgresCoarseStorage {
             var subscriptionRanks: [SubscriberKey: [(rank: Int64, row: SubscriptionRow)]] = [:]
             var counterValues: [String: Int64] = [:]
             var containerRanks: [(rank: Int64, row: ContainerRow)] = []
-            var zonesSeen: [(zone: Int64, database: Int64)] = []
+            // Every zone read, for the statements that name it by id next (`PostgresZoneDatabases`).
+            var zonesSeen: [(Int64, Int64)] = []
             defer { zoneDatabases.note(zonesSeen) }
             for row in try await storage.rows(statement.query, on: pools) {
                 let wide = try WideRow(row)
-                if wide.kind.hasPrefix("zone"), wide.kind != "zone_schema", let zone = wide.numbers[0], let database = wide.numbers[1] {
-                    zonesSeen.append((zone, database))
-                }
                 switch wide.kind {
                 case "record":
                     let stored = try wide.record()
                     rows.records[RecordKey(zoneID: stored.row.zoneID, name: stored.row.recordName)] = .some(stored)
                 case "zone":
                     let zone = try wide.zone()
+                    zonesSeen.append((zone.id, zone.databaseID))
                     rows.zones[ZoneKey(databaseID: zone.databaseID, name: zone.name)] = .some(zone)
                 case "zone_by_id":
                     let zone = try wide.zone()
+                    zonesSeen.append((zone.id, zone.databaseID))
                     rows.zonesByID[zone.id] = .some(zone)
                 case "zone_list":
                     let zone = try wide.zone()
+                    zonesSeen.append((zone.id, zone.databaseID))
                     zoneListRanks[zone.databaseID, default: []].append((try wide.number(4), zone))
                 case "database":
                     let database = try wide.database()
@@ -333,8 +335,9 @@ extension PostgresCoarseStorage {
     fileprivate static func databases(
         of zones: [Int64], _ memo: PostgresZoneDatabases, column: String, key: String, _ statement: inout KeyLoad
     ) -> String {
-        guard let databases = memo.databases(of: zones) else { return "\(column) = nimbus_zone_database(\(key))" }
-        let distinct = Array(Set(databases))
+        let (known, unknown) = memo.values(of: zones)
+        guard unknown.isEmpty else { return "\(column) = nimbus_zone_database(\(key))" }
+        let distinct = Array(Set(known.values))
         if distinct.count == 1 { return "\(column) = \(statement.bind(distinct[0]))" }
         return "\(column) = ANY(\(statement.bind(distinct))) AND \(column) = nimbus_zone_database(\(key))"
     }
@@ -352,31 +355,6 @@ extension PostgresCoarseStorage {
     /// coordinator routes by.
     fileprivate static func equalsAny(_ values: [Int64], _ statement: inout KeyLoad) -> String {
         values.count == 1 ? "= \(statement.bind(values[0]))" : "= ANY(\(statement.bind(values)))"
-    }
-
-    /// The ids of `keys` that have databases: those this node knows, and the rest read from
-    /// `database_directory` (a reference table on Citus, so the lookup routes anywhere).
-    func directoryIDs(of keys: [DatabaseKey], on pools: (any PostgresPools)?) async throws -> [DatabaseKey: Int64] {
-        guard !keys.isEmpty else { return [:] }
-        var (known, unknown) = storage.databaseIDs.ids(of: keys)
-        guard !unknown.isEmpty else { return known }
-        var found: [(key: DatabaseKey, id: Int64)] = []
-        let query: PostgresQuery = """
-            SELECT container, environment, scope, owner_id, database_id FROM database_directory
-            WHERE (container, environment, scope, owner_id) IN (SELECT * FROM unnest(\(unknown.map(\.container)), \(unknown.map(\.environment.rawValue)),
-                \(unknown.map(\.scope.rawValue)), \(unknown.map(\.ownerID))))
-            """
-        for row in try await storage.rows(query, on: pools) {
-            let (container, environment, scope, owner, id) = try row.decode((String, String, String, Int64, Int64).self)
-            guard let environment = Environment(rawValue: environment), let scope = DatabaseScope(rawValue: scope) else {
-                throw StorageError.corrupt("the database directory names an unknown environment or scope for database \(id)")
-            }
-            let key = DatabaseKey(container: container, environment: environment, scope: scope, ownerID: owner)
-            known[key] = id
-            found.append((key, id))
-        }
-        storage.databaseIDs.note(found)
-        return known
     }
 }
 

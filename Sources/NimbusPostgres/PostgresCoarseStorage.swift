@@ -31,28 +31,18 @@ public struct PostgresCoarseStorage: CoarseStorage {
     }
 
     public func apply(_ changes: UnitOfWorkChanges) async throws {
-        // Zones made here are read by their ids next (a unit that makes a zone and then saves
-        // into it): their databases are known from now on (`PostgresZoneDatabases`).
-        for write in changes.writes {
-            switch write {
-            case .createZone(let zone, _): storage.zoneDatabases.note(zone: zone.id, database: zone.databaseID)
-            case .createDatabase(let row, let zoneID): storage.zoneDatabases.note(zone: zoneID, database: row.id)
-            default: break
-            }
-        }
         let databaseOf = DatabaseOfZone(changes, memo: storage.zoneDatabases)
+        // Zones made here are read by their ids next (a unit that makes a zone and then saves
+        // into it): their databases are known from now on, as the unit knows them.
+        storage.zoneDatabases.note(databaseOf.known.lazy.map { ($0.key, $0.value) })
         let json = String(decoding: Self.json(changes, databases: databaseOf).serialized(), as: UTF8.self)
-        // The unit's database first, by which a Citus coordinator routes the call; NULL for a
-        // unit of the coordinator's tables only, and said in the statement when a group's
-        // writes reach several databases (scripts/statement-routes.py lists those).
+        // The unit's database first, by which a Citus coordinator routes the call: NULL for a
+        // unit of the coordinator's tables only, and for a group whose writes reach several
+        // databases, which says so (scripts/statement-routes.py counts those).
         let touched = Self.databases(touchedBy: changes, databaseOf)
-        if touched.count == 1, let database = touched.first {
-            try await storage.rows("SELECT \(unescaped: PostgresApply.name)(\(database)::bigint, \(json)::jsonb)")
-        } else if touched.isEmpty {
-            try await storage.rows("SELECT \(unescaped: PostgresApply.name)(NULL::bigint, \(json)::jsonb)")
-        } else {
-            try await storage.rows("SELECT \(unescaped: PostgresApply.name)(NULL::bigint, \(json)::jsonb) AS several_databases")
-        }
+        let database = touched.count == 1 ? touched.first : nil
+        let several = touched.count > 1 ? " AS several_databases" : ""
+        try await storage.rows("SELECT \(unescaped: PostgresApply.name)(\(database)::bigint, \(json)::jsonb)\(unescaped: several)")
         // Made and committed: every node reads these ids from the directory, this one knows them.
         storage.databaseIDs.note(changes.writes.lazy.compactMap { write in
             guard case .createDatabase(let row, _) = write else { return nil }

@@ -231,13 +231,13 @@ extension PostgresStorage {
     /// row has committed (the UPDATE waits for them); writes decided meanwhile are refused as
     /// they commit (`PostgresApply`). Run again, it changes nothing.
     func fence(_ database: DatabaseKey, movingTo target: String) async throws {
-        guard let id = try await directoryID(database) else { return }
+        guard let id = try await directoryIDs(of: [database])[database] else { return }
         try await rows("UPDATE databases SET moving_to = \(target) WHERE id = \(id) AND NOT moved")
     }
 
     /// The switch's side here: the row becomes a pointer that refuses reads too.
     func markMoved(_ database: DatabaseKey) async throws {
-        guard let id = try await directoryID(database) else { return }
+        guard let id = try await directoryIDs(of: [database])[database] else { return }
         try await rows("UPDATE databases SET moved = true WHERE id = \(id) AND moving_to IS NOT NULL")
     }
 
@@ -257,19 +257,8 @@ extension PostgresStorage {
 
     /// The database's id here; with `moved`, only when its row is a move's pointer.
     func databaseID(_ database: DatabaseKey, moved: Bool = false) async throws -> Int64? {
-        guard let id = try await directoryID(database) else { return nil }
+        guard let id = try await directoryIDs(of: [database])[database] else { return nil }
         return try await rows("SELECT id FROM databases WHERE id = \(id) AND (moved OR NOT \(moved))").first?.decode(Int64.self)
-    }
-
-    /// The database's id here, read from the directory by key (on Citus a reference table), so
-    /// the statements after it name the database by id as a coordinator routes them.
-    private func directoryID(_ database: DatabaseKey) async throws -> Int64? {
-        try await rows(
-            """
-            SELECT database_id FROM database_directory WHERE container = \(database.container)
-                AND environment = \(database.environment.rawValue) AND scope = \(database.scope.rawValue) AND owner_id = \(database.ownerID)
-            """
-        ).first?.decode(Int64.self)
     }
 
     /// Moves the subscriptions version on past every subscription of the database, each listed

@@ -51,7 +51,7 @@ public final class PostgresStorage: Sendable {
     /// `database_id = N` for a zone whose database this node knows, else the lookup inside the
     /// statement (`PostgresZoneDatabases`). Ids only, so the text may be spliced in.
     func databaseCondition(ofZone zoneID: Int64) -> String {
-        zoneDatabases.database(of: zoneID).map { "database_id = \($0)" } ?? "database_id = nimbus_zone_database(\(zoneID))"
+        zoneDatabases.value(of: zoneID).map { "database_id = \($0)" } ?? "database_id = nimbus_zone_database(\(zoneID))"
     }
 
     /// Each pool's size unless the operator says otherwise (`--postgres-connections`). A node opens

@@ -23,7 +23,7 @@ extension PostgresCoarseStorage: ZoneTurns {
         // had failed.
         let deadline = ContinuousClock.now + storage.deadline
         // A database not made yet has no zone to lock.
-        let databaseID = try await directoryIDs(of: [zone.database], on: nil)[zone.database]
+        let databaseID = try await storage.directoryIDs(of: [zone.database])[zone.database]
         let value = try await storage.unitOfWork { [storage] in
             try await storage.client.withConnection { connection in
                 let turn = ZoneTurn(connection: connection)
