@@ -99,6 +99,31 @@ import Testing
         try await group.shutdownGracefully()
     }
 
+    /// A node keeps the ids it has read of database keys (`PostgresDatabaseIDs`). A kept id
+    /// whose row is gone (the store restored from a backup older than the database, which
+    /// another node then made again under a new id) is forgotten by the load that misses it,
+    /// so the node's next try reads the directory: its write finds the new database instead
+    /// of colliding with it for ever.
+    @Test(.enabled(if: PostgresTestCluster.url != nil))
+    func aKeptDatabaseIDWhoseRowIsGoneIsReadAgainFromTheDirectory() async throws {
+        try await PostgresTestCluster.withDatabase { location in
+            let a = UnitOfWorkDriver(PostgresCoarseStorage(try await PostgresStorage(location, deadline: PostgresTestCluster.deadline, maximumConnections: 2)))
+            let b = UnitOfWorkDriver(PostgresCoarseStorage(try await PostgresStorage(location, deadline: PostgresTestCluster.deadline, maximumConnections: 2)))
+            let key = DatabaseKey(container: "c", environment: .development, scope: .private, ownerID: 7)
+            let first = try await a.write(in: key) { try $0.ensureDatabase(key) }
+            try await expectEqual(b.read(in: key) { try $0.database(key) }?.id, first.id)
+            for table in ["zones", "database_directory"] {
+                try await PostgresTestCluster.execute("DELETE FROM \(table) WHERE database_id = \(first.id)", on: location)
+            }
+            try await PostgresTestCluster.execute("DELETE FROM databases WHERE id = \(first.id)", on: location)
+            let again = try await a.write(in: key) { try $0.ensureDatabase(key) }
+            #expect(again.id != first.id)
+            try await expectEqual(b.write(in: key) { try $0.ensureDatabase(key) }.id, again.id, "node b kept the id whose row is gone")
+            try await a.close()
+            try await b.close()
+        }
+    }
+
     @Test(.enabled(if: PostgresTestCluster.url != nil))
     func nodesStartingTogetherMigrateOnce() async throws {
         try await PostgresTestCluster.withDatabase { location in
