@@ -72,6 +72,37 @@ import Testing
         }
     }
 
+    /// A writer that finds the committer idle after groups of one commits on its own thread;
+    /// writers arriving behind a commit in flight go to the commit queue, and once a group of
+    /// several has committed the next writer does too, until a group of one again.
+    @Test func aLoneWriterCommitsOnItsOwnThreadAndWritersBehindACommitOnTheQueue() async throws {
+        try await withStore { storage in
+            @Sendable func onQueue(_ key: String, holding: Duration = .zero) async throws -> Bool {
+                try await storage.writeSQLite { tx in
+                    try tx.execute("INSERT INTO meta (key, value) VALUES (?, x'00')", [key])
+                    if holding > .zero { Thread.sleep(forTimeInterval: Double(holding.components.attoseconds) / 1e18) }
+                    return GroupCommitter.isOnCommitQueue
+                }
+            }
+            expectEqual(try await onQueue("lone-1"), false)
+            expectEqual(try await onQueue("lone-2"), false)
+            // The first holds its commit (on its own thread) while the others arrive on another.
+            let together = try await withThrowingTaskGroup(of: Bool.self) { group in
+                group.addTask { try await onQueue("together-first", holding: .milliseconds(200)) }
+                try await Task.sleep(for: .milliseconds(20))
+                for writer in 0..<63 { group.addTask { try await onQueue("together-\(writer)") } }
+                return try await group.reduce(into: [Bool]()) { $0.append($1) }
+            }
+            if ProcessInfo.processInfo.activeProcessorCount > 1 {
+                #expect(together.filter { $0 }.count >= 63, "writers behind a commit in flight committed on their own threads")
+            }
+            // Whatever the last group held, a group of one follows it, and then writers lead again.
+            _ = try await onQueue("after-1")
+            expectEqual(try await onQueue("after-2"), false)
+            expectEqual(try keys(storage, prefix: "together-").count, 64)
+        }
+    }
+
     /// A writer whose statement makes SQLite roll the whole transaction back by itself (an
     /// interrupt during an INSERT does): every writer of its group fails with it, and none that
     /// came after it in the group wrote anything outside the transaction. So a writer is told
