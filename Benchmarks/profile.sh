@@ -5,6 +5,9 @@
 #
 #   Benchmarks/profile.sh [cell=create:1] [seconds=10] [records=20000]
 #
+# POSTGRES=1 runs the server on PostgreSQL (a private durable cluster, synchronous_commit off,
+# as wrk-ab.sh runs it); the report is then of the node alone, not of PostgreSQL's backends.
+#
 # Writes bench-results/profile-<kind>-<connections>.{data,txt}.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +24,15 @@ command -v perf >/dev/null || { echo "perf is needed (Debian: linux-perf)" >&2; 
 build_release
 mkdir -p bench-results
 SERVERS=(nimbus)
+if [ -n "${POSTGRES:-}" ]; then
+  admin=$(NIMBUS_PG_DURABLE=1 scripts/postgres.sh start)
+  /usr/lib/postgresql/15/bin/psql "$admin" -qc "CREATE DATABASE nimbus_profile" \
+    -c "ALTER DATABASE nimbus_profile SET synchronous_commit = off" >/dev/null
+  export NIMBUS_DATABASE=${admin/\/postgres\?/\/nimbus_profile?}
+  trap 'stop_preloaded; scripts/postgres.sh stop >/dev/null' EXIT
+fi
 start_preloaded nimbus
+[ -n "${POSTGRES:-}" ] && trap 'stop_preloaded; scripts/postgres.sh stop >/dev/null' EXIT
 if [ "$kind" = health ]; then
   url="$nimbus_URL/health"
   script=()
@@ -29,7 +40,7 @@ else
   url="$nimbus_RECORDS/$(records_operation "$kind")?$nimbus_AUTH"
   script=(-s "Benchmarks/wrk/nimbus-$kind.lua")
 fi
-out=bench-results/profile-$kind-$connections
+out=bench-results/profile-$kind-$connections${POSTGRES:+-postgres}
 wrk -t"$threads" -c"$connections" -d2s "${script[@]}" "$url" >/dev/null  # warm up
 wait_idle
 perf record -F ${FREQ:-1999} ${CALLGRAPH:--g} -p "$nimbus_PID" -o "$out.data" -- sleep "$SECONDS_PER" 2>/dev/null &

@@ -20,13 +20,22 @@ struct Nimbus: AsyncParsableCommand {
             RestoreUserCommand.self, RequestsCommand.self, PartitionsCommand.self,
         ])
 
+    /// ArgumentParser's `main`, with the threads that run tasks chosen between parsing and
+    /// running: the choice depends on the storage a server is given (`TaskThreads`), and must be
+    /// made before any task runs.
     static func main() async {
         do {
-            try TaskThreads.install()
+            var command = try parseAsRoot(nil)
+            let database = (command as? Serve)?.data.database ?? ProcessInfo.processInfo.environment["NIMBUS_DATABASE"] ?? ""
+            try TaskThreads.install(database: database)
+            if var command = command as? any AsyncParsableCommand {
+                try await command.run()
+            } else {
+                try command.run()
+            }
         } catch {
             exit(withError: error)
         }
-        await main(nil)
     }
 }
 

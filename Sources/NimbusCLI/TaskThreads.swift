@@ -3,37 +3,52 @@ import Foundation
 import NIOCore
 import NIOPosix
 
-/// Which threads run the process's Swift tasks: Swift's cooperative pool beside NIO's event
-/// loops, or the loops themselves (`NIMBUS_TASK_THREADS=pool|loops`, the pool by default).
+/// Which threads run the process's Swift tasks: NIO's event loops, or Swift's cooperative pool
+/// beside them (`NIMBUS_TASK_THREADS=loops|pool`). Unset, the storage decides: the loops on
+/// SQLite, the pool on PostgreSQL.
 ///
 /// On the loops, a request is read, handled and answered on the thread that reads its socket,
-/// with no thread woken to hand it over and back. That pays only under many connections: with
-/// wrk on two cores (docs/benchmarks.md, "Tasks on NIO's event loops"), seven alternating
-/// rounds against the pool gave fetches at 64 connections 1.10× and lists 1.13×, but a single
-/// client's fetches 0.91× and creates 0.75× (CPU per request +11% and +24%: a write's commit
-/// resumes its task from the writer thread onto any loop, often not its socket's), and p99 at
-/// 64 connections 1.2–1.3× worse. The pool is therefore the default, and the loops an
-/// operator's choice for read-heavy servers with many clients. Blocking work runs on threads
-/// of its own either way (`BlockingWork`, the SQLite writer and scan lane).
+/// with no thread woken to hand it over and back. On SQLite, since a lone writer commits on its
+/// own thread and point reads and short scans run on the calling thread, that measured (wrk on
+/// two cores, five alternating rounds against the pool; docs/benchmarks.md, "Tasks on the loops
+/// by default on SQLite") 1.57× the fetches and 1.30× the lists at 64 connections with lower
+/// p99s, creates at one client 1.06×, and losses of 6% on creates at 64 connections and 14% on
+/// the bare health endpoint. On PostgreSQL a request waits on postgres-nio's own channel, and the
+/// loops gained nothing (fetches 1.00×, creates 0.93×, p99s a fifth worse), so the pool stays.
+/// Blocking work runs on threads of its own either way (`BlockingWork`, the SQLite writer under
+/// load and the scan lane).
 enum TaskThreads {
     static let variable = "NIMBUS_TASK_THREADS"
 
     /// Where tasks run, for the server's first lines: Swift's pool until `install` says otherwise.
     nonisolated(unsafe) private(set) static var chosen = "on Swift's cooperative pool"
 
-    /// Hands Swift's global executor to NIO's event loops when the environment asks for them.
-    /// Called once, first thing in `main`: jobs enqueued before it ran on the pool.
-    static func install(environment: [String: String] = ProcessInfo.processInfo.environment) throws {
+    /// Hands Swift's global executor to NIO's event loops when the environment asks for them, or
+    /// when it does not say and `database` (the command's `--database`) is not PostgreSQL.
+    /// Called once, first thing in `main`, after the arguments are parsed and before any task
+    /// runs: jobs enqueued before it ran on the pool.
+    static func install(database: String, environment: [String: String] = ProcessInfo.processInfo.environment) throws {
+        let loops: Bool
+        let reason: String
         switch environment[variable] {
-        case nil, "", "pool":
-            chosen = "on Swift's cooperative pool (\(variable)=loops for NIO's event loops)"
+        case nil, "":
+            // A malformed PostgreSQL URL stops the server later, with the reason.
+            loops = (try? DatabaseURL.postgresLocation(database.trimmingCharacters(in: .whitespaces))) == nil
+            reason = loops ? "the default on SQLite; \(variable)=pool for Swift's pool" : "the default on PostgreSQL; \(variable)=loops for NIO's event loops"
+        case "pool":
+            (loops, reason) = (false, "\(variable)=pool")
         case "loops":
-            chosen =
-                NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
-                ? "on NIO's \(NIOSingletons.groupLoopCountSuggestion) event loops, beside the sockets (\(variable)=loops)"
-                : "on Swift's cooperative pool (this platform cannot hand it to NIO's event loops)"
+            (loops, reason) = (true, "\(variable)=loops")
         case let other?:
             throw ValidationError("\(variable) must be 'pool' or 'loops', not '\(other)'")
         }
+        guard loops else {
+            chosen = "on Swift's cooperative pool (\(reason))"
+            return
+        }
+        chosen =
+            NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
+            ? "on NIO's \(NIOSingletons.groupLoopCountSuggestion) event loops, beside the sockets (\(reason))"
+            : "on Swift's cooperative pool (this platform cannot hand it to NIO's event loops)"
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import NIOCore
 import NimbusTestSupport
 import NimbusWire
 import Testing
@@ -247,16 +248,21 @@ import Testing
         #expect(server.output.contains("storage: SQLite WAL at \(file), synchronous=FULL"), "\(server.output)")
     }
 
-    /// The process's tasks run on Swift's pool unless `NIMBUS_TASK_THREADS=loops` hands them to
-    /// NIO's event loops (docs/operations.md); the server's first lines say which, and a value it does
-    /// not know stops it at once, naming the two it takes.
+    /// The process's tasks run on NIO's event loops on SQLite and on Swift's pool on PostgreSQL
+    /// unless `NIMBUS_TASK_THREADS` says which (docs/operations.md); the server's first lines say
+    /// which and why, and a value it does not know stops it at once, naming the two it takes.
     @Test func theServerSaysWhichThreadsRunItsTasks() async throws {
         let directory = NSTemporaryDirectory() + "nimbus-threads-" + UUID().uuidString
         defer { try? FileManager.default.removeItem(atPath: directory) }
+        let loops = "tasks: on NIO's \(NIOSingletons.groupLoopCountSuggestion) event loops, beside the sockets"
+        let byDefault =
+            TestStorage.isSQLiteFile
+            ? loops + " (the default on SQLite; NIMBUS_TASK_THREADS=pool for Swift's pool)"
+            : "tasks: on Swift's cooperative pool (the default on PostgreSQL; NIMBUS_TASK_THREADS=loops for NIO's event loops)"
         for (value, line) in [
-            (nil, "tasks: on Swift's cooperative pool (NIMBUS_TASK_THREADS=loops for NIO's event loops)"),
-            ("pool", "tasks: on Swift's cooperative pool (NIMBUS_TASK_THREADS=loops for NIO's event loops)"),
-            ("loops", "tasks: on NIO's "),
+            (nil, byDefault),
+            ("pool", "tasks: on Swift's cooperative pool (NIMBUS_TASK_THREADS=pool)"),
+            ("loops", loops + " (NIMBUS_TASK_THREADS=loops)"),
         ] {
             let server = try await NimbusProcess.serve(
                 dataDirectory: directory, environment: value.map { ["NIMBUS_TASK_THREADS": $0] } ?? [:])
