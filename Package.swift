@@ -65,6 +65,8 @@ let package = Package(
             dependencies: [
                 "NimbusStorage", .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
+                // Only to resume a queued writer on the event loop it came from.
+                .product(name: "NIOPosix", package: "swift-nio"),
             ],
             swiftSettings: strict),
         // The PostgreSQL driver (postgres-nio): for several nodes on one database.

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import NIOPosix
 import NimbusStorage
 
 /// The embedded storage driver: one SQLite file in WAL mode, readers in parallel, writers
@@ -206,10 +207,24 @@ public final class SQLiteStorage: Sendable {
     }
 
     /// A write through group commit, with the driver's own transaction type.
+    ///
+    /// A writer that queued behind a commit is resumed from the committer's thread. When it
+    /// came from one of NIO's event loops (tasks run there, `NIMBUS_TASK_THREADS`), it is
+    /// resumed inside that loop, where NIO's executor runs its task on: answering from any
+    /// other loop would hand the answer to its socket's loop once more (docs/benchmarks.md).
+    /// A writer that committed on its own thread, or came from Swift's pool, is resumed where
+    /// it is.
     func writeSQLite<Value: Sendable>(_ body: @escaping @Sendable (SQLiteTransaction) throws -> Value) async throws -> Value {
         let box = ResultBox<Value>()
         let schemas = self.schemas
+        let origin = MultiThreadedEventLoopGroup.currentEventLoop
         return try await withCheckedThrowingContinuation { continuation in
+            @Sendable func resume(_ outcome: Result<Void, any Error>) {
+                switch outcome {
+                case .success: continuation.resume(returning: box.value!)
+                case .failure(let error): continuation.resume(throwing: Self.normalized(error))
+                }
+            }
             committer.submit(
                 GroupCommitter.Job(
                     run: { db in
@@ -218,9 +233,10 @@ public final class SQLiteStorage: Sendable {
                         try transaction.writeDeferred()
                     },
                     complete: { outcome in
-                        switch outcome {
-                        case .success: continuation.resume(returning: box.value!)
-                        case .failure(let error): continuation.resume(throwing: Self.normalized(error))
+                        if let origin, !origin.inEventLoop {
+                            origin.execute { resume(outcome) }
+                        } else {
+                            resume(outcome)
                         }
                     }))
         }

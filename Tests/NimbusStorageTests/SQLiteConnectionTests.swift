@@ -5,6 +5,7 @@ import GRDBSQLite
 @testable import NimbusSQLite
 import NimbusStorage
 import NimbusTestSupport
+import Synchronization
 import Testing
 
 /// The SQLite driver's own connections: writers grouped into one transaction, each in a
@@ -74,33 +75,52 @@ import Testing
 
     /// A writer that finds the committer idle after groups of one commits on its own thread;
     /// writers arriving behind a commit in flight go to the commit queue, and once a group of
-    /// several has committed the next writer does too, until a group of one again.
-    @Test func aLoneWriterCommitsOnItsOwnThreadAndWritersBehindACommitOnTheQueue() async throws {
-        try await withStore { storage in
-            @Sendable func onQueue(_ key: String, holding: Duration = .zero) async throws -> Bool {
-                try await storage.writeSQLite { tx in
-                    try tx.execute("INSERT INTO meta (key, value) VALUES (?, x'00')", [key])
-                    if holding > .zero { Thread.sleep(forTimeInterval: Double(holding.components.attoseconds) / 1e18) }
-                    return GroupCommitter.isOnCommitQueue
-                }
-            }
-            expectEqual(try await onQueue("lone-1"), false)
-            expectEqual(try await onQueue("lone-2"), false)
-            // The first holds its commit (on its own thread) while the others arrive on another.
-            let together = try await withThrowingTaskGroup(of: Bool.self) { group in
-                group.addTask { try await onQueue("together-first", holding: .milliseconds(200)) }
-                try await Task.sleep(for: .milliseconds(20))
-                for writer in 0..<63 { group.addTask { try await onQueue("together-\(writer)") } }
-                return try await group.reduce(into: [Bool]()) { $0.append($1) }
-            }
-            if ProcessInfo.processInfo.activeProcessorCount > 1 {
-                #expect(together.filter { $0 }.count >= 63, "writers behind a commit in flight committed on their own threads")
-            }
-            // Whatever the last group held, a group of one follows it, and then writers lead again.
-            _ = try await onQueue("after-1")
-            expectEqual(try await onQueue("after-2"), false)
-            expectEqual(try keys(storage, prefix: "together-").count, 64)
+    /// several has committed the next writer does too, until a group of one again. Submitted
+    /// from threads of the test's own, so no scheduling of Swift's pool decides who arrives when.
+    @Test func aLoneWriterCommitsOnItsOwnThreadAndWritersBehindACommitOnTheQueue() throws {
+        let directory = NSTemporaryDirectory() + "nimbus-committer-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let pool = try DatabasePool(path: directory + "/db.sqlite")
+        try pool.write { try $0.execute(sql: "CREATE TABLE t (writer TEXT NOT NULL)") }
+        let committer = GroupCommitter(pool: pool)
+        let onQueue = Mutex<[String: Bool]>([:])
+        let finished = DispatchGroup()
+        @Sendable func submit(_ writer: String, holding: DispatchSemaphore? = nil, entered: DispatchSemaphore? = nil) {
+            finished.enter()
+            committer.submit(
+                GroupCommitter.Job(
+                    run: { db in
+                        try db.execute(sql: "INSERT INTO t (writer) VALUES (?)", arguments: [writer])
+                        onQueue.withLock { $0[writer] = GroupCommitter.isOnCommitQueue }
+                        entered?.signal()
+                        holding?.wait()
+                    },
+                    complete: { _ in finished.leave() }))
         }
+        submit("lone-1")
+        submit("lone-2")
+        // One writer holds its commit on a thread of its own while 63 arrive.
+        let (hold, entered) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
+        Thread { submit("holder", holding: hold, entered: entered) }.start()
+        #expect(entered.wait(timeout: .now() + 10) == .success, "the holder never began its commit")
+        for writer in 0..<63 { submit("behind-\(writer)") }
+        hold.signal()
+        #expect(finished.wait(timeout: .now() + 10) == .success, "the writers behind the holder never completed")
+        // After a group of several: the next writer goes to the queue, and after its group of one
+        // the one after commits on its own thread again.
+        submit("after-1")
+        #expect(finished.wait(timeout: .now() + 10) == .success)
+        submit("after-2")
+        #expect(finished.wait(timeout: .now() + 10) == .success)
+        let seen = onQueue.withLock { $0 }
+        expectEqual(seen["lone-1"], false)
+        expectEqual(seen["lone-2"], false)
+        expectEqual(seen["holder"], false)
+        expectEqual((0..<63).filter { seen["behind-\($0)"] == true }.count, 63)
+        expectEqual(seen["after-1"], true)
+        expectEqual(seen["after-2"], false)
+        expectEqual(try pool.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM t") }, 68)
     }
 
     /// A writer whose statement makes SQLite roll the whole transaction back by itself (an
