@@ -111,6 +111,8 @@ import Testing
         // the one after commits on its own thread again.
         submit("after-1")
         #expect(finished.wait(timeout: .now() + 10) == .success)
+        // A writer is told before its committer looks for more work: give it that moment.
+        Thread.sleep(forTimeInterval: 0.2)
         submit("after-2")
         #expect(finished.wait(timeout: .now() + 10) == .success)
         let seen = onQueue.withLock { $0 }
