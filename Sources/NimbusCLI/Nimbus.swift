@@ -26,8 +26,7 @@ struct Nimbus: AsyncParsableCommand {
     static func main() async {
         do {
             var command = try parseAsRoot(nil)
-            let database = (command as? Serve)?.data.database ?? ProcessInfo.processInfo.environment["NIMBUS_DATABASE"] ?? ""
-            try TaskThreads.install(database: database)
+            try TaskThreads.install(serving: (command as? Serve)?.data.database)
             if var command = command as? any AsyncParsableCommand {
                 try await command.run()
             } else {

@@ -4,8 +4,8 @@ import NIOCore
 import NIOPosix
 
 /// Which threads run the process's Swift tasks: NIO's event loops, or Swift's cooperative pool
-/// beside them (`NIMBUS_TASK_THREADS=loops|pool`). Unset, the storage decides: the loops on
-/// SQLite, the pool on PostgreSQL.
+/// beside them (`NIMBUS_TASK_THREADS=loops|pool`). Unset, a server's storage decides: the loops
+/// on SQLite, the pool on PostgreSQL; the other verbs serve no sockets and keep the pool.
 ///
 /// On the loops, a request is read, handled and answered on the thread that reads its socket,
 /// with no thread woken to hand it over and back. On SQLite, since a lone writer commits on its
@@ -25,16 +25,21 @@ enum TaskThreads {
     nonisolated(unsafe) private(set) static var chosen = "on Swift's cooperative pool"
 
     /// Hands Swift's global executor to NIO's event loops when the environment asks for them, or
-    /// when it does not say and `database` (the command's `--database`) is not PostgreSQL.
+    /// when it does not say and `serving` is the `--database` of a server that is not on
+    /// PostgreSQL (nil for the verbs that serve nothing).
     /// Called once, first thing in `main`, after the arguments are parsed and before any task
     /// runs: jobs enqueued before it ran on the pool.
-    static func install(database: String, environment: [String: String] = ProcessInfo.processInfo.environment) throws {
+    static func install(serving database: String?, environment: [String: String] = ProcessInfo.processInfo.environment) throws {
         let loops: Bool
         let reason: String
         switch environment[variable] {
         case nil, "":
+            guard let database else {
+                (loops, reason) = (false, "the default for a verb; \(variable)=loops for NIO's event loops")
+                break
+            }
             // A malformed PostgreSQL URL stops the server later, with the reason.
-            loops = (try? DatabaseURL.postgresLocation(database.trimmingCharacters(in: .whitespaces))) == nil
+            loops = (try? DatabaseURL.postgresLocation(database)) == nil
             reason = loops ? "the default on SQLite; \(variable)=pool for Swift's pool" : "the default on PostgreSQL; \(variable)=loops for NIO's event loops"
         case "pool":
             (loops, reason) = (false, "\(variable)=pool")
