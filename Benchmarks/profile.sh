@@ -32,6 +32,7 @@ if [ -n "${POSTGRES:-}" ]; then
   trap 'stop_preloaded; scripts/postgres.sh stop >/dev/null' EXIT
 fi
 start_preloaded nimbus
+# start_preloaded sets a trap of its own (its servers only): the cluster's stop goes back in.
 [ -n "${POSTGRES:-}" ] && trap 'stop_preloaded; scripts/postgres.sh stop >/dev/null' EXIT
 if [ "$kind" = health ]; then
   url="$nimbus_URL/health"

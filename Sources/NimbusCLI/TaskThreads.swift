@@ -14,8 +14,9 @@ import NIOPosix
 /// by default on SQLite") 1.57× the fetches and 1.30× the lists at 64 connections with lower
 /// p99s, creates at one client 1.06× and at 64 connections 0.99× (once a queued writer is
 /// resumed on its own loop), and losses of a tenth on a single client's fetches and 14% on the
-/// bare health endpoint (the loop's bookkeeping around each Swift job). On PostgreSQL a request waits on postgres-nio's own channel, and the
-/// loops gained nothing (fetches 1.00×, creates 0.93×, p99s a fifth worse), so the pool stays.
+/// bare health endpoint (the loop's bookkeeping around each Swift job). On PostgreSQL a request
+/// waits on postgres-nio's own channel, and the loops gained nothing (fetches 1.00×, creates
+/// 0.93×, p99s a fifth worse), so the pool stays.
 /// Blocking work runs on threads of its own either way (`BlockingWork`, the SQLite writer under
 /// load and the scan lane).
 enum TaskThreads {

@@ -31,12 +31,6 @@ final class GroupCommitter: @unchecked Sendable {
         self.pool = pool
     }
 
-    /// Whether the calling code runs in a committer's drain on its queue, rather than on a
-    /// writer's own thread. (GRDB runs a commit on its writer's queue inside either, so the
-    /// queue's specifics cannot tell.)
-    static var isOnCommitQueue: Bool { Thread.current.threadDictionary[drainingKey] != nil }
-    private static let drainingKey = "nimbus.sqlite.group-commit.draining"
-
     /// Queues `job`, or commits it at once on the calling thread when the committer is idle
     /// and its last group held one writer.
     ///
@@ -78,8 +72,6 @@ final class GroupCommitter: @unchecked Sendable {
     }
 
     private func drain() {
-        Thread.current.threadDictionary[Self.drainingKey] = true
-        defer { Thread.current.threadDictionary[Self.drainingKey] = nil }
         while true {
             let batch = takeBatch()
             if batch.isEmpty { return }
