@@ -163,7 +163,13 @@ wait_idle() {
   done
 }
 
-# The records operation a wrk cell of KIND (fetch, list, create, update) calls.
+# cell_url RECORDS-URL KIND AUTH: the endpoint a wrk cell of KIND asks (the change feed is a
+# sibling of records/).
+cell_url() {
+  if [ "$2" = feed ]; then echo "${1%/records}/changes/zone?$3"; else echo "$1/$(records_operation "$2")?$3"; fi
+}
+
+# The records operation a wrk cell of KIND (fetch, list, create, update, batch) calls.
 records_operation() {
   case $1 in
     fetch) echo lookup ;;

@@ -98,7 +98,7 @@ nimbus_cell() {
   [ "$3" = 1 ] && threads=1
   wait_idle
   wrk_cell "${!server_pid}" -t"$threads" -c"$3" -d"${4}s" -s "Benchmarks/wrk/nimbus-$2.lua" \
-    "${!records}/$(records_operation "$2")?${!auth}"
+    "$(cell_url "${!records}" "$2" "${!auth}")"
 }
 
 echo "postgres-anchor: $ROUNDS rounds of ${SECONDS_PER}s per cell, $RECORDS records"

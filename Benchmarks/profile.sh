@@ -38,7 +38,7 @@ if [ "$kind" = health ]; then
   url="$nimbus_URL/health"
   script=()
 else
-  url="$nimbus_RECORDS/$(records_operation "$kind")?$nimbus_AUTH"
+  url="$(cell_url "$nimbus_RECORDS" "$kind" "$nimbus_AUTH")"
   script=(-s "Benchmarks/wrk/nimbus-$kind.lua")
 fi
 out=bench-results/profile-$kind-$connections${POSTGRES:+-postgres}

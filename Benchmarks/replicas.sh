@@ -54,7 +54,7 @@ measure() {  # measure LABEL KIND → "requests/s p50 p99 µs-per-request errors
   local records=${1}_RECORDS auth=${1}_AUTH pid=${1}_PID
   wait_idle
   wrk_cell "${!pid}" -t2 -c64 -d"${SECONDS_PER}s" -s "Benchmarks/wrk/nimbus-$2.lua" \
-    "${!records}/$(records_operation "$2")?${!auth}"
+    "$(cell_url "${!records}" "$2" "${!auth}")"
 }
 
 echo "reads with 0, 1 and 2 read replicas: wrk, 64 connections, ${SECONDS_PER}s per run, $RECORDS records, $ROUNDS rounds"

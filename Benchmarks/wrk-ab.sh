@@ -8,7 +8,8 @@
 # The issue-14 target: "after" within 5% of "before".
 #
 #   Benchmarks/wrk-ab.sh OTHER-WORKTREE-OR-BINARY [seconds] [rounds] [records] [kind:connections]
-#   (kind: fetch, list, create, update, batch, or health: the HTTP stack alone, GET /health)
+#   (kind: fetch, list, create, update, batch, feed: the zone's change feed in pages of 200,
+#   or health: the HTTP stack alone, GET /health)
 #
 # AFTER=binary (and AFTER_FLAGS, BEFORE_FLAGS: flags instead of the defaults, no connection cap
 # and budgets off) replaces this build as "after"; AFTER=the same binary as
@@ -35,7 +36,7 @@ start() {
   if [ "$KIND" = health ]; then
     printf -v "${1}_URL" '%s' "${!url}/health"
   else
-    printf -v "${1}_URL" '%s' "${!records}/$(records_operation "$KIND")?${!auth}"
+    printf -v "${1}_URL" '%s' "$(cell_url "${!records}" "$KIND" "${!auth}")"
   fi
 }
 export RECORDS

@@ -60,7 +60,7 @@ target() {
   if [ "$kind" = health ]; then
     echo "${!url}/health -"
   else
-    echo "${!records}/$(records_operation "$kind")?${!auth} Benchmarks/wrk/nimbus-$kind.lua"
+    echo "$(cell_url "${!records}" "$kind" "${!auth}") Benchmarks/wrk/nimbus-$kind.lua"
   fi
 }
 

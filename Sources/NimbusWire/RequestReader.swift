@@ -16,7 +16,7 @@ public struct ObjectReader: Sendable {
 
     /// The request body, which must be an object.
     public init(root: JSON) throws(CloudKitError) {
-        guard case .object(let object) = root else {
+        guard case .object(let object) = root.parsed else {
             throw .badRequest("the request body must be a JSON object, got \(root.kindName)")
         }
         self.init(object, path: "")
@@ -31,9 +31,10 @@ public struct ObjectReader: Sendable {
         .badRequest("\(childPath(key)): expected \(expected), got \(value.kindName)")
     }
 
-    /// The raw value; `null` reads as absent.
+    /// The raw value (text the server wrote, parsed: a body the server built may hold another's
+    /// text, `StreamedWireBody`); `null` reads as absent.
     public func value(_ key: String) -> JSON? {
-        guard let value = object[key], !value.isNull else { return nil }
+        guard let value = object[key]?.parsed, !value.isNull else { return nil }
         return value
     }
 
@@ -122,7 +123,7 @@ public struct JSONElement: Sendable {
     public let path: String
 
     public init(value: JSON, path: String) {
-        self.value = value
+        self.value = value.parsed
         self.path = path
     }
 

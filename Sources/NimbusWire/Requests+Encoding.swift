@@ -2,13 +2,19 @@
 /// the server reads it into, and encodes it here, so the two sides share one definition of
 /// every body (round trips are tested in `RequestRoundTripTests`).
 
-extension WireZoneID: WireBody {
+extension WireZoneID: StreamedWireBody {
     /// `zoneType` is for readers that want it (CloudKit JS); Nimbus reads zones by name and owner.
-    public var json: JSON {
-        var object: JSONObject = [WireKey.zoneName: .string(zoneName)]
-        if let ownerRecordName { object[WireKey.ownerRecordName] = .string(ownerRecordName) }
-        object[WireKey.zoneType] = .string(zoneName == Names.defaultZone ? "DEFAULT_ZONE" : "REGULAR_CUSTOM_ZONE")
-        return .object(object)
+    public func writeText(to writer: inout JSONWriter) {
+        writer.openObject()
+        writer.key(.zoneName)
+        writer.string(zoneName)
+        if let ownerRecordName {
+            writer.key(.ownerRecordName)
+            writer.string(ownerRecordName)
+        }
+        writer.key(.zoneType)
+        writer.string(zoneName == Names.defaultZone ? "DEFAULT_ZONE" : "REGULAR_CUSTOM_ZONE")
+        writer.closeObject()
     }
 }
 

@@ -33,6 +33,54 @@ import Testing
         #expect(JSON.serialized(SerializedJSON(trusted: Array("[1]".utf8))).arrayValue == [.int(1)])
     }
 
+    /// The record path's bodies write their text directly (`JSONWriter`): commas, nesting and
+    /// the protocol's key order come out as a tree would have written them, and the body's
+    /// `json` reads as that text's value.
+    @Test func aRecordWritesItsOwnTextInTheProtocolsOrder() throws {
+        let zone = WireZoneID(zoneName: "Notes", ownerRecordName: "_o")
+        let stamp = RecordStamp(timestamp: 7, userRecordName: "_o", deviceID: nil)
+        let record = RecordOutput(
+            recordName: "r", recordType: "Note", recordChangeTag: "2", fields: RecordFields([("n", .int64(1))]),
+            created: stamp, modified: nil, parent: "p", zoneID: zone)
+        let zoneText = #"{"zoneName":"Notes","ownerRecordName":"_o","zoneType":"REGULAR_CUSTOM_ZONE"}"#
+        let recordText =
+            #"{"recordName":"r","recordType":"Note","recordChangeTag":"2","fields":{"n":{"value":1,"type":"INT64"}},"#
+            + #""created":{"timestamp":7,"userRecordName":"_o"},"deleted":false,"pluginFields":{},"#
+            + #""zoneID":\#(zoneText),"parent":{"recordName":"p"}}"#
+        #expect(String(decoding: JSONWriter.text(of: record), as: UTF8.self) == recordText)
+        let page = ZoneChangesResponse(zones: [
+            .success(ZoneRecordChanges(
+                zoneID: zone, syncToken: "t",
+                records: [.record(record), .deleted(DeletedRecord(recordName: "d", recordType: nil, zoneID: nil))],
+                moreComing: true)),
+            .success(ZoneRecordChanges(zoneID: zone, syncToken: "u", records: [], moreComing: false)),
+        ])
+        let pageText =
+            #"{"zones":[{"zoneID":\#(zoneText),"syncToken":"t","records":[\#(recordText),{"recordName":"d","deleted":true}],"#
+            + #""moreComing":true},{"zoneID":\#(zoneText),"syncToken":"u","records":[],"moreComing":false}]}"#
+        #expect(String(decoding: JSONWriter.text(of: page), as: UTF8.self) == pageText)
+        #expect(page.json == (try JSON.parse(pageText)))
+        #expect(page.json["zones"]?.arrayValue?[0]["records"]?.arrayValue?[0]["parent"]?["recordName"] == "p")
+    }
+
+    /// A share record's kept keys go where neither the record nor the share's own keys are.
+    @Test func aShareRecordsKeptKeysNeverRepeatAKey() throws {
+        var share = RecordOutput(
+            recordName: "s", recordType: "cloudkit.share", recordChangeTag: nil, fields: RecordFields([]), created: nil,
+            modified: nil, parent: "p", zoneID: nil)
+        share.sharing = ShareFacts(
+            shortGUID: "g", publicPermission: .none, participants: [], owner: nil, currentUserParticipant: nil, webpageURL: nil,
+            displayedHostname: nil, otherKeys: ["parent": "kept", "shortGUID": "old", "created": "kept", "extra": 1])
+        let text = String(decoding: JSONWriter.text(of: share), as: UTF8.self)
+        let object = try #require(try JSON.parse(text).objectValue)
+        #expect(object.count == Set(object.keys).count, "\(text)")
+        #expect(object["parent"]?["recordName"] == "p")
+        #expect(object["shortGUID"] == "g")
+        #expect(object["created"] == "kept")
+        #expect(object["extra"] == 1)
+        #expect(object["stableUrl"]?["shortGUID"] == "g")
+    }
+
     @Test func escapedSurrogatePairsDecode() throws {
         #expect(try JSON.parse(#""\ud83d\ude00""#) == .string("😀"))
     }

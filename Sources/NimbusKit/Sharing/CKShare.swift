@@ -86,12 +86,14 @@ public final class CKShare: CKRecord, @unchecked Sendable {
         super.encodeSystemFields(with: coder)
         if let rootRecordID { coder.encode(rootRecordID, forKey: "rootRecordID") }
         let (participants, permission, url, current) = shareLock.withLock { (_participants, _publicPermission, _url, _currentUserParticipant) }
-        var object = JSONObject()
+        var state = JSONWriter()
+        state.openObject()
         ShareFacts(
             shortGUID: url?.lastPathComponent ?? "", publicPermission: permission.wire, participants: participants.map(\.archived),
             owner: nil, currentUserParticipant: nil, webpageURL: url?.absoluteString, displayedHostname: nil, otherKeys: otherKeys
-        ).write(into: &object)
-        coder.encode(String(decoding: JSON.object(object).serialized(), as: UTF8.self) as NSString, forKey: "ckShareState")
+        ).write(to: &state, besides: { _ in false })
+        state.closeObject()
+        coder.encode(String(decoding: state.bytes, as: UTF8.self) as NSString, forKey: "ckShareState")
         if let name = current?.userIdentity.userRecordID?.recordName { coder.encode(name as NSString, forKey: "ckShareCurrentUser") }
     }
 

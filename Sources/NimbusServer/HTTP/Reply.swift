@@ -13,8 +13,16 @@ enum Reply {
     static let rateLimitRemainingHeader = HTTPField.Name("RateLimit-Remaining")!
     static let rateLimitResetHeader = HTTPField.Name("RateLimit-Reset")!
 
+    static let jsonContentType = "application/json; charset=utf-8"
+
     static func json(_ json: JSON, status: HTTPResponse.Status = .ok, context: NimbusRequestContext) -> Response {
-        bytes(json.serialized(), contentType: "application/json; charset=utf-8", status: status, context: context)
+        bytes(json.serialized(), contentType: jsonContentType, status: status, context: context)
+    }
+
+    /// One of the wire's bodies, written as it writes itself (a page of records straight to
+    /// text, `StreamedWireBody`).
+    static func body<Body: WireBody>(_ body: Body, context: NimbusRequestContext) -> Response {
+        bytes(JSONWriter.text(of: body), contentType: jsonContentType, context: context)
     }
 
     static func bytes(

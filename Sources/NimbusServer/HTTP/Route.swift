@@ -97,7 +97,7 @@ struct Route: Sendable {
                     let codes = failures.itemFailureCodes
                     if !codes.isEmpty { context.exchange.update { $0.itemFailureCodes = codes } }
                 }
-                return Self.cutShortIfFaulted(Reply.json(body.json, context: context), context)
+                return Self.cutShortIfFaulted(Reply.body(body, context: context), context)
             }
         })
     }

@@ -18,7 +18,7 @@ enum CourierRoutes {
             guard let payload = await input.parts.courier.poll(token: row) else {
                 return Reply.empty(status: .noContent, context: input.context)
             }
-            return Reply.bytes(payload, contentType: "application/json; charset=utf-8", context: input.context)
+            return Reply.bytes(payload, contentType: Reply.jsonContentType, context: input.context)
         }
     ]
 }

@@ -2,7 +2,7 @@
 /// and `records/changes` (reference §2.2, §3–§6), and the record dictionary inside them.
 
 /// Who changed a record, when, from which device (`created`, `modified`).
-public struct RecordStamp: WireBody, Hashable {
+public struct RecordStamp: StreamedWireBody, Hashable {
     /// Milliseconds since 1970.
     public var timestamp: Int64
     public var userRecordName: String?
@@ -20,11 +20,19 @@ public struct RecordStamp: WireBody, Hashable {
         deviceID = try json.string(WireKey.deviceID)
     }
 
-    public var json: JSON {
-        var object: JSONObject = [WireKey.timestamp: .int(timestamp)]
-        if let userRecordName { object.appendNew(WireKey.userRecordName, .string(userRecordName)) }
-        if let deviceID { object.appendNew(WireKey.deviceID, .string(deviceID)) }
-        return .object(object)
+    public func writeText(to writer: inout JSONWriter) {
+        writer.openObject()
+        writer.key(.timestamp)
+        writer.int(timestamp)
+        if let userRecordName {
+            writer.key(.userRecordName)
+            writer.string(userRecordName)
+        }
+        if let deviceID {
+            writer.key(.deviceID)
+            writer.string(deviceID)
+        }
+        writer.closeObject()
     }
 }
 
@@ -64,7 +72,7 @@ public struct RecordFields: Sendable {
 }
 
 /// The record dictionary of reference §2.2.
-public struct RecordOutput: WireBody {
+public struct RecordOutput: StreamedWireBody {
     public var recordName: String
     public var recordType: String
     public var recordChangeTag: String?
@@ -108,32 +116,71 @@ public struct RecordOutput: WireBody {
         sharing = try ShareFacts(json: json)
     }
 
-    public var json: JSON {
-        var object = JSONObject()
-        object.reserveCapacity(12)
-        object.appendNew(WireKey.recordName, .string(recordName))
-        object.appendNew(WireKey.recordType, .string(recordType))
-        if let recordChangeTag { object.appendNew(WireKey.recordChangeTag, .string(recordChangeTag)) }
-        object.appendNew(WireKey.fields, fields.json)
-        if let created { object.appendNew(WireKey.created, created.json) }
-        if let modified { object.appendNew(WireKey.modified, modified.json) }
-        object.appendNew(WireKey.deleted, false)
-        object.appendNew("pluginFields", .object([:]))
-        if let zoneID { object.appendNew(WireKey.zoneID, zoneID.json) }
-        if let parent { object.appendNew(WireKey.parent, .object([WireKey.recordName: .string(parent)])) }
-        if let share {
-            var reference: JSONObject = [WireKey.recordName: .string(share)]
-            if let zoneID { reference.appendNew(WireKey.zoneID, zoneID.json) }
-            object.appendNew(WireKey.share, .object(reference))
+    public func writeText(to writer: inout JSONWriter) {
+        writer.openObject()
+        writer.key(.recordName)
+        writer.string(recordName)
+        writer.key(.recordType)
+        writer.string(recordType)
+        if let recordChangeTag {
+            writer.key(.recordChangeTag)
+            writer.string(recordChangeTag)
         }
-        // Merges (a share's other keys go only where the record has none): looks each key up.
-        sharing?.write(into: &object)
-        return .object(object)
+        writer.key(.fields)
+        writer.json(fields.json)
+        if let created {
+            writer.key(.created)
+            created.writeText(to: &writer)
+        }
+        if let modified {
+            writer.key(.modified)
+            modified.writeText(to: &writer)
+        }
+        writer.key(.deleted)
+        writer.bool(false)
+        writer.key(.pluginFields)
+        writer.openObject()
+        writer.closeObject()
+        if let zoneID {
+            writer.key(.zoneID)
+            zoneID.writeText(to: &writer)
+        }
+        if let parent {
+            writer.key(.parent)
+            writer.object(WireKey.recordName, string: parent)
+        }
+        if let share {
+            writer.key(.share)
+            writer.openObject()
+            writer.key(.recordName)
+            writer.string(share)
+            if let zoneID {
+                writer.key(.zoneID)
+                zoneID.writeText(to: &writer)
+            }
+            writer.closeObject()
+        }
+        sharing?.write(to: &writer, besides: has)
+        writer.closeObject()
+    }
+
+    /// Whether the record's dictionary holds `key` (a share's kept keys go only where it holds none).
+    private func has(_ key: String) -> Bool {
+        switch key {
+        case WireKey.recordName, WireKey.recordType, WireKey.fields, WireKey.deleted, WireKey.pluginFields: true
+        case WireKey.recordChangeTag: recordChangeTag != nil
+        case WireKey.created: created != nil
+        case WireKey.modified: modified != nil
+        case WireKey.zoneID: zoneID != nil
+        case WireKey.parent: parent != nil
+        case WireKey.share: share != nil
+        default: false
+        }
     }
 }
 
 /// A deleted record, as modify results and change feeds show it.
-public struct DeletedRecord: WireBody, Hashable {
+public struct DeletedRecord: StreamedWireBody, Hashable {
     public var recordName: String
     public var recordType: String?
     public var zoneID: WireZoneID?
@@ -150,18 +197,27 @@ public struct DeletedRecord: WireBody, Hashable {
         zoneID = try json.object(WireKey.zoneID).map { zone throws(CloudKitError) in try WireZoneID(json: zone) }
     }
 
-    public var json: JSON {
-        var object: JSONObject = [WireKey.recordName: .string(recordName)]
-        if let recordType { object.appendNew(WireKey.recordType, .string(recordType)) }
-        object.appendNew(WireKey.deleted, true)
-        if let zoneID { object.appendNew(WireKey.zoneID, zoneID.json) }
-        return .object(object)
+    public func writeText(to writer: inout JSONWriter) {
+        writer.openObject()
+        writer.key(.recordName)
+        writer.string(recordName)
+        if let recordType {
+            writer.key(.recordType)
+            writer.string(recordType)
+        }
+        writer.key(.deleted)
+        writer.bool(true)
+        if let zoneID {
+            writer.key(.zoneID)
+            zoneID.writeText(to: &writer)
+        }
+        writer.closeObject()
     }
 }
 
 /// A record or a deletion: the entries of modify results and change feeds (`deleted: true`
 /// tells them apart).
-public enum RecordEntry: WireBody {
+public enum RecordEntry: StreamedWireBody {
     case record(RecordOutput)
     case deleted(DeletedRecord)
 
@@ -173,17 +229,17 @@ public enum RecordEntry: WireBody {
         }
     }
 
-    public var json: JSON {
+    public func writeText(to writer: inout JSONWriter) {
         switch self {
-        case .record(let record): record.json
-        case .deleted(let deleted): deleted.json
+        case .record(let record): record.writeText(to: &writer)
+        case .deleted(let deleted): deleted.writeText(to: &writer)
         }
     }
 }
 
 /// `records/modify` and `records/lookup` (one entry per requested record, in order), and
 /// `records/query` (the page, and where the next one starts).
-public struct RecordsResponse: WireBody {
+public struct RecordsResponse: StreamedWireBody {
     public var records: [ItemResult<RecordEntry>]
     public var continuationMarker: String?
 
@@ -197,15 +253,20 @@ public struct RecordsResponse: WireBody {
         continuationMarker = try json.string(WireKey.continuationMarker)
     }
 
-    public var json: JSON {
-        var object: JSONObject = [WireKey.records: records.json]
-        if let continuationMarker { object[WireKey.continuationMarker] = .string(continuationMarker) }
-        return .object(object)
+    public func writeText(to writer: inout JSONWriter) {
+        writer.openObject()
+        writer.key(.records)
+        writer.array(records)
+        if let continuationMarker {
+            writer.key(.continuationMarker)
+            writer.string(continuationMarker)
+        }
+        writer.closeObject()
     }
 }
 
 /// One zone's entry in `changes/zone`: the records changed after the token, oldest first.
-public struct ZoneRecordChanges: WireBody {
+public struct ZoneRecordChanges: StreamedWireBody {
     public var zoneID: WireZoneID
     public var syncToken: String
     public var records: [RecordEntry]
@@ -225,27 +286,38 @@ public struct ZoneRecordChanges: WireBody {
         moreComing = try json.bool(WireKey.moreComing) ?? false
     }
 
-    public var json: JSON {
-        [
-            WireKey.zoneID: zoneID.json, WireKey.syncToken: .string(syncToken), WireKey.records: records.json,
-            WireKey.moreComing: .bool(moreComing),
-        ]
+    public func writeText(to writer: inout JSONWriter) {
+        writer.openObject()
+        writer.key(.zoneID)
+        zoneID.writeText(to: &writer)
+        writer.key(.syncToken)
+        writer.string(syncToken)
+        writer.key(.records)
+        writer.array(records)
+        writer.key(.moreComing)
+        writer.bool(moreComing)
+        writer.closeObject()
     }
 }
 
 /// `changes/zone`: one entry per requested zone, a zone's failure its own entry.
-public struct ZoneChangesResponse: WireBody {
+public struct ZoneChangesResponse: StreamedWireBody {
     public var zones: [ItemResult<ZoneRecordChanges>]
 
     public init(zones: [ItemResult<ZoneRecordChanges>]) { self.zones = zones }
 
     public init(json: ObjectReader) throws(CloudKitError) { zones = try json.list(WireKey.zones) }
 
-    public var json: JSON { [WireKey.zones: zones.json] }
+    public func writeText(to writer: inout JSONWriter) {
+        writer.openObject()
+        writer.key(.zones)
+        writer.array(zones)
+        writer.closeObject()
+    }
 }
 
 /// The deprecated `records/changes`: one zone's changes at the top level.
-public struct RecordChangesResponse: WireBody {
+public struct RecordChangesResponse: StreamedWireBody {
     public var records: [RecordEntry]
     public var syncToken: String?
     public var moreComing: Bool
@@ -262,10 +334,42 @@ public struct RecordChangesResponse: WireBody {
         moreComing = try json.bool(WireKey.moreComing) ?? false
     }
 
-    public var json: JSON {
-        [
-            WireKey.records: records.json, WireKey.syncToken: syncToken.map(JSON.string) ?? .null,
-            WireKey.moreComing: .bool(moreComing), "reverse": false,
-        ]
+    public func writeText(to writer: inout JSONWriter) {
+        writer.openObject()
+        writer.key(.records)
+        writer.array(records)
+        writer.key(.syncToken)
+        if let syncToken { writer.string(syncToken) } else { writer.json(.null) }
+        writer.key(.moreComing)
+        writer.bool(moreComing)
+        writer.key("reverse")
+        writer.bool(false)
+        writer.closeObject()
     }
+}
+
+/// The keys of the record path's bodies, each written into its text once.
+extension JSONWriter.Key {
+    static let recordName = Self(WireKey.recordName)
+    static let recordType = Self(WireKey.recordType)
+    static let recordChangeTag = Self(WireKey.recordChangeTag)
+    static let fields = Self(WireKey.fields)
+    static let created = Self(WireKey.created)
+    static let modified = Self(WireKey.modified)
+    static let deleted = Self(WireKey.deleted)
+    static let pluginFields = Self(WireKey.pluginFields)
+    static let zoneID = Self(WireKey.zoneID)
+    static let parent = Self(WireKey.parent)
+    static let share = Self(WireKey.share)
+    static let timestamp = Self(WireKey.timestamp)
+    static let userRecordName = Self(WireKey.userRecordName)
+    static let deviceID = Self(WireKey.deviceID)
+    static let records = Self(WireKey.records)
+    static let syncToken = Self(WireKey.syncToken)
+    static let moreComing = Self(WireKey.moreComing)
+    static let zones = Self(WireKey.zones)
+    static let continuationMarker = Self(WireKey.continuationMarker)
+    static let zoneName = Self(WireKey.zoneName)
+    static let ownerRecordName = Self(WireKey.ownerRecordName)
+    static let zoneType = Self(WireKey.zoneType)
 }

@@ -4,19 +4,37 @@
 public protocol WireBody: Sendable {
     init(json: ObjectReader) throws(CloudKitError)
     var json: JSON { get }
+    /// Writes the body's JSON text: the tree `json` builds, unless the body writes itself
+    /// (`StreamedWireBody`).
+    func write(to writer: inout JSONWriter)
 }
 
 extension WireBody {
+    public func write(to writer: inout JSONWriter) { writer.json(json) }
+
     /// Reads a whole body, which must be a JSON object.
     public init(body: JSON) throws(CloudKitError) {
         try self.init(json: ObjectReader(root: body))
     }
 }
 
+/// A body on the record path, written straight to text (`JSONWriter`, which says why) by its
+/// one definition, `writeText(to:)`. Its `json` is that text, which readers see as the value it
+/// holds (`JSON.serialized`); a reader of a `JSON` value never needs to know which it got.
+public protocol StreamedWireBody: WireBody {
+    func writeText(to writer: inout JSONWriter)
+}
+
+extension StreamedWireBody {
+    public func write(to writer: inout JSONWriter) { writeText(to: &writer) }
+
+    public var json: JSON { .serialized(SerializedJSON(trusted: JSONWriter.text(of: self))) }
+}
+
 /// One entry of a per-item list in a response (records, zones, subscriptions, the zones of a
 /// change fetch): the item, or the error dictionary (reference §13.1) standing in its place.
 /// Entries are in request order, so a reader pairs them with what it asked for.
-public enum ItemResult<Item: WireBody>: WireBody {
+public enum ItemResult<Item: WireBody>: StreamedWireBody {
     case success(Item)
     case failure(CloudKitError)
 
@@ -29,10 +47,10 @@ public enum ItemResult<Item: WireBody>: WireBody {
     }
 
     /// A failure gets a fresh `uuid`, as each of CloudKit's error dictionaries does.
-    public var json: JSON {
+    public func writeText(to writer: inout JSONWriter) {
         switch self {
-        case .success(let item): item.json
-        case .failure(let error): error.json(uuid: UUIDText.random())
+        case .success(let item): item.write(to: &writer)
+        case .failure(let error): writer.json(error.json(uuid: UUIDText.random()))
         }
     }
 

@@ -112,19 +112,49 @@ public struct ShareFacts: Sendable, Hashable {
         self.otherKeys = otherKeys
     }
 
-    /// Adds the share's keys to a record dictionary.
-    public func write(into object: inout JSONObject) {
-        for (key, value) in otherKeys.pairs where object[key] == nil { object[key] = value }
-        object[WireKey.shortGUID] = .string(shortGUID)
-        object[WireKey.publicPermission] = .string(publicPermission.rawValue)
-        object[WireKey.participants] = .array(participants.map(\.json))
-        if let owner { object[WireKey.owner] = owner.json }
-        if let currentUserParticipant { object[WireKey.currentUserParticipant] = currentUserParticipant.json }
-        var stable: JSONObject = [WireKey.shortGUID: .string(shortGUID)]
-        if let displayedHostname { stable[WireKey.displayedHostname] = .string(displayedHostname) }
-        object[WireKey.stableUrl] = .object(stable)
-        if let webpageURL { object[WireKey.webpageURL] = .string(webpageURL) }
+    /// The share's keys, written as members of the record dictionary `writer` has open: the kept
+    /// keys first, each only where neither the record (`recordHas`) nor the share's own keys
+    /// below hold it.
+    public func write(to writer: inout JSONWriter, besides recordHas: (String) -> Bool) {
+        for (key, value) in otherKeys.pairs where !recordHas(key) && !Self.ownKeys.contains(key) {
+            writer.key(key)
+            writer.json(value)
+        }
+        writer.key(WireKey.shortGUID)
+        writer.string(shortGUID)
+        writer.key(WireKey.publicPermission)
+        writer.string(publicPermission.rawValue)
+        writer.key(WireKey.participants)
+        writer.json(.array(participants.map(\.json)))
+        if let owner {
+            writer.key(WireKey.owner)
+            writer.json(owner.json)
+        }
+        if let currentUserParticipant {
+            writer.key(WireKey.currentUserParticipant)
+            writer.json(currentUserParticipant.json)
+        }
+        writer.key(WireKey.stableUrl)
+        writer.openObject()
+        writer.key(WireKey.shortGUID)
+        writer.string(shortGUID)
+        if let displayedHostname {
+            writer.key(WireKey.displayedHostname)
+            writer.string(displayedHostname)
+        }
+        writer.closeObject()
+        if let webpageURL {
+            writer.key(WireKey.webpageURL)
+            writer.string(webpageURL)
+        }
     }
+
+    /// The keys `write(to:besides:)` writes from the share's facts, which a kept key of the same
+    /// name does not repeat.
+    private static let ownKeys: Set<String> = [
+        WireKey.shortGUID, WireKey.publicPermission, WireKey.participants, WireKey.owner, WireKey.currentUserParticipant,
+        WireKey.stableUrl, WireKey.webpageURL,
+    ]
 
     /// The share's keys of a record dictionary, when it has them.
     public init?(json: ObjectReader) throws(CloudKitError) {

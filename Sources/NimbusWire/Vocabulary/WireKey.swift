@@ -21,6 +21,7 @@ public enum WireKey {
     public static let created = "created"
     public static let modified = "modified"
     public static let deleted = "deleted"
+    public static let pluginFields = "pluginFields"
     public static let timestamp = "timestamp"
     public static let deviceID = "deviceID"
     public static let userRecordName = "userRecordName"
