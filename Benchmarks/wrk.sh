@@ -6,7 +6,9 @@
 # preloaded with the same records, all running side by side, SQLite synchronous=NORMAL on all.
 #
 # Cells: the health endpoint (the HTTP stack's own ceiling), fetch by ID, a filtered sorted list
-# of 20, and single-record creates, at 64 connections (two wrk threads) and at 1. Each cell
+# of 20, and single-record creates, at 64 connections (two wrk threads) and at 1; then, Nimbus
+# alone (PocketBase has neither), the zone's change feed paged through by one client (pages of
+# 200, nimbus-feed.lua) and 200-record atomic batches from 4, in records per second. Each cell
 # warms every server up for 2 s, then runs ROUNDS rounds, the servers' order rotating each
 # round so the machine's drift falls on all, each measurement once every server is idle again
 # (`wait_idle`); medians of requests/s, p50 and p99, and the
@@ -79,14 +81,17 @@ measure() {
 echo "wrk, $ROUNDS rounds of ${SECONDS_PER}s per cell and server, $RECORDS records, synchronous=NORMAL; servers: ${SERVERS[*]}"
 [ -n "${BASELINE:-}" ] && echo "baseline: $baseline_binary"
 ROWS=()
-for cell in ${CELLS:-health:64 fetch:64 fetch:1 list:64 list:1 create:64 create:1}; do
+for cell in ${CELLS:-health:64 fetch:64 fetch:1 list:64 list:1 feed:1 create:64 create:1 batch:4}; do
   kind=${cell%%:*}
   connections=${cell##*:}
-  for server in "${SERVERS[@]}"; do measure "$server" "$kind" "$connections" 2 >/dev/null; done
+  servers=("${SERVERS[@]}")
+  case $kind in feed | batch) servers=("${SERVERS[@]/pocketbase/}") ;; esac
+  servers=(${servers[@]})
+  for server in "${servers[@]}"; do measure "$server" "$kind" "$connections" 2 >/dev/null; done
   for round in $(seq 1 "$ROUNDS"); do
-    count=${#SERVERS[@]}
+    count=${#servers[@]}
     for index in $(seq 0 $((count - 1))); do
-      server=${SERVERS[$(((index + round) % count))]}
+      server=${servers[$(((index + round) % count))]}
       ROWS+=("$kind,$connections,$server,$(measure "$server" "$kind" "$connections" "$SECONDS_PER" | tr ' ' ',')")
     done
   done
@@ -109,9 +114,13 @@ result = {}
 for kind, connections in cells:
     for server in servers:
         values = [[float(x) for x in row[3:]] for row in rows if (row[0], row[1], row[2]) == (kind, connections, server)]
+        if not values: continue
         rate, p50, p99, cpu = (statistics.median(column) for column in zip(*values))
         result.setdefault(f"{kind}:{connections}", {})[server] = {"rate": rate, "p50": p50, "p99": p99, "cpuMicroseconds": cpu}
-names = {"health": "health endpoint", "fetch": "fetch by ID", "list": "filtered, sorted list of 20", "create": "create one record"}
+names = {"health": "health endpoint", "fetch": "fetch by ID", "list": "filtered, sorted list of 20", "create": "create one record",
+         "feed": "zone change feed, pages of 200", "batch": "200-record atomic batch"}
+# Cells whose requests each carry 200 records: their rate is also given in records per second.
+records_per_request = {"feed": 200, "batch": 200}
 header = "| scenario | " + " | ".join(f"{s} req/s (p50, p99 ms; µs CPU/req)" for s in servers) + " | Nimbus / PocketBase |"
 if "baseline" in servers: header += " Nimbus / baseline |"
 print()
@@ -119,8 +128,13 @@ print(header)
 print("|" + "---|" * (header.count("|") - 1))
 for key, by in result.items():
     kind, connections = key.split(":")
-    cells = [f"{by[s]['rate']:.0f} ({by[s]['p50']:.2f}, {by[s]['p99']:.2f}; {by[s]['cpuMicroseconds']:.0f})" for s in servers]
-    line = f"| {names[kind]}, {connections} conn. | " + " | ".join(cells) + f" | {by['nimbus']['rate'] / by['pocketbase']['rate']:.2f}× |"
+    per = records_per_request.get(kind)
+    def cell(s):
+        if s not in by: return "-"
+        text = f"{by[s]['rate']:.0f} ({by[s]['p50']:.2f}, {by[s]['p99']:.2f}; {by[s]['cpuMicroseconds']:.0f})"
+        return text + (f": {by[s]['rate'] * per:,.0f} records/s" if per else "")
+    versus = f"{by['nimbus']['rate'] / by['pocketbase']['rate']:.2f}×" if "pocketbase" in by else "-"
+    line = f"| {names[kind]}, {connections} conn. | " + " | ".join(cell(s) for s in servers) + f" | {versus} |"
     if "baseline" in by: line += f" {by['nimbus']['rate'] / by['baseline']['rate']:.2f}× |"
     print(line)
 print()

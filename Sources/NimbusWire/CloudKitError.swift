@@ -76,7 +76,7 @@ public struct CloudKitError: Error, Sendable, Hashable, CustomStringConvertible 
     /// Reads an error dictionary back (the SDK's side of `json(uuid:)`); nil when `json` is not
     /// one. A code this version does not know keeps its name (`ServerErrorCode.isRecognized`).
     public init?(json: JSON) {
-        guard case .object(let object) = json else { return nil }
+        guard case .object(let object) = json.parsed else { return nil }
         do { try self.init(entry: ObjectReader(object, path: "")) } catch { return nil }
     }
 

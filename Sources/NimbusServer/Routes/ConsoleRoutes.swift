@@ -296,12 +296,14 @@ enum ConsoleRoutes {
     /// Records' `created` and `modified` stamps that are an operator's get `"operator": NAME`
     /// beside the record name, so the page can say who (review defect 24).
     static func namingOperators(in answer: JSON, _ stamps: [String: String]) -> JSON {
-        guard case .object(var body) = answer, case .array(let records)? = body[WireKey.records] else { return answer }
+        // The records' answer is text written straight from the records (`StreamedWireBody`):
+        // read as the values it holds.
+        guard case .object(var body) = answer.parsed, case .array(let records)? = body[WireKey.records]?.parsed else { return answer }
         body[WireKey.records] = .array(
             records.map { record in
-                guard case .object(var object) = record else { return record }
+                guard case .object(var object) = record.parsed else { return record }
                 for key in [WireKey.created, WireKey.modified] {
-                    guard case .object(var stamp)? = object[key], let name = stamp[WireKey.userRecordName]?.stringValue, let who = stamps[name]
+                    guard case .object(var stamp)? = object[key]?.parsed, let name = stamp[WireKey.userRecordName]?.stringValue, let who = stamps[name]
                     else { continue }
                     stamp[ConsoleKey.operatorAccount] = .string(who)
                     object[key] = .object(stamp)
