@@ -96,6 +96,35 @@ public struct JSONWriter {
 
     public mutating func body<Body: WireBody>(_ body: Body) { body.write(to: &self) }
 
+    // MARK: Members: a key and its value, or nothing for an absent value
+
+    public mutating func member(_ key: Key, _ value: String?) {
+        guard let value else { return }
+        self.key(key)
+        string(value)
+    }
+
+    public mutating func member(_ key: Key, _ value: Int64) {
+        self.key(key)
+        int(value)
+    }
+
+    public mutating func member(_ key: Key, _ value: Bool) {
+        self.key(key)
+        bool(value)
+    }
+
+    public mutating func member<Body: WireBody>(_ key: Key, _ value: Body?) {
+        guard let value else { return }
+        self.key(key)
+        value.write(to: &self)
+    }
+
+    public mutating func member<Body: WireBody>(_ key: Key, _ values: [Body]) {
+        self.key(key)
+        array(values)
+    }
+
     /// An array of bodies.
     public mutating func array<Body: WireBody>(_ items: [Body]) {
         openArray()
@@ -106,11 +135,4 @@ public struct JSONWriter {
         closeArray()
     }
 
-    /// An object with one key whose value is a string (a reference: `{"recordName": …}`).
-    public mutating func object(_ key: String, string value: String) {
-        openObject()
-        self.key(key)
-        string(value)
-        closeObject()
-    }
 }

@@ -6,14 +6,9 @@ extension WireZoneID: StreamedWireBody {
     /// `zoneType` is for readers that want it (CloudKit JS); Nimbus reads zones by name and owner.
     public func writeText(to writer: inout JSONWriter) {
         writer.openObject()
-        writer.key(.zoneName)
-        writer.string(zoneName)
-        if let ownerRecordName {
-            writer.key(.ownerRecordName)
-            writer.string(ownerRecordName)
-        }
-        writer.key(.zoneType)
-        writer.string(zoneName == Names.defaultZone ? "DEFAULT_ZONE" : "REGULAR_CUSTOM_ZONE")
+        writer.member(.zoneName, zoneName)
+        writer.member(.ownerRecordName, ownerRecordName)
+        writer.member(.zoneType, zoneName == Names.defaultZone ? "DEFAULT_ZONE" : "REGULAR_CUSTOM_ZONE")
         writer.closeObject()
     }
 }

@@ -22,16 +22,9 @@ public struct RecordStamp: StreamedWireBody, Hashable {
 
     public func writeText(to writer: inout JSONWriter) {
         writer.openObject()
-        writer.key(.timestamp)
-        writer.int(timestamp)
-        if let userRecordName {
-            writer.key(.userRecordName)
-            writer.string(userRecordName)
-        }
-        if let deviceID {
-            writer.key(.deviceID)
-            writer.string(deviceID)
-        }
+        writer.member(.timestamp, timestamp)
+        writer.member(.userRecordName, userRecordName)
+        writer.member(.deviceID, deviceID)
         writer.closeObject()
     }
 }
@@ -118,49 +111,35 @@ public struct RecordOutput: StreamedWireBody {
 
     public func writeText(to writer: inout JSONWriter) {
         writer.openObject()
-        writer.key(.recordName)
-        writer.string(recordName)
-        writer.key(.recordType)
-        writer.string(recordType)
-        if let recordChangeTag {
-            writer.key(.recordChangeTag)
-            writer.string(recordChangeTag)
-        }
+        writer.member(.recordName, recordName)
+        writer.member(.recordType, recordType)
+        writer.member(.recordChangeTag, recordChangeTag)
         writer.key(.fields)
         writer.json(fields.json)
-        if let created {
-            writer.key(.created)
-            created.writeText(to: &writer)
-        }
-        if let modified {
-            writer.key(.modified)
-            modified.writeText(to: &writer)
-        }
-        writer.key(.deleted)
-        writer.bool(false)
+        writer.member(.created, created)
+        writer.member(.modified, modified)
+        writer.member(.deleted, false)
         writer.key(.pluginFields)
         writer.openObject()
         writer.closeObject()
-        if let zoneID {
-            writer.key(.zoneID)
-            zoneID.writeText(to: &writer)
-        }
+        writer.member(.zoneID, zoneID)
         if let parent {
             writer.key(.parent)
-            writer.object(WireKey.recordName, string: parent)
+            writeReference(to: parent, zoneID: nil, into: &writer)
         }
         if let share {
             writer.key(.share)
-            writer.openObject()
-            writer.key(.recordName)
-            writer.string(share)
-            if let zoneID {
-                writer.key(.zoneID)
-                zoneID.writeText(to: &writer)
-            }
-            writer.closeObject()
+            writeReference(to: share, zoneID: zoneID, into: &writer)
         }
         sharing?.write(to: &writer, besides: has)
+        writer.closeObject()
+    }
+
+    /// `{"recordName": …, "zoneID": …}`: a record this one points at (its parent, its share).
+    private func writeReference(to recordName: String, zoneID: WireZoneID?, into writer: inout JSONWriter) {
+        writer.openObject()
+        writer.member(.recordName, recordName)
+        writer.member(.zoneID, zoneID)
         writer.closeObject()
     }
 
@@ -199,18 +178,10 @@ public struct DeletedRecord: StreamedWireBody, Hashable {
 
     public func writeText(to writer: inout JSONWriter) {
         writer.openObject()
-        writer.key(.recordName)
-        writer.string(recordName)
-        if let recordType {
-            writer.key(.recordType)
-            writer.string(recordType)
-        }
-        writer.key(.deleted)
-        writer.bool(true)
-        if let zoneID {
-            writer.key(.zoneID)
-            zoneID.writeText(to: &writer)
-        }
+        writer.member(.recordName, recordName)
+        writer.member(.recordType, recordType)
+        writer.member(.deleted, true)
+        writer.member(.zoneID, zoneID)
         writer.closeObject()
     }
 }
@@ -255,12 +226,8 @@ public struct RecordsResponse: StreamedWireBody {
 
     public func writeText(to writer: inout JSONWriter) {
         writer.openObject()
-        writer.key(.records)
-        writer.array(records)
-        if let continuationMarker {
-            writer.key(.continuationMarker)
-            writer.string(continuationMarker)
-        }
+        writer.member(.records, records)
+        writer.member(.continuationMarker, continuationMarker)
         writer.closeObject()
     }
 }
@@ -288,14 +255,10 @@ public struct ZoneRecordChanges: StreamedWireBody {
 
     public func writeText(to writer: inout JSONWriter) {
         writer.openObject()
-        writer.key(.zoneID)
-        zoneID.writeText(to: &writer)
-        writer.key(.syncToken)
-        writer.string(syncToken)
-        writer.key(.records)
-        writer.array(records)
-        writer.key(.moreComing)
-        writer.bool(moreComing)
+        writer.member(.zoneID, zoneID)
+        writer.member(.syncToken, syncToken)
+        writer.member(.records, records)
+        writer.member(.moreComing, moreComing)
         writer.closeObject()
     }
 }
@@ -310,8 +273,7 @@ public struct ZoneChangesResponse: StreamedWireBody {
 
     public func writeText(to writer: inout JSONWriter) {
         writer.openObject()
-        writer.key(.zones)
-        writer.array(zones)
+        writer.member(.zones, zones)
         writer.closeObject()
     }
 }
@@ -336,12 +298,10 @@ public struct RecordChangesResponse: StreamedWireBody {
 
     public func writeText(to writer: inout JSONWriter) {
         writer.openObject()
-        writer.key(.records)
-        writer.array(records)
+        writer.member(.records, records)
         writer.key(.syncToken)
         if let syncToken { writer.string(syncToken) } else { writer.json(.null) }
-        writer.key(.moreComing)
-        writer.bool(moreComing)
+        writer.member(.moreComing, moreComing)
         writer.key("reverse")
         writer.bool(false)
         writer.closeObject()

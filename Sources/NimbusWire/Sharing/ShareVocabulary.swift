@@ -120,33 +120,17 @@ public struct ShareFacts: Sendable, Hashable {
             writer.key(key)
             writer.json(value)
         }
-        writer.key(WireKey.shortGUID)
-        writer.string(shortGUID)
-        writer.key(WireKey.publicPermission)
-        writer.string(publicPermission.rawValue)
-        writer.key(WireKey.participants)
-        writer.json(.array(participants.map(\.json)))
-        if let owner {
-            writer.key(WireKey.owner)
-            writer.json(owner.json)
-        }
-        if let currentUserParticipant {
-            writer.key(WireKey.currentUserParticipant)
-            writer.json(currentUserParticipant.json)
-        }
-        writer.key(WireKey.stableUrl)
+        writer.member(.shortGUID, shortGUID)
+        writer.member(.publicPermission, publicPermission.rawValue)
+        writer.member(.participants, participants)
+        writer.member(.owner, owner)
+        writer.member(.currentUserParticipant, currentUserParticipant)
+        writer.key(.stableUrl)
         writer.openObject()
-        writer.key(WireKey.shortGUID)
-        writer.string(shortGUID)
-        if let displayedHostname {
-            writer.key(WireKey.displayedHostname)
-            writer.string(displayedHostname)
-        }
+        writer.member(.shortGUID, shortGUID)
+        writer.member(.displayedHostname, displayedHostname)
         writer.closeObject()
-        if let webpageURL {
-            writer.key(WireKey.webpageURL)
-            writer.string(webpageURL)
-        }
+        writer.member(.webpageURL, webpageURL)
     }
 
     /// The keys `write(to:besides:)` writes from the share's facts, which a kept key of the same
@@ -172,4 +156,16 @@ public struct ShareFacts: Sendable, Hashable {
         displayedHostname = try json.object(WireKey.stableUrl)?.string(WireKey.displayedHostname)
         otherKeys = [:]
     }
+}
+
+/// The keys a share writes into its record's dictionary.
+extension JSONWriter.Key {
+    static let shortGUID = Self(WireKey.shortGUID)
+    static let publicPermission = Self(WireKey.publicPermission)
+    static let participants = Self(WireKey.participants)
+    static let owner = Self(WireKey.owner)
+    static let currentUserParticipant = Self(WireKey.currentUserParticipant)
+    static let stableUrl = Self(WireKey.stableUrl)
+    static let displayedHostname = Self(WireKey.displayedHostname)
+    static let webpageURL = Self(WireKey.webpageURL)
 }
