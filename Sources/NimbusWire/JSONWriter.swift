@@ -87,14 +87,12 @@ public struct JSONWriter {
 
     public mutating func string(_ value: String) { JSON.writeString(value, to: &bytes) }
 
-    public mutating func int(_ value: Int64) { bytes.append(contentsOf: String(value).utf8) }
+    public mutating func int(_ value: Int64) { JSON.int(value).write(to: &bytes) }
 
-    public mutating func bool(_ value: Bool) { bytes.append(contentsOf: (value ? "true" : "false").utf8) }
+    public mutating func bool(_ value: Bool) { JSON.bool(value).write(to: &bytes) }
 
     /// A value held as a tree (or as text the server wrote, which is copied as it is).
     public mutating func json(_ value: JSON) { value.write(to: &bytes) }
-
-    public mutating func body<Body: WireBody>(_ body: Body) { body.write(to: &self) }
 
     // MARK: Members: a key and its value, or nothing for an absent value
 
@@ -134,5 +132,4 @@ public struct JSONWriter {
         }
         closeArray()
     }
-
 }

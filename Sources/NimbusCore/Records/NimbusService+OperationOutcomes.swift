@@ -52,7 +52,7 @@ extension NimbusService {
                 throw error
             }
             do {
-                try await store.completeOperation(outcomeKey, response: response.json.serialized())
+                try await store.completeOperation(outcomeKey, response: JSONWriter.text(of: response))
             } catch {
                 // Applied, answer not kept: a retry within two minutes hears ZONE_BUSY, after
                 // that it applies again; the caller still gets this answer now.
