@@ -156,12 +156,16 @@ extension SQLiteTransaction: UnitTransaction, SchemaWriting {
         guard names.count > 1 else { return try names.map { ($0, try storedRecord(zoneID: zoneID, name: $0)) } }
         var found: [String: StoredRecord] = [:]
         for chunk in Array(Set(names)).chunked(Self.namesPerRead) {
-            // The statement's length varies with the batch: prepared for this call, not cached.
-            let statement = try db.makeStatement(
-                sql: "SELECT rowid, \(Self.recordColumns) FROM records WHERE zone_id = ? AND record_name IN (\(QuerySQL.marks(chunk.count)))")
+            // Padded (with its last name again) to one of a few lengths, as the index deletes
+            // are: a handful of cached statements serve every batch. Prepared afresh for each
+            // batch's own length, the statement was a quarter of loading a batch's records.
+            let length = Self.paddedListLengths.first { $0 >= chunk.count } ?? chunk.count
+            let statement = try db.cachedStatement(
+                sql: "SELECT rowid, \(Self.recordColumns) FROM records WHERE zone_id = ? AND record_name IN (\(QuerySQL.marks(length)))")
             let bind = { (arguments: inout BoundArguments) in
                 arguments.add(zoneID)
                 for name in chunk { arguments.add(name) }
+                for _ in chunk.count..<length { arguments.add(chunk.last!) }
             }
             for record in try db.fetchAllBound(statement, bind, { StoredRecord(id: $0.int64(0), row: recordRow($0, from: 1)) }) {
                 found[record.row.recordName] = record

@@ -406,8 +406,9 @@ struct SQLiteTransaction {
 
     /// Deferred entry rows past which they are written without waiting for the savepoint's end.
     static let deferredIndexRows = 4_096
-    /// The lengths of the id lists whose entries are deleted together (the last is `namesPerRead`).
-    static let deleteLengths = [1, 4, 16, 64, 200, namesPerRead]
+    /// The lengths a statement's list of ids or names is padded to (the last is `namesPerRead`):
+    /// the entries deleted together, a write's records loaded by name.
+    static let paddedListLengths = [1, 4, 16, 64, 200, namesPerRead]
 
     /// Writes what indexing deferred since it was last written: first the stored entries of
     /// records indexed again are deleted, then every deferred entry is inserted. `OR FAIL`, not
@@ -419,7 +420,7 @@ struct SQLiteTransaction {
         for chunk in Array(Set(replaced)).chunked(Self.namesPerRead) {
             // The list padded (with its last id again) to one of a few lengths, so a handful
             // of statements serve every batch instead of one cached statement per length.
-            let length = Self.deleteLengths.first { $0 >= chunk.count } ?? chunk.count
+            let length = Self.paddedListLengths.first { $0 >= chunk.count } ?? chunk.count
             let ids = StatementArguments(Array(chunk) + Array(repeating: chunk.last!, count: length - chunk.count))
             let marks = QuerySQL.marks(length)
             try execute("DELETE FROM field_index WHERE record_id IN (\(marks))", ids)

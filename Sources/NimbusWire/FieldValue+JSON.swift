@@ -38,35 +38,41 @@ extension FieldValue {
     }
 
     /// Reads a value that must be of `type`, or throws `BAD_REQUEST` naming `path`.
-    public static func decode(_ value: JSON, as type: FieldType, path: String) throws(CloudKitError) -> FieldValue {
+    ///
+    /// `path` is built only for an error (a batch's values are read by the thousand).
+    public static func decode(_ value: JSON, as type: FieldType, path: @autoclosure () -> String) throws(CloudKitError)
+        -> FieldValue
+    {
         if type.isEncrypted {
             // Ciphertext, whatever it holds: one base64 string, a list included.
             guard case .string(let text) = value, Data(base64Encoded: text) != nil else {
                 throw .badRequest(
-                    "\(path): an \(type.wireName) value must be the ciphertext as base64 text, got \(value.kindName == "a string" ? "text that is not base64" : value.kindName); encrypt on the device (NimbusKit's encryptedValues), the server never sees plaintext")
+                    "\(path()): an \(type.wireName) value must be the ciphertext as base64 text, got \(value.kindName == "a string" ? "text that is not base64" : value.kindName); encrypt on the device (NimbusKit's encryptedValues), the server never sees plaintext")
             }
             return .encrypted(type.plain, text)
         }
         if type.isList {
             guard case .array(let elements) = value else {
-                throw .badRequest("\(path): a \(type.wireName) value must be an array, got \(value.kindName)")
+                throw .badRequest("\(path()): a \(type.wireName) value must be an array, got \(value.kindName)")
             }
             guard elements.count <= Limits.listElements.value else {
-                throw .limitExceeded(Limits.listElements, actual: elements.count, what: "\(path): the list's length")
+                throw .limitExceeded(Limits.listElements, actual: elements.count, what: "\(path()): the list's length")
             }
             var values: [FieldValue] = []
             values.reserveCapacity(elements.count)
             for (index, element) in elements.enumerated() {
-                values.append(try decodeScalar(element, as: type.scalar, path: "\(path)[\(index)]"))
+                values.append(try decodeScalar(element, as: type.scalar, path: "\(path())[\(index)]"))
             }
             return .list(type.scalar, values)
         }
-        return try decodeScalar(value, as: type.scalar, path: path)
+        return try decodeScalar(value, as: type.scalar, path: path())
     }
 
-    static func decodeScalar(_ value: JSON, as scalar: ScalarType, path: String) throws(CloudKitError) -> FieldValue {
+    static func decodeScalar(_ value: JSON, as scalar: ScalarType, path: @autoclosure () -> String) throws(CloudKitError)
+        -> FieldValue
+    {
         func wrong(_ expected: String) -> CloudKitError {
-            .badRequest("\(path): a \(scalar.rawValue) value must be \(expected), got \(value.kindName)")
+            .badRequest("\(path()): a \(scalar.rawValue) value must be \(expected), got \(value.kindName)")
         }
         switch scalar {
         case .string:
@@ -75,7 +81,7 @@ extension FieldValue {
         case .int64:
             if case .bool(let flag) = value { return .int64(flag ? 1 : 0) }
             if case .double(let number) = value, number.rounded() != number {
-                throw .badRequest("\(path): \(number) is not an integer; an INT64 field takes whole numbers (send the field as DOUBLE for fractions)")
+                throw .badRequest("\(path()): \(number) is not an integer; an INT64 field takes whole numbers (send the field as DOUBLE for fractions)")
             }
             guard let int = value.int64Value else { throw wrong("an integer") }
             return .int64(int)
@@ -85,7 +91,7 @@ extension FieldValue {
         case .timestamp:
             // Whole milliseconds, like INT64: a fraction is refused rather than truncated.
             if case .double(let number) = value, number.isFinite, number.rounded() != number {
-                throw .badRequest("\(path): \(number) is not a whole number of milliseconds; a TIMESTAMP takes integer milliseconds since 1970")
+                throw .badRequest("\(path()): \(number) is not a whole number of milliseconds; a TIMESTAMP takes integer milliseconds since 1970")
             }
             guard let number = value.doubleValue, number.isFinite, abs(number) < 9.2e18 else {
                 throw wrong("a number of milliseconds since 1970")
@@ -94,18 +100,18 @@ extension FieldValue {
         case .bytes:
             guard case .string(let text) = value else { throw wrong("a base64 string") }
             guard Data(base64Encoded: text) != nil else {
-                throw .badRequest("\(path): a BYTES value must be base64 text; this is not valid base64")
+                throw .badRequest("\(path()): a BYTES value must be base64 text; this is not valid base64")
             }
             return .bytes(text)
         case .reference:
             guard case .object(let object) = value else { throw wrong("a reference dictionary") }
-            return .reference(try Reference(json: ObjectReader(object, path: path)))
+            return .reference(try Reference(json: ObjectReader(object, path: path())))
         case .location:
             guard case .object(let object) = value else { throw wrong("a location dictionary") }
-            return .location(try Location(json: ObjectReader(object, path: path)))
+            return .location(try Location(json: ObjectReader(object, path: path())))
         case .asset:
             guard case .object(let object) = value else { throw wrong("an asset dictionary") }
-            return .asset(try Asset(json: ObjectReader(object, path: path)))
+            return .asset(try Asset(json: ObjectReader(object, path: path())))
         }
     }
 }
@@ -182,6 +188,34 @@ extension FieldValue {
         case .location(let location): return location.json
         case .list(_, let values): return .array(values.map { $0.valueJSON(numbersAsStrings: numbersAsStrings) })
         case .encrypted(_, let base64): return .string(base64)
+        }
+    }
+}
+
+extension FieldValue {
+    /// `{"value": …, "type": …}` written straight to text, as `fieldJSON()` spells it: the
+    /// stored form of a record's fields, written by the writer for every saved record.
+    public func writeField(to writer: inout JSONWriter) {
+        writer.openObject()
+        writer.key(.value)
+        writeValue(to: &writer)
+        writer.key(.type)
+        writer.string(type.wireName)
+        writer.closeObject()
+    }
+
+    private func writeValue(to writer: inout JSONWriter) {
+        switch self {
+        case .string(let text), .bytes(let text), .encrypted(_, let text): writer.string(text)
+        case .int64(let int), .timestamp(let int): writer.int(int)
+        case .list(_, let values):
+            writer.openArray()
+            for value in values {
+                writer.element()
+                value.writeValue(to: &writer)
+            }
+            writer.closeArray()
+        case .double, .reference, .asset, .location: writer.json(valueJSON())
         }
     }
 }

@@ -63,6 +63,27 @@ import Testing
         #expect(page.json["zones"]?.arrayValue?[0]["records"]?.arrayValue?[0]["parent"]?["recordName"] == "p")
     }
 
+    /// A record's stored fields are written straight to text (`RecordFields.text(of:)`), every
+    /// kind of value as the tree spells it, so stored records read back the same either way.
+    @Test func storedFieldsWriteTheTextTheirTreeWould() throws {
+        var asset = Asset(fileChecksum: "c", size: 3)
+        asset.receipt = "r"
+        let fields: [(name: String, value: FieldValue)] = [
+            ("title", .string("caf\u{e9} \"quoted\"\n\u{1F600}")), ("count", .int64(-9_007_199_254_740_993)),
+            ("score", .double(0.1)), ("whole", .double(2)), ("at", .timestamp(1_700_000_000_123)), ("blob", .bytes("AAE=")),
+            ("link", .reference(Reference(recordName: "p", zoneName: "Z", ownerRecordName: "_o", action: .deleteSelf))),
+            ("file", .asset(asset)), ("place", .location(Location(latitude: 48.85, longitude: 2.35))),
+            ("tags", .list(.string, [.string("a"), .string("b")])), ("empty", .list(.int64, [])),
+            ("numbers", .list(.double, [.double(1.5), .double(-0.0)])), ("secret", .encrypted(FieldType(.string), "c2VjcmV0")),
+        ]
+        let streamed = RecordFields.text(of: fields)
+        #expect(String(decoding: streamed, as: UTF8.self) == String(decoding: RecordFields(fields).json.serialized(), as: UTF8.self))
+        let read = try RecordFields.stored(SerializedJSON(trusted: streamed)).values()
+        #expect(read.map(\.name) == fields.map(\.name))
+        #expect(read.map(\.value) == fields.map(\.value))
+        #expect(String(decoding: RecordFields.text(of: []), as: UTF8.self) == "{}")
+    }
+
     /// A share record's kept keys go where neither the record nor the share's own keys are.
     @Test func aShareRecordsKeptKeysNeverRepeatAKey() throws {
         var share = RecordOutput(

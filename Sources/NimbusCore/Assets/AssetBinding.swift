@@ -18,16 +18,22 @@ struct AssetBinding {
 
     /// Checks and rewrites the asset values of the fields named in `changed`; returns every
     /// asset reference the record holds afterwards. `previous`: what it held before the save.
-    func bind(_ fields: inout RecordCodec.Fields, changed: Set<String>, previous: [AssetReferenceRow]) throws
+    func bind(_ fields: inout RecordCodec.Fields, changed: [String], previous: [AssetReferenceRow]) throws
         -> [AssetReferenceRow]
     {
-        for index in fields.indices where changed.contains(fields[index].name) {
+        // Asked only of asset fields: most records hold none, and their saves skip all of it.
+        func held(_ name: String) -> Set<String>? {
+            guard changed.contains(name) else { return nil }
+            return Set(previous.lazy.filter { $0.fieldName == name }.map(\.checksum))
+        }
+        for index in fields.indices {
             let name = fields[index].name
-            let held = Set(previous.lazy.filter { $0.fieldName == name }.map(\.checksum))
             switch fields[index].value {
             case .asset(let asset):
+                guard let held = held(name) else { continue }
                 fields[index].value = .asset(try bindOne(asset, field: name, position: nil, held: held))
             case .list(.asset, let elements):
+                guard let held = held(name) else { continue }
                 var bound: [FieldValue] = []
                 for (position, element) in elements.enumerated() {
                     guard case .asset(let asset) = element else { continue }

@@ -37,6 +37,12 @@ struct BatchOrder {
                 pending[index] += 1
             }
         }
+        // Most batches order nothing: request order, without the sort's quadratic search.
+        guard pending.contains(where: { $0 > 0 }) else {
+            self.order = Array(operations.indices)
+            self.cyclic = [:]
+            return
+        }
         // Kahn's algorithm, always taking the earliest ready operation.
         var ready = (0..<operations.count).filter { pending[$0] == 0 }
         var order: [Int] = []

@@ -228,7 +228,8 @@ extension NimbusService {
         let (request, zone, database, target) = (batch.request, batch.zone, batch.database, batch.target)
         let (stamp, schema, log, sharing) = (batch.stamp, batch.schema, batch.log, batch.sharing)
         let input = operation.record
-        let path = "\(operation.path).record"
+        // Spelled out only where an error or a reference needs it: most saves need none.
+        var path: String { "\(operation.path).record" }
         let type = operation.type
         guard let recordName = input.recordName else {
             throw CloudKitError.badRequest("missing required key '\(path).recordName' for \(type.rawValue)")
@@ -370,7 +371,7 @@ extension NimbusService {
         let assets = try AssetBinding(
             key: database.key, recordType: recordType, recordName: recordName, path: path, receiptKey: keys.assetReceipts,
             now: now
-        ).bind(&fields, changed: Set((input.fields ?? []).map { $0.0 }), previous: previousAssets)
+        ).bind(&fields, changed: (input.fields ?? []).map(\.0), previous: previousAssets)
         let parent: String?
         switch input.parent {
         case .some(let newParent): parent = newParent

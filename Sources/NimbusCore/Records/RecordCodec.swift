@@ -8,9 +8,7 @@ import NimbusWire
 enum RecordCodec {
     typealias Fields = [(name: String, value: FieldValue)]
 
-    static func encode(_ fields: Fields) -> [UInt8] {
-        RecordFields(fields).json.serialized()
-    }
+    static func encode(_ fields: Fields) -> [UInt8] { RecordFields.text(of: fields) }
 
     /// The stored fields read back with the same code that reads a response's fields.
     static func decode(_ bytes: [UInt8]) throws -> Fields {

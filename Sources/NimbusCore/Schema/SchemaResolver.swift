@@ -56,12 +56,12 @@ final class SchemaResolver {
     }
 
     /// Checks (or, in development, adds) the record type.
-    func admitRecordType(_ recordType: String, path: String) throws {
+    func admitRecordType(_ recordType: String, path: @autoclosure () -> String) throws {
         if recordTypes.contains(recordType) { return }
         // Users and shares are in every schema, as in CloudKit: neither needs deployment.
         if isLocked, recordType != Names.usersRecordType, recordType != Names.shareRecordType {
             var error = CloudKitError.badRequest(
-                "\(path): record type '\(recordType)' is not in the production schema; save it in development, then deploy the schema (`nimbus schema deploy`)")
+                "\(path()): record type '\(recordType)' is not in the production schema; save it in development, then deploy the schema (`nimbus schema deploy`)")
             error.schemaLacks = recordType
             throw error
         }
@@ -70,7 +70,7 @@ final class SchemaResolver {
     }
 
     /// The typed value of one field; `nil` for a `null` value (which clears the field).
-    func resolve(_ raw: RawField, field name: String, recordType: String, path: String) throws -> FieldValue? {
+    func resolve(_ raw: RawField, field name: String, recordType: String, path: @autoclosure () -> String) throws -> FieldValue? {
         if raw.value.isNull { return nil }
         let known = fields[recordType]?[name]
         let type: FieldType
@@ -78,20 +78,20 @@ final class SchemaResolver {
         case .exact(let declared)?:
             if let known, known != declared {
                 throw CloudKitError.badRequest(
-                    "\(path): field '\(name)' of record type '\(recordType)' is \(known.wireName) in the schema, but the request says \(declared.wireName)")
+                    "\(path()): field '\(name)' of record type '\(recordType)' is \(known.wireName) in the schema, but the request says \(declared.wireName)")
             }
             type = declared
         case .listOfUnknown?:
             if let known {
                 guard known.isList else {
                     throw CloudKitError.badRequest(
-                        "\(path): field '\(name)' of record type '\(recordType)' is \(known.wireName) in the schema, but the request sends a list")
+                        "\(path()): field '\(name)' of record type '\(recordType)' is \(known.wireName) in the schema, but the request sends a list")
                 }
                 type = known
             } else {
                 guard let inferred = FieldValue.inferType(of: raw.value), inferred.isList else {
                     throw CloudKitError.badRequest(
-                        "\(path): cannot tell the element type of this list; send \"type\" as e.g. STRING_LIST")
+                        "\(path()): cannot tell the element type of this list; send \"type\" as e.g. STRING_LIST")
                 }
                 type = inferred
             }
@@ -101,31 +101,31 @@ final class SchemaResolver {
             } else {
                 guard let inferred = FieldValue.inferType(of: raw.value) else {
                     throw CloudKitError.badRequest(
-                        "\(path): cannot tell the type of field '\(name)' from its value; send \"type\" (STRING, INT64, DOUBLE, TIMESTAMP, BYTES, REFERENCE, ASSETID, LOCATION or a <TYPE>_LIST)")
+                        "\(path()): cannot tell the type of field '\(name)' from its value; send \"type\" (STRING, INT64, DOUBLE, TIMESTAMP, BYTES, REFERENCE, ASSETID, LOCATION or a <TYPE>_LIST)")
                 }
                 type = inferred
             }
         }
         let value: FieldValue
         do {
-            value = try FieldValue.decode(raw.value, as: type, path: path)
+            value = try FieldValue.decode(raw.value, as: type, path: path())
         } catch {
             if let known, raw.declaredType == nil {
                 throw CloudKitError.badRequest("field '\(name)' of record type '\(recordType)' is \(known.wireName) in the schema: \(error.reason)")
             }
             throw error
         }
-        if known == nil { try admitField(name, type: type, recordType: recordType, path: path) }
+        if known == nil { try admitField(name, type: type, recordType: recordType, path: path()) }
         return value
     }
 
-    private func admitField(_ name: String, type: FieldType, recordType: String, path: String) throws {
+    private func admitField(_ name: String, type: FieldType, recordType: String, path: @autoclosure () -> String) throws {
         // A share's own fields (cloudkit.title, …) are in every schema, as the type is.
         let systemField = recordType == Names.shareRecordType && Names.shareFieldNames.contains(name)
         if isLocked, systemField { return }
         if isLocked {
             var error = CloudKitError.badRequest(
-                "\(path): field '\(name)' is not in the production schema of record type '\(recordType)'; add it in development, then deploy the schema (`nimbus schema deploy`)")
+                "\(path()): field '\(name)' is not in the production schema of record type '\(recordType)'; add it in development, then deploy the schema (`nimbus schema deploy`)")
             error.schemaLacks = "\(recordType).\(name)"
             throw error
         }

@@ -41,6 +41,18 @@ public struct RecordFields: Sendable {
         self.init(JSONObject(values.map { ($0.name, $0.value.fieldJSON(numbersAsStrings: numbersAsStrings)) }))
     }
 
+    /// The fields dictionary of `values` as text, written without a tree: a record's stored form.
+    public static func text(of values: [(name: String, value: FieldValue)]) -> [UInt8] {
+        var writer = JSONWriter(reservingCapacity: 64 * values.count)
+        writer.openObject()
+        for (name, value) in values {
+            writer.key(name)
+            value.writeField(to: &writer)
+        }
+        writer.closeObject()
+        return writer.bytes
+    }
+
     /// Text that is already a valid fields dictionary (the stored form of a record's fields).
     public static func stored(_ text: SerializedJSON) -> RecordFields { RecordFields(json: .serialized(text)) }
 
@@ -311,6 +323,8 @@ public struct RecordChangesResponse: StreamedWireBody {
 /// The keys of the record path's bodies, each written into its text once.
 extension JSONWriter.Key {
     static let recordName = Self(WireKey.recordName)
+    static let value = Self(WireKey.value)
+    static let type = Self(WireKey.type)
     static let recordType = Self(WireKey.recordType)
     static let recordChangeTag = Self(WireKey.recordChangeTag)
     static let fields = Self(WireKey.fields)
