@@ -87,20 +87,19 @@ public enum RecordIndexer {
             let wantsEntry = grants.wantsEntry(name)
             let wantsTokens = grants.wantsTokens(name)
             if !wantsEntry, !wantsTokens { continue }
-            // A scalar is one entry at position -1; a list, one entry per element.
-            let items: [(position: Int, value: FieldValue)]
-            if case .list(_, let elements) = value {
-                items = elements.enumerated().map { ($0.offset, $0.element) }
-            } else {
-                items = [(-1, value)]
-            }
-            for (position, item) in items {
+            func index(_ item: FieldValue, position: Int) {
                 if wantsEntry, let entry = entry(name, item, position: position) { entries.append(entry) }
                 if wantsTokens, case .string(let text) = item {
                     for token in Tokenizer.tokens(of: text) where tokensSeen.insert(TokenEntry(field: name, token: token)).inserted {
                         tokens.append(TokenEntry(field: name, token: token))
                     }
                 }
+            }
+            // A scalar is one entry at position -1; a list, one entry per element.
+            if case .list(_, let elements) = value {
+                for (position, element) in elements.enumerated() { index(element, position: position) }
+            } else {
+                index(value, position: -1)
             }
         }
         return RecordIndexEntries(entries: entries, tokens: tokens, pairs: pairs(of: entries, grants.sortedPairs))
@@ -110,10 +109,12 @@ public enum RecordIndexer {
     /// location: it has no single order).
     private static func pairs(of entries: [IndexEntry], _ pairs: [SortedPair]) -> [SortedPairEntry] {
         guard !pairs.isEmpty else { return [] }
-        var scalars: [String: IndexValue] = [:]
-        for entry in entries where entry.position == -1 && entry.longitude == nil { scalars[entry.field] = entry.value }
+        // A record has a few entries: searched in place, without a dictionary built per record.
+        func scalar(_ field: String) -> IndexValue? {
+            entries.last { $0.position == -1 && $0.longitude == nil && $0.field == field }?.value
+        }
         return pairs.compactMap { pair in
-            guard let value = scalars[pair.field], let sortValue = scalars[pair.sortField] else { return nil }
+            guard let value = scalar(pair.field), let sortValue = scalar(pair.sortField) else { return nil }
             return SortedPairEntry(pair: pair, value: value, sortValue: sortValue)
         }
     }
