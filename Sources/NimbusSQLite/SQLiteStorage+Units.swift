@@ -159,7 +159,7 @@ extension SQLiteTransaction: UnitTransaction, SchemaWriting {
             // Padded (with its last name again) to one of a few lengths, as the index deletes
             // are: a handful of cached statements serve every batch. Prepared afresh for each
             // batch's own length, the statement was a quarter of loading a batch's records.
-            let length = Self.paddedListLengths.first { $0 >= chunk.count } ?? chunk.count
+            let length = Self.paddedLength(chunk.count)
             let statement = try db.cachedStatement(
                 sql: "SELECT rowid, \(Self.recordColumns) FROM records WHERE zone_id = ? AND record_name IN (\(QuerySQL.marks(length)))")
             let bind = { (arguments: inout BoundArguments) in

@@ -410,6 +410,9 @@ struct SQLiteTransaction {
     /// the entries deleted together, a write's records loaded by name.
     static let paddedListLengths = [1, 4, 16, 64, 200, namesPerRead]
 
+    /// The length a list of `count` ids or names is padded to (`paddedListLengths`).
+    static func paddedLength(_ count: Int) -> Int { paddedListLengths.first { $0 >= count } ?? count }
+
     /// Writes what indexing deferred since it was last written: first the stored entries of
     /// records indexed again are deleted, then every deferred entry is inserted. `OR FAIL`, not
     /// the default ABORT: a multi-row statement that may abort gets a statement journal (a copy
@@ -420,7 +423,7 @@ struct SQLiteTransaction {
         for chunk in Array(Set(replaced)).chunked(Self.namesPerRead) {
             // The list padded (with its last id again) to one of a few lengths, so a handful
             // of statements serve every batch instead of one cached statement per length.
-            let length = Self.paddedListLengths.first { $0 >= chunk.count } ?? chunk.count
+            let length = Self.paddedLength(chunk.count)
             let ids = StatementArguments(Array(chunk) + Array(repeating: chunk.last!, count: length - chunk.count))
             let marks = QuerySQL.marks(length)
             try execute("DELETE FROM field_index WHERE record_id IN (\(marks))", ids)

@@ -323,8 +323,6 @@ public struct RecordChangesResponse: StreamedWireBody {
 /// The keys of the record path's bodies, each written into its text once.
 extension JSONWriter.Key {
     static let recordName = Self(WireKey.recordName)
-    static let value = Self(WireKey.value)
-    static let type = Self(WireKey.type)
     static let recordType = Self(WireKey.recordType)
     static let recordChangeTag = Self(WireKey.recordChangeTag)
     static let fields = Self(WireKey.fields)
@@ -346,4 +344,7 @@ extension JSONWriter.Key {
     static let zoneName = Self(WireKey.zoneName)
     static let ownerRecordName = Self(WireKey.ownerRecordName)
     static let zoneType = Self(WireKey.zoneType)
+    // A field's dictionary (`FieldValue.writeField`).
+    static let value = Self(WireKey.value)
+    static let type = Self(WireKey.type)
 }
