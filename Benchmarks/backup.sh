@@ -11,7 +11,7 @@ source Benchmarks/lib.sh
 SECONDS_PER=${1:-10}
 ROUNDS=${2:-3}
 RECORDS=${3:-100000}
-command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
+require_wrk
 build_release
 export RECORDS
 # Info-level access lines, so error answers can be named.

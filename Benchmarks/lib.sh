@@ -186,6 +186,9 @@ other_binary() {
   if [ -f "$1" ]; then echo "$1"; else echo "$(cd "$1" && swift build -c release --show-bin-path)/nimbus"; fi
 }
 
+# wrk, Debian's, installed when missing (a fresh machine has none).
+require_wrk() { command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }; }
+
 # wrk_cell PID ARGS… → "requests/s p50-ms p99-ms server-µs-per-request errors": runs wrk with
 # ARGS (its --latency is added) and reads the server PID's CPU around it; errors counts the
 # answers that were not 2xx or 3xx. With WRK_STRICT=1 it fails on any instead.

@@ -28,7 +28,7 @@ MOVE_SECONDS=${MOVE_SECONDS:-40}
 PSQL=/usr/lib/postgresql/15/bin/psql
 PORT_A=54340
 PORT_B=54341
-command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
+require_wrk
 build_release
 
 PIDS=()

@@ -30,7 +30,7 @@ ROUNDS=${2:-3}
 RECORDS=${3:-20000}
 export RECORDS
 PGBIN=/usr/lib/postgresql/15/bin
-command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
+require_wrk
 build_release
 mkdir -p bench-results
 

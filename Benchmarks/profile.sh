@@ -20,6 +20,7 @@ kind=${CELL%%:*}
 connections=${CELL##*:}
 threads=2
 [ "$connections" = 1 ] && threads=1
+require_wrk
 command -v perf >/dev/null || { echo "perf is needed (Debian: linux-perf)" >&2; exit 1; }
 build_release
 mkdir -p bench-results

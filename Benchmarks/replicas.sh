@@ -16,7 +16,7 @@ ROUNDS=${2:-3}
 export RECORDS=${3:-20000}
 PSQL=/usr/lib/postgresql/15/bin/psql
 PORT=54335
-command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
+require_wrk
 build_release
 
 export NIMBUS_PG_PRIMARY_PORT=$PORT NIMBUS_PG_STANDBYS=2

@@ -26,7 +26,7 @@ CELL=${5:-fetch:64}
 KIND=${CELL%%:*}
 CONNECTIONS=${CELL##*:}
 [ -x "$OTHER" ] || { echo "no release build at $OTHER" >&2; exit 1; }
-command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
+require_wrk
 build_release
 
 # start LABEL BINARY [FLAGS]: a preloaded server (lib.sh); sets LABEL_URL to the cell's endpoint.

@@ -27,7 +27,7 @@ SECONDS_PER=${1:-8}
 ROUNDS=${2:-3}
 RECORDS=${3:-100000}
 export RECORDS
-command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
+require_wrk
 build_release
 mkdir -p bench-results
 

@@ -11,7 +11,9 @@
 # It listens on 127.0.0.1:$NIMBUS_PG_PORT (54329) only, trusts local connections, and keeps
 # its files in $NIMBUS_PG_DIR (/tmp/nimbus-pg-PORT). It never touches another cluster.
 # NIMBUS_PG_DURABLE=1 keeps fsync on (benchmarks); tests run without it, for speed: nothing
-# the suite checks depends on PostgreSQL surviving a power cut.
+# the suite checks depends on PostgreSQL surviving a power cut. NIMBUS_PG_OPTIONS adds server
+# options, e.g. "-c shared_preload_libraries=pg_stat_statements -c track_functions=all" to see
+# where a benchmark's statements spend PostgreSQL's time.
 set -euo pipefail
 PORT=${NIMBUS_PG_PORT:-54329}
 DIR=${NIMBUS_PG_DIR:-/tmp/nimbus-pg-$PORT}
@@ -51,7 +53,7 @@ start() {
   local memory="-c shared_buffers=1GB -c max_wal_size=8GB -c checkpoint_timeout=30min"
   [ "${NIMBUS_PG_DURABLE:-0}" = 1 ] && durability=""
   as_postgres "$BIN/pg_ctl" -D "$DIR/data" -l "$DIR/server.log" -w -t 60 \
-    -o "-p $PORT -k $DIR -c listen_addresses=127.0.0.1 -c max_connections=1000 $durability $memory" start >/dev/null
+    -o "-p $PORT -k $DIR -c listen_addresses=127.0.0.1 -c max_connections=1000 $durability $memory ${NIMBUS_PG_OPTIONS:-}" start >/dev/null
   echo "postgres://postgres@127.0.0.1:$PORT/postgres?sslmode=disable"
 }
 

@@ -367,9 +367,14 @@ enum Deadline {
 /// statement (a task sleeping until the deadline, cancelled when the statement answered) cost a
 /// third of a lookup's CPU on PostgreSQL (542 µs a lookup with it, 359 without, under wrk at 64
 /// connections), mostly in the timers' own machinery. A deadline fires at most `tick` late.
+/// The task goes on for `idleTicks` after the last deadline is forgotten: a single client's
+/// statements come one at a time, and a task and timer made again for each cost 5% of a
+/// create's CPU on the node and a wake-up of Dispatch's timer thread (issue 35, forty-first
+/// session); an idle server's watch stops after a second.
 final class DeadlineWatch: Sendable {
     static let shared = DeadlineWatch()
     static let tick: Duration = .milliseconds(20)
+    static let idleTicks = 50
 
     private struct State {
         var pending: [Int: (until: ContinuousClock.Instant, expire: @Sendable () -> Void)] = [:]
@@ -395,13 +400,15 @@ final class DeadlineWatch: Sendable {
     }
 
     private func sweep() async {
+        var idle = 0
         while true {
             try? await Task.sleep(for: Self.tick)
             let now = ContinuousClock.now
             let (due, done) = state.withLock { state in
                 let due = state.pending.filter { $0.value.until <= now }
                 for id in due.keys { state.pending[id] = nil }
-                if state.pending.isEmpty { state.sweeping = false }
+                idle = state.pending.isEmpty ? idle + 1 : 0
+                if idle >= Self.idleTicks { state.sweeping = false }
                 return (due.values.map(\.expire), !state.sweeping)
             }
             for expire in due { expire() }
