@@ -96,15 +96,15 @@ enum PostgresApply {
                     RAISE EXCEPTION 'database % changed since the unit read its zones', w->>'id' USING ERRCODE = '40001';
                 END IF;
             END LOOP;
-            -- Shared by the writes that only read it (whether anyone watched their database): they
-            -- do not queue behind one another for the process-wide row, only a unit that changes
-            -- subscriptions waits for them, and they for it.
-            IF changes ? 'subscriptionsVersion' AND (changes->'subscriptionsVersion'->>'changes')::bigint > 0 THEN
-                SELECT value INTO current_value FROM counters WHERE key = 'subscriptions_version' FOR UPDATE;
-            ELSIF changes ? 'subscriptionsVersion' THEN
-                SELECT value INTO current_value FROM counters WHERE key = 'subscriptions_version' FOR SHARE;
-            END IF;
             IF changes ? 'subscriptionsVersion' THEN
+                -- Shared by the writes that only read it (whether anyone watched their database):
+                -- they do not queue behind one another for the cluster-wide row; only a unit that
+                -- changes subscriptions waits for them, and they for it.
+                IF (changes->'subscriptionsVersion'->>'changes')::bigint > 0 THEN
+                    SELECT value INTO current_value FROM counters WHERE key = 'subscriptions_version' FOR UPDATE;
+                ELSE
+                    SELECT value INTO current_value FROM counters WHERE key = 'subscriptions_version' FOR SHARE;
+                END IF;
                 IF current_value <> (changes->'subscriptionsVersion'->>'read')::bigint THEN
                     RAISE EXCEPTION 'subscriptions changed since the unit read them' USING ERRCODE = '40001';
                 END IF;
