@@ -60,7 +60,7 @@ struct PostgresSubscriptionsVersionTests {
                 await #expect { try await coarse.apply(stale) } throws: { CoarseApplyTests.isCollision($0) }
                 try await expectEqual(Self.version(location), version + 1)
             } catch {
-                try? await holder.query("ROLLBACK", logger: storage.logger)
+                _ = try? await holder.query("ROLLBACK", logger: storage.logger)
                 try? await holder.close()
                 await storage.close()
                 throw error
