@@ -11,7 +11,12 @@ extension PostgresCoarseStorage {
     /// On the primary, or on a read replica when the request allows one and one has caught up
     /// (`PostgresReplicas.route`); a replica that fails the load leaves it to the primary.
     public func load(_ request: LoadRequest) async throws -> LoadedRows {
-        guard let replica = await storage.replicas.route(request.source) else { return try await load(request, on: nil) }
+        guard let replica = await storage.replicas.route(request.source) else {
+            // Scans run one statement each, and a zone's turn runs its loads in its own
+            // transaction: those go alone. Loads by key may go together (`PostgresKeyLoads`).
+            guard request.scans.isEmpty, ZoneTurn.held == nil else { return try await load(request, on: nil) }
+            return try await storage.keyLoads.load(request) { [self] in try await load($0, on: nil) }
+        }
         do {
             var rows = try await load(request, on: replica)
             rows.server = replica.index

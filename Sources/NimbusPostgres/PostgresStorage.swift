@@ -47,6 +47,8 @@ public final class PostgresStorage: Sendable {
     let zoneDatabases = PostgresZoneDatabases()
     /// The id of every database key this node has read (`PostgresDatabaseIDs`).
     let databaseIDs = PostgresDatabaseIDs()
+    /// Loads by key that wait for a place go to the primary together (`PostgresKeyLoads`).
+    let keyLoads: PostgresKeyLoads
 
     /// `database_id = N` for a zone whose database this node knows, else the lookup inside the
     /// statement (`PostgresZoneDatabases`). Ids only, so the text may be spliced in.
@@ -64,11 +66,15 @@ public final class PostgresStorage: Sendable {
     /// tests and `Benchmarks/` count round trips.
     /// `readReplicas`: hot standbys of the same cluster, one host each; a location that is not
     /// a standby, or belongs to another cluster, is refused with the reason.
+    /// `keyLoadsInFlight`: loads by key sent before the next ones wait and go together
+    /// (`PostgresKeyLoads`; nil: `NIMBUS_POSTGRES_KEY_LOADS`, or 2).
     public init(
         _ location: PostgresLocation, readReplicas: [PostgresLocation] = [], deadline: Duration = .seconds(5),
-        maximumConnections: Int = defaultMaximumConnections, statementObserver: (@Sendable (String) -> Void)? = nil
+        maximumConnections: Int = defaultMaximumConnections, keyLoadsInFlight: Int? = nil,
+        statementObserver: (@Sendable (String) -> Void)? = nil
     ) async throws {
         self.location = location
+        keyLoads = PostgresKeyLoads(inFlight: keyLoadsInFlight ?? PostgresKeyLoads.configuredInFlight)
         self.deadline = deadline
         self.statementObserver = statementObserver
         self.maximumConnections = maximumConnections

@@ -209,26 +209,28 @@ public struct LoadedRows: Sendable {
 
     public init() {}
 
-    /// Adds what `other` loaded.
+    /// Adds what `other` loaded that this has not: a row already here stays as it was read.
+    /// A unit's later load may carry rows it read before (PostgreSQL answers loads that waited
+    /// together, `PostgresKeyLoads`), and a unit decides from the rows it read, not newer ones.
     public mutating func merge(_ other: LoadedRows) {
-        installationSecret = other.installationSecret ?? installationSecret
-        indexRebuildPending = other.indexRebuildPending ?? indexRebuildPending
-        containers = other.containers ?? containers
-        container.merge(other.container) { $1 }
-        databases.merge(other.databases) { $1 }
-        databasesByID.merge(other.databasesByID) { $1 }
-        zones.merge(other.zones) { $1 }
-        zonesByID.merge(other.zonesByID) { $1 }
-        zoneLists.merge(other.zoneLists) { $1 }
-        records.merge(other.records) { $1 }
-        referrers.merge(other.referrers) { $1 }
-        schemas.merge(other.schemas) { $1 }
-        subscriptions.merge(other.subscriptions) { $1 }
-        subscriptionsVersion = other.subscriptionsVersion ?? subscriptionsVersion
-        notificationsPrunedThrough = other.notificationsPrunedThrough ?? notificationsPrunedThrough
-        newestNotificationSequence = other.newestNotificationSequence ?? newestNotificationSequence
-        badges.merge(other.badges) { $1 }
-        scans.merge(other.scans) { $1 }
+        installationSecret = installationSecret ?? other.installationSecret
+        indexRebuildPending = indexRebuildPending ?? other.indexRebuildPending
+        containers = containers ?? other.containers
+        container.merge(other.container) { first, _ in first }
+        databases.merge(other.databases) { first, _ in first }
+        databasesByID.merge(other.databasesByID) { first, _ in first }
+        zones.merge(other.zones) { first, _ in first }
+        zonesByID.merge(other.zonesByID) { first, _ in first }
+        zoneLists.merge(other.zoneLists) { first, _ in first }
+        records.merge(other.records) { first, _ in first }
+        referrers.merge(other.referrers) { first, _ in first }
+        schemas.merge(other.schemas) { first, _ in first }
+        subscriptions.merge(other.subscriptions) { first, _ in first }
+        subscriptionsVersion = subscriptionsVersion ?? other.subscriptionsVersion
+        notificationsPrunedThrough = notificationsPrunedThrough ?? other.notificationsPrunedThrough
+        newestNotificationSequence = newestNotificationSequence ?? other.newestNotificationSequence
+        badges.merge(other.badges) { first, _ in first }
+        scans.merge(other.scans) { first, _ in first }
     }
 }
 
