@@ -298,7 +298,10 @@ import Testing
         try await PostgresTestCluster.withDatabase { location in
             let postgres = try await PostgresStorage(location, deadline: PostgresTestCluster.deadline, maximumConnections: 4)
             let storage = UnitOfWorkDriver(PostgresCoarseStorage(postgres))
-            for table in ["records", "field_index", "pair_index", "record_tokens"] {
+            // Only these: autovacuum may analyze the others (zones, counters) at any time, and
+            // did when a loaded machine stretched the test to half a minute.
+            let filled: Set<String> = ["records", "field_index", "pair_index", "record_tokens"]
+            for table in filled {
                 try await PostgresTestCluster.execute("ALTER TABLE \(table) SET (autovacuum_enabled = false)", on: location)
             }
             func analyzed() async throws -> Set<String> {
@@ -323,7 +326,7 @@ import Testing
                 }
             }
             try await write(100)
-            #expect(try await analyzed().isEmpty, "a new store's tables start without statistics")
+            #expect(try await analyzed().isDisjoint(with: filled), "a new store's tables start without statistics")
             // Past the threshold, then writes as an app goes on making them: the node checks after
             // writes, at most every PostgresPlannerStatistics.interval.
             try await write(700)
