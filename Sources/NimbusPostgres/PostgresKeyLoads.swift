@@ -61,8 +61,14 @@ final class PostgresKeyLoads: Sendable {
             return true
         }
         if goes {
-            defer { finished(run) }
-            return try await run(request)
+            do {
+                let rows = try await run(request)
+                finished(run)
+                return rows
+            } catch {
+                finished(run, failure: error)
+                throw error
+            }
         }
         return try await withCheckedThrowingContinuation { answer in
             // A place may have come free since: then this load goes now, on a task of its own.
@@ -78,8 +84,11 @@ final class PostgresKeyLoads: Sendable {
         }
     }
 
-    /// A load in flight ended: the loads waiting take its place, together.
-    private func finished(_ run: @escaping @Sendable (LoadRequest) async throws -> LoadedRows) {
+    /// A load in flight ended: the loads waiting take its place, together. When it ended with
+    /// the server unavailable (down, or silent past the deadline), they fail with it instead:
+    /// their own statement would only wait out a second deadline, and a request's answer
+    /// (`TRY_AGAIN_LATER`) must come within one.
+    private func finished(_ run: @escaping @Sendable (LoadRequest) async throws -> LoadedRows, failure: (any Error)? = nil) {
         let next: [Waiting] = state.withLock { state in
             guard !state.waiting.isEmpty else {
                 state.inFlight -= 1
@@ -90,11 +99,17 @@ final class PostgresKeyLoads: Sendable {
             state.waiting.removeFirst(count)
             return taken
         }
-        if !next.isEmpty { Task { await self.send(next, run) } }
+        guard !next.isEmpty else { return }
+        if let failure, case StorageError.unavailable = failure {
+            for load in next { load.answer.resume(throwing: failure) }
+            // The place is still taken: the loads that came meanwhile fail too, or it is freed.
+            finished(run, failure: failure)
+            return
+        }
+        Task { await self.send(next, run) }
     }
 
     private func send(_ loads: [Waiting], _ run: @escaping @Sendable (LoadRequest) async throws -> LoadedRows) async {
-        defer { finished(run) }
         var merged = LoadRequest(keys: [], schemaWithZones: false, source: .primary)
         for load in loads {
             merged.keys.formUnion(load.request.keys)
@@ -103,8 +118,10 @@ final class PostgresKeyLoads: Sendable {
         do {
             let rows = try await run(merged)
             for load in loads { load.answer.resume(returning: rows) }
+            finished(run)
         } catch {
             for load in loads { load.answer.resume(throwing: error) }
+            finished(run, failure: error)
         }
     }
 }

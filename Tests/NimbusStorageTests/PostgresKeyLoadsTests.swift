@@ -68,6 +68,34 @@ struct PostgresKeyLoadsTests {
         #expect(answered.zonesByID.isEmpty)
     }
 
+    /// A load that finds the server unavailable fails the loads waiting behind it at once:
+    /// sent, they would wait out a deadline of their own, and a request answers within one.
+    @Test func loadsWaitingBehindAnUnavailableServerFailWithoutASecondTry() async throws {
+        let loads = PostgresKeyLoads(inFlight: 1)
+        let release = AsyncStream<Void>.makeStream()
+        let calls = Atomic<Int>(0)
+        let run: @Sendable (LoadRequest) async throws -> LoadedRows = { _ in
+            if calls.add(1, ordering: .relaxed).newValue == 1 {
+                for await _ in release.stream { break }
+                throw StorageError.unavailable("PostgreSQL did not answer")
+            }
+            return LoadedRows()
+        }
+        let first = Task { try await loads.load(LoadRequest(keys: [.zoneByID(1)]), run) }
+        while calls.load(ordering: .relaxed) == 0 { await Task.yield() }
+        let waiting = (2..<6).map { id in Task { try await loads.load(LoadRequest(keys: [.zoneByID(Int64(id))]), run) } }
+        while loads.waitingCount < 4 { try await Task.sleep(for: .milliseconds(1)) }
+        release.continuation.yield()
+        for task in [first] + waiting {
+            await #expect(throws: StorageError.self) { try await task.value }
+        }
+        expectEqual(calls.load(ordering: .relaxed), 1, "loads behind an unavailable server were sent anyway")
+        expectEqual(loads.inFlightCount, 0)
+        // The server back, the next load goes.
+        _ = try await loads.load(LoadRequest(keys: [.zoneByID(9)]), run)
+        expectEqual(calls.load(ordering: .relaxed), 2)
+    }
+
     /// A unit's later load may carry a row it read before, committed since: the unit keeps
     /// the row as it first read it, and takes the rows it had not.
     @Test func aUnitKeepsTheRowsItReadFirst() {
