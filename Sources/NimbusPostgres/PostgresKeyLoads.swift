@@ -16,7 +16,7 @@ import Synchronization
 ///
 /// Every load in a statement sees the same committed state, as one load would. A unit gets
 /// rows for keys it did not ask for beside its own; `UnitOfWorkDriver` keeps the rows a unit
-/// read first (`LoadedRows.adding`), so a unit never sees one of its rows change under it.
+/// read first (`LoadedRows.merge`), so a unit never sees one of its rows change under it.
 final class PostgresKeyLoads: Sendable {
     /// Loads by key in flight before the next ones wait. Few: requests then share statements
     /// rather than queue for connections, and each statement grows with the wait. Two measured
