@@ -322,9 +322,7 @@ import Testing
             let nowhere = try await answerAside(["partitions", "move", "--user", "ann", "--to", "p9"] + data)
             #expect(nowhere.status != 0 && nowhere.error.contains("there is no partition 'p9'"), "\(nowhere)")
             // Another move of Ann's running (its session lock held here): refused, saying so.
-            let holder = try await PostgresConnection.connect(
-                configuration: .init(host: home.host, port: home.port, username: home.user, password: home.password, database: home.database, tls: .disable),
-                id: 7, logger: Logger(label: "test"))
+            let holder = try await PostgresTestCluster.connect(to: home, id: 7, logger: Logger(label: "test"))
             let lock = "nimbus partitions move \(annID)"
             _ = try await holder.query("SELECT pg_advisory_lock(hashtextextended(\(lock), 0))", logger: Logger(label: "test")).collect()
             let racing = try await answerAside(["partitions", "move", "--user", "ann", "--to", "p2"] + data)

@@ -32,10 +32,7 @@ struct PostgresMoveFenceTests {
                 try await coarse.apply(decided)
 
                 // The fence waits for a write that holds the row (as every apply does at its end).
-                let holder = try await PostgresConnection.connect(
-                    configuration: .init(
-                        host: location.host, port: location.port, username: location.user, password: location.password,
-                        database: location.database, tls: .disable), id: 9, logger: storage.logger)
+                let holder = try await PostgresTestCluster.connect(to: location, id: 9, logger: storage.logger)
                 try await holder.query("BEGIN", logger: storage.logger)
                 try await holder.query("UPDATE databases SET sequence = sequence WHERE id = \(id)", logger: storage.logger)
                 let fence = Task { try await storage.fence(key, movingTo: "p9") }

@@ -17,10 +17,7 @@ struct PostgresSubscriptionsVersionTests {
         try await PostgresTestCluster.withDatabase { location in
             let storage = try await PostgresStorage(location, deadline: PostgresTestCluster.deadline, maximumConnections: 4)
             let coarse = PostgresCoarseStorage(storage)
-            let holder = try await PostgresConnection.connect(
-                configuration: .init(
-                    host: location.host, port: location.port, username: location.user, password: location.password,
-                    database: location.database, tls: .disable), id: 9, logger: storage.logger)
+            let holder = try await PostgresTestCluster.connect(to: location, id: 9, logger: storage.logger)
             do {
                 let (_, a, b) = try await CoarseApplyTests.setUp(coarse)
                 let ids = try await coarse.reserveIDs(.record, count: 4)

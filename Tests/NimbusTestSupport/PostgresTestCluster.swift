@@ -55,14 +55,20 @@ public enum PostgresTestCluster {
         _ = try await rows(sql, on: location)
     }
 
-    /// Runs one query on its own connection and returns its rows as text (NULL as nil).
-    public static func rows(_ sql: String, on location: PostgresLocation) async throws -> [[String?]] {
+    /// A connection of its own to `location`, outside any pool: to hold a lock or a
+    /// transaction open while the code under test runs. The caller closes it.
+    public static func connect(to location: PostgresLocation, id: Int = 1, logger: Logger) async throws -> PostgresConnection {
         let configuration = PostgresConnection.Configuration(
             host: location.host, port: location.port, username: location.user, password: location.password,
             database: location.database, tls: .disable)
+        return try await PostgresConnection.connect(configuration: configuration, id: id, logger: logger)
+    }
+
+    /// Runs one query on its own connection and returns its rows as text (NULL as nil).
+    public static func rows(_ sql: String, on location: PostgresLocation) async throws -> [[String?]] {
         let logger = Logger(label: "nimbus.test.postgres")
         do {
-            let connection = try await PostgresConnection.connect(configuration: configuration, id: 1, logger: logger)
+            let connection = try await connect(to: location, logger: logger)
             do {
                 var rows: [[String?]] = []
                 for try await row in try await connection.query(PostgresQuery(unsafeSQL: sql), logger: logger) {
