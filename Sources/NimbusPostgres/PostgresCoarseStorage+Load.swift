@@ -448,14 +448,18 @@ private struct WideRow {
     let flag: Bool?
 
     init(_ row: PostgresRow) throws {
-        let (kind, n0, n1, n2, n3, n4, n5, t0, t1, t2, t3, t4, t5, t6, bytes, flag) = try row.decode(
-            (String, Int64?, Int64?, Int64?, Int64?, Int64?, Int64?, String?, String?, String?, String?, String?, String?, String?,
-             ByteBuffer?, Bool?).self)
-        self.kind = kind
-        numbers = [n0, n1, n2, n3, n4, n5]
-        texts = [t0, t1, t2, t3, t4, t5, t6]
-        self.bytes = bytes
-        self.flag = flag
+        var cells = PostgresCells(row)
+        kind = try cells.next(String.self)
+        var numbers: [Int64?] = []
+        numbers.reserveCapacity(Self.numbers)
+        for _ in 0..<Self.numbers { numbers.append(try cells.next(Int64?.self)) }
+        var texts: [String?] = []
+        texts.reserveCapacity(Self.texts)
+        for _ in 0..<Self.texts { texts.append(try cells.next(String?.self)) }
+        self.numbers = numbers
+        self.texts = texts
+        bytes = try cells.next(ByteBuffer?.self)
+        flag = try cells.next(Bool?.self)
     }
 
     func number(_ index: Int) throws -> Int64 {

@@ -175,15 +175,16 @@ public struct PostgresCoarseStorage: CoarseStorage {
         let rows = try await storage.rows(sql.query, timeout: query.budget, on: pools)
         var page = QueryPage(rows: [], positions: [])
         for row in rows {
-            let stored = try Self.storedRecord(row)
-            let cells = Array(row)
+            var cells = PostgresCells(row)
+            let stored = try Self.storedRecord(&cells)
+            // After the record's columns its id again, then one column per sort key (`PostgresQuerySQL.init`).
+            cells.skip()
             var values: [IndexValue] = []
-            for (index, sort) in query.sorts.enumerated() {
-                let cell = cells[PostgresQuerySQL.keyColumnsStart + 1 + index]
+            for sort in query.sorts {
                 switch sort.key {
-                case .number: values.append(Self.indexValue(numericText: try cell.decode(String.self)))
-                case .text: values.append(.text(String(buffer: try cell.decode(ByteBuffer.self))))
-                case .distance: values.append(.number(try cell.decode(Double.self)))
+                case .number: values.append(Self.indexValue(numericText: try cells.next(String.self)))
+                case .text: values.append(.text(String(buffer: try cells.next(ByteBuffer.self))))
+                case .distance: values.append(.number(try cells.next(Double.self)))
                 }
             }
             page.rows.append(stored.row)
@@ -197,7 +198,9 @@ public struct PostgresCoarseStorage: CoarseStorage {
     static let zoneColumns = "id, database_id, name, change_sequence, record_sequence, deleted"
 
     static func zone(_ row: PostgresRow) throws -> ZoneRow {
-        let (id, databaseID, name, sequence, recordSequence, deleted) = try row.decode((Int64, Int64, String, Int64, Int64, Bool).self)
+        var cells = PostgresCells(row)
+        let id = try cells.next(Int64.self), databaseID = try cells.next(Int64.self), name = try cells.next(String.self)
+        let sequence = try cells.next(Int64.self), recordSequence = try cells.next(Int64.self), deleted = try cells.next(Bool.self)
         return ZoneRow(
             id: id, databaseID: databaseID, name: name, changeSequence: sequence, recordSequence: recordSequence, isDeleted: deleted)
     }
@@ -209,8 +212,19 @@ public struct PostgresCoarseStorage: CoarseStorage {
     static let recordColumnCount = 14
 
     static func storedRecord(_ row: PostgresRow) throws -> StoredRecord {
-        let (id, zoneID, name, type, fields, parent, sequence, createdAt, createdBy, createdDevice, modifiedAt, modifiedBy, modifiedDevice, deleted) =
-            try row.decode((Int64, Int64, String, String, ByteBuffer, String?, Int64, Int64, String, String, Int64, String, String, Bool).self)
+        var cells = PostgresCells(row)
+        return try storedRecord(&cells)
+    }
+
+    /// The record in `recordColumns`, read from the cells' next.
+    static func storedRecord(_ cells: inout PostgresCells) throws -> StoredRecord {
+        let id = try cells.next(Int64.self), zoneID = try cells.next(Int64.self)
+        let name = try cells.next(String.self), type = try cells.next(String.self)
+        let fields = try cells.next(ByteBuffer.self), parent = try cells.next(String?.self)
+        let sequence = try cells.next(Int64.self)
+        let createdAt = try cells.next(Int64.self), createdBy = try cells.next(String.self), createdDevice = try cells.next(String.self)
+        let modifiedAt = try cells.next(Int64.self), modifiedBy = try cells.next(String.self), modifiedDevice = try cells.next(String.self)
+        let deleted = try cells.next(Bool.self)
         return StoredRecord(
             id: id,
             row: RecordRow(

@@ -25,8 +25,6 @@ import PostgresNIO
 struct PostgresQuerySQL {
     private(set) var text = ""
     private(set) var bindings = PostgresBindings()
-    /// The columns after the record's: its id, then one per sort key (`k0`, `k1`…).
-    static let keyColumnsStart = PostgresCoarseStorage.recordColumnCount
     /// The record's columns as the page reads them (`r.`), made once: splitting and trimming
     /// them per query cost more than the rest of the statement's text on SQLite's twin
     /// (`QuerySQL.qualified`, docs/benchmarks.md).
