@@ -235,6 +235,125 @@ import Testing
     }
 }
 
+/// A zone's pipeline decides its next writes while the group before them is applied, over
+/// the rows that group wrote (`UnitGroupCommitter.drain`, `DecidedRows`).
+@Suite struct ZonePipelineAheadTests {
+    typealias Gate = ZonePipelineTests.Gate
+    struct Absent: Error {}
+
+    /// An engine whose first apply holds until `release` opens (or a limit passes), noting
+    /// when it holds and whether a load came while it held.
+    final class HeldFirstApply: CoarseStorage, @unchecked Sendable {
+        let base: any CoarseStorage
+        let holding = Gate(), release = Gate(), loadedWhileHeld = Gate()
+        private let lock = NSLock()
+        private var applies = 0
+        private var held = false
+
+        init(base: any CoarseStorage) { self.base = base }
+
+        func load(_ request: LoadRequest) async throws -> LoadedRows {
+            if lock.withLock({ held }) { loadedWhileHeld.open() }
+            return try await base.load(request)
+        }
+        func apply(_ changes: UnitOfWorkChanges) async throws {
+            let first = lock.withLock {
+                applies += 1
+                held = applies == 1
+                return held
+            }
+            if first {
+                holding.open()
+                _ = await release.wait(upTo: .seconds(20))
+                lock.withLock { held = false }
+            }
+            try await base.apply(changes)
+        }
+        func reserveIDs(_ kind: StorageIDKind, count: Int) async throws -> ClosedRange<Int64> {
+            try await base.reserveIDs(kind, count: count)
+        }
+        var accounts: any AccountStore { base.accounts }
+        var push: any PushStore { base.push }
+        var assets: any AssetStore { base.assets }
+        var shares: any ShareStore { base.shares }
+        var operations: any OperationOutcomeStore { base.operations }
+        var operators: any OperatorStore { base.operators }
+        var partitioning: any PartitionStore { base.partitioning }
+        func close() async throws { try await base.close() }
+    }
+
+    /// A write that needs record "a" (written by the group before it) and saves `name`.
+    static func saveAfterA(_ name: String, in zone: ZoneRow, on driver: UnitOfWorkDriver) async throws {
+        try await driver.write(inZone: ZoneOrder(database: CoarseApplyTests.key, zoneName: zone.name)) { tx in
+            guard try tx.record(zoneID: zone.id, name: "a") != nil else { throw Absent() }
+            try tx.putRecord(StorageConformanceTests.row(zone.id, name, sequence: try tx.nextRecordSequence(in: zone)))
+        }
+    }
+
+    static func save(_ name: String, in zone: ZoneRow, on driver: UnitOfWorkDriver) async throws {
+        try await driver.write(inZone: ZoneOrder(database: CoarseApplyTests.key, zoneName: zone.name)) { tx in
+            try tx.putRecord(StorageConformanceTests.row(zone.id, name, sequence: try tx.nextRecordSequence(in: zone)))
+        }
+    }
+
+    /// The records' change sequences, each committed.
+    static func sequences(_ names: [String], in zone: ZoneRow, _ engine: any CoarseStorage) async throws -> [String: Int64] {
+        let rows = try await engine.load(LoadRequest(keys: Set(names.map { LoadKey.record(zoneID: zone.id, name: $0) })))
+        var sequences: [String: Int64] = [:]
+        for name in names {
+            sequences[name] = try #require(rows.records[RecordKey(zoneID: zone.id, name: name)] ?? nil, "\(name) was not committed").row
+                .changeSequence
+        }
+        return sequences
+    }
+
+    /// The second write is decided (its load comes) while the first group's apply holds, and
+    /// finds the record that group wrote; both commit without a collision, in order.
+    @Test(arguments: CoarseApplyTests.engines)
+    func theNextWriteIsDecidedWhileTheGroupBeforeItIsAppliedOverWhatThatGroupWrote(engine: CoarseApplyTests.Engine) async throws {
+        try await engine.with { engine in
+            let (_, zone, _) = try await CoarseApplyTests.setUp(engine)
+            let held = HeldFirstApply(base: engine)
+            let driver = UnitOfWorkDriver(held)
+            let first = Task { try await Self.save("a", in: zone, on: driver) }
+            #expect(await held.holding.wait(upTo: .seconds(20)))
+            let second = Task { try await Self.saveAfterA("b", in: zone, on: driver) }
+            let decidedAhead = await held.loadedWhileHeld.wait(upTo: .seconds(20))
+            held.release.open()
+            try await first.value
+            try await second.value
+            #expect(decidedAhead, "the second write was decided only after the first group's apply")
+            #expect(driver.writeCollisions == 0)
+            let sequences = try await Self.sequences(["a", "b"], in: zone, engine)
+            #expect(sequences["a"]! < sequences["b"]!, "\(sequences)")
+        }
+    }
+
+    /// Another node writes the zone while the first group's apply holds: that apply collides
+    /// and the group is decided again, and the write decided ahead over its rows is decided
+    /// again too. Everything commits, no change sequence twice.
+    @Test(arguments: CoarseApplyTests.engines)
+    func writesDecidedAheadOfAGroupThatCollidedAreDecidedAgain(engine: CoarseApplyTests.Engine) async throws {
+        try await engine.with { engine in
+            let (_, zone, _) = try await CoarseApplyTests.setUp(engine)
+            let held = HeldFirstApply(base: engine)
+            let nodeA = UnitOfWorkDriver(held), nodeB = UnitOfWorkDriver(engine)
+            let first = Task { try await Self.save("a", in: zone, on: nodeA) }
+            #expect(await held.holding.wait(upTo: .seconds(20)))
+            let second = Task { try await Self.saveAfterA("b", in: zone, on: nodeA) }
+            #expect(await held.loadedWhileHeld.wait(upTo: .seconds(20)))
+            try await Self.save("x", in: zone, on: nodeB)
+            held.release.open()
+            try await first.value
+            try await second.value
+            #expect(nodeA.writeCollisions >= 1)
+            let sequences = try await Self.sequences(["a", "b", "x"], in: zone, engine)
+            #expect(Set(sequences.values).count == 3, "\(sequences)")
+            #expect(sequences["x"]! < sequences["a"]! && sequences["a"]! < sequences["b"]!, "\(sequences)")
+        }
+    }
+}
+
 /// A unit of work that makes many rows reserves their ids in a few round trips, not one block
 /// at a time: a zone's group of 64 batches of 200 records needs 12,800, and a block each run
 /// made the group run 50 times (issue 35).

@@ -443,6 +443,17 @@ public class ReadUnit {
     static func byteOrder(_ a: String, _ b: String) -> Bool { a.utf8.lexicographicallyPrecedes(b.utf8) }
 }
 
+/// The rows a decided unit of work leaves as its reads saw them (`UnitOfWork.decidedRows`): its
+/// writes laid over what it loaded, for the next group of the same zone's pipeline to be
+/// decided over while this one is applied (`UnitGroupCommitter`). That decision counts only if
+/// this unit is applied as decided; its zone checks expect the record sequences this one leaves,
+/// so any other writer in between makes its apply refuse it, as any collision.
+struct DecidedRows: Sendable {
+    let overlay: ReadUnit.Overlay
+    let records: [RecordKey: StoredRecord]
+    let references: RewrittenReferences
+}
+
 /// The references a unit rewrote: each source record's new rows, and which sources point at
 /// each target, so `ReadUnit.referrers` costs the rows that point at its target rather than
 /// every source the unit rewrote (a group of batches rewrites thousands, and a cascade asks

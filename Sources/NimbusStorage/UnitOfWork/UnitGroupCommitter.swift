@@ -47,28 +47,39 @@ final class UnitGroupCommitter: Sendable {
     /// and gone once it has nothing left, so idle zones cost nothing.
     private struct State {
         var pending: [ZoneOrder?: [PendingWrite]] = [:]
+        /// Zone pipelines whose group in flight is applied, and nothing was waiting for its
+        /// writes to be decided ahead (`nextGroupWhileApplying`): resumed with false by the
+        /// next write to arrive, with true when the apply ends first.
+        var waitingForWrites: [ZoneOrder?: CheckedContinuation<Bool, Never>] = [:]
+        /// Zone pipelines whose group in flight has been applied.
+        var applied: Set<ZoneOrder?> = []
     }
 
     init(units: UnitRunner) { self.units = units }
 
     func submit(_ write: PendingWrite, pipeline: ZoneOrder?) {
-        let startsDrain = state.withLock { state in
+        let (startsDrain, waiting) = state.withLock { state in
             guard state.pending[pipeline] != nil else {
                 state.pending[pipeline] = [write]
-                return true
+                return (true, nil as CheckedContinuation<Bool, Never>?)
             }
             state.pending[pipeline]!.append(write)
-            return false
+            return (false, state.waitingForWrites.removeValue(forKey: pipeline))
         }
         if startsDrain { Task { await drain(pipeline) } }
+        waiting?.resume(returning: false)
     }
 
-    /// The pipeline's next group; none when it has nothing left (it is gone then).
-    private func takeGroup(_ pipeline: ZoneOrder?) -> [PendingWrite] {
+    /// The pipeline's next group; none when it has nothing left (it is gone then, unless
+    /// `staying`: a group of it is still to be applied).
+    private func takeGroup(_ pipeline: ZoneOrder?, staying: Bool = false) -> [PendingWrite] {
         state.withLock { state in
             let waiting = state.pending[pipeline] ?? []
             guard !waiting.isEmpty else {
-                state.pending[pipeline] = nil
+                if !staying {
+                    state.pending[pipeline] = nil
+                    state.applied.remove(pipeline)
+                }
                 return []
             }
             let group = Array(waiting.prefix(Self.maximumWritesPerGroup))
@@ -78,17 +89,82 @@ final class UnitGroupCommitter: Sendable {
         }
     }
 
+    /// Commits the pipeline's groups in order until it has none left.
+    ///
+    /// A zone's pipeline decides its next group while the group before it is applied: over the
+    /// rows that group leaves (`DecidedRows`), so the node's decisions and the engine's applies
+    /// overlap instead of taking turns. That decision is applied only if the group before was
+    /// applied as decided (decided again otherwise), and its zone checks expect what that group
+    /// leaves, so a writer elsewhere in between makes its apply refuse it like any collision.
+    /// The shared pipeline, and a zone's taking turns after colliding, go one group at a time.
     private func drain(_ pipeline: ZoneOrder?) async {
         // A zone pipeline that collided takes the zone's turn for every group until
         // `turnsAfterCollision` has passed without another collision.
         var takesTurnsUntil: ContinuousClock.Instant?
+        // Taken while the group before was applied, and decided over its rows if that went well.
+        var ahead: (group: [PendingWrite], decided: DecidedGroup?)?
         while true {
-            let group = takeGroup(pipeline)
+            let group = ahead?.group ?? takeGroup(pipeline)
+            let decidedAhead = ahead?.decided
+            ahead = nil
             if group.isEmpty { return }
             let takesTurns = takesTurnsUntil.map { ContinuousClock.now < $0 } ?? false
-            if await commit(group, in: pipeline, takingTurns: takesTurns) {
-                takesTurnsUntil = .now + Self.turnsAfterCollision
+            guard pipeline != nil, !takesTurns else {
+                if await commit(group, in: pipeline, takingTurns: takesTurns).collided {
+                    takesTurnsUntil = .now + Self.turnsAfterCollision
+                }
+                continue
             }
+            let decided: DecidedGroup
+            if let decidedAhead {
+                decided = decidedAhead
+            } else {
+                do {
+                    decided = try await units.decide(group)
+                } catch {
+                    // The rows could not be loaded (the engine is down or slow), as in `commit`.
+                    fail(group, error)
+                    continue
+                }
+            }
+            state.withLock { _ = $0.applied.remove(pipeline) }
+            async let committed = commitThenSignal(group, in: pipeline, decided: decided)
+            let next = await nextGroupWhileApplying(pipeline)
+            let nextDecided = next.isEmpty ? nil : try? await units.decide(next, after: decided.rows)
+            let outcome = await committed
+            if outcome.collided { takesTurnsUntil = .now + Self.turnsAfterCollision }
+            if !next.isEmpty { ahead = (next, outcome.appliedAsDecided ? nextDecided : nil) }
+        }
+    }
+
+    /// A zone pipeline's group committed from `decided`, then its end made known to the drain
+    /// waiting for writes to decide ahead.
+    private func commitThenSignal(_ group: [PendingWrite], in pipeline: ZoneOrder?, decided: DecidedGroup) async -> Committed {
+        let committed = await commit(group, in: pipeline, takingTurns: false, decided: decided)
+        let waiting = state.withLock { state in
+            state.applied.insert(pipeline)
+            return state.waitingForWrites.removeValue(forKey: pipeline)
+        }
+        waiting?.resume(returning: true)
+        return committed
+    }
+
+    /// The writes to decide while the pipeline's group in flight is applied: those waiting now
+    /// or, when there are none, the first to arrive before the apply ends (none if none does).
+    private func nextGroupWhileApplying(_ pipeline: ZoneOrder?) async -> [PendingWrite] {
+        while true {
+            let next = takeGroup(pipeline, staying: true)
+            if !next.isEmpty { return next }
+            let applied = await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+                let now: Bool? = state.withLock { state in
+                    if state.applied.contains(pipeline) { return true }
+                    if state.pending[pipeline]?.isEmpty == false { return false }
+                    state.waitingForWrites[pipeline] = continuation
+                    return nil
+                }
+                if let now { continuation.resume(returning: now) }
+            }
+            if applied { return [] }
         }
     }
 
@@ -104,22 +180,39 @@ final class UnitGroupCommitter: Sendable {
     let collisions = Atomic<Int>(0)
     let turns = Atomic<Int>(0)
 
-    /// Decides and applies `group`; whether it collided on the way. On an engine that gives
-    /// turns (`ZoneTurns`), a zone pipeline's group is decided in the zone's turn when
-    /// `takingTurns`, and after its first collision in any case, so it is not outrun again.
-    @discardableResult
-    private func commit(_ group: [PendingWrite], in pipeline: ZoneOrder?, takingTurns: Bool) async -> Bool {
+    /// How a group's commit went: whether it collided on the way, and whether it was applied
+    /// as first decided (the decision the pipeline's next group was decided over).
+    private struct Committed {
+        var collided = false
+        var appliedAsDecided = false
+    }
+
+    /// Decides and applies `group` (its first apply `decided` already, when given); how it
+    /// went. On an engine that gives turns (`ZoneTurns`), a zone pipeline's group is decided in
+    /// the zone's turn when `takingTurns`, and after its first collision in any case, so it is
+    /// not outrun again.
+    private func commit(
+        _ group: [PendingWrite], in pipeline: ZoneOrder?, takingTurns: Bool, decided: DecidedGroup? = nil
+    ) async -> Committed {
         var collided = 0
+        var decided = decided
         while true {
             let turn = takingTurns || collided > 0 ? pipeline : nil
             do {
-                let outcomes = try await decideAndApply(group, inTurnOf: turn)
+                let outcomes: [Result<Void, any Error>]
+                if let first = decided {
+                    decided = nil
+                    try await units.apply(first.changes)
+                    outcomes = first.outcomes
+                } else {
+                    outcomes = try await decideAndApply(group, inTurnOf: turn)
+                }
                 for (write, outcome) in zip(group, outcomes) { write.complete(outcome) }
-                return collided > 0
+                return Committed(collided: collided > 0, appliedAsDecided: collided == 0)
             } catch let failure as LoadFailure {
                 // The rows could not be loaded (the engine is down or slow): no write can go on.
                 fail(group, failure.error)
-                return collided > 0
+                return Committed(collided: collided > 0)
             } catch StorageError.serializationFailure(let detail) {
                 // Another node wrote what the group read: decide again from fresh rows (in the
                 // zone's turn from now on), after a pause of up to a millisecond or two from the
@@ -132,23 +225,23 @@ final class UnitGroupCommitter: Sendable {
                     continue
                 }
                 fail(group, StorageError.serializationFailure(detail))
-                return true
+                return Committed(collided: true)
             } catch let error as StorageError where error.retryAfterSeconds != nil {
                 // The engine is busy or gone: the same for every write.
                 fail(group, error)
-                return collided > 0
+                return Committed(collided: collided > 0)
             } catch {
                 // Anything else may be one write's doing: each is tried alone, so only that one
                 // fails.
                 guard group.count > 1 else {
                     fail(group, error)
-                    return collided > 0
+                    return Committed(collided: collided > 0)
                 }
                 var anyCollided = collided > 0
                 for write in group {
-                    if await commit([write], in: pipeline, takingTurns: takingTurns) { anyCollided = true }
+                    if await commit([write], in: pipeline, takingTurns: takingTurns).collided { anyCollided = true }
                 }
-                return anyCollided
+                return Committed(collided: anyCollided)
             }
         }
     }
@@ -157,7 +250,7 @@ final class UnitGroupCommitter: Sendable {
     /// is given and the engine has turns. A failure to load comes as `LoadFailure`.
     private func decideAndApply(_ group: [PendingWrite], inTurnOf zone: ZoneOrder?) async throws -> [Result<Void, any Error>] {
         let run: @Sendable () async throws -> [Result<Void, any Error>] = { [units] in
-            let decided: (outcomes: [Result<Void, any Error>], changes: UnitOfWorkChanges)
+            let decided: DecidedGroup
             do {
                 decided = try await units.decide(group)
             } catch {

@@ -16,9 +16,28 @@ public final class UnitOfWork: ReadUnit {
     /// The ids this unit may give new rows.
     let ids: UnitIDs
 
-    init(loaded: LoadedRows, ids: UnitIDs, source: (any UnitRowSource)? = nil) {
+    /// A unit over `loaded`; decided after `prior` (a group of its zone's pipeline decided and
+    /// not yet applied, `UnitGroupCommitter`), its reads see what that group wrote.
+    init(loaded: LoadedRows, ids: UnitIDs, source: (any UnitRowSource)? = nil, after prior: DecidedRows? = nil) {
         self.ids = ids
         super.init(loaded: loaded, source: source)
+        if let prior {
+            overlay = prior.overlay
+            records = prior.records
+            references = prior.references
+        }
+    }
+
+    /// What this unit's reads see of its own writes, for a unit decided over them before they
+    /// are applied (`DecidedRows`).
+    var decidedRows: DecidedRows {
+        var overlay = self.overlay
+        // The next unit applies its own changes only, checked against what this one leaves.
+        overlay.changes = UnitOfWorkChanges()
+        // Applied by then: what this unit made is committed for the next, checked like the rest.
+        overlay.createdDatabases = []
+        overlay.createdZones = []
+        return DecidedRows(overlay: overlay, records: records, references: references)
     }
 
     // MARK: Ids and recording

@@ -86,6 +86,14 @@ public final class UnitOfWorkDriver: StorageDriver {
     public func signals() -> AsyncStream<StoreSignal>? { base.signals() }
 }
 
+/// A group of writes decided as one unit: each write's outcome, the changes to apply, and the
+/// rows the unit leaves for the next group of its pipeline (`UnitGroupCommitter`).
+struct DecidedGroup: Sendable {
+    let outcomes: [Result<Void, any Error>]
+    let changes: UnitOfWorkChanges
+    let rows: DecidedRows
+}
+
 /// A write's value, set by the run of its closure that counted (the committer resumes the
 /// writer only after that run, so no two threads touch it at once).
 final class WrittenValue<Value>: @unchecked Sendable {
@@ -132,10 +140,11 @@ final class UnitRunner: Sendable {
     }
 
     /// Runs writes one after the other in one unit, each undone alone when it fails, until no
-    /// run misses anything; their outcomes and the unit's changes.
-    func decide(_ writes: [PendingWrite]) async throws -> (outcomes: [Result<Void, any Error>], changes: UnitOfWorkChanges) {
+    /// run misses anything: their outcomes, the unit's changes and the rows it leaves. Decided
+    /// `after` another group not applied yet, the unit's reads see that group's writes.
+    func decide(_ writes: [PendingWrite], after prior: DecidedRows? = nil) async throws -> DecidedGroup {
         var outcomes: [Result<Void, any Error>] = []
-        let changes = try await decide(counting: writeRoundTrips, schemaWithZones: true, writes: true) { unit in
+        let unit = try await decide(counting: writeRoundTrips, schemaWithZones: true, writes: true, after: prior) { unit in
             outcomes = []
             var miss = ReadUnit.Miss()
             for write in writes {
@@ -146,7 +155,7 @@ final class UnitRunner: Sendable {
             miss.keys.formUnion(unit.missed)
             return miss.isEmpty ? nil : miss
         }
-        return (outcomes, changes)
+        return DecidedGroup(outcomes: outcomes, changes: unit.changes, rows: unit.decidedRows)
     }
 
     /// Runs `attempt` over the rows loaded so far until it reports no miss, loading (and
@@ -155,8 +164,8 @@ final class UnitRunner: Sendable {
     /// `decide(in:)`).
     private func decide(
         counting roundTrips: borrowing Atomic<Int>, schemaWithZones: Bool, writes: Bool, source: LoadSource = .primary,
-        _ attempt: (UnitOfWork) throws -> ReadUnit.Miss?
-    ) async throws -> UnitOfWorkChanges {
+        after prior: DecidedRows? = nil, _ attempt: (UnitOfWork) throws -> ReadUnit.Miss?
+    ) async throws -> UnitOfWork {
         var source = source
         var loaded = LoadedRows()
         let unitIDs = UnitIDs()
@@ -168,14 +177,16 @@ final class UnitRunner: Sendable {
         var wanted: [StorageIDKind: Int] = [:]
         for _ in 0..<Self.loadsPerUnit {
             unitIDs.startRun()
-            let unit = UnitOfWork(loaded: loaded, ids: unitIDs)
+            let unit = UnitOfWork(loaded: loaded, ids: unitIDs, after: prior)
             let outcome = try attempt(unit)
             loaded = unit.loaded
             guard let miss = outcome else {
-                if writes && checksPurity { try await checkPurity(of: unit.changes, loaded: loaded, ids: unitIDs, attempt) }
+                if writes && checksPurity {
+                    try await checkPurity(of: unit.changes, loaded: loaded, ids: unitIDs, after: prior, attempt)
+                }
                 // The ids the counting run left unused go back for the next unit.
                 for (kind, range) in unitIDs.unused { ids.add(kind, range) }
-                return unit.changes
+                return unit
             }
             lastMiss = miss
             wanted.merge(miss.idsWanted, uniquingKeysWith: max)
@@ -211,11 +222,12 @@ final class UnitRunner: Sendable {
     /// random source (or a value that varies run to run), which a unit of work must take as
     /// input instead (docs/storage.md), since over a network it runs again after each load.
     private func checkPurity(
-        of decided: UnitOfWorkChanges, loaded: LoadedRows, ids unitIDs: UnitIDs, _ attempt: (UnitOfWork) throws -> ReadUnit.Miss?
+        of decided: UnitOfWorkChanges, loaded: LoadedRows, ids unitIDs: UnitIDs, after prior: DecidedRows?,
+        _ attempt: (UnitOfWork) throws -> ReadUnit.Miss?
     ) async throws {
         try await Task.sleep(for: .microseconds(1_100))
         unitIDs.startRun()
-        let again = UnitOfWork(loaded: loaded, ids: unitIDs)
+        let again = UnitOfWork(loaded: loaded, ids: unitIDs, after: prior)
         let missed = try attempt(again)
         let writes = again.changes.writes
         guard missed != nil || writes != decided.writes else { return }
