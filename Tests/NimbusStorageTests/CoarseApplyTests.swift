@@ -290,9 +290,14 @@ import Testing
         }
     }
 
-    static func save(_ name: String, in zone: ZoneRow, on driver: UnitOfWorkDriver) async throws {
+    /// Saves `name`, and with `batch` as many more records as make a group worth deciding
+    /// ahead of (200, `UnitGroupCommitter.recordsWorthDecidingAhead`).
+    static func save(_ name: String, in zone: ZoneRow, on driver: UnitOfWorkDriver, batch: Bool = false) async throws {
         try await driver.write(inZone: ZoneOrder(database: CoarseApplyTests.key, zoneName: zone.name)) { tx in
             try tx.putRecord(StorageConformanceTests.row(zone.id, name, sequence: try tx.nextRecordSequence(in: zone)))
+            for index in 1..<(batch ? 200 : 1) {
+                try tx.putRecord(StorageConformanceTests.row(zone.id, "\(name)\(index)", sequence: try tx.nextRecordSequence(in: zone)))
+            }
         }
     }
 
@@ -315,7 +320,7 @@ import Testing
             let (_, zone, _) = try await CoarseApplyTests.setUp(engine)
             let held = HeldFirstApply(base: engine)
             let driver = UnitOfWorkDriver(held)
-            let first = Task { try await Self.save("a", in: zone, on: driver) }
+            let first = Task { try await Self.save("a", in: zone, on: driver, batch: true) }
             #expect(await held.holding.wait(upTo: .seconds(20)))
             let second = Task { try await Self.saveAfterA("b", in: zone, on: driver) }
             let decidedAhead = await held.loadedWhileHeld.wait(upTo: .seconds(20))
@@ -338,7 +343,7 @@ import Testing
             let (_, zone, _) = try await CoarseApplyTests.setUp(engine)
             let held = HeldFirstApply(base: engine)
             let nodeA = UnitOfWorkDriver(held), nodeB = UnitOfWorkDriver(engine)
-            let first = Task { try await Self.save("a", in: zone, on: nodeA) }
+            let first = Task { try await Self.save("a", in: zone, on: nodeA, batch: true) }
             #expect(await held.holding.wait(upTo: .seconds(20)))
             let second = Task { try await Self.saveAfterA("b", in: zone, on: nodeA) }
             #expect(await held.loadedWhileHeld.wait(upTo: .seconds(20)))

@@ -153,7 +153,18 @@ public class ReadUnit {
     /// records named size the unit's id reservation, should it run out. Once the zone is at
     /// hand, reads by id note the rest in the same run anyway.
     public final func expect(records names: [String], inZone zoneName: String, of database: DatabaseKey) throws {
-        if overlay.databases[database] != nil { return }
+        if let row = overlay.databases[database] {
+            // Written by this unit, or by the group decided before it (`DecidedRows`): over the
+            // network the records not at hand are noted together and the run stops, as below.
+            guard source == nil, let zone = overlay.zones[ZoneKey(databaseID: row.id, name: zoneName)],
+                !overlay.createdZones.contains(zone.id), !overlay.deletedZones.contains(zone.id)
+            else { return }
+            let absent = names.map { RecordKey(zoneID: zone.id, name: $0) }.filter { records[$0] == nil && loaded.records[$0] == nil }
+            if absent.isEmpty { return }
+            for key in absent { missed.insert(.record(zoneID: key.zoneID, name: key.name)) }
+            if loaded.subscriptionsVersion == nil { missed.insert(.subscriptionsVersion) }
+            throw Miss(keys: missed, idsWanted: [.record: absent.count])
+        }
         if let loadedDatabase = loaded.databases[database] {
             guard let row = loadedDatabase, loaded.zones[ZoneKey(databaseID: row.id, name: zoneName)] == nil else { return }
         }

@@ -37,7 +37,23 @@ public final class UnitOfWork: ReadUnit {
         // Applied by then: what this unit made is committed for the next, checked like the rest.
         overlay.createdDatabases = []
         overlay.createdZones = []
-        return DecidedRows(overlay: overlay, records: records, references: references)
+        // Of records and references, only what this unit wrote: what a unit before it wrote
+        // (and this one read) has been applied by the time the next unit loads, and carried on
+        // from group to group they grew with every group of a busy zone.
+        var written: [RecordKey: StoredRecord] = [:]
+        var rewritten = RewrittenReferences()
+        for write in writes {
+            switch write {
+            case .putRecord(_, let row, _):
+                let key = RecordKey(zoneID: row.zoneID, name: row.recordName)
+                written[key] = records[key]
+            case .replaceReferences(let zoneID, let name, _):
+                let key = RecordKey(zoneID: zoneID, name: name)
+                rewritten[key] = references[key]
+            default: break
+            }
+        }
+        return DecidedRows(overlay: overlay, records: written, references: rewritten)
     }
 
     // MARK: Ids and recording
