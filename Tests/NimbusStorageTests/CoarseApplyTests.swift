@@ -163,6 +163,28 @@ import Testing
     }
 }
 
+/// An engine over `base` that forwards what it does not override: the tests' engines that hold
+/// an apply or note a load.
+protocol ForwardingCoarseStorage: CoarseStorage {
+    var base: any CoarseStorage { get }
+}
+
+extension ForwardingCoarseStorage {
+    func load(_ request: LoadRequest) async throws -> LoadedRows { try await base.load(request) }
+    func apply(_ changes: UnitOfWorkChanges) async throws { try await base.apply(changes) }
+    func reserveIDs(_ kind: StorageIDKind, count: Int) async throws -> ClosedRange<Int64> {
+        try await base.reserveIDs(kind, count: count)
+    }
+    var accounts: any AccountStore { base.accounts }
+    var push: any PushStore { base.push }
+    var assets: any AssetStore { base.assets }
+    var shares: any ShareStore { base.shares }
+    var operations: any OperationOutcomeStore { base.operations }
+    var operators: any OperatorStore { base.operators }
+    var partitioning: any PartitionStore { base.partitioning }
+    func close() async throws { try await base.close() }
+}
+
 /// A node's writes are grouped per zone (`UnitGroupCommitter` pipelines): a write to a quiet
 /// zone does not wait for a busy zone's group in flight.
 @Suite struct ZonePipelineTests {
@@ -182,29 +204,17 @@ import Testing
 
     /// An engine whose applies to one zone hold until `release` opens (as a zone flooded by
     /// writers, or colliding with another node, keeps its pipeline busy), or a limit passes.
-    struct HeldZone: CoarseStorage {
+    struct HeldZone: ForwardingCoarseStorage {
         let base: any CoarseStorage
         let zoneID: Int64
         let release: Gate
         /// Opened when an apply went on because the limit passed, not `release`.
         let timedOut: Gate
 
-        func load(_ request: LoadRequest) async throws -> LoadedRows { try await base.load(request) }
         func apply(_ changes: UnitOfWorkChanges) async throws {
             if changes.zoneSequences[zoneID] != nil, !(await release.wait(upTo: .seconds(20))) { timedOut.open() }
             try await base.apply(changes)
         }
-        func reserveIDs(_ kind: StorageIDKind, count: Int) async throws -> ClosedRange<Int64> {
-            try await base.reserveIDs(kind, count: count)
-        }
-        var accounts: any AccountStore { base.accounts }
-        var push: any PushStore { base.push }
-        var assets: any AssetStore { base.assets }
-        var shares: any ShareStore { base.shares }
-        var operations: any OperationOutcomeStore { base.operations }
-        var operators: any OperatorStore { base.operators }
-        var partitioning: any PartitionStore { base.partitioning }
-        func close() async throws { try await base.close() }
     }
 
     /// The busy zone's apply is released only once the quiet zone's write has committed: had
@@ -243,7 +253,7 @@ import Testing
 
     /// An engine whose first apply holds until `release` opens (or a limit passes), noting
     /// when it holds and whether a load came while it held.
-    final class HeldFirstApply: CoarseStorage, @unchecked Sendable {
+    final class HeldFirstApply: ForwardingCoarseStorage, @unchecked Sendable {
         let base: any CoarseStorage
         let holding = Gate(), release = Gate(), loadedWhileHeld = Gate()
         private let lock = NSLock()
@@ -269,17 +279,6 @@ import Testing
             }
             try await base.apply(changes)
         }
-        func reserveIDs(_ kind: StorageIDKind, count: Int) async throws -> ClosedRange<Int64> {
-            try await base.reserveIDs(kind, count: count)
-        }
-        var accounts: any AccountStore { base.accounts }
-        var push: any PushStore { base.push }
-        var assets: any AssetStore { base.assets }
-        var shares: any ShareStore { base.shares }
-        var operations: any OperationOutcomeStore { base.operations }
-        var operators: any OperatorStore { base.operators }
-        var partitioning: any PartitionStore { base.partitioning }
-        func close() async throws { try await base.close() }
     }
 
     /// A write that needs record "a" (written by the group before it) and saves `name`.
