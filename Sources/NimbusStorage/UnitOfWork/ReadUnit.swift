@@ -162,8 +162,7 @@ public class ReadUnit {
             let absent = names.map { RecordKey(zoneID: zone.id, name: $0) }.filter { records[$0] == nil && loaded.records[$0] == nil }
             if absent.isEmpty { return }
             for key in absent { missed.insert(.record(zoneID: key.zoneID, name: key.name)) }
-            if loaded.subscriptionsVersion == nil { missed.insert(.subscriptionsVersion) }
-            throw Miss(keys: missed, idsWanted: [.record: absent.count])
+            try stopForLoad(records: absent.count)
         }
         if let loadedDatabase = loaded.databases[database] {
             guard let row = loadedDatabase, loaded.zones[ZoneKey(databaseID: row.id, name: zoneName)] == nil else { return }
@@ -180,8 +179,15 @@ public class ReadUnit {
         missed.insert(.database(database))
         missed.insert(.zonePath(database, zoneName: zoneName))
         for name in names { missed.insert(.recordPath(database, zoneName: zoneName, recordName: name)) }
+        try stopForLoad(records: names.count)
+    }
+
+    /// Stops the run for what it noted, with the subscriptions version every write reads to
+    /// decide whether anyone listens, and ids enough for `records` new records should the unit
+    /// run out.
+    private func stopForLoad(records: Int) throws -> Never {
         if loaded.subscriptionsVersion == nil { missed.insert(.subscriptionsVersion) }
-        throw Miss(keys: missed, idsWanted: names.isEmpty ? [:] : [.record: names.count])
+        throw Miss(keys: missed, idsWanted: records == 0 ? [:] : [.record: records])
     }
 
     // MARK: Installation and containers

@@ -102,6 +102,9 @@ final class UnitGroupCommitter: Sendable {
         // A zone pipeline that collided takes the zone's turn for every group until
         // `turnsAfterCollision` has passed without another collision.
         var takesTurnsUntil: ContinuousClock.Instant?
+        func note(_ committed: Committed) {
+            if committed.collided { takesTurnsUntil = .now + Self.turnsAfterCollision }
+        }
         // Taken while the group before was applied, and decided over its rows if that went well.
         var ahead: (group: [PendingWrite], decided: DecidedGroup?)?
         while true {
@@ -111,9 +114,7 @@ final class UnitGroupCommitter: Sendable {
             if group.isEmpty { return }
             let takesTurns = takesTurnsUntil.map { ContinuousClock.now < $0 } ?? false
             guard pipeline != nil, !takesTurns else {
-                if await commit(group, in: pipeline, takingTurns: takesTurns).collided {
-                    takesTurnsUntil = .now + Self.turnsAfterCollision
-                }
+                note(await commit(group, in: pipeline, takingTurns: takesTurns))
                 continue
             }
             let decided: DecidedGroup
@@ -121,25 +122,23 @@ final class UnitGroupCommitter: Sendable {
                 decided = decidedAhead
             } else {
                 do {
-                    decided = try await units.decide(group)
+                    decided = try await units.decide(group, handingOnRowsIf: Self.worthDecidingAhead)
                 } catch {
                     // The rows could not be loaded (the engine is down or slow), as in `commit`.
                     fail(group, error)
                     continue
                 }
             }
-            guard Self.worthDecidingAhead(decided.changes) else {
-                if await commit(group, in: pipeline, takingTurns: false, decided: decided).collided {
-                    takesTurnsUntil = .now + Self.turnsAfterCollision
-                }
+            guard let rows = decided.rows else {
+                note(await commit(group, in: pipeline, takingTurns: false, decided: decided))
                 continue
             }
             state.withLock { _ = $0.applied.remove(pipeline) }
             async let committed = commitThenSignal(group, in: pipeline, decided: decided)
             let next = await nextGroupWhileApplying(pipeline)
-            let nextDecided = next.isEmpty ? nil : try? await units.decide(next, after: decided.rows)
+            let nextDecided = next.isEmpty ? nil : try? await units.decide(next, after: rows, handingOnRowsIf: Self.worthDecidingAhead)
             let outcome = await committed
-            if outcome.collided { takesTurnsUntil = .now + Self.turnsAfterCollision }
+            note(outcome)
             if !next.isEmpty { ahead = (next, outcome.appliedAsDecided ? nextDecided : nil) }
         }
     }

@@ -87,11 +87,12 @@ public final class UnitOfWorkDriver: StorageDriver {
 }
 
 /// A group of writes decided as one unit: each write's outcome, the changes to apply, and the
-/// rows the unit leaves for the next group of its pipeline (`UnitGroupCommitter`).
+/// rows the unit leaves for the next group of its pipeline when it was asked for them
+/// (`UnitGroupCommitter`).
 struct DecidedGroup: Sendable {
     let outcomes: [Result<Void, any Error>]
     let changes: UnitOfWorkChanges
-    let rows: DecidedRows
+    let rows: DecidedRows?
 }
 
 /// A write's value, set by the run of its closure that counted (the committer resumes the
@@ -140,9 +141,12 @@ final class UnitRunner: Sendable {
     }
 
     /// Runs writes one after the other in one unit, each undone alone when it fails, until no
-    /// run misses anything: their outcomes, the unit's changes and the rows it leaves. Decided
-    /// `after` another group not applied yet, the unit's reads see that group's writes.
-    func decide(_ writes: [PendingWrite], after prior: DecidedRows? = nil) async throws -> DecidedGroup {
+    /// run misses anything: their outcomes, the unit's changes, and the rows it leaves when
+    /// `handsOn` says its changes are worth deciding the next group over. Decided `after`
+    /// another group not applied yet, the unit's reads see that group's writes.
+    func decide(
+        _ writes: [PendingWrite], after prior: DecidedRows? = nil, handingOnRowsIf handsOn: (UnitOfWorkChanges) -> Bool = { _ in false }
+    ) async throws -> DecidedGroup {
         var outcomes: [Result<Void, any Error>] = []
         let unit = try await decide(counting: writeRoundTrips, schemaWithZones: true, writes: true, after: prior) { unit in
             outcomes = []
@@ -155,7 +159,8 @@ final class UnitRunner: Sendable {
             miss.keys.formUnion(unit.missed)
             return miss.isEmpty ? nil : miss
         }
-        return DecidedGroup(outcomes: outcomes, changes: unit.changes, rows: unit.decidedRows)
+        let changes = unit.changes
+        return DecidedGroup(outcomes: outcomes, changes: changes, rows: handsOn(changes) ? unit.decidedRows : nil)
     }
 
     /// Runs `attempt` over the rows loaded so far until it reports no miss, loading (and
