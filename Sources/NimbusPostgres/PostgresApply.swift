@@ -90,6 +90,16 @@ enum PostgresApply {
                     RAISE EXCEPTION 'zone % changed since the unit read it', w->>'id' USING ERRCODE = '40001';
                 END IF;
             END LOOP;
+            -- Zones the unit decided over as an earlier group left them, without changing them:
+            -- still so (a plain read; the answer it gives rests on them).
+            FOR w IN SELECT * FROM jsonb_array_elements(changes->'zonesRead') LOOP
+                db := coalesce((w->>'database')::bigint, nimbus_zone_database((w->>'id')::bigint), unit_database);
+                PERFORM 1 FROM zones
+                WHERE database_id = db AND id = (w->>'id')::bigint AND record_sequence = (w->>'read')::bigint AND NOT deleted;
+                IF NOT FOUND THEN
+                    RAISE EXCEPTION 'zone % changed since the rows the unit was decided over', w->>'id' USING ERRCODE = '40001';
+                END IF;
+            END LOOP;
             FOR w IN SELECT * FROM jsonb_array_elements(changes->'databasesRead') LOOP
                 SELECT sequence INTO current_value FROM databases WHERE id = (w->>'id')::bigint FOR UPDATE;
                 IF current_value IS DISTINCT FROM (w->>'read')::bigint THEN
@@ -109,6 +119,24 @@ enum PostgresApply {
                     RAISE EXCEPTION 'subscriptions changed since the unit read them' USING ERRCODE = '40001';
                 END IF;
             END IF;
+            -- A schema carried from the zone's last group (not loaded for this unit) must still
+            -- be the current one; a plain read, as the schema is when loaded.
+            IF changes ? 'schemaVersion' THEN
+                SELECT value INTO current_value FROM counters WHERE key = 'schema_version';
+                IF current_value IS DISTINCT FROM (changes->>'schemaVersion')::bigint THEN
+                    RAISE EXCEPTION 'the schema changed since the unit read it' USING ERRCODE = '40001';
+                END IF;
+            END IF;
+            -- Records a create took to be absent without loading them, and did not save (a
+            -- saved one is checked by its save): none may exist, not even as a tombstone.
+            FOR w IN SELECT * FROM jsonb_array_elements(changes->'absent') LOOP
+                db := coalesce((w->>'database')::bigint, nimbus_zone_database((w->>'zone')::bigint), unit_database);
+                IF EXISTS (SELECT 1 FROM records WHERE database_id = db AND zone_id = (w->>'zone')::bigint
+                    AND record_name = ANY(ARRAY(SELECT jsonb_array_elements_text(w->'names'))))
+                THEN
+                    RAISE EXCEPTION 'a record the unit took to be absent exists' USING ERRCODE = '40001';
+                END IF;
+            END LOOP;
             FOR w IN SELECT * FROM jsonb_array_elements(changes->'badgesRead') LOOP
                 SELECT value INTO current_value FROM badges
                 WHERE user_id = (w->>'user')::bigint AND container = w->>'container' AND environment = w->>'environment'
@@ -224,14 +252,18 @@ enum PostgresApply {
                     INSERT INTO asset_references (database_id, source_zone_id, source_name, field_name, position, container, checksum, size)
                     SELECT db, (w->>'zone')::bigint, w->>'name', a.field, a.position, w->>'container', a.checksum, a.size
                     FROM jsonb_to_recordset(w->'rows') AS a(field text, position integer, checksum text, size bigint);
+                -- Every schema change moves the schema version (checked by units that carried
+                -- the schema from their zone's last group).
                 WHEN 'addSchemaField' THEN
                     INSERT INTO schema_fields (container, environment, record_type, field_name, field_type, indexes)
                     VALUES (w->>'container', w->>'environment', w->>'type', w->>'field', w->>'fieldType', (w->>'indexes')::integer)
                     ON CONFLICT DO NOTHING;
+                    IF FOUND THEN UPDATE counters SET value = value + 1 WHERE key = 'schema_version'; END IF;
                 WHEN 'setSchemaFieldIndexes' THEN
                     UPDATE schema_fields SET indexes = (w->>'indexes')::integer
                     WHERE container = w->>'container' AND environment = w->>'environment' AND record_type = w->>'type'
                       AND field_name = w->>'field';
+                    UPDATE counters SET value = value + 1 WHERE key = 'schema_version';
                 WHEN 'removeFromSchema' THEN
                     DELETE FROM schema_fields
                     WHERE container = w->>'container' AND environment = w->>'environment' AND record_type = w->>'type'
@@ -240,9 +272,11 @@ enum PostgresApply {
                         DELETE FROM schema_types
                         WHERE container = w->>'container' AND environment = w->>'environment' AND record_type = w->>'type';
                     END IF;
+                    UPDATE counters SET value = value + 1 WHERE key = 'schema_version';
                 WHEN 'addSchemaRecordType' THEN
                     INSERT INTO schema_types (container, environment, record_type)
                     VALUES (w->>'container', w->>'environment', w->>'type') ON CONFLICT DO NOTHING;
+                    IF FOUND THEN UPDATE counters SET value = value + 1 WHERE key = 'schema_version'; END IF;
                 WHEN 'putSubscription', 'deleteSubscription' THEN
                     IF w->>'kind' = 'putSubscription' THEN
                         INSERT INTO subscriptions (database_id, user_id, subscription_id, definition, created_at)
@@ -355,6 +389,17 @@ extension PostgresCoarseStorage {
         ]
         if let version = changes.subscriptionsVersion {
             object["subscriptionsVersion"] = ["read": .int(version.read), "changes": .int(Int64(version.changes))]
+        }
+        if let version = changes.schemaVersionRead { object["schemaVersion"] = .int(version) }
+        if !changes.zonesRead.isEmpty {
+            object["zonesRead"] = .array(
+                changes.zonesRead.sorted { $0.key < $1.key }.map { id, read in ["id": .int(id), "database": databaseOf(id), "read": .int(read)] })
+        }
+        if !changes.recordsAssumedAbsent.isEmpty {
+            object["absent"] = .array(
+                Dictionary(grouping: changes.recordsAssumedAbsent, by: \.zoneID).sorted { $0.key < $1.key }.map { zone, keys in
+                    ["zone": .int(zone), "database": databaseOf(zone), "names": .array(keys.map(\.name).sorted().map(JSON.string))]
+                })
         }
         return .object(object)
     }

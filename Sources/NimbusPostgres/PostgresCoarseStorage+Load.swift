@@ -185,6 +185,8 @@ extension PostgresCoarseStorage {
                 keys += " UNION SELECT container, environment FROM databases WHERE id = ANY(\(zoneDatabases))"
             }
             let wanted = "(container, environment) IN (\(keys))"
+            // With the schema version they were read at (`StoredSchema.version`).
+            counters = true
             statement.branch(.schemaField, "FROM schema_fields WHERE " + wanted)
             statement.branch(.schemaType, "FROM schema_types WHERE " + wanted)
         }
@@ -306,6 +308,9 @@ extension PostgresCoarseStorage {
                 rows.schemas[key] = StoredSchema(
                     fields: (schemaFields[key] ?? []).sorted { $0.rank < $1.rank }.map(\.field),
                     recordTypes: (schemaTypes[key] ?? []).sorted { $0.rank < $1.rank }.map(\.type))
+            }
+            if let version = counterValues["schema_version"] {
+                for key in rows.schemas.keys { rows.schemas[key]?.version = version }
             }
             if containerList { rows.containers = containerRanks.sorted { $0.rank < $1.rank }.map(\.row) }
             for (key, ranked) in subscriptionRanks { rows.subscriptions[key] = ranked.sorted { $0.rank < $1.rank }.map(\.row) }

@@ -944,5 +944,14 @@ enum PostgresMigrations {
                 "DROP INDEX zones_by_change",
             ]
         ),
+        (
+            "v34-schema-version",
+            [
+                // Moved by every schema change the apply function makes: a unit decided over a
+                // schema carried from its zone's last group (issue 35: a create with no load)
+                // checks it is still the one read.
+                "INSERT INTO counters (key, value) VALUES ('schema_version', 0) ON CONFLICT (key) DO NOTHING",
+            ]
+        ),
     ]
 }

@@ -217,14 +217,19 @@ extension SQLiteTransaction: UnitTransaction, SchemaWriting {
 
     /// The schema of one container environment: as kept when the generation it was read at is
     /// still the store's (`SchemaCache`), else read and kept.
+    /// Versioned by the generation it was read at (`StoredSchema.version`).
     private func storedSchema(_ key: SchemaKey) throws -> StoredSchema {
-        guard let schemaCache, let generation = try fetchOneBound(Self.schemaGeneration, { _ in }, { $0.int64(0) }) else {
-            return try readSchema(key)
-        }
-        if let schema = schemaCache.schema(key, at: generation) { return schema }
-        let schema = try readSchema(key)
-        schemaCache.keep(schema, for: key, at: generation)
+        guard let generation = try schemaGeneration() else { return try readSchema(key) }
+        if let schema = schemaCache?.schema(key, at: generation) { return schema }
+        var schema = try readSchema(key)
+        schema.version = generation
+        schemaCache?.keep(schema, for: key, at: generation)
         return schema
+    }
+
+    /// Moved (to a random value) by every change to the schema's tables (v32-schema-generation).
+    private func schemaGeneration() throws -> Int64? {
+        try fetchOneBound(Self.schemaGeneration, { _ in }, { $0.int64(0) })
     }
 
     private static let schemaGeneration = "SELECT value FROM meta WHERE key = 'schema_generation'"
@@ -286,6 +291,12 @@ extension SQLiteTransaction: UnitTransaction, SchemaWriting {
                 throw StorageError.serializationFailure("zone \(zoneID) changed since the unit read it")
             }
         }
+        for (zoneID, sequence) in changes.zonesRead {
+            let zone = try zone(id: zoneID)
+            guard let zone, !zone.isDeleted, zone.recordSequence == sequence else {
+                throw StorageError.serializationFailure("zone \(zoneID) changed since the rows the unit was decided over")
+            }
+        }
         for (databaseID, read) in changes.databasesRead {
             let current: Int64? = try fetchRow("SELECT sequence FROM databases WHERE id = ?", [databaseID])?["sequence"]
             guard current == read else {
@@ -303,6 +314,12 @@ extension SQLiteTransaction: UnitTransaction, SchemaWriting {
         }
         for (owner, value) in changes.badgesRead where try badge(owner: owner) != value {
             throw StorageError.serializationFailure("a badge changed since the unit read it")
+        }
+        if let version = changes.schemaVersionRead, try schemaGeneration() != version {
+            throw StorageError.serializationFailure("the schema changed since the unit read it")
+        }
+        for key in changes.recordsAssumedAbsent where try recordID(zoneID: key.zoneID, name: key.name) != nil {
+            throw StorageError.serializationFailure("record '\(key.name)', taken to be absent, exists")
         }
         try applyWrites(changes, checked: true)
     }
@@ -363,6 +380,11 @@ extension SQLiteTransaction: UnitTransaction, SchemaWriting {
         case .deleteZone(let id): try deleteZone(id: id)
         case .putRecord(let id, let row, let isNew):
             if isNew {
+                // Checked: a create may have taken the record to be absent without reading it
+                // (`UnitOfWorkChanges.recordsAssumedAbsent`).
+                guard try !checked || recordID(zoneID: row.zoneID, name: row.recordName) == nil else {
+                    throw StorageError.serializationFailure("record '\(row.recordName)' was made meanwhile")
+                }
                 try insertRecord(row, id: id)
             } else {
                 // The same record the unit read: its storage id unchanged.

@@ -384,3 +384,94 @@ extension ForwardingCoarseStorage {
         }
     }
 }
+
+/// A zone's next write is decided over the rows its last group left, kept after the pipeline
+/// drains (`UnitGroupCommitter.lastRows`), and a create takes its record to be absent without a
+/// load (`ReadUnit.expect`): one round trip, the apply. What changed since is caught as the
+/// apply checks it, and the write is decided again from fresh rows.
+@Suite struct ZoneRowsKeptTests {
+    struct Exists: Error {}
+    static let key = CoarseApplyTests.key
+
+    /// Creates `name` in `zone` as records/modify does (the names expected first, the create
+    /// refused when the record exists); the schema's field names the decision saw.
+    @discardableResult
+    static func create(_ name: String, in zone: ZoneRow, on driver: UnitOfWorkDriver) async throws -> [String] {
+        try await driver.write(inZone: ZoneOrder(database: key, zoneName: zone.name)) { tx in
+            try tx.expect(records: [name], creating: [name], inZone: zone.name, of: key)
+            let database = try tx.ensureDatabase(key)
+            let zone = try #require(try tx.zone(databaseID: database.id, name: zone.name))
+            let fields = try tx.schemaFields(container: key.container, environment: key.environment).map(\.fieldName)
+            _ = try tx.subscriptionsVersion()
+            guard try tx.record(zoneID: zone.id, name: name) == nil else { throw Exists() }
+            try tx.putRecord(StorageConformanceTests.row(zone.id, name, sequence: try tx.nextRecordSequence(in: zone)))
+            return fields
+        }
+    }
+
+    @Test(arguments: CoarseApplyTests.engines)
+    func aZonesNextCreateIsOneRoundTrip(engine: CoarseApplyTests.Engine) async throws {
+        try await engine.with { engine in
+            let (_, zone, _) = try await CoarseApplyTests.setUp(engine)
+            let driver = UnitOfWorkDriver(engine)
+            try await Self.create("first", in: zone, on: driver)
+            for index in 0..<5 {
+                let before = driver.writeRoundTrips
+                try await Self.create("r\(index)", in: zone, on: driver)
+                #expect(driver.writeRoundTrips - before == 1, "create \(index) took \(driver.writeRoundTrips - before) round trips")
+            }
+            #expect(driver.writeCollisions == 0)
+            let sequences = try await ZonePipelineAheadTests.sequences(["first", "r0", "r1", "r2", "r3", "r4"], in: zone, engine)
+            #expect(Set(sequences.values).count == 6, "\(sequences)")
+        }
+    }
+
+    /// Another node creates the record first: the create taken to be absent is refused as it
+    /// is applied, decided again from fresh rows, and answered as the conflict it is; the other
+    /// node's record stays. Not a collision between nodes' decisions.
+    @Test(arguments: CoarseApplyTests.engines)
+    func aCreateWhoseRecordAnotherNodeMadeIsDecidedAgainAndRefused(engine: CoarseApplyTests.Engine) async throws {
+        try await engine.with { engine in
+            let (_, zone, _) = try await CoarseApplyTests.setUp(engine)
+            let nodeA = UnitOfWorkDriver(engine), nodeB = UnitOfWorkDriver(engine)
+            try await Self.create("first", in: zone, on: nodeA)
+            try await Self.create("taken", in: zone, on: nodeB)
+            let before = try await ZonePipelineAheadTests.sequences(["taken"], in: zone, engine)
+            await #expect(throws: Exists.self) { try await Self.create("taken", in: zone, on: nodeA) }
+            #expect(nodeA.writeCollisions == 0)
+            #expect(try await ZonePipelineAheadTests.sequences(["taken"], in: zone, engine) == before)
+            // The zone's rows are not kept for a while after that: the next create loads.
+            let trips = nodeA.writeRoundTrips
+            try await Self.create("next", in: zone, on: nodeA)
+            #expect(nodeA.writeRoundTrips - trips >= 2)
+        }
+    }
+
+    /// Another node writes the zone (another record) and changes the schema in between: the
+    /// next create decided over the kept rows is refused by the zone's and the schema's checks,
+    /// decided again, sees the new field, and commits with a sequence of its own.
+    @Test(arguments: CoarseApplyTests.engines)
+    func keptRowsThatAnotherNodeOutdatedAreDecidedAgain(engine: CoarseApplyTests.Engine) async throws {
+        try await engine.with { engine in
+            let (_, zone, other) = try await CoarseApplyTests.setUp(engine)
+            let nodeA = UnitOfWorkDriver(engine), nodeB = UnitOfWorkDriver(engine)
+            // A's kept rows of zone A; B writes zone A.
+            try await Self.create("first", in: zone, on: nodeA)
+            try await Self.create("fromB", in: zone, on: nodeB)
+            try await Self.create("second", in: zone, on: nodeA)
+            let sequences = try await ZonePipelineAheadTests.sequences(["first", "fromB", "second"], in: zone, engine)
+            #expect(Set(sequences.values).count == 3, "\(sequences)")
+            #expect(sequences["fromB"]! < sequences["second"]!, "\(sequences)")
+
+            // A's kept rows of zone B carry the schema; B adds a field to it.
+            #expect(try await Self.create("one", in: other, on: nodeA).isEmpty)
+            try await nodeB.write { tx in
+                try tx.addSchemaField(
+                    container: Self.key.container, environment: Self.key.environment,
+                    SchemaFieldRow(recordType: "T", fieldName: "added", fieldType: "STRING", indexes: 0))
+            }
+            #expect(try await Self.create("two", in: other, on: nodeA) == ["added"])
+            #expect(nodeA.writeCollisions == 0)
+        }
+    }
+}

@@ -120,12 +120,15 @@ extension NimbusService {
         do {
             let queued: Bool
             let names = request.operations.compactMap(\.record.recordName)
+            // A create's record is taken to be absent where the zone's last rows are at hand
+            // (`ReadUnit.expect`); the engine checks it as it applies the write.
+            let creating = Set(request.operations.lazy.filter { $0.type == .create }.compactMap(\.record.recordName))
             // Ordered with this zone's writes only (a busy zone never holds up another's).
             let order = ZoneOrder(database: writeKey, zoneName: request.zoneID.zoneName)
             (outcome, queued) = try await storage.write(inZone: order) { tx in
                 let log = ChangeLog()
                 // In the shared database the zone is the owner's: found through the share.
-                if sharedZone == nil { try tx.expect(records: names, inZone: request.zoneID.zoneName, of: writeKey) }
+                if sharedZone == nil { try tx.expect(records: names, creating: creating, inZone: request.zoneID.zoneName, of: writeKey) }
                 let database = try tx.ensureDatabase(writeKey)
                 let zone = try self.resolveZone(request.zoneID, in: database, target: writeTarget, tx: tx)
                 let atomic = allOrNothing || (zone.name != Names.defaultZone && request.atomic != false)

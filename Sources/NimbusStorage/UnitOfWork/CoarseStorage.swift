@@ -295,9 +295,14 @@ public struct StoredRecord: Sendable, Hashable {
 public struct StoredSchema: Sendable, Hashable {
     public var fields: [SchemaFieldRow]
     public var recordTypes: [String]
-    public init(fields: [SchemaFieldRow], recordTypes: [String]) {
+    /// The engine's schema version these rows were read at, where it keeps one (PostgreSQL:
+    /// every schema change moves it): what a unit decided over a schema carried from the group
+    /// before it checks when it is applied (`UnitOfWorkChanges.schemaVersionRead`).
+    public var version: Int64?
+    public init(fields: [SchemaFieldRow], recordTypes: [String], version: Int64? = nil) {
         self.fields = fields
         self.recordTypes = recordTypes
+        self.version = version
     }
 }
 
@@ -338,6 +343,19 @@ public struct UnitOfWorkChanges: Sendable {
     /// between partitions fenced it meanwhile (`DatabaseRelocation`), which the decision
     /// already refuses when it reads the fence.
     public var databasesWritten: Set<Int64> = []
+    /// The schema version of a schema the unit decided over without loading it (carried from
+    /// the group before it, `DecidedRows`): the engine's must still be that.
+    public var schemaVersionRead: Int64?
+    /// Records the unit took to be absent without loading them (creates in a zone whose rows
+    /// the group before it left, `ReadUnit.expect`) and did not save: none may exist when it
+    /// commits. One it saved is checked as every save is: a record under its name with
+    /// another id fails the unit.
+    public var recordsAssumedAbsent: Set<RecordKey> = []
+    /// Zones whose rows an earlier group left and this unit decided over without changing
+    /// them (`DecidedRows`), with the record sequence they were left at: each must still have
+    /// it and not be deleted, so an answer decided over them (a conflict, a refusal, a record
+    /// not found) is as true as one decided over rows loaded for it.
+    public var zonesRead: [Int64: Int64] = [:]
 
     public init() {}
 
@@ -358,6 +376,7 @@ public struct UnitOfWorkChanges: Sendable {
     /// Nothing to write (what was read needs no check then: nothing commits).
     public var isEmpty: Bool {
         writes.isEmpty && zoneSequences.isEmpty && zonesChanged.isEmpty && usage.isEmpty && (subscriptionsVersion?.changes ?? 0) == 0
+            && recordsAssumedAbsent.isEmpty && zonesRead.isEmpty
     }
 }
 

@@ -78,6 +78,21 @@ public class ReadUnit {
     var references = RewrittenReferences()
     /// Keys read and not loaded, answered as absent: the run's result does not count.
     private(set) var missed: Set<LoadKey> = []
+    /// Records a create names that the unit takes to be absent without loading them, in a zone
+    /// whose rows the group before it left (`expect`); apart from `overlay`, so a write undone
+    /// keeps what it assumed, which its outcome may still rest on. The engine checks them when
+    /// it applies the unit (`UnitOfWorkChanges.recordsAssumedAbsent`).
+    var assumedAbsent: Set<RecordKey> = []
+    /// Decided over rows a group before it left (`DecidedRows`): a schema it reads may be one
+    /// carried from that group, whose version the engine checks (`schemaVersionRead`, kept
+    /// apart from `overlay` as `assumedAbsent` is).
+    var decidedOverCarriedRows = false
+    var schemaVersionRead: Int64?
+    /// The zones those rows held, with the record sequence each was left at
+    /// (`UnitOfWorkChanges.zonesRead`).
+    var carriedZones: [Int64: Int64] = [:]
+    /// New records the request names, should the unit run out of ids before it loads anything.
+    private var recordIDsExpected = 0
 
     init(loaded: LoadedRows, source: (any UnitRowSource)? = nil) {
         self.loaded = loaded
@@ -152,18 +167,36 @@ public class ReadUnit {
     /// away (a group of 64 batches of 200 records decided 12,800 saves for nothing). The
     /// records named size the unit's id reservation, should it run out. Once the zone is at
     /// hand, reads by id note the rest in the same run anyway.
-    public final func expect(records names: [String], inZone zoneName: String, of database: DatabaseKey) throws {
-        if let row = overlay.databases[database] {
-            // Written by this unit, or by the group decided before it (`DecidedRows`): over the
-            // network the records not at hand are noted together and the run stops, as below.
-            guard source == nil, let zone = overlay.zones[ZoneKey(databaseID: row.id, name: zoneName)],
-                !overlay.createdZones.contains(zone.id), !overlay.deletedZones.contains(zone.id)
-            else { return }
-            let absent = names.map { RecordKey(zoneID: zone.id, name: $0) }.filter { records[$0] == nil && loaded.records[$0] == nil }
-            if absent.isEmpty { return }
-            for key in absent { missed.insert(.record(zoneID: key.zoneID, name: key.name)) }
-            try stopForLoad(records: absent.count)
+    ///
+    /// `creating` are the names the request creates (CloudKit's `create`: a record of that name
+    /// existing is the request's conflict). In a zone whose rows the group before left
+    /// (`DecidedRows`), those are taken to be absent without a load, and the engine checks it
+    /// when it applies the unit: a single create then costs one round trip, not two. A record
+    /// of that name there after all fails the apply, and the group is decided again from rows
+    /// loaded for it.
+    public final func expect(records names: [String], creating: Set<String> = [], inZone zoneName: String, of database: DatabaseKey)
+        throws
+    {
+        recordIDsExpected = max(recordIDsExpected, names.count)
+        if source == nil, let zone = zoneAtHand(zoneName, of: database) {
+            // Written by this unit, or left by the group decided before it (`DecidedRows`): over
+            // the network the records not at hand are noted together and the run stops, as below.
+            guard !overlay.createdZones.contains(zone.id), !overlay.deletedZones.contains(zone.id) else { return }
+            var absent = 0
+            for name in names {
+                let key = RecordKey(zoneID: zone.id, name: name)
+                guard records[key] == nil, loaded.records[key] == nil else { continue }
+                if decidedOverCarriedRows, creating.contains(name) {
+                    assumedAbsent.insert(key)
+                } else {
+                    missed.insert(.record(zoneID: key.zoneID, name: key.name))
+                    absent += 1
+                }
+            }
+            if absent > 0 { try stopForLoad(records: names.count) }
+            return
         }
+        if overlay.databases[database] != nil { return }
         if let loadedDatabase = loaded.databases[database] {
             guard let row = loadedDatabase, loaded.zones[ZoneKey(databaseID: row.id, name: zoneName)] == nil else { return }
         }
@@ -182,12 +215,28 @@ public class ReadUnit {
         try stopForLoad(records: names.count)
     }
 
+    /// The zone as this unit wrote it, or as the group decided before it left it (`DecidedRows`:
+    /// its writes, or rows it carried); nil when neither has it.
+    private func zoneAtHand(_ zoneName: String, of database: DatabaseKey) -> ZoneRow? {
+        let carried = decidedOverCarriedRows ? loaded.databases[database] ?? nil : nil
+        guard let row = overlay.databases[database] ?? carried else { return nil }
+        let key = ZoneKey(databaseID: row.id, name: zoneName)
+        return overlay.zones[key] ?? (decidedOverCarriedRows ? loaded.zones[key] ?? nil : nil)
+    }
+
     /// Stops the run for what it noted, with the subscriptions version every write reads to
     /// decide whether anyone listens, and ids enough for `records` new records should the unit
     /// run out.
     private func stopForLoad(records: Int) throws -> Never {
         if loaded.subscriptionsVersion == nil { missed.insert(.subscriptionsVersion) }
         throw Miss(keys: missed, idsWanted: records == 0 ? [:] : [.record: records])
+    }
+
+    /// The unit ran out of ids of `kind`: a miss that reserves them, as many as the request
+    /// named records when it is records (a batch decided with nothing to load never stopped
+    /// at `expect` to say so).
+    func outOfIDs(_ kind: StorageIDKind) -> Miss {
+        Miss(keys: missed, ids: kind, idsWanted: kind == .record && recordIDsExpected > 0 ? [.record: recordIDsExpected] : [:])
     }
 
     // MARK: Installation and containers
@@ -274,7 +323,9 @@ public class ReadUnit {
 
     func storedRecord(_ key: RecordKey) throws -> StoredRecord? {
         if let stored = records[key] { return stored }
-        if overlay.deletedZones.contains(key.zoneID) || overlay.createdZones.contains(key.zoneID) { return nil }
+        if overlay.deletedZones.contains(key.zoneID) || overlay.createdZones.contains(key.zoneID) || assumedAbsent.contains(key) {
+            return nil
+        }
         return try need(loaded.records[key], .record(zoneID: key.zoneID, name: key.name))
     }
 
@@ -333,7 +384,9 @@ public class ReadUnit {
     // MARK: Schema
 
     func schema(_ key: SchemaKey) throws -> StoredSchema {
-        try need(loaded.schemas[key], .schema(container: key.container, environment: key.environment))
+        let schema = try need(loaded.schemas[key], .schema(container: key.container, environment: key.environment))
+        if decidedOverCarriedRows, let version = schema.version { schemaVersionRead = version }
+        return schema
     }
 
     static func fieldKey(_ recordType: String, _ fieldName: String) -> String { recordType + "\u{0}" + fieldName }
@@ -465,10 +518,37 @@ public class ReadUnit {
 /// decided over while this one is applied (`UnitGroupCommitter`). That decision counts only if
 /// this unit is applied as decided; its zone checks expect the record sequences this one leaves,
 /// so any other writer in between makes its apply refuse it, as any collision.
+///
+/// `carried` are rows it loaded that every write of the zone reads again and that the engine
+/// checks by version when the next unit is applied: the schema (where the engine versions it)
+/// and the subscriptions version. With them, and the records a create names taken to be absent
+/// (`ReadUnit.expect`), the zone's next write needs no load at all.
 struct DecidedRows: Sendable {
-    let overlay: ReadUnit.Overlay
-    let records: [RecordKey: StoredRecord]
+    var overlay: ReadUnit.Overlay
+    var records: [RecordKey: StoredRecord]
     let references: RewrittenReferences
+    let carried: LoadedRows
+
+    /// The zones these rows hold, with the record sequence each is left at.
+    var zones: [Int64: Int64] {
+        var zones: [Int64: Int64] = [:]
+        for case let zone? in carried.zones.values where !zone.isDeleted { zones[zone.id] = zone.recordSequence }
+        for case let zone? in carried.zonesByID.values where !zone.isDeleted { zones[zone.id] = zone.recordSequence }
+        for zone in overlay.zones.values { zones[zone.id] = zone.isDeleted ? nil : zone.recordSequence }
+        return zones
+    }
+
+    /// These rows once their group is applied, for the zone's next write however much later:
+    /// without the schema changes the group made, which a schema loaded from then on holds (a
+    /// later change elsewhere, say the field's removal, is not shadowed by them).
+    var applied: DecidedRows {
+        var rows = self
+        rows.overlay.schemaFields = [:]
+        rows.overlay.schemaTypes = [:]
+        rows.overlay.removedSchemaFields = [:]
+        rows.overlay.removedSchemaTypes = [:]
+        return rows
+    }
 }
 
 /// The references a unit rewrote: each source record's new rows, and which sources point at

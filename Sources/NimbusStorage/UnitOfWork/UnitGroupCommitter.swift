@@ -53,7 +53,24 @@ final class UnitGroupCommitter: Sendable {
         var waitingForWrites: [ZoneOrder?: CheckedContinuation<Bool, Never>] = [:]
         /// Zone pipelines whose group in flight has been applied.
         var applied: Set<ZoneOrder?> = []
+        /// What each zone's last group left, for the zone's next write (even after its
+        /// pipeline drained) to be decided over without a load (`lastRows(of:)`).
+        var lastRows: [ZoneOrder: LastRows] = [:]
     }
+
+    /// A zone's rows as its last group left them, or a zone where deciding over them failed
+    /// lately (another writer is there) and they are not kept for a while.
+    private enum LastRows {
+        case rows(DecidedRows, kept: ContinuousClock.Instant)
+        case contended(until: ContinuousClock.Instant)
+    }
+
+    /// How long a zone's rows are kept for its next write, and for how many zones at most: a
+    /// client's next write to its zone comes within moments, and what is kept is a few rows a
+    /// zone (the records a group wrote only up to `recordsKept`).
+    static let rowsKeptFor: Duration = .seconds(5)
+    static let zonesKept = 1_024
+    static let recordsKept = 256
 
     init(units: UnitRunner) { self.units = units }
 
@@ -122,25 +139,76 @@ final class UnitGroupCommitter: Sendable {
                 decided = decidedAhead
             } else {
                 do {
-                    decided = try await units.decide(group, handingOnRowsIf: Self.worthDecidingAhead)
+                    decided = try await units.decide(group, after: lastRows(of: pipeline), handingOnRows: true)
                 } catch {
                     // The rows could not be loaded (the engine is down or slow), as in `commit`.
                     fail(group, error)
                     continue
                 }
             }
-            guard let rows = decided.rows else {
-                note(await commit(group, in: pipeline, takingTurns: false, decided: decided))
+            guard let rows = decided.rows, Self.worthDecidingAhead(decided.changes) else {
+                let outcome = await commit(group, in: pipeline, takingTurns: false, decided: decided)
+                note(outcome)
+                keep(outcome.appliedAsDecided ? decided.rows : nil, of: pipeline)
                 continue
             }
             state.withLock { _ = $0.applied.remove(pipeline) }
             async let committed = commitThenSignal(group, in: pipeline, decided: decided)
             let next = await nextGroupWhileApplying(pipeline)
-            let nextDecided = next.isEmpty ? nil : try? await units.decide(next, after: rows, handingOnRowsIf: Self.worthDecidingAhead)
+            let nextDecided = next.isEmpty ? nil : try? await units.decide(next, after: rows, handingOnRows: true)
             let outcome = await committed
             note(outcome)
+            keep(outcome.appliedAsDecided ? rows : nil, of: pipeline)
             if !next.isEmpty { ahead = (next, outcome.appliedAsDecided ? nextDecided : nil) }
         }
+    }
+
+    /// The rows the zone's last group left, if they are kept: its next write is decided over
+    /// them, so it loads only what they lack (a create, nothing: `ReadUnit.expect`). Whatever
+    /// changed since is caught by the apply's checks, as for a group decided ahead.
+    private func lastRows(of pipeline: ZoneOrder?) -> DecidedRows? {
+        guard let pipeline else { return nil }
+        return state.withLock { state in
+            guard case .rows(let rows, let kept) = state.lastRows[pipeline] else { return nil }
+            guard kept.duration(to: .now) < Self.rowsKeptFor else {
+                state.lastRows[pipeline] = nil
+                return nil
+            }
+            return rows
+        }
+    }
+
+    /// Keeps `rows` as the zone's last (forgets them when nil: the group was not applied as
+    /// decided), unless deciding over kept rows failed there lately.
+    private func keep(_ rows: DecidedRows?, of pipeline: ZoneOrder?) {
+        guard let pipeline else { return }
+        var rows = rows?.applied
+        if let kept = rows, kept.records.count > Self.recordsKept { rows?.records = [:] }
+        state.withLock { state in
+            let now = ContinuousClock.now
+            if case .contended(let until) = state.lastRows[pipeline], now < until { return }
+            guard let rows else {
+                state.lastRows[pipeline] = nil
+                return
+            }
+            if state.lastRows[pipeline] == nil, state.lastRows.count >= Self.zonesKept {
+                state.lastRows = state.lastRows.filter { _, last in
+                    switch last {
+                    case .rows(_, let kept): kept.duration(to: now) < Self.rowsKeptFor
+                    case .contended(let until): now < until
+                    }
+                }
+                if state.lastRows.count >= Self.zonesKept { state.lastRows.removeAll() }
+            }
+            state.lastRows[pipeline] = .rows(rows, kept: now)
+        }
+    }
+
+    /// Deciding over the zone's kept rows failed: another writer changed the zone, or a create
+    /// found its record there. The zone's rows are not kept for a while.
+    private func contended(_ pipeline: ZoneOrder?) {
+        guard let pipeline else { return }
+        state.withLock { $0.lastRows[pipeline] = .contended(until: .now + Self.turnsAfterCollision) }
     }
 
     /// Records a group writes from which the pipeline decides the next group while it is
@@ -219,6 +287,8 @@ final class UnitGroupCommitter: Sendable {
     ) async -> Committed {
         var collided = 0
         var decided = decided
+        // Whether the attempt under way was decided over rows an earlier group left.
+        var carried = decided?.overCarriedRows == true
         while true {
             let turn = takingTurns || collided > 0 ? pipeline : nil
             do {
@@ -237,6 +307,13 @@ final class UnitGroupCommitter: Sendable {
                 fail(group, failure.error)
                 return Committed(collided: collided > 0)
             } catch StorageError.serializationFailure(let detail) {
+                if carried {
+                    // Decided over rows an earlier group left: they were stale, or a create's
+                    // record was there. Decided again at once from fresh rows; no collision yet.
+                    carried = false
+                    contended(pipeline)
+                    continue
+                }
                 // Another node wrote what the group read: decide again from fresh rows (in the
                 // zone's turn from now on), after a pause of up to a millisecond or two from the
                 // second time on, so two nodes taking turns on one database stop meeting at the

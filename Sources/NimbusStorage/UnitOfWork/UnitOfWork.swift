@@ -25,6 +25,8 @@ public final class UnitOfWork: ReadUnit {
             overlay = prior.overlay
             records = prior.records
             references = prior.references
+            decidedOverCarriedRows = true
+            carriedZones = prior.zones
         }
     }
 
@@ -53,7 +55,25 @@ public final class UnitOfWork: ReadUnit {
             default: break
             }
         }
-        return DecidedRows(overlay: overlay, records: written, references: rewritten)
+        // What every write of the zone reads again, carried when the next unit's apply can
+        // check it is still so: the schema by its version, unless this unit changed it (its
+        // change moves the version); the subscriptions version, unless this unit moved it.
+        // The databases and zones it read and found: the next unit's writes in them are checked
+        // against the zone's record sequence and the database's fence and quota, and what it
+        // decides over a zone it does not change against the zone's (`zonesRead`). Not those it
+        // found absent: nothing would check them (a zone made meanwhile).
+        var carried = LoadedRows()
+        carried.databases = loaded.databases.filter { $0.value != nil }
+        carried.databasesByID = loaded.databasesByID.filter { $0.value != nil }
+        carried.zones = loaded.zones.filter { $0.value != nil }
+        carried.zonesByID = loaded.zonesByID.filter { $0.value != nil }
+        if overlay.schemaFields.isEmpty, overlay.schemaTypes.isEmpty, overlay.removedSchemaFields.isEmpty,
+            overlay.removedSchemaTypes.isEmpty
+        {
+            carried.schemas = loaded.schemas.filter { $0.value.version != nil }
+        }
+        if (self.overlay.changes.subscriptionsVersion?.changes ?? 0) == 0 { carried.subscriptionsVersion = loaded.subscriptionsVersion }
+        return DecidedRows(overlay: overlay, records: written, references: rewritten, carried: carried)
     }
 
     // MARK: Ids and recording
@@ -65,7 +85,7 @@ public final class UnitOfWork: ReadUnit {
             ids.add(kind, try transaction.newIDs(kind, count: Self.idsPerTake))
             if let id = ids.take(kind) { return id }
         }
-        throw Miss(keys: missed, ids: kind)
+        throw outOfIDs(kind)
     }
 
     /// Ids a unit takes from its write transaction at a time (`UnitTransaction.newIDs`).
@@ -77,6 +97,14 @@ public final class UnitOfWork: ReadUnit {
     var changes: UnitOfWorkChanges {
         var changes = overlay.changes
         changes.writes = writes
+        changes.schemaVersionRead = schemaVersionRead
+        for (zoneID, sequence) in carriedZones where changes.zoneSequences[zoneID] == nil { changes.zonesRead[zoneID] = sequence }
+        if !assumedAbsent.isEmpty {
+            // Those saved are checked by the save itself.
+            var unsaved = assumedAbsent
+            for case .putRecord(_, let row, _) in writes { unsaved.remove(RecordKey(zoneID: row.zoneID, name: row.recordName)) }
+            changes.recordsAssumedAbsent = unsaved
+        }
         return changes
     }
 

@@ -93,6 +93,10 @@ struct DecidedGroup: Sendable {
     let outcomes: [Result<Void, any Error>]
     let changes: UnitOfWorkChanges
     let rows: DecidedRows?
+    /// Decided over rows an earlier group left (`DecidedRows`), not over rows loaded for it
+    /// alone: an apply that refuses it says those were stale, not that another writer collided
+    /// with a decision from fresh rows.
+    let overCarriedRows: Bool
 }
 
 /// A write's value, set by the run of its closure that counted (the committer resumes the
@@ -142,11 +146,9 @@ final class UnitRunner: Sendable {
 
     /// Runs writes one after the other in one unit, each undone alone when it fails, until no
     /// run misses anything: their outcomes, the unit's changes, and the rows it leaves when
-    /// `handsOn` says its changes are worth deciding the next group over. Decided `after`
-    /// another group not applied yet, the unit's reads see that group's writes.
-    func decide(
-        _ writes: [PendingWrite], after prior: DecidedRows? = nil, handingOnRowsIf handsOn: (UnitOfWorkChanges) -> Bool = { _ in false }
-    ) async throws -> DecidedGroup {
+    /// `handingOnRows` (for a zone's next group). Decided `after` another group (applied, or
+    /// not applied yet), the unit's reads see what that group left.
+    func decide(_ writes: [PendingWrite], after prior: DecidedRows? = nil, handingOnRows: Bool = false) async throws -> DecidedGroup {
         var outcomes: [Result<Void, any Error>] = []
         let unit = try await decide(counting: writeRoundTrips, schemaWithZones: true, writes: true, after: prior) { unit in
             outcomes = []
@@ -160,7 +162,7 @@ final class UnitRunner: Sendable {
             return miss.isEmpty ? nil : miss
         }
         let changes = unit.changes
-        return DecidedGroup(outcomes: outcomes, changes: changes, rows: handsOn(changes) ? unit.decidedRows : nil)
+        return DecidedGroup(outcomes: outcomes, changes: changes, rows: handingOnRows ? unit.decidedRows : nil, overCarriedRows: prior != nil)
     }
 
     /// Runs `attempt` over the rows loaded so far until it reports no miss, loading (and
@@ -172,7 +174,7 @@ final class UnitRunner: Sendable {
         after prior: DecidedRows? = nil, _ attempt: (UnitOfWork) throws -> ReadUnit.Miss?
     ) async throws -> UnitOfWork {
         var source = source
-        var loaded = LoadedRows()
+        var loaded = prior?.carried ?? LoadedRows()
         let unitIDs = UnitIDs()
         var lastMiss: ReadUnit.Miss?
         // Reservations from the engine grow eightfold each time a run runs out again (ids left
@@ -180,6 +182,9 @@ final class UnitRunner: Sendable {
         // which one block at a time took 50 runs of the whole group.
         var reservations = 0
         var wanted: [StorageIDKind: Int] = [:]
+        // A zone's write that needs no load (`DecidedRows`) would otherwise run once only to
+        // find it has no record id; what it leaves goes back to the reserve.
+        if prior != nil, let range = ids.takeRange(.record) { unitIDs.add(.record, range) }
         for _ in 0..<Self.loadsPerUnit {
             unitIDs.startRun()
             let unit = UnitOfWork(loaded: loaded, ids: unitIDs, after: prior)
