@@ -122,7 +122,7 @@ enum PostgresApply {
             -- A schema carried from the zone's last group (not loaded for this unit) must still
             -- be the current one; a plain read, as the schema is when loaded.
             IF changes ? 'schemaVersion' THEN
-                SELECT value INTO current_value FROM counters WHERE key = 'schema_version';
+                SELECT version INTO current_value FROM schema_version;
                 IF current_value IS DISTINCT FROM (changes->>'schemaVersion')::bigint THEN
                     RAISE EXCEPTION 'the schema changed since the unit read it' USING ERRCODE = '40001';
                 END IF;
@@ -258,12 +258,12 @@ enum PostgresApply {
                     INSERT INTO schema_fields (container, environment, record_type, field_name, field_type, indexes)
                     VALUES (w->>'container', w->>'environment', w->>'type', w->>'field', w->>'fieldType', (w->>'indexes')::integer)
                     ON CONFLICT DO NOTHING;
-                    IF FOUND THEN UPDATE counters SET value = value + 1 WHERE key = 'schema_version'; END IF;
+                    IF FOUND THEN UPDATE schema_version SET version = version + 1; END IF;
                 WHEN 'setSchemaFieldIndexes' THEN
                     UPDATE schema_fields SET indexes = (w->>'indexes')::integer
                     WHERE container = w->>'container' AND environment = w->>'environment' AND record_type = w->>'type'
                       AND field_name = w->>'field';
-                    UPDATE counters SET value = value + 1 WHERE key = 'schema_version';
+                    UPDATE schema_version SET version = version + 1;
                 WHEN 'removeFromSchema' THEN
                     DELETE FROM schema_fields
                     WHERE container = w->>'container' AND environment = w->>'environment' AND record_type = w->>'type'
@@ -272,11 +272,11 @@ enum PostgresApply {
                         DELETE FROM schema_types
                         WHERE container = w->>'container' AND environment = w->>'environment' AND record_type = w->>'type';
                     END IF;
-                    UPDATE counters SET value = value + 1 WHERE key = 'schema_version';
+                    UPDATE schema_version SET version = version + 1;
                 WHEN 'addSchemaRecordType' THEN
                     INSERT INTO schema_types (container, environment, record_type)
                     VALUES (w->>'container', w->>'environment', w->>'type') ON CONFLICT DO NOTHING;
-                    IF FOUND THEN UPDATE counters SET value = value + 1 WHERE key = 'schema_version'; END IF;
+                    IF FOUND THEN UPDATE schema_version SET version = version + 1; END IF;
                 WHEN 'putSubscription', 'deleteSubscription' THEN
                     IF w->>'kind' = 'putSubscription' THEN
                         INSERT INTO subscriptions (database_id, user_id, subscription_id, definition, created_at)

@@ -202,7 +202,10 @@ extension PostgresCoarseStorage {
                 """
             statement.branch(.referrer, "FROM " + keys)
         }
-        if counters { statement.branch(.counter, "FROM counters") }
+        if counters {
+            // The schema's version as one more counter (its own table: `v34-schema-version`).
+            statement.branch(.counter, "FROM (SELECT key, value FROM counters UNION ALL SELECT 'schema_version', version FROM schema_version) counters")
+        }
         if secret { statement.branch(.secret, "FROM meta WHERE key = 'installation_secret'") }
         if containerList {
             // In id order (byte order): the second number is the rank.
