@@ -65,6 +65,18 @@ public class ReadUnit {
         var badges: [NotificationOwner: Int64] = [:]
         var indexRebuildTaken = false
         var changes = UnitOfWorkChanges()
+
+        /// Whether the unit added to or took from the schema.
+        var changesSchema: Bool {
+            !schemaFields.isEmpty || !schemaTypes.isEmpty || !removedSchemaFields.isEmpty || !removedSchemaTypes.isEmpty
+        }
+
+        mutating func forgetSchemaChanges() {
+            schemaFields = [:]
+            schemaTypes = [:]
+            removedSchemaFields = [:]
+            removedSchemaTypes = [:]
+        }
     }
 
     private(set) var loaded: LoadedRows
@@ -543,10 +555,7 @@ struct DecidedRows: Sendable {
     /// later change elsewhere, say the field's removal, is not shadowed by them).
     var applied: DecidedRows {
         var rows = self
-        rows.overlay.schemaFields = [:]
-        rows.overlay.schemaTypes = [:]
-        rows.overlay.removedSchemaFields = [:]
-        rows.overlay.removedSchemaTypes = [:]
+        rows.overlay.forgetSchemaChanges()
         return rows
     }
 }

@@ -67,11 +67,7 @@ public final class UnitOfWork: ReadUnit {
         carried.databasesByID = loaded.databasesByID.filter { $0.value != nil }
         carried.zones = loaded.zones.filter { $0.value != nil }
         carried.zonesByID = loaded.zonesByID.filter { $0.value != nil }
-        if overlay.schemaFields.isEmpty, overlay.schemaTypes.isEmpty, overlay.removedSchemaFields.isEmpty,
-            overlay.removedSchemaTypes.isEmpty
-        {
-            carried.schemas = loaded.schemas.filter { $0.value.version != nil }
-        }
+        if !overlay.changesSchema { carried.schemas = loaded.schemas.filter { $0.value.version != nil } }
         if (self.overlay.changes.subscriptionsVersion?.changes ?? 0) == 0 { carried.subscriptionsVersion = loaded.subscriptionsVersion }
         return DecidedRows(overlay: overlay, records: written, references: rewritten, carried: carried)
     }
