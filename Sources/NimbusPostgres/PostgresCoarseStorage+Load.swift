@@ -185,8 +185,8 @@ extension PostgresCoarseStorage {
                 keys += " UNION SELECT container, environment FROM databases WHERE id = ANY(\(zoneDatabases))"
             }
             let wanted = "(container, environment) IN (\(keys))"
-            // With the schema version they were read at (`StoredSchema.version`).
-            counters = true
+            // A write's, with the schema version they were read at (`StoredSchema.version`).
+            if request.schemaWithVersion { counters = true }
             statement.branch(.schemaField, "FROM schema_fields WHERE " + wanted)
             statement.branch(.schemaType, "FROM schema_types WHERE " + wanted)
         }

@@ -114,6 +114,7 @@ final class PostgresKeyLoads: Sendable {
         for load in loads {
             merged.keys.formUnion(load.request.keys)
             merged.schemaWithZones = merged.schemaWithZones || load.request.schemaWithZones
+            merged.schemaWithVersion = merged.schemaWithVersion || load.request.schemaWithVersion
         }
         do {
             let rows = try await run(merged)

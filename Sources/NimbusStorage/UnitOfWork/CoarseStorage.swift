@@ -160,14 +160,22 @@ public struct LoadRequest: Sendable {
     /// lookup, a zone fetch) never reads it, and on PostgreSQL planning its three branches cost
     /// more than the rest of a lookup's first statement.
     public var schemaWithZones: Bool
+    /// Whether a schema the load brings comes with the version it was read at
+    /// (`StoredSchema.version`): a write's, which the zone's next unit may carry (`DecidedRows`).
+    /// A read never carries its rows, and a query's load had no use for the extra branch.
+    public var schemaWithVersion: Bool
     /// Which server may answer, for an engine with read replicas; others have one and ignore it.
     public var source: LoadSource
 
-    public init(keys: Set<LoadKey> = [], scans: Set<LoadScan> = [], schemaWithZones: Bool = true, source: LoadSource = .primary) {
+    public init(
+        keys: Set<LoadKey> = [], scans: Set<LoadScan> = [], schemaWithZones: Bool = true, schemaWithVersion: Bool = false,
+        source: LoadSource = .primary
+    ) {
         self.keys = keys
         self.scans = scans
         self.source = source
         self.schemaWithZones = schemaWithZones
+        self.schemaWithVersion = schemaWithVersion
     }
 }
 

@@ -215,7 +215,8 @@ final class UnitRunner: Sendable {
                     reservations += 1
                 }
             }
-            let request = LoadRequest(keys: miss.keys, scans: miss.scans, schemaWithZones: schemaWithZones, source: source)
+            let request = LoadRequest(
+                keys: miss.keys, scans: miss.scans, schemaWithZones: schemaWithZones, schemaWithVersion: writes, source: source)
             if !request.keys.isEmpty || !request.scans.isEmpty {
                 roundTrips.add(1, ordering: .relaxed)
                 let rows = try await base.load(request)
