@@ -60,10 +60,16 @@ public final class SQLiteStorage: Sendable {
         configuration.busyMode = .timeout(busyTimeout)
         configuration.prepareDatabase { db in
             try db.execute(sql: "PRAGMA foreign_keys = ON")
-            // Queries hop between index and record pages: map the file rather than copy pages
-            // through read(2), and keep more pages per connection.
-            try db.execute(sql: "PRAGMA mmap_size = 4294967296")
-            try db.execute(sql: "PRAGMA cache_size = -16384")
+            // Pages come through read(2) from the kernel's page cache, which every connection
+            // shares, into a small cache of each connection's own (4 MB; the writer's is larger,
+            // below). The file is not mapped: mapped pages count in the process's resident
+            // memory, which then grew with the database (333 MB after the wrk comparison against
+            // 155 unmapped), and reads measured level or faster without the map once each
+            // reader's cache was small (docs/benchmarks.md, "The database file unmapped"). A
+            // small cache per reader also keeps memory from growing with the core count, which
+            // sets how many readers there are.
+            try db.execute(sql: "PRAGMA mmap_size = 0")
+            try db.execute(sql: "PRAGMA cache_size = -4096")
             db.add(function: QuerySQL.distanceFunction)
             if let statementObserver { db.trace(options: .statement) { _ in statementObserver() } }
         }
