@@ -127,6 +127,14 @@ enum PostgresApply {
                     RAISE EXCEPTION 'the schema changed since the unit read it' USING ERRCODE = '40001';
                 END IF;
             END IF;
+            -- Saves refused for quota over a database row kept from an earlier group: the
+            -- refusal stands only if the usage now still leaves no room (a plain read).
+            FOR w IN SELECT * FROM jsonb_array_elements(changes->'quotaRefused') LOOP
+                SELECT used_bytes INTO current_value FROM databases WHERE id = (w->>'id')::bigint;
+                IF coalesce(current_value, 0) + (w->>'bytes')::bigint <= (w->>'quota')::bigint THEN
+                    RAISE EXCEPTION 'database % has room now for a save refused over kept rows', w->>'id' USING ERRCODE = '40001';
+                END IF;
+            END LOOP;
             -- Records a create took to be absent without loading them, and did not save (a
             -- saved one is checked by its save): none may exist, not even as a tombstone.
             FOR w IN SELECT * FROM jsonb_array_elements(changes->'absent') LOOP
@@ -394,6 +402,12 @@ extension PostgresCoarseStorage {
         if !changes.zonesRead.isEmpty {
             object["zonesRead"] = .array(
                 changes.zonesRead.sorted { $0.key < $1.key }.map { id, read in ["id": .int(id), "database": databaseOf(id), "read": .int(read)] })
+        }
+        if !changes.quotaRefusalsOverCarriedRows.isEmpty {
+            object["quotaRefused"] = .array(
+                changes.quotaRefusalsOverCarriedRows.sorted { $0.key < $1.key }.map { id, refusal in
+                    ["id": .int(id), "bytes": .int(refusal.bytes), "quota": .int(refusal.quota)]
+                })
         }
         if !changes.recordsAssumedAbsent.isEmpty {
             object["absent"] = .array(

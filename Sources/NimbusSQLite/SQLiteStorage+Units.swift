@@ -309,6 +309,12 @@ extension SQLiteTransaction: UnitTransaction, SchemaWriting {
                 throw StorageError.serializationFailure("database \(databaseID) grew past its quota since the unit read it")
             }
         }
+        for (databaseID, refusal) in changes.quotaRefusalsOverCarriedRows {
+            let current: Int64 = try fetchRow("SELECT used_bytes FROM databases WHERE id = ?", [databaseID])?["used_bytes"] ?? 0
+            guard refusal.isStillRefused(over: current) else {
+                throw StorageError.serializationFailure("database \(databaseID) has room now for a save refused over kept rows")
+            }
+        }
         if let version = changes.subscriptionsVersion, try subscriptionsVersion() != version.read {
             throw StorageError.serializationFailure("subscriptions changed since the unit read them")
         }

@@ -474,4 +474,50 @@ extension ForwardingCoarseStorage {
             #expect(nodeA.writeCollisions == 0)
         }
     }
+
+    struct QuotaRefused: Error {}
+
+    /// Creates `name` adding `bytes` to the database's usage, refused as records/modify refuses
+    /// a save past `quota` (noted for the engine to check when over kept rows).
+    static func create(_ name: String, bytes: Int64, quota: Int64, in zone: ZoneRow, on driver: UnitOfWorkDriver) async throws {
+        try await driver.write(inZone: ZoneOrder(database: key, zoneName: zone.name)) { tx in
+            try tx.expect(records: [name], creating: [name], inZone: zone.name, of: key)
+            let database = try tx.ensureDatabase(key)
+            let zone = try #require(try tx.zone(databaseID: database.id, name: zone.name))
+            _ = try tx.subscriptionsVersion()
+            if database.usedBytes + bytes > quota {
+                tx.noteQuotaRefusal(databaseID: database.id, used: database.usedBytes, adding: bytes, quota: quota)
+                throw QuotaRefused()
+            }
+            try tx.putRecord(StorageConformanceTests.row(zone.id, name, sequence: try tx.nextRecordSequence(in: zone)))
+            try tx.addUsage(databaseID: database.id, bytes: bytes, quota: quota)
+        }
+    }
+
+    /// The zone's kept rows hold the database's usage as the zone's last group left it; another
+    /// node frees bytes in another zone of the database. A save refused over the kept usage is
+    /// decided again from fresh rows and fits; one the fresh usage refuses too stays refused.
+    /// Neither counts as a collision.
+    @Test(arguments: CoarseApplyTests.engines)
+    func aQuotaRefusalOverKeptRowsHoldsOnlyIfTheUsageStillRefusesIt(engine: CoarseApplyTests.Engine) async throws {
+        try await engine.with { engine in
+            let (_, zone, other) = try await CoarseApplyTests.setUp(engine)
+            let nodeA = UnitOfWorkDriver(engine), nodeB = UnitOfWorkDriver(engine)
+            try await Self.create("big", bytes: 1_000, quota: 1_100, in: other, on: nodeB)
+            // A's kept rows of zone A: the database at 1,050 bytes.
+            try await Self.create("first", bytes: 50, quota: 1_100, in: zone, on: nodeA)
+            // Still full: refused, and the check at apply agrees.
+            await #expect(throws: QuotaRefused.self) { try await Self.create("refused", bytes: 100, quota: 1_100, in: zone, on: nodeA) }
+            // B frees 1,000 bytes in zone B; A's kept rows still say 1,050.
+            try await nodeB.write(inZone: ZoneOrder(database: Self.key, zoneName: other.name)) { tx in
+                let database = try tx.ensureDatabase(Self.key)
+                try tx.addUsage(databaseID: database.id, bytes: -1_000, quota: 1_100)
+            }
+            try await Self.create("fits", bytes: 100, quota: 1_100, in: zone, on: nodeA)
+            #expect(try await ZonePipelineAheadTests.sequences(["fits"], in: zone, engine).count == 1)
+            let usage = try await CoarseApplyTests.load(engine, []).0.usedBytes
+            #expect(usage == 150)
+            #expect(nodeA.writeCollisions == 0)
+        }
+    }
 }

@@ -427,6 +427,7 @@ extension NimbusService {
         let added = row.storedBytes - (existing?.storedBytes ?? 0) + assetBytes
         let used = database.usedBytes + log.usedBytes
         if added > 0, used + added > batch.quota, !(existing == nil && recordType == Names.usersRecordType && fields.isEmpty) {
+            tx.noteQuotaRefusal(databaseID: database.id, used: used, adding: added, quota: batch.quota)
             throw Self.quotaExceeded(target.scope, used: used, adding: added, quota: batch.quota, recordName: recordName)
         }
         let recordID = try tx.putRecord(row, isNew: stored == nil)

@@ -345,6 +345,12 @@ public struct UnitOfWorkChanges: Sendable {
     /// that the usage it finds no longer leaves room for (`UsageChange.fits`). Zone deletions
     /// free their bytes in `apply` itself.
     public var usage: [Int64: UsageChange] = [:]
+    /// Growth the unit refused for quota over a database row carried from its zone's last
+    /// group (`DecidedRows`), whose used bytes may be seconds old: each database's smallest,
+    /// beyond the usage read (the unit's own growth included). `apply` refuses the unit
+    /// (`serializationFailure`, so it is decided again from fresh rows) when the usage it finds
+    /// would let that growth fit (`UsageChange.isStillRefused`).
+    public var quotaRefusalsOverCarriedRows: [Int64: UsageChange] = [:]
     /// Every database the unit writes in (records, zones, subscriptions; an outbox entry may
     /// name another database, a share's mirror, and does not count): a
     /// networked `apply` takes each one's row as it commits and refuses the unit when a move
@@ -384,7 +390,7 @@ public struct UnitOfWorkChanges: Sendable {
     /// Nothing to write (what was read needs no check then: nothing commits).
     public var isEmpty: Bool {
         writes.isEmpty && zoneSequences.isEmpty && zonesChanged.isEmpty && usage.isEmpty && (subscriptionsVersion?.changes ?? 0) == 0
-            && recordsAssumedAbsent.isEmpty && zonesRead.isEmpty
+            && recordsAssumedAbsent.isEmpty && zonesRead.isEmpty && quotaRefusalsOverCarriedRows.isEmpty
     }
 }
 
@@ -400,6 +406,12 @@ public struct UsageChange: Sendable, Hashable {
         self.read = read
         self.bytes = bytes
         self.quota = quota
+    }
+
+    /// Whether growth refused over the usage read is still refused over `current`.
+    public func isStillRefused(over current: Int64) -> Bool {
+        let (total, overflow) = current.addingReportingOverflow(bytes)
+        return overflow || total > quota
     }
 
     /// Whether the change may commit over `current`: what the unit read is still so (it

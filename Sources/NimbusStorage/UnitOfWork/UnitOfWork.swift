@@ -95,6 +95,7 @@ public final class UnitOfWork: ReadUnit {
         changes.writes = writes
         changes.schemaVersionRead = schemaVersionRead
         for (zoneID, sequence) in carriedZones where changes.zoneSequences[zoneID] == nil { changes.zonesRead[zoneID] = sequence }
+        changes.quotaRefusalsOverCarriedRows = quotaRefusals
         if !assumedAbsent.isEmpty {
             // Those saved are checked by the save itself.
             var unsaved = assumedAbsent
@@ -105,6 +106,25 @@ public final class UnitOfWork: ReadUnit {
     }
 
     private func write(_ write: StorageWrite) { writes.append(write) }
+
+    /// Kept outside the overlay: the refused write is undone, its refusal is the answer.
+    private var quotaRefusals: [Int64: UsageChange] = [:]
+
+    /// Notes that a save adding `bytes` to the database is refused because `used` (its used
+    /// bytes as the caller has them, with what this unit added) leaves no room under `quota`.
+    /// Over rows carried from the zone's last group the usage may be seconds old (writes in
+    /// the database's other zones change it), so the engine's `apply` checks that the refusal
+    /// still holds (`UnitOfWorkChanges.quotaRefusalsOverCarriedRows`). Over rows this unit
+    /// loaded, nothing is noted: the refusal stands as any read does.
+    public func noteQuotaRefusal(databaseID: Int64, used: Int64, adding bytes: Int64, quota: Int64) {
+        guard decidedOverCarriedRows, bytes > 0, let row = databaseAtHand(id: databaseID) else { return }
+        // The usage as read, before this unit's own growth: what `apply` compares with.
+        let read = overlay.changes.usage[databaseID]?.read ?? row.usedBytes
+        let refusal = UsageChange(read: read, bytes: used + bytes - read, quota: quota)
+        // The smallest growth refused is the first to fit.
+        if let noted = quotaRefusals[databaseID], noted.bytes <= refusal.bytes { return }
+        quotaRefusals[databaseID] = refusal
+    }
 
     /// Notes that the unit writes in the database, refused while a move between partitions
     /// fences it (`DatabaseRelocation`; a moved one's row refuses every use). `apply` takes the
