@@ -180,6 +180,8 @@ records_operation() {
 
 # A process's resident memory in MiB.
 rss_mib() { awk '/^VmRSS/ {printf "%.0f", $2 / 1024}' "/proc/$1/status"; }
+# The anonymous part of it (the heap, caches; not the binary's or a mapped file's pages).
+anon_mib() { awk '/^RssAnon/ {printf "%.0f", $2 / 1024}' "/proc/$1/status"; }
 
 # A release build of this repository's nimbus at another commit or worktree, or a binary given.
 other_binary() {

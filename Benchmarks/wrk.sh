@@ -13,7 +13,8 @@
 # round so the machine's drift falls on all, each measurement once every server is idle again
 # (`wait_idle`); medians of requests/s, p50 and p99, and the
 # server's CPU per request (utime + stime from /proc). Creates come last (they grow the zone).
-# Then each server's resident memory: idle (before the preload) and after the run.
+# Then each server's resident memory: idle (before the preload) and after the run, with the
+# anonymous part of the latter (what is not the binary's or a mapped file's pages).
 #
 #   Benchmarks/wrk.sh [seconds=8] [rounds=3] [records=100000]
 #   BASELINE=<worktree or nimbus binary> Benchmarks/wrk.sh …   # an earlier build beside this one
@@ -100,14 +101,14 @@ done
 MEMORY=()
 for server in "${SERVERS[@]}"; do
   pid=${server}_PID idle=${server}_IDLE_RSS
-  MEMORY+=("$server,${!idle},$(rss_mib "${!pid}")")
+  MEMORY+=("$server,${!idle},$(rss_mib "${!pid}"),$(anon_mib "${!pid}")")
 done
 
 python3 - "${#ROWS[@]}" "${ROWS[@]}" "${MEMORY[@]}" <<'PY'
 import json, statistics, sys
 count = int(sys.argv[1])
 rows = [arg.split(",") for arg in sys.argv[2:2 + count]]
-memory = {m[0]: {"idleMiB": int(m[1]), "afterMiB": int(m[2])} for m in (arg.split(",") for arg in sys.argv[2 + count:])}
+memory = {m[0]: {"idleMiB": int(m[1]), "afterMiB": int(m[2]), "afterAnonymousMiB": int(m[3])} for m in (arg.split(",") for arg in sys.argv[2 + count:])}
 servers = [s for s in ("nimbus", "baseline", "pocketbase") if any(row[2] == s for row in rows)]
 cells = list(dict.fromkeys((row[0], row[1]) for row in rows))
 result = {}
@@ -141,7 +142,7 @@ print()
 if "fetch:64" in result and "health:64" in result:
     fetch, health = result["fetch:64"]["nimbus"]["rate"], result["health:64"]["nimbus"]["rate"]
     print(f"Nimbus's fetch by ID at 64 connections is {fetch / health:.0%} of its own health endpoint's rate.")
-print("Resident memory (MiB), idle before the preload and after the run: "
-      + "; ".join(f"{s} {memory[s]['idleMiB']} → {memory[s]['afterMiB']}" for s in servers) + ".")
+print("Resident memory (MiB), idle before the preload and after the run (of which anonymous): "
+      + "; ".join(f"{s} {memory[s]['idleMiB']} → {memory[s]['afterMiB']} ({memory[s]['afterAnonymousMiB']})" for s in servers) + ".")
 json.dump({"cells": result, "memory": memory}, open("bench-results/wrk.json", "w"), indent=2)
 PY
