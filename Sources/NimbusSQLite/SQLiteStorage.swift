@@ -33,6 +33,10 @@ public final class SQLiteStorage: Sendable {
     public let path: String
     public let synchronous: SynchronousMode
 
+    /// What all reader connections' own page caches may hold together, in KiB (36 MB: 4 MB
+    /// for each of the nine readers two cores have).
+    static let readerCacheBudgetKiB = 36_864
+
     /// Opens (creating if needed) the database at `path` and brings its schema up to date.
     /// `busyTimeout`: how long a write waits for another process's write lock (the CLI beside
     /// a running server) before failing with `StorageError.busy`.
@@ -56,25 +60,31 @@ public final class SQLiteStorage: Sendable {
         let cores = ProcessInfo.processInfo.activeProcessorCount
         let scanWidth = max(1, cores - 1)
         configuration.maximumReaderCount = scanWidth + cores + 2
+        let pointReaderCount = cores + 2
+        // One page budget shared out among every reader connection (the writer has its own,
+        // below), so the memory readers hold does not grow with the cores that set their number:
+        // 4 MB each on two cores, 1.3 MB on eight; never under 1 MB, so past twelve cores the
+        // total grows by that much a reader. Pages a reader does not keep are a read(2) from
+        // the kernel's page cache away.
+        let readerCacheKiB = max(1_024, Self.readerCacheBudgetKiB / (configuration.maximumReaderCount + pointReaderCount))
         // Another process (the CLI beside a running server) may hold the write lock briefly.
         configuration.busyMode = .timeout(busyTimeout)
         configuration.prepareDatabase { db in
             try db.execute(sql: "PRAGMA foreign_keys = ON")
             // Pages come through read(2) from the kernel's page cache, which every connection
-            // shares, into a small cache of each connection's own (4 MB; the writer's is larger,
-            // below). The file is not mapped: mapped pages count in the process's resident
-            // memory, which then grew with the database (333 MB after the wrk comparison against
-            // 155 unmapped), and reads measured level or faster without the map once each
-            // reader's cache was small (docs/benchmarks.md, "The database file unmapped"). A
-            // small cache per reader also keeps memory from growing with the core count, which
-            // sets how many readers there are.
+            // shares, into a small cache of each connection's own (the reader budget's share;
+            // the writer's is larger, below). The file is not mapped: mapped pages count in the
+            // process's resident memory, which then grew with the database (333 MB after the
+            // wrk comparison against 155 unmapped), and reads measured level or faster without
+            // the map once each reader's cache was small (docs/benchmarks.md, "The database
+            // file unmapped").
             try db.execute(sql: "PRAGMA mmap_size = 0")
-            try db.execute(sql: "PRAGMA cache_size = -4096")
+            try db.execute(sql: "PRAGMA cache_size = -\(readerCacheKiB)")
             db.add(function: QuerySQL.distanceFunction)
             if let statementObserver { db.trace(options: .statement) { _ in statementObserver() } }
         }
         pool = try DatabasePool(path: path, configuration: configuration)
-        pointReaders = PointReaders(path: path, configuration: configuration, limit: cores + 2)
+        pointReaders = PointReaders(path: path, configuration: configuration, limit: pointReaderCount)
         // GRDB sets NORMAL on its writer; the mode that counts is the writer's, set here.
         try pool.writeWithoutTransaction { db in
             try db.execute(sql: "PRAGMA synchronous = \(synchronous.rawValue)")
