@@ -255,6 +255,11 @@ extension SQLiteTransaction: UnitTransaction, SchemaWriting {
         try fetchOneBound(Self.zoneByID, { $0.add(id) }, zoneRow)
     }
 
+    /// A database's used bytes as committed now (0 for one not made yet), for the quota checks.
+    private func usedBytes(ofDatabase id: Int64) throws -> Int64 {
+        try fetchRow("SELECT used_bytes FROM databases WHERE id = ?", [id])?["used_bytes"] ?? 0
+    }
+
     /// Statements every write (a zone's stamp, a loaded database) runs, their texts made once.
     private static let databaseByID = "SELECT container, environment, scope, owner_id, sequence, used_bytes FROM databases WHERE id = ?"
     private static let zoneByID = "SELECT \(zoneColumns) FROM zones WHERE id = ?"
@@ -304,14 +309,12 @@ extension SQLiteTransaction: UnitTransaction, SchemaWriting {
             }
         }
         for (databaseID, usage) in changes.usage {
-            let current: Int64 = try fetchRow("SELECT used_bytes FROM databases WHERE id = ?", [databaseID])?["used_bytes"] ?? 0
-            guard usage.fits(current) else {
+            guard usage.fits(try usedBytes(ofDatabase: databaseID)) else {
                 throw StorageError.serializationFailure("database \(databaseID) grew past its quota since the unit read it")
             }
         }
         for (databaseID, refusal) in changes.quotaRefusalsOverCarriedRows {
-            let current: Int64 = try fetchRow("SELECT used_bytes FROM databases WHERE id = ?", [databaseID])?["used_bytes"] ?? 0
-            guard refusal.isStillRefused(over: current) else {
+            guard refusal.isStillRefused(over: try usedBytes(ofDatabase: databaseID)) else {
                 throw StorageError.serializationFailure("database \(databaseID) has room now for a save refused over kept rows")
             }
         }
