@@ -7,6 +7,32 @@ let strict: [SwiftSetting] = [
     .enableUpcomingFeature("ExistentialAny"),
 ]
 
+#if os(Linux)
+    import Glibc
+    /// Whether this machine's glibc (the one a binary built here needs) is 2.36 or later.
+    let loaderReadsPackedRelocations: Bool = {
+        var text = [CChar](repeating: 0, count: 64)  // "glibc 2.36"
+        guard confstr(Int32(_CS_GNU_LIBC_VERSION), &text, text.count) > 0 else { return false }
+        let version = String(cString: text).split(separator: " ").last?.split(separator: ".").compactMap { Int($0) } ?? []
+        return version.count >= 2 && (version[0], version[1]) >= (2, 36)
+    }()
+#else
+    let loaderReadsPackedRelocations = false
+#endif
+
+// How the release server binary is linked, for the memory it holds resident (docs/benchmarks.md,
+// "Idle memory: libcurl gone, relocations packed"). LLD packs the binary's 81,000 relative
+// relocations into 21 KB (RELR) where the default linker writes 1.9 MB that the loader reads, and
+// so holds, at every start. Only a loader from glibc 2.36 on reads them, so only where the
+// build's own glibc is that recent (a binary built against a glibc needs it or a newer one).
+let residentLinking: [LinkerSetting] =
+    loaderReadsPackedRelocations
+    ? [
+        .unsafeFlags(
+            ["-use-ld=lld", "-Xlinker", "-z", "-Xlinker", "pack-relative-relocs"],
+            .when(platforms: [.linux], configuration: .release))
+    ] : []
+
 let package = Package(
     name: "nimbus",
     platforms: [.macOS(.v14), .iOS(.v17)],
@@ -99,6 +125,7 @@ let package = Package(
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
                 .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ],
             swiftSettings: strict),
         // Push delivery to Apple's APNs: HTTP/2 provider API, ES256 provider tokens, retries.
@@ -164,7 +191,8 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ],
-            swiftSettings: strict),
+            swiftSettings: strict,
+            linkerSettings: residentLinking),
         // Load generator for Benchmarks/ (run on demand, never in tests).
         .executableTarget(
             name: "NimbusBench",

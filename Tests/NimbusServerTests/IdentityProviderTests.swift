@@ -67,6 +67,12 @@ import Testing
                     status: .ok, headers: [.contentType: "application/json"],
                     body: .init(byteBuffer: ByteBuffer(string: self.jwks)))
             }
+            // A key set one byte past the largest Nimbus reads.
+            router.get("huge-keys") { _, _ in
+                Response(
+                    status: .ok, headers: [.contentType: "application/json"],
+                    body: .init(byteBuffer: ByteBuffer(repeating: UInt8(ascii: " "), count: NimbusService.largestKeySetBytes + 1)))
+            }
             let (ports, continuation) = AsyncStream<Int>.makeStream()
             let app = Application(
                 router: router, configuration: ApplicationConfiguration(address: .hostname("127.0.0.1", port: 0)),
@@ -105,6 +111,17 @@ import Testing
             // Not trusted yet.
             let untrusted = try await Self.signIn(server, token)
             #expect(untrusted.status == 401 && untrusted.reason.contains("trusts no issuer 'https://issuer.test'"), "\(untrusted.text)")
+            // A key set URL that does not answer one, or answers too much of one, is refused, saying why.
+            for (path, words) in [("missing", "answered 404"), ("huge-keys", "could not be read")] {
+                await #expect {
+                    try await server.service.addIdentityProvider(
+                        container: TestServer.container, issuer: Self.issuerName, audience: Self.audience,
+                        jwks: "http://127.0.0.1:\(issuer.port)/\(path)")
+                } throws: { error in
+                    guard let refusal = error as? CloudKitError else { return false }
+                    return refusal.code == .tryAgainLater && "\(refusal)".contains(words)
+                }
+            }
             try await server.service.addIdentityProvider(
                 container: TestServer.container, issuer: Self.issuerName, audience: Self.audience,
                 jwks: "http://127.0.0.1:\(issuer.port)/keys")

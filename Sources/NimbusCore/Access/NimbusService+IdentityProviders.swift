@@ -1,12 +1,10 @@
+import AsyncHTTPClient
 import Crypto
 import Foundation
 import JWTKit
+import NIOCore
 import NimbusStorage
 import NimbusWire
-
-#if canImport(FoundationNetworking)
-    import FoundationNetworking
-#endif
 
 /// Signing in with an identity provider (docs/identities.md): an OpenID Connect id token (Sign
 /// in with Apple's is one) from an issuer the container trusts is exchanged for a web auth
@@ -138,18 +136,20 @@ extension NimbusService {
         return try await accounts.linkedUser(issuer: issuer, subject: subject) ?? user
     }
 
+    /// A key set is a few kilobytes; one larger than this is not one.
+    public static let largestKeySetBytes = 1 << 20
+
     /// The keys of a JWKS source, from the cache unless `reload`.
     private func identityProviderKeys(_ source: String, reload: Bool) async throws -> JWTKeyCollection {
         if !reload, let keys = identityKeyCache.keys(source, now: now) { return keys }
         let text: String
         do {
             if source.hasPrefix("http://") || source.hasPrefix("https://") {
-                guard let url = URL(string: source) else { throw CloudKitError.badRequest("'\(source)' is not a URL") }
-                let (data, response) = try await URLSession.shared.data(from: url)
-                guard (response as? HTTPURLResponse)?.statusCode == 200 else {
-                    throw CloudKitError.badRequest("\(source) answered \((response as? HTTPURLResponse)?.statusCode ?? 0)")
-                }
-                text = String(decoding: data, as: UTF8.self)
+                // AsyncHTTPClient, not URLSession: Foundation's networking would load libcurl and its
+                // dozen libraries into every server for this one request (about 6 MB of resident memory).
+                let response = try await HTTPClient.shared.execute(HTTPClientRequest(url: source), timeout: .seconds(10))
+                guard response.status == .ok else { throw CloudKitError.badRequest("\(source) answered \(response.status.code)") }
+                text = String(buffer: try await response.body.collect(upTo: Self.largestKeySetBytes))
             } else {
                 text = try String(contentsOfFile: source, encoding: .utf8)
             }
