@@ -8,16 +8,23 @@ let strict: [SwiftSetting] = [
 ]
 
 #if os(Linux)
+    import Foundation
     import Glibc
-    /// Whether this machine's glibc (the one a binary built here needs) is 2.36 or later.
-    let loaderReadsPackedRelocations: Bool = {
+    /// Whether this machine's glibc (the one a binary built here needs) is 2.36 or later, and
+    /// LLD is on the path to write what it reads (swift.org's toolchains carry it; a packaged
+    /// Swift may not).
+    let packsRelativeRelocations: Bool = {
+        let path = ProcessInfo.processInfo.environment["PATH"] ?? ""
+        guard path.split(separator: ":").contains(where: { FileManager.default.isExecutableFile(atPath: "\($0)/ld.lld") }) else {
+            return false
+        }
         var text = [CChar](repeating: 0, count: 64)  // "glibc 2.36"
         guard confstr(Int32(_CS_GNU_LIBC_VERSION), &text, text.count) > 0 else { return false }
         let version = String(cString: text).split(separator: " ").last?.split(separator: ".").compactMap { Int($0) } ?? []
         return version.count >= 2 && (version[0], version[1]) >= (2, 36)
     }()
 #else
-    let loaderReadsPackedRelocations = false
+    let packsRelativeRelocations = false
 #endif
 
 // How the release server binary is linked, for the memory it holds resident (docs/benchmarks.md,
@@ -26,7 +33,7 @@ let strict: [SwiftSetting] = [
 // so holds, at every start. Only a loader from glibc 2.36 on reads them, so only where the
 // build's own glibc is that recent (a binary built against a glibc needs it or a newer one).
 let residentLinking: [LinkerSetting] =
-    loaderReadsPackedRelocations
+    packsRelativeRelocations
     ? [
         .unsafeFlags(
             ["-use-ld=lld", "-Xlinker", "-z", "-Xlinker", "pack-relative-relocs"],
