@@ -67,7 +67,14 @@ import Testing
                     status: .ok, headers: [.contentType: "application/json"],
                     body: .init(byteBuffer: ByteBuffer(string: self.jwks)))
             }
-            // A key set one byte past the largest Nimbus reads.
+            // The key set padded to the largest Nimbus reads, and a key set one byte past it.
+            router.get("padded-keys") { _, _ in
+                let keys = self.jwks
+                let padding = String(repeating: " ", count: NimbusService.largestKeySetBytes - keys.utf8.count)
+                return Response(
+                    status: .ok, headers: [.contentType: "application/json"],
+                    body: .init(byteBuffer: ByteBuffer(string: keys + padding)))
+            }
             router.get("huge-keys") { _, _ in
                 Response(
                     status: .ok, headers: [.contentType: "application/json"],
@@ -122,6 +129,10 @@ import Testing
                     return refusal.code == .tryAgainLater && "\(refusal)".contains(words)
                 }
             }
+            // A key set of exactly the largest size is read.
+            try await server.service.addIdentityProvider(
+                container: TestServer.container, issuer: "https://padded.test", audience: Self.audience,
+                jwks: "http://127.0.0.1:\(issuer.port)/padded-keys")
             try await server.service.addIdentityProvider(
                 container: TestServer.container, issuer: Self.issuerName, audience: Self.audience,
                 jwks: "http://127.0.0.1:\(issuer.port)/keys")

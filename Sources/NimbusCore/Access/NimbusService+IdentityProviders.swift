@@ -145,8 +145,8 @@ extension NimbusService {
         let text: String
         do {
             if source.hasPrefix("http://") || source.hasPrefix("https://") {
-                // AsyncHTTPClient, not URLSession: Foundation's networking would load libcurl and its
-                // dozen libraries into every server for this one request (about 6 MB of resident memory).
+                // AsyncHTTPClient, not URLSession: Foundation's networking would load libcurl and the
+                // 28 libraries behind it into every server for this one request (about 6 MB resident).
                 let response = try await HTTPClient.shared.execute(HTTPClientRequest(url: source), timeout: .seconds(10))
                 guard response.status == .ok else { throw CloudKitError.badRequest("\(source) answered \(response.status.code)") }
                 text = String(buffer: try await response.body.collect(upTo: Self.largestKeySetBytes))
