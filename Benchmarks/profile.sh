@@ -6,7 +6,9 @@
 #   Benchmarks/profile.sh [cell=create:1] [seconds=10] [records=20000]
 #
 # POSTGRES=1 runs the server on PostgreSQL (a private durable cluster, synchronous_commit off,
-# as wrk-ab.sh runs it); the report is then of the node alone, not of PostgreSQL's backends.
+# as wrk-ab.sh runs it); the report is then of the node alone, and a second one, written beside
+# it with `-cluster` in its name, samples the cluster's processes (its backends, the WAL writer,
+# the checkpointer) over the same seconds, by PostgreSQL's own functions.
 #
 # Writes bench-results/profile-<kind>-<connections>.{data,txt}.
 set -euo pipefail
@@ -47,8 +49,18 @@ wrk -t"$threads" -c"$connections" -d2s "${script[@]}" "$url" >/dev/null  # warm 
 wait_idle
 perf record -F ${FREQ:-1999} ${CALLGRAPH:--g} -p "$nimbus_PID" -o "$out.data" -- sleep "$SECONDS_PER" 2>/dev/null &
 recorder=$!
+cluster_recorder=
+if [ -n "${POSTGRES:-}" ]; then
+  # Every process of this cluster as it stands after the warm-up (the node's pool is open by
+  # then): the postmaster named in its data folder, and its children.
+  postmaster=$(head -1 "${NIMBUS_PG_DIR:-/tmp/nimbus-pg-${NIMBUS_PG_PORT:-54329}}/data/postmaster.pid")
+  cluster_pids=$(pgrep -d, -P "$postmaster")
+  perf record -F ${FREQ:-1999} -g -p "$cluster_pids" -o "$out-cluster.data" -- sleep "$SECONDS_PER" 2>/dev/null &
+  cluster_recorder=$!
+fi
 wrk -t"$threads" -c"$connections" -d"${SECONDS_PER}s" "${script[@]}" "$url" | grep -E "Requests/sec|Latency"
 wait "$recorder"
+[ -n "$cluster_recorder" ] && wait "$cluster_recorder"
 {
   echo "== self"
   perf report -i "$out.data" --no-children --percent-limit 0.7 --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$'
@@ -56,3 +68,12 @@ wait "$recorder"
   perf report -i "$out.data" --children --percent-limit 3 --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$'
 } >"$out.txt"
 echo "report: $out.txt"
+if [ -n "$cluster_recorder" ]; then
+  {
+    echo "== self"
+    perf report -i "$out-cluster.data" --no-children --percent-limit 0.7 --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$'
+    echo "== children"
+    perf report -i "$out-cluster.data" --children --percent-limit 3 --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$'
+  } >"$out-cluster.txt"
+  echo "cluster report: $out-cluster.txt"
+fi

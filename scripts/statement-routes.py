@@ -94,12 +94,13 @@ def routes(branch):
     if lower.startswith(SKIPPED):
         return None
     if "nimbus_apply_" in lower:
-        # The unit's one database as the first argument; NULL for a unit that writes no
+        # The unit's one database as the first argument (its JSON and the typed arrays of its
+        # record saves after it); NULL for a unit that writes no
         # database's tables (only the coordinator's). A group commit whose units wrote several
         # databases says so: a transaction over several shards, which Citus runs correctly;
         # counted and shown (main), not failed, since whether a run groups two users' first
         # writes is the scheduler's to say.
-        if not re.search(r"nimbus_apply_\w+\(n::bigint, n::jsonb\)( as several_databases)?$", lower):
+        if not re.search(r"nimbus_apply_\w+\(n::bigint, n::jsonb(, n)*\)( as several_databases)?$", lower):
             return ["nimbus_apply"]
         return None
     by_database = touched(lower, BY_DATABASE)

@@ -1,6 +1,8 @@
 import Foundation
+import NIOCore
 import NimbusStorage
 import NimbusWire
+import PostgresNIO
 
 /// A unit of work's writes on PostgreSQL, all in this file: the JSON the driver sends
 /// (`PostgresCoarseStorage.json(_:)`) and the PL/pgSQL function that applies it
@@ -21,7 +23,20 @@ enum PostgresApply {
     /// The unit's one database (NULL when its writes touch none, or several), then its
     /// changes. The database is the function's distribution argument on Citus
     /// (docs/scale-out.md, "Citus routing"); the body names each write's own database.
-    static let arguments = "(unit_database bigint, changes jsonb)"
+    /// After them, the unit's record saves and index entries (`Rows`), a typed array a column,
+    /// bound in this order by `Rows.bind(into:)`. Named apart from every table's columns, which
+    /// PL/pgSQL would otherwise find ambiguous.
+    static let arguments = """
+        (unit_database bigint, changes jsonb,
+            rec_id bigint[], rec_zone bigint[], rec_database bigint[], rec_name text[], rec_type text[], rec_fields bytea[],
+            rec_parent text[], rec_sequence bigint[], rec_created_at bigint[], rec_created_by text[], rec_created_device text[],
+            rec_modified_at bigint[], rec_modified_by text[], rec_modified_device text[], rec_deleted boolean[],
+            ent_record bigint[], ent_zone bigint[], ent_database bigint[], ent_type text[], ent_field text[],
+            ent_position integer[], ent_num text[], ent_text bytea[], ent_lon double precision[],
+            tok_record bigint[], tok_zone bigint[], tok_database bigint[], tok_type text[], tok_field text[], tok_token text[],
+            pair_record bigint[], pair_zone bigint[], pair_database bigint[], pair_type text[], pair_field text[],
+            pair_sort_field text[], pair_value_num text[], pair_value_text bytea[], pair_sort_num text[], pair_sort_text bytea[])
+        """
 
     /// The statement that installs it.
     static var definition: String {
@@ -51,7 +66,8 @@ enum PostgresApply {
     ///   `RetryingStorage` answers by running the unit again.
     /// - **Writes** (`writes`), one `WHEN` branch a kind. A run of record saves comes as one
     ///   `putRecords` and one `replaceIndexes`, one statement per table (PL/pgSQL spent about
-    ///   0.35 ms a record saving one by one, most of it starting statements); a record
+    ///   0.35 ms a record saving one by one, most of it starting statements), their rows a
+    ///   range (`[first, last]`, from 1) of the typed arrays after `changes`; a record
     ///   replaced meanwhile (another id under its name) fails the unit. A zone is made only
     ///   over the tombstone the unit saw (`replacing`), with the record sequence its records
     ///   left it at. Every statement finds zones by id and databases by key: none scans a table.
@@ -79,6 +95,8 @@ enum PostgresApply {
             db bigint;
             ids bigint[];  -- records of one database whose index entries a run of saves replaces (zones to stamp, at the end)
             used bigint;  -- a database's bytes before the unit's
+            lo integer;  -- a run's first and last rows in the typed arrays
+            hi integer;
         BEGIN
             -- Zones in id order (the unit sends them sorted): two units never wait for each
             -- other in a circle.
@@ -199,12 +217,19 @@ enum PostgresApply {
                     DELETE FROM record_references WHERE database_id = db AND source_zone_id = (w->>'id')::bigint;
                     UPDATE zones SET deleted = true WHERE database_id = db AND id = (w->>'id')::bigint;
                 WHEN 'putRecords' THEN
+                    lo := (w->'rows'->>0)::integer;
+                    hi := (w->'rows'->>1)::integer;
                     INSERT INTO records (database_id, id, zone_id, record_name, record_type, fields, parent, change_sequence,
                         created_at, created_by, created_device, modified_at, modified_by, modified_device, deleted)
-                    SELECT coalesce((r->>2)::bigint, nimbus_zone_database((r->>1)::bigint)), (r->>0)::bigint, (r->>1)::bigint,
-                        r->>3, r->>4, decode(r->>5, 'base64'), r->>6, (r->>7)::bigint, (r->>8)::bigint, r->>9, r->>10,
-                        (r->>11)::bigint, r->>12, r->>13, (r->>14)::boolean
-                    FROM jsonb_array_elements(w->'rows') AS rows(r)
+                    SELECT coalesce(r.database, nimbus_zone_database(r.zone)), r.id, r.zone, r.name, r.type, r.fields, r.parent,
+                        r.sequence, r.created_at, r.created_by, r.created_device, r.modified_at, r.modified_by, r.modified_device,
+                        r.deleted
+                    FROM unnest(rec_id[lo:hi], rec_zone[lo:hi], rec_database[lo:hi], rec_name[lo:hi], rec_type[lo:hi],
+                        rec_fields[lo:hi], rec_parent[lo:hi], rec_sequence[lo:hi], rec_created_at[lo:hi], rec_created_by[lo:hi],
+                        rec_created_device[lo:hi], rec_modified_at[lo:hi], rec_modified_by[lo:hi], rec_modified_device[lo:hi],
+                        rec_deleted[lo:hi])
+                        AS r(id, zone, database, name, type, fields, parent, sequence, created_at, created_by, created_device,
+                            modified_at, modified_by, modified_device, deleted)
                     WHERE true
                     ON CONFLICT (database_id, zone_id, record_name) DO UPDATE SET
                         record_type = excluded.record_type, fields = excluded.fields, parent = excluded.parent,
@@ -214,7 +239,7 @@ enum PostgresApply {
                         modified_device = excluded.modified_device, deleted = excluded.deleted
                     WHERE records.id = excluded.id;
                     GET DIAGNOSTICS affected = ROW_COUNT;
-                    IF affected <> jsonb_array_length(w->'rows') THEN
+                    IF affected <> hi - lo + 1 THEN
                         RAISE EXCEPTION 'a record was replaced meanwhile' USING ERRCODE = '40001';
                     END IF;
                 WHEN 'replaceIndexes' THEN
@@ -229,23 +254,33 @@ enum PostgresApply {
                         DELETE FROM record_tokens WHERE database_id = db AND record_id = ANY(ids);
                         DELETE FROM pair_index WHERE database_id = db AND record_id = ANY(ids);
                     END LOOP;
+                    lo := (w->'entries'->>0)::integer;
+                    hi := (w->'entries'->>1)::integer;
                     INSERT INTO field_index (database_id, record_id, field, position, zone_id, record_type, num, text, lon)
-                    SELECT coalesce((e->>2)::bigint, nimbus_zone_database((e->>1)::bigint)), (e->>0)::bigint, e->>4, (e->>5)::integer,
-                        (e->>1)::bigint, e->>3, (e->>6)::numeric, decode(e->>7, 'base64'), (e->>8)::double precision
-                    FROM jsonb_array_elements(w->'entries') AS entries(e);
+                    SELECT coalesce(e.database, nimbus_zone_database(e.zone)), e.record, e.field, e.position, e.zone, e.type,
+                        e.num::numeric, e.bytes, e.lon
+                    FROM unnest(ent_record[lo:hi], ent_zone[lo:hi], ent_database[lo:hi], ent_type[lo:hi], ent_field[lo:hi],
+                        ent_position[lo:hi], ent_num[lo:hi], ent_text[lo:hi], ent_lon[lo:hi])
+                        AS e(record, zone, database, type, field, position, num, bytes, lon);
+                    lo := (w->'tokens'->>0)::integer;
+                    hi := (w->'tokens'->>1)::integer;
                     INSERT INTO record_tokens (database_id, record_id, zone_id, record_type, lexemes)
                     SELECT coalesce(t.database, nimbus_zone_database(t.zone)), t.record, t.zone, t.type,
                         array_to_tsvector(array_agg(DISTINCT l.lexeme))
-                    FROM jsonb_array_elements(w->'tokens') AS tokens(v)
-                    CROSS JOIN LATERAL (SELECT (v->>0)::bigint, (v->>1)::bigint, (v->>2)::bigint, v->>3, v->>4, v->>5)
-                        AS t(record, zone, database, type, field, token)
+                    FROM unnest(tok_record[lo:hi], tok_zone[lo:hi], tok_database[lo:hi], tok_type[lo:hi], tok_field[lo:hi],
+                        tok_token[lo:hi]) AS t(record, zone, database, type, field, token)
                     CROSS JOIN LATERAL (VALUES (t.token), (t.field || ':' || t.token)) AS l(lexeme)
                     GROUP BY 1, t.record, t.zone, t.type;
+                    lo := (w->'pairs'->>0)::integer;
+                    hi := (w->'pairs'->>1)::integer;
                     INSERT INTO pair_index (database_id, record_id, field, sort_field, zone_id, record_type, value_num, value_text,
                         sort_num, sort_text)
-                    SELECT coalesce((p->>2)::bigint, nimbus_zone_database((p->>1)::bigint)), (p->>0)::bigint, p->>4, p->>5,
-                        (p->>1)::bigint, p->>3, (p->>6)::numeric, decode(p->>7, 'base64'), (p->>8)::numeric, decode(p->>9, 'base64')
-                    FROM jsonb_array_elements(w->'pairs') AS pairs(p);
+                    SELECT coalesce(p.database, nimbus_zone_database(p.zone)), p.record, p.field, p.sort_field, p.zone, p.type,
+                        p.value_num::numeric, p.value_text, p.sort_num::numeric, p.sort_text
+                    FROM unnest(pair_record[lo:hi], pair_zone[lo:hi], pair_database[lo:hi], pair_type[lo:hi], pair_field[lo:hi],
+                        pair_sort_field[lo:hi], pair_value_num[lo:hi], pair_value_text[lo:hi], pair_sort_num[lo:hi],
+                        pair_sort_text[lo:hi])
+                        AS p(record, zone, database, type, field, sort_field, value_num, value_text, sort_num, sort_text);
                 WHEN 'replaceReferences' THEN
                     db := coalesce((w->>'database')::bigint, nimbus_zone_database((w->>'zone')::bigint), unit_database);
                     DELETE FROM record_references
@@ -370,13 +405,216 @@ enum PostgresApply {
         """#
 }
 
-/// A unit of work's changes as `body` reads them: JSON objects with a `kind`; bytes in base64;
-/// numbers of index entries as decimal text (texts as base64 bytes), which `numeric` reads
-/// exactly (an INT64 past 2^53 keeps its last digit, a double its shortest exact form).
+extension PostgresApply {
+    /// A unit's record saves and index entries, a typed array a column (`PostgresArrayColumn`),
+    /// bound after its JSON in `arguments`' order; each run of saves in the JSON names its rows'
+    /// range. In the JSON, PostgreSQL spent about a quarter of a 200-record batch's apply
+    /// parsing them into jsonb and their numbers into `numeric`, then taking each cell out
+    /// again (docs/benchmarks.md, "Record saves as typed arrays").
+    struct Rows {
+        var records = Records()
+        var entries = Entries()
+        var tokens = Tokens()
+        var pairs = Pairs()
+
+        func bind(into binds: inout PostgresBindings) {
+            records.bind(into: &binds)
+            entries.bind(into: &binds)
+            tokens.bind(into: &binds)
+            pairs.bind(into: &binds)
+        }
+
+        /// The record, zone, database (nil: the function looks it up) and record type each
+        /// index entry follows.
+        struct Owner {
+            let record: Int64
+            let zone: Int64
+            let database: Int64?
+            let type: String
+        }
+
+        /// `rec_` in `arguments`: the record's id, zone, database, name, type, fields, parent,
+        /// sequence, created at, by, device, modified at, by, device, deleted.
+        struct Records: RowColumns {
+            var id = PostgresArrayColumn<Int64>(), zone = PostgresArrayColumn<Int64>(), database = PostgresArrayColumn<Int64>()
+            var name = PostgresArrayColumn<String>(), type = PostgresArrayColumn<String>()
+            var fields = PostgresArrayColumn<ByteBuffer>(), parent = PostgresArrayColumn<String>()
+            var sequence = PostgresArrayColumn<Int64>()
+            var createdAt = PostgresArrayColumn<Int64>(), createdBy = PostgresArrayColumn<String>()
+            var createdDevice = PostgresArrayColumn<String>()
+            var modifiedAt = PostgresArrayColumn<Int64>(), modifiedBy = PostgresArrayColumn<String>()
+            var modifiedDevice = PostgresArrayColumn<String>()
+            var deleted = PostgresArrayColumn<Bool>()
+
+            var count: Int { id.count }
+
+            mutating func append(_ recordID: Int64, _ row: RecordRow, database databaseID: Int64?) {
+                id.append(recordID)
+                zone.append(row.zoneID)
+                database.append(databaseID)
+                name.append(row.recordName)
+                type.append(row.recordType)
+                fields.append(bytes: row.fields)
+                parent.append(row.parent)
+                sequence.append(row.changeSequence)
+                createdAt.append(row.created.timestamp)
+                createdBy.append(row.created.userRecordName)
+                createdDevice.append(row.created.deviceID)
+                modifiedAt.append(row.modified.timestamp)
+                modifiedBy.append(row.modified.userRecordName)
+                modifiedDevice.append(row.modified.deviceID)
+                deleted.append(row.isDeleted)
+            }
+
+            func bind(into binds: inout PostgresBindings) {
+                binds.append(id)
+                binds.append(zone)
+                binds.append(database)
+                binds.append(name)
+                binds.append(type)
+                binds.append(fields)
+                binds.append(parent)
+                binds.append(sequence)
+                binds.append(createdAt)
+                binds.append(createdBy)
+                binds.append(createdDevice)
+                binds.append(modifiedAt)
+                binds.append(modifiedBy)
+                binds.append(modifiedDevice)
+                binds.append(deleted)
+            }
+        }
+
+        /// The owner's four columns in every kind of entry (`ent_`, `tok_`, `pair_`).
+        struct OwnerColumns {
+            var record = PostgresArrayColumn<Int64>(), zone = PostgresArrayColumn<Int64>(), database = PostgresArrayColumn<Int64>()
+            var type = PostgresArrayColumn<String>()
+
+            mutating func append(_ owner: Owner) {
+                record.append(owner.record)
+                zone.append(owner.zone)
+                database.append(owner.database)
+                type.append(owner.type)
+            }
+
+            func bind(into binds: inout PostgresBindings) {
+                binds.append(record)
+                binds.append(zone)
+                binds.append(database)
+                binds.append(type)
+            }
+        }
+
+        /// `ent_`: the owner, then field, position, number (exact decimal text, which `numeric`
+        /// reads exactly: an INT64 past 2^53 keeps its last digit, a double its shortest exact
+        /// form), text (UTF-8 bytes: the column is bytea), longitude.
+        struct Entries: RowColumns {
+            var owner = OwnerColumns()
+            var field = PostgresArrayColumn<String>(), position = PostgresArrayColumn<Int32>()
+            var number = PostgresArrayColumn<String>(), text = PostgresArrayColumn<ByteBuffer>()
+            var longitude = PostgresArrayColumn<Double>()
+
+            var count: Int { field.count }
+
+            mutating func append(_ owner: Owner, _ entry: IndexEntry) {
+                self.owner.append(owner)
+                field.append(entry.field)
+                position.append(Int32(entry.position))
+                number.append(PostgresCoarseStorage.numericText(entry.value))
+                text.append(bytes: Rows.text(entry.value))
+                longitude.append(entry.longitude)
+            }
+
+            func bind(into binds: inout PostgresBindings) {
+                owner.bind(into: &binds)
+                binds.append(field)
+                binds.append(position)
+                binds.append(number)
+                binds.append(text)
+                binds.append(longitude)
+            }
+        }
+
+        /// `tok_`: the owner, then field and token.
+        struct Tokens: RowColumns {
+            var owner = OwnerColumns()
+            var field = PostgresArrayColumn<String>(), token = PostgresArrayColumn<String>()
+
+            var count: Int { field.count }
+
+            mutating func append(_ owner: Owner, _ entry: TokenEntry) {
+                self.owner.append(owner)
+                field.append(entry.field)
+                token.append(entry.token)
+            }
+
+            func bind(into binds: inout PostgresBindings) {
+                owner.bind(into: &binds)
+                binds.append(field)
+                binds.append(token)
+            }
+        }
+
+        /// `pair_`: the owner, then field, sort field, the value's number and text, the sort
+        /// value's number and text (as `Entries` has them).
+        struct Pairs: RowColumns {
+            var owner = OwnerColumns()
+            var field = PostgresArrayColumn<String>(), sortField = PostgresArrayColumn<String>()
+            var valueNumber = PostgresArrayColumn<String>(), valueText = PostgresArrayColumn<ByteBuffer>()
+            var sortNumber = PostgresArrayColumn<String>(), sortText = PostgresArrayColumn<ByteBuffer>()
+
+            var count: Int { field.count }
+
+            mutating func append(_ owner: Owner, _ entry: SortedPairEntry) {
+                self.owner.append(owner)
+                field.append(entry.pair.field)
+                sortField.append(entry.pair.sortField)
+                valueNumber.append(PostgresCoarseStorage.numericText(entry.value))
+                valueText.append(bytes: Rows.text(entry.value))
+                sortNumber.append(PostgresCoarseStorage.numericText(entry.sortValue))
+                sortText.append(bytes: Rows.text(entry.sortValue))
+            }
+
+            func bind(into binds: inout PostgresBindings) {
+                owner.bind(into: &binds)
+                binds.append(field)
+                binds.append(sortField)
+                binds.append(valueNumber)
+                binds.append(valueText)
+                binds.append(sortNumber)
+                binds.append(sortText)
+            }
+        }
+
+        /// A text value's UTF-8 bytes (nil for a number).
+        static func text(_ value: IndexValue) -> String.UTF8View? {
+            guard case .text(let text) = value else { return nil }
+            return text.utf8
+        }
+    }
+}
+
+/// One kind of row in `PostgresApply.Rows`.
+protocol RowColumns {
+    var count: Int { get }
+}
+
+extension RowColumns {
+    /// Adds rows with `body` and answers their range as the function reads it: `[first, last]`,
+    /// counted from 1 as PostgreSQL's arrays are (an empty range when none was added).
+    mutating func adding(_ body: (inout Self) -> Void) -> JSON {
+        let first = count + 1
+        body(&self)
+        return [.int(Int64(first)), .int(Int64(count))]
+    }
+}
+
+/// A unit of work's changes as `body` reads them: JSON objects with a `kind`, bytes in base64;
+/// record saves and index entries in `PostgresApply.Rows`, the JSON naming their ranges.
 /// Built as NimbusWire's `JSON` and written by its serializer: Foundation's `JSONSerialization`
 /// over `[String: Any]` took 70% of the server's processor time on a 200-record batch.
 extension PostgresCoarseStorage {
-    static func json(_ changes: UnitOfWorkChanges, databases databaseOf: DatabaseOfZone) -> JSON {
+    static func json(_ changes: UnitOfWorkChanges, databases databaseOf: DatabaseOfZone, rows: inout PostgresApply.Rows) -> JSON {
         let created = changes.createdZones
         var object: JSONObject = [
             // Zones made by the unit are inserted with their last record sequence
@@ -393,7 +631,7 @@ extension PostgresCoarseStorage {
                 changes.badgesRead.map { owner, value in
                     .object(Self.owner(owner).merging(["value": .int(value)]))
                 }),
-            "writes": .array(withFinalSequences(writes(changes.writes, databases: databaseOf), changes)),
+            "writes": .array(withFinalSequences(writes(changes.writes, databases: databaseOf, rows: &rows), changes)),
         ]
         if let version = changes.subscriptionsVersion {
             object["subscriptionsVersion"] = ["read": .int(version.read), "changes": .int(Int64(version.changes))]
@@ -450,15 +688,6 @@ extension PostgresCoarseStorage {
 
     private static func optional(_ text: String?) -> JSON { text.map(JSON.string) ?? .null }
 
-    /// An index value as `PostgresApply.body` reads it: a number's exact decimal text, or a text's
-    /// UTF-8 bytes in base64 (the column is bytea; jsonb cannot hold U+0000).
-    private static func number(_ value: IndexValue) -> (num: JSON, text: JSON) {
-        switch value {
-        case .integer, .number: return (optional(numericText(value)), .null)
-        case .text(let text): return (.null, bytes(Array(text.utf8)))
-        }
-    }
-
     private static func owner(_ owner: NotificationOwner) -> JSONObject {
         ["container": .string(owner.container), "environment": .string(owner.environment.rawValue), "user": .int(owner.userID)]
     }
@@ -468,25 +697,26 @@ extension PostgresCoarseStorage {
     }
 
     /// The writes in order, each run of record saves (`putRecord` and `replaceIndexEntries`
-    /// with nothing else between them) as one `putRecords` and one `replaceIndexes`, which
-    /// `PostgresApply.body` writes a statement per table. A record saved twice in a run (two
-    /// writes of one group) is sent once, as its last version, with its last index entries.
-    static func writes(_ writes: [StorageWrite], databases databaseOf: DatabaseOfZone) -> [JSON] {
+    /// with nothing else between them) as one `putRecords` and one `replaceIndexes`, their rows
+    /// added to `rows`, which `PostgresApply.body` writes a statement per table. A record saved
+    /// twice in a run (two writes of one group) is sent once, as its last version, with its
+    /// last index entries.
+    static func writes(_ writes: [StorageWrite], databases databaseOf: DatabaseOfZone, rows: inout PostgresApply.Rows) -> [JSON] {
         var sent: [JSON] = []
         var run = RecordRun(databaseOf: databaseOf)
         for write in writes {
             switch write {
             case .putRecord(let id, let row, _):
-                run.records.put(RecordKey(zoneID: row.zoneID, name: row.recordName), record(id, row, database: databaseOf(row.zoneID)))
+                run.records.put(RecordKey(zoneID: row.zoneID, name: row.recordName), (id, row))
             case .replaceIndexEntries(let recordID, let zoneID, let recordType, let index, let hadEntries):
                 run.indexes.put(recordID, (zoneID, recordType, index))
                 if hadEntries { run.had[recordID] = zoneID }
             default:
-                sent += run.flush()
+                sent += run.flush(into: &rows)
                 sent.append(single(write, databases: databaseOf))
             }
         }
-        return sent + run.flush()
+        return sent + run.flush(into: &rows)
     }
 
     /// The logical database of each zone a unit's JSON names, which `PostgresApply.body`'s
@@ -510,9 +740,9 @@ extension PostgresCoarseStorage {
             self.memo = memo
         }
 
-        func callAsFunction(_ zone: Int64) -> JSON {
-            (known[zone] ?? memo.value(of: zone)).map(JSON.int) ?? .null
-        }
+        func callAsFunction(_ zone: Int64) -> JSON { id(zone).map(JSON.int) ?? .null }
+
+        func id(_ zone: Int64) -> Int64? { known[zone] ?? memo.value(of: zone) }
     }
 
     /// The logical databases whose rows the unit writes or checks. The apply function takes
@@ -535,32 +765,40 @@ extension PostgresCoarseStorage {
     /// Record saves gathered until a write of another kind.
     private struct RecordRun {
         let databaseOf: DatabaseOfZone
-        var records = LastByKey<RecordKey, JSON>()
+        var records = LastByKey<RecordKey, (id: Int64, row: RecordRow)>()
         var indexes = LastByKey<Int64, (zoneID: Int64, recordType: String, index: RecordIndexEntries)>()
         /// Records whose committed entries go first, with their zones.
         var had: [Int64: Int64] = [:]
 
-        mutating func flush() -> [JSON] {
+        /// The run's writes, its rows added to `rows`.
+        mutating func flush(into rows: inout PostgresApply.Rows) -> [JSON] {
             defer { self = RecordRun(databaseOf: databaseOf) }
             var sent: [JSON] = []
             if !records.isEmpty {
-                sent.append(["kind": "putRecords", "rows": .array(records.values)])
+                let saved = records.values
+                let range = rows.records.adding { columns in
+                    for (id, row) in saved { columns.append(id, row, database: databaseOf.id(row.zoneID)) }
+                }
+                sent.append(["kind": "putRecords", "rows": range])
             }
             if !indexes.isEmpty {
-                var entries: [JSON] = [], tokens: [JSON] = [], pairs: [JSON] = []
-                for (recordID, (zoneID, recordType, index)) in indexes.pairs {
-                    let owner: [JSON] = [.int(recordID), .int(zoneID), databaseOf(zoneID), .string(recordType)]
-                    entries += PostgresCoarseStorage.entries(index).map { .array(owner + $0) }
-                    tokens += PostgresCoarseStorage.tokens(index).map { .array(owner + $0) }
-                    pairs += PostgresCoarseStorage.pairs(index).map { .array(owner + $0) }
+                let pairs = indexes.pairs
+                let owners = pairs.map { recordID, indexed in
+                    PostgresApply.Rows.Owner(record: recordID, zone: indexed.zoneID, database: databaseOf.id(indexed.zoneID), type: indexed.recordType)
+                }
+                let entries = rows.entries.adding { columns in
+                    for (owner, (_, indexed)) in zip(owners, pairs) { for entry in indexed.index.entries { columns.append(owner, entry) } }
+                }
+                let tokens = rows.tokens.adding { columns in
+                    for (owner, (_, indexed)) in zip(owners, pairs) { for token in indexed.index.tokens { columns.append(owner, token) } }
+                }
+                let sortedPairs = rows.pairs.adding { columns in
+                    for (owner, (_, indexed)) in zip(owners, pairs) { for pair in indexed.index.pairs { columns.append(owner, pair) } }
                 }
                 let had: [JSON] = had.sorted { $0.key < $1.key }.map {
                     ["record": .int($0.key), "zone": .int($0.value), "database": databaseOf($0.value)]
                 }
-                sent.append([
-                    "kind": "replaceIndexes", "had": .array(had), "entries": .array(entries), "tokens": .array(tokens),
-                    "pairs": .array(pairs),
-                ])
+                sent.append(["kind": "replaceIndexes", "had": .array(had), "entries": entries, "tokens": tokens, "pairs": sortedPairs])
             }
             return sent
         }
@@ -579,46 +817,6 @@ extension PostgresCoarseStorage {
 
         var pairs: [(Key, Value)] { order.map { ($0, byKey[$0]!) } }
         var values: [Value] { order.map { byKey[$0]! } }
-    }
-
-    // Record rows and index entries go as arrays, their columns by position, not as objects:
-    // PostgreSQL parses the unit's JSON into jsonb before the function runs, and objects (keys
-    // written out, sorted and checked for duplicates in each) took it three times as long, a
-    // third of a 200-record batch's apply (docs/benchmarks.md, "Rows by position").
-
-    /// A record row as `putRecords` reads it: id, zone, database, name, type, fields (base64),
-    /// parent, sequence, created at, by, device, modified at, by, device, deleted.
-    private static func record(_ id: Int64, _ row: RecordRow, database: JSON) -> JSON {
-        [
-            .int(id), .int(row.zoneID), database, .string(row.recordName), .string(row.recordType), bytes(row.fields),
-            optional(row.parent), .int(row.changeSequence), .int(row.created.timestamp), .string(row.created.userRecordName),
-            .string(row.created.deviceID), .int(row.modified.timestamp), .string(row.modified.userRecordName),
-            .string(row.modified.deviceID), .bool(row.isDeleted),
-        ]
-    }
-
-    // Each entry follows its record's id, zone, database and type (`RecordRun.flush`).
-
-    /// Field, position, number, text (base64), longitude.
-    private static func entries(_ index: RecordIndexEntries) -> [[JSON]] {
-        index.entries.map { entry in
-            let (num, text) = number(entry.value)
-            return [.string(entry.field), .int(Int64(entry.position)), num, text, entry.longitude.map(JSON.double) ?? .null]
-        }
-    }
-
-    /// Field, token.
-    private static func tokens(_ index: RecordIndexEntries) -> [[JSON]] {
-        index.tokens.map { [.string($0.field), .string($0.token)] }
-    }
-
-    /// Field, sort field, value's number, value's text, sort value's number, sort value's text.
-    private static func pairs(_ index: RecordIndexEntries) -> [[JSON]] {
-        index.pairs.map { pair in
-            let (valueNum, valueText) = number(pair.value)
-            let (sortNum, sortText) = number(pair.sortValue)
-            return [.string(pair.pair.field), .string(pair.pair.sortField), valueNum, valueText, sortNum, sortText]
-        }
     }
 
     /// A write of any kind but a record save's two (those go in runs, `writes(_:)`), as its

@@ -35,14 +35,21 @@ public struct PostgresCoarseStorage: CoarseStorage {
         // Zones made here are read by their ids next (a unit that makes a zone and then saves
         // into it): their databases are known from now on, as the unit knows them.
         storage.zoneDatabases.note(databaseOf.known.lazy.map { ($0.key, $0.value) })
-        let json = String(decoding: Self.json(changes, databases: databaseOf).serialized(), as: UTF8.self)
+        var rows = PostgresApply.Rows()
+        let json = String(decoding: Self.json(changes, databases: databaseOf, rows: &rows).serialized(), as: UTF8.self)
         // The unit's database first, by which a Citus coordinator routes the call: NULL for a
         // unit of the coordinator's tables only, and for a group whose writes reach several
         // databases, which says so (scripts/statement-routes.py counts those).
         let touched = Self.databases(touchedBy: changes, databaseOf)
         let database = touched.count == 1 ? touched.first : nil
         let several = touched.count > 1 ? " AS several_databases" : ""
-        try await storage.rows("SELECT \(unescaped: PostgresApply.name)(\(database)::bigint, \(json)::jsonb)\(unescaped: several)")
+        var binds = PostgresBindings()
+        binds.append(database)
+        binds.append(json)
+        rows.bind(into: &binds)
+        let rowParameters = (3...binds.count).map { "$\($0)" }.joined(separator: ", ")
+        try await storage.rows(
+            PostgresQuery(unsafeSQL: "SELECT \(PostgresApply.name)($1::bigint, $2::jsonb, \(rowParameters))\(several)", binds: binds))
         // Made and committed: every node reads these ids from the directory, this one knows them.
         storage.databaseIDs.note(changes.writes.lazy.compactMap { write in
             guard case .createDatabase(let row, _) = write else { return nil }
