@@ -60,20 +60,16 @@ if [ -n "${POSTGRES:-}" ]; then
 fi
 wrk -t"$threads" -c"$connections" -d"${SECONDS_PER}s" "${script[@]}" "$url" | grep -E "Requests/sec|Latency"
 wait "$recorder"
-[ -n "$cluster_recorder" ] && wait "$cluster_recorder"
-{
-  echo "== self"
-  perf report -i "$out.data" --no-children --percent-limit 0.7 --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$'
-  echo "== children"
-  perf report -i "$out.data" --children --percent-limit 3 --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$'
-} >"$out.txt"
-echo "report: $out.txt"
-if [ -n "$cluster_recorder" ]; then
+if [ -n "$cluster_recorder" ]; then wait "$cluster_recorder"; fi
+# report NAME: NAME.data's heaviest symbols into NAME.txt.
+report() {
   {
     echo "== self"
-    perf report -i "$out-cluster.data" --no-children --percent-limit 0.7 --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$'
+    perf report -i "$1.data" --no-children --percent-limit 0.7 --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$'
     echo "== children"
-    perf report -i "$out-cluster.data" --children --percent-limit 3 --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$'
-  } >"$out-cluster.txt"
-  echo "cluster report: $out-cluster.txt"
-fi
+    perf report -i "$1.data" --children --percent-limit 3 --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$'
+  } >"$1.txt"
+  echo "report: $1.txt"
+}
+report "$out"
+if [ -n "$cluster_recorder" ]; then report "$out-cluster"; fi

@@ -418,10 +418,7 @@ extension PostgresApply {
         var pairs = Pairs()
 
         func bind(into binds: inout PostgresBindings) {
-            records.bind(into: &binds)
-            entries.bind(into: &binds)
-            tokens.bind(into: &binds)
-            pairs.bind(into: &binds)
+            for column in records.columns + entries.columns + tokens.columns + pairs.columns { binds.append(column) }
         }
 
         /// The record, zone, database (nil: the function looks it up) and record type each
@@ -466,22 +463,11 @@ extension PostgresApply {
                 deleted.append(row.isDeleted)
             }
 
-            func bind(into binds: inout PostgresBindings) {
-                binds.append(id)
-                binds.append(zone)
-                binds.append(database)
-                binds.append(name)
-                binds.append(type)
-                binds.append(fields)
-                binds.append(parent)
-                binds.append(sequence)
-                binds.append(createdAt)
-                binds.append(createdBy)
-                binds.append(createdDevice)
-                binds.append(modifiedAt)
-                binds.append(modifiedBy)
-                binds.append(modifiedDevice)
-                binds.append(deleted)
+            var columns: [any PostgresDynamicTypeEncodable] {
+                [
+                    id, zone, database, name, type, fields, parent, sequence, createdAt, createdBy, createdDevice, modifiedAt,
+                    modifiedBy, modifiedDevice, deleted,
+                ]
             }
         }
 
@@ -497,12 +483,7 @@ extension PostgresApply {
                 type.append(owner.type)
             }
 
-            func bind(into binds: inout PostgresBindings) {
-                binds.append(record)
-                binds.append(zone)
-                binds.append(database)
-                binds.append(type)
-            }
+            var columns: [any PostgresDynamicTypeEncodable] { [record, zone, database, type] }
         }
 
         /// `ent_`: the owner, then field, position, number (exact decimal text, which `numeric`
@@ -525,14 +506,7 @@ extension PostgresApply {
                 longitude.append(entry.longitude)
             }
 
-            func bind(into binds: inout PostgresBindings) {
-                owner.bind(into: &binds)
-                binds.append(field)
-                binds.append(position)
-                binds.append(number)
-                binds.append(text)
-                binds.append(longitude)
-            }
+            var columns: [any PostgresDynamicTypeEncodable] { owner.columns + [field, position, number, text, longitude] }
         }
 
         /// `tok_`: the owner, then field and token.
@@ -548,11 +522,7 @@ extension PostgresApply {
                 token.append(entry.token)
             }
 
-            func bind(into binds: inout PostgresBindings) {
-                owner.bind(into: &binds)
-                binds.append(field)
-                binds.append(token)
-            }
+            var columns: [any PostgresDynamicTypeEncodable] { owner.columns + [field, token] }
         }
 
         /// `pair_`: the owner, then field, sort field, the value's number and text, the sort
@@ -575,14 +545,8 @@ extension PostgresApply {
                 sortText.append(bytes: Rows.text(entry.sortValue))
             }
 
-            func bind(into binds: inout PostgresBindings) {
-                owner.bind(into: &binds)
-                binds.append(field)
-                binds.append(sortField)
-                binds.append(valueNumber)
-                binds.append(valueText)
-                binds.append(sortNumber)
-                binds.append(sortText)
+            var columns: [any PostgresDynamicTypeEncodable] {
+                owner.columns + [field, sortField, valueNumber, valueText, sortNumber, sortText]
             }
         }
 
@@ -594,9 +558,11 @@ extension PostgresApply {
     }
 }
 
-/// One kind of row in `PostgresApply.Rows`.
+/// One kind of row in `PostgresApply.Rows`: its columns in the order `PostgresApply.arguments`
+/// names them.
 protocol RowColumns {
     var count: Int { get }
+    var columns: [any PostgresDynamicTypeEncodable] { get }
 }
 
 extension RowColumns {
