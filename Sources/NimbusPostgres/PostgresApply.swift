@@ -5,7 +5,8 @@ import NimbusWire
 import PostgresNIO
 
 /// A unit of work's writes on PostgreSQL, all in this file: the JSON the driver sends
-/// (`PostgresCoarseStorage.json(_:)`) and the PL/pgSQL function that applies it
+/// (`PostgresCoarseStorage.json(_:)`), with its record saves and index entries beside it as
+/// typed arrays (`PostgresApply.Rows`), and the PL/pgSQL function that applies them
 /// (`PostgresApply.body`) in one statement, one round trip and one transaction. A new kind of
 /// write is a case in `PostgresCoarseStorage.single(_:)` and a `WHEN` branch in `body`; no
 /// other file of this module changes (docs/architecture.md, "Adding a storage write").
