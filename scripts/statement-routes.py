@@ -95,8 +95,8 @@ def routes(branch):
         return None
     if "nimbus_apply_" in lower:
         # The unit's one database as the first argument (its JSON and the typed arrays of its
-        # record saves after it); NULL for a unit that writes no
-        # database's tables (only the coordinator's). A group commit whose units wrote several
+        # record saves after it); NULL for a unit that writes no database's tables (only the
+        # coordinator's). A group commit whose units wrote several
         # databases says so: a transaction over several shards, which Citus runs correctly;
         # counted and shown (main), not failed, since whether a run groups two users' first
         # writes is the scheduler's to say.

@@ -39,6 +39,12 @@ enum PostgresApply {
             pair_sort_field text[], pair_value_num text[], pair_value_text bytea[], pair_sort_num text[], pair_sort_text bytea[])
         """
 
+    /// The call the driver sends, with `AS several_databases` after it for a group that
+    /// writes several databases: the unit's database, its JSON, then each of `Rows`' columns.
+    static let call =
+        "SELECT \(name)($1::bigint, $2::jsonb, "
+        + (3..<(3 + Rows.columnCount)).map { "$\($0)" }.joined(separator: ", ") + ")"
+
     /// The statement that installs it.
     static var definition: String {
         "CREATE OR REPLACE FUNCTION \(name)\(arguments) RETURNS void LANGUAGE plpgsql AS $nimbus$\n\(body)\n$nimbus$"
@@ -418,8 +424,12 @@ extension PostgresApply {
         var tokens = Tokens()
         var pairs = Pairs()
 
+        var columns: [any PostgresDynamicTypeEncodable] { records.columns + entries.columns + tokens.columns + pairs.columns }
+
+        static let columnCount = Rows().columns.count
+
         func bind(into binds: inout PostgresBindings) {
-            for column in records.columns + entries.columns + tokens.columns + pairs.columns { binds.append(column) }
+            for column in columns { binds.append(column) }
         }
 
         /// The record, zone, database (nil: the function looks it up) and record type each
@@ -718,7 +728,7 @@ extension PostgresCoarseStorage {
     static func databases(touchedBy changes: UnitOfWorkChanges, _ databaseOf: DatabaseOfZone) -> Set<Int64> {
         var touched = Set(databaseOf.known.values).union(changes.usage.keys).union(changes.databasesWritten)
             .union(changes.databasesRead.keys)
-        for zone in changes.zoneSequences.keys { if case .int(let database) = databaseOf(zone) { touched.insert(database) } }
+        for zone in changes.zoneSequences.keys { if let database = databaseOf.id(zone) { touched.insert(database) } }
         for write in changes.writes {
             switch write {
             case .putSubscription(let row): touched.insert(row.databaseID)

@@ -47,9 +47,7 @@ public struct PostgresCoarseStorage: CoarseStorage {
         binds.append(database)
         binds.append(json)
         rows.bind(into: &binds)
-        let rowParameters = (3...binds.count).map { "$\($0)" }.joined(separator: ", ")
-        try await storage.rows(
-            PostgresQuery(unsafeSQL: "SELECT \(PostgresApply.name)($1::bigint, $2::jsonb, \(rowParameters))\(several)", binds: binds))
+        try await storage.rows(PostgresQuery(unsafeSQL: PostgresApply.call + several, binds: binds))
         // Made and committed: every node reads these ids from the directory, this one knows them.
         storage.databaseIDs.note(changes.writes.lazy.compactMap { write in
             guard case .createDatabase(let row, _) = write else { return nil }
