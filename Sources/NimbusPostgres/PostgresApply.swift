@@ -79,11 +79,12 @@ enum PostgresApply {
     ///   over the tombstone the unit saw (`replacing`), with the record sequence its records
     ///   left it at. Every statement finds zones by id and databases by key: none scans a table.
     /// - **Databases** last (`databases`, in id order: every one the unit writes in): each
-    ///   refuses the unit if a move between partitions fenced it since the unit read it, and
-    ///   stamps the zones the unit changed
-    ///   with its next sequences, taken above those zones' record sequences (a zone made again
-    ///   never repeats a change tag), and adds the unit's bytes, refusing growth the quota no
-    ///   longer allows. Writers of one database's different zones queue only there, for the commit.
+    ///   refuses the unit if a move between partitions fenced it since the unit read it (its
+    ///   row held FOR KEY SHARE to the commit), marks the zones the unit changed pending in its
+    ///   change feed (`PostgresDatabaseFeed`: stamped after the commit), and adds the unit's
+    ///   bytes to a zone row the unit holds, refusing growth the quota no longer allows. No
+    ///   writer changes the database's row, so writers of its different zones never wait for
+    ///   one another.
     /// - Notifications take a transaction advisory lock before their sequence, so a later
     ///   sequence never becomes visible before an earlier one; outbox entries and notifications
     ///   wake every node at commit (`NOTIFY nimbus`, PostgresSignals).
@@ -125,9 +126,15 @@ enum PostgresApply {
                     RAISE EXCEPTION 'zone % changed since the rows the unit was decided over', w->>'id' USING ERRCODE = '40001';
                 END IF;
             END LOOP;
+            -- The row FOR UPDATE waits for every writer of the database (each holds it FOR KEY
+            -- SHARE to its commit, below); then no zone may have been stamped since the read,
+            -- nor be waiting for its stamp but those the unit writes itself (and checks above).
             FOR w IN SELECT * FROM jsonb_array_elements(changes->'databasesRead') LOOP
                 SELECT sequence INTO current_value FROM databases WHERE id = (w->>'id')::bigint FOR UPDATE;
-                IF current_value IS DISTINCT FROM (w->>'read')::bigint THEN
+                IF current_value IS DISTINCT FROM (w->>'read')::bigint OR EXISTS (
+                    SELECT 1 FROM zones WHERE database_id = (w->>'id')::bigint AND feed_pending AND NOT deleted
+                      AND id NOT IN (SELECT (z->>'id')::bigint FROM jsonb_array_elements(changes->'zones') z))
+                THEN
                     RAISE EXCEPTION 'database % changed since the unit read its zones', w->>'id' USING ERRCODE = '40001';
                 END IF;
             END LOOP;
@@ -155,7 +162,7 @@ enum PostgresApply {
             -- Saves refused for quota over a database row kept from an earlier group: the
             -- refusal stands only if the usage now still leaves no room (a plain read).
             FOR w IN SELECT * FROM jsonb_array_elements(changes->'quotaRefused') LOOP
-                SELECT used_bytes INTO current_value FROM databases WHERE id = (w->>'id')::bigint;
+                SELECT \#(PostgresDatabaseFeed.usedBytes) INTO current_value FROM databases WHERE id = (w->>'id')::bigint;
                 IF coalesce(current_value, 0) + (w->>'bytes')::bigint <= (w->>'quota')::bigint THEN
                     RAISE EXCEPTION 'database % has room now for a save refused over kept rows', w->>'id' USING ERRCODE = '40001';
                 END IF;
@@ -199,9 +206,14 @@ enum PostgresApply {
                         coalesce((w->>'recordSequence')::bigint, 0), false);
                 WHEN 'createZone' THEN
                     -- Only over the tombstone the unit saw (or none): a zone made, or made and
-                    -- deleted, meanwhile leaves a row of that name and fails the unit.
-                    DELETE FROM zones WHERE database_id = (w->>'database')::bigint AND name = w->>'name' AND deleted
-                      AND id = (w->>'replacing')::bigint;
+                    -- deleted, meanwhile leaves a row of that name and fails the unit. The bytes
+                    -- the tombstone still counts go to the database's own row.
+                    WITH gone AS (
+                        DELETE FROM zones WHERE database_id = (w->>'database')::bigint AND name = w->>'name' AND deleted
+                          AND id = (w->>'replacing')::bigint
+                        RETURNING used_bytes)
+                    UPDATE databases SET used_bytes = databases.used_bytes + gone.used_bytes
+                    FROM gone WHERE id = (w->>'database')::bigint AND gone.used_bytes <> 0;
                     INSERT INTO zones (id, database_id, name, change_sequence, record_sequence, deleted)
                     VALUES ((w->>'id')::bigint, (w->>'database')::bigint, w->>'name', 0, (w->>'recordSequence')::bigint, false)
                     ON CONFLICT (database_id, name) DO NOTHING;
@@ -210,12 +222,12 @@ enum PostgresApply {
                     END IF;
                 WHEN 'deleteZone' THEN
                     db := coalesce((w->>'database')::bigint, nimbus_zone_database((w->>'id')::bigint), unit_database);
-                    UPDATE databases SET used_bytes = used_bytes - (
+                    UPDATE zones SET used_bytes = used_bytes - (
                         SELECT coalesce(sum(octet_length(record_name) + octet_length(record_type) + octet_length(fields)), 0)
                         FROM records WHERE database_id = db AND zone_id = (w->>'id')::bigint AND NOT deleted)
                       - (SELECT coalesce(sum(size), 0) FROM asset_references
                          WHERE database_id = db AND source_zone_id = (w->>'id')::bigint)
-                    WHERE id = db;
+                    WHERE database_id = db AND id = (w->>'id')::bigint;
                     DELETE FROM asset_references WHERE database_id = db AND source_zone_id = (w->>'id')::bigint;
                     DELETE FROM field_index WHERE database_id = db AND zone_id = (w->>'id')::bigint;
                     DELETE FROM record_tokens WHERE database_id = db AND zone_id = (w->>'id')::bigint;
@@ -379,29 +391,37 @@ enum PostgresApply {
                 END CASE;
             END LOOP;
 
-            -- Databases last and in id order: writers of one database's different zones
-            -- queue here only, for the commit.
+            -- Databases last and in id order. No writer changes a database's row
+            -- (PostgresDatabaseFeed): each holds it FOR KEY SHARE to its commit (a move's fence
+            -- waits for them, and refuses those after it), marks its zones pending in the
+            -- change feed, and counts its bytes on a zone row it holds already, so writers of
+            -- one database's different zones never wait for one another.
             FOR w IN SELECT * FROM jsonb_array_elements(changes->'databases') LOOP
                 db := (w->>'id')::bigint;
                 ids := ARRAY(SELECT value::bigint FROM jsonb_array_elements_text(w->'stamps'));
-                UPDATE databases SET
-                    sequence = CASE WHEN cardinality(ids) = 0 THEN sequence ELSE greatest(sequence,
-                        (SELECT max(record_sequence) FROM zones WHERE database_id = db AND id = ANY(ids))) + cardinality(ids) END,
-                    used_bytes = used_bytes + coalesce((w->>'bytes')::bigint, 0)
-                WHERE id = db AND moving_to IS NULL
-                RETURNING sequence, used_bytes - coalesce((w->>'bytes')::bigint, 0) INTO current_value, used;
+                PERFORM 1 FROM databases WHERE id = db AND moving_to IS NULL FOR KEY SHARE;
                 IF NOT FOUND THEN
                     -- A move's fence took the row since the unit read it (the fence waited for
                     -- units holding it): decided again, the unit sees the fence and refuses.
                     RAISE EXCEPTION 'database % is being moved', db USING ERRCODE = '40001';
                 END IF;
                 IF cardinality(ids) > 0 THEN
-                    UPDATE zones SET change_sequence = current_value - cardinality(ids) + array_position(ids, id)
-                    WHERE database_id = db AND id = ANY(ids);
+                    UPDATE zones SET feed_pending = true WHERE database_id = db AND id = ANY(ids) AND NOT feed_pending;
                 END IF;
-                IF (w->>'bytes')::bigint > 0 AND used <> (w->>'read')::bigint
-                   AND used::numeric + (w->>'bytes')::numeric > (w->>'quota')::numeric THEN
-                    RAISE EXCEPTION 'database % grew past its quota since the unit read it', db USING ERRCODE = '40001';
+                IF coalesce((w->>'bytes')::bigint, 0) <> 0 THEN
+                    SELECT \#(PostgresDatabaseFeed.usedBytes) INTO used FROM databases WHERE id = db;
+                    UPDATE zones SET used_bytes = used_bytes + (w->>'bytes')::bigint
+                    WHERE database_id = db AND id = (w->>'usageZone')::bigint;
+                    IF NOT FOUND THEN
+                        UPDATE databases SET used_bytes = used_bytes + (w->>'bytes')::bigint WHERE id = db;
+                    END IF;
+                    -- Growth the usage found no longer leaves room for. Writers of other zones
+                    -- whose bytes are not committed yet are not in it: together they may pass
+                    -- the quota by what they add at once (docs/limits.md).
+                    IF (w->>'bytes')::bigint > 0 AND used <> (w->>'read')::bigint
+                       AND used::numeric + (w->>'bytes')::numeric > (w->>'quota')::numeric THEN
+                        RAISE EXCEPTION 'database % grew past its quota since the unit read it', db USING ERRCODE = '40001';
+                    END IF;
                 END IF;
             END LOOP;
 
@@ -603,7 +623,7 @@ extension PostgresCoarseStorage {
                 }),
             "databasesRead": .array(
                 changes.databasesRead.sorted { $0.key < $1.key }.map { id, read in ["id": .int(id), "read": .int(read)] }),
-            "databases": .array(databases(changes)),
+            "databases": .array(databases(changes, databases: databaseOf)),
             "badgesRead": .array(
                 changes.badgesRead.map { owner, value in
                     .object(Self.owner(owner).merging(["value": .int(value)]))
@@ -633,9 +653,11 @@ extension PostgresCoarseStorage {
         return .object(object)
     }
 
-    /// Per database the unit changes, in id order (as `PostgresApply.body` locks them): the zones to
-    /// stamp with its next sequences and the bytes to add, with what the unit read.
-    private static func databases(_ changes: UnitOfWorkChanges) -> [JSON] {
+    /// Per database the unit writes in, in id order (as `PostgresApply.body` locks them): the
+    /// zones to stamp in its change feed, and the bytes to add, with what the unit read and the
+    /// zone whose row counts them (`usageZone`: the first of the database's zones whose record
+    /// sequence the unit moves, a row it holds already; none, and the database's row does).
+    private static func databases(_ changes: UnitOfWorkChanges, databases databaseOf: DatabaseOfZone) -> [JSON] {
         let stamped = Dictionary(grouping: changes.zonesChanged, by: \.value).mapValues { $0.map(\.key).sorted() }
         return Set(stamped.keys).union(changes.usage.keys).union(changes.databasesWritten).sorted().map { id in
             var object: JSONObject = ["id": .int(id), "stamps": .array((stamped[id] ?? []).map(JSON.int))]
@@ -643,6 +665,7 @@ extension PostgresCoarseStorage {
                 object["read"] = .int(usage.read)
                 object["bytes"] = .int(usage.bytes)
                 object["quota"] = .int(usage.quota)
+                if let zone = changes.zoneSequences.keys.filter({ databaseOf.id($0) == id }).min() { object["usageZone"] = .int(zone) }
             }
             return .object(object)
         }

@@ -427,7 +427,7 @@ private struct WideSelect {
     static let zoneList = WideSelect(
         "zone_list", numbers: zoneNumbers + ["row_number() OVER (ORDER BY database_id, name)"], texts: ["name"], flag: "deleted")
     private static let databaseColumns = (
-        numbers: ["id", "owner_id", "sequence", "used_bytes"], texts: ["container", "environment", "scope", "moving_to"], flag: "moved"
+        numbers: ["id", "owner_id", "sequence", PostgresDatabaseFeed.usedBytes], texts: ["container", "environment", "scope", "moving_to"], flag: "moved"
     )
     static let database = WideSelect(
         "database", numbers: databaseColumns.numbers, texts: databaseColumns.texts, flag: databaseColumns.flag)

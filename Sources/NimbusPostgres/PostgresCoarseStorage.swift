@@ -54,6 +54,9 @@ public struct PostgresCoarseStorage: CoarseStorage {
             return (row.key, row.id)
         })
         storage.plannerStatistics.noteChanges(on: storage)
+        // Zones the unit marked pending in their databases' feeds, stamped once committed (a
+        // turn's commit is still to come: a zone it holds is stamped by a later pass).
+        if !changes.zonesChanged.isEmpty { storage.feedStamper.note(Set(changes.zonesChanged.values), on: storage) }
         // Inside a zone's turn the commit is still to come: the turn notes it (PostgresZoneTurns).
         if !storage.replicas.isEmpty && ZoneTurn.held == nil { await storage.replicas.noteCommit(on: storage) }
     }
@@ -63,13 +66,21 @@ public struct PostgresCoarseStorage: CoarseStorage {
     func scan(_ scan: LoadScan, on pools: (any PostgresPools)? = nil) async throws -> ScanResult {
         func rows(_ query: PostgresQuery) async throws -> [PostgresRow] { try await storage.rows(query, on: pools) }
         switch scan {
-        case .zoneChanges(let databaseID, let after, let limit):
+        case .zoneChanges(let databaseID, let after, let through, let limit):
+            // Stamped zones through the database's sequence in this statement's own snapshot
+            // (PostgresDatabaseFeed: a stamp commits with the sequence that covers it), which
+            // is at least `through`: a zone stamped since the caller read `through` is listed,
+            // not skipped this time round. A zone still pending is listed at `through`, after
+            // every stamped one: it will be stamped above it.
             let zones = try await rows(
                 """
-                SELECT \(unescaped: Self.zoneColumns) FROM zones WHERE database_id = \(databaseID) AND change_sequence > \(after)
-                ORDER BY change_sequence LIMIT \(Int64(limit))
+                SELECT \(unescaped: Self.zoneColumns), feed_pending FROM zones
+                WHERE database_id = \(databaseID)
+                  AND ((change_sequence > \(after)
+                        AND change_sequence <= (SELECT sequence FROM databases WHERE id = \(databaseID))) OR feed_pending)
+                ORDER BY feed_pending, change_sequence LIMIT \(Int64(limit))
                 """
-            ).map(Self.zone)
+            ).map { try Self.zone($0, pendingAt: max(through, after)) }
             storage.zoneDatabases.note(zones.lazy.map { ($0.id, $0.databaseID) })
             return .zones(zones)
         case .recordChanges(let zoneID, let after, let recordTypes, let limit):
@@ -202,10 +213,14 @@ public struct PostgresCoarseStorage: CoarseStorage {
 
     static let zoneColumns = "id, database_id, name, change_sequence, record_sequence, deleted"
 
-    static func zone(_ row: PostgresRow) throws -> ZoneRow {
+    /// A zone read as `zoneColumns`; with `pendingAt`, `feed_pending` after them, and a zone
+    /// pending in its database's feed reads as changed at that sequence.
+    static func zone(_ row: PostgresRow, pendingAt: Int64? = nil) throws -> ZoneRow {
         var cells = PostgresCells(row)
         let id = try cells.next(Int64.self), databaseID = try cells.next(Int64.self), name = try cells.next(String.self)
-        let sequence = try cells.next(Int64.self), recordSequence = try cells.next(Int64.self), deleted = try cells.next(Bool.self)
+        var sequence = try cells.next(Int64.self)
+        let recordSequence = try cells.next(Int64.self), deleted = try cells.next(Bool.self)
+        if let pendingAt, try cells.next(Bool.self) { sequence = pendingAt }
         return ZoneRow(
             id: id, databaseID: databaseID, name: name, changeSequence: sequence, recordSequence: recordSequence, isDeleted: deleted)
     }

@@ -957,5 +957,16 @@ enum PostgresMigrations {
                 "INSERT INTO schema_version (version) VALUES (0)",
             ]
         ),
+        (
+            "v35-no-hot-database-row",
+            [
+                // Writes no longer change their database's row (PostgresDatabaseFeed): they mark
+                // the zones they change pending in its change feed, stamped after they commit,
+                // and count their bytes on a zone row. Neither column is indexed, so a write's
+                // zone update stays heap-only (v33).
+                "ALTER TABLE zones ADD COLUMN feed_pending boolean NOT NULL DEFAULT false",
+                "ALTER TABLE zones ADD COLUMN used_bytes bigint NOT NULL DEFAULT 0",
+            ]
+        ),
     ]
 }

@@ -232,7 +232,13 @@ extension PostgresStorage {
     /// they commit (`PostgresApply`). Run again, it changes nothing.
     func fence(_ database: DatabaseKey, movingTo target: String) async throws {
         guard let id = try await directoryIDs(of: [database])[database] else { return }
-        try await rows("UPDATE databases SET moving_to = \(target) WHERE id = \(id) AND NOT moved")
+        // FOR UPDATE first: writers hold the row FOR KEY SHARE (PostgresDatabaseFeed), which
+        // the update alone (no key changes) would not wait for.
+        try await rows(
+            """
+            WITH held AS (SELECT id FROM databases WHERE id = \(id) AND NOT moved FOR UPDATE)
+            UPDATE databases SET moving_to = \(target) WHERE id IN (SELECT id FROM held)
+            """)
     }
 
     /// The switch's side here: the row becomes a pointer that refuses reads too.

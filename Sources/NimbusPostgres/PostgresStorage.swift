@@ -42,6 +42,8 @@ public final class PostgresStorage: Sendable {
     let statements = PostgresPreparedStatements()
     /// Analyzes the tables queries read where autovacuum has not yet (`PostgresPlannerStatistics`).
     let plannerStatistics = PostgresPlannerStatistics()
+    /// Stamps zones pending in their databases' change feeds (`PostgresDatabaseFeed`).
+    let feedStamper = PostgresFeedStamper()
     /// The database of every zone this node has read: statements that name zones name their
     /// databases too (`PostgresZoneDatabases`).
     let zoneDatabases = PostgresZoneDatabases()
@@ -101,6 +103,8 @@ public final class PostgresStorage: Sendable {
         }
         // A store restored or filled by another node may hold rows never analyzed.
         plannerStatistics.noteChanges(on: self)
+        // Zones a crash left pending in their databases' change feeds get their stamps.
+        feedStamper.sweep(on: self)
     }
 
     public var accounts: any AccountStore { PostgresAccountStore(storage: self) }
@@ -114,6 +118,7 @@ public final class PostgresStorage: Sendable {
     /// Closes the pool's connections, waiting at most `deadline` for requests still running
     /// (a request that outlived its own deadline may hold a connection for a while yet).
     public func close() async {
+        feedStamper.stop()
         await signals.stop()
         let tasks = primary.close() + replicas.close()
         _ = try? await Deadline.run(

@@ -187,8 +187,8 @@ extension SQLiteTransaction: UnitTransaction, SchemaWriting {
 
     func scan(_ scan: LoadScan) throws -> ScanResult {
         switch scan {
-        case .zoneChanges(let databaseID, let after, let limit):
-            return .zones(try zoneChanges(databaseID: databaseID, after: after, limit: limit))
+        case .zoneChanges(let databaseID, let after, let through, let limit):
+            return .zones(try zoneChanges(databaseID: databaseID, after: after, through: through, limit: limit))
         case .recordChanges(let zoneID, let after, let recordTypes, let limit):
             return .records(try recordChanges(zoneID: zoneID, after: after, recordTypes: recordTypes, limit: limit))
         case .liveRecords(let container, let environment, let recordType, let afterID, let limit):

@@ -115,13 +115,13 @@ struct SQLiteTransaction {
         ).map(zoneRow)
     }
 
-    func zoneChanges(databaseID: Int64, after sequence: Int64, limit: Int) throws -> [ZoneRow] {
+    func zoneChanges(databaseID: Int64, after sequence: Int64, through last: Int64, limit: Int) throws -> [ZoneRow] {
         return try fetchRows(
             """
             SELECT \(Self.zoneColumns) FROM zones
-            WHERE database_id = ? AND change_sequence > ? ORDER BY change_sequence LIMIT ?
+            WHERE database_id = ? AND change_sequence > ? AND change_sequence <= ? ORDER BY change_sequence LIMIT ?
             """,
-            [databaseID, sequence, limit]
+            [databaseID, sequence, last, limit]
         ).map(zoneRow)
     }
 

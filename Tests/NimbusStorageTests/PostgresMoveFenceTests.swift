@@ -34,7 +34,7 @@ struct PostgresMoveFenceTests {
                 // The fence waits for a write that holds the row (as every apply does at its end).
                 let holder = try await PostgresTestCluster.connect(to: location, id: 9, logger: storage.logger)
                 try await holder.query("BEGIN", logger: storage.logger)
-                try await holder.query("UPDATE databases SET sequence = sequence WHERE id = \(id)", logger: storage.logger)
+                try await holder.query("SELECT 1 FROM databases WHERE id = \(id) FOR KEY SHARE", logger: storage.logger)
                 let fence = Task { try await storage.fence(key, movingTo: "p9") }
                 try await Task.sleep(for: .milliseconds(300))
                 let fencedEarly = try await PostgresTestCluster.rows("SELECT moving_to FROM databases WHERE id = \(id)", on: location)

@@ -110,6 +110,43 @@ import Testing
     /// `RetryingStorage`): every write is acknowledged, none is lost or repeated, and the zone's
     /// record sequences are one each. Without turns, a group that collided three more times
     /// failed: about one write in a hundred did (docs/benchmarks.md, the two-node zone flood).
+    /// A write into another zone of the same database does not wait for A's, applied but not
+    /// yet committed in A's turn (issue 35: writes in different zones do not wait for one
+    /// another beyond what their rows require). The database's row was every write's until
+    /// PostgresDatabaseFeed: B's apply then waited for A's commit, here the end of the turn.
+    /// Both zones are in the feed after, and the database's usage counts both writes' bytes.
+    @Test func anotherZonesWriteDoesNotWaitForAnOpenApplyInTheSameDatabase() async throws {
+        try await Self.twoNodes { a, b, zone, _ in
+            let (_, zones) = try await CoarseApplyTests.load(b, [zone])
+            let (databaseB, zonesB) = try await CoarseApplyTests.load(b, [try #require(try await Self.zoneB(b))])
+            let ids = try await a.reserveIDs(.record, count: 2)
+            let aApplied = Gate(), bApplied = Gate()
+            let turn = Task {
+                try await a.withZoneTurn(Self.order) {
+                    let (database, zonesA) = try await CoarseApplyTests.load(a, [zones[0]])
+                    try await a.apply(CoarseApplyTests.save("a", in: zonesA[0], database: database, bytes: 100, id: ids.lowerBound))
+                    aApplied.open()
+                    // Held open (uncommitted) until B's apply has returned, or for 10 s.
+                    return await bApplied.wait(upTo: .seconds(10))
+                }
+            }
+            #expect(await aApplied.wait(upTo: .seconds(20)))
+            try await b.apply(CoarseApplyTests.save("b", in: zonesB[0], database: databaseB, bytes: 50, id: ids.upperBound))
+            bApplied.open()
+            #expect(try await turn.value, "B's apply waited for A's turn to commit")
+
+            let (database, _) = try await CoarseApplyTests.load(a, [])
+            expectEqual(database.usedBytes, 150)
+            expectEqual(try await CoarseApplyTests.feed(a, after: 0).map(\.name).sorted(), ["A", "B"])
+        }
+    }
+
+    static func zoneB(_ engine: any CoarseStorage) async throws -> ZoneRow? {
+        let (database, _) = try await CoarseApplyTests.load(engine, [])
+        let rows = try await engine.load(LoadRequest(keys: [.zone(databaseID: database.id, name: "B")]))
+        return rows.zones[ZoneKey(databaseID: database.id, name: "B")] ?? nil
+    }
+
     @Test func writersOfOneZoneOnTwoNodesAllCommit() async throws {
         try await Self.twoNodes { a, b, zone, _ in
             let nodes = [UnitOfWorkDriver(a), UnitOfWorkDriver(b)]

@@ -149,11 +149,16 @@ extension NimbusService {
                 let unsent = try tx.notifications(owner: owner, after: state.push?.sequence ?? 0, limit: limit).filter {
                     $0.originDeviceID != deviceID && $0.createdAt > lastFetch
                 }
+                // Behind in the database's feed: a zone changed since the device's token (the
+                // database's own sequence may move without one on PostgreSQL).
+                let databaseFeed = try state.database.map { served -> DeviceSyncReport.DatabaseFeed in
+                    let changed = try database.map {
+                        try !tx.zoneChanges(databaseID: $0.id, after: served.sequence, through: $0.sequence, limit: 1).isEmpty
+                    }
+                    return .init(fetchedAt: served.at, status: changed == true ? .behind : .current)
+                }
                 return DeviceSyncReport.Device(
-                    deviceID: deviceID, lastSeen: state.seen,
-                    database: state.database.map { served in
-                        .init(fetchedAt: served.at, status: (database?.sequence ?? 0) > served.sequence ? .behind : .current)
-                    },
+                    deviceID: deviceID, lastSeen: state.seen, database: databaseFeed,
                     zones: zoneFeeds, zonesNeverFetched: live.keys.filter { state.zones[$0] == nil }.sorted(),
                     push: .init(missed: Int64(unsent.count), lastSentAt: state.push?.at, oldestMissedAt: unsent.first?.createdAt))
             }

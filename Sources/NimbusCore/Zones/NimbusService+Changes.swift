@@ -3,13 +3,16 @@ import NimbusWire
 
 /// Change feeds: which zones changed in a database, which records changed in a zone.
 ///
-/// Every change takes the next value of its database's sequence; records and zones keep the
-/// sequence of their last change (deletions stay as tombstones), so "changes since a token"
-/// is "rows with a larger sequence, in order". As in CloudKit, the default zone does not
-/// track changes: use a custom zone to sync.
+/// Records take their zone's next record sequence; zones are stamped, as they change, above
+/// their database's `sequence` as any reader could have read it (on SQLite its next value; on
+/// PostgreSQL a position drawn from the transaction's id, so writers of different zones share no
+/// row: docs/scale-out.md, "The database change feed"). Rows keep the sequence of their last
+/// change (deletions stay as tombstones), so "changes since a token" is "rows with a larger
+/// sequence, in order". As in CloudKit, the default zone does not track changes: use a custom
+/// zone to sync.
 ///
-/// A token never goes back: a page's next token is the last change it returns, or the larger of
-/// the token sent and the current sequence. So a feed a read replica answers while behind the
+/// A token never goes back: a page's next token is the last change it returns, or the token
+/// sent when it returns none. So a feed a read replica answers while behind the
 /// token (`ReadKind.onReplica`) is an empty page and the same token, and paging across servers
 /// in any order never skips or repeats a change (docs/scale-out.md, "Read replicas").
 extension NimbusService {
@@ -33,17 +36,20 @@ extension NimbusService {
         }
         let limit = request.resultsLimit
         let after = since
-        let (zones, currentSequence) = try await storage.read(.point.onReplica, in: key) { tx in
-            // The database's sequence first: a driver that reads them in two statements (units
-            // of work load keys, then scans) must not hand out a token past a zone stamped
-            // between the two. Read in this order, such a zone is reported now and again next
-            // time, never missed.
+        let zones = try await storage.read(.point.onReplica, in: key) { tx in
+            // Through the database's sequence as read: a change committed later is stamped
+            // above it, whatever order the driver's statements run in (units of work load keys,
+            // then scan), so a token at or below it never passes a change still to come.
             let current = try tx.database(key)?.sequence ?? 0
-            return (try tx.zoneChanges(databaseID: database.id, after: after, limit: limit + 1), current)
+            return try tx.zoneChanges(databaseID: database.id, after: after, through: current, limit: limit + 1)
         }
         let moreComing = zones.count > limit
         let page = zones.prefix(limit)
-        let nextSequence = moreComing ? (page.last?.changeSequence ?? since) : max(since, currentSequence)
+        // The last change the page returns, not the database's sequence: on PostgreSQL that
+        // moves with every transaction of the cluster (docs/scale-out.md, "The database change
+        // feed"), and a token that stands still while the database does tells a device it is
+        // current.
+        let nextSequence = max(since, page.last?.changeSequence ?? since)
         let entries: [ZoneEntry] = page.filter { $0.name != Names.defaultZone }.map { zone in
             zone.isDeleted ? .deleted(wireZoneID(zone, target: target)) : .zone(zoneOutput(zone, target: target))
         }

@@ -118,7 +118,8 @@ public enum LoadKey: Hashable, Sendable {
 /// A read whose size grows with the data: answered as asked, from committed data (a unit of
 /// work's own writes are not in it).
 public enum LoadScan: Sendable, Hashable {
-    case zoneChanges(databaseID: Int64, after: Int64, limit: Int)
+    /// Zones stamped in `(after, through]` of their database's feed, oldest first.
+    case zoneChanges(databaseID: Int64, after: Int64, through: Int64, limit: Int)
     case recordChanges(zoneID: Int64, after: Int64, recordTypes: [String]?, limit: Int)
     case liveRecords(container: String, environment: Environment, recordType: String, afterID: Int64, limit: Int)
     case query(RecordQuery)

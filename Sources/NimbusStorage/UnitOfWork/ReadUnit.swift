@@ -325,9 +325,13 @@ public class ReadUnit {
         return byName.values.filter { !$0.isDeleted }.sorted { Self.byteOrder($0.name, $1.name) }
     }
 
-    /// Zones (live and deleted) whose change sequence is after `sequence`, oldest change first.
-    public final func zoneChanges(databaseID: Int64, after sequence: Int64, limit: Int) throws -> [ZoneRow] {
-        guard case .zones(let rows) = try scan(.zoneChanges(databaseID: databaseID, after: sequence, limit: limit)) else { throw Self.wrongScan }
+    /// Zones (live and deleted) whose change sequence is after `sequence` and at most `last`
+    /// (the database's `sequence` as read: no later change can be stamped at or below it),
+    /// oldest change first.
+    public final func zoneChanges(databaseID: Int64, after sequence: Int64, through last: Int64, limit: Int) throws -> [ZoneRow] {
+        guard case .zones(let rows) = try scan(.zoneChanges(databaseID: databaseID, after: sequence, through: last, limit: limit)) else {
+            throw Self.wrongScan
+        }
         return rows
     }
 
