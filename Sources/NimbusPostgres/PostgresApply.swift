@@ -110,7 +110,11 @@ enum PostgresApply {
             -- other in a circle.
             FOR w IN SELECT * FROM jsonb_array_elements(changes->'zones') LOOP
                 db := coalesce((w->>'database')::bigint, nimbus_zone_database((w->>'id')::bigint), unit_database);
-                UPDATE zones SET record_sequence = (w->>'final')::bigint
+                -- The same update marks the zone pending in its database's change feed and adds
+                -- the unit's bytes there (`stamp`, `bytes`: PostgresDatabaseFeed), one row version.
+                UPDATE zones SET record_sequence = (w->>'final')::bigint,
+                    feed_pending = feed_pending OR coalesce((w->>'stamp')::boolean, false),
+                    used_bytes = used_bytes + coalesce((w->>'bytes')::bigint, 0)
                 WHERE database_id = db AND id = (w->>'id')::bigint AND record_sequence = (w->>'read')::bigint AND NOT deleted;
                 IF NOT FOUND THEN
                     RAISE EXCEPTION 'zone % changed since the unit read it', w->>'id' USING ERRCODE = '40001';
@@ -214,8 +218,8 @@ enum PostgresApply {
                         RETURNING used_bytes)
                     UPDATE databases SET used_bytes = databases.used_bytes + gone.used_bytes
                     FROM gone WHERE id = (w->>'database')::bigint AND gone.used_bytes <> 0;
-                    INSERT INTO zones (id, database_id, name, change_sequence, record_sequence, deleted)
-                    VALUES ((w->>'id')::bigint, (w->>'database')::bigint, w->>'name', 0, (w->>'recordSequence')::bigint, false)
+                    INSERT INTO zones (id, database_id, name, change_sequence, record_sequence, deleted, feed_pending)
+                    VALUES ((w->>'id')::bigint, (w->>'database')::bigint, w->>'name', 0, (w->>'recordSequence')::bigint, false, true)
                     ON CONFLICT (database_id, name) DO NOTHING;
                     IF NOT FOUND THEN
                         RAISE EXCEPTION 'zone % was made or deleted meanwhile', w->>'name' USING ERRCODE = '40001';
@@ -410,10 +414,13 @@ enum PostgresApply {
                 END IF;
                 IF coalesce((w->>'bytes')::bigint, 0) <> 0 THEN
                     SELECT \#(PostgresDatabaseFeed.usedBytes) INTO used FROM databases WHERE id = db;
-                    UPDATE zones SET used_bytes = used_bytes + (w->>'bytes')::bigint
-                    WHERE database_id = db AND id = (w->>'usageZone')::bigint;
-                    IF NOT FOUND THEN
+                    IF (w->>'usageZone') IS NULL THEN
                         UPDATE databases SET used_bytes = used_bytes + (w->>'bytes')::bigint WHERE id = db;
+                    ELSIF coalesce((w->>'usageAdded')::boolean, false) THEN
+                        used := used - (w->>'bytes')::bigint;  -- added with the zone's checked update
+                    ELSE
+                        UPDATE zones SET used_bytes = used_bytes + (w->>'bytes')::bigint
+                        WHERE database_id = db AND id = (w->>'usageZone')::bigint;
                     END IF;
                     -- Growth the usage found no longer leaves room for. Writers of other zones
                     -- whose bytes are not committed yet are not in it: together they may pass
@@ -613,17 +620,26 @@ extension RowColumns {
 extension PostgresCoarseStorage {
     static func json(_ changes: UnitOfWorkChanges, databases databaseOf: DatabaseOfZone, rows: inout PostgresApply.Rows) -> JSON {
         let created = changes.createdZones
+        let usageZones = usageZones(changes, databaseOf)
         var object: JSONObject = [
             // Zones made by the unit are inserted with their last record sequence
             // (`withFinalSequences`), so only committed ones are checked; in id order, as
-            // `PostgresApply.body` locks them.
+            // `PostgresApply.body` locks them. The same update marks each pending in its
+            // database's change feed and adds the unit's bytes to the one that counts them.
             "zones": .array(
                 changes.zoneSequences.filter { !created.contains($0.key) }.sorted { $0.key < $1.key }.map { id, sequence in
-                    ["id": .int(id), "database": databaseOf(id), "read": .int(sequence.read), "final": .int(sequence.final)]
+                    var zone: JSONObject = [
+                        "id": .int(id), "database": databaseOf(id), "read": .int(sequence.read), "final": .int(sequence.final),
+                    ]
+                    if changes.zonesChanged[id] != nil { zone["stamp"] = .bool(true) }
+                    if let database = databaseOf.id(id), usageZones[database] == id, let usage = changes.usage[database] {
+                        zone["bytes"] = .int(usage.bytes)
+                    }
+                    return .object(zone)
                 }),
             "databasesRead": .array(
                 changes.databasesRead.sorted { $0.key < $1.key }.map { id, read in ["id": .int(id), "read": .int(read)] }),
-            "databases": .array(databases(changes, databases: databaseOf)),
+            "databases": .array(databases(changes, usageZones: usageZones)),
             "badgesRead": .array(
                 changes.badgesRead.map { owner, value in
                     .object(Self.owner(owner).merging(["value": .int(value)]))
@@ -653,19 +669,37 @@ extension PostgresCoarseStorage {
         return .object(object)
     }
 
+    /// The zone whose row counts each database's bytes the unit adds (PostgresDatabaseFeed):
+    /// the first of the database's zones whose record sequence the unit moves, a row it holds
+    /// already. None (no zone of the database moved), and the database's own row counts them.
+    private static func usageZones(_ changes: UnitOfWorkChanges, _ databaseOf: DatabaseOfZone) -> [Int64: Int64] {
+        var zones: [Int64: Int64] = [:]
+        for zone in changes.zoneSequences.keys {
+            guard let database = databaseOf.id(zone), changes.usage[database] != nil else { continue }
+            zones[database] = min(zones[database] ?? zone, zone)
+        }
+        return zones
+    }
+
     /// Per database the unit writes in, in id order (as `PostgresApply.body` locks them): the
-    /// zones to stamp in its change feed, and the bytes to add, with what the unit read and the
-    /// zone whose row counts them (`usageZone`: the first of the database's zones whose record
-    /// sequence the unit moves, a row it holds already; none, and the database's row does).
-    private static func databases(_ changes: UnitOfWorkChanges, databases databaseOf: DatabaseOfZone) -> [JSON] {
-        let stamped = Dictionary(grouping: changes.zonesChanged, by: \.value).mapValues { $0.map(\.key).sorted() }
-        return Set(stamped.keys).union(changes.usage.keys).union(changes.databasesWritten).sorted().map { id in
+    /// zones still to mark pending in its change feed (those the unit neither checked nor made,
+    /// which the zones' own statements mark), and the bytes to add, with what the unit read
+    /// and the zone that counts them (`usageAdded`: already, by that zone's checked update).
+    private static func databases(_ changes: UnitOfWorkChanges, usageZones: [Int64: Int64]) -> [JSON] {
+        let marked = Set(changes.zoneSequences.keys).union(changes.createdZones)
+        let stamped = Dictionary(grouping: changes.zonesChanged.filter { !marked.contains($0.key) }, by: \.value)
+            .mapValues { $0.map(\.key).sorted() }
+        let databases = Set(changes.zonesChanged.values).union(changes.usage.keys).union(changes.databasesWritten)
+        return databases.sorted().map { id in
             var object: JSONObject = ["id": .int(id), "stamps": .array((stamped[id] ?? []).map(JSON.int))]
             if let usage = changes.usage[id] {
                 object["read"] = .int(usage.read)
                 object["bytes"] = .int(usage.bytes)
                 object["quota"] = .int(usage.quota)
-                if let zone = changes.zoneSequences.keys.filter({ databaseOf.id($0) == id }).min() { object["usageZone"] = .int(zone) }
+                if let zone = usageZones[id] {
+                    object["usageZone"] = .int(zone)
+                    object["usageAdded"] = .bool(!changes.createdZones.contains(zone))
+                }
             }
             return .object(object)
         }
