@@ -50,10 +50,13 @@ enum PostgresDatabaseFeed {
 }
 
 /// Stamps pending zones in the background (`PostgresDatabaseFeed`): the databases noted by
-/// writes that committed, a pass every `pause` at most while writes come, and, as the store
+/// writes that committed, a pass every `pause` while writes come, and, as the store
 /// opens and at most every `sweepEvery` after, every database with a zone left pending.
 final class PostgresFeedStamper: Sendable {
-    static let pause: Duration = .milliseconds(50)
+    /// Between passes while writes come. A zone written on and on is pending again as soon as
+    /// it is stamped, and listed either way: stamping it more often is work no device gains
+    /// from, each stamp a new version of the zone's and the database's rows.
+    static let pause: Duration = .milliseconds(500)
     static let sweepEvery: Duration = .seconds(30)
 
     private struct State {
