@@ -66,9 +66,13 @@ import Testing
             _ = try await alice.deleteZone("A")
             let second = try await alice.databaseChanges(token: token1)
             expectEqual(second.zones.count, 2)
-            expectEqual(second.zones[0]["zoneID"]?["zoneName"], "B")
-            expectEqual(second.zones[1]["zoneID"]?["zoneName"], "A")
-            expectEqual(second.zones[1]["deleted"], true)
+            // By name: zones changed at once come in no order CloudKit promises (on PostgreSQL
+            // two zones still to be stamped come in id order, docs/scale-out.md).
+            let byName = Dictionary(
+                second.zones.map { ($0["zoneID"]?["zoneName"]?.stringValue ?? "", $0) }, uniquingKeysWith: { first, _ in first })
+            expectEqual(byName.keys.sorted(), ["A", "B"])
+            expectEqual(byName["A"]?["deleted"], true)
+            #expect(byName["B"]?["deleted"] == nil || byName["B"]?["deleted"] == false)
             // Paging.
             let paged = try await alice.databaseChanges(token: token0, limit: 1)
             expectEqual(paged.zones.count, 1)
