@@ -67,6 +67,10 @@ public struct PostgresCoarseStorage: CoarseStorage {
         func rows(_ query: PostgresQuery) async throws -> [PostgresRow] { try await storage.rows(query, on: pools) }
         switch scan {
         case .zoneChanges(let databaseID, let after, let through, let limit):
+            // On the primary the database's pending zones that no write holds are stamped first
+            // (PostgresDatabaseFeed), so each change is listed once and pages never split them;
+            // a stamp that fails leaves them pending, listed as such, which is as correct.
+            if pools == nil, ZoneTurn.held == nil { _ = try? await storage.rows(PostgresDatabaseFeed.stamp(databaseID)) }
             // Stamped zones through the database's sequence in this statement's own snapshot
             // (PostgresDatabaseFeed: a stamp commits with the sequence that covers it), which
             // is at least `through`: a zone stamped since the caller read `through` is listed,

@@ -15,9 +15,12 @@ import Synchronization
 /// its row's plus its zones'), holding the database's row FOR KEY SHARE, which writers share
 /// and which only a move's fence and a development reset wait for.
 ///
-/// - **The feed lists a pending zone at once**, at the database's sequence as read (the
-///   scan's `through`), so a device never misses it; a token never passes it, since it is
-///   stamped above that sequence later.
+/// - **The feed, read on the primary, stamps first** the database's pending zones that no
+///   write holds, in one statement, so it lists each change once, at its own sequence.
+/// - **A zone still pending is listed at once** (held by a write in flight, or read on a
+///   replica), at the database's sequence as read (the scan's `through`), so a device never
+///   misses it; a token never passes it, since it is stamped above that sequence later. Such a
+///   zone may be listed again once stamped.
 /// - **The stamper** (`PostgresFeedStamper`) gives pending zones their sequences after the
 ///   writes commit, one short transaction per database, so a zone stops being listed to
 ///   devices that have seen it. Its no-key update of the database's row does not wait for
