@@ -110,6 +110,11 @@ def routes(branch):
         named = re.search(r"database_id\s*=\s*(n\b|any)", lower)
         if not named and set(by_database) == {"databases"}:
             named = re.search(r"(?<![\w.])(\w+\.)?id\s*=\s*(n\b|any)", lower)
+        # A database's own row by its id, with its zones' rows in a subquery joined on the
+        # distribution column (a database's usage, PostgresDatabaseFeed.usedBytes): one
+        # shard's rows, which a coordinator infers from the join.
+        if not named and "databases" in by_database and re.search(r"\bdatabase_id\s*=\s*databases\.id\b", lower):
+            named = re.search(r"(?<![\w.])(\w+\.)?id\s*=\s*(n\b|any)", lower)
         if not named:
             missing += by_database
     if by_user and not re.search(r"user_id\s*=\s*(n\b|any)", lower):
