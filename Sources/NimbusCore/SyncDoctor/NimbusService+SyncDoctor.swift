@@ -149,8 +149,8 @@ extension NimbusService {
                 let unsent = try tx.notifications(owner: owner, after: state.push?.sequence ?? 0, limit: limit).filter {
                     $0.originDeviceID != deviceID && $0.createdAt > lastFetch
                 }
-                // Behind in the database's feed: a zone changed since the device's token (the
-                // database's own sequence may move without one on PostgreSQL).
+                // Behind in the database's feed: a zone changed since the device's token (on
+                // PostgreSQL a zone still pending has not moved the database's sequence yet).
                 let databaseFeed = try state.database.map { served -> DeviceSyncReport.DatabaseFeed in
                     let changed = try database.map {
                         try !tx.zoneChanges(databaseID: $0.id, after: served.sequence, through: $0.sequence, limit: 1).isEmpty

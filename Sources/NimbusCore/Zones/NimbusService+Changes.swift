@@ -4,9 +4,10 @@ import NimbusWire
 /// Change feeds: which zones changed in a database, which records changed in a zone.
 ///
 /// Records take their zone's next record sequence; zones are stamped, as they change, above
-/// their database's `sequence` as any reader could have read it (on SQLite its next value; on
-/// PostgreSQL a position drawn from the transaction's id, so writers of different zones share no
-/// row: docs/scale-out.md, "The database change feed"). Rows keep the sequence of their last
+/// their database's `sequence` as any reader could have read it (on SQLite its next value as
+/// the write commits; on PostgreSQL after the commit, the zone listed as pending meanwhile, so
+/// writers of different zones share no row: docs/scale-out.md, "The database change feed").
+/// Rows keep the sequence of their last
 /// change (deletions stay as tombstones), so "changes since a token" is "rows with a larger
 /// sequence, in order". As in CloudKit, the default zone does not track changes: use a custom
 /// zone to sync.
@@ -45,10 +46,10 @@ extension NimbusService {
         }
         let moreComing = zones.count > limit
         let page = zones.prefix(limit)
-        // The last change the page returns, not the database's sequence: on PostgreSQL that
-        // moves with every transaction of the cluster (docs/scale-out.md, "The database change
-        // feed"), and a token that stands still while the database does tells a device it is
-        // current.
+        // The last change the page returns, not the database's sequence as read: on PostgreSQL
+        // the scan also lists zones stamped after that read (through its own snapshot), and a
+        // token at the older sequence would list them again next time (docs/scale-out.md, "The
+        // database change feed").
         let nextSequence = max(since, page.last?.changeSequence ?? since)
         let entries: [ZoneEntry] = page.filter { $0.name != Names.defaultZone }.map { zone in
             zone.isDeleted ? .deleted(wireZoneID(zone, target: target)) : .zone(zoneOutput(zone, target: target))
