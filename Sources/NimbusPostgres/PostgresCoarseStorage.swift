@@ -70,7 +70,7 @@ public struct PostgresCoarseStorage: CoarseStorage {
             // On the primary the database's pending zones that no write holds are stamped first
             // (PostgresDatabaseFeed), so each change is listed once and pages never split them;
             // a stamp that fails leaves them pending, listed as such, which is as correct.
-            if pools == nil, ZoneTurn.held == nil { _ = try? await storage.rows(PostgresDatabaseFeed.stamp(databaseID)) }
+            if pools == nil, ZoneTurn.held == nil { try? await storage.stampFeed(of: databaseID) }
             // Stamped zones through the database's sequence in this statement's own snapshot
             // (PostgresDatabaseFeed: a stamp commits with the sequence that covers it), which
             // is at least `through`: a zone stamped since the caller read `through` is listed,

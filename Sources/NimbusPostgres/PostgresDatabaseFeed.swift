@@ -24,8 +24,12 @@ import Synchronization
 /// - **The stamper** (`PostgresFeedStamper`) gives pending zones their sequences after the
 ///   writes commit, one short transaction per database, so a zone stops being listed to
 ///   devices that have seen it. Its no-key update of the database's row does not wait for
-///   writers' key-share locks. Its commit need not be durable: a stamp lost to a crash leaves
-///   the zone pending, listed until the sweep as the store next opens stamps it.
+///   writers' key-share locks. Its commit is as durable as the writes' (the database's
+///   `synchronous_commit`): a device may hold a stamp as its token as soon as it is read, and
+///   a stamp lost to a crash would take the database's sequence back under that token, so
+///   zones stamped after it would never reach the device. Where the operator turned commits
+///   asynchronous, a stamp lost with them leaves the zone pending, listed until the sweep as
+///   the store next opens stamps it.
 enum PostgresDatabaseFeed {
     /// The database's used bytes, in a statement over `databases`.
     static let usedBytes = "databases.used_bytes + (SELECT coalesce(sum(z.used_bytes), 0) FROM zones z WHERE z.database_id = databases.id)"
@@ -137,12 +141,11 @@ final class PostgresFeedStamper: Sendable {
 }
 
 extension PostgresStorage {
-    /// One stamping transaction for `database`, committed without waiting for its log to
-    /// reach disk (see `PostgresDatabaseFeed`).
+    /// Stamps `database`'s pending zones no write holds (`PostgresDatabaseFeed.stamp`): one
+    /// statement on the primary, its own transaction, for the stamper and for a feed read
+    /// alike. Never inside a zone's turn, whose commit is still to come: the stamper's task may
+    /// have been started inside one and inherits it.
     func stampFeed(of database: Int64) async throws {
-        try await client.withTransaction(logger: logger) { connection in
-            try await connection.query("SET LOCAL synchronous_commit = off", logger: logger)
-            try await connection.query(PostgresDatabaseFeed.stamp(database), logger: logger)
-        }
+        _ = try await unitOfWork { [self] in try await run(PostgresDatabaseFeed.stamp(database), on: primary.client) }
     }
 }
