@@ -968,5 +968,17 @@ enum PostgresMigrations {
                 "ALTER TABLE zones ADD COLUMN used_bytes bigint NOT NULL DEFAULT 0",
             ]
         ),
+        (
+            "v36-records-by-key-only",
+            [
+                // A record's id alone was indexed for statements that found a record without
+                // naming its database. Every statement names `database_id` now (for Citus,
+                // checked by scripts/statement-routes.py), so the primary key (database_id, id)
+                // serves each of them, and this index only cost every record written a fifth
+                // b-tree entry: one of the eleven a record with two queryable fields wrote
+                // (issue 35, forty-ninth session).
+                "DROP INDEX IF EXISTS records_by_id",
+            ]
+        ),
     ]
 }
