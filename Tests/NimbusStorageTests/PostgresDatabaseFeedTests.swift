@@ -15,19 +15,7 @@ struct PostgresDatabaseFeedTests {
             func open() async throws -> PostgresCoarseStorage {
                 PostgresCoarseStorage(try await PostgresStorage(location, deadline: PostgresTestCluster.deadline, maximumConnections: 4))
             }
-            func pending() async throws -> [String] {
-                try await PostgresTestCluster.rows("SELECT name FROM zones WHERE feed_pending ORDER BY name", on: location)
-                    .compactMap { $0.first ?? nil }
-            }
-            /// Waits up to 10 s for no zone to be pending.
-            func stamped() async throws -> Bool {
-                let deadline = ContinuousClock.now + .seconds(10)
-                while try await !pending().isEmpty {
-                    guard ContinuousClock.now < deadline else { return false }
-                    try await Task.sleep(for: .milliseconds(20))
-                }
-                return true
-            }
+            func stamped() async throws -> Bool { try await PostgresTestCluster.feedStamped(on: location) }
 
             let first = try await open()
             let (_, a, _) = try await CoarseApplyTests.setUp(first)

@@ -85,6 +85,23 @@ public enum PostgresTestCluster {
         }
     }
 
+    /// The zones at `location` still pending in their databases' change feeds, by name.
+    public static func zonesPendingInTheFeed(on location: PostgresLocation) async throws -> [String] {
+        try await rows("SELECT name FROM zones WHERE feed_pending ORDER BY name", on: location).compactMap { $0.first ?? nil }
+    }
+
+    /// Waits up to 10 s for every zone at `location` to be stamped in its database's change
+    /// feed (the stamper runs about half a second after writes commit); false if one is not.
+    /// A test that compares zone rows waits here first, or a stamp may land between its reads.
+    public static func feedStamped(on location: PostgresLocation) async throws -> Bool {
+        let deadline = ContinuousClock.now + .seconds(10)
+        while try await !zonesPendingInTheFeed(on: location).isEmpty {
+            guard ContinuousClock.now < deadline else { return false }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        return true
+    }
+
     /// A statement the cluster refused, with what postgres-nio's own description hides (its
     /// SQLSTATE and message: a failed test that said only "PSQLError" left a run unexplained).
     public struct StatementFailed: Error, CustomStringConvertible {
