@@ -82,7 +82,7 @@ final class PostgresFeedStamper: Sendable {
             state.running = true
             return true
         }
-        if starts { Task { await run(on: storage) } }
+        if starts { start(on: storage) }
     }
 
     /// A pass that sweeps (as a store opens: zones a crash left pending get their stamps).
@@ -93,7 +93,14 @@ final class PostgresFeedStamper: Sendable {
             state.lastSweep = nil
             return true
         }
-        if starts { Task { await run(on: storage) } }
+        if starts { start(on: storage) }
+    }
+
+    /// Detached, as `PostgresPlannerStatistics`' checks are: a write noted inside a zone's
+    /// turn must not lend the pass its transaction's connection (`ZoneTurn.held`, a task-local
+    /// the pass's statements would otherwise join, long after the turn ended).
+    private func start(on storage: PostgresStorage) {
+        Task.detached { [self] in await run(on: storage) }
     }
 
     /// No pass starts after this (closing).
@@ -143,9 +150,9 @@ final class PostgresFeedStamper: Sendable {
 extension PostgresStorage {
     /// Stamps `database`'s pending zones no write holds (`PostgresDatabaseFeed.stamp`): one
     /// statement on the primary, its own transaction, for the stamper and for a feed read
-    /// alike. Never inside a zone's turn, whose commit is still to come: the stamper's task may
-    /// have been started inside one and inherits it.
+    /// alike. Called outside a zone's turn only (its commit is still to come, and a later pass
+    /// stamps its zones).
     func stampFeed(of database: Int64) async throws {
-        _ = try await unitOfWork { [self] in try await run(PostgresDatabaseFeed.stamp(database), on: primary.client) }
+        try await rows(PostgresDatabaseFeed.stamp(database))
     }
 }

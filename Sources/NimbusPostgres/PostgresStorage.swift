@@ -155,9 +155,7 @@ public final class PostgresStorage: Sendable {
         }
     }
 
-    /// One statement on a connection of `client`, its own transaction, whatever turn the task
-    /// holds (`rows` is the way that honours a turn; this is for work that must not join one).
-    func run(_ query: PostgresQuery, on client: PostgresClient) async throws -> [PostgresRow] {
+    private func run(_ query: PostgresQuery, on client: PostgresClient) async throws -> [PostgresRow] {
         pending.add(1, ordering: .relaxed)
         defer { pending.subtract(1, ordering: .relaxed) }
         return try await client.withConnection { [self] connection in
