@@ -1,6 +1,8 @@
 #define _GNU_SOURCE
 #include "CNimbusLibc.h"
+#include <errno.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -20,4 +22,14 @@ int nimbus_allocator_release_free_pages(void) { return 0; }
 
 int nimbus_bytes_contain(const void *haystack, size_t haystack_length, const void *needle, size_t needle_length) {
     return memmem(haystack, haystack_length, needle, needle_length) != NULL;
+}
+
+int nimbus_page_out(void *start, size_t length) {
+#if defined(MADV_PAGEOUT)
+    return madvise(start, length, MADV_PAGEOUT) == 0 ? 0 : errno;
+#else
+    (void)start;
+    (void)length;
+    return ENOSYS;
+#endif
 }

@@ -222,6 +222,7 @@ struct Serve: AsyncParsableCommand {
                 lines.append("test mode: clock and faults at http://\(browsable):\(port)/test/1/ without credentials (docs/testing.md); never in production")
             }
             FileHandle.standardOutput.write(Data((lines.joined(separator: "\n") + "\n").utf8))
+            MemoryReturnService.startupFinished()
         }
         // SIGINT and SIGTERM end the server gracefully: in-flight requests finish first.
         try await app.runService(gracefulShutdownSignals: [.sigterm, .sigint])

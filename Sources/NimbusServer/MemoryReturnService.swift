@@ -1,4 +1,5 @@
 import CNimbusLibc
+import Foundation
 import ServiceLifecycle
 
 /// Gives the memory a burst freed back to the system.
@@ -17,6 +18,12 @@ public struct MemoryReturnService: Service {
     static let interval: Duration = .seconds(10)
 
     public init() {}
+
+    /// Called once the server listens: the code the start ran once goes back to the kernel
+    /// (`MemoryReturn.releaseStartupPages`), off the caller's thread.
+    public static func startupFinished() {
+        Task.detached(priority: .background) { _ = MemoryReturn.releaseStartupPages() }
+    }
 
     public func run() async throws {
         await cancelWhenGracefulShutdown {
@@ -42,5 +49,80 @@ enum MemoryReturn {
     static func releaseIfWorthIt(threshold: Int) -> Bool {
         guard freeBytes > threshold else { return false }
         return nimbus_allocator_release_free_pages() == 1
+    }
+}
+
+extension MemoryReturn {
+    /// What `releaseStartupPages` did: how many mappings the kernel was asked to reclaim, how
+    /// many it refused, and the process's resident file pages (code and read-only data, in
+    /// bytes) just before and just after.
+    struct StartupRelease: Sendable {
+        var advised = 0
+        var refused = 0
+        var residentFileBytesBefore: Int?
+        var residentFileBytesAfter: Int?
+    }
+
+    /// Gives back the code pages the start ran once.
+    ///
+    /// Starting runs code from all over the binary and Swift's libraries once (the argument
+    /// parser, migrations, bootstrapping, the routers' tables, GRDB's and NIO's set-up), and the
+    /// kernel maps code in 64 KB runs around each page a process touches. An idle server so
+    /// held about 40 MB of file pages, most of them never run again (docs/benchmarks.md, "Idle
+    /// memory: libcurl gone, relocations packed" and "The start's code given back"). Once the
+    /// server listens, each read-only file mapping is advised out (`MADV_PAGEOUT`): the kernel
+    /// drops the clean pages only this process maps, and what serving runs is read back at its
+    /// first use, which the first requests after the start pay once. Pages other processes map
+    /// too (the C library's) stay, and so does everything the process wrote (anonymous memory,
+    /// SQLite's shared WAL index, which is mapped writable). The kernel pages out a file's pages
+    /// only for a process that could open the file for writing: where a binary owned by root
+    /// runs as another user, the advice changes nothing, and costs nothing.
+    static func releaseStartupPages() -> StartupRelease {
+        var release = StartupRelease()
+        release.residentFileBytesBefore = residentFileBytes()
+        for range in readOnlyFileMappings() {
+            guard let start = UnsafeMutableRawPointer(bitPattern: range.lowerBound) else { continue }
+            if nimbus_page_out(start, range.count) == 0 { release.advised += 1 } else { release.refused += 1 }
+        }
+        release.residentFileBytesAfter = residentFileBytes()
+        return release
+    }
+
+    /// The address ranges of the process's read-only mappings of files (`/proc/self/maps`):
+    /// code, read-only data and relocated-then-protected data of the binary and its libraries.
+    /// Writable mappings, devices and memory files are left out.
+    static func readOnlyFileMappings() -> [Range<Int>] {
+        guard let maps = procText("/proc/self/maps") else { return [] }
+        return maps.split(separator: "\n").compactMap { line in
+            // address perms offset device inode path (the path may hold spaces)
+            let fields = line.split(separator: " ", maxSplits: 5, omittingEmptySubsequences: true)
+            guard fields.count == 6 else { return nil }
+            let permissions = fields[1], path = fields[5].drop { $0 == " " }
+            guard permissions.hasPrefix("r"), !permissions.contains("w"), path.hasPrefix("/"),
+                !path.hasPrefix("/dev/"), !path.hasPrefix("/memfd:")
+            else { return nil }
+            let bounds = fields[0].split(separator: "-")
+            guard bounds.count == 2, let start = Int(bounds[0], radix: 16), let end = Int(bounds[1], radix: 16), end > start
+            else { return nil }
+            return start..<end
+        }
+    }
+
+    /// The process's resident file pages in bytes (`RssFile` in `/proc/self/status`), where the
+    /// system reports them.
+    static func residentFileBytes() -> Int? {
+        guard let status = procText("/proc/self/status"),
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("RssFile:") })
+        else { return nil }
+        // "RssFile:    41924 kB"
+        return line.split(separator: " ").dropFirst().first.flatMap { Int($0) }.map { $0 * 1024 }
+    }
+
+    /// A file of /proc, read to its end (its size reads as zero, so it is read, not sized).
+    private static func procText(_ path: String) -> String? {
+        guard let handle = FileHandle(forReadingAtPath: path) else { return nil }
+        defer { try? handle.close() }
+        guard let data = try? handle.readToEnd() else { return nil }
+        return String(decoding: data, as: UTF8.self)
     }
 }

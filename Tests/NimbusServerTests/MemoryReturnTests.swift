@@ -1,4 +1,5 @@
 #if canImport(Glibc)
+import CNimbusLibc
 import Glibc
 @testable import NimbusServer
 import Testing
@@ -42,6 +43,22 @@ import Testing
         #expect(MemoryReturn.releaseIfWorthIt(threshold: MemoryReturn.defaultThreshold))
         let residentAfter = freed.reduce(0) { $0 + Self.residentPages($1) }
         #expect(residentAfter <= residentBefore / 4, "still resident after the release: \(residentAfter) of \(residentBefore) pages")
+    }
+
+    /// What `nimbus serve` does once it listens: the process's read-only file mappings (this
+    /// test binary's code among them) are advised out, and its resident file pages fall. Other
+    /// tests running meanwhile fault some code back in, far less than the binary held.
+    @Test func theStartsCodePagesGoBackToTheKernel() throws {
+        let mappings = MemoryReturn.readOnlyFileMappings()
+        let code = unsafeBitCast(
+            nimbus_page_out as @convention(c) (UnsafeMutableRawPointer?, Int) -> Int32, to: Int.self)
+        #expect(mappings.contains { $0.contains(code) }, "no read-only mapping holds this binary's code")
+
+        let release = MemoryReturn.releaseStartupPages()
+        #expect(release.advised >= 1, "advised \(release.advised) of \(mappings.count) mappings")
+        #expect(release.refused == 0)
+        let before = try #require(release.residentFileBytesBefore), after = try #require(release.residentFileBytesAfter)
+        #expect(after < before / 2, "resident file pages \(before) bytes before, \(after) after")
     }
 }
 #endif

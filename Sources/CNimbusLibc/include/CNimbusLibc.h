@@ -14,6 +14,12 @@ size_t nimbus_allocator_free_bytes(void);
 /// memory was released, 0 otherwise or where the allocator is not glibc's.
 int nimbus_allocator_release_free_pages(void);
 
+/// Asks the kernel to reclaim the pages of [start, start + length) now (madvise MADV_PAGEOUT):
+/// clean file pages that only this process maps are dropped and read again at their next use.
+/// 0 when the kernel took the advice, otherwise the error (ENOSYS where the C library or the
+/// kernel has no MADV_PAGEOUT, Linux before 5.4).
+int nimbus_page_out(void *start, size_t length);
+
 /// Whether `needle` occurs in `haystack` (memmem: glibc's is vectorized).
 int nimbus_bytes_contain(const void *haystack, size_t haystack_length, const void *needle, size_t needle_length);
 
