@@ -80,12 +80,20 @@ extension MemoryReturn {
     static func releaseStartupPages() -> StartupRelease {
         var release = StartupRelease()
         release.residentFileBytesBefore = residentFileBytes()
-        for range in readOnlyFileMappings() {
-            guard let start = UnsafeMutableRawPointer(bitPattern: range.lowerBound) else { continue }
-            if nimbus_page_out(start, range.count) == 0 { release.advised += 1 } else { release.refused += 1 }
-        }
+        (release.advised, release.refused) = pageOut(readOnlyFileMappings())
         release.residentFileBytesAfter = residentFileBytes()
         return release
+    }
+
+    /// Advises each range out (`MADV_PAGEOUT`); how many ranges the kernel took the advice for
+    /// and how many it refused.
+    static func pageOut(_ ranges: [Range<Int>]) -> (advised: Int, refused: Int) {
+        var advised = 0, refused = 0
+        for range in ranges {
+            guard let start = UnsafeMutableRawPointer(bitPattern: range.lowerBound) else { continue }
+            if nimbus_page_out(start, range.count) == 0 { advised += 1 } else { refused += 1 }
+        }
+        return (advised, refused)
     }
 
     /// The address ranges of the process's read-only mappings of files (`/proc/self/maps`):

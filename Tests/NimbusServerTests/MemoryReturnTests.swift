@@ -1,5 +1,6 @@
 #if canImport(Glibc)
 import CNimbusLibc
+import Foundation
 import Glibc
 @testable import NimbusServer
 import Testing
@@ -45,20 +46,48 @@ import Testing
         #expect(residentAfter <= residentBefore / 4, "still resident after the release: \(residentAfter) of \(residentBefore) pages")
     }
 
-    /// What `nimbus serve` does once it listens: the process's read-only file mappings (this
-    /// test binary's code among them) are advised out, and its resident file pages fall. Other
-    /// tests running meanwhile fault some code back in, far less than the binary held.
-    @Test func theStartsCodePagesGoBackToTheKernel() throws {
-        let mappings = MemoryReturn.readOnlyFileMappings()
-        let code = unsafeBitCast(
-            nimbus_page_out as @convention(c) (UnsafeMutableRawPointer?, Int) -> Int32, to: Int.self)
-        #expect(mappings.contains { $0.contains(code) }, "no read-only mapping holds this binary's code")
+    /// What `nimbus serve` does once it listens, on a file of the test's own (paging out the
+    /// whole test process would slow the tests running beside it): a read-only mapping of the
+    /// file is among those listed, a writable one is not, and after the advice the file's
+    /// pages are no longer resident (`mincore`).
+    @Test func readOnlyFileMappingsArePagedOut() throws {
+        let length = 64 * Self.page * 16  // 64 runs of the kernel's 64 KB fault-around
+        let path = NSTemporaryDirectory() + "nimbus-page-out-\(getpid())-\(UInt64.random(in: 0...UInt64.max))"
+        #expect(FileManager.default.createFile(atPath: path, contents: Data(repeating: 7, count: length)))
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let descriptor = open(path, O_RDONLY)
+        try #require(descriptor >= 0)
+        defer { close(descriptor) }
+        let readOnly = try #require(mmap(nil, length, PROT_READ, MAP_PRIVATE, descriptor, 0))
+        try #require(readOnly != MAP_FAILED)
+        defer { munmap(readOnly, length) }
+        let writable = try #require(mmap(nil, Self.page, PROT_READ | PROT_WRITE, MAP_PRIVATE, descriptor, 0))
+        try #require(writable != MAP_FAILED)
+        defer { munmap(writable, Self.page) }
 
-        let release = MemoryReturn.releaseStartupPages()
-        #expect(release.advised >= 1, "advised \(release.advised) of \(mappings.count) mappings")
-        #expect(release.refused == 0)
-        let before = try #require(release.residentFileBytesBefore), after = try #require(release.residentFileBytesAfter)
-        #expect(after < before / 2, "resident file pages \(before) bytes before, \(after) after")
+        var sum = 0
+        for offset in stride(from: 0, to: length, by: Self.page) { sum += Int(readOnly.load(fromByteOffset: offset, as: UInt8.self)) }
+        #expect(sum == 7 * (length / Self.page))
+        let start = Int(bitPattern: readOnly), mapped = start..<(start + length)
+        #expect(Self.residentPages(readOnly, length: length) == length / Self.page)
+
+        let mappings = MemoryReturn.readOnlyFileMappings()
+        #expect(mappings.contains(mapped), "the read-only mapping is not listed")
+        #expect(!mappings.contains { $0.contains(Int(bitPattern: writable)) }, "a writable mapping is listed")
+        let code = unsafeBitCast(nimbus_page_out as @convention(c) (UnsafeMutableRawPointer?, Int) -> Int32, to: Int.self)
+        #expect(mappings.contains { $0.contains(code) }, "no listed mapping holds this binary's code")
+
+        let (advised, refused) = MemoryReturn.pageOut([mapped])
+        #expect(advised == 1 && refused == 0)
+        let left = Self.residentPages(readOnly, length: length)
+        #expect(left <= length / Self.page / 10, "\(left) of \(length / Self.page) pages still resident")
+    }
+
+    /// How many of the pages of `length` bytes from the page-aligned `start` are resident.
+    static func residentPages(_ start: UnsafeMutableRawPointer, length: Int) -> Int {
+        var vector = [UInt8](repeating: 0, count: length / page)
+        guard mincore(start, length, &vector) == 0 else { return -1 }
+        return vector.filter { $0 & 1 == 1 }.count
     }
 }
 #endif
