@@ -2,7 +2,8 @@
 # What an idle `nimbus serve` holds resident (issue 36's 30 MB), and where: each build is started
 # on a fresh data directory ROUNDS times, the builds alternating, and read SECONDS after start
 # from /proc/PID/status (VmRSS, its anonymous and file parts) and /proc/PID/smaps (resident
-# kilobytes by mapping: the binary, Swift's libraries, the others, anonymous memory).
+# kilobytes by mapping: the binary, Swift's libraries, the others, anonymous memory); then
+# VmRSS again once it has answered six requests.
 #
 #   Benchmarks/idle-memory.sh [rounds=3] [seconds=8] [build…]
 #
@@ -51,7 +52,7 @@ print(" ".join(f"{groups[k] / 1024:.1f}" for k in ("binary", "swift", "other", "
 PY
 }
 
-printf '| build | round | VmRSS MB | anonymous MB | file MB | binary / Swift libraries / other libraries / anonymous mappings, MB |\n|---|---|---|---|---|---|\n'
+printf '| build | round | VmRSS MB | anonymous MB | file MB | binary / Swift libraries / other libraries / anonymous mappings, MB | VmRSS after six requests, MB |\n|---|---|---|---|---|---|---|\n'
 for round in $(seq 1 "$ROUNDS"); do
   for binary in "${builds[@]}"; do
     data=$(mktemp -d /tmp/nimbus-idle.XXXXXX)
@@ -64,8 +65,21 @@ for round in $(seq 1 "$ROUNDS"); do
     read -r rss anon file < <(awk '/^VmRSS/ {r=$2} /^RssAnon/ {a=$2} /^RssFile/ {f=$2} END {printf "%.1f %.1f %.1f\n", r/1024, a/1024, f/1024}' "/proc/$pid/status")
     # smaps names the file the binary was mapped from, symbolic links resolved.
     groups=$(by_mapping "$pid" "$(readlink -f "$binary")")
+    # Then a server that has answered its first requests (a build that gives the start's code
+    # back reads the serving path's code in again): three health checks and three records
+    # queries with the development token the log prints, read 2 s later.
+    url="http://127.0.0.1:$port"
+    token=$(awk '/^development API token:/ {print $4}' "$data/log")
+    container=$(awk '/^container:/ {print $2}' "$data/log")
+    for _ in 1 2 3; do
+      curl -s -o /dev/null "$url/health"
+      curl -s -o /dev/null -X POST -H 'Content-Type: application/json' -d '{"query":{"recordType":"Item"}}' \
+        "$url/database/1/$container/development/public/records/query?ckAPIToken=$token"
+    done
+    sleep 2
+    served=$(awk '/^VmRSS/ {printf "%.1f", $2 / 1024}' "/proc/$pid/status")
     kill "$pid"; wait "$pid" 2>/dev/null || true
     rm -rf "$data"
-    printf '| %s | %d | %s | %s | %s | %s |\n' "$binary" "$round" "$rss" "$anon" "$file" "${groups// / \/ }"
+    printf '| %s | %d | %s | %s | %s | %s | %s |\n' "$binary" "$round" "$rss" "$anon" "$file" "${groups// / \/ }" "$served"
   done
 done
