@@ -33,10 +33,11 @@ work=$(mktemp -d /tmp/nimbus-cores.XXXXXX)
 cc -shared -fPIC -O2 -o "$work/cores.so" Benchmarks/cores/cores.c -ldl
 trap 'stop_preloaded; rm -rf "$work"' EXIT
 
-# load PID URL SCRIPT [CONNECTIONS=64] [THREADS=2]: one wrk cell, its figure dropped.
+# load URL SCRIPT [CONNECTIONS=64] [THREADS=2]: one wrk cell once every server is idle, its
+# figure dropped.
 load() {
   wait_idle
-  wrk -t"${5:-2}" -c"${4:-64}" -d"${SECONDS_PER}s" -s "$3" "$2" >/dev/null
+  wrk -t"${4:-2}" -c"${3:-64}" -d"${SECONDS_PER}s" -s "$2" "$1" >/dev/null
 }
 
 printf '| reported cores | server | NIO loops / Go procs | idle MiB | after MiB (anonymous) | threads after |\n|---|---|---|---|---|---|\n'
@@ -54,10 +55,10 @@ for cores in $COUNTS; do
   python3 Benchmarks/wrk/preload.py pocketbase "$PBURL" "$RECORDS" >/dev/null
   loops=$(ls /proc/"$nimbus_PID"/task | while read -r task; do cat "/proc/$nimbus_PID/task/$task/comm"; done | grep -c '^NIO-SGLTN-1-' || true)
   for kind in fetch list create; do
-    load "$nimbus_PID" "$(cell_url "$nimbus_RECORDS" "$kind" "$nimbus_AUTH")" "Benchmarks/wrk/nimbus-$kind.lua"
-    load "$PBPID" "$PBURL" "Benchmarks/wrk/pocketbase-$kind.lua"
+    load "$(cell_url "$nimbus_RECORDS" "$kind" "$nimbus_AUTH")" "Benchmarks/wrk/nimbus-$kind.lua"
+    load "$PBURL" "Benchmarks/wrk/pocketbase-$kind.lua"
   done
-  load "$nimbus_PID" "$(cell_url "$nimbus_RECORDS" batch "$nimbus_AUTH")" Benchmarks/wrk/nimbus-batch.lua 4 2
+  load "$(cell_url "$nimbus_RECORDS" batch "$nimbus_AUTH")" Benchmarks/wrk/nimbus-batch.lua 4 2
   # As wrk.sh reads it: right after the load, then again once the server has had 12 s to give
   # memory back (`MemoryReturnService` looks every 10 s).
   for server in nimbus pocketbase; do

@@ -22,7 +22,7 @@ public struct MemoryReturnService: Service {
     /// Called once the server listens: the code the start ran once goes back to the kernel
     /// (`MemoryReturn.releaseStartupPages`), off the caller's thread.
     public static func startupFinished() {
-        Task.detached(priority: .background) { _ = MemoryReturn.releaseStartupPages() }
+        Task.detached(priority: .background) { MemoryReturn.releaseStartupPages() }
     }
 
     public func run() async throws {
@@ -53,16 +53,6 @@ enum MemoryReturn {
 }
 
 extension MemoryReturn {
-    /// What `releaseStartupPages` did: how many mappings the kernel was asked to reclaim, how
-    /// many it refused, and the process's resident file pages (code and read-only data, in
-    /// bytes) just before and just after.
-    struct StartupRelease: Sendable {
-        var advised = 0
-        var refused = 0
-        var residentFileBytesBefore: Int?
-        var residentFileBytesAfter: Int?
-    }
-
     /// Gives back the code pages the start ran once.
     ///
     /// Starting runs code from all over the binary and Swift's libraries once (the argument
@@ -77,12 +67,8 @@ extension MemoryReturn {
     /// SQLite's shared WAL index, which is mapped writable). The kernel pages out a file's pages
     /// only for a process that could open the file for writing: where a binary owned by root
     /// runs as another user, the advice changes nothing, and costs nothing.
-    static func releaseStartupPages() -> StartupRelease {
-        var release = StartupRelease()
-        release.residentFileBytesBefore = residentFileBytes()
-        (release.advised, release.refused) = pageOut(readOnlyFileMappings())
-        release.residentFileBytesAfter = residentFileBytes()
-        return release
+    static func releaseStartupPages() {
+        _ = pageOut(readOnlyFileMappings())
     }
 
     /// Advises each range out (`MADV_PAGEOUT`); how many ranges the kernel took the advice for
@@ -114,16 +100,6 @@ extension MemoryReturn {
             else { return nil }
             return start..<end
         }
-    }
-
-    /// The process's resident file pages in bytes (`RssFile` in `/proc/self/status`), where the
-    /// system reports them.
-    static func residentFileBytes() -> Int? {
-        guard let status = procText("/proc/self/status"),
-            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("RssFile:") })
-        else { return nil }
-        // "RssFile:    41924 kB"
-        return line.split(separator: " ").dropFirst().first.flatMap { Int($0) }.map { $0 * 1024 }
     }
 
     /// A file of /proc, read to its end (its size reads as zero, so it is read, not sized).

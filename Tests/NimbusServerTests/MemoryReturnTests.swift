@@ -17,9 +17,7 @@ import Testing
         let start = (Int(bitPattern: block) + page - 1) / page * page
         let end = (Int(bitPattern: block) + blockSize) / page * page
         guard end > start, let first = UnsafeMutableRawPointer(bitPattern: start) else { return 0 }
-        var vector = [UInt8](repeating: 0, count: (end - start) / page)
-        guard mincore(first, end - start, &vector) == 0 else { return 0 }
-        return vector.filter { $0 & 1 == 1 }.count
+        return max(0, residentPages(first, length: end - start))
     }
 
     @Test func freedMemoryGoesBackToTheSystemAndTooLittleIsLeft() {

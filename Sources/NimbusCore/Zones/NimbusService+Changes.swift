@@ -8,8 +8,8 @@ import NimbusWire
 /// the write commits; on PostgreSQL after the commit, the zone listed as pending meanwhile, so
 /// writers of different zones share no row: docs/scale-out.md, "The database change feed").
 /// Rows keep the sequence of their last change (deletions stay as tombstones), so "changes
-/// since a token" is "rows with a larger sequence, in order". As in CloudKit, the default zone does not track changes: use a custom
-/// zone to sync.
+/// since a token" is "rows with a larger sequence, in order". As in CloudKit, the default zone
+/// does not track changes: use a custom zone to sync.
 ///
 /// A token never goes back: a page's next token is the last change it returns, or the token
 /// sent when it returns none. So a feed a read replica answers while behind the
