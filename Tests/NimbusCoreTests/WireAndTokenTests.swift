@@ -145,6 +145,30 @@ import Testing
     }
 }
 
+@Suite struct SharedZoneTokenTests {
+    let key = SymmetricKey(size: .bits256)
+
+    @Test func roundTripsTheZonesRecordSequences() throws {
+        let token = SharedZoneToken(userRecordName: "_bob", zones: [.init(owner: "_ann", zoneName: "Trip", zoneID: 3, recordSequence: 17)])
+        let text = token.encoded(key: key)
+        #expect(text.hasPrefix("S2."))
+        #expect(try SharedZoneToken.decode(text, key: key, userRecordName: "_bob") == token)
+        #expect(throws: CloudKitError.self) { try SharedZoneToken.decode(text, key: key, userRecordName: "_carol") }
+    }
+
+    /// A token from before record sequences (its zones at their feed sequence) still decodes,
+    /// with every zone at record sequence 0: each zone the caller has is reported once, never
+    /// missed because a feed sequence is larger than a record sequence.
+    @Test func aTokenOfFeedSequencesReportsEveryZoneOnce() throws {
+        let body = Array(#"{"u":"_bob","z":[["_ann","Trip",3,40]]}"#.utf8)
+        let mac = Array(HMAC<SHA256>.authenticationCode(for: body, using: key)).prefix(16)
+        let legacy = "S1." + Credentials.base64URL(body) + "." + Credentials.base64URL(Array(mac))
+        let decoded = try SharedZoneToken.decode(legacy, key: key, userRecordName: "_bob")
+        #expect(decoded.zones == [.init(owner: "_ann", zoneName: "Trip", zoneID: 3, recordSequence: 0)])
+        #expect(throws: CloudKitError.self) { try SharedZoneToken.decode("S3." + legacy.dropFirst(3), key: key, userRecordName: "_bob") }
+    }
+}
+
 @Suite struct CredentialTests {
     @Test func passwordHashVerifiesOnlyTheRightPassword() throws {
         let hash = try Credentials.hashPassword("correct horse", rounds: 1_000)

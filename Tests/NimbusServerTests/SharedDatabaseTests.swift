@@ -109,6 +109,33 @@ import Testing
         }
     }
 
+    /// A participant's `changes/database` lists a shared zone as soon as a write in it is
+    /// acknowledged: on PostgreSQL the zone's place in its owner's feed is stamped after the
+    /// commit (half a second later), and a feed that compared those places missed the change
+    /// until then (a CI run, 2026-12-04).
+    @Test func aParticipantsDatabaseFeedListsAZoneRightAfterAWriteInIt() async throws {
+        try await TestServer.with { server in
+            let (ann, bob, _) = try await ShareTests.people(server)
+            let saved = try await ann.modify(
+                zone: "Trip", [ShareTests.share("trip-share", forRecord: ("plan", nil), participants: [ShareTests.invite(email: "bob@example.com")])])
+            let guid = try #require(saved.records.first?["shortGUID"]?.stringValue, "\(saved.text)")
+            try await expectEqual(ShareTests.resolve(bob, [guid], accept: true).status, 200)
+            let first = try await bob.post("shared", "changes/database", [:])
+            var token = try #require(first.json["syncToken"]?.stringValue, "\(first.text)")
+            for round in 1...3 {
+                try await expectEqual(ann.modify(zone: "Trip", [Self.child("day\(round)", of: "plan")]).status, 200)
+                let changed = try await bob.post("shared", "changes/database", ["syncToken": .string(token)])
+                expectEqual(changed.json["zones"]?.arrayValue?.count, 1, "round \(round): \(changed.text)")
+                expectEqual(changed.json["zones"]?[0]?["zoneID"]?["zoneName"], "Trip", "round \(round): \(changed.text)")
+                token = try #require(changed.json["syncToken"]?.stringValue)
+                // Nothing changed since: nothing listed.
+                let quiet = try await bob.post("shared", "changes/database", ["syncToken": .string(token)])
+                expectEqual(quiet.json["zones"]?.arrayValue?.count, 0, "round \(round), unchanged: \(quiet.text)")
+                token = try #require(quiet.json["syncToken"]?.stringValue)
+            }
+        }
+    }
+
     /// A record moved out of a shared hierarchy takes what is below it along: participants hear
     /// the grandchildren go too (their caches would keep them otherwise), and come back with it.
     @Test func aRecordMovedOutTakesItsDescendantsAlongInParticipantsFeeds() async throws {

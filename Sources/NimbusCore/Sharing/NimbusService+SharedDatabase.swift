@@ -198,9 +198,11 @@ extension NimbusService {
     }
 
     /// `changes/database` of the shared database. Its token lists the zones the caller saw and
-    /// each one's sequence then (signed, like every token): a zone is reported when its
-    /// sequence moved, when it is new, and as deleted when the caller no longer has it (left,
-    /// removed, or its share deleted), so their cache is purged.
+    /// each one's record sequence then (signed, like every token): a zone is reported when a
+    /// record of it changed since, when it is new, and as deleted when the caller no longer has
+    /// it (left, removed, or its share deleted), so their cache is purged. The record sequence
+    /// moves with the write that changed the record, so a change is reported by the first
+    /// fetch after it is acknowledged, on PostgreSQL too (`SharedZoneToken.Zone`).
     func sharedDatabaseChanges(_ target: DatabaseTarget, _ request: DatabaseChangesRequest) async throws -> DatabaseChangesResponse {
         let user = try target.caller.requireUser(for: "The shared database")
         var seen: [SharedZoneToken.Zone] = []
@@ -211,10 +213,11 @@ extension NimbusService {
         var entries: [ZoneEntry] = []
         var now: [SharedZoneToken.Zone] = []
         for (shared, zone) in rows {
-            let current = SharedZoneToken.Zone(owner: shared.ownerRecordName, zoneName: zone.name, zoneID: zone.id, sequence: zone.changeSequence)
+            let current = SharedZoneToken.Zone(
+                owner: shared.ownerRecordName, zoneName: zone.name, zoneID: zone.id, recordSequence: zone.recordSequence)
             now.append(current)
             let before = seen.first { $0.owner == current.owner && $0.zoneName == current.zoneName }
-            if before == nil || before?.zoneID != current.zoneID || (before?.sequence ?? 0) < current.sequence {
+            if before == nil || before?.zoneID != current.zoneID || (before?.recordSequence ?? 0) < current.recordSequence {
                 entries.append(.zone(zoneOutput(zone, target: target.viewingZones(of: shared.ownerRecordName))))
             }
         }
