@@ -15,9 +15,17 @@ size_t nimbus_allocator_free_bytes(void) {
 int nimbus_allocator_release_free_pages(void) {
     return malloc_trim(0);
 }
+
+int nimbus_allocator_limit_arenas(int count) {
+    return mallopt(M_ARENA_MAX, count);
+}
 #else
 size_t nimbus_allocator_free_bytes(void) { return 0; }
 int nimbus_allocator_release_free_pages(void) { return 0; }
+int nimbus_allocator_limit_arenas(int count) {
+    (void)count;
+    return 0;
+}
 #endif
 
 int nimbus_bytes_contain(const void *haystack, size_t haystack_length, const void *needle, size_t needle_length) {

@@ -20,10 +20,12 @@ struct Nimbus: AsyncParsableCommand {
             RestoreUserCommand.self, RequestsCommand.self, PartitionsCommand.self,
         ])
 
-    /// ArgumentParser's `main`, with the threads that run tasks chosen between parsing and
-    /// running: the choice depends on the storage a server is given (`TaskThreads`), and must be
+    /// ArgumentParser's `main`, with the allocator's arenas capped before any thread starts
+    /// (`MemoryReturnService.limitAllocatorArenas`) and the threads that run tasks chosen
+    /// between parsing and running: the choice depends on the storage a server is given (`TaskThreads`), and must be
     /// made before any task runs.
     static func main() async {
+        MemoryReturnService.limitAllocatorArenas()
         do {
             var command = try parseAsRoot(nil)
             try TaskThreads.install(serving: (command as? Serve)?.data.database)

@@ -63,10 +63,11 @@ public final class SQLiteStorage: Sendable {
         let pointReaderCount = cores + 2
         // One page budget shared out among every reader connection (the writer has its own,
         // below), so the memory readers hold does not grow with the cores that set their number:
-        // 4 MB each on two cores, 1.3 MB on eight; never under 1 MB, so past twelve cores the
-        // total grows by that much a reader. Pages a reader does not keep are a read(2) from
-        // the kernel's page cache away.
-        let readerCacheKiB = max(1_024, Self.readerCacheBudgetKiB / (configuration.maximumReaderCount + pointReaderCount))
+        // 4 MB each on two cores, 1.3 MB on eight, 720 KB on sixteen. The floor (256 KB, the
+        // pages a list's scan walks several times over) is reached past seventy cores only; a
+        // floor of 1 MB, until 2026-12-04, let the total grow by a megabyte a reader past
+        // twelve. Pages a reader does not keep are a read(2) from the kernel's page cache away.
+        let readerCacheKiB = max(256, Self.readerCacheBudgetKiB / (configuration.maximumReaderCount + pointReaderCount))
         // Another process (the CLI beside a running server) may hold the write lock briefly.
         configuration.busyMode = .timeout(busyTimeout)
         configuration.prepareDatabase { db in

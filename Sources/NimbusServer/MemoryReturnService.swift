@@ -25,6 +25,30 @@ public struct MemoryReturnService: Service {
         Task.detached(priority: .background) { MemoryReturn.releaseStartupPages() }
     }
 
+    /// The allocator arenas a server may use, whatever its core count.
+    ///
+    /// glibc's malloc gives a thread that finds the arenas busy an arena of its own, up to eight
+    /// per core, and each keeps what its threads freed for their reuse. So the memory a server
+    /// kept after a load grew with its threads, and its threads with the cores: with NIO's loops,
+    /// SQLite's readers and Swift's pool sized for sixteen cores, 159 MiB against 142 for two
+    /// (`Benchmarks/core-memory.sh`, docs/benchmarks.md "The allocator's arenas capped"). With
+    /// two arenas, 121 on two cores. The allocations a request makes most, small objects, come
+    /// from each thread's own cache (glibc's tcache) without an arena's lock; larger buffers
+    /// take the lock, which cost creates at 64 clients about 5% here (fetches level). An
+    /// operator who would rather spend the memory sets `MALLOC_ARENA_MAX` (docs/operations.md).
+    public static let allocatorArenas = 2
+
+    /// Called first thing in `main`, before the process starts its threads: glibc's allocator
+    /// gets at most `count` arenas, unless the operator chose a number (`MALLOC_ARENA_MAX`,
+    /// which glibc reads itself). Whether the cap was set.
+    @discardableResult
+    public static func limitAllocatorArenas(
+        to count: Int = allocatorArenas, environment: [String: String] = ProcessInfo.processInfo.environment
+    ) -> Bool {
+        guard environment["MALLOC_ARENA_MAX"] == nil else { return false }
+        return nimbus_allocator_limit_arenas(Int32(count)) == 1
+    }
+
     public func run() async throws {
         await cancelWhenGracefulShutdown {
             while !Task.isCancelled {

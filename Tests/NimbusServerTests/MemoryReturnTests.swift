@@ -44,6 +44,15 @@ import Testing
         #expect(residentAfter <= residentBefore / 4, "still resident after the release: \(residentAfter) of \(residentBefore) pages")
     }
 
+    /// The arena cap `main` sets: taken by glibc, and not set where the operator chose one.
+    /// Asked here for glibc's own default (eight arenas a core), so the test process's
+    /// allocator stays as it was.
+    @Test func theArenaCapIsTakenUnlessTheOperatorChoseOne() {
+        let glibcDefault = 8 * ProcessInfo.processInfo.activeProcessorCount
+        #expect(!MemoryReturnService.limitAllocatorArenas(to: glibcDefault, environment: ["MALLOC_ARENA_MAX": "4"]))
+        #expect(MemoryReturnService.limitAllocatorArenas(to: glibcDefault, environment: [:]))
+    }
+
     /// What `nimbus serve` does once it listens, on a file of the test's own (paging out the
     /// whole test process would slow the tests running beside it): a read-only mapping of the
     /// file is among those listed, a writable one is not, and after the advice the file's

@@ -14,6 +14,10 @@ size_t nimbus_allocator_free_bytes(void);
 /// memory was released, 0 otherwise or where the allocator is not glibc's.
 int nimbus_allocator_release_free_pages(void);
 
+/// Caps the arenas glibc's malloc may create at `count` (mallopt M_ARENA_MAX); 1 when the
+/// allocator took it, 0 otherwise or where the allocator is not glibc's.
+int nimbus_allocator_limit_arenas(int count);
+
 /// Asks the kernel to reclaim the pages of [start, start + length) now (madvise MADV_PAGEOUT):
 /// clean file pages that only this process maps are dropped and read again at their next use.
 /// 0 when the kernel took the advice, otherwise the error (ENOSYS where the C library or the
