@@ -34,7 +34,7 @@ public struct MemoryReturnService: Service {
     /// (`Benchmarks/core-memory.sh`, docs/benchmarks.md "The allocator's arenas capped"). With
     /// two arenas, 121 on two cores. The allocations a request makes most, small objects, come
     /// from each thread's own cache (glibc's tcache) without an arena's lock; larger buffers
-    /// take the lock, which cost creates at 64 clients about 5% here (fetches level). An
+    /// take the lock, which cost creates 5–11% here (fetches and lists level). An
     /// operator who would rather spend the memory sets `MALLOC_ARENA_MAX` (docs/operations.md).
     public static let allocatorArenas = 2
 
