@@ -20,7 +20,8 @@ let strict: [SwiftSetting] = [
         }
         var text = [CChar](repeating: 0, count: 64)  // "glibc 2.36"
         guard confstr(Int32(_CS_GNU_LIBC_VERSION), &text, text.count) > 0 else { return false }
-        let version = String(cString: text).split(separator: " ").last?.split(separator: ".").compactMap { Int($0) } ?? []
+        let name = String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        let version = name.split(separator: " ").last?.split(separator: ".").compactMap { Int($0) } ?? []
         return version.count >= 2 && (version[0], version[1]) >= (2, 36)
     }()
 #else
