@@ -22,8 +22,8 @@ struct Nimbus: AsyncParsableCommand {
 
     /// ArgumentParser's `main`, with the allocator's arenas capped before any thread starts
     /// (`MemoryReturnService.limitAllocatorArenas`) and the threads that run tasks chosen
-    /// between parsing and running: the choice depends on the storage a server is given (`TaskThreads`), and must be
-    /// made before any task runs.
+    /// between parsing and running: the choice depends on the storage a server is given
+    /// (`TaskThreads`), and must be made before any task runs.
     static func main() async {
         MemoryReturnService.limitAllocatorArenas()
         do {
