@@ -42,7 +42,7 @@ struct SharedZoneToken: Sendable, Hashable {
             "syncToken: the token is garbled (not a token of this shared database); fetch again without a token")
         let countsRecords = text.hasPrefix(prefix)
         guard countsRecords || text.hasPrefix(feedSequencePrefix), text.utf8.count < 64 * 1024 else { throw garbled }
-        let parts = text.dropFirst(prefix.count).split(separator: ".", omittingEmptySubsequences: false)
+        let parts = text.dropFirst((countsRecords ? prefix : feedSequencePrefix).count).split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 2, let body = Credentials.fromBase64URL(String(parts[0])),
             let mac = Credentials.fromBase64URL(String(parts[1]))
         else { throw garbled }
