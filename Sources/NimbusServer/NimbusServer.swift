@@ -191,9 +191,12 @@ public enum NimbusServer {
         metrics.addServerSources(connections: connections, apns: apns)
         let router = NimbusRouter.make(parts: parts, trustedProxies: configuration.trustedProxies)
         let counter = ConnectionCounter()
-        let server = HTTPServerBuilder { responder in
+        // Requests are answered from the connection's pipeline (`ExchangeHandler`) through the
+        // router's responder; the application's own responder is not used.
+        let respond = ExchangeHandler.respond(through: router.buildResponder(), logger: logger)
+        let server = HTTPServerBuilder { _ in
             GuardedChannel(
-                inner: NotificationStreamChannel(responder: responder, service: service, connections: connections),
+                inner: NotificationStreamChannel(respond: respond, service: service, connections: connections),
                 limits: edge, bodyLimits: parts.bodies.limits, counter: counter, isStreamPath: NotificationSocket.isStreamPath)
         }
         return Application(

@@ -35,6 +35,9 @@ public final class RawConnection: @unchecked Sendable {
     /// Ends the connection from this side (both directions), as a client that went away does.
     public func hangUp() { _ = shutdown(socket, Int32(SHUT_RDWR)) }
 
+    /// Ends this side's sending only (half closure): the client still reads the answer.
+    public func finishSending() { _ = shutdown(socket, Int32(SHUT_WR)) }
+
     public func send(_ bytes: [UInt8]) throws {
         var offset = 0
         while offset < bytes.count {

@@ -8,8 +8,9 @@ import NIOHTTPTypesHTTP1
 import NIOWebSocket
 import NimbusCore
 
-/// The server's connections: HTTP/1.1 as Hummingbird serves it, and the notification stream's
-/// WebSocket upgrade as plain NIO, with no task while a device listens.
+/// The server's connections: HTTP/1.1 answered from the pipeline (`ExchangeHandler`, through
+/// the router), and the notification stream's WebSocket upgrade as plain NIO, with no task
+/// while a device listens.
 ///
 /// Hummingbird's own WebSocket channel runs each stream in its connection's task for as long
 /// as the device stays connected: an async reader, a task group and `NIOAsyncChannel`'s
@@ -19,11 +20,12 @@ import NimbusCore
 /// `NotificationStreamHandler`, which answers pings and closes. The connection's task replays
 /// the device's collection (`NotificationSocket.start`) and ends; live frames are written to
 /// the channel by `LiveConnections`, and the connection unregisters itself when it closes.
-struct NotificationStreamChannel: ServerChildChannel, HTTPChannelHandler {
+struct NotificationStreamChannel: ServerChildChannel {
     enum Negotiated: Sendable {
         /// Upgraded and registered: the replay is still to run.
         case stream(NotificationSocket.Accepted, LiveConnections.Connection)
-        case http(NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>)
+        /// Served by `ExchangeHandler`, in the pipeline.
+        case http(any Channel)
         /// The stream refused the upgrade (`RequestGuardHandler` turns the empty 400 written
         /// here into CloudKit's error JSON).
         case refusedUpgrade(NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>)
@@ -34,27 +36,24 @@ struct NotificationStreamChannel: ServerChildChannel, HTTPChannelHandler {
         let channel: any Channel
     }
 
-    let responder: HTTPChannelHandler.Responder
+    let respond: ExchangeHandler.Respond
     let service: NimbusService
     let connections: LiveConnections
 
-    init(responder: @escaping HTTPChannelHandler.Responder, service: NimbusService, connections: LiveConnections) {
+    init(respond: @escaping ExchangeHandler.Respond, service: NimbusService, connections: LiveConnections) {
         // An upgrade can only open a connection: one asked for on a connection that already
         // served a request is sent to try again on a new one (307 to itself, then closed), as
         // Hummingbird's WebSocket channel does.
-        self.responder = { request, writer, channel in
+        self.respond = { request, channel in
             guard request.headers[.upgrade]?.lowercased() == "websocket" else {
-                return try await responder(request, writer, channel)
+                return await respond(request, channel)
             }
             let location = request.uri.query.map { "\(request.uri.path)?\($0)" } ?? request.uri.path
-            try await writer.writeResponse(HTTPResponse(status: .temporaryRedirect, headerFields: [.connection: "close", .location: location]))
-            throw UpgradeOnOpenConnection()
+            return Response(status: .temporaryRedirect, headers: [.connection: "close", .location: location])
         }
         self.service = service
         self.connections = connections
     }
-
-    private struct UpgradeOnOpenConnection: Error {}
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         channel.eventLoop.makeCompletedFuture {
@@ -90,9 +89,13 @@ struct NotificationStreamChannel: ServerChildChannel, HTTPChannelHandler {
                         let operations = channel.pipeline.syncOperations
                         try operations.addHandler(HTTP1ToHTTPServerCodec(secure: false))
                         try operations.addHandler(HTTPConnectionStateHandler(idleTimeout: nil, logger: logger))
-                        let http = try NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>(
-                            wrappingChannelSynchronously: channel, configuration: .init(isOutboundHalfClosureEnabled: true))
-                        return upgradeAsked.value ? .refusedUpgrade(http) : .http(http)
+                        guard !upgradeAsked.value else {
+                            return .refusedUpgrade(
+                                try NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>(
+                                    wrappingChannelSynchronously: channel, configuration: .init(isOutboundHalfClosureEnabled: true)))
+                        }
+                        try operations.addHandler(ExchangeHandler(respond: respond))
+                        return .http(channel)
                     }
                 })
             var pipeline = NIOUpgradableHTTPServerPipelineConfiguration(upgradeConfiguration: upgrades)
@@ -111,8 +114,14 @@ struct NotificationStreamChannel: ServerChildChannel, HTTPChannelHandler {
     func handle(value: Value, logger: Logger) async {
         do {
             switch try await value.negotiated.get() {
-            case .http(let http):
-                await handleHTTP(asyncChannel: http, logger: logger)
+            case .http(let channel):
+                // The pipeline serves the requests; this task only keeps the connection in
+                // the server's count until it closes (a graceful shutdown waits for it).
+                try await withTaskCancellationHandler {
+                    try await channel.closeFuture.get()
+                } onCancel: {
+                    channel.close(promise: nil)
+                }
             case .refusedUpgrade(let http):
                 try await http.executeThenClose { _, outbound in
                     let head = HTTPResponse(status: .badRequest, headerFields: [.connection: "close", .contentLength: "0"])

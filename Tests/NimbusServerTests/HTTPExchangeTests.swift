@@ -1,0 +1,120 @@
+import Foundation
+import NimbusTestSupport
+import NimbusWire
+import Testing
+
+/// How a connection's requests are read and answered (`ExchangeHandler`): in order, one at a
+/// time, whatever way their bytes arrive, over raw sockets.
+@Suite struct HTTPExchangeTests {
+    /// `count` complete answers in `bytes` (each with a Content-Length).
+    static func answers(_ count: Int) -> @Sendable ([UInt8]) -> Bool {
+        { bytes in Self.split(String(decoding: bytes, as: UTF8.self)).count >= count }
+    }
+
+    /// The answers in `text`, each as its head and body.
+    static func split(_ text: String) -> [(head: String, body: String)] {
+        var rest = Substring(text)
+        var answers: [(String, String)] = []
+        while let end = rest.range(of: "\r\n\r\n") {
+            let head = String(rest[..<end.lowerBound])
+            let length =
+                head.split(separator: "\r\n").first { $0.lowercased().hasPrefix("content-length:") }
+                .flatMap { Int($0.split(separator: ":")[1].trimmingCharacters(in: .whitespaces)) } ?? 0
+            let body = rest[end.upperBound...].utf8.prefix(length)
+            guard body.count == length else { break }
+            answers.append((head, String(decoding: body, as: UTF8.self)))
+            rest = rest[end.upperBound...].dropFirst(length)
+        }
+        return answers
+    }
+
+    static func query(_ server: TestServer, body: String, close: Bool = false) -> String {
+        "POST /database/1/\(TestServer.container)/development/public/records/query?ckAPIToken=\(server.developmentToken) HTTP/1.1\r\n"
+            + "Host: x\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\n"
+            + (close ? "Connection: close\r\n" : "") + "\r\n" + body
+    }
+
+    static let queryBody = #"{"query":{"recordType":"Note"}}"#
+
+    @Test func pipelinedRequestsAreAnsweredInOrder() async throws {
+        try await TestServer.with { server in
+            let connection = try RawConnection(port: server.port)
+            // Three requests in one write: a query, the health check, a query that fails.
+            try connection.send(
+                Self.query(server, body: Self.queryBody) + "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+                    + Self.query(server, body: #"{"query":{}}"#))
+            let received = await connection.receive(waitingUpTo: 15, until: Self.answers(3))
+            let answers = Self.split(received.text)
+            try #require(answers.count == 3, "\(received.text.prefix(600))")
+            #expect(answers[0].head.hasPrefix("HTTP/1.1 200"), "\(answers[0].head)")
+            #expect(answers[0].body.contains(#""records""#), "\(answers[0].body)")
+            #expect(answers[1].head.hasPrefix("HTTP/1.1 200"), "\(answers[1].head)")
+            #expect(answers[2].head.hasPrefix("HTTP/1.1 400"), "\(answers[2].head)")
+            #expect(answers[2].body.contains("BAD_REQUEST"), "\(answers[2].body)")
+            for answer in answers {
+                let head = answer.head.lowercased()
+                #expect(head.contains("\r\ndate: ") && head.contains("\r\nserver: nimbus"), "\(answer.head)")
+            }
+            #expect(!received.closed)
+        }
+    }
+
+    @Test func aBodyThatArrivesInPiecesOrPastTheGatheredSizeIsReadWhole() async throws {
+        try await TestServer.with { server in
+            // The head first, the body 200 ms later in two pieces: the route runs before the body
+            // is there and reads it as it comes.
+            let slow = try RawConnection(port: server.port)
+            let request = Self.query(server, body: Self.queryBody)
+            let split = request.index(request.endIndex, offsetBy: -Self.queryBody.count)
+            try slow.send(String(request[..<split]))
+            try await Task.sleep(for: .milliseconds(200))
+            try slow.send(String(Self.queryBody.prefix(10)))
+            try await Task.sleep(for: .milliseconds(100))
+            try slow.send(String(Self.queryBody.dropFirst(10)))
+            let slowAnswer = await slow.receive(waitingUpTo: 15, until: Self.answers(1))
+            #expect(slowAnswer.status == 200, "\(slowAnswer.text.prefix(400))")
+
+            // A body past what is gathered before the route runs (16 KB), in one write.
+            let padded = "{" + String(repeating: " ", count: 40_000) + #""query":{"recordType":"Note"}}"#
+            let large = try RawConnection(port: server.port)
+            try large.send(Self.query(server, body: padded) + "GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            let largeAnswers = await large.receive(waitingUpTo: 15, until: Self.answers(2))
+            let answers = Self.split(largeAnswers.text)
+            try #require(answers.count == 2, "\(largeAnswers.text.prefix(400))")
+            #expect(answers[0].head.hasPrefix("HTTP/1.1 200") && answers[0].body.contains(#""records""#), "\(answers[0])")
+            #expect(answers[1].head.hasPrefix("HTTP/1.1 200"), "\(answers[1].head)")
+        }
+    }
+
+    @Test func aConnectionEndsAfterTheAnswerItsClientAskedToBeLast() async throws {
+        try await TestServer.with { server in
+            // `Connection: close`: answered, then closed.
+            let closing = try RawConnection(port: server.port)
+            try closing.send(Self.query(server, body: Self.queryBody, close: true))
+            let closed = await closing.receive(waitingUpTo: 15)
+            #expect(closed.closed && closed.seconds < 10)
+            let answers = Self.split(closed.text)
+            #expect(answers.count == 1 && answers.first?.head.hasPrefix("HTTP/1.1 200") == true, "\(closed.text.prefix(400))")
+
+            // The client ends its side after two requests: both are answered, then the server closes.
+            let halfClosed = try RawConnection(port: server.port)
+            try halfClosed.send(Self.query(server, body: Self.queryBody) + "GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            halfClosed.finishSending()
+            let ended = await halfClosed.receive(waitingUpTo: 15)
+            #expect(ended.closed && ended.seconds < 10)
+            let both = Self.split(ended.text)
+            #expect(both.count == 2 && both.allSatisfy { $0.head.hasPrefix("HTTP/1.1 200") }, "\(ended.text.prefix(600))")
+
+            // A client that stops in the middle of a body is answered by the route that reads
+            // it (the body is short of its length), and the connection closes.
+            let cut = try RawConnection(port: server.port)
+            let request = Self.query(server, body: Self.queryBody)
+            try cut.send(String(request.dropLast(5)))
+            try await Task.sleep(for: .milliseconds(100))
+            cut.finishSending()
+            let cutAnswer = await cut.receive(waitingUpTo: 15)
+            #expect(cutAnswer.closed && cutAnswer.seconds < 10)
+            #expect(cutAnswer.status == nil || cutAnswer.status == 400, "\(cutAnswer.text.prefix(400))")
+        }
+    }
+}
