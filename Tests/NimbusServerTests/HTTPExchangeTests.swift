@@ -56,6 +56,13 @@ import Testing
                 #expect(head.contains("\r\ndate: ") && head.contains("\r\nserver: nimbus"), "\(answer.head)")
             }
             #expect(!received.closed)
+
+            // Many at once: the socket is not read while requests wait, and each is answered.
+            let flood = try RawConnection(port: server.port)
+            try flood.send(String(repeating: "GET /health HTTP/1.1\r\nHost: x\r\n\r\n", count: 300))
+            let floodAnswers = await flood.receive(waitingUpTo: 30, until: Self.answers(300))
+            let answered = Self.split(floodAnswers.text)
+            #expect(answered.count == 300 && answered.allSatisfy { $0.head.hasPrefix("HTTP/1.1 200") }, "\(answered.count) answers")
         }
     }
 
