@@ -93,6 +93,22 @@ import Testing
         }
     }
 
+    /// Streamed bodies one after another on one connection: each is read whole, however late
+    /// the news that the route finished the one before reaches the connection.
+    @Test func streamedBodiesInARowAreEachReadWhole() async throws {
+        try await TestServer.with { server in
+            let padded = "{" + String(repeating: " ", count: 40_000) + #""query":{"recordType":"Note"}}"#
+            let connection = try RawConnection(port: server.port)
+            for round in 0..<60 {
+                // Sent as soon as the answer before it is read, each body streamed (over 16 KB).
+                try connection.send(Self.query(server, body: padded))
+                let received = await connection.receive(waitingUpTo: 15, until: Self.answers(1))
+                #expect(received.status == 200 && received.body.contains(#""records""#), "round \(round): \(received.text.prefix(300))")
+                guard received.status == 200 else { break }
+            }
+        }
+    }
+
     @Test func aConnectionEndsAfterTheAnswerItsClientAskedToBeLast() async throws {
         try await TestServer.with { server in
             // `Connection: close`: answered, then closed.
