@@ -659,7 +659,7 @@ $('query-form').elements.recordType.addEventListener('input', offerFields);
 
 // A record type the schema does not have, or a field its type does not have, said plainly.
 async function checkNames(query) {
-  if (!data.types) return;
+  if (!data.types) await views.data();  // a query sent before the schema arrived waits for it
   const system = ['___recordID', '___createTime', '___modTime', '___createdBy', '___modifiedBy'];
   const named = [...query.filterBy.map((filter) => filter.fieldName), ...(query.sortBy || []).map((sort) => sort.fieldName)].filter(Boolean);
   const fieldNames = () => (data.types.get(query.recordType) || []).map((field) => field.name);
