@@ -97,12 +97,14 @@ let package = Package(
         .target(
             name: "NimbusSQLite",
             dependencies: [
-                "NimbusStorage", .product(name: "GRDB", package: "GRDB.swift"),
+                "NimbusStorage", "CNimbusSQLite", .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 // Only to resume a queued writer on the event loop it came from.
                 .product(name: "NIOPosix", package: "swift-nio"),
             ],
             swiftSettings: strict),
+        // SQLite's process-wide settings, set through its variadic sqlite3_config.
+        .target(name: "CNimbusSQLite", linkerSettings: [.linkedLibrary("sqlite3")]),
         // The PostgreSQL driver (postgres-nio): for several nodes on one database.
         .target(
             name: "NimbusPostgres",

@@ -21,11 +21,13 @@ struct Nimbus: AsyncParsableCommand {
         ])
 
     /// ArgumentParser's `main`, with the allocator's arenas capped before any thread starts
-    /// (`MemoryReturnService.limitAllocatorArenas`) and the threads that run tasks chosen
+    /// (`MemoryReturnService.limitAllocatorArenas`), SQLite's process-wide settings made before
+    /// its first connection (`SQLiteProcessSettings`), and the threads that run tasks chosen
     /// between parsing and running: the choice depends on the storage a server is given
     /// (`TaskThreads`), and must be made before any task runs.
     static func main() async {
         MemoryReturnService.limitAllocatorArenas()
+        SQLiteProcessSettings.apply()
         do {
             var command = try parseAsRoot(nil)
             try TaskThreads.install(serving: (command as? Serve)?.data.database)

@@ -18,6 +18,7 @@ public final class SQLiteRequestLog: RequestLogStore {
     public init(path: String) throws {
         var configuration = Configuration()
         configuration.busyMode = .timeout(10)
+        SQLiteProcessSettings.apply()
         pool = try DatabasePool(path: path, configuration: configuration)
         try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = NORMAL") }
         var migrator = DatabaseMigrator()

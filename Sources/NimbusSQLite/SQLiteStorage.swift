@@ -84,6 +84,7 @@ public final class SQLiteStorage: Sendable {
             db.add(function: QuerySQL.distanceFunction)
             if let statementObserver { db.trace(options: .statement) { _ in statementObserver() } }
         }
+        SQLiteProcessSettings.apply()
         pool = try DatabasePool(path: path, configuration: configuration)
         pointReaders = PointReaders(path: path, configuration: configuration, limit: pointReaderCount)
         // GRDB sets NORMAL on its writer; the mode that counts is the writer's, set here.
