@@ -154,9 +154,7 @@ let package = Package(
             swiftSettings: strict),
         // The HTTP API on Hummingbird. No storage driver: the CLI (or a test) hands it one.
         // The C library's GNU extensions Swift's Glibc module does not export: the allocator's
-        // statistics and trimming (MemoryReturnService), memmem (RecordCodec); and the hook that
-        // takes Swift's global jobs to NIO's loops (LoopsAsGlobalExecutor), in C for the runtime's
-        // calling convention.
+        // statistics and trimming (MemoryReturnService), memmem (RecordCodec).
         .target(name: "CNimbusLibc"),
         .target(
             name: "NimbusServer",
@@ -196,7 +194,7 @@ let package = Package(
         .executableTarget(
             name: "NimbusCLI",
             dependencies: [
-                "NimbusServer", "NimbusCore", "NimbusSQLite", "NimbusPostgres", "NimbusWire", "CNimbusLibc",
+                "NimbusServer", "NimbusCore", "NimbusSQLite", "NimbusPostgres", "NimbusWire",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "OTel", package: "swift-otel"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),

@@ -54,7 +54,7 @@ enum TaskThreads {
             return
         }
         chosen =
-            LoopsAsGlobalExecutor.install()
+            NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
             ? "on NIO's \(NIOSingletons.groupLoopCountSuggestion) event loops, beside the sockets (\(reason))"
             : "on Swift's cooperative pool (this platform cannot hand it to NIO's event loops)"
     }

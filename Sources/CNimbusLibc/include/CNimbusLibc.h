@@ -27,12 +27,4 @@ int nimbus_page_out(void *start, size_t length);
 /// Whether `needle` occurs in `haystack` (memmem: glibc's is vectorized).
 int nimbus_bytes_contain(const void *haystack, size_t haystack_length, const void *needle, size_t needle_length);
 
-/// A function that takes Swift's global jobs (a Swift `UnownedJob`'s pointer) to run elsewhere.
-typedef void (*nimbus_enqueue_job_t)(void *job);
-
-/// Makes `enqueue` take every job Swift's runtime would put on its global executor
-/// (swift_task_enqueueGlobal_hook); the runtime's own pool is then never used. Call once, before
-/// any task runs. 1 when installed; 0 where the runtime has no such hook or another is installed.
-int nimbus_install_enqueue_global_hook(nimbus_enqueue_job_t enqueue);
-
 #endif
