@@ -109,6 +109,61 @@ import Testing
         }
     }
 
+    /// The socket is read on while a request is answered; what arrives meanwhile waits its turn
+    /// (`ByteArrivalHandler`), and an answer to an earlier pipelined request is not taken for an
+    /// early answer to the one whose body is still arriving.
+    @Test func requestsArrivingWhileOthersAreAnsweredWaitTheirTurn() async throws {
+        try await TestServer.with { server in
+            let health = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+            let request = Self.query(server, body: Self.queryBody)
+            let headAndStart = String(request.dropLast(Self.queryBody.count - 10))
+            let rest = String(Self.queryBody.dropFirst(10))
+
+            // A query's head and the start of its body behind a hundred health checks in one
+            // write, the rest of its body 200 ms later: every answer, and the connection stays.
+            let sameRead = try RawConnection(port: server.port)
+            try sameRead.send(String(repeating: health, count: 100) + headAndStart)
+            try await Task.sleep(for: .milliseconds(200))
+            try sameRead.send(rest)
+            let sameReadAnswers = await sameRead.receive(waitingUpTo: 15, until: Self.answers(101))
+            let first = Self.split(sameReadAnswers.text)
+            #expect(first.count == 101 && !sameReadAnswers.closed, "\(first.count) answers, closed: \(sameReadAnswers.closed)")
+            #expect(first.last?.body.contains(#""records""#) == true, "\(first.last?.head ?? "")")
+            #expect(!first.contains { $0.head.lowercased().contains("connection: close") })
+
+            // The same query in a write of its own, sent while the health checks are answered.
+            let laterRead = try RawConnection(port: server.port)
+            try laterRead.send(String(repeating: health, count: 200))
+            try laterRead.send(headAndStart)
+            try await Task.sleep(for: .milliseconds(200))
+            try laterRead.send(rest)
+            let laterAnswers = await laterRead.receive(waitingUpTo: 15, until: Self.answers(201))
+            let second = Self.split(laterAnswers.text)
+            #expect(second.count == 201 && !laterAnswers.closed, "\(second.count) answers, closed: \(laterAnswers.closed)")
+            #expect(second.last?.body.contains(#""records""#) == true, "\(second.last?.head ?? "")")
+
+            // More than the front holds (64 KB) arriving while answers are written: the socket
+            // waits, then every request is answered.
+            let flood = try RawConnection(port: server.port)
+            try flood.send(String(repeating: health, count: 100))
+            try flood.send(String(repeating: health, count: 3_000))
+            let floodAnswers = await flood.receive(waitingUpTo: 60, until: Self.answers(3_100))
+            let answered = Self.split(floodAnswers.text)
+            #expect(answered.count == 3_100 && answered.allSatisfy { $0.head.hasPrefix("HTTP/1.1 200") }, "\(answered.count) answers")
+
+            // The client ends its side behind requests sent while others are answered: all are
+            // answered, then the server closes.
+            let halfClosed = try RawConnection(port: server.port)
+            try halfClosed.send(String(repeating: health, count: 50))
+            try halfClosed.send(health + request)
+            halfClosed.finishSending()
+            let ended = await halfClosed.receive(waitingUpTo: 15)
+            let last = Self.split(ended.text)
+            #expect(ended.closed && last.count == 52, "\(last.count) answers, closed: \(ended.closed)")
+            #expect(last.last?.body.contains(#""records""#) == true)
+        }
+    }
+
     @Test func aConnectionEndsAfterTheAnswerItsClientAskedToBeLast() async throws {
         try await TestServer.with { server in
             // `Connection: close`: answered, then closed.

@@ -214,10 +214,23 @@ final class ConnectionState {
     var drained = 0
     /// The connection's output is closed (the answer is out; the input drains).
     var outputEnded = false
+    /// Requests read to their end whose answers have not ended: more than one when requests
+    /// were pipelined. An answer belongs to the oldest of them; a head written while none is
+    /// waiting answers the request still being read, early.
+    var unanswered = 0
+    /// Set by the front handler: delivers the bytes it held while the phase was `.responding`.
+    /// Called by the guard when the phase leaves `.responding`.
+    var releaseHeldBytes: (() -> Void)?
 }
 
-/// At the front of the pipeline: notices a request's first bytes on an idle connection, and
-/// writes refusals to the socket.
+/// At the front of the pipeline: notices a request's first bytes on an idle connection, writes
+/// refusals to the socket, and holds the bytes that arrive while a request is answered.
+///
+/// The socket is read on while a request is answered: stopping and resuming its reads cost two
+/// `epoll_ctl` calls a request (health at 64 connections 1.14×, fetch 1.03× without them). What
+/// arrives meanwhile (the next pipelined request, or a client's early bytes) waits here, out of
+/// the decoder's sight, until the answer is out; past `heldBytesLimit` the socket is no longer
+/// read, so a client cannot make the server hold more.
 final class ByteArrivalHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
     typealias InboundOut = ByteBuffer
@@ -227,6 +240,15 @@ final class ByteArrivalHandler: ChannelDuplexHandler, RemovableChannelHandler {
     let state: ConnectionState
     let drainBytes: Int
     private var headEnd = HeadTerminatorFinder()
+    /// Bytes that arrived while a request was answered, in order.
+    private var held: ByteBuffer?
+    /// The client ended its side behind the held bytes: told after them.
+    private var heldInputClosed = false
+    /// The pipeline asked to read while `heldBytesLimit` was reached.
+    private var readPending = false
+
+    /// Held past this many bytes, the socket is not read until the answer is out.
+    static let heldBytesLimit = 64 * 1_024
 
     init(state: ConnectionState, drainBytes: Int) {
         self.state = state
@@ -241,14 +263,70 @@ final class ByteArrivalHandler: ChannelDuplexHandler, RemovableChannelHandler {
             }
         }
         state.writeRaw = { bytes in _ = writeRaw(bytes, context: loopBound.value) }
+        let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
+        state.releaseHeldBytes = {
+            // From the guard's write of an answer's end: delivered once that write is over, as
+            // a read would be, not inside it.
+            guard handler.value.held != nil || handler.value.heldInputClosed else { return }
+            loopBound.value.eventLoop.execute { handler.value.deliverHeld(context: loopBound.value) }
+        }
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
         state.writeAndEnd = nil
         state.writeRaw = nil
+        state.releaseHeldBytes = nil
+    }
+
+    /// Bytes arriving now wait: a request is answered, or bytes that arrived while it was are
+    /// still to be delivered ahead of them.
+    private var holds: Bool {
+        switch state.phase {
+        case .responding: return true
+        case .idle, .readingHead, .readingBody: return held != nil
+        case .draining, .passive: return false
+        }
+    }
+
+    private func deliverHeld(context: ChannelHandlerContext) {
+        guard state.phase != .responding else { return }
+        let bytes = held
+        let inputClosed = heldInputClosed
+        held = nil
+        heldInputClosed = false
+        if let bytes {
+            channelRead(context: context, data: wrapInboundOut(bytes))
+            context.fireChannelReadComplete()
+        }
+        if inputClosed { context.fireUserInboundEventTriggered(ChannelEvent.inputClosed) }
+        if readPending {
+            readPending = false
+            context.read()
+        }
+    }
+
+    func read(context: ChannelHandlerContext) {
+        if let held, held.readableBytes >= Self.heldBytesLimit {
+            readPending = true
+        } else {
+            context.read()
+        }
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if held != nil, let event = event as? ChannelEvent, event == .inputClosed {
+            heldInputClosed = true
+            return
+        }
+        context.fireUserInboundEventTriggered(event)
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        if holds {
+            let bytes = unwrapInboundIn(data)
+            if held == nil { held = bytes } else { held!.writeImmutableBuffer(bytes) }
+            return
+        }
         switch state.phase {
         case .draining:
             state.drained += unwrapInboundIn(data).readableBytes
@@ -426,7 +504,7 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 if head.headers["transfer-encoding"].contains(where: { $0.lowercased().contains("chunked") }) {
                     state.chunkedBodyLimit = limit
                 }
-                if head.version == .http1_1, state.phase != .responding,
+                if head.version == .http1_1, state.unanswered == 0,
                     head.headers[canonicalForm: "expect"].contains(where: { $0.lowercased() == "100-continue" })
                 {
                     // A client that asks waits for this before sending the body (curl does
@@ -444,7 +522,10 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 state.deadline = min(.now() + limits.requestBodyTimeout, end)
             }
         case .end:
-            if state.phase == .readingBody { enter(.responding, context: context) }
+            if state.phase == .readingBody {
+                state.unanswered += 1
+                enter(.responding, context: context)
+            }
         }
         context.fireChannelRead(data)
     }
@@ -487,7 +568,7 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
             return context.write(data, promise: promise)
         }
         switch unwrapOutboundIn(data) {
-        case .head(var head) where state.phase == .readingBody:
+        case .head(var head) where state.phase == .readingBody && state.unanswered == 0:
             // An answer before the body ended (a refusal, an authentication failure): the
             // rest of the body is not waited for.
             state.answeredEarly = true
@@ -501,12 +582,14 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
             written.futureResult.whenComplete { [state] _ in endOutput(loopBound.value, state) }
             written.futureResult.cascade(to: promise)
             return context.write(data, promise: written)
-        case .end where state.phase == .responding:
-            break
+        case .end where state.unanswered > 0:
+            state.unanswered -= 1
         default:
             return context.write(data, promise: promise)
         }
         context.write(data, promise: promise)
+        // The next request's body may be arriving (pipelined): its phase goes on.
+        guard state.phase == .responding, state.unanswered == 0 else { return }
         if let error = pendingParseError {
             refuseMalformed(context: context, error: error)
         } else {
@@ -542,6 +625,7 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     private func enter(_ phase: ConnectionState.Phase, context: ChannelHandlerContext) {
+        defer { if phase != .responding { state.releaseHeldBytes?() } }
         state.phase = phase
         let limit: TimeAmount? =
             switch phase {
