@@ -18,23 +18,13 @@ CELL=${1:-fetch:64}
 SECONDS_PER=${2:-5}
 RECORDS=${3:-20000}
 export RECORDS
-kind=${CELL%%:*}
-connections=${CELL##*:}
-threads=2
-[ "$connections" = 1 ] && threads=1
 require_wrk
-command -v perf >/dev/null || { echo "perf is needed (Debian: linux-perf)" >&2; exit 1; }
+require_perf
 binary=${NIMBUS:-}
 unset NIMBUS
 build_release >/dev/null
 start_preloaded nimbus "$binary"
-if [ "$kind" = health ]; then
-  url="$nimbus_URL/health"
-  script=()
-else
-  url="$(cell_url "$nimbus_RECORDS" "$kind" "$nimbus_AUTH")"
-  script=(-s "Benchmarks/wrk/nimbus-$kind.lua")
-fi
+cell_target "$CELL"
 
 events=(context-switches)
 for call in read writev write epoll_wait epoll_ctl futex pread64 pwrite64 fcntl; do

@@ -169,6 +169,23 @@ cell_url() {
   if [ "$2" = feed ]; then echo "${1%/records}/changes/zone?$3"; else echo "$1/$(records_operation "$2")?$3"; fi
 }
 
+# cell_target CELL: for the Nimbus `start_preloaded nimbus` started, what wrk runs for a cell
+# such as fetch:64. Sets kind, connections, threads (wrk's: one for a single connection, else
+# two), url and script (wrk's `-s` option as an array, empty for the health endpoint).
+cell_target() {
+  kind=${1%%:*}
+  connections=${1##*:}
+  threads=2
+  [ "$connections" = 1 ] && threads=1
+  if [ "$kind" = health ]; then
+    url="$nimbus_URL/health"
+    script=()
+  else
+    url="$(cell_url "$nimbus_RECORDS" "$kind" "$nimbus_AUTH")"
+    script=(-s "Benchmarks/wrk/nimbus-$kind.lua")
+  fi
+}
+
 # The records operation a wrk cell of KIND (fetch, list, create, update, batch) calls.
 records_operation() {
   case $1 in
@@ -187,6 +204,9 @@ anon_mib() { awk '/^RssAnon/ {printf "%.0f", $2 / 1024}' "/proc/$1/status"; }
 other_binary() {
   if [ -f "$1" ]; then echo "$1"; else echo "$(cd "$1" && swift build -c release --show-bin-path)/nimbus"; fi
 }
+
+# perf, which the profiling scripts need: stops with what to install when it is missing.
+require_perf() { command -v perf >/dev/null || { echo "perf is needed (Debian: linux-perf)" >&2; exit 1; }; }
 
 # wrk, Debian's, installed when missing (a fresh machine has none).
 require_wrk() { command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }; }

@@ -18,12 +18,8 @@ CELL=${1:-create:1}
 SECONDS_PER=${2:-10}
 RECORDS=${3:-20000}
 export RECORDS
-kind=${CELL%%:*}
-connections=${CELL##*:}
-threads=2
-[ "$connections" = 1 ] && threads=1
 require_wrk
-command -v perf >/dev/null || { echo "perf is needed (Debian: linux-perf)" >&2; exit 1; }
+require_perf
 build_release
 mkdir -p bench-results
 SERVERS=(nimbus)
@@ -37,13 +33,7 @@ fi
 start_preloaded nimbus
 # start_preloaded sets a trap of its own (its servers only): the cluster's stop goes back in.
 [ -n "${POSTGRES:-}" ] && trap 'stop_preloaded; scripts/postgres.sh stop >/dev/null' EXIT
-if [ "$kind" = health ]; then
-  url="$nimbus_URL/health"
-  script=()
-else
-  url="$(cell_url "$nimbus_RECORDS" "$kind" "$nimbus_AUTH")"
-  script=(-s "Benchmarks/wrk/nimbus-$kind.lua")
-fi
+cell_target "$CELL"
 out=bench-results/profile-$kind-$connections${POSTGRES:+-postgres}
 wrk -t"$threads" -c"$connections" -d2s "${script[@]}" "$url" >/dev/null  # warm up
 wait_idle
