@@ -625,7 +625,8 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     private func enter(_ phase: ConnectionState.Phase, context: ChannelHandlerContext) {
-        defer { if phase != .responding { state.releaseHeldBytes?() } }
+        let leavesAnswer = state.phase == .responding && phase != .responding
+        defer { if leavesAnswer { state.releaseHeldBytes?() } }
         state.phase = phase
         let limit: TimeAmount? =
             switch phase {
