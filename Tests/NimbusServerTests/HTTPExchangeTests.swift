@@ -163,6 +163,27 @@ import Testing
         }
     }
 
+    /// A body pipelined behind a request that is not answered yet waits at the front of the
+    /// pipeline, within its bound, even when its head came in the same read as that request:
+    /// the server does not read an upload's 48 MB into memory behind a long poll.
+    @Test func aBodyBehindAnUnansweredRequestIsNotReadAhead() async throws {
+        try await TestServer.with(configure: { $0.webCourierPollTimeout = .seconds(4) }) { server in
+            let browser = try await server.user("alice").onDevice("browser")
+            let poll = try await PushDeliveryTests.courier(browser)
+            let length = 48 * 1_048_576
+            let connection = try RawConnection(port: server.port)
+            // The long poll (unanswered for 4 s), then an upload's head in the same write.
+            try connection.send(
+                "GET \(poll.path)\(poll.query) HTTP/1.1\r\nHost: x\r\n\r\n"
+                    + "POST /assets/1/upload/pipelined HTTP/1.1\r\nHost: x\r\nContent-Length: \(length)\r\n\r\n")
+            let taken = connection.sendWithoutWaiting(Array(repeating: 0x20, count: 1 << 20), upTo: length, for: 1.5)
+            // What the kernel's buffers on both sides hold, and the front's 64 KB: nowhere near
+            // the body. Read on into the answer's queue, the whole body was taken in this time.
+            #expect(taken < 24 * 1_048_576, "\(taken) bytes taken while the poll was unanswered")
+            connection.hangUp()
+        }
+    }
+
     @Test func aConnectionEndsAfterTheAnswerItsClientAskedToBeLast() async throws {
         try await TestServer.with { server in
             // `Connection: close`: answered, then closed.

@@ -65,6 +65,30 @@ public final class RawConnection: @unchecked Sendable {
         return offset
     }
 
+    /// Sends `chunk` over and over, without waiting on a full socket, for `seconds` or until
+    /// `limit` bytes are sent; returns how many the kernel took. A server that has stopped
+    /// reading takes only what the two sides' socket buffers hold.
+    public func sendWithoutWaiting(_ chunk: [UInt8], upTo limit: Int, for seconds: Double) -> Int {
+        let deadline = Date().addingTimeInterval(seconds)
+        var sent = 0
+        while sent < limit, Date() < deadline {
+            let count = min(chunk.count, limit - sent)
+            #if canImport(Glibc)
+            let written = chunk.withUnsafeBytes { Glibc.send(socket, $0.baseAddress, count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL)) }
+            #else
+            let written = chunk.withUnsafeBytes { Darwin.send(socket, $0.baseAddress, count, MSG_DONTWAIT) }
+            #endif
+            if written > 0 {
+                sent += written
+            } else if errno == EAGAIN || errno == EWOULDBLOCK {
+                usleep(10_000)
+            } else {
+                break
+            }
+        }
+        return sent
+    }
+
     /// What the server sends until it closes the connection or `seconds` pass.
     public struct Received: Sendable {
         public let bytes: [UInt8]

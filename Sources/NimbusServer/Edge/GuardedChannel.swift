@@ -218,8 +218,8 @@ final class ConnectionState {
     /// were pipelined. An answer belongs to the oldest of them; a head written while none is
     /// waiting answers the request still being read, early.
     var unanswered = 0
-    /// Set by the front handler: delivers the bytes it held while the phase was `.responding`.
-    /// Called by the guard when the phase leaves `.responding`.
+    /// Set by the front handler: delivers the bytes it held while requests were unanswered.
+    /// Called by the guard when the last of them is answered.
     var releaseHeldBytes: (() -> Void)?
 }
 
@@ -265,7 +265,7 @@ final class ByteArrivalHandler: ChannelDuplexHandler, RemovableChannelHandler {
         state.writeRaw = { bytes in _ = writeRaw(bytes, context: loopBound.value) }
         let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
         state.releaseHeldBytes = {
-            // From the guard's write of an answer's end: delivered once that write is over, as
+            // From the guard's write of the last answer's end: delivered once that write is over, as
             // a read would be, not inside it.
             guard handler.value.held != nil || handler.value.heldInputClosed else { return }
             loopBound.value.eventLoop.execute { handler.value.deliverHeld(context: loopBound.value) }
@@ -278,18 +278,19 @@ final class ByteArrivalHandler: ChannelDuplexHandler, RemovableChannelHandler {
         state.releaseHeldBytes = nil
     }
 
-    /// Bytes arriving now wait: a request is answered, or bytes that arrived while it was are
-    /// still to be delivered ahead of them.
+    /// Bytes arriving now wait: a request read in full is not answered yet (even while the
+    /// next one's body, pipelined behind it in the same read, is being read: that body waits
+    /// here too, rather than piling up behind the answer in `ExchangeHandler`), or bytes that
+    /// arrived meanwhile are still to be delivered ahead of them.
     private var holds: Bool {
         switch state.phase {
-        case .responding: return true
-        case .idle, .readingHead, .readingBody: return held != nil
+        case .idle, .readingHead, .readingBody, .responding: return state.unanswered > 0 || held != nil
         case .draining, .passive: return false
         }
     }
 
     private func deliverHeld(context: ChannelHandlerContext) {
-        guard state.phase != .responding else { return }
+        guard state.unanswered == 0 else { return }
         let bytes = held
         let inputClosed = heldInputClosed
         held = nil
@@ -588,13 +589,16 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
             return context.write(data, promise: promise)
         }
         context.write(data, promise: promise)
+        guard state.unanswered == 0 else { return }
         // The next request's body may be arriving (pipelined): its phase goes on.
-        guard state.phase == .responding, state.unanswered == 0 else { return }
-        if let error = pendingParseError {
-            refuseMalformed(context: context, error: error)
-        } else {
-            enter(.idle, context: context)
+        if state.phase == .responding {
+            if let error = pendingParseError {
+                refuseMalformed(context: context, error: error)
+            } else {
+                enter(.idle, context: context)
+            }
         }
+        state.releaseHeldBytes?()
     }
 
     /// A parse error in bytes that arrived while the previous request was being answered
@@ -625,8 +629,6 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     private func enter(_ phase: ConnectionState.Phase, context: ChannelHandlerContext) {
-        let leavesAnswer = state.phase == .responding && phase != .responding
-        defer { if leavesAnswer { state.releaseHeldBytes?() } }
         state.phase = phase
         let limit: TimeAmount? =
             switch phase {
