@@ -103,7 +103,8 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
             ],
             swiftSettings: strict),
-        // SQLite's process-wide settings, set through its variadic sqlite3_config.
+        // SQLite's process-wide settings (set through its variadic sqlite3_config) and the VFS
+        // that writes a transaction's WAL frames together.
         .target(name: "CNimbusSQLite", linkerSettings: [.linkedLibrary("sqlite3")]),
         // The PostgreSQL driver (postgres-nio): for several nodes on one database.
         .target(
