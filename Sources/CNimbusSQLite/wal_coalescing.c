@@ -334,6 +334,8 @@ int nimbus_sqlite_wal_write_counts(struct sqlite3 *connection, long long *asked,
     if (sqlite3_file_control(connection, "main", SQLITE_FCNTL_JOURNAL_POINTER, &wal) != SQLITE_OK) return 0;
     if (!wal || wal->pMethods != &walMethods) return 0;
     WALFile *file = (WALFile *)wal;
+    // Wrapped but written straight through (no "powersafe overwrite"): nothing is gathered.
+    if (file->passThrough) return 0;
     *asked = file->asked;
     *made = file->made;
     return 1;
