@@ -128,6 +128,41 @@ import Testing
         expectEqual(try pool.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM t") }, 68)
     }
 
+    /// A writer alone in its commit runs without a savepoint: when it throws after writing, or
+    /// a statement of its own fails, it is told its own error and none of its rows stay; a lone
+    /// writer that succeeds commits, and the connection is out of every transaction after each.
+    @Test func aLoneWriterThatFailsLeavesNothingAndTheNextCommits() throws {
+        let directory = NSTemporaryDirectory() + "nimbus-committer-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let pool = try DatabasePool(path: directory + "/db.sqlite")
+        try pool.write { try $0.execute(sql: "CREATE TABLE t (writer TEXT NOT NULL UNIQUE)") }
+        let committer = GroupCommitter(pool: pool)
+        /// Submits one writer and waits for its outcome (the committer is idle: it runs inline).
+        func alone(_ run: @escaping (Database) throws -> Void) -> Result<Void, any Error> {
+            let outcome = Mutex<Result<Void, any Error>?>(nil)
+            committer.submit(GroupCommitter.Job(run: run, complete: { result in outcome.withLock { $0 = result } }))
+            return outcome.withLock { $0! }
+        }
+        let refused = alone { db in
+            try db.execute(sql: "INSERT INTO t (writer) VALUES ('refused')")
+            throw Refused()
+        }
+        #expect(throws: Refused.self) { try refused.get() }
+        let committed = alone { db in try db.execute(sql: "INSERT INTO t (writer) VALUES ('committed')") }
+        #expect(throws: Never.self) { try committed.get() }
+        // Its first row goes in, its second is the committed writer's again: SQLite refuses it.
+        let duplicate = alone { db in
+            try db.execute(sql: "INSERT INTO t (writer) VALUES ('duplicate')")
+            try db.execute(sql: "INSERT INTO t (writer) VALUES ('committed')")
+        }
+        #expect(throws: DatabaseError.self) { try duplicate.get() }
+        let last = alone { db in try db.execute(sql: "INSERT INTO t (writer) VALUES ('last')") }
+        #expect(throws: Never.self) { try last.get() }
+        expectEqual(try pool.read { try String.fetchAll($0, sql: "SELECT writer FROM t ORDER BY writer") }, ["committed", "last"])
+        expectEqual(try pool.writeWithoutTransaction { $0.isInsideTransaction }, false)
+    }
+
     /// A writer whose statement makes SQLite roll the whole transaction back by itself (an
     /// interrupt during an INSERT does): every writer of its group fails with it, and none that
     /// came after it in the group wrote anything outside the transaction. So a writer is told
