@@ -1,7 +1,7 @@
 import Foundation
 import NimbusPostgres
 import NimbusSQLite
-import NimbusStorage
+@testable import NimbusStorage
 import NimbusTestSupport
 import Testing
 
@@ -454,13 +454,18 @@ extension ForwardingCoarseStorage {
             try await Self.create("first", in: zone, on: nodeA)
             try await Self.create("taken", in: zone, on: nodeB)
             let before = try await ZonePipelineAheadTests.sequences(["taken"], in: zone, engine)
+            let refusedAt = ContinuousClock.now
             await #expect(throws: Exists.self) { try await Self.create("taken", in: zone, on: nodeA) }
             #expect(nodeA.writeCollisions == 0)
             #expect(try await ZonePipelineAheadTests.sequences(["taken"], in: zone, engine) == before)
-            // The zone's rows are not kept for a while after that: the next create loads.
+            // The zone's rows are not kept for a while after that (`turnsAfterCollision`): the
+            // next create loads. Only checked when it came within that while: a suite running
+            // beside kill -9 tests has taken longer than the whole window.
             let trips = nodeA.writeRoundTrips
             try await Self.create("next", in: zone, on: nodeA)
-            #expect(nodeA.writeRoundTrips - trips >= 2)
+            if ContinuousClock.now - refusedAt < UnitGroupCommitter.turnsAfterCollision {
+                #expect(nodeA.writeRoundTrips - trips >= 2)
+            }
         }
     }
 

@@ -37,7 +37,15 @@ extension NimbusService {
 
     /// Why an atomic batch was rolled back: the per-item results to report.
     private struct AtomicBatchFailed: Error {
-        let results: [Result<RecordEntry, CloudKitError>]
+        let results: [Result<AppliedOperation, CloudKitError>]
+    }
+
+    /// What one operation of a batch came to inside the write. A saved record's answer is made
+    /// from its row after the write returns, not on the writer, whose thread bounds batches
+    /// (docs/benchmarks.md); the row is what was committed, so the answer is the same.
+    enum AppliedOperation {
+        case saved(RecordRow, zone: ZoneRow, desiredKeys: [String]?)
+        case answered(RecordEntry)
     }
 
     /// Applies the operations in order. In a custom zone the batch is atomic unless the request
@@ -113,6 +121,7 @@ extension NimbusService {
         let stamp = ChangeStamp(
             timestamp: now, userRecordName: target.caller.stampUserRecordName, deviceID: target.caller.deviceID)
         let outcome: [Result<RecordEntry, CloudKitError>]
+        let applied: [Result<AppliedOperation, CloudKitError>]
         let shares = batchShares
         let sharedZone = shared
         let writeTarget = target
@@ -125,7 +134,10 @@ extension NimbusService {
             let creating = Set(request.operations.lazy.filter { $0.type == .create }.compactMap(\.record.recordName))
             // Ordered with this zone's writes only (a busy zone never holds up another's).
             let order = ZoneOrder(database: writeKey, zoneName: request.zoneID.zoneName)
-            (outcome, queued) = try await storage.write(inZone: order) { tx in
+            // The request alone decides it (the zone is found by this name), so it is made once,
+            // here, not on the writer and again on each run of the write.
+            let batchOrder = BatchOrder(request.operations, zoneName: request.zoneID.zoneName)
+            (applied, queued) = try await storage.write(inZone: order) { tx in
                 let log = ChangeLog()
                 // In the shared database the zone is the owner's: found through the share.
                 if sharedZone == nil { try tx.expect(records: names, creating: creating, inZone: request.zoneID.zoneName, of: writeKey) }
@@ -133,12 +145,11 @@ extension NimbusService {
                 let zone = try self.resolveZone(request.zoneID, in: database, target: writeTarget, tx: tx)
                 let atomic = allOrNothing || (zone.name != Names.defaultZone && request.atomic != false)
                 let schema = try SchemaResolver(container: writeKey.container, environment: writeKey.environment, tx: tx)
-                let batchOrder = BatchOrder(request.operations, zoneName: zone.name)
                 let batch = SaveBatch(
                     request: request, zone: zone, database: database, target: writeTarget, access: access, quota: quota, stamp: stamp,
                     schema: schema, log: log, sharing: SaveSharing(invitees: invitees, shares: shares, participantZone: sharedZone),
                     switchedConflicts: switchedConflicts)
-                var slots: [Result<RecordEntry, CloudKitError>?] = Array(repeating: nil, count: request.operations.count)
+                var slots: [Result<AppliedOperation, CloudKitError>?] = Array(repeating: nil, count: request.operations.count)
                 /// Applies every operation in batch order. `isolated` puts each in a savepoint of
                 /// its own, so a failing one takes back only its own writes and the rest go on;
                 /// otherwise the first failure is thrown.
@@ -146,7 +157,7 @@ extension NimbusService {
                     var seenNames = Set<String>()
                     for index in batchOrder.order {
                         let operation = request.operations[index]
-                        func applyOne() throws -> RecordEntry {
+                        func applyOne() throws -> AppliedOperation {
                             try self.apply(operation, in: batch, seenNames: &seenNames, tx: tx)
                         }
                         guard isolated else {
@@ -189,9 +200,20 @@ extension NimbusService {
                 return (results, queued)
             }
             if queued { notificationHub.wake() }
+            outcome = try applied.map { result -> Result<RecordEntry, CloudKitError> in
+                switch result {
+                case .failure(let error): return .failure(error)
+                case .success(.answered(let entry)): return .success(entry)
+                case .success(.saved(let row, let zone, let desiredKeys)):
+                    return .success(
+                        .record(
+                            try recordOutput(
+                                row, zone: zone, target: writeTarget, desiredKeys: desiredKeys, numbersAsStrings: request.numbersAsStrings)))
+                }
+            }
         } catch let failure as AtomicBatchFailed {
             outcome = zip(request.operations, failure.results).map { operation, result in
-                if case .failure = result { return result }
+                if case .failure(let error) = result { return .failure(error) }
                 return .failure(
                     CloudKitError(
                         .atomicError, "another operation in this atomic batch failed, so nothing was saved",
@@ -227,7 +249,7 @@ extension NimbusService {
     /// Applies one operation of `batch`; `seenNames` catches a record named twice in it.
     private func apply(
         _ operation: RecordOperationInput, in batch: SaveBatch, seenNames: inout Set<String>, tx: UnitOfWork
-    ) throws -> RecordEntry {
+    ) throws -> AppliedOperation {
         let (request, zone, database, target) = (batch.request, batch.zone, batch.database, batch.target)
         let (stamp, schema, log, sharing) = (batch.stamp, batch.schema, batch.log, batch.sharing)
         let input = operation.record
@@ -254,7 +276,7 @@ extension NimbusService {
                     // A participant leaves by deleting the share from their shared database.
                     if type.isDelete {
                         try leaveShare(existing, caller: target.caller, zone: zone, database: database, stamp: stamp, log: log, tx: tx)
-                        return .deleted(deletedRecord(recordName, recordType: existing.recordType, zone: zone, target: target))
+                        return .answered(.deleted(deletedRecord(recordName, recordType: existing.recordType, zone: zone, target: target)))
                     }
                 } else {
                     try Self.requireWritable(share, recordName: recordName)
@@ -296,7 +318,7 @@ extension NimbusService {
                 throw CloudKitError(.notFound, "record '\(recordName)' does not exist", recordName: recordName)
             case .forceDelete:
                 // Deleting what is not there leaves things as asked: idempotent, like CloudKit.
-                return .deleted(deletedRecord(recordName, recordType: nil, zone: zone, target: target))
+                return .answered(.deleted(deletedRecord(recordName, recordType: nil, zone: zone, target: target)))
             }
         }
         if type == .create, let existing {
@@ -317,7 +339,7 @@ extension NimbusService {
         }
         if type.isDelete, let existing {
             try deleteCascading(existing, zone: zone, database: database, stamp: stamp, log: log, tx: tx)
-            return .deleted(deletedRecord(recordName, recordType: existing.recordType, zone: zone, target: target))
+            return .answered(.deleted(deletedRecord(recordName, recordType: existing.recordType, zone: zone, target: target)))
         }
 
         let recordType: String
@@ -446,10 +468,7 @@ extension NimbusService {
         try tx.indexRecord(
             recordID: recordID, zoneID: zone.id, recordType: recordType,
             IndexedRecord(row: row, fields: fields, grants: schema.indexGrants(for: recordType)), hadEntries: existing != nil)
-        return .record(
-            try recordOutput(
-                row, zone: zone, target: target, desiredKeys: operation.desiredKeys ?? request.desiredKeys,
-                numbersAsStrings: request.numbersAsStrings))
+        return .saved(row, zone: zone, desiredKeys: operation.desiredKeys ?? request.desiredKeys)
     }
 
     // MARK: records/lookup
