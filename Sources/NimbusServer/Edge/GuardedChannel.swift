@@ -478,7 +478,9 @@ final class RequestGuardHandler: ChannelDuplexHandler, RemovableChannelHandler {
                     error: .badRequest("method CONNECT is not supported; CloudKit endpoints take GET or POST"))
                 return
             }
-            let path = head.uri.split(separator: "?", maxSplits: 1).first ?? ""
+            // The target up to its query, found byte by byte: `split` built an array of
+            // substrings for every request (1.2% of a fetch at one connection).
+            let path = head.uri.utf8.firstIndex(of: UInt8(ascii: "?")).map { head.uri[..<$0] } ?? head.uri[...]
             let upgrades = head.headers[canonicalForm: "upgrade"]
             if upgrades.contains(where: { $0.lowercased() == "websocket" }) {
                 guard isStreamPath(String(path)) else {

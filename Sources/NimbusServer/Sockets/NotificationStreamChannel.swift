@@ -87,7 +87,7 @@ struct NotificationStreamChannel: ServerChildChannel {
                 notUpgradingCompletionHandler: { channel in
                     channel.eventLoop.makeCompletedFuture {
                         let operations = channel.pipeline.syncOperations
-                        try operations.addHandler(HTTP1ToHTTPServerCodec(secure: false))
+                        try operations.addHandler(OriginFormCodec())
                         try operations.addHandler(HTTPConnectionStateHandler(idleTimeout: nil, logger: logger))
                         guard !upgradeAsked.value else {
                             return .refusedUpgrade(
