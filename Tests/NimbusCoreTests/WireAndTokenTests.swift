@@ -6,6 +6,18 @@ import NimbusWire
 import Testing
 
 @Suite struct JSONTests {
+    /// A token's stored hash is its SHA-256 in lower-case hex (FIPS 180-2's "abc" vector), for
+    /// any text, the empty and the non-ASCII included; hex spells any bytes, none included.
+    @Test func tokenHashesAreTheSHA256InHex() {
+        #expect(Credentials.tokenHash("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        for token in ["", "ünïcødé ✓", String(repeating: "x", count: 1_000)] {
+            let expected = SHA256.hash(data: Array(token.utf8)).map { String(format: "%02x", $0) }.joined()
+            #expect(Credentials.tokenHash(token) == expected)
+        }
+        #expect(Credentials.hex([UInt8]()) == "")
+        #expect(Credentials.hex([UInt8]([0x00, 0x0f, 0xa0, 0xff])) == "000fa0ff")
+    }
+
     @Test func parsesAndSerializesRoundTrip() throws {
         let text = #"{"a":[1,-2,3.5,1e3,true,false,null],"s":"é\n\"\\\u0001😀","o":{}}"#
         let json = try JSON.parse(text)
