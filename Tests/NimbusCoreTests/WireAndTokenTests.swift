@@ -18,6 +18,20 @@ import Testing
         #expect(Credentials.hex([UInt8]([0x00, 0x0f, 0xa0, 0xff])) == "000fa0ff")
     }
 
+    /// base64url without padding, for every remainder of three, read back by `fromBase64URL`;
+    /// the same text as Foundation's Base64 with `+/` swapped and `=` dropped.
+    @Test func base64URLIsFoundationsBase64WithTheURLAlphabetAndNoPadding() {
+        var generator = SystemRandomNumberGenerator()
+        for length in 0...70 {
+            let bytes = (0..<length).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            let reference = Data(bytes).base64EncodedString()
+                .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+            #expect(Credentials.base64URL(bytes) == reference, "\(bytes)")
+            #expect(Credentials.fromBase64URL(Credentials.base64URL(bytes)) == bytes)
+        }
+        #expect(Credentials.base64URL([0xfb, 0xff, 0xbf]) == "-_-_")
+    }
+
     @Test func parsesAndSerializesRoundTrip() throws {
         let text = #"{"a":[1,-2,3.5,1e3,true,false,null],"s":"é\n\"\\\u0001😀","o":{}}"#
         let json = try JSON.parse(text)

@@ -112,6 +112,7 @@ extension NimbusService {
             let shown = min(page.rows.count, request.resultsLimit)
             let zoneByID = Dictionary(uniqueKeysWithValues: zones.map { ($0.id, $0) })
             var records: [ItemResult<RecordEntry>] = []
+            records.reserveCapacity(shown)
             for row in page.rows.prefix(shown) {
                 guard let zone = zoneByID[row.zoneID] else { continue }
                 if let shared, try shared.shows(row, zone: zone, tx: tx) == nil { continue }
@@ -379,7 +380,9 @@ extension NimbusService {
 
     /// What a marker is bound to: the database, the zones, and the query exactly as sent.
     private func cursorBinding(_ request: RecordsQueryRequest, databaseID: Int64, zones: [ZoneRow]) -> [UInt8] {
-        var bytes = Array("\(databaseID)|\(zones.map(\.id))|".utf8)
+        // The zones' ids as an array's description spells them ("[1, 2]"): the same bytes as
+        // before, so markers issued earlier still match, without the description's reflection.
+        var bytes = Array("\(databaseID)|[\(zones.map { String($0.id) }.joined(separator: ", "))]|".utf8)
         bytes += request.queryJSON.serialized()
         return Array(SHA256.hash(data: bytes)).prefix(16).map { $0 }
     }
