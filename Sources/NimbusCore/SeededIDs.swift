@@ -1,16 +1,37 @@
 import Crypto
 import Foundation
+import Synchronization
 
 /// Identifiers a write's decision makes up (a share's new participants, a notification's ID),
-/// derived from a random seed chosen before the write instead of drawn inside it: a unit of
+/// derived from one random seed per write instead of drawn afresh by each decision: a unit of
 /// work decides a write again after each load (docs/storage.md), and the second decision must
-/// name things as the first did. Each identifier is an HMAC of what it names under the seed,
-/// so identifiers for different things differ and none reveals the seed or another.
+/// name things as the first did. The value is made before the write; its seed is drawn at the
+/// first identifier and shared by every run. Each identifier is an HMAC of what it names under
+/// the seed, so identifiers for different things differ and none reveals the seed or another.
 struct SeededIDs: Sendable {
-    let seed: SymmetricKey
+    /// The seed, drawn the first time an identifier is made: most writes make up none, and
+    /// drawing one for every batch was 0.7% of a single client's create (docs/benchmarks.md).
+    /// Every copy shares it, so each run of a write's decision names things alike.
+    var seed: SymmetricKey { drawn.key }
+    private let drawn: DrawnOnce
 
-    init(seed: SymmetricKey = SymmetricKey(size: .bits128)) {
-        self.seed = seed
+    /// With `seed`, or one drawn when first needed.
+    init(seed: SymmetricKey? = nil) {
+        drawn = DrawnOnce(seed)
+    }
+
+    private final class DrawnOnce: Sendable {
+        private let state: Mutex<SymmetricKey?>
+        init(_ key: SymmetricKey?) { state = Mutex(key) }
+
+        var key: SymmetricKey {
+            state.withLock { key in
+                if let key { return key }
+                let drawn = SymmetricKey(size: .bits128)
+                key = drawn
+                return drawn
+            }
+        }
     }
 
     /// 16 bytes that only the seed and `parts` decide.

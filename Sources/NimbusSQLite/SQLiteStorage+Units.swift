@@ -339,12 +339,19 @@ extension SQLiteTransaction: UnitTransaction, SchemaWriting {
         for write in changes.writes {
             try apply(write, checked: checked)
         }
+        // Stepped directly (`executeBound`), as every statement a create runs is.
         for (zoneID, sequence) in changes.zoneSequences {
-            try execute("UPDATE zones SET record_sequence = ? WHERE id = ?", [sequence.final, zoneID])
+            try executeBound("UPDATE zones SET record_sequence = ? WHERE id = ?") {
+                $0.add(sequence.final)
+                $0.add(zoneID)
+            }
         }
         try stamp(Set(changes.zonesChanged.keys))
         for (databaseID, usage) in changes.usage {
-            try execute("UPDATE databases SET used_bytes = used_bytes + ? WHERE id = ?", [usage.bytes, databaseID])
+            try executeBound("UPDATE databases SET used_bytes = used_bytes + ? WHERE id = ?") {
+                $0.add(usage.bytes)
+                $0.add(databaseID)
+            }
         }
     }
 
