@@ -78,89 +78,91 @@ import Testing
     /// several has committed the next writer does too, until a group of one again. Submitted
     /// from threads of the test's own, so no scheduling of Swift's pool decides who arrives when.
     @Test func aLoneWriterCommitsOnItsOwnThreadAndWritersBehindACommitOnTheQueue() throws {
+        try Self.withCommitter(table: "CREATE TABLE t (writer TEXT NOT NULL)") { pool, committer in
+            // Whether each writer's work ran on the thread that submitted it (GRDB's writer queue
+            // runs a commit on the calling thread, the committer's drain or the writer's own).
+            let onOwnThread = Mutex<[String: Bool]>([:])
+            let finished = DispatchGroup()
+            @Sendable func submit(_ writer: String, holding: DispatchSemaphore? = nil, entered: DispatchSemaphore? = nil) {
+                finished.enter()
+                let submitter = Thread.current
+                committer.submit(
+                    GroupCommitter.Job(
+                        run: { db in
+                            try db.execute(sql: "INSERT INTO t (writer) VALUES (?)", arguments: [writer])
+                            onOwnThread.withLock { $0[writer] = Thread.current === submitter }
+                            entered?.signal()
+                            holding?.wait()
+                        },
+                        complete: { _ in finished.leave() }))
+            }
+            submit("lone-1")
+            submit("lone-2")
+            // One writer holds its commit on a thread of its own while 63 arrive.
+            let (hold, entered) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
+            Thread { submit("holder", holding: hold, entered: entered) }.start()
+            #expect(entered.wait(timeout: .now() + 10) == .success, "the holder never began its commit")
+            for writer in 0..<63 { submit("behind-\(writer)") }
+            hold.signal()
+            #expect(finished.wait(timeout: .now() + 10) == .success, "the writers behind the holder never completed")
+            // After a group of several: the next writer goes to the queue, and after its group of one
+            // the one after commits on its own thread again.
+            submit("after-1")
+            #expect(finished.wait(timeout: .now() + 10) == .success)
+            // A writer is told before its committer looks for more work: give it that moment.
+            Thread.sleep(forTimeInterval: 0.2)
+            submit("after-2")
+            #expect(finished.wait(timeout: .now() + 10) == .success)
+            let seen = onOwnThread.withLock { $0 }
+            expectEqual(seen["lone-1"], true)
+            expectEqual(seen["lone-2"], true)
+            expectEqual(seen["holder"], true)
+            expectEqual((0..<63).filter { seen["behind-\($0)"] == false }.count, 63)
+            expectEqual(seen["after-1"], false)
+            expectEqual(seen["after-2"], true)
+            expectEqual(try pool.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM t") }, 68)
+        }
+    }
+
+    /// A committer over a database of its own in a temporary folder, with the table `table` makes.
+    private static func withCommitter(table: String, _ body: (DatabasePool, GroupCommitter) throws -> Void) throws {
         let directory = NSTemporaryDirectory() + "nimbus-committer-" + UUID().uuidString
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let pool = try DatabasePool(path: directory + "/db.sqlite")
-        try pool.write { try $0.execute(sql: "CREATE TABLE t (writer TEXT NOT NULL)") }
-        let committer = GroupCommitter(pool: pool)
-        // Whether each writer's work ran on the thread that submitted it (GRDB's writer queue
-        // runs a commit on the calling thread, the committer's drain or the writer's own).
-        let onOwnThread = Mutex<[String: Bool]>([:])
-        let finished = DispatchGroup()
-        @Sendable func submit(_ writer: String, holding: DispatchSemaphore? = nil, entered: DispatchSemaphore? = nil) {
-            finished.enter()
-            let submitter = Thread.current
-            committer.submit(
-                GroupCommitter.Job(
-                    run: { db in
-                        try db.execute(sql: "INSERT INTO t (writer) VALUES (?)", arguments: [writer])
-                        onOwnThread.withLock { $0[writer] = Thread.current === submitter }
-                        entered?.signal()
-                        holding?.wait()
-                    },
-                    complete: { _ in finished.leave() }))
-        }
-        submit("lone-1")
-        submit("lone-2")
-        // One writer holds its commit on a thread of its own while 63 arrive.
-        let (hold, entered) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
-        Thread { submit("holder", holding: hold, entered: entered) }.start()
-        #expect(entered.wait(timeout: .now() + 10) == .success, "the holder never began its commit")
-        for writer in 0..<63 { submit("behind-\(writer)") }
-        hold.signal()
-        #expect(finished.wait(timeout: .now() + 10) == .success, "the writers behind the holder never completed")
-        // After a group of several: the next writer goes to the queue, and after its group of one
-        // the one after commits on its own thread again.
-        submit("after-1")
-        #expect(finished.wait(timeout: .now() + 10) == .success)
-        // A writer is told before its committer looks for more work: give it that moment.
-        Thread.sleep(forTimeInterval: 0.2)
-        submit("after-2")
-        #expect(finished.wait(timeout: .now() + 10) == .success)
-        let seen = onOwnThread.withLock { $0 }
-        expectEqual(seen["lone-1"], true)
-        expectEqual(seen["lone-2"], true)
-        expectEqual(seen["holder"], true)
-        expectEqual((0..<63).filter { seen["behind-\($0)"] == false }.count, 63)
-        expectEqual(seen["after-1"], false)
-        expectEqual(seen["after-2"], true)
-        expectEqual(try pool.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM t") }, 68)
+        try pool.write { try $0.execute(sql: table) }
+        try body(pool, GroupCommitter(pool: pool))
     }
 
     /// A writer alone in its commit runs without a savepoint: when it throws after writing, or
     /// a statement of its own fails, it is told its own error and none of its rows stay; a lone
     /// writer that succeeds commits, and the connection is out of every transaction after each.
     @Test func aLoneWriterThatFailsLeavesNothingAndTheNextCommits() throws {
-        let directory = NSTemporaryDirectory() + "nimbus-committer-" + UUID().uuidString
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let pool = try DatabasePool(path: directory + "/db.sqlite")
-        try pool.write { try $0.execute(sql: "CREATE TABLE t (writer TEXT NOT NULL UNIQUE)") }
-        let committer = GroupCommitter(pool: pool)
-        /// Submits one writer and waits for its outcome (the committer is idle: it runs inline).
-        func alone(_ run: @escaping (Database) throws -> Void) -> Result<Void, any Error> {
-            let outcome = Mutex<Result<Void, any Error>?>(nil)
-            committer.submit(GroupCommitter.Job(run: run, complete: { result in outcome.withLock { $0 = result } }))
-            return outcome.withLock { $0! }
+        try Self.withCommitter(table: "CREATE TABLE t (writer TEXT NOT NULL UNIQUE)") { pool, committer in
+            /// Submits one writer and waits for its outcome (the committer is idle: it runs inline).
+            func alone(_ run: @escaping (Database) throws -> Void) -> Result<Void, any Error> {
+                let outcome = Mutex<Result<Void, any Error>?>(nil)
+                committer.submit(GroupCommitter.Job(run: run, complete: { result in outcome.withLock { $0 = result } }))
+                return outcome.withLock { $0! }
+            }
+            let refused = alone { db in
+                try db.execute(sql: "INSERT INTO t (writer) VALUES ('refused')")
+                throw Refused()
+            }
+            #expect(throws: Refused.self) { try refused.get() }
+            let committed = alone { db in try db.execute(sql: "INSERT INTO t (writer) VALUES ('committed')") }
+            #expect(throws: Never.self) { try committed.get() }
+            // Its first row goes in, its second is the committed writer's again: SQLite refuses it.
+            let duplicate = alone { db in
+                try db.execute(sql: "INSERT INTO t (writer) VALUES ('duplicate')")
+                try db.execute(sql: "INSERT INTO t (writer) VALUES ('committed')")
+            }
+            #expect(throws: DatabaseError.self) { try duplicate.get() }
+            let last = alone { db in try db.execute(sql: "INSERT INTO t (writer) VALUES ('last')") }
+            #expect(throws: Never.self) { try last.get() }
+            expectEqual(try pool.read { try String.fetchAll($0, sql: "SELECT writer FROM t ORDER BY writer") }, ["committed", "last"])
+            expectEqual(try pool.writeWithoutTransaction { $0.isInsideTransaction }, false)
         }
-        let refused = alone { db in
-            try db.execute(sql: "INSERT INTO t (writer) VALUES ('refused')")
-            throw Refused()
-        }
-        #expect(throws: Refused.self) { try refused.get() }
-        let committed = alone { db in try db.execute(sql: "INSERT INTO t (writer) VALUES ('committed')") }
-        #expect(throws: Never.self) { try committed.get() }
-        // Its first row goes in, its second is the committed writer's again: SQLite refuses it.
-        let duplicate = alone { db in
-            try db.execute(sql: "INSERT INTO t (writer) VALUES ('duplicate')")
-            try db.execute(sql: "INSERT INTO t (writer) VALUES ('committed')")
-        }
-        #expect(throws: DatabaseError.self) { try duplicate.get() }
-        let last = alone { db in try db.execute(sql: "INSERT INTO t (writer) VALUES ('last')") }
-        #expect(throws: Never.self) { try last.get() }
-        expectEqual(try pool.read { try String.fetchAll($0, sql: "SELECT writer FROM t ORDER BY writer") }, ["committed", "last"])
-        expectEqual(try pool.writeWithoutTransaction { $0.isInsideTransaction }, false)
     }
 
     /// A writer whose statement makes SQLite roll the whole transaction back by itself (an
