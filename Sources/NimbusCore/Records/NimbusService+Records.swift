@@ -42,7 +42,9 @@ extension NimbusService {
 
     /// What one operation of a batch came to inside the write. A saved record's answer is made
     /// from its row after the write returns, not on the writer, whose thread bounds batches
-    /// (docs/benchmarks.md); the row is what was committed, so the answer is the same.
+    /// (docs/benchmarks.md); the row is what was committed, so the answer is the same. Building
+    /// it reads only what the write itself encoded: it can fail only on a corrupt row, as a read
+    /// of that record would.
     enum AppliedOperation {
         case saved(RecordRow, zone: ZoneRow, desiredKeys: [String]?)
         case answered(RecordEntry)
