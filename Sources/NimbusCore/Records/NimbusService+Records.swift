@@ -41,12 +41,12 @@ extension NimbusService {
     }
 
     /// What one operation of a batch came to inside the write. A saved record's answer is made
-    /// from its row after the write returns, not on the writer, whose thread bounds batches
-    /// (docs/benchmarks.md); the row is what was committed, so the answer is the same. Building
-    /// it reads only what the write itself encoded: it can fail only on a corrupt row, as a read
-    /// of that record would.
+    /// from its row (and the batch's zone) after the write returns, not on the writer, whose
+    /// thread bounds batches (docs/benchmarks.md); the row is what was committed, so the answer
+    /// is the same. Building it reads only what the write itself encoded: it can fail only on a
+    /// corrupt row, as a read of that record would.
     enum AppliedOperation {
-        case saved(RecordRow, zone: ZoneRow, desiredKeys: [String]?)
+        case saved(RecordRow, desiredKeys: [String]?)
         case answered(RecordEntry)
     }
 
@@ -123,13 +123,11 @@ extension NimbusService {
         let stamp = ChangeStamp(
             timestamp: now, userRecordName: target.caller.stampUserRecordName, deviceID: target.caller.deviceID)
         let outcome: [Result<RecordEntry, CloudKitError>]
-        let applied: [Result<AppliedOperation, CloudKitError>]
         let shares = batchShares
         let sharedZone = shared
         let writeTarget = target
         let writeKey = key
         do {
-            let queued: Bool
             let names = request.operations.compactMap(\.record.recordName)
             // A create's record is taken to be absent where the zone's last rows are at hand
             // (`ReadUnit.expect`); the engine checks it as it applies the write.
@@ -139,7 +137,7 @@ extension NimbusService {
             // The request alone decides it (the zone is found by this name), so it is made once,
             // here, not on the writer and again on each run of the write.
             let batchOrder = BatchOrder(request.operations, zoneName: request.zoneID.zoneName)
-            (applied, queued) = try await storage.write(inZone: order) { tx in
+            let (applied, queued, zone) = try await storage.write(inZone: order) { tx in
                 let log = ChangeLog()
                 // In the shared database the zone is the owner's: found through the share.
                 if sharedZone == nil { try tx.expect(records: names, creating: creating, inZone: request.zoneID.zoneName, of: writeKey) }
@@ -199,14 +197,14 @@ extension NimbusService {
                 if log.usedBytes != 0 { try tx.addUsage(databaseID: database.id, bytes: log.usedBytes, quota: quota) }
                 let queued = try self.queueForMatching(
                     log.committed(in: database, deviceID: writeTarget.caller.deviceID), at: stamp.timestamp, tx: tx)
-                return (results, queued)
+                return (results, queued, zone)
             }
             if queued { notificationHub.wake() }
             outcome = try applied.map { result -> Result<RecordEntry, CloudKitError> in
                 switch result {
                 case .failure(let error): return .failure(error)
                 case .success(.answered(let entry)): return .success(entry)
-                case .success(.saved(let row, let zone, let desiredKeys)):
+                case .success(.saved(let row, let desiredKeys)):
                     return .success(
                         .record(
                             try recordOutput(
@@ -470,7 +468,7 @@ extension NimbusService {
         try tx.indexRecord(
             recordID: recordID, zoneID: zone.id, recordType: recordType,
             IndexedRecord(row: row, fields: fields, grants: schema.indexGrants(for: recordType)), hadEntries: existing != nil)
-        return .saved(row, zone: zone, desiredKeys: operation.desiredKeys ?? request.desiredKeys)
+        return .saved(row, desiredKeys: operation.desiredKeys ?? request.desiredKeys)
     }
 
     // MARK: records/lookup
