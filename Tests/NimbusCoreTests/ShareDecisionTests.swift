@@ -26,6 +26,18 @@ import Testing
         #expect(otherSeed.next() != firstRun[0])
     }
 
+    /// The seed is drawn when the first identifier is made, not when the value is: copies made
+    /// before that (each run of a write's decision holds one) still name things alike, from
+    /// whichever copy asks first.
+    @Test func copiesMadeBeforeTheSeedIsDrawnShareIt() {
+        let made = SeededIDs()
+        let (first, second) = (made, made)
+        let fromSecond = second.uuid("participant", "S", "0")
+        #expect(first.uuid("participant", "S", "0") == fromSecond)
+        #expect(made.bytes("short GUID", "S") == second.bytes("short GUID", "S"))
+        #expect(SeededIDs().uuid("participant", "S", "0") != fromSecond, "another write's seed")
+    }
+
     @Test func aShareWithoutARegisteredGUIDGetsTheSameOneOnEveryDecision() throws {
         let request = RecordsModifyRequest(
             operations: [RecordOperationInput(type: .create, record: RecordInput(recordName: "S", recordType: Names.shareRecordType))],
