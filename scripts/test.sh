@@ -8,8 +8,15 @@ cd "$(dirname "$0")/.."
 
 sudo=""
 [ "$(id -u)" = 0 ] || sudo="sudo"
-# The build needs Debian's SQLite headers (GRDB), nothing else from outside.
-dpkg -s libsqlite3-dev >/dev/null 2>&1 || { $sudo apt-get update -qq && $sudo apt-get install -y -qq libsqlite3-dev; }
+# The build needs Debian's SQLite headers (GRDB), and links the server against jemalloc where it
+# is installed (Package.swift; without it the server keeps glibc's malloc, and the test that
+# reads the server's first lines fails).
+buildPackages=()
+dpkg -s libsqlite3-dev >/dev/null 2>&1 || buildPackages+=(libsqlite3-dev)
+dpkg -s libjemalloc-dev >/dev/null 2>&1 || buildPackages+=(libjemalloc-dev)
+if [ ${#buildPackages[@]} -gt 0 ]; then
+  $sudo apt-get update -qq && $sudo apt-get install -y -qq "${buildPackages[@]}"
+fi
 
 # What the tests need is installed while the build runs: downloads and unpacking, beside a build
 # that holds both cores for most of an hour, instead of minutes before it on a clean machine.

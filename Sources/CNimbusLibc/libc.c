@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include "CNimbusLibc.h"
+#include <dlfcn.h>
 #include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -27,6 +28,30 @@ int nimbus_allocator_limit_arenas(int count) {
     return 0;
 }
 #endif
+
+int nimbus_allocator_jemalloc(char *version, size_t version_size, unsigned *arenas) {
+    // Looked up, not linked: only the server's binary links jemalloc (Package.swift), and what
+    // counts is which library answers `malloc`, wherever `mallctl` is found.
+    typedef int (*mallctl_function)(const char *, void *, size_t *, void *, size_t);
+    mallctl_function mallctl = (mallctl_function)dlsym(RTLD_DEFAULT, "mallctl");
+    void *malloc_function = dlsym(RTLD_DEFAULT, "malloc");
+    Dl_info malloc_library, jemalloc_library;
+    if (mallctl == NULL || malloc_function == NULL) return 0;
+    if (dladdr(malloc_function, &malloc_library) == 0 || dladdr((void *)mallctl, &jemalloc_library) == 0) return 0;
+    if (malloc_library.dli_fbase != jemalloc_library.dli_fbase) return 0;
+    const char *text = NULL;
+    size_t length = sizeof(text);
+    if (version_size > 0) {
+        version[0] = 0;
+        if (mallctl("version", &text, &length, NULL, 0) == 0 && text != NULL) {
+            strncpy(version, text, version_size - 1);
+            version[version_size - 1] = 0;
+        }
+    }
+    length = sizeof(*arenas);
+    if (mallctl("opt.narenas", arenas, &length, NULL, 0) != 0) *arenas = 0;
+    return 1;
+}
 
 int nimbus_bytes_contain(const void *haystack, size_t haystack_length, const void *needle, size_t needle_length) {
     return memmem(haystack, haystack_length, needle, needle_length) != NULL;

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CNimbusAllocator
 import Foundation
 import Logging
 import NimbusCore
@@ -26,6 +27,8 @@ struct Nimbus: AsyncParsableCommand {
     /// between parsing and running: the choice depends on the storage a server is given
     /// (`TaskThreads`), and must be made before any task runs.
     static func main() async {
+        // Keeps jemalloc's settings in the binary (it read them before `main`).
+        _ = nimbus_allocator_settings()
         MemoryReturnService.limitAllocatorArenas()
         SQLiteProcessSettings.apply()
         do {

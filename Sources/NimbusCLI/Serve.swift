@@ -206,6 +206,7 @@ struct Serve: AsyncParsableCommand {
                 "data directory: \(dataDir)",
                 "storage: \(storage)",
                 "tasks: \(TaskThreads.chosen)",
+                "allocator: \(MemoryReturnService.allocator.description)",
                 "container: \(bootstrap.container)",
                 "dashboard: http://\(browsable):\(port)/dashboard",
             ]

@@ -12,7 +12,9 @@ import ServiceLifecycle
 /// `MemoryReturn.defaultThreshold` free bytes, their whole free pages go back to the system
 /// (`malloc_trim`). Nothing moves: the allocator keeps its books, and a page handed back costs
 /// a page fault when it is used again. One per process: `nimbus serve` runs it beside its
-/// server.
+/// server. Where jemalloc serves the process (`allocator`; a Linux build with libjemalloc-dev
+/// installed), glibc's arenas hold nothing and this finds nothing to give back: jemalloc's own
+/// thread returns freed pages after two seconds (`CNimbusAllocator`).
 public struct MemoryReturnService: Service {
     /// How often the arenas' free bytes are looked at.
     static let interval: Duration = .seconds(10)
@@ -40,14 +42,53 @@ public struct MemoryReturnService: Service {
 
     /// Called first thing in `main`, before the process starts its threads: glibc's allocator
     /// gets at most `count` arenas, unless the operator chose a number (`MALLOC_ARENA_MAX`,
-    /// which glibc reads itself). Whether the cap was set.
+    /// which glibc reads itself) or glibc's malloc does not serve the process (a server linked
+    /// against jemalloc, `allocator`). Whether the cap was set.
     @discardableResult
     public static func limitAllocatorArenas(
         to count: Int = allocatorArenas, environment: [String: String] = ProcessInfo.processInfo.environment
     ) -> Bool {
-        guard environment["MALLOC_ARENA_MAX"] == nil else { return false }
+        guard environment["MALLOC_ARENA_MAX"] == nil, allocator == .glibc else { return false }
         return nimbus_allocator_limit_arenas(Int32(count)) == 1
     }
+
+    /// The allocator that serves the process's `malloc`.
+    public enum Allocator: Equatable, Sendable {
+        /// jemalloc, linked into the server where it was installed at the build (Package.swift)
+        /// and given two arenas (`CNimbusAllocator`). It hands freed pages back by itself, after
+        /// a few seconds (its decay), so `run` finds nothing free in glibc's arenas and leaves
+        /// them be.
+        case jemalloc(version: String, arenas: Int)
+        /// glibc's malloc, its arenas capped (`limitAllocatorArenas`) and trimmed (`run`).
+        case glibc
+        /// Another platform's (macOS's).
+        case system
+
+        /// For the server's first lines.
+        public var description: String {
+            switch self {
+            case .jemalloc(let version, let arenas): "jemalloc \(version), \(arenas) arenas"
+            case .glibc:
+                "glibc's malloc, at most \(ProcessInfo.processInfo.environment["MALLOC_ARENA_MAX"] ?? String(MemoryReturnService.allocatorArenas)) arenas (jemalloc where libjemalloc-dev is installed at the build: docs/operations.md)"
+            case .system: "the system's malloc"
+            }
+        }
+    }
+
+    public static let allocator: Allocator = {
+        var version = [CChar](repeating: 0, count: 128)
+        var arenas: UInt32 = 0
+        if nimbus_allocator_jemalloc(&version, version.count, &arenas) == 1 {
+            // "5.3.0-0-g54eaed1…": the release, without the commit it was built from.
+            let spelled = String(decoding: version.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            return .jemalloc(version: String(spelled.prefix { $0 != "-" }), arenas: Int(arenas))
+        }
+        #if canImport(Glibc)
+            return .glibc
+        #else
+            return .system
+        #endif
+    }()
 
     public func run() async throws {
         await cancelWhenGracefulShutdown {

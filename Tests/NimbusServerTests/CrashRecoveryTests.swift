@@ -1,6 +1,7 @@
 import Foundation
 import NIOCore
 import NimbusTestSupport
+@testable import NimbusServer
 import NimbusWire
 import Testing
 
@@ -277,6 +278,35 @@ import Testing
         let (status, error) = try Self.failing(
             ["serve", "--port", "0", "--data-dir", directory], environment: ["NIMBUS_TASK_THREADS": "fast"])
         #expect(status != 0 && error.contains("NIMBUS_TASK_THREADS must be 'pool' or 'loops', not 'fast'"), "\(status): \(error)")
+    }
+
+    /// The server's allocator (docs/operations.md, "The memory allocator"): on Linux the built
+    /// `nimbus` is linked against jemalloc, whose `malloc` then serves the whole process with the
+    /// two arenas the binary asks for, and its first lines say so. `scripts/test.sh` installs
+    /// libjemalloc-dev for the build; a build without it keeps glibc's malloc, which this test
+    /// reports as a failure. An operator's `MALLOC_CONF` overrides the binary's settings.
+    @Test func theServerSaysWhichAllocatorServesIt() async throws {
+        let directory = NSTemporaryDirectory() + "nimbus-allocator-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        #if os(Linux)
+            for (environment, arenas) in [([:], 2), (["MALLOC_CONF": "narenas:3"], 3)] {
+                let server = try await NimbusProcess.serve(dataDirectory: directory, environment: environment)
+                defer { server.stop() }
+                let line = server.output.split(separator: "\n").first { $0.hasPrefix("allocator: ") }.map(String.init)
+                #expect(line?.hasPrefix("allocator: jemalloc 5.") == true, "built without libjemalloc-dev? \(server.output)")
+                #expect(line?.hasSuffix(", \(arenas) arenas") == true, "\(environment): \(server.output)")
+            }
+        #else
+            let server = try await NimbusProcess.serve(dataDirectory: directory)
+            defer { server.stop() }
+            #expect(server.output.contains("allocator: the system's malloc"), "\(server.output)")
+        #endif
+        // The test process links what the server links (it imports NimbusCLI).
+        #if os(Linux)
+            let allocator = MemoryReturnService.allocator.description
+            #expect(allocator.hasPrefix("jemalloc 5.") && allocator.hasSuffix(", 2 arenas"), "\(allocator)")
+            #expect(MemoryReturnService.Allocator.glibc.description.hasPrefix("glibc's malloc, at most "))
+        #endif
     }
 
     @Test(arguments: [

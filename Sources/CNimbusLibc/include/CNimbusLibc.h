@@ -18,6 +18,11 @@ int nimbus_allocator_release_free_pages(void);
 /// allocator took it, 0 otherwise or where the allocator is not glibc's.
 int nimbus_allocator_limit_arenas(int count);
 
+/// 1 when jemalloc's `malloc` is the one the process calls, with its version (as jemalloc spells
+/// it, "5.3.0-0-g54eaed1d8b56b1aa528be3bdd1877e59c56fa90c") and its number of arenas written
+/// into the arguments; 0 when it is another's (glibc's).
+int nimbus_allocator_jemalloc(char *version, size_t version_size, unsigned *arenas);
+
 /// Asks the kernel to reclaim the pages of [start, start + length) now (madvise MADV_PAGEOUT):
 /// clean file pages that only this process maps are dropped and read again at their next use.
 /// 0 when the kernel took the advice, otherwise the error (ENOSYS where the C library or the
