@@ -53,10 +53,10 @@ let residentLinking: [LinkerSetting] =
 // capped at two arenas for memory's sake, made the writer and the event loops queue for an
 // arena's lock whenever one freed a buffer the other allocated: 7.8% of a 200-record batch's
 // samples waited on that lock. jemalloc with the same two arenas (`CNimbusAllocator`) gives
-// each thread a cache that takes frees from any thread and returns them in batches: the same
-// binary measured 1.19x the batches, 1.13x the fetches, 1.06x the creates at 64 connections,
-// with the memory after a load level (docs/benchmarks.md, "The allocator"). Linking it puts
-// its malloc and free before the C library's for the whole process.
+// each thread a cache that takes frees from any thread and returns them in batches: the linked
+// build measured 1.14-1.19x the batches, 1.05-1.10x the creates and 1.00-1.06x the fetches at
+// 64 connections, with the memory after a load level (docs/benchmarks.md, "The allocator").
+// Linking it puts its malloc and free before the C library's for the whole process.
 let serverLinking: [LinkerSetting] = residentLinking + (linksJemalloc ? [.linkedLibrary("jemalloc", .when(platforms: [.linux]))] : [])
 
 let package = Package(

@@ -9,9 +9,9 @@
 // rather than first marked as reclaimable (`muzzy_decay_ms:0`: such pages still count as the
 // process's until the kernel wants them), by a thread of jemalloc's own (`background_thread`),
 // so an idle server hands back what a burst left as a busy one does (without it, only the
-// arenas' own allocations and frees move the decay along). With these the server sized for sixteen cores kept
-// 143 MiB after `Benchmarks/core-memory.sh`'s load against 152 with jemalloc's defaults, at
-// the same throughput (docs/benchmarks.md, "The allocator").
+// arenas' own allocations and frees move the decay along). With these the server sized for
+// sixteen cores kept 143-152 MiB after `Benchmarks/core-memory.sh`'s load (152 with
+// jemalloc's defaults), at the same throughput (docs/benchmarks.md, "The allocator").
 // Where the server keeps glibc's malloc (no jemalloc at the build), this is a string nobody reads.
 const char *malloc_conf = "narenas:2,dirty_decay_ms:2000,muzzy_decay_ms:0,background_thread:true";
 
