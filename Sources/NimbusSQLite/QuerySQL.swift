@@ -50,6 +50,8 @@ struct QuerySQL {
     }
 
     private var form = Form.probe
+    /// The integer keys of the fields and pairs the query names (`EntryKeys`).
+    private let keys: EntryKeyMap
     /// The column naming the candidate (its record id) a probe checks.
     private var candidate = "c.record_id"
 
@@ -77,8 +79,10 @@ struct QuerySQL {
             .joined(separator: ", ")
     }
 
-    /// `pageColumns`: the record's columns as the page's records read them (`r.`, `qualified`).
-    init(query: RecordQuery, pageColumns: String, driver: Driver) {
+    /// `pageColumns`: the record's columns as the page's records read them (`r.`, `qualified`);
+    /// `keys`: the entry keys of every name the query reads (`RecordQuery.entryNames`).
+    init(query: RecordQuery, pageColumns: String, driver: Driver, keys: EntryKeyMap) {
+        self.keys = keys
         let zoneMarks = Self.marks(query.zoneIDs.count)
         let tieDirection = (query.sorts.first?.ascending ?? true) ? "ASC" : "DESC"
 
@@ -96,7 +100,7 @@ struct QuerySQL {
             from = "field_index c"
         case .condition(let index):
             // The records the selective filter matches, each once.
-            var standalone = QuerySQL()
+            var standalone = QuerySQL(keys: keys)
             standalone.form = .standalone
             standalone.append(query.conditions[index], query: query, zoneMarks: zoneMarks)
             // A scalar field has one entry per record: no record can come twice, and SQLite
@@ -113,8 +117,8 @@ struct QuerySQL {
             case .number(let name), .text(let name), .distance(let name, _, _): sortField = name
             }
             from = "pair_index c"
-            whereClause.append("c.zone_id IN (\(zoneMarks)) AND c.record_type = ? AND c.field = ? AND c.sort_field = ? AND c.value = ?")
-            whereArguments = query.zoneIDs.map { $0 } + [query.recordType, field, sortField, Self.argument(value)]
+            whereClause.append("c.zone_id IN (\(zoneMarks)) AND c.pair_key = ? AND c.value = ?")
+            whereArguments = query.zoneIDs.map { $0 } + [keys.pair(field, sortField: sortField), Self.argument(value)]
         }
 
         // Sort keys, joined from the candidate's entries (the first one is the driver itself
@@ -129,7 +133,7 @@ struct QuerySQL {
             }
             let driving = index == 0 && driver == .firstSort
             let alias = driving ? "c" : "s\(index)"
-            var filter = "\(alias).record_type = ? AND \(alias).field = ? AND \(alias).position = -1"
+            var filter = "\(alias).field_key = ? AND \(alias).position = -1"
             let field: String
             let expression: String
             switch sort.key {
@@ -146,7 +150,7 @@ struct QuerySQL {
                 filter += " AND \(alias).lon IS NOT NULL"
                 expression = "nimbus_distance(\(alias).num, \(alias).lon, \(latitude), \(longitude))"
             }
-            let keyArguments: [(any DatabaseValueConvertible)?] = [query.recordType, field]
+            let keyArguments: [(any DatabaseValueConvertible)?] = [keys.field(field)]
             if driving {
                 whereClause.append("c.zone_id IN (\(zoneMarks)) AND " + filter)
                 whereArguments += query.zoneIDs.map { $0 } + keyArguments
@@ -167,13 +171,13 @@ struct QuerySQL {
             // The driver's own candidates match it by construction: probing again would double
             // the seeks per candidate (most of an equality + sort query's time).
             if driver.conditionIndex == index, Self.drivesExactly(condition) { continue }
-            var probe = QuerySQL()
+            var probe = QuerySQL(keys: keys)
             probe.append(condition, query: query, zoneMarks: zoneMarks)
             whereClause.append(probe.text)
             whereArguments += probe.arguments
         }
         if let after = query.after {
-            var keyset = QuerySQL()
+            var keyset = QuerySQL(keys: keys)
             keyset.appendKeyset(
                 after, keys: keyExpressions, sorts: query.sorts, idColumn: "c.record_id", tieAscending: tieDirection == "ASC")
             whereClause.append(keyset.text)
@@ -228,18 +232,18 @@ struct QuerySQL {
 
     /// `SELECT COUNT(*)` of the index entries matching one positive condition, counting no
     /// further than `cap`: the planner's estimate of how selective it is.
-    static func boundedCount(_ condition: IndexCondition, in query: RecordQuery, cap: Int) -> QuerySQL {
-        var standalone = QuerySQL()
+    static func boundedCount(_ condition: IndexCondition, in query: RecordQuery, keys: EntryKeyMap, cap: Int) -> QuerySQL {
+        var standalone = QuerySQL(keys: keys)
         standalone.form = .standalone
         let zoneMarks = Self.marks(query.zoneIDs.count)
         standalone.append(condition, query: query, zoneMarks: zoneMarks)
-        var sql = QuerySQL()
+        var sql = QuerySQL(keys: keys)
         sql.text = "SELECT COUNT(*) FROM (\(standalone.text) LIMIT ?)"
         sql.arguments = standalone.arguments + [cap]
         return sql
     }
 
-    private init() {}
+    private init(keys: EntryKeyMap) { self.keys = keys }
 
     /// A probe `EXISTS (SELECT 1 FROM field_index f WHERE <r's entries of field> AND …)`, or
     /// standalone `SELECT f.record_id FROM field_index f WHERE <zone, type, field> AND …`.
@@ -250,14 +254,13 @@ struct QuerySQL {
         switch form {
         case .probe:
             text += "\(negated ? "NOT " : "")EXISTS (SELECT 1 FROM field_index f"
-            text += " WHERE f.record_id = \(candidate) AND f.field = ?"
+            text += " WHERE f.record_id = \(candidate) AND f.field_key = ?"
         case .standalone:
             text += "SELECT f.record_id AS record_id FROM field_index f"
-            text += " WHERE f.zone_id IN (\(zoneMarks)) AND f.record_type = ? AND f.field = ?"
+            text += " WHERE f.zone_id IN (\(zoneMarks)) AND f.field_key = ?"
             arguments += query.zoneIDs.map { $0 }
-            arguments.append(query.recordType)
         }
-        arguments.append(field)
+        arguments.append(keys.field(field))
         switch scope {
         case .scalar: text += " AND f.position = -1"
         case .element: text += " AND f.position >= 0"

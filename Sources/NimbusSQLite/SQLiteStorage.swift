@@ -26,6 +26,8 @@ public final class SQLiteStorage: Sendable {
     let scans: ScanLane
     /// Schemas as last read, by generation (`SchemaCache`).
     let schemas = SchemaCache()
+    /// The file's committed entry keys (`EntryKeys`).
+    let entryKeys = EntryKeys()
     /// Checkpoints the log off the writer's path.
     let checkpointer: WALCheckpointer
     /// The lasting request log, in a file of its own beside this one.
@@ -116,9 +118,13 @@ public final class SQLiteStorage: Sendable {
     /// whole budget holds one of those threads, never one that lookups, sign-ins and WebSockets
     /// need. A read waits only for a free reader connection, never for a writer (WAL).
     func readScan<Value: Sendable>(_ body: @escaping @Sendable (SQLiteTransaction) throws -> Value) async throws -> Value {
-        let (pool, schemas) = (self.pool, self.schemas)
+        let (pool, schemas, entryKeys) = (self.pool, self.schemas, self.entryKeys)
         do {
-            return try await scans.run { try await pool.unsafeRead { db in try Self.inSnapshot(db) { try body(SQLiteTransaction(db: $0, schemaCache: schemas)) } } }
+            return try await scans.run {
+                try await pool.unsafeRead { db in
+                    try Self.inSnapshot(db) { try body(SQLiteTransaction(db: $0, schemaCache: schemas, entryKeyCache: entryKeys)) }
+                }
+            }
         } catch let error as DatabaseError {
             throw Self.normalized(error)
         }
@@ -131,7 +137,9 @@ public final class SQLiteStorage: Sendable {
     /// of those are in use.
     func readPoint<Value>(_ body: (SQLiteTransaction) throws -> Value) throws -> Value {
         do {
-            let read = { (db: Database) in try Self.inSnapshot(db) { try body(SQLiteTransaction(db: $0, schemaCache: self.schemas)) } }
+            let read = { (db: Database) in
+                try Self.inSnapshot(db) { try body(SQLiteTransaction(db: $0, schemaCache: self.schemas, entryKeyCache: self.entryKeys)) }
+            }
             if let value = try pointReaders.read(read) { return value }
             return try pool.unsafeRead(read)
         } catch let error as DatabaseError {
@@ -234,7 +242,7 @@ public final class SQLiteStorage: Sendable {
     /// it is.
     func writeSQLite<Value: Sendable>(_ body: @escaping @Sendable (SQLiteTransaction) throws -> Value) async throws -> Value {
         let box = ResultBox<Value>()
-        let schemas = self.schemas
+        let (schemas, entryKeys) = (self.schemas, self.entryKeys)
         let origin = MultiThreadedEventLoopGroup.currentEventLoop
         return try await withCheckedThrowingContinuation { continuation in
             @Sendable func resume(_ outcome: Result<Void, any Error>) {
@@ -246,11 +254,14 @@ public final class SQLiteStorage: Sendable {
             committer.submit(
                 GroupCommitter.Job(
                     run: { db in
-                        let transaction = SQLiteTransaction(db: db, schemaCache: schemas)
+                        let transaction = SQLiteTransaction(db: db, schemaCache: schemas, entryKeyCache: entryKeys)
                         box.value = try body(transaction)
                         try transaction.writeDeferred()
+                        box.entryKeys = transaction.memo.entryKeys
                     },
                     complete: { outcome in
+                        // Committed: the keys the write found or made are the file's for good.
+                        if case .success = outcome { entryKeys.keep(box.entryKeys) }
                         if let origin, !origin.inEventLoop {
                             origin.execute { resume(outcome) }
                         } else {
@@ -291,4 +302,6 @@ public final class SQLiteStorage: Sendable {
 /// commit, read after it, never concurrently.
 private final class ResultBox<Value>: @unchecked Sendable {
     var value: Value?
+    /// The entry keys the write found or made, for the store once it commits.
+    var entryKeys: [EntryName: Int64] = [:]
 }

@@ -19,6 +19,8 @@ struct SQLiteTransaction {
     var scanDeadlines: ScanBudget.Deadlines? = nil
     /// The store's kept schemas (`SchemaCache`); nil reads the rows every time.
     var schemaCache: SchemaCache? = nil
+    /// The store's committed entry keys (`EntryKeys`); nil reads them every time.
+    var entryKeyCache: EntryKeys? = nil
     /// Index entries held back and ids handed out by this transaction (`TransactionMemo`).
     let memo = TransactionMemo()
 
@@ -435,14 +437,23 @@ struct SQLiteTransaction {
         func rows<Entry>(_ list: KeyPath<RecordIndexEntries, [Entry]>) -> [Row<Entry>] {
             deferred.flatMap { record in record.entries[keyPath: list].map { (record, $0) } }
         }
-        for chunk in rows(\.entries).chunked(Self.rowsPerInsert) {
+        // Each name's key found once for all the deferred records, not once per entry.
+        var keys: [EntryName: Int64] = [:]
+        func key(_ name: EntryName) throws -> Int64 {
+            if let key = keys[name] { return key }
+            let key = try entryKey(name, making: true)!
+            keys[name] = key
+            return key
+        }
+        let fieldRows = rows(\.entries)
+        let fieldKeys = try fieldRows.map { try key(.field($0.record.recordType, $0.entry.field)) }
+        for (chunk, chunkKeys) in zip(fieldRows.chunked(Self.rowsPerInsert), fieldKeys.chunked(Self.rowsPerInsert)) {
             try executeBound(Self.fieldIndexInserts[chunk.count]) { arguments in
-                for (record, entry) in chunk {
+                for ((record, entry), fieldKey) in zip(chunk, chunkKeys) {
                     arguments.add(record.recordID)
-                    arguments.add(entry.field)
+                    arguments.add(fieldKey)
                     arguments.add(entry.position)
                     arguments.add(record.zoneID)
-                    arguments.add(record.recordType)
                     switch entry.value {
                     case .integer(let value):
                         arguments.add(value)
@@ -469,14 +480,14 @@ struct SQLiteTransaction {
                 }
             }
         }
-        for chunk in rows(\.pairs).chunked(Self.rowsPerInsert) {
+        let pairRows = rows(\.pairs)
+        let pairKeys = try pairRows.map { try key(.pair($0.record.recordType, $0.entry.pair.field, sortField: $0.entry.pair.sortField)) }
+        for (chunk, chunkKeys) in zip(pairRows.chunked(Self.rowsPerInsert), pairKeys.chunked(Self.rowsPerInsert)) {
             try executeBound(Self.pairIndexInserts[chunk.count]) { arguments in
-                for (record, entry) in chunk {
+                for ((record, entry), pairKey) in zip(chunk, chunkKeys) {
                     arguments.add(record.recordID)
-                    arguments.add(entry.pair.field)
-                    arguments.add(entry.pair.sortField)
+                    arguments.add(pairKey)
                     arguments.add(record.zoneID)
-                    arguments.add(record.recordType)
                     arguments.add(entry.value)
                     arguments.add(entry.sortValue)
                 }
@@ -488,10 +499,10 @@ struct SQLiteTransaction {
     /// `rowsPerInsert`; index 0 is unused): built once, not per record, so a write neither
     /// assembles the text nor hashes a new string to find its cached statement.
     static let fieldIndexInserts = inserts(
-        "INSERT OR FAIL INTO field_index (record_id, field, position, zone_id, record_type, num, text, lon) VALUES ", columns: 8)
+        "INSERT OR FAIL INTO field_index (record_id, field_key, position, zone_id, num, text, lon) VALUES ", columns: 7)
     static let tokenIndexInserts = inserts("INSERT OR FAIL INTO token_index (record_id, field, token, zone_id, record_type) VALUES ", columns: 5)
     static let pairIndexInserts = inserts(
-        "INSERT OR FAIL INTO pair_index (record_id, field, sort_field, zone_id, record_type, value, sort_value) VALUES ", columns: 7)
+        "INSERT OR FAIL INTO pair_index (record_id, pair_key, zone_id, value, sort_value) VALUES ", columns: 5)
 
     private static func inserts(_ head: String, columns: Int) -> [String] {
         (0...rowsPerInsert).map { rows in head + placeholders(rows: rows, columns: columns) }
@@ -501,13 +512,13 @@ struct SQLiteTransaction {
     /// than `QuerySQL.selectiveMatches` entries (counted, capped, on the index); otherwise the
     /// result order itself (the first sort key's index, or record names), which stops as soon as
     /// the page is full. Distance sorts cannot be walked in order: a filter drives them if any.
-    private func chooseDriver(_ query: RecordQuery) throws -> QuerySQL.Driver {
+    private func chooseDriver(_ query: RecordQuery, keys: EntryKeyMap) throws -> QuerySQL.Driver {
         // A sorted pair serves an equality filter and the first sort in one index range: no
         // plan reads less.
         if let pairDriver = QuerySQL.pairDriver(for: query) { return pairDriver }
         var best: (index: Int, matches: Int)?
         for (index, condition) in query.conditions.enumerated() where QuerySQL.canDrive(condition) {
-            let count = QuerySQL.boundedCount(condition, in: query, cap: QuerySQL.selectiveMatches)
+            let count = QuerySQL.boundedCount(condition, in: query, keys: keys, cap: QuerySQL.selectiveMatches)
             let statement = try QueryStatementCache.shared.statement(count.text, in: db)
             let matches = try Int.fetchOne(statement, arguments: StatementArguments(count.arguments)) ?? 0
             if best == nil || matches < best!.matches { best = (index, matches) }
@@ -533,7 +544,8 @@ struct SQLiteTransaction {
     func queryRecords(_ query: RecordQuery) throws -> QueryPage {
         // A query inside a write reads the entries it wrote.
         try writeIndexEntries()
-        let sql = QuerySQL(query: query, pageColumns: Self.pageRecordColumns, driver: try chooseDriver(query))
+        let keys = try entryKeys(for: query)
+        let sql = QuerySQL(query: query, pageColumns: Self.pageRecordColumns, driver: try chooseDriver(query, keys: keys), keys: keys)
         // The statement's columns: the record's, then its id, then the sort keys (`QuerySQL`).
         let idColumn = Self.recordColumnCount
         let rows = try ScanBudget.run(self, budget: query.budget) {

@@ -9,9 +9,15 @@ import NimbusStorage
 ///   them, and the records whose stored entries go, written together (one statement per table
 ///   for a whole batch) before anything reads entries and when the write ends.
 /// - **Ids handed out**: the next id of each kind a unit of work may give a new row.
+/// - **Entry keys found or made**, for the store to keep once the write commits.
 final class TransactionMemo {
     /// The next id of each kind a unit of work may give a new row (`SQLiteTransaction.newIDs`).
     var nextIDs: [StorageIDKind: Int64] = [:]
+
+    /// Entry keys this write found or made (`SQLiteTransaction.entryKey`): the store keeps them
+    /// once the write's group has committed, and not before (a key made in a write that rolls
+    /// back is made again, perhaps with the same id for another name).
+    var entryKeys: [EntryName: Int64] = [:]
 
     /// A saved record's index entries, not written yet (`SQLiteTransaction.writeIndexEntries`).
     struct DeferredIndex {

@@ -77,6 +77,8 @@ import Testing
         let upgraded = try await first.restarted { dataDirectory in
             let queue = try DatabaseQueue(path: dataDirectory + "/nimbus.sqlite")
             try await queue.write { db in
+                // Entries spelled out by name again (before v34), then v7's doubles.
+                try db.execute(sql: EntryKeyMigrationTests.entriesBeforeV34)
                 try db.execute(
                     sql: """
                         CREATE TABLE field_index_v7 (
