@@ -32,10 +32,14 @@ public struct IndexGrants: Sendable {
     /// Worked out once per grants (it sorts the field names): per saved record, it was a
     /// fifth of indexing a record.
     public let sortedPairs: [SortedPair]
+    /// The system fields whose entries are written, worked out once per grants too: asked
+    /// per saved record, each was a string hashed for a dictionary lookup.
+    let indexedSystemFields: [SystemField]
 
     public init(grants: [String: Int]?) {
         self.grants = grants
         sortedPairs = grants.map(Self.sortedPairs) ?? []
+        indexedSystemFields = SystemField.allCases.filter { Self.wantsEntry(Self.flags($0.rawValue, in: grants)) }
     }
 
     public static let everything = IndexGrants(grants: nil)
@@ -46,11 +50,17 @@ public struct IndexGrants: Sendable {
         environment == .production ? IndexGrants(grants: grants) : .everything
     }
 
-    func flags(_ field: String) -> Int { grants.map { $0[field] ?? 0 } ?? SchemaFieldRow.Indexes.all }
-    func wantsEntry(_ field: String) -> Bool {
-        flags(field) & (SchemaFieldRow.Indexes.queryable | SchemaFieldRow.Indexes.sortable) != 0
+    func flags(_ field: String) -> Int { Self.flags(field, in: grants) }
+    func wantsEntry(_ field: String) -> Bool { Self.wantsEntry(flags(field)) }
+    func wantsTokens(_ field: String) -> Bool { Self.wantsTokens(flags(field)) }
+
+    private static func flags(_ field: String, in grants: [String: Int]?) -> Int {
+        grants.map { $0[field] ?? 0 } ?? SchemaFieldRow.Indexes.all
     }
-    func wantsTokens(_ field: String) -> Bool { flags(field) & SchemaFieldRow.Indexes.searchable != 0 }
+    /// Whether a field with these index flags gets entries (QUERYABLE or SORTABLE).
+    static func wantsEntry(_ flags: Int) -> Bool { flags & (SchemaFieldRow.Indexes.queryable | SchemaFieldRow.Indexes.sortable) != 0 }
+    /// Whether a field with these index flags gets tokens (SEARCHABLE).
+    static func wantsTokens(_ flags: Int) -> Bool { flags & SchemaFieldRow.Indexes.searchable != 0 }
 
     /// At most this many sorted pairs per record type: each is one more entry per save.
     static let maximumSortedPairs = 16
@@ -75,17 +85,16 @@ public enum RecordIndexer {
     /// The entries of a saved record under its grants.
     public static func entries(for record: IndexedRecord) -> RecordIndexEntries {
         let (row, fields, grants) = (record.row, record.fields, record.grants)
-        var entries = SystemField.allCases.filter { grants.wantsEntry($0.rawValue) }.map {
-            IndexEntry(field: $0.rawValue, value: systemValue($0, of: row))
-        }
+        var entries = grants.indexedSystemFields.map { IndexEntry(field: $0.rawValue, value: systemValue($0, of: row)) }
         var tokens: [TokenEntry] = []
         var tokensSeen = Set<TokenEntry>()
         // Tokens in the order first met, not a set's: a unit of work decided twice over the same
         // rows indexes a record the same way (a set's order differs from one instance to the
         // next), which the tests' purity check compares.
         for (name, value) in fields where !name.hasPrefix(Names.reservedFieldPrefix) {
-            let wantsEntry = grants.wantsEntry(name)
-            let wantsTokens = grants.wantsTokens(name)
+            let flags = grants.flags(name)
+            let wantsEntry = IndexGrants.wantsEntry(flags)
+            let wantsTokens = IndexGrants.wantsTokens(flags)
             if !wantsEntry, !wantsTokens { continue }
             func index(_ item: FieldValue, position: Int) {
                 if wantsEntry, let entry = entry(name, item, position: position) { entries.append(entry) }
