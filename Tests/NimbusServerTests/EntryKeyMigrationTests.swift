@@ -8,11 +8,13 @@ import Testing
 /// carried into the keyed tables as they are, not written again, and queries read the same.
 @Suite struct EntryKeyMigrationTests {
     /// Puts a store's entry tables back as they were before v34 (each entry spelling out its
-    /// record type and field names), with the migration not yet run.
-    static let entriesBeforeV34 = """
+    /// record type and field names), with the migration not yet run. `numColumn` declares the
+    /// number column (`num REAL` before v8: a double, rounded, as v7 kept it).
+    static func entriesBeforeV34(numColumn: String = "num") -> String {
+        """
         CREATE TABLE field_index_v33 (
             record_id INTEGER NOT NULL, field TEXT NOT NULL, position INTEGER NOT NULL,
-            zone_id INTEGER NOT NULL, record_type TEXT NOT NULL, num, text TEXT, lon REAL,
+            zone_id INTEGER NOT NULL, record_type TEXT NOT NULL, \(numColumn), text TEXT, lon REAL,
             PRIMARY KEY (record_id, field, position)
         ) WITHOUT ROWID;
         INSERT INTO field_index_v33
@@ -38,6 +40,7 @@ import Testing
         DROP TABLE entry_keys;
         DELETE FROM grdb_migrations WHERE identifier = 'v34-entry-keys';
         """
+    }
 
     @Test(.enabled(if: TestStorage.isSQLiteFile, "rewrites the SQLite file"))
     func aStoreFromBeforeEntryKeysKeepsItsEntriesAndAnswersTheSame() async throws {
@@ -89,7 +92,7 @@ import Testing
         let upgraded = try await first.restarted { dataDirectory in
             let queue = try DatabaseQueue(path: dataDirectory + "/nimbus.sqlite")
             entries = try await queue.write { db in
-                try db.execute(sql: Self.entriesBeforeV34)
+                try db.execute(sql: Self.entriesBeforeV34())
                 return (
                     try Int.fetchOne(db, sql: "SELECT count(*) FROM field_index") ?? 0,
                     try Int.fetchOne(db, sql: "SELECT count(*) FROM pair_index WHERE field = 'cat' AND sort_field = 'n'") ?? 0

@@ -77,24 +77,9 @@ import Testing
         let upgraded = try await first.restarted { dataDirectory in
             let queue = try DatabaseQueue(path: dataDirectory + "/nimbus.sqlite")
             try await queue.write { db in
-                // Entries spelled out by name again (before v34), then v7's doubles.
-                try db.execute(sql: EntryKeyMigrationTests.entriesBeforeV34)
-                try db.execute(
-                    sql: """
-                        CREATE TABLE field_index_v7 (
-                            record_id INTEGER NOT NULL, field TEXT NOT NULL, position INTEGER NOT NULL,
-                            zone_id INTEGER NOT NULL, record_type TEXT NOT NULL, num REAL, text TEXT, lon REAL,
-                            PRIMARY KEY (record_id, field, position)
-                        ) WITHOUT ROWID;
-                        INSERT INTO field_index_v7 SELECT record_id, field, position, zone_id, record_type, num, text, lon FROM field_index;
-                        DROP TABLE field_index;
-                        ALTER TABLE field_index_v7 RENAME TO field_index;
-                        CREATE INDEX field_index_by_number ON field_index(zone_id, record_type, field, num, record_id)
-                            WHERE num IS NOT NULL AND lon IS NULL;
-                        CREATE INDEX field_index_by_location ON field_index(zone_id, record_type, field, num, lon) WHERE lon IS NOT NULL;
-                        CREATE INDEX field_index_by_text ON field_index(zone_id, record_type, field, text, record_id) WHERE text IS NOT NULL;
-                        DELETE FROM grdb_migrations WHERE identifier = 'v8-exact-integers';
-                        """)
+                // Entries spelled out by name (before v34), with v7's `num REAL`.
+                try db.execute(sql: EntryKeyMigrationTests.entriesBeforeV34(numColumn: "num REAL"))
+                try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier = 'v8-exact-integers'")
                 let collapsed = try Int.fetchOne(
                     db, sql: "SELECT COUNT(*) FROM field_index WHERE field = 'big' AND num = ?", arguments: [Self.twoTo53])
                 expectEqual(collapsed, 2, "the v7 shape rounds 2^53 + 1 onto 2^53")
