@@ -73,12 +73,7 @@ extension SQLiteTransaction: UnitTransaction, SchemaWriting {
                 try load(key, into: &rows)
             }
         }
-        for (path, names) in recordNames {
-            guard let zone = try loadPath(path.database, zoneName: path.zoneName, into: &rows) else { continue }
-            for (name, record) in try storedRecords(zoneID: zone.id, names: names) {
-                rows.records[RecordKey(zoneID: zone.id, name: name)] = .some(record)
-            }
-        }
+        for (path, names) in recordNames { try load(records: names, inZone: path.zoneName, of: path.database, into: &rows) }
         // What comes with a zone: its database's schema. Nearly every write or query that names a
         // zone reads the schema next (to check fields, to plan a query), and a unit that had to
         // ask for it separately would pay a second round trip (`LoadRequest.schemaWithZones`).
@@ -102,6 +97,13 @@ extension SQLiteTransaction: UnitTransaction, SchemaWriting {
                 guard case .queryTooExpensive = error else { throw error }
                 rows.scans[scan] = .failed(error)
             }
+        }
+    }
+
+    func load(records names: [String], inZone zoneName: String, of database: DatabaseKey, into rows: inout LoadedRows) throws {
+        guard let zone = try loadPath(database, zoneName: zoneName, into: &rows) else { return }
+        for (name, record) in try storedRecords(zoneID: zone.id, names: names) {
+            rows.records[RecordKey(zoneID: zone.id, name: name)] = .some(record)
         }
     }
 

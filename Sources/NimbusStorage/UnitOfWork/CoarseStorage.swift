@@ -48,6 +48,10 @@ public protocol UnitRowSource {
     func load(_ request: LoadRequest, into rows: inout LoadedRows) throws
     /// One key, as a unit reads it.
     func load(_ key: LoadKey, into rows: inout LoadedRows) throws
+    /// A zone's records by name, with the zone and its database (as `.recordPath` keys would
+    /// load them): what a batch's write reads first (`ReadUnit.expect`), without a key made,
+    /// hashed and grouped again for each record.
+    func load(records names: [String], inZone zoneName: String, of database: DatabaseKey, into rows: inout LoadedRows) throws
     /// A scan, answered at once (a unit in process never asks the same one twice for nothing).
     func scan(_ scan: LoadScan) throws -> ScanResult
 }

@@ -218,9 +218,10 @@ public class ReadUnit {
         if source != nil, names.count <= 1 { return }
         // In process, a batch's records: the three levels in one load (the records in a few
         // statements, not one each), and the run goes on.
-        let keys = [LoadKey.database(database), .zonePath(database, zoneName: zoneName)]
-            + names.map { LoadKey.recordPath(database, zoneName: zoneName, recordName: $0) }
-        if try loadNow(LoadRequest(keys: Set(keys), schemaWithZones: false)) { return }
+        if let source {
+            try source.load(records: names, inZone: zoneName, of: database, into: &loaded)
+            return
+        }
         missed.insert(.database(database))
         missed.insert(.zonePath(database, zoneName: zoneName))
         for name in names { missed.insert(.recordPath(database, zoneName: zoneName, recordName: name)) }
