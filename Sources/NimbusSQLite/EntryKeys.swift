@@ -78,15 +78,6 @@ extension RecordQuery {
     }
 }
 
-extension IndexSort.Key {
-    /// The field the key sorts by.
-    var field: String {
-        switch self {
-        case .number(let field), .text(let field), .distance(let field, _, _): return field
-        }
-    }
-}
-
 extension SQLiteTransaction {
     /// The keys `query` names, as this transaction sees them.
     func entryKeys(for query: RecordQuery) throws -> EntryKeyMap {

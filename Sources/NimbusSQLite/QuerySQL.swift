@@ -112,13 +112,9 @@ struct QuerySQL {
             guard case .compare(let field, _, _, let value) = query.conditions[index], let first = query.sorts.first else {
                 preconditionFailure("a pair driver is chosen for an equality condition and a sort key")
             }
-            let sortField: String
-            switch first.key {
-            case .number(let name), .text(let name), .distance(let name, _, _): sortField = name
-            }
             from = "pair_index c"
             whereClause.append("c.zone_id IN (\(zoneMarks)) AND c.pair_key = ? AND c.value = ?")
-            whereArguments = query.zoneIDs.map { $0 } + [keys.pair(field, sortField: sortField), Self.argument(value)]
+            whereArguments = query.zoneIDs.map { $0 } + [keys.pair(field, sortField: first.key.field), Self.argument(value)]
         }
 
         // Sort keys, joined from the candidate's entries (the first one is the driver itself

@@ -63,6 +63,7 @@ extension SQLiteTransaction: UnitTransaction, SchemaWriting {
         return rows
     }
 
+    /// What `request` names, added to `rows` (a key found absent is present with nil).
     func load(_ request: LoadRequest, into rows: inout LoadedRows) throws {
         // A write's records by name, read per zone in a few statements (`expect`).
         var recordNames: [ZonePath: [String]] = [:]

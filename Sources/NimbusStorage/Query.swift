@@ -184,6 +184,13 @@ public struct IndexSort: Sendable, Hashable {
         case number(field: String)
         case text(field: String)
         case distance(field: String, latitude: Double, longitude: Double)
+
+        /// The field the key sorts by.
+        public var field: String {
+            switch self {
+            case .number(let field), .text(let field), .distance(let field, _, _): return field
+            }
+        }
     }
 
     public var key: Key

@@ -44,8 +44,6 @@ extension CoarseStorage {
 /// Committed rows answered in process (SQLite, inside a read transaction): a load costs no
 /// round trip, so a unit of work loads each key as it reads it instead of running again.
 public protocol UnitRowSource {
-    /// What `request` names, added to `rows` (a key found absent is present with nil).
-    func load(_ request: LoadRequest, into rows: inout LoadedRows) throws
     /// One key, as a unit reads it.
     func load(_ key: LoadKey, into rows: inout LoadedRows) throws
     /// A zone's records by name, with the zone and its database (as `.recordPath` keys would

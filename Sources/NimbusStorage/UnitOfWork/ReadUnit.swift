@@ -113,14 +113,8 @@ public class ReadUnit {
 
     // MARK: Loading
 
-    /// Loads what `request` names now, from the source in process; false when there is none
-    /// (the caller notes a miss instead).
-    func loadNow(_ request: LoadRequest) throws -> Bool {
-        guard let source else { return false }
-        try source.load(request, into: &loaded)
-        return true
-    }
-
+    /// Loads `key` now, from the source in process; false when there is none (the caller
+    /// notes a miss instead).
     func loadNow(_ key: LoadKey) throws -> Bool {
         guard let source else { return false }
         try source.load(key, into: &loaded)
