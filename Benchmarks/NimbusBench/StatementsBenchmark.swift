@@ -23,7 +23,7 @@ struct StatementsBenchmark {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let tally = Tally()
-        let storage = try SQLiteStorage(path: directory + "/nimbus.sqlite", synchronous: .normal) { tally.increment() }
+        let storage = try SQLiteStorage(path: directory + "/nimbus.sqlite", synchronous: .normal) { _ in tally.increment() }
         let bench = try await InProcessService(storage: UnitOfWorkDriver(storage), container: "iCloud.bench.statements")
         let service = bench.service
         let alice = try await bench.caller("alice")

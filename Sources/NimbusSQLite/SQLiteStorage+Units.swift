@@ -278,7 +278,17 @@ extension SQLiteTransaction: UnitTransaction, SchemaWriting {
     // MARK: Apply
 
     func applyDecided(_ changes: UnitOfWorkChanges) throws {
+        // Creates that took their record to be absent and did not save it (the save failed
+        // alone, in a batch that is not atomic): the answer rests on it. Those saved are
+        // checked by their insert (`insertNew`).
+        try requireAbsent(changes.recordsAssumedAbsent)
         try applyWrites(changes, checked: false)
+    }
+
+    func requireAbsent(_ keys: Set<RecordKey>) throws {
+        for key in keys where try recordID(zoneID: key.zoneID, name: key.name) != nil {
+            throw CreatedRecordExists(recordName: key.name)
+        }
     }
 
     /// Ids past every row's and every reservation's; the ones after them come from memory, so
@@ -404,7 +414,7 @@ extension SQLiteTransaction: UnitTransaction, SchemaWriting {
                 guard try !checked || recordID(zoneID: row.zoneID, name: row.recordName) == nil else {
                     throw StorageError.serializationFailure("record '\(row.recordName)' was made meanwhile")
                 }
-                try insertRecord(row, id: id)
+                try insertNew(row, id: id)
             } else {
                 // The same record the unit read: its storage id unchanged.
                 guard try updateRecord(row), try !checked || recordID(zoneID: row.zoneID, name: row.recordName) == id else {
@@ -436,6 +446,16 @@ extension SQLiteTransaction: UnitTransaction, SchemaWriting {
         case .markNotificationsRead(let owner, let ids): _ = try markNotificationsRead(owner: owner, notificationIDs: ids)
         case .pruneNotifications(let time): _ = try pruneNotifications(createdBefore: time)
         case .setBadge(let owner, let value): try setBadge(owner: owner, value: value)
+        }
+    }
+
+    /// A record the unit found absent, or (in process) took to be absent without reading it:
+    /// the zone's unique key on names refuses one that exists, which only the second can meet.
+    private func insertNew(_ row: RecordRow, id: Int64) throws {
+        do {
+            try insertRecord(row, id: id)
+        } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_UNIQUE {
+            throw CreatedRecordExists(recordName: row.recordName)
         }
     }
 

@@ -43,7 +43,7 @@ public final class SQLiteStorage: Sendable {
     /// `busyTimeout`: how long a write waits for another process's write lock (the CLI beside
     /// a running server) before failing with `StorageError.busy`.
     ///
-    /// `statementObserver`, when given, is called as each SQL statement starts, on every
+    /// `statementObserver`, when given, sees each SQL statement's text as it starts, on every
     /// connection (benchmarks count statements per request: on a networked engine, each would
     /// be a round trip).
     ///
@@ -51,7 +51,7 @@ public final class SQLiteStorage: Sendable {
     /// (`WALCheckpointer`).
     public init(
         path: String, synchronous: SynchronousMode = .full, busyTimeout: TimeInterval = 10,
-        checkpointPages: Int32 = 16_384, statementObserver: (@Sendable () -> Void)? = nil
+        checkpointPages: Int32 = 16_384, statementObserver: (@Sendable (String) -> Void)? = nil
     ) throws {
         var configuration = Configuration()
         // Scans run on all cores but one (`ScanLane`): the core left over serves everything
@@ -84,7 +84,11 @@ public final class SQLiteStorage: Sendable {
             try db.execute(sql: "PRAGMA mmap_size = 0")
             try db.execute(sql: "PRAGMA cache_size = -\(readerCacheKiB)")
             db.add(function: QuerySQL.distanceFunction)
-            if let statementObserver { db.trace(options: .statement) { _ in statementObserver() } }
+            if let statementObserver {
+                db.trace(options: .statement) { event in
+                    if case .statement(let statement) = event { statementObserver(statement.sql) }
+                }
+            }
         }
         SQLiteProcessSettings.apply()
         pool = try DatabasePool(path: path, configuration: configuration)

@@ -16,7 +16,7 @@ import Testing
         try await StorageConformanceTests.directory { directory in
             let count = LockedCounter()
             let path = directory + "/db.sqlite"
-            let storage = try SQLiteStorage(path: path, synchronous: .normal, statementObserver: { count.increment() })
+            let storage = try SQLiteStorage(path: path, synchronous: .normal, statementObserver: { _ in count.increment() })
             try await withClosing(storage, closedBy: { try await $0.close() }) { try await body($0, path, count) }
         }
     }

@@ -81,8 +81,21 @@ public protocol ZoneTurns: CoarseStorage {
 public protocol UnitTransaction: UnitRowSource {
     /// Ids no row has: the transaction's rows are all it must pass (it holds the write lock).
     func newIDs(_ kind: StorageIDKind, count: Int) throws -> ClosedRange<Int64>
-    /// The unit's writes, unchecked.
+    /// The unit's writes, unchecked but for the records its creates took to be absent
+    /// (`UnitOfWorkChanges.recordsAssumedAbsent`, and a new record's insert): one that exists
+    /// throws `CreatedRecordExists`.
     func applyDecided(_ changes: UnitOfWorkChanges) throws
+    /// Throws `CreatedRecordExists` when a record (or a tombstone) of one of `keys` exists.
+    func requireAbsent(_ keys: Set<RecordKey>) throws
+}
+
+/// A unit decided in process took a record its write creates to be absent without reading it
+/// (`ReadUnit.expect`), and the record, or its tombstone, exists: the unit is undone and
+/// decided again from the records read (`UnitOfWorkDriver`). Never reaches a caller.
+public struct CreatedRecordExists: Error, CustomStringConvertible {
+    public let recordName: String
+    public init(recordName: String) { self.recordName = recordName }
+    public var description: String { "record '\(recordName)', created as new, exists" }
 }
 
 /// The kinds of rows whose ids a unit of work chooses.

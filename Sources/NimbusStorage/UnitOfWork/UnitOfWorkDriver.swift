@@ -63,7 +63,17 @@ public final class UnitOfWorkDriver: StorageDriver {
         async throws -> Value
     {
         if let inProcess {
-            return try await inProcess.writeInProcess { transaction in try UnitRunner.decide(in: transaction, body) }
+            do {
+                return try await inProcess.writeInProcess { transaction in
+                    try UnitRunner.decide(in: transaction, assumingCreatesAbsent: true, body)
+                }
+            } catch is CreatedRecordExists {
+                // A create named a record that exists, or its tombstone: undone with the
+                // writer's savepoint, and decided again over the records read.
+                return try await inProcess.writeInProcess { transaction in
+                    try UnitRunner.decide(in: transaction, assumingCreatesAbsent: false, body)
+                }
+            }
         }
         let value = WrittenValue<Value>()
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
@@ -261,14 +271,24 @@ final class UnitRunner: Sendable {
     }
 
     /// A write decided and applied inside the engine's own transaction: the unit loads as it
-    /// reads and takes ids from the transaction as it needs them, so it runs once.
-    static func decide<Value>(in transaction: any UnitTransaction, _ body: (UnitOfWork) throws -> Value) throws -> Value {
+    /// reads and takes ids from the transaction as it needs them, so it runs once, unless its
+    /// creates took a record to be absent that exists (`assumingCreatesAbsent`): then it throws
+    /// `CreatedRecordExists`, and the caller undoes it and decides it again without assuming.
+    static func decide<Value>(in transaction: any UnitTransaction, assumingCreatesAbsent: Bool, _ body: (UnitOfWork) throws -> Value)
+        throws -> Value
+    {
         let unit = UnitOfWork(loaded: LoadedRows(), ids: UnitIDs(), source: transaction)
+        unit.assumesCreatesAbsent = assumingCreatesAbsent
         let value: Value
         do {
             value = try body(unit)
         } catch let miss as ReadUnit.Miss {
             throw StorageError.corrupt("a unit of work missed \(miss) inside its own transaction")
+        } catch {
+            // The failure may rest on a record taken to be absent (an atomic batch's other
+            // failure, a reference to it): it stands only if none exists.
+            if !unit.assumedAbsent.isEmpty { try transaction.requireAbsent(unit.assumedAbsent) }
+            throw error
         }
         try transaction.applyDecided(unit.changes)
         return value
