@@ -132,6 +132,21 @@ import Testing
         #expect(try JSON.parse(#""\ud83d\ude00""#) == .string("😀"))
     }
 
+    /// Strings are read without validating them while every byte is ASCII; any other byte
+    /// sends them through UTF-8 validation, in keys as in values.
+    @Test func stringsAreUTF8OrRefused() throws {
+        #expect(try JSON.parse(#"{"title":"plain ascii","é":"café 😀"}"#) == .object(["title": "plain ascii", "é": "café 😀"]))
+        let quote = UInt8(ascii: "\"")
+        // A bad continuation, a lone continuation byte, an overlong slash, a surrogate, and a
+        // four-byte sequence cut short at the closing quote (as long as its replacement).
+        for bad: [UInt8] in [[0xC3, 0x28], [0x80], [0xC0, 0xAF], [0xED, 0xA0, 0x80], [0xF0, 0x90, 0x80], [0x61, 0xFF, 0x62]] {
+            #expect(throws: JSONSyntaxError.self, "\(bad)") { try JSON.parse([quote] + bad + [quote]) }
+            #expect(throws: JSONSyntaxError.self, "\(bad) as a key") {
+                try JSON.parse(Array("{".utf8) + [quote] + bad + [quote] + Array(":1}".utf8))
+            }
+        }
+    }
+
     @Test(arguments: ["", "{", "[1,]", "{\"a\" 1}", "01", "1.", "\"\\x\"", "nul", "[1] 2", "\"\u{1}\"", "1e999"])
     func invalidTextIsRefusedWithAnOffset(text: String) {
         #expect(throws: JSONSyntaxError.self) { try JSON.parse(text) }
