@@ -77,7 +77,7 @@ public struct ObjectReader: Sendable {
         guard let value = value(key) else { return nil }
         guard case .array(let array) = value else { throw mismatch(key, expected: "an array", got: value) }
         let base = childPath(key)
-        return array.enumerated().map { JSONElement(value: $0.element, path: "\(base)[\($0.offset)]") }
+        return array.enumerated().map { JSONElement(value: $0.element, in: base, at: $0.offset) }
     }
 
     public func requiredArray(_ key: String) throws(CloudKitError) -> [JSONElement] {
@@ -120,12 +120,19 @@ public struct ObjectReader: Sendable {
 /// One element of an array in a request body, with its path.
 public struct JSONElement: Sendable {
     public let value: JSON
-    public let path: String
+    private let array: String
+    private let index: Int
 
-    public init(value: JSON, path: String) {
+    /// The element at `index` of the array at path `array`.
+    public init(value: JSON, in array: String, at index: Int) {
         self.value = value.parsed
-        self.path = path
+        self.array = array
+        self.index = index
     }
+
+    /// "records[3]": spelled out when an error names it, not for each element read (a batch
+    /// has 200).
+    public var path: String { "\(array)[\(index)]" }
 
     public func object() throws(CloudKitError) -> ObjectReader {
         guard case .object(let object) = value else {

@@ -79,7 +79,7 @@ extension RecordInput {
 
 extension RecordOperationInput {
     public init(type: RecordOperationType, record: RecordInput, desiredKeys: [String]? = nil) {
-        self.init(type: type, record: record, desiredKeys: desiredKeys, path: "")
+        self.init(type: type, record: record, desiredKeys: desiredKeys, index: nil)
     }
 
     public var json: JSON {

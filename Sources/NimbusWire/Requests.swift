@@ -81,7 +81,9 @@ public struct RecordInput: Sendable {
         if let recordName { try Names.validateRecordName(recordName, path: json.childPath(WireKey.recordName)) }
         recordType = try json.string(WireKey.recordType)
         // Apple's pages spell the share type `cloudKit.share`; clients send either.
-        if let type = recordType, type.lowercased() == Names.shareRecordType { recordType = Names.shareRecordType }
+        if let type = recordType, type.utf8.count == Names.shareRecordType.utf8.count, type.lowercased() == Names.shareRecordType {
+            recordType = Names.shareRecordType
+        }
         if let recordType {
             try Names.validateIdentifier(recordType, kind: "record type", path: json.childPath(WireKey.recordType))
         }
@@ -91,12 +93,13 @@ public struct RecordInput: Sendable {
                 throw .limitExceeded(
                     Limits.fieldsPerRecord, actual: fieldsObject.object.count, what: "\(fieldsObject.path): the number of fields")
             }
-            var fields: [(String, RawField)] = []
+            // Of the property's own type: an array of unlabeled pairs assigned to it was
+            // converted element by element at run time.
+            var fields: [(name: String, field: RawField)] = []
             fields.reserveCapacity(fieldsObject.object.count)
             for (name, raw) in fieldsObject.object.pairs {
-                let path = fieldsObject.childPath(name)
-                try Names.validateIdentifier(name, kind: "field name", path: path)
-                fields.append((name, try RawField(json: raw, path: path)))
+                try Names.validateIdentifier(name, kind: "field name", path: fieldsObject.childPath(name))
+                fields.append((name, try RawField(json: raw, path: fieldsObject.childPath(name))))
             }
             self.fields = fields
         }
@@ -134,23 +137,27 @@ public struct RecordInput: Sendable {
 
 extension RawField {
     /// A field dictionary `{"value": …, "type": …}`; `null` or a missing value clears the field.
-    init(json: JSON, path: String) throws(CloudKitError) {
+    /// `path` is spelled out for an error only.
+    init(json: JSON, path: @autoclosure () -> String) throws(CloudKitError) {
         guard case .object(let object) = json else {
             if json.isNull {
                 self.init(value: .null, declaredType: nil)
                 return
             }
-            throw .badRequest("\(path): a field must be a dictionary like {\"value\": …, \"type\": …}, got \(json.kindName)")
+            throw .badRequest("\(path()): a field must be a dictionary like {\"value\": …, \"type\": …}, got \(json.kindName)")
         }
-        let reader = ObjectReader(object, path: path)
         var declared: DeclaredFieldType?
-        if let typeName = try reader.string(WireKey.type) {
+        switch object[WireKey.type]?.parsed {
+        case nil, .null?: break
+        case .string(let typeName)?:
             guard let parsed = DeclaredFieldType(wire: typeName) else {
                 throw .badRequest(
-                    "\(reader.childPath(WireKey.type)): '\(Names.escaped(typeName))' is not a field type; use STRING, INT64, DOUBLE, TIMESTAMP, BYTES, REFERENCE, ASSETID, LOCATION, ENCRYPTED_<TYPE> (not of REFERENCE or ASSETID) or a <TYPE>_LIST"
+                    "\(ObjectReader(object, path: path()).childPath(WireKey.type)): '\(Names.escaped(typeName))' is not a field type; use STRING, INT64, DOUBLE, TIMESTAMP, BYTES, REFERENCE, ASSETID, LOCATION, ENCRYPTED_<TYPE> (not of REFERENCE or ASSETID) or a <TYPE>_LIST"
                 )
             }
             declared = parsed
+        case let other?:
+            throw ObjectReader(object, path: path()).mismatch(WireKey.type, expected: "a string", got: other)
         }
         self.init(value: object[WireKey.value] ?? .null, declaredType: declared)
     }
@@ -160,7 +167,11 @@ public struct RecordOperationInput: Sendable {
     public var type: RecordOperationType
     public var record: RecordInput
     public var desiredKeys: [String]?
-    public var path: String
+    /// Its place among the request's operations, nil for one made in code.
+    public var index: Int?
+
+    /// Where it is in the request, as errors name it ("operations[3]"): spelled out only for one.
+    public var path: String { index.map { "\(WireKey.operations)[\($0)]" } ?? "" }
 }
 
 public struct RecordsModifyRequest: Sendable {
@@ -188,7 +199,7 @@ public struct RecordsModifyRequest: Sendable {
         numbersAsStrings = try readNumbersAsStrings(json)
         self.operations = []
         self.operations.reserveCapacity(operations.count)
-        for element in operations {
+        for (index, element) in operations.enumerated() {
             let operation = try element.object()
             let typeName = try operation.requiredString(WireKey.operationType)
             guard let type = RecordOperationType(rawValue: typeName) else {
@@ -199,7 +210,7 @@ public struct RecordsModifyRequest: Sendable {
             let record = try RecordInput(json: operation.requiredObject(WireKey.record))
             self.operations.append(
                 RecordOperationInput(
-                    type: type, record: record, desiredKeys: try readDesiredKeys(operation), path: element.path))
+                    type: type, record: record, desiredKeys: try readDesiredKeys(operation), index: index))
         }
     }
 }
@@ -235,7 +246,7 @@ public struct ZonesModifyRequest: Sendable {
     public init(json: ObjectReader) throws(CloudKitError) {
         let operations = try json.requiredArray(WireKey.operations, limit: Limits.operationsPerRequest, what: "the number of operations")
         self.operations = []
-        for element in operations {
+        for (index, element) in operations.enumerated() {
             let operation = try element.object()
             let typeName = try operation.requiredString(WireKey.operationType)
             guard let type = ZoneOperationType(rawValue: typeName) else {
