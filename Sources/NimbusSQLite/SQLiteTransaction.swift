@@ -434,8 +434,9 @@ struct SQLiteTransaction {
         }
         guard !deferred.isEmpty else { return }
         typealias Row<Entry> = (record: TransactionMemo.DeferredIndex, entry: Entry)
-        func rows<Entry>(_ list: KeyPath<RecordIndexEntries, [Entry]>) -> [Row<Entry>] {
-            deferred.flatMap { record in record.entries[keyPath: list].map { (record, $0) } }
+        // A closure, not a key path: a key path is read through the runtime, entry by entry.
+        func rows<Entry>(_ list: (RecordIndexEntries) -> [Entry]) -> [Row<Entry>] {
+            deferred.flatMap { record in list(record.entries).map { (record, $0) } }
         }
         // Each name's key found once for all the deferred records, not once per entry.
         var keys: [EntryName: Int64] = [:]
@@ -445,7 +446,7 @@ struct SQLiteTransaction {
             keys[name] = key
             return key
         }
-        let fieldRows = rows(\.entries)
+        let fieldRows = rows { $0.entries }
         let fieldKeys = try fieldRows.map { try key(.field($0.record.recordType, $0.entry.field)) }
         for (chunk, chunkKeys) in zip(fieldRows.chunked(Self.rowsPerInsert), fieldKeys.chunked(Self.rowsPerInsert)) {
             try executeBound(Self.fieldIndexInserts[chunk.count]) { arguments in
@@ -469,7 +470,7 @@ struct SQLiteTransaction {
                 }
             }
         }
-        for chunk in rows(\.tokens).chunked(Self.rowsPerInsert) {
+        for chunk in rows({ $0.tokens }).chunked(Self.rowsPerInsert) {
             try executeBound(Self.tokenIndexInserts[chunk.count]) { arguments in
                 for (record, token) in chunk {
                     arguments.add(record.recordID)
@@ -480,7 +481,7 @@ struct SQLiteTransaction {
                 }
             }
         }
-        let pairRows = rows(\.pairs)
+        let pairRows = rows { $0.pairs }
         let pairKeys = try pairRows.map { try key(.pair($0.record.recordType, $0.entry.pair.field, sortField: $0.entry.pair.sortField)) }
         for (chunk, chunkKeys) in zip(pairRows.chunked(Self.rowsPerInsert), pairKeys.chunked(Self.rowsPerInsert)) {
             try executeBound(Self.pairIndexInserts[chunk.count]) { arguments in

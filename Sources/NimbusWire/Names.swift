@@ -22,6 +22,12 @@ public enum Names {
     /// The device of a request that names none, as Apple's web services report it.
     public static let anonymousDevice = "iCloud"
 
+    /// Whether `name` is one of a share's system fields (`shareFieldNames`), looked up only
+    /// for a name that starts as they do (a save asks it of every field).
+    public static func isShareFieldName(_ name: String) -> Bool {
+        name.hasPrefix("cloudkit.") && shareFieldNames.contains(name)
+    }
+
     /// Whether a name is a user record name: `_` and 32 lowercase hex digits.
     public static func isUserRecordName(_ name: String) -> Bool {
         let bytes = name.utf8
@@ -56,7 +62,7 @@ public enum Names {
         }
         guard isLetter(first), bytes.allSatisfy({ isLetter($0) || isDigit($0) || $0 == UInt8(ascii: "_") }) else {
             // A share's own fields and type are named outside the identifier rules.
-            if shareFieldNames.contains(name) || name == shareRecordType { return }
+            if isShareFieldName(name) || name == shareRecordType { return }
             throw .badRequest(
                 "\(path()): '\(escaped(name))' is not a valid \(kind); use a letter followed by letters, digits or '_'")
         }

@@ -15,6 +15,15 @@ struct BatchOrder {
     let cyclic: [Int: [String]]
 
     init(_ operations: [RecordOperationInput], zoneName: String) {
+        let targetsByOperation = operations.map { $0.type.isDelete ? [] : Self.orderingTargets(of: $0.record, zoneName: zoneName) }
+        // Most batches hold no such reference and no share: request order, without indexing
+        // every name of the batch (a dictionary of 200 names for each batch of creates).
+        let savesShares = operations.contains { !$0.type.isDelete && ($0.record.share != nil || $0.record.forRecord != nil) }
+        guard savesShares || targetsByOperation.contains(where: { !$0.isEmpty }) else {
+            self.order = Array(operations.indices)
+            self.cyclic = [:]
+            return
+        }
         var indexByName: [String: Int] = [:]
         for (index, operation) in operations.enumerated() where !operation.type.isDelete {
             if let name = operation.record.recordName, indexByName[name] == nil { indexByName[name] = index }
@@ -28,7 +37,7 @@ struct BatchOrder {
         var dependents: [[Int]] = Array(repeating: [], count: operations.count)
         var pending = Array(repeating: 0, count: operations.count)
         for (index, operation) in operations.enumerated() where !operation.type.isDelete {
-            var names = Self.orderingTargets(of: operation.record, zoneName: zoneName)
+            var names = targetsByOperation[index]
             if let name = operation.record.recordName, let root = rootByShare[name] { names.append(root) }
             if let root = operation.record.forRecord?.recordName { names.append(root) }
             let targets = Set(names.compactMap { indexByName[$0] }).subtracting([index])

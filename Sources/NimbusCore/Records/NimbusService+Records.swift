@@ -365,7 +365,7 @@ extension NimbusService {
                     .badRequest, "\(path): forRecord, participants and publicPermission belong to share records (\(Names.shareRecordType))",
                     recordName: recordName)
             }
-            if let name = (input.fields ?? []).first(where: { Names.shareFieldNames.contains($0.name) })?.name {
+            if let name = (input.fields ?? []).first(where: { Names.isShareFieldName($0.name) })?.name {
                 throw CloudKitError(
                     .badRequest, "\(path).fields.\(name): fields named cloudkit.* belong to share records (\(Names.shareRecordType))",
                     recordName: recordName)

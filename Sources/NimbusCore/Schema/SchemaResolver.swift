@@ -121,7 +121,7 @@ final class SchemaResolver {
 
     private func admitField(_ name: String, type: FieldType, recordType: String, path: @autoclosure () -> String) throws {
         // A share's own fields (cloudkit.title, …) are in every schema, as the type is.
-        let systemField = recordType == Names.shareRecordType && Names.shareFieldNames.contains(name)
+        let systemField = recordType == Names.shareRecordType && Names.isShareFieldName(name)
         if isLocked, systemField { return }
         if isLocked {
             var error = CloudKitError.badRequest(
