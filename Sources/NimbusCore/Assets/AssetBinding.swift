@@ -11,8 +11,9 @@ struct AssetBinding {
     let key: DatabaseKey
     let recordType: String
     let recordName: String
-    /// Where the record is in the request, for errors (`operations[0].record`).
-    let path: String
+    /// Where the record is in the request, for errors (`operations[0].record`): spelled out
+    /// for one only.
+    let path: () -> String
     let receiptKey: SymmetricKey
     let now: Int64
 
@@ -47,7 +48,7 @@ struct AssetBinding {
     }
 
     private func bindOne(_ asset: Asset, field: String, position: Int?, held: Set<String>) throws -> Asset {
-        let at = "\(path).fields.\(field).value" + (position.map { "[\($0)]" } ?? "")
+        let at = "\(path()).fields.\(field).value" + (position.map { "[\($0)]" } ?? "")
         func refuse(_ reason: String) -> CloudKitError { CloudKitError(.badRequest, "\(at): \(reason)", recordName: recordName) }
         guard let checksum = asset.fileChecksum, let size = asset.size else {
             throw refuse("an asset needs its fileChecksum and size, as the upload's singleFile gives them")

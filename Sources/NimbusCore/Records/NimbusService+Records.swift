@@ -394,7 +394,7 @@ extension NimbusService {
             }
         }
         let assets = try AssetBinding(
-            key: database.key, recordType: recordType, recordName: recordName, path: path, receiptKey: keys.assetReceipts,
+            key: database.key, recordType: recordType, recordName: recordName, path: { path }, receiptKey: keys.assetReceipts,
             now: now
         ).bind(&fields, changed: (input.fields ?? []).map(\.0), previous: previousAssets)
         let parent: String?

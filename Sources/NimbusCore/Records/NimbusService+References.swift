@@ -9,7 +9,7 @@ extension NimbusService {
     /// DELETE_SELF and VALIDATE references must stay in the record's zone, a VALIDATE target
     /// must exist, and no record may gather more than `Limits.deleteSelfReferrers` DELETE_SELF referrers.
     func referenceRows(
-        for fields: RecordCodec.Fields, recordName: String, zone: ZoneRow, database: DatabaseRow, path: String,
+        for fields: RecordCodec.Fields, recordName: String, zone: ZoneRow, database: DatabaseRow, path: @autoclosure () -> String,
         tx: UnitOfWork
     ) throws -> [ReferenceRow] {
         var rows: [ReferenceRow] = []
@@ -22,7 +22,8 @@ extension NimbusService {
             default: continue
             }
             for reference in references {
-                let fieldPath = "\(path).fields.\(fieldName)"
+                // Spelled out for an error only.
+                var fieldPath: String { "\(path()).fields.\(fieldName)" }
                 var targetZoneID = zone.id
                 if let zoneName = reference.zoneName, zoneName != zone.name {
                     guard reference.action == .none else {
