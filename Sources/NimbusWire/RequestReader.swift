@@ -154,7 +154,8 @@ public struct JSONElement: Sendable {
 
 /// Where a value is in a request body, as errors name it: `operations[2].record.fields.title`.
 /// Kept as its steps and spelled out only when an error needs it: a batch's request has some
-/// 2,000 values, and spelling each one's path out as it was read cost a tenth of reading them.
+/// 2,000 values, and spelling out each one's path as it was read was 7.5% of an event loop's
+/// time under 200-record batches (docs/benchmarks.md).
 indirect enum RequestPath: Sendable, CustomStringConvertible {
     /// A path given as text ("" for the body itself).
     case named(String)
