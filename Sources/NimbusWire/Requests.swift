@@ -246,7 +246,7 @@ public struct ZonesModifyRequest: Sendable {
     public init(json: ObjectReader) throws(CloudKitError) {
         let operations = try json.requiredArray(WireKey.operations, limit: Limits.operationsPerRequest, what: "the number of operations")
         self.operations = []
-        for (index, element) in operations.enumerated() {
+        for element in operations {
             let operation = try element.object()
             let typeName = try operation.requiredString(WireKey.operationType)
             guard let type = ZoneOperationType(rawValue: typeName) else {
