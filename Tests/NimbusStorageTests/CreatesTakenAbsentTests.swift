@@ -105,6 +105,23 @@ import Testing
         }
     }
 
+    /// Writers creating one name at once share group commits: the first insert wins, and each
+    /// of the others finds the record its unit took to be absent, and is decided again over it.
+    @Test func concurrentCreatesOfOneNameSaveItOnce() async throws {
+        try await withStore { driver, zone, _ in
+            let runs = LockedCounter()
+            let seen = try await withThrowingTaskGroup(of: String.self) { group in
+                for _ in 0..<16 {
+                    group.addTask { try await Self.create(["same"], in: zone, on: driver, runs: runs)["same"] ?? "?" }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(seen.filter { $0 == "absent" }.count == 1, "\(seen)")
+            #expect(seen.filter { $0 == "live" }.count == 15, "\(seen)")
+            #expect(runs.value == 31, "one run for the winner, two for each of the others")
+        }
+    }
+
     /// A unit that fails may fail for a record it took to be absent: its failure stands only
     /// when none of them exists, else it is decided again over what it reads.
     @Test func aFailureStandsOnlyWhenWhatItTookAbsentIsAbsent() async throws {
