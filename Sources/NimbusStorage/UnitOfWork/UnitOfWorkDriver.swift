@@ -286,8 +286,15 @@ final class UnitRunner: Sendable {
             throw StorageError.corrupt("a unit of work missed \(miss) inside its own transaction")
         } catch {
             // The failure may rest on a record taken to be absent (an atomic batch's other
-            // failure, a reference to it): it stands only if none exists.
-            if !unit.assumedAbsent.isEmpty { try transaction.requireAbsent(unit.assumedAbsent) }
+            // failure, a reference to it): it stands only if none exists. A check that cannot
+            // run (the engine failed) leaves the unit's own failure to be answered.
+            if !unit.assumedAbsent.isEmpty {
+                do {
+                    try transaction.requireAbsent(unit.assumedAbsent)
+                } catch let exists as CreatedRecordExists {
+                    throw exists
+                } catch {}
+            }
             throw error
         }
         try transaction.applyDecided(unit.changes)
