@@ -7,7 +7,7 @@
 /// ```
 public struct ObjectReader: Sendable {
     public let object: JSONObject
-    private let location: RequestPath
+    let location: RequestPath
 
     public init(_ object: JSONObject, path: String) {
         self.init(object, at: .named(path))

@@ -98,8 +98,9 @@ public struct RecordInput: Sendable {
             var fields: [(name: String, field: RawField)] = []
             fields.reserveCapacity(fieldsObject.object.count)
             for (name, raw) in fieldsObject.object.pairs {
-                try Names.validateIdentifier(name, kind: "field name", path: fieldsObject.childPath(name))
-                fields.append((name, try RawField(json: raw, path: fieldsObject.childPath(name))))
+                let location = fieldsObject.location.child(name)
+                try Names.validateIdentifier(name, kind: "field name", path: location.description)
+                fields.append((name, try RawField(json: raw, at: location)))
             }
             self.fields = fields
         }
@@ -137,27 +138,24 @@ public struct RecordInput: Sendable {
 
 extension RawField {
     /// A field dictionary `{"value": …, "type": …}`; `null` or a missing value clears the field.
-    /// `path` is spelled out for an error only.
-    init(json: JSON, path: @autoclosure () -> String) throws(CloudKitError) {
+    /// `location` is spelled out for an error only.
+    init(json: JSON, at location: RequestPath) throws(CloudKitError) {
         guard case .object(let object) = json else {
             if json.isNull {
                 self.init(value: .null, declaredType: nil)
                 return
             }
-            throw .badRequest("\(path()): a field must be a dictionary like {\"value\": …, \"type\": …}, got \(json.kindName)")
+            throw .badRequest("\(location): a field must be a dictionary like {\"value\": …, \"type\": …}, got \(json.kindName)")
         }
+        let reader = ObjectReader(object, at: location)
         var declared: DeclaredFieldType?
-        switch object[WireKey.type]?.parsed {
-        case nil, .null?: break
-        case .string(let typeName)?:
+        if let typeName = try reader.string(WireKey.type) {
             guard let parsed = DeclaredFieldType(wire: typeName) else {
                 throw .badRequest(
-                    "\(ObjectReader(object, path: path()).childPath(WireKey.type)): '\(Names.escaped(typeName))' is not a field type; use STRING, INT64, DOUBLE, TIMESTAMP, BYTES, REFERENCE, ASSETID, LOCATION, ENCRYPTED_<TYPE> (not of REFERENCE or ASSETID) or a <TYPE>_LIST"
+                    "\(reader.childPath(WireKey.type)): '\(Names.escaped(typeName))' is not a field type; use STRING, INT64, DOUBLE, TIMESTAMP, BYTES, REFERENCE, ASSETID, LOCATION, ENCRYPTED_<TYPE> (not of REFERENCE or ASSETID) or a <TYPE>_LIST"
                 )
             }
             declared = parsed
-        case let other?:
-            throw ObjectReader(object, path: path()).mismatch(WireKey.type, expected: "a string", got: other)
         }
         self.init(value: object[WireKey.value] ?? .null, declaredType: declared)
     }
