@@ -132,6 +132,9 @@ extension BoundRow {
 extension BoundRow: ResultColumns {
     func int64(_ column: Int) -> Int64 { sqlite3_column_int64(statement, CInt(column)) }
 
+    /// Whether the column is NULL (an outer join's missing side).
+    func isNull(_ column: Int) -> Bool { sqlite3_column_type(statement, CInt(column)) == SQLITE_NULL }
+
     func optionalText(_ column: Int) -> String? {
         guard let characters = sqlite3_column_text(statement, CInt(column)) else { return nil }
         let count = Int(sqlite3_column_bytes(statement, CInt(column)))

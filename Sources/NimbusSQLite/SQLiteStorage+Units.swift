@@ -22,7 +22,7 @@ extension SQLiteStorage: InProcessStorage {
     public func withRowSource<Value>(_ kind: ReadKind, _ body: (any UnitRowSource) throws -> Value) async throws -> Value? {
         switch kind.size {
         case .point:
-            return try readPoint { tx in try body(tx) }
+            return try readPointUnit(body)
         case .scan:
             if let value = try readScanQuickly({ tx in try body(tx) }) { return value }
             // The scan lane's closure escapes to GRDB's queue; this call waits for it, so the
@@ -107,6 +107,61 @@ extension SQLiteTransaction: UnitTransaction, SchemaWriting {
             rows.records[RecordKey(zoneID: zone.id, name: name)] = .some(record)
         }
     }
+
+    /// The zone by name and its records by name, in one statement for up to `namesPerRead`
+    /// names (a lookup's: a fetch by ID is this statement alone, `LateSnapshot`); absent ones
+    /// as absent. The database's row is the caller's and is not put in `rows`: the service's
+    /// copy of it may be older than the store's (its sequence, its bytes used).
+    func load(records names: [String], inZone zoneName: String, ofDatabase database: DatabaseRow, into rows: inout LoadedRows)
+        throws
+    {
+        let unique = names.count > 1 ? Array(Set(names)) : names
+        let first = unique.prefix(Self.namesPerRead)
+        let length = Self.paddedLength(first.count)
+        var zone: ZoneRow?
+        var found: [String: StoredRecord] = [:]
+        _ = try db.fetchAllBound(
+            db.cachedStatement(sql: Self.zoneWithRecords(length)),
+            { arguments in
+                for name in first { arguments.add(name) }
+                for _ in first.count..<length { arguments.add(first.last ?? "") }
+                arguments.add(database.id)
+                arguments.add(zoneName)
+            },
+            { row in
+                zone = zone ?? zoneRow(row)
+                guard !row.isNull(Self.zoneColumnCount) else { return }
+                let record = StoredRecord(id: row.int64(Self.zoneColumnCount), row: recordRow(row, from: Self.zoneColumnCount + 1))
+                found[record.row.recordName] = record
+            })
+        rows.zones[ZoneKey(databaseID: database.id, name: zoneName)] = .some(zone)
+        guard let zone else { return }
+        for name in first { rows.records[RecordKey(zoneID: zone.id, name: name)] = .some(found[name]) }
+        // Past one statement's names, the rest as a write's batch reads them.
+        guard unique.count > first.count else { return }
+        for (name, record) in try storedRecords(zoneID: zone.id, names: Array(unique.dropFirst(first.count))) {
+            rows.records[RecordKey(zoneID: zone.id, name: name)] = .some(record)
+        }
+    }
+
+    private static let zoneColumnCount = zoneColumns.split(separator: ",").count
+
+    /// The zone, then each record's rowid and `recordColumns` (NULL when the zone has none of
+    /// the names): one row per record found, or one with the zone alone.
+    /// Made once for each of `paddedListLengths` (the names padded to one of them).
+    private static func zoneWithRecords(_ length: Int) -> String { zoneWithRecordsTexts[length]! }
+
+    private static let zoneWithRecordsTexts = Dictionary(
+        uniqueKeysWithValues: paddedListLengths.map { length in
+            (
+                length,
+                """
+                SELECT \(QuerySQL.qualified(zoneColumns, by: "z")), r.rowid, \(pageRecordColumns)
+                FROM zones z LEFT JOIN records r ON r.zone_id = z.id AND r.record_name IN (\(QuerySQL.marks(length)))
+                WHERE z.database_id = ? AND z.name = ?
+                """
+            )
+        })
 
     /// One key: what a unit of work in process asks for as it reads.
     func load(_ key: LoadKey, into rows: inout LoadedRows) throws {

@@ -140,15 +140,30 @@ public final class SQLiteStorage: Sendable {
     /// (`docs/benchmarks.md`). It runs on one of the `PointReaders`, or on GRDB's pool when all
     /// of those are in use.
     func readPoint<Value>(_ body: (SQLiteTransaction) throws -> Value) throws -> Value {
+        try onPointReader { db in try Self.inSnapshot(db) { try body(self.transaction($0)) } }
+    }
+
+    /// A point read's unit of work (`withRowSource`): as `readPoint`, but its snapshot begins
+    /// with its first statement, and a unit that reads in one statement (a lookup) runs it
+    /// alone, with no transaction around it (`LateSnapshot`).
+    func readPointUnit<Value>(_ body: (any UnitRowSource) throws -> Value) throws -> Value {
+        try onPointReader { db in try LateSnapshot.read(self.transaction(db), body) }
+    }
+
+    /// `read` on the calling thread, on one of the `PointReaders`, or on GRDB's pool when all of
+    /// those are in use.
+    private func onPointReader<Value>(_ read: (Database) throws -> Value) throws -> Value {
         do {
-            let read = { (db: Database) in
-                try Self.inSnapshot(db) { try body(SQLiteTransaction(db: $0, schemaCache: self.schemas, entryKeyCache: self.entryKeys)) }
-            }
             if let value = try pointReaders.read(read) { return value }
             return try pool.unsafeRead(read)
         } catch let error as DatabaseError {
             throw Self.normalized(error)
         }
+    }
+
+    /// A transaction of the driver's own type on `db`, with the store's caches.
+    private func transaction(_ db: Database) -> SQLiteTransaction {
+        SQLiteTransaction(db: db, schemaCache: schemas, entryKeyCache: entryKeys)
     }
 
     /// How much of its thread's processor time a scan may take on the calling thread before it

@@ -254,7 +254,8 @@ import Testing
         result: 20_000)
 
     private static func count(_ source: any UnitRowSource, _ sql: String) throws -> Int {
-        let tx = try #require(source as? SQLiteTransaction)
+        // A point read's source wraps the transaction (`LateSnapshot`).
+        let tx = try #require((source as? LateSnapshot)?.transaction ?? source as? SQLiteTransaction)
         return try #require(try tx.fetchRow(sql)?[0] as Int?)
     }
 
@@ -379,7 +380,8 @@ import Testing
             let inQuickTry = await Self.tooExpensive {
                 _ = try await storage.withRowSource(.scan) { source -> Int in
                     runs.increment()
-                    let tx = try #require(source as? SQLiteTransaction)
+                    // A point read's source wraps the transaction (`LateSnapshot`).
+        let tx = try #require((source as? LateSnapshot)?.transaction ?? source as? SQLiteTransaction)
                     return try ScanBudget.run(tx, budget: .microseconds(1)) { try Self.count(tx, Self.slowCount.sql) }
                 }
             }

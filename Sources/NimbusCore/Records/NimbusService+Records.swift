@@ -480,9 +480,10 @@ extension NimbusService {
         let database = try await databaseForReading(key)
         let access = try await publicAccess(target)
         return try await storage.read(.point.onReplica, in: key) { tx in
-            // The zone and the records in one load on PostgreSQL. (Before the driver prepared
-            // its statements, planning the joined statement cost more than a second round trip.)
-            try tx.expect(records: request.records.map(\.recordName), inZone: request.zoneID.zoneName, of: key)
+            // The zone and the records in one load: one round trip on PostgreSQL (before the
+            // driver prepared its statements, planning the joined statement cost more than a
+            // second one), one statement on SQLite, run alone when the lookup needs nothing else.
+            try tx.expect(records: request.records.map(\.recordName), inZone: request.zoneID.zoneName, of: database)
             let zone = try self.resolveZone(request.zoneID, in: database, target: target, tx: tx)
             let results: [ItemResult<RecordEntry>] = try request.records.map { lookup in
                 guard let row = try tx.record(zoneID: zone.id, name: lookup.recordName), !row.isDeleted else {

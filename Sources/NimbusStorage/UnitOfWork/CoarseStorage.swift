@@ -50,6 +50,10 @@ public protocol UnitRowSource {
     /// load them): what a batch's write reads first (`ReadUnit.expect`), without a key made,
     /// hashed and grouped again for each record.
     func load(records names: [String], inZone zoneName: String, of database: DatabaseKey, into rows: inout LoadedRows) throws
+    /// A zone's records by name with the zone, in a database whose row the caller has (a
+    /// lookup: the service keeps databases): one statement for what a fetch by ID reads.
+    func load(records names: [String], inZone zoneName: String, ofDatabase database: DatabaseRow, into rows: inout LoadedRows)
+        throws
     /// A scan, answered at once (a unit in process never asks the same one twice for nothing).
     func scan(_ scan: LoadScan) throws -> ScanResult
 }

@@ -241,6 +241,18 @@ public class ReadUnit {
 
     /// The zone as this unit wrote it, or as the group decided before it left it (`DecidedRows`:
     /// its writes, or rows it carried); nil when neither has it.
+    /// `expect`, for a read that has its database's row already (a lookup: the service keeps
+    /// databases). In process, the zone and the records come in one statement, which a read
+    /// that needs nothing else runs alone, outside any transaction (`UnitRowSource`); over the
+    /// network, as `expect` by the database's key.
+    public final func expect(records names: [String], inZone zoneName: String, of database: DatabaseRow) throws {
+        guard let source else { return try expect(records: names, inZone: zoneName, of: database.key) }
+        let zoneKey = ZoneKey(databaseID: database.id, name: zoneName)
+        // The unit's own zone, or one loaded already: the reads that follow load the rest.
+        guard overlay.databases[database.key] == nil, overlay.zones[zoneKey] == nil, loaded.zones[zoneKey] == nil else { return }
+        try source.load(records: names, inZone: zoneName, ofDatabase: database, into: &loaded)
+    }
+
     private func zoneAtHand(_ zoneName: String, of database: DatabaseKey) -> ZoneRow? {
         let carried = decidedOverCarriedRows ? loaded.databases[database] ?? nil : nil
         guard let row = overlay.databases[database] ?? carried else { return nil }
