@@ -70,23 +70,29 @@ public final class SQLiteRequestLog: RequestLogStore {
     public func appendRequests(_ rows: [StoredRequest], minuteFigures: [StoredMinuteFigures]) async throws {
         guard !rows.isEmpty || !minuteFigures.isEmpty else { return }
         try await pool.write { db in
-            // Bound directly (`BoundArguments`): a line per request, and GRDB's arguments were
-            // most of this insert's cost under load (docs/benchmarks.md).
-            for row in rows {
-                let items: String? = row.itemErrorCodes.isEmpty ? nil : "," + row.itemErrorCodes.joined(separator: ",") + ","
-                try db.executeBound(
-                    """
-                    INSERT INTO requests (at, node, uuid, method, route, container, environment, database, user_record_name,
-                        user_name, status, error, item_errors, ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    """
-                ) { arguments in
-                    arguments.add(row.at)
-                    for text in [row.node, row.requestUUID, row.method, row.route] { arguments.add(text) }
-                    for text in [row.container, row.environment, row.database, row.userRecordName, row.userName] { arguments.add(text) }
-                    arguments.add(row.status)
-                    arguments.add(row.serverErrorCode)
-                    arguments.add(items)
-                    arguments.add(row.milliseconds)
+            // Bound directly (`BoundArguments`: GRDB's arguments were most of this insert's cost
+            // under load), and many lines to a statement: with a statement a line, the
+            // statement's own steps and the table's AUTOINCREMENT counter (written at each
+            // statement's end) were three tenths of the log's cost (docs/benchmarks.md).
+            for lines in rows.chunked(Self.linesPerInsert) {
+                try db.executeBound(Self.insertLines[lines.count]) { arguments in
+                    for row in lines {
+                        let items: String? = row.itemErrorCodes.isEmpty ? nil : "," + row.itemErrorCodes.joined(separator: ",") + ","
+                        arguments.add(row.at)
+                        arguments.add(row.node)
+                        arguments.add(row.requestUUID)
+                        arguments.add(row.method)
+                        arguments.add(row.route)
+                        arguments.add(row.container)
+                        arguments.add(row.environment)
+                        arguments.add(row.database)
+                        arguments.add(row.userRecordName)
+                        arguments.add(row.userName)
+                        arguments.add(row.status)
+                        arguments.add(row.serverErrorCode)
+                        arguments.add(items)
+                        arguments.add(row.milliseconds)
+                    }
                 }
             }
             let figures = try db.cachedStatement(
@@ -100,6 +106,19 @@ public final class SQLiteRequestLog: RequestLogStore {
                 ])
             }
         }
+    }
+
+    /// Lines a statement inserts at most: 14 values each, well under SQLite's bound on a
+    /// statement's parameters.
+    static let linesPerInsert = 32
+
+    /// The insert of `n` lines, at index `n` (made once; the connection caches each prepared).
+    private static let insertLines: [String] = (0...linesPerInsert).map { count in
+        let line = "(" + QuerySQL.marks(14) + ")"
+        return """
+            INSERT INTO requests (at, node, uuid, method, route, container, environment, database, user_record_name,
+                user_name, status, error, item_errors, ms) VALUES \(Array(repeating: line, count: max(count, 1)).joined(separator: ", "))
+            """
     }
 
     public func requests(_ search: RequestSearch) async throws -> [StoredRequest] {
