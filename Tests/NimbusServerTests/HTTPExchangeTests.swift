@@ -184,6 +184,39 @@ import Testing
         }
     }
 
+    /// A graceful shutdown (SIGTERM) closes a connection that waits for its next request at
+    /// once, and one whose request is still being read once that request is answered; then
+    /// the server stops.
+    @Test func aGracefulShutdownClosesIdleConnectionsAndAnswersRequestsInFlight() async throws {
+        let server = try await TestServer.start()
+        var stopped = false
+        defer { if !stopped { Task { [server] in try? await server.stop() } } }
+        let idle = try RawConnection(port: server.port)
+        try idle.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        let first = await idle.receive(waitingUpTo: 15, until: Self.answers(1))
+        #expect(Self.split(first.text).count == 1 && !first.closed)
+        // A query whose body is half sent: its route is reading it.
+        let reading = try RawConnection(port: server.port)
+        let request = Self.query(server, body: Self.queryBody)
+        try reading.send(String(request.dropLast(10)))
+        try await Task.sleep(for: .milliseconds(200))
+
+        let stopping = Task { try await server.stop() }
+        let closedIdle = await idle.receive(waitingUpTo: 15)
+        #expect(closedIdle.closed && closedIdle.seconds < 10, "the idle connection stayed open")
+        #expect(closedIdle.text.isEmpty)
+        // The request being read is not cut off: the rest of its body comes, and its answer.
+        let meanwhile = await reading.receive(waitingUpTo: 0.5)
+        #expect(!meanwhile.closed && meanwhile.text.isEmpty)
+        try reading.send(String(request.suffix(10)))
+        let answered = await reading.receive(waitingUpTo: 15)
+        #expect(answered.closed && answered.seconds < 10)
+        let answers = Self.split(answered.text)
+        #expect(answers.count == 1 && answers.first?.head.hasPrefix("HTTP/1.1 200") == true, "\(answered.text.prefix(400))")
+        try await stopping.value
+        stopped = true
+    }
+
     @Test func aConnectionEndsAfterTheAnswerItsClientAskedToBeLast() async throws {
         try await TestServer.with { server in
             // `Connection: close`: answered, then closed.

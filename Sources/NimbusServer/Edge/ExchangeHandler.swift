@@ -7,6 +7,7 @@ import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import NIOHTTPTypes
+import NIOHTTPTypesHTTP1
 
 /// Serves a connection's HTTP/1.1 requests from inside its pipeline: the last handler reads a
 /// request's parts, starts one task that builds the answer through the router, and writes the
@@ -26,9 +27,12 @@ import NIOHTTPTypes
 /// are held until its answer is out: parts decoded from the same reads here, later bytes at the
 /// front of the pipeline (`ByteArrivalHandler`).
 final class ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler {
-    typealias InboundIn = HTTPRequestPart
-    typealias OutboundIn = HTTPResponsePart
-    typealias OutboundOut = HTTPResponsePart
+    // NIO's own HTTP/1 parts: a request's head becomes HTTPTypes' (`OriginFormCodec.request`)
+    // here, and an answer's head NIO's as it is written, instead of in two handlers of their
+    // own between this one and the decoder (each part passed through both, both ways).
+    typealias InboundIn = HTTPServerRequestPart
+    typealias OutboundIn = HTTPServerResponsePart
+    typealias OutboundOut = HTTPServerResponsePart
 
     /// Builds the answer to one request; never throws (errors are answers by then).
     typealias Respond = @Sendable (Request, any Channel) async -> Response
@@ -54,7 +58,7 @@ final class ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// A request's answer is being built or written.
     private var responding = false
     /// Parts that arrived behind the request being answered (pipelined), in order.
-    private var held = CircularBuffer<HTTPRequestPart>()
+    private var held = CircularBuffer<HTTPServerRequestPart>()
     /// The pipeline asked to read while input was not wanted.
     private var readPending = false
     /// The route's body sequence asked the socket to stop.
@@ -63,6 +67,9 @@ final class ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var bodiesStreamed = 0
     /// The client ended its side (half closure): close once the current answer is out.
     private var closeWhenAnswered = false
+    /// The server is shutting down gracefully (`ChannelShouldQuiesceEvent`): close once every
+    /// request read is answered.
+    private var quiescing = false
     private var context: ChannelHandlerContext?
     private var writabilityWaiters: [EventLoopPromise<Void>] = []
 
@@ -97,10 +104,14 @@ final class ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler {
         }
     }
 
-    private func take(_ part: HTTPRequestPart, context: ChannelHandlerContext) {
+    private func take(_ part: HTTPServerRequestPart, context: ChannelHandlerContext) {
         switch (input, part) {
         case (.awaitingHead, .head(let head)):
-            input = .collecting(head, nil)
+            do {
+                input = .collecting(try OriginFormCodec.request(head), nil)
+            } catch {
+                fail(error, context: context)
+            }
         case (.collecting(let head, var gathered), .body(let bytes)):
             if gathered == nil { gathered = bytes } else { gathered!.writeImmutableBuffer(bytes) }
             if gathered!.readableBytes > Self.collectedBodyBytes {
@@ -188,6 +199,15 @@ final class ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is ChannelShouldQuiesceEvent {
+            // Closed now when no request is read or answered, else once they all are.
+            if case .awaitingHead = input, !responding, held.isEmpty {
+                context.close(promise: nil)
+            } else {
+                quiescing = true
+            }
+            return
+        }
         guard let event = event as? ChannelEvent, event == .inputClosed else {
             return context.fireUserInboundEventTriggered(event)
         }
@@ -249,11 +269,11 @@ final class ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     fileprivate func writeHead(_ head: HTTPResponse) {
-        context?.write(wrapOutboundOut(.head(head)), promise: nil)
+        context?.write(wrapOutboundOut(.head(HTTPResponseHead(head))), promise: nil)
     }
 
     fileprivate func writeBody(_ bytes: ByteBuffer) {
-        context?.write(wrapOutboundOut(.body(bytes)), promise: nil)
+        context?.write(wrapOutboundOut(.body(.byteBuffer(bytes))), promise: nil)
     }
 
     fileprivate func flushAnswer() {
@@ -289,14 +309,14 @@ final class ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler {
     fileprivate func finishAnswer(trailers: HTTPFields?, closing: Bool) {
         guard let context else { return }
         // A client that ended its side is answered every request it sent first.
-        if closing || (closeWhenAnswered && held.isEmpty) {
+        if closing || ((closeWhenAnswered || quiescing) && held.isEmpty) {
             // Closed once the answer is out, not before its last bytes are written.
             let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
-            context.writeAndFlush(wrapOutboundOut(.end(trailers))).whenComplete { _ in loopBound.value.close(promise: nil) }
+            context.writeAndFlush(wrapOutboundOut(.end(trailers.map(HTTPHeaders.init)))).whenComplete { _ in loopBound.value.close(promise: nil) }
             responding = false
             return
         }
-        context.writeAndFlush(wrapOutboundOut(.end(trailers)), promise: nil)
+        context.writeAndFlush(wrapOutboundOut(.end(trailers.map(HTTPHeaders.init))), promise: nil)
         answered(context: context)
     }
 
@@ -330,7 +350,7 @@ final class ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler {
             startStreaming(head, gathered: gathered, context: context)
             if closeWhenAnswered { fail(HTTPParserError.invalidEOFState, context: context) }
         }
-        if !responding, closeWhenAnswered, case .awaitingHead = input {
+        if !responding, closeWhenAnswered || quiescing, case .awaitingHead = input {
             context.close(promise: nil)
             return
         }

@@ -5,7 +5,9 @@ import NIOHTTPTypes
 import NIOHTTPTypesHTTP1
 
 /// NIO's HTTP/1 parts as HTTPTypes' and back, as `HTTP1ToHTTPServerCodec(secure: false)` does,
-/// with the request target taken as it is when it is a path.
+/// with the request target taken as it is when it is a path. `ExchangeHandler` converts with
+/// `request(_:)` itself; this handler serves only the refusal of an upgrade the server does not
+/// speak, answered through `NIOAsyncChannel` in HTTPTypes' parts.
 ///
 /// The library's conversion parses every target with Foundation's `URLComponents`, to turn a
 /// proxy's absolute form (`http://host/path`) into a path: 1.4% of a fetch by ID's processor

@@ -87,9 +87,8 @@ struct NotificationStreamChannel: ServerChildChannel {
                 notUpgradingCompletionHandler: { channel in
                     channel.eventLoop.makeCompletedFuture {
                         let operations = channel.pipeline.syncOperations
-                        try operations.addHandler(OriginFormCodec())
-                        try operations.addHandler(HTTPConnectionStateHandler(idleTimeout: nil, logger: logger))
                         guard !upgradeAsked.value else {
+                            try operations.addHandler(OriginFormCodec())
                             return .refusedUpgrade(
                                 try NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>(
                                     wrappingChannelSynchronously: channel, configuration: .init(isOutboundHalfClosureEnabled: true)))
