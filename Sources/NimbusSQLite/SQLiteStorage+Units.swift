@@ -347,12 +347,30 @@ extension SQLiteTransaction: UnitTransaction, SchemaWriting {
     }
 
     /// Ids past every row's and every reservation's; the ones after them come from memory, so
-    /// a write transaction asks the tables once per kind.
+    /// a write asks the tables once per kind, and the writer once until another connection
+    /// commits (`WriterIDs`).
     func newIDs(_ kind: StorageIDKind, count: Int) throws -> ClosedRange<Int64> {
-        let first = try memo.nextIDs[kind] ?? largestID(kind) + 1
+        let first: Int64
+        if let next = memo.nextIDs[kind] {
+            first = next
+        } else if let next = try writerNextID(kind) {
+            first = next
+        } else {
+            first = try largestID(kind) + 1
+            writerIDs?.found(kind, next: first)
+        }
         let last = first + Int64(count) - 1
         memo.nextIDs[kind] = last + 1
         return first...last
+    }
+
+    /// The writer's next id of `kind` as it last handed them out, while no other connection
+    /// has committed since.
+    private func writerNextID(_ kind: StorageIDKind) throws -> Int64? {
+        guard let writerIDs else { return nil }
+        let version = try memo.dataVersion ?? fetchOneBound("PRAGMA data_version", { _ in }) { $0.int64(0) } ?? 0
+        memo.dataVersion = version
+        return writerIDs.next(kind, dataVersion: version)
     }
 
     func apply(_ changes: UnitOfWorkChanges) throws {
@@ -450,6 +468,8 @@ extension SQLiteTransaction: UnitTransaction, SchemaWriting {
             try execute(
                 "INSERT INTO zones (id, database_id, name, change_sequence, record_sequence, deleted) VALUES (?, ?, '_defaultZone', 0, 0, 0)",
                 [zoneID, row.id])
+            writerIDs?.used(.database, row.id)
+            writerIDs?.used(.zone, zoneID)
         case .createZone(let zone, let replacing):
             // The row of that name must be the tombstone the unit saw, or none; a zone made
             // (or made and deleted) meanwhile fails the unit.
@@ -461,6 +481,7 @@ extension SQLiteTransaction: UnitTransaction, SchemaWriting {
             try execute(
                 "INSERT INTO zones (id, database_id, name, change_sequence, record_sequence, deleted) VALUES (?, ?, ?, 0, ?, 0)",
                 [zone.id, zone.databaseID, zone.name, zone.recordSequence])
+            writerIDs?.used(.zone, zone.id)
         case .deleteZone(let id): try deleteZone(id: id)
         case .putRecord(let id, let row, let isNew):
             if isNew {
@@ -529,6 +550,9 @@ extension SQLiteTransaction: UnitTransaction, SchemaWriting {
         try execute(
             "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
             [Self.reservationKey(kind), last])
+        // Reserved for a unit decided elsewhere: the writer hands out ids past them.
+        memo.nextIDs[kind] = max(memo.nextIDs[kind] ?? 0, last + 1)
+        writerIDs?.used(kind, last)
         return first...last
     }
 

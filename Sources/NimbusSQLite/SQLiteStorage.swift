@@ -28,6 +28,8 @@ public final class SQLiteStorage: Sendable {
     let schemas = SchemaCache()
     /// The file's committed entry keys (`EntryKeys`).
     let entryKeys = EntryKeys()
+    /// The ids the writer hands out, across its transactions (`WriterIDs`).
+    private let writerIDs = WriterIDs()
     /// Checkpoints the log off the writer's path.
     let checkpointer: WALCheckpointer
     /// The lasting request log, in a file of its own beside this one.
@@ -261,7 +263,7 @@ public final class SQLiteStorage: Sendable {
     /// it is.
     func writeSQLite<Value: Sendable>(_ body: @escaping @Sendable (SQLiteTransaction) throws -> Value) async throws -> Value {
         let box = ResultBox<Value>()
-        let (schemas, entryKeys) = (self.schemas, self.entryKeys)
+        let (schemas, entryKeys, writerIDs) = (self.schemas, self.entryKeys, self.writerIDs)
         let origin = MultiThreadedEventLoopGroup.currentEventLoop
         return try await withCheckedThrowingContinuation { continuation in
             @Sendable func resume(_ outcome: Result<Void, any Error>) {
@@ -273,7 +275,8 @@ public final class SQLiteStorage: Sendable {
             committer.submit(
                 GroupCommitter.Job(
                     run: { db in
-                        let transaction = SQLiteTransaction(db: db, schemaCache: schemas, entryKeyCache: entryKeys)
+                        var transaction = SQLiteTransaction(db: db, schemaCache: schemas, entryKeyCache: entryKeys)
+                        transaction.writerIDs = writerIDs
                         box.value = try body(transaction)
                         try transaction.writeDeferred()
                         box.entryKeys = transaction.memo.entryKeys

@@ -23,6 +23,8 @@ struct SQLiteTransaction {
     var entryKeyCache: EntryKeys? = nil
     /// Index entries held back and ids handed out by this transaction (`TransactionMemo`).
     let memo = TransactionMemo()
+    /// The writer's ids across its transactions (`WriterIDs`); nil for a reader's.
+    var writerIDs: WriterIDs? = nil
 
     func fetchRow(_ sql: String, _ arguments: StatementArguments = []) throws -> Row? {
         try Row.fetchOne(db.cachedStatement(sql: sql), arguments: arguments)
@@ -353,6 +355,7 @@ struct SQLiteTransaction {
             Self.bind(row, into: &arguments)
             arguments.add(id)
         }
+        writerIDs?.used(.record, id)
     }
 
     /// The row's columns in the order both statements name them, then its key.
