@@ -122,6 +122,8 @@ public final class NimbusService: Sendable {
     /// The link that makes the first operator (`FirstRunSetup.swift`).
     let firstRunSetup = FirstRunSetup()
     let knownDatabases = KnownDatabases()
+    /// Each schema's lookups, made once for its rows (`SchemaDigests`).
+    let schemaDigests = SchemaDigests()
     /// Committed changes on their way to subscription matching and delivery.
     public let notificationHub = NotificationHub()
 

@@ -144,7 +144,8 @@ extension NimbusService {
                 let database = try tx.ensureDatabase(writeKey)
                 let zone = try self.resolveZone(request.zoneID, in: database, target: writeTarget, tx: tx)
                 let atomic = allOrNothing || (zone.name != Names.defaultZone && request.atomic != false)
-                let schema = try SchemaResolver(container: writeKey.container, environment: writeKey.environment, tx: tx)
+                let schema = try SchemaResolver(
+                    container: writeKey.container, environment: writeKey.environment, tx: tx, digests: self.schemaDigests)
                 let batch = SaveBatch(
                     request: request, zone: zone, database: database, target: writeTarget, access: access, quota: quota, stamp: stamp,
                     schema: schema, log: log, sharing: SaveSharing(invitees: invitees, shares: shares, participantZone: sharedZone),

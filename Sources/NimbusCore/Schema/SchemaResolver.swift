@@ -13,22 +13,25 @@ final class SchemaResolver {
     private let environment: Environment
     private let tx: UnitOfWork
     private var recordTypes: Set<String>
-    private var fields: [String: [String: FieldType]] = [:]
+    private var fields: [String: [String: FieldType]]
     /// Index flags by record type, then field (system fields included once declared).
-    private var indexFlags: [String: [String: Int]] = [:]
+    private var indexFlags: [String: [String: Int]]
     /// `indexGrants(for:)`'s answers: a batch asks once per record, of the same few types.
-    private var grantsByType: [String: IndexGrants] = [:]
+    private var grantsByType: [String: IndexGrants]
 
-    init(container: String, environment: Environment, tx: UnitOfWork) throws {
+    /// Over the schema the unit reads, through `digests` (the lookups made once per schema).
+    init(container: String, environment: Environment, tx: UnitOfWork, digests: SchemaDigests) throws {
         self.container = container
         self.environment = environment
         self.tx = tx
-        recordTypes = Set(try tx.schemaRecordTypes(container: container, environment: environment))
-        for row in try tx.schemaFields(container: container, environment: environment) {
-            indexFlags[row.recordType, default: [:]][row.fieldName] = row.indexes
-            guard let type = FieldType(wireName: row.fieldType) else { continue }
-            fields[row.recordType, default: [:]][row.fieldName] = type
-        }
+        let digest = digests.digest(
+            SchemaKey(container: container, environment: environment),
+            recordTypes: try tx.schemaRecordTypes(container: container, environment: environment),
+            fields: try tx.schemaFields(container: container, environment: environment))
+        recordTypes = digest.recordTypes
+        fields = digest.fields
+        indexFlags = digest.indexFlags
+        grantsByType = digest.grants
     }
 
     private var isLocked: Bool { environment == .production }
