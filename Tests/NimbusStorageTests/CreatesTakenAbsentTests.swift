@@ -14,29 +14,16 @@ import Testing
     /// A store whose statements' text is kept, with zone "Z" holding the live record "taken"
     /// and the tombstone "gone".
     private func withStore(_ body: (UnitOfWorkDriver, ZoneRow, StatementLog) async throws -> Void) async throws {
-        try await StorageConformanceTests.directory { directory in
-            let log = StatementLog()
-            let storage = try SQLiteStorage(path: directory + "/db.sqlite", synchronous: .normal, statementObserver: { log.add($0) })
-            let driver = UnitOfWorkDriver(storage)
-            try await withClosing(driver, closedBy: { try await $0.close() }) { driver in
-                let zone = try await driver.write { tx in
-                    let database = try tx.ensureDatabase(Self.key)
-                    let zone = try tx.createZone(databaseID: database.id, name: "Z")
-                    try tx.putRecord(StorageConformanceTests.row(zone.id, "taken", sequence: try tx.nextRecordSequence(in: zone)))
-                    try tx.putRecord(StorageConformanceTests.row(zone.id, "gone", sequence: try tx.nextRecordSequence(in: zone), deleted: true))
-                    return zone
-                }
-                try await body(driver, zone, log)
+        try await StatementLog.withStore { driver, log, _ in
+            let zone = try await driver.write { tx in
+                let database = try tx.ensureDatabase(Self.key)
+                let zone = try tx.createZone(databaseID: database.id, name: "Z")
+                try tx.putRecord(StorageConformanceTests.row(zone.id, "taken", sequence: try tx.nextRecordSequence(in: zone)))
+                try tx.putRecord(StorageConformanceTests.row(zone.id, "gone", sequence: try tx.nextRecordSequence(in: zone), deleted: true))
+                return zone
             }
+            try await body(driver, zone, log)
         }
-    }
-
-    final class StatementLog: @unchecked Sendable {
-        private let lock = NSLock()
-        private var texts: [String] = []
-        func add(_ sql: String) { lock.withLock { texts.append(sql) } }
-        /// The statements since the last call.
-        func take() -> [String] { lock.withLock { defer { texts = [] }; return texts } }
     }
 
     private struct Refused: Error {}

@@ -15,31 +15,25 @@ import Testing
     /// A store whose statements' text is kept, with zone "Z" holding the records "a" and "b"
     /// and the tombstone "gone"; the database's row as the service keeps it.
     private func withStore(
-        _ body: (UnitOfWorkDriver, DatabaseRow, ZoneRow, CreatesTakenAbsentTests.StatementLog, String) async throws -> Void
+        _ body: (UnitOfWorkDriver, DatabaseRow, ZoneRow, StatementLog, String) async throws -> Void
     ) async throws {
-        try await StorageConformanceTests.directory { directory in
-            let log = CreatesTakenAbsentTests.StatementLog()
-            let path = directory + "/db.sqlite"
-            let storage = try SQLiteStorage(path: path, synchronous: .normal, statementObserver: { log.add($0) })
-            let driver = UnitOfWorkDriver(storage)
-            try await withClosing(driver, closedBy: { try await $0.close() }) { driver in
-                let (database, zone) = try await driver.write { tx in
-                    let database = try tx.ensureDatabase(Self.key)
-                    let zone = try tx.createZone(databaseID: database.id, name: "Z")
-                    for name in ["a", "b"] {
-                        try tx.putRecord(StorageConformanceTests.row(zone.id, name, sequence: try tx.nextRecordSequence(in: zone)))
-                    }
-                    try tx.putRecord(StorageConformanceTests.row(zone.id, "gone", sequence: try tx.nextRecordSequence(in: zone), deleted: true))
-                    return (database, zone)
+        try await StatementLog.withStore { driver, log, path in
+            let (database, zone) = try await driver.write { tx in
+                let database = try tx.ensureDatabase(Self.key)
+                let zone = try tx.createZone(databaseID: database.id, name: "Z")
+                for name in ["a", "b"] {
+                    try tx.putRecord(StorageConformanceTests.row(zone.id, name, sequence: try tx.nextRecordSequence(in: zone)))
                 }
-                _ = Self.statements(log)
-                try await body(driver, database, zone, log, path)
+                try tx.putRecord(StorageConformanceTests.row(zone.id, "gone", sequence: try tx.nextRecordSequence(in: zone), deleted: true))
+                return (database, zone)
             }
+            _ = Self.statements(log)
+            try await body(driver, database, zone, log, path)
         }
     }
 
     /// The statements since the last call, less GRDB's check as it opens a reader connection.
-    private static func statements(_ log: CreatesTakenAbsentTests.StatementLog) -> [String] {
+    private static func statements(_ log: StatementLog) -> [String] {
         log.take().filter { $0 != "SELECT * FROM sqlite_master LIMIT 1" }
     }
 
