@@ -185,8 +185,8 @@ import Testing
     }
 
     /// A graceful shutdown (SIGTERM) closes a connection that waits for its next request at
-    /// once, and one whose request is still being read once that request is answered; then
-    /// the server stops.
+    /// once, as one whose request was answered before its body ended, and one whose request is
+    /// still being read once that request is answered; then the server stops.
     @Test func aGracefulShutdownClosesIdleConnectionsAndAnswersRequestsInFlight() async throws {
         let server = try await TestServer.start()
         var stopped = false
@@ -195,6 +195,14 @@ import Testing
         try idle.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
         let first = await idle.receive(waitingUpTo: 15, until: Self.answers(1))
         #expect(Self.split(first.text).count == 1 && !first.closed)
+        // A request answered before its body ended (a wrong token), the rest of the body not
+        // sent: nothing is left to answer on it.
+        let refused = try RawConnection(port: server.port)
+        try refused.send(
+            "POST /database/1/\(TestServer.container)/development/public/records/query?ckAPIToken=wrong HTTP/1.1\r\n"
+                + "Host: x\r\nContent-Length: 500000\r\n\r\n{")
+        let refusal = await refused.receive(waitingUpTo: 15, until: Self.answers(1))
+        #expect(refusal.status == 401, "\(refusal.text.prefix(300))")
         // A query whose body is half sent: its route is reading it.
         let reading = try RawConnection(port: server.port)
         let request = Self.query(server, body: Self.queryBody)
@@ -205,6 +213,8 @@ import Testing
         let closedIdle = await idle.receive(waitingUpTo: 15)
         #expect(closedIdle.closed && closedIdle.seconds < 10, "the idle connection stayed open")
         #expect(closedIdle.text.isEmpty)
+        let closedRefused = await refused.receive(waitingUpTo: 15)
+        #expect(closedRefused.closed && closedRefused.seconds < 10, "the connection whose request was answered early stayed open")
         // The request being read is not cut off: the rest of its body comes, and its answer.
         let meanwhile = await reading.receive(waitingUpTo: 0.5)
         #expect(!meanwhile.closed && meanwhile.text.isEmpty)

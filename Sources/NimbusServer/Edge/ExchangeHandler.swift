@@ -95,6 +95,14 @@ final class ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler {
         }
     }
 
+    /// No request is being read: none begun, or the one being read was answered already.
+    private var isBetweenRequests: Bool {
+        switch input {
+        case .awaitingHead, .discarding: return true
+        case .collecting, .streaming, .ended: return false
+        }
+    }
+
     /// Parts behind the request being answered (pipelined) wait until its answer is out.
     private var holdsParts: Bool {
         switch input {
@@ -200,8 +208,9 @@ final class ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if event is ChannelShouldQuiesceEvent {
-            // Closed now when no request is read or answered, else once they all are.
-            if case .awaitingHead = input, !responding, held.isEmpty {
+            // Closed now when no request is being read or answered (the rest of a body already
+            // answered is not waited for), else once they all are.
+            if !responding, held.isEmpty, isBetweenRequests {
                 context.close(promise: nil)
             } else {
                 quiescing = true
