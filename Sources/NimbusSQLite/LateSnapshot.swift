@@ -23,6 +23,11 @@ final class LateSnapshot: UnitRowSource {
         case refused
     }
 
+    private var refused: Bool {
+        if case .refused = state { return true }
+        return false
+    }
+
     /// Thrown by a load that would read from a second snapshot; the unit runs again.
     struct SnapshotNeeded: Error {}
 
@@ -42,9 +47,9 @@ final class LateSnapshot: UnitRowSource {
         do {
             let value = try first.run(body)
             // A unit that caught the refusal and went on answered from rows it lacked.
-            if case .refused = first.state {} else { return value }
+            if !first.refused { return value }
         } catch {
-            guard case .refused = first.state else { throw error }
+            guard first.refused else { throw error }
         }
         return try LateSnapshot(transaction, alone: false).run(body)
     }

@@ -364,8 +364,8 @@ extension SQLiteTransaction: UnitTransaction, SchemaWriting {
         return first...last
     }
 
-    /// The writer's next id of `kind` as it last handed them out, while no other connection
-    /// has committed since.
+    /// The next free id of `kind` as the writer last knew it, while no other connection has
+    /// committed since (`WriterIDs`); nil for a reader, or when the tables must say.
     private func writerNextID(_ kind: StorageIDKind) throws -> Int64? {
         guard let writerIDs else { return nil }
         let version = try memo.dataVersion ?? fetchOneBound("PRAGMA data_version", { _ in }) { $0.int64(0) } ?? 0

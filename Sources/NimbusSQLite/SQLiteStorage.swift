@@ -124,12 +124,10 @@ public final class SQLiteStorage: Sendable {
     /// whole budget holds one of those threads, never one that lookups, sign-ins and WebSockets
     /// need. A read waits only for a free reader connection, never for a writer (WAL).
     func readScan<Value: Sendable>(_ body: @escaping @Sendable (SQLiteTransaction) throws -> Value) async throws -> Value {
-        let (pool, schemas, entryKeys) = (self.pool, self.schemas, self.entryKeys)
+        let pool = self.pool
         do {
             return try await scans.run {
-                try await pool.unsafeRead { db in
-                    try Self.inSnapshot(db) { try body(SQLiteTransaction(db: $0, schemaCache: schemas, entryKeyCache: entryKeys)) }
-                }
+                try await pool.unsafeRead { db in try Self.inSnapshot(db) { try body(self.transaction($0)) } }
             }
         } catch let error as DatabaseError {
             throw Self.normalized(error)
@@ -163,9 +161,12 @@ public final class SQLiteStorage: Sendable {
         }
     }
 
-    /// A transaction of the driver's own type on `db`, with the store's caches.
-    private func transaction(_ db: Database) -> SQLiteTransaction {
-        SQLiteTransaction(db: db, schemaCache: schemas, entryKeyCache: entryKeys)
+    /// A transaction of the driver's own type on `db`, with the store's caches, and on the
+    /// writer's connection (`writing`) the ids it keeps across its transactions.
+    private func transaction(_ db: Database, writing: Bool = false) -> SQLiteTransaction {
+        var transaction = SQLiteTransaction(db: db, schemaCache: schemas, entryKeyCache: entryKeys)
+        if writing { transaction.writerIDs = writerIDs }
+        return transaction
     }
 
     /// How much of its thread's processor time a scan may take on the calling thread before it
@@ -263,7 +264,7 @@ public final class SQLiteStorage: Sendable {
     /// it is.
     func writeSQLite<Value: Sendable>(_ body: @escaping @Sendable (SQLiteTransaction) throws -> Value) async throws -> Value {
         let box = ResultBox<Value>()
-        let (schemas, entryKeys, writerIDs) = (self.schemas, self.entryKeys, self.writerIDs)
+        let entryKeys = self.entryKeys
         let origin = MultiThreadedEventLoopGroup.currentEventLoop
         return try await withCheckedThrowingContinuation { continuation in
             @Sendable func resume(_ outcome: Result<Void, any Error>) {
@@ -275,8 +276,7 @@ public final class SQLiteStorage: Sendable {
             committer.submit(
                 GroupCommitter.Job(
                     run: { db in
-                        var transaction = SQLiteTransaction(db: db, schemaCache: schemas, entryKeyCache: entryKeys)
-                        transaction.writerIDs = writerIDs
+                        let transaction = self.transaction(db, writing: true)
                         box.value = try body(transaction)
                         try transaction.writeDeferred()
                         box.entryKeys = transaction.memo.entryKeys

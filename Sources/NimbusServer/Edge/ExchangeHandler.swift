@@ -95,6 +95,10 @@ final class ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler {
         }
     }
 
+    /// Close once the answers owed are out: the client ended its side, or the server is
+    /// shutting down.
+    private var closesOnceAnswered: Bool { closeWhenAnswered || quiescing }
+
     /// No request is being read: none begun, or the one being read was answered already.
     private var isBetweenRequests: Bool {
         switch input {
@@ -318,7 +322,7 @@ final class ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler {
     fileprivate func finishAnswer(trailers: HTTPFields?, closing: Bool) {
         guard let context else { return }
         // A client that ended its side is answered every request it sent first.
-        if closing || ((closeWhenAnswered || quiescing) && held.isEmpty) {
+        if closing || (closesOnceAnswered && held.isEmpty) {
             // Closed once the answer is out, not before its last bytes are written.
             let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
             context.writeAndFlush(wrapOutboundOut(.end(trailers.map(HTTPHeaders.init)))).whenComplete { _ in loopBound.value.close(promise: nil) }
@@ -359,7 +363,7 @@ final class ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler {
             startStreaming(head, gathered: gathered, context: context)
             if closeWhenAnswered { fail(HTTPParserError.invalidEOFState, context: context) }
         }
-        if !responding, closeWhenAnswered || quiescing, case .awaitingHead = input {
+        if !responding, closesOnceAnswered, case .awaitingHead = input {
             context.close(promise: nil)
             return
         }

@@ -239,8 +239,6 @@ public class ReadUnit {
         try stopForLoad(records: names.count)
     }
 
-    /// The zone as this unit wrote it, or as the group decided before it left it (`DecidedRows`:
-    /// its writes, or rows it carried); nil when neither has it.
     /// `expect`, for a read that has its database's row already (a lookup: the service keeps
     /// databases). In process, the zone and the records come in one statement, which a read
     /// that needs nothing else runs alone, outside any transaction (`UnitRowSource`); over the
@@ -253,6 +251,8 @@ public class ReadUnit {
         try source.load(records: names, inZone: zoneName, ofDatabase: database, into: &loaded)
     }
 
+    /// The zone as this unit wrote it, or as the group decided before it left it (`DecidedRows`:
+    /// its writes, or rows it carried); nil when neither has it.
     private func zoneAtHand(_ zoneName: String, of database: DatabaseKey) -> ZoneRow? {
         let carried = decidedOverCarriedRows ? loaded.databases[database] ?? nil : nil
         guard let row = overlay.databases[database] ?? carried else { return nil }
