@@ -72,6 +72,8 @@ final class ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var quiescing = false
     private var context: ChannelHandlerContext?
     private var writabilityWaiters: [EventLoopPromise<Void>] = []
+    /// Where a request alone on this connection's loop runs straight through.
+    private var executor: LoopTaskExecutor?
 
     init(respond: @escaping Respond) {
         self.respond = respond
@@ -270,13 +272,18 @@ final class ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let channel = context.channel
         let writer = AnswerWriter(handler: NIOLoopBound(self, eventLoop: context.eventLoop), channel: channel)
         let closes = request.headers[.connection]?.lowercased() == "close"
+        let loop = executor ?? LoopTaskExecutor.of(context.eventLoop)
+        executor = loop
+        loop.requestRead()
         Task {
-            let response = await respond(request, channel)
-            do {
-                try await writer.send(response, closing: closes)
-            } catch {
-                // The body failed, or the client left, part way: no more answers on this connection.
-                writer.abandon()
+            await loop.answer {
+                let response = await respond(request, channel)
+                do {
+                    try await writer.send(response, closing: closes)
+                } catch {
+                    // The body failed, or the client left, part way: no more answers on this connection.
+                    writer.abandon()
+                }
             }
         }
     }
