@@ -10,7 +10,7 @@ import Synchronization
 /// (about sixty in a fetch by ID) switches back to it: the job is queued on the loop again and
 /// resumed from the queue. With the loop as the task's executor those switches cost nothing, and
 /// a single client's fetch took 12% less processor time (docs/benchmarks.md, "A lone request
-/// straight through").
+/// straight through on its loop").
 ///
 /// Under load the hops pay for themselves: a loop's requests then advance together, stage by
 /// stage, with each stage's code and data warm for the next request. Every request run straight
@@ -40,7 +40,7 @@ final class LoopTaskExecutor: TaskExecutor, @unchecked Sendable {
         }
     }
 
-    /// Counts a request in, on its loop as it is read in full, before its task starts.
+    /// Counts a request in, on its loop, as its route is about to start and before its task does.
     func requestRead() {
         inFlight.add(1, ordering: .relaxed)
     }
