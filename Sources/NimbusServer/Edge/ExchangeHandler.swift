@@ -73,10 +73,12 @@ final class ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var context: ChannelHandlerContext?
     private var writabilityWaiters: [EventLoopPromise<Void>] = []
     /// Where a request alone on this connection's loop runs straight through.
-    private var executor: LoopTaskExecutor?
+    private let executor: LoopTaskExecutor
 
-    init(respond: @escaping Respond) {
+    /// `loop`: the connection's event loop.
+    init(loop: any EventLoop, respond: @escaping Respond) {
         self.respond = respond
+        executor = LoopTaskExecutor.of(loop)
     }
 
     func handlerAdded(context: ChannelHandlerContext) { self.context = context }
@@ -272,11 +274,10 @@ final class ExchangeHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let channel = context.channel
         let writer = AnswerWriter(handler: NIOLoopBound(self, eventLoop: context.eventLoop), channel: channel)
         let closes = request.headers[.connection]?.lowercased() == "close"
-        let loop = executor ?? LoopTaskExecutor.of(context.eventLoop)
-        executor = loop
-        loop.requestRead()
+        let executor = self.executor
+        executor.requestRead()
         Task {
-            await loop.answer {
+            await executor.answer {
                 let response = await respond(request, channel)
                 do {
                     try await writer.send(response, closing: closes)

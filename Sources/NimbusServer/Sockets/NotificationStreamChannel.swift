@@ -93,7 +93,7 @@ struct NotificationStreamChannel: ServerChildChannel {
                                 try NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>(
                                     wrappingChannelSynchronously: channel, configuration: .init(isOutboundHalfClosureEnabled: true)))
                         }
-                        try operations.addHandler(ExchangeHandler(respond: respond))
+                        try operations.addHandler(ExchangeHandler(loop: channel.eventLoop, respond: respond))
                         return .http(channel)
                     }
                 })
