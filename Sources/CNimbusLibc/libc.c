@@ -66,3 +66,9 @@ int nimbus_page_out(void *start, size_t length) {
     return ENOSYS;
 #endif
 }
+
+static __thread void *thread_slot;
+
+void *nimbus_thread_slot(void) { return thread_slot; }
+
+void nimbus_set_thread_slot(void *value) { thread_slot = value; }

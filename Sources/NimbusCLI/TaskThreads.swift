@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import NIOCore
 import NIOPosix
+import NimbusServer
 
 /// Which threads run the process's Swift tasks: NIO's event loops, or Swift's cooperative pool
 /// beside them (`NIMBUS_TASK_THREADS=loops|pool`). Unset, a server's storage decides: the loops
@@ -16,7 +17,8 @@ import NIOPosix
 /// resumed on its own loop), and losses of a tenth on a single client's fetches and 14% on the
 /// bare health endpoint (the loop's bookkeeping around each Swift job). On PostgreSQL a request
 /// waits on postgres-nio's own channel, and the loops gained nothing (fetches 1.00×, creates
-/// 0.93×, p99s a fifth worse), so the pool stays.
+/// 0.93×, p99s a fifth worse), so the pool stays. The loops take Swift's jobs through
+/// `LoopJobQueue`, not NIO's own takeover of the global executor.
 /// Blocking work runs on threads of its own either way (`BlockingWork`, the SQLite writer under
 /// load and the scan lane).
 enum TaskThreads {
@@ -54,7 +56,7 @@ enum TaskThreads {
             return
         }
         chosen =
-            NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
+            LoopJobQueue.install()
             ? "on NIO's \(NIOSingletons.groupLoopCountSuggestion) event loops, beside the sockets (\(reason))"
             : "on Swift's cooperative pool (this platform cannot hand it to NIO's event loops)"
     }

@@ -32,4 +32,9 @@ int nimbus_page_out(void *start, size_t length);
 /// Whether `needle` occurs in `haystack` (memmem: glibc's is vectorized).
 int nimbus_bytes_contain(const void *haystack, size_t haystack_length, const void *needle, size_t needle_length);
 
+/// The calling thread's own pointer (a thread-local slot), NULL until set on that thread: an
+/// event loop's thread keeps its job queue there (`LoopJobQueue`).
+void *nimbus_thread_slot(void);
+void nimbus_set_thread_slot(void *value);
+
 #endif
