@@ -113,24 +113,12 @@ extension NimbusService {
         options.sharesBudgetsAcrossNodes ? (storage.base as? any SharedBudgetsStoring)?.sharedBudgets : nil
     }
 
-    /// A token from this node's lease on `key`, or a new lease of a twentieth of the budget
-    /// from the store (one write per lease, not per request); the bucket's rate is its
-    /// capacity a minute, as every budget's is.
+    /// A token from this node's lease on `key` (`BudgetLeases`): one write to the store a lease,
+    /// not one a request.
     private func spendShared(_ key: String, capacity: Int, ledger: any SharedBudgetLedger, now time: Int64) async throws
         -> TokenBuckets.Spend
     {
-        let perMillisecond = Double(capacity) / 60_000
-        func spend(leased: Int, left: Double, admitted: Bool) -> TokenBuckets.Spend {
-            let held = Double(leased) + left
-            return TokenBuckets.Spend(
-                admitted: admitted, remaining: Int(held), untilFull: Int64((max(0, Double(capacity) - held) / perMillisecond).rounded(.up)),
-                wait: admitted ? 0 : max(1, Int64(((1 - left) / perMillisecond).rounded(.up))))
-        }
-        if let lease = budgetLeases.spend(key, now: time) { return spend(leased: lease.tokens, left: lease.left, admitted: true) }
-        let grant = try await ledger.take(key, wanted: max(1, capacity / 20), capacity: capacity, perMinute: capacity, now: time)
-        guard grant.granted > 0 else { return spend(leased: 0, left: grant.left, admitted: false) }
-        budgetLeases.keep(key, tokens: grant.granted - 1, left: grant.left, now: time)
-        return spend(leased: grant.granted - 1, left: grant.left, admitted: true)
+        try await budgetLeases.spend(key, capacity: capacity, ledger: ledger, now: time)
     }
 
     /// Whether `address` may try to authenticate: an address whose recent requests failed

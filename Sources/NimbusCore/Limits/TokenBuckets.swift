@@ -1,3 +1,4 @@
+import NimbusStorage
 import Synchronization
 
 /// Token buckets by key, in this node's memory: each key may spend `rate.capacity` at once and
@@ -126,8 +127,50 @@ public final class BudgetLeases: Sendable {
     public static let lifetime: Int64 = 10_000
     let maximumKeys: Int
     private let leases = Mutex<[String: Lease]>([:])
+    /// Lease requests on their way to the store, by key: at most one a key at a time.
+    private let requests = Mutex<[String: Task<BudgetGrant, any Error>]>([:])
 
     public init(maximumKeys: Int = 100_000) { self.maximumKeys = max(4, maximumKeys) }
+
+    /// A token of `key` from this node's lease, leasing a twentieth of the budget (`capacity`
+    /// a minute) from `ledger` when the lease is spent or too old.
+    ///
+    /// Requests that find the lease spent at the same moment wait for one lease request and
+    /// share what it brings. When each took a lease of its own, each new lease replaced the
+    /// last: 32 clients of one user at once spent 32 twentieths of the shared budget for a
+    /// twentieth's worth of requests, and were refused `THROTTLED` far below the published rate.
+    public func spend(_ key: String, capacity: Int, ledger: any SharedBudgetLedger, now: Int64) async throws
+        -> TokenBuckets.Spend
+    {
+        let perMillisecond = Double(capacity) / 60_000
+        func outcome(leased: Int, left: Double, admitted: Bool) -> TokenBuckets.Spend {
+            let held = Double(leased) + left
+            return TokenBuckets.Spend(
+                admitted: admitted, remaining: Int(held), untilFull: Int64((max(0, Double(capacity) - held) / perMillisecond).rounded(.up)),
+                wait: admitted ? 0 : max(1, Int64(((1 - left) / perMillisecond).rounded(.up))))
+        }
+        var left = 0.0
+        // A lease others spent before this caller got a token of it: one more is asked for.
+        for _ in 0..<2 {
+            if let lease = spend(key, now: now) { return outcome(leased: lease.tokens, left: lease.left, admitted: true) }
+            let request = requests.withLock { requests in
+                if let running = requests[key] { return running }
+                // Inserted under the lock the task takes to remove itself: never left behind.
+                let request = Task { () throws -> BudgetGrant in
+                    defer { _ = self.requests.withLock { $0.removeValue(forKey: key) } }
+                    let grant = try await ledger.take(key, wanted: max(1, capacity / 20), capacity: capacity, perMinute: capacity, now: now)
+                    if grant.granted > 0 { self.add(key, tokens: grant.granted, left: grant.left, now: now) }
+                    return grant
+                }
+                requests[key] = request
+                return request
+            }
+            let grant = try await request.value
+            left = grant.left
+            guard grant.granted > 0 else { break }
+        }
+        return outcome(leased: 0, left: left, admitted: false)
+    }
 
     /// Spends a leased token of `key`; nil when there is none (or the lease is too old).
     public func spend(_ key: String, now: Int64) -> Lease? {
@@ -139,14 +182,17 @@ public final class BudgetLeases: Sendable {
         }
     }
 
-    /// Keeps a new lease of `tokens` on `key` (replacing what was left of an older one).
-    public func keep(_ key: String, tokens: Int, left: Double, now: Int64) {
+    /// Adds a new lease of `tokens` on `key` to what is left of a lease still valid (an older
+    /// one is replaced).
+    public func add(_ key: String, tokens: Int, left: Double, now: Int64) {
         leases.withLock { leases in
             if leases[key] == nil, leases.count >= maximumKeys {
                 leases = leases.filter { now - $0.value.takenAt < Self.lifetime && $0.value.tokens > 0 }
                 if leases.count >= maximumKeys { leases.removeAll() }
             }
-            leases[key] = Lease(tokens: tokens, left: left, takenAt: now)
+            var lease = Lease(tokens: tokens, left: left, takenAt: now)
+            if let kept = leases[key], now - kept.takenAt < Self.lifetime { lease.tokens += kept.tokens }
+            leases[key] = lease
         }
     }
 }
