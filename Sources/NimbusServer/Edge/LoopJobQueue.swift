@@ -24,23 +24,23 @@ public enum LoopJobQueue {
     /// `main`, before any task runs; false where the runtime has no hook for it.
     public static func install() -> Bool {
         guard let slot = dlsym(dlopen(nil, RTLD_NOW), "swift_task_enqueueGlobal_hook") else { return false }
-        let loops = Array(MultiThreadedEventLoopGroup.singleton.makeIterator())
-        for loop in loops {
+        let global = slot.assumingMemoryBound(to: UnsafeRawPointer?.self)
+        // Someone else's hook (NIO's takeover, made first) keeps the jobs; no queues are made.
+        guard global.pointee == nil else { return false }
+        for loop in MultiThreadedEventLoopGroup.singleton.makeIterator() {
             // Each queue lives as long as the process; its thread keeps it unretained.
             let queue = Unmanaged.passRetained(LoopJobs(loop: loop))
             loop.execute { nimbus_set_thread_slot(queue.toOpaque()) }
         }
         typealias EnqueueGlobalHook = @convention(thin) (UnownedJob, @convention(thin) (UnownedJob) -> Void) -> Void
-        return withUnsafeTemporaryAllocation(of: EnqueueGlobalHook.self, capacity: 1) { hook in
+        withUnsafeTemporaryAllocation(of: EnqueueGlobalHook.self, capacity: 1) { hook in
             hook.baseAddress!.initialize(to: { job, _ in LoopJobQueue.enqueue(job) })
             // The runtime reads the hook as a plain function pointer.
-            return hook.baseAddress!.withMemoryRebound(to: UnsafeRawPointer?.self, capacity: 1) { function in
-                let global = slot.assumingMemoryBound(to: UnsafeRawPointer?.self)
-                guard global.pointee == nil else { return false }
+            hook.baseAddress!.withMemoryRebound(to: UnsafeRawPointer?.self, capacity: 1) { function in
                 global.pointee = function.pointee
-                return true
             }
         }
+        return true
     }
 
     static func enqueue(_ job: UnownedJob) {
