@@ -5,7 +5,9 @@ import NimbusCore
 /// The composition root of the HTTP API: the middleware, in the order a request meets it, and
 /// every area's routes. A new area is a file in `Routes/` with its table, and one line here.
 enum NimbusRouter {
-    static func make(parts: ServerParts, trustedProxies: Set<String>) -> Router<NimbusRequestContext> {
+    /// Hummingbird's router, and the responder that answers through it: endpoints found by
+    /// their bytes (`RouteTable`), the rest by the router.
+    static func make(parts: ServerParts, trustedProxies: Set<String>) -> (router: Router<NimbusRequestContext>, responder: RoutingResponder<NimbusRequestContext>) {
         let service = parts.service
         let methods = EndpointMethods()
         let router = MethodRecordingRouter(router: Router(context: NimbusRequestContext.self, options: .autoGenerateHeadEndpoints), methods: methods)
@@ -43,6 +45,6 @@ enum NimbusRouter {
         database.add(AssetRoutes.routes, parts: parts, authentication: session)
         database.add(KeyRoutes.routes, parts: parts, authentication: session)
         database.add(DeviceRoutes.tokenRoutes, parts: parts, authentication: session)
-        return router.router
+        return (router.router, RoutingResponder(table: methods.routeTable, router: router.router.buildResponder()))
     }
 }

@@ -189,11 +189,11 @@ public enum NimbusServer {
             storeDescription: configuration.storageDescription,
             storeFigures: directory.storage as? any StoreFigures)
         metrics.addServerSources(connections: connections, apns: apns)
-        let router = NimbusRouter.make(parts: parts, trustedProxies: configuration.trustedProxies)
+        let (router, responder) = NimbusRouter.make(parts: parts, trustedProxies: configuration.trustedProxies)
         let counter = ConnectionCounter()
         // Requests are answered from the connection's pipeline (`ExchangeHandler`) through the
         // router's responder; the application's own responder is not used.
-        let respond = ExchangeHandler.respond(through: router.buildResponder(), logger: logger)
+        let respond = ExchangeHandler.respond(through: responder, logger: logger)
         let server = HTTPServerBuilder { _ in
             GuardedChannel(
                 inner: NotificationStreamChannel(respond: respond, service: service, connections: connections),

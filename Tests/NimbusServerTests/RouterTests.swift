@@ -257,7 +257,8 @@ import Testing
             parts: ServerParts(
                 service: directory.service, courier: WebCourier(service: directory.service, pollTimeout: .seconds(1)),
                 logger: logger),
-            trustedProxies: [])
+            trustedProxies: []
+        ).router
         router.get("explode") { _, _ -> Response in throw Leak() }
         let app = Application(router: router)
         try await app.test(.router) { client in

@@ -24,6 +24,29 @@ enum EndpointAccess: Sendable {
 /// are added (`MethodRecordingRouter`) and only read once the server runs.
 final class EndpointMethods: Sendable {
     private let table = Mutex<[(path: RouterPath, methods: Set<HTTPRequest.Method>)]>([])
+    /// The same endpoints with their responders, for finding them by their bytes (`RouteTable`),
+    /// and the router's middleware added so far, which wraps each endpoint added after it.
+    private let routes = Mutex<(table: RouteTable<NimbusRequestContext>, middleware: [any MiddlewareProtocol<Request, Response, NimbusRequestContext>])>(
+        (RouteTable(), []))
+
+    /// The endpoints registered so far, to resolve paths with once the server runs.
+    var routeTable: RouteTable<NimbusRequestContext> { routes.withLock { $0.table } }
+
+    /// Records `responder` as Hummingbird's router gets it: wrapped in the router's middleware
+    /// added before it, the first added outermost.
+    func record(_ path: RouterPath, _ method: HTTPRequest.Method, responder: any HTTPResponder<NimbusRequestContext>) {
+        record(path, method)
+        routes.withLock { routes in
+            let wrapped = routes.middleware.reversed().reduce(responder) { next, middleware in
+                WrappingResponder(middleware: middleware, next: next)
+            }
+            routes.table.add(path, method: method, responder: wrapped)
+        }
+    }
+
+    func record(middleware: any MiddlewareProtocol<Request, Response, NimbusRequestContext>) {
+        routes.withLock { $0.middleware.append(middleware) }
+    }
 
     func record(_ path: RouterPath, _ method: HTTPRequest.Method) {
         table.withLock { table in
@@ -58,7 +81,7 @@ final class EndpointMethods: Sendable {
 }
 
 /// The router as the route tables see it: every registration goes to Hummingbird's router and
-/// into `EndpointMethods`. Groups made from it (`group(_:)`) register through it too.
+/// into `EndpointMethods` (and its `RouteTable`). Groups made from it (`group(_:)`) register through it too.
 struct MethodRecordingRouter: RouterMethods {
     typealias Context = NimbusRequestContext
     let router: Router<Context>
@@ -67,14 +90,27 @@ struct MethodRecordingRouter: RouterMethods {
     @discardableResult
     func on<Responder: HTTPResponder>(_ path: RouterPath, method: HTTPRequest.Method, responder: Responder) -> Self
     where Responder.Context == Context {
-        methods.record(path, method)
+        methods.record(path, method, responder: responder)
         router.on(path, method: method, responder: responder)
         return self
     }
 
     @discardableResult
     func add(middleware: any MiddlewareProtocol<Request, Response, Context>) -> Self {
+        methods.record(middleware: middleware)
         router.add(middleware: middleware)
         return self
+    }
+}
+
+/// One middleware in front of the responder it calls next, as Hummingbird's router chains them.
+private struct WrappingResponder: HTTPResponder {
+    let middleware: any MiddlewareProtocol<Request, Response, NimbusRequestContext>
+    let next: any HTTPResponder<NimbusRequestContext>
+
+    func respond(to request: Request, context: NimbusRequestContext) async throws -> Response {
+        try await middleware.handle(request, context: context) { request, context in
+            try await next.respond(to: request, context: context)
+        }
     }
 }
