@@ -194,12 +194,15 @@ public struct PostgresCoarseStorage: CoarseStorage {
         let sql = PostgresQuerySQL(query)
         let rows = try await storage.rows(sql.query, timeout: query.budget, on: pools)
         var page = QueryPage(rows: [], positions: [])
+        page.rows.reserveCapacity(rows.count)
+        page.positions.reserveCapacity(rows.count)
         for row in rows {
             var cells = PostgresCells(row)
             let stored = try Self.storedRecord(&cells)
             // After the record's columns its id again, then one column per sort key (`PostgresQuerySQL.init`).
             cells.skip()
             var values: [IndexValue] = []
+            values.reserveCapacity(query.sorts.count)
             for sort in query.sorts {
                 switch sort.key {
                 case .number: values.append(Self.indexValue(numericText: try cells.next(String.self)))

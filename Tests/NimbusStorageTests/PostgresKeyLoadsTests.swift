@@ -109,10 +109,19 @@ struct PostgresKeyLoadsTests {
         later.zonesByID[1] = .some(newer)
         later.zonesByID[5] = .some(nil)
         later.subscriptionsVersion = 4
+        // Kinds this unit had read none of are taken whole; kinds the later load lacks stay.
+        let record = StoredRecord(id: 7, row: StorageConformanceTests.row(1, "r", sequence: 2))
+        later.records[RecordKey(zoneID: 1, name: "r")] = .some(record)
+        later.records[RecordKey(zoneID: 1, name: "gone")] = .some(nil)
+        read.zones[ZoneKey(databaseID: 2, name: "A")] = .some(zone)
         read.merge(later)
         expectEqual(read.zonesByID[1] ?? nil, zone)
         #expect(read.zonesByID.keys.contains(5))
         expectEqual(read.subscriptionsVersion, 3)
+        expectEqual(read.records.count, 2)
+        expectEqual((read.records[RecordKey(zoneID: 1, name: "r")] ?? nil)?.id, 7)
+        #expect(read.records.keys.contains(RecordKey(zoneID: 1, name: "gone")))
+        expectEqual(read.zones[ZoneKey(databaseID: 2, name: "A")] ?? nil, zone)
     }
 
     /// Against PostgreSQL: many lookups at once, through one place, each answered with its own
