@@ -436,10 +436,18 @@ struct SQLiteTransaction {
             try execute("DELETE FROM pair_index WHERE record_id IN (\(marks))", ids)
         }
         guard !deferred.isEmpty else { return }
-        typealias Row<Entry> = (record: TransactionMemo.DeferredIndex, entry: Entry)
+        // A row names its record by its place in `deferred`: a copy of the record in every row
+        // retained its type name and entry lists once per entry, and growing the rows as they
+        // came reallocated them (both about 1% of a batch's writer, docs/benchmarks.md).
+        typealias Row<Entry> = (record: Int, entry: Entry)
         // A closure, not a key path: a key path is read through the runtime, entry by entry.
         func rows<Entry>(_ list: (RecordIndexEntries) -> [Entry]) -> [Row<Entry>] {
-            deferred.flatMap { record in list(record.entries).map { (record, $0) } }
+            var rows: [Row<Entry>] = []
+            rows.reserveCapacity(deferred.reduce(0) { $0 + list($1.entries).count })
+            for place in deferred.indices {
+                for entry in list(deferred[place].entries) { rows.append((place, entry)) }
+            }
+            return rows
         }
         // Each name's key found once for all the deferred records, not once per entry.
         var keys: [EntryName: Int64] = [:]
@@ -450,14 +458,14 @@ struct SQLiteTransaction {
             return key
         }
         let fieldRows = rows { $0.entries }
-        let fieldKeys = try fieldRows.map { try key(.field($0.record.recordType, $0.entry.field)) }
+        let fieldKeys = try fieldRows.map { try key(.field(deferred[$0.record].recordType, $0.entry.field)) }
         for (chunk, chunkKeys) in zip(fieldRows.chunked(Self.rowsPerInsert), fieldKeys.chunked(Self.rowsPerInsert)) {
             try executeBound(Self.fieldIndexInserts[chunk.count]) { arguments in
                 for ((record, entry), fieldKey) in zip(chunk, chunkKeys) {
-                    arguments.add(record.recordID)
+                    arguments.add(deferred[record].recordID)
                     arguments.add(fieldKey)
                     arguments.add(entry.position)
-                    arguments.add(record.zoneID)
+                    arguments.add(deferred[record].zoneID)
                     switch entry.value {
                     case .integer(let value):
                         arguments.add(value)
@@ -476,22 +484,24 @@ struct SQLiteTransaction {
         for chunk in rows({ $0.tokens }).chunked(Self.rowsPerInsert) {
             try executeBound(Self.tokenIndexInserts[chunk.count]) { arguments in
                 for (record, token) in chunk {
-                    arguments.add(record.recordID)
+                    arguments.add(deferred[record].recordID)
                     arguments.add(token.field)
                     arguments.add(token.token)
-                    arguments.add(record.zoneID)
-                    arguments.add(record.recordType)
+                    arguments.add(deferred[record].zoneID)
+                    arguments.add(deferred[record].recordType)
                 }
             }
         }
         let pairRows = rows { $0.pairs }
-        let pairKeys = try pairRows.map { try key(.pair($0.record.recordType, $0.entry.pair.field, sortField: $0.entry.pair.sortField)) }
+        let pairKeys = try pairRows.map {
+            try key(.pair(deferred[$0.record].recordType, $0.entry.pair.field, sortField: $0.entry.pair.sortField))
+        }
         for (chunk, chunkKeys) in zip(pairRows.chunked(Self.rowsPerInsert), pairKeys.chunked(Self.rowsPerInsert)) {
             try executeBound(Self.pairIndexInserts[chunk.count]) { arguments in
                 for ((record, entry), pairKey) in zip(chunk, chunkKeys) {
-                    arguments.add(record.recordID)
+                    arguments.add(deferred[record].recordID)
                     arguments.add(pairKey)
-                    arguments.add(record.zoneID)
+                    arguments.add(deferred[record].zoneID)
                     arguments.add(entry.value)
                     arguments.add(entry.sortValue)
                 }
