@@ -12,6 +12,24 @@ build_release() {
   swift build -c release --product nimbus
   swift build -c release --product NimbusBench
   BIN=$(swift build -c release --show-bin-path)
+  link_installed_allocator
+}
+
+# jemalloc installed after this checkout's first build is linked only once SwiftPM evaluates the
+# manifest again (docs/operations.md, "The memory allocator"), and until then every figure is
+# glibc's malloc's without a word: the sixty-third session's were. Evaluated and linked here.
+link_installed_allocator() {
+  [ "$(uname)" = Linux ] || return 0
+  compgen -G "/usr/lib/*/libjemalloc.so" >/dev/null || compgen -G "/usr/lib*/libjemalloc.so" >/dev/null ||
+    [ -e /usr/local/lib/libjemalloc.so ] || return 0
+  ldd "$BIN/nimbus" | grep -q jemalloc && return 0
+  echo "lib.sh: jemalloc is installed and $BIN/nimbus does not link it: evaluating the manifest again" >&2
+  rm -rf ~/.cache/org.swift.swiftpm/manifests .build/release.yaml
+  swift build -c release --product nimbus
+  if ! ldd "$BIN/nimbus" | grep -q jemalloc; then
+    echo "lib.sh: $BIN/nimbus still does not link jemalloc" >&2
+    exit 1
+  fi
 }
 
 # The server binary (`NIMBUS`, default this build's) and flags it gets beyond the usual ones
@@ -135,6 +153,8 @@ start_preloaded() {
   DIRS+=("$DATA")
   trap stop_preloaded EXIT
   printf -v "${label}_IDLE_RSS" '%s' "$(rss_mib "$PID")"
+  # Which allocator serves it: builds compared with different ones measure that first.
+  echo "$label: $(grep -m1 '^allocator:' "$DATA/serve.log" || echo 'allocator: not said (an older build)')" >&2
   python3 Benchmarks/wrk/preload.py nimbus "$URL" "$C" "$ENVIRONMENT" "$TOKEN" "$WEB" "$RECORDS" >/dev/null
   printf -v "${label}_URL" '%s' "$URL"
   printf -v "${label}_RECORDS" '%s' "$URL/database/1/$C/$ENVIRONMENT/private/records"
