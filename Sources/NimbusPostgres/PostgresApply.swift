@@ -247,12 +247,17 @@ enum PostgresApply {
                     SELECT coalesce(r.database, nimbus_zone_database(r.zone)), r.id, r.zone, r.name, r.type, r.fields, r.parent,
                         r.sequence, r.created_at, r.created_by, r.created_device, r.modified_at, r.modified_by, r.modified_device,
                         r.deleted
-                    FROM unnest(rec_id[lo:hi], rec_zone[lo:hi], rec_database[lo:hi], rec_name[lo:hi], rec_type[lo:hi],
-                        rec_fields[lo:hi], rec_parent[lo:hi], rec_sequence[lo:hi], rec_created_at[lo:hi], rec_created_by[lo:hi],
-                        rec_created_device[lo:hi], rec_modified_at[lo:hi], rec_modified_by[lo:hi], rec_modified_device[lo:hi],
-                        rec_deleted[lo:hi])
-                        AS r(id, zone, database, name, type, fields, parent, sequence, created_at, created_by, created_device,
-                            modified_at, modified_by, modified_device, deleted)
+                    -- The columns unnested in the select list, side by side (NULL past a shorter
+                    -- one's end, as a many-argument unnest in FROM): there PostgreSQL makes each row
+                    -- as it inserts it, where a function in FROM first copies every row into a
+                    -- tuplestore and reads it back (a third of a plain insert's time, measured).
+                    FROM (SELECT unnest(rec_id[lo:hi]) AS id, unnest(rec_zone[lo:hi]) AS zone,
+                        unnest(rec_database[lo:hi]) AS database, unnest(rec_name[lo:hi]) AS name, unnest(rec_type[lo:hi]) AS type,
+                        unnest(rec_fields[lo:hi]) AS fields, unnest(rec_parent[lo:hi]) AS parent,
+                        unnest(rec_sequence[lo:hi]) AS sequence, unnest(rec_created_at[lo:hi]) AS created_at,
+                        unnest(rec_created_by[lo:hi]) AS created_by, unnest(rec_created_device[lo:hi]) AS created_device,
+                        unnest(rec_modified_at[lo:hi]) AS modified_at, unnest(rec_modified_by[lo:hi]) AS modified_by,
+                        unnest(rec_modified_device[lo:hi]) AS modified_device, unnest(rec_deleted[lo:hi]) AS deleted) AS r
                     WHERE true
                     ON CONFLICT (database_id, zone_id, record_name) DO UPDATE SET
                         record_type = excluded.record_type, fields = excluded.fields, parent = excluded.parent,
@@ -282,16 +287,18 @@ enum PostgresApply {
                     INSERT INTO field_index (database_id, record_id, field, position, zone_id, record_type, num, text, lon)
                     SELECT coalesce(e.database, nimbus_zone_database(e.zone)), e.record, e.field, e.position, e.zone, e.type,
                         e.num::numeric, e.bytes, e.lon
-                    FROM unnest(ent_record[lo:hi], ent_zone[lo:hi], ent_database[lo:hi], ent_type[lo:hi], ent_field[lo:hi],
-                        ent_position[lo:hi], ent_num[lo:hi], ent_text[lo:hi], ent_lon[lo:hi])
-                        AS e(record, zone, database, type, field, position, num, bytes, lon);
+                    FROM (SELECT unnest(ent_record[lo:hi]) AS record, unnest(ent_zone[lo:hi]) AS zone,
+                        unnest(ent_database[lo:hi]) AS database, unnest(ent_type[lo:hi]) AS type, unnest(ent_field[lo:hi]) AS field,
+                        unnest(ent_position[lo:hi]) AS position, unnest(ent_num[lo:hi]) AS num, unnest(ent_text[lo:hi]) AS bytes,
+                        unnest(ent_lon[lo:hi]) AS lon) AS e;
                     lo := (w->'tokens'->>0)::integer;
                     hi := (w->'tokens'->>1)::integer;
                     INSERT INTO record_tokens (database_id, record_id, zone_id, record_type, lexemes)
                     SELECT coalesce(t.database, nimbus_zone_database(t.zone)), t.record, t.zone, t.type,
                         array_to_tsvector(array_agg(DISTINCT l.lexeme))
-                    FROM unnest(tok_record[lo:hi], tok_zone[lo:hi], tok_database[lo:hi], tok_type[lo:hi], tok_field[lo:hi],
-                        tok_token[lo:hi]) AS t(record, zone, database, type, field, token)
+                    FROM (SELECT unnest(tok_record[lo:hi]) AS record, unnest(tok_zone[lo:hi]) AS zone,
+                        unnest(tok_database[lo:hi]) AS database, unnest(tok_type[lo:hi]) AS type, unnest(tok_field[lo:hi]) AS field,
+                        unnest(tok_token[lo:hi]) AS token) AS t
                     CROSS JOIN LATERAL (VALUES (t.token), (t.field || ':' || t.token)) AS l(lexeme)
                     GROUP BY 1, t.record, t.zone, t.type;
                     lo := (w->'pairs'->>0)::integer;
@@ -300,10 +307,11 @@ enum PostgresApply {
                         sort_num, sort_text)
                     SELECT coalesce(p.database, nimbus_zone_database(p.zone)), p.record, p.field, p.sort_field, p.zone, p.type,
                         p.value_num::numeric, p.value_text, p.sort_num::numeric, p.sort_text
-                    FROM unnest(pair_record[lo:hi], pair_zone[lo:hi], pair_database[lo:hi], pair_type[lo:hi], pair_field[lo:hi],
-                        pair_sort_field[lo:hi], pair_value_num[lo:hi], pair_value_text[lo:hi], pair_sort_num[lo:hi],
-                        pair_sort_text[lo:hi])
-                        AS p(record, zone, database, type, field, sort_field, value_num, value_text, sort_num, sort_text);
+                    FROM (SELECT unnest(pair_record[lo:hi]) AS record, unnest(pair_zone[lo:hi]) AS zone,
+                        unnest(pair_database[lo:hi]) AS database, unnest(pair_type[lo:hi]) AS type, unnest(pair_field[lo:hi]) AS field,
+                        unnest(pair_sort_field[lo:hi]) AS sort_field, unnest(pair_value_num[lo:hi]) AS value_num,
+                        unnest(pair_value_text[lo:hi]) AS value_text, unnest(pair_sort_num[lo:hi]) AS sort_num,
+                        unnest(pair_sort_text[lo:hi]) AS sort_text) AS p;
                 WHEN 'replaceReferences' THEN
                     db := coalesce((w->>'database')::bigint, nimbus_zone_database((w->>'zone')::bigint), unit_database);
                     DELETE FROM record_references
