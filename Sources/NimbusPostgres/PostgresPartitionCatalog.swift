@@ -118,10 +118,10 @@ public struct PostgresPartitionCatalog: PartitionCatalog {
                 throw PartitionRefusal("a partition named '\(name)' was added meanwhile")
             }
             try await partition.partitioning.startIDs(atLeast: PartitionIDs.first(ofPartition: number))
-            try await partition.close()
+            await partition.close()
             return number
         } catch {
-            try? await partition.close()
+            await partition.close()
             throw error
         }
     }
