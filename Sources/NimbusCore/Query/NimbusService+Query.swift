@@ -79,10 +79,18 @@ extension NimbusService {
             case .all?, nil: break
             }
             let sorts = try request.sorts.map { try self.sortKey($0, schema: schema, locked: checked) }
-            let binding = self.cursorBinding(request, databaseID: database.id, zones: zones)
+            // What a marker is bound to, worked out (a hash of the query) only when a marker is
+            // read or written: most answers fit one page and carry none.
+            var binding: [UInt8]?
+            func bound() -> [UInt8] {
+                if let binding { return binding }
+                let made = self.cursorBinding(request, databaseID: database.id, zones: zones)
+                binding = made
+                return made
+            }
             var after: QueryPosition?
             if let marker = request.continuationMarker {
-                after = try self.decodeCursor(marker, binding: binding, sortCount: scanning ? 0 : sorts.count)
+                after = try self.decodeCursor(marker, binding: bound(), sortCount: scanning ? 0 : sorts.count)
             }
             var query = RecordQuery(
                 databaseID: database.id, zoneIDs: zones.map(\.id), recordType: request.recordType, conditions: scanning ? [] : conditions,
@@ -124,7 +132,7 @@ extension NimbusService {
                                 numbersAsStrings: request.numbersAsStrings))))
             }
             var response = RecordsResponse(records: records)
-            if let next { response.continuationMarker = self.encodeCursor(next, binding: binding) }
+            if let next { response.continuationMarker = self.encodeCursor(next, binding: bound()) }
             return response
         }
     }
