@@ -48,8 +48,7 @@ extension PostgresArrayColumn where Element == ByteBuffer {
     mutating func append<Bytes: Collection<UInt8>>(bytes: Bytes?) {
         guard let bytes else { return append(nil) }
         count += 1
-        body.appendBigEndian(Int32(bytes.count))
-        body.append(contentsOf: bytes)
+        body.appendElement(bytes: bytes)
     }
 }
 
@@ -60,48 +59,31 @@ protocol PostgresArrayElement: PostgresArrayEncodable {
 }
 
 extension Int64: PostgresArrayElement {
-    func appendElement(to body: inout [UInt8]) {
-        body.appendBigEndian(Int32(8))
-        body.appendBigEndian(self)
-    }
+    func appendElement(to body: inout [UInt8]) { body.appendElement(fixedWidth: self) }
 }
 
 extension Int32: PostgresArrayElement {
-    func appendElement(to body: inout [UInt8]) {
-        body.appendBigEndian(Int32(4))
-        body.appendBigEndian(self)
-    }
+    func appendElement(to body: inout [UInt8]) { body.appendElement(fixedWidth: self) }
 }
 
 extension Bool: PostgresArrayElement {
-    func appendElement(to body: inout [UInt8]) {
-        body.appendBigEndian(Int32(1))
-        body.append(self ? 1 : 0)
-    }
+    /// `bool`: one byte, 1 or 0.
+    func appendElement(to body: inout [UInt8]) { body.appendElement(fixedWidth: UInt8(self ? 1 : 0)) }
 }
 
 extension Double: PostgresArrayElement {
-    /// `float8`: the IEEE 754 bits, big-endian.
-    func appendElement(to body: inout [UInt8]) {
-        body.appendBigEndian(Int32(8))
-        body.appendBigEndian(bitPattern)
-    }
+    /// `float8`: the IEEE 754 bits.
+    func appendElement(to body: inout [UInt8]) { body.appendElement(fixedWidth: bitPattern) }
 }
 
 extension String: PostgresArrayElement {
     /// `text`: the UTF-8 bytes.
-    func appendElement(to body: inout [UInt8]) {
-        body.appendBigEndian(Int32(utf8.count))
-        body.append(contentsOf: utf8)
-    }
+    func appendElement(to body: inout [UInt8]) { body.appendElement(bytes: utf8) }
 }
 
 extension ByteBuffer: PostgresArrayElement {
     /// `bytea`: the readable bytes.
-    func appendElement(to body: inout [UInt8]) {
-        body.appendBigEndian(Int32(readableBytes))
-        body.append(contentsOf: readableBytesView)
-    }
+    func appendElement(to body: inout [UInt8]) { body.appendElement(bytes: readableBytesView) }
 }
 
 extension [UInt8] {
@@ -109,5 +91,19 @@ extension [UInt8] {
     @inline(__always)
     fileprivate mutating func appendBigEndian<Integer: FixedWidthInteger>(_ value: Integer) {
         Swift.withUnsafeBytes(of: value.bigEndian) { append(contentsOf: $0) }
+    }
+
+    /// An element of a fixed width: its size, then the value big-endian.
+    @inline(__always)
+    fileprivate mutating func appendElement<Integer: FixedWidthInteger>(fixedWidth value: Integer) {
+        appendBigEndian(Int32(MemoryLayout<Integer>.size))
+        appendBigEndian(value)
+    }
+
+    /// An element of its own length: the length, then the bytes.
+    @inline(__always)
+    fileprivate mutating func appendElement<Bytes: Collection<UInt8>>(bytes: Bytes) {
+        appendBigEndian(Int32(bytes.count))
+        append(contentsOf: bytes)
     }
 }
