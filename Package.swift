@@ -130,6 +130,7 @@ let package = Package(
             dependencies: [
                 "NimbusStorage", "NimbusWire", .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Logging", package: "swift-log"), .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strict),
         // Asset bytes: the blob-store protocol and its drivers (files; S3-compatible).

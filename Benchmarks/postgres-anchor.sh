@@ -54,6 +54,10 @@ trap cleanup EXIT
 read -r DATABASE_ID ZONE_ID R1_ID <<<"$("$PGBIN/psql" "$DB" -At -F ' ' -c "SELECT r.database_id, r.zone_id, r.id FROM records r
   JOIN zones z ON z.id = r.zone_id WHERE z.name = 'Bench' AND r.record_name = 'r1'")"
 
+# The entry keys of the list's pair (PostgresEntryKey), worked out once as the node does.
+read -r CATEGORY_KEY COUNT_KEY <<<"$("$PGBIN/psql" "$DB" -At -F ' ' -c "SELECT nimbus_entry_key('Item', 'category'),
+  nimbus_entry_key('Item', 'count')")"
+
 SCRIPTS=$(mktemp -d /tmp/anchor.XXXXXX)
 cat > "$SCRIPTS/fetch.sql" <<SQL
 \set n random(0, $RECORDS - 1)
@@ -62,8 +66,8 @@ SQL
 cat > "$SCRIPTS/list.sql" <<SQL
 \set c random(0, 49)
 SELECT r.*, p.sort_num::text FROM pair_index p JOIN records r ON r.database_id = p.database_id AND r.id = p.record_id
-WHERE NOT r.deleted AND p.zone_id = $ZONE_ID AND p.record_type = 'Item' AND p.field = 'category'
-  AND p.sort_field = 'count' AND substring(p.value_text from 1 for 1000) = substring(convert_to('c' || :c, 'UTF8') from 1 for 1000)
+WHERE NOT r.deleted AND r.record_type = 'Item' AND p.zone_id = $ZONE_ID AND p.field_key = $CATEGORY_KEY
+  AND p.sort_key = $COUNT_KEY AND substring(p.value_text from 1 for 1000) = substring(convert_to('c' || :c, 'UTF8') from 1 for 1000)
   AND p.value_text = convert_to('c' || :c, 'UTF8') AND p.sort_num IS NOT NULL ORDER BY p.sort_num DESC, p.record_id DESC LIMIT 21;
 SQL
 # insert_sql COUNT: COUNT copies of r1 with new ids and names, and their index entries, one statement per table.
@@ -73,11 +77,13 @@ WITH ids AS (SELECT nextval('anchor_ids') AS id FROM generate_series(1, $1)),
 made AS (INSERT INTO records SELECT r.database_id, ids.id, r.zone_id, 'anchor' || ids.id, r.record_type, r.fields, r.parent,
     r.change_sequence, r.created_at, r.created_by, r.created_device, r.modified_at, r.modified_by, r.modified_device, r.deleted
   FROM records r, ids WHERE r.database_id = $DATABASE_ID AND r.id = $R1_ID RETURNING id),
-fields AS (INSERT INTO field_index SELECT f.database_id, made.id, f.field, f.position, f.zone_id, f.record_type, f.num, f.text, f.lon
+fields AS (INSERT INTO field_index (database_id, record_id, entry_key, position, zone_id, num, text, lon)
+  SELECT f.database_id, made.id, f.entry_key, f.position, f.zone_id, f.num, f.text, f.lon
   FROM field_index f, made WHERE f.database_id = $DATABASE_ID AND f.record_id = $R1_ID),
 tokens AS (INSERT INTO record_tokens SELECT t.database_id, made.id, t.zone_id, t.record_type, t.lexemes
   FROM record_tokens t, made WHERE t.database_id = $DATABASE_ID AND t.record_id = $R1_ID)
-INSERT INTO pair_index SELECT p.database_id, made.id, p.field, p.sort_field, p.zone_id, p.record_type, p.value_num, p.value_text,
+INSERT INTO pair_index (database_id, record_id, field_key, sort_key, zone_id, value_num, value_text, sort_num, sort_text)
+  SELECT p.database_id, made.id, p.field_key, p.sort_key, p.zone_id, p.value_num, p.value_text,
   p.sort_num, p.sort_text FROM pair_index p, made WHERE p.database_id = $DATABASE_ID AND p.record_id = $R1_ID;
 SQL
 }

@@ -32,11 +32,11 @@ enum PostgresApply {
             rec_id bigint[], rec_zone bigint[], rec_database bigint[], rec_name text[], rec_type text[], rec_fields bytea[],
             rec_parent text[], rec_sequence bigint[], rec_created_at bigint[], rec_created_by text[], rec_created_device text[],
             rec_modified_at bigint[], rec_modified_by text[], rec_modified_device text[], rec_deleted boolean[],
-            ent_record bigint[], ent_zone bigint[], ent_database bigint[], ent_type text[], ent_field text[],
+            ent_record bigint[], ent_zone bigint[], ent_database bigint[], ent_key bigint[],
             ent_position integer[], ent_num text[], ent_text bytea[], ent_lon double precision[],
             tok_record bigint[], tok_zone bigint[], tok_database bigint[], tok_type text[], tok_field text[], tok_token text[],
-            pair_record bigint[], pair_zone bigint[], pair_database bigint[], pair_type text[], pair_field text[],
-            pair_sort_field text[], pair_value_num text[], pair_value_text bytea[], pair_sort_num text[], pair_sort_text bytea[])
+            pair_record bigint[], pair_zone bigint[], pair_database bigint[], pair_field_key bigint[],
+            pair_sort_key bigint[], pair_value_num text[], pair_value_text bytea[], pair_sort_num text[], pair_sort_text bytea[])
         """
 
     /// The call the driver sends, with `AS several_databases` after it for a group that
@@ -284,11 +284,11 @@ enum PostgresApply {
                     END LOOP;
                     lo := (w->'entries'->>0)::integer;
                     hi := (w->'entries'->>1)::integer;
-                    INSERT INTO field_index (database_id, record_id, field, position, zone_id, record_type, num, text, lon)
-                    SELECT coalesce(e.database, nimbus_zone_database(e.zone)), e.record, e.field, e.position, e.zone, e.type,
+                    INSERT INTO field_index (database_id, record_id, entry_key, position, zone_id, num, text, lon)
+                    SELECT coalesce(e.database, nimbus_zone_database(e.zone)), e.record, e.key, e.position, e.zone,
                         e.num::numeric, e.bytes, e.lon
                     FROM (SELECT unnest(ent_record[lo:hi]) AS record, unnest(ent_zone[lo:hi]) AS zone,
-                        unnest(ent_database[lo:hi]) AS database, unnest(ent_type[lo:hi]) AS type, unnest(ent_field[lo:hi]) AS field,
+                        unnest(ent_database[lo:hi]) AS database, unnest(ent_key[lo:hi]) AS key,
                         unnest(ent_position[lo:hi]) AS position, unnest(ent_num[lo:hi]) AS num, unnest(ent_text[lo:hi]) AS bytes,
                         unnest(ent_lon[lo:hi]) AS lon) AS e;
                     lo := (w->'tokens'->>0)::integer;
@@ -303,13 +303,13 @@ enum PostgresApply {
                     GROUP BY 1, t.record, t.zone, t.type;
                     lo := (w->'pairs'->>0)::integer;
                     hi := (w->'pairs'->>1)::integer;
-                    INSERT INTO pair_index (database_id, record_id, field, sort_field, zone_id, record_type, value_num, value_text,
+                    INSERT INTO pair_index (database_id, record_id, field_key, sort_key, zone_id, value_num, value_text,
                         sort_num, sort_text)
-                    SELECT coalesce(p.database, nimbus_zone_database(p.zone)), p.record, p.field, p.sort_field, p.zone, p.type,
+                    SELECT coalesce(p.database, nimbus_zone_database(p.zone)), p.record, p.field_key, p.sort_key, p.zone,
                         p.value_num::numeric, p.value_text, p.sort_num::numeric, p.sort_text
                     FROM (SELECT unnest(pair_record[lo:hi]) AS record, unnest(pair_zone[lo:hi]) AS zone,
-                        unnest(pair_database[lo:hi]) AS database, unnest(pair_type[lo:hi]) AS type, unnest(pair_field[lo:hi]) AS field,
-                        unnest(pair_sort_field[lo:hi]) AS sort_field, unnest(pair_value_num[lo:hi]) AS value_num,
+                        unnest(pair_database[lo:hi]) AS database, unnest(pair_field_key[lo:hi]) AS field_key,
+                        unnest(pair_sort_key[lo:hi]) AS sort_key, unnest(pair_value_num[lo:hi]) AS value_num,
                         unnest(pair_value_text[lo:hi]) AS value_text, unnest(pair_sort_num[lo:hi]) AS sort_num,
                         unnest(pair_sort_text[lo:hi]) AS sort_text) AS p;
                 WHEN 'replaceReferences' THEN
@@ -517,74 +517,76 @@ extension PostgresApply {
             }
         }
 
-        /// The owner's four columns in every kind of entry (`ent_`, `tok_`, `pair_`).
+        /// The owner's three columns in every kind of entry (`ent_`, `tok_`, `pair_`).
         struct OwnerColumns {
             var record = PostgresArrayColumn<Int64>(), zone = PostgresArrayColumn<Int64>(), database = PostgresArrayColumn<Int64>()
-            var type = PostgresArrayColumn<String>()
 
             mutating func append(_ owner: Owner) {
                 record.append(owner.record)
                 zone.append(owner.zone)
                 database.append(owner.database)
-                type.append(owner.type)
             }
 
-            var columns: [any PostgresDynamicTypeEncodable] { [record, zone, database, type] }
+            var columns: [any PostgresDynamicTypeEncodable] { [record, zone, database] }
         }
 
-        /// `ent_`: the owner, then field, position, number (exact decimal text, which `numeric`
-        /// reads exactly: an INT64 past 2^53 keeps its last digit, a double its shortest exact
-        /// form), text (UTF-8 bytes: the column is bytea), longitude.
+        /// `ent_`: the owner, then the entry's key (its record type and field, `PostgresEntryKey`),
+        /// position, number (exact decimal text, which `numeric` reads exactly: an INT64 past
+        /// 2^53 keeps its last digit, a double its shortest exact form), text (UTF-8 bytes: the
+        /// column is bytea), longitude.
         struct Entries: RowColumns {
             var owner = OwnerColumns()
-            var field = PostgresArrayColumn<String>(), position = PostgresArrayColumn<Int32>()
+            var key = PostgresArrayColumn<Int64>(), position = PostgresArrayColumn<Int32>()
             var number = PostgresArrayColumn<String>(), text = PostgresArrayColumn<ByteBuffer>()
             var longitude = PostgresArrayColumn<Double>()
+            var keys = PostgresEntryKey.Memo()
 
-            var count: Int { field.count }
+            var count: Int { key.count }
 
             mutating func append(_ owner: Owner, _ entry: IndexEntry) {
                 self.owner.append(owner)
-                field.append(entry.field)
+                key.append(keys.key(owner.type, entry.field))
                 position.append(Int32(entry.position))
                 number.append(PostgresCoarseStorage.numericText(entry.value))
                 text.append(bytes: Rows.text(entry.value))
                 longitude.append(entry.longitude)
             }
 
-            var columns: [any PostgresDynamicTypeEncodable] { owner.columns + [field, position, number, text, longitude] }
+            var columns: [any PostgresDynamicTypeEncodable] { owner.columns + [key, position, number, text, longitude] }
         }
 
-        /// `tok_`: the owner, then field and token.
+        /// `tok_`: the owner, then record type, field and token.
         struct Tokens: RowColumns {
             var owner = OwnerColumns()
-            var field = PostgresArrayColumn<String>(), token = PostgresArrayColumn<String>()
+            var type = PostgresArrayColumn<String>(), field = PostgresArrayColumn<String>(), token = PostgresArrayColumn<String>()
 
             var count: Int { field.count }
 
             mutating func append(_ owner: Owner, _ entry: TokenEntry) {
                 self.owner.append(owner)
+                type.append(owner.type)
                 field.append(entry.field)
                 token.append(entry.token)
             }
 
-            var columns: [any PostgresDynamicTypeEncodable] { owner.columns + [field, token] }
+            var columns: [any PostgresDynamicTypeEncodable] { owner.columns + [type, field, token] }
         }
 
-        /// `pair_`: the owner, then field, sort field, the value's number and text, the sort
-        /// value's number and text (as `Entries` has them).
+        /// `pair_`: the owner, then the keys of field and sort field (`PostgresEntryKey`), the
+        /// value's number and text, the sort value's number and text (as `Entries` has them).
         struct Pairs: RowColumns {
             var owner = OwnerColumns()
-            var field = PostgresArrayColumn<String>(), sortField = PostgresArrayColumn<String>()
+            var fieldKey = PostgresArrayColumn<Int64>(), sortKey = PostgresArrayColumn<Int64>()
             var valueNumber = PostgresArrayColumn<String>(), valueText = PostgresArrayColumn<ByteBuffer>()
             var sortNumber = PostgresArrayColumn<String>(), sortText = PostgresArrayColumn<ByteBuffer>()
+            var keys = PostgresEntryKey.Memo()
 
-            var count: Int { field.count }
+            var count: Int { fieldKey.count }
 
             mutating func append(_ owner: Owner, _ entry: SortedPairEntry) {
                 self.owner.append(owner)
-                field.append(entry.pair.field)
-                sortField.append(entry.pair.sortField)
+                fieldKey.append(keys.key(owner.type, entry.pair.field))
+                sortKey.append(keys.key(owner.type, entry.pair.sortField))
                 valueNumber.append(PostgresCoarseStorage.numericText(entry.value))
                 valueText.append(bytes: Rows.text(entry.value))
                 sortNumber.append(PostgresCoarseStorage.numericText(entry.sortValue))
@@ -592,7 +594,7 @@ extension PostgresApply {
             }
 
             var columns: [any PostgresDynamicTypeEncodable] {
-                owner.columns + [field, sortField, valueNumber, valueText, sortNumber, sortText]
+                owner.columns + [fieldKey, sortKey, valueNumber, valueText, sortNumber, sortText]
             }
         }
 

@@ -8,9 +8,10 @@ import PostgresNIO
 /// because SQLite's planner cannot weigh index entries against each other):
 ///
 /// - candidates are the records of the type in the zones; every filter is an `EXISTS` over the
-///   record's own entries, and each names the zone and type too, so the planner may drive
-///   from whichever index is most selective (`field_index_by_number`/`_by_text`, typed btree
-///   keys: exact `numeric` for INT64, DOUBLE and TIMESTAMP, byte-ordered `text`);
+///   record's own entries, and each names the zone and the entry's key (its type and field,
+///   `PostgresEntryKey`) too, so the planner may drive from whichever index is most selective
+///   (`field_index_by_number`/`_by_text`, typed btree keys: exact `numeric` for INT64, DOUBLE
+///   and TIMESTAMP, byte-ordered `text`);
 /// - tokens are one `tsvector` per record with a GIN index (`record_tokens`); a field's token
 ///   is the lexeme `field:token` and any field's the bare `token` (tokens are letters and
 ///   digits only, so the two never collide);
@@ -25,6 +26,8 @@ import PostgresNIO
 struct PostgresQuerySQL {
     private(set) var text = ""
     private(set) var bindings = PostgresBindings()
+    /// The queried record type, whose fields' keys the statement names.
+    private let recordType: String
     /// The record's columns as the page reads them (`r.`), made once: splitting and trimming
     /// them per query cost more than the rest of the statement's text on SQLite's twin
     /// (`QuerySQL.qualified`, docs/benchmarks.md).
@@ -34,6 +37,7 @@ struct PostgresQuerySQL {
     var query: PostgresQuery { PostgresQuery(unsafeSQL: text, binds: bindings) }
 
     init(_ query: RecordQuery) {
+        recordType = query.recordType
         // One zone (nearly every query) is an equality, which lets an index whose next column
         // is the sort key hand rows over in result order and stop at the page's end; `= ANY`
         // of a one-element array made PostgreSQL read every match and sort it (a page of the
@@ -65,13 +69,15 @@ struct PostgresQuerySQL {
             case .text(let name), .distance(let name, _, _): (sortField, sortIsNumeric) = (name, false)
             }
             from = "pair_index p JOIN records r ON r.database_id = p.database_id AND r.id = p.record_id"
-            // The entries name zone and type, which a record never changes: the records are
+            // The entries name zone and keys, which a record never changes: the records are
             // only looked up by key, whatever the planner's statistics (on tables not yet
-            // analyzed it otherwise scanned a type's records once per entry).
-            conditions = ["NOT r.deleted"]
+            // analyzed it otherwise scanned a type's records once per entry). The record's type
+            // is checked on the row read anyway, so another type's names under the same keys
+            // (`PostgresEntryKey`) could never join.
+            conditions = ["NOT r.deleted AND r.record_type = \(type)"]
             tie = "p.record_id"
-            var pair = "p.database_id = \(database) AND p.zone_id \(inZones) AND p.record_type = \(type) AND p.field = \(bind(field))"
-            pair += " AND p.sort_field = \(bind(sortField))"
+            var pair = "p.database_id = \(database) AND p.zone_id \(inZones)"
+            pair += " AND p.field_key = \(bindKey(field)) AND p.sort_key = \(bindKey(sortField))"
             switch value {
             case .text(let text): pair += " AND " + Self.compareText("p.value_text", .equal, bindText(text))
             case .integer, .number: pair += " AND p.value_num = \(bindNumeric(value))"
@@ -98,12 +104,13 @@ struct PostgresQuerySQL {
                 filter = "\(alias).lon IS NOT NULL"
                 keys.append(("nimbus_distance(\(alias).num::float8, \(alias).lon, \(bind(latitude)), \(bind(longitude)))", false, false))
             }
-            joins += " JOIN field_index \(alias) ON \(alias).database_id = r.database_id AND \(alias).record_id = r.id AND \(alias).field = \(bind(field))"
+            joins += " JOIN field_index \(alias) ON \(alias).database_id = r.database_id AND \(alias).record_id = r.id"
+            joins += " AND \(alias).entry_key = \(bindKey(field))"
             joins += " AND \(alias).position = -1 AND \(filter)"
         }
 
         for (index, condition) in query.conditions.enumerated() where index != pairCondition {
-            conditions.append(predicate(condition, inZones: inZones, type: type))
+            conditions.append(predicate(condition, inZones: inZones))
         }
         if let after = query.after {
             conditions.append(
@@ -129,6 +136,11 @@ struct PostgresQuerySQL {
         text += " WHERE " + conditions.joined(separator: " AND ")
         text += " ORDER BY " + order.joined(separator: ", ")
         text += " LIMIT \(bind(Int64(query.limit)))"
+    }
+
+    /// Binds the key of the queried type's `field` (`PostgresEntryKey`) and returns its placeholder.
+    private mutating func bindKey(_ field: String) -> String {
+        bind(PostgresEntryKey.of(recordType: recordType, field: field))
     }
 
     /// Binds a value and returns its placeholder.
@@ -168,20 +180,20 @@ struct PostgresQuerySQL {
 
     /// Some entry of the record's `field` in `scope` meets `test` (on `f`).
     private mutating func entries(
-        _ field: String, scope: IndexScope, inZones: String, type: String, _ test: (inout PostgresQuerySQL) -> String
+        _ field: String, scope: IndexScope, inZones: String, _ test: (inout PostgresQuerySQL) -> String
     ) -> String {
         let position = scope == .scalar ? "f.position = -1" : "f.position >= 0"
         let head = "EXISTS (SELECT 1 FROM field_index f WHERE f.database_id = r.database_id AND f.record_id = r.id AND f.zone_id \(inZones)"
-        let middle = " AND f.record_type = \(type) AND f.field = \(bind(field)) AND \(position) AND "
+        let middle = " AND f.entry_key = \(bindKey(field)) AND \(position) AND "
         return head + middle + test(&self) + ")"
     }
 
-    private mutating func predicate(_ condition: IndexCondition, inZones: String, type: String) -> String {
+    private mutating func predicate(_ condition: IndexCondition, inZones: String) -> String {
         switch condition {
         case .not(let inner):
-            return "NOT " + predicate(inner, inZones: inZones, type: type)
+            return "NOT " + predicate(inner, inZones: inZones)
         case .compare(let field, let scope, let comparison, let value):
-            return entries(field, scope: scope, inZones: inZones, type: type) { sql in
+            return entries(field, scope: scope, inZones: inZones) { sql in
                 switch value {
                 case .text(let text): return Self.compareText("f.text", comparison, sql.bindText(text))
                 case .integer, .number: return "f.num \(comparison.rawValue) \(sql.bindNumeric(value)) AND f.lon IS NULL"
@@ -189,7 +201,7 @@ struct PostgresQuerySQL {
             }
         case .oneOf(let field, let scope, let values):
             guard !values.isEmpty else { return "false" }
-            return entries(field, scope: scope, inZones: inZones, type: type) { sql in
+            return entries(field, scope: scope, inZones: inZones) { sql in
                 // Numbers and texts compare within their kind: one list each.
                 let numbers = values.compactMap(PostgresCoarseStorage.numericText)
                 let texts = values.compactMap { value -> String? in if case .text(let text) = value { text } else { nil } }
@@ -204,10 +216,10 @@ struct PostgresQuerySQL {
         case .allOf(let field, let values):
             let distinct = Array(Set(values))
             guard !distinct.isEmpty else { return "true" }
-            let each = distinct.map { predicate(.compare(field: field, scope: .element, .equal, $0), inZones: inZones, type: type) }
+            let each = distinct.map { predicate(.compare(field: field, scope: .element, .equal, $0), inZones: inZones) }
             return "(" + each.joined(separator: " AND ") + ")"
         case .beginsWith(let field, let scope, let prefix):
-            return entries(field, scope: scope, inZones: inZones, type: type) { sql in
+            return entries(field, scope: scope, inZones: inZones) { sql in
                 // A range of the byte-ordered text index: [prefix, prefix + U+10FFFF).
                 Self.compareText("f.text", .greaterOrEqual, sql.bindText(prefix)) + " AND "
                     + Self.compareText("f.text", .less, sql.bindText(prefix + "\u{10FFFF}"))
@@ -219,7 +231,7 @@ struct PostgresQuerySQL {
             let search = lexemes.joined(separator: all ? " & " : " | ")
             return "EXISTS (SELECT 1 FROM record_tokens t WHERE t.database_id = r.database_id AND t.record_id = r.id AND t.lexemes @@ \(bind(search))::tsquery)"
         case .near(let field, let latitude, let longitude, let meters):
-            return entries(field, scope: .scalar, inZones: inZones, type: type) { sql in
+            return entries(field, scope: .scalar, inZones: inZones) { sql in
                 // The bounding box (a latitude band, and a longitude band where it neither wraps
                 // the antimeridian nor nears a pole), then the exact distance.
                 let band = meters / 111_000 + 0.001
