@@ -125,12 +125,12 @@ final class PostgresFeedStamper: Sendable {
             }
             guard let (databases, sweeps) = next else { return }
             var all = Set(databases)
-            if sweeps, let rows = try? await storage.rows(PostgresDatabaseFeed.pendingDatabases) {
+            if sweeps, let rows = try? await storage.upkeep(PostgresDatabaseFeed.pendingDatabases) {
                 for row in rows { if let id = try? row.decode(Int64.self) { all.insert(id) } }
             }
             for database in all.sorted() {
                 do {
-                    try await storage.stampFeed(of: database)
+                    try await storage.upkeep(PostgresDatabaseFeed.stamp(database))
                 } catch {
                     storage.logger.debug("a database's change feed was not stamped", metadata: ["database": "\(database)", "error": "\(error)"])
                 }
@@ -148,10 +148,10 @@ final class PostgresFeedStamper: Sendable {
 }
 
 extension PostgresStorage {
-    /// Stamps `database`'s pending zones no write holds (`PostgresDatabaseFeed.stamp`): one
-    /// statement on the primary, its own transaction, for the stamper and for a feed read
-    /// alike. Called outside a zone's turn only (its commit is still to come, and a later pass
-    /// stamps its zones).
+    /// Stamps `database`'s pending zones no write holds (`PostgresDatabaseFeed.stamp`) before
+    /// a feed read: one statement on the primary, its own transaction, the same the stamper
+    /// sends as upkeep. Called outside a zone's turn only (its commit is still to come, and a
+    /// later pass stamps its zones).
     func stampFeed(of database: Int64) async throws {
         try await rows(PostgresDatabaseFeed.stamp(database))
     }

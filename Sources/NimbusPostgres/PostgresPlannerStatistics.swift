@@ -67,16 +67,3 @@ final class PostgresPlannerStatistics: Sendable {
         }
     }
 }
-
-extension PostgresStorage {
-    /// A statement of the node's own upkeep, not of a request: on the primary, within the
-    /// deadline, unnamed (it runs seldom), and unseen by `statementObserver`.
-    @discardableResult
-    func upkeep(_ query: PostgresQuery) async throws -> [PostgresRow] {
-        try await unitOfWork { [self] in
-            try await primary.client.withConnection { [self] connection in
-                try await connection.query(query, logger: logger).collect()
-            }
-        }
-    }
-}
