@@ -70,9 +70,12 @@ public final class PostgresStorage: Sendable {
     /// a standby, or belongs to another cluster, is refused with the reason.
     /// `keyLoadsInFlight`: loads by key sent before the next ones wait and go together
     /// (`PostgresKeyLoads`; nil: `NIMBUS_POSTGRES_KEY_LOADS`, or 2).
+    /// `migrationLockWait`: how long a migration waits for a table another session holds before
+    /// the node gives up, saying so (`migrationLockWaitDefault`).
     public init(
         _ location: PostgresLocation, readReplicas: [PostgresLocation] = [], deadline: Duration = .seconds(5),
         maximumConnections: Int = defaultMaximumConnections, keyLoadsInFlight: Int? = nil,
+        migrationLockWait: Duration = migrationLockWaitDefault,
         statementObserver: (@Sendable (String) -> Void)? = nil
     ) async throws {
         self.location = location
@@ -93,7 +96,7 @@ public final class PostgresStorage: Sendable {
             throw error
         }
         do {
-            try await migrate()
+            try await migrate(lockWait: migrationLockWait)
         } catch {
             _ = replicas.close()
             // Not awaited: a connection attempt in flight would hold the caller past the
@@ -220,22 +223,34 @@ public final class PostgresStorage: Sendable {
     /// An advisory lock key for migrations: any constant, the same on every node.
     private static let migrationLock: Int64 = 0x4E_696D_6275_7301
 
-    /// How long migrations may take once the server answered: they may rewrite large tables.
-    static let migrationDeadline: Duration = .seconds(300)
+    /// How long migrations may take once the server answered. They may rewrite the largest
+    /// tables: v37 rewrote every index entry, about 31 s a million records on a 2-core machine
+    /// (docs/operations.md, "Upgrades"), which five minutes, the limit until then, cut short
+    /// past some eight million. A migration that cannot go on because another session holds a
+    /// table it changes stops far sooner (`migrationLockWaitDefault`).
+    static let migrationDeadline: Duration = .seconds(3600)
 
-    private func migrate() async throws {
+    /// How long a migration waits for a table another session holds (a node of an earlier
+    /// version still serving, say) before the node stops and says so, rather than waiting out
+    /// `migrationDeadline` with no word of why.
+    public static let migrationLockWaitDefault: Duration = .seconds(30)
+
+    private func migrate(lockWait: Duration) async throws {
         // Within the deadline: is the server there at all?
         try await rows("SELECT 1")
         try await Deadline.run(within: Self.migrationDeadline, { [client, logger] in
-            try await Self.migrate(client: client, logger: logger)
+            try await Self.migrate(client: client, lockWait: lockWait, logger: logger)
         }, timeout: { StorageError.unavailable("the schema migrations did not finish within \(Self.migrationDeadline)") })
     }
 
-    private static func migrate(client: PostgresClient, logger: Logger) async throws {
+    private static func migrate(client: PostgresClient, lockWait: Duration, logger: Logger) async throws {
         do {
             try await client.withTransaction(logger: logger) { connection in
                 // Nodes starting together queue here; the second finds the work done.
                 try await connection.query("SELECT pg_advisory_xact_lock(\(Self.migrationLock))", logger: logger)
+                // Past the queue, no lock is waited for longer than `lockWait`.
+                let milliseconds = max(1, lockWait.wholeNanoseconds / 1_000_000)
+                try await connection.query(PostgresQuery(unsafeSQL: "SET LOCAL lock_timeout = \(milliseconds)"), logger: logger)
                 try await connection.query(
                     """
                     CREATE TABLE IF NOT EXISTS nimbus_migrations (
@@ -250,8 +265,13 @@ public final class PostgresStorage: Sendable {
                     applied.insert(name)
                 }
                 for migration in PostgresMigrations.all where !applied.contains(migration.name) {
-                    for statement in migration.statements {
-                        try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+                    do {
+                        for statement in migration.statements {
+                            try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+                        }
+                    } catch let error as PSQLError where error.serverInfo?[.sqlState] == "55P03" {
+                        throw StorageError.unavailable(
+                            "migration \(migration.name) waited \(lockWait) for a table another session holds: stop every node of an earlier version, then start this one (docs/operations.md, \"Upgrades\")")
                     }
                     try await connection.query("INSERT INTO nimbus_migrations (name) VALUES (\(migration.name))", logger: logger)
                 }

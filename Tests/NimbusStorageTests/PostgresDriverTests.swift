@@ -1,9 +1,11 @@
 import Foundation
+import Logging
 import NIOCore
 import NIOPosix
 import NimbusPostgres
 import NimbusStorage
 import NimbusTestSupport
+import PostgresNIO
 import Synchronization
 import Testing
 
@@ -266,6 +268,44 @@ import Testing
             try await expectOneRoundTrip { _ = try await accounts.credentials(apiTokenHash: "t", sessionHash: "s") }
             try await expectOneRoundTrip { _ = try await accounts.endSessions(userName: "u") }
             await storage.close()
+        }
+    }
+
+    /// A migration that needs a table another session holds (as a node of an earlier version
+    /// still serving would) stops after the lock wait and says why, instead of waiting out the
+    /// migrations' hour; once the table is free, the same migration goes through.
+    @Test(.enabled(if: PostgresTestCluster.url != nil))
+    func aMigrationBlockedByAnotherSessionSaysSoInsteadOfWaiting() async throws {
+        try await PostgresTestCluster.withDatabase { location in
+            await (try await PostgresStorage(location, deadline: PostgresTestCluster.deadline, maximumConnections: 2)).close()
+            // v36 pending again, with the index it drops back on `records`, and `records` held
+            // as a reader of an earlier version holds it.
+            try await PostgresTestCluster.execute("CREATE INDEX records_by_id ON records (id)", on: location)
+            try await PostgresTestCluster.execute("DELETE FROM nimbus_migrations WHERE name = 'v36-records-by-key-only'", on: location)
+            let logger = Logger(label: "holder")
+            let holder = try await PostgresTestCluster.connect(to: location, logger: logger)
+            _ = try await holder.query("BEGIN", logger: logger)
+            _ = try await holder.query("LOCK TABLE records IN ACCESS SHARE MODE", logger: logger)
+            let started = ContinuousClock.now
+            do {
+                let storage = try await PostgresStorage(
+                    location, deadline: PostgresTestCluster.deadline, maximumConnections: 2, migrationLockWait: .seconds(1))
+                await storage.close()
+                Issue.record("the migration went through while another session held its table")
+            } catch {
+                let reason = String(describing: error)
+                #expect(reason.contains("v36-records-by-key-only") && reason.contains("earlier version"), "\(reason)")
+            }
+            #expect(ContinuousClock.now - started < .seconds(20), "it waited \(ContinuousClock.now - started)")
+            _ = try await holder.query("ROLLBACK", logger: logger)
+            try await holder.close()
+            await (try await PostgresStorage(
+                location, deadline: PostgresTestCluster.deadline, maximumConnections: 2, migrationLockWait: .seconds(1))).close()
+            let applied = try await PostgresTestCluster.rows(
+                "SELECT count(*)::text FROM nimbus_migrations WHERE name = 'v36-records-by-key-only'", on: location)
+            expectEqual(applied.first?.first ?? nil, "1")
+            let index = try await PostgresTestCluster.rows("SELECT count(*)::text FROM pg_indexes WHERE indexname = 'records_by_id'", on: location)
+            expectEqual(index.first?.first ?? nil, "0", "v36 dropped the index")
         }
     }
 
