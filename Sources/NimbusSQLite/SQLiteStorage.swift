@@ -112,7 +112,9 @@ public final class SQLiteStorage: Sendable {
         let checkpointer = WALCheckpointer(path: path, pagesPerCheckpoint: checkpointPages)
         try pool.writeWithoutTransaction { db in checkpointer.attach(to: db) }
         self.checkpointer = checkpointer
-        committer = GroupCommitter(pool: pool)
+        committer = GroupCommitter(
+            pool: pool,
+            maximumGroup: synchronous == .normal ? GroupCommitter.maximumJobsPerUnsyncedCommit : GroupCommitter.maximumJobsPerCommit)
         scans = ScanLane(width: scanWidth)
         requestLogFile = try SQLiteRequestLog(path: SQLiteRequestLog.path(besideStore: path))
         self.path = path

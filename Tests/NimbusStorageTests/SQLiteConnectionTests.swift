@@ -124,14 +124,72 @@ import Testing
         }
     }
 
+    /// Writers waiting behind a commit go in groups of at most the committer's bound, in the
+    /// order they came, each group one transaction; every writer is told it committed. With
+    /// the bound at 4, the ten behind a held commit commit as 4, 4 and 2; unbounded, as one.
+    @Test(arguments: [(4, [1, 4, 4, 2]), (GroupCommitter.maximumJobsPerCommit, [1, 10])])
+    func writersBehindACommitGoInGroupsOfTheBound(bound: Int, groups: [Int]) throws {
+        try Self.withCommitter(table: "CREATE TABLE t (writer INTEGER NOT NULL)", maximumGroup: bound) { pool, committer in
+            let commits = CommitCounter()
+            try pool.writeWithoutTransaction { db in commits.count(on: db) }
+            let finished = DispatchGroup()
+            let committed = Mutex<[Int]>([])
+            @Sendable func submit(_ writer: Int, holding: DispatchSemaphore? = nil, entered: DispatchSemaphore? = nil) {
+                finished.enter()
+                committer.submit(
+                    GroupCommitter.Job(
+                        run: { db in
+                            try db.execute(sql: "INSERT INTO t (writer) VALUES (?)", arguments: [writer])
+                            commits.ran()
+                            entered?.signal()
+                            holding?.wait()
+                        },
+                        complete: { outcome in
+                            if case .success = outcome { committed.withLock { $0.append(writer) } }
+                            finished.leave()
+                        }))
+            }
+            let (hold, entered) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
+            Thread { submit(-1, holding: hold, entered: entered) }.start()
+            #expect(entered.wait(timeout: .now() + 10) == .success, "the holder never began its commit")
+            for writer in 0..<10 { submit(writer) }
+            hold.signal()
+            #expect(finished.wait(timeout: .now() + 10) == .success, "the writers behind the holder never completed")
+            expectEqual(commits.groups, groups)
+            expectEqual(committed.withLock { $0 }.sorted(), Array(-1..<10))
+            expectEqual(try pool.read { try Int.fetchAll($0, sql: "SELECT writer FROM t ORDER BY rowid") }, Array(-1..<10))
+        }
+    }
+
+    /// The writers each commit of the writer's connection carried, commit by commit (SQLite's
+    /// commit hook, on the writer's thread, after the writers of its transaction ran).
+    private final class CommitCounter: @unchecked Sendable {
+        private let state = Mutex((ran: 0, groups: [Int]()))
+        var groups: [Int] { state.withLock { $0.groups } }
+        func ran() { state.withLock { $0.ran += 1 } }
+        func count(on db: Database) {
+            sqlite3_commit_hook(
+                db.sqliteConnection,
+                { context in
+                    Unmanaged<CommitCounter>.fromOpaque(context!).takeUnretainedValue().state.withLock { state in
+                        state.groups.append(state.ran)
+                        state.ran = 0
+                    }
+                    return 0
+                }, Unmanaged.passUnretained(self).toOpaque())
+        }
+    }
+
     /// A committer over a database of its own in a temporary folder, with the table `table` makes.
-    private static func withCommitter(table: String, _ body: (DatabasePool, GroupCommitter) throws -> Void) throws {
+    private static func withCommitter(
+        table: String, maximumGroup: Int = GroupCommitter.maximumJobsPerCommit, _ body: (DatabasePool, GroupCommitter) throws -> Void
+    ) throws {
         let directory = NSTemporaryDirectory() + "nimbus-committer-" + UUID().uuidString
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let pool = try DatabasePool(path: directory + "/db.sqlite")
         try pool.write { try $0.execute(sql: table) }
-        try body(pool, GroupCommitter(pool: pool))
+        try body(pool, GroupCommitter(pool: pool, maximumGroup: maximumGroup))
     }
 
     /// A writer alone in its commit runs without a savepoint: when it throws after writing, or
