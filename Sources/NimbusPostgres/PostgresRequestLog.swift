@@ -11,7 +11,10 @@ struct PostgresRequestLog: RequestLogStore {
         // Arrays of optionals do not bind: "" stands for none, and NULLIF puts it back.
         func text(_ value: String?) -> String { value ?? "" }
         let items = rows.map { $0.itemErrorCodes.isEmpty ? "" : "," + $0.itemErrorCodes.joined(separator: ",") + "," }
-        // One statement, so one transaction: the entries and the figures that count them.
+        // One statement, so one transaction: the entries and the figures that count them. The
+        // columns are unnested in the select list, side by side a row at a time: unnested in FROM,
+        // PostgreSQL runs the function to its end into a tuplestore first, and a batch is every
+        // request the node answered in a second (as PostgresApply's inserts, docs/benchmarks.md).
         try await storage.rows(
             """
             WITH logged AS (
@@ -19,12 +22,16 @@ struct PostgresRequestLog: RequestLogStore {
                     status, error, item_errors, ms)
                 SELECT at, node, uuid, method, route, NULLIF(container, ''), NULLIF(environment, ''), NULLIF(database, ''),
                     NULLIF(user_record_name, ''), NULLIF(user_name, ''), status, NULLIF(error, ''), NULLIF(item_errors, ''), ms
-                FROM unnest(\(rows.map(\.at)), \(rows.map(\.node)), \(rows.map(\.requestUUID)), \(rows.map(\.method)),
-                    \(rows.map(\.route)), \(rows.map { text($0.container) }), \(rows.map { text($0.environment) }),
-                    \(rows.map { text($0.database) }), \(rows.map { text($0.userRecordName) }), \(rows.map { text($0.userName) }),
-                    \(rows.map { Int32($0.status) }), \(rows.map { text($0.serverErrorCode) }), \(items), \(rows.map(\.milliseconds)))
-                    AS r(at, node, uuid, method, route, container, environment, database, user_record_name, user_name, status, error,
-                        item_errors, ms)
+                FROM (
+                    SELECT unnest(\(rows.map(\.at))) AS at, unnest(\(rows.map(\.node))) AS node,
+                        unnest(\(rows.map(\.requestUUID))) AS uuid, unnest(\(rows.map(\.method))) AS method,
+                        unnest(\(rows.map(\.route))) AS route, unnest(\(rows.map { text($0.container) })) AS container,
+                        unnest(\(rows.map { text($0.environment) })) AS environment, unnest(\(rows.map { text($0.database) })) AS database,
+                        unnest(\(rows.map { text($0.userRecordName) })) AS user_record_name,
+                        unnest(\(rows.map { text($0.userName) })) AS user_name, unnest(\(rows.map { Int32($0.status) })) AS status,
+                        unnest(\(rows.map { text($0.serverErrorCode) })) AS error, unnest(\(items)) AS item_errors,
+                        unnest(\(rows.map(\.milliseconds))) AS ms
+                ) AS r
                 RETURNING 1
             )
             INSERT INTO request_minutes (minute, node, container, requests, server_errors, errors, latency)
