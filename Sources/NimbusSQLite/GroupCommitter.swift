@@ -5,8 +5,8 @@ import GRDB
 /// Runs write transactions so that concurrent writers share commits.
 ///
 /// Writers queue up while a commit is in flight; the next commit takes them (up to
-/// `maximumGroup`, in the order they came), runs each in its own savepoint (so a failing writer is rolled back alone; a writer alone in its
-/// commit needs none), and commits once.
+/// `maximumGroup`, in the order they came), runs each in its own savepoint (so a failing
+/// writer is rolled back alone; a writer alone in its commit needs none), and commits once.
 /// Every writer is resumed only after that commit returns, so an acknowledged write is as
 /// durable as the connection's `synchronous` mode makes a commit. With one writer at a time
 /// this is an ordinary transaction; under load, one fsync covers many requests.
