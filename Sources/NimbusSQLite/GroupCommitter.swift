@@ -33,7 +33,7 @@ final class GroupCommitter: @unchecked Sendable {
 
     private let pool: DatabasePool
     /// Writers taken into one commit at most.
-    private let maximumGroup: Int
+    let maximumGroup: Int
     private let lock = NSLock()
     private var pending: [Job] = []
     private var isDraining = false

@@ -21,7 +21,8 @@ public final class SQLiteStorage: Sendable {
     private let pool: DatabasePool
     /// Where point reads run (`PointReaders`); GRDB's pool serves scans and the rest.
     private let pointReaders: PointReaders
-    private let committer: GroupCommitter
+    /// Internal for tests (the group bound each `synchronous` mode gets).
+    let committer: GroupCommitter
     /// Where scans that take long run (`readScan`, `readScanQuickly`).
     let scans: ScanLane
     /// Schemas as last read, by generation (`SchemaCache`).

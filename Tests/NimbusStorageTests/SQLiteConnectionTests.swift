@@ -161,6 +161,18 @@ import Testing
         }
     }
 
+    /// A store whose commits do not sync bounds its groups at 16 writers; one whose commits
+    /// sync keeps the large bound, where each commit's sync is what a group shares.
+    @Test(arguments: [(SQLiteStorage.SynchronousMode.normal, 16), (.full, GroupCommitter.maximumJobsPerCommit)])
+    func aStoreBoundsItsGroupsByWhetherCommitsSync(synchronous: SQLiteStorage.SynchronousMode, bound: Int) async throws {
+        try await StorageConformanceTests.directory { directory in
+            let storage = try SQLiteStorage(path: directory + "/db.sqlite", synchronous: synchronous)
+            try await withClosing(storage, closedBy: { try await $0.close() }) { storage in
+                expectEqual(storage.committer.maximumGroup, bound)
+            }
+        }
+    }
+
     /// The writers each commit of the writer's connection carried, commit by commit (SQLite's
     /// commit hook, on the writer's thread, after the writers of its transaction ran).
     private final class CommitCounter: @unchecked Sendable {
