@@ -6,15 +6,17 @@
 #   scripts/postgres-standby.sh kill-primary   kill -9 of the primary's postmaster
 #   scripts/postgres-standby.sh promote   promotes the standby (PostgreSQL's own promotion)
 #   scripts/postgres-standby.sh stop      stops both and removes their files
-# The primary listens on 127.0.0.1:$NIMBUS_PG_PRIMARY_PORT (54331), the standby on the next
-# port; their files are in $NIMBUS_PG_PAIR_DIR (/tmp/nimbus-pg-pair-PORT). NIMBUS_PG_STANDBYS=N
-# adds asynchronous standbys on the ports after it (read replicas for Benchmarks/replicas.sh). Commits wait for the
-# standby (synchronous_commit = on, the standby named in synchronous_standby_names), so every
-# commit a client saw acknowledged is on the standby when it is promoted. fsync stays off: the
-# tests kill processes, not the machine.
+# The primary listens on 127.0.0.1:$NIMBUS_PG_PRIMARY_PORT (25431), the standby on the next
+# port; their files are in $NIMBUS_PG_PAIR_DIR (/tmp/nimbus-pg-pair-PORT). Pairs start while
+# other tests run, so their ports sit below Linux's ephemeral range (32768-60999): a port in it
+# may be the local end of another test's connection, and then the cluster cannot listen there.
+# NIMBUS_PG_STANDBYS=N adds asynchronous standbys on the ports after it (read replicas for
+# Benchmarks/replicas.sh). Commits wait for the standby (synchronous_commit = on, the standby
+# named in synchronous_standby_names), so every commit a client saw acknowledged is on the
+# standby when it is promoted. fsync stays off: the tests kill processes, not the machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PRIMARY_PORT=${NIMBUS_PG_PRIMARY_PORT:-54331}
+PRIMARY_PORT=${NIMBUS_PG_PRIMARY_PORT:-25431}
 STANDBY_PORT=$((PRIMARY_PORT + 1))
 DIR=${NIMBUS_PG_PAIR_DIR:-/tmp/nimbus-pg-pair-$PRIMARY_PORT}
 BIN=/usr/lib/postgresql/15/bin
@@ -25,14 +27,20 @@ as_postgres() {
   if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
 }
 
-start_cluster() {  # start_cluster DATA PORT
+start_cluster() {  # start_cluster DATA PORT; on failure, the cluster's own log says why
   as_postgres "$BIN/pg_ctl" -D "$1" -l "$1.log" -w -t 60 \
-    -o "-p $2 -k $DIR -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off -c full_page_writes=off" start >/dev/null
+    -o "-p $2 -k $DIR -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off -c full_page_writes=off" start >/dev/null || {
+    echo "PostgreSQL on port $2 did not start; the end of $1.log:" >&2
+    tail -n 20 "$1.log" >&2 || true
+    return 1
+  }
 }
 
 start() {
   scripts/postgres.sh install >/dev/null
   stop quiet
+  # A start that fails stops what it started: no cluster outlives a test that could not use it.
+  trap 'status=$?; [ "$status" = 0 ] || stop quiet; exit "$status"' EXIT
   mkdir -p "$DIR"
   [ "$(id -u)" = 0 ] && chown postgres:postgres "$DIR"
   as_postgres "$BIN/initdb" -D "$DIR/primary" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >"$DIR/initdb.log"
@@ -61,6 +69,7 @@ start() {
       -d "host=127.0.0.1 port=$PRIMARY_PORT user=postgres application_name=${STANDBY_NAME}_$extra" >/dev/null
     start_cluster "$DIR/standby-$extra" "$((PRIMARY_PORT + extra))"
   done
+  trap - EXIT
   echo "postgres://postgres@127.0.0.1:$PRIMARY_PORT,127.0.0.1:$STANDBY_PORT/postgres?sslmode=disable&target_session_attrs=read-write"
 }
 

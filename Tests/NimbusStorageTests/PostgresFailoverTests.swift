@@ -13,7 +13,7 @@ import Testing
 /// and promoted for real; one pair at a time, so the suite runs serialized.
 @Suite(.serialized, .enabled(if: PostgresTestCluster.url != nil))
 struct PostgresFailoverTests {
-    static let port = 54331
+    static let port = 25431
 
     @Test func aNodeUsesTheFirstHostThatTakesWritesAndSaysWhyWhenNoneDoes() async throws {
         try await PostgresStandbyPair.with(primaryPort: Self.port) { pair in

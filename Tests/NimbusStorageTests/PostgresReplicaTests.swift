@@ -13,7 +13,7 @@ import Testing
 /// and resumed on the standby (`pg_wal_replay_pause`) to hold it behind on purpose.
 @Suite(.serialized, .enabled(if: PostgresTestCluster.url != nil))
 struct PostgresReplicaTests {
-    static let port = 54333
+    static let port = 25433
 
     /// The node's storage, kept for its replica figures.
     final class Opened: Sendable {
