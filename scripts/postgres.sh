@@ -53,7 +53,13 @@ start() {
   local memory="-c shared_buffers=1GB -c max_wal_size=8GB -c checkpoint_timeout=30min"
   [ "${NIMBUS_PG_DURABLE:-0}" = 1 ] && durability=""
   as_postgres "$BIN/pg_ctl" -D "$DIR/data" -l "$DIR/server.log" -w -t 60 \
-    -o "-p $PORT -k $DIR -c listen_addresses=127.0.0.1 -c max_connections=1000 $durability $memory ${NIMBUS_PG_OPTIONS:-}" start >/dev/null
+    -o "-p $PORT -k $DIR -c listen_addresses=127.0.0.1 -c max_connections=1000 $durability $memory ${NIMBUS_PG_OPTIONS:-}" start >/dev/null || {
+    # pg_ctl says only that it could not start; the cluster's own log says why (as
+    # scripts/postgres-standby.sh does for its pairs).
+    echo "PostgreSQL on port $PORT did not start; the end of $DIR/server.log:" >&2
+    tail -n 20 "$DIR/server.log" >&2 || true
+    exit 1
+  }
   echo "postgres://postgres@127.0.0.1:$PORT/postgres?sslmode=disable"
 }
 
