@@ -9,8 +9,7 @@
 # the app queries.
 
 build_release() {
-  swift build -c release --product nimbus
-  swift build -c release --product NimbusBench
+  scripts/build-release.sh nimbus NimbusBench
   BIN=$(swift build -c release --show-bin-path)
   link_installed_allocator
 }
@@ -25,7 +24,7 @@ link_installed_allocator() {
   ldd "$BIN/nimbus" | grep -q jemalloc && return 0
   echo "lib.sh: jemalloc is installed and $BIN/nimbus does not link it: evaluating the manifest again" >&2
   rm -rf ~/.cache/org.swift.swiftpm/manifests .build/release.yaml
-  swift build -c release --product nimbus
+  scripts/build-release.sh nimbus
   if ! ldd "$BIN/nimbus" | grep -q jemalloc; then
     echo "lib.sh: $BIN/nimbus still does not link jemalloc" >&2
     exit 1

@@ -72,3 +72,12 @@ static __thread void *thread_slot;
 void *nimbus_thread_slot(void) { return thread_slot; }
 
 void nimbus_set_thread_slot(void *value) { thread_slot = value; }
+
+#if defined(__linux__)
+// Weak: resolved from libswift_Concurrency (shared, or the archive a static build links), NULL
+// if neither defines it.
+extern void *swift_task_enqueueGlobal_hook __attribute__((weak));
+void **nimbus_swift_enqueue_global_hook(void) { return &swift_task_enqueueGlobal_hook; }
+#else
+void **nimbus_swift_enqueue_global_hook(void) { return NULL; }
+#endif

@@ -37,4 +37,10 @@ int nimbus_bytes_contain(const void *haystack, size_t haystack_length, const voi
 void *nimbus_thread_slot(void);
 void nimbus_set_thread_slot(void *value);
 
+/// The address of Swift's global-executor hook (`swift_task_enqueueGlobal_hook`), as the linker
+/// resolved it, or NULL where it did not (then `LoopJobQueue` looks it up by name). Declared here
+/// rather than found with `dlsym`: a binary that links Swift's libraries statically does not
+/// export their symbols, and the lookup found nothing there.
+void **nimbus_swift_enqueue_global_hook(void);
+
 #endif

@@ -23,7 +23,10 @@ public enum LoopJobQueue {
     /// Makes the loops of NIO's shared group Swift's global executor. Call once, first thing in
     /// `main`, before any task runs; false where the runtime has no hook for it.
     public static func install() -> Bool {
-        guard let slot = dlsym(dlopen(nil, RTLD_NOW), "swift_task_enqueueGlobal_hook") else { return false }
+        // As the linker resolved it (a static build exports no symbol `dlsym` could find), else by name.
+        guard let slot = UnsafeMutableRawPointer(nimbus_swift_enqueue_global_hook())
+            ?? dlsym(dlopen(nil, RTLD_NOW), "swift_task_enqueueGlobal_hook")
+        else { return false }
         let global = slot.assumingMemoryBound(to: UnsafeRawPointer?.self)
         // Someone else's hook (NIO's takeover, made first) keeps the jobs; no queues are made.
         guard global.pointee == nil else { return false }

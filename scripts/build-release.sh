@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Builds the release server the way it is deployed and benchmarked: `swift build -c release`,
+# with Swift's own libraries (the runtime, concurrency, Foundation, Dispatch) linked into the
+# binary where the toolchain carries them as static archives (swift.org's Linux toolchains do).
+# A retain, a release or a runtime call then goes straight to its code instead of through the
+# dynamic linker's tables: fetches by ID at 64 connections measured 1.21x and filtered lists
+# 1.08x the same source linked dynamically (docs/benchmarks.md, "Swift's libraries linked
+# in"), and the binary needs only the C libraries every Linux has beside it.
+#
+#   scripts/build-release.sh [product…]     # default: nimbus; prints nothing but swift's output
+#
+# Every release build of this checkout goes through here (Benchmarks/lib.sh too): a build with
+# and one without the flag share `.build/release`, and each would rebuild everything the other
+# built.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+flags=(-c release)
+if [ "$(uname)" = Linux ]; then
+  swiftc=$(command -v swiftc || true)
+  if [ -n "$swiftc" ] && [ -e "$(dirname "$(readlink -f "$swiftc")")/../lib/swift_static/linux/libswiftCore.a" ]; then
+    flags+=(--static-swift-stdlib)
+  else
+    echo "build-release.sh: this toolchain has no static Swift libraries; linking them dynamically" >&2
+  fi
+fi
+
+products=("$@")
+[ ${#products[@]} -gt 0 ] || products=(nimbus)
+
+# Linked statically, Foundation's networking part (which NimbusKit, and so the load generator,
+# uses; the server does not) needs libcurl's development link, which a fresh Debian lacks.
+if [[ " ${flags[*]} " == *" --static-swift-stdlib "* && " ${products[*]} " != " nimbus " ]] &&
+  ! compgen -G "/usr/lib/*/libcurl.so" >/dev/null && ! compgen -G "/usr/lib*/libcurl.so" >/dev/null; then
+  if command -v apt-get >/dev/null; then
+    apt-get install -y -qq libcurl4-openssl-dev >/dev/null
+  else
+    echo "build-release.sh: install libcurl's development files (Debian: libcurl4-openssl-dev)" >&2
+    exit 1
+  fi
+fi
+for product in "${products[@]}"; do
+  swift build "${flags[@]}" --product "$product"
+done
