@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Before and after a change, in one run: this build's server against another worktree's
 # release build (e.g. the previous commit: `git worktree add ../base HEAD~1` and
-# `swift build -c release --product nimbus` there), alternating A B A B so the machine's drift
+# `scripts/build-release.sh` there, so both are linked alike), alternating A B A B so the machine's drift
 # falls on both. The same load generator (this build's NimbusBench) drives both, Nimbus only,
 # production schema, synchronous=NORMAL; the rows whose names contain ONLY (default: the
 # single-record creates, the batch and fetch by ID). Prints each pass's table, then medians.
@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source Benchmarks/lib.sh
-if [ -f "$1" ]; then OTHER=$1; else OTHER=$(cd "$1" && swift build -c release --show-bin-path)/nimbus; fi
+OTHER=$(other_binary "$1")
 SECONDS_PER=${2:-5}
 ROUNDS=${3:-3}
 RECORDS=${4:-100000}

@@ -8,7 +8,7 @@
 # runs each (docs/benchmarks.md, "Swift's libraries linked in"), and the binary needs no Swift
 # library beside it, only the C ones every Linux has.
 #
-#   scripts/build-release.sh [product…]     # default: nimbus; prints nothing but swift's output
+#   scripts/build-release.sh [product…]     # default: nimbus
 #
 # Every release build of this checkout goes through here (Benchmarks/lib.sh too): a build with
 # and one without the flag share `.build/release`, and each would rebuild everything the other
