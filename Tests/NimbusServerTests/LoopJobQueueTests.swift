@@ -58,3 +58,20 @@ import Testing
         if TestStorage.isSQLiteFile { #expect(server.output.contains("tasks: on NIO's"), "\(server.output)") }
     }
 }
+
+#if os(Linux)
+    import CNimbusLibc
+    import Glibc
+
+    /// `LoopJobQueue.install()` takes Swift's executor hook from the address the linker resolved,
+    /// because a binary with Swift's libraries linked in (`scripts/build-release.sh`) exports no
+    /// symbol for `dlsym` to find. Where both can see it (this test binary links them
+    /// dynamically), they must name the same slot.
+    @Suite struct SwiftExecutorHookTests {
+        @Test func theLinkedHookIsTheOneTheDynamicLinkerNames() throws {
+            let linked = try #require(nimbus_swift_enqueue_global_hook(), "the weak declaration resolved to nothing")
+            let named = try #require(dlsym(dlopen(nil, RTLD_NOW), "swift_task_enqueueGlobal_hook"))
+            #expect(UnsafeMutableRawPointer(linked) == named)
+        }
+    }
+#endif
