@@ -35,6 +35,21 @@ public final class FaultyStorage: WrappingStorageDriver, @unchecked Sendable {
         for continuation in waiting { continuation.resume() }
     }
 
+    /// Holds writes while `body` runs, and releases them however it ends. A test that throws
+    /// with writes held would otherwise never end: its server's shutdown waits for the
+    /// requests those writes belong to. (`body` may release them earlier itself.)
+    public func holdingWrites<Value>(_ body: () async throws -> Value) async throws -> Value {
+        holdWrites()
+        do {
+            let value = try await body()
+            releaseWrites()
+            return value
+        } catch {
+            releaseWrites()
+            throw error
+        }
+    }
+
     /// Writes waiting in `holdWrites`.
     public var heldWrites: Int { lock.withLock { held.count } }
 
