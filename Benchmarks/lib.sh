@@ -58,7 +58,8 @@ start_server() {
   "$NIMBUS" serve --data-dir "$DATA" --port 0 --sync "$mode" --log-level error $serve_flags > "$DATA/serve.log" 2>&1 &
   PID=$!
   trap 'kill $PID 2>/dev/null || true' EXIT
-  for _ in $(seq 1 100); do grep -q "listening on" "$DATA/serve.log" && break; sleep 0.1; done
+  # START_SECONDS: how long it may take to listen (10 s; a server under valgrind takes longer).
+  for _ in $(seq 1 $(( ${START_SECONDS:-10} * 10 ))); do grep -q "listening on" "$DATA/serve.log" && break; sleep 0.1; done
   URL=$(grep -o 'http://[0-9.:]*' "$DATA/serve.log" | head -1)
   if [ "$ENVIRONMENT" = production ]; then
     WEB=$(sign_in development)
