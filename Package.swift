@@ -45,10 +45,11 @@ let strict: [SwiftSetting] = [
 // LLD also lays the functions out in scripts/link-order.txt's order: every function the server
 // ran while set up and serving each benchmark request, measured under callgrind by
 // Benchmarks/link-order.sh. They share a few megabytes of pages instead of touching most of the
-// 42 MB of code: after the benchmarks' setup the server held about 27 MiB instead of 36
-// (docs/benchmarks.md, "The link order"). It takes effect where each function has a section
-// of its own, as scripts/build-release.sh compiles them; names the file lists that no longer
-// exist are passed over.
+// 42 MB of code. The compiler's private functions, which have no name to list, are gathered by
+// scripts/private-functions.ld into 370 KB of their own. After the benchmarks' setup the server
+// held about 23.5 MiB instead of 36 (docs/benchmarks.md, "The link order"). It takes effect
+// where each function has a section of its own, as scripts/build-release.sh compiles them;
+// names the file lists that no longer exist are passed over.
 let residentLinking: [LinkerSetting] =
     packsRelativeRelocations
     ? [
@@ -57,6 +58,7 @@ let residentLinking: [LinkerSetting] =
                 "-use-ld=lld", "-Xlinker", "-z", "-Xlinker", "pack-relative-relocs",
                 "-Xlinker", "--symbol-ordering-file=\(Context.packageDirectory)/scripts/link-order.txt",
                 "-Xlinker", "--no-warn-symbol-ordering",
+                "-Xlinker", "-T", "-Xlinker", "\(Context.packageDirectory)/scripts/private-functions.ld",
             ],
             .when(platforms: [.linux], configuration: .release))
     ] : []

@@ -16,8 +16,8 @@
 # the hot paths share pages too.
 #
 # Functions with no symbol cannot be listed: LLVM's merged bodies and the compiler's private
-# helpers (a closure context's destroyer); they stay where they were, and are most of what the
-# server still touches outside the ordered code (docs/benchmarks.md, "The link order").
+# helpers (a closure context's destroyer). scripts/private-functions.ld gathers all of them
+# instead (docs/benchmarks.md, "The link order").
 #
 # Run it again when the code has moved a lot: a function the list does not name is laid out
 # after those it does, where it was (LLD ignores names that no longer exist). It takes a minute
