@@ -70,6 +70,10 @@ import Testing
         try await PostgresTestCluster.withDatabase { location in
             try await TestServer.with(configure: { configuration in
                 configuration.service.notificationPollInterval = .seconds(3_600)
+                // It counts statements, not time: on PostgreSQL the query budget is the
+                // statement's elapsed time, and beside the suite's parallel tests a page took
+                // over the default 250 ms (TestServer.embedded's PostgreSQL budget, the same).
+                configuration.service.queryBudget = .seconds(10)
                 configuration.storage = StorageOpener(
                     description: { _ in "PostgreSQL, counted" },
                     open: { _ in
