@@ -56,8 +56,11 @@ if [[ " ${flags[*]} " == *" --static-swift-stdlib "* && " ${products[*]} " != " 
     exit 1
   fi
 fi
-# Nor does it link again when only the link order changed (Benchmarks/link-order.sh writes it).
-if [ -e "$bin/nimbus" ] && [ scripts/link-order.txt -nt "$bin/nimbus" ]; then rm -f "$bin/nimbus"; fi
+# Nor does it link again when only the link's inputs that are not objects changed: the order
+# (Benchmarks/link-order.sh writes it) and the linker script fragment.
+for input in scripts/link-order.txt scripts/private-functions.ld; do
+  if [ -e "$bin/nimbus" ] && [ "$input" -nt "$bin/nimbus" ]; then rm -f "$bin/nimbus"; fi
+done
 for product in "${products[@]}"; do
   swift build "${flags[@]}" --product "$product"
 done

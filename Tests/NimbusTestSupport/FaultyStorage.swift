@@ -40,14 +40,8 @@ public final class FaultyStorage: WrappingStorageDriver, @unchecked Sendable {
     /// requests those writes belong to. (`body` may release them earlier itself.)
     public func holdingWrites<Value>(_ body: () async throws -> Value) async throws -> Value {
         holdWrites()
-        do {
-            let value = try await body()
-            releaseWrites()
-            return value
-        } catch {
-            releaseWrites()
-            throw error
-        }
+        defer { releaseWrites() }
+        return try await body()
     }
 
     /// Writes waiting in `holdWrites`.
