@@ -9,26 +9,9 @@
 # the app queries.
 
 build_release() {
+  # Installs and links jemalloc where it is missing (the deployed build's allocator).
   scripts/build-release.sh nimbus NimbusBench
   BIN=$(swift build -c release --show-bin-path)
-  link_installed_allocator
-}
-
-# jemalloc installed after this checkout's first build is linked only once SwiftPM evaluates the
-# manifest again (docs/operations.md, "The memory allocator"), and until then every figure is
-# glibc's malloc's without a word: the sixty-third session's were. Evaluated and linked here.
-link_installed_allocator() {
-  [ "$(uname)" = Linux ] || return 0
-  compgen -G "/usr/lib/*/libjemalloc.so" >/dev/null || compgen -G "/usr/lib*/libjemalloc.so" >/dev/null ||
-    [ -e /usr/local/lib/libjemalloc.so ] || return 0
-  ldd "$BIN/nimbus" | grep -q jemalloc && return 0
-  echo "lib.sh: jemalloc is installed and $BIN/nimbus does not link it: evaluating the manifest again" >&2
-  rm -rf ~/.cache/org.swift.swiftpm/manifests .build/release.yaml
-  scripts/build-release.sh nimbus
-  if ! ldd "$BIN/nimbus" | grep -q jemalloc; then
-    echo "lib.sh: $BIN/nimbus still does not link jemalloc" >&2
-    exit 1
-  fi
 }
 
 # The server binary (`NIMBUS`, default this build's) and flags it gets beyond the usual ones
