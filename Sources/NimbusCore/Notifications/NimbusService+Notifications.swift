@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import NimbusStorage
 import NimbusWire
 
@@ -75,9 +76,10 @@ extension NimbusService {
                 let (now, ids) = (self.now, SeededIDs())
                 drained = try await storage.write { tx in try self.matchOutbox(tx, security: security, now: now, ids: ids) }
             } catch {
-                logger.error("the change outbox could not be drained; it is tried again", metadata: ["error": "\(error)"])
+                logStageFailure("outbox drain", "the change outbox could not be drained; it is tried again", error)
                 return
             }
+            logStagePassed("outbox drain", "the change outbox is drained again")
             // Said once the drain committed: its closure may have run more than once.
             for unreadable in drained.unreadable {
                 logger.error(
@@ -101,6 +103,18 @@ extension NimbusService {
             if drained.notificationsStored > 0 { notificationHub.wakeDelivery() }
             if drained.entries < Self.outboxBatch { return }
         }
+    }
+
+    /// Says that a pass of a background stage failed, at the level `StorageSpells` gives: a
+    /// spell of busy storage once, any other failure every time.
+    private func logStageFailure(_ stage: String, _ message: Logger.Message, _ error: any Error) {
+        guard let level = notificationHub.storageSpells.withLock({ $0.failed(stage, error) }) else { return }
+        logger.log(level: level, message, metadata: ["error": "\(error)"])
+    }
+
+    /// Says that a stage got through again after a spell of busy storage.
+    private func logStagePassed(_ stage: String, _ message: Logger.Message) {
+        if notificationHub.storageSpells.withLock({ $0.passed(stage) }) { logger.notice(message) }
     }
 
     /// Moves every other partition's change-outbox entries into the home's, where the drain
@@ -177,9 +191,10 @@ extension NimbusService {
                 let after = delivered
                 rows = try await storage.read { try $0.notifications(after: after, limit: Self.deliveryBatch) }
             } catch {
-                logger.error("stored notifications could not be read for delivery", metadata: ["error": "\(error)"])
+                logStageFailure("delivery", "stored notifications could not be read for delivery; it is tried again", error)
                 return delivered
             }
+            logStagePassed("delivery", "stored notifications are read for delivery again")
             guard let last = rows.last else { return delivered }
             var pushed: [PushedNotification] = []
             pushed.reserveCapacity(rows.count)

@@ -70,6 +70,8 @@ public final class NotificationHub: Sendable {
     /// Partitions whose outbox the last forward could not reach: said in the log when one
     /// stops answering and when it answers again, not at every wake-up in between.
     let unreachablePartitions = Locked(Set<String>())
+    /// Stages whose storage is busy or does not answer: said when a spell starts and when it ends (`StorageSpells`).
+    let storageSpells = Locked(StorageSpells())
 
     init() {
         (wakeups, continuation) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
