@@ -64,15 +64,22 @@ public struct JSONWriter {
         bytes.append(contentsOf: key.text)
     }
 
-    /// An object key as text, quoted, escaped and followed by its colon, made once.
-    public struct Key: Sendable {
-        let text: [UInt8]
+    /// An object key as text, quoted, escaped and followed by its colon, made once, as a
+    /// static: its bytes live as long as the process.
+    ///
+    /// Held as an array, each key written retained and released its buffer: about twenty
+    /// atomic operations a record of a page, for text that never changes. The bytes are
+    /// copied into memory that is never freed instead, and written with no reference count.
+    public struct Key: @unchecked Sendable {  // immutable bytes, never freed
+        let text: UnsafeBufferPointer<UInt8>
 
         public init(_ name: String) {
             var text: [UInt8] = []
             JSON.writeString(name, to: &text)
             text.append(UInt8(ascii: ":"))
-            self.text = text
+            let kept = UnsafeMutableBufferPointer<UInt8>.allocate(capacity: text.count)
+            _ = kept.initialize(from: text)
+            self.text = UnsafeBufferPointer(kept)
         }
     }
 

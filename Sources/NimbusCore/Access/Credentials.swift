@@ -114,12 +114,29 @@ public enum Credentials {
     }
 }
 
+/// HMAC-SHA256 under one key, keyed once. `HMAC.authenticationCode(for:using:)` derives the
+/// key's inner and outer pads and hashes a block of each at every call; here each code starts
+/// from a copy of that keyed state.
+struct KeyedMAC: Sendable {
+    private let keyed: HMAC<SHA256>
+
+    init(_ key: SymmetricKey) { keyed = HMAC(key: key) }
+
+    func code(for bytes: [UInt8]) -> [UInt8] {
+        var mac = keyed
+        mac.update(data: bytes)
+        return Array(mac.finalize())
+    }
+}
+
 /// Keys derived from the installation secret, one per purpose, so a key leaked for one use
 /// says nothing about another.
 public struct DerivedKeys: Sendable {
     public let syncTokens: SymmetricKey
     public let userRecordNames: SymmetricKey
     public let cursors: SymmetricKey
+    /// `cursors` keyed once, for the marker of every query page that has a next one.
+    let cursorMAC: KeyedMAC
     /// The asset flow's three grants (`AssetGrant`): upload URLs, receipts, download URLs.
     let assetUploads: SymmetricKey
     let assetReceipts: SymmetricKey
@@ -136,6 +153,7 @@ public struct DerivedKeys: Sendable {
         syncTokens = derive("sync-tokens v1")
         userRecordNames = derive("user-record-names v1")
         cursors = derive("query-cursors v1")
+        cursorMAC = KeyedMAC(cursors)
         assetUploads = derive("asset-uploads v1")
         assetReceipts = derive("asset-receipts v1")
         assetDownloads = derive("asset-downloads v1")

@@ -396,25 +396,55 @@ extension NimbusService {
     }
 
     private func encodeCursor(_ position: QueryPosition, binding: [UInt8]) -> String {
-        let values: [JSON] = position.sortValues.map {
-            switch $0 {
-            case .integer(let integer): return .array(["i", .int(integer)])
-            case .number(let number): return .array(["n", .double(number)])
-            case .text(let text): return .array(["t", .string(text)])
-            }
-        }
-        let body = JSON.array([.int(1), .string(Credentials.hex(binding)), .array(values), .int(position.recordID)])
-        var bytes = body.serialized()
-        let mac = HMAC<SHA256>.authenticationCode(for: bytes, using: keys.cursors)
-        bytes += Array(mac).prefix(16)
+        var bytes = Self.cursorBody(position, binding: binding)
+        bytes += keys.cursorMAC.code(for: bytes).prefix(16)
         return Credentials.base64URL(bytes)
+    }
+
+    /// A marker's body: `[1, binding in hex, [[kind, sort value], …], record id]` as JSON
+    /// text, written straight, with no tree; the text a tree of it serializes to, so markers
+    /// issued by earlier builds still read (`QueryCursorTests`).
+    static func cursorBody(_ position: QueryPosition, binding: [UInt8]) -> [UInt8] {
+        var writer = JSONWriter(reservingCapacity: 128)
+        writer.openArray()
+        writer.element()
+        writer.int(1)
+        writer.element()
+        writer.string(Credentials.hex(binding))
+        writer.element()
+        writer.openArray()
+        for value in position.sortValues {
+            writer.element()
+            writer.openArray()
+            writer.element()
+            switch value {
+            case .integer(let integer):
+                writer.string("i")
+                writer.element()
+                writer.int(integer)
+            case .number(let number):
+                writer.string("n")
+                writer.element()
+                writer.json(.double(number))
+            case .text(let text):
+                writer.string("t")
+                writer.element()
+                writer.string(text)
+            }
+            writer.closeArray()
+        }
+        writer.closeArray()
+        writer.element()
+        writer.int(position.recordID)
+        writer.closeArray()
+        return writer.bytes
     }
 
     private func decodeCursor(_ marker: String, binding: [UInt8], sortCount: Int) throws -> QueryPosition {
         let garbled = CloudKitError.badRequest("continuationMarker: the marker is garbled; run the query again without it")
         guard marker.utf8.count < 4_096, let bytes = Credentials.fromBase64URL(marker), bytes.count > 16 else { throw garbled }
         let body = Array(bytes.dropLast(16))
-        let mac = Array(HMAC<SHA256>.authenticationCode(for: body, using: keys.cursors)).prefix(16)
+        let mac = keys.cursorMAC.code(for: body).prefix(16)
         guard Credentials.constantTimeEqual(Array(mac), Array(bytes.suffix(16))) else {
             throw CloudKitError.badRequest("continuationMarker: the marker was not issued by this server")
         }

@@ -7,11 +7,14 @@ extension NimbusService {
     func recordOutput(
         _ row: RecordRow, zone: ZoneRow, target: DatabaseTarget, desiredKeys: [String]?, numbersAsStrings: Bool
     ) throws -> RecordOutput {
-        let sharing = try sharingOutput(row, target: target)
+        // Looked for once: both the share's facts and the fields shown need to know.
+        let reserved = RecordCodec.holdsReservedFields(row.fields)
+        let sharing = reserved ? try sharingOutput(row, target: target) : (share: nil, facts: nil)
         return RecordOutput(
             recordName: row.recordName, recordType: row.recordType, recordChangeTag: RecordCodec.changeTag(row.changeSequence),
             fields: try RecordCodec.responseFields(
-                row.fields, desiredKeys: desiredKeys, numbersAsStrings: numbersAsStrings, link: assetLink(target)),
+                row.fields, holdsReservedFields: reserved, desiredKeys: desiredKeys, numbersAsStrings: numbersAsStrings,
+                link: assetLink(target)),
             created: RecordCodec.stamp(row.created), modified: RecordCodec.stamp(row.modified), parent: row.parent,
             zoneID: wireZoneID(zone, target: target), share: sharing.share, sharing: sharing.facts)
     }

@@ -22,11 +22,13 @@ enum RecordCodec {
     /// The `fields` dictionary of a response: the stored text itself when the whole of it is
     /// wanted as stored, which spares parsing and re-serializing it per record. `link` gives
     /// each asset its download URL (stored assets have none: it is signed per answer).
+    /// `reserved` is `holdsReservedFields(bytes)`, which the caller has looked for already:
+    /// such fields are the server's own and are taken out.
     static func responseFields(
-        _ bytes: [UInt8], desiredKeys: [String]?, numbersAsStrings: Bool, link: ((Asset) -> Asset)? = nil
+        _ bytes: [UInt8], holdsReservedFields reserved: Bool, desiredKeys: [String]?, numbersAsStrings: Bool,
+        link: ((Asset) -> Asset)? = nil
     ) throws -> RecordFields {
         let linking = link != nil && mayHoldAssets(bytes)
-        let reserved = contains(bytes, reservedFieldNeedle)
         if desiredKeys == nil, !numbersAsStrings, !linking, !reserved { return .stored(SerializedJSON(trusted: bytes)) }
         guard
             case .object(let object) = try fieldsJSON(
