@@ -17,7 +17,9 @@
 #
 #   [SERVER_ENV="NAME=value …"] Benchmarks/core-memory.sh [seconds per cell=5] [records=20000] [core counts="2 8 16"]
 #
-# SERVER_ENV is set for Nimbus only (an allocator's tunables, say, to see what they change).
+# SERVER_ENV is set for Nimbus only (an allocator's tunables, say, to see what they change);
+# NIMBUS=binary measures another build than this checkout's (an experiment made from source since
+# restored: the script builds the checkout first).
 #
 # For each count, a fresh Nimbus (production schema, a private zone, preloaded as wrk.sh does)
 # and a fresh PocketBase: fetch, list and create at 64 connections, then (Nimbus) 200-record
@@ -46,7 +48,7 @@ printf '| reported cores | server | NIO loops / Go procs | idle MiB | after MiB 
 for cores in $COUNTS; do
   # The preload applies to the server only, through a wrapper (the CLI calls before it see it
   # too, which changes nothing they do).
-  printf '#!/bin/sh\nNIMBUS_REPORTED_CORES=%s LD_PRELOAD=%s %s exec %s "$@"\n' "$cores" "$work/cores.so" "${SERVER_ENV:-}" "$BIN/nimbus" > "$work/nimbus"
+  printf '#!/bin/sh\nNIMBUS_REPORTED_CORES=%s LD_PRELOAD=%s %s exec %s "$@"\n' "$cores" "$work/cores.so" "${SERVER_ENV:-}" "${NIMBUS:-$BIN/nimbus}" > "$work/nimbus"
   chmod +x "$work/nimbus"
   PIDS=() DIRS=()
   start_preloaded nimbus "$work/nimbus"
