@@ -13,25 +13,24 @@ import NimbusStorage
 /// unavailable as an error) and once when the stage gets through again; any other failure is
 /// an error every time.
 struct StorageSpells {
-    /// "stage/kind" for each spell under way.
-    private var spells: Set<String> = []
+    private enum Kind { case busy, unavailable }
+
+    /// The spells under way, by stage.
+    private var spells: [String: Set<Kind>] = [:]
 
     /// The level to log a failed pass of `stage` at, or nil to say nothing (its spell was said).
     mutating func failed(_ stage: String, _ error: any Error) -> Logger.Level? {
-        let kind: String, level: Logger.Level
+        let kind: Kind, level: Logger.Level
         switch error as? StorageError {
-        case .busy?: (kind, level) = ("busy", .notice)
-        case .unavailable?: (kind, level) = ("unavailable", .error)
+        case .busy?: (kind, level) = (.busy, .notice)
+        case .unavailable?: (kind, level) = (.unavailable, .error)
         default: return .error
         }
-        return spells.insert("\(stage)/\(kind)").inserted ? level : nil
+        return spells[stage, default: []].insert(kind).inserted ? level : nil
     }
 
     /// Whether a pass of `stage` that got through ends a spell (then that is said).
     mutating func passed(_ stage: String) -> Bool {
-        guard !spells.isEmpty else { return false }
-        let ended = spells.filter { $0.hasPrefix("\(stage)/") }
-        spells.subtract(ended)
-        return !ended.isEmpty
+        spells.removeValue(forKey: stage) != nil
     }
 }

@@ -565,9 +565,9 @@ extension NimbusService {
     // MARK: Answers
 
     /// The share keys of a record's answer: `share` on a root, the participants and URL on a
-    /// share record.
+    /// share record. Only a row that holds reserved fields (`RecordCodec.holdsReservedFields`,
+    /// which `recordOutput` looks for once) can have any.
     func sharingOutput(_ row: RecordRow, target: DatabaseTarget) throws -> (share: String?, facts: ShareFacts?) {
-        guard RecordCodec.holdsReservedFields(row.fields) else { return (nil, nil) }
         let fields = try RecordCodec.decode(row.fields)
         let sharedBy = ShareState.sharedBy(fields)
         guard row.recordType == Names.shareRecordType, let state = try ShareState(fields: fields) else { return (sharedBy, nil) }
