@@ -64,7 +64,7 @@ for cores in $COUNTS; do
   done
   load "$(cell_url "$nimbus_RECORDS" batch "$nimbus_AUTH")" Benchmarks/wrk/nimbus-batch.lua 4 2
   # As wrk.sh reads it: right after the load, then again once the server has had 12 s to give
-  # memory back (`MemoryReturnService` looks every 10 s).
+  # memory back (`MemoryReturnService` looks every 5 s).
   for server in nimbus pocketbase; do
     pid=${server}_PID idle=${server}_IDLE_RSS
     threads=$(ls /proc/"${!pid}"/task | wc -l)

@@ -198,7 +198,7 @@ struct Serve: AsyncParsableCommand {
         let app = NimbusServer.makeApplication(
             // The process's memory is handed back by the process, not per server (tests run
             // a hundred servers in one process).
-            directory: directory, configuration: configuration, services: [MemoryReturnService()] + (tracing.map { [$0] } ?? [])
+            directory: directory, configuration: configuration, services: [MemoryReturnService(store: directory.storage as? any IdleMemoryReturning)] + (tracing.map { [$0] } ?? [])
         ) { port in
             // One line each, so scripts can pick them out; written unbuffered, as a pipe may be reading.
             var lines = [

@@ -25,9 +25,19 @@ final class PointReaders: Sendable {
     private let configuration: Configuration
     private let limit: Int
     private struct State {
-        var free: [DatabaseQueue] = []
+        /// The free connections, the one given back last at the end (it is taken first: its
+        /// cache is the warmest).
+        var free: [Free] = []
         var opened = 0
         var closed = false
+        /// How many times `releaseIdleCaches` has run.
+        var passes = 0
+    }
+    private struct Free {
+        let reader: DatabaseQueue
+        /// `State.passes` when a read last gave it back: below the count now, no read used it
+        /// since the last pass. `Int.max` once its cache was dropped, until a read uses it.
+        let usedAtPass: Int
     }
     private let state = Mutex(State())
 
@@ -53,7 +63,7 @@ final class PointReaders: Sendable {
     private func take() throws -> DatabaseQueue? {
         enum Taken { case reader(DatabaseQueue), open, none }
         let taken = state.withLock { state -> Taken in
-            if let reader = state.free.popLast() { return .reader(reader) }
+            if let free = state.free.popLast() { return .reader(free.reader) }
             guard !state.closed, state.opened < limit else { return .none }
             state.opened += 1
             return .open
@@ -74,10 +84,42 @@ final class PointReaders: Sendable {
     private func giveBack(_ reader: DatabaseQueue) {
         let keep = state.withLock { state -> Bool in
             guard !state.closed else { return false }
-            state.free.append(reader)
+            state.free.append(Free(reader: reader, usedAtPass: state.passes))
             return true
         }
         if !keep { try? reader.close() }
+    }
+
+    /// Drops the page cache of each free connection no read used since the last call (the
+    /// first call drops none, and a cache already dropped is not dropped again); how many it
+    /// dropped. Such a connection is off the free list
+    /// while its cache goes (a read meanwhile takes another, or GRDB's pool), then goes back
+    /// under the warm ones.
+    @discardableResult
+    func releaseIdleCaches() -> Int {
+        let idle = state.withLock { state -> [DatabaseQueue] in
+            let passes = state.passes
+            state.passes += 1
+            let idle = state.free.filter { $0.usedAtPass < passes }
+            guard !idle.isEmpty else { return [] }
+            state.free.removeAll { $0.usedAtPass < passes }
+            return idle.map(\.reader)
+        }
+        guard !idle.isEmpty else { return 0 }
+        for reader in idle { reader.inDatabase(SQLiteCaches.release) }
+        let closing = state.withLock { state -> [DatabaseQueue] in
+            guard !state.closed else { return idle }
+            state.free.insert(contentsOf: idle.map { Free(reader: $0, usedAtPass: .max) }, at: 0)
+            return []
+        }
+        for reader in closing { try? reader.close() }
+        return idle.count
+    }
+
+    /// The bytes each free connection's page cache holds, warmest last (for tests).
+    func cachedBytes() -> [Int] {
+        let free = state.withLock { $0.free.map(\.reader) }
+        return free.map { reader in reader.inDatabase { db in SQLiteCaches.pageCacheBytes(db) } }
     }
 
     /// Closes the free connections; one in use closes when its read ends.
@@ -85,7 +127,7 @@ final class PointReaders: Sendable {
         let free = state.withLock { state -> [DatabaseQueue] in
             state.closed = true
             defer { state.free = [] }
-            return state.free
+            return state.free.map(\.reader)
         }
         for reader in free { try reader.close() }
     }

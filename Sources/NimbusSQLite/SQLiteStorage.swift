@@ -18,9 +18,9 @@ public final class SQLiteStorage: Sendable {
         case normal = "NORMAL"
     }
 
-    private let pool: DatabasePool
+    let pool: DatabasePool
     /// Where point reads run (`PointReaders`); GRDB's pool serves scans and the rest.
-    private let pointReaders: PointReaders
+    let pointReaders: PointReaders
     /// Internal for tests (the group bound each `synchronous` mode gets).
     let committer: GroupCommitter
     /// Where scans that take long run (`readScan`, `readScanQuickly`).
@@ -31,6 +31,8 @@ public final class SQLiteStorage: Sendable {
     let entryKeys = EntryKeys()
     /// The ids the writer hands out, across its transactions (`WriterIDs`).
     private let writerIDs = WriterIDs()
+    /// Whether the writer wrote between two memory passes (`returnIdleMemory`).
+    let writerIdleness = WriterIdleness()
     /// Checkpoints the log off the writer's path.
     let checkpointer: WALCheckpointer
     /// The lasting request log, in a file of its own beside this one.

@@ -1,5 +1,6 @@
 import CNimbusLibc
 import Foundation
+import NimbusStorage
 import ServiceLifecycle
 
 /// Gives the memory a burst freed back to the system.
@@ -15,11 +16,20 @@ import ServiceLifecycle
 /// server. Where jemalloc serves the process (`allocator`; a Linux build with libjemalloc-dev
 /// installed), glibc's arenas hold nothing and this finds nothing to give back: jemalloc's own
 /// thread returns freed pages after two seconds (`CNimbusAllocator`).
+///
+/// Before the allocator, the store gives back the caches its connections filled and then left
+/// unused for a whole interval (`IdleMemoryReturning`: SQLite's page caches), so what a burst
+/// filled goes back within one to two intervals of the server going quiet.
 public struct MemoryReturnService: Service {
-    /// How often the arenas' free bytes are looked at.
-    static let interval: Duration = .seconds(10)
+    /// How often the store's idle caches and the arenas' free bytes are looked at.
+    static let interval: Duration = .seconds(5)
 
-    public init() {}
+    /// The store whose idle caches each pass drops; nil: the allocator's only.
+    let store: (any IdleMemoryReturning)?
+
+    public init(store: (any IdleMemoryReturning)? = nil) {
+        self.store = store
+    }
 
     /// Called once the server listens: the code the start ran once goes back to the kernel
     /// (`MemoryReturn.releaseStartupPages`), off the caller's thread.
@@ -94,6 +104,7 @@ public struct MemoryReturnService: Service {
         await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
                 try? await Task.sleep(for: Self.interval)
+                await store?.returnIdleMemory()
                 MemoryReturn.releaseIfWorthIt(threshold: MemoryReturn.defaultThreshold)
             }
         }

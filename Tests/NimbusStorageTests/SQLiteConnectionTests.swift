@@ -311,6 +311,69 @@ import Testing
         }
     }
 
+    /// About 2 MB of rows, more than any reader's share of the page budget holds.
+    private func fillWithRows(_ storage: SQLiteStorage) async throws {
+        try await storage.writeSQLite { tx in
+            for row in 0..<2_000 { try tx.execute("INSERT INTO meta (key, value) VALUES (?, randomblob(1000))", ["row-\(row)"]) }
+        }
+    }
+
+    private static let readEveryRow = "SELECT sum(length(value)) FROM meta"
+
+    /// A memory pass drops the page cache of a point reader no read used since the pass before,
+    /// keeps the cache of one a read used, and does not drop a dropped cache again.
+    @Test func idlePointReadersGiveBackTheirPageCachesAndUsedOnesKeepThem() async throws {
+        try await withStore { storage in
+            try await fillWithRows(storage)
+            // Two connections, each with every row read: the outer read holds one while the
+            // inner takes another.
+            let bytes = try storage.readPoint { outer in
+                _ = try outer.fetchRow(Self.readEveryRow)
+                return try storage.readPoint { inner in try inner.fetchRow(Self.readEveryRow)?[0] as Int? }
+            }
+            let filled = storage.pointReaderCachedBytes()
+            #expect(filled.count == 2)
+            #expect(filled.allSatisfy { $0 > 200_000 }, "\(filled)")
+            // The first pass only starts the count.
+            #expect(storage.pointReaders.releaseIdleCaches() == 0)
+            #expect(storage.pointReaderCachedBytes() == filled)
+            // One read between passes: it takes the warmest connection, which keeps its cache.
+            _ = try storage.readPoint { tx in try tx.fetchRow(Self.readEveryRow) }
+            #expect(storage.pointReaders.releaseIdleCaches() == 1)
+            let afterOneRead = storage.pointReaderCachedBytes()
+            #expect(afterOneRead[0] < 64_000, "\(afterOneRead)")
+            #expect(afterOneRead[1] > 200_000, "\(afterOneRead)")
+            // No read since: the other goes too; the one already dropped is not dropped again.
+            #expect(storage.pointReaders.releaseIdleCaches() == 1)
+            #expect(storage.pointReaderCachedBytes().allSatisfy { $0 < 64_000 })
+            #expect(storage.pointReaders.releaseIdleCaches() == 0)
+            // A dropped cache refills at the next read, which sees every committed row.
+            try await storage.writeSQLite { tx in try tx.execute("INSERT INTO meta (key, value) VALUES ('late', x'00')") }
+            #expect(try keys(storage, prefix: "late") == ["late"])
+            #expect(try storage.readPoint { tx in try tx.fetchRow(Self.readEveryRow)?[0] as Int? } == bytes.map { $0 + 1 })
+        }
+    }
+
+    /// A memory pass drops the writer's page cache only when it wrote nothing since the pass
+    /// before.
+    @Test func theWritersPageCacheGoesOnlyAfterAPassWithoutWrites() async throws {
+        try await withStore { storage in
+            try await fillWithRows(storage)
+            let filled = try await storage.writerCachedBytes()
+            #expect(filled > 1_000_000)
+            await storage.returnIdleMemory()
+            #expect(try await storage.writerCachedBytes() >= filled)
+            try await storage.writeSQLite { tx in try tx.execute("INSERT INTO meta (key, value) VALUES ('between', x'00')") }
+            await storage.returnIdleMemory()
+            #expect(try await storage.writerCachedBytes() >= filled)
+            await storage.returnIdleMemory()
+            #expect(try await storage.writerCachedBytes() < 64_000)
+            // The next write reads what it needs again.
+            try await storage.writeSQLite { tx in try tx.execute("INSERT INTO meta (key, value) VALUES ('after', x'00')") }
+            #expect(try keys(storage, prefix: "after") == ["after"])
+        }
+    }
+
     /// A statement that takes far more than a scan's quick try (`SQLiteStorage.quickTryAllowance`):
     /// counting to three million, some hundreds of milliseconds.
     private static let slowCount = (
