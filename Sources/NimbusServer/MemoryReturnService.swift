@@ -22,13 +22,15 @@ import ServiceLifecycle
 /// filled goes back within one to two intervals of the server going quiet.
 public struct MemoryReturnService: Service {
     /// How often the store's idle caches and the arenas' free bytes are looked at.
-    static let interval: Duration = .seconds(5)
+    public static let defaultInterval: Duration = .seconds(5)
 
     /// The store whose idle caches each pass drops; nil: the allocator's only.
     let store: (any IdleMemoryReturning)?
+    let interval: Duration
 
-    public init(store: (any IdleMemoryReturning)? = nil) {
+    public init(store: (any IdleMemoryReturning)? = nil, interval: Duration = defaultInterval) {
         self.store = store
+        self.interval = interval
     }
 
     /// Called once the server listens: the code the start ran once goes back to the kernel
@@ -103,7 +105,7 @@ public struct MemoryReturnService: Service {
     public func run() async throws {
         await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
-                try? await Task.sleep(for: Self.interval)
+                try? await Task.sleep(for: interval)
                 await store?.returnIdleMemory()
                 MemoryReturn.releaseIfWorthIt(threshold: MemoryReturn.defaultThreshold)
             }

@@ -3,6 +3,8 @@ import CNimbusLibc
 import Foundation
 import Glibc
 @testable import NimbusServer
+import NimbusStorage
+import Synchronization
 import Testing
 
 /// `MemoryReturnService`'s step: memory the process freed inside glibc's arenas goes back to the
@@ -131,6 +133,30 @@ import Testing
         #expect(advised == 1 && refused == 0)
         let left = Self.residentPages(readOnly, length: length)
         #expect(left <= length / Self.page / 10, "\(left) of \(length / Self.page) pages still resident")
+    }
+
+    /// A store that counts the passes that asked for its idle caches.
+    final class CountingStore: IdleMemoryReturning {
+        let passes = Atomic<Int>(0)
+        func returnIdleMemory() async { passes.add(1, ordering: .relaxed) }
+    }
+
+    /// Every pass of the service asks the store to drop its idle caches, and none comes after
+    /// the service stops.
+    @Test func eachPassAsksTheStoreForItsIdleCaches() async throws {
+        let store = CountingStore()
+        let service = MemoryReturnService(store: store, interval: .milliseconds(20))
+        let running = Task { try await service.run() }
+        let deadline = ContinuousClock.now + .seconds(10)
+        while store.passes.load(ordering: .relaxed) < 3, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        running.cancel()
+        try await running.value
+        let stopped = store.passes.load(ordering: .relaxed)
+        #expect(stopped >= 3)
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(store.passes.load(ordering: .relaxed) == stopped, "passes went on after the service stopped")
     }
 
     /// How many of the pages of `length` bytes from the page-aligned `start` are resident.
