@@ -33,6 +33,9 @@ public final class SQLiteStorage: Sendable {
     private let writerIDs = WriterIDs()
     /// Whether the writer wrote between two memory passes (`returnIdleMemory`).
     let writerIdleness = WriterIdleness()
+    /// Reads GRDB's pool served (scans past their quick try, point reads past the point
+    /// readers), counted for the memory passes (`returnIdleMemory`).
+    let poolReads = PoolReadCount()
     /// Checkpoints the log off the writer's path.
     let checkpointer: WALCheckpointer
     /// The lasting request log, in a file of its own beside this one.
@@ -130,6 +133,7 @@ public final class SQLiteStorage: Sendable {
     /// need. A read waits only for a free reader connection, never for a writer (WAL).
     func readScan<Value: Sendable>(_ body: @escaping @Sendable (SQLiteTransaction) throws -> Value) async throws -> Value {
         let pool = self.pool
+        poolReads.count()
         do {
             return try await scans.run {
                 try await pool.unsafeRead { db in try Self.inSnapshot(db) { try body(self.transaction($0)) } }
@@ -160,6 +164,7 @@ public final class SQLiteStorage: Sendable {
     private func onPointReader<Value>(_ read: (Database) throws -> Value) throws -> Value {
         do {
             if let value = try pointReaders.read(read) { return value }
+            poolReads.count()
             return try pool.unsafeRead(read)
         } catch let error as DatabaseError {
             throw Self.normalized(error)

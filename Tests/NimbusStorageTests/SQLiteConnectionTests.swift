@@ -377,6 +377,26 @@ import Testing
         }
     }
 
+    /// GRDB's pool readers (the scan lane's) are closed, their caches with them, at a pass
+    /// that finds neither them nor the writer used since the pass before; a scan between two
+    /// passes keeps them.
+    @Test func idlePoolReadersCloseOnceTheWriterIsIdleToo() async throws {
+        try await withStore { storage in
+            try await fillWithRows(storage)
+            let bytes = try await storage.readScan { tx in try tx.fetchRow(Self.readEveryRow)?[0] as Int? }
+            #expect(try storage.poolReaderCachedBytes() > 200_000)
+            await storage.returnIdleMemory()  // starts the counts
+            _ = try await storage.readScan { tx in try tx.fetchRow(Self.readEveryRow)?[0] as Int? }
+            await storage.returnIdleMemory()  // the writer was idle, the pool was not
+            #expect(try storage.poolReaderCachedBytes() > 200_000)
+            await storage.returnIdleMemory()  // both idle
+            #expect(try storage.poolReaderCachedBytes() < 64_000)
+            // The next scan opens a reader again and sees every committed row.
+            try await storage.writeSQLite { tx in try tx.execute("INSERT INTO meta (key, value) VALUES ('late', x'00')") }
+            #expect(try await storage.readScan { tx in try tx.fetchRow(Self.readEveryRow)?[0] as Int? } == bytes.map { $0 + 1 })
+        }
+    }
+
     /// A statement that takes far more than a scan's quick try (`SQLiteStorage.quickTryAllowance`):
     /// counting to three million, some hundreds of milliseconds.
     private static let slowCount = (
