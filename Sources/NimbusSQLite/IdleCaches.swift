@@ -19,36 +19,18 @@ enum SQLiteCaches {
     }
 }
 
-/// Whether the writer's connection changed anything between two memory passes, read from its
-/// own count of changed rows (`sqlite3_total_changes64`), so the write path keeps no count of
-/// its own.
-final class WriterIdleness: Sendable {
-    private let changesAtLastPass = Mutex<Int64?>(nil)
+/// A count as the last memory pass saw it: the writer's changed rows
+/// (`sqlite3_total_changes64`, SQLite's own, so the write path keeps no count for this), or the
+/// reads GRDB's pool served.
+final class CountAtLastPass: Sendable {
+    private let seen = Mutex<Int64?>(nil)
 
-    /// Called on the writer's connection at each pass: whether it changed nothing since the last
-    /// (false at the first).
-    func idleSinceLastPass(_ db: Database) -> Bool {
-        let changes = sqlite3_total_changes64(db.sqliteConnection)
-        return changesAtLastPass.withLock { last in
-            defer { last = changes }
-            return last == changes
-        }
-    }
-}
-
-/// Reads on GRDB's pool, and whether any came between two memory passes.
-final class PoolReadCount: Sendable {
-    private let reads = Atomic<Int>(0)
-    private let readsAtLastPass = Mutex<Int?>(nil)
-
-    func count() { reads.add(1, ordering: .relaxed) }
-
-    /// Called at each pass: whether no read used the pool since the last (false at the first).
-    func idleSinceLastPass() -> Bool {
-        let now = reads.load(ordering: .relaxed)
-        return readsAtLastPass.withLock { last in
-            defer { last = now }
-            return last == now
+    /// Whether `count` is what the last call was given (false at the first); remembered for the
+    /// next.
+    func unchanged(_ count: Int64) -> Bool {
+        seen.withLock { seen in
+            defer { seen = count }
+            return seen == count
         }
     }
 }
@@ -66,11 +48,11 @@ extension SQLiteStorage: IdleMemoryReturning {
     /// next read on the pool opens a connection again.
     public func returnIdleMemory() async {
         pointReaders.releaseIdleCaches()
-        let poolIdle = poolReads.idleSinceLastPass()
-        let idleness = writerIdleness
+        let poolIdle = poolReadsAtLastPass.unchanged(Int64(poolReads.load(ordering: .relaxed)))
+        let writerChanges = writerChangesAtLastPass
         // On the writer's queue, between its transactions: no page is in use there.
         let writerIdle = (try? await pool.writeWithoutTransaction { db in
-            let idle = idleness.idleSinceLastPass(db)
+            let idle = writerChanges.unchanged(sqlite3_total_changes64(db.sqliteConnection))
             if idle { SQLiteCaches.release(db) }
             return idle
         }) ?? false

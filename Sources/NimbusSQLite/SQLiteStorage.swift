@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import NIOPosix
 import NimbusStorage
+import Synchronization
 
 /// The embedded storage driver: one SQLite file in WAL mode, readers in parallel, writers
 /// grouped into shared commits.
@@ -31,11 +32,12 @@ public final class SQLiteStorage: Sendable {
     let entryKeys = EntryKeys()
     /// The ids the writer hands out, across its transactions (`WriterIDs`).
     private let writerIDs = WriterIDs()
-    /// Whether the writer wrote between two memory passes (`returnIdleMemory`).
-    let writerIdleness = WriterIdleness()
+    /// The writer's changed rows as the last memory pass saw them (`returnIdleMemory`).
+    let writerChangesAtLastPass = CountAtLastPass()
     /// Reads GRDB's pool served (scans past their quick try, point reads past the point
-    /// readers), counted for the memory passes (`returnIdleMemory`).
-    let poolReads = PoolReadCount()
+    /// readers), and how many the last memory pass saw (`returnIdleMemory`).
+    let poolReads = Atomic<Int>(0)
+    let poolReadsAtLastPass = CountAtLastPass()
     /// Checkpoints the log off the writer's path.
     let checkpointer: WALCheckpointer
     /// The lasting request log, in a file of its own beside this one.
@@ -133,7 +135,7 @@ public final class SQLiteStorage: Sendable {
     /// need. A read waits only for a free reader connection, never for a writer (WAL).
     func readScan<Value: Sendable>(_ body: @escaping @Sendable (SQLiteTransaction) throws -> Value) async throws -> Value {
         let pool = self.pool
-        poolReads.count()
+        poolReads.add(1, ordering: .relaxed)
         do {
             return try await scans.run {
                 try await pool.unsafeRead { db in try Self.inSnapshot(db) { try body(self.transaction($0)) } }
@@ -164,7 +166,7 @@ public final class SQLiteStorage: Sendable {
     private func onPointReader<Value>(_ read: (Database) throws -> Value) throws -> Value {
         do {
             if let value = try pointReaders.read(read) { return value }
-            poolReads.count()
+            poolReads.add(1, ordering: .relaxed)
             return try pool.unsafeRead(read)
         } catch let error as DatabaseError {
             throw Self.normalized(error)

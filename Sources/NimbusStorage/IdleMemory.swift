@@ -23,8 +23,7 @@ extension PartitionedStorage: IdleMemoryReturning {
     public func returnIdleMemory() async {
         await (wrapped as? any IdleMemoryReturning)?.returnIdleMemory()
         for partition in otherPartitions {
-            let store = (partition.store as? LazyPartition)?.opened ?? partition.store
-            await (store as? any IdleMemoryReturning)?.returnIdleMemory()
+            await (partition.storeAsOpened as? any IdleMemoryReturning)?.returnIdleMemory()
         }
     }
 }

@@ -40,6 +40,10 @@ public struct StoragePartition: Sendable {
         self.store = store
         self.addedAt = addedAt
     }
+
+    /// The store, for what reads it without opening it (figures, memory passes): a
+    /// `LazyPartition`'s own store once it is open, else `store` as it is.
+    public var storeAsOpened: any StorageDriver { (store as? LazyPartition)?.opened ?? store }
 }
 
 /// Partition n hands out ids from n × 2^48 (the home, partition 0, from 1): a database's,

@@ -489,8 +489,7 @@ extension PartitionedStorage: SharedBudgetsStoring, RequestLogStoring, StoreFigu
     public var replicas: [ReplicaFigures] {
         var all = (wrapped as? any StoreFigures)?.replicas ?? []
         for partition in otherPartitions {
-            let store = (partition.store as? LazyPartition)?.opened ?? partition.store
-            for var replica in (store as? any StoreFigures)?.replicas ?? [] {
+            for var replica in (partition.storeAsOpened as? any StoreFigures)?.replicas ?? [] {
                 replica.name = "\(partition.name)/\(replica.name)"
                 all.append(replica)
             }
