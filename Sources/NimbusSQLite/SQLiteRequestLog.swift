@@ -20,7 +20,15 @@ public final class SQLiteRequestLog: RequestLogStore {
         configuration.busyMode = .timeout(10)
         SQLiteProcessSettings.apply()
         pool = try DatabasePool(path: path, configuration: configuration)
-        try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = NORMAL") }
+        try pool.writeWithoutTransaction { db in
+            try db.execute(sql: "PRAGMA synchronous = NORMAL")
+            // A second's lines go in as many statements of one transaction, and each statement
+            // after the first rewrites pages an earlier one wrote, which SQLite copies to a
+            // statement journal first. In a temporary file (the default) that was a 4 KB
+            // `pwrite` a page once past 64 KB, about one a request under load: 5,000 a second
+            // under wrk's fetches (docs/benchmarks.md, "The request log's statement journal").
+            try db.execute(sql: "PRAGMA temp_store = MEMORY")
+        }
         var migrator = DatabaseMigrator()
         migrator.registerMigration("v1-requests") { db in
             try db.execute(
@@ -203,4 +211,10 @@ public final class SQLiteRequestLog: RequestLogStore {
     }
 
     public func close() throws { try pool.close() }
+
+    /// Where the writer keeps its temporary storage, statement journals included: SQLite's
+    /// `temp_store` (2: memory; for tests).
+    func writerTemporaryStorage() async throws -> Int {
+        try await pool.writeWithoutTransaction { db in try Int.fetchOne(db, sql: "PRAGMA temp_store") ?? 0 }
+    }
 }

@@ -42,4 +42,14 @@ import Testing
         search.error = "CONFLICT"
         #expect(try await log.requests(search).count == (0...count).filter { $0.isMultiple(of: 4) }.count)
     }
+
+    /// A flush's statements after the first journal the pages an earlier one wrote: in a
+    /// temporary file, that was a `pwrite` a page (about one a request under load).
+    @Test func statementJournalsStayInMemory() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("request-log-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let log = try SQLiteRequestLog(path: directory + "/requests.sqlite")
+        #expect(try await log.writerTemporaryStorage() == 2)
+    }
 }
