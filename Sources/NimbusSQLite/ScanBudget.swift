@@ -18,19 +18,18 @@ import NimbusStorage
 /// little of the first): past either the read is abandoned (`Deadlines.quickTryOver`) and run
 /// again on the scan lane, where only the query's own budget applies.
 enum ScanBudget {
-    /// About 20–100 µs of work between checks; a check (one clock read) costs well under 1 µs.
+    /// About 20–100 µs of work between checks; a check (two clock reads) costs well under 1 µs.
     static let stepsPerCheck: Int32 = 2_000
 
-    /// The deadlines a connection's statements run under, in nanoseconds of the thread's
-    /// processor clock (the wall one for `quickTryWall`), checked by one progress handler.
-    /// `Int64.max` is none.
+    /// The deadlines a connection's statements run under, checked by one progress handler: the
+    /// quick try's over the whole read, of the thread's processor time and of wall time, and the
+    /// running query's budget, of processor time.
     final class Deadlines {
-        /// The quick try's, over the whole read: the thread's processor time, and the
-        /// monotonic clock's.
-        let quickTry: Int64
+        private var quickTry: ProcessorDeadline
+        /// In nanoseconds of the monotonic clock; `Int64.max` is none.
         let quickTryWall: Int64
         /// The running query's budget, while it runs.
-        var query: Int64 = .max
+        var query = ProcessorDeadline.none
         /// The quick try's deadline passed and a statement was interrupted for it: whatever
         /// the read returned or threw, it is run again on the scan lane.
         var quickTryOver = false
@@ -38,20 +37,59 @@ enum ScanBudget {
         /// With a quick try of `allowance` of processor time and `wallAllowance` of wall time
         /// from now, or none.
         init(quickTryAllowance allowance: Duration?, wallAllowance: Duration? = nil) {
-            quickTry = allowance.map { ScanBudget.threadProcessorNanoseconds() + $0.wholeNanoseconds } ?? .max
+            quickTry = allowance.map(ProcessorDeadline.init) ?? .none
             quickTryWall = wallAllowance.map { ScanBudget.monotonicNanoseconds() + $0.wholeNanoseconds } ?? .max
         }
 
         /// Whether the statement under way stops now (the progress handler's answer).
         /// A query past its own budget fails wherever it runs, so that comes first.
         func passed() -> Bool {
-            let now = ScanBudget.threadProcessorNanoseconds()
-            if now > query { return true }
-            if now > quickTry || (quickTryWall != .max && ScanBudget.monotonicNanoseconds() > quickTryWall) {
+            let wall = ScanBudget.monotonicNanoseconds()
+            let processor = query.isNone && quickTry.isNone ? 0 : ScanBudget.threadProcessorNanoseconds()
+            if query.passed(processor: processor, wall: wall) { return true }
+            if quickTry.passed(processor: processor, wall: wall) || wall > quickTryWall {
                 quickTryOver = true
                 return true
             }
             return false
+        }
+    }
+
+    /// A deadline of the thread's processor time, whose clock is read at the progress handler's
+    /// first check, not when it is set. That clock is a system call (the monotonic one is not),
+    /// and most reads end before their first check: a filtered list read it two or three times,
+    /// 2.5 calls a list under wrk (docs/benchmarks.md, "The request log's statement journal").
+    /// At that first check the deadline is counted from when it was set, taking the wall time
+    /// since as processor time: never later than the eager reading, earlier only by the moments
+    /// the thread waited for a core before its first check.
+    struct ProcessorDeadline {
+        static let none = ProcessorDeadline(allowance: .max, setAt: 0)
+
+        /// Nanoseconds of processor time allowed; `Int64.max` is none.
+        private let allowance: Int64
+        /// The monotonic clock when it was set.
+        private let setAt: Int64
+        /// The processor clock's deadline, from the first check.
+        private var deadline: Int64?
+
+        private init(allowance: Int64, setAt: Int64) {
+            self.allowance = allowance
+            self.setAt = setAt
+        }
+
+        /// `allowance` of processor time from now.
+        init(_ allowance: Duration) {
+            self.init(allowance: allowance.wholeNanoseconds, setAt: ScanBudget.monotonicNanoseconds())
+        }
+
+        var isNone: Bool { allowance == .max }
+
+        /// Whether `processor` (the thread's processor clock) is past the deadline; `wall` is the
+        /// monotonic clock at the same moment.
+        mutating func passed(processor: Int64, wall: Int64) -> Bool {
+            guard !isNone else { return false }
+            if deadline == nil { deadline = processor - (wall - setAt) + allowance }
+            return processor > deadline!
         }
     }
 
@@ -74,8 +112,8 @@ enum ScanBudget {
     static func run<T>(_ tx: SQLiteTransaction, budget: Duration, _ body: () throws -> T) throws -> T {
         let deadlines = tx.scanDeadlines ?? Deadlines(quickTryAllowance: nil)
         let own = tx.scanDeadlines == nil
-        deadlines.query = threadProcessorNanoseconds() + budget.wholeNanoseconds
-        defer { deadlines.query = .max }
+        deadlines.query = ProcessorDeadline(budget)
+        defer { deadlines.query = .none }
         do {
             return own ? try watching(tx.db, deadlines, body) : try body()
         } catch let error as DatabaseError where error.resultCode == .SQLITE_INTERRUPT && !deadlines.quickTryOver {

@@ -551,6 +551,25 @@ import Testing
             #expect(onTheLane)
         }
     }
+
+    /// A processor-time deadline reads the processor clock at its first check: the wall time
+    /// since it was set counts as used then, and later checks go by the processor clock alone.
+    @Test func aProcessorDeadlineCountsFromWhenItWasSet() {
+        var deadline = ScanBudget.ProcessorDeadline(.milliseconds(5))
+        let wall = ScanBudget.monotonicNanoseconds()
+        // First checked a millisecond (of wall time) after it was set: about 4 ms left.
+        let first = deadline.passed(processor: 100_000_000, wall: wall + 1_000_000)
+        let before = deadline.passed(processor: 103_500_000, wall: wall + 60_000_000)
+        let after = deadline.passed(processor: 104_100_000, wall: wall + 60_000_000)
+        #expect(!first && !before && after)
+        // Set long before its first check (a thread that waited for a core): already over.
+        var late = ScanBudget.ProcessorDeadline(.milliseconds(5))
+        let lateFirst = late.passed(processor: 100_000_000, wall: ScanBudget.monotonicNanoseconds() + 6_000_000)
+        #expect(lateFirst)
+        var none = ScanBudget.ProcessorDeadline.none
+        let never = none.passed(processor: .max - 1, wall: .max - 1)
+        #expect(!never)
+    }
 }
 
 /// Threads that wait for each other: `arrive` returns true once `count` have arrived, or false
