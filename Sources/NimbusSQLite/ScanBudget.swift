@@ -88,8 +88,9 @@ enum ScanBudget {
         /// monotonic clock at the same moment.
         mutating func passed(processor: Int64, wall: Int64) -> Bool {
             guard !isNone else { return false }
-            if deadline == nil { deadline = processor - (wall - setAt) + allowance }
-            return processor > deadline!
+            let deadline = self.deadline ?? processor - (wall - setAt) + allowance
+            self.deadline = deadline
+            return processor > deadline
         }
     }
 

@@ -18,38 +18,43 @@ import Testing
 
     @Test(arguments: [1, SQLiteRequestLog.linesPerInsert, SQLiteRequestLog.linesPerInsert + 1, 2_500])
     func everyLineIsStoredOnceInOrder(count: Int) async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("request-log-\(UUID().uuidString)").path
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let log = try SQLiteRequestLog(path: directory + "/requests.sqlite")
-        let lines = (0..<count).map(Self.line)
-        // Two flushes: the second's lines come after the first's.
-        try await log.appendRequests(lines, minuteFigures: [])
-        try await log.appendRequests([Self.line(count)], minuteFigures: [])
+        try await withLog { log in
+            let lines = (0..<count).map(Self.line)
+            // Two flushes: the second's lines come after the first's.
+            try await log.appendRequests(lines, minuteFigures: [])
+            try await log.appendRequests([Self.line(count)], minuteFigures: [])
 
-        var search = RequestSearch(limit: count + 10)
-        let stored = try await log.requests(search)  // newest first
-        #expect(stored.count == count + 1)
-        #expect(stored.map(\.requestUUID) == (0...count).reversed().map { "uuid-\($0)" })
-        #expect(zip(stored, stored.dropFirst()).allSatisfy { $0.id > $1.id })
-        // Each line whole, its optional values and item errors included.
-        for entry in stored {
-            var expected = Self.line(Int(entry.requestUUID.dropFirst("uuid-".count))!)
-            expected.id = entry.id
-            #expect(entry == expected)
+            var search = RequestSearch(limit: count + 10)
+            let stored = try await log.requests(search)  // newest first
+            #expect(stored.count == count + 1)
+            #expect(stored.map(\.requestUUID) == (0...count).reversed().map { "uuid-\($0)" })
+            #expect(zip(stored, stored.dropFirst()).allSatisfy { $0.id > $1.id })
+            // Each line whole, its optional values and item errors included.
+            for entry in stored {
+                var expected = Self.line(Int(entry.requestUUID.dropFirst("uuid-".count))!)
+                expected.id = entry.id
+                #expect(entry == expected)
+            }
+            // Found by an item's error code as before.
+            search.error = "CONFLICT"
+            #expect(try await log.requests(search).count == (0...count).filter { $0.isMultiple(of: 4) }.count)
         }
-        // Found by an item's error code as before.
-        search.error = "CONFLICT"
-        #expect(try await log.requests(search).count == (0...count).filter { $0.isMultiple(of: 4) }.count)
     }
 
     /// A flush's statements after the first journal the pages an earlier one wrote: in a
     /// temporary file, that was a `pwrite` a page (about one a request under load).
     @Test func statementJournalsStayInMemory() async throws {
+        try await withLog { log in
+            let temporaryStorage = try await log.writerTemporaryStorage()
+            #expect(temporaryStorage == 2)
+        }
+    }
+
+    /// `body` with a request log in a directory of its own, removed after.
+    private func withLog(_ body: (SQLiteRequestLog) async throws -> Void) async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("request-log-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let log = try SQLiteRequestLog(path: directory + "/requests.sqlite")
-        #expect(try await log.writerTemporaryStorage() == 2)
+        try await body(try SQLiteRequestLog(path: directory + "/requests.sqlite"))
     }
 }
