@@ -24,12 +24,12 @@ import Testing
             builder.addEntry(RouterPath(route), value: RouterPath(route).description)
         }
         let trie = RouterTrie(base: builder)
-        func spelled(_ path: String, _ parameters: Parameters) -> String {
+        func spelled(_ path: String, _ parameters: [(key: Substring, value: Substring)]) -> String {
             path + " " + parameters.map { "\($0.key)=\($0.value)" }.sorted().joined(separator: ",")
         }
         return (
-            table.resolve(path).map { spelled($0.endpoint.path, $0.parameters) },
-            trie.resolve(path).map { spelled($0.value, $0.parameters) }
+            table.resolve(path).map { spelled($0.endpoint.path, $0.parameters.pairs) },
+            trie.resolve(path).map { spelled($0.value, Array($0.parameters)) }
         )
     }
 

@@ -1,6 +1,7 @@
 import Foundation
 import HTTPTypes
 import Hummingbird
+import HummingbirdCore
 import HummingbirdTesting
 import Logging
 import NIOConcurrencyHelpers
@@ -119,6 +120,12 @@ import Testing
             // HEAD goes with GET, answered without a body.
             let head = try await harness.client.execute(uri: "/health", method: .head)
             #expect(head.status == .ok && head.body.readableBytes == 0)
+            // A HEAD is Hummingbird's router's to answer, not the route table's: a route's
+            // captures (container, environment, database) come from its parameters then.
+            let headOfLookup = try await harness.client.execute(
+                uri: harness.path("private", "records/lookup", session: user.webAuthToken), method: .head, body: lookup)
+            #expect(headOfLookup.status == .ok && headOfLookup.body.readableBytes == 0)
+            #expect(headOfLookup.headers[Reply.webAuthTokenHeader] != nil)
             let headOfWrite = try await harness.client.execute(uri: harness.path("private", "records/modify"), method: .head)
             #expect(headOfWrite.status == .methodNotAllowed && headOfWrite.headers[.allow] == "POST")
             // The first-run link answers this machine only: a client the server cannot place
@@ -289,14 +296,36 @@ import Testing
         expectEqual(RequestID.format(high: 0, low: 0), "00000000-0000-4000-8000-000000000000")
     }
 
-    /// The no-Origin CORS check finds a ckAPIToken parameter only as a whole parameter name.
-    @Test func apiTokenParameterIsFoundByName() {
-        #expect(CORSPolicy.namesAPIToken("ckAPIToken=abc"))
-        #expect(CORSPolicy.namesAPIToken("x=1&ckAPIToken=abc&y=2"))
-        #expect(!CORSPolicy.namesAPIToken("tok=abc&ttl=43200"))
-        #expect(!CORSPolicy.namesAPIToken("x=ckAPIToken=abc"))
-        #expect(!CORSPolicy.namesAPIToken("xckAPIToken=abc"))
-        #expect(!CORSPolicy.namesAPIToken(nil))
-        #expect(!CORSPolicy.namesAPIToken(""))
+    /// A query parameter is found by its whole name, as sent; its value is percent-decoded,
+    /// or taken as sent when an escape is malformed; the first of two wins; a name without `=`
+    /// has the empty value. These are the answers Hummingbird's `queryParameters` gave.
+    @Test func queryParametersAreFoundInPlace() {
+        func value(_ name: String, _ target: String) -> String? { QueryParameters.value(of: name, inTarget: target) }
+        expectEqual(value("ckAPIToken", "/a?ckAPIToken=abc"), "abc")
+        expectEqual(value("ckAPIToken", "/a?x=1&ckAPIToken=abc&y=2"), "abc")
+        expectEqual(value("ckAPIToken", "/a?tok=abc&ttl=43200"), nil)
+        expectEqual(value("ckAPIToken", "/a?x=ckAPIToken=abc"), nil)
+        expectEqual(value("ckAPIToken", "/a?xckAPIToken=abc"), nil)
+        expectEqual(value("ckAPIToken", "/a?ckAPITokenx=abc"), nil)
+        expectEqual(value("ckAPIToken", "/a/ckAPIToken=abc"), nil)
+        expectEqual(value("ckAPIToken", "/a?"), nil)
+        expectEqual(value("ckAPIToken", "/a?&&ckAPIToken=b&"), "b")
+        expectEqual(value("x", "/a?x=1&x=2"), "1")
+        expectEqual(value("x", "/a?y=1&x"), "")
+        expectEqual(value("x", "/a?x=&y=1"), "")
+        expectEqual(value("x", "/a?x=a%2Bb%3d%C3%A9+c"), "a+b=é+c")
+        expectEqual(value("x", "/a?x=100%"), "100%")
+        expectEqual(value("x", "/a?x=%G1%41"), "%G1%41")
+        expectEqual(value("x", "/a?x=%4"), "%4")
+        expectEqual(value("x", "/a?x=a=b"), "a=b")
+        expectEqual(value("x", "/a?x=1#x=2"), "1")
+        expectEqual(value("x%41", "/a?x%41=1"), "1")
+        expectEqual(value("xA", "/a?x%41=1"), nil)
+        // The same answers as the dictionary the framework builds, for every name in a mixed query.
+        let target = "/db?ckAPIToken=t%2Fk&ckWebAuthToken=a%2B%2Fb%3D&empty=&bare&dup=1&dup=2&bad=%zz"
+        let dictionary = URI(target).queryParameters
+        for name in ["ckAPIToken", "ckWebAuthToken", "empty", "bare", "dup", "bad", "missing"] {
+            expectEqual(value(name, target), dictionary[Substring(name)].map(String.init), "\(name)")
+        }
     }
 }

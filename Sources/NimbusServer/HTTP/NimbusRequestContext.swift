@@ -7,8 +7,10 @@ import NimbusWire
 /// What one request carries from middleware to route: who is calling, for which container,
 /// environment and database. Filled in by `Authentication`; read by routes through
 /// `RouteInput`.
-public struct NimbusRequestContext: RequestContext {
+public struct NimbusRequestContext: RequestContext, PathParameterContext {
     public var coreContext: CoreRequestContextStorage
+    /// The path's captures, when `RouteTable` found the endpoint (`parameter(_:)` reads them).
+    var pathParameters = PathParameters()
     /// Shared with every layer of this request, including the outer ones that run before the
     /// values are known (the access log reads the user and error code the inner layers set).
     public let exchange: RequestExchange
@@ -27,6 +29,11 @@ public struct NimbusRequestContext: RequestContext {
         exchange = RequestExchange()
         peer = source.channel.remoteAddress
     }
+
+    /// The value the path's capture `name` took (`container` in `/database/1/:container/…`).
+    /// Read here, never from `parameters`: the route table fills its own (`PathParameters`), and
+    /// Hummingbird's router, which answers what the table does not (HEAD), fills Hummingbird's.
+    public func parameter(_ name: String) -> String? { pathParameters.get(name) ?? parameters.get(name) }
 
     /// The peer's IP address (formatted on demand: most requests never ask).
     public var peerAddress: String? { peer?.ipAddress }

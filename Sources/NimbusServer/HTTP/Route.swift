@@ -234,8 +234,3 @@ extension RouterMethods where Context == NimbusRequestContext {
         return self
     }
 }
-
-extension Request {
-    /// A query parameter's value (`ckAPIToken`, …), percent-decoded.
-    func query(_ name: String) -> String? { uri.queryParameters[Substring(name)].map(String.init) }
-}

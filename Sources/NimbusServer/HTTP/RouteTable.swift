@@ -9,7 +9,10 @@ import Hummingbird
 /// seven components that was 4.6% of a fetch's processor time at 64 connections, more than the
 /// route's own reading of its body (docs/benchmarks.md, "Routes found by their bytes"). This
 /// table holds the same endpoints and resolves a path over its UTF-8 bytes, with no allocation
-/// but the parameters it returns.
+/// but the parameters it returns. Those are `PathParameters`, held in the request's context and
+/// read with `NimbusRequestContext.parameter(_:)`: Hummingbird's own parameter dictionary is
+/// generic code it does not inline, and filling it and reading it back cost a fetch 2.3% of its
+/// processor time (docs/benchmarks.md, "Query parameters read in place").
 ///
 /// It resolves exactly as Hummingbird's trie does for the paths Nimbus registers (literal
 /// components and `:name` captures): empty components are skipped, a literal is preferred to a
@@ -64,9 +67,9 @@ struct RouteTable<Context: RequestContext>: Sendable {
     }
 
     /// The endpoint at `path` and the parameters its captures took, or nil when the table has none.
-    func resolve(_ path: String) -> (endpoint: Endpoint, parameters: Parameters)? {
+    func resolve(_ path: String) -> (endpoint: Endpoint, parameters: PathParameters)? {
         guard isComplete else { return nil }
-        var parameters = Parameters()
+        var parameters = PathParameters()
         var path = path
         path.makeContiguousUTF8()
         let found = path.utf8.withContiguousStorageIfAvailable { bytes in
@@ -125,7 +128,7 @@ private struct PathTrie: Sendable {
     /// `parameters` on the way back from a match.
     func descend(
         _ bytes: UnsafeBufferPointer<UInt8>, from start: Int, node: Int, spelled: UnsafeBufferPointer<UInt8>, path: String,
-        parameters: inout Parameters
+        parameters: inout PathParameters
     ) -> Int? {
         var start = start
         while start < bytes.count, bytes[start] == Self.slash { start += 1 }
@@ -151,15 +154,36 @@ private struct PathTrie: Sendable {
         let utf8 = path.utf8
         let lower = utf8.index(utf8.startIndex, offsetBy: start)
         let upper = utf8.index(lower, offsetBy: end - start)
-        parameters[name] = path[lower..<upper]
+        parameters.captured(name, path[lower..<upper])
         return found
     }
 }
 
+/// The values a path's captures took (`:container` → `iCloud.com.example`), in the order the
+/// table met them (from the path's end). A path has a handful, so a name is found by looking
+/// at each.
+struct PathParameters: Sendable {
+    private(set) var pairs: [(key: Substring, value: Substring)] = []
+
+    mutating func captured(_ name: Substring, _ value: Substring) { pairs.append((name, value)) }
+
+    /// The value captured under `name`.
+    func get(_ name: String) -> String? {
+        for pair in pairs where pair.key.utf8.elementsEqual(name.utf8) { return String(pair.value) }
+        return nil
+    }
+}
+
+/// A request context that holds the route table's path parameters.
+protocol PathParameterContext: RequestContext {
+    var pathParameters: PathParameters { get set }
+}
+
 /// Answers through `table` what it holds, and everything else through Hummingbird's router,
-/// as Hummingbird's `RouterResponder` answers: the parameters and endpoint path set on the
-/// context, an error that is an HTTP response answered as one.
-struct RoutingResponder<Context: RequestContext>: HTTPResponder {
+/// as Hummingbird's `RouterResponder` answers: the endpoint path set on the context (and the
+/// path's parameters, in `pathParameters` rather than Hummingbird's dictionary), an error that
+/// is an HTTP response answered as one.
+struct RoutingResponder<Context: PathParameterContext>: HTTPResponder {
     let table: RouteTable<Context>
     let router: RouterResponder<Context>
 
@@ -171,7 +195,7 @@ struct RoutingResponder<Context: RequestContext>: HTTPResponder {
         }
         do {
             var context = context
-            context.coreContext.parameters = parameters
+            context.pathParameters = parameters
             context.coreContext.endpointPath.value = endpoint.path
             return try await responder.respond(to: request, context: context)
         } catch let error as any HTTPResponseError {

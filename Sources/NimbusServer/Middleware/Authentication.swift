@@ -35,24 +35,19 @@ struct Authentication: Sendable {
     /// Puts the caller (and the database the path names) in the request's exchange, or throws
     /// why not. A signed request's body is read here and put back, read, for the handler.
     func authenticate(_ request: inout Request, context: Context) async throws {
-        let parameters = context.parameters
-        let container = parameters.get("container") ?? ""
-        let environment = try Self.environment(named: parameters.get("environment") ?? "")
-        if let database = parameters.get("database") {
+        let container = context.parameter("container") ?? ""
+        let environment = try Self.environment(named: context.parameter("environment") ?? "")
+        if let database = context.parameter("database") {
             guard let scope = DatabaseScope(rawValue: database) else {
                 throw CloudKitError.badRequest("unknown database '\(Names.escaped(database))'; use public, private or shared")
             }
             context.exchange.scope = scope
         }
-        let query = request.uri.queryParameters  // parsed once for the three credentials
-        let webAuthToken =
-            credentials == .session
-            ? query[Substring(WireKey.ckWebAuthToken)].map(String.init).flatMap { $0.isEmpty ? nil : $0 } : nil
-        let apiToken = query[Substring(WireKey.ckAPIToken)].map(String.init)
+        let webAuthToken = credentials == .session ? request.query(WireKey.ckWebAuthToken).flatMap { $0.isEmpty ? nil : $0 } : nil
+        let apiToken = request.query(WireKey.ckAPIToken)
         let caller: Caller
         do {
-            let deviceID = try Self.deviceID(
-                request.headers[Self.deviceIDHeader] ?? query[Substring(WireKey.ckDeviceID)].map(String.init))
+            let deviceID = try Self.deviceID(request.headers[Self.deviceIDHeader] ?? request.query(WireKey.ckDeviceID))
             if let signed = try await signedRequest(&request, context: context, apiToken: apiToken, webAuthToken: webAuthToken) {
                 caller = try await service.authenticate(
                     container: container, environment: environment, signed: signed, deviceID: deviceID)

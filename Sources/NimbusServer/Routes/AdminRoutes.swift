@@ -84,17 +84,17 @@ enum AdminRoutes {
         routes.post("operators/:name", needs: .everyContainer) { request, context, actor in
             let change = try OperatorChange(json: try await RouteInput(request: request, context: context, parts: parts).body())
             let row = try await service.updateOperator(
-                name: context.parameters.get("name") ?? "", role: try change.role.map(operatorRole), containers: change.containersToSet,
+                name: context.parameter("name") ?? "", role: try change.role.map(operatorRole), containers: change.containersToSet,
                 disabled: change.disabled, by: actor.account.name)
             return Reply.json(account(row).json, context: context)
         }
         routes.post("operators/:name/password", needs: .everyContainer) { request, context, actor in
-            let name = context.parameters.get("name") ?? ""
+            let name = context.parameter("name") ?? ""
             let password = try await service.resetOperatorPassword(name: name, by: actor.account.name)
             return Reply.json(IssuedPassword(name: name, password: password).json, context: context)
         }
         routes.post("operators/:name/delete", needs: .everyContainer) { request, context, actor in
-            let name = context.parameters.get("name") ?? ""
+            let name = context.parameter("name") ?? ""
             try await service.deleteOperator(name: name, by: actor.account.name)
             return Reply.json(Deleted(deleted: name).json, context: context)
         }
@@ -152,7 +152,7 @@ enum AdminRoutes {
         }
         routes.post("containers/:container/tokens/:token/revoke") { request, context, operatorContext in
             let token = try await service.revokeAPIToken(
-                container: container(context), id: context.parameters.get("token") ?? "", as: operatorContext)
+                container: container(context), id: context.parameter("token") ?? "", as: operatorContext)
             return Reply.json(Revoked(.one(token.id)).json, context: context)
         }
         routes.post("containers/:container/tokens/revoke") { request, context, operatorContext in
@@ -223,7 +223,7 @@ enum AdminRoutes {
             return Reply.json(ServerKeyAdded(keyID: row.keyID).json, context: context)
         }
         routes.post("containers/:container/keys/:key/revoke") { request, context, operatorContext in
-            let key = context.parameters.get("key") ?? ""
+            let key = context.parameter("key") ?? ""
             try await service.revokeServerKey(id: key, container: container(context), as: operatorContext)
             return Reply.json(Revoked(.one(key)).json, context: context)
         }

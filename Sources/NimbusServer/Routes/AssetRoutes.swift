@@ -48,7 +48,7 @@ enum AssetRoutes {
     private static let uploadLengthHeader = HTTPField.Name(ResumableUploadHeader.length)!
 
     private static func upload(_ request: Request, context: NimbusRequestContext, service: NimbusService) async throws -> Response {
-        let token = context.parameters.get("token") ?? ""
+        let token = context.parameter("token") ?? ""
         let length = request.headers[.contentLength].flatMap { Int64($0) }
         let digest = try request.headers[contentDigestHeader].map(sha256Digest) ?? nil
         var piece = NimbusService.UploadPiece()
@@ -77,7 +77,7 @@ enum AssetRoutes {
 
     /// A resumable upload's bytes the server holds: where the next piece starts.
     private static func uploadOffset(context: NimbusRequestContext, service: NimbusService) async throws -> Response {
-        let (held, size) = try await service.uploadOffset(grant: context.parameters.get("token") ?? "")
+        let (held, size) = try await service.uploadOffset(grant: context.parameter("token") ?? "")
         var headers = Reply.headers(context)
         headers[uploadOffsetHeader] = String(held)
         if let size { headers[uploadLengthHeader] = String(size) }
@@ -105,7 +105,7 @@ enum AssetRoutes {
     private static func download(
         _ request: Request, context: NimbusRequestContext, service: NimbusService, withBody: Bool
     ) async throws -> Response {
-        let (blob, store) = try await service.openAssetDownload(context.parameters.get("token") ?? "")
+        let (blob, store) = try await service.openAssetDownload(context.parameter("token") ?? "")
         guard let key = BlobKey(blob.key) else {
             throw CloudKitError(.internalError, "the registry names blob '\(blob.key)', which is not a blob key")
         }

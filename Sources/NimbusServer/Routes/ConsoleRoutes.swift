@@ -43,10 +43,10 @@ enum ConsoleRoutes {
 
     // MARK: Helpers
 
-    static func container(_ context: NimbusRequestContext) -> String { context.parameters.get("container") ?? "" }
+    static func container(_ context: NimbusRequestContext) -> String { context.parameter("container") ?? "" }
 
     static func environment(_ context: NimbusRequestContext) throws -> NimbusStorage.Environment {
-        try environment(named: context.parameters.get("environment") ?? "")
+        try environment(named: context.parameter("environment") ?? "")
     }
 
     static func environment(named name: String) throws -> NimbusStorage.Environment {
@@ -273,7 +273,7 @@ enum ConsoleRoutes {
         ]
         for call in calls {
             routes.post(RouterPath("containers/:container/data/:environment/:database/\(call.path)")) { request, context, operatorContext in
-                let scope = try scope(named: context.parameters.get("database") ?? "")
+                let scope = try scope(named: context.parameter("database") ?? "")
                 let userName = request.query("user").flatMap { $0.isEmpty ? nil : $0 }
                 let target = try await service.consoleTarget(
                     container: container(context), environment: try environment(context), scope: scope, userName: userName,
@@ -340,20 +340,20 @@ enum ConsoleRoutes {
             return Reply.json(UserAccountChanged(name: row.name).json, context: context)
         }
         routes.post("containers/:container/users/:user/password") { request, context, operatorContext in
-            let name = context.parameters.get("user") ?? ""
+            let name = context.parameter("user") ?? ""
             let given = try UserPassword(json: try await body(request, context, parts))
             try await service.setUserPassword(name: name, password: given.password, as: operatorContext)
             return Reply.json(UserAccountChanged(name: name, signedOut: true).json, context: context)
         }
         // `{"disabled": true|false}`, as `POST operators/{name}` changes an operator.
         routes.post("containers/:container/users/:user") { request, context, operatorContext in
-            let name = context.parameters.get("user") ?? ""
+            let name = context.parameter("user") ?? ""
             let disabled = try UserDisabling(json: try await body(request, context, parts)).disabled
             try await service.setUserDisabled(name: name, disabled, as: operatorContext)
             return Reply.json(UserAccountChanged(name: name, disabled: disabled).json, context: context)
         }
         routes.post("containers/:container/users/:user/delete") { request, context, operatorContext in
-            let outcome = try await service.deleteUser(name: context.parameters.get("user") ?? "", as: operatorContext)
+            let outcome = try await service.deleteUser(name: context.parameter("user") ?? "", as: operatorContext)
             return Reply.json(
                 UserDeletionOutcome(
                     containers: outcome.containers, zones: outcome.zones, subscriptions: outcome.subscriptions, sharesLeft: outcome.sharesLeft
@@ -362,7 +362,7 @@ enum ConsoleRoutes {
         // The sync doctor (docs/sync-doctor.md): the user's devices and why one is not in step.
         routes.get("containers/:container/users/:user/devices/:environment", needs: .sightOfContainer) { request, context, operatorContext in
             let report = try await service.deviceSyncReport(
-                container: container(context), environment: try environment(context), userName: context.parameters.get("user") ?? "")
+                container: container(context), environment: try environment(context), userName: context.parameter("user") ?? "")
             return Reply.json(report.json, context: context)
         }
         routes.get("containers/:container/subscriptions/:environment") { request, context, operatorContext in
@@ -381,7 +381,7 @@ enum ConsoleRoutes {
             return Reply.json(Deleted(deleted: deletion.subscriptionID).json, context: context)
         }
         routes.get("containers/:container/users/:user") { request, context, operatorContext in
-            let userName = context.parameters.get("user") ?? ""
+            let userName = context.parameter("user") ?? ""
             let detail = try await service.personDetail(container: container(context), userName: userName, as: operatorContext)
             var subscriptions: [PersonView.Subscriptions] = []
             for environment in [NimbusStorage.Environment.development, .production] {
@@ -416,12 +416,12 @@ enum ConsoleRoutes {
         routes.post("containers/:container/users/:user/sessions/revoke") { request, context, operatorContext in
             let revocation = try SessionRevocation(json: try await body(request, context, parts))
             try await service.revokeSession(
-                container: container(context), userName: context.parameters.get("user") ?? "", sessionID: revocation.session, as: operatorContext)
+                container: container(context), userName: context.parameter("user") ?? "", sessionID: revocation.session, as: operatorContext)
             return Reply.json(Revoked(.done).json, context: context)
         }
         routes.post("containers/:container/users/:user/roles/:environment", needs: .changeOfContainer) { request, context, operatorContext in
             let assignment = try RoleAssignment(json: try await body(request, context, parts))
-            let userName = context.parameters.get("user") ?? ""
+            let userName = context.parameter("user") ?? ""
             let (role, assigned) = (assignment.role, assignment.assigned)
             try await service.assignRole(
                 container: container(context), environment: try environment(context), userName: userName, role: role, assigned: assigned)

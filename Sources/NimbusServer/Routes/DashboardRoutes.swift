@@ -42,7 +42,7 @@ enum DashboardRoutes {
             return response
         }
         router.get("dashboard") { _, context in serve("index.html", context) }
-        router.get("dashboard/:file") { _, context in serve(context.parameters.get("file") ?? "", context) }
+        router.get("dashboard/:file") { _, context in serve(context.parameter("file") ?? "", context) }
     }
 
     static func serve(_ name: String, _ context: NimbusRequestContext) -> Response {

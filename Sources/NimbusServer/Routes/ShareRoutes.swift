@@ -8,7 +8,7 @@ import NimbusWire
 enum ShareRoutes {
     static func addPage(to router: MethodRecordingRouter, parts: ServerParts) {
         router.get("share/:shortGUID") { request, context in
-            let guid = context.parameters.get("shortGUID") ?? ""
+            let guid = context.parameter("shortGUID") ?? ""
             guard let page = try await parts.service.sharePage(shortGUID: guid) else {
                 return Reply.bytes(
                     Array(SharePage.missing.utf8), contentType: "text/html; charset=utf-8", status: .notFound, context: context)

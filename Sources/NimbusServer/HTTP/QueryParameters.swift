@@ -1,0 +1,74 @@
+import Hummingbird
+
+/// One query parameter of a request target, found where it stands in the target's bytes.
+///
+/// Hummingbird's `URI.queryParameters` splits the whole query into a dictionary and
+/// percent-decodes every value each time it is read. A request read it up to three times (the
+/// CORS check, authentication, the body budget's key), and with the tokens' long values that
+/// was about 4% of a fetch by ID's server time under load (docs/benchmarks.md, "Query
+/// parameters read in place"). Here the name is looked for in place and only its value is
+/// decoded.
+///
+/// The answers are the dictionary's, so no caller sees a difference: names compare as sent
+/// (not decoded), the first occurrence wins, a parameter without `=` has the empty value, a
+/// value whose percent-encoding is malformed is taken as sent, and `+` stays `+`.
+enum QueryParameters {
+    /// The value of the first parameter named `name` in `target` (a path with its query,
+    /// `/a/b?x=1&y=2`), percent-decoded; nil when the query has no such parameter.
+    static func value(of name: String, inTarget target: String) -> String? {
+        if let found = target.utf8.withContiguousStorageIfAvailable({ value(of: name, in: $0) }) { return found }
+        return Array(target.utf8).withUnsafeBufferPointer { value(of: name, in: $0) }
+    }
+
+    private static func value(of name: String, in target: UnsafeBufferPointer<UInt8>) -> String? {
+        guard let question = target.firstIndex(of: UInt8(ascii: "?")) else { return nil }
+        let end = target[question...].firstIndex(of: UInt8(ascii: "#")) ?? target.endIndex
+        var start = question + 1
+        while start < end {
+            let stop = target[start..<end].firstIndex(of: UInt8(ascii: "&")) ?? end
+            let equals = target[start..<stop].firstIndex(of: UInt8(ascii: "="))
+            if target[start..<(equals ?? stop)].elementsEqual(name.utf8) {
+                guard let equals else { return "" }
+                return decoded(target[(equals + 1)..<stop])
+            }
+            start = stop + 1
+        }
+        return nil
+    }
+
+    /// `%XX` escapes replaced by their bytes, or the value as sent when an escape is malformed.
+    private static func decoded(_ value: Slice<UnsafeBufferPointer<UInt8>>) -> String {
+        guard value.contains(UInt8(ascii: "%")) else { return String(decoding: value, as: UTF8.self) }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(value.count)
+        var index = value.startIndex
+        while index < value.endIndex {
+            let byte = value[index]
+            guard byte == UInt8(ascii: "%") else {
+                bytes.append(byte)
+                index += 1
+                continue
+            }
+            guard index + 2 < value.endIndex,
+                let high = hexDigit(value[index + 1]), let low = hexDigit(value[index + 2])
+            else { return String(decoding: value, as: UTF8.self) }
+            bytes.append(high << 4 | low)
+            index += 3
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    private static func hexDigit(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+}
+
+extension Request {
+    /// A query parameter's value (`ckAPIToken`, …), percent-decoded (`QueryParameters`).
+    func query(_ name: String) -> String? { QueryParameters.value(of: name, inTarget: uri.string) }
+}
