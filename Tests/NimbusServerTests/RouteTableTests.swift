@@ -24,7 +24,7 @@ import Testing
             builder.addEntry(RouterPath(route), value: RouterPath(route).description)
         }
         let trie = RouterTrie(base: builder)
-        func spelled(_ path: String, _ parameters: [(key: Substring, value: Substring)]) -> String {
+        func spelled<Key: StringProtocol>(_ path: String, _ parameters: [(key: Key, value: Substring)]) -> String {
             path + " " + parameters.map { "\($0.key)=\($0.value)" }.sorted().joined(separator: ",")
         }
         return (

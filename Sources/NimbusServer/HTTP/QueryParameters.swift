@@ -1,3 +1,4 @@
+import Glibc
 import Hummingbird
 
 /// One query parameter of a request target, found where it stands in the target's bytes.
@@ -16,24 +17,41 @@ enum QueryParameters {
     /// The value of the first parameter named `name` in `target` (a path with its query,
     /// `/a/b?x=1&y=2`), percent-decoded; nil when the query has no such parameter.
     static func value(of name: String, inTarget target: String) -> String? {
-        if let found = target.utf8.withContiguousStorageIfAvailable({ value(of: name, in: $0) }) { return found }
-        return Array(target.utf8).withUnsafeBufferPointer { value(of: name, in: $0) }
+        var name = name
+        return name.withUTF8 { name in
+            if let found = target.utf8.withContiguousStorageIfAvailable({ value(of: name, in: $0) }) { return found }
+            return Array(target.utf8).withUnsafeBufferPointer { value(of: name, in: $0) }
+        }
     }
 
-    private static func value(of name: String, in target: UnsafeBufferPointer<UInt8>) -> String? {
-        guard let question = target.firstIndex(of: UInt8(ascii: "?")) else { return nil }
-        let end = target[question...].firstIndex(of: UInt8(ascii: "#")) ?? target.endIndex
+    /// Parameters are found with `memchr`: the tokens' values are long, and the target is
+    /// scanned once for each name asked for.
+    private static func value(of name: UnsafeBufferPointer<UInt8>, in target: UnsafeBufferPointer<UInt8>) -> String? {
+        guard let base = target.baseAddress, let question = position(of: "?", in: target, from: 0, to: target.count) else {
+            return nil
+        }
+        let end = position(of: "#", in: target, from: question, to: target.count) ?? target.count
         var start = question + 1
         while start < end {
-            let stop = target[start..<end].firstIndex(of: UInt8(ascii: "&")) ?? end
-            let equals = target[start..<stop].firstIndex(of: UInt8(ascii: "="))
-            if target[start..<(equals ?? stop)].elementsEqual(name.utf8) {
-                guard let equals else { return "" }
-                return decoded(target[(equals + 1)..<stop])
+            let stop = position(of: "&", in: target, from: start, to: end) ?? end
+            let afterName = start + name.count
+            // The parameter's name is all before its first `=`, or all of it without one.
+            if afterName <= stop, name.isEmpty || memcmp(base + start, name.baseAddress!, name.count) == 0,
+                afterName == stop || target[afterName] == UInt8(ascii: "=")
+            {
+                return afterName == stop ? "" : decoded(target[(afterName + 1)..<stop])
             }
             start = stop + 1
         }
         return nil
+    }
+
+    /// Where `byte` first is in `target[from..<to]`.
+    private static func position(of byte: Unicode.Scalar, in target: UnsafeBufferPointer<UInt8>, from: Int, to: Int) -> Int? {
+        guard from < to, let base = target.baseAddress,
+            let found = memchr(base + from, Int32(byte.value), to - from)
+        else { return nil }
+        return base.distance(to: found.assumingMemoryBound(to: UInt8.self))
     }
 
     /// `%XX` escapes replaced by their bytes, or the value as sent when an escape is malformed.

@@ -44,7 +44,7 @@ struct RouteTable<Context: RequestContext>: Sendable {
             let inner = spelled.dropFirst().dropLast()
             if spelled.hasPrefix("{"), spelled.hasSuffix("}"), !inner.isEmpty, !inner.contains(where: { "{}*".contains($0) }) {
                 // Another name at the same place: Hummingbird keeps both; leave it to it.
-                guard let child = trie.capture(Substring(inner), below: node) else { return giveUp() }
+                guard let child = trie.capture(String(inner), below: node) else { return giveUp() }
                 node = child
             } else if spelled.isEmpty || spelled.contains(where: { "{}*".contains($0) }) {
                 return giveUp()
@@ -93,7 +93,7 @@ private struct PathTrie: Sendable {
 
     struct Node: Sendable {
         var literals: [Literal] = []
-        var captureName: Substring?
+        var captureName: String?
         var captureChild = 0
         var endpoint: Int?
     }
@@ -114,7 +114,7 @@ private struct PathTrie: Sendable {
 
     /// The child of `node` for a capture named `name`, made if new; nil when it captures under
     /// another name.
-    mutating func capture(_ name: Substring, below node: Int) -> Int? {
+    mutating func capture(_ name: String, below node: Int) -> Int? {
         if let existing = nodes[node].captureName { return existing == name ? nodes[node].captureChild : nil }
         nodes.append(Node())
         nodes[node].captureName = name
@@ -163,13 +163,13 @@ private struct PathTrie: Sendable {
 /// table met them (from the path's end). A path has a handful, so a name is found by looking
 /// at each.
 struct PathParameters: Sendable {
-    private(set) var pairs: [(key: Substring, value: Substring)] = []
+    private(set) var pairs: [(key: String, value: Substring)] = []
 
-    mutating func captured(_ name: Substring, _ value: Substring) { pairs.append((name, value)) }
+    mutating func captured(_ name: String, _ value: Substring) { pairs.append((name, value)) }
 
-    /// The value captured under `name`.
+    /// The value captured under `name`. Names are short: compared as small strings, in place.
     func get(_ name: String) -> String? {
-        for pair in pairs where pair.key.utf8.elementsEqual(name.utf8) { return String(pair.value) }
+        for pair in pairs where pair.key == name { return String(pair.value) }
         return nil
     }
 }
