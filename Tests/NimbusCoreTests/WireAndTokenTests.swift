@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 @testable import NimbusCore
 @testable import NimbusStorage
+import NimbusTestSupport
 import NimbusWire
 import Testing
 
@@ -16,6 +17,21 @@ import Testing
         }
         #expect(Credentials.hex([UInt8]()) == "")
         #expect(Credentials.hex([UInt8]([0x00, 0x0f, 0xa0, 0xff])) == "000fa0ff")
+    }
+
+    /// A change tag is the sequence in lowercase base 36, spelled as `String(_:radix: 36)` spells
+    /// it, at every length from one digit to Int64's largest.
+    @Test func changeTagsAreTheSequenceInBase36() {
+        var samples: [Int64] = [1, 9, 10, 35, 36, 37, 1_295, 1_296, 46_655, 46_656, 123_456_789, .max, .max - 1, 0, -1, .min]
+        var power: Int64 = 1
+        while power <= Int64.max / 36 {
+            power *= 36
+            samples += [power - 1, power, power + 1]
+        }
+        for sequence in samples {
+            expectEqual(RecordCodec.changeTag(sequence), String(sequence, radix: 36), "\(sequence)")
+        }
+        expectEqual(RecordCodec.changeTag(36 * 36 + 35), "10z")
     }
 
     /// base64url without padding, for every remainder of three, read back by `fromBase64URL`;
