@@ -130,12 +130,17 @@ public struct JSONWriter {
         array(values)
     }
 
-    /// An array of bodies.
+    /// An array of bodies, each written where it lies in the array. A `for` loop takes a copy of
+    /// each element first: for a page's records (a record's dictionary holds a dozen strings) that
+    /// was a dozen retains and releases a record, and a copy of its bytes (docs/benchmarks.md,
+    /// "Query parameters read in place").
     public mutating func array<Body: WireBody>(_ items: [Body]) {
         openArray()
-        for item in items {
-            element()
-            item.write(to: &self)
+        items.withUnsafeBufferPointer { items in
+            for index in items.indices {
+                element()
+                items[index].write(to: &self)
+            }
         }
         closeArray()
     }

@@ -121,15 +121,18 @@ extension NimbusService {
             let zoneByID = Dictionary(uniqueKeysWithValues: zones.map { ($0.id, $0) })
             var records: [ItemResult<RecordEntry>] = []
             records.reserveCapacity(shown)
-            for row in page.rows.prefix(shown) {
-                guard let zone = zoneByID[row.zoneID] else { continue }
-                if let shared, try shared.shows(row, zone: zone, tx: tx) == nil { continue }
-                records.append(
-                    .success(
-                        .record(
-                            try self.recordOutput(
-                                row, zone: zone, target: target, desiredKeys: request.desiredKeys,
-                                numbersAsStrings: request.numbersAsStrings))))
+            // Each row read where it lies: a `for` loop's copy of each would retain its strings.
+            try page.rows.withUnsafeBufferPointer { rows in
+                for index in 0..<shown {
+                    guard let zone = zoneByID[rows[index].zoneID] else { continue }
+                    if let shared, try shared.shows(rows[index], zone: zone, tx: tx) == nil { continue }
+                    records.append(
+                        .success(
+                            .record(
+                                try self.recordOutput(
+                                    rows[index], zone: zone, target: target, desiredKeys: request.desiredKeys,
+                                    numbersAsStrings: request.numbersAsStrings))))
+                }
             }
             var response = RecordsResponse(records: records)
             if let next { response.continuationMarker = self.encodeCursor(next, binding: bound()) }

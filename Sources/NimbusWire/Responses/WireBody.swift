@@ -84,8 +84,16 @@ public protocol ItemFailures {
 }
 
 extension Array {
+    /// Each failure's code, read where the results lie (`compactMap` would copy every result,
+    /// each success a whole record, to look at its case).
     func failureCodes<Item>() -> [ServerErrorCode] where Element == ItemResult<Item> {
-        compactMap { if case .failure(let error) = $0 { error.code } else { nil } }
+        withUnsafeBufferPointer { results in
+            var codes: [ServerErrorCode] = []
+            for index in results.indices {
+                if case .failure(let error) = results[index] { codes.append(error.code) }
+            }
+            return codes
+        }
     }
 }
 
