@@ -76,11 +76,12 @@ enum QueryParameters {
         return String(decoding: bytes, as: UTF8.self)
     }
 
+    /// A hexadecimal digit's value, either case.
     private static func hexDigit(_ byte: UInt8) -> UInt8? {
         switch byte {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+        case 0x30...0x39: byte - 0x30  // 0 to 9
+        case 0x61...0x66: byte - 0x61 + 10  // a to f
+        case 0x41...0x46: byte - 0x41 + 10  // A to F
         default: nil
         }
     }
