@@ -110,9 +110,11 @@ final class PostgresKeyLoads: Sendable {
     }
 
     private func send(_ loads: [Waiting], _ run: @escaping @Sendable (LoadRequest) async throws -> LoadedRows) async {
-        var merged = LoadRequest(keys: [], schemaWithZones: false, source: .primary)
-        for load in loads {
-            merged.keys.formUnion(load.request.keys)
+        // The first request's keys taken whole, not hashed again into an empty set: at low load
+        // a statement carries one unit's keys.
+        var merged = LoadRequest(keys: loads[0].request.keys, schemaWithZones: false, source: .primary)
+        for (index, load) in loads.enumerated() {
+            if index > 0 { merged.keys.formUnion(load.request.keys) }
             merged.schemaWithZones = merged.schemaWithZones || load.request.schemaWithZones
             merged.schemaWithVersion = merged.schemaWithVersion || load.request.schemaWithVersion
         }

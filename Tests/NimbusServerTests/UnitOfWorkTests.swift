@@ -16,7 +16,35 @@ import Testing
         let driver = Mutex<UnitOfWorkDriver?>(nil)
     }
 
-    static func withUnits(_ body: (TestServer, UnitOfWorkDriver) async throws -> Void) async throws {
+    /// The keys of every load a unit sent, in order.
+    final class LoadLog: Sendable {
+        let keys = Mutex<[Set<LoadKey>]>([])
+    }
+
+    /// `RoundTrips` with each load's keys written to `log`.
+    struct LoggedLoads: CoarseStorage {
+        let base: RoundTrips
+        let log: LoadLog
+
+        func load(_ request: LoadRequest) async throws -> LoadedRows {
+            log.keys.withLock { $0.append(request.keys) }
+            return try await base.load(request)
+        }
+        func apply(_ changes: UnitOfWorkChanges) async throws { try await base.apply(changes) }
+        func reserveIDs(_ kind: StorageIDKind, count: Int) async throws -> ClosedRange<Int64> {
+            try await base.reserveIDs(kind, count: count)
+        }
+        var accounts: any AccountStore { base.accounts }
+        var push: any PushStore { base.push }
+        var assets: any AssetStore { base.assets }
+        var shares: any ShareStore { base.shares }
+        var operations: any OperationOutcomeStore { base.operations }
+        var operators: any OperatorStore { base.operators }
+        var partitioning: any PartitionStore { base.partitioning }
+        func close() async throws { try await base.close() }
+    }
+
+    static func withUnits(log: LoadLog? = nil, _ body: (TestServer, UnitOfWorkDriver) async throws -> Void) async throws {
         let holder = Holder()
         try await TestServer.with(configure: { configuration in
             // No polls: the pipeline's own reads would count as the requests'.
@@ -26,7 +54,8 @@ import Testing
                 description: sqlite.description,
                 open: { directory in
                     guard let embedded = try await sqlite.open(directory) as? UnitOfWorkDriver else { throw TestFailure("not SQLite") }
-                    let driver = UnitOfWorkDriver(RoundTrips(embedded.base))
+                    let coarse = RoundTrips(embedded.base)
+                    let driver = log.map { UnitOfWorkDriver(LoggedLoads(base: coarse, log: $0)) } ?? UnitOfWorkDriver(coarse)
                     holder.driver.withLock { $0 = driver }
                     return driver
                 })
@@ -59,6 +88,28 @@ import Testing
                 server, reads: { work in try await Self.readRoundTrips(driver, work) },
                 writes: { work in try await Self.writeRoundTrips(driver, work) })
             print("unit-of-work round trips (coarse calls on SQLite): \(trips)")
+        }
+    }
+
+    /// A write's first load brings the subscriptions version, which it reads to decide whether
+    /// anyone listens; a read's loads never ask for it (on PostgreSQL the counters' branch cost
+    /// each lookup's statement two more tables).
+    @Test func onlyWritesLoadTheSubscriptionsVersion() async throws {
+        let log = LoadLog()
+        try await Self.withUnits(log: log) { server, _ in
+            let alice = try await server.user("alice")
+            try await expectEqual(alice.createZone("Z").status, 200)
+            log.keys.withLock { $0 = [] }
+            let saved = try await alice.modify(zone: "Z", [Op.create("r", ["n": Op.field(.int(1))])])
+            expectEqual(saved.records.first?["serverErrorCode"], nil, "\(saved.text)")
+            let writeLoads = log.keys.withLock { $0 }
+            #expect(writeLoads.contains { $0.contains(.subscriptionsVersion) }, "\(writeLoads)")
+
+            log.keys.withLock { $0 = [] }
+            let found = try await alice.lookup(zone: "Z", ["r"])
+            expectEqual(found.records.first?["recordName"]?.stringValue, "r", "\(found.text)")
+            let readLoads = log.keys.withLock { $0 }
+            #expect(!readLoads.isEmpty && !readLoads.contains { $0.contains(.subscriptionsVersion) }, "\(readLoads)")
         }
     }
 

@@ -108,6 +108,9 @@ public class ReadUnit {
     var carriedZones: [Int64: Int64] = [:]
     /// New records the request names, should the unit run out of ids before it loads anything.
     private var recordIDsExpected = 0
+    /// Whether the unit decides writes (a read's does not): a write's first load brings the
+    /// subscriptions version along (`stopForLoad`), which a read never asks for.
+    var decidesWrites = true
 
     init(loaded: LoadedRows, source: (any UnitRowSource)? = nil) {
         self.loaded = loaded
@@ -233,6 +236,8 @@ public class ReadUnit {
             }
             return
         }
+        // Sized once: grown key by key, the set was hashed again at each doubling.
+        missed.reserveCapacity(missed.count + names.count + 3)
         missed.insert(.database(database))
         missed.insert(.zonePath(database, zoneName: zoneName))
         for name in names { missed.insert(.recordPath(database, zoneName: zoneName, recordName: name)) }
@@ -261,10 +266,11 @@ public class ReadUnit {
     }
 
     /// Stops the run for what it noted, with the subscriptions version every write reads to
-    /// decide whether anyone listens, and ids enough for `records` new records should the unit
-    /// run out.
+    /// decide whether anyone listens (a read's load goes without: on PostgreSQL the counters'
+    /// branch cost every lookup's statement two more tables), and ids enough for `records` new
+    /// records should the unit run out.
     private func stopForLoad(records: Int) throws -> Never {
-        if loaded.subscriptionsVersion == nil { missed.insert(.subscriptionsVersion) }
+        if decidesWrites, loaded.subscriptionsVersion == nil { missed.insert(.subscriptionsVersion) }
         throw Miss(keys: missed, idsWanted: records == 0 ? [:] : [.record: records])
     }
 

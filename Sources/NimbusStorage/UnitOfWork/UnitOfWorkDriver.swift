@@ -198,6 +198,7 @@ final class UnitRunner: Sendable {
         for _ in 0..<Self.loadsPerUnit {
             unitIDs.startRun()
             let unit = UnitOfWork(loaded: loaded, ids: unitIDs, after: prior)
+            unit.decidesWrites = writes
             let outcome = try attempt(unit)
             loaded = unit.loaded
             guard let miss = outcome else {
