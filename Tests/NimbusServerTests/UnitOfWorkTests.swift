@@ -21,29 +21,6 @@ import Testing
         let keys = Mutex<[Set<LoadKey>]>([])
     }
 
-    /// `RoundTrips` with each load's keys written to `log`.
-    struct LoggedLoads: CoarseStorage {
-        let base: RoundTrips
-        let log: LoadLog
-
-        func load(_ request: LoadRequest) async throws -> LoadedRows {
-            log.keys.withLock { $0.append(request.keys) }
-            return try await base.load(request)
-        }
-        func apply(_ changes: UnitOfWorkChanges) async throws { try await base.apply(changes) }
-        func reserveIDs(_ kind: StorageIDKind, count: Int) async throws -> ClosedRange<Int64> {
-            try await base.reserveIDs(kind, count: count)
-        }
-        var accounts: any AccountStore { base.accounts }
-        var push: any PushStore { base.push }
-        var assets: any AssetStore { base.assets }
-        var shares: any ShareStore { base.shares }
-        var operations: any OperationOutcomeStore { base.operations }
-        var operators: any OperatorStore { base.operators }
-        var partitioning: any PartitionStore { base.partitioning }
-        func close() async throws { try await base.close() }
-    }
-
     static func withUnits(log: LoadLog? = nil, _ body: (TestServer, UnitOfWorkDriver) async throws -> Void) async throws {
         let holder = Holder()
         try await TestServer.with(configure: { configuration in
@@ -54,8 +31,9 @@ import Testing
                 description: sqlite.description,
                 open: { directory in
                     guard let embedded = try await sqlite.open(directory) as? UnitOfWorkDriver else { throw TestFailure("not SQLite") }
-                    let coarse = RoundTrips(embedded.base)
-                    let driver = log.map { UnitOfWorkDriver(LoggedLoads(base: coarse, log: $0)) } ?? UnitOfWorkDriver(coarse)
+                    var onLoad: (@Sendable (LoadRequest) -> Void)?
+                    if let log { onLoad = { request in log.keys.withLock { $0.append(request.keys) } } }
+                    let driver = UnitOfWorkDriver(RoundTrips(embedded.base, onLoad: onLoad))
                     holder.driver.withLock { $0 = driver }
                     return driver
                 })

@@ -4,10 +4,18 @@
 /// SQLite pass runs the networked path this way with no network in the way.
 public struct RoundTrips: CoarseStorage {
     public let base: any CoarseStorage
+    /// Told of every load before it goes to `base`: what a test reads of the loads units make.
+    private let onLoad: (@Sendable (LoadRequest) -> Void)?
 
-    public init(_ base: any CoarseStorage) { self.base = base }
+    public init(_ base: any CoarseStorage, onLoad: (@Sendable (LoadRequest) -> Void)? = nil) {
+        self.base = base
+        self.onLoad = onLoad
+    }
 
-    public func load(_ request: LoadRequest) async throws -> LoadedRows { try await base.load(request) }
+    public func load(_ request: LoadRequest) async throws -> LoadedRows {
+        onLoad?(request)
+        return try await base.load(request)
+    }
     public func apply(_ changes: UnitOfWorkChanges) async throws { try await base.apply(changes) }
     public func reserveIDs(_ kind: StorageIDKind, count: Int) async throws -> ClosedRange<Int64> {
         try await base.reserveIDs(kind, count: count)
