@@ -32,7 +32,8 @@ command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq
 build_release >/dev/null
 mkdir -p bench-results
 WORK=$(mktemp -d /tmp/nimbus-instructions.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
+cleanup() { stop_preloaded; rm -rf "$WORK"; }
+trap cleanup EXIT
 
 # Each build as valgrind can read it: Valgrind 3.19 cannot read the DWARF 5 Swift writes, and the
 # symbol table is all it needs. Only `serve` runs under callgrind, with instrumentation off until
@@ -74,20 +75,21 @@ for round in $(seq 1 "$ROUNDS"); do
   for index in "${!BINARIES[@]}"; do
     SERVERS=(counted)
     START_SECONDS=300 start_preloaded counted "$WORK/serve-$index" 2>/dev/null
+    # start_preloaded's own trap stops its servers only.
+    trap cleanup EXIT
     client=(python3 Benchmarks/instructions-client.py "$counted_RECORDS" "$counted_AUTH" "$CELL")
     "${client[@]}" 50 "$RECORDS" warm
     started=$(date +%s.%N)
     busy=$(instructions "$counted_PID" "${client[@]}" "$REQUESTS" "$RECORDS" counted)
     elapsed=$(python3 -c "import time; print(time.time() - $started)")
     idle=$(instructions "$counted_PID" sleep "$elapsed")
-    # Killed outright: what is wanted is dumped, and a server under valgrind can take minutes
-    # to wind down.
+    # Killed outright first: what is wanted is dumped, and a server under valgrind can take
+    # minutes to wind down from stop_preloaded's SIGTERM.
     kill -9 "$counted_PID" 2>/dev/null || true
-    wait "$counted_PID" 2>/dev/null || true
-    rm -rf "${DIRS[@]}" "$WORK"/callgrind-*
+    stop_preloaded
+    rm -f "$WORK"/callgrind-*
     PIDS=()
     DIRS=()
-    trap 'rm -rf "$WORK"' EXIT
     per=$(python3 -c "print(round(($busy - $idle) / $REQUESTS))")
     printf 'round %s: %-12s %9s instructions a request (counted %s with the requests, %s idle over %.1f s)\n' \
       "$round" "${LABELS[$index]}" "$per" "$busy" "$idle" "$elapsed"

@@ -112,12 +112,10 @@ final class PostgresKeyLoads: Sendable {
     private func send(_ loads: [Waiting], _ run: @escaping @Sendable (LoadRequest) async throws -> LoadedRows) async {
         // The first request's keys taken whole, not hashed again into an empty set: at low load
         // a statement carries one unit's keys.
-        var merged = LoadRequest(keys: loads[0].request.keys, schemaWithZones: false, source: .primary)
-        for (index, load) in loads.enumerated() {
-            if index > 0 { merged.keys.formUnion(load.request.keys) }
-            merged.schemaWithZones = merged.schemaWithZones || load.request.schemaWithZones
-            merged.schemaWithVersion = merged.schemaWithVersion || load.request.schemaWithVersion
-        }
+        var merged = LoadRequest(
+            keys: loads[0].request.keys, schemaWithZones: loads.contains { $0.request.schemaWithZones },
+            schemaWithVersion: loads.contains { $0.request.schemaWithVersion }, source: .primary)
+        for load in loads.dropFirst() { merged.keys.formUnion(load.request.keys) }
         do {
             let rows = try await run(merged)
             for load in loads { load.answer.resume(returning: rows) }
