@@ -3,7 +3,8 @@
 
     instructions-client.py URL-OF-RECORDS-ENDPOINTS AUTH-QUERY KIND COUNT RECORDS [SEED]
 
-KIND is fetch, list or create (the bodies Benchmarks/wrk's scripts send). Requests are drawn
+KIND is fetch, list, create or batch (the bodies Benchmarks/wrk's scripts send; a batch is 200
+creates in one atomic request). Requests are drawn
 from a generator seeded with SEED (a create's names too), so two builds asked the same count
 answer the same requests: what Benchmarks/instructions.sh needs to compare the instructions they
 execute. Exits non-zero if any answer is not 200.
@@ -19,7 +20,7 @@ seed = sys.argv[6] if len(sys.argv) > 6 else "count"
 draw = random.Random(seed)
 parts = urllib.parse.urlsplit(base)
 connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=600)
-operation = {"fetch": "lookup", "list": "query", "create": "modify"}[kind]
+operation = {"fetch": "lookup", "list": "query", "create": "modify", "batch": "modify"}[kind]
 path = f"{parts.path}/{operation}?{auth}"
 headers = {"Content-Type": "application/json"}
 
@@ -31,10 +32,18 @@ for index in range(count):
                 "filterBy": [{"comparator": "EQUALS", "fieldName": "category", "fieldValue": {"value": f"c{draw.randrange(50)}"}}],
                 "sortBy": [{"fieldName": "count", "ascending": False}]}}
     else:
-        name = f"{seed}-{draw.randrange(10**9)}-{index}"
-        body = {"zoneID": {"zoneName": "Bench"}, "operations": [{"operationType": "create", "record": {
-                "recordType": "Item", "recordName": name, "fields": {"title": {"value": f"item {index}"},
-                "category": {"value": f"c{index % 50}"}, "count": {"value": index}, "score": {"value": 0.5}}}}]}
+        def create(name, number):
+            return {"operationType": "create", "record": {"recordType": "Item", "recordName": name, "fields": {
+                    "title": {"value": f"item {number}"}, "category": {"value": f"c{number % 50}"},
+                    "count": {"value": number}, "score": {"value": 0.5}}}}
+        prefix = f"{seed}-{draw.randrange(10**9)}-{index}"
+        if kind == "create":
+            operations = [create(prefix, index)]
+        else:
+            operations = [create(f"{prefix}-{number}", number) for number in range(200)]
+        body = {"zoneID": {"zoneName": "Bench"}, "operations": operations}
+        if kind == "batch":
+            body["atomic"] = True
     connection.request("POST", path, json.dumps(body), headers)
     response = connection.getresponse()
     answer = response.read()

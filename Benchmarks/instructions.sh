@@ -11,9 +11,13 @@
 #
 #   Benchmarks/instructions.sh [cell=fetch] [requests=300] [rounds=3] [records=2000] [binary…]
 #
-# cell: fetch, list or create. With binaries, each is counted as well as this build (a binary
+# cell: fetch, list, create or batch (200 creates in one atomic request; its figure is a
+# request's, not a record's). With binaries, each is counted as well as this build (a binary
 # from another checkout's release build, as Benchmarks/wrk-ab.sh takes one), rounds alternating.
 # Prints each round's figures and the medians; writes bench-results/instructions-<cell>.json.
+# KEEP=1 also keeps each build's last counted dump (the requests', idle not subtracted) as
+# bench-results/callgrind-<cell>-<build>.out, for `callgrind_annotate --inclusive=yes`: where the
+# instructions went, function by function.
 #
 # What it does not see: time spent waiting (the kernel, other processes, locks), and the cost
 # of an instruction (a cache miss counts as one). A change that trades instructions for memory
@@ -27,7 +31,7 @@ ROUNDS=${3:-3}
 RECORDS=${4:-2000}
 export RECORDS
 shift $(( $# < 4 ? $# : 4 ))
-case $CELL in fetch | list | create) ;; *) echo "instructions.sh: cell is fetch, list or create" >&2; exit 2 ;; esac
+case $CELL in fetch | list | create | batch) ;; *) echo "instructions.sh: cell is fetch, list, create or batch" >&2; exit 2 ;; esac
 command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq valgrind; }
 build_release >/dev/null
 mkdir -p bench-results
@@ -66,6 +70,7 @@ instructions() {
   local dump
   dump=$(ls -t "$WORK"/callgrind-*."$pid".* 2>/dev/null | head -1)
   awk '/^totals:/ {print $2; exit}' "$dump"
+  [ -n "${KEEP_AS:-}" ] && cp "$dump" "$KEEP_AS"
   rm -f "$WORK"/callgrind-*."$pid".*
 }
 
@@ -80,7 +85,8 @@ for round in $(seq 1 "$ROUNDS"); do
     client=(python3 Benchmarks/instructions-client.py "$counted_RECORDS" "$counted_AUTH" "$CELL")
     "${client[@]}" 50 "$RECORDS" warm
     started=$(date +%s.%N)
-    busy=$(instructions "$counted_PID" "${client[@]}" "$REQUESTS" "$RECORDS" counted)
+    busy=$(KEEP_AS=${KEEP:+bench-results/callgrind-$CELL-${LABELS[$index]}.out} \
+      instructions "$counted_PID" "${client[@]}" "$REQUESTS" "$RECORDS" counted)
     elapsed=$(python3 -c "import time; print(time.time() - $started)")
     idle=$(instructions "$counted_PID" sleep "$elapsed")
     # Killed outright first: what is wanted is dumped, and a server under valgrind can take
