@@ -166,11 +166,17 @@ extension Database {
     /// from any other statement, so callers (and `SQLiteStorage`'s mapping of a full disk or a
     /// busy database) cannot tell the difference.
     func executeBound(_ sql: String, _ bind: (inout BoundArguments) -> Void = { _ in }) throws {
-        let raw = try boundStatement(sql, bind)
+        try executeBound(cachedStatement(sql: sql), bind)
+    }
+
+    /// `executeBound` of a statement the caller already holds: one it runs for each of many rows,
+    /// which finding in the connection's cache by its text hashed the whole text each time.
+    func executeBound(_ statement: Statement, _ bind: (inout BoundArguments) -> Void) throws {
+        let raw = boundStatement(statement.sqliteStatement, bind)
         // Reset at once: a statement left stepping holds its read of the database open.
         defer { sqlite3_reset(raw) }
         let code = sqlite3_step(raw)
-        guard code == SQLITE_DONE else { throw Self.stepError(raw, code, sql: sql) }
+        guard code == SQLITE_DONE else { throw Self.stepError(raw, code, sql: statement.sql) }
     }
 
     /// The first row of the cached statement `sql` with the arguments `bind` adds, as `read`

@@ -345,18 +345,20 @@ struct SQLiteTransaction {
 
     /// A new record under the id its unit of work gave it.
     func insertRecord(_ row: RecordRow, id: Int64) throws {
-        try executeBound(
-            """
-            INSERT INTO records (record_type, fields, parent, change_sequence, created_at, created_by, created_device,
-                modified_at, modified_by, modified_device, deleted, zone_id, record_name, rowid)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """
-        ) { arguments in
+        let statement = try memo.recordInsert ?? db.cachedStatement(sql: Self.recordInsert)
+        memo.recordInsert = statement
+        try db.executeBound(statement) { arguments in
             Self.bind(row, into: &arguments)
             arguments.add(id)
         }
         writerIDs?.used(.record, id)
     }
+
+    private static let recordInsert = """
+        INSERT INTO records (record_type, fields, parent, change_sequence, created_at, created_by, created_device,
+            modified_at, modified_by, modified_device, deleted, zone_id, record_name, rowid)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+        """
 
     /// The row's columns in the order both statements name them, then its key.
     private static func bind(_ row: RecordRow, into arguments: inout BoundArguments) {
@@ -458,7 +460,10 @@ struct SQLiteTransaction {
             return key
         }
         let fieldRows = rows { $0.entries }
-        let fieldKeys = try fieldRows.map { try key(.field(deferred[$0.record].recordType, $0.entry.field)) }
+        var fieldPlaces = EntryKeysByPlace()
+        let fieldKeys = try fieldRows.map { row in
+            try fieldPlaces.key(record: row.record, .field(deferred[row.record].recordType, row.entry.field), key)
+        }
         for (chunk, chunkKeys) in zip(fieldRows.chunked(Self.rowsPerInsert), fieldKeys.chunked(Self.rowsPerInsert)) {
             try executeBound(Self.fieldIndexInserts[chunk.count]) { arguments in
                 for ((record, entry), fieldKey) in zip(chunk, chunkKeys) {
@@ -493,8 +498,10 @@ struct SQLiteTransaction {
             }
         }
         let pairRows = rows { $0.pairs }
-        let pairKeys = try pairRows.map {
-            try key(.pair(deferred[$0.record].recordType, $0.entry.pair.field, sortField: $0.entry.pair.sortField))
+        var pairPlaces = EntryKeysByPlace()
+        let pairKeys = try pairRows.map { row in
+            let pair = row.entry.pair
+            return try pairPlaces.key(record: row.record, .pair(deferred[row.record].recordType, pair.field, sortField: pair.sortField), key)
         }
         for (chunk, chunkKeys) in zip(pairRows.chunked(Self.rowsPerInsert), pairKeys.chunked(Self.rowsPerInsert)) {
             try executeBound(Self.pairIndexInserts[chunk.count]) { arguments in
@@ -591,5 +598,27 @@ struct SQLiteTransaction {
         try execute(
             "INSERT INTO schema_types (container, environment, record_type) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
             [container, environment.rawValue, recordType])
+    }
+}
+
+/// The entry keys of the last record's rows, by their place among its rows: the records of a
+/// batch are mostly of one type with the same fields in the same order, so a row's name is
+/// most often the one at its place in the record before, found by comparing the names rather
+/// than hashing them (hashing each row's type and field names was a twentieth of writing a
+/// batch's entries, docs/benchmarks.md).
+private struct EntryKeysByPlace {
+    private var last: [(name: EntryName, key: Int64)] = []
+    private var record = -1
+    private var place = 0
+
+    /// The key of `name`, a row of the deferred record `record` (rows come record by record),
+    /// from the record before at the same place, else from `find`.
+    mutating func key(record: Int, _ name: EntryName, _ find: (EntryName) throws -> Int64) rethrows -> Int64 {
+        place = record == self.record ? place + 1 : 0
+        self.record = record
+        if place < last.count, last[place].name == name { return last[place].key }
+        let key = try find(name)
+        if place < last.count { last[place] = (name, key) } else { last.append((name, key)) }
+        return key
     }
 }

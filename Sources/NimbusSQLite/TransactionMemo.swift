@@ -1,3 +1,4 @@
+import GRDB
 import NimbusStorage
 
 /// What one write (a unit of work's apply, or another store's write) holds back inside its
@@ -9,12 +10,15 @@ import NimbusStorage
 ///   them, and the records whose stored entries go, written together (one statement per table
 ///   for a whole batch) before anything reads entries and when the write ends.
 /// - **Ids handed out**: the next id of each kind a unit of work may give a new row.
+/// - **The statement a write runs per record** (a record's insert), held for its next record.
 /// - **Entry keys found or made**, for the store to keep once the write commits.
 final class TransactionMemo {
     /// The next id of each kind a unit of work may give a new row (`SQLiteTransaction.newIDs`).
     var nextIDs: [StorageIDKind: Int64] = [:]
     /// The writer's connection's `PRAGMA data_version`, once read in this write (`WriterIDs`).
     var dataVersion: Int64?
+    /// The statement that inserts a record, once this write has run it (`insertRecord`).
+    var recordInsert: Statement?
 
     /// Entry keys this write found or made (`SQLiteTransaction.entryKey`): the store keeps them
     /// once the write's group has committed, and not before (a key made in a write that rolls

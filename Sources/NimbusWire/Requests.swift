@@ -169,7 +169,10 @@ public struct RecordOperationInput: Sendable {
     public var index: Int?
 
     /// Where it is in the request, as errors name it ("operations[3]"): spelled out only for one.
-    public var path: String { index.map { "\(WireKey.operations)[\($0)]" } ?? "" }
+    public var path: String { Self.path(at: index) }
+
+    /// The path of the operation at `index` among a request's (nil: one made in code).
+    public static func path(at index: Int?) -> String { index.map { "\(WireKey.operations)[\($0)]" } ?? "" }
 }
 
 public struct RecordsModifyRequest: Sendable {

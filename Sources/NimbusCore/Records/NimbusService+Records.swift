@@ -158,7 +158,7 @@ extension NimbusService {
                 /// its own, so a failing one takes back only its own writes and the rest go on;
                 /// otherwise the first failure is thrown.
                 func applyAll(isolated: Bool) throws {
-                    var seenNames = Set<String>()
+                    var seenNames = Set<String>(minimumCapacity: request.operations.count)
                     for index in batchOrder.order {
                         let operation = request.operations[index]
                         func applyOne() throws -> AppliedOperation {
@@ -257,8 +257,11 @@ extension NimbusService {
         let (request, zone, database, target) = (batch.request, batch.zone, batch.database, batch.target)
         let (stamp, schema, log, sharing) = (batch.stamp, batch.schema, batch.log, batch.sharing)
         let input = operation.record
-        // Spelled out only where an error or a reference needs it: most saves need none.
-        var path: String { "\(operation.path).record" }
+        // Spelled out only where an error or a reference needs it: most saves need none. From the
+        // operation's place alone: a path over the whole operation copied it (every field of
+        // its record retained) each time a check took the path, a copy per field saved.
+        let place = operation.index
+        var path: String { "\(RecordOperationInput.path(at: place)).record" }
         let type = operation.type
         guard let recordName = input.recordName else {
             throw CloudKitError.badRequest("missing required key '\(path).recordName' for \(type.rawValue)")
@@ -381,8 +384,9 @@ extension NimbusService {
         let existingFields = try existing.map { try RecordCodec.decode($0.fields) } ?? []
         var fields: RecordCodec.Fields = type.replacesFields ? ShareState.reserved(existingFields) : existingFields
         let previousAssets = try existing.map(RecordCodec.assetReferences(of:)) ?? []
+        let types = schema.fieldTypes(of: recordType)
         for (name, raw) in input.fields ?? [] {
-            let value = try schema.resolve(raw, field: name, recordType: recordType, path: "\(path).fields.\(name)")
+            let value = try schema.resolve(raw, field: name, recordType: recordType, types: types, path: "\(path).fields.\(name)")
             // As CloudKit: encrypted values live where a user's key protects them; the public
             // database has no such user.
             if let value, value.type.isEncrypted, database.key.scope == .public {

@@ -72,10 +72,18 @@ final class SchemaResolver {
         recordTypes.insert(recordType)
     }
 
-    /// The typed value of one field; `nil` for a `null` value (which clears the field).
-    func resolve(_ raw: RawField, field name: String, recordType: String, path: @autoclosure () -> String) throws -> FieldValue? {
+    /// The types the schema holds for the fields of `recordType`: what `resolve` checks one
+    /// record's fields against, looked up once for the record instead of once per field.
+    func fieldTypes(of recordType: String) -> [String: FieldType] { fields[recordType] ?? [:] }
+
+    /// The typed value of one field of a record whose type's fields were `types` before its
+    /// save (`fieldTypes(of:)`); `nil` for a `null` value (which clears the field). A field not
+    /// among them is looked for again, as the save may have admitted it since.
+    func resolve(_ raw: RawField, field name: String, recordType: String, types: [String: FieldType], path: @autoclosure () -> String)
+        throws -> FieldValue?
+    {
         if raw.value.isNull { return nil }
-        let known = fields[recordType]?[name]
+        let known = types[name] ?? fields[recordType]?[name]
         let type: FieldType
         switch raw.declaredType {
         case .exact(let declared)?:

@@ -180,7 +180,7 @@ public class ReadUnit {
     /// records named size the unit's id reservation, should it run out. Once the zone is at
     /// hand, reads by id note the rest in the same run anyway.
     ///
-    /// `creating` are the names the request creates (CloudKit's `create`: a record of that name
+    /// `creating` are the names among `names` the request creates (CloudKit's `create`: a record of that name
     /// existing is the request's conflict). In a zone whose rows the group before left
     /// (`DecidedRows`), those are taken to be absent without a load, and the engine checks it
     /// when it applies the unit: a single create then costs one round trip, not two. A record
@@ -219,7 +219,9 @@ public class ReadUnit {
             // (`CreatedRecordExists`). Finding a batch's 200 new records absent was 5.5% of the
             // writer's time (docs/benchmarks.md).
             let assumed = assumesCreatesAbsent ? creating : []
-            let reading = assumed.isEmpty ? names : names.filter { !assumed.contains($0) }
+            // `assumed` holds names from `names`: as many means every name is assumed (a batch of
+            // creates), and none is looked up to learn it.
+            let reading = assumed.isEmpty ? names : assumed.count == names.count ? [] : names.filter { !assumed.contains($0) }
             // One record or none to read, and nothing assumed: the reads that follow load what
             // they need and no more (a lookup has its database from the service's cache and
             // never reads it here; a path's load read it again, a tenth of a fetch's time).
@@ -230,9 +232,13 @@ public class ReadUnit {
             guard !assumed.isEmpty, let databaseRow = loaded.databases[database] ?? nil,
                 let zone = loaded.zones[ZoneKey(databaseID: databaseRow.id, name: zoneName)] ?? nil
             else { return }
+            assumedAbsent.reserveCapacity(assumedAbsent.count + assumed.count)
             for name in assumed {
                 let key = RecordKey(zoneID: zone.id, name: name)
-                if records[key] == nil, loaded.records[key] == nil { assumedAbsent.insert(key) }
+                // Most often the unit has written and loaded no record yet: no lookups then.
+                if records.isEmpty || records[key] == nil, loaded.records.isEmpty || loaded.records[key] == nil {
+                    assumedAbsent.insert(key)
+                }
             }
             return
         }

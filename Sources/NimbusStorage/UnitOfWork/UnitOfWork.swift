@@ -166,8 +166,10 @@ public final class UnitOfWork: ReadUnit {
     private var openSavepoints = 0
 
     private func setRecord(_ key: RecordKey, _ record: StoredRecord?) {
-        if openSavepoints > 0 { journal.append(.record(key, records[key])) }
-        records[key] = record
+        // One lookup for the old value and the new (a record's key is hashed whole, its name
+        // included: a second lookup was a tenth of a save's own bookkeeping).
+        let previous = record.map { records.updateValue($0, forKey: key) } ?? records.removeValue(forKey: key)
+        if openSavepoints > 0 { journal.append(.record(key, previous)) }
     }
 
     private func setReferences(_ key: RecordKey, _ rows: [ReferenceRow]?) {

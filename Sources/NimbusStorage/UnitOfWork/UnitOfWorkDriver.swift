@@ -335,34 +335,64 @@ final class StorageIDReserve: Sendable {
 /// run of the unit starts again from the first, so the runs that do not count use up nothing,
 /// and a unit (or a group of writes) needing more than a block gets it in a few runs.
 final class UnitIDs {
-    private var ranges: [StorageIDKind: [ClosedRange<Int64>]] = [:]
-    private var taken: [StorageIDKind: Int] = [:]
+    /// One kind's ranges and how far this run has taken them: `range` is the range the next id
+    /// comes from and `offset` the ids already taken from it, so taking one is a step, not a
+    /// walk over every range (a unit in process takes its ids from ranges of 64 added as it goes).
+    private struct Ranges {
+        var ranges: [ClosedRange<Int64>] = []
+        var taken = 0
+        var range = 0
+        var offset = 0
+    }
+    /// By kind, in `StorageIDKind.allCases` order: an array, not a dictionary, since a record's
+    /// save takes an id and hashing the kind each time was most of the taking.
+    private var kinds = [Ranges](repeating: Ranges(), count: StorageIDKind.allCases.count)
 
-    func startRun() { taken = [:] }
+    private static func slot(_ kind: StorageIDKind) -> Int {
+        switch kind {
+        case .database: 0
+        case .zone: 1
+        case .record: 2
+        }
+    }
 
-    func add(_ kind: StorageIDKind, _ range: ClosedRange<Int64>) { ranges[kind, default: []].append(range) }
+    func startRun() {
+        for slot in kinds.indices {
+            kinds[slot].taken = 0
+            kinds[slot].range = 0
+            kinds[slot].offset = 0
+        }
+    }
+
+    func add(_ kind: StorageIDKind, _ range: ClosedRange<Int64>) { kinds[Self.slot(kind)].ranges.append(range) }
 
     /// How many ids of the kind the unit holds, taken or not.
-    func count(_ kind: StorageIDKind) -> Int { ranges[kind, default: []].reduce(0) { $0 + $1.count } }
+    func count(_ kind: StorageIDKind) -> Int { kinds[Self.slot(kind)].ranges.reduce(0) { $0 + $1.count } }
 
     /// The next id of this run, or nil when the ranges are used up.
     func take(_ kind: StorageIDKind) -> Int64? {
-        var offset = taken[kind, default: 0]
-        for range in ranges[kind, default: []] {
-            if offset < range.count {
-                taken[kind] = taken[kind, default: 0] + 1
-                return range.lowerBound + Int64(offset)
+        let slot = Self.slot(kind)
+        while kinds[slot].range < kinds[slot].ranges.count {
+            let range = kinds[slot].ranges[kinds[slot].range]
+            if kinds[slot].offset < range.count {
+                defer {
+                    kinds[slot].offset += 1
+                    kinds[slot].taken += 1
+                }
+                return range.lowerBound + Int64(kinds[slot].offset)
             }
-            offset -= range.count
+            kinds[slot].range += 1
+            kinds[slot].offset = 0
         }
         return nil
     }
 
     /// What this run did not take.
     var unused: [(StorageIDKind, ClosedRange<Int64>)] {
-        ranges.flatMap { kind, ranges in
-            var offset = taken[kind, default: 0]
-            return ranges.compactMap { range -> (StorageIDKind, ClosedRange<Int64>)? in
+        StorageIDKind.allCases.flatMap { kind in
+            let state = kinds[Self.slot(kind)]
+            var offset = state.taken
+            return state.ranges.compactMap { range -> (StorageIDKind, ClosedRange<Int64>)? in
                 defer { offset = max(0, offset - range.count) }
                 guard offset < range.count else { return nil }
                 return (kind, (range.lowerBound + Int64(offset))...range.upperBound)
