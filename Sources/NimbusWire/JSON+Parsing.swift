@@ -11,6 +11,8 @@ extension JSON {
     /// Keys in one object. No protocol object comes near it (a record has at most
     /// `Limits.fieldsPerRecord` fields); it bounds what a hostile body can make the server build.
     public static let maximumKeysPerObject = 10_000
+    /// The members an object or array is given room for before it is parsed (`ObjectBuilder`).
+    static let expectedMembers = 4
 
     /// Parses one JSON text (RFC 8259). Whitespace around it is allowed; anything else after it is not.
     public static func parse<Bytes: Collection<UInt8>>(_ bytes: Bytes) throws(JSONSyntaxError) -> JSON {
@@ -28,8 +30,16 @@ extension JSON {
 /// search while the object is small and through a dictionary once it is not, so parsing stays
 /// linear in the object's size (a search per key made 80,000 keys take minutes).
 private struct ObjectBuilder {
-    var pairs: [(key: String, value: JSON)] = []
+    var pairs: [(key: String, value: JSON)]
     private var positions: [String: Int]?
+
+    /// Room for the few keys most protocol objects have (a field's value and type, a record's
+    /// type, name and fields), allocated once: grown from empty as keys came, an object of four
+    /// was allocated three times (a fifth of parsing a batch, docs/benchmarks.md).
+    init() {
+        pairs = []
+        pairs.reserveCapacity(JSON.expectedMembers)
+    }
 
     mutating func store(_ key: String, _ value: JSON) {
         if positions == nil {
@@ -110,12 +120,12 @@ private struct JSONParser {
 
     mutating func parseObject(depth: Int) throws(JSONSyntaxError) -> JSON {
         index += 1
-        var object = ObjectBuilder()
         skipWhitespace()
         if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
             index += 1
-            return .object(JSONObject(uniquePairs: object.pairs))
+            return .object(JSONObject())
         }
+        var object = ObjectBuilder()
         while true {
             skipWhitespace()
             guard index < bytes.count else { throw fail("unexpected end of input inside an object") }
@@ -145,12 +155,13 @@ private struct JSONParser {
 
     mutating func parseArray(depth: Int) throws(JSONSyntaxError) -> JSON {
         index += 1
-        var array: [JSON] = []
         skipWhitespace()
         if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
             index += 1
-            return .array(array)
+            return .array([])
         }
+        var array: [JSON] = []
+        array.reserveCapacity(JSON.expectedMembers)
         while true {
             skipWhitespace()
             array.append(try parseValue(depth: depth + 1))

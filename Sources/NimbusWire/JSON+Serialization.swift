@@ -13,7 +13,7 @@ extension JSON {
         switch self {
         case .null: output.append(contentsOf: "null".utf8)
         case .bool(let value): output.append(contentsOf: (value ? "true" : "false").utf8)
-        case .int(let value): output.append(contentsOf: String(value).utf8)
+        case .int(let value): JSON.writeInt(value, to: &output)
         case .double(let value): JSON.writeDouble(value, to: &output)
         case .string(let value): JSON.writeString(value, to: &output)
         case .array(let values):
@@ -45,10 +45,28 @@ extension JSON {
         }
         if value.rounded() == value, abs(value) < 1e15 {
             // "3.0" rather than "3": a double stays a double for typed decoders.
-            output.append(contentsOf: String(Int64(value)).utf8)
+            writeInt(Int64(value), to: &output)
             output.append(contentsOf: ".0".utf8)
         } else {
-            output.append(contentsOf: "\(value)".utf8)
+            output.append(contentsOf: value.description.utf8)
+        }
+    }
+
+    /// An integer's decimal digits, written in place: through `String(value)` each took a
+    /// string made and freed and a call through the protocol's witness (a stored record's
+    /// numbers, a page's timestamps).
+    static func writeInt(_ value: Int64, to output: inout [UInt8]) {
+        if value < 0 { output.append(UInt8(ascii: "-")) }
+        var magnitude = value.magnitude
+        // 20 digits hold UInt64.max; written from the last digit back.
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in
+            var start = 20
+            repeat {
+                start -= 1
+                digits[start] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+                magnitude /= 10
+            } while magnitude > 0
+            output.append(contentsOf: UnsafeBufferPointer(rebasing: digits[start...]))
         }
     }
 

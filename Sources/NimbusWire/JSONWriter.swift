@@ -94,7 +94,7 @@ public struct JSONWriter {
 
     public mutating func string(_ value: String) { JSON.writeString(value, to: &bytes) }
 
-    public mutating func int(_ value: Int64) { JSON.int(value).write(to: &bytes) }
+    public mutating func int(_ value: Int64) { JSON.writeInt(value, to: &bytes) }
 
     public mutating func bool(_ value: Bool) { JSON.bool(value).write(to: &bytes) }
 

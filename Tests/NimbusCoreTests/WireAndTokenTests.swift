@@ -180,6 +180,24 @@ import Testing
         #expect(try JSON.parse("9223372036854775807") == .int(Int64.max))
         #expect(try JSON.parse("9223372036854775808") == .double(9223372036854775808))
     }
+
+    /// Numbers are written digit by digit, not through `String`: the ends of Int64 and a
+    /// double with no fraction included, each as `String` would spell it.
+    @Test(arguments: [Int64.min, Int64.min + 1, -10, -1, 0, 1, 9, 10, 99, 100, 1_234_567_890, Int64.max])
+    func integersAreWrittenAsStringSpellsThem(value: Int64) {
+        #expect(JSON.int(value).text == String(value))
+        var writer = JSONWriter()
+        writer.int(value)
+        #expect(writer.bytes == Array(String(value).utf8))
+        if abs(Double(value)) < 1e15 { #expect(JSON.double(Double(value)).text == String(value) + ".0") }
+    }
+
+    @Test func doublesWithAFractionAreWrittenAsSwiftSpellsThem() {
+        for value in [0.5, -0.25, 1e-7, 3.141592653589793, 1e15 + 0.5, 1.5e300] {
+            #expect(JSON.double(value).text == value.description)
+        }
+        #expect(JSON.double(-0.0).text == "0.0")
+    }
 }
 
 @Suite struct SyncTokenTests {
