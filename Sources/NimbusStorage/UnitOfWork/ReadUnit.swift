@@ -232,7 +232,10 @@ public class ReadUnit {
             guard !assumed.isEmpty, let databaseRow = loaded.databases[database] ?? nil,
                 let zone = loaded.zones[ZoneKey(databaseID: databaseRow.id, name: zoneName)] ?? nil
             else { return }
+            // Sized once for the records the creates will write: grown as they came, both were
+            // hashed again at each doubling.
             assumedAbsent.reserveCapacity(assumedAbsent.count + assumed.count)
+            records.reserveCapacity(records.count + assumed.count)
             for name in assumed {
                 let key = RecordKey(zoneID: zone.id, name: name)
                 // Most often the unit has written and loaded no record yet: no lookups then.
