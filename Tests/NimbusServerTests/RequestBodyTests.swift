@@ -283,3 +283,46 @@ import Testing
         expectEqual(Self.scan(["3\r\nabcX"], limit: 10), [.unreadable])
     }
 }
+
+/// `HeadTerminatorFinder` on its own: a head that arrives in one read (found by the C library's
+/// search) and the same head split across two reads at every byte (the scan that carries its
+/// state from read to read) end at the same byte and say the same about `chunked`.
+@Suite struct HeadTerminatorFinderTests {
+    /// Where the head ends, counted from the first byte, and whether it says `chunked`: the
+    /// bytes given to one finder in the reads `splitAt` makes.
+    static func find(_ text: String, splitAt split: Int? = nil) -> (end: Int, mayBeChunked: Bool)? {
+        let bytes = Array(text.utf8)
+        let reads = split.map { [Array(bytes[..<$0]), Array(bytes[$0...])] } ?? [bytes]
+        var finder = HeadTerminatorFinder()
+        var offset = 0
+        for read in reads {
+            if let found = read.withUnsafeBytes({ finder.find(in: $0) }) { return (offset + found.end, found.mayBeChunked) }
+            offset += read.count
+        }
+        return nil
+    }
+
+    @Test(arguments: [
+        ("GET /a HTTP/1.1\r\nHost: x\r\n\r\n", 28, false),
+        ("POST /a HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n5\r\nhello", 48, true),
+        ("POST /a HTTP/1.1\r\nX: cchunkedd\r\n\r\n", 34, true),
+        ("POST /a HTTP/1.1\r\nX: CHUNKED\r\n\r\n", 32, true),
+        ("POST /a HTTP/1.1\r\nX: chunke\r\n\r\nchunked\r\n\r\n", 31, false),
+        ("GET /a HTTP/1.1\r\nX: a\r\r\n\r\n\r\n\r\n", 26, false),
+        ("GET /a HTTP/1.1\r\nHost: x\r\n", nil, false),
+    ] as [(String, Int?, Bool)])
+    func aHeadEndsAtItsTerminatorInOneReadOrTwo(head: String, end: Int?, chunked: Bool) {
+        let whole = Self.find(head)
+        #expect(whole?.end == end && (whole?.mayBeChunked ?? chunked) == chunked, "\(String(describing: whole))")
+        for split in 0...head.utf8.count {
+            let parts = Self.find(head, splitAt: split)
+            #expect(parts?.end == whole?.end && parts?.mayBeChunked == whole?.mayBeChunked, "split at \(split): \(String(describing: parts))")
+        }
+    }
+
+    @Test func theWordIsLookedForCaseAsideAndOnlyWhole() {
+        for (text, expected) in [("chunked", true), ("xChUnKeDx", true), ("chunke", false), ("cchunke d", false), ("", false)] {
+            #expect(Array(text.utf8).withUnsafeBytes { HeadTerminatorFinder.mentionsChunked($0) } == expected, "\(text)")
+        }
+    }
+}

@@ -1,3 +1,5 @@
+import Foundation
+
 /// Reads the chunk sizes of a chunked request body as its bytes arrive, so a body that
 /// declares more than its route takes is refused at the size line rather than after the
 /// bytes (a chunk of `ffffffffffffffff` would otherwise hold the connection until the body
@@ -135,6 +137,13 @@ struct HeadTerminatorFinder {
     /// The offset just past the terminator in `bytes`, if it ends there, and whether the block
     /// mentioned `chunked`.
     mutating func find(in bytes: UnsafeRawBufferPointer) -> (end: Int, mayBeChunked: Bool)? {
+        // A head that arrives whole, in one read (nearly every one): the terminator found from
+        // carriage return to carriage return by the C library's `memchr`, and `chunked` looked
+        // for only where a `c` is. Byte by byte, with the state a head split across reads
+        // needs, it was 3% of a fetch's instructions.
+        if matched == 0, matchedChunked == 0, !sawChunked, let end = Self.terminatorEnd(in: bytes) {
+            return (end, Self.mentionsChunked(UnsafeRawBufferPointer(rebasing: bytes[..<end])))
+        }
         // Taken once: a static array is reached through its lazy initializer's check on every
         // use, which per byte was 1.4% of a fetch by ID under load.
         let (chunked, terminator) = (Self.chunked, Self.terminator)
@@ -161,5 +170,39 @@ struct HeadTerminatorFinder {
             }
         }
         return nil
+    }
+
+    /// The offset just past the first `CR LF CR LF` in `bytes`, if they hold one.
+    static func terminatorEnd(in bytes: UnsafeRawBufferPointer) -> Int? {
+        guard let base = bytes.baseAddress else { return nil }
+        var start = 0
+        while bytes.count - start >= 4, let found = memchr(base + start, 13, bytes.count - start - 3) {
+            let at = base.distance(to: UnsafeRawPointer(found))
+            if bytes[at + 1] == 10, bytes[at + 2] == 13, bytes[at + 3] == 10 { return at + 4 }
+            start = at + 1
+        }
+        return nil
+    }
+
+    /// Whether `bytes` hold `chunked`, case aside (as the byte-by-byte scan reads it): from
+    /// each `c` and each `C` that `memchr` finds (a head has a few), the rest compared.
+    static func mentionsChunked(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        let count = chunked.count
+        guard let base = bytes.baseAddress, bytes.count >= count else { return false }
+        return chunked.withUnsafeBufferPointer { word in
+            func found(from first: UInt8) -> Bool {
+                var start = 0
+                while let at = memchr(base + start, CInt(first), bytes.count - count + 1 - start) {
+                    let offset = base.distance(to: UnsafeRawPointer(at))
+                    var matched = 1
+                    while matched < count, bytes[offset + matched] | 0x20 == word[matched] { matched += 1 }
+                    if matched == count { return true }
+                    start = offset + 1
+                    if start > bytes.count - count { return false }
+                }
+                return false
+            }
+            return found(from: word[0]) || found(from: word[0] & ~0x20)
+        }
     }
 }
