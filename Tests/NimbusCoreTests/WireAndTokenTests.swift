@@ -64,6 +64,29 @@ import Testing
         #expect(JSON.string("").text == #""""#)
     }
 
+    /// The check that skips escaping reads eight bytes a step: a character that needs an escape,
+    /// at every place in a word and in the tail, among characters that do not (UTF-8's bytes
+    /// from 0x80 up, and the neighbours of the three: 0x20, 0x21, 0x23, 0x5B, 0x5D, 0x7F), comes
+    /// out escaped and reads back as it was.
+    @Test func everyCharacterThatNeedsAnEscapeIsEscapedWhereverItIs() throws {
+        for length in 1...19 {
+            for filler in [" ", "!", "#", "[", "]", "\u{7F}", "a", "é", "😀"] {
+                let plain = String(repeating: filler, count: length)
+                #expect(JSON.string(plain).text == "\"\(plain)\"")
+                for place in 0..<length {
+                    for special in ["\u{0}", "\u{1}", "\n", "\u{1F}", "\"", "\\"] {
+                        var characters = Array(plain)
+                        characters[place] = Character(special)
+                        let text = String(characters)
+                        let written = JSON.string(text).serialized()
+                        #expect(try JSON.parse(written) == .string(text), "\(special.unicodeScalars.first!.value) at \(place) of \(length) × \(filler)")
+                        #expect(written.count > text.utf8.count + 2, "not escaped: \(special.unicodeScalars.first!.value) at \(place)")
+                    }
+                }
+            }
+        }
+    }
+
     /// Stored JSON text goes into a response as it is, and reads as the value it holds.
     @Test func serializedTextIsWrittenAsItIsAndReadsAsItsValue() throws {
         let stored = Array(#"{"title":{"value":"a \"b\"","type":"STRING"}}"#.utf8)
