@@ -24,6 +24,14 @@ operation = {"fetch": "lookup", "list": "query", "create": "modify", "batch": "m
 path = f"{parts.path}/{operation}?{auth}"
 headers = {"Content-Type": "application/json"}
 
+
+def create(name, number):
+    """One create operation, with the fields Benchmarks/wrk's create scripts send."""
+    return {"operationType": "create", "record": {"recordType": "Item", "recordName": name, "fields": {
+            "title": {"value": f"item {number}"}, "category": {"value": f"c{number % 50}"},
+            "count": {"value": number}, "score": {"value": 0.5}}}}
+
+
 for index in range(count):
     if kind == "fetch":
         body = {"zoneID": {"zoneName": "Bench"}, "records": [{"recordName": f"r{draw.randrange(records)}"}]}
@@ -32,10 +40,6 @@ for index in range(count):
                 "filterBy": [{"comparator": "EQUALS", "fieldName": "category", "fieldValue": {"value": f"c{draw.randrange(50)}"}}],
                 "sortBy": [{"fieldName": "count", "ascending": False}]}}
     else:
-        def create(name, number):
-            return {"operationType": "create", "record": {"recordType": "Item", "recordName": name, "fields": {
-                    "title": {"value": f"item {number}"}, "category": {"value": f"c{number % 50}"},
-                    "count": {"value": number}, "score": {"value": 0.5}}}}
         prefix = f"{seed}-{draw.randrange(10**9)}-{index}"
         if kind == "create":
             operations = [create(prefix, index)]

@@ -192,13 +192,12 @@ struct HeadTerminatorFinder {
         return chunked.withUnsafeBufferPointer { word in
             func found(from first: UInt8) -> Bool {
                 var start = 0
-                while let at = memchr(base + start, CInt(first), bytes.count - count + 1 - start) {
+                while start <= bytes.count - count, let at = memchr(base + start, CInt(first), bytes.count - count + 1 - start) {
                     let offset = base.distance(to: UnsafeRawPointer(at))
                     var matched = 1
                     while matched < count, bytes[offset + matched] | 0x20 == word[matched] { matched += 1 }
                     if matched == count { return true }
                     start = offset + 1
-                    if start > bytes.count - count { return false }
                 }
                 return false
             }

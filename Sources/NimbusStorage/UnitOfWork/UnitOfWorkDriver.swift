@@ -340,7 +340,6 @@ final class UnitIDs {
     /// walk over every range (a unit in process takes its ids from ranges of 64 added as it goes).
     private struct Ranges {
         var ranges: [ClosedRange<Int64>] = []
-        var taken = 0
         var range = 0
         var offset = 0
     }
@@ -358,7 +357,6 @@ final class UnitIDs {
 
     func startRun() {
         for slot in kinds.indices {
-            kinds[slot].taken = 0
             kinds[slot].range = 0
             kinds[slot].offset = 0
         }
@@ -375,10 +373,7 @@ final class UnitIDs {
         while kinds[slot].range < kinds[slot].ranges.count {
             let range = kinds[slot].ranges[kinds[slot].range]
             if kinds[slot].offset < range.count {
-                defer {
-                    kinds[slot].offset += 1
-                    kinds[slot].taken += 1
-                }
+                defer { kinds[slot].offset += 1 }
                 return range.lowerBound + Int64(kinds[slot].offset)
             }
             kinds[slot].range += 1
@@ -387,15 +382,14 @@ final class UnitIDs {
         return nil
     }
 
-    /// What this run did not take.
+    /// What this run did not take: the rest of the range it was taking from, and the ranges after.
     var unused: [(StorageIDKind, ClosedRange<Int64>)] {
         StorageIDKind.allCases.flatMap { kind in
             let state = kinds[Self.slot(kind)]
-            var offset = state.taken
-            return state.ranges.compactMap { range -> (StorageIDKind, ClosedRange<Int64>)? in
-                defer { offset = max(0, offset - range.count) }
-                guard offset < range.count else { return nil }
-                return (kind, (range.lowerBound + Int64(offset))...range.upperBound)
+            return state.ranges.indices.dropFirst(state.range).compactMap { index -> (StorageIDKind, ClosedRange<Int64>)? in
+                let (range, used) = (state.ranges[index], index == state.range ? state.offset : 0)
+                guard used < range.count else { return nil }
+                return (kind, (range.lowerBound + Int64(used))...range.upperBound)
             }
         }
     }
