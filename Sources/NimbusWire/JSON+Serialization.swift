@@ -1,18 +1,19 @@
 extension JSON {
     /// Compact UTF-8 JSON text.
     public func serialized() -> [UInt8] {
-        var output: [UInt8] = []
-        output.reserveCapacity(256)
-        write(to: &output)
-        return output
+        var writer = JSONWriter(reservingCapacity: 256)
+        write(to: &writer)
+        return writer.bytes
     }
 
     public var text: String { String(decoding: serialized(), as: UTF8.self) }
 
-    public func write(to output: inout [UInt8]) {
+    /// The value's text, appended (a tree's members are separated here, not by the writer's
+    /// own bookkeeping, which belongs to the caller's object or array).
+    public func write(to output: inout JSONWriter) {
         switch self {
-        case .null: output.append(contentsOf: "null".utf8)
-        case .bool(let value): output.append(contentsOf: (value ? "true" : "false").utf8)
+        case .null: output.append("null")
+        case .bool(let value): output.append(value ? "true" : "false")
         case .int(let value): JSON.writeInt(value, to: &output)
         case .double(let value): JSON.writeDouble(value, to: &output)
         case .string(let value): JSON.writeString(value, to: &output)
@@ -33,22 +34,23 @@ extension JSON {
             }
             output.append(UInt8(ascii: "}"))
         case .serialized(let text):
-            output.append(contentsOf: text.bytes)
+            text.bytes.withUnsafeBufferPointer { output.append($0) }
         }
     }
 
-    static func writeDouble(_ value: Double, to output: inout [UInt8]) {
+    static func writeDouble(_ value: Double, to output: inout JSONWriter) {
         guard value.isFinite else {
             // JSON has no NaN or infinity; the wire model never stores them.
-            output.append(contentsOf: "null".utf8)
+            output.append("null")
             return
         }
         if value.rounded() == value, abs(value) < 1e15 {
             // "3.0" rather than "3": a double stays a double for typed decoders.
             writeInt(Int64(value), to: &output)
-            output.append(contentsOf: ".0".utf8)
+            output.append(".0")
         } else {
-            output.append(contentsOf: value.description.utf8)
+            var description = value.description
+            description.withUTF8 { output.append($0) }
         }
     }
 
@@ -85,7 +87,7 @@ extension JSON {
     /// An integer's decimal digits, written in place: through `String(value)` each took a
     /// string made and freed and a call through the protocol's witness (a stored record's
     /// numbers, a page's timestamps).
-    static func writeInt(_ value: Int64, to output: inout [UInt8]) {
+    static func writeInt(_ value: Int64, to output: inout JSONWriter) {
         if value < 0 { output.append(UInt8(ascii: "-")) }
         var magnitude = value.magnitude
         // 20 digits hold UInt64.max; written from the last digit back.
@@ -96,17 +98,17 @@ extension JSON {
                 digits[start] = UInt8(ascii: "0") + UInt8(magnitude % 10)
                 magnitude /= 10
             } while magnitude > 0
-            output.append(contentsOf: UnsafeBufferPointer(rebasing: digits[start...]))
+            output.append(UnsafeBufferPointer(rebasing: digits[start...]))
         }
     }
 
-    static func writeString(_ value: String, to output: inout [UInt8]) {
+    static func writeString(_ value: String, to output: inout JSONWriter) {
         output.append(UInt8(ascii: "\""))
         // Most strings need no escaping: copy them whole (appending byte by byte was 3% of a
         // query's time).
         let copied = value.utf8.withContiguousStorageIfAvailable { bytes -> Bool in
             guard !needsEscaping(bytes) else { return false }
-            output.append(contentsOf: bytes)
+            output.append(bytes)
             return true
         }
         if copied == true {
@@ -115,14 +117,16 @@ extension JSON {
         }
         for byte in value.utf8 {
             switch byte {
-            case UInt8(ascii: "\""): output.append(contentsOf: [0x5C, 0x22])
-            case UInt8(ascii: "\\"): output.append(contentsOf: [0x5C, 0x5C])
-            case 0x0A: output.append(contentsOf: [0x5C, UInt8(ascii: "n")])
-            case 0x0D: output.append(contentsOf: [0x5C, UInt8(ascii: "r")])
-            case 0x09: output.append(contentsOf: [0x5C, UInt8(ascii: "t")])
+            case UInt8(ascii: "\""): output.append("\\\"")
+            case UInt8(ascii: "\\"): output.append("\\\\")
+            case 0x0A: output.append("\\n")
+            case 0x0D: output.append("\\r")
+            case 0x09: output.append("\\t")
             case 0x00..<0x20:
                 let hex = Array("0123456789abcdef".utf8)
-                output.append(contentsOf: [0x5C, UInt8(ascii: "u"), 0x30, 0x30, hex[Int(byte >> 4)], hex[Int(byte & 0xF)]])
+                output.append("\\u00")
+                output.append(hex[Int(byte >> 4)])
+                output.append(hex[Int(byte & 0xF)])
             default: output.append(byte)
             }
         }

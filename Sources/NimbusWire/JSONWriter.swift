@@ -17,12 +17,32 @@
 ///
 /// The writer places commas; nesting is the caller's to keep balanced, as each body's
 /// `writeText(to:)` does by writing one whole value.
-public struct JSONWriter {
-    public private(set) var bytes: [UInt8] = []
+public struct JSONWriter: ~Copyable {
+    /// The text so far: `count` bytes from `base`, in room for `capacity`. Held by hand, not in
+    /// an `[UInt8]`: an array's every append checked that its buffer was unique and went
+    /// through a generic copy, about 90 instructions for a key of a dozen bytes, some thirty
+    /// times a record of a page (docs/benchmarks.md, "A page's text written into its own
+    /// buffer"). The writer cannot be copied, so the buffer has one owner, who frees it.
+    private var base: UnsafeMutablePointer<UInt8>
+    private var count = 0
+    private var capacity: Int
     /// Whether the innermost open object or array has no member yet (no comma before the next).
     private var atStart = true
 
-    public init(reservingCapacity capacity: Int = 512) { bytes.reserveCapacity(capacity) }
+    public init(reservingCapacity capacity: Int = 512) {
+        self.capacity = Swift.max(capacity, 16)
+        base = .allocate(capacity: self.capacity)
+    }
+
+    deinit { base.deallocate() }
+
+    /// The text written so far, copied out.
+    public var bytes: [UInt8] { Array(UnsafeBufferPointer(start: base, count: count)) }
+
+    /// The text written so far, lent to `body` (to copy it once into where it goes).
+    public func withUnsafeBytes<Result>(_ body: (UnsafeRawBufferPointer) throws -> Result) rethrows -> Result {
+        try body(UnsafeRawBufferPointer(start: base, count: count))
+    }
 
     /// One body's text.
     public static func text<Body: WireBody>(of body: Body) -> [UInt8] {
@@ -31,37 +51,68 @@ public struct JSONWriter {
         return writer.bytes
     }
 
+    // MARK: Bytes
+
+    mutating func append(_ byte: UInt8) {
+        if count == capacity { grow(toHold: count + 1) }
+        base[count] = byte
+        count += 1
+    }
+
+    mutating func append(_ bytes: UnsafeBufferPointer<UInt8>) {
+        guard let source = bytes.baseAddress else { return }
+        if capacity - count < bytes.count { grow(toHold: count + bytes.count) }
+        (base + count).initialize(from: source, count: bytes.count)
+        count += bytes.count
+    }
+
+    /// Text of a few bytes known when the code is written (`null`, `true`, an escape).
+    mutating func append(_ text: StaticString) {
+        append(UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
+    }
+
+    private mutating func grow(toHold needed: Int) {
+        let grown = Swift.max(capacity * 2, needed)
+        let larger = UnsafeMutablePointer<UInt8>.allocate(capacity: grown)
+        larger.initialize(from: base, count: count)
+        base.deallocate()
+        base = larger
+        capacity = grown
+    }
+
+    // MARK: Structure
+
     public mutating func openObject() {
-        bytes.append(UInt8(ascii: "{"))
+        append(UInt8(ascii: "{"))
         atStart = true
     }
 
     public mutating func closeObject() {
-        bytes.append(UInt8(ascii: "}"))
+        append(UInt8(ascii: "}"))
         atStart = false
     }
 
     public mutating func openArray() {
-        bytes.append(UInt8(ascii: "["))
+        append(UInt8(ascii: "["))
         atStart = true
     }
 
     public mutating func closeArray() {
-        bytes.append(UInt8(ascii: "]"))
+        append(UInt8(ascii: "]"))
         atStart = false
     }
 
     /// An object's next key; its value is written next.
     public mutating func key(_ key: String) {
         separate()
-        JSON.writeString(key, to: &bytes)
-        bytes.append(UInt8(ascii: ":"))
+        JSON.writeString(key, to: &self)
+        append(UInt8(ascii: ":"))
     }
 
     /// A key whose text was written once (`Key`): the keys every record of a page repeats.
     public mutating func key(_ key: Key) {
         separate()
-        bytes.append(contentsOf: key.text)
+        append(key.text)
     }
 
     /// An object key as text, quoted, escaped and followed by its colon, made once, as a
@@ -74,9 +125,10 @@ public struct JSONWriter {
         let text: UnsafeBufferPointer<UInt8>
 
         public init(_ name: String) {
-            var text: [UInt8] = []
-            JSON.writeString(name, to: &text)
-            text.append(UInt8(ascii: ":"))
+            var writer = JSONWriter(reservingCapacity: name.utf8.count + 3)
+            JSON.writeString(name, to: &writer)
+            writer.append(UInt8(ascii: ":"))
+            let text = writer.bytes
             let kept = UnsafeMutableBufferPointer<UInt8>.allocate(capacity: text.count)
             _ = kept.initialize(from: text)
             self.text = UnsafeBufferPointer(kept)
@@ -87,19 +139,19 @@ public struct JSONWriter {
     public mutating func element() { separate() }
 
     private mutating func separate() {
-        if atStart { atStart = false } else { bytes.append(UInt8(ascii: ",")) }
+        if atStart { atStart = false } else { append(UInt8(ascii: ",")) }
     }
 
     // MARK: Values
 
-    public mutating func string(_ value: String) { JSON.writeString(value, to: &bytes) }
+    public mutating func string(_ value: String) { JSON.writeString(value, to: &self) }
 
-    public mutating func int(_ value: Int64) { JSON.writeInt(value, to: &bytes) }
+    public mutating func int(_ value: Int64) { JSON.writeInt(value, to: &self) }
 
-    public mutating func bool(_ value: Bool) { JSON.bool(value).write(to: &bytes) }
+    public mutating func bool(_ value: Bool) { append(value ? "true" : "false") }
 
     /// A value held as a tree (or as text the server wrote, which is copied as it is).
-    public mutating func json(_ value: JSON) { value.write(to: &bytes) }
+    public mutating func json(_ value: JSON) { value.write(to: &self) }
 
     // MARK: Members: a key and its value, or nothing for an absent value
 

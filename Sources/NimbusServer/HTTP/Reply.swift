@@ -21,12 +21,15 @@ enum Reply {
 
     /// One of the wire's bodies, written as it writes itself (a page of records straight to
     /// text, `StreamedWireBody`).
+    /// The text is copied once, from the writer into the answer's buffer.
     static func body<Body: WireBody>(_ body: Body, context: NimbusRequestContext) -> Response {
-        bytes(JSONWriter.text(of: body), contentType: jsonContentType, context: context)
+        var writer = JSONWriter()
+        body.write(to: &writer)
+        return writer.withUnsafeBytes { bytes($0, contentType: jsonContentType, context: context) }
     }
 
-    static func bytes(
-        _ bytes: [UInt8], contentType: String, status: HTTPResponse.Status = .ok, context: NimbusRequestContext
+    static func bytes<Bytes: Collection<UInt8>>(
+        _ bytes: Bytes, contentType: String, status: HTTPResponse.Status = .ok, context: NimbusRequestContext
     ) -> Response {
         var headers = headers(context)
         headers.append(HTTPField(name: .contentType, value: contentType))
