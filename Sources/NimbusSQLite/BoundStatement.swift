@@ -114,6 +114,11 @@ protocol ResultColumns {
 
 extension ResultColumns {
     func bool(_ column: Int) -> Bool { int64(column) != 0 }
+
+    /// The column's text, or `earlier` itself when the column holds the same text: a record's
+    /// modifier is most often its creator, and sharing the string spares making (and later
+    /// freeing) a second copy of it. The default reads the column.
+    func text(_ column: Int, sharing earlier: String) -> String { text(column) }
 }
 
 extension BoundRow {
@@ -142,6 +147,17 @@ extension BoundRow: ResultColumns {
     }
 
     func text(_ column: Int) -> String { optionalText(column) ?? "" }
+
+    /// Compared in place, byte by byte, before any string is made (`ResultColumns`).
+    func text(_ column: Int, sharing earlier: String) -> String {
+        guard let characters = sqlite3_column_text(statement, CInt(column)) else { return "" }
+        let count = Int(sqlite3_column_bytes(statement, CInt(column)))
+        let same = earlier.utf8.withContiguousStorageIfAvailable { known in
+            known.count == count && (count == 0 || memcmp(known.baseAddress!, characters, count) == 0)
+        }
+        if same == true { return earlier }
+        return String(decoding: UnsafeBufferPointer(start: characters, count: count), as: UTF8.self)
+    }
 
     func bytes(_ column: Int) -> [UInt8] {
         // The pointer first, then the size (SQLite's documented order).

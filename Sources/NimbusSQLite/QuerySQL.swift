@@ -160,6 +160,7 @@ struct QuerySQL {
 
         // The page's keys, chosen from index entries alone.
         var inner = "SELECT c.record_id AS record_id"
+        inner.reserveCapacity(512)
         for (index, expression) in keyExpressions.enumerated() { inner += ", \(expression) AS k\(index)" }
         inner += " FROM \(from)\(joins)"
         var innerArguments = fromArguments + joinArguments
@@ -194,7 +195,8 @@ struct QuerySQL {
         // SQLite's time for a page of 20). The query suites check every plan's order
         // (`sortDrivenPlanPagesCorrectlyThroughManyMatches` and `sortedPairsPageLikePerFieldEntries`
         // among others fail when a page comes out in any other).
-        text = "SELECT " + pageColumns
+        text.reserveCapacity(pageColumns.utf8.count + inner.utf8.count + 128)
+        text += "SELECT " + pageColumns
         text += ", page.record_id AS record_id"
         for index in keyExpressions.indices { text += ", page.k\(index) AS k\(index)" }
         text += " FROM (\(inner)) page CROSS JOIN records r ON r.rowid = page.record_id"

@@ -141,14 +141,16 @@ struct SQLiteTransaction {
 
     /// The record in `recordColumns`, which the row holds from column `first` on. By position:
     /// GRDB finds a column by name by lowercasing both names, and that was 5% of a list's time.
+    /// The modifier and its device share the creator's strings when they are the same text.
     func recordRow<Columns: ResultColumns>(_ row: Columns, from first: Int = 0) -> RecordRow {
-        RecordRow(
+        let created = ChangeStamp(timestamp: row.int64(first + 6), userRecordName: row.text(first + 7), deviceID: row.text(first + 8))
+        let modified = ChangeStamp(
+            timestamp: row.int64(first + 9), userRecordName: row.text(first + 10, sharing: created.userRecordName),
+            deviceID: row.text(first + 11, sharing: created.deviceID))
+        return RecordRow(
             zoneID: row.int64(first), recordName: row.text(first + 1), recordType: row.text(first + 2),
             fields: row.bytes(first + 3), parent: row.optionalText(first + 4), changeSequence: row.int64(first + 5),
-            created: ChangeStamp(timestamp: row.int64(first + 6), userRecordName: row.text(first + 7), deviceID: row.text(first + 8)),
-            modified: ChangeStamp(
-                timestamp: row.int64(first + 9), userRecordName: row.text(first + 10), deviceID: row.text(first + 11)),
-            isDeleted: row.bool(first + 12))
+            created: created, modified: modified, isDeleted: row.bool(first + 12))
     }
 
     /// Columns in `recordColumns`.
@@ -569,15 +571,22 @@ struct SQLiteTransaction {
         let sql = QuerySQL(query: query, pageColumns: Self.pageRecordColumns, driver: try chooseDriver(query, keys: keys), keys: keys)
         // The statement's columns: the record's, then its id, then the sort keys (`QuerySQL`).
         let idColumn = Self.recordColumnCount
-        let rows = try ScanBudget.run(self, budget: query.budget) {
+        // Each row read straight into the page's two lists: pairs split afterwards copied every
+        // record (a dozen retains) and then freed the pairs (as many releases).
+        var page = QueryPage(rows: [], positions: [])
+        let expected = min(query.limit, 512)  // a page's records; an internal read may ask for more
+        page.rows.reserveCapacity(expected)
+        page.positions.reserveCapacity(expected)
+        _ = try ScanBudget.run(self, budget: query.budget) {
             try db.fetchAllBound(
                 QueryStatementCache.shared.statement(sql.text, in: db), { for argument in sql.arguments { $0.add(argument) } }
             ) { row in
                 let values: [IndexValue] = (0..<query.sorts.count).map { index in row.indexValue(idColumn + 1 + index) ?? .integer(0) }
-                return (recordRow(row), QueryPosition(sortValues: values, recordID: row.int64(idColumn)))
+                page.rows.append(recordRow(row))
+                page.positions.append(QueryPosition(sortValues: values, recordID: row.int64(idColumn)))
             }
         }
-        return QueryPage(rows: rows.map(\.0), positions: rows.map(\.1))
+        return page
     }
 
     func removeFromSchema(container: String, environment: Environment, recordType: String, fieldName: String?) throws {

@@ -5,11 +5,13 @@
 extension WireZoneID: StreamedWireBody {
     /// `zoneType` is for readers that want it (CloudKit JS); Nimbus reads zones by name and owner.
     public func writeText(to writer: inout JSONWriter) {
-        writer.openObject()
-        writer.member(.zoneName, zoneName)
-        writer.member(.ownerRecordName, ownerRecordName)
-        writer.member(.zoneType, zoneName == Names.defaultZone ? "DEFAULT_ZONE" : "REGULAR_CUSTOM_ZONE")
-        writer.closeObject()
+        writer.zoneID(self) { writer in
+            writer.openObject()
+            writer.member(.zoneName, zoneName)
+            writer.member(.ownerRecordName, ownerRecordName)
+            writer.member(.zoneType, zoneName == Names.defaultZone ? "DEFAULT_ZONE" : "REGULAR_CUSTOM_ZONE")
+            writer.closeObject()
+        }
     }
 }
 

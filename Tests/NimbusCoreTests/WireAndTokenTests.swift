@@ -128,6 +128,31 @@ import Testing
         #expect(page.json["zones"]?.arrayValue?[0]["records"]?.arrayValue?[0]["parent"]?["recordName"] == "p")
     }
 
+    /// A zone ID's text is copied from the last one written when the zone is the same
+    /// (`JSONWriter.zoneID`): a page of zones that alternate, share a name or differ only by
+    /// owner reads as each entry written on its own.
+    @Test func aPageOfManyZonesWritesEachRecordsOwnZone() throws {
+        let zones = [
+            WireZoneID(zoneName: "Notes", ownerRecordName: "_a"), WireZoneID(zoneName: "Notes", ownerRecordName: "_a"),
+            WireZoneID(zoneName: "Notes", ownerRecordName: "_b"), WireZoneID(zoneName: "Notes", ownerRecordName: nil),
+            .defaultZone, WireZoneID(zoneName: "Notes", ownerRecordName: "_a"), .defaultZone,
+            WireZoneID(zoneName: "Other", ownerRecordName: "_a"),
+        ]
+        let entries: [ItemResult<RecordEntry>] = zones.enumerated().map { index, zone in
+            index % 3 == 2
+                ? .success(.deleted(DeletedRecord(recordName: "d\(index)", recordType: "Note", zoneID: zone)))
+                : .success(.record(RecordOutput(
+                    recordName: "r\(index)", recordType: "Note", recordChangeTag: "1", fields: RecordFields([("n", .int64(1))]),
+                    created: nil, modified: nil, parent: nil, zoneID: zone)))
+        }
+        let alone = entries.map { String(decoding: JSONWriter.text(of: $0), as: UTF8.self) }
+        let page = String(decoding: JSONWriter.text(of: RecordsResponse(records: entries)), as: UTF8.self)
+        #expect(page == #"{"records":["# + alone.joined(separator: ",") + "]}")
+        #expect(alone[2].contains(#""ownerRecordName":"_b""#))
+        #expect(!alone[3].contains("ownerRecordName"))
+        #expect(alone[4].contains("DEFAULT_ZONE"))
+    }
+
     /// A record's stored fields are written straight to text (`RecordFields.text(of:)`), every
     /// kind of value as the tree spells it, so stored records read back the same either way.
     @Test func storedFieldsWriteTheTextTheirTreeWould() throws {

@@ -201,7 +201,9 @@ public struct DeletedRecord: StreamedWireBody, Hashable {
 /// A record or a deletion: the entries of modify results and change feeds (`deleted: true`
 /// tells them apart).
 public enum RecordEntry: StreamedWireBody {
-    case record(RecordOutput)
+    /// Boxed: a record's output holds a dozen strings, and writing a page copied each entry out
+    /// of its list (a retain and a release per string); a box is one of each.
+    indirect case record(RecordOutput)
     case deleted(DeletedRecord)
 
     public init(json: ObjectReader) throws(CloudKitError) {
