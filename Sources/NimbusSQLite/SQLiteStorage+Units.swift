@@ -19,7 +19,7 @@ extension SQLiteStorage: InProcessStorage {
     /// A point read's unit runs on the calling thread in one read transaction (`readPoint`); a
     /// scan's too while it takes little (`readScanQuickly`), else on the scan lane (`readScan`).
     /// Either way the unit loads as it reads, from one snapshot, and its answer comes from one run.
-    public func withRowSource<Value>(_ kind: ReadKind, _ body: (any UnitRowSource) throws -> Value) async throws -> Value? {
+    public func withRowSource<Value>(_ kind: ReadKind, _ body: @Sendable (any UnitRowSource) throws -> Value) async throws -> Value? {
         switch kind.size {
         case .point:
             return try readPointUnit(body)

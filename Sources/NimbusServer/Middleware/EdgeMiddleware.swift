@@ -20,7 +20,9 @@ struct EdgeMiddleware: RouterMiddleware {
     let forwarded: ForwardedHeaders
     let cors: CORSPolicy
 
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
+    /// `@concurrent` as Hummingbird's requirement is (its module runs async functions off the
+    /// caller's executor); everything it calls here runs on its executor without a hop.
+    @concurrent func handle(_ request: Request, context: Context, next: @concurrent (Request, Context) async throws -> Response) async throws
         -> Response
     {
         guard Spans.areOn else { return await answer(request, context: context, next: next) }
@@ -47,7 +49,7 @@ struct EdgeMiddleware: RouterMiddleware {
 
     /// Inlined: without a span, a request pays no async frame more than before spans.
     @inline(__always)
-    private func answer(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async -> Response {
+    nonisolated(nonsending) private func answer(_ request: Request, context: Context, next: @concurrent (Request, Context) async throws -> Response) async -> Response {
         let start = ContinuousClock.now
         let response: Response
         do {

@@ -32,13 +32,16 @@ public protocol CoarseStorage: Sendable {
     /// Runs `body` over rows the engine answers in process, from one consistent view of the
     /// store (`UnitRowSource`), so a unit of work loads what it reads as it reads it and runs
     /// once; nil, without running it, when every load is a round trip (the default). `kind`
-    /// says where a read runs (`ReadKind`); a write's decision is `.point`.
-    func withRowSource<Value>(_ kind: ReadKind, _ body: (any UnitRowSource) throws -> Value) async throws -> Value?
+    /// says where a read runs (`ReadKind`); a write's decision is `.point`. The body is
+    /// `@Sendable`: an engine may run it on a thread of its own (SQLite's scan lane).
+    func withRowSource<Value>(_ kind: ReadKind, _ body: @Sendable (any UnitRowSource) throws -> Value) async throws -> Value?
 }
 
 extension CoarseStorage {
     public func signals() -> AsyncStream<StoreSignal>? { nil }
-    public func withRowSource<Value>(_ kind: ReadKind, _ body: (any UnitRowSource) throws -> Value) async throws -> Value? { nil }
+    public func withRowSource<Value>(_ kind: ReadKind, _ body: @Sendable (any UnitRowSource) throws -> Value) async throws -> Value? {
+        nil
+    }
 }
 
 /// Committed rows answered in process (SQLite, inside a read transaction): a load costs no
