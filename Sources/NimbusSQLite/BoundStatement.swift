@@ -110,14 +110,16 @@ protocol ResultColumns {
     func optionalText(_ column: Int) -> String?
     /// A blob's bytes, copied once from SQLite's buffer; empty for NULL.
     func bytes(_ column: Int) -> [UInt8]
+    /// The column's text, or `earlier` itself when the column holds the same text: a record's
+    /// modifier is most often its creator, and sharing the string spares making (and later
+    /// freeing) a second copy of it. A requirement, so that generic readers (`recordRow`) reach
+    /// a conformance's own; the default reads the column.
+    func text(_ column: Int, sharing earlier: String) -> String
 }
 
 extension ResultColumns {
     func bool(_ column: Int) -> Bool { int64(column) != 0 }
 
-    /// The column's text, or `earlier` itself when the column holds the same text: a record's
-    /// modifier is most often its creator, and sharing the string spares making (and later
-    /// freeing) a second copy of it. The default reads the column.
     func text(_ column: Int, sharing earlier: String) -> String { text(column) }
 }
 
@@ -140,23 +142,25 @@ extension BoundRow: ResultColumns {
     /// Whether the column is NULL (an outer join's missing side).
     func isNull(_ column: Int) -> Bool { sqlite3_column_type(statement, CInt(column)) == SQLITE_NULL }
 
-    func optionalText(_ column: Int) -> String? {
+    /// The column's text in SQLite's buffer (valid until the row moves on); nil for NULL.
+    private func textBytes(_ column: Int) -> UnsafeBufferPointer<UInt8>? {
         guard let characters = sqlite3_column_text(statement, CInt(column)) else { return nil }
-        let count = Int(sqlite3_column_bytes(statement, CInt(column)))
-        return String(decoding: UnsafeBufferPointer(start: characters, count: count), as: UTF8.self)
+        return UnsafeBufferPointer(start: characters, count: Int(sqlite3_column_bytes(statement, CInt(column))))
+    }
+
+    func optionalText(_ column: Int) -> String? {
+        textBytes(column).map { String(decoding: $0, as: UTF8.self) }
     }
 
     func text(_ column: Int) -> String { optionalText(column) ?? "" }
 
     /// Compared in place, byte by byte, before any string is made (`ResultColumns`).
     func text(_ column: Int, sharing earlier: String) -> String {
-        guard let characters = sqlite3_column_text(statement, CInt(column)) else { return "" }
-        let count = Int(sqlite3_column_bytes(statement, CInt(column)))
+        guard let bytes = textBytes(column) else { return "" }
         let same = earlier.utf8.withContiguousStorageIfAvailable { known in
-            known.count == count && (count == 0 || memcmp(known.baseAddress!, characters, count) == 0)
+            known.count == bytes.count && (bytes.isEmpty || memcmp(known.baseAddress!, bytes.baseAddress!, bytes.count) == 0)
         }
-        if same == true { return earlier }
-        return String(decoding: UnsafeBufferPointer(start: characters, count: count), as: UTF8.self)
+        return same == true ? earlier : String(decoding: bytes, as: UTF8.self)
     }
 
     func bytes(_ column: Int) -> [UInt8] {
@@ -217,13 +221,20 @@ extension Database {
     func fetchAllBound<Value>(_ statement: Statement, _ bind: (inout BoundArguments) -> Void, _ read: (BoundRow) throws -> Value)
         throws -> [Value]
     {
+        var values: [Value] = []
+        try forEachBound(statement, bind) { values.append(try read($0)) }
+        return values
+    }
+
+    /// `fetchAllBound`'s rows, each handed to `visit` in place, for a caller that keeps what it
+    /// reads in lists of its own (a query's page).
+    func forEachBound(_ statement: Statement, _ bind: (inout BoundArguments) -> Void, _ visit: (BoundRow) throws -> Void) throws {
         let raw = boundStatement(statement.sqliteStatement, bind)
         defer { sqlite3_reset(raw) }
-        var values: [Value] = []
         while true {
             switch sqlite3_step(raw) {
-            case SQLITE_ROW: values.append(try read(BoundRow(statement: raw)))
-            case SQLITE_DONE: return values
+            case SQLITE_ROW: try visit(BoundRow(statement: raw))
+            case SQLITE_DONE: return
             case let code: throw Self.stepError(raw, code, sql: statement.sql)
             }
         }

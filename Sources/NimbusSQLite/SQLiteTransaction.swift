@@ -577,8 +577,8 @@ struct SQLiteTransaction {
         let expected = min(query.limit, 512)  // a page's records; an internal read may ask for more
         page.rows.reserveCapacity(expected)
         page.positions.reserveCapacity(expected)
-        _ = try ScanBudget.run(self, budget: query.budget) {
-            try db.fetchAllBound(
+        try ScanBudget.run(self, budget: query.budget) {
+            try db.forEachBound(
                 QueryStatementCache.shared.statement(sql.text, in: db), { for argument in sql.arguments { $0.add(argument) } }
             ) { row in
                 let values: [IndexValue] = (0..<query.sorts.count).map { index in row.indexValue(idColumn + 1 + index) ?? .integer(0) }

@@ -80,6 +80,45 @@ import Testing
             changeSequence: sequence, created: stamp, modified: stamp, isDeleted: deleted)
     }
 
+    /// A record's modifier and device read back as saved, whether or not they are the
+    /// creator's (SQLite shares the creator's strings when the text is the same): by name, in
+    /// the change feed and in a query's page. Among them, texts where one is the other's prefix,
+    /// and empty ones.
+    @Test(arguments: drivers)
+    func modifierAndDeviceReadBackAsSavedBesideTheCreators(driver: Driver) async throws {
+        try await withDriver(driver) { storage in
+            let database = try await storage.write { try $0.ensureDatabase(Self.key) }
+            let zone = try #require(try await storage.read { try $0.zone(databaseID: database.id, name: "_defaultZone") })
+            let stamps: [(created: ChangeStamp, modified: ChangeStamp)] = [
+                (ChangeStamp(timestamp: 1, userRecordName: "_u", deviceID: "d"), ChangeStamp(timestamp: 2, userRecordName: "_u", deviceID: "d")),
+                (ChangeStamp(timestamp: 1, userRecordName: "_u", deviceID: "d"), ChangeStamp(timestamp: 2, userRecordName: "_v", deviceID: "phone")),
+                (ChangeStamp(timestamp: 1, userRecordName: "_u", deviceID: "d"), ChangeStamp(timestamp: 2, userRecordName: "_u2", deviceID: "")),
+                (ChangeStamp(timestamp: 1, userRecordName: "_u2", deviceID: ""), ChangeStamp(timestamp: 2, userRecordName: "_u", deviceID: "d")),
+                (ChangeStamp(timestamp: 1, userRecordName: "", deviceID: ""), ChangeStamp(timestamp: 2, userRecordName: "", deviceID: "")),
+            ]
+            let saved = try await storage.write { tx in
+                try stamps.enumerated().map { index, stamp in
+                    var row = Self.row(zone.id, "s\(index)", sequence: Int64(index + 1))
+                    (row.created, row.modified) = stamp
+                    _ = try tx.putRecord(row)
+                    return row
+                }
+            }
+            for row in saved {
+                let read = try #require(try await storage.read { try $0.record(zoneID: zone.id, name: row.recordName) })
+                expectEqual([read.created, read.modified], [row.created, row.modified], "\(row.recordName)")
+            }
+            let feed = try await storage.read { try $0.recordChanges(zoneID: zone.id, after: 0, recordTypes: nil, limit: 100) }
+            expectEqual(feed.map { [$0.created, $0.modified] }, saved.map { [$0.created, $0.modified] })
+            let query = RecordQuery(
+                databaseID: zone.databaseID, zoneIDs: [zone.id], recordType: "T", conditions: [], sorts: [], after: nil, limit: 100)
+            let page = try await storage.read { try $0.queryRecords(query) }
+            expectEqual(
+                Set(page.rows.map { "\($0.recordName) \($0.created) \($0.modified)" }),
+                Set(saved.map { "\($0.recordName) \($0.created) \($0.modified)" }))
+        }
+    }
+
     @Test(arguments: drivers)
     func databaseIsMadeOnceWithItsDefaultZone(driver: Driver) async throws {
         try await withDriver(driver) { storage in
