@@ -28,8 +28,7 @@ extension SQLiteStorage: InProcessStorage {
             // The scan lane's closure escapes to GRDB's queue; this call waits for it, so the
             // body and its value never outlive it nor run twice at once.
             return try await withoutActuallyEscaping(body) { body in
-                let run = Unchecked(body)
-                return try await readScan { tx in Unchecked(try run.value(tx)) }.value
+                try await readScan { tx in Unchecked(try body(tx)) }.value
             }
         }
     }
@@ -50,7 +49,8 @@ extension SQLiteStorage: InProcessStorage {
     }
 }
 
-/// A value handed across a thread the caller waits on (`withRowSource`): never shared at once.
+/// A scan's value handed back across the thread the caller waits on (`withRowSource`): never
+/// shared at once.
 private struct Unchecked<Value>: @unchecked Sendable {
     let value: Value
     init(_ value: Value) { self.value = value }

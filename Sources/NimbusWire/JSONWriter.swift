@@ -57,14 +57,14 @@ public struct JSONWriter: ~Copyable {
     // MARK: Bytes
 
     mutating func append(_ byte: UInt8) {
-        if count == capacity { grow(toHold: count + 1) }
+        reserve(1)
         base[count] = byte
         count += 1
     }
 
     mutating func append(_ bytes: UnsafeBufferPointer<UInt8>) {
         guard let source = bytes.baseAddress else { return }
-        if capacity - count < bytes.count { grow(toHold: count + bytes.count) }
+        reserve(bytes.count)
         (base + count).initialize(from: source, count: bytes.count)
         count += bytes.count
     }
@@ -72,6 +72,12 @@ public struct JSONWriter: ~Copyable {
     /// Text of a few bytes known when the code is written (`null`, `true`, an escape).
     mutating func append(_ text: StaticString) {
         append(UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
+    }
+
+    /// Room for `more` bytes after the text, made before anything is copied in (a copy from the
+    /// writer's own text, as `zoneID(_:_:)` makes, must read the buffer it will write to).
+    private mutating func reserve(_ more: Int) {
+        if capacity - count < more { grow(toHold: count + more) }
     }
 
     private mutating func grow(toHold needed: Int) {
@@ -87,7 +93,7 @@ public struct JSONWriter: ~Copyable {
     mutating func zoneID(_ zone: WireZoneID, _ write: (inout JSONWriter) -> Void) {
         if let last = lastZoneID, last.zone == zone {
             let length = last.text.count
-            if capacity - count < length { grow(toHold: count + length) }
+            reserve(length)
             (base + count).initialize(from: base + last.text.lowerBound, count: length)
             count += length
             atStart = false
@@ -146,10 +152,11 @@ public struct JSONWriter: ~Copyable {
             var writer = JSONWriter(reservingCapacity: name.utf8.count + 3)
             JSON.writeString(name, to: &writer)
             writer.append(UInt8(ascii: ":"))
-            let text = writer.bytes
-            let kept = UnsafeMutableBufferPointer<UInt8>.allocate(capacity: text.count)
-            _ = kept.initialize(from: text)
-            self.text = UnsafeBufferPointer(kept)
+            text = writer.withUnsafeBytes { written in
+                let kept = UnsafeMutableRawBufferPointer.allocate(byteCount: written.count, alignment: 1)
+                kept.copyMemory(from: written)
+                return UnsafeBufferPointer(kept.bindMemory(to: UInt8.self))
+            }
         }
     }
 

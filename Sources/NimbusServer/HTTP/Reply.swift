@@ -20,8 +20,7 @@ enum Reply {
     }
 
     /// One of the wire's bodies, written as it writes itself (a page of records straight to
-    /// text, `StreamedWireBody`).
-    /// The text is copied once, from the writer into the answer's buffer.
+    /// text, `StreamedWireBody`), copied once, from the writer into the answer's buffer.
     static func body<Body: WireBody>(_ body: Body, context: NimbusRequestContext) -> Response {
         var writer = JSONWriter()
         body.write(to: &writer)
